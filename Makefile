@@ -1,0 +1,31 @@
+# The two set-up commands of the README: `make demo` and `make test`. Both create .venv on first use.
+PY ?= python3.11
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test test-all bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	# torch==2.13.0 is pinned so pip takes the CPU wheel; never a looser range (that pulls a CUDA build)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VPY) -m kiln.demo
+
+test: $(STAMP)
+	$(VPY) -m pytest -q
+
+test-all: $(STAMP)
+	$(VPY) -m pytest -q -m 'not gpu' --timeout=1800
+
+bench: $(STAMP)
+	$(VPY) -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) kiln_debug .kiln_cache build *.egg-info

@@ -1,0 +1,43 @@
+"""Kiln's user-facing settings, mirroring torch._dynamo.config's names where they overlap.
+
+Every stage reads these through `kiln.config` at the moment it needs them; nothing caches a value,
+so a test can flip a setting with `kiln.config.patch(...)` and see its effect on the next compile.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Iterator
+
+# capture
+cache_size_limit: int = 8  # compiled entries per code object before the frame runs eagerly
+suppress_errors: bool = True  # an internal error falls back to eager with one warning
+fullgraph_default: bool = False
+
+# dynamic shapes
+automatic_dynamic_shapes: bool = True  # a size that changed is captured as a symbol next time
+assume_static_by_default: bool = True  # first capture is static unless dynamic=True / mark_dynamic
+specialize_int: bool = False  # python int arguments are burnt in as constants forever if True
+capture_scalar_outputs: bool = False  # .item() becomes an unbacked symbol instead of a break
+
+# runtime
+cache_dir: str = os.environ.get(
+    "KILN_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "kiln")
+)
+debug_dir: str = os.environ.get("KILN_DEBUG_DIR", os.path.join(os.getcwd(), "kiln_debug"))
+debug: bool = os.environ.get("KILN_DEBUG", "0") not in ("", "0")
+
+
+@contextlib.contextmanager
+def patch(**changes: Any) -> Iterator[None]:
+    """Temporarily change settings: `with kiln.config.patch(cache_size_limit=2): ...`."""
+    module = globals()
+    for name in changes:
+        if name not in module or name.startswith("_"):
+            raise AttributeError(f"kiln.config has no setting {name!r}")
+    saved = {name: module[name] for name in changes}
+    module.update(changes)
+    try:
+        yield
+    finally:
+        module.update(saved)

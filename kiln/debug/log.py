@@ -1,0 +1,85 @@
+"""KILN_LOGS: named artifacts and per-stage debug logs, parsed once from the environment.
+
+`KILN_LOGS="graph_breaks,recompiles,guards,graph_code,aot_graphs,output_code,dynamic,perf_hints,bytecode"`
+turns artifacts on (the names follow TORCH_LOGS); `+capture`, `+fake`, `+aot`, `+lower` turn on debug
+level logging for a stage. This is the only module of kiln.debug that the stages import.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from typing import Callable
+
+ARTIFACTS = frozenset(
+    {"graph_breaks", "recompiles", "guards", "graph_code", "aot_graphs", "output_code",
+     "dynamic", "perf_hints", "bytecode", "graph_sizes", "cache"}
+)
+STAGES = frozenset({"capture", "fake", "symbolic", "aot", "lower", "runtime"})
+
+_enabled_artifacts: set[str] = set()
+_debug_stages: set[str] = set()
+_handler: logging.Handler | None = None
+
+
+def configure(spec: str | None = None) -> None:
+    """Parse a KILN_LOGS value (the environment's when `spec` is None); unknown names are an error."""
+    global _handler
+    spec = os.environ.get("KILN_LOGS", "") if spec is None else spec
+    _enabled_artifacts.clear()
+    _debug_stages.clear()
+    for raw in spec.split(","):
+        name = raw.strip()
+        if not name:
+            continue
+        if name.startswith("+") and name[1:] in STAGES:
+            _debug_stages.add(name[1:])
+        elif name in ARTIFACTS:
+            _enabled_artifacts.add(name)
+        elif name in STAGES:
+            _debug_stages.add(name)
+        else:
+            known = ", ".join(sorted(ARTIFACTS | {"+" + s for s in STAGES}))
+            raise ValueError(f"KILN_LOGS: unknown name {name!r}; known: {known}")
+    root = logging.getLogger("kiln")
+    if _handler is None:
+        _handler = logging.StreamHandler(sys.stderr)
+        _handler.setFormatter(logging.Formatter("[kiln:%(name)s] %(message)s"))
+        root.addHandler(_handler)
+        root.propagate = False
+    root.setLevel(logging.DEBUG if (_enabled_artifacts or _debug_stages) else logging.WARNING)
+
+
+def enabled(artifact: str) -> bool:
+    """Whether KILN_LOGS asked for this artifact (use before building an expensive message)."""
+    assert artifact in ARTIFACTS, artifact
+    return artifact in _enabled_artifacts
+
+
+def artifact(name: str, message: str | Callable[[], str]) -> None:
+    """Print one artifact (a graph, the guards, a recompile reason) if KILN_LOGS asked for it."""
+    if not enabled(name):
+        return
+    text = message() if callable(message) else message
+    logging.getLogger(f"kiln.{name}").info(text)
+
+
+def debug(stage: str, message: str | Callable[[], str]) -> None:
+    """Debug-level log for a stage, on with KILN_LOGS=+stage."""
+    if stage not in _debug_stages:
+        return
+    text = message() if callable(message) else message
+    logging.getLogger(f"kiln.{stage}").debug(text)
+
+
+class KilnWarning(UserWarning):
+    """Category of Kiln's user-facing warnings, so tests and users can filter them."""
+
+
+def warn(message: str) -> None:
+    """A user-facing warning line (fallbacks, cache limit, backend substitutions). Always shown."""
+    warnings.warn(message, KilnWarning, stacklevel=3)
+
+
+configure()

@@ -1,0 +1,45 @@
+"""The exceptions Kiln raises to users, in one place so that every stage raises the same kinds.
+
+Capture turns `Unsupported` into a graph break (or, under fullgraph=True, into a user-facing
+`GraphBreakError`); any other exception inside Kiln is an internal error that falls back to eager.
+"""
+from __future__ import annotations
+
+
+class KilnError(Exception):
+    """Base class of every error Kiln raises on purpose."""
+
+
+class Unsupported(KilnError):
+    """Something capture cannot put in a graph; becomes a graph break with this message as reason."""
+
+
+class GraphBreakError(KilnError):
+    """Raised under fullgraph=True at the first graph break; its message is the break record."""
+
+
+class DataDependentOutputError(Unsupported):
+    """An op whose output shape or value depends on tensor data (nonzero, .item(), ...)."""
+
+    def __init__(self, op: str, message: str | None = None) -> None:
+        self.op = op
+        super().__init__(
+            message
+            or f"{op} has an output that depends on the data of its inputs, which a fake tensor does not have"
+        )
+
+
+class MissingFakeImplError(Unsupported):
+    """A custom op (or an op without a meta kernel) has no fake implementation."""
+
+    def __init__(self, op: str, hint: str) -> None:
+        self.op = op
+        super().__init__(f"{op} has no fake (meta) implementation. {hint}")
+
+
+class RecompileLimitExceeded(KilnError):
+    """cache_size_limit reached for a code object (only raised when it must not fall back)."""
+
+
+class BackendCompilerError(KilnError):
+    """The backend failed on a graph; the message names the backend and the original error."""
