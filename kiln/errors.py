@@ -11,7 +11,17 @@ class KilnError(Exception):
 
 
 class Unsupported(KilnError):
-    """Something capture cannot put in a graph; becomes a graph break with this message as reason."""
+    """Something capture cannot put in a graph; becomes a graph break with this message as reason.
+
+    `kind` keys the hint table of kiln.capture.breaks (e.g. "print", "item", "data_dependent_branch");
+    `hint` overrides the table's compile-friendly rewrite for this one break.
+    """
+
+    def __init__(self, reason: str, *, kind: str = "unsupported", hint: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind
+        self.hint = hint
 
 
 class GraphBreakError(KilnError):
@@ -25,7 +35,8 @@ class DataDependentOutputError(Unsupported):
         self.op = op
         super().__init__(
             message
-            or f"{op} has an output that depends on the data of its inputs, which a fake tensor does not have"
+            or f"{op} has an output that depends on the data of its inputs, which a fake tensor does not have",
+            kind="data_dependent",
         )
 
 
@@ -34,7 +45,7 @@ class MissingFakeImplError(Unsupported):
 
     def __init__(self, op: str, hint: str) -> None:
         self.op = op
-        super().__init__(f"{op} has no fake (meta) implementation. {hint}")
+        super().__init__(f"{op} has no fake (meta) implementation. {hint}", kind="missing_fake_impl")
 
 
 class RecompileLimitExceeded(KilnError):
