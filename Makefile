@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(VPY) -m kiln.demo
+	$(VPY) -m examples.demo
 
 test: $(STAMP)
 	$(VPY) -m pytest -q

@@ -1,8 +1,16 @@
 """Kiln: torch.compile rebuilt in plain Python.
 
 The public API mirrors torch.compile (see DESIGN.md): `kiln.compile`, `kiln.explain`, `kiln.reset`,
-`kiln.stats`, `kiln.mark_dynamic`, `kiln.disable`, `kiln.allow_in_graph`, `kiln.config`.
+`kiln.stats`, `kiln.mark_dynamic`, `kiln.disable`, `kiln.allow_in_graph`, `kiln.config`, and the
+backend registry (`kiln.register_backend`, `kiln.list_backends`, `kiln.inductor_backend`).
 """
 from kiln import config
+from kiln.api import OptimizedModule, allow_in_graph, compile, disable, explain, reset, stats
+from kiln.backends import inductor_backend, list_backends, register_backend
+from kiln.symbolic.marks import mark_dynamic, mark_static, maybe_mark_dynamic
 
-__all__ = ["config"]
+__all__ = [
+    "OptimizedModule", "allow_in_graph", "compile", "config", "disable", "explain", "inductor_backend",
+    "list_backends", "mark_dynamic", "mark_static", "maybe_mark_dynamic", "register_backend", "reset",
+    "stats",
+]

@@ -1,1 +1,234 @@
-"""(filled by its issue)"""
+"""The lowering table: one entry per ATen overload, filled by `@register` beside each rule.
+
+A rule takes the LoweringContext and the node's lowered arguments (TensorValue for tensors, sympy
+expressions for sizes, plain Python for the rest) and returns a lazy TensorValue (a loader: index
+-> body Value), a tuple of them, or a size. Lazy values compose, which is how pointwise chains end
+up inlined into one loop; `ctx.realize` turns one into a buffer. Corresponds to
+torch/_inductor/lowering.py's `lowerings` dict and TensorBox.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+
+from kiln.lower import ops
+from kiln.lower.ir import (BufferRef, Buffer, Const, Extern, Layout, Load, Pointwise, Reduction, SymExpr,
+                           Value, index_vars, simplify_index, walk)
+
+Loader = Callable[[Sequence[sympy.Expr]], Value]
+
+LOWERINGS: dict[Any, Callable[..., Any]] = {}
+
+
+def register(*overloads: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Fill the table: `@register(aten.add.Tensor, aten.add.Scalar)` above the rule."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for o in overloads:
+            assert isinstance(o, torch._ops.OpOverload), o
+            assert o not in LOWERINGS, f"two lowerings for {o}"
+            LOWERINGS[o] = fn
+        return fn
+
+    return wrap
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Half and bfloat16 are computed in float32 inside kernels and rounded on store, as ATen's CPU
+    vectorized kernels do per op."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+SUPPORTED_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+                              torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
+
+
+@dataclass
+class TensorValue:
+    """A tensor during lowering: its dtype, sizes and a loader; `view` is set when it is a strided
+    view of a buffer (so externs and outputs can use it without a copy)."""
+
+    dtype: torch.dtype
+    sizes: tuple[sympy.Expr, ...]
+    loader: Loader
+    view: BufferRef | None = None
+    origins: tuple[str, ...] = ()  # FX nodes inlined into this value (for kernel comments)
+
+    def load(self, idx: Sequence[sympy.Expr]) -> Value:
+        return self.loader(idx)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.sizes)
+
+
+def strided_value(ref: BufferRef) -> TensorValue:
+    layout = ref.layout
+    dtype = compute_dtype(layout.dtype)
+
+    def loader(idx: Sequence[sympy.Expr]) -> Value:
+        return Load(ref.name, simplify_index(layout.index(idx)), dtype)
+
+    return TensorValue(layout.dtype, layout.sizes, loader, ref)
+
+
+def to_expr(x: Any) -> sympy.Expr:
+    """A size (int or SymInt) as a sympy expression (kiln.symbolic's expr_of, or the node's expr)."""
+    if isinstance(x, torch.SymInt):
+        try:
+            from kiln.symbolic import expr_of  # type: ignore[attr-defined]
+        except ImportError:
+            expr_of = None
+        if expr_of is not None:
+            return sympy.sympify(expr_of(x))
+        return sympy.sympify(x.node.expr)
+    if isinstance(x, sympy.Basic):
+        return x
+    return sympy.Integer(int(x))
+
+
+def value_cost(v: Value) -> int:
+    """Rough cost of recomputing a body: transcendental ops weigh more than adds and loads."""
+    heavy = {"exp", "log", "tanh", "sin", "cos", "erf", "pow", "sigmoid", "log1p", "expm1", "atan2",
+             "rand", "randn", "tan", "erfc", "lgamma"}
+    cost = 0
+    for n in walk(v):
+        if isinstance(n, Load):
+            cost += 1
+        elif hasattr(n, "name"):
+            cost += 6 if n.name in heavy else 1  # type: ignore[attr-defined]
+    return cost
+
+
+class LoweringContext:
+    """State of one graph's lowering: the buffers made so far and the current node's metadata."""
+
+    def __init__(self) -> None:
+        self.buffers: list[Buffer] = []
+        self._names = itertools.count()
+        self.origins: tuple[str, ...] = ()
+        self.meta: Any = None  # the current node's example value (a meta/fake tensor or tuple)
+        self.random_offset = 0  # distinct stream per random op of the graph
+        self.perf_hints: list[str] = []
+        self.pending_origins: tuple[str, ...] = ()  # origins of the lazy inputs of the current node
+
+    def new_name(self) -> str:
+        return f"buf{next(self._names)}"
+
+    def add(self, buffer: Buffer) -> Buffer:
+        self.buffers.append(buffer)
+        return buffer
+
+    # -- metadata of the node being lowered
+    def out_dtype(self, k: int | None = None) -> torch.dtype:
+        m = self.meta if k is None else self.meta[k]
+        return m.dtype
+
+    def out_sizes(self, k: int | None = None) -> tuple[sympy.Expr, ...]:
+        m = self.meta if k is None else self.meta[k]
+        return tuple(to_expr(s) for s in m.shape)
+
+    # -- buffers
+    def realize(self, tv: TensorValue, layout: Layout | None = None) -> TensorValue:
+        """Compute `tv` into a new buffer (dense, in `layout` or contiguous); returns its view."""
+        if tv.view is not None and layout is None:
+            return tv
+        layout = layout or Layout.contiguous(tv.dtype, tv.sizes)
+        body = ops.cast(tv.load(index_vars("i", len(tv.sizes))), compute_dtype(tv.dtype))
+        origins = tuple(dict.fromkeys(tv.origins + self.origins))
+        buf = self.add(Pointwise(self.new_name(), layout, origins, body))
+        return strided_value(BufferRef(buf.name, layout))
+
+    def reduction(self, dtype: torch.dtype, ranges: Sequence[sympy.Expr], reduction_ranges: Sequence[sympy.Expr],
+                  rtype: str, fn: Callable[[Sequence[sympy.Expr], Sequence[sympy.Expr]], Value]) -> TensorValue:
+        """A Reduction buffer over `ranges` (kept) x `reduction_ranges`; fn(i, r) gives the element."""
+        layout = Layout.contiguous(dtype, ranges)
+        body = fn(index_vars("i", len(ranges)), index_vars("r", len(reduction_ranges)))
+        origins = tuple(dict.fromkeys(self.pending_origins + self.origins))
+        if rtype not in ("argmax", "argmin"):
+            body = ops.cast(body, compute_dtype(dtype))
+        buf = self.add(Reduction(self.new_name(), layout, origins, body,
+                                 tuple(sympy.sympify(r) for r in reduction_ranges), rtype))
+        return strided_value(BufferRef(buf.name, layout))
+
+    def as_ref(self, tv: TensorValue) -> BufferRef:
+        view = self.realize(tv).view
+        assert view is not None
+        return view
+
+    def extern(self, op: Any, args: Sequence[Any], kwargs: dict[str, Any], reason: str | None = None) -> Any:
+        """Call the ATen op itself on realized inputs; the result layout comes from the node's meta."""
+        if reason is not None:
+            self.perf_hints.append(f"{', '.join(self.origins)}: {op} runs as an ATen call ({reason})")
+
+        def convert(a: Any) -> Any:
+            if isinstance(a, TensorValue):
+                return self.as_ref(a)
+            if isinstance(a, sympy.Basic):
+                return SymExpr(a)
+            if isinstance(a, (list, tuple)):
+                return type(a)(convert(x) for x in a)
+            return a
+
+        name = self.new_name()
+        results: list[tuple[str, Layout, tuple[int, ...]]] = []
+
+        def collect(m: Any, path: tuple[int, ...]) -> Any:
+            if isinstance(m, torch.Tensor):
+                lay = Layout(m.dtype, tuple(to_expr(s) for s in m.shape), tuple(to_expr(s) for s in m.stride()))
+                rname = name if path == () else f"{name}_{'_'.join(map(str, path))}"
+                results.append((rname, lay, path))
+                return strided_value(BufferRef(rname, lay))
+            if isinstance(m, (list, tuple)):
+                return tuple(collect(x, path + (k,)) for k, x in enumerate(m))
+            if isinstance(m, torch.SymInt):
+                return to_expr(m)
+            return m
+
+        value = collect(self.meta, ())
+        first = results[0][1] if results else Layout(torch.float32, (), ())
+        self.add(Extern(name, first, self.origins, op, tuple(convert(a) for a in args),
+                        tuple(sorted((k, convert(v)) for k, v in kwargs.items())), tuple(results)))
+        return value
+
+
+# -- helpers shared by the rule modules
+
+def as_value(x: Any, dtype: torch.dtype) -> TensorValue:
+    """A Python scalar as a 0-d lazy tensor of `dtype`."""
+    c = ops.constant(x, compute_dtype(dtype))
+    return TensorValue(dtype, (), lambda idx: c)
+
+
+def broadcast_load(tv: TensorValue, idx: Sequence[sympy.Expr]) -> Value:
+    """Load `tv` at the trailing-aligned index `idx` of a broadcast result."""
+    idx = list(idx)[len(idx) - tv.ndim:] if tv.ndim else []
+    idx = [sympy.Integer(0) if s == 1 else i for i, s in zip(idx, tv.sizes)]
+    return tv.load(idx)
+
+
+def broadcast_sizes(*shapes: Sequence[sympy.Expr]) -> tuple[sympy.Expr, ...]:
+    n = max((len(s) for s in shapes), default=0)
+    out: list[sympy.Expr] = []
+    for k in range(n):
+        size: sympy.Expr = sympy.Integer(1)
+        for s in shapes:
+            j = k - (n - len(s))
+            if j >= 0 and s[j] != 1:
+                size = s[j]
+        out.append(size)
+    return tuple(out)
+
+
+def normalize_dim(dim: int, ndim: int) -> int:
+    return dim + max(ndim, 1) if dim < 0 else dim
+
+
+from kiln.lower.lowerings import pointwise, reductions, views, indexing, extern  # noqa: E402,F401  (fill the table)
+
+__all__ = ["LOWERINGS", "register", "LoweringContext", "TensorValue", "strided_value", "to_expr",
+           "value_cost", "compute_dtype", "SUPPORTED_DTYPES", "SymExpr", "Reduction", "Const"]

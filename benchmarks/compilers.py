@@ -1,0 +1,97 @@
+"""The three ways a workload runs: eager, Kiln's default backend, and the real torch.compile.
+
+Each `Compiler` knows how to wrap a function, how to forget everything it compiled (for a cold
+start in the same process), which environment variable names its on-disk cache, and whether it is
+available at all. Kiln is judged by its default backend ("inductor"): when Kiln's lowering has not
+landed yet, `kiln_status()` says so and the runner reports eager against torch.compile only.
+"""
+from __future__ import annotations
+
+import importlib
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+@dataclass(frozen=True)
+class Compiler:
+    name: str  # "eager", "kiln", "torch"
+    cache_env: str | None  # the environment variable naming its on-disk cache
+
+    def wrap(self, fn: Callable) -> Callable:
+        if self.name == "eager":
+            return fn
+        if self.name == "kiln":
+            import kiln
+
+            return kiln.compile(fn)
+        return torch.compile(fn)
+
+    def reset(self) -> None:
+        """Forget every compiled artifact held in memory (the disk cache is the caller's business)."""
+        if self.name == "kiln":
+            import kiln
+
+            kiln.reset()
+        elif self.name == "torch":
+            torch._dynamo.reset()
+
+
+EAGER = Compiler("eager", None)
+KILN = Compiler("kiln", "KILN_CACHE_DIR")
+TORCH = Compiler("torch", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def kiln_capture_status() -> str | None:
+    """None when kiln.compile exists (capture with backend="eager" works); otherwise why not."""
+    try:
+        kiln = importlib.import_module("kiln")
+    except Exception as exc:  # a half-written package must not stop the bench
+        return f"import kiln failed: {type(exc).__name__}: {exc}"
+    if not callable(getattr(kiln, "compile", None)):
+        return "kiln.compile does not exist yet (capture, issue #3)"
+    try:
+        tracer = importlib.import_module("kiln.capture.tracer")
+    except ImportError as exc:
+        return f"kiln.capture.tracer is not importable yet (capture, issue #3): {exc}"
+    if not callable(getattr(tracer, "capture_frame", None)):
+        return "kiln.capture.tracer.capture_frame does not exist yet (capture, issue #3)"
+    return None
+
+
+def kiln_status() -> str | None:
+    """None when Kiln's default (inductor) backend exists; otherwise why it is not available."""
+    missing = kiln_capture_status()
+    if missing is not None:
+        return missing
+    for module, attr, issue in (("kiln.autograd", "aot_autograd", "AOT autograd, issue #6"),
+                                ("kiln.lower", "compile_graph", "lowering, issue #7")):
+        try:
+            found = getattr(importlib.import_module(module), attr, None)
+        except Exception as exc:
+            return f"import {module} failed: {type(exc).__name__}: {exc}"
+        if not callable(found):
+            return f"{module}.{attr} does not exist yet ({issue})"
+    return None
+
+
+def kiln_counters() -> dict:
+    """kiln.stats() when it exists (compiles, recompiles, fallbacks, ...), else {}."""
+    try:
+        import kiln
+
+        return dict(kiln.stats())
+    except Exception:
+        return {}
+
+
+def call_recording_warnings(call: Callable[[], object]) -> tuple[object, list[str]]:
+    """Run `call()` and return its result with the text of every warning it raised, so a backend that
+    quietly falls back to eager ("inductor not available, using eager") is reported, not timed as if
+    it had compiled."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = call()
+    return result, [str(w.message).splitlines()[0] for w in caught]

@@ -1,0 +1,128 @@
+"""One workload, measured: eager, Kiln and torch.compile timed in this process, cold and warm
+compile times taken from fresh subprocesses (benchmarks.startup), outputs checked against eager.
+
+Input: a workload module and the run's options. Output: a plain dict (one row of the report and of
+bench_results.json). A compiler that is missing, raises, or computes a different result gets a
+`status` saying so and no speed: a wrong or missing result is never timed as if it were fine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from types import ModuleType
+
+import torch
+
+from benchmarks.compilers import KILN, TORCH, Compiler, call_recording_warnings, kiln_counters
+from benchmarks.timing import measure
+from benchmarks.workload import Case, make_step
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def startup_seconds(workload: str, compiler: Compiler, cache_dir: str, quick: bool) -> dict:
+    """First-step time of `compiler` on `workload` in a fresh Python process using `cache_dir`."""
+    env = dict(os.environ, **{compiler.cache_env: cache_dir})
+    cmd = [sys.executable, "-m", "benchmarks.startup", workload, compiler.name] + (["--quick"] if quick else [])
+    try:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 900 s"}
+    lines = proc.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit {proc.returncode}: {tail}"}
+
+
+def _torch_graph_count() -> int:
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
+def compiled_row(
+    case: Case, name: str, compiler: Compiler, expected: list, eager_ms: float, cache_dir: str, opts: dict
+) -> dict:
+    row: dict = {"status": "ok", "notes": []}
+    if opts["startup"]:
+        cold = startup_seconds(name, compiler, cache_dir, opts["quick"])
+        warm = startup_seconds(name, compiler, cache_dir, opts["quick"])
+        row["cold_s"], row["warm_s"] = cold.get("first_call_s"), warm.get("first_call_s")
+        for label, result in (("cold", cold), ("warm", warm)):
+            if "error" in result:
+                row["notes"].append(f"{label} start failed: {result['error']}")
+    os.environ[compiler.cache_env] = cache_dir
+    if compiler is KILN:
+        import kiln
+
+        kiln.config.cache_dir = cache_dir
+    compiler.reset()
+    if compiler is TORCH:
+        torch._dynamo.utils.counters.clear()
+    fn = case.make_fn()
+    try:
+        compiled = compiler.wrap(fn)
+        step = make_step(case, compiled, fn)
+        start = time.perf_counter()
+        got, warned = call_recording_warnings(step)
+        row["first_call_s"] = time.perf_counter() - start
+    except Exception as exc:
+        row["status"] = f"failed: {_first_line(exc)}"
+        return row
+    if compiler is KILN:
+        stats = kiln_counters()
+        row["stats"] = stats
+        row["compiles"] = stats.get("graphs")
+        warned = list(dict.fromkeys(warned))
+        if stats.get("graphs") == 0:
+            # nothing was compiled: timing eager code under Kiln's name would be a false result
+            row["status"] = "not compiled: every frame ran eagerly" + (f" ({warned[0]})" if warned else "")
+            return row
+        if stats.get("fallbacks"):
+            row["notes"].append(f"{stats['fallbacks']} call(s) of a frame ran eagerly (fallback)")
+        row["notes"].extend(f"warning: {w}" for w in warned)
+    else:
+        row["compiles"] = _torch_graph_count()
+    try:
+        torch.testing.assert_close(got, expected, rtol=case.rtol, atol=case.atol)
+    except AssertionError as exc:
+        row["status"] = f"wrong result: {str(exc).strip().splitlines()[0]}"
+        return row
+    timing = measure(step, warmup=opts["warmup"], samples=opts["samples"])
+    row["ms"] = timing.ms / len(case.inputs)
+    row["speedup"] = eager_ms / row["ms"]
+    return row
+
+
+def bench_workload(module: ModuleType, opts: dict, kiln_unavailable: str | None, scratch: str) -> dict:
+    case = module.build(opts["quick"])
+    fn = case.make_fn()
+    eager_step = make_step(case, fn, fn)
+    expected = eager_step()
+    eager = measure(eager_step, warmup=opts["warmup"], samples=opts["samples"])
+    row: dict = {
+        "name": module.NAME,
+        "description": module.DESCRIPTION,
+        "calls_per_step": len(case.inputs),
+        "eager_ms": eager.ms / len(case.inputs),
+        "bytes_moved": case.bytes_moved,
+    }
+    for compiler in (KILN, TORCH):
+        if compiler is KILN and kiln_unavailable is not None:
+            row["kiln"] = {"status": f"not available: {kiln_unavailable}", "notes": []}
+            continue
+        cache_dir = tempfile.mkdtemp(prefix=f"{module.NAME}-{compiler.name}-", dir=scratch)
+        try:
+            row[compiler.name] = compiled_row(case, module.NAME, compiler, expected, row["eager_ms"], cache_dir, opts)
+        finally:
+            compiler.reset()
+    return row

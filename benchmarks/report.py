@@ -1,0 +1,117 @@
+"""Printing the benchmark results: the timing table with its geomean row, the compile-time table,
+the bandwidth table of the memory-bound workloads, and the guard-overhead lines.
+
+Input: the list of row dicts from benchmarks.measure (and the guard-overhead dict). Output: text on
+stdout, and `summary(rows)`, the geomeans that also go into bench_results.json.
+"""
+from __future__ import annotations
+
+from benchmarks.timing import geomean
+
+
+def _ok(row: dict, compiler: str) -> bool:
+    return row.get(compiler, {}).get("status") == "ok"
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def summary(rows: list[dict]) -> dict:
+    kiln = [r["kiln"]["speedup"] for r in rows if _ok(r, "kiln")]
+    torch_ = [r["torch"]["speedup"] for r in rows if _ok(r, "torch")]
+    both = [r for r in rows if _ok(r, "kiln") and _ok(r, "torch")]
+    cold = [r for r in both if r["kiln"].get("cold_s") and r["torch"].get("cold_s")]
+    warm = [r for r in both if r["kiln"].get("warm_s") and r["torch"].get("warm_s")]
+    return {
+        "kiln_speedup_geomean": geomean(kiln),
+        "torch_speedup_geomean": geomean(torch_),
+        "kiln_over_torch_geomean": geomean([r["kiln"]["speedup"] / r["torch"]["speedup"] for r in both]),
+        "kiln_over_torch_cold_geomean": geomean([r["kiln"]["cold_s"] / r["torch"]["cold_s"] for r in cold]),
+        "kiln_over_torch_warm_geomean": geomean([r["kiln"]["warm_s"] / r["torch"]["warm_s"] for r in warm]),
+        "workloads_with_kiln": len(kiln),
+        "workloads_with_torch": len(torch_),
+    }
+
+
+def print_speed_table(rows: list[dict], totals: dict) -> None:
+    print(f"{'workload':<20}{'eager ms':>10}{'kiln ms':>10}{'torch ms':>10}{'kiln x':>9}{'torch x':>9}{'kiln/torch':>12}")
+    for r in rows:
+        k, t = r.get("kiln", {}), r.get("torch", {})
+        ratio = k["speedup"] / t["speedup"] if _ok(r, "kiln") and _ok(r, "torch") else None
+        print(
+            f"{r['name']:<20}{r['eager_ms']:>10.3f}{_num(k.get('ms'), '.3f'):>10}{_num(t.get('ms'), '.3f'):>10}"
+            f"{_num(k.get('speedup'), '.2f'):>9}{_num(t.get('speedup'), '.2f'):>9}{_num(ratio, '.2f'):>12}"
+        )
+    print(
+        f"{'geomean':<50}{_num(totals['kiln_speedup_geomean'], '.2f'):>9}"
+        f"{_num(totals['torch_speedup_geomean'], '.2f'):>9}{_num(totals['kiln_over_torch_geomean'], '.2f'):>12}"
+    )
+    print("  (ms per call; 'x' = speedup over eager, higher is better; kiln/torch = ratio of the two speedups)")
+
+
+def print_compile_table(rows: list[dict], totals: dict) -> None:
+    print(
+        f"{'workload':<20}{'kiln cold s':>12}{'torch cold s':>13}{'kiln warm s':>12}{'torch warm s':>13}"
+        f"{'kiln graphs':>12}{'torch graphs':>13}"
+    )
+    for r in rows:
+        k, t = r.get("kiln", {}), r.get("torch", {})
+        print(
+            f"{r['name']:<20}{_num(k.get('cold_s'), '.2f'):>12}{_num(t.get('cold_s'), '.2f'):>13}"
+            f"{_num(k.get('warm_s'), '.2f'):>12}{_num(t.get('warm_s'), '.2f'):>13}"
+            f"{_num(k.get('compiles'), 'd'):>12}{_num(t.get('compiles'), 'd'):>13}"
+        )
+    print(
+        f"{'geomean kiln/torch':<20}{_num(totals['kiln_over_torch_cold_geomean'], '.2f'):>12}{'':>13}"
+        f"{_num(totals['kiln_over_torch_warm_geomean'], '.2f'):>12}"
+    )
+    print("  (cold: first step in a fresh process with an empty cache dir; warm: a second fresh process")
+    print("   reusing that cache dir; includes importing the compiler and the first step's run)")
+
+
+def print_bandwidth_table(rows: list[dict], copy_gbs: float, copy_mib: int) -> None:
+    print(f"machine copy bandwidth (copy_ of a {copy_mib} MiB tensor, read+write): {copy_gbs:.1f} GB/s")
+    print(f"{'workload':<20}{'MB/call':>9}{'eager GB/s':>12}{'kiln GB/s':>11}{'torch GB/s':>12}{'best % of copy':>16}")
+    for r in rows:
+        if not r.get("bytes_moved"):
+            continue
+        mb = r["bytes_moved"] / 1e6
+
+        def gbs(ms: float | None) -> float | None:
+            return None if ms is None else r["bytes_moved"] / (ms * 1e-3) / 1e9
+
+        values = [gbs(r["eager_ms"]), gbs(r.get("kiln", {}).get("ms")), gbs(r.get("torch", {}).get("ms"))]
+        best = max(v for v in values if v is not None)
+        r["bandwidth_gbs"] = dict(zip(("eager", "kiln", "torch"), values))
+        print(
+            f"{r['name']:<20}{mb:>9.1f}{_num(values[0], '.1f'):>12}{_num(values[1], '.1f'):>11}"
+            f"{_num(values[2], '.1f'):>12}{100 * best / copy_gbs:>15.0f}%"
+        )
+    print("  (bytes moved = inputs read once + outputs written once, the minimum any kernel must move)")
+
+
+def print_notes(rows: list[dict], kiln_unavailable: str | None) -> None:
+    for r in rows:
+        for compiler in ("kiln", "torch"):
+            part = r.get(compiler, {})
+            if compiler == "kiln" and kiln_unavailable is not None:
+                continue  # said once at the top
+            if part.get("status", "ok") != "ok":
+                print(f"{r['name']} / {compiler}: {part['status']}")
+            for note in part.get("notes", []):
+                print(f"{r['name']} / {compiler}: {note}")
+
+
+def print_guard_overhead(result: dict) -> None:
+    print(f"uncompiled call of add_mul(x, y): {result['eager_call_us']:.2f} us")
+    for system in ("kiln", "torch"):
+        part = result.get(system, {})
+        if "overhead_us" not in part:
+            print(f"{system:<6} {part.get('status', 'not measured')}")
+            continue
+        print(
+            f"{system:<6} cached compiled call {part['compiled_call_us']:7.2f} us, graph.forward called directly "
+            f"{part['graph_call_us']:6.2f} us -> overhead {part['overhead_us']:6.2f} us"
+        )
+    print("  (target: Kiln's overhead under 10 us; issue #3 item 4)")

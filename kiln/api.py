@@ -1,0 +1,186 @@
+"""The public API: kiln.compile and its companions, mirroring torch.compile so that habits carry over.
+
+`compile` wraps a function, a bound method or an nn.Module (which stays an nn.Module) in the frame
+entry of kiln.capture.entry; `disable`/`allow_in_graph` set the markers the tracer reads; `reset`
+and `stats` reach the entry's caches and counters. Corresponds to torch/__init__.py's compile and
+torch/_dynamo/eval_frame.py's OptimizedModule, disable and reset.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Mapping, TypeVar
+
+import torch
+
+from kiln import backends
+from kiln.capture import entry
+from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, COMPILED_MARKER, DISABLE_MARKER, ORIGINAL_ATTR, CompileOptions
+from kiln.debug import dump
+from kiln.symbolic.policy import reset_policies
+
+T = TypeVar("T")
+
+
+def compile(model: Any = None, *, fullgraph: bool = False, dynamic: bool | None = None,
+            backend: str | Callable[..., Any] = "inductor", mode: str | None = None,
+            options: Mapping[str, Any] | None = None, disable: bool = False) -> Any:
+    """Compile a function, bound method or nn.Module; usable as `@kiln.compile` and `@kiln.compile(...)`.
+
+    fullgraph: raise kiln.errors.GraphBreakError at the first graph break instead of splitting.
+    dynamic: False (static sizes), True (symbolic from the start), None (automatic dynamic).
+    backend: "eager", "aot_eager", "inductor", a registered name, or a callable (gm, example_inputs).
+    mode: None/"default", "reduce-overhead", "max-autotune"; options: a dict for the backend.
+    disable: return `model` unchanged (a switch to turn compilation off without editing call sites).
+    """
+    if model is None:
+        return lambda m: compile(m, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
+                                 options=options, disable=disable)
+    if mode is not None and options:
+        raise ValueError("kiln.compile: give either mode or options, not both (as torch.compile)")
+    compile_options = CompileOptions(
+        backend=backend, compiler=backends.lookup(backend, mode=mode, options=options),
+        fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=dict(options or {}),
+    )
+    if disable:
+        return model
+    return compile_with(model, compile_options)
+
+
+def compile_with(model: Any, options: CompileOptions, capture: Callable[..., Any] | None = None) -> Any:
+    """kiln.compile with ready options; `capture` replaces the tracer (tests inject a fake one)."""
+    dump.install_if_enabled()
+    if isinstance(model, torch.nn.Module):
+        return OptimizedModule(model, options, capture)
+    if getattr(model, COMPILED_MARKER, False):
+        model = getattr(model, ORIGINAL_ATTR)  # compiling twice compiles the original once more
+    if getattr(model, DISABLE_MARKER, False):
+        return model
+    if inspect.ismethod(model) or inspect.isfunction(model):
+        return entry.compile_function(model, options, capture)
+    if callable(model) and inspect.ismethod(getattr(model, "__call__", None)):
+        return entry.compile_function(model.__call__, options, capture)
+    raise TypeError(f"kiln.compile: cannot compile {type(model).__name__!r}; expected a function, "
+                    f"a method or an nn.Module")
+
+
+class OptimizedModule(torch.nn.Module):
+    """An nn.Module whose forward runs compiled; everything else is the original module's.
+
+    The original is registered as the submodule `_orig_mod` (as torch.compile does), so parameters(),
+    state_dict() (keys prefixed `_orig_mod.`), train()/eval(), to() and hooks on the original act on
+    the original; any other attribute is read from the original.
+    """
+
+    def __init__(self, mod: torch.nn.Module, options: CompileOptions, capture: Callable[..., Any] | None = None) -> None:
+        super().__init__()
+        self._orig_mod = mod
+        self._kiln_options = options
+        self._kiln_forward = entry.compile_function(mod.forward, options, capture)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        mod = self._orig_mod
+        if mod._forward_hooks or mod._forward_pre_hooks or _has_global_hooks():
+            return _call_with_hooks(mod, self._kiln_forward, args, kwargs)
+        return self._kiln_forward(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            # Read through __dict__: during unpickling or deepcopy `_modules` may not exist yet, and
+            # `self._modules` would come back here forever.
+            orig = self.__dict__.get("_modules", {}).get("_orig_mod")
+            if orig is None:
+                raise
+            return getattr(orig, name)
+
+    def __repr__(self) -> str:
+        return f"OptimizedModule({self._orig_mod!r}, backend={self._kiln_options.backend_name!r})"
+
+
+def _has_global_hooks() -> bool:
+    hooks = torch.nn.modules.module
+    return bool(hooks._global_forward_hooks or hooks._global_forward_pre_hooks)
+
+
+def _call_with_hooks(mod: torch.nn.Module, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    # The original module's own forward hooks, which torch runs in Module._call_impl around forward;
+    # the compiled forward replaces only the forward call itself.
+    hooks = torch.nn.modules.module
+    pre = list(hooks._global_forward_pre_hooks.items()) + list(mod._forward_pre_hooks.items())
+    for hook_id, hook in pre:
+        if hook_id in mod._forward_pre_hooks_with_kwargs:
+            result = hook(mod, args, kwargs)
+            if result is not None:
+                args, kwargs = result
+        else:
+            result = hook(mod, args)
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+    output = forward(*args, **kwargs)
+    post = list(hooks._global_forward_hooks.items()) + list(mod._forward_hooks.items())
+    for hook_id, hook in post:
+        if hook_id in mod._forward_hooks_with_kwargs:
+            result = hook(mod, args, kwargs, output)
+        else:
+            result = hook(mod, args, output)
+        if result is not None:
+            output = result
+    return output
+
+
+def disable(fn: Callable[..., T] | None = None, recursive: bool = True) -> Any:
+    """A copy of `fn` that capture never traces: calls to it run natively (a graph break).
+
+    Usable as `@kiln.disable`. `fn` itself is left as it was (other callers may still be traced,
+    as with torch._dynamo.disable); a callable returned by kiln.compile is unwrapped to its original.
+    """
+    if fn is None:
+        return lambda f: disable(f, recursive)
+    if getattr(fn, COMPILED_MARKER, False):
+        fn = getattr(fn, ORIGINAL_ATTR)
+    if getattr(fn, DISABLE_MARKER, False):
+        return fn
+    return _marked_wrapper(fn, DISABLE_MARKER)
+
+
+def allow_in_graph(fn: Callable[..., T]) -> Callable[..., T]:
+    """Mark `fn` so that capture puts each call to it into the graph as one node, untraced.
+
+    Like torch._dynamo.allow_in_graph this marks `fn` itself, so every caller sees it.
+    """
+    try:
+        setattr(fn, ALLOW_IN_GRAPH_MARKER, True)
+        return fn
+    except (AttributeError, TypeError):  # builtins and bound methods take no attributes: wrap them
+        return _marked_wrapper(fn, ALLOW_IN_GRAPH_MARKER)
+
+
+def _marked_wrapper(fn: Any, marker: str) -> Any:
+    @functools.wraps(fn)
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    setattr(marked, marker, True)
+    return marked
+
+
+def reset() -> None:
+    """Clear every compiled cache entry, dynamic-shape decision, one-time warning and counter."""
+    entry.reset()
+    backends.reset_warnings()
+    reset_policies()
+
+
+def stats() -> dict[str, int]:
+    """Counters since the last reset: frames, compiles, recompiles, graphs, graph_breaks,
+    cache_hits, fallbacks (see kiln.capture.entry.Stats)."""
+    return entry.STATS.as_dict()
+
+
+def explain(fn: Callable[..., Any], **compile_kwargs: Any) -> Callable[..., Any]:
+    """`kiln.explain(fn)(*args, **kwargs)` -> ExplainOutput (graphs, breaks with reasons, guards)."""
+    from kiln.debug.explain import explain as run_explain  # debug reads the stages; load it on use
+
+    return run_explain(fn, **compile_kwargs)

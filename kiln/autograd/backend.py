@@ -1,0 +1,160 @@
+"""The AOT autograd backend: captured torch-level graph in, runtime wrapper over compiled ATen graphs out.
+
+`aot_autograd(fw_compiler, bw_compiler)` makes a backend (the torch.compile contract): trace to
+functional ATen; when grad is on and an input requires grad, trace the joint graph, partition it
+(min-cut by default) and hand both halves to the compilers. `aot_eager` runs the ATen graphs as
+they are; `trace_aten` gives lower's tests a graph. Reports: KILN_LOGS=aot_graphs prints both
+graphs with the saved tensors and the bytes saved under each partitioner (`AotReport`).
+PyTorch counterpart: torch/_functorch/aot_autograd.py and torch/_dynamo/backends/common.py.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from kiln.autograd.decompose import DecompositionTable, resolve_decompositions
+from kiln.autograd.joint import (JointTrace, differentiable_outputs, prepare_inputs, trace_forward,
+                                 trace_joint)
+from kiln.autograd.partition import Partition, SavedValue, partition as split_joint
+from kiln.autograd.runtime import AotRuntime, bind_symbols, make_autograd_function
+from kiln.debug import log
+
+Compiler = Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]
+Backend = Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]
+
+
+_names = itertools.count()
+_recent: collections.deque["AotReport"] = collections.deque(maxlen=32)
+
+
+@dataclasses.dataclass(frozen=True)
+class AotReport:
+    """Per graph: saved bytes under each partitioner, and the saved values of the chosen one."""
+
+    graph: str
+    policy: str
+    saved_bytes: dict[str, int]  # "save_all" and "min_cut" -> bytes saved for backward
+    saved: tuple[SavedValue, ...]
+    forward_code: str = dataclasses.field(repr=False)
+    backward_code: str = dataclasses.field(repr=False)
+
+    def __str__(self) -> str:
+        lines = [f"AOT graph {self.graph}: partitioned with {self.policy}; bytes saved for backward: "
+                 + ", ".join(f"{k}={v}" for k, v in self.saved_bytes.items())]
+        lines.append("  saved tensors:")
+        for s in self.saved:
+            lines.append(f"    {s.name:<24} {s.dtype:<9} {str(list(s.shape)):<20} {s.nbytes:>10} B"
+                         f"  from {s.produced_by}")
+        if not self.saved:
+            lines.append("    (none)")
+        return "\n".join(lines)
+
+
+def make_report(joint: JointTrace, chosen: Partition) -> AotReport:
+    """Report on a partition, comparing it with the other policy's saved bytes."""
+    other_policy = "save_all" if chosen.policy == "min_cut" else "min_cut"
+    other = split_joint(joint, other_policy)
+    saved_bytes = {chosen.policy: chosen.saved_bytes, other_policy: other.saved_bytes}
+    report = AotReport(f"aot_{next(_names)}", chosen.policy,
+                       {"save_all": saved_bytes["save_all"], "min_cut": saved_bytes["min_cut"]},
+                       chosen.saved_tensors + chosen.saved_symints,
+                       chosen.forward.code, chosen.backward.code)
+    _recent.append(report)
+    return report
+
+
+def log_graphs(report: AotReport) -> None:
+    """KILN_LOGS=aot_graphs: both graphs and the saved-tensor table."""
+    log.artifact("aot_graphs", lambda: (
+        f"===== {report.graph} forward =====\n{report.forward_code.strip()}\n"
+        f"===== {report.graph} backward =====\n{report.backward_code.strip()}\n{report}"))
+
+
+def log_inference(gm: fx.GraphModule) -> None:
+    log.artifact("aot_graphs", lambda: f"===== inference graph (no backward) =====\n{gm.code.strip()}")
+
+
+def aot_saved_bytes(gm: fx.GraphModule, example_inputs: list[Any], *,
+                    decompositions: str | DecompositionTable | None = None,
+                    policy: str = "min_cut") -> AotReport:
+    """Trace the joint graph of `gm` and report saved bytes under both partitioners (no compile)."""
+    table = resolve_decompositions(decompositions)
+    inputs = prepare_inputs(gm, example_inputs)
+    forward = trace_forward(gm, inputs, table, grad=True)
+    joint = trace_joint(gm, inputs, forward, table)
+    return make_report(joint, split_joint(joint, policy))
+
+
+def recent_reports() -> list[AotReport]:
+    """The reports of the most recently compiled training graphs, oldest first."""
+    return list(_recent)
+
+
+def _example_inputs(gm: fx.GraphModule) -> list[Any]:
+    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compiler: Compiler,
+                     bw_compiler: Compiler, partition: str = "min_cut",
+                     decompositions: str | DecompositionTable | None = None) -> AotRuntime:
+    """Trace, partition and compile one captured graph; returns the callable for capture."""
+    table = resolve_decompositions(decompositions)
+    inputs = prepare_inputs(gm, list(example_inputs))
+    needs_grad = torch.is_grad_enabled() and any(
+        isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values)
+    forward = trace_forward(gm, inputs, table, grad=needs_grad)
+    binding = bind_symbols(inputs.values)
+    common = dict(root=gm, lifted=inputs.lifted, meta=forward.meta, out_spec=forward.out_spec,
+                  binding=binding)
+    if not needs_grad or not differentiable_outputs(forward):
+        log_inference(forward.gm)
+        log.debug("aot", lambda: f"inference graph with {len(forward.gm.graph.nodes)} nodes")
+        return AotRuntime(forward=fw_compiler(forward.gm, list(inputs.values)), **common)
+    joint = trace_joint(gm, inputs, forward, table)
+    parts = split_joint(joint, partition)
+    report = make_report(joint, parts)
+    log_graphs(report)
+    compiled_fw = fw_compiler(parts.forward, list(inputs.values))
+    compiled_bw = bw_compiler(parts.backward, _example_inputs(parts.backward))
+    function = make_autograd_function(
+        compiled_fw, compiled_bw, num_forward_outputs=parts.num_forward_outputs,
+        num_saved_tensors=len(parts.saved_tensors), differentiable=joint.differentiable,
+        primal_needs_grad=[isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values])
+    return AotRuntime(forward=compiled_fw, function=function, report=report, **common)
+
+
+def aot_autograd(fw_compiler: Compiler, bw_compiler: Compiler | None = None, *,
+                 partition: str = "min_cut",
+                 decompositions: str | DecompositionTable | None = None) -> Backend:
+    """A backend that lowers captured graphs to ATen forward/backward graphs for the given compilers."""
+    backward_compiler = bw_compiler or fw_compiler
+
+    def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        return compile_with_aot(gm, example_inputs, fw_compiler=fw_compiler,
+                                bw_compiler=backward_compiler, partition=partition,
+                                decompositions=decompositions)
+
+    backend.__name__ = f"aot_autograd({getattr(fw_compiler, '__name__', 'compiler')})"
+    return backend
+
+
+def run_eagerly(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """The aot_eager compiler: the ATen graph runs op by op through PyTorch's kernels."""
+    return gm
+
+
+aot_eager: Backend = aot_autograd(run_eagerly)
+
+
+def trace_aten(gm: fx.GraphModule, example_inputs: list[Any],
+               decompositions: str | DecompositionTable | None = None) -> fx.GraphModule:
+    """The functional ATen graph of `gm`'s forward (grad off). Outputs: new values of mutated inputs
+    first, then gm's flattened outputs. Module tensors gm reads become placeholders after its inputs."""
+    inputs = prepare_inputs(gm, list(example_inputs))
+    with torch.no_grad():
+        return trace_forward(gm, inputs, resolve_decompositions(decompositions), grad=False).gm

@@ -1,0 +1,148 @@
+"""Decomposition tables for the AOT tracer, and the batch-norm rewrite functionalization needs.
+
+`native_batch_norm` updates its running statistics without declaring the mutation in its schema,
+so functionalization cannot see it: the update would silently vanish from the graph. We route
+batch norm through `_native_batch_norm_legit`, whose schema marks running_mean/var as mutated
+(functionalization turns it into `_native_batch_norm_legit_functional` and an input mutation).
+Tables: `resolve_decompositions(None | "core" | table)` -> {OpOverload: fn} for the AOT tracer.
+PyTorch counterpart: torch/_decomp (the tables) and aot_autograd's pre-dispatch batch-norm handling.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+aten = torch.ops.aten
+
+DecompositionTable = Mapping[Any, Callable]
+
+
+def _batch_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
+                training: bool, momentum: float, eps: float) -> torch.Tensor:
+    """Batch norm through ops whose schemas tell functionalization what they mutate."""
+    if training:
+        if running_mean is None or running_var is None:
+            return aten._native_batch_norm_legit.no_stats(input, weight, bias, True, momentum, eps)[0]
+        return aten._native_batch_norm_legit.default(
+            input, weight, bias, running_mean, running_var, True, momentum, eps)[0]
+    if running_mean is None or running_var is None:
+        # eval without running stats normalises with the batch's own statistics, like eager
+        return aten._native_batch_norm_legit.no_stats(input, weight, bias, True, momentum, eps)[0]
+    return aten._native_batch_norm_legit_no_training.default(
+        input, weight, bias, running_mean, running_var, momentum, eps)[0]
+
+
+def _functional_batch_norm(input, running_mean, running_var, weight=None, bias=None,
+                           training=False, momentum=0.1, eps=1e-5):
+    if training:
+        size = input.shape
+        reduced = size[0]
+        for s in size[2:]:
+            reduced = reduced * s
+        if isinstance(reduced, int) and reduced == 1:
+            # eager's F.batch_norm raises this exact error; keep it so exceptions match
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size {size}")
+    return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+def _torch_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps,
+                      cudnn_enabled=True):
+    return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+class _BatchNormRewrite(TorchFunctionMode):
+    """Catches batch norm at the torch level, above autograd and functionalization."""
+
+    table = {F.batch_norm: _functional_batch_norm, torch.batch_norm: _torch_batch_norm}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        replacement = self.table.get(func)
+        if replacement is not None:
+            return replacement(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def batch_norm_as_functional() -> Iterator[None]:
+    """While active, every batch norm call goes through `_native_batch_norm_legit*`."""
+    with _BatchNormRewrite():
+        yield
+
+
+# Kiln's own decompositions, always on in the AOT tracer; an entry returns NotImplemented when it
+# does not apply, and the op is recorded as is.
+KILN_DECOMPOSITIONS: dict[Any, Callable] = {}
+
+
+def register_decomposition(*ops: Any) -> Callable[[Callable], Callable]:
+    """Put a function in KILN_DECOMPOSITIONS for each of `ops` (the decorator the table is filled by)."""
+    def register(fn: Callable) -> Callable:
+        for op in ops:
+            KILN_DECOMPOSITIONS[op] = fn
+        return fn
+    return register
+
+
+def _memory_order(t: torch.Tensor) -> list[int] | None:
+    """The permutation making `t` contiguous, if it is a dense non-overlapping permuted layout."""
+    order = sorted(range(t.dim()), key=lambda d: (-int(t.stride()[d]), -d))
+    expected = 1
+    for d in reversed(order):
+        if t.shape[d] != 1 and t.stride()[d] != expected:
+            return None
+        expected *= t.shape[d]
+    return order
+
+
+def _draw_in_memory_order(op: Any, self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    if self.is_contiguous() or any(isinstance(s, torch.SymInt) for s in (*self.shape, *self.stride())):
+        return NotImplemented
+    order = _memory_order(self)
+    if order is None:
+        return NotImplemented
+    inverse = [order.index(d) for d in range(self.dim())]
+    return op(self.permute(order), *args, **kwargs).permute(inverse)
+
+
+@register_decomposition(aten.bernoulli.p)
+def bernoulli_p(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    """Eager dropout is `empty_like(x).bernoulli_(p)`: it draws in the memory order of x's layout.
+    Functionalization turns it into `bernoulli.p`, which allocates a contiguous output and draws
+    in logical order; for a transposed x the masks would differ from eager's under the same seed.
+    Drawing on the permuted-contiguous view and permuting back keeps eager's masks."""
+    return _draw_in_memory_order(aten.bernoulli.p, self, *args, **kwargs)
+
+
+@register_decomposition(aten.bernoulli.default)
+def bernoulli_default(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    """Same as bernoulli_p, for probabilities given as a tensor."""
+    return _draw_in_memory_order(aten.bernoulli.default, self, *args, **kwargs)
+
+
+def core_aten_decompositions() -> dict[Any, Callable]:
+    """PyTorch's Core ATen table plus the entries the lowering wants and the core table lacks."""
+    from torch._decomp import core_aten_decompositions as core, get_decompositions
+
+    table = dict(core())
+    table.update(get_decompositions([
+        aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
+        aten._native_batch_norm_legit.no_stats,
+    ]))
+    return table
+
+
+def resolve_decompositions(decompositions: str | DecompositionTable | None) -> dict[Any, Callable]:
+    """None -> no decomposition (ATen as autograd leaves it); "core" -> Core ATen; a table -> itself."""
+    if decompositions is None:
+        return {}
+    if isinstance(decompositions, str):
+        if decompositions != "core":
+            raise ValueError(f"unknown decomposition set {decompositions!r}; use 'core' or a table")
+        return core_aten_decompositions()
+    return dict(decompositions)

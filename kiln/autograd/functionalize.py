@@ -1,0 +1,198 @@
+"""Functionalization: run a function on C++ FunctionalTensorWrappers so the traced graph has no mutation.
+
+The wrappers turn every in-place op and every view-then-mutate into functional ops (`add_` -> `add`,
+`x[0:2].mul_(k)` -> `slice, mul, slice_scatter`) before the dispatch tracer sees them. Afterwards we
+read, per input, whether its data was mutated (its new value becomes an extra graph output that the
+runtime copies back once) and, per output, whether it aliases an input or another output (the
+runtime rebuilds it as a view). PyTorch counterpart: torch/_functorch/_aot_autograd/
+collect_metadata_analysis.py and functional_utils.py.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Iterator
+
+import torch
+
+from kiln.autograd.decompose import batch_norm_as_functional
+from kiln.autograd.tracer import AtenTracer, is_symbolic
+from kiln.errors import Unsupported
+
+
+@dataclasses.dataclass(frozen=True)
+class InputInfo:
+    """What the traced function did to one flat input."""
+
+    is_tensor: bool
+    requires_grad: bool
+    mutates_data: bool = False
+    mutates_metadata: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputInfo:
+    """How the runtime produces one flat user output.
+
+    kind: "graph" (a graph output, index `graph_index`), "input" (the input object `base` itself),
+    "input_view" (a view of input `base` rebuilt with as_strided), "base" (intermediate base
+    `base` itself, a graph output after the user outputs), "base_view" (a view of intermediate
+    base `base`), "same_as" (the same object as user output `base`),
+    "constant" (`value`, a non-tensor such as None or a Python number).
+    """
+
+    kind: str
+    base: int | None = None
+    graph_index: int | None = None
+    requires_grad: bool = False
+    value: Any = None
+    # size/stride/storage_offset of a view output, as traced (ints or SymInts)
+    view: tuple[tuple[Any, ...], tuple[Any, ...], Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionalMeta:
+    """Mutation and aliasing facts of one traced function; decides the runtime's epilogue."""
+
+    inputs: tuple[InputInfo, ...]
+    outputs: tuple[OutputInfo, ...]
+    num_graph_outputs: int  # user outputs produced by the graph, intermediate bases included
+    num_intermediate_bases: int
+
+    @property
+    def mutated_inputs(self) -> tuple[int, ...]:
+        return tuple(i for i, info in enumerate(self.inputs) if info.mutates_data)
+
+
+class FunctionalSession:
+    """Owns the wrappers of one trace: makes placeholders, runs under functionalization, reads back."""
+
+    def __init__(self, tracer: AtenTracer) -> None:
+        self.tracer = tracer
+        self.wrappers: list[Any] = []  # the functional wrapper per input (or the non-tensor value)
+        self.originals: list[Any] = []  # the unwrapped value the placeholder was bound to
+        self.visible: list[Any] = []  # what the traced function receives (a clone, see visible_inputs)
+        self.initial: list[Any] = []  # the inner value of `visible` before the function ran
+
+    def add_input(self, name: str, value: Any) -> Any:
+        """A placeholder for `value`; returns its wrapper (a leaf requiring grad if `value` does)."""
+        node = self.tracer.placeholder(name, value)
+        self.originals.append(value)
+        self.initial.append(value)
+        if isinstance(value, torch.Tensor):
+            wrapper = torch._to_functional_tensor(value)
+            if value.requires_grad:
+                wrapper.requires_grad_(True)
+            self.wrappers.append(wrapper)
+            self.visible.append(wrapper)
+            return wrapper
+        if isinstance(value, int) and not is_symbolic(value):
+            node.meta["val"] = value  # a static int input: the graph keeps the placeholder unused
+        self.wrappers.append(value)
+        self.visible.append(value)
+        return value
+
+    def visible_inputs(self, clone: frozenset[int] = frozenset()) -> list[Any]:
+        """The values the function runs on. Inputs in `clone` (mutated in place while requiring grad:
+        in eager they are non-leaf tensors, which autograd lets you mutate) get a traced clone, so
+        the in-place op hits a non-leaf and the gradient still reaches the leaf placeholder."""
+        for i in clone:
+            copy = self.wrappers[i].clone()
+            self.visible[i] = copy
+            self.initial[i] = self.unwrap(copy)
+        return list(self.visible)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        torch._enable_functionalization(reapply_views=True)
+        try:
+            with batch_norm_as_functional():
+                yield
+        finally:
+            torch._disable_functionalization()
+
+    def unwrap(self, value: Any) -> Any:
+        """The traced (inner) value for a wrapper, with pending view updates applied first."""
+        if isinstance(value, torch.Tensor) and torch._is_functional_tensor(value):
+            torch._sync(value)
+            return torch._from_functional_tensor(value)
+        return value
+
+    def input_infos(self) -> tuple[InputInfo, ...]:
+        infos = []
+        for wrapper, original, start in zip(self.visible, self.originals, self.initial):
+            if not isinstance(original, torch.Tensor):
+                infos.append(InputInfo(is_tensor=False, requires_grad=False))
+                continue
+            torch._sync(wrapper)
+            inner = torch._from_functional_tensor(wrapper)
+            mutated = inner is not start or torch._functionalize_has_data_mutation(wrapper)
+            metadata = (tuple(inner.shape) != tuple(original.shape)
+                        or tuple(inner.stride()) != tuple(original.stride()))
+            if torch._functionalize_has_metadata_mutation(wrapper) or metadata:
+                raise Unsupported("an in-place op changed the shape or strides of a graph input "
+                                  "(t_, unsqueeze_, resize_, as_strided_)", kind="input_metadata_mutation",
+                                  hint="use the out-of-place op (x = x.t()) instead")
+            infos.append(InputInfo(True, original.requires_grad, mutates_data=mutated))
+        return tuple(infos)
+
+    def classify_outputs(self, outs: list[Any]) -> tuple[list[OutputInfo], list[Any], list[Any]]:
+        """Split user outputs into what the graph returns and what the runtime rebuilds.
+
+        Returns (infos, graph_outputs, intermediate_bases): graph_outputs are the wrappers the graph
+        must return for kind "graph"; intermediate_bases are extra wrappers returned after them.
+        """
+        input_index = {id(w): i for i, w in enumerate(self.visible) if isinstance(w, torch.Tensor)}
+        base_index: dict[int, int] = {}
+        bases: list[Any] = []
+        for out in outs:
+            if isinstance(out, torch.Tensor) and id(out) not in input_index:
+                base = out._base
+                if base is not None and id(base) not in input_index and _shares_with_other(out, base, outs):
+                    if id(base) not in base_index:
+                        base_index[id(base)] = len(bases)
+                        bases.append(base)
+        seen: dict[int, int] = {}
+        infos: list[OutputInfo] = []
+        graph_outputs: list[Any] = []
+        for k, out in enumerate(outs):
+            if not isinstance(out, torch.Tensor):
+                if is_symbolic(out):
+                    infos.append(OutputInfo("graph", graph_index=len(graph_outputs)))
+                    graph_outputs.append(out)
+                else:
+                    infos.append(OutputInfo("constant", value=out))
+                continue
+            grad = out.requires_grad
+            if id(out) in seen:
+                infos.append(OutputInfo("same_as", base=seen[id(out)], requires_grad=grad))
+                continue
+            seen[id(out)] = k
+            if id(out) in input_index:
+                infos.append(OutputInfo("input", base=input_index[id(out)], requires_grad=grad))
+                continue
+            if id(out) in base_index:
+                infos.append(OutputInfo("base", base=base_index[id(out)], requires_grad=grad))
+                continue
+            view = (tuple(out.shape), tuple(out.stride()), out.storage_offset())
+            base = out._base
+            if base is not None and id(base) in input_index:
+                infos.append(OutputInfo("input_view", base=input_index[id(base)], requires_grad=grad,
+                                        view=view))
+            elif base is not None and id(base) in base_index:
+                infos.append(OutputInfo("base_view", base=base_index[id(base)], requires_grad=grad,
+                                        view=view))
+            else:
+                infos.append(OutputInfo("graph", graph_index=len(graph_outputs), requires_grad=grad))
+                graph_outputs.append(out)
+        return infos, graph_outputs, bases
+
+
+def _shares_with_other(out: torch.Tensor, base: torch.Tensor, outs: list[Any]) -> bool:
+    """A view output needs its base returned only if another output aliases the same base."""
+    for other in outs:
+        if other is out or not isinstance(other, torch.Tensor):
+            continue
+        if other is base or other._base is base:
+            return True
+    return False

@@ -1,0 +1,250 @@
+"""Tracing a captured graph to ATen: the inference graph, and the joint forward+backward graph.
+
+Input: the torch-level GraphModule and its example inputs (real tensors, Kiln fakes, or torch's
+fakes from the real Dynamo). Module tensors the graph reads (parameters, buffers, constants) are
+lifted to extra inputs so their gradients and mutations flow like any input's. The forward trace
+gives the functional graph and its FunctionalMeta; the joint trace runs the forward then
+`torch.autograd.grad` under the same tracer, so the backward is recorded as ATen ops too.
+PyTorch counterpart: torch/_functorch/_aot_autograd/traced_function_transforms.py (create_joint).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Iterator
+
+import torch
+import torch.fx as fx
+from torch._dispatch.python import enable_python_dispatcher
+from torch.utils._pytree import TreeSpec, tree_flatten
+
+from kiln.autograd.functionalize import FunctionalMeta, FunctionalSession
+from kiln.autograd.tracer import AtenTracer, graph_module, is_symbolic
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceInputs:
+    """Example values for tracing, in placeholder order: the user inputs, then lifted module tensors."""
+
+    values: tuple[Any, ...]
+    num_user: int
+    lifted: tuple[str, ...]  # attribute paths on the captured module, one per lifted value
+    fake_mode: Any  # the dispatch mode making fakes; None when tracing on real tensors
+
+
+@dataclasses.dataclass(frozen=True)
+class ForwardTrace:
+    """The functional forward graph: outputs are (*new values of mutated inputs, *user graph
+    outputs, *intermediate bases)."""
+
+    gm: fx.GraphModule
+    meta: FunctionalMeta
+    out_spec: TreeSpec
+    outputs: tuple[Any, ...]  # the traced (fake) value of each graph output
+    requires_grad: tuple[bool, ...]  # per graph output, whether autograd tracked it
+    cloned: frozenset[int] = frozenset()  # inputs mutated while requiring grad (see visible_inputs)
+
+
+@dataclasses.dataclass(frozen=True)
+class JointTrace:
+    """The joint graph: placeholders primals_*, tangents_*; outputs (*forward outputs, *grads),
+    one grad per primal (None where the primal needs none)."""
+
+    gm: fx.GraphModule
+    num_forward_outputs: int
+    differentiable: tuple[int, ...]  # forward output positions that have a tangent, in order
+
+
+def _fake_mode_of(values: list[Any]) -> Any:
+    for v in values:
+        mode = getattr(v, "fake_mode", None) if isinstance(v, torch.Tensor) else None
+        if mode is not None:
+            return mode
+    return None
+
+
+def _to_fake(mode: Any, t: torch.Tensor) -> torch.Tensor:
+    # Kiln's mode names it from_real; torch's own (fed to us by the real Dynamo) from_tensor.
+    if hasattr(mode, "from_real"):
+        return mode.from_real(t)
+    return mode.from_tensor(t)
+
+
+def module_tensors(gm: fx.GraphModule) -> list[tuple[str, torch.Tensor]]:
+    """Parameters, buffers and tensor attributes the graph reads, each tensor once (tied weights)."""
+    found: dict[int, tuple[str, torch.Tensor]] = {}
+    for name, p in gm.named_parameters(remove_duplicate=True):
+        found.setdefault(id(p), (name, p))
+    for name, b in gm.named_buffers(remove_duplicate=True):
+        found.setdefault(id(b), (name, b))
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = _get_path(gm, node.target)
+            if isinstance(value, torch.Tensor):
+                found.setdefault(id(value), (node.target, value))
+    return list(found.values())
+
+
+def _get_path(root: Any, path: str) -> Any:
+    for part in path.split("."):
+        root = getattr(root, part)
+    return root
+
+
+def _set_path(root: torch.nn.Module, path: str, value: Any) -> Any:
+    *owners, leaf = path.split(".")
+    for part in owners:
+        root = getattr(root, part)
+    for table in (root._parameters, root._buffers):
+        if leaf in table:
+            old = table[leaf]
+            table[leaf] = value
+            return old
+    old = root.__dict__[leaf]
+    root.__dict__[leaf] = value
+    return old
+
+
+@contextlib.contextmanager
+def swapped(gm: fx.GraphModule, paths: tuple[str, ...], values: list[Any]) -> Iterator[None]:
+    """Temporarily replace module tensors by traced values (bypassing nn.Parameter type checks)."""
+    old = [_set_path(gm, p, v) for p, v in zip(paths, values)]
+    try:
+        yield
+    finally:
+        for p, v in zip(paths, old):
+            _set_path(gm, p, v)
+
+
+def prepare_inputs(gm: fx.GraphModule, example_inputs: list[Any]) -> TraceInputs:
+    """Fakes for every input, made by the inputs' own fake mode or a new Kiln one for real inputs."""
+    lifted = module_tensors(gm)
+    example_inputs = _prefer_traced_values(gm, list(example_inputs))
+    mode = _fake_mode_of(list(example_inputs))
+    if mode is None:
+        from kiln.fake import FakeTensorMode
+
+        mode = FakeTensorMode()
+    values = [_to_fake(mode, v) if isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is None
+              else v for v in example_inputs]
+    values += [_to_fake(mode, t) for _, t in lifted]
+    return TraceInputs(tuple(values), len(example_inputs), tuple(name for name, _ in lifted), mode)
+
+
+def _prefer_traced_values(gm: fx.GraphModule, example_inputs: list[Any]) -> list[Any]:
+    """Capture's placeholder `example_value`s carry its symbolic sizes (the real Dynamo passes real
+    tensors and ints as example inputs but keeps the fakes with SymInt sizes in the node meta)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return example_inputs
+    chosen = []
+    for node, example in zip(placeholders, example_inputs):
+        traced = node.meta.get("example_value", node.meta.get("val"))
+        fake = isinstance(traced, torch.Tensor) and getattr(traced, "fake_mode", None) is not None
+        chosen.append(traced if fake or is_symbolic(traced) else example)
+    return chosen
+
+
+@contextlib.contextmanager
+def tracing(inputs: TraceInputs, tracer: AtenTracer) -> Iterator[None]:
+    """The dispatch stack of a trace: python dispatcher (symbolic meta kernels), fakes, tracer."""
+    with contextlib.ExitStack() as stack:
+        if any(_has_symbols(v) for v in inputs.values):
+            stack.enter_context(enable_python_dispatcher())
+        if inputs.fake_mode is not None:
+            stack.enter_context(inputs.fake_mode)
+        stack.enter_context(tracer)
+        yield
+
+
+def _has_symbols(v: Any) -> bool:
+    if isinstance(v, torch.Tensor):
+        return any(isinstance(s, torch.SymInt) for s in (*v.shape, *v.stride()))
+    return is_symbolic(v)
+
+
+def call_user_graph(gm: fx.GraphModule, inputs: TraceInputs, args: list[Any]) -> tuple[list[Any], TreeSpec]:
+    """Run the captured graph with lifted tensors swapped in; returns its flattened outputs."""
+    user, lifted = args[:inputs.num_user], args[inputs.num_user:]
+    with swapped(gm, inputs.lifted, lifted):
+        out = gm(*user)
+    return tree_flatten(out)
+
+
+def trace_forward(gm: fx.GraphModule, inputs: TraceInputs, decompositions: dict,
+                  *, grad: bool) -> ForwardTrace:
+    """The functional forward graph; with grad=True, also which outputs require grad."""
+    try:
+        return _trace_forward(gm, inputs, decompositions, grad=grad, cloned=frozenset())
+    except RuntimeError as exc:
+        if not grad or "leaf Variable that requires grad" not in str(exc):
+            raise
+    # An input that requires grad is mutated in place (a non-leaf in the caller's program): find
+    # which ones without autograd, then trace again mutating clones of them.
+    plain = _trace_forward(gm, inputs, decompositions, grad=False, cloned=frozenset())
+    cloned = frozenset(i for i in plain.meta.mutated_inputs if inputs.values[i].requires_grad)
+    return _trace_forward(gm, inputs, decompositions, grad=True, cloned=cloned)
+
+
+def _trace_forward(gm: fx.GraphModule, inputs: TraceInputs, decompositions: dict, *, grad: bool,
+                   cloned: frozenset[int]) -> ForwardTrace:
+    tracer = AtenTracer(decompositions)
+    session = FunctionalSession(tracer)
+    with tracing(inputs, tracer):
+        for i, v in enumerate(inputs.values):
+            session.add_input(f"arg{i}", v)
+        with session.active(), torch.set_grad_enabled(grad):
+            outs, spec = call_user_graph(gm, inputs, session.visible_inputs(cloned))
+        input_infos = session.input_infos()
+        out_infos, graph_outs, bases = session.classify_outputs(outs)
+        mutated = [session.visible[i] for i, info in enumerate(input_infos) if info.mutates_data]
+        wrapped = mutated + graph_outs + bases
+        values = [session.unwrap(v) for v in wrapped]
+        tracer.output(values)
+    meta = FunctionalMeta(input_infos, tuple(out_infos), len(graph_outs) + len(bases), len(bases))
+    requires_grad = tuple(isinstance(v, torch.Tensor) and v.requires_grad for v in wrapped)
+    return ForwardTrace(graph_module(tracer), meta, spec, tuple(values), requires_grad, cloned)
+
+
+def _tangent_for(value: torch.Tensor) -> torch.Tensor:
+    return torch.empty(value.shape, dtype=value.dtype, device=value.device)
+
+
+def differentiable_outputs(forward: ForwardTrace) -> tuple[int, ...]:
+    """Forward output positions that get a gradient from autograd (so a tangent in the backward)."""
+    return tuple(k for k, (value, grad) in enumerate(zip(forward.outputs, forward.requires_grad))
+                 if grad and _differentiable_dtype(value))
+
+
+def _differentiable_dtype(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and (value.dtype.is_floating_point or value.is_complex())
+
+
+def trace_joint(gm: fx.GraphModule, inputs: TraceInputs, forward: ForwardTrace,
+                decompositions: dict) -> JointTrace:
+    """Forward and backward in one graph: grads of the differentiable outputs w.r.t. the primals."""
+    diff = differentiable_outputs(forward)
+    with contextlib.ExitStack() as stack:
+        if inputs.fake_mode is not None:
+            stack.enter_context(inputs.fake_mode)
+        tangent_values = [_tangent_for(forward.outputs[k]) for k in diff]
+    tracer = AtenTracer(decompositions)
+    session = FunctionalSession(tracer)
+    with tracing(inputs, tracer):
+        primals = [session.add_input(f"primals_{i + 1}", v) for i, v in enumerate(inputs.values)]
+        tangents = [session.add_input(f"tangents_{j + 1}", t) for j, t in enumerate(tangent_values)]
+        with session.active(), torch.enable_grad():
+            visible = session.visible_inputs(forward.cloned)
+            outs, _ = call_user_graph(gm, inputs, visible[:len(primals)])
+            input_infos = session.input_infos()[:len(primals)]
+            _, graph_outs, bases = session.classify_outputs(outs)
+            mutated = [visible[i] for i, info in enumerate(input_infos) if info.mutates_data]
+            fw_values = mutated + graph_outs + bases
+            wrt = [p for p in primals if isinstance(p, torch.Tensor) and p.requires_grad]
+            grads = torch.autograd.grad([fw_values[k] for k in diff], wrt, tangents,
+                                        allow_unused=True) if diff and wrt else [None] * len(wrt)
+        it = iter(grads)
+        full = [next(it) if isinstance(p, torch.Tensor) and p.requires_grad else None for p in primals]
+        tracer.output([session.unwrap(v) for v in fw_values] +
+                      [session.unwrap(g) if g is not None else None for g in full])
+    return JointTrace(graph_module(tracer), len(fw_values), diff)

@@ -1,0 +1,215 @@
+"""Partitioning the joint graph into a forward graph and a backward graph.
+
+Two policies. `save_all` (the default partitioner): the forward computes what its outputs need and
+saves every forward value the backward reads. `min_cut` (rematerialization, Kiln's default): the
+choice of saved values is a minimum s-t cut over the joint graph where each node costs its size
+in bytes to save; cheap pointwise and view ops may be recomputed in the backward, while matmul,
+convolution, reductions and random ops are pinned to the forward so their results are saved (a
+saved dropout mask is the same mask in both passes). Input: JointTrace. Output: Partition.
+PyTorch counterpart: torch/_functorch/partitioners.py (default_partition, min_cut_rematerialization).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from typing import Any, Iterable
+
+import networkx as nx
+import torch
+import torch.fx as fx
+
+from kiln.autograd.joint import JointTrace
+from kiln.autograd.tracer import size_hint
+
+aten = torch.ops.aten
+
+# Non-pointwise ops that are cheap enough to recompute: copies, broadcasts and fills.
+CHEAP_OPS = frozenset({
+    aten.clone.default, aten._to_copy.default, aten.expand.default, aten.full.default,
+    aten.zeros.default, aten.ones.default, aten.scalar_tensor.default, aten.full_like.default,
+    aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default, aten.fill.Scalar,
+    aten.where.self, aten.lift_fresh_copy.default, aten.detach.default, aten.alias.default,
+    aten.sym_size.int, aten.copy.default, aten.empty.memory_format, aten.empty_strided.default,
+})
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedValue:
+    """One value the forward hands to the backward."""
+
+    name: str
+    produced_by: str  # the op that made it, e.g. "aten.gelu.default" or "placeholder"
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Partition:
+    """forward: primals -> (*forward outputs, *saved tensors, *saved symints);
+    backward: (*saved tensors, *saved symints, *tangents) -> one grad per primal (None if none)."""
+
+    policy: str
+    forward: fx.GraphModule
+    backward: fx.GraphModule
+    num_forward_outputs: int
+    saved_tensors: tuple[SavedValue, ...]
+    saved_symints: tuple[SavedValue, ...]
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(s.nbytes for s in self.saved_tensors)
+
+
+def _is_view(target: Any) -> bool:
+    schema = getattr(target, "_schema", None)
+    if schema is None or not schema.returns:
+        return False
+    alias = schema.returns[0].alias_info
+    return alias is not None and not alias.is_write
+
+
+def is_recomputable(node: fx.Node) -> bool:
+    """May the backward compute this node again instead of loading it? Cheap, deterministic ops."""
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if target is operator.getitem or not isinstance(target, torch._ops.OpOverload):
+        return True  # tuple projections and symbolic-size arithmetic
+    tags = target.tags
+    if torch.Tag.nondeterministic_seeded in tags:
+        return False  # a second draw would give a different mask
+    return torch.Tag.pointwise in tags or _is_view(target) or target in CHEAP_OPS
+
+
+def node_bytes(node: fx.Node) -> int | None:
+    """Bytes to keep this node's value alive, from its traced value; None if it cannot be saved."""
+    value = node.meta.get("val")
+    if isinstance(value, torch.Tensor):
+        numel = 1
+        for s in value.shape:
+            numel *= size_hint(s)
+        return numel * value.element_size()
+    if isinstance(value, (torch.SymInt, int)):
+        return 0
+    return None
+
+
+def _ancestors(roots: Iterable[Any], stop: set[fx.Node] = frozenset()) -> set[fx.Node]:
+    seen: set[fx.Node] = set()
+    work = [r for r in roots if isinstance(r, fx.Node)]
+    while work:
+        node = work.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node not in stop:
+            work.extend(node.all_input_nodes)
+    return seen
+
+
+def _describe(node: fx.Node) -> SavedValue:
+    value = node.meta.get("val")
+    if isinstance(value, torch.Tensor):
+        shape = tuple(size_hint(s) for s in value.shape)
+        dtype = str(value.dtype).replace("torch.", "")
+    else:
+        shape, dtype = (), type(value).__name__
+    if node.op == "placeholder":
+        made_by = "input"
+    elif node.target is operator.getitem:
+        made_by = f"output {node.args[1]} of {node.args[0].target}"
+    else:
+        made_by = str(node.target)
+    return SavedValue(node.name, made_by, shape, dtype, node_bytes(node) or 0)
+
+
+def _saved_by_save_all(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.Node]) -> list[fx.Node]:
+    bw_nodes = bw_needed - fw
+    return [n for n in nodes if n in fw and any(u in bw_nodes for u in n.users)]
+
+
+def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.Node],
+                      tangent_dependent: set[fx.Node]) -> list[fx.Node]:
+    g = nx.DiGraph()
+    g.add_node("source")
+    g.add_node("sink")
+    for node in nodes:
+        if node not in bw_needed:
+            continue
+        name = node.name
+        if node in tangent_dependent:
+            g.add_edge(name + "_in", "sink", capacity=math.inf)
+            continue
+        if node.op == "placeholder":
+            g.add_edge("source", name + "_in", capacity=math.inf)
+        elif node in fw and not is_recomputable(node):
+            g.add_edge("source", name + "_in", capacity=math.inf)
+        cost = node_bytes(node)
+        # a tiny constant per node makes the cut prefer fewer saved values among equal byte counts
+        g.add_edge(name + "_in", name + "_out", capacity=math.inf if cost is None else cost + 1)
+        for user in node.users:
+            if user in bw_needed:
+                g.add_edge(name + "_out", user.name + "_in", capacity=math.inf)
+    if not nx.has_path(g, "source", "sink"):
+        return []
+    _, (reachable, _) = nx.minimum_cut(g, "source", "sink")
+    return [n for n in nodes if n in bw_needed and n not in tangent_dependent
+            and n.name + "_in" in reachable and n.name + "_out" not in reachable]
+
+
+def _extract(joint: fx.GraphModule, order: list[fx.Node], inputs: list[fx.Node], keep: set[fx.Node],
+             outputs: list[Any]) -> fx.GraphModule:
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in inputs:
+        env[node] = graph.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+    for node in order:
+        if node in keep and node not in env and node.op != "output":
+            if node.op == "placeholder":
+                raise AssertionError(f"partition needs {node.name} but it is not an input")
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
+    gm = fx.GraphModule(joint, graph)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm
+
+
+def partition(joint: JointTrace, policy: str = "min_cut") -> Partition:
+    """Split the joint graph; `policy` is "min_cut" or "save_all" (the default partitioner)."""
+    nodes = list(joint.gm.graph.nodes)
+    outputs = list(nodes[-1].args[0])
+    fw_outputs, grads = outputs[:joint.num_forward_outputs], outputs[joint.num_forward_outputs:]
+    primals = [n for n in nodes if n.op == "placeholder" and n.name.startswith("primals")]
+    tangents = [n for n in nodes if n.op == "placeholder" and n.name.startswith("tangents")]
+    tangent_dependent: set[fx.Node] = set(tangents)
+    for node in nodes:
+        if any(i in tangent_dependent for i in node.all_input_nodes):
+            tangent_dependent.add(node)
+    fw = _ancestors(fw_outputs) | set(primals)
+    bw_needed = _ancestors(grads)
+    if policy == "save_all":
+        saved = _saved_by_save_all(nodes, fw, bw_needed)
+    elif policy == "min_cut":
+        saved = _saved_by_min_cut(nodes, fw, bw_needed, tangent_dependent)
+    else:
+        raise ValueError(f"unknown partition policy {policy!r}; use 'min_cut' or 'save_all'")
+    saved_tensors = [n for n in saved if isinstance(n.meta.get("val"), torch.Tensor)]
+    saved_symints = [n for n in saved if n not in saved_tensors]
+    # the backward may also read symbolic sizes that only the forward's inputs carry
+    bw_keep = _ancestors(grads, stop=set(saved) | set(tangents))
+    for node in list(bw_keep):
+        if node.op == "placeholder" and node not in tangents and node not in saved:
+            raise AssertionError(f"partition lost {node.name}: the backward needs it but it is not saved")
+    # a random op runs in the forward even when nothing reads it, so the RNG advances as in eager
+    random_ops = [n for n in nodes if n not in tangent_dependent and n.op == "call_function"
+                  and isinstance(n.target, torch._ops.OpOverload)
+                  and torch.Tag.nondeterministic_seeded in n.target.tags]
+    forward = _extract(joint.gm, nodes, primals, _ancestors(fw_outputs + saved + random_ops),
+                       fw_outputs + saved_tensors + saved_symints)
+    backward = _extract(joint.gm, nodes, saved_tensors + saved_symints + tangents, bw_keep, grads)
+    return Partition(policy, forward, backward, len(fw_outputs),
+                     tuple(_describe(n) for n in saved_tensors), tuple(_describe(n) for n in saved_symints))

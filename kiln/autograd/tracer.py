@@ -1,0 +1,236 @@
+"""The ATen dispatch tracer: a TorchDispatchMode that records every ATen op it sees into an fx.Graph.
+
+It sits below autograd and functionalization, so what it records is the functional ATen program
+(forward, and backward when autograd.grad runs inside it). Tensors map to the nodes that made them;
+symbolic sizes map to `sym_size` nodes of the tensor they came from plus `operator.*` arithmetic.
+Input: tensors (fake or real) bound to placeholders. Output: an fx.Graph of torch.ops.aten overloads.
+PyTorch counterpart: torch/fx/experimental/proxy_tensor.py (make_fx's ProxyTorchDispatchMode).
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, Mapping
+
+import sympy
+import torch
+import torch.fx as fx
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+from torch.utils.weak import WeakIdKeyDictionary
+
+from kiln.autograd.decompose import KILN_DECOMPOSITIONS
+from kiln.errors import KilnError
+
+aten = torch.ops.aten
+
+# Metadata queries: answered by running them, never recorded (they are not computation, and the
+# recipes measured dozens of prim.device calls per trace).
+METADATA_OPS = frozenset({
+    torch.ops.prim.device.default, torch.ops.prim.layout.default,
+    aten.sym_size.default, aten.sym_size.int, aten.sym_stride.default, aten.sym_stride.int,
+    aten.sym_numel.default, aten.sym_storage_offset.default, aten.is_contiguous.default,
+    aten.is_contiguous.memory_format, aten.is_strides_like_format.default,
+    aten.is_non_overlapping_and_dense.default, aten.size.default, aten.stride.default,
+    aten.numel.default, aten.dim.default,
+})
+
+def expr_of(x: torch.SymInt | torch.SymFloat | torch.SymBool) -> sympy.Basic:
+    """The sympy expression behind a symbolic scalar: Kiln's SymNode and torch's both carry `.expr`,
+    so graphs that the real Dynamo hands us (torch's symbols) trace the same way as Kiln's."""
+    expr = getattr(x.node, "expr", None)
+    if expr is None:
+        raise KilnError(f"cannot read the expression of symbolic value {x!r}")
+    return expr
+
+
+def size_hint(x: int | torch.SymInt) -> int:
+    """A concrete example value for a size (its hint), used to weigh tensors in bytes."""
+    if isinstance(x, int):
+        return x
+    node = x.node
+    hint = getattr(node, "hint", None)
+    if isinstance(hint, int):
+        return hint
+    for name in ("require_hint", "size_hint"):
+        method = getattr(node, name, None)
+        if callable(method):
+            try:
+                return int(method())
+            except Exception:  # an unbacked symbol has no hint; fall through to the guess
+                pass
+    shape_env = getattr(node, "shape_env", None)
+    if shape_env is not None and hasattr(shape_env, "size_hint"):
+        try:
+            return int(shape_env.size_hint(expr_of(x)))
+        except Exception:
+            pass
+    return 64  # unbacked sizes: a stand-in weight, only used for partitioning costs
+
+
+def is_symbolic(x: Any) -> bool:
+    return isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+class AtenTracer(TorchDispatchMode):
+    """Records ATen ops into `self.graph`; `decompositions` maps an OpOverload to a Python function
+    that is run (and traced through) instead of recording the op."""
+
+    def __init__(self, decompositions: Mapping[Any, Callable] | None = None) -> None:
+        super().__init__()
+        self.graph = fx.Graph()
+        self.decompositions = {**KILN_DECOMPOSITIONS, **(decompositions or {})}
+        self.node_of: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self.sym_node_of: dict[sympy.Basic, fx.Node] = {}
+        # symbol -> (node of a tensor, dim) where the symbol is that tensor's size; sym_size nodes
+        # are only emitted when a symbol is actually used, so static graphs stay clean.
+        self.sym_source: dict[sympy.Symbol, tuple[fx.Node, int]] = {}
+        self.constants: dict[str, torch.Tensor] = {}
+        self._names: set[str] = set()
+
+    # ---- binding values to nodes ------------------------------------------------------------
+    def placeholder(self, name: str, value: Any) -> fx.Node:
+        node = self.graph.placeholder(name)
+        node.meta["val"] = value
+        if isinstance(value, torch.Tensor):
+            self._bind_tensor(value, node)
+        elif is_symbolic(value):
+            expr = expr_of(value)
+            if isinstance(expr, sympy.Symbol) and expr not in self.sym_node_of:
+                self.sym_node_of[expr] = node
+        return node
+
+    def _bind_tensor(self, t: torch.Tensor, node: fx.Node) -> None:
+        self.node_of[t] = node
+        for dim, size in enumerate(t.shape):
+            if isinstance(size, torch.SymInt):
+                expr = expr_of(size)
+                if isinstance(expr, sympy.Symbol) and expr not in self.sym_source:
+                    self.sym_source[expr] = (node, dim)
+
+    def _bind_outputs(self, out: Any, node: fx.Node) -> None:
+        node.meta["val"] = out
+        if isinstance(out, torch.Tensor):
+            self._bind_tensor(out, node)
+        elif isinstance(out, (tuple, list)):
+            for i, item in enumerate(out):
+                if isinstance(item, torch.Tensor):
+                    item_node = self.graph.call_function(operator.getitem, (node, i))
+                    item_node.meta["val"] = item
+                    self._bind_tensor(item, item_node)
+
+    def arg_of(self, x: Any) -> Any:
+        """The graph value standing for `x` in a recorded call: a node, or `x` itself if constant."""
+        if isinstance(x, torch.Tensor):
+            node = self.node_of.get(x)
+            if node is None:
+                node = self._lift_constant(x)
+            return node
+        if is_symbolic(x):
+            return self.sym_arg(x)
+        return x
+
+    def _lift_constant(self, t: torch.Tensor) -> fx.Node:
+        """A tensor the graph did not make (a real constant): stored on the module as an attribute."""
+        name = f"_tensor_constant{len(self.constants)}"
+        self.constants[name] = t
+        node = self.graph.get_attr(name)
+        node.meta["val"] = t
+        self.node_of[t] = node
+        return node
+
+    def sym_arg(self, x: torch.SymInt | torch.SymFloat | torch.SymBool) -> Any:
+        expr = sympy.sympify(expr_of(x))
+        return self.node_of_expr(expr)
+
+    def node_of_expr(self, expr: sympy.Basic) -> Any:
+        """Emit (once) the arithmetic computing `expr` from symbol nodes; plain numbers stay numbers."""
+        if expr.is_Integer:
+            return int(expr)
+        if expr.is_Number:
+            return float(expr)
+        if expr in self.sym_node_of:
+            return self.sym_node_of[expr]
+        node = self._build_expr(expr)
+        self.sym_node_of[expr] = node
+        return node
+
+    def _build_expr(self, expr: sympy.Basic) -> fx.Node:
+        if isinstance(expr, sympy.Symbol):
+            if expr not in self.sym_source:
+                raise KilnError(f"symbol {expr} is not the size of any traced tensor or an input")
+            tensor_node, dim = self.sym_source[expr]
+            node = self.graph.call_function(aten.sym_size.int, (tensor_node, dim))
+            node.meta["val"] = tensor_node.meta["val"].shape[dim]
+            return node
+        args = [self.node_of_expr(a) for a in expr.args]
+        name = type(expr).__name__
+        if isinstance(expr, sympy.Add):
+            return self._fold(operator.add, args)
+        if isinstance(expr, sympy.Mul):
+            return self._fold(operator.mul, args)
+        if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
+            return self.graph.call_function(operator.pow, (args[0], int(expr.exp)))
+        if name in ("FloorDiv", "CleanDiv"):
+            return self.graph.call_function(operator.floordiv, tuple(args))
+        if name in ("Mod", "PythonMod"):
+            return self.graph.call_function(operator.mod, tuple(args))
+        if isinstance(expr, sympy.floor):
+            inner = expr.args[0]
+            num, den = inner.as_numer_denom()
+            return self.graph.call_function(
+                operator.floordiv, (self.node_of_expr(num), self.node_of_expr(den)))
+        if name in ("Max",):
+            return self._fold(torch.sym_max, args)
+        if name in ("Min",):
+            return self._fold(torch.sym_min, args)
+        raise KilnError(f"cannot express symbolic size {expr} ({name}) as graph arithmetic")
+
+    def _fold(self, fn: Callable, args: list[Any]) -> fx.Node:
+        acc = args[0]
+        for a in args[1:]:
+            acc = self.graph.call_function(fn, (acc, a))
+        return acc
+
+    # ---- the mode ------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in METADATA_OPS:
+            return func(*args, **kwargs)
+        decomposition = self.decompositions.get(func)
+        if decomposition is not None:
+            with self:
+                out = decomposition(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        if torch._C._dispatch_has_kernel_for_dispatch_key(
+                func.name(), "CompositeImplicitAutograd"):
+            # Below autograd, CIA ops (to.dtype, reshape called from backward formulas) can still
+            # arrive packed; decomposing here keeps the graph in ops that have real kernels.
+            with self:
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        out = func(*args, **kwargs)
+        node = self.graph.create_node("call_function", func, tree_map(self.arg_of, tuple(args)),
+                                      tree_map(self.arg_of, dict(kwargs)),
+                                      name=func.overloadpacket.__name__.strip("_") or None)
+        self._bind_outputs(out, node)
+        if is_symbolic(out):
+            expr = sympy.sympify(expr_of(out))
+            if isinstance(expr, sympy.Symbol):
+                self.sym_node_of.setdefault(expr, node)
+        return out
+
+    def output(self, values: list[Any]) -> fx.Node:
+        return self.graph.output(tuple(self.arg_of(v) if v is not None else None for v in values))
+
+
+def graph_module(tracer: AtenTracer, root: torch.nn.Module | None = None) -> fx.GraphModule:
+    """Wrap the traced graph in a GraphModule holding the lifted constants."""
+    owner = torch.nn.Module()
+    for name, value in tracer.constants.items():
+        owner.register_buffer(name, value)
+    tracer.graph.eliminate_dead_code()
+    gm = fx.GraphModule(owner, tracer.graph)
+    gm.recompile()
+    return gm

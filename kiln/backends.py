@@ -1,0 +1,134 @@
+"""Backends: what turns a captured FX graph into something callable (the torch.compile backend contract).
+
+A backend is `backend(gm: fx.GraphModule, example_inputs) -> callable`; capture calls it once per
+graph. Built in: "eager" (run the captured graph as is), "aot_eager" (kiln.autograd, ATen graphs run
+eagerly) and "inductor" (kiln.autograd + kiln.lower, the whole stack; also usable as a backend of
+the real torch.compile as `kiln.inductor_backend`). Corresponds to torch/_dynamo/backends/registry.py.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any, Callable, Mapping
+
+import torch
+
+from kiln.debug import log
+
+Backend = Callable[[torch.fx.GraphModule, list], Callable[..., Any]]
+
+_REGISTRY: dict[str, Backend] = {}
+_WARNED: set[str] = set()
+
+
+def register_backend(name: str | Backend | None = None, fn: Backend | None = None) -> Any:
+    """Register a backend under a name: `register_backend("mine", fn)`, or as a decorator
+    (`@register_backend` uses the function's name, `@register_backend("mine")` a given one)."""
+    if callable(name) and fn is None:
+        return register_backend(name.__name__, name)
+    if fn is None:
+        return lambda f: register_backend(name or f.__name__, f)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"register_backend: the name must be a non-empty string, not {name!r}")
+    if name in _REGISTRY and _REGISTRY[name] is not fn:
+        raise ValueError(f"register_backend: a backend named {name!r} is already registered")
+    _REGISTRY[name] = fn
+    return fn
+
+
+def list_backends() -> list[str]:
+    """The names accepted by kiln.compile(backend=...)."""
+    return sorted(_REGISTRY)
+
+
+def lookup(backend: str | Backend, *, mode: str | None = None, options: Mapping[str, Any] | None = None) -> Backend:
+    """The callable for a backend name or a backend callable; `mode`/`options` go to "inductor"."""
+    if callable(backend):
+        if options:
+            raise ValueError("kiln.compile: options=... is only for the built-in backends, not a callable backend")
+        return backend
+    if backend not in _REGISTRY:
+        raise ValueError(f"kiln.compile: unknown backend {backend!r}; known backends: {', '.join(list_backends())}")
+    fn = _REGISTRY[backend]
+    if backend == "inductor" and (mode not in (None, "default") or options):
+        return functools.partial(fn, mode=mode, options=dict(options or {}))
+    return fn
+
+
+def reset_warnings() -> None:
+    """Let the one-time "backend not available" warnings show again (kiln.reset())."""
+    _WARNED.clear()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        log.warn(message)
+
+
+def _optional(module: str, name: str) -> Any:
+    """`module.name` if that stage has landed, else None (it is filled by its own issue)."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+
+
+@register_backend
+def eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
+    """Run the captured torch-level graph as is (its generated forward, skipping fx's call wrapper)."""
+    return gm.forward
+
+
+@register_backend
+def aot_eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
+    """AOT autograd down to ATen, then run the ATen graphs eagerly."""
+    impl = _optional("kiln.autograd", "aot_eager")
+    if impl is None:
+        _warn_once("aot_eager", "kiln: backend 'aot_eager' is not available yet (kiln.autograd has no "
+                                "aot_eager); using backend 'eager' instead")
+        return eager(gm, example_inputs)
+    return impl(gm, example_inputs)
+
+
+@register_backend
+def inductor(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None = None,
+             options: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+    """The whole stack: AOT autograd, then kiln.lower's compile_graph for forward and backward.
+
+    Also a backend of the real torch.compile: `torch.compile(fn, backend=kiln.inductor_backend)`.
+    """
+    aot_autograd = _optional("kiln.autograd", "aot_autograd")
+    compile_graph = _optional("kiln.lower", "compile_graph")
+    if aot_autograd is None or compile_graph is None:
+        missing = "kiln.autograd.aot_autograd" if aot_autograd is None else "kiln.lower.compile_graph"
+        _warn_once("inductor", f"kiln: backend 'inductor' is not available yet ({missing} is missing); "
+                               f"using backend 'eager' instead")
+        return eager(gm, example_inputs)
+    lower_options = dict(options or {})
+    if mode not in (None, "default"):
+        lower_options["mode"] = mode
+    compiler = functools.partial(compile_graph, options=lower_options or None)
+    return aot_autograd(compiler, compiler)(gm, example_inputs)
+
+
+inductor_backend = inductor
+
+
+class CountingBackend:
+    """A backend that records every graph it is given and runs it eagerly (tests and explain use it)."""
+
+    def __init__(self, inner: Backend | None = None) -> None:
+        self.inner = inner or eager
+        self.graphs: list[torch.fx.GraphModule] = []
+        self.example_inputs: list[list] = []
+        self.__name__ = "counting"
+
+    @property
+    def frame_count(self) -> int:
+        return len(self.graphs)
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
+        self.graphs.append(gm)
+        self.example_inputs.append(list(example_inputs))
+        return self.inner(gm, example_inputs)

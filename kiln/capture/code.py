@@ -1,0 +1,333 @@
+"""Code objects for graph breaks: resume functions, liveness, and a readable disassembly.
+
+Capture calls this module when a frame breaks: `make_resume_code` turns the original code object and
+a byte offset into a new code object that takes the live stack and locals as arguments and continues
+at that offset (the job of torch/_dynamo/resume_execution.py); `live_locals_at` says which locals to
+pass (torch/_dynamo/bytecode_analysis.py); `render_code` is what KILN_LOGS=bytecode prints. This is
+the only module that imports the `bytecode` library; everything it hands out is a plain CodeType.
+
+Supported break points (each is checked by tests/capture/test_code.py, running the resume code natively):
+- straight-line code, and any instruction inside `for` loops (the iterator is a stack slot) and
+  `while` loops;
+- inside `with` blocks: the bound `__exit__` of an *entered* context manager is a stack slot, so the
+  glue must enter a real manager (e.g. `torch.no_grad()`) and pass its `__exit__`; the resume code
+  calls it on normal exit and on an exception, exactly as the original frame would have;
+- inside `try` bodies with `except` / `finally` (the exception table is kept, with its original depths,
+  because the stack layout at the target is the original's);
+- closures: free variables come from the function's closure (`make_function(..., closure=...)`);
+  cell variables passed by value get fresh cells from the kept `MAKE_CELL` prefix (an inner function
+  made *before* the break keeps the old cell: its later writes are not seen; Dynamo shares this limit);
+- calls with keyword arguments and method calls; a NULL stack slot (3.11 pushes one below a callable)
+  is rebuilt with `PUSH_NULL` when its index is given in `null_slots` (it is not an argument).
+Raises `kiln.errors.Unsupported(kind="unsupported_bytecode")` for generators, coroutines and async
+generators (their frames cannot be re-entered from a plain function), and for an offset inside an
+`except` handler (the exception being handled cannot be handed over). Not handled: resuming between a
+`KW_NAMES` and its `CALL` (capture never breaks there).
+"""
+from __future__ import annotations
+
+import dis
+import functools
+import inspect
+import linecache
+import re
+import types
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from bytecode import Bytecode, Instr, Label
+
+from kiln.debug import log
+from kiln.errors import Unsupported
+
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_PREFIX_OPS = frozenset({"MAKE_CELL", "COPY_FREE_VARS", "RESUME"})
+# An instruction whose only successor is its jump target (or none at all).
+_NO_FALLTHROUGH = frozenset(
+    {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "RETURN_VALUE", "RAISE_VARARGS",
+     "RERAISE"}
+)
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+_READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_CLASSDEREF",
+                    "DELETE_FAST", "DELETE_DEREF"})
+_WRITES = frozenset({"STORE_FAST", "STORE_DEREF"})
+
+_resume_cache: dict[tuple[Any, ...], types.CodeType] = {}
+
+
+def reset() -> None:
+    """Forget every resume code object made so far (kiln.reset calls this)."""
+    _resume_cache.clear()
+
+
+# --------------------------------------------------------------------------------------- reading code
+
+@dataclass(frozen=True)
+class _Listing:
+    """The instructions of one code object as dis sees them, minus EXTENDED_ARG."""
+
+    instrs: tuple[dis.Instruction, ...]
+    index: Mapping[int, int]  # byte offset -> position in instrs; an EXTENDED_ARG maps to what it extends
+    handlers: tuple[Any, ...]  # dis's exception-table entries
+
+
+@functools.lru_cache(maxsize=256)
+def _listing(code: types.CodeType) -> _Listing:
+    # EXTENDED_ARG is folded into the next instruction by the bytecode library, so leave it out here
+    # too: the two lists must line up one to one. Jumps may still target an EXTENDED_ARG.
+    instrs: list[dis.Instruction] = []
+    index: dict[int, int] = {}
+    pending: list[int] = []
+    for ins in dis.get_instructions(code):
+        if ins.opname == "EXTENDED_ARG":
+            pending.append(ins.offset)
+            continue
+        for off in (*pending, ins.offset):
+            index[off] = len(instrs)
+        pending.clear()
+        instrs.append(ins)
+    return _Listing(tuple(instrs), index, tuple(dis.Bytecode(code).exception_entries))
+
+
+def _position(code: types.CodeType, offset: int) -> int:
+    listing = _listing(code)
+    if offset not in listing.index:
+        raise ValueError(f"no instruction starts at offset {offset} of {code.co_name} ({code.co_filename})")
+    return listing.index[offset]
+
+
+def instruction_at(code: types.CodeType, offset: int) -> dis.Instruction:
+    """The instruction that starts at byte `offset` of `code` (ValueError if none starts there)."""
+    return _listing(code).instrs[_position(code, offset)]
+
+
+def next_offset(code: types.CodeType, offset: int) -> int:
+    """The offset of the instruction after the one at `offset` (inline CACHE entries skipped)."""
+    n = _position(code, offset) + 1
+    instrs = _listing(code).instrs
+    if n >= len(instrs):
+        raise ValueError(f"no instruction follows offset {offset} of {code.co_name}")
+    return instrs[n].offset
+
+
+def line_of(code: types.CodeType, offset: int) -> int | None:
+    """The source line of the instruction at `offset` (the last line started at or before it)."""
+    line = None
+    for start, lineno in dis.findlinestarts(code):
+        if start > offset:
+            break
+        line = lineno
+    return line
+
+
+def _successors(instr: dis.Instruction, following: int | None,
+                handlers: list[Any]) -> list[int]:
+    out: list[int] = []
+    if instr.opname not in _NO_FALLTHROUGH and following is not None:
+        out.append(following)
+    if instr.opcode in _JUMPS:
+        out.append(instr.argval)
+    for entry in handlers:
+        if entry.start <= instr.offset < entry.end:
+            out.append(entry.target)
+            break  # CPython uses the innermost (first matching) entry only
+    return out
+
+
+def live_locals_at(code: types.CodeType, offset: int) -> tuple[str, ...]:
+    """Locals (and cell variables) that some path from `offset` reads before writing, in co order.
+
+    These are the locals a resume function at `offset` needs; everything else is dead there. Exception
+    edges count (a handler that reads `x` keeps `x` live across the whole `try` body). A name may be
+    live yet unbound at `offset` (assigned later on the normal path): pass only the bound ones; the
+    others stay unbound locals of the resume code, exactly as in the original frame.
+    """
+    live = _live_in(code)[_position(code, offset)]
+    order = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames]
+    return tuple(name for name in order if name in live)
+
+
+@functools.lru_cache(maxsize=256)
+def _live_in(code: types.CodeType) -> tuple[frozenset[str], ...]:
+    listing = _listing(code)
+    instrs, index, handlers = listing.instrs, listing.index, listing.handlers
+    local_names = set(code.co_varnames) | set(code.co_cellvars)
+    succ = [_successors(ins, instrs[n + 1].offset if n + 1 < len(instrs) else None, handlers)
+            for n, ins in enumerate(instrs)]
+    live_in: list[frozenset[str]] = [frozenset()] * len(instrs)
+    changed = True
+    while changed:  # backward dataflow to a fixed point; code objects are small
+        changed = False
+        for n in range(len(instrs) - 1, -1, -1):
+            ins = instrs[n]
+            out: set[str] = set()
+            for target in succ[n]:
+                out |= live_in[index[target]]
+            name = ins.argval if isinstance(ins.argval, str) else None
+            if ins.opname in _WRITES and name in local_names:
+                out.discard(name)
+            if ins.opname in _READS and name in local_names:
+                out.add(name)
+            new = frozenset(out)
+            if new != live_in[n]:
+                live_in[n] = new
+                changed = True
+    return tuple(live_in)
+
+
+def _inside_except_handler(code: types.CodeType, offset: int) -> bool:
+    return _handler_nesting(code).get(_position(code, offset), 0) > 0
+
+
+@functools.lru_cache(maxsize=256)
+def _handler_nesting(code: types.CodeType) -> dict[int, int]:
+    # Between PUSH_EXC_INFO and its POP_EXCEPT the frame is handling an exception: sys.exc_info(), a
+    # bare `raise` and implicit chaining all depend on it, and a fresh frame cannot be given it.
+    # Forward walk of that nesting; where paths disagree (an exception edge from an instruction that
+    # cannot raise, such as the COPY of a cleanup block) the smallest nesting is the real one.
+    listing = _listing(code)
+    instrs, index, handlers = listing.instrs, listing.index, listing.handlers
+    nesting: dict[int, int] = {0: 0}
+    work = [0]
+    while work:
+        n = work.pop()
+        ins = instrs[n]
+        after = nesting[n] + (ins.opname == "PUSH_EXC_INFO") - (ins.opname == "POP_EXCEPT")
+        following = instrs[n + 1].offset if n + 1 < len(instrs) else None
+        jump = ins.argval if ins.opcode in _JUMPS else None
+        for target in _successors(ins, following, handlers):
+            if target not in (following, jump) and ins.opname in ("PUSH_EXC_INFO", "POP_EXCEPT"):
+                continue  # neither can raise: the table only covers them because ranges are merged
+            m = index[target]
+            if m not in nesting or after < nesting[m]:
+                nesting[m] = after
+                work.append(m)
+    return nesting
+
+
+# -------------------------------------------------------------------------------------- resume code
+
+def resume_name(code: types.CodeType, offset: int) -> str:
+    """`__resume_<fn>_at_<line>`: the name a resume function gets (not unique across offsets)."""
+    base = re.sub(r"\W", "", code.co_name) or "fn"
+    return f"__resume_{base}_at_{line_of(code, offset)}"
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(code: types.CodeType) -> Bytecode:
+    return Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
+
+
+def make_resume_code(code: types.CodeType, offset: int, nstack: int, live_locals: Sequence[str], *,
+                     null_slots: Sequence[int] = ()) -> types.CodeType:
+    """A code object taking `___stack<i>..., *live_locals` that continues `code` at byte `offset`.
+
+    `nstack` is the stack depth at `offset` (bottom slot is `___stack0`); slots listed in `null_slots`
+    are NULL markers, rebuilt with PUSH_NULL and not taken as arguments. Memoized: the same request
+    gives the same code object, so caches keyed by code object hit on the next capture.
+    """
+    offset = instruction_at(code, offset).offset  # an EXTENDED_ARG offset means what it extends
+    key = (code, code.co_filename, offset, nstack, tuple(live_locals), tuple(sorted(null_slots)))
+    cached = _resume_cache.get(key)
+    if cached is not None:
+        return cached
+    if code.co_flags & _GENERATOR_FLAGS:
+        raise Unsupported(f"cannot resume {code.co_name}: generators and coroutines are not supported",
+                          kind="unsupported_bytecode")
+    if _inside_except_handler(code, offset):
+        raise Unsupported(f"cannot resume {code.co_name} inside an except handler "
+                          f"(line {line_of(code, offset)})", kind="unsupported_bytecode")
+    if any(not 0 <= s < nstack for s in null_slots):
+        raise ValueError(f"null_slots {tuple(null_slots)} outside a stack of depth {nstack}")
+    stack_args = [f"___stack{i}" for i in range(nstack) if i not in set(null_slots)]
+    clash = set(stack_args) & set(live_locals)
+    if clash or len(set(live_locals)) != len(live_locals):
+        raise ValueError(f"bad live_locals {tuple(live_locals)} for {code.co_name}")
+
+    parsed = _parsed(code)
+    bc = Bytecode(list(parsed))  # a new list of the same (never mutated) instructions
+    bc._copy_attr_from(parsed)
+    real = [n for n, item in enumerate(bc) if isinstance(item, Instr)]
+    positions = _listing(code).instrs
+    if len(real) != len(positions):
+        raise AssertionError(f"{code.co_name}: bytecode and dis disagree ({len(real)} != {len(positions)})")
+    target_index = next(n for n, ins in zip(real, positions) if ins.offset == offset)
+    label = Label()
+    bc.insert(target_index, label)
+
+    lineno = line_of(code, offset) or code.co_firstlineno
+    prologue: list[Any] = []
+    for item in bc:
+        if isinstance(item, Instr) and item.name in _PREFIX_OPS:
+            prologue.append(item)
+        elif isinstance(item, Instr):
+            break
+    for slot in range(nstack):
+        if slot in null_slots:
+            prologue.append(Instr("PUSH_NULL", lineno=lineno))
+        else:
+            prologue.append(Instr("LOAD_FAST", f"___stack{slot}", lineno=lineno))
+    prologue.append(Instr("JUMP_FORWARD", label, lineno=lineno))
+
+    new = Bytecode(prologue + list(bc))
+    new._copy_attr_from(bc)
+    new.argnames = [*stack_args, *live_locals]
+    new.argcount = len(new.argnames)
+    new.posonlyargcount = 0
+    new.kwonlyargcount = 0
+    new.flags = new.flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    new.name = resume_name(code, offset)
+    new.qualname = new.name
+    new.docstring = parsed.docstring
+    # The try regions were skipped by the prologue's jump, so the library would see them as dead and
+    # write nonsense depths (a segfault in the handler). The stack at the target is the original's,
+    # so the original depths and stack size stay correct (notes/recipes.md, section 3).
+    result = new.to_code(stacksize=code.co_stacksize + nstack, compute_exception_stack_depths=False)
+    _resume_cache[key] = result
+    log.artifact("bytecode", lambda: f"resume {code.co_name} at offset {offset} "
+                 f"({code.co_filename}:{lineno}):\n{render_code(result)}")
+    return result
+
+
+def make_function(code: types.CodeType, globals: dict[str, Any],
+                  closure: tuple[types.CellType, ...] | None = None, name: str | None = None,
+                  defaults: tuple[Any, ...] | None = None) -> types.FunctionType:
+    """A Python function running `code` in `globals` with `closure` (one cell per co_freevars)."""
+    want = len(code.co_freevars)
+    have = 0 if closure is None else len(closure)
+    if want != have:
+        raise ValueError(f"{code.co_name} needs {want} closure cells ({code.co_freevars}), got {have}")
+    return types.FunctionType(code, globals, name or code.co_name, defaults, closure if want else None)
+
+
+# -------------------------------------------------------------------------------------------- render
+
+def render_code(code: types.CodeType) -> str:
+    """A readable disassembly: header, each source line once as a comment, jump targets marked `>>`."""
+    args = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    head = [f"code {code.co_qualname}  ({code.co_filename}:{code.co_firstlineno})",
+            f"  args: {', '.join(args) or '-'}   stacksize: {code.co_stacksize}"]
+    if code.co_cellvars:
+        head.append(f"  cells: {', '.join(code.co_cellvars)}")
+    if code.co_freevars:
+        head.append(f"  free: {', '.join(code.co_freevars)}")
+    lines = list(head)
+    listing = _listing(code)
+    handlers = listing.handlers
+    targets = {listing.instrs[listing.index[i.argval]].offset for i in listing.instrs if i.opcode in _JUMPS}
+    targets |= {listing.instrs[listing.index[e.target]].offset for e in handlers}
+    last_line = None
+    for ins in listing.instrs:
+        if ins.starts_line is not None and ins.starts_line != last_line:
+            last_line = ins.starts_line
+            source = linecache.getline(code.co_filename, last_line).strip()
+            lines.append(f"  # line {last_line}: {source}" if source else f"  # line {last_line}")
+        mark = ">>" if ins.offset in targets else "  "
+        arg = ins.argrepr or ("" if ins.arg is None else str(ins.arg))
+        lines.append(f"  {mark} {ins.offset:4d} {ins.opname:<28} {arg}".rstrip())
+    if handlers:
+        lines.append("  exception table:")
+        for e in handlers:
+            lasti = " lasti" if e.lasti else ""
+            lines.append(f"    {e.start} to {e.end - 2} -> {e.target} [depth {e.depth}]{lasti}")
+    return "\n".join(lines)

@@ -1,0 +1,433 @@
+"""The frame entry: what runs each time a compiled function is called.
+
+Binds the call's arguments into `L`, runs the first cache entry whose guards pass, and otherwise
+captures the frame anew through the tracer (`capture_frame`), up to `config.cache_size_limit`
+entries per code object. It owns the per-code-object caches, the dynamic-shape policy kept across
+recompiles, the counters behind `kiln.stats()`, and the eager fallbacks (unsupported frames,
+internal errors, the cache limit). Corresponds to torch/_dynamo/eval_frame.py + convert_frame.py.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from dataclasses import dataclass, field
+from types import CodeType, FunctionType
+from typing import Any, Callable, Iterator
+
+import torch
+
+from kiln import config
+from kiln.capture.guards import CheckFn, Guard, compile_guards
+from kiln.capture.options import COMPILED_MARKER, ORIGINAL_ATTR, CompileOptions
+from kiln.debug import log
+from kiln.errors import GraphBreakError, Unsupported
+
+CaptureFn = Callable[..., Any]  # capture_frame(fn, L, options, wrap_frame, *, policy) -> CaptureResult
+
+
+@dataclass
+class Stats:
+    """The counters of kiln.stats(). `frames`: capture attempts (cache misses that traced a frame);
+    `compiles`: captures that produced a cache entry; `recompiles`: the compiles of a code object
+    that already had an entry; `cache_hits`: calls answered by a cache entry; `fallbacks`: calls run
+    eagerly (unsupported frame, internal error, cache limit); `graphs`/`graph_breaks`: totals over
+    every capture."""
+
+    frames: int = 0
+    compiles: int = 0
+    recompiles: int = 0
+    graph_breaks: int = 0
+    graphs: int = 0
+    cache_hits: int = 0
+    fallbacks: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+STATS = Stats()
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One compiled version of a frame: its guards and the glue that runs the compiled graphs."""
+
+    check: CheckFn
+    glue: Callable[[dict, dict, Any], Any]
+    result: Any  # the CaptureResult it came from (graphs, guards, breaks, glue_source)
+
+
+@dataclass(frozen=True)
+class CaptureEvent:
+    """What observers (kiln.explain, the KILN_DEBUG dump) hear after each capture attempt."""
+
+    fn: FunctionType
+    result: Any | None  # the CaptureResult, or None when the frame fell back to eager
+    recompile_reason: str | None
+    fallback_reason: str | None = None
+    unsupported: Unsupported | None = None
+
+
+@dataclass
+class FrameCache:
+    """The entries of one code object under one set of options, newest first."""
+
+    code: CodeType
+    options: CompileOptions
+    entries: list[CacheEntry] = field(default_factory=list)
+    policy: Any = None  # kiln.symbolic.policy.DynamicPolicy, made on the first capture
+    eager_reason: str | None = None  # set once a frame is known to run eagerly (until reset)
+    limit_warned: bool = False
+    last_failure: str | None = None
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.policy = None
+        self.eager_reason = None
+        self.limit_warned = False
+        self.last_failure = None
+
+
+_CACHES: dict[tuple, FrameCache] = {}
+_OBSERVERS: list[Callable[[CaptureEvent], None]] = []
+
+
+def frame_cache(code: CodeType, options: CompileOptions) -> FrameCache:
+    key = (code, options.cache_key())
+    cache = _CACHES.get(key)
+    if cache is None:
+        cache = _CACHES[key] = FrameCache(code, options)
+    return cache
+
+
+def reset() -> None:
+    """Forget every cache entry, dynamic-shape decision and counter (kiln.reset())."""
+    for cache in _CACHES.values():
+        cache.clear()  # compiled callables keep a reference to their FrameCache: empty it in place
+    _CACHES.clear()
+    for name, default in Stats().as_dict().items():
+        setattr(STATS, name, default)
+
+
+def drop_caches(options: CompileOptions) -> None:
+    """Forget the caches made under one set of options (kiln.explain's throwaway compiles)."""
+    key = options.cache_key()
+    for cache_key in [k for k in _CACHES if k[1] == key]:
+        _CACHES.pop(cache_key).clear()
+
+
+def add_observer(observer: Callable[[CaptureEvent], None]) -> None:
+    _OBSERVERS.append(observer)
+
+
+def remove_observer(observer: Callable[[CaptureEvent], None]) -> None:
+    _OBSERVERS.remove(observer)
+
+
+@contextlib.contextmanager
+def observing(observer: Callable[[CaptureEvent], None]) -> Iterator[None]:
+    add_observer(observer)
+    try:
+        yield
+    finally:
+        remove_observer(observer)
+
+
+def where(fn: Any) -> str:
+    code = getattr(fn, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code else "<unknown>"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Binding arguments
+
+
+def make_binder(fn: FunctionType, bound_self: Any, has_self: bool) -> Callable[[tuple, dict], dict]:
+    """A function (args, kwargs) -> L. All-positional calls with every argument given take a
+    zip; anything else (keywords, defaults, *args, **kwargs) goes through inspect.Signature."""
+    code = fn.__code__
+    names = code.co_varnames[: code.co_argcount]
+    simple = not (code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)) and code.co_kwonlyargcount == 0
+    signature = inspect.signature(fn)
+    nargs = len(names) - (1 if has_self else 0)
+
+    def slow(args: tuple, kwargs: dict) -> dict:
+        if has_self:
+            args = (bound_self, *args)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            # Re-raise Python's own message ("f() missing 1 required positional argument: 'x'"):
+            # a call that cannot bind fails before the body runs, so this has no side effect.
+            fn(*args, **kwargs)
+            raise
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    if not simple:
+        return slow
+    name_set = frozenset(names)
+
+    def keywords(args: tuple, kwargs: dict) -> dict:
+        # Keywords and defaults without inspect: only for plain signatures; anything odd (an unknown
+        # or repeated name, a missing argument) goes to Signature.bind for Python's own TypeError.
+        if has_self:
+            args = (bound_self, *args)
+        if len(args) > len(names) or not name_set.issuperset(kwargs):
+            return slow(args[1:] if has_self else args, kwargs)
+        L = dict(zip(names, args))
+        defaults = fn.__defaults__ or ()
+        first_default = len(names) - len(defaults)
+        out = {}
+        for i, name in enumerate(names):
+            if name in kwargs:
+                if name in L:
+                    return slow(args[1:] if has_self else args, kwargs)
+                out[name] = kwargs[name]
+            elif name in L:
+                out[name] = L[name]
+            elif i >= first_default:
+                out[name] = defaults[i - first_default]
+            else:
+                return slow(args[1:] if has_self else args, kwargs)
+        return out
+
+    if has_self:
+        def bind_method(args: tuple, kwargs: dict) -> dict:
+            if kwargs or len(args) != nargs:
+                return keywords(args, kwargs)
+            return dict(zip(names, (bound_self, *args)))
+        return bind_method
+
+    def bind(args: tuple, kwargs: dict) -> dict:
+        if kwargs or len(args) != nargs:
+            return keywords(args, kwargs)
+        return dict(zip(names, args))
+    return bind
+
+
+# ---------------------------------------------------------------------------------------------------
+# The compiled callable
+
+
+def compile_function(fn: Any, options: CompileOptions, capture: CaptureFn | None = None) -> Callable[..., Any]:
+    """Wrap a Python function or bound method so that each call checks guards and runs compiled code.
+
+    `capture` replaces the tracer (tests inject a fake one); by default it is
+    kiln.capture.tracer.capture_frame, imported on first use.
+    """
+    bound_self, has_self = None, False
+    if inspect.ismethod(fn):
+        bound_self, has_self, fn = fn.__self__, True, fn.__func__
+    if not isinstance(fn, FunctionType):
+        raise TypeError(f"kiln.compile expects a Python function, method or nn.Module, not {type(fn).__name__}")
+    frame = _Frame(fn, options, bound_self, has_self, capture)
+    G = fn.__globals__
+    entries = frame.cache.entries
+    bind = frame.bind
+    stats = STATS
+
+    # The hot path: kept to a closure over locals, since every attribute load here is per call.
+    def compiled(*args: Any, **kwargs: Any) -> Any:
+        L = bind(args, kwargs)
+        for entry in entries:
+            if entry.check.fn(L, G, fn):
+                stats.cache_hits += 1
+                return entry.glue(L, G, fn)
+        return frame.miss(args, kwargs, L)
+
+    functools.update_wrapper(compiled, fn)
+    setattr(compiled, COMPILED_MARKER, True)
+    setattr(compiled, ORIGINAL_ATTR, fn.__get__(bound_self) if has_self else fn)
+    compiled._kiln_frame = frame  # type: ignore[attr-defined]
+    return compiled
+
+
+class _Frame:
+    """The slow path of one compiled callable: recompiles, fallbacks, logging."""
+
+    def __init__(self, fn: FunctionType, options: CompileOptions, bound_self: Any, has_self: bool,
+                 capture: CaptureFn | None) -> None:
+        self.fn = fn
+        self.options = options
+        self.bound_self = bound_self
+        self.has_self = has_self
+        self.capture = capture
+        self.cache = frame_cache(fn.__code__, options)
+        self.bind = make_binder(fn, bound_self, has_self)
+
+    @property
+    def name(self) -> str:
+        return self.fn.__qualname__
+
+    def run_eagerly(self, args: tuple, kwargs: dict) -> Any:
+        STATS.fallbacks += 1
+        if self.has_self:
+            return self.fn(self.bound_self, *args, **kwargs)
+        return self.fn(*args, **kwargs)
+
+    def wrap_frame(self, fn: Any) -> Callable[..., Any]:
+        """Given to the tracer: a resume function or callee, compiled on first call with our options."""
+        if not isinstance(fn, FunctionType) and not inspect.ismethod(fn):
+            return fn
+        return compile_function(fn, self.options, self.capture)
+
+    def miss(self, args: tuple, kwargs: dict, L: dict) -> Any:
+        cache = self.cache
+        if cache.eager_reason is not None:
+            return self.run_eagerly(args, kwargs)
+        G, F = self.fn.__globals__, self.fn
+        reason = None
+        if cache.entries:
+            failure = cache.entries[0].check.first_failure(L, G, F)
+            reason = failure[1] if failure else "guards of every entry failed"
+            cache.last_failure = reason
+            if len(cache.entries) >= config.cache_size_limit:
+                self.warn_limit(reason)
+                return self.run_eagerly(args, kwargs)
+            self.log_recompile(failure, L, G, F)
+        STATS.frames += 1
+        entry = self.capture_entry(L, reason)
+        if entry is None:
+            return self.run_eagerly(args, kwargs)
+        return entry.glue(L, G, F)
+
+    def warn_limit(self, reason: str) -> None:
+        if self.cache.limit_warned:
+            return
+        self.cache.limit_warned = True
+        log.warn(
+            f"kiln: {self.name} ({where(self.fn)}) reached config.cache_size_limit "
+            f"({config.cache_size_limit}) compiled versions; calls that match none of them now run "
+            f"eagerly. Last failing guard: {reason}. If a size keeps changing, use "
+            f"kiln.mark_dynamic or dynamic=True.")
+
+    def log_recompile(self, failure: tuple[Guard, str] | None, L: dict, G: dict, F: Any) -> None:
+        if failure is None or not log.enabled("recompiles"):
+            return
+        decision = self.note_dynamic(failure, L, G, F, explain=True)
+        text = f"Recompiling {self.name} ({where(self.fn)}): {failure[1]}"
+        if decision:
+            text += f"; {decision}"
+        log.artifact("recompiles", text)
+
+    def note_dynamic(self, failure: tuple[Guard, str] | None, L: dict, G: dict, F: Any, *, explain: bool) -> str | None:
+        """What automatic dynamic will do about the size or int whose guard failed, in words."""
+        policy = self.cache.policy
+        if not explain or failure is None or policy is None:
+            return None
+        guard = failure[0]
+        if guard.kind not in ("check_tensor", "check_value"):
+            return None
+        try:
+            value = eval(guard.source, {"L": L, "G": G, "F": F})
+        except Exception:
+            return None
+        if guard.kind == "check_value":
+            if type(guard.expected) is int and type(value) is int:
+                return policy.explain_change(guard.source, guard.expected, value)
+            return None
+        if not isinstance(value, torch.Tensor) or value.dim() != len(guard.expected.sizes):
+            return None
+        new = tuple(value.shape)
+        old = tuple(n if o is None else o for o, n in zip(guard.expected.sizes, new))
+        return policy.explain_change(guard.source, old, new) if old != new else None
+
+    def capture_entry(self, L: dict, recompile_reason: str | None) -> CacheEntry | None:
+        cache, options, fn = self.cache, self.options, self.fn
+        capture = self.capture or _default_capture()
+        if cache.policy is None:
+            cache.policy = _new_policy()
+        try:
+            result = capture(fn, L, options, self.wrap_frame, policy=cache.policy)
+            if result.breaks and options.fullgraph:
+                raise GraphBreakError(str(result.breaks[0]))
+            check = compile_guards(result.guards)
+            if not check.fn(L, fn.__globals__, fn):
+                # Otherwise every call would recompile: a tracer bug, reported as an internal error.
+                failure = check.first_failure(L, fn.__globals__, fn)
+                why = failure[1] if failure else "the generated check returns False"
+                raise AssertionError(f"the guards of a fresh capture fail on its own inputs: {why}")
+        except GraphBreakError:
+            raise
+        except Unsupported as exc:
+            if options.fullgraph:
+                raise GraphBreakError(f"{where(fn)}: {self.name}: {exc.reason}") from exc
+            return self.fall_back(f"unsupported: {exc.reason}", recompile_reason, exc)
+        except Exception as exc:
+            if options.fullgraph or not config.suppress_errors:
+                exc.add_note(f"(while kiln compiled {self.name} at {where(fn)})")
+                raise
+            log.warn(f"kiln: internal error while compiling {self.name} ({where(fn)}); running it eagerly: "
+                     f"{type(exc).__name__}: {exc}")
+            return self.fall_back(f"internal error: {type(exc).__name__}: {exc}", recompile_reason)
+        if not result.graphs and not result.breaks and not options.fullgraph:
+            # As torch.compile: a frame in which no op was traced runs eagerly from now on; its glue
+            # could only be slower than the frame itself, and later calls are not captured again.
+            return self.fall_back("no tensor ops were traced", recompile_reason, quiet=True)
+        _note_inputs(cache.policy, check.guards, L, fn.__globals__, fn)
+        entry = CacheEntry(check, result.glue, result)
+        if cache.entries:
+            STATS.recompiles += 1
+        STATS.compiles += 1
+        STATS.graphs += len(result.graphs)
+        STATS.graph_breaks += len(result.breaks)
+        cache.entries.insert(0, entry)  # newest first: after automatic dynamic it is the most general
+        self.notify(CaptureEvent(fn, result, recompile_reason))
+        return entry
+
+    def fall_back(self, reason: str, recompile_reason: str | None, exc: Unsupported | None = None,
+                  quiet: bool = False) -> None:
+        self.cache.eager_reason = reason
+        message = f"{self.name} ({where(self.fn)}) runs eagerly: {reason}"
+        if quiet:
+            log.debug("capture", message)
+        else:
+            log.artifact("graph_breaks", message)
+        self.notify(CaptureEvent(self.fn, None, recompile_reason, reason, exc))
+        return None
+
+    def notify(self, event: CaptureEvent) -> None:
+        for observer in list(_OBSERVERS):
+            observer(event)
+
+
+def _note_inputs(policy: Any, guards: list[Guard], L: dict, G: dict, F: Any) -> None:
+    """Show the policy the sizes and ints this capture specialized on (read back through the guards),
+    so that the next capture of this code object makes symbolic exactly what changed since."""
+    if policy is None:
+        return
+    env = {"L": L, "G": G, "F": F}
+    for guard in guards:
+        is_int = guard.kind == "check_value" and type(guard.expected) is int
+        if guard.kind != "check_tensor" and not is_int:
+            continue
+        try:
+            value = eval(guard.source, env)
+        except Exception:  # the guard passed a moment ago, so this does not happen; never fatal here
+            continue
+        if is_int:
+            policy.note_int(guard.source, value)
+        else:
+            policy.note_sizes(guard.source, value)
+
+
+def _default_capture() -> CaptureFn:
+    from kiln.capture.tracer import capture_frame  # the tracer imports this module's users lazily
+
+    return capture_frame
+
+
+def _new_policy() -> Any:
+    try:
+        from kiln.symbolic.policy import DynamicPolicy
+    except ImportError:
+        return None
+    return DynamicPolicy()
+
+
+def frames_of(compiled: Callable[..., Any]) -> FrameCache:
+    """The FrameCache behind a callable returned by compile_function (tests and explain read it)."""
+    return compiled._kiln_frame.cache  # type: ignore[attr-defined]
+

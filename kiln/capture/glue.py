@@ -1,0 +1,399 @@
+"""The glue: generated Python that runs a capture's graph and puts the frame's world back together.
+
+For each capture the tracer builds one function `__glue(L, G, F)`: it calls the compiled graph on
+its input expressions, replays side effects, and then either returns the frame's result or performs
+the graph break (rebuild the stack and live locals, run the offending call or branch natively, call
+the resume function). It is built as readable Python source (what KILN_LOGS=bytecode prints) and
+exec'd in a namespace holding the compiled graph, the constants and the resume functions.
+Corresponds to torch/_dynamo/codegen.py (PyCodegen), written as source instead of bytecode.
+"""
+from __future__ import annotations
+
+import dis
+import itertools
+import linecache
+import types
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
+import torch.fx
+
+from kiln.capture import code as code_mod
+from kiln.capture.variables.constant import literal_or_none
+from kiln.debug import log
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.output_graph import CompiledGraph, OutputGraph
+    from kiln.capture.variables.base import Variable
+
+_glue_ids = itertools.count()
+
+
+class GlueBuilder:
+    """Collects the glue's lines and names; `finish` compiles the graph and execs the source."""
+
+    def __init__(self, output: "OutputGraph", f_globals: dict[str, Any], name: str) -> None:
+        self.output = output
+        self.f_globals = f_globals
+        self.name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+        self.namespace: dict[str, Any] = {}
+        self.lines: list[str] = []
+        self.outputs: list[torch.fx.Node] = []
+        self._output_index: dict[torch.fx.Node, int] = {}
+        self._const_names: dict[int, str] = {}
+        self._counter = itertools.count()
+        self._reconstructed: dict[int, tuple[Any, str]] = {}
+
+    # ------------------------------------------------------------------ names and values
+    def fresh(self, prefix: str) -> str:
+        return f"__{prefix}{next(self._counter)}"
+
+    def line(self, text: str) -> None:
+        self.lines.append(text)
+
+    def constant(self, value: Any) -> str:
+        """An expression for a trace-time constant: a literal when it has one, else a bound name."""
+        literal = literal_or_none(value)
+        if literal is not None:
+            return literal
+        name = self._const_names.get(id(value))
+        if name is None:
+            label = getattr(value, "__name__", type(value).__name__)
+            label = "".join(c if c.isalnum() else "_" for c in str(label))[:24]
+            name = f"__const_{label}_{len(self._const_names)}"
+            self._const_names[id(value)] = name
+            self.namespace[name] = value
+        return name
+
+    def bind(self, prefix: str, value: Any) -> str:
+        """Put an object (a resume function, a wrapped callee) in the namespace under a fresh name."""
+        name = self.fresh(prefix)
+        self.namespace[name] = value
+        return name
+
+    def reconstruct(self, var: "Variable") -> str:
+        """The expression of `var`, built once per glue: a value reachable twice stays one object."""
+        from kiln.capture.variables.dict import DictVariable, SetVariable
+        from kiln.capture.variables.functions import NestedFunctionVariable
+        from kiln.capture.variables.iterator import IteratorVariable
+        from kiln.capture.variables.sequence import ListVariable
+
+        cached = self._reconstructed.get(id(var))
+        if cached is not None:
+            return cached[1]
+        expr = var.reconstruct(self)
+        if var.source is None and isinstance(var, (ListVariable, DictVariable, SetVariable,
+                                                   NestedFunctionVariable, IteratorVariable)):
+            name = self.fresh("v")
+            self.line(f"{name} = {expr}")
+            expr = name
+        self._reconstructed[id(var)] = (var, expr)
+        return expr
+
+    def graph_value(self, var: Any) -> str:
+        """A tensor or symbolic number the graph computes: its input expression or an output slot."""
+        node = var.node
+        if node.op == "placeholder":
+            return node.meta["source"]
+        index = self._output_index.get(node)
+        if index is None:
+            index = len(self.outputs)
+            self.outputs.append(node)
+            self._output_index[node] = index
+        return f"__out[{index}]"
+
+    # ------------------------------------------------------------------ finishing
+    def finish(self, compiler: Callable[..., Any] | None, graph_name: str
+               ) -> tuple[Callable[..., Any], str, "CompiledGraph | None"]:
+        """Close and compile the graph, and exec the glue source; returns (glue, source, graph)."""
+        head: list[str] = []
+        compiled = None
+        if self.output.has_ops() or self.outputs:
+            if not self.output.has_ops() and any(n.op != "placeholder" for n in self.outputs):
+                raise AssertionError("graph outputs without ops")
+            compiled = self.output.compile(self.outputs, compiler, graph_name)
+            self.namespace[f"__{graph_name}"] = compiled.fn
+            args = ", ".join(compiled.inputs)
+            head.append(f"__out = __{graph_name}({args})")
+        body = head + self.lines
+        glue_name = f"__glue_{self.name}"
+        source = f"def {glue_name}(L, G, F):\n" + "".join(f"    {line}\n" for line in body)
+        filename = f"<kiln glue {next(_glue_ids)}: {self.name}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(source, filename, "exec"), self.namespace)
+        return self.namespace[glue_name], source, compiled
+
+
+class ResumeFunctions:
+    """Makes resume functions for one frame (`fn`), each wrapped by the entry's `wrap_frame`.
+
+    A frame with a closure gets its resume functions per closure at run time (`F` can be another
+    closure instance of the same code), so the glue calls `__resumeN(F)(...)` in that case.
+    """
+
+    def __init__(self, fn: types.FunctionType, wrap_frame: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.wrap_frame = wrap_frame
+
+    def expression(self, glue: GlueBuilder, offset: int, stack: Sequence["Variable"],
+                   live: Sequence[str], live_values: Sequence["Variable"]) -> str:
+        """`resume(stack..., locals...)`: the call continuing the frame at `offset`."""
+        from kiln.capture.variables.base import NullVariable
+
+        code = self.fn.__code__
+        null_slots = [i for i, v in enumerate(stack) if isinstance(v, NullVariable)]
+        resume_code = code_mod.make_resume_code(code, offset, len(stack), list(live), null_slots=null_slots)
+        log.artifact("bytecode", lambda: "resume function:\n" + code_mod.render_code(resume_code))
+        args = [glue.reconstruct(v) for v in stack if not isinstance(v, NullVariable)]
+        args += [glue.reconstruct(v) for v in live_values]
+        if self.fn.__closure__ is None:
+            resume = code_mod.make_function(resume_code, self.fn.__globals__, None, resume_code.co_name)
+            callee = glue.bind("resume", self.wrap_frame(resume))
+        else:
+            callee = glue.bind("resume", _PerClosure(resume_code, self.fn.__globals__, self.wrap_frame)) + "(F)"
+        return f"{callee}({', '.join(args)})"
+
+
+class _PerClosure:
+    """Resume functions of one code object, one per closure they are called with."""
+
+    def __init__(self, code: types.CodeType, f_globals: dict[str, Any], wrap_frame: Callable[[Any], Any]) -> None:
+        self.code = code
+        self.f_globals = f_globals
+        self.wrap_frame = wrap_frame
+        self._made: dict[tuple[int, ...], tuple[Any, Any]] = {}
+
+    def __call__(self, F: types.FunctionType) -> Any:
+        key = tuple(id(c) for c in F.__closure__ or ())
+        made = self._made.get(key)
+        if made is None:
+            fn = code_mod.make_function(self.code, self.f_globals, F.__closure__, self.code.co_name)
+            made = (F.__closure__, self.wrap_frame(fn))  # the closure is kept so its ids stay unique
+            self._made[key] = made
+        return made[1]
+
+
+def unsupported_reconstruct(what: str) -> Unsupported:
+    return Unsupported(f"cannot rebuild {what} after a graph break", kind="reconstruct")
+
+
+# --------------------------------------------------------------------------- finishing a capture
+
+_CALLS = frozenset({"CALL", "CALL_FUNCTION_EX"})
+_BRANCHES = frozenset({"POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE",
+                       "POP_JUMP_BACKWARD_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"})
+_BACKWARD = frozenset({"JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "POP_JUMP_BACKWARD_IF_TRUE",
+                       "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE"})
+_graph_ids = itertools.count()
+
+
+def _in_loop(code: types.CodeType, offset: int) -> bool:
+    """True when a backward jump at or after `offset` goes back to or before it."""
+    return any(i.opname in _BACKWARD and i.offset >= offset and i.argval <= offset
+               for i in dis.get_instructions(code))
+
+
+def _in_try(code: types.CodeType, offset: int) -> bool:
+    """True when `offset` is covered by a try block (a with-block's cleanup handler does not count)."""
+    instrs = [i for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
+    index = {i.offset: n for n, i in enumerate(instrs)}
+    for entry in dis.Bytecode(code).exception_entries:
+        if entry.start <= offset < entry.end:
+            n = index.get(entry.target)
+            handler = instrs[n + 1].opname if n is not None and n + 1 < len(instrs) else None
+            if handler != "WITH_EXCEPT_START":
+                return True
+    return False
+
+
+def check_breakable(root: Any, exc: Unsupported, record: Any) -> None:
+    """Raise (the frame then runs eagerly) unless the root instruction can be a graph break.
+
+    A call and a branch on a tensor can; like Dynamo, a break inside a loop or a try block makes the
+    whole frame run natively instead (resuming there would recompile per iteration, or move the
+    native call out of its exception handler).
+    """
+    ins = root.current
+    if ins.opname not in _CALLS and not (ins.opname in _BRANCHES and exc.kind == "data_dependent_branch"):
+        raise exc
+    where = f"{record.filename}:{record.lineno}"
+    if _in_loop(root.code, ins.offset):
+        raise Unsupported(f"graph break inside a loop ({exc.reason}, at {where}); the frame runs eagerly",
+                          kind=exc.kind, hint=exc.hint) from exc
+    if _in_try(root.code, ins.offset):
+        raise Unsupported(f"graph break inside a try block ({exc.reason}, at {where}); the frame runs eagerly",
+                          kind=exc.kind, hint=exc.hint) from exc
+
+
+def _restore_grad_node(state: Any) -> None:
+    # A graph must leave grad mode as it found it; the glue sets the traced mode again natively.
+    if state.grad_enabled != state.initial_grad:
+        state.output.create_node("call_function", torch._C._set_grad_enabled, (state.initial_grad,), {}, None)
+
+
+def _grad_line(glue: GlueBuilder, state: Any) -> None:
+    if state.grad_enabled != state.initial_grad:
+        glue.line(f"{glue.constant(torch._C._set_grad_enabled)}({state.grad_enabled})")
+
+
+def _live_values(root: Any, names: Sequence[str]) -> tuple[list[str], list["Variable"]]:
+    """The live locals that are bound at the break, with their values.
+
+    A local the liveness analysis keeps only for a path where it is still unbound (e.g. read after
+    a with-block whose exit could swallow an exception) is left out: in the resume function it is
+    then unbound too, exactly as in the original frame.
+    """
+    from kiln.capture.sources import LocalSource
+    from kiln.capture.variables.base import Variable
+
+    bound: list[str] = []
+    values: list[Variable] = []
+    for name in names:
+        if name in root.cells:
+            contents = root.cells[name].contents
+            if contents is None:
+                continue
+            values.append(contents)
+        elif name in root.locals:
+            values.append(root.locals[name])
+        elif name in root.lazy_locals:
+            untouched = Variable()  # an argument the graph never read: passed through as it is
+            untouched.source = LocalSource(name)
+            values.append(untouched)
+        else:
+            continue
+        bound.append(name)
+    return bound, values
+
+
+def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any], Any]) -> tuple[str, list[str]]:
+    """How the glue calls the break's callee natively, and the leading arguments it needs.
+
+    A user function or method is wrapped by the entry (`wrap_frame`) so it is captured as its own
+    frame; anything else (print, a disabled function, a tensor method) is called as it is.
+    """
+    from kiln.capture.options import DISABLE_MARKER
+    from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+    from kiln.capture.variables.module import NNModuleVariable, _has_hooks
+
+    if isinstance(var, UserFunctionVariable) and not getattr(var.fn, DISABLE_MARKER, False):
+        return glue.bind("callee", wrap_frame(var.fn)), []
+    if isinstance(var, UserMethodVariable) and not getattr(var.fn, DISABLE_MARKER, False):
+        return glue.bind("callee", wrap_frame(var.fn)), [glue.reconstruct(var.obj)]
+    if isinstance(var, NNModuleVariable) and not _has_hooks(var.module):
+        forward = type(var.module).forward
+        if isinstance(forward, types.FunctionType) and "forward" not in var.module.__dict__:
+            return glue.bind("callee", wrap_frame(forward)), [glue.reconstruct(var)]
+    return glue.reconstruct(var), []
+
+
+def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> Any:
+    from kiln.capture.guards import Guard, shape_guard
+    from kiln.capture.tracer import CaptureResult
+
+    base = "".join(c if c.isalnum() or c == "_" else "_" for c in state.fn.__code__.co_name).strip("_")
+    name = f"{base or 'fn'}_{next(_graph_ids)}"
+    glue_fn, source, compiled = glue.finish(getattr(options, "compiler", None), f"graph_{name}")
+    guards = list(state.output.guards) + [Guard("", "check_grad_mode", state.initial_grad)]
+    guards += [shape_guard(g) for g in state.shape_env.guards]
+    graphs = [] if compiled is None else [compiled.gm]
+    if compiled is not None:
+        log.artifact("graph_code", lambda: f"graph of {state.fn.__qualname__}:\n{compiled.gm.code}")
+    log.artifact("bytecode", lambda: f"glue of {state.fn.__qualname__}:\n{source}")
+    return CaptureResult(glue_fn, source, guards, graphs, records)
+
+
+def finish_return(state: Any, root: Any, fn: types.FunctionType, options: Any, value: "Variable") -> Any:
+    """The capture of a frame that ran to its return: graph, side effects, `return <value>`."""
+    glue = GlueBuilder(state.output, fn.__globals__, fn.__code__.co_name)
+    _restore_grad_node(state)
+    state.side_effects.emit(glue)
+    expr = glue.reconstruct(value)
+    _grad_line(glue, state)
+    glue.line(f"return {expr}")
+    return _result(state, glue, options, [])
+
+
+def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
+                 wrap_frame: Callable[[Any], Any], record: Any) -> Any:
+    """The capture of a frame that breaks at `root.current`: graph, side effects, the native
+    instruction, and the call of the resume function(s)."""
+    from kiln.capture.breaks import log_break
+    from kiln.capture.opcodes.calls import split_call
+    from kiln.capture.variables.base import NullVariable
+
+    ins = root.current
+    code = fn.__code__
+    glue = GlueBuilder(state.output, fn.__globals__, code.co_name)
+    _restore_grad_node(state)
+    state.side_effects.emit(glue)
+    resumes = ResumeFunctions(fn, wrap_frame)
+    stack = list(root.stack)
+    after = code_mod.next_offset(code, ins.offset)
+    if ins.opname == "CALL":
+        depth = ins.arg + 2
+        below = stack[: len(stack) - depth]
+        callee_var, args, kwargs = split_call(stack[len(stack) - depth:], root.kw_names or ())
+        for v in below:
+            if not isinstance(v, NullVariable):
+                glue.reconstruct(v)  # before the call: contexts are entered, containers built
+        live, values = _live_values(root, code_mod.live_locals_at(code, after))
+        callee, leading = _native_callee(glue, callee_var, wrap_frame)
+        parts = leading + [glue.reconstruct(a) for a in args]
+        parts += [f"{k}={glue.reconstruct(v)}" for k, v in kwargs.items()]
+        _grad_line(glue, state)
+        result = glue.fresh("result")
+        glue.line(f"{result} = {callee}({', '.join(parts)})")
+        tmp = _Named(result)
+        glue.line(f"return {resumes.expression(glue, after, below + [tmp], live, values)}")
+    elif ins.opname == "CALL_FUNCTION_EX":
+        depth = 3 if ins.arg & 1 else 2
+        below = stack[: len(stack) - depth]
+        callee_var = stack[len(stack) - depth]
+        star = glue.reconstruct(stack[len(stack) - depth + 1])
+        starstar = glue.reconstruct(stack[-1]) if ins.arg & 1 else None
+        if below and isinstance(below[-1], NullVariable):
+            below = below[:-1]
+        live, values = _live_values(root, code_mod.live_locals_at(code, after))
+        callee, leading = _native_callee(glue, callee_var, wrap_frame)
+        parts = leading + [f"*{star}"] + ([f"**{starstar}"] if starstar else [])
+        _grad_line(glue, state)
+        result = glue.fresh("result")
+        glue.line(f"{result} = {callee}({', '.join(parts)})")
+        glue.line(f"return {resumes.expression(glue, after, below + [_Named(result)], live, values)}")
+    else:
+        cond = stack[-1]
+        below = stack[:-1]
+        target = ins.argval
+        if ins.opname.endswith("IF_TRUE"):
+            sides = ((target, below), (after, below))
+        elif ins.opname.endswith("IF_FALSE"):
+            sides = ((after, below), (target, below))
+        elif ins.opname == "JUMP_IF_TRUE_OR_POP":
+            sides = ((target, stack), (after, below))
+        else:
+            sides = ((after, below), (target, stack))
+        cond_expr = glue.reconstruct(cond)
+        calls = []
+        for offset, side_stack in sides:
+            live, values = _live_values(root, code_mod.live_locals_at(code, offset))
+            calls.append(resumes.expression(glue, offset, side_stack, live, values))
+        _grad_line(glue, state)
+        glue.line(f"if {cond_expr}:")
+        glue.line(f"    return {calls[0]}")
+        glue.line(f"return {calls[1]}")
+    log_break(record)
+    return _result(state, glue, options, [record])
+
+
+class _Named:
+    """A value the glue already holds in a local name (the result of the native call)."""
+
+    source = None
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def reconstruct(self, glue: GlueBuilder) -> str:
+        return self.name

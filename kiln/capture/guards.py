@@ -1,0 +1,461 @@
+"""Guards: what a captured graph assumed about its inputs, compiled into one fast check function.
+
+The tracer records a `Guard` for every fact it relied on (a type, an object's identity, a constant,
+a tensor's metadata, grad mode); the ShapeEnv adds its symbolic decisions as Python text. The entry
+calls `compile_guards` once per cache entry and gets a `CheckFn`: one generated Python function with
+early exit, plus `explain_failure` that names the first failing guard in the user's words.
+Corresponds to torch/_dynamo/guards.py (GuardBuilder and the generated check function).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from kiln.debug import log
+
+# ---------------------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One assumption about the value at `source` (an expression over L, G, F; see docs/seams.md).
+
+    `kind` names a verb of GUARD_KINDS; `expected` is what that verb compares against (a type, an
+    object, a constant, a TensorSpec, a length, ...). `description` overrides the user-facing name
+    derived from `source` (useful for closure cells: "free variable scale of f").
+    """
+
+    source: str
+    kind: str
+    expected: Any = None
+    description: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in GUARD_KINDS:
+            raise ValueError(f"unknown guard kind {self.kind!r}; known: {sorted(GUARD_KINDS)}")
+
+    @property
+    def name(self) -> str:
+        return self.description or user_name(self.source)
+
+    def key(self) -> tuple:
+        """Identity used to drop duplicates (objects compared by id, constants by value)."""
+        if self.kind == "check_id":
+            return (self.source, self.kind, id(self.expected))
+        try:
+            hash(self.expected)
+            return (self.source, self.kind, type(self.expected), self.expected)
+        except TypeError:
+            return (self.source, self.kind, repr(self.expected))
+
+    def __str__(self) -> str:
+        if not self.source:
+            return f"{self.kind}({describe_expected(self.expected)})"
+        return f"{self.kind}({self.source}, {describe_expected(self.expected)})"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """The metadata of a tensor that a graph depends on. A size or stride of None is dynamic."""
+
+    type: type
+    dtype: torch.dtype
+    device: torch.device
+    layout: torch.layout
+    requires_grad: bool
+    sizes: tuple[int | None, ...]
+    strides: tuple[int | None, ...]
+    inference: bool = False
+    conj: bool = False
+    neg: bool = False
+    # (i, j): free stride i equals size[j] * stride[j], the dense layout it had when captured
+    stride_links: tuple[tuple[int, int], ...] = ()
+
+    @staticmethod
+    def of(t: torch.Tensor, dynamic_dims: Iterable[int] = ()) -> "TensorSpec":
+        """The spec of a real tensor, with the sizes in `dynamic_dims` (and strides built from them) free."""
+        dynamic = set(dynamic_dims)
+        sizes = tuple(None if d in dynamic else s for d, s in enumerate(t.shape))
+        strides: tuple[int | None, ...] = ()
+        links: list[tuple[int, int]] = []
+        if t.layout == torch.strided:
+            real_sizes, real_strides = tuple(t.shape), tuple(t.stride())
+            strides = _static_strides(real_sizes, real_strides, dynamic)
+            for i, s in enumerate(strides):
+                j = _dense_inner_dim(real_sizes, real_strides, i) if s is None else None
+                if j is not None:
+                    links.append((i, j))
+        complex_ = t.is_complex()
+        return TensorSpec(
+            type=type(t), dtype=t.dtype, device=t.device, layout=t.layout,
+            requires_grad=t.requires_grad, sizes=sizes, strides=strides,
+            inference=t.is_inference(), conj=complex_ and t.is_conj(), neg=complex_ and t.is_neg(),
+            stride_links=tuple(links),
+        )
+
+    def __str__(self) -> str:
+        sizes = ", ".join("?" if s is None else str(s) for s in self.sizes)
+        grad = ", requires_grad" if self.requires_grad else ""
+        return f"{self.type.__name__}[{sizes}] {self.dtype} {self.device}{grad}"
+
+
+def _static_strides(sizes: tuple[int, ...], strides: tuple[int, ...], dynamic: set[int]) -> tuple[int | None, ...]:
+    # A stride depends on every size of the dims laid out inside it (smaller stride); when one of
+    # those is dynamic the stride is left free and its dense relation is checked instead (see
+    # check_tensor), so that a new batch size does not recompile through the stride guard.
+    if not dynamic:
+        return strides
+    out: list[int | None] = []
+    for i, stride in enumerate(strides):
+        inner = [j for j in range(len(sizes)) if j != i and (strides[j], -j) < (stride, -i) and sizes[j] != 1]
+        out.append(None if any(j in dynamic for j in inner) else stride)
+    return tuple(out)
+
+
+def _dense_inner_dim(real_sizes: Sequence[int], real_strides: Sequence[int], i: int) -> int | None:
+    """The dim laid out just inside dim i, if stride[i] == size[j] * stride[j] held when captured."""
+    candidates = [j for j in range(len(real_sizes)) if j != i and (real_strides[j], -j) < (real_strides[i], -i)]
+    if not candidates:
+        return None
+    j = max(candidates, key=lambda k: (real_strides[k], -k))
+    return j if real_strides[i] == real_sizes[j] * real_strides[j] else None
+
+
+# ---------------------------------------------------------------------------------------------------
+# The table of guard kinds
+
+
+@dataclass(frozen=True)
+class Check:
+    """One boolean condition of a guard: `code` is Python over `{v}` (the value) and bound names."""
+
+    code: str
+    why: Callable[[Any], str]  # the failure in the user's words, given the current value
+
+
+class Emitter:
+    """Binds the constants that generated code refers to (types, objects, dtypes) to fresh names."""
+
+    def __init__(self) -> None:
+        self.constants: dict[str, Any] = {"___grad_enabled": torch.is_grad_enabled}
+        self._by_id: dict[int, str] = {}
+
+    def bind(self, obj: Any) -> str:
+        name = self._by_id.get(id(obj))
+        if name is None:
+            name = f"___c{len(self._by_id)}"
+            self._by_id[id(obj)] = name
+            self.constants[name] = obj
+        return name
+
+
+GuardKindFn = Callable[[Any, str, Emitter], list[Check]]
+GUARD_KINDS: dict[str, GuardKindFn] = {}
+
+
+def guard_kind(fn: GuardKindFn) -> GuardKindFn:
+    """Register a guard kind under its function name, which must be a verb starting with check_."""
+    assert fn.__name__.startswith("check_"), fn.__name__
+    GUARD_KINDS[fn.__name__] = fn
+    return fn
+
+
+@guard_kind
+def check_type(expected: type, name: str, em: Emitter) -> list[Check]:
+    return [Check(f"type({{v}}) is {em.bind(expected)}",
+                  lambda v: f"{name} changed type from {_tname(expected)} to {_tname(type(v))}")]
+
+
+@guard_kind
+def check_id(expected: Any, name: str, em: Emitter) -> list[Check]:
+    # A strong reference (not id()) so that a freed object's id can never be reused by another.
+    return [Check(f"{{v}} is {em.bind(expected)}",
+                  lambda v: f"{name} is a different object than when compiled (was {_short(expected)}, now {_short(v)})")]
+
+
+@guard_kind
+def check_value(expected: Any, name: str, em: Emitter) -> list[Check]:
+    def why(v: Any) -> str:
+        if type(v) is not type(expected):
+            return f"{name} changed from {expected!r} ({_tname(type(expected))}) to {v!r} ({_tname(type(v))})"
+        return f"{name} changed from {expected!r} to {v!r}"
+
+    if expected is None or isinstance(expected, (bool, torch.dtype, torch.layout)) or expected is Ellipsis:
+        return [Check(f"{{v}} is {em.bind(expected)}", why)]
+    if isinstance(expected, float) and math.isnan(expected):
+        return [Check("type({v}) is float and {v} != {v}", why)]
+    if type(expected) in (int, str, bytes) or (type(expected) is float and math.isfinite(expected)):
+        literal = repr(expected)
+    else:
+        literal = em.bind(expected)
+    # Type first: 1 == 1.0 == True, and a graph specialized on an int must not take a float.
+    return [Check(f"type({{v}}) is {em.bind(type(expected))} and {{v}} == {literal}", why)]
+
+
+@guard_kind
+def check_none(expected: Any, name: str, em: Emitter) -> list[Check]:
+    return [Check("{v} is None", lambda v: f"{name} was None and is now {_short(v)}")]
+
+
+@guard_kind
+def check_not_none(expected: Any, name: str, em: Emitter) -> list[Check]:
+    return [Check("{v} is not None", lambda v: f"{name} was not None and is now None")]
+
+
+@guard_kind
+def check_len(expected: int, name: str, em: Emitter) -> list[Check]:
+    return [Check(f"len({{v}}) == {int(expected)}", lambda v: f"len({name}) changed from {expected} to {len(v)}")]
+
+
+@guard_kind
+def check_keys(expected: tuple, name: str, em: Emitter) -> list[Check]:
+    # Dicts keep insertion order and iteration over them is unrolled in that order.
+    keys = em.bind(list(expected))
+    return [Check(f"list({{v}}.keys()) == {keys}",
+                  lambda v: f"keys of {name} changed from {list(expected)} to {list(v.keys())}")]
+
+
+@guard_kind
+def check_grad_mode(expected: bool, name: str, em: Emitter) -> list[Check]:
+    state = {True: "enabled", False: "disabled"}
+    return [Check(f"___grad_enabled() is {bool(expected)}",
+                  lambda v: f"grad mode changed (was {state[bool(expected)]} when compiled, now {state[not expected]})")]
+
+
+@guard_kind
+def check_shape(expected: Any, name: str, em: Emitter) -> list[Check]:
+    # The source of a shape guard is its own Python text (over L, G, F); it reads no `{v}`.
+    return [Check("", lambda v: v)]
+
+
+@guard_kind
+def check_tensor(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
+    checks = [
+        Check(f"type({{v}}) is {em.bind(spec.type)}",
+              lambda v: f"{name} changed type from {_tname(spec.type)} to {_tname(type(v))}"),
+        Check(f"{{v}}.dtype is {em.bind(spec.dtype)}", lambda v: f"{name}.dtype changed from {spec.dtype} to {v.dtype}"),
+        Check(f"{{v}}.device == {em.bind(spec.device)}",
+              lambda v: f"{name}.device changed from {spec.device} to {v.device}"),
+        Check(f"{{v}}.requires_grad is {spec.requires_grad}",
+              lambda v: f"{name}.requires_grad changed from {spec.requires_grad} to {v.requires_grad}"),
+        Check(f"{{v}}.layout is {em.bind(spec.layout)}",
+              lambda v: f"{name}.layout changed from {spec.layout} to {v.layout}"),
+    ]
+    checks.append(_sizes_check(spec, name))
+    if spec.layout == torch.strided:
+        checks.append(_strides_check(spec, name))
+    checks.append(Check(f"{{v}}.is_inference() is {spec.inference}",
+                        lambda v: f"{name} {'is no longer' if spec.inference else 'is now'} an inference tensor"))
+    if spec.dtype.is_complex:
+        checks.append(Check(f"{{v}}.is_conj() is {spec.conj} and {{v}}.is_neg() is {spec.neg}",
+                            lambda v: f"{name} conjugate/negative view bits changed"))
+    return checks
+
+
+def _sizes_check(spec: TensorSpec, name: str) -> Check:
+    def why(v: torch.Tensor) -> str:
+        if v.dim() != len(spec.sizes):
+            return f"{name}.dim() changed from {len(spec.sizes)} to {v.dim()}"
+        for d, (old, new) in enumerate(zip(spec.sizes, v.shape)):
+            if old is not None and old != new:
+                return f"{name}.size()[{d}] changed from {old} to {new}"
+        return f"{name}.size() changed"
+
+    if all(s is not None for s in spec.sizes):
+        return Check(f"{{v}}.shape == {tuple(spec.sizes)!r}", why)
+    parts = [f"{{v}}.dim() == {len(spec.sizes)}"]
+    parts += [f"{{v}}.shape[{d}] == {s}" for d, s in enumerate(spec.sizes) if s is not None]
+    return Check(" and ".join(parts), why)
+
+
+def _strides_check(spec: TensorSpec, name: str) -> Check:
+    def why(v: torch.Tensor) -> str:
+        expected = tuple("?" if s is None else s for s in spec.strides)
+        return f"{name}.stride() changed from {expected} to {tuple(v.stride())}".replace("'?'", "?")
+
+    if all(s is not None for s in spec.strides):
+        return Check(f"{{v}}.stride() == {tuple(spec.strides)!r}", why)
+    parts = [f"{{v}}.stride()[{d}] == {s}" for d, s in enumerate(spec.strides) if s is not None]
+    # Free strides keep the dense layout they had: stride[i] == size[j] * stride[j] for the dim j
+    # laid out just inside i (what the ShapeEnv's symbolic strides stood for).
+    for i, j in spec.stride_links:
+        parts.append(f"{{v}}.stride()[{i}] == {{v}}.shape[{j}] * {{v}}.stride()[{j}]")
+    return Check(" and ".join(parts) or "True", why)
+
+
+def tensor_guard(source: str, t: torch.Tensor, dynamic_dims: Iterable[int] = (), description: str | None = None) -> Guard:
+    """The check_tensor guard for the real tensor `t` found at `source`, with `dynamic_dims` free."""
+    return Guard(source, "check_tensor", TensorSpec.of(t, dynamic_dims), description)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Compiling a list of guards into one function
+
+_NAME_RE = re.compile(r"\b([LG])\['([A-Za-z_]\w*)'\]")
+_MODULE_DICT_RE = re.compile(r"\.(?:_modules|_parameters|_buffers)\['(\w+)'\]")
+_TERM_RE = re.compile(r"[LGF](?:\['[^']*'\])?(?:\.[A-Za-z_]\w*|\[[^\[\]]*\]|\(\))*")
+
+
+def user_name(source: str) -> str:
+    """`L['self']._modules['fc'].weight` -> `self.fc.weight`: a source as the user would write it."""
+    text = _MODULE_DICT_RE.sub(lambda m: f"[{m[1]}]" if m[1].isdigit() else f".{m[1]}", source)
+    return _NAME_RE.sub(r"\2", text)
+
+
+class CheckFn:
+    """The compiled guards of one cache entry: `check(L, G, F) -> bool`, its source text, and why it fails.
+
+    `fn` is the generated function itself; the entry calls it directly on the hot path.
+    """
+
+    def __init__(self, guards: list[Guard], fn: Callable[[dict, dict, Any], bool], source: str,
+                 checks: list[list[Check]], constants: dict[str, Any]) -> None:
+        self.guards = guards
+        self.fn = fn
+        self.source = source
+        self._checks = checks
+        self._constants = constants
+
+    def __call__(self, L: dict, G: dict, F: Any) -> bool:
+        return self.fn(L, G, F)
+
+    def first_failure(self, L: dict, G: dict, F: Any) -> tuple[Guard, str] | None:
+        """The first guard that fails on (L, G, F), with the reason in the user's words; None if all pass."""
+        env = {"L": L, "G": G, "F": F, **self._constants}
+        for guard, checks in zip(self.guards, self._checks):
+            if guard.kind == "check_shape":
+                reason = _explain_shape(guard, env)
+                if reason is not None:
+                    return guard, reason
+                continue
+            if guard.source:
+                try:
+                    value = eval(guard.source, env)
+                except Exception as exc:  # a missing attribute or key is itself the change
+                    return guard, f"{guard.name} could not be read ({type(exc).__name__}: {exc})"
+            else:
+                value = None
+            for check in checks:
+                try:
+                    ok = eval(check.code.format(v="___value"), {**env, "___value": value})
+                except Exception:
+                    ok = False
+                if not ok:
+                    return guard, check.why(value)
+        return None
+
+    def explain_failure(self, L: dict, G: dict, F: Any) -> str:
+        """The first failing guard in the user's words, e.g. `x.size()[0] changed from 8 to 16`."""
+        failure = self.first_failure(L, G, F)
+        return "all guards pass" if failure is None else failure[1]
+
+
+def _explain_shape(guard: Guard, env: dict) -> str | None:
+    try:
+        if eval(guard.source, env):
+            return None
+    except Exception as exc:
+        return f"{user_name(guard.source)} could not be evaluated ({type(exc).__name__}: {exc})"
+    values = []
+    for term in dict.fromkeys(_TERM_RE.findall(guard.source)):
+        try:
+            values.append(f"{user_name(term)} = {eval(term, env)!r}")
+        except Exception:
+            continue
+    where = f" (guard added at {guard.expected})" if isinstance(guard.expected, str) else ""
+    now = f"; now {', '.join(values)}" if values else ""
+    return f"{user_name(guard.source)} no longer holds{now}{where}"
+
+
+def shape_guard(shape_guard_record: Any) -> Guard:
+    """A check_shape Guard from a ShapeEnv ShapeGuard (its `.python` text and `.location`) or plain text."""
+    if isinstance(shape_guard_record, str):
+        return Guard(shape_guard_record, "check_shape", None)
+    return Guard(shape_guard_record.python, "check_shape", getattr(shape_guard_record, "location", None))
+
+
+def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = ()) -> CheckFn:
+    """Compile guards (and the ShapeEnv's guards, checked last) into one function with early exit."""
+    unique: dict[tuple, Guard] = {}
+    for guard in list(guards) + [shape_guard(g) for g in shape_guards]:
+        unique.setdefault(guard.key(), guard)
+    ordered = [g for g in unique.values() if g.kind != "check_shape"]
+    ordered += [g for g in unique.values() if g.kind == "check_shape"]
+
+    em = Emitter()
+    hoisted: dict[str, str] = {}  # source expression -> local name, in order of first use
+    lines: list[str] = []
+    all_checks: list[list[Check]] = []
+    for guard in ordered:
+        checks = GUARD_KINDS[guard.kind](guard.expected, guard.name, em)
+        all_checks.append(checks)
+        if guard.kind == "check_shape":
+            lines.append(f"if not ({_rewrite(guard.source, hoisted)}): return False")
+            continue
+        value = "None"
+        if guard.source:
+            if guard.source not in hoisted:
+                local = f"___v{len(hoisted)}"
+                lines.append(f"{local} = {_rewrite(guard.source, hoisted)}")
+                hoisted[guard.source] = local
+            value = hoisted[guard.source]
+        condition = " and ".join(f"({c.code.format(v=value)})" if " or " in c.code else c.code.format(v=value)
+                                 for c in checks)
+        lines.append(f"if not ({condition}): return False  # {guard.kind} {user_name(guard.source)}")
+
+    body = "\n".join("        " + line for line in lines) or "        pass"
+    source = (
+        "def ___check_guards(L, G, F):\n"
+        "    try:\n"
+        f"{body}\n"
+        "    except Exception:\n"
+        "        return False  # a source that cannot be read any more is a failed guard\n"
+        "    return True\n"
+    )
+    namespace = dict(em.constants)
+    exec(compile(source, "<kiln guards>", "exec"), namespace)
+    log.artifact("guards", lambda: "guards:\n" + "\n".join(f"  {g}" for g in ordered) + "\n" + source)
+    return CheckFn(ordered, namespace["___check_guards"], source, all_checks, em.constants)
+
+
+def _rewrite(expr: str, hoisted: dict[str, str]) -> str:
+    """Replace the longest already-read sources inside `expr` by their locals."""
+    for src in sorted(hoisted, key=len, reverse=True):
+        if src in expr:
+            expr = re.sub(re.escape(src) + r"(?![A-Za-z0-9_])", hoisted[src], expr)
+    return expr
+
+
+# ---------------------------------------------------------------------------------------------------
+# Printing
+
+
+def _tname(t: type) -> str:
+    module = getattr(t, "__module__", "")
+    if module in ("builtins", None):
+        return t.__name__
+    if module.startswith("torch"):
+        return f"torch.{'nn.' if module.startswith('torch.nn') else ''}{t.__name__}"
+    return t.__qualname__
+
+
+def _short(obj: Any) -> str:
+    if isinstance(obj, torch.Tensor):
+        return f"a tensor of shape {tuple(obj.shape)}"
+    if isinstance(obj, torch.nn.Module):
+        return f"<{type(obj).__name__} at {id(obj):#x}>"
+    if callable(obj) and hasattr(obj, "__qualname__"):
+        return f"<{type(obj).__name__} {obj.__qualname__}>"
+    text = repr(obj)
+    return text if len(text) < 60 else text[:57] + "..."
+
+
+def describe_expected(expected: Any) -> str:
+    if isinstance(expected, type):
+        return _tname(expected)
+    return _short(expected) if not isinstance(expected, TensorSpec) else str(expected)

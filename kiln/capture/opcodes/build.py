@@ -1,0 +1,167 @@
+"""Building and taking apart containers: BUILD_*, LIST_APPEND/EXTEND, MAP_ADD, DICT_UPDATE/MERGE,
+UNPACK_SEQUENCE/EX, FORMAT_VALUE and BUILD_STRING.
+
+Containers hold tracked values; strings are built at trace time from constants only (formatting a
+tensor is a graph break). Corresponds to the BUILD_*/UNPACK_* handlers of
+torch/_dynamo/symbolic_convert.py.
+"""
+from __future__ import annotations
+
+import dis
+import enum
+import types
+from typing import TYPE_CHECKING
+
+from kiln.capture.opcodes import opcode
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.dict import DictVariable, SetVariable, key_of, pairs_of
+from kiln.capture.variables.sequence import ListVariable, TupleVariable
+from kiln.capture.variables.slice import SliceVariable
+from kiln.capture.variables.symint import SymIntVariable
+from kiln.capture.variables.user_object import ObjectVariable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.tracer import Tracer
+
+
+@opcode
+def BUILD_TUPLE(tx: "Tracer", instr: dis.Instruction) -> None:
+    tx.push(TupleVariable(tx.popn(instr.arg)))
+
+
+@opcode
+def BUILD_LIST(tx: "Tracer", instr: dis.Instruction) -> None:
+    tx.push(ListVariable(tx.popn(instr.arg)))
+
+
+@opcode
+def BUILD_SET(tx: "Tracer", instr: dis.Instruction) -> None:
+    tx.push(SetVariable(tx.popn(instr.arg)))
+
+
+@opcode
+def BUILD_MAP(tx: "Tracer", instr: dis.Instruction) -> None:
+    items = tx.popn(2 * instr.arg)
+    tx.push(DictVariable({key_of(items[i]): items[i + 1] for i in range(0, len(items), 2)}))
+
+
+@opcode
+def BUILD_CONST_KEY_MAP(tx: "Tracer", instr: dis.Instruction) -> None:
+    keys = tx.pop().as_constant()
+    values = tx.popn(instr.arg)
+    tx.push(DictVariable(dict(zip(keys, values))))
+
+
+@opcode
+def BUILD_SLICE(tx: "Tracer", instr: dis.Instruction) -> None:
+    parts = tx.popn(instr.arg)
+    if len(parts) == 2:
+        parts.append(ConstantVariable(None))
+    tx.push(SliceVariable(*parts))
+
+
+@opcode
+def LIST_APPEND(tx: "Tracer", instr: dis.Instruction) -> None:
+    value = tx.pop()
+    tx.stack[-instr.arg].call_method(tx, "append", [value], {})
+
+
+@opcode
+def LIST_EXTEND(tx: "Tracer", instr: dis.Instruction) -> None:
+    value = tx.pop()
+    tx.stack[-instr.arg].call_method(tx, "extend", [value], {})
+
+
+@opcode
+def SET_ADD(tx: "Tracer", instr: dis.Instruction) -> None:
+    value = tx.pop()
+    tx.stack[-instr.arg].call_method(tx, "add", [value], {})
+
+
+@opcode
+def SET_UPDATE(tx: "Tracer", instr: dis.Instruction) -> None:
+    value = tx.pop()
+    target = tx.stack[-instr.arg]
+    for item in tx.iterate(value):
+        target.call_method(tx, "add", [item], {})
+
+
+@opcode
+def MAP_ADD(tx: "Tracer", instr: dis.Instruction) -> None:
+    value = tx.pop()
+    key = tx.pop()
+    tx.stack[-instr.arg].call_method(tx, "__setitem__", [key, value], {})
+
+
+@opcode
+def DICT_UPDATE(tx: "Tracer", instr: dis.Instruction) -> None:
+    value = tx.pop()
+    tx.stack[-instr.arg].call_method(tx, "update", [value], {})
+
+
+@opcode
+def DICT_MERGE(tx: "Tracer", instr: dis.Instruction) -> None:
+    value = tx.pop()
+    target = tx.stack[-instr.arg]
+    new = pairs_of(tx, value)
+    if set(new) & set(target.items):
+        raise Unsupported("duplicate keyword argument in ** (raised natively)", kind="unsupported")
+    target.items.update(new)
+
+
+@opcode
+def LIST_TO_TUPLE(tx: "Tracer", instr: dis.Instruction) -> None:
+    tx.push(TupleVariable(tx.pop().items))
+
+
+@opcode
+def UNPACK_SEQUENCE(tx: "Tracer", instr: dis.Instruction) -> None:
+    items = tx.iterate(tx.pop())
+    if len(items) != instr.arg:
+        raise Unsupported(f"unpacking {len(items)} values into {instr.arg} (raised natively)", kind="unsupported")
+    for item in reversed(items):
+        tx.push(item)
+
+
+@opcode
+def UNPACK_EX(tx: "Tracer", instr: dis.Instruction) -> None:
+    before, after = instr.arg & 0xFF, instr.arg >> 8
+    items = tx.iterate(tx.pop())
+    if len(items) < before + after:
+        raise Unsupported("not enough values to unpack (raised natively)", kind="unsupported")
+    middle = ListVariable(items[before: len(items) - after])
+    for item in reversed(items[len(items) - after:]):
+        tx.push(item)
+    tx.push(middle)
+    for item in reversed(items[:before]):
+        tx.push(item)
+
+
+@opcode
+def FORMAT_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
+    flags = instr.arg
+    spec = tx.pop().as_constant() if flags & 0x04 else ""
+    value_var = tx.pop()
+    if isinstance(value_var, SymIntVariable):
+        value = value_var.specialize()
+    elif value_var.is_constant():
+        value = value_var.as_constant()
+    elif isinstance(value_var, ObjectVariable) and isinstance(value_var.value, (type, types.ModuleType, enum.Enum)):
+        value = value_var.value
+    else:
+        raise Unsupported(f"formatting {value_var.describe()} into a string", kind="format_tensor")
+    conversion = flags & 0x03
+    if conversion == 1:
+        value = str(value)
+    elif conversion == 2:
+        value = repr(value)
+    elif conversion == 3:
+        value = ascii(value)
+    tx.push(ConstantVariable(format(value, spec)))
+
+
+@opcode
+def BUILD_STRING(tx: "Tracer", instr: dis.Instruction) -> None:
+    parts = tx.popn(instr.arg)
+    tx.push(ConstantVariable("".join(p.as_constant() for p in parts)))

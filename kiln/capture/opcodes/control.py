@@ -1,0 +1,176 @@
+"""Control flow: jumps, loops (GET_ITER/FOR_ITER, unrolled), with-blocks, return, raise.
+
+A conditional jump on a trace-time value just picks a side; on a tensor it is a data-dependent
+branch (a graph break with a resume function for each side). Loops are unrolled because their
+iterators are known. `with` supports the grad-mode managers. Exceptions are not traced: `raise` and
+the exception handlers are graph breaks (the frame runs natively from there).
+Corresponds to the jump/iteration handlers of torch/_dynamo/symbolic_convert.py.
+"""
+from __future__ import annotations
+
+import dis
+from typing import TYPE_CHECKING
+
+from kiln.capture.opcodes import opcode
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
+from kiln.capture.variables.iterator import IteratorVariable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.tracer import Tracer
+
+
+@opcode
+def RETURN_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
+    tx.returned = tx.pop()
+
+
+@opcode
+def JUMP_FORWARD(tx: "Tracer", instr: dis.Instruction) -> None:
+    tx.jump(instr.argval)
+
+
+@opcode
+def JUMP_BACKWARD(tx: "Tracer", instr: dis.Instruction) -> None:
+    tx.jump(instr.argval)
+
+
+@opcode
+def JUMP_BACKWARD_NO_INTERRUPT(tx: "Tracer", instr: dis.Instruction) -> None:
+    tx.jump(instr.argval)
+
+
+def _pop_jump_if(tx: "Tracer", instr: dis.Instruction, when: bool) -> None:
+    value = tx.stack[-1]
+    taken = value.truth(tx) == when  # raises (data-dependent branch) before the stack changes
+    tx.pop()
+    if taken:
+        tx.jump(instr.argval)
+
+
+def _pop_jump_if_none(tx: "Tracer", instr: dis.Instruction, when: bool) -> None:
+    value = tx.pop()
+    is_none = value.is_constant() and value.as_constant() is None
+    if is_none == when:
+        tx.jump(instr.argval)
+
+
+@opcode
+def POP_JUMP_FORWARD_IF_TRUE(tx: "Tracer", instr: dis.Instruction) -> None:
+    _pop_jump_if(tx, instr, True)
+
+
+@opcode
+def POP_JUMP_FORWARD_IF_FALSE(tx: "Tracer", instr: dis.Instruction) -> None:
+    _pop_jump_if(tx, instr, False)
+
+
+@opcode
+def POP_JUMP_BACKWARD_IF_TRUE(tx: "Tracer", instr: dis.Instruction) -> None:
+    _pop_jump_if(tx, instr, True)
+
+
+@opcode
+def POP_JUMP_BACKWARD_IF_FALSE(tx: "Tracer", instr: dis.Instruction) -> None:
+    _pop_jump_if(tx, instr, False)
+
+
+@opcode
+def POP_JUMP_FORWARD_IF_NONE(tx: "Tracer", instr: dis.Instruction) -> None:
+    _pop_jump_if_none(tx, instr, True)
+
+
+@opcode
+def POP_JUMP_FORWARD_IF_NOT_NONE(tx: "Tracer", instr: dis.Instruction) -> None:
+    _pop_jump_if_none(tx, instr, False)
+
+
+@opcode
+def POP_JUMP_BACKWARD_IF_NONE(tx: "Tracer", instr: dis.Instruction) -> None:
+    _pop_jump_if_none(tx, instr, True)
+
+
+@opcode
+def POP_JUMP_BACKWARD_IF_NOT_NONE(tx: "Tracer", instr: dis.Instruction) -> None:
+    _pop_jump_if_none(tx, instr, False)
+
+
+@opcode
+def JUMP_IF_TRUE_OR_POP(tx: "Tracer", instr: dis.Instruction) -> None:
+    if tx.stack[-1].truth(tx):
+        tx.jump(instr.argval)
+    else:
+        tx.pop()
+
+
+@opcode
+def JUMP_IF_FALSE_OR_POP(tx: "Tracer", instr: dis.Instruction) -> None:
+    if not tx.stack[-1].truth(tx):
+        tx.jump(instr.argval)
+    else:
+        tx.pop()
+
+
+@opcode
+def GET_ITER(tx: "Tracer", instr: dis.Instruction) -> None:
+    value = tx.pop()
+    if isinstance(value, IteratorVariable):
+        tx.push(value)
+    else:
+        tx.push(IteratorVariable(tx.iterate(value)))
+
+
+@opcode
+def FOR_ITER(tx: "Tracer", instr: dis.Instruction) -> None:
+    iterator = tx.stack[-1]
+    if not isinstance(iterator, IteratorVariable):
+        raise Unsupported(f"for-loop over {iterator.describe()}", kind="unsupported_iter")
+    item = iterator.next_item()
+    if item is None:
+        tx.pop()
+        tx.jump(instr.argval)
+    else:
+        tx.push(item)
+
+
+@opcode
+def BEFORE_WITH(tx: "Tracer", instr: dis.Instruction) -> None:
+    ctx = tx.pop()
+    if not isinstance(ctx, GradModeVariable):
+        raise Unsupported(f"`with` on {ctx.describe()} (only grad-mode managers are traced)",
+                          kind="unsupported")
+    tx.push(WithExitVariable(ctx))
+    tx.push(ctx.enter(tx))
+
+
+@opcode
+def LOAD_ASSERTION_ERROR(tx: "Tracer", instr: dis.Instruction) -> None:
+    tx.push(tx.wrap_result(AssertionError))
+
+
+@opcode
+def RAISE_VARARGS(tx: "Tracer", instr: dis.Instruction) -> None:
+    raise Unsupported("raising an exception (it is raised natively)", kind="unsupported")
+
+
+@opcode
+def RETURN_GENERATOR(tx: "Tracer", instr: dis.Instruction) -> None:
+    if tx.yielded is None:
+        raise Unsupported("generators are not traced", kind="generator")
+    tx.push(ConstantVariable(None))  # what the POP_TOP after it expects on the stack
+
+
+@opcode
+def YIELD_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
+    if tx.yielded is None:
+        raise Unsupported("yield outside an inlined generator", kind="generator")
+    tx.yielded.append(tx.pop())
+    tx.push(ConstantVariable(None))  # the value sent in: generators are only iterated
+
+
+@opcode
+def GET_YIELD_FROM_ITER(tx: "Tracer", instr: dis.Instruction) -> None:
+    GET_ITER(tx, instr)
+
+

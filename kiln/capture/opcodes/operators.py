@@ -1,0 +1,258 @@
+"""Operators: BINARY_OP, COMPARE_OP, IS_OP, CONTAINS_OP, UNARY_*, subscripting.
+
+On constants an operator runs at trace time; on tensors or symbolic sizes it becomes a node
+(`operator.add`, `operator.lt`, `operator.getitem`, ...); on containers it has the container's
+meaning (concatenation, membership). In-place forms on tensors (`x += y`) record the in-place
+operator so the caller's tensor changes as in eager. Corresponds to the operator handlers of
+torch/_dynamo/symbolic_convert.py and BuiltinVariable's operator rules.
+"""
+from __future__ import annotations
+
+import dis
+import operator
+from typing import TYPE_CHECKING, Any
+
+from kiln.capture.opcodes import opcode
+from kiln.capture.variables.base import Variable
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.dict import DictVariable, SetVariable
+from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable
+from kiln.capture.variables.symint import SymIntVariable
+from kiln.capture.variables.tensor import TensorVariable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.tracer import Tracer
+
+BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+          "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "@": operator.matmul,
+          "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift,
+          ">>": operator.rshift}
+INPLACE = {"+": operator.iadd, "-": operator.isub, "*": operator.imul, "/": operator.itruediv,
+           "//": operator.ifloordiv, "%": operator.imod, "**": operator.ipow, "@": operator.imatmul,
+           "&": operator.iand, "|": operator.ior, "^": operator.ixor, "<<": operator.ilshift,
+           ">>": operator.irshift}
+BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
+                  "pow": "**", "matmul": "@", "and_": "&", "or_": "|", "xor": "^", "lshift": "<<",
+                  "rshift": ">>"}
+COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+           ">=": operator.ge, "lt": operator.lt, "le": operator.le, "eq": operator.eq, "ne": operator.ne,
+           "gt": operator.gt, "ge": operator.ge}
+
+
+def _graph_values(*vs: Variable) -> bool:
+    return any(isinstance(v, (TensorVariable, SymIntVariable)) for v in vs)
+
+
+def _const(fn: Any, *vs: Variable) -> Variable:
+    try:
+        return _wrap(fn(*(v.as_constant() for v in vs)))
+    except Exception as exc:
+        raise Unsupported(f"{getattr(fn, '__name__', fn)} raised {type(exc).__name__}: {exc} (raised natively)",
+                          kind="unsupported") from exc
+
+
+def _wrap(value: Any) -> Variable:
+    from kiln.capture.variables.builder import wrap_result
+    return wrap_result(value)
+
+
+def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool = False) -> Variable:
+    """`a <symbol> b` (or `a <symbol>= b`) on tracked values."""
+    fn = INPLACE[symbol] if inplace else BINARY[symbol]
+    if _graph_values(a, b):
+        if inplace and not isinstance(a, TensorVariable):
+            fn = BINARY[symbol]  # ints and SymInts are immutable: `n += 1` is `n = n + 1`
+        if not all(isinstance(v, (TensorVariable, SymIntVariable, ConstantVariable)) for v in (a, b)):
+            if isinstance(a, BaseSequenceVariable) or isinstance(b, BaseSequenceVariable):
+                return _sequence_op(tx, symbol, a, b, inplace)
+            raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+        return tx.call_op("call_function", fn, [a, b], {})
+    if a.is_constant() and b.is_constant() and isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
+        return _const(fn, a, b)
+    if isinstance(a, (BaseSequenceVariable, DictVariable, SetVariable)):
+        return _sequence_op(tx, symbol, a, b, inplace)
+    if isinstance(b, BaseSequenceVariable) and symbol == "*":
+        return _sequence_op(tx, symbol, b, a, False)
+    if a.is_constant() and b.is_constant():
+        return _const(fn, a, b)
+    raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+def _sequence_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool) -> Variable:
+    if symbol == "+" and isinstance(a, ListVariable) and isinstance(b, BaseSequenceVariable):
+        if inplace:
+            a.call_method(tx, "extend", [b], {})
+            return a
+        if isinstance(b, ListVariable):
+            return ListVariable(a.items + b.items)
+    if symbol == "+" and isinstance(a, TupleVariable) and isinstance(b, TupleVariable):
+        kind = a.tuple_type if a.tuple_type is b.tuple_type and a.tuple_type in (tuple,) else tuple
+        return TupleVariable(a.items + b.items, kind)
+    if symbol == "*" and isinstance(a, BaseSequenceVariable):
+        count = tx.as_int(b)
+        return a.rebuild(a.items * count) if not (inplace and isinstance(a, ListVariable)) else _extend_times(tx, a, count)
+    if symbol == "|" and isinstance(a, DictVariable) and isinstance(b, DictVariable):
+        if inplace:
+            a.call_method(tx, "update", [b], {})
+            return a
+        return DictVariable({**a.items, **b.items}, a.dict_type)
+    if isinstance(a, SetVariable) and isinstance(b, SetVariable):
+        return _wrap(BINARY[symbol](a.as_constant(), b.as_constant()))
+    raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+def _extend_times(tx: "Tracer", a: ListVariable, count: int) -> Variable:
+    items = list(a.items)
+    a.call_method(tx, "__setitem__", [ConstantVariable(slice(None)), ListVariable(items * count)], {})
+    return a
+
+
+def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
+    fn = COMPARE[symbol]
+    if _graph_values(a, b):
+        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+            return tx.call_op("call_function", fn, [a, b], {})
+        if all(isinstance(v, (SymIntVariable, ConstantVariable)) for v in (a, b)):
+            return tx.call_op("call_function", fn, [a, b], {})
+        if symbol in ("==", "!=", "eq", "ne"):
+            return ConstantVariable((symbol in ("!=", "ne")))  # a tensor never equals a container
+        raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+    if a.is_constant() and b.is_constant():
+        return _const(fn, a, b)
+    if symbol in ("==", "!=", "eq", "ne"):
+        same = _identity(a, b)
+        if same is not None:
+            return ConstantVariable(same if symbol in ("==", "eq") else not same)
+    raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+def _identity(a: Variable, b: Variable) -> bool | None:
+    """Whether a and b are the same object, when that is known at trace time."""
+    if a is b:
+        return True
+    if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+        return a.example is b.example
+    if isinstance(a, (TensorVariable, SymIntVariable)) or isinstance(b, (TensorVariable, SymIntVariable)):
+        return False
+    try:
+        return a.as_python_value() is b.as_python_value()
+    except Unsupported:
+        pass
+    if type(a) is not type(b):
+        return False
+    return None
+
+
+def subscript(tx: "Tracer", obj: Variable, key: Variable) -> Variable:
+    """`obj[key]`."""
+    if isinstance(obj, TensorVariable):
+        return tx.call_op("call_function", operator.getitem, [obj, key], {})
+    if isinstance(obj, ConstantVariable) and key.is_constant():
+        return _const(operator.getitem, obj, key)
+    return obj.call_method(tx, "__getitem__", [key], {})
+
+
+@opcode
+def BINARY_OP(tx: "Tracer", instr: dis.Instruction) -> None:
+    b = tx.pop()
+    a = tx.pop()
+    symbol = instr.argrepr
+    inplace = symbol.endswith("=")
+    tx.push(binary_op(tx, symbol.rstrip("=") if inplace else symbol, a, b, inplace))
+
+
+@opcode
+def COMPARE_OP(tx: "Tracer", instr: dis.Instruction) -> None:
+    b = tx.pop()
+    a = tx.pop()
+    tx.push(compare_op(tx, instr.argval, a, b))
+
+
+@opcode
+def IS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
+    b = tx.pop()
+    a = tx.pop()
+    same = _identity(a, b)
+    if same is None:
+        raise Unsupported(f"`is` between {a.describe()} and {b.describe()}", kind="unsupported")
+    tx.push(ConstantVariable(same != bool(instr.arg)))
+
+
+@opcode
+def CONTAINS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
+    container = tx.pop()
+    item = tx.pop()
+    if isinstance(container, (DictVariable, SetVariable)):
+        result = container.call_method(tx, "__contains__", [item], {}).as_constant()
+    elif isinstance(container, ConstantVariable) and item.is_constant():
+        result = item.as_constant() in container.as_constant()
+    elif isinstance(container, TensorVariable):
+        raise Unsupported("`in` on a tensor compares its values", kind="data_dependent_branch")
+    else:
+        items = tx.iterate(container)
+        result = False
+        for candidate in items:
+            same = _identity(item, candidate)
+            if same is None and item.is_constant() and candidate.is_constant():
+                same = item.as_constant() == candidate.as_constant()
+            if same is None:
+                raise Unsupported(f"`in` comparing {item.describe()}", kind="unsupported")
+            if same:
+                result = True
+                break
+    tx.push(ConstantVariable(result != bool(instr.arg)))
+
+
+def _unary(tx: "Tracer", fn: Any) -> None:
+    value = tx.pop()
+    if isinstance(value, (TensorVariable, SymIntVariable)):
+        tx.push(tx.call_op("call_function", fn, [value], {}))
+    else:
+        tx.push(_const(fn, value))
+
+
+@opcode
+def UNARY_NEGATIVE(tx: "Tracer", instr: dis.Instruction) -> None:
+    _unary(tx, operator.neg)
+
+
+@opcode
+def UNARY_POSITIVE(tx: "Tracer", instr: dis.Instruction) -> None:
+    _unary(tx, operator.pos)
+
+
+@opcode
+def UNARY_INVERT(tx: "Tracer", instr: dis.Instruction) -> None:
+    _unary(tx, operator.invert)
+
+
+@opcode
+def UNARY_NOT(tx: "Tracer", instr: dis.Instruction) -> None:
+    value = tx.pop()
+    tx.push(ConstantVariable(not value.truth(tx)))
+
+
+@opcode
+def BINARY_SUBSCR(tx: "Tracer", instr: dis.Instruction) -> None:
+    key = tx.pop()
+    obj = tx.pop()
+    tx.push(subscript(tx, obj, key))
+
+
+@opcode
+def STORE_SUBSCR(tx: "Tracer", instr: dis.Instruction) -> None:
+    key = tx.pop()
+    obj = tx.pop()
+    value = tx.pop()
+    if isinstance(obj, TensorVariable):
+        tx.call_op("call_function", operator.setitem, [obj, key, value], {})
+        return
+    obj.call_method(tx, "__setitem__", [key, value], {})
+
+
+@opcode
+def DELETE_SUBSCR(tx: "Tracer", instr: dis.Instruction) -> None:
+    key = tx.pop()
+    obj = tx.pop()
+    obj.call_method(tx, "__delitem__", [key], {})

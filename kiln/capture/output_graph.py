@@ -1,0 +1,189 @@
+"""The FX graph under construction: placeholders for inputs, one node per traced op.
+
+The tracer asks this object to turn sources into graph inputs (a placeholder whose
+`meta["example_value"]` is the input's fake, plus one placeholder per new size symbol) and to
+record ops (`call`, which runs the op on the fakes to learn its output and adds the node). At a
+graph break or return, `compile` closes the graph over the values the glue needs and hands it to
+the backend. Corresponds to torch/_dynamo/output_graph.py.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
+import torch.fx
+
+from kiln.capture.guards import Guard, tensor_guard
+from kiln.capture.sources import Source
+from kiln.errors import KilnError, Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.variables.base import Variable
+
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+@dataclass(frozen=True)
+class GraphInput:
+    """One placeholder: the expression the glue evaluates to feed it, and its example value."""
+
+    node_name: str
+    source: str
+    example: Any
+
+
+@dataclass(frozen=True)
+class CompiledGraph:
+    """A closed graph: the GraphModule, its compiled callable, the input expressions, and outputs."""
+
+    gm: torch.fx.GraphModule
+    fn: Callable[..., Any]
+    inputs: tuple[str, ...]
+    n_outputs: int
+
+
+class OutputGraph:
+    """The graph of one capture, plus the fake mode and shape environment its values live in."""
+
+    def __init__(self, fake_mode: Any, shape_env: Any, policy: Any, dynamic: bool | None) -> None:
+        self.graph = torch.fx.Graph()
+        self.fake_mode = fake_mode
+        self.shape_env = shape_env
+        self.policy = policy
+        self.dynamic = dynamic
+        self.inputs: list[GraphInput] = []
+        self.guards: list[Guard] = []
+        self._input_vars: dict[str, "Variable"] = {}
+        self._symbol_nodes: dict[Any, torch.fx.Node] = {}
+        self._last_placeholder: torch.fx.Node | None = None
+
+    # ------------------------------------------------------------------------------ inputs
+    def _placeholder(self, name: str, source: str, example: Any) -> torch.fx.Node:
+        if self._last_placeholder is None:
+            first = next(iter(self.graph.nodes), None)
+            ctx = self.graph.inserting_before(first) if first is not None else self.graph.inserting_after(None)
+        else:
+            ctx = self.graph.inserting_after(self._last_placeholder)
+        with ctx:
+            node = self.graph.placeholder(name)
+        node.meta["example_value"] = example
+        node.meta["source"] = source
+        self._last_placeholder = node
+        self.inputs.append(GraphInput(node.name, source, example))
+        return node
+
+    def tensor_input(self, value: torch.Tensor, source: Source) -> tuple[torch.fx.Node, torch.Tensor]:
+        """A placeholder for the real tensor at `source` (guarded on its metadata)."""
+        name = source.name()
+        dims: tuple[int, ...] = ()
+        if self.policy is not None and self.shape_env is not None and value.dim() > 0:
+            dims = tuple(self.policy.dynamic_dims(name, value, self.dynamic))
+        fake = self.fake_mode.from_real(value, source=name, dynamic_dims=dims)
+        for d, size in enumerate(fake.shape):
+            if isinstance(size, torch.SymInt):
+                self.symbol_input(size, f"{name}.size()[{d}]")
+        node = self._placeholder(_node_name(name), name, fake)
+        self.guards.append(tensor_guard(name, value, dims))
+        return node, fake
+
+    def symbol_input(self, size: torch.SymInt, source: str) -> torch.fx.Node | None:
+        """A placeholder for a new size symbol (graphs take symbolic sizes as inputs)."""
+        from kiln.symbolic import expr_of
+
+        expr = expr_of(size)
+        if not getattr(expr, "is_Symbol", False) or expr in self._symbol_nodes:
+            return self._symbol_nodes.get(expr)
+        node = self._placeholder(str(expr), source, size)
+        self._symbol_nodes[expr] = node
+        return node
+
+    def node_for_symint(self, value: Any) -> torch.fx.Node | None:
+        """The placeholder of a plain size symbol, if `value` is one."""
+        if not isinstance(value, _SYM_TYPES):
+            return None
+        from kiln.symbolic import expr_of
+
+        return self._symbol_nodes.get(expr_of(value))
+
+    # ------------------------------------------------------------------------------ ops
+    def create_node(self, kind: str, target: Any, args: tuple, kwargs: dict, example: Any) -> torch.fx.Node:
+        node = self.graph.create_node(kind, target, args, kwargs)
+        node.meta["example_value"] = example
+        return node
+
+    def run_fake(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Any:
+        """Run one op on example values under the fake mode; failures become Unsupported."""
+        try:
+            with self.fake_mode:
+                if kind == "call_method":
+                    return getattr(args[0], target)(*args[1:], **kwargs)
+                return target(*args, **kwargs)
+        except KilnError:
+            raise  # Unsupported breaks; ConstraintViolation (mark_dynamic) reaches the user as it is
+        except Exception as exc:
+            name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+            text = str(exc)
+            kind_ = "unsupported_call"
+            if "fake impl" in text:
+                kind_ = "missing_fake_impl"
+            elif "data-dependent" in text or "data dependent" in text:
+                kind_ = "data_dependent"
+            elif "symbolic" in text.lower():
+                kind_ = "dynamic_shape"
+            first = text.splitlines()[0] if text else ""
+            raise Unsupported(f"{name} failed on fake inputs: {type(exc).__name__}: {first}",
+                              kind=kind_) from exc
+
+    # ------------------------------------------------------------------------------ closing
+    def has_ops(self) -> bool:
+        return any(n.op in ("call_function", "call_method", "call_module") for n in self.graph.nodes)
+
+    def compile(self, outputs: Sequence[torch.fx.Node], compiler: Callable[..., Any] | None,
+                name: str) -> CompiledGraph:
+        """Close the graph with `outputs` (a tuple), drop dead code, and compile it with the backend."""
+        self.graph.output(tuple(outputs))
+        _eliminate_dead_code(self.graph)
+        gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name=name)
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        by_name = {i.node_name: i for i in self.inputs}
+        inputs = tuple(by_name[p.name].source for p in placeholders)
+        examples = [p.meta["example_value"] for p in placeholders]
+        fn = gm if compiler is None else compiler(gm, examples)
+        return CompiledGraph(gm, fn, inputs, len(outputs))
+
+
+_IMPURE = {torch._C._set_grad_enabled, operator.setitem}
+
+
+def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
+    # In-place methods (names ending in "_") and setitem mutate their inputs: they stay even
+    # when nothing reads their result; unused placeholders go so the glue reads fewer sources.
+    for node in reversed(list(graph.nodes)):
+        if node.op in ("output", "placeholder") or node.users:
+            continue
+        if node.op == "call_method" and (node.target.endswith("_") and not node.target.startswith("__")
+                                         or node.target in ("__setitem__",)):
+            continue
+        if node.op == "call_function" and (node.target in _IMPURE or _is_inplace_function(node.target)):
+            continue
+        graph.erase_node(node)
+
+
+def _is_inplace_function(target: Any) -> bool:
+    name = getattr(target, "__name__", "")
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.is_mutable
+    if getattr(target, "__module__", None) == "_operator" and name.startswith("i"):
+        return True  # operator.iadd and friends, only recorded for in-place tensor updates
+    return name.endswith("_") and not name.startswith("_") or name in ("copy_", "fill_", "zero_")
+
+
+def _node_name(source: str) -> str:
+    """A readable placeholder name for a source: `L['self']._modules['fc'].weight` -> `l_self_fc_weight`."""
+    import re
+
+    text = re.sub(r"\._(?:modules|parameters|buffers)\[", "[", source)
+    text = re.sub(r"[^0-9a-zA-Z]+", "_", text).strip("_").lower()
+    return text or "input"

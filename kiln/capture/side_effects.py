@@ -1,0 +1,105 @@
+"""Side effects the traced code made on objects outside the frame, replayed by the glue.
+
+While tracing, writes to globals, to attributes of modules and objects, to closure cells, and
+mutations of lists, dicts and sets that came from outside are not applied; they are recorded here
+(reads during the trace see the recorded value). After the graph has run, the glue applies them in
+the order the program first made them, with their final values. In-place tensor ops are not side
+effects here: they are nodes of the graph. Corresponds to torch/_dynamo/side_effects.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kiln.capture.sources import Source
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
+    from kiln.capture.variables.base import Variable
+
+
+@dataclass
+class _AttrWrite:
+    obj: Any
+    owner: "Variable"
+    name: str
+    value: "Variable"
+
+
+@dataclass
+class _GlobalWrite:
+    source: Source
+    value: "Variable"
+
+
+class SideEffects:
+    """The pending effects of one capture, keyed so that a later write replaces an earlier one."""
+
+    def __init__(self) -> None:
+        self._effects: dict[tuple, Any] = {}  # insertion order is program order of first write
+
+    def __bool__(self) -> bool:
+        return bool(self._effects)
+
+    def __len__(self) -> int:
+        return len(self._effects)
+
+    # ------------------------------------------------------------------ recording
+    def mutate(self, container: "Variable") -> None:
+        """A list/dict/set changed in place; one from outside (with a source) is rewritten later."""
+        if container.source is None:
+            return
+        self._effects.setdefault(("contents", id(container)), container)
+
+    def store_attr(self, obj: Any, owner: "Variable", name: str, value: "Variable") -> None:
+        if owner.source is None:
+            raise Unsupported(f"setting attribute {name!r} on an object without a source", kind="unsupported")
+        self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, value)
+
+    def pending_attr(self, obj: Any, name: str) -> "Variable | None":
+        write = self._effects.get(("attr", id(obj), name))
+        return None if write is None else write.value
+
+    def store_global(self, source: Source, value: "Variable") -> None:
+        self._effects[("global", source.name())] = _GlobalWrite(source, value)
+
+    def pending_global(self, source: Source) -> "Variable | None":
+        write = self._effects.get(("global", source.name()))
+        return None if write is None else write.value
+
+    def store_cell(self, cell: "Variable", value: "Variable") -> None:
+        if cell.source is None:
+            raise Unsupported("writing a closure cell that has no source", kind="unsupported")
+        self._effects[("cell", id(cell))] = cell
+
+    # ------------------------------------------------------------------ replay
+    def emit(self, glue: "GlueBuilder") -> None:
+        """Append the replay of every effect to the glue, in program order."""
+        from kiln.capture.variables.dict import DictVariable, SetVariable
+        from kiln.capture.variables.sequence import ListVariable
+
+        for key, effect in self._effects.items():
+            kind = key[0]
+            if kind == "contents":
+                target = effect.source.name()
+                if isinstance(effect, ListVariable):
+                    items = ", ".join(glue.reconstruct(i) for i in effect.items)
+                    glue.line(f"{target}[:] = [{items}]")
+                elif isinstance(effect, DictVariable):
+                    tmp = glue.fresh("d")
+                    body = ", ".join(f"{glue.constant(k)}: {glue.reconstruct(v)}" for k, v in effect.items.items())
+                    glue.line(f"{tmp} = {{{body}}}")
+                    glue.line(f"{target}.clear()")
+                    glue.line(f"{target}.update({tmp})")
+                elif isinstance(effect, SetVariable):
+                    tmp = glue.fresh("s")
+                    glue.line(f"{tmp} = {glue.constant(effect.as_constant())}")
+                    glue.line(f"{target}.clear()")
+                    glue.line(f"{target}.update({tmp})")
+            elif kind == "attr":
+                glue.line(f"{glue.reconstruct(effect.owner)}.{effect.name} = {glue.reconstruct(effect.value)}")
+            elif kind == "global":
+                glue.line(f"{effect.source.name()} = {glue.reconstruct(effect.value)}")
+            elif kind == "cell":
+                glue.line(f"{effect.source.name()} = {glue.reconstruct(effect.contents)}")

@@ -1,0 +1,115 @@
+"""Sources: where a traced value came from, as a Python expression over the frame environment.
+
+Every value the tracer reads from outside (an argument, a global, an attribute of a module, a closure
+cell) carries a `Source`. Its `name()` is an expression in the environment `L, G, F` of docs/seams.md;
+guards check that expression and the glue re-reads it at run time. The counterpart of
+torch/_dynamo/source.py.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+class Source:
+    """Base of the source records; subclasses are frozen dataclasses with a `name()` expression."""
+
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.name()
+
+
+@dataclass(frozen=True)
+class LocalSource(Source):
+    """A local of the frame being captured (an argument, or a resume function's stack slot)."""
+
+    local: str
+
+    def name(self) -> str:
+        return f"L[{self.local!r}]"
+
+
+@dataclass(frozen=True)
+class GlobalSource(Source):
+    """A global of the frame's own module (`G`), or of another module by its name in sys.modules."""
+
+    global_name: str
+    module: str | None = None
+
+    def name(self) -> str:
+        if self.module is None:
+            return f"G[{self.global_name!r}]"
+        # Inlined functions from other modules see their own globals; the only way to reach them
+        # from L, G, F is through sys.modules.
+        return f"__import__('sys').modules[{self.module!r}].__dict__[{self.global_name!r}]"
+
+
+@dataclass(frozen=True)
+class ClosureSource(Source):
+    """The contents of closure cell `index` of the function whose source is `fn` (None: `F`)."""
+
+    index: int
+    fn: Source | None = None
+
+    def name(self) -> str:
+        base = "F" if self.fn is None else self.fn.name()
+        return f"{base}.__closure__[{self.index}].cell_contents"
+
+
+@dataclass(frozen=True)
+class AttrSource(Source):
+    """`base.attr`."""
+
+    base: Source
+    attr: str
+
+    def name(self) -> str:
+        return f"{self.base.name()}.{self.attr}"
+
+
+@dataclass(frozen=True)
+class ItemSource(Source):
+    """`base[key]` for a constant key (an index of a list/tuple, a key of a dict)."""
+
+    base: Source
+    key: object
+
+    def name(self) -> str:
+        return f"{self.base.name()}[{constant_literal(self.key)}]"
+
+
+@dataclass(frozen=True)
+class CallSource(Source):
+    """`base.method()` for argument-free reads such as `keys()`, `size()` or `__reduce__()`."""
+
+    base: Source
+    method: str
+
+    def name(self) -> str:
+        return f"{self.base.name()}.{self.method}()"
+
+
+@dataclass(frozen=True)
+class TypeSource(Source):
+    """`type(base)`."""
+
+    base: Source
+
+    def name(self) -> str:
+        return f"type({self.base.name()})"
+
+
+def constant_literal(value: object) -> str:
+    """A Python literal for a hashable constant key; ValueError for anything without one."""
+    if value is None or isinstance(value, (bool, int, str, bytes)):
+        return repr(value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return repr(value)
+        raise ValueError(f"no literal for {value!r}")
+    if isinstance(value, tuple):
+        inner = ", ".join(constant_literal(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    raise ValueError(f"no literal for {value!r}")

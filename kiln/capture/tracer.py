@@ -1,0 +1,488 @@
+"""The tracer: a symbolic CPython 3.11 interpreter that turns one frame into an FX graph plus glue.
+
+`capture_frame` runs the frame's bytecode over Variables (kiln/capture/variables) with the opcode
+table of kiln/capture/opcodes; tensors are FakeTensors and every op is recorded in the OutputGraph.
+User functions, methods and modules are inlined by child tracers sharing the same graph. When an
+instruction cannot be traced, the capture restarts and stops just before the root-frame instruction
+that led to it; that instruction becomes the graph break (breaks.py, glue.py, code.py). Input: the
+function and its bound arguments; output: a CaptureResult. Corresponds to
+torch/_dynamo/symbolic_convert.py (InstructionTranslator) and convert_frame.py.
+"""
+from __future__ import annotations
+
+import builtins
+import dis
+import inspect
+import operator
+import types
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+
+from kiln import config
+from kiln.capture import code as code_mod
+from kiln.capture.breaks import BreakRecord, make_break_record
+from kiln.capture.guards import Guard, shape_guard
+from kiln.capture.opcodes import OPCODES
+from kiln.capture.output_graph import OutputGraph
+from kiln.capture.side_effects import SideEffects
+from kiln.capture.sources import ClosureSource, GlobalSource, LocalSource, Source
+from kiln.capture.variables.base import Variable
+from kiln.capture.variables.builder import wrap_result, wrap_value
+from kiln.capture.variables.constant import ConstantVariable, is_constant_value
+from kiln.capture.variables.dict import DictVariable
+from kiln.capture.variables.functions import CellVariable
+from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_structseq_type
+from kiln.capture.variables.slice import SliceVariable
+from kiln.capture.variables.symint import SymIntVariable
+from kiln.capture.variables.tensor import TensorVariable
+from kiln.capture.variables.user_object import ObjectVariable, SuperVariable
+from kiln.debug import log
+from kiln.errors import GraphBreakError, Unsupported
+
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_MAX_STEPS = 200_000  # instructions per capture: an unrolled loop that long is not worth a graph
+_MAX_DEPTH = 32  # inlining depth (recursion is unrolled until this)
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    """What one capture produced (docs/seams.md): the glue, its source, guards, graphs, breaks."""
+
+    glue: Callable[[dict, dict, Any], Any]
+    glue_source: str
+    guards: list[Guard]
+    graphs: list[torch.fx.GraphModule]
+    breaks: list[BreakRecord]
+
+
+class _ReachedBreak(Exception):
+    """The root tracer arrived at the instruction chosen as the graph break."""
+
+
+class CaptureState:
+    """What the root tracer and every inlined tracer share: graph, side effects, grad mode, caches."""
+
+    def __init__(self, fn: types.FunctionType, options: Any, policy: Any) -> None:
+        from kiln.fake import FakeTensorMode
+        from kiln.symbolic import ShapeEnv
+
+        self.fn = fn
+        self.options = options
+        self.dynamic = getattr(options, "dynamic", None)
+        self.shape_env = ShapeEnv()
+        self.shape_env.location_provider = self.location
+        self.output = OutputGraph(FakeTensorMode(self.shape_env), self.shape_env, policy, self.dynamic)
+        self.policy = policy
+        self.side_effects = SideEffects()
+        self.wrapped: dict[int, tuple[Any, Variable]] = {}
+        self.initial_grad = torch.is_grad_enabled()
+        self.grad_enabled = self.initial_grad
+        self.innermost: "Tracer | None" = None
+        self.steps = 0
+
+    def location(self) -> str | None:
+        tx = self.innermost
+        if tx is None:
+            return None
+        return f"{tx.code.co_filename}:{tx.lineno}"
+
+    def dynamic_int(self, value: int, source: Source) -> bool:
+        if self.policy is None or config.specialize_int or isinstance(value, bool):
+            return False
+        if not isinstance(source, LocalSource):
+            return False  # only arguments; attributes and globals stay constants as in Dynamo
+        return bool(self.policy.int_is_dynamic(source.name(), value, self.dynamic))
+
+    def symbolic_int(self, value: int, source: Source) -> Variable:
+        sym = self.shape_env.create_symbolic_int(value, source.name())
+        self.output.guards.append(Guard(source.name(), "check_type", int))
+        node = self.output.symbol_input(sym, source.name())
+        if node is None:
+            raise Unsupported("an int argument that is not a plain symbol", kind="dynamic_shape")
+        return SymIntVariable(node, sym)
+
+    def tracer_iterate(self, var: Variable) -> list[Variable]:
+        return var.iterate(None)  # type: ignore[arg-type]  # tuples and ranges need no tracer
+
+
+# --------------------------------------------------------------------------------------- the tracer
+
+class Tracer:
+    """Runs one code object symbolically. The root tracer runs the captured frame; children run
+    inlined callees and return their result Variable to the caller."""
+
+    def __init__(self, state: CaptureState, code: types.CodeType, f_globals: dict[str, Any],
+                 local_vars: dict[str, Variable], cells: dict[str, CellVariable],
+                 parent: "Tracer | None" = None, lazy_locals: dict[str, Any] | None = None,
+                 stop_offset: int | None = None) -> None:
+        self.state = state
+        self.code = code
+        self.f_globals = f_globals
+        self.locals = dict(local_vars)
+        self.lazy_locals = dict(lazy_locals or {})
+        self.cells = dict(cells)
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.stop_offset = stop_offset
+        self.instructions = [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
+        self.index_of = {ins.offset: n for n, ins in enumerate(self.instructions)}
+        self.stack: list[Variable] = []
+        self.kw_names: tuple[str, ...] | None = None
+        self.ip = 0
+        self.next_ip = 0
+        self.current: dis.Instruction | None = None
+        self.lineno = code.co_firstlineno
+        self.returned: Variable | None = None
+        self.yielded: list[Variable] | None = None  # set when running a generator to its end
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> Variable:
+        state = self.state
+        while True:
+            if self.ip >= len(self.instructions):
+                raise Unsupported("execution ran past the last instruction", kind="unsupported_bytecode")
+            ins = self.instructions[self.ip]
+            self.current = ins
+            if ins.starts_line is not None:
+                self.lineno = ins.starts_line
+            state.innermost = self
+            if self.stop_offset == ins.offset:
+                raise _ReachedBreak()
+            state.steps += 1
+            if state.steps > _MAX_STEPS:
+                raise Unsupported(f"more than {_MAX_STEPS} instructions traced (a very long unrolled loop)",
+                                  kind="unsupported")
+            handler = OPCODES.get(ins.opname)
+            if handler is None:
+                raise Unsupported(f"the bytecode instruction {ins.opname} is not supported",
+                                  kind="unsupported_bytecode")
+            self.next_ip = self.ip + 1
+            handler(self, ins)
+            if self.returned is not None:
+                return self.returned
+            self.ip = self.next_ip
+
+    # ------------------------------------------------------------------ stack
+    def push(self, value: Variable) -> None:
+        self.stack.append(value)
+
+    def pop(self) -> Variable:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list[Variable]:
+        if n == 0:
+            return []
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        return items
+
+    def jump(self, offset: int) -> None:
+        self.next_ip = self.index_of[offset]
+
+    # ------------------------------------------------------------------ services for variables
+    @property
+    def output(self) -> OutputGraph:
+        return self.state.output
+
+    @property
+    def side_effects(self) -> SideEffects:
+        return self.state.side_effects
+
+    def wrap(self, value: Any, source: Source | None) -> Variable:
+        return wrap_value(self.state, value, source)
+
+    def wrap_result(self, value: Any) -> Variable:
+        return wrap_result(value)
+
+    def call(self, fn: Variable, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return fn.call(self, list(args), dict(kwargs))
+
+    def getattr(self, obj: Variable, name: str) -> Variable:
+        return obj.getattr(self, name)
+
+    def has_attr(self, obj: Variable, name: str) -> bool:
+        from kiln.capture.variables.module import NNModuleVariable
+
+        if isinstance(obj, (ObjectVariable, NNModuleVariable)):
+            real = obj.as_python_value()
+            return self.side_effects.pending_attr(real, name) is not None or hasattr(real, name)
+        if isinstance(obj, TensorVariable):
+            return hasattr(obj.example, name)
+        if obj.is_constant():
+            return hasattr(obj.as_constant(), name)
+        try:
+            obj.getattr(self, name)
+        except Unsupported:
+            return False
+        return True
+
+    def setattr(self, obj: Variable, name: str, value: Variable, bypass: bool = False) -> None:
+        from kiln.capture.variables.module import NNModuleVariable
+
+        if isinstance(obj, NNModuleVariable):
+            if isinstance(value, TensorVariable) and (name in obj.module._parameters or name in obj.module._buffers):
+                raise Unsupported(f"assigning a new tensor to parameter/buffer {name!r} of a module",
+                                  kind="unsupported")
+            self.side_effects.store_attr(obj.module, obj, name, value)
+            return
+        if isinstance(obj, ObjectVariable) and not isinstance(obj.value, (type, types.ModuleType)):
+            kind = type(obj.value)
+            if not bypass and (kind.__setattr__ is not object.__setattr__ or
+                               getattr(kind, "__dataclass_params__", None) is not None and kind.__dataclass_params__.frozen):
+                raise Unsupported(f"{kind.__qualname__} has a custom __setattr__", kind="unsupported")
+            self.side_effects.store_attr(obj.value, obj, name, value)
+            return
+        raise Unsupported(f"setting attribute {name!r} on {obj.describe()}", kind="unsupported")
+
+    def iterate(self, var: Variable) -> list[Variable]:
+        return var.iterate(self)
+
+    def as_int(self, var: Variable) -> int:
+        if isinstance(var, SymIntVariable):
+            return int(var.specialize())
+        value = var.as_constant()
+        return operator.index(value)
+
+    def size_hint_int(self, var: Variable) -> int:
+        return self.as_int(var)
+
+    def global_source(self, name: str) -> GlobalSource:
+        if self.f_globals is self.state.fn.__globals__:
+            return GlobalSource(name)
+        return GlobalSource(name, self.f_globals.get("__name__"))
+
+    def load_global(self, name: str) -> Variable:
+        source = self.global_source(name)
+        pending = self.side_effects.pending_global(source)
+        if pending is not None:
+            return pending
+        if name in self.f_globals:
+            return self.wrap(self.f_globals[name], source)
+        builtins_ns = self.f_globals.get("__builtins__", builtins)
+        if isinstance(builtins_ns, types.ModuleType):
+            builtins_ns = builtins_ns.__dict__
+        if name in builtins_ns:
+            return self.wrap(builtins_ns[name], None)
+        raise Unsupported(f"name {name!r} is not defined (raised natively)", kind="unsupported")
+
+    def zero_arg_super(self) -> Variable:
+        cell = self.cells.get("__class__")
+        if cell is None or not self.code.co_argcount:
+            raise Unsupported("super() without arguments outside a method", kind="unsupported_call")
+        first = self.code.co_varnames[0]
+        obj = self.cells[first].load(self) if first in self.cells else self.read_local(first)
+        return SuperVariable(cell.load(self).as_python_value(), obj)
+
+    def read_local(self, name: str) -> Variable:
+        if name not in self.locals and name in self.lazy_locals:
+            self.locals[name] = self.wrap(self.lazy_locals.pop(name), LocalSource(name))
+        if name not in self.locals:
+            raise Unsupported(f"local variable {name!r} referenced before assignment (raised natively)",
+                              kind="unsupported")
+        return self.locals[name]
+
+    # ------------------------------------------------------------------ graph ops
+    def call_op(self, kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        """Record `target(*args, **kwargs)` as a node; its example value comes from the fakes."""
+        node_args = tuple(_node_arg(a) for a in args)
+        node_kwargs = {k: _node_arg(v) for k, v in kwargs.items()}
+        ex_args = tuple(_example_arg(a) for a in args)
+        ex_kwargs = {k: _example_arg(v) for k, v in kwargs.items()}
+        example = self.output.run_fake(kind, target, ex_args, ex_kwargs)
+        node = self.output.create_node(kind, target, node_args, node_kwargs, example)
+        return self.wrap_op_result(node, example)
+
+    def wrap_op_result(self, node: torch.fx.Node, example: Any) -> Variable:
+        from kiln.symbolic import is_symbolic
+
+        if isinstance(example, torch.Tensor):
+            return TensorVariable(node, example)
+        if isinstance(example, _SYM_TYPES):
+            if not is_symbolic(example):
+                kind = bool if isinstance(example, torch.SymBool) else float if isinstance(example, torch.SymFloat) else int
+                return ConstantVariable(kind(example))
+            return SymIntVariable(node, example)
+        if isinstance(example, (tuple, list)):
+            items = []
+            for i, item in enumerate(example):
+                sub = self.output.create_node("call_function", operator.getitem, (node, i), {}, item)
+                items.append(self.wrap_op_result(sub, item))
+            if isinstance(example, list):
+                return ListVariable(items)
+            kind = type(example) if (is_structseq_type(type(example)) or type(example) is torch.Size) else tuple
+            return TupleVariable(items, kind)
+        if example is None or is_constant_value(example):
+            return ConstantVariable(example)
+        raise Unsupported(f"an op returned {type(example).__name__}", kind="unsupported")
+
+    # ------------------------------------------------------------------ inlining
+    def inline_call(self, code: types.CodeType, f_globals: dict[str, Any], closure: list[CellVariable] | None,
+                    defaults: Sequence[Any], kwdefaults: dict[str, Any], args: list[Variable],
+                    kwargs: dict[str, Variable], name: str, fn: Any) -> Variable:
+        """Run `code` in a child tracer over the same graph and return its result."""
+        is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
+        if code.co_flags & _GENERATOR_FLAGS and not is_generator:
+            raise Unsupported(f"{name} is a coroutine", kind="generator")
+        if self.depth >= _MAX_DEPTH:
+            raise Unsupported(f"inlining {name} goes deeper than {_MAX_DEPTH} calls", kind="unsupported")
+        local_vars = self._bind(code, defaults, kwdefaults, args, kwargs, name)
+        cells = dict(zip(code.co_freevars, closure or []))
+        child = Tracer(self.state, code, f_globals, local_vars, cells, parent=self)
+        if is_generator:
+            # A generator (a generator expression, a `yield` helper) is run to its end here and
+            # becomes an iterator over what it yielded; its consumer is unrolled over that.
+            child.yielded = []
+        result = child.run()
+        self.state.innermost = self
+        if is_generator:
+            from kiln.capture.variables.iterator import IteratorVariable
+            return IteratorVariable(child.yielded)
+        return result
+
+    def _bind(self, code: types.CodeType, defaults: Sequence[Any], kwdefaults: dict[str, Any],
+              args: list[Variable], kwargs: dict[str, Variable], name: str) -> dict[str, Variable]:
+        def fail(why: str) -> Unsupported:
+            return Unsupported(f"TypeError calling {name}: {why} (raised natively)", kind="unsupported")
+
+        argcount, posonly, kwonly = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
+        names = code.co_varnames
+        positional = names[:argcount]
+        keyword_only = names[argcount: argcount + kwonly]
+        index = argcount + kwonly
+        varargs = varkw = None
+        if code.co_flags & inspect.CO_VARARGS:
+            varargs, index = names[index], index + 1
+        if code.co_flags & inspect.CO_VARKEYWORDS:
+            varkw = names[index]
+        bound: dict[str, Variable] = dict(zip(positional, args))
+        extra = args[argcount:]
+        if extra and varargs is None:
+            raise fail(f"takes {argcount} positional arguments but {len(args)} were given")
+        if varargs is not None:
+            bound[varargs] = TupleVariable(extra)
+        rest: dict[Any, Variable] = {}
+        for key, value in kwargs.items():
+            if key in positional[posonly:] or key in keyword_only:
+                if key in bound:
+                    raise fail(f"got multiple values for argument {key!r}")
+                bound[key] = value
+            elif varkw is not None:
+                rest[key] = value
+            else:
+                raise fail(f"got an unexpected keyword argument {key!r}")
+        if varkw is not None:
+            bound[varkw] = DictVariable(rest)
+        first_default = argcount - len(defaults)
+        for i, arg in enumerate(positional):
+            if arg not in bound:
+                if i < first_default:
+                    raise fail(f"missing argument {arg!r}")
+                bound[arg] = self._default(defaults[i - first_default])
+        for arg in keyword_only:
+            if arg not in bound:
+                if arg not in kwdefaults:
+                    raise fail(f"missing keyword-only argument {arg!r}")
+                bound[arg] = self._default(kwdefaults[arg])
+        return bound
+
+    def _default(self, value: Any) -> Variable:
+        if isinstance(value, Variable):
+            return value
+        return self.wrap(value, None)
+
+
+def _node_arg(var: Any) -> Any:
+    """A Variable as an FX node argument (nodes for graph values, Python values otherwise)."""
+    from kiln.capture.variables.torch import TorchFunctionVariable
+
+    if isinstance(var, (TensorVariable, SymIntVariable)):
+        return var.node
+    if isinstance(var, ConstantVariable):
+        return var.value
+    if isinstance(var, TupleVariable):
+        return tuple(_node_arg(i) for i in var.items)
+    if isinstance(var, ListVariable):
+        return [_node_arg(i) for i in var.items]
+    if isinstance(var, SliceVariable):
+        return slice(*(_node_arg(p) for p in var.parts()))
+    if isinstance(var, DictVariable):
+        return {k: _node_arg(v) for k, v in var.items.items()}
+    if isinstance(var, TorchFunctionVariable):
+        return var.fn
+    if var.is_constant():
+        return var.as_constant()
+    raise Unsupported(f"passing {var.describe()} to a graph op", kind="unsupported_call")
+
+
+def _example_arg(var: Any) -> Any:
+    """A Variable as the example value an op runs on at trace time."""
+    from kiln.capture.variables.torch import TorchFunctionVariable
+
+    if isinstance(var, (TensorVariable, SymIntVariable)):
+        return var.example
+    if isinstance(var, ConstantVariable):
+        return var.value
+    if isinstance(var, TupleVariable):
+        values = [_example_arg(i) for i in var.items]
+        return torch.Size(values) if var.tuple_type is torch.Size else tuple(values)
+    if isinstance(var, ListVariable):
+        return [_example_arg(i) for i in var.items]
+    if isinstance(var, SliceVariable):
+        return slice(*(_example_arg(p) for p in var.parts()))
+    if isinstance(var, DictVariable):
+        return {k: _example_arg(v) for k, v in var.items.items()}
+    if isinstance(var, TorchFunctionVariable):
+        return var.fn
+    return var.as_constant()
+
+
+# ------------------------------------------------------------------------------------ the capture
+
+def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: Any,
+                  wrap_frame: Callable[[Any], Any], *, policy: Any = None) -> CaptureResult:
+    """Capture one call of `fn` with its arguments bound in `L` (see docs/seams.md)."""
+    from kiln.capture.glue import check_breakable, finish_break, finish_return
+
+    code = fn.__code__
+    log.artifact("bytecode", lambda: "original bytecode:\n" + code_mod.render_code(code))
+    if code.co_flags & _GENERATOR_FLAGS:
+        raise Unsupported(f"{code.co_name} is a generator or coroutine", kind="generator")
+    stop: tuple[int, BreakRecord] | None = None
+    while True:
+        state = CaptureState(fn, options, policy)
+        root = _root_tracer(state, fn, L, None if stop is None else stop[0])
+        try:
+            try:
+                value = root.run()
+            except _ReachedBreak:
+                assert stop is not None
+                return finish_break(state, root, fn, options, wrap_frame, stop[1])
+            except Unsupported as exc:
+                if stop is not None:
+                    raise
+                tx = state.innermost or root
+                record = make_break_record(exc, tx.code, tx.lineno)
+                if getattr(options, "fullgraph", False):
+                    raise GraphBreakError(str(record)) from exc
+                check_breakable(root, exc, record)
+                stop = (root.current.offset, record)
+                continue
+            return finish_return(state, root, fn, options, value)
+        finally:
+            torch._C._set_grad_enabled(state.initial_grad)
+
+
+def _root_tracer(state: CaptureState, fn: types.FunctionType, L: dict[str, Any], stop: int | None) -> Tracer:
+    code = fn.__code__
+    cells: dict[str, CellVariable] = {}
+    for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
+        cells[name] = CellVariable(real=cell, source=ClosureSource(i))
+    tx = Tracer(state, code, fn.__globals__, {}, cells, lazy_locals=L, stop_offset=stop)
+    return tx
+
+
+__all__ = ["CaptureResult", "CaptureState", "Tracer", "capture_frame"]

@@ -1,0 +1,254 @@
+"""Turning a real Python value read from the frame into a Variable, with the guards it needs.
+
+`wrap_value` is the one place that decides what kind of tracked value an outside object becomes
+(a tensor input, a constant, a container of tracked items, a module, a function, ...) and which
+guard protects that decision: tensors by metadata, constants by value, containers by type and
+length (or keys), modules, functions and classes by identity, other objects by type.
+Corresponds to torch/_dynamo/variables/builder.py (VariableBuilder).
+"""
+from __future__ import annotations
+
+import builtins
+import collections
+import enum
+import functools
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kiln.capture.guards import Guard
+from kiln.capture.sources import CallSource, ItemSource, Source
+from kiln.capture.variables.base import Variable
+from kiln.capture.variables.builtin import RULES, BuiltinVariable
+from kiln.capture.variables.constant import ConstantVariable, is_constant_value
+from kiln.capture.variables.dict import DictVariable, SetVariable
+from kiln.capture.variables.functions import CellVariable, UserFunctionVariable, UserMethodVariable
+from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
+from kiln.capture.variables.iterator import IteratorVariable
+from kiln.capture.variables.module import NNModuleVariable
+from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
+from kiln.capture.variables.tensor import TensorVariable
+from kiln.capture.variables.torch import TorchFunctionVariable, is_torch_function
+from kiln.capture.variables.user_object import ObjectVariable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.tracer import CaptureState
+
+# Attributes of these modules never change while a program runs: reading them needs no guard.
+_STABLE_MODULES = frozenset({"torch", "math", "operator", "functools", "itertools", "collections",
+                             "typing", "builtins", "dataclasses", "enum", "inspect", "numpy", "types",
+                             "abc", "copy", "warnings", "logging", "random", "einops"})
+_ITERATOR_TYPES = (type(iter(())), type(iter([])), type(iter(range(0))))
+_GRAD_MODE_TYPES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
+
+
+def _stable(source: Source | None) -> bool:
+    """True when `source` reads an attribute of a module from _STABLE_MODULES (no guard needed)."""
+    from kiln.capture.sources import AttrSource, GlobalSource
+
+    while isinstance(source, AttrSource):
+        source = source.base
+    if isinstance(source, GlobalSource) and source.module is not None:
+        return source.module.split(".")[0] in _STABLE_MODULES
+    return False
+
+
+def wrap_value(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    """The Variable for `value` read from `source` (None: made at trace time, no guard)."""
+    if isinstance(value, torch.Tensor):
+        # One placeholder per source (their fakes are the same object, so aliasing is traced);
+        # each source keeps its own tensor guard.
+        key: Any = (id(value), None if source is None else source.name())
+    else:
+        key = id(value)
+    cached = state.wrapped.get(key)
+    if cached is not None and cached[0] is value and not is_constant_value(value):
+        var = cached[1]
+        if source is not None and var.source is not None and source != var.source:
+            # The same mutable object reached through a second path is the same Variable (so
+            # mutations are seen through both); the second path must lead to it next time too.
+            _guard(state, source, "check_id", value)
+        return var
+    var = _wrap(state, value, source)
+    if not is_constant_value(value) and not isinstance(value, (tuple, frozenset)):
+        state.wrapped[key] = (value, var)
+    return var
+
+
+def _guard(state: "CaptureState", source: Source | None, kind: str, expected: Any = None) -> None:
+    if source is None or _stable(source):
+        return
+    state.output.guards.append(Guard(source.name(), kind, expected))
+
+
+def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    if isinstance(value, torch.Tensor):
+        if source is None:
+            raise Unsupported("a tensor created outside the traced code and not reachable from its inputs",
+                              kind="unsupported")
+        node, fake = state.output.tensor_input(value, source)
+        return TensorVariable(node, fake, source)
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise Unsupported("a symbolic number from outside the frame", kind="unsupported")
+    if type(value) is int and source is not None and state.dynamic_int(value, source):
+        return state.symbolic_int(value, source)
+    if is_constant_value(value):
+        if value is None:
+            _guard(state, source, "check_none")
+        else:
+            _guard(state, source, "check_value", value)
+        return ConstantVariable(value, source)
+    if isinstance(value, enum.Enum):
+        _guard(state, source, "check_id", value)
+        return ObjectVariable(value, source)
+    if isinstance(value, torch.nn.Module):
+        _guard(state, source, "check_id", value)
+        return NNModuleVariable(value, source)
+    if isinstance(value, tuple) and (type(value) in (tuple, torch.Size) or is_namedtuple_type(type(value))
+                                     or is_structseq_type(type(value))):
+        _guard(state, source, "check_type", type(value))
+        _guard(state, source, "check_len", len(value))
+        items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
+        return TupleVariable(items, type(value), source)
+    if type(value) is list:
+        _guard(state, source, "check_type", list)
+        _guard(state, source, "check_len", len(value))
+        items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
+        return ListVariable(items, source)
+    if type(value) in (dict, collections.OrderedDict, collections.defaultdict) and _constant_keys(value):
+        if type(value) is collections.defaultdict:
+            raise Unsupported("defaultdict", kind="unsupported")
+        _guard(state, source, "check_type", type(value))
+        _guard(state, source, "check_keys", tuple(value.keys()))
+        items = {k: wrap_value(state, v, None if source is None else ItemSource(source, k)) for k, v in value.items()}
+        return DictVariable(items, type(value), source)
+    if type(value) in (set, frozenset) and all(is_constant_value(v) for v in value):
+        _guard(state, source, "check_value", value)
+        return SetVariable([ConstantVariable(v) for v in value], type(value), source)
+    if isinstance(value, _ITERATOR_TYPES):
+        return _wrap_iterator(state, value, source)
+    if isinstance(value, types.MethodType) and isinstance(value.__self__, _GRAD_MODE_TYPES) \
+            and value.__func__.__name__ == "__exit__":
+        return _wrap_grad_exit(state, value, source)
+    if isinstance(value, types.BuiltinMethodType) and source is not None and \
+            isinstance(value.__self__, (torch.Tensor, list, dict, set)):
+        # `x.add` or `items.append` left on the stack by a graph break: the method of a tracked value.
+        from kiln.capture.sources import AttrSource
+        from kiln.capture.variables.functions import BoundMethodVariable
+        _guard(state, source, "check_type", type(value))
+        _guard(state, AttrSource(source, "__name__"), "check_value", value.__name__)
+        owner = wrap_value(state, value.__self__, AttrSource(source, "__self__"))
+        return BoundMethodVariable(owner, value.__name__)
+    if is_torch_function(value):
+        _guard(state, source, "check_id", value)
+        return TorchFunctionVariable(value, source)
+    if isinstance(value, types.FunctionType):
+        _guard(state, source, "check_id", value)
+        return UserFunctionVariable(value, source)
+    if isinstance(value, functools.partial) and source is not None:
+        from kiln.capture.sources import AttrSource
+        from kiln.capture.variables.functions import PartialVariable
+        _guard(state, source, "check_type", functools.partial)
+        fn = wrap_value(state, value.func, AttrSource(source, "func"))
+        args = wrap_value(state, value.args, AttrSource(source, "args"))
+        kwargs = wrap_value(state, value.keywords, AttrSource(source, "keywords"))
+        return PartialVariable(fn, list(args.items), dict(kwargs.items), source)
+    if isinstance(value, types.MethodType):
+        from kiln.capture.sources import AttrSource
+        self_source = None if source is None else AttrSource(source, "__self__")
+        obj = wrap_value(state, value.__self__, self_source)
+        func = value.__func__
+        if isinstance(func, types.FunctionType):
+            _guard(state, None if source is None else AttrSource(source, "__func__"), "check_id", func)
+            return UserMethodVariable(func, obj, source)
+        raise Unsupported(f"bound method {func!r}", kind="unsupported_call")
+    if _hashable(value) and value in RULES:
+        _guard(state, source, "check_id", value)
+        return BuiltinVariable(value, source)
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) and \
+            getattr(value, "__self__", None) is builtins:
+        _guard(state, source, "check_id", value)
+        return BuiltinVariable(value, source)
+    if isinstance(value, (type, types.ModuleType)):
+        _guard(state, source, "check_id", value)
+        return ObjectVariable(value, source)
+    if isinstance(value, types.CellType):
+        return CellVariable(real=value, source=None)
+    if callable(value) and not hasattr(value, "__dict__") or isinstance(value, types.BuiltinFunctionType):
+        _guard(state, source, "check_id", value)
+        return ObjectVariable(value, source)
+    _guard(state, source, "check_type", type(value))
+    return ObjectVariable(value, source)
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _constant_keys(d: dict) -> bool:
+    return all(is_constant_value(k) or (isinstance(k, tuple) and all(is_constant_value(i) for i in k)) for k in d)
+
+
+def _wrap_iterator(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    # A tuple/list/range iterator (what the glue passes after a break inside a loop): its
+    # __reduce__ gives the sequence and how far it went.
+    reduced = value.__reduce__()
+    if source is None or len(reduced) < 3:
+        if source is None:
+            raise Unsupported("an iterator created outside the traced code", kind="unsupported_iter")
+        _guard(state, CallSource(source, "__reduce__"), "check_len", len(reduced))
+        return IteratorVariable([])
+    reduce_source = CallSource(source, "__reduce__")
+    _guard(state, source, "check_type", type(value))
+    _guard(state, reduce_source, "check_len", len(reduced))
+    _guard(state, ItemSource(reduce_source, 2), "check_value", reduced[2])
+    seq = wrap_value(state, reduced[1][0], ItemSource(ItemSource(reduce_source, 1), 0))
+    items = state.tracer_iterate(seq)
+    return IteratorVariable(items[reduced[2]:])
+
+
+def _wrap_grad_exit(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    from kiln.capture.sources import AttrSource
+
+    ctx = value.__self__
+    self_source = None if source is None else AttrSource(source, "__self__")
+    _guard(state, self_source, "check_type", type(ctx))
+    _guard(state, None if self_source is None else AttrSource(self_source, "prev"), "check_value", bool(ctx.prev))
+    kind = type(ctx)
+    target = {torch.no_grad: False, torch.enable_grad: True}.get(kind, torch.is_grad_enabled())
+    args = () if kind in (torch.no_grad, torch.enable_grad) else (target,)
+    var = GradModeVariable(target, kind, args)
+    var.prev = bool(ctx.prev)
+    return WithExitVariable(var, source)
+
+
+def wrap_result(value: Any) -> Variable:
+    """A Variable for a value computed at trace time (no source, no guard)."""
+    if is_constant_value(value):
+        return ConstantVariable(value)
+    if isinstance(value, tuple) and (type(value) in (tuple, torch.Size) or is_namedtuple_type(type(value))):
+        return TupleVariable([wrap_result(v) for v in value], type(value))
+    if type(value) is list:
+        return ListVariable([wrap_result(v) for v in value])
+    if type(value) is dict:
+        return DictVariable({k: wrap_result(v) for k, v in value.items()})
+    if type(value) in (set, frozenset):
+        return SetVariable([wrap_result(v) for v in value], type(value))
+    if is_torch_function(value):
+        return TorchFunctionVariable(value)
+    if isinstance(value, types.FunctionType):
+        return UserFunctionVariable(value)
+    if _hashable(value) and value in RULES:
+        return BuiltinVariable(value)
+    if isinstance(value, torch.nn.Module):
+        return NNModuleVariable(value, None)
+    if isinstance(value, torch.Tensor):
+        raise Unsupported("a tensor computed at trace time", kind="unsupported")
+    return ObjectVariable(value)
+

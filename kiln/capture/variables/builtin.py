@@ -1,0 +1,489 @@
+"""Python builtins during capture (`len`, `isinstance`, `range`, `zip`, `min`, ...), one rule each.
+
+Each rule lives in a table filled by `@builtin_rule`, keyed by the builtin it handles. Rules compute
+on trace-time values when they can (a constant answer, no node) and otherwise record graph ops (e.g.
+`abs(tensor)`, `max(s0, 2)` on a symbolic size). A builtin without a rule is a graph break.
+Corresponds to torch/_dynamo/variables/builtin.py.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import itertools
+import operator
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
+
+from kiln.capture.variables.base import Variable, constant_args
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
+    from kiln.capture.tracer import Tracer
+
+Rule = Callable[["Tracer", list[Variable], dict[str, Variable]], Variable]
+RULES: dict[Any, Rule] = {}
+
+# Builtins whose call is a break of a named kind (the hint table of kiln.capture.breaks keys on it).
+_BREAK_KINDS = {builtins.print: "print", builtins.input: "unsupported_call", builtins.open: "unsupported_call",
+                builtins.breakpoint: "unsupported_call", builtins.exec: "unsupported_call",
+                builtins.eval: "unsupported_call", builtins.globals: "unsupported_call",
+                builtins.locals: "unsupported_call", builtins.vars: "unsupported_call"}
+
+
+def builtin_rule(*fns: Any) -> Callable[[Rule], Rule]:
+    """Register the rule for builtins `fns` (the function's name must be `<builtin>_rule`)."""
+
+    def register(rule: Rule) -> Rule:
+        for fn in fns:
+            assert fn not in RULES, fn
+            RULES[fn] = rule
+        return rule
+
+    return register
+
+
+class BuiltinVariable(Variable):
+    """A Python builtin function (or a stdlib function treated like one, e.g. operator.add)."""
+
+    def __init__(self, fn: Any, source: Any = None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def describe(self) -> str:
+        return f"builtin {getattr(self.fn, '__name__', self.fn)}"
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def as_python_value(self) -> Any:
+        return self.fn
+
+    def is_constant(self) -> bool:
+        return False
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        if self.fn in _BREAK_KINDS:
+            raise Unsupported(f"call to {self.fn.__name__}()", kind=_BREAK_KINDS[self.fn])
+        rule = RULES.get(self.fn)
+        if rule is None:
+            raise Unsupported(f"builtin {getattr(self.fn, '__name__', self.fn)} is not supported",
+                              kind="unsupported_call")
+        return rule(tx, list(args), dict(kwargs))
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        return tx.wrap_result(getattr(self.fn, name))
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return glue.constant(self.fn)
+
+
+def _has_graph_values(args: Sequence[Variable]) -> bool:
+    from kiln.capture.variables.symint import SymIntVariable
+    from kiln.capture.variables.tensor import TensorVariable
+
+    return any(isinstance(a, (TensorVariable, SymIntVariable)) for a in args)
+
+
+def _fold(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """Run `fn` at trace time on constants, or record it as a graph op on tensors / symbols."""
+    consts = constant_args(args, kwargs)
+    if consts is not None:
+        try:
+            return tx.wrap_result(fn(*consts[0], **consts[1]))
+        except Exception as exc:
+            raise Unsupported(f"{fn.__name__} raised {type(exc).__name__}: {exc} (raised natively)",
+                              kind="unsupported") from exc
+    if _has_graph_values(args):
+        return tx.call_op("call_function", fn, args, kwargs)
+    raise Unsupported(f"{fn.__name__} on {[a.describe() for a in args]}", kind="unsupported_call")
+
+
+@builtin_rule(len)
+def len_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    return args[0].length(tx)
+
+
+@builtin_rule(isinstance)
+def isinstance_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    obj, classes = args
+    cls = classes.as_python_value()
+    kind = obj.python_type()
+    if isinstance(cls, tuple):
+        result = any(_is_subclass(kind, c) for c in cls)
+    else:
+        result = _is_subclass(kind, cls)
+    return ConstantVariable(result)
+
+
+def _is_subclass(kind: type, cls: Any) -> bool:
+    # A tensor variable's type is torch.Tensor (or Parameter): isinstance(t, nn.Parameter) must match
+    # what eager sees, and a FakeTensor is never what the user asks about.
+    try:
+        return issubclass(kind, cls)
+    except TypeError as exc:
+        raise Unsupported(f"isinstance with {cls!r}", kind="unsupported_builtin") from exc
+
+
+@builtin_rule(issubclass)
+def issubclass_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    return ConstantVariable(issubclass(args[0].as_python_value(), args[1].as_python_value()))
+
+
+@builtin_rule(callable)
+def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.functions import (BoundMethodVariable, NestedFunctionVariable,
+                                                  UserFunctionVariable, UserMethodVariable)
+    from kiln.capture.variables.tensor import TensorVariable
+
+    obj = args[0]
+    if isinstance(obj, (BoundMethodVariable, NestedFunctionVariable, UserFunctionVariable,
+                        UserMethodVariable, BuiltinVariable)):
+        return ConstantVariable(True)
+    if isinstance(obj, TensorVariable) or obj.is_constant():
+        return ConstantVariable(False)
+    return ConstantVariable(callable(obj.as_python_value()))
+
+
+@builtin_rule(type)
+def type_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    if len(args) != 1:
+        raise Unsupported("type() with three arguments", kind="unsupported_call")
+    return tx.wrap_result(args[0].python_type())
+
+
+@builtin_rule(getattr)
+def getattr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    obj, name = args[0], args[1].as_constant()
+    if len(args) == 3:
+        if not tx.has_attr(obj, name):
+            return args[2]
+    return tx.getattr(obj, name)
+
+
+@builtin_rule(hasattr)
+def hasattr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    return ConstantVariable(tx.has_attr(args[0], args[1].as_constant()))
+
+
+@builtin_rule(setattr)
+def setattr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    tx.setattr(args[0], args[1].as_constant(), args[2])
+    return ConstantVariable(None)
+
+
+@builtin_rule(range)
+def range_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    return ConstantVariable(range(*[tx.as_int(a) for a in args]))
+
+
+@builtin_rule(enumerate)
+def enumerate_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.sequence import TupleVariable
+
+    start = tx.as_int(args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0)))
+    items = tx.iterate(args[0])
+    return IteratorVariable([TupleVariable([ConstantVariable(start + i), v]) for i, v in enumerate(items)])
+
+
+@builtin_rule(zip)
+def zip_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.sequence import TupleVariable
+
+    strict = kwargs.pop("strict", ConstantVariable(False)).as_constant()
+    columns = [tx.iterate(a) for a in args]
+    if strict and len({len(c) for c in columns}) > 1:
+        raise Unsupported("zip(strict=True) on sequences of different lengths (raised natively)", kind="unsupported")
+    return IteratorVariable([TupleVariable(list(row)) for row in zip(*columns)])
+
+
+@builtin_rule(map)
+def map_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.iterator import IteratorVariable
+
+    fn, columns = args[0], [tx.iterate(a) for a in args[1:]]
+    return IteratorVariable([fn.call(tx, list(row), {}) for row in zip(*columns)])
+
+
+@builtin_rule(filter)
+def filter_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.iterator import IteratorVariable
+
+    fn, items = args[0], tx.iterate(args[1])
+    keep = [v for v in items if (v if fn.is_constant() and fn.as_constant() is None else fn.call(tx, [v], {})).truth(tx)]
+    return IteratorVariable(keep)
+
+
+@builtin_rule(reversed)
+def reversed_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.iterator import IteratorVariable
+
+    return IteratorVariable(list(reversed(tx.iterate(args[0]))))
+
+
+@builtin_rule(iter)
+def iter_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.iterator import IteratorVariable
+
+    if isinstance(args[0], IteratorVariable):
+        return args[0]
+    return IteratorVariable(tx.iterate(args[0]))
+
+
+@builtin_rule(next)
+def next_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.iterator import IteratorVariable
+
+    it = args[0]
+    if not isinstance(it, IteratorVariable):
+        raise Unsupported(f"next() on {it.describe()}", kind="unsupported_call")
+    item = it.next_item()
+    if item is None:
+        if len(args) > 1:
+            return args[1]
+        raise Unsupported("StopIteration from next() (raised natively)", kind="unsupported")
+    return item
+
+
+def _list_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.sequence import ListVariable
+    return ListVariable(tx.iterate(args[0]) if args else [])
+
+
+def _tuple_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.sequence import TupleVariable
+    return TupleVariable(tx.iterate(args[0]) if args else [])
+
+
+RULES[list] = _list_rule
+RULES[tuple] = _tuple_rule
+
+
+@builtin_rule(dict)
+def dict_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.dict import DictVariable, pairs_of
+
+    items = pairs_of(tx, args[0]) if args else {}
+    items.update(kwargs)
+    return DictVariable(items)
+
+
+def _set_of(kind: type) -> Rule:
+    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.dict import SetVariable
+        return SetVariable(tx.iterate(args[0]) if args else [], kind)
+    return rule
+
+
+RULES[set] = _set_of(set)
+RULES[frozenset] = _set_of(frozenset)
+
+
+@builtin_rule(sorted)
+def sorted_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.sequence import ListVariable
+
+    items = tx.iterate(args[0])
+    if all(i.is_constant() for i in items) and all(v.is_constant() for v in kwargs.values()):
+        values = sorted((i.as_constant() for i in items), **{k: v.as_constant() for k, v in kwargs.items()})
+        return ListVariable([tx.wrap_result(v) for v in values])
+    raise Unsupported("sorted() of values unknown at trace time", kind="unsupported_call")
+
+
+def _minmax(fn: Any) -> Rule:
+    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.tensor import TensorVariable
+
+        items = tx.iterate(args[0]) if len(args) == 1 else args
+        if kwargs:
+            return _fold(tx, fn, args, kwargs)
+        if all(i.is_constant() for i in items):
+            return tx.wrap_result(fn(i.as_constant() for i in items))
+        if any(isinstance(i, TensorVariable) for i in items):
+            if len(items) == 2 and all(isinstance(i, TensorVariable) for i in items):
+                return tx.call_op("call_function", torch.maximum if fn is max else torch.minimum, items, {})
+            raise Unsupported(f"{fn.__name__}() over tensors compares their values", kind="data_dependent_branch")
+        result = items[0]
+        for item in items[1:]:
+            result = tx.call_op("call_function", fn, [result, item], {})
+        return result
+    return rule
+
+
+RULES[min] = _minmax(min)
+RULES[max] = _minmax(max)
+
+
+def product(tx: "Tracer", items: list[Variable]) -> Variable:
+    """The product of numbers, folded when constant (Size.numel())."""
+    from kiln.capture.opcodes.operators import binary_op
+
+    result: Variable = ConstantVariable(1)
+    for item in items:
+        result = binary_op(tx, "*", result, item)
+    return result
+
+
+@builtin_rule(sum)
+def sum_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.opcodes.operators import binary_op
+
+    items = tx.iterate(args[0])
+    result = args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))
+    for item in items:
+        result = binary_op(tx, "+", result, item)
+    return result
+
+
+def _anyall(fn: Any) -> Rule:
+    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return ConstantVariable(fn(i.truth(tx) for i in tx.iterate(args[0])))
+    return rule
+
+
+RULES[any] = _anyall(any)
+RULES[all] = _anyall(all)
+
+
+for _fn in (abs, round, pow, divmod, chr, ord, hash, repr, format, ascii, bin, hex, oct):
+    RULES[_fn] = functools.partial(lambda fn, tx, args, kwargs: _fold(tx, fn, args, kwargs), _fn)
+
+
+def _convert(kind: type) -> Rule:
+    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.symint import SymIntVariable
+        from kiln.capture.variables.tensor import TensorVariable
+
+        if args and isinstance(args[0], TensorVariable):
+            raise Unsupported(f"{kind.__name__}() of a tensor reads its data", kind="item")
+        if args and isinstance(args[0], SymIntVariable):
+            if kind is bool:
+                return ConstantVariable(args[0].truth(tx))
+            if kind is str:
+                return ConstantVariable(str(args[0].specialize()))
+            return tx.call_op("call_function", kind, args, {})
+        return _fold(tx, kind, args, kwargs)
+    return rule
+
+
+for _kind in (int, float, bool, str, complex):
+    RULES[_kind] = _convert(_kind)
+
+
+@builtin_rule(id)
+def id_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    value = args[0].as_python_value()
+    return ConstantVariable(id(value))
+
+
+@builtin_rule(slice)
+def slice_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.slice import SliceVariable
+
+    none = ConstantVariable(None)
+    parts = list(args) + [none] * (3 - len(args))
+    if len(args) == 1:
+        parts = [none, args[0], none]
+    return SliceVariable(*parts)
+
+
+@builtin_rule(super)
+def super_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.user_object import SuperVariable
+
+    if args:
+        return SuperVariable(args[0].as_python_value(), args[1])
+    return tx.zero_arg_super()
+
+
+@builtin_rule(object.__setattr__)
+def object_setattr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    tx.setattr(args[0], args[1].as_constant(), args[2], bypass=True)
+    return ConstantVariable(None)
+
+
+# The operator module's functions behave like the operators themselves.
+def _operator_rule(name: str) -> Rule:
+    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.opcodes.operators import BINARY_SYMBOLS, binary_op, compare_op, subscript
+
+        if name == "getitem":
+            return subscript(tx, args[0], args[1])
+        if name in BINARY_SYMBOLS:
+            return binary_op(tx, BINARY_SYMBOLS[name], args[0], args[1])
+        return compare_op(tx, name, args[0], args[1])
+    return rule
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_", "xor",
+              "lshift", "rshift", "getitem", "lt", "le", "eq", "ne", "gt", "ge"):
+    RULES[getattr(operator, _name)] = _operator_rule(_name)
+
+for _fn in (operator.neg, operator.pos, operator.not_, operator.invert, operator.truth, operator.index):
+    RULES[_fn] = functools.partial(lambda fn, tx, args, kwargs: _fold(tx, fn, args, kwargs), _fn)
+
+
+# functools and itertools helpers that model code reaches for, unrolled like loops.
+@builtin_rule(functools.reduce)
+def reduce_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    fn, items = args[0], tx.iterate(args[1])
+    if len(args) > 2:
+        result = args[2]
+    elif items:
+        result, items = items[0], items[1:]
+    else:
+        raise Unsupported("reduce() of an empty sequence with no initial value (raised natively)", kind="unsupported")
+    for item in items:
+        result = fn.call(tx, [result, item], {})
+    return result
+
+
+@builtin_rule(functools.partial)
+def partial_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.functions import PartialVariable
+
+    return PartialVariable(args[0], list(args[1:]), dict(kwargs))
+
+
+def _iterator_rule(make: Callable[..., Any]) -> Rule:
+    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.iterator import IteratorVariable
+        return IteratorVariable(make(tx, args, kwargs))
+    return rule
+
+
+def _tuples(rows: Any) -> list[Variable]:
+    from kiln.capture.variables.sequence import TupleVariable
+    return [TupleVariable(list(row)) for row in rows]
+
+
+RULES[itertools.chain] = _iterator_rule(lambda tx, args, kw: [i for a in args for i in tx.iterate(a)])
+RULES[itertools.pairwise] = _iterator_rule(lambda tx, args, kw: _tuples(itertools.pairwise(tx.iterate(args[0]))))
+RULES[itertools.product] = _iterator_rule(
+    lambda tx, args, kw: _tuples(itertools.product(*[tx.iterate(a) for a in args],
+                                                   repeat=tx.as_int(kw.get("repeat", ConstantVariable(1))))))
+RULES[itertools.islice] = _iterator_rule(
+    lambda tx, args, kw: list(itertools.islice(tx.iterate(args[0]), *[a.as_constant() for a in args[1:]])))
+RULES[itertools.repeat] = _iterator_rule(lambda tx, args, kw: [args[0]] * tx.as_int(args[1]))
+RULES[itertools.combinations] = _iterator_rule(
+    lambda tx, args, kw: _tuples(itertools.combinations(tx.iterate(args[0]), tx.as_int(args[1]))))
+RULES[itertools.accumulate] = _iterator_rule(lambda tx, args, kw: _accumulate(tx, args))
+
+
+def _accumulate(tx: "Tracer", args: list[Variable]) -> list[Variable]:
+    from kiln.capture.opcodes.operators import binary_op
+
+    items = tx.iterate(args[0])
+    out: list[Variable] = []
+    for item in items:
+        if not out:
+            out.append(item)
+        elif len(args) > 1:
+            out.append(args[1].call(tx, [out[-1], item], {}))
+        else:
+            out.append(binary_op(tx, "+", out[-1], item))
+    return out

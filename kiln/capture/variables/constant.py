@@ -1,0 +1,94 @@
+"""Python constants known at trace time: numbers, strings, None, dtypes, devices, Ellipsis.
+
+Arithmetic on them happens while tracing (it leaves no node in the graph); a constant read from an
+input is guarded by value where it was read (see builder.py). Methods of constants (`str.format`,
+`dtype.is_floating_point`, ...) run at trace time when every argument is a constant too.
+Corresponds to torch/_dynamo/variables/constant.py.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from kiln.capture.sources import Source
+from kiln.capture.variables.base import Variable, constant_args
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
+    from kiln.capture.tracer import Tracer
+
+CONSTANT_TYPES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,
+                  torch.layout, torch.memory_format, type(Ellipsis), type(NotImplemented), range, slice)
+
+
+def is_constant_value(value: Any) -> bool:
+    """True for values ConstantVariable holds (tuples of constants are TupleVariables instead)."""
+    return isinstance(value, CONSTANT_TYPES) and not isinstance(value, torch.SymInt)
+
+
+class ConstantVariable(Variable):
+    """A Python constant; `value` is the real object."""
+
+    def __init__(self, value: Any, source: Source | None = None) -> None:
+        self.value = value
+        self.source = source
+
+    def describe(self) -> str:
+        return f"constant {self.value!r}"
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self) -> Any:
+        return self.value
+
+    def truth(self, tx: "Tracer") -> bool:
+        return bool(self.value)
+
+    def length(self, tx: "Tracer") -> Variable:
+        return ConstantVariable(len(self.value))
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        if isinstance(self.value, (str, bytes, range)):
+            return [ConstantVariable(v) for v in self.value]
+        return super().iterate(tx)
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError as exc:
+            raise Unsupported(f"{self.describe()} has no attribute {name!r}", kind="unsupported_attribute") from exc
+        if callable(attr):
+            from kiln.capture.variables.functions import BoundMethodVariable
+            return BoundMethodVariable(self, name)
+        return ConstantVariable(attr)
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        consts = constant_args(args, kwargs)
+        if consts is None:
+            if isinstance(self.value, str) and name == "format":
+                raise Unsupported("formatting a string with a tensor or traced value",
+                                  kind="format_tensor")
+            raise Unsupported(f"{type(self.value).__name__}.{name} with non-constant arguments",
+                              kind="unsupported_call")
+        method = getattr(self.value, name)
+        return tx.wrap_result(method(*consts[0], **consts[1]))
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return glue.constant(self.value)
+
+
+def literal_or_none(value: Any) -> str | None:
+    """A Python literal for simple constants (what the glue prints inline), else None."""
+    if value is None or value is Ellipsis or isinstance(value, (bool, int, str, bytes)):
+        return repr(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    return None

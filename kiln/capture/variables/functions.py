@@ -1,0 +1,218 @@
+"""Python functions during capture: user functions and methods (inlined), closures made during the
+trace, bound methods of tracked values, and closure cells.
+
+Calling a user function inlines it: a child tracer runs its bytecode over the same graph. A function
+marked `kiln.disable` is a graph break; one marked `kiln.allow_in_graph` becomes one call node; a
+function already compiled with kiln.compile is inlined through its original. Corresponds to
+torch/_dynamo/variables/functions.py.
+"""
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any, Sequence
+
+from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, COMPILED_MARKER, DISABLE_MARKER, ORIGINAL_ATTR
+from kiln.capture.sources import AttrSource, ClosureSource, Source
+from kiln.capture.variables.base import Variable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
+    from kiln.capture.tracer import Tracer
+
+
+class CellVariable(Variable):
+    """A closure cell. Either made during the trace (`contents` tracked), or a real cell from outside
+    (`real` set, read through `source` and written through the side-effect log)."""
+
+    def __init__(self, contents: Variable | None = None, real: types.CellType | None = None,
+                 source: Source | None = None) -> None:
+        self.contents = contents
+        self.real = real
+        self.source = source
+        self.loaded = real is None
+
+    def describe(self) -> str:
+        return "cell"
+
+    def load(self, tx: "Tracer") -> Variable:
+        if not self.loaded:
+            try:
+                value = self.real.cell_contents
+            except ValueError as exc:
+                raise Unsupported("free variable referenced before assignment", kind="unsupported") from exc
+            self.contents = tx.wrap(value, self.source)
+            self.loaded = True
+        if self.contents is None:
+            raise Unsupported("free variable referenced before assignment", kind="unsupported")
+        return self.contents
+
+    def store(self, tx: "Tracer", value: Variable) -> None:
+        self.contents = value
+        self.loaded = True
+        if self.real is not None:
+            tx.side_effects.store_cell(self, value)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.real is not None and self.source is not None:
+            return self.source.name().rsplit(".cell_contents", 1)[0]
+        inner = "" if self.contents is None else glue.reconstruct(self.contents)
+        return f"{glue.constant(types.CellType)}({inner})"
+
+
+class BoundMethodVariable(Variable):
+    """`obj.name` for a method of a tracked value (a list, a dict, a tensor, a constant)."""
+
+    def __init__(self, obj: Variable, name: str) -> None:
+        self.obj = obj
+        self.name = name
+
+    def describe(self) -> str:
+        return f"method {self.name} of {self.obj.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return f"{glue.reconstruct(self.obj)}.{self.name}"
+
+
+class UserFunctionVariable(Variable):
+    """A Python function that exists outside the frame (a global, an attribute, a closure value)."""
+
+    def __init__(self, fn: types.FunctionType, source: Source | None = None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def describe(self) -> str:
+        return f"function {self.fn.__qualname__}"
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def as_python_value(self) -> Any:
+        return self.fn
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        if not hasattr(self.fn, name):
+            raise Unsupported(f"function {self.fn.__qualname__} has no attribute {name!r}",
+                              kind="unsupported_attribute")
+        return tx.wrap(getattr(self.fn, name), None if self.source is None else AttrSource(self.source, name))
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return call_python_function(tx, self.fn, self.source, list(args), kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return glue.constant(self.fn)
+
+
+def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: list[Variable],
+                         kwargs: dict[str, Variable]) -> Variable:
+    """Call a real Python function: honor the kiln markers, then inline its bytecode."""
+    if getattr(fn, DISABLE_MARKER, False):
+        raise Unsupported(f"{fn.__qualname__} is marked kiln.disable", kind="disabled")
+    if getattr(fn, ALLOW_IN_GRAPH_MARKER, False):
+        return tx.call_op("call_function", fn, args, kwargs)
+    if getattr(fn, COMPILED_MARKER, False):
+        original = getattr(fn, ORIGINAL_ATTR)
+        return tx.wrap(original, None).call(tx, args, kwargs)
+    closure = None
+    if fn.__closure__:
+        closure = [CellVariable(real=cell, source=ClosureSource(i, source) if source is not None else None)
+                   for i, cell in enumerate(fn.__closure__)]
+    return tx.inline_call(fn.__code__, fn.__globals__, closure, fn.__defaults__ or (),
+                          fn.__kwdefaults__ or {}, args, kwargs, name=fn.__qualname__, fn=fn)
+
+
+class UserMethodVariable(Variable):
+    """A Python function bound to a tracked `self` (a module, a user object)."""
+
+    def __init__(self, fn: types.FunctionType, obj: Variable, source: Source | None = None) -> None:
+        self.fn = fn
+        self.obj = obj
+        self.source = source
+
+    def describe(self) -> str:
+        return f"method {self.fn.__qualname__}"
+
+    def python_type(self) -> type:
+        return types.MethodType
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        if name == "__self__":
+            return self.obj
+        if name == "__func__":
+            return UserFunctionVariable(self.fn)
+        return UserFunctionVariable(self.fn).getattr(tx, name)
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return call_python_function(tx, self.fn, None, [self.obj, *args], kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return f"{glue.constant(types.MethodType)}({glue.constant(self.fn)}, {glue.reconstruct(self.obj)})"
+
+
+class NestedFunctionVariable(Variable):
+    """A function made by MAKE_FUNCTION during the trace: a lambda, an inner def, a comprehension."""
+
+    def __init__(self, code: types.CodeType, f_globals: dict[str, Any], qualname: str,
+                 defaults: tuple[Variable, ...], kwdefaults: dict[str, Variable],
+                 closure: list[CellVariable] | None) -> None:
+        self.code = code
+        self.f_globals = f_globals
+        self.qualname = qualname
+        self.defaults = defaults
+        self.kwdefaults = kwdefaults
+        self.closure = closure
+
+    def describe(self) -> str:
+        return f"function {self.qualname}"
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        if name in ("__name__", "__qualname__"):
+            return tx.wrap_result(self.qualname if name == "__qualname__" else self.code.co_name)
+        if name == "__code__":
+            return tx.wrap_result(self.code)
+        raise Unsupported(f"attribute {name!r} of a function made during the trace", kind="unsupported_attribute")
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return tx.inline_call(self.code, self.f_globals, self.closure, self.defaults, self.kwdefaults,
+                              list(args), kwargs, name=self.qualname, fn=None)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        defaults = "None" if not self.defaults else "(" + "".join(glue.reconstruct(d) + ", " for d in self.defaults) + ")"
+        closure = "None" if not self.closure else "(" + "".join(glue.reconstruct(c) + ", " for c in self.closure) + ")"
+        text = (f"{glue.constant(types.FunctionType)}({glue.constant(self.code)}, G, "
+                f"{self.code.co_name!r}, {defaults}, {closure})")
+        if self.kwdefaults:
+            raise Unsupported("rebuilding a function with keyword-only defaults", kind="reconstruct")
+        if self.f_globals is not glue.f_globals:
+            raise Unsupported("rebuilding a function of another module", kind="reconstruct")
+        return text
+
+
+class PartialVariable(Variable):
+    """`functools.partial(fn, *args, **kwargs)`: calling it calls `fn` with the bound arguments first."""
+
+    def __init__(self, fn: Variable, args: list[Variable], kwargs: dict[str, Variable], source: Source | None = None) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.source = source
+
+    def describe(self) -> str:
+        return f"partial({self.fn.describe()})"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return self.fn.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.source is not None:
+            return self.source.name()
+        import functools
+        parts = [glue.reconstruct(self.fn)] + [glue.reconstruct(a) for a in self.args]
+        parts += [f"{k}={glue.reconstruct(v)}" for k, v in self.kwargs.items()]
+        return f"{glue.constant(functools.partial)}({', '.join(parts)})"

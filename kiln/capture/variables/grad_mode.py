@@ -1,0 +1,113 @@
+"""Grad-mode context managers during capture: `torch.no_grad()`, `enable_grad()`, `set_grad_enabled(b)`.
+
+Entering one records `torch._C._set_grad_enabled(mode)` in the graph (and switches the real mode
+while tracing, so fakes get the right requires_grad); the with-exit sequence restores it. After a
+graph break inside the block the glue enters a real manager of the same kind and passes its bound
+`__exit__` to the resume function, which `WithExitVariable` reads back when that is captured.
+Corresponds to torch/_dynamo/variables/ctx_manager.py (GradModeVariable).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from kiln.capture.variables.base import Variable
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
+    from kiln.capture.tracer import Tracer
+
+
+def set_grad_mode(tx: "Tracer", enabled: bool) -> None:
+    """Switch grad mode at this point of the graph (a node) and in the tracer's process."""
+    if tx.state.grad_enabled == enabled:
+        return
+    tx.output.create_node("call_function", torch._C._set_grad_enabled, (enabled,), {}, None)
+    tx.state.grad_enabled = enabled
+    torch._C._set_grad_enabled(enabled)
+
+
+class GradModeVariable(Variable):
+    """A grad-mode manager; `target` is the mode inside the block, `ctor` rebuilds it at run time."""
+
+    def __init__(self, target: bool, ctor: Any, ctor_args: tuple[Any, ...]) -> None:
+        self.target = target
+        self.ctor = ctor
+        self.ctor_args = ctor_args
+        self.prev: bool | None = None
+
+    @staticmethod
+    def create(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> "GradModeVariable":
+        if fn is torch.inference_mode:
+            raise Unsupported("torch.inference_mode inside a compiled region", kind="unsupported_call")
+        if fn is torch.no_grad:
+            return GradModeVariable(False, fn, ())
+        if fn is torch.enable_grad:
+            return GradModeVariable(True, fn, ())
+        mode = (args[0] if args else kwargs["mode"]).as_constant()
+        var = GradModeVariable(bool(mode), fn, (bool(mode),))
+        # set_grad_enabled(b) takes effect when called, not when entered.
+        var.prev = tx.state.grad_enabled
+        set_grad_mode(tx, bool(mode))
+        return var
+
+    def describe(self) -> str:
+        return f"{self.ctor.__name__}()"
+
+    def python_type(self) -> type:
+        return self.ctor
+
+    def enter(self, tx: "Tracer") -> Variable:
+        if self.prev is None:
+            self.prev = tx.state.grad_enabled
+        set_grad_mode(tx, self.target)
+        return ConstantVariable(None)
+
+    def exit(self, tx: "Tracer") -> Variable:
+        set_grad_mode(tx, bool(self.prev))
+        return ConstantVariable(None)
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        if name in ("__enter__", "__exit__"):
+            return WithExitVariable(self) if name == "__exit__" else _EnterVariable(self)
+        raise Unsupported(f"attribute {name!r} of {self.describe()}", kind="unsupported_attribute")
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        # Used as a decorator: @torch.no_grad() on an inner function.
+        raise Unsupported(f"{self.describe()} used as a decorator", kind="unsupported_call")
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return f"{glue.constant(self.ctor)}({', '.join(repr(a) for a in self.ctor_args)})"
+
+
+class _EnterVariable(Variable):
+    def __init__(self, ctx: GradModeVariable) -> None:
+        self.ctx = ctx
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return self.ctx.enter(tx)
+
+
+class WithExitVariable(Variable):
+    """The bound `__exit__` that BEFORE_WITH leaves on the stack for an entered grad-mode manager."""
+
+    def __init__(self, ctx: GradModeVariable, source: Any = None) -> None:
+        self.ctx = ctx
+        self.source = source
+
+    def describe(self) -> str:
+        return f"__exit__ of {self.ctx.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return self.ctx.exit(tx)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        # Enter a real manager of the same kind now, so the native instruction and the resume
+        # function run in the block's grad mode; the resume function exits it.
+        name = glue.fresh("ctx")
+        glue.line(f"{name} = {self.ctx.reconstruct(glue)}")
+        glue.line(f"{name}.__enter__()")
+        return f"{name}.__exit__"

@@ -1,0 +1,63 @@
+"""Iterators during capture: a list of the items still to come, consumed by FOR_ITER and next().
+
+Every loop the tracer sees is unrolled, so an iterator is just its remaining items (each a tracked
+value). After a graph break inside a loop the glue rebuilds it as `iter((item, item, ...))`, and the
+resume function's capture reads such a tuple iterator back through `__reduce__`.
+Corresponds to torch/_dynamo/variables/iter.py.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kiln.capture.variables.base import Variable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
+    from kiln.capture.tracer import Tracer
+
+
+class IteratorVariable(Variable):
+    """An iterator over known items; `position` is how many were consumed."""
+
+    def __init__(self, items: list[Variable]) -> None:
+        self.items = items
+        self.position = 0
+
+    def describe(self) -> str:
+        return f"iterator ({len(self.items) - self.position} left)"
+
+    def remaining(self) -> list[Variable]:
+        return self.items[self.position:]
+
+    def next_item(self) -> Variable | None:
+        """The next item, or None when exhausted."""
+        if self.position >= len(self.items):
+            return None
+        item = self.items[self.position]
+        self.position += 1
+        return item
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        rest = self.remaining()
+        self.position = len(self.items)
+        return rest
+
+    def call_method(self, tx: "Tracer", name: str, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        if name == "__next__":
+            item = self.next_item()
+            if item is None:
+                raise Unsupported("StopIteration (raised natively)", kind="unsupported")
+            return item
+        if name == "__iter__":
+            return self
+        raise Unsupported(f"iterator.{name}", kind="unsupported_call")
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.functions import BoundMethodVariable
+
+        return BoundMethodVariable(self, name)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        parts = [glue.reconstruct(i) for i in self.remaining()]
+        return "iter((" + "".join(p + ", " for p in parts) + "))"

@@ -1,0 +1,195 @@
+"""nn.Module instances during capture: attributes guarded, parameters and buffers as graph inputs,
+`forward` inlined, and the containers (ModuleList, ModuleDict, Sequential) indexed and iterated.
+
+A module is guarded by identity; each attribute the trace reads is guarded where it is read
+(`self.training` by value, a parameter by its tensor metadata, a submodule by identity). Writes to
+module attributes go to the side-effect log. Corresponds to torch/_dynamo/variables/nn_module.py
+(with inline_inbuilt_nn_modules: parameters are inputs, never constants).
+"""
+from __future__ import annotations
+
+import inspect
+import types
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from kiln.capture.sources import AttrSource, ItemSource, Source
+from kiln.capture.variables.base import Variable
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
+    from kiln.capture.tracer import Tracer
+
+_CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict, torch.nn.ParameterList,
+               torch.nn.ParameterDict)
+
+
+def _has_hooks(m: torch.nn.Module) -> bool:
+    from torch.nn.modules import module as module_mod
+
+    local = (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks, getattr(m, "_backward_pre_hooks", {}))
+    global_ = (module_mod._global_forward_hooks, module_mod._global_forward_pre_hooks,
+               module_mod._global_backward_hooks, getattr(module_mod, "_global_backward_pre_hooks", {}))
+    return any(local) or any(global_)
+
+
+class NNModuleVariable(Variable):
+    """An nn.Module reached from the frame (argument, global, attribute of another module)."""
+
+    def __init__(self, module: torch.nn.Module, source: Source | None) -> None:
+        self.module = module
+        self.source = source
+
+    def describe(self) -> str:
+        return f"module {type(self.module).__name__}"
+
+    def python_type(self) -> type:
+        return type(self.module)
+
+    def as_python_value(self) -> Any:
+        return self.module
+
+    def _child_source(self, table: str, name: str) -> Source | None:
+        if self.source is None:
+            return None
+        return ItemSource(AttrSource(self.source, table), name)
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+
+        m = self.module
+        pending = tx.side_effects.pending_attr(m, name)
+        if pending is not None:
+            return pending
+        if name in _INTROSPECTION or (isinstance(m, _CONTAINERS) and name in _CONTAINER_METHODS):
+            from kiln.capture.variables.functions import BoundMethodVariable
+            return BoundMethodVariable(self, name)
+        d = m.__dict__
+        for table in ("_parameters", "_buffers", "_modules"):
+            if name in d.get(table, {}):
+                value = d[table][name]
+                return tx.wrap(value, self._child_source(table, name))
+        if name in d:
+            return tx.wrap(d[name], None if self.source is None else AttrSource(self.source, name))
+        static = inspect.getattr_static(m, name, _MISSING)
+        if static is _MISSING:
+            raise Unsupported(f"{type(m).__name__} has no attribute {name!r}", kind="unsupported_attribute")
+        if isinstance(static, property):
+            return UserFunctionVariable(static.fget).call(tx, [self], {})
+        if isinstance(static, types.FunctionType):
+            return UserMethodVariable(static, self)
+        if isinstance(static, staticmethod):
+            return tx.wrap(static.__func__, None)
+        if isinstance(static, classmethod):
+            return UserMethodVariable(static.__func__, tx.wrap(type(m), None))
+        value = getattr(m, name)
+        source = None if self.source is None else AttrSource(self.source, name)
+        return tx.wrap(value, source)
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        if _has_hooks(self.module):
+            raise Unsupported(f"{type(self.module).__name__} has hooks; calling it runs them natively",
+                              kind="unsupported_call")
+        forward = self.getattr(tx, "forward")
+        return forward.call(tx, args, kwargs)
+
+    # ------------------------------------------------------------------ containers
+    def _children(self, tx: "Tracer") -> list[tuple[str, Variable]]:
+        m = self.module
+        if isinstance(m, (torch.nn.ParameterList, torch.nn.ParameterDict)):
+            return [(k, tx.wrap(v, self._child_source("_parameters", k))) for k, v in m._parameters.items()]
+        return [(k, tx.wrap(v, self._child_source("_modules", k))) for k, v in m._modules.items()]
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            return [ConstantVariable(k) for k, _ in self._children(tx)]
+        if isinstance(self.module, _CONTAINERS):
+            return [v for _, v in self._children(tx)]
+        raise Unsupported(f"iterating over {type(self.module).__name__}", kind="unsupported_iter")
+
+    def length(self, tx: "Tracer") -> Variable:
+        if isinstance(self.module, _CONTAINERS):
+            return ConstantVariable(len(self.module))
+        raise Unsupported(f"len() of {type(self.module).__name__}", kind="unsupported_builtin")
+
+    def truth(self, tx: "Tracer") -> bool:
+        if isinstance(self.module, _CONTAINERS):
+            return len(self.module) > 0
+        return True
+
+    def getitem(self, tx: "Tracer", key: Variable) -> Variable:
+        from kiln.capture.variables.sequence import ListVariable
+
+        children = self._children(tx)
+        index = key.as_constant()
+        if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            return dict(children)[index]
+        if isinstance(index, slice):
+            if isinstance(self.module, torch.nn.Sequential):
+                raise Unsupported("slicing an nn.Sequential builds a new module", kind="unsupported_call")
+            return ListVariable([v for _, v in children][index])
+        if isinstance(self.module, _CONTAINERS):
+            return [v for _, v in children][index]
+        raise Unsupported(f"indexing {type(self.module).__name__}", kind="unsupported_call")
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.sequence import ListVariable, TupleVariable
+
+        is_dict = isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict))
+        if name == "__getitem__" and isinstance(self.module, _CONTAINERS):
+            return self.getitem(tx, args[0])
+        if name == "__len__" and isinstance(self.module, _CONTAINERS):
+            return self.length(tx)
+        if is_dict and name in ("keys", "values", "items"):
+            children = self._children(tx)
+            if name == "keys":
+                return ListVariable([ConstantVariable(k) for k, _ in children])
+            if name == "values":
+                return ListVariable([v for _, v in children])
+            return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in children])
+        if is_dict and name == "__contains__":
+            return ConstantVariable(args[0].as_constant() in self.module)
+        if name in _INTROSPECTION and not args and not kwargs:
+            return self._introspect(tx, name)
+        if name == "__iter__" and isinstance(self.module, _CONTAINERS):
+            from kiln.capture.variables.iterator import IteratorVariable
+            return IteratorVariable(self.iterate(tx))
+        return self.getattr(tx, name).call(tx, args, kwargs)
+
+    def _introspect(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.iterator import IteratorVariable
+        from kiln.capture.variables.sequence import TupleVariable
+
+        if self.source is None:
+            raise Unsupported(f"{name}() of a module without a source", kind="unsupported_call")
+        items: list[Variable] = []
+        pairs = list(getattr(self.module, name if name.startswith("named") else "named_" + name)())
+        for qualified, value in pairs:
+            source: Source = self.source
+            parts = qualified.split(".") if qualified else []
+            for n, part in enumerate(parts):
+                last = n == len(parts) - 1
+                table = "_modules"
+                if last and isinstance(value, torch.Tensor):
+                    owner = self.module.get_submodule(".".join(parts[:-1])) if n else self.module
+                    table = "_parameters" if part in owner._parameters else "_buffers"
+                source = ItemSource(AttrSource(source, table), part)
+            var = tx.wrap(value, source)
+            items.append(TupleVariable([ConstantVariable(qualified), var]) if name.startswith("named") else var)
+        return IteratorVariable(items)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.source is not None:
+            return self.source.name()
+        return glue.constant(self.module)
+
+
+_MISSING = object()
+_INTROSPECTION = frozenset({"children", "modules", "parameters", "buffers", "named_children",
+                            "named_parameters", "named_buffers", "named_modules"})
+_CONTAINER_METHODS = frozenset({"__getitem__", "__len__", "keys", "values", "items", "__contains__",
+                                "__iter__"})

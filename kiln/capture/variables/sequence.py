@@ -1,0 +1,230 @@
+"""Tuples and lists (and namedtuples, torch.Size) whose items are themselves tracked values.
+
+Tuples are immutable; lists are mutated in place during the trace, and a list that came from the
+caller (it has a source) is reported to the side-effect log so the glue rewrites its contents after
+the graph has run. Corresponds to torch/_dynamo/variables/lists.py.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from kiln.capture.variables.base import Variable, constant_args
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
+    from kiln.capture.sources import Source
+    from kiln.capture.tracer import Tracer
+
+
+def _index(tx: "Tracer", key: Variable) -> Any:
+    from kiln.capture.variables.slice import SliceVariable
+    from kiln.capture.variables.symint import SymIntVariable
+
+    if isinstance(key, SliceVariable):
+        return key.as_slice(tx)
+    if isinstance(key, SymIntVariable):
+        return key.specialize()
+    return key.as_constant()
+
+
+def is_namedtuple_type(cls: type) -> bool:
+    return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")
+
+
+def is_structseq_type(cls: type) -> bool:
+    return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "n_fields")
+
+
+class BaseSequenceVariable(Variable):
+    """What tuples and lists share: items, indexing, iteration, counting."""
+
+    items: list[Variable]
+
+    def python_type(self) -> type:
+        raise NotImplementedError
+
+    def is_constant(self) -> bool:
+        return all(i.is_constant() for i in self.items)
+
+    def length(self, tx: "Tracer") -> Variable:
+        return ConstantVariable(len(self.items))
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        return list(self.items)
+
+    def truth(self, tx: "Tracer") -> bool:
+        return bool(self.items)
+
+    def getitem(self, tx: "Tracer", key: Variable) -> Variable:
+        index = _index(tx, key)
+        if isinstance(index, slice):
+            return self.rebuild(self.items[index])
+        try:
+            return self.items[index]
+        except (IndexError, TypeError) as exc:
+            raise Unsupported(f"{type(exc).__name__}: {exc} (raised natively)", kind="unsupported") from exc
+
+    def rebuild(self, items: list[Variable]) -> Variable:
+        raise NotImplementedError
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        if name == "__getitem__" and len(args) == 1:
+            return self.getitem(tx, args[0])
+        if name == "__len__":
+            return self.length(tx)
+        if name in ("count", "index", "__contains__") and constant_args(args, kwargs) and self.is_constant():
+            return ConstantVariable(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
+        if name == "index" and len(args) == 1:
+            for n, item in enumerate(self.items):
+                if item is args[0]:
+                    return ConstantVariable(n)
+        raise Unsupported(f"{self.python_type().__name__}.{name}", kind="unsupported_call")
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.functions import BoundMethodVariable
+
+        return BoundMethodVariable(self, name)
+
+
+class TupleVariable(BaseSequenceVariable):
+    """A tuple, namedtuple, torch.Size or torch.return_types structseq."""
+
+    def __init__(self, items: Sequence[Variable], tuple_type: type = tuple, source: "Source | None" = None) -> None:
+        self.items = list(items)
+        self.tuple_type = tuple_type
+        self.source = source
+
+    def describe(self) -> str:
+        return f"{self.tuple_type.__name__} of {len(self.items)}"
+
+    def python_type(self) -> type:
+        return self.tuple_type
+
+    def as_constant(self) -> Any:
+        values = [i.as_constant() for i in self.items]
+        if is_namedtuple_type(self.tuple_type):
+            return self.tuple_type(*values)
+        return self.tuple_type(values)
+
+    def rebuild(self, items: list[Variable]) -> Variable:
+        kind = torch.Size if self.tuple_type is torch.Size else tuple
+        return TupleVariable(items, kind)
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        fields = getattr(self.tuple_type, "_fields", None) or getattr(self.tuple_type, "__match_args__", ())
+        if name in fields:
+            return self.items[list(fields).index(name)]
+        if name in ("_fields",) and fields:
+            return tx.wrap_result(tuple(fields))
+        if name == "_replace" and is_namedtuple_type(self.tuple_type):
+            from kiln.capture.variables.functions import BoundMethodVariable
+            return BoundMethodVariable(self, name)
+        return super().getattr(tx, name)
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        if name == "_replace" and is_namedtuple_type(self.tuple_type):
+            items = list(self.items)
+            for key, value in kwargs.items():
+                items[list(self.tuple_type._fields).index(key)] = value
+            return TupleVariable(items, self.tuple_type)
+        if name == "numel" and self.tuple_type is torch.Size:
+            from kiln.capture.variables.builtin import product
+            return product(tx, self.items)
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.source is not None:
+            return self.source.name()
+        parts = [glue.reconstruct(i) for i in self.items]
+        body = ", ".join(parts) + ("," if len(parts) == 1 else "")
+        if self.tuple_type is tuple:
+            return f"({body})"
+        if is_namedtuple_type(self.tuple_type):
+            return f"{glue.constant(self.tuple_type)}({', '.join(parts)})"
+        return f"{glue.constant(self.tuple_type)}(({body}))"
+
+
+class ListVariable(BaseSequenceVariable):
+    """A list. Mutations of a list from outside the frame are replayed by the glue."""
+
+    def __init__(self, items: Sequence[Variable], source: "Source | None" = None) -> None:
+        self.items = list(items)
+        self.source = source
+
+    def describe(self) -> str:
+        return f"list of {len(self.items)}"
+
+    def python_type(self) -> type:
+        return list
+
+    def as_constant(self) -> Any:
+        return [i.as_constant() for i in self.items]
+
+    def rebuild(self, items: list[Variable]) -> Variable:
+        return ListVariable(items)
+
+    def _mutated(self, tx: "Tracer") -> None:
+        tx.side_effects.mutate(self)
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        none = ConstantVariable(None)
+        if name == "append" and len(args) == 1:
+            self._mutated(tx)
+            self.items.append(args[0])
+            return none
+        if name in ("extend", "__iadd__") and len(args) == 1:
+            self._mutated(tx)
+            self.items.extend(tx.iterate(args[0]))
+            return self if name == "__iadd__" else none
+        if name == "insert" and len(args) == 2:
+            self._mutated(tx)
+            self.items.insert(args[0].as_constant(), args[1])
+            return none
+        if name == "pop" and len(args) <= 1:
+            self._mutated(tx)
+            return self.items.pop(args[0].as_constant() if args else -1)
+        if name == "clear" and not args:
+            self._mutated(tx)
+            self.items.clear()
+            return none
+        if name == "reverse" and not args:
+            self._mutated(tx)
+            self.items.reverse()
+            return none
+        if name == "copy" and not args:
+            return ListVariable(self.items)
+        if name == "remove" and len(args) == 1 and self.is_constant() and args[0].is_constant():
+            self._mutated(tx)
+            values = [i.as_constant() for i in self.items]
+            del self.items[values.index(args[0].as_constant())]
+            return none
+        if name == "sort" and self.is_constant() and constant_args(args, kwargs):
+            self._mutated(tx)
+            values = sorted(self.as_constant(), **{k: v.as_constant() for k, v in kwargs.items()})
+            self.items[:] = [ConstantVariable(v) for v in values]
+            return none
+        if name == "__setitem__" and len(args) == 2:
+            self._mutated(tx)
+            index = _index(tx, args[0])
+            if isinstance(index, slice):
+                self.items[index] = tx.iterate(args[1])
+            else:
+                self.items[index] = args[1]
+            return none
+        if name == "__delitem__" and len(args) == 1:
+            self._mutated(tx)
+            del self.items[_index(tx, args[0])]
+            return none
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.source is not None:
+            return self.source.name()
+        return "[" + ", ".join(glue.reconstruct(i) for i in self.items) + "]"

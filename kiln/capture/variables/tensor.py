@@ -1,0 +1,138 @@
+"""Tensors during capture: an FX node plus the FakeTensor that says what the node produces.
+
+Metadata (`shape`, `dtype`, `device`, `dim()`, ...) is answered from the fake at trace time; every
+other method or attribute becomes a node. Reading a value out of a tensor (`.item()`, `.tolist()`,
+`bool(t)`, `.numpy()`) is a graph break: the fake has no data. Corresponds to
+torch/_dynamo/variables/tensor.py (TensorVariable).
+"""
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+import torch.fx
+
+from kiln.capture.sources import Source
+from kiln.capture.variables.base import Variable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
+    from kiln.capture.tracer import Tracer
+
+# Attributes answered from the fake without a node (they do not depend on data).
+_CONSTANT_ATTRS = frozenset({
+    "dtype", "device", "layout", "requires_grad", "is_cuda", "is_cpu", "is_leaf", "is_sparse",
+    "is_quantized", "is_meta", "is_mkldnn", "is_nested", "is_complex_dtype", "ndim", "itemsize",
+})
+_CONSTANT_METHODS = frozenset({
+    "dim", "ndimension", "is_floating_point", "is_complex", "is_contiguous", "element_size",
+    "get_device", "is_signed", "is_inference", "has_names", "is_pinned",
+})
+# Reading data out of a tensor: each is a graph break of the given kind.
+_DATA_METHODS = {
+    "item": "item", "tolist": "item", "numpy": "numpy", "__bool__": "item", "__int__": "item",
+    "__float__": "item", "__index__": "item", "data_ptr": "unsupported_call",
+    "untyped_storage": "unsupported_call", "storage": "unsupported_call", "backward": "unsupported_call",
+    "register_hook": "unsupported_call", "__array__": "numpy", "__repr__": "print", "__str__": "print",
+    "__format__": "print", "retain_grad": "unsupported_call", "requires_grad_": "unsupported_call",
+}
+
+
+class TensorVariable(Variable):
+    """A tensor made by (or fed into) the graph; `example` is its FakeTensor."""
+
+    def __init__(self, node: torch.fx.Node, example: torch.Tensor, source: Source | None = None) -> None:
+        self.node = node
+        self.example = example
+        self.source = source
+
+    def describe(self) -> str:
+        return f"tensor {self.node.name}"
+
+    def python_type(self) -> type:
+        if isinstance(self.example, torch.nn.Parameter):
+            return torch.nn.Parameter
+        return torch.Tensor
+
+    def truth(self, tx: "Tracer") -> bool:
+        raise Unsupported(f"branching on the value of {self.describe()} (data-dependent control flow)",
+                          kind="data_dependent_branch")
+
+    def length(self, tx: "Tracer") -> Variable:
+        if self.example.dim() == 0:
+            raise Unsupported("len() of a 0-d tensor", kind="unsupported_builtin")
+        return self.size(tx, 0)
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        n = tx.size_hint_int(self.size(tx, 0))
+        parts = tx.call_op("call_method", "unbind", [self], {})
+        return parts.iterate(tx)[:n]
+
+    # ---------------------------------------------------------------------------------- sizes
+    def size(self, tx: "Tracer", dim: int | None = None) -> Variable:
+        from kiln.capture.variables.sequence import TupleVariable
+
+        if dim is None:
+            items = [self.size(tx, d) for d in range(self.example.dim())]
+            return TupleVariable(items, torch.Size)
+        size = self.example.shape[dim]
+        if not isinstance(size, torch.SymInt):
+            from kiln.capture.variables.constant import ConstantVariable
+            return ConstantVariable(int(size))
+        from kiln.capture.variables.symint import SymIntVariable
+        node = tx.output.node_for_symint(size)
+        if node is None:
+            d = dim % self.example.dim()
+            node = tx.output.create_node("call_method", "size", (self.node, d), {}, size)
+        return SymIntVariable(node, size)
+
+    # ---------------------------------------------------------------------------------- attributes
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.constant import ConstantVariable
+        from kiln.capture.variables.functions import BoundMethodVariable
+
+        if name == "shape":
+            return self.size(tx)
+        if name in _CONSTANT_ATTRS:
+            return tx.wrap_result(getattr(self.example, name))
+        if name in ("T", "mT", "H", "mH", "real", "imag"):
+            return tx.call_op("call_function", getattr, [self, ConstantVariable(name)], {})
+        if name in ("data",):
+            return tx.call_op("call_method", "detach", [self], {})
+        if name == "grad" or name == "grad_fn" or name == "_base":
+            raise Unsupported(f"reading .{name} of a tensor inside a compiled region", kind="unsupported_attribute")
+        if name == "__class__":
+            return tx.wrap_result(self.python_type())
+        if callable(getattr(torch.Tensor, name, None)):
+            return BoundMethodVariable(self, name)
+        raise Unsupported(f"tensor attribute {name!r}", kind="unsupported_attribute")
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.constant import ConstantVariable
+
+        if name in _DATA_METHODS:
+            raise Unsupported(f"Tensor.{name}() reads the tensor's data, which is not known while tracing",
+                              kind=_DATA_METHODS[name])
+        if name in ("size", "stride") and not kwargs:
+            if name == "size":
+                if not args:
+                    return self.size(tx)
+                return self.size(tx, args[0].as_constant())
+            strides = self.example.stride() if not args else self.example.stride(args[0].as_constant())
+            return tx.wrap_result(strides)
+        if name in _CONSTANT_METHODS:
+            consts = [a.as_constant() for a in args]
+            return tx.wrap_result(getattr(self.example, name)(*consts, **{k: v.as_constant() for k, v in kwargs.items()}))
+        if name in ("numel", "nelement") and not args:
+            return tx.wrap_result(self.example.numel())
+        if name == "type" and not args and not kwargs:
+            return ConstantVariable(self.example.type())
+        if name in ("__setitem__",):
+            return tx.call_op("call_function", operator.setitem, [self, *args], {})
+        return tx.call_op("call_method", name, [self, *args], kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return glue.graph_value(self)

@@ -1,0 +1,130 @@
+"""Functions of the torch namespace: `torch.*`, `torch.nn.functional.*`, `Tensor.*` unbound methods.
+
+A call becomes one `call_function` node, except for the functions answered at trace time (grad-mode
+queries, dtype helpers, `torch.is_tensor`, ...), the context managers of grad mode, and calls that
+cannot be captured (random seeding, `torch.save`, ...). Corresponds to
+torch/_dynamo/variables/torch.py (TorchInGraphFunctionVariable).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from kiln.capture.variables.base import Variable, constant_args
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
+    from kiln.capture.tracer import Tracer
+
+
+def _constant_fns() -> set[Any]:
+    fns = {torch.is_grad_enabled, torch.get_default_dtype, torch.is_floating_point, torch.is_complex,
+           torch.promote_types, torch.can_cast, torch.finfo, torch.iinfo, torch.device, torch.dtype,
+           torch.is_autocast_enabled, torch.is_inference_mode_enabled, torch.cuda.is_available,
+           torch.cuda.device_count, torch.backends.mps.is_available, torch.jit.is_scripting,
+           torch.jit.is_tracing, torch.is_deterministic_algorithms_warn_only_enabled,
+           torch.are_deterministic_algorithms_enabled, torch.get_num_threads,
+           torch.nn.modules.utils._pair, torch.nn.modules.utils._single, torch.nn.modules.utils._triple,
+           torch.nn.modules.utils._ntuple}
+    return fns
+
+
+_CONSTANT_FNS = _constant_fns()
+# "Does any argument override __torch_function__?": never, for the plain tensors capture traces.
+_TORCH_FUNCTION_CHECKS = {torch._C._has_torch_function, torch._C._has_torch_function_unary,
+                          torch._C._has_torch_function_variadic, torch.overrides.has_torch_function,
+                          torch.overrides.has_torch_function_unary, torch.overrides.has_torch_function_variadic,
+                          torch.overrides.is_tensor_like}
+# Calls with effects the graph cannot hold, each a break of the given kind.
+_BREAK_FNS = {torch.manual_seed: "random", torch.seed: "random", torch.save: "unsupported_call",
+              torch.load: "unsupported_call", torch.set_default_dtype: "unsupported_call",
+              torch.set_printoptions: "unsupported_call", torch.Tensor.item: "item",
+              torch.Tensor.tolist: "item", torch.Tensor.numpy: "numpy", torch.Tensor.backward: "unsupported_call",
+              torch.autograd.grad: "unsupported_call", torch.autograd.backward: "unsupported_call"}
+
+
+class TorchFunctionVariable(Variable):
+    """A function of the torch namespace; calling it records a node (or folds at trace time)."""
+
+    def __init__(self, fn: Any, source: Any = None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def describe(self) -> str:
+        return f"torch function {getattr(self.fn, '__qualname__', self.fn)}"
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def as_python_value(self) -> Any:
+        return self.fn
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        return tx.wrap(getattr(self.fn, name), None)
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.grad_mode import GradModeVariable
+        from kiln.capture.variables.tensor import TensorVariable
+
+        fn = self.fn
+        if fn in _BREAK_FNS:
+            raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}", kind=_BREAK_FNS[fn])
+        if fn in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode):
+            return GradModeVariable.create(tx, fn, list(args), kwargs)
+        if fn in _TORCH_FUNCTION_CHECKS:
+            if fn is torch.overrides.is_tensor_like:
+                return ConstantVariable(isinstance(args[0], TensorVariable))
+            return ConstantVariable(False)
+        if fn is torch.is_tensor:
+            return ConstantVariable(isinstance(args[0], TensorVariable))
+        if fn is torch.Size:
+            from kiln.capture.variables.sequence import TupleVariable
+            return TupleVariable(tx.iterate(args[0]) if args else [], torch.Size)
+        if fn is torch.compiler.is_compiling or fn is getattr(torch.compiler, "is_dynamo_compiling", None):
+            return ConstantVariable(True)
+        if fn in _CONSTANT_FNS:
+            consts = constant_args(list(args), kwargs)
+            if consts is None:
+                if fn in (torch.is_floating_point, torch.is_complex) and isinstance(args[0], TensorVariable):
+                    return tx.wrap_result(fn(args[0].example))
+                raise Unsupported(f"{fn.__name__} on values unknown at trace time", kind="unsupported_call")
+            return tx.wrap_result(fn(*consts[0], **consts[1]))
+        if fn is torch.numel and isinstance(args[0], TensorVariable):
+            return args[0].call_method(tx, "numel", [], {})
+        if fn is torch.Tensor.size or fn is torch.Tensor.dim:
+            return args[0].call_method(tx, fn.__name__, list(args[1:]), kwargs)
+        if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
+            raise Unsupported(f"constructing {fn.__name__} inside a compiled region", kind="unsupported_call")
+        return tx.call_op("call_function", fn, list(args), kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return glue.constant(self.fn)
+
+
+def is_torch_function(value: Any) -> bool:
+    """True for callables of the torch namespace that capture treats as graph ops."""
+    if isinstance(value, type):
+        return value in (torch.Size, torch.no_grad, torch.enable_grad, torch.set_grad_enabled,
+                         torch.inference_mode, torch.finfo, torch.iinfo, torch.device, torch.dtype)
+    objclass = getattr(value, "__objclass__", None)
+    if objclass is not None and objclass in (torch._C.TensorBase, torch.Tensor):
+        return True
+    try:
+        if value in _CONSTANT_FNS or value in _BREAK_FNS or value in _TORCH_FUNCTION_CHECKS:
+            return True
+    except TypeError:  # unhashable objects are never torch functions
+        return False
+    module = getattr(value, "__module__", None) or ""
+    if not callable(value) or not (module == "torch" or module.startswith("torch.")):
+        return False
+    # Functions of torch's own Python modules that are plumbing rather than ops are inlined or
+    # break; the op namespaces (torch, torch.nn.functional, torch.linalg, torch.fft, torch.special,
+    # torch._C._nn, torch.ops) are graph ops.
+    return (module in ("torch", "torch.functional", "torch.nn.functional", "torch._C._nn", "torch._C._fft",
+                       "torch._C._linalg", "torch._C._special", "torch._C._VariableFunctions",
+                       "torch.linalg", "torch.fft", "torch.special", "torch._tensor", "torch.random")
+            or module.startswith("torch._ops") or isinstance(value, torch._ops.OpOverloadPacket)
+            or isinstance(value, torch._ops.OpOverload) or module.startswith("torch.nn.init"))

@@ -1,0 +1,235 @@
+"""Other Python objects reached from the frame: modules of Python code, classes, and instances
+(dataclass and namedtuple configs, plain objects), read attribute by attribute.
+
+The object itself is a trace-time constant (guarded by identity for modules and classes, by type
+for instances); each attribute read is wrapped with its own source and guard. Methods found on the
+class are inlined with the object as `self`. Attribute writes go to the side-effect log.
+Corresponds to torch/_dynamo/variables/user_defined.py and misc.py (PythonModuleVariable, super).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+import types
+from typing import TYPE_CHECKING, Any, Sequence
+
+from kiln.capture.sources import AttrSource, Source
+from kiln.capture.variables.base import Variable
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
+    from kiln.capture.tracer import Tracer
+
+_MISSING = object()
+# Libraries whose calls are graph breaks of a named kind.
+_LIBRARY_BREAK_KINDS = {"numpy": "numpy", "math": "unsupported_call", "random": "random",
+                        "logging": "logging", "time": "unsupported_call", "os": "unsupported_call",
+                        "sys": "unsupported_call", "warnings": "logging", "builtins": "unsupported_call"}
+
+
+def break_kind_of(value: Any) -> str:
+    module = getattr(value, "__module__", None) or type(value).__module__ or ""
+    if isinstance(value, types.ModuleType):
+        module = value.__name__
+    root = module.split(".")[0]
+    return _LIBRARY_BREAK_KINDS.get(root, "unsupported_call")
+
+
+class ObjectVariable(Variable):
+    """A real Python object used as a trace-time constant whose attributes are read on demand."""
+
+    def __init__(self, value: Any, source: Source | None = None) -> None:
+        self.value = value
+        self.source = source
+
+    def describe(self) -> str:
+        if isinstance(self.value, (type, types.ModuleType)):
+            return f"{type(self.value).__name__} {getattr(self.value, '__name__', '?')}"
+        return f"{type(self.value).__qualname__} object"
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def as_python_value(self) -> Any:
+        return self.value
+
+    def is_constant(self) -> bool:
+        # Enum members and frozen dataclasses behave as constants (hashable, compared by value).
+        return isinstance(self.value, enum.Enum)
+
+    def as_constant(self) -> Any:
+        if self.is_constant():
+            return self.value
+        return super().as_constant()
+
+    def truth(self, tx: "Tracer") -> bool:
+        kind = type(self.value)
+        if isinstance(self.value, (type, types.ModuleType, types.FunctionType)):
+            return True
+        if getattr(kind, "__bool__", None) is None and getattr(kind, "__len__", None) is None:
+            return True
+        raise Unsupported(f"truth value of {self.describe()}", kind="unsupported_builtin")
+
+    def _attr_source(self, name: str) -> Source | None:
+        return None if self.source is None else AttrSource(self.source, name)
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+
+        obj = self.value
+        pending = tx.side_effects.pending_attr(obj, name)
+        if pending is not None:
+            return pending
+        if isinstance(obj, (types.ModuleType, type)):
+            if isinstance(obj, type):
+                static = inspect.getattr_static(obj, name, _MISSING)
+                if isinstance(static, classmethod):
+                    return UserMethodVariable(static.__func__, self)
+                if isinstance(static, staticmethod):
+                    return tx.wrap(static.__func__, None)
+            try:
+                value = getattr(obj, name)
+            except AttributeError as exc:
+                raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
+                                  kind="unsupported_attribute") from exc
+            return tx.wrap(value, self._attr_source(name))
+        kind = type(obj)
+        if "__getattr__" in _class_dicts(kind) or kind.__getattribute__ is not object.__getattribute__:
+            instance_dict = getattr(obj, "__dict__", {})
+            if name not in instance_dict:
+                raise Unsupported(f"{kind.__qualname__} defines __getattr__/__getattribute__", kind="unsupported_attribute")
+        instance_dict = getattr(obj, "__dict__", None)
+        static = inspect.getattr_static(kind, name, _MISSING)
+        is_data_descriptor = hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
+        if instance_dict is not None and name in instance_dict and not is_data_descriptor:
+            return tx.wrap(instance_dict[name], self._attr_source(name))
+        if static is _MISSING:
+            if name == "__class__":
+                return tx.wrap(kind, None)
+            raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
+                              kind="unsupported_attribute")
+        if isinstance(static, property):
+            return UserFunctionVariable(static.fget).call(tx, [self], {})
+        if isinstance(static, types.FunctionType):
+            return UserMethodVariable(static, self)
+        if isinstance(static, staticmethod):
+            return tx.wrap(static.__func__, None)
+        if isinstance(static, classmethod):
+            return UserMethodVariable(static.__func__, tx.wrap(kind, None))
+        if type(static).__name__ in ("member_descriptor", "getset_descriptor"):
+            return tx.wrap(getattr(obj, name), self._attr_source(name))
+        if hasattr(type(static), "__get__"):
+            raise Unsupported(f"descriptor {name!r} of {kind.__qualname__}", kind="unsupported_attribute")
+        return tx.wrap(static, self._attr_source(name))
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.sequence import TupleVariable, is_namedtuple_type
+
+        obj = self.value
+        if is_namedtuple_type(obj):
+            fields = list(obj._fields)
+            values = list(args) + [None] * (len(fields) - len(args))
+            for key, value in kwargs.items():
+                values[fields.index(key)] = value
+            for n, value in enumerate(values):
+                if value is None:
+                    default = obj._field_defaults.get(fields[n], _MISSING)
+                    if default is _MISSING:
+                        raise Unsupported(f"{obj.__name__}() missing {fields[n]} (raised natively)", kind="unsupported")
+                    values[n] = tx.wrap(default, None)
+            return TupleVariable(values, obj)
+        if isinstance(obj, type) and issubclass(obj, BaseException):
+            raise Unsupported(f"constructing the exception {obj.__name__}", kind="unsupported_call")
+        if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__dataclass_params__.frozen:
+            from kiln.capture.variables.base import constant_args
+            consts = constant_args(list(args), kwargs)
+            if consts is not None:
+                return tx.wrap_result(obj(*consts[0], **consts[1]))
+        if _is_pure_library_function(obj):
+            return _fold_library_call(tx, obj, list(args), kwargs)
+        if isinstance(obj, type) and obj.__module__ == "builtins":
+            raise Unsupported(f"constructing {obj.__name__}", kind="unsupported_call")
+        name = getattr(obj, "__qualname__", type(obj).__qualname__)
+        raise Unsupported(f"call to {name} ({getattr(obj, '__module__', None) or type(obj).__module__})",
+                          kind=break_kind_of(obj))
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        return self.getattr(tx, name).call(tx, args, kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.source is not None:
+            return self.source.name()
+        return glue.constant(self.value)
+
+
+# Functions of these modules are pure: on trace-time constants they run while tracing.
+_PURE_MODULES = frozenset({"math", "cmath", "operator", "itertools", "functools", "string", "re", "copy"})
+
+
+def _is_pure_library_function(obj: Any) -> bool:
+    module = getattr(obj, "__module__", None) or ""
+    if isinstance(obj, types.BuiltinFunctionType) and module in _PURE_MODULES:
+        return True
+    return module in ("math", "cmath") and callable(obj) and not isinstance(obj, type)
+
+
+def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.symint import SymIntVariable
+    from kiln.capture.variables.tensor import TensorVariable
+
+    if any(isinstance(a, TensorVariable) for a in [*args, *kwargs.values()]):
+        raise Unsupported(f"{fn.__module__}.{fn.__name__} on a tensor reads its data",
+                          kind=break_kind_of(fn))
+    # A symbolic size given to math.* is specialized (guarded) to its value.
+    values = [a.specialize() if isinstance(a, SymIntVariable) else a.as_constant() for a in args]
+    kw = {k: v.specialize() if isinstance(v, SymIntVariable) else v.as_constant() for k, v in kwargs.items()}
+    try:
+        return tx.wrap_result(fn(*values, **kw))
+    except Exception as exc:
+        raise Unsupported(f"{fn.__name__} raised {type(exc).__name__}: {exc} (raised natively)",
+                          kind="unsupported") from exc
+
+
+def _class_dicts(kind: type) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for base in reversed(kind.__mro__[:-1]):
+        merged.update(base.__dict__)
+    return merged
+
+
+class SuperVariable(Variable):
+    """`super()` inside an inlined method: attribute lookup starts after `cls` in the MRO of self."""
+
+    def __init__(self, cls: type, obj: Variable) -> None:
+        self.cls = cls
+        self.obj = obj
+
+    def describe(self) -> str:
+        return f"super({self.cls.__name__})"
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.functions import UserMethodVariable
+
+        mro = self.obj.python_type().__mro__
+        start = mro.index(self.cls) + 1
+        for base in mro[start:]:
+            if name in base.__dict__:
+                attr = base.__dict__[name]
+                if isinstance(attr, types.FunctionType):
+                    return UserMethodVariable(attr, self.obj)
+                if isinstance(attr, staticmethod):
+                    return tx.wrap(attr.__func__, None)
+                if isinstance(attr, classmethod):
+                    return UserMethodVariable(attr.__func__, tx.wrap(self.obj.python_type(), None))
+                if base is object and name == "__init__":
+                    return tx.wrap(lambda *a, **k: None, None)
+                raise Unsupported(f"super().{name} of kind {type(attr).__name__}", kind="unsupported_attribute")
+        raise Unsupported(f"super() has no attribute {name!r}", kind="unsupported_attribute")
+
+
+def is_plain_constant(value: Any) -> bool:
+    return isinstance(value, ConstantVariable)

@@ -1,0 +1,136 @@
+"""Real tensor -> FakeTensor, in one call, memoized per mode.
+
+Capture turns each input, parameter and buffer it meets into a fake through `from_real`; the fake
+has the real tensor's sizes, strides, storage offset, dtype, device and requires_grad, and a view
+of a real base becomes a view of the base's fake, so aliasing seen by the graph is the real one.
+Dims named in `dynamic_dims` get size symbols from the mode's ShapeEnv (kiln.symbolic).
+PyTorch counterpart: torch/_subclasses/meta_utils.py (MetaConverter) and FakeTensorConverter.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from kiln.fake.devices import normalize_device
+from kiln.fake.tensor import FakeTensor
+
+if TYPE_CHECKING:
+    from kiln.fake.mode import FakeTensorMode
+
+_META = torch.device("meta")
+
+
+def from_real(mode: "FakeTensorMode", t: torch.Tensor, *, source: str | None = None,
+              dynamic_dims: Sequence[int] = ()) -> FakeTensor:
+    """The fake of `t` in `mode` (the same fake each time `t` is converted)."""
+    if isinstance(t, FakeTensor):
+        if t.fake_mode is not mode:
+            raise ValueError("from_real got a FakeTensor of another FakeTensorMode")
+        return t
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"from_real expects a torch.Tensor, got {type(t).__name__}")
+    memo = mode._real_to_fake.get(t)
+    if memo is not None:
+        return memo
+    _check_convertible(t)
+    dims = _check_dynamic_dims(mode, t, source, dynamic_dims)
+    if t._is_view() and t._base is not None and not dims:
+        fake = _view_of_fake_base(mode, t, source)
+    else:
+        meta = _meta_like(mode, t, source, dims)
+        fake = FakeTensor(mode, meta, normalize_device(t.device), t.requires_grad)
+    if isinstance(t, torch.nn.Parameter):
+        # A custom subclass takes Parameter's detach path: the fake stays a FakeTensor and is
+        # marked `_is_param`, so isinstance(fake, nn.Parameter) holds as for the real one.
+        fake = torch.nn.Parameter(fake, requires_grad=t.requires_grad)
+    if t.is_leaf and t.grad is not None:
+        fake.grad = from_real(mode, t.grad, source=None if source is None else f"{source}.grad")
+    mode._real_to_fake[t] = fake
+    return fake
+
+
+def _check_convertible(t: torch.Tensor) -> None:
+    if t.layout != torch.strided:
+        raise NotImplementedError(f"kiln.fake: tensors with layout {t.layout} cannot be made fake yet")
+    if t.is_quantized or t.is_nested:
+        raise NotImplementedError("kiln.fake: quantized and nested tensors cannot be made fake yet")
+    if type(t) not in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer) and \
+            not isinstance(t, torch.nn.Parameter):
+        raise NotImplementedError(f"kiln.fake: tensor subclass {type(t).__name__} cannot be made fake")
+
+
+def _check_dynamic_dims(mode: "FakeTensorMode", t: torch.Tensor, source: str | None,
+                        dynamic_dims: Sequence[int]) -> tuple[int, ...]:
+    if not dynamic_dims:
+        return ()
+    if mode.shape_env is None:
+        raise ValueError("from_real(dynamic_dims=...) needs a FakeTensorMode with a shape_env")
+    if source is None:
+        raise ValueError("from_real(dynamic_dims=...) needs a source to name the size symbols")
+    dims = tuple(sorted({d % t.dim() if t.dim() else d for d in dynamic_dims}))
+    for d in dims:
+        if not 0 <= d < t.dim():
+            raise IndexError(f"dynamic dim {d} out of range for a tensor of {t.dim()} dims")
+    return dims
+
+
+def _view_of_fake_base(mode: "FakeTensorMode", t: torch.Tensor, source: str | None) -> FakeTensor:
+    """Replay `t` as an as_strided view of its base's fake, so both share one fake storage."""
+    base = from_real(mode, t._base, source=None if source is None else f"{source}._base")
+    # A real view with a grad_fn was made under grad mode: replaying it there gives the fake an
+    # AsStridedBackward node too. A view made under no_grad is a leaf (that still requires grad
+    # when its base does), which replaying under no_grad reproduces.
+    with torch.set_grad_enabled(not t.is_leaf), mode:
+        view = base.as_strided(t.size(), t.stride(), t.storage_offset())
+    if view.requires_grad != t.requires_grad and view.is_leaf:
+        view.requires_grad_(t.requires_grad)
+    return view
+
+
+def _meta_like(mode: "FakeTensorMode", t: torch.Tensor, source: str | None,
+               dims: tuple[int, ...]) -> torch.Tensor:
+    """A meta tensor with t's metadata; dims in `dims` get size symbols."""
+    sizes: list[Any] = list(t.size())
+    strides: list[Any] = list(t.stride())
+    if dims:
+        for d in dims:
+            sizes[d] = mode.shape_env.create_symbol(sizes[d], f"{source}.size()[{d}]")
+        strides = symbolic_strides(sizes, t.size(), t.stride())
+    offset = t.storage_offset()
+    nbytes = t.untyped_storage().nbytes()
+    with torch.no_grad():
+        if dims or (offset == 0 and nbytes == _min_nbytes(t)):
+            return torch.empty_strided(sizes, strides, dtype=t.dtype, device=_META)
+        # A storage larger than the tensor, or an offset into it: keep both, as .set_ does for real.
+        storage = torch.UntypedStorage(nbytes, device=_META)
+        meta = torch.empty(0, dtype=t.dtype, device=_META)
+        meta.set_(storage, offset, sizes, strides)
+        return meta
+
+
+def _min_nbytes(t: torch.Tensor) -> int:
+    if t.numel() == 0:
+        return 0
+    last = sum((s - 1) * st for s, st in zip(t.size(), t.stride()))
+    return (last + 1) * t.element_size()
+
+
+def symbolic_strides(sym_sizes: Sequence[Any], sizes: Sequence[int], strides: Sequence[int]) -> list[Any]:
+    """Strides over symbolic sizes that keep the real layout (contiguous, transposed, channels-last).
+
+    Walking dims from the smallest stride up, while each stride equals the product of the sizes
+    of the dims below it the tensor is dense there, and the stride becomes that product of
+    *symbolic* sizes. From the first stride that breaks the chain (a gap, a broadcast 0) on, the
+    strides stay the concrete integers: how they relate to the sizes is not known.
+    """
+    order = sorted(range(len(sizes)), key=lambda d: (strides[d], -d))
+    out: list[Any] = list(strides)
+    dense_real, dense_sym = 1, 1
+    for d in order:
+        if strides[d] != dense_real:
+            break
+        out[d] = dense_sym
+        dense_real *= sizes[d]
+        dense_sym = dense_sym * sym_sizes[d]
+    return out

@@ -1,0 +1,241 @@
+"""The fake-impl table: how ops without a usable meta kernel run on fake tensors.
+
+One entry per ATen overload, filled by `@register_fake_impl(aten.op.overload)` beside its rule:
+data-dependent ops (nonzero, .item(), boolean masks, unique ...) raise DataDependentOutputError
+or, with a ShapeEnv, return unbacked sizes; custom ops (torch.library) run their registered fake
+impl. Each impl is called as `impl(mode, func, args, kwargs)` and returns fakes.
+PyTorch counterpart: torch/_subclasses/fake_impls.py.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+import kiln.config
+from kiln.errors import DataDependentOutputError, MissingFakeImplError
+
+if TYPE_CHECKING:
+    from kiln.fake.mode import FakeTensorMode
+
+aten = torch.ops.aten
+_META = torch.device("meta")
+
+FakeImpl = Callable[["FakeTensorMode", Any, tuple, dict], Any]
+_TABLE: dict[Any, FakeImpl] = {}
+
+
+def register_fake_impl(*ops: Any) -> Callable[[FakeImpl], FakeImpl]:
+    """Decorator: `impl(mode, func, args, kwargs)` runs these ATen overloads on fake tensors."""
+    def register(impl: FakeImpl) -> FakeImpl:
+        for op in ops:
+            if op in _TABLE:
+                raise ValueError(f"{op} already has a fake impl: {_TABLE[op].__name__}")
+            _TABLE[op] = impl
+        return impl
+    return register
+
+
+def lookup(func: Any) -> FakeImpl | None:
+    """The table's impl for an overload, or None (then the meta kernel runs)."""
+    return _TABLE.get(func)
+
+
+def registered_ops() -> list[Any]:
+    return list(_TABLE)
+
+
+def _unbacked(mode: "FakeTensorMode", origin: str) -> torch.SymInt:
+    return mode.shape_env.create_unbacked_symint(origin)
+
+
+# --------------------------------------------------------------------- data-dependent ops
+def run_data_dependent(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """Ops tagged dynamic_output_shape / data_dependent_output with no entry of their own.
+
+    Some of them only depend on data for some arguments (one_hot with num_classes=-1, lstsq
+    with some drivers); their meta kernel answers when it can, and its refusal becomes ours.
+    """
+    from kiln.fake.mode import run_meta
+
+    try:
+        return run_meta(mode, func, args, kwargs)
+    except (RuntimeError, NotImplementedError, MissingFakeImplError) as e:
+        raise DataDependentOutputError(str(func)) from e
+
+
+@register_fake_impl(aten._local_scalar_dense.default, aten.item.default)
+def local_scalar_dense(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """`.item()`, `int(t)`, `bool(t)`: an unbacked int when asked to capture scalars, else a break."""
+    t = args[0]
+    if (mode.shape_env is not None and kiln.config.capture_scalar_outputs
+            and not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool):
+        return _unbacked(mode, f"{func}()")
+    raise DataDependentOutputError(
+        "aten._local_scalar_dense",
+        "Tensor.item() (also int(t), float(t), bool(t) and `if t:`) needs the tensor's value, "
+        "which a fake tensor does not have (aten._local_scalar_dense)")
+
+
+@register_fake_impl(aten.nonzero.default)
+def nonzero(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """An [u, ndim] index tensor: the count u of nonzeros is an unbacked symbol."""
+    t = args[0]
+    if mode.shape_env is None:
+        raise DataDependentOutputError("aten.nonzero")
+    u = _unbacked(mode, "aten.nonzero")
+    # CPU's nonzero returns the [n, ndim] result column-major; keep that layout.
+    with mode.kernel_invocation(symbolic=True):
+        out = torch.empty_strided((u, t.dim()), (1, u), dtype=torch.long, device=_META)
+    return mode.wrap(out, t.fake_device)
+
+
+@register_fake_impl(aten.masked_select.default)
+def masked_select(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """A 1-d tensor of unbacked length (the number of True mask entries)."""
+    t, mask = args[0], args[1]
+    if mode.shape_env is None:
+        raise DataDependentOutputError("aten.masked_select")
+    u = _unbacked(mode, "aten.masked_select")
+    with mode.kernel_invocation(symbolic=True):
+        out = torch.empty((u,), dtype=t.dtype, device=_META)
+    return mode.wrap(out, mode.output_device(func, (t, mask), {}))
+
+
+@register_fake_impl(aten.index.Tensor)
+def index_tensor(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """`x[idx]`: integer indices have a meta kernel; a boolean mask's result size is data."""
+    from kiln.fake.mode import run_meta
+
+    indices = args[1]
+    for i in indices:
+        if i is not None and i.dtype in (torch.bool, torch.uint8):
+            raise DataDependentOutputError(
+                "aten.index.Tensor", "indexing with a boolean mask (x[mask]) gives a result whose "
+                "size depends on the mask's data, which a fake tensor does not have (aten.index.Tensor)")
+    return run_meta(mode, func, args, kwargs)
+
+
+@register_fake_impl(aten._unique2.default, aten.unique_dim.default, aten.unique_consecutive.default,
+                    aten._unique.default, aten.unique_dim_consecutive.default)
+def unique(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    raise DataDependentOutputError(
+        str(func), f"torch.unique's output size is the number of distinct values, which depends "
+        f"on data a fake tensor does not have ({func})")
+
+
+@register_fake_impl(aten.repeat_interleave.Tensor)
+def repeat_interleave_tensor(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """With output_size given the meta kernel knows the size; without it the size is data."""
+    from kiln.fake.mode import run_meta
+
+    if kwargs.get("output_size") is None:
+        raise DataDependentOutputError(
+            "aten.repeat_interleave.Tensor", "repeat_interleave with a tensor of repeats and no "
+            "output_size has a data-dependent size; pass output_size= (aten.repeat_interleave.Tensor)")
+    return run_meta(mode, func, args, kwargs)
+
+
+# --------------------------------------------------------------------------- custom ops
+class _FakeImplCtx:
+    """What `torch.library.get_ctx()` returns inside a custom op's fake impl run by Kiln."""
+
+    def __init__(self, mode: "FakeTensorMode", op: str) -> None:
+        self._mode = mode
+        self._op = op
+
+    def new_dynamic_size(self, *, min: int = 0, max: int | None = None) -> torch.SymInt:
+        if self._mode.shape_env is None:
+            raise DataDependentOutputError(
+                self._op, f"the fake impl of {self._op} asks for a data-dependent size "
+                "(ctx.new_dynamic_size()), which needs a FakeTensorMode with a shape_env")
+        return _unbacked(self._mode, self._op)
+
+    # Older spelling kept by torch.library for the same thing.
+    create_unbacked_symint = new_dynamic_size
+
+
+def run_custom_op(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """A torch.library op: its registered fake impl, run under the mode, else a clear error."""
+    from torch._library import fake_impl, simple_registry
+
+    name = func._schema.name
+    holder = simple_registry.singleton.find(name).fake_impl
+    kernel = holder.kernel
+    if kernel is None:
+        missing = MissingFakeImplError(
+            name, f"Register one with @torch.library.register_fake({name!r}) so that Kiln can "
+                  "compute its output shapes without running it.")
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "Meta"):
+            raise missing
+        # An op registered with a plain Meta kernel (torch.library.impl(..., "Meta")); custom_op
+        # also installs one that only raises "no fake impl registered", which means the same.
+        from kiln.fake.mode import run_meta
+        try:
+            return run_meta(mode, func, args, kwargs)
+        except RuntimeError as e:
+            if "fake impl" in str(e) or "abstract impl" in str(e):
+                raise missing from e
+            raise
+    with fake_impl.set_ctx_getter(lambda: _FakeImplCtx(mode, name)), mode:
+        try:
+            return kernel(*args, **kwargs)
+        except RuntimeError as e:
+            # torch.library.custom_op installs a placeholder fake impl that raises this.
+            if "no fake impl registered" in str(e):
+                raise MissingFakeImplError(
+                    name, f"Register one with @torch.library.register_fake({name!r}) so that Kiln "
+                          "can compute its output shapes without running it.") from e
+            raise
+
+
+# --------------------------------------------------------------------------- layouts
+@register_fake_impl(aten.convolution.default)
+def convolution(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """The meta kernel gets the shape right but always answers contiguous; CPU (mkldnn) and CUDA
+    (cudnn) both return channels-last when the input or the weight is channels-last."""
+    from torch._prims_common import suggest_memory_format
+
+    from kiln.fake.mode import run_meta
+
+    out = run_meta(mode, func, args, kwargs)
+    x, w = args[0], args[1]
+    if out.dim() not in (4, 5):
+        return out
+    formats = {suggest_memory_format(x), suggest_memory_format(w)}
+    fmt = torch.channels_last if out.dim() == 4 else torch.channels_last_3d
+    if fmt not in formats:
+        return out
+    with mode.kernel_invocation(symbolic=out._has_symbolic_sizes_strides):
+        meta = torch.empty(out.shape, dtype=out.dtype, device=_META, memory_format=fmt)
+    return mode.wrap(meta, out.fake_device)
+
+
+@register_fake_impl(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
+def native_batch_norm(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """CPU's kernel returns empty save_mean/save_invstd in eval mode; the meta kernel, sized (C,)."""
+    from kiln.fake.mode import run_meta
+
+    out, save_mean, save_invstd = run_meta(mode, func, args, kwargs)
+    training = args[5] if len(args) > 5 else kwargs["training"]
+    if training or out.fake_device.type != "cpu":
+        return out, save_mean, save_invstd
+    with mode.kernel_invocation(symbolic=False):
+        empty = [torch.empty((0,), dtype=t.dtype, device=_META) for t in (save_mean, save_invstd)]
+    return (out, *(mode.wrap(e, out.fake_device) for e in empty))
+
+
+# --------------------------------------------------------------------------- no meta kernel
+@register_fake_impl(aten.geqrf.default)
+def geqrf(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """QR in LAPACK's packed form: `a` like the input but column-major per matrix, `tau` [*, min(m, n)]."""
+    x = args[0]
+    *batch, m, n = x.shape
+    with mode.kernel_invocation(symbolic=x._has_symbolic_sizes_strides):
+        strides, step = [1, m], m * n
+        for size in reversed(batch):
+            strides.insert(0, step)
+            step = step * size
+        a = torch.empty_strided(x.shape, strides, dtype=x.dtype, device=_META)
+        tau = torch.empty(*batch, min(m, n), dtype=x.dtype, device=_META)
+    return mode.wrap(a, x.fake_device), mode.wrap(tau, x.fake_device)

@@ -1,0 +1,330 @@
+"""FakeTensorMode: the dispatch mode under which every op makes FakeTensors and runs no kernel.
+
+Inside `with FakeTensorMode():` factory calls (which have no tensor argument for a subclass to
+catch), module construction and every op on fakes reach `dispatch`, which picks the output
+device, runs the op's meta kernel (or an entry of kiln/fake/impls.py, or a custom op's fake impl)
+on meta storage and wraps the results as FakeTensors. Capture and AOT autograd trace under it.
+PyTorch counterpart: torch/_subclasses/fake_tensor.py (FakeTensorMode.dispatch).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from torch._dispatch.python import enable_python_dispatcher
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+from kiln.debug import log
+from kiln.errors import MissingFakeImplError
+from kiln.fake import cache, convert, devices, impls
+from kiln.fake.devices import normalize_device
+from kiln.fake.tensor import FakeTensor
+
+aten = torch.ops.aten
+_META = torch.device("meta")
+_CPU = torch.device("cpu")
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+# Ops that legitimately take tensors on different devices; the output follows the first argument.
+_MIXED_DEVICE_OPS = frozenset({
+    aten.copy_.default, aten._to_copy.default, aten._copy_from.default,
+    aten._copy_from_and_resize.default, aten.index.Tensor, aten.index_put.default,
+    aten.index_put_.default, aten._index_put_impl_.default, aten.lift_fresh_copy.default,
+})
+
+_PREIMPORTED = False
+
+
+def _preimport() -> None:
+    """Load torch's Python meta kernels and decompositions once (0.5-0.8 s on first touch)."""
+    global _PREIMPORTED
+    if _PREIMPORTED:
+        return
+    import torch._decomp  # noqa: F401
+    import torch._meta_registrations as meta_registrations
+    import torch._refs  # noqa: F401
+
+    # Python meta kernels ask `device_hint(t)` whether a meta tensor stands for a CPU or CUDA
+    # tensor (conv memory format, fft, linalg); it only recognises torch's own fake class and
+    # otherwise guesses "cuda". Teach it ours, leaving its answer for everything else unchanged.
+    original = meta_registrations.device_hint
+
+    def device_hint(tensor: Any) -> str:
+        if isinstance(tensor, FakeTensor):
+            return tensor.fake_device.type
+        return original(tensor)
+
+    meta_registrations.device_hint = device_hint
+    # torch._refs' elementwise wrapper lazily imports torch._dynamo (torch's own doing, to stay
+    # out of Dynamo's way) on its first call: 1-2 s. Pay it here, not in the middle of a capture.
+    probe = torch.empty(1, device=_META)
+    torch.ops.aten.add.Tensor(probe, probe)
+    _PREIMPORTED = True
+
+
+class FakeTensorMode(TorchDispatchMode):
+    """Makes every tensor created or computed inside it a FakeTensor of this mode.
+
+    `shape_env` (a kiln.symbolic.ShapeEnv) enables symbolic sizes: dynamic dims of converted
+    inputs and unbacked sizes of data-dependent ops (nonzero, .item() with
+    config.capture_scalar_outputs, custom ops calling ctx.new_dynamic_size()).
+    """
+
+    def __init__(self, shape_env: Any = None) -> None:
+        super().__init__()
+        # Registering as the FAKE infra mode makes C++ skip torch.cuda's lazy init for
+        # `device="cuda"` factories (there is no driver to init on a CPU-only build) and keeps
+        # this mode below any tracing mode pushed later, as torch's own fake mode is.
+        self._mode_key = torch._C._TorchDispatchModeKey.FAKE
+        self.shape_env = shape_env
+        self.in_kernel = False
+        self._real_to_fake: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._strategy: dict[Any, Callable[..., Any]] = {}
+        self._shims: list[devices.MissingDeviceShim] = []
+        _preimport()
+
+    def __enter__(self) -> "FakeTensorMode":
+        if "cuda" not in devices.BUILT_DEVICE_TYPES:
+            shim = devices.MissingDeviceShim(self)
+            shim.__enter__()
+            self._shims.append(shim)
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            if self._shims:
+                self._shims.pop().__exit__(*exc)
+
+    def __repr__(self) -> str:
+        return f"FakeTensorMode(shape_env={self.shape_env!r})"
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Otherwise TorchDispatchMode wraps __torch_dispatch__ in torch._dynamo.disable, which
+        # imports Dynamo (~1 s) and costs a frame-hook swap on every op. Kiln is not Dynamo.
+        return False
+
+    # ----------------------------------------------------------------------------- conversion
+    def from_real(self, t: torch.Tensor, *, source: str | None = None,
+                  dynamic_dims: Sequence[int] = ()) -> FakeTensor:
+        """A fake with `t`'s sizes, strides, offset, dtype, device and requires_grad (memoized)."""
+        return convert.from_real(self, t, source=source, dynamic_dims=dynamic_dims)
+
+    def wrap(self, elem: torch.Tensor, device: torch.device) -> FakeTensor:
+        """Make a meta tensor (a kernel's output) a FakeTensor on `device`."""
+        return FakeTensor(self, elem, device)
+
+    # ------------------------------------------------------------------------------- dispatch
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        return self.dispatch(func, types, args, kwargs or {})
+
+    def dispatch(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        """Run one ATen op on fake (or real, converted) inputs; returns fakes."""
+        if func is torch.ops.prim.device.default:
+            return _META if self.in_kernel else args[0].fake_device
+        for ty in types:
+            # Another tensor subclass (a user wrapper) gets to unwrap itself first.
+            if ty is not FakeTensor and ty is not torch.Tensor and not issubclass(ty, FakeTensor) \
+                    and ty is not torch.nn.Parameter:
+                return NotImplemented
+        args, kwargs = self._fakeify_inputs(args, kwargs)
+        strategy = self._strategy.get(func)
+        if strategy is None:
+            strategy = self._strategy[func] = self._pick_strategy(func)
+        return strategy(self, func, args, kwargs)
+
+    def _pick_strategy(self, func: Any) -> Callable[..., Any]:
+        """How `func` is run, decided once per overload (the per-op fast path)."""
+        impl = impls.lookup(func)
+        if impl is not None:
+            return impl
+        if func.namespace not in ("aten", "prim", "prims", "_c10d_functional", "debugprims", "quantized"):
+            return impls.run_custom_op
+        if torch.Tag.dynamic_output_shape in func.tags or torch.Tag.data_dependent_output in func.tags:
+            return impls.run_data_dependent
+        return run_meta
+
+    def _fakeify_inputs(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Real tensors mixed into an op (module buffers, torch.tensor data) become constant fakes."""
+        if not _has_real_tensor(args) and not _has_real_tensor(kwargs.values()):
+            return args, kwargs
+        conv = lambda x: self.from_real(x) if type(x) is torch.Tensor or type(x) is torch.nn.Parameter else x  # noqa: E731
+        return (tuple(_map_one_level(conv, args)),
+                dict(zip(kwargs.keys(), _map_one_level(conv, kwargs.values()))))
+
+    # --------------------------------------------------------------------------- kernels
+    def kernel_invocation(self, symbolic: bool) -> "_KernelInvocation":
+        """Run meta kernels directly: Python key off, Meta forced, `.device` reads meta."""
+        return _KernelInvocation(self, symbolic)
+
+    def output_device(self, func: Any, args: tuple, kwargs: dict) -> torch.device:
+        """The fake device of the op's outputs: the device argument, else the inputs' common one."""
+        if "device" in kwargs and kwargs["device"] is not None:
+            return normalize_device(kwargs["device"])
+        common: torch.device | None = None
+        common_rank = 0
+        for t in _flat_tensors(args, kwargs):
+            if not isinstance(t, FakeTensor):
+                continue
+            dev = t.fake_device
+            # A 0-dim CPU tensor mixes with any device, as a Python scalar does. A meta fake is
+            # what C++ composites make from `self.options()` of a fake on a device this build
+            # lacks (C++ sees those as meta): it takes the device of the tensors it meets.
+            rank = 0 if dev.type == "meta" else 1 if (dev.type == "cpu" and t.dim() == 0) else 2
+            if common is None or rank > common_rank:
+                common, common_rank = dev, rank
+            elif dev != common and rank == 2 and func not in _MIXED_DEVICE_OPS:
+                raise RuntimeError(
+                    f"Expected all tensors to be on the same device, but found at least two devices, "
+                    f"{common} and {dev}! (in {func})")
+        if common is None:
+            return normalize_device(kwargs.get("device"))
+        return common
+
+    def wrap_outputs(self, out: Any, device: torch.device) -> Any:
+        """Wrap a kernel's meta outputs; outputs that are inputs (in-place, out=) stay as they are."""
+        if isinstance(out, torch.Tensor):
+            return out if isinstance(out, FakeTensor) else FakeTensor(self, out, device)
+        if isinstance(out, (tuple, list)):
+            return type(out)(self.wrap_outputs(o, device) for o in out)
+        return out
+
+
+class _KernelInvocation:
+    """The context of FakeTensorMode.kernel_invocation; a class, not a generator, for speed."""
+
+    __slots__ = ("mode", "symbolic", "prev", "guards")
+
+    def __init__(self, mode: FakeTensorMode, symbolic: bool) -> None:
+        self.mode = mode
+        self.symbolic = symbolic
+
+    def __enter__(self) -> None:
+        self.prev = self.mode.in_kernel
+        self.mode.in_kernel = True
+        self.guards = [torch._C._DisableTorchDispatch(), torch._C._PreserveDispatchKeyGuard()]
+        if self.symbolic:
+            # Meta kernels written in C++ cannot take symbolic sizes; the Python dispatcher
+            # routes to the Python meta kernels of torch._refs instead.
+            self.guards.append(enable_python_dispatcher())
+        for g in self.guards[:2]:
+            g.__enter__()
+        torch._C._set_meta_in_tls_dispatch_include(True)
+        for g in self.guards[2:]:
+            g.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            for g in reversed(self.guards):
+                g.__exit__(*exc)
+        finally:
+            self.mode.in_kernel = self.prev
+
+
+# ------------------------------------------------------------------------------ strategies
+def run_meta(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict) -> Any:
+    """The default: the op's meta kernel, or its decomposition where it has no meta kernel."""
+    device = mode.output_device(func, args, kwargs)
+    if "device" in kwargs:
+        kwargs = dict(kwargs, device=_META)
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
+    symbolic = mode.shape_env is not None and _involves_symbols(args, kwargs)
+    key = None
+    if not symbolic and cache.is_cacheable_op(func):
+        key = cache.key_of(func, args, kwargs)
+        if key is not None:
+            entry = cache.lookup(key)
+            if entry is not None:
+                with mode.kernel_invocation(False):
+                    out = cache.rebuild(entry)
+                return mode.wrap_outputs(out, device)
+    try:
+        with mode.kernel_invocation(symbolic):
+            out = func(*args, **kwargs)
+    except NotImplementedError as e:
+        if "Meta" not in str(e) and "meta" not in str(e):
+            raise
+        return run_decomposed(mode, func, args, kwargs, cause=e)
+    if key is not None:
+        cache.store(key, out)
+    return mode.wrap_outputs(out, device)
+
+
+def run_decomposed(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict,
+                   cause: Exception | None = None) -> Any:
+    """Run `func` through its Python decomposition, each sub-op going through the mode again."""
+    decomp = torch._decomp.decomposition_table.get(func)
+    if decomp is None and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        decomp = func.decompose
+    if decomp is None:
+        raise MissingFakeImplError(
+            str(func), f"It has no meta kernel and no decomposition; add a fake impl for it with "
+            f"@register_fake_impl({func}) in kiln/fake/impls.py.") from cause
+    log.debug("fake", lambda: f"{func}: no meta kernel, running its decomposition")
+    mode._strategy[func] = _decomposed_strategy(decomp)
+    with mode:
+        out = decomp(*args, **kwargs)
+    if out is NotImplemented:
+        raise MissingFakeImplError(str(func), "Its decomposition does not apply to these arguments.") from cause
+    return out
+
+
+def _decomposed_strategy(decomp: Callable[..., Any]) -> Callable[..., Any]:
+    def run(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict) -> Any:
+        with mode:
+            return decomp(*args, **kwargs)
+    return run
+
+
+# ------------------------------------------------------------------------------ helpers
+def _has_real_tensor(values: Any) -> bool:
+    for a in values:
+        if isinstance(a, torch.Tensor):
+            if not isinstance(a, FakeTensor):
+                return True
+        elif isinstance(a, (list, tuple)):
+            for b in a:
+                if isinstance(b, torch.Tensor) and not isinstance(b, FakeTensor):
+                    return True
+    return False
+
+
+def _map_one_level(fn: Callable[[Any], Any], values: Any) -> list:
+    # ATen schemas nest at most one level (Tensor[], Tensor?[]), so no general pytree is needed.
+    out = []
+    for a in values:
+        if isinstance(a, (list, tuple)):
+            out.append(type(a)(fn(b) for b in a))
+        else:
+            out.append(fn(a))
+    return out
+
+
+def _flat_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    found = []
+    for group in (args, kwargs.values()):
+        for a in group:
+            if isinstance(a, torch.Tensor):
+                found.append(a)
+            elif isinstance(a, (list, tuple)):
+                found.extend(b for b in a if isinstance(b, torch.Tensor))
+    return found
+
+
+def _involves_symbols(args: tuple, kwargs: dict) -> bool:
+    for group in (args, kwargs.values()):
+        for a in group:
+            if isinstance(a, torch.Tensor):
+                if a._has_symbolic_sizes_strides:
+                    return True
+            elif isinstance(a, _SYM_TYPES):
+                return True
+            elif isinstance(a, (list, tuple)):
+                for b in a:
+                    if isinstance(b, _SYM_TYPES) or (isinstance(b, torch.Tensor) and b._has_symbolic_sizes_strides):
+                        return True
+    return False

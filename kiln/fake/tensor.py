@@ -1,0 +1,147 @@
+"""FakeTensor: a torch.Tensor with sizes, strides, dtype and a device, but no data.
+
+Every tensor that capture and AOT autograd trace is one of these. A FakeTensor shares its
+TensorImpl with a meta tensor (so sizes, strides, storage offset and aliasing are real C++
+metadata and in-place metadata changes such as `t_()` stay in sync) and reports a fake device
+("cpu", "cuda:0") on top of it. Every op on it is routed to its FakeTensorMode (kiln/fake/mode.py).
+PyTorch counterpart: torch/_subclasses/fake_tensor.py (the FakeTensor class).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, NoReturn
+
+import torch
+
+from kiln.errors import DataDependentOutputError
+from kiln.fake.devices import BUILT_DEVICE_TYPES
+
+if TYPE_CHECKING:
+    from kiln.fake.mode import FakeTensorMode
+
+_META = torch.device("meta")
+
+
+class FakeTensor(torch.Tensor):
+    """A tensor without storage: `.device` is the fake device, the TensorImpl is a meta tensor's."""
+
+    fake_device: torch.device
+    fake_mode: "FakeTensorMode"
+
+    # Torch-function overrides would run once per op on top of __torch_dispatch__; the subclass
+    # only needs the dispatch level, so it opts out like torch's own wrapper subclasses.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, mode: "FakeTensorMode", elem: torch.Tensor, device: torch.device,
+                requires_grad: bool = False) -> "FakeTensor":
+        # dispatch_device=True makes C++ ask Python (prim.device) for the device, which the mode
+        # answers with the fake device; device_for_backend_keys makes the dispatch keys those of
+        # that device (CPU, CUDA) so autocast and backend-specific composites behave as for real.
+        if device.type in BUILT_DEVICE_TYPES:
+            self = torch.Tensor._make_subclass(
+                cls, elem, requires_grad, dispatch_device=True, device_for_backend_keys=device
+            )
+        else:
+            # A device this build of torch lacks (cuda on a CPU-only build): C++ must never see
+            # it, since any DeviceGuard or autograd InputMetadata for it aborts the process. C++
+            # keeps seeing meta; only Python's `.device` reports the fake device.
+            self = torch.Tensor._make_subclass(cls, elem, requires_grad)
+        self.fake_device = device
+        self.fake_mode = mode
+        return self
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        # Python meta kernels (torch._refs, _meta_registrations) read `.device` while the kernel
+        # runs; they must see meta there, and the fake device everywhere else.
+        if self.fake_mode.in_kernel:
+            return _META
+        return self.fake_device
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return self.fake_device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:  # type: ignore[override]
+        return self.fake_device.type == "cpu"
+
+    @property
+    def is_meta(self) -> bool:  # type: ignore[override]
+        return self.fake_device.type == "meta"
+
+    def get_device(self) -> int:  # type: ignore[override]
+        return -1 if self.fake_device.type == "cpu" else (self.fake_device.index or 0)
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        # Only reached when the tensor's mode is not the active one (a fake used outside its
+        # `with` block); with the mode active, the mode's __torch_dispatch__ runs first.
+        mode = mode_of(_iter_tensors(args, kwargs))
+        if mode is None:
+            return NotImplemented
+        return mode.dispatch(func, types, args, kwargs or {})
+
+    # The C++ bindings of these read the data pointer directly, without a dispatcher op that the
+    # mode could intercept, so they are refused here with the same error as `.item()`.
+    def tolist(self) -> NoReturn:  # type: ignore[override]
+        raise DataDependentOutputError("aten.tolist", "Tensor.tolist() needs the tensor's data, "
+                                       "which a fake tensor does not have")
+
+    def numpy(self, *args: Any, **kwargs: Any) -> NoReturn:  # type: ignore[override]
+        raise DataDependentOutputError("Tensor.numpy", "Tensor.numpy() needs the tensor's data, "
+                                       "which a fake tensor does not have")
+
+    def __array__(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise DataDependentOutputError("Tensor.__array__", "converting a fake tensor to a numpy "
+                                       "array needs its data, which it does not have")
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        shape = tuple(self.shape)
+        extra = "" if not self.requires_grad else ", requires_grad=True"
+        return f"FakeTensor(size={shape}, dtype={self.dtype}, device='{self.fake_device}'{extra})"
+
+    # Tensors are pickled/deep-copied with their data; a fake has none, so copying makes another
+    # fake with the same metadata in the same mode.
+    def __deepcopy__(self, memo: dict) -> "FakeTensor":
+        if id(self) in memo:
+            return memo[id(self)]
+        with self.fake_mode:
+            out = torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device=self.fake_device)
+        out.requires_grad_(self.requires_grad)
+        memo[id(self)] = out
+        return out
+
+
+def is_fake(x: object) -> bool:
+    """Whether `x` is a FakeTensor (an nn.Parameter made from a fake counts too)."""
+    return isinstance(x, FakeTensor)
+
+
+def mode_of(tensors: Iterable[object]) -> "FakeTensorMode | None":
+    """The FakeTensorMode of the fake tensors among `tensors`, or None if there is none.
+
+    Fakes of two different modes in one op are a bug of the caller (each capture has its own mode).
+    """
+    found = None
+    for t in tensors:
+        if isinstance(t, FakeTensor):
+            if found is None:
+                found = t.fake_mode
+            elif t.fake_mode is not found:
+                raise RuntimeError("fake tensors from two different FakeTensorModes were mixed in one op")
+    return found
+
+
+def _iter_tensors(args: tuple, kwargs: dict | None) -> Iterable[object]:
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from a
+        else:
+            yield a
+    if kwargs:
+        for a in kwargs.values():
+            if isinstance(a, (list, tuple)):
+                yield from a
+            else:
+                yield a

@@ -1,0 +1,502 @@
+"""C++ codegen: one `extern "C"` function per kernel, all kernels of a graph in one translation unit.
+
+The outer range runs under `#pragma omp parallel for`; inner loops carry `#pragma omp simd` (with
+reduction clauses) so g++ vectorizes them, and math calls reach glibc's vector library through
+`declare simd` prototypes (notes/recipes.md section 6) without -ffast-math, so NaN, -0.0 and
+integer division behave as in ATen. Corresponds to torch/_inductor/codegen/cpp.py.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import sympy
+import torch
+
+from kiln.lower import ops
+from kiln.lower.ir import (Buffer, Const, FloorDiv, Index, Load, Masked, ModularIndexing, Op, Pointwise, Reduction,
+                           Value, contiguous_strides)
+from kiln.lower.schedule import Kernel, KernelProgram, ScatterKernel, kernel_vars, node_substitution
+
+CTYPE = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
+         torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
+         torch.float16: "_Float16", torch.bfloat16: "uint16_t"}
+PARALLEL_MIN = 32768  # elements of work below which a kernel stays on one thread
+
+MATH = ("exp log sin cos tan tanh erf erfc expm1 log1p log2 log10 exp2 asin acos atan sinh cosh asinh "
+        "acosh atanh").split()
+
+PRELUDE = r"""
+#include <cmath>
+#include <cstdint>
+#include <limits>
+extern "C" {
+%s
+}
+static inline int64_t kiln_floordiv(int64_t a, int64_t b) {
+  if (b == 0) return 0;  // ATen raises; a kernel cannot, so it must at least not trap
+  int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t kiln_mod(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  int64_t r = a %% b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <typename T> static inline T kiln_fmod_float(T a, T b) {
+  T r = std::fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <typename T> static inline T kiln_floordiv_float(T a, T b) {
+  // ATen's div_floor: exact for representable quotients, a/b when b == 0
+  if (b == 0) return a / b;
+  T mod = std::fmod(a, b); T div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
+  T fl = std::floor(div); if (div - fl > T(0.5)) fl += 1;
+  return div == 0 ? std::copysign(T(0), a / b) : fl;
+}
+template <typename T> static inline T kiln_ipow(T base, T exp) {
+  if (exp < 0) return base == 1 ? 1 : (base == -1 ? ((exp & 1) ? -1 : 1) : 0);
+  T r = 1; while (exp) { if (exp & 1) r *= base; exp >>= 1; base *= base; } return r;
+}
+static inline uint64_t kiln_mix(uint64_t z) {
+  // splitmix64 finalizer: a counter-based generator, so every element's draw is independent of threads
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL; z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL; return z ^ (z >> 31);
+}
+static inline float kiln_rand(int64_t seed, int64_t n) {
+  return (float)(kiln_mix((uint64_t)seed * 0x9e3779b97f4a7c15ULL + (uint64_t)n) >> 40) * (1.0f / 16777216.0f);
+}
+static inline float kiln_randn(int64_t seed, int64_t n) {
+  float u1 = 1.0f - kiln_rand(seed, 2 * n), u2 = kiln_rand(seed ^ 0x5bd1e995, 2 * n + 1);
+  return std::sqrt(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
+}
+static inline float kiln_bf16_to_float(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
+static inline uint16_t kiln_float_to_bf16(float f) {
+  uint32_t u; __builtin_memcpy(&u, &f, 4);
+  if (f != f) return 0x7fc0;
+  return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);  // round to nearest even, as c10::BFloat16
+}
+""" % "\n".join(f"#pragma omp declare simd notinbranch\n{t} {n}{s}({t});"
+                for n in MATH for t, s in (("float", "f"), ("double", ""))) + \
+    "\n".join(f"#pragma omp declare simd notinbranch\n{t} {n}{s}({t}, {t});"
+              for n in ("pow", "atan2", "hypot") for t, s in (("float", "f"), ("double", "")))
+
+
+def cexpr(e: sympy.Expr) -> str:
+    """An index expression in C (int64 arithmetic)."""
+    if isinstance(e, sympy.Integer):
+        return str(int(e))
+    if isinstance(e, sympy.Symbol):
+        return str(e)
+    if isinstance(e, sympy.Add):
+        return "(" + " + ".join(cexpr(a) for a in e.args) + ")"
+    if isinstance(e, sympy.Mul):
+        return "(" + " * ".join(cexpr(a) for a in e.args) + ")"
+    if isinstance(e, FloorDiv):
+        return f"({cexpr(e.args[0])} / {cexpr(e.args[1])})"
+    if isinstance(e, (ModularIndexing, sympy.Mod)):
+        return f"({cexpr(e.args[0])} % {cexpr(e.args[1])})"
+    if isinstance(e, sympy.floor) and isinstance(e.args[0], sympy.Mul):
+        num, den = sympy.fraction(e.args[0])
+        return f"kiln_floordiv({cexpr(num)}, {cexpr(den)})"
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+        return "(" + " * ".join([cexpr(e.base)] * int(e.exp)) + ")"
+    if isinstance(e, (sympy.Max, sympy.Min)):
+        fn = "std::max" if isinstance(e, sympy.Max) else "std::min"
+        out = cexpr(e.args[0])
+        for a in e.args[1:]:
+            out = f"{fn}<int64_t>({out}, {cexpr(a)})"
+        return out
+    if isinstance(e, sympy.Rational):
+        return f"({e.p} / {e.q})"
+    name = type(e).__name__
+    if name in ("FloorDiv", "floordiv"):  # torch's own sympy functions in symbolic sizes
+        return f"kiln_floordiv({cexpr(e.args[0])}, {cexpr(e.args[1])})"
+    if name in ("Mod", "PythonMod"):
+        return f"kiln_mod({cexpr(e.args[0])}, {cexpr(e.args[1])})"
+    raise NotImplementedError(f"index expression {e} ({name})")
+
+
+def _float_fn(name: str, dtype: torch.dtype) -> str:
+    return f"{name}f" if dtype == torch.float32 else name
+
+
+def render_op(v: Op, a: Sequence[str]) -> str:
+    """One op in C++; `a` are the rendered arguments (already of the op's argument dtype)."""
+    name = v.name
+    dt = v.args[0].dtype if v.args else v.dtype
+    fl = dt.is_floating_point
+    T = CTYPE.get(dt, "float")
+    if name in MATH:
+        return f"{_float_fn(name, dt)}({a[0]})" if fl else f"{_float_fn(name, torch.float32)}((float){a[0]})"
+    simple = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitwise_and": "&", "bitwise_or": "|",
+              "bitwise_xor": "^", "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<",
+              "le": "<=", "gt": ">", "ge": ">=", "logical_and": "&&", "logical_or": "||"}
+    if name in simple:
+        if dt == torch.bool and name in ("add", "mul"):
+            return f"({a[0]} {'||' if name == 'add' else '&&'} {a[1]})"
+        return f"({a[0]} {simple[name]} {a[1]})"
+    if name == "to_dtype":
+        target = v.param
+        assert isinstance(target, torch.dtype)
+        if target == torch.bool:
+            return f"({a[0]} != 0)"
+        return f"static_cast<{CTYPE[compute(target)]}>({a[0]})"
+    table: dict[str, Callable[[], str]] = {
+        "neg": lambda: f"(-{a[0]})",
+        "abs": lambda: f"std::abs({a[0]})" if fl else (a[0] if dt == torch.bool else f"({a[0]} < 0 ? -{a[0]} : {a[0]})"),
+        "sqrt": lambda: f"std::sqrt({a[0]})",
+        "rsqrt": lambda: f"({T}(1) / std::sqrt({a[0]}))",
+        "sigmoid": lambda: f"({T}(1) / ({T}(1) + {_float_fn('exp', dt)}(-{a[0]})))",
+        "reciprocal": lambda: f"({T}(1) / {a[0]})",
+        "floor": lambda: f"std::floor({a[0]})" if fl else a[0],
+        "ceil": lambda: f"std::ceil({a[0]})" if fl else a[0],
+        "trunc": lambda: f"std::trunc({a[0]})" if fl else a[0],
+        "round": lambda: f"std::nearbyint({a[0]})" if fl else a[0],
+        "frac": lambda: f"({a[0]} - std::trunc({a[0]}))",
+        "lgamma": lambda: f"std::lgamma({a[0]})",
+        "sign": lambda: f"{T}(({T}(0) < {a[0]}) - ({a[0]} < {T}(0)))",  # sign(NaN) is 0 in ATen
+        "relu": lambda: f"({a[0]} < 0 ? {T}(0) : {a[0]})",  # keeps NaN and -0.0, as clamp_min does
+        "bitwise_not": lambda: f"(!{a[0]})" if dt == torch.bool else f"(~{a[0]})",
+        "isnan": lambda: f"({a[0]} != {a[0]})" if fl else "false",
+        "isinf": lambda: f"(std::abs({a[0]}) == std::numeric_limits<{T}>::infinity())" if fl else "false",
+        "isfinite": lambda: f"({a[0]} - {a[0]} == 0)" if fl else "true",
+        "signbit": lambda: f"std::signbit({a[0]})" if fl else f"({a[0]} < 0)",
+        "logical_not": lambda: f"(!{a[0]})",
+        "logical_xor": lambda: f"(bool({a[0]}) != bool({a[1]}))",
+        "floordiv": lambda: f"kiln_floordiv_float({a[0]}, {a[1]})" if fl else f"{T}(kiln_floordiv({a[0]}, {a[1]}))",
+        "truncdiv": lambda: f"std::trunc({a[0]} / {a[1]})" if fl else f"({a[1]} == 0 ? {T}(0) : {T}({a[0]} / {a[1]}))",
+        "mod": lambda: f"kiln_fmod_float({a[0]}, {a[1]})" if fl else f"{T}(kiln_mod({a[0]}, {a[1]}))",
+        "fmod": lambda: f"std::fmod({a[0]}, {a[1]})" if fl else f"({a[1]} == 0 ? {T}(0) : {T}({a[0]} % {a[1]}))",
+        "pow": lambda: f"{_float_fn('pow', dt)}({a[0]}, {a[1]})" if fl else f"kiln_ipow<{T}>({a[0]}, {a[1]})",
+        # ties (-0.0 vs 0.0) return the first operand, as ATen's kernels do
+        "maximum": lambda: (f"({a[0]} != {a[0]} ? {a[0]} : ({a[1]} != {a[1]} ? {a[1]} : ({a[0]} < {a[1]} ? {a[1]} : {a[0]})))"
+                            if fl else f"({a[0]} < {a[1]} ? {a[1]} : {a[0]})"),
+        "minimum": lambda: (f"({a[0]} != {a[0]} ? {a[0]} : ({a[1]} != {a[1]} ? {a[1]} : ({a[0]} > {a[1]} ? {a[1]} : {a[0]})))"
+                            if fl else f"({a[0]} > {a[1]} ? {a[1]} : {a[0]})"),
+        "fmax": lambda: (f"({a[0]} != {a[0]} ? {a[1]} : ({a[1]} != {a[1]} ? {a[0]} : ({a[0]} < {a[1]} ? {a[1]} : {a[0]})))"
+                         if fl else f"({a[0]} < {a[1]} ? {a[1]} : {a[0]})"),
+        "fmin": lambda: (f"({a[0]} != {a[0]} ? {a[1]} : ({a[1]} != {a[1]} ? {a[0]} : ({a[0]} > {a[1]} ? {a[1]} : {a[0]})))"
+                         if fl else f"({a[0]} > {a[1]} ? {a[1]} : {a[0]})"),
+        "atan2": lambda: f"{_float_fn('atan2', dt)}({a[0]}, {a[1]})",
+        "hypot": lambda: f"{_float_fn('hypot', dt)}({a[0]}, {a[1]})",
+        "copysign": lambda: f"std::copysign({a[0]}, {a[1]})",
+        "where": lambda: f"({a[0]} ? {a[1]} : {a[2]})",
+        "rand": lambda: f"{CTYPE[v.dtype]}(kiln_rand(seed, {a[0]}))",
+        "randn": lambda: f"{CTYPE[v.dtype]}(kiln_randn(seed, {a[0]}))",
+    }
+    return table[name]()
+
+
+def compute(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _missing_ops() -> set[str]:
+    """Ops of kiln.lower.ops without a C++ rendering (kept empty; checked by a test)."""
+    import inspect
+    src = inspect.getsource(render_op)
+    return {n for n in ops.OPS if n not in MATH and f'"{n}"' not in src}
+
+
+class BodyWriter:
+    """Emits C++ statements for body values with common-subexpression elimination."""
+
+    def __init__(self, storage: dict[str, torch.dtype], sub: dict, locals_: dict[str, str], counter: list[int]):
+        self.lines: list[str] = []
+        self.cache: dict[Value, str] = {}
+        self.storage = storage
+        self.sub = sub
+        self.locals = locals_
+        self.counter = counter
+
+    def tmp(self, dtype: torch.dtype, text: str) -> str:
+        name = f"t{self.counter[0]}"
+        self.counter[0] += 1
+        self.lines.append(f"{CTYPE[compute(dtype)]} {name} = {text};")
+        return name
+
+    def index(self, e: sympy.Expr) -> str:
+        return cexpr(sympy.expand(e.xreplace(self.sub)))
+
+    def value(self, v: Value) -> str:
+        if v in self.cache:
+            return self.cache[v]
+        if isinstance(v, Const):
+            out = self._const(v)
+        elif isinstance(v, Index):
+            out = self.index(v.expr)
+        elif isinstance(v, Load):
+            key = sympy.expand(v.index.xreplace(self.sub))
+            if v.extra is None and (v.buffer, key) in self.locals:
+                out = self.locals[(v.buffer, key)]
+            else:
+                where = cexpr(key) + ("" if v.extra is None else f" + {self.value(v.extra)}")
+                raw = f"{v.buffer}[{where}]"
+                st = self.storage[v.buffer]
+                raw = f"kiln_bf16_to_float({raw})" if st == torch.bfloat16 else (f"(float){raw}" if st == torch.float16 else raw)
+                out = self.tmp(v.dtype, raw)
+        elif isinstance(v, Masked):
+            mask = self.value(v.mask)
+            inner = BodyWriter(self.storage, self.sub, self.locals, self.counter)
+            inner.cache = dict(self.cache)
+            body = inner.value(v.body)
+            other = self.value(v.other)
+            T = CTYPE[compute(v.dtype)]
+            lam = "[&]() -> " + T + " { " + " ".join(inner.lines) + f" return {body}; }}()"
+            out = self.tmp(v.dtype, f"{mask} ? {lam} : {other}")
+        else:
+            assert isinstance(v, Op)
+            out = self.tmp(v.dtype, render_op(v, [self.value(a) for a in v.args]))
+        self.cache[v] = out
+        return out
+
+    def _const(self, v: Const) -> str:
+        if v.dtype == torch.bool:
+            return "true" if v.value else "false"
+        T = CTYPE[compute(v.dtype)]
+        if v.dtype.is_floating_point:
+            x = float(v.value)
+            if x != x:
+                return f"std::numeric_limits<{T}>::quiet_NaN()"
+            if x in (float("inf"), float("-inf")):
+                return f"{'-' if x < 0 else ''}std::numeric_limits<{T}>::infinity()"
+            return f"{T}({x!r})"
+        if int(v.value) == -(2 ** 63):
+            return "std::numeric_limits<int64_t>::min()"
+        return f"{T}({int(v.value)}LL)"
+
+    def store(self, buffer: str, index: sympy.Expr, value: str, mode: str | None = None, extra: str = "") -> None:
+        st = self.storage[buffer]
+        val = f"kiln_float_to_bf16({value})" if st == torch.bfloat16 else (
+            f"(_Float16)({value})" if st == torch.float16 else value)
+        target = f"{buffer}[{cexpr(sympy.expand(index.xreplace(self.sub)))}{extra}]"
+        if mode == "add":
+            self.lines.append("#pragma omp atomic")
+            self.lines.append(f"{target} += {val};")
+        else:
+            self.lines.append(f"{target} = {val};")
+
+
+# ----------------------------------------------------------------------------- kernels
+
+REDUCE_INIT = {"sum": "0", "prod": "1", "any": "false", "all": "true"}
+OMP_REDUCTION = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "||", "all": "&&"}
+
+
+def _loops(vars_: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], pragma: str | None) -> tuple[list[str], list[str]]:
+    """Opening and closing lines of a perfect loop nest (no lines at all for zero dims)."""
+    opens, closes = [], []
+    if pragma and ranges:
+        collapse = f" collapse({len(ranges)})" if len(ranges) > 1 else ""
+        opens.append(pragma.replace("@collapse", collapse))
+    for v, r in zip(vars_, ranges):
+        opens.append(f"for (int64_t {v} = 0; {v} < {cexpr(r)}; {v}++) {{")
+        closes.append("}")
+    return opens, closes
+
+
+def _reduce_init(rtype: str, dtype: torch.dtype) -> str:
+    T = CTYPE[compute(dtype)]
+    if rtype in REDUCE_INIT:
+        return f"{T}({REDUCE_INIT[rtype]})" if dtype != torch.bool else REDUCE_INIT[rtype]
+    if dtype == torch.bool:
+        return "false" if rtype == "max" else "true"
+    if dtype.is_floating_point:
+        sign = "-" if rtype == "max" else ""
+        return f"{sign}std::numeric_limits<{T}>::infinity()"
+    return f"std::numeric_limits<{T}>::{'lowest' if rtype == 'max' else 'max'}()"
+
+
+class KernelWriter:
+    """Renders one Kernel (or ScatterKernel) as a C++ function and records its argument list."""
+
+    def __init__(self, storage: dict[str, torch.dtype]) -> None:
+        self.storage = storage
+        self.counter = [0]
+        self.reads: list[str] = []
+        self.writes: list[str] = []
+
+    def _note(self, names: list[str], name: str) -> None:
+        if name not in names:
+            names.append(name)
+
+    def _collect_reads(self, w: BodyWriter, v: Value, local: frozenset[str]) -> None:
+        from kiln.lower.ir import walk
+        for n in walk(v):
+            if isinstance(n, Load) and n.buffer not in local:
+                self._note(self.reads, n.buffer)
+
+    def kernel(self, k: Kernel) -> tuple[str, list[str]]:
+        xs, ys = kernel_vars(len(k.outer), len(k.inner))
+        locals_: dict = {}
+        body: list[str] = []
+        total = sympy.Mul(*k.outer, *k.inner)
+        parallel_if = f" if({cexpr(total)} >= {PARALLEL_MIN})" if not total.is_number else ""
+        parallel = not (total.is_number and total < PARALLEL_MIN)
+        if k.outer:
+            o, c = _loops(xs, k.outer, f"#pragma omp parallel for@collapse{parallel_if}" if parallel else None)
+            body += o
+        for blk in k.blocks:
+            if blk.kind == "scalar":
+                for n in blk.nodes:
+                    body += self._node(n, k, locals_, None)
+                continue
+            reds = [n for n in blk.nodes if isinstance(n, Reduction)]
+            accs = {n.name: f"acc_{n.name}" for n in reds}
+            pre, post, clauses = [], [], []
+            serial = any(n.reduction_type in ("argmax", "argmin") for n in reds)
+            for n in reds:
+                T = CTYPE[compute(n.body.dtype)] if n.reduction_type in ("argmax", "argmin") else CTYPE[compute(n.layout.dtype)]
+                if n.reduction_type in ("argmax", "argmin"):
+                    pre.append(f"{T} best_{n.name} = 0; int64_t {accs[n.name]} = 0;")
+                    continue
+                dtype = n.layout.dtype
+                rtype = n.reduction_type
+                if dtype == torch.bool and rtype in ("max", "min"):
+                    rtype = "any" if rtype == "max" else "all"
+                pre.append(f"{T} {accs[n.name]} = {_reduce_init(rtype, dtype)};")
+                clauses.append(f"reduction({OMP_REDUCTION[rtype]}:{accs[n.name]})")
+                if rtype in ("max", "min") and dtype.is_floating_point:
+                    pre.append(f"int nan_{n.name} = 0;")
+                    clauses.append(f"reduction(|:nan_{n.name})")
+                    post.append(f"if (nan_{n.name}) {accs[n.name]} = std::numeric_limits<{T}>::quiet_NaN();")
+            if serial:
+                pragma = None
+            elif k.outer:
+                pragma = "#pragma omp simd@collapse " + " ".join(clauses)
+            elif parallel:
+                pragma = f"#pragma omp parallel for simd@collapse {' '.join(clauses)}{parallel_if}"
+            else:
+                pragma = "#pragma omp simd@collapse " + " ".join(clauses)
+            o, c = _loops(ys, k.inner, pragma)
+            body += pre + o
+            for n in blk.nodes:
+                body += ["  " + line for line in self._node(n, k, locals_, accs.get(n.name))]
+            body += c + post
+            for n in reds:
+                sub = node_substitution(n, k.outer, k.inner)
+                key = sympy.expand(n.layout.index(_ivars(len(n.ranges))).xreplace(sub))
+                if n.name in k.local:
+                    locals_[(n.name, key)] = accs[n.name]
+                else:
+                    self._note(self.writes, n.name)
+                    w = BodyWriter(self.storage, sub, locals_, self.counter)
+                    w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
+                    body += w.lines
+        if k.outer:
+            body += ["}"] * len(k.outer)
+        return self._function(k.name, k.origins(), body), self.reads + self.writes
+
+    def _node(self, n: Buffer, k: Kernel, locals_: dict, acc: str | None) -> list[str]:
+        sub = node_substitution(n, k.outer, k.inner)
+        assert sub is not None
+        w = BodyWriter(self.storage, sub, locals_, self.counter)
+        self._collect_reads(w, n.body, k.local)
+        value = w.value(n.body)
+        lines = [f"// {n.name} <- {', '.join(n.origins)}"] + w.lines
+        if isinstance(n, Reduction):
+            rt = n.reduction_type
+            if n.layout.dtype == torch.bool and rt in ("max", "min"):
+                rt = "any" if rt == "max" else "all"
+            if rt in ("argmax", "argmin"):
+                ys = kernel_vars(0, len(k.inner))[1]
+                lin = cexpr(sum((y * s for y, s in zip(ys, contiguous_strides(k.inner))), sympy.Integer(0)))
+                cmp = ">" if rt == "argmax" else "<"
+                nan = f" || {value} != {value}" if n.body.dtype.is_floating_point else ""
+                guard = f"best_{n.name} == best_{n.name} && " if n.body.dtype.is_floating_point else ""
+                lines.append(f"if ({lin} == 0 || ({guard}({value} {cmp} best_{n.name}{nan}))) "
+                             f"{{ best_{n.name} = {value}; {acc} = {lin}; }}")
+            elif rt == "sum":
+                lines.append(f"{acc} += {value};")
+            elif rt == "prod":
+                lines.append(f"{acc} *= {value};")
+            elif rt == "any":
+                lines.append(f"{acc} = {acc} || {value};")
+            elif rt == "all":
+                lines.append(f"{acc} = {acc} && {value};")
+            else:
+                cmp = ">" if rt == "max" else "<"
+                lines.append(f"{acc} = {value} {cmp} {acc} ? {value} : {acc};")
+                if n.layout.dtype.is_floating_point:
+                    lines.append(f"nan_{n.name} |= ({value} != {value});")
+            return lines
+        key = sympy.expand(n.layout.index(_ivars(len(n.ranges))).xreplace(sub))
+        if n.name in k.local:
+            locals_[(n.name, key)] = value
+        else:
+            self._note(self.writes, n.name)
+            w2 = BodyWriter(self.storage, sub, locals_, self.counter)
+            w2.store(n.name, n.layout.index(_ivars(len(n.ranges))), value)
+            lines += w2.lines
+        return lines
+
+    def scatter(self, k: ScatterKernel) -> tuple[str, list[str]]:
+        n = k.node
+        vars_ = _ivars(len(n.ranges))
+        w = BodyWriter(self.storage, {}, {}, self.counter)
+        self._collect_reads(w, n.body, frozenset())
+        if n.extra is not None:
+            self._collect_reads(w, n.extra, frozenset())
+        value = w.value(n.body)
+        extra = "" if n.extra is None else f" + {w.value(n.extra)}"
+        w.store(n.target, n.index, value, n.mode, extra)
+        self._note(self.writes, n.target)
+        o, c = _loops(vars_, n.ranges, "#pragma omp parallel for@collapse" if n.mode == "add" else None)
+        body = o + [f"// {n.name} <- {', '.join(n.origins)}"] + w.lines + c
+        return self._function(k.name, list(n.origins), body), self.reads + self.writes
+
+    def _function(self, name: str, origins: list[str], body: list[str]) -> str:
+        args = []
+        self.reads = [b for b in self.reads if b not in self.writes]
+        for b in self.reads + self.writes:
+            const = "const " if b not in self.writes else ""
+            args.append(f"{const}{CTYPE[self.storage[b]]}* __restrict__ {b}")
+        text = "\n".join(body)
+        syms = sorted({s for s in _symbols_in(text)})
+        args += [f"int64_t {s}" for s in syms]
+        if "seed" in text:
+            args.append("int64_t seed")
+        self.symbols = syms
+        head = f"// {name}: fused from {', '.join(dict.fromkeys(origins))}\n"
+        head += f"extern \"C\" void {name}({', '.join(args)}) {{\n"
+        return head + _indent(body) + "}\n"
+
+
+def _ivars(n: int) -> tuple[sympy.Symbol, ...]:
+    from kiln.lower.ir import index_vars
+    return index_vars("i", n)
+
+
+SIZE_SYMBOLS: set[str] = set()
+
+
+def _symbols_in(text: str) -> set[str]:
+    import re
+    return {m for m in re.findall(r"\b([a-z]+\d+)\b", text) if m in SIZE_SYMBOLS}
+
+
+def _indent(lines: list[str]) -> str:
+    out, depth = [], 1
+    for line in lines:
+        if line.startswith("}"):
+            depth -= 1
+        out.append("  " * depth + line)
+        if line.endswith("{"):
+            depth += 1
+    return "\n".join(out) + "\n"
+
+
+def generate(program: KernelProgram) -> tuple[str, dict[str, tuple[list[str], list[str], bool]]]:
+    """The translation unit, and per kernel: (buffer args, size-symbol args, takes seed)."""
+    storage: dict[str, torch.dtype] = {}
+    for b in program.ir.buffers:
+        storage[b.name] = b.layout.dtype
+        for name, lay, _ in getattr(b, "results", ()):
+            storage[name] = lay.dtype
+    SIZE_SYMBOLS.clear()
+    SIZE_SYMBOLS.update(program.ir.symbols)
+    parts, signatures = [PRELUDE], {}
+    for step in program.steps:
+        if isinstance(step, (Kernel, ScatterKernel)):
+            w = KernelWriter(storage)
+            src, bufs = w.kernel(step) if isinstance(step, Kernel) else w.scatter(step)
+            parts.append(src)
+            signatures[step.name] = (bufs, w.symbols, "seed" in src.split("{", 1)[0])
+    return "\n".join(parts), signatures

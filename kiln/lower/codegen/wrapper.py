@@ -1,0 +1,212 @@
+"""Wrapper codegen: the Python function that runs a KernelProgram on real tensors.
+
+It reads size symbols off the inputs, re-lays out an input whose strides differ from the ones the
+kernels were built for, allocates each buffer, calls kernels through cached ctypes function pointers
+and externs through their ATen overloads in order, frees what dies early (`del`), and returns the
+outputs. The source is plain Python, printed by KILN_LOGS=output_code. Corresponds to
+torch/_inductor/codegen/wrapper.py (the Python wrapper).
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Callable
+
+import sympy
+import torch
+from torch.utils import _pytree as pytree
+
+from kiln.lower.ir import (BufferRef, ConstantBuffer, Extern, FloorDiv, InputBuffer, Layout, Load,
+                           ModularIndexing, SymExpr, walk)
+from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
+
+
+def pyexpr(e: Any) -> str:
+    """A size expression as Python over the symbol variables of the wrapper."""
+    e = sympy.sympify(e)
+    if isinstance(e, sympy.Integer):
+        return str(int(e))
+    if isinstance(e, sympy.Symbol):
+        return str(e)
+    if isinstance(e, sympy.Add):
+        return "(" + " + ".join(pyexpr(a) for a in e.args) + ")"
+    if isinstance(e, sympy.Mul):
+        return "(" + " * ".join(pyexpr(a) for a in e.args) + ")"
+    if isinstance(e, FloorDiv) or type(e).__name__ == "FloorDiv":
+        return f"({pyexpr(e.args[0])} // {pyexpr(e.args[1])})"
+    if isinstance(e, (ModularIndexing, sympy.Mod)) or type(e).__name__ in ("Mod", "PythonMod"):
+        return f"({pyexpr(e.args[0])} % {pyexpr(e.args[1])})"
+    if isinstance(e, sympy.floor):
+        num, den = sympy.fraction(e.args[0])
+        return f"({pyexpr(num)} // {pyexpr(den)})"
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+        return f"({pyexpr(e.base)} ** {int(e.exp)})"
+    if isinstance(e, (sympy.Max, sympy.Min)):
+        return f"{'max' if isinstance(e, sympy.Max) else 'min'}({', '.join(pyexpr(a) for a in e.args)})"
+    raise NotImplementedError(f"size expression {e}")
+
+
+def _tuple(xs: Any) -> str:
+    items = [pyexpr(x) for x in xs]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _dtype(d: torch.dtype) -> str:
+    return str(d).replace("torch.", "torch_")
+
+
+class WrapperWriter:
+    def __init__(self, program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
+                 profile: bool = False) -> None:
+        self.program = program
+        self.profile = profile  # time each kernel and count the bytes of its buffers (for benchmarks)
+        self.signatures = signatures
+        self.lines: list[str] = []
+        self.layouts: dict[str, Layout] = {}
+        self.globals: dict[str, Any] = {"torch": torch, "_relayout": _relayout}
+
+    def ref(self, r: BufferRef) -> str:
+        """An expression for a strided view of a buffer (the buffer itself when the layout matches)."""
+        base = self.layouts.get(r.name)
+        if base is not None and base == r.layout:
+            return r.name
+        return (f"torch.as_strided({r.name}, {_tuple(r.layout.sizes)}, {_tuple(r.layout.strides)}, "
+                f"{r.name}.storage_offset() + {pyexpr(r.layout.offset)})")
+
+    def arg(self, a: Any) -> str:
+        if isinstance(a, BufferRef):
+            return self.ref(a)
+        if isinstance(a, SymExpr):
+            return pyexpr(a.expr)
+        if isinstance(a, (list, tuple)):
+            inner = ", ".join(self.arg(x) for x in a)
+            return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(a) == 1 else ''})"
+        if isinstance(a, torch.dtype):
+            name = _dtype(a)
+            self.globals[name] = a
+            return name
+        if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
+            name = f"const_{len(self.globals)}"
+            self.globals[name] = a
+            return name
+        return repr(a)
+
+    def write(self) -> str:
+        ir = self.program.ir
+        inputs = sorted((b for b in ir.buffers if isinstance(b, InputBuffer)), key=lambda b: b.position)
+        nargs = max([b.position + 1 for b in inputs] + [p + 1 for p, _ in ir.symbols.values()] + [0])
+        params = [f"arg{k}" for k in range(nargs)]
+        L = self.lines
+        L.append(f"def call({', '.join(params)}):")
+        for sym, (pos, dim) in ir.symbols.items():
+            if dim is None:
+                L.append(f"    {sym} = arg{pos}")
+            elif dim >= 0:
+                L.append(f"    {sym} = arg{pos}.size({dim})")
+            else:
+                L.append(f"    {sym} = arg{pos}.stride({-1 - dim})")
+        for b in inputs:
+            self.layouts[b.name] = b.layout
+            if all(s.is_number for s in b.layout.strides) and b.layout.sizes:
+                expected = _tuple(b.layout.strides)
+                L.append(f"    if {b.name}.stride() != {expected}: {b.name} = _relayout({b.name}, {expected})")
+        for b in ir.buffers:
+            if isinstance(b, ConstantBuffer):
+                self.globals[b.name] = b.tensor
+                self.layouts[b.name] = b.layout
+        if ir.seed_needed:
+            L.append("    seed = int(torch.randint(-2 ** 62, 2 ** 62, ()).item())")
+        last_use = self._last_uses()
+        outputs = {o.name for o in ir.outputs if isinstance(o, BufferRef)}
+        for s, step in enumerate(self.program.steps):
+            if isinstance(step, (Kernel, ScatterKernel)):
+                self._kernel(step)
+            else:
+                self._extern(step)
+            dead = sorted(n for n, last in last_use.items() if last == s and n not in outputs
+                          and n in self.layouts and not n.startswith(("arg", "const_")))
+            if dead:
+                L.append(f"    del {', '.join(dead)}")
+        outs = [self.ref(o) if isinstance(o, BufferRef) else pyexpr(o.expr) if isinstance(o, SymExpr) else repr(o)
+                for o in ir.outputs]
+        L.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        return "\n".join(L) + "\n"
+
+    def _alloc(self, name: str, layout: Layout) -> None:
+        self.layouts[name] = layout
+        self.lines.append(f"    {name} = torch.empty_strided({_tuple(layout.sizes)}, {_tuple(layout.strides)}, "
+                          f"dtype={self.arg(layout.dtype)})")
+
+    def _kernel(self, step: Kernel | ScatterKernel) -> None:
+        bufs, syms, seed = self.signatures[step.name]
+        nodes = step.nodes if isinstance(step, Kernel) else ()
+        for n in nodes:
+            if n.name in bufs and n.name not in self.layouts:
+                self._alloc(n.name, n.layout)
+        call = [f"{b}.data_ptr()" for b in bufs] + list(syms) + (["seed"] if seed else [])
+        origins = ", ".join(dict.fromkeys(step.origins() if isinstance(step, Kernel) else step.node.origins))
+        if self.profile:
+            self.lines.append("    _t = _clock()")
+        self.lines.append(f"    {step.name}({', '.join(call)})  # {origins}")
+        if self.profile:
+            nbytes = " + ".join(f"{b}.numel() * {b}.element_size()" for b in bufs) or "0"
+            self.lines.append(f"    _record({step.name!r}, _clock() - _t, {nbytes})")
+        self.globals.setdefault("_argtypes", {})[step.name] = (
+            [ctypes.c_void_p] * len(bufs) + [ctypes.c_int64] * (len(syms) + (1 if seed else 0)))
+
+    def _extern(self, step: ExternCall) -> None:
+        n = step.node
+        opname = f"extern_{str(n.op).replace('.', '_')}"
+        self.globals[opname] = n.op
+        args = [self.arg(a) for a in n.args] + [f"{k}={self.arg(v)}" for k, v in n.kwargs]
+        self.lines.append(f"    {n.name} = {opname}({', '.join(args)})  # {', '.join(n.origins)}")
+        for name, layout, path in n.results:
+            if path:
+                self.lines.append(f"    {name} = {n.name}{''.join(f'[{p}]' for p in path)}")
+            self.layouts[name] = layout
+            if layout.sizes:
+                expected = _tuple(layout.strides)
+                self.lines.append(f"    if {name}.stride() != {expected}: {name} = _relayout({name}, {expected})")
+
+    def _last_uses(self) -> dict[str, int]:
+        last: dict[str, int] = {}
+        for s, step in enumerate(self.program.steps):
+            names: list[str] = []
+            if isinstance(step, Kernel):
+                names = [v.buffer for n in step.nodes for v in walk(n.body) if isinstance(v, Load)]
+                names += [n.name for n in step.nodes]
+            elif isinstance(step, ScatterKernel):
+                names = [v.buffer for v in walk(step.node.body) if isinstance(v, Load)] + [step.node.target]
+            else:
+                names = [a.name for a in pytree.tree_leaves((step.node.args, step.node.kwargs))
+                         if isinstance(a, BufferRef)] + [step.node.name] + [r[0] for r in step.node.results]
+            for name in names:
+                last[name] = s
+        return last
+
+
+def _relayout(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """A copy of `t` with the strides the kernels were compiled for."""
+    out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
+                 lib: ctypes.CDLL | None, *, record: Callable[[str, float, int], None] | None = None
+                 ) -> tuple[Callable[..., tuple], str]:
+    """The wrapper function bound to the library's kernels, and its source; with `record`, a
+    profiling variant that calls record(kernel name, seconds, bytes of its buffers) per kernel."""
+    w = WrapperWriter(program, signatures, profile=record is not None)
+    source = w.write()
+    env = dict(w.globals)
+    if record is not None:
+        import time
+        env["_clock"] = time.perf_counter
+        env["_record"] = record
+    for name, argtypes in env.pop("_argtypes", {}).items():
+        fn = getattr(lib, name)
+        fn.argtypes = argtypes
+        fn.restype = None
+        env[name] = fn
+    exec(compile(source, "<kiln wrapper>", "exec"), env)
+    return env["call"], source

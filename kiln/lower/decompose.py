@@ -1,0 +1,151 @@
+"""The `decompose` pass: rewrite ATen ops that have no Kiln lowering into ops that do.
+
+For each such node with an entry in PyTorch's Core ATen decomposition table (or a
+CompositeImplicitAutograd kernel), the decomposition is run on meta tensors under a small dispatch
+mode that records every op it reaches, and the recorded ops replace the node in the graph. Ops
+with their own lowering are recorded as they are (Kiln's lowering beats the decomposition: softmax,
+layer norm, gelu stay whole so they fuse). Corresponds to torch/_inductor/decomposition.py.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kiln.debug import log
+from kiln.lower.lowerings import LOWERINGS
+
+aten = torch.ops.aten
+
+# metadata queries reach the mode too; they are not ops of the graph
+_IGNORED = {torch.ops.prim.device.default, torch.ops.prim.layout.default, aten.sym_size.int,
+            aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default, aten.is_contiguous.default}
+
+
+@functools.lru_cache(maxsize=None)
+def decomposition_table() -> dict[Any, Any]:
+    table = dict(torch._decomp.core_aten_decompositions())
+    extra = [aten.native_batch_norm, aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
+             aten.addcmul, aten.addcdiv, aten.mish, aten.std_mean, aten.native_group_norm, aten.glu, aten.baddbmm,
+             aten.logit, aten.xlogy, aten.log_sigmoid_forward, aten.softshrink, aten.hardshrink, aten.celu,
+             aten.selu, aten.rrelu_with_noise, aten.im2col, aten.col2im]
+    table.update(torch._decomp.get_decompositions(extra))
+    return table
+
+
+def wants_decomposition(target: Any) -> bool:
+    if target in LOWERINGS or target in _IGNORED or not isinstance(target, torch._ops.OpOverload):
+        return False
+    if target in decomposition_table():
+        return True
+    return torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd")
+
+
+class _Recorder(TorchDispatchMode):
+    """Runs ops on meta tensors and appends each op that has a lowering (or no decomposition) to the graph."""
+
+    def __init__(self, graph: torch.fx.Graph, nodes: dict[int, torch.fx.Node]) -> None:
+        super().__init__()
+        self.graph = graph
+        self.nodes = nodes
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _IGNORED:
+            return func(*args, **kwargs)
+        if wants_decomposition(func):
+            table = decomposition_table()
+            with self:
+                out = table[func](*args, **kwargs) if func in table else func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        out = func(*args, **kwargs)
+        fx_args, fx_kwargs = pytree.tree_map(self._node_of, (args, kwargs))
+        node = self.graph.call_function(func, tuple(fx_args), fx_kwargs)
+        node.meta["val"] = out
+        if isinstance(out, torch.Tensor):
+            self.nodes[id(out)] = node
+        elif isinstance(out, (tuple, list)):
+            for k, o in enumerate(out):
+                if isinstance(o, torch.Tensor):
+                    item = self.graph.call_function(lambda_getitem(), (node, k))
+                    item.meta["val"] = o
+                    self.nodes[id(o)] = item
+        return out
+
+    def _node_of(self, a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            if id(a) not in self.nodes:  # a constant made inside the decomposition
+                name = f"_decomp_const_{len(self.nodes)}"
+                owner = self.graph.owning_module
+                setattr(owner, name, a)
+                self.nodes[id(a)] = self.graph.get_attr(name)
+                self.nodes[id(a)].meta["val"] = a
+            return self.nodes[id(a)]
+        return a
+
+
+def lambda_getitem() -> Any:
+    import operator
+    return operator.getitem
+
+
+def _meta(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+    return v
+
+
+def decompose(gm: torch.fx.GraphModule, metas: dict[torch.fx.Node, Any]) -> torch.fx.GraphModule:
+    """Replace every node that wants a decomposition by the ops of its decomposition, in place."""
+    changed = 0
+    with torch._dispatch.python.enable_python_dispatcher():
+        for node in list(gm.graph.nodes):
+            if node.op != "call_function" or not wants_decomposition(node.target):
+                continue
+            nodes: dict[int, torch.fx.Node] = {}
+            env: dict[torch.fx.Node, Any] = {}
+
+            def meta_of(a: Any) -> Any:
+                if isinstance(a, torch.fx.Node):
+                    if a not in env:
+                        env[a] = _meta(metas[a])
+                        if isinstance(env[a], torch.Tensor):
+                            nodes[id(env[a])] = a
+                    return env[a]
+                return a
+
+            args, kwargs = pytree.tree_map(meta_of, (node.args, node.kwargs))
+            changed += 1  # even a decomposition given up on may have left dead nodes to sweep
+            try:
+                with gm.graph.inserting_before(node), _Recorder(gm.graph, nodes):
+                    out = node.target(*args, **kwargs)
+            except Exception as e:  # the op stays and falls back to an ATen call
+                log.debug("lower", f"decomposition of {node.target} failed: {e}")
+                continue
+            if not isinstance(out, torch.Tensor) and not (
+                    isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out)):
+                continue  # a size or a mixed result: the recorded ops are dead code, removed below
+            if isinstance(out, torch.Tensor):
+                new = nodes[id(out)]
+                node.replace_all_uses_with(new)
+                metas[new] = new.meta["val"]
+            else:
+                for user in list(node.users):
+                    k = user.args[1]
+                    new = nodes[id(out[k])]
+                    user.replace_all_uses_with(new)
+                    metas[new] = new.meta["val"]
+                    gm.graph.erase_node(user)
+            for n in gm.graph.nodes:
+                if n not in metas and "val" in n.meta:
+                    metas[n] = n.meta["val"]
+            gm.graph.erase_node(node)
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return gm

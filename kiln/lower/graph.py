@@ -1,0 +1,197 @@
+"""The `lower_to_loop_ir` pass: walk an ATen FX graph and build the LoopIR with the lowering table.
+
+Inputs become InputBuffers (their sizes' symbols are recorded so the wrapper can read them from the
+real tensors), each node goes through its rule (or falls back to an ATen call), and a lazy value is
+realized into a buffer when it is used more than once and costly to recompute, or is an output.
+Corresponds to torch/_inductor/graph.py (GraphLowering), without the ambient V.graph.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Sequence
+
+import sympy
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from kiln.debug import log
+from kiln.lower.ir import (BufferRef, ConstantBuffer, InputBuffer, Layout, LoopIR, SymExpr, contiguous_strides,
+                           index_vars, walk)
+from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, strided_value,
+                                  to_expr, value_cost)
+from kiln.lower.lowerings.extern import fallback
+
+aten = torch.ops.aten
+
+RECOMPUTE_LIMIT = 12  # a value used twice is recomputed when its body costs at most this
+BODY_LIMIT = 160  # past this a body is stored even when used once, so bodies stay readable
+
+
+def _meta_tensor(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def node_metas(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> dict[torch.fx.Node, Any]:
+    """Each node's example value: node.meta['val'] where the tracer left one, else computed on meta."""
+    env: dict[torch.fx.Node, Any] = {}
+    inputs = iter(example_inputs)
+    with torch._dispatch.python.enable_python_dispatcher():
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                ex = next(inputs)
+                env[node] = node.meta.get("val", ex) if isinstance(ex, torch.Tensor) or ex is None else ex
+            elif node.op == "call_function":
+                if "val" in node.meta:
+                    env[node] = node.meta["val"]
+                    continue
+                args, kwargs = pytree.tree_map(
+                    lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
+                args, kwargs = pytree.tree_map(
+                    lambda a: _meta_tensor(a) if isinstance(a, torch.Tensor) else a, (args, kwargs))
+                env[node] = node.target(*args, **kwargs)
+            elif node.op == "get_attr":
+                env[node] = getattr(gm, node.target)
+    return env
+
+
+def _dense_layout(meta: torch.Tensor) -> Layout:
+    """The output layout eager would give (from the meta strides) when it is dense, else contiguous."""
+    sizes = tuple(to_expr(s) for s in meta.shape)
+    strides = tuple(to_expr(s) for s in meta.stride())
+    order = sorted(range(len(sizes)), key=lambda k: (strides[k] if strides[k].is_number else 0), reverse=True)
+    expected = contiguous_strides([sizes[k] for k in order])
+    if all(sympy.expand(strides[k] - e) == 0 or sizes[k] == 1 for k, e in zip(order, expected)):
+        return Layout(meta.dtype, sizes, tuple(strides[k] if sizes[k] != 1 else
+                                                expected[order.index(k)] for k in range(len(sizes))))
+    return Layout.contiguous(meta.dtype, sizes)
+
+
+def _has_unsupported_dtype(metas: Any) -> bool:
+    return any(isinstance(m, (torch.Tensor, TensorValue)) and m.dtype not in SUPPORTED_DTYPES
+               for m in pytree.tree_leaves(metas))
+
+
+def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[LoopIR, list[str]]:
+    """The ATen graph as loop IR; also returns the perf hints (ops that fell back to ATen calls)."""
+    metas = node_metas(gm, example_inputs)
+    ctx = LoweringContext()
+    env: dict[torch.fx.Node, Any] = {}
+    symbols: dict[str, tuple[int, int | None]] = {}
+    position = 0
+    outputs: list[Any] = []
+
+    def note_symbols(expr: sympy.Expr, pos: int, dim: int | None) -> None:
+        if isinstance(expr, sympy.Symbol) and str(expr) not in symbols:
+            symbols[str(expr)] = (pos, dim)
+
+    for node in gm.graph.nodes:
+        ctx.origins = (node.name,)
+        ctx.meta = metas.get(node)
+        if node.op == "placeholder":
+            m = ctx.meta
+            if isinstance(m, torch.Tensor):
+                lay = Layout(m.dtype, tuple(to_expr(s) for s in m.shape), tuple(to_expr(s) for s in m.stride()),
+                             to_expr(m.storage_offset()))
+                for d, s in enumerate(lay.sizes):
+                    note_symbols(s, position, d)
+                for d, s in enumerate(lay.strides):
+                    note_symbols(s, position, -1 - d)
+                # the buffer's layout starts at its own data pointer (the wrapper passes data_ptr())
+                lay = Layout(lay.dtype, lay.sizes, lay.strides)
+                name = f"arg{position}"
+                ctx.add(InputBuffer(name, lay, (node.name,), position))
+                env[node] = strided_value(BufferRef(name, lay))
+            elif isinstance(m, torch.SymInt):
+                env[node] = to_expr(m)
+                note_symbols(env[node], position, None)
+            else:
+                env[node] = m
+            position += 1
+        elif node.op == "get_attr":
+            t = ctx.meta
+            name = f"const_{node.target}".replace(".", "_")
+            lay = Layout(t.dtype, tuple(to_expr(s) for s in t.shape), tuple(to_expr(s) for s in t.stride()))
+            ctx.add(ConstantBuffer(name, lay, (node.name,), t))
+            env[node] = strided_value(BufferRef(name, lay))
+        elif node.op == "call_function":
+            env[node] = _lower_node(ctx, node, env)
+            if isinstance(env[node], TensorValue):
+                env[node] = _maybe_realize(ctx, env[node], node)
+        elif node.op == "output":
+            for out in pytree.tree_leaves(node.args[0]) if not isinstance(node.args[0], (tuple, list)) else node.args[0]:
+                outputs.append(_output(ctx, out, env, metas))
+    ir = LoopIR(tuple(ctx.buffers), tuple(outputs), symbols, seed_needed=ctx.random_offset != 0)
+    return ir, ctx.perf_hints
+
+
+def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
+    args, kwargs = pytree.tree_map(lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
+    target = node.target
+    if target is operator.getitem:
+        return args[0][args[1]]
+    if target is aten.sym_size.int:
+        return args[0].sizes[args[1]]
+    if target is aten.sym_stride.int:
+        return args[0].view.layout.strides[args[1]] if args[0].view is not None else None
+    if target is aten.sym_numel.default:
+        return sympy.Mul(*args[0].sizes)
+    if getattr(target, "__module__", None) in ("_operator", "operator") or target in (torch.sym_max, torch.sym_min):
+        return _sym_arith(target, args)
+    args, kwargs = pytree.tree_map(lambda a: to_expr(a) if isinstance(a, torch.SymInt) else a, (args, kwargs))
+    rule = LOWERINGS.get(target)
+    lazy_inputs = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorValue) and a.view is None]
+    ctx.pending_origins = tuple(dict.fromkeys(o for a in lazy_inputs for o in a.origins))
+    if rule is not None and not _has_unsupported_dtype((ctx.meta, [m for m in pytree.tree_leaves(args)])):
+        try:
+            out = rule(ctx, *args, **kwargs)
+            for tv in pytree.tree_leaves(out):  # loaders run lazily: surface their errors here
+                if isinstance(tv, TensorValue) and tv.view is None:
+                    tv.load(index_vars("i", tv.ndim))
+        except (NotImplementedError, TypeError, KeyError, IndexError, ValueError, AttributeError) as e:
+            return fallback(ctx, target, args, kwargs, reason=f"its lowering refused: {e}")
+        origins = ctx.pending_origins + ctx.origins
+        for tv in pytree.tree_leaves(out):
+            if isinstance(tv, TensorValue) and tv.view is None:
+                tv.origins = tuple(dict.fromkeys(origins + tv.origins))
+        return out
+    reason = "no lowering" if rule is None else "unsupported dtype"
+    return fallback(ctx, target, args, kwargs, reason=reason)
+
+
+def _sym_arith(target: Any, args: Sequence[Any]) -> Any:
+    vals = [sympy.sympify(a) if isinstance(a, (int, sympy.Basic)) and not isinstance(a, bool) else a for a in args]
+    table = {operator.add: lambda a, b: a + b, operator.sub: lambda a, b: a - b, operator.mul: lambda a, b: a * b,
+             operator.floordiv: lambda a, b: sympy.floor(a / b), operator.neg: lambda a: -a,
+             operator.mod: lambda a, b: sympy.Mod(a, b), operator.truediv: lambda a, b: a / b,
+             torch.sym_max: lambda a, b: sympy.Max(a, b), torch.sym_min: lambda a, b: sympy.Min(a, b)}
+    if target not in table:
+        raise NotImplementedError(f"symbolic {target}")
+    return table[target](*vals)
+
+
+def _maybe_realize(ctx: LoweringContext, tv: TensorValue, node: torch.fx.Node) -> TensorValue:
+    if tv.view is not None:
+        return tv
+    body = tv.load(index_vars("i", tv.ndim))
+    cost = value_cost(body)
+    users = len(node.users)
+    if (users > 1 and cost > RECOMPUTE_LIMIT) or cost > BODY_LIMIT or len(walk(body)) > BODY_LIMIT:
+        return ctx.realize(tv)
+    return tv
+
+
+def _output(ctx: LoweringContext, out: Any, env: dict[torch.fx.Node, Any], metas: dict[torch.fx.Node, Any]) -> Any:
+    if not isinstance(out, torch.fx.Node):
+        return out
+    value = env[out]
+    if isinstance(value, sympy.Basic):
+        return SymExpr(value)
+    if not isinstance(value, TensorValue):
+        return value
+    if value.view is None:
+        ctx.origins = (out.name,)
+        value = ctx.realize(value, _dense_layout(metas[out]))
+        env[out] = value
+    assert value.view is not None
+    return value.view

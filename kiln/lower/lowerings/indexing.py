@@ -1,0 +1,245 @@
+"""Lowerings of data-dependent indexing, scatters and random numbers.
+
+Gathers (index, gather, embedding, index_select) are loads whose address has an indirect part: a
+loaded int64 times the source's stride (`Load.extra`). Scatters copy their input into a fresh buffer
+and then store (or add) into it in place with a Scatter record. Random ops draw from a
+counter-based generator keyed by (seed, element number), so results do not depend on threads.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import sympy
+import torch
+
+from kiln.lower import ops
+from kiln.lower.ir import Index, Layout, Load, Masked, ModularIndexing, Scatter, Value, contiguous_strides
+from kiln.lower.lowerings import (LoweringContext, TensorValue, broadcast_load, broadcast_sizes, compute_dtype,
+                                  normalize_dim, register, strided_value)
+
+aten = torch.ops.aten
+
+
+def _wrap(v: Value, size: sympy.Expr) -> Value:
+    """A possibly negative index made non-negative, as Python and ATen indexing do."""
+    v = ops.cast(v, torch.int64)
+    return ops.op("where", ops.op("lt", v, ops.constant(0, torch.int64)),
+                  ops.op("add", v, ops.cast(Index(size), torch.int64)), v)
+
+
+def indirect_load(ctx: LoweringContext, x: TensorValue, idx: Sequence[sympy.Expr],
+                  indirect: dict[int, Value]) -> Value:
+    """x[idx] where the dims in `indirect` take loaded index values instead of idx."""
+    assert x.view is not None
+    lay = x.view.layout
+    direct = [sympy.Integer(0) if d in indirect else i for d, i in enumerate(idx)]
+    extra: Value | None = None
+    for d, v in indirect.items():
+        term = ops.op("mul", _wrap(v, lay.sizes[d]), ops.cast(Index(lay.strides[d]), torch.int64))
+        extra = term if extra is None else ops.op("add", extra, term)
+    return Load(x.view.name, lay.index(direct), compute_dtype(lay.dtype), extra)
+
+
+@register(aten.gather.default)
+def gather(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, *, sparse_grad: bool = False) -> TensorValue:
+    x = ctx.realize(x)
+    dim = normalize_dim(dim, x.ndim)
+    return TensorValue(x.dtype, index.sizes, lambda idx: indirect_load(ctx, x, idx, {dim: index.load(idx)}))
+
+
+@register(aten.index_select.default)
+def index_select(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue) -> TensorValue:
+    if x.ndim == 0:  # the only valid index is 0
+        return TensorValue(x.dtype, ctx.out_sizes(), lambda idx: x.load([]))
+    x = ctx.realize(x)
+    dim = normalize_dim(dim, x.ndim)
+    one_d = index.ndim == 1
+    return TensorValue(x.dtype, ctx.out_sizes(), lambda idx: indirect_load(
+        ctx, x, idx, {dim: index.load([idx[dim]] if one_d else [])}))
+
+
+@register(aten.embedding.default)
+def embedding(ctx: LoweringContext, weight: TensorValue, indices: TensorValue, *args: Any) -> TensorValue:
+    weight = ctx.realize(weight)
+    k = indices.ndim
+    return TensorValue(weight.dtype, ctx.out_sizes(), lambda idx: indirect_load(
+        ctx, weight, [sympy.Integer(0), idx[k]], {0: indices.load(idx[:k])}))
+
+
+def _index_plan(x: TensorValue, indices: Sequence[TensorValue | None]) -> tuple[list[int], tuple, bool]:
+    """Which dims are indexed, the broadcast shape of the index tensors, and whether that block
+    replaces the indexed dims in place (adjacent indexed dims) or moves to the front."""
+    dims = [d for d, t in enumerate(indices) if t is not None]
+    shape = broadcast_sizes(*[indices[d].sizes for d in dims])  # type: ignore[union-attr]
+    adjacent = dims == list(range(dims[0], dims[-1] + 1))
+    return dims, shape, adjacent
+
+
+def _split_index(x: TensorValue, indices: Sequence[TensorValue | None], idx: Sequence[sympy.Expr]):
+    dims, shape, adjacent = _index_plan(x, indices)
+    nb = len(shape)
+    start = dims[0] if adjacent else 0
+    bidx = list(idx[start:start + nb])
+    rest = list(idx[:start]) + list(idx[start + nb:])
+    direct: list[sympy.Expr] = []
+    it = iter(rest)
+    for d in range(x.ndim):
+        direct.append(sympy.Integer(0) if d in dims else next(it))
+    loaded = {d: broadcast_load(indices[d], bidx) for d in dims}  # type: ignore[arg-type]
+    return direct, loaded
+
+
+@register(aten.index.Tensor)
+def index(ctx: LoweringContext, x: TensorValue, indices: Sequence[TensorValue | None]) -> TensorValue:
+    if any(t is not None and t.dtype in (torch.bool, torch.uint8) for t in indices):
+        raise NotImplementedError("boolean mask indexing has a data-dependent shape")
+    x = ctx.realize(x)
+    indices = list(indices) + [None] * (x.ndim - len(indices))
+
+    def loader(idx: Sequence[sympy.Expr]) -> Value:
+        direct, loaded = _split_index(x, indices, idx)
+        return indirect_load(ctx, x, direct, loaded)
+
+    return TensorValue(x.dtype, ctx.out_sizes(), loader)
+
+
+def _fresh_copy(ctx: LoweringContext, x: TensorValue) -> TensorValue:
+    layout = Layout.contiguous(x.dtype, x.sizes)
+    copy = TensorValue(x.dtype, x.sizes, x.loader)  # without the view, so realize really copies
+    return ctx.realize(copy, layout)
+
+
+def _scatter(ctx: LoweringContext, target: TensorValue, ranges: Sequence[sympy.Expr], direct_of, indirect_of,
+             value_of, mode: str | None) -> TensorValue:
+    assert target.view is not None
+    lay = target.view.layout
+    i = tuple(sympy.Symbol(f"i{k}", integer=True, nonnegative=True) for k in range(len(ranges)))
+    direct = direct_of(i)
+    extra: Value | None = None
+    for d, v in indirect_of(i).items():
+        term = ops.op("mul", _wrap(v, lay.sizes[d]), ops.cast(Index(lay.strides[d]), torch.int64))
+        extra = term if extra is None else ops.op("add", extra, term)
+    body = ops.cast(value_of(i), compute_dtype(lay.dtype))
+    ctx.add(Scatter(ctx.new_name(), lay, ctx.origins, target.view.name, tuple(ranges), lay.index(direct), extra,
+                    body, mode))
+    return strided_value(target.view)
+
+
+@register(aten.scatter.src, aten.scatter.value)
+def scatter(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, src: Any,
+            mode: str | None = None) -> TensorValue:
+    dim = normalize_dim(dim, x.ndim)
+    out = _fresh_copy(ctx, x)
+    dtype = compute_dtype(x.dtype)
+    value = (lambda i: ops.cast(src.load(i), dtype)) if isinstance(src, TensorValue) else (lambda i: ops.constant(src, dtype))
+    return _scatter(ctx, out, index.sizes, lambda i: [sympy.Integer(0) if d == dim else v for d, v in enumerate(i)],
+                    lambda i: {dim: index.load(i)}, value, mode)
+
+
+@register(aten.scatter_add.default)
+def scatter_add(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, src: TensorValue) -> TensorValue:
+    return scatter(ctx, x, dim, index, src, mode="add")
+
+
+@register(aten.index_put.default)
+def index_put(ctx: LoweringContext, x: TensorValue, indices: Sequence[TensorValue | None], values: TensorValue,
+              accumulate: bool = False) -> TensorValue:
+    if any(t is not None and t.dtype in (torch.bool, torch.uint8) for t in indices):
+        raise NotImplementedError("boolean mask index_put has a data-dependent shape")
+    out = _fresh_copy(ctx, x)
+    indices = list(indices) + [None] * (x.ndim - len(indices))
+    dims, shape, adjacent = _index_plan(x, indices)
+    rest = [x.sizes[d] for d in range(x.ndim) if d not in dims]
+    start = dims[0] if adjacent else 0
+    ranges = rest[:start] + list(shape) + rest[start:]
+    dtype = compute_dtype(x.dtype)
+    return _scatter(ctx, out, ranges, lambda i: _split_index(x, indices, i)[0],
+                    lambda i: _split_index(x, indices, i)[1],
+                    lambda i: ops.cast(broadcast_load(values, i), dtype), "add" if accumulate else None)
+
+
+@register(aten.slice_scatter.default)
+def slice_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: int = 0, start: Any = None,
+                  end: Any = None, step: int = 1) -> TensorValue:
+    dim = normalize_dim(dim, x.ndim)
+    from kiln.lower.lowerings.views import _norm_bound
+    begin = _norm_bound(0 if start is None else start, x.sizes[dim])
+    stop = _norm_bound(x.sizes[dim] if end is None else end, x.sizes[dim])
+    dtype = compute_dtype(x.dtype)
+
+    def loader(idx: Sequence[sympy.Expr]) -> Value:
+        i = idx[dim]
+        inside = ops.op("logical_and", ops.op("ge", Index(i), Index(begin)), ops.op("lt", Index(i), Index(stop)))
+        if step != 1:
+            inside = ops.op("logical_and", inside, ops.op("eq", Index(ModularIndexing(i - begin + step * stop, step)),
+                                                          ops.constant(0, torch.int64)))
+        from kiln.lower.ir import FloorDiv
+        sidx = [FloorDiv(i - begin, step) if d == dim else v for d, v in enumerate(idx)]
+        return Masked(inside, ops.cast(src.load(sidx), dtype), ops.cast(x.load(idx), dtype), dtype)
+
+    return TensorValue(x.dtype, x.sizes, loader)
+
+
+@register(aten.select_scatter.default)
+def select_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: int, index: int) -> TensorValue:
+    dim = normalize_dim(dim, x.ndim)
+    at = sympy.sympify(index)
+    if at.is_number and at < 0:
+        at = at + x.sizes[dim]
+    dtype = compute_dtype(x.dtype)
+
+    def loader(idx: Sequence[sympy.Expr]) -> Value:
+        hit = ops.op("eq", Index(idx[dim]), Index(at))
+        sidx = [v for d, v in enumerate(idx) if d != dim]
+        return Masked(hit, ops.cast(src.load(sidx), dtype), ops.cast(x.load(idx), dtype), dtype)
+
+    return TensorValue(x.dtype, x.sizes, loader)
+
+
+# ----------------------------------------------------------------------------- random
+
+def _random(ctx: LoweringContext, kind: str, sizes: Sequence[sympy.Expr], dtype: torch.dtype) -> TensorValue:
+    base = ctx.random_offset
+    numel = sympy.Mul(*sizes) if sizes else sympy.Integer(1)
+    ctx.random_offset = base + numel
+    strides = contiguous_strides(sizes)
+    calc = compute_dtype(dtype)
+
+    def loader(idx: Sequence[sympy.Expr]) -> Value:
+        counter = Index(base + sum((i * s for i, s in zip(idx, strides)), sympy.Integer(0)))
+        return ops.cast(ops.op(kind, counter, param=torch.float32 if calc != torch.float64 else torch.float64), calc)
+
+    return TensorValue(dtype, tuple(sizes), loader)
+
+
+@register(aten.rand.default, aten.rand_like.default)
+def rand(ctx: LoweringContext, *args: Any, **kwargs: Any) -> TensorValue:
+    return _random(ctx, "rand", ctx.out_sizes(), ctx.out_dtype())
+
+
+@register(aten.randn.default, aten.randn_like.default)
+def randn(ctx: LoweringContext, *args: Any, **kwargs: Any) -> TensorValue:
+    return _random(ctx, "randn", ctx.out_sizes(), ctx.out_dtype())
+
+
+@register(aten.bernoulli.p)
+def bernoulli(ctx: LoweringContext, x: TensorValue, p: float = 0.5, *, generator: Any = None) -> TensorValue:
+    r = _random(ctx, "rand", x.sizes, torch.float32)
+    dtype = compute_dtype(x.dtype)
+    return TensorValue(x.dtype, x.sizes, lambda idx: ops.cast(ops.op("lt", r.load(idx), ops.constant(p, torch.float32)), dtype))
+
+
+@register(aten.native_dropout.default)
+def native_dropout(ctx: LoweringContext, x: TensorValue, p: float, train: bool | None) -> tuple[TensorValue, TensorValue]:
+    dtype = compute_dtype(x.dtype)
+    if train is False:
+        return x, TensorValue(torch.bool, x.sizes, lambda idx: ops.constant(True, torch.bool))
+    r = _random(ctx, "rand", x.sizes, torch.float32)
+
+    def keep(idx: Sequence[sympy.Expr]) -> Value:
+        return ops.op("lt", r.load(idx), ops.constant(1.0 - p, torch.float32))
+
+    scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
+    out = TensorValue(x.dtype, x.sizes, lambda idx: ops.op(
+        "where", keep(idx), ops.op("mul", x.load(idx), ops.constant(scale, dtype)), ops.constant(0, dtype)))
+    return out, TensorValue(torch.bool, x.sizes, keep)

@@ -1,0 +1,280 @@
+"""Lowerings of reductions and the normalizations built from them.
+
+Every reduction becomes a Reduction buffer over (kept dims) x (reduced dims); the pointwise work
+before it is inlined into its body and the work after it (mean's divide, softmax's normalize,
+layer norm's scale and shift) stays lazy, so the scheduler can put a whole softmax or layer norm in
+one kernel. var/std are two-pass (mean, then squared deviations), which fuses like layer norm.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+
+from kiln.lower import ops
+from kiln.lower.ir import BufferRef, Index, Layout, Value
+from kiln.lower.lowerings import (LoweringContext, TensorValue, compute_dtype, normalize_dim, register)
+
+aten = torch.ops.aten
+
+
+def _dims(x: TensorValue, dim: Any) -> list[int]:
+    if x.ndim == 0:  # dim 0 / -1 of a 0-d tensor names the tensor itself
+        return []
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(x.ndim))
+    if isinstance(dim, int):
+        dim = [dim]
+    return sorted({normalize_dim(d, x.ndim) for d in dim})
+
+
+def keep_dims(tv: TensorValue, dims: Sequence[int], ndim: int) -> TensorValue:
+    """Re-insert size-1 dims at `dims` (keepdim=True) as a pure index remap."""
+    sizes = list(tv.sizes)
+    for d in dims:
+        sizes.insert(d, sympy.Integer(1))
+
+    def loader(idx: Sequence[sympy.Expr]) -> Value:
+        return tv.load([i for k, i in enumerate(idx) if k not in dims])
+
+    view = None
+    if tv.view is not None:
+        lay = tv.view.layout
+        strides = list(lay.strides)
+        for d in dims:
+            strides.insert(d, sympy.Integer(1))
+        view = BufferRef(tv.view.name, Layout(lay.dtype, tuple(sizes), tuple(strides), lay.offset))
+    return TensorValue(tv.dtype, tuple(sizes), loader, view)
+
+
+def reduce(ctx: LoweringContext, x: TensorValue, dim: Any, keepdim: bool, rtype: str, dtype: torch.dtype,
+           pre: Callable[[Value], Value] = lambda v: v) -> TensorValue:
+    """Reduce `x` over `dim` with `rtype`; `pre` is applied to each element (in the accumulator dtype)."""
+    dims = _dims(x, dim)
+    kept = [d for d in range(x.ndim) if d not in dims]
+    acc = compute_dtype(dtype) if rtype not in ("argmax", "argmin", "any", "all") else compute_dtype(x.dtype)
+    if rtype in ("any", "all"):
+        acc = torch.bool
+
+    def body(i: Sequence[sympy.Expr], r: Sequence[sympy.Expr]) -> Value:
+        full: list[sympy.Expr] = [sympy.Integer(0)] * x.ndim
+        for d, v in zip(kept, i):
+            full[d] = v
+        for d, v in zip(dims, r):
+            full[d] = v
+        return pre(ops.cast(x.load(full), acc))
+
+    out = ctx.reduction(dtype, [x.sizes[d] for d in kept], [x.sizes[d] for d in dims], rtype, body)
+    return keep_dims(out, dims, x.ndim) if keepdim else out
+
+
+def numel_of(x: TensorValue, dim: Any) -> sympy.Expr:
+    return sympy.Mul(*[x.sizes[d] for d in _dims(x, dim)])
+
+
+def lazy(tv: TensorValue, dtype: torch.dtype, fn: Callable[..., Value], *others: TensorValue) -> TensorValue:
+    """Pointwise over `tv`'s shape of fn(tv, *others) where the others broadcast by keepdim size-1s."""
+    def loader(idx: Sequence[sympy.Expr]) -> Value:
+        vals = [o.load([sympy.Integer(0) if s == 1 else i for i, s in zip(idx, o.sizes)]) for o in others]
+        return ops.cast(fn(tv.load(idx), *vals), compute_dtype(dtype))
+
+    return TensorValue(dtype, tv.sizes, loader)
+
+
+def scalar_of(expr: sympy.Expr, dtype: torch.dtype) -> Value:
+    return ops.cast(Index(expr), dtype) if not expr.is_number else ops.constant(float(expr), dtype)
+
+
+@register(aten.sum.dim_IntList, aten.sum.default)
+def sum_(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> TensorValue:
+    return reduce(ctx, x, dim, keepdim, "sum", ctx.out_dtype())
+
+
+@register(aten.prod.dim_int, aten.prod.default)
+def prod(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> TensorValue:
+    return reduce(ctx, x, dim, keepdim, "prod", ctx.out_dtype())
+
+
+@register(aten.mean.dim, aten.mean.default)
+def mean(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> TensorValue:
+    out = ctx.out_dtype()
+    s = reduce(ctx, x, dim, keepdim, "sum", out)
+    n = numel_of(x, dim)
+    return lazy(s, out, lambda v: ops.op("truediv", v, scalar_of(n, v.dtype)))
+
+
+@register(aten.amax.default, aten.max.default)
+def amax(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False) -> TensorValue:
+    return reduce(ctx, x, dim, keepdim, "max", ctx.out_dtype())
+
+
+@register(aten.amin.default, aten.min.default)
+def amin(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False) -> TensorValue:
+    return reduce(ctx, x, dim, keepdim, "min", ctx.out_dtype())
+
+
+@register(aten.argmax.default)
+def argmax(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False) -> TensorValue:
+    if dim is None and keepdim:
+        dims = list(range(x.ndim))
+        return keep_dims(reduce(ctx, x, None, False, "argmax", torch.int64), dims, x.ndim)
+    return reduce(ctx, x, dim, keepdim, "argmax", torch.int64)
+
+
+@register(aten.argmin.default)
+def argmin(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False) -> TensorValue:
+    if dim is None and keepdim:
+        dims = list(range(x.ndim))
+        return keep_dims(reduce(ctx, x, None, False, "argmin", torch.int64), dims, x.ndim)
+    return reduce(ctx, x, dim, keepdim, "argmin", torch.int64)
+
+
+@register(aten.max.dim)
+def max_dim(ctx: LoweringContext, x: TensorValue, dim: int, keepdim: bool = False) -> tuple[TensorValue, TensorValue]:
+    return (reduce(ctx, x, dim, keepdim, "max", x.dtype), reduce(ctx, x, dim, keepdim, "argmax", torch.int64))
+
+
+@register(aten.min.dim)
+def min_dim(ctx: LoweringContext, x: TensorValue, dim: int, keepdim: bool = False) -> tuple[TensorValue, TensorValue]:
+    return (reduce(ctx, x, dim, keepdim, "min", x.dtype), reduce(ctx, x, dim, keepdim, "argmin", torch.int64))
+
+
+@register(aten.any.default, aten.any.dim, aten.any.dims)
+def any_(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False) -> TensorValue:
+    return reduce(ctx, x, dim, keepdim, "any", ctx.out_dtype())
+
+
+@register(aten.all.default, aten.all.dim, aten.all.dims)
+def all_(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False) -> TensorValue:
+    return reduce(ctx, x, dim, keepdim, "all", ctx.out_dtype())
+
+
+def _variance(ctx: LoweringContext, x: TensorValue, dim: Any, correction: Any, keepdim: bool,
+              dtype: torch.dtype) -> tuple[TensorValue, TensorValue]:
+    """(var, mean) by two passes, both kept lazy for fusion."""
+    acc = compute_dtype(dtype)
+    n = numel_of(x, dim)
+    total = reduce(ctx, x, dim, True, "sum", dtype)
+    m = lazy(total, dtype, lambda v: ops.op("truediv", v, scalar_of(n, acc)))
+    dev = lazy(x, dtype, lambda v, mu: ops.op("mul", ops.op("sub", ops.cast(v, acc), mu),
+                                               ops.op("sub", ops.cast(v, acc), mu)), m)
+    ss = reduce(ctx, dev, dim, keepdim, "sum", dtype)
+    corr = 1 if correction is None else correction
+    var = lazy(ss, dtype, lambda v: ops.op("truediv", v, ops.op(
+        "maximum", ops.op("sub", scalar_of(n, acc), ops.constant(corr, acc)), ops.constant(0, acc))))
+    if not keepdim:
+        dims = _dims(x, dim)
+        m = TensorValue(m.dtype, tuple(s for k, s in enumerate(m.sizes) if k not in dims),
+                        lambda idx, m=m, dims=dims: m.load(_unsqueeze_idx(idx, dims, x.ndim)))
+    return var, m
+
+
+def _unsqueeze_idx(idx: Sequence[sympy.Expr], dims: Sequence[int], ndim: int) -> list[sympy.Expr]:
+    it = iter(idx)
+    return [sympy.Integer(0) if k in dims else next(it) for k in range(ndim)]
+
+
+@register(aten.var.correction, aten.var.dim)
+def var(ctx: LoweringContext, x: TensorValue, dim: Any = None, *args: Any, correction: Any = None,
+        keepdim: bool = False) -> TensorValue:
+    if args:  # var.dim(x, dim, unbiased, keepdim)
+        correction = 1 if args[0] else 0
+        keepdim = args[1] if len(args) > 1 else keepdim
+    return _variance(ctx, x, dim, correction, keepdim, ctx.out_dtype())[0]
+
+
+@register(aten.std.correction, aten.std.dim)
+def std(ctx: LoweringContext, x: TensorValue, dim: Any = None, *args: Any, correction: Any = None,
+        keepdim: bool = False) -> TensorValue:
+    v = var(ctx, x, dim, *args, correction=correction, keepdim=keepdim)
+    return lazy(v, ctx.out_dtype(), lambda t: ops.op("sqrt", t))
+
+
+@register(aten.var_mean.correction)
+def var_mean(ctx: LoweringContext, x: TensorValue, dim: Any = None, *, correction: Any = None,
+             keepdim: bool = False) -> tuple[TensorValue, TensorValue]:
+    return _variance(ctx, x, dim, correction, keepdim, ctx.out_dtype(0))
+
+
+@register(aten.logsumexp.default)
+def logsumexp(ctx: LoweringContext, x: TensorValue, dim: Any, keepdim: bool = False) -> TensorValue:
+    out = ctx.out_dtype()
+    acc = compute_dtype(out)
+    m = reduce(ctx, x, dim, True, "max", out)
+    # an infinite max would turn exp(x - max) into NaN; ATen shifts by 0 there instead
+    shift = lazy(m, out, lambda v: ops.op("where", ops.op("isinf", v), ops.constant(0, acc), v))
+    e = lazy(x, out, lambda v, s: ops.op("exp", ops.op("sub", ops.cast(v, acc), s)), shift)
+    s = reduce(ctx, e, dim, True, "sum", out)
+    res = lazy(s, out, lambda v, sh: ops.op("add", ops.op("log", v), sh), shift)
+    if keepdim:
+        return res
+    dims = _dims(x, dim)
+    return TensorValue(out, tuple(sz for k, sz in enumerate(res.sizes) if k not in dims),
+                       lambda idx: res.load(_unsqueeze_idx(idx, dims, x.ndim)))
+
+
+@register(aten._softmax.default)
+def softmax(ctx: LoweringContext, x: TensorValue, dim: int, half_to_float: bool = False) -> TensorValue:
+    out = ctx.out_dtype()
+    acc = compute_dtype(out)
+    m = reduce(ctx, x, dim, True, "max", out)
+    e = lazy(x, out, lambda v, mx: ops.op("exp", ops.op("sub", ops.cast(v, acc), mx)), m)
+    s = reduce(ctx, e, dim, True, "sum", out)
+    # ATen multiplies by the reciprocal of the sum (one divide per row, not per element)
+    inv = lazy(s, out, lambda t: ops.op("reciprocal", t))
+    return lazy(x, out, lambda v, mx, r: ops.op("mul", ops.op("exp", ops.op("sub", ops.cast(v, acc), mx)), r), m, inv)
+
+
+@register(aten._log_softmax.default)
+def log_softmax(ctx: LoweringContext, x: TensorValue, dim: int, half_to_float: bool = False) -> TensorValue:
+    out = ctx.out_dtype()
+    acc = compute_dtype(out)
+    m = reduce(ctx, x, dim, True, "max", out)
+    e = lazy(x, out, lambda v, mx: ops.op("exp", ops.op("sub", ops.cast(v, acc), mx)), m)
+    s = reduce(ctx, e, dim, True, "sum", out)
+    return lazy(x, out, lambda v, mx, t: ops.op("sub", ops.op("sub", ops.cast(v, acc), mx), ops.op("log", t)), m, s)
+
+
+@register(aten.native_layer_norm.default)
+def native_layer_norm(ctx: LoweringContext, x: TensorValue, normalized_shape: Sequence[Any], weight: Any,
+                      bias: Any, eps: float) -> tuple[TensorValue, TensorValue, TensorValue]:
+    out = ctx.out_dtype(0)
+    acc = compute_dtype(out)
+    k = len(normalized_shape)
+    dims = list(range(x.ndim - k, x.ndim))
+    var_, mean_ = _variance(ctx, x, dims, 0, True, out)
+    rstd = lazy(var_, ctx.out_dtype(2), lambda v: ops.op("rsqrt", ops.op("add", v, ops.constant(eps, acc))))
+
+    def loader(idx: Sequence[sympy.Expr]) -> Value:
+        red = [sympy.Integer(0) if d in dims else i for d, i in enumerate(idx)]
+        v = ops.op("mul", ops.op("sub", ops.cast(x.load(idx), acc), mean_.load(red)), rstd.load(red))
+        if weight is not None:
+            v = ops.op("mul", v, ops.cast(weight.load(idx[x.ndim - k:]), acc))
+        if bias is not None:
+            v = ops.op("add", v, ops.cast(bias.load(idx[x.ndim - k:]), acc))
+        return v
+
+    return TensorValue(out, x.sizes, loader), mean_, rstd
+
+
+@register(aten.linalg_vector_norm.default)
+def vector_norm(ctx: LoweringContext, x: TensorValue, ord: float = 2, dim: Any = None, keepdim: bool = False,
+                *, dtype: Any = None) -> TensorValue:
+    out = ctx.out_dtype()
+    acc = compute_dtype(out)
+    absx: Callable[[Value], Value] = lambda v: ops.op("abs", v)
+    if ord == float("inf"):
+        return reduce(ctx, x, dim, keepdim, "max", out, absx)
+    if ord == float("-inf"):
+        return reduce(ctx, x, dim, keepdim, "min", out, absx)
+    if ord == 0:
+        return reduce(ctx, x, dim, keepdim, "sum", out, lambda v: ops.cast(ops.op("ne", v, ops.constant(0, acc)), acc))
+    if ord == 1:
+        return reduce(ctx, x, dim, keepdim, "sum", out, absx)
+    if ord == 2:
+        s = reduce(ctx, x, dim, keepdim, "sum", out, lambda v: ops.op("mul", v, v))
+        return lazy(s, out, lambda v: ops.op("sqrt", v))
+    p = ops.constant(ord, acc)
+    s = reduce(ctx, x, dim, keepdim, "sum", out, lambda v: ops.op("pow", ops.op("abs", v), p))
+    return lazy(s, out, lambda v: ops.op("pow", v, ops.constant(1.0 / ord, acc)))

@@ -1,0 +1,294 @@
+"""Sympy vocabulary of symbolic sizes: integer floor division, canonical guards, value ranges.
+
+Sits under kiln.symbolic's SymNode and ShapeEnv: the node builds expressions with these helpers,
+the environment canonicalizes each decision before recording it and decides questions statically
+with `bounds`, an interval evaluation over each symbol's value range (sizes are assumed >= 2).
+Input: sympy expressions over size symbols; output: expressions, canonical relations, intervals.
+PyTorch counterpart: torch/utils/_sympy/functions.py and value_ranges.py (much smaller here).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import sympy
+
+INF = math.inf
+Interval = tuple[float, float]  # (lo, hi); ints, or +-inf when unbounded
+UNKNOWN: Interval = (-INF, INF)
+
+
+class FloorDiv(sympy.Function):
+    """Python's `a // b` on integers; kept as its own node so it renders back as `//` exactly."""
+
+    nargs = (2,)
+    is_integer = True
+
+    @classmethod
+    def eval(cls, base: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr | None:
+        if divisor == 1:
+            return base
+        if base.is_Integer and divisor.is_Integer:
+            if divisor == 0:
+                raise ZeroDivisionError("integer division by zero in a symbolic size")
+            return sympy.Integer(int(base) // int(divisor))
+        if base == 0:
+            return sympy.Integer(0)
+        if not divisor.is_Integer:
+            # an exact quotient (8*s0 // (2*s0) is 4): sympy cancels monomials on division
+            ratio = base / divisor
+            if not ratio.is_number and is_integral(ratio) or ratio.is_Integer:
+                return ratio
+            return None
+        if divisor <= 0:
+            return None
+        d = int(divisor)
+        if isinstance(base, FloorDiv) and base.args[1].is_Integer and base.args[1] > 0:
+            # (a // m) // d == a // (m * d) for positive m and d
+            return FloorDiv(base.args[0], base.args[1] * d)
+        # Terms whose integer coefficient is a multiple of d come out of the division exactly.
+        terms = sympy.Add.make_args(base)
+        whole, rest = [], []
+        for term in terms:
+            coeff, _ = term.as_coeff_Mul()
+            if coeff.is_Integer and int(coeff) % d == 0:
+                whole.append(term)
+            else:
+                rest.append(term)
+        if whole and all(t.is_integer for t in whole):
+            quotient = sympy.Add(*[t / d for t in whole])
+            return quotient + FloorDiv(sympy.Add(*rest), divisor)
+        return None
+
+
+def int_symbol(name: str, *, size: bool) -> sympy.Symbol:
+    """A symbol for an integer; sizes are positive (nonnegative for unbacked ones, see ShapeEnv)."""
+    if size:
+        return sympy.Symbol(name, integer=True, nonnegative=True)
+    return sympy.Symbol(name, integer=True)
+
+
+def relation(kind: str, a: sympy.Expr, b: sympy.Expr) -> sympy.Basic:
+    """A relation built without sympy's automatic evaluation (which asks slow assumption queries)."""
+    if a.is_number and b.is_number:
+        value = {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b}[kind]
+        return sympy.true if bool(value) else sympy.false
+    cls = {"eq": sympy.Eq, "ne": sympy.Ne, "lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge}[kind]
+    return cls(a, b, evaluate=False)
+
+
+def negate(cond: sympy.Basic) -> sympy.Basic:
+    """`not cond`, as a relation when cond is one (Eq -> Ne, Lt -> Ge, ...)."""
+    if cond is sympy.true:
+        return sympy.false
+    if cond is sympy.false:
+        return sympy.true
+    if isinstance(cond, sympy.core.relational.Relational):
+        return cond.negated
+    # De Morgan, so that a negation always ends on relations and never wraps And/Or
+    if isinstance(cond, sympy.And):
+        return sympy.Or(*[negate(a) for a in cond.args])
+    if isinstance(cond, sympy.Or):
+        return sympy.And(*[negate(a) for a in cond.args])
+    if isinstance(cond, sympy.Not):
+        return cond.args[0]
+    return sympy.Not(cond)
+
+
+def is_integral(expr: sympy.Expr) -> bool:
+    """Whether expr is integer-valued by construction: integer atoms, + - *, FloorDiv, Mod, Min, Max."""
+    if expr.is_Integer or (expr.is_Symbol and expr.is_integer):
+        return True
+    if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Mod, sympy.Min, sympy.Max, FloorDiv)):
+        return all(is_integral(a) for a in expr.args)
+    if isinstance(expr, sympy.Pow):
+        return is_integral(expr.args[0]) and expr.args[1].is_Integer and expr.args[1] >= 0
+    return isinstance(expr, (sympy.floor, sympy.ceiling))
+
+
+def canonical(cond: sympy.Basic) -> sympy.Basic:
+    """One spelling per fact, so that `a < b`, `b > a` and `a + 1 <= b` deduplicate to one guard.
+
+    Every relation becomes `d == 0`, `d != 0`, `d >= 0` (integers: `a < b` is `b - a - 1 >= 0`) or
+    `d > 0` (floats), with `d = lhs - rhs` signed so that its leading term is positive for == / !=.
+    """
+    if isinstance(cond, sympy.Not):
+        inner = cond.args[0]
+        if isinstance(inner, (sympy.core.relational.Relational, sympy.And, sympy.Or, sympy.Not)):
+            return canonical(negate(inner))
+        return cond
+    if isinstance(cond, (sympy.And, sympy.Or)):
+        return cond.func(*[canonical(a) for a in cond.args])
+    if not isinstance(cond, sympy.core.relational.Relational):
+        return cond
+    lhs, rhs = cond.args
+    if isinstance(cond, (sympy.Eq, sympy.Ne)):
+        d = lhs - rhs
+        if d.could_extract_minus_sign():
+            d = -d
+        return cond.func(d, 0, evaluate=False) if not d.is_number else relation(
+            "eq" if isinstance(cond, sympy.Eq) else "ne", d, sympy.Integer(0))
+    # Normalize to "big - small (>= or >) 0".
+    if isinstance(cond, (sympy.Lt, sympy.Le)):
+        big, small, strict = rhs, lhs, isinstance(cond, sympy.Lt)
+    else:
+        big, small, strict = lhs, rhs, isinstance(cond, sympy.Gt)
+    d = big - small
+    if d.is_number:
+        return sympy.true if (d > 0 if strict else d >= 0) else sympy.false
+    if strict and is_integral(d):
+        d, strict = d - 1, False
+    return sympy.Gt(d, 0, evaluate=False) if strict else sympy.Ge(d, 0, evaluate=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Interval evaluation: a sound over-approximation of the values an expression can take.
+
+
+def _mul(a: float, b: float) -> float:
+    if a == 0 or b == 0:
+        return 0  # 0 * inf is 0 here: a zero factor makes the product zero whatever the other is
+    return a * b
+
+
+def _floordiv(a: float, b: float) -> float:
+    if math.isinf(a):
+        return a if b > 0 else -a
+    if math.isinf(b):
+        return 0 if a >= 0 else -1
+    return math.floor(a / b) if isinstance(a, float) or isinstance(b, float) else a // b
+
+
+def _as_number(x: sympy.Expr) -> float:
+    return int(x) if x.is_Integer else float(x)
+
+
+def bounds(expr: sympy.Expr, symbol_range: Callable[[sympy.Symbol], Interval],
+           memo: dict[sympy.Expr, Interval]) -> Interval:
+    """The interval expr lies in when each symbol lies in `symbol_range(symbol)`."""
+    hit = memo.get(expr)
+    if hit is not None:
+        return hit
+    result = _bounds(expr, symbol_range, memo)
+    memo[expr] = result
+    return result
+
+
+def _bounds(expr: sympy.Expr, rng: Callable[[sympy.Symbol], Interval],
+            memo: dict[sympy.Expr, Interval]) -> Interval:
+    if expr.is_Number:
+        if expr in (sympy.oo, -sympy.oo, sympy.nan, sympy.zoo):
+            return UNKNOWN
+        v = _as_number(expr)
+        return (v, v)
+    if expr.is_Symbol:
+        return rng(expr)
+    args = [bounds(a, rng, memo) for a in expr.args] if not isinstance(expr, sympy.Pow) else None
+    if isinstance(expr, sympy.Add):
+        return (sum(a[0] for a in args), sum(a[1] for a in args))
+    if isinstance(expr, sympy.Mul):
+        lo, hi = args[0]
+        for a_lo, a_hi in args[1:]:
+            corners = [_mul(lo, a_lo), _mul(lo, a_hi), _mul(hi, a_lo), _mul(hi, a_hi)]
+            lo, hi = min(corners), max(corners)
+        return (lo, hi)
+    if isinstance(expr, FloorDiv):
+        (a_lo, a_hi), (b_lo, b_hi) = args
+        if b_lo <= 0:
+            return UNKNOWN
+        corners = [_floordiv(x, y) for x in (a_lo, a_hi) for y in (b_lo, b_hi)]
+        return (min(corners), max(corners))
+    if isinstance(expr, sympy.Mod):
+        (a_lo, a_hi), (b_lo, b_hi) = args
+        if b_lo <= 0:
+            return UNKNOWN
+        if a_lo >= 0 and a_hi < b_lo:
+            return (a_lo, a_hi)  # the modulus never wraps
+        return (0, b_hi - 1)
+    if isinstance(expr, sympy.Min):
+        return (min(a[0] for a in args), min(a[1] for a in args))
+    if isinstance(expr, sympy.Max):
+        return (max(a[0] for a in args), max(a[1] for a in args))
+    if isinstance(expr, (sympy.floor, sympy.ceiling)):
+        lo, hi = args[0]
+        f = math.floor if isinstance(expr, sympy.floor) else math.ceil
+        return (lo if math.isinf(lo) else f(lo), hi if math.isinf(hi) else f(hi))
+    if isinstance(expr, sympy.Abs):
+        lo, hi = args[0]
+        if lo >= 0:
+            return (lo, hi)
+        if hi <= 0:
+            return (-hi, -lo)
+        return (0, max(-lo, hi))
+    if isinstance(expr, sympy.Pow):
+        base, exp = expr.args
+        lo, hi = bounds(base, rng, memo)
+        if exp.is_Integer and exp > 0 and lo >= 0:
+            e = int(exp)
+            return (lo ** e, hi ** e if not math.isinf(hi) else INF)
+        if exp == -1 and lo > 0:
+            return (0 if math.isinf(hi) else 1 / hi, 1 / lo)
+        return UNKNOWN
+    return UNKNOWN
+
+
+def decide(cond: sympy.Basic, symbol_range: Callable[[sympy.Symbol], Interval],
+           memo: dict[sympy.Expr, Interval], facts: dict[sympy.Basic, bool] | None = None) -> bool | None:
+    """True/False when the ranges (and the canonical `facts` already known) settle cond, else None."""
+    if cond is sympy.true:
+        return True
+    if cond is sympy.false:
+        return False
+    if isinstance(cond, sympy.Not):
+        inner = decide(cond.args[0], symbol_range, memo, facts)
+        return None if inner is None else not inner
+    if isinstance(cond, sympy.And):
+        parts = [decide(a, symbol_range, memo, facts) for a in cond.args]
+        return False if False in parts else (True if all(p is True for p in parts) else None)
+    if isinstance(cond, sympy.Or):
+        parts = [decide(a, symbol_range, memo, facts) for a in cond.args]
+        return True if True in parts else (False if all(p is False for p in parts) else None)
+    if not isinstance(cond, sympy.core.relational.Relational):
+        return None
+    if facts:
+        known = facts.get(canonical(cond))
+        if known is not None:
+            return known
+    lhs, rhs = cond.args
+    d = lhs - rhs if rhs != 0 else lhs
+    lo, hi = bounds(d, symbol_range, memo)
+    if lo == -INF and hi == INF and isinstance(d, sympy.Add):
+        # s0*s1 - s1 has unbounded terms of both signs; as s1*(s0 - 1) its sign is plain.
+        # factor_terms only pulls out common factors, so it stays cheap (unlike simplify).
+        const, rest = d.as_coeff_Add()
+        factored = sympy.factor_terms(rest)
+        if factored != rest:
+            f_lo, f_hi = bounds(factored, symbol_range, memo)
+            lo, hi = f_lo + const, f_hi + const
+    if isinstance(cond, sympy.Eq):
+        return True if lo == hi == 0 else (False if lo > 0 or hi < 0 else None)
+    if isinstance(cond, sympy.Ne):
+        return False if lo == hi == 0 else (True if lo > 0 or hi < 0 else None)
+    if isinstance(cond, sympy.Ge):
+        return True if lo >= 0 else (False if hi < 0 else None)
+    if isinstance(cond, sympy.Gt):
+        return True if lo > 0 else (False if hi <= 0 else None)
+    if isinstance(cond, sympy.Le):
+        return True if hi <= 0 else (False if lo > 0 else None)
+    if isinstance(cond, sympy.Lt):
+        return True if hi < 0 else (False if lo >= 0 else None)
+    return None
+
+
+def evaluate_at(expr: sympy.Basic, values: dict[sympy.Symbol, int | float]) -> int | float | bool:
+    """The Python value of expr with each symbol replaced by its value (used for hints)."""
+    result = expr.xreplace({s: sympy.sympify(values[s]) for s in expr.free_symbols})
+    if result is sympy.true or result is sympy.false:
+        return bool(result)
+    if isinstance(result, sympy.core.relational.Relational):
+        return bool(result.doit())
+    if result.is_Integer:
+        return int(result)
+    if result.is_Boolean:
+        return bool(result)
+    return float(result)

@@ -1,0 +1,86 @@
+"""User marks on input tensors: which dimensions must be dynamic, may be dynamic, or stay static.
+
+`kiln.mark_dynamic(x, 0)` before calling a compiled function makes dim 0 of x symbolic from the
+first capture (and any specialization of it an error); `maybe_mark_dynamic` makes it symbolic
+without that promise; `mark_static` keeps it static even under dynamic=True. The marks live on
+the tensor object itself, as attributes, and DynamicPolicy reads them with the getters below.
+PyTorch counterpart: torch/_dynamo/decorators.py (mark_dynamic, mark_static, maybe_mark_dynamic).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+_DYNAMIC = "_kiln_dynamic_dims"
+_MAYBE_DYNAMIC = "_kiln_maybe_dynamic_dims"
+_STATIC = "_kiln_static_dims"
+
+
+def _dims(t: torch.Tensor, dim: int | Iterable[int] | None, who: str) -> list[int]:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{who} expects a tensor, got {type(t).__name__}")
+    if dim is None:
+        return list(range(t.dim()))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    out = []
+    for d in dims:
+        if not isinstance(d, int) or isinstance(d, bool):
+            raise TypeError(f"{who}: dim must be an int, got {d!r}")
+        if not -t.dim() <= d < t.dim():
+            raise IndexError(f"{who}: dim {d} is out of range for a tensor of {t.dim()} dims")
+        out.append(d % t.dim())
+    return out
+
+
+def _add(t: torch.Tensor, attr: str, dims: list[int]) -> None:
+    setattr(t, attr, frozenset(getattr(t, attr, frozenset())) | frozenset(dims))
+
+
+def _check_conflict(t: torch.Tensor, dims: list[int], other_attr: str, who: str, other: str) -> None:
+    clash = sorted(set(dims) & getattr(t, other_attr, frozenset()))
+    if clash:
+        raise ValueError(f"{who}: dim {clash[0]} is already marked with {other}")
+
+
+def mark_dynamic(t: torch.Tensor, dim: int | Iterable[int]) -> None:
+    """Make `dim` of t symbolic from the first capture; specializing it raises ConstraintViolation."""
+    dims = _dims(t, dim, "mark_dynamic")
+    _check_conflict(t, dims, _STATIC, "mark_dynamic", "mark_static")
+    _add(t, _DYNAMIC, dims)
+
+
+def maybe_mark_dynamic(t: torch.Tensor, dim: int | Iterable[int]) -> None:
+    """Make `dim` of t symbolic from the first capture, but let the program specialize it quietly."""
+    dims = _dims(t, dim, "maybe_mark_dynamic")
+    _check_conflict(t, dims, _STATIC, "maybe_mark_dynamic", "mark_static")
+    _add(t, _MAYBE_DYNAMIC, dims)
+
+
+def mark_static(t: torch.Tensor, dim: int | Iterable[int] | None = None) -> None:
+    """Keep `dim` of t (every dim when None) static, even under dynamic=True or after it changed."""
+    dims = _dims(t, dim, "mark_static")
+    _check_conflict(t, dims, _DYNAMIC, "mark_static", "mark_dynamic")
+    _add(t, _STATIC, dims)
+
+
+def marked_dynamic(t: torch.Tensor) -> frozenset[int]:
+    """Dims given to mark_dynamic (symbolic, and must stay so)."""
+    return getattr(t, _DYNAMIC, frozenset())
+
+
+def marked_maybe_dynamic(t: torch.Tensor) -> frozenset[int]:
+    """Dims given to maybe_mark_dynamic (symbolic, may be specialized)."""
+    return getattr(t, _MAYBE_DYNAMIC, frozenset())
+
+
+def marked_static(t: torch.Tensor) -> frozenset[int]:
+    """Dims given to mark_static (never symbolic)."""
+    return getattr(t, _STATIC, frozenset())
+
+
+def clear_marks(t: torch.Tensor) -> None:
+    """Forget every mark on t."""
+    for attr in (_DYNAMIC, _MAYBE_DYNAMIC, _STATIC):
+        if hasattr(t, attr):
+            delattr(t, attr)

@@ -1,0 +1,161 @@
+"""DynamicPolicy: which input dimensions (and int arguments) a capture makes symbolic.
+
+The entry keeps one policy per code object. Before a capture it asks `dynamic_dims(source, t,
+dynamic)` for each tensor input and `int_is_dynamic(source, value, dynamic)` for each int; after the
+capture it calls `note_sizes` with what it saw. The rules are torch.compile's: dynamic=False never,
+dynamic=True every dim, dynamic=None static first and then, after a recompile, the dims that changed
+(config.automatic_dynamic_shapes); mark_dynamic/maybe_mark_dynamic dims always, mark_static never.
+PyTorch counterpart: automatic_dynamic in torch/_dynamo/variables/builder.py and pgo.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+
+from kiln import config
+from kiln.debug import log
+from kiln.symbolic.marks import marked_dynamic, marked_maybe_dynamic, marked_static
+from kiln.symbolic.render import user_words
+
+
+@dataclasses.dataclass
+class _SeenTensor:
+    sizes: tuple[int, ...]
+    changed: set[int]  # dims that have taken more than one value: dynamic from now on
+
+
+@dataclasses.dataclass
+class _SeenInt:
+    value: int
+    changed: bool
+
+
+class DynamicPolicy:
+    """Sizes seen per input source of one code object, and the decisions they lead to."""
+
+    def __init__(self) -> None:
+        self._tensors: dict[str, _SeenTensor] = {}
+        self._ints: dict[str, _SeenInt] = {}
+
+    # -- tensors ----------------------------------------------------------------------------------
+
+    def dynamic_dims(self, source: str, t: torch.Tensor, dynamic: bool | None) -> tuple[int, ...]:
+        """The dims of t (the input at `source`) to capture as symbols this time."""
+        static = marked_static(t)
+        ndim = t.dim()
+        if dynamic is False:
+            return ()
+        if dynamic is True or not config.assume_static_by_default:
+            dims = [d for d in range(ndim) if d not in static]
+            why = "dynamic=True" if dynamic is True else "assume_static_by_default is off"
+            self._log(source, dims, why)
+            return tuple(dims)
+        chosen: dict[int, str] = {}
+        for d in sorted(marked_dynamic(t)):
+            chosen[d] = "mark_dynamic"
+        for d in sorted(marked_maybe_dynamic(t)):
+            chosen.setdefault(d, "maybe_mark_dynamic")
+        if config.automatic_dynamic_shapes:
+            for d in sorted(self._changed_dims(source, t)):
+                chosen.setdefault(d, "its size changed since an earlier capture")
+        dims = sorted(d for d in chosen if d not in static and d < ndim)
+        for d in dims:
+            log.artifact("dynamic", lambda d=d: f"{user_words(source)} dim {d} is dynamic: {chosen[d]}")
+        return tuple(dims)
+
+    def _changed_dims(self, source: str, t: torch.Tensor) -> set[int]:
+        seen = self._tensors.get(source)
+        sizes = tuple(int(s) for s in t.shape)
+        if seen is None or len(seen.sizes) != len(sizes):
+            # a new rank is a new specialization, not a changed size
+            return set()
+        return seen.changed | {d for d, (a, b) in enumerate(zip(seen.sizes, sizes)) if a != b}
+
+    def note_sizes(self, source: str, t: torch.Tensor | int) -> None:
+        """Remember what a capture saw at `source` (a tensor's sizes, or an int's value)."""
+        if not isinstance(t, torch.Tensor):
+            self.note_int(source, t)
+            return
+        sizes = tuple(int(s) for s in t.shape)
+        seen = self._tensors.get(source)
+        if seen is None or len(seen.sizes) != len(sizes):
+            self._tensors[source] = _SeenTensor(sizes, set())
+            return
+        seen.changed |= {d for d, (a, b) in enumerate(zip(seen.sizes, sizes)) if a != b}
+        seen.sizes = sizes
+
+    def explain_change(self, source: str, old: Sequence[int] | int, new: Sequence[int] | int) -> str:
+        """Why a recompile happened, in the user's words: `x dim 0: 8 -> 9, now dynamic`."""
+        name = user_words(source)
+        if isinstance(old, int) and isinstance(new, int):
+            if old == new:
+                return f"{name}: {old} (unchanged)"
+            return f"{name}: {old} -> {new}, {self._int_outcome(new)}"
+        old, new = tuple(int(s) for s in old), tuple(int(s) for s in new)
+        if len(old) != len(new):
+            return f"{name}: rank {len(old)} -> {len(new)} ({list(old)} -> {list(new)}), a new static capture"
+        parts = [f"{name} dim {d}: {a} -> {b}, {self._dim_outcome(source, d)}"
+                 for d, (a, b) in enumerate(zip(old, new)) if a != b]
+        return "; ".join(parts) if parts else f"{name}: sizes {list(new)} unchanged"
+
+    def _dim_outcome(self, source: str, dim: int) -> str:
+        if not config.automatic_dynamic_shapes:
+            return "recompiled with a static size (automatic_dynamic_shapes is off)"
+        return "now dynamic"
+
+    # -- int arguments ----------------------------------------------------------------------------
+
+    def int_is_dynamic(self, source: str, value: int, dynamic: bool | None) -> bool:
+        """Whether the int argument at `source` is captured as a symbol this time."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            return False
+        if dynamic is False or config.specialize_int or value in (0, 1):
+            # 0 and 1 are specialized for ints as for sizes: they select different code paths
+            return False
+        if dynamic is True or not config.assume_static_by_default:
+            return True
+        seen = self._ints.get(source)
+        changed = seen is not None and (seen.changed or seen.value != value)
+        if changed and config.automatic_dynamic_shapes:
+            log.artifact("dynamic", lambda: f"{user_words(source)} is a dynamic int: its value changed")
+            return True
+        return False
+
+    def note_int(self, source: str, value: int) -> None:
+        """Remember the value an int argument had at a capture."""
+        seen = self._ints.get(source)
+        if seen is None:
+            self._ints[source] = _SeenInt(int(value), False)
+        else:
+            seen.changed = seen.changed or seen.value != value
+            seen.value = int(value)
+
+    def _int_outcome(self, new: int) -> str:
+        if config.specialize_int:
+            return "recompiled with the new constant (specialize_int is on)"
+        if new in (0, 1):
+            return "recompiled with the new constant (0 and 1 are always specialized)"
+        if not config.automatic_dynamic_shapes:
+            return "recompiled with the new constant (automatic_dynamic_shapes is off)"
+        return "now dynamic"
+
+    def _log(self, source: str, dims: list[int], why: str) -> None:
+        log.artifact("dynamic", lambda: f"{user_words(source)} dims {dims} are dynamic: {why}")
+
+
+_POLICIES: dict[object, DynamicPolicy] = {}
+
+
+def policy_for(code: object) -> DynamicPolicy:
+    """The policy of one code object (created on first use); kiln.reset() calls reset_policies."""
+    policy = _POLICIES.get(code)
+    if policy is None:
+        policy = _POLICIES[code] = DynamicPolicy()
+    return policy
+
+
+def reset_policies() -> None:
+    """Forget every size seen (part of kiln.reset())."""
+    _POLICIES.clear()

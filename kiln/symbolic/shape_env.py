@@ -1,0 +1,428 @@
+"""ShapeEnv: the symbols of one capture and every decision made about them, kept as guards.
+
+Capture (through kiln.fake) asks for a symbol per dynamic dimension; meta kernels then ask yes/no
+and which-int questions through SymNode. The environment answers statically when value ranges
+settle the question (backed sizes are >= 2), otherwise from the example value (hint), and records
+that answer as a canonical, deduplicated guard rendered over sources (`L['x'].size()[0] >= 2`).
+Equalities it learns become substitutions (s1 -> s0, s0 -> 5). Output: `guards`, `runtime_asserts`.
+PyTorch counterpart: ShapeEnv in torch/fx/experimental/symbolic_shapes.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import sympy
+import torch
+
+from kiln.debug import log
+from kiln.errors import DataDependentOutputError, KilnError
+from kiln.symbolic.expr import (INF, Interval, UNKNOWN, bounds, canonical, decide, evaluate_at,
+                                int_symbol, negate)
+from kiln.symbolic.node import SymNode
+from kiln.symbolic.render import render_python, render_words, user_words
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeGuard:
+    """One decision about sizes: `expr` (canonical sympy), `python` (evaluable with `L`), and the
+    user's `file:line` that made it (None when it comes from how inputs were wrapped)."""
+
+    expr: sympy.Basic
+    python: str
+    location: str | None
+
+    def words(self) -> str:
+        """The guard as the user would write it: `x.size()[0] >= 2`."""
+        return user_words(self.python)
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeAssert:
+    """A fact about unbacked symbols that capture assumed (torch._check on .item()); it cannot be
+    a guard because the values do not exist before the graph runs."""
+
+    expr: sympy.Basic
+    words: str
+    location: str | None
+
+
+class ConstraintViolation(KilnError):
+    """A dimension marked dynamic (mark_dynamic) was specialized by the program."""
+
+    def __init__(self, message: str, *, source: str, location: str | None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.location = location
+
+
+class GuardOnDataDependentSymNode(DataDependentOutputError):
+    """A branch on a size that depends on tensor data (an unbacked symbol) with no static answer."""
+
+    def __init__(self, expr: sympy.Basic, origins: str, location: str | None) -> None:
+        self.expr = expr
+        where = f" at {location}" if location else ""
+        super().__init__(
+            origins,
+            f"could not decide {expr}{where}: it depends on the data-dependent size(s) {origins}, "
+            f"which have no example value. Add torch._check(...) to state what holds, or move the "
+            f"data-dependent branch out of the compiled region",
+        )
+
+
+class ShapeEnv:
+    """Every symbol of one capture; see docs/seams.md (kiln.symbolic) for the contract."""
+
+    def __init__(self) -> None:
+        self.guards: list[ShapeGuard] = []
+        self.runtime_asserts: list[RuntimeAssert] = []
+        self.location_provider: Callable[[], str | None] = lambda: None
+        self._count = 0
+        self._hints: dict[sympy.Symbol, int] = {}
+        self._sources: dict[sympy.Symbol, str] = {}
+        self._by_source: dict[str, sympy.Symbol] = {}
+        self._origins: dict[sympy.Symbol, str] = {}  # unbacked symbol -> what produced it
+        self._order: dict[sympy.Symbol, int] = {}
+        self._constraints: dict[sympy.Symbol, str] = {}
+        self._pending_constraints: dict[str, str] = {}  # source -> constraint, before its symbol exists
+        self._ranges: dict[sympy.Symbol, Interval] = {}
+        self._replacements: dict[sympy.Symbol, sympy.Expr] = {}
+        self._replace_version = 0
+        self._version = 0  # bumps whenever ranges, facts or replacements change
+        self._facts: dict[sympy.Basic, bool] = {}
+        self._op_cache: dict[tuple, sympy.Basic] = {}
+        self._static_cache: dict[tuple[sympy.Basic, bool], tuple[bool | None, int]] = {}
+        self._bounds_memo: dict[sympy.Expr, Interval] = {}
+        self._oblivious_memo: dict[sympy.Expr, Interval] = {}
+
+    # -- creating symbols ---------------------------------------------------------------------------
+
+    def _new_symbol(self, prefix: str, *, size: bool) -> sympy.Symbol:
+        symbol = int_symbol(f"{prefix}{self._count}", size=size)
+        self._order[symbol] = self._count
+        self._count += 1
+        return symbol
+
+    def create_symbol(self, hint: int, source: str, *, constraint: str | None = None) -> int | torch.SymInt:
+        """A size symbol for the dimension `source`; sizes 0 and 1 come back as plain ints."""
+        if isinstance(hint, bool) or not isinstance(hint, int) or hint < 0:
+            raise ValueError(f"create_symbol({hint!r}, {source!r}): a size hint must be an int >= 0")
+        constraint = constraint or self._pending_constraints.get(source)
+        if constraint not in (None, "dynamic"):
+            raise ValueError(f"create_symbol: unknown constraint {constraint!r}")
+        known = self._by_source.get(source)
+        if known is not None:
+            if self._hints.get(known) != hint:
+                raise ValueError(f"{source} was given two hints: {self._hints.get(known)} and {hint}")
+            return torch.SymInt(SymNode(known, self, int, hint))
+        if hint in (0, 1):
+            # Even a mark_dynamic dim is specialized quietly at 0/1, as torch.compile does: the
+            # example cannot stand for sizes >= 2 (broadcasting, contiguity differ at 0 and 1).
+            log.artifact("dynamic", lambda: f"{source} = {hint}: sizes 0 and 1 are specialized, no symbol"
+                         + (" (despite mark_dynamic)" if constraint else ""))
+            return hint
+        symbol = self._new_symbol("s", size=True)
+        self._register(symbol, hint, source, (2, INF))
+        if constraint is not None:
+            self._constraints[symbol] = constraint
+        log.artifact("dynamic", lambda: f"create_symbol {symbol} = {hint} for {source}"
+                     + (" (marked dynamic)" if constraint else ""))
+        # The >= 2 assumption is what lets broadcasting and contiguity checks fold; a size-1 input
+        # must fail a guard rather than reuse a graph built on it.
+        self._record(sympy.Ge(symbol, 2), location=None)
+        return torch.SymInt(SymNode(symbol, self, int, hint))
+
+    def constrain(self, source: str, constraint: str = "dynamic") -> None:
+        """Attach `constraint` to the symbol that `source` will get (capture calls this for
+        mark_dynamic dims before kiln.fake's from_real creates their symbols)."""
+        if constraint != "dynamic":
+            raise ValueError(f"constrain: unknown constraint {constraint!r}")
+        self._pending_constraints[source] = constraint
+        known = self._by_source.get(source)
+        if known is not None:
+            self._constraints[known] = constraint
+
+    def create_symbolic_int(self, hint: int, source: str) -> torch.SymInt:
+        """A Python int argument made symbolic; ints may be any value, so no range is assumed."""
+        if isinstance(hint, bool) or not isinstance(hint, int):
+            raise ValueError(f"create_symbolic_int({hint!r}, {source!r}): the hint must be an int")
+        known = self._by_source.get(source)
+        if known is not None:
+            return torch.SymInt(SymNode(known, self, int, self._hints[known]))
+        symbol = self._new_symbol("s", size=False)
+        self._register(symbol, hint, source, UNKNOWN)
+        log.artifact("dynamic", lambda: f"create_symbol {symbol} = {hint} for int {source}")
+        return torch.SymInt(SymNode(symbol, self, int, hint))
+
+    def create_unbacked_symint(self, origin: str, *, size: bool = True) -> torch.SymInt:
+        """A value known only when the graph runs (nonzero's length, .item()). `size=True` assumes it
+        is >= 0, as for a length; a general integer passes size=False."""
+        symbol = self._new_symbol("u", size=size)
+        self._origins[symbol] = origin
+        self._ranges[symbol] = (0, INF) if size else UNKNOWN
+        log.artifact("dynamic", lambda: f"create_unbacked_symint {symbol} from {origin}")
+        return torch.SymInt(SymNode(symbol, self, int, None))
+
+    def _register(self, symbol: sympy.Symbol, hint: int, source: str, rng: Interval) -> None:
+        self._hints[symbol] = hint
+        self._sources[symbol] = source
+        self._by_source[source] = symbol
+        self._ranges[symbol] = rng
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def size_hint(self, x: int | torch.SymInt) -> int:
+        """The example value of x (raises for sizes that depend on tensor data)."""
+        if not isinstance(x, torch.SymInt):
+            return int(x)
+        node = x.node
+        if node._hint is not None:
+            return int(node._hint)
+        value = self._hint_of(node.expr)
+        if value is None:
+            raise GuardOnDataDependentSymNode(node.expr, self._unbacked_in(node.expr), self.location_provider())
+        return int(value)
+
+    def symbol_sources(self) -> dict[str, str]:
+        """Each backed symbol's name -> the source expression it stands for."""
+        return {str(s): src for s, src in self._sources.items()}
+
+    def symbol_values(self, L: dict[str, Any], G: dict[str, Any] | None = None) -> dict[sympy.Symbol, int]:
+        """Each backed symbol's value for the inputs in L (evaluating its source)."""
+        scope = {"L": L, "G": G or {}}
+        return {s: int(eval(src, scope)) for s, src in self._sources.items()}
+
+    def failing_guard(self, L: dict[str, Any], G: dict[str, Any] | None = None) -> ShapeGuard | None:
+        """The first guard that does not hold for the inputs in L, or None (a debugging aid)."""
+        scope = {"L": L, "G": G or {}}
+        for guard in self.guards:
+            if not eval(guard.python, scope):
+                return guard
+        return None
+
+    def replace(self, expr: sympy.Basic) -> sympy.Basic:
+        """expr with the substitutions learnt from equalities applied."""
+        if not self._replacements or expr.is_number or expr is sympy.true or expr is sympy.false:
+            return expr
+        if self._replacements.keys().isdisjoint(expr.free_symbols):
+            return expr
+        return expr.xreplace(self._replacements)
+
+    def render(self, expr: sympy.Basic) -> str:
+        """Python source of expr over sources (raises for unbacked symbols)."""
+        return render_python(expr, self._sources)
+
+    def words(self, expr: sympy.Basic) -> str:
+        """expr in the user's words; unbacked symbols keep their names (u0)."""
+        names = dict(self._sources)
+        names.update({s: str(s) for s in self._origins})
+        return render_words(expr, names)
+
+    # -- deciding ------------------------------------------------------------------------------
+
+    def _range(self, symbol: sympy.Symbol) -> Interval:
+        return self._ranges.get(symbol, UNKNOWN)
+
+    def _oblivious_range(self, symbol: sympy.Symbol) -> Interval:
+        lo, hi = self._ranges.get(symbol, UNKNOWN)
+        # size-oblivious reasoning: an unbacked size is treated like a backed one, never 0 or 1
+        if symbol in self._origins and lo >= 0:
+            return (max(lo, 2), hi)
+        return (lo, hi)
+
+    def _static_value(self, expr: sympy.Basic, size_oblivious: bool = False) -> bool | None:
+        """True/False when known without a new guard (ranges and recorded facts), else None."""
+        if expr is sympy.true:
+            return True
+        if expr is sympy.false:
+            return False
+        key = (expr, size_oblivious)
+        hit = self._static_cache.get(key)
+        # A decided answer stays decided (knowledge only grows); an unknown one is retried later.
+        if hit is not None and (hit[0] is not None or hit[1] == self._version):
+            return hit[0]
+        e = self.replace(expr)
+        value: bool | None
+        if e is sympy.true or e is sympy.false:
+            value = e is sympy.true
+        else:
+            canon = canonical(e)
+            value = self._facts.get(canon)
+            if value is None:
+                if size_oblivious:
+                    value = decide(canon, self._oblivious_range, self._oblivious_memo, self._facts)
+                else:
+                    value = decide(canon, self._range, self._bounds_memo, self._facts)
+        self._static_cache[key] = (value, self._version)
+        return value
+
+    def _hint_of(self, expr: sympy.Basic) -> int | float | bool | None:
+        e = self.replace(expr)
+        if any(s not in self._hints for s in e.free_symbols):
+            return None
+        return evaluate_at(e, self._hints)
+
+    def _unbacked_in(self, expr: sympy.Basic) -> str:
+        found = [s for s in self.replace(expr).free_symbols if s in self._origins]
+        return ", ".join(f"{s} (from {self._origins[s]})" for s in sorted(found, key=str)) or str(expr)
+
+    def evaluate(self, node: SymNode, *, size_oblivious: bool = False,
+                 fallback_value: bool | None = None) -> bool | int | float:
+        """The value of node at the example inputs, recording the guard that keeps it true."""
+        expr = node.expr
+        if node.pytype is bool:
+            static = self._static_value(expr, size_oblivious)
+            if static is not None:
+                return static
+        elif expr.is_number:
+            return node.pytype(expr)
+        hint = node._hint if node._hint is not None else self._hint_of(expr)
+        if hint is None:
+            if fallback_value is not None:
+                return fallback_value
+            raise GuardOnDataDependentSymNode(self.words(expr), self._unbacked_in(expr), self.location_provider())
+        if node.pytype is bool:
+            self._record(expr if hint else negate(expr))
+        else:
+            self._record(sympy.Eq(expr, hint, evaluate=False) if not expr.is_number else sympy.true)
+        return hint
+
+    def expect_true(self, node: SymNode) -> bool:
+        """torch._check(cond): a backed cond is guarded like any branch; an unbacked one is assumed
+        true (recorded as a runtime assert), since nothing can be checked before the graph runs."""
+        expr = node.expr
+        static = self._static_value(expr)
+        if static is not None:
+            return static
+        hint = node._hint if node._hint is not None else self._hint_of(expr)
+        if hint is not None:
+            return bool(self.evaluate(node))
+        self._record(expr)
+        return True
+
+    # Duck-typed entry points of torch's own helpers (guard_or_false, statically_known_true),
+    # which torch._refs and the meta kernels call with our nodes.
+    def evaluate_sym_node(self, sym_node: SymNode, size_oblivious: bool = False,
+                          fallback_value: bool | None = None) -> sympy.Basic:
+        value = self.evaluate(sym_node, size_oblivious=size_oblivious, fallback_value=fallback_value)
+        return sympy.true if value is True else (sympy.false if value is False else sympy.sympify(value))
+
+    def _maybe_evaluate_static(self, expr: sympy.Basic, **_: Any) -> sympy.Basic | None:
+        if expr.is_number:
+            return expr
+        value = self._static_value(expr)
+        return None if value is None else (sympy.true if value else sympy.false)
+
+    # -- recording -----------------------------------------------------------------------------
+
+    def _record(self, fact: sympy.Basic, location: str | None | bool = True) -> None:
+        canon = canonical(self.replace(fact))
+        if isinstance(canon, sympy.And):
+            for part in canon.args:  # one guard per conjunct: each reads (and fails) on its own
+                self._record(part, location)
+            return
+        if canon is sympy.true or canon in self._facts:
+            return
+        if canon is sympy.false:
+            raise AssertionError(f"kiln.symbolic: recording a guard that is false at the example: {fact}")
+        where = self.location_provider() if location is True else location
+        self._learn(canon, where)
+        self._facts[canon] = True
+        self._facts[canonical(negate(canon))] = False
+        self._version += 1
+        if all(s in self._sources for s in canon.free_symbols):
+            guard = ShapeGuard(canon, render_python(canon, self._sources), where)
+            self.guards.append(guard)
+            log.artifact("dynamic", lambda: f"guard {guard.words()}" + (f"  [{where}]" if where else ""))
+        else:
+            words = self.words(canon)
+            self.runtime_asserts.append(RuntimeAssert(canon, words, where))
+            log.artifact("dynamic", lambda: f"runtime assert {words}" + (f"  [{where}]" if where else ""))
+
+    def _learn(self, canon: sympy.Basic, where: str | None) -> None:
+        """Turn a new fact into substitutions (equalities) or narrower ranges (bounds)."""
+        if isinstance(canon, sympy.And):
+            for part in canon.args:
+                self._learn(part, where)
+            return
+        if not isinstance(canon, (sympy.Eq, sympy.Ge, sympy.Ne)):
+            return
+        d = canon.args[0]
+        if isinstance(canon, sympy.Eq):
+            self._learn_equality(d, where)
+            return
+        const, rest = d.as_coeff_Add()
+        linear = _linear(rest)
+        if linear is None or not const.is_Integer:
+            return
+        symbol, c = linear
+        k = int(const)
+        lo, hi = self._ranges.get(symbol, UNKNOWN)
+        if isinstance(canon, sympy.Ge):  # c*x + k >= 0
+            lo, hi = (max(lo, -(k // c)), hi) if c > 0 else (lo, min(hi, k // -c))
+        elif c == 1 and lo == -k:  # x + k != 0 with x >= -k: x >= -k + 1
+            lo = lo + 1
+        else:
+            return
+        self._set_range(symbol, (lo, hi))
+
+    def _set_range(self, symbol: sympy.Symbol, rng: Interval) -> None:
+        self._ranges[symbol] = rng
+        self._bounds_memo.clear()
+        self._oblivious_memo.clear()
+        self._version += 1
+
+    def _learn_equality(self, d: sympy.Expr, where: str | None) -> None:
+        # Solve d == 0 for a symbol that appears in one linear term (+-x, or c*x with an integer
+        # answer); replace the newest such symbol (unbacked ones first), so that older,
+        # input-backed symbols survive in the graph.
+        terms = sympy.Add.make_args(d)
+        candidates = []
+        for term in terms:
+            linear = _linear(term)
+            if linear is None or sum(1 for t in terms if linear[0] in t.free_symbols) != 1:
+                continue
+            symbol, c = linear
+            rest = d - term
+            if c in (1, -1):
+                value = -rest * c
+            elif rest.is_Integer and int(rest) % c == 0:  # 3*s0 - 15 == 0: s0 is 5
+                value = sympy.Integer(-int(rest) // c)
+            else:
+                continue
+            candidates.append((symbol in self._origins, self._order.get(symbol, -1), symbol, value))
+        if not candidates:
+            return
+        _, _, symbol, value = max(candidates, key=lambda c: (c[0], c[1]))
+        if value.is_number and self._constraints.get(symbol) == "dynamic":
+            source = self._sources[symbol]
+            raise ConstraintViolation(
+                f"{user_words(source)} was marked dynamic (mark_dynamic), but the program specialized it "
+                f"to {value}" + (f" at {where}" if where else "")
+                + "; remove mark_dynamic for this dim or avoid code that needs its exact value",
+                source=source, location=where)
+        lo, hi = self._ranges.get(symbol, UNKNOWN)
+        if value.is_Symbol and value in self._ranges:
+            v_lo, v_hi = self._ranges[value]
+            self._ranges[value] = (max(lo, v_lo), min(hi, v_hi))
+        self._replacements = {k: v.xreplace({symbol: value}) for k, v in self._replacements.items()}
+        self._replacements[symbol] = value
+        if value.is_number:
+            self._ranges[symbol] = (int(value), int(value)) if value.is_Integer else self._ranges.get(symbol, UNKNOWN)
+        if symbol in self._origins and symbol not in self._hints:
+            hint = self._hint_of(value)
+            if isinstance(hint, int):
+                self._hints[symbol] = hint
+        self._replace_version += 1
+        self._bounds_memo.clear()
+        self._oblivious_memo.clear()
+        self._version += 1
+        log.artifact("dynamic", lambda: f"learnt {symbol} = {value}" + (f"  [{where}]" if where else ""))
+
+
+def _linear(term: sympy.Expr) -> tuple[sympy.Symbol, int] | None:
+    """(x, c) when term is c*x for a symbol x and a nonzero integer c, else None."""
+    coeff, rest = term.as_coeff_Mul()
+    if rest.is_Symbol and coeff.is_Integer and coeff != 0:
+        return rest, int(coeff)
+    return None

@@ -1,0 +1,143 @@
+"""Mutations of inputs are applied back once; outputs that alias inputs or each other stay aliases."""
+from __future__ import annotations
+
+import torch
+
+from tests.autograd.conftest import assert_same_state, compile_fx
+
+
+def test_in_place_on_input_is_applied_exactly_once_per_call():
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    x = torch.zeros(3)
+    compiled = compile_fx(f, x.clone())
+    out = compiled(x)
+    torch.testing.assert_close(x, torch.ones(3))
+    torch.testing.assert_close(out, torch.full((3,), 2.0))
+    compiled(x)
+    torch.testing.assert_close(x, torch.full((3,), 2.0))
+
+
+def test_mutation_through_a_view_and_of_a_second_input():
+    def f(x, y):
+        x[0:2].mul_(10)
+        y.add_(x)
+        return y.sum()
+
+    x, y = torch.ones(3), torch.ones(3)
+    compiled = compile_fx(f, x.clone(), y.clone())
+    out = compiled(x, y)
+    torch.testing.assert_close(x, torch.tensor([10.0, 10.0, 1.0]))
+    torch.testing.assert_close(y, torch.tensor([11.0, 11.0, 2.0]))
+    torch.testing.assert_close(out, torch.tensor(24.0))
+
+
+def test_batchnorm_running_stats_and_counter_mutate_like_eager(twin):
+    eager, model = twin(torch.nn.Sequential(torch.nn.BatchNorm1d(4, momentum=0.3)))
+    x = torch.randn(8, 4) * 3 + 1
+    compiled = compile_fx(model, x)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), eager(x))
+    assert int(model[0].num_batches_tracked) == 3
+    assert_same_state(eager, model, grads=False)
+
+
+def test_output_that_is_a_view_of_an_input_aliases_it():
+    def f(x):
+        return x.view(-1), x.t()
+
+    x = torch.randn(2, 3)
+    compiled = compile_fx(f, x)
+    flat, t = compiled(x)
+    assert flat.data_ptr() == x.data_ptr() and t.stride() == (1, 3)
+    flat[0] = 100.0  # a write through the output shows in the input, as in eager
+    assert x[0, 0] == 100.0
+
+
+def test_outputs_aliasing_each_other_and_an_input_returned_as_is():
+    def f(x, y):
+        z = x * 2
+        return z, z.view(-1), y
+
+    x, y = torch.randn(2, 2), torch.randn(2)
+    compiled = compile_fx(f, x, y)
+    z, flat, same = compiled(x, y)
+    assert same is y
+    assert flat.data_ptr() == z.data_ptr()
+    z.add_(1)
+    torch.testing.assert_close(flat, (x * 2 + 1).view(-1))
+
+
+def test_view_output_of_input_carries_gradient():
+    def f(x):
+        return x.view(-1) * 1.0, x[0]
+
+    x = torch.randn(2, 3, requires_grad=True)
+    compiled = compile_fx(f, x)
+    a, b = compiled(x)
+    assert b.requires_grad and b._base is x
+    (a.sum() + 3 * b.sum()).backward()
+    expected = torch.ones(2, 3)
+    expected[0] += 3
+    torch.testing.assert_close(x.grad, expected)
+
+
+def test_symbolic_view_of_input_is_rebuilt_for_each_size():
+    from kiln.autograd import aot_eager
+    from kiln.fake import FakeTensorMode
+    from kiln.symbolic import ShapeEnv
+    from tests.autograd.conftest import traced
+
+    def f(x):
+        return x[1:].view(-1), x.sum(0)
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    fake = mode.from_real(torch.randn(5, 3), source="x", dynamic_dims=[0])
+    compiled = aot_eager(traced(f), [fake])
+    for n in (4, 9):
+        x = torch.randn(n, 3)
+        flat, total = compiled(x)
+        assert flat.shape == ((n - 1) * 3,) and flat.data_ptr() == x[1].data_ptr()
+        torch.testing.assert_close(total, x.sum(0))
+
+
+class _Heads(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        logits = self.linear(x)
+        return logits, logits.argmax(-1), logits.detach() * 2
+
+
+def test_outputs_that_need_no_grad_stay_without_grad():
+    model = _Heads()
+    x = torch.randn(2, 4)
+    logits, index, detached = compile_fx(model, x)(x)
+    assert logits.requires_grad and not index.requires_grad and not detached.requires_grad
+    assert index.dtype == torch.int64
+    logits.sum().backward()
+    torch.testing.assert_close(model.linear.bias.grad, torch.full((3,), 2.0))
+
+
+def test_in_place_on_a_non_leaf_input_that_requires_grad():
+    def f(x, w):
+        x.mul_(w)
+        return (x * 2).sum()
+
+    def run(fn):
+        torch.manual_seed(0)
+        a, w = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+        x = a * 1.0  # a non-leaf: eager allows the in-place op and records it
+        out = fn(x, w)
+        (out + x.sum()).backward()  # x's later use must see the mutation's history
+        return out.detach(), x.detach(), a.grad, w.grad
+
+    torch.manual_seed(0)
+    example = [torch.randn(3, requires_grad=True) * 1.0, torch.randn(3, requires_grad=True)]
+    compiled = compile_fx(f, *example)
+    for got, expected in zip(run(compiled), run(f)):
+        torch.testing.assert_close(got, expected)

@@ -1,0 +1,180 @@
+"""Guard kinds and compiled check functions: each kind passes on the value it was made from and
+fails, with a message in the user's words, when that value changes."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kiln.capture.guards import GUARD_KINDS, Guard, TensorSpec, compile_guards, tensor_guard, user_name
+
+
+def check(guards, L, shape_guards=(), G=None, F=None):
+    fn = compile_guards(guards, shape_guards)
+    G = G or {}
+    ok = fn(L, G, F)
+    assert ok == (fn.first_failure(L, G, F) is None), "fast check and explanation disagree"
+    return ok, fn.explain_failure(L, G, F)
+
+
+def test_every_kind_is_a_verb():
+    assert set(GUARD_KINDS) >= {"check_type", "check_id", "check_value", "check_tensor", "check_len",
+                                "check_grad_mode", "check_shape", "check_none", "check_not_none", "check_keys"}
+    assert all(name.startswith("check_") for name in GUARD_KINDS)
+    with pytest.raises(ValueError, match="unknown guard kind"):
+        Guard("L['x']", "type_match", int)
+
+
+def test_check_type():
+    g = [Guard("L['x']", "check_type", list)]
+    assert check(g, {"x": [1]}) == (True, "all guards pass")
+    ok, why = check(g, {"x": (1,)})
+    assert not ok and why == "x changed type from list to tuple"
+
+
+def test_check_id():
+    a, b = object(), object()
+    g = [Guard("G['helper']", "check_id", a)]
+    assert check(g, {}, G={"helper": a})[0]
+    ok, why = check(g, {}, G={"helper": b})
+    assert not ok and why.startswith("helper is a different object")
+
+
+@pytest.mark.parametrize("old,new", [(3, 4), (3, 3.0), (True, 1), (1, True), ("relu", "gelu"), (None, 0),
+                                     (2.5, 2.25), ((1, 2), (1, 3)), (torch.float32, torch.float16)])
+def test_check_value_fails_on_change(old, new):
+    g = [Guard("L['c']", "check_value", old)]
+    assert check(g, {"c": old})[0]
+    ok, why = check(g, {"c": new})
+    assert not ok
+    assert why.startswith(f"c changed from {old!r}")
+
+
+def test_check_value_nan_and_inf():
+    assert check([Guard("L['c']", "check_value", math.nan)], {"c": math.nan})[0]
+    assert not check([Guard("L['c']", "check_value", math.nan)], {"c": 1.0})[0]
+    assert check([Guard("L['c']", "check_value", math.inf)], {"c": math.inf})[0]
+    assert not check([Guard("L['c']", "check_value", math.inf)], {"c": -math.inf})[0]
+
+
+def test_check_none_and_not_none():
+    assert check([Guard("L['m']", "check_none")], {"m": None})[0]
+    ok, why = check([Guard("L['m']", "check_none")], {"m": 3})
+    assert not ok and why == "m was None and is now 3"
+    assert check([Guard("L['m']", "check_not_none")], {"m": 3})[0]
+    assert check([Guard("L['m']", "check_not_none")], {"m": None}) == (False, "m was not None and is now None")
+
+
+def test_check_len_and_keys():
+    assert check([Guard("L['xs']", "check_len", 2)], {"xs": [1, 2]})[0]
+    assert check([Guard("L['xs']", "check_len", 2)], {"xs": [1, 2, 3]}) == (False, "len(xs) changed from 2 to 3")
+    g = [Guard("L['d']", "check_keys", ("a", "b"))]
+    assert check(g, {"d": {"a": 1, "b": 2}})[0]
+    ok, why = check(g, {"d": {"b": 2, "a": 1}})
+    assert not ok and "keys of d changed" in why
+
+
+def test_check_grad_mode():
+    g = [Guard("", "check_grad_mode", True)]
+    assert check(g, {})[0]
+    with torch.no_grad():
+        ok, why = check(g, {})
+    assert not ok and why.startswith("grad mode changed")
+
+
+def test_check_tensor_each_property():
+    x = torch.randn(8, 4)
+    g = [tensor_guard("L['x']", x)]
+    assert check(g, {"x": torch.randn(8, 4)})[0]
+    cases = {
+        "x.size()[0] changed from 8 to 16": torch.randn(16, 4),
+        "x.dim() changed from 2 to 3": torch.randn(8, 4, 1),
+        "x.dtype changed from torch.float32 to torch.float64": torch.randn(8, 4, dtype=torch.float64),
+        "x.stride() changed from (4, 1) to (1, 8)": torch.randn(4, 8).t(),
+        "x.requires_grad changed from False to True": torch.randn(8, 4, requires_grad=True),
+        "x changed type from torch.Tensor to torch.nn.Parameter": torch.nn.Parameter(torch.randn(8, 4)),
+        "x changed type from torch.Tensor to int": 3,
+    }
+    for expected, value in cases.items():
+        assert check(g, {"x": value}) == (False, expected)
+    with torch.inference_mode():
+        inference = torch.randn(8, 4)
+    assert check(g, {"x": inference}) == (False, "x is now an inference tensor")
+    assert check(g, {"x": torch.randn(8, 4).to_sparse()})[0] is False
+
+
+def test_check_tensor_device_with_meta():
+    g = [tensor_guard("L['x']", torch.randn(2))]
+    assert check(g, {"x": torch.empty(2, device="meta")}) == (False, "x.device changed from cpu to meta")
+
+
+def test_check_tensor_complex_conj_bit():
+    z = torch.randn(3, dtype=torch.complex64)
+    g = [tensor_guard("L['z']", z)]
+    assert check(g, {"z": torch.randn(3, dtype=torch.complex64)})[0]
+    assert not check(g, {"z": torch.randn(3, dtype=torch.complex64).conj()})[0]
+
+
+def test_dynamic_dims_free_sizes_and_strides():
+    x = torch.randn(8, 4, 3)
+    g = [tensor_guard("L['x']", x, dynamic_dims=[0, 1])]
+    spec = g[0].expected
+    assert spec.sizes == (None, None, 3)
+    assert spec.strides == (None, 3, 1)  # stride 0 = size 1 * stride 1 depends on dynamic dim 1
+    assert check(g, {"x": torch.randn(9, 5, 3)})[0]
+    assert check(g, {"x": torch.randn(9, 5, 4)}) == (False, "x.size()[2] changed from 3 to 4")
+    # same sizes, but not dense any more: the free stride's relation fails
+    assert not check(g, {"x": torch.randn(9, 10, 3)[:, ::2]})[0]
+
+
+def test_check_shape_guard_in_user_words():
+    x, y = torch.randn(8, 4), torch.randn(4, 8)
+    g = [tensor_guard("L['x']", x, [0]), tensor_guard("L['y']", y, [1])]
+    shape = ["L['x'].size()[0] == L['y'].size()[1]", "L['x'].size()[0] >= 2"]
+    assert check(g, {"x": torch.randn(5, 4), "y": torch.randn(4, 5)}, shape)[0]
+    ok, why = check(g, {"x": torch.randn(5, 4), "y": torch.randn(4, 6)}, shape)
+    assert not ok
+    assert why == "x.size()[0] == y.size()[1] no longer holds; now x.size()[0] = 5, y.size()[1] = 6"
+
+
+def test_missing_attribute_fails_the_guard():
+    class Obj:
+        pass
+
+    o = Obj()
+    o.flag = True
+    g = [Guard("L['o']", "check_type", Obj), Guard("L['o'].flag", "check_value", True)]
+    assert check(g, {"o": o})[0]
+    del o.flag
+    ok, why = check(g, {"o": o})
+    assert not ok and why.startswith("o.flag could not be read (AttributeError")
+
+
+def test_module_training_flag_in_user_words():
+    m = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    g = [Guard("L['self']", "check_id", m), Guard("L['self']._modules['0'].training", "check_value", True)]
+    assert check(g, {"self": m})[0]
+    m.eval()
+    assert check(g, {"self": m}) == (False, "self[0].training changed from True to False")
+
+
+def test_source_is_hoisted_and_deduplicated():
+    x = torch.randn(2)
+    guards = [Guard("L['self']", "check_type", dict), Guard("L['self']['w']", "check_type", torch.Tensor),
+              tensor_guard("L['x']", x), tensor_guard("L['x']", x)]
+    fn = compile_guards(guards)
+    assert len(fn.guards) == 3
+    assert fn.source.count("L['self']") == 1  # read once, then through its local
+    assert "___check_guards" in fn.source
+    assert fn({"self": {"w": x}, "x": x}, {}, None)
+
+
+def test_user_name():
+    assert user_name("L['self']._modules['fc']._parameters['weight']") == "self.fc.weight"
+    assert user_name("G['CONFIG'].depth") == "CONFIG.depth"
+    assert user_name("L['x'].size()[0] >= 2") == "x.size()[0] >= 2"
+
+
+def test_tensor_spec_str():
+    assert str(TensorSpec.of(torch.randn(2, 3), [0])) == "Tensor[?, 3] torch.float32 cpu"

@@ -1,0 +1,71 @@
+"""Fusion: the number of kernels the scheduler makes for the classic patterns, and their results."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from .conftest import check
+
+pytestmark = pytest.mark.cpp
+
+
+def test_pointwise_chain_is_one_kernel() -> None:
+    c = check(lambda x, y: ((x.sin() + y.cos()) * x).relu() + 1, torch.randn(64, 33), torch.randn(64, 33))
+    assert c.kernel_count == 1 and c.extern_count == 0
+    assert "sin, cos, add, mul, relu, add_1" in c.cpp_source  # kernels name the FX nodes they came from
+
+
+def test_softmax_is_one_kernel() -> None:
+    c = check(lambda x: torch.softmax(x, -1), torch.randn(37, 129))
+    assert c.kernel_count == 1
+
+
+def test_log_softmax_over_middle_dim() -> None:
+    c = check(lambda x: torch.log_softmax(x, 1), torch.randn(4, 9, 5))
+    assert c.kernel_count == 1
+
+
+def test_layer_norm_is_one_kernel() -> None:
+    x, w, b = torch.randn(16, 48), torch.randn(48), torch.randn(48)
+    c = check(lambda x, w, b: F.layer_norm(x, (48,), w, b), x, w, b, atol=1e-5, rtol=1e-4)
+    assert c.kernel_count == 1
+
+
+def test_layer_norm_then_gelu_is_one_kernel() -> None:
+    x, w, b = torch.randn(16, 48), torch.randn(48), torch.randn(48)
+    c = check(lambda x, w, b: F.gelu(F.layer_norm(x, (48,), w, b)), x, w, b, atol=1e-5, rtol=1e-4)
+    assert c.kernel_count == 1
+
+
+def test_gelu_bias_chain_after_matmul() -> None:
+    x, w, b = torch.randn(8, 16), torch.randn(16, 32), torch.randn(32)
+    c = check(lambda x, w, b: F.gelu(x @ w + b, approximate="tanh") * 2, x, w, b, atol=1e-5, rtol=1e-4)
+    assert c.extern_count == 1 and c.kernel_count == 1
+
+
+def test_siblings_share_a_loop() -> None:
+    c = check(lambda x: (x.exp(), x.sin() * 2, x + 1), torch.randn(10, 20))
+    assert c.kernel_count == 1
+    assert c.cpp_source.count("for (int64_t y0") == 1
+
+
+def test_var_mean_is_one_kernel() -> None:
+    c = check(lambda x: torch.var_mean(x, -1), torch.randn(12, 40), atol=1e-5, rtol=1e-5)
+    assert c.kernel_count == 1
+
+
+def test_reduction_result_used_only_inside_stays_in_registers() -> None:
+    c = check(lambda x: x - x.amax(-1, keepdim=True), torch.randn(6, 7))
+    assert c.kernel_count == 1
+    assert "buf0[" not in c.cpp_source and "torch.empty_strided((6,)" not in c.wrapper_source
+
+
+def test_multi_use_expensive_value_is_stored_once() -> None:
+    def fn(x: torch.Tensor) -> tuple:
+        e = torch.exp(torch.tanh(x) * torch.sigmoid(x)).log1p()
+        return e + 1, e * 2, e.sum()
+    c = check(fn, torch.randn(9, 11), atol=1e-5, rtol=1e-5)
+    kernels = c.cpp_source.split("// kernel0")[1]
+    assert kernels.count("tanhf(") == 1  # computed once, kept in a register for its three users
+    assert c.kernel_count == 1 and "buf0 =" not in c.wrapper_source

@@ -1,0 +1,37 @@
+"""OpInfo forward sweep through compile_graph: a fixed CI slice here, the whole database @slow.
+
+Run `python tests/lower/opinfo_sweep.py` for the full table and the pass rate.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from opinfo_sweep import check_op, op_db  # noqa: E402
+
+CI_SLICE = [
+    "add", "sub", "mul", "div.no_rounding_mode", "div.floor_rounding", "remainder", "abs", "neg", "exp", "log",
+    "rsqrt", "sin", "tanh", "sigmoid", "nn.functional.gelu", "nn.functional.silu", "clamp", "where", "maximum",
+    "eq", "sum", "mean", "amax", "argmax", "var", "softmax", "log_softmax", "logsumexp", "nn.functional.layer_norm",
+    "cat", "permute", "expand", "index_select", "gather", "nn.functional.embedding", "masked_fill",
+]
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("name", CI_SLICE)
+def test_opinfo_slice(name: str) -> None:
+    result = check_op(name, opt_level="-O1")
+    assert result == "pass" or result.startswith("skip"), result
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+def test_opinfo_full_sweep() -> None:
+    results = {n: check_op(n, opt_level="-O1") for n in sorted(op_db())}
+    tried = {n: r for n, r in results.items() if not r.startswith("skip")}
+    passed = sum(r == "pass" for r in tried.values())
+    print(f"OpInfo forward sweep: {passed}/{len(tried)} passed")
+    assert passed / len(tried) > 0.8, {n: r for n, r in tried.items() if r != "pass"}

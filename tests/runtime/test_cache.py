@@ -1,0 +1,64 @@
+"""The build and the on-disk cache: keys, errors, and a second process loading without compiling."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from kiln import config
+from kiln.runtime import build, cache
+
+pytestmark = pytest.mark.cpp
+
+SOURCE = 'extern "C" long kiln_test_add(long a, long b) { return a + b; }\n'
+
+
+def test_key_depends_on_source_and_flags() -> None:
+    k = cache.cache_key(SOURCE, build.DEFAULT_FLAGS, build.COMPILER)
+    assert k == cache.cache_key(SOURCE, build.DEFAULT_FLAGS, build.COMPILER)
+    assert k != cache.cache_key(SOURCE + "\n", build.DEFAULT_FLAGS, build.COMPILER)
+    assert k != cache.cache_key(SOURCE, ("-O1", "-shared", "-fPIC"), build.COMPILER)
+
+
+def test_load_builds_once_then_hits(tmp_path) -> None:
+    flags = ("-O1", "-shared", "-fPIC")
+    with config.patch(cache_dir=str(tmp_path)):
+        assert not build.is_cached(SOURCE, flags)
+        lib = build.load(SOURCE, flags)
+        assert lib.kiln_test_add(2, 3) == 5
+        assert build.is_cached(SOURCE, flags)
+        assert build.load(SOURCE, flags) is lib
+        files = [f for _, _, fs in os.walk(tmp_path) for f in fs]
+        assert len(files) == 1 and files[0].endswith(".so")  # no temporary left behind
+
+
+def test_compiler_errors_are_reported(tmp_path) -> None:
+    with config.patch(cache_dir=str(tmp_path)), pytest.raises(build.BuildError, match="error"):
+        build.load("this is not C++", ("-O1", "-shared", "-fPIC"))
+
+
+SCRIPT = textwrap.dedent("""
+    import time, torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+    start = time.perf_counter()
+    from kiln.lower import compile_graph
+    x = torch.randn(32, 16)
+    gm = make_fx(lambda x: torch.softmax(x.sin() * 2, -1))(x)
+    c = compile_graph(gm, [x])
+    torch.testing.assert_close(c(x)[0], torch.softmax(x.sin() * 2, -1))
+    print("BUILD", c.timings["build"])
+""")
+
+
+def test_second_process_loads_from_disk_without_compiling(tmp_path) -> None:
+    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path), KILN_LOGS="cache")
+    runs = [subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    assert "cache miss" in runs[0].stderr and "cache hit" in runs[1].stderr
+    second_build = float(runs[1].stdout.split("BUILD")[1])
+    assert second_build < 0.1, second_build  # loading a built object takes milliseconds
