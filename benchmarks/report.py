@@ -92,15 +92,19 @@ def print_bandwidth_table(rows: list[dict], copy_gbs: float, copy_mib: int) -> N
 
 
 def print_notes(rows: list[dict], kiln_unavailable: str | None) -> None:
+    """Every status other than ok (failed, wrong result, not compiled) and every note, per workload."""
+    lines = []
     for r in rows:
         for compiler in ("kiln", "torch"):
             part = r.get(compiler, {})
             if compiler == "kiln" and kiln_unavailable is not None:
-                continue  # said once at the top
+                continue  # said once for the whole run
             if part.get("status", "ok") != "ok":
-                print(f"{r['name']} / {compiler}: {part['status']}")
-            for note in part.get("notes", []):
-                print(f"{r['name']} / {compiler}: {note}")
+                lines.append(f"{r['name']} / {compiler}: {part['status']}")
+            lines.extend(f"{r['name']} / {compiler}: {note}" for note in part.get("notes", []))
+    if lines:
+        print("\n== notes ==")
+        print("\n".join(lines))
 
 
 def print_guard_overhead(result: dict) -> None:

@@ -79,13 +79,18 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbs = copy_bandwidth_gbs(copy_mib << 20)
     scratch = tempfile.mkdtemp(prefix="kiln-bench-")
     rows: list[dict] = []
+    errors: dict[str, str] = {}
     started = time.perf_counter()
     try:
         for name in WORKLOADS:
             if name not in selected:
                 continue
             print(f"  {name} ...", flush=True)
-            rows.append(bench_workload(importlib.import_module(f"benchmarks.{name}"), opts, unavailable, scratch))
+            try:
+                rows.append(bench_workload(importlib.import_module(f"benchmarks.{name}"), opts, unavailable, scratch))
+            except Exception as exc:  # a broken workload is reported; the others still run
+                errors[name] = f"{type(exc).__name__}: {exc}"
+                print(f"  {name} failed in eager or setup: {errors[name]}", flush=True)
         guard = None
         if guard_overhead.NAME in selected:
             print(f"  {guard_overhead.NAME} ...", flush=True)
@@ -106,15 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         report.print_guard_overhead(guard)
     if unavailable:
         print(f"\nkiln (default backend): not available: {unavailable}")
-    if any(r.get(c, {}).get("status", "ok") != "ok" or r.get(c, {}).get("notes") for r in rows for c in ("kiln", "torch")):
-        print("\n== notes ==")
-        report.print_notes(rows, unavailable)
+    report.print_notes(rows, unavailable)
+    for name, error in errors.items():
+        print(f"{name}: not measured: {error}")
     info["load_after"] = os.getloadavg()[0]
     if max(info["load_before"], info["load_after"]) > 1.5:
         print(f"\nwarning: the machine was busy (1-minute load {info['load_before']:.1f} before, "
               f"{info['load_after']:.1f} after, on {info['cpu_count']} CPUs): timings are noisy")
     results = {"machine": dict(info, copy_bandwidth_gbs=copy_gbs), "options": opts, "kiln_unavailable": unavailable,
-               "workloads": rows, "summary": totals, "guard_overhead": guard,
+               "workloads": rows, "errors": errors, "summary": totals, "guard_overhead": guard,
                "wall_s": time.perf_counter() - started}
     with open(args.json, "w") as f:
         json.dump(results, f, indent=2, default=str)

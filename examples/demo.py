@@ -166,7 +166,7 @@ def capture() -> None:
         code = report.graphs[0].code.strip().splitlines()
         print("  the graph as Python (first lines):")
         for line in code[:12]:
-            print(f"    {line}")
+            print(f"    {line if len(line) <= 110 else line[:106] + ' ...'}")
         if len(code) > 12:
             print(f"    ... {len(code) - 12} more lines")
 
@@ -303,6 +303,7 @@ SECTIONS = (
 
 
 def main() -> int:
+    sys.stdout.reconfigure(line_buffering=True)  # keep our lines in order with KILN_LOGS on stderr
     print(f"Kiln demo on a small GPT ({fresh_model().num_params() / 1e3:.0f} K params), torch {torch.__version__}")
     for title, section in SECTIONS:
         print(f"\n== {title} ==")

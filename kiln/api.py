@@ -50,6 +50,8 @@ def compile(model: Any = None, *, fullgraph: bool = False, dynamic: bool | None 
 def compile_with(model: Any, options: CompileOptions, capture: Callable[..., Any] | None = None) -> Any:
     """kiln.compile with ready options; `capture` replaces the tracer (tests inject a fake one)."""
     dump.install_if_enabled()
+    if isinstance(model, OptimizedModule):
+        model = model._orig_mod  # compiling (or explaining) a compiled module starts from the original
     if isinstance(model, torch.nn.Module):
         return OptimizedModule(model, options, capture)
     if getattr(model, COMPILED_MARKER, False):
@@ -58,6 +60,9 @@ def compile_with(model: Any, options: CompileOptions, capture: Callable[..., Any
         return model
     if inspect.ismethod(model) or inspect.isfunction(model):
         return entry.compile_function(model, options, capture)
+    if isinstance(model, functools.partial):
+        inner = compile_with(model.func, options, capture)
+        return functools.partial(inner, *model.args, **model.keywords)
     if callable(model) and inspect.ismethod(getattr(model, "__call__", None)):
         return entry.compile_function(model.__call__, options, capture)
     raise TypeError(f"kiln.compile: cannot compile {type(model).__name__!r}; expected a function, "

@@ -8,9 +8,10 @@ PyTorch counterpart: torch/_functorch/aot_autograd.py.
 from kiln.autograd.backend import (AotReport, aot_autograd, aot_eager, aot_saved_bytes, compile_with_aot,
                                    recent_reports, trace_aten)
 from kiln.autograd.decompose import core_aten_decompositions
-from kiln.autograd.partition import Partition, SavedValue, partition
+from kiln.autograd.functionalize import verify_aten_graph
+from kiln.autograd.partition import Partition, SavedValue
 
 __all__ = [
     "AotReport", "Partition", "SavedValue", "aot_autograd", "aot_eager", "aot_saved_bytes",
-    "compile_with_aot", "core_aten_decompositions", "partition", "recent_reports", "trace_aten",
+    "compile_with_aot", "core_aten_decompositions", "recent_reports", "trace_aten", "verify_aten_graph",
 ]

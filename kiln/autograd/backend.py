@@ -17,7 +17,9 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from kiln import config
 from kiln.autograd.decompose import DecompositionTable, resolve_decompositions
+from kiln.autograd.functionalize import verify_aten_graph
 from kiln.autograd.joint import (JointTrace, differentiable_outputs, prepare_inputs, trace_forward,
                                  trace_joint)
 from kiln.autograd.partition import Partition, SavedValue, partition as split_joint
@@ -39,17 +41,21 @@ class AotReport:
     graph: str
     policy: str
     saved_bytes: dict[str, int]  # "save_all" and "min_cut" -> bytes saved for backward
+    activation_bytes: dict[str, int]  # the same, less inputs and views of inputs (no extra memory)
     saved: tuple[SavedValue, ...]
     forward_code: str = dataclasses.field(repr=False)
     backward_code: str = dataclasses.field(repr=False)
 
     def __str__(self) -> str:
         lines = [f"AOT graph {self.graph}: partitioned with {self.policy}; bytes saved for backward: "
-                 + ", ".join(f"{k}={v}" for k, v in self.saved_bytes.items())]
+                 + ", ".join(f"{k}={v}" for k, v in self.saved_bytes.items())
+                 + "; of them activations: "
+                 + ", ".join(f"{k}={v}" for k, v in self.activation_bytes.items())]
         lines.append("  saved tensors:")
         for s in self.saved:
+            alias = " (an input's memory)" if s.aliases_input and s.produced_by != "input" else ""
             lines.append(f"    {s.name:<24} {s.dtype:<9} {str(list(s.shape)):<20} {s.nbytes:>10} B"
-                         f"  from {s.produced_by}")
+                         f"  from {s.produced_by}{alias}")
         if not self.saved:
             lines.append("    (none)")
         return "\n".join(lines)
@@ -59,9 +65,11 @@ def make_report(joint: JointTrace, chosen: Partition) -> AotReport:
     """Report on a partition, comparing it with the other policy's saved bytes."""
     other_policy = "save_all" if chosen.policy == "min_cut" else "min_cut"
     other = split_joint(joint, other_policy)
-    saved_bytes = {chosen.policy: chosen.saved_bytes, other_policy: other.saved_bytes}
+    by_policy = {chosen.policy: chosen, other_policy: other}
+    order = ("save_all", "min_cut")
     report = AotReport(f"aot_{next(_names)}", chosen.policy,
-                       {"save_all": saved_bytes["save_all"], "min_cut": saved_bytes["min_cut"]},
+                       {k: by_policy[k].saved_bytes for k in order},
+                       {k: by_policy[k].activation_bytes for k in order},
                        chosen.saved_tensors + chosen.saved_symints,
                        chosen.forward.code, chosen.backward.code)
     _recent.append(report)
@@ -108,17 +116,27 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values)
     forward = trace_forward(gm, inputs, table, grad=needs_grad)
+    log.debug("aot", lambda: f"trace_forward: {len(forward.gm.graph.nodes)} nodes, mutated inputs "
+                             f"{list(forward.meta.mutated_inputs)}")
     binding = bind_symbols(inputs.values)
     common = dict(root=gm, lifted=inputs.lifted, meta=forward.meta, out_spec=forward.out_spec,
                   binding=binding)
     if not needs_grad or not differentiable_outputs(forward):
         log_inference(forward.gm)
-        log.debug("aot", lambda: f"inference graph with {len(forward.gm.graph.nodes)} nodes")
+        if config.debug:
+            verify_aten_graph(forward.gm)
         return AotRuntime(forward=fw_compiler(forward.gm, list(inputs.values)), **common)
     joint = trace_joint(gm, inputs, forward, table)
+    log.debug("aot", lambda: f"trace_joint: {len(joint.gm.graph.nodes)} nodes, "
+                             f"{len(joint.differentiable)} outputs with a gradient")
     parts = split_joint(joint, partition)
     report = make_report(joint, parts)
+    log.debug("aot", lambda: f"partition ({partition}): {len(parts.saved_tensors)} tensors saved, "
+                             f"{parts.saved_bytes} bytes")
     log_graphs(report)
+    if config.debug:
+        verify_aten_graph(parts.forward)
+        verify_aten_graph(parts.backward)
     compiled_fw = fw_compiler(parts.forward, list(inputs.values))
     compiled_bw = bw_compiler(parts.backward, _example_inputs(parts.backward))
     function = make_autograd_function(

@@ -31,8 +31,7 @@ def _batch_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Te
         return aten._native_batch_norm_legit.default(
             input, weight, bias, running_mean, running_var, True, momentum, eps)[0]
     if running_mean is None or running_var is None:
-        # eval without running stats normalises with the batch's own statistics, like eager
-        return aten._native_batch_norm_legit.no_stats(input, weight, bias, True, momentum, eps)[0]
+        raise RuntimeError("running_mean must be defined in evaluation mode")  # eager's error
     return aten._native_batch_norm_legit_no_training.default(
         input, weight, bias, running_mean, running_var, momentum, eps)[0]
 
@@ -55,10 +54,40 @@ def _torch_batch_norm(input, weight, bias, running_mean, running_var, training, 
     return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
-class _BatchNormRewrite(TorchFunctionMode):
-    """Catches batch norm at the torch level, above autograd and functionalization."""
+def _torch_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, momentum,
+                         eps, cudnn_enabled=True):
+    """Instance norm is batch norm over a (1, b*c, ...) view with running stats repeated b times;
+    eager then writes the mean over b back into the running stats. Spelled out here so the update
+    goes through functionalization instead of hiding in native_batch_norm."""
+    b, c = input.shape[0], input.shape[1]
+    folded = input.reshape(1, b * c, *input.shape[2:])
+    repeat = [None if t is None else t.repeat(b) for t in (weight, bias, running_mean, running_var)]
+    out = _batch_norm(folded, *repeat, use_input_stats, momentum, eps)
+    for stat, repeated in ((running_mean, repeat[2]), (running_var, repeat[3])):
+        if stat is not None:
+            with torch.no_grad():
+                stat.copy_(repeated.view(b, c).mean(0))
+    return out.view(input.shape)
 
-    table = {F.batch_norm: _functional_batch_norm, torch.batch_norm: _torch_batch_norm}
+
+def _functional_instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                              use_input_stats=True, momentum=0.1, eps=1e-5):
+    if use_input_stats:
+        spatial = 1
+        for s in input.shape[2:]:
+            spatial = spatial * s
+        if isinstance(spatial, int) and spatial == 1:
+            raise ValueError(f"Expected more than 1 spatial element when training, got input size "
+                             f"{list(input.shape)}")
+    return _torch_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats,
+                                momentum, eps)
+
+
+class _BatchNormRewrite(TorchFunctionMode):
+    """Catches batch and instance norm at the torch level, above autograd and functionalization."""
+
+    table = {F.batch_norm: _functional_batch_norm, torch.batch_norm: _torch_batch_norm,
+             F.instance_norm: _functional_instance_norm, torch.instance_norm: _torch_instance_norm}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -202,7 +202,10 @@ def _trace_forward(gm: fx.GraphModule, inputs: TraceInputs, decompositions: dict
         values = [session.unwrap(v) for v in wrapped]
         tracer.output(values)
     meta = FunctionalMeta(input_infos, tuple(out_infos), len(graph_outs) + len(bases), len(bases))
-    requires_grad = tuple(isinstance(v, torch.Tensor) and v.requires_grad for v in wrapped)
+    # a leaf input mutated under no_grad (a weight update) stays a leaf in eager: its new value is
+    # data, not something to differentiate
+    requires_grad = tuple(isinstance(v, torch.Tensor) and v.requires_grad
+                          and not (k < len(mutated) and v.is_leaf) for k, v in enumerate(wrapped))
     return ForwardTrace(graph_module(tracer), meta, spec, tuple(values), requires_grad, cloned)
 
 

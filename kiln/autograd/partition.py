@@ -1,11 +1,10 @@
 """Partitioning the joint graph into a forward graph and a backward graph.
 
-Two policies. `save_all` (the default partitioner): the forward computes what its outputs need and
-saves every forward value the backward reads. `min_cut` (rematerialization, Kiln's default): the
-choice of saved values is a minimum s-t cut over the joint graph where each node costs its size
-in bytes to save; cheap pointwise and view ops may be recomputed in the backward, while matmul,
-convolution, reductions and random ops are pinned to the forward so their results are saved (a
-saved dropout mask is the same mask in both passes). Input: JointTrace. Output: Partition.
+`save_all` (the default partitioner): the forward saves every forward value the backward reads.
+`min_cut` (rematerialization, Kiln's default): the saved set is a minimum s-t cut over the joint
+graph, each node costing its size in bytes; cheap pointwise and view ops may be recomputed in the
+backward, while matmul, convolution, reductions and random ops are pinned to the forward so their
+results are saved (a saved dropout mask is the same mask in both passes). JointTrace -> Partition.
 PyTorch counterpart: torch/_functorch/partitioners.py (default_partition, min_cut_rematerialization).
 """
 from __future__ import annotations
@@ -43,6 +42,7 @@ class SavedValue:
     shape: tuple[int, ...]
     dtype: str
     nbytes: int
+    aliases_input: bool = False  # an input or a view of one: saving it costs no extra memory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +60,11 @@ class Partition:
     @property
     def saved_bytes(self) -> int:
         return sum(s.nbytes for s in self.saved_tensors)
+
+    @property
+    def activation_bytes(self) -> int:
+        """Saved bytes that are not inputs or views of inputs: the memory a partition really holds."""
+        return sum(s.nbytes for s in self.saved_tensors if not s.aliases_input)
 
 
 def _is_view(target: Any) -> bool:
@@ -122,12 +127,21 @@ def _describe(node: fx.Node) -> SavedValue:
         made_by = f"output {node.args[1]} of {node.args[0].target}"
     else:
         made_by = str(node.target)
-    return SavedValue(node.name, made_by, shape, dtype, node_bytes(node) or 0)
+    return SavedValue(node.name, made_by, shape, dtype, node_bytes(node) or 0, _aliases_input(node))
+
+
+def _aliases_input(node: fx.Node) -> bool:
+    while node.op == "call_function" and _is_view(node.target):
+        node = node.args[0]
+    return node.op == "placeholder"
 
 
 def _saved_by_save_all(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.Node]) -> list[fx.Node]:
-    bw_nodes = bw_needed - fw
-    return [n for n in nodes if n in fw and any(u in bw_nodes for u in n.users)]
+    # a multi-output op's tuple cannot be saved: the forward projects what the backward reads
+    projections = {n for n in bw_needed if n.target is operator.getitem and n.args[0] in fw}
+    forward = fw | projections
+    bw_nodes = bw_needed - forward
+    return [n for n in nodes if n in forward and any(u in bw_nodes for u in n.users)]
 
 
 def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.Node],
@@ -154,7 +168,12 @@ def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.
                 g.add_edge(name + "_out", user.name + "_in", capacity=math.inf)
     if not nx.has_path(g, "source", "sink"):
         return []
-    _, (reachable, _) = nx.minimum_cut(g, "source", "sink")
+    try:
+        _, (reachable, _) = nx.minimum_cut(g, "source", "sink")
+    except nx.NetworkXUnbounded:
+        # an unsaveable value (a tuple) sits between a pinned forward op and the backward: no
+        # finite cut exists, so fall back to saving what the backward reads
+        return _saved_by_save_all(nodes, fw, bw_needed)
     return [n for n in nodes if n in bw_needed and n not in tangent_dependent
             and n.name + "_in" in reachable and n.name + "_out" not in reachable]
 

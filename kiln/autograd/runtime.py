@@ -68,7 +68,12 @@ def make_autograd_function(forward: Callable, backward: Callable, *, num_forward
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):
-            outs = forward(*args)
+            # The joint graph was traced with grad mode on, and some kernels look at it (the
+            # mkldnn RNN returns its workspace for the backward only then); detached inputs keep
+            # autograd from recording anything in here.
+            detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+            with torch.enable_grad():
+                outs = forward(*detached)
             fw_outs = outs[:num_forward_outputs]
             saved = outs[num_forward_outputs:num_forward_outputs + num_saved_tensors]
             ctx.save_for_backward(*saved)

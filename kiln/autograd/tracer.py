@@ -34,6 +34,7 @@ METADATA_OPS = frozenset({
     aten.numel.default, aten.dim.default,
 })
 
+
 def expr_of(x: torch.SymInt | torch.SymFloat | torch.SymBool) -> sympy.Basic:
     """The sympy expression behind a symbolic scalar: Kiln's SymNode and torch's both carry `.expr`,
     so graphs that the real Dynamo hands us (torch's symbols) trace the same way as Kiln's."""
@@ -68,6 +69,7 @@ def size_hint(x: int | torch.SymInt) -> int:
 
 
 def is_symbolic(x: Any) -> bool:
+    """Whether x is a symbolic scalar (a size or int the graph must compute, not a constant)."""
     return isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
@@ -131,6 +133,10 @@ class AtenTracer(TorchDispatchMode):
 
     def _lift_constant(self, t: torch.Tensor) -> fx.Node:
         """A tensor the graph did not make (a real constant): stored on the module as an attribute."""
+        if getattr(t, "fake_mode", None) is not None or t.device.type == "meta":
+            # a fake that no traced op produced would be baked into the graph as a constant that
+            # has no data; this is a tracing bug, not something to run
+            raise KilnError(f"the AOT tracer met a fake tensor it did not trace: {t!r}")
         name = f"_tensor_constant{len(self.constants)}"
         self.constants[name] = t
         node = self.graph.get_attr(name)
@@ -210,6 +216,11 @@ class AtenTracer(TorchDispatchMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        if func is aten.native_batch_norm.default and args[5] and args[3] is not None:
+            # its running-stat update is not in its schema, so functionalization cannot see it and
+            # the graph would silently drop it (kiln.autograd.decompose reroutes the usual callers)
+            raise KilnError("native_batch_norm in training mode reached the AOT tracer below "
+                            "functionalization; its running-stat update would be lost")
         out = func(*args, **kwargs)
         node = self.graph.create_node("call_function", func, tree_map(self.arg_of, tuple(args)),
                                       tree_map(self.arg_of, dict(kwargs)),
@@ -225,7 +236,7 @@ class AtenTracer(TorchDispatchMode):
         return self.graph.output(tuple(self.arg_of(v) if v is not None else None for v in values))
 
 
-def graph_module(tracer: AtenTracer, root: torch.nn.Module | None = None) -> fx.GraphModule:
+def graph_module(tracer: AtenTracer) -> fx.GraphModule:
     """Wrap the traced graph in a GraphModule holding the lifted constants."""
     owner = torch.nn.Module()
     for name, value in tracer.constants.items():

@@ -1,28 +1,10 @@
 """Code objects for graph breaks: resume functions, liveness, and a readable disassembly.
 
-Capture calls this module when a frame breaks: `make_resume_code` turns the original code object and
-a byte offset into a new code object that takes the live stack and locals as arguments and continues
-at that offset (the job of torch/_dynamo/resume_execution.py); `live_locals_at` says which locals to
-pass (torch/_dynamo/bytecode_analysis.py); `render_code` is what KILN_LOGS=bytecode prints. This is
-the only module that imports the `bytecode` library; everything it hands out is a plain CodeType.
-
-Supported break points (each is checked by tests/capture/test_code.py, running the resume code natively):
-- straight-line code, and any instruction inside `for` loops (the iterator is a stack slot) and
-  `while` loops;
-- inside `with` blocks: the bound `__exit__` of an *entered* context manager is a stack slot, so the
-  glue must enter a real manager (e.g. `torch.no_grad()`) and pass its `__exit__`; the resume code
-  calls it on normal exit and on an exception, exactly as the original frame would have;
-- inside `try` bodies with `except` / `finally` (the exception table is kept, with its original depths,
-  because the stack layout at the target is the original's);
-- closures: free variables come from the function's closure (`make_function(..., closure=...)`);
-  cell variables passed by value get fresh cells from the kept `MAKE_CELL` prefix (an inner function
-  made *before* the break keeps the old cell: its later writes are not seen; Dynamo shares this limit);
-- calls with keyword arguments and method calls; a NULL stack slot (3.11 pushes one below a callable)
-  is rebuilt with `PUSH_NULL` when its index is given in `null_slots` (it is not an argument).
-Raises `kiln.errors.Unsupported(kind="unsupported_bytecode")` for generators, coroutines and async
-generators (their frames cannot be re-entered from a plain function), and for an offset inside an
-`except` handler (the exception being handled cannot be handed over). Not handled: resuming between a
-`KW_NAMES` and its `CALL` (capture never breaks there).
+`make_resume_code` turns a code object and a byte offset into a code object that takes the live stack
+and locals as arguments and continues there (torch/_dynamo/resume_execution.py), `make_handler_code`
+continues in the user's except/finally/with exit when the native instruction raised; `live_locals_at`
+says which locals to pass (bytecode_analysis.py); `render_code` is what KILN_LOGS=bytecode prints.
+Generators, coroutines and except-handler bodies raise Unsupported. The only importer of `bytecode`.
 """
 from __future__ import annotations
 
@@ -35,7 +17,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from bytecode import Bytecode, Instr, Label
+from bytecode import Bytecode, CellVar, Instr, Label
 
 from kiln.debug import log
 from kiln.errors import Unsupported
@@ -143,6 +125,8 @@ def live_locals_at(code: types.CodeType, offset: int) -> tuple[str, ...]:
     others stay unbound locals of the resume code, exactly as in the original frame.
     """
     live = _live_in(code)[_position(code, offset)]
+    if _implicit_self(code) is not None:
+        live = live | {_implicit_self(code)}  # zero-argument super() reads it without a LOAD_FAST
     order = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames]
     return tuple(name for name in order if name in live)
 
@@ -209,7 +193,9 @@ def _handler_nesting(code: types.CodeType) -> dict[int, int]:
 
 def resume_name(code: types.CodeType, offset: int) -> str:
     """`__resume_<fn>_at_<line>`: the name a resume function gets (not unique across offsets)."""
-    base = re.sub(r"\W", "", code.co_name) or "fn"
+    # A resume function that breaks again is named after the user's function, not after itself.
+    original = re.sub(r"^__resume_(.*)_at_\d+$", r"\1", code.co_name)
+    base = re.sub(r"\W", "", original) or "fn"
     return f"__resume_{base}_at_{line_of(code, offset)}"
 
 
@@ -225,25 +211,175 @@ def make_resume_code(code: types.CodeType, offset: int, nstack: int, live_locals
     `nstack` is the stack depth at `offset` (bottom slot is `___stack0`); slots listed in `null_slots`
     are NULL markers, rebuilt with PUSH_NULL and not taken as arguments. Memoized: the same request
     gives the same code object, so caches keyed by code object hit on the next capture.
+
+    Supported break points (tests/capture/test_code.py runs each one natively):
+    - straight-line code, and any instruction inside `for` loops (the iterator is a stack slot) and
+      `while` loops;
+    - inside `with` blocks: the bound `__exit__` of an *entered* context manager is a stack slot, so the
+      glue must enter a real manager (e.g. `torch.no_grad()`) and pass its `__exit__`; the resume code
+      calls it on normal exit and on an exception, exactly as the original frame would have; for a
+      manager capture cannot model, the glue runs BEFORE_WITH natively and resumes at the next offset
+      with `[bound __exit__, __enter__'s result]` on the stack;
+    - inside `try` bodies with `except` / `finally` (the exception table is kept, with its original depths,
+      because the stack layout at the target is the original's);
+    - closures: free variables come from the function's closure (`make_function(..., closure=...)`);
+      cell variables passed by value get fresh cells from the kept `MAKE_CELL` prefix (an inner function
+      made *before* the break keeps the old cell: its later writes are not seen; Dynamo shares this limit);
+    - calls with keyword arguments and method calls; a NULL stack slot (3.11 pushes one below a callable)
+      is rebuilt with `PUSH_NULL` when its index is given in `null_slots` (it is not an argument);
+    - methods using zero-argument `super()`: CPython reads `self` from local slot 0, so
+      live_locals_at reports it live and the prologue moves it into slot 0 (the calling convention
+      stays `___stack..., *live_locals`);
+    - resume functions that break again (their prologue is dead code by then).
+    Raises `kiln.errors.Unsupported(kind="unsupported_bytecode")` for generators, coroutines and async
+    generators (their frames cannot be re-entered from a plain function), and for an offset inside an
+    `except` handler (the exception being handled cannot be handed over). Not handled: resuming between a
+    `KW_NAMES` and its `CALL` (capture never breaks there).
     """
     offset = instruction_at(code, offset).offset  # an EXTENDED_ARG offset means what it extends
-    key = (code, code.co_filename, offset, nstack, tuple(live_locals), tuple(sorted(null_slots)))
+    key = ("resume", code, code.co_filename, offset, nstack, tuple(live_locals), tuple(sorted(null_slots)))
     cached = _resume_cache.get(key)
     if cached is not None:
         return cached
+    _check_resumable(code, offset)
+    slots = _stack_slots(nstack, null_slots)
+    result = _build(code, offset, slots, live_locals, resume_name(code, offset))
+    _resume_cache[key] = result
+    return result
+
+
+@dataclass(frozen=True)
+class ExceptionHandler:
+    """Where CPython sends an exception raised at some offset (one exception-table entry)."""
+
+    target: int  # offset of the handler's first instruction
+    depth: int  # stack slots kept below what the unwinding pushes
+    lasti: bool  # whether the raising instruction's index is pushed under the exception
+
+
+def handler_at(code: types.CodeType, offset: int) -> ExceptionHandler | None:
+    """The handler that catches an exception raised by the instruction at `offset`, if any."""
+    offset = instruction_at(code, offset).offset
+    for entry in _listing(code).handlers:
+        if entry.start <= offset < entry.end:
+            return ExceptionHandler(entry.target, entry.depth, entry.lasti)
+    return None
+
+
+def make_handler_code(code: types.CodeType, offset: int, live_locals: Sequence[str], *,
+                      null_slots: Sequence[int] = ()) -> types.CodeType:
+    """A code object that continues `code` as if the instruction at `offset` had raised.
+
+    It takes `___stack0..<depth-1>` (the bottom `handler_at(code, offset).depth` slots of the stack
+    at `offset`), then `___exc` (the exception), then `live_locals` at the handler's target, and jumps
+    into the handler with CPython's unwinding layout (the raising instruction's index pushed under the
+    exception when the entry asks for it, so a re-raise points at the right line). The glue runs a
+    breaking instruction natively inside `try`; on an exception it calls this instead of the resume
+    function, so the user's `except`, `finally` and `with` exits see it exactly as eager would.
+    `___exc` must be an exception that was raised (it has a __traceback__): CPython hands a `with`
+    exit the traceback without checking it, and a never-raised exception has none (a segfault).
+    The glue should call this outside its own `except` block, so that the handler's saved
+    "previous exception" is the frame's, not the glue's.
+    """
+    offset = instruction_at(code, offset).offset
+    key = ("handler", code, code.co_filename, offset, tuple(live_locals), tuple(sorted(null_slots)))
+    cached = _resume_cache.get(key)
+    if cached is not None:
+        return cached
+    handler = handler_at(code, offset)
+    if handler is None:
+        raise ValueError(f"offset {offset} of {code.co_name} is not inside a try or with block")
+    _check_resumable(code, offset)
+    slots: list[Any] = _stack_slots(handler.depth, null_slots)
+    if handler.lasti:
+        slots.append(_LastI(offset))
+    slots.append("___exc")
+    name = resume_name(code, offset).replace("__resume_", "__except_", 1)
+    result = _build(code, handler.target, slots, live_locals, name)
+    _resume_cache[key] = result
+    return result
+
+
+class _LastI:
+    """Prologue slot: the index of the raising instruction, counted in the new code object."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+def _check_resumable(code: types.CodeType, offset: int) -> None:
     if code.co_flags & _GENERATOR_FLAGS:
         raise Unsupported(f"cannot resume {code.co_name}: generators and coroutines are not supported",
                           kind="unsupported_bytecode")
     if _inside_except_handler(code, offset):
         raise Unsupported(f"cannot resume {code.co_name} inside an except handler "
                           f"(line {line_of(code, offset)})", kind="unsupported_bytecode")
+
+
+def _stack_slots(nstack: int, null_slots: Sequence[int]) -> list[Any]:
     if any(not 0 <= s < nstack for s in null_slots):
         raise ValueError(f"null_slots {tuple(null_slots)} outside a stack of depth {nstack}")
-    stack_args = [f"___stack{i}" for i in range(nstack) if i not in set(null_slots)]
-    clash = set(stack_args) & set(live_locals)
-    if clash or len(set(live_locals)) != len(live_locals):
-        raise ValueError(f"bad live_locals {tuple(live_locals)} for {code.co_name}")
+    return [None if i in null_slots else f"___stack{i}" for i in range(nstack)]
 
+
+def _build(code: types.CodeType, target: int, slots: Sequence[Any], live_locals: Sequence[str],
+           name: str) -> types.CodeType:
+    """`code` with a prologue that pushes `slots` (an argument name, None for NULL, or _LastI) and
+    jumps to `target`; arguments are the named slots, then `live_locals`."""
+    arg_slots = [s for s in slots if isinstance(s, str)]
+    if set(arg_slots) & set(live_locals) or len(set(live_locals)) != len(live_locals):
+        raise ValueError(f"bad live_locals {tuple(live_locals)} for {code.co_name}")
+    lineno = line_of(code, target) or code.co_firstlineno
+    argnames, moves = _place_implicit_self(code, [*arg_slots, *live_locals])
+    shift = 0
+    for _ in range(3):  # a _LastI constant depends on the prologue's length; it settles at once
+        result, new_shift = _assemble(code, target, slots, argnames, moves, name, lineno, shift)
+        if new_shift == shift or not any(isinstance(s, _LastI) for s in slots):
+            break
+        shift = new_shift
+    else:
+        raise AssertionError(f"{code.co_name}: prologue length did not settle")
+    log.artifact("bytecode", lambda: f"{name}: {code.co_name} continued at offset {target} "
+                 f"({code.co_filename}:{lineno}):\n{render_code(result)}")
+    return result
+
+
+def _implicit_self(code: types.CodeType) -> str | None:
+    """The first parameter, if zero-argument super() reads it: CPython takes a method's `self` from
+    the frame's first local slot, whatever its name, so a resume code must keep it there."""
+    if "__class__" in code.co_freevars and "super" in code.co_names and code.co_argcount > 0:
+        return code.co_varnames[0]
+    return None
+
+
+def _place_implicit_self(code: types.CodeType, positional: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Argument names keeping the calling convention (stack slots, then live locals) while `self`
+    owns local slot 0: slot 0 takes self's name and receives the first argument's value, self comes
+    in as `___self`, and the prologue moves both values where they belong."""
+    self_name = _implicit_self(code)
+    if self_name is None or self_name not in positional or positional[0] == self_name:
+        return positional, []
+    first = positional[0]
+    k = positional.index(self_name)
+    names = [self_name, *positional[1:k], "___self", *positional[k + 1:]]
+    return names, [(self_name, first), ("___self", self_name)]
+
+
+def _load(code: types.CodeType, name: str, lineno: int) -> Instr:
+    if name in code.co_cellvars:
+        return Instr("LOAD_DEREF", CellVar(name), lineno=lineno)
+    return Instr("LOAD_FAST", name, lineno=lineno)
+
+
+def _store(code: types.CodeType, name: str, lineno: int) -> Instr:
+    if name in code.co_cellvars:
+        return Instr("STORE_DEREF", CellVar(name), lineno=lineno)
+    return Instr("STORE_FAST", name, lineno=lineno)
+
+
+def _assemble(code: types.CodeType, target: int, slots: Sequence[Any], argnames: list[str],
+              moves: list[tuple[str, str]], name: str, lineno: int, shift: int) -> tuple[types.CodeType, int]:
+    """One assembly; returns the code and how many bytes the prologue moved the original code by."""
     parsed = _parsed(code)
     bc = Bytecode(list(parsed))  # a new list of the same (never mutated) instructions
     bc._copy_attr_from(parsed)
@@ -251,42 +387,45 @@ def make_resume_code(code: types.CodeType, offset: int, nstack: int, live_locals
     positions = _listing(code).instrs
     if len(real) != len(positions):
         raise AssertionError(f"{code.co_name}: bytecode and dis disagree ({len(real)} != {len(positions)})")
-    target_index = next(n for n, ins in zip(real, positions) if ins.offset == offset)
     label = Label()
-    bc.insert(target_index, label)
+    bc.insert(next(n for n, ins in zip(real, positions) if ins.offset == target), label)
 
-    lineno = line_of(code, offset) or code.co_firstlineno
     prologue: list[Any] = []
     for item in bc:
         if isinstance(item, Instr) and item.name in _PREFIX_OPS:
             prologue.append(item)
         elif isinstance(item, Instr):
             break
-    for slot in range(nstack):
-        if slot in null_slots:
+    for src, dst in moves:
+        prologue += [_load(code, src, lineno), _store(code, dst, lineno)]
+    for slot in slots:
+        if slot is None:
             prologue.append(Instr("PUSH_NULL", lineno=lineno))
+        elif isinstance(slot, _LastI):
+            # CPython pushes the raising instruction's index in code units; RERAISE restores it.
+            prologue.append(Instr("LOAD_CONST", (slot.offset + shift) // 2, lineno=lineno))
         else:
-            prologue.append(Instr("LOAD_FAST", f"___stack{slot}", lineno=lineno))
+            prologue.append(Instr("LOAD_FAST", slot, lineno=lineno))
     prologue.append(Instr("JUMP_FORWARD", label, lineno=lineno))
 
     new = Bytecode(prologue + list(bc))
     new._copy_attr_from(bc)
-    new.argnames = [*stack_args, *live_locals]
-    new.argcount = len(new.argnames)
+    new.argnames = argnames
+    new.argcount = len(argnames)
     new.posonlyargcount = 0
     new.kwonlyargcount = 0
     new.flags = new.flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
-    new.name = resume_name(code, offset)
-    new.qualname = new.name
+    new.name = name
+    new.qualname = name
     new.docstring = parsed.docstring
     # The try regions were skipped by the prologue's jump, so the library would see them as dead and
     # write nonsense depths (a segfault in the handler). The stack at the target is the original's,
     # so the original depths and stack size stay correct (notes/recipes.md, section 3).
-    result = new.to_code(stacksize=code.co_stacksize + nstack, compute_exception_stack_depths=False)
-    _resume_cache[key] = result
-    log.artifact("bytecode", lambda: f"resume {code.co_name} at offset {offset} "
-                 f"({code.co_filename}:{lineno}):\n{render_code(result)}")
-    return result
+    result = new.to_code(stacksize=code.co_stacksize + len(slots), compute_exception_stack_depths=False)
+    # Everything after the prologue keeps its encoding (3.11 jumps are relative), so the original's
+    # first real instruction tells how far the prologue moved the code.
+    first_after = _listing(result).instrs[len(prologue)].offset
+    return result, first_after - positions[0].offset
 
 
 def make_function(code: types.CodeType, globals: dict[str, Any],

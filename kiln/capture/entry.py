@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from kiln import config
-from kiln.capture.guards import CheckFn, Guard, compile_guards
+from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, compile_guards
 from kiln.capture.options import COMPILED_MARKER, ORIGINAL_ATTR, CompileOptions
 from kiln.debug import log
 from kiln.errors import GraphBreakError, Unsupported
@@ -56,6 +56,10 @@ class CacheEntry:
     check: CheckFn
     glue: Callable[[dict, dict, Any], Any]
     result: Any  # the CaptureResult it came from (graphs, guards, breaks, glue_source)
+    check_fn: Callable[[dict, dict, Any], bool] = field(init=False)  # check.fn, one load less per call
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "check_fn", self.check.fn)
 
 
 @dataclass(frozen=True)
@@ -228,11 +232,18 @@ def compile_function(fn: Any, options: CompileOptions, capture: CaptureFn | None
     bind = frame.bind
     stats = STATS
 
-    # The hot path: kept to a closure over locals, since every attribute load here is per call.
+    # The hot path: a closure over locals (every attribute load here is paid per call), with the
+    # all-positional binding inlined; the binder handles keywords, defaults and methods.
+    names = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+    plain = not has_self and bind.__name__ == "bind"
+
     def compiled(*args: Any, **kwargs: Any) -> Any:
-        L = bind(args, kwargs)
+        if plain and not kwargs and len(args) == len(names):
+            L = dict(zip(names, args))
+        else:
+            L = bind(args, kwargs)
         for entry in entries:
-            if entry.check.fn(L, G, fn):
+            if entry.check_fn(L, G, fn):
                 stats.cache_hits += 1
                 return entry.glue(L, G, fn)
         return frame.miss(args, kwargs, L)
@@ -306,16 +317,16 @@ class _Frame:
     def log_recompile(self, failure: tuple[Guard, str] | None, L: dict, G: dict, F: Any) -> None:
         if failure is None or not log.enabled("recompiles"):
             return
-        decision = self.note_dynamic(failure, L, G, F, explain=True)
+        decision = self.dynamic_decision(failure, L, G, F)
         text = f"Recompiling {self.name} ({where(self.fn)}): {failure[1]}"
         if decision:
             text += f"; {decision}"
         log.artifact("recompiles", text)
 
-    def note_dynamic(self, failure: tuple[Guard, str] | None, L: dict, G: dict, F: Any, *, explain: bool) -> str | None:
+    def dynamic_decision(self, failure: tuple[Guard, str], L: dict, G: dict, F: Any) -> str | None:
         """What automatic dynamic will do about the size or int whose guard failed, in words."""
         policy = self.cache.policy
-        if not explain or failure is None or policy is None:
+        if policy is None:
             return None
         guard = failure[0]
         if guard.kind not in ("check_tensor", "check_value"):
@@ -343,7 +354,7 @@ class _Frame:
             result = capture(fn, L, options, self.wrap_frame, policy=cache.policy)
             if result.breaks and options.fullgraph:
                 raise GraphBreakError(str(result.breaks[0]))
-            check = compile_guards(result.guards)
+            check = compile_guards(with_entry_guards(result.guards, L, fn.__globals__, fn))
             if not check.fn(L, fn.__globals__, fn):
                 # Otherwise every call would recompile: a tracer bug, reported as an internal error.
                 failure = check.first_failure(L, fn.__globals__, fn)
@@ -391,6 +402,25 @@ class _Frame:
     def notify(self, event: CaptureEvent) -> None:
         for observer in list(_OBSERVERS):
             observer(event)
+
+
+def with_entry_guards(guards: list[Guard], L: dict, G: dict, F: Any) -> list[Guard]:
+    """The capture's guards plus the two the entry adds to every capture: the global state
+    (default dtype, autocast) and one check_aliasing guard over every tensor guarded (which of them
+    were the same object must stay so: torch.compile's duplicate-input / no-aliasing guards)."""
+    guards = list(guards)
+    if not any(g.kind == "check_global_state" for g in guards):
+        guards.append(Guard("", "check_global_state", GlobalState.now()))
+    sources = list(dict.fromkeys(g.source for g in guards if g.kind == "check_tensor"))
+    if len(sources) < 2:
+        return guards
+    env = {"L": L, "G": G, "F": F}
+    try:
+        values = [eval(src, env) for src in sources]
+    except Exception:  # a source that cannot be read fails its own guard just after; nothing to add
+        return guards
+    alias = aliasing_guard(sources, values)
+    return guards + ([alias] if alias is not None else [])
 
 
 def _note_inputs(policy: Any, guards: list[Guard], L: dict, G: dict, F: Any) -> None:

@@ -109,13 +109,14 @@ class GlueBuilder:
         """Close and compile the graph, and exec the glue source; returns (glue, source, graph)."""
         head: list[str] = []
         compiled = None
-        if self.output.has_ops() or self.outputs:
-            if not self.output.has_ops() and any(n.op != "placeholder" for n in self.outputs):
-                raise AssertionError("graph outputs without ops")
-            compiled = self.output.compile(self.outputs, compiler, graph_name)
+        self.output.close(self.outputs)
+        if self.output.has_ops():
+            compiled = self.output.compile(compiler, graph_name)
             self.namespace[f"__{graph_name}"] = compiled.fn
             args = ", ".join(compiled.inputs)
             head.append(f"__out = __{graph_name}({args})")
+        elif any(n.op != "placeholder" for n in self.outputs):
+            raise AssertionError("the glue reads graph outputs of a graph without ops")
         body = head + self.lines
         glue_name = f"__glue_{self.name}"
         source = f"def {glue_name}(L, G, F):\n" + "".join(f"    {line}\n" for line in body)
@@ -144,7 +145,6 @@ class ResumeFunctions:
         code = self.fn.__code__
         null_slots = [i for i, v in enumerate(stack) if isinstance(v, NullVariable)]
         resume_code = code_mod.make_resume_code(code, offset, len(stack), list(live), null_slots=null_slots)
-        log.artifact("bytecode", lambda: "resume function:\n" + code_mod.render_code(resume_code))
         args = [glue.reconstruct(v) for v in stack if not isinstance(v, NullVariable)]
         args += [glue.reconstruct(v) for v in live_values]
         if self.fn.__closure__ is None:
@@ -174,9 +174,6 @@ class _PerClosure:
         return made[1]
 
 
-def unsupported_reconstruct(what: str) -> Unsupported:
-    return Unsupported(f"cannot rebuild {what} after a graph break", kind="reconstruct")
-
 
 # --------------------------------------------------------------------------- finishing a capture
 
@@ -186,6 +183,32 @@ _BRANCHES = frozenset({"POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", 
 _BACKWARD = frozenset({"JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "POP_JUMP_BACKWARD_IF_TRUE",
                        "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE"})
 _graph_ids = itertools.count()
+_COMPARE_TEXT = {"<": "<", "<=": "<=", "==": "==", "!=": "!=", ">": ">", ">=": ">="}
+
+
+def _format_value(ins: dis.Instruction, args: list[str]) -> str:
+    conversion = {0: "", 1: "str", 2: "repr", 3: "ascii"}[ins.arg & 0x03]
+    value = f"{conversion}({args[0]})" if conversion else args[0]
+    return f"format({value}, {args[1]})" if ins.arg & 0x04 else f"format({value})"
+
+
+# Instructions the glue can run natively as one Python statement when they are the break:
+# name -> (values popped, values pushed, the statement over the popped values' expressions).
+NATIVE_INSTRUCTIONS: dict[str, tuple[Callable[[dis.Instruction], int], int, Callable[[dis.Instruction, list[str]], str]]] = {
+    "BINARY_SUBSCR": (lambda i: 2, 1, lambda i, a: f"{a[0]}[{a[1]}]"),
+    "BINARY_OP": (lambda i: 2, 1, lambda i, a: f"{a[0]} {i.argrepr.rstrip('=')} {a[1]}"),
+    "COMPARE_OP": (lambda i: 2, 1, lambda i, a: f"{a[0]} {_COMPARE_TEXT[i.argval]} {a[1]}"),
+    "CONTAINS_OP": (lambda i: 2, 1, lambda i, a: f"{a[0]} {'not in' if i.arg else 'in'} {a[1]}"),
+    "UNARY_NEGATIVE": (lambda i: 1, 1, lambda i, a: f"-{a[0]}"),
+    "UNARY_POSITIVE": (lambda i: 1, 1, lambda i, a: f"+{a[0]}"),
+    "UNARY_INVERT": (lambda i: 1, 1, lambda i, a: f"~{a[0]}"),
+    "UNARY_NOT": (lambda i: 1, 1, lambda i, a: f"not {a[0]}"),
+    "LOAD_ATTR": (lambda i: 1, 1, lambda i, a: f"{a[0]}.{i.argval}"),
+    "GET_ITER": (lambda i: 1, 1, lambda i, a: f"iter({a[0]})"),
+    "FORMAT_VALUE": (lambda i: 2 if i.arg & 0x04 else 1, 1, _format_value),
+    "STORE_SUBSCR": (lambda i: 3, 0, lambda i, a: f"{a[1]}[{a[2]}] = {a[0]}"),
+    "STORE_ATTR": (lambda i: 2, 0, lambda i, a: f"{a[1]}.{i.argval} = {a[0]}"),
+}
 
 
 def _in_loop(code: types.CodeType, offset: int) -> bool:
@@ -215,7 +238,8 @@ def check_breakable(root: Any, exc: Unsupported, record: Any) -> None:
     native call out of its exception handler).
     """
     ins = root.current
-    if ins.opname not in _CALLS and not (ins.opname in _BRANCHES and exc.kind == "data_dependent_branch"):
+    native = ins.opname in _CALLS or ins.opname in NATIVE_INSTRUCTIONS
+    if not native and not (ins.opname in _BRANCHES and exc.kind == "data_dependent_branch"):
         raise exc
     where = f"{record.filename}:{record.lineno}"
     if _in_loop(root.code, ins.offset):
@@ -362,6 +386,28 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
         result = glue.fresh("result")
         glue.line(f"{result} = {callee}({', '.join(parts)})")
         glue.line(f"return {resumes.expression(glue, after, below + [_Named(result)], live, values)}")
+    elif ins.opname in NATIVE_INSTRUCTIONS:
+        n_in, n_out, render = NATIVE_INSTRUCTIONS[ins.opname]
+        count = n_in(ins)
+        below = stack[: len(stack) - count]
+        for v in below:
+            if not isinstance(v, NullVariable):
+                glue.reconstruct(v)
+        args = [glue.reconstruct(v) for v in stack[len(stack) - count:]]
+        live, values = _live_values(root, code_mod.live_locals_at(code, after))
+        _grad_line(glue, state)
+        pushed: list[Any] = []
+        if n_out:
+            result = glue.fresh("result")
+            if ins.opname == "BINARY_OP" and ins.argrepr.endswith("="):
+                glue.line(f"{result} = {args[0]}")  # `a op= b` calls the in-place method of a
+                glue.line(f"{result} {ins.argrepr} {args[1]}")
+            else:
+                glue.line(f"{result} = {render(ins, args)}")
+            pushed.append(_Named(result))
+        else:
+            glue.line(render(ins, args))
+        glue.line(f"return {resumes.expression(glue, after, below + pushed, live, values)}")
     else:
         cond = stack[-1]
         below = stack[:-1]

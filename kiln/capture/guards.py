@@ -79,7 +79,9 @@ class TensorSpec:
     @staticmethod
     def of(t: torch.Tensor, dynamic_dims: Iterable[int] = ()) -> "TensorSpec":
         """The spec of a real tensor, with the sizes in `dynamic_dims` (and strides built from them) free."""
-        dynamic = set(dynamic_dims)
+        # A size of 0 or 1 is specialized by the ShapeEnv even in a dynamic dim (seams: create_symbol),
+        # so the graph assumed it and the guard must check it.
+        dynamic = {d for d in dynamic_dims if t.shape[d] not in (0, 1)}
         sizes = tuple(None if d in dynamic else s for d, s in enumerate(t.shape))
         strides: tuple[int | None, ...] = ()
         links: list[tuple[int, int]] = []
@@ -142,14 +144,19 @@ class Emitter:
     """Binds the constants that generated code refers to (types, objects, dtypes) to fresh names."""
 
     def __init__(self) -> None:
-        self.constants: dict[str, Any] = {"___grad_enabled": torch.is_grad_enabled}
-        self._by_id: dict[int, str] = {}
+        self.constants: dict[str, Any] = {"___grad_enabled": torch.is_grad_enabled,
+                                          "___default_dtype": torch.get_default_dtype,
+                                          "___any_autocast": torch._C._is_any_autocast_enabled}
+        self._names: dict[Any, str] = {}
 
     def bind(self, obj: Any) -> str:
-        name = self._by_id.get(id(obj))
+        # By identity (check_id compares with `is`), except devices: each tensor hands out a new
+        # but equal torch.device, compared with ==, and one name per device reads better.
+        key = ("device", str(obj)) if isinstance(obj, torch.device) else id(obj)
+        name = self._names.get(key)
         if name is None:
-            name = f"___c{len(self._by_id)}"
-            self._by_id[id(obj)] = name
+            name = f"___c{len(self._names)}"
+            self._names[key] = name
             self.constants[name] = obj
         return name
 
@@ -227,6 +234,75 @@ def check_grad_mode(expected: bool, name: str, em: Emitter) -> list[Check]:
                   lambda v: f"grad mode changed (was {state[bool(expected)]} when compiled, now {state[not expected]})")]
 
 
+@dataclass(frozen=True)
+class GlobalState:
+    """Process-wide settings a traced graph bakes in besides grad mode (source "")."""
+
+    default_dtype: torch.dtype
+    autocast: bool
+
+    @staticmethod
+    def now() -> "GlobalState":
+        return GlobalState(torch.get_default_dtype(), torch._C._is_any_autocast_enabled())
+
+    def __str__(self) -> str:
+        return f"default dtype {self.default_dtype}, autocast {'on' if self.autocast else 'off'}"
+
+
+@guard_kind
+def check_global_state(expected: GlobalState, name: str, em: Emitter) -> list[Check]:
+    # Factories without a dtype follow the default dtype, and autocast changes the dtype of every
+    # matmul: a graph traced under other settings computes something else.
+    return [
+        Check(f"___default_dtype() is {em.bind(expected.default_dtype)}",
+              lambda env: f"the default dtype changed from {expected.default_dtype} to {torch.get_default_dtype()}"),
+        Check(f"___any_autocast() is {expected.autocast}",
+              lambda env: f"autocast was turned {'off' if expected.autocast else 'on'}"),
+    ]
+
+
+@guard_kind
+def check_aliasing(groups: tuple[tuple[str, ...], ...], name: str, em: Emitter) -> list[Check]:
+    """Which tensor inputs are the same object: `groups` partitions their sources (source "")."""
+    # A graph captured with two distinct tensors must not run on one tensor passed twice (nor the
+    # reverse): after functionalization an in-place update of one would not show in the other.
+    def text(src: str) -> str:  # Check.code is a format string over {v}
+        return src.replace("{", "{{").replace("}", "}}")
+
+    checks = []
+    for group in groups:
+        for other in group[1:]:
+            checks.append(Check(f"{text(group[0])} is {text(other)}", lambda env, a=group[0], b=other:
+                                f"{user_name(a)} and {user_name(b)} are no longer the same tensor"))
+    firsts = [group[0] for group in groups]
+
+    def why_distinct(env: dict) -> str:
+        seen: dict[int, str] = {}
+        for src in firsts:
+            value = eval(src, env)
+            if id(value) in seen:
+                return f"{user_name(seen[id(value)])} and {user_name(src)} are now the same tensor"
+            seen[id(value)] = src
+        return "tensor inputs alias differently"
+
+    if len(firsts) == 2:
+        checks.append(Check(f"{text(firsts[0])} is not {text(firsts[1])}", why_distinct))
+    elif len(firsts) > 2:
+        ids = ", ".join(f"id({text(f)})" for f in firsts)
+        checks.append(Check(f"len({{{{{ids}}}}}) == {len(firsts)}", why_distinct))
+    return checks
+
+
+def aliasing_guard(sources: Sequence[str], values: Sequence[Any]) -> Guard | None:
+    """The check_aliasing guard for tensors `values` read at `sources` (None when fewer than two)."""
+    groups: dict[int, list[str]] = {}
+    for src, value in zip(sources, values):
+        groups.setdefault(id(value), []).append(src)
+    if len(sources) < 2:
+        return None
+    return Guard("", "check_aliasing", tuple(tuple(g) for g in groups.values()))
+
+
 @guard_kind
 def check_shape(expected: Any, name: str, em: Emitter) -> list[Check]:
     # The source of a shape guard is its own Python text (over L, G, F); it reads no `{v}`.
@@ -239,8 +315,7 @@ def check_tensor(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
         Check(f"type({{v}}) is {em.bind(spec.type)}",
               lambda v: f"{name} changed type from {_tname(spec.type)} to {_tname(type(v))}"),
         Check(f"{{v}}.dtype is {em.bind(spec.dtype)}", lambda v: f"{name}.dtype changed from {spec.dtype} to {v.dtype}"),
-        Check(f"{{v}}.device == {em.bind(spec.device)}",
-              lambda v: f"{name}.device changed from {spec.device} to {v.device}"),
+        Check(_device_code(spec.device, em), lambda v: f"{name}.device changed from {spec.device} to {v.device}"),
         Check(f"{{v}}.requires_grad is {spec.requires_grad}",
               lambda v: f"{name}.requires_grad changed from {spec.requires_grad} to {v.requires_grad}"),
         Check(f"{{v}}.layout is {em.bind(spec.layout)}",
@@ -255,6 +330,15 @@ def check_tensor(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
         checks.append(Check(f"{{v}}.is_conj() is {spec.conj} and {{v}}.is_neg() is {spec.neg}",
                             lambda v: f"{name} conjugate/negative view bits changed"))
     return checks
+
+
+def _device_code(device: torch.device, em: Emitter) -> str:
+    # `t.device` builds a new torch.device on every read; the boolean properties do not.
+    if device.type == "cpu":
+        return "{v}.is_cpu"
+    if device.type == "cuda" and device.index is not None:
+        return f"{{v}}.is_cuda and {{v}}.get_device() == {device.index}"
+    return f"{{v}}.device == {em.bind(device)}"
 
 
 def _sizes_check(spec: TensorSpec, name: str) -> Check:
@@ -339,7 +423,7 @@ class CheckFn:
                 except Exception as exc:  # a missing attribute or key is itself the change
                     return guard, f"{guard.name} could not be read ({type(exc).__name__}: {exc})"
             else:
-                value = None
+                value = env  # a guard over no one value (grad mode, aliasing) reads the whole frame
             for check in checks:
                 try:
                     ok = eval(check.code.format(v="___value"), {**env, "___value": value})
@@ -384,8 +468,11 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = ()) ->
     unique: dict[tuple, Guard] = {}
     for guard in list(guards) + [shape_guard(g) for g in shape_guards]:
         unique.setdefault(guard.key(), guard)
-    ordered = [g for g in unique.values() if g.kind != "check_shape"]
-    ordered += [g for g in unique.values() if g.kind == "check_shape"]
+    # Guards relating several values come after the guards that check each value's type.
+    last = ("check_aliasing", "check_shape")
+    ordered = [g for g in unique.values() if g.kind not in last]
+    for kind in last:
+        ordered += [g for g in unique.values() if g.kind == kind]
 
     em = Emitter()
     hoisted: dict[str, str] = {}  # source expression -> local name, in order of first use
@@ -406,6 +493,8 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = ()) ->
             value = hoisted[guard.source]
         condition = " and ".join(f"({c.code.format(v=value)})" if " or " in c.code else c.code.format(v=value)
                                  for c in checks)
+        if not guard.source:  # a guard over several sources (aliasing) reads them through their locals
+            condition = _rewrite(condition, hoisted)
         lines.append(f"if not ({condition}): return False  # {guard.kind} {user_name(guard.source)}")
 
     body = "\n".join("        " + line for line in lines) or "        pass"

@@ -138,20 +138,25 @@ class OutputGraph:
 
     # ------------------------------------------------------------------------------ closing
     def has_ops(self) -> bool:
-        return any(n.op in ("call_function", "call_method", "call_module") for n in self.graph.nodes)
+        """Whether the graph computes anything (grad-mode switches alone do not count)."""
+        return any(n.op in ("call_function", "call_method", "call_module")
+                   and n.target is not torch._C._set_grad_enabled for n in self.graph.nodes)
 
-    def compile(self, outputs: Sequence[torch.fx.Node], compiler: Callable[..., Any] | None,
-                name: str) -> CompiledGraph:
-        """Close the graph with `outputs` (a tuple), drop dead code, and compile it with the backend."""
+    def close(self, outputs: Sequence[torch.fx.Node]) -> None:
+        """Add the output node (a tuple of `outputs`) and drop the ops nothing needs."""
         self.graph.output(tuple(outputs))
         _eliminate_dead_code(self.graph)
+
+    def compile(self, compiler: Callable[..., Any] | None, name: str) -> CompiledGraph:
+        """Hand the closed graph to the backend; returns it with the expressions of its inputs."""
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name=name)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         by_name = {i.node_name: i for i in self.inputs}
         inputs = tuple(by_name[p.name].source for p in placeholders)
         examples = [p.meta["example_value"] for p in placeholders]
         fn = gm if compiler is None else compiler(gm, examples)
-        return CompiledGraph(gm, fn, inputs, len(outputs))
+        n_outputs = len(next(n for n in gm.graph.nodes if n.op == "output").args[0])
+        return CompiledGraph(gm, fn, inputs, n_outputs)
 
 
 _IMPURE = {torch._C._set_grad_enabled, operator.setitem}

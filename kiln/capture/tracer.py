@@ -1,12 +1,11 @@
 """The tracer: a symbolic CPython 3.11 interpreter that turns one frame into an FX graph plus glue.
 
-`capture_frame` runs the frame's bytecode over Variables (kiln/capture/variables) with the opcode
-table of kiln/capture/opcodes; tensors are FakeTensors and every op is recorded in the OutputGraph.
-User functions, methods and modules are inlined by child tracers sharing the same graph. When an
-instruction cannot be traced, the capture restarts and stops just before the root-frame instruction
-that led to it; that instruction becomes the graph break (breaks.py, glue.py, code.py). Input: the
-function and its bound arguments; output: a CaptureResult. Corresponds to
-torch/_dynamo/symbolic_convert.py (InstructionTranslator) and convert_frame.py.
+`capture_frame` runs the frame's bytecode over Variables with the opcode table; tensors are
+FakeTensors and every op is recorded in the OutputGraph. User functions, methods and modules are
+inlined by child tracers sharing the graph. When an instruction cannot be traced, the capture
+restarts and stops just before the root-frame instruction that led to it, which becomes the graph
+break (glue.py builds it). Input: a function and its bound arguments; output: a CaptureResult.
+Corresponds to torch/_dynamo/symbolic_convert.py (InstructionTranslator) and convert_frame.py.
 """
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ import torch.fx
 from kiln import config
 from kiln.capture import code as code_mod
 from kiln.capture.breaks import BreakRecord, make_break_record
-from kiln.capture.guards import Guard, shape_guard
+from kiln.capture.guards import Guard
 from kiln.capture.opcodes import OPCODES
 from kiln.capture.output_graph import OutputGraph
 from kiln.capture.side_effects import SideEffects
@@ -38,7 +37,7 @@ from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_stru
 from kiln.capture.variables.slice import SliceVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
-from kiln.capture.variables.user_object import ObjectVariable, SuperVariable
+from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable, SuperVariable
 from kiln.debug import log
 from kiln.errors import GraphBreakError, Unsupported
 
@@ -229,6 +228,9 @@ class Tracer:
                                   kind="unsupported")
             self.side_effects.store_attr(obj.module, obj, name, value)
             return
+        if isinstance(obj, NewObjectVariable):
+            obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
+            return
         if isinstance(obj, ObjectVariable) and not isinstance(obj.value, (type, types.ModuleType)):
             kind = type(obj.value)
             if not bypass and (kind.__setattr__ is not object.__setattr__ or
@@ -246,9 +248,6 @@ class Tracer:
             return int(var.specialize())
         value = var.as_constant()
         return operator.index(value)
-
-    def size_hint_int(self, var: Variable) -> int:
-        return self.as_int(var)
 
     def global_source(self, name: str) -> GlobalSource:
         if self.f_globals is self.state.fn.__globals__:
@@ -315,6 +314,9 @@ class Tracer:
                 return ListVariable(items)
             kind = type(example) if (is_structseq_type(type(example)) or type(example) is torch.Size) else tuple
             return TupleVariable(items, kind)
+        if isinstance(example, (str, bytes)):
+            # A string made from fakes would print the fake, not the tensor: run it natively.
+            raise Unsupported("turning a tensor into a string", kind="format_tensor")
         if example is None or is_constant_value(example):
             return ConstantVariable(example)
         raise Unsupported(f"an op returned {type(example).__name__}", kind="unsupported")

@@ -81,7 +81,7 @@ def key_of(func: Any, args: tuple, kwargs: dict) -> Hashable | None:
 
 def _append_key(parts: list[Any], a: Any) -> bool:
     if isinstance(a, torch.Tensor):
-        if a._has_symbolic_sizes_strides:
+        if a._has_symbolic_sizes_strides or a.layout != torch.strided:
             return False
         dtype = a.dtype
         device = a.fake_device if type(a) is FakeTensor else a.device

@@ -35,7 +35,11 @@ def from_real(mode: "FakeTensorMode", t: torch.Tensor, *, source: str | None = N
         return memo
     _check_convertible(t)
     dims = _check_dynamic_dims(mode, t, source, dynamic_dims)
-    if t._is_view() and t._base is not None and not dims:
+    if t.layout != torch.strided:
+        # Sparse tensors keep their structure (indices, values, nnz) as meta tensors; nnz is
+        # part of their metadata, so it is known without data.
+        fake = FakeTensor(mode, _sparse_meta(t), normalize_device(t.device), t.requires_grad)
+    elif t._is_view() and t._base is not None and not dims:
         fake = _view_of_fake_base(mode, t, source)
     else:
         meta = _meta_like(mode, t, source, dims)
@@ -50,8 +54,25 @@ def from_real(mode: "FakeTensorMode", t: torch.Tensor, *, source: str | None = N
     return fake
 
 
+def _sparse_meta(t: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        if t.layout == torch.sparse_coo:
+            # .to("meta") drops a COO tensor's entries (nnz becomes 0); rebuild from its parts.
+            return torch.sparse_coo_tensor(t._indices().to(_META), t._values().to(_META), t.shape,
+                                           check_invariants=False, is_coalesced=t.is_coalesced())
+        # Compressed layouts lose their entries through .to("meta") too.
+        if t.layout in (torch.sparse_csr, torch.sparse_bsr):
+            compressed, plain = t.crow_indices(), t.col_indices()
+        else:
+            compressed, plain = t.ccol_indices(), t.row_indices()
+        return torch.sparse_compressed_tensor(
+            compressed.to(_META), plain.to(_META), t.values().to(_META), t.shape,
+            layout=t.layout, check_invariants=False)
+
+
 def _check_convertible(t: torch.Tensor) -> None:
-    if t.layout != torch.strided:
+    if t.layout not in (torch.strided, torch.sparse_coo, torch.sparse_csr, torch.sparse_csc,
+                        torch.sparse_bsr, torch.sparse_bsc):
         raise NotImplementedError(f"kiln.fake: tensors with layout {t.layout} cannot be made fake yet")
     if t.is_quantized or t.is_nested:
         raise NotImplementedError("kiln.fake: quantized and nested tensors cannot be made fake yet")

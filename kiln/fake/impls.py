@@ -116,6 +116,15 @@ def index_tensor(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -
     return run_meta(mode, func, args, kwargs)
 
 
+@register_fake_impl(aten._to_sparse.default, aten._to_sparse.sparse_dim, aten._to_sparse_csr.default,
+                    aten._to_sparse_csc.default, aten._to_sparse_bsr.default, aten._to_sparse_bsc.default)
+def to_sparse(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """A sparse tensor stores only the nonzeros of a dense one: how many is data."""
+    raise DataDependentOutputError(
+        str(func), f"converting to a sparse layout stores the nonzero entries, whose number "
+        f"depends on data a fake tensor does not have ({func})")
+
+
 @register_fake_impl(aten._unique2.default, aten.unique_dim.default, aten.unique_consecutive.default,
                     aten._unique.default, aten.unique_dim_consecutive.default)
 def unique(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
@@ -239,3 +248,49 @@ def geqrf(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
         a = torch.empty_strided(x.shape, strides, dtype=x.dtype, device=_META)
         tau = torch.empty(*batch, min(m, n), dtype=x.dtype, device=_META)
     return mode.wrap(a, x.fake_device), mode.wrap(tau, x.fake_device)
+
+
+@register_fake_impl(aten.histogram.bin_ct, aten.histogram.bins_tensor)
+def histogram(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """hist has one entry per bin, bin_edges one more; both in the input's dtype."""
+    x = args[0]
+    bins = args[1] if len(args) > 1 else kwargs.get("bins", 100)
+    edges = bins.shape[0] if isinstance(bins, torch.Tensor) else bins + 1
+    with mode.kernel_invocation(symbolic=False):
+        hist = torch.empty((edges - 1,), dtype=x.dtype, device=_META)
+        bin_edges = torch.empty((edges,), dtype=x.dtype, device=_META)
+    return mode.wrap(hist, x.fake_device), mode.wrap(bin_edges, x.fake_device)
+
+
+@register_fake_impl(aten._histogramdd_bin_edges.default)
+def histogramdd_bin_edges(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """One edges tensor per dimension of the samples' last axis, bins[d] + 1 long."""
+    x, bins = args[0], args[1]
+    with mode.kernel_invocation(symbolic=False):
+        edges = [torch.empty((b + 1,), dtype=x.dtype, device=_META) for b in bins]
+    return [mode.wrap(e, x.fake_device) for e in edges]
+
+
+@register_fake_impl(aten._histogramdd_from_bin_cts.default, aten._histogramdd_from_bin_tensors.default)
+def histogramdd_from_bins(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    x, bins = args[0], args[1]
+    shape = [b.shape[0] - 1 if isinstance(b, torch.Tensor) else b for b in bins]
+    with mode.kernel_invocation(symbolic=False):
+        hist = torch.empty(shape, dtype=x.dtype, device=_META)
+    return mode.wrap(hist, x.fake_device)
+
+
+@register_fake_impl(aten.max_unpool2d.default)
+def max_unpool2d(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """CPU's kernel gives the output the input's suggested memory format; the meta kernel does not."""
+    from torch._prims_common import suggest_memory_format
+
+    from kiln.fake.mode import run_meta
+
+    out = run_meta(mode, func, args, kwargs)
+    fmt = suggest_memory_format(args[0])
+    if out.fake_device.type != "cpu" or fmt != torch.channels_last or out.dim() != 4:
+        return out
+    with mode.kernel_invocation(symbolic=out._has_symbolic_sizes_strides):
+        meta = torch.empty(out.shape, dtype=out.dtype, device=_META, memory_format=fmt)
+    return mode.wrap(meta, out.fake_device)

@@ -17,13 +17,13 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from kiln.debug import log
 from kiln.errors import MissingFakeImplError
-from kiln.fake import cache, convert, devices, impls
+from kiln.fake import bindings, cache, convert, impls
 from kiln.fake.devices import normalize_device
 from kiln.fake.tensor import FakeTensor
 
 aten = torch.ops.aten
 _META = torch.device("meta")
-_CPU = torch.device("cpu")
+_FAKE_KEY = torch._C._TorchDispatchModeKey.FAKE
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 # Ops that legitimately take tensors on different devices; the output follows the first argument.
@@ -76,27 +76,41 @@ class FakeTensorMode(TorchDispatchMode):
         # Registering as the FAKE infra mode makes C++ skip torch.cuda's lazy init for
         # `device="cuda"` factories (there is no driver to init on a CPU-only build) and keeps
         # this mode below any tracing mode pushed later, as torch's own fake mode is.
-        self._mode_key = torch._C._TorchDispatchModeKey.FAKE
+        self._mode_key = _FAKE_KEY
         self.shape_env = shape_env
         self.in_kernel = False
         self._real_to_fake: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._strategy: dict[Any, Callable[..., Any]] = {}
-        self._shims: list[devices.MissingDeviceShim] = []
+        # One entry per __enter__: the shim pushed with it and the fake mode it displaced, or
+        # None when the mode was already the active one (re-entering is then a no-op).
+        self._entered: list[tuple[bindings.BindingShim, Any] | None] = []
         _preimport()
 
     def __enter__(self) -> "FakeTensorMode":
-        if "cuda" not in devices.BUILT_DEVICE_TYPES:
-            shim = devices.MissingDeviceShim(self)
-            shim.__enter__()
-            self._shims.append(shim)
+        # The FAKE slot holds one mode: entering the active mode again is a no-op, and entering
+        # another one displaces it until exit (capture inside a fake-mode region, nested traces).
+        current = torch._C._get_dispatch_mode(_FAKE_KEY)
+        if current is self:
+            self._entered.append(None)
+            return self
+        if current is not None:
+            torch._C._unset_dispatch_mode(_FAKE_KEY)
+        shim = bindings.BindingShim(self)
+        shim.__enter__()
+        self._entered.append((shim, current))
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:
+        entry = self._entered.pop()
+        if entry is None:
+            return
+        shim, displaced = entry
         try:
             super().__exit__(*exc)
         finally:
-            if self._shims:
-                self._shims.pop().__exit__(*exc)
+            shim.__exit__(*exc)
+            if displaced is not None:
+                torch._C._set_dispatch_mode(displaced)
 
     def __repr__(self) -> str:
         return f"FakeTensorMode(shape_env={self.shape_env!r})"
@@ -148,12 +162,21 @@ class FakeTensorMode(TorchDispatchMode):
         return run_meta
 
     def _fakeify_inputs(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """Real tensors mixed into an op (module buffers, torch.tensor data) become constant fakes."""
-        if not _has_real_tensor(args) and not _has_real_tensor(kwargs.values()):
+        """Real tensors mixed into an op (module buffers, torch.tensor data) become fakes."""
+        if not _has_foreign_tensor(args, self) and not _has_foreign_tensor(kwargs.values(), self):
             return args, kwargs
-        conv = lambda x: self.from_real(x) if type(x) is torch.Tensor or type(x) is torch.nn.Parameter else x  # noqa: E731
-        return (tuple(_map_one_level(conv, args)),
-                dict(zip(kwargs.keys(), _map_one_level(conv, kwargs.values()))))
+        return (tuple(_map_one_level(self._own, args)),
+                dict(zip(kwargs.keys(), _map_one_level(self._own, kwargs.values()))))
+
+    def _own(self, x: Any) -> Any:
+        if isinstance(x, FakeTensor):
+            if x.fake_mode is not self:
+                raise RuntimeError("a fake tensor of another FakeTensorMode was used under this one; "
+                                   "convert real tensors with this mode's from_real instead")
+            return x
+        if isinstance(x, torch.Tensor):
+            return self.from_real(x)
+        return x
 
     # --------------------------------------------------------------------------- kernels
     def kernel_invocation(self, symbolic: bool) -> "_KernelInvocation":
@@ -248,6 +271,9 @@ def run_meta(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict) -> Any:
     except NotImplementedError as e:
         if "Meta" not in str(e) and "meta" not in str(e):
             raise
+        if "SparseMeta" in str(e) or "SparseCsrMeta" in str(e):
+            raise MissingFakeImplError(str(func), "PyTorch has no meta kernel for it on sparse "
+                                       "tensors, so it cannot run on fake sparse inputs.") from e
         return run_decomposed(mode, func, args, kwargs, cause=e)
     if key is not None:
         cache.store(key, out)
@@ -265,7 +291,10 @@ def run_decomposed(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict,
             str(func), f"It has no meta kernel and no decomposition; add a fake impl for it with "
             f"@register_fake_impl({func}) in kiln/fake/impls.py.") from cause
     log.debug("fake", lambda: f"{func}: no meta kernel, running its decomposition")
-    mode._strategy[func] = _decomposed_strategy(decomp)
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "Meta"):
+        # Only an op with no Meta kernel at all always takes this path; one whose kernel
+        # refused these particular arguments keeps trying its kernel first.
+        mode._strategy[func] = _decomposed_strategy(decomp)
     with mode:
         out = decomp(*args, **kwargs)
     if out is NotImplemented:
@@ -281,14 +310,15 @@ def _decomposed_strategy(decomp: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # ------------------------------------------------------------------------------ helpers
-def _has_real_tensor(values: Any) -> bool:
+def _has_foreign_tensor(values: Any, mode: FakeTensorMode) -> bool:
+    """Whether any tensor argument is not a fake of `mode` (a real tensor, another mode's fake)."""
     for a in values:
         if isinstance(a, torch.Tensor):
-            if not isinstance(a, FakeTensor):
+            if not isinstance(a, FakeTensor) or a.fake_mode is not mode:
                 return True
         elif isinstance(a, (list, tuple)):
             for b in a:
-                if isinstance(b, torch.Tensor) and not isinstance(b, FakeTensor):
+                if isinstance(b, torch.Tensor) and (not isinstance(b, FakeTensor) or b.fake_mode is not mode):
                     return True
     return False
 

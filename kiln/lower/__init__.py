@@ -22,7 +22,7 @@ from kiln.lower.decompose import decompose
 from kiln.lower.graph import lower_to_loop_ir, node_metas
 from kiln.lower.ir import LoopIR, format_ir, verify_ir
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, schedule
-from kiln.runtime import build
+from kiln.runtime import build, cache
 
 
 @dataclass
@@ -75,6 +75,20 @@ def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, graph)
 
 
+def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any]) -> str | None:
+    """A key for the whole compiled graph: its code, its inputs' metadata and Kiln's own sources.
+    Graphs with tensor constants are not cached (their values are not in the code)."""
+    if any(n.op == "get_attr" for n in gm.graph.nodes):
+        return None
+    parts = [gm.code, repr(sorted((k, repr(v)) for k, v in options.items())), cache.code_version()]
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            parts.append(f"{x.dtype}{tuple(map(str, x.shape))}{tuple(map(str, x.stride()))}{x.storage_offset()}")
+        else:
+            parts.append(f"{type(x).__name__}:{x}")
+    return cache.cache_key("\n".join(parts), (), "graph")
+
+
 def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
                   options: dict[str, Any] | None = None) -> CompiledGraph:
     """Fuse, generate C++, build (or load from the disk cache) and wrap one ATen graph."""
@@ -87,6 +101,16 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         now = time.perf_counter()
         timings[name] = now - start
         start = now
+
+    key = _graph_key(aten_gm, example_inputs, options)
+    cached = cache.load_graph(key) if key is not None else None
+    if cached is not None:
+        program, source, signatures, hints, flags = cached  # type: ignore[misc]
+        lib = build.load(source, flags) if signatures else None
+        fn, wrapper_source = make_wrapper(program, signatures, lib)
+        mark("cache_load")
+        log.artifact("output_code", lambda: f"// kernels\n{source}\n# wrapper\n{wrapper_source}")
+        return CompiledGraph(fn, source, wrapper_source, program, hints, timings, signatures, lib)
 
     gm = _copy_graph(aten_gm)
     metas = node_metas(gm, example_inputs)
@@ -109,6 +133,8 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     mark("build")
     fn, wrapper_source = make_wrapper(program, signatures, lib)
     mark("codegen_wrapper")
+    if key is not None:
+        cache.store_graph(key, (program, source, signatures, hints, flags))
     for hint in hints:
         log.artifact("perf_hints", hint)
     log.artifact("output_code", lambda: f"// kernels\n{source}\n# wrapper\n{wrapper_source}")

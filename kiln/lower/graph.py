@@ -80,6 +80,7 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) ->
     symbols: dict[str, tuple[int, int | None]] = {}
     position = 0
     outputs: list[Any] = []
+    output_spec = None
 
     def note_symbols(expr: sympy.Expr, pos: int, dim: int | None) -> None:
         if isinstance(expr, sympy.Symbol) and str(expr) not in symbols:
@@ -119,9 +120,15 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) ->
             if isinstance(env[node], TensorValue):
                 env[node] = _maybe_realize(ctx, env[node], node)
         elif node.op == "output":
-            for out in pytree.tree_leaves(node.args[0]) if not isinstance(node.args[0], (tuple, list)) else node.args[0]:
+            result = node.args[0]
+            # a single tensor result is returned as a 1-tuple (the seam's graphs always return tuples)
+            flat = not isinstance(result, (tuple, list)) or not any(isinstance(r, (tuple, list)) for r in result)
+            leaves, spec = pytree.tree_flatten(result)
+            output_spec = None if flat else pytree.treespec_dumps(spec)
+            for out in leaves:
                 outputs.append(_output(ctx, out, env, metas))
-    ir = LoopIR(tuple(ctx.buffers), tuple(outputs), symbols, seed_needed=ctx.random_offset != 0)
+    ir = LoopIR(tuple(ctx.buffers), tuple(outputs), symbols, seed_needed=ctx.random_offset != 0,
+                output_spec=output_spec)
     return ir, ctx.perf_hints
 
 

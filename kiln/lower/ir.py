@@ -322,6 +322,7 @@ class LoopIR:
     outputs: tuple[object, ...]  # BufferRef, SymExpr or a Python constant, one per graph output
     symbols: dict[str, tuple[int, int | None]]  # size symbol -> (input position, dim or None for SymInt)
     seed_needed: bool = False
+    output_spec: str | None = None  # pytree spec (treespec_dumps) when the outputs nest, else None
 
     def buffer(self, name: str) -> Buffer:
         for b in self.buffers:

@@ -33,6 +33,7 @@ class Kernel:
     inner: tuple[sympy.Expr, ...]
     blocks: tuple[Block, ...]
     local: frozenset[str] = frozenset()  # buffers kept in registers, never stored
+    scratch: frozenset[str] = frozenset()  # buffers kept in a per-thread row buffer, never in memory
 
     @property
     def nodes(self) -> tuple[Buffer, ...]:
@@ -221,7 +222,7 @@ def _mark_local(steps: list, ir: LoopIR) -> list:
         if not isinstance(step, Kernel):
             result.append(step)
             continue
-        local = set()
+        local, scratch = set(), set()
         for k, blk in enumerate(step.blocks):
             for n in blk.nodes:
                 if n.name in outputs:
@@ -232,5 +233,7 @@ def _mark_local(steps: list, ir: LoopIR) -> list:
                 in_registers = isinstance(n, Reduction) or blk.kind == "scalar"
                 if in_registers or all(r[1] == k for r in reads):
                     local.add(n.name)
-        result.append(Kernel(step.name, step.outer, step.inner, step.blocks, frozenset(local)))
+                elif step.outer and isinstance(n, Pointwise) and len(n.ranges) == len(step.outer) + len(step.inner):
+                    scratch.add(n.name)  # read by a later loop of the same outer point: one row suffices
+        result.append(Kernel(step.name, step.outer, step.inner, step.blocks, frozenset(local), frozenset(scratch)))
     return result

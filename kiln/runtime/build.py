@@ -2,7 +2,8 @@
 
 Flags follow notes/recipes.md section 6: -O3 -march=native -fopenmp for parallel vectorized loops,
 -fno-math-errno so math calls can vectorize (through glibc's libmvec, -lmvec) without -ffast-math's
-changes to NaN and infinity, and -fwrapv so integer overflow wraps as ATen's does. Built objects go
+changes to NaN and infinity, and -fwrapv so integer overflow wraps as ATen's does; sin/cos builtins are off so g++ cannot merge them
+into a scalar sincos call (see codegen/cpp.py). Built objects go
 through kiln.runtime.cache, and a loaded library is kept per path for the life of the process.
 """
 from __future__ import annotations
@@ -18,7 +19,8 @@ from kiln.runtime import cache
 
 COMPILER = os.environ.get("CXX", "g++")
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math",
-                                  "-fwrapv", "-shared", "-fPIC", "-std=c++17")
+                                  "-fwrapv", "-fno-builtin-sinf", "-fno-builtin-cosf", "-fno-builtin-sin",
+                                  "-fno-builtin-cos", "-shared", "-fPIC", "-std=c++17")
 LIBS: tuple[str, ...] = ("-lmvec", "-lm")
 
 _loaded: dict[str, ctypes.CDLL] = {}

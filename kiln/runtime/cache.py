@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import os
+import pickle
 import platform
 import subprocess
 import tempfile
@@ -67,3 +69,61 @@ def get_or_create(key: str, suffix: str, create: Callable[[str], None]) -> tuple
             os.unlink(tmp)
     log.artifact("cache", f"cache miss, built {path}")
     return path, False
+
+
+@functools.lru_cache(maxsize=None)
+def code_version() -> str:
+    """A hash of Kiln's lowering and runtime sources: a changed compiler must not reuse old graphs."""
+    import kiln.lower
+    h = hashlib.sha256()
+    for pkg in (os.path.dirname(kiln.lower.__file__), os.path.dirname(__file__)):
+        for root, _, files in sorted(os.walk(pkg)):
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    with open(os.path.join(root, name), "rb") as f:
+                        h.update(f.read())
+    return h.hexdigest()
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles ATen overloads (extern calls) by name; they are pybind objects pickle cannot copy."""
+
+    def persistent_id(self, obj: object) -> object:
+        if isinstance(obj, torch._ops.OpOverload):
+            return ("op", obj._schema.name, obj._overloadname)
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def persistent_load(self, pid: object) -> object:
+        _, name, overload = pid  # type: ignore[misc]
+        namespace, op = name.split("::")
+        return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
+
+
+def load_graph(key: str) -> object | None:
+    """A compiled graph stored by `store_graph` (its KernelProgram, source and signatures), if any."""
+    path = artifact_path(key, ".graph")
+    try:
+        with open(path, "rb") as f:
+            value = _Unpickler(f).load()
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError):
+        return None
+    log.artifact("cache", f"graph cache hit {path}")
+    return value
+
+
+def store_graph(key: str, value: object) -> None:
+    buffer = io.BytesIO()
+    try:
+        _Pickler(buffer).dump(value)
+        data = buffer.getvalue()
+    except Exception as e:  # an unpicklable constant or op: this graph is simply not cached
+        log.debug("runtime", f"graph not cached: {e}")
+        return
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    get_or_create(key, ".graph", write)

@@ -37,7 +37,7 @@ class FloorDiv(sympy.Function):
         if not divisor.is_Integer:
             # an exact quotient (8*s0 // (2*s0) is 4): sympy cancels monomials on division
             ratio = base / divisor
-            if not ratio.is_number and is_integral(ratio) or ratio.is_Integer:
+            if ratio.is_Integer or (not ratio.is_number and is_integral(ratio)):
                 return ratio
             return None
         if divisor <= 0:
@@ -62,7 +62,8 @@ class FloorDiv(sympy.Function):
 
 
 def int_symbol(name: str, *, size: bool) -> sympy.Symbol:
-    """A symbol for an integer; sizes are positive (nonnegative for unbacked ones, see ShapeEnv)."""
+    """A symbol for an integer; a size is also nonnegative (the >= 2 of backed sizes is a value
+    range kept by the ShapeEnv, not a sympy assumption, so that it can be narrowed and guarded)."""
     if size:
         return sympy.Symbol(name, integer=True, nonnegative=True)
     return sympy.Symbol(name, integer=True)
@@ -126,6 +127,11 @@ def canonical(cond: sympy.Basic) -> sympy.Basic:
         d = lhs - rhs
         if d.could_extract_minus_sign():
             d = -d
+        if not d.is_number:
+            # 4*s0 - 6 == 0 is 2*s0 - 3 == 0: a common factor says nothing (and hides duplicates)
+            content, primitive = d.as_content_primitive()
+            if content.is_Rational and content > 0:
+                d = primitive
         return cond.func(d, 0, evaluate=False) if not d.is_number else relation(
             "eq" if isinstance(cond, sympy.Eq) else "ne", d, sympy.Integer(0))
     # Normalize to "big - small (>= or >) 0".

@@ -84,7 +84,10 @@ class SymNode:
         # node never claims to be constant.
         if self.pytype is float:
             return False
-        e = self.expr
+        e = self._expr
+        if e.is_Integer or e is sympy.true or e is sympy.false:
+            return True
+        e = self.expr  # a learnt equality may have made it constant (s0 -> 5)
         return e is sympy.true or e is sympy.false or bool(e.is_Integer)
 
     def is_symbolic(self) -> bool:
@@ -103,7 +106,14 @@ class SymNode:
         return True if e is sympy.true else (False if e is sympy.false else None)
 
     def wrap_int(self, num: int) -> SymNode:
-        return SymNode(sympy.Integer(num), self.shape_env, int, num)
+        # torch wraps every int operand (strides, 1, 0) in a node; small ones are shared
+        cache = self.shape_env._int_nodes
+        node = cache.get(num)
+        if node is None:
+            node = SymNode(sympy.Integer(num), self.shape_env, int, num)
+            if -1024 <= num <= 1024:
+                cache[num] = node
+        return node
 
     def wrap_float(self, num: float) -> SymNode:
         return SymNode(sympy.Float(num), self.shape_env, float, num)
@@ -161,13 +171,14 @@ class SymNode:
         expr = env._op_cache.get(key)
         if expr is None:
             expr = build(*exprs)
-            if pytype is bool and expr is not sympy.true and expr is not sympy.false:
-                # Fold what the value ranges settle (s0 == 1 with s0 >= 2): the answer needs no
-                # guard, and a constant node lets torch's magic methods hand back a plain bool.
-                known = env._static_value(expr)
-                if known is not None:
-                    expr = sympy.true if known else sympy.false
             env._op_cache[key] = expr
+        if pytype is bool and expr is not sympy.true and expr is not sympy.false:
+            # Fold what is known (s0 == 1 with s0 >= 2, or a fact learnt since the expression was
+            # cached): the answer needs no guard, and a constant node lets torch's magic methods
+            # hand back a plain bool. _static_value is memoized, so this stays a dict lookup.
+            known = env._static_value(expr)
+            if known is not None:
+                expr = sympy.true if known else sympy.false
         return SymNode(expr, env, pytype, hint)
 
     def _num(self, other: SymNode) -> type:
@@ -405,10 +416,18 @@ class SymNode:
 
     # -- questions: each goes to the ShapeEnv, which answers and records a guard ----------------
 
+    # A constant stays constant whatever is learnt later, so `_expr` answers without the env: torch's
+    # magic methods call guard_int/guard_bool on every constant result to unwrap it.
     def guard_bool(self, file: builtins.str, line: int) -> bool:
+        e = self._expr
+        if e is sympy.true or e is sympy.false:
+            return e is sympy.true
         return bool(self.shape_env.evaluate(self))
 
     def guard_int(self, file: builtins.str, line: int) -> int:
+        e = self._expr
+        if e.is_Integer:
+            return int(e)
         return int(self.shape_env.evaluate(self))
 
     def guard_float(self, file: builtins.str, line: int) -> float:

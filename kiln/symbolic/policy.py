@@ -33,7 +33,8 @@ class _SeenInt:
 
 
 class DynamicPolicy:
-    """Sizes seen per input source of one code object, and the decisions they lead to."""
+    """Sizes seen per input source of one code object, and the decisions they lead to.
+    nn.Parameters are static whatever `dynamic` says, unless a dim of theirs is marked."""
 
     def __init__(self) -> None:
         self._tensors: dict[str, _SeenTensor] = {}
@@ -47,6 +48,10 @@ class DynamicPolicy:
         ndim = t.dim()
         if dynamic is False:
             return ()
+        if isinstance(t, torch.nn.Parameter):
+            # Weights keep their shapes from call to call; torch.compile keeps them static too
+            # (force_parameter_static_shapes) unless the user marks a dim explicitly.
+            static = static | (frozenset(range(ndim)) - marked_dynamic(t) - marked_maybe_dynamic(t))
         if dynamic is True or not config.assume_static_by_default:
             dims = [d for d in range(ndim) if d not in static]
             why = "dynamic=True" if dynamic is True else "assume_static_by_default is off"

@@ -82,10 +82,11 @@ class _Printer:
                 return f"1 / {self.wrap(base, _MUL + 1)}", _MUL
             # ** is right-associative and binds tighter than unary minus on its left
             return f"{self.wrap(base, _POW + 1)} ** {self.wrap(exp, _POW)}", _POW
+        # Python would read `2 * a % 3` right too, but `(2 * a) % 3` is what a person expects to see
         if isinstance(e, FloorDiv):
-            return f"{self.wrap(e.args[0], _MUL)} // {self.wrap(e.args[1], _MUL + 1)}", _MUL
+            return f"{self.wrap(e.args[0], _MUL + 1)} // {self.wrap(e.args[1], _MUL + 1)}", _MUL
         if isinstance(e, sympy.Mod):
-            return f"{self.wrap(e.args[0], _MUL)} % {self.wrap(e.args[1], _MUL + 1)}", _MUL
+            return f"{self.wrap(e.args[0], _MUL + 1)} % {self.wrap(e.args[1], _MUL + 1)}", _MUL
         if isinstance(e, (sympy.Min, sympy.Max)):
             name = "min" if isinstance(e, sympy.Min) else "max"
             return f"{name}({', '.join(self.text(a) for a in e.args)})", _ATOM

@@ -17,10 +17,13 @@ import torch
 
 from kiln.debug import log
 from kiln.errors import DataDependentOutputError, KilnError
-from kiln.symbolic.expr import (INF, Interval, UNKNOWN, bounds, canonical, decide, evaluate_at,
+from kiln.symbolic.expr import (INF, Interval, UNKNOWN, canonical, decide, evaluate_at,
                                 int_symbol, negate)
 from kiln.symbolic.node import SymNode
 from kiln.symbolic.render import render_python, render_words, user_words
+
+
+_ASK_PROVIDER = object()  # _record's default location: ask location_provider
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +94,8 @@ class ShapeEnv:
         self._version = 0  # bumps whenever ranges, facts or replacements change
         self._facts: dict[sympy.Basic, bool] = {}
         self._op_cache: dict[tuple, sympy.Basic] = {}
+        self._int_nodes: dict[int, SymNode] = {}
+        self._canonical: dict[sympy.Basic, sympy.Basic] = {}
         self._static_cache: dict[tuple[sympy.Basic, bool], tuple[bool | None, int]] = {}
         self._bounds_memo: dict[sympy.Expr, Interval] = {}
         self._oblivious_memo: dict[sympy.Expr, Interval] = {}
@@ -154,9 +159,10 @@ class ShapeEnv:
         log.artifact("dynamic", lambda: f"create_symbol {symbol} = {hint} for int {source}")
         return torch.SymInt(SymNode(symbol, self, int, hint))
 
-    def create_unbacked_symint(self, origin: str, *, size: bool = True) -> torch.SymInt:
-        """A value known only when the graph runs (nonzero's length, .item()). `size=True` assumes it
-        is >= 0, as for a length; a general integer passes size=False."""
+    def create_unbacked_symint(self, origin: str, *, size: bool = False) -> torch.SymInt:
+        """A value known only when the graph runs (nonzero's length, .item()). Nothing is assumed
+        about it unless `size=True`; a tensor made with it as a size records `u >= 0` (a runtime
+        assert, as torch._check_is_size does), which is all the meta kernels need."""
         symbol = self._new_symbol("u", size=size)
         self._origins[symbol] = origin
         self._ranges[symbol] = (0, INF) if size else UNKNOWN
@@ -199,6 +205,26 @@ class ShapeEnv:
             if not eval(guard.python, scope):
                 return guard
         return None
+
+    def describe(self) -> str:
+        """Readable state for logs and the debug dump: symbols, what was learnt, guards, asserts."""
+        lines = ["symbols:"]
+        for symbol in sorted(self._order, key=self._order.get):
+            lo, hi = self._ranges.get(symbol, UNKNOWN)
+            what = self._sources.get(symbol) or f"unbacked, from {self._origins.get(symbol)}"
+            hint = self._hints.get(symbol)
+            line = f"  {symbol} = {what}  hint={hint}  range=[{lo}, {hi}]"
+            if symbol in self._replacements:
+                line += f"  -> {self._replacements[symbol]}"
+            if symbol in self._constraints:
+                line += f"  ({self._constraints[symbol]})"
+            lines.append(line)
+        lines.append("guards:")
+        lines += [f"  {g.python}" + (f"  # {g.location}" if g.location else "") for g in self.guards]
+        if self.runtime_asserts:
+            lines.append("runtime asserts:")
+            lines += [f"  {a.words}" + (f"  # {a.location}" if a.location else "") for a in self.runtime_asserts]
+        return "\n".join(lines)
 
     def replace(self, expr: sympy.Basic) -> sympy.Basic:
         """expr with the substitutions learnt from equalities applied."""
@@ -246,7 +272,9 @@ class ShapeEnv:
         if e is sympy.true or e is sympy.false:
             value = e is sympy.true
         else:
-            canon = canonical(e)
+            canon = self._canonical.get(e)
+            if canon is None:
+                canon = self._canonical[e] = canonical(e)  # pure, so memoized for good
             value = self._facts.get(canon)
             if value is None:
                 if size_oblivious:
@@ -315,7 +343,7 @@ class ShapeEnv:
 
     # -- recording -----------------------------------------------------------------------------
 
-    def _record(self, fact: sympy.Basic, location: str | None | bool = True) -> None:
+    def _record(self, fact: sympy.Basic, location: str | None | object = _ASK_PROVIDER) -> None:
         canon = canonical(self.replace(fact))
         if isinstance(canon, sympy.And):
             for part in canon.args:  # one guard per conjunct: each reads (and fails) on its own
@@ -325,7 +353,7 @@ class ShapeEnv:
             return
         if canon is sympy.false:
             raise AssertionError(f"kiln.symbolic: recording a guard that is false at the example: {fact}")
-        where = self.location_provider() if location is True else location
+        where = self.location_provider() if location is _ASK_PROVIDER else location
         self._learn(canon, where)
         self._facts[canon] = True
         self._facts[canonical(negate(canon))] = False

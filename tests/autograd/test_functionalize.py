@@ -141,3 +141,41 @@ def test_in_place_on_a_non_leaf_input_that_requires_grad():
     compiled = compile_fx(f, *example)
     for got, expected in zip(run(compiled), run(f)):
         torch.testing.assert_close(got, expected)
+
+
+class _Recurrent(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(5, 7, num_layers=2, batch_first=True)
+        self.head = torch.nn.Linear(7, 1)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0])
+
+
+def test_grad_mode_sensitive_kernels_get_grad_mode_in_the_forward(twin):
+    # the CPU LSTM kernel returns the workspace its backward needs only when grad mode is on,
+    # while autograd.Function.forward runs with it off
+    eager, model = twin(_Recurrent())
+    x = torch.randn(2, 4, 5)
+    compile_fx(model, x)(x).sum().backward()
+    eager(x).sum().backward()
+    assert_same_state(eager, model)
+
+
+def test_instance_norm_running_stats_are_functional_graph_outputs(twin):
+    from kiln.autograd import trace_aten
+    from tests.autograd.conftest import traced
+
+    eager, model = twin(torch.nn.Sequential(torch.nn.Conv1d(3, 4, 3),
+                                            torch.nn.InstanceNorm1d(4, affine=True, track_running_stats=True)))
+    x = torch.randn(2, 3, 8)
+    gm = trace_aten(traced(model), [x])
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.native_batch_norm.default not in targets  # its update would be invisible
+    compiled = compile_fx(model, x)
+    for _ in range(2):
+        compiled(x).sum().backward()
+        eager(x).sum().backward()
+    assert_same_state(eager, model)
+

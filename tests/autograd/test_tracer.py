@@ -91,3 +91,36 @@ def test_lifted_module_state_becomes_placeholders():
     assert len(placeholders) == 6
     # training batch norm mutates three buffers: their new values come first
     assert len(gm.graph.output_node().args[0]) == 4
+
+
+def test_forward_and_backward_graphs_keep_the_seam_promise():
+    import pytest
+
+    from kiln.autograd import aot_autograd, verify_aten_graph
+    from kiln.errors import KilnError
+    from tests.autograd.conftest import compile_fx
+
+    graphs = []
+
+    def verifying_compiler(gm, example_inputs):
+        verify_aten_graph(gm)
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        assert len(placeholders) == len(example_inputs)
+        graphs.append(gm)
+        return gm
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.BatchNorm2d(3), torch.nn.GELU(),
+                                torch.nn.Dropout(0.2), torch.nn.Flatten(), torch.nn.Linear(12, 2))
+    x = torch.randn(2, 2, 4, 4, requires_grad=True)
+    compiled = compile_fx(model, x, backend=aot_autograd(verifying_compiler))
+    compiled(x).sum().backward()
+    assert len(graphs) == 2 and x.grad is not None
+
+    bad = torch.fx.Graph()
+    a = bad.placeholder("a")
+    node = bad.call_function(aten.add_.Tensor, (a, a))
+    node.meta["val"] = None
+    bad.output((node,))
+    with pytest.raises(KilnError, match="mutates"):
+        verify_aten_graph(torch.fx.GraphModule(torch.nn.Module(), bad))

@@ -174,3 +174,20 @@ def test_dynamic_shapes_from_dynamo():
         (eager(xe) * torch.arange(n).view(-1, 1)).sum().backward()
         torch.testing.assert_close(x.grad, xe.grad)
         assert_same_state(eager, model)
+
+
+def test_leaf_parameter_updated_under_no_grad_inside_the_graph():
+    def f(x, w):
+        with torch.no_grad():  # fx.symbolic_trace would drop this; Dynamo records it
+            w.mul_(0.5)
+        return (x * w).sum()
+
+    def run(fn):
+        x, w = torch.ones(3, requires_grad=True), torch.full((3,), 4.0, requires_grad=True)
+        fn(x, w).backward()
+        return w.detach(), w.grad, x.grad, w.is_leaf
+
+    got, expected = run(torch.compile(f, backend=aot_eager)), run(f)
+    assert got[3] and expected[3]
+    for a, b in zip(got[:3], expected[:3]):
+        torch.testing.assert_close(a, b)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import kiln
+import kiln.errors
 from kiln import backends
 from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, DISABLE_MARKER
 from kiln.debug.log import KilnWarning
@@ -54,6 +55,22 @@ def test_function_and_decorator_forms():
         torch.testing.assert_close(fn(x, y), expected)
     assert as_function.__name__ == "double_plus" and as_function.__wrapped__ is double_plus
     assert kiln.stats()["compiles"] == 4
+
+
+def test_partial_and_callable_object():
+    import functools
+
+    f = kiln.compile(functools.partial(double_plus, y=torch.ones(2)), backend="eager")
+    x = torch.randn(2)
+    torch.testing.assert_close(f(x), x * 2 + 1)
+
+    class Doubler:
+        def __call__(self, t):
+            return t * 2
+
+    g = kiln.compile(Doubler(), backend="eager")
+    torch.testing.assert_close(g(x), x * 2)
+    assert kiln.stats()["compiles"] == 2
 
 
 def test_disable_argument_returns_the_model_unchanged():
@@ -274,3 +291,78 @@ def test_mark_dynamic_is_reexported():
 
     assert kiln.mark_dynamic is marks.mark_dynamic and kiln.mark_static is marks.mark_static
     assert kiln.maybe_mark_dynamic is marks.maybe_mark_dynamic
+
+
+def prints_midway(x):
+    y = x.sin()
+    print("midway")
+    return y.cos()
+
+
+def test_fullgraph_raises_the_break_record(capsys):
+    f = kiln.compile(prints_midway, backend="eager", fullgraph=True)
+    with pytest.raises(kiln.errors.GraphBreakError) as info:
+        f(torch.randn(2))
+    line = prints_midway.__code__.co_firstlineno + 2
+    assert f"{__file__}:{line}" in str(info.value) and 'print("midway")' in str(info.value)
+    assert capsys.readouterr().out == ""  # nothing of the function ran
+
+
+def failing_backend(gm, example_inputs):
+    raise RuntimeError("backend exploded")
+
+
+def test_backend_error_falls_back_to_eager_with_one_warning():
+    f = kiln.compile(double_plus, backend=failing_backend)
+    x, y = torch.randn(2), torch.randn(2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(f(x, y), double_plus(x, y))
+        torch.testing.assert_close(f(y, x), double_plus(y, x))
+    texts = [str(w.message) for w in caught if issubclass(w.category, KilnWarning)]
+    assert len(texts) == 1 and "double_plus" in texts[0] and "backend exploded" in texts[0]
+    assert kiln.stats()["fallbacks"] == 2
+
+
+def test_backend_error_under_fullgraph_names_the_function():
+    f = kiln.compile(double_plus, backend=failing_backend, fullgraph=True)
+    with pytest.raises(Exception, match="backend exploded") as info:
+        f(torch.randn(2), torch.randn(2))
+    notes = getattr(info.value, "__notes__", []) + [str(info.value)]
+    assert any("double_plus" in n and __file__ in n for n in notes)
+
+
+def test_guards_and_recompiles_logs(caplog):
+    from kiln.debug import log
+
+    f = kiln.compile(double_plus, backend="eager")
+    log.configure("guards,recompiles")
+    try:
+        with caplog.at_level("INFO", logger="kiln"):
+            f(torch.randn(8), torch.randn(8))
+            f(torch.randn(9), torch.randn(9))
+    finally:
+        log.configure("")
+    assert "def ___check_guards(L, G, F):" in caplog.text
+    assert "x.size()[0] changed from 8 to 9" in caplog.text
+    assert "x dim 0: 8 -> 9, now dynamic" in caplog.text
+
+
+def test_mode_and_options_reach_the_lowering(monkeypatch):
+    seen = []
+
+    def fake_compile_graph(gm, example_inputs, *, options=None):
+        seen.append(options)
+        return gm.forward
+
+    def fake_aot_autograd(fw_compiler, bw_compiler=None, **kwargs):
+        return lambda gm, example_inputs: fw_compiler(gm, example_inputs)
+
+    stages = {("kiln.autograd", "aot_autograd"): fake_aot_autograd, ("kiln.lower", "compile_graph"): fake_compile_graph}
+    monkeypatch.setattr(backends, "_optional", lambda module, attr: stages[(module, attr)])
+    x = torch.randn(3)
+    kiln.compile(lambda t: t * 3, mode="max-autotune")(x)
+    kiln.compile(lambda t: t * 4, mode="reduce-overhead")(x)
+    kiln.compile(lambda t: t * 5, options={"threads": 1})(x)
+    kiln.compile(lambda t: t * 6)(x)
+    assert seen == [{"mode": "max-autotune"}, {"mode": "reduce-overhead"}, {"threads": 1}, None]

@@ -99,6 +99,12 @@ def _kinds_raised_in_kiln() -> set[str]:
     kinds = set()
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+                # Tables that map a function or a method name to its break kind (`_BREAK_KINDS`).
+                names = [getattr(t, "id", "") for t in node.targets]
+                if any(("KIND" in n or "BREAK" in n) for n in names):
+                    kinds |= {v.value for v in node.value.values
+                              if isinstance(v, ast.Constant) and isinstance(v.value, str)}
             if not isinstance(node, ast.Call):
                 continue
             name = getattr(node.func, "id", getattr(node.func, "attr", ""))

@@ -6,7 +6,9 @@ test passes exactly those values (iterators advanced, context managers entered) 
 """
 from __future__ import annotations
 
+import contextlib
 import dis
+import inspect
 import types
 
 import pytest
@@ -16,8 +18,22 @@ from kiln.capture import code as kcode
 from kiln.errors import Unsupported
 
 
+_RAISE: list[BaseException] = []
+
+
 def brk(*args):
+    if _RAISE:
+        raise _RAISE[0]
     return "brk"
+
+
+@contextlib.contextmanager
+def brk_raises(exc: BaseException):
+    _RAISE.append(exc)
+    try:
+        yield
+    finally:
+        _RAISE.clear()
 
 
 def after_brk(fn, occurrence: int = 0) -> int:
@@ -79,6 +95,30 @@ def test_same_request_gives_same_code_object():
     assert a is not c
     kcode.reset()
     assert kcode.make_resume_code(straight.__code__, off, 1, ("x", "y")) is not a
+
+
+def two_breaks(x, n):
+    y = x * n
+    brk()
+    for i in range(n):
+        y = y + i
+        brk(i)
+    return y
+
+
+def test_resume_of_a_resume_function():
+    # The resume function is captured in turn and breaks again: its own code gets a resume code.
+    first = kcode.make_resume_code(two_breaks.__code__, after_brk(two_breaks), 1,
+                                   kcode.live_locals_at(two_breaks.__code__, after_brk(two_breaks)))
+    resumed = kcode.make_function(first, two_breaks.__globals__)
+    off = after_brk(resumed, occurrence=1)  # the prologue is dead code: brk(i) is the second LOAD_GLOBAL
+    live = kcode.live_locals_at(first, off)
+    assert live == ("y",)  # i is rebound by the loop, n was only read by range(n)
+    second = kcode.make_function(kcode.make_resume_code(first, off, 2, live), two_breaks.__globals__)
+    assert second.__code__.co_name == f"__resume_two_breaks_at_{two_breaks.__code__.co_firstlineno + 5}"
+    it = iter(range(3))
+    next(it)
+    assert second(it, "brk", 2.0 * 3 + 0) == two_breaks(2.0, 3)
 
 
 # --------------------------------------------------------------------------------------- loops
@@ -299,6 +339,84 @@ def test_inside_try_inside_loop():
     assert out == in_try_loop(xs)
 
 
+def brk_call(fn, occurrence: int = 0) -> int:
+    """Offset of the CALL that invokes `brk`: where it raises when it does."""
+    after = after_brk(fn, occurrence)
+    instrs = [i for i in dis.get_instructions(fn.__code__) if i.opname != "EXTENDED_ARG"]
+    return instrs[[i.offset for i in instrs].index(after) - 1].offset
+
+
+def raise_into(fn, exc, stack, locals_: dict):
+    """Continue `fn` as if brk() had raised `exc`: what the glue does when the native call raises."""
+    code = fn.__code__
+    handler = kcode.handler_at(code, brk_call(fn))
+    live = [n for n in kcode.live_locals_at(code, handler.target) if n in locals_]
+    resumed = kcode.make_function(kcode.make_handler_code(code, brk_call(fn), live), fn.__globals__,
+                                  fn.__closure__)
+    try:  # as in the glue, the exception was raised (a `with` exit reads its __traceback__)
+        raise exc
+    except BaseException as caught:
+        exc = caught
+    return resumed(*stack[: handler.depth], exc, *[locals_[n] for n in live])
+
+
+@pytest.mark.parametrize("exc", [ValueError("v"), KeyError("k")])
+def test_exception_from_the_break_reaches_the_users_except_and_finally(exc):
+    eager_log: list = []
+    with brk_raises(exc):
+        try:
+            expected = in_try(eager_log, 3, None)
+        except KeyError:
+            expected = "raised"
+    assert kcode.handler_at(in_try.__code__, brk_call(in_try)).depth == 0
+    log = ["try"]
+    try:
+        got = raise_into(in_try, exc, [], {"log": log, "x": 3, "exc": None})
+    except KeyError:
+        got = "raised"
+    assert (got, log) == (expected, eager_log)
+
+
+@pytest.mark.parametrize("suppress", [True, False])
+def test_exception_from_the_break_reaches_with_exit_and_keeps_the_line(suppress):
+    eager_log: list = []
+    with brk_raises(KeyError("k")):
+        try:
+            expected = in_user_cm(eager_log, 1, False, suppress)
+        except KeyError:
+            expected = "raised"
+    handler = kcode.handler_at(in_user_cm.__code__, brk_call(in_user_cm))
+    assert handler.depth == 1 and handler.lasti  # [__exit__], and the raising index for RERAISE
+    # The pushed index must name brk's CALL in the new code object (the prologue moved everything).
+    code = kcode.make_handler_code(in_user_cm.__code__, brk_call(in_user_cm), ("log", "x", "r"))
+    lasti = next(i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_CONST")
+    called = kcode.instruction_at(code, 2 * lasti)
+    assert called.opname == "CALL" and kcode.line_of(code, called.offset) == in_user_cm.__code__.co_firstlineno + 3
+    log: list = []
+    cm = Recorder(log, suppress)
+    r = cm.__enter__()
+    log.append("before")
+    try:
+        got = raise_into(in_user_cm, KeyError("k"), [cm.__exit__], {"log": log, "x": 1, "fail": False, "r": r})
+    except KeyError:
+        got = "raised"
+    assert (got, log) == (expected, eager_log)
+
+
+def test_exception_from_the_break_restores_grad_mode():
+    ctx = torch.no_grad()
+    ctx.__enter__()
+    with pytest.raises(ZeroDivisionError):
+        raise_into(in_no_grad, ZeroDivisionError(), [ctx.__exit__], {"y": torch.ones(1)})
+    assert torch.is_grad_enabled()
+
+
+def test_handler_at_outside_any_block():
+    assert kcode.handler_at(straight.__code__, brk_call(straight)) is None
+    with pytest.raises(ValueError):
+        kcode.make_handler_code(straight.__code__, brk_call(straight), ())
+
+
 def test_break_inside_except_handler_is_unsupported():
     def handler(x):
         try:
@@ -379,6 +497,24 @@ def test_keyword_call_with_null_and_partial_call_on_stack():
     torch.testing.assert_close(out, scale(scale(x, factor=3, shift=1), factor=2))
 
 
+def varargs(x, /, *args, scale, **kwargs):
+    y = x * scale
+    brk()
+    return y + sum(args) + kwargs.get("shift", 0)
+
+
+def test_varargs_kwargs_and_keyword_only_become_plain_arguments():
+    off = after_brk(varargs)
+    live = kcode.live_locals_at(varargs.__code__, off)
+    assert set(live) == {"y", "args", "kwargs"}
+    code = kcode.make_resume_code(varargs.__code__, off, 1, live)
+    assert code.co_argcount == 1 + len(live) and code.co_kwonlyargcount == 0
+    assert not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    values = {"y": 2.0 * 3, "args": (1, 2), "kwargs": {"shift": 10}}
+    out = kcode.make_function(code, varargs.__globals__)("brk", *[values[n] for n in live])
+    assert out == varargs(2.0, 1, 2, scale=3, shift=10)
+
+
 class Model:
     def __init__(self):
         self.w = torch.randn(3)
@@ -403,6 +539,40 @@ def test_method_with_method_call_on_stack():
     out = resume(Model.step, off, [list.append, m.log, "brk"], {"self": m, "h": x * m.w})
     assert m.log == ["brk"]
     torch.testing.assert_close(out, expected)
+
+
+class Child(Model):
+    def step(self, x):
+        h = x + 1
+        brk()
+        return super().step(h)  # zero-argument super() finds `self` in local slot 0
+
+    def finish(self, h, bias):
+        scale = lambda: self.w.sum()  # noqa: E731 - makes `self` a cell variable as well
+        brk()
+        return super().finish(h, bias) * scale()
+
+
+def test_zero_argument_super_in_a_resumed_method():
+    m = Child()
+    x = torch.randn(3)
+    expected = m.step(x)
+    m.log.clear()
+    off = after_brk(Child.step)
+    assert kcode.live_locals_at(Child.step.__code__, off) == ("self", "h")
+    out = resume(Child.step, off, ["brk"], {"self": m, "h": x + 1})
+    torch.testing.assert_close(out, expected)
+    assert m.log == ["brk"]  # Model.step ran on the right object
+
+
+def test_zero_argument_super_when_self_is_a_cell():
+    m = Child()
+    h = torch.randn(3)
+    assert "self" in Child.finish.__code__.co_cellvars
+    off = after_brk(Child.finish)
+    scale = lambda: m.w.sum()  # noqa: E731 - what the frame's lambda would be at the break
+    out = resume(Child.finish, off, ["brk"], {"self": m, "h": h, "bias": 2.0, "scale": scale})
+    torch.testing.assert_close(out, m.finish(h, 2.0))
 
 
 # ------------------------------------------------------------------------- unsupported input
@@ -503,7 +673,8 @@ def test_kiln_logs_bytecode_shows_each_new_resume_function():
         log.configure("")
         logging.getLogger("kiln").removeHandler(handler)
     assert len(seen) == 1
-    assert seen[0].startswith(f"resume straight at offset {off} ")
+    assert seen[0].startswith(f"__resume_straight_at_{straight.__code__.co_firstlineno + 2}: "
+                              f"straight continued at offset {off} ")
     assert "code __resume_straight_at_" in seen[0] and "# line" in seen[0]
 
 

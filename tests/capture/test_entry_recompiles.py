@@ -232,3 +232,54 @@ def test_static_sizes_hit_the_cache_limit_like_torch_compile():
     limit = [w for w in caught if issubclass(w.category, KilnWarning) and "cache_size_limit" in str(w.message)]
     assert len(limit) == 1 and "add_one" in str(limit[0].message)
     assert kiln.stats()["fallbacks"] == len(calls) - kiln.config.cache_size_limit
+
+
+def bump_then_double(a, b):
+    a.add_(1)
+    return b * 2
+
+
+@pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=pytest.mark.xfail(
+    strict=True, reason="the tracer gives a tensor passed twice two placeholders; AOT needs one (dedup by id)"))])
+def test_aliased_inputs_get_their_own_entry(backend):
+    k = kiln.compile(bump_then_double, backend=backend)
+    counter = CompileCounter()
+    t = torch.compile(bump_then_double, backend=counter)
+    for same in [False, True, False]:
+        for fn in (k, bump_then_double, t):
+            a = torch.zeros(3)
+            b = a if same else torch.zeros(3)
+            out = fn(a, b)
+            torch.testing.assert_close(out, b * 2)
+            torch.testing.assert_close(a, torch.ones(3))
+    assert kiln.stats()["compiles"] == counter.frame_count == 2
+
+
+def plus_ones(x):
+    return x + torch.ones(3)
+
+
+def test_default_dtype_change_recompiles():
+    def set_dtype(i):
+        torch.set_default_dtype([torch.float32, torch.float64, torch.float64][i])
+
+    try:
+        ours, theirs = compare(plus_ones, [lambda: (torch.ones(3, dtype=torch.float64),)] * 3, before_call=set_dtype)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert ours == theirs == 2
+
+
+def matmul(x, w):
+    return x @ w
+
+
+def test_autocast_recompiles_and_matches_eager():
+    ours = CountingBackend()
+    k = kiln.compile(matmul, backend=ours)
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    k(x, w)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, expected = k(x, w), matmul(x, w)
+    assert out.dtype == expected.dtype == torch.bfloat16
+    assert len(ours.graphs) == 2

@@ -105,3 +105,11 @@ def test_frame_that_runs_eagerly_is_reported():
     out = kiln.explain(no_break, capture=refuse)(torch.randn(3), torch.randn(3))
     assert out.graph_count == 0 and len(out.fallbacks) == 1
     assert "this frame is not supported" in str(out)
+
+
+def test_explain_a_compiled_module_or_function():
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())
+    out = kiln.explain(kiln.compile(net, backend="eager"))(torch.randn(2, 3))
+    assert out.graph_count == 1 and out.graph_break_count == 0
+    out = kiln.explain(kiln.compile(no_break, backend="eager"))(torch.randn(3), torch.randn(3))
+    assert out.graph_count == 1 and out.op_count == 4

@@ -126,7 +126,19 @@ def break_try(x):
     return x.cos()
 
 
-CASES = [break_print, break_item, break_data_branch, break_numpy, break_nested, break_in_no_grad,
+def break_bool_mask(x):
+    y = x * 2
+    picked = y[y > 0]
+    return picked.sum() + y.mean()
+
+
+def break_fstring_tensor(x):
+    y = x * 2
+    print(f"value {y.sum()}")
+    return y + 1
+
+
+CASES = [break_bool_mask, break_fstring_tensor, break_print, break_item, break_data_branch, break_numpy, break_nested, break_in_no_grad,
          break_disabled, break_tolist, break_logging, break_two, break_while_tensor, break_loop_print, break_try]
 
 
@@ -160,7 +172,9 @@ def test_break_matches_eager_and_dynamo(fn, capsys):
     torch._dynamo.reset()
     theirs = torch._dynamo.explain(fn)(x)
     capsys.readouterr()
-    if fn is break_disabled:  # Dynamo does not know kiln.disable; torch._dynamo.disable would break too
+    if fn in (break_disabled, break_numpy):
+        # Dynamo does not know kiln.disable (torch._dynamo.disable would break too), and it traces
+        # numpy by translating it to torch ops, which Kiln does not: both are one break here.
         assert (ours.graph_count, ours.graph_break_count) == (2, 1)
         return
     assert ours.graph_count <= max(theirs.graph_count, 0)

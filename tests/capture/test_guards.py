@@ -178,3 +178,40 @@ def test_user_name():
 
 def test_tensor_spec_str():
     assert str(TensorSpec.of(torch.randn(2, 3), [0])) == "Tensor[?, 3] torch.float32 cpu"
+
+
+def test_check_aliasing():
+    from kiln.capture.guards import aliasing_guard
+
+    a, b, c = torch.randn(2), torch.randn(2), torch.randn(2)
+    two = [tensor_guard("L['x']", a), tensor_guard("L['y']", b)]
+    distinct = two + [aliasing_guard(["L['x']", "L['y']"], [a, b])]
+    assert check(distinct, {"x": a, "y": b})[0]
+    assert check(distinct, {"x": a, "y": a}) == (False, "x and y are now the same tensor")
+    same = two + [aliasing_guard(["L['x']", "L['y']"], [a, a])]
+    assert check(same, {"x": a, "y": a})[0]
+    assert check(same, {"x": a, "y": b}) == (False, "x and y are no longer the same tensor")
+    three = two + [tensor_guard("L['z']", c), aliasing_guard(["L['x']", "L['y']", "L['z']"], [a, b, c])]
+    assert check(three, {"x": a, "y": b, "z": c})[0]
+    assert check(three, {"x": a, "y": b, "z": a}) == (False, "x and z are now the same tensor")
+    assert "___v0 is not ___v1" in compile_guards(distinct).source
+
+
+def test_size_one_in_a_dynamic_dim_stays_guarded():
+    g = [tensor_guard("L['x']", torch.randn(1, 3), dynamic_dims=[0])]
+    assert g[0].expected.sizes == (1, 3)
+    assert check(g, {"x": torch.randn(5, 3)}) == (False, "x.size()[0] changed from 1 to 5")
+
+
+def test_check_global_state():
+    from kiln.capture.guards import GlobalState
+
+    g = [Guard("", "check_global_state", GlobalState.now())]
+    assert check(g, {})[0]
+    try:
+        torch.set_default_dtype(torch.float64)
+        assert check(g, {}) == (False, "the default dtype changed from torch.float32 to torch.float64")
+    finally:
+        torch.set_default_dtype(torch.float32)
+    with torch.autocast("cpu"):
+        assert check(g, {}) == (False, "autocast was turned on")

@@ -299,3 +299,73 @@ class TwoHeads(nn.Module):
 def moduledict_returns_dict() -> Program:
     torch.manual_seed(0)
     return Program(TwoHeads(), _one_call(_randn(3, 6)))
+
+
+class SDPABlock(nn.Module):
+    """Attention through F.scaled_dot_product_attention (the fused op most models now call)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, t, c))
+
+
+@case()
+def sdpa_causal_block() -> Program:
+    torch.manual_seed(0)
+    return Program(SDPABlock(16, 4).eval(), _one_call(_randn(2, 6, 16)))
+
+
+class TopKRouter(nn.Module):
+    """Mixture-of-experts routing: top-k gates, a gather of expert outputs, weights renormalised."""
+
+    def __init__(self, dim: int, experts: int, k: int) -> None:
+        super().__init__()
+        self.gate = nn.Linear(dim, experts)
+        self.experts = nn.ModuleList(nn.Linear(dim, dim) for _ in range(experts))
+        self.k = k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, chosen = self.gate(x).softmax(-1).topk(self.k, dim=-1)
+        weights = weights / weights.sum(-1, keepdim=True)
+        all_out = torch.stack([expert(x) for expert in self.experts], dim=1)  # (n, experts, dim)
+        picked = all_out.gather(1, chosen.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+        return (picked * weights.unsqueeze(-1)).sum(1)
+
+
+@case()
+def topk_expert_routing() -> Program:
+    torch.manual_seed(0)
+    return Program(TopKRouter(8, 4, 2), _one_call(_randn(5, 8)))
+
+
+class LengthMaskedClassifier(nn.Module):
+    """Padding masks built from sequence lengths, a masked mean pool and a label-smoothed loss."""
+
+    def __init__(self, vocab: int, dim: int, classes: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        mask = torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None]
+        h = self.embed(tokens) * mask.unsqueeze(-1)
+        pooled = h.sum(1) / lengths[:, None].to(h.dtype)
+        return F.cross_entropy(self.head(pooled), labels, label_smoothing=0.1)
+
+
+@case()
+def length_masks_and_smoothed_loss() -> Program:
+    torch.manual_seed(0)
+    model = LengthMaskedClassifier(30, 8, 3)
+    gen = _gen()
+    tokens = torch.randint(0, 30, (4, 7), generator=gen)
+    lengths, labels = torch.tensor([7, 3, 5, 1]), torch.tensor([0, 2, 1, 1])
+    return Program(model, _one_call(tokens, lengths, labels), backward=True, grads_of=list(model.parameters()))

@@ -2,7 +2,7 @@
 
 `python tests/fake/bench_fake.py` prints, for a few ops and one model forward+backward, the
 steady-state time per call under each mode (the op cache warm) and the first call (cache cold).
-Numbers on a shared 2-core machine are noisy: compare the two columns, not runs.
+Times are CPU time of this process (time.process_time), steadier than wall time on a shared machine.
 """
 from __future__ import annotations
 
@@ -46,14 +46,14 @@ def measure(mode_factory, n: int = 200) -> dict[str, tuple[float, float]]:
         env = setup()
         for name, fn in ops.items():
             cache.clear()
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             fn(env)
-            first = time.perf_counter() - t0
+            first = time.process_time() - t0
             reps = n if name != "transformer_fwd_bwd" else max(n // 20, 3)
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             for _ in range(reps):
                 fn(env)
-            results[name] = (first * 1e6, (time.perf_counter() - t0) / reps * 1e6)
+            results[name] = (first * 1e6, (time.process_time() - t0) / reps * 1e6)
     return results
 
 
@@ -64,7 +64,6 @@ def main() -> None:
     for name in ours:
         (f1, s1), (f2, s2) = ours[name], theirs[name]
         print(f"{name:22} {f1:11.0f} {s1:12.0f} {f2:12.0f} {s2:13.0f}")
-    print(f"kiln op cache: {cache.stats}")
 
 
 if __name__ == "__main__":

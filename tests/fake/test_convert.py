@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from kiln.errors import MissingFakeImplError
 from kiln.fake import FakeTensorMode, is_fake
 from kiln.fake.convert import symbolic_strides
 
@@ -117,8 +118,21 @@ def test_dynamic_dims_need_a_shape_env_and_a_source():
 
 
 def test_unsupported_tensors_say_so():
-    with pytest.raises(NotImplementedError, match="layout"):
-        FakeTensorMode().from_real(torch.randn(2, 2).to_sparse())
+    with pytest.raises(NotImplementedError, match="quantized"):
+        FakeTensorMode().from_real(torch.quantize_per_tensor(torch.randn(2), 0.1, 0, torch.qint8))
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_sparse_tensors_keep_their_structure(layout):
+    dense = torch.tensor([[0.0, 1.0], [2.0, 0.0]])
+    real = dense.to_sparse() if layout == "coo" else dense.to_sparse_csr()
+    mode = FakeTensorMode()
+    fake = mode.from_real(real)
+    assert is_fake(fake) and fake.layout == real.layout and fake.shape == real.shape
+    assert fake._nnz() == 2
+    # PyTorch has almost no sparse meta kernels: ops on fake sparse tensors say so.
+    with mode, pytest.raises(MissingFakeImplError, match="sparse"):
+        torch.mm(fake, torch.randn(2, 3))
 
 
 @pytest.mark.parametrize("shape,strides", [

@@ -188,8 +188,25 @@ def test_two_modes_do_not_mix():
         a = torch.randn(2)
     with FakeTensorMode():
         b = torch.randn(2)
+        with pytest.raises(RuntimeError, match="another FakeTensorMode"):
+            a + b
     with pytest.raises(RuntimeError, match="two different FakeTensorModes"):
         a + b
+
+
+def test_modes_nest():
+    outer, inner = FakeTensorMode(), FakeTensorMode()
+    with outer:
+        with outer:
+            a = torch.randn(2)
+        with inner:
+            b = torch.randn(2)
+            with inner:
+                c = torch.randn(2)
+        d = torch.randn(2)
+    assert a.fake_mode is outer and d.fake_mode is outer
+    assert b.fake_mode is inner and c.fake_mode is inner
+    assert type(torch.randn(2)) is torch.Tensor
 
 
 def test_device_mismatch_raises_like_eager():

@@ -109,3 +109,14 @@ def test_policy_per_code_object():
     policy_for(f.__code__).note_sizes(X, torch.empty(2, 2))
     reset_policies()
     assert policy_for(f.__code__).dynamic_dims(X, torch.empty(3, 2), None) == ()
+
+
+def test_parameters_stay_static_unless_marked():
+    p = DynamicPolicy()
+    w = torch.nn.Parameter(torch.empty(4, 3))
+    assert p.dynamic_dims("L['self'].w", w, True) == ()
+    p.note_sizes("L['self'].w", w)
+    assert p.dynamic_dims("L['self'].w", torch.nn.Parameter(torch.empty(5, 3)), None) == ()
+    marked = torch.nn.Parameter(torch.empty(4, 3))
+    mark_dynamic(marked, 0)
+    assert p.dynamic_dims("L['self'].v", marked, True) == (0,)

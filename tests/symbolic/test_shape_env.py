@@ -1,7 +1,6 @@
 """ShapeEnv: symbol creation, guards (recording, dedup, rendering, eval), folding, relations, errors."""
 from __future__ import annotations
 
-import types
 
 import pytest
 import sympy
@@ -201,7 +200,8 @@ def test_unbacked_size_oblivious_and_errors():
         assert t.sum(0).shape == (2,)
         with pytest.raises(DataDependentOutputError):
             t[1:]  # the slice decomposition branches on `1 > u0`: capture must break here
-    assert (u >= 0) is True  # the size range settles this one
+    assert (u >= 0) is True  # learnt from making a tensor of size u (a runtime assert)
+    assert [a.words for a in env.runtime_asserts] == ["u0 >= 0"]
     assert torch.fx.experimental.symbolic_shapes.guard_or_false(u == 3) is False  # no guard, no error
     assert (u == 1).node.guard_size_oblivious("", 0) is False  # size-oblivious: u is treated as >= 2
     with pytest.raises(GuardOnDataDependentSymNode) as info:
@@ -215,7 +215,10 @@ def test_unbacked_size_oblivious_and_errors():
 
 def test_torch_check_on_unbacked_is_a_runtime_assert():
     env = ShapeEnv()
-    u = env.create_unbacked_symint("item()", size=False)
+    u = env.create_unbacked_symint("item()")
+    assert (u >= 0) is not True  # an .item() value may be negative: nothing assumed
+    with pytest.raises(DataDependentOutputError):
+        bool(u >= 0)
     torch._check(u >= 4)
     assert bool(u > 2)  # learnt from the assert, no hint needed
     assert env.guards == [] and [a.words for a in env.runtime_asserts] == ["u0 >= 4"]
@@ -328,3 +331,18 @@ def test_negated_disjunction_becomes_separate_guards():
     assert pythons(env)[2:] == ["L['x'].size()[2] >= 3", "L['x'].size()[3] >= 3"]
     assert not bool((a < 3) | (b < 3))  # the same fact, asked the other way round: no new guard
     assert len(env.guards) == 4
+
+
+def test_describe_lists_symbols_learnt_facts_and_guards():
+    env = ShapeEnv()
+    env.location_provider = lambda: "m.py:1"
+    a = env.create_symbol(5, "L['x'].size()[0]")
+    b = env.create_symbol(5, "L['y'].size()[0]")
+    u = env.create_unbacked_symint("aten.nonzero")
+    assert bool(a == b)
+    torch._check(u >= 3)
+    text = env.describe()
+    assert "s1 = L['y'].size()[0]  hint=5  range=[2, inf]  -> s0" in text
+    assert "u2 = unbacked, from aten.nonzero" in text
+    assert "L['x'].size()[0] == L['y'].size()[0]  # m.py:1" in text
+    assert "runtime asserts:\n  u2 >= 3  # m.py:1" in text

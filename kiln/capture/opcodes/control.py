@@ -9,10 +9,13 @@ Corresponds to the jump/iteration handlers of torch/_dynamo/symbolic_convert.py.
 from __future__ import annotations
 
 import dis
+import inspect
+import types
 from typing import TYPE_CHECKING
 
 from kiln.capture.opcodes import opcode
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.functions import UserMethodVariable
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.iterator import IteratorVariable
 from kiln.errors import Unsupported
@@ -137,11 +140,19 @@ def FOR_ITER(tx: "Tracer", instr: dis.Instruction) -> None:
 @opcode
 def BEFORE_WITH(tx: "Tracer", instr: dis.Instruction) -> None:
     ctx = tx.pop()
-    if not isinstance(ctx, GradModeVariable):
-        raise Unsupported(f"`with` on {ctx.describe()} (only grad-mode managers are traced)",
+    if isinstance(ctx, GradModeVariable):
+        tx.push(WithExitVariable(ctx))
+        tx.push(ctx.enter(tx))
+        return
+    kind = ctx.python_type()
+    enter = inspect.getattr_static(kind, "__enter__", None)
+    exit_ = inspect.getattr_static(kind, "__exit__", None)
+    if not (isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType)):
+        raise Unsupported(f"`with` on {ctx.describe()} (grad-mode managers and Python classes are traced)",
                           kind="unsupported")
-    tx.push(WithExitVariable(ctx))
-    tx.push(ctx.enter(tx))
+    # A manager written in Python: its __enter__ and __exit__ are inlined like any method.
+    tx.push(UserMethodVariable(exit_, ctx))
+    tx.push(UserMethodVariable(enter, ctx).call(tx, [], {}))
 
 
 @opcode

@@ -110,6 +110,15 @@ def _extend_times(tx: "Tracer", a: ListVariable, count: int) -> Variable:
 
 def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
     fn = COMPARE[symbol]
+    if symbol in ("==", "!=", "eq", "ne") and isinstance(a, BaseSequenceVariable) \
+            and isinstance(b, BaseSequenceVariable) and not (a.is_constant() and b.is_constant()):
+        # x.shape == y.shape with symbolic sizes: item by item, each decided (and guarded) now.
+        equal = len(a.items) == len(b.items) and issubclass(a.python_type(), tuple) == issubclass(b.python_type(), tuple)
+        for left, right in zip(a.items, b.items):
+            if not equal:
+                break
+            equal = compare_op(tx, "==", left, right).truth(tx)
+        return ConstantVariable(equal if symbol in ("==", "eq") else not equal)
     if _graph_values(a, b):
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             return tx.call_op("call_function", fn, [a, b], {})

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from kiln.capture.tracer import CaptureState
 
 # Attributes of these modules never change while a program runs: reading them needs no guard.
-_STABLE_MODULES = frozenset({"torch", "math", "operator", "functools", "itertools", "collections",
+STABLE_MODULES = frozenset({"torch", "math", "operator", "functools", "itertools", "collections",
                              "typing", "builtins", "dataclasses", "enum", "inspect", "numpy", "types",
                              "abc", "copy", "warnings", "logging", "random", "einops"})
 _ITERATOR_TYPES = (type(iter(())), type(iter([])), type(iter(range(0))))
@@ -45,13 +45,13 @@ _GRAD_MODE_TYPES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
 
 
 def _stable(source: Source | None) -> bool:
-    """True when `source` reads an attribute of a module from _STABLE_MODULES (no guard needed)."""
+    """True when `source` reads an attribute of a module from STABLE_MODULES (no guard needed)."""
     from kiln.capture.sources import AttrSource, GlobalSource
 
     while isinstance(source, AttrSource):
         source = source.base
     if isinstance(source, GlobalSource) and source.module is not None:
-        return source.module.split(".")[0] in _STABLE_MODULES
+        return source.module.split(".")[0] in STABLE_MODULES
     return False
 
 
@@ -144,6 +144,9 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if is_torch_function(value):
         _guard(state, source, "check_id", value)
         return TorchFunctionVariable(value, source)
+    if isinstance(value, types.FunctionType) and _never_traced(value):
+        _guard(state, source, "check_id", value)
+        return ObjectVariable(value, source)  # calling it is a graph break of its library's kind
     if isinstance(value, types.FunctionType):
         _guard(state, source, "check_id", value)
         return UserFunctionVariable(value, source)
@@ -181,6 +184,17 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         return ObjectVariable(value, source)
     _guard(state, source, "check_type", type(value))
     return ObjectVariable(value, source)
+
+
+# Libraries whose Python functions are never inlined: they do I/O, logging or randomness, or work on
+# numpy arrays rather than tensors; their calls run natively at a graph break.
+_NEVER_TRACED = frozenset({"numpy", "scipy", "pandas", "logging", "warnings", "random", "os", "sys",
+                           "json", "pickle", "time", "datetime", "subprocess", "threading", "socket",
+                           "pdb", "traceback", "tqdm"})
+
+
+def _never_traced(fn: types.FunctionType) -> bool:
+    return (fn.__module__ or "").split(".")[0] in _NEVER_TRACED
 
 
 def _hashable(value: Any) -> bool:

@@ -109,13 +109,22 @@ def len_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) ->
 @builtin_rule(isinstance)
 def isinstance_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     obj, classes = args
-    cls = classes.as_python_value()
+    cls = _class_value(classes)
     kind = obj.python_type()
     if isinstance(cls, tuple):
         result = any(_is_subclass(kind, c) for c in cls)
     else:
         result = _is_subclass(kind, cls)
     return ConstantVariable(result)
+
+
+def _class_value(var: Variable) -> Any:
+    """The class (or tuple of classes) a Variable stands for, e.g. `(list, tuple)`."""
+    from kiln.capture.variables.sequence import TupleVariable
+
+    if isinstance(var, TupleVariable):
+        return tuple(_class_value(item) for item in var.items)
+    return var.as_python_value()
 
 
 def _is_subclass(kind: type, cls: Any) -> bool:
@@ -129,7 +138,7 @@ def _is_subclass(kind: type, cls: Any) -> bool:
 
 @builtin_rule(issubclass)
 def issubclass_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    return ConstantVariable(issubclass(args[0].as_python_value(), args[1].as_python_value()))
+    return ConstantVariable(issubclass(args[0].as_python_value(), _class_value(args[1])))
 
 
 @builtin_rule(callable)

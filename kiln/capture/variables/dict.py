@@ -6,7 +6,6 @@ its contents after the graph has run. Corresponds to torch/_dynamo/variables/dic
 """
 from __future__ import annotations
 
-import collections
 from typing import TYPE_CHECKING, Any, Sequence
 
 from kiln.capture.variables.base import Variable
@@ -199,5 +198,3 @@ class SetVariable(Variable):
             return self.source.name()
         return glue.constant(self.as_constant())
 
-
-ORDERED_DICT = collections.OrderedDict

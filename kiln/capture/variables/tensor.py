@@ -8,11 +8,12 @@ torch/_dynamo/variables/tensor.py (TensorVariable).
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 import torch.fx
 
+from kiln import config
 from kiln.capture.sources import Source
 from kiln.capture.variables.base import Variable
 from kiln.errors import Unsupported
@@ -66,7 +67,7 @@ class TensorVariable(Variable):
         return self.size(tx, 0)
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
-        n = tx.size_hint_int(self.size(tx, 0))
+        n = tx.as_int(self.size(tx, 0))  # unrolling over dim 0 fixes its size
         parts = tx.call_op("call_method", "unbind", [self], {})
         return parts.iterate(tx)[:n]
 
@@ -113,6 +114,8 @@ class TensorVariable(Variable):
                     kwargs: dict[str, Variable]) -> Variable:
         from kiln.capture.variables.constant import ConstantVariable
 
+        if name == "item" and not args and config.capture_scalar_outputs:
+            return tx.call_op("call_method", "item", [self], {})  # an unbacked symbol, not a break
         if name in _DATA_METHODS:
             raise Unsupported(f"Tensor.{name}() reads the tensor's data, which is not known while tracing",
                               kind=_DATA_METHODS[name])

@@ -14,9 +14,10 @@ import inspect
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
+import torch
+
 from kiln.capture.sources import AttrSource, Source
 from kiln.capture.variables.base import Variable
-from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 _MISSING = object()
 # Libraries whose calls are graph breaks of a named kind.
-_LIBRARY_BREAK_KINDS = {"numpy": "numpy", "math": "unsupported_call", "random": "random",
+_LIBRARY_BREAK_KINDS = {"numpy": "numpy", "scipy": "numpy", "pandas": "numpy", "math": "unsupported_call", "random": "random",
                         "logging": "logging", "time": "unsupported_call", "os": "unsupported_call",
                         "sys": "unsupported_call", "warnings": "logging", "builtins": "unsupported_call"}
 
@@ -95,6 +96,8 @@ class ObjectVariable(Variable):
             except AttributeError as exc:
                 raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
                                   kind="unsupported_attribute") from exc
+            if _is_stable_module(obj) and not isinstance(value, torch.Tensor):
+                return tx.wrap(value, None)  # torch.float32, F.relu, math.pi: fixed for the process
             return tx.wrap(value, self._attr_source(name))
         kind = type(obj)
         if "__getattr__" in _class_dicts(kind) or kind.__getattribute__ is not object.__getattribute__:
@@ -148,8 +151,21 @@ class ObjectVariable(Variable):
             consts = constant_args(list(args), kwargs)
             if consts is not None:
                 return tx.wrap_result(obj(*consts[0], **consts[1]))
+        call = inspect.getattr_static(type(obj), "__call__", None)
+        if not isinstance(obj, type) and isinstance(call, types.FunctionType):
+            from kiln.capture.variables.functions import UserMethodVariable
+            return UserMethodVariable(call, self).call(tx, args, kwargs)
         if _is_pure_library_function(obj):
             return _fold_library_call(tx, obj, list(args), kwargs)
+        if isinstance(obj, type) and _constructible(obj):
+            instance = NewObjectVariable(obj)
+            init = inspect.getattr_static(obj, "__init__")
+            if init is not object.__init__:
+                from kiln.capture.variables.functions import UserMethodVariable
+                UserMethodVariable(init, instance).call(tx, args, kwargs)
+            elif args or kwargs:
+                raise Unsupported(f"{obj.__qualname__}() takes no arguments (raised natively)", kind="unsupported")
+            return instance
         if isinstance(obj, type) and obj.__module__ == "builtins":
             raise Unsupported(f"constructing {obj.__name__}", kind="unsupported_call")
         name = getattr(obj, "__qualname__", type(obj).__qualname__)
@@ -194,6 +210,12 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
                           kind="unsupported") from exc
 
 
+def _is_stable_module(obj: Any) -> bool:
+    from kiln.capture.variables.builder import STABLE_MODULES
+
+    return isinstance(obj, types.ModuleType) and obj.__name__.split(".")[0] in STABLE_MODULES
+
+
 def _class_dicts(kind: type) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for base in reversed(kind.__mro__[:-1]):
@@ -231,5 +253,73 @@ class SuperVariable(Variable):
         raise Unsupported(f"super() has no attribute {name!r}", kind="unsupported_attribute")
 
 
-def is_plain_constant(value: Any) -> bool:
-    return isinstance(value, ConstantVariable)
+
+def _constructible(cls: type) -> bool:
+    """A plain Python class whose instances capture can build attribute by attribute."""
+    import torch
+
+    if cls.__module__ == "builtins" or issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException, tuple, dict, list)):
+        return False
+    if cls.__new__ is not object.__new__ or cls.__setattr__ is not object.__setattr__:
+        return False
+    if not getattr(cls, "__dictoffset__", 0):
+        return False  # instances without a __dict__ (__slots__ all the way down)
+    init = inspect.getattr_static(cls, "__init__")
+    return init is object.__init__ or isinstance(init, types.FunctionType)
+
+
+class NewObjectVariable(Variable):
+    """An instance of a user class created during the trace (a config, an output record).
+
+    Its attributes are tracked values; the glue builds the real object with `cls.__new__(cls)` and
+    fills its `__dict__` when it is returned or live at a break.
+    """
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self.attrs: dict[str, Variable] = {}
+
+    def describe(self) -> str:
+        return f"new {self.cls.__qualname__} object"
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def truth(self, tx: "Tracer") -> bool:
+        if getattr(self.cls, "__bool__", None) is None and getattr(self.cls, "__len__", None) is None:
+            return True
+        raise Unsupported(f"truth value of {self.describe()}", kind="unsupported_builtin")
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+
+        if name in self.attrs:
+            return self.attrs[name]
+        static = inspect.getattr_static(self.cls, name, _MISSING)
+        if isinstance(static, property):
+            return UserFunctionVariable(static.fget).call(tx, [self], {})
+        if isinstance(static, types.FunctionType):
+            return UserMethodVariable(static, self)
+        if isinstance(static, staticmethod):
+            return tx.wrap(static.__func__, None)
+        if isinstance(static, classmethod):
+            return UserMethodVariable(static.__func__, tx.wrap(self.cls, None))
+        if name == "__class__":
+            return tx.wrap(self.cls, None)
+        if static is _MISSING or hasattr(type(static), "__get__"):
+            raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
+                              kind="unsupported_attribute")
+        return tx.wrap_result(static)
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        return self.getattr(tx, name).call(tx, args, kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        cls = glue.constant(self.cls)
+        name = glue.fresh("obj")
+        glue.line(f"{name} = {cls}.__new__({cls})")
+        if self.attrs:
+            body = ", ".join(f"{k!r}: {glue.reconstruct(v)}" for k, v in self.attrs.items())
+            glue.line(f"{name}.__dict__.update({{{body}}})")
+        return name

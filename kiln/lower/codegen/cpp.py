@@ -7,6 +7,7 @@ integer division behave as in ATen. Corresponds to torch/_inductor/codegen/cpp.p
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
 
 import sympy
@@ -25,10 +26,15 @@ PARALLEL_MIN = 32768  # elements of work below which a kernel stays on one threa
 MATH = ("exp log sin cos tan tanh erf erfc expm1 log1p log2 log10 exp2 asin acos atan sinh cosh asinh "
         "acosh atanh").split()
 
+# sin and cos of one value would be merged into a scalar sincos call, which has no vector variant
+# to call; build.py turns their builtins off, and `const` tells the vectorizer they touch no memory
+_ATTR = {"sin": " __attribute__((const, nothrow))", "cos": " __attribute__((const, nothrow))"}
+
 PRELUDE = r"""
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <cstdlib>
 extern "C" {
 %s
 }
@@ -72,7 +78,7 @@ static inline uint16_t kiln_float_to_bf16(float f) {
   if (f != f) return 0x7fc0;
   return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);  // round to nearest even, as c10::BFloat16
 }
-""" % "\n".join(f"#pragma omp declare simd notinbranch\n{t} {n}{s}({t});"
+""" % "\n".join(f"#pragma omp declare simd notinbranch\n{t} {n}{s}({t}){_ATTR.get(n, '')};"
                 for n in MATH for t, s in (("float", "f"), ("double", ""))) + \
     "\n".join(f"#pragma omp declare simd notinbranch\n{t} {n}{s}({t}, {t});"
               for n in ("pow", "atan2", "hypot") for t, s in (("float", "f"), ("double", "")))
@@ -198,7 +204,9 @@ def _missing_ops() -> set[str]:
 class BodyWriter:
     """Emits C++ statements for body values with common-subexpression elimination."""
 
-    def __init__(self, storage: dict[str, torch.dtype], sub: dict, locals_: dict[str, str], counter: list[int]):
+    def __init__(self, storage: dict[str, torch.dtype], sub: dict, locals_: dict[str, str], counter: list[int],
+                 scratch: dict | None = None):
+        self.scratch = scratch or {}  # scratch buffer -> substitution that drops the outer variables
         self.lines: list[str] = []
         self.cache: dict[Value, str] = {}
         self.storage = storage
@@ -227,6 +235,8 @@ class BodyWriter:
             if v.extra is None and (v.buffer, key) in self.locals:
                 out = self.locals[(v.buffer, key)]
             else:
+                if v.buffer in self.scratch:
+                    key = sympy.expand(key.xreplace(self.scratch[v.buffer]))
                 where = cexpr(key) + ("" if v.extra is None else f" + {self.value(v.extra)}")
                 raw = f"{v.buffer}[{where}]"
                 st = self.storage[v.buffer]
@@ -234,7 +244,7 @@ class BodyWriter:
                 out = self.tmp(v.dtype, raw)
         elif isinstance(v, Masked):
             mask = self.value(v.mask)
-            inner = BodyWriter(self.storage, self.sub, self.locals, self.counter)
+            inner = BodyWriter(self.storage, self.sub, self.locals, self.counter, self.scratch)
             inner.cache = dict(self.cache)
             body = inner.value(v.body)
             other = self.value(v.other)
@@ -266,7 +276,10 @@ class BodyWriter:
         st = self.storage[buffer]
         val = f"kiln_float_to_bf16({value})" if st == torch.bfloat16 else (
             f"(_Float16)({value})" if st == torch.float16 else value)
-        target = f"{buffer}[{cexpr(sympy.expand(index.xreplace(self.sub)))}{extra}]"
+        where = sympy.expand(index.xreplace(self.sub))
+        if buffer in self.scratch:
+            where = sympy.expand(where.xreplace(self.scratch[buffer]))
+        target = f"{buffer}[{cexpr(where)}{extra}]"
         if mode == "add":
             self.lines.append("#pragma omp atomic")
             self.lines.append(f"{target} += {val};")
@@ -307,8 +320,9 @@ def _reduce_init(rtype: str, dtype: torch.dtype) -> str:
 class KernelWriter:
     """Renders one Kernel (or ScatterKernel) as a C++ function and records its argument list."""
 
-    def __init__(self, storage: dict[str, torch.dtype]) -> None:
+    def __init__(self, storage: dict[str, torch.dtype], size_symbols: set[str]) -> None:
         self.storage = storage
+        self.size_symbols = size_symbols
         self.counter = [0]
         self.reads: list[str] = []
         self.writes: list[str] = []
@@ -330,7 +344,22 @@ class KernelWriter:
         total = sympy.Mul(*k.outer, *k.inner)
         parallel_if = f" if({cexpr(total)} >= {PARALLEL_MIN})" if not total.is_number else ""
         parallel = not (total.is_number and total < PARALLEL_MIN)
-        if k.outer:
+        self.scratch = {name: {x: sympy.Integer(0) for x in xs} for name in k.scratch}
+        self.hidden = k.local | k.scratch
+        if k.outer and k.scratch:
+            # each thread gets one row buffer per scratch buffer, allocated once around the loop
+            body.append(f"#pragma omp parallel{parallel_if}" if parallel else "// one thread")
+            body.append("{")
+            for name in sorted(k.scratch):
+                node = next(n for n in k.nodes if n.name == name)
+                sub = node_substitution(node, k.outer, k.inner)
+                idx = sympy.expand(node.layout.index(_ivars(len(node.ranges))).xreplace(sub).xreplace(self.scratch[name]))
+                size = sympy.expand(idx.xreplace({y: r - 1 for y, r in zip(ys, k.inner)}) + 1)
+                T = CTYPE[self.storage[name]]
+                body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * {cexpr(size)}));")
+            o, c = _loops(xs, k.outer, "#pragma omp for@collapse" if parallel else None)
+            body += o
+        elif k.outer:
             o, c = _loops(xs, k.outer, f"#pragma omp parallel for@collapse{parallel_if}" if parallel else None)
             body += o
         for blk in k.blocks:
@@ -367,8 +396,9 @@ class KernelWriter:
                 pragma = "#pragma omp simd@collapse " + " ".join(clauses)
             o, c = _loops(ys, k.inner, pragma)
             body += pre + o
+            loop_locals = dict(locals_)  # values made in this loop are visible only inside it
             for n in blk.nodes:
-                body += ["  " + line for line in self._node(n, k, locals_, accs.get(n.name))]
+                body += ["  " + line for line in self._node(n, k, loop_locals, accs.get(n.name))]
             body += c + post
             for n in reds:
                 sub = node_substitution(n, k.outer, k.inner)
@@ -377,18 +407,20 @@ class KernelWriter:
                     locals_[(n.name, key)] = accs[n.name]
                 else:
                     self._note(self.writes, n.name)
-                    w = BodyWriter(self.storage, sub, locals_, self.counter)
+                    w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
                     w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
                     body += w.lines
         if k.outer:
             body += ["}"] * len(k.outer)
+        if k.outer and k.scratch:
+            body += [f"std::free({name});" for name in sorted(k.scratch)] + ["}"]
         return self._function(k.name, k.origins(), body), self.reads + self.writes
 
     def _node(self, n: Buffer, k: Kernel, locals_: dict, acc: str | None) -> list[str]:
         sub = node_substitution(n, k.outer, k.inner)
         assert sub is not None
-        w = BodyWriter(self.storage, sub, locals_, self.counter)
-        self._collect_reads(w, n.body, k.local)
+        w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+        self._collect_reads(w, n.body, self.hidden)
         value = w.value(n.body)
         lines = [f"// {n.name} <- {', '.join(n.origins)}"] + w.lines
         if isinstance(n, Reduction):
@@ -418,11 +450,11 @@ class KernelWriter:
                     lines.append(f"nan_{n.name} |= ({value} != {value});")
             return lines
         key = sympy.expand(n.layout.index(_ivars(len(n.ranges))).xreplace(sub))
-        if n.name in k.local:
-            locals_[(n.name, key)] = value
-        else:
-            self._note(self.writes, n.name)
-            w2 = BodyWriter(self.storage, sub, locals_, self.counter)
+        locals_[(n.name, key)] = value  # later nodes of this block read the register, not memory
+        if n.name not in k.local:
+            if n.name not in k.scratch:
+                self._note(self.writes, n.name)
+            w2 = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
             w2.store(n.name, n.layout.index(_ivars(len(n.ranges))), value)
             lines += w2.lines
         return lines
@@ -449,7 +481,7 @@ class KernelWriter:
             const = "const " if b not in self.writes else ""
             args.append(f"{const}{CTYPE[self.storage[b]]}* __restrict__ {b}")
         text = "\n".join(body)
-        syms = sorted({s for s in _symbols_in(text)})
+        syms = sorted(set(re.findall(r"\b([a-z]+\d+)\b", text)) & self.size_symbols)
         args += [f"int64_t {s}" for s in syms]
         if "seed" in text:
             args.append("int64_t seed")
@@ -462,14 +494,6 @@ class KernelWriter:
 def _ivars(n: int) -> tuple[sympy.Symbol, ...]:
     from kiln.lower.ir import index_vars
     return index_vars("i", n)
-
-
-SIZE_SYMBOLS: set[str] = set()
-
-
-def _symbols_in(text: str) -> set[str]:
-    import re
-    return {m for m in re.findall(r"\b([a-z]+\d+)\b", text) if m in SIZE_SYMBOLS}
 
 
 def _indent(lines: list[str]) -> str:
@@ -490,12 +514,10 @@ def generate(program: KernelProgram) -> tuple[str, dict[str, tuple[list[str], li
         storage[b.name] = b.layout.dtype
         for name, lay, _ in getattr(b, "results", ()):
             storage[name] = lay.dtype
-    SIZE_SYMBOLS.clear()
-    SIZE_SYMBOLS.update(program.ir.symbols)
     parts, signatures = [PRELUDE], {}
     for step in program.steps:
         if isinstance(step, (Kernel, ScatterKernel)):
-            w = KernelWriter(storage)
+            w = KernelWriter(storage, set(program.ir.symbols))
             src, bufs = w.kernel(step) if isinstance(step, Kernel) else w.scatter(step)
             parts.append(src)
             signatures[step.name] = (bufs, w.symbols, "seed" in src.split("{", 1)[0])

@@ -209,4 +209,11 @@ def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], 
         fn.restype = None
         env[name] = fn
     exec(compile(source, "<kiln wrapper>", "exec"), env)
-    return env["call"], source
+    call = env["call"]
+    if program.ir.output_spec is not None:
+        spec = pytree.treespec_loads(program.ir.output_spec)  # nested outputs (a list of splits): rebuild the structure the graph returns
+        flat_call = call
+
+        def call(*args: Any) -> Any:
+            return pytree.tree_unflatten(list(flat_call(*args)), spec)
+    return call, source

@@ -219,11 +219,13 @@ def softmax(ctx: LoweringContext, x: TensorValue, dim: int, half_to_float: bool 
     out = ctx.out_dtype()
     acc = compute_dtype(out)
     m = reduce(ctx, x, dim, True, "max", out)
-    e = lazy(x, out, lambda v, mx: ops.op("exp", ops.op("sub", ops.cast(v, acc), mx)), m)
+    # exp(x - max) is stored once and read back, not computed twice; the scheduler keeps it in a
+    # per-thread row buffer when the whole softmax is one kernel
+    e = ctx.realize(lazy(x, out, lambda v, mx: ops.op("exp", ops.op("sub", ops.cast(v, acc), mx)), m))
     s = reduce(ctx, e, dim, True, "sum", out)
     # ATen multiplies by the reciprocal of the sum (one divide per row, not per element)
     inv = lazy(s, out, lambda t: ops.op("reciprocal", t))
-    return lazy(x, out, lambda v, mx, r: ops.op("mul", ops.op("exp", ops.op("sub", ops.cast(v, acc), mx)), r), m, inv)
+    return lazy(e, out, lambda v, r: ops.op("mul", v, r), inv)
 
 
 @register(aten._log_softmax.default)

@@ -288,7 +288,7 @@ def roll(ctx: LoweringContext, x: TensorValue, shifts: Sequence[int], dims: Sequ
     if not dims:
         flat = view_as(x, [sympy.Mul(*x.sizes)])
         return view_as(roll(ctx, flat, shifts, [0]), x.sizes)
-    moves = {normalize_dim(d, x.ndim): s for d, s in zip(dims, shifts)}
+    moves = {normalize_dim(d, x.ndim): s for d, s in zip(dims, shifts) if x.sizes[normalize_dim(d, x.ndim)] != 0}
 
     def fn(idx: Sequence[sympy.Expr]) -> list[sympy.Expr]:
         out = []
