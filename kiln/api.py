@@ -140,6 +140,8 @@ def disable(fn: Callable[..., T] | None = None, recursive: bool = True) -> Any:
 
     Usable as `@kiln.disable`. `fn` itself is left as it was (other callers may still be traced,
     as with torch._dynamo.disable); a callable returned by kiln.compile is unwrapped to its original.
+    `recursive` is accepted for torch._dynamo.disable's signature: kiln never captures frames
+    called from a disabled function (there is no frame hook to re-enter capture), so both mean the same.
     """
     if fn is None:
         return lambda f: disable(f, recursive)

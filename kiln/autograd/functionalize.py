@@ -73,6 +73,7 @@ class FunctionalSession:
         self.originals: list[Any] = []  # the unwrapped value the placeholder was bound to
         self.visible: list[Any] = []  # what the traced function receives (a clone, see visible_inputs)
         self.initial: list[Any] = []  # the inner value of `visible` before the function ran
+        self.duplicate_of: dict[int, int] = {}  # input index -> earlier index of the same tensor
 
     def add_input(self, name: str, value: Any) -> Any:
         """A placeholder for `value`; returns its wrapper (a leaf requiring grad if `value` does)."""
@@ -80,6 +81,14 @@ class FunctionalSession:
         self.originals.append(value)
         self.initial.append(value)
         if isinstance(value, torch.Tensor):
+            for j, earlier in enumerate(self.originals[:-1]):
+                if earlier is value:
+                    # the same tensor passed twice: one wrapper, so a mutation through either
+                    # argument is seen through both, and only the first one reports it
+                    self.duplicate_of[len(self.originals) - 1] = j
+                    self.wrappers.append(self.wrappers[j])
+                    self.visible.append(self.visible[j])
+                    return self.wrappers[j]
             wrapper = torch._to_functional_tensor(value)
             if value.requires_grad:
                 wrapper.requires_grad_(True)
@@ -96,10 +105,12 @@ class FunctionalSession:
         """The values the function runs on. Inputs in `clone` (mutated in place while requiring grad:
         in eager they are non-leaf tensors, which autograd lets you mutate) get a traced clone, so
         the in-place op hits a non-leaf and the gradient still reaches the leaf placeholder."""
-        for i in clone:
+        for i in sorted(clone - self.duplicate_of.keys()):
             copy = self.wrappers[i].clone()
             self.visible[i] = copy
             self.initial[i] = self.unwrap(copy)
+        for i, first in self.duplicate_of.items():
+            self.visible[i] = self.visible[first]
         return list(self.visible)
 
     @contextlib.contextmanager
@@ -120,9 +131,12 @@ class FunctionalSession:
 
     def input_infos(self) -> tuple[InputInfo, ...]:
         infos = []
-        for wrapper, original, start in zip(self.visible, self.originals, self.initial):
+        for i, (wrapper, original, start) in enumerate(zip(self.visible, self.originals, self.initial)):
             if not isinstance(original, torch.Tensor):
                 infos.append(InputInfo(is_tensor=False, requires_grad=False))
+                continue
+            if i in self.duplicate_of:
+                infos.append(InputInfo(True, original.requires_grad))
                 continue
             torch._sync(wrapper)
             inner = torch._from_functional_tensor(wrapper)

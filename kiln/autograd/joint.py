@@ -243,11 +243,15 @@ def trace_joint(gm: fx.GraphModule, inputs: TraceInputs, forward: ForwardTrace,
             _, graph_outs, bases = session.classify_outputs(outs)
             mutated = [visible[i] for i, info in enumerate(input_infos) if info.mutates_data]
             fw_values = mutated + graph_outs + bases
-            wrt = [p for p in primals if isinstance(p, torch.Tensor) and p.requires_grad]
+            # a tensor passed twice gets its gradient once, in its first slot (autograd would
+            # otherwise accumulate it twice into the same tensor)
+            needs = [isinstance(p, torch.Tensor) and p.requires_grad and i not in session.duplicate_of
+                     for i, p in enumerate(primals)]
+            wrt = [p for p, need in zip(primals, needs) if need]
             grads = torch.autograd.grad([fw_values[k] for k in diff], wrt, tangents,
                                         allow_unused=True) if diff and wrt else [None] * len(wrt)
         it = iter(grads)
-        full = [next(it) if isinstance(p, torch.Tensor) and p.requires_grad else None for p in primals]
+        full = [next(it) if need else None for need in needs]
         tracer.output([session.unwrap(v) for v in fw_values] +
                       [session.unwrap(g) if g is not None else None for g in full])
     return JointTrace(graph_module(tracer), len(fw_values), diff)

@@ -58,7 +58,8 @@ def _rebuild_view(base: torch.Tensor, info: OutputInfo, binding: SymbolBinding,
                            _evaluate(offset, binding, args))
 
 
-def make_autograd_function(forward: Callable, backward: Callable, *, num_forward_outputs: int,
+def make_autograd_function(compiled_forward: Callable, compiled_backward: Callable, *,
+                           num_forward_outputs: int,
                            num_saved_tensors: int, differentiable: Sequence[int],
                            primal_needs_grad: Sequence[bool]) -> type[torch.autograd.Function]:
     """A torch.autograd.Function whose forward and backward are the two compiled graphs."""
@@ -73,7 +74,7 @@ def make_autograd_function(forward: Callable, backward: Callable, *, num_forward
             # autograd from recording anything in here.
             detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
             with torch.enable_grad():
-                outs = forward(*detached)
+                outs = compiled_forward(*detached)
             fw_outs = outs[:num_forward_outputs]
             saved = outs[num_forward_outputs:num_forward_outputs + num_saved_tensors]
             ctx.save_for_backward(*saved)
@@ -87,7 +88,7 @@ def make_autograd_function(forward: Callable, backward: Callable, *, num_forward
             # the backward graph was traced with contiguous tangents; a zero grad arrives for an
             # unused output because materialize_grads is on
             tangents = [grad_outputs[k].contiguous() for k in diff]
-            grads = backward(*ctx.saved_tensors, *ctx.symints, *tangents)
+            grads = compiled_backward(*ctx.saved_tensors, *ctx.symints, *tangents)
             return tuple(g if need else None for g, need in zip(grads, primal_needs_grad))
 
     return CompiledFunction

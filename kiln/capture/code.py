@@ -35,11 +35,16 @@ _READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLOSURE"
 _WRITES = frozenset({"STORE_FAST", "STORE_DEREF"})
 
 _resume_cache: dict[tuple[Any, ...], types.CodeType] = {}
+# resume code -> (the user's code object, bytes its body was moved by): a resume function that breaks
+# again gets the resume code of the *user's* code at the same point, so the chain does not grow and a
+# break inside a loop meets the same code object (and its compiled cache entry) every iteration.
+_origins: dict[types.CodeType, tuple[types.CodeType, int]] = {}
 
 
 def reset() -> None:
     """Forget every resume code object made so far (kiln.reset calls this)."""
     _resume_cache.clear()
+    _origins.clear()
 
 
 # --------------------------------------------------------------------------------------- reading code
@@ -236,7 +241,7 @@ def make_resume_code(code: types.CodeType, offset: int, nstack: int, live_locals
     `except` handler (the exception being handled cannot be handed over). Not handled: resuming between a
     `KW_NAMES` and its `CALL` (capture never breaks there).
     """
-    offset = instruction_at(code, offset).offset  # an EXTENDED_ARG offset means what it extends
+    code, offset = _canonical(code, instruction_at(code, offset).offset)
     key = ("resume", code, code.co_filename, offset, nstack, tuple(live_locals), tuple(sorted(null_slots)))
     cached = _resume_cache.get(key)
     if cached is not None:
@@ -281,7 +286,7 @@ def make_handler_code(code: types.CodeType, offset: int, live_locals: Sequence[s
     The glue should call this outside its own `except` block, so that the handler's saved
     "previous exception" is the frame's, not the glue's.
     """
-    offset = instruction_at(code, offset).offset
+    code, offset = _canonical(code, instruction_at(code, offset).offset)
     key = ("handler", code, code.co_filename, offset, tuple(live_locals), tuple(sorted(null_slots)))
     cached = _resume_cache.get(key)
     if cached is not None:
@@ -316,6 +321,15 @@ def _check_resumable(code: types.CodeType, offset: int) -> None:
                           f"(line {line_of(code, offset)})", kind="unsupported_bytecode")
 
 
+def _canonical(code: types.CodeType, offset: int) -> tuple[types.CodeType, int]:
+    """The user's code and offset behind a point of a resume code (an offset of the prologue, or a
+    code object this module did not make, is its own)."""
+    origin = _origins.get(code)
+    if origin is None or offset - origin[1] not in _listing(origin[0]).index:
+        return code, offset
+    return origin[0], offset - origin[1]
+
+
 def _stack_slots(nstack: int, null_slots: Sequence[int]) -> list[Any]:
     if any(not 0 <= s < nstack for s in null_slots):
         raise ValueError(f"null_slots {tuple(null_slots)} outside a stack of depth {nstack}")
@@ -336,9 +350,13 @@ def _build(code: types.CodeType, target: int, slots: Sequence[Any], live_locals:
         result, new_shift = _assemble(code, target, slots, argnames, moves, name, lineno, shift)
         if new_shift == shift or not any(isinstance(s, _LastI) for s in slots):
             break
+        if new_shift is None:
+            raise AssertionError(f"{code.co_name}: the prologue re-encoded the body")
         shift = new_shift
     else:
         raise AssertionError(f"{code.co_name}: prologue length did not settle")
+    if new_shift is not None:
+        _origins[result] = (code, new_shift)
     log.artifact("bytecode", lambda: f"{name}: {code.co_name} continued at offset {target} "
                  f"({code.co_filename}:{lineno}):\n{render_code(result)}")
     return result
@@ -352,7 +370,8 @@ def _implicit_self(code: types.CodeType) -> str | None:
     return None
 
 
-def _place_implicit_self(code: types.CodeType, positional: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+def _place_implicit_self(code: types.CodeType,
+                         positional: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
     """Argument names keeping the calling convention (stack slots, then live locals) while `self`
     owns local slot 0: slot 0 takes self's name and receives the first argument's value, self comes
     in as `___self`, and the prologue moves both values where they belong."""
@@ -378,7 +397,8 @@ def _store(code: types.CodeType, name: str, lineno: int) -> Instr:
 
 
 def _assemble(code: types.CodeType, target: int, slots: Sequence[Any], argnames: list[str],
-              moves: list[tuple[str, str]], name: str, lineno: int, shift: int) -> tuple[types.CodeType, int]:
+              moves: list[tuple[str, str]], name: str, lineno: int,
+              shift: int) -> tuple[types.CodeType, int | None]:
     """One assembly; returns the code and how many bytes the prologue moved the original code by."""
     parsed = _parsed(code)
     bc = Bytecode(list(parsed))  # a new list of the same (never mutated) instructions
@@ -422,10 +442,12 @@ def _assemble(code: types.CodeType, target: int, slots: Sequence[Any], argnames:
     # write nonsense depths (a segfault in the handler). The stack at the target is the original's,
     # so the original depths and stack size stay correct (notes/recipes.md, section 3).
     result = new.to_code(stacksize=code.co_stacksize + len(slots), compute_exception_stack_depths=False)
-    # Everything after the prologue keeps its encoding (3.11 jumps are relative), so the original's
-    # first real instruction tells how far the prologue moved the code.
-    first_after = _listing(result).instrs[len(prologue)].offset
-    return result, first_after - positions[0].offset
+    # Everything after the prologue normally keeps its encoding (3.11 jumps are relative), so the
+    # body is the original moved by a constant; None when an argument index grew an EXTENDED_ARG.
+    body = _listing(result).instrs[len(prologue):]
+    moved = {b.offset - o.offset for b, o in zip(body, positions)}
+    same = len(body) == len(positions) and all(b.opname == o.opname for b, o in zip(body, positions))
+    return result, (moved.pop() if same and len(moved) == 1 else None)
 
 
 def make_function(code: types.CodeType, globals: dict[str, Any],

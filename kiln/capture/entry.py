@@ -234,11 +234,14 @@ def compile_function(fn: Any, options: CompileOptions, capture: CaptureFn | None
 
     # The hot path: a closure over locals (every attribute load here is paid per call), with the
     # all-positional binding inlined; the binder handles keywords, defaults and methods.
-    names = fn.__code__.co_varnames[: fn.__code__.co_argcount]
-    plain = not has_self and bind.__name__ == "bind"
+    code = fn.__code__
+    names = code.co_varnames[: code.co_argcount]
+    nargs = len(names)
+    plain = not has_self and not (code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)) \
+        and code.co_kwonlyargcount == 0  # all-positional calls of this function bind by zip
 
     def compiled(*args: Any, **kwargs: Any) -> Any:
-        if plain and not kwargs and len(args) == len(names):
+        if plain and not kwargs and len(args) == nargs:
             L = dict(zip(names, args))
         else:
             L = bind(args, kwargs)

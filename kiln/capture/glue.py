@@ -149,10 +149,34 @@ class ResumeFunctions:
         args += [glue.reconstruct(v) for v in live_values]
         if self.fn.__closure__ is None:
             resume = code_mod.make_function(resume_code, self.fn.__globals__, None, resume_code.co_name)
-            callee = glue.bind("resume", self.wrap_frame(resume))
+            callee = glue.bind("resume", _ResumeCall(self.wrap_frame(resume), resume))
         else:
             callee = glue.bind("resume", _PerClosure(resume_code, self.fn.__globals__, self.wrap_frame)) + "(F)"
         return f"{callee}({', '.join(args)})"
+
+
+class _ResumeCall:
+    """Calls a compiled resume function, or the plain one when resumes are nested too deep.
+
+    A loop whose body breaks resumes inside a resume inside a resume...; past `MAX_NESTING` levels
+    the rest runs natively, so a long loop cannot exhaust Python's recursion limit.
+    """
+
+    MAX_NESTING = 48
+    nesting = 0
+
+    def __init__(self, compiled: Callable[..., Any], plain: Callable[..., Any]) -> None:
+        self.compiled = compiled
+        self.plain = plain
+
+    def __call__(self, *args: Any) -> Any:
+        if _ResumeCall.nesting >= _ResumeCall.MAX_NESTING:
+            return self.plain(*args)
+        _ResumeCall.nesting += 1
+        try:
+            return self.compiled(*args)
+        finally:
+            _ResumeCall.nesting -= 1
 
 
 class _PerClosure:
@@ -169,7 +193,7 @@ class _PerClosure:
         made = self._made.get(key)
         if made is None:
             fn = code_mod.make_function(self.code, self.f_globals, F.__closure__, self.code.co_name)
-            made = (F.__closure__, self.wrap_frame(fn))  # the closure is kept so its ids stay unique
+            made = (F.__closure__, _ResumeCall(self.wrap_frame(fn), fn))  # the closure keeps ids unique
             self._made[key] = made
         return made[1]
 
@@ -233,21 +257,15 @@ def _in_try(code: types.CodeType, offset: int) -> bool:
 def check_breakable(root: Any, exc: Unsupported, record: Any) -> None:
     """Raise (the frame then runs eagerly) unless the root instruction can be a graph break.
 
-    A call and a branch on a tensor can; like Dynamo, a break inside a loop or a try block makes the
-    whole frame run natively instead (resuming there would recompile per iteration, or move the
-    native call out of its exception handler).
+    A call, an expression instruction of NATIVE_INSTRUCTIONS and a branch on a tensor can, also
+    inside loops (the iterator is a stack slot of the resume function). Inside a try block the
+    frame continues natively from the breaking instruction itself, so that the exception handlers
+    still cover it (see finish_break).
     """
     ins = root.current
     native = ins.opname in _CALLS or ins.opname in NATIVE_INSTRUCTIONS
     if not native and not (ins.opname in _BRANCHES and exc.kind == "data_dependent_branch"):
         raise exc
-    where = f"{record.filename}:{record.lineno}"
-    if _in_loop(root.code, ins.offset):
-        raise Unsupported(f"graph break inside a loop ({exc.reason}, at {where}); the frame runs eagerly",
-                          kind=exc.kind, hint=exc.hint) from exc
-    if _in_try(root.code, ins.offset):
-        raise Unsupported(f"graph break inside a try block ({exc.reason}, at {where}); the frame runs eagerly",
-                          kind=exc.kind, hint=exc.hint) from exc
 
 
 def _restore_grad_node(state: Any) -> None:
@@ -355,7 +373,15 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
     resumes = ResumeFunctions(fn, wrap_frame)
     stack = list(root.stack)
     after = code_mod.next_offset(code, ins.offset)
-    if ins.opname == "CALL":
+    in_try = _in_try(code, ins.offset)
+    if in_try and ins.opname != "CALL":
+        # The breaking instruction must run under the frame's exception handlers: the rest of the
+        # frame, from that instruction on, runs natively in a resume function that keeps them.
+        native = ResumeFunctions(fn, lambda f: f)
+        live, values = _live_values(root, code_mod.live_locals_at(code, ins.offset))
+        _grad_line(glue, state)
+        glue.line(f"return {native.expression(glue, ins.offset, stack, live, values)}")
+    elif ins.opname == "CALL":
         depth = ins.arg + 2
         below = stack[: len(stack) - depth]
         callee_var, args, kwargs = split_call(stack[len(stack) - depth:], root.kw_names or ())
@@ -368,7 +394,11 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
         parts += [f"{k}={glue.reconstruct(v)}" for k, v in kwargs.items()]
         _grad_line(glue, state)
         result = glue.fresh("result")
-        glue.line(f"{result} = {callee}({', '.join(parts)})")
+        call = f"{result} = {callee}({', '.join(parts)})"
+        if in_try:
+            _call_under_handlers(glue, fn, root, stack, depth, call)
+        else:
+            glue.line(call)
         tmp = _Named(result)
         glue.line(f"return {resumes.expression(glue, after, below + [tmp], live, values)}")
     elif ins.opname == "CALL_FUNCTION_EX":
@@ -431,6 +461,37 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
         glue.line(f"return {calls[1]}")
     log_break(record)
     return _result(state, glue, options, [record])
+
+
+def _call_under_handlers(glue: GlueBuilder, fn: types.FunctionType, root: Any, stack: list[Any],
+                         depth: int, call: str) -> None:
+    """Emit `call` so that an exception it raises reaches the frame's own handlers.
+
+    If the call raises, the frame continues natively at the CALL itself, with the callable slot
+    replaced by one that raises the caught exception: the try block's handler sees the very
+    exception, and the call's side effects are not repeated.
+    """
+    from kiln.capture.variables.base import NullVariable
+
+    callable_slot = len(stack) - depth + (1 if isinstance(stack[len(stack) - depth], NullVariable) else 0)
+    exc = glue.fresh("exc")
+    raising = list(stack)
+    raising[callable_slot] = _Named(f"{glue.constant(_reraise)}({exc})")
+    native = ResumeFunctions(fn, lambda f: f)
+    live, values = _live_values(root, code_mod.live_locals_at(fn.__code__, root.current.offset))
+    glue.line("try:")
+    glue.line(f"    {call}")
+    glue.line(f"except BaseException as {exc}:")
+    glue.line(f"    return {native.expression(glue, root.current.offset, raising, live, values)}")
+
+
+def _reraise(exc: BaseException) -> Callable[..., Any]:
+    """A callable that raises `exc` when called (stands in for a call that already raised)."""
+
+    def raise_again(*args: Any, **kwargs: Any) -> Any:
+        raise exc
+
+    return raise_again
 
 
 class _Named:

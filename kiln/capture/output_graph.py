@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 import torch.fx
+from torch._dispatch.python import enable_python_dispatcher
 
 from kiln.capture.guards import Guard, tensor_guard
 from kiln.capture.sources import Source
@@ -80,7 +81,12 @@ class OutputGraph:
         dims: tuple[int, ...] = ()
         if self.policy is not None and self.shape_env is not None and value.dim() > 0:
             dims = tuple(self.policy.dynamic_dims(name, value, self.dynamic))
-        fake = self.fake_mode.from_real(value, source=name, dynamic_dims=dims)
+        if dims:
+            # Meta tensors with symbolic sizes need the Python dispatcher (notes/recipes.md, 2).
+            with enable_python_dispatcher():
+                fake = self.fake_mode.from_real(value, source=name, dynamic_dims=dims)
+        else:
+            fake = self.fake_mode.from_real(value, source=name)
         for d, size in enumerate(fake.shape):
             if isinstance(size, torch.SymInt):
                 self.symbol_input(size, f"{name}.size()[{d}]")

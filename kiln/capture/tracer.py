@@ -13,6 +13,7 @@ import builtins
 import dis
 import inspect
 import operator
+import os
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -466,7 +467,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: Any,
             except Unsupported as exc:
                 if stop is not None:
                     raise
-                tx = state.innermost or root
+                tx = _user_frame(state.innermost or root)
                 record = make_break_record(exc, tx.code, tx.lineno)
                 if getattr(options, "fullgraph", False):
                     raise GraphBreakError(str(record)) from exc
@@ -476,6 +477,17 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: Any,
             return finish_return(state, root, fn, options, value)
         finally:
             torch._C._set_grad_enabled(state.initial_grad)
+
+
+_LIBRARY_DIRS = tuple(os.path.dirname(p) + os.sep for p in (torch.__file__, os.__file__))
+
+
+def _user_frame(tx: Tracer) -> Tracer:
+    """The innermost tracer running the user's code: a break inside torch or the standard library
+    is reported at the user's line that called into it."""
+    while tx.parent is not None and tx.code.co_filename.startswith(_LIBRARY_DIRS):
+        tx = tx.parent
+    return tx
 
 
 def _root_tracer(state: CaptureState, fn: types.FunctionType, L: dict[str, Any], stop: int | None) -> Tracer:

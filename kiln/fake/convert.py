@@ -55,7 +55,7 @@ def from_real(mode: "FakeTensorMode", t: torch.Tensor, *, source: str | None = N
 
 
 def _sparse_meta(t: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
+    with torch.no_grad(), torch._C._DisableTorchDispatch():
         if t.layout == torch.sparse_coo:
             # .to("meta") drops a COO tensor's entries (nnz becomes 0); rebuild from its parts.
             return torch.sparse_coo_tensor(t._indices().to(_META), t._values().to(_META), t.shape,
@@ -120,7 +120,8 @@ def _meta_like(mode: "FakeTensorMode", t: torch.Tensor, source: str | None,
         strides = symbolic_strides(sizes, t.size(), t.stride())
     offset = t.storage_offset()
     nbytes = t.untyped_storage().nbytes()
-    with torch.no_grad():
+    # Plain meta tensors, even when a FakeTensorMode is active (capture converts inputs inside it).
+    with torch.no_grad(), torch._C._DisableTorchDispatch():
         if dims or (offset == 0 and nbytes == _min_nbytes(t)):
             return torch.empty_strided(sizes, strides, dtype=t.dtype, device=_META)
         # A storage larger than the tensor, or an offset into it: keep both, as .set_ does for real.

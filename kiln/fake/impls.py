@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+from torch._prims_common import suggest_memory_format
 
 import kiln.config
 from kiln.errors import DataDependentOutputError, MissingFakeImplError
@@ -45,8 +46,9 @@ def registered_ops() -> list[Any]:
     return list(_TABLE)
 
 
-def _unbacked(mode: "FakeTensorMode", origin: str) -> torch.SymInt:
-    return mode.shape_env.create_unbacked_symint(origin)
+def _unbacked(mode: "FakeTensorMode", origin: str, *, size: bool) -> torch.SymInt:
+    """A fresh unbacked symbol; `size=True` for lengths (known >= 0), False for an .item() value."""
+    return mode.shape_env.create_unbacked_symint(origin, size=size)
 
 
 # --------------------------------------------------------------------- data-dependent ops
@@ -56,10 +58,8 @@ def run_data_dependent(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: d
     Some of them only depend on data for some arguments (one_hot with num_classes=-1, lstsq
     with some drivers); their meta kernel answers when it can, and its refusal becomes ours.
     """
-    from kiln.fake.mode import run_meta
-
     try:
-        return run_meta(mode, func, args, kwargs)
+        return mode.run_kernel(func, args, kwargs)
     except (RuntimeError, NotImplementedError, MissingFakeImplError) as e:
         raise DataDependentOutputError(str(func)) from e
 
@@ -70,7 +70,7 @@ def local_scalar_dense(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: d
     t = args[0]
     if (mode.shape_env is not None and kiln.config.capture_scalar_outputs
             and not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool):
-        return _unbacked(mode, f"{func}()")
+        return _unbacked(mode, f"{func}()", size=False)
     raise DataDependentOutputError(
         "aten._local_scalar_dense",
         "Tensor.item() (also int(t), float(t), bool(t) and `if t:`) needs the tensor's value, "
@@ -83,7 +83,7 @@ def nonzero(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any
     t = args[0]
     if mode.shape_env is None:
         raise DataDependentOutputError("aten.nonzero")
-    u = _unbacked(mode, "aten.nonzero")
+    u = _unbacked(mode, "aten.nonzero", size=True)
     # CPU's nonzero returns the [n, ndim] result column-major; keep that layout.
     with mode.kernel_invocation(symbolic=True):
         out = torch.empty_strided((u, t.dim()), (1, u), dtype=torch.long, device=_META)
@@ -96,7 +96,7 @@ def masked_select(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) 
     t, mask = args[0], args[1]
     if mode.shape_env is None:
         raise DataDependentOutputError("aten.masked_select")
-    u = _unbacked(mode, "aten.masked_select")
+    u = _unbacked(mode, "aten.masked_select", size=True)
     with mode.kernel_invocation(symbolic=True):
         out = torch.empty((u,), dtype=t.dtype, device=_META)
     return mode.wrap(out, mode.output_device(func, (t, mask), {}))
@@ -105,15 +105,13 @@ def masked_select(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) 
 @register_fake_impl(aten.index.Tensor)
 def index_tensor(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
     """`x[idx]`: integer indices have a meta kernel; a boolean mask's result size is data."""
-    from kiln.fake.mode import run_meta
-
     indices = args[1]
     for i in indices:
         if i is not None and i.dtype in (torch.bool, torch.uint8):
             raise DataDependentOutputError(
                 "aten.index.Tensor", "indexing with a boolean mask (x[mask]) gives a result whose "
                 "size depends on the mask's data, which a fake tensor does not have (aten.index.Tensor)")
-    return run_meta(mode, func, args, kwargs)
+    return mode.run_kernel(func, args, kwargs)
 
 
 @register_fake_impl(aten._to_sparse.default, aten._to_sparse.sparse_dim, aten._to_sparse_csr.default,
@@ -136,13 +134,11 @@ def unique(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
 @register_fake_impl(aten.repeat_interleave.Tensor)
 def repeat_interleave_tensor(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
     """With output_size given the meta kernel knows the size; without it the size is data."""
-    from kiln.fake.mode import run_meta
-
     if kwargs.get("output_size") is None:
         raise DataDependentOutputError(
             "aten.repeat_interleave.Tensor", "repeat_interleave with a tensor of repeats and no "
             "output_size has a data-dependent size; pass output_size= (aten.repeat_interleave.Tensor)")
-    return run_meta(mode, func, args, kwargs)
+    return mode.run_kernel(func, args, kwargs)
 
 
 # --------------------------------------------------------------------------- custom ops
@@ -158,7 +154,13 @@ class _FakeImplCtx:
             raise DataDependentOutputError(
                 self._op, f"the fake impl of {self._op} asks for a data-dependent size "
                 "(ctx.new_dynamic_size()), which needs a FakeTensorMode with a shape_env")
-        return _unbacked(self._mode, self._op)
+        u = _unbacked(self._mode, self._op, size=True)
+        if min > 0 or max is not None:
+            # The op's author promises these bounds; the ShapeEnv records them as runtime facts.
+            torch._check(u >= min)
+            if max is not None:
+                torch._check(u <= max)
+        return u
 
     # Older spelling kept by torch.library for the same thing.
     create_unbacked_symint = new_dynamic_size
@@ -179,9 +181,8 @@ def run_custom_op(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) 
             raise missing
         # An op registered with a plain Meta kernel (torch.library.impl(..., "Meta")); custom_op
         # also installs one that only raises "no fake impl registered", which means the same.
-        from kiln.fake.mode import run_meta
         try:
-            return run_meta(mode, func, args, kwargs)
+            return mode.run_kernel(func, args, kwargs)
         except RuntimeError as e:
             if "fake impl" in str(e) or "abstract impl" in str(e):
                 raise missing from e
@@ -203,11 +204,7 @@ def run_custom_op(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) 
 def convolution(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
     """The meta kernel gets the shape right but always answers contiguous; CPU (mkldnn) and CUDA
     (cudnn) both return channels-last when the input or the weight is channels-last."""
-    from torch._prims_common import suggest_memory_format
-
-    from kiln.fake.mode import run_meta
-
-    out = run_meta(mode, func, args, kwargs)
+    out = mode.run_kernel(func, args, kwargs)
     x, w = args[0], args[1]
     if out.dim() not in (4, 5):
         return out
@@ -223,9 +220,7 @@ def convolution(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) ->
 @register_fake_impl(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
 def native_batch_norm(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
     """CPU's kernel returns empty save_mean/save_invstd in eval mode; the meta kernel, sized (C,)."""
-    from kiln.fake.mode import run_meta
-
-    out, save_mean, save_invstd = run_meta(mode, func, args, kwargs)
+    out, save_mean, save_invstd = mode.run_kernel(func, args, kwargs)
     training = args[5] if len(args) > 5 else kwargs["training"]
     if training or out.fake_device.type != "cpu":
         return out, save_mean, save_invstd
@@ -283,14 +278,33 @@ def histogramdd_from_bins(mode: "FakeTensorMode", func: Any, args: tuple, kwargs
 @register_fake_impl(aten.max_unpool2d.default)
 def max_unpool2d(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
     """CPU's kernel gives the output the input's suggested memory format; the meta kernel does not."""
-    from torch._prims_common import suggest_memory_format
-
-    from kiln.fake.mode import run_meta
-
-    out = run_meta(mode, func, args, kwargs)
+    out = mode.run_kernel(func, args, kwargs)
     fmt = suggest_memory_format(args[0])
     if out.fake_device.type != "cpu" or fmt != torch.channels_last or out.dim() != 4:
         return out
     with mode.kernel_invocation(symbolic=out._has_symbolic_sizes_strides):
         meta = torch.empty(out.shape, dtype=out.dtype, device=_META, memory_format=fmt)
     return mode.wrap(meta, out.fake_device)
+
+
+# --------------------------------------------------------------------------- sparse
+@register_fake_impl(aten.sparse_sampled_addmm.default)
+def sparse_sampled_addmm(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """The result keeps self's CSR sparsity pattern: the same indices, fresh values."""
+    s = args[0]
+    with mode.kernel_invocation(symbolic=False):
+        out = torch.sparse_compressed_tensor(
+            s.crow_indices(), s.col_indices(), torch.empty_like(s.values()), s.shape,
+            layout=torch.sparse_csr, check_invariants=False)
+    return mode.wrap(out, s.fake_device)
+
+
+@register_fake_impl(aten._sparse_mm_reduce_impl.default)
+def sparse_mm_reduce(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """A dense [M, N] result; the argmax/argmin indices are kept only when a backward needs them."""
+    s, other, reduce = args[0], args[1], args[2]
+    needs_arg = reduce in ("max", "min", "amax", "amin") and (s.requires_grad or other.requires_grad)
+    with mode.kernel_invocation(symbolic=False):
+        out = torch.empty((s.shape[0], other.shape[1]), dtype=other.dtype, device=_META)
+        arg_out = torch.empty(out.shape if needs_arg else (0,), dtype=torch.long, device=_META)
+    return mode.wrap(out, s.fake_device), mode.wrap(arg_out, s.fake_device)

@@ -17,13 +17,17 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from kiln.debug import log
 from kiln.errors import MissingFakeImplError
-from kiln.fake import bindings, cache, convert, impls
+from kiln.fake import cache, convert, devices, impls
 from kiln.fake.devices import normalize_device
 from kiln.fake.tensor import FakeTensor
 
 aten = torch.ops.aten
 _META = torch.device("meta")
 _FAKE_KEY = torch._C._TorchDispatchModeKey.FAKE
+_PRIM_DEVICE = torch.ops.prim.device.default
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+# Only a build missing a fake device type makes meta fakes out of C++ `self.options()`.
+_META_LEAKS = devices.MISSING_CUDA
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 # Ops that legitimately take tensors on different devices; the output follows the first argument.
@@ -83,7 +87,7 @@ class FakeTensorMode(TorchDispatchMode):
         self._strategy: dict[Any, Callable[..., Any]] = {}
         # One entry per __enter__: the shim pushed with it and the fake mode it displaced, or
         # None when the mode was already the active one (re-entering is then a no-op).
-        self._entered: list[tuple[bindings.BindingShim, Any] | None] = []
+        self._entered: list[tuple[devices.BindingShim, Any] | None] = []
         _preimport()
 
     def __enter__(self) -> "FakeTensorMode":
@@ -95,7 +99,7 @@ class FakeTensorMode(TorchDispatchMode):
             return self
         if current is not None:
             torch._C._unset_dispatch_mode(_FAKE_KEY)
-        shim = bindings.BindingShim(self)
+        shim = devices.BindingShim(self)
         shim.__enter__()
         self._entered.append((shim, current))
         return super().__enter__()
@@ -137,12 +141,11 @@ class FakeTensorMode(TorchDispatchMode):
 
     def dispatch(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
         """Run one ATen op on fake (or real, converted) inputs; returns fakes."""
-        if func is torch.ops.prim.device.default:
+        if func is _PRIM_DEVICE:
             return _META if self.in_kernel else args[0].fake_device
         for ty in types:
             # Another tensor subclass (a user wrapper) gets to unwrap itself first.
-            if ty is not FakeTensor and ty is not torch.Tensor and not issubclass(ty, FakeTensor) \
-                    and ty is not torch.nn.Parameter:
+            if ty is not FakeTensor and ty not in _PLAIN_TYPES and not issubclass(ty, FakeTensor):
                 return NotImplemented
         args, kwargs = self._fakeify_inputs(args, kwargs)
         strategy = self._strategy.get(func)
@@ -179,6 +182,11 @@ class FakeTensorMode(TorchDispatchMode):
         return x
 
     # --------------------------------------------------------------------------- kernels
+    def run_kernel(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """The default path of an op (for impls that adjust its result): its meta kernel, from the
+        op cache when possible, or its decomposition where it has no meta kernel."""
+        return run_meta(self, func, args, kwargs)
+
     def kernel_invocation(self, symbolic: bool) -> "_KernelInvocation":
         """Run meta kernels directly: Python key off, Meta forced, `.device` reads meta."""
         return _KernelInvocation(self, symbolic)
@@ -196,7 +204,7 @@ class FakeTensorMode(TorchDispatchMode):
             # A 0-dim CPU tensor mixes with any device, as a Python scalar does. A meta fake is
             # what C++ composites make from `self.options()` of a fake on a device this build
             # lacks (C++ sees those as meta): it takes the device of the tensors it meets.
-            rank = 0 if dev.type == "meta" else 1 if (dev.type == "cpu" and t.dim() == 0) else 2
+            rank = 1 if (dev.type == "cpu" and t.dim() == 0) else 0 if (dev.type == "meta" and _META_LEAKS) else 2
             if common is None or rank > common_rank:
                 common, common_rank = dev, rank
             elif dev != common and rank == 2 and func not in _MIXED_DEVICE_OPS:
@@ -219,7 +227,7 @@ class FakeTensorMode(TorchDispatchMode):
 class _KernelInvocation:
     """The context of FakeTensorMode.kernel_invocation; a class, not a generator, for speed."""
 
-    __slots__ = ("mode", "symbolic", "prev", "guards")
+    __slots__ = ("mode", "symbolic", "prev", "no_python", "keys", "dispatcher")
 
     def __init__(self, mode: FakeTensorMode, symbolic: bool) -> None:
         self.mode = mode
@@ -228,21 +236,23 @@ class _KernelInvocation:
     def __enter__(self) -> None:
         self.prev = self.mode.in_kernel
         self.mode.in_kernel = True
-        self.guards = [torch._C._DisableTorchDispatch(), torch._C._PreserveDispatchKeyGuard()]
+        self.no_python = torch._C._DisableTorchDispatch()
+        self.keys = torch._C._PreserveDispatchKeyGuard()
+        self.no_python.__enter__()
+        self.keys.__enter__()
+        torch._C._set_meta_in_tls_dispatch_include(True)
         if self.symbolic:
             # Meta kernels written in C++ cannot take symbolic sizes; the Python dispatcher
             # routes to the Python meta kernels of torch._refs instead.
-            self.guards.append(enable_python_dispatcher())
-        for g in self.guards[:2]:
-            g.__enter__()
-        torch._C._set_meta_in_tls_dispatch_include(True)
-        for g in self.guards[2:]:
-            g.__enter__()
+            self.dispatcher = enable_python_dispatcher()
+            self.dispatcher.__enter__()
 
     def __exit__(self, *exc: Any) -> None:
         try:
-            for g in reversed(self.guards):
-                g.__exit__(*exc)
+            if self.symbolic:
+                self.dispatcher.__exit__(*exc)
+            self.keys.__exit__(*exc)
+            self.no_python.__exit__(*exc)
         finally:
             self.mode.in_kernel = self.prev
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from kiln.fake.mode import FakeTensorMode
 
 _META = torch.device("meta")
+_PRIM_DEVICE = torch.ops.prim.device.default
 
 
 class FakeTensor(torch.Tensor):
@@ -77,6 +78,9 @@ class FakeTensor(torch.Tensor):
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         # Only reached when the tensor's mode is not the active one (a fake used outside its
         # `with` block); with the mode active, the mode's __torch_dispatch__ runs first.
+        if func is _PRIM_DEVICE:  # C++ asks for the device of a fake many times per op
+            t = args[0]
+            return _META if t.fake_mode.in_kernel else t.fake_device
         mode = mode_of(_iter_tensors(args, kwargs))
         if mode is None:
             return NotImplemented
@@ -108,7 +112,10 @@ class FakeTensor(torch.Tensor):
             return memo[id(self)]
         with self.fake_mode:
             out = torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device=self.fake_device)
-        out.requires_grad_(self.requires_grad)
+        if getattr(self, "_is_param", False):
+            out = torch.nn.Parameter(out, requires_grad=self.requires_grad)
+        else:
+            out.requires_grad_(self.requires_grad)
         memo[id(self)] = out
         return out
 

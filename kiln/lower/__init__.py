@@ -16,7 +16,7 @@ import torch
 import torch.fx
 
 from kiln.debug import log
-from kiln.lower.codegen.cpp import generate
+from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.codegen.wrapper import make_wrapper
 from kiln.lower.decompose import decompose
 from kiln.lower.graph import lower_to_loop_ir, node_metas

@@ -9,7 +9,7 @@ layer norm, gelu stay whole so they fuse). Corresponds to torch/_inductor/decomp
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.fx

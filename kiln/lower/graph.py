@@ -15,7 +15,6 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from kiln.debug import log
 from kiln.lower.ir import (BufferRef, ConstantBuffer, InputBuffer, Layout, LoopIR, SymExpr, contiguous_strides,
                            index_vars, walk)
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, strided_value,

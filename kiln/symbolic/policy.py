@@ -4,7 +4,8 @@ The entry keeps one policy per code object. Before a capture it asks `dynamic_di
 dynamic)` for each tensor input and `int_is_dynamic(source, value, dynamic)` for each int; after the
 capture it calls `note_sizes` with what it saw. The rules are torch.compile's: dynamic=False never,
 dynamic=True every dim, dynamic=None static first and then, after a recompile, the dims that changed
-(config.automatic_dynamic_shapes); mark_dynamic/maybe_mark_dynamic dims always, mark_static never.
+(config.automatic_dynamic_shapes); mark_dynamic/maybe_mark_dynamic dims always (under dynamic=False
+too, as torch.compile, whose dynamic=False only turns automatic dynamic off), mark_static never.
 PyTorch counterpart: automatic_dynamic in torch/_dynamo/variables/builder.py and pgo.py.
 """
 from __future__ import annotations
@@ -39,21 +40,28 @@ class DynamicPolicy:
     def __init__(self) -> None:
         self._tensors: dict[str, _SeenTensor] = {}
         self._ints: dict[str, _SeenInt] = {}
+        # What explain_change needs to say what the next capture does: the `dynamic` setting the
+        # entry asks with (one policy per code object and options, so it does not change) and the
+        # dims kept static per source (mark_static, parameters).
+        self._dynamic: bool | None = None
+        self._kept_static: dict[str, dict[int, str]] = {}
 
     # -- tensors ----------------------------------------------------------------------------------
 
     def dynamic_dims(self, source: str, t: torch.Tensor, dynamic: bool | None) -> tuple[int, ...]:
         """The dims of t (the input at `source`) to capture as symbols this time."""
-        static = marked_static(t)
+        self._dynamic = dynamic
         ndim = t.dim()
-        if dynamic is False:
-            return ()
+        kept = {d: "mark_static" for d in marked_static(t)}
         if isinstance(t, torch.nn.Parameter):
             # Weights keep their shapes from call to call; torch.compile keeps them static too
             # (force_parameter_static_shapes) unless the user marks a dim explicitly.
-            static = static | (frozenset(range(ndim)) - marked_dynamic(t) - marked_maybe_dynamic(t))
-        if dynamic is True or not config.assume_static_by_default:
-            dims = [d for d in range(ndim) if d not in static]
+            for d in range(ndim):
+                if d not in marked_dynamic(t) and d not in marked_maybe_dynamic(t):
+                    kept.setdefault(d, "a parameter")
+        self._kept_static[source] = kept
+        if dynamic is True or (dynamic is None and not config.assume_static_by_default):
+            dims = [d for d in range(ndim) if d not in kept]
             why = "dynamic=True" if dynamic is True else "assume_static_by_default is off"
             self._log(source, dims, why)
             return tuple(dims)
@@ -62,10 +70,11 @@ class DynamicPolicy:
             chosen[d] = "mark_dynamic"
         for d in sorted(marked_maybe_dynamic(t)):
             chosen.setdefault(d, "maybe_mark_dynamic")
-        if config.automatic_dynamic_shapes:
+        # dynamic=False is torch.compile's "no automatic dynamic": the user's marks still count.
+        if dynamic is None and config.automatic_dynamic_shapes:
             for d in sorted(self._changed_dims(source, t)):
                 chosen.setdefault(d, "its size changed since an earlier capture")
-        dims = sorted(d for d in chosen if d not in static and d < ndim)
+        dims = sorted(d for d in chosen if d not in kept and d < ndim)
         for d in dims:
             log.artifact("dynamic", lambda d=d: f"{user_words(source)} dim {d} is dynamic: {chosen[d]}")
         return tuple(dims)
@@ -101,11 +110,20 @@ class DynamicPolicy:
         old, new = tuple(int(s) for s in old), tuple(int(s) for s in new)
         if len(old) != len(new):
             return f"{name}: rank {len(old)} -> {len(new)} ({list(old)} -> {list(new)}), a new static capture"
-        parts = [f"{name} dim {d}: {a} -> {b}, {self._dim_outcome(source, d)}"
+        parts = [f"{name} dim {d}: {a} -> {b}, {self._dim_outcome(source, d, b)}"
                  for d, (a, b) in enumerate(zip(old, new)) if a != b]
         return "; ".join(parts) if parts else f"{name}: sizes {list(new)} unchanged"
 
-    def _dim_outcome(self, source: str, dim: int) -> str:
+    def _dim_outcome(self, source: str, dim: int, new: int) -> str:
+        kept = self._kept_static.get(source, {}).get(dim)
+        if kept is not None:
+            return f"recompiled with a static size ({kept})"
+        if self._dynamic is False:
+            return "recompiled with a static size (dynamic=False)"
+        if new in (0, 1):
+            return "recompiled with a static size (sizes 0 and 1 are always specialized)"
+        if self._dynamic is True or not config.assume_static_by_default:
+            return "recompiled, dynamic as before"
         if not config.automatic_dynamic_shapes:
             return "recompiled with a static size (automatic_dynamic_shapes is off)"
         return "now dynamic"
@@ -116,6 +134,7 @@ class DynamicPolicy:
         """Whether the int argument at `source` is captured as a symbol this time."""
         if isinstance(value, bool) or not isinstance(value, int):
             return False
+        self._dynamic = dynamic
         if dynamic is False or config.specialize_int or value in (0, 1):
             # 0 and 1 are specialized for ints as for sizes: they select different code paths
             return False
@@ -140,6 +159,8 @@ class DynamicPolicy:
     def _int_outcome(self, new: int) -> str:
         if config.specialize_int:
             return "recompiled with the new constant (specialize_int is on)"
+        if self._dynamic is False:
+            return "recompiled with the new constant (dynamic=False)"
         if new in (0, 1):
             return "recompiled with the new constant (0 and 1 are always specialized)"
         if not config.automatic_dynamic_shapes:

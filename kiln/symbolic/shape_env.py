@@ -10,6 +10,7 @@ PyTorch counterpart: ShapeEnv in torch/fx/experimental/symbolic_shapes.py.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Callable
 
 import sympy
@@ -130,7 +131,7 @@ class ShapeEnv:
         self._register(symbol, hint, source, (2, INF))
         if constraint is not None:
             self._constraints[symbol] = constraint
-        log.artifact("dynamic", lambda: f"create_symbol {symbol} = {hint} for {source}"
+        log.artifact("dynamic", lambda: f"create_symbol {symbol} = {hint} for {source} ({_input_dim(source)})"
                      + (" (marked dynamic)" if constraint else ""))
         # The >= 2 assumption is what lets broadcasting and contiguity checks fold; a size-1 input
         # must fail a guard rather than reuse a graph built on it.
@@ -446,6 +447,12 @@ class ShapeEnv:
         self._oblivious_memo.clear()
         self._version += 1
         log.artifact("dynamic", lambda: f"learnt {symbol} = {value}" + (f"  [{where}]" if where else ""))
+
+
+def _input_dim(source: str) -> str:
+    """`L['x'].size()[0]` -> `x dim 0`: which input and which dim a size symbol stands for."""
+    match = re.fullmatch(r"(.*)\.size\(\)\[(\d+)\]", source)
+    return f"{user_words(match[1])} dim {match[2]}" if match else user_words(source)
 
 
 def _linear(term: sympy.Expr) -> tuple[sympy.Symbol, int] | None:

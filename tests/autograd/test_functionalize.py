@@ -179,3 +179,22 @@ def test_instance_norm_running_stats_are_functional_graph_outputs(twin):
         eager(x).sum().backward()
     assert_same_state(eager, model)
 
+
+
+def test_a_tensor_passed_twice_is_one_input():
+    def bump_then_double(a, b):
+        a.add_(1)
+        return b * 2
+
+    a = torch.zeros(3)
+    compiled = compile_fx(bump_then_double, a, a)
+    out = compiled(a, a)
+    torch.testing.assert_close(a, torch.ones(3))  # bumped once, not once per argument
+    torch.testing.assert_close(out, torch.full((3,), 2.0))  # b sees the bump through a
+
+    def product(x, y):
+        return (x * y).sum()
+
+    w = torch.full((3,), 3.0, requires_grad=True)
+    compile_fx(product, w, w)(w, w).backward()
+    torch.testing.assert_close(w.grad, torch.full((3,), 6.0))  # d(w*w)/dw, counted once

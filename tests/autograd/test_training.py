@@ -11,7 +11,14 @@ from kiln.autograd import aot_autograd, aot_eager
 from kiln.autograd.backend import run_eagerly
 from tests.autograd.conftest import assert_same_state
 
-torch._dynamo.config.cache_size_limit = 64
+
+
+@pytest.fixture(autouse=True)
+def _roomy_dynamo_cache():
+    """Many small modules compiled in one process: keep the real Dynamo from giving up on them,
+    and leave its setting as it was for the other test files."""
+    with torch._dynamo.config.patch(cache_size_limit=64):
+        yield
 
 
 def _grads_match(model: torch.nn.Module, make_inputs, *, steps: int = 1, backend=aot_eager,

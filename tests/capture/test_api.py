@@ -366,3 +366,15 @@ def test_mode_and_options_reach_the_lowering(monkeypatch):
     kiln.compile(lambda t: t * 5, options={"threads": 1})(x)
     kiln.compile(lambda t: t * 6)(x)
     assert seen == [{"mode": "max-autotune"}, {"mode": "reduce-overhead"}, {"threads": 1}, None]
+
+
+def test_stats_count_graph_breaks_and_resume_frames(capsys):
+    f = kiln.compile(prints_midway, backend="eager")
+    x = torch.randn(3)
+    torch.testing.assert_close(f(x), x.sin().cos())
+    torch.testing.assert_close(f(x), x.sin().cos())
+    assert capsys.readouterr().out == "midway\nmidway\n"
+    s = kiln.stats()
+    assert s["graph_breaks"] == 1
+    assert s["compiles"] == 2 and s["graphs"] == 2  # the frame and its resume function
+    assert s["cache_hits"] == 2  # the second call hits both

@@ -284,6 +284,39 @@ def helper_item_deep(x):
     return normalize(y) * 2  # CALLS
 
 
+def clip_if_large(t, *, limit):
+    if t.abs().max() > limit:  # BREAK
+        return t.clamp(-limit, limit)
+    return t
+
+
+@case(lambda: (randn(4) * 3,), lambda: (randn(4) * 0.1,), helpers=(clip_if_large,))
+def helper_called_twice_with_kwargs(x):
+    y = clip_if_large(x * 2, limit=1.0)  # CALLS
+    z = clip_if_large(y + x, limit=0.5)  # CALLS
+    return y + z
+
+
+@case(lambda: (randn(8, 4), randn(4, 2), randn(8, 2)))
+def training_step_with_loss_print(inp, w, target):
+    pred = inp @ w
+    loss = ((pred - target) ** 2).mean()
+    print(f"loss {loss.item():.4f}")  # BREAK
+    return loss * 2, pred.detach()
+
+
+def stats_of(t):
+    values = t.tolist()  # BREAK
+    return {"max": max(values), "n": len(values)}
+
+
+@case(one(6), helpers=(stats_of,))
+def helper_returns_python_stats(x):
+    y = x.exp()
+    info = stats_of(y)  # CALLS
+    return y / info["max"], info["n"]
+
+
 # ================================================================================= numpy
 # Kiln does not trace numpy (issue 4 lists it as a break), so the oracle runs without
 # torch._dynamo's numpy tracer (trace_numpy=False); with it, Dynamo captures these whole.

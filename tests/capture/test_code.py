@@ -114,7 +114,11 @@ def test_resume_of_a_resume_function():
     off = after_brk(resumed, occurrence=1)  # the prologue is dead code: brk(i) is the second LOAD_GLOBAL
     live = kcode.live_locals_at(first, off)
     assert live == ("y",)  # i is rebound by the loop, n was only read by range(n)
-    second = kcode.make_function(kcode.make_resume_code(first, off, 2, live), two_breaks.__globals__)
+    second_code = kcode.make_resume_code(first, off, 2, live)
+    # It is the resume code of the user's function at that point: a loop that breaks every
+    # iteration meets the same code object (and so the same compiled entry) each time.
+    assert second_code is kcode.make_resume_code(two_breaks.__code__, after_brk(two_breaks, 1), 2, live)
+    second = kcode.make_function(second_code, two_breaks.__globals__)
     assert second.__code__.co_name == f"__resume_two_breaks_at_{two_breaks.__code__.co_firstlineno + 5}"
     it = iter(range(3))
     next(it)
@@ -391,13 +395,15 @@ def test_exception_from_the_break_reaches_with_exit_and_keeps_the_line(suppress)
     code = kcode.make_handler_code(in_user_cm.__code__, brk_call(in_user_cm), ("log", "x", "r"))
     lasti = next(i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_CONST")
     called = kcode.instruction_at(code, 2 * lasti)
-    assert called.opname == "CALL" and kcode.line_of(code, called.offset) == in_user_cm.__code__.co_firstlineno + 3
+    assert called.opname == "CALL"
+    assert kcode.line_of(code, called.offset) == in_user_cm.__code__.co_firstlineno + 3
     log: list = []
     cm = Recorder(log, suppress)
     r = cm.__enter__()
     log.append("before")
     try:
-        got = raise_into(in_user_cm, KeyError("k"), [cm.__exit__], {"log": log, "x": 1, "fail": False, "r": r})
+        got = raise_into(in_user_cm, KeyError("k"), [cm.__exit__],
+                         {"log": log, "x": 1, "fail": False, "r": r})
     except KeyError:
         got = "raised"
     assert (got, log) == (expected, eager_log)

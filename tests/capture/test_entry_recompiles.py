@@ -239,8 +239,7 @@ def bump_then_double(a, b):
     return b * 2
 
 
-@pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=pytest.mark.xfail(
-    strict=True, reason="the tracer gives a tensor passed twice two placeholders; AOT needs one (dedup by id)"))])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_aliased_inputs_get_their_own_entry(backend):
     k = kiln.compile(bump_then_double, backend=backend)
     counter = CompileCounter()

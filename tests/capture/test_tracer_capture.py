@@ -84,23 +84,49 @@ def test_raise_runs_natively():
         result.glue({"x": x}, f.__globals__, f)
 
 
-@pytest.mark.parametrize("body", ["loop", "try"])
-def test_frames_that_run_eagerly(body):
-    def in_loop(x):
-        for i in range(2):
+def test_break_inside_loop_passes_the_iterator():
+    def f(x):
+        for i in range(3):
+            x = x + i
             print(i)
-        return x
+        return x * 2
 
-    def in_try(x):
+    x = torch.randn(2)
+    result = capture(f, {"x": x})
+    assert "iter((1, 2, ))" in result.glue_source  # the rest of the loop, on the resume's stack
+    torch.testing.assert_close(result.glue({"x": x}, f.__globals__, f), f(x))
+
+
+def test_call_in_try_raises_into_the_frames_handler():
+    def boom(t):
+        raise KeyError("k")
+
+    def f(x, log):
+        y = x.sin()
         try:
-            print("t")
+            boom(y)
+        except KeyError:
+            log.append("caught")
+            y = y + 1
         finally:
-            x = x + 1
+            log.append("finally")
+        return y
+
+    x, log = torch.randn(2), []
+    result = capture(f, {"x": x, "log": log})
+    torch.testing.assert_close(result.glue({"x": x, "log": log}, f.__globals__, f), x.sin() + 1)
+    assert log == ["caught", "finally"]
+
+
+def test_unsupported_instruction_runs_the_frame_eagerly():
+    def f(x, pair):
+        match pair:  # MATCH_SEQUENCE has no handler
+            case (a, b):
+                return x * a + b
         return x
 
-    fn = {"loop": in_loop, "try": in_try}[body]
     with pytest.raises(Unsupported):
-        capture(fn, {"x": torch.randn(2)})
+        capture(f, {"x": torch.randn(2), "pair": (1, 2)})
 
 
 def test_grad_mode_restored_after_capture():

@@ -161,3 +161,14 @@ def _prod(xs) -> int:
     for x in xs:
         p *= x
     return p
+
+
+def test_conversion_inside_the_active_mode():
+    mode = FakeTensorMode()
+    real = torch.randn(3, 4)
+    real_view = real[1:]
+    with mode:
+        fake = mode.from_real(real)
+        view = mode.from_real(real_view)
+    assert meta_of(fake) == meta_of(real) and view._base is fake
+    assert fake.untyped_storage().device.type == "meta"

@@ -13,8 +13,12 @@ def no_fake(x: torch.Tensor) -> torch.Tensor:
     return x.sin()
 
 
+REAL_CALLS: list[tuple] = []
+
+
 @torch.library.custom_op("kiln_test_fake::twice", mutates_args=())
 def twice(x: torch.Tensor) -> torch.Tensor:
+    REAL_CALLS.append(tuple(x.shape))
     return torch.cat([x, x])
 
 
@@ -58,9 +62,12 @@ def test_registered_fake_impl_runs():
 
 
 def test_real_impl_never_runs():
+    REAL_CALLS.clear()
     with FakeTensorMode():
-        x = torch.randn(3, device="cuda")
-        assert twice(x).device == torch.device("cuda:0")
+        assert twice(torch.randn(3, device="cuda")).device == torch.device("cuda:0")
+        assert twice(torch.randn(2, 2)).shape == (4, 2)
+    assert REAL_CALLS == []
+    assert twice(torch.ones(1)).shape == (2,) and REAL_CALLS == [(1,)]  # the real one, for contrast
 
 
 def test_missing_fake_impl_names_the_op_and_the_fix():

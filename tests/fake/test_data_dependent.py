@@ -27,6 +27,9 @@ CASES = {
     "equal": (lambda x: torch.equal(x, x), "aten.equal"),
     "allclose": (lambda x: torch.allclose(x, x), "aten.allclose"),
     "bincount": (lambda x: torch.bincount(torch.tensor([1, 2])), "aten.bincount"),
+    # C++ reads the index tensor's data before any op is dispatched; the binding shim names it.
+    "tensor_split_by_tensor": (lambda x: torch.tensor_split(x, torch.tensor([1, 2])), "torch.tensor_split"),
+    "to_sparse": (lambda x: x.to_sparse(), "aten._to_sparse"),
 }
 
 

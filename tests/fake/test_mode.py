@@ -254,6 +254,7 @@ def test_deepcopy_of_a_fake_module():
         m = nn.Linear(3, 2)
     m2 = copy.deepcopy(m)
     assert is_fake(m2.weight) and m2.weight.shape == (2, 3) and m2.weight is not m.weight
+    assert isinstance(m2.weight, nn.Parameter) and m2.weight.requires_grad
 
 
 def test_channels_last_conv_keeps_layout():
@@ -264,3 +265,16 @@ def test_channels_last_conv_keeps_layout():
     with mode:
         fake = conv(mode.from_real(x))
     assert fake.stride() == real.stride() == (1568, 1, 112, 8)
+
+
+def test_library_code_stays_off_torch_internals():
+    """kiln.fake builds on public-facing contracts only (DESIGN.md, Boundaries with PyTorch)."""
+    import pathlib
+    import re
+
+    import kiln.fake
+
+    forbidden = re.compile(r"^\s*(from|import)\s+torch\.(_dynamo|_inductor|_functorch|_subclasses|"
+                           r"fx\.experimental|export)\b|torch\.(compile|jit)\(", re.M)
+    for path in pathlib.Path(kiln.fake.__file__).parent.glob("*.py"):
+        assert not forbidden.search(path.read_text()), path.name

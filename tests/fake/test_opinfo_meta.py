@@ -94,7 +94,9 @@ def compare(real, fake) -> str | None:
                 return f"output {i} dtype {f.dtype} != real {r.dtype}"
             if r.device != f.device:
                 return f"output {i} device {f.device} != real {r.device}"
-            if r.numel() > 1:
+            if r.layout != f.layout:
+                return f"output {i} layout {f.layout} != real {r.layout}"
+            if r.layout == torch.strided and r.numel() > 1:
                 for d in range(r.dim()):
                     if r.shape[d] > 1 and r.stride(d) != f.stride(d):
                         return f"output {i} strides {f.stride()} != real {r.stride()}"

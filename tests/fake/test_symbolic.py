@@ -106,3 +106,18 @@ def test_guards_are_recorded():
         (x + y).sum()
     text = " ".join(g.python for g in env.guards)
     assert "L['x'].size()[0]" in text and "L['y'].size()[0]" in text
+
+
+def test_transformer_layer_forward_backward_with_dynamic_batch_and_sequence():
+    env = symbolic.ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    params = {n: mode.from_real(p, source=f"L['self'].{n}") for n, p in layer.named_parameters()}
+    x = mode.from_real(torch.randn(3, 7, 16), source="L['x']", dynamic_dims=(0, 1))
+    with mode:
+        out = torch.func.functional_call(layer, params, (x,))
+        out.sum().backward()
+    assert [str(symbolic.expr_of(s)) if isinstance(s, torch.SymInt) else s for s in out.shape] == ["s0", "s1", 16]
+    assert params["linear1.weight"].grad.shape == (32, 16)
+    # Nothing about the symbols was assumed beyond the backed-size default.
+    assert sorted(g.python for g in env.guards) == ["L['x'].size()[0] >= 2", "L['x'].size()[1] >= 2"]

@@ -121,6 +121,9 @@ def test_extern_fallback_for_ops_without_lowering() -> None:
     x = torch.randn(5, 8)
     c = check(lambda x: torch.cumsum(x.exp(), 1) + 1, x, atol=1e-5, rtol=1e-5)
     assert c.extern_count == 1 and c.kernel_count == 2
+    assert len(c.perf_hints) == 1 and "cumsum" in c.perf_hints[0]  # what KILN_LOGS=perf_hints prints
+    mm = check(lambda a, b: (a @ b).relu(), torch.randn(4, 5), torch.randn(5, 3))
+    assert mm.extern_count == 1 and mm.perf_hints == []  # matmuls are externs by design, not fallbacks
 
 
 def test_counter_based_random() -> None:

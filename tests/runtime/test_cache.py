@@ -49,7 +49,7 @@ SCRIPT = textwrap.dedent("""
     gm = make_fx(lambda x: torch.softmax(x.sin() * 2, -1))(x)
     c = compile_graph(gm, [x])
     torch.testing.assert_close(c(x)[0], torch.softmax(x.sin() * 2, -1))
-    print("BUILD", c.timings["build"])
+    print("COMPILE", sum(c.timings.values()), sorted(c.timings))
 """)
 
 
@@ -59,6 +59,7 @@ def test_second_process_loads_from_disk_without_compiling(tmp_path) -> None:
             for _ in range(2)]
     for r in runs:
         assert r.returncode == 0, r.stderr
-    assert "cache miss" in runs[0].stderr and "cache hit" in runs[1].stderr
-    second_build = float(runs[1].stdout.split("BUILD")[1])
-    assert second_build < 0.1, second_build  # loading a built object takes milliseconds
+    assert "cache miss" in runs[0].stderr and "graph cache hit" in runs[1].stderr
+    assert "cache_load" in runs[1].stdout and "build" not in runs[1].stdout  # no lowering, no compiler
+    second = float(runs[1].stdout.split("COMPILE")[1].split()[0])
+    assert second < 1.0, second  # unpickling the program and loading the .so: milliseconds when idle

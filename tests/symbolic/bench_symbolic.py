@@ -3,7 +3,8 @@
 Run as a script: `.venv/bin/python tests/symbolic/bench_symbolic.py`. Both sides run the same meta
 kernels under the Python dispatcher on tensors whose sizes are SymInts; only the node behind the
 SymInt differs (kiln.symbolic.SymNode over kiln's ShapeEnv, or torch.fx.experimental's, as the
-oracle). Static (plain int) sizes give the floor: the cost of the meta kernels themselves.
+oracle). Static (plain int) sizes give the floor: the cost of the meta kernels themselves. The last
+column runs the same op on kiln.fake tensors with those dims dynamic (the whole fake+symbolic stack).
 Numbers are the best of 5 rounds, in milliseconds per op call after a warm-up call.
 """
 from __future__ import annotations
@@ -65,12 +66,33 @@ def static_maker() -> Callable[..., torch.Tensor]:
     return lambda *dims: torch.empty([HINTS.get(d, d) for d in dims], device="meta")
 
 
+def kiln_fake_op(build: Callable) -> Callable[[], object]:
+    """The op on kiln.fake tensors (dims named in HINTS dynamic), the way capture runs it."""
+    from kiln.fake import FakeTensorMode
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    count = iter(range(100))
+
+    def make(*dims: int | str) -> torch.Tensor:
+        real = torch.empty([HINTS.get(d, d) for d in dims])
+        dyn = tuple(i for i, d in enumerate(dims) if isinstance(d, str))
+        return mode.from_real(real, source=f"L['x{next(count)}']", dynamic_dims=dyn)
+
+    op = build(make)
+
+    def run() -> object:
+        with mode:
+            return op()
+    return run
+
+
 def main() -> None:
-    print(f"{'op':<14}{'static':>9}{'kiln':>9}{'torch':>9}   (ms per call)")
+    print(f"{'op':<14}{'static':>9}{'kiln':>9}{'torch':>9}{'kiln fake':>11}   (ms per call)")
     with enable_python_dispatcher():
         for name, build in OPS.items():
             row = [best_ms(build(maker())) for maker in (static_maker, kiln_maker, torch_maker)]
-            print(f"{name:<14}" + "".join(f"{v:9.3f}" for v in row))
+            print(f"{name:<14}" + "".join(f"{v:9.3f}" for v in row), end="")
+            print(f"{best_ms(kiln_fake_op(build)):11.3f}")
 
 
 if __name__ == "__main__":

@@ -31,8 +31,10 @@ def test_marks_are_stored_on_the_tensor():
 def test_dynamic_false_and_true():
     p = DynamicPolicy()
     t = torch.empty(4, 5, 6)
-    mark_dynamic(t, 0)
     assert p.dynamic_dims(X, t, False) == ()
+    mark_dynamic(t, 0)
+    # as torch.compile: dynamic=False turns automatic dynamic off, the user's marks still count
+    assert p.dynamic_dims(X, t, False) == (0,)
     s = torch.empty(4, 1, 6)
     mark_static(s, 2)
     assert p.dynamic_dims(X, s, True) == (0, 1)  # size 1 is returned; the ShapeEnv specializes it
@@ -69,6 +71,31 @@ def test_marks_in_the_policy():
     u = torch.empty(9, 4, 2)
     mark_static(u, 1)
     assert p.dynamic_dims(X, u, None) == (0,)  # dim 1 changed but is marked static
+
+
+def test_dynamic_false_ignores_changes_and_says_so():
+    p = DynamicPolicy()
+    first = torch.empty(8, 3)
+    assert p.dynamic_dims(X, first, False) == ()
+    p.note_sizes(X, first)
+    assert p.dynamic_dims(X, torch.empty(9, 3), False) == ()
+    assert p.explain_change(X, (8, 3), (9, 3)) == "x dim 0: 8 -> 9, recompiled with a static size (dynamic=False)"
+    n = "L['n']"
+    assert not p.int_is_dynamic(n, 5, False)
+    assert "(dynamic=False)" in p.explain_change(n, 5, 6)
+
+
+def test_explain_change_names_what_keeps_a_dim_static():
+    p = DynamicPolicy()
+    t = torch.empty(8, 3)
+    mark_static(t, 0)
+    p.dynamic_dims(X, t, None)
+    assert p.explain_change(X, (8, 3), (9, 3)) == "x dim 0: 8 -> 9, recompiled with a static size (mark_static)"
+    assert p.explain_change(X, (8, 3), (8, 1)) == \
+        "x dim 1: 3 -> 1, recompiled with a static size (sizes 0 and 1 are always specialized)"
+    w = "L['self']._parameters['weight']"
+    p.dynamic_dims(w, torch.nn.Parameter(torch.empty(4, 4)), None)
+    assert p.explain_change(w, (4, 4), (5, 4)).endswith("recompiled with a static size (a parameter)")
 
 
 def test_rank_change_is_not_a_size_change():

@@ -30,7 +30,7 @@ from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.torch import TorchFunctionVariable, is_torch_function
-from kiln.capture.variables.user_object import ObjectVariable
+from kiln.capture.variables.user_object import ObjectVariable, never_traced
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if is_torch_function(value):
         _guard(state, source, "check_id", value)
         return TorchFunctionVariable(value, source)
-    if isinstance(value, types.FunctionType) and _never_traced(value):
+    if isinstance(value, types.FunctionType) and never_traced(value):
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)  # calling it is a graph break of its library's kind
     if isinstance(value, types.FunctionType):
@@ -163,6 +163,8 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         self_source = None if source is None else AttrSource(source, "__self__")
         obj = wrap_value(state, value.__self__, self_source)
         func = value.__func__
+        if isinstance(func, types.FunctionType) and never_traced(func):
+            return ObjectVariable(value, source)
         if isinstance(func, types.FunctionType):
             _guard(state, None if source is None else AttrSource(source, "__func__"), "check_id", func)
             return UserMethodVariable(func, obj, source)
@@ -184,17 +186,6 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         return ObjectVariable(value, source)
     _guard(state, source, "check_type", type(value))
     return ObjectVariable(value, source)
-
-
-# Libraries whose Python functions are never inlined: they do I/O, logging or randomness, or work on
-# numpy arrays rather than tensors; their calls run natively at a graph break.
-_NEVER_TRACED = frozenset({"numpy", "scipy", "pandas", "logging", "warnings", "random", "os", "sys",
-                           "json", "pickle", "time", "datetime", "subprocess", "threading", "socket",
-                           "pdb", "traceback", "tqdm"})
-
-
-def _never_traced(fn: types.FunctionType) -> bool:
-    return (fn.__module__ or "").split(".")[0] in _NEVER_TRACED
 
 
 def _hashable(value: Any) -> bool:

@@ -109,6 +109,8 @@ def is_torch_function(value: Any) -> bool:
     if isinstance(value, type):
         return value in (torch.Size, torch.no_grad, torch.enable_grad, torch.set_grad_enabled,
                          torch.inference_mode, torch.finfo, torch.iinfo, torch.device, torch.dtype)
+    if isinstance(value, torch._library.custom_ops.CustomOpDef):
+        return True  # torch.library.custom_op: one node (its fake impl gives the output)
     objclass = getattr(value, "__objclass__", None)
     if objclass is not None and objclass in (torch._C.TensorBase, torch.Tensor):
         return True

@@ -114,6 +114,10 @@ class ObjectVariable(Variable):
                 return tx.wrap(kind, None)
             raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
                               kind="unsupported_attribute")
+        if isinstance(static, types.FunctionType) and never_traced(static):
+            # logger.info, rng.normal: a method of a library that is never inlined; calling it is a
+            # break, and the glue reads the method from the object again at run time.
+            return ObjectVariable(getattr(obj, name), self._attr_source(name))
         if isinstance(static, property):
             return UserFunctionVariable(static.fget).call(tx, [self], {})
         if isinstance(static, types.FunctionType):
@@ -208,6 +212,17 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
     except Exception as exc:
         raise Unsupported(f"{fn.__name__} raised {type(exc).__name__}: {exc} (raised natively)",
                           kind="unsupported") from exc
+
+
+# Libraries whose Python functions are never inlined: they do I/O, logging or randomness, or work on
+# numpy arrays rather than tensors; their calls run natively at a graph break.
+NEVER_TRACED = frozenset({"numpy", "scipy", "pandas", "logging", "warnings", "random", "os", "sys",
+                          "json", "pickle", "time", "datetime", "subprocess", "threading", "socket",
+                          "pdb", "traceback", "tqdm"})
+
+
+def never_traced(fn: types.FunctionType) -> bool:
+    return (fn.__module__ or "").split(".")[0] in NEVER_TRACED
 
 
 def _is_stable_module(obj: Any) -> bool:

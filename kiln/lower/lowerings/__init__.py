@@ -16,8 +16,8 @@ import sympy
 import torch
 
 from kiln.lower import ops
-from kiln.lower.ir import (BufferRef, Buffer, Const, Extern, Layout, Load, Pointwise, Reduction, SymExpr,
-                           Value, index_vars, simplify_index, walk)
+from kiln.lower.ir import (BufferRef, Buffer, Extern, Layout, Load, Pointwise, Reduction, SymExpr, Value,
+                           index_vars, simplify_index, walk)
 
 Loader = Callable[[Sequence[sympy.Expr]], Value]
 
@@ -231,4 +231,4 @@ def normalize_dim(dim: int, ndim: int) -> int:
 from kiln.lower.lowerings import pointwise, reductions, views, indexing, extern  # noqa: E402,F401  (fill the table)
 
 __all__ = ["LOWERINGS", "register", "LoweringContext", "TensorValue", "strided_value", "to_expr",
-           "value_cost", "compute_dtype", "SUPPORTED_DTYPES", "SymExpr", "Reduction", "Const"]
+           "value_cost", "compute_dtype", "SUPPORTED_DTYPES"]

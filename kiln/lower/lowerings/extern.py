@@ -15,11 +15,9 @@ from kiln.lower.lowerings import LoweringContext, register
 aten = torch.ops.aten
 
 EXTERN_BY_DESIGN = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
-                    aten.convolution.default, aten._scaled_dot_product_flash_attention_for_cpu.default,
-                    aten.convolution_backward.default, aten.cumsum.default, aten.cumprod.default,
-                    aten.sort.default, aten.topk.default, aten.max_pool2d_with_indices.default,
-                    aten.max_pool2d_with_indices_backward.default, aten._adaptive_avg_pool2d.default,
-                    aten.avg_pool2d.default, aten.upsample_nearest2d.default)
+                    aten.convolution.default, aten.convolution_backward.default,
+                    aten._scaled_dot_product_flash_attention_for_cpu.default,
+                    aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 
 
 def _extern_rule(op: Any):

@@ -1,0 +1,335 @@
+"""C++ kernel functions: the loop nests of each scheduled Kernel around the bodies of codegen/cpp.py.
+
+A row kernel runs its outer range under `#pragma omp parallel for` and, per outer point, its blocks:
+simd loops over the inner range holding pointwise stores and reductions (per-thread accumulators with
+OpenMP reduction clauses, NaN tracked on the side for max/min), and scalar statements. A reduction
+over a strided dim is tiled across outputs instead (`column_kernel`). `generate` makes the one
+translation unit of a KernelProgram. Corresponds to the kernel classes of torch/_inductor/codegen/cpp.py.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import sympy
+import torch
+
+from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, PRELUDE, BodyWriter, cexpr, compute
+from kiln.lower.ir import (Buffer, FloorDiv, Load, ModularIndexing, Reduction, Value, contiguous_strides,
+                           index_vars, walk)
+from kiln.lower.schedule import Kernel, KernelProgram, ScatterKernel, kernel_vars, node_substitution
+
+REDUCE_INIT = {"sum": "0", "prod": "1", "any": "false", "all": "true"}
+OMP_REDUCTION = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "||", "all": "&&"}
+
+
+def _loops(vars_: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], pragma: str | None) -> tuple[list[str], list[str]]:
+    """Opening and closing lines of a perfect loop nest (no lines at all for zero dims)."""
+    opens, closes = [], []
+    if pragma and ranges:
+        collapse = f" collapse({len(ranges)})" if len(ranges) > 1 else ""
+        opens.append(pragma.replace("@collapse", collapse))
+    for v, r in zip(vars_, ranges):
+        opens.append(f"for (int64_t {v} = 0; {v} < {cexpr(r)}; {v}++) {{")
+        closes.append("}")
+    return opens, closes
+
+
+def _reduce_init(rtype: str, dtype: torch.dtype) -> str:
+    T = CTYPE[compute(dtype)]
+    if rtype in REDUCE_INIT:
+        return f"{T}({REDUCE_INIT[rtype]})" if dtype != torch.bool else REDUCE_INIT[rtype]
+    if dtype == torch.bool:
+        return "false" if rtype == "max" else "true"
+    if dtype.is_floating_point:
+        sign = "-" if rtype == "max" else ""
+        return f"{sign}std::numeric_limits<{T}>::infinity()"
+    return f"std::numeric_limits<{T}>::{'lowest' if rtype == 'max' else 'max'}()"
+
+
+class KernelWriter:
+    """Renders one Kernel (or ScatterKernel) as a C++ function and records its argument list."""
+
+    def __init__(self, storage: dict[str, torch.dtype], size_symbols: set[str]) -> None:
+        self.storage = storage
+        self.size_symbols = size_symbols
+        self.counter = [0]
+        self.reads: list[str] = []
+        self.writes: list[str] = []
+
+    def _note(self, names: list[str], name: str) -> None:
+        if name not in names:
+            names.append(name)
+
+    def _collect_reads(self, w: BodyWriter, v: Value, local: frozenset[str]) -> None:
+        from kiln.lower.ir import walk
+        for n in walk(v):
+            if isinstance(n, Load) and n.buffer not in local:
+                self._note(self.reads, n.buffer)
+
+    def kernel(self, k: Kernel) -> tuple[str, list[str]]:
+        if _column_reduction(k):
+            return self.column_kernel(k)
+        xs, ys = kernel_vars(len(k.outer), len(k.inner))
+        locals_: dict = {}
+        body: list[str] = []
+        total = sympy.Mul(*k.outer, *k.inner)
+        parallel_if = f" if({cexpr(total)} >= {PARALLEL_MIN})" if not total.is_number else ""
+        parallel = not (total.is_number and total < PARALLEL_MIN)
+        self.scratch = {name: {x: sympy.Integer(0) for x in xs} for name in k.scratch}
+        self.hidden = k.local | k.scratch
+        if k.outer and k.scratch:
+            # each thread gets one row buffer per scratch buffer, allocated once around the loop
+            body.append(f"#pragma omp parallel{parallel_if}" if parallel else "// one thread")
+            body.append("{")
+            for name in sorted(k.scratch):
+                node = next(n for n in k.nodes if n.name == name)
+                sub = node_substitution(node, k.outer, k.inner)
+                idx = sympy.expand(node.layout.index(_ivars(len(node.ranges))).xreplace(sub).xreplace(self.scratch[name]))
+                size = sympy.expand(idx.xreplace({y: r - 1 for y, r in zip(ys, k.inner)}) + 1)
+                T = CTYPE[self.storage[name]]
+                body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * {cexpr(size)}));")
+            o, c = _loops(xs, k.outer, "#pragma omp for@collapse" if parallel else None)
+            body += o
+        elif k.outer:
+            o, c = _loops(xs, k.outer, f"#pragma omp parallel for@collapse{parallel_if}" if parallel else None)
+            body += o
+        for blk in k.blocks:
+            if blk.kind == "scalar":
+                for n in blk.nodes:
+                    body += self._node(n, k, locals_, None)
+                continue
+            reds = [n for n in blk.nodes if isinstance(n, Reduction)]
+            accs = {n.name: f"acc_{n.name}" for n in reds}
+            pre, post, clauses = [], [], []
+            serial = any(n.reduction_type in ("argmax", "argmin") for n in reds)
+            for n in reds:
+                T = CTYPE[compute(n.body.dtype)] if n.reduction_type in ("argmax", "argmin") else CTYPE[compute(n.layout.dtype)]
+                if n.reduction_type in ("argmax", "argmin"):
+                    pre.append(f"{T} best_{n.name} = 0; int64_t {accs[n.name]} = 0;")
+                    continue
+                dtype = n.layout.dtype
+                rtype = n.reduction_type
+                if dtype == torch.bool and rtype in ("max", "min"):
+                    rtype = "any" if rtype == "max" else "all"
+                pre.append(f"{T} {accs[n.name]} = {_reduce_init(rtype, dtype)};")
+                clauses.append(f"reduction({OMP_REDUCTION[rtype]}:{accs[n.name]})")
+                if rtype in ("max", "min") and dtype.is_floating_point:
+                    pre.append(f"int nan_{n.name} = 0;")
+                    clauses.append(f"reduction(|:nan_{n.name})")
+                    post.append(f"if (nan_{n.name}) {accs[n.name]} = std::numeric_limits<{T}>::quiet_NaN();")
+            if serial:
+                pragma = None
+            elif k.outer:
+                pragma = "#pragma omp simd@collapse " + " ".join(clauses)
+            elif parallel:
+                pragma = f"#pragma omp parallel for simd@collapse {' '.join(clauses)}{parallel_if}"
+            else:
+                pragma = "#pragma omp simd@collapse " + " ".join(clauses)
+            o, c = _loops(ys, k.inner, pragma)
+            body += pre + o
+            loop_locals = dict(locals_)  # values made in this loop are visible only inside it
+            for n in blk.nodes:
+                body += ["  " + line for line in self._node(n, k, loop_locals, accs.get(n.name))]
+            body += c + post
+            for n in reds:
+                sub = node_substitution(n, k.outer, k.inner)
+                key = sympy.expand(n.layout.index(_ivars(len(n.ranges))).xreplace(sub))
+                if n.name in k.local:
+                    locals_[(n.name, key)] = accs[n.name]
+                else:
+                    self._note(self.writes, n.name)
+                    w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+                    w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
+                    body += w.lines
+        if k.outer:
+            body += ["}"] * len(k.outer)
+        if k.outer and k.scratch:
+            body += [f"std::free({name});" for name in sorted(k.scratch)] + ["}"]
+        return self._function(k.name, k.origins(), body), self.reads + self.writes
+
+    def _node(self, n: Buffer, k: Kernel, locals_: dict, acc: str | None) -> list[str]:
+        sub = node_substitution(n, k.outer, k.inner)
+        assert sub is not None
+        w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+        self._collect_reads(w, n.body, self.hidden)
+        value = w.value(n.body)
+        lines = [f"// {n.name} <- {', '.join(n.origins)}"] + w.lines
+        if isinstance(n, Reduction):
+            rt = n.reduction_type
+            if n.layout.dtype == torch.bool and rt in ("max", "min"):
+                rt = "any" if rt == "max" else "all"
+            if rt in ("argmax", "argmin"):
+                ys = kernel_vars(0, len(k.inner))[1]
+                lin = cexpr(sum((y * s for y, s in zip(ys, contiguous_strides(k.inner))), sympy.Integer(0)))
+                cmp = ">" if rt == "argmax" else "<"
+                nan = f" || {value} != {value}" if n.body.dtype.is_floating_point else ""
+                guard = f"best_{n.name} == best_{n.name} && " if n.body.dtype.is_floating_point else ""
+                lines.append(f"if ({lin} == 0 || ({guard}({value} {cmp} best_{n.name}{nan}))) "
+                             f"{{ best_{n.name} = {value}; {acc} = {lin}; }}")
+            elif rt == "sum":
+                lines.append(f"{acc} += {value};")
+            elif rt == "prod":
+                lines.append(f"{acc} *= {value};")
+            elif rt == "any":
+                lines.append(f"{acc} = {acc} || {value};")
+            elif rt == "all":
+                lines.append(f"{acc} = {acc} && {value};")
+            else:
+                cmp = ">" if rt == "max" else "<"
+                lines.append(f"{acc} = {value} {cmp} {acc} ? {value} : {acc};")
+                if n.layout.dtype.is_floating_point:
+                    lines.append(f"{acc.replace('acc_', 'nan_', 1)} |= ({value} != {value});")
+            return lines
+        key = sympy.expand(n.layout.index(_ivars(len(n.ranges))).xreplace(sub))
+        locals_[(n.name, key)] = value  # later nodes of this block read the register, not memory
+        if n.name not in k.local:
+            if n.name not in k.scratch:
+                self._note(self.writes, n.name)
+            w2 = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+            w2.store(n.name, n.layout.index(_ivars(len(n.ranges))), value)
+            lines += w2.lines
+        return lines
+
+    def column_kernel(self, k: Kernel) -> tuple[str, list[str]]:
+        """Reductions over a strided dim (sum over rows of a row-major matrix): vectorize across a
+        tile of TILE outputs instead, so every load of the inner loop is contiguous."""
+        xs, ys = kernel_vars(len(k.outer), len(k.inner))
+        self.scratch, self.hidden = {}, k.local
+        reds = list(k.blocks[0].nodes)
+        last, size = xs[-1], k.outer[-1]
+        total = sympy.Mul(*k.outer, *k.inner)
+        body: list[str] = []
+        if not (total.is_number and total < PARALLEL_MIN):
+            cond = "" if total.is_number else f" if({cexpr(total)} >= {PARALLEL_MIN})"
+            body.append(f"#pragma omp parallel for{' collapse(%d)' % len(xs) if len(xs) > 1 else ''}{cond}")
+        for x, r in zip(xs[:-1], k.outer[:-1]):
+            body.append(f"for (int64_t {x} = 0; {x} < {cexpr(r)}; {x}++) {{")
+        body.append(f"for (int64_t xt = 0; xt < {cexpr(size)}; xt += {TILE}) {{")
+        body.append(f"const int64_t xn = {cexpr(size)} - xt < {TILE} ? {cexpr(size)} - xt : {TILE};")
+        accs = {}
+        for n in reds:
+            rtype = n.reduction_type
+            dtype = n.layout.dtype
+            if dtype == torch.bool and rtype in ("max", "min"):
+                rtype = "any" if rtype == "max" else "all"
+            T = CTYPE[compute(dtype)]
+            accs[n.name] = f"acc_{n.name}[xi]"
+            body.append(f"{T} acc_{n.name}[{TILE}]; for (int xi = 0; xi < {TILE}; xi++) "
+                        f"acc_{n.name}[xi] = {_reduce_init(rtype, dtype)};")
+            if rtype in ("max", "min") and dtype.is_floating_point:
+                body.append(f"int nan_{n.name}[{TILE}] = {{0}};")
+        o, c = _loops(ys, k.inner, None)
+        body += o + ["#pragma omp simd", "for (int64_t xi = 0; xi < xn; xi++) {", f"const int64_t {last} = xt + xi;"]
+        locals_: dict = {}
+        for n in reds:
+            body += self._node(n, k, dict(locals_), accs[n.name])
+        body += ["}"] + c
+        body += ["for (int64_t xi = 0; xi < xn; xi++) {", f"const int64_t {last} = xt + xi;"]
+        for n in reds:
+            if n.layout.dtype.is_floating_point and n.reduction_type in ("max", "min"):
+                body.append(f"if (nan_{n.name}[xi]) {accs[n.name]} = std::numeric_limits<{CTYPE[compute(n.layout.dtype)]}>::quiet_NaN();")
+            sub = node_substitution(n, k.outer, k.inner)
+            key = sympy.expand(n.layout.index(_ivars(len(n.ranges))).xreplace(sub))
+            locals_[(n.name, key)] = accs[n.name]
+            if n.name not in k.local:
+                self._note(self.writes, n.name)
+                w = BodyWriter(self.storage, sub, locals_, self.counter)
+                w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
+                body += w.lines
+        for blk in k.blocks[1:]:
+            for n in blk.nodes:
+                body += self._node(n, k, locals_, None)
+        body += ["}", "}"] + ["}"] * (len(xs) - 1)
+        return self._function(k.name, k.origins(), body), self.reads + self.writes
+
+    def scatter(self, k: ScatterKernel) -> tuple[str, list[str]]:
+        n = k.node
+        vars_ = _ivars(len(n.ranges))
+        w = BodyWriter(self.storage, {}, {}, self.counter)
+        self._collect_reads(w, n.body, frozenset())
+        if n.extra is not None:
+            self._collect_reads(w, n.extra, frozenset())
+        value = w.value(n.body)
+        extra = "" if n.extra is None else f" + {w.value(n.extra)}"
+        w.store(n.target, n.index, value, n.mode, extra)
+        self._note(self.writes, n.target)
+        o, c = _loops(vars_, n.ranges, "#pragma omp parallel for@collapse" if n.mode == "add" else None)
+        body = o + [f"// {n.name} <- {', '.join(n.origins)}"] + w.lines + c
+        return self._function(k.name, list(n.origins), body), self.reads + self.writes
+
+    def _function(self, name: str, origins: list[str], body: list[str]) -> str:
+        args = []
+        self.reads = [b for b in self.reads if b not in self.writes]
+        for b in self.reads + self.writes:
+            const = "const " if b not in self.writes else ""
+            args.append(f"{const}{CTYPE[self.storage[b]]}* __restrict__ {b}")
+        text = "\n".join(body)
+        syms = sorted(set(re.findall(r"\b([a-z]+\d+)\b", text)) & self.size_symbols)
+        args += [f"int64_t {s}" for s in syms]
+        if "seed" in text:
+            args.append("int64_t seed")
+        self.symbols = syms
+        head = f"// {name}: fused from {', '.join(dict.fromkeys(origins))}\n"
+        head += f"extern \"C\" void {name}({', '.join(args)}) {{\n"
+        return head + _indent(body) + "}\n"
+
+
+TILE = 16  # outputs per column-reduction tile: two AVX2 vectors of float
+
+
+def _column_reduction(k: Kernel) -> bool:
+    """Whether the reduction loop reads with a stride while the last outer dim is contiguous."""
+    if not k.outer or not k.inner or k.scratch or not k.blocks or k.blocks[0].kind != "loop":
+        return False
+    if any(b.kind != "scalar" for b in k.blocks[1:]):
+        return False
+    reds = k.blocks[0].nodes
+    if not all(isinstance(n, Reduction) and n.reduction_type in OMP_REDUCTION for n in reds):
+        return False
+    xs, ys = kernel_vars(len(k.outer), len(k.inner))
+    contiguous_outer = False
+    for n in reds:
+        sub = node_substitution(n, k.outer, k.inner)
+        for v in walk(n.body):
+            if isinstance(v, Load):
+                idx = sympy.expand(v.index.xreplace(sub))
+                if v.extra is not None or idx.has(FloorDiv, ModularIndexing):
+                    return False
+                if idx.coeff(ys[-1]) == 1:
+                    return False
+                contiguous_outer |= idx.coeff(xs[-1]) == 1
+    return contiguous_outer
+
+
+def _ivars(n: int) -> tuple[sympy.Symbol, ...]:
+    from kiln.lower.ir import index_vars
+    return index_vars("i", n)
+
+
+def _indent(lines: list[str]) -> str:
+    out, depth = [], 1
+    for line in lines:
+        if line.startswith("}"):
+            depth -= 1
+        out.append("  " * depth + line)
+        if line.endswith("{"):
+            depth += 1
+    return "\n".join(out) + "\n"
+
+
+def generate(program: KernelProgram) -> tuple[str, dict[str, tuple[list[str], list[str], bool]]]:
+    """The translation unit, and per kernel: (buffer args, size-symbol args, takes seed)."""
+    storage: dict[str, torch.dtype] = {}
+    for b in program.ir.buffers:
+        storage[b.name] = b.layout.dtype
+        for name, lay, _ in getattr(b, "results", ()):
+            storage[name] = lay.dtype
+    parts, signatures = [PRELUDE], {}
+    for step in program.steps:
+        if isinstance(step, (Kernel, ScatterKernel)):
+            w = KernelWriter(storage, set(program.ir.symbols))
+            src, bufs = w.kernel(step) if isinstance(step, Kernel) else w.scatter(step)
+            parts.append(src)
+            signatures[step.name] = (bufs, w.symbols, "seed" in src.split("{", 1)[0])
+    return "\n".join(parts), signatures
