@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, TypeVar
 import torch
 
 from kiln import backends
-from kiln.capture import entry
+from kiln.capture import breaks, code, entry
 from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, COMPILED_MARKER, DISABLE_MARKER, ORIGINAL_ATTR, CompileOptions
 from kiln.debug import dump
 from kiln.symbolic.policy import reset_policies
@@ -178,6 +178,8 @@ def reset() -> None:
     entry.reset()
     backends.reset_warnings()
     reset_policies()
+    breaks.reset()  # graph breaks are logged once per reset
+    code.reset()  # resume code objects are rebuilt, so no cache keyed by an old one survives
 
 
 def stats() -> dict[str, int]:

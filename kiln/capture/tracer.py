@@ -14,6 +14,7 @@ import dis
 import inspect
 import operator
 import os
+import sys
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -250,14 +251,19 @@ class Tracer:
         value = var.as_constant()
         return operator.index(value)
 
-    def global_source(self, name: str) -> GlobalSource:
+    def global_source(self, name: str) -> GlobalSource | None:
+        """Where a global of the running code lives: `G[...]`, another module's dict, or nowhere
+        reachable (functions exec'd with private globals, such as dataclass-generated methods)."""
         if self.f_globals is self.state.fn.__globals__:
             return GlobalSource(name)
-        return GlobalSource(name, self.f_globals.get("__name__"))
+        module = sys.modules.get(self.f_globals.get("__name__") or "")
+        if module is not None and getattr(module, "__dict__", None) is self.f_globals:
+            return GlobalSource(name, module.__name__)
+        return None
 
     def load_global(self, name: str) -> Variable:
         source = self.global_source(name)
-        pending = self.side_effects.pending_global(source)
+        pending = None if source is None else self.side_effects.pending_global(source)
         if pending is not None:
             return pending
         if name in self.f_globals:

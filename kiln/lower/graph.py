@@ -39,7 +39,8 @@ def node_metas(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> dict[
         for node in gm.graph.nodes:
             if node.op == "placeholder":
                 ex = next(inputs)
-                env[node] = node.meta.get("val", ex) if isinstance(ex, torch.Tensor) or ex is None else ex
+                # the example input itself: a tracer's meta value may have lost the storage offset
+                env[node] = node.meta.get("val") if ex is None else ex
             elif node.op == "call_function":
                 if "val" in node.meta:
                     env[node] = node.meta["val"]
@@ -98,8 +99,9 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) ->
                 for d, s in enumerate(lay.strides):
                     note_symbols(s, position, -1 - d)
                 # the buffer's layout starts at its own data pointer (the wrapper passes data_ptr())
-                lay = Layout(lay.dtype, lay.sizes, lay.strides)
                 name = f"arg{position}"
+                ctx.storage_offsets[name] = lay.offset
+                lay = Layout(lay.dtype, lay.sizes, lay.strides)
                 ctx.add(InputBuffer(name, lay, (node.name,), position))
                 env[node] = strided_value(BufferRef(name, lay))
             elif isinstance(m, torch.SymInt):

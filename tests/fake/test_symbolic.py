@@ -121,3 +121,10 @@ def test_transformer_layer_forward_backward_with_dynamic_batch_and_sequence():
     assert params["linear1.weight"].grad.shape == (32, 16)
     # Nothing about the symbols was assumed beyond the backed-size default.
     assert sorted(g.python for g in env.guards) == ["L['x'].size()[0] >= 2", "L['x'].size()[1] >= 2"]
+
+
+def test_size_one_dynamic_dim_is_specialized():
+    env, mode, x = make((1, 8), (0, 1))
+    assert x.shape[0] == 1 and not isinstance(x.shape[0], torch.SymInt)
+    assert symbolic.is_symbolic(x.shape[1])
+    assert x.stride()[1] == 1 and symbolic.expr_of(x.stride()[0]) == symbolic.expr_of(x.shape[1])

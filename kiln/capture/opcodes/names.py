@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from kiln.capture.opcodes import opcode
 from kiln.capture.variables.base import NullVariable
 from kiln.capture.variables.functions import CellVariable
+from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.tracer import Tracer
@@ -49,7 +50,10 @@ def LOAD_GLOBAL(tx: "Tracer", instr: dis.Instruction) -> None:
 
 @opcode
 def STORE_GLOBAL(tx: "Tracer", instr: dis.Instruction) -> None:
-    tx.side_effects.store_global(tx.global_source(instr.argval), tx.pop())
+    source = tx.global_source(instr.argval)
+    if source is None:
+        raise Unsupported(f"writing global {instr.argval!r} of code with private globals", kind="unsupported")
+    tx.side_effects.store_global(source, tx.pop())
 
 
 @opcode

@@ -114,6 +114,7 @@ class LoweringContext:
         self.meta: Any = None  # the current node's example value (a meta/fake tensor or tuple)
         self.random_offset = 0  # distinct stream per random op of the graph
         self.perf_hints: list[str] = []
+        self.storage_offsets: dict[str, sympy.Expr] = {}  # input -> its storage offset (as_strided is absolute)
         self.pending_origins: tuple[str, ...] = ()  # origins of the lazy inputs of the current node
 
     def new_name(self) -> str:

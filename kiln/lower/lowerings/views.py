@@ -245,7 +245,9 @@ def as_strided(ctx: LoweringContext, x: TensorValue, size: Sequence[Any], stride
     base = ctx.realize(x)
     assert base.view is not None
     lay = base.view.layout
-    offset = lay.offset if storage_offset is None else sympy.sympify(storage_offset)
+    # an explicit storage_offset counts from the start of the storage, our layouts from the data pointer
+    base_offset = ctx.storage_offsets.get(base.view.name, sympy.Integer(0))
+    offset = lay.offset if storage_offset is None else sympy.sympify(storage_offset) - base_offset
     new = Layout(lay.dtype, ctx.out_sizes(), tuple(sympy.sympify(s) for s in stride), offset)
     return strided_value(BufferRef(base.view.name, new))
 
