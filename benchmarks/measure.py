@@ -1,5 +1,6 @@
-"""One workload, measured: eager, Kiln and torch.compile timed in this process, cold and warm
-compile times taken from fresh subprocesses (benchmarks.startup), outputs checked against eager.
+"""One workload, measured: eager, Kiln and torch.compile compiled and checked against eager, then
+timed in this process with their samples interleaved; cold and warm compile times are taken from
+fresh subprocesses (benchmarks.startup).
 
 Input: a workload module and the run's options. Output: a plain dict (one row of the report and of
 bench_results.json). A compiler that is missing, raises, or computes a different result gets a
@@ -14,11 +15,12 @@ import sys
 import tempfile
 import time
 from types import ModuleType
+from typing import Callable
 
 import torch
 
 from benchmarks.compilers import KILN, TORCH, Compiler, call_recording_warnings, kiln_counters
-from benchmarks.timing import measure
+from benchmarks.timing import measure_interleaved
 from benchmarks.workload import Case, make_step
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,9 +51,12 @@ def _torch_graph_count() -> int:
     return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
 
-def compiled_row(
-    case: Case, name: str, compiler: Compiler, expected: list, eager_ms: float, cache_dir: str, opts: dict
-) -> dict:
+def prepare_compiled(
+    case: Case, name: str, compiler: Compiler, expected: list, cache_dir: str, opts: dict
+) -> tuple[dict, Callable[[], list] | None]:
+    """Compile times (subprocesses), then compile in this process and check the result against
+    eager. Returns the row (status, times, counts, notes) and the step to time, or None when there is
+    nothing honest to time (the compile failed, nothing compiled, or the result is wrong)."""
     row: dict = {"status": "ok", "notes": []}
     if opts["startup"]:
         cold = startup_seconds(name, compiler, cache_dir, opts["quick"])
@@ -77,7 +82,7 @@ def compiled_row(
         row["first_call_s"] = time.perf_counter() - start
     except Exception as exc:
         row["status"] = f"failed: {_first_line(exc)}"
-        return row
+        return row, None
     if compiler is KILN:
         stats = kiln_counters()
         row["stats"] = stats
@@ -86,7 +91,7 @@ def compiled_row(
         if stats.get("graphs") == 0:
             # nothing was compiled: timing eager code under Kiln's name would be a false result
             row["status"] = "not compiled: every frame ran eagerly" + (f" ({warned[0]})" if warned else "")
-            return row
+            return row, None
         if stats.get("fallbacks"):
             row["notes"].append(f"{stats['fallbacks']} call(s) of a frame ran eagerly (fallback)")
         row["notes"].extend(f"warning: {w}" for w in warned)
@@ -96,33 +101,38 @@ def compiled_row(
         torch.testing.assert_close(got, expected, rtol=case.rtol, atol=case.atol)
     except AssertionError as exc:
         row["status"] = f"wrong result: {str(exc).strip().splitlines()[0]}"
-        return row
-    timing = measure(step, warmup=opts["warmup"], samples=opts["samples"])
-    row["ms"] = timing.ms / len(case.inputs)
-    row["speedup"] = eager_ms / row["ms"]
-    return row
+        return row, None
+    return row, step
 
 
 def bench_workload(module: ModuleType, opts: dict, kiln_unavailable: str | None, scratch: str) -> dict:
     case = module.build(opts["quick"])
     fn = case.make_fn()
-    eager_step = make_step(case, fn, fn)
-    expected = eager_step()
-    eager = measure(eager_step, warmup=opts["warmup"], samples=opts["samples"])
+    steps = {"eager": make_step(case, fn, fn)}
+    expected = steps["eager"]()
     row: dict = {
         "name": module.NAME,
         "description": module.DESCRIPTION,
         "calls_per_step": len(case.inputs),
-        "eager_ms": eager.ms / len(case.inputs),
         "bytes_moved": case.bytes_moved,
     }
-    for compiler in (KILN, TORCH):
-        if compiler is KILN and kiln_unavailable is not None:
-            row["kiln"] = {"status": f"not available: {kiln_unavailable}", "notes": []}
-            continue
-        cache_dir = tempfile.mkdtemp(prefix=f"{module.NAME}-{compiler.name}-", dir=scratch)
-        try:
-            row[compiler.name] = compiled_row(case, module.NAME, compiler, expected, row["eager_ms"], cache_dir, opts)
-        finally:
+    prepared: list[Compiler] = []
+    try:
+        for compiler in (KILN, TORCH):
+            if compiler is KILN and kiln_unavailable is not None:
+                row["kiln"] = {"status": f"not available: {kiln_unavailable}", "notes": []}
+                continue
+            prepared.append(compiler)
+            cache_dir = tempfile.mkdtemp(prefix=f"{module.NAME}-{compiler.name}-", dir=scratch)
+            row[compiler.name], step = prepare_compiled(case, module.NAME, compiler, expected, cache_dir, opts)
+            if step is not None:
+                steps[compiler.name] = step
+        timings = measure_interleaved(steps, warmup=opts["warmup"], samples=opts["samples"])
+    finally:
+        for compiler in prepared:
             compiler.reset()
+    row["eager_ms"] = timings["eager"].ms / len(case.inputs)
+    for name in steps.keys() - {"eager"}:
+        row[name]["ms"] = timings[name].ms / len(case.inputs)
+        row[name]["speedup"] = row["eager_ms"] / row[name]["ms"]
     return row

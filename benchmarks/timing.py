@@ -1,4 +1,5 @@
-"""How the benchmarks measure time and bandwidth: warmup, then the median of repeated samples.
+"""How the benchmarks measure time and bandwidth: warmup, then the median of repeated samples,
+taken in turn across the compilers being compared.
 
 A sample runs the step `number` times back to back, with `number` chosen so that one sample takes at
 least `min_sample_s`; this keeps timer resolution and Python-loop noise out of microsecond-scale
@@ -30,10 +31,7 @@ class Timing:
         return self.median_s * 1e6
 
 
-def measure(step: Callable[[], object], *, warmup: int = 3, samples: int = 15, min_sample_s: float = 0.005) -> Timing:
-    """Median seconds per call of `step()` after `warmup` calls."""
-    for _ in range(warmup):
-        step()
+def _calls_per_sample(step: Callable[[], object], min_sample_s: float) -> int:
     number = 1
     while True:
         start = time.perf_counter()
@@ -41,15 +39,37 @@ def measure(step: Callable[[], object], *, warmup: int = 3, samples: int = 15, m
             step()
         elapsed = time.perf_counter() - start
         if elapsed >= min_sample_s or number >= 1 << 20:
-            break
+            return number
         number *= 2 if elapsed * 4 > min_sample_s else 8
-    per_call = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        for _ in range(number):
+
+
+def _sample(step: Callable[[], object], number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        step()
+    return (time.perf_counter() - start) / number
+
+
+def measure(step: Callable[[], object], *, warmup: int = 3, samples: int = 15, min_sample_s: float = 0.005) -> Timing:
+    """Median seconds per call of `step()` after `warmup` calls."""
+    return measure_interleaved({"step": step}, warmup=warmup, samples=samples, min_sample_s=min_sample_s)["step"]
+
+
+def measure_interleaved(
+    steps: dict[str, Callable[[], object]], *, warmup: int = 3, samples: int = 15, min_sample_s: float = 0.005
+) -> dict[str, Timing]:
+    """`measure` for several steps at once, their samples taken in turn (eager, kiln, torch, eager,
+    ...): on a shared machine a burst of load then hits all of them alike instead of whichever ran
+    during it, so the ratios between them stay meaningful."""
+    for step in steps.values():
+        for _ in range(warmup):
             step()
-        per_call.append((time.perf_counter() - start) / number)
-    return Timing(statistics.median(per_call), samples, number)
+    numbers = {name: _calls_per_sample(step, min_sample_s) for name, step in steps.items()}
+    per_call: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(samples):
+        for name, step in steps.items():
+            per_call[name].append(_sample(step, numbers[name]))
+    return {name: Timing(statistics.median(per_call[name]), samples, numbers[name]) for name in steps}
 
 
 def copy_bandwidth_gbs(nbytes: int = 256 << 20, samples: int = 7) -> float:

@@ -47,6 +47,11 @@ def reset() -> None:
     _origins.clear()
 
 
+def is_resume_code(code: types.CodeType) -> bool:
+    """True for a code object made by make_resume_code or make_handler_code."""
+    return code in _origins
+
+
 # --------------------------------------------------------------------------------------- reading code
 
 @dataclass(frozen=True)

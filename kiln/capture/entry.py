@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from kiln import config
+from kiln.capture.code import is_resume_code
 from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, compile_guards
 from kiln.capture.options import COMPILED_MARKER, ORIGINAL_ATTR, CompileOptions
 from kiln.debug import log
@@ -376,9 +377,12 @@ class _Frame:
             log.warn(f"kiln: internal error while compiling {self.name} ({where(fn)}); running it eagerly: "
                      f"{type(exc).__name__}: {exc}")
             return self.fall_back(f"internal error: {type(exc).__name__}: {exc}", recompile_reason)
-        if not result.graphs and not result.breaks and not options.fullgraph:
+        if not result.graphs and not result.breaks and not options.fullgraph and not is_resume_code(fn.__code__):
             # As torch.compile: a frame in which no op was traced runs eagerly from now on; its glue
             # could only be slower than the frame itself, and later calls are not captured again.
+            # Not a resume function: the one of a loop is the same code object for every iteration,
+            # and its last (the loop ran out, nothing left to trace) must not make every later
+            # iteration eager; that capture keeps a guarded entry like any other.
             return self.fall_back("no tensor ops were traced", recompile_reason, quiet=True)
         _note_inputs(cache.policy, check.guards, L, fn.__globals__, fn)
         entry = CacheEntry(check, result.glue, result)

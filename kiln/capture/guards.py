@@ -220,6 +220,13 @@ def check_len(expected: int, name: str, em: Emitter) -> list[Check]:
 
 
 @guard_kind
+def check_min_len(expected: int, name: str, em: Emitter) -> list[Check]:
+    # An iterator the trace read only part of: it relied on there being at least this many items.
+    return [Check(f"len({{v}}) >= {int(expected)}",
+                  lambda v: f"len({name}) is {len(v)}, fewer than the {expected} the trace read")]
+
+
+@guard_kind
 def check_keys(expected: tuple, name: str, em: Emitter) -> list[Check]:
     # Dicts keep insertion order and iteration over them is unrolled in that order.
     keys = em.bind(list(expected))

@@ -8,6 +8,7 @@ the backend. Corresponds to torch/_dynamo/output_graph.py.
 """
 from __future__ import annotations
 
+import inspect
 import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -59,6 +60,7 @@ class OutputGraph:
         self._input_vars: dict[str, "Variable"] = {}
         self._symbol_nodes: dict[Any, torch.fx.Node] = {}
         self._last_placeholder: torch.fx.Node | None = None
+        self._non_leaf_fakes: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(leaf fake) -> both
 
     # ------------------------------------------------------------------------------ inputs
     def _placeholder(self, name: str, source: str, example: Any) -> torch.fx.Node:
@@ -90,9 +92,34 @@ class OutputGraph:
         for d, size in enumerate(fake.shape):
             if isinstance(size, torch.SymInt):
                 self.symbol_input(size, f"{name}.size()[{d}]")
+        if value.requires_grad and not value.is_leaf:
+            fake = self._non_leaf(fake, value)
         node = self._placeholder(_node_name(name), name, fake)
         self.guards.append(tensor_guard(name, value, dims))
+        if fake.requires_grad and not fake.is_leaf:
+            # The graph may do in-place ops that autograd forbids on a leaf: it holds for non-leaves only.
+            self.guards.append(Guard(f"{name}.is_leaf", "check_value", False))
         return node, fake
+
+    def _non_leaf(self, fake: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """A non-leaf fake for a real tensor with a grad_fn (from_real makes leaves).
+
+        A leaf that requires grad rejects in-place ops (`F.relu(h, inplace=True)` on an activation
+        passed to a resume function), which eager allows on the real non-leaf. A clone under grad
+        is a non-leaf with the same sizes and strides when the tensor is dense; views and other
+        layouts keep the leaf fake (their aliasing with other inputs matters more).
+        """
+        if value._base is not None:
+            return fake
+        cached = self._non_leaf_fakes.get(id(fake))
+        if cached is not None:
+            return cached[1]
+        with self.fake_mode, torch.enable_grad():
+            copy = fake.clone(memory_format=torch.preserve_format)
+        if copy.stride() != fake.stride():
+            return fake
+        self._non_leaf_fakes[id(fake)] = (fake, copy)
+        return copy
 
     def symbol_input(self, size: torch.SymInt, source: str) -> torch.fx.Node | None:
         """A placeholder for a new size symbol (graphs take symbolic sizes as inputs)."""
@@ -177,9 +204,24 @@ def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
         if node.op == "call_method" and (node.target.endswith("_") and not node.target.startswith("__")
                                          or node.target in ("__setitem__",)):
             continue
-        if node.op == "call_function" and (node.target in _IMPURE or _is_inplace_function(node.target)):
+        if node.op == "call_function" and (node.target in _IMPURE or _is_inplace_function(node.target)
+                                           or _inplace_flag_set(node)):
             continue
         graph.erase_node(node)
+
+
+def _inplace_flag_set(node: torch.fx.Node) -> bool:
+    """`F.relu(x, inplace=True)` and the other functionals with an `inplace` parameter."""
+    if node.kwargs.get("inplace") is True:
+        return True
+    try:
+        params = list(inspect.signature(node.target).parameters)
+    except (TypeError, ValueError):
+        return False
+    if "inplace" not in params:
+        return False
+    index = params.index("inplace")
+    return index < len(node.args) and node.args[index] is True
 
 
 def _is_inplace_function(target: Any) -> bool:

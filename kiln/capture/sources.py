@@ -31,6 +31,16 @@ class LocalSource(Source):
         return f"L[{self.local!r}]"
 
 
+def resume_stack_slot(source: Source) -> bool:
+    """True when `source` reads from a stack slot the glue passed to a resume function (`___stackN`)."""
+    while not isinstance(source, LocalSource):
+        base = getattr(source, "base", None)
+        if base is None:
+            return False
+        source = base
+    return source.local.startswith("___stack")
+
+
 @dataclass(frozen=True)
 class GlobalSource(Source):
     """A global of the frame's own module (`G`), or of another module by its name in sys.modules."""

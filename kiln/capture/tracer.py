@@ -29,7 +29,7 @@ from kiln.capture.guards import Guard
 from kiln.capture.opcodes import OPCODES
 from kiln.capture.output_graph import OutputGraph
 from kiln.capture.side_effects import SideEffects
-from kiln.capture.sources import ClosureSource, GlobalSource, LocalSource, Source
+from kiln.capture.sources import ClosureSource, GlobalSource, LocalSource, Source, resume_stack_slot
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
@@ -94,8 +94,10 @@ class CaptureState:
     def dynamic_int(self, value: int, source: Source) -> bool:
         if self.policy is None or config.specialize_int or isinstance(value, bool):
             return False
-        if not isinstance(source, LocalSource):
-            return False  # only arguments; attributes and globals stay constants as in Dynamo
+        if not isinstance(source, LocalSource) and not resume_stack_slot(source):
+            # Only arguments (and what the glue passes a resume function, such as the rest of a
+            # `range` loop); attributes and globals stay constants as in Dynamo.
+            return False
         return bool(self.policy.int_is_dynamic(source.name(), value, self.dynamic))
 
     def symbolic_int(self, value: int, source: Source) -> Variable:

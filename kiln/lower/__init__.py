@@ -1,9 +1,10 @@
 """Lowering: an ATen-level FX graph to fused C++ kernels and a Python wrapper that runs them.
 
 `compile_graph(aten_gm, example_inputs)` is the fw/bw compiler AOT autograd calls. It runs these
-named passes in order (each name is its KILN_LOGS / debug-dump key):
+named passes in order (each name is its key in CompiledGraph.timings and in KILN_LOGS=+lower):
     decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> build -> codegen_wrapper
 and returns a CompiledGraph: a callable over the real inputs returning a tuple like `aten_gm`.
+A graph compiled before (same code, input metadata and Kiln sources) is loaded from the disk cache.
 Corresponds to torch/_inductor/compile_fx.py.
 """
 from __future__ import annotations
@@ -124,6 +125,10 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     log.debug("lower", lambda: f"lower_to_loop_ir:\n{format_ir(ir)}")
     program = schedule(ir)
     mark("schedule")
+    log.debug("lower", lambda: "schedule:\n" + "\n".join(
+        f"{s.name}: {', '.join(n.name for n in s.nodes)}" if isinstance(s, Kernel) else
+        f"{s.name}: scatter {s.node.name}" if isinstance(s, ScatterKernel) else f"extern {s.node.name} = {s.node.op}"
+        for s in program.steps))
     source, signatures = generate(program)
     mark("codegen_cpp")
     flags = build.DEFAULT_FLAGS

@@ -168,6 +168,13 @@ def test_mark_dynamic_compiles_once_from_the_first_call():
     assert is_symbolic(x.shape[0]) and not is_symbolic(x.shape[1])
 
 
+def test_mark_dynamic_on_a_size_1_dim_is_specialized_quietly():
+    # as torch.compile: a size-1 example cannot stand for sizes >= 2, and that is no user error
+    ours, theirs = both(scale, batches([1, 1], 3), marks=[("mark_dynamic", 0)])
+    assert ours.count == theirs.count == 1
+    assert tensors(ours.example_inputs[0])[0].shape[0] == 1
+
+
 def test_marks_count_under_dynamic_false_as_in_torch_compile():
     for mark in ("mark_dynamic", "maybe_mark_dynamic"):
         ours, theirs = both(scale, batches([8, 9, 10], 3), marks=[(mark, 0)], dynamic=False)
@@ -490,17 +497,18 @@ def mlp_calls(sizes: Sequence[int], requires_grad: bool = False) -> list[Callabl
 def through(backend_name: str, calls: Sequence[Callable[[], tuple]], **kwargs: Any) -> kiln.backends.CountingBackend:
     counting = kiln.backends.CountingBackend(kiln.backends.lookup(backend_name))
     compiled = kiln.compile(mlp_step, backend=counting, **kwargs)
-    for make in calls:
-        args = make()
-        torch.testing.assert_close(compiled(*args), mlp_step(*args))
+    with warnings.catch_warnings():
+        # no silent fallback (to backend "eager", or to running the frame eagerly after an error)
+        warnings.simplefilter("error", log.KilnWarning)
+        for make in calls:
+            args = make()
+            torch.testing.assert_close(compiled(*args), mlp_step(*args))
     return counting
 
 
 @needs_aot
 def test_symbolic_sizes_flow_through_aot_eager():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", kiln.debug.log.KilnWarning)  # no silent fallback to "eager"
-        counting = through("aot_eager", mlp_calls([8, 9, 10, 11]), dynamic=True)
+    counting = through("aot_eager", mlp_calls([8, 9, 10, 11]), dynamic=True)
     assert counting.frame_count == 1 and symints(counting.example_inputs[0])
 
 
@@ -508,12 +516,14 @@ def test_symbolic_sizes_flow_through_aot_eager():
 def test_symbolic_sizes_flow_through_aot_eager_training():
     counting = kiln.backends.CountingBackend(kiln.backends.lookup("aot_eager"))
     compiled = kiln.compile(mlp_step, backend=counting)
-    for args in (f() for f in mlp_calls([8, 9, 10], requires_grad=True)):
-        clones = [a.detach().clone().requires_grad_() for a in args]
-        compiled(*args).sum().backward()
-        mlp_step(*clones).sum().backward()
-        for a, c in zip(args, clones):
-            torch.testing.assert_close(a.grad, c.grad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", log.KilnWarning)
+        for args in (f() for f in mlp_calls([8, 9, 10], requires_grad=True)):
+            clones = [a.detach().clone().requires_grad_() for a in args]
+            compiled(*args).sum().backward()
+            mlp_step(*clones).sum().backward()
+            for a, c in zip(args, clones):
+                torch.testing.assert_close(a.grad, c.grad)
     assert counting.frame_count == 2 and symints(counting.example_inputs[1])
 
 

@@ -145,3 +145,10 @@ def test_half_and_bfloat16_round_on_store() -> None:
     x = torch.randn(8, 16)
     check(lambda x: ((x.to(torch.bfloat16) * 3).to(torch.float32), (x.half() + 1).float(),
                      x.to(torch.bfloat16).sum(1)), x, atol=1e-2, rtol=1e-2)
+
+
+def test_column_reduction_is_tiled_across_outputs() -> None:
+    x = torch.randn(37, 300)  # 300 outputs: one full tile of 256 and a tail of 44
+    x[5, 299] = nan
+    c = check(lambda x: (x.sum(0), x.amax(0), x.mean(0) * 2), x, atol=1e-5, rtol=1e-5)
+    assert "xt += 256" in c.cpp_source and c.kernel_count == 1

@@ -25,7 +25,7 @@ from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.functions import CellVariable, UserFunctionVariable, UserMethodVariable
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
-from kiln.capture.variables.iterator import IteratorVariable
+from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVariable
 from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
 from kiln.capture.variables.tensor import TensorVariable
@@ -104,7 +104,14 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)
     if isinstance(value, torch.nn.Module):
-        _guard(state, source, "check_id", value)
+        # By type and by the names of its instance attributes, not by identity: another instance of
+        # the same class reuses the graph (its parameters are inputs read through their sources, and
+        # each attribute the trace reads is guarded where it is read). The keys guard makes sure a
+        # name the trace found on the class is not shadowed by an instance attribute elsewhere.
+        from kiln.capture.sources import AttrSource
+        _guard(state, source, "check_type", type(value))
+        if source is not None:
+            _guard(state, AttrSource(source, "__dict__"), "check_keys", tuple(value.__dict__.keys()))
         return NNModuleVariable(value, source)
     if isinstance(value, tuple) and (type(value) in (tuple, torch.Size) or is_namedtuple_type(type(value))
                                      or is_structseq_type(type(value))):
@@ -213,8 +220,15 @@ def _wrap_iterator(state: "CaptureState", value: Any, source: Source | None) -> 
     _guard(state, source, "check_type", type(value))
     _guard(state, reduce_source, "check_len", len(reduced))
     _guard(state, ItemSource(reduce_source, 2), "check_value", reduced[2])
-    seq = wrap_value(state, reduced[1][0], ItemSource(ItemSource(reduce_source, 1), 0))
-    items = state.tracer_iterate(seq)
+    seq_source = ItemSource(ItemSource(reduce_source, 1), 0)
+    seq = reduced[1][0]
+    if type(seq) is tuple:
+        _guard(state, seq_source, "check_type", tuple)
+        return PassedIteratorVariable(
+            seq, seq_source.name(), reduced[2],
+            read=lambda k: wrap_value(state, seq[k], ItemSource(seq_source, k)),
+            guard=lambda kind, n: _guard(state, seq_source, kind, n))
+    items = state.tracer_iterate(wrap_value(state, seq, seq_source))
     return IteratorVariable(items[reduced[2]:])
 
 

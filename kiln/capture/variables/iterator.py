@@ -7,7 +7,7 @@ Corresponds to torch/_dynamo/variables/iter.py.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from kiln.capture.variables.base import Variable
 from kiln.errors import Unsupported
@@ -61,3 +61,57 @@ class IteratorVariable(Variable):
     def reconstruct(self, glue: "GlueBuilder") -> str:
         parts = [glue.reconstruct(i) for i in self.remaining()]
         return "iter((" + "".join(p + ", " for p in parts) + "))"
+
+
+class PassedIteratorVariable(IteratorVariable):
+    """An iterator over a real tuple passed into the frame (`iter(seq)` from `start`).
+
+    `read(k)` wraps `seq[k]` with its source and guard; `guard(kind, n)` guards `len(seq)`. The
+    trace relies on at least `start + consumed` items while it has not run to the end, and on
+    exactly `len(seq)` once it saw the end: nothing more is guarded.
+    """
+
+    def __init__(self, seq: tuple, seq_expr: str, start: int, read: Callable[[int], Variable],
+                 guard: Callable[[str, int], Any]) -> None:
+        super().__init__([])
+        self.seq = seq
+        self.seq_expr = seq_expr
+        self.start = start
+        self.read = read
+        self.guard = guard
+
+    def describe(self) -> str:
+        return f"iterator ({len(self.seq) - self.start - self.position} left)"
+
+    def next_item(self) -> Variable | None:
+        if self.position < len(self.items):
+            return super().next_item()
+        index = self.start + self.position
+        if index >= len(self.seq):
+            self.guard("check_len", len(self.seq))
+            return None
+        self.guard("check_min_len", index + 1)
+        self.items.append(self.read(index))
+        self.position += 1
+        return self.items[-1]
+
+    def remaining(self) -> list[Variable]:
+        rest = []
+        position = self.position
+        while (item := self.next_item()) is not None:
+            rest.append(item)
+        self.position = position
+        return rest
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        rest = self.remaining()
+        self.position = len(self.items)
+        return rest
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        # The unread rest is sliced from the same (immutable) tuple at run time, unguarded.
+        consumed = [glue.reconstruct(i) for i in self.items[self.position:]]
+        rest = f"{self.seq_expr}[{self.start + len(self.items)}:]"
+        if not consumed:
+            return f"iter({rest})"
+        return "iter((" + "".join(p + ", " for p in consumed) + f") + {rest})"

@@ -1,8 +1,11 @@
 """nn.Module instances during capture: attributes guarded, parameters and buffers as graph inputs,
 `forward` inlined, and the containers (ModuleList, ModuleDict, Sequential) indexed and iterated.
 
-A module is guarded by identity; each attribute the trace reads is guarded where it is read
-(`self.training` by value, a parameter by its tensor metadata, a submodule by identity). Writes to
+A module is guarded by type and by its instance attribute names, not by identity (as torch.compile
+inlining built-in modules: two instances of a class share a graph); each attribute the trace reads
+is guarded where it is read (`self.training` by value, a parameter by its tensor metadata and read
+as a graph input through its source, a submodule in turn by type), a container by its keys, and a
+called module by having no hooks. Writes to
 module attributes go to the side-effect log. Corresponds to torch/_dynamo/variables/nn_module.py
 (with inline_inbuilt_nn_modules: parameters are inputs, never constants).
 """
@@ -93,13 +96,29 @@ class NNModuleVariable(Variable):
         if _has_hooks(self.module):
             raise Unsupported(f"{type(self.module).__name__} has hooks; calling it runs them natively",
                               kind="unsupported_call")
+        self._guard_no_hooks(tx)
         forward = self.getattr(tx, "forward")
         return forward.call(tx, args, kwargs)
+
+    def _guard(self, tx: "Tracer", source: Source, kind: str, expected: Any) -> None:
+        from kiln.capture.guards import Guard
+        tx.state.output.guards.append(Guard(source.name(), kind, expected))
+
+    def _guard_no_hooks(self, tx: "Tracer") -> None:
+        # Another instance (or this one later) may have hooks the inlined forward would skip.
+        if self.source is None:
+            return
+        for table in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+            if hasattr(self.module, table):
+                self._guard(tx, AttrSource(self.source, table), "check_len", 0)
 
     # ------------------------------------------------------------------ containers
     def _children(self, tx: "Tracer") -> list[tuple[str, Variable]]:
         m = self.module
-        if isinstance(m, (torch.nn.ParameterList, torch.nn.ParameterDict)):
+        table = "_parameters" if isinstance(m, (torch.nn.ParameterList, torch.nn.ParameterDict)) else "_modules"
+        if self.source is not None:  # the loop over them is unrolled: their names and number are baked
+            self._guard(tx, AttrSource(self.source, table), "check_keys", tuple(getattr(m, table).keys()))
+        if table == "_parameters":
             return [(k, tx.wrap(v, self._child_source("_parameters", k))) for k, v in m._parameters.items()]
         return [(k, tx.wrap(v, self._child_source("_modules", k))) for k, v in m._modules.items()]
 
@@ -112,12 +131,12 @@ class NNModuleVariable(Variable):
 
     def length(self, tx: "Tracer") -> Variable:
         if isinstance(self.module, _CONTAINERS):
-            return ConstantVariable(len(self.module))
+            return ConstantVariable(len(self._children(tx)))
         raise Unsupported(f"len() of {type(self.module).__name__}", kind="unsupported_builtin")
 
     def truth(self, tx: "Tracer") -> bool:
         if isinstance(self.module, _CONTAINERS):
-            return len(self.module) > 0
+            return len(self._children(tx)) > 0
         return True
 
     def getitem(self, tx: "Tracer", key: Variable) -> Variable:
@@ -152,7 +171,7 @@ class NNModuleVariable(Variable):
                 return ListVariable([v for _, v in children])
             return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in children])
         if is_dict and name == "__contains__":
-            return ConstantVariable(args[0].as_constant() in self.module)
+            return ConstantVariable(args[0].as_constant() in dict(self._children(tx)))
         if name in _INTROSPECTION and not args and not kwargs:
             return self._introspect(tx, name)
         if name == "__iter__" and isinstance(self.module, _CONTAINERS):
@@ -166,6 +185,13 @@ class NNModuleVariable(Variable):
 
         if self.source is None:
             raise Unsupported(f"{name}() of a module without a source", kind="unsupported_call")
+        # What the walk saw (the names in each submodule's tables) is baked into the unrolled loop.
+        for prefix, sub in self.module.named_modules(remove_duplicate=False):
+            sub_source: Source = self.source
+            for part in prefix.split(".") if prefix else []:
+                sub_source = ItemSource(AttrSource(sub_source, "_modules"), part)
+            for table in ("_modules", "_parameters", "_buffers"):
+                self._guard(tx, AttrSource(sub_source, table), "check_keys", tuple(getattr(sub, table).keys()))
         items: list[Variable] = []
         pairs = list(getattr(self.module, name if name.startswith("named") else "named_" + name)())
         for qualified, value in pairs:

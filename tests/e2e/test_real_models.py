@@ -1,0 +1,115 @@
+"""End-to-end on real models: small `transformers` models (built from configs, random weights, no
+hub download) through kiln.compile with each backend, compared with eager, and kiln.explain's graph
+counts compared with torch._dynamo.explain's on the same call.
+
+- test_matches_eager[backend-model-mode]: "infer" runs one forward under torch.no_grad in eval
+  mode and compares the outputs; "train" runs one forward in train mode (dropout off), backward on
+  the loss, and compares the outputs and every parameter's gradient.
+- test_graph_counts[model-mode]: Kiln must capture at least one graph where torch.compile does,
+  never more graphs than torch.compile, and no frame may fall back to eager as a whole.
+
+Failures whose root cause in Kiln is known are xfail(strict=True) with that cause as the reason:
+when the fix lands the case XPASSes, the run goes red, and the mark must be removed. A fast slice
+runs by default; the rest is `-m slow`. Needs `pip install transformers` (skipped without it).
+"""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import real_models  # noqa: E402  (after the importorskip: it imports transformers)
+from real_models import MODELS, assert_close_trees, eager_result, kiln_counts, kiln_result, torch_counts  # noqa: E402
+
+BACKENDS = ("eager", "aot_eager", "inductor")
+MODES = ("infer", "train")
+
+# Runs by default (a few seconds each on a shared CPU); everything else is marked slow.
+FAST_MATCH = {("eager", "llama", "infer"), ("aot_eager", "bert", "train")}
+FAST_COUNTS = {("llama", "infer")}
+
+# Known root causes in Kiln (see the report in docs or the PR that added this file).
+WRAPPED_SIGNATURE = (
+    "kiln/capture/entry.py make_binder: inspect.signature(fn) follows __wrapped__ (functools.wraps), so "
+    "a decorated forward(self, *args, **kwargs) is bound with the wrapped function's parameters; "
+    "reading `kwargs` raises 'referenced before assignment' and the whole frame runs eagerly (0 graphs)"
+)
+GENERIC_GETATTRIBUTE = (
+    "kiln/capture/variables/user_object.py ObjectVariable.getattr: `kind.__getattribute__ is not "
+    "object.__getattribute__` is True for every builtin-derived type (dict, code, list...), so "
+    "attributes of code objects and of dict subclasses (ModelOutput) graph-break"
+)
+EXTENDED_ARG_TARGET = (
+    "kiln/capture/tracer.py Tracer.__init__: index_of drops EXTENDED_ARG, but a jump to an "
+    "instruction with an EXTENDED_ARG prefix targets the prefix's offset: KeyError in Tracer.jump "
+    "(a for loop whose body is longer than 255 code units)"
+)
+
+# (test, backend or None, model, mode) -> reason. Outputs and gradients match today only because
+# every model's top frame runs eagerly (WRAPPED_SIGNATURE); the counts show it.
+XFAIL: dict[tuple, str] = {
+    **{("counts", None, model, mode): WRAPPED_SIGNATURE for model in MODELS for mode in MODES},
+}
+
+
+def _marks(key: tuple, fast: bool, *extra) -> list:
+    marks = list(extra)
+    if not fast:
+        marks.append(pytest.mark.slow)
+    if key in XFAIL:
+        marks.append(pytest.mark.xfail(strict=True, reason=XFAIL[key]))
+    return marks
+
+
+def _match_params():
+    for backend in BACKENDS:
+        for model in MODELS:
+            for mode in MODES:
+                extra = [pytest.mark.cpp] if backend == "inductor" else []
+                marks = _marks(("match", backend, model, mode), (backend, model, mode) in FAST_MATCH, *extra)
+                yield pytest.param(backend, model, mode, marks=marks, id=f"{backend}-{model}-{mode}")
+
+
+def _count_params():
+    for model in MODELS:
+        for mode in MODES:
+            marks = _marks(("counts", None, model, mode), (model, mode) in FAST_COUNTS)
+            yield pytest.param(model, mode, marks=marks, id=f"{model}-{mode}")
+
+
+_EAGER: dict[tuple[str, str], tuple] = {}
+
+
+def _eager(model: str, mode: str) -> tuple:
+    if (model, mode) not in _EAGER:
+        _EAGER[model, mode] = eager_result(MODELS[model], mode == "train")
+    return _EAGER[model, mode]
+
+
+@pytest.mark.parametrize("backend,model,mode", list(_match_params()))
+def test_matches_eager(backend: str, model: str, mode: str) -> None:
+    entry = MODELS[model]
+    want_out, want_grads = _eager(model, mode)
+    got_out, got_grads = kiln_result(entry, mode == "train", backend)
+    assert_close_trees(got_out, want_out, entry.tol, f"{model} {mode} outputs")
+    if mode == "train":
+        assert_close_trees(got_grads, want_grads, entry.tol, f"{model} grads")
+
+
+@pytest.mark.parametrize("model,mode", list(_count_params()))
+def test_graph_counts(model: str, mode: str) -> None:
+    entry = MODELS[model]
+    training = mode == "train"
+    torch_graphs, torch_breaks, _ = torch_counts(entry, training)
+    graphs, breaks, explained = kiln_counts(entry, training)
+    fallbacks = [f for f in explained.fallbacks if "no tensor ops were traced" not in f.reason]
+    said = f"kiln {graphs} graphs / {breaks} breaks, torch.compile {torch_graphs} / {torch_breaks}\n{explained}"
+    assert not fallbacks, "frames ran eagerly as a whole: " + said
+    assert (graphs >= 1) == (torch_graphs >= 1), said
+    assert graphs <= torch_graphs, said
+
+
+def test_corpus_builds() -> None:
+    """Every model of the corpus constructs offline (no hub access) and the helper has them all."""
+    assert set(MODELS) == {"gpt2", "bert", "distilbert", "llama", "mistral", "qwen2", "opt", "t5", "vit"}
+    assert real_models.BATCH == 2 and real_models.SEQ == 8
