@@ -23,6 +23,7 @@ from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, com
 from kiln.capture.options import COMPILED_MARKER, ORIGINAL_ATTR, CompileOptions
 from kiln.debug import log
 from kiln.errors import GraphBreakError, Unsupported
+from kiln.symbolic import ConstraintViolation
 
 CaptureFn = Callable[..., Any]  # capture_frame(fn, L, options, wrap_frame, *, policy) -> CaptureResult
 
@@ -364,7 +365,8 @@ class _Frame:
                 failure = check.first_failure(L, fn.__globals__, fn)
                 why = failure[1] if failure else "the generated check returns False"
                 raise AssertionError(f"the guards of a fresh capture fail on its own inputs: {why}")
-        except GraphBreakError:
+        except (GraphBreakError, ConstraintViolation):
+            # a user error (a mark_dynamic dim the program specialized) is the user's to see, as in torch.compile
             raise
         except Unsupported as exc:
             if options.fullgraph:

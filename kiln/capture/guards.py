@@ -56,6 +56,9 @@ class Guard:
     def __str__(self) -> str:
         if not self.source:
             return f"{self.kind}({describe_expected(self.expected)})"
+        if self.kind == "check_shape":
+            where = f"  # {self.expected}" if isinstance(self.expected, str) else ""
+            return f"check_shape({user_name(self.source)}){where}"
         return f"{self.kind}({self.source}, {describe_expected(self.expected)})"
 
 

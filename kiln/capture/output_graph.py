@@ -20,6 +20,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from kiln.capture.guards import Guard, tensor_guard
 from kiln.capture.sources import Source
 from kiln.errors import KilnError, Unsupported
+from kiln.symbolic import marked_dynamic
 
 if TYPE_CHECKING:
     from kiln.capture.variables.base import Variable
@@ -84,6 +85,11 @@ class OutputGraph:
         if self.policy is not None and self.shape_env is not None and value.dim() > 0:
             dims = tuple(self.policy.dynamic_dims(name, value, self.dynamic))
         if dims:
+            # mark_dynamic is a promise: the ShapeEnv raises ConstraintViolation, naming the user's
+            # line, if the program specializes one of these dims (docs/seams.md, ShapeEnv.constrain).
+            for d in sorted(marked_dynamic(value)):
+                if d in dims:
+                    self.shape_env.constrain(f"{name}.size()[{d}]")
             # Meta tensors with symbolic sizes need the Python dispatcher (notes/recipes.md, 2).
             with enable_python_dispatcher():
                 fake = self.fake_mode.from_real(value, source=name, dynamic_dims=dims)
