@@ -6,6 +6,11 @@ inlined by child tracers sharing the graph. When an instruction cannot be traced
 restarts and stops just before the root-frame instruction that led to it, which becomes the graph
 break (glue.py builds it). Input: a function and its bound arguments; output: a CaptureResult.
 Corresponds to torch/_dynamo/symbolic_convert.py (InstructionTranslator) and convert_frame.py.
+
+Known difference: a float argument is a constant guarded by value, so each new value recompiles
+(`f(x, 0.1)`, `f(x, 0.2)`, ... meets config.cache_size_limit after 8 values). torch.compile 2.13
+compiles twice: after the value changes once, automatic dynamic makes the float a SymFloat graph
+input. Kiln's ShapeEnv has symbolic ints only; pass a changing scale as a 0-d tensor instead.
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import torch
 
 from kiln import backends
 from kiln.capture import entry
+from kiln.capture.breaks import BreakRecord, summarize_breaks
 from kiln.capture.guards import Guard
 from kiln.capture.options import CompileOptions
 
@@ -61,7 +62,13 @@ class ExplainOutput:
             f"Op Count: {self.op_count}",
         ]
         lines.append(f"Break Reasons ({len(self.break_reasons)}):" if self.break_reasons else "Break Reasons: none")
-        for i, record in enumerate(self.break_reasons, 1):
+        if self.break_reasons and all(isinstance(r, BreakRecord) for r in self.break_reasons):
+            # A break inside a loop repeats once per iteration: one group per reason, with its count.
+            lines.extend("  " + line for line in summarize_breaks(self.break_reasons).splitlines())
+            records: list[Any] = []
+        else:
+            records = self.break_reasons
+        for i, record in enumerate(records, 1):
             lines.append(f"  Break Reason {i}: {getattr(record, 'reason', record)}")
             lines.append(f"    at {getattr(record, 'filename', '?')}:{getattr(record, 'lineno', '?')}")
             source_line = getattr(record, "source_line", "")

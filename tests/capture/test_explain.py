@@ -113,3 +113,23 @@ def test_explain_a_compiled_module_or_function():
     assert out.graph_count == 1 and out.graph_break_count == 0
     out = kiln.explain(kiln.compile(no_break, backend="eager"))(torch.randn(3), torch.randn(3))
     assert out.graph_count == 1 and out.op_count == 4
+
+
+def prints_three_times(x):
+    x = x * 2
+    print("a")
+    x = x + 1
+    print("b")
+    x = x * 3
+    print("c")
+    return x
+
+
+def test_repeated_break_reasons_are_grouped_in_text(capsys):
+    out = kiln.explain(prints_three_times)(torch.randn(3))
+    assert len(out.break_reasons) == 3  # the list stays complete, one record per break
+    text = str(out)
+    assert text.count("call to print()") == 1, text
+    assert "[3x] call to print()" in text
+    for marker in ('print("a")', 'print("b")', 'print("c")'):
+        assert f"{__file__}:{line_of(prints_three_times, marker)}" in text

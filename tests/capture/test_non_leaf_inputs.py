@@ -57,6 +57,10 @@ def test_graph_for_non_leaf_is_not_reused_for_a_leaf():
     compiled = kiln.compile(g, backend="eager")
     w = torch.randn(4, requires_grad=True)
     torch.testing.assert_close(compiled(w * 1), g(w * 1))
+    from kiln.capture.entry import frames_of
+
+    guards = frames_of(compiled).entries[0].check.guards
+    assert any(gd.source == "L['h'].is_leaf" and gd.expected is False for gd in guards)
     leaf = torch.randn(4, requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf Variable"):
         g(leaf)

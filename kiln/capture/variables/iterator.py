@@ -98,8 +98,10 @@ class PassedIteratorVariable(IteratorVariable):
     def remaining(self) -> list[Variable]:
         rest = []
         position = self.position
-        while (item := self.next_item()) is not None:
+        item = self.next_item()
+        while item is not None:
             rest.append(item)
+            item = self.next_item()
         self.position = position
         return rest
 
@@ -109,9 +111,10 @@ class PassedIteratorVariable(IteratorVariable):
         return rest
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
-        # The unread rest is sliced from the same (immutable) tuple at run time, unguarded.
-        consumed = [glue.reconstruct(i) for i in self.items[self.position:]]
+        # Items read but not consumed (a peek) are rebuilt; the unread rest is sliced from the same
+        # (immutable) tuple at run time, so its length needs no guard.
+        peeked = [glue.reconstruct(i) for i in self.items[self.position:]]
         rest = f"{self.seq_expr}[{self.start + len(self.items)}:]"
-        if not consumed:
+        if not peeked:
             return f"iter({rest})"
-        return "iter((" + "".join(p + ", " for p in consumed) + f") + {rest})"
+        return "iter((" + "".join(p + ", " for p in peeked) + f") + {rest})"

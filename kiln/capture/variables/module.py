@@ -5,9 +5,9 @@ A module is guarded by type and by its instance attribute names, not by identity
 inlining built-in modules: two instances of a class share a graph); each attribute the trace reads
 is guarded where it is read (`self.training` by value, a parameter by its tensor metadata and read
 as a graph input through its source, a submodule in turn by type), a container by its keys, and a
-called module by having no hooks. Writes to
-module attributes go to the side-effect log. Corresponds to torch/_dynamo/variables/nn_module.py
-(with inline_inbuilt_nn_modules: parameters are inputs, never constants).
+called module by having no hooks. Writes to module attributes go to the side-effect log.
+Corresponds to torch/_dynamo/variables/nn_module.py (with inline_inbuilt_nn_modules: parameters
+are inputs, never constants).
 """
 from __future__ import annotations
 
