@@ -233,6 +233,9 @@ class Tracer:
 
         if isinstance(obj, NNModuleVariable):
             if isinstance(value, TensorVariable) and (name in obj.module._parameters or name in obj.module._buffers):
+                current = obj.getattr(self, name)
+                if isinstance(current, TensorVariable) and current.example is value.example:
+                    return  # `self.count += 1`: the in-place op already updated the buffer; the store rebinds it to itself
                 raise Unsupported(f"assigning a new tensor to parameter/buffer {name!r} of a module",
                                   kind="unsupported")
             self.side_effects.store_attr(obj.module, obj, name, value)

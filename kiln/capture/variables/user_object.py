@@ -194,7 +194,17 @@ def _is_pure_library_function(obj: Any) -> bool:
     module = getattr(obj, "__module__", None) or ""
     if isinstance(obj, types.BuiltinFunctionType) and module in _PURE_MODULES:
         return True
+    if _is_numpy_math(obj):
+        return True
     return module in ("math", "cmath") and callable(obj) and not isinstance(obj, type)
+
+
+def _is_numpy_math(obj: Any) -> bool:
+    """numpy ufuncs (np.sqrt, np.exp, ...): pure, so on Python scalars they fold like math.* does."""
+    return type(obj).__name__ == "ufunc" and type(obj).__module__ == "numpy"
+
+
+_SCALARS = (bool, int, float, complex)
 
 
 def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
@@ -207,6 +217,9 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
     # A symbolic size given to math.* is specialized (guarded) to its value.
     values = [a.specialize() if isinstance(a, SymIntVariable) else a.as_constant() for a in args]
     kw = {k: v.specialize() if isinstance(v, SymIntVariable) else v.as_constant() for k, v in kwargs.items()}
+    if _is_numpy_math(fn) and not all(isinstance(v, _SCALARS) for v in [*values, *kw.values()]):
+        # an array argument is mutable state the trace cannot own: the call runs natively
+        raise Unsupported(f"numpy.{fn.__name__} on a numpy array", kind="numpy")
     try:
         return tx.wrap_result(fn(*values, **kw))
     except Exception as exc:
