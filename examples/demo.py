@@ -59,15 +59,19 @@ def rss_mb() -> float | None:
     return None
 
 
-def median_ms(step: Callable[[], object], runs: int = 10) -> float:
-    for _ in range(2):
+def median_ms(steps: dict[str, Callable[[], object]], runs: int = 10) -> dict[str, float]:
+    """Median milliseconds per call of each step, after two warmup calls, the runs taken in turn
+    (eager, kiln, torch, eager, ...) so that load from other processes hits all of them alike."""
+    for step in steps.values():
         step()
-    times = []
+        step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(runs):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) * 1e3 for name, values in times.items()}
 
 
 def kiln_warnings(call: Callable[[], object]) -> tuple[object, list[str]]:
@@ -227,6 +231,14 @@ def aot_training() -> None:
         print(f"  step {i}: loss eager {a:.6f}   kiln {b:.6f}")
     diff = max((p - q).abs().max().item() for p, q in zip(eager_model.parameters(), kiln_model.parameters()))
     print(f"  max |parameter difference| after the steps: {diff:.2e}")
+    reports = getattr(importlib.import_module("kiln.autograd"), "recent_reports", None)
+    if reports is None or not reports():
+        print("  saved-activation report: not available yet: kiln.autograd.recent_reports gave nothing")
+    else:
+        report = reports()[-1]
+        print(f"  activations saved for backward: {report.activation_bytes.get('save_all', 0) / 1024:.0f} KiB if the "
+              f"partitioner saved everything the backward uses, {report.activation_bytes.get('min_cut', 0) / 1024:.0f} "
+              f"KiB with min-cut (recomputing cheap pointwise ops instead)")
     print(f"  kiln.stats(): {kiln.stats()}")
 
 
@@ -277,7 +289,8 @@ def inductor() -> None:
     torch_model = fresh_model()
     torch_step = training_step(torch_model, torch.compile(torch_model), idx, targets)
     torch_first = timed_first_call(torch_step)
-    eager_ms, kiln_ms, torch_ms = median_ms(eager_step), median_ms(kiln_step), median_ms(torch_step)
+    ms = median_ms({"eager": eager_step, "kiln": kiln_step, "torch": torch_step})
+    eager_ms, kiln_ms, torch_ms = ms["eager"], ms["kiln"], ms["torch"]
 
     print(f"training step (forward, cross-entropy, backward), batch 8 x 64 tokens, {torch.get_num_threads()} threads:")
     print(f"  eager            {eager_ms:8.2f} ms/step")
