@@ -85,6 +85,12 @@ def write_event(event: entry.CaptureEvent) -> None:
     _write_index()
 
 
+def add_stage_folder(folder_name: str, title: str, note: str) -> None:
+    """A later stage (the lowering) lists its folder under the run folder on the index page."""
+    _rows.append((folder_name, title, note))
+    _write_index()
+
+
 def _graph_text(gm: Any) -> str:
     try:
         return gm.print_readable(print_output=False)

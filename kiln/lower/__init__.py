@@ -5,10 +5,13 @@ named passes in order (each name is its key in CompiledGraph.timings and in KILN
     decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> build -> codegen_wrapper
 and returns a CompiledGraph: a callable over the real inputs returning a tuple like `aten_gm`.
 A graph compiled before (same code, input metadata and Kiln sources) is loaded from the disk cache.
+Under KILN_DEBUG=1 each pass's output is also written to `<run folder>/lower_<n>/<pass name>.*`.
 Corresponds to torch/_inductor/compile_fx.py.
 """
 from __future__ import annotations
 
+import itertools
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -16,13 +19,14 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx
 
+from kiln import config
 from kiln.debug import log
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.codegen.wrapper import make_wrapper
 from kiln.lower.decompose import decompose
 from kiln.lower.graph import lower_to_loop_ir, node_metas
 from kiln.lower.ir import LoopIR, format_ir, verify_ir
-from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, schedule
+from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, format_program, schedule
 from kiln.runtime import build, cache
 
 
@@ -90,6 +94,35 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
     return cache.cache_key("\n".join(parts), (), "graph")
 
 
+class _DebugDump:
+    """KILN_DEBUG=1: each pass's output as a file named after the pass, in one folder per compiled
+    graph (`lower_<n>/`) under the run folder kiln.debug.dump manages. A no-op otherwise."""
+
+    _counter = itertools.count()
+
+    def __init__(self, folder: str | None) -> None:
+        self.folder = folder
+
+    @classmethod
+    def start(cls, gm: torch.fx.GraphModule) -> "_DebugDump":
+        if not config.debug:
+            return cls(None)
+        from kiln.debug import dump  # only under KILN_DEBUG: the dump's folder is shared by every stage
+
+        name = f"lower_{next(cls._counter):03d}"
+        folder = os.path.join(dump.run_dir(), name)
+        os.makedirs(folder, exist_ok=True)
+        dump.add_stage_folder(name, "lowering", "aten graph, loop IR, schedule, C++ and wrapper, one file per pass")
+        out = cls(folder)
+        out.write("aten_graph.py", gm.code)
+        return out
+
+    def write(self, name: str, text: str) -> None:
+        if self.folder is not None:
+            with open(os.path.join(self.folder, name), "w") as f:
+                f.write(text)
+
+
 def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
                   options: dict[str, Any] | None = None) -> CompiledGraph:
     """Fuse, generate C++, build (or load from the disk cache) and wrap one ATen graph."""
@@ -110,34 +143,46 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         lib = build.load(source, flags) if signatures else None
         fn, wrapper_source = make_wrapper(program, signatures, lib)
         mark("cache_load")
+        dump = _DebugDump.start(aten_gm)
+        dump.write("lower_to_loop_ir.txt", format_ir(program.ir))
+        dump.write("schedule.txt", format_program(program))
+        dump.write("codegen_cpp.cpp", source)
+        dump.write("codegen_wrapper.py", wrapper_source)
+        dump.write("timings.txt", "loaded from the disk cache (the passes did not run)\n")
         log.artifact("output_code", lambda: f"// kernels\n{source}\n# wrapper\n{wrapper_source}")
         return CompiledGraph(fn, source, wrapper_source, program, hints, timings, signatures, lib)
 
+    dump = _DebugDump.start(aten_gm)
     gm = _copy_graph(aten_gm)
     metas = node_metas(gm, example_inputs)
     gm = decompose(gm, metas)
     mark("decompose")
     log.debug("lower", lambda: f"decompose:\n{gm.code}")
+    dump.write("decompose.py", gm.code)
     ir, hints = lower_to_loop_ir(gm, example_inputs)
     if options.get("verify", True):
         verify_ir(ir)
     mark("lower_to_loop_ir")
     log.debug("lower", lambda: f"lower_to_loop_ir:\n{format_ir(ir)}")
+    dump.write("lower_to_loop_ir.txt", format_ir(ir) + "".join(f"\n# perf hint: {h}" for h in hints))
     program = schedule(ir)
     mark("schedule")
-    log.debug("lower", lambda: "schedule:\n" + "\n".join(
-        f"{s.name}: {', '.join(n.name for n in s.nodes)}" if isinstance(s, Kernel) else
-        f"{s.name}: scatter {s.node.name}" if isinstance(s, ScatterKernel) else f"extern {s.node.name} = {s.node.op}"
-        for s in program.steps))
+    log.debug("lower", lambda: "schedule:\n" + format_program(program))
+    dump.write("schedule.txt", format_program(program))
     source, signatures = generate(program)
     mark("codegen_cpp")
+    dump.write("codegen_cpp.cpp", source)
     flags = build.DEFAULT_FLAGS
     if "opt_level" in options:  # tests trade kernel speed for build time with "-O1"
         flags = tuple(options["opt_level"] if f.startswith("-O") else f for f in flags)
     lib = build.load(source, flags) if signatures else None
     mark("build")
+    dump.write("build.txt", f"{build.COMPILER} {' '.join(flags)} {' '.join(build.LIBS)}\n"
+                            f"library: {getattr(lib, '_name', None)}\n")
     fn, wrapper_source = make_wrapper(program, signatures, lib)
     mark("codegen_wrapper")
+    dump.write("codegen_wrapper.py", wrapper_source)
+    dump.write("timings.txt", "".join(f"{k}: {v * 1e3:.1f} ms\n" for k, v in timings.items()))
     if key is not None:
         cache.store_graph(key, (program, source, signatures, hints, flags))
     for hint in hints:

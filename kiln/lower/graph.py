@@ -19,7 +19,7 @@ from kiln.lower.ir import (BufferRef, ConstantBuffer, InputBuffer, Layout, LoopI
                            index_vars, walk)
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, strided_value,
                                   to_expr, value_cost)
-from kiln.lower.lowerings.extern import fallback
+from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback
 
 aten = torch.ops.aten
 
@@ -148,6 +148,8 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
         return _sym_arith(target, args)
     args, kwargs = pytree.tree_map(lambda a: to_expr(a) if isinstance(a, torch.SymInt) else a, (args, kwargs))
     rule = LOWERINGS.get(target)
+    if target in EXTERN_BY_DESIGN:
+        args = _realize_extern_inputs(ctx, node, env, args)
     lazy_inputs = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorValue) and a.view is None]
     ctx.pending_origins = tuple(dict.fromkeys(o for a in lazy_inputs for o in a.origins))
     if rule is not None and not _has_unsupported_dtype((ctx.meta, [m for m in pytree.tree_leaves(args)])):
@@ -165,6 +167,21 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
         return out
     reason = "no lowering" if rule is None else "unsupported dtype"
     return fallback(ctx, target, args, kwargs, reason=reason)
+
+
+def _realize_extern_inputs(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.Node, Any],
+                           args: tuple) -> tuple:
+    """A matmul reads its inputs from memory, so a lazy input is stored once and the FX node's other
+    users read that buffer too: a transpose of it for the weight gradient's mm becomes a strided view
+    (BLAS takes it as is) instead of a second kernel recomputing the value in another layout."""
+    out = list(args)
+    for k, a in enumerate(node.args):
+        value = env.get(a) if isinstance(a, torch.fx.Node) else None
+        if isinstance(value, TensorValue) and value.view is None:
+            saved, ctx.origins = ctx.origins, (a.name,)
+            env[a] = out[k] = ctx.realize(value)
+            ctx.origins = saved
+    return tuple(out)
 
 
 def _sym_arith(target: Any, args: Sequence[Any]) -> Any:

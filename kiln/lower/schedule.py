@@ -237,3 +237,21 @@ def _mark_local(steps: list, ir: LoopIR) -> list:
                     scratch.add(n.name)  # read by a later loop of the same outer point: one row suffices
         result.append(Kernel(step.name, step.outer, step.inner, step.blocks, frozenset(local), frozenset(scratch)))
     return result
+
+
+def format_program(program: KernelProgram) -> str:
+    """The schedule as text: per step, a kernel's ranges and blocks with the buffers fused into it
+    (those kept in registers or a row buffer marked), or an extern call."""
+    lines = []
+    for s in program.steps:
+        if isinstance(s, Kernel):
+            lines.append(f"{s.name}: outer {list(s.outer)} inner {list(s.inner)}")
+            for blk in s.blocks:
+                names = [n.name + (" (register)" if n.name in s.local else " (row)" if n.name in s.scratch else "")
+                         for n in blk.nodes]
+                lines.append(f"    {blk.kind}: {', '.join(names)}")
+        elif isinstance(s, ScatterKernel):
+            lines.append(f"{s.name}: scatter {s.node.name} into {s.node.target}")
+        else:
+            lines.append(f"extern {s.node.name} = {s.node.op}  # {', '.join(s.node.origins)}")
+    return "\n".join(lines) + "\n"

@@ -69,3 +69,36 @@ def test_multi_use_expensive_value_is_stored_once() -> None:
     kernels = c.cpp_source.split("// kernel0")[1]
     assert kernels.count("tanhf(") == 1  # computed once, kept in a register for its three users
     assert c.kernel_count == 1 and "buf0 =" not in c.wrapper_source
+
+
+def test_softmax_row_buffer_lives_on_the_stack() -> None:
+    c = check(lambda x: torch.softmax(x, -1), torch.randn(64, 1024))
+    assert "alignas(64) float" in c.cpp_source and "std::malloc" not in c.cpp_source.split("kiln_float_to_bf16")[-1]
+
+
+def test_softmax_row_buffer_of_symbolic_size_is_allocated() -> None:
+    c = check(lambda x: torch.softmax(x, -1), torch.randn(64, 1024), dynamic=True)
+    assert "std::malloc" in c.cpp_source
+
+
+def test_matmul_input_is_stored_once_and_shared_with_its_transpose() -> None:
+    # the weight gradient pattern: mm(g, w) and mm(g.t(), x) with g a pointwise value
+    def f(a, b, w, x):
+        g = a * b + 1
+        return g @ w, g.t() @ x
+    c = check(f, torch.randn(64, 32), torch.randn(64, 32), torch.randn(32, 16), torch.randn(64, 8),
+              atol=1e-4, rtol=1e-4)
+    assert c.kernel_count == 1 and c.extern_count == 2
+    assert "torch.as_strided(buf0, (32, 64), (1, 32)" in c.wrapper_source
+
+
+def test_parallel_loops_ask_kiln_threads_at_call_time() -> None:
+    from kiln.lower.codegen.cpp import PRELUDE
+    from kiln.runtime import build
+    import ctypes
+
+    c = check(lambda x: x.exp() + 1, torch.randn(256, 1024))
+    assert "#pragma omp parallel for num_threads(kiln_threads())" in c.cpp_source
+    lib = build.load(PRELUDE + 'extern "C" int probe() { return kiln_threads(); }')
+    lib.probe.restype = ctypes.c_int
+    assert 1 <= lib.probe() <= max(torch.get_num_threads(), 1)

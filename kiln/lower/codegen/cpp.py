@@ -32,6 +32,36 @@ PRELUDE = r"""
 #include <cstdint>
 #include <limits>
 #include <cstdlib>
+#include <cstdio>
+#include <ctime>
+#include <omp.h>
+static inline int kiln_threads() {
+  // Threads for the next parallel loop. When other processes keep every CPU busy (more runnable
+  // threads than CPUs in /proc/loadavg besides ours), joining a second thread waits for the scheduler, which
+  // costs milliseconds per loop: run on the calling thread then. Re-read every 100 ms.
+  static int cached = 0;
+  static int64_t checked_ns = 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+  if (cached == 0 || now - checked_ns > 100000000LL) {
+    int threads = omp_get_max_threads(), runnable = 0, field = 0;
+    char text[128] = {0};
+    if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+      size_t n = std::fread(text, 1, sizeof(text) - 1, f);
+      std::fclose(f);
+      for (size_t i = 0; i < n && field < 4; i++) {  // "0.50 0.40 0.30 3/120 4567": the 3
+        if (text[i] == ' ') field++;
+        else if (field == 3 && text[i] >= '0' && text[i] <= '9') runnable = runnable * 10 + (text[i] - '0');
+        else if (field == 3) break;
+      }
+    }
+    // runnable counts this process's threads too (the caller and workers still spinning)
+    cached = (runnable - threads >= omp_get_num_procs()) ? 1 : threads;
+    checked_ns = now;
+  }
+  return cached;
+}
 extern "C" {
 %s
 }

@@ -76,18 +76,23 @@ class KernelWriter:
         total = sympy.Mul(*k.outer, *k.inner)
         parallel_if = f" if({cexpr(total)} >= {PARALLEL_MIN})" if not total.is_number else ""
         parallel = not (total.is_number and total < PARALLEL_MIN)
+        # a loop this long amortizes even a slow join of the second thread: keep every thread
+        self.adaptive_threads = not (total.is_number and total >= ADAPTIVE_THREADS_MAX)
         self.scratch = {name: {x: sympy.Integer(0) for x in xs} for name in k.scratch}
         self.hidden = k.local | k.scratch
-        if k.outer and k.scratch:
+        rows = self._scratch_rows(k, xs, ys)
+        on_stack = all(size.is_number for size, _ in rows.values()) and sum(
+            int(size) * _itemsize(self.storage[name]) for name, (size, _) in rows.items()) <= STACK_SCRATCH_BYTES
+        if k.outer and k.scratch and on_stack:
+            # a row buffer on the stack of each outer iteration: the compiler sees it aliases nothing
+            # (a malloc'd pointer shared through an OpenMP region does not vectorize as well)
+            o, c = _loops(xs, k.outer, f"#pragma omp parallel for@collapse{parallel_if}" if parallel else None)
+            body += o + [f"alignas(64) {T} {name}[{int(size)}];" for name, (size, T) in sorted(rows.items())]
+        elif k.outer and k.scratch:
             # each thread gets one row buffer per scratch buffer, allocated once around the loop
             body.append(f"#pragma omp parallel{parallel_if}" if parallel else "// one thread")
             body.append("{")
-            for name in sorted(k.scratch):
-                node = next(n for n in k.nodes if n.name == name)
-                sub = node_substitution(node, k.outer, k.inner)
-                idx = sympy.expand(node.layout.index(_ivars(len(node.ranges))).xreplace(sub).xreplace(self.scratch[name]))
-                size = sympy.expand(idx.xreplace({y: r - 1 for y, r in zip(ys, k.inner)}) + 1)
-                T = CTYPE[self.storage[name]]
+            for name, (size, T) in sorted(rows.items()):
                 body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * {cexpr(size)}));")
             o, c = _loops(xs, k.outer, "#pragma omp for@collapse" if parallel else None)
             body += o
@@ -144,9 +149,21 @@ class KernelWriter:
                     body += w.lines
         if k.outer:
             body += ["}"] * len(k.outer)
-        if k.outer and k.scratch:
+        if k.outer and k.scratch and not on_stack:
             body += [f"std::free({name});" for name in sorted(k.scratch)] + ["}"]
         return self._function(k.name, k.origins(), body), self.reads + self.writes
+
+    def _scratch_rows(self, k: Kernel, xs: Sequence[sympy.Symbol], ys: Sequence[sympy.Symbol]
+                      ) -> dict[str, tuple[sympy.Expr, str]]:
+        """Per scratch buffer: the elements one row needs and its C type."""
+        rows = {}
+        for name in k.scratch:
+            node = next(n for n in k.nodes if n.name == name)
+            sub = node_substitution(node, k.outer, k.inner)
+            idx = sympy.expand(node.layout.index(_ivars(len(node.ranges))).xreplace(sub).xreplace(self.scratch[name]))
+            size = sympy.expand(idx.xreplace({y: r - 1 for y, r in zip(ys, k.inner)}) + 1)
+            rows[name] = (size, CTYPE[self.storage[name]])
+        return rows
 
     def _node(self, n: Buffer, k: Kernel, locals_: dict, acc: str | None) -> list[str]:
         sub = node_substitution(n, k.outer, k.inner)
@@ -264,6 +281,9 @@ class KernelWriter:
         for b in self.reads + self.writes:
             const = "const " if b not in self.writes else ""
             args.append(f"{const}{CTYPE[self.storage[b]]}* __restrict__ {b}")
+        if getattr(self, "adaptive_threads", True):
+            body = [line + " num_threads(kiln_threads())" if line.startswith("#pragma omp parallel") else line
+                    for line in body]
         text = "\n".join(body)
         syms = sorted(set(re.findall(r"\b([a-z]+\d+)\b", text)) & self.size_symbols)
         args += [f"int64_t {s}" for s in syms]
@@ -273,6 +293,14 @@ class KernelWriter:
         head = f"// {name}: fused from {', '.join(dict.fromkeys(origins))}\n"
         head += f"extern \"C\" void {name}({', '.join(args)}) {{\n"
         return head + _indent(body) + "}\n"
+
+
+ADAPTIVE_THREADS_MAX = 1 << 22  # elements from which a kernel always uses every thread (see kiln_threads)
+STACK_SCRATCH_BYTES = 64 << 10  # row buffers of a kernel up to this size in all live on the stack
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
 
 
 TILE = 256  # outputs per column-reduction tile: each row read is 1 KiB contiguous, accumulators stay in L1

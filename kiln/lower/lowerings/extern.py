@@ -3,6 +3,12 @@
 mm/addmm/bmm/convolution are faster in ATen (its BLAS and oneDNN) than any loop Kiln would write,
 so they are externs by design. Any other op without a lowering, or whose lowering refuses its
 arguments, becomes a `fallback`: the same extern, plus a KILN_LOGS=perf_hints line saying so.
+
+Epilogues (bias + activation after a matmul) are not fused into the extern: an ATen/BLAS call cannot
+run Kiln's code on its output tile while it is in cache, so true fusion needs Kiln's own GEMM, which
+would be slower than MKL's for these sizes. What is done instead: the bias stays inside the BLAS call
+(a Linear arrives as addmm), the activation is the first kernel after it reading the result once, and
+a lazy matmul input is stored once and shared by every reader (graph.py `_realize_extern_inputs`).
 """
 from __future__ import annotations
 
