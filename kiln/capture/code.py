@@ -81,6 +81,13 @@ def _listing(code: types.CodeType) -> _Listing:
     return _Listing(tuple(instrs), index, tuple(dis.Bytecode(code).exception_entries))
 
 
+def instructions(code: types.CodeType) -> tuple[tuple[dis.Instruction, ...], Mapping[int, int]]:
+    """The instructions of `code` without EXTENDED_ARG, and byte offset -> position. A jump to an
+    instruction with an EXTENDED_ARG prefix targets the prefix, which maps to the instruction."""
+    listing = _listing(code)
+    return listing.instrs, listing.index
+
+
 def _position(code: types.CodeType, offset: int) -> int:
     listing = _listing(code)
     if offset not in listing.index:

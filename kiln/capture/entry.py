@@ -149,13 +149,22 @@ def where(fn: Any) -> str:
 # Binding arguments
 
 
+def code_signature(fn: FunctionType) -> inspect.Signature:
+    """The parameters the code object really has. inspect.signature(fn) follows `__wrapped__`
+    (functools.wraps) and `__signature__`, so a decorated `forward(self, *args, **kwargs)` would be
+    bound with the wrapped function's names and its `kwargs` local left unset."""
+    bare = FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    bare.__kwdefaults__ = fn.__kwdefaults__
+    return inspect.signature(bare)
+
+
 def make_binder(fn: FunctionType, bound_self: Any, has_self: bool) -> Callable[[tuple, dict], dict]:
     """A function (args, kwargs) -> L. All-positional calls with every argument given take a
     zip; anything else (keywords, defaults, *args, **kwargs) goes through inspect.Signature."""
     code = fn.__code__
     names = code.co_varnames[: code.co_argcount]
     simple = not (code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)) and code.co_kwonlyargcount == 0
-    signature = inspect.signature(fn)
+    signature = code_signature(fn)
     nargs = len(names) - (1 if has_self else 0)
 
     def slow(args: tuple, kwargs: dict) -> dict:

@@ -102,6 +102,16 @@ class CallSource(Source):
 
 
 @dataclass(frozen=True)
+class EnvironSource(Source):
+    """`os.environ.get(key)`: one environment variable, None when unset."""
+
+    key: str
+
+    def name(self) -> str:
+        return f"__import__('os').environ.get({self.key!r})"
+
+
+@dataclass(frozen=True)
 class TypeSource(Source):
     """`type(base)`."""
 

@@ -136,8 +136,8 @@ class Tracer:
         self.parent = parent
         self.depth = 0 if parent is None else parent.depth + 1
         self.stop_offset = stop_offset
-        self.instructions = [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
-        self.index_of = {ins.offset: n for n, ins in enumerate(self.instructions)}
+        listing, self.index_of = code_mod.instructions(code)
+        self.instructions = list(listing)
         self.stack: list[Variable] = []
         self.kw_names: tuple[str, ...] | None = None
         self.ip = 0
@@ -245,6 +245,14 @@ class Tracer:
             return
         if isinstance(obj, ObjectVariable) and not isinstance(obj.value, (type, types.ModuleType)):
             kind = type(obj.value)
+            custom = inspect.getattr_static(kind, "__setattr__")
+            if not bypass and isinstance(custom, types.FunctionType) and not (
+                    getattr(kind, "__dataclass_params__", None) is not None and kind.__dataclass_params__.frozen):
+                # A Python __setattr__ (transformers' configs map attribute aliases) is inlined; its
+                # `super().__setattr__` comes back here with bypass set.
+                from kiln.capture.variables.functions import UserMethodVariable
+                UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
+                return
             if not bypass and (kind.__setattr__ is not object.__setattr__ or
                                getattr(kind, "__dataclass_params__", None) is not None and kind.__dataclass_params__.frozen):
                 raise Unsupported(f"{kind.__qualname__} has a custom __setattr__", kind="unsupported")

@@ -9,16 +9,20 @@ torch/_dynamo/symbolic_convert.py and BuiltinVariable's operator rules.
 from __future__ import annotations
 
 import dis
+import inspect
 import operator
+import types
 from typing import TYPE_CHECKING, Any
 
 from kiln.capture.opcodes import opcode
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
+from kiln.capture.variables.functions import UserMethodVariable
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
+from kiln.capture.variables.user_object import ObjectVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -198,6 +202,10 @@ def CONTAINS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
         result = item.as_constant() in container.as_constant()
     elif isinstance(container, TensorVariable):
         raise Unsupported("`in` on a tensor compares its values", kind="data_dependent_branch")
+    elif isinstance(container, ObjectVariable) and _python_contains(container) is not None:
+        # A mapping class (collections.abc.Mapping's __contains__ reads self[key]): `in` calls it.
+        found = UserMethodVariable(_python_contains(container), container).call(tx, [item], {})
+        result = found.truth(tx)
     else:
         items = tx.iterate(container)
         result = False
@@ -211,6 +219,12 @@ def CONTAINS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
                 result = True
                 break
     tx.push(ConstantVariable(result != bool(instr.arg)))
+
+
+def _python_contains(container: "ObjectVariable") -> Any:
+    """The class's `__contains__` when it is Python code (None for builtins and classes without one)."""
+    contains = inspect.getattr_static(type(container.value), "__contains__", None)
+    return contains if isinstance(contains, types.FunctionType) else None
 
 
 def _unary(tx: "Tracer", fn: Any) -> None:

@@ -124,6 +124,9 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, source, "check_len", len(value))
         items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
         return ListVariable(items, source)
+    if type(value) is types.MappingProxyType and source is None and _constant_keys(value):
+        # A class's or a Signature's read-only mapping, made during the trace: a constant dict.
+        return DictVariable({k: wrap_value(state, v, None) for k, v in value.items()})
     if type(value) in (dict, collections.OrderedDict, collections.defaultdict) and _constant_keys(value):
         if type(value) is collections.defaultdict:
             raise Unsupported("defaultdict", kind="unsupported")
@@ -154,7 +157,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if isinstance(value, types.FunctionType) and never_traced(value):
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)  # calling it is a graph break of its library's kind
-    if isinstance(value, types.FunctionType):
+    if isinstance(value, types.FunctionType) and value not in RULES:
         _guard(state, source, "check_id", value)
         return UserFunctionVariable(value, source)
     if isinstance(value, functools.partial) and source is not None:
@@ -261,7 +264,7 @@ def wrap_result(value: Any) -> Variable:
         return SetVariable([wrap_result(v) for v in value], type(value))
     if is_torch_function(value):
         return TorchFunctionVariable(value)
-    if isinstance(value, types.FunctionType):
+    if isinstance(value, types.FunctionType) and value not in RULES:
         return UserFunctionVariable(value)
     if _hashable(value) and value in RULES:
         return BuiltinVariable(value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import inspect
 import itertools
 import operator
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -375,12 +376,41 @@ def _convert(kind: type) -> Rule:
             if kind is str:
                 return ConstantVariable(str(args[0].specialize()))
             return tx.call_op("call_function", kind, args, {})
+        if kind is str and len(args) == 1 and not kwargs and type(_class_of(args[0])) is type:
+            # "<class 'pkg.Model'>": a class the trace already relies on (guarded by type or id),
+            # whose plain metaclass prints it from its module and name.
+            return ConstantVariable(str(_class_of(args[0])))
         return _fold(tx, kind, args, kwargs)
     return rule
 
 
+def _class_of(var: Variable) -> Any:
+    """The class a Variable stands for, when it stands for one (None otherwise)."""
+    try:
+        value = var.as_python_value()
+    except Unsupported:
+        return None
+    return value if isinstance(value, type) else None
+
+
 for _kind in (int, float, bool, str, complex):
     RULES[_kind] = _convert(_kind)
+
+
+@builtin_rule(inspect.signature)
+def signature_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    # Signatures depend only on the function (guarded by identity where it was read), so they are
+    # computed at trace time instead of inlining the inspect module.
+    from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+    from kiln.capture.variables.user_object import ObjectVariable
+
+    fn = args[0] if len(args) == 1 and not kwargs else None
+    if isinstance(fn, UserMethodVariable):
+        signature = inspect.signature(fn.fn)
+        return ObjectVariable(signature.replace(parameters=list(signature.parameters.values())[1:]))
+    if isinstance(fn, UserFunctionVariable):
+        return ObjectVariable(inspect.signature(fn.fn))
+    raise Unsupported("inspect.signature of a value other than a Python function", kind="unsupported_call")
 
 
 @builtin_rule(id)

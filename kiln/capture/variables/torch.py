@@ -38,6 +38,10 @@ _TORCH_FUNCTION_CHECKS = {torch._C._has_torch_function, torch._C._has_torch_func
                           torch._C._has_torch_function_variadic, torch.overrides.has_torch_function,
                           torch.overrides.has_torch_function_unary, torch.overrides.has_torch_function_variadic,
                           torch.overrides.is_tensor_like}
+# "Am I being compiled?": True while capturing (model code picks its compile-friendly path on it);
+# inlining them would read torch.compile's own flags and answer False.
+_COMPILING_FNS = {torch.compiler.is_compiling, torch.compiler.is_dynamo_compiling, torch._utils.is_compiling}
+_EXPORTING_FNS = {torch.compiler.is_exporting}
 # Calls with effects the graph cannot hold, each a break of the given kind.
 _BREAK_FNS = {torch.manual_seed: "random", torch.seed: "random", torch.save: "unsupported_call",
               torch.load: "unsupported_call", torch.set_default_dtype: "unsupported_call",
@@ -83,8 +87,8 @@ class TorchFunctionVariable(Variable):
         if fn is torch.Size:
             from kiln.capture.variables.sequence import TupleVariable
             return TupleVariable(tx.iterate(args[0]) if args else [], torch.Size)
-        if fn is torch.compiler.is_compiling or fn is getattr(torch.compiler, "is_dynamo_compiling", None):
-            return ConstantVariable(True)
+        if fn in _COMPILING_FNS or fn in _EXPORTING_FNS:
+            return ConstantVariable(fn in _COMPILING_FNS)
         if fn in _CONSTANT_FNS:
             consts = constant_args(list(args), kwargs)
             if consts is None:
@@ -115,7 +119,8 @@ def is_torch_function(value: Any) -> bool:
     if objclass is not None and objclass in (torch._C.TensorBase, torch.Tensor):
         return True
     try:
-        if value in _CONSTANT_FNS or value in _BREAK_FNS or value in _TORCH_FUNCTION_CHECKS:
+        if (value in _CONSTANT_FNS or value in _BREAK_FNS or value in _TORCH_FUNCTION_CHECKS
+                or value in _COMPILING_FNS or value in _EXPORTING_FNS):
             return True
     except TypeError:  # unhashable objects are never torch functions
         return False

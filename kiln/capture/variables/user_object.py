@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
+import os
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -18,6 +19,7 @@ import torch
 
 from kiln.capture.sources import AttrSource, Source
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -78,7 +80,7 @@ class ObjectVariable(Variable):
         return None if self.source is None else AttrSource(self.source, name)
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+        from kiln.capture.variables.functions import UserMethodVariable
 
         obj = self.value
         pending = tx.side_effects.pending_attr(obj, name)
@@ -100,10 +102,26 @@ class ObjectVariable(Variable):
                 return tx.wrap(value, None)  # torch.float32, F.relu, math.pi: fixed for the process
             return tx.wrap(value, self._attr_source(name))
         kind = type(obj)
-        if "__getattr__" in _class_dicts(kind) or kind.__getattribute__ is not object.__getattribute__:
+        if obj is os.environ and name in ("get", "__contains__", "__getitem__"):
+            return EnvironReadVariable(self, name)
+        getattribute = inspect.getattr_static(kind, "__getattribute__")
+        if isinstance(getattribute, types.FunctionType):
+            # A Python __getattribute__ (transformers' configs map attribute aliases in one) is
+            # inlined like any method; its `super().__getattribute__(key)` comes back to
+            # generic_getattr through SuperVariable.
+            return UserMethodVariable(getattribute, self).call(tx, [tx.wrap(name, None)], {})
+        return self.generic_getattr(tx, name)
+
+    def generic_getattr(self, tx: "Tracer", name: str) -> Variable:
+        """object.__getattribute__: data descriptors, then the instance dict, then the class."""
+        from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+
+        obj = self.value
+        kind = type(obj)
+        if "__getattr__" in _class_dicts(kind):
             instance_dict = getattr(obj, "__dict__", {})
             if name not in instance_dict:
-                raise Unsupported(f"{kind.__qualname__} defines __getattr__/__getattribute__", kind="unsupported_attribute")
+                raise Unsupported(f"{kind.__qualname__} defines __getattr__", kind="unsupported_attribute")
         instance_dict = getattr(obj, "__dict__", None)
         static = inspect.getattr_static(kind, name, _MISSING)
         is_data_descriptor = hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
@@ -148,6 +166,18 @@ class ObjectVariable(Variable):
                         raise Unsupported(f"{obj.__name__}() missing {fields[n]} (raised natively)", kind="unsupported")
                     values[n] = tx.wrap(default, None)
             return TupleVariable(values, obj)
+        if _is_stateless_torch_module_class(obj):
+            from kiln.capture.variables.base import constant_args
+            consts = constant_args(list(args), kwargs)
+            if consts is not None:
+                with torch.random.fork_rng(devices=[]):  # a module with weights would draw them
+                    module = obj(*consts[0], **consts[1])
+                if next(module.parameters(), None) is None and next(module.buffers(), None) is None:
+                    # `nn.ReLU()(x)`, `CrossEntropyLoss()` in a forward: built at trace time from
+                    # constants; without tensors of its own it is just its forward's code.
+                    return tx.wrap(module, None)
+        if is_model_output_class(obj):
+            return ModelOutputVariable.create(tx, obj, list(args), kwargs)
         if isinstance(obj, type) and issubclass(obj, BaseException):
             raise Unsupported(f"constructing the exception {obj.__name__}", kind="unsupported_call")
         if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__dataclass_params__.frozen:
@@ -277,9 +307,132 @@ class SuperVariable(Variable):
                     return UserMethodVariable(attr.__func__, tx.wrap(self.obj.python_type(), None))
                 if base is object and name == "__init__":
                     return tx.wrap(lambda *a, **k: None, None)
+                if base is object and name == "__setattr__" and isinstance(self.obj, ObjectVariable):
+                    return ObjectSetattrVariable(self.obj)
+                if base is object and name == "__getattribute__" and isinstance(self.obj, ObjectVariable):
+                    return GenericGetattrVariable(self.obj)
+                if base is dict and name in _DICT_READS and isinstance(self.obj, ObjectVariable):
+                    return DictReadVariable(self.obj, name)
                 raise Unsupported(f"super().{name} of kind {type(attr).__name__}", kind="unsupported_attribute")
         raise Unsupported(f"super() has no attribute {name!r}", kind="unsupported_attribute")
 
+
+class GenericGetattrVariable(Variable):
+    """`super().__getattribute__` bound to an object: the generic lookup, skipping the override."""
+
+    def __init__(self, obj: ObjectVariable) -> None:
+        self.obj = obj
+
+    def describe(self) -> str:
+        return f"object.__getattribute__ of {self.obj.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        if len(args) != 1 or kwargs:
+            raise Unsupported("object.__getattribute__ with these arguments", kind="unsupported_attribute")
+        return self.obj.generic_getattr(tx, args[0].as_constant())
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return f"{glue.constant(object.__getattribute__)}.__get__({self.obj.reconstruct(glue)})"
+
+
+class EnvironReadVariable(Variable):
+    """`os.environ.get(key, default)` (and `in`, `[]`): the variable is read at trace time and
+    guarded by value, as a configuration flag of the code path (torch.compile reads it too)."""
+
+    def __init__(self, environ: ObjectVariable, name: str) -> None:
+        self.environ = environ
+        self.name = name
+
+    def describe(self) -> str:
+        return f"os.environ.{self.name}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.guards import Guard
+        from kiln.capture.sources import EnvironSource
+        from kiln.capture.variables.base import constant_args
+
+        consts = constant_args(list(args), kwargs)
+        if consts is None or kwargs or not consts[0] or not isinstance(consts[0][0], str):
+            raise Unsupported(f"os.environ.{self.name} with a key unknown at trace time", kind="unsupported_call")
+        key = consts[0][0]
+        value = os.environ.get(key)
+        tx.state.output.guards.append(Guard(EnvironSource(key).name(), "check_value", value))
+        if self.name == "__contains__":
+            return tx.wrap(value is not None, None)
+        if value is None and self.name == "__getitem__":
+            raise Unsupported(f"KeyError {key!r} (raised natively)", kind="unsupported")
+        if value is None:
+            return args[1] if len(args) > 1 else tx.wrap(None, None)
+        return tx.wrap(value, None)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return f"{self.environ.reconstruct(glue)}.{self.name}"
+
+
+class ObjectSetattrVariable(Variable):
+    """`super().__setattr__` bound to an object: the plain store, skipping the override."""
+
+    def __init__(self, obj: ObjectVariable) -> None:
+        self.obj = obj
+
+    def describe(self) -> str:
+        return f"object.__setattr__ of {self.obj.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.constant import ConstantVariable
+
+        if len(args) != 2 or kwargs:
+            raise Unsupported("object.__setattr__ with these arguments", kind="unsupported")
+        tx.setattr(self.obj, args[0].as_constant(), args[1], bypass=True)
+        return ConstantVariable(None)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return f"{glue.constant(object.__setattr__)}.__get__({self.obj.reconstruct(glue)})"
+
+
+# dict's own read methods, reached through `super()` from a dict subclass (a registry keyed by
+# strings, like transformers' _CanRecordRegistry.get).
+_DICT_READS = frozenset({"get", "__getitem__", "__contains__"})
+
+
+class DictReadVariable(Variable):
+    """`super().get(key)` on a real dict-subclass object: read at trace time with a constant key,
+    guarded on the dict's keys and on the value read (through `base[key]`)."""
+
+    def __init__(self, obj: ObjectVariable, name: str) -> None:
+        self.obj = obj
+        self.name = name
+
+    def describe(self) -> str:
+        return f"dict.{self.name} of {self.obj.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.guards import Guard
+        from kiln.capture.sources import ItemSource
+        from kiln.capture.variables.base import constant_args
+
+        d, source = self.obj.value, self.obj.source
+        consts = constant_args(list(args), kwargs)
+        overridden = {"keys", "__getitem__"} & set(_class_dicts(type(d)).keys() - dict.__dict__.keys())
+        if consts is None or kwargs or not consts[0] or source is None or overridden:
+            raise Unsupported(f"super().{self.name} of {type(d).__qualname__} with these arguments",
+                              kind="unsupported_attribute")
+        tx.state.output.guards.append(Guard(source.name(), "check_keys", tuple(d.keys())))
+        key = consts[0][0]
+        if self.name == "__contains__":
+            return tx.wrap(key in dict.keys(d), None)
+        if key in dict.keys(d):
+            return tx.wrap(dict.__getitem__(d, key), ItemSource(source, key))
+        if self.name == "__getitem__":
+            raise Unsupported(f"KeyError {key!r} (raised natively)", kind="unsupported")
+        return args[1] if len(args) > 1 else tx.wrap(None, None)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return f"{glue.constant(getattr(dict, self.name))}.__get__({self.obj.reconstruct(glue)})"
+
+
+def _is_stateless_torch_module_class(obj: Any) -> bool:
+    return isinstance(obj, type) and issubclass(obj, torch.nn.Module) and obj.__module__.startswith("torch.nn.")
 
 
 def _constructible(cls: type) -> bool:
