@@ -17,6 +17,7 @@ from kiln import backends
 from kiln.capture import breaks, code, entry
 from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, COMPILED_MARKER, DISABLE_MARKER, ORIGINAL_ATTR, CompileOptions
 from kiln.debug import dump
+from kiln.fake import cache as fake_cache
 from kiln.symbolic.policy import reset_policies
 
 T = TypeVar("T")
@@ -180,6 +181,7 @@ def reset() -> None:
     reset_policies()
     breaks.reset()  # graph breaks are logged once per reset
     code.reset()  # resume code objects are rebuilt, so no cache keyed by an old one survives
+    fake_cache.clear()  # fake-op output metadata memoized by input shapes
 
 
 def stats() -> dict[str, int]:

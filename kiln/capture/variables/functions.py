@@ -152,6 +152,20 @@ class UserMethodVariable(Variable):
         return f"{glue.constant(types.MethodType)}({glue.constant(self.fn)}, {glue.reconstruct(self.obj)})"
 
 
+def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: type) -> Variable | None:
+    """What reading a class attribute through an instance gives, following Python's descriptor
+    rules for functions, properties, staticmethods and classmethods; None for any other kind."""
+    if isinstance(static, property):
+        return UserFunctionVariable(static.fget).call(tx, [receiver], {})
+    if isinstance(static, types.FunctionType):
+        return UserMethodVariable(static, receiver)
+    if isinstance(static, staticmethod):
+        return tx.wrap(static.__func__, None)
+    if isinstance(static, classmethod):
+        return UserMethodVariable(static.__func__, tx.wrap(owner, None))
+    return None
+
+
 class NestedFunctionVariable(Variable):
     """A function made by MAKE_FUNCTION during the trace: a lambda, an inner def, a comprehension."""
 

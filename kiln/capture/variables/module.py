@@ -12,7 +12,6 @@ are inputs, never constants).
 from __future__ import annotations
 
 import inspect
-import types
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
@@ -61,7 +60,7 @@ class NNModuleVariable(Variable):
         return ItemSource(AttrSource(self.source, table), name)
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+        from kiln.capture.variables.functions import bind_class_attribute
 
         m = self.module
         pending = tx.side_effects.pending_attr(m, name)
@@ -80,14 +79,9 @@ class NNModuleVariable(Variable):
         static = inspect.getattr_static(m, name, _MISSING)
         if static is _MISSING:
             raise Unsupported(f"{type(m).__name__} has no attribute {name!r}", kind="unsupported_attribute")
-        if isinstance(static, property):
-            return UserFunctionVariable(static.fget).call(tx, [self], {})
-        if isinstance(static, types.FunctionType):
-            return UserMethodVariable(static, self)
-        if isinstance(static, staticmethod):
-            return tx.wrap(static.__func__, None)
-        if isinstance(static, classmethod):
-            return UserMethodVariable(static.__func__, tx.wrap(type(m), None))
+        bound = bind_class_attribute(tx, static, self, type(m))
+        if bound is not None:
+            return bound
         value = getattr(m, name)
         source = None if self.source is None else AttrSource(self.source, name)
         return tx.wrap(value, source)

@@ -114,7 +114,7 @@ class ObjectVariable(Variable):
 
     def generic_getattr(self, tx: "Tracer", name: str) -> Variable:
         """object.__getattribute__: data descriptors, then the instance dict, then the class."""
-        from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+        from kiln.capture.variables.functions import bind_class_attribute
 
         obj = self.value
         kind = type(obj)
@@ -136,14 +136,9 @@ class ObjectVariable(Variable):
             # logger.info, rng.normal: a method of a library that is never inlined; calling it is a
             # break, and the glue reads the method from the object again at run time.
             return ObjectVariable(getattr(obj, name), self._attr_source(name))
-        if isinstance(static, property):
-            return UserFunctionVariable(static.fget).call(tx, [self], {})
-        if isinstance(static, types.FunctionType):
-            return UserMethodVariable(static, self)
-        if isinstance(static, staticmethod):
-            return tx.wrap(static.__func__, None)
-        if isinstance(static, classmethod):
-            return UserMethodVariable(static.__func__, tx.wrap(kind, None))
+        bound = bind_class_attribute(tx, static, self, kind)
+        if bound is not None:
+            return bound
         if type(static).__name__ in ("member_descriptor", "getset_descriptor"):
             return tx.wrap(getattr(obj, name), self._attr_source(name))
         if hasattr(type(static), "__get__"):

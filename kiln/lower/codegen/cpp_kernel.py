@@ -331,7 +331,6 @@ def _column_reduction(k: Kernel) -> bool:
 
 
 def _ivars(n: int) -> tuple[sympy.Symbol, ...]:
-    from kiln.lower.ir import index_vars
     return index_vars("i", n)
 
 
