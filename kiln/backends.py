@@ -96,7 +96,7 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None
              options: Mapping[str, Any] | None = None) -> Callable[..., Any]:
     """The whole stack: AOT autograd, then kiln.lower's compile_graph for forward and backward.
 
-    Also a backend of the real torch.compile: `torch.compile(fn, backend=kiln.inductor_backend)`.
+    Also a backend of the real torch.compile: pass `kiln.inductor_backend` as its `backend` argument.
     """
     aot_autograd = _optional("kiln.autograd", "aot_autograd")
     compile_graph = _optional("kiln.lower", "compile_graph")
