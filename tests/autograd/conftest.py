@@ -60,3 +60,16 @@ def twin():
     def make(module: torch.nn.Module):
         return module, copy.deepcopy(module)
     return make
+
+
+def make_sgd_step(net: torch.nn.Module):
+    """A whole training step over `net` (zero_grad, MSE loss, backward, SGD update) as one function."""
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step

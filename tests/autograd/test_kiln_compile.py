@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import kiln
 from kiln.autograd import recent_reports
-from tests.autograd.conftest import assert_same_state
+from tests.autograd.conftest import assert_same_state, make_sgd_step
 
 
 class Net(torch.nn.Module):
@@ -46,18 +46,7 @@ def test_whole_training_step_with_kiln_compile():
     eager = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     model = copy.deepcopy(eager)
 
-    def make_step(net):
-        opt = torch.optim.SGD(net.parameters(), lr=0.05)
-
-        def step(x, y):
-            opt.zero_grad()
-            loss = F.mse_loss(net(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
-    eager_step, compiled_step = make_step(eager), kiln.compile(make_step(model), backend="aot_eager")
+    eager_step, compiled_step = make_sgd_step(eager), kiln.compile(make_sgd_step(model), backend="aot_eager")
     for _ in range(3):
         x, y = torch.randn(5, 4), torch.randn(5, 1)
         torch.testing.assert_close(compiled_step(x, y), eager_step(x, y))

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from kiln.autograd import aot_autograd, aot_eager
 from kiln.autograd.backend import run_eagerly
-from tests.autograd.conftest import assert_same_state
+from tests.autograd.conftest import assert_same_state, make_sgd_step
 
 
 
@@ -139,18 +139,7 @@ def test_whole_training_step_compiled_in_one_function():
     eager = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
     model = copy.deepcopy(eager)
 
-    def make_step(net):
-        opt = torch.optim.SGD(net.parameters(), lr=0.05)
-
-        def step(x, y):
-            opt.zero_grad()
-            loss = F.mse_loss(net(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
-    eager_step, compiled_step = make_step(eager), torch.compile(make_step(model), backend=aot_eager)
+    eager_step, compiled_step = make_sgd_step(eager), torch.compile(make_sgd_step(model), backend=aot_eager)
     for _ in range(3):
         x, y = torch.randn(5, 4), torch.randn(5, 1)
         torch.testing.assert_close(compiled_step(x, y), eager_step(x, y))
