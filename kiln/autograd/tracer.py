@@ -77,6 +77,12 @@ class AtenTracer(TorchDispatchMode):
     """Records ATen ops into `self.graph`; `decompositions` maps an OpOverload to a Python function
     that is run (and traced through) instead of recording the op."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Otherwise TorchDispatchMode wraps __torch_dispatch__ in torch._dynamo.disable, whose
+        # first call imports Dynamo (1-2 s). This mode never runs under Dynamo.
+        return False
+
     def __init__(self, decompositions: Mapping[Any, Callable] | None = None) -> None:
         super().__init__()
         self.graph = fx.Graph()

@@ -45,9 +45,10 @@ def from_real(mode: "FakeTensorMode", t: torch.Tensor, *, source: str | None = N
         meta = _meta_like(mode, t, source, dims)
         fake = FakeTensor(mode, meta, normalize_device(t.device), t.requires_grad)
     if isinstance(t, torch.nn.Parameter):
-        # A custom subclass takes Parameter's detach path: the fake stays a FakeTensor and is
-        # marked `_is_param`, so isinstance(fake, nn.Parameter) holds as for the real one.
-        fake = torch.nn.Parameter(fake, requires_grad=t.requires_grad)
+        # nn.Parameter(custom subclass) detaches it and marks the copy `_is_param`, which makes
+        # isinstance(fake, nn.Parameter) hold. Mark the fresh fake directly: a detach outside the
+        # mode makes C++ import torch.distributed.tensor (0.5 s) to rule out DTensor.
+        fake._is_param = True
     if t.is_leaf and t.grad is not None:
         fake.grad = from_real(mode, t.grad, source=None if source is None else f"{source}.grad")
     mode._real_to_fake[t] = fake

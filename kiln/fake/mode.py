@@ -8,6 +8,8 @@ PyTorch counterpart: torch/_subclasses/fake_tensor.py (FakeTensorMode.dispatch).
 """
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any, Callable, Sequence
 
 import torch
@@ -40,6 +42,50 @@ _MIXED_DEVICE_OPS = frozenset({
 _PREIMPORTED = False
 
 
+_REF_MODULES = ("torch._refs", "torch._prims", "torch._decomp")
+
+
+def _answer_dynamo_disable(fn: Any, seen: set[int], depth: int = 0) -> None:
+    """Pre-answer the `torch._disable_dynamo` wrappers found in `fn` and the functions it closes over.
+
+    torch wraps many refs (and every TorchDispatchMode subclass's __torch_dispatch__) in
+    `torch._disable_dynamo`, whose wrapper imports torch._dynamo (1-2 s) on its first call only to
+    tell Dynamo not to trace the function, caching the answer as the wrapped function's attribute
+    `__dynamo_disable`. Kiln runs them as meta kernels, never under Dynamo, so the plain function
+    is the right answer. A wrapper missed here still works: it pays the import. (Kiln's own modes
+    opt out of the wrapper with `_should_skip_dynamo`.)
+    """
+    # Refs are a few wrappers deep and not every wrapper sets __wrapped__: follow closures.
+    if type(fn) is not types.FunctionType or id(fn) in seen or depth > 8:
+        return
+    seen.add(id(fn))
+    if fn.__code__ is _DISABLE_WRAPPER.__code__:
+        wrapped = fn.__closure__[_DISABLE_SLOT].cell_contents
+        if getattr(wrapped, "__dynamo_disable", None) is None:
+            setattr(wrapped, "__dynamo_disable", wrapped)
+    for cell in fn.__closure__ or ():
+        try:
+            _answer_dynamo_disable(cell.cell_contents, seen, depth + 1)
+        except ValueError:  # an empty cell
+            pass
+
+
+_DISABLE_WRAPPER = torch._disable_dynamo(lambda: None)
+_DISABLE_SLOT = _DISABLE_WRAPPER.__code__.co_freevars.index("fn")
+
+
+def _skip_lazy_dynamo_import() -> None:
+    """Answer the wrappers of torch's refs, decompositions and top-level functions once."""
+    seen: set[int] = set()
+    for table in torch._decomp.global_decomposition_table.values():
+        for fn in table.values():
+            _answer_dynamo_disable(fn, seen)
+    for name, module in list(sys.modules.items()):
+        if module is not None and (name == "torch" or name.startswith(_REF_MODULES)):
+            for fn in list(vars(module).values()):
+                _answer_dynamo_disable(fn, seen)
+
+
 def _preimport() -> None:
     """Load torch's Python meta kernels and decompositions once (0.5-0.8 s on first touch)."""
     global _PREIMPORTED
@@ -60,10 +106,7 @@ def _preimport() -> None:
         return original(tensor)
 
     meta_registrations.device_hint = device_hint
-    # torch._refs' elementwise wrapper lazily imports torch._dynamo (torch's own doing, to stay
-    # out of Dynamo's way) on its first call: 1-2 s. Pay it here, not in the middle of a capture.
-    probe = torch.empty(1, device=_META)
-    torch.ops.aten.add.Tensor(probe, probe)
+    _skip_lazy_dynamo_import()
     _PREIMPORTED = True
 
 

@@ -48,6 +48,12 @@ def wants_decomposition(target: Any) -> bool:
 class _Recorder(TorchDispatchMode):
     """Runs ops on meta tensors and appends each op that has a lowering (or no decomposition) to the graph."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Otherwise TorchDispatchMode wraps __torch_dispatch__ in torch._dynamo.disable, whose
+        # first call imports Dynamo (1-2 s). This mode never runs under Dynamo.
+        return False
+
     def __init__(self, graph: torch.fx.Graph, nodes: dict[int, torch.fx.Node]) -> None:
         super().__init__()
         self.graph = graph
