@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 
-from kiln import backends
-from kiln.capture import breaks, code, entry
+from kiln import backends, config
+from kiln.capture import breaks, entry
 from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, COMPILED_MARKER, DISABLE_MARKER, ORIGINAL_ATTR, CompileOptions
-from kiln.debug import dump
-from kiln.fake import cache as fake_cache
-from kiln.symbolic.policy import reset_policies
 
 T = TypeVar("T")
 
@@ -50,7 +48,10 @@ def compile(model: Any = None, *, fullgraph: bool = False, dynamic: bool | None 
 
 def compile_with(model: Any, options: CompileOptions, capture: Callable[..., Any] | None = None) -> Any:
     """kiln.compile with ready options; `capture` replaces the tracer (tests inject a fake one)."""
-    dump.install_if_enabled()
+    if config.debug:  # the dump (and the html module it needs) only loads under KILN_DEBUG=1
+        from kiln.debug import dump
+
+        dump.install_if_enabled()
     if isinstance(model, OptimizedModule):
         model = model._orig_mod  # compiling (or explaining) a compiled module starts from the original
     if isinstance(model, torch.nn.Module):
@@ -175,13 +176,24 @@ def _marked_wrapper(fn: Any, marker: str) -> Any:
 
 
 def reset() -> None:
-    """Clear every compiled cache entry, dynamic-shape decision, one-time warning and counter."""
+    """Clear every compiled cache entry, dynamic-shape decision, one-time warning and counter.
+
+    Entries stored on disk by the persistent frame cache stay (as torch's on-disk caches do): the
+    next call may load one instead of capturing; kiln.config.persistent_cache=False prevents it."""
     entry.reset()
     backends.reset_warnings()
-    reset_policies()
     breaks.reset()  # graph breaks are logged once per reset
-    code.reset()  # resume code objects are rebuilt, so no cache keyed by an old one survives
-    fake_cache.clear()  # fake-op output metadata memoized by input shapes
+    # A stage that was never imported (a warm start served from the persistent cache) has nothing
+    # to forget; importing it here would only slow `kiln.reset()` down.
+    policy = sys.modules.get("kiln.symbolic.policy")
+    if policy is not None:
+        policy.reset_policies()
+    code = sys.modules.get("kiln.capture.code")
+    if code is not None:
+        code.reset()  # resume code objects are rebuilt, so no cache keyed by an old one survives
+    fake_cache = sys.modules.get("kiln.fake.cache")
+    if fake_cache is not None:
+        fake_cache.clear()  # fake-op output metadata memoized by input shapes
 
 
 def stats() -> dict[str, int]:

@@ -24,6 +24,8 @@ capture_scalar_outputs: bool = False  # .item() becomes an unbacked symbol inste
 cache_dir: str = os.environ.get(
     "KILN_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "kiln")
 )
+# frames captured before are loaded from cache_dir/frames by later processes (kiln.capture.persist)
+persistent_cache: bool = os.environ.get("KILN_PERSISTENT_CACHE", "1") not in ("", "0")
 debug_dir: str = os.environ.get("KILN_DEBUG_DIR", os.path.join(os.getcwd(), "kiln_debug"))
 debug: bool = os.environ.get("KILN_DEBUG", "0") not in ("", "0")
 

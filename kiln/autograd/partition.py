@@ -14,7 +14,6 @@ import math
 import operator
 from typing import Any, Iterable
 
-import networkx as nx
 import torch
 import torch.fx as fx
 
@@ -146,6 +145,8 @@ def _saved_by_save_all(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx
 
 def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.Node],
                       tangent_dependent: set[fx.Node]) -> list[fx.Node]:
+    import networkx as nx  # a quarter second to import, and only the min-cut policy needs it
+
     g = nx.DiGraph()
     g.add_node("source")
     g.add_node("sink")

@@ -1,7 +1,8 @@
 """The frame entry: what runs each time a compiled function is called.
 
 Binds the call's arguments into `L`, runs the first cache entry whose guards pass, and otherwise
-captures the frame anew through the tracer (`capture_frame`), up to `config.cache_size_limit`
+tries the entries a previous process stored for this code object (kiln.capture.persist), and
+otherwise captures the frame anew through the tracer (`capture_frame`), up to `config.cache_size_limit`
 entries per code object. It owns the per-code-object caches, the dynamic-shape policy kept across
 recompiles, the counters behind `kiln.stats()`, and the eager fallbacks (unsupported frames,
 internal errors, the cache limit). Corresponds to torch/_dynamo/eval_frame.py + convert_frame.py.
@@ -18,12 +19,11 @@ from typing import Any, Callable, Iterator
 import torch
 
 from kiln import config
-from kiln.capture.code import is_resume_code
 from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, compile_guards
 from kiln.capture.options import COMPILED_MARKER, ORIGINAL_ATTR, CompileOptions
 from kiln.debug import log
 from kiln.errors import GraphBreakError, Unsupported
-from kiln.symbolic import ConstraintViolation
+from kiln import symbolic  # its names load lazily: sympy only comes with a capture
 
 CaptureFn = Callable[..., Any]  # capture_frame(fn, L, options, wrap_frame, *, policy) -> CaptureResult
 
@@ -34,7 +34,8 @@ class Stats:
     `compiles`: captures that produced a cache entry; `recompiles`: the compiles of a code object
     that already had an entry; `cache_hits`: calls answered by a cache entry; `fallbacks`: calls run
     eagerly (unsupported frame, internal error, cache limit); `graphs`/`graph_breaks`: totals over
-    every capture."""
+    every capture; `disk_hits`: cache misses answered by an entry of the persistent frame cache
+    (kiln.capture.persist) instead of a capture."""
 
     frames: int = 0
     compiles: int = 0
@@ -43,6 +44,7 @@ class Stats:
     graphs: int = 0
     cache_hits: int = 0
     fallbacks: int = 0
+    disk_hits: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -86,9 +88,11 @@ class FrameCache:
     eager_reason: str | None = None  # set once a frame is known to run eagerly (until reset)
     limit_warned: bool = False
     last_failure: str | None = None
+    disk: list | None = None  # persist.DiskEntry candidates not used yet; None until first read
 
     def clear(self) -> None:
         self.entries.clear()
+        self.disk = None
         self.policy = None
         self.eager_reason = None
         self.limit_warned = False
@@ -312,11 +316,46 @@ class _Frame:
                 self.warn_limit(reason)
                 return self.run_eagerly(args, kwargs)
             self.log_recompile(failure, L, G, F)
+        # Not for an injected tracer (its entries are its own), nor under KILN_DEBUG (the debug
+        # dump wants each stage of a real capture).
+        if config.persistent_cache and self.capture is None and not config.debug:
+            entry = self.load_entry(L)
+            if entry is not None:
+                return entry.glue(L, G, F)
         STATS.frames += 1
         entry = self.capture_entry(L, reason)
         if entry is None:
             return self.run_eagerly(args, kwargs)
         return entry.glue(L, G, F)
+
+    def load_entry(self, L: dict) -> CacheEntry | None:
+        """An entry of the persistent frame cache whose guards pass on this call, made current."""
+        from kiln.capture import persist
+
+        cache, fn = self.cache, self.fn
+        if cache.disk is None:
+            cache.disk = persist.candidates(fn.__code__, self.options)
+        G = fn.__globals__
+        for disk in list(cache.disk):
+            if not disk.check.fn(L, G, fn):
+                continue
+            cache.disk.remove(disk)  # used once: if it is in memory now, or if it cannot be loaded
+            try:
+                glue, result = persist.materialize(disk)
+            except Exception as exc:  # a kernel library gone from the C++ cache: capture instead
+                log.artifact("cache", f"frame cache: {disk.path} not loaded: {type(exc).__name__}: {exc}")
+                continue
+            entry = CacheEntry(disk.check, glue, result)
+            if cache.policy is None:
+                cache.policy = _new_policy()
+            _note_inputs(cache.policy, disk.check.guards, L, G, fn)
+            cache.entries.insert(0, entry)
+            STATS.disk_hits += 1
+            log.artifact("cache", f"frame cache hit: {self.name} from {disk.path}")
+            return entry
+        if cache.disk:
+            log.artifact("cache", f"frame cache miss: no stored entry of {self.name} passes its guards")
+        return None
 
     def warn_limit(self, reason: str) -> None:
         if self.cache.limit_warned:
@@ -374,7 +413,7 @@ class _Frame:
                 failure = check.first_failure(L, fn.__globals__, fn)
                 why = failure[1] if failure else "the generated check returns False"
                 raise AssertionError(f"the guards of a fresh capture fail on its own inputs: {why}")
-        except (GraphBreakError, ConstraintViolation):
+        except (GraphBreakError, symbolic.ConstraintViolation):  # read only when something was raised
             # a user error (a mark_dynamic dim the program specialized) is the user's to see, as in torch.compile
             raise
         except Unsupported as exc:
@@ -388,6 +427,8 @@ class _Frame:
             log.warn(f"kiln: internal error while compiling {self.name} ({where(fn)}); running it eagerly: "
                      f"{type(exc).__name__}: {exc}")
             return self.fall_back(f"internal error: {type(exc).__name__}: {exc}", recompile_reason)
+        from kiln.capture.code import is_resume_code  # loaded with the tracer already; bytecode is not cheap
+
         if not result.graphs and not result.breaks and not options.fullgraph and not is_resume_code(fn.__code__):
             # As torch.compile: a frame in which no op was traced runs eagerly from now on; its glue
             # could only be slower than the frame itself, and later calls are not captured again.
@@ -403,6 +444,10 @@ class _Frame:
         STATS.graphs += len(result.graphs)
         STATS.graph_breaks += len(result.breaks)
         cache.entries.insert(0, entry)  # newest first: after automatic dynamic it is the most general
+        if config.persistent_cache and self.capture is None:
+            from kiln.capture import persist
+
+            persist.store(fn.__code__, options, check, result)
         self.notify(CaptureEvent(fn, result, recompile_reason))
         return entry
 

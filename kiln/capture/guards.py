@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
@@ -408,10 +409,11 @@ class CheckFn:
     """
 
     def __init__(self, guards: list[Guard], fn: Callable[[dict, dict, Any], bool], source: str,
-                 checks: list[list[Check]], constants: dict[str, Any]) -> None:
+                 checks: list[list[Check]], constants: dict[str, Any], code: CodeType | None = None) -> None:
         self.guards = guards
         self.fn = fn
         self.source = source
+        self.code = code  # `source` compiled (the persistent cache stores it marshalled)
         self._checks = checks
         self._constants = constants
 
@@ -473,8 +475,14 @@ def shape_guard(shape_guard_record: Any) -> Guard:
     return Guard(shape_guard_record.python, "check_shape", getattr(shape_guard_record, "location", None))
 
 
-def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = ()) -> CheckFn:
-    """Compile guards (and the ShapeEnv's guards, checked last) into one function with early exit."""
+def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
+                   compiled: tuple[str, CodeType] | None = None) -> CheckFn:
+    """Compile guards (and the ShapeEnv's guards, checked last) into one function with early exit.
+
+    `compiled`: (source, code) that this function made for the same guards in another process
+    with the same Kiln sources (kiln.capture.persist's key guarantees both): the source text is
+    not generated again nor compiled (a tenth of a second for a transformer block's guards); the
+    constants are bound as before, in the same order, so the code's names mean the same."""
     unique: dict[tuple, Guard] = {}
     for guard in list(guards) + [shape_guard(g) for g in shape_guards]:
         unique.setdefault(guard.key(), guard)
@@ -491,6 +499,8 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = ()) ->
     for guard in ordered:
         checks = GUARD_KINDS[guard.kind](guard.expected, guard.name, em)
         all_checks.append(checks)
+        if compiled is not None:
+            continue
         if guard.kind == "check_shape":
             lines.append(f"if not ({_rewrite(guard.source, hoisted)}): return False")
             continue
@@ -507,6 +517,13 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = ()) ->
             condition = _rewrite(condition, hoisted)
         lines.append(f"if not ({condition}): return False  # {guard.kind} {user_name(guard.source)}")
 
+    if compiled is not None:
+        source, code = compiled
+        if _global_names(code) <= em.constants.keys():
+            namespace = dict(em.constants)
+            exec(code, namespace)
+            return CheckFn(ordered, namespace["___check_guards"], source, all_checks, em.constants, code)
+        return compile_guards(ordered)  # not this function's code for these guards after all
     body = "\n".join("        " + line for line in lines) or "        pass"
     source = (
         "def ___check_guards(L, G, F):\n"
@@ -517,9 +534,19 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = ()) ->
         "    return True\n"
     )
     namespace = dict(em.constants)
-    exec(compile(source, "<kiln guards>", "exec"), namespace)
+    code = compile(source, "<kiln guards>", "exec")
+    exec(code, namespace)
     log.artifact("guards", lambda: "guards:\n" + "\n".join(f"  {g}" for g in ordered) + "\n" + source)
-    return CheckFn(ordered, namespace["___check_guards"], source, all_checks, em.constants)
+    return CheckFn(ordered, namespace["___check_guards"], source, all_checks, em.constants, code)
+
+
+def _global_names(module_code: CodeType) -> set[str]:
+    """The `___`-prefixed globals the generated check function reads."""
+    names: set[str] = set()
+    for const in module_code.co_consts:
+        if isinstance(const, CodeType):
+            names |= {n for n in const.co_names if n.startswith("___")}
+    return names
 
 
 def _rewrite(expr: str, hoisted: dict[str, str]) -> str:

@@ -18,7 +18,6 @@ import torch
 from kiln import config
 from kiln.debug import log
 from kiln.symbolic.marks import marked_dynamic, marked_maybe_dynamic, marked_static
-from kiln.symbolic.render import user_words
 
 
 @dataclasses.dataclass
@@ -185,3 +184,11 @@ def policy_for(code: object) -> DynamicPolicy:
 def reset_policies() -> None:
     """Forget every size seen (part of kiln.reset())."""
     _POLICIES.clear()
+
+
+def user_words(source: str) -> str:
+    """kiln.symbolic.render.user_words, imported when a message is made: render needs sympy, and a
+    policy is made (and fed the sizes of each entry) even when the entry came from the disk cache."""
+    from kiln.symbolic.render import user_words as words
+
+    return words(source)

@@ -3,7 +3,9 @@
 It reads size symbols off the inputs, re-lays out an input whose strides differ from the ones the
 kernels were built for, allocates each buffer, calls kernels through cached ctypes function pointers
 and externs through their ATen overloads in order, frees what dies early (`del`), and returns the
-outputs. The source is plain Python, printed by KILN_LOGS=output_code. Corresponds to
+outputs. The source is plain Python, printed by KILN_LOGS=output_code. The function carries a
+kiln.runtime.aot.WrapperRecipe (source, globals by name, kernel library) so that the persistent
+frame cache can rebuild it in another process without this package. Corresponds to
 torch/_inductor/codegen/wrapper.py (the Python wrapper).
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch.utils import _pytree as pytree
 from kiln.lower.ir import (BufferRef, ConstantBuffer, Extern, FloorDiv, InputBuffer, Layout, Load,
                            ModularIndexing, SymExpr, walk)
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
+from kiln.runtime.aot import RECIPE_ATTR, relayout as _relayout, wrapper_recipe
 
 
 def pyexpr(e: Any) -> str:
@@ -184,13 +187,6 @@ class WrapperWriter:
         return last
 
 
-def _relayout(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
-    """A copy of `t` with the strides the kernels were compiled for."""
-    out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
-    out.copy_(t)
-    return out
-
-
 def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
                  lib: ctypes.CDLL | None, *, record: Callable[[str, float, int], None] | None = None
                  ) -> tuple[Callable[..., tuple], str]:
@@ -203,12 +199,18 @@ def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], 
         import time
         env["_clock"] = time.perf_counter
         env["_record"] = record
-    for name, argtypes in env.pop("_argtypes", {}).items():
+    argtypes_by_kernel = env.pop("_argtypes", {})
+    code = compile(source, "<kiln wrapper>", "exec")
+    recipe = None
+    if record is None:  # what kiln.capture.persist stores to rebuild this function in another process
+        recipe = wrapper_recipe(source, env, argtypes_by_kernel, getattr(lib, "_name", None),
+                                program.ir.output_spec, code)
+    for name, argtypes in argtypes_by_kernel.items():
         fn = getattr(lib, name)
         fn.argtypes = argtypes
         fn.restype = None
         env[name] = fn
-    exec(compile(source, "<kiln wrapper>", "exec"), env)
+    exec(code, env)
     call = env["call"]
     if program.ir.output_spec is not None:
         spec = pytree.treespec_loads(program.ir.output_spec)  # nested outputs (a list of splits): rebuild the structure the graph returns
@@ -216,4 +218,6 @@ def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], 
 
         def call(*args: Any) -> Any:
             return pytree.tree_unflatten(list(flat_call(*args)), spec)
+    if recipe is not None:
+        setattr(call, RECIPE_ATTR, recipe)
     return call, source

@@ -1,0 +1,243 @@
+"""The persistent frame cache (kiln.capture.persist): a second process loads what the first stored.
+
+Each test writes a small script, runs it in fresh processes sharing one KILN_CACHE_DIR, and reads
+back per call: how many entries came from disk, how many frames were captured, and the largest
+difference from eager (outputs, and gradients for the training step). A changed source, global,
+inlined method, shape, dtype or requires_grad must never be answered by a stored entry.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from kiln.capture import persist
+from kiln.capture.guards import Guard, compile_guards
+
+REPO = Path(__file__).resolve().parents[2]
+
+_FUNCTION_SCRIPT = textwrap.dedent("""
+    import json, os, torch, kiln
+    SCALE = float(os.environ["SCALE"])
+
+    def f(x, y):
+        return torch.OP(x) * y + SCALE
+
+    compiled = kiln.compile(f, options={"opt_level": "-O1"})  # faster builds
+    report = []
+    for shape, dtype, grad in json.loads(os.environ["CALLS"]):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(shape, generator=g, dtype=getattr(torch, dtype)).requires_grad_(grad)
+        y = torch.randn(shape, generator=g, dtype=getattr(torch, dtype))
+        before = kiln.stats()
+        out = compiled(x, y)
+        after = kiln.stats()
+        err = (out - f(x, y)).abs().max().item()
+        report.append([after["disk_hits"] - before["disk_hits"], after["frames"] - before["frames"], err])
+    from kiln.capture.persist import environment_digest
+    print(json.dumps({"report": report, "kiln": environment_digest()}))
+""")
+
+_MODULE_SCRIPT = textwrap.dedent("""
+    import json, torch, kiln
+
+    class Inner(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) * FACTOR
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+            self.inner = Inner()
+
+        def forward(self, x, target):
+            return torch.nn.functional.mse_loss(self.inner(self.fc(x)), target)
+
+    torch.manual_seed(0)
+    net, ref = Net(), Net()
+    ref.load_state_dict(net.state_dict())
+    x, target = torch.randn(5, 8), torch.randn(5, 4)
+    compiled = kiln.compile(net, options={"opt_level": "-O1"})  # faster builds
+    loss = compiled(x, target)
+    loss.backward()
+    expected = ref(x, target)
+    expected.backward()
+    err = max([(loss - expected).abs().item()]
+              + [(p.grad - q.grad).abs().max().item() for p, q in zip(net.parameters(), ref.parameters())])
+    from kiln.capture.persist import environment_digest
+    print(json.dumps({"report": [kiln.stats()["disk_hits"], kiln.stats()["frames"], err],
+                      "kiln": environment_digest()}))
+""")
+
+
+_SEEN_KILN: dict[Path, str] = {}
+
+
+def _run(path: Path, cache: Path, **env: str) -> Any:
+    """The script's report; skips the test if Kiln's own sources changed since the cache's first
+    run (they are part of every key: a developer editing Kiln while this runs gets misses)."""
+    environment = {**os.environ, "KILN_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO),
+                   "KILN_PERSISTENT_CACHE": "1", **env}
+    environment.pop("KILN_LOGS", None)
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=environment,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if _SEEN_KILN.setdefault(cache, out["kiln"]) != out["kiln"]:
+        pytest.skip("Kiln's sources changed between the runs of this test")
+    return out["report"]
+
+
+def _script(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_second_process_loads_the_frame_and_changes_are_never_stale(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    base = [[[8, 16], "float32", False]]
+    script = _script(tmp_path, "f.py", _FUNCTION_SCRIPT.replace("OP", "sin"))
+    first = _run(script, cache, SCALE="2.0", CALLS=json.dumps(base))
+    assert first[0][:2] == [0, 1] and first[0][2] < 1e-5
+    assert list((cache / "frames").rglob("*.entry")), "the capture was not stored"
+
+    # Another shape, dtype or requires_grad first (none may take the stored entry), then the
+    # stored call itself, answered from disk without a capture.
+    calls = [[[4, 16], "float32", False], [[8, 16], "float64", False], [[8, 16], "float32", True]] + base
+    second = _run(script, cache, SCALE="2.0", CALLS=json.dumps(calls))
+    for disk_hits, frames, err in second[:3]:
+        assert (disk_hits, frames) == (0, 1) and err < 1e-5
+    assert second[3][:2] == [1, 0] and second[3][2] < 1e-5
+
+    # A changed global the trace read, and a changed source: captured anew, with the new result.
+    changed_global = _run(script, cache, SCALE="3.0", CALLS=json.dumps(base))
+    assert changed_global[0][:2] == [0, 1] and changed_global[0][2] < 1e-5
+    other = _script(tmp_path, "f.py", _FUNCTION_SCRIPT.replace("OP", "cos"))
+    changed_source = _run(other, cache, SCALE="2.0", CALLS=json.dumps(base))
+    assert changed_source[0][:2] == [0, 1] and changed_source[0][2] < 1e-5
+
+
+def test_training_step_from_disk_and_inlined_method_change(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    script = _script(tmp_path, "net.py", "FACTOR = 2.0\n" + _MODULE_SCRIPT)
+    assert _run(script, cache)[:2] == [0, 1]
+    disk_hits, frames, err = _run(script, cache)
+    assert (disk_hits, frames) == (1, 0) and err < 1e-5
+    # Inner.forward is inlined into Net.forward's graph: its new body must not meet the old entry.
+    changed = _script(tmp_path, "net.py", "FACTOR = 2.0\n" + _MODULE_SCRIPT.replace("torch.relu(x)", "torch.tanh(x)"))
+    disk_hits, frames, err = _run(changed, cache)
+    assert (disk_hits, frames) == (0, 1) and err < 1e-5
+
+
+_HELPER_SCRIPT = textwrap.dedent("""
+    import json, torch, kiln
+
+    def helper(x):
+        return x * BODY
+
+    def f(x):
+        return helper(x).sin()
+
+    x = torch.randn(8)
+    out = kiln.compile(f, options={"opt_level": "-O1"})(x)
+    from kiln.capture.persist import environment_digest
+    print(json.dumps({"report": [kiln.stats()["disk_hits"], kiln.stats()["frames"], (out - f(x)).abs().max().item()],
+                      "kiln": environment_digest()}))
+""")
+
+
+def test_changed_global_function_is_not_stale(tmp_path: Path) -> None:
+    # f's code is unchanged; the guard on G['helper'] travels as helper's name plus a digest of its code.
+    cache = tmp_path / "cache"
+    assert _run(_script(tmp_path, "h.py", _HELPER_SCRIPT.replace("BODY", "2")), cache)[:2] == [0, 1]
+    disk_hits, frames, err = _run(_script(tmp_path, "h.py", _HELPER_SCRIPT.replace("BODY", "3")), cache)
+    assert (disk_hits, frames) == (0, 1) and err < 1e-5
+
+
+def test_switch_off_stores_and_loads_nothing(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    script = _script(tmp_path, "f.py", _FUNCTION_SCRIPT.replace("OP", "sin"))
+    calls = json.dumps([[[8, 16], "float32", False]])
+    for _ in range(2):
+        assert _run(script, cache, SCALE="2.0", CALLS=calls, KILN_PERSISTENT_CACHE="0")[0][:2] == [0, 1]
+    assert not (cache / "frames").exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# In-process: which guards travel
+
+
+class _Opaque:
+    pass
+
+
+def test_identity_of_an_arbitrary_object_is_not_portable() -> None:
+    with pytest.raises(persist.NotPortable):
+        persist._portable_guard(Guard("G['obj']", "check_id", _Opaque()))
+    with pytest.raises(persist.NotPortable):
+        persist._portable_guard(Guard("G['obj']", "check_value", [1, 2]))
+    persist._portable_guard(Guard("G['torch']", "check_id", torch))
+    persist._portable_guard(Guard("G['n']", "check_value", 3))
+
+
+def test_local_class_and_tensor_do_not_pickle_but_named_ones_round_trip() -> None:
+    class Local:
+        pass
+
+    for value in (Local, torch.zeros(2)):
+        with pytest.raises(persist.NotPortable):
+            persist._Pickler(__import__("io").BytesIO()).dump(value)
+    guards = [Guard("G['torch']", "check_id", torch), Guard("L['x']", "check_type", _Opaque)]
+    import io
+    import pickle
+
+    buffer = io.BytesIO()
+    persist._Pickler(buffer).dump(guards)
+    loaded = persist._Unpickler(io.BytesIO(buffer.getvalue())).load()
+    assert loaded[0].expected is torch and loaded[1].expected is _Opaque
+    check = compile_guards(loaded)
+    assert check.fn({"x": _Opaque()}, {"torch": torch}, None)
+    assert pickle.loads(pickle.dumps(torch.float32)) is torch.float32
+
+
+def test_changed_class_is_stale() -> None:
+    import io
+
+    buffer = io.BytesIO()
+    persist._Pickler(buffer).dump(_Opaque)
+    data = buffer.getvalue()
+    original = _Opaque.__dict__.get("method")
+    _Opaque.method = lambda self: 1  # type: ignore[attr-defined]
+    persist.class_digest.cache_clear()
+    try:
+        with pytest.raises(persist.Stale):
+            persist._Unpickler(io.BytesIO(data)).load()
+    finally:
+        del _Opaque.method  # type: ignore[attr-defined]
+        assert original is None
+        persist.class_digest.cache_clear()
+
+
+def test_guards_from_stored_code_check_the_same() -> None:
+    x = torch.randn(3, 4)
+    guards = [Guard("G['torch']", "check_id", torch), Guard("L['n']", "check_value", 3),
+              Guard("L['x']", "check_tensor", persist.TensorSpec.of(x))]
+    fresh = compile_guards(guards)
+    reused = compile_guards(fresh.guards, compiled=(fresh.source, fresh.code))
+    assert reused.code is fresh.code and reused.source == fresh.source
+    for L in ({"n": 3, "x": x}, {"n": 4, "x": x}, {"n": 3, "x": torch.randn(4, 4)}):
+        assert reused.fn(L, {"torch": torch}, None) == fresh.fn(L, {"torch": torch}, None)
+    # Code made for other guards (it reads constants these guards do not bind): compiled anew.
+    other = compile_guards([Guard("L['t']", "check_type", _Opaque), Guard("L['u']", "check_type", float),
+                            Guard("L['v']", "check_type", str), Guard("L['w']", "check_type", bytes)])
+    rebuilt = compile_guards([Guard("L['n']", "check_value", 3)], compiled=(other.source, other.code))
+    assert rebuilt.code is not other.code and rebuilt.fn({"n": 3}, {}, None)
