@@ -274,6 +274,22 @@ class Reduction(Buffer):
 
 
 @dataclass(frozen=True)
+class Scan(Buffer):
+    """buffer[layout.index(i)] = combine of body(j) over j equal to i except j[dim] <= i[dim]
+    (cumsum, cumprod); `ranges` = layout.sizes. Accumulated in `acc_dtype` (ATen's CPU cumulative
+    kernels keep a double for float32)."""
+
+    body: Value = None  # type: ignore[assignment]
+    dim: int = 0
+    scan_type: str = "sum"  # sum prod
+    acc_dtype: torch.dtype = torch.float64
+
+    @property
+    def ranges(self) -> tuple[sympy.Expr, ...]:
+        return self.layout.sizes
+
+
+@dataclass(frozen=True)
 class Scatter(Buffer):
     """In place: target[index(i) + extra] (=|+=) value(i) for i over `ranges`; the result is `target`."""
 
@@ -362,6 +378,8 @@ def format_buffer(b: Buffer) -> str:
     if isinstance(b, Reduction):
         return (f"{head} = {b.reduction_type} over {list(b.reduction_ranges)} of "
                 f"{format_value(b.body)}{origin}")
+    if isinstance(b, Scan):
+        return f"{head} = cumulative {b.scan_type} over dim {b.dim} of {format_value(b.body)}{origin}"
     if isinstance(b, Scatter):
         how = "+=" if b.mode == "add" else "="
         extra = "" if b.extra is None else f" + {format_value(b.extra)}"
@@ -383,7 +401,7 @@ def verify_ir(ir: LoopIR) -> None:
     for b in ir.buffers:
         bodies: list[Value] = []
         allowed: set[str] = {str(s) for s in ir.symbols}
-        if isinstance(b, (Pointwise, Reduction)):
+        if isinstance(b, (Pointwise, Reduction, Scan)):
             bodies.append(b.body)
             allowed |= {f"i{k}" for k in range(len(b.layout.sizes))}
             if isinstance(b, Reduction):

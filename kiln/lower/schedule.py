@@ -5,7 +5,10 @@ inner range R holding pointwise nodes over O+R and reductions over R, and scalar
 pointwise nodes over O. Buffers are taken in program order and join the open kernel when their
 ranges fit and every in-kernel buffer they read is read at the point it was written; so a
 pointwise chain, a softmax or a layer norm (with what follows it) each become one kernel.
-Buffers read only inside their kernel never touch memory. Corresponds to torch/_inductor/scheduler.py.
+A node over a reshaped range (B*T, C after a (B, T) x (C) layer norm) joins through index arithmetic;
+a node that fits no open kernel may join an earlier one once its inputs exist; a cumulative sum
+or product (Scan) gets a kernel of its own. Buffers read only inside their kernel never touch
+memory. Corresponds to torch/_inductor/scheduler.py.
 """
 from __future__ import annotations
 
@@ -14,13 +17,14 @@ from typing import Sequence
 
 import sympy
 
-from kiln.lower.ir import (Buffer, BufferRef, Extern, Load, LoopIR, Pointwise, Reduction, Scatter, Value,
+from kiln.lower.ir import (Buffer, BufferRef, Extern, Load, LoopIR, Pointwise, Reduction, Scan, Scatter, Value,
                            index_vars, walk)
 
 
 @dataclass(frozen=True)
 class Block:
-    """One inner loop ('loop': nodes over O+R and reductions over R) or a 'scalar' block over O."""
+    """One inner loop ('loop': nodes over O+R and reductions over R), a 'scalar' block over O, or a
+    'scan': one Scan node, O being its other dims and R its scanned dim."""
 
     kind: str
     nodes: tuple[Buffer, ...]
@@ -74,11 +78,56 @@ def node_substitution(node: Buffer, outer: Sequence[sympy.Expr], inner: Sequence
             return {**dict(zip(index_vars("i", len(xs)), xs)), **dict(zip(index_vars("r", len(ys)), ys))}
         return None
     assert isinstance(node, Pointwise)
+    own = index_vars("i", len(node.ranges))
     for ranges, kvars in ((tuple(outer) + tuple(inner), xs + ys), (tuple(outer), xs)):
         order = _match(tuple(node.ranges), ranges)
         if order is not None:
-            return {v: kvars[k] for v, k in zip(index_vars("i", len(order)), order)}
+            return {v: kvars[k] for v, k in zip(own, order)}
+    for ranges, kvars in ((tuple(outer) + tuple(inner), xs + ys), (tuple(outer), xs)):
+        exprs = _reshape(tuple(node.ranges), ranges, kvars)
+        if exprs is not None:
+            return dict(zip(own, exprs))
     return None
+
+
+def covers_inner(node: Buffer, outer: Sequence[sympy.Expr], inner: Sequence[sympy.Expr]) -> bool:
+    """Whether a node placed in a kernel runs over the inner range too (not a scalar node over O)."""
+    if isinstance(node, Reduction) or not inner:
+        return True
+    sub = node_substitution(node, outer, inner)
+    ys = set(kernel_vars(len(outer), len(inner))[1])
+    return sub is not None and any(e.free_symbols & ys for e in sub.values())
+
+
+def _reshape(ranges: tuple, kernel_ranges: tuple, kvars: Sequence[sympy.Symbol]) -> list[sympy.Expr] | None:
+    """Each node dim as the row-major linear index over a run of consecutive kernel dims whose sizes
+    multiply to its size (a node over (B*T, C) inside a kernel over (B, T) x (C), as a layer norm
+    followed by a view makes); None when the dims do not group that way. Size-1 dims on either side
+    are index 0."""
+    exprs: list[sympy.Expr] = []
+    k = 0
+    for size in ranges:
+        if size == 1:
+            exprs.append(sympy.Integer(0))
+            continue
+        group: list[int] = []
+        prod: sympy.Expr = sympy.Integer(1)
+        while k < len(kernel_ranges) and sympy.expand(prod - size) != 0:
+            if kernel_ranges[k] != 1:
+                group.append(k)
+                prod = prod * kernel_ranges[k]
+            k += 1
+            if prod.is_number and size.is_number and prod > size:
+                return None
+        if sympy.expand(prod - size) != 0 or not group:
+            return None
+        expr, stride = sympy.Integer(0), sympy.Integer(1)
+        for j in reversed(group):
+            expr, stride = expr + kvars[j] * stride, stride * kernel_ranges[j]
+        exprs.append(sympy.expand(expr))
+    if any(r != 1 for r in kernel_ranges[k:]):
+        return None
+    return exprs
 
 
 def _match(ranges: tuple, kernel_ranges: tuple) -> list[int] | None:
@@ -113,6 +162,8 @@ class _OpenKernel:
 
     def place(self, node: Buffer) -> bool:
         """Add `node` if it fits (ranges and in-kernel reads); returns whether it did."""
+        if self.blocks and self.blocks[0][0] == "scan":
+            return False  # a cumulative loop runs serially along its dim: nothing else shares it
         sub = node_substitution(node, self.outer, self.inner)
         if sub is None:
             return False
@@ -125,7 +176,7 @@ class _OpenKernel:
                 if v.extra is not None or sympy.expand(v.index.xreplace(sub)) != self.stores[v.buffer]:
                     return False
                 reads_last_reduction |= v.buffer in produced_in_last
-        scalar = isinstance(node, Pointwise) and len(node.ranges) == len(self.outer) and (
+        scalar = isinstance(node, Pointwise) and not covers_inner(node, self.outer, self.inner) and (
             len(self.inner) > 0 or not self.blocks)
         kind = "scalar" if scalar and self.inner else "loop"
         if self.blocks and self.blocks[-1][0] == kind and not (kind == "loop" and reads_last_reduction):
@@ -160,19 +211,42 @@ def _regroup(k: _OpenKernel, node: Reduction) -> _OpenKernel | None:
     return new if new.place(node) else None
 
 
+HOIST_WINDOW = 4  # steps a buffer may move up: further would keep its memory alive (and out of cache) longer
+
+
 def schedule(ir: LoopIR) -> KernelProgram:
-    """Greedy fusion in program order, then the choice of which buffers stay in registers."""
-    steps: list[Kernel | ScatterKernel | ExternCall] = []
+    """Greedy fusion in program order, then the choice of which buffers stay in registers.
+
+    A buffer that fits neither the open kernel nor a regrouping of it may join an earlier kernel
+    instead, when everything it reads exists by then (the copies that split q, k and v for attention
+    sit on both sides of a bmm: they become one kernel); it never moves past a scatter, which writes
+    in place."""
+    steps: list[_OpenKernel | ScatterKernel | ExternCall] = []
+    produced: dict[str, int] = {}  # buffer -> index in steps of what makes it
     open_kernel: _OpenKernel | None = None
-    count = 0
 
     def close() -> None:
-        nonlocal open_kernel, count
+        nonlocal open_kernel
         if open_kernel is not None:
-            blocks = tuple(Block(kind, tuple(nodes)) for kind, nodes in open_kernel.blocks)
-            steps.append(Kernel(f"kernel{count}", open_kernel.outer, open_kernel.inner, blocks))
-            count += 1
+            steps.append(open_kernel)
+            for _, nodes in open_kernel.blocks:
+                for n in nodes:
+                    produced[n.name] = len(steps) - 1
         open_kernel = None
+
+    def hoist(b: Buffer) -> bool:
+        reads = {v.buffer for v in walk(b.body) if isinstance(v, Load)}
+        if open_kernel is not None and reads & set(open_kernel.stores):
+            return False
+        ready = max((produced.get(name, -1) for name in reads), default=-1)
+        for s in range(len(steps) - 1, max(ready, 0, len(steps) - HOIST_WINDOW) - 1, -1):
+            step = steps[s]
+            if isinstance(step, ScatterKernel):
+                return False
+            if isinstance(step, _OpenKernel) and step.place(b):
+                produced[b.name] = s
+                return True
+        return False
 
     for b in ir.buffers:
         if isinstance(b, (Pointwise, Reduction)):
@@ -183,17 +257,39 @@ def schedule(ir: LoopIR) -> KernelProgram:
                 if regrouped is not None:
                     open_kernel = regrouped
                     continue
+            if hoist(b):
+                continue
             close()
             open_kernel = _start(b)
+        elif isinstance(b, Scan):
+            close()
+            ranges = tuple(b.ranges)
+            steps.append(_OpenKernel(ranges[:b.dim] + ranges[b.dim + 1:], ranges[b.dim:b.dim + 1], [("scan", [b])]))
+            produced[b.name] = len(steps) - 1
         elif isinstance(b, Scatter):
             close()
-            steps.append(ScatterKernel(f"kernel{count}", b))
-            count += 1
+            steps.append(ScatterKernel("", b))
+            produced[b.name] = len(steps) - 1
         elif isinstance(b, Extern):
             close()
             steps.append(ExternCall(b))
+            for name, _, _ in b.results:
+                produced[name] = len(steps) - 1
+            produced[b.name] = len(steps) - 1
     close()
-    return KernelProgram(ir, tuple(_mark_local(steps, ir)))
+    done: list[Kernel | ScatterKernel | ExternCall] = []
+    count = 0
+    for step in steps:
+        if isinstance(step, _OpenKernel):
+            blocks = tuple(Block(kind, tuple(nodes)) for kind, nodes in step.blocks)
+            done.append(Kernel(f"kernel{count}", step.outer, step.inner, blocks))
+            count += 1
+        elif isinstance(step, ScatterKernel):
+            done.append(ScatterKernel(f"kernel{count}", step.node))
+            count += 1
+        else:
+            done.append(step)
+    return KernelProgram(ir, tuple(_mark_local(done, ir)))
 
 
 def _mark_local(steps: list, ir: LoopIR) -> list:
@@ -233,7 +329,7 @@ def _mark_local(steps: list, ir: LoopIR) -> list:
                 in_registers = isinstance(n, Reduction) or blk.kind == "scalar"
                 if in_registers or all(r[1] == k for r in reads):
                     local.add(n.name)
-                elif step.outer and isinstance(n, Pointwise) and len(n.ranges) == len(step.outer) + len(step.inner):
+                elif step.outer and isinstance(n, Pointwise) and covers_inner(n, step.outer, step.inner):
                     scratch.add(n.name)  # read by a later loop of the same outer point: one row suffices
         result.append(Kernel(step.name, step.outer, step.inner, step.blocks, frozenset(local), frozenset(scratch)))
     return result

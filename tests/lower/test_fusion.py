@@ -102,3 +102,45 @@ def test_parallel_loops_ask_kiln_threads_at_call_time() -> None:
     lib = build.load(PRELUDE + 'extern "C" int probe() { return kiln_threads(); }')
     lib.probe.restype = ctypes.c_int
     assert 1 <= lib.probe() <= max(torch.get_num_threads(), 1)
+
+
+def test_layer_norm_then_view_is_one_kernel() -> None:
+    # the stats run over (B, T) and the normalized output over (B*T, C): one kernel, stats in registers
+    x, w, b = torch.randn(3, 5, 24), torch.randn(24), torch.randn(24)
+    c = check(lambda x, w, b: F.layer_norm(x, (24,), w, b).view(15, 24) * 2, x, w, b, atol=1e-5, rtol=1e-4)
+    assert c.kernel_count == 1
+    assert c.wrapper_source.count("torch.empty_strided") == 1
+
+
+def test_attention_softmax_then_view_is_one_kernel() -> None:
+    def f(s: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        att = torch.softmax((s * 0.25).masked_fill(mask == 0, float("-inf")), -1)
+        return att.view(6, 7, 7) + 1
+    mask = torch.tril(torch.ones(7, 7))
+    c = check(f, torch.randn(2, 3, 7, 7), mask)
+    assert c.kernel_count == 1
+
+
+def test_view_fusion_keeps_dims_that_do_not_group_apart() -> None:
+    # (4, 6) x (5) cannot be regrouped as (6, 20): the pointwise part after the reduction is its own kernel
+    def f(x: torch.Tensor) -> torch.Tensor:
+        m = x.amax(-1, keepdim=True)
+        return (x - m).view(6, 20) * 3
+    c = check(f, torch.randn(4, 6, 5))
+    assert c.kernel_count == 2
+    # a symbolic batch: the regrouped index must hold for any size
+    check(lambda x, w, b: F.layer_norm(x, (16,), w, b).view(-1, 16) + 1,
+          torch.randn(4, 3, 16), torch.randn(16), torch.randn(16), dynamic=True, atol=1e-5, rtol=1e-4)
+
+
+def test_copies_on_both_sides_of_a_bmm_share_a_kernel() -> None:
+    # q and k are copied for the first bmm, v only after it: v's copy joins the earlier kernel
+    def attention(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        q, k, v = (x @ w).split(8, dim=1)
+        q, k, v = (t.view(6, 2, 4).transpose(0, 1) for t in (q, k, v))
+        att = torch.softmax(q.contiguous() @ k.transpose(-2, -1).contiguous(), dim=-1)
+        return att @ v.contiguous()
+    c = check(attention, torch.randn(6, 5), torch.randn(5, 24), atol=1e-5, rtol=1e-5)
+    assert c.extern_count == 3 and c.kernel_count == 2
+    first = c.cpp_source.split("// kernel0: fused from ")[1].splitlines()[0]
+    assert first.count("clone") == 3, first

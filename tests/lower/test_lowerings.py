@@ -117,11 +117,30 @@ def test_scatter_and_index_put_accumulate() -> None:
     check(lambda x, rows, vals: torch.index_put(x, (rows,), vals, accumulate=True), x, rows, vals)
 
 
+def test_scatter_position_buffer_lives_until_the_scatter() -> None:
+    # The positions are a buffer (a reduction, an extern) read only by the scatter's index
+    # expression: the wrapper must not free it before the scatter runs.
+    x = torch.randn(6, 4)
+    vals = torch.randn(5, 4)
+    check(lambda x, vals: torch.index_put(x, (vals.argmax(1) + 1,), vals.exp(), accumulate=True), x, vals)
+    check(lambda x, vals: torch.index_put(x, (torch.sort(vals[:, 0]).indices,), vals, accumulate=True), x, vals)
+
+
+
+def test_accumulating_scatter_starts_threads_only_for_enough_work() -> None:
+    def add_rows(x: torch.Tensor, rows: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
+        return torch.index_put(x, (rows,), vals, accumulate=True)
+    small = check(add_rows, torch.zeros(4, 5), torch.tensor([0, 2, 0]), torch.randn(3, 5))
+    assert "omp parallel" not in small.cpp_source.split("kiln_float_to_bf16")[-1]
+    rows = torch.randint(0, 16, (512,))
+    big = check(add_rows, torch.zeros(16, 128), rows, torch.randn(512, 128), atol=1e-4, rtol=1e-5)
+    assert "#pragma omp parallel for" in big.cpp_source.split("kiln_float_to_bf16")[-1]
+
 def test_extern_fallback_for_ops_without_lowering() -> None:
     x = torch.randn(5, 8)
-    c = check(lambda x: torch.cumsum(x.exp(), 1) + 1, x, atol=1e-5, rtol=1e-5)
+    c = check(lambda x: torch.sort(x.exp(), 1).values + 1, x, atol=1e-5, rtol=1e-5)
     assert c.extern_count == 1 and c.kernel_count == 2
-    assert len(c.perf_hints) == 1 and "cumsum" in c.perf_hints[0]  # what KILN_LOGS=perf_hints prints
+    assert len(c.perf_hints) == 1 and "sort" in c.perf_hints[0]  # what KILN_LOGS=perf_hints prints
     mm = check(lambda a, b: (a @ b).relu(), torch.randn(4, 5), torch.randn(5, 3))
     assert mm.extern_count == 1 and mm.perf_hints == []  # matmuls are externs by design, not fallbacks
 
@@ -152,3 +171,18 @@ def test_column_reduction_is_tiled_across_outputs() -> None:
     x[5, 299] = nan
     c = check(lambda x: (x.sum(0), x.amax(0), x.mean(0) * 2), x, atol=1e-5, rtol=1e-5)
     assert "xt += 256" in c.cpp_source and c.kernel_count == 1
+
+
+def test_float_erf_is_accurate_and_keeps_special_values() -> None:
+    # Kiln's inline float erf (a rational fit) against double erf: within a few ulp everywhere
+    x = torch.cat([torch.linspace(-6, 6, 200001), torch.logspace(-30, 1, 3001), -torch.logspace(-30, 1, 3001),
+                   torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 3.9, -3.95, 4.0, 1e30])])
+    c = check(lambda x: torch.erf(x), x)
+    assert "kiln_erff(" in c.cpp_source
+    got = c(x)[0].double()
+    want = torch.erf(x.double())
+    finite = want.isfinite() & (want != 0)
+    ulp = torch.finfo(torch.float32).eps * want[finite].abs()
+    assert ((got[finite] - want[finite]).abs() / ulp).max() <= 8
+    assert torch.equal(got[~finite].isnan(), want[~finite].isnan())
+    assert got[x == -0.0].signbit().tolist() == x[x == -0.0].signbit().tolist()  # erf(-0.0) is -0.0

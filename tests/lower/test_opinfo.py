@@ -16,7 +16,8 @@ CI_SLICE = [
     "add", "sub", "mul", "div.no_rounding_mode", "div.floor_rounding", "remainder", "abs", "neg", "exp", "log",
     "rsqrt", "sin", "tanh", "sigmoid", "nn.functional.gelu", "nn.functional.silu", "clamp", "where", "maximum",
     "eq", "sum", "mean", "amax", "argmax", "var", "softmax", "log_softmax", "logsumexp", "nn.functional.layer_norm",
-    "cat", "permute", "expand", "index_select", "gather", "nn.functional.embedding", "masked_fill",
+    "cat", "permute", "expand", "index_select", "gather", "nn.functional.embedding", "masked_fill", "cumsum",
+    "cumprod",
 ]
 
 

@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, PRELUDE, BodyWriter, cexpr, compute
-from kiln.lower.ir import (Buffer, FloorDiv, Load, ModularIndexing, Reduction, Value, contiguous_strides,
+from kiln.lower.ir import (Buffer, FloorDiv, Load, ModularIndexing, Reduction, Scan, Value, contiguous_strides,
                            index_vars, walk)
 from kiln.lower.schedule import Kernel, KernelProgram, ScatterKernel, kernel_vars, node_substitution
 
@@ -68,6 +68,8 @@ class KernelWriter:
                 self._note(self.reads, n.buffer)
 
     def kernel(self, k: Kernel) -> tuple[str, list[str]]:
+        if k.blocks and k.blocks[0].kind == "scan":
+            return self.scan_kernel(k)
         if _column_reduction(k):
             return self.column_kernel(k)
         xs, ys = kernel_vars(len(k.outer), len(k.inner))
@@ -260,6 +262,35 @@ class KernelWriter:
         body += ["}", "}"] + ["}"] * (len(xs) - 1)
         return self._function(k.name, k.origins(), body), self.reads + self.writes
 
+    def scan_kernel(self, k: Kernel) -> tuple[str, list[str]]:
+        """A cumulative sum or product: the other dims in parallel, a serial loop along the scanned
+        dim carrying the running value (in the node's accumulator type) from one element to the next."""
+        n = k.blocks[0].nodes[0]
+        assert isinstance(n, Scan)
+        xs, ys = kernel_vars(len(k.outer), 1)
+        own = _ivars(len(n.ranges))
+        rest = iter(xs)
+        sub = {v: ys[0] if d == n.dim else next(rest) for d, v in enumerate(own)}
+        self.scratch, self.hidden = {}, frozenset()
+        total = sympy.Mul(*k.outer, *k.inner)
+        pragma = None
+        if k.outer and not (total.is_number and total < PARALLEL_MIN):
+            pragma = "#pragma omp parallel for@collapse" + ("" if total.is_number else f" if({cexpr(total)} >= {PARALLEL_MIN})")
+        o, c = _loops(xs, k.outer, pragma)
+        A = CTYPE[n.acc_dtype]
+        body = o + [f"{A} acc = {A}({'0' if n.scan_type == 'sum' else '1'});",
+                    f"for (int64_t {ys[0]} = 0; {ys[0]} < {cexpr(k.inner[0])}; {ys[0]}++) {{",
+                    f"// {n.name} <- {', '.join(n.origins)}"]
+        w = BodyWriter(self.storage, sub, {}, self.counter)
+        self._collect_reads(w, n.body, frozenset())
+        value = w.value(n.body)
+        body += w.lines + [f"acc {'+' if n.scan_type == 'sum' else '*'}= static_cast<{A}>({value});"]
+        w = BodyWriter(self.storage, sub, {}, self.counter)
+        w.store(n.name, n.layout.index(own), f"static_cast<{CTYPE[compute(n.layout.dtype)]}>(acc)")
+        self._note(self.writes, n.name)
+        body += w.lines + ["}"] + c
+        return self._function(k.name, k.origins(), body), self.reads + self.writes
+
     def scatter(self, k: ScatterKernel) -> tuple[str, list[str]]:
         n = k.node
         vars_ = _ivars(len(n.ranges))
@@ -271,7 +302,13 @@ class KernelWriter:
         extra = "" if n.extra is None else f" + {w.value(n.extra)}"
         w.store(n.target, n.index, value, n.mode, extra)
         self._note(self.writes, n.target)
-        o, c = _loops(vars_, n.ranges, "#pragma omp parallel for@collapse" if n.mode == "add" else None)
+        # accumulating scatters run in parallel (atomic adds), but only when there is enough work
+        # to pay for starting the threads; stores stay serial (the last write must win, as in ATen)
+        total = sympy.Mul(*n.ranges)
+        pragma = None
+        if n.mode == "add" and n.ranges and not (total.is_number and total < PARALLEL_MIN):
+            pragma = "#pragma omp parallel for@collapse" + ("" if total.is_number else f" if({cexpr(total)} >= {PARALLEL_MIN})")
+        o, c = _loops(vars_, n.ranges, pragma)
         body = o + [f"// {n.name} <- {', '.join(n.origins)}"] + w.lines + c
         return self._function(k.name, list(n.origins), body), self.reads + self.writes
 

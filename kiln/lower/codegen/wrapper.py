@@ -179,6 +179,8 @@ class WrapperWriter:
                 names += [n.name for n in step.nodes]
             elif isinstance(step, ScatterKernel):
                 names = [v.buffer for v in walk(step.node.body) if isinstance(v, Load)] + [step.node.target]
+                if step.node.extra is not None:  # the scattered-to position reads buffers too
+                    names += [v.buffer for v in walk(step.node.extra) if isinstance(v, Load)]
             else:
                 names = [a.name for a in pytree.tree_leaves((step.node.args, step.node.kwargs))
                          if isinstance(a, BufferRef)] + [step.node.name] + [r[0] for r in step.node.results]

@@ -4,6 +4,7 @@ Every reduction becomes a Reduction buffer over (kept dims) x (reduced dims); th
 before it is inlined into its body and the work after it (mean's divide, softmax's normalize,
 layer norm's scale and shift) stays lazy, so the scheduler can put a whole softmax or layer norm in
 one kernel. var/std are two-pass (mean, then squared deviations), which fuses like layer norm.
+cumsum/cumprod become Scan buffers (a running value along one dim) with the work before them inlined.
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import sympy
 import torch
 
 from kiln.lower import ops
-from kiln.lower.ir import BufferRef, Index, Layout, Value
-from kiln.lower.lowerings import (LoweringContext, TensorValue, compute_dtype, normalize_dim, register)
+from kiln.lower.ir import BufferRef, Index, Layout, Scan, Value, index_vars
+from kiln.lower.lowerings import (LoweringContext, TensorValue, compute_dtype, normalize_dim, register,
+                                  strided_value)
 
 aten = torch.ops.aten
 
@@ -280,3 +282,33 @@ def vector_norm(ctx: LoweringContext, x: TensorValue, ord: float = 2, dim: Any =
     p = ops.constant(ord, acc)
     s = reduce(ctx, x, dim, keepdim, "sum", out, lambda v: ops.op("pow", ops.op("abs", v), p))
     return lazy(s, out, lambda v: ops.op("pow", v, ops.constant(1.0 / ord, acc)))
+
+
+def _scan_acc(dtype: torch.dtype) -> torch.dtype:
+    """The running value's type, as ATen's CPU cumulative kernels pick it: double for float32 and
+    float64, float for half types, int64 for integers."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    return torch.float64 if dtype.is_floating_point else torch.int64
+
+
+def scan(ctx: LoweringContext, x: TensorValue, dim: int, scan_type: str) -> TensorValue:
+    """A Scan buffer: the pointwise work producing `x` is inlined into its body."""
+    out = ctx.out_dtype()
+    if x.ndim == 0:  # the running value of one element is the element
+        return lazy(x, out, lambda v: v)
+    layout = Layout.contiguous(out, x.sizes)
+    body = ops.cast(x.load(index_vars("i", x.ndim)), compute_dtype(out))
+    origins = tuple(dict.fromkeys(ctx.pending_origins + ctx.origins))
+    buf = ctx.add(Scan(ctx.new_name(), layout, origins, body, normalize_dim(dim, x.ndim), scan_type, _scan_acc(out)))
+    return strided_value(BufferRef(buf.name, layout))
+
+
+@register(aten.cumsum.default)
+def cumsum(ctx: LoweringContext, x: TensorValue, dim: int, *, dtype: Any = None) -> TensorValue:
+    return scan(ctx, x, dim, "sum")
+
+
+@register(aten.cumprod.default)
+def cumprod(ctx: LoweringContext, x: TensorValue, dim: int, *, dtype: Any = None) -> TensorValue:
+    return scan(ctx, x, dim, "prod")

@@ -1,0 +1,74 @@
+"""Cumulative sums and products (Scan nodes): results against eager over dims, dtypes, layouts and
+sizes, the work before them fused in, and no ATen fallback left."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from .conftest import check
+
+pytestmark = pytest.mark.cpp
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_cumsum_and_cumprod_over_each_dim(dim: int) -> None:
+    x = torch.rand(3, 4, 5) + 0.5
+    c = check(lambda x: (torch.cumsum(x, dim), torch.cumprod(x, dim)), x, atol=1e-5, rtol=1e-5)
+    assert c.extern_count == 0 and not c.perf_hints and c.kernel_count == 2
+
+
+def test_pointwise_work_before_a_scan_is_fused_into_it() -> None:
+    c = check(lambda x: torch.cumsum(x.exp() * 2, 1), torch.randn(5, 8), atol=1e-5, rtol=1e-5)
+    assert c.kernel_count == 1 and c.extern_count == 0
+    assert "exp, mul, cumsum" in c.cpp_source
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.int64, torch.uint8, torch.bool,
+                                   torch.bfloat16, torch.float16])
+def test_scan_dtypes_follow_aten(dtype: torch.dtype) -> None:
+    x = (torch.rand(4, 9) * 3).to(dtype) if dtype != torch.bool else torch.rand(4, 9) > 0.5
+    tol = {"atol": 1e-2, "rtol": 1e-2} if dtype in (torch.bfloat16, torch.float16) else {}
+    check(lambda x: (torch.cumsum(x, 1), torch.cumprod(x, 0)), x, **tol)
+    # the dtype argument casts before accumulating
+    check(lambda x: torch.cumsum(x, 1, dtype=torch.float64), x)
+
+
+def test_integer_cumprod_wraps_like_aten() -> None:
+    x = torch.full((2, 40), 7, dtype=torch.int32)
+    check(lambda x: (torch.cumprod(x, 1), torch.cumsum(x, 1, dtype=torch.int32) * 1000000), x)
+
+
+def test_float32_sum_accumulates_in_double_like_aten() -> None:
+    # 1 + many tiny values: a float accumulator would lose them, ATen's double accumulator does not
+    x = torch.full((1, 4096), 1e-8)
+    x[0, 0] = 1.0
+    c = check(lambda x: torch.cumsum(x, 1), x, atol=0, rtol=0)
+    assert "double acc" in c.cpp_source
+
+
+def test_scan_of_non_contiguous_inputs() -> None:
+    x = torch.randn(6, 10)
+    check(lambda x: torch.cumsum(x.t(), 1), x, atol=1e-5, rtol=1e-5)
+    check(lambda x: torch.cumsum(x[::2, 1:], 0), x, atol=1e-5, rtol=1e-5)
+    check(lambda x: torch.cumprod(x.t()[:, ::3], 0), x, atol=1e-5, rtol=1e-5)
+    check(lambda x: torch.cumsum(x.expand(3, 6, 10), 0), x, atol=1e-5, rtol=1e-5)
+
+
+def test_scan_edge_sizes_and_special_values() -> None:
+    check(lambda x: torch.cumsum(x, 0), torch.tensor(2.5))  # 0-d
+    check(lambda x: torch.cumsum(x, 0), torch.randn(17), atol=1e-5, rtol=1e-5)  # 1-d, no outer loop
+    check(lambda x: torch.cumsum(x, 1), torch.randn(3, 0))  # nothing to scan
+    x = torch.tensor([[1.0, float("nan"), 2.0], [float("inf"), -float("inf"), 1.0], [0.0, -0.0, 3.0]])
+    check(lambda x: (torch.cumsum(x, 1), torch.cumprod(x, 1), torch.cumprod(x, 0)), x)
+
+
+def test_large_scan_runs_parallel_over_the_other_dims() -> None:
+    c = check(lambda x: torch.cumsum(x, 1), torch.randn(512, 128), atol=1e-4, rtol=1e-5)
+    assert "#pragma omp parallel for" in c.cpp_source.split("kiln_float_to_bf16")[-1]
+
+
+def test_scan_with_symbolic_sizes() -> None:
+    c = check(lambda x: torch.cumsum(x * 2, 0), torch.randn(5, 7), dynamic=True, atol=1e-5, rtol=1e-5)
+    for shape in [(3, 4), (9, 2)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(c(x)[0], torch.cumsum(x * 2, 0), atol=1e-5, rtol=1e-5)
