@@ -161,6 +161,13 @@ def _unsupported_call(exc: Unsupported) -> str:
             "torch.library.custom_op with a fake impl so it enters the graph as one op")
 
 
+@hint_for_kind("autograd_function")
+def _autograd_function(exc: Unsupported) -> str:
+    """A custom torch.autograd.Function: its forward and backward run natively, outside graphs."""
+    return ("a custom autograd.Function runs eagerly between graphs; if its backward is just the "
+            "derivative of its forward, call the forward's tensor ops directly instead of .apply")
+
+
 @hint_for_kind("unsupported_bytecode")
 def _unsupported_bytecode(exc: Unsupported) -> str:
     """An opcode capture does not implement, or a frame it cannot resume (e.g. an except handler)."""

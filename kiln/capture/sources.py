@@ -91,6 +91,30 @@ class ItemSource(Source):
 
 
 @dataclass(frozen=True)
+class RawItemSource(Source):
+    """`dict.__getitem__(base, key)`: the stored value of a dict subclass whose own __getitem__
+    computes something else."""
+
+    base: Source
+    key: object
+
+    def name(self) -> str:
+        return f"dict.__getitem__({self.base.name()}, {constant_literal(self.key)})"
+
+
+@dataclass(frozen=True)
+class DictValueSource(Source):
+    """The value at position `index` of dict `base`, for a key without a literal (a class, a
+    function): a keys guard on `base` pins which key sits at that position."""
+
+    base: Source
+    index: int
+
+    def name(self) -> str:
+        return f"list({self.base.name()}.values())[{self.index}]"
+
+
+@dataclass(frozen=True)
 class CallSource(Source):
     """`base.method()` for argument-free reads such as `keys()`, `size()` or `__reduce__()`."""
 

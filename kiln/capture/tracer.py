@@ -40,6 +40,7 @@ from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.functions import CellVariable
+from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.slice import SliceVariable
 from kiln.capture.variables.symint import SymIntVariable
@@ -242,6 +243,9 @@ class Tracer:
             return
         if isinstance(obj, NewObjectVariable):
             obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
+            return
+        if isinstance(obj, ModelOutputVariable):
+            obj.set_field(name, value)  # likewise made during the trace
             return
         if isinstance(obj, ObjectVariable) and not isinstance(obj.value, (type, types.ModuleType)):
             kind = type(obj.value)
@@ -479,8 +483,10 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: Any,
     if code.co_flags & _GENERATOR_FLAGS:
         raise Unsupported(f"{code.co_name} is a generator or coroutine", kind="generator")
     stop: tuple[int, BreakRecord] | None = None
+    unbacked_limit: int | None = None
     while True:
         state = CaptureState(fn, options, policy)
+        state.output.fake_mode.unbacked_limit = unbacked_limit
         root = _root_tracer(state, fn, L, None if stop is None else stop[0])
         try:
             try:
@@ -491,6 +497,10 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: Any,
             except Unsupported as exc:
                 if stop is not None:
                     raise
+                if unbacked_limit is None and not getattr(options, "fullgraph", False):
+                    unbacked_limit = _unbacked_break(state, exc)
+                    if unbacked_limit is not None:
+                        continue  # again, breaking at the op that made the size
                 tx = _user_frame(state.innermost or root)
                 record = make_break_record(exc, tx.code, tx.lineno)
                 if getattr(options, "fullgraph", False):
@@ -501,6 +511,24 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: Any,
             return finish_return(state, root, fn, options, value)
         finally:
             torch._C._set_grad_enabled(state.initial_grad)
+
+
+def _unbacked_break(state: CaptureState, exc: Unsupported) -> int | None:
+    """For a branch on a data-dependent size (nonzero's length) that cannot be decided: the index
+    of the op that made the first symbol it depends on, so that the next pass breaks at that op.
+
+    The branch itself is often no place for a break (a comparison inside a callee, or one whose
+    stack holds the symbolic size); at the op the break is an ordinary call, and after it the
+    resume function sees a real tensor with a real size. None for any other reason to stop.
+    """
+    from kiln.symbolic.shape_env import GuardOnDataDependentSymNode
+
+    made = state.output.fake_mode.unbacked
+    if not isinstance(exc, GuardOnDataDependentSymNode) or not made:
+        return None
+    symbols = getattr(exc.expr, "free_symbols", set())
+    found = [made.index(s) for s in symbols if s in made]
+    return min(found) if found else 0
 
 
 _LIBRARY_DIRS = tuple(os.path.dirname(p) + os.sep for p in (torch.__file__, os.__file__))

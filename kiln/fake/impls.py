@@ -47,8 +47,16 @@ def registered_ops() -> list[Any]:
 
 
 def _unbacked(mode: "FakeTensorMode", origin: str, *, size: bool) -> torch.SymInt:
-    """A fresh unbacked symbol; `size=True` for lengths (known >= 0), False for an .item() value."""
-    return mode.shape_env.create_unbacked_symint(origin, size=size)
+    """A fresh unbacked symbol; `size=True` for lengths (known >= 0), False for an .item() value.
+
+    Past the mode's `unbacked_limit` the op is refused instead (see FakeTensorMode.unbacked)."""
+    if mode.unbacked_limit is not None and len(mode.unbacked) >= mode.unbacked_limit:
+        raise DataDependentOutputError(
+            origin, f"{origin} has an output that depends on the data of its inputs, and the code "
+                    f"after it branches on that data-dependent size")
+    symint = mode.shape_env.create_unbacked_symint(origin, size=size)
+    mode.unbacked.append(symint.node.expr)
+    return symint
 
 
 # --------------------------------------------------------------------- data-dependent ops

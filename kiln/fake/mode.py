@@ -126,6 +126,11 @@ class FakeTensorMode(TorchDispatchMode):
         self._mode_key = _FAKE_KEY
         self.shape_env = shape_env
         self.in_kernel = False
+        # The unbacked symbols this mode's data-dependent ops made, in order. Capture sets
+        # `unbacked_limit` to n when a branch on the n-th one cannot be decided: that op then
+        # raises DataDependentOutputError instead, a graph break at the op (torch.compile's default).
+        self.unbacked: list[Any] = []
+        self.unbacked_limit: int | None = None
         self._real_to_fake: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._strategy: dict[Any, Callable[..., Any]] = {}
         # One entry per __enter__: the shim pushed with it and the fake mode it displaced, or

@@ -341,3 +341,4 @@ def test_torch_nn_modules_with_parameters_built_in_forward_still_break():
     assert any("Linear" in str(r) for r in out.break_reasons), out
     kiln.reset()
     torch.testing.assert_close(kiln.compile(_fresh_linear, backend="eager")(x), _fresh_linear(x))
+

@@ -91,6 +91,34 @@ def _image_inputs(training: bool) -> dict:
     return out
 
 
+def _clip_inputs(training: bool) -> dict:
+    ids = _tokens()
+    g = torch.Generator().manual_seed(1)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+            "pixel_values": torch.randn(BATCH, 3, 16, 16, generator=g), "return_loss": training}
+
+
+def _segmentation_inputs(training: bool) -> dict:
+    g = torch.Generator().manual_seed(1)
+    out = {"pixel_values": torch.randn(BATCH, 3, 16, 16, generator=g)}
+    if training:
+        out["labels"] = torch.randint(0, 2, (BATCH, 16, 16), generator=g)
+    return out
+
+
+MEL_BINS, MEL_FRAMES = 16, 32  # whisper's encoder wants 2 * max_source_positions frames
+
+
+def _speech_inputs(training: bool) -> dict:
+    g = torch.Generator().manual_seed(1)
+    out = {"input_features": torch.randn(BATCH, MEL_BINS, MEL_FRAMES, generator=g), "use_cache": False}
+    if training:
+        out["labels"] = _tokens(2)
+    else:
+        out["decoder_input_ids"] = _tokens(2)
+    return out
+
+
 def _define() -> None:
     import transformers as tf
 
@@ -116,6 +144,60 @@ def _define() -> None:
         num_heads=4, decoder_start_token_id=0, pad_token_id=0), _seq2seq_inputs)
     _register("vit", tf.ViTForImageClassification, lambda: tf.ViTConfig(
         image_size=16, patch_size=4, num_channels=3, num_labels=2, **SMALL), _image_inputs)
+    _define_more(tf)
+
+
+def _define_more(tf: Any) -> None:
+    """The wider corpus: encoders, seq2seq, speech, text+vision, convnets, decoders, a MoE."""
+    cls = dict(vocab_size=VOCAB, max_position_embeddings=64, num_labels=2, **SMALL)
+    lm = dict(vocab_size=VOCAB, max_position_embeddings=64, **SMALL)
+    seq2seq = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                   decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37)
+    image = dict(num_channels=3, num_labels=2)
+    _register("roberta", tf.RobertaForSequenceClassification, lambda: tf.RobertaConfig(
+        pad_token_id=1, **cls), _cls_inputs)
+    _register("albert", tf.AlbertForSequenceClassification, lambda: tf.AlbertConfig(
+        embedding_size=16, **cls), _cls_inputs)
+    _register("electra", tf.ElectraForSequenceClassification, lambda: tf.ElectraConfig(
+        embedding_size=16, **cls), _cls_inputs)
+    _register("deberta_v2", tf.DebertaV2ForSequenceClassification, lambda: tf.DebertaV2Config(
+        relative_attention=True, pos_att_type=["c2p", "p2c"], position_buckets=8, **cls), _cls_inputs)
+    _register("mpnet", tf.MPNetForSequenceClassification, lambda: tf.MPNetConfig(**cls), _cls_inputs)
+    _register("bart", tf.BartForConditionalGeneration, lambda: tf.BartConfig(
+        max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+        **seq2seq), _seq2seq_inputs)
+    _register("whisper", tf.WhisperForConditionalGeneration, lambda: tf.WhisperConfig(
+        num_mel_bins=MEL_BINS, max_source_positions=MEL_FRAMES // 2, max_target_positions=64, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2, decoder_start_token_id=1, suppress_tokens=None,
+        begin_suppress_tokens=None, **seq2seq), _speech_inputs)
+    _register("clip", tf.CLIPModel, lambda: tf.CLIPConfig(
+        text_config=dict(vocab_size=VOCAB, max_position_embeddings=64, **SMALL),
+        vision_config=dict(image_size=16, patch_size=4, **SMALL), projection_dim=16), _clip_inputs)
+    _register("swin", tf.SwinForImageClassification, lambda: tf.SwinConfig(
+        image_size=16, patch_size=2, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=2, **image),
+        _image_inputs)
+    _register("convnext", tf.ConvNextForImageClassification, lambda: tf.ConvNextConfig(
+        image_size=16, num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], **image), _image_inputs)
+    _register("resnet", tf.ResNetForImageClassification, lambda: tf.ResNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic", **image), _image_inputs)
+    _register("mobilenet_v2", tf.MobileNetV2ForImageClassification, lambda: tf.MobileNetV2Config(
+        image_size=16, depth_multiplier=0.25, **image), _image_inputs)
+    _register("segformer", tf.SegformerForSemanticSegmentation, lambda: tf.SegformerConfig(
+        num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16], patch_sizes=[3, 3],
+        strides=[2, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=16, **image),
+        _segmentation_inputs)
+    _register("gpt_neox", tf.GPTNeoXForCausalLM, lambda: tf.GPTNeoXConfig(**lm), _lm_inputs)
+    _register("phi", tf.PhiForCausalLM, lambda: tf.PhiConfig(**lm), _lm_inputs)
+    _register("gemma", tf.GemmaForCausalLM, lambda: tf.GemmaConfig(
+        num_key_value_heads=2, head_dim=8, **lm), _lm_inputs)
+    _register("falcon", tf.FalconForCausalLM, lambda: tf.FalconConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4), _lm_inputs)
+    _register("bloom", tf.BloomForCausalLM, lambda: tf.BloomConfig(
+        vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4), _lm_inputs)
+    # the experts' grouped matmul wants 16-byte aligned strides: an intermediate size of 40, not 37
+    _register("mixtral", tf.MixtralForCausalLM, lambda: tf.MixtralConfig(
+        **{**lm, "intermediate_size": 40}, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2),
+        _lm_inputs)
 
 
 try:

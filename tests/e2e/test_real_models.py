@@ -27,22 +27,34 @@ BACKENDS = ("eager", "aot_eager", "inductor")
 MODES = ("infer", "train")
 
 # Runs by default (a few seconds each on a shared CPU); everything else is marked slow.
-FAST_MATCH = {("eager", "llama", "infer"), ("aot_eager", "llama", "train")}
+FAST_MATCH = {("eager", "llama", "infer"), ("aot_eager", "llama", "train"), ("eager", "clip", "infer")}
 FAST_COUNTS = {("llama", "infer")}
 
-# Known root causes in Kiln, each with a minimal reproducer in tests/capture/test_real_model_patterns.py
-# once fixed. Open today: the training loss path of BERT-style models writes `config.problem_type`,
-# whose huggingface_hub dataclass validation reads a dict keyed by classes; the tracer only models
-# dicts with literal keys, so that read is a graph break (right answer, one extra graph).
-CLASS_KEYED_DICT = (
-    "config.problem_type = ... inlines huggingface_hub's dataclass validation, which reads "
-    "_BASIC_TYPE_VALIDATORS.get(origin) on a dict keyed by classes; kiln/capture/variables/dict.py only "
-    "tracks dicts whose keys are Python literals, so that read graph-breaks (one extra graph vs torch)"
+# Known root causes, open today. Fixed ones have a minimal reproducer in
+# tests/capture/test_real_model_patterns.py or tests/capture/test_transformers_patterns.py.
+AUTOGRAD_FUNCTION = (
+    "BLOOM's MLP calls a custom torch.autograd.Function (GeLUFunction.apply); Kiln runs .apply natively "
+    "between graphs (kiln/capture/variables/functions.py: autograd_function_break) where torch.compile "
+    "traces forward and backward into its graph: more graphs than torch"
+)
+FORWARD_HOOKS = (
+    "SegFormer's backbone installs output-capturing forward hooks under a threading.Lock on the first call "
+    "(a frame without tensor ops that runs eagerly, reported as a fallback); the break lands on "
+    "`func(self, *args, **kwargs)` inside merge_with_config_defaults' try block, and kiln/capture/glue.py "
+    "runs the rest of such a frame natively without compiling the callee (fewer ops in graphs than torch)"
+)
+ILL_CONDITIONED = (
+    "training at these sizes is ill-conditioned (BatchNorm over 2 samples of 1x1 maps in MobileNetV2; "
+    "Swin's tiny windows): reordered float32 sums move the loss/grads by 1e-3..1e-1, and the real "
+    "torch.compile differs from eager by as much (swin: 2.4e-3 on the loss, 0.1 on grads)"
 )
 
 # (test, backend or None, model, mode) -> reason.
 XFAIL: dict[tuple, str] = {
-    **{("counts", None, model, "train"): CLASS_KEYED_DICT for model in ("bert", "distilbert", "vit")},
+    **{("counts", None, "bloom", mode): AUTOGRAD_FUNCTION for mode in MODES},
+    **{("counts", None, "segformer", mode): FORWARD_HOOKS for mode in MODES},
+    ("match", "inductor", "swin", "train"): ILL_CONDITIONED,
+    ("match", "inductor", "mobilenet_v2", "train"): ILL_CONDITIONED,
 }
 
 
@@ -107,5 +119,8 @@ def test_graph_counts(model: str, mode: str) -> None:
 
 def test_corpus_builds() -> None:
     """Every model of the corpus constructs offline (no hub access) and the helper has them all."""
-    assert set(MODELS) == {"gpt2", "bert", "distilbert", "llama", "mistral", "qwen2", "opt", "t5", "vit"}
+    assert set(MODELS) == {
+        "gpt2", "bert", "distilbert", "llama", "mistral", "qwen2", "opt", "t5", "vit",
+        "roberta", "albert", "electra", "deberta_v2", "mpnet", "bart", "whisper", "clip", "swin", "convnext",
+        "resnet", "mobilenet_v2", "segformer", "gpt_neox", "phi", "gemma", "falcon", "bloom", "mixtral"}
     assert real_models.BATCH == 2 and real_models.SEQ == 8

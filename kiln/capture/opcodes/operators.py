@@ -134,7 +134,7 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
     if a.is_constant() and b.is_constant():
         return _const(fn, a, b)
     if symbol in ("==", "!=", "eq", "ne"):
-        same = _identity(a, b)
+        same = _equal(a, b)
         if same is not None:
             return ConstantVariable(same if symbol in ("==", "eq") else not same)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
@@ -155,6 +155,28 @@ def _identity(a: Variable, b: Variable) -> bool | None:
     if type(a) is not type(b):
         return False
     return None
+
+
+def _equal(a: Variable, b: Variable) -> bool | None:
+    """`a == b` when that is known at trace time without running a user `__eq__`: constants by
+    value, then identity, which decides inequality only for types that compare by identity (a
+    string from `device.type` equals the literal "cpu" without being the same object)."""
+    if a.is_constant() and b.is_constant():
+        return bool(a.as_constant() == b.as_constant())
+    same = _identity(a, b)
+    if same or same is None:
+        return same
+    if isinstance(a, (TensorVariable, SymIntVariable)) or isinstance(b, (TensorVariable, SymIntVariable)):
+        return False  # as before: a tensor never equals a non-tensor here
+    return False if _compares_by_identity(a) and _compares_by_identity(b) else None
+
+
+def _compares_by_identity(v: Variable) -> bool:
+    try:
+        kind = v.python_type()
+    except Unsupported:
+        return False
+    return kind.__eq__ is object.__eq__ or v.is_constant() and kind in (type(None), bool)
 
 
 def subscript(tx: "Tracer", obj: Variable, key: Variable) -> Variable:
@@ -210,9 +232,7 @@ def CONTAINS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
         items = tx.iterate(container)
         result = False
         for candidate in items:
-            same = _identity(item, candidate)
-            if same is None and item.is_constant() and candidate.is_constant():
-                same = item.as_constant() == candidate.as_constant()
+            same = _equal(item, candidate)
             if same is None:
                 raise Unsupported(f"`in` comparing {item.describe()}", kind="unsupported")
             if same:

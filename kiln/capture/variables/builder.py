@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kiln.capture.guards import Guard
-from kiln.capture.sources import CallSource, ItemSource, Source
+from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import RULES, BuiltinVariable
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
-from kiln.capture.variables.dict import DictVariable, SetVariable
+from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_key
+from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import CellVariable, UserFunctionVariable, UserMethodVariable
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVariable
@@ -132,8 +133,14 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
             raise Unsupported("defaultdict", kind="unsupported")
         _guard(state, source, "check_type", type(value))
         _guard(state, source, "check_keys", tuple(value.keys()))
-        items = {k: wrap_value(state, v, None if source is None else ItemSource(source, k)) for k, v in value.items()}
+        items = {k: wrap_value(state, v, _dict_value_source(source, k, i)) for i, (k, v) in enumerate(value.items())}
         return DictVariable(items, type(value), source)
+    if source is not None and is_model_output_class(type(value)):
+        _guard(state, source, "check_type", type(value))
+        _guard(state, source, "check_keys", tuple(value.keys()))
+        record = ModelOutputVariable.wrap(value, source, lambda v, s: wrap_value(state, v, s))
+        if record is not None:
+            return record
     if type(value) in (set, frozenset) and all(is_constant_value(v) for v in value):
         _guard(state, source, "check_value", value)
         return SetVariable([ConstantVariable(v) for v in value], type(value), source)
@@ -206,8 +213,17 @@ def _hashable(value: Any) -> bool:
     return True
 
 
-def _constant_keys(d: dict) -> bool:
-    return all(is_constant_value(k) or (isinstance(k, tuple) and all(is_constant_value(i) for i in k)) for k in d)
+def _constant_keys(d: Any) -> bool:
+    return all(is_constant_value(k) or is_identity_key(k)
+               or (isinstance(k, tuple) and all(is_constant_value(i) for i in k)) for k in d)
+
+
+def _dict_value_source(source: Source | None, key: Any, index: int) -> Source | None:
+    if source is None:
+        return None
+    if is_identity_key(key):
+        return DictValueSource(source, index)
+    return ItemSource(source, key)
 
 
 def _wrap_iterator(state: "CaptureState", value: Any, source: Source | None) -> Variable:

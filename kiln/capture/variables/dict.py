@@ -1,11 +1,14 @@
 """Dicts (and OrderedDicts) and sets with constant keys, whose values are tracked values.
 
-Keys must be known at trace time (strings, ints, tuples of them, ...); values may be anything. A
+Keys must be known at trace time (strings, ints, tuples of them, ..., or objects compared by
+identity such as classes and functions); values may be anything. A
 dict from the caller that the frame mutates is reported to the side-effect log, so the glue rewrites
 its contents after the graph has run. Corresponds to torch/_dynamo/variables/dicts.py.
 """
 from __future__ import annotations
 
+import types
+import typing
 from typing import TYPE_CHECKING, Any, Sequence
 
 from kiln.capture.variables.base import Variable
@@ -18,6 +21,17 @@ if TYPE_CHECKING:
     from kiln.capture.tracer import Tracer
 
 
+def is_identity_key(value: Any) -> bool:
+    """True for objects that hash and compare by identity and whose identity the builder guards:
+    classes (with a metaclass that keeps identity equality), functions, modules and typing's
+    special forms (`typing.Union`). They may key a traced dict next to literal keys."""
+    kind = type(value)
+    if kind.__hash__ is not object.__hash__ or kind.__eq__ is not object.__eq__:
+        return False
+    return isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType,
+                              typing._SpecialForm))
+
+
 def key_of(var: Variable) -> Any:
     """The hashable trace-time value of a dict key or set element."""
     if var.is_constant():
@@ -26,6 +40,12 @@ def key_of(var: Variable) -> Any:
             hash(value)
         except TypeError as exc:
             raise Unsupported(f"unhashable dict key {value!r}", kind="unsupported") from exc
+        return value
+    try:
+        value = var.as_python_value()
+    except Unsupported:
+        value = None
+    if value is not None and is_identity_key(value):
         return value
     raise Unsupported(f"dict key {var.describe()} is not a constant", kind="unsupported")
 

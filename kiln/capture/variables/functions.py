@@ -11,6 +11,8 @@ from __future__ import annotations
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
+import torch
+
 from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, COMPILED_MARKER, DISABLE_MARKER, ORIGINAL_ATTR
 from kiln.capture.sources import AttrSource, ClosureSource, Source
 from kiln.capture.variables.base import Variable
@@ -116,12 +118,28 @@ def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: lis
     if getattr(fn, COMPILED_MARKER, False):
         original = getattr(fn, ORIGINAL_ATTR)
         return tx.wrap(original, None).call(tx, args, kwargs)
+    if fn is _FUNCTION_APPLY:
+        raise autograd_function_break(args[0].as_python_value() if args else None)
     closure = None
     if fn.__closure__:
         closure = [CellVariable(real=cell, source=ClosureSource(i, source) if source is not None else None)
                    for i, cell in enumerate(fn.__closure__)]
     return tx.inline_call(fn.__code__, fn.__globals__, closure, fn.__defaults__ or (),
                           fn.__kwdefaults__ or {}, args, kwargs, name=fn.__qualname__, fn=fn)
+
+
+_FUNCTION_APPLY = torch.autograd.Function.apply.__func__
+
+
+def autograd_function_break(owner: Any) -> Unsupported:
+    """`SomeFunction.apply(...)`: inlining it would trace torch's dispatch internals, and the graph
+    would differentiate the forward instead of calling the user's backward, so it runs natively."""
+    name = getattr(owner, "__qualname__", "Function")
+    return Unsupported(f"{name}.apply, a custom torch.autograd.Function", kind="autograd_function")
+
+
+def is_autograd_function_apply(value: Any) -> bool:
+    return isinstance(value, types.MethodType) and value.__func__ is _FUNCTION_APPLY
 
 
 class UserMethodVariable(Variable):
@@ -161,6 +179,11 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
         return UserMethodVariable(static, receiver)
     if isinstance(static, staticmethod):
         return tx.wrap(static.__func__, None)
+    if isinstance(static, classmethod) and static.__func__ is _FUNCTION_APPLY:
+        # `MyFunction.apply`: kept opaque, so that calling it breaks and the glue calls it as it
+        # is (a UserMethodVariable would be captured as a frame of its own, into torch internals).
+        from kiln.capture.variables.user_object import ObjectVariable
+        return ObjectVariable(static.__get__(None, owner))
     if isinstance(static, classmethod):
         return UserMethodVariable(static.__func__, tx.wrap(owner, None))
     return None

@@ -4,13 +4,15 @@ of its non-None fields) built during the trace.
 Every model's forward ends in `return SomethingOutput(logits=..., ...)`. The record is kept as its
 field values; attribute reads, `out["key"]`, `out[0]`, `to_tuple()`, `keys()` and `get` answer from
 them, and the glue builds the real object by calling the class with the fields when it is returned
-or live at a break (its constructor only stores them). Corresponds to the ModelOutput support of
-torch/_dynamo/variables/dicts.py (HFPretrainedConfigVariable's sibling for outputs).
+or live at a break (its constructor only stores them). A record from outside the frame (returned
+by a callee that ran natively) is read the same way, field by field through its source.
+Corresponds to the ModelOutput support of torch/_dynamo/variables/dicts.py
+(HFPretrainedConfigVariable's sibling for outputs).
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
@@ -18,6 +20,7 @@ from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
+    from kiln.capture.sources import Source
     from kiln.capture.tracer import Tracer
 
 
@@ -35,11 +38,35 @@ def is_model_output_class(cls: Any) -> bool:
 
 
 class ModelOutputVariable(Variable):
-    """A ModelOutput made during the trace: its fields in declaration order (None when unset)."""
+    """A ModelOutput: its fields in declaration order (None when unset), and `order`, its items'
+    keys in dict order. The constructor makes the non-None fields items in declaration order; a
+    field set later (`out.x = v`, `out["x"] = v`) that was not an item yet goes to the end."""
 
-    def __init__(self, cls: type, fields: dict[str, Variable]) -> None:
+    def __init__(self, cls: type, fields: dict[str, Variable], source: "Source | None" = None,
+                 order: list[str] | None = None) -> None:
         self.cls = cls
         self.fields = fields
+        self.source = source
+        self.order = [k for k, v in fields.items() if not _is_none(v)] if order is None else order
+        self.built = len(self.order)  # the first `built` keys are what the constructor made
+
+    @classmethod
+    def wrap(cls, value: Any, source: "Source", read: Callable[[Any, "Source"], Variable]
+             ) -> "ModelOutputVariable | None":
+        """A record from outside the frame (a callee that ran natively after a break returned it),
+        its fields read through `read(field value, AttrSource)`, which guards them (the caller
+        guards the keys). None when its items are not exactly its non-None fields (a field set back
+        to None keeps its item)."""
+        from kiln.capture.sources import AttrSource
+
+        names = [f.name for f in dataclasses.fields(value)]
+        attrs = {name: getattr(value, name, None) for name in names}
+        keys = list(value.keys())
+        if sorted(keys) != sorted(n for n in names if attrs[n] is not None):
+            return None
+        if any(dict.__getitem__(value, n) is not attrs[n] for n in keys):
+            return None
+        return cls(type(value), {n: read(attrs[n], AttrSource(source, n)) for n in names}, source, keys)
 
     @classmethod
     def create(cls, tx: "Tracer", kind: type, args: Sequence[Variable],
@@ -58,13 +85,13 @@ class ModelOutputVariable(Variable):
         return out
 
     def describe(self) -> str:
-        return f"new {self.cls.__qualname__}"
+        return f"{'new ' if self.source is None else ''}{self.cls.__qualname__}"
 
     def python_type(self) -> type:
         return self.cls
 
     def _items(self) -> dict[str, Variable]:
-        return {k: v for k, v in self.fields.items() if not _is_none(v)}
+        return {k: self.fields[k] for k in self.order}
 
     def truth(self, tx: "Tracer") -> bool:
         return bool(self._items())
@@ -78,7 +105,7 @@ class ModelOutputVariable(Variable):
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         if name in self.fields:
             return self.fields[name]
-        if name in ("to_tuple", "keys", "values", "items", "get", "__getitem__"):
+        if name in ("to_tuple", "keys", "values", "items", "get", "__getitem__", "__setitem__"):
             return _BoundMethod(self, name)
         if name == "__class__":
             return tx.wrap(self.cls, None)
@@ -99,9 +126,35 @@ class ModelOutputVariable(Variable):
             return items[k]
         return TupleVariable(list(items.values())).getitem(tx, key)
 
+    def set_field(self, name: str, value: Variable) -> None:
+        """`out.name = value` or `out["name"] = value` on a record made during the trace: both keep
+        the attribute and the item in step (ModelOutput.__setattr__ / __setitem__). A None value
+        is left to run natively: __setattr__ then sets only the attribute, __setitem__ makes a
+        None item, and this record keeps neither apart from the fields."""
+        if name not in self.fields:
+            raise Unsupported(f"setting {name!r}, not a field of {self.describe()}", kind="unsupported")
+        if self.source is not None:
+            raise Unsupported(f"setting the field {name!r} of a {self.cls.__qualname__} from outside the frame",
+                              kind="unsupported")
+        if _is_none(value):
+            raise Unsupported(f"setting the field {name!r} of {self.describe()} to None", kind="unsupported")
+        if name not in self.order:
+            self.order.append(name)
+        self.fields[name] = value
+
     def reconstruct(self, glue: "GlueBuilder") -> str:
-        args = ", ".join(f"{k}={v.reconstruct(glue)}" for k, v in self._items().items())
-        return f"{glue.constant(self.cls)}({args})"
+        if self.source is not None:
+            return self.source.name()  # never mutated (set_field refuses): the object itself
+        # Bound to a name: the record is mutable, and each place that holds it (a local, a stack
+        # slot, a container) must get the same object. Keys set after construction are stored
+        # after it, so that the dict order is the traced one.
+        built = self.order[:self.built]
+        args = ", ".join(f"{k}={glue.reconstruct(self.fields[k])}" for k in built)
+        name = glue.fresh("out")
+        glue.line(f"{name} = {glue.constant(self.cls)}({args})")
+        for key in self.order[self.built:]:
+            glue.line(f"{name}[{key!r}] = {glue.reconstruct(self.fields[key])}")
+        return name
 
 
 class _BoundMethod(Variable):
@@ -128,11 +181,17 @@ class _BoundMethod(Variable):
             return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in items.items()])
         if self.name == "__getitem__":
             return self.out.getitem(tx, args[0])
+        if self.name == "__setitem__" and len(args) == 2 and not kwargs:
+            key = args[0].as_constant()
+            if not isinstance(key, str):
+                raise Unsupported(f"{self.out.describe()}[{key!r}] = ...", kind="unsupported")
+            self.out.set_field(key, args[1])
+            return ConstantVariable(None)
         key = args[0].as_constant()
         return items.get(key, args[1] if len(args) > 1 else ConstantVariable(None))
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
-        return f"{self.out.reconstruct(glue)}.{self.name}"
+        return f"{glue.reconstruct(self.out)}.{self.name}"
 
 
 def _is_none(v: Variable) -> bool:

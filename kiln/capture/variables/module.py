@@ -38,6 +38,22 @@ def _has_hooks(m: torch.nn.Module) -> bool:
     return any(local) or any(global_)
 
 
+def _only_forward_hooks(m: torch.nn.Module) -> bool:
+    """Hooks that capture can inline: the module's own forward (pre-)hooks, nothing global or
+    backward, none that must run even when forward raises."""
+    from torch.nn.modules import module as module_mod
+
+    if m._backward_hooks or getattr(m, "_backward_pre_hooks", {}) or getattr(m, "_forward_hooks_always_called", {}):
+        return False
+    global_ = (module_mod._global_forward_hooks, module_mod._global_forward_pre_hooks,
+               module_mod._global_backward_hooks, getattr(module_mod, "_global_backward_pre_hooks", {}))
+    return not any(global_)
+
+
+def _is_none(v: Variable) -> bool:
+    return v.is_constant() and v.as_constant() is None
+
+
 class NNModuleVariable(Variable):
     """An nn.Module reached from the frame (argument, global, attribute of another module)."""
 
@@ -88,11 +104,60 @@ class NNModuleVariable(Variable):
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         if _has_hooks(self.module):
+            if _only_forward_hooks(self.module):
+                return self._call_with_forward_hooks(tx, args, kwargs)
             raise Unsupported(f"{type(self.module).__name__} has hooks; calling it runs them natively",
                               kind="unsupported_call")
         self._guard_no_hooks(tx)
         forward = self.getattr(tx, "forward")
         return forward.call(tx, args, kwargs)
+
+    def _call_with_forward_hooks(self, tx: "Tracer", args: Sequence[Variable],
+                                 kwargs: dict[str, Variable]) -> Variable:
+        """Module.__call__ with forward pre-hooks and forward hooks, inlined in its order (what
+        transformers installs to collect hidden states and attentions). The hook tables are
+        guarded by their keys; each hook is read, and guarded, through its table."""
+        from kiln.capture.variables.dict import DictVariable
+        from kiln.capture.variables.sequence import TupleVariable
+
+        m = self.module
+        for table in ("_backward_hooks", "_backward_pre_hooks", "_forward_hooks_always_called"):
+            if hasattr(m, table) and self.source is not None:
+                self._guard(tx, AttrSource(self.source, table), "check_len", 0)
+        for table in ("_forward_pre_hooks_with_kwargs", "_forward_hooks_with_kwargs"):
+            if self.source is not None:
+                self._guard(tx, AttrSource(self.source, table), "check_keys", tuple(getattr(m, table).keys()))
+        args_var: Variable = TupleVariable(list(args))
+        kwargs_var = DictVariable(dict(kwargs))
+        for hook_id, hook in self._hooks(tx, "_forward_pre_hooks"):
+            if hook_id in m._forward_pre_hooks_with_kwargs:
+                result = hook.call(tx, [self, args_var, kwargs_var], {})
+                if not _is_none(result):
+                    args_var, kwargs_var = tx.iterate(result)
+            else:
+                result = hook.call(tx, [self, args_var], {})
+                if not _is_none(result):
+                    args_var = result if issubclass(result.python_type(), tuple) else TupleVariable([result])
+        if not isinstance(kwargs_var, DictVariable):
+            raise Unsupported("a forward pre-hook returned kwargs that are not a dict", kind="unsupported")
+        forward = self.getattr(tx, "forward")
+        output = forward.call(tx, tx.iterate(args_var), {k: v for k, v in kwargs_var.items.items()})
+        for hook_id, hook in self._hooks(tx, "_forward_hooks"):
+            if hook_id in m._forward_hooks_with_kwargs:
+                result = hook.call(tx, [self, args_var, kwargs_var, output], {})
+            else:
+                result = hook.call(tx, [self, args_var, output], {})
+            if not _is_none(result):
+                output = result
+        return output
+
+    def _hooks(self, tx: "Tracer", table: str) -> list[tuple[int, Variable]]:
+        hooks = getattr(self.module, table)
+        table_source = None if self.source is None else AttrSource(self.source, table)
+        if table_source is not None:
+            self._guard(tx, table_source, "check_keys", tuple(hooks.keys()))
+        return [(k, tx.wrap(h, None if table_source is None else ItemSource(table_source, k)))
+                for k, h in hooks.items()]
 
     def _guard(self, tx: "Tracer", source: Source, kind: str, expected: Any) -> None:
         from kiln.capture.guards import Guard

@@ -9,6 +9,7 @@ Corresponds to torch/_dynamo/variables/user_defined.py and misc.py (PythonModule
 from __future__ import annotations
 
 import dataclasses
+import dis
 import enum
 import inspect
 import os
@@ -20,6 +21,7 @@ import torch
 from kiln.capture.sources import AttrSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
+from kiln.capture.variables.functions import autograd_function_break, is_autograd_function_apply
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -89,6 +91,8 @@ class ObjectVariable(Variable):
         if isinstance(obj, (types.ModuleType, type)):
             if isinstance(obj, type):
                 static = inspect.getattr_static(obj, name, _MISSING)
+                if isinstance(static, classmethod) and is_autograd_function_apply(getattr(obj, name)):
+                    return ObjectVariable(getattr(obj, name), self._attr_source(name))  # opaque: a break
                 if isinstance(static, classmethod):
                     return UserMethodVariable(static.__func__, self)
                 if isinstance(static, staticmethod):
@@ -149,6 +153,8 @@ class ObjectVariable(Variable):
         from kiln.capture.variables.sequence import TupleVariable, is_namedtuple_type
 
         obj = self.value
+        if is_autograd_function_apply(obj):
+            raise autograd_function_break(obj.__self__)
         if is_namedtuple_type(obj):
             fields = list(obj._fields)
             values = list(args) + [None] * (len(fields) - len(args))
@@ -161,7 +167,7 @@ class ObjectVariable(Variable):
                         raise Unsupported(f"{obj.__name__}() missing {fields[n]} (raised natively)", kind="unsupported")
                     values[n] = tx.wrap(default, None)
             return TupleVariable(values, obj)
-        if _is_stateless_torch_module_class(obj):
+        if _trace_time_module_class(obj):
             from kiln.capture.variables.base import constant_args
             consts = constant_args(list(args), kwargs)
             if consts is not None:
@@ -403,13 +409,12 @@ class DictReadVariable(Variable):
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         from kiln.capture.guards import Guard
-        from kiln.capture.sources import ItemSource
+        from kiln.capture.sources import ItemSource, RawItemSource
         from kiln.capture.variables.base import constant_args
 
         d, source = self.obj.value, self.obj.source
         consts = constant_args(list(args), kwargs)
-        overridden = {"keys", "__getitem__"} & set(_class_dicts(type(d)).keys() - dict.__dict__.keys())
-        if consts is None or kwargs or not consts[0] or source is None or overridden:
+        if consts is None or kwargs or not consts[0] or source is None or _python_override(type(d), "keys"):
             raise Unsupported(f"super().{self.name} of {type(d).__qualname__} with these arguments",
                               kind="unsupported_attribute")
         tx.state.output.guards.append(Guard(source.name(), "check_keys", tuple(d.keys())))
@@ -417,7 +422,10 @@ class DictReadVariable(Variable):
         if self.name == "__contains__":
             return tx.wrap(key in dict.keys(d), None)
         if key in dict.keys(d):
-            return tx.wrap(dict.__getitem__(d, key), ItemSource(source, key))
+            # `base[key]` would run a Python __getitem__ of the subclass (transformers' ACT2FN
+            # builds an instance in it); the guard must read the stored value.
+            item = RawItemSource(source, key) if _python_override(type(d), "__getitem__") else ItemSource(source, key)
+            return tx.wrap(dict.__getitem__(d, key), item)
         if self.name == "__getitem__":
             raise Unsupported(f"KeyError {key!r} (raised natively)", kind="unsupported")
         return args[1] if len(args) > 1 else tx.wrap(None, None)
@@ -426,8 +434,62 @@ class DictReadVariable(Variable):
         return f"{glue.constant(getattr(dict, self.name))}.__get__({self.obj.reconstruct(glue)})"
 
 
-def _is_stateless_torch_module_class(obj: Any) -> bool:
-    return isinstance(obj, type) and issubclass(obj, torch.nn.Module) and obj.__module__.startswith("torch.nn.")
+def _python_override(kind: type, name: str) -> bool:
+    """True when `kind` (a dict subclass) gets `name` from a class written in Python."""
+    for base in kind.__mro__:
+        if name in base.__dict__:
+            return base.__module__ not in ("builtins", "collections")
+    return False
+
+
+def _trace_time_module_class(obj: Any) -> bool:
+    """A module class capture may construct at trace time: torch.nn's own, or a subclass whose
+    every `__init__` outside torch.nn only stores attributes on self (transformers' activations,
+    built by `ACT2FN[name]` inside a forward). The instance is made once per trace, so its
+    constructor must not touch anything else."""
+    if not isinstance(obj, type) or not issubclass(obj, torch.nn.Module):
+        return False
+    for base in obj.__mro__:
+        if base.__module__.startswith("torch.nn.") or base is object:
+            continue
+        init = base.__dict__.get("__init__")
+        if init is not None and not (isinstance(init, types.FunctionType) and _only_stores_on_self(init)):
+            return False
+        if any(k in base.__dict__ for k in ("__new__", "__init_subclass__", "__setattr__")):
+            return False
+    return True
+
+
+_IMPURE_OPS = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL", "STORE_DEREF", "DELETE_DEREF", "IMPORT_NAME",
+                         "STORE_SUBSCR", "DELETE_SUBSCR", "DELETE_ATTR", "CALL_FUNCTION_EX", "YIELD_VALUE",
+                         "RAISE_VARARGS", "SETUP_WITH", "BEFORE_WITH"})
+
+
+def _only_stores_on_self(init: types.FunctionType) -> bool:
+    """By its bytecode: `__init__` stores attributes only on its first argument, calls nothing but
+    `super()` and the base `__init__`, and writes no global, cell or container."""
+    code = init.__code__
+    if code.co_argcount == 0 or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
+        return False
+    self_name = code.co_varnames[0]
+    calls = allowed = 0
+    previous = None
+    for ins in dis.get_instructions(code):
+        if ins.opname in _IMPURE_OPS:
+            return False
+        if ins.opname == "LOAD_METHOD" and ins.argval != "__init__":
+            return False
+        if ins.opname == "STORE_ATTR" and not (previous is not None and previous.opname == "LOAD_FAST"
+                                                and previous.argval == self_name):
+            return False
+        if ins.opname == "STORE_FAST" and ins.argval == self_name:
+            return False
+        if ins.opname == "CALL":
+            calls += 1
+        if ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_GLOBAL" and ins.argval == "super"):
+            allowed += 1
+        previous = ins
+    return calls <= allowed
 
 
 def _constructible(cls: type) -> bool:

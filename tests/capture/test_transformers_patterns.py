@@ -1,0 +1,292 @@
+"""More patterns from real `transformers` model code (the wider corpus of tests/e2e/real_models.py:
+DeBERTa-v2, CLIP, SegFormer, Mixtral, BERT-style losses), each reduced to plain PyTorch, as in
+test_real_model_patterns.py: every test here failed before the Kiln fix its comment names (a
+graph break torch.compile does not take, a frame that ran eagerly, or a wrong answer)."""
+from __future__ import annotations
+
+import collections.abc
+import typing
+
+import torch
+
+import kiln
+
+
+def _explain(fn, *args, **kwargs):
+    kiln.reset()
+    try:
+        return kiln.explain(fn)(*args, **kwargs)
+    finally:
+        kiln.reset()
+
+
+def _scale_list(x, args):
+    return x * len(args)
+
+
+def _scale_union(x, args):
+    return x + 1.0
+
+
+# huggingface_hub's dataclass validation (run by `config.problem_type = ...` in BERT-style loss
+# code) looks the validator up in a module-level dict keyed by classes and typing special forms.
+_VALIDATORS = {typing.Union: _scale_union, list: _scale_list, collections.abc.Sequence: _scale_list}
+
+
+def _validate(x, expected):
+    validator = _VALIDATORS.get(typing.get_origin(expected))
+    if validator is not None:
+        x = validator(x, typing.get_args(expected))
+    by_type = {int: 2.0, float: 3.0}
+    return x * by_type[type(1.5)] + (list in _VALIDATORS)
+
+
+def test_dict_keyed_by_classes_is_traced():
+    # The builder wrapped only dicts whose keys are Python literals; `.get` on the class-keyed dict
+    # was a graph break (one extra graph in BERT/DistilBERT/ViT training vs torch.compile).
+    x = torch.randn(3)
+    for expected in (typing.Optional[int], list[int], int):
+        want = _validate(x, expected)
+        kiln.reset()
+        torch.testing.assert_close(kiln.compile(_validate, backend="eager")(x, expected), want)
+        out = _explain(_validate, x, expected)
+        assert out.graph_count == 1 and out.graph_break_count == 0, out
+
+
+def test_dict_keyed_by_classes_guards_its_values():
+    # The values of a class-keyed global dict are read through their position: replacing one
+    # must invalidate the graph, not run the old validator.
+    x = torch.randn(3)
+    kiln.reset()
+    compiled = kiln.compile(_validate, backend="eager")
+    torch.testing.assert_close(compiled(x, list[int]), _validate(x, list[int]))
+    old = _VALIDATORS[list]
+    _VALIDATORS[list] = _scale_union
+    try:
+        torch.testing.assert_close(compiled(x, list[int]), _validate(x, list[int]))
+    finally:
+        _VALIDATORS[list] = old
+        kiln.reset()
+
+
+def _labeled_loss(logits, labels):
+    # DeBERTa-v2's classification loss: keep the rows whose label is >= 0, if there are any.
+    label_index = (labels >= 0).nonzero()
+    labels = labels.long()
+    if label_index.size(0) > 0:
+        picked = torch.gather(logits, 0, label_index.expand(label_index.size(0), logits.size(1)))
+        return torch.nn.functional.cross_entropy(picked, torch.gather(labels, 0, label_index.view(-1)))
+    return logits.sum() * 0
+
+
+def test_branch_on_a_nonzero_length_breaks_at_the_nonzero():
+    # The branch on nonzero's unbacked length could not be decided and the comparison is no place
+    # for a break: the whole frame ran eagerly. Now the capture breaks at nonzero, as torch.compile
+    # does by default, and the resume function sees a real size.
+    logits, labels = torch.randn(2, 3), torch.tensor([0, 2])
+    out = _explain(_labeled_loss, logits, labels)
+    assert not out.fallbacks, out
+    assert out.graph_count == 2 and out.graph_break_count == 1, out
+    assert "nonzero" in out.break_reasons[0].reason, out
+    for backend in ("eager", "aot_eager"):
+        kiln.reset()
+        leaf = logits.clone().requires_grad_()
+        got = kiln.compile(_labeled_loss, backend=backend)(leaf, labels)
+        got.backward()
+        want_leaf = logits.clone().requires_grad_()
+        want = _labeled_loss(want_leaf, labels)
+        want.backward()
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(leaf.grad, want_leaf.grad)
+    kiln.reset()
+
+
+def _pooled_record():
+    import dataclasses
+
+    import pytest
+    generic = pytest.importorskip("transformers.utils.generic")
+
+    @dataclasses.dataclass
+    class Pooled(generic.ModelOutput):
+        last_hidden_state: torch.Tensor | None = None
+        pooler_output: torch.Tensor | None = None
+
+    return Pooled
+
+
+def test_model_output_field_assignment_is_traced():
+    # CLIP's get_text_features: `out.pooler_output = self.text_projection(out.pooler_output)` was
+    # an unsupported setattr (a break per tower).
+    Pooled = _pooled_record()
+    lin = torch.nn.Linear(4, 3)
+
+    def features(x):
+        out = Pooled(last_hidden_state=x * 2, pooler_output=x.sum(0))
+        out.pooler_output = lin(out.pooler_output)
+        return out
+
+    def head(x):
+        out = features(x)
+        return out.pooler_output * 3, out[1], out["last_hidden_state"] + 1
+
+    x = torch.randn(2, 4)
+    out = _explain(head, x)
+    assert out.graph_count == 1 and out.graph_break_count == 0 and not out.fallbacks, out
+    kiln.reset()
+    for got, want in zip(kiln.compile(head, backend="eager")(x), head(x)):
+        torch.testing.assert_close(got, want)
+    kiln.reset()
+
+
+def test_model_output_rebuilt_at_a_break_is_one_object():
+    # The glue rebuilt a record with one constructor call per place holding it: the native
+    # store after the break went to a copy, and the caller read the old field (a wrong answer).
+    Pooled = _pooled_record()
+
+    def features(x):
+        out = Pooled(last_hidden_state=x * 2, pooler_output=x.sum(0))
+        out.extra = x + 1  # not a field: a break at the store, with `out` on the stack and in a local
+        return out, out.extra * 2
+
+    x = torch.randn(2, 4)
+    kiln.reset()
+    (got, got_extra), (want, want_extra) = kiln.compile(features, backend="eager")(x), features(x)
+    torch.testing.assert_close(got_extra, want_extra)
+    torch.testing.assert_close(got.extra, want.extra)
+    torch.testing.assert_close(got["pooler_output"], want["pooler_output"])
+    kiln.reset()
+
+
+def _by_device(x):
+    # transformers' MoE experts: `histc` wants float input on CPU, int elsewhere.
+    kind = x.device.type
+    if kind in ("cpu", "mps") and kind != "cuda":
+        return x.float() + 1
+    return x.int() + 2
+
+
+def test_in_compares_equal_strings_that_are_not_the_same_object():
+    # `in` on a tuple compared by identity first and, identity being known (False), never by
+    # value: device.type ("cpu", a fresh string) was not found in ("cpu", "mps"): a wrong branch.
+    x = torch.randn(3)
+    kiln.reset()
+    torch.testing.assert_close(kiln.compile(_by_device, backend="eager")(x), _by_device(x))
+    kiln.reset()
+
+
+class _Gelu(torch.nn.Module):
+    def __init__(self, use_tanh: bool = False):
+        super().__init__()
+        self.approximate = "tanh" if use_tanh else "none"
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(x, approximate=self.approximate)
+
+
+_BUILT = []
+
+
+class _Counted(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        _BUILT.append(1)  # a side effect: constructing it at trace time would skip it at run time
+
+    def forward(self, x):
+        return x * len(_BUILT)
+
+
+class _Instantier(collections.OrderedDict):
+    """transformers' ACT2FN: `ACT2FN[name]` builds a fresh activation module in __getitem__."""
+
+    def __getitem__(self, key):
+        content = super().__getitem__(key)
+        cls, kwargs = content if isinstance(content, tuple) else (content, {})
+        return cls(**kwargs)
+
+
+_ACTS = _Instantier({"gelu": _Gelu, "gelu_tanh": (_Gelu, {"use_tanh": True}), "counted": _Counted})
+
+
+def _pool(x, act):
+    return _ACTS[act](x.sum(0)) + 1
+
+
+def test_python_module_built_in_forward_from_a_dict_subclass_is_traced():
+    # DeBERTa-v2's pooler calls ACT2FN[...] in forward. The value read through super().__getitem__
+    # was guarded through `ACT2FN[key]`, which builds a new instance (the guards of a fresh capture
+    # failed, and the frame ran eagerly), and constructing a Python nn.Module was a break.
+    x = torch.randn(2, 3)
+    for act in ("gelu", "gelu_tanh"):
+        out = _explain(_pool, x, act)
+        assert out.graph_count == 1 and out.graph_break_count == 0 and not out.fallbacks, out
+        kiln.reset()
+        torch.testing.assert_close(kiln.compile(_pool, backend="eager")(x, act), _pool(x, act))
+    kiln.reset()
+
+
+def test_python_module_whose_init_has_side_effects_is_not_built_at_trace_time():
+    x = torch.randn(2, 3)
+    _BUILT.clear()
+    kiln.reset()
+    compiled = kiln.compile(_pool, backend="eager")
+    for _ in range(3):
+        got = compiled(x, "counted")
+    torch.testing.assert_close(got, x.sum(0) * 3 + 1)
+    assert len(_BUILT) == 3
+    kiln.reset()
+
+
+class _Collector:
+    """transformers' CompileableContextVar: while compiling, a plain attribute holds the dict
+    that the output-capturing hooks append to."""
+
+    def __init__(self):
+        self.value = None
+
+
+_COLLECTOR = _Collector()
+
+
+def _capture_hook(module, args, output):
+    collected = _COLLECTOR.value
+    if collected is None:
+        return None
+    collected["hidden_states"].append(output)
+    return None
+
+
+def _scale_pre_hook(module, args):
+    return (args[0] * 2,)
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(2))
+        for layer in self.layers:
+            layer.register_forward_hook(_capture_hook)
+        self.layers[0].register_forward_pre_hook(_scale_pre_hook)
+
+    def forward(self, x):
+        collected = {"hidden_states": []}
+        _COLLECTOR.value = collected
+        for layer in self.layers:
+            x = layer(x).relu()
+        _COLLECTOR.value = None
+        return x, tuple(collected["hidden_states"])
+
+
+def test_forward_hooks_and_pre_hooks_are_inlined():
+    # transformers installs forward hooks to collect hidden states (output_hidden_states=True, and
+    # always for backbones such as SegFormer's); calling a module with hooks was a break per layer.
+    model, x = _Stack(), torch.randn(2, 4)
+    out = _explain(model, x)
+    assert out.graph_count == 1 and out.graph_break_count == 0 and not out.fallbacks, out
+    kiln.reset()
+    got, want = kiln.compile(model, backend="eager")(x), model(x)
+    torch.testing.assert_close(got, want)
+    handle = model.layers[1].register_forward_hook(lambda m, a, o: o * 0)  # a new hook: guards fail
+    torch.testing.assert_close(kiln.compile(model, backend="eager")(x), model(x))
+    handle.remove()
+    kiln.reset()
