@@ -38,7 +38,7 @@ MODELS: dict[str, RealModel] = {}
 
 def _no_dropout(config: Any) -> Any:
     for key, value in list(vars(config).items()):
-        if isinstance(value, float) and ("dropout" in key or "pdrop" in key):
+        if isinstance(value, float) and ("dropout" in key or "pdrop" in key or "drop_path" in key):
             setattr(config, key, 0.0)
     return config
 
