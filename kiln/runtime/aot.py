@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import marshal
+import operator
 import types
 from typing import Any, Callable, Sequence
 
@@ -82,9 +84,19 @@ def wrapper_recipe(source: str, env: dict[str, Any], argtypes: dict[str, list[An
                          marshal.dumps(code) if code is not None else None)
 
 
+def bind_overloads(env: dict[str, Any]) -> None:
+    """Replace each ATen overload among a wrapper's globals by the C++ callable it forwards to:
+    OpOverload.__call__ is one Python frame that only calls `_op`, paid per extern per call. The
+    recipe keeps the overload itself, which pickles by name."""
+    for name, value in env.items():
+        if isinstance(value, torch._ops.OpOverload):
+            env[name] = getattr(value, "_op", value)
+
+
 def load_wrapper(recipe: WrapperRecipe) -> Callable[..., Any]:
     """The wrapper function of a recipe, bound to its kernels (OSError if the library is gone)."""
     env: dict[str, Any] = {"torch": torch, "_relayout": relayout, **recipe.constants}
+    bind_overloads(env)
     if recipe.kernels:
         lib = _libraries.get(recipe.library)  # type: ignore[arg-type]
         if lib is None:
@@ -121,9 +133,19 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
                            num_forward_outputs: int,
                            num_saved_tensors: int, differentiable: Sequence[int],
                            primal_needs_grad: Sequence[bool]) -> type[torch.autograd.Function]:
-    """A torch.autograd.Function whose forward and backward are the two compiled graphs."""
+    """A torch.autograd.Function whose forward and backward are the two compiled graphs.
+
+    The class carries `fast_apply`, what AotRuntime calls: outside functorch transforms it goes
+    straight to the C++ Function.apply. The Python classmethod in front of it binds default
+    arguments with inspect (this forward has none) and rebuilds the argument tuple to unwrap dead
+    functorch wrappers, about half the cost of applying a 20-input function."""
     diff = tuple(differentiable)
     non_diff = tuple(k for k in range(num_forward_outputs) if k not in diff)
+    end_saved = num_forward_outputs + num_saved_tensors
+    needs = tuple(primal_needs_grad)
+    set_grad = torch._C._set_grad_enabled
+    is_grad = torch.is_grad_enabled
+    Tensor = torch.Tensor
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
@@ -131,15 +153,19 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
             # The joint graph was traced with grad mode on, and some kernels look at it (the
             # mkldnn RNN returns its workspace for the backward only then); detached inputs keep
             # autograd from recording anything in here.
-            detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
-            with torch.enable_grad():
+            detached = [a.detach() if isinstance(a, Tensor) else a for a in args]
+            previous = is_grad()
+            set_grad(True)
+            try:
                 outs = compiled_forward(*detached)
+            finally:
+                set_grad(previous)
             fw_outs = outs[:num_forward_outputs]
-            saved = outs[num_forward_outputs:num_forward_outputs + num_saved_tensors]
-            ctx.save_for_backward(*saved)
-            ctx.symints = tuple(outs[num_forward_outputs + num_saved_tensors:])
-            ctx.mark_non_differentiable(*[fw_outs[k] for k in non_diff
-                                          if isinstance(fw_outs[k], torch.Tensor)])
+            ctx.save_for_backward(*outs[num_forward_outputs:end_saved])
+            ctx.symints = tuple(outs[end_saved:])
+            if non_diff:
+                ctx.mark_non_differentiable(*[fw_outs[k] for k in non_diff
+                                              if isinstance(fw_outs[k], Tensor)])
             return tuple(fw_outs)
 
         @staticmethod
@@ -148,8 +174,18 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
             # unused output because materialize_grads is on
             tangents = [grad_outputs[k].contiguous() for k in diff]
             grads = compiled_backward(*ctx.saved_tensors, *ctx.symints, *tangents)
-            return tuple(g if need else None for g, need in zip(grads, primal_needs_grad))
+            return tuple(g if need else None for g, need in zip(grads, needs))
 
+    c_apply = super(torch.autograd.Function, CompiledFunction).apply  # torch._C._FunctionBase's
+    functorch_active = torch._C._are_functorch_transforms_active
+    python_apply = CompiledFunction.apply
+
+    def fast_apply(*args: Any) -> Any:
+        if functorch_active():
+            return python_apply(*args)
+        return c_apply(*args)
+
+    CompiledFunction.fast_apply = staticmethod(fast_apply)  # type: ignore[attr-defined]
     CompiledFunction.recipe = dict(  # type: ignore[attr-defined]  # for graph_recipe
         backward=compiled_backward, num_forward_outputs=num_forward_outputs,
         num_saved_tensors=num_saved_tensors, differentiable=diff, primal_needs_grad=tuple(primal_needs_grad))
@@ -199,11 +235,34 @@ def _rebuild_view(base: torch.Tensor, info: Any, binding: dict, args: Sequence[A
                            _evaluate(offset, binding, args))
 
 
+def _unflattener(spec: Any) -> Callable[[list[Any]], Any] | None:
+    """A cheap function list of leaves -> `spec`'s structure, made once per runtime: a flat tuple
+    or list of leaves (the common output spec) needs no pytree walk per call. None when `spec` is
+    None (a runtime built by hand, as in tests)."""
+    if spec is None:
+        return None
+    if spec.is_leaf():
+        return operator.itemgetter(0)
+    children = spec.children()
+    if all(c.is_leaf() for c in children):
+        if spec.type is tuple:
+            return tuple
+        if spec.type is list:
+            return list
+    return functools.partial(_unflatten, spec=spec)
+
+
+def _unflatten(leaves: list[Any], spec: Any) -> Any:
+    return pytree.tree_unflatten(leaves, spec)
+
+
 class AotRuntime:
     """The callable handed back to capture for one graph.
 
     `meta` is a FunctionalMeta (after a trace) or a RuntimeMeta (rebuilt from a recipe); `binding`
-    maps each size symbol to (flat input index, dim or None) for views with symbolic sizes."""
+    maps each size symbol to (flat input index, dim or None) for views with symbolic sizes.
+    What each call needs from them (lifted attribute getters, the mutation count, whether the graph's
+    outputs are the user outputs as they are) is worked out here once, not per call."""
 
     def __init__(self, *, root: torch.nn.Module | None, lifted: tuple[str, ...], meta: Any,
                  out_spec: pytree.TreeSpec, binding: dict, forward: Callable,
@@ -216,37 +275,55 @@ class AotRuntime:
         self.forward = forward
         self.function = function
         self.aot_report = report
+        # the per-call plan
+        self._getters = tuple(operator.attrgetter(path) for path in lifted)  # dotted paths work
+        self._run = getattr(function, "fast_apply", function.apply) if function is not None else forward
+        self._unflatten = _unflattener(out_spec)
+        if meta is None:
+            self._num_mutated, self._passthrough, self._num_outputs = 0, False, 0
+            return
+        self._num_mutated = len(meta.mutated_inputs)
+        outputs = meta.outputs
+        self._num_outputs = len(outputs)
+        # the graph returns exactly the user outputs, in order, and the spec is a flat tuple: the
+        # graph's tuple (after the mutated inputs' new values) is the result itself
+        self._passthrough = (self._unflatten is tuple and meta.num_intermediate_bases == 0
+                             and len(outputs) == meta.num_graph_outputs
+                             and all(info.kind == "graph" and info.graph_index == k
+                                     for k, info in enumerate(outputs)))
 
     def _lifted_values(self) -> list[torch.Tensor]:
-        values = []
-        for path in self.lifted:
-            obj: Any = self.root
-            for part in path.split("."):
-                obj = getattr(obj, part)
-            values.append(obj)
-        return values
+        root = self.root
+        return [get(root) for get in self._getters]
 
     def __call__(self, *args: Any) -> Any:
-        flat = list(args) + self._lifted_values()
-        if self.function is not None:
-            outs = self.function.apply(*flat)
+        if self._getters:
+            flat: Any = list(args)
+            root = self.root
+            flat.extend(get(root) for get in self._getters)
         else:
-            outs = self.forward(*flat)
+            flat = args
+        outs = self._run(*flat)
+        num_mutated = self._num_mutated
+        if num_mutated:
+            for index, new in zip(self.meta.mutated_inputs, outs[:num_mutated]):
+                # once per call, after the graph: the caller's tensor (a buffer such as a BatchNorm
+                # running mean, or a user input) ends up as eager would leave it; a new value that
+                # carries a gradient is copied with autograd on, so the caller's tensor gets its history
+                with torch.set_grad_enabled(torch.is_grad_enabled() and new.requires_grad):
+                    flat[index].copy_(new)
+            graph_outs = outs[num_mutated:]
+        else:
+            graph_outs = outs
+        if self._passthrough and type(graph_outs) is tuple and len(graph_outs) == self._num_outputs:
+            return graph_outs
         meta = self.meta
-        mutated = meta.mutated_inputs
-        for index, new in zip(mutated, outs[:len(mutated)]):
-            # once per call, after the graph: the caller's tensor (a buffer such as a BatchNorm
-            # running mean, or a user input) ends up as eager would leave it; a new value that
-            # carries a gradient is copied with autograd on, so the caller's tensor gets its history
-            with torch.set_grad_enabled(torch.is_grad_enabled() and new.requires_grad):
-                flat[index].copy_(new)
-        graph_outs = outs[len(mutated):]
         num_user = meta.num_graph_outputs - meta.num_intermediate_bases
         bases = graph_outs[num_user:]
         results: list[Any] = []
         for info in meta.outputs:
             results.append(self._output(info, flat, graph_outs, bases, results))
-        return pytree.tree_unflatten(results, self.out_spec)
+        return self._unflatten(results)
 
     def _output(self, info: Any, flat: list[Any], graph_outs: Sequence[Any],
                 bases: Sequence[Any], results: list[Any]) -> Any:

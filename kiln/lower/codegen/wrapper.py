@@ -20,7 +20,7 @@ from torch.utils import _pytree as pytree
 from kiln.lower.ir import (BufferRef, ConstantBuffer, Extern, FloorDiv, InputBuffer, Layout, Load,
                            ModularIndexing, SymExpr, walk)
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
-from kiln.runtime.aot import RECIPE_ATTR, relayout as _relayout, wrapper_recipe
+from kiln.runtime.aot import RECIPE_ATTR, bind_overloads, relayout as _relayout, wrapper_recipe
 
 
 def pyexpr(e: Any) -> str:
@@ -53,6 +53,49 @@ def _tuple(xs: Any) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
+def _ints(xs: Any) -> tuple[int, ...] | None:
+    if not all(sympy.sympify(x).is_Integer for x in xs):
+        return None
+    return tuple(int(x) for x in xs)
+
+
+def _cheap_view(name: str, base: Layout, target: Layout) -> str | None:
+    """A method call on `name` (laid out as `base`) that gives exactly `target`'s sizes, strides and
+    start, or None. Each candidate is checked on a meta tensor, so the choice is exact by
+    construction, not by reasoning about size-1 strides or expand rules."""
+    if base.offset != 0 or target.offset != 0:
+        return None
+    b_sizes, b_strides = _ints(base.sizes), _ints(base.strides)
+    t_sizes, t_strides = _ints(target.sizes), _ints(target.strides)
+    if b_sizes is None or b_strides is None or t_sizes is None or t_strides is None:
+        return None
+    candidates: list[tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = []
+    if len(b_sizes) == 2 and len(t_sizes) == 2:
+        candidates.append(("t()", lambda x: x.t()))
+    if len(b_sizes) == len(t_sizes) > 0:
+        pairs = list(zip(b_sizes, b_strides))
+        perm: list[int] = []
+        for pair in zip(t_sizes, t_strides):
+            k = next((k for k, p in enumerate(pairs) if p == pair and k not in perm), None)
+            if k is None:
+                break
+            perm.append(k)
+        else:
+            candidates.append((f"permute({', '.join(map(str, perm))})", lambda x: x.permute(perm)))
+    shape = ", ".join(map(str, t_sizes)) if t_sizes else "()"
+    candidates.append((f"view({shape})", lambda x: x.view(t_sizes)))
+    candidates.append((f"expand({shape})", lambda x: x.expand(t_sizes)))
+    probe = torch.empty_strided(b_sizes, b_strides, device="meta")
+    for text, make in candidates:
+        try:
+            got = make(probe)
+        except RuntimeError:
+            continue
+        if tuple(got.shape) == t_sizes and got.stride() == t_strides and got.storage_offset() == 0:
+            return f"{name}.{text}"
+    return None
+
+
 def _dtype(d: torch.dtype) -> str:
     return str(d).replace("torch.", "torch_")
 
@@ -68,11 +111,21 @@ class WrapperWriter:
         self.globals: dict[str, Any] = {"torch": torch, "_relayout": _relayout}
 
     def ref(self, r: BufferRef) -> str:
-        """An expression for a strided view of a buffer (the buffer itself when the layout matches)."""
+        """An expression for a strided view of a buffer (the buffer itself when the layout matches).
+
+        A view that a cheaper method (`t`, `permute`, `view`, `expand`) makes with exactly the wanted
+        sizes and strides uses it: as_strided parses more arguments and costs about 1.5x per call,
+        which small graphs pay on every weight transpose."""
         base = self.layouts.get(r.name)
         if base is not None and base == r.layout:
             return r.name
-        return (f"torch.as_strided({r.name}, {_tuple(r.layout.sizes)}, {_tuple(r.layout.strides)}, "
+        if base is not None:
+            cheap = _cheap_view(r.name, base, r.layout)
+            if cheap is not None:
+                return cheap
+        if r.layout.offset == 0:  # as_strided keeps the tensor's own storage offset when given none
+            return f"{r.name}.as_strided({_tuple(r.layout.sizes)}, {_tuple(r.layout.strides)})"
+        return (f"{r.name}.as_strided({_tuple(r.layout.sizes)}, {_tuple(r.layout.strides)}, "
                 f"{r.name}.storage_offset() + {pyexpr(r.layout.offset)})")
 
     def arg(self, a: Any) -> str:
@@ -207,6 +260,7 @@ def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], 
     if record is None:  # what kiln.capture.persist stores to rebuild this function in another process
         recipe = wrapper_recipe(source, env, argtypes_by_kernel, getattr(lib, "_name", None),
                                 program.ir.output_spec, code)
+    bind_overloads(env)
     for name, argtypes in argtypes_by_kernel.items():
         fn = getattr(lib, name)
         fn.argtypes = argtypes
