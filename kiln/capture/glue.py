@@ -374,7 +374,7 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
     stack = list(root.stack)
     after = code_mod.next_offset(code, ins.offset)
     in_try = _in_try(code, ins.offset)
-    if in_try and ins.opname != "CALL":
+    if in_try and ins.opname not in _CALLS:
         # The breaking instruction must run under the frame's exception handlers: the rest of the
         # frame, from that instruction on, runs natively in a resume function that keeps them.
         native = ResumeFunctions(fn, lambda f: f)
@@ -414,7 +414,11 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
         parts = leading + [f"*{star}"] + ([f"**{starstar}"] if starstar else [])
         _grad_line(glue, state)
         result = glue.fresh("result")
-        glue.line(f"{result} = {callee}({', '.join(parts)})")
+        call = f"{result} = {callee}({', '.join(parts)})"
+        if in_try:
+            _call_under_handlers(glue, fn, root, stack, depth, call)
+        else:
+            glue.line(call)
         glue.line(f"return {resumes.expression(glue, after, below + [_Named(result)], live, values)}")
     elif ins.opname in NATIVE_INSTRUCTIONS:
         n_in, n_out, render = NATIVE_INSTRUCTIONS[ins.opname]

@@ -181,3 +181,34 @@ def test_kiln_logs_bytecode_shows_code_and_glue():
     text = "\n".join(records)
     assert "original bytecode" in text and "LOAD_GLOBAL" in text
     assert "def __glue_f(L, G, F):" in text
+
+
+def test_star_call_in_try_that_breaks_still_compiles_the_callee():
+    # f(*args, **kwargs) inside a try block (transformers' config-defaults decorator): the break
+    # lands on CALL_FUNCTION_EX; the callee must still go through Kiln, and an exception it raises
+    # must reach the frame's handler.
+    def inner(x, scale=1.0, fail=False):
+        y = x.cos() * scale
+        print("inner")  # a break inside the callee
+        if fail:
+            raise ValueError("no")
+        return y + 1
+
+    def f(x, args, kwargs, log):
+        try:
+            out = inner(x, *args, **kwargs)
+        except ValueError:
+            log.append("caught")
+            out = x
+        return out * 2
+
+    kiln.reset()
+    try:
+        compiled = kiln.compile(f, backend="eager")
+        x, log = torch.randn(3), []
+        torch.testing.assert_close(compiled(x, (), {"scale": 3.0}, log), (x.cos() * 3 + 1) * 2)
+        assert kiln.stats()["graphs"] >= 3  # f before the call, inner's two parts (callee compiled)
+        torch.testing.assert_close(compiled(x, (), {"fail": True}, log), x * 2)
+        assert log == ["caught"]
+    finally:
+        kiln.reset()
