@@ -163,9 +163,10 @@ def _unsupported_call(exc: Unsupported) -> str:
 
 @hint_for_kind("autograd_function")
 def _autograd_function(exc: Unsupported) -> str:
-    """A custom torch.autograd.Function: its forward and backward run natively, outside graphs."""
-    return ("a custom autograd.Function runs eagerly between graphs; if its backward is just the "
-            "derivative of its forward, call the forward's tensor ops directly instead of .apply")
+    """A custom torch.autograd.Function whose forward, setup_context or backward cannot be traced
+    (print, .item(), global writes, mark_dirty): apply then runs eagerly between graphs."""
+    return ("keep the Function's forward and backward to tensor ops (move prints, .item() and "
+            "writes to outside state out of them) so the whole .apply goes into the graph")
 
 
 @hint_for_kind("unsupported_bytecode")

@@ -2,7 +2,8 @@
 trace, bound methods of tracked values, and closure cells.
 
 Calling a user function inlines it: a child tracer runs its bytecode over the same graph. A function
-marked `kiln.disable` is a graph break; one marked `kiln.allow_in_graph` becomes one call node; a
+marked `kiln.disable` is a graph break; one marked `kiln.allow_in_graph` becomes one call node, as
+does a custom autograd.Function's `apply` (kiln/capture/variables/autograd_function.py); a
 function already compiled with kiln.compile is inlined through its original. Corresponds to
 torch/_dynamo/variables/functions.py.
 """
@@ -119,7 +120,11 @@ def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: lis
         original = getattr(fn, ORIGINAL_ATTR)
         return tx.wrap(original, None).call(tx, args, kwargs)
     if fn is _FUNCTION_APPLY:
-        raise autograd_function_break(args[0].as_python_value() if args else None)
+        from kiln.capture.variables.autograd_function import call_autograd_function
+        if not args:
+            raise Unsupported("Function.apply called without its class", kind="autograd_function")
+        owner = args[0]
+        return call_autograd_function(tx, owner.as_python_value(), args[1:], kwargs, getattr(owner, "source", None))
     closure = None
     if fn.__closure__:
         closure = [CellVariable(real=cell, source=ClosureSource(i, source) if source is not None else None)
@@ -129,13 +134,6 @@ def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: lis
 
 
 _FUNCTION_APPLY = torch.autograd.Function.apply.__func__
-
-
-def autograd_function_break(owner: Any) -> Unsupported:
-    """`SomeFunction.apply(...)`: inlining it would trace torch's dispatch internals, and the graph
-    would differentiate the forward instead of calling the user's backward, so it runs natively."""
-    name = getattr(owner, "__qualname__", "Function")
-    return Unsupported(f"{name}.apply, a custom torch.autograd.Function", kind="autograd_function")
 
 
 def is_autograd_function_apply(value: Any) -> bool:
@@ -180,8 +178,9 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
     if isinstance(static, staticmethod):
         return tx.wrap(static.__func__, None)
     if isinstance(static, classmethod) and static.__func__ is _FUNCTION_APPLY:
-        # `MyFunction.apply`: kept opaque, so that calling it breaks and the glue calls it as it
-        # is (a UserMethodVariable would be captured as a frame of its own, into torch internals).
+        # `MyFunction.apply`: kept as the bound method; calling it records one graph node (see
+        # kiln.capture.variables.autograd_function) or, if its code cannot be traced, breaks and
+        # the glue calls it as it is (inlining apply would trace torch's dispatch internals).
         from kiln.capture.variables.user_object import ObjectVariable
         return ObjectVariable(static.__get__(None, owner))
     if isinstance(static, classmethod):

@@ -21,7 +21,7 @@ import torch
 from kiln.capture.sources import AttrSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
-from kiln.capture.variables.functions import autograd_function_break, is_autograd_function_apply
+from kiln.capture.variables.functions import is_autograd_function_apply
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -92,7 +92,8 @@ class ObjectVariable(Variable):
             if isinstance(obj, type):
                 static = inspect.getattr_static(obj, name, _MISSING)
                 if isinstance(static, classmethod) and is_autograd_function_apply(getattr(obj, name)):
-                    return ObjectVariable(getattr(obj, name), self._attr_source(name))  # opaque: a break
+                    # kept as the bound method: calling it records one node or breaks
+                    return ObjectVariable(getattr(obj, name), self._attr_source(name))
                 if isinstance(static, classmethod):
                     return UserMethodVariable(static.__func__, self)
                 if isinstance(static, staticmethod):
@@ -154,7 +155,13 @@ class ObjectVariable(Variable):
 
         obj = self.value
         if is_autograd_function_apply(obj):
-            raise autograd_function_break(obj.__self__)
+            from kiln.capture.variables.autograd_function import call_autograd_function
+            owner = None  # where the class is read from: `G['Fn']` of `G['Fn'].apply`, or `alias.__self__`
+            if isinstance(self.source, AttrSource) and self.source.attr == "apply":
+                owner = self.source.base
+            elif self.source is not None:
+                owner = AttrSource(self.source, "__self__")
+            return call_autograd_function(tx, obj.__self__, list(args), kwargs, owner)
         if is_namedtuple_type(obj):
             fields = list(obj._fields)
             values = list(args) + [None] * (len(fields) - len(args))
