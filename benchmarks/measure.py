@@ -88,10 +88,12 @@ def prepare_compiled(
         row["stats"] = stats
         row["compiles"] = stats.get("graphs")
         warned = list(dict.fromkeys(warned))
-        if stats.get("graphs") == 0:
+        if stats.get("graphs") == 0 and not stats.get("disk_hits"):
             # nothing was compiled: timing eager code under Kiln's name would be a false result
             row["status"] = "not compiled: every frame ran eagerly" + (f" ({warned[0]})" if warned else "")
             return row, None
+        if stats.get("disk_hits"):
+            row["notes"].append(f"{stats['disk_hits']} frame(s) loaded from Kiln's persistent frame cache")
         if stats.get("fallbacks"):
             row["notes"].append(f"{stats['fallbacks']} call(s) of a frame ran eagerly (fallback)")
         row["notes"].extend(f"warning: {w}" for w in warned)

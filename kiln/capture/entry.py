@@ -34,7 +34,7 @@ class Stats:
     `compiles`: captures that produced a cache entry; `recompiles`: the compiles of a code object
     that already had an entry; `cache_hits`: calls answered by a cache entry; `fallbacks`: calls run
     eagerly (unsupported frame, internal error, cache limit); `graphs`/`graph_breaks`: totals over
-    every capture; `disk_hits`: cache misses answered by an entry of the persistent frame cache
+    every capture (`graphs` also counts those of entries loaded from disk); `disk_hits`: cache misses answered by an entry of the persistent frame cache
     (kiln.capture.persist) instead of a capture."""
 
     frames: int = 0
@@ -351,6 +351,7 @@ class _Frame:
             _note_inputs(cache.policy, disk.check.guards, L, G, fn)
             cache.entries.insert(0, entry)
             STATS.disk_hits += 1
+            STATS.graphs += result.graph_count
             log.artifact("cache", f"frame cache hit: {self.name} from {disk.path}")
             return entry
         if cache.disk:

@@ -434,7 +434,8 @@ def materialize(disk: DiskEntry) -> tuple[Any, Any]:
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
     exec(marshal.loads(payload["glue_code"]), namespace)
     glue = namespace[payload["glue_name"]]
-    result = LoadedResult(glue, payload["glue_source"], list(disk.check.guards), [], [], disk.path)
+    result = LoadedResult(glue, payload["glue_source"], list(disk.check.guards), [], [], disk.path,
+                          len(payload["graphs"]))
     return glue, result
 
 
@@ -448,3 +449,4 @@ class LoadedResult:
     graphs: list
     breaks: list
     path: str
+    graph_count: int  # graphs the glue runs (their FX graphs are not kept on disk)

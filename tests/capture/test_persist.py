@@ -73,7 +73,7 @@ _MODULE_SCRIPT = textwrap.dedent("""
     err = max([(loss - expected).abs().item()]
               + [(p.grad - q.grad).abs().max().item() for p, q in zip(net.parameters(), ref.parameters())])
     from kiln.capture.persist import environment_digest
-    print(json.dumps({"report": [kiln.stats()["disk_hits"], kiln.stats()["frames"], err],
+    print(json.dumps({"report": [kiln.stats()["disk_hits"], kiln.stats()["frames"], err, kiln.stats()["graphs"]],
                       "kiln": environment_digest()}))
 """)
 
@@ -130,11 +130,11 @@ def test_training_step_from_disk_and_inlined_method_change(tmp_path: Path) -> No
     cache = tmp_path / "cache"
     script = _script(tmp_path, "net.py", "FACTOR = 2.0\n" + _MODULE_SCRIPT)
     assert _run(script, cache)[:2] == [0, 1]
-    disk_hits, frames, err = _run(script, cache)
-    assert (disk_hits, frames) == (1, 0) and err < 1e-5
+    disk_hits, frames, err, graphs = _run(script, cache)
+    assert (disk_hits, frames, graphs) == (1, 0, 1) and err < 1e-5  # the loaded graph is counted
     # Inner.forward is inlined into Net.forward's graph: its new body must not meet the old entry.
     changed = _script(tmp_path, "net.py", "FACTOR = 2.0\n" + _MODULE_SCRIPT.replace("torch.relu(x)", "torch.tanh(x)"))
-    disk_hits, frames, err = _run(changed, cache)
+    disk_hits, frames, err, graphs = _run(changed, cache)
     assert (disk_hits, frames) == (0, 1) and err < 1e-5
 
 
