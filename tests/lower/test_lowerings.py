@@ -173,6 +173,21 @@ def test_column_reduction_is_tiled_across_outputs() -> None:
     assert "xt += 256" in c.cpp_source and c.kernel_count == 1
 
 
+def test_column_reduction_tiles_the_pointwise_work_fused_before_it() -> None:
+    # A Linear's backward: the activation gradient (stored) and the bias gradient (its column sum)
+    # in one kernel, both read and written along contiguous rows within each tile.
+    x = torch.randn(70, 300)
+    g = torch.randn(70, 300)
+    x[3, 7] = nan
+
+    def f(x: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        grad = g * torch.sigmoid(x) * 3
+        return grad, grad.sum(0), g.sum(0), (grad * x).amax(0)
+
+    c = check(f, x, g, atol=1e-4, rtol=1e-5)
+    assert "xt += 256" in c.cpp_source and c.kernel_count == 1
+
+
 def test_float_erf_is_accurate_and_keeps_special_values() -> None:
     # Kiln's inline float erf (a rational fit) against double erf: within a few ulp everywhere
     x = torch.cat([torch.linspace(-6, 6, 200001), torch.logspace(-30, 1, 3001), -torch.logspace(-30, 1, 3001),

@@ -215,7 +215,7 @@ class KernelWriter:
         tile of TILE outputs instead, so every load of the inner loop is contiguous."""
         xs, ys = kernel_vars(len(k.outer), len(k.inner))
         self.scratch, self.hidden = {}, k.local
-        reds = list(k.blocks[0].nodes)
+        reds = [n for n in k.blocks[0].nodes if isinstance(n, Reduction)]
         last, size = xs[-1], k.outer[-1]
         total = sympy.Mul(*k.outer, *k.inner)
         body: list[str] = []
@@ -241,8 +241,9 @@ class KernelWriter:
         o, c = _loops(ys, k.inner, None)
         body += o + ["#pragma omp simd", "for (int64_t xi = 0; xi < xn; xi++) {", f"const int64_t {last} = xt + xi;"]
         locals_: dict = {}
-        for n in reds:
-            body += self._node(n, k, dict(locals_), accs[n.name])
+        loop_locals: dict = {}  # values made in the tile loop (pointwise nodes) feed later nodes
+        for n in k.blocks[0].nodes:
+            body += self._node(n, k, loop_locals, accs.get(n.name))
         body += ["}"] + c
         body += ["for (int64_t xi = 0; xi < xn; xi++) {", f"const int64_t {last} = xt + xi;"]
         for n in reds:
@@ -349,21 +350,27 @@ def _column_reduction(k: Kernel) -> bool:
         return False
     if any(b.kind != "scalar" for b in k.blocks[1:]):
         return False
-    reds = k.blocks[0].nodes
-    if not all(isinstance(n, Reduction) and n.reduction_type in OMP_REDUCTION for n in reds):
+    nodes = k.blocks[0].nodes
+    # Pointwise work fused before the reductions (a bias gradient's sum next to the activation
+    # gradient it sums) runs inside the same tile loop; each element is still computed once.
+    if not any(isinstance(n, Reduction) for n in nodes):
+        return False
+    if not all(n.reduction_type in OMP_REDUCTION for n in nodes if isinstance(n, Reduction)):
         return False
     xs, ys = kernel_vars(len(k.outer), len(k.inner))
     contiguous_outer = False
-    for n in reds:
+    for n in nodes:
         sub = node_substitution(n, k.outer, k.inner)
-        for v in walk(n.body):
-            if isinstance(v, Load):
-                idx = sympy.expand(v.index.xreplace(sub))
-                if v.extra is not None or idx.has(FloorDiv, ModularIndexing):
-                    return False
-                if idx.coeff(ys[-1]) == 1:
-                    return False
-                contiguous_outer |= idx.coeff(xs[-1]) == 1
+        indices = [(v.index, v.extra) for v in walk(n.body) if isinstance(v, Load)]
+        if not isinstance(n, Reduction) and n.name not in k.local:
+            indices.append((n.layout.index(_ivars(len(n.ranges))), None))  # its store
+        for index, extra in indices:
+            idx = sympy.expand(index.xreplace(sub))
+            if extra is not None or idx.has(FloorDiv, ModularIndexing):
+                return False
+            if idx.coeff(ys[-1]) == 1:
+                return False
+            contiguous_outer |= idx.coeff(xs[-1]) == 1
     return contiguous_outer
 
 
