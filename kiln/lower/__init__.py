@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 
 from kiln import config
 from kiln.debug import log
@@ -86,6 +87,13 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
     if any(n.op == "get_attr" for n in gm.graph.nodes):
         return None
     parts = [gm.code, repr(sorted((k, repr(v)) for k, v in options.items())), cache.code_version()]
+    # The code leaves implicit what ambient state decided when it was traced: a factory without
+    # dtype= means the default dtype then. Each node's traced dtype pins it (and the default too).
+    parts.append(str(torch.get_default_dtype()))
+    for n in gm.graph.nodes:
+        for v in pytree.tree_leaves(n.meta.get("val")):
+            if isinstance(v, torch.Tensor):
+                parts.append(f"{n.name}:{v.dtype}:{v.device.type}")
     for x in example_inputs:
         if isinstance(x, torch.Tensor):
             parts.append(f"{x.dtype}{tuple(map(str, x.shape))}{tuple(map(str, x.stride()))}{x.storage_offset()}")

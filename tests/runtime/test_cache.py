@@ -63,3 +63,29 @@ def test_second_process_loads_from_disk_without_compiling(tmp_path) -> None:
     assert "cache_load" in runs[1].stdout and "build" not in runs[1].stdout  # no lowering, no compiler
     second = float(runs[1].stdout.split("COMPILE")[1].split()[0])
     assert second < 1.0, second  # unpickling the program and loading the .so: milliseconds when idle
+
+
+def test_graph_cache_keeps_graphs_traced_under_another_default_dtype_apart(tmp_path) -> None:
+    # The ATen code of `x * torch.ones(3)` is the same text under any default dtype (the factory
+    # has no dtype=); a compiled graph cached under float32 must not answer a float64 trace.
+    import torch
+
+    import kiln
+
+    def f(x):
+        return x * torch.ones(3) + torch.arange(3) / 7
+
+    x = torch.randn(3)
+    with config.patch(cache_dir=str(tmp_path)):
+        kiln.reset()
+        assert kiln.compile(f)(x).dtype == torch.float32
+        kiln.reset()
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            out = kiln.compile(f)(x)
+            assert out.dtype == torch.float64
+            torch.testing.assert_close(out, f(x))
+        finally:
+            torch.set_default_dtype(old)
+            kiln.reset()
