@@ -393,14 +393,8 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
         parts = leading + [glue.reconstruct(a) for a in args]
         parts += [f"{k}={glue.reconstruct(v)}" for k, v in kwargs.items()]
         _grad_line(glue, state)
-        result = glue.fresh("result")
-        call = f"{result} = {callee}({', '.join(parts)})"
-        if in_try:
-            _call_under_handlers(glue, fn, root, stack, depth, call)
-        else:
-            glue.line(call)
-        tmp = _Named(result)
-        glue.line(f"return {resumes.expression(glue, after, below + [tmp], live, values)}")
+        result = _native_call(glue, fn, root, stack, depth, f"{callee}({', '.join(parts)})", in_try)
+        glue.line(f"return {resumes.expression(glue, after, below + [_Named(result)], live, values)}")
     elif ins.opname == "CALL_FUNCTION_EX":
         depth = 3 if ins.arg & 1 else 2
         below = stack[: len(stack) - depth]
@@ -413,12 +407,7 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
         callee, leading = _native_callee(glue, callee_var, wrap_frame)
         parts = leading + [f"*{star}"] + ([f"**{starstar}"] if starstar else [])
         _grad_line(glue, state)
-        result = glue.fresh("result")
-        call = f"{result} = {callee}({', '.join(parts)})"
-        if in_try:
-            _call_under_handlers(glue, fn, root, stack, depth, call)
-        else:
-            glue.line(call)
+        result = _native_call(glue, fn, root, stack, depth, f"{callee}({', '.join(parts)})", in_try)
         glue.line(f"return {resumes.expression(glue, after, below + [_Named(result)], live, values)}")
     elif ins.opname in NATIVE_INSTRUCTIONS:
         n_in, n_out, render = NATIVE_INSTRUCTIONS[ins.opname]
@@ -465,6 +454,19 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
         glue.line(f"return {calls[1]}")
     log_break(record)
     return _result(state, glue, options, [record])
+
+
+def _native_call(glue: GlueBuilder, fn: types.FunctionType, root: Any, stack: list[Any], depth: int,
+                 expression: str, in_try: bool) -> str:
+    """Emit `result = expression` (the breaking call, run natively) and return the result's name;
+    inside a try block, under the frame's own handlers (`_call_under_handlers`)."""
+    result = glue.fresh("result")
+    call = f"{result} = {expression}"
+    if in_try:
+        _call_under_handlers(glue, fn, root, stack, depth, call)
+    else:
+        glue.line(call)
+    return result
 
 
 def _call_under_handlers(glue: GlueBuilder, fn: types.FunctionType, root: Any, stack: list[Any],
