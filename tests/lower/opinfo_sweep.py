@@ -29,26 +29,20 @@ def op_db() -> dict[str, Any]:
     return {f"{o.name}.{o.variant_test_name}" if o.variant_test_name else o.name: o for o in db}
 
 
-def samples(opinfo: Any, dtype: torch.dtype) -> list[tuple[Any, tuple, dict]]:
+def samples(opinfo: Any, dtype: torch.dtype, *, requires_grad: bool = False,
+            limit: int = MAX_SAMPLES) -> list[tuple[Any, tuple, dict]]:
+    """The first `limit` samples as (input, args, kwargs), seeded so that runs agree."""
     torch.manual_seed(0)
     out = []
-    for s in opinfo.sample_inputs("cpu", dtype, requires_grad=False):
+    for s in opinfo.sample_inputs("cpu", dtype, requires_grad=requires_grad):
         out.append((s.input, tuple(s.args), dict(s.kwargs)))
-        if len(out) >= MAX_SAMPLES:
+        if len(out) >= limit:
             break
     return out
 
 
-def check_op(name: str, dtype: torch.dtype = torch.float32, opt_level: str = "-O3") -> str:
-    """'pass', 'skip: why' or 'fail: why' for one op of the OpInfo database."""
-    opinfo = op_db()[name]
-    if name.startswith(("empty", "new_empty")) or name in NONDETERMINISTIC:
-        return "skip: uninitialized or random output"
-    if dtype not in opinfo.supported_dtypes("cpu"):
-        return "skip: dtype"
-    cases = samples(opinfo, dtype)
-    if not cases:
-        return "skip: no samples"
+def as_function(opinfo: Any, cases: list[tuple[Any, tuple, dict]]) -> tuple[Any, list[torch.Tensor]]:
+    """One function of every sample's tensors that calls the op on each sample, and those tensors."""
     leaves, specs = [], []
     for inp, args, kwargs in cases:
         flat, spec = pytree.tree_flatten((inp, args, kwargs))
@@ -64,6 +58,20 @@ def check_op(name: str, dtype: torch.dtype = torch.float32, opt_level: str = "-O
             outs.append(opinfo.op(inp, *args, **kwargs))
         return tuple(outs)
 
+    return fn, leaves
+
+
+def check_op(name: str, dtype: torch.dtype = torch.float32, opt_level: str = "-O3") -> str:
+    """'pass', 'skip: why' or 'fail: why' for one op of the OpInfo database."""
+    opinfo = op_db()[name]
+    if name.startswith(("empty", "new_empty")) or name in NONDETERMINISTIC:
+        return "skip: uninitialized or random output"
+    if dtype not in opinfo.supported_dtypes("cpu"):
+        return "skip: dtype"
+    cases = samples(opinfo, dtype)
+    if not cases:
+        return "skip: no samples"
+    fn, leaves = as_function(opinfo, cases)
     try:
         expected = fn(*leaves)
         gm = make_fx(fn)(*leaves)
