@@ -253,6 +253,15 @@ def geqrf(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
     return mode.wrap(a, x.fake_device), mode.wrap(tau, x.fake_device)
 
 
+@register_fake_impl(aten.multi_margin_loss_backward.default, aten.multilabel_margin_loss_backward.default)
+def margin_loss_backward(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """The gradient of `self` (args[1]): its size and dtype, contiguous, as the CPU kernels allocate it."""
+    x = args[1]
+    with mode.kernel_invocation(symbolic=x._has_symbolic_sizes_strides):
+        grad = torch.empty(x.shape, dtype=x.dtype, device=_META)
+    return mode.wrap(grad, x.fake_device)
+
+
 @register_fake_impl(aten.histogram.bin_ct, aten.histogram.bins_tensor)
 def histogram(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
     """hist has one entry per bin, bin_edges one more; both in the input's dtype."""

@@ -278,3 +278,18 @@ def test_library_code_stays_off_torch_internals():
                            r"fx\.experimental|export)\b|torch\.(compile|jit)\(", re.M)
     for path in pathlib.Path(kiln.fake.__file__).parent.glob("*.py"):
         assert not forbidden.search(path.read_text()), path.name
+
+
+@pytest.mark.parametrize("loss", [F.multi_margin_loss, F.multilabel_margin_loss])
+def test_margin_loss_backward_has_a_fake_impl(loss):
+    # The backward ops of these losses have no meta kernel: Kiln's fake impl gives the input's shape,
+    # dtype and the contiguous strides the CPU kernel allocates.
+    torch.manual_seed(0)
+    x = torch.randn(5, 4).t().requires_grad_()
+    target = torch.randint(0, 4, (4,)) if loss is F.multi_margin_loss else torch.randint(-1, 5, (4, 5))
+    (real,) = torch.autograd.grad(loss(x, target), x)
+    mode = FakeTensorMode()
+    fx, ft = mode.from_real(x), mode.from_real(target)
+    with mode:
+        (fake,) = torch.autograd.grad(loss(fx, ft), fx)
+    assert (fake.shape, fake.stride(), fake.dtype) == (real.shape, real.stride(), real.dtype)
