@@ -217,6 +217,10 @@ def partition(joint: JointTrace, policy: str = "min_cut") -> Partition:
         saved = _saved_by_min_cut(nodes, fw, bw_needed, tangent_dependent)
     else:
         raise ValueError(f"unknown partition policy {policy!r}; use 'min_cut' or 'save_all'")
+    # A gradient that depends on no tangent (angle's zeros_like(x)) reaches back to the inputs
+    # without crossing the cut: keep the inputs it reads (a reference, no new memory).
+    reached = _ancestors(grads, stop=set(saved) | set(tangents))
+    saved = list(saved) + [n for n in primals if n in reached and n not in saved]
     saved_tensors = [n for n in saved if isinstance(n.meta.get("val"), torch.Tensor)]
     saved_symints = [n for n in saved if n not in saved_tensors]
     # the backward may also read symbolic sizes that only the forward's inputs carry

@@ -120,3 +120,23 @@ def test_aot_graphs_log_shows_both_graphs_and_saved_tensors(caplog):
     assert "forward =====" in err and "backward =====" in err
     assert "saved tensors:" in err and "save_all=" in err
     assert recent_reports()[-1].policy == "min_cut"
+
+
+@pytest.mark.parametrize("policy", ["min_cut", "save_all"])
+def test_gradient_that_reads_no_tangent_keeps_its_input(policy):
+    # angle's gradient for real inputs is zeros_like(x): it depends on x but on no tangent, so
+    # nothing the cut saves leads to it; the partition must keep x for the backward.
+    import kiln
+
+    def f(x, y):
+        return torch.angle(x) + y.sin()
+
+    x, y = torch.randn(5, requires_grad=True), torch.randn(5, requires_grad=True)
+    kiln.reset()
+    compiled = kiln.compile(f, backend=aot_autograd(run_eagerly, run_eagerly, partition=policy))
+    got = torch.autograd.grad(compiled(x, y).sum(), (x, y))
+    want = torch.autograd.grad(f(x, y).sum(), (x, y))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["graphs"] == 1  # compiled, not run eagerly
+    kiln.reset()
