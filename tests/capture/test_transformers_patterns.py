@@ -10,14 +10,7 @@ import typing
 import torch
 
 import kiln
-
-
-def _explain(fn, *args, **kwargs):
-    kiln.reset()
-    try:
-        return kiln.explain(fn)(*args, **kwargs)
-    finally:
-        kiln.reset()
+from tests.capture.test_real_model_patterns import _explain
 
 
 def _scale_list(x, args):
