@@ -182,7 +182,7 @@ def capture() -> None:
 
     print("recompiles: the same compiled model called with sequence lengths 16, 32, 24 (KILN_LOGS=recompiles):")
     kiln.reset()
-    log = sys.modules.get("kiln.debug.log")
+    log = sys.modules.get("kiln.log")
     if log is not None:
         log.configure("recompiles")
     try:

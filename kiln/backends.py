@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from kiln.debug import log
+from kiln import log
 
 Backend = Callable[[torch.fx.GraphModule, list], Callable[..., Any]]
 

@@ -24,7 +24,7 @@ from kiln.autograd.joint import (JointTrace, differentiable_outputs, prepare_inp
                                  trace_joint)
 from kiln.autograd.partition import Partition, SavedValue, partition as split_joint
 from kiln.autograd.runtime import AotRuntime, bind_symbols, make_autograd_function
-from kiln.debug import log
+from kiln import log
 
 Compiler = Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]
 Backend = Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from kiln.debug import log
+from kiln import log
 from kiln.errors import Unsupported
 
 

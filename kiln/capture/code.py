@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from bytecode import Bytecode, CellVar, Instr, Label
 
-from kiln.debug import log
+from kiln import log
 from kiln.errors import Unsupported
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR

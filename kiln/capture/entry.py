@@ -21,7 +21,7 @@ import torch
 from kiln import config
 from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, compile_guards
 from kiln.capture.options import COMPILED_MARKER, ORIGINAL_ATTR, CompileOptions
-from kiln.debug import log
+from kiln import log
 from kiln.errors import GraphBreakError, Unsupported
 from kiln import symbolic  # its names load lazily: sympy only comes with a capture
 

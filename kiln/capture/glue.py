@@ -20,7 +20,7 @@ import torch.fx
 
 from kiln.capture import code as code_mod
 from kiln.capture.variables.constant import literal_or_none
-from kiln.debug import log
+from kiln import log
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from kiln.debug import log
+from kiln import log
 
 # ---------------------------------------------------------------------------------------------------
 # Records

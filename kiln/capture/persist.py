@@ -55,7 +55,7 @@ import torch
 
 from kiln import config
 from kiln.capture.guards import CheckFn, Guard, TensorSpec, compile_guards
-from kiln.debug import log
+from kiln import log
 
 FORMAT = 1  # bump when the pickled layout changes
 _MAX_ENTRIES = 16  # newest files read per key; older ones are left for a cache cleaner

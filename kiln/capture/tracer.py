@@ -46,7 +46,7 @@ from kiln.capture.variables.slice import SliceVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable, SuperVariable
-from kiln.debug import log
+from kiln import log
 from kiln.errors import GraphBreakError, Unsupported
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR

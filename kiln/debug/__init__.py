@@ -1,4 +1,4 @@
-"""Diagnostics: logs (KILN_LOGS), explain(), the KILN_DEBUG dump, reports and bisect.
+"""Diagnostics: explain(), the KILN_DEBUG dump, reports and bisect.
 
-Stages import only `kiln.debug.log`; everything else here reads the stages' IR objects.
+Everything here reads the stages' IR objects; no stage imports this package (logging is kiln.log).
 """

@@ -17,7 +17,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from kiln.debug import log
+from kiln import log
 from kiln.errors import MissingFakeImplError
 from kiln.fake import cache, convert, devices, impls
 from kiln.fake.devices import normalize_device

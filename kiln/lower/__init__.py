@@ -21,7 +21,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from kiln import config
-from kiln.debug import log
+from kiln import log
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.codegen.wrapper import make_wrapper
 from kiln.lower.decompose import decompose

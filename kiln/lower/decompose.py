@@ -16,7 +16,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kiln.debug import log
+from kiln import log
 from kiln.lower.lowerings import LOWERINGS
 
 aten = torch.ops.aten

@@ -14,7 +14,7 @@ import subprocess
 import time
 from typing import Sequence
 
-from kiln.debug import log
+from kiln import log
 from kiln.runtime import cache
 
 COMPILER = os.environ.get("CXX", "g++")

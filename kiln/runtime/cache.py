@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import torch
 
 from kiln import config
-from kiln.debug import log
+from kiln import log
 
 
 @functools.lru_cache(maxsize=None)

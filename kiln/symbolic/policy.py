@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from kiln import config
-from kiln.debug import log
+from kiln import log
 from kiln.symbolic.marks import marked_dynamic, marked_maybe_dynamic, marked_static
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import sympy
 import torch
 
-from kiln.debug import log
+from kiln import log
 from kiln.errors import DataDependentOutputError, KilnError
 from kiln.symbolic.expr import (INF, Interval, UNKNOWN, canonical, decide, evaluate_at,
                                 int_symbol, negate)

@@ -108,7 +108,7 @@ def test_random_and_expensive_ops_are_not_recomputed(twin):
 
 
 def test_aot_graphs_log_shows_both_graphs_and_saved_tensors(caplog):
-    from kiln.debug import log
+    from kiln import log
 
     log.configure("aot_graphs")
     try:

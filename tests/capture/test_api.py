@@ -11,7 +11,7 @@ import kiln
 import kiln.errors
 from kiln import backends
 from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, DISABLE_MARKER
-from kiln.debug.log import KilnWarning
+from kiln.log import KilnWarning
 
 
 @pytest.fixture(autouse=True)
@@ -333,7 +333,7 @@ def test_backend_error_under_fullgraph_names_the_function():
 
 
 def test_guards_and_recompiles_logs(caplog):
-    from kiln.debug import log
+    from kiln import log
 
     f = kiln.compile(double_plus, backend="eager")
     log.configure("guards,recompiles")

@@ -10,7 +10,7 @@ import pytest
 
 import kiln
 from kiln.capture import breaks
-from kiln.debug import log
+from kiln import log
 from kiln.errors import DataDependentOutputError, MissingFakeImplError, Unsupported
 
 

@@ -737,7 +737,7 @@ def test_exception_is_eagers_even_after_a_break() -> None:
 
 def test_kiln_logs_graph_breaks_prints_each_break_once() -> None:
     from kiln.capture import breaks
-    from kiln.debug import log
+    from kiln import log
 
     seen: list[str] = []
 

@@ -659,7 +659,7 @@ def test_resume_code_is_a_plain_code_object():
 def test_kiln_logs_bytecode_shows_each_new_resume_function():
     import logging
 
-    from kiln.debug import log
+    from kiln import log
 
     seen: list[str] = []
 

@@ -23,7 +23,7 @@ import torch
 import torch._dynamo
 
 import kiln
-from kiln.debug import log
+from kiln import log
 from kiln.symbolic import expr_of, is_symbolic
 
 # ---------------------------------------------------------------------------------------- harness

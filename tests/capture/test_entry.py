@@ -14,7 +14,7 @@ from kiln.api import compile_with
 from kiln.capture import entry
 from kiln.capture.guards import Guard, tensor_guard
 from kiln.capture.options import CompileOptions
-from kiln.debug.log import KilnWarning
+from kiln.log import KilnWarning
 from kiln.errors import GraphBreakError, Unsupported
 
 
@@ -137,7 +137,7 @@ def test_bound_method_and_closure():
 
 
 def test_recompile_log_names_the_failing_guard(caplog):
-    from kiln.debug import log
+    from kiln import log
 
     log.configure("recompiles")
     try:

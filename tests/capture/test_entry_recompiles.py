@@ -12,7 +12,7 @@ from torch._dynamo.testing import CompileCounter
 
 import kiln
 from kiln.backends import CountingBackend
-from kiln.debug.log import KilnWarning
+from kiln.log import KilnWarning
 
 SCALE = 2.0
 

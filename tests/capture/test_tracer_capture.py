@@ -157,7 +157,7 @@ def test_glue_source_executes_side_effects_in_order():
 def test_kiln_logs_bytecode_shows_code_and_glue():
     import logging
 
-    from kiln.debug import log
+    from kiln import log
 
     records: list[str] = []
 

@@ -7,7 +7,7 @@ import sympy
 import torch
 from torch._dispatch.python import enable_python_dispatcher
 
-from kiln.debug import log
+from kiln import log
 from kiln.errors import DataDependentOutputError
 from kiln.symbolic import (ConstraintViolation, GuardOnDataDependentSymNode, ShapeEnv, expr_of,
                            is_symbolic)

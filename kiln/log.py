@@ -2,7 +2,8 @@
 
 `KILN_LOGS="graph_breaks,recompiles,guards,graph_code,aot_graphs,output_code,dynamic,perf_hints,bytecode"`
 turns artifacts on (the names follow TORCH_LOGS); `+capture`, `+fake`, `+aot`, `+lower` turn on debug
-level logging for a stage. This is the only module of kiln.debug that the stages import.
+level logging for a stage. It sits at the bottom of the package beside config and errors, so every
+stage can log without importing kiln.debug (which reads every stage).
 """
 from __future__ import annotations
 
