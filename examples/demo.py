@@ -272,9 +272,6 @@ def inductor() -> None:
 
     kiln_model = fresh_model()
     with kiln.config.patch(cache_dir=os.path.join(scratch, "kiln"), debug=True, debug_dir=debug_dir):
-        dump = sys.modules.get("kiln.debug.dump")
-        if dump is not None:
-            dump.install_if_enabled()
         kiln_step = training_step(kiln_model, kiln.compile(kiln_model), idx, targets)
         kiln_first, warned = kiln_warnings(lambda: timed_first_call(kiln_step))
     for w in warned:

@@ -5,9 +5,15 @@ The public API mirrors torch.compile (see DESIGN.md): `kiln.compile`, `kiln.expl
 backend registry (`kiln.register_backend`, `kiln.list_backends`, `kiln.inductor_backend`).
 """
 from kiln import config
-from kiln.api import OptimizedModule, allow_in_graph, compile, disable, explain, reset, stats
+from kiln.api import OptimizedModule, allow_in_graph, compile, disable, reset, stats
 from kiln.backends import inductor_backend, list_backends, register_backend
+from kiln.debug import dump as _dump
+from kiln.debug.explain import explain
 from kiln.symbolic.marks import mark_dynamic, mark_static, maybe_mark_dynamic
+
+# debug reads every stage and no stage imports it: the package root wires the KILN_DEBUG dump to
+# the capture events here (it writes only while config.debug is on).
+_dump.install()
 
 __all__ = [
     "OptimizedModule", "allow_in_graph", "compile", "config", "disable", "explain", "inductor_backend",

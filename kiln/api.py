@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 
-from kiln import backends, config
+from kiln import backends
 from kiln.capture import breaks, entry
 from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, COMPILED_MARKER, DISABLE_MARKER, ORIGINAL_ATTR, CompileOptions
 
@@ -48,10 +48,6 @@ def compile(model: Any = None, *, fullgraph: bool = False, dynamic: bool | None 
 
 def compile_with(model: Any, options: CompileOptions, capture: Callable[..., Any] | None = None) -> Any:
     """kiln.compile with ready options; `capture` replaces the tracer (tests inject a fake one)."""
-    if config.debug:  # the dump (and the html module it needs) only loads under KILN_DEBUG=1
-        from kiln.debug import dump
-
-        dump.install_if_enabled()
     if isinstance(model, OptimizedModule):
         model = model._orig_mod  # compiling (or explaining) a compiled module starts from the original
     if isinstance(model, torch.nn.Module):
@@ -201,9 +197,3 @@ def stats() -> dict[str, int]:
     cache_hits, fallbacks (see kiln.capture.entry.Stats)."""
     return entry.STATS.as_dict()
 
-
-def explain(fn: Callable[..., Any], **compile_kwargs: Any) -> Callable[..., Any]:
-    """`kiln.explain(fn)(*args, **kwargs)` -> ExplainOutput (graphs, breaks with reasons, guards)."""
-    from kiln.debug.explain import explain as run_explain  # debug reads the stages; load it on use
-
-    return run_explain(fn, **compile_kwargs)

@@ -2,16 +2,20 @@
 
 `KILN_LOGS="graph_breaks,recompiles,guards,graph_code,aot_graphs,output_code,dynamic,perf_hints,bytecode"`
 turns artifacts on (the names follow TORCH_LOGS); `+capture`, `+fake`, `+aot`, `+lower` turn on debug
-level logging for a stage. It sits at the bottom of the package beside config and errors, so every
-stage can log without importing kiln.debug (which reads every stage).
+level logging for a stage. Under KILN_DEBUG=1 it also holds the run folder every stage writes its dump
+files into. It sits at the bottom of the package beside config and errors, so every stage can log
+without importing kiln.debug (which reads every stage). Counterpart: torch._logging.
 """
 from __future__ import annotations
 
 import logging
 import os
 import sys
+import time
 import warnings
 from typing import Callable
+
+from kiln import config
 
 ARTIFACTS = frozenset(
     {"graph_breaks", "recompiles", "guards", "graph_code", "aot_graphs", "output_code",
@@ -81,6 +85,48 @@ class KilnWarning(UserWarning):
 def warn(message: str) -> None:
     """A user-facing warning line (fallbacks, cache limit, backend substitutions). Always shown."""
     warnings.warn(message, KilnWarning, stacklevel=3)
+
+
+# KILN_DEBUG=1: one run folder per process. Each stage adds a subfolder and a row for the index page;
+# kiln.debug.dump (which writes the capture folders) registers the function that rewrites that page.
+_run_dir: str | None = None
+_dump_rows: list[tuple[str, str, str]] = []  # (folder, title, note)
+_dump_index_writers: list[Callable[[], None]] = []
+
+
+def dump_run_dir() -> str:
+    """The folder of this process's debug dump under config.debug_dir (created on first use)."""
+    global _run_dir
+    if _run_dir is None:
+        stamp = time.strftime("%Y%m%d_%H%M%S") + f"_{os.getpid()}"
+        _run_dir = os.path.join(config.debug_dir, f"run_{stamp}")
+        os.makedirs(_run_dir, exist_ok=True)
+    return _run_dir
+
+
+def dump_rows() -> list[tuple[str, str, str]]:
+    """The folders written so far in this run, in order: (folder, title, what happened)."""
+    return list(_dump_rows)
+
+
+def add_dump_row(folder: str, title: str, note: str) -> None:
+    """List a folder of the run on the dump's index page (the page is rewritten at once)."""
+    _dump_rows.append((folder, title, note))
+    for write_index in _dump_index_writers:
+        write_index()
+
+
+def on_dump_row(write_index: Callable[[], None]) -> None:
+    """Register the index-page writer (idempotent)."""
+    if write_index not in _dump_index_writers:
+        _dump_index_writers.append(write_index)
+
+
+def reset_dump() -> None:
+    """The next dump file starts a fresh run folder with an empty index."""
+    global _run_dir
+    _run_dir = None
+    _dump_rows.clear()
 
 
 configure()

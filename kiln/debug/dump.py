@@ -9,45 +9,33 @@ events; later stages add their files (ATen graphs, kernels) under the same run f
 from __future__ import annotations
 
 import dis
-import html
 import os
-import time
 from typing import Any
 
-from kiln import config
+from kiln import config, log
 from kiln.capture import entry
 
-_run_dir: str | None = None
-_rows: list[tuple[str, str, str]] = []  # (folder, frame name, note)
 _installed = False
 
 
 def run_dir() -> str:
-    """The folder of this process's dump (created on first use)."""
-    global _run_dir
-    if _run_dir is None:
-        stamp = time.strftime("%Y%m%d_%H%M%S") + f"_{os.getpid()}"
-        _run_dir = os.path.join(config.debug_dir, f"run_{stamp}")
-        os.makedirs(_run_dir, exist_ok=True)
-    return _run_dir
+    """The folder of this process's dump (created on first use; shared with every stage via kiln.log)."""
+    return log.dump_run_dir()
 
 
-def install_if_enabled() -> bool:
-    """Start listening to captures when config.debug (KILN_DEBUG=1) is on; idempotent."""
+def install() -> None:
+    """Listen to every capture; events are written only while config.debug (KILN_DEBUG=1) is on.
+    The package installs this at import, so no stage needs to import kiln.debug. Idempotent."""
     global _installed
-    if config.debug and not _installed:
+    if not _installed:
         entry.add_observer(write_event)
+        log.on_dump_row(_write_index)
         _installed = True
-    return _installed
 
 
-def uninstall() -> None:
-    global _installed, _run_dir
-    if _installed:
-        entry.remove_observer(write_event)
-    _installed = False
-    _run_dir = None
-    _rows.clear()
+def reset() -> None:
+    """Forget the run folder: the next capture under KILN_DEBUG starts a fresh one."""
+    log.reset_dump()
 
 
 def _write(folder: str, name: str, text: str) -> None:
@@ -57,8 +45,10 @@ def _write(folder: str, name: str, text: str) -> None:
 
 def write_event(event: entry.CaptureEvent) -> None:
     """Write one capture event's artifacts, then refresh the index page."""
+    if not config.debug:
+        return
     fn = event.fn
-    folder_name = f"{len(_rows):03d}_{fn.__qualname__.replace('<', '').replace('>', '').replace('.', '_')}"
+    folder_name = f"{len(log.dump_rows()):03d}_{fn.__qualname__.replace('<', '').replace('>', '').replace('.', '_')}"
     folder = os.path.join(run_dir(), folder_name)
     os.makedirs(folder, exist_ok=True)
     code = fn.__code__
@@ -81,14 +71,7 @@ def write_event(event: entry.CaptureEvent) -> None:
             _write(folder, "breaks.txt", "\n\n".join(str(b) for b in result.breaks) + "\n")
     if event.recompile_reason:
         note += f"; recompiled because {event.recompile_reason}"
-    _rows.append((folder_name, fn.__qualname__, note))
-    _write_index()
-
-
-def add_stage_folder(folder_name: str, title: str, note: str) -> None:
-    """A later stage (the lowering) lists its folder under the run folder on the index page."""
-    _rows.append((folder_name, title, note))
-    _write_index()
+    log.add_dump_row(folder_name, fn.__qualname__, note)
 
 
 def _graph_text(gm: Any) -> str:
@@ -99,15 +82,18 @@ def _graph_text(gm: Any) -> str:
 
 
 def _write_index() -> None:
-    rows = "\n".join(
+    import html  # only under KILN_DEBUG: a plain `import kiln` does not load it
+
+    rows = log.dump_rows()
+    table = "\n".join(
         f"<tr><td><a href='{html.escape(folder)}/'>{html.escape(folder)}</a></td>"
         f"<td>{html.escape(name)}</td><td>{html.escape(note)}</td></tr>"
-        for folder, name, note in _rows
+        for folder, name, note in rows
     )
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>kiln debug</title></head><body>\n"
-        f"<h1>kiln debug dump</h1><p>{len(_rows)} capture(s); counters: {entry.STATS.as_dict()}</p>\n"
+        f"<h1>kiln debug dump</h1><p>{len(rows)} folder(s); counters: {entry.STATS.as_dict()}</p>\n"
         "<table border='1' cellpadding='4'><tr><th>folder</th><th>frame</th><th>what happened</th></tr>\n"
-        f"{rows}\n</table></body></html>\n"
+        f"{table}\n</table></body></html>\n"
     )
     _write(run_dir(), "index.html", page)

@@ -107,7 +107,7 @@ def explain(fn: Callable[..., Any], *, backend: Any = "eager", dynamic: bool | N
     """
 
     def run(*args: Any, **kwargs: Any) -> ExplainOutput:
-        from kiln.api import compile_with  # kiln.api imports this module lazily; no cycle at import
+        from kiln.api import compile_with  # debug sits above the api: kiln/__init__ exports explain from here
 
         recorder = backends.CountingBackend(backends.lookup(backend))
         options = CompileOptions(backend=recorder, compiler=recorder, dynamic=dynamic)

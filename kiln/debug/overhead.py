@@ -26,7 +26,7 @@ def call_overhead(fn: Callable[..., Any] | None = None, inputs: Sequence[Any] | 
     best of `repeat` runs of `number` calls (the minimum is the least disturbed by other load).
     `fn` must compile to exactly one graph whose inputs are `inputs` in order (the default does).
     """
-    import kiln  # the package imports this module only on demand
+    from kiln import api  # the package imports this module only on demand
 
     fn = fn or _add_mul
     inputs = list(inputs) if inputs is not None else [torch.randn(16), torch.randn(16)]
@@ -36,7 +36,7 @@ def call_overhead(fn: Callable[..., Any] | None = None, inputs: Sequence[Any] | 
         callables.append(gm.forward)
         return gm.forward
 
-    compiled = kiln.compile(fn, backend=keep_callable)
+    compiled = api.compile(fn, backend=keep_callable)
     compiled(*inputs)
     compiled(*inputs)
     if len(callables) != 1:

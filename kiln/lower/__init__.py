@@ -104,7 +104,7 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
 
 class _DebugDump:
     """KILN_DEBUG=1: each pass's output as a file named after the pass, in one folder per compiled
-    graph (`lower_<n>/`) under the run folder kiln.debug.dump manages. A no-op otherwise."""
+    graph (`lower_<n>/`) under the run folder of kiln.log, beside the capture dump. A no-op otherwise."""
 
     _counter = itertools.count()
 
@@ -115,12 +115,10 @@ class _DebugDump:
     def start(cls, gm: torch.fx.GraphModule) -> "_DebugDump":
         if not config.debug:
             return cls(None)
-        from kiln.debug import dump  # only under KILN_DEBUG: the dump's folder is shared by every stage
-
         name = f"lower_{next(cls._counter):03d}"
-        folder = os.path.join(dump.run_dir(), name)
+        folder = os.path.join(log.dump_run_dir(), name)
         os.makedirs(folder, exist_ok=True)
-        dump.add_stage_folder(name, "lowering", "aten graph, loop IR, schedule, C++ and wrapper, one file per pass")
+        log.add_dump_row(name, "lowering", "aten graph, loop IR, schedule, C++ and wrapper, one file per pass")
         out = cls(folder)
         out.write("aten_graph.py", gm.code)
         return out

@@ -13,10 +13,10 @@ from kiln.debug import dump
 @pytest.fixture
 def debug_dir(tmp_path):
     kiln.reset()
-    dump.uninstall()
+    dump.reset()
     with kiln.config.patch(debug=True, debug_dir=str(tmp_path)):
         yield tmp_path
-    dump.uninstall()
+    dump.reset()
     kiln.reset()
 
 
@@ -42,7 +42,7 @@ def test_dump_writes_each_capture_and_an_index(debug_dir):
 
 def test_no_dump_without_debug(tmp_path):
     kiln.reset()
-    dump.uninstall()
+    dump.reset()
     with kiln.config.patch(debug=False, debug_dir=str(tmp_path)):
         kiln.compile(body, backend="eager")(torch.randn(3), 2)
     assert os.listdir(tmp_path) == []

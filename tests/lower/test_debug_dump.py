@@ -21,12 +21,12 @@ def _dump_of_one_compile(tmp_path, monkeypatch) -> str:
     """Compile one graph under KILN_DEBUG into a fresh run folder; returns its lower_* folder."""
     monkeypatch.setattr(config, "debug", True)
     monkeypatch.setattr(config, "debug_dir", str(tmp_path / "debug"))
-    dump.uninstall()  # a fresh run folder
+    dump.reset()  # a fresh run folder
     try:
         compile_fn(lambda x: torch.softmax(x, -1) * 2, torch.randn(8, 16))
         run = dump.run_dir()
     finally:
-        dump.uninstall()
+        dump.reset()
     folders = sorted(f for f in os.listdir(run) if f.startswith("lower_"))
     assert len(folders) == 1, os.listdir(run)
     return os.path.join(run, folders[0])
