@@ -24,11 +24,12 @@ from kiln import config
 from kiln import log
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.codegen.wrapper import make_wrapper
+from kiln.lower.codegen import triton_wrapper
 from kiln.lower.decompose import decompose
 from kiln.lower.graph import lower_to_loop_ir, node_metas
 from kiln.lower.ir import LoopIR, format_ir, verify_ir
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, format_program, schedule
-from kiln.runtime import build, cache
+from kiln.runtime import artifact, build, cache
 
 
 @dataclass
@@ -43,9 +44,15 @@ class CompiledGraph:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per pass
     _signatures: dict = field(default_factory=dict, repr=False)
     _lib: Any = field(default=None, repr=False)
+    codegen: str = "cpp"  # the code generator that ran: "cpp" or "triton"
+    triton_source: str = ""  # the Triton kernels' module when codegen == "triton"
 
     def __call__(self, *args: Any) -> tuple:
         return self.fn(*args)
+
+    def artifact_recipe(self) -> Any:
+        """This graph as data for the runtime's artifact protocol (None when it cannot travel)."""
+        return artifact.describe(self.fn)
 
     @property
     def kernel_count(self) -> int:
@@ -133,6 +140,12 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
                   options: dict[str, Any] | None = None) -> CompiledGraph:
     """Fuse, generate C++, build (or load from the disk cache) and wrap one ATen graph."""
     options = options or {}  # "verify": check the IR (default True); "opt_level": e.g. "-O1"
+    # Switches the bisector (kiln.debug.bisect) flips one at a time, each a collection of names:
+    # "no_decompose" (ops kept whole), "aten_fallback" (ops run as ATen calls instead of their
+    # lowering), "no_fusion" (loop-IR buffers that get a kernel of their own).
+    no_decompose = frozenset(options.get("no_decompose", ()))
+    aten_fallback = frozenset(options.get("aten_fallback", ()))
+    no_fusion = frozenset(options.get("no_fusion", ()))
     timings: dict[str, float] = {}
     start = time.perf_counter()
 
@@ -142,8 +155,12 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         timings[name] = now - start
         start = now
 
-    key = _graph_key(aten_gm, example_inputs, options)
-    cached = cache.load_graph(key) if key is not None else None
+    # the graph's device picks the code generator: C++ on CPU (or Triton when config.cpu_backend
+    # says so, under Triton's interpreter), Triton on CUDA (kiln.lower.codegen.triton_wrapper)
+    device = triton_wrapper.graph_device(example_inputs)
+    codegen = triton_wrapper.choose_codegen(device, config.cpu_backend)
+    key = _graph_key(aten_gm, example_inputs, options) if codegen == "cpp" else None  # Triton graphs: not on disk yet
+    cached = cache.load_graph(key, packages=("kiln.lower.",)) if key is not None else None
     if cached is not None:
         program, source, signatures, hints, flags = cached  # type: ignore[misc]
         lib = build.load(source, flags) if signatures else None
@@ -161,20 +178,27 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     dump = _DebugDump.start(aten_gm)
     gm = _copy_graph(aten_gm)
     metas = node_metas(gm, example_inputs)
-    gm = decompose(gm, metas)
+    gm = decompose(gm, metas, keep=no_decompose)
     mark("decompose")
     log.debug("lower", lambda: f"decompose:\n{gm.code}")
     dump.write("decompose.py", gm.code)
-    ir, hints = lower_to_loop_ir(gm, example_inputs)
+    ir, hints = lower_to_loop_ir(gm, example_inputs, aten_fallback=aten_fallback)
     if options.get("verify", True):
         verify_ir(ir)
     mark("lower_to_loop_ir")
     log.debug("lower", lambda: f"lower_to_loop_ir:\n{format_ir(ir)}")
     dump.write("lower_to_loop_ir.txt", format_ir(ir) + "".join(f"\n# perf hint: {h}" for h in hints))
-    program = schedule(ir)
+    program = schedule(ir, unfused=no_fusion) if no_fusion else schedule(ir)
     mark("schedule")
     log.debug("lower", lambda: "schedule:\n" + format_program(program))
     dump.write("schedule.txt", format_program(program))
+    if codegen == "triton":
+        fn, source, wrapper_source = triton_wrapper.compile_program(program, device)
+        mark("codegen_triton")
+        dump.write("codegen_triton.py", source)
+        dump.write("codegen_wrapper.py", wrapper_source)
+        log.artifact("output_code", lambda: f"# triton kernels\n{source}\n# wrapper\n{wrapper_source}")
+        return CompiledGraph(fn, "", wrapper_source, program, hints, timings, codegen="triton", triton_source=source)
     source, signatures = generate(program)
     mark("codegen_cpp")
     dump.write("codegen_cpp.cpp", source)

@@ -37,8 +37,11 @@ def decomposition_table() -> dict[Any, Any]:
     return table
 
 
-def wants_decomposition(target: Any) -> bool:
+def wants_decomposition(target: Any, keep: frozenset[str] = frozenset()) -> bool:
+    """`keep`: op names (`str(overload)`) left whole, for the bisector's one-at-a-time switch."""
     if target in LOWERINGS or target in _IGNORED or not isinstance(target, torch._ops.OpOverload):
+        return False
+    if keep and str(target) in keep:
         return False
     if target in decomposition_table():
         return True
@@ -54,16 +57,18 @@ class _Recorder(TorchDispatchMode):
         # first call imports Dynamo (1-2 s). This mode never runs under Dynamo.
         return False
 
-    def __init__(self, graph: torch.fx.Graph, nodes: dict[int, torch.fx.Node]) -> None:
+    def __init__(self, graph: torch.fx.Graph, nodes: dict[int, torch.fx.Node],
+                 keep: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.graph = graph
         self.nodes = nodes
+        self.keep = keep
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if func in _IGNORED:
             return func(*args, **kwargs)
-        if wants_decomposition(func):
+        if wants_decomposition(func, self.keep):
             table = decomposition_table()
             with self:
                 out = table[func](*args, **kwargs) if func in table else func.decompose(*args, **kwargs)
@@ -106,12 +111,14 @@ def _meta(v: Any) -> Any:
     return v
 
 
-def decompose(gm: torch.fx.GraphModule, metas: dict[torch.fx.Node, Any]) -> torch.fx.GraphModule:
-    """Replace every node that wants a decomposition by the ops of its decomposition, in place."""
+def decompose(gm: torch.fx.GraphModule, metas: dict[torch.fx.Node, Any], *,
+              keep: frozenset[str] = frozenset()) -> torch.fx.GraphModule:
+    """Replace every node that wants a decomposition by the ops of its decomposition, in place;
+    ops named in `keep` stay whole (lowered by their rule, or run as an ATen call)."""
     changed = 0
     with torch._dispatch.python.enable_python_dispatcher():
         for node in list(gm.graph.nodes):
-            if node.op != "call_function" or not wants_decomposition(node.target):
+            if node.op != "call_function" or not wants_decomposition(node.target, keep):
                 continue
             nodes: dict[int, torch.fx.Node] = {}
             env: dict[torch.fx.Node, Any] = {}
@@ -128,7 +135,7 @@ def decompose(gm: torch.fx.GraphModule, metas: dict[torch.fx.Node, Any]) -> torc
             args, kwargs = pytree.tree_map(meta_of, (node.args, node.kwargs))
             changed += 1  # even a decomposition given up on may have left dead nodes to sweep
             try:
-                with gm.graph.inserting_before(node), _Recorder(gm.graph, nodes):
+                with gm.graph.inserting_before(node), _Recorder(gm.graph, nodes, keep):
                     out = node.target(*args, **kwargs)
             except Exception as e:  # the op stays and falls back to an ATen call
                 log.debug("lower", f"decomposition of {node.target} failed: {e}")

@@ -15,8 +15,8 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from kiln.lower.ir import (BufferRef, ConstantBuffer, InputBuffer, Layout, LoopIR, SymExpr, contiguous_strides,
-                           index_vars, walk)
+from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Layout, LoopIR, SymExpr,
+                           contiguous_strides, index_vars, walk)
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, strided_value,
                                   to_expr, value_cost)
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback
@@ -72,8 +72,10 @@ def _has_unsupported_dtype(metas: Any) -> bool:
                for m in pytree.tree_leaves(metas))
 
 
-def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[LoopIR, list[str]]:
-    """The ATen graph as loop IR; also returns the perf hints (ops that fell back to ATen calls)."""
+def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
+                     aten_fallback: frozenset[str] = frozenset()) -> tuple[LoopIR, list[str]]:
+    """The ATen graph as loop IR; also returns the perf hints (ops that fell back to ATen calls).
+    Ops named in `aten_fallback` (`str(overload)`) run as ATen calls even when they have a rule."""
     metas = node_metas(gm, example_inputs)
     ctx = LoweringContext()
     env: dict[torch.fx.Node, Any] = {}
@@ -117,7 +119,7 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) ->
             ctx.add(ConstantBuffer(name, lay, (node.name,), t))
             env[node] = strided_value(BufferRef(name, lay))
         elif node.op == "call_function":
-            env[node] = _lower_node(ctx, node, env)
+            env[node] = _lower_node(ctx, node, env, aten_fallback)
             if isinstance(env[node], TensorValue):
                 env[node] = _maybe_realize(ctx, env[node], node)
         elif node.op == "output":
@@ -133,7 +135,8 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) ->
     return ir, ctx.perf_hints
 
 
-def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
+def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.Node, Any],
+                aten_fallback: frozenset[str] = frozenset()) -> Any:
     args, kwargs = pytree.tree_map(lambda a: env[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
     target = node.target
     if target is operator.getitem:
@@ -148,6 +151,8 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
         return _sym_arith(target, args)
     args, kwargs = pytree.tree_map(lambda a: to_expr(a) if isinstance(a, torch.SymInt) else a, (args, kwargs))
     rule = LOWERINGS.get(target)
+    if aten_fallback and str(target) in aten_fallback:
+        return fallback(ctx, target, args, kwargs, reason="its lowering is switched off (bisect)")
     if target in EXTERN_BY_DESIGN:
         args = _realize_extern_inputs(ctx, node, env, args)
     lazy_inputs = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorValue) and a.view is None]
@@ -187,7 +192,7 @@ def _realize_extern_inputs(ctx: LoweringContext, node: torch.fx.Node, env: dict[
 def _sym_arith(target: Any, args: Sequence[Any]) -> Any:
     vals = [sympy.sympify(a) if isinstance(a, (int, sympy.Basic)) and not isinstance(a, bool) else a for a in args]
     table = {operator.add: lambda a, b: a + b, operator.sub: lambda a, b: a - b, operator.mul: lambda a, b: a * b,
-             operator.floordiv: lambda a, b: sympy.floor(a / b), operator.neg: lambda a: -a,
+             operator.floordiv: lambda a, b: FloorDiv(a, b), operator.neg: lambda a: -a,
              operator.mod: lambda a, b: sympy.Mod(a, b), operator.truediv: lambda a, b: a / b,
              torch.sym_max: lambda a, b: sympy.Max(a, b), torch.sym_min: lambda a, b: sympy.Min(a, b)}
     if target not in table:

@@ -214,14 +214,15 @@ def _regroup(k: _OpenKernel, node: Reduction) -> _OpenKernel | None:
 HOIST_WINDOW = 4  # steps a buffer may move up: further would keep its memory alive (and out of cache) longer
 
 
-def schedule(ir: LoopIR) -> KernelProgram:
+def schedule(ir: LoopIR, *, unfused: frozenset[str] = frozenset()) -> KernelProgram:
     """Greedy fusion in program order, then the choice of which buffers stay in registers.
 
     A buffer that fits neither the open kernel nor a regrouping of it may join an earlier kernel
     instead, when everything it reads exists by then (the copies that split q, k and v for attention
     sit on both sides of a bmm: they become one kernel); it never moves past a scatter, which writes
-    in place."""
+    in place. A buffer named in `unfused` gets a kernel of its own (the bisector's fusion switch)."""
     steps: list[_OpenKernel | ScatterKernel | ExternCall] = []
+    alone: set[int] = set()  # steps holding an unfused buffer: nothing may join them
     produced: dict[str, int] = {}  # buffer -> index in steps of what makes it
     open_kernel: _OpenKernel | None = None
 
@@ -243,13 +244,20 @@ def schedule(ir: LoopIR) -> KernelProgram:
             step = steps[s]
             if isinstance(step, ScatterKernel):
                 return False
+            if s in alone:
+                continue
             if isinstance(step, _OpenKernel) and step.place(b):
                 produced[b.name] = s
                 return True
         return False
 
     for b in ir.buffers:
-        if isinstance(b, (Pointwise, Reduction)):
+        if isinstance(b, (Pointwise, Reduction)) and b.name in unfused:
+            close()
+            steps.append(_start(b))
+            alone.add(len(steps) - 1)
+            produced[b.name] = len(steps) - 1
+        elif isinstance(b, (Pointwise, Reduction)):
             if open_kernel is not None and open_kernel.place(b):
                 continue
             if open_kernel is not None and isinstance(b, Reduction):
