@@ -12,8 +12,6 @@ import ast
 import pathlib
 from collections import defaultdict
 
-import pytest
-
 KILN = pathlib.Path(__file__).resolve().parent.parent / "kiln"
 
 # The bottom: every unit may import these; they import nothing of Kiln but each other in this order.
@@ -42,11 +40,6 @@ ALLOWED: dict[str, frozenset[str]] = {
     "log": frozenset({"config"}),
     "config": frozenset(),
     "errors": frozenset(),
-}
-
-# Edges still present while another change lands; each must really exist (strict xfail below).
-PENDING: dict[tuple[str, str], str] = {
-    ("capture", "kiln"): "the frame cache finds Kiln's sources through `import kiln`",
 }
 
 
@@ -150,7 +143,7 @@ def test_the_table_is_acyclic():
 
 def test_imports_point_down_the_pipeline():
     bad = {edge: sites for edge, sites in import_edges().items()
-           if not _allowed(*edge) and edge not in PENDING}
+           if not _allowed(*edge)}
     message = "\n".join(f"{a} may not import {b}:\n    " + "\n    ".join(sites) for (a, b), sites in sorted(bad.items()))
     assert not bad, message
 
@@ -158,12 +151,13 @@ def test_imports_point_down_the_pipeline():
 def test_no_cycles_between_units():
     graph: dict[str, set[str]] = defaultdict(set)
     for source, target in import_edges():
-        if (source, target) not in PENDING:
-            graph[source].add(target)
+        graph[source].add(target)
     assert _cycles(graph) == []
 
 
-@pytest.mark.parametrize("edge", sorted(PENDING), ids=lambda e: f"{e[0]}->{e[1]}")
-@pytest.mark.xfail(strict=True, reason="the edge is removed by a change in progress (see PENDING)")
-def test_pending_edge_is_gone(edge):
-    assert edge not in import_edges(), f"{PENDING[edge]}: {import_edges()[edge]}"
+
+def test_lazy_and_relative_imports_are_edges():
+    tree = ast.parse("def f():\n    from ..lower import ir\n    from kiln import log\n    import kiln.fake.mode\n")
+    found = [target for node in ast.walk(tree) for target in _targets(node, "kiln.capture")]
+    assert sorted(found) == ["kiln.fake.mode", "kiln.log", "kiln.lower.ir"]
+    assert not _allowed("lower", "debug") and _allowed("debug", "lower") and _allowed("lower", "log")
