@@ -15,49 +15,7 @@ import sympy
 import torch
 from torch.utils import _pytree as pytree
 
-
-class FloorDiv(sympy.Function):
-    """Integer division of non-negative index expressions, C's `a / b` on indices."""
-
-    is_integer = True
-
-    @classmethod
-    def eval(cls, a, b):  # type: ignore[override]
-        if b == 1:
-            return a
-        if a == 0:
-            return sympy.Integer(0)
-        if a.is_Integer and b.is_Integer:
-            return sympy.Integer(int(a) // int(b))
-        # (q*b + r) / b  ->  q + r / b  when the sum splits into multiples of b
-        if isinstance(a, sympy.Add):
-            multiples = [t for t in a.args if (t / b).is_integer and not (t / b).has(FloorDiv)]
-            if multiples:
-                rest = sympy.Add(*[t for t in a.args if t not in multiples])
-                return sympy.Add(*[t / b for t in multiples]) + FloorDiv(rest, b)
-        if (a / b).is_integer and a.is_Mul:
-            return a / b
-        return None
-
-
-class ModularIndexing(sympy.Function):
-    """`a % b` on non-negative index expressions."""
-
-    is_integer = True
-
-    @classmethod
-    def eval(cls, a, b):  # type: ignore[override]
-        if b == 1 or a == 0:
-            return sympy.Integer(0)
-        if a.is_Integer and b.is_Integer:
-            return sympy.Integer(int(a) % int(b))
-        if isinstance(a, sympy.Add):
-            kept = [t for t in a.args if not (t / b).is_integer]
-            if len(kept) < len(a.args):
-                return ModularIndexing(sympy.Add(*kept), b)
-        if (a / b).is_integer:
-            return sympy.Integer(0)
-        return None
+from kiln.symbolic.expr import FloorDiv, ModularIndexing  # the index arithmetic shares the size vocabulary
 
 
 def index_vars(prefix: str, n: int) -> tuple[sympy.Symbol, ...]:

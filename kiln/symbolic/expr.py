@@ -1,8 +1,9 @@
-"""Sympy vocabulary of symbolic sizes: integer floor division, canonical guards, value ranges.
+"""Sympy vocabulary of sizes and index arithmetic: FloorDiv, ModularIndexing, canonical guards, ranges.
 
 Sits under kiln.symbolic's SymNode and ShapeEnv: the node builds expressions with these helpers,
 the environment canonicalizes each decision before recording it and decides questions statically
 with `bounds`, an interval evaluation over each symbol's value range (sizes are assumed >= 2).
+kiln.lower indexes with the same functions; kiln.symbolic.render prints them as Python or C.
 Input: sympy expressions over size symbols; output: expressions, canonical relations, intervals.
 PyTorch counterpart: torch/utils/_sympy/functions.py and value_ranges.py (much smaller here).
 """
@@ -19,7 +20,9 @@ UNKNOWN: Interval = (-INF, INF)
 
 
 class FloorDiv(sympy.Function):
-    """Python's `a // b` on integers; kept as its own node so it renders back as `//` exactly."""
+    """Python's `a // b` on integers (floor, also for negative operands); kept as its own node so
+    it renders back as `//` exactly. Lowering indexes with it too: the C printer writes it as C's
+    `/` where both operands are known non-negative (there floor and truncation agree)."""
 
     nargs = (2,)
     is_integer = True
@@ -34,31 +37,85 @@ class FloorDiv(sympy.Function):
             return sympy.Integer(int(base) // int(divisor))
         if base == 0:
             return sympy.Integer(0)
-        if not divisor.is_Integer:
-            # an exact quotient (8*s0 // (2*s0) is 4): sympy cancels monomials on division
-            ratio = base / divisor
-            if ratio.is_Integer or (not ratio.is_number and is_integral(ratio)):
-                return ratio
-            return None
-        if divisor <= 0:
-            return None
-        d = int(divisor)
-        if isinstance(base, FloorDiv) and base.args[1].is_Integer and base.args[1] > 0:
+        if (isinstance(base, FloorDiv) and base.args[1].is_Integer and base.args[1] > 0
+                and divisor.is_Integer and divisor > 0):
             # (a // m) // d == a // (m * d) for positive m and d
-            return FloorDiv(base.args[0], base.args[1] * d)
-        # Terms whose integer coefficient is a multiple of d come out of the division exactly.
-        terms = sympy.Add.make_args(base)
-        whole, rest = [], []
-        for term in terms:
-            coeff, _ = term.as_coeff_Mul()
-            if coeff.is_Integer and int(coeff) % d == 0:
-                whole.append(term)
-            else:
-                rest.append(term)
-        if whole and all(t.is_integer for t in whole):
-            quotient = sympy.Add(*[t / d for t in whole])
-            return quotient + FloorDiv(sympy.Add(*rest), divisor)
-        return None
+            return FloorDiv(base.args[0], base.args[1] * divisor)
+        # Terms that are exact multiples of the divisor leave the floor unchanged when taken out:
+        # (q*b + r) // b == q + r // b for every integer q (8*s0 // (2*s0) is 4, (i*s + j) // s is i + j // s).
+        whole, rest = _split_multiples(base, divisor)
+        if not whole:
+            return None
+        quotient = sympy.Add(*[t / divisor for t in whole])
+        return quotient + FloorDiv(sympy.Add(*rest), divisor) if rest else quotient
+
+
+class ModularIndexing(sympy.Function):
+    """Python's `a % b` on integers, as index arithmetic writes it (the digit of a flat index in a
+    reshape, a roll); the C printer writes C's `%` where both operands are known non-negative."""
+
+    nargs = (2,)
+    is_integer = True
+
+    @classmethod
+    def eval(cls, base: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr | None:
+        if divisor == 1 or base == 0:
+            return sympy.Integer(0)
+        if base.is_Integer and divisor.is_Integer:
+            if divisor == 0:
+                raise ZeroDivisionError("integer modulo by zero in a symbolic size")
+            return sympy.Integer(int(base) % int(divisor))
+        whole, rest = _split_multiples(base, divisor)
+        if not whole:
+            return None
+        return ModularIndexing(sympy.Add(*rest), divisor) if rest else sympy.Integer(0)
+
+
+def _split_multiples(base: sympy.Expr, divisor: sympy.Expr) -> tuple[list[sympy.Expr], list[sympy.Expr]]:
+    """The terms of `base` that are integer multiples of `divisor` by construction, and the rest.
+    A term holding a FloorDiv stays in the rest: taking it out would only trade one floor for another."""
+    whole, rest = [], []
+    for term in sympy.Add.make_args(base):
+        q = term / divisor
+        if not term.has(FloorDiv) and (q.is_Integer or (not q.is_number and is_integral(q))):
+            whole.append(term)
+        else:
+            rest.append(term)
+    return whole, rest
+
+
+def adopt_torch_functions(expr: sympy.Expr) -> sympy.Expr:
+    """expr with PyTorch's own sympy functions (torch.utils._sympy.functions, found in the sizes of
+    graphs that the real torch.compile hands to Kiln's lowering) replaced by this vocabulary's, so
+    that one printer and one simplifier serve every size expression."""
+    if not any(type(f).__module__ == _TORCH_FUNCTIONS for f in expr.atoms(sympy.Function)):
+        return expr
+    from torch.utils._sympy import functions as tf
+
+    rules = {
+        tf.FloorDiv: lambda a, b: FloorDiv(a, b),  # CleanDiv is a FloorDiv known to be exact
+        tf.PythonMod: lambda a, b: ModularIndexing(a, b),
+        tf.Mod: lambda a, b: ModularIndexing(a, b),
+        tf.ModularIndexing: lambda a, d, m: ModularIndexing(FloorDiv(a, d), m),
+        tf.CeilDiv: lambda a, b: -FloorDiv(-a, b),
+        tf.Max: lambda *a: sympy.Max(*a),
+        tf.Min: lambda *a: sympy.Min(*a),
+        tf.PowByNatural: lambda a, b: sympy.Pow(a, b),
+    }
+
+    def convert(e: sympy.Basic) -> sympy.Basic:
+        if not e.args:
+            return e
+        args = [convert(a) for a in e.args]
+        for cls, make in rules.items():
+            if isinstance(e, cls):
+                return make(*args)
+        return e.func(*args) if args != list(e.args) else e
+
+    return convert(expr)
+
+
+_TORCH_FUNCTIONS = "torch.utils._sympy.functions"
 
 
 def int_symbol(name: str, *, size: bool) -> sympy.Symbol:
@@ -100,7 +157,7 @@ def is_integral(expr: sympy.Expr) -> bool:
     """Whether expr is integer-valued by construction: integer atoms, + - *, FloorDiv, Mod, Min, Max."""
     if expr.is_Integer or (expr.is_Symbol and expr.is_integer):
         return True
-    if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Mod, sympy.Min, sympy.Max, FloorDiv)):
+    if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Mod, sympy.Min, sympy.Max, FloorDiv, ModularIndexing)):
         return all(is_integral(a) for a in expr.args)
     if isinstance(expr, sympy.Pow):
         return is_integral(expr.args[0]) and expr.args[1].is_Integer and expr.args[1] >= 0
@@ -204,7 +261,7 @@ def _bounds(expr: sympy.Expr, rng: Callable[[sympy.Symbol], Interval],
             return UNKNOWN
         corners = [_floordiv(x, y) for x in (a_lo, a_hi) for y in (b_lo, b_hi)]
         return (min(corners), max(corners))
-    if isinstance(expr, sympy.Mod):
+    if isinstance(expr, (sympy.Mod, ModularIndexing)):
         (a_lo, a_hi), (b_lo, b_hi) = args
         if b_lo <= 0:
             return UNKNOWN

@@ -1,10 +1,10 @@
-"""Rendering size expressions as Python source over named inputs, and in the user's own words.
+"""The one printer of size and index expressions: Python source, the user's words, or C.
 
-Used by the ShapeEnv when it records a guard: `Ge(s0 - 2, 0)` becomes `L['x'].size()[0] >= 2`, an
-expression that `eval` computes from the frame's locals `L` with Python's own semantics (`//`,
-`%`, `min`, `max`), and `x.size()[0] >= 2` for logs and explain(). Input: a sympy expression and a
-symbol -> source map; output: a string. PyTorch counterpart: the guard printers of
-torch/fx/experimental/symbolic_shapes.py and torch/utils/_sympy/printers.py.
+The ShapeEnv renders a guard `Ge(s0 - 2, 0)` as `L['x'].size()[0] >= 2`, which `eval` computes from
+the frame's locals `L` with Python's own semantics (`//`, `%`, `min`, `max`), and as
+`x.size()[0] >= 2` for logs and explain(); kiln.lower prints index arithmetic as C (int64) for its
+kernels and as Python for its wrapper. Input: a sympy expression (and a symbol -> source map);
+output: a string. PyTorch counterpart: torch/utils/_sympy/printers.py and the guard printers.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Callable
 
 import sympy
 
-from kiln.symbolic.expr import FloorDiv, is_integral
+from kiln.symbolic.expr import FloorDiv, ModularIndexing, is_integral
 
 # Python precedence, higher binds tighter.
 _ATOM, _POW, _UNARY, _MUL, _ADD, _CMP, _NOT, _AND, _OR, _TERNARY = 100, 80, 70, 60, 50, 30, 20, 15, 10, 5
@@ -22,9 +22,17 @@ _CMP_TEXT = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", symp
 _FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
-def render_python(expr: sympy.Basic, sources: dict[sympy.Symbol, str]) -> str:
-    """Python source computing expr, each symbol replaced by its source (`L['x'].size()[0]`)."""
-    return _Printer(lambda s: _lookup(sources, s)).text(expr)
+def render_python(expr: sympy.Basic, sources: dict[sympy.Symbol, str] | None = None) -> str:
+    """Python source computing expr, each symbol replaced by its source (`L['x'].size()[0]`), or
+    by its own name when no sources are given (the variables of kiln.lower's wrapper)."""
+    return _Printer(str if sources is None else (lambda s: _lookup(sources, s))).text(expr)
+
+
+def render_c(expr: sympy.Basic) -> str:
+    """C (int64 arithmetic) computing an integer expr, each symbol by its own name. `//` and `%`
+    become C's `/` and `%` where both operands are non-negative by construction (floor and
+    truncation agree there), else calls of the kernel prelude's kiln_floordiv / kiln_mod."""
+    return _Printer(str, c=True).text(expr)
 
 
 def render_words(expr: sympy.Basic, sources: dict[sympy.Symbol, str]) -> str:
@@ -45,8 +53,9 @@ def _lookup(sources: dict[sympy.Symbol, str], symbol: sympy.Symbol) -> str:
 
 
 class _Printer:
-    def __init__(self, name_of: Callable[[sympy.Symbol], str]) -> None:
+    def __init__(self, name_of: Callable[[sympy.Symbol], str], c: bool = False) -> None:
         self.name_of = name_of
+        self.c = c
 
     def text(self, expr: sympy.Basic) -> str:
         return self.render(expr)[0]
@@ -57,9 +66,9 @@ class _Printer:
 
     def render(self, e: sympy.Basic) -> tuple[str, int]:
         if e is sympy.true:
-            return "True", _ATOM
+            return ("true" if self.c else "True"), _ATOM
         if e is sympy.false:
-            return "False", _ATOM
+            return ("false" if self.c else "False"), _ATOM
         if e.is_Symbol:
             return self.name_of(e), _ATOM
         if e.is_Integer:
@@ -71,7 +80,12 @@ class _Printer:
             v = float(e)
             return repr(v), (_ATOM if v >= 0 else _UNARY)
         if isinstance(e, sympy.core.relational.Relational):
-            return self.relation(e), _CMP
+            # C ranks == below <; a parenthesized comparison reads the same in both languages
+            return (f"({self.relation(e)})", _ATOM) if self.c else (self.relation(e), _CMP)
+        if self.c:
+            c_form = self.c_only(e)
+            if c_form is not None:
+                return c_form
         if isinstance(e, sympy.Add):
             return self.add(e), _ADD
         if isinstance(e, sympy.Mul):
@@ -85,17 +99,15 @@ class _Printer:
         # Python would read `2 * a % 3` right too, but `(2 * a) % 3` is what a person expects to see
         if isinstance(e, FloorDiv):
             return f"{self.wrap(e.args[0], _MUL + 1)} // {self.wrap(e.args[1], _MUL + 1)}", _MUL
-        if isinstance(e, sympy.Mod):
+        if isinstance(e, (sympy.Mod, ModularIndexing)):
             return f"{self.wrap(e.args[0], _MUL + 1)} % {self.wrap(e.args[1], _MUL + 1)}", _MUL
         if isinstance(e, (sympy.Min, sympy.Max)):
             name = "min" if isinstance(e, sympy.Min) else "max"
             return f"{name}({', '.join(self.text(a) for a in e.args)})", _ATOM
         if isinstance(e, sympy.Abs):
             return f"abs({self.text(e.args[0])})", _ATOM
-        if isinstance(e, sympy.floor):
-            return f"int({self.wrap(e.args[0], _MUL)} // 1)", _ATOM
-        if isinstance(e, sympy.ceiling):
-            return f"-int(-{self.wrap(e.args[0], _UNARY)} // 1)", _UNARY
+        if isinstance(e, (sympy.floor, sympy.ceiling)):
+            return self.rounding(e)
         if isinstance(e, sympy.Piecewise):
             (then, cond), (other, _) = e.args
             return f"{self.wrap(then, _OR)} if {self.wrap(cond, _OR)} else {self.wrap(other, _TERNARY)}", _TERNARY
@@ -105,7 +117,56 @@ class _Printer:
             return " and ".join(self.wrap(a, _AND + 1) for a in e.args), _AND
         if isinstance(e, sympy.Or):
             return " or ".join(self.wrap(a, _OR + 1) for a in e.args), _OR
-        raise NotImplementedError(f"kiln.symbolic.render: no Python form for {type(e).__name__} in {e}")
+        language = "C" if self.c else "Python"
+        raise NotImplementedError(f"kiln.symbolic.render: no {language} form for {type(e).__name__} in {e}")
+
+    def c_only(self, e: sympy.Basic) -> tuple[str, int] | None:
+        """The C spelling of what C writes differently from Python (None: the shared form)."""
+        if isinstance(e, (FloorDiv, ModularIndexing, sympy.Mod)):
+            a, b = e.args
+            if _nonnegative(a) and _nonnegative(b):
+                op = "/" if isinstance(e, FloorDiv) else "%"
+                return f"{self.wrap(a, _MUL + 1)} {op} {self.wrap(b, _MUL + 1)}", _MUL
+            fn = "kiln_floordiv" if isinstance(e, FloorDiv) else "kiln_mod"
+            return f"{fn}({self.text(a)}, {self.text(b)})", _ATOM
+        if isinstance(e, sympy.Pow):
+            base, exp = e.args
+            if not (exp.is_Integer and exp > 0):
+                raise NotImplementedError(f"kiln.symbolic.render: no C form for the power {e}")
+            return "(" + " * ".join([self.wrap(base, _MUL + 1)] * int(exp)) + ")", _ATOM
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            fn = "std::min<int64_t>" if isinstance(e, sympy.Min) else "std::max<int64_t>"
+            text = self.text(e.args[0])
+            for a in e.args[1:]:
+                text = f"{fn}({text}, {self.text(a)})"
+            return text, _ATOM
+        if isinstance(e, sympy.Abs):
+            return f"std::abs({self.text(e.args[0])})", _ATOM
+        if isinstance(e, sympy.Piecewise):
+            (then, cond), (other, _) = e.args
+            return f"({self.text(cond)} ? {self.text(then)} : {self.text(other)})", _ATOM
+        if isinstance(e, sympy.Not):
+            return f"!{self.wrap(e.args[0], _ATOM)}", _UNARY
+        if isinstance(e, (sympy.And, sympy.Or)):
+            op = " && " if isinstance(e, sympy.And) else " || "
+            return "(" + op.join(self.wrap(a, _ATOM) for a in e.args) + ")", _ATOM
+        return None
+
+    def rounding(self, e: sympy.floor | sympy.ceiling) -> tuple[str, int]:
+        """floor(n / d) of integers n, d is exact integer division (`n // d`); anything else goes
+        through a float in Python and has no C form."""
+        num, den = sympy.fraction(sympy.together(e.args[0]))
+        if den != 1 and is_integral(num) and is_integral(den):
+            if isinstance(e, sympy.floor):
+                return self.render(FloorDiv(num, den)) if not self.c else (
+                    f"kiln_floordiv({self.text(num)}, {self.text(den)})", _ATOM)
+            return self.render(-FloorDiv(-num, den)) if not self.c else (
+                f"-kiln_floordiv({self.text(-num)}, {self.text(den)})", _UNARY)
+        if self.c:
+            raise NotImplementedError(f"kiln.symbolic.render: no C form for {e}")
+        if isinstance(e, sympy.floor):
+            return f"int({self.wrap(e.args[0], _MUL)} // 1)", _ATOM
+        return f"-int(-{self.wrap(e.args[0], _UNARY)} // 1)", _UNARY
 
     def add(self, e: sympy.Add) -> str:
         terms = e.as_ordered_terms()
@@ -157,3 +218,14 @@ class _Printer:
                 and is_integral(lhs) and is_integral(rhs):
             rhs, op = rhs - 1, ">"  # `a >= b + 1` reads better as `a > b` (integers)
         return f"{self.wrap(lhs, _CMP + 1)} {op} {self.wrap(rhs, _CMP + 1)}"
+
+
+def _nonnegative(e: sympy.Expr) -> bool:
+    """Whether e is >= 0 by construction: non-negative integers and symbols under + * // % min max."""
+    if e.is_Integer:
+        return e >= 0
+    if e.is_Symbol:
+        return bool(e.is_nonnegative)
+    if isinstance(e, (sympy.Add, sympy.Mul, FloorDiv, ModularIndexing, sympy.Mod, sympy.Min, sympy.Max)):
+        return all(_nonnegative(a) for a in e.args)
+    return False

@@ -13,7 +13,8 @@ import sympy
 import torch
 
 from kiln.lower import ops
-from kiln.lower.ir import Const, FloorDiv, Index, Load, Masked, ModularIndexing, Op, Value
+from kiln.lower.ir import Const, Index, Load, Masked, Op, Value
+from kiln.symbolic.render import render_c
 
 CTYPE = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
          torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
@@ -135,38 +136,8 @@ static inline uint16_t kiln_float_to_bf16(float f) {
 
 
 def cexpr(e: sympy.Expr) -> str:
-    """An index expression in C (int64 arithmetic)."""
-    if isinstance(e, sympy.Integer):
-        return str(int(e))
-    if isinstance(e, sympy.Symbol):
-        return str(e)
-    if isinstance(e, sympy.Add):
-        return "(" + " + ".join(cexpr(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Mul):
-        return "(" + " * ".join(cexpr(a) for a in e.args) + ")"
-    if isinstance(e, FloorDiv):
-        return f"({cexpr(e.args[0])} / {cexpr(e.args[1])})"
-    if isinstance(e, (ModularIndexing, sympy.Mod)):
-        return f"({cexpr(e.args[0])} % {cexpr(e.args[1])})"
-    if isinstance(e, sympy.floor) and isinstance(e.args[0], sympy.Mul):
-        num, den = sympy.fraction(e.args[0])
-        return f"kiln_floordiv({cexpr(num)}, {cexpr(den)})"
-    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
-        return "(" + " * ".join([cexpr(e.base)] * int(e.exp)) + ")"
-    if isinstance(e, (sympy.Max, sympy.Min)):
-        fn = "std::max" if isinstance(e, sympy.Max) else "std::min"
-        out = cexpr(e.args[0])
-        for a in e.args[1:]:
-            out = f"{fn}<int64_t>({out}, {cexpr(a)})"
-        return out
-    if isinstance(e, sympy.Rational):
-        return f"({e.p} / {e.q})"
-    name = type(e).__name__
-    if name in ("FloorDiv", "floordiv"):  # torch's own sympy functions in symbolic sizes
-        return f"kiln_floordiv({cexpr(e.args[0])}, {cexpr(e.args[1])})"
-    if name in ("Mod", "PythonMod"):
-        return f"kiln_mod({cexpr(e.args[0])}, {cexpr(e.args[1])})"
-    raise NotImplementedError(f"index expression {e} ({name})")
+    """An index expression in C (int64 arithmetic), by kiln.symbolic's one printer."""
+    return render_c(sympy.sympify(e))
 
 
 def _float_fn(name: str, dtype: torch.dtype) -> str:

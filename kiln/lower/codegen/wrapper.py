@@ -17,35 +17,15 @@ import sympy
 import torch
 from torch.utils import _pytree as pytree
 
-from kiln.lower.ir import (BufferRef, ConstantBuffer, Extern, FloorDiv, InputBuffer, Layout, Load,
-                           ModularIndexing, SymExpr, walk)
+from kiln.lower.ir import BufferRef, ConstantBuffer, Extern, InputBuffer, Layout, Load, SymExpr, walk
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
 from kiln.runtime.aot import RECIPE_ATTR, bind_overloads, relayout as _relayout, wrapper_recipe
+from kiln.symbolic.render import render_python
 
 
 def pyexpr(e: Any) -> str:
-    """A size expression as Python over the symbol variables of the wrapper."""
-    e = sympy.sympify(e)
-    if isinstance(e, sympy.Integer):
-        return str(int(e))
-    if isinstance(e, sympy.Symbol):
-        return str(e)
-    if isinstance(e, sympy.Add):
-        return "(" + " + ".join(pyexpr(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Mul):
-        return "(" + " * ".join(pyexpr(a) for a in e.args) + ")"
-    if isinstance(e, FloorDiv) or type(e).__name__ == "FloorDiv":
-        return f"({pyexpr(e.args[0])} // {pyexpr(e.args[1])})"
-    if isinstance(e, (ModularIndexing, sympy.Mod)) or type(e).__name__ in ("Mod", "PythonMod"):
-        return f"({pyexpr(e.args[0])} % {pyexpr(e.args[1])})"
-    if isinstance(e, sympy.floor):
-        num, den = sympy.fraction(e.args[0])
-        return f"({pyexpr(num)} // {pyexpr(den)})"
-    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
-        return f"({pyexpr(e.base)} ** {int(e.exp)})"
-    if isinstance(e, (sympy.Max, sympy.Min)):
-        return f"{'max' if isinstance(e, sympy.Max) else 'min'}({', '.join(pyexpr(a) for a in e.args)})"
-    raise NotImplementedError(f"size expression {e}")
+    """A size expression as Python over the symbol variables of the wrapper (kiln.symbolic's printer)."""
+    return render_python(sympy.sympify(e))
 
 
 def _tuple(xs: Any) -> str:

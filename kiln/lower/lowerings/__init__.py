@@ -16,6 +16,8 @@ import sympy
 import torch
 
 from kiln.lower import ops
+from kiln.symbolic.expr import adopt_torch_functions
+from kiln.symbolic.node import expr_of
 from kiln.lower.ir import (BufferRef, Buffer, Extern, Layout, Load, Pointwise, Reduction, SymExpr, Value,
                            index_vars, simplify_index, walk)
 
@@ -79,13 +81,8 @@ def strided_value(ref: BufferRef) -> TensorValue:
 def to_expr(x: Any) -> sympy.Expr:
     """A size (int or SymInt) as a sympy expression (kiln.symbolic's expr_of, or the node's expr)."""
     if isinstance(x, torch.SymInt):
-        try:
-            from kiln.symbolic import expr_of  # type: ignore[attr-defined]
-        except ImportError:
-            expr_of = None
-        if expr_of is not None:
-            return sympy.sympify(expr_of(x))
-        return sympy.sympify(x.node.expr)
+        # a SymInt of the real torch.compile carries torch's own sympy functions: adopt Kiln's
+        return adopt_torch_functions(sympy.sympify(expr_of(x)))
     if isinstance(x, sympy.Basic):
         return x
     return sympy.Integer(int(x))
