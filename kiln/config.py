@@ -28,6 +28,11 @@ cache_dir: str = os.environ.get(
 persistent_cache: bool = os.environ.get("KILN_PERSISTENT_CACHE", "1") not in ("", "0")
 debug_dir: str = os.environ.get("KILN_DEBUG_DIR", os.path.join(os.getcwd(), "kiln_debug"))
 debug: bool = os.environ.get("KILN_DEBUG", "0") not in ("", "0")
+# code generator for graphs on CPU tensors: "cpp" (C++ with OpenMP) or "triton" (Triton kernels run by
+# Triton's interpreter: slow, for testing the GPU path; the process then runs with TRITON_INTERPRET=1)
+cpu_backend: str = os.environ.get("KILN_CPU_BACKEND", "cpp")
+if cpu_backend == "triton":  # Triton reads it when first imported, which may happen before Kiln compiles
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @contextlib.contextmanager
