@@ -202,8 +202,9 @@ _IMPURE = {torch._C._set_grad_enabled, operator.setitem}
 
 
 def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
-    # In-place methods (names ending in "_") and setitem mutate their inputs: they stay even
-    # when nothing reads their result; unused placeholders go so the glue reads fewer sources.
+    # In-place methods (names ending in "_"), setitem and calls with out= mutate their inputs:
+    # they stay even when nothing reads their result; unused placeholders go so the glue reads
+    # fewer sources.
     for node in reversed(list(graph.nodes)):
         if node.op in ("output", "placeholder") or node.users:
             continue
@@ -211,7 +212,7 @@ def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
                                          or node.target in ("__setitem__",)):
             continue
         if node.op == "call_function" and (node.target in _IMPURE or _is_inplace_function(node.target)
-                                           or _inplace_flag_set(node)):
+                                           or _inplace_flag_set(node) or node.kwargs.get("out") is not None):
             continue
         graph.erase_node(node)
 

@@ -13,6 +13,7 @@ import torch
 
 from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.out_variant import call_with_out, has_out_argument
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -102,6 +103,8 @@ class TorchFunctionVariable(Variable):
             return args[0].call_method(tx, fn.__name__, list(args[1:]), kwargs)
         if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
             raise Unsupported(f"constructing {fn.__name__} inside a compiled region", kind="unsupported_call")
+        if has_out_argument(kwargs):
+            return call_with_out(tx, fn, list(args), kwargs)
         return tx.call_op("call_function", fn, list(args), kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
