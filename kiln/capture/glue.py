@@ -269,7 +269,10 @@ def check_breakable(root: Any, exc: Unsupported, record: Any) -> None:
 
 
 def _restore_grad_node(state: Any) -> None:
-    # A graph must leave grad mode as it found it; the glue sets the traced mode again natively.
+    # A graph must leave grad mode (and autocast) as it found it; the glue sets the traced mode
+    # again natively (and enters a real autocast region for a break inside one).
+    from kiln.capture.variables.context_manager import close_open_contexts
+    close_open_contexts(state)
     if state.grad_enabled != state.initial_grad:
         state.output.create_node("call_function", torch._C._set_grad_enabled, (state.initial_grad,), {}, None)
 

@@ -179,7 +179,7 @@ class OutputGraph:
     def has_ops(self) -> bool:
         """Whether the graph computes anything (grad-mode switches alone do not count)."""
         return any(n.op in ("call_function", "call_method", "call_module")
-                   and n.target is not torch._C._set_grad_enabled for n in self.graph.nodes)
+                   and n.target not in _MODE_SWITCHES for n in self.graph.nodes)
 
     def close(self, outputs: Sequence[torch.fx.Node]) -> None:
         """Add the output node (a tuple of `outputs`) and drop the ops nothing needs."""
@@ -198,7 +198,9 @@ class OutputGraph:
         return CompiledGraph(gm, fn, inputs, n_outputs)
 
 
-_IMPURE = {torch._C._set_grad_enabled, operator.setitem}
+# Nodes that switch a mode (grad, autocast) compute nothing by themselves.
+_MODE_SWITCHES = (torch._C._set_grad_enabled, torch.amp._enter_autocast, torch.amp._exit_autocast)
+_IMPURE = {torch._C._set_grad_enabled, operator.setitem, torch.amp._exit_autocast}
 
 
 def _eliminate_dead_code(graph: torch.fx.Graph) -> None:

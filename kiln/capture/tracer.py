@@ -38,7 +38,9 @@ from kiln.capture.sources import ClosureSource, GlobalSource, LocalSource, Sourc
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
+from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.dict import DictVariable
+from kiln.capture.variables.exception import RaisedInTrace, catch_in_frame
 from kiln.capture.variables.functions import CellVariable
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_structseq_type
@@ -87,6 +89,7 @@ class CaptureState:
         self.side_effects = SideEffects()
         self.wrapped: dict[int, tuple[Any, Variable]] = {}
         self.initial_grad = torch.is_grad_enabled()
+        self.open_contexts: list[Any] = []  # autocast regions entered and not yet exited
         self.grad_enabled = self.initial_grad
         self.innermost: "Tracer | None" = None
         self.steps = 0
@@ -147,6 +150,8 @@ class Tracer:
         self.lineno = code.co_firstlineno
         self.returned: Variable | None = None
         self.yielded: list[Variable] | None = None  # set when running a generator to its end
+        self.handled: list[Variable] = []  # exceptions whose handlers are running (PUSH_EXC_INFO)
+        self.suspend_at_yield = False  # a contextmanager's generator: stop at each yield
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Variable:
@@ -170,7 +175,11 @@ class Tracer:
                 raise Unsupported(f"the bytecode instruction {ins.opname} is not supported",
                                   kind="unsupported_bytecode")
             self.next_ip = self.ip + 1
-            handler(self, ins)
+            try:
+                handler(self, ins)
+            except RaisedInTrace as raised:
+                if not catch_in_frame(self, raised):
+                    raise  # to the caller's CALL, or a graph break at the root
             if self.returned is not None:
                 return self.returned
             self.ip = self.next_ip
@@ -510,6 +519,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: Any,
                 continue
             return finish_return(state, root, fn, options, value)
         finally:
+            abandon_open_contexts(state)
             torch._C._set_grad_enabled(state.initial_grad)
 
 

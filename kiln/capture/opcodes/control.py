@@ -2,8 +2,8 @@
 
 A conditional jump on a trace-time value just picks a side; on a tensor it is a data-dependent
 branch (a graph break with a resume function for each side). Loops are unrolled because their
-iterators are known. `with` supports the grad-mode managers. Exceptions are not traced: `raise` and
-the exception handlers are graph breaks (the frame runs natively from there).
+iterators are known. `with` enters the managers of context_manager.py (grad mode, autocast,
+Python classes, @contextlib.contextmanager); raising and handling exceptions is exceptions.py.
 Corresponds to the jump/iteration handlers of torch/_dynamo/symbolic_convert.py.
 """
 from __future__ import annotations
@@ -15,6 +15,12 @@ from typing import TYPE_CHECKING
 
 from kiln.capture.opcodes import opcode
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.context_manager import (
+    AutocastVariable,
+    ContextExitVariable,
+    GeneratorContextVariable,
+    GeneratorYielded,
+)
 from kiln.capture.variables.functions import UserMethodVariable
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.iterator import IteratorVariable
@@ -144,6 +150,10 @@ def BEFORE_WITH(tx: "Tracer", instr: dis.Instruction) -> None:
         tx.push(WithExitVariable(ctx))
         tx.push(ctx.enter(tx))
         return
+    if isinstance(ctx, (AutocastVariable, GeneratorContextVariable)):
+        tx.push(ContextExitVariable(ctx))
+        tx.push(ctx.enter(tx))
+        return
     kind = ctx.python_type()
     enter = inspect.getattr_static(kind, "__enter__", None)
     exit_ = inspect.getattr_static(kind, "__exit__", None)
@@ -161,19 +171,16 @@ def LOAD_ASSERTION_ERROR(tx: "Tracer", instr: dis.Instruction) -> None:
 
 
 @opcode
-def RAISE_VARARGS(tx: "Tracer", instr: dis.Instruction) -> None:
-    raise Unsupported("raising an exception (it is raised natively)", kind="unsupported")
-
-
-@opcode
 def RETURN_GENERATOR(tx: "Tracer", instr: dis.Instruction) -> None:
-    if tx.yielded is None:
+    if tx.yielded is None and not tx.suspend_at_yield:
         raise Unsupported("generators are not traced", kind="generator")
     tx.push(ConstantVariable(None))  # what the POP_TOP after it expects on the stack
 
 
 @opcode
 def YIELD_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
+    if tx.suspend_at_yield:
+        raise GeneratorYielded(tx.pop())  # a contextmanager's body: resumed by its __exit__
     if tx.yielded is None:
         raise Unsupported("yield outside an inlined generator", kind="generator")
     tx.yielded.append(tx.pop())

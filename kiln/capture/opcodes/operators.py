@@ -52,8 +52,8 @@ def _const(fn: Any, *vs: Variable) -> Variable:
     try:
         return _wrap(fn(*(v.as_constant() for v in vs)))
     except Exception as exc:
-        raise Unsupported(f"{getattr(fn, '__name__', fn)} raised {type(exc).__name__}: {exc} (raised natively)",
-                          kind="unsupported") from exc
+        from kiln.capture.variables.exception import raise_in_trace
+        raise raise_in_trace(exc, f"{getattr(fn, '__name__', fn)} raised {type(exc).__name__}: {exc} (raised natively)") from exc
 
 
 def _wrap(value: Any) -> Variable:

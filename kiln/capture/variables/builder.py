@@ -22,6 +22,11 @@ from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import RULES, BuiltinVariable
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
+from kiln.capture.variables.context_manager import (
+    AUTOCAST_CLASSES,
+    ContextManagerClassVariable,
+    is_context_manager_class,
+)
 from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_key
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import CellVariable, UserFunctionVariable, UserMethodVariable
@@ -146,6 +151,14 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         return SetVariable([ConstantVariable(v) for v in value], type(value), source)
     if isinstance(value, _ITERATOR_TYPES):
         return _wrap_iterator(state, value, source)
+    if is_context_manager_class(value):
+        _guard(state, source, "check_id", value)
+        return ContextManagerClassVariable(value, source)
+    if isinstance(value, types.MethodType) and isinstance(value.__self__, AUTOCAST_CLASSES):
+        # The `__exit__` of a region a glue entered (a break inside an autocast block): its Python
+        # code sets the process's autocast state, so it is called natively, never inlined.
+        _guard(state, source, "check_type", type(value))
+        return ObjectVariable(value, source)
     if isinstance(value, types.MethodType) and isinstance(value.__self__, _GRAD_MODE_TYPES) \
             and value.__func__.__name__ == "__exit__":
         return _wrap_grad_exit(state, value, source)

@@ -95,8 +95,8 @@ def _fold(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variabl
         try:
             return tx.wrap_result(fn(*consts[0], **consts[1]))
         except Exception as exc:
-            raise Unsupported(f"{fn.__name__} raised {type(exc).__name__}: {exc} (raised natively)",
-                              kind="unsupported") from exc
+            from kiln.capture.variables.exception import raise_in_trace
+            raise raise_in_trace(exc, f"{fn.__name__} raised {type(exc).__name__}: {exc} (raised natively)") from exc
     if _has_graph_values(args):
         return tx.call_op("call_function", fn, args, kwargs)
     raise Unsupported(f"{fn.__name__} on {[a.describe() for a in args]}", kind="unsupported_call")
@@ -255,7 +255,8 @@ def next_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -
     if item is None:
         if len(args) > 1:
             return args[1]
-        raise Unsupported("StopIteration from next() (raised natively)", kind="unsupported")
+        from kiln.capture.variables.exception import raise_in_trace
+        raise raise_in_trace(StopIteration(), "StopIteration from next() (raised natively)")
     return item
 
 

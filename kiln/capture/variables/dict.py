@@ -95,7 +95,8 @@ class DictVariable(Variable):
         if name == "__getitem__" and len(args) == 1:
             key = key_of(args[0])
             if key not in self.items:
-                raise Unsupported(f"KeyError: {key!r} (raised natively)", kind="unsupported")
+                from kiln.capture.variables.exception import raise_in_trace
+                raise raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
             return self.items[key]
         if name == "get" and 1 <= len(args) <= 2:
             return self.items.get(key_of(args[0]), args[1] if len(args) == 2 else none)
@@ -122,7 +123,8 @@ class DictVariable(Variable):
         if name == "pop" and 1 <= len(args) <= 2:
             key = key_of(args[0])
             if key not in self.items and len(args) == 1:
-                raise Unsupported(f"KeyError: {key!r} (raised natively)", kind="unsupported")
+                from kiln.capture.variables.exception import raise_in_trace
+                raise raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
             self._mutated(tx)
             return self.items.pop(key, args[1] if len(args) == 2 else none)
         if name == "setdefault" and 1 <= len(args) <= 2:

@@ -66,7 +66,8 @@ class BaseSequenceVariable(Variable):
         try:
             return self.items[index]
         except (IndexError, TypeError) as exc:
-            raise Unsupported(f"{type(exc).__name__}: {exc} (raised natively)", kind="unsupported") from exc
+            from kiln.capture.variables.exception import raise_in_trace
+            raise raise_in_trace(exc, f"{type(exc).__name__}: {exc} (raised natively)") from exc
 
     def rebuild(self, items: list[Variable]) -> Variable:
         raise NotImplementedError

@@ -101,8 +101,8 @@ class ObjectVariable(Variable):
             try:
                 value = getattr(obj, name)
             except AttributeError as exc:
-                raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
-                                  kind="unsupported_attribute") from exc
+                from kiln.capture.variables.exception import raise_in_trace
+                raise raise_in_trace(exc, f"{self.describe()} has no attribute {name!r} (raised natively)") from exc
             if _is_stable_module(obj) and not isinstance(value, torch.Tensor):
                 return tx.wrap(value, None)  # torch.float32, F.relu, math.pi: fixed for the process
             return tx.wrap(value, self._attr_source(name))
@@ -187,7 +187,8 @@ class ObjectVariable(Variable):
         if is_model_output_class(obj):
             return ModelOutputVariable.create(tx, obj, list(args), kwargs)
         if isinstance(obj, type) and issubclass(obj, BaseException):
-            raise Unsupported(f"constructing the exception {obj.__name__}", kind="unsupported_call")
+            from kiln.capture.variables.exception import construct_exception
+            return construct_exception(tx, obj, list(args), kwargs)
         if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__dataclass_params__.frozen:
             from kiln.capture.variables.base import constant_args
             consts = constant_args(list(args), kwargs)

@@ -1,0 +1,80 @@
+"""Exception opcodes: RAISE_VARARGS, PUSH_EXC_INFO, POP_EXCEPT, CHECK_EXC_MATCH, RERAISE, WITH_EXCEPT_START.
+
+CPython 3.11 has no block stack: a raising instruction is looked up in the code's exception table
+and the handler's code does the rest with these opcodes. The tracer runs them over the exception
+Variable (kiln/capture/variables/exception.py), so a `try/except/finally` or a `with` block whose
+exception is raised and caught inside the frame stays in the graph. A raise that no traced frame
+catches is a graph break where it was raised. Corresponds to the exception handlers of
+torch/_dynamo/symbolic_convert.py.
+"""
+from __future__ import annotations
+
+import dis
+from typing import TYPE_CHECKING
+
+from kiln.capture.opcodes import opcode
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.exception import (
+    ExceptionVariable,
+    RaisedInTrace,
+    as_exception,
+    exception_matches,
+    handled_exception,
+)
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.tracer import Tracer
+
+
+@opcode
+def RAISE_VARARGS(tx: "Tracer", instr: dis.Instruction) -> None:
+    if instr.arg == 0:
+        exc = handled_exception(tx)
+        if not isinstance(exc, ExceptionVariable):
+            raise Unsupported("a bare `raise` with no exception being handled (raised natively)", kind="unsupported")
+    else:
+        if instr.arg == 2:
+            tx.pop()  # the cause (`raise X from Y`) only changes the traceback's text
+        exc = as_exception(tx, tx.pop())
+    raise RaisedInTrace(exc, f"{exc.exc_type.__name__} raised in the frame and not caught there (raised natively)")
+
+
+@opcode
+def PUSH_EXC_INFO(tx: "Tracer", instr: dis.Instruction) -> None:
+    exc = tx.pop()
+    tx.push(tx.handled[-1] if tx.handled else ConstantVariable(None))
+    tx.push(exc)
+    tx.handled.append(exc)
+
+
+@opcode
+def POP_EXCEPT(tx: "Tracer", instr: dis.Instruction) -> None:
+    tx.pop()  # the exception handled before this handler, restored as the current one
+    if tx.handled:
+        tx.handled.pop()
+
+
+@opcode
+def CHECK_EXC_MATCH(tx: "Tracer", instr: dis.Instruction) -> None:
+    match = tx.pop()
+    tx.push(ConstantVariable(exception_matches(tx.stack[-1], match)))
+
+
+@opcode
+def RERAISE(tx: "Tracer", instr: dis.Instruction) -> None:
+    exc = tx.pop()
+    if instr.arg:
+        tx.pop()  # the offset of the instruction that first raised (only the traceback uses it)
+    if not isinstance(exc, ExceptionVariable):
+        raise Unsupported(f"re-raising {exc.describe()}", kind="unsupported")
+    raise RaisedInTrace(exc, f"{exc.exc_type.__name__} raised in the frame and not caught there (raised natively)")
+
+
+@opcode
+def WITH_EXCEPT_START(tx: "Tracer", instr: dis.Instruction) -> None:
+    # Stack: exit function, lasti, previous exception, exception. `__exit__(type, value, traceback)`.
+    exc = tx.stack[-1]
+    exit_fn = tx.stack[-4]
+    args = [tx.wrap_result(exc.python_type()), exc, ConstantVariable(None)]
+    tx.push(tx.call(exit_fn, args, {}))

@@ -1,0 +1,157 @@
+"""Exceptions raised and caught inside the traced frame: the exception value and its unwinding.
+
+An exception that the traced code raises at trace time (a `raise ValueError(...)`, a `KeyError` of
+a dict lookup on a traced dict, a builtin that raised on constants) becomes a `RaisedInTrace`; the
+tracer looks the raising instruction up in the code's exception table (`catch_in_frame`) and jumps
+to the handler as CPython would, so `try/except/finally` and `with` exits run symbolically. One no
+frame catches stays an `Unsupported`: the instruction becomes a graph break and raises natively.
+Corresponds to torch/_dynamo/variables/misc.py (ExceptionVariable) and the exception-table
+handling of torch/_dynamo/symbolic_convert.py.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from kiln.capture.variables.base import Variable
+from kiln.capture.variables.constant import ConstantVariable, is_constant_value
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
+    from kiln.capture.tracer import Tracer
+
+
+class ExceptionVariable(Variable):
+    """An exception instance made during the trace: its class and its constructor arguments."""
+
+    def __init__(self, exc_type: type[BaseException], args: Sequence[Variable]) -> None:
+        self.exc_type = exc_type
+        self.args = list(args)
+
+    @staticmethod
+    def of(exc: BaseException) -> "ExceptionVariable":
+        """The Variable of a real exception raised at trace time on constants."""
+        args = [ConstantVariable(a) if is_constant_value(a) else ConstantVariable(repr(a)) for a in exc.args]
+        return ExceptionVariable(type(exc), args)
+
+    def describe(self) -> str:
+        return f"{self.exc_type.__name__} exception"
+
+    def python_type(self) -> type:
+        return self.exc_type
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.sequence import TupleVariable
+
+        if name == "args":
+            return TupleVariable(list(self.args))
+        if name == "__class__":
+            return tx.wrap_result(self.exc_type)
+        if name in ("__traceback__", "__cause__", "__context__"):
+            return ConstantVariable(None)
+        raise Unsupported(f"attribute {name!r} of a {self.describe()}", kind="unsupported_attribute")
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        if name in ("__str__", "__repr__") and not args and all(a.is_constant() for a in self.args):
+            real = self.exc_type(*(a.as_constant() for a in self.args))
+            return ConstantVariable(str(real) if name == "__str__" else repr(real))
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        parts = ", ".join(glue.reconstruct(a) for a in self.args)
+        return f"{glue.constant(self.exc_type)}({parts})"
+
+
+class RaisedInTrace(Unsupported):
+    """The traced code raised `exception` at trace time. A handler of the frame (or of a caller
+    being traced) catches it; if none does it is an ordinary Unsupported: the break raises natively."""
+
+    def __init__(self, exception: ExceptionVariable, reason: str | None = None) -> None:
+        super().__init__(reason or f"{exception.exc_type.__name__} raised (raised natively)", kind="unsupported")
+        self.exception = exception
+
+
+def raise_in_trace(exc: BaseException, reason: str) -> RaisedInTrace:
+    """A RaisedInTrace for a real exception that a trace-time computation on constants raised."""
+    return RaisedInTrace(ExceptionVariable.of(exc), reason)
+
+
+def construct_exception(tx: "Tracer", exc_type: type, args: Sequence[Variable],
+                        kwargs: dict[str, Variable]) -> ExceptionVariable:
+    """`ValueError("bad")` in traced code. Classes whose construction runs user code (a Python
+    `__init__`/`__new__`) are not traced: calling them stays a break."""
+    for klass in exc_type.__mro__:
+        if klass.__module__ == "builtins":
+            break
+        if "__init__" in klass.__dict__ or "__new__" in klass.__dict__:
+            raise Unsupported(f"constructing the exception {exc_type.__name__} (its __init__ is Python code)",
+                              kind="unsupported_call")
+    if kwargs:
+        raise Unsupported(f"constructing the exception {exc_type.__name__} with keyword arguments",
+                          kind="unsupported_call")
+    return ExceptionVariable(exc_type, args)
+
+
+def as_exception(tx: "Tracer", value: Variable) -> ExceptionVariable:
+    """What `raise value` raises: an exception instance, or a class called without arguments."""
+    if isinstance(value, ExceptionVariable):
+        return value
+    try:
+        real = value.as_python_value()
+    except Unsupported:
+        real = None
+    if isinstance(real, type) and issubclass(real, BaseException):
+        return construct_exception(tx, real, [], {})
+    raise Unsupported(f"raising {value.describe()}", kind="unsupported")
+
+
+def catch_in_frame(tx: "Tracer", raised: RaisedInTrace) -> bool:
+    """Unwind `tx` to the handler covering its current instruction, as CPython's exception table
+    says: drop the stack to the handler's depth, push the raising offset if asked (`lasti`), push
+    the exception and jump. False when no handler of this code covers the instruction."""
+    from kiln.capture import code as code_mod
+
+    ins = tx.current
+    if ins is None:
+        return False
+    handler = code_mod.handler_at(tx.code, ins.offset)
+    if handler is None:
+        return False
+    del tx.stack[handler.depth:]
+    if handler.lasti:
+        tx.push(ConstantVariable(ins.offset))
+    tx.push(raised.exception)
+    tx.kw_names = None
+    tx.jump(handler.target)
+    tx.state.innermost = tx
+    return True
+
+
+def exception_matches(exc: Variable, match: Variable) -> bool:
+    """`except match:` for the exception `exc` (a class or a tuple of classes)."""
+    kind = exc.python_type()
+    try:
+        target = match.as_python_value()
+    except Unsupported:
+        from kiln.capture.variables.sequence import TupleVariable
+        if not isinstance(match, TupleVariable):
+            raise
+        target = tuple(item.as_python_value() for item in match.items)
+    if not (isinstance(target, type) or isinstance(target, tuple)):
+        raise Unsupported(f"`except` on {match.describe()}", kind="unsupported")
+    return issubclass(kind, target)
+
+
+def handled_exception(tx: "Tracer") -> Variable:
+    """The exception being handled (what a bare `raise` re-raises): innermost first, callers next."""
+    frame: Any = tx
+    while frame is not None:
+        if frame.handled:
+            return frame.handled[-1]
+        frame = frame.parent
+    raise Unsupported("a bare `raise` with no exception being handled (raised natively)", kind="unsupported")
+
+
+__all__ = ["ExceptionVariable", "RaisedInTrace", "as_exception", "catch_in_frame", "construct_exception",
+           "exception_matches", "handled_exception", "raise_in_trace"]

@@ -1,0 +1,218 @@
+"""Exceptions raised and caught inside a compiled frame stay in the graph (issue 11 item 3).
+
+Each function raises inside a `try` (a dict KeyError, a user `raise`, a builtin that raises on
+constants, a raise in an inlined helper, a `with` whose `__exit__` swallows it) and catches it in
+the same frame. Kiln must give eager's outputs and side effects, one graph and no break (as
+torch._dynamo.explain counts); an exception that escapes the frame must be eager's exception.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+
+import kiln
+
+
+def keyerror_from_dict(x):
+    d = {"a": 1}
+    try:
+        y = x + d["b"]
+    except KeyError:
+        y = x - 1
+    return y * 2
+
+
+def raise_and_catch_with_finally(x):
+    try:
+        raise ValueError("no")
+    except ValueError:
+        y = x + 1
+    finally:
+        y = y * 2
+    return y
+
+
+def except_as_reads_args(x):
+    try:
+        raise KeyError("missing", 3)
+    except KeyError as e:
+        n = e.args[1]
+    return x * n
+
+
+def except_tuple_and_order(x):
+    try:
+        [1, 2][5]
+    except (KeyError, IndexError):
+        x = x + 10
+    try:
+        {}["k"]
+    except IndexError:
+        x = x * 100  # not taken: KeyError is no IndexError
+    except LookupError:
+        x = x - 3
+    return x
+
+
+def _helper_raises(x):
+    if x.shape[0] > 2:
+        raise RuntimeError("too big")
+    return x
+
+
+def raise_in_callee_caught_by_caller(x):
+    try:
+        y = _helper_raises(x)
+    except RuntimeError:
+        y = x.sin()
+    return y + 1
+
+
+def nested_reraise(x):
+    try:
+        try:
+            raise TypeError("inner")
+        except TypeError:
+            x = x + 1
+            raise
+    except TypeError:
+        x = x * 3
+    return x
+
+
+def zero_division_on_constants(x, n):
+    try:
+        scale = 1 / n
+    except ZeroDivisionError:
+        scale = 0.5
+    return x * scale
+
+
+class _Suppress:
+    def __init__(self):
+        self.seen = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        self.seen = kind
+        return kind is ValueError
+
+
+def with_exit_swallows(x):
+    cm = _Suppress()
+    with cm:
+        x = x + 1
+        raise ValueError("swallowed")
+    return x * 2, cm.seen is ValueError
+
+
+def no_exception_path(x):
+    try:
+        y = x.cos()
+    except Exception:
+        y = x
+    else:
+        y = y + 1
+    finally:
+        y = y * 2
+    return y
+
+
+def hasattr_pattern(x):
+    try:
+        fn = torch.no_such_function
+    except AttributeError:
+        fn = torch.relu
+    return fn(x)
+
+
+CASES = [
+    (keyerror_from_dict, lambda: (torch.randn(3, 4),)),
+    (raise_and_catch_with_finally, lambda: (torch.randn(5),)),
+    (except_as_reads_args, lambda: (torch.randn(2, 2),)),
+    (except_tuple_and_order, lambda: (torch.randn(4),)),
+    (raise_in_callee_caught_by_caller, lambda: (torch.randn(4),)),
+    (nested_reraise, lambda: (torch.randn(3),)),
+    (zero_division_on_constants, lambda: (torch.randn(3), 0)),
+    (with_exit_swallows, lambda: (torch.randn(3),)),
+    (no_exception_path, lambda: (torch.randn(3),)),
+    (hasattr_pattern, lambda: (torch.randn(6),)),
+]
+
+
+def _close(got, want):
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for g, w in zip(got, want):
+            _close(g, w)
+    elif isinstance(want, torch.Tensor):
+        torch.testing.assert_close(got, want)
+    else:
+        assert got == want
+
+
+@pytest.mark.parametrize("fn,make", CASES, ids=[c[0].__name__ for c in CASES])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_caught_exception_matches_eager_in_one_graph(fn, make, backend):
+    kiln.reset()
+    args = make()
+    want = fn(*args)
+    got = kiln.compile(fn, backend=backend)(*args)
+    _close(got, want)
+    stats = kiln.stats()
+    assert stats["fallbacks"] == 0
+    assert stats["graph_breaks"] == 0
+
+
+@pytest.mark.parametrize("fn,make", CASES, ids=[c[0].__name__ for c in CASES])
+def test_graph_counts_match_dynamo(fn, make):
+    kiln.reset()
+    args = make()
+    ours = kiln.explain(fn)(*args)
+    torch._dynamo.reset()
+    theirs = torch._dynamo.explain(fn)(*args)
+    assert ours.graph_break_count == 0, ours.break_reasons
+    assert ours.graph_break_count <= theirs.graph_break_count
+    assert ours.graph_count <= max(theirs.graph_count, 1)
+    assert ours.graph_count == 1
+
+
+def uncaught_keyerror(x):
+    d = {"a": x}
+    y = x + 1
+    return y + d["b"]
+
+
+def unmatched_except(x):
+    try:
+        raise ValueError("escapes")
+    except KeyError:
+        return x
+    return x + 1
+
+
+@pytest.mark.parametrize("fn", [uncaught_keyerror, unmatched_except])
+def test_exception_escaping_the_frame_is_eagers(fn):
+    kiln.reset()
+    x = torch.randn(3)
+    with pytest.raises(Exception) as want:
+        fn(x)
+    with pytest.raises(type(want.value)) as got:
+        kiln.compile(fn, backend="eager")(x)
+    assert got.value.args == want.value.args
+
+
+def test_exception_escaping_under_fullgraph_is_a_clear_error():
+    kiln.reset()
+    with pytest.raises(kiln.errors.GraphBreakError, match="ValueError"):
+        kiln.compile(unmatched_except, backend="eager", fullgraph=True)(torch.randn(3))
+
+
+def test_caught_exception_under_fullgraph_is_one_graph():
+    kiln.reset()
+    x = torch.randn(3, 4)
+    got = kiln.compile(keyerror_from_dict, backend="eager", fullgraph=True)(x)
+    torch.testing.assert_close(got, keyerror_from_dict(x))
