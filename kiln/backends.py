@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from kiln import log
+from kiln import config, log
 
 Backend = Callable[[torch.fx.GraphModule, list], Callable[..., Any]]
 
@@ -109,6 +109,10 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None
     if mode not in (None, "default"):
         lower_options["mode"] = mode
     compiler = functools.partial(compile_graph, options=lower_options or None)
+    if config.repro_after:  # KILN_REPRO_AFTER: the diagnostics package watches the stages (loaded only then)
+        from kiln.debug.repro import watched_inductor
+
+        return watched_inductor(aot_autograd, compiler, compiler)(gm, example_inputs)
     return aot_autograd(compiler, compiler)(gm, example_inputs)
 
 

@@ -28,6 +28,10 @@ cache_dir: str = os.environ.get(
 persistent_cache: bool = os.environ.get("KILN_PERSISTENT_CACHE", "1") not in ("", "0")
 debug_dir: str = os.environ.get("KILN_DEBUG_DIR", os.path.join(os.getcwd(), "kiln_debug"))
 debug: bool = os.environ.get("KILN_DEBUG", "0") not in ("", "0")
+# diagnostics (kiln.debug.repro): "capture", "aot" or "lower" writes a repro.py when that stage's
+# output fails (see README's debugging workflow); off by default
+repro_after: str | None = os.environ.get("KILN_REPRO_AFTER") or None
+repro_dir: str = os.environ.get("KILN_REPRO_DIR", os.path.join(os.getcwd(), "kiln_repro"))
 # code generator for graphs on CPU tensors: "cpp" (C++ with OpenMP) or "triton" (Triton kernels run by
 # Triton's interpreter: slow, for testing the GPU path; the process then runs with TRITON_INTERPRET=1)
 cpu_backend: str = os.environ.get("KILN_CPU_BACKEND", "cpp")
