@@ -46,8 +46,9 @@ class OutputInfo:
     graph_index: int | None = None
     requires_grad: bool = False
     value: Any = None
-    # size/stride/storage_offset of a view output, as traced (ints or SymInts)
-    view: tuple[tuple[Any, ...], tuple[Any, ...], Any] | None = None
+    # size/stride/storage_offset of a view output, as traced (ints or SymInts), then its dtype
+    # when that differs from its base's (view_as_complex, view_as_real, view(dtype))
+    view: tuple[Any, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +191,15 @@ class FunctionalSession:
                 continue
             view = (tuple(out.shape), tuple(out.stride()), out.storage_offset())
             base = out._base
+            if base is not None and base.dtype != out.dtype:
+                # view_as_complex / view_as_real / view(dtype): as_strided cannot change the dtype,
+                # so the view records it and the runtime reinterprets the base first; a base whose
+                # layout cannot be reinterpreted gives a copy instead (aliasing lost, values kept).
+                if not _reinterpretable(base, out.dtype):
+                    infos.append(OutputInfo("graph", graph_index=len(graph_outputs), requires_grad=grad))
+                    graph_outputs.append(out)
+                    continue
+                view = (*view, out.dtype)
             if base is not None and id(base) in input_index:
                 infos.append(OutputInfo("input_view", base=input_index[id(base)], requires_grad=grad,
                                         view=view))
@@ -200,6 +210,20 @@ class FunctionalSession:
                 infos.append(OutputInfo("graph", graph_index=len(graph_outputs), requires_grad=grad))
                 graph_outputs.append(out)
         return infos, graph_outputs, bases
+
+
+def _reinterpretable(base: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether `base.view(dtype)` works: same element size, or a unit-stride last dim whose size
+    (and every other stride) the size ratio divides."""
+    old, new = base.dtype.itemsize, dtype.itemsize
+    if old == new:
+        return True
+    if base.dim() == 0 or base.stride(-1) != 1:
+        return False
+    if new < old:
+        return True
+    ratio = new // old
+    return all(isinstance(s, int) and s % ratio == 0 for s in (*base.stride()[:-1], base.shape[-1]))
 
 
 def _shares_with_other(out: torch.Tensor, base: torch.Tensor, outs: list[Any]) -> bool:

@@ -225,16 +225,23 @@ def convolution(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) ->
     return mode.wrap(meta, out.fake_device)
 
 
-@register_fake_impl(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
+@register_fake_impl(aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
+                   aten._native_batch_norm_legit_functional.default,
+                   aten._native_batch_norm_legit_no_training.default)
 def native_batch_norm(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
-    """CPU's kernel returns empty save_mean/save_invstd in eval mode; the meta kernel, sized (C,)."""
-    out, save_mean, save_invstd = mode.run_kernel(func, args, kwargs)
-    training = args[5] if len(args) > 5 else kwargs["training"]
+    """CPU's kernel returns empty save_mean/save_invstd in eval mode; the meta kernel (and the
+    decomposition of the functional and no-training overloads), sized (C,). Any running-stat
+    outputs after those two are returned as the kernel gives them."""
+    out, save_mean, save_invstd, *stats = mode.run_kernel(func, args, kwargs)
+    if func is aten._native_batch_norm_legit_no_training.default:
+        training = False
+    else:
+        training = args[5] if len(args) > 5 else kwargs["training"]
     if training or out.fake_device.type != "cpu":
-        return out, save_mean, save_invstd
+        return (out, save_mean, save_invstd, *stats)
     with mode.kernel_invocation(symbolic=False):
         empty = [torch.empty((0,), dtype=t.dtype, device=_META) for t in (save_mean, save_invstd)]
-    return (out, *(mode.wrap(e, out.fake_device) for e in empty))
+    return (out, *(mode.wrap(e, out.fake_device) for e in empty), *stats)
 
 
 # --------------------------------------------------------------------------- no meta kernel

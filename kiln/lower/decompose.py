@@ -111,6 +111,42 @@ def _meta(v: Any) -> Any:
     return v
 
 
+def _agree_with_eager(graph: torch.fx.Graph, node: torch.fx.Node, out: Any, expected: Any,
+                      nodes: dict[int, torch.fx.Node]) -> Any:
+    """`out` if the decomposition's outputs have the shapes and dtypes the node's traced value has,
+    else None. Torch's batch-norm decompositions run here on meta tensors, which they take for
+    a GPU, and so return eval-mode statistics of shape (C,) where eager on CPU returns empty
+    tensors: such an output is replaced by a new empty tensor of eager's metadata."""
+    if expected is None:
+        return out
+    outs = [out] if isinstance(out, torch.Tensor) else list(out)
+    wants = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+    if len(outs) != len(wants):
+        return None
+    fixed = []
+    for got, want in zip(outs, wants):
+        if not isinstance(want, torch.Tensor) or not _static(got.shape) or not _static(want.shape):
+            fixed.append(got)  # nothing to compare with, or symbolic sizes: trust the decomposition
+            continue
+        if got.dtype != want.dtype:
+            return None
+        if tuple(got.shape) != tuple(want.shape):
+            if want.numel() != 0:
+                return None
+            with graph.inserting_before(node):
+                empty = graph.call_function(aten.empty.memory_format, (list(want.shape),),
+                                            {"dtype": want.dtype, "device": want.device})
+            got = torch.empty(want.shape, dtype=want.dtype, device="meta")
+            empty.meta["val"] = want
+            nodes[id(got)] = empty
+        fixed.append(got)
+    return fixed[0] if isinstance(out, torch.Tensor) else type(out)(fixed)
+
+
+def _static(shape: Any) -> bool:
+    return all(type(s) is int for s in shape)
+
+
 def decompose(gm: torch.fx.GraphModule, metas: dict[torch.fx.Node, Any], *,
               keep: frozenset[str] = frozenset()) -> torch.fx.GraphModule:
     """Replace every node that wants a decomposition by the ops of its decomposition, in place;
@@ -143,6 +179,9 @@ def decompose(gm: torch.fx.GraphModule, metas: dict[torch.fx.Node, Any], *,
             if not isinstance(out, torch.Tensor) and not (
                     isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out)):
                 continue  # a size or a mixed result: the recorded ops are dead code, removed below
+            out = _agree_with_eager(gm.graph, node, out, metas.get(node), nodes)
+            if out is None:
+                continue  # metadata other than eager's: keep the op as an ATen call
             if isinstance(out, torch.Tensor):
                 new = nodes[id(out)]
                 node.replace_all_uses_with(new)

@@ -229,7 +229,9 @@ def _evaluate(x: Any, binding: dict, args: Sequence[Any]) -> int:
 
 
 def _rebuild_view(base: torch.Tensor, info: Any, binding: dict, args: Sequence[Any]) -> torch.Tensor:
-    size, stride, offset = info.view
+    size, stride, offset, *dtype = info.view
+    if dtype:  # a view that reinterprets its base's bytes (view_as_complex, view(dtype))
+        base = base.view(dtype[0])
     return base.as_strided([_evaluate(s, binding, args) for s in size],
                            [_evaluate(s, binding, args) for s in stride],
                            _evaluate(offset, binding, args))

@@ -133,6 +133,7 @@ class WrapperWriter:
         params = [f"arg{k}" for k in range(nargs)]
         L = self.lines
         L.append(f"def call({', '.join(params)}):")
+        self.bound = {str(sym) for sym in ir.symbols}
         for sym, (pos, dim) in ir.symbols.items():
             if dim is None:
                 L.append(f"    {sym} = arg{pos}")
@@ -199,6 +200,11 @@ class WrapperWriter:
             if path:
                 self.lines.append(f"    {name} = {n.name}{''.join(f'[{p}]' for p in path)}")
             self.layouts[name] = layout
+            for d, size in enumerate(layout.sizes):
+                if getattr(size, "is_Symbol", False) and str(size) not in self.bound:
+                    # an unbacked size (nonzero's count) is known once the op has run
+                    self.lines.append(f"    {size} = {name}.size({d})")
+                    self.bound.add(str(size))
             if layout.sizes:
                 expected = _tuple(layout.strides)
                 self.lines.append(f"    if {name}.stride() != {expected}: {name} = _relayout({name}, {expected})")
