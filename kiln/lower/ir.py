@@ -249,7 +249,8 @@ class Scan(Buffer):
 
 @dataclass(frozen=True)
 class Scatter(Buffer):
-    """In place: target[index(i) + extra] (=|+=) value(i) for i over `ranges`; the result is `target`."""
+    """In place: target[index(i) + extra] (=|+=) value(i) for i over `ranges`; the result is `target`.
+    With a `mask` (the bounds checks of the indirect part), the store happens only where it holds."""
 
     target: str = ""
     ranges: tuple[sympy.Expr, ...] = ()
@@ -257,6 +258,7 @@ class Scatter(Buffer):
     extra: Value | None = None
     body: Value = None  # type: ignore[assignment]
     mode: str | None = None  # None (store) or "add"
+    mask: Value | None = None
 
 
 @dataclass(frozen=True)
@@ -341,8 +343,9 @@ def format_buffer(b: Buffer) -> str:
     if isinstance(b, Scatter):
         how = "+=" if b.mode == "add" else "="
         extra = "" if b.extra is None else f" + {format_value(b.extra)}"
+        where = "" if b.mask is None else f" where {format_value(b.mask)}"
         return (f"{head} = scatter {b.target}[{b.index}{extra}] {how} {format_value(b.body)} "
-                f"over {list(b.ranges)}{origin}")
+                f"over {list(b.ranges)}{where}{origin}")
     assert isinstance(b, Extern)
     return f"{head} = extern {b.op}{origin}"
 
@@ -365,7 +368,7 @@ def verify_ir(ir: LoopIR) -> None:
             if isinstance(b, Reduction):
                 allowed |= {f"r{k}" for k in range(len(b.reduction_ranges))}
         if isinstance(b, Scatter):
-            bodies += [b.body] + ([b.extra] if b.extra is not None else [])
+            bodies += [b.body] + [v for v in (b.extra, b.mask) if v is not None]
             allowed |= {f"i{k}" for k in range(len(b.ranges))}
             assert b.target in defined, f"{b.name} scatters into undefined {b.target}"
         for body in bodies:

@@ -42,6 +42,8 @@ _define(2, "same", "add sub mul truediv floordiv truncdiv mod fmod pow maximum m
 _define(2, "bool", "eq ne lt le gt ge logical_and logical_or logical_xor", "comparisons")
 _define(3, "same", "where", "where(cond, a, b): cond is bool, a and b share the result dtype")
 _define(1, "param", "to_dtype", "cast to the dtype parameter (C conversion; float->bool is != 0)")
+_define(2, "bool", "index_ok", "index_ok(i, size): whether i may index a dim of that size (the op's "
+        "kiln.lower.checks.IndexCheck parameter says how); a failure is recorded for the wrapper to raise")
 _define(1, "param", "rand randn", "counter-based random: arg is the int64 element counter, "
         "the seed comes from the kernel's seed argument plus the op's static offset")
 

@@ -309,7 +309,7 @@ def _mark_local(steps: list, ir: LoopIR) -> list:
         if isinstance(step, Kernel):
             bodies = [(k, n.body) for k, blk in enumerate(step.blocks) for n in blk.nodes]
         elif isinstance(step, ScatterKernel):
-            bodies = [(0, step.node.body)] + ([(0, step.node.extra)] if step.node.extra is not None else [])
+            bodies = [(0, v) for v in (step.node.body, step.node.extra, step.node.mask) if v is not None]
             readers.setdefault(step.node.target, set()).add((s, -1))
         else:
             from torch.utils import _pytree as pytree

@@ -13,6 +13,7 @@ import sympy
 import torch
 
 from kiln.lower import ops
+from kiln.lower.checks import CPP_PRELUDE as CHECKS_PRELUDE, guard_divisor, render_index_ok
 from kiln.lower.ir import Const, Index, Load, Masked, Op, Value
 from kiln.symbolic.render import render_c
 
@@ -132,7 +133,7 @@ static inline uint16_t kiln_float_to_bf16(float f) {
 """ % "\n".join(f"#pragma omp declare simd notinbranch\n{t} {n}{s}({t}){_ATTR.get(n, '')};"
                 for n in MATH for t, s in (("float", "f"), ("double", ""))) + \
     "\n".join(f"#pragma omp declare simd notinbranch\n{t} {n}{s}({t}, {t});"
-              for n in ("pow", "atan2", "hypot") for t, s in (("float", "f"), ("double", "")))
+              for n in ("pow", "atan2", "hypot") for t, s in (("float", "f"), ("double", ""))) + "\n" + CHECKS_PRELUDE
 
 
 def cexpr(e: sympy.Expr) -> str:
@@ -189,10 +190,16 @@ def render_op(v: Op, a: Sequence[str]) -> str:
         "signbit": lambda: f"std::signbit({a[0]})" if fl else f"({a[0]} < 0)",
         "logical_not": lambda: f"(!{a[0]})",
         "logical_xor": lambda: f"(bool({a[0]}) != bool({a[1]}))",
-        "floordiv": lambda: f"kiln_floordiv_float({a[0]}, {a[1]})" if fl else f"{T}(kiln_floordiv({a[0]}, {a[1]}))",
-        "truncdiv": lambda: f"std::trunc({a[0]} / {a[1]})" if fl else f"({a[1]} == 0 ? {T}(0) : {T}({a[0]} / {a[1]}))",
-        "mod": lambda: f"kiln_fmod_float({a[0]}, {a[1]})" if fl else f"{T}(kiln_mod({a[0]}, {a[1]}))",
-        "fmod": lambda: f"std::fmod({a[0]}, {a[1]})" if fl else f"({a[1]} == 0 ? {T}(0) : {T}({a[0]} % {a[1]}))",
+        # integer division by zero: ATen raises, so the kernel records it (kiln.lower.checks) and yields 0
+        "floordiv": lambda: f"kiln_floordiv_float({a[0]}, {a[1]})" if fl else guard_divisor(
+            v, a, T, f"{T}(kiln_floordiv({a[0]}, {a[1]}))"),
+        "truncdiv": lambda: f"std::trunc({a[0]} / {a[1]})" if fl else guard_divisor(
+            v, a, T, f"({a[1]} == 0 ? {T}(0) : {T}({a[0]} / {a[1]}))"),
+        "mod": lambda: f"kiln_fmod_float({a[0]}, {a[1]})" if fl else guard_divisor(
+            v, a, T, f"{T}(kiln_mod({a[0]}, {a[1]}))"),
+        "fmod": lambda: f"std::fmod({a[0]}, {a[1]})" if fl else guard_divisor(
+            v, a, T, f"({a[1]} == 0 ? {T}(0) : {T}({a[0]} % {a[1]}))"),
+        "index_ok": lambda: render_index_ok(v, list(a)),
         "pow": lambda: f"{_float_fn('pow', dt)}({a[0]}, {a[1]})" if fl else f"kiln_ipow<{T}>({a[0]}, {a[1]})",
         # ties (-0.0 vs 0.0) return the first operand, as ATen's kernels do
         "maximum": lambda: (f"({a[0]} != {a[0]} ? {a[0]} : ({a[1]} != {a[1]} ? {a[1]} : ({a[0]} < {a[1]} ? {a[1]} : {a[0]})))"

@@ -14,6 +14,7 @@ from typing import Sequence
 import sympy
 import torch
 
+from kiln.lower.checks import ERROR_RECORD
 from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, PRELUDE, BodyWriter, cexpr, compute
 from kiln.lower.ir import (Buffer, FloorDiv, Load, ModularIndexing, Reduction, Scan, Value, contiguous_strides,
                            index_vars, walk)
@@ -297,11 +298,16 @@ class KernelWriter:
         vars_ = _ivars(len(n.ranges))
         w = BodyWriter(self.storage, {}, {}, self.counter)
         self._collect_reads(w, n.body, frozenset())
-        if n.extra is not None:
-            self._collect_reads(w, n.extra, frozenset())
+        for part in (n.extra, n.mask):
+            if part is not None:
+                self._collect_reads(w, part, frozenset())
         value = w.value(n.body)
         extra = "" if n.extra is None else f" + {w.value(n.extra)}"
+        if n.mask is not None:  # a failed bounds check skips the store (the wrapper raises after)
+            w.lines.append(f"if ({w.value(n.mask)}) {{")
         w.store(n.target, n.index, value, n.mode, extra)
+        if n.mask is not None:
+            w.lines.append("}")
         self._note(self.writes, n.target)
         # accumulating scatters run in parallel (atomic adds), but only when there is enough work
         # to pay for starting the threads; stores stay serial (the last write must win, as in ATen)
@@ -315,6 +321,8 @@ class KernelWriter:
 
     def _function(self, name: str, origins: list[str], body: list[str]) -> str:
         args = []
+        if any(ERROR_RECORD in line for line in body):  # the kernel checks something (kiln.lower.checks)
+            self._note(self.writes, ERROR_RECORD)
         self.reads = [b for b in self.reads if b not in self.writes]
         for b in self.reads + self.writes:
             const = "const " if b not in self.writes else ""
@@ -391,7 +399,7 @@ def _indent(lines: list[str]) -> str:
 
 def generate(program: KernelProgram) -> tuple[str, dict[str, tuple[list[str], list[str], bool]]]:
     """The translation unit, and per kernel: (buffer args, size-symbol args, takes seed)."""
-    storage: dict[str, torch.dtype] = {}
+    storage: dict[str, torch.dtype] = {ERROR_RECORD: torch.int64}
     for b in program.ir.buffers:
         storage[b.name] = b.layout.dtype
         for name, lay, _ in getattr(b, "results", ()):

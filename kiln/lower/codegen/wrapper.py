@@ -17,6 +17,7 @@ import sympy
 import torch
 from torch.utils import _pytree as pytree
 
+from kiln.lower.checks import ERROR_RECORD, error_function_source, sites_of
 from kiln.lower.ir import BufferRef, ConstantBuffer, Extern, InputBuffer, Layout, Load, SymExpr, walk
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
 from kiln.runtime.aot import RECIPE_ATTR, bind_overloads, relayout as _relayout, wrapper_recipe
@@ -132,7 +133,13 @@ class WrapperWriter:
         nargs = max([b.position + 1 for b in inputs] + [p + 1 for p, _ in ir.symbols.values()] + [0])
         params = [f"arg{k}" for k in range(nargs)]
         L = self.lines
+        checked = any(ERROR_RECORD in bufs for bufs, _, _ in self.signatures.values())
+        if checked:  # kernels that check indices or divisors report through one record per call
+            L += ["import ctypes as _ctypes", "_ErrorRecord = _ctypes.c_int64 * 3", ""]
+            L += error_function_source(sites_of(self._bodies())) + ["", ""]
         L.append(f"def call({', '.join(params)}):")
+        if checked:
+            L.append(f"    {ERROR_RECORD} = _ErrorRecord()")
         self.bound = {str(sym) for sym in ir.symbols}
         for sym, (pos, dim) in ir.symbols.items():
             if dim is None:
@@ -179,14 +186,16 @@ class WrapperWriter:
         for n in nodes:
             if n.name in bufs and n.name not in self.layouts:
                 self._alloc(n.name, n.layout)
-        call = [f"{b}.data_ptr()" for b in bufs] + list(syms) + (["seed"] if seed else [])
+        call = [b if b == ERROR_RECORD else f"{b}.data_ptr()" for b in bufs] + list(syms) + (["seed"] if seed else [])
         origins = ", ".join(dict.fromkeys(step.origins() if isinstance(step, Kernel) else step.node.origins))
         if self.profile:
             self.lines.append("    _t = _clock()")
         self.lines.append(f"    {step.name}({', '.join(call)})  # {origins}")
         if self.profile:
-            nbytes = " + ".join(f"{b}.numel() * {b}.element_size()" for b in bufs) or "0"
+            nbytes = " + ".join(f"{b}.numel() * {b}.element_size()" for b in bufs if b != ERROR_RECORD) or "0"
             self.lines.append(f"    _record({step.name!r}, _clock() - _t, {nbytes})")
+        if ERROR_RECORD in bufs:  # the exception eager raises, once the kernel's threads are done
+            self.lines.append(f"    if {ERROR_RECORD}[0]: raise _kernel_error({ERROR_RECORD})")
         self.globals.setdefault("_argtypes", {})[step.name] = (
             [ctypes.c_void_p] * len(bufs) + [ctypes.c_int64] * (len(syms) + (1 if seed else 0)))
 
@@ -209,6 +218,15 @@ class WrapperWriter:
                 expected = _tuple(layout.strides)
                 self.lines.append(f"    if {name}.stride() != {expected}: {name} = _relayout({name}, {expected})")
 
+    def _bodies(self) -> list[Any]:
+        out: list[Any] = []
+        for step in self.program.steps:
+            if isinstance(step, Kernel):
+                out += [n.body for n in step.nodes]
+            elif isinstance(step, ScatterKernel):
+                out += [v for v in (step.node.body, step.node.extra, step.node.mask) if v is not None]
+        return out
+
     def _last_uses(self) -> dict[str, int]:
         last: dict[str, int] = {}
         for s, step in enumerate(self.program.steps):
@@ -218,8 +236,9 @@ class WrapperWriter:
                 names += [n.name for n in step.nodes]
             elif isinstance(step, ScatterKernel):
                 names = [v.buffer for v in walk(step.node.body) if isinstance(v, Load)] + [step.node.target]
-                if step.node.extra is not None:  # the scattered-to position reads buffers too
-                    names += [v.buffer for v in walk(step.node.extra) if isinstance(v, Load)]
+                for part in (step.node.extra, step.node.mask):  # the scattered-to position reads buffers too
+                    if part is not None:
+                        names += [v.buffer for v in walk(part) if isinstance(v, Load)]
             else:
                 names = [a.name for a in pytree.tree_leaves((step.node.args, step.node.kwargs))
                          if isinstance(a, BufferRef)] + [step.node.name] + [r[0] for r in step.node.results]

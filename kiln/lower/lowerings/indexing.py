@@ -13,6 +13,7 @@ import sympy
 import torch
 
 from kiln.lower import ops
+from kiln.lower.checks import all_of, checked_index
 from kiln.lower.ir import Index, Layout, Load, Masked, ModularIndexing, Scatter, Value, contiguous_strides
 from kiln.lower.lowerings import (LoweringContext, TensorValue, broadcast_load, broadcast_sizes, compute_dtype,
                                   normalize_dim, register, strided_value)
@@ -20,31 +21,37 @@ from kiln.lower.lowerings import (LoweringContext, TensorValue, broadcast_load, 
 aten = torch.ops.aten
 
 
-def _wrap(v: Value, size: sympy.Expr) -> Value:
-    """A possibly negative index made non-negative, as Python and ATen indexing do."""
-    v = ops.cast(v, torch.int64)
-    return ops.op("where", ops.op("lt", v, ops.constant(0, torch.int64)),
-                  ops.op("add", v, ops.cast(Index(size), torch.int64)), v)
+def _indirect_offset(lay: Layout, indirect: dict[int, Value], op: str) -> tuple[Value, Value]:
+    """The element offset of the loaded indices (each made non-negative where `op` wraps negative
+    ones) and the condition that all are in bounds, checked the way eager checks `op`."""
+    extra: Value | None = None
+    conditions: list[Value] = []
+    for d, v in indirect.items():
+        ok, v = checked_index(v, lay.sizes[d], op, d)
+        conditions.append(ok)
+        term = ops.op("mul", v, ops.cast(Index(lay.strides[d]), torch.int64))
+        extra = term if extra is None else ops.op("add", extra, term)
+    assert extra is not None
+    return extra, all_of(conditions)
 
 
 def indirect_load(ctx: LoweringContext, x: TensorValue, idx: Sequence[sympy.Expr],
-                  indirect: dict[int, Value]) -> Value:
-    """x[idx] where the dims in `indirect` take loaded index values instead of idx."""
+                  indirect: dict[int, Value], op: str) -> Value:
+    """x[idx] where the dims in `indirect` take loaded index values instead of idx; an index out of
+    bounds reads nothing (the value is 0) and makes the wrapper raise eager's error for `op`."""
     assert x.view is not None
     lay = x.view.layout
     direct = [sympy.Integer(0) if d in indirect else i for d, i in enumerate(idx)]
-    extra: Value | None = None
-    for d, v in indirect.items():
-        term = ops.op("mul", _wrap(v, lay.sizes[d]), ops.cast(Index(lay.strides[d]), torch.int64))
-        extra = term if extra is None else ops.op("add", extra, term)
-    return Load(x.view.name, lay.index(direct), compute_dtype(lay.dtype), extra)
+    extra, in_bounds = _indirect_offset(lay, indirect, op)
+    dtype = compute_dtype(lay.dtype)
+    return Masked(in_bounds, Load(x.view.name, lay.index(direct), dtype, extra), ops.constant(0, dtype), dtype)
 
 
 @register(aten.gather.default)
 def gather(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, *, sparse_grad: bool = False) -> TensorValue:
     x = ctx.realize(x)
     dim = normalize_dim(dim, x.ndim)
-    return TensorValue(x.dtype, index.sizes, lambda idx: indirect_load(ctx, x, idx, {dim: index.load(idx)}))
+    return TensorValue(x.dtype, index.sizes, lambda idx: indirect_load(ctx, x, idx, {dim: index.load(idx)}, "gather"))
 
 
 @register(aten.index_select.default)
@@ -55,7 +62,7 @@ def index_select(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorVa
     dim = normalize_dim(dim, x.ndim)
     one_d = index.ndim == 1
     return TensorValue(x.dtype, ctx.out_sizes(), lambda idx: indirect_load(
-        ctx, x, idx, {dim: index.load([idx[dim]] if one_d else [])}))
+        ctx, x, idx, {dim: index.load([idx[dim]] if one_d else [])}, "index_select"))
 
 
 @register(aten.embedding.default)
@@ -63,7 +70,7 @@ def embedding(ctx: LoweringContext, weight: TensorValue, indices: TensorValue, *
     weight = ctx.realize(weight)
     k = indices.ndim
     return TensorValue(weight.dtype, ctx.out_sizes(), lambda idx: indirect_load(
-        ctx, weight, [sympy.Integer(0), idx[k]], {0: indices.load(idx[:k])}))
+        ctx, weight, [sympy.Integer(0), idx[k]], {0: indices.load(idx[:k])}, "embedding"))
 
 
 def _index_plan(x: TensorValue, indices: Sequence[TensorValue | None]) -> tuple[list[int], tuple, bool]:
@@ -98,7 +105,7 @@ def index(ctx: LoweringContext, x: TensorValue, indices: Sequence[TensorValue | 
 
     def loader(idx: Sequence[sympy.Expr]) -> Value:
         direct, loaded = _split_index(x, indices, idx)
-        return indirect_load(ctx, x, direct, loaded)
+        return indirect_load(ctx, x, direct, loaded, "index")
 
     return TensorValue(x.dtype, ctx.out_sizes(), loader)
 
@@ -110,18 +117,15 @@ def _fresh_copy(ctx: LoweringContext, x: TensorValue) -> TensorValue:
 
 
 def _scatter(ctx: LoweringContext, target: TensorValue, ranges: Sequence[sympy.Expr], direct_of, indirect_of,
-             value_of, mode: str | None) -> TensorValue:
+             value_of, mode: str | None, op: str) -> TensorValue:
     assert target.view is not None
     lay = target.view.layout
     i = tuple(sympy.Symbol(f"i{k}", integer=True, nonnegative=True) for k in range(len(ranges)))
     direct = direct_of(i)
-    extra: Value | None = None
-    for d, v in indirect_of(i).items():
-        term = ops.op("mul", _wrap(v, lay.sizes[d]), ops.cast(Index(lay.strides[d]), torch.int64))
-        extra = term if extra is None else ops.op("add", extra, term)
+    extra, in_bounds = _indirect_offset(lay, indirect_of(i), op)
     body = ops.cast(value_of(i), compute_dtype(lay.dtype))
     ctx.add(Scatter(ctx.new_name(), lay, ctx.origins, target.view.name, tuple(ranges), lay.index(direct), extra,
-                    body, mode))
+                    body, mode, in_bounds))
     return strided_value(target.view)
 
 
@@ -133,7 +137,7 @@ def scatter(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, 
     dtype = compute_dtype(x.dtype)
     value = (lambda i: ops.cast(src.load(i), dtype)) if isinstance(src, TensorValue) else (lambda i: ops.constant(src, dtype))
     return _scatter(ctx, out, index.sizes, lambda i: [sympy.Integer(0) if d == dim else v for d, v in enumerate(i)],
-                    lambda i: {dim: index.load(i)}, value, mode)
+                    lambda i: {dim: index.load(i)}, value, mode, "scatter")
 
 
 @register(aten.scatter_add.default)
@@ -155,7 +159,7 @@ def index_put(ctx: LoweringContext, x: TensorValue, indices: Sequence[TensorValu
     dtype = compute_dtype(x.dtype)
     return _scatter(ctx, out, ranges, lambda i: _split_index(x, indices, i)[0],
                     lambda i: _split_index(x, indices, i)[1],
-                    lambda i: ops.cast(broadcast_load(values, i), dtype), "add" if accumulate else None)
+                    lambda i: ops.cast(broadcast_load(values, i), dtype), "add" if accumulate else None, "index_put")
 
 
 @register(aten.slice_scatter.default)

@@ -1,0 +1,163 @@
+"""Runtime checks in generated kernels: index bounds and integer division by zero, as eager checks.
+
+Lowerings that index with loaded values (index, gather, index_select, embedding, index_put, scatter)
+guard each access with the loop op `index_ok`; integer `//`, `%`, fmod and truncating division test
+their divisor. A failed check skips the access and records the first failure in the kernel's error
+record `kiln_err` (site, value, bound); the wrapper raises the exception eager raises after the
+kernel returns, so a kernel never touches memory outside a tensor and never traps.
+Corresponds to Inductor's indirect-indexing bounds checks (`check_bounds`, device_assert).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+import torch
+
+from kiln.lower import ops
+from kiln.lower.ir import Const, Index, Op, Value, walk
+
+ERROR_RECORD = "kiln_err"  # the kernel argument (int64[3]: site, value, bound) and the wrapper's variable
+ZERO_DIVISION_SITE = 1
+_MAX_DIMS = 64  # an index site is 2 + kind * _MAX_DIMS + dim
+
+
+@dataclass(frozen=True)
+class CheckKind:
+    """How eager checks one indexing op: which exception, whether -size <= i < 0 means i + size."""
+
+    op: str
+    error: type[Exception]
+    wrap_negative: bool
+    message: str  # formatted with value, dim, size
+
+
+# What ATen raises for each (the class is what users catch; the text names the op and the numbers).
+CHECK_KINDS: tuple[CheckKind, ...] = (
+    CheckKind("index", IndexError, True, "index {value} is out of bounds for dimension {dim} with size {size}"),
+    CheckKind("index_put", IndexError, True, "index {value} is out of bounds for dimension {dim} with size {size}"),
+    CheckKind("gather", RuntimeError, False, "index {value} is out of bounds for dimension {dim} with size {size}"),
+    CheckKind("scatter", RuntimeError, False, "index {value} is out of bounds for dimension {dim} with size {size}"),
+    CheckKind("index_select", IndexError, False, "index {value} is out of range for dimension {dim} with size {size}"),
+    CheckKind("embedding", IndexError, False, "index {value} is out of range for a table of {size} rows"),
+)
+_KIND_NUMBER = {k.op: n for n, k in enumerate(CHECK_KINDS)}
+
+
+@dataclass(frozen=True)
+class IndexCheck:
+    """The static parameter of an `index_ok` op: which op indexes, along which dim of its tensor."""
+
+    op: str
+    dim: int
+
+    @property
+    def kind(self) -> CheckKind:
+        return CHECK_KINDS[_KIND_NUMBER[self.op]]
+
+    @property
+    def site(self) -> int:
+        """A number fixed by (op, dim) alone, so kernels and wrappers built apart agree on it."""
+        return 2 + _KIND_NUMBER[self.op] * _MAX_DIMS + self.dim
+
+    def __str__(self) -> str:
+        return f"{self.op} dim {self.dim}"
+
+
+def checked_index(v: Value, size: sympy.Expr, op: str, dim: int) -> tuple[Value, Value]:
+    """(whether `v` indexes a dim of `size` the way eager accepts it, v made non-negative); the
+    first records a failure in the kernel's error record."""
+    check = IndexCheck(op, dim)
+    v = ops.cast(v, torch.int64)
+    n = ops.cast(Index(sympy.sympify(size)), torch.int64)
+    ok = ops.op("index_ok", v, n, param=check)
+    if check.kind.wrap_negative:
+        v = ops.op("where", ops.op("lt", v, ops.constant(0, torch.int64)), ops.op("add", v, n), v)
+    return ok, v
+
+
+def all_of(conditions: list[Value]) -> Value:
+    out = conditions[0]
+    for c in conditions[1:]:
+        out = ops.op("logical_and", out, c)
+    return out
+
+
+DIVISIONS = frozenset({"floordiv", "truncdiv", "mod", "fmod"})
+
+
+def needs_divisor_check(v: Op) -> bool:
+    """Integer division whose divisor is not a known non-zero constant (ATen raises on zero)."""
+    if v.name not in DIVISIONS or v.args[0].dtype.is_floating_point:
+        return False
+    divisor = v.args[1]
+    return not (isinstance(divisor, Const) and divisor.value != 0)
+
+
+def sites_of(values: list[Value]) -> set[int]:
+    """The check sites that bodies can fail at."""
+    out: set[int] = set()
+    for body in values:
+        for v in walk(body):
+            if isinstance(v, Op) and v.name == "index_ok":
+                out.add(v.param.site)  # type: ignore[attr-defined]
+            elif isinstance(v, Op) and needs_divisor_check(v):
+                out.add(ZERO_DIVISION_SITE)
+    return out
+
+
+def describe_site(site: int) -> tuple[type[Exception], str]:
+    """The exception class and message template (over value and size) of one site."""
+    if site == ZERO_DIVISION_SITE:
+        return RuntimeError, "ZeroDivisionError"
+    kind = CHECK_KINDS[(site - 2) // _MAX_DIMS]
+    dim = (site - 2) % _MAX_DIMS
+    text = kind.message.replace("{dim}", str(dim))
+    return kind.error, f"{kind.op}(): {text}"
+
+
+def error_function_source(sites: set[int]) -> list[str]:
+    """Python lines defining `_kernel_error(err) -> Exception` for the wrapper (only builtins, so a
+    wrapper rebuilt from the persistent cache needs nothing else)."""
+    lines = ["def _kernel_error(err):",
+             "    # the first failed check of a kernel: (site, value, bound), filled by kiln_fail",
+             "    site, value, size = err[0], err[1], err[2]"]
+    for site in sorted(sites):
+        error, message = describe_site(site)
+        lines.append(f"    if site == {site}:")
+        lines.append(f"        return {error.__name__}(f{message!r})")
+    lines.append("    return RuntimeError(f'kiln: kernel check {site} failed (value {value}, bound {size})')")
+    return lines
+
+
+# C++ of the checks (part of the kernel prelude). The failure path is out of line and cold, so the
+# loop body keeps one compare per check; compare-and-swap keeps the first failure whole when
+# several threads fail at once (the wrapper reads the record after the parallel region joined).
+CPP_PRELUDE = r"""
+static void __attribute__((noinline, cold)) kiln_fail(int64_t* err, int64_t site, int64_t value, int64_t bound) {
+  int64_t none = 0;
+  if (__atomic_compare_exchange_n(&err[0], &none, site, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    err[1] = value; err[2] = bound;
+  }
+}
+static inline bool kiln_index_ok(int64_t v, int64_t size, bool wrap, int64_t* err, int64_t site) {
+  bool ok = wrap ? (v >= -size && v < size) : (v >= 0 && v < size);
+  if (__builtin_expect(!ok, 0)) kiln_fail(err, site, v, size);
+  return ok;
+}
+static inline int64_t kiln_zero_divisor(int64_t* err) { kiln_fail(err, 1, 0, 0); return 0; }
+"""
+
+
+def render_index_ok(v: Op, a: list[str]) -> str:
+    check = v.param
+    assert isinstance(check, IndexCheck)
+    wrap = "true" if check.kind.wrap_negative else "false"
+    return f"kiln_index_ok({a[0]}, {a[1]}, {wrap}, {ERROR_RECORD}, {check.site})"
+
+
+def guard_divisor(v: Op, a: list[str], ctype: str, division: str) -> str:
+    """`division` (C++ of an integer division) preceded by the divisor's zero test when needed."""
+    if not needs_divisor_check(v):
+        return division
+    return f"({a[1]} == 0 ? {ctype}(kiln_zero_divisor({ERROR_RECORD})) : {division})"

@@ -1,0 +1,174 @@
+"""Indices out of range in compiled code: the error eager raises, never a read or write outside a tensor.
+
+Each indexing op (x[i], gather, index_select, embedding, index_put_ with and without accumulate,
+scatter, scatter_add) runs eagerly and through kiln.compile(backend="inductor") on in-range indices,
+indices past the end, negative indices (which only x[i] and index_put wrap) and indices far outside
+any allocation (2**40, in a subprocess, so that a wild access would kill that process, not pytest).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import kiln
+from kiln.autograd import trace_aten
+from kiln.lower import compile_graph
+
+
+def _index(x, i):
+    return x[i] * 2
+
+
+def _index_2d(x, i):
+    return x[i, i] + 1
+
+
+def _gather(x, i):
+    return torch.gather(x, 0, i) + 1
+
+
+def _index_select(x, i):
+    return torch.index_select(x, 0, i) - 1
+
+
+def _embedding(x, i):
+    return torch.nn.functional.embedding(i, x.reshape(-1, 1)) * 3
+
+
+def _index_put(x, i):
+    return x.clone().index_put_((i,), torch.tensor(9.0))
+
+
+def _index_put_accumulate(x, i):
+    return x.clone().index_put_((i,), torch.tensor(9.0), accumulate=True)
+
+
+def _index_put_input(x, i):
+    x.index_put_((i,), torch.tensor(7.0))  # in place on the caller's tensor
+    return x + 0
+
+
+def _scatter(x, i):
+    return x.clone().scatter_(0, i, 9.0)
+
+
+def _scatter_add(x, i):
+    return x.clone().scatter_add_(0, i, torch.ones(i.shape))
+
+
+OPS = [_index, _index_2d, _gather, _index_select, _embedding, _index_put, _index_put_accumulate,
+       _index_put_input, _scatter, _scatter_add]
+INDICES = {
+    "in_range": [1, 4, 0],
+    "past_the_end": [1, 5, 0],
+    "negative_in_range": [-1, 2, -5],  # eager wraps these for x[i] and index_put, rejects them elsewhere
+    "negative_past_the_start": [0, -6, 1],
+    "large": [3, 2 ** 33],
+}
+
+
+def _input(fn):
+    return torch.arange(25.0).reshape(5, 5) if fn is _index_2d else torch.arange(5.0)
+
+
+def _outcome(fn, x, i):
+    try:
+        return fn(x, i), None
+    except Exception as exc:  # the test compares what eager and compiled code raise
+        return None, exc
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    kiln.reset()
+
+
+@pytest.mark.parametrize("case", list(INDICES))
+@pytest.mark.parametrize("fn", OPS, ids=[f.__name__.strip("_") for f in OPS])
+def test_compiled_indexing_raises_what_eager_raises(fn, case) -> None:
+    i = torch.tensor(INDICES[case])
+    x_eager, x_compiled = _input(fn), _input(fn)
+    expected, eager_error = _outcome(fn, x_eager, i)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback to eager would warn: the kernels must answer
+        got, error = _outcome(kiln.compile(fn, backend="inductor"), x_compiled, i)
+    assert kiln.stats()["fallbacks"] == 0
+    if eager_error is None:
+        assert error is None, f"compiled code raised {error!r} where eager returned"
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(x_compiled, x_eager)
+    else:
+        assert type(error) is type(eager_error), f"eager raised {eager_error!r}, compiled code {error!r}"
+        bad = next(v for v in INDICES[case] if not -5 <= v < 5 or (v < 0 and fn not in (
+            _index, _index_2d, _index_put, _index_put_accumulate, _index_put_input)))
+        assert str(bad) in str(error) and "5" in str(error), str(error)
+
+
+def test_index_into_an_empty_dim_reads_nothing() -> None:
+    x = torch.empty(0, 3)
+    fn = kiln.compile(lambda x, i: x[i] + 1, backend="inductor")
+    with pytest.raises(IndexError, match="size 0"):
+        fn(x, torch.tensor([0]))
+    assert fn(x, torch.tensor([], dtype=torch.int64)).shape == (0, 3)
+
+
+def test_second_index_tensor_names_its_dim() -> None:
+    x = torch.arange(12.0).reshape(3, 4)
+    fn = kiln.compile(lambda x, i, j: x[i, j] * 2, backend="inductor")
+    torch.testing.assert_close(fn(x, torch.tensor([2, 0]), torch.tensor([3, -4])), x[[2, 0], [3, -4]] * 2)
+    with pytest.raises(IndexError, match="dimension 1 with size 4"):
+        fn(x, torch.tensor([2, 0]), torch.tensor([3, 4]))
+
+
+def test_checks_run_inside_the_kernels() -> None:
+    """The lowering itself checks (no ATen call does it for the kernel): one fused kernel, no externs."""
+    gm = torch.fx.symbolic_trace(lambda x, i: torch.gather(x, 0, i) * 2 + x[i])
+    args = (torch.arange(5.0), torch.tensor([1, 3]))
+    compiled = compile_graph(trace_aten(gm, args), args)
+    assert compiled.extern_count == 0 and compiled.kernel_count == 1
+    assert "kiln_index_ok" in compiled.cpp_source
+    torch.testing.assert_close(compiled(*args)[0], torch.gather(args[0], 0, args[1]) * 2 + args[0][args[1]])
+    with pytest.raises(RuntimeError, match="gather.*index 9"):
+        compiled(args[0], torch.tensor([1, 9]))
+
+
+def test_indices_far_outside_memory_do_not_crash_the_process() -> None:
+    """2**40 elements past a 5-element tensor: an unchecked load or store there is a segfault."""
+    script = textwrap.dedent("""
+        import torch, kiln
+        kiln.config.persistent_cache = False
+        x = torch.arange(5.0)
+        ops = {
+            "index": lambda x, i: x[i] + 1,
+            "gather": lambda x, i: torch.gather(x, 0, i) + 1,
+            "index_select": lambda x, i: torch.index_select(x, 0, i) + 1,
+            "embedding": lambda x, i: torch.nn.functional.embedding(i, x.reshape(-1, 1)) + 1,
+            "index_put": lambda x, i: x.clone().index_put_((i,), torch.tensor(1.0)),
+            "index_put_accumulate": lambda x, i: x.clone().index_put_((i,), torch.tensor(1.0), accumulate=True),
+            "scatter": lambda x, i: x.clone().scatter_(0, i, 1.0),
+            "scatter_add": lambda x, i: x.clone().scatter_add_(0, i, torch.ones(i.shape)),
+        }
+        for name, fn in ops.items():
+            for bad in (2 ** 40, -2 ** 40, 2 ** 62):
+                i = torch.tensor([1, bad])
+                kinds = []
+                for f in (fn, kiln.compile(fn, backend="inductor")):
+                    try:
+                        f(x, i)
+                        kinds.append("none")
+                    except Exception as exc:
+                        kinds.append(type(exc).__name__)
+                print(name, bad, *kinds, flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.split("\n")[:-1]
+    assert len(lines) == 24, done.stdout
+    for line in lines:
+        name, bad, eager, compiled = line.split()
+        assert eager != "none" and compiled == eager, line
