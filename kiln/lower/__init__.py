@@ -136,6 +136,31 @@ class _DebugDump:
                 f.write(text)
 
 
+CODEGEN_DEVICES = ("cpu", "cuda")  # device types a code generator handles: C++ (cpu), Triton (cuda, cpu)
+
+
+def _foreign_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
+    """A device type among the graph's tensors that no code generator handles (meta, say), if any:
+    kernels given a meta tensor's data pointer would read memory that does not exist."""
+    values = list(example_inputs) + [n.meta.get("val") for n in gm.graph.nodes]
+    for v in pytree.tree_leaves(values):
+        if isinstance(v, torch.Tensor) and v.device.type not in CODEGEN_DEVICES:
+            return v.device.type
+    return None
+
+
+def _aten_runner(gm: torch.fx.GraphModule, device: str) -> CompiledGraph:
+    """The ATen graph run op by op, as the aot_eager backend runs it (no kernels, no wrapper)."""
+    hint = f"graph on device {device!r}: runs as ATen calls (no code generator for that device)"
+    log.artifact("perf_hints", hint)
+
+    def run(*args: Any) -> tuple:
+        return tuple(gm(*args))
+
+    program = KernelProgram(LoopIR((), (), {}), ())
+    return CompiledGraph(run, "", "", program, [hint])
+
+
 def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
                   options: dict[str, Any] | None = None) -> CompiledGraph:
     """Fuse, generate C++, build (or load from the disk cache) and wrap one ATen graph."""
@@ -155,6 +180,9 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         timings[name] = now - start
         start = now
 
+    foreign = _foreign_device(aten_gm, example_inputs)
+    if foreign is not None:
+        return _aten_runner(aten_gm, foreign)
     # the graph's device picks the code generator: C++ on CPU (or Triton when config.cpu_backend
     # says so, under Triton's interpreter), Triton on CUDA (kiln.lower.codegen.triton_wrapper)
     device = triton_wrapper.graph_device(example_inputs)
