@@ -4,7 +4,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-all bench clean
+.PHONY: venv demo test test-all bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,10 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(VPY) -m benchmarks.run
+
+# on a machine with a CUDA device: GPU tests (Triton launches, CUDA graphs, speed) + a quick bench, < 8 min
+gpu-check: $(STAMP)
+	VPY=$(VPY) tests/gpu/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) kiln_debug .kiln_cache build *.egg-info
