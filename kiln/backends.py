@@ -109,11 +109,18 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None
     if mode not in (None, "default"):
         lower_options["mode"] = mode
     compiler = functools.partial(compile_graph, options=lower_options or None)
+    fw_compiler = bw_compiler = compiler
+    if mode == "reduce-overhead":  # CUDA graphs on CUDA tensors; on CPU it logs that it does nothing yet
+        from kiln.runtime import cudagraphs
+
+        shared: dict[str, Any] = {}  # the forward and backward of this frame record into one pool
+        fw_compiler = cudagraphs.wrap_compiler(compiler, shared, "forward")
+        bw_compiler = cudagraphs.wrap_compiler(compiler, shared, "backward")
     if config.repro_after:  # KILN_REPRO_AFTER: the diagnostics package watches the stages (loaded only then)
         from kiln.debug.repro import watched_inductor
 
         return watched_inductor(aot_autograd, compiler, compiler)(gm, example_inputs)
-    return aot_autograd(compiler, compiler)(gm, example_inputs)
+    return aot_autograd(fw_compiler, bw_compiler)(gm, example_inputs)
 
 
 inductor_backend = inductor
