@@ -12,12 +12,16 @@ names, nested code objects), the compile options, kiln.config's capture settings
 own sources, the torch and Python versions and the CPU. Changing the function's source, Kiln or
 torch therefore never meets an old entry; everything else the entry depends on is in its guards.
 
-What an entry holds: its guards, the glue's source, and per graph a recipe for its runtime
-(kiln.runtime.aot: wrapper sources, kernel library path, AOT facts). An entry is stored only when
-every part can be checked in another process, else it stays in memory only:
+What an entry holds (a sealed record file, kiln.runtime.store / kiln.runtime.records: data only,
+its SHA-256 in its name and header, both checked on load): its guards as records (the guard
+function is generated again from them), the glue's source, and per graph the recipe its compiled
+artifact gives of itself (kiln.runtime.artifact; no runtime or lowering internals are named here).
+Guard sources and the glue are checked against the vocabulary capture writes
+(kiln/capture/stored_code.py) before they are stored and before they run. An entry is stored only
+when every part can be checked in another process, else it stays in memory only:
   - no graph break (its glue would call resume functions and nested compiled frames), at least one
     graph, and a glue namespace holding nothing but the graphs;
-  - each graph's runtime has a recipe (the built-in lowering, no symbolic view sizes, no constant
+  - each graph's artifact has a recipe (the built-in lowering, no symbolic view sizes, no constant
     tensors, no lifted module tensors);
   - each guard is portable. Object identity (check_id) is not, except for objects another process
     can name and compare: a module of Kiln, torch or the standard library (by its name; a user or
@@ -28,7 +32,8 @@ every part can be checked in another process, else it stays in memory only:
     methods without guarding them). Types in
     check_type and check_tensor are handled the same way; check_value only with literal values.
 A stored object that cannot be found again, or whose digest differs, makes the whole entry unusable
-(`Stale`); it is then skipped and the frame is captured as usual.
+(`Stale`); it is then skipped and the frame is captured as usual. A file that fails its checksum
+or does not decode, or whose graphs cannot be rebuilt (a kernel library changed), is deleted.
 
 Switch: `kiln.config.persistent_cache` (env KILN_PERSISTENT_CACHE=0 turns it off); under
 KILN_DEBUG entries are stored but not loaded, so that the debug dump sees real captures. Log:
@@ -39,25 +44,21 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import linecache
-import marshal
 import os
-import pickle
-import platform
 import sys
-import tempfile
 import types
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from kiln import config
-from kiln.capture.guards import CheckFn, Guard, TensorSpec, compile_guards
-from kiln import log
+from kiln import config, log
+from kiln.capture.guards import CheckFn, GlobalState, Guard, TensorSpec, compile_guards
+from kiln.capture.stored_code import UnsafeSource, check_glue_source, check_guard_source
+from kiln.runtime import artifact, cache, records, store as files
 
-FORMAT = 1  # bump when the pickled layout changes
+FORMAT = 2  # bump when the stored layout changes
 _MAX_ENTRIES = 16  # newest files read per key; older ones are left for a cache cleaner
 
 
@@ -179,19 +180,8 @@ def _trusted_module(name: str) -> bool:
 @functools.lru_cache(maxsize=None)
 def environment_digest() -> str:
     """Kiln's own sources, torch, Python and the CPU: anything else is a different compiler."""
-    import kiln
-    from kiln.runtime import cache
-
     h = hashlib.sha256()
-    root = os.path.dirname(kiln.__file__)
-    for folder, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
-            if name.endswith(".py"):
-                h.update(name.encode())
-                with open(os.path.join(folder, name), "rb") as f:
-                    h.update(f.read())
-    for part in (FORMAT, torch.__version__, sys.version, platform.machine(), cache._cpu(),
+    for part in (FORMAT, cache.source_digest(), torch.__version__, sys.version, cache.cpu_features(),
                  os.environ.get("CXX", "g++")):
         h.update(repr(part).encode())
     return h.hexdigest()
@@ -219,12 +209,15 @@ def frame_key(code: types.CodeType, options: Any) -> str | None:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:40]
 
 
-def _folder(key: str) -> str:
-    return os.path.join(config.cache_dir, "frames", key[:2], key)
+def _folder(key: str, create: bool) -> str | None:
+    if create:
+        return files.folder("frames", key[:2], key)
+    base = files.root()
+    return os.path.join(base, "frames", key[:2], key) if base is not None else None
 
 
 # ---------------------------------------------------------------------------------------------------
-# Pickling with names instead of identities
+# References: functions, classes and modules by name instead of identity
 
 
 def _resolve(module: str, qualname: str) -> Any:
@@ -232,61 +225,87 @@ def _resolve(module: str, qualname: str) -> Any:
     if obj is None:
         raise Stale(f"module {module} is not imported")
     for part in qualname.split("."):
+        if not part.isidentifier():
+            raise records.RecordError(f"bad name {qualname!r}")
         obj = getattr(obj, part, None)
         if obj is None:
             raise Stale(f"{module}.{qualname} is gone")
     return obj
 
 
-class _Pickler(pickle.Pickler):
-    def persistent_id(self, obj: Any) -> Any:
-        if isinstance(obj, torch._ops.OpOverload):
-            return ("op", obj._schema.name, obj._overloadname)
-        if isinstance(obj, types.ModuleType):
-            if sys.modules.get(obj.__name__) is not obj or not _trusted_module(obj.__name__):
-                raise NotPortable(f"module {obj.__name__}")
-            return ("module", obj.__name__)
-        if isinstance(obj, types.FunctionType) and not _trusted_module(obj.__module__ or ""):
-            self._check_named(obj)
-            return ("function", obj.__module__, obj.__qualname__, function_digest(obj))
-        # Kiln's, torch's and the standard library's functions and classes pickle by reference:
-        # pickle itself checks that the name leads back to the same object.
-        if isinstance(obj, type) and not _trusted_module(obj.__module__):
-            self._check_named(obj)
-            return ("class", obj.__module__, obj.__qualname__, class_digest(obj))
-        if isinstance(obj, torch.Tensor):
-            raise NotPortable("a tensor")
+def _check_named(obj: Any) -> None:
+    if "<locals>" in obj.__qualname__:
+        raise NotPortable(f"{obj.__qualname__} is local to a function")
+    try:
+        found = _resolve(obj.__module__, obj.__qualname__)
+    except (Stale, records.RecordError):
+        found = None
+    if found is not obj:
+        raise NotPortable(f"{obj.__module__}.{obj.__qualname__} is not reachable by its name")
+
+
+_NAMED_KINDS = (types.FunctionType, types.BuiltinFunctionType, type)
+
+
+def _encode_named(obj: Any) -> Any:
+    """(kind, module, qualname, digest) of a function or class; a module by name; None for
+    anything else. Kiln's, torch's and the standard library's carry no digest: the key fixes them."""
+    if isinstance(obj, types.ModuleType):
+        if sys.modules.get(obj.__name__) is not obj or not _trusted_module(obj.__name__):
+            raise NotPortable(f"module {obj.__name__}")
+        return ("module", obj.__name__, "", None)
+    if isinstance(obj, torch.Tensor):
+        raise NotPortable("a tensor")
+    if not isinstance(obj, _NAMED_KINDS) or isinstance(obj, (torch.dtype, torch.device)):
         return None
+    module = getattr(obj, "__module__", None) or ""
+    if not module:
+        raise NotPortable(f"{obj!r:.60} has no module")
+    _check_named(obj)
+    if _trusted_module(module):
+        return ("trusted", module, obj.__qualname__, None)
+    if isinstance(obj, types.FunctionType):
+        return ("function", module, obj.__qualname__, function_digest(obj))
+    if isinstance(obj, type):
+        return ("class", module, obj.__qualname__, class_digest(obj))
+    raise NotPortable(f"{module}.{obj.__qualname__}")
 
-    @staticmethod
-    def _check_named(obj: Any) -> None:
-        if "<locals>" in obj.__qualname__:
-            raise NotPortable(f"{obj.__qualname__} is local to a function")
-        try:
-            found = _resolve(obj.__module__, obj.__qualname__)
-        except Stale:
-            found = None
-        if found is not obj:
-            raise NotPortable(f"{obj.__module__}.{obj.__qualname__} is not reachable by its name")
+
+def _decode_named(data: Any) -> Any:
+    kind, module, qualname, digest = data
+    if kind == "module":
+        found = sys.modules.get(module)
+        if found is None or not _trusted_module(module):
+            raise Stale(f"module {module} is not imported")
+        return found
+    found = _resolve(module, qualname)
+    if not isinstance(found, _NAMED_KINDS):
+        raise records.RecordError(f"{module}.{qualname} is not a function or class")
+    if kind == "trusted":
+        if not _trusted_module(module):
+            raise records.RecordError(f"{module} is not a trusted module")
+        return found
+    actual = function_digest(found) if kind == "function" and isinstance(found, types.FunctionType) \
+        else class_digest(found) if kind == "class" and isinstance(found, type) else None
+    if actual is None or actual != digest:
+        raise Stale(f"{module}.{qualname} changed since the entry was stored")
+    return found
 
 
-class _Unpickler(pickle.Unpickler):
-    def persistent_load(self, pid: Any) -> Any:
-        kind = pid[0]
-        if kind == "op":
-            namespace, op = pid[1].split("::")
-            return getattr(getattr(getattr(torch.ops, namespace), op), pid[2] or "default")
-        if kind == "module":
-            module = sys.modules.get(pid[1])
-            if module is None:
-                raise Stale(f"module {pid[1]} is not imported")
-            return module
-        obj = _resolve(pid[1], pid[2])
-        digest = function_digest(obj) if kind == "function" and isinstance(obj, types.FunctionType) \
-            else class_digest(obj) if kind == "class" and isinstance(obj, type) else None
-        if digest != pid[3]:
-            raise Stale(f"{pid[1]}.{pid[2]} changed since the entry was stored")
-        return obj
+_NAMED = records.Reference("named", _encode_named, _decode_named)
+_RECORD_TYPES = (Guard, TensorSpec, GlobalState)
+
+
+def dumps(value: Any) -> bytes:
+    """`value` (guards, recipes, plain data) as the bytes of a cache file; NotPortable or pickle's
+    error when something in it cannot be named in another process."""
+    return records.dumps(value, [_NAMED], types=_RECORD_TYPES)
+
+
+def loads(data: bytes) -> Any:
+    """What `dumps` wrote; Stale when a named object changed, RecordError when the data is not a
+    well-formed entry (a planted pickle gadget included)."""
+    return records.loads(data, [_NAMED], types=_RECORD_TYPES)
 
 
 _LITERAL_TYPES = (int, float, str, bytes, bool, type(None), type(Ellipsis), torch.dtype, torch.layout,
@@ -317,10 +336,36 @@ def _portable_guard(guard: Guard) -> None:
 # Store
 
 
-def _payload(check: CheckFn, result: Any) -> dict:
-    """The stored form of an entry, or NotPortable."""
-    from kiln.runtime.aot import graph_recipe
+@records.record_type
+@dataclass(frozen=True)
+class StoredFrame:
+    """What an entry file holds: guards (records), the glue's source, and a recipe per graph."""
 
+    format: int
+    guards: tuple[Guard, ...]
+    glue_name: str
+    glue_source: str
+    graphs: dict[str, artifact.Recipe]
+
+
+def _guard_texts(guard: Guard) -> list[str]:
+    """The texts of a guard that end up in the generated guard function."""
+    texts = [guard.source] if guard.source else []
+    if guard.kind == "check_aliasing":
+        texts += [src for group in guard.expected for src in group]
+    return texts
+
+
+def check_texts(frame: StoredFrame) -> None:
+    """UnsafeSource unless every text of the entry is in the vocabulary capture writes."""
+    for guard in frame.guards:
+        for text in _guard_texts(guard):
+            check_guard_source(text)
+    check_glue_source(frame.glue_source, frame.glue_name, frame.graphs)
+
+
+def _payload(check: CheckFn, result: Any) -> StoredFrame:
+    """The stored form of an entry, or NotPortable / UnsafeSource."""
     if result.breaks:
         raise NotPortable("the frame has a graph break (resume functions are not persisted)")
     if not result.graphs:
@@ -333,19 +378,15 @@ def _payload(check: CheckFn, result: Any) -> dict:
     for name, value in result.glue.__globals__.items():
         if name in ("__builtins__", glue_name):
             continue
-        recipe = graph_recipe(value)
+        recipe = artifact.describe(value)
         if recipe is None:
             raise NotPortable(f"{name} has no recipe (backend output {type(value).__name__})")
         graphs[name] = recipe
     for guard in check.guards:
         _portable_guard(guard)
-    # Code objects go marshalled (Python's version is in the key): compile() of a long guard
-    # function is a good part of a warm start.
-    glue_code = compile(result.glue_source, _glue_filename(glue_name), "exec")
-    return {"guards": check.guards, "guards_source": check.source,
-            "guards_code": marshal.dumps(check.code) if check.code is not None else None,
-            "glue_source": result.glue_source, "glue_name": glue_name, "glue_code": marshal.dumps(glue_code),
-            "graphs": graphs}
+    frame = StoredFrame(FORMAT, tuple(check.guards), glue_name, result.glue_source, graphs)
+    check_texts(frame)
+    return frame
 
 
 def _glue_filename(glue_name: str) -> str:
@@ -359,25 +400,23 @@ def store(code: types.CodeType, options: Any, check: CheckFn, result: Any) -> bo
         log.artifact("cache", f"frame cache: {code.co_qualname} not stored: the backend is a callable")
         return False
     try:
-        buffer = io.BytesIO()
-        _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(_payload(check, result))
-    except Exception as exc:  # NotPortable, or an object pickle refuses: kept in memory only
+        data = dumps(_payload(check, result))
+        loads(data)  # what cannot be read back (an object pickled by reference, say) is not stored
+    except Exception as exc:  # NotPortable, UnsafeSource, or an object no record admits
         log.artifact("cache", f"frame cache: {code.co_qualname} not stored: {type(exc).__name__}: {exc}")
         return False
-    data = buffer.getvalue()
-    folder = _folder(key)
-    path = os.path.join(folder, hashlib.sha256(data).hexdigest()[:24] + ".entry")
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)  # readers never see half a file
-    except OSError as exc:
-        log.artifact("cache", f"frame cache: {code.co_qualname} not stored: {exc}")
+    folder = _folder(key, create=True)
+    if folder is None:
+        return False  # the cache directory is refused or cannot be made (warned once by store)
+    path = os.path.join(folder, _content_name(data))
+    if not files.write_sealed(path, data):
         return False
     log.artifact("cache", f"frame cache: stored {code.co_qualname} in {path}")
     return True
+
+
+def _content_name(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:24] + ".entry"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -390,52 +429,80 @@ class DiskEntry:
 
     path: str
     check: CheckFn
-    payload: dict
+    payload: StoredFrame
+
+
+def _read(path: str) -> StoredFrame | None:
+    """The entry at `path`, verified; None (and the file deleted) when it is damaged or foreign."""
+    data = files.read_sealed(path)
+    if data is None:
+        return None
+    if os.path.basename(path) != _content_name(data):
+        files.discard(path, "its name is not the hash of its content")
+        return None
+    try:
+        frame = loads(data)
+        if not isinstance(frame, StoredFrame) or frame.format != FORMAT:
+            raise records.RecordError("not a stored frame of this format")
+        if not all(isinstance(g, Guard) for g in frame.guards) or not all(
+                isinstance(r, artifact.Recipe) for r in frame.graphs.values()):
+            raise records.RecordError("a stored frame with foreign parts")
+        check_texts(frame)
+    except (records.RecordError, UnsafeSource) as exc:
+        files.discard(path, f"not a frame entry: {exc}")
+        return None
+    return frame
 
 
 def candidates(code: types.CodeType, options: Any) -> list[DiskEntry]:
     """The usable stored entries of `code` under `options`, newest first."""
     key = frame_key(code, options)
-    folder = _folder(key) if key is not None else None
+    folder = _folder(key, create=False) if key is not None else None
     if folder is None or not os.path.isdir(folder):
         if key is not None:
             log.artifact("cache", f"frame cache miss: nothing stored for {code.co_qualname}")
         return []
-    paths = [os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".entry")]
-    paths.sort(key=lambda p: os.stat(p).st_mtime_ns, reverse=True)
+    paths = []
+    for name in os.listdir(folder):
+        if name.endswith(".entry"):
+            try:
+                paths.append((os.stat(os.path.join(folder, name)).st_mtime_ns, os.path.join(folder, name)))
+            except OSError:  # removed by another process meanwhile
+                continue
+    paths.sort(reverse=True)
     out = []
-    for path in paths[:_MAX_ENTRIES]:
+    for _, path in paths[:_MAX_ENTRIES]:
         try:
-            with open(path, "rb") as f:
-                payload = _Unpickler(f).load()
-            compiled = None
-            if payload["guards_code"] is not None:
-                compiled = (payload["guards_source"], marshal.loads(payload["guards_code"]))
-            check = compile_guards(payload["guards"], compiled=compiled)
+            frame = _read(path)
+            if frame is None:
+                continue
+            check = compile_guards(list(frame.guards))  # generated again from the records
         except Stale as exc:
             log.artifact("cache", f"frame cache: {path} skipped: {exc}")
             continue
-        except Exception as exc:  # a damaged or foreign file is a miss, never an error
+        except Exception as exc:  # never an error: the frame is captured as usual
             log.artifact("cache", f"frame cache: {path} unreadable: {type(exc).__name__}: {exc}")
             continue
-        out.append(DiskEntry(path, check, payload))
+        out.append(DiskEntry(path, check, frame))
     return out
 
 
 def materialize(disk: DiskEntry) -> tuple[Any, Any]:
-    """(glue, result) of a stored entry whose guards passed; OSError/AttributeError when a kernel
-    library left the C++ cache."""
-    from kiln.runtime.aot import load_graph_recipe
-
-    payload = disk.payload
-    namespace: dict[str, Any] = {name: load_graph_recipe(recipe) for name, recipe in payload["graphs"].items()}
-    filename = _glue_filename(payload["glue_name"])
-    source = payload["glue_source"]
+    """(glue, result) of a stored entry whose guards passed. When a graph cannot be rebuilt (a
+    kernel library left the cache or is not the recorded one) the entry file is deleted and the
+    error raised: the caller captures the frame, which stores a fresh entry."""
+    frame = disk.payload
+    try:
+        namespace: dict[str, Any] = {name: artifact.rebuild(recipe) for name, recipe in frame.graphs.items()}
+    except Exception as exc:
+        files.discard(disk.path, f"its graphs cannot be rebuilt: {type(exc).__name__}: {exc}")
+        raise
+    filename = _glue_filename(frame.glue_name)
+    source = frame.glue_source
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
-    exec(marshal.loads(payload["glue_code"]), namespace)
-    glue = namespace[payload["glue_name"]]
-    result = LoadedResult(glue, payload["glue_source"], list(disk.check.guards), [], [], disk.path,
-                          len(payload["graphs"]))
+    exec(compile(source, filename, "exec"), namespace)
+    glue = namespace[frame.glue_name]
+    result = LoadedResult(glue, source, list(disk.check.guards), [], [], disk.path, len(frame.graphs))
     return glue, result
 
 

@@ -1,10 +1,12 @@
-"""Runtime support for lowered graphs: building C++ into shared objects, the on-disk cache, and what
-runs a compiled graph at call time.
+"""Runtime support for compiled graphs: the cache directory and its file formats, building C++ into
+verified shared objects, the artifact protocol, and what runs a compiled graph at call time.
 
-`build.load(source, flags) -> ctypes.CDLL` (cached under kiln.config.cache_dir keyed by source,
-flags, compiler and torch versions); `cache` holds the keys and paths; `aot` holds AotRuntime and
-the recipes the persistent frame cache stores (imported on use: it is not needed to build).
+`store` (the cache directory: trust, atomic and sealed files), `records` (the data-only format of
+cache files), `cache` (keys and compiled-graph records), `build.load(source, flags) -> ctypes.CDLL`,
+`artifact` (`describe(compiled) -> Recipe | None`, `rebuild(recipe) -> callable`), and the runtime
+types that follow it: `kernel_wrapper` (a lowered graph's wrapper) and `aot` (AotRuntime). The
+runtime imports no other stage: lower and autograd import its types, capture its public surface.
 """
-from kiln.runtime import build, cache
+from kiln.runtime import aot, artifact, build, cache, kernel_wrapper, records, store
 
-__all__ = ["build", "cache"]
+__all__ = ["aot", "artifact", "build", "cache", "kernel_wrapper", "records", "store"]

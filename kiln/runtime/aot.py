@@ -4,125 +4,30 @@
 torch.autograd.Function when a backward was compiled, so `loss.backward()` runs the compiled
 backward), copies the new values of mutated inputs back into the caller's tensors exactly once,
 and rebuilds outputs that alias inputs or each other as views so user code sees eager's aliasing.
-kiln.autograd.backend builds it after tracing; this module imports only torch, so that a runtime
-rebuilt from the persistent frame cache (`graph_recipe` / `load_graph_recipe`) runs in a process
-that never loads the tracer, sympy or kiln.lower.
+kiln.autograd.backend builds it after tracing; this module imports only torch and the runtime, so
+that a runtime rebuilt from the persistent frame cache runs in a process that never loads the
+tracer, sympy or kiln.lower.
 
-A recipe is plain data (pickled by kiln.capture.persist): per compiled half (forward, backward) the
-wrapper's Python source, the names its globals need (dtypes, devices, ATen overloads by name), the
-argument kinds of each kernel and the path of the kernels' shared object in the C++ cache; plus the
-AOT facts the runtime reads (mutated inputs, how each output is made, the output tree spec, the
-autograd.Function's saved-tensor counts). A graph whose runtime holds anything else (symbolic view
-sizes, lifted module tensors, constant tensors, a backend other than the built-in lowering) has no
-recipe and its frame is not persisted.
+It follows the artifact protocol (kiln.runtime.artifact): `AotRuntime.artifact_recipe()` is a
+Recipe of kind "aot" holding the recipes of its compiled halves (forward, backward), the AOT facts
+the runtime reads (mutated inputs, how each output is made, the output tree spec) and the
+autograd.Function's saved-tensor counts; the loader of kind "aot" rebuilds it. A runtime holding
+anything else (symbolic view sizes, lifted module tensors, output constants that are not literals,
+halves without a recipe) describes itself as None, and its frame is not persisted.
 PyTorch counterpart: torch/_functorch/_aot_autograd/runtime_wrappers.py and AOTAutogradCache.
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import functools
-import marshal
 import operator
-import types
 from typing import Any, Callable, Sequence
 
 import torch
 from torch.utils import _pytree as pytree
 
-RECIPE_ATTR = "__kiln_recipe__"  # set by kiln.lower's make_wrapper on the wrapper function
-
-
-def relayout(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
-    """A copy of `t` with the strides the kernels were compiled for (the wrapper's `_relayout`)."""
-    out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
-    out.copy_(t)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------------
-# The wrapper of one lowered graph
-
-
-@dataclasses.dataclass(frozen=True)
-class WrapperRecipe:
-    """Everything needed to rebuild a lowered graph's wrapper function without kiln.lower.
-
-    `constants`: global name -> a dtype, device, layout, memory format or ATen overload (pickled by
-    name); `kernels`: kernel name -> its ctypes argument kinds ("p" pointer, "i" int64);
-    `library`: the shared object's path in the C++ cache (None when there are no kernels)."""
-
-    source: str
-    constants: dict[str, Any]
-    kernels: dict[str, str]
-    library: str | None
-    output_spec: str | None
-    code: bytes | None = None  # marshal of `source` compiled: loading skips compile()
-
-
-_PORTABLE_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, torch._ops.OpOverload)
-_CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int64}
-_libraries: dict[str, ctypes.CDLL] = {}
-
-
-def wrapper_recipe(source: str, env: dict[str, Any], argtypes: dict[str, list[Any]], library: str | None,
-                   output_spec: str | None, code: types.CodeType | None = None) -> WrapperRecipe | None:
-    """The recipe of a wrapper made from `source` and its globals `env`; None when a global (a
-    constant tensor, say) cannot be named in another process."""
-    constants = {}
-    for name, value in env.items():
-        if name in ("torch", "_relayout"):
-            continue
-        if not isinstance(value, _PORTABLE_CONSTANTS):
-            return None
-        constants[name] = value
-    kernels = {name: "".join("p" if t is ctypes.c_void_p else "i" for t in types)
-               for name, types in argtypes.items()}
-    if kernels and library is None:
-        return None
-    return WrapperRecipe(source, constants, kernels, library, output_spec,
-                         marshal.dumps(code) if code is not None else None)
-
-
-def bind_overloads(env: dict[str, Any]) -> None:
-    """Replace each ATen overload among a wrapper's globals by the C++ callable it forwards to:
-    OpOverload.__call__ is one Python frame that only calls `_op`, paid per extern per call. The
-    recipe keeps the overload itself, which pickles by name."""
-    for name, value in env.items():
-        if isinstance(value, torch._ops.OpOverload):
-            env[name] = getattr(value, "_op", value)
-
-
-def load_wrapper(recipe: WrapperRecipe) -> Callable[..., Any]:
-    """The wrapper function of a recipe, bound to its kernels (OSError if the library is gone)."""
-    env: dict[str, Any] = {"torch": torch, "_relayout": relayout, **recipe.constants}
-    bind_overloads(env)
-    if recipe.kernels:
-        lib = _libraries.get(recipe.library)  # type: ignore[arg-type]
-        if lib is None:
-            lib = _libraries[recipe.library] = ctypes.CDLL(recipe.library)  # type: ignore[index]
-        for name, kinds in recipe.kernels.items():
-            fn = getattr(lib, name)
-            fn.argtypes = [_CTYPES[k] for k in kinds]
-            fn.restype = None
-            env[name] = fn
-    # marshal data is tied to the Python version, which is part of the frame cache's key
-    code = marshal.loads(recipe.code) if recipe.code is not None else compile(recipe.source, "<kiln wrapper>", "exec")
-    exec(code, env)
-    call = env["call"]
-    if recipe.output_spec is None:
-        return call
-    spec = pytree.treespec_loads(recipe.output_spec)
-    flat_call = call
-
-    def nested(*args: Any) -> Any:
-        return pytree.tree_unflatten(list(flat_call(*args)), spec)
-    return nested
-
-
-def _compiled_recipe(compiled: Any) -> WrapperRecipe | None:
-    # kiln.lower's CompiledGraph keeps its wrapper function in `.fn`; make_wrapper tags it.
-    return getattr(getattr(compiled, "fn", None), RECIPE_ATTR, None)
+from kiln.runtime.artifact import Recipe, describe, loader, rebuild
+from kiln.runtime.records import record_type
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -192,6 +97,7 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
     return CompiledFunction
 
 
+@record_type
 @dataclasses.dataclass(frozen=True)
 class OutputRecord:
     """The fields of kiln.autograd.functionalize.OutputInfo the runtime reads (see there)."""
@@ -203,6 +109,7 @@ class OutputRecord:
     view: tuple[tuple[Any, ...], tuple[Any, ...], Any] | None = None
 
 
+@record_type
 @dataclasses.dataclass(frozen=True)
 class RuntimeMeta:
     """The fields of FunctionalMeta the runtime reads, as plain data (a persisted runtime's meta)."""
@@ -294,6 +201,10 @@ class AotRuntime:
                              and all(info.kind == "graph" and info.graph_index == k
                                      for k, info in enumerate(outputs)))
 
+    def artifact_recipe(self) -> Recipe | None:
+        """This runtime as data (kiln.runtime.artifact), or None when it cannot travel."""
+        return _recipe(self)
+
     def _lifted_values(self) -> list[torch.Tensor]:
         root = self.root
         return [get(root) for get in self._getters]
@@ -357,20 +268,19 @@ def _plain(value: Any) -> bool:
     return type(value) in _PLAIN
 
 
-def graph_recipe(runtime: Any) -> dict | None:
-    """The recipe of a compiled graph's runtime, or None when it cannot be rebuilt elsewhere."""
-    if type(runtime) is not AotRuntime or runtime.lifted:
-        return None
-    forward = _compiled_recipe(runtime.forward)
-    if forward is None:
-        return None
+def _recipe(runtime: AotRuntime) -> Recipe | None:
+    if runtime.lifted:
+        return None  # module tensors read through `root` of this process
+    forward = describe(runtime.forward)
     meta = runtime.meta
+    if forward is None or meta is None:
+        return None
     outputs = []
     for info in meta.outputs:
         if not _plain(info.value) or (info.view is not None and not _plain(info.view)):
             return None  # a symbolic view size, or an output constant with no literal
         outputs.append(OutputRecord(info.kind, info.base, info.graph_index, info.value, info.view))
-    recipe: dict[str, Any] = {
+    fields: dict[str, Any] = {
         "forward": forward,
         "meta": RuntimeMeta(tuple(meta.mutated_inputs), tuple(outputs), meta.num_graph_outputs,
                             meta.num_intermediate_bases),
@@ -378,22 +288,25 @@ def graph_recipe(runtime: Any) -> dict | None:
         "function": None,
     }
     if runtime.function is not None:
-        fields = dict(getattr(runtime.function, "recipe", None) or {})
-        backward = _compiled_recipe(fields.pop("backward", None))
+        function = dict(getattr(runtime.function, "recipe", None) or {})
+        backward = describe(function.pop("backward", None))
         if backward is None:
             return None
-        recipe["function"] = dict(fields, backward=backward)
-    return recipe
+        fields["function"] = dict(function, backward=backward)
+    return Recipe("aot", fields)
 
 
-def load_graph_recipe(recipe: dict) -> AotRuntime:
-    """A runtime from graph_recipe's output (OSError when a kernel library has left the cache)."""
-    forward = load_wrapper(recipe["forward"])
+@loader("aot")
+def _load(fields: dict[str, Any]) -> AotRuntime:
+    """A runtime from its recipe's fields (build.LibraryError when a kernel library has left the cache)."""
+    meta = fields["meta"]
+    if not isinstance(meta, RuntimeMeta) or not all(isinstance(o, OutputRecord) for o in meta.outputs):
+        raise ValueError("an aot recipe without its RuntimeMeta")
+    forward = rebuild(fields["forward"])
     function = None
-    if recipe["function"] is not None:
-        fields = dict(recipe["function"])
-        backward = load_wrapper(fields.pop("backward"))
-        function = make_autograd_function(forward, backward, **fields)
-    return AotRuntime(root=None, lifted=(), meta=recipe["meta"],
-                      out_spec=pytree.treespec_loads(recipe["out_spec"]), binding={}, forward=forward,
-                      function=function)
+    if fields["function"] is not None:
+        counts = dict(fields["function"])
+        backward = rebuild(counts.pop("backward"))
+        function = make_autograd_function(forward, backward, **counts)
+    return AotRuntime(root=None, lifted=(), meta=meta, out_spec=pytree.treespec_loads(fields["out_spec"]),
+                      binding={}, forward=forward, function=function)

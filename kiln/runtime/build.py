@@ -1,21 +1,32 @@
-"""Build C++ source with the system compiler into a shared object and load it with ctypes.
+"""Build C++ source with the system compiler into a shared object and load it, verified, with ctypes.
 
 Flags follow notes/recipes.md section 6: -O3 -march=native -fopenmp for parallel vectorized loops,
 -fno-math-errno so math calls can vectorize (through glibc's libmvec, -lmvec) without -ffast-math's
-changes to NaN and infinity, and -fwrapv so integer overflow wraps as ATen's does; sin/cos builtins are off so g++ cannot merge them
-into a scalar sincos call (see codegen/cpp.py). Built objects go
-through kiln.runtime.cache, and a loaded library is kept per path for the life of the process.
+changes to NaN and infinity, and -fwrapv so integer overflow wraps as ATen's does; sin/cos builtins
+are off so g++ cannot merge them into a scalar sincos call (see codegen/cpp.py).
+
+A library lives in the cache (kiln.runtime.store) as `cpp/<k>/<key>.so` beside a sealed
+`<key>.so.sum` holding its size and SHA-256. Nothing is handed to the dynamic loader before its
+bytes match that record: a torn .so would kill the process with SIGBUS, a garbage one would fail
+forever, a swapped one would run someone's code; any mismatch deletes both files and builds again.
+The compiler runs in a private folder with fixed file names, so one source gives the same bytes in
+any process. With the cache off, libraries go to a folder private to this process.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
+import json
 import os
+import shutil
 import subprocess
+import tempfile
 import time
+from dataclasses import dataclass
 from typing import Sequence
 
 from kiln import log
-from kiln.runtime import cache
+from kiln.runtime import cache, store
 
 COMPILER = os.environ.get("CXX", "g++")
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math",
@@ -23,35 +34,146 @@ DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fno-math
                                   "-fno-builtin-cos", "-shared", "-fPIC", "-std=c++17")
 LIBS: tuple[str, ...] = ("-lmvec", "-lm")
 
-_loaded: dict[str, ctypes.CDLL] = {}
-
 
 class BuildError(RuntimeError):
     """The compiler rejected generated source; the message holds its diagnostics."""
 
 
+class LibraryError(OSError):
+    """A stored library is missing or does not match its recorded size and hash."""
+
+
+@dataclass(frozen=True)
+class LibraryIdentity:
+    """Where a loaded library lives (relative to the cache root; None outside the cache) and what
+    its bytes are: what a recipe stores to load the same library in another process."""
+
+    path: str
+    relative: str | None
+    size: int
+    sha256: str
+
+
+_loaded: dict[str, ctypes.CDLL] = {}
+_identities: dict[int, LibraryIdentity] = {}  # id(CDLL) -> identity
+_private: list[str] = []
+
+
 def compile_shared(source: str, out_path: str, flags: Sequence[str] = DEFAULT_FLAGS) -> None:
-    src_path = out_path + ".cpp"
-    with open(src_path, "w") as f:
+    """Compile `source` into the shared object `out_path` (its folder must be private)."""
+    folder = os.path.dirname(out_path)
+    with open(os.path.join(folder, "kernel.cpp"), "w") as f:
         f.write(source)
-    cmd = [COMPILER, *flags, src_path, "-o", out_path, *LIBS]
+    # relative names from inside the folder: the object records the source's name, not the folder
+    cmd = [COMPILER, *flags, "kernel.cpp", "-o", os.path.basename(out_path), *LIBS]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    os.unlink(src_path)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
     if proc.returncode != 0:
         raise BuildError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
     log.debug("runtime", f"built {out_path} in {time.perf_counter() - start:.2f}s")
 
 
-def load(source: str, flags: Sequence[str] = DEFAULT_FLAGS) -> ctypes.CDLL:
-    """The shared object built from `source` (from the disk cache when it was built before)."""
+def _private_folder() -> str:
+    if not _private:
+        _private.append(tempfile.mkdtemp(prefix="kiln-libs-"))
+        atexit.register(shutil.rmtree, _private[0], True)
+    return _private[0]
+
+
+def library_path(source: str, flags: Sequence[str] = DEFAULT_FLAGS) -> str:
     key = cache.cache_key(source, flags, COMPILER)
-    path, _ = cache.get_or_create(key, ".so", lambda tmp: compile_shared(source, tmp, flags))
+    path = cache.artifact_path(key, ".so")
+    return path if path is not None else os.path.join(_private_folder(), key + ".so")
+
+
+def _recorded(path: str) -> tuple[int, str] | None:
+    body = store.read_sealed(path + ".sum")
+    if body is None:
+        return None
+    try:
+        record = json.loads(body)
+        return int(record["size"]), str(record["sha256"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _verified(path: str, expected: tuple[int, str] | None) -> bool:
+    """Whether the file at `path` has exactly the expected size and hash."""
+    if expected is None:
+        return False
+    try:
+        if os.path.getsize(path) != expected[0]:  # cheap first: a torn file is short
+            return False
+    except OSError:
+        return False
+    return store.file_digest(path) == expected
+
+
+def _open(path: str, digest: tuple[int, str]) -> ctypes.CDLL:
     lib = _loaded.get(path)
     if lib is None:
         lib = _loaded[path] = ctypes.CDLL(path)
+        _identities[id(lib)] = LibraryIdentity(path, store.relative(path), digest[0], digest[1])
     return lib
 
 
+def load(source: str, flags: Sequence[str] = DEFAULT_FLAGS) -> ctypes.CDLL:
+    """The shared object built from `source` (from the disk cache when it was built before)."""
+    path = library_path(source, flags)
+    lib = _loaded.get(path)
+    if lib is not None:
+        return lib
+    for attempt in range(3):  # more than one build only when another process replaced the file meanwhile
+        recorded = _recorded(path)
+        if _verified(path, recorded):
+            if attempt == 0:
+                log.artifact("cache", f"cache hit {path}")
+            return _open(path, recorded)  # type: ignore[arg-type]
+        if attempt == 2:
+            break
+        if recorded is not None or os.path.exists(path):
+            store.discard(path, "the library does not match its recorded size and hash", path + ".sum")
+        _build(source, flags, path)
+    raise LibraryError(f"{path} changed while it was being loaded")
+
+
+def _build(source: str, flags: Sequence[str], path: str) -> None:
+    with store.staging(path) as folder:
+        made = os.path.join(folder, os.path.basename(path))
+        compile_shared(source, made, flags)
+        digest = store.file_digest(made)
+        if digest is None:
+            raise BuildError(f"the compiler wrote no readable {made}")
+        try:
+            store.publish(made, path)
+        except OSError as exc:
+            raise BuildError(f"cannot store {path}: {exc}") from exc
+    record = json.dumps({"size": digest[0], "sha256": digest[1]}).encode()
+    if not store.write_sealed(path + ".sum", record):
+        raise BuildError(f"cannot record the hash of {path}")
+    log.artifact("cache", f"cache miss, built {path}")
+
+
 def is_cached(source: str, flags: Sequence[str] = DEFAULT_FLAGS) -> bool:
-    return os.path.exists(cache.artifact_path(cache.cache_key(source, flags, COMPILER), ".so"))
+    path = library_path(source, flags)
+    return _verified(path, _recorded(path))
+
+
+def identity(lib: ctypes.CDLL | None) -> LibraryIdentity | None:
+    """The identity of a library this module loaded (None for anything else)."""
+    return _identities.get(id(lib)) if lib is not None else None
+
+
+def load_stored(relative: str, size: int, sha256: str) -> ctypes.CDLL:
+    """A library named by a recipe (path relative to the cache root), loaded only when its bytes
+    are the recorded ones; LibraryError otherwise (the caller compiles again)."""
+    path = store.absolute(relative)
+    if path is None:
+        raise LibraryError(f"{relative}: the cache is off or the path leaves it")
+    lib = _loaded.get(path)
+    known = _identities.get(id(lib)) if lib is not None else None
+    if known is not None and (known.size, known.sha256) == (size, sha256):
+        return lib  # type: ignore[return-value]
+    if lib is not None or not _verified(path, (size, sha256)):
+        raise LibraryError(f"{path} is missing or is not the library the entry was stored with")
+    return _open(path, (size, sha256))

@@ -1,26 +1,29 @@
-"""The on-disk cache of compiled artifacts, under kiln.config.cache_dir (KILN_CACHE_DIR).
+"""Cache keys, and the compiled-graph records stored under them.
 
-An entry is keyed by a hash of the source, the compiler flags, the compiler's version, the torch
-version and the CPU, so a second process with the same graph loads a built shared object in
-milliseconds instead of compiling. Entries are written to a temporary name and renamed into place,
-so concurrent processes never see half a file. Corresponds to torch/_inductor/codecache.py.
+A key is a hash of what decides an artifact's bytes: the source, the compiler flags, the
+compiler's version, the torch version and the CPU's feature flags (kernels build with
+-march=native, so two CPUs of one model name but different microcode or virtualization can differ
+in what they run), and, for Kiln's own records, a digest of Kiln's sources found by walking the
+package folder on disk (no import of the stages it hashes). A compiled graph is stored as a sealed
+record file (kiln.runtime.store, kiln.runtime.records) so a later process skips the lowering;
+a damaged or foreign file is deleted and the graph compiled again. Corresponds to
+torch/_inductor/codecache.py (the keys and FxGraphCache).
 """
 from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import os
-import pickle
 import platform
 import subprocess
-import tempfile
-from typing import Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from kiln import config
 from kiln import log
+from kiln.runtime import records, store
+
+_KILN_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the kiln/ package folder
 
 
 @functools.lru_cache(maxsize=None)
@@ -32,98 +35,90 @@ def compiler_version(compiler: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _cpu() -> str:
+def cpu_features() -> str:
+    """The CPU's model name and its instruction-set flags (what -march=native builds for)."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next((line for line in f if line.startswith(("model name", "flags"))), platform.machine())
+            lines = f.read().splitlines()
     except OSError:
-        return platform.machine()
+        return f"{platform.machine()} {platform.processor()}"
+    model = next((line for line in lines if line.startswith("model name")), "")
+    # x86 calls them "flags", arm64 "Features"; sorted so that their order cannot split keys
+    flags = next((line for line in lines if line.startswith(("flags", "Features"))), "")
+    words = sorted(set(flags.partition(":")[2].split()))
+    return f"{platform.machine()}|{model.partition(':')[2].strip()}|{' '.join(words)}"
+
+
+@functools.lru_cache(maxsize=None)
+def source_digest(*packages: str) -> str:
+    """A hash of the .py files under kiln/<package> (a folder or one file) for each name (all of
+    kiln/ when none), read from disk: a changed compiler must not reuse old artifacts, and hashing must not import it."""
+    h = hashlib.sha256()
+    for package in packages or ("",):
+        top = os.path.join(_KILN_ROOT, package)
+        walk = [(_KILN_ROOT, [], [package])] if os.path.isfile(top) else os.walk(top)
+        for folder, dirs, files in walk:
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    h.update(os.path.relpath(path, _KILN_ROOT).encode() + b"\0")
+                    with open(path, "rb") as f:
+                        h.update(f.read())
+    return h.hexdigest()
+
+
+def code_version() -> str:
+    """The digest of the sources that turn an ATen graph into a compiled one: the lowering, the
+    symbolic printers it uses, the runtime, and the settings."""
+    return source_digest("lower", "symbolic", "runtime", "config.py")
 
 
 def cache_key(source: str, flags: Sequence[str], compiler: str) -> str:
     h = hashlib.sha256()
-    for part in (source, " ".join(flags), compiler_version(compiler), torch.__version__, _cpu()):
+    for part in (source, " ".join(flags), compiler_version(compiler), torch.__version__, cpu_features()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
 
 
-def artifact_path(key: str, suffix: str) -> str:
-    return os.path.join(config.cache_dir, "cpp", key[:2], key + suffix)
+def artifact_path(key: str, suffix: str) -> str | None:
+    """Where the artifact of `key` lives (its folder created), or None when the cache is off."""
+    folder = store.folder("cpp", key[:2])
+    return os.path.join(folder, key + suffix) if folder is not None else None
 
 
-def get_or_create(key: str, suffix: str, create: Callable[[str], None]) -> tuple[str, bool]:
-    """The cached file for `key`, made by `create(tmp_path)` if missing; returns (path, was_cached)."""
-    path = artifact_path(key, suffix)
-    if os.path.exists(path):
-        log.artifact("cache", f"cache hit {path}")
-        return path, True
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=suffix, dir=os.path.dirname(path))
-    os.close(fd)
-    try:
-        create(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    log.artifact("cache", f"cache miss, built {path}")
-    return path, False
+# ---------------------------------------------------------------------------------------------------
+# Compiled-graph records
 
 
-@functools.lru_cache(maxsize=None)
-def code_version() -> str:
-    """A hash of Kiln's lowering and runtime sources: a changed compiler must not reuse old graphs."""
-    import kiln.lower
-    h = hashlib.sha256()
-    for pkg in (os.path.dirname(kiln.lower.__file__), os.path.dirname(__file__)):
-        for root, _, files in sorted(os.walk(pkg)):
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    with open(os.path.join(root, name), "rb") as f:
-                        h.update(f.read())
-    return h.hexdigest()
-
-
-class _Pickler(pickle.Pickler):
-    """Pickles ATen overloads (extern calls) by name; they are pybind objects pickle cannot copy."""
-
-    def persistent_id(self, obj: object) -> object:
-        if isinstance(obj, torch._ops.OpOverload):
-            return ("op", obj._schema.name, obj._overloadname)
-        return None
-
-
-class _Unpickler(pickle.Unpickler):
-    def persistent_load(self, pid: object) -> object:
-        _, name, overload = pid  # type: ignore[misc]
-        namespace, op = name.split("::")
-        return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
-
-
-def load_graph(key: str) -> object | None:
-    """A compiled graph stored by `store_graph` (its KernelProgram, source and signatures), if any."""
+def load_graph(key: str, packages: Sequence[str] = ()) -> Any | None:
+    """A value stored by `store_graph` under `key`, or None (missing, damaged: deleted, or holding
+    something not admitted as a record of `packages`)."""
     path = artifact_path(key, ".graph")
+    body = store.read_sealed(path) if path is not None else None
+    if body is None:
+        return None
     try:
-        with open(path, "rb") as f:
-            value = _Unpickler(f).load()
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError):
+        value = records.loads(body, packages=packages)
+    except records.RecordError as exc:
+        store.discard(path, f"not a graph record: {exc}")  # type: ignore[arg-type]
         return None
     log.artifact("cache", f"graph cache hit {path}")
     return value
 
 
-def store_graph(key: str, value: object) -> None:
-    buffer = io.BytesIO()
+def store_graph(key: str, value: Any) -> bool:
+    """Store `value` (records and plain data) under `key`; False when it is not storable."""
+    path = artifact_path(key, ".graph")
+    if path is None:
+        return False
     try:
-        _Pickler(buffer).dump(value)
-        data = buffer.getvalue()
-    except Exception as e:  # an unpicklable constant or op: this graph is simply not cached
-        log.debug("runtime", f"graph not cached: {e}")
-        return
-
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:
-            f.write(data)
-
-    get_or_create(key, ".graph", write)
+        body = records.dumps(value)
+    except Exception as exc:  # an object no record or reference admits: the graph is simply not cached
+        log.debug("runtime", f"graph not cached: {type(exc).__name__}: {exc}")
+        return False
+    if store.write_sealed(path, body):
+        log.artifact("cache", f"cache miss, stored {path}")
+        return True
+    return False

@@ -1,11 +1,10 @@
-"""kiln.runtime.aot: a compiled graph's runtime as plain data (a recipe) and back, in one process.
+"""kiln.runtime.aot and the artifact protocol: a compiled graph's runtime as data (a recipe) and
+back, in one process.
 
-The persistent frame cache stores these recipes; here the rebuilt runtime must compute what the
-original computes, forward and backward, and the wrapper must be rebuilt from its marshalled code.
+The persistent frame cache stores these recipes through kiln.runtime.records (data only); here the
+rebuilt runtime must compute what the original computes, forward and backward.
 """
 from __future__ import annotations
-
-import pickle
 
 import pytest
 import torch
@@ -13,7 +12,8 @@ import torch
 import kiln
 from kiln.capture import persist
 from kiln.capture.entry import frames_of
-from kiln.runtime.aot import AotRuntime, graph_recipe, load_graph_recipe
+from kiln.runtime.aot import AotRuntime
+from kiln.runtime.artifact import Recipe, describe, rebuild
 
 
 @pytest.fixture(autouse=True)
@@ -33,12 +33,8 @@ def _runtime(fn, *args) -> AotRuntime:
     return runtimes[0]
 
 
-def _round_trip(recipe: dict) -> dict:
-    import io
-
-    buffer = io.BytesIO()
-    persist._Pickler(buffer).dump(recipe)
-    return persist._Unpickler(io.BytesIO(buffer.getvalue())).load()
+def _round_trip(recipe: Recipe) -> Recipe:
+    return persist.loads(persist.dumps(recipe))
 
 
 def test_inference_recipe_rebuilds_the_same_function() -> None:
@@ -48,10 +44,10 @@ def test_inference_recipe_rebuilds_the_same_function() -> None:
     x, y = torch.randn(6, 5), torch.randn(6, 5)
     with torch.no_grad():
         runtime = _runtime(f, x, y)
-        recipe = graph_recipe(runtime)
-        assert recipe is not None and recipe["function"] is None
-        assert recipe["forward"].code is not None  # marshalled: loading skips compile()
-        loaded = load_graph_recipe(_round_trip(recipe))
+        recipe = describe(runtime)
+        assert recipe is not None and recipe.kind == "aot" and recipe.fields["function"] is None
+        assert recipe.fields["forward"].kind == "wrapper"
+        loaded = rebuild(_round_trip(recipe))
         for got, want in zip(loaded(x, y), f(x, y)):
             torch.testing.assert_close(got, want)
 
@@ -62,9 +58,9 @@ def test_training_recipe_runs_the_compiled_backward() -> None:
 
     x = torch.randn(4, 3)
     w = torch.randn(3, 2, requires_grad=True)
-    recipe = graph_recipe(_runtime(f, x, w))
-    assert recipe is not None and recipe["function"] is not None
-    loaded = load_graph_recipe(_round_trip(recipe))
+    recipe = describe(_runtime(f, x, w))
+    assert recipe is not None and recipe.fields["function"] is not None
+    loaded = rebuild(_round_trip(recipe))
     out = loaded(x, w)[0]  # the runtime returns the graph's outputs; the glue picks them
     out.backward()
     got = w.grad.clone()
@@ -76,5 +72,5 @@ def test_training_recipe_runs_the_compiled_backward() -> None:
 def test_runtime_with_lifted_tensors_has_no_recipe() -> None:
     runtime = AotRuntime(root=torch.nn.Linear(2, 2), lifted=("weight",), meta=None, out_spec=None,
                          binding={}, forward=lambda *a: a)
-    assert graph_recipe(runtime) is None
-    assert pickle.loads(pickle.dumps(torch.float16)) is torch.float16
+    assert describe(runtime) is None
+    assert persist.loads(persist.dumps(torch.float16)) is torch.float16

@@ -3,9 +3,10 @@
 It reads size symbols off the inputs, re-lays out an input whose strides differ from the ones the
 kernels were built for, allocates each buffer, calls kernels through cached ctypes function pointers
 and externs through their ATen overloads in order, frees what dies early (`del`), and returns the
-outputs. The source is plain Python, printed by KILN_LOGS=output_code. The function carries a
-kiln.runtime.aot.WrapperRecipe (source, globals by name, kernel library) so that the persistent
-frame cache can rebuild it in another process without this package. Corresponds to
+outputs. The source is plain Python, printed by KILN_LOGS=output_code. The function follows the
+runtime's artifact protocol with a kiln.runtime.kernel_wrapper.WrapperRecipe (source, globals by
+name, kernel library), so the persistent frame cache can rebuild it in another process without
+this package (lower imports the runtime's types; the runtime never imports lower). Corresponds to
 torch/_inductor/codegen/wrapper.py (the Python wrapper).
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from torch.utils import _pytree as pytree
 from kiln.lower.checks import ERROR_RECORD, error_function_source, sites_of
 from kiln.lower.ir import BufferRef, ConstantBuffer, Extern, InputBuffer, Layout, Load, SymExpr, walk
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
-from kiln.runtime.aot import RECIPE_ATTR, bind_overloads, relayout as _relayout, wrapper_recipe
+from kiln.runtime.kernel_wrapper import bind_overloads, relayout as _relayout, tag, with_output_spec, wrapper_recipe
 from kiln.symbolic.render import render_python
 
 
@@ -263,8 +264,7 @@ def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], 
     code = compile(source, "<kiln wrapper>", "exec")
     recipe = None
     if record is None:  # what kiln.capture.persist stores to rebuild this function in another process
-        recipe = wrapper_recipe(source, env, argtypes_by_kernel, getattr(lib, "_name", None),
-                                program.ir.output_spec, code)
+        recipe = wrapper_recipe(source, env, argtypes_by_kernel, lib, program.ir.output_spec)
     bind_overloads(env)
     for name, argtypes in argtypes_by_kernel.items():
         fn = getattr(lib, name)
@@ -272,13 +272,7 @@ def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], 
         fn.restype = None
         env[name] = fn
     exec(code, env)
-    call = env["call"]
-    if program.ir.output_spec is not None:
-        spec = pytree.treespec_loads(program.ir.output_spec)  # nested outputs (a list of splits): rebuild the structure the graph returns
-        flat_call = call
-
-        def call(*args: Any) -> Any:
-            return pytree.tree_unflatten(list(flat_call(*args)), spec)
-    if recipe is not None:
-        setattr(call, RECIPE_ATTR, recipe)
+    # nested outputs (a list of splits): rebuild the structure the graph returns
+    call = with_output_spec(env["call"], program.ir.output_spec)
+    tag(call, recipe)
     return call, source

@@ -1,0 +1,204 @@
+"""A lowered graph's wrapper as a runtime artifact: made from its recipe without kiln.lower.
+
+kiln.lower's wrapper codegen writes a Python function `call(arg0, ...)` that allocates buffers
+and calls C++ kernels (through ctypes) and ATen externs; it tags that function with a
+`WrapperRecipe` (see `wrapper_recipe`): the source, its globals by name (dtypes, devices, ATen
+overloads), each kernel's ctypes argument kinds, and the kernel library's identity (path relative
+to the cache root, size, SHA-256). The loader of kind "wrapper" rebuilds the function in another
+process: the library is loaded only when its bytes are the recorded ones, and the source is
+executed only when it is made of what the codegen writes (a function of its arguments that calls
+its own kernels, externs and a short list of tensor methods: `check_wrapper_source`), so a cache
+file cannot smuggle in other calls. Corresponds to the Python wrapper half of torch's
+CompiledFxGraph.
+"""
+from __future__ import annotations
+
+import ast
+import ctypes
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.utils import _pytree as pytree
+
+from kiln import log
+from kiln.runtime import build
+from kiln.runtime.artifact import RECIPE_ATTR, Recipe, loader
+from kiln.runtime.records import record_type
+
+
+def relayout(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """A copy of `t` with the strides the kernels were compiled for (the wrapper's `_relayout`)."""
+    out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+@record_type
+@dataclass(frozen=True)
+class WrapperRecipe:
+    """Everything needed to rebuild a lowered graph's wrapper function without kiln.lower.
+
+    `constants`: global name -> a dtype, device, layout, memory format or ATen overload (stored by
+    name); `kernels`: kernel name -> its ctypes argument kinds ("p" pointer, "i" int64);
+    `library`: (path relative to the cache root, size, SHA-256) of the kernels' shared object,
+    None when there are no kernels."""
+
+    source: str
+    constants: dict[str, Any]
+    kernels: dict[str, str]
+    library: tuple[str, int, str] | None
+    output_spec: str | None
+
+    def artifact_recipe(self) -> Recipe:
+        return Recipe("wrapper", {"wrapper": self})
+
+
+_PORTABLE_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, torch._ops.OpOverload)
+_CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int64}
+_FIXED_GLOBALS = {"torch": torch, "_relayout": relayout}
+
+
+def wrapper_recipe(source: str, env: dict[str, Any], argtypes: dict[str, list[Any]],
+                   library: ctypes.CDLL | None, output_spec: str | None) -> WrapperRecipe | None:
+    """The recipe of a wrapper made from `source` and its globals `env`; None when a global (a
+    constant tensor, say) cannot be named in another process, the library is not in the cache,
+    or the source is not one `check_wrapper_source` admits (logged under KILN_LOGS=cache)."""
+    constants = {}
+    for name, value in env.items():
+        if name in _FIXED_GLOBALS:
+            continue
+        if not isinstance(value, _PORTABLE_CONSTANTS):
+            return None
+        constants[name] = value
+    kernels = {name: "".join("p" if t is ctypes.c_void_p else "i" for t in types)
+               for name, types in argtypes.items()}
+    lib = None
+    if kernels:
+        found = build.identity(library)
+        if found is None or found.relative is None:
+            return None
+        lib = (found.relative, found.size, found.sha256)
+    try:
+        check_wrapper_source(source, set(constants) | set(kernels))
+    except ValueError as exc:
+        log.artifact("cache", f"wrapper not persistable: {exc}")
+        return None
+    return WrapperRecipe(source, constants, kernels, lib, output_spec)
+
+
+def bind_overloads(env: dict[str, Any]) -> None:
+    """Replace each ATen overload among a wrapper's globals by the C++ callable it forwards to:
+    OpOverload.__call__ is one Python frame that only calls `_op`, paid per extern per call. The
+    recipe keeps the overload itself, which is stored by name."""
+    for name, value in env.items():
+        if isinstance(value, torch._ops.OpOverload):
+            env[name] = getattr(value, "_op", value)
+
+
+# ---------------------------------------------------------------------------------------------------
+# What a wrapper's source may contain
+
+
+_METHODS = frozenset({"size", "stride", "data_ptr", "as_strided", "storage_offset", "t", "permute", "view",
+                      "expand", "item", "numel", "element_size"})
+_TORCH_FUNCTIONS = frozenset({"empty_strided", "randint"})
+_BUILTINS = frozenset({"int", "max", "min"})
+_NODES = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Assign, ast.If, ast.Expr, ast.Delete,
+          ast.Return, ast.Name, ast.Load, ast.Store, ast.Del, ast.Constant, ast.Attribute, ast.Call,
+          ast.keyword, ast.Subscript, ast.Tuple, ast.List, ast.BinOp, ast.UnaryOp, ast.Compare,
+          ast.operator, ast.unaryop, ast.cmpop)
+
+
+def check_wrapper_source(source: str, globals_: set[str]) -> None:
+    """Raise ValueError unless `source` is one function `call` built only from its arguments, its
+    locals, the globals named in `globals_` (kernels, externs, constants), `torch.empty_strided`,
+    `torch.randint`, `_relayout`, int/max/min and the tensor methods the codegen uses."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise ValueError(f"wrapper source does not parse: {exc}") from exc
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef) or tree.body[0].name != "call":
+        raise ValueError("wrapper source is not one function named call")
+    fn = tree.body[0]
+    if fn.decorator_list or fn.args.defaults or fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs:
+        raise ValueError("wrapper function has decorators, defaults or starred arguments")
+    known = {a.arg for a in fn.args.args} | globals_ | set(_FIXED_GLOBALS) | _BUILTINS
+    known |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    callables = globals_ | _BUILTINS | {"_relayout"}
+    called = {id(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
+    for node in ast.walk(fn):
+        if not isinstance(node, _NODES):
+            raise ValueError(f"wrapper source holds a {type(node).__name__}")
+        if isinstance(node, ast.Name) and node.id not in known:
+            raise ValueError(f"wrapper source reads an unknown name {node.id!r}")
+        if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str, bool, type(None))):
+            raise ValueError("wrapper source holds a constant of another type")
+        if isinstance(node, ast.Attribute):
+            if node.attr.startswith("_"):
+                raise ValueError(f"wrapper source reads a private attribute {node.attr!r}")
+            if isinstance(node.value, ast.Name) and node.value.id == "torch" and node.attr not in _TORCH_FUNCTIONS:
+                raise ValueError(f"wrapper source uses torch.{node.attr}")
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                ok = func.id in callables
+            elif isinstance(func, ast.Attribute):
+                ok = func.attr in _METHODS or (isinstance(func.value, ast.Name) and func.value.id == "torch")
+            else:
+                ok = False
+            if not ok:
+                raise ValueError(f"wrapper source makes a call it may not make: {ast.unparse(func)}")
+        if isinstance(node, ast.Attribute) and id(node) not in called:
+            raise ValueError(f"wrapper source reads an attribute {node.attr!r} it does not call")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_wrapper(recipe: WrapperRecipe) -> Callable[..., Any]:
+    """The wrapper function of a recipe, bound to its kernels (build.LibraryError when the library
+    is gone or not the recorded one, ValueError when the source is not a wrapper's)."""
+    check_wrapper_source(recipe.source, set(recipe.constants) | set(recipe.kernels))
+    env: dict[str, Any] = {**_FIXED_GLOBALS, **recipe.constants}
+    bind_overloads(env)
+    if recipe.kernels:
+        if recipe.library is None:
+            raise ValueError("a wrapper with kernels but no library")
+        relative, size, sha256 = recipe.library
+        lib = build.load_stored(relative, size, sha256)
+        for name, kinds in recipe.kernels.items():
+            fn = getattr(lib, name)
+            fn.argtypes = [_CTYPES[k] for k in kinds]
+            fn.restype = None
+            env[name] = fn
+    exec(compile(recipe.source, "<kiln wrapper>", "exec"), env)
+    return with_output_spec(env["call"], recipe.output_spec)
+
+
+def with_output_spec(call: Callable[..., Any], output_spec: str | None) -> Callable[..., Any]:
+    """`call` returning its flat tuple rebuilt into `output_spec`'s structure (itself when None)."""
+    if output_spec is None:
+        return call
+    spec = pytree.treespec_loads(output_spec)
+
+    @functools.wraps(call)
+    def nested(*args: Any) -> Any:
+        return pytree.tree_unflatten(list(call(*args)), spec)
+    return nested
+
+
+def tag(call: Callable[..., Any], recipe: WrapperRecipe | None) -> None:
+    """Make the wrapper function `call` follow the artifact protocol with `recipe`."""
+    if recipe is not None:
+        setattr(call, RECIPE_ATTR, recipe.artifact_recipe)
+
+
+@loader("wrapper")
+def _load(fields: dict[str, Any]) -> Callable[..., Any]:
+    recipe = fields.get("wrapper")
+    if not isinstance(recipe, WrapperRecipe):
+        raise ValueError("a wrapper recipe without its WrapperRecipe")
+    return load_wrapper(recipe)
