@@ -29,14 +29,23 @@ def compile(model: Any = None, *, fullgraph: bool = False, dynamic: bool | None 
     fullgraph: raise kiln.errors.GraphBreakError at the first graph break instead of splitting.
     dynamic: False (static sizes), True (symbolic from the start), None (automatic dynamic).
     backend: "eager", "aot_eager", "inductor", a registered name, or a callable (gm, example_inputs).
-    mode: None/"default", "reduce-overhead", "max-autotune"; options: a dict for the backend.
+    mode: None/"default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs". Only
+        "reduce-overhead" changes anything today (CUDA graphs for CUDA tensors under "inductor");
+        on CPU it and the max-autotune modes run the default path (no C++ wrapper, no autotuning yet).
+    options: a dict for the "inductor" backend, keys from kiln.capture.options.INDUCTOR_OPTIONS
+        ("verify", "opt_level", "no_decompose", "aten_fallback", "no_fusion"); other backends take none.
+    A bad value of any argument raises TypeError/ValueError here, not at the first call.
     disable: return `model` unchanged (a switch to turn compilation off without editing call sites).
     """
     if model is None:
         return lambda m: compile(m, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
                                  options=options, disable=disable)
+    if options is not None and not isinstance(options, Mapping):
+        raise TypeError(f"kiln.compile: options must be a dict, not {type(options).__name__}")
     if mode is not None and options:
         raise ValueError("kiln.compile: give either mode or options, not both (as torch.compile)")
+    # Every argument is checked here, before anything is compiled (CompileOptions says what is wrong).
+    CompileOptions(backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=dict(options or {}))
     compile_options = CompileOptions(
         backend=backend, compiler=backends.lookup(backend, mode=mode, options=options),
         fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=dict(options or {}),
@@ -79,10 +88,17 @@ class OptimizedModule(torch.nn.Module):
         super().__init__()
         self._orig_mod = mod
         self._kiln_options = options
+        self._kiln_capture = capture
+        self._kiln_forward_of = _forward_of(mod)
         self._kiln_forward = entry.compile_function(mod.forward, options, capture)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         mod = self._orig_mod
+        if _forward_of(mod) is not self._kiln_forward_of:
+            # `Net.forward = ...` (or autoreload replacing the class) after compile: eager would
+            # call the new forward, so compile that one.
+            self._kiln_forward_of = _forward_of(mod)
+            self._kiln_forward = entry.compile_function(mod.forward, self._kiln_options, self._kiln_capture)
         if mod._forward_hooks or mod._forward_pre_hooks or _has_global_hooks():
             return _call_with_hooks(mod, self._kiln_forward, args, kwargs)
         return self._kiln_forward(*args, **kwargs)
@@ -100,6 +116,12 @@ class OptimizedModule(torch.nn.Module):
 
     def __repr__(self) -> str:
         return f"OptimizedModule({self._orig_mod!r}, backend={self._kiln_options.backend_name!r})"
+
+
+def _forward_of(mod: torch.nn.Module) -> Any:
+    """What `mod.forward` resolves to, without making a bound method: an instance attribute or the
+    class's function."""
+    return mod.__dict__.get("forward") or getattr(type(mod), "forward", None)
 
 
 def _has_global_hooks() -> bool:

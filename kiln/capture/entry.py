@@ -5,13 +5,16 @@ tries the entries a previous process stored for this code object (kiln.capture.p
 otherwise captures the frame anew through the tracer (`capture_frame`), up to `config.cache_size_limit`
 entries per code object. It owns the per-code-object caches, the dynamic-shape policy kept across
 recompiles, the counters behind `kiln.stats()`, and the eager fallbacks (unsupported frames,
-internal errors, the cache limit). Corresponds to torch/_dynamo/eval_frame.py + convert_frame.py.
+internal errors, the cache limit). Safe to call from several threads: a guard hit takes no lock;
+a miss inspects and grows the cache under one process-wide lock, as Dynamo's compile lock.
+Corresponds to torch/_dynamo/eval_frame.py + convert_frame.py.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import inspect
+import threading
 from dataclasses import dataclass, field
 from types import CodeType, FunctionType
 from typing import Any, Callable, Iterator
@@ -101,30 +104,38 @@ class FrameCache:
 
 _CACHES: dict[tuple, FrameCache] = {}
 _OBSERVERS: list[Callable[[CaptureEvent], None]] = []
+# Held while a miss reads or changes a FrameCache (its entries, its disk candidates, its policy)
+# and while it captures: two threads missing on one frame must not both take the same disk entry
+# or both capture it. Reentrant: a capture may meet another compiled callable of this thread.
+# The glue runs outside it, so compiled frames called from a glue never wait on their caller.
+_COMPILE_LOCK = threading.RLock()
 
 
 def frame_cache(code: CodeType, options: CompileOptions) -> FrameCache:
     key = (code, options.cache_key())
-    cache = _CACHES.get(key)
-    if cache is None:
-        cache = _CACHES[key] = FrameCache(code, options)
-    return cache
+    with _COMPILE_LOCK:
+        cache = _CACHES.get(key)
+        if cache is None:
+            cache = _CACHES[key] = FrameCache(code, options)
+        return cache
 
 
 def reset() -> None:
     """Forget every cache entry, dynamic-shape decision and counter (kiln.reset())."""
-    for cache in _CACHES.values():
-        cache.clear()  # compiled callables keep a reference to their FrameCache: empty it in place
-    _CACHES.clear()
-    for name, default in Stats().as_dict().items():
-        setattr(STATS, name, default)
+    with _COMPILE_LOCK:
+        for cache in _CACHES.values():
+            cache.clear()  # compiled callables keep a reference to their FrameCache: empty it in place
+        _CACHES.clear()
+        for name, default in Stats().as_dict().items():
+            setattr(STATS, name, default)
 
 
 def drop_caches(options: CompileOptions) -> None:
     """Forget the caches made under one set of options (kiln.explain's throwaway compiles)."""
     key = options.cache_key()
-    for cache_key in [k for k in _CACHES if k[1] == key]:
-        _CACHES.pop(cache_key).clear()
+    with _COMPILE_LOCK:
+        for cache_key in [k for k in _CACHES if k[1] == key]:
+            _CACHES.pop(cache_key).clear()
 
 
 def add_observer(observer: Callable[[CaptureEvent], None]) -> None:
@@ -162,20 +173,37 @@ def code_signature(fn: FunctionType) -> inspect.Signature:
     return inspect.signature(bare)
 
 
+def _signature_tracker(fn: FunctionType) -> Callable[[], inspect.Signature]:
+    """code_signature(fn), made again whenever `__defaults__` or `__kwdefaults__` was replaced or
+    changed in place since the last call (autoreload, or a user, may set them after compile): the
+    bound defaults become L's values, which the guards check."""
+    made: list = [None, None, None]  # defaults, kwdefaults items, signature
+
+    def signature_now() -> inspect.Signature:
+        defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
+        items = tuple(kwdefaults.items()) if kwdefaults else ()
+        same = made[2] is not None and made[0] is defaults and len(items) == len(made[1]) and \
+            all(a[0] == b[0] and a[1] is b[1] for a, b in zip(items, made[1]))
+        if not same:
+            made[:] = [defaults, items, code_signature(fn)]
+        return made[2]
+    return signature_now
+
+
 def make_binder(fn: FunctionType, bound_self: Any, has_self: bool) -> Callable[[tuple, dict], dict]:
     """A function (args, kwargs) -> L. All-positional calls with every argument given take a
     zip; anything else (keywords, defaults, *args, **kwargs) goes through inspect.Signature."""
     code = fn.__code__
     names = code.co_varnames[: code.co_argcount]
     simple = not (code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)) and code.co_kwonlyargcount == 0
-    signature = code_signature(fn)
     nargs = len(names) - (1 if has_self else 0)
+    signature_now = _signature_tracker(fn)
 
     def slow(args: tuple, kwargs: dict) -> dict:
         if has_self:
             args = (bound_self, *args)
         try:
-            bound = signature.bind(*args, **kwargs)
+            bound = signature_now().bind(*args, **kwargs)
         except TypeError:
             # Re-raise Python's own message ("f() missing 1 required positional argument: 'x'"):
             # a call that cannot bind fails before the body runs, so this has no side effect.
@@ -256,6 +284,10 @@ def compile_function(fn: Any, options: CompileOptions, capture: CaptureFn | None
         and code.co_kwonlyargcount == 0  # all-positional calls of this function bind by zip
 
     def compiled(*args: Any, **kwargs: Any) -> Any:
+        if fn.__code__ is not code:
+            # New code for the same function object (autoreload, a user assigning __code__): this
+            # callable's entries and binder belong to the old code.
+            return frame.call_with_new_code(args, kwargs)
         if plain and not kwargs and len(args) == nargs:
             L = dict(zip(names, args))
         else:
@@ -285,6 +317,16 @@ class _Frame:
         self.capture = capture
         self.cache = frame_cache(fn.__code__, options)
         self.bind = make_binder(fn, bound_self, has_self)
+        self.successor: Callable[..., Any] | None = None  # compiled for the function's newer code
+
+    def call_with_new_code(self, args: tuple, kwargs: dict) -> Any:
+        """Call the compiled callable made for the function's current `__code__` (made once per code)."""
+        with _COMPILE_LOCK:
+            successor = self.successor
+            if successor is None or successor._kiln_frame.cache.code is not self.fn.__code__:  # type: ignore[attr-defined]
+                target = self.fn.__get__(self.bound_self) if self.has_self else self.fn
+                successor = self.successor = compile_function(target, self.options, self.capture)
+        return successor(*args, **kwargs)
 
     @property
     def name(self) -> str:
@@ -303,10 +345,23 @@ class _Frame:
         return compile_function(fn, self.options, self.capture)
 
     def miss(self, args: tuple, kwargs: dict, L: dict) -> Any:
+        with _COMPILE_LOCK:
+            entry = self.entry_for(L)
+        if entry is None:
+            return self.run_eagerly(args, kwargs)
+        return entry.glue(L, self.fn.__globals__, self.fn)
+
+    def entry_for(self, L: dict) -> CacheEntry | None:
+        """The entry that answers this call: one another thread made meanwhile, one from disk, or a
+        fresh capture; None when the call runs eagerly. Called under _COMPILE_LOCK."""
         cache = self.cache
         if cache.eager_reason is not None:
-            return self.run_eagerly(args, kwargs)
+            return None
         G, F = self.fn.__globals__, self.fn
+        for entry in cache.entries:  # another thread may have added it while this one waited
+            if entry.check_fn(L, G, F):
+                STATS.cache_hits += 1
+                return entry
         reason = None
         if cache.entries:
             failure = cache.entries[0].check.first_failure(L, G, F)
@@ -314,19 +369,16 @@ class _Frame:
             cache.last_failure = reason
             if len(cache.entries) >= config.cache_size_limit:
                 self.warn_limit(reason)
-                return self.run_eagerly(args, kwargs)
+                return None
             self.log_recompile(failure, L, G, F)
         # Not for an injected tracer (its entries are its own), nor under KILN_DEBUG (the debug
         # dump wants each stage of a real capture).
         if config.persistent_cache and self.capture is None and not config.debug:
             entry = self.load_entry(L)
             if entry is not None:
-                return entry.glue(L, G, F)
+                return entry
         STATS.frames += 1
-        entry = self.capture_entry(L, reason)
-        if entry is None:
-            return self.run_eagerly(args, kwargs)
-        return entry.glue(L, G, F)
+        return self.capture_entry(L, reason)
 
     def load_entry(self, L: dict) -> CacheEntry | None:
         """An entry of the persistent frame cache whose guards pass on this call, made current."""

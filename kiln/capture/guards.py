@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import types
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any, Callable, Iterable, Sequence
@@ -17,6 +18,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from kiln import log
+from kiln.symbolic.marks import DYNAMIC_ATTR, marked_dynamic
 
 # ---------------------------------------------------------------------------------------------------
 # Records
@@ -79,10 +81,14 @@ class TensorSpec:
     neg: bool = False
     # (i, j): free stride i equals size[j] * stride[j], the dense layout it had when captured
     stride_links: tuple[tuple[int, int], ...] = ()
+    # Dims that kiln.mark_dynamic may mark on the tensor without a recompile (the dims captured
+    # dynamic, and those marked then); None: marks are not checked (a module's parameters and buffers).
+    markable: tuple[int, ...] | None = None
 
     @staticmethod
-    def of(t: torch.Tensor, dynamic_dims: Iterable[int] = ()) -> "TensorSpec":
-        """The spec of a real tensor, with the sizes in `dynamic_dims` (and strides built from them) free."""
+    def of(t: torch.Tensor, dynamic_dims: Iterable[int] = (), watch_marks: bool = False) -> "TensorSpec":
+        """The spec of a real tensor, with the sizes in `dynamic_dims` (and strides built from them) free.
+        `watch_marks`: a later mark_dynamic on a dim the graph specialized must miss (as torch.compile)."""
         # A size of 0 or 1 is specialized by the ShapeEnv even in a dynamic dim (seams: create_symbol),
         # so the graph assumed it and the guard must check it.
         dynamic = {d for d in dynamic_dims if t.shape[d] not in (0, 1)}
@@ -97,11 +103,14 @@ class TensorSpec:
                 if j is not None:
                     links.append((i, j))
         complex_ = t.is_complex()
+        markable = None
+        if watch_marks:
+            markable = tuple(sorted({d for d, s in enumerate(sizes) if s is None} | set(marked_dynamic(t))))
         return TensorSpec(
             type=type(t), dtype=t.dtype, device=t.device, layout=t.layout,
             requires_grad=t.requires_grad, sizes=sizes, strides=strides,
             inference=t.is_inference(), conj=complex_ and t.is_conj(), neg=complex_ and t.is_neg(),
-            stride_links=tuple(links),
+            stride_links=tuple(links), markable=markable,
         )
 
     def __str__(self) -> str:
@@ -150,7 +159,9 @@ class Emitter:
     def __init__(self) -> None:
         self.constants: dict[str, Any] = {"___grad_enabled": torch.is_grad_enabled,
                                           "___default_dtype": torch.get_default_dtype,
-                                          "___any_autocast": torch._C._is_any_autocast_enabled}
+                                          "___any_autocast": torch._C._is_any_autocast_enabled,
+                                          "___same_items": _same_items,
+                                          "___class_lookup": class_lookup}
         self._names: dict[Any, str] = {}
 
     def bind(self, obj: Any) -> str:
@@ -185,8 +196,39 @@ def check_type(expected: type, name: str, em: Emitter) -> list[Check]:
 @guard_kind
 def check_id(expected: Any, name: str, em: Emitter) -> list[Check]:
     # A strong reference (not id()) so that a freed object's id can never be reused by another.
-    return [Check(f"{{v}} is {em.bind(expected)}",
-                  lambda v: f"{name} is a different object than when compiled (was {_short(expected)}, now {_short(v)})")]
+    checks = [Check(f"{{v}} is {em.bind(expected)}",
+                    lambda v: f"{name} is a different object than when compiled (was {_short(expected)}, now {_short(v)})")]
+    if isinstance(expected, types.FunctionType):
+        checks += _function_contents(expected, name, em)
+    return checks
+
+
+def _function_contents(fn: types.FunctionType, name: str, em: Emitter) -> list[Check]:
+    """What a function object can change without changing identity, and capture baked in when it
+    inlined the body: `__code__` (autoreload assigns it), `__defaults__` and `__kwdefaults__`.
+    Compared by identity: a new tuple of defaults recompiles even when equal (rare, and cheap).
+    In another process the function is found by name with a digest of these (kiln.capture.persist),
+    and binding them again from the function found there keeps this check meaningful."""
+    checks = [Check(f"{{v}}.__code__ is {em.bind(fn.__code__)}",
+                    lambda v: f"the code of {name} changed since it was compiled")]
+    defaults = fn.__defaults__
+    checks.append(Check(f"{{v}}.__defaults__ is {'None' if defaults is None else em.bind(defaults)}",
+                        lambda v: f"{name}.__defaults__ changed from {defaults!r} to {v.__defaults__!r}"))
+    kwdefaults = fn.__kwdefaults__
+    if kwdefaults is None:
+        checks.append(Check("{v}.__kwdefaults__ is None",
+                            lambda v: f"{name}.__kwdefaults__ changed from None to {v.__kwdefaults__!r}"))
+    else:
+        # The dict can be changed in place: compare its items (keys by value, values by identity).
+        items = tuple(kwdefaults.items())
+        checks.append(Check(f"___same_items({{v}}.__kwdefaults__, {em.bind(items)})",
+                            lambda v: f"{name}.__kwdefaults__ changed from {dict(items)!r} to {v.__kwdefaults__!r}"))
+    return checks
+
+
+def _same_items(d: Any, items: tuple) -> bool:
+    return type(d) is dict and len(d) == len(items) and all(
+        k in d and d[k] is value for k, value in items)
 
 
 @guard_kind
@@ -206,6 +248,59 @@ def check_value(expected: Any, name: str, em: Emitter) -> list[Check]:
         literal = em.bind(expected)
     # Type first: 1 == 1.0 == True, and a graph specialized on an int must not take a float.
     return [Check(f"type({{v}}) is {em.bind(type(expected))} and {{v}} == {literal}", why)]
+
+
+@dataclass(frozen=True)
+class ClassAttribute:
+    """What looking up `name` on `classes` (searched in order, as an MRO or the part of one that
+    `super()` searches) found when the trace read it: `value`, or ABSENT when no class had it.
+
+    For a class the trace reached without a source (an instance built inside the frame whose class
+    came from a call's result, a `super()` lookup): with a source, the attribute is guarded by
+    reading `<source>.name`. In another process the classes are found by name (their digests cover
+    their methods) and `value` compared as here: literals by value, anything else by identity."""
+
+    classes: tuple[type, ...]
+    name: str
+    value: Any
+
+    def __str__(self) -> str:
+        return f"{self.classes[0].__qualname__}.{self.name} = {_short(self.value)}"
+
+
+ABSENT = type("Absent", (), {"__repr__": lambda self: "<absent>"})()
+
+
+def class_lookup(classes: tuple[type, ...], name: str) -> Any:
+    """The raw class-dict entry for `name` in the first of `classes` that has one, else ABSENT."""
+    for klass in classes:
+        found = klass.__dict__.get(name, ABSENT)
+        if found is not ABSENT:
+            return found
+    return ABSENT
+
+
+@guard_kind
+def check_class_attr(expected: ClassAttribute, name: str, em: Emitter) -> list[Check]:
+    # Source "": the classes are bound as constants, so the check reads no frame value.
+    value = expected.value
+    found = f"___class_lookup({em.bind(expected.classes)}, {expected.name!r})"
+    owner = f"{expected.classes[0].__qualname__}.{expected.name}"
+
+    def why(env: Any) -> str:
+        now = class_lookup(expected.classes, expected.name)
+        return f"class attribute {owner} changed from {_short(value)} to {_short(now)}"
+
+    if type(value) in (int, str, bytes) or (type(value) is float and math.isfinite(value)):
+        return [Check(f"type({found}) is {em.bind(type(value))} and {found} == {value!r}", why)]
+    checks = [Check(f"{found} is {em.bind(value)}", why)]
+    function, where = value, found
+    if isinstance(value, (staticmethod, classmethod)):
+        function, where = value.__func__, f"{found}.__func__"
+    if isinstance(function, types.FunctionType):  # the method's body was inlined: its code too
+        checks += [Check(c.code.format(v=where), lambda env: f"the code or defaults of {owner} changed")
+                   for c in _function_contents(function, owner, em)]
+    return checks
 
 
 @guard_kind
@@ -335,6 +430,13 @@ def check_tensor(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
     checks.append(_sizes_check(spec, name))
     if spec.layout == torch.strided:
         checks.append(_strides_check(spec, name))
+    if spec.markable is not None:
+        # Marks live on the tensor object (kiln.symbolic.marks); a dim newly marked dynamic that this
+        # graph specialized must make it miss, so the recompile makes that dim symbolic.
+        allowed = em.bind(frozenset(spec.markable))
+        checks.append(Check(f"getattr({{v}}, {DYNAMIC_ATTR!r}, {allowed}) <= {allowed}",
+                            lambda v: f"{name} has dims newly marked dynamic: "
+                                      f"{sorted(set(marked_dynamic(v)) - set(spec.markable))}"))
     checks.append(Check(f"{{v}}.is_inference() is {spec.inference}",
                         lambda v: f"{name} {'is no longer' if spec.inference else 'is now'} an inference tensor"))
     if spec.dtype.is_complex:
@@ -385,7 +487,10 @@ def _strides_check(spec: TensorSpec, name: str) -> Check:
 
 def tensor_guard(source: str, t: torch.Tensor, dynamic_dims: Iterable[int] = (), description: str | None = None) -> Guard:
     """The check_tensor guard for the real tensor `t` found at `source`, with `dynamic_dims` free."""
-    return Guard(source, "check_tensor", TensorSpec.of(t, dynamic_dims), description)
+    # Parameters and buffers are left out of the mark check: it costs a lookup per tensor per call,
+    # and marks are put on the inputs a caller passes.
+    module_owned = "._parameters[" in source or "._buffers[" in source
+    return Guard(source, "check_tensor", TensorSpec.of(t, dynamic_dims, watch_marks=not module_owned), description)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Iterable
 import torch
 
 _DYNAMIC = "_kiln_dynamic_dims"
+DYNAMIC_ATTR = _DYNAMIC  # the guards of a cache entry read it: a new mark on a static dim recompiles
 _MAYBE_DYNAMIC = "_kiln_maybe_dynamic_dims"
 _STATIC = "_kiln_static_dims"
 

@@ -168,9 +168,49 @@ class UserMethodVariable(Variable):
         return f"{glue.constant(types.MethodType)}({glue.constant(self.fn)}, {glue.reconstruct(self.obj)})"
 
 
-def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: type) -> Variable | None:
+def guard_class_attribute(tx: "Tracer", owner: type, name: str, static: Any, receiver: Variable | None = None,
+                          class_source: Source | None = None, classes: tuple[type, ...] | None = None) -> None:
+    """Guard that looking `name` up on `owner` still finds `static` (the raw class-dict entry the
+    trace used: a method, property, staticmethod, classmethod or plain value).
+
+    Read through the receiver's source when the receiver (an instance of `owner`) has one, else
+    through the class's source, else (a class reached without a source, or the part of an MRO
+    that `super()` searches, given as `classes`) by a check_class_attr guard that holds the classes.
+    Reading through a source lets Python's own lookup decide where in the MRO the attribute is now
+    found, so a value set later on a subclass or removed from a base is seen. Classes of torch and
+    the standard library are left out: their attributes are fixed for the process."""
+    from kiln.capture.guards import ClassAttribute, Guard
+    from kiln.capture.sources import TypeSource
+    from kiln.capture.variables.builder import STABLE_MODULES
+
+    if (owner.__module__ or "").split(".")[0] in STABLE_MODULES:
+        return
+    guards = tx.state.output.guards
+    receiver_source = getattr(receiver, "source", None) if receiver is not None and classes is None else None
+    function = static.__func__ if isinstance(static, (staticmethod, classmethod)) else static
+    if receiver_source is not None and isinstance(static, (types.FunctionType, staticmethod, classmethod, property)):
+        # Through type(receiver): reading through the instance would run a Python __getattribute__.
+        read = AttrSource(TypeSource(receiver_source), name)
+        if isinstance(static, classmethod):
+            read = AttrSource(read, "__func__")
+        guards.append(Guard(read.name(), "check_id", function))
+        return
+    if class_source is not None and isinstance(static, (types.FunctionType, staticmethod, classmethod, property)):
+        read = AttrSource(class_source, name)
+        if isinstance(static, classmethod):
+            read = AttrSource(read, "__func__")
+        guards.append(Guard(read.name(), "check_id", function))
+        return
+    guards.append(Guard("", "check_class_attr", ClassAttribute(classes or owner.__mro__, name, static)))
+
+
+def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: type,
+                         name: str | None = None) -> Variable | None:
     """What reading a class attribute through an instance gives, following Python's descriptor
-    rules for functions, properties, staticmethods and classmethods; None for any other kind."""
+    rules for functions, properties, staticmethods and classmethods; None for any other kind.
+    With `name`, the attribute is guarded (guard_class_attribute) when it is one of those kinds."""
+    if name is not None and isinstance(static, (property, types.FunctionType, staticmethod, classmethod)):
+        guard_class_attribute(tx, owner, name, static, receiver)
     if isinstance(static, property):
         return UserFunctionVariable(static.fget).call(tx, [receiver], {})
     if isinstance(static, types.FunctionType):

@@ -95,7 +95,7 @@ class NNModuleVariable(Variable):
         static = inspect.getattr_static(m, name, _MISSING)
         if static is _MISSING:
             raise Unsupported(f"{type(m).__name__} has no attribute {name!r}", kind="unsupported_attribute")
-        bound = bind_class_attribute(tx, static, self, type(m))
+        bound = bind_class_attribute(tx, static, self, type(m), name)
         if bound is not None:
             return bound
         value = getattr(m, name)

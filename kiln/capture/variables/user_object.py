@@ -82,7 +82,7 @@ class ObjectVariable(Variable):
         return None if self.source is None else AttrSource(self.source, name)
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import UserMethodVariable
+        from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
 
         obj = self.value
         pending = tx.side_effects.pending_attr(obj, name)
@@ -94,10 +94,15 @@ class ObjectVariable(Variable):
                 if isinstance(static, classmethod) and is_autograd_function_apply(getattr(obj, name)):
                     # kept as the bound method: calling it records one node or breaks
                     return ObjectVariable(getattr(obj, name), self._attr_source(name))
-                if isinstance(static, classmethod):
-                    return UserMethodVariable(static.__func__, self)
-                if isinstance(static, staticmethod):
+                if isinstance(static, (classmethod, staticmethod)):
+                    guard_class_attribute(tx, obj, name, static, class_source=self.source)
+                    if isinstance(static, classmethod):
+                        return UserMethodVariable(static.__func__, self)
                     return tx.wrap(static.__func__, None)
+                if self.source is None and static is not _MISSING:
+                    # a class reached without a source (type() of an object built in the frame):
+                    # what was read from it is guarded on the class itself
+                    guard_class_attribute(tx, obj, name, static)
             try:
                 value = getattr(obj, name)
             except AttributeError as exc:
@@ -141,13 +146,16 @@ class ObjectVariable(Variable):
             # logger.info, rng.normal: a method of a library that is never inlined; calling it is a
             # break, and the glue reads the method from the object again at run time.
             return ObjectVariable(getattr(obj, name), self._attr_source(name))
-        bound = bind_class_attribute(tx, static, self, kind)
+        bound = bind_class_attribute(tx, static, self, kind, name)
         if bound is not None:
             return bound
         if type(static).__name__ in ("member_descriptor", "getset_descriptor"):
             return tx.wrap(getattr(obj, name), self._attr_source(name))
         if hasattr(type(static), "__get__"):
             raise Unsupported(f"descriptor {name!r} of {kind.__qualname__}", kind="unsupported_attribute")
+        if self.source is None:
+            from kiln.capture.variables.functions import guard_class_attribute
+            guard_class_attribute(tx, kind, name, static)  # with a source, `obj.name` is guarded as read
         return tx.wrap(static, self._attr_source(name))
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
@@ -196,15 +204,17 @@ class ObjectVariable(Variable):
                 return tx.wrap_result(obj(*consts[0], **consts[1]))
         call = inspect.getattr_static(type(obj), "__call__", None)
         if not isinstance(obj, type) and isinstance(call, types.FunctionType):
-            from kiln.capture.variables.functions import UserMethodVariable
+            from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
+            guard_class_attribute(tx, type(obj), "__call__", call, self)
             return UserMethodVariable(call, self).call(tx, args, kwargs)
         if _is_pure_library_function(obj):
             return _fold_library_call(tx, obj, list(args), kwargs)
         if isinstance(obj, type) and _constructible(obj):
-            instance = NewObjectVariable(obj)
+            instance = NewObjectVariable(obj, self.source)
             init = inspect.getattr_static(obj, "__init__")
             if init is not object.__init__:
-                from kiln.capture.variables.functions import UserMethodVariable
+                from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
+                guard_class_attribute(tx, obj, "__init__", init, class_source=self.source)
                 UserMethodVariable(init, instance).call(tx, args, kwargs)
             elif args or kwargs:
                 raise Unsupported(f"{obj.__qualname__}() takes no arguments (raised natively)", kind="unsupported")
@@ -283,6 +293,13 @@ def _is_stable_module(obj: Any) -> bool:
     return isinstance(obj, types.ModuleType) and obj.__name__.split(".")[0] in STABLE_MODULES
 
 
+def _is_fixed_class(kind: type) -> bool:
+    """A class of torch or another module whose attributes never change while a program runs."""
+    from kiln.capture.variables.builder import STABLE_MODULES
+
+    return (kind.__module__ or "").split(".")[0] in STABLE_MODULES
+
+
 def _class_dicts(kind: type) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for base in reversed(kind.__mro__[:-1]):
@@ -308,6 +325,10 @@ class SuperVariable(Variable):
         for base in mro[start:]:
             if name in base.__dict__:
                 attr = base.__dict__[name]
+                if isinstance(attr, (types.FunctionType, staticmethod, classmethod)) and \
+                        not _is_fixed_class(base):
+                    from kiln.capture.variables.functions import guard_class_attribute
+                    guard_class_attribute(tx, mro[0], name, attr, classes=tuple(mro[start:]))
                 if isinstance(attr, types.FunctionType):
                     return UserMethodVariable(attr, self.obj)
                 if isinstance(attr, staticmethod):
@@ -521,8 +542,9 @@ class NewObjectVariable(Variable):
     fills its `__dict__` when it is returned or live at a break.
     """
 
-    def __init__(self, cls: type) -> None:
+    def __init__(self, cls: type, cls_source: Source | None = None) -> None:
         self.cls = cls
+        self.cls_source = cls_source  # where the class was read from; class attributes are guarded there
         self.attrs: dict[str, Variable] = {}
 
     def describe(self) -> str:
@@ -537,11 +559,24 @@ class NewObjectVariable(Variable):
         raise Unsupported(f"truth value of {self.describe()}", kind="unsupported_builtin")
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+        from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable, guard_class_attribute
 
         if name in self.attrs:
             return self.attrs[name]
         static = inspect.getattr_static(self.cls, name, _MISSING)
+        if name == "__class__":
+            return tx.wrap(self.cls, self.cls_source)
+        if static is _MISSING or (hasattr(type(static), "__get__") and not isinstance(
+                static, (property, types.FunctionType, staticmethod, classmethod))):
+            raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
+                              kind="unsupported_attribute")
+        # The instance was built in the frame, so its own dict is known; what comes from its class
+        # (a method, a constant like `self.K`, inherited or not) is guarded on the class.
+        if not isinstance(static, (property, types.FunctionType, staticmethod, classmethod)) \
+                and self.cls_source is not None:
+            from kiln.capture.sources import AttrSource
+            return tx.wrap(static, AttrSource(self.cls_source, name))  # guarded as `A.K` is read
+        guard_class_attribute(tx, self.cls, name, static, class_source=self.cls_source)
         if isinstance(static, property):
             return UserFunctionVariable(static.fget).call(tx, [self], {})
         if isinstance(static, types.FunctionType):
@@ -549,12 +584,7 @@ class NewObjectVariable(Variable):
         if isinstance(static, staticmethod):
             return tx.wrap(static.__func__, None)
         if isinstance(static, classmethod):
-            return UserMethodVariable(static.__func__, tx.wrap(self.cls, None))
-        if name == "__class__":
-            return tx.wrap(self.cls, None)
-        if static is _MISSING or hasattr(type(static), "__get__"):
-            raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
-                              kind="unsupported_attribute")
+            return UserMethodVariable(static.__func__, tx.wrap(self.cls, self.cls_source))
         return tx.wrap_result(static)
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
