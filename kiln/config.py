@@ -21,9 +21,33 @@ specialize_int: bool = False  # python int arguments are burnt in as constants f
 capture_scalar_outputs: bool = False  # .item() becomes an unbacked symbol instead of a break
 
 # runtime
-cache_dir: str = os.environ.get(
-    "KILN_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "kiln")
-)
+
+
+def _default_cache_dir() -> str:
+    """KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln for a real home directory.
+    An empty or relative HOME (`HOME=""` makes expanduser give "/") falls back to the password
+    database's home, and without one to a per-user folder in the temporary directory."""
+    if os.environ.get("KILN_CACHE_DIR"):
+        return os.environ["KILN_CACHE_DIR"]
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return os.path.join(xdg, "kiln")
+    home = os.environ.get("HOME", "")
+    if not os.path.isabs(home) or home == os.sep:
+        try:
+            import pwd  # POSIX only
+
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except (ImportError, KeyError, AttributeError):
+            home = ""
+    if os.path.isabs(home) and home != os.sep:
+        return os.path.join(home, ".cache", "kiln")
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"kiln-cache-{getattr(os, 'getuid', lambda: 'user')()}")
+
+
+cache_dir: str = _default_cache_dir()
 # frames captured before are loaded from cache_dir/frames by later processes (kiln.capture.persist)
 persistent_cache: bool = os.environ.get("KILN_PERSISTENT_CACHE", "1") not in ("", "0")
 debug_dir: str = os.environ.get("KILN_DEBUG_DIR", os.path.join(os.getcwd(), "kiln_debug"))

@@ -21,6 +21,11 @@ COMPILED_MARKER = "_kiln_compiled"
 ORIGINAL_ATTR = "_kiln_original"
 
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# The options the "inductor" backend understands (read by kiln.lower.compile_graph): "verify"
+# (check the loop IR, default True), "opt_level" (e.g. "-O1"), and the bisector's switches
+# "no_decompose", "aten_fallback", "no_fusion" (collections of op/buffer names). Kept here so that
+# kiln.compile can refuse a misspelt key without importing the lowering.
+INDUCTOR_OPTIONS = frozenset({"verify", "opt_level", "no_decompose", "aten_fallback", "no_fusion"})
 
 
 @dataclass(frozen=True)
@@ -40,10 +45,25 @@ class CompileOptions:
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
+        if type(self.fullgraph) is not bool:
+            raise TypeError(f"kiln.compile: fullgraph must be True or False, not {self.fullgraph!r}")
+        if not (isinstance(self.mode, str) or self.mode is None) or self.mode not in MODES:
             raise ValueError(f"kiln.compile: unknown mode {self.mode!r}; expected one of {MODES}")
-        if self.dynamic not in (None, True, False):
+        if not any(self.dynamic is v for v in (None, True, False)):  # `in` would take 0 and 1
             raise ValueError(f"kiln.compile: dynamic must be None, True or False, not {self.dynamic!r}")
+        if not isinstance(self.backend, str) and not callable(self.backend):
+            raise TypeError(f"kiln.compile: backend must be a name or a callable (gm, example_inputs), "
+                            f"not {self.backend!r}")
+        if self.options is not None and not isinstance(self.options, Mapping):
+            raise TypeError(f"kiln.compile: options must be a dict, not {type(self.options).__name__}")
+        for key in self.options or {}:
+            if not isinstance(key, str):
+                raise TypeError(f"kiln.compile: option names are strings, not {key!r}")
+            if self.backend == "inductor" and key not in INDUCTOR_OPTIONS:
+                raise ValueError(f"kiln.compile: unknown option {key!r} for the inductor backend; "
+                                 f"known options: {', '.join(sorted(INDUCTOR_OPTIONS))}")
+        if self.options and isinstance(self.backend, str) and self.backend != "inductor":
+            raise ValueError(f"kiln.compile: backend {self.backend!r} takes no options (only 'inductor' does)")
         if not isinstance(self.options, MappingProxyType):
             object.__setattr__(self, "options", MappingProxyType(dict(self.options or {})))
 

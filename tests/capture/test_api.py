@@ -363,9 +363,9 @@ def test_mode_and_options_reach_the_lowering(monkeypatch):
     x = torch.randn(3)
     kiln.compile(lambda t: t * 3, mode="max-autotune")(x)
     kiln.compile(lambda t: t * 4, mode="reduce-overhead")(x)
-    kiln.compile(lambda t: t * 5, options={"threads": 1})(x)
+    kiln.compile(lambda t: t * 5, options={"opt_level": "-O1"})(x)
     kiln.compile(lambda t: t * 6)(x)
-    assert seen == [{"mode": "max-autotune"}, {"mode": "reduce-overhead"}, {"threads": 1}, None]
+    assert seen == [{"mode": "max-autotune"}, {"mode": "reduce-overhead"}, {"opt_level": "-O1"}, None]
 
 
 def test_stats_count_graph_breaks_and_resume_frames(capsys):

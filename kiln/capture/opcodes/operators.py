@@ -19,6 +19,8 @@ from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.functions import UserMethodVariable
+from kiln.capture.variables.numpy_array import NumpyArrayVariable
+from kiln.capture.variables.numpy_functions import numpy_operator, numpy_unary
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
@@ -64,6 +66,8 @@ def _wrap(value: Any) -> Variable:
 def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool = False) -> Variable:
     """`a <symbol> b` (or `a <symbol>= b`) on tracked values."""
     fn = INPLACE[symbol] if inplace else BINARY[symbol]
+    if isinstance(a, NumpyArrayVariable) or isinstance(b, NumpyArrayVariable):
+        return numpy_operator(tx, symbol, a, b, inplace)
     if _graph_values(a, b):
         if inplace and not isinstance(a, TensorVariable):
             fn = BINARY[symbol]  # ints and SymInts are immutable: `n += 1` is `n = n + 1`
@@ -114,6 +118,9 @@ def _extend_times(tx: "Tracer", a: ListVariable, count: int) -> Variable:
 
 def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
     fn = COMPARE[symbol]
+    if isinstance(a, NumpyArrayVariable) or isinstance(b, NumpyArrayVariable):
+        return numpy_operator(tx, {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "gt": ">", "ge": ">="}
+                              .get(symbol, symbol), a, b)
     if symbol in ("==", "!=", "eq", "ne") and isinstance(a, BaseSequenceVariable) \
             and isinstance(b, BaseSequenceVariable) and not (a.is_constant() and b.is_constant()):
         # x.shape == y.shape with symbolic sizes: item by item, each decided (and guarded) now.
@@ -249,7 +256,9 @@ def _python_contains(container: "ObjectVariable") -> Any:
 
 def _unary(tx: "Tracer", fn: Any) -> None:
     value = tx.pop()
-    if isinstance(value, (TensorVariable, SymIntVariable)):
+    if isinstance(value, NumpyArrayVariable):
+        tx.push(numpy_unary(tx, fn, value))
+    elif isinstance(value, (TensorVariable, SymIntVariable)):
         tx.push(tx.call_op("call_function", fn, [value], {}))
     else:
         tx.push(_const(fn, value))

@@ -15,6 +15,7 @@ import functools
 import types
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from kiln.capture.guards import Guard
@@ -28,6 +29,8 @@ from kiln.capture.variables.context_manager import (
     is_context_manager_class,
 )
 from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_key
+from kiln.capture.variables.numpy_array import wrap_ndarray_input
+from kiln.capture.variables.numpy_functions import NumpyFunctionVariable, is_numpy_function
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import CellVariable, UserFunctionVariable, UserMethodVariable
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
@@ -151,6 +154,11 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         return SetVariable([ConstantVariable(v) for v in value], type(value), source)
     if isinstance(value, _ITERATOR_TYPES):
         return _wrap_iterator(state, value, source)
+    if isinstance(value, np.ndarray) and type(value) is np.ndarray and source is not None:
+        return wrap_ndarray_input(state, value, source)
+    if is_numpy_function(value):
+        _guard(state, source, "check_id", value)
+        return NumpyFunctionVariable(value, source)
     if is_context_manager_class(value):
         _guard(state, source, "check_id", value)
         return ContextManagerClassVariable(value, source)

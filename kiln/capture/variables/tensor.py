@@ -2,7 +2,7 @@
 
 Metadata (`shape`, `dtype`, `device`, `dim()`, ...) is answered from the fake at trace time; every
 other method or attribute becomes a node. Reading a value out of a tensor (`.item()`, `.tolist()`,
-`bool(t)`, `.numpy()`) is a graph break: the fake has no data. Corresponds to
+`bool(t)`) is a graph break: the fake has no data; `.numpy()` gives a traced ndarray (numpy_array.py). Corresponds to
 torch/_dynamo/variables/tensor.py (TensorVariable).
 """
 from __future__ import annotations
@@ -116,6 +116,9 @@ class TensorVariable(Variable):
 
         if name == "item" and not args and config.capture_scalar_outputs:
             return tx.call_op("call_method", "item", [self], {})  # an unbacked symbol, not a break
+        if name == "numpy" and not args:
+            from kiln.capture.variables.numpy_array import tensor_to_numpy
+            return tensor_to_numpy(tx, self, dict(kwargs))
         if name in _DATA_METHODS:
             raise Unsupported(f"Tensor.{name}() reads the tensor's data, which is not known while tracing",
                               kind=_DATA_METHODS[name])

@@ -75,6 +75,11 @@ class TorchFunctionVariable(Variable):
         from kiln.capture.variables.tensor import TensorVariable
 
         fn = self.fn
+        if fn in (torch.from_numpy, torch.as_tensor, torch.asarray, torch.tensor):
+            from kiln.capture.variables.numpy_array import numpy_to_tensor
+            converted = numpy_to_tensor(tx, fn, args, kwargs)
+            if converted is not None:
+                return converted
         if fn in _BREAK_FNS:
             raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}", kind=_BREAK_FNS[fn])
         if fn in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode):
