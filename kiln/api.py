@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, TypeVar
 import torch
 
 from kiln import backends
-from kiln.capture import breaks, entry
+from kiln.capture import breaks, ddp, entry
 from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, COMPILED_MARKER, DISABLE_MARKER, ORIGINAL_ATTR, CompileOptions
 
 T = TypeVar("T")
@@ -37,17 +37,18 @@ def compile(model: Any = None, *, fullgraph: bool = False, dynamic: bool | None 
     A bad value of any argument raises TypeError/ValueError here, not at the first call.
     disable: return `model` unchanged (a switch to turn compilation off without editing call sites).
     """
-    if model is None:
-        return lambda m: compile(m, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
-                                 options=options, disable=disable)
+    # Every argument is checked here, also in the decorator form, before anything is compiled.
     if options is not None and not isinstance(options, Mapping):
         raise TypeError(f"kiln.compile: options must be a dict, not {type(options).__name__}")
     if mode is not None and options:
         raise ValueError("kiln.compile: give either mode or options, not both (as torch.compile)")
-    # Every argument is checked here, before anything is compiled (CompileOptions says what is wrong).
     CompileOptions(backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=dict(options or {}))
+    compiler = backends.lookup(backend, mode=mode, options=options)
+    if model is None:
+        return lambda m: compile(m, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
+                                 options=options, disable=disable)
     compile_options = CompileOptions(
-        backend=backend, compiler=backends.lookup(backend, mode=mode, options=options),
+        backend=backend, compiler=compiler,
         fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=dict(options or {}),
     )
     if disable:
@@ -90,7 +91,7 @@ class OptimizedModule(torch.nn.Module):
         self._kiln_options = options
         self._kiln_capture = capture
         self._kiln_forward_of = _forward_of(mod)
-        self._kiln_forward = entry.compile_function(mod.forward, options, capture)
+        self._kiln_forward = _compiled_forward(mod, options, capture)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         mod = self._orig_mod
@@ -98,7 +99,7 @@ class OptimizedModule(torch.nn.Module):
             # `Net.forward = ...` (or autoreload replacing the class) after compile: eager would
             # call the new forward, so compile that one.
             self._kiln_forward_of = _forward_of(mod)
-            self._kiln_forward = entry.compile_function(mod.forward, self._kiln_options, self._kiln_capture)
+            self._kiln_forward = _compiled_forward(mod, self._kiln_options, self._kiln_capture)
         if mod._forward_hooks or mod._forward_pre_hooks or _has_global_hooks():
             return _call_with_hooks(mod, self._kiln_forward, args, kwargs)
         return self._kiln_forward(*args, **kwargs)
@@ -116,6 +117,14 @@ class OptimizedModule(torch.nn.Module):
 
     def __repr__(self) -> str:
         return f"OptimizedModule({self._orig_mod!r}, backend={self._kiln_options.backend_name!r})"
+
+
+def _compiled_forward(mod: torch.nn.Module, options: CompileOptions, capture: Callable[..., Any] | None) -> Any:
+    if ddp.is_ddp(mod):
+        # DDP's forward is the reducer's Python, which capture does not trace (as Dynamo skips it):
+        # it runs as it is around the compiled forward of the module it wraps.
+        return ddp.DDPForward(mod, entry.compile_function(mod.module.forward, options, capture))
+    return entry.compile_function(mod.forward, options, capture)
 
 
 def _forward_of(mod: torch.nn.Module) -> Any:
