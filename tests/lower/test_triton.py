@@ -170,3 +170,16 @@ def test_generated_kernels_compile_for_a_gpu_without_one(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-c", script, str(kernels)], capture_output=True, text=True, env=env,
                          timeout=300)
     assert out.stdout.strip().endswith("True"), out.stderr[-3000:]
+
+
+def test_max_autotune_wrapper_launches_through_the_tuner() -> None:
+    """On CUDA mode="max-autotune" makes each kernel an AutotunedKernel called with its range size;
+    under the interpreter (timing means nothing) the plain launches stay."""
+    from kiln.lower.codegen.triton_kernel import generate
+    from kiln.lower.codegen.triton_wrapper import TritonWrapperWriter
+
+    c = check(lambda x: torch.softmax(x, -1) + 1, torch.randn(12, 40), dynamic=True)
+    _, launches = generate(c.program)
+    source = TritonWrapperWriter(c.program, launches, torch.device("cpu"), autotune=True).write()
+    assert "kernel0.launch(" in source and "XBLOCK=" not in source
+    assert "kernel0[(" in c.wrapper_source

@@ -50,6 +50,7 @@ class Launch:
     index_check: bool
     origins: tuple[str, ...]
     error_sites: tuple[int, ...] = ()  # kiln.lower.checks sites it records failures of in `kiln_err`
+    kind: str = "flat"  # flat, persistent, looped, scan, serial or atomic (what autotuning may change)
 
 
 def _pow2(n: int) -> int:
@@ -150,7 +151,7 @@ class TritonKernelWriter:
         locals_: dict = {}
         for n in k.nodes:
             self._pointwise(n, k, locals_, "xmask", "zeros", 1)
-        return self._finish(k.name, k.origins(), total, xblock, None, False)
+        return self._finish(k.name, k.origins(), total, xblock, None, False, "flat")
 
     def _offset(self, total: sympy.Expr) -> str:
         # past 2**31 elements (or an unknown count) the flat index needs 64 bits
@@ -209,7 +210,8 @@ class TritonKernelWriter:
                 self._emit(["tl.debug_barrier()"], 1)
             self._loop_block(k, blk.nodes, locals_, persistent, rhead, hidden)
             stored_here |= {n.name for n in blk.nodes}
-        return self._finish(k.name, k.origins(), xnumel, xblock, rblock, False)
+        return self._finish(k.name, k.origins(), xnumel, xblock, rblock, False,
+                            "persistent" if persistent else "looped")
 
     def _loop_block(self, k: Kernel, nodes: Sequence[Buffer], locals_: dict, persistent: bool,
                     rhead: list[str], hidden: frozenset[str]) -> None:
@@ -367,7 +369,7 @@ class TritonKernelWriter:
         w2 = self._writer(sub, {}, "xmask & rmask", "zeros_xr")
         body += self._store(w2, n, "running", "xmask & rmask", "zeros_xr")
         self._emit(body, 2)
-        return self._finish(k.name, k.origins(), xnumel, xblock, rblock, False)
+        return self._finish(k.name, k.origins(), xnumel, xblock, rblock, False, "scan")
 
     def scatter(self, k: ScatterKernel) -> tuple[str, Launch]:
         """Stores run in one program, chunk after chunk, so a later write to the same place wins as
@@ -402,10 +404,10 @@ class TritonKernelWriter:
         fn = "tl.atomic_add" if n.mode == "add" else "tl.store"
         body.append(f"{fn}({n.target} + ({address}), {to_storage(value, self.storage[n.target])}, {mask})")
         self._emit(body, 2 if serial else 1)
-        return self._finish(k.name, list(n.origins), total, xblock, None, serial)
+        return self._finish(k.name, list(n.origins), total, xblock, None, serial, "serial" if serial else "atomic")
 
     def _finish(self, name: str, origins: Sequence[str], xnumel: sympy.Expr, xblock: int,
-                rblock: int | None, serial: bool) -> tuple[str, Launch]:
+                rblock: int | None, serial: bool, kind: str) -> tuple[str, Launch]:
         reads = [b for b in self.reads if b not in self.writes]
         text = "\n".join(self.lines)
         symbols = tuple(sorted(set(re.findall(r"\b([a-z]+\d+)\b", text)) & self.size_symbols))
@@ -417,7 +419,7 @@ class TritonKernelWriter:
         fused = ", ".join(dict.fromkeys(origins))
         source = (f"@triton.jit\ndef {name}({', '.join(params)}):\n    # {name}: fused from {fused}\n{text}\n")
         launch = Launch(name, tuple(reads + self.writes), symbols, seed, sympy.sympify(xnumel), xblock, rblock,
-                        serial, bool(self.checks), tuple(dict.fromkeys(origins)), tuple(sorted(self.error_sites)))
+                        serial, bool(self.checks), tuple(dict.fromkeys(origins)), tuple(sorted(self.error_sites)), kind)
         return source, launch
 
 

@@ -53,9 +53,11 @@ def _raise_kernel_error(err: torch.Tensor, where: str) -> None:
 class TritonWrapperWriter(cpp_wrapper.WrapperWriter):
     """Writes the wrapper of a program whose kernels are the Triton functions of `launches`."""
 
-    def __init__(self, program: KernelProgram, launches: dict[str, Launch], device: torch.device) -> None:
+    def __init__(self, program: KernelProgram, launches: dict[str, Launch], device: torch.device,
+                 autotune: bool = False) -> None:
         super().__init__(program, {})
         self.launches = launches
+        self.autotune = autotune  # kernels are AutotunedKernel objects, called with their range size
         self.globals["device"] = device
         self.globals["_raise_on_flag"] = _raise_on_flag
         self.globals["_raise_kernel_error"] = _raise_kernel_error
@@ -92,10 +94,14 @@ class TritonWrapperWriter(cpp_wrapper.WrapperWriter):
         if launch.xnumel.is_number and int(launch.xnumel) == 0:
             self.lines.append(f"    # {step.name} has nothing to do (an empty range)  # {origins}")
             return
+        if self.autotune:
+            call = f"{step.name}.launch({xnumel}, {', '.join(a for a in args if '=' not in a)})"
+        else:
+            call = f"{step.name}[({grid},)]({', '.join(args)})"
         if launch.xnumel.is_number:
-            self.lines.append(f"    {step.name}[({grid},)]({', '.join(args)})  # {origins}")
+            self.lines.append(f"    {call}  # {origins}")
         else:  # a symbolic range may be empty at run time: a grid of zero programs is not launched
-            self.lines.append(f"    if {xnumel} > 0: {step.name}[({grid},)]({', '.join(args)})  # {origins}")
+            self.lines.append(f"    if {xnumel} > 0: {call}  # {origins}")
         if launch.index_check:
             self.lines.append(f"    _raise_on_flag(index_error, {step.name!r} + ' ({origins})')")
         if launch.error_sites:
@@ -103,14 +109,21 @@ class TritonWrapperWriter(cpp_wrapper.WrapperWriter):
 
 
 def make_triton_wrapper(program: KernelProgram, launches: dict[str, Launch], module: ModuleType,
-                        device: torch.device) -> tuple[Callable[..., Any], str]:
-    """The wrapper function bound to the module's kernels, and its source."""
-    w = TritonWrapperWriter(program, launches, device)
+                        device: torch.device, *, autotune: bool = False,
+                        kernel_source: str = "") -> tuple[Callable[..., Any], str]:
+    """The wrapper function bound to the module's kernels, and its source; with `autotune`, each
+    kernel picks its launch configuration on first call (kiln.runtime.autotune)."""
+    w = TritonWrapperWriter(program, launches, device, autotune)
     source = w.write()
     env = dict(w.globals)
     cpp_wrapper.bind_overloads(env)
-    for name in launches:
+    for name, launch in launches.items():
         env[name] = getattr(module, name)
+        if autotune:
+            from kiln.runtime.autotune import AutotunedKernel, KernelShape
+
+            shape = KernelShape(launch.kind, launch.xblock, launch.rblock)
+            env[name] = AutotunedKernel(env[name], name, kernel_source, shape, rerunnable=launch.kind != "atomic")
     exec(compile(source, "<kiln triton wrapper>", "exec"), env)
     call = env["call"]
     if program.ir.output_spec is None:
@@ -140,9 +153,11 @@ def choose_codegen(device: torch.device, cpu_backend: str) -> str:
     return cpu_backend if device.type == "cpu" else "cpp"
 
 
-def compile_program(program: KernelProgram, device: torch.device) -> tuple[Callable[..., Any], str, str]:
+def compile_program(program: KernelProgram, device: torch.device, *,
+                    autotune: bool = False) -> tuple[Callable[..., Any], str, str]:
     """Generate, load and wrap the Triton kernels of a program: (wrapper function, kernel source,
-    wrapper source). CPU tensors run under Triton's interpreter."""
+    wrapper source). CPU tensors run under Triton's interpreter (where timing means nothing, so
+    `autotune`, asked for by mode="max-autotune", applies on CUDA only)."""
     from kiln.lower.codegen.triton_kernel import generate
     from kiln.runtime import triton_build
 
@@ -150,5 +165,6 @@ def compile_program(program: KernelProgram, device: torch.device) -> tuple[Calla
         raise RuntimeError("kiln: the Triton code generator needs the 'triton' package (pip install triton==3.9.0)")
     source, launches = generate(program)
     module = triton_build.load(source, interpret=device.type != "cuda")
-    fn, wrapper_source = make_triton_wrapper(program, launches, module, device)
+    fn, wrapper_source = make_triton_wrapper(program, launches, module, device,
+                                             autotune=autotune and device.type == "cuda", kernel_source=source)
     return fn, source, wrapper_source
