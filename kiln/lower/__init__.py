@@ -221,7 +221,8 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     log.debug("lower", lambda: "schedule:\n" + format_program(program))
     dump.write("schedule.txt", format_program(program))
     if codegen == "triton":
-        fn, source, wrapper_source = triton_wrapper.compile_program(program, device)
+        fn, source, wrapper_source = triton_wrapper.compile_program(
+            program, device, autotune=options.get("mode") == "max-autotune")
         mark("codegen_triton")
         dump.write("codegen_triton.py", source)
         dump.write("codegen_wrapper.py", wrapper_source)
