@@ -8,6 +8,7 @@ Corresponds to torch/_dynamo/variables/builtin.py.
 from __future__ import annotations
 
 import builtins
+import collections
 import functools
 import inspect
 import itertools
@@ -283,6 +284,30 @@ def dict_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -
     return DictVariable(items)
 
 
+def _ordered_dict_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.dict import DictVariable
+
+    made = dict_rule(tx, args, kwargs)
+    assert isinstance(made, DictVariable)
+    return DictVariable(made.items, collections.OrderedDict)
+
+
+RULES[collections.OrderedDict] = _ordered_dict_rule
+
+
+@builtin_rule(tuple.__new__)
+def tuple_new_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """`tuple.__new__(cls, items)`: how a namedtuple's `_make` and `__new__` build the instance."""
+    from kiln.capture.variables.sequence import TupleVariable
+
+    if not args or kwargs or len(args) > 2:
+        raise Unsupported("tuple.__new__ with these arguments", kind="unsupported_call")
+    cls = args[0].as_python_value()
+    if not (isinstance(cls, type) and issubclass(cls, tuple)):
+        raise Unsupported(f"tuple.__new__ of {cls!r}", kind="unsupported_call")
+    return TupleVariable(tx.iterate(args[1]) if len(args) == 2 else [], cls)
+
+
 def _set_of(kind: type) -> Rule:
     def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
         from kiln.capture.variables.dict import SetVariable
@@ -302,7 +327,30 @@ def sorted_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
     if all(i.is_constant() for i in items) and all(v.is_constant() for v in kwargs.values()):
         values = sorted((i.as_constant() for i in items), **{k: v.as_constant() for k, v in kwargs.items()})
         return ListVariable([tx.wrap_result(v) for v in values])
+    firsts = _distinct_constant_heads(tx, items)
+    if firsts is not None and set(kwargs) <= {"reverse"} and all(v.is_constant() for v in kwargs.values()):
+        # (key, tensor) pairs such as sorted(d.items()): distinct keys decide the order alone,
+        # so the tensors are never compared
+        order = sorted(range(len(items)), key=firsts.__getitem__,
+                       reverse=bool(kwargs["reverse"].as_constant()) if kwargs else False)
+        return ListVariable([items[k] for k in order])
     raise Unsupported("sorted() of values unknown at trace time", kind="unsupported_call")
+
+
+def _distinct_constant_heads(tx: "Tracer", items: list[Variable]) -> list[Any] | None:
+    """The first elements of tuples `items` when all are distinct constants, else None."""
+    from kiln.capture.variables.sequence import TupleVariable
+
+    if not all(isinstance(i, TupleVariable) and i.items and i.items[0].is_constant() for i in items):
+        return None
+    heads = [i.items[0].as_constant() for i in items]  # type: ignore[attr-defined]
+    try:
+        if len(set(heads)) != len(heads):
+            return None
+        sorted(heads)
+    except TypeError:
+        return None
+    return heads
 
 
 def _minmax(fn: Any) -> Rule:

@@ -144,7 +144,26 @@ class DictVariable(Variable):
             self._mutated(tx)
             self.items.clear()
             return none
-        raise Unsupported(f"dict.{name}", kind="unsupported_call")
+        if name == "popitem" and not args:
+            # dict pops the newest entry; OrderedDict.popitem(last=False) the oldest
+            last = kwargs["last"].as_constant() if "last" in kwargs else True
+            if not self.items or (not last and self.dict_type is dict):
+                raise Unsupported(f"{self.dict_type.__name__}.popitem() on {self.describe()} (raised natively)",
+                                  kind="unsupported")
+            self._mutated(tx)
+            key = next(reversed(self.items)) if last else next(iter(self.items))
+            return TupleVariable([tx.wrap_result(key), self.items.pop(key)])
+        if name == "move_to_end" and len(args) == 1 and self.dict_type is not dict:
+            key = key_of(args[0])
+            last = kwargs["last"].as_constant() if "last" in kwargs else True
+            if key not in self.items:
+                from kiln.capture.variables.exception import raise_in_trace
+                raise raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
+            self._mutated(tx)
+            value = self.items.pop(key)
+            self.items = {key: value, **self.items} if not last else {**self.items, key: value}
+            return none
+        raise Unsupported(f"{self.dict_type.__name__}.{name}", kind="unsupported_call")
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         if self.source is not None:

@@ -6,6 +6,7 @@ the graph has run. Corresponds to torch/_dynamo/variables/lists.py.
 """
 from __future__ import annotations
 
+import types
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
@@ -92,6 +93,16 @@ class BaseSequenceVariable(Variable):
         return BoundMethodVariable(self, name)
 
 
+def _user_attribute(cls: type, name: str) -> Any:
+    """`name` as defined by a class of `cls`'s MRO written in Python (not tuple or object)."""
+    for klass in cls.__mro__:
+        if klass in (tuple, object):
+            return None
+        if name in vars(klass):
+            return vars(klass)[name]
+    return None
+
+
 class TupleVariable(BaseSequenceVariable):
     """A tuple, namedtuple, torch.Size or torch.return_types structseq."""
 
@@ -122,9 +133,16 @@ class TupleVariable(BaseSequenceVariable):
             return self.items[list(fields).index(name)]
         if name in ("_fields",) and fields:
             return tx.wrap_result(tuple(fields))
-        if name == "_replace" and is_namedtuple_type(self.tuple_type):
+        if name in ("_replace", "_asdict") and is_namedtuple_type(self.tuple_type):
             from kiln.capture.variables.functions import BoundMethodVariable
             return BoundMethodVariable(self, name)
+        if is_namedtuple_type(self.tuple_type):
+            method = _user_attribute(self.tuple_type, name)
+            if isinstance(method, types.FunctionType):  # a method of a typing.NamedTuple class
+                from kiln.capture.variables.functions import UserMethodVariable
+                return UserMethodVariable(method, self)
+            if isinstance(method, property) and method.fget is not None:
+                return tx.wrap(method.fget, None).call(tx, [self], {})
         return super().getattr(tx, name)
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
@@ -134,6 +152,9 @@ class TupleVariable(BaseSequenceVariable):
             for key, value in kwargs.items():
                 items[list(self.tuple_type._fields).index(key)] = value
             return TupleVariable(items, self.tuple_type)
+        if name == "_asdict" and not args and is_namedtuple_type(self.tuple_type):
+            from kiln.capture.variables.dict import DictVariable
+            return DictVariable(dict(zip(self.tuple_type._fields, self.items)))
         if name == "numel" and self.tuple_type is torch.Size:
             from kiln.capture.variables.builtin import product
             return product(tx, self.items)
