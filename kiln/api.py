@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 
-from kiln import backends
+from kiln import backends, compile_time
 from kiln.capture import breaks, ddp, entry
 from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, COMPILED_MARKER, DISABLE_MARKER, ORIGINAL_ATTR, CompileOptions
 
@@ -208,6 +208,7 @@ def reset() -> None:
     Entries stored on disk by the persistent frame cache stay (as torch's on-disk caches do): the
     next call may load one instead of capturing; kiln.config.persistent_cache=False prevents it."""
     entry.reset()
+    compile_time.reset()
     backends.reset_warnings()
     breaks.reset()  # graph breaks are logged once per reset
     # A stage that was never imported (a warm start served from the persistent cache) has nothing
@@ -223,8 +224,12 @@ def reset() -> None:
         fake_cache.clear()  # fake-op output metadata memoized by input shapes
 
 
-def stats() -> dict[str, int]:
+def stats() -> dict[str, int | float]:
     """Counters since the last reset: frames, compiles, recompiles, graphs, graph_breaks,
     cache_hits, fallbacks (see kiln.capture.entry.Stats)."""
-    return entry.STATS.as_dict()
+    counters: dict[str, int | float] = dict(entry.STATS.as_dict())
+    # seconds per compile stage, summed over frames (kiln.compile_time): "compile_time.capture",
+    # "compile_time.aot", "compile_time.lower.schedule", "compile_time.build", ...
+    counters.update({f"compile_time.{name}": s for name, s in compile_time.totals().items()})
+    return counters
 

@@ -24,7 +24,7 @@ from kiln.autograd.joint import (JointTrace, differentiable_outputs, prepare_inp
                                  trace_joint)
 from kiln.autograd.partition import Partition, SavedValue, partition as split_joint
 from kiln.autograd.runtime import AotRuntime, bind_symbols, make_autograd_function
-from kiln import log
+from kiln import compile_time, log
 
 Compiler = Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]
 Backend = Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]
@@ -153,9 +153,10 @@ def aot_autograd(fw_compiler: Compiler, bw_compiler: Compiler | None = None, *,
     backward_compiler = bw_compiler or fw_compiler
 
     def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        return compile_with_aot(gm, example_inputs, fw_compiler=fw_compiler,
-                                bw_compiler=backward_compiler, partition=partition,
-                                decompositions=decompositions)
+        with compile_time.stage("aot"):  # the lowering inside reports its own passes
+            return compile_with_aot(gm, example_inputs, fw_compiler=fw_compiler,
+                                    bw_compiler=backward_compiler, partition=partition,
+                                    decompositions=decompositions)
 
     backend.__name__ = f"aot_autograd({getattr(fw_compiler, '__name__', 'compiler')})"
     return backend

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from kiln import config
+from kiln import compile_time, config
 from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, compile_guards
 from kiln.capture.options import COMPILED_MARKER, ORIGINAL_ATTR, CompileOptions
 from kiln import log
@@ -457,7 +457,8 @@ class _Frame:
         if cache.policy is None:
             cache.policy = _new_policy()
         try:
-            result = capture(fn, L, options, self.wrap_frame, policy=cache.policy)
+            with compile_time.frame(self.name):
+                result = capture(fn, L, options, self.wrap_frame, policy=cache.policy)
             if result.breaks and options.fullgraph:
                 raise GraphBreakError(str(result.breaks[0]))
             check = compile_guards(with_entry_guards(result.guards, L, fn.__globals__, fn))

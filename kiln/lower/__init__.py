@@ -21,7 +21,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from kiln import config
-from kiln import log
+from kiln import compile_time, log
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.codegen.wrapper import make_wrapper
 from kiln.lower.codegen import triton_wrapper
@@ -178,6 +178,7 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         nonlocal start
         now = time.perf_counter()
         timings[name] = now - start
+        compile_time.add(name if name in ("build", "cache_load") else f"lower.{name}", timings[name])
         start = now
 
     foreign = _foreign_device(aten_gm, example_inputs)
