@@ -14,6 +14,10 @@ from kiln.symbolic.marks import mark_dynamic, mark_static, maybe_mark_dynamic
 # debug reads every stage and no stage imports it: the package root wires the KILN_DEBUG dump to
 # the capture events here (it writes only while config.debug is on).
 _dump.install()
+if config.report_dir:  # KILN_REPORT: collect the run for the HTML page written at exit
+    from kiln.debug import report as _report
+
+    _report.install()
 
 __all__ = [
     "OptimizedModule", "allow_in_graph", "compile", "config", "disable", "explain", "inductor_backend",

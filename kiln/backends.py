@@ -116,10 +116,14 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None
         shared: dict[str, Any] = {}  # the forward and backward of this frame record into one pool
         fw_compiler = cudagraphs.wrap_compiler(compiler, shared, "forward")
         bw_compiler = cudagraphs.wrap_compiler(compiler, shared, "backward")
+    if config.report_dir:  # KILN_REPORT: the run report records each lowered graph (loaded only then)
+        from kiln.debug.report import recording
+
+        fw_compiler, bw_compiler = recording(fw_compiler), recording(bw_compiler)
     if config.repro_after:  # KILN_REPRO_AFTER: the diagnostics package watches the stages (loaded only then)
         from kiln.debug.repro import watched_inductor
 
-        return watched_inductor(aot_autograd, compiler, compiler)(gm, example_inputs)
+        return watched_inductor(aot_autograd, fw_compiler, bw_compiler)(gm, example_inputs)
     return aot_autograd(fw_compiler, bw_compiler)(gm, example_inputs)
 
 

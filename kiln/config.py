@@ -56,6 +56,8 @@ debug: bool = os.environ.get("KILN_DEBUG", "0") not in ("", "0")
 # output fails (see README's debugging workflow); off by default
 repro_after: str | None = os.environ.get("KILN_REPRO_AFTER") or None
 repro_dir: str = os.environ.get("KILN_REPRO_DIR", os.path.join(os.getcwd(), "kiln_repro"))
+# KILN_REPORT=dir: write one HTML page of the run there at exit (kiln.debug.report); None: off
+report_dir: str | None = os.environ.get("KILN_REPORT") or None
 # code generator for graphs on CPU tensors: "cpp" (C++ with OpenMP) or "triton" (Triton kernels run by
 # Triton's interpreter: slow, for testing the GPU path; the process then runs with TRITON_INTERPRET=1)
 cpu_backend: str = os.environ.get("KILN_CPU_BACKEND", "cpp")

@@ -232,6 +232,8 @@ NATIVE_INSTRUCTIONS: dict[str, tuple[Callable[[dis.Instruction], int], int, Call
     "FORMAT_VALUE": (lambda i: 2 if i.arg & 0x04 else 1, 1, _format_value),
     "STORE_SUBSCR": (lambda i: 3, 0, lambda i, a: f"{a[1]}[{a[2]}] = {a[0]}"),
     "STORE_ATTR": (lambda i: 2, 0, lambda i, a: f"{a[1]}.{i.argval} = {a[0]}"),
+    # An exception the frame raises and does not catch: raised by the glue (nothing resumes).
+    "RAISE_VARARGS": (lambda i: i.arg, 0, lambda i, a: " ".join(["raise", *a[:1], *(["from", a[1]] if len(a) > 1 else [])])),
 }
 
 
@@ -375,7 +377,8 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
     state.side_effects.emit(glue)
     resumes = ResumeFunctions(fn, wrap_frame)
     stack = list(root.stack)
-    after = code_mod.next_offset(code, ins.offset)
+    # A raise may be the code's last instruction: nothing follows it, and nothing resumes after it.
+    after = ins.offset if ins.opname == "RAISE_VARARGS" else code_mod.next_offset(code, ins.offset)
     in_try = _in_try(code, ins.offset)
     if in_try and ins.opname not in _CALLS:
         # The breaking instruction must run under the frame's exception handlers: the rest of the
@@ -433,7 +436,8 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
             pushed.append(_Named(result))
         else:
             glue.line(render(ins, args))
-        glue.line(f"return {resumes.expression(glue, after, below + pushed, live, values)}")
+        if ins.opname != "RAISE_VARARGS":
+            glue.line(f"return {resumes.expression(glue, after, below + pushed, live, values)}")
     else:
         cond = stack[-1]
         below = stack[:-1]

@@ -47,7 +47,23 @@ def autocast_in_helper(x, w, b):
     return (h.float() + b).tanh(), h.dtype
 
 
-AUTOCAST_CASES = [autocast_linear, autocast_nested_disable, autocast_in_helper]
+@torch.autocast("cpu", dtype=torch.bfloat16)
+def _decorated_matmul(x, w):
+    return x @ w
+
+
+_GLOBAL_AMP = torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+def autocast_decorator_and_global_instance(x, w, b):
+    y = _decorated_matmul(x, w)  # the decorator's autocast object is made outside the frame
+    with _GLOBAL_AMP:
+        z = torch.addmm(b, x, w)
+    return y.float().sum(1) + z.float().sum(1), y.dtype, z.dtype
+
+
+AUTOCAST_CASES = [autocast_linear, autocast_nested_disable, autocast_in_helper,
+                  autocast_decorator_and_global_instance]
 
 
 def _inputs():

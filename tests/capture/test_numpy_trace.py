@@ -100,6 +100,13 @@ def creation_only(x):
     return x + torch.from_numpy(z).float(), np.linspace(0, 1, 5)
 
 
+def tensor_with_numpy_scalar(x, i):
+    a = x.numpy()
+    s = np.sum(a)  # np.float32 scalar
+    m = np.max(a).astype(np.float64)
+    return x * s + m, i * m, x > s, torch.tensor(m)
+
+
 def _x():
     torch.manual_seed(0)
     return torch.randn(4, 6)
@@ -120,6 +127,7 @@ CASES = [
     (int_array_ops, lambda: (torch.arange(12, dtype=torch.int32).reshape(3, 4),)),
     (inplace_on_array, lambda: (_x(),)),
     (creation_only, lambda: (_x()[:2, :3],)),
+    (tensor_with_numpy_scalar, lambda: (_x(), torch.arange(4))),
 ]
 
 

@@ -216,3 +216,25 @@ def test_caught_exception_under_fullgraph_is_one_graph():
     x = torch.randn(3, 4)
     got = kiln.compile(keyerror_from_dict, backend="eager", fullgraph=True)(x)
     torch.testing.assert_close(got, keyerror_from_dict(x))
+
+
+SEEN: list = []
+
+
+def raise_after_ops(x):
+    y = x.sin() + 1
+    SEEN.append(y)  # observable: the graph before the raise must run
+    if y.shape[0] > 2:
+        raise ValueError(f"too long: {y.shape[0]}")
+    return y
+
+
+def test_uncaught_raise_keeps_the_graph_before_it():
+    kiln.reset()
+    SEEN.clear()
+    x = torch.randn(4)
+    with pytest.raises(ValueError, match="too long: 4"):
+        kiln.compile(raise_after_ops, backend="eager")(x)
+    assert kiln.stats()["graphs"] == 1 and kiln.stats()["fallbacks"] == 0
+    torch.testing.assert_close(SEEN[0], x.sin() + 1)
+    torch.testing.assert_close(kiln.compile(raise_after_ops, backend="eager")(x[:2]), raise_after_ops(x[:2]))

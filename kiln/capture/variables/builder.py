@@ -27,6 +27,7 @@ from kiln.capture.variables.context_manager import (
     AUTOCAST_CLASSES,
     ContextManagerClassVariable,
     is_context_manager_class,
+    wrap_autocast_instance,
 )
 from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_key
 from kiln.capture.variables.numpy_array import wrap_ndarray_input
@@ -162,6 +163,8 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if is_context_manager_class(value):
         _guard(state, source, "check_id", value)
         return ContextManagerClassVariable(value, source)
+    if isinstance(value, AUTOCAST_CLASSES) and hasattr(value, "fast_dtype"):
+        return wrap_autocast_instance(state, value, source)
     if isinstance(value, types.MethodType) and isinstance(value.__self__, AUTOCAST_CLASSES):
         # The `__exit__` of a region a glue entered (a break inside an autocast block): its Python
         # code sets the process's autocast state, so it is called natively, never inlined.

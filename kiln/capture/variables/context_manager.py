@@ -107,6 +107,22 @@ class AutocastVariable(Variable):
                 f"enabled={self.enabled}, cache_enabled={self.cache})")
 
 
+def wrap_autocast_instance(state: "CaptureState", value: Any, source: Any) -> AutocastVariable:
+    """A `torch.autocast` object made outside the frame (a decorator's, a module attribute): its
+    Python `__enter__` sets the process's state, so it is never inlined; its settings are guarded."""
+    from kiln.capture.guards import Guard
+    from kiln.capture.sources import AttrSource
+
+    settings = {"device": value.device, "fast_dtype": value.fast_dtype, "_enabled": value._enabled,
+                "_cache_enabled": value._cache_enabled}
+    if source is not None:
+        state.output.guards.append(Guard(source.name(), "check_type", type(value)))
+        for attr, setting in settings.items():
+            state.output.guards.append(Guard(AttrSource(source, attr).name(), "check_value", setting))
+    return AutocastVariable(type(value), value.device, value.fast_dtype, bool(value._enabled),
+                            bool(value._cache_enabled))
+
+
 def close_open_contexts(state: "CaptureState") -> None:
     """At the end of a graph (a break inside an autocast block): the graph leaves autocast as it
     found it, and the glue enters a real region for the native instruction (ContextExitVariable)."""
@@ -303,4 +319,4 @@ class ContextExitVariable(Variable):
 
 __all__ = ["AUTOCAST_CLASSES", "AutocastVariable", "ContextExitVariable", "ContextManagerClassVariable",
            "GeneratorContextVariable", "GeneratorYielded", "abandon_open_contexts", "close_open_contexts",
-           "is_context_manager_class"]
+           "is_context_manager_class", "wrap_autocast_instance"]

@@ -494,6 +494,8 @@ def numpy_operator(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace:
     ufunc = OPERATOR_UFUNCS.get(symbol)
     if ufunc is None:
         raise Unsupported(f"the operator {symbol} on {a.describe()} and {b.describe()}", kind="numpy")
+    if _is_tensor(a) or _is_tensor(b):
+        return _tensor_with_numpy_scalar(tx, ufunc, a, b, inplace)
     for side in (a, b):
         if not (isinstance(side, (NumpyArrayVariable, ConstantVariable)) and
                 (not isinstance(side, ConstantVariable) or isinstance(side.value, (bool, int, float, complex)))):
@@ -508,6 +510,34 @@ def numpy_operator(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace:
     value = cast(tx, b, out_dtype) if isinstance(b, NumpyArrayVariable) else b
     tx.call_op("call_method", _INPLACE[symbol], [a.tensor(), value], {})
     return a
+
+
+def _is_tensor(v: Variable) -> bool:
+    from kiln.capture.variables.tensor import TensorVariable
+    return isinstance(v, TensorVariable)
+
+
+def _tensor_with_numpy_scalar(tx: "Tracer", ufunc: Any, a: Variable, b: Variable, inplace: bool) -> Variable:
+    """`tensor * np.float64(...)`: a tensor defers nothing to numpy (its __array_priority__), and
+    torch takes a numpy scalar like a Python number: it does not widen the tensor's dtype."""
+    tensor, scalar = (a, b) if _is_tensor(a) else (b, a)
+    if not (isinstance(scalar, NumpyArrayVariable) and scalar.scalar):
+        raise Unsupported(f"{a.describe()} and {b.describe()} in one operation (a tensor with an ndarray)",
+                          kind="numpy")
+    example = tensor.example  # type: ignore[attr-defined]
+    if np.issubdtype(scalar.dtype, np.floating):
+        target = example.dtype if (example.is_floating_point() or example.is_complex()) else torch.get_default_dtype()
+    elif np.issubdtype(scalar.dtype, np.integer):
+        target = torch.int64 if example.dtype == torch.bool else example.dtype
+    else:
+        raise Unsupported(f"a tensor with a numpy {scalar.dtype} scalar", kind="numpy")
+    weak = scalar.tensor() if scalar.example.dtype == target else \
+        tx.call_op("call_method", "to", [scalar.tensor(), ConstantVariable(target)], {})
+    fn = {**_BINARY, **_COMPARE, np.matmul: operator.matmul}[ufunc]
+    if inplace and _is_tensor(a):
+        fn = getattr(operator, "i" + fn.__name__.rstrip("_"), fn) if fn.__module__ == "_operator" else fn
+    args = [tensor, weak] if tensor is a else [weak, tensor]
+    return tx.call_op("call_function", fn, args, {})
 
 
 def numpy_unary(tx: "Tracer", fn: Any, value: NumpyArrayVariable) -> Variable:
