@@ -189,7 +189,8 @@ def file_digest(path: str) -> tuple[int, str] | None:
 
 
 def discard(path: str, why: str, *also: str) -> None:
-    """Delete a damaged file (and files that belong with it); the first time, one warning."""
+    """Delete a file that failed verification (and files that belong with it); the first time in
+    a process, one warning (each time, a KILN_LOGS=cache line)."""
     global _warned_damage
     for p in (path, *also):
         with contextlib.suppress(OSError):
@@ -197,7 +198,8 @@ def discard(path: str, why: str, *also: str) -> None:
     log.artifact("cache", f"removed {path}: {why}")
     if not _warned_damage:
         _warned_damage = True
-        log.warn(f"kiln: removed a damaged cache file ({why}): {path}; it is rebuilt")
+        log.warn(f"kiln: removed a cache file that failed verification ({why}): {path}; what it held "
+                 f"is compiled again")
 
 
 def make_file(path: str, make: Callable[[str], None]) -> None:

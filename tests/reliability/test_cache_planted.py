@@ -1,0 +1,136 @@
+"""Files planted in the cache by someone who can write there must not run code in a later process.
+
+A first process fills a cache; then a frame entry, a compiled-graph record or a kernel library is
+replaced by one that would create a marker file when loaded (a pickle gadget calling os.system, an
+entry whose glue calls it, a shared object with a constructor), each with a valid seal and name
+hash, as an attacker who knows the format would write them. The second process must answer
+correctly and the marker must not exist. (An attacker who can also rewrite the library's recorded
+hash is the case the directory permission check exists for: see test_cache_trust.py.)
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kiln.capture import persist
+from kiln.runtime import store
+from tests.reliability import cache_harness as harness
+
+pytestmark = pytest.mark.cpp
+
+
+class _Gadget:
+    """Pickles to `os.system(command)`: what an unrestricted pickle.load would run."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):
+        return (os.system, (self.command,))
+
+
+@pytest.fixture(scope="module")
+def _pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """One Kiln copy and one cache filled by a first process, shared by this file's tests."""
+    folder = tmp_path_factory.mktemp("planted")
+    code = harness.snapshot(folder)
+    cache = folder / "cache"
+    report, _ = harness.run(code, cache)
+    assert report["err"] < 1e-5 and report["frames"] == 1
+    return code, cache
+
+
+@pytest.fixture
+def filled(_pristine: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """(Kiln copy, a private copy of the filled cache) for one test to plant files in."""
+    code, pristine = _pristine
+    cache = tmp_path / "cache"
+    shutil.copytree(pristine, cache)
+    return code, cache
+
+
+def _replace_entry(cache: Path, body: bytes) -> Path:
+    """Put `body`, sealed and named by its hash as genuine entries are, in place of the entry."""
+    (entry,) = harness.files(cache, ".entry")
+    entry.unlink()
+    planted = entry.parent / (persist._content_name(body))
+    planted.write_bytes(store.seal(body))
+    return planted
+
+
+def _check_second_run(code: Path, cache: Path, marker: Path) -> str:
+    report, stderr = harness.run(code, cache)
+    assert report["err"] < 1e-5, report
+    assert not marker.exists(), "planted code ran"
+    return stderr
+
+
+def test_entry_with_a_pickle_gadget_does_not_run(filled: tuple[Path, Path], tmp_path: Path) -> None:
+    code, cache = filled
+    marker = tmp_path / "pwned_entry"
+    body = pickle.dumps(_Gadget(f"touch {marker}"), protocol=pickle.HIGHEST_PROTOCOL)
+    assert b"system" in body
+    planted = _replace_entry(cache, body)
+    stderr = _check_second_run(code, cache, marker)
+    assert not planted.exists() and "not an admitted record type" in stderr
+
+
+def test_entry_whose_glue_calls_os_system_does_not_run(filled: tuple[Path, Path], tmp_path: Path) -> None:
+    code, cache = filled
+    marker = tmp_path / "pwned_glue"
+    (entry,) = harness.files(cache, ".entry")
+    frame = persist.loads(store.read_sealed(str(entry)))
+    evil = frame.glue_source.replace("def " + frame.glue_name + "(L, G, F):\n",
+                                     "def " + frame.glue_name + "(L, G, F):\n"
+                                     f"    __v = __import__('os').system('touch {marker}')\n", 1)
+    assert evil != frame.glue_source
+    forged = persist.StoredFrame(frame.format, frame.guards, frame.glue_name, evil, frame.graphs)
+    planted = _replace_entry(cache, persist.dumps(forged))
+    stderr = _check_second_run(code, cache, marker)
+    assert not planted.exists() and "stored code calls" in stderr
+
+
+def test_graph_record_with_a_pickle_gadget_does_not_run(filled: tuple[Path, Path], tmp_path: Path) -> None:
+    code, cache = filled
+    marker = tmp_path / "pwned_graph"
+    for path in harness.files(cache, ".entry"):
+        path.unlink()  # so that the second process lowers the graphs and reads the graph records
+    graphs = harness.files(cache, ".graph")
+    assert graphs
+    for path in graphs:
+        path.write_bytes(store.seal(pickle.dumps(_Gadget(f"touch {marker}"))))
+    _check_second_run(code, cache, marker)
+    for path in harness.files(cache, ".graph"):  # rebuilt with real records
+        assert b"system" not in path.read_bytes()
+
+
+_CONSTRUCTOR = """
+#include <stdio.h>
+__attribute__((constructor)) static void planted(void) {
+    FILE *f = fopen("%s", "w");
+    if (f) { fputs("ran", f); fclose(f); }
+}
+"""
+
+
+def test_swapped_kernel_library_is_not_loaded(filled: tuple[Path, Path], tmp_path: Path) -> None:
+    code, cache = filled
+    marker = tmp_path / "pwned_library"
+    source = tmp_path / "planted.c"
+    source.write_text(_CONSTRUCTOR % marker)
+    libraries = harness.files(cache, ".so")
+    assert libraries
+    for library in libraries:  # the recorded size and hash (.so.sum) stay the genuine ones
+        subprocess.run(["gcc", "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
+    _check_second_run(code, cache, marker)
+    # and with the frame entries gone, the lowering's own load of each library refuses it too
+    for library in libraries:
+        subprocess.run(["gcc", "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
+    for path in harness.files(cache, ".entry"):
+        path.unlink()
+    _check_second_run(code, cache, marker)
