@@ -43,6 +43,16 @@ def test_device_picks_the_code_generator() -> None:
         choose_codegen(torch.device("cpu"), "cuda")
 
 
+def test_a_cuda_input_makes_the_graph_a_cuda_graph() -> None:
+    from kiln.fake import FakeTensorMode
+    from kiln.lower.codegen.triton_wrapper import graph_device
+
+    with FakeTensorMode():
+        on_gpu = torch.randn(2, device="cuda")
+    assert graph_device([torch.tensor(1.0), on_gpu, 3]).type == "cuda"  # a 0-d CPU scalar rides along
+    assert graph_device([torch.tensor(1.0)]).type == "cpu" and graph_device([2]).type == "cpu"
+
+
 def test_pointwise_kernel_is_flat_and_masks_its_tail() -> None:
     c = check(lambda x, y: ((x.sin() + y.cos()) * x).relu() + 1, torch.randn(64, 33), torch.randn(64, 33))
     assert c.codegen == "triton" and c.kernel_count == 1

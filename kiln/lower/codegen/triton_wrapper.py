@@ -126,6 +126,12 @@ def make_triton_wrapper(program: KernelProgram, launches: dict[str, Launch], mod
             env[name] = AutotunedKernel(env[name], name, kernel_source, shape, rerunnable=launch.kind != "atomic")
     exec(compile(source, "<kiln triton wrapper>", "exec"), env)
     call = env["call"]
+    if device.type == "cuda":
+        on_device = call
+
+        def call(*args: Any) -> Any:  # CPU tensors (0-d scalars) move to the GPU the kernels read from
+            return on_device(*[a.to(device) if isinstance(a, torch.Tensor) and a.device != device else a
+                               for a in args])
     if program.ir.output_spec is None:
         return call, source
     spec = pytree.treespec_loads(program.ir.output_spec)  # nested outputs: the structure the graph returns
@@ -137,11 +143,10 @@ def make_triton_wrapper(program: KernelProgram, launches: dict[str, Launch], mod
 
 
 def graph_device(example_inputs: Any) -> torch.device:
-    """The device of a graph's tensors (its first tensor input's; CPU for a graph without one)."""
-    for x in example_inputs:
-        if isinstance(x, torch.Tensor):
-            return torch.device(x.device)
-    return torch.device("cpu")
+    """The device of a graph's tensors: CUDA when any input is on CUDA (a 0-d CPU tensor may come
+    along, as eager allows), else its first tensor input's; CPU for a graph without one."""
+    devices = [torch.device(x.device) for x in example_inputs if isinstance(x, torch.Tensor)]
+    return next((d for d in devices if d.type == "cuda"), devices[0] if devices else torch.device("cpu"))
 
 
 def choose_codegen(device: torch.device, cpu_backend: str) -> str:
