@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, TypeVar
 import torch
 
 from kiln import backends, compile_time
-from kiln.capture import breaks, ddp, entry
+from kiln.capture import breaks, distributed, entry
 from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, COMPILED_MARKER, DISABLE_MARKER, ORIGINAL_ATTR, CompileOptions
 
 T = TypeVar("T")
@@ -120,10 +120,10 @@ class OptimizedModule(torch.nn.Module):
 
 
 def _compiled_forward(mod: torch.nn.Module, options: CompileOptions, capture: Callable[..., Any] | None) -> Any:
-    if ddp.is_ddp(mod):
+    if distributed.is_ddp(mod):
         # DDP's forward is the reducer's Python, which capture does not trace (as Dynamo skips it):
         # it runs as it is around the compiled forward of the module it wraps.
-        return ddp.DDPForward(mod, entry.compile_function(mod.module.forward, options, capture))
+        return distributed.DDPForward(mod, entry.compile_function(mod.module.forward, options, capture))
     return entry.compile_function(mod.forward, options, capture)
 
 

@@ -19,7 +19,7 @@ from kiln import config
 
 ARTIFACTS = frozenset(
     {"graph_breaks", "recompiles", "guards", "graph_code", "aot_graphs", "output_code",
-     "dynamic", "perf_hints", "bytecode", "graph_sizes", "cache", "compile_time", "cudagraphs", "autotune"}
+     "dynamic", "perf_hints", "bytecode", "graph_sizes", "cache", "compile_time", "cudagraphs", "autotune", "ddp"}
 )
 STAGES = frozenset({"capture", "fake", "symbolic", "aot", "lower", "runtime"})
 

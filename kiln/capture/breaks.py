@@ -161,6 +161,15 @@ def _unsupported_call(exc: Unsupported) -> str:
             "torch.library.custom_op with a fake impl so it enters the graph as one op")
 
 
+@hint_for_kind("collective")
+def _collective(exc: Unsupported) -> str:
+    """A call into torch.distributed (a collective, a process-group query, DDP/FSDP's own Python):
+    it runs natively between graphs, in program order, so every rank still calls it once."""
+    return ("collectives are not traced into the graph; keep them at the start or end of the compiled "
+            "function, or compile the model inside DDP/FSDP (kiln.compile(DDP(model)) or "
+            "DDP(kiln.compile(model))), which handles its all-reduces outside the graph")
+
+
 @hint_for_kind("autograd_function")
 def _autograd_function(exc: Unsupported) -> str:
     """A custom torch.autograd.Function whose forward, setup_context or backward cannot be traced

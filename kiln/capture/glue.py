@@ -328,10 +328,14 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
         return glue.bind("callee", wrap_frame(var.fn)), []
     if isinstance(var, UserMethodVariable) and not getattr(var.fn, DISABLE_MARKER, False):
         return glue.bind("callee", wrap_frame(var.fn)), [glue.reconstruct(var.obj)]
-    if isinstance(var, NNModuleVariable) and not _has_hooks(var.module):
+    if isinstance(var, NNModuleVariable):
         forward = type(var.module).forward
         if isinstance(forward, types.FunctionType) and "forward" not in var.module.__dict__:
-            return glue.bind("callee", wrap_frame(forward)), [glue.reconstruct(var)]
+            if not _has_hooks(var.module):
+                return glue.bind("callee", wrap_frame(forward)), [glue.reconstruct(var)]
+            # hooks capture cannot trace (FSDP2's): they run natively around the compiled forward
+            from kiln.capture.distributed import HookedModuleCall
+            return glue.bind("callee", HookedModuleCall(wrap_frame(forward))), [glue.reconstruct(var)]
     return glue.reconstruct(var), []
 
 

@@ -17,6 +17,7 @@ import torch
 import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
 
+from kiln.capture import distributed
 from kiln.capture.guards import Guard, tensor_guard
 from kiln.capture.sources import Source
 from kiln.errors import KilnError, Unsupported
@@ -193,7 +194,11 @@ class OutputGraph:
         by_name = {i.node_name: i for i in self.inputs}
         inputs = tuple(by_name[p.name].source for p in placeholders)
         examples = [p.meta["example_value"] for p in placeholders]
-        fn = gm if compiler is None else compiler(gm, examples)
+        ddp_module = distributed.active_ddp_module() if compiler is not None else None
+        if ddp_module is not None:  # traced inside DDP's forward: one compiled piece per gradient bucket
+            fn = distributed.compile_split(gm, examples, compiler, ddp_module)
+        else:
+            fn = gm if compiler is None else compiler(gm, examples)
         n_outputs = len(next(n for n in gm.graph.nodes if n.op == "output").args[0])
         return CompiledGraph(gm, fn, inputs, n_outputs)
 

@@ -39,6 +39,8 @@ def break_kind_of(value: Any) -> str:
     module = getattr(value, "__module__", None) or type(value).__module__ or ""
     if isinstance(value, types.ModuleType):
         module = value.__name__
+    if _in_packages(module, NEVER_TRACED_PACKAGES):
+        return "collective"
     root = module.split(".")[0]
     return _LIBRARY_BREAK_KINDS.get(root, "unsupported_call")
 
@@ -283,8 +285,18 @@ NEVER_TRACED = frozenset({"numpy", "scipy", "pandas", "logging", "warnings", "ra
                           "pdb", "traceback", "tqdm"})
 
 
+# Packages of torch itself that are never inlined: torch.distributed's Python drives collectives and
+# process groups (a collective traced on fake tensors would talk to other processes at trace time).
+NEVER_TRACED_PACKAGES = ("torch.distributed",)
+
+
 def never_traced(fn: types.FunctionType) -> bool:
-    return (fn.__module__ or "").split(".")[0] in NEVER_TRACED
+    module = fn.__module__ or ""
+    return module.split(".")[0] in NEVER_TRACED or _in_packages(module, NEVER_TRACED_PACKAGES)
+
+
+def _in_packages(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
 
 
 def _is_stable_module(obj: Any) -> bool:
