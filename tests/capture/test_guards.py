@@ -215,3 +215,69 @@ def test_check_global_state():
         torch.set_default_dtype(torch.float32)
     with torch.autocast("cpu"):
         assert check(g, {}) == (False, "autocast was turned on")
+
+
+class _Base:
+    K = 3
+
+    def method(self):
+        return 1
+
+
+class _Child(_Base):
+    pass
+
+
+def test_check_class_attr_follows_the_mro():
+    from kiln.capture.guards import ClassAttribute
+
+    value = Guard("", "check_class_attr", ClassAttribute(_Child.__mro__, "K", 3))
+    method = Guard("", "check_class_attr", ClassAttribute(_Child.__mro__, "method", _Base.__dict__["method"]))
+    assert check([value, method], {})[0]
+    saved = _Base.method
+    try:
+        _Base.K = 4
+        assert check([value], {}) == (False, "class attribute _Child.K changed from 3 to 4")
+        _Child.K = 3  # found earlier in the MRO with the value the trace read: still valid
+        assert check([value], {})[0]
+        compiled = compile_guards([method])  # binds the code and defaults it was made with
+        _Base.method.__defaults__ = (1,)
+        assert not compiled.fn({}, {}, None)
+        assert compiled.explain_failure({}, {}, None) == "the code or defaults of _Child.method changed"
+        _Child.method = lambda self: 2
+        ok, why = check([method], {})
+        assert not ok and why.startswith("class attribute _Child.method changed")
+    finally:
+        _Base.K = 3
+        for name in ("K", "method"):
+            if name in _Child.__dict__:
+                delattr(_Child, name)
+        _Base.method = saved
+        saved.__defaults__ = None
+
+
+def test_check_id_on_a_function_checks_code_and_defaults():
+    def helper(x, *, s=1):
+        return x
+
+    compiled = compile_guards([Guard("G['helper']", "check_id", helper)])
+    G = {"helper": helper}
+    assert compiled.fn({}, G, None)
+    helper.__kwdefaults__["s"] = 2  # changed in place
+    assert not compiled.fn({}, G, None)
+    assert compiled.explain_failure({}, G, None) == "helper.__kwdefaults__ changed from {'s': 1} to {'s': 2}"
+
+
+def test_new_mark_dynamic_on_a_static_dim_fails_the_tensor_guard():
+    from kiln.symbolic.marks import mark_dynamic
+
+    x = torch.randn(4, 3)
+    g = [tensor_guard("L['x']", x)]
+    assert check(g, {"x": x})[0]
+    y = torch.randn(4, 3)
+    mark_dynamic(y, 1)
+    assert check(g, {"x": y}) == (False, "x has dims newly marked dynamic: [1]")
+    dynamic = [tensor_guard("L['x']", x, dynamic_dims=[1])]
+    assert check(dynamic, {"x": y})[0]  # the dim is symbolic in this entry already
+    param = [tensor_guard("L['self']._parameters['w']", x)]
+    assert check(param, {"self": type("M", (), {"_parameters": {"w": y}})()})[0]  # marks unchecked
