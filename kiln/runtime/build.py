@@ -133,25 +133,30 @@ def load(source: str, flags: Sequence[str] = DEFAULT_FLAGS) -> ctypes.CDLL:
             break
         if recorded is not None or os.path.exists(path):
             store.discard(path, "the library does not match its recorded size and hash", path + ".sum")
-        _build(source, flags, path)
+        try:
+            built = _build(source, flags, path)
+        except OSError as exc:  # the cache's disk is full or read-only: build where this process can
+            log.artifact("cache", f"cannot build into the cache ({exc}); building privately")
+            path = os.path.join(_private_folder(), os.path.basename(path))
+            built = _build(source, flags, path)
+        if _verified(path, built):  # usable now even when its record could not be written
+            return _open(path, built)
     raise LibraryError(f"{path} changed while it was being loaded")
 
 
-def _build(source: str, flags: Sequence[str], path: str) -> None:
+def _build(source: str, flags: Sequence[str], path: str) -> tuple[int, str]:
+    """Compile `source` to `path` and record its size and hash beside it; returns them."""
     with store.staging(path) as folder:
         made = os.path.join(folder, os.path.basename(path))
         compile_shared(source, made, flags)
         digest = store.file_digest(made)
         if digest is None:
             raise BuildError(f"the compiler wrote no readable {made}")
-        try:
-            store.publish(made, path)
-        except OSError as exc:
-            raise BuildError(f"cannot store {path}: {exc}") from exc
+        store.publish(made, path)
     record = json.dumps({"size": digest[0], "sha256": digest[1]}).encode()
-    if not store.write_sealed(path + ".sum", record):
-        raise BuildError(f"cannot record the hash of {path}")
-    log.artifact("cache", f"cache miss, built {path}")
+    if store.write_sealed(path + ".sum", record):
+        log.artifact("cache", f"cache miss, built {path}")
+    return digest
 
 
 def is_cached(source: str, flags: Sequence[str] = DEFAULT_FLAGS) -> bool:
