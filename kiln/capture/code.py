@@ -52,6 +52,12 @@ def is_resume_code(code: types.CodeType) -> bool:
     return code in _origins
 
 
+def origin_of(code: types.CodeType) -> types.CodeType | None:
+    """The user's code object a resume (or handler) code continues; None for any other code."""
+    found = _origins.get(code)
+    return None if found is None else found[0]
+
+
 # --------------------------------------------------------------------------------------- reading code
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ class Stats:
     that already had an entry; `cache_hits`: calls answered by a cache entry; `fallbacks`: calls run
     eagerly (unsupported frame, internal error, cache limit); `graphs`/`graph_breaks`: totals over
     every capture (`graphs` also counts those of entries loaded from disk); `disk_hits`: cache misses answered by an entry of the persistent frame cache
-    (kiln.capture.persist) instead of a capture."""
+    (kiln.capture.persist) instead of a capture. `cache_hits` is counted without the lock (the
+    guard-hit path takes none), so threads calling at once may undercount it."""
 
     frames: int = 0
     compiles: int = 0
@@ -126,6 +127,7 @@ def reset() -> None:
         for cache in _CACHES.values():
             cache.clear()  # compiled callables keep a reference to their FrameCache: empty it in place
         _CACHES.clear()
+        _SHARED_POLICIES.clear()
         for name, default in Stats().as_dict().items():
             setattr(STATS, name, default)
 
@@ -455,7 +457,7 @@ class _Frame:
         cache, options, fn = self.cache, self.options, self.fn
         capture = self.capture or _default_capture()
         if cache.policy is None:
-            cache.policy = _new_policy()
+            cache.policy = _policy_of(cache)
         try:
             with compile_time.frame(self.name):
                 result = capture(fn, L, options, self.wrap_frame, policy=cache.policy)
@@ -564,6 +566,25 @@ def _default_capture() -> CaptureFn:
     from kiln.capture.tracer import capture_frame  # the tracer imports this module's users lazily
 
     return capture_frame
+
+
+# Resume functions of one user function over the same variables share one policy: the two
+# branches of a data-dependent `if` resume in two code objects, and torch.compile (one resume
+# function for both) makes an int or a size dynamic once it changes in either of them.
+_SHARED_POLICIES: dict[tuple, Any] = {}
+
+
+def _policy_of(cache: FrameCache) -> Any:
+    from kiln.capture.code import origin_of  # a capture is under way: the tracer loaded it already
+
+    origin = origin_of(cache.code)
+    if origin is None:
+        return _new_policy()
+    key = (origin, cache.code.co_varnames[:cache.code.co_argcount], cache.options.cache_key())
+    policy = _SHARED_POLICIES.get(key)
+    if policy is None:
+        policy = _SHARED_POLICIES[key] = _new_policy()
+    return policy
 
 
 def _new_policy() -> Any:

@@ -134,8 +134,10 @@ class DynamicPolicy:
         if isinstance(value, bool) or not isinstance(value, int):
             return False
         self._dynamic = dynamic
-        if dynamic is False or config.specialize_int or value in (0, 1):
-            # 0 and 1 are specialized for ints as for sizes: they select different code paths
+        if dynamic is False or config.specialize_int:
+            # Unlike sizes, a dynamic int stays symbolic at 0 and 1 (as in torch.compile): a loop
+            # index passed to a resume function or a helper takes those values on every run, and
+            # a branch on one is a guard on the symbol anyway.
             return False
         if dynamic is True or not config.assume_static_by_default:
             return True
@@ -160,8 +162,6 @@ class DynamicPolicy:
             return "recompiled with the new constant (specialize_int is on)"
         if self._dynamic is False:
             return "recompiled with the new constant (dynamic=False)"
-        if new in (0, 1):
-            return "recompiled with the new constant (0 and 1 are always specialized)"
         if not config.automatic_dynamic_shapes:
             return "recompiled with the new constant (automatic_dynamic_shapes is off)"
         return "now dynamic"

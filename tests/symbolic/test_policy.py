@@ -115,7 +115,7 @@ def test_int_arguments():
     assert p.explain_change(n, 5, 6) == "n: 5 -> 6, now dynamic"
     p.note_int(n, 6)
     assert p.int_is_dynamic(n, 5, None)  # sticky
-    assert not p.int_is_dynamic(n, 1, None)  # 0 and 1 stay specialized
+    assert p.int_is_dynamic(n, 1, None)  # a dynamic int stays symbolic at 0 and 1, as in torch.compile
     assert not p.int_is_dynamic(n, True, True)  # bools are never symbolic
     assert p.int_is_dynamic(n, 7, True) and not p.int_is_dynamic(n, 7, False)
     with config.patch(specialize_int=True):
