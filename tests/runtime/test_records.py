@@ -1,0 +1,113 @@
+"""kiln.runtime.records and kiln.runtime.store: cache files hold data, are sealed, and are checked.
+
+In-process and fast: what the restricted unpickler admits and refuses (pickle gadgets, sympy's
+string parsing, references used as callables), sealed files and their damage, atomic writes, and
+the wrapper-source check the kernel-wrapper loader applies.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import pickletools
+
+import pytest
+import sympy
+import torch
+
+from kiln import config
+from kiln.runtime import kernel_wrapper, records, store
+
+
+@dataclasses.dataclass(frozen=True)
+class _Point:
+    x: int
+    dtype: torch.dtype
+
+
+class _Gadget:
+    def __init__(self, fn, *args):
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return (self.fn, self.args)
+
+
+def test_records_round_trip_with_references() -> None:
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    value = {"p": _Point(3, torch.float16), "op": torch.ops.aten.add.Tensor, "expr": s0 * 4 + sympy.Integer(2),
+             "dev": torch.device("cpu"), "layout": torch.strided, "set": frozenset({1, 2}), "sl": slice(1, None)}
+    loaded = records.loads(records.dumps(value), types=(_Point,))
+    assert loaded == value and loaded["p"].dtype is torch.float16 and loaded["op"] is torch.ops.aten.add.Tensor
+    assert loaded["expr"].free_symbols == {s0}
+
+
+@pytest.mark.parametrize("gadget", [_Gadget(os.system, "true"), _Gadget(eval, "1"), _Gadget(getattr, "os", "system"),
+                                    _Gadget(_Point, 1, torch.float32)])
+def test_globals_outside_the_allowlist_are_refused(gadget) -> None:
+    with pytest.raises(records.RecordError, match="not an admitted record type"):
+        records.loads(pickle.dumps(gadget))  # _Point too: it is not admitted unless asked for
+
+
+def test_a_reference_is_never_the_callable_of_a_reduce() -> None:
+    # Hand-written pickle: REDUCE with a persistent reference (an ATen op) as the callable.
+    data = (pickle.PROTO + bytes([4]) + pickle.BINUNICODE + len(b"op").to_bytes(4, "little") + b"op"
+            + pickle.BINUNICODE + len(b"aten::zeros").to_bytes(4, "little") + b"aten::zeros"
+            + pickle.BINUNICODE + (0).to_bytes(4, "little") + pickle.TUPLE2 + pickle.TUPLE2 + pickle.BINPERSID
+            + pickle.MARK + pickle.BININT1 + bytes([3]) + pickle.TUPLE + pickle.REDUCE + pickle.STOP)
+    pickletools.dis(data, out=open(os.devnull, "w"))  # well-formed
+    with pytest.raises(records.RecordError):
+        records.loads(data)
+
+
+def test_sympy_strings_are_never_parsed() -> None:
+    # sympy evaluates a string argument with eval(); a stored expression node only gets sympy objects
+    evil = ("sympy", ("e", "sympy.core.mod", "Mod", (("s", "__import__('os').system('true')", ()), ("i", 2))))
+    with pytest.raises(records.RecordError, match="bad symbol name"):
+        records.REFERENCES["sympy"].decode(evil[1])
+    with pytest.raises(records.RecordError, match="not an admitted sympy class"):
+        records.REFERENCES["sympy"].decode(("e", "os", "system", ()))
+
+
+def test_sealed_files_detect_damage_and_are_deleted(tmp_path) -> None:
+    path = str(tmp_path / "x.rec")
+    assert store.write_sealed(path, b"payload")
+    assert store.read_sealed(path) == b"payload"
+    data = bytearray(open(path, "rb").read())
+    data[-1] ^= 1
+    open(path, "wb").write(bytes(data))
+    with pytest.warns(UserWarning):
+        store._warned_damage = False
+        assert store.read_sealed(path) is None
+    assert not os.path.exists(path)
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")] == []
+
+
+def test_relative_paths_stay_inside_the_root(tmp_path) -> None:
+    store.forget_verdicts()
+    with config.patch(cache_dir=str(tmp_path / "c")):
+        inside = os.path.join(store.root(), "cpp", "ab", "k.so")
+        assert store.relative(inside) == "cpp/ab/k.so"
+        assert store.absolute("cpp/ab/k.so") == inside
+        assert store.absolute("../escape.so") is None and store.absolute("/etc/passwd") is None
+        assert store.relative(str(tmp_path / "elsewhere.so")) is None
+    store.forget_verdicts()
+
+
+_WRAPPER = """def call(arg0):
+    s0 = arg0.size(0)
+    buf0 = torch.empty_strided((s0,), (1,), dtype=torch_float32)
+    kernel0(arg0.data_ptr(), buf0.data_ptr(), s0)
+    return (buf0,)
+"""
+
+
+@pytest.mark.parametrize("line", ["    __import__('os').system('true')", "    arg0.__class__",
+                                  "    torch.ops.aten.add", "    open('x')", "    import os",
+                                  "    (lambda: 1)()", "    arg0.tolist"])
+def test_wrapper_source_check(line: str) -> None:
+    names = {"torch_float32", "kernel0"}
+    kernel_wrapper.check_wrapper_source(_WRAPPER, names)
+    evil = _WRAPPER.replace("    return", line + "\n    return")
+    with pytest.raises(ValueError):
+        kernel_wrapper.check_wrapper_source(evil, names)
