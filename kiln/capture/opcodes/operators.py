@@ -19,8 +19,7 @@ from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.functions import UserMethodVariable
-from kiln.capture.variables.numpy_array import NumpyArrayVariable
-from kiln.capture.variables.numpy_functions import numpy_operator, numpy_unary
+from kiln.capture.variables.numpy_array import NumpyArrayVariable, numpy_operator, numpy_unary
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable

@@ -141,7 +141,6 @@ class NumpyArrayVariable(Variable):
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.variables.numpy_functions import call_array_method
         return call_array_method(tx, self, name, list(args), dict(kwargs))
 
     # ------------------------------------------------------------------ rebuilding it at run time
@@ -181,6 +180,143 @@ def numpy_to_tensor(tx: "Tracer", fn: Any, args: Sequence[Variable], kwargs: dic
     return None
 
 
+# ------------------------------------------------------------------------------------ operators, methods
+# The functions these call live in numpy_functions.py (which imports this module), so they are
+# imported where used.
+
+OPERATOR_UFUNCS = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide,
+                   "//": np.floor_divide, "%": np.remainder, "**": np.power, "@": np.matmul,
+                   "&": np.bitwise_and, "|": np.bitwise_or, "^": np.bitwise_xor,
+                   "<": np.less, "<=": np.less_equal, "==": np.equal, "!=": np.not_equal, ">": np.greater,
+                   ">=": np.greater_equal}
+_INPLACE = {"+": "add_", "-": "sub_", "*": "mul_", "/": "div_", "//": "floor_divide_", "%": "remainder_",
+            "**": "pow_", "&": "bitwise_and_", "|": "bitwise_or_", "^": "bitwise_xor_"}
+
+
+def numpy_operator(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool = False) -> Variable:
+    """`a <symbol> b` where one side is a traced array (BINARY_OP and COMPARE_OP)."""
+    from kiln.capture.variables.numpy_functions import NUMPY_FUNCTIONS, cast, result_dtype
+
+    ufunc = OPERATOR_UFUNCS.get(symbol)
+    if ufunc is None:
+        raise Unsupported(f"the operator {symbol} on {a.describe()} and {b.describe()}", kind="numpy")
+    if _is_tensor(a) or _is_tensor(b):
+        return _tensor_with_numpy_scalar(tx, ufunc, a, b, inplace)
+    for side in (a, b):
+        if not (isinstance(side, (NumpyArrayVariable, ConstantVariable)) and
+                (not isinstance(side, ConstantVariable) or isinstance(side.value, (bool, int, float, complex)))):
+            raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="numpy")
+    if not inplace or not isinstance(a, NumpyArrayVariable) or a.scalar:
+        return NUMPY_FUNCTIONS[ufunc](tx, ufunc, [a, b], {})
+    # `a += b` writes into a's memory (and the tensor it came from); numpy refuses to change its dtype.
+    out_dtype = result_dtype(ufunc, [a, b], {})
+    if out_dtype != a.dtype and not np.can_cast(out_dtype, a.dtype, casting="same_kind"):
+        raise Unsupported(f"{a.describe()} {symbol}= {b.describe()} cannot cast to {a.dtype} (raised natively)",
+                          kind="numpy")
+    value = cast(tx, b, out_dtype) if isinstance(b, NumpyArrayVariable) else b
+    tx.call_op("call_method", _INPLACE[symbol], [a.tensor(), value], {})
+    return a
+
+
+def _is_tensor(v: Variable) -> bool:
+    from kiln.capture.variables.tensor import TensorVariable
+    return isinstance(v, TensorVariable)
+
+
+def _tensor_with_numpy_scalar(tx: "Tracer", ufunc: Any, a: Variable, b: Variable, inplace: bool) -> Variable:
+    """`tensor * np.float64(...)`: a tensor defers nothing to numpy (its __array_priority__), and
+    torch takes a numpy scalar like a Python number: it does not widen the tensor's dtype."""
+    from kiln.capture.variables.numpy_functions import _BINARY, _COMPARE
+
+    tensor, scalar = (a, b) if _is_tensor(a) else (b, a)
+    if not (isinstance(scalar, NumpyArrayVariable) and scalar.scalar):
+        raise Unsupported(f"{a.describe()} and {b.describe()} in one operation (a tensor with an ndarray)",
+                          kind="numpy")
+    example = tensor.example  # type: ignore[attr-defined]
+    if np.issubdtype(scalar.dtype, np.floating):
+        target = example.dtype if (example.is_floating_point() or example.is_complex()) else torch.get_default_dtype()
+    elif np.issubdtype(scalar.dtype, np.integer):
+        target = torch.int64 if example.dtype == torch.bool else example.dtype
+    else:
+        raise Unsupported(f"a tensor with a numpy {scalar.dtype} scalar", kind="numpy")
+    weak = scalar.tensor() if scalar.example.dtype == target else \
+        tx.call_op("call_method", "to", [scalar.tensor(), ConstantVariable(target)], {})
+    fn = {**_BINARY, **_COMPARE, np.matmul: operator.matmul}[ufunc]
+    if inplace and _is_tensor(a):
+        fn = getattr(operator, "i" + fn.__name__.rstrip("_"), fn) if fn.__module__ == "_operator" else fn
+    args = [tensor, weak] if tensor is a else [weak, tensor]
+    return tx.call_op("call_function", fn, args, {})
+
+
+def numpy_unary(tx: "Tracer", fn: Any, value: NumpyArrayVariable) -> Variable:
+    from kiln.capture.variables.numpy_functions import NUMPY_FUNCTIONS
+    ufunc = {operator.neg: np.negative, operator.pos: np.positive, operator.invert: np.invert}.get(fn)
+    if ufunc is np.positive:
+        return value
+    if ufunc is None:
+        raise Unsupported(f"{getattr(fn, '__name__', fn)} on {value.describe()}", kind="numpy")
+    return NUMPY_FUNCTIONS[ufunc](tx, ufunc, [value], {})
+
+
+_METHODS = {"sum": np.sum, "prod": np.prod, "mean": np.mean, "max": np.max, "min": np.min, "std": np.std,
+            "var": np.var, "argmax": np.argmax, "argmin": np.argmin, "any": np.any, "all": np.all,
+            "cumsum": np.cumsum, "cumprod": np.cumprod, "transpose": np.transpose, "swapaxes": np.swapaxes,
+            "squeeze": np.squeeze, "ravel": np.ravel, "clip": np.clip, "dot": np.matmul,
+            "__abs__": np.abs, "__neg__": np.negative}
+
+
+def call_array_method(tx: "Tracer", array: NumpyArrayVariable, name: str, args: list[Variable],
+                      kwargs: dict[str, Variable]) -> Variable:
+    """`array.name(*args, **kwargs)` for a traced ndarray."""
+    from kiln.capture.variables.numpy_functions import NUMPY_FUNCTIONS, _constant, _no_kwargs, cast, reshape
+    if name in _METHODS:
+        fn = _METHODS[name]
+        return NUMPY_FUNCTIONS[fn](tx, fn, [array, *args], kwargs)
+    if name == "reshape":
+        return reshape(tx, np.reshape, [array, *args], kwargs)
+    if name == "astype":
+        _no_kwargs(np.ndarray.astype, kwargs, ("copy",))
+        dtype = np.dtype(_constant(args[0]))
+        out = tx.call_op("call_method", "to", [array.tensor(), ConstantVariable(torch_dtype(dtype))],
+                         {"copy": ConstantVariable(True)})
+        return NumpyArrayVariable.of(out, array.scalar)
+    if name in ("copy", "flatten"):
+        out = tx.call_op("call_method", "clone", [array.tensor()], {})
+        if name == "flatten":
+            out = tx.call_op("call_method", "reshape", [out, ConstantVariable(-1)], {})
+        return NumpyArrayVariable.of(out, array.scalar)
+    if name == "__getitem__":
+        key = _index_key(args[0])
+        out = tx.call_op("call_function", operator.getitem, [array.tensor(), key], {})
+        scalar = out.example.dim() == 0 and _all_int_index(args[0])  # type: ignore[attr-defined]
+        return NumpyArrayVariable.of(out, scalar)
+    if name == "__setitem__":
+        value = args[1]
+        if isinstance(value, NumpyArrayVariable):
+            value = cast(tx, value, array.dtype)
+        tx.call_op("call_function", operator.setitem, [array.tensor(), _index_key(args[0]), value], {})
+        return ConstantVariable(None)
+    if name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__"):
+        raise Unsupported(f"ndarray.{name}() reads the array's data, which is not known while tracing",
+                          kind="item")
+    raise Unsupported(f"ndarray.{name} is not traced (it runs natively)", kind="numpy")
+
+
+def _index_key(key: Variable) -> Variable:
+    from kiln.capture.variables.sequence import TupleVariable
+    if isinstance(key, NumpyArrayVariable):
+        return key.tensor()
+    if isinstance(key, TupleVariable):
+        return TupleVariable([_index_key(k) for k in key.items])
+    return key
+
+
+def _all_int_index(key: Variable) -> bool:
+    from kiln.capture.variables.sequence import TupleVariable
+    items = key.items if isinstance(key, TupleVariable) else [key]
+    return all(isinstance(k, ConstantVariable) and type(k.value) is int for k in items)
+
+
 @dataclass(frozen=True)
 class NumpyTensorSource(Source):
     """The tensor sharing the memory of the ndarray at `base` (what the graph takes as input)."""
@@ -206,5 +342,6 @@ def is_numpy_array_variable(value: Variable) -> bool:
     return isinstance(value, NumpyArrayVariable)
 
 
-__all__ = ["NumpyArrayVariable", "NumpyTensorSource", "is_numpy_array_variable", "wrap_ndarray_input", "numpy_dtype", "numpy_to_tensor",
+__all__ = ["NumpyArrayVariable", "NumpyTensorSource", "call_array_method", "is_numpy_array_variable",
+           "numpy_operator", "numpy_unary", "wrap_ndarray_input", "numpy_dtype", "numpy_to_tensor",
            "tensor_to_numpy", "torch_dtype"]
