@@ -159,11 +159,13 @@ def test_generated_kernels_compile_for_a_gpu_without_one(tmp_path) -> None:
     import sys
     import textwrap
 
-    c = compile_fn(lambda x: torch.softmax(x, -1) * 2, torch.randn(37, 129))
+    c = compile_fn(lambda x: torch.softmax(x, -1) * 2, torch.randn(37, 129), dynamic=True)  # 64-bit indices too
     kernels = tmp_path / "kernels.py"
     kernels.write_text(c.triton_source)
     params = c.triton_source.split("def kernel0(")[1].split(")")[0].split(", ")
-    signature = {p.split(":")[0]: "constexpr" if "constexpr" in p else "*fp32" for p in params}
+    signature = {p.split(":")[0]: "constexpr" if "constexpr" in p else "*fp32" if p.startswith(("arg", "buf"))
+                 else "i32" for p in params}
+    assert "i32" in signature.values()  # a size symbol is a kernel argument
     script = textwrap.dedent(f"""
         import importlib.util, sys
         import triton
@@ -172,7 +174,7 @@ def test_generated_kernels_compile_for_a_gpu_without_one(tmp_path) -> None:
         spec = importlib.util.spec_from_file_location("kernels", sys.argv[1])
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        source = ASTSource(module.kernel0, signature={signature!r}, constexprs={{"XBLOCK": 8, "RBLOCK": 256}})
+        source = ASTSource(module.kernel0, signature={signature!r}, constexprs={{"XBLOCK": 1, "RBLOCK": 256}})
         compiled = triton.compile(source, target=GPUTarget("cuda", 80, 32))
         print(".entry kernel0" in compiled.asm["ptx"])
     """)

@@ -88,6 +88,7 @@ class TritonKernelWriter:
         self.storage = storage
         self.size_symbols = size_symbols
         self.extents = {name: texpr(e) for name, e in extents.items()}
+        self.wide_index = any(not e.is_number or int(e) >= 2 ** 31 for e in extents.values())
         self.counter = [0]
         self.reads: list[str] = []
         self.writes: list[str] = []
@@ -154,10 +155,14 @@ class TritonKernelWriter:
         return self._finish(k.name, k.origins(), total, xblock, None, False, "flat")
 
     def _offset(self, total: sympy.Expr) -> str:
-        # past 2**31 elements (or an unknown count) the flat index needs 64 bits
-        if total.is_number and int(total) < 2 ** 31:
+        # past 2**31 elements (or an unknown count), in the range or in any tensor of the program
+        # (an address into a large input), index arithmetic needs 64 bits
+        if total.is_number and int(total) < 2 ** 31 and not self.wide_index:
             return "tl.program_id(0) * XBLOCK"
         return "tl.program_id(0).to(tl.int64) * XBLOCK"
+
+    def _rbase(self) -> str:
+        return "tl.arange(0, RBLOCK)[None, :]" + (".to(tl.int64)" if self.wide_index else "")
 
     def _pointwise(self, n: Buffer, k: Kernel, locals_: dict, mask: str, zeros: str, depth: int,
                    hidden: frozenset[str] | None = None) -> None:
@@ -190,7 +195,7 @@ class TritonKernelWriter:
                 "zeros_x = tl.zeros([XBLOCK, 1], tl.int32)",
                 "zeros_xr = tl.zeros([XBLOCK, RBLOCK], tl.int32)"]
         head += _decompose("xindex", xs, k.outer)
-        rhead = ["rindex = tl.arange(0, RBLOCK)[None, :]", "rmask = rindex < rnumel"] + _decompose("rindex", ys, k.inner)
+        rhead = [f"rindex = {self._rbase()}", "rmask = rindex < rnumel"] + _decompose("rindex", ys, k.inner)
         if persistent:
             head += rhead
         self._emit(head, 1)
@@ -222,7 +227,7 @@ class TritonKernelWriter:
             for n in reds:
                 init += self._acc_init(n)
             self._emit(init + ["for roffset in range(0, rnumel, RBLOCK):"], 1)
-            self._emit(["rindex = roffset + tl.arange(0, RBLOCK)[None, :]", "rmask = rindex < rnumel"]
+            self._emit([f"rindex = roffset + {self._rbase()}", "rmask = rindex < rnumel"]
                        + rhead[2:], 2)
         inner = locals_ if persistent else dict(locals_)  # a loop's values live only inside it
         for n in nodes:
@@ -358,7 +363,7 @@ class TritonKernelWriter:
         w = self._writer(sub, {}, "xmask & rmask", "zeros_xr")
         start = len(self.checks)
         value = self._value(n, w, frozenset())
-        body = ["rindex = roffset + tl.arange(0, RBLOCK)[None, :]", "rmask = rindex < rnumel", f"{ys[0]} = rindex",
+        body = [f"rindex = roffset + {self._rbase()}", "rmask = rindex < rnumel", f"{ys[0]} = rindex",
                 f"# {n.name} <- {', '.join(n.origins)}"] + w.lines + self._flag_lines("zeros_xr", start)
         body.append(f"chunk = tl.where(xmask & rmask, {value}.to({A}), {one})")
         if n.scan_type == "sum":
