@@ -689,4 +689,4 @@ def _short(obj: Any) -> str:
 def describe_expected(expected: Any) -> str:
     if isinstance(expected, type):
         return _tname(expected)
-    return _short(expected) if not isinstance(expected, TensorSpec) else str(expected)
+    return str(expected) if isinstance(expected, (TensorSpec, ClassAttribute)) else _short(expected)
