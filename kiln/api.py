@@ -209,7 +209,6 @@ def reset() -> None:
     next call may load one instead of capturing; kiln.config.persistent_cache=False prevents it."""
     entry.reset()
     compile_time.reset()
-    backends.reset_warnings()
     breaks.reset()  # graph breaks are logged once per reset
     # A stage that was never imported (a warm start served from the persistent cache) has nothing
     # to forget; importing it here would only slow `kiln.reset()` down.

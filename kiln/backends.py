@@ -8,17 +8,15 @@ the real torch.compile as `kiln.inductor_backend`). Corresponds to torch/_dynamo
 from __future__ import annotations
 
 import functools
-import importlib
 from typing import Any, Callable, Mapping
 
 import torch
 
-from kiln import config, log
+from kiln import config
 
 Backend = Callable[[torch.fx.GraphModule, list], Callable[..., Any]]
 
 _REGISTRY: dict[str, Backend] = {}
-_WARNED: set[str] = set()
 
 
 def register_backend(name: str | Backend | None = None, fn: Backend | None = None) -> Any:
@@ -55,25 +53,6 @@ def lookup(backend: str | Backend, *, mode: str | None = None, options: Mapping[
     return fn
 
 
-def reset_warnings() -> None:
-    """Let the one-time "backend not available" warnings show again (kiln.reset())."""
-    _WARNED.clear()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        log.warn(message)
-
-
-def _optional(module: str, name: str) -> Any:
-    """`module.name` if that stage has landed, else None (it is filled by its own issue)."""
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
-
-
 @register_backend
 def eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
     """Run the captured torch-level graph as is (its generated forward, skipping fx's call wrapper)."""
@@ -83,12 +62,9 @@ def eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
 @register_backend
 def aot_eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
     """AOT autograd down to ATen, then run the ATen graphs eagerly."""
-    impl = _optional("kiln.autograd", "aot_eager")
-    if impl is None:
-        _warn_once("aot_eager", "kiln: backend 'aot_eager' is not available yet (kiln.autograd has no "
-                                "aot_eager); using backend 'eager' instead")
-        return eager(gm, example_inputs)
-    return impl(gm, example_inputs)
+    from kiln.autograd import aot_eager as run_aot_eager  # on first use: a warm start may never need it
+
+    return run_aot_eager(gm, example_inputs)
 
 
 @register_backend
@@ -98,13 +74,10 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None
 
     Also a backend of the real torch.compile: pass `kiln.inductor_backend` as its `backend` argument.
     """
-    aot_autograd = _optional("kiln.autograd", "aot_autograd")
-    compile_graph = _optional("kiln.lower", "compile_graph")
-    if aot_autograd is None or compile_graph is None:
-        missing = "kiln.autograd.aot_autograd" if aot_autograd is None else "kiln.lower.compile_graph"
-        _warn_once("inductor", f"kiln: backend 'inductor' is not available yet ({missing} is missing); "
-                               f"using backend 'eager' instead")
-        return eager(gm, example_inputs)
+    # Loaded on first use (sympy, the tracer): a warm start served from the disk cache never needs them.
+    from kiln.autograd import aot_autograd
+    from kiln.lower import compile_graph
+
     lower_options = dict(options or {})
     if mode not in (None, "default"):
         lower_options["mode"] = mode

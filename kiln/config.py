@@ -12,7 +12,6 @@ from typing import Any, Iterator
 # capture
 cache_size_limit: int = 8  # compiled entries per code object before the frame runs eagerly
 suppress_errors: bool = True  # an internal error falls back to eager with one warning
-fullgraph_default: bool = False
 
 # dynamic shapes
 automatic_dynamic_shapes: bool = True  # a size that changed is captured as a symbol next time

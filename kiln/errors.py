@@ -48,9 +48,11 @@ class MissingFakeImplError(Unsupported):
         super().__init__(f"{op} has no fake (meta) implementation. {hint}", kind="missing_fake_impl")
 
 
-class RecompileLimitExceeded(KilnError):
-    """cache_size_limit reached for a code object (only raised when it must not fall back)."""
+class VerificationError(KilnError):
+    """A stage handed the next one an IR that breaks the promise of their seam (docs/seams.md): a bug
+    in Kiln, caught where it happens instead of as a wrong result later. `stage` names the seam's
+    producer ("capture", "aot_autograd", "lower_to_loop_ir", "schedule")."""
 
-
-class BackendCompilerError(KilnError):
-    """The backend failed on a graph; the message names the backend and the original error."""
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(f"[{stage}] {message}")
+        self.stage = stage

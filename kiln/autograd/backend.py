@@ -17,7 +17,6 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from kiln import config
 from kiln.autograd.decompose import DecompositionTable, resolve_decompositions
 from kiln.autograd.functionalize import verify_aten_graph
 from kiln.autograd.joint import (JointTrace, differentiable_outputs, prepare_inputs, trace_forward,
@@ -123,8 +122,7 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
                   binding=binding)
     if not needs_grad or not differentiable_outputs(forward):
         log_inference(forward.gm)
-        if config.debug:
-            verify_aten_graph(forward.gm)
+        verify_aten_graph(forward.gm)
         return AotRuntime(forward=fw_compiler(forward.gm, list(inputs.values)), **common)
     joint = trace_joint(gm, inputs, forward, table)
     log.debug("aot", lambda: f"trace_joint: {len(joint.gm.graph.nodes)} nodes, "
@@ -134,9 +132,8 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
     log.debug("aot", lambda: f"partition ({partition}): {len(parts.saved_tensors)} tensors saved, "
                              f"{parts.saved_bytes} bytes")
     log_graphs(report)
-    if config.debug:
-        verify_aten_graph(parts.forward)
-        verify_aten_graph(parts.backward)
+    verify_aten_graph(parts.forward)
+    verify_aten_graph(parts.backward)
     compiled_fw = fw_compiler(parts.forward, list(inputs.values))
     compiled_bw = bw_compiler(parts.backward, _example_inputs(parts.backward))
     function = make_autograd_function(

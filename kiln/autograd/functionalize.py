@@ -17,7 +17,7 @@ import torch
 
 from kiln.autograd.decompose import batch_norm_as_functional
 from kiln.autograd.tracer import AtenTracer, is_symbolic
-from kiln.errors import KilnError, Unsupported
+from kiln.errors import Unsupported, VerificationError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,24 +236,29 @@ def _shares_with_other(out: torch.Tensor, base: torch.Tensor, outs: list[Any]) -
     return False
 
 
+_STAGE = "aot_autograd"  # the producer named by a VerificationError of this seam
+
+
 def verify_aten_graph(gm: torch.fx.GraphModule) -> None:
     """The promise of the autograd -> lower seam, checked: ATen overloads (or getitem and symbolic
     arithmetic) only, none mutating, every value traced (`meta["val"]`), a tuple returned.
-    Runs in tests and under KILN_DEBUG=1; raises KilnError naming the first offending node."""
+    Runs on every graph before a compiler sees it (one pass over the nodes); raises VerificationError
+    naming the first offending node."""
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr"):
             continue
         if node.op == "output":
             if not isinstance(node.args[0], tuple):
-                raise KilnError(f"ATen graph must return a tuple, returns {node.args[0]!r}")
+                raise VerificationError(_STAGE, f"ATen graph must return a tuple, returns {node.args[0]!r}")
             continue
         if node.op != "call_function":
-            raise KilnError(f"ATen graph node {node.name} is a {node.op}; only call_function is allowed")
+            raise VerificationError(_STAGE, f"ATen graph node {node.name} is a {node.op}; "
+                                            "only call_function is allowed")
         target = node.target
         if isinstance(target, torch._ops.OpOverload):
             if target._schema.is_mutable:
-                raise KilnError(f"ATen graph node {node.name} mutates its input ({target})")
+                raise VerificationError(_STAGE, f"ATen graph node {node.name} mutates its input ({target})")
         elif getattr(target, "__module__", None) not in ("_operator", "torch"):
-            raise KilnError(f"ATen graph node {node.name} calls {target}, not an ATen overload")
+            raise VerificationError(_STAGE, f"ATen graph node {node.name} calls {target}, not an ATen overload")
         if "val" not in node.meta:
-            raise KilnError(f"ATen graph node {node.name} has no traced value (meta['val'])")
+            raise VerificationError(_STAGE, f"ATen graph node {node.name} has no traced value (meta['val'])")

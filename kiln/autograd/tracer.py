@@ -181,16 +181,15 @@ class AtenTracer(TorchDispatchMode):
         if isinstance(expr, sympy.Mul):
             return self._fold(operator.mul, args)
         if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
-            return self.graph.call_function(operator.pow, (args[0], int(expr.exp)))
+            return self._arith(operator.pow, (args[0], int(expr.exp)))
         if name in ("FloorDiv", "CleanDiv"):
-            return self.graph.call_function(operator.floordiv, tuple(args))
+            return self._arith(operator.floordiv, tuple(args))
         if name in ("Mod", "PythonMod"):
-            return self.graph.call_function(operator.mod, tuple(args))
+            return self._arith(operator.mod, tuple(args))
         if isinstance(expr, sympy.floor):
             inner = expr.args[0]
             num, den = inner.as_numer_denom()
-            return self.graph.call_function(
-                operator.floordiv, (self.node_of_expr(num), self.node_of_expr(den)))
+            return self._arith(operator.floordiv, (self.node_of_expr(num), self.node_of_expr(den)))
         if name in ("Max",):
             return self._fold(torch.sym_max, args)
         if name in ("Min",):
@@ -200,8 +199,15 @@ class AtenTracer(TorchDispatchMode):
     def _fold(self, fn: Callable, args: list[Any]) -> fx.Node:
         acc = args[0]
         for a in args[1:]:
-            acc = self.graph.call_function(fn, (acc, a))
+            acc = self._arith(fn, (acc, a))
         return acc
+
+    def _arith(self, fn: Callable, args: tuple) -> fx.Node:
+        """One arithmetic node on sizes, with its value traced like every other node (the seam
+        to the lowering promises `meta["val"]` everywhere)."""
+        node = self.graph.call_function(fn, args)
+        node.meta["val"] = fn(*(a.meta["val"] if isinstance(a, fx.Node) else a for a in args))
+        return node
 
     # ---- the mode ------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -20,6 +20,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from kiln.capture import distributed
 from kiln.capture.guards import Guard, tensor_guard
 from kiln.capture.sources import Source
+from kiln.capture.verify import verify_captured_graph
 from kiln.errors import KilnError, Unsupported
 from kiln.symbolic import marked_dynamic
 
@@ -194,6 +195,7 @@ class OutputGraph:
         by_name = {i.node_name: i for i in self.inputs}
         inputs = tuple(by_name[p.name].source for p in placeholders)
         examples = [p.meta["example_value"] for p in placeholders]
+        verify_captured_graph(gm)
         ddp_module = distributed.active_ddp_module() if compiler is not None else None
         if ddp_module is not None:  # traced inside DDP's forward: one compiled piece per gradient bucket
             fn = distributed.compile_split(gm, examples, compiler, ddp_module)

@@ -28,7 +28,8 @@ from kiln.lower.codegen import triton_wrapper
 from kiln.lower.decompose import decompose
 from kiln.lower.graph import lower_to_loop_ir, node_metas
 from kiln.lower.ir import LoopIR, format_ir, verify_ir
-from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, format_program, schedule
+from kiln.lower.schedule import (ExternCall, Kernel, KernelProgram, ScatterKernel, format_program, schedule,
+                                 verify_program)
 from kiln.runtime import artifact, build, cache
 
 
@@ -218,6 +219,8 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     log.debug("lower", lambda: f"lower_to_loop_ir:\n{format_ir(ir)}")
     dump.write("lower_to_loop_ir.txt", format_ir(ir) + "".join(f"\n# perf hint: {h}" for h in hints))
     program = schedule(ir, unfused=no_fusion) if no_fusion else schedule(ir)
+    if options.get("verify", True):
+        verify_program(program)
     mark("schedule")
     log.debug("lower", lambda: "schedule:\n" + format_program(program))
     dump.write("schedule.txt", format_program(program))

@@ -15,6 +15,7 @@ import sympy
 import torch
 from torch.utils import _pytree as pytree
 
+from kiln.errors import VerificationError
 from kiln.symbolic.expr import FloorDiv, ModularIndexing  # the index arithmetic shares the size vocabulary
 
 
@@ -356,10 +357,16 @@ def format_ir(ir: LoopIR) -> str:
     return "\n".join(lines)
 
 
+_STAGE = "lower_to_loop_ir"  # the pass named by a VerificationError of the loop IR
+
+
 def verify_ir(ir: LoopIR) -> None:
-    """Each load reads a buffer defined earlier; bodies use only their own loop variables."""
+    """Each buffer is defined once, each load reads a buffer defined earlier, bodies use only their
+    own loop variables. Explicit checks, not asserts: `python -O` must not turn the seam off."""
     defined: set[str] = set()
     for b in ir.buffers:
+        if b.name in defined:
+            raise VerificationError(_STAGE, f"{b.name} is defined twice")
         bodies: list[Value] = []
         allowed: set[str] = {str(s) for s in ir.symbols}
         if isinstance(b, (Pointwise, Reduction, Scan)):
@@ -370,21 +377,26 @@ def verify_ir(ir: LoopIR) -> None:
         if isinstance(b, Scatter):
             bodies += [b.body] + [v for v in (b.extra, b.mask) if v is not None]
             allowed |= {f"i{k}" for k in range(len(b.ranges))}
-            assert b.target in defined, f"{b.name} scatters into undefined {b.target}"
+            if b.target not in defined:
+                raise VerificationError(_STAGE, f"{b.name} scatters into undefined {b.target}")
         for body in bodies:
             for v in walk(body):
                 if isinstance(v, Load):
-                    assert v.buffer in defined, f"{b.name} reads {v.buffer} before it is defined"
+                    if v.buffer not in defined:
+                        raise VerificationError(_STAGE, f"{b.name} reads {v.buffer} before it is defined")
                 exprs = [v.index] if isinstance(v, Load) else [v.expr] if isinstance(v, Index) else []
                 for e in exprs:
                     bad = {str(s) for s in e.free_symbols} - allowed
-                    assert not bad, f"{b.name} uses unknown index symbols {bad}"
+                    if bad:
+                        raise VerificationError(_STAGE, f"{b.name} uses unknown index symbols {bad}")
         if isinstance(b, Extern):
             for a in pytree.tree_leaves((b.args, b.kwargs)):
                 if isinstance(a, BufferRef):
-                    assert a.name in defined, f"{b.name} reads {a.name} before it is defined"
+                    if a.name not in defined:
+                        raise VerificationError(_STAGE, f"{b.name} reads {a.name} before it is defined")
             defined |= {name for name, _, _ in b.results}
         defined.add(b.name)
     for o in ir.outputs:
         if isinstance(o, BufferRef):
-            assert o.name in defined, f"output {o.name} is not defined"
+            if o.name not in defined:
+                raise VerificationError(_STAGE, f"output {o.name} is not defined")

@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from kiln.errors import VerificationError
 from kiln.lower.ir import Const, Op, Value
 
 
@@ -24,6 +25,7 @@ class OpDef:
 
 
 OPS: dict[str, OpDef] = {}
+_STAGE = "lower_to_loop_ir"  # the pass that builds op nodes, named by a VerificationError
 
 
 def _define(arity: int, result: str, names: str, doc: str) -> None:
@@ -49,17 +51,23 @@ _define(1, "param", "rand randn", "counter-based random: arg is the int64 elemen
 
 
 def op(name: str, *args: Value, param: object = None) -> Value:
-    """Build one op node, checking arity and that the arguments agree on dtype."""
+    """Build one op node, checking arity and that the arguments agree on dtype (explicit checks, so
+    that `python -O` keeps them: a lowering that breaks them is a bug, reported as VerificationError)."""
     d = OPS[name]
-    assert len(args) == d.arity, (name, args)
+    if len(args) != d.arity:
+        raise VerificationError(_STAGE, f"{name} takes {d.arity} arguments, got {len(args)}")
     if name == "where":
-        assert args[0].dtype == torch.bool and args[1].dtype == args[2].dtype, (args[1].dtype, args[2].dtype)
+        if args[0].dtype != torch.bool or args[1].dtype != args[2].dtype:
+            raise VerificationError(_STAGE, f"where({args[0].dtype}, {args[1].dtype}, {args[2].dtype}): "
+                                            "the condition must be bool and the branches share a dtype")
         dtype = args[1].dtype
     elif d.result == "param":
-        assert isinstance(param, torch.dtype)
+        if not isinstance(param, torch.dtype):
+            raise VerificationError(_STAGE, f"{name} needs a dtype parameter, got {param!r}")
         dtype = param
     else:
-        assert all(a.dtype == args[0].dtype for a in args), (name, [a.dtype for a in args])
+        if any(a.dtype != args[0].dtype for a in args):
+            raise VerificationError(_STAGE, f"{name} arguments disagree on dtype: {[a.dtype for a in args]}")
         dtype = torch.bool if d.result == "bool" else args[0].dtype
     return Op(name, tuple(args), dtype, param)
 

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import sympy
+from torch.utils import _pytree as pytree
 
-from kiln.lower.ir import (Buffer, BufferRef, Extern, Load, LoopIR, Pointwise, Reduction, Scan, Scatter, Value,
-                           index_vars, walk)
+from kiln.errors import VerificationError
+from kiln.lower.ir import (Buffer, BufferRef, ConstantBuffer, Extern, InputBuffer, Load, LoopIR, Pointwise,
+                           Reduction, Scan, Scatter, Value, index_vars, walk)
 
 
 @dataclass(frozen=True)
@@ -312,7 +314,6 @@ def _mark_local(steps: list, ir: LoopIR) -> list:
             bodies = [(0, v) for v in (step.node.body, step.node.extra, step.node.mask) if v is not None]
             readers.setdefault(step.node.target, set()).add((s, -1))
         else:
-            from torch.utils import _pytree as pytree
             for a in pytree.tree_leaves((step.node.args, step.node.kwargs)):
                 if isinstance(a, BufferRef):
                     readers.setdefault(a.name, set()).add((s, -1))
@@ -341,6 +342,62 @@ def _mark_local(steps: list, ir: LoopIR) -> list:
                     scratch.add(n.name)  # read by a later loop of the same outer point: one row suffices
         result.append(Kernel(step.name, step.outer, step.inner, step.blocks, frozenset(local), frozenset(scratch)))
     return result
+
+
+def verify_program(program: KernelProgram) -> None:
+    """The schedule -> codegen seam, checked in one pass over the steps: every computed buffer of the
+    IR is made by exactly one step, each step reads only inputs, constants and buffers made before
+    it (or earlier in its own kernel), kernel names are unique, and a buffer kept in registers or a
+    row buffer belongs to its kernel and is no graph output. Raises VerificationError."""
+    computed = {b.name for b in program.ir.buffers if not isinstance(b, (InputBuffer, ConstantBuffer))}
+    available = {b.name for b in program.ir.buffers if isinstance(b, (InputBuffer, ConstantBuffer))}
+    outputs = {o.name for o in program.ir.outputs if isinstance(o, BufferRef)}
+    made: set[str] = set()
+    names: set[str] = set()
+
+    def fail(message: str) -> None:
+        raise VerificationError("schedule", message)
+
+    def reads(step_name: str, body: Value | None) -> None:
+        for v in walk(body) if body is not None else ():
+            if isinstance(v, Load) and v.buffer not in available:
+                fail(f"{step_name} reads {v.buffer} before a step makes it")
+
+    def makes(step_name: str, buffer_name: str) -> None:
+        if buffer_name in made:
+            fail(f"{step_name} makes {buffer_name}, which an earlier step made")
+        made.add(buffer_name)
+        available.add(buffer_name)
+
+    for step in program.steps:
+        if isinstance(step, ExternCall):
+            for a in pytree.tree_leaves((step.node.args, step.node.kwargs)):
+                if isinstance(a, BufferRef) and a.name not in available:
+                    fail(f"extern {step.node.name} reads {a.name} before a step makes it")
+            makes(f"extern {step.node.name}", step.node.name)
+            available.update(name for name, _, _ in step.node.results)
+            continue
+        if step.name in names:
+            fail(f"two kernels are named {step.name}")
+        names.add(step.name)
+        if isinstance(step, ScatterKernel):
+            if step.node.target not in available:
+                fail(f"{step.name} scatters into {step.node.target} before a step makes it")
+            for body in (step.node.body, step.node.extra, step.node.mask):
+                reads(step.name, body)
+            makes(step.name, step.node.name)
+            continue
+        nodes = {n.name for n in step.nodes}
+        for n in step.nodes:
+            reads(step.name, getattr(n, "body", None))
+            makes(step.name, n.name)
+        for kept in step.local | step.scratch:
+            if kept not in nodes or kept in outputs:
+                fail(f"{step.name} keeps {kept} out of memory, but it is "
+                     f"{'a graph output' if kept in outputs else 'not one of its nodes'}")
+    missing = computed - made
+    if missing:
+        fail(f"no step makes {sorted(missing)}")
 
 
 def format_program(program: KernelProgram) -> str:

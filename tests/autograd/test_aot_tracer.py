@@ -124,3 +124,15 @@ def test_forward_and_backward_graphs_keep_the_seam_promise():
     bad.output((node,))
     with pytest.raises(KilnError, match="mutates"):
         verify_aten_graph(torch.fx.GraphModule(torch.nn.Module(), bad))
+
+
+def test_size_arithmetic_nodes_carry_their_value():
+    # Symbolic sizes reach the ATen graph as sym_size nodes plus operator.* arithmetic; the verifier,
+    # on for every graph, needs meta["val"] on those too (a reshape to x.shape[0] * x.shape[1]).
+    import kiln
+
+    fn = kiln.compile(lambda x: x.reshape(x.shape[0] * x.shape[1]).sin(), backend="aot_eager", dynamic=True,
+                      fullgraph=True)
+    for shape in [(3, 4), (5, 6)]:
+        x = torch.randn(*shape, requires_grad=True)
+        torch.testing.assert_close(fn(x), x.reshape(-1).sin())

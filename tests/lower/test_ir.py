@@ -10,7 +10,8 @@ from kiln.lower.codegen.cpp import _missing_ops
 from kiln.lower.graph import lower_to_loop_ir
 from kiln.lower.ir import (FloorDiv, InputBuffer, Layout, Load, LoopIR, ModularIndexing, Pointwise, format_ir,
                            index_vars, simplify_index, verify_ir)
-from kiln.lower.schedule import schedule
+from kiln.errors import VerificationError
+from kiln.lower.schedule import Block, Kernel, KernelProgram, schedule, verify_program
 
 from .conftest import aten_graph
 
@@ -40,14 +41,37 @@ def test_verifier_rejects_read_before_write() -> None:
     lay = Layout.contiguous(torch.float32, [sympy.Integer(4)])
     (i,) = index_vars("i", 1)
     bad = Pointwise("buf0", lay, (), ops.op("exp", Load("buf1", i, torch.float32)))
-    with pytest.raises(AssertionError, match="before it is defined"):
+    with pytest.raises(VerificationError, match=r"\[lower_to_loop_ir\] buf0 reads buf1 before it is defined"):
         verify_ir(LoopIR((InputBuffer("arg0", lay, (), 0), bad), (), {}))
+    twice = Pointwise("arg0", lay, (), ops.op("exp", Load("arg0", i, torch.float32)))
+    with pytest.raises(VerificationError, match="arg0 is defined twice"):
+        verify_ir(LoopIR((InputBuffer("arg0", lay, (), 0), twice), (), {}))
+
+
+def test_program_verifier_accepts_the_schedule_and_rejects_broken_ones() -> None:
+    gm, args = aten_graph(lambda x: torch.softmax(x * 2, -1) + 1, torch.randn(4, 8))
+    ir, _ = lower_to_loop_ir(gm, args)
+    program = schedule(ir)
+    verify_program(program)
+    (kernel,) = program.steps
+    assert isinstance(kernel, Kernel)
+    dropped = Kernel(kernel.name, kernel.outer, kernel.inner, kernel.blocks[:-1], frozenset(), frozenset())
+    with pytest.raises(VerificationError, match=r"\[schedule\] no step makes"):
+        verify_program(KernelProgram(ir, (dropped,)))
+    reversed_nodes = tuple(Block(b.kind, b.nodes[::-1]) for b in kernel.blocks[::-1])
+    backwards = Kernel(kernel.name, kernel.outer, kernel.inner, reversed_nodes)
+    with pytest.raises(VerificationError, match="before a step makes it"):
+        verify_program(KernelProgram(ir, (backwards,)))
+    output = next(o.name for o in ir.outputs)
+    leaked = Kernel(kernel.name, kernel.outer, kernel.inner, kernel.blocks, frozenset({output}))
+    with pytest.raises(VerificationError, match="a graph output"):
+        verify_program(KernelProgram(ir, (leaked,)))
 
 
 def test_ops_check_dtypes() -> None:
     a = ops.constant(1.0, torch.float32)
     b = ops.constant(1, torch.int64)
-    with pytest.raises(AssertionError):
+    with pytest.raises(VerificationError, match="disagree on dtype"):
         ops.op("add", a, b)
     assert ops.op("lt", a, a).dtype == torch.bool
     assert ops.cast(b, torch.float32).dtype == torch.float32
