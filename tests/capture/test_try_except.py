@@ -129,6 +129,43 @@ def hasattr_pattern(x):
     return fn(x)
 
 
+def suppress_and_nullcontext(x):
+    import contextlib
+    with contextlib.suppress(KeyError):
+        x = x + 1
+        {}["a"]
+    with contextlib.nullcontext():
+        x = x * 2
+    return x
+
+
+def try_in_a_loop(x):
+    out = []
+    for k in ["a", "b", "c"]:
+        try:
+            out.append(x * {"a": 1, "c": 3}[k])
+        except KeyError:
+            out.append(-x)
+    return torch.stack(out)
+
+
+def message_of_caught_exception(x):
+    try:
+        with _Suppress():  # its __exit__ lets a RuntimeError through
+            x = x + 1
+            raise RuntimeError("boom")
+    except RuntimeError as e:
+        x = x * len(str(e))
+    return x
+
+
+def return_inside_finally_block(x):
+    try:
+        return x.sum()
+    finally:
+        x.add_(1)
+
+
 CASES = [
     (keyerror_from_dict, lambda: (torch.randn(3, 4),)),
     (raise_and_catch_with_finally, lambda: (torch.randn(5),)),
@@ -140,6 +177,10 @@ CASES = [
     (with_exit_swallows, lambda: (torch.randn(3),)),
     (no_exception_path, lambda: (torch.randn(3),)),
     (hasattr_pattern, lambda: (torch.randn(6),)),
+    (suppress_and_nullcontext, lambda: (torch.randn(3),)),
+    (try_in_a_loop, lambda: (torch.randn(3),)),
+    (message_of_caught_exception, lambda: (torch.randn(3),)),
+    (return_inside_finally_block, lambda: (torch.randn(3),)),
 ]
 
 
@@ -154,13 +195,17 @@ def _close(got, want):
         assert got == want
 
 
+def _copies(args):
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
 @pytest.mark.parametrize("fn,make", CASES, ids=[c[0].__name__ for c in CASES])
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_caught_exception_matches_eager_in_one_graph(fn, make, backend):
     kiln.reset()
     args = make()
-    want = fn(*args)
-    got = kiln.compile(fn, backend=backend)(*args)
+    want = fn(*_copies(args))
+    got = kiln.compile(fn, backend=backend)(*_copies(args))
     _close(got, want)
     stats = kiln.stats()
     assert stats["fallbacks"] == 0

@@ -40,6 +40,15 @@ class ExceptionVariable(Variable):
     def python_type(self) -> type:
         return self.exc_type
 
+    def is_constant(self) -> bool:
+        # `str(e)`, `repr(e)`, `e.args[0] == ...` fold at trace time when the arguments are known.
+        return all(a.is_constant() for a in self.args)
+
+    def as_constant(self) -> Any:
+        if not self.is_constant():
+            return super().as_constant()
+        return self.exc_type(*(a.as_constant() for a in self.args))
+
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.sequence import TupleVariable
 
