@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import kiln.config
+import kiln.symbolic as shape_env_mod
 from kiln.errors import DataDependentOutputError, Unsupported
 from kiln.fake import FakeTensorMode, is_fake
 
@@ -52,9 +53,6 @@ def test_data_independent_variants_still_work():
         assert torch.nn.functional.one_hot(torch.tensor([1, 2]), 5).shape == (2, 5)
         assert torch.nonzero_static(x, size=4).shape == (4, 2)
         assert x.count_nonzero().shape == ()
-
-
-shape_env_mod = pytest.importorskip("kiln.symbolic")
 
 
 def test_nonzero_gives_an_unbacked_size_with_a_shape_env():

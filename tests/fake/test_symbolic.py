@@ -6,9 +6,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import kiln.symbolic as symbolic
 from kiln.fake import FakeTensorMode, is_fake
-
-symbolic = pytest.importorskip("kiln.symbolic")
 
 
 def make(shape, dims, source="L['x']", layout=None):

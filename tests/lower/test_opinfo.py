@@ -25,7 +25,7 @@ CI_SLICE = [
 @pytest.mark.parametrize("name", CI_SLICE)
 def test_opinfo_slice(name: str) -> None:
     result = check_op(name, opt_level="-O1")
-    assert result == "pass" or result.startswith("skip"), result
+    assert result == "pass", result  # every op of the slice has a lowering: a skip here means one was lost
 
 
 @pytest.mark.cpp

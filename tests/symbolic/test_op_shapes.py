@@ -155,7 +155,7 @@ def test_size_one_inputs_fail_the_guards():
 
 def test_through_kiln_fake():
     """The same shapes through kiln.fake's FakeTensorMode.from_real with dynamic dims."""
-    fake = pytest.importorskip("kiln.fake")
+    import kiln.fake as fake
     env = ShapeEnv()
     mode = fake.FakeTensorMode(shape_env=env)
     x_real, w_real = torch.randn(6, 8), torch.randn(8, 16)

@@ -11,9 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import kiln.fake as fake
 from kiln.symbolic import ShapeEnv
-
-fake = pytest.importorskip("kiln.fake")
 
 
 def kiln_guards(fn, args: dict[str, torch.Tensor]) -> ShapeEnv:
