@@ -78,8 +78,10 @@ def graph_failure(gm: torch.fx.GraphModule, inputs: Sequence[Any], stage: str) -
         return None
     reference64 = _run_eagerly(gm, inputs, torch.float64)
     try:
-        compiled = compile_stage(stage, copy.deepcopy(gm), inputs)
-        out = compiled(*clone_inputs(list(inputs)))
+        # the stage runs unwatched: a repro written from inside this check would check itself again
+        with config.patch(repro_after=None, report_dir=None):
+            compiled = compile_stage(stage, copy.deepcopy(gm), inputs)
+            out = compiled(*clone_inputs(list(inputs)))
     except Exception as exc:  # a crash of the stage, while compiling or running what it made
         first = str(exc).strip().splitlines()
         return Failure("exception", type(exc).__name__, first[0][:300] if first else "")
@@ -213,9 +215,14 @@ def check_repro(module: torch.nn.Module, specs: Sequence[tuple], *, stage: str, 
 # KILN_REPRO_AFTER
 
 
+_run_folder: dict[str, str] = {}  # config.repro_dir -> this process's folder under it
+
+
 def repro_dir() -> str:
-    folder = os.path.join(config.repro_dir, time.strftime("%Y%m%d_%H%M%S") + f"_{os.getpid()}")
-    return folder
+    """This process's folder of automatic repros (one per process, under config.repro_dir)."""
+    if config.repro_dir not in _run_folder:
+        _run_folder[config.repro_dir] = os.path.join(config.repro_dir, time.strftime("run_%Y%m%d_%H%M%S") + f"_{os.getpid()}")
+    return _run_folder[config.repro_dir]
 
 
 _written = [0]

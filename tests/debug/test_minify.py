@@ -108,3 +108,17 @@ def test_repro_after_aot_catches_a_crash(fresh_cache, tmp_path, monkeypatch):
     written = [os.path.join(d, f) for d, _, files in os.walk(folder) for f in files if f == "repro.py"]
     assert len(written) == 1
     assert "RuntimeError" in open(written[0]).read()
+
+
+def test_repro_after_capture_writes_the_captured_graph(fresh_cache, tmp_path, monkeypatch):
+    monkeypatch.setitem(LOWERINGS, torch.ops.aten.cos.default, _crashing_cos)
+    kiln.reset()
+    folder = tmp_path / "repros"
+    with kiln.config.patch(repro_after="capture", repro_dir=str(folder)), warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        kiln.compile(lambda x: torch.cos(x).relu() + 1)(torch.randn(4))
+    (written,) = [os.path.join(d, f) for d, _, files in os.walk(folder) for f in files if f == "repro.py"]
+    text = open(written).read()
+    assert 'stage="inductor"' in text and "torch.cos" in text  # the torch-level graph, all backends to run
+    done = run_repro(written, str(tmp_path / "c"), None)  # no plant in the fresh process: it passes there
+    assert done.returncode == 0 and "matches eager" in done.stdout, done.stdout + done.stderr
