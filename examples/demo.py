@@ -271,9 +271,15 @@ def inductor() -> None:
     kiln.reset()
 
     kiln_model = fresh_model()
-    with kiln.config.patch(cache_dir=os.path.join(scratch, "kiln"), debug=True, debug_dir=debug_dir):
+    from kiln.debug import report  # the run report (KILN_REPORT=dir does the same for any script)
+
+    report.install()
+    with kiln.config.patch(cache_dir=os.path.join(scratch, "kiln"), debug=True, debug_dir=debug_dir,
+                           report_dir=os.path.join(os.getcwd(), "kiln_report")):
         kiln_step = training_step(kiln_model, kiln.compile(kiln_model), idx, targets)
         kiln_first, warned = kiln_warnings(lambda: timed_first_call(kiln_step))
+        report_path = report.write()
+    report.uninstall()
     for w in warned:
         print(f"  warning: {w}")
     stats = kiln.stats()
@@ -302,6 +308,7 @@ def inductor() -> None:
         print(f"  KILN_DEBUG dump of this compile: {os.path.join(debug_dir, runs[-1])} (open index.html)")
     else:
         print("  KILN_DEBUG dump: not available yet: no dump folder was written")
+    print(f"  run report (frames, breaks, guards, saved tensors, kernels, compile time): {report_path}")
 
 
 SECTIONS = (
