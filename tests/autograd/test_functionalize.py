@@ -198,3 +198,24 @@ def test_a_tensor_passed_twice_is_one_input():
     w = torch.full((3,), 3.0, requires_grad=True)
     compile_fx(product, w, w)(w, w).backward()
     torch.testing.assert_close(w.grad, torch.full((3,), 6.0))  # d(w*w)/dw, counted once
+
+
+def test_in_place_update_of_a_strided_input_is_a_data_mutation() -> None:
+    # Found by tests/fuzz (seed 52): the new value of a sliced or transposed input has its own
+    # strides, which used to be taken for a metadata mutation (the frame then ran eagerly).
+    import kiln
+
+    def scale(x):
+        x.mul_(0.5)
+        return x + 1
+
+    for make in (lambda: torch.randn(8, 3)[::2], lambda: torch.randn(3, 4).t(), lambda: torch.randn(2, 5)[:, 1:4]):
+        for backend in ("aot_eager", "inductor"):
+            kiln.reset()
+            x = make()
+            base = x._base.clone()
+            expected_x = base.as_strided(x.shape, x.stride(), x.storage_offset())
+            got = kiln.compile(scale, backend=backend)(x)
+            torch.testing.assert_close(got, scale(expected_x))
+            torch.testing.assert_close(x._base, base)  # the whole base, not only the view
+            assert kiln.stats()["fallbacks"] == 0

@@ -1,0 +1,68 @@
+"""Random-program differential test: generated programs agree with eager on every backend.
+
+Programs come from tests/fuzz/program_generator.py (seeded: seed n is always the same program);
+tests/fuzz/differential.py runs each eagerly and through Kiln and names any difference with the
+program's source as the repro. The CI slice checks seeds 0-99 on "eager" and "aot_eager" and
+every fifth of them on "inductor" too (each inductor program costs a C++ build); the @slow run
+checks 2,000 programs on all three backends. Expected: 0 wrong answers, 0 internal errors.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from differential import BACKENDS, check  # noqa: E402
+from program_generator import generate  # noqa: E402
+
+# Seeds that find open bugs outside capture (each listed in the issue-11 report with its repro);
+# they run as strict xfails, so a fix makes them fail until they are taken off this list.
+_FLOOR_DIVIDE_GRAD = ("AOT autograd traces the backward at compile time, and floor_divide has no "
+                      "derivative: eager raises only if backward() reaches it, Kiln falls back to eager "
+                      "with a warning (kiln/autograd/joint.py)")
+KNOWN_BUGS: dict[int, str] = {45: _FLOOR_DIVIDE_GRAD, 73: _FLOOR_DIVIDE_GRAD}
+KNOWN_SIGNATURES = {"derivative for aten::floor_divide is not implemented": _FLOOR_DIVIDE_GRAD}
+CI_SEEDS = [seed for seed in range(100) if seed not in KNOWN_BUGS]
+SLOW_SEEDS = range(2000)
+
+
+def _backends(seed: int) -> tuple[str, ...]:
+    return BACKENDS if seed % 5 == 0 else ("eager", "aot_eager")
+
+
+def test_generator_is_deterministic_and_writes_readable_source() -> None:
+    first, again = generate(7), generate(7)
+    assert first.source == again.source and first.inputs == again.inputs
+    assert first.source.startswith("def program(") and "return (" in first.source
+    sources = {generate(seed).source for seed in range(30)}
+    assert len(sources) == 30  # seeds give different programs
+    text = "\n".join(sources)
+    for family in ("torch.", ".sum(", "@", "[", "softmax", "_(", "out="):
+        assert family in text, family  # the slice's seeds cover every family of steps
+
+
+@pytest.mark.cpp
+def test_ci_slice_of_random_programs() -> None:
+    problems = [p for p in (check(generate(seed), _backends(seed)) for seed in CI_SEEDS) if p]
+    assert not problems, "\n\n".join(problems)
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("seed", [pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=why))
+                                  for seed, why in sorted(KNOWN_BUGS.items())])
+def test_seeds_that_find_open_bugs(seed: int) -> None:
+    problem = check(generate(seed), _backends(seed))
+    assert problem is None, problem
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+def test_two_thousand_random_programs() -> None:
+    found = [p for p in (check(generate(seed)) for seed in SLOW_SEEDS if seed not in KNOWN_BUGS) if p]
+    # the open bugs of KNOWN_BUGS, met again by other seeds, are counted but do not fail the run
+    known = [p for p in found if any(sign in p for sign in KNOWN_SIGNATURES)]
+    problems = [p for p in found if p not in known]
+    print(f"{len(SLOW_SEEDS) - len(found)} of {len(SLOW_SEEDS)} agree; {len(known)} meet open bugs")
+    assert not problems, f"{len(problems)} of {len(SLOW_SEEDS)} programs differ:\n\n" + "\n\n".join(problems[:20])
