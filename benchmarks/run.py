@@ -6,6 +6,7 @@ guard-overhead micro-benchmark, a geomean row, and everything written to bench_r
     python -m benchmarks.run --quick            # small sizes, few samples
     python -m benchmarks.run --only softmax     # one workload (repeat or comma-separate for more)
     python -m benchmarks.run --no-startup       # skip the cold/warm subprocess measurements
+    python -m benchmarks.run --only ddp         # the 2-process DDP training step (benchmarks/ddp.py)
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import time
 
 import torch
 
-from benchmarks import guard_overhead, report
+from benchmarks import ddp, guard_overhead, report
 from benchmarks.compilers import kiln_capture_status, kiln_status
 from benchmarks.measure import bench_workload
 from benchmarks.timing import copy_bandwidth_gbs
@@ -36,7 +37,7 @@ WORKLOADS = (
     "gpt_block_training",
     "varying_batch",
 )
-ALL_NAMES = WORKLOADS + (guard_overhead.NAME,)
+ALL_NAMES = WORKLOADS + (guard_overhead.NAME, ddp.NAME)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -96,6 +97,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {guard_overhead.NAME} ...", flush=True)
             # backend="eager": this needs Kiln's capture only, not its lowering
             guard = guard_overhead.run(args.quick, kiln_capture_status())
+        ddp_rows = None
+        if ddp.NAME in selected and not unavailable:
+            print(f"  {ddp.NAME} ...", flush=True)
+            try:
+                ddp_rows = ddp.run(args.quick)  # its own 2-process table, printed as it finishes
+            except Exception as exc:
+                errors[ddp.NAME] = f"{type(exc).__name__}: {exc}"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     totals = report.summary(rows)
@@ -119,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwarning: the machine was busy (1-minute load {info['load_before']:.1f} before, "
               f"{info['load_after']:.1f} after, on {info['cpu_count']} CPUs): timings are noisy")
     results = {"machine": dict(info, copy_bandwidth_gbs=copy_gbs), "options": opts, "kiln_unavailable": unavailable,
-               "workloads": rows, "errors": errors, "summary": totals, "guard_overhead": guard,
+               "workloads": rows, "errors": errors, "summary": totals, "guard_overhead": guard, "ddp": ddp_rows,
                "wall_s": time.perf_counter() - started}
     with open(args.json, "w") as f:
         json.dump(results, f, indent=2, default=str)
