@@ -47,7 +47,7 @@ def lookup(backend: str | Backend, *, mode: str | None = None, options: Mapping[
         return backend
     if backend not in _REGISTRY:
         raise ValueError(f"kiln.compile: unknown backend {backend!r}; known backends: {', '.join(list_backends())}")
-    fn = _REGISTRY[backend]
+    fn: Callable[..., Any] = _REGISTRY[backend]  # "inductor" also takes mode= and options=
     if backend == "inductor" and (mode not in (None, "default") or options):
         return functools.partial(fn, mode=mode, options=dict(options or {}))
     return fn
@@ -81,7 +81,7 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None
     lower_options = dict(options or {})
     if mode not in (None, "default"):
         lower_options["mode"] = mode
-    compiler = functools.partial(compile_graph, options=lower_options or None)
+    compiler: Callable[..., Any] = functools.partial(compile_graph, options=lower_options or None)
     fw_compiler = bw_compiler = compiler
     if mode == "reduce-overhead":  # CUDA graphs on CUDA tensors; on CPU it logs that it does nothing yet
         from kiln.runtime import cudagraphs

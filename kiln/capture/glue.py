@@ -345,7 +345,7 @@ def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> 
 
     base = "".join(c if c.isalnum() or c == "_" else "_" for c in state.fn.__code__.co_name).strip("_")
     name = f"{base or 'fn'}_{next(_graph_ids)}"
-    glue_fn, source, compiled = glue.finish(getattr(options, "compiler", None), f"graph_{name}")
+    glue_fn, source, compiled = glue.finish(options.compiler, f"graph_{name}")
     guards = list(state.output.guards) + [Guard("", "check_grad_mode", state.initial_grad)]
     guards += [shape_guard(g) for g in state.shape_env.guards]
     graphs = [] if compiled is None else [compiled.gm]

@@ -31,6 +31,7 @@ from kiln import config
 from kiln.capture import code as code_mod
 from kiln.capture.breaks import BreakRecord, make_break_record
 from kiln.capture.guards import Guard
+from kiln.capture.options import CompileOptions
 from kiln.capture.opcodes import OPCODES
 from kiln.capture.output_graph import OutputGraph
 from kiln.capture.side_effects import SideEffects
@@ -75,13 +76,13 @@ class _ReachedBreak(Exception):
 class CaptureState:
     """What the root tracer and every inlined tracer share: graph, side effects, grad mode, caches."""
 
-    def __init__(self, fn: types.FunctionType, options: Any, policy: Any) -> None:
+    def __init__(self, fn: types.FunctionType, options: CompileOptions, policy: Any) -> None:
         from kiln.fake import FakeTensorMode
         from kiln.symbolic import ShapeEnv
 
         self.fn = fn
         self.options = options
-        self.dynamic = getattr(options, "dynamic", None)
+        self.dynamic = options.dynamic
         self.shape_env = ShapeEnv()
         self.shape_env.location_provider = self.location
         self.output = OutputGraph(FakeTensorMode(self.shape_env), self.shape_env, policy, self.dynamic)
@@ -138,7 +139,7 @@ class Tracer:
         self.lazy_locals = dict(lazy_locals or {})
         self.cells = dict(cells)
         self.parent = parent
-        self.depth = 0 if parent is None else parent.depth + 1
+        self.depth: int = 0 if parent is None else parent.depth + 1
         self.stop_offset = stop_offset
         listing, self.index_of = code_mod.instructions(code)
         self.instructions = list(listing)
@@ -340,8 +341,9 @@ class Tracer:
             return TensorVariable(node, example)
         if isinstance(example, _SYM_TYPES):
             if not is_symbolic(example):
-                kind = bool if isinstance(example, torch.SymBool) else float if isinstance(example, torch.SymFloat) else int
-                return ConstantVariable(kind(example))
+                scalar: Callable[[Any], Any] = (
+                    bool if isinstance(example, torch.SymBool) else float if isinstance(example, torch.SymFloat) else int)
+                return ConstantVariable(scalar(example))
             return SymIntVariable(node, example)
         if isinstance(example, (tuple, list)):
             items = []
@@ -380,7 +382,7 @@ class Tracer:
         self.state.innermost = self
         if is_generator:
             from kiln.capture.variables.iterator import IteratorVariable
-            return IteratorVariable(child.yielded)
+            return IteratorVariable(child.yielded or [])
         return result
 
     def _bind(self, code: types.CodeType, defaults: Sequence[Any], kwdefaults: dict[str, Any],
@@ -482,7 +484,7 @@ def _example_arg(var: Any) -> Any:
 
 # ------------------------------------------------------------------------------------ the capture
 
-def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: Any,
+def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOptions,
                   wrap_frame: Callable[[Any], Any], *, policy: Any = None) -> CaptureResult:
     """Capture one call of `fn` with its arguments bound in `L` (see docs/seams.md)."""
     from kiln.capture.glue import check_breakable, finish_break, finish_return
@@ -506,15 +508,17 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: Any,
             except Unsupported as exc:
                 if stop is not None:
                     raise
-                if unbacked_limit is None and not getattr(options, "fullgraph", False):
+                if unbacked_limit is None and not options.fullgraph:
                     unbacked_limit = _unbacked_break(state, exc)
                     if unbacked_limit is not None:
                         continue  # again, breaking at the op that made the size
                 tx = _user_frame(state.innermost or root)
                 record = make_break_record(exc, tx.code, tx.lineno)
-                if getattr(options, "fullgraph", False):
+                if options.fullgraph:
                     raise GraphBreakError(str(record)) from exc
                 check_breakable(root, exc, record)
+                if root.current is None:  # Unsupported before the first instruction: nowhere to break
+                    raise exc
                 stop = (root.current.offset, record)
                 continue
             return finish_return(state, root, fn, options, value)
@@ -536,7 +540,7 @@ def _unbacked_break(state: CaptureState, exc: Unsupported) -> int | None:
     made = state.output.fake_mode.unbacked
     if not isinstance(exc, GuardOnDataDependentSymNode) or not made:
         return None
-    symbols = getattr(exc.expr, "free_symbols", set())
+    symbols: set[Any] = getattr(exc.expr, "free_symbols", set())
     found = [made.index(s) for s in symbols if s in made]
     return min(found) if found else 0
 
