@@ -51,13 +51,13 @@ def kiln_capture_status() -> str | None:
     except Exception as exc:  # a half-written package must not stop the bench
         return f"import kiln failed: {type(exc).__name__}: {exc}"
     if not callable(getattr(kiln, "compile", None)):
-        return "kiln.compile does not exist yet (capture, issue #3)"
+        return "kiln.compile does not exist yet (capture)"
     try:
         tracer = importlib.import_module("kiln.capture.tracer")
     except ImportError as exc:
-        return f"kiln.capture.tracer is not importable yet (capture, issue #3): {exc}"
+        return f"kiln.capture.tracer is not importable yet (capture): {exc}"
     if not callable(getattr(tracer, "capture_frame", None)):
-        return "kiln.capture.tracer.capture_frame does not exist yet (capture, issue #3)"
+        return "kiln.capture.tracer.capture_frame does not exist yet (capture)"
     return None
 
 
@@ -66,8 +66,8 @@ def kiln_status() -> str | None:
     missing = kiln_capture_status()
     if missing is not None:
         return missing
-    for module, attr, issue in (("kiln.autograd", "aot_autograd", "AOT autograd, issue #6"),
-                                ("kiln.lower", "compile_graph", "lowering, issue #7")):
+    for module, attr, issue in (("kiln.autograd", "aot_autograd", "AOT autograd"),
+                                ("kiln.lower", "compile_graph", "lowering")):
         try:
             found = getattr(importlib.import_module(module), attr, None)
         except Exception as exc:

@@ -1,4 +1,4 @@
-"""Micro-benchmark (issue #3 item 4): what a cached call costs on top of running the graph.
+"""Micro-benchmark: what a cached call costs on top of running the graph.
 
 A function of two small tensors is compiled with backend="eager", by Kiln and by the real
 torch.compile, and called until every compile is done. Then three things are timed: the compiled

@@ -118,4 +118,4 @@ def print_guard_overhead(result: dict) -> None:
             f"{system:<6} cached compiled call {part['compiled_call_us']:7.2f} us, graph.forward called directly "
             f"{part['graph_call_us']:6.2f} us -> overhead {part['overhead_us']:6.2f} us"
         )
-    print("  (target: Kiln's overhead under 10 us; issue #3 item 4)")
+    print("  (target: Kiln's overhead under 10 us)")

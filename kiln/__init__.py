@@ -1,6 +1,6 @@
 """Kiln: torch.compile rebuilt in plain Python.
 
-The public API mirrors torch.compile (see DESIGN.md): `kiln.compile`, `kiln.explain`, `kiln.reset`,
+The public API mirrors torch.compile (see README.md): `kiln.compile`, `kiln.explain`, `kiln.reset`,
 `kiln.stats`, `kiln.mark_dynamic`, `kiln.disable`, `kiln.allow_in_graph`, `kiln.config`, and the
 backend registry (`kiln.register_backend`, `kiln.list_backends`, `kiln.inductor_backend`).
 """

@@ -458,7 +458,7 @@ def _assemble(code: types.CodeType, target: int, slots: Sequence[Any], argnames:
     new.docstring = parsed.docstring
     # The try regions were skipped by the prologue's jump, so the library would see them as dead and
     # write nonsense depths (a segfault in the handler). The stack at the target is the original's,
-    # so the original depths and stack size stay correct (notes/recipes.md, section 3).
+    # so the original depths and stack size stay correct.
     result = new.to_code(stacksize=code.co_stacksize + len(slots), compute_exception_stack_depths=False)
     # Everything after the prologue normally keeps its encoding (3.11 jumps are relative), so the
     # body is the original moved by a constant; None when an argument index grew an EXTENDED_ARG.

@@ -92,7 +92,7 @@ class OutputGraph:
             for d in sorted(marked_dynamic(value)):
                 if d in dims:
                     self.shape_env.constrain(f"{name}.size()[{d}]")
-            # Meta tensors with symbolic sizes need the Python dispatcher (notes/recipes.md, 2).
+            # Meta tensors with symbolic sizes need the Python dispatcher: some meta kernels are Python refs.
             with enable_python_dispatcher():
                 fake = self.fake_mode.from_real(value, source=name, dynamic_dims=dims)
         else:

@@ -2,8 +2,8 @@
 
 `call_overhead()` compiles a function of two tensors with the "eager" backend, keeps the callable
 the backend returned, and times both: the compiled function (bind arguments, check guards, run the
-glue) and the backend's callable alone. The difference is the entry's cost per call, which issue 3
-asks to stay under 10 µs (the real torch.compile adds about 15 µs on the reference machine).
+glue) and the backend's callable alone. The difference is the entry's cost per call, which Kiln
+keeps under 10 µs (the real torch.compile adds about 15 µs on the reference machine).
 benchmarks/ calls this; it is also runnable: `python -m kiln.debug.overhead`.
 """
 from __future__ import annotations

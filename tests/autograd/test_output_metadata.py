@@ -1,4 +1,4 @@
-"""Outputs whose metadata used to differ from eager's (issue 11 item 8), on every backend.
+"""Outputs whose metadata used to differ from eager's, on every backend.
 
 - view_as_complex / view_as_real / view(dtype) of an input: the runtime rebuilt the view with
   as_strided on the base and so returned the base's dtype (float32 for a complex64 view).

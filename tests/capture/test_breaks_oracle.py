@@ -5,7 +5,7 @@ levels deep, numpy, data-dependent ifs and whiles, nonzero/unique/masks, breaks 
 blocks, custom ops without a fake impl, kiln.disable'd calls, logging). For each one, kiln.compile(fn,
 backend="eager") gives eager's outputs, exceptions and side effects in order (prints, logging and list
 appends share one event list); kiln.explain counts no more graphs and breaks than Dynamo where Dynamo
-captured anything, runs no frame eagerly (issue 4 asks breaks in loops/try/with to work), and names
+captured anything, runs no frame eagerly (breaks in loops/try/with are captured and resumed), and names
 lines marked `# BREAK` (or `# CALLS`: a call to a helper that breaks; `# MAY`: acceptable).
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ class Case:
     helpers: tuple[Callable[..., Any], ...] = ()  # functions whose lines may carry the breaks
     dynamo_fn: Callable[..., Any] | None = None  # the oracle's twin (e.g. torch._dynamo.disable)
     dynamo_config: dict[str, Any] = field(default_factory=dict)
-    hint: str | None = None  # a word the hint of some break must contain (issue 4's rewrites)
+    hint: str | None = None  # a word the hint of some break must contain (the rewrite it suggests)
 
     @property
     def name(self) -> str:
@@ -655,7 +655,7 @@ def test_counts_no_worse_than_dynamo(c: Case) -> None:
 
 @pytest.mark.parametrize("c", CASES, ids=IDS)
 def test_no_frame_runs_eagerly(c: Case) -> None:
-    """Issue 4 asks more than Dynamo gives: breaks inside loops, try and with blocks still capture."""
+    """More than Dynamo gives: breaks inside loops, try and with blocks still capture."""
     ours = kiln_explain(c)
     assert not _real_fallbacks(ours), f"frames ran eagerly:\n{ours}"
     assert ours.graph_count >= 1, str(ours)

@@ -1,4 +1,4 @@
-"""namedtuple and OrderedDict built and used inside the frame stay in one graph (issue 11 item 6).
+"""namedtuple and OrderedDict built and used inside the frame stay in one graph.
 
 Each program runs on backend "eager" against eager, and its graph count is compared with the
 real torch._dynamo.explain (the oracle): Kiln must not need more graphs or breaks.

@@ -1,4 +1,4 @@
-"""Context managers inside a compiled frame (issue 11 item 3): autocast regions, Python classes,
+"""Context managers inside a compiled frame: autocast regions, Python classes,
 @contextlib.contextmanager generators and the grad-mode managers, all captured into one graph.
 
 Outputs (and, for autocast, gradients) are compared with eager, within bf16 tolerance where

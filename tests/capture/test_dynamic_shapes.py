@@ -1,4 +1,4 @@
-"""Dynamic shapes in capture (issue 5), checked against the real torch.compile as an oracle.
+"""Dynamic shapes in capture, checked against the real torch.compile as an oracle.
 
 Each case compiles the same function with kiln.compile and torch.compile, both with a recording
 backend, runs the same calls, and compares: how many graphs each compiled (Kiln's must be no higher),

@@ -1,4 +1,4 @@
-"""Graph breaks (issue 4): outputs and side effects equal eager's, graph and break counts equal
+"""Graph breaks: outputs and side effects equal eager's, graph and break counts equal
 torch._dynamo.explain's (the oracle) on the common break kinds, and each break names its line."""
 from __future__ import annotations
 

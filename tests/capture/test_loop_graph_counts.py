@@ -1,5 +1,5 @@
 """Graph breaks in loops and data-dependent `while` loops: no more graphs or compiles than
-torch.compile (issue 11 item 5).
+torch.compile.
 
 The oracle is the real torch.compile with a counting backend: its number of graphs and its
 successfully compiled frames (torch._dynamo.utils.counters["frames"]["ok"]). Kiln's are the

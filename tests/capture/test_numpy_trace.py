@@ -1,4 +1,4 @@
-"""numpy code on arrays that come from tensors is traced into the graph (issue 11 item 4).
+"""numpy code on arrays that come from tensors is traced into the graph.
 
 Each function goes tensor -> `.numpy()` -> numpy functions, operators, indexing, methods ->
 `torch.from_numpy` (or returns the ndarray). Kiln must give eager's values *and dtypes* (numpy's

@@ -1,6 +1,6 @@
 """`out=` inside a compiled function writes its out tensor, returns it, and raises eager's errors.
 
-Regression tests for issue 11 item 1 (out= used to be dropped from the graph, a silent wrong
+Regression tests (out= used to be dropped from the graph, a silent wrong
 answer on every backend), then the OpInfo sweep of ops with an out= form: a CI slice here, every
 op @slow (tests/capture/out_variant_sweep.py holds the sweep).
 """

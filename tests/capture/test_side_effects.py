@@ -1,4 +1,4 @@
-"""Side effects (issue 3, item 3): writes to globals, attributes, cells, lists and dicts made during
+"""Side effects: writes to globals, attributes, cells, lists and dicts made during
 a captured frame happen after the graph runs, with eager's final values; in-place ops on inputs and
 buffers show on the caller's tensors; and they replay on every cached call, not only the first."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tracer coverage (issue 3, item 2): each case runs compiled with kiln (eager backend) and eagerly;
+"""Tracer coverage: each case runs compiled with kiln (eager backend) and eagerly;
 outputs must match and, with no graph break, exactly one graph must be captured."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exceptions raised and caught inside a compiled frame stay in the graph (issue 11 item 3).
+"""Exceptions raised and caught inside a compiled frame stay in the graph.
 
 Each function raises inside a `try` (a dict KeyError, a user `raise`, a builtin that raises on
 constants, a raise in an inlined helper, a `with` whose `__exit__` swallows it) and catches it in

@@ -268,7 +268,7 @@ def test_channels_last_conv_keeps_layout():
 
 
 def test_library_code_stays_off_torch_internals():
-    """kiln.fake builds on public-facing contracts only (DESIGN.md, Boundaries with PyTorch)."""
+    """kiln.fake builds on public-facing contracts only (no torch._subclasses, torch._dynamo ...)."""
     import pathlib
     import re
 

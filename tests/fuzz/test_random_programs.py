@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from differential import BACKENDS, check  # noqa: E402
 from program_generator import generate  # noqa: E402
 
-# Seeds that find open bugs outside capture (each listed in the issue-11 report with its repro);
+# Seeds that find open bugs outside capture (each with its repro in the reason below);
 # they run as strict xfails, so a fix makes them fail until they are taken off this list.
 _FLOOR_DIVIDE_GRAD = ("AOT autograd traces the backward at compile time, and floor_divide has no "
                       "derivative: eager raises only if backward() reaches it, Kiln falls back to eager "

@@ -1,6 +1,6 @@
 """Stale guards: whatever a trace read from a class or a function object must be re-checked.
 
-Issue 16 items 3 and 4, and issue 11 item 9. Each test compiles, changes something the trace read
+Each test compiles, changes something the trace read
 (a class attribute, inherited or not; a method; a function's `__code__`, `__defaults__` or
 `__kwdefaults__`; a mark_dynamic on a dim the entry specialized), calls again and compares with
 eager. The disk-cache case runs two processes sharing one KILN_CACHE_DIR with the source edited
@@ -294,7 +294,7 @@ def test_failing_function_guard_in_user_words():
 
 
 # ---------------------------------------------------------------------------------------------------
-# mark_dynamic on a tensor that a static entry answers (issue 11 item 9)
+# mark_dynamic on a tensor that a static entry answers
 
 
 def _count_graphs(compile_fn, calls):

@@ -1,4 +1,4 @@
-"""Several threads calling one compiled function (issue 16 item 6).
+"""Several threads calling one compiled function.
 
 Eight threads start together (a barrier) on a cold function, then on a warm in-memory cache, then
 on a fresh process whose only entry is on disk (the case that raised `list.remove(x): x not in

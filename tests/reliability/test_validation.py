@@ -1,5 +1,5 @@
 """Bad arguments to kiln.compile are clear errors at compile time, and the cache folder's default
-never lands at the file system's root (issue 16 item 10)."""
+never lands at the file system's root."""
 from __future__ import annotations
 
 import os

@@ -1,8 +1,8 @@
 """C++ codegen, the expression level: the prelude, index expressions, one rendering per loop op,
 and BodyWriter, which prints a body Value as C++ statements with common subexpressions shared.
 
-Math calls reach glibc's vector library through `declare simd` prototypes (notes/recipes.md
-section 6) without -ffast-math, so NaN, -0.0 and integer division behave as in ATen. The loop
+Math calls reach glibc's vector library through `declare simd` prototypes (with -fno-math-errno)
+without -ffast-math, so NaN, -0.0 and integer division behave as in ATen. The loop
 nests around bodies are in codegen/cpp_kernel.py. Corresponds to torch/_inductor/codegen/cpp.py.
 """
 from __future__ import annotations
