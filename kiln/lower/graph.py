@@ -15,10 +15,11 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from kiln.lower import ops
 from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Layout, LoopIR, SymExpr,
                            contiguous_strides, index_vars, walk)
-from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, strided_value,
-                                  to_expr, value_cost)
+from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, compute_dtype,
+                                  strided_value, to_expr, value_cost)
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback
 
 aten = torch.ops.aten
@@ -160,6 +161,9 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
     if rule is not None and not _has_unsupported_dtype((ctx.meta, [m for m in pytree.tree_leaves(args)])):
         try:
             out = rule(ctx, *args, **kwargs)
+            for tv in pytree.tree_leaves(out):
+                if isinstance(tv, TensorValue) and tv.view is None and any(s == 0 for s in tv.sizes):
+                    tv.loader = _never_loaded(tv.dtype)
             for tv in pytree.tree_leaves(out):  # loaders run lazily: surface their errors here
                 if isinstance(tv, TensorValue) and tv.view is None:
                     tv.load(index_vars("i", tv.ndim))
@@ -172,6 +176,15 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
         return out
     reason = "no lowering" if rule is None else "unsupported dtype"
     return fallback(ctx, target, args, kwargs, reason=reason)
+
+
+def _never_loaded(dtype: torch.dtype) -> Any:
+    """The loader of a tensor with no elements. No loop ever reaches one of them (a consumer's range
+    is empty too, or its read sits under a mask or a bounds check that fails), so its index
+    arithmetic, which would divide by the zero size (a reshape's `//` and `%`, a roll's `%`), is
+    never built at all."""
+    zero = ops.constant(0, compute_dtype(dtype))
+    return lambda idx: zero
 
 
 def _realize_extern_inputs(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.Node, Any],

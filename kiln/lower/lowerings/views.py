@@ -67,6 +67,14 @@ def view_as(x: TensorValue, sizes: Sequence[sympy.Expr]) -> TensorValue:
     sizes = tuple(sympy.sympify(s) for s in sizes)
     if tuple(x.sizes) == sizes:
         return x
+    if any(s == 0 for s in sizes):
+        # No elements: dims cannot be paired by their products (every product is 0), and nothing
+        # will ever be read through the view, so any strides do.
+        if x.view is not None:
+            lay = Layout.contiguous(x.dtype, sizes)
+            return strided_value(BufferRef(x.view.name, Layout(lay.dtype, lay.sizes, lay.strides, x.view.layout.offset)))
+        zero = ops.constant(0, compute_dtype(x.dtype))
+        return TensorValue(x.dtype, sizes, lambda idx: zero)
     groups = view_groups(x.sizes, sizes)
 
     def fn(idx: Sequence[sympy.Expr]) -> list[sympy.Expr]:
