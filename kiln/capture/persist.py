@@ -42,14 +42,16 @@ counts entries served from disk.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import hashlib
 import linecache
 import os
 import sys
 import types
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -364,6 +366,20 @@ def check_texts(frame: StoredFrame) -> None:
     check_glue_source(frame.glue_source, frame.glue_name, frame.graphs)
 
 
+@contextlib.contextmanager
+def _without_collections() -> Iterator[None]:
+    """Reading an entry parses and compiles text and unpickles records: many short-lived objects,
+    no cycles. The collections they would trigger walk torch's whole heap each time (a large part
+    of a warm start), so they are held back until the entry is read."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _payload(check: CheckFn, result: Any) -> StoredFrame:
     """The stored form of an entry, or NotPortable / UnsafeSource."""
     if result.breaks:
@@ -471,20 +487,28 @@ def candidates(code: types.CodeType, options: Any) -> list[DiskEntry]:
                 continue
     paths.sort(reverse=True)
     out = []
-    for _, path in paths[:_MAX_ENTRIES]:
-        try:
-            frame = _read(path)
-            if frame is None:
-                continue
-            check = compile_guards(list(frame.guards))  # generated again from the records
-        except Stale as exc:
-            log.artifact("cache", f"frame cache: {path} skipped: {exc}")
-            continue
-        except Exception as exc:  # never an error: the frame is captured as usual
-            log.artifact("cache", f"frame cache: {path} unreadable: {type(exc).__name__}: {exc}")
-            continue
-        out.append(DiskEntry(path, check, frame))
+    with _without_collections():
+        for _, path in paths[:_MAX_ENTRIES]:
+            entry = _candidate(path)
+            if entry is not None:
+                out.append(entry)
     return out
+
+
+def _candidate(path: str) -> DiskEntry | None:
+    """The entry at `path` with its guards compiled, or None (logged) when it cannot be used."""
+    try:
+        frame = _read(path)
+        if frame is None:
+            return None
+        check = compile_guards(list(frame.guards))  # generated again from the records
+    except Stale as exc:
+        log.artifact("cache", f"frame cache: {path} skipped: {exc}")
+        return None
+    except Exception as exc:  # never an error: the frame is captured as usual
+        log.artifact("cache", f"frame cache: {path} unreadable: {type(exc).__name__}: {exc}")
+        return None
+    return DiskEntry(path, check, frame)
 
 
 def materialize(disk: DiskEntry) -> tuple[Any, Any]:
@@ -492,15 +516,16 @@ def materialize(disk: DiskEntry) -> tuple[Any, Any]:
     kernel library left the cache or is not the recorded one) the entry file is deleted and the
     error raised: the caller captures the frame, which stores a fresh entry."""
     frame = disk.payload
-    try:
-        namespace: dict[str, Any] = {name: artifact.rebuild(recipe) for name, recipe in frame.graphs.items()}
-    except Exception as exc:
-        files.discard(disk.path, f"its graphs cannot be rebuilt: {type(exc).__name__}: {exc}")
-        raise
-    filename = _glue_filename(frame.glue_name)
-    source = frame.glue_source
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
-    exec(compile(source, filename, "exec"), namespace)
+    with _without_collections():
+        try:
+            namespace: dict[str, Any] = {name: artifact.rebuild(recipe) for name, recipe in frame.graphs.items()}
+        except Exception as exc:
+            files.discard(disk.path, f"its graphs cannot be rebuilt: {type(exc).__name__}: {exc}")
+            raise
+        filename = _glue_filename(frame.glue_name)
+        source = frame.glue_source
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
+        exec(compile(source, filename, "exec"), namespace)
     glue = namespace[frame.glue_name]
     result = LoadedResult(glue, source, list(disk.check.guards), [], [], disk.path, len(frame.graphs))
     return glue, result

@@ -247,7 +247,7 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     dump.write("codegen_wrapper.py", wrapper_source)
     dump.write("timings.txt", "".join(f"{k}: {v * 1e3:.1f} ms\n" for k, v in timings.items()))
     if key is not None:
-        cache.store_graph(key, (program, source, signatures, hints, flags))
+        cache.store_graph(key, (program, source, signatures, hints, flags), packages=("kiln.lower.",))
     for hint in hints:
         log.artifact("perf_hints", hint)
     log.artifact("output_code", lambda: f"// kernels\n{source}\n# wrapper\n{wrapper_source}")

@@ -108,13 +108,15 @@ def load_graph(key: str, packages: Sequence[str] = ()) -> Any | None:
     return value
 
 
-def store_graph(key: str, value: Any) -> bool:
-    """Store `value` (records and plain data) under `key`; False when it is not storable."""
+def store_graph(key: str, value: Any, packages: Sequence[str] = ()) -> bool:
+    """Store `value` (records and plain data, and record types of `packages`, as `load_graph`
+    will admit them) under `key`; False when it is not storable."""
     path = artifact_path(key, ".graph")
     if path is None:
         return False
     try:
         body = records.dumps(value)
+        records.loads(body, packages=packages)  # what could not be read back is not stored
     except Exception as exc:  # an object no record or reference admits: the graph is simply not cached
         log.debug("runtime", f"graph not cached: {type(exc).__name__}: {exc}")
         return False

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import ctypes
 import functools
+import gc
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -111,10 +112,23 @@ _NODES = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Assign, ast.I
           ast.operator, ast.unaryop, ast.cmpop)
 
 
-def check_wrapper_source(source: str, globals_: set[str]) -> None:
+def check_wrapper_source(source: str, globals_: set[str]) -> ast.Module:
     """Raise ValueError unless `source` is one function `call` built only from its arguments, its
     locals, the globals named in `globals_` (kernels, externs, constants), `torch.empty_strided`,
-    `torch.randint`, `_relayout`, int/max/min and the tensor methods the codegen uses."""
+    `torch.randint`, `_relayout`, int/max/min and the tensor methods the codegen uses. Returns the
+    parsed module (what the loader compiles: the source is parsed once)."""
+    # A parse makes thousands of AST objects; in a process holding torch each collection they
+    # trigger walks the whole heap (a tenth of a second per wrapper), and they make no cycles.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _check(source, globals_)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _check(source: str, globals_: set[str]) -> ast.Module:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -152,6 +166,7 @@ def check_wrapper_source(source: str, globals_: set[str]) -> None:
                 raise ValueError(f"wrapper source makes a call it may not make: {ast.unparse(func)}")
         if isinstance(node, ast.Attribute) and id(node) not in called:
             raise ValueError(f"wrapper source reads an attribute {node.attr!r} it does not call")
+    return tree
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -161,7 +176,7 @@ def check_wrapper_source(source: str, globals_: set[str]) -> None:
 def load_wrapper(recipe: WrapperRecipe) -> Callable[..., Any]:
     """The wrapper function of a recipe, bound to its kernels (build.LibraryError when the library
     is gone or not the recorded one, ValueError when the source is not a wrapper's)."""
-    check_wrapper_source(recipe.source, set(recipe.constants) | set(recipe.kernels))
+    tree = check_wrapper_source(recipe.source, set(recipe.constants) | set(recipe.kernels))
     env: dict[str, Any] = {**_FIXED_GLOBALS, **recipe.constants}
     bind_overloads(env)
     if recipe.kernels:
@@ -174,7 +189,7 @@ def load_wrapper(recipe: WrapperRecipe) -> Callable[..., Any]:
             fn.argtypes = [_CTYPES[k] for k in kinds]
             fn.restype = None
             env[name] = fn
-    exec(compile(recipe.source, "<kiln wrapper>", "exec"), env)
+    exec(compile(tree, "<kiln wrapper>", "exec"), env)
     return with_output_spec(env["call"], recipe.output_spec)
 
 

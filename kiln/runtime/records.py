@@ -28,6 +28,11 @@ import torch
 _BUILTIN_GLOBALS = {name: getattr(builtins, name) for name in ("set", "frozenset", "slice", "complex", "range",
                                                                 "bytearray", "Ellipsis", "NotImplemented")}
 
+# torch.fx's immutable containers (node arguments kept in lowered IR): list and dict subclasses
+# whose construction runs no code of the file's choosing
+_TORCH_CONTAINERS = frozenset({("torch.fx.immutable_collections", "immutable_list"),
+                               ("torch.fx.immutable_collections", "immutable_dict")})
+
 RECORD_TYPES: dict[tuple[str, str], type] = {}
 
 
@@ -238,6 +243,8 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if module == "builtins" and name in _BUILTIN_GLOBALS:
             return _BUILTIN_GLOBALS[name]
+        if (module, name) in _TORCH_CONTAINERS and module in sys.modules:
+            return getattr(sys.modules[module], name)
         cls = RECORD_TYPES.get((module, name)) or self._types.get((module, name))
         if cls is not None:
             return cls
