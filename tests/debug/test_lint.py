@@ -220,11 +220,11 @@ def report(label: str, tp: int, fp: int, fn: int, notes: list[str]) -> tuple[flo
     return precision, recall
 
 
-def test_precision_and_recall_on_the_e2e_corpus_and_some_real_models():
+def test_precision_and_recall_on_the_e2e_corpus_and_a_real_model():
     tp, fp, fn, notes = measure(e2e_programs())
     assert tp >= 3  # the corpus' print, .item() and print-in-a-loop programs
-    counts = measure(real_programs(["gpt2", "segformer"]))
-    precision, recall = report("the e2e corpus + gpt2, segformer", tp + counts[0], fp + counts[1],
+    counts = measure(real_programs(["segformer"]))  # the real model with a break; all 28: -m slow
+    precision, recall = report("the e2e corpus + segformer", tp + counts[0], fp + counts[1],
                                fn + counts[2], notes + counts[3])
     assert precision >= 0.9 and recall >= 0.9
 
