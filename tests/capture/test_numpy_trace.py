@@ -237,3 +237,32 @@ def test_ndarray_input_is_a_guarded_graph_input():
     assert kiln.stats()["recompiles"] >= 1
     a2 = a + 1  # same dtype and shape: the graph is reused on the new array's values
     _same(compiled(a2, x), takes_ndarray(a2, x))
+
+
+def loop_rows_and_scalar_types(x):
+    a = x.numpy()
+    for row in a:
+        x = x + torch.from_numpy(row * 2)
+    return x, len(a), np.float64(a.sum()), np.float32(a)
+
+
+def test_rows_len_and_numpy_scalar_types():
+    kiln.reset()
+    x = _x()
+    _same(kiln.compile(loop_rows_and_scalar_types, backend="eager")(x.clone()), loop_rows_and_scalar_types(x.clone()))
+    assert kiln.stats()["graphs"] == 1 and kiln.stats()["graph_breaks"] == 0
+
+
+def branch_on_numpy_scalar(x):
+    a = x.numpy()
+    if np.sum(a) > 0:  # data-dependent: a break, then one side resumes
+        return torch.from_numpy(a * 2)
+    return torch.from_numpy(a - 1)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_branch_on_numpy_scalar(sign):
+    kiln.reset()
+    x = torch.ones(3, 3) * sign
+    _same(kiln.compile(branch_on_numpy_scalar, backend="eager")(x.clone()), branch_on_numpy_scalar(x.clone()))
+    assert kiln.stats()["fallbacks"] == 0

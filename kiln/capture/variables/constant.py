@@ -87,8 +87,10 @@ class ConstantVariable(Variable):
 
 def literal_or_none(value: Any) -> str | None:
     """A Python literal for simple constants (what the glue prints inline), else None."""
-    if value is None or value is Ellipsis or isinstance(value, (bool, int, str, bytes)):
+    # Exact types only: a subclass (numpy's float64 is a float) prints as `np.float64(1.0)`, which
+    # the glue cannot evaluate; it is bound by name instead and keeps its type.
+    if value is None or value is Ellipsis or type(value) in (bool, int, str, bytes):
         return repr(value)
-    if isinstance(value, float) and math.isfinite(value):
+    if type(value) is float and math.isfinite(value):
         return repr(value)
     return None

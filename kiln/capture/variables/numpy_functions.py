@@ -441,6 +441,11 @@ class NumpyFunctionVariable(Variable):
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         from kiln.capture.variables.user_object import ObjectVariable
 
+        if isinstance(self.fn, type) and len(args) == 1 and not kwargs and isinstance(args[0], NumpyArrayVariable):
+            # np.float64(traced scalar or array): numpy's conversion, a cast
+            array = args[0]
+            out = cast(tx, array, np.dtype(self.fn))
+            return NumpyArrayVariable.of(out, array.scalar or array.ndim == 0)
         arrays = any(_touches_array(v) for v in [*args, *kwargs.values()])
         impl = NUMPY_FUNCTIONS.get(self.fn)
         if impl is not None and (arrays or self.fn in _CREATION):
@@ -465,10 +470,14 @@ def _touches_array(v: Variable) -> bool:
     return isinstance(v, BaseSequenceVariable) and any(_touches_array(i) for i in v.items)
 
 
+_NP_SCALAR_TYPES = {np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16, np.float32,
+                    np.float64, np.complex64, np.complex128}
+
+
 def is_numpy_function(value: Any) -> bool:
-    """numpy's ufuncs and module-level functions (not its classes, such as np.float32)."""
+    """numpy's ufuncs, module-level functions and scalar types (np.float32: a cast on arrays)."""
     if isinstance(value, type):
-        return False
+        return issubclass(value, np.generic) and value in _NP_SCALAR_TYPES
     if isinstance(value, np.ufunc):
         return True
     try:
