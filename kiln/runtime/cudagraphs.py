@@ -171,12 +171,13 @@ class CudaGraphed:
     def _replay(self, rec: _Recording, args: Sequence[Any]) -> tuple:
         poison = _poisoner()
         assert poison is not None
-        for t in rec.handed_out:  # what the previous replay returned is about to be overwritten
-            poison(t, STALE_OUTPUT)
-        rec.handed_out = []
+        # inputs first: one may be an output of the previous replay (`x = f(x)` in a loop)
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor) and i not in rec.static_ptrs:
                 rec.inputs[i].copy_(a)
+        for t in rec.handed_out:  # what the previous replay returned is about to be overwritten
+            poison(t, STALE_OUTPUT)
+        rec.handed_out = []
         rec.graph.replay()
         rec.replays += 1
         return tuple(self._hand_out(rec, o, args) for o in rec.outputs)

@@ -38,6 +38,16 @@ def test_new_inputs_are_copied_in_before_each_replay() -> None:
         torch.testing.assert_close(f(x, y).clone(), x * y + 1)
 
 
+def test_an_output_fed_back_as_the_next_input() -> None:
+    f = kiln.compile(lambda x: x * 0.5 + 1, mode="reduce-overhead")
+    x = torch.randn(32, device="cuda")
+    expected = x.clone()
+    for _ in range(5):
+        x = f(x)
+        expected = expected * 0.5 + 1
+    torch.testing.assert_close(x, expected)
+
+
 def test_a_new_shape_is_recorded_again() -> None:
     before = cudagraphs.live_graphs()
     f = kiln.compile(lambda x: x.exp() - 1, mode="reduce-overhead", dynamic=True)
