@@ -90,3 +90,21 @@ def test_graph_cache_keeps_graphs_traced_under_another_default_dtype_apart(tmp_p
         finally:
             torch.set_default_dtype(old)
             kiln.reset()
+
+
+def test_key_depends_on_the_cpu_feature_flags(monkeypatch) -> None:
+    # kernels build with -march=native: two CPUs of one model name with other flags must not share
+    features = cache.cpu_features()
+    assert "|" in features and (features.split("|")[2] or not os.path.exists("/proc/cpuinfo"))
+    before = cache.cache_key(SOURCE, build.DEFAULT_FLAGS, build.COMPILER)
+    monkeypatch.setattr(cache, "cpu_features", lambda: features.replace("avx", "no-avx") + " extra")
+    assert cache.cache_key(SOURCE, build.DEFAULT_FLAGS, build.COMPILER) != before
+
+
+def test_source_digest_reads_files_not_modules() -> None:
+    import sys
+
+    assert cache.source_digest("lower") != cache.source_digest("runtime")
+    code = "import sys; from kiln.runtime import cache; cache.code_version(); print('kiln.lower' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
