@@ -7,17 +7,13 @@ backend registry (`kiln.register_backend`, `kiln.list_backends`, `kiln.inductor_
 from kiln import config
 from kiln.api import OptimizedModule, allow_in_graph, compile, disable, reset, stats
 from kiln.backends import inductor_backend, list_backends, register_backend
-from kiln.debug import dump as _dump
+from kiln.debug import hooks as _debug_hooks
 from kiln.debug.explain import explain
 from kiln.symbolic.marks import mark_dynamic, mark_static, maybe_mark_dynamic
 
-# debug reads every stage and no stage imports it: the package root wires the KILN_DEBUG dump to
-# the capture events here (it writes only while config.debug is on).
-_dump.install()
-if config.report_dir:  # KILN_REPORT: collect the run for the HTML page written at exit
-    from kiln.debug import report as _report
-
-    _report.install()
+# debug reads every stage and no stage imports it: the package root attaches its dump, run report
+# and repro to the stages here (each acts only while its setting is on).
+_debug_hooks.install()
 
 __all__ = [
     "OptimizedModule", "allow_in_graph", "compile", "config", "disable", "explain", "inductor_backend",

@@ -18,6 +18,19 @@ Backend = Callable[[torch.fx.GraphModule, list], Callable[..., Any]]
 
 _REGISTRY: dict[str, Backend] = {}
 
+# Diagnostics wrap the inductor's compilers through this table; kiln.debug fills it (no stage imports
+# kiln.debug). A hook takes and returns (make_backend, fw_compiler, bw_compiler), where
+# make_backend(fw_compiler, bw_compiler) -> backend is AOT autograd or a wrapper around it.
+InductorHook = Callable[[Callable[..., Any], Callable[..., Any], Callable[..., Any]],
+                        tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]]
+_INDUCTOR_HOOKS: list[InductorHook] = []
+
+
+def add_inductor_hook(hook: InductorHook) -> None:
+    """Register a hook around the inductor's compilers (idempotent; hooks apply in this order)."""
+    if hook not in _INDUCTOR_HOOKS:
+        _INDUCTOR_HOOKS.append(hook)
+
 
 def register_backend(name: str | Backend | None = None, fn: Backend | None = None) -> Any:
     """Register a backend under a name: `register_backend("mine", fn)`, or as a decorator
@@ -89,15 +102,10 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None
         shared: dict[str, Any] = {}  # the forward and backward of this frame record into one pool
         fw_compiler = cudagraphs.wrap_compiler(compiler, shared, "forward")
         bw_compiler = cudagraphs.wrap_compiler(compiler, shared, "backward")
-    if config.report_dir:  # KILN_REPORT: the run report records each lowered graph (loaded only then)
-        from kiln.debug.report import recording
-
-        fw_compiler, bw_compiler = recording(fw_compiler), recording(bw_compiler)
-    if config.repro_after:  # KILN_REPRO_AFTER: the diagnostics package watches the stages (loaded only then)
-        from kiln.debug.repro import watched_inductor
-
-        return watched_inductor(aot_autograd, fw_compiler, bw_compiler)(gm, example_inputs)
-    return aot_autograd(fw_compiler, bw_compiler)(gm, example_inputs)
+    make_backend: Callable[..., Any] = aot_autograd
+    for hook in _INDUCTOR_HOOKS:  # diagnostics (run report, repro) when their setting is on
+        make_backend, fw_compiler, bw_compiler = hook(make_backend, fw_compiler, bw_compiler)
+    return make_backend(fw_compiler, bw_compiler)(gm, example_inputs)
 
 
 inductor_backend = inductor

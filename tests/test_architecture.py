@@ -23,6 +23,9 @@ BASE = frozenset({"config", "errors", "log", "compile_time"})
 ALLOWED: dict[str, frozenset[str]] = {
     # The package root assembles the public API, debug tools included: nothing imports it back.
     "kiln": frozenset({"api", "backends", "symbolic", "debug"}),
+    # `python -m kiln` (the diagnostics command line) runs on top of everything.
+    "__main__": frozenset({"kiln", "api", "backends", "debug", "capture", "autograd", "lower", "runtime",
+                           "fake", "symbolic"}),
     # debug reads every stage (explain compiles through the api); no stage imports debug.
     "debug": frozenset({"api", "backends", "capture", "autograd", "lower", "runtime", "fake", "symbolic"}),
     # kiln.compile: the entry (capture) with a backend looked up by name.

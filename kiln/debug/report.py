@@ -161,7 +161,7 @@ def _write_at_exit() -> None:
 
 def write(folder: str | None = None) -> str:
     """Render the collected run to `<folder>/report_<time>_<pid>/index.html`; returns its path."""
-    import kiln
+    from kiln import api  # the package root imports kiln.debug: this module reads the api, not the root
 
     root = folder or config.report_dir or os.path.join(os.getcwd(), "kiln_report")
     out = os.path.join(root, time.strftime("report_%Y%m%d_%H%M%S") + f"_{os.getpid()}")
@@ -169,7 +169,7 @@ def write(folder: str | None = None) -> str:
     path = os.path.join(out, "index.html")
     frames = _collector.frames if _collector is not None else []
     with open(path, "w", encoding="utf-8") as f:
-        f.write(render(frames, kiln.stats()))
+        f.write(render(frames, api.stats()))
     return path
 
 
