@@ -184,6 +184,20 @@ class HookedModuleCall:
             return module(*args, **kwargs)
 
 
+class DDPModuleCall:
+    """A DDP module called inside a compiled function (a training step that calls `ddp(x)`): the
+    call is a graph break; DDP's forward runs natively and the module it wraps runs compiled.
+    Called as `call(ddp, *args, **kwargs)`; `compiled` is the wrapped module's forward, compiled,
+    taking that module as its first argument."""
+
+    def __init__(self, compiled: Callable[..., Any]) -> None:
+        self.compiled = compiled
+
+    def __call__(self, ddp: Any, *args: Any, **kwargs: Any) -> Any:
+        with compiled_forward_of(ddp.module, functools.partial(self.compiled, ddp.module)):
+            return ddp(*args, **kwargs)
+
+
 # Swaps nest (an FSDP block inside an FSDP root) and may come from several threads: one reentrant
 # lock keeps each module's swap and restore paired.
 _SWAP_LOCK = threading.RLock()

@@ -322,19 +322,23 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
     """
     from kiln.capture.options import DISABLE_MARKER
     from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+    from kiln.capture.distributed import DDPModuleCall, HookedModuleCall, is_ddp
     from kiln.capture.variables.module import NNModuleVariable, _has_hooks
 
     if isinstance(var, UserFunctionVariable) and not getattr(var.fn, DISABLE_MARKER, False):
         return glue.bind("callee", wrap_frame(var.fn)), []
     if isinstance(var, UserMethodVariable) and not getattr(var.fn, DISABLE_MARKER, False):
         return glue.bind("callee", wrap_frame(var.fn)), [glue.reconstruct(var.obj)]
+    if isinstance(var, NNModuleVariable) and is_ddp(var.module):
+        inner_forward = type(var.module.module).forward
+        if isinstance(inner_forward, types.FunctionType) and "forward" not in var.module.module.__dict__:
+            return glue.bind("callee", DDPModuleCall(wrap_frame(inner_forward))), [glue.reconstruct(var)]
     if isinstance(var, NNModuleVariable):
         forward = type(var.module).forward
         if isinstance(forward, types.FunctionType) and "forward" not in var.module.__dict__:
             if not _has_hooks(var.module):
                 return glue.bind("callee", wrap_frame(forward)), [glue.reconstruct(var)]
             # hooks capture cannot trace (FSDP2's): they run natively around the compiled forward
-            from kiln.capture.distributed import HookedModuleCall
             return glue.bind("callee", HookedModuleCall(wrap_frame(forward))), [glue.reconstruct(var)]
     return glue.reconstruct(var), []
 

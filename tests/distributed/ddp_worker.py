@@ -43,6 +43,12 @@ def _counting(backend: str, calls: list[int]) -> Any:
     return counting_backend
 
 
+def _train_step(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    return loss.detach()
+
+
 def scenario(rank: int, name: str, backend: str) -> dict[str, Any]:
     """Train eager DDP and Kiln side by side; `name` picks the wrapping and the DDP options."""
     torch.manual_seed(0)
@@ -55,6 +61,9 @@ def scenario(rank: int, name: str, backend: str) -> dict[str, Any]:
     compiler = _counting(backend, calls)
     if name == "inner":
         model = DDP(kiln.compile(copy.deepcopy(base), backend=compiler), **ddp_kwargs)
+    elif name == "step":  # DDP called inside a compiled training step: forward and backward in one frame
+        model = DDP(copy.deepcopy(base), **ddp_kwargs)
+        train_step = kiln.compile(_train_step, backend=compiler)
     else:
         model = kiln.compile(DDP(copy.deepcopy(base), **ddp_kwargs), backend=compiler)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -70,6 +79,9 @@ def scenario(rank: int, name: str, backend: str) -> dict[str, Any]:
                 with reference.no_sync():
                     reference(x[:3]).sum().backward()
                 reference(x[3:]).sum().backward()
+            elif name == "step":
+                train_step(model, x)
+                _train_step(reference, x)
             else:
                 model(x).sum().backward()
                 reference(x).sum().backward()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from kiln.capture.distributed import is_ddp
 from kiln.capture.sources import AttrSource, ItemSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
@@ -103,6 +104,11 @@ class NNModuleVariable(Variable):
         return tx.wrap(value, source)
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        if is_ddp(self.module):
+            # DDP's forward drives its reducer from Python: it runs natively at the break, and the
+            # glue compiles the module it wraps (kiln.capture.distributed.DDPModuleCall).
+            raise Unsupported("DistributedDataParallel's forward runs natively; the module it wraps is "
+                              "compiled as its own frame", kind="collective")
         if _has_hooks(self.module):
             if _only_forward_hooks(self.module):
                 return self._call_with_forward_hooks(tx, args, kwargs)
