@@ -18,7 +18,8 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from kiln import config, log
+from kiln import log
+from kiln.runtime import store
 
 
 @dataclass(frozen=True)
@@ -72,25 +73,32 @@ def candidates(shape: KernelShape) -> list[LaunchConfig]:
     return out
 
 
-def _path(key: str) -> str:
-    return os.path.join(config.cache_dir, "autotune", key[:2], f"{key}.json")
+def _path(key: str, create: bool = False) -> str | None:
+    """The record's path in the cache (None when the cache directory is refused or cannot be made)."""
+    base = store.root()
+    if base is None or (create and store.folder("autotune", key[:2]) is None):
+        return None
+    return os.path.join(base, "autotune", key[:2], f"{key}.json")
 
 
 def stored_choice(key: str) -> LaunchConfig | None:
-    try:
-        with open(_path(key)) as f:
-            return LaunchConfig(**json.load(f)["choice"])
-    except (OSError, ValueError, KeyError, TypeError):
+    path = _path(key)
+    body = store.read_sealed(path) if path is not None else None  # a damaged record is deleted
+    if body is None:
         return None
+    try:
+        choice = LaunchConfig(**json.loads(body)["choice"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not all(isinstance(v, int) or v is None for v in asdict(choice).values()):
+        return None
+    return choice
 
 
 def store_choice(key: str, choice: LaunchConfig, timings: dict[str, float]) -> None:
-    path = _path(key)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"choice": asdict(choice), "seconds": timings}, f, indent=1)
-    os.replace(tmp, path)  # atomic: another process reads the old record or the new one
+    path = _path(key, create=True)
+    if path is not None:  # atomic and sealed: another process reads the old record or the new one
+        store.write_sealed(path, json.dumps({"choice": asdict(choice), "seconds": timings}, indent=1).encode())
 
 
 def tuning_key(kernel_source: str, name: str, xnumel: int) -> str:

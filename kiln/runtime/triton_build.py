@@ -16,11 +16,12 @@ import hashlib
 import importlib.util
 import os
 import sys
+import tempfile
 import threading
 from types import ModuleType
 from typing import Any
 
-from kiln import config
+from kiln.runtime import store
 
 _LOADED: dict[tuple[str, bool], ModuleType] = {}
 _LOCK = threading.Lock()
@@ -53,14 +54,20 @@ def load(source: str, *, interpret: bool) -> ModuleType:
     with _LOCK:
         if (key, interpret) in _LOADED:
             return _LOADED[(key, interpret)]
-        folder = os.path.join(config.cache_dir, "triton", key[:2])
-        os.makedirs(folder, exist_ok=True)
+        # The module is imported from its file, so the file must hold exactly `source`: one found
+        # in the cache with other content (planted, torn) is rewritten, never imported. A refused or
+        # full cache directory gives a folder private to this process.
+        folder = store.folder("triton", key[:2]) or tempfile.mkdtemp(prefix="kiln-triton-")
         path = os.path.join(folder, f"kiln_{key}.py")
-        if not os.path.exists(path):
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
+        try:
+            with open(path, encoding="utf-8") as f:
+                ok = f.read() == source
+        except (OSError, UnicodeDecodeError):
+            ok = False
+        if not ok and not store.write_atomic(path, source.encode("utf-8")):
+            path = os.path.join(tempfile.mkdtemp(prefix="kiln-triton-"), f"kiln_{key}.py")
+            with open(path, "w", encoding="utf-8") as f:
                 f.write(source)
-            os.replace(tmp, path)  # atomic: a racing process reads the whole file or none of it
         name = f"kiln_triton_{key}_{'interp' if interpret else 'jit'}"
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None

@@ -13,6 +13,7 @@ import os
 import pickle
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,46 @@ def test_swapped_kernel_library_is_not_loaded(filled: tuple[Path, Path], tmp_pat
     for path in harness.files(cache, ".entry"):
         path.unlink()
     _check_second_run(code, cache, marker)
+
+
+_TRITON_PLANT = """
+import hashlib, os, pathlib, sys
+from kiln import config
+from kiln.runtime import triton_build
+source = "VALUE = 1\\n"
+key = hashlib.sha256(source.encode()).hexdigest()[:32]
+folder = pathlib.Path(config.cache_dir) / "triton" / key[:2]
+folder.mkdir(parents=True, exist_ok=True)
+(folder / f"kiln_{key}.py").write_text(f"pathlib = __import__('pathlib'); pathlib.Path({sys.argv[1]!r}).write_text('ran')\\nVALUE = 2\\n")
+module = triton_build.load(source, interpret=True)
+print(module.VALUE)
+"""
+
+
+def test_planted_triton_module_is_not_imported(tmp_path: Path) -> None:
+    pytest.importorskip("triton")
+    marker = tmp_path / "pwned_triton"
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    env = {**os.environ, "KILN_CACHE_DIR": str(cache)}
+    proc = subprocess.run([sys.executable, "-c", _TRITON_PLANT, str(marker)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "1" and not marker.exists()
+
+
+def test_autotune_record_round_trips_and_a_damaged_one_is_ignored(tmp_path: Path) -> None:
+    from kiln import config
+    from kiln.runtime import autotune
+
+    store.forget_verdicts()
+    with config.patch(cache_dir=str(tmp_path / "cache")):
+        choice = autotune.LaunchConfig(4, None, 2, 1)
+        autotune.store_choice("ab" * 16, choice, {"x": 1.0})
+        assert autotune.stored_choice("ab" * 16) == choice
+        (path,) = (tmp_path / "cache" / "autotune").rglob("*.json")
+        path.write_bytes(path.read_bytes().replace(b'"xblock": 4', b'"xblock": 5'))
+        with pytest.warns(UserWarning):
+            store._warned_damage = False
+            assert autotune.stored_choice("ab" * 16) is None
+    store.forget_verdicts()
