@@ -596,6 +596,6 @@ def _new_policy() -> Any:
 
 
 def frames_of(compiled: Callable[..., Any]) -> FrameCache:
-    """The FrameCache behind a callable returned by compile_function (tests and explain read it)."""
+    """The FrameCache behind a callable returned by compile_function (to inspect its entries: guards, glue, graphs)."""
     return compiled._kiln_frame.cache  # type: ignore[attr-defined]
 

@@ -78,10 +78,3 @@ def marked_maybe_dynamic(t: torch.Tensor) -> frozenset[int]:
 def marked_static(t: torch.Tensor) -> frozenset[int]:
     """Dims given to mark_static (never symbolic)."""
     return getattr(t, _STATIC, frozenset())
-
-
-def clear_marks(t: torch.Tensor) -> None:
-    """Forget every mark on t."""
-    for attr in (_DYNAMIC, _MAYBE_DYNAMIC, _STATIC):
-        if hasattr(t, attr):
-            delattr(t, attr)
