@@ -17,13 +17,14 @@ import ast
 import ctypes
 import functools
 import gc
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 from torch.utils import _pytree as pytree
 
-from kiln import log
+from kiln import config, log
 from kiln.runtime import build
 from kiln.runtime.artifact import RECIPE_ATTR, Recipe, loader
 from kiln.runtime.records import record_type
@@ -82,7 +83,7 @@ def wrapper_recipe(source: str, env: dict[str, Any], argtypes: dict[str, list[An
             return None
         lib = (found.relative, found.size, found.sha256)
     try:
-        check_wrapper_source(source, set(constants) | set(kernels))
+        check_wrapper_source(source, set(constants) | set(kernels) | (THREAD_GLOBALS if kernels else set()))
     except ValueError as exc:
         log.artifact("cache", f"wrapper not persistable: {exc}")
         return None
@@ -99,6 +100,54 @@ def bind_overloads(env: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Threads: kernels run on torch.get_num_threads() threads
+
+
+# The globals a wrapper with kernels reads in its first line,
+#     if _torch_threads() != _threads_applied[0]: _follow_threads()
+# so a torch.set_num_threads between calls reaches the kernels; the check costs one builtin call and
+# an int compare per graph call, the ctypes call happens only when the count changed.
+THREAD_GLOBALS = frozenset({"_torch_threads", "_threads_applied", "_follow_threads"})
+
+
+class LibraryThreads:
+    """A kernel library's thread count (its `kiln_set_num_threads`, see codegen/cpp.py's prelude),
+    kept equal to torch.get_num_threads(); `applied` holds the count it was last given."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        setter = getattr(lib, "kiln_set_num_threads", None)
+        if setter is None:  # built from an older prelude: the caller compiles again
+            raise build.LibraryError("the kernel library has no kiln_set_num_threads")
+        setter.argtypes = [ctypes.c_int, ctypes.c_int]
+        setter.restype = None
+        self._set = setter
+        self.applied = [0]
+        self.follow()
+
+    def follow(self) -> None:
+        """Give the library torch's thread count and kiln.config.adaptive_threads now."""
+        threads = torch.get_num_threads()
+        self._set(threads, 1 if config.adaptive_threads else 0)
+        self.applied[0] = threads
+
+
+_library_threads: dict[int, LibraryThreads] = {}  # id(CDLL) -> its state; build keeps libraries alive
+
+
+def bind_threads(env: dict[str, Any], lib: ctypes.CDLL) -> None:
+    """Put THREAD_GLOBALS for `lib` into a wrapper's globals, handing the library torch's thread
+    count (and the adaptive setting) now. Wrappers sharing a library share its state."""
+    state = _library_threads.get(id(lib))
+    if state is None:
+        state = _library_threads[id(lib)] = LibraryThreads(lib)
+    else:
+        state.follow()  # a new compile reads kiln.config.adaptive_threads again
+    env["_torch_threads"] = torch.get_num_threads
+    env["_threads_applied"] = state.applied
+    env["_follow_threads"] = state.follow
+
+
+# ---------------------------------------------------------------------------------------------------
 # What a wrapper's source may contain
 
 
@@ -107,7 +156,7 @@ _METHODS = frozenset({"size", "stride", "data_ptr", "as_strided", "storage_offse
 _TORCH_FUNCTIONS = frozenset({"empty_strided", "randint"})
 _BUILTINS = frozenset({"int", "max", "min"})
 _NODES = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Assign, ast.If, ast.Expr, ast.Delete,
-          ast.Return, ast.Name, ast.Load, ast.Store, ast.Del, ast.Constant, ast.Attribute, ast.Call,
+          ast.Return, ast.Raise, ast.Name, ast.Load, ast.Store, ast.Del, ast.Constant, ast.Attribute, ast.Call,
           ast.keyword, ast.Subscript, ast.Tuple, ast.List, ast.BinOp, ast.UnaryOp, ast.Compare,
           ast.operator, ast.unaryop, ast.cmpop)
 
@@ -133,14 +182,15 @@ def _check(source: str, globals_: set[str]) -> ast.Module:
         tree = ast.parse(source)
     except SyntaxError as exc:
         raise ValueError(f"wrapper source does not parse: {exc}") from exc
-    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef) or tree.body[0].name != "call":
-        raise ValueError("wrapper source is not one function named call")
-    fn = tree.body[0]
+    *preamble, fn = tree.body or [None]
+    if not isinstance(fn, ast.FunctionDef) or fn.name != "call":
+        raise ValueError("wrapper source does not end with a function named call")
+    checked = _check_error_preamble(preamble)
     if fn.decorator_list or fn.args.defaults or fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs:
         raise ValueError("wrapper function has decorators, defaults or starred arguments")
-    known = {a.arg for a in fn.args.args} | globals_ | set(_FIXED_GLOBALS) | _BUILTINS
+    known = {a.arg for a in fn.args.args} | globals_ | set(_FIXED_GLOBALS) | _BUILTINS | checked
     known |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    callables = globals_ | _BUILTINS | {"_relayout"}
+    callables = globals_ | _BUILTINS | {"_relayout"} | checked
     called = {id(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
     for node in ast.walk(fn):
         if not isinstance(node, _NODES):
@@ -169,6 +219,39 @@ def _check(source: str, globals_: set[str]) -> ast.Module:
     return tree
 
 
+# The preamble of a wrapper whose kernels check indices and divisors (kiln/lower/checks.py): a
+# ctypes record the kernels fill, and a function of builtins only that turns it into the exception
+# eager raises. Admitted in exactly that shape.
+_ERROR_IMPORT = "import ctypes as _ctypes"
+_ERROR_RECORD_TYPE = re.compile(r"_ErrorRecord = _ctypes\.c_int64 \* \d+")
+_ERROR_NAMES = frozenset({"err", "site", "value", "size", "RuntimeError", "IndexError", "ValueError",
+                          "ZeroDivisionError"})
+_ERROR_NODES = (ast.FunctionDef, ast.arguments, ast.arg, ast.Assign, ast.If, ast.Return, ast.Name, ast.Load,
+                ast.Store, ast.Constant, ast.Subscript, ast.Tuple, ast.Compare, ast.Eq, ast.Call, ast.JoinedStr,
+                ast.FormattedValue)
+
+
+def _check_error_preamble(statements: list[ast.stmt]) -> set[str]:
+    """The names the preamble defines (none without one); ValueError for anything else."""
+    if not statements:
+        return set()
+    if len(statements) != 3 or ast.unparse(statements[0]) != _ERROR_IMPORT \
+            or not _ERROR_RECORD_TYPE.fullmatch(ast.unparse(statements[1])):
+        raise ValueError("wrapper source has statements before call that are not the error record's")
+    fn = statements[2]
+    if not isinstance(fn, ast.FunctionDef) or fn.name != "_kernel_error" or fn.decorator_list \
+            or [a.arg for a in fn.args.args] != ["err"]:
+        raise ValueError("wrapper source defines another function than _kernel_error")
+    for node in ast.walk(fn):
+        if not isinstance(node, _ERROR_NODES):
+            raise ValueError(f"_kernel_error holds a {type(node).__name__}")
+        if isinstance(node, ast.Name) and node.id not in _ERROR_NAMES:
+            raise ValueError(f"_kernel_error reads {node.id!r}")
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id.endswith("Error")):
+            raise ValueError("_kernel_error calls something other than an exception class")
+    return {"_ErrorRecord", "_kernel_error"}
+
+
 # ---------------------------------------------------------------------------------------------------
 # Loading
 
@@ -176,7 +259,8 @@ def _check(source: str, globals_: set[str]) -> ast.Module:
 def load_wrapper(recipe: WrapperRecipe) -> Callable[..., Any]:
     """The wrapper function of a recipe, bound to its kernels (build.LibraryError when the library
     is gone or not the recorded one, ValueError when the source is not a wrapper's)."""
-    tree = check_wrapper_source(recipe.source, set(recipe.constants) | set(recipe.kernels))
+    threads = THREAD_GLOBALS if recipe.kernels else set()
+    tree = check_wrapper_source(recipe.source, set(recipe.constants) | set(recipe.kernels) | threads)
     env: dict[str, Any] = {**_FIXED_GLOBALS, **recipe.constants}
     bind_overloads(env)
     if recipe.kernels:
@@ -189,6 +273,7 @@ def load_wrapper(recipe: WrapperRecipe) -> Callable[..., Any]:
             fn.argtypes = [_CTYPES[k] for k in kinds]
             fn.restype = None
             env[name] = fn
+        bind_threads(env, lib)
     exec(compile(tree, "<kiln wrapper>", "exec"), env)
     return with_output_spec(env["call"], recipe.output_spec)
 

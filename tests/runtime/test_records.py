@@ -111,3 +111,35 @@ def test_wrapper_source_check(line: str) -> None:
     evil = _WRAPPER.replace("    return", line + "\n    return")
     with pytest.raises(ValueError):
         kernel_wrapper.check_wrapper_source(evil, names)
+
+
+_CHECKED_WRAPPER = """import ctypes as _ctypes
+_ErrorRecord = _ctypes.c_int64 * 3
+
+def _kernel_error(err):
+    site, value, size = err[0], err[1], err[2]
+    if site == 7:
+        return IndexError(f'embedding(): index {value} is out of range for a table of {size} rows')
+    return RuntimeError(f'kiln: kernel check {site} failed (value {value}, bound {size})')
+
+
+def call(arg0):
+    kiln_err = _ErrorRecord()
+    buf0 = torch.empty_strided((4,), (1,), dtype=torch_float32)
+    kernel0(arg0.data_ptr(), buf0.data_ptr(), kiln_err)
+    if kiln_err[0]: raise _kernel_error(kiln_err)
+    return (buf0,)
+"""
+
+
+@pytest.mark.parametrize("change", [None, ("import ctypes as _ctypes", "import os as _ctypes"),
+                                    ("return RuntimeError(", "return __import__('os').system("),
+                                    ("c_int64 * 3", "c_int64 * 3; import os"),
+                                    ("site, value, size = err[0]", "site, value, size = open('x'), err[0]")])
+def test_wrapper_source_check_admits_only_the_error_record_preamble(change) -> None:
+    names = {"torch_float32", "kernel0"}
+    if change is None:
+        kernel_wrapper.check_wrapper_source(_CHECKED_WRAPPER, names)
+        return
+    with pytest.raises(ValueError):
+        kernel_wrapper.check_wrapper_source(_CHECKED_WRAPPER.replace(*change), names)
