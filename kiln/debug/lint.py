@@ -1,24 +1,25 @@
 """The compile-hazard lint: find, in source code, what will make capture break the graph.
 
-`lint_paths(paths)` parses each Python file (never imports or runs it) and walks every function
-with a small "is this a tensor?" analysis: parameters without a non-tensor annotation or literal
-default are tensors, and so is whatever tensor ops, torch calls and module calls make of them.
-Findings name file:line, the hazard (print/logging, `.item()`/`.tolist()`/`.numpy()`/`float(t)`, a
-Python branch on a tensor, random/time/warnings calls, numpy on tensors, f-strings of tensors, calls
-into libraries capture cannot trace, loops over a size) and the rewrite from the same hint table
-graph breaks use (kiln.capture.breaks.HINTS). Kiln's own addition; torch.compile has no counterpart.
+`lint_paths(paths)` parses each Python file (never imports or runs it) and walks every function with
+a small "is this a tensor?" analysis (parameters, torch calls, tensor-only methods, what they flow
+into). Findings name file:line, the hazard (print/logging, `.item()`/`float(t)`/`math.f(t)`, a branch
+on a tensor, random/time/warnings, numpy on tensors, f-strings of tensors, unique and boolean masks,
+calls to disabled functions or fake-less custom ops, untraceable libraries, locks, loops over a size)
+and the rewrite from the hint table graph breaks use (kiln.capture.breaks.HINTS). Kiln's own addition.
 """
 from __future__ import annotations
 
 import ast
+import functools
 import os
+import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 # kind -> does capture break the graph there (False: an advisory, e.g. a loop unrolled per size)
 KINDS = {"print": True, "logging": True, "item": True, "data_dependent_branch": True, "numpy": True,
          "unsupported_call": True, "format_tensor": True, "unsupported": True, "shape_loop": False,
-         "guarded_branch": False}
+         "guarded_branch": False, "data_dependent_shape": True, "disabled": True, "missing_fake_impl": True}
 # calls that are True while a compiler traces: code behind them takes the traceable path
 TRACING_CHECKS = ("is_tracing", "is_compiling", "is_torchdynamo", "is_scripting", "exporting")
 LOG_METHODS = {"debug", "info", "warning", "warn", "error", "exception", "critical", "log", "warning_once",
@@ -38,6 +39,21 @@ TENSOR_METHODS = {"sum", "any", "all", "mean", "norm", "abs", "prod", "std", "va
                   "gt", "lt", "ge", "le", "argmax", "argmin", "amax", "amin", "softmax", "matmul", "masked_fill",
                   "view", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "float", "half", "to",
                   "contiguous", "clone", "detach", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "pow"}
+_PYTHON_METHODS = {name for t in (str, bytes, list, tuple, dict, set, int, float, complex, object) for name in dir(t)}
+
+
+@functools.lru_cache(maxsize=None)
+def _tensor_only_methods() -> frozenset[str]:
+    """Methods torch.Tensor has and no common Python type has: calling one says its receiver is a tensor."""
+    import torch
+
+    return frozenset(name for name in dir(torch.Tensor)
+                     if not name.startswith("_") and name not in _PYTHON_METHODS and name not in NON_TENSOR_METHODS)
+
+
+# unannotated parameters named like sizes, counts or indices are taken to be Python ints
+SIZE_NAME = re.compile(r"^(n|i|j|k|dim|size|length|height|width|step|index|idx|num_\w+|\w+_(size|len|length|dim|"
+                       r"count|idx|index|num))$")
 NUMPY_SCALAR_TYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool_"}
 UNTRACEABLE_MODULES = {"scipy", "pandas", "sklearn", "PIL", "cv2", "matplotlib", "requests", "subprocess", "pickle",
                        "json", "socket", "sqlite3"}
@@ -121,8 +137,10 @@ class _FunctionLint:
     """The tensor analysis and hazard checks of one function body (nested functions are their own)."""
 
     def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, modules: dict[str, str],
-                 filename: str) -> None:
+                 filename: str, facts: "_ModuleFacts") -> None:
         self.fn, self.qualname, self.modules, self.filename = fn, qualname, modules, filename
+        self.facts = facts
+        self.tensor_methods = facts.tensor_methods
         # "strong": certainly a tensor (torch results, tensor methods); "weak" also holds what may be
         # one (unannotated parameters, helpers called on tensors). Branch checks trust only strong.
         self.tensors: set[str] = set()
@@ -138,13 +156,12 @@ class _FunctionLint:
                 continue
             note = ast.unparse(param.annotation) if param.annotation is not None else ""
             literal = isinstance(default, ast.Constant)
-            if note.replace(" ", "") in NON_TENSOR_ANNOTATIONS or (not note and literal):
+            if note.replace(" ", "") in NON_TENSOR_ANNOTATIONS or (not note and (literal or SIZE_NAME.match(param.arg))):
                 continue
             if note and "Tensor" not in note and note not in ("Any",):
                 continue  # a config object, a module, a callable ...
             self.tensors.add(param.arg)
-            if "Tensor" in note or fn.name == "forward":
-                self.strong.add(param.arg)
+            self.strong.add(param.arg)
         for star in (args.vararg, args.kwarg):
             if star is not None:
                 self.tensors.add(star.arg)
@@ -206,7 +223,7 @@ class _FunctionLint:
                 return False
             if self.is_tensor(func.value, strong):  # a tensor method: x.sum(), x.view(...)
                 return True
-            if func.attr in TENSOR_METHODS and self.is_tensor(func.value):
+            if (func.attr in TENSOR_METHODS or func.attr in self.tensor_methods) and self.is_tensor(func.value):
                 return True  # a tensor-only method on what may be a tensor: it is one
         if strong:
             return False
@@ -322,6 +339,9 @@ class _FunctionLint:
         for node in ast.walk(root):
             if isinstance(node, ast.Call):
                 self.call(node)
+            elif isinstance(node, ast.Subscript) and self.is_tensor(node.value, True) and isinstance(node.slice, ast.Compare) \
+                    and self.is_tensor(node.slice, True):
+                self.report(node, "data_dependent_shape", "indexing with a boolean mask: its size depends on the data")
             elif isinstance(node, ast.JoinedStr):
                 if any(isinstance(v, ast.FormattedValue) and self.is_tensor(v.value, True) for v in node.values):
                     self.report(node, "format_tensor", "f-string of a tensor")
@@ -342,6 +362,15 @@ class _FunctionLint:
             self.report(node, "logging", f"logging call {name or func.attr}()")
         elif module in ("random", "time") or name == "warnings.warn":
             self.report(node, "unsupported_call", f"{name}() runs outside the graph")
+        elif module == "math" and any(self.is_tensor(a, True) for a in args):
+            self.report(node, "item", f"{name}() of a tensor reads its data")
+        elif (name in ("torch.unique", "torch.unique_consecutive") or (isinstance(func, ast.Attribute) and func.attr
+              in ("unique", "unique_consecutive") and self.is_tensor(func.value, True))):
+            self.report(node, "data_dependent_shape", f"{name or func.attr}(): its size depends on the data")
+        elif isinstance(func, ast.Name) and func.id in self.facts.disabled_names:
+            self.report(node, "disabled", f"{func.id}() is marked disable and runs outside the graph")
+        elif isinstance(func, ast.Name) and func.id in self.facts.custom_ops_without_fake:
+            self.report(node, "missing_fake_impl", f"custom op {func.id}() has no fake implementation")
         elif module == "numpy":
             attr = func.attr if isinstance(func, ast.Attribute) else ""
             if any(self.is_tensor(a) for a in args) or attr in NUMPY_SCALAR_TYPES:
@@ -350,14 +379,49 @@ class _FunctionLint:
             self.report(node, "unsupported_call", f"{name or module}() is a library capture cannot trace")
 
 
+class _ModuleFacts:
+    """What one file says about its functions: which are marked disable (never traced; calls to them
+    break), which custom ops have no fake implementation registered in the file."""
+
+    def __init__(self, tree: ast.AST) -> None:
+        self.tensor_methods = _tensor_only_methods()
+        self.disabled_functions: set[str] = set()  # bodies capture never traces
+        self.disabled_names: set[str] = set()  # names bound to a disabled callable
+        custom_ops: set[str] = set()
+        faked: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for deco in node.decorator_list:
+                    target = _dotted(deco.func if isinstance(deco, ast.Call) else deco)
+                    if target.split(".")[-1] == "disable":
+                        self.disabled_functions.add(node.name)
+                        self.disabled_names.add(node.name)
+                    elif target.endswith("custom_op"):
+                        custom_ops.add(node.name)
+                    elif target.endswith(".register_fake"):
+                        faked.add(target.split(".")[0])
+            elif isinstance(node, ast.Call) and _dotted(node.func).split(".")[-1] == "disable":
+                self.disabled_functions.update(a.id for a in node.args if isinstance(a, ast.Name))
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                    _dotted(node.value.func).split(".")[-1] == "disable":
+                self.disabled_names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.Attribute) and node.attr == "register_fake":
+                faked.add(_dotted(node.value))
+        self.custom_ops_without_fake = custom_ops - faked
+
+
 def lint_source(source: str, filename: str = "<string>") -> list[Finding]:
-    """Every finding in one file's source, in line order."""
+    """Every finding in one file's source, in line order (functions marked disable are skipped:
+    capture never traces them)."""
     tree = ast.parse(source, filename)
     imports = _Imports()
     imports.visit(tree)
+    facts = _ModuleFacts(tree)
     findings: list[Finding] = []
     for fn, qualname in _functions(tree):
-        findings += _FunctionLint(fn, qualname, imports.modules, filename).run()
+        if fn.name in facts.disabled_functions:
+            continue
+        findings += _FunctionLint(fn, qualname, imports.modules, filename, facts).run()
     return sorted(findings, key=lambda f: (f.lineno, f.kind))
 
 
