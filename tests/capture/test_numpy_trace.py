@@ -107,6 +107,13 @@ def tensor_with_numpy_scalar(x, i):
     return x * s + m, i * m, x > s, torch.tensor(m)
 
 
+def sort_round_products_norm(x, i):
+    a, n = x.numpy(), i.numpy()
+    return (np.round(a * 10, 1), np.around(a), np.sort(a, axis=0), np.sort(a, axis=None), np.flip(a, 1),
+            np.outer(a[0], a[1]), np.einsum("ij,kj->ik", a, a), np.linalg.norm(a), np.linalg.norm(a, axis=1),
+            np.linalg.norm(n), np.exp2(n), np.round(n), np.outer(n, n))
+
+
 def _x():
     torch.manual_seed(0)
     return torch.randn(4, 6)
@@ -128,6 +135,7 @@ CASES = [
     (inplace_on_array, lambda: (_x(),)),
     (creation_only, lambda: (_x()[:2, :3],)),
     (tensor_with_numpy_scalar, lambda: (_x(), torch.arange(4))),
+    (sort_round_products_norm, lambda: (_x(), torch.arange(6))),
 ]
 
 

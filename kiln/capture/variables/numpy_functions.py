@@ -143,7 +143,7 @@ _UNARY = {np.exp: torch.exp, np.log: torch.log, np.log2: torch.log2, np.log10: t
           np.ceil: torch.ceil, np.trunc: torch.trunc, np.sign: torch.sign, np.square: torch.square,
           np.reciprocal: torch.reciprocal, np.isnan: torch.isnan, np.isinf: torch.isinf,
           np.isfinite: torch.isfinite, np.logical_not: torch.logical_not, np.rint: torch.round,
-          np.invert: operator.invert}
+          np.invert: operator.invert, np.exp2: torch.exp2}
 _BINARY = {np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul,
            np.true_divide: operator.truediv, np.floor_divide: operator.floordiv, np.remainder: operator.mod,
            np.power: operator.pow, np.arctan2: torch.atan2, np.bitwise_and: operator.and_,
@@ -340,6 +340,74 @@ def join(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable
     out = tx.call_op("call_function", torch.cat if fn is np.concatenate else torch.stack,
                      [ListVariable(parts), ConstantVariable(axis)], {})
     return NumpyArrayVariable.of(out)
+
+
+@numpy_function(np.round, np.around)
+def round_(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    _no_kwargs(fn, kwargs, ("decimals",))
+    decimals = _pick(args, kwargs, 1, "decimals", 0)
+    a = args[0]
+    out_dtype = result_dtype(fn, [a], {})
+    if not np.issubdtype(out_dtype, np.floating):
+        return a if decimals >= 0 else _unsupported(fn, "negative decimals on integers")
+    # both round half to even, also with decimals (scaled by 10**decimals)
+    out = tx.call_op("call_function", torch.round, [cast(tx, a, out_dtype)], {"decimals": ConstantVariable(decimals)})
+    return wrap_out(tx, out, out_dtype, _all_scalars([a]))
+
+
+def _unsupported(fn: Any, why: str) -> Variable:
+    raise Unsupported(f"{_name(fn)} with {why}", kind="numpy")
+
+
+@numpy_function(np.sort, np.flip)
+def sort_or_flip(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    _no_kwargs(fn, kwargs, ("axis",))
+    a = args[0]
+    axis = _pick(args, kwargs, 1, "axis", -1 if fn is np.sort else None)
+    if fn is np.sort:
+        if axis is None:
+            a = NumpyArrayVariable.of(tx.call_op("call_method", "reshape", [a.tensor(), ConstantVariable(-1)], {}))
+            axis = 0
+        # numpy sorts NaN last, as torch.sort does; a stable sort gives the same values either way
+        out = tx.call_op("call_function", torch.sort, [a.tensor()], {"dim": ConstantVariable(axis),
+                                                                    "stable": ConstantVariable(True)})
+        return NumpyArrayVariable.of(out.items[0])  # type: ignore[attr-defined]
+    dims = tuple(range(a.ndim)) if axis is None else ((axis,) if isinstance(axis, int) else tuple(axis))
+    return NumpyArrayVariable.of(tx.call_op("call_function", torch.flip, [a.tensor(), ConstantVariable(dims)], {}))
+
+
+@numpy_function(np.outer, np.einsum)
+def products(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    _no_kwargs(fn, kwargs)
+    arrays = args[1:] if fn is np.einsum else args
+    if not all(_is_array(a) for a in arrays):
+        raise Unsupported(f"{_name(fn)} on values that are not all traced arrays", kind="numpy")
+    out_dtype = result_dtype(fn, args, {})
+    parts = [cast(tx, a, out_dtype) for a in arrays]
+    if fn is np.outer:
+        flat = [tx.call_op("call_method", "reshape", [p, ConstantVariable(-1)], {}) for p in parts]
+        out = tx.call_op("call_function", torch.outer, flat, {})
+    else:
+        out = tx.call_op("call_function", torch.einsum, [args[0], *parts], {})
+    return wrap_out(tx, out, out_dtype, out.example.dim() == 0)  # type: ignore[attr-defined]
+
+
+@numpy_function(np.linalg.norm)
+def norm(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    _no_kwargs(fn, kwargs, ("axis", "keepdims"))
+    a = args[0]
+    if len(args) > 1 and _constant(args[1]) is not None:
+        raise Unsupported("numpy.linalg.norm with an ord", kind="numpy")
+    axis = _pick(args, kwargs, 2, "axis", None)
+    keepdims = bool(_pick(args, kwargs, 3, "keepdims", False))
+    if axis is not None and not isinstance(axis, int):
+        raise Unsupported("numpy.linalg.norm over several axes (a matrix norm)", kind="numpy")
+    out_dtype = result_dtype(fn, [a], {} if axis is None else {"axis": ConstantVariable(axis)})
+    t = cast(tx, a, out_dtype)
+    # ord=None: the 2-norm of the flattened array (the Frobenius norm of a matrix) or along `axis`
+    dim = ConstantVariable(None if axis is None else axis)
+    out = tx.call_op("call_function", torch.linalg.vector_norm, [t], {"dim": dim, "keepdim": ConstantVariable(keepdims)})
+    return wrap_out(tx, out, out_dtype, out.example.dim() == 0)  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------------------ creation
