@@ -2,14 +2,14 @@
 
 A warm start (the same script run again) would otherwise capture every frame anew: fake tensors,
 AOT tracing and lowering, about a second per frame, although only the C++ build is cached on disk.
-After a capture the entry hands its result to `store`; on a cache miss in a later process, `lookup`
-reads the entries stored for the same code object and returns the first whose guards pass on the
-actual frame, rebuilt without tracing. Corresponds to torch's FXGraphCache and AOTAutogradCache,
+After a capture the entry hands its result to `store`; on a cache miss in a later process, `candidates`
+reads the entries stored for the same code object, the entry uses the first whose guards pass on the
+actual frame, rebuilt by `materialize` without tracing. Corresponds to torch's FXGraphCache and AOTAutogradCache,
 one level up (the whole frame, as torch's precompile does).
 
 Key (a directory per key): the code object's content (filename, qualname, bytecode, constants and
 names, nested code objects), the compile options, kiln.config's capture settings, a hash of Kiln's
-own sources, the torch and Python versions and the CPU. Changing the function's source, Kiln or
+own sources, the torch and Python versions and the CPU feature flags. Changing the function's source, Kiln or
 torch therefore never meets an old entry; everything else the entry depends on is in its guards.
 
 What an entry holds (a sealed record file, kiln.runtime.store / kiln.runtime.records: data only,
