@@ -120,7 +120,7 @@ def error_function_source(sites: set[int]) -> list[str]:
     """Python lines defining `_kernel_error(err) -> Exception` for the wrapper (only builtins, so a
     wrapper rebuilt from the persistent cache needs nothing else)."""
     lines = ["def _kernel_error(err):",
-             "    # the first failed check of a kernel: (site, value, bound), filled by kiln_fail",
+             "    # the first failed check of a kernel: (site, value, bound), filled by kiln_record",
              "    site, value, size = err[0], err[1], err[2]"]
     for site in sorted(sites):
         error, message = describe_site(site)
@@ -133,19 +133,27 @@ def error_function_source(sites: set[int]) -> list[str]:
 # C++ of the checks (part of the kernel prelude). The failure path is out of line and cold, so the
 # loop body keeps one compare per check; compare-and-swap keeps the first failure whole when
 # several threads fail at once (the wrapper reads the record after the parallel region joined).
+# kiln_record is declared `const` although it writes the record: then the compiler may hoist the
+# check of a loop-invariant index (an embedding row) out of the inner loop, which is what lets
+# that loop vectorize. Its result is always used, so no call is dropped; it tests the failure
+# itself, so a call the compiler runs speculatively records nothing; and nothing in a kernel
+# reads the record, so no read can move across the write.
 CPP_PRELUDE = r"""
-static void __attribute__((noinline, cold)) kiln_fail(int64_t* err, int64_t site, int64_t value, int64_t bound) {
+static bool __attribute__((noinline, cold, const)) kiln_record(int64_t* err, int64_t site, int64_t value, int64_t bound, bool failed) {
   int64_t none = 0;
-  if (__atomic_compare_exchange_n(&err[0], &none, site, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  if (failed && __atomic_compare_exchange_n(&err[0], &none, site, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     err[1] = value; err[2] = bound;
   }
+  return !failed;
 }
 static inline bool kiln_index_ok(int64_t v, int64_t size, bool wrap, int64_t* err, int64_t site) {
   bool ok = wrap ? (v >= -size && v < size) : (v >= 0 && v < size);
-  if (__builtin_expect(!ok, 0)) kiln_fail(err, site, v, size);
-  return ok;
+  return __builtin_expect(ok, 1) ? true : kiln_record(err, site, v, size, !ok);
 }
-static inline int64_t kiln_zero_divisor(int64_t* err) { kiln_fail(err, 1, 0, 0); return 0; }
+static inline int64_t kiln_zero_divisor(int64_t divisor, int64_t* err) {
+  // 0, the quotient of a failed division; it comes out of the call so that the call stays
+  return (int64_t)kiln_record(err, 1, 0, 0, divisor == 0);
+}
 """
 
 
@@ -160,4 +168,4 @@ def guard_divisor(v: Op, a: list[str], ctype: str, division: str) -> str:
     """`division` (C++ of an integer division) preceded by the divisor's zero test when needed."""
     if not needs_divisor_check(v):
         return division
-    return f"({a[1]} == 0 ? {ctype}(kiln_zero_divisor({ERROR_RECORD})) : {division})"
+    return f"({a[1]} == 0 ? {ctype}(kiln_zero_divisor({a[1]}, {ERROR_RECORD})) : {division})"

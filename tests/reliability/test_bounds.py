@@ -172,3 +172,14 @@ def test_indices_far_outside_memory_do_not_crash_the_process() -> None:
     for line in lines:
         name, bad, eager, compiled = line.split()
         assert eager != "none" and compiled == eager, line
+
+
+def test_wide_embedding_rows_are_checked() -> None:
+    """A row index invariant over the inner loop: its check is hoisted there, never dropped."""
+    w = torch.randn(10, 64)
+    fn = kiln.compile(lambda w, i: torch.nn.functional.embedding(i, w) * 2, backend="inductor")
+    good = torch.tensor([[0, 9], [3, 3]])
+    torch.testing.assert_close(fn(w, good), torch.nn.functional.embedding(good, w) * 2)
+    for bad in (10, -1, 2 ** 40):
+        with pytest.raises(IndexError, match=f"index {bad} "):
+            fn(w, torch.tensor([[0, 9], [bad, 3]]))

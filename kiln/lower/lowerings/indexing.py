@@ -23,28 +23,39 @@ aten = torch.ops.aten
 
 def _indirect_offset(lay: Layout, indirect: dict[int, Value], op: str) -> tuple[Value, Value]:
     """The element offset of the loaded indices (each made non-negative where `op` wraps negative
-    ones) and the condition that all are in bounds, checked the way eager checks `op`."""
+    ones) and the condition that all are in bounds, checked the way eager checks `op`. Along a dim
+    of known non-zero size a failed index becomes 0, so the offset stays inside the tensor."""
     extra: Value | None = None
     conditions: list[Value] = []
     for d, v in indirect.items():
         ok, v = checked_index(v, lay.sizes[d], op, d)
         conditions.append(ok)
+        if _known_nonempty(lay.sizes[d]):
+            v = ops.op("where", ok, v, ops.constant(0, torch.int64))
         term = ops.op("mul", v, ops.cast(Index(lay.strides[d]), torch.int64))
         extra = term if extra is None else ops.op("add", extra, term)
     assert extra is not None
     return extra, all_of(conditions)
 
 
+def _known_nonempty(size: sympy.Expr) -> bool:
+    return bool(size.is_number and size > 0)
+
+
 def indirect_load(ctx: LoweringContext, x: TensorValue, idx: Sequence[sympy.Expr],
                   indirect: dict[int, Value], op: str) -> Value:
     """x[idx] where the dims in `indirect` take loaded index values instead of idx; an index out of
-    bounds reads nothing (the value is 0) and makes the wrapper raise eager's error for `op`."""
+    bounds reads element 0 of its dim, or nothing where the dim may be empty, and makes the wrapper
+    raise eager's error for `op`."""
     assert x.view is not None
     lay = x.view.layout
     direct = [sympy.Integer(0) if d in indirect else i for d, i in enumerate(idx)]
     extra, in_bounds = _indirect_offset(lay, indirect, op)
     dtype = compute_dtype(lay.dtype)
-    return Masked(in_bounds, Load(x.view.name, lay.index(direct), dtype, extra), ops.constant(0, dtype), dtype)
+    load = Load(x.view.name, lay.index(direct), dtype, extra)
+    if all(_known_nonempty(lay.sizes[d]) for d in indirect):
+        return load  # an unconditional load vectorizes; a masked one (a branch around it) does not
+    return Masked(in_bounds, load, ops.constant(0, dtype), dtype)
 
 
 @register(aten.gather.default)
