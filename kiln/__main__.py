@@ -129,7 +129,7 @@ def cmd_bisect(ns: argparse.Namespace) -> int:
 
 
 def cmd_minify(ns: argparse.Namespace) -> int:
-    from kiln.debug.minify import minify, minify_graph
+    from kiln.debug.minify import MinifyResult, minify, minify_graph
 
     out = ns.out or os.path.join(os.getcwd(), "kiln_minified")
     if _is_repro(ns.script):
@@ -147,17 +147,18 @@ def cmd_minify(ns: argparse.Namespace) -> int:
     else:
         targets: list[CompiledTarget] = []
         run_script(ns.script, ns.args, targets)
-        result = None
+        found: MinifyResult | None = None
         for target in (t for t in targets if t.calls):
             args, kwargs = target.calls[0]
             try:
-                result = minify(target.model, *args, **kwargs)
+                found = minify(target.model, *args, **kwargs)
                 break
             except ValueError:  # this one compiles right; try the next
                 continue
-        if result is None:
+        if found is None:
             print("kiln minify: no compiled call of the script goes wrong")
             return 2
+        result = found
     print(result)
     print(f"kiln: repro written to {result.write(out)}")
     return 1

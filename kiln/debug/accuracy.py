@@ -78,7 +78,8 @@ def run_case(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict | None = 
         diff = [o for o in flat if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()]
         if leaves and diff:
             gen = torch.Generator().manual_seed(1234)
-            loss = sum((o * torch.randn(o.shape, generator=gen, dtype=o.dtype)).sum() for o in diff)
+            loss = torch.stack([(o * torch.randn(o.shape, generator=gen, dtype=o.dtype)).sum().to(torch.float64)
+                                for o in diff]).sum()
             loss.backward()
             grads = [None if p.grad is None else p.grad.detach().clone() for p in leaves]
         return Outcome([o.detach() if isinstance(o, torch.Tensor) else o for o in flat], grads)

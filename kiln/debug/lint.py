@@ -171,11 +171,12 @@ class _FunctionLint:
         return self.modules.get(name, "")
 
     def report(self, node: ast.AST, kind: str, message: str) -> None:
-        key = (node.lineno, kind)
+        lineno: int = getattr(node, "lineno", 0)
+        key = (lineno, kind)
         if key in self._seen:
             return
         self._seen.add(key)
-        self.findings.append(Finding(self.filename, node.lineno, getattr(node, "end_lineno", node.lineno) or node.lineno,
+        self.findings.append(Finding(self.filename, lineno, getattr(node, "end_lineno", None) or lineno,
                                      kind, message, hint(kind), self.qualname))
 
     # -- is it a tensor? -------------------------------------------------------------------------
@@ -359,14 +360,14 @@ class _FunctionLint:
             self.report(node, "item", f".{func.attr}() turns a tensor into Python values")
         elif module == "logging" or (isinstance(func, ast.Attribute) and func.attr in LOG_METHODS
                                      and "log" in _dotted(func.value).lower()):
-            self.report(node, "logging", f"logging call {name or func.attr}()")
+            self.report(node, "logging", f"logging call {name or getattr(func, 'attr', '')}()")
         elif module in ("random", "time") or name == "warnings.warn":
             self.report(node, "unsupported_call", f"{name}() runs outside the graph")
         elif module == "math" and any(self.is_tensor(a, True) for a in args):
             self.report(node, "item", f"{name}() of a tensor reads its data")
         elif (name in ("torch.unique", "torch.unique_consecutive") or (isinstance(func, ast.Attribute) and func.attr
               in ("unique", "unique_consecutive") and self.is_tensor(func.value, True))):
-            self.report(node, "data_dependent_shape", f"{name or func.attr}(): its size depends on the data")
+            self.report(node, "data_dependent_shape", f"{name or getattr(func, 'attr', '')}(): its size depends on the data")
         elif isinstance(func, ast.Name) and func.id in self.facts.disabled_names:
             self.report(node, "disabled", f"{func.id}() is marked disable and runs outside the graph")
         elif isinstance(func, ast.Name) and func.id in self.facts.custom_ops_without_fake:
