@@ -18,7 +18,7 @@ import torch
 import torch.fx as fx
 
 from kiln.autograd.decompose import DecompositionTable, resolve_decompositions
-from kiln.autograd.functionalize import verify_aten_graph
+from kiln.autograd.functionalize import functionalize_fresh_fills, verify_aten_graph
 from kiln.autograd.joint import (JointTrace, differentiable_outputs, prepare_inputs, trace_forward,
                                  trace_joint)
 from kiln.autograd.partition import Partition, SavedValue, partition as split_joint
@@ -122,6 +122,7 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
                   binding=binding)
     if not needs_grad or not differentiable_outputs(forward):
         log_inference(forward.gm)
+        functionalize_fresh_fills(forward.gm)
         verify_aten_graph(forward.gm)
         return AotRuntime(forward=fw_compiler(forward.gm, list(inputs.values)), **common)
     joint = trace_joint(gm, inputs, forward, table)
@@ -132,8 +133,9 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
     log.debug("aot", lambda: f"partition ({partition}): {len(parts.saved_tensors)} tensors saved, "
                              f"{parts.saved_bytes} bytes")
     log_graphs(report)
-    verify_aten_graph(parts.forward)
-    verify_aten_graph(parts.backward)
+    for graph in (parts.forward, parts.backward):
+        functionalize_fresh_fills(graph)
+        verify_aten_graph(graph)
     compiled_fw = fw_compiler(parts.forward, list(inputs.values))
     compiled_bw = bw_compiler(parts.backward, _example_inputs(parts.backward))
     function = make_autograd_function(

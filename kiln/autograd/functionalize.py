@@ -242,6 +242,40 @@ def _shares_with_other(out: torch.Tensor, base: torch.Tensor, outs: list[Any]) -
 _STAGE = "aot_autograd"  # the producer named by a VerificationError of this seam
 
 
+def functionalize_fresh_fills(gm: torch.fx.GraphModule) -> None:
+    """An in-place op on a tensor that nothing else reads, made inside the graph by an op that
+    returns new memory (`empty_like(x).fill_(1).sub_(y)`, left by a decomposition that ran below
+    functionalization), becomes its out-of-place variant: the same values, and the graph keeps the
+    no-mutation promise. Done in program order, so a chain of such updates unrolls link by link."""
+    changed = False
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        if not target._schema.is_mutable or not node.args or not isinstance(node.args[0], torch.fx.Node):
+            continue
+        fresh = node.args[0]
+        if not _returns_new_memory(fresh) or len(fresh.users) != 1:
+            continue
+        name = target._schema.name.split("::")[-1]
+        packet = getattr(torch.ops.aten, name[:-1], None) if name.endswith("_") else None
+        functional = getattr(packet, target._overloadname, None) if packet is not None else None
+        if isinstance(functional, torch._ops.OpOverload) and not functional._schema.is_mutable:
+            node.target = functional
+            changed = True
+    if changed:
+        gm.recompile()
+
+
+def _returns_new_memory(node: torch.fx.Node) -> bool:
+    """A functional ATen op whose result aliases none of its arguments (not a view, not an input)."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return False
+    schema = target._schema
+    return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+
+
 def verify_aten_graph(gm: torch.fx.GraphModule) -> None:
     """The promise of the autograd -> lower seam, checked: ATen overloads (or getitem and symbolic
     arithmetic) only, none mutating, every value traced (`meta["val"]`), a tuple returned.

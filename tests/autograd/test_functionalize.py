@@ -1,8 +1,10 @@
 """Mutations of inputs are applied back once; outputs that alias inputs or each other stay aliases."""
 from __future__ import annotations
 
+import pytest
 import torch
 
+from kiln.errors import VerificationError
 from tests.autograd.conftest import assert_same_state, compile_fx
 
 
@@ -219,3 +221,30 @@ def test_in_place_update_of_a_strided_input_is_a_data_mutation() -> None:
             torch.testing.assert_close(got, scale(expected_x))
             torch.testing.assert_close(x._base, base)  # the whole base, not only the view
             assert kiln.stats()["fallbacks"] == 0
+
+
+def test_updates_of_fresh_tensors_become_out_of_place():
+    # `empty_like(x).fill_(1).sub_(x)`, as a decomposition below functionalization leaves it (silu's
+    # backward): out-of-place, same values; an in-place update of an input stays (the verifier names it).
+    import torch.fx
+
+    from kiln.autograd.functionalize import functionalize_fresh_fills, verify_aten_graph
+
+    aten = torch.ops.aten
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    empty = graph.call_function(aten.empty_like.default, (x,))
+    filled = graph.call_function(aten.fill_.Scalar, (empty, 1))
+    out = graph.call_function(aten.sub_.Tensor, (filled, x))
+    bumped = graph.call_function(aten.add_.Tensor, (x, 1))
+    graph.output((out, bumped))
+    for node in graph.nodes:
+        node.meta["val"] = torch.empty(3)
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    functionalize_fresh_fills(gm)
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [
+        aten.empty_like.default, aten.fill.Scalar, aten.sub.Tensor, aten.add_.Tensor]
+    arg = torch.randn(3)
+    torch.testing.assert_close(gm(arg.clone())[0], 1 - arg)
+    with pytest.raises(VerificationError, match=r"\[aot_autograd\] ATen graph node add__tensor mutates"):
+        verify_aten_graph(gm)
