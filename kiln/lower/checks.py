@@ -1,6 +1,7 @@
 """Runtime checks in generated kernels: index bounds and integer division by zero, as eager checks.
 
-Lowerings that index with loaded values (index, gather, index_select, embedding, index_put, scatter)
+Lowerings that index with loaded values (index, gather, index_select, embedding, index_put, scatter,
+index_add, index_copy, index_fill)
 guard each access with the loop op `index_ok`; integer `//`, `%`, fmod and truncating division test
 their divisor. A failed check skips the access and records the first failure in the kernel's error
 record `kiln_err` (site, value, bound); the wrapper raises the exception eager raises after the
@@ -40,6 +41,9 @@ CHECK_KINDS: tuple[CheckKind, ...] = (
     CheckKind("scatter", RuntimeError, False, "index {value} is out of bounds for dimension {dim} with size {size}"),
     CheckKind("index_select", IndexError, False, "index {value} is out of range for dimension {dim} with size {size}"),
     CheckKind("embedding", IndexError, False, "index {value} is out of range for a table of {size} rows"),
+    CheckKind("index_add", IndexError, False, "index {value} is out of range for dimension {dim} with size {size}"),
+    CheckKind("index_copy", IndexError, False, "index {value} is out of bounds for dimension {dim} with size {size}"),
+    CheckKind("index_fill", IndexError, True, "index {value} is out of bounds for dimension {dim} with size {size}"),
 )
 _KIND_NUMBER = {k.op: n for n, k in enumerate(CHECK_KINDS)}
 

@@ -1,7 +1,7 @@
 """Indices out of range in compiled code: the error eager raises, never a read or write outside a tensor.
 
 Each indexing op (x[i], gather, index_select, embedding, index_put_ with and without accumulate,
-scatter, scatter_add) runs eagerly and through kiln.compile(backend="inductor") on in-range indices,
+scatter, scatter_add, index_add, index_copy, index_fill, take, take_along_dim) runs eagerly and through kiln.compile(backend="inductor") on in-range indices,
 indices past the end, negative indices (which only x[i] and index_put wrap) and indices far outside
 any allocation (2**40, in a subprocess, so that a wild access would kill that process, not pytest).
 """
@@ -61,8 +61,29 @@ def _scatter_add(x, i):
     return x.clone().scatter_add_(0, i, torch.ones(i.shape))
 
 
+def _index_add(x, i):
+    return x.clone().index_add_(0, i, torch.ones(i.shape), alpha=2)
+
+
+def _index_copy(x, i):
+    return x.clone().index_copy_(0, i, torch.arange(float(len(i))))
+
+
+def _index_fill(x, i):
+    return x.clone().index_fill_(0, i, -1.0)
+
+
+def _take(x, i):
+    return x.take(i) + 1
+
+
+def _take_along_dim(x, i):
+    return torch.take_along_dim(x, i) * 2
+
+
 OPS = [_index, _index_2d, _gather, _index_select, _embedding, _index_put, _index_put_accumulate,
-       _index_put_input, _scatter, _scatter_add]
+       _index_put_input, _scatter, _scatter_add, _index_add, _index_copy, _index_fill, _take, _take_along_dim]
+WRAPS_NEGATIVE = (_index, _index_2d, _index_put, _index_put_accumulate, _index_put_input, _index_fill, _take)
 INDICES = {
     "in_range": [1, 4, 0],
     "past_the_end": [1, 5, 0],
@@ -104,8 +125,7 @@ def test_compiled_indexing_raises_what_eager_raises(fn, case) -> None:
         torch.testing.assert_close(x_compiled, x_eager)
     else:
         assert type(error) is type(eager_error), f"eager raised {eager_error!r}, compiled code {error!r}"
-        bad = next(v for v in INDICES[case] if not -5 <= v < 5 or (v < 0 and fn not in (
-            _index, _index_2d, _index_put, _index_put_accumulate, _index_put_input)))
+        bad = next(v for v in INDICES[case] if not -5 <= v < 5 or (v < 0 and fn not in WRAPS_NEGATIVE))
         assert str(bad) in str(error) and "5" in str(error), str(error)
 
 

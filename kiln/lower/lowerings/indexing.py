@@ -173,6 +173,52 @@ def index_put(ctx: LoweringContext, x: TensorValue, indices: Sequence[TensorValu
                     lambda i: ops.cast(broadcast_load(values, i), dtype), "add" if accumulate else None, "index_put")
 
 
+@register(aten.index_add.default)
+def index_add(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, source: TensorValue,
+              alpha: Any = 1) -> TensorValue:
+    return _index_add_or_copy(ctx, x, dim, index, source, alpha, "index_add")
+
+
+@register(aten.index_copy.default)
+def index_copy(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, source: TensorValue) -> TensorValue:
+    return _index_add_or_copy(ctx, x, dim, index, source, 1, "index_copy")
+
+
+def _index_add_or_copy(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, source: TensorValue,
+                       alpha: Any, op: str) -> TensorValue:
+    """x with source's slices added or copied at `index` along dim. Kept whole rather than
+    decomposed into index_put, which would accept the negative indices eager rejects here."""
+    if x.ndim == 0 or source.ndim != x.ndim or index.ndim > 1:
+        raise NotImplementedError(f"{op} of a 0-d tensor or source")  # runs as the ATen call
+    dim = normalize_dim(dim, x.ndim)
+    out = _fresh_copy(ctx, x)
+    dtype = compute_dtype(x.dtype)
+
+    def value(i: Sequence[sympy.Expr]) -> Value:
+        v = ops.cast(source.load(i), dtype)
+        return v if alpha == 1 else ops.op("mul", v, ops.constant(alpha, dtype))
+
+    return _scatter(ctx, out, source.sizes, lambda i: [sympy.Integer(0) if d == dim else v for d, v in enumerate(i)],
+                    lambda i: {dim: index.load([i[dim]] if index.ndim == 1 else [])}, value,
+                    "add" if op == "index_add" else None, op)
+
+
+@register(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def index_fill(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, value: Any) -> TensorValue:
+    """x with `value` at `index` along dim; kept whole (its decomposition goes through index_copy,
+    which rejects the negative indices index_fill accepts)."""
+    if x.ndim == 0 or index.ndim > 1:
+        raise NotImplementedError("index_fill of a 0-d tensor")  # runs as the ATen call
+    dim = normalize_dim(dim, x.ndim)
+    out = _fresh_copy(ctx, x)
+    dtype = compute_dtype(x.dtype)
+    ranges = [(index.sizes[0] if index.ndim else sympy.Integer(1)) if d == dim else s for d, s in enumerate(x.sizes)]
+    fill = (lambda i: ops.cast(value.load([]), dtype)) if isinstance(value, TensorValue) else (
+        lambda i: ops.constant(value, dtype))
+    return _scatter(ctx, out, ranges, lambda i: [sympy.Integer(0) if d == dim else v for d, v in enumerate(i)],
+                    lambda i: {dim: index.load([i[dim]] if index.ndim == 1 else [])}, fill, None, "index_fill")
+
+
 @register(aten.slice_scatter.default)
 def slice_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: int = 0, start: Any = None,
                   end: Any = None, step: int = 1) -> TensorValue:
