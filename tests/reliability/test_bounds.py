@@ -7,6 +7,7 @@ any allocation (2**40, in a subprocess, so that a wild access would kill that pr
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -203,3 +204,26 @@ def test_wide_embedding_rows_are_checked() -> None:
     for bad in (10, -1, 2 ** 40):
         with pytest.raises(IndexError, match=f"index {bad} "):
             fn(w, torch.tensor([[0, 9], [bad, 3]]))
+
+
+def test_checks_survive_the_persistent_cache(tmp_path) -> None:
+    """A wrapper rebuilt from the disk cache in a new process still raises what eager raises."""
+    script = textwrap.dedent("""
+        import torch, kiln
+        kiln.config.persistent_cache = True
+        g = kiln.compile(lambda x, i: torch.gather(x, 0, i) + 1)
+        x = torch.arange(5.0)
+        assert g(x, torch.tensor([1, 2])).tolist() == [2.0, 3.0]
+        try:
+            g(x, torch.tensor([1, 9]))
+            print("no error")
+        except RuntimeError as exc:
+            print("RuntimeError", "index 9" in str(exc))
+        print("disk_hits", kiln.stats()["disk_hits"])
+    """)
+    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+            for _ in range(2)]
+    for run, hits in zip(runs, ("0", "1")):
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split("\n")[:2] == ["RuntimeError True", f"disk_hits {hits}"], run.stdout
