@@ -227,3 +227,15 @@ def test_checks_survive_the_persistent_cache(tmp_path) -> None:
     for run, hits in zip(runs, ("0", "1")):
         assert run.returncode == 0, run.stderr[-2000:]
         assert run.stdout.split("\n")[:2] == ["RuntimeError True", f"disk_hits {hits}"], run.stdout
+
+
+def test_symbolic_sizes_are_checked_against_the_real_size() -> None:
+    """Under dynamic shapes the bound is a size symbol read off the input at each call."""
+    g = kiln.compile(lambda x, i: torch.gather(x, 0, i) + x[i], backend="inductor", dynamic=True)
+    for n in (5, 7):
+        x = torch.arange(float(n))
+        torch.testing.assert_close(g(x, torch.tensor([1, n - 1])), x[[1, n - 1]] * 2)
+        for bad in (n, -1):
+            with pytest.raises(RuntimeError, match=f"index {bad} is out of bounds for dimension 0 with size {n}"):
+                g(x, torch.tensor([0, bad]))
+    assert kiln.stats()["compiles"] == 1 and kiln.stats()["fallbacks"] == 0
