@@ -61,6 +61,11 @@ repro_after: str | None = os.environ.get("KILN_REPRO_AFTER") or None
 repro_dir: str = os.environ.get("KILN_REPRO_DIR", os.path.join(os.getcwd(), "kiln_repro"))
 # KILN_REPORT=dir: write one HTML page of the run there at exit (kiln.debug.report); None: off
 report_dir: str | None = os.environ.get("KILN_REPORT") or None
+# C++ kernels run on torch.get_num_threads() threads (torch.set_num_threads / OMP_NUM_THREADS). With
+# adaptive_threads on (opt-in, like OpenMP's OMP_DYNAMIC), loops under 4M elements drop to one thread
+# while other processes keep every CPU busy. Read when a graph is compiled or loaded and whenever
+# torch's thread count changes.
+adaptive_threads: bool = os.environ.get("KILN_ADAPTIVE_THREADS", "0") not in ("", "0")
 # code generator for graphs on CPU tensors: "cpp" (C++ with OpenMP) or "triton" (Triton kernels run by
 # Triton's interpreter: slow, for testing the GPU path; the process then runs with TRITON_INTERPRET=1)
 cpu_backend: str = os.environ.get("KILN_CPU_BACKEND", "cpp")

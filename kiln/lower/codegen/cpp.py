@@ -37,17 +37,34 @@ PRELUDE = r"""
 #include <cstdio>
 #include <ctime>
 #include <omp.h>
+// Every parallel loop runs on torch.get_num_threads() threads. The runtime hands that count over
+// with kiln_set_num_threads when it loads the library and again whenever it changes, instead of
+// each loop asking OpenMP: the OpenMP runtime this library links need not be the one that
+// torch.set_num_threads configures, and OpenMP's count is per calling thread.
+static int kiln_num_threads = 0;  // 0 until the runtime sets it: OpenMP's own default then
+static int kiln_adaptive = 0;     // kiln.config.adaptive_threads
+static int kiln_adapted = 0;      // the load check's last answer (0: check again)
+static int64_t kiln_checked_ns = 0;
+extern "C" void kiln_set_num_threads(int threads, int adaptive) {
+  kiln_num_threads = threads > 0 ? threads : 1;
+  kiln_adaptive = adaptive;
+  kiln_adapted = 0;
+}
+static inline int kiln_all_threads() {
+  return kiln_num_threads > 0 ? kiln_num_threads : omp_get_max_threads();
+}
 static inline int kiln_threads() {
-  // Threads for the next parallel loop. When other processes keep every CPU busy (more runnable
-  // threads than CPUs in /proc/loadavg besides ours), joining a second thread waits for the scheduler, which
-  // costs milliseconds per loop: run on the calling thread then. Re-read every 100 ms.
-  static int cached = 0;
-  static int64_t checked_ns = 0;
+  // Threads for a loop short enough to be hurt by a busy machine. Only when the user opted in (like
+  // OMP_DYNAMIC): when other processes keep every CPU busy (more runnable threads than CPUs in
+  // /proc/loadavg besides ours), joining a second thread waits for the scheduler, which costs
+  // milliseconds per loop, so the loop runs on the calling thread. Re-read every 100 ms.
+  int threads = kiln_all_threads();
+  if (!kiln_adaptive || threads == 1) return threads;
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-  if (cached == 0 || now - checked_ns > 100000000LL) {
-    int threads = omp_get_max_threads(), runnable = 0, field = 0;
+  if (kiln_adapted == 0 || now - kiln_checked_ns > 100000000LL) {
+    int runnable = 0, field = 0;
     char text[128] = {0};
     if (FILE* f = std::fopen("/proc/loadavg", "r")) {
       size_t n = std::fread(text, 1, sizeof(text) - 1, f);
@@ -59,11 +76,13 @@ static inline int kiln_threads() {
       }
     }
     // runnable counts this process's threads too (the caller and workers still spinning)
-    cached = (runnable - threads >= omp_get_num_procs()) ? 1 : threads;
-    checked_ns = now;
+    kiln_adapted = (runnable - threads >= omp_get_num_procs()) ? 1 : threads;
+    kiln_checked_ns = now;
   }
-  return cached;
+  return kiln_adapted;
 }
+// the thread count the next short parallel loop would use (for tests and debugging)
+extern "C" int kiln_get_num_threads() { return kiln_threads(); }
 extern "C" {
 %s
 }

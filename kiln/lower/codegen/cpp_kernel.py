@@ -79,7 +79,7 @@ class KernelWriter:
         total = sympy.Mul(*k.outer, *k.inner)
         parallel_if = f" if({cexpr(total)} >= {PARALLEL_MIN})" if not total.is_number else ""
         parallel = not (total.is_number and total < PARALLEL_MIN)
-        # a loop this long amortizes even a slow join of the second thread: keep every thread
+        # a loop this long amortizes even a slow join of the second thread: it never adapts to load
         self.adaptive_threads = not (total.is_number and total >= ADAPTIVE_THREADS_MAX)
         self.scratch = {name: {x: sympy.Integer(0) for x in xs} for name in k.scratch}
         self.hidden = k.local | k.scratch
@@ -327,9 +327,10 @@ class KernelWriter:
         for b in self.reads + self.writes:
             const = "const " if b not in self.writes else ""
             args.append(f"{const}{CTYPE[self.storage[b]]}* __restrict__ {b}")
-        if getattr(self, "adaptive_threads", True):
-            body = [line + " num_threads(kiln_threads())" if line.startswith("#pragma omp parallel") else line
-                    for line in body]
+        # the thread count is the runtime's (torch.get_num_threads(), see the prelude), not OpenMP's
+        threads = "kiln_threads()" if getattr(self, "adaptive_threads", True) else "kiln_all_threads()"
+        body = [line + f" num_threads({threads})" if line.startswith("#pragma omp parallel") else line
+                for line in body]
         text = "\n".join(body)
         syms = sorted(set(re.findall(r"\b([a-z]+\d+)\b", text)) & self.size_symbols)
         args += [f"int64_t {s}" for s in syms]
@@ -341,7 +342,7 @@ class KernelWriter:
         return head + _indent(body) + "}\n"
 
 
-ADAPTIVE_THREADS_MAX = 1 << 22  # elements from which a kernel always uses every thread (see kiln_threads)
+ADAPTIVE_THREADS_MAX = 1 << 22  # elements from which a kernel never adapts to load (see kiln_threads)
 STACK_SCRATCH_BYTES = 64 << 10  # row buffers of a kernel up to this size in all live on the stack
 
 

@@ -21,7 +21,8 @@ from torch.utils import _pytree as pytree
 from kiln.lower.checks import ERROR_RECORD, error_function_source, sites_of
 from kiln.lower.ir import BufferRef, ConstantBuffer, Extern, InputBuffer, Layout, Load, SymExpr, walk
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
-from kiln.runtime.kernel_wrapper import bind_overloads, relayout as _relayout, tag, with_output_spec, wrapper_recipe
+from kiln.runtime.kernel_wrapper import (bind_overloads, bind_threads, relayout as _relayout, tag, with_output_spec,
+                                         wrapper_recipe)
 from kiln.symbolic.render import render_python
 
 
@@ -139,6 +140,8 @@ class WrapperWriter:
             L += ["import ctypes as _ctypes", "_ErrorRecord = _ctypes.c_int64 * 3", ""]
             L += error_function_source(sites_of(self._bodies())) + ["", ""]
         L.append(f"def call({', '.join(params)}):")
+        if self.signatures:  # torch.set_num_threads between calls reaches the kernels (runtime.kernel_wrapper)
+            L.append("    if _torch_threads() != _threads_applied[0]: _follow_threads()")
         if checked:
             L.append(f"    {ERROR_RECORD} = _ErrorRecord()")
         self.bound = {str(sym) for sym in ir.symbols}
@@ -271,6 +274,8 @@ def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], 
         fn.argtypes = argtypes
         fn.restype = None
         env[name] = fn
+    if argtypes_by_kernel:
+        bind_threads(env, lib)
     exec(code, env)
     # nested outputs (a list of splits): rebuild the structure the graph returns
     call = with_output_spec(env["call"], program.ir.output_spec)

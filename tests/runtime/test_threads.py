@@ -1,0 +1,197 @@
+"""Kernels run on torch.get_num_threads() threads, and adapt to the machine's load only when asked.
+
+The runtime hands each kernel library torch's thread count (`kiln_set_num_threads`, codegen/cpp.py's
+prelude) when it binds a wrapper and again in the first call after torch.set_num_threads changed it.
+The team a parallel loop really gets is observed with a probe compiled into the same translation
+unit as real generated kernels, under the exact `num_threads(...)` clause the codegen wrote.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Iterator
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import kiln
+from kiln import config
+from kiln.lower import CompiledGraph, compile_graph
+from kiln.lower.codegen.cpp_kernel import ADAPTIVE_THREADS_MAX
+from kiln.runtime import build, kernel_wrapper
+
+pytestmark = pytest.mark.cpp
+
+
+def _fn(x: torch.Tensor) -> torch.Tensor:
+    return x.exp() + 1
+
+
+def _compile(fn, *args: torch.Tensor) -> CompiledGraph:
+    return compile_graph(make_fx(fn)(*args), list(args))
+
+
+@pytest.fixture
+def torch_threads() -> Iterator[None]:
+    saved = torch.get_num_threads()
+    yield
+    torch.set_num_threads(saved)
+
+
+def _reported(graph: CompiledGraph) -> int:
+    query = graph._lib.kiln_get_num_threads
+    query.restype = ctypes.c_int
+    return query()
+
+
+def _team_probe(clause: str) -> str:
+    """A function that runs one parallel region under `clause` and returns its team's size."""
+    return ('extern "C" int kiln_test_team() {\n  int team = 0;\n'
+            f"#pragma omp parallel {clause}\n"
+            "  { if (omp_get_thread_num() == 0) team = omp_get_num_threads(); }\n  return team;\n}\n")
+
+
+def _clauses(cpp_source: str) -> set[str]:
+    return set(re.findall(r"#pragma omp parallel.*?(num_threads\(\w+\(\)\))", cpp_source))
+
+
+def _probe_library(graph: CompiledGraph, clause: str) -> ctypes.CDLL:
+    """The graph's own translation unit plus a team probe under `clause`, bound as the runtime binds."""
+    lib = build.load(graph.cpp_source + _team_probe(clause))
+    lib.kiln_test_team.restype = ctypes.c_int
+    return lib
+
+
+@pytest.mark.skipif(os.cpu_count() == 1, reason="needs two CPUs for a team of two")
+def test_kernels_follow_torch_set_num_threads(torch_threads) -> None:
+    x = torch.randn(256, 1024)  # large enough that the kernel's loop is parallel
+    torch.set_num_threads(2)
+    graph = _compile(_fn, x)
+    assert _clauses(graph.cpp_source) == {"num_threads(kiln_threads())"}
+    assert _reported(graph) == 2
+    torch.set_num_threads(1)
+    assert _reported(graph) == 2  # the library learns the new count at the next call ...
+    torch.testing.assert_close(graph(x)[0], _fn(x))
+    assert _reported(graph) == 1  # ... not 100 ms later, and not from OpenMP's own setting
+    torch.set_num_threads(2)
+    torch.testing.assert_close(graph(x)[0], _fn(x))
+    assert _reported(graph) == 2
+
+
+@pytest.mark.skipif(os.cpu_count() == 1, reason="needs two CPUs for a team of two")
+def test_the_generated_clause_gives_a_team_of_torch_threads(torch_threads) -> None:
+    x = torch.randn(256, 1024)
+    graph = _compile(_fn, x)
+    (clause,) = _clauses(graph.cpp_source)
+    lib = _probe_library(graph, clause)
+    for n in (1, 2, 1):
+        torch.set_num_threads(n)
+        env: dict = {}
+        kernel_wrapper.bind_threads(env, lib)
+        assert lib.kiln_test_team() == n
+        assert env["_threads_applied"][0] == n
+
+
+def test_a_wrapper_without_the_thread_check_is_not_written(torch_threads) -> None:
+    x = torch.randn(64)
+    graph = _compile(_fn, x)
+    first = graph.wrapper_source.split("def call(", 1)[1].splitlines()[1].strip()
+    assert first == "if _torch_threads() != _threads_applied[0]: _follow_threads()"
+    views_only = _compile(lambda x: x.t(), torch.randn(3, 4))  # no kernels: nothing to hand threads to
+    assert views_only.kernel_count == 0 and "_torch_threads" not in views_only.wrapper_source
+
+
+def test_a_wrapper_rebuilt_from_its_recipe_follows_threads(torch_threads, tmp_path) -> None:
+    x = torch.randn(256, 1024)
+    with config.patch(cache_dir=str(tmp_path)):
+        torch.set_num_threads(2)
+        graph = _compile(_fn, x)
+        recipe = graph.artifact_recipe()
+        assert recipe is not None
+        rebuilt = kernel_wrapper.load_wrapper(recipe.fields["wrapper"])
+        torch.set_num_threads(1)
+        torch.testing.assert_close(rebuilt(x)[0], _fn(x))
+        assert _reported(graph) == 1  # the same library: the rebuilt wrapper handed it the count
+
+
+def _config_in_a_fresh_interpreter(env: dict[str, str]) -> str:
+    """kiln.config.adaptive_threads as a new process with `env` sees it (config.py alone, no torch)."""
+    path = importlib.util.find_spec("kiln.config").origin
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('c', {path!r})\n"
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); print(m.adaptive_threads)")
+    clean = {k: v for k, v in os.environ.items() if k != "KILN_ADAPTIVE_THREADS"}
+    return subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_adaptive_threads_is_off_unless_asked() -> None:
+    assert _config_in_a_fresh_interpreter({}) == "False"
+    assert _config_in_a_fresh_interpreter({"KILN_ADAPTIVE_THREADS": "0"}) == "False"
+    assert _config_in_a_fresh_interpreter({"KILN_ADAPTIVE_THREADS": "1"}) == "True"
+
+
+def _runnable() -> int:
+    with open("/proc/loadavg") as f:
+        return int(f.read().split()[3].split("/")[0])
+
+
+@pytest.fixture
+def busy_machine() -> Iterator[None]:
+    """Every CPU kept busy by other processes (spinning shells), as the adaptive check sees it."""
+    cpus = os.cpu_count() or 1
+    if cpus > 16:
+        pytest.skip("too many CPUs to keep busy for a test")
+    spinners = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(cpus + 3)]
+    try:
+        deadline = time.monotonic() + 3
+        while _runnable() - 2 < cpus and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if _runnable() - 2 < cpus:
+            pytest.skip("could not make the machine look busy")
+        yield
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/loadavg"), reason="the adaptive check reads /proc/loadavg")
+@pytest.mark.skipif(os.cpu_count() == 1, reason="needs two CPUs for a team of two")
+def test_busy_machine_changes_threads_only_when_adaptive(torch_threads, busy_machine) -> None:
+    x = torch.randn(256, 1024)
+    torch.set_num_threads(2)
+    small = _compile(_fn, x)
+    (clause,) = _clauses(small.cpp_source)
+    lib = _probe_library(small, clause)
+    for adaptive, expected in ((False, 2), (True, 1), (False, 2)):
+        with config.patch(adaptive_threads=adaptive):
+            kernel_wrapper.bind_threads({}, lib)  # what a compile does: reads the setting again
+            assert lib.kiln_test_team() == expected, adaptive
+            graph = _compile(_fn, x)  # shares its library with `small`: the same source
+            torch.testing.assert_close(graph(x)[0], _fn(x))
+            assert _reported(graph) == expected
+
+
+def test_loops_of_4m_elements_never_adapt() -> None:
+    x = torch.randn(ADAPTIVE_THREADS_MAX)
+    graph = _compile(_fn, x)
+    assert _clauses(graph.cpp_source) == {"num_threads(kiln_all_threads())"}
+    torch.testing.assert_close(graph(x)[0], _fn(x))
+
+
+def test_results_equal_eager_at_each_thread_count(torch_threads) -> None:
+    def f(x, w):
+        return torch.softmax(x @ w, -1).sum(0) + x.relu().mean()
+
+    x, w = torch.randn(512, 128), torch.randn(128, 256)
+    compiled = kiln.compile(f)
+    for n in (1, 2, 1):
+        torch.set_num_threads(n)
+        torch.testing.assert_close(compiled(x, w), f(x, w), atol=1e-5, rtol=1e-5)
