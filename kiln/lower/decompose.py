@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -152,7 +153,7 @@ def decompose(gm: torch.fx.GraphModule, metas: dict[torch.fx.Node, Any], *,
     """Replace every node that wants a decomposition by the ops of its decomposition, in place;
     ops named in `keep` stay whole (lowered by their rule, or run as an ATen call)."""
     changed = 0
-    with torch._dispatch.python.enable_python_dispatcher():
+    with enable_python_dispatcher():
         for node in list(gm.graph.nodes):
             if node.op != "call_function" or not wants_decomposition(node.target, keep):
                 continue

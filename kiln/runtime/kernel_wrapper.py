@@ -182,7 +182,9 @@ def _check(source: str, globals_: set[str]) -> ast.Module:
         tree = ast.parse(source)
     except SyntaxError as exc:
         raise ValueError(f"wrapper source does not parse: {exc}") from exc
-    *preamble, fn = tree.body or [None]
+    if not tree.body:
+        raise ValueError("wrapper source does not end with a function named call")
+    *preamble, fn = tree.body
     if not isinstance(fn, ast.FunctionDef) or fn.name != "call":
         raise ValueError("wrapper source does not end with a function named call")
     checked = _check_error_preamble(preamble)

@@ -43,7 +43,7 @@ def LOAD_CONST(tx: "Tracer", instr: dis.Instruction) -> None:
 
 @opcode
 def LOAD_GLOBAL(tx: "Tracer", instr: dis.Instruction) -> None:
-    if instr.arg & 1:
+    if (instr.arg or 0) & 1:  # LOAD_GLOBAL always has an arg; its low bit asks for a NULL first
         tx.push(NullVariable())
     tx.push(tx.load_global(instr.argval))
 
