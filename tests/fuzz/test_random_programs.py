@@ -24,7 +24,7 @@ _FLOOR_DIVIDE_GRAD = ("AOT autograd traces the backward at compile time, and flo
                       "with a warning (kiln/autograd/joint.py)")
 _AMAX_GRAD_NAN = ("inductor: the gradient of amax(0) over a 3-d input computed by exp / log_softmax has "
                   "NaNs (forward right): `(x.exp() * 3).amax(0)` on a (7, 5, 5) input, backward NaN on 7 "
-                  "elements; aot_eager is right (kiln/lower or the partitioner's recomputation)")
+                  "elements; aot_eager is right and save_all partitioning gives the same NaNs (kiln/lower)")
 KNOWN_BUGS: dict[int, str] = {45: _FLOOR_DIVIDE_GRAD, 73: _FLOOR_DIVIDE_GRAD, 590: _AMAX_GRAD_NAN}
 KNOWN_SIGNATURES = {"derivative for aten::floor_divide is not implemented": _FLOOR_DIVIDE_GRAD}
 CI_SEEDS = [seed for seed in range(100) if seed not in KNOWN_BUGS]
