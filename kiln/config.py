@@ -18,10 +18,10 @@ automatic_dynamic_shapes: bool = True  # a size that changed is captured as a sy
 assume_static_by_default: bool = True  # first capture is static unless dynamic=True / mark_dynamic
 specialize_int: bool = False  # python int arguments are burnt in as constants forever if True
 capture_scalar_outputs: bool = False  # .item() becomes an unbacked symbol instead of a break
+
 # distributed: split graphs compiled inside DistributedDataParallel at its gradient-bucket boundaries
 # (kiln.capture.distributed), so each bucket's all-reduce overlaps the backward of the next piece
 optimize_ddp: bool = os.environ.get("KILN_OPTIMIZE_DDP", "1") not in ("", "0")
-
 
 # runtime
 
