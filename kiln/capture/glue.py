@@ -83,8 +83,11 @@ class GlueBuilder:
         if cached is not None:
             return cached[1]
         expr = var.reconstruct(self)
-        if var.source is None and isinstance(var, (ListVariable, DictVariable, SetVariable,
-                                                   NestedFunctionVariable, IteratorVariable)):
+        # a value read out of a container (kwargs['old']) is read once, where it is first needed:
+        # replayed mutations of that container (kwargs.pop('old')) come before a later use
+        nested_read = var.source is not None and expr.count("[") >= 2 and expr[:2] in ("L[", "G[")
+        if nested_read or var.source is None and isinstance(var, (ListVariable, DictVariable, SetVariable,
+                                                                  NestedFunctionVariable, IteratorVariable)):
             name = self.fresh("v")
             self.line(f"{name} = {expr}")
             expr = name

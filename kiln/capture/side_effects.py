@@ -8,6 +8,7 @@ effects here: they are nodes of the graph. Corresponds to torch/_dynamo/side_eff
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -79,10 +80,20 @@ class SideEffects:
         from kiln.capture.variables.dict import DictVariable, SetVariable
         from kiln.capture.variables.sequence import ListVariable
 
+        # every mutated container reached through another one (kwargs['cache'].layers) is looked up
+        # before any replay: replaying the outer one first (kwargs.pop('cache')) would lose the path
+        targets: dict[Any, str] = {}
+        for key, effect in self._effects.items():
+            if key[0] == "contents":
+                targets[key] = effect.source.name()
+                if not re.fullmatch(r"[LG]\[[^\[\]]*\]", targets[key]):
+                    name = glue.fresh("c")
+                    glue.line(f"{name} = {targets[key]}")
+                    targets[key] = name
         for key, effect in self._effects.items():
             kind = key[0]
             if kind == "contents":
-                target = effect.source.name()
+                target = targets[key]
                 if isinstance(effect, ListVariable):
                     items = ", ".join(glue.reconstruct(i) for i in effect.items)
                     glue.line(f"{target}[:] = [{items}]")

@@ -166,3 +166,27 @@ def test_local_containers_do_not_leak():
 
     for eager, ours in run_twice(f, lambda: (torch.ones(2), [torch.zeros(2)])):
         assert len(ours[1]) == len(eager[1]) == 1
+
+
+class _Holder:
+    def __init__(self) -> None:
+        self.items: list = []
+
+
+def test_kwargs_renamed_and_inner_container_mutated() -> None:
+    """A decorator renaming a keyword (kwargs['new'] = kwargs.pop('old')) around a body that mutates
+    an object passed under the old name: the replay reads both the value and the inner container
+    before the kwargs dict is rewritten (a glue that re-read kwargs['old'] raised KeyError)."""
+    def f(x, **kwargs):
+        kwargs["new"] = kwargs.pop("old")
+        kwargs["new"].items.append(x * 2)
+        return x + 1, kwargs["new"]
+
+    kiln.reset()
+    holder = _Holder()
+    with kiln.config.patch(suppress_errors=False):
+        out, got = kiln.compile(f, backend="eager")(torch.ones(2), old=holder)
+    assert got is holder and len(holder.items) == 1
+    torch.testing.assert_close(out, torch.full((2,), 2.0))
+    torch.testing.assert_close(holder.items[0], torch.full((2,), 2.0))
+    assert kiln.stats()["fallbacks"] == 0

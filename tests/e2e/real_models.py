@@ -198,6 +198,65 @@ def _define_more(tf: Any) -> None:
     _register("mixtral", tf.MixtralForCausalLM, lambda: tf.MixtralConfig(
         **{**lm, "intermediate_size": 40}, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2),
         _lm_inputs)
+    _define_outputs(tf)
+
+
+def _audio_inputs(training: bool) -> dict:
+    g = torch.Generator().manual_seed(1)
+    out = {"input_values": torch.randn(BATCH, AUDIO_SAMPLES, generator=g)}
+    if training:
+        out["labels"] = torch.randint(1, AUDIO_VOCAB, (BATCH, 4), generator=g)
+    return out
+
+
+def _global_attention_inputs(training: bool) -> dict:
+    out = _cls_inputs(training)
+    out["global_attention_mask"] = torch.zeros_like(out["input_ids"])
+    out["global_attention_mask"][:, 0] = 1  # the first token attends everywhere, as a [CLS] would
+    return out
+
+
+def _cache_inputs(training: bool) -> dict:
+    from transformers import DynamicCache
+
+    return {**_lm_inputs(training), "use_cache": True, "past_key_values": DynamicCache()}
+
+
+def _all_outputs_inputs(training: bool) -> dict:
+    return {**_cls_inputs(training), "output_hidden_states": True, "output_attentions": True}
+
+
+AUDIO_SAMPLES, AUDIO_VOCAB = 1024, 32  # three stride-4 convolutions: 1024 samples -> 14 frames
+
+
+def _define_outputs(tf: Any) -> None:
+    """Models whose calls carry more than tensors: a KV cache object in and out, every hidden
+    state and attention map, a global attention mask, raw audio, reversible layers."""
+    cls = dict(vocab_size=VOCAB, max_position_embeddings=64, num_labels=2, **SMALL)
+    _register("bert_all_outputs", tf.BertForSequenceClassification, lambda: tf.BertConfig(
+        attn_implementation="eager", **cls), _all_outputs_inputs)
+    _register("mistral_cache", tf.MistralForCausalLM, lambda: tf.MistralConfig(
+        vocab_size=VOCAB, max_position_embeddings=64, num_key_value_heads=2, sliding_window=None,
+        **SMALL), _cache_inputs)
+    _register("wav2vec2", tf.Wav2Vec2ForCTC, lambda: tf.Wav2Vec2Config(
+        vocab_size=AUDIO_VOCAB, conv_dim=(16, 16, 16), conv_stride=(4, 4, 4), conv_kernel=(8, 8, 8),
+        num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, mask_time_prob=0.0,
+        mask_feature_prob=0.0, **SMALL), _audio_inputs)
+    _register("longformer", tf.LongformerForSequenceClassification, lambda: tf.LongformerConfig(
+        attention_window=4, pad_token_id=1, **cls), _global_attention_inputs)
+    # LSH hashing draws random rotations: a fixed hash_seed makes eager and compiled runs agree
+    _register("reformer", tf.ReformerModelWithLMHead, lambda: tf.ReformerConfig(
+        vocab_size=VOCAB, hidden_size=32, num_attention_heads=4, attention_head_size=8, feed_forward_size=37,
+        attn_layers=["local", "lsh"], axial_pos_shape=[2, 4], axial_pos_embds_dim=[16, 16],
+        local_attn_chunk_length=4, lsh_attn_chunk_length=4, num_buckets=2, num_hashes=1, hash_seed=0,
+        is_decoder=True, max_position_embeddings=SEQ, pad_token_id=0), _reformer_inputs)
+
+
+def _reformer_inputs(training: bool) -> dict:
+    out = _cls_inputs(False)
+    if training:
+        out["labels"] = out["input_ids"].clone()
+    return out
 
 
 try:
@@ -211,7 +270,10 @@ except ImportError:  # no transformers: the tests importorskip it
 
 
 def _as_tree(out: Any) -> Any:
-    """A model output (ModelOutput, a dict subclass) as plain containers, for comparison."""
+    """A model output (ModelOutput, a dict subclass) as plain containers, for comparison; a KV
+    cache as the tuple of its layers' (keys, values)."""
+    if hasattr(out, "layers") and hasattr(out, "get_seq_length"):
+        return tuple((layer.keys, layer.values) for layer in out.layers)
     if isinstance(out, dict):
         return {k: _as_tree(v) for k, v in out.items() if v is not None}
     if isinstance(out, (tuple, list)):

@@ -44,10 +44,51 @@ ILL_CONDITIONED = (
     "to 1e-10"
 )
 
+LONGFORMER_SIZE_TENSORS = (
+    "Longformer's _chunk and sliding-window attention compute sizes as torch.div(int, int, rounding_mode='trunc') "
+    "(transformers/models/longformer/modeling_longformer.py:707-711, and 776, 820, 842, 862, 890, 919-956), a "
+    "0-d tensor that Kiln traces into the graph and then must read back as a size (Tensor.item(): "
+    "aten._local_scalar_dense), a break at every such size: 35 graphs where torch.compile, which folds the "
+    "division of constants, has 17 (its breaks are the data-dependent .item() at modeling_longformer.py:1175)"
+)
+
+REFORMER_NUMPY_INT = (
+    "Reformer's chunk length is a numpy int64 (np.lcm in _get_least_common_mult_chunk_len): "
+    "`input_shape[-1] % least_common_mult_chunk_length != 0` (transformers/models/reformer/modeling_reformer.py:2023) "
+    "breaks with 'constant 8 % int64 object', and the resumed frame runs eagerly as a whole ('truth value of "
+    "bool object', a numpy bool): 2 graphs / 10 ops where torch.compile has 19 / 145 (train), 1 / 2 against "
+    "17 / 148 (infer)"
+)
+
+WAV2VEC2_LRU_CACHE = (
+    "Wav2Vec2's encoder asks is_fsdp_managed_module(self) (transformers/models/wav2vec2/modeling_wav2vec2.py:684, "
+    "732), which calls is_torch_distributed_available (transformers/distributed/fsdp.py:56), a functools.lru_cache "
+    "wrapper Kiln does not trace through ('call to is_torch_distributed_available'): 4 graphs in inference where "
+    "torch.compile has 1 (in training both break at the same places, 9 graphs each)"
+)
+
+OUTPUT_HOOKS = (
+    "BERT with output_attentions/output_hidden_states installs output-capturing hooks on its first call "
+    "under `with _hook_installation_lock:` (transformers/utils/output_capturing.py:239), a threading.Lock the "
+    "tracer does not model as a context manager: maybe_install_capturing_hooks runs eagerly and is counted as a "
+    "fallback (Kiln's graphs still hold more ops than torch.compile's: 95 vs 67 infer, 98 vs 68 train)"
+)
+
+LONGFORMER_UNBACKED_VIEW = (
+    "aot_eager: a Longformer output is a view whose size is an unbacked symbol (u1, from the global-attention "
+    "count) that the runtime wrapper cannot evaluate when it rebuilds the view (kiln/runtime/aot.py:142 "
+    "_rebuild_view, KeyError: u1)"
+)
+
 # (test, backend or None, model, mode) -> reason.
 XFAIL: dict[tuple, str] = {
     **{("counts", None, "segformer", mode): FORWARD_HOOKS for mode in MODES},
     ("match", "inductor", "mobilenet_v2", "train"): ILL_CONDITIONED,
+    **{("counts", None, "longformer", mode): LONGFORMER_SIZE_TENSORS for mode in MODES},
+    **{("counts", None, "reformer", mode): REFORMER_NUMPY_INT for mode in MODES},
+    ("counts", None, "wav2vec2", "infer"): WAV2VEC2_LRU_CACHE,
+    **{("counts", None, "bert_all_outputs", mode): OUTPUT_HOOKS for mode in MODES},
+    ("match", "aot_eager", "longformer", "infer"): LONGFORMER_UNBACKED_VIEW,
 }
 
 
@@ -115,5 +156,6 @@ def test_corpus_builds() -> None:
     assert set(MODELS) == {
         "gpt2", "bert", "distilbert", "llama", "mistral", "qwen2", "opt", "t5", "vit",
         "roberta", "albert", "electra", "deberta_v2", "mpnet", "bart", "whisper", "clip", "swin", "convnext",
-        "resnet", "mobilenet_v2", "segformer", "gpt_neox", "phi", "gemma", "falcon", "bloom", "mixtral"}
+        "resnet", "mobilenet_v2", "segformer", "gpt_neox", "phi", "gemma", "falcon", "bloom", "mixtral",
+        "bert_all_outputs", "mistral_cache", "wav2vec2", "longformer", "reformer"}
     assert real_models.BATCH == 2 and real_models.SEQ == 8
