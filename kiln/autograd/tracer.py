@@ -20,6 +20,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from kiln.autograd.decompose import KILN_DECOMPOSITIONS
 from kiln.errors import KilnError
+from kiln.symbolic.expr import FloorDiv, ModularIndexing, adopt_torch_functions
 
 aten = torch.ops.aten
 
@@ -174,27 +175,29 @@ class AtenTracer(TorchDispatchMode):
             node = self.graph.call_function(aten.sym_size.int, (tensor_node, dim))
             node.meta["val"] = tensor_node.meta["val"].shape[dim]
             return node
+        adopted = adopt_torch_functions(expr)  # PyTorch's own FloorDiv/PythonMod/... as Kiln's
+        if adopted is not expr:
+            return self.node_of_expr(adopted)
         args = [self.node_of_expr(a) for a in expr.args]
-        name = type(expr).__name__
         if isinstance(expr, sympy.Add):
             return self._fold(operator.add, args)
         if isinstance(expr, sympy.Mul):
             return self._fold(operator.mul, args)
         if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
             return self._arith(operator.pow, (args[0], int(expr.exp)))
-        if name in ("FloorDiv", "CleanDiv"):
+        if isinstance(expr, FloorDiv):
             return self._arith(operator.floordiv, tuple(args))
-        if name in ("Mod", "PythonMod"):
+        if isinstance(expr, (ModularIndexing, sympy.Mod)):  # Python's `%`, as on SymInts
             return self._arith(operator.mod, tuple(args))
         if isinstance(expr, sympy.floor):
             inner = expr.args[0]
             num, den = inner.as_numer_denom()
             return self._arith(operator.floordiv, (self.node_of_expr(num), self.node_of_expr(den)))
-        if name in ("Max",):
+        if isinstance(expr, sympy.Max):
             return self._fold(torch.sym_max, args)
-        if name in ("Min",):
+        if isinstance(expr, sympy.Min):
             return self._fold(torch.sym_min, args)
-        raise KilnError(f"cannot express symbolic size {expr} ({name}) as graph arithmetic")
+        raise KilnError(f"cannot express symbolic size {expr} ({type(expr).__name__}) as graph arithmetic")
 
     def _fold(self, fn: Callable, args: list[Any]) -> fx.Node:
         acc = args[0]

@@ -35,6 +35,14 @@ def render_c(expr: sympy.Basic) -> str:
     return _Printer(str, c=True).text(expr)
 
 
+def render_triton(expr: sympy.Basic) -> str:
+    """The C form's integer semantics in Triton's spelling, for a Triton kernel's index arithmetic:
+    `//` and `%` on int tensors truncate as C's `/` and `%` do (so they are used where both operands
+    are non-negative), and the rest calls the kernel prelude's kiln_floordiv_int / kiln_mod_int,
+    tl.minimum / tl.maximum and tl.where."""
+    return _Printer(str, c=True, triton=True).text(expr)
+
+
 def render_words(expr: sympy.Basic, sources: dict[sympy.Symbol, str]) -> str:
     """The same expression as the user would write it: `x.size()[0] == y.size()[1]`."""
     return _Printer(lambda s: user_words(_lookup(sources, s))).text(expr)
@@ -53,9 +61,11 @@ def _lookup(sources: dict[sympy.Symbol, str], symbol: sympy.Symbol) -> str:
 
 
 class _Printer:
-    def __init__(self, name_of: Callable[[sympy.Symbol], str], c: bool = False) -> None:
+    def __init__(self, name_of: Callable[[sympy.Symbol], str], c: bool = False, triton: bool = False) -> None:
         self.name_of = name_of
-        self.c = c
+        self.c = c  # C's integer semantics (truncating division), spelt as C or, with triton, as Triton
+        self.triton = triton
+        self.spell = _TRITON if triton else _C
 
     def text(self, expr: sympy.Basic) -> str:
         return self.render(expr)[0]
@@ -66,16 +76,16 @@ class _Printer:
 
     def render(self, e: sympy.Basic) -> tuple[str, int]:
         if e is sympy.true:
-            return ("true" if self.c else "True"), _ATOM
+            return ("true" if self.c and not self.triton else "True"), _ATOM
         if e is sympy.false:
-            return ("false" if self.c else "False"), _ATOM
+            return ("false" if self.c and not self.triton else "False"), _ATOM
         if e.is_Symbol:
             return self.name_of(e), _ATOM
         if e.is_Integer:
             v = int(e)
             return str(v), (_ATOM if v >= 0 else _UNARY)
         if e.is_Rational:
-            return f"{e.p} / {e.q}", _MUL
+            return f"{e.p} {self.spell['div']} {e.q}", _MUL
         if e.is_Float:
             v = float(e)
             return repr(v), (_ATOM if v >= 0 else _UNARY)
@@ -117,7 +127,7 @@ class _Printer:
             return " and ".join(self.wrap(a, _AND + 1) for a in e.args), _AND
         if isinstance(e, sympy.Or):
             return " or ".join(self.wrap(a, _OR + 1) for a in e.args), _OR
-        language = "C" if self.c else "Python"
+        language = "Triton" if self.triton else "C" if self.c else "Python"
         raise NotImplementedError(f"kiln.symbolic.render: no {language} form for {type(e).__name__} in {e}")
 
     def c_only(self, e: sympy.Basic) -> tuple[str, int] | None:
@@ -125,30 +135,32 @@ class _Printer:
         if isinstance(e, (FloorDiv, ModularIndexing, sympy.Mod)):
             a, b = e.args
             if _nonnegative(a) and _nonnegative(b):
-                op = "/" if isinstance(e, FloorDiv) else "%"
+                op = self.spell["div"] if isinstance(e, FloorDiv) else "%"
                 return f"{self.wrap(a, _MUL + 1)} {op} {self.wrap(b, _MUL + 1)}", _MUL
-            fn = "kiln_floordiv" if isinstance(e, FloorDiv) else "kiln_mod"
+            fn = self.spell["floordiv"] if isinstance(e, FloorDiv) else self.spell["mod"]
             return f"{fn}({self.text(a)}, {self.text(b)})", _ATOM
         if isinstance(e, sympy.Pow):
             base, exp = e.args
             if not (exp.is_Integer and exp > 0):
-                raise NotImplementedError(f"kiln.symbolic.render: no C form for the power {e}")
+                raise NotImplementedError(f"kiln.symbolic.render: no C or Triton form for the power {e}")
             return "(" + " * ".join([self.wrap(base, _MUL + 1)] * int(exp)) + ")", _ATOM
         if isinstance(e, (sympy.Min, sympy.Max)):
-            fn = "std::min<int64_t>" if isinstance(e, sympy.Min) else "std::max<int64_t>"
+            fn = self.spell["min"] if isinstance(e, sympy.Min) else self.spell["max"]
             text = self.text(e.args[0])
             for a in e.args[1:]:
                 text = f"{fn}({text}, {self.text(a)})"
             return text, _ATOM
         if isinstance(e, sympy.Abs):
-            return f"std::abs({self.text(e.args[0])})", _ATOM
+            return f"{self.spell['abs']}({self.text(e.args[0])})", _ATOM
         if isinstance(e, sympy.Piecewise):
             (then, cond), (other, _) = e.args
+            if self.triton:
+                return f"tl.where({self.text(cond)}, {self.text(then)}, {self.text(other)})", _ATOM
             return f"({self.text(cond)} ? {self.text(then)} : {self.text(other)})", _ATOM
         if isinstance(e, sympy.Not):
-            return f"!{self.wrap(e.args[0], _ATOM)}", _UNARY
+            return f"{self.spell['not']}{self.wrap(e.args[0], _ATOM)}", _UNARY
         if isinstance(e, (sympy.And, sympy.Or)):
-            op = " && " if isinstance(e, sympy.And) else " || "
+            op = self.spell["and"] if isinstance(e, sympy.And) else self.spell["or"]
             return "(" + op.join(self.wrap(a, _ATOM) for a in e.args) + ")", _ATOM
         return None
 
@@ -159,11 +171,11 @@ class _Printer:
         if den != 1 and is_integral(num) and is_integral(den):
             if isinstance(e, sympy.floor):
                 return self.render(FloorDiv(num, den)) if not self.c else (
-                    f"kiln_floordiv({self.text(num)}, {self.text(den)})", _ATOM)
+                    f"{self.spell['floordiv']}({self.text(num)}, {self.text(den)})", _ATOM)
             return self.render(-FloorDiv(-num, den)) if not self.c else (
-                f"-kiln_floordiv({self.text(-num)}, {self.text(den)})", _UNARY)
+                f"-{self.spell['floordiv']}({self.text(-num)}, {self.text(den)})", _UNARY)
         if self.c:
-            raise NotImplementedError(f"kiln.symbolic.render: no C form for {e}")
+            raise NotImplementedError(f"kiln.symbolic.render: no C or Triton form for {e}")
         if isinstance(e, sympy.floor):
             return f"int({self.wrap(e.args[0], _MUL)} // 1)", _ATOM
         return f"-int(-{self.wrap(e.args[0], _UNARY)} // 1)", _UNARY
@@ -201,7 +213,7 @@ class _Printer:
                 num.append(self.wrap(factor, _MUL if not num else _MUL + 1))
         text = " * ".join(num) if num else "1"
         for d in den:
-            text += f" / {d}"
+            text += f" {self.spell['div'] if self.c else '/'} {d}"
         return text, _MUL
 
     def relation(self, e: sympy.core.relational.Relational) -> str:
@@ -218,6 +230,13 @@ class _Printer:
                 and is_integral(lhs) and is_integral(rhs):
             rhs, op = rhs - 1, ">"  # `a >= b + 1` reads better as `a > b` (integers)
         return f"{self.wrap(lhs, _CMP + 1)} {op} {self.wrap(rhs, _CMP + 1)}"
+
+
+# How C and Triton spell the integer operations they share (C's truncating semantics in both).
+_C = {"div": "/", "floordiv": "kiln_floordiv", "mod": "kiln_mod", "min": "std::min<int64_t>",
+      "max": "std::max<int64_t>", "abs": "std::abs", "not": "!", "and": " && ", "or": " || "}
+_TRITON = {"div": "//", "floordiv": "kiln_floordiv_int", "mod": "kiln_mod_int", "min": "tl.minimum",
+           "max": "tl.maximum", "abs": "tl.abs", "not": "~", "and": " & ", "or": " | "}
 
 
 def _nonnegative(e: sympy.Expr) -> bool:

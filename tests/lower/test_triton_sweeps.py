@@ -51,8 +51,8 @@ def test_fusion_case_through_triton(case: Callable[[], None], monkeypatch: pytes
 
 TRITON_SLICE = CI_SLICE + [
     "floor_divide", "fmod", "pow", "atan2", "log1p", "expm1", "erf", "sqrt", "round", "trunc", "sign", "nan_to_num",
-    "lerp", "addcmul", "bitwise_and", "logical_not", "isnan", "clamp_min", "prod", "amin", "argmin", "any", "all",
-    "std", "norm", "nn.functional.softmin", "flip", "roll", "transpose", "narrow", "select", "unsqueeze", "reshape",
+    "lerp", "addcmul", "logical_and", "logical_xor", "logical_not", "isnan", "clamp_min", "prod", "amin", "argmin", "any", "all",
+    "std", "norm", "nn.functional.softmin", "flip", "roll", "transpose", "select", "unsqueeze", "reshape",
     "repeat", "tril", "nn.functional.pad.constant", "nn.functional.pad.reflect", "index_add", "index_put", "scatter", "scatter_add", "take_along_dim",
     "index_fill",
 ]
@@ -62,7 +62,7 @@ TRITON_SLICE = CI_SLICE + [
 def test_opinfo_slice_through_triton(name: str) -> None:
     with config.patch(cpu_backend="triton"):
         result = check_op(name)
-    assert result == "pass" or result.startswith("skip"), result
+    assert result == "pass", result  # every op of the slice has samples and a lowering: a skip is a failure
 
 
 def test_slice_is_large_enough() -> None:

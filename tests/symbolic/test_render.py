@@ -96,3 +96,76 @@ def test_sym_ite_and_float_guards_render():
     assert float(a / 2) == 2.5  # specializes the float: the guard says which inputs give 2.5
     guard = env.guards[-1].python
     assert eval(guard, {"L": {"a": 5}}) and not eval(guard, {"L": {"a": 6}})
+
+
+class _CInt(int):
+    """An int with C's (and Triton's, on int tensors) truncating `//` and `%`: what a Triton kernel
+    computes when it runs the rendered text."""
+
+    def __floordiv__(self, o: int) -> "_CInt":
+        q = abs(int(self)) // abs(int(o))
+        return _CInt(q if (self >= 0) == (o >= 0) else -q)
+
+    def __rfloordiv__(self, o: int) -> "_CInt":
+        return _CInt(o).__floordiv__(self)
+
+    def __mod__(self, o: int) -> "_CInt":
+        return _CInt(int(self) - int(self // o) * int(o))
+
+    def __rmod__(self, o: int) -> "_CInt":
+        return _CInt(o).__mod__(self)
+
+    def __add__(self, o: int) -> "_CInt":
+        return _CInt(int(self) + int(o))
+
+    __radd__ = __add__
+
+    def __sub__(self, o: int) -> "_CInt":
+        return _CInt(int(self) - int(o))
+
+    def __rsub__(self, o: int) -> "_CInt":
+        return _CInt(int(o) - int(self))
+
+    def __mul__(self, o: int) -> "_CInt":
+        return _CInt(int(self) * int(o))
+
+    __rmul__ = __mul__
+
+    def __neg__(self) -> "_CInt":
+        return _CInt(-int(self))
+
+
+class _TL:
+    minimum = staticmethod(lambda a, b: _CInt(min(a, b)))
+    maximum = staticmethod(lambda a, b: _CInt(max(a, b)))
+    where = staticmethod(lambda c, a, b: a if c else b)
+    abs = staticmethod(lambda a: _CInt(abs(a)))
+
+
+@pytest.mark.parametrize("name,fn", EXPRESSIONS, ids=[e[0] for e in EXPRESSIONS])
+def test_triton_form_matches_python_under_truncating_division(name, fn):
+    """The Triton form runs with truncating `//` and `%` (as Triton's integer ops do): it must still
+    compute Python's floor semantics wherever an operand may be negative."""
+    from kiln.symbolic.render import render_triton
+
+    env = ShapeEnv()
+    a = env.create_symbolic_int(5, "L['a']")
+    b = env.create_symbolic_int(3, "L['b']")
+    expr = expr_of(fn(a, b))
+    text = render_triton(expr)
+    sa, sb = expr_of(a), expr_of(b)
+    scope = {"tl": _TL, "kiln_floordiv_int": lambda x, y: _CInt(int(x) // int(y)),
+             "kiln_mod_int": lambda x, y: _CInt(int(x) % int(y))}
+    for va, vb in VALUES:
+        env_vals = {**scope, sa.name: _CInt(va), sb.name: _CInt(vb)}
+        assert int(eval(text, env_vals)) == fn(va, vb), (text, va, vb)
+
+
+def test_triton_form_of_min_max_abs_where():
+    from kiln.symbolic.render import render_triton
+
+    x, y = sympy.symbols("x y", integer=True, nonnegative=True)
+    assert render_triton(sympy.Max(x, y + 1)) == "tl.maximum(x, y + 1)"
+    assert render_triton(FloorDiv(x, 4)) == "x // 4"  # both operands >= 0: Triton's `//` is exact
+    assert render_triton(FloorDiv(x - 5, 4)) == "kiln_floordiv_int(x - 5, 4)"
+    assert render_triton(sympy.Piecewise((x, sympy.Lt(x, y)), (y, True))) == "tl.where((x < y), x, y)"

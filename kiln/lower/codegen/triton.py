@@ -16,7 +16,9 @@ import sympy
 import torch
 
 from kiln.lower import ops
-from kiln.lower.ir import Const, FloorDiv, Index, Load, Masked, ModularIndexing, Op, Value
+from kiln.lower.ir import Const, Index, Load, Masked, Op, Value
+from kiln.symbolic.expr import adopt_torch_functions
+from kiln.symbolic.render import render_triton
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
       torch.bfloat16: "tl.bfloat16", torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
@@ -29,38 +31,12 @@ def compute(dtype: torch.dtype) -> torch.dtype:
 
 
 def texpr(e: sympy.Expr) -> str:
-    """An index expression in Triton over the kernel's variables and size arguments."""
-    if isinstance(e, sympy.Integer):
-        return str(int(e))
-    if isinstance(e, sympy.Symbol):
-        return str(e)
-    if isinstance(e, sympy.Add):
-        return "(" + " + ".join(texpr(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Mul):
-        return "(" + " * ".join(texpr(a) for a in e.args) + ")"
-    if isinstance(e, FloorDiv):  # index expressions are non-negative: C and Python division agree
-        return f"({texpr(e.args[0])} // {texpr(e.args[1])})"
-    if isinstance(e, (ModularIndexing, sympy.Mod)):
-        return f"({texpr(e.args[0])} % {texpr(e.args[1])})"
-    if isinstance(e, sympy.floor) and isinstance(e.args[0], sympy.Mul):
-        num, den = sympy.fraction(e.args[0])
-        return f"kiln_floordiv_int({texpr(num)}, {texpr(den)})"
-    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
-        return "(" + " * ".join([texpr(e.base)] * int(e.exp)) + ")"
-    if isinstance(e, (sympy.Max, sympy.Min)):
-        fn = "tl.maximum" if isinstance(e, sympy.Max) else "tl.minimum"
-        out = texpr(e.args[0])
-        for a in e.args[1:]:
-            out = f"{fn}({out}, {texpr(a)})"
-        return out
-    if isinstance(e, sympy.Rational):
-        return f"({e.p} // {e.q})"
-    name = type(e).__name__
-    if name in ("FloorDiv", "floordiv"):  # torch's own sympy functions in symbolic sizes
-        return f"kiln_floordiv_int({texpr(e.args[0])}, {texpr(e.args[1])})"
-    if name in ("Mod", "PythonMod"):
-        return f"kiln_mod_int({texpr(e.args[0])}, {texpr(e.args[1])})"
-    raise NotImplementedError(f"index expression {e} ({name})")
+    """An index expression in Triton over the kernel's variables and size arguments (the one
+    printer's Triton mode; PyTorch's own sympy functions, found in sizes handed over by the real
+    torch.compile, are first replaced by Kiln's), parenthesized unless it is a name or a number:
+    callers splice it next to `//` and `%`."""
+    text = render_triton(adopt_torch_functions(sympy.sympify(e)))
+    return text if text.isidentifier() or text.isdigit() else f"({text})"
 
 
 # ----------------------------------------------------------------------------- the op table
