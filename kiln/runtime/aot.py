@@ -120,7 +120,12 @@ class RuntimeMeta:
     num_intermediate_bases: int
 
 
-def _evaluate(x: Any, binding: dict, args: Sequence[Any]) -> int:
+# A binding entry (FROM_BASE, dim): the symbol is the size `dim` of the view's own base (a graph
+# output), not of an input; how unbacked sizes (nonzero's count) are read back at run time.
+FROM_BASE = -1
+
+
+def _evaluate(x: Any, binding: dict, args: Sequence[Any], base: torch.Tensor | None = None) -> int:
     if not isinstance(x, torch.SymInt):
         return int(x)
     import sympy  # only symbolic view sizes get here, and they come from a capture (sympy loaded)
@@ -131,17 +136,110 @@ def _evaluate(x: Any, binding: dict, args: Sequence[Any]) -> int:
     values = {}
     for sym in expr.free_symbols:
         index, dim = binding[sym]
-        values[sym] = sympy.Integer(args[index] if dim is None else args[index].shape[dim])
+        if index == FROM_BASE:
+            assert base is not None
+            values[sym] = sympy.Integer(base.shape[dim])
+        else:
+            values[sym] = sympy.Integer(args[index] if dim is None else args[index].shape[dim])
     return int(expr.xreplace(values))
 
 
-def _rebuild_view(base: torch.Tensor, info: Any, binding: dict, args: Sequence[Any]) -> torch.Tensor:
-    size, stride, offset, *dtype = info.view
+def _rebuild_view(base: torch.Tensor, view: tuple, binding: dict, args: Sequence[Any]) -> torch.Tensor:
+    size, stride, offset, *dtype = view
     if dtype:  # a view that reinterprets its base's bytes (view_as_complex, view(dtype))
         base = base.view(dtype[0])
-    return base.as_strided([_evaluate(s, binding, args) for s in size],
-                           [_evaluate(s, binding, args) for s in stride],
-                           _evaluate(offset, binding, args))
+    return base.as_strided([_evaluate(s, binding, args, base) for s in size],
+                           [_evaluate(s, binding, args, base) for s in stride],
+                           _evaluate(offset, binding, args, base))
+
+
+def _symbols(view: tuple) -> set:
+    from kiln.symbolic.node import expr_of
+
+    found: set = set()
+    for x in (*view[0], *view[1], view[2]):
+        if isinstance(x, torch.SymInt):
+            found |= expr_of(x).free_symbols
+    return found
+
+
+def _same_layout(traced: tuple, captured: tuple) -> bool:
+    """Whether two (size, stride, offset) records of one view agree wherever either is a plain int
+    (their symbols may differ: the AOT trace renames unbacked ones)."""
+    t_size, t_stride, t_offset = traced[:3]
+    c_size, c_stride, c_offset = captured[:3]
+    if len(t_size) != len(c_size) or len(t_stride) != len(c_stride):
+        return False
+    for a, b in zip((*t_size, *t_stride, t_offset), (*c_size, *c_stride, c_offset)):
+        if isinstance(a, torch.SymInt) != isinstance(b, torch.SymInt):
+            return False
+        if not isinstance(a, torch.SymInt) and a != b:
+            return False
+    return True
+
+
+def _output_examples(root: Any) -> list[Any] | None:
+    """The captured graph's flat outputs as traced by capture (fake tensors), or None."""
+    graph = getattr(root, "graph", None)
+    if graph is None:
+        return None
+    for node in graph.nodes:
+        if node.op == "output":
+            leaves = pytree.tree_leaves(node.args[0])
+            return [getattr(leaf, "meta", {}).get("example_value") for leaf in leaves]
+    return None
+
+
+def plan_unbound_views(root: Any, meta: Any, binding: dict) -> dict[int, tuple[tuple, dict, int]]:
+    """Output position -> (view record, binding) for view outputs whose traced size, stride or
+    offset holds a symbol that no input carries: an unbacked size made inside the graph (the
+    count of a nonzero whose columns are returned, as `nonzero(as_tuple=True)` does).
+
+    The AOT trace's view only names that symbol; its value is a size of the real base the graph
+    returns. Capture's fake of the same output still knows its base (`_base`), so the view is
+    rebuilt from capture's record, with each unbound symbol read from the base's shape where that
+    symbol is a whole dim. Anything else is refused here, at compile time (the frame runs eagerly
+    with that reason), rather than guessed at run time. The plan's last field is the base's rank,
+    checked at run time before a size is read from it."""
+    plans: dict[int, tuple[tuple, dict, int]] = {}
+    if meta is None:
+        return plans
+    examples: list[Any] | None = None
+    for k, info in enumerate(meta.outputs):
+        if info.view is None or not (_symbols(info.view) - binding.keys()):
+            continue
+        if examples is None:
+            examples = _output_examples(root) or []
+        plan = _plan_from_capture(info, examples[k] if k < len(examples) else None, binding)
+        if plan is None:
+            from kiln.errors import Unsupported
+
+            raise Unsupported(f"output {k} is a view of another output whose size depends on tensor data "
+                              "(an unbacked size), and its size cannot be read back from its base",
+                              kind="unbacked_view_output",
+                              hint="return a .clone() of the view, or the base tensor itself")
+        plans[k] = plan
+    return plans
+
+
+def _plan_from_capture(info: Any, example: Any, binding: dict) -> tuple[tuple, dict, int] | None:
+    from kiln.symbolic.node import expr_of
+
+    base = getattr(example, "_base", None)
+    if not isinstance(example, torch.Tensor) or base is None or info.kind != "base_view":
+        return None
+    captured = (tuple(example.shape), tuple(example.stride()), example.storage_offset(), *info.view[3:])
+    if not _same_layout(info.view, captured):
+        return None
+    local = dict(binding)
+    for dim, size in enumerate(base.shape):
+        if isinstance(size, torch.SymInt):
+            expr = expr_of(size)
+            if getattr(expr, "is_Symbol", False) and expr not in local:
+                local[expr] = (FROM_BASE, dim)
+    if _symbols(captured) - local.keys():
+        return None
+    return captured, local, base.dim()
 
 
 def _unflattener(spec: Any) -> Callable[[list[Any]], Any] | None:
@@ -184,6 +282,7 @@ class AotRuntime:
         self.forward = forward
         self.function = function
         self.aot_report = report
+        self._views = plan_unbound_views(root, meta, binding)
         # the per-call plan
         self._getters = tuple(operator.attrgetter(path) for path in lifted)  # dotted paths work
         self._run = getattr(function, "fast_apply", function.apply) if function is not None else forward
@@ -234,11 +333,11 @@ class AotRuntime:
         num_user = meta.num_graph_outputs - meta.num_intermediate_bases
         bases = graph_outs[num_user:]
         results: list[Any] = []
-        for info in meta.outputs:
-            results.append(self._output(info, flat, graph_outs, bases, results))
+        for k, info in enumerate(meta.outputs):
+            results.append(self._output(k, info, flat, graph_outs, bases, results))
         return self._unflatten(results)
 
-    def _output(self, info: Any, flat: list[Any], graph_outs: Sequence[Any],
+    def _output(self, k: int, info: Any, flat: list[Any], graph_outs: Sequence[Any],
                 bases: Sequence[Any], results: list[Any]) -> Any:
         kind = info.kind
         if kind == "graph":
@@ -246,11 +345,19 @@ class AotRuntime:
         if kind == "input":
             return flat[info.base]
         if kind == "input_view":
-            return _rebuild_view(flat[info.base], info, self.binding, flat)
+            return _rebuild_view(flat[info.base], info.view, self.binding, flat)
         if kind == "base":
             return bases[info.base]
         if kind == "base_view":
-            return _rebuild_view(bases[info.base], info, self.binding, flat)
+            base = bases[info.base]
+            plan = self._views.get(k)
+            if plan is None:
+                return _rebuild_view(base, info.view, self.binding, flat)
+            view, binding, rank = plan
+            if base.dim() != rank:
+                raise RuntimeError(f"kiln: output {k} is a view of a rank-{rank} base, and the graph returned "
+                                   f"a rank-{base.dim()} one (an internal error: please report it)")
+            return _rebuild_view(base, view, binding, flat)
         if kind == "same_as":
             return results[info.base]
         return info.value

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 import torch
 
 import kiln
@@ -342,3 +343,33 @@ def test_torch_nn_modules_with_parameters_built_in_forward_still_break():
     kiln.reset()
     torch.testing.assert_close(kiln.compile(_fresh_linear, backend="eager")(x), _fresh_linear(x))
 
+
+
+def _global_attention_indices(mask):
+    # Longformer's _get_global_attn_indices: the columns of a nonzero are views of one hidden base
+    # whose length is an unbacked size (u), and `nonzero` itself is both returned and viewed.
+    counts = mask.long().sum(dim=1)
+    columns = mask.nonzero(as_tuple=True)
+    full = (mask == 0).nonzero()
+    return counts, columns, full, full[:, 1]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)])
+def test_views_of_an_unbacked_size_base_are_rebuilt_from_the_returned_base(backend):
+    # AotRuntime rebuilt each view output from its traced size with the symbols bound to inputs
+    # only: the nonzero count u1 was in no input (KeyError: u1 in _rebuild_view, aot_eager and
+    # inductor). The count is read from the base the graph returns.
+    mask = torch.zeros(2, 8, dtype=torch.bool)
+    mask[:, 0] = True
+    kiln.reset()
+    try:
+        compiled = kiln.compile(_global_attention_indices, backend=backend)
+        for m in (mask, torch.ones(2, 8, dtype=torch.bool), torch.zeros(2, 8, dtype=torch.bool), torch.rand(2, 8) > 0.5):
+            got = compiled(m)
+            torch.testing.assert_close(got, _global_attention_indices(m))
+            # eager's aliasing: both columns share the nonzero's storage, full[:, 1] is a view of full
+            assert got[1][0].untyped_storage().data_ptr() == got[1][1].untyped_storage().data_ptr()
+            assert got[3]._base is got[2]
+        assert kiln.stats()["fallbacks"] == 0
+    finally:
+        kiln.reset()

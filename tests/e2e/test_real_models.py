@@ -74,12 +74,6 @@ OUTPUT_HOOKS = (
     "fallback (Kiln's graphs still hold more ops than torch.compile's: 95 vs 67 infer, 98 vs 68 train)"
 )
 
-LONGFORMER_UNBACKED_VIEW = (
-    "aot_eager: a Longformer output is a view whose size is an unbacked symbol (u1, from the global-attention "
-    "count) that the runtime wrapper cannot evaluate when it rebuilds the view (kiln/runtime/aot.py:142 "
-    "_rebuild_view, KeyError: u1)"
-)
-
 # (test, backend or None, model, mode) -> reason.
 XFAIL: dict[tuple, str] = {
     **{("counts", None, "segformer", mode): FORWARD_HOOKS for mode in MODES},
@@ -88,7 +82,6 @@ XFAIL: dict[tuple, str] = {
     **{("counts", None, "reformer", mode): REFORMER_NUMPY_INT for mode in MODES},
     ("counts", None, "wav2vec2", "infer"): WAV2VEC2_LRU_CACHE,
     **{("counts", None, "bert_all_outputs", mode): OUTPUT_HOOKS for mode in MODES},
-    ("match", "aot_eager", "longformer", "infer"): LONGFORMER_UNBACKED_VIEW,
 }
 
 
