@@ -221,6 +221,9 @@ def reset() -> None:
     fake_cache = sys.modules.get("kiln.fake.cache")
     if fake_cache is not None:
         fake_cache.clear()  # fake-op output metadata memoized by input shapes
+    store = sys.modules.get("kiln.runtime.store")
+    if store is not None:
+        store.forget_verdicts()  # a cache directory fixed (or broken) since is judged again
 
 
 def stats() -> dict[str, int | float]:

@@ -137,3 +137,18 @@ def test_moved_cache_loads_from_its_new_place(tmp_path: Path) -> None:
     report, stderr = harness.run(code, moved)
     assert report["disk_hits"] > 0 and report["frames"] == 0 and report["err"] < 1e-5
     assert "built" not in stderr and str(first) not in stderr  # nothing compiled, nothing read from the old place
+
+
+def test_reset_judges_a_fixed_cache_dir_again(tmp_path: Path) -> None:
+    """A refused directory is remembered for the process; after the user fixes it, kiln.reset()
+    (which already forgets compiled entries) makes Kiln look at it again."""
+    cache = tmp_path / "fixed"
+    cache.mkdir()
+    cache.chmod(0o777)
+    assert len(_compile_and_check(cache)) == 1
+    cache.chmod(0o700)
+    _compile_and_check(cache)
+    assert list(cache.iterdir()) == []  # still the verdict of the first look
+    kiln.reset()
+    assert _compile_and_check(cache) == []
+    assert harness.files(cache, ".entry")
