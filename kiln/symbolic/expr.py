@@ -10,7 +10,7 @@ PyTorch counterpart: torch/utils/_sympy/functions.py and value_ranges.py (much s
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Mapping
 
 import sympy
 
@@ -92,7 +92,7 @@ def adopt_torch_functions(expr: sympy.Expr) -> sympy.Expr:
         return expr
     from torch.utils._sympy import functions as tf
 
-    rules = {
+    rules: dict[type, Callable[..., sympy.Basic]] = {
         tf.FloorDiv: lambda a, b: FloorDiv(a, b),  # CleanDiv is a FloorDiv known to be exact
         tf.PythonMod: lambda a, b: ModularIndexing(a, b),
         tf.Mod: lambda a, b: ModularIndexing(a, b),
@@ -246,7 +246,8 @@ def _bounds(expr: sympy.Expr, rng: Callable[[sympy.Symbol], Interval],
         return (v, v)
     if expr.is_Symbol:
         return rng(expr)
-    args = [bounds(a, rng, memo) for a in expr.args] if not isinstance(expr, sympy.Pow) else None
+    # a Pow's exponent is read as a number below, never bounded
+    args: list[Interval] = [] if isinstance(expr, sympy.Pow) else [bounds(a, rng, memo) for a in expr.args]
     if isinstance(expr, sympy.Add):
         return (sum(a[0] for a in args), sum(a[1] for a in args))
     if isinstance(expr, sympy.Mul):
@@ -343,7 +344,7 @@ def decide(cond: sympy.Basic, symbol_range: Callable[[sympy.Symbol], Interval],
     return None
 
 
-def evaluate_at(expr: sympy.Basic, values: dict[sympy.Symbol, int | float]) -> int | float | bool:
+def evaluate_at(expr: sympy.Basic, values: Mapping[sympy.Symbol, int | float]) -> int | float | bool:
     """The Python value of expr with each symbol replaced by its value (used for hints)."""
     result = expr.xreplace({s: sympy.sympify(values[s]) for s in expr.free_symbols})
     if result is sympy.true or result is sympy.false:

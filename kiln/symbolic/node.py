@@ -149,7 +149,7 @@ class SymNode:
 
     # -- building new nodes -----------------------------------------------------------------------
 
-    def _make(self, op: str, args: tuple[SymNode, ...], build: Callable[..., sympy.Basic],
+    def _make(self, op: builtins.str, args: tuple[SymNode, ...], build: Callable[..., sympy.Basic],
               py: Callable[..., Any], pytype: type) -> SymNode:
         env = self.shape_env
         rv = env._replace_version
@@ -278,8 +278,10 @@ class SymNode:
 
     def round(self, ndigits: int | None = None) -> SymNode:
         # Python's round is round-half-even, which sympy has no cheap form for: specialize.
-        value = builtins.round(self.guard_float("", 0), ndigits)
-        return self.wrap_int(value) if ndigits is None else self.wrap_float(value)
+        value = self.guard_float("", 0)
+        if ndigits is None:
+            return self.wrap_int(builtins.round(value))
+        return self.wrap_float(builtins.round(value, ndigits))
 
     def is_integer(self) -> SymNode:
         return self.wrap_bool(float(self.guard_float("", 0)).is_integer())
@@ -405,7 +407,8 @@ class SymNode:
     def is_non_overlapping_and_dense(self, sizes: list[SymNode], strides: list[SymNode]) -> SymNode:
         # Dense in the order of the strides' example values; the order itself is decided (guarded)
         # by comparing the strides, so a different order at run time fails a guard.
-        order = sorted(range(len(sizes)), key=lambda d: strides[d]._hint if strides[d]._hint is not None else 0)
+        hints = [0 if s._hint is None else s._hint for s in strides]
+        order = sorted(range(len(sizes)), key=lambda d: hints[d])
         for a, b in zip(order, order[1:]):
             strides[a].le(strides[b]).guard_bool("", 0)
         return self._contiguous_in_order(sizes, strides, order)

@@ -17,6 +17,7 @@ import torch
 
 from kiln import config
 from kiln import log
+from kiln.errors import KilnError
 from kiln.symbolic.marks import marked_dynamic, marked_maybe_dynamic, marked_static
 
 
@@ -75,7 +76,9 @@ class DynamicPolicy:
                 chosen.setdefault(d, "its size changed since an earlier capture")
         dims = sorted(d for d in chosen if d not in kept and d < ndim)
         for d in dims:
-            log.artifact("dynamic", lambda d=d: f"{user_words(source)} dim {d} is dynamic: {chosen[d]}")
+            def words(d: int = d) -> str:
+                return f"{user_words(source)} dim {d} is dynamic: {chosen[d]}"
+            log.artifact("dynamic", words)
         return tuple(dims)
 
     def _changed_dims(self, source: str, t: torch.Tensor) -> set[int]:
@@ -106,6 +109,8 @@ class DynamicPolicy:
             if old == new:
                 return f"{name}: {old} (unchanged)"
             return f"{name}: {old} -> {new}, {self._int_outcome(new)}"
+        if isinstance(old, int) or isinstance(new, int):
+            raise KilnError(f"kiln.symbolic: explain_change at {source} compares an int with sizes")
         old, new = tuple(int(s) for s in old), tuple(int(s) for s in new)
         if len(old) != len(new):
             return f"{name}: rank {len(old)} -> {len(new)} ({list(old)} -> {list(new)}), a new static capture"

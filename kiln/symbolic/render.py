@@ -87,8 +87,8 @@ class _Printer:
         if e.is_Rational:
             return f"{e.p} {self.spell['div']} {e.q}", _MUL
         if e.is_Float:
-            v = float(e)
-            return repr(v), (_ATOM if v >= 0 else _UNARY)
+            f = float(e)
+            return repr(f), (_ATOM if f >= 0 else _UNARY)
         if isinstance(e, sympy.core.relational.Relational):
             # C ranks == below <; a parenthesized comparison reads the same in both languages
             return (f"({self.relation(e)})", _ATOM) if self.c else (self.relation(e), _CMP)

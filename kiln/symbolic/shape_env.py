@@ -24,7 +24,11 @@ from kiln.symbolic.node import SymNode
 from kiln.symbolic.render import render_python, render_words, user_words
 
 
-_ASK_PROVIDER = object()  # _record's default location: ask location_provider
+class _AskProvider:
+    """The type of _record's default location: ask location_provider."""
+
+
+_ASK_PROVIDER = _AskProvider()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,7 +214,7 @@ class ShapeEnv:
     def describe(self) -> str:
         """Readable state for logs and the debug dump: symbols, what was learnt, guards, asserts."""
         lines = ["symbols:"]
-        for symbol in sorted(self._order, key=self._order.get):
+        for symbol in sorted(self._order, key=lambda s: self._order[s]):
             lo, hi = self._ranges.get(symbol, UNKNOWN)
             what = self._sources.get(symbol) or f"unbacked, from {self._origins.get(symbol)}"
             hint = self._hints.get(symbol)
@@ -344,7 +348,7 @@ class ShapeEnv:
 
     # -- recording -----------------------------------------------------------------------------
 
-    def _record(self, fact: sympy.Basic, location: str | None | object = _ASK_PROVIDER) -> None:
+    def _record(self, fact: sympy.Basic, location: str | None | _AskProvider = _ASK_PROVIDER) -> None:
         canon = canonical(self.replace(fact))
         if isinstance(canon, sympy.And):
             for part in canon.args:  # one guard per conjunct: each reads (and fails) on its own
@@ -354,7 +358,7 @@ class ShapeEnv:
             return
         if canon is sympy.false:
             raise AssertionError(f"kiln.symbolic: recording a guard that is false at the example: {fact}")
-        where = self.location_provider() if location is _ASK_PROVIDER else location
+        where = self.location_provider() if isinstance(location, _AskProvider) else location
         self._learn(canon, where)
         self._facts[canon] = True
         self._facts[canonical(negate(canon))] = False
