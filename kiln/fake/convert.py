@@ -8,7 +8,7 @@ PyTorch counterpart: torch/_subclasses/meta_utils.py (MetaConverter) and FakeTen
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import torch
 
@@ -40,7 +40,7 @@ def from_real(mode: "FakeTensorMode", t: torch.Tensor, *, source: str | None = N
         # part of their metadata, so it is known without data.
         fake = FakeTensor(mode, _sparse_meta(t), normalize_device(t.device), t.requires_grad)
     elif t._is_view() and t._base is not None and not dims:
-        fake = _view_of_fake_base(mode, t, source)
+        fake = _view_of_fake_base(mode, t, t._base, source)
     else:
         meta = _meta_like(mode, t, source, dims)
         fake = FakeTensor(mode, meta, normalize_device(t.device), t.requires_grad)
@@ -97,9 +97,10 @@ def _check_dynamic_dims(mode: "FakeTensorMode", t: torch.Tensor, source: str | N
     return dims
 
 
-def _view_of_fake_base(mode: "FakeTensorMode", t: torch.Tensor, source: str | None) -> FakeTensor:
+def _view_of_fake_base(mode: "FakeTensorMode", t: torch.Tensor, real_base: torch.Tensor,
+                       source: str | None) -> FakeTensor:
     """Replay `t` as an as_strided view of its base's fake, so both share one fake storage."""
-    base = from_real(mode, t._base, source=None if source is None else f"{source}._base")
+    base = from_real(mode, real_base, source=None if source is None else f"{source}._base")
     # A real view with a grad_fn was made under grad mode: replaying it there gives the fake an
     # AsStridedBackward node too. A view made under no_grad is a leaf (that still requires grad
     # when its base does), which replaying under no_grad reproduces.
@@ -107,7 +108,7 @@ def _view_of_fake_base(mode: "FakeTensorMode", t: torch.Tensor, source: str | No
         view = base.as_strided(t.size(), t.stride(), t.storage_offset())
     if view.requires_grad != t.requires_grad and view.is_leaf:
         view.requires_grad_(t.requires_grad)
-    return view
+    return cast(FakeTensor, view)  # an op run under `mode` returns one of its FakeTensors
 
 
 def _meta_like(mode: "FakeTensorMode", t: torch.Tensor, source: str | None,

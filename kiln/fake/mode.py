@@ -59,7 +59,7 @@ def _answer_dynamo_disable(fn: Any, seen: set[int], depth: int = 0) -> None:
     if type(fn) is not types.FunctionType or id(fn) in seen or depth > 8:
         return
     seen.add(id(fn))
-    if fn.__code__ is _DISABLE_WRAPPER.__code__:
+    if fn.__code__ is _DISABLE_WRAPPER.__code__ and fn.__closure__ is not None:
         wrapped = fn.__closure__[_DISABLE_SLOT].cell_contents
         if getattr(wrapped, "__dynamo_disable", None) is None:
             setattr(wrapped, "__dynamo_disable", wrapped)

@@ -30,7 +30,8 @@ class FakeTensor(torch.Tensor):
 
     # Torch-function overrides would run once per op on top of __torch_dispatch__; the subclass
     # only needs the dispatch level, so it opts out like torch's own wrapper subclasses.
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    # torch's stubs type the C function as a plain function, not the classmethod protocol
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
     @staticmethod
     def __new__(cls, mode: "FakeTensorMode", elem: torch.Tensor, device: torch.device,
@@ -74,8 +75,10 @@ class FakeTensor(torch.Tensor):
     def get_device(self) -> int:  # type: ignore[override]
         return -1 if self.fake_device.type == "cpu" else (self.fake_device.index or 0)
 
+    # torch.Tensor declares __torch_dispatch__ as its disabled C stub, whose type lacks `func`
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (),  # type: ignore[override]
+                           kwargs: dict | None = None) -> Any:
         # Only reached when the tensor's mode is not the active one (a fake used outside its
         # `with` block); with the mode active, the mode's __torch_dispatch__ runs first.
         if func is _PRIM_DEVICE:  # C++ asks for the device of a fake many times per op
@@ -100,14 +103,15 @@ class FakeTensor(torch.Tensor):
         raise DataDependentOutputError("Tensor.__array__", "converting a fake tensor to a numpy "
                                        "array needs its data, which it does not have")
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:
+    # the signature is torch.Tensor's; mypy misreads the untyped keyword-only parameter there
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         shape = tuple(self.shape)
         extra = "" if not self.requires_grad else ", requires_grad=True"
         return f"FakeTensor(size={shape}, dtype={self.dtype}, device='{self.fake_device}'{extra})"
 
     # Tensors are pickled/deep-copied with their data; a fake has none, so copying makes another
     # fake with the same metadata in the same mode.
-    def __deepcopy__(self, memo: dict) -> "FakeTensor":
+    def __deepcopy__(self, memo: dict) -> torch.Tensor:
         if id(self) in memo:
             return memo[id(self)]
         with self.fake_mode:
