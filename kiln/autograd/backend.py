@@ -118,8 +118,8 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
     log.debug("aot", lambda: f"trace_forward: {len(forward.gm.graph.nodes)} nodes, mutated inputs "
                              f"{list(forward.meta.mutated_inputs)}")
     binding = bind_symbols(inputs.values)
-    common = dict(root=gm, lifted=inputs.lifted, meta=forward.meta, out_spec=forward.out_spec,
-                  binding=binding)
+    common: dict[str, Any] = dict(root=gm, lifted=inputs.lifted, meta=forward.meta,
+                                  out_spec=forward.out_spec, binding=binding)
     if not needs_grad or not differentiable_outputs(forward):
         log_inference(forward.gm)
         functionalize_fresh_fills(forward.gm)

@@ -141,7 +141,9 @@ class FunctionalSession:
                 continue
             torch._sync(wrapper)
             inner = torch._from_functional_tensor(wrapper)
-            mutated = inner is not start or torch._functionalize_has_data_mutation(wrapper)
+            # torch's stubs lack this binding (its metadata sibling is declared)
+            has_data_mutation = torch._functionalize_has_data_mutation  # type: ignore[attr-defined]
+            mutated = inner is not start or has_data_mutation(wrapper)
             # A data mutation of a strided input (`x[::2].mul_(k)` passed in) leaves a new value
             # with its own strides; the runtime copies it back into the input, so only a change
             # of strides without one is a metadata mutation.
@@ -192,7 +194,7 @@ class FunctionalSession:
             if id(out) in base_index:
                 infos.append(OutputInfo("base", base=base_index[id(out)], requires_grad=grad))
                 continue
-            view = (tuple(out.shape), tuple(out.stride()), out.storage_offset())
+            view: tuple[Any, ...] = (tuple(out.shape), tuple(out.stride()), out.storage_offset())
             base = out._base
             if base is not None and base.dtype != out.dtype:
                 # view_as_complex / view_as_real / view(dtype): as_strided cannot change the dtype,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from typing import Any, Iterable
+from typing import AbstractSet, Any, Iterable
 
 import torch
 import torch.fx as fx
@@ -100,7 +100,7 @@ def node_bytes(node: fx.Node) -> int | None:
     return None
 
 
-def _ancestors(roots: Iterable[Any], stop: set[fx.Node] = frozenset()) -> set[fx.Node]:
+def _ancestors(roots: Iterable[Any], stop: AbstractSet[fx.Node] = frozenset()) -> set[fx.Node]:
     seen: set[fx.Node] = set()
     work = [r for r in roots if isinstance(r, fx.Node)]
     while work:
@@ -122,7 +122,7 @@ def _describe(node: fx.Node) -> SavedValue:
         shape, dtype = (), type(value).__name__
     if node.op == "placeholder":
         made_by = "input"
-    elif node.target is operator.getitem:
+    elif node.target is operator.getitem and isinstance(node.args[0], fx.Node):
         made_by = f"output {node.args[1]} of {node.args[0].target}"
     else:
         made_by = str(node.target)
@@ -131,7 +131,9 @@ def _describe(node: fx.Node) -> SavedValue:
 
 def _aliases_input(node: fx.Node) -> bool:
     while node.op == "call_function" and _is_view(node.target):
-        node = node.args[0]
+        base = node.args[0]
+        assert isinstance(base, fx.Node)  # a view op's first argument is the tensor it views
+        node = base
     return node.op == "placeholder"
 
 

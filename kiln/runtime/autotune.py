@@ -11,6 +11,7 @@ the generator's choice. Corresponds to torch/_inductor/runtime/triton_heuristics
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -53,6 +54,8 @@ def candidates(shape: KernelShape) -> list[LaunchConfig]:
     """Every configuration worth timing for a kernel of this shape; the generator's own comes first."""
     default = LaunchConfig(shape.xblock, shape.rblock, 4, 2)
     out = [default]
+    xblocks: list[int]
+    rblocks: list[int | None]  # None: the kernel has no reduction block
     if shape.kind == "serial":
         xblocks, rblocks = [256, 1024], [None]
     elif shape.kind == "flat":
@@ -161,7 +164,7 @@ class AutotunedKernel:
         best, best_time = options[0], float("inf")
         for c in options:
             try:
-                t = self.timer(lambda c=c: self._run(c, xnumel, args))
+                t = self.timer(functools.partial(self._run, c, xnumel, args))
             except Exception as e:  # a configuration the compiler rejects (out of resources) is no candidate
                 log.artifact("autotune", f"{self.name}: {c} failed ({type(e).__name__})")
                 continue
