@@ -134,20 +134,21 @@ def _reshape(ranges: tuple, kernel_ranges: tuple, kvars: Sequence[sympy.Symbol])
 
 def _match(ranges: tuple, kernel_ranges: tuple) -> list[int] | None:
     """A bijection from a pointwise node's dims to kernel dims of equal size (identity when it
-    fits): a pointwise loop may run in any order, and in-kernel reads are checked after."""
+    fits): a pointwise loop may run in any order, and in-kernel reads are checked after. Dims of one
+    size keep their relative order, so a node over (B, M, N) inside a reduction kernel over (M, N) x
+    (B) walks memory as the reduction does, not transposed (which gathered and scattered along the
+    vectorized loop)."""
     if ranges == kernel_ranges:
         return list(range(len(ranges)))
     if len(ranges) != len(kernel_ranges):
         return None
-    free = list(range(len(kernel_ranges)))
     order = []
     for k, size in enumerate(ranges):
-        pick = k if k in free and kernel_ranges[k] == size else next(
-            (j for j in free if kernel_ranges[j] == size), None)
-        if pick is None:
+        nth = sum(1 for j in range(k) if ranges[j] == size)
+        same = [j for j, s in enumerate(kernel_ranges) if s == size]
+        if nth >= len(same):
             return None
-        free.remove(pick)
-        order.append(pick)
+        order.append(same[nth])
     return order
 
 

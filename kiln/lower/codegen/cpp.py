@@ -2,11 +2,13 @@
 and BodyWriter, which prints a body Value as C++ statements with common subexpressions shared.
 
 Math calls reach glibc's vector library through `declare simd` prototypes (with -fno-math-errno)
-without -ffast-math, so NaN, -0.0 and integer division behave as in ATen. The loop
+without -ffast-math, so NaN, -0.0 and integer division behave as in ATen; every lane count and
+the scalar call run one libmvec variant, so one input gives one result in every loop. The loop
 nests around bodies are in codegen/cpp_kernel.py. Corresponds to torch/_inductor/codegen/cpp.py.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
 
 import sympy
@@ -25,11 +27,91 @@ PARALLEL_MIN = 32768  # elements of work below which a kernel stays on one threa
 MATH = ("exp log sin cos tan tanh erf erfc expm1 log1p log2 log10 exp2 asin acos atan sinh cosh asinh "
         "acosh atanh").split()
 
-# sin and cos of one value would be merged into a scalar sincos call, which has no vector variant
-# to call; build.py turns their builtins off, and `const` tells the vectorizer they touch no memory
-_ATTR = {"sin": " __attribute__((const, nothrow))", "cos": " __attribute__((const, nothrow))"}
+MATH2 = ("pow", "atan2", "hypot")
 
-PRELUDE = r"""
+
+def math_prelude(used: set[str]) -> str:
+    """C++ for the math functions named in `used` (e.g. {"expf", "log"}): kiln_<name>, with the
+    vector variants `declare simd` lets a vectorized loop call.
+
+    One input must give one result wherever it is computed: a max or amax backward finds the
+    maximum again by comparing the saved result with the input recomputed in another loop (or in
+    the backward graph), so exp(x) at the same x must have the same bits in a vector lane, in a
+    loop's remainder and in a loop that did not vectorize. glibc's scalar expf and each of
+    libmvec's SSE, AVX2 and AVX-512 variants round differently on some inputs, so on x86-64 every
+    variant here, and the scalar function, runs one libmvec variant: the widest the machine has
+    (AVX-512, else AVX2), on a broadcast, a widened register or the halves of a wider one.
+    Elsewhere the functions are plain scalar libm calls without vector variants: loops that call
+    them stay scalar, and agree. GCC's vector types stand in for <immintrin.h>, which would double
+    the compile time of a small library."""
+    names = sorted(used)
+    out = ['#if defined(__x86_64__) && (defined(__AVX512F__) || defined(__AVX2__))', 'extern "C" {']
+    out += [f"typedef {t} kiln_{t}x{n} __attribute__((vector_size({n * size})));"
+            for t, size in (("float", 4), ("double", 8)) for n in (64 // size, 32 // size, 16 // size)]
+    for isa, bits in (("e", 512), ("d", 256)):
+        out.append("#ifdef __AVX512F__" if isa == "e" else "#else")
+        for fn in names:
+            out += _one_implementation(fn, isa, bits)
+    out.append("#endif")
+    # the scalar function is the lane-0 one under its kiln_ name, an alias the compiler does not
+    # see (given a body with `declare simd`, it would make vector copies of its own)
+    out += ["}"] + [f'asm(".globl kiln_{fn}\\n.set kiln_{fn}, kiln_{fn}_lane0");' for fn in names]
+    out.append("#else")
+    for fn in names:
+        t, args = _math_signature(fn)
+        params = ", ".join(f"{t} {a}" for a in args)
+        out.append(f"static inline {t} kiln_{fn}({params}) {{ return {fn}({', '.join(args)}); }}")
+    return "\n".join(out + ["#endif"])
+
+
+def _math_signature(fn: str) -> tuple[str, tuple[str, ...]]:
+    """("float" or "double", argument names) of a libm name such as "expf" or "atan2"."""
+    single = fn.endswith("f") and fn[:-1] in (*MATH, *MATH2)
+    name = fn[:-1] if single else fn
+    return ("float" if single else "double"), ("x", "y")[:2 if name in MATH2 else 1]
+
+
+def _one_implementation(fn: str, isa: str, bits: int) -> list[str]:
+    """kiln_<fn>_lane0 and kiln_<fn>'s SSE, AVX, AVX2 and AVX-512 variants, all through libmvec's
+    variant `isa` ("e": AVX-512, "d": AVX2), `bits` wide."""
+    t, args = _math_signature(fn)
+    size = 4 if t == "float" else 8
+    wide = bits // 8 // size
+    mark = "v" * len(args)
+    impl = f"_ZGV{isa}N{wide}{mark}_{fn}"
+
+    def vec(n: int) -> str:
+        return f"kiln_{t}x{n}"
+
+    def params(ty: str) -> str:
+        return ", ".join(f"{ty} {a}" for a in args)
+
+    def shuffle(a: str, b: str, lanes: Sequence[int]) -> str:
+        return f"__builtin_shufflevector({a}, {b}, {', '.join(map(str, lanes))})"
+
+    def variant(n: int) -> str:  # n lanes in, n lanes out, by the `wide`-lane implementation
+        if n == wide:
+            return f"return {impl}({', '.join(args)});"
+        if n < wide:  # fill the wide register with copies (any lanes would do: they are dropped)
+            r = f"{impl}({', '.join(shuffle(a, a, [i % n for i in range(wide)]) for a in args)})"
+            return f"{vec(wide)} r = {r}; return {shuffle('r', 'r', range(n))};"
+        halves = [f"{impl}({', '.join(shuffle(a, a, range(h * wide, (h + 1) * wide)) for a in args)})" for h in (0, 1)]
+        return f"{vec(wide)} lo = {halves[0]}, hi = {halves[1]}; return {shuffle('lo', 'hi', range(n))};"
+
+    out = [f"{vec(wide)} {impl}({', '.join([vec(wide)] * len(args))});",
+           "#pragma omp declare simd notinbranch",
+           f"{t} kiln_{fn}({', '.join([t] * len(args))}) __attribute__((const, nothrow));",
+           f"__attribute__((used)) {t} kiln_{fn}_lane0({params(t)}) "
+           f"{{ return {impl}({', '.join(vec(wide) + '{} + ' + a for a in args)})[0]; }}"]
+    for variant_isa, n_bits in (("b", 128), ("c", 256), ("d", 256), ("e", 512)):
+        n = n_bits // 8 // size
+        if n_bits > bits:
+            continue  # no wider registers on this machine: the compiler will not ask for it
+        out.append(f"{vec(n)} _ZGV{variant_isa}N{n}{mark}_kiln_{fn}({params(vec(n))}) {{ {variant(n)} }}")
+    return out
+
+
+PRELUDE_TEMPLATE = r"""
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -83,9 +165,6 @@ static inline int kiln_threads() {
 }
 // the thread count the next short parallel loop would use (for tests and debugging)
 extern "C" int kiln_get_num_threads() { return kiln_threads(); }
-extern "C" {
-%s
-}
 static inline int64_t kiln_floordiv(int64_t a, int64_t b) {
   if (b == 0) return 0;  // ATen raises; a kernel cannot, so it must at least not trap
   int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
@@ -116,10 +195,6 @@ static inline uint64_t kiln_mix(uint64_t z) {
 static inline float kiln_rand(int64_t seed, int64_t n) {
   return (float)(kiln_mix((uint64_t)seed * 0x9e3779b97f4a7c15ULL + (uint64_t)n) >> 40) * (1.0f / 16777216.0f);
 }
-static inline float kiln_randn(int64_t seed, int64_t n) {
-  float u1 = 1.0f - kiln_rand(seed, 2 * n), u2 = kiln_rand(seed ^ 0x5bd1e995, 2 * n + 1);
-  return std::sqrt(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
-}
 static inline __attribute__((always_inline)) float kiln_erff(float x) {
   // erf(x) = x P(x^2) / Q(x^2) on [-4, 4] (beyond, erf is 1 in float): a relative-error least-squares
   // rational fit made for Kiln (about 6 ulp at worst against double erf; libmvec's erff is <= 1 ulp
@@ -149,10 +224,26 @@ static inline uint16_t kiln_float_to_bf16(float f) {
   if (f != f) return 0x7fc0;
   return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);  // round to nearest even, as c10::BFloat16
 }
-""" % "\n".join(f"#pragma omp declare simd notinbranch\n{t} {n}{s}({t}){_ATTR.get(n, '')};"
-                for n in MATH for t, s in (("float", "f"), ("double", ""))) + \
-    "\n".join(f"#pragma omp declare simd notinbranch\n{t} {n}{s}({t}, {t});"
-              for n in ("pow", "atan2", "hypot") for t, s in (("float", "f"), ("double", ""))) + "\n" + CHECKS_PRELUDE
+%s"""
+RANDN = r"""static inline float kiln_randn(int64_t seed, int64_t n) {
+  float u1 = 1.0f - kiln_rand(seed, 2 * n), u2 = kiln_rand(seed ^ 0x5bd1e995, 2 * n + 1);
+  return std::sqrt(-2.0f * kiln_logf(u1)) * kiln_cosf(6.2831853071795864f * u2);
+}
+"""
+_MATH_NAMES = frozenset(f"{n}{s}" for n in (*MATH, *MATH2) for s in ("f", "")) - {"erff"}
+
+
+def prelude(kernels: str) -> str:
+    """What a translation unit holds before its kernels: helpers, and the math functions (and the
+    normal sampler) that `kernels` call."""
+    used = set(re.findall(r"kiln_(\w+)\(", kernels)) & _MATH_NAMES
+    randn = "kiln_randn(" in kernels
+    if randn:
+        used |= {"logf", "cosf"}
+    return PRELUDE_TEMPLATE % (math_prelude(used) + "\n" + (RANDN if randn else "")) + "\n" + CHECKS_PRELUDE
+
+
+PRELUDE = prelude("")  # the helpers alone
 
 
 def cexpr(e: sympy.Expr) -> str:
@@ -161,7 +252,7 @@ def cexpr(e: sympy.Expr) -> str:
 
 
 def _float_fn(name: str, dtype: torch.dtype) -> str:
-    return f"{name}f" if dtype == torch.float32 else name
+    return f"kiln_{name}f" if dtype == torch.float32 else f"kiln_{name}"
 
 
 def render_op(v: Op, a: Sequence[str]) -> str:

@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from kiln.lower.checks import ERROR_RECORD
-from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, PRELUDE, BodyWriter, cexpr, compute
+from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, BodyWriter, cexpr, compute, prelude
 from kiln.lower.ir import (Buffer, FloorDiv, Load, ModularIndexing, Reduction, Scan, Value, contiguous_strides,
                            index_vars, walk)
 from kiln.lower.schedule import Kernel, KernelProgram, ScatterKernel, kernel_vars, node_substitution
@@ -405,11 +405,12 @@ def generate(program: KernelProgram) -> tuple[str, dict[str, tuple[list[str], li
         storage[b.name] = b.layout.dtype
         for name, lay, _ in getattr(b, "results", ()):
             storage[name] = lay.dtype
-    parts, signatures = [PRELUDE], {}
+    parts, signatures = [], {}
     for step in program.steps:
         if isinstance(step, (Kernel, ScatterKernel)):
             w = KernelWriter(storage, set(program.ir.symbols))
             src, bufs = w.kernel(step) if isinstance(step, Kernel) else w.scatter(step)
             parts.append(src)
             signatures[step.name] = (bufs, w.symbols, "seed" in src.split("{", 1)[0])
-    return "\n".join(parts), signatures
+    kernels = "\n".join(parts)
+    return prelude(kernels) + "\n" + kernels, signatures
