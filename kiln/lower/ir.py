@@ -301,6 +301,23 @@ class LoopIR:
     seed_needed: bool = False
     output_spec: str | None = None  # pytree spec (treespec_dumps) when the outputs nest, else None
 
+    def unbacked_symbols(self) -> tuple[str, ...]:
+        """Sizes no input gives: the symbols of a data-dependent size (nonzero's count, unique's
+        length) that an extern call's result introduces. The wrapper binds each from the result's
+        real size once the call has run; kernels after it take it as an argument."""
+        found: dict[str, None] = {}
+        for b in self.buffers:
+            if isinstance(b, Extern):
+                for _, layout, _ in b.results:
+                    for size in layout.sizes:
+                        if isinstance(size, sympy.Symbol) and str(size) not in self.symbols:
+                            found[str(size)] = None
+        return tuple(found)
+
+    def size_symbols(self) -> set[str]:
+        """Every size symbol kernels may use: the inputs' and the unbacked ones."""
+        return set(self.symbols) | set(self.unbacked_symbols())
+
     def buffer(self, name: str) -> Buffer:
         for b in self.buffers:
             if b.name == name:
@@ -364,11 +381,12 @@ def verify_ir(ir: LoopIR) -> None:
     """Each buffer is defined once, each load reads a buffer defined earlier, bodies use only their
     own loop variables. Explicit checks, not asserts: `python -O` must not turn the seam off."""
     defined: set[str] = set()
+    bound: set[str] = set()  # unbacked size symbols, once the extern call that sizes them has run
     for b in ir.buffers:
         if b.name in defined:
             raise VerificationError(_STAGE, f"{b.name} is defined twice")
         bodies: list[Value] = []
-        allowed: set[str] = {str(s) for s in ir.symbols}
+        allowed: set[str] = {str(s) for s in ir.symbols} | bound
         if isinstance(b, (Pointwise, Reduction, Scan)):
             bodies.append(b.body)
             allowed |= {f"i{k}" for k in range(len(b.layout.sizes))}
@@ -395,6 +413,7 @@ def verify_ir(ir: LoopIR) -> None:
                     if a.name not in defined:
                         raise VerificationError(_STAGE, f"{b.name} reads {a.name} before it is defined")
             defined |= {name for name, _, _ in b.results}
+            bound |= {str(s) for _, layout, _ in b.results for s in layout.sizes if isinstance(s, sympy.Symbol)}
         defined.add(b.name)
     for o in ir.outputs:
         if isinstance(o, BufferRef):

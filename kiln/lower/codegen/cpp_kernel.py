@@ -408,7 +408,7 @@ def generate(program: KernelProgram) -> tuple[str, dict[str, tuple[list[str], li
     parts, signatures = [], {}
     for step in program.steps:
         if isinstance(step, (Kernel, ScatterKernel)):
-            w = KernelWriter(storage, set(program.ir.symbols))
+            w = KernelWriter(storage, program.ir.size_symbols())
             src, bufs = w.kernel(step) if isinstance(step, Kernel) else w.scatter(step)
             parts.append(src)
             signatures[step.name] = (bufs, w.symbols, "seed" in src.split("{", 1)[0])

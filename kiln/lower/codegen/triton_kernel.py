@@ -455,7 +455,7 @@ def generate(program: KernelProgram) -> tuple[str, dict[str, Launch]]:
     parts, launches = [PRELUDE], {}
     for step in program.steps:
         if isinstance(step, (Kernel, ScatterKernel)):
-            w = TritonKernelWriter(storage, extents, set(program.ir.symbols))
+            w = TritonKernelWriter(storage, extents, program.ir.size_symbols())
             source, launch = w.kernel(step) if isinstance(step, Kernel) else w.scatter(step)
             parts.append(source)
             launches[step.name] = launch
