@@ -8,10 +8,11 @@ Corresponds to torch/_inductor/graph.py (GraphLowering), without the ambient V.g
 from __future__ import annotations
 
 import operator
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import sympy
 import torch
+import torch._dispatch.python
 import torch.fx
 from torch.utils import _pytree as pytree
 
@@ -194,7 +195,9 @@ def _realize_extern_inputs(ctx: LoweringContext, node: torch.fx.Node, env: dict[
     (BLAS takes it as is) instead of a second kernel recomputing the value in another layout."""
     out = list(args)
     for k, a in enumerate(node.args):
-        value = env.get(a) if isinstance(a, torch.fx.Node) else None
+        if not isinstance(a, torch.fx.Node):
+            continue
+        value = env.get(a)
         if isinstance(value, TensorValue) and value.view is None:
             saved, ctx.origins = ctx.origins, (a.name,)
             env[a] = out[k] = ctx.realize(value)
@@ -204,10 +207,11 @@ def _realize_extern_inputs(ctx: LoweringContext, node: torch.fx.Node, env: dict[
 
 def _sym_arith(target: Any, args: Sequence[Any]) -> Any:
     vals = [sympy.sympify(a) if isinstance(a, (int, sympy.Basic)) and not isinstance(a, bool) else a for a in args]
-    table = {operator.add: lambda a, b: a + b, operator.sub: lambda a, b: a - b, operator.mul: lambda a, b: a * b,
-             operator.floordiv: lambda a, b: FloorDiv(a, b), operator.neg: lambda a: -a,
-             operator.mod: lambda a, b: sympy.Mod(a, b), operator.truediv: lambda a, b: a / b,
-             torch.sym_max: lambda a, b: sympy.Max(a, b), torch.sym_min: lambda a, b: sympy.Min(a, b)}
+    table: dict[Any, Callable[..., Any]] = {
+        operator.add: lambda a, b: a + b, operator.sub: lambda a, b: a - b, operator.mul: lambda a, b: a * b,
+        operator.floordiv: lambda a, b: FloorDiv(a, b), operator.neg: lambda a: -a,
+        operator.mod: lambda a, b: sympy.Mod(a, b), operator.truediv: lambda a, b: a / b,
+        torch.sym_max: lambda a, b: sympy.Max(a, b), torch.sym_min: lambda a, b: sympy.Min(a, b)}
     if target not in table:
         raise NotImplementedError(f"symbolic {target}")
     return table[target](*vals)

@@ -167,8 +167,9 @@ def _variance(ctx: LoweringContext, x: TensorValue, dim: Any, correction: Any, k
         "maximum", ops.op("sub", scalar_of(n, acc), ops.constant(corr, acc)), ops.constant(0, acc))))
     if not keepdim:
         dims = _dims(x, dim)
-        m = TensorValue(m.dtype, tuple(s for k, s in enumerate(m.sizes) if k not in dims),
-                        lambda idx, m=m, dims=dims: m.load(_unsqueeze_idx(idx, dims, x.ndim)))
+        kept = m
+        m = TensorValue(kept.dtype, tuple(s for k, s in enumerate(kept.sizes) if k not in dims),
+                        lambda idx: kept.load(_unsqueeze_idx(idx, dims, x.ndim)))
     return var, m
 
 
