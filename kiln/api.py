@@ -123,7 +123,9 @@ def _compiled_forward(mod: torch.nn.Module, options: CompileOptions, capture: Ca
     if distributed.is_ddp(mod):
         # DDP's forward is the reducer's Python, which capture does not trace (as Dynamo skips it):
         # it runs as it is around the compiled forward of the module it wraps.
-        return distributed.DDPForward(mod, entry.compile_function(mod.module.forward, options, capture))
+        wrapped = mod.module
+        assert isinstance(wrapped, torch.nn.Module)  # DDP's constructor stores the module it wraps
+        return distributed.DDPForward(mod, entry.compile_function(wrapped.forward, options, capture))
     return entry.compile_function(mod.forward, options, capture)
 
 
