@@ -1,6 +1,7 @@
 """One workload, measured: eager, Kiln and torch.compile compiled and checked against eager, then
-timed in this process with their samples interleaved; cold and warm compile times are taken from
-fresh subprocesses (benchmarks.startup).
+timed in this process with their samples interleaved, then their peak memory per step measured in
+turn (benchmarks.memory); cold and warm compile times are taken from fresh subprocesses
+(benchmarks.startup).
 
 Input: a workload module and the run's options. Output: a plain dict (one row of the report and of
 bench_results.json). A compiler that is missing, raises, or computes a different result gets a
@@ -20,6 +21,7 @@ from typing import Callable
 import torch
 
 from benchmarks.compilers import KILN, TORCH, Compiler, call_recording_warnings, kiln_counters
+from benchmarks.memory import peak_of_steps
 from benchmarks.timing import measure_interleaved
 from benchmarks.workload import Case, make_step
 
@@ -130,11 +132,14 @@ def bench_workload(module: ModuleType, opts: dict, kiln_unavailable: str | None,
             if step is not None:
                 steps[compiler.name] = step
         timings = measure_interleaved(steps, warmup=opts["warmup"], samples=opts["samples"])
+        peaks = peak_of_steps(steps) if opts.get("memory", True) else {}
     finally:
         for compiler in prepared:
             compiler.reset()
     row["eager_ms"] = timings["eager"].ms / len(case.inputs)
+    row["eager_peak_bytes"] = peaks.get("eager")
     for name in steps.keys() - {"eager"}:
         row[name]["ms"] = timings[name].ms / len(case.inputs)
         row[name]["speedup"] = row["eager_ms"] / row[name]["ms"]
+        row[name]["peak_bytes"] = peaks.get(name)
     return row

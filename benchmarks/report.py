@@ -1,5 +1,6 @@
 """Printing the benchmark results: the timing table with its geomean row, the compile-time table,
-the bandwidth table of the memory-bound workloads, and the guard-overhead lines.
+the bandwidth table of the memory-bound workloads, the peak-memory table, and the guard-overhead
+lines.
 
 Input: the list of row dicts from benchmarks.measure (and the guard-overhead dict). Output: text on
 stdout, and `summary(rows)`, the geomeans that also go into bench_results.json.
@@ -89,6 +90,21 @@ def print_bandwidth_table(rows: list[dict], copy_gbs: float, copy_mib: int) -> N
             f"{_num(values[2], '.1f'):>12}{100 * best / copy_gbs:>15.0f}%"
         )
     print("  (bytes moved = inputs read once + outputs written once, the minimum any kernel must move)")
+
+
+def _mib(nbytes: int | None) -> str:
+    return "-" if nbytes is None else f"{nbytes / 2**20:.2f}"
+
+
+def print_memory_table(rows: list[dict]) -> None:
+    print(f"{'workload':<20}{'eager MiB':>11}{'kiln MiB':>10}{'torch MiB':>11}{'kiln/torch':>12}")
+    for r in rows:
+        k, t = r.get("kiln", {}).get("peak_bytes"), r.get("torch", {}).get("peak_bytes")
+        ratio = k / t if k and t else None
+        print(f"{r['name']:<20}{_mib(r.get('eager_peak_bytes')):>11}{_mib(k):>10}{_mib(t):>11}{_num(ratio, '.2f'):>12}")
+    print("  (peak tensor memory of one step above what was live before it: every allocation and free of")
+    print("   PyTorch's CPU allocator, from the profiler with profile_memory=True; BLAS and OpenMP scratch")
+    print("   and Python objects are not counted)")
 
 
 def print_notes(rows: list[dict], kiln_unavailable: str | None) -> None:

@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n== memory bandwidth of the memory-bound workloads ==")
         report.print_bandwidth_table(rows, copy_gbs, copy_mib)
     if guard is not None:
+        print("\n== peak memory per step ==")
+        report.print_memory_table(rows)
         print("\n== guard overhead (backend='eager') ==")
         report.print_guard_overhead(guard)
     if unavailable:

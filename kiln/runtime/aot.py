@@ -51,6 +51,8 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
     set_grad = torch._C._set_grad_enabled
     is_grad = torch.is_grad_enabled
     Tensor = torch.Tensor
+    # a C++ wrapper's list entry (kiln.runtime.kernel_wrapper.positional); None for other compilers
+    steal = getattr(compiled_backward, "steal", None) or getattr(getattr(compiled_backward, "fn", None), "steal", None)
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
@@ -78,7 +80,13 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
             # the backward graph was traced with contiguous tangents; a zero grad arrives for an
             # unused output because materialize_grads is on
             tangents = [grad_outputs[k].contiguous() for k in diff]
-            grads = compiled_backward(*ctx.saved_tensors, *ctx.symints, *tangents)
+            if steal is None:
+                grads = compiled_backward(*ctx.saved_tensors, *ctx.symints, *tangents)
+            else:  # the wrapper gets the only references: each activation is freed after its last use
+                args = [*ctx.saved_tensors, *ctx.symints, *tangents]
+                del tangents
+                ctx.maybe_clear_saved_tensors()  # keeps them under retain_graph=True
+                grads = steal(args)
             return tuple(g if need else None for g, need in zip(grads, needs))
 
     c_apply = super(torch.autograd.Function, CompiledFunction).apply  # torch._C._FunctionBase's

@@ -162,8 +162,8 @@ _NODES = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Assign, ast.I
 
 
 def check_wrapper_source(source: str, globals_: set[str]) -> ast.Module:
-    """Raise ValueError unless `source` is one function `call` built only from its arguments, its
-    locals, the globals named in `globals_` (kernels, externs, constants), `torch.empty_strided`,
+    """Raise ValueError unless `source` is one function `call` built only from its arguments (or
+    one list `args` it unpacks and may empty with `args.clear()`), its locals, the globals named in `globals_` (kernels, externs, constants), `torch.empty_strided`,
     `torch.randint`, `_relayout`, int/max/min and the tensor methods the codegen uses. Returns the
     parsed module (what the loader compiles: the source is parsed once)."""
     # A parse makes thousands of AST objects; in a process holding torch each collection they
@@ -190,7 +190,9 @@ def _check(source: str, globals_: set[str]) -> ast.Module:
     checked = _check_error_preamble(preamble)
     if fn.decorator_list or fn.args.defaults or fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs:
         raise ValueError("wrapper function has decorators, defaults or starred arguments")
-    known = {a.arg for a in fn.args.args} | globals_ | set(_FIXED_GLOBALS) | _BUILTINS | checked
+    params = [a.arg for a in fn.args.args]
+    takes_list = params == ["args"]
+    known = set(params) | globals_ | set(_FIXED_GLOBALS) | _BUILTINS | checked
     known |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     callables = globals_ | _BUILTINS | {"_relayout"} | checked
     called = {id(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
@@ -212,6 +214,9 @@ def _check(source: str, globals_: set[str]) -> ast.Module:
                 ok = func.id in callables
             elif isinstance(func, ast.Attribute):
                 ok = func.attr in _METHODS or (isinstance(func.value, ast.Name) and func.value.id == "torch")
+                # the argument list, emptied once unpacked (see `positional`), and nothing else
+                ok = ok or (takes_list and func.attr == "clear" and isinstance(func.value, ast.Name)
+                            and func.value.id == "args" and not node.args and not node.keywords)
             else:
                 ok = False
             if not ok:
@@ -277,7 +282,31 @@ def load_wrapper(recipe: WrapperRecipe) -> Callable[..., Any]:
             env[name] = fn
         bind_threads(env, lib)
     exec(compile(tree, "<kiln wrapper>", "exec"), env)
-    return with_output_spec(env["call"], recipe.output_spec)
+    fn = tree.body[-1]
+    assert isinstance(fn, ast.FunctionDef)
+    takes_list = [a.arg for a in fn.args.args] == ["args"]  # a recipe stored before the list convention: positional
+    return with_output_spec(positional(env["call"]) if takes_list else env["call"], recipe.output_spec)
+
+
+def positional(takes_list: Callable[[list], Any]) -> Callable[..., Any]:
+    """The usual `call(*args)` in front of a generated wrapper that takes one list and empties it;
+    `call.steal(args)` calls the wrapper with the caller's list itself, so that the wrapper holds
+    the only references and frees each argument after its last use (what the compiled backward
+    does with the saved activations, as Inductor's wrapper does with `args.clear()`)."""
+    def call(*args: Any) -> Any:
+        return takes_list(list(args))
+
+    call.steal = takes_list  # type: ignore[attr-defined]
+    return call
+
+
+def stealing_entry(compiled: Any) -> Callable[[list], Any] | None:
+    """The `steal` entry of a compiled graph (a wrapper function, or an object whose `fn` is
+    one), or None when it has none (ATen graphs, Triton wrappers, nested outputs)."""
+    steal = getattr(compiled, "steal", None)
+    if steal is None:
+        steal = getattr(getattr(compiled, "fn", None), "steal", None)
+    return steal if callable(steal) else None
 
 
 def with_output_spec(call: Callable[..., Any], output_spec: str | None) -> Callable[..., Any]:
@@ -289,6 +318,7 @@ def with_output_spec(call: Callable[..., Any], output_spec: str | None) -> Calla
     @functools.wraps(call)
     def nested(*args: Any) -> Any:
         return pytree.tree_unflatten(list(call(*args)), spec)
+    nested.__dict__.pop("steal", None)  # wraps copied it, and it returns the flat tuple
     return nested
 
 

@@ -46,7 +46,7 @@ def test_debug_dump_writes_one_file_per_pass(tmp_path, monkeypatch) -> None:
     assert "= sum over" in read("lower_to_loop_ir.txt")
     assert read("schedule.txt").startswith("kernel0: outer [8] inner [16]")
     assert 'extern "C" void kernel0' in read("codegen_cpp.cpp")
-    assert read("codegen_wrapper.py").startswith("def call(arg0):")
+    assert read("codegen_wrapper.py").startswith("def call(args):")
 
 
 def test_debug_dump_of_a_cached_graph_has_its_ir_and_code(tmp_path, monkeypatch) -> None:

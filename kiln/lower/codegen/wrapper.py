@@ -1,9 +1,9 @@
 """Wrapper codegen: the Python function that runs a KernelProgram on real tensors.
 
 It reads size symbols off the inputs, re-lays out an input whose strides differ from the ones the
-kernels were built for, allocates each buffer, calls kernels through cached ctypes function pointers
-and externs through their ATen overloads in order, frees what dies early (`del`), and returns the
-outputs. The source is plain Python, printed by KILN_LOGS=output_code. The function follows the
+kernels were built for, allocates each buffer or hands it the storage of a dead one (the memory plan,
+kiln.lower.codegen.memory), calls kernels through cached ctypes function pointers and externs through
+their ATen overloads in order, frees what dies early (`del`), and returns the outputs. The source is plain Python, printed by KILN_LOGS=output_code. The function follows the
 runtime's artifact protocol with a kiln.runtime.kernel_wrapper.WrapperRecipe (source, globals by
 name, kernel library), so the persistent frame cache can rebuild it in another process without
 this package (lower imports the runtime's types; the runtime never imports lower). Corresponds to
@@ -19,10 +19,11 @@ import torch
 from torch.utils import _pytree as pytree
 
 from kiln.lower.checks import ERROR_RECORD, error_function_source, sites_of
+from kiln.lower.codegen.memory import Allocation, MemoryFacts, MemoryPlan, plan_memory
 from kiln.lower.ir import BufferRef, ConstantBuffer, Extern, InputBuffer, Layout, Load, SymExpr, walk
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
-from kiln.runtime.kernel_wrapper import (bind_overloads, bind_threads, relayout as _relayout, tag, with_output_spec,
-                                         wrapper_recipe)
+from kiln.runtime.kernel_wrapper import (bind_overloads, bind_threads, positional, relayout as _relayout, tag,
+                                         with_output_spec, wrapper_recipe)
 from kiln.symbolic.render import render_python
 
 
@@ -92,6 +93,7 @@ class WrapperWriter:
         self.lines: list[str] = []
         self.layouts: dict[str, Layout] = {}
         self.globals: dict[str, Any] = {"torch": torch, "_relayout": _relayout}
+        self.plan = MemoryPlan()
 
     def ref(self, r: BufferRef) -> str:
         """An expression for a strided view of a buffer (the buffer itself when the layout matches).
@@ -139,9 +141,15 @@ class WrapperWriter:
         if checked:  # kernels that check indices or divisors report through one record per call
             L += ["import ctypes as _ctypes", "_ErrorRecord = _ctypes.c_int64 * 3", ""]
             L += error_function_source(sites_of(self._bodies())) + ["", ""]
-        L.append(f"def call({', '.join(params)}):")
+        # The wrapper takes its arguments as one list that it empties (kernel_wrapper.positional
+        # puts the usual call(*args) in front): a caller that hands over its only references, as the
+        # backward does with the saved activations, has each one freed once its last kernel ran.
+        L.append("def call(args):")
         if self.signatures:  # torch.set_num_threads between calls reaches the kernels (runtime.kernel_wrapper)
             L.append("    if _torch_threads() != _threads_applied[0]: _follow_threads()")
+        if params:
+            L.append(f"    {', '.join(params)}, = args")
+            L.append("    args.clear()")
         if checked:
             L.append(f"    {ERROR_RECORD} = _ErrorRecord()")
         self.bound = {str(sym) for sym in ir.symbols}
@@ -165,13 +173,15 @@ class WrapperWriter:
             L.append("    seed = int(torch.randint(-2 ** 62, 2 ** 62, ()).item())")
         last_use = self._last_uses()
         outputs = {o.name for o in ir.outputs if isinstance(o, BufferRef)}
+        self.facts = self.memory_facts(last_use, outputs)
+        self.plan = plan_memory(self.facts)
         for s, step in enumerate(self.program.steps):
             if isinstance(step, (Kernel, ScatterKernel)):
                 self._kernel(step)
             else:
                 self._extern(step)
             dead = sorted(n for n, last in last_use.items() if last == s and n not in outputs
-                          and n in self.layouts and not n.startswith(("arg", "const_")))
+                          and n in self.layouts and not n.startswith("const_") and n not in self.plan.kept)
             if dead:
                 L.append(f"    del {', '.join(dead)}")
         outs = [self.ref(o) if isinstance(o, BufferRef) else pyexpr(o.expr) if isinstance(o, SymExpr) else repr(o)
@@ -179,7 +189,43 @@ class WrapperWriter:
         L.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         return "\n".join(L) + "\n"
 
+    def memory_facts(self, last_use: dict[str, int], outputs: set[str]) -> MemoryFacts:
+        """What the memory plan needs: the buffers this wrapper allocates (in the order `_kernel`
+        allocates them), the extern results, last uses, outputs, and the names an extern's result
+        may share storage with (its schema says the result aliases an argument)."""
+        defined = set(self.layouts)
+        allocations: list[Allocation] = []
+        produced: list[tuple[str, int, int | None]] = []
+        aliases: list[frozenset[str]] = []
+        for s, step in enumerate(self.program.steps):
+            if isinstance(step, Kernel):
+                bufs = self.signatures[step.name][0]
+                for n in step.nodes:
+                    if n.name in bufs and n.name not in defined:
+                        defined.add(n.name)
+                        allocations.append(Allocation(n.name, s, n.layout.dtype, n.layout.storage_size()))
+            elif isinstance(step, ExternCall):
+                node = step.node
+                for name, layout, _ in node.results:
+                    defined.add(name)
+                    size = sympy.sympify(layout.storage_size())
+                    nbytes = int(size) * layout.dtype.itemsize if size.is_Integer else None
+                    produced.append((name, s, nbytes))
+                if _may_alias(node.op):
+                    args = [a.name for a in pytree.tree_leaves((node.args, node.kwargs)) if isinstance(a, BufferRef)]
+                    aliases.append(frozenset(args + [node.name] + [r[0] for r in node.results]))
+        return MemoryFacts(tuple(allocations), tuple(produced), dict(last_use), frozenset(outputs), tuple(aliases),
+                           len(self.program.steps))
+
     def _alloc(self, name: str, layout: Layout) -> None:
+        donor = self.plan.reuse.get(name)
+        if donor is not None:
+            # the donor is dead (memory.plan_memory); its storage is at least as large
+            same = self.layouts[donor] == layout
+            view = donor if same else f"{donor}.as_strided({_tuple(layout.sizes)}, {_tuple(layout.strides)})"
+            self.layouts[name] = layout
+            self.lines.append(f"    {name} = {view}; del {donor}  # reuse")
+            return
         self.layouts[name] = layout
         self.lines.append(f"    {name} = torch.empty_strided({_tuple(layout.sizes)}, {_tuple(layout.strides)}, "
                           f"dtype={self.arg(layout.dtype)})")
@@ -251,6 +297,14 @@ class WrapperWriter:
         return last
 
 
+def _may_alias(op: Any) -> bool:
+    """Whether an extern's result may share storage with its arguments: its schema marks a return
+    as an alias (a view, or the mutated argument itself), or it is not an ATen overload at all."""
+    if not isinstance(op, torch._ops.OpOverload):
+        return True
+    return any(r.alias_info is not None for r in op._schema.returns)
+
+
 def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
                  lib: ctypes.CDLL | None, *, record: Callable[[str, float, int], None] | None = None
                  ) -> tuple[Callable[..., tuple], str]:
@@ -278,6 +332,6 @@ def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], 
         bind_threads(env, lib)
     exec(code, env)
     # nested outputs (a list of splits): rebuild the structure the graph returns
-    call = with_output_spec(env["call"], program.ir.output_spec)
+    call = with_output_spec(positional(env["call"]), program.ir.output_spec)
     tag(call, recipe)
     return call, source

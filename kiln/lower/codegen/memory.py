@@ -1,0 +1,196 @@
+"""Memory planning for the Python wrapper: which dead buffer's storage a later buffer takes over.
+
+Input: the buffers the wrapper allocates (name, step, dtype, storage size), the step of each name's
+last use, the graph's outputs, and which names may share storage (an extern whose schema says its
+result is a view of an argument). Output: a `MemoryPlan`, the recipients with their donors and the
+names whose `del` moves from their death to the reuse. A buffer is reused only when its last use
+(and every alias's) is in an earlier step, it is not an output nor aliased by one, it has the same
+dtype, and it holds at least as many elements; with sizes known, a reuse is taken only when keeping
+the donor alive until the reuse does not raise the wrapper's peak; with symbolic sizes, only for an
+equal size with nothing allocated in between. `check_plan` verifies a plan against the same facts.
+Corresponds to the buffer-reuse part of torch/_inductor/codegen/wrapper.py (ReuseLine and the
+reuse pool), on the wrapper's steps rather than on scheduler nodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+import torch
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A buffer the wrapper allocates with torch.empty_strided, just before step `step` runs."""
+
+    name: str
+    step: int
+    dtype: torch.dtype
+    elements: sympy.Expr  # the storage it needs (Layout.storage_size())
+
+
+@dataclass(frozen=True)
+class MemoryFacts:
+    """What the plan is made from (and checked against). `produced` is every other tensor a step
+    makes (extern results): (name, step, bytes or None when symbolic); it counts towards the peak
+    but is never a donor, since ATen made it and may share it."""
+
+    allocations: tuple[Allocation, ...]
+    produced: tuple[tuple[str, int, int | None], ...]
+    last_use: dict[str, int]
+    outputs: frozenset[str]
+    aliases: tuple[frozenset[str], ...]  # groups of names that may share storage
+    steps: int
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    reuse: dict[str, str] = field(default_factory=dict)  # recipient -> donor whose storage it takes
+    kept: frozenset[str] = frozenset()  # donors: not freed at their death, handed over at the reuse
+
+
+def _static(e: sympy.Expr) -> int | None:
+    e = sympy.sympify(e)
+    return int(e) if e.is_Integer else None
+
+
+def _aliased(facts: MemoryFacts) -> set[str]:
+    return {name for group in facts.aliases if len(group) > 1 for name in group}
+
+
+def plan_memory(facts: MemoryFacts) -> MemoryPlan:
+    """Greedy in allocation order: each buffer takes the best-fitting dead buffer that may donate
+    (the smallest that is large enough, then the one that died last: its lines are likelier to be
+    in cache)."""
+    aliased = _aliased(facts)
+    by_name = {a.name: a for a in facts.allocations}
+    order = {a.name: k for k, a in enumerate(facts.allocations)}
+    may_donate = [a.name for a in facts.allocations
+                  if a.name not in facts.outputs and a.name not in aliased and a.name in facts.last_use]
+    static = all(_static(a.elements) is not None for a in facts.allocations) and \
+        all(b is not None for _, _, b in facts.produced)
+    live = _live_bytes(facts) if static else []
+    peak = max(live, default=0)
+    capacity: dict[str, sympy.Expr] = {a.name: sympy.sympify(a.elements) for a in facts.allocations}
+    death = {a.name: _end(facts, a.name, a.step) for a in facts.allocations}
+    reuse: dict[str, str] = {}
+    taken: set[str] = set()
+    for alloc in facts.allocations:
+        if _static(alloc.elements) == 0:
+            continue  # nothing to save
+        dead = [d for d in may_donate if d not in taken and d != alloc.name and death[d] < alloc.step
+                and by_name[d].dtype == alloc.dtype]
+        best: str | None = None
+        if static:
+            need = int(alloc.elements)
+            # an output leaves with the storage it got: it takes only a donor of its own size
+            fitting = sorted((d for d in dead if int(capacity[d]) >= need
+                              and (alloc.name not in facts.outputs or int(capacity[d]) == need)),
+                             key=lambda d: (int(capacity[d]), -death[d], order[d]))
+            best = next((d for d in fitting if _fits_under(live, peak, by_name, d, alloc, death, capacity)), None)
+        else:
+            equal = [d for d in dead if sympy.expand(capacity[d] - alloc.elements) == 0
+                     and _nothing_allocated_between(facts, death[d], alloc)]
+            best = max(equal, key=lambda d: (death[d], -order[d]), default=None)
+        if best is None:
+            continue
+        reuse[alloc.name] = best
+        taken.add(best)
+        capacity[alloc.name] = capacity[best]
+        if static:
+            _hold(live, by_name, best, alloc, death, capacity)
+    return MemoryPlan(reuse, frozenset(reuse.values()))
+
+
+def _element_bytes(dtype: torch.dtype) -> int:
+    return dtype.itemsize
+
+
+def _end(facts: MemoryFacts, name: str, step: int) -> int:
+    """The last step a name holds memory in: an output's lasts to the end of the wrapper."""
+    return facts.steps - 1 if name in facts.outputs else max(step, facts.last_use.get(name, step))
+
+
+def _live_bytes(facts: MemoryFacts) -> list[int]:
+    """Bytes live while each step runs (after its allocations, before its frees), without reuse."""
+    live = [0] * max(facts.steps, 1)
+    spans = [(a.step, _end(facts, a.name, a.step), int(a.elements) * _element_bytes(a.dtype))
+             for a in facts.allocations]
+    spans += [(step, _end(facts, name, step), int(nbytes or 0)) for name, step, nbytes in facts.produced]
+    for start, end, nbytes in spans:
+        for s in range(start, end + 1):
+            live[s] += nbytes
+    return live
+
+
+def _hold_delta(by_name: dict[str, Allocation], donor: str, alloc: Allocation, death: dict[str, int],
+                capacity: dict[str, sympy.Expr]) -> dict[int, int]:
+    """How the live bytes per step change when `alloc` takes `donor`'s storage: the donor stays
+    alive from its death up to the reuse, and from then on the recipient holds the donor's
+    capacity instead of its own size."""
+    size = _element_bytes(by_name[donor].dtype)
+    held = int(capacity[donor]) * size
+    own = int(alloc.elements) * size
+    delta: dict[int, int] = {}
+    for s in range(death[donor] + 1, alloc.step):
+        delta[s] = held
+    for s in range(alloc.step, death[alloc.name] + 1):
+        delta[s] = held - own
+    return delta
+
+
+def _fits_under(live: list[int], peak: int, by_name: dict[str, Allocation], donor: str, alloc: Allocation,
+                death: dict[str, int], capacity: dict[str, sympy.Expr]) -> bool:
+    """Whether the live bytes stay at or under `peak` at every step once `alloc` takes `donor`."""
+    size = _element_bytes(by_name[donor].dtype)
+    held, own = int(capacity[donor]) * size, int(alloc.elements) * size
+    gap = live[death[donor] + 1:alloc.step]
+    span = live[alloc.step:death[alloc.name] + 1]
+    return (not gap or max(gap) + held <= peak) and (not span or max(span) + held - own <= peak)
+
+
+def _hold(live: list[int], by_name: dict[str, Allocation], donor: str, alloc: Allocation, death: dict[str, int],
+          capacity: dict[str, sympy.Expr]) -> None:
+    for s, d in _hold_delta(by_name, donor, alloc, death, capacity).items():
+        live[s] += d
+
+
+def _nothing_allocated_between(facts: MemoryFacts, died: int, alloc: Allocation) -> bool:
+    """No buffer or extern result appears after step `died` and before `alloc` (allocations of
+    `alloc`'s own step that come before it in the list included)."""
+    for other in facts.allocations:
+        if other is alloc:
+            break
+        if other.step > died:
+            return False
+    return not any(died < step < alloc.step for _, step, _ in facts.produced)
+
+
+def check_plan(facts: MemoryFacts, plan: MemoryPlan) -> None:
+    """Raise AssertionError if a reuse could alias a live buffer: the donor (or a name sharing its
+    storage) is used at or after the recipient's step, is an output, was handed to two recipients,
+    or differs in dtype or holds fewer elements than the recipient needs (when both are known)."""
+    by_name = {a.name: a for a in facts.allocations}
+    aliased = _aliased(facts)
+    capacity = {a.name: sympy.sympify(a.elements) for a in facts.allocations}
+    donated: set[str] = set()
+    for alloc in facts.allocations:  # allocation order, so a chain of reuses sees its capacities
+        donor = plan.reuse.get(alloc.name)
+        if donor is None:
+            continue
+        assert donor in by_name, f"{alloc.name} reuses {donor}, which the wrapper did not allocate"
+        assert donor not in donated, f"{donor} is handed to two buffers"
+        donated.add(donor)
+        assert donor not in facts.outputs, f"{alloc.name} reuses the output {donor}"
+        assert donor not in aliased, f"{alloc.name} reuses {donor}, whose storage another name may share"
+        last = facts.last_use.get(donor)
+        assert last is not None and last < alloc.step, \
+            f"{alloc.name} (step {alloc.step}) reuses {donor}, last used in step {last}"
+        assert by_name[donor].dtype == alloc.dtype, f"{alloc.name} reuses {donor} of another dtype"
+        have, need = _static(capacity[donor]), _static(alloc.elements)
+        if have is not None and need is not None:
+            assert have >= need, f"{alloc.name} needs {need} elements, {donor} holds {have}"
+        else:
+            assert sympy.expand(capacity[donor] - alloc.elements) == 0, f"{alloc.name} and {donor} differ in size"
+        capacity[alloc.name] = capacity[donor]
+    assert plan.kept == frozenset(plan.reuse.values()), "kept names are not exactly the donors"

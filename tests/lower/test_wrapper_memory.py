@@ -1,0 +1,247 @@
+"""The wrapper's memory plan (kiln.lower.codegen.memory): a dead buffer's storage goes to a later one,
+and never while anything can still read it.
+
+Three kinds of check: the planner on hand-made facts (each rule that keeps a buffer from being
+reused); whole graphs built to tempt it (a buffer read later through an extern's view, an output
+returned as a view, a transposed read in the very kernel that allocates the candidate), compared
+with eager and read line by line (no donor is named after its reuse line); and planners broken on
+purpose, which those graphs must catch, so the tests above cannot pass by accident.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import sympy
+import torch
+
+import kiln.lower.codegen.wrapper as wrapper_module
+from kiln.lower.codegen.memory import Allocation, MemoryFacts, MemoryPlan, check_plan, plan_memory
+from kiln.lower.codegen.wrapper import WrapperWriter
+from kiln.runtime import kernel_wrapper
+
+from kiln.lower import compile_graph
+
+from .conftest import aten_graph
+
+F32, I64 = torch.float32, torch.int64
+
+
+def _facts(allocs, last_use, *, outputs=(), aliases=(), produced=(), steps=None) -> MemoryFacts:
+    allocations = tuple(Allocation(n, s, d, sympy.sympify(e)) for n, s, d, e in allocs)
+    steps = steps if steps is not None else 1 + max([s for _, s, _, _ in allocs] + list(last_use.values()))
+    return MemoryFacts(allocations, tuple(produced), dict(last_use), frozenset(outputs),
+                       tuple(frozenset(g) for g in aliases), steps)
+
+
+def test_a_dead_buffer_of_the_same_size_is_reused() -> None:
+    facts = _facts([("a", 0, F32, 64), ("b", 2, F32, 64)], {"a": 1, "b": 3})
+    plan = plan_memory(facts)
+    assert plan.reuse == {"b": "a"} and plan.kept == {"a"}
+    check_plan(facts, plan)
+
+
+@pytest.mark.parametrize("why, facts", [
+    ("read in the step that allocates", _facts([("a", 0, F32, 64), ("b", 2, F32, 64)], {"a": 2, "b": 3})),
+    ("an output", _facts([("a", 0, F32, 64), ("b", 2, F32, 64)], {"a": 1, "b": 3}, outputs={"a"})),
+    ("shares storage with an extern's view",
+     _facts([("a", 0, F32, 64), ("b", 2, F32, 64)], {"a": 1, "v": 4, "b": 3}, aliases=[{"a", "v"}])),
+    ("another dtype", _facts([("a", 0, I64, 64), ("b", 2, F32, 64)], {"a": 1, "b": 3})),
+    ("too small", _facts([("a", 0, F32, 32), ("b", 2, F32, 64)], {"a": 1, "b": 3})),
+    ("never used (no known death)", _facts([("a", 0, F32, 64), ("b", 2, F32, 64)], {"b": 3})),
+])
+def test_a_buffer_is_not_reused_when(why, facts) -> None:
+    assert plan_memory(facts).reuse == {}, why
+
+
+def test_keeping_a_donor_alive_must_not_raise_the_peak() -> None:
+    # a (1 KiB) dies after step 0; step 1 holds a 4 KiB extern result, the peak; b needs a's size at
+    # step 2. Holding a through step 1 would make the peak 5 KiB: b is allocated afresh.
+    facts = _facts([("a", 0, F32, 256), ("b", 2, F32, 256)], {"a": 0, "m": 1, "b": 2},
+                   produced=[("m", 1, 4096)])
+    assert plan_memory(facts).reuse == {}
+    # with a step that needs more than both together earlier on, the same reuse is free
+    facts = _facts([("t", 0, F32, 2048), ("a", 0, F32, 256), ("b", 2, F32, 256)], {"t": 0, "a": 0, "m": 1, "b": 2},
+                   produced=[("m", 1, 4096)])
+    assert plan_memory(facts).reuse == {"b": "a"}
+
+
+def test_a_larger_donor_serves_a_smaller_buffer_and_the_smallest_fit_wins() -> None:
+    facts = _facts([("big", 0, F32, 1024), ("mid", 0, F32, 128), ("b", 2, F32, 100)],
+                   {"big": 1, "mid": 1, "b": 3}, steps=4)
+    plan = plan_memory(facts)
+    assert plan.reuse == {"b": "mid"}
+    check_plan(facts, plan)
+
+
+def test_an_output_takes_only_a_donor_of_its_own_size() -> None:
+    facts = _facts([("a", 0, F32, 128), ("out", 2, F32, 100)], {"a": 1, "out": 2}, outputs={"out"})
+    assert plan_memory(facts).reuse == {}
+    facts = _facts([("a", 0, F32, 100), ("out", 2, F32, 100)], {"a": 1, "out": 2}, outputs={"out"})
+    assert plan_memory(facts).reuse == {"out": "a"}
+
+
+def test_symbolic_sizes_reuse_only_equal_sizes_with_nothing_allocated_between() -> None:
+    s0, s1 = sympy.symbols("s0 s1", positive=True, integer=True)
+    facts = _facts([("a", 0, F32, s0 * s1), ("b", 2, F32, s1 * s0)], {"a": 1, "b": 3})
+    assert plan_memory(facts).reuse == {"b": "a"}
+    check_plan(facts, plan_memory(facts))
+    between = _facts([("a", 0, F32, s0 * s1), ("c", 2, F32, s0), ("b", 2, F32, s0 * s1)], {"a": 1, "b": 3, "c": 3})
+    assert plan_memory(between).reuse == {}
+    unequal = _facts([("a", 0, F32, s0 * s1 + 1), ("b", 2, F32, s0 * s1)], {"a": 1, "b": 3})
+    assert plan_memory(unequal).reuse == {}
+
+
+def test_a_chain_of_reuses_hands_one_storage_along() -> None:
+    facts = _facts([("a", 0, F32, 64), ("b", 2, F32, 64), ("c", 4, F32, 64)], {"a": 1, "b": 3, "c": 5})
+    plan = plan_memory(facts)
+    assert plan.reuse == {"b": "a", "c": "b"}
+    check_plan(facts, plan)
+
+
+@pytest.mark.parametrize("plan", [
+    MemoryPlan({"b": "a"}, frozenset({"a"})),  # a is read in b's step
+    MemoryPlan({"b": "a", "c": "a"}, frozenset({"a"})),  # one donor, two recipients
+])
+def test_check_plan_refuses_a_plan_that_aliases_a_live_buffer(plan) -> None:
+    facts = _facts([("a", 0, F32, 64), ("b", 2, F32, 64), ("c", 3, F32, 64)], {"a": 2, "b": 3, "c": 3})
+    with pytest.raises(AssertionError):
+        check_plan(facts, plan)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Whole graphs built to tempt the planner
+
+
+def extern_view_read_late(x, w):
+    a = x.sin()
+    v = torch.ops.aten.t.default(a)  # an ATen call (aten_fallback below) whose result is a view of a
+    c = (x @ w).cos()  # a's size, allocated once a's name is dead, while v still reads a's storage
+    return c @ w + v
+
+
+def output_returned_as_a_view(x, w):
+    a = x.sin()
+    c = (a @ w).cos()  # a's size, allocated after a's last read; a lives on in the caller as a.t()
+    return a.t(), c @ w
+
+
+def transposed_read_in_the_allocating_kernel(x, w):
+    a = x.sin()
+    b = (a @ w).cos() * a.t()  # b is a's size, and its kernel reads a transposed: a may not donate to b
+    return b @ w
+
+
+def chain_of_same_sized_buffers(x, w):
+    y = x
+    for _ in range(4):
+        y = (y @ w).relu() * 0.5 + y.t()  # each step: an extern, then a kernel of the same size
+    return y
+
+
+TEMPTING = [extern_view_read_late, output_returned_as_a_view, transposed_read_in_the_allocating_kernel,
+            chain_of_same_sized_buffers]
+OPTIONS = {"aten_fallback": frozenset({"aten.t.default"})}
+
+
+def _compile(fn, *args):
+    gm, examples = aten_graph(fn, *args)
+    return compile_graph(gm, examples, options=OPTIONS if fn is extern_view_read_late else None)
+
+
+def _reuse_lines_name_no_donor_later(source: str) -> int:
+    """Read the wrapper as text: after `b = a...; del a  # reuse`, no line names a. Returns the
+    number of reuse lines."""
+    lines = source.splitlines()
+    found = 0
+    for k, line in enumerate(lines):
+        m = re.match(r"\s+(\w+) = (\w+)(\.as_strided\(.*\))?; del \2  # reuse$", line)
+        if not m:
+            continue
+        found += 1
+        donor = m.group(2)
+        later = [ln for ln in lines[k + 1:] if re.search(rf"\b{donor}\b", ln)]
+        assert not later, f"{donor} is named after it was handed to {m.group(1)}: {later[0].strip()}"
+    return found
+
+
+def _inputs(n: int = 24) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(n, n, generator=g), torch.randn(n, n, generator=g) / n
+
+
+def _assert_eager(fn, compiled, x, w) -> None:
+    got, want = compiled(x, w), fn(x, w)
+    want = want if isinstance(want, tuple) else (want,)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("fn", TEMPTING, ids=lambda f: f.__name__)
+def test_tempting_graphs_match_eager_and_reuse_only_dead_buffers(fn) -> None:
+    x, w = _inputs()
+    compiled = _compile(fn, x, w)
+    _assert_eager(fn, compiled, x, w)
+    _reuse_lines_name_no_donor_later(compiled.wrapper_source)
+    writer = WrapperWriter(compiled.program, compiled._signatures)
+    writer.write()
+    check_plan(writer.facts, writer.plan)
+
+
+@pytest.mark.cpp
+def test_the_chain_reuses_and_the_cache_admits_the_source() -> None:
+    x, w = _inputs()
+    compiled = _compile(chain_of_same_sized_buffers, x, w)
+    assert _reuse_lines_name_no_donor_later(compiled.wrapper_source) >= 2
+    names = set(compiled._signatures) | kernel_wrapper.THREAD_GLOBALS | {"torch_float32"}
+    names |= {n for n in re.findall(r"\b(extern_\w+)\(", compiled.wrapper_source)}
+    kernel_wrapper.check_wrapper_source(compiled.wrapper_source, names)
+    recipe = compiled.artifact_recipe()
+    assert recipe is not None  # persistable: the cache took the source with its reuse lines
+    rebuilt = kernel_wrapper.load_wrapper(recipe.fields["wrapper"])
+    torch.testing.assert_close(rebuilt(x, w)[0], chain_of_same_sized_buffers(x, w), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("line", ["    buf9 = buf0.clear(); del buf0  # reuse",
+                                  "    buf9 = buf0.__class__; del buf0  # reuse",
+                                  "    buf9 = buf0.as_strided((4,), (1,)).storage; del buf0"])
+def test_the_cache_still_refuses_what_a_reuse_line_is_not(line) -> None:
+    source = "def call(arg0):\n    buf0 = torch.empty_strided((4,), (1,), dtype=torch_float32)\n" \
+             f"{line}\n    return (buf9,)\n"
+    kernel_wrapper.check_wrapper_source(source.replace(line, "    buf9 = buf0; del buf0  # reuse"),
+                                        {"torch_float32"})
+    with pytest.raises(ValueError):
+        kernel_wrapper.check_wrapper_source(source, {"torch_float32"})
+
+
+# ---------------------------------------------------------------------------------------------------
+# Planners broken on purpose: the graphs above must catch each
+
+
+def _ignores_aliases_and_outputs(facts: MemoryFacts) -> MemoryPlan:
+    return plan_memory(dataclasses.replace(facts, aliases=(), outputs=frozenset()))
+
+
+def _frees_one_step_early(facts: MemoryFacts) -> MemoryPlan:
+    return plan_memory(dataclasses.replace(facts, last_use={k: v - 1 for k, v in facts.last_use.items()}))
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("broken, fn", [
+    (_ignores_aliases_and_outputs, extern_view_read_late),
+    (_ignores_aliases_and_outputs, output_returned_as_a_view),
+    (_frees_one_step_early, transposed_read_in_the_allocating_kernel),
+])
+def test_a_broken_planner_is_caught(monkeypatch, broken, fn) -> None:
+    monkeypatch.setattr(wrapper_module, "plan_memory", broken)
+    x, w = _inputs()
+    compiled = _compile(fn, x, w)
+    writer = WrapperWriter(compiled.program, compiled._signatures)
+    writer.write()
+    with pytest.raises(AssertionError):
+        check_plan(writer.facts, writer.plan)
+    with pytest.raises((AssertionError, NameError)):  # wrong values, or an output handed on and unbound
+        _assert_eager(fn, compiled, x, w)
+
