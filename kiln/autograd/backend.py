@@ -22,7 +22,7 @@ from kiln.autograd.functionalize import functionalize_fresh_fills, verify_aten_g
 from kiln.autograd.joint import (JointTrace, differentiable_outputs, prepare_inputs, trace_forward,
                                  trace_joint)
 from kiln.autograd.partition import Partition, SavedValue, partition as split_joint
-from kiln.autograd.runtime import AotRuntime, bind_symbols, make_autograd_function
+from kiln.autograd.runtime import AotRuntime, bind_symbols, make_autograd_function, with_missing_derivatives
 from kiln import compile_time, log
 
 Compiler = Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]
@@ -142,6 +142,7 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         compiled_fw, compiled_bw, num_forward_outputs=parts.num_forward_outputs,
         num_saved_tensors=len(parts.saved_tensors), differentiable=joint.differentiable,
         primal_needs_grad=[isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values])
+    function = with_missing_derivatives(function, joint.no_derivative)
     return AotRuntime(forward=compiled_fw, function=function, report=report, **common)
 
 

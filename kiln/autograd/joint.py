@@ -53,6 +53,9 @@ class JointTrace:
     gm: fx.GraphModule
     num_forward_outputs: int
     differentiable: tuple[int, ...]  # forward output positions that have a tangent, in order
+    # forward outputs whose backward reaches an op without a derivative (floor_divide), with the
+    # error eager raises when a backward reaches them: no tangent here, the runtime attaches the error
+    no_derivative: tuple[tuple[int, str], ...] = ()
 
 
 def _fake_mode_of(values: list[Any]) -> Any:
@@ -223,10 +226,39 @@ def _differentiable_dtype(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and (value.dtype.is_floating_point or value.is_complex())
 
 
+def _is_missing_derivative(exc: RuntimeError) -> bool:
+    text = str(exc)
+    return text.startswith("derivative for ") and "is not implemented" in text
+
+
 def trace_joint(gm: fx.GraphModule, inputs: TraceInputs, forward: ForwardTrace,
                 decompositions: dict) -> JointTrace:
-    """Forward and backward in one graph: grads of the differentiable outputs w.r.t. the primals."""
+    """Forward and backward in one graph: grads of the differentiable outputs w.r.t. the primals.
+
+    An op without a derivative (floor_divide on floats) raises in eager only when a backward
+    reaches it, while tracing the backward reaches every path at once: the outputs whose own
+    backward raises are found one by one and traced without a tangent, each with eager's error."""
     diff = differentiable_outputs(forward)
+    try:
+        return _trace_joint(gm, inputs, forward, decompositions, diff)
+    except RuntimeError as exc:
+        if not _is_missing_derivative(exc):
+            raise
+    missing: list[tuple[int, str]] = []
+    for k in diff:
+        try:
+            _trace_joint(gm, inputs, forward, decompositions, (k,))
+        except RuntimeError as exc:
+            if not _is_missing_derivative(exc):
+                raise
+            missing.append((k, str(exc)))
+    clean = tuple(k for k in diff if k not in dict(missing))
+    joint = _trace_joint(gm, inputs, forward, decompositions, clean)
+    return dataclasses.replace(joint, no_derivative=tuple(missing))
+
+
+def _trace_joint(gm: fx.GraphModule, inputs: TraceInputs, forward: ForwardTrace, decompositions: dict,
+                 diff: tuple[int, ...]) -> JointTrace:
     with contextlib.ExitStack() as stack:
         if inputs.fake_mode is not None:
             stack.enter_context(inputs.fake_mode)

@@ -17,16 +17,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from differential import BACKENDS, check  # noqa: E402
 from program_generator import generate  # noqa: E402
 
-# Seeds that find open bugs outside capture (each with its repro in the reason below);
+# Seeds that find open bugs outside capture (each with its repro in the reason);
 # they run as strict xfails, so a fix makes them fail until they are taken off this list.
-_FLOOR_DIVIDE_GRAD = ("AOT autograd traces the backward at compile time, and floor_divide has no "
-                      "derivative: eager raises only if backward() reaches it, Kiln falls back to eager "
-                      "with a warning (kiln/autograd/joint.py)")
-KNOWN_BUGS: dict[int, str] = {45: _FLOOR_DIVIDE_GRAD, 73: _FLOOR_DIVIDE_GRAD}
+KNOWN_BUGS: dict[int, str] = {}
 # seeds that once found a bug, kept as regression tests on every backend: 590 (the gradient of amax
-# over exp had NaNs on inductor: exp rounded differently in vector lanes and loop remainders)
-REGRESSION_SEEDS = [590]
-KNOWN_SIGNATURES = {"derivative for aten::floor_divide is not implemented": _FLOOR_DIVIDE_GRAD}
+# over exp had NaNs on inductor: exp rounded differently in vector lanes and loop remainders), 45
+# and 73 (floor_divide under autograd: AOT traced every backward path at compile time and fell back
+# to eager, where eager raises only when a backward reaches floor_divide)
+REGRESSION_SEEDS = [45, 73, 590]
+KNOWN_SIGNATURES: dict[str, str] = {}
 CI_SEEDS = [seed for seed in range(100) if seed not in KNOWN_BUGS]
 SLOW_SEEDS = range(2000)
 
