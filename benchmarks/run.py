@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from benchmarks import ddp, guard_overhead, report
+from benchmarks import ddp, guard_overhead, overhead, report
 from benchmarks.compilers import kiln_capture_status, kiln_status
 from benchmarks.measure import bench_workload
 from benchmarks.timing import copy_bandwidth_gbs
@@ -37,7 +37,7 @@ WORKLOADS = (
     "gpt_block_training",
     "varying_batch",
 )
-ALL_NAMES = WORKLOADS + (guard_overhead.NAME, ddp.NAME)
+ALL_NAMES = WORKLOADS + (guard_overhead.NAME, overhead.NAME, ddp.NAME)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {guard_overhead.NAME} ...", flush=True)
             # backend="eager": this needs Kiln's capture only, not its lowering
             guard = guard_overhead.run(args.quick, kiln_capture_status())
+        tiny = None
+        if overhead.NAME in selected and not unavailable:
+            print(f"  {overhead.NAME} ...", flush=True)
+            tiny = overhead.run(args.quick)
         ddp_rows = None
         if ddp.NAME in selected and not unavailable:
             print(f"  {ddp.NAME} ...", flush=True)
@@ -114,11 +118,14 @@ def main(argv: list[str] | None = None) -> int:
         report.print_compile_table(rows, totals)
         print("\n== memory bandwidth of the memory-bound workloads ==")
         report.print_bandwidth_table(rows, copy_gbs, copy_mib)
-    if guard is not None:
         print("\n== peak memory per step ==")
         report.print_memory_table(rows)
+    if guard is not None:
         print("\n== guard overhead (backend='eager') ==")
         report.print_guard_overhead(guard)
+    if tiny is not None:
+        print("\n== tiny-call overhead (x + 1 on 1k float32, thread CPU time) ==")
+        overhead.print_result(tiny)
     if unavailable:
         print(f"\nkiln (default backend): not available: {unavailable}")
     report.print_notes(rows, unavailable)
@@ -129,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwarning: the machine was busy (1-minute load {info['load_before']:.1f} before, "
               f"{info['load_after']:.1f} after, on {info['cpu_count']} CPUs): timings are noisy")
     results = {"machine": dict(info, copy_bandwidth_gbs=copy_gbs), "options": opts, "kiln_unavailable": unavailable,
-               "workloads": rows, "errors": errors, "summary": totals, "guard_overhead": guard, "ddp": ddp_rows,
+               "workloads": rows, "errors": errors, "summary": totals, "guard_overhead": guard, "overhead": tiny,
+               "ddp": ddp_rows,
                "wall_s": time.perf_counter() - started}
     with open(args.json, "w") as f:
         json.dump(results, f, indent=2, default=str)
