@@ -232,6 +232,19 @@ def _reconstruct(exc: Unsupported) -> str:
             "hints) or create the object after it")
 
 
+@hint_for_kind("lock_release")
+def _lock_release(exc: Unsupported) -> str:
+    """The end of a `with lock:` block whose real lock the glue took for a graph break inside it."""
+    return "move what breaks the graph out of the `with lock:` block"
+
+
+@hint_for_kind("unbacked_view_output")
+def _unbacked_view_output(exc: Unsupported) -> str:
+    """A graph output is a view, of another output, whose size is data-dependent and cannot be read
+    back from that base at run time (kiln.runtime.aot); the backend refuses the graph."""
+    return "return a .clone() of the view, or the base tensor itself"
+
+
 @hint_for_kind("unsupported")
 def _unsupported(exc: Unsupported) -> str | None:
     """Anything else (the default kind of Unsupported): no general rewrite exists."""

@@ -246,15 +246,16 @@ def _in_loop(code: types.CodeType, offset: int) -> bool:
                for i in dis.get_instructions(code))
 
 
-def _in_try(code: types.CodeType, offset: int) -> bool:
-    """True when `offset` is covered by a try block (a with-block's cleanup handler does not count)."""
+def _in_try(code: types.CodeType, offset: int, *, with_blocks: bool = False) -> bool:
+    """True when `offset` is covered by a try block; a with-block's cleanup handler counts only
+    when `with_blocks` is set."""
     instrs = [i for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
     index = {i.offset: n for n, i in enumerate(instrs)}
     for entry in dis.Bytecode(code).exception_entries:
         if entry.start <= offset < entry.end:
             n = index.get(entry.target)
             handler = instrs[n + 1].opname if n is not None and n + 1 < len(instrs) else None
-            if handler != "WITH_EXCEPT_START":
+            if with_blocks or handler != "WITH_EXCEPT_START":
                 return True
     return False
 
@@ -391,6 +392,9 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
     # A raise may be the code's last instruction: nothing follows it, and nothing resumes after it.
     after = ins.offset if ins.opname == "RAISE_VARARGS" else code_mod.next_offset(code, ins.offset)
     in_try = _in_try(code, ins.offset)
+    # A call that raises inside a with-block must reach the block's exit (the glue entered the real
+    # manager: a lock to release, a grad mode to restore), as a try block's handler would.
+    call_in_try = in_try or _in_try(code, ins.offset, with_blocks=True)
     if in_try and ins.opname not in _CALLS:
         # The breaking instruction must run under the frame's exception handlers: the rest of the
         # frame, from that instruction on, runs natively in a resume function that keeps them.
@@ -410,7 +414,7 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
         parts = leading + [glue.reconstruct(a) for a in args]
         parts += [f"{k}={glue.reconstruct(v)}" for k, v in kwargs.items()]
         _grad_line(glue, state)
-        result = _native_call(glue, fn, root, stack, depth, f"{callee}({', '.join(parts)})", in_try)
+        result = _native_call(glue, fn, root, stack, depth, f"{callee}({', '.join(parts)})", call_in_try)
         glue.line(f"return {resumes.expression(glue, after, below + [_Named(result)], live, values)}")
     elif ins.opname == "CALL_FUNCTION_EX":
         depth = 3 if ins.arg & 1 else 2
@@ -424,7 +428,7 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
         callee, leading = _native_callee(glue, callee_var, wrap_frame)
         parts = leading + [f"*{star}"] + ([f"**{starstar}"] if starstar else [])
         _grad_line(glue, state)
-        result = _native_call(glue, fn, root, stack, depth, f"{callee}({', '.join(parts)})", in_try)
+        result = _native_call(glue, fn, root, stack, depth, f"{callee}({', '.join(parts)})", call_in_try)
         glue.line(f"return {resumes.expression(glue, after, below + [_Named(result)], live, values)}")
     elif ins.opname in NATIVE_INSTRUCTIONS:
         n_in, n_out, render = NATIVE_INSTRUCTIONS[ins.opname]

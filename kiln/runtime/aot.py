@@ -224,8 +224,7 @@ def plan_unbound_views(root: Any, meta: Any, binding: dict) -> dict[int, tuple[t
 
             raise Unsupported(f"output {k} is a view of another output whose size depends on tensor data "
                               "(an unbacked size), and its size cannot be read back from its base",
-                              kind="unbacked_view_output",
-                              hint="return a .clone() of the view, or the base tensor itself")
+                              kind="unbacked_view_output")
         plans[k] = plan
     return plans
 

@@ -306,3 +306,31 @@ def test_autocast_module_training_step_matches_eager(backend):
     for p, q in zip(model.parameters(), ref.parameters()):
         assert ((p.grad - q.grad).abs().max() / q.grad.abs().max()).item() < 0.03
     assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["graphs"] == 1
+
+
+@kiln.disable
+def _raise_when_large(x):
+    if x.sum() > 100:
+        raise ValueError("large")
+    return x
+
+
+def _no_grad_around_a_break(x):
+    with torch.no_grad():
+        y = _raise_when_large(x * 2)
+    return y + 1
+
+
+def test_an_exception_from_a_break_inside_a_with_block_runs_its_exit():
+    # The glue enters a real manager for a break inside a with-block; when the natively run call
+    # raised, the exception left the glue without the block's exit: grad mode stayed off.
+    kiln.reset()
+    try:
+        compiled = kiln.compile(_no_grad_around_a_break, backend="eager")
+        torch.testing.assert_close(compiled(torch.ones(3)), torch.full((3,), 3.0))
+        with pytest.raises(ValueError, match="large"):
+            compiled(torch.full((3,), 100.0))
+        assert torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+        kiln.reset()

@@ -5,8 +5,10 @@ graph break torch.compile does not take, a frame that ran eagerly, or a wrong an
 from __future__ import annotations
 
 import collections.abc
+import threading
 import typing
 
+import pytest
 import torch
 
 import kiln
@@ -283,3 +285,84 @@ def test_forward_hooks_and_pre_hooks_are_inlined():
     torch.testing.assert_close(kiln.compile(model, backend="eager")(x), model(x))
     handle.remove()
     kiln.reset()
+
+
+_INSTALL_LOCK = threading.Lock()
+_REENTRANT = threading.RLock()
+_HELD: list[tuple[bool, bool]] = []
+
+
+@kiln.disable
+def _note_held(x):
+    _HELD.append((_INSTALL_LOCK.locked(), _REENTRANT._is_owned()))
+    if x.sum() > 1e6:
+        raise ValueError("too large")
+
+
+class _Flagged(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+
+def _install_once(model, x):
+    # transformers' maybe_install_capturing_hooks: a double-checked flag under a module-level lock
+    if not getattr(model, "_installed", False):
+        with _INSTALL_LOCK:
+            if not getattr(model, "_installed", False):
+                model._installed = True
+    with _REENTRANT:
+        with _REENTRANT:
+            y = model.lin(x) * 2
+    return y
+
+
+def _break_inside(x):
+    y = x + 1
+    with _INSTALL_LOCK:
+        y = y * 2
+        with _REENTRANT:
+            _note_held(y)
+            y = y - 1
+        y = y + 3
+    return y
+
+
+def test_with_lock_is_a_context_manager_in_the_trace():
+    # `with lock:` on a threading lock was no context manager the tracer knew: the frame ran eagerly
+    # (BERT with output_attentions and SegFormer install their hooks under one). torch.compile's
+    # Dynamo models the lock as a manager that does nothing in the compiled code; so does Kiln.
+    model, x = _Flagged(), torch.randn(2, 4)
+    out = _explain(_install_once, model, x)
+    assert not out.fallbacks and out.graph_count == 1 and out.graph_break_count == 0, out
+    assert model._installed is True  # the side effect under the lock happened
+    kiln.reset()
+    fresh = _Flagged()
+    got = kiln.compile(_install_once, backend="eager")(fresh, x)
+    torch.testing.assert_close(got, fresh.lin(x) * 2)
+    assert fresh._installed is True
+    assert not _INSTALL_LOCK.locked() and not _REENTRANT._is_owned()
+    kiln.reset()
+
+
+def test_a_break_inside_with_lock_runs_natively_holding_the_lock():
+    # What a graph break runs natively inside the block holds the real lock (the glue takes it, the
+    # resume function releases it at the block's end), also when that code raises.
+    x = torch.randn(3)
+    _HELD.clear()
+    kiln.reset()
+    try:
+        compiled = kiln.compile(_break_inside, backend="eager")
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), _break_inside(x))
+            assert not _INSTALL_LOCK.locked() and not _REENTRANT._is_owned()
+        assert _HELD == [(True, True)] * 6  # three compiled calls and three eager ones
+        with pytest.raises(ValueError, match="too large"):
+            compiled(torch.full((3,), 1e7))
+        assert not _INSTALL_LOCK.locked() and not _REENTRANT._is_owned()
+        assert kiln.stats()["fallbacks"] == 0
+    finally:
+        kiln.reset()
+    out = _explain(_break_inside, x)
+    assert not out.fallbacks, out
+    assert any("with lock" in b.reason for b in out.break_reasons), out

@@ -32,12 +32,6 @@ FAST_COUNTS = {("llama", "infer")}
 
 # Known root causes, open today. Fixed ones have a minimal reproducer in
 # tests/capture/test_real_model_patterns.py or tests/capture/test_transformers_patterns.py.
-FORWARD_HOOKS = (
-    "SegFormer's backbone installs output-capturing forward hooks under a threading.Lock on the first call: "
-    "`with lock:` is not a context manager the tracer models, so that frame (no tensor ops in it) runs "
-    "eagerly and is counted as a fallback, where torch.compile finds no graph in it and says nothing"
-)
-
 ILL_CONDITIONED = (
     "training MobileNetV2 at this size is ill-conditioned (BatchNorm over 2 samples of 1x1 maps): reordered "
     "float32 sums move the grads by ~6e-3 (the real torch.compile by ~7e-2); in float64 Kiln matches eager "
@@ -67,21 +61,12 @@ WAV2VEC2_LRU_CACHE = (
     "torch.compile has 1 (in training both break at the same places, 9 graphs each)"
 )
 
-OUTPUT_HOOKS = (
-    "BERT with output_attentions/output_hidden_states installs output-capturing hooks on its first call "
-    "under `with _hook_installation_lock:` (transformers/utils/output_capturing.py:239), a threading.Lock the "
-    "tracer does not model as a context manager: maybe_install_capturing_hooks runs eagerly and is counted as a "
-    "fallback (Kiln's graphs still hold more ops than torch.compile's: 95 vs 67 infer, 98 vs 68 train)"
-)
-
 # (test, backend or None, model, mode) -> reason.
 XFAIL: dict[tuple, str] = {
-    **{("counts", None, "segformer", mode): FORWARD_HOOKS for mode in MODES},
     ("match", "inductor", "mobilenet_v2", "train"): ILL_CONDITIONED,
     **{("counts", None, "longformer", mode): LONGFORMER_SIZE_TENSORS for mode in MODES},
     **{("counts", None, "reformer", mode): REFORMER_NUMPY_INT for mode in MODES},
     ("counts", None, "wav2vec2", "infer"): WAV2VEC2_LRU_CACHE,
-    **{("counts", None, "bert_all_outputs", mode): OUTPUT_HOOKS for mode in MODES},
 }
 
 

@@ -20,6 +20,8 @@ from kiln.capture.variables.context_manager import (
     ContextExitVariable,
     GeneratorContextVariable,
     GeneratorYielded,
+    LOCK_TYPES,
+    LockExitVariable,
 )
 from kiln.capture.variables.functions import UserMethodVariable
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
@@ -155,6 +157,10 @@ def BEFORE_WITH(tx: "Tracer", instr: dis.Instruction) -> None:
         tx.push(ctx.enter(tx))
         return
     kind = ctx.python_type()
+    if kind in LOCK_TYPES:
+        tx.push(LockExitVariable(ctx))
+        tx.push(ConstantVariable(True))
+        return
     enter = inspect.getattr_static(kind, "__enter__", None)
     exit_ = inspect.getattr_static(kind, "__exit__", None)
     if not (isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType)):

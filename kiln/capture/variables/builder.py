@@ -26,7 +26,9 @@ from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import (
     AUTOCAST_CLASSES,
     ContextManagerClassVariable,
+    HeldLockExitVariable,
     is_context_manager_class,
+    is_held_lock_exit,
     wrap_autocast_instance,
 )
 from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_key
@@ -170,6 +172,12 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         # code sets the process's autocast state, so it is called natively, never inlined.
         _guard(state, source, "check_type", type(value))
         return ObjectVariable(value, source)
+    if is_held_lock_exit(value):
+        # a fresh bound method each time `lock.__exit__` is read: guarded by type, not identity
+        from kiln.capture.sources import AttrSource
+        _guard(state, source, "check_type", type(value))
+        _guard(state, None if source is None else AttrSource(source, "__self__"), "check_type", type(value.__self__))
+        return HeldLockExitVariable(value, source)
     if isinstance(value, types.MethodType) and isinstance(value.__self__, _GRAD_MODE_TYPES) \
             and value.__func__.__name__ == "__exit__":
         return _wrap_grad_exit(state, value, source)

@@ -5,12 +5,15 @@ and switches the real autocast state while tracing, so every fake op gets the dt
 gives; exiting records `torch.amp._exit_autocast`. AOT autograd runs those nodes for real while it
 traces, so the ATen graph holds the casts autocast made (the lowering needs nothing special).
 A contextmanager generator is traced by a child tracer that stops at its `yield` on enter and runs
-on (or has the exception thrown in) on exit. Grad mode is grad_mode.py; Python classes with
+on (or has the exception thrown in) on exit. `with lock:` on a threading lock does nothing in the
+trace and takes the real lock only around what a graph break runs natively inside the block. Grad mode is grad_mode.py; Python classes with
 `__enter__`/`__exit__` are inlined by BEFORE_WITH. Corresponds to torch/_dynamo/variables/ctx_manager.py.
 """
 from __future__ import annotations
 
 import contextlib
+import threading
+import types
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
@@ -282,6 +285,65 @@ class ContextManagerClassVariable(Variable):
         return glue.constant(self.cls)
 
 
+# ------------------------------------------------------------------------------------ locks
+
+# threading.Lock() and _thread.allocate_lock() make a `_thread.lock`; threading.RLock() a
+# `_thread.RLock` (the C one) or threading._PyRLock where that is missing.
+LOCK_TYPES: tuple[type, ...] = (type(threading.Lock()), type(threading.RLock()), threading._PyRLock)  # type: ignore[attr-defined]
+
+
+def is_lock(value: Any) -> bool:
+    return type(value) in LOCK_TYPES
+
+
+class LockExitVariable(Variable):
+    """The bound `__exit__` BEFORE_WITH leaves for `with lock:` on a threading lock.
+
+    As in torch.compile, the traced region treats the lock as a manager that does nothing: the
+    compiled code runs on one thread, and the lock guards no tensor. Entering it gives True (what
+    `lock.__enter__()` returns) and exiting it suppresses nothing. Only when a graph break falls
+    inside the block is the real lock taken: the glue acquires it before the native instruction,
+    and the resume function releases it at the block's end (it calls the real `__exit__`), so
+    whatever runs natively inside the block holds the lock as in eager."""
+
+    def __init__(self, lock: Variable) -> None:
+        self.lock = lock
+
+    def describe(self) -> str:
+        return f"__exit__ of {self.lock.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return ConstantVariable(None)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        name = glue.fresh("lock")
+        glue.line(f"{name} = {self.lock.reconstruct(glue)}")
+        glue.line(f"{name}.__enter__()")
+        return f"{name}.__exit__"
+
+
+class HeldLockExitVariable(Variable):
+    """`lock.__exit__` of a lock the glue took (a graph break inside `with lock:`), on the stack of
+    the resume function: releasing the real lock is a call that runs natively, where the program
+    releases it."""
+
+    def __init__(self, value: Any, source: Any) -> None:
+        self.value = value
+        self.source = source
+
+    def describe(self) -> str:
+        return f"__exit__ of {type(self.value.__self__).__qualname__} object"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        raise Unsupported("the end of a `with lock:` block whose lock was taken for a graph break inside it "
+                          "(released natively)", kind="lock_release")
+
+
+def is_held_lock_exit(value: Any) -> bool:
+    return isinstance(value, types.BuiltinMethodType) and is_lock(getattr(value, "__self__", None)) \
+        and value.__name__ == "__exit__"
+
+
 def is_context_manager_class(value: Any) -> bool:
     return value is contextlib._GeneratorContextManager or any(value is c for c in AUTOCAST_CLASSES)
 
@@ -318,5 +380,5 @@ class ContextExitVariable(Variable):
 
 
 __all__ = ["AUTOCAST_CLASSES", "AutocastVariable", "ContextExitVariable", "ContextManagerClassVariable",
-           "GeneratorContextVariable", "GeneratorYielded", "abandon_open_contexts", "close_open_contexts",
-           "is_context_manager_class", "wrap_autocast_instance"]
+           "GeneratorContextVariable", "GeneratorYielded", "HeldLockExitVariable", "LockExitVariable", "abandon_open_contexts",
+           "close_open_contexts", "is_context_manager_class", "is_held_lock_exit", "is_lock", "wrap_autocast_instance"]
