@@ -2,7 +2,7 @@
 
 `compile_graph(aten_gm, example_inputs)` is the fw/bw compiler AOT autograd calls. It runs these
 named passes in order (each name is its key in CompiledGraph.timings and in KILN_LOGS=+lower):
-    decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> build -> codegen_wrapper
+    fold_batch_norm -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> build -> codegen_wrapper
 and returns a CompiledGraph: a callable over the real inputs returning a tuple like `aten_gm`.
 A graph compiled before (same code, input metadata and Kiln sources) is loaded from the disk cache.
 Under KILN_DEBUG=1 each pass's output is also written to `<run folder>/lower_<n>/<pass name>.*`.
@@ -26,6 +26,7 @@ from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.codegen.wrapper import make_wrapper
 from kiln.lower.codegen import triton_wrapper
 from kiln.lower.decompose import decompose
+from kiln.lower.fold_batch_norm import fold_batch_norm
 from kiln.lower.graph import lower_to_loop_ir, node_metas
 from kiln.lower.ir import LoopIR, format_ir, verify_ir
 from kiln.lower.schedule import (ExternCall, Kernel, KernelProgram, ScatterKernel, format_program, schedule,
@@ -207,6 +208,8 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
 
     dump = _DebugDump.start(aten_gm)
     gm = _copy_graph(aten_gm)
+    gm = fold_batch_norm(gm)
+    mark("fold_batch_norm")
     metas = node_metas(gm, example_inputs)
     gm = decompose(gm, metas, keep=no_decompose)
     mark("decompose")

@@ -240,5 +240,7 @@ def _output(ctx: LoweringContext, out: Any, env: dict[torch.fx.Node, Any], metas
         ctx.origins = (out.name,)
         value = ctx.realize(value, _dense_layout(metas[out]))
         env[out] = value
+    elif value.view.name in ctx.relaid_out and value.view.layout != _dense_layout(metas[out]):
+        value = ctx.realize(value, _dense_layout(metas[out]))  # stored NHWC inside: eager's strides out
     assert value.view is not None
     return value.view

@@ -113,6 +113,7 @@ class LoweringContext:
         self.perf_hints: list[str] = []
         self.storage_offsets: dict[str, sympy.Expr] = {}  # input -> its storage offset (as_strided is absolute)
         self.pending_origins: tuple[str, ...] = ()  # origins of the lazy inputs of the current node
+        self.relaid_out: set[str] = set()  # extern results stored in another layout than eager's (NHWC)
 
     def new_name(self) -> str:
         return f"buf{next(self._names)}"
@@ -226,7 +227,7 @@ def normalize_dim(dim: int, ndim: int) -> int:
     return dim + max(ndim, 1) if dim < 0 else dim
 
 
-from kiln.lower.lowerings import pointwise, reductions, views, indexing, extern  # noqa: E402,F401  (fill the table)
+from kiln.lower.lowerings import pointwise, reductions, views, indexing, extern, convolution  # noqa: E402,F401  (fill the table)
 
 __all__ = ["LOWERINGS", "register", "LoweringContext", "TensorValue", "strided_value", "to_expr",
            "value_cost", "compute_dtype", "SUPPORTED_DTYPES"]

@@ -1,8 +1,9 @@
 """Extern calls: ops that run as ATen calls from the wrapper (matmuls, convolutions, fallbacks).
 
 mm/addmm/bmm/convolution are faster in ATen (its BLAS and oneDNN) than any loop Kiln would write,
-so they are externs by design. Any other op without a lowering, or whose lowering refuses its
-arguments, becomes a `fallback`: the same extern, plus a KILN_LOGS=perf_hints line saying so.
+so they are externs by design (convolution's rule, which also picks its layout, is in convolution.py).
+Any other op without a lowering, or whose lowering refuses its arguments, becomes a `fallback`: the
+same extern, plus a KILN_LOGS=perf_hints line saying so.
 
 Epilogues (bias + activation after a matmul) are not fused into the extern: an ATen/BLAS call cannot
 run Kiln's code on its output tile while it is in cache, so true fusion needs Kiln's own GEMM, which
@@ -21,7 +22,7 @@ from kiln.lower.lowerings import LoweringContext, register
 aten = torch.ops.aten
 
 EXTERN_BY_DESIGN = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
-                    aten.convolution.default, aten.convolution_backward.default,
+                    aten.convolution_backward.default,
                     aten._scaled_dot_product_flash_attention_for_cpu.default,
                     aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 

@@ -1,0 +1,95 @@
+"""Convolutions and pooling: oneDNN externs, run on channels-last (NHWC) activations on CPU.
+
+ATen's CPU convolution (oneDNN) works in NHWC: given NCHW it converts the input, and, for max
+pooling, the NCHW kernel is many times slower than the NHWC one. So a 2-d float convolution's input
+is stored channels-last, and its output (which ATen then returns channels-last) is declared so:
+the kernel that computes the input (a ReLU, an add of a residual) writes NHWC directly, the
+convolution's consumers read it with NHWC strides, and graph outputs still get eager's layout
+(outputs are stored in the layout of their meta). The weights of a folded BatchNorm come
+channels-last from `kiln::fold_conv_bn` (kiln.lower.fold_batch_norm). Corresponds to Inductor's
+layout optimization for convolution graphs (torch/_inductor/graph.py, `decide_layout_opt`).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import sympy
+import torch
+
+from kiln.lower.fold_batch_norm import fold_conv_bn
+from kiln.lower.ir import Layout
+from kiln.lower.lowerings import LoweringContext, TensorValue, register
+
+aten = torch.ops.aten
+
+CHANNELS_LAST_DTYPES = (torch.float32,)  # oneDNN's NHWC kernels; float64 takes ATen's reference path
+
+
+def channels_last_strides(sizes: Sequence[sympy.Expr]) -> tuple[sympy.Expr, ...]:
+    n, c, h, w = sizes
+    return (h * w * c, sympy.Integer(1), w * c, c)
+
+
+def _is_channels_last(tv: TensorValue) -> bool:
+    if tv.view is None:
+        return False
+    lay = tv.view.layout
+    want = channels_last_strides(lay.sizes)
+    return lay.offset == 0 and all(s == 1 or sympy.expand(a - b) == 0
+                                   for s, a, b in zip(lay.sizes, lay.strides, want))
+
+
+def _wants_channels_last(ctx: LoweringContext, x: TensorValue) -> bool:
+    meta = ctx.meta[0] if isinstance(ctx.meta, (tuple, list)) else ctx.meta
+    return (isinstance(meta, torch.Tensor) and meta.device.type == "cpu" and x.ndim == 4
+            and all(isinstance(s, int) for s in meta.shape) and x.dtype in CHANNELS_LAST_DTYPES and torch.backends.mkldnn.is_available())
+
+
+def _channels_last_input(ctx: LoweringContext, x: TensorValue) -> TensorValue:
+    """`x` stored NHWC: as it is when it already is, else computed (or copied) into a new buffer."""
+    if _is_channels_last(x):
+        return x
+    return ctx.realize(x, Layout(x.dtype, x.sizes, channels_last_strides(x.sizes)))
+
+
+def _channels_last_meta(meta: Any) -> Any:
+    """The result ATen returns for an NHWC input: the node's meta with channels-last strides."""
+    if isinstance(meta, (tuple, list)):
+        return type(meta)(_channels_last_meta(m) for m in meta)
+    if isinstance(meta, torch.Tensor) and meta.dim() == 4:
+        return torch.empty(meta.shape, dtype=meta.dtype, device="meta").contiguous(memory_format=torch.channels_last)
+    return meta
+
+
+def _extern_channels_last(ctx: LoweringContext, op: Any, x: TensorValue, rest: tuple) -> Any:
+    saved = ctx.meta
+    ctx.meta = _channels_last_meta(saved)
+    try:
+        out = ctx.extern(op, (_channels_last_input(ctx, x),) + rest, {})
+        ctx.relaid_out.update(tv.view.name for tv in (out if isinstance(out, tuple) else (out,)))
+        return out
+    finally:
+        ctx.meta = saved
+
+
+@register(aten.convolution.default)
+def convolution(ctx: LoweringContext, x: TensorValue, weight: TensorValue, bias: Any, stride: Any, padding: Any,
+                dilation: Any, transposed: bool, output_padding: Any, groups: Any) -> Any:
+    rest = (weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    if _wants_channels_last(ctx, x):
+        return _extern_channels_last(ctx, aten.convolution.default, x, rest)
+    return ctx.extern(aten.convolution.default, (x,) + rest, {})
+
+
+@register(aten.max_pool2d_with_indices.default)
+def max_pool2d_with_indices(ctx: LoweringContext, x: TensorValue, *rest: Any) -> Any:
+    # NHWC only when that costs no copy (x is computed here, or already NHWC): ATen's NCHW kernel
+    # is slow, but a copy of a stored NCHW tensor is not free either
+    if _wants_channels_last(ctx, x) and (x.view is None or _is_channels_last(x)):
+        return _extern_channels_last(ctx, aten.max_pool2d_with_indices.default, x, tuple(rest))
+    return ctx.extern(aten.max_pool2d_with_indices.default, (x,) + tuple(rest), {})
+
+
+@register(fold_conv_bn)
+def fold_conv_bn_extern(ctx: LoweringContext, *args: Any) -> Any:
+    return ctx.extern(fold_conv_bn, args, {})

@@ -1,0 +1,187 @@
+"""BatchNorm folded into the convolution before it (kiln.lower.fold_batch_norm), convolutions and max
+pooling on channels-last activations (kiln.lower.lowerings.convolution), and the ReLU/add epilogue
+after a convolution: compiled == eager, also after the weights or BatchNorm statistics change."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+import kiln
+from kiln.lower.fold_batch_norm import FOLD_CACHE, fold_conv_bn
+from tests.lower.conftest import aten_graph, check
+
+aten = torch.ops.aten
+
+
+def _bn_args(c: int, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    return [torch.rand(c, dtype=dtype) + 0.5, torch.randn(c, dtype=dtype), torch.randn(c, dtype=dtype),
+            torch.rand(c, dtype=dtype) + 0.5]
+
+
+def conv_bn_relu(x, w, g, b, mean, var):
+    y = aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    return torch.relu(aten._native_batch_norm_legit_no_training(y, g, b, mean, var, 0.1, 1e-5)[0])
+
+
+def conv_bias_bn_legit(x, w, cb, g, b, mean, var):
+    y = aten.convolution(x, w, cb, [2, 2], [0, 0], [1, 1], False, [0, 0], 1)
+    return aten._native_batch_norm_legit(y, g, b, mean, var, False, 0.1, 1e-3)[0] + x[:, :, ::2, ::2]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_conv_bn_relu_folded(dtype):
+    x, w = torch.randn(2, 4, 9, 9, dtype=dtype), torch.randn(6, 4, 3, 3, dtype=dtype)
+    args = (x, w, *_bn_args(6, dtype))
+    tol = {} if dtype == torch.float64 else {"atol": 2e-5, "rtol": 1e-5}  # float64: assert_close's defaults
+    compiled = check(conv_bn_relu, *args, **tol)
+    assert "extern_kiln_fold_conv_bn" in compiled.wrapper_source
+    assert "extern_aten__native_batch_norm" not in compiled.wrapper_source
+
+
+def test_conv_bias_bn_legit_folded_with_residual():
+    x, w, cb = torch.randn(2, 4, 8, 8), torch.randn(4, 4, 1, 1), torch.randn(4)
+    compiled = check(conv_bias_bn_legit, x, w, cb, *_bn_args(4), atol=2e-5, rtol=1e-5)
+    assert "fold_conv_bn" in compiled.wrapper_source
+
+
+def test_not_folded_when_conv_output_is_used_twice():
+    def fn(x, w, g, b, mean, var):
+        y = aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        return aten._native_batch_norm_legit_no_training(y, g, b, mean, var, 0.1, 1e-5)[0], y
+
+    compiled = check(fn, torch.randn(2, 3, 6, 6), torch.randn(5, 3, 3, 3), *_bn_args(5))
+    assert "fold_conv_bn" not in compiled.wrapper_source
+
+
+def test_fold_rewrites_graph():
+    from kiln.lower.fold_batch_norm import fold_batch_norm
+    gm, _ = aten_graph(conv_bn_relu, torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3), *_bn_args(3))
+    gm = fold_batch_norm(gm)
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert fold_conv_bn in targets and aten._native_batch_norm_legit_no_training.default not in targets
+
+
+class ConvNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.pool = nn.MaxPool2d(3, 2, 1)
+
+    def forward(self, x):
+        y = self.pool(torch.relu(self.bn1(self.conv1(x))))
+        return torch.relu(self.bn2(self.conv2(y)) + y).mean((2, 3))
+
+
+def _net() -> ConvNet:
+    torch.manual_seed(0)
+    net = ConvNet().eval()
+    for bn in (net.bn1, net.bn2):
+        nn.init.uniform_(bn.weight, 0.5, 1.5)
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 1.5)
+    return net
+
+
+def _close(a, b):
+    torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
+
+
+def test_weights_changed_after_compile_refold():
+    """The folded weights follow every change eager sees: in-place updates of a weight, a BatchNorm
+    statistic or affine parameter, load_state_dict, a new Parameter, a train-mode call moving the
+    running statistics."""
+    net = _net()
+    compiled = kiln.compile(net)
+    x = torch.randn(2, 3, 12, 12)
+    with torch.no_grad():
+        _close(compiled(x), net(x))
+        folds = FOLD_CACHE.folds
+        _close(compiled(x), net(x))
+        assert FOLD_CACHE.folds == folds, "unchanged weights are not folded again"
+        changes = [
+            lambda: net.conv1.weight.mul_(-2.0),
+            lambda: net.bn1.running_mean.add_(0.3),
+            lambda: net.bn2.running_var.mul_(3.0),
+            lambda: net.bn2.weight.add_(1.0),
+            lambda: net.bn1.bias.sub_(0.5),
+            lambda: net.conv2.bias.add_(1.0),
+            lambda: net.load_state_dict({k: v * 0.5 if v.is_floating_point() else v
+                                         for k, v in _net().state_dict().items()}),
+            lambda: setattr(net.conv2, "weight", nn.Parameter(torch.randn_like(net.conv2.weight))),
+        ]
+        for change in changes:
+            change()
+            _close(compiled(x), net(x))
+    # train-mode calls (another graph) update the running statistics in place; back in eval mode
+    # the folded graph sees them
+    net.train()
+    compiled(x)
+    net(x)
+    net.eval()
+    with torch.no_grad():
+        _close(compiled(x), net(x))
+
+
+def test_weights_changed_float64():
+    net = _net().double()
+    compiled = kiln.compile(net)
+    x = torch.randn(2, 3, 10, 10, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), net(x))
+        net.bn2.running_mean.add_(1.0)
+        net.conv1.weight.mul_(0.5)
+        torch.testing.assert_close(compiled(x), net(x))
+
+
+def test_two_models_share_nothing():
+    a, b = _net(), _net()
+    with torch.no_grad():
+        b.conv1.weight.mul_(2.0)
+        ca, cb = kiln.compile(a), kiln.compile(b)
+        x = torch.randn(1, 3, 8, 8)
+        _close(ca(x), a(x))
+        _close(cb(x), b(x))
+        _close(ca(x), a(x))
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_channels_last_keeps_eager_strides(memory_format):
+    """Inside the graph activations are NHWC; what comes out has eager's strides either way."""
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(4, 6, 3, padding=1)
+            self.pool = nn.MaxPool2d(2)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            return self.pool(y), y + 1
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    x = torch.randn(2, 4, 8, 8).contiguous(memory_format=memory_format)
+    with torch.no_grad():
+        got, want = kiln.compile(net)(x), net(x)
+    for g, w in zip(got, want):
+        _close(g, w)
+        assert g.stride() == w.stride()
+
+
+def test_training_step_with_channels_last_and_pooling():
+    torch.manual_seed(0)
+    net = ConvNet().train()
+    ref = copy.deepcopy(net)
+    x = torch.randn(2, 3, 12, 12)
+    compiled = kiln.compile(net)
+    compiled(x).sum().backward()
+    ref(x).sum().backward()
+    for (name, p), q in zip(net.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
+    for b, c in zip(net.buffers(), ref.buffers()):
+        torch.testing.assert_close(b, c)
