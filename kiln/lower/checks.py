@@ -11,6 +11,7 @@ Corresponds to Inductor's indirect-indexing bounds checks (`check_bounds`, devic
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import sympy
 import torch
@@ -168,7 +169,7 @@ def render_index_ok(v: Op, a: list[str]) -> str:
     return f"kiln_index_ok({a[0]}, {a[1]}, {wrap}, {ERROR_RECORD}, {check.site})"
 
 
-def guard_divisor(v: Op, a: list[str], ctype: str, division: str) -> str:
+def guard_divisor(v: Op, a: Sequence[str], ctype: str, division: str) -> str:
     """`division` (C++ of an integer division) preceded by the divisor's zero test when needed."""
     if not needs_divisor_check(v):
         return division

@@ -344,8 +344,8 @@ def _missing_ops() -> set[str]:
 class BodyWriter:
     """Emits C++ statements for body values with common-subexpression elimination."""
 
-    def __init__(self, storage: dict[str, torch.dtype], sub: dict, locals_: dict[str, str], counter: list[int],
-                 scratch: dict | None = None):
+    def __init__(self, storage: dict[str, torch.dtype], sub: dict, locals_: dict[tuple[str, sympy.Expr], str],
+                 counter: list[int], scratch: dict | None = None):
         self.scratch = scratch or {}  # scratch buffer -> substitution that drops the outer variables
         self.lines: list[str] = []
         self.cache: dict[Value, str] = {}

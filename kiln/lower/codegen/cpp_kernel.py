@@ -16,8 +16,8 @@ import torch
 
 from kiln.lower.checks import ERROR_RECORD
 from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, BodyWriter, cexpr, compute, prelude
-from kiln.lower.ir import (Buffer, FloorDiv, Load, ModularIndexing, Reduction, Scan, Value, contiguous_strides,
-                           index_vars, walk)
+from kiln.lower.ir import (Buffer, FloorDiv, Load, ModularIndexing, Pointwise, Reduction, Scan, Value,
+                           contiguous_strides, index_vars, walk)
 from kiln.lower.schedule import Kernel, KernelProgram, ScatterKernel, kernel_vars, node_substitution
 
 REDUCE_INIT = {"sum": "0", "prod": "1", "any": "false", "all": "true"}
@@ -142,6 +142,7 @@ class KernelWriter:
             body += c + post
             for n in reds:
                 sub = node_substitution(n, k.outer, k.inner)
+                assert sub is not None  # a reduction's ranges are its kernel's
                 key = sympy.expand(n.layout.index(_ivars(len(n.ranges))).xreplace(sub))
                 if n.name in k.local:
                     locals_[(n.name, key)] = accs[n.name]
@@ -161,14 +162,15 @@ class KernelWriter:
         """Per scratch buffer: the elements one row needs and its C type."""
         rows = {}
         for name in k.scratch:
-            node = next(n for n in k.nodes if n.name == name)
+            node = _block_node(next(n for n in k.nodes if n.name == name))
             sub = node_substitution(node, k.outer, k.inner)
             idx = sympy.expand(node.layout.index(_ivars(len(node.ranges))).xreplace(sub).xreplace(self.scratch[name]))
             size = sympy.expand(idx.xreplace({y: r - 1 for y, r in zip(ys, k.inner)}) + 1)
             rows[name] = (size, CTYPE[self.storage[name]])
         return rows
 
-    def _node(self, n: Buffer, k: Kernel, locals_: dict, acc: str | None) -> list[str]:
+    def _node(self, buffer: Buffer, k: Kernel, locals_: dict, acc: str | None) -> list[str]:
+        n = _block_node(buffer)
         sub = node_substitution(n, k.outer, k.inner)
         assert sub is not None
         w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
@@ -176,6 +178,7 @@ class KernelWriter:
         value = w.value(n.body)
         lines = [f"// {n.name} <- {', '.join(n.origins)}"] + w.lines
         if isinstance(n, Reduction):
+            assert acc is not None  # the kernel made an accumulator for each of its reductions
             rt = n.reduction_type
             if n.layout.dtype == torch.bool and rt in ("max", "min"):
                 rt = "any" if rt == "max" else "all"
@@ -243,14 +246,15 @@ class KernelWriter:
         body += o + ["#pragma omp simd", "for (int64_t xi = 0; xi < xn; xi++) {", f"const int64_t {last} = xt + xi;"]
         locals_: dict = {}
         loop_locals: dict = {}  # values made in the tile loop (pointwise nodes) feed later nodes
-        for n in k.blocks[0].nodes:
-            body += self._node(n, k, loop_locals, accs.get(n.name))
+        for node in k.blocks[0].nodes:
+            body += self._node(node, k, loop_locals, accs.get(node.name))
         body += ["}"] + c
         body += ["for (int64_t xi = 0; xi < xn; xi++) {", f"const int64_t {last} = xt + xi;"]
         for n in reds:
             if n.layout.dtype.is_floating_point and n.reduction_type in ("max", "min"):
                 body.append(f"if (nan_{n.name}[xi]) {accs[n.name]} = std::numeric_limits<{CTYPE[compute(n.layout.dtype)]}>::quiet_NaN();")
             sub = node_substitution(n, k.outer, k.inner)
+            assert sub is not None
             key = sympy.expand(n.layout.index(_ivars(len(n.ranges))).xreplace(sub))
             locals_[(n.name, key)] = accs[n.name]
             if n.name not in k.local:
@@ -259,8 +263,8 @@ class KernelWriter:
                 w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
                 body += w.lines
         for blk in k.blocks[1:]:
-            for n in blk.nodes:
-                body += self._node(n, k, locals_, None)
+            for node in blk.nodes:
+                body += self._node(node, k, locals_, None)
         body += ["}", "}"] + ["}"] * (len(xs) - 1)
         return self._function(k.name, k.origins(), body), self.reads + self.writes
 
@@ -368,7 +372,8 @@ def _column_reduction(k: Kernel) -> bool:
         return False
     xs, ys = kernel_vars(len(k.outer), len(k.inner))
     contiguous_outer = False
-    for n in nodes:
+    for node in nodes:
+        n = _block_node(node)
         sub = node_substitution(n, k.outer, k.inner)
         indices = [(v.index, v.extra) for v in walk(n.body) if isinstance(v, Load)]
         if not isinstance(n, Reduction) and n.name not in k.local:
@@ -381,6 +386,12 @@ def _column_reduction(k: Kernel) -> bool:
                 return False
             contiguous_outer |= idx.coeff(xs[-1]) == 1
     return contiguous_outer
+
+
+def _block_node(n: Buffer) -> Pointwise | Reduction:
+    """`n` as what a loop or scalar block holds: schedule.place admits only these there."""
+    assert isinstance(n, (Pointwise, Reduction))
+    return n
 
 
 def _ivars(n: int) -> tuple[sympy.Symbol, ...]:

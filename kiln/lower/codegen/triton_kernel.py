@@ -18,7 +18,7 @@ import sympy
 import torch
 
 from kiln.lower.codegen.triton import PRELUDE, TL, TritonBodyWriter, compute, index_in_range, texpr, to_storage
-from kiln.lower.ir import Buffer, Const, Reduction, Scan, Value, index_vars
+from kiln.lower.ir import Buffer, Const, Pointwise, Reduction, Scan, Scatter, Value, index_vars
 from kiln.lower.schedule import Kernel, KernelProgram, ScatterKernel, kernel_vars, node_substitution
 
 PERSISTENT_MAX = 1024  # inner sizes up to this run as one tile per row (a static size only)
@@ -109,7 +109,8 @@ class TritonKernelWriter:
     def _emit(self, lines: list[str], depth: int) -> None:
         self.lines += ["    " * depth + line for line in lines]
 
-    def _value(self, n: Buffer, w: TritonBodyWriter, hidden: frozenset[str]) -> str:
+    def _value(self, n: Pointwise | Reduction | Scan | Scatter, w: TritonBodyWriter,
+               hidden: frozenset[str]) -> str:
         from kiln.lower.ir import Load, walk
         for v in walk(n.body):
             if isinstance(v, Load) and v.buffer not in hidden:
@@ -166,6 +167,7 @@ class TritonKernelWriter:
 
     def _pointwise(self, n: Buffer, k: Kernel, locals_: dict, mask: str, zeros: str, depth: int,
                    hidden: frozenset[str] | None = None) -> None:
+        assert isinstance(n, Pointwise)  # a kernel's nodes besides its reductions (schedule.place)
         sub = node_substitution(n, k.outer, k.inner)
         assert sub is not None
         w = self._writer(sub, locals_, mask, zeros)
@@ -209,7 +211,7 @@ class TritonKernelWriter:
                     self._pointwise(n, k, locals_, "xmask", "zeros_x", 1, hidden)
                     stored_here.add(n.name)
                 continue
-            reads = {v.buffer for n in blk.nodes for v in _loads(n.body)}
+            reads = {v.buffer for n in blk.nodes for v in _loads(_block_node(n).body)}
             if reads & stored_here and not persistent:
                 # stored by other threads of this program: wait until their stores are visible
                 self._emit(["tl.debug_barrier()"], 1)
@@ -224,8 +226,8 @@ class TritonKernelWriter:
         depth = 1 if persistent else 2
         if not persistent:
             init = []
-            for n in reds:
-                init += self._acc_init(n)
+            for r in reds:
+                init += self._acc_init(r)
             self._emit(init + ["for roffset in range(0, rnumel, RBLOCK):"], 1)
             self._emit([f"rindex = roffset + {self._rbase()}", "rmask = rindex < rnumel"]
                        + rhead[2:], 2)
@@ -235,6 +237,7 @@ class TritonKernelWriter:
                 self._pointwise(n, k, inner, "xmask & rmask", "zeros_xr", depth, hidden)
                 continue
             sub = node_substitution(n, k.outer, k.inner)
+            assert sub is not None  # a reduction's ranges are its kernel's
             w = self._writer(sub, inner, "xmask & rmask", "zeros_xr")
             start = len(self.checks)
             value = self._value(n, w, hidden)
@@ -245,6 +248,7 @@ class TritonKernelWriter:
             result = self._final(n)
             self._emit(result, 1)
             sub = node_substitution(n, k.outer, k.inner)
+            assert sub is not None
             key = sympy.expand(n.layout.index(index_vars("i", len(n.ranges))).xreplace(sub))
             locals_[(n.name, key)] = f"red_{n.name}"
             if n.name not in k.local:
@@ -435,6 +439,12 @@ def _int_limit(T: str, *, low: bool) -> int:
     if T == "tl.int1":
         return 0 if low else 1
     return -(2 ** (bits - 1)) if low else 2 ** (bits - 1) - 1
+
+
+def _block_node(n: Buffer) -> Pointwise | Reduction:
+    """`n` as what a loop or scalar block holds: schedule.place admits only these there."""
+    assert isinstance(n, (Pointwise, Reduction))
+    return n
 
 
 def _loads(body: Value) -> list:
