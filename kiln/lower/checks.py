@@ -45,6 +45,9 @@ CHECK_KINDS: tuple[CheckKind, ...] = (
     CheckKind("index_add", IndexError, False, "index {value} is out of range for dimension {dim} with size {size}"),
     CheckKind("index_copy", IndexError, False, "index {value} is out of bounds for dimension {dim} with size {size}"),
     CheckKind("index_fill", IndexError, True, "index {value} is out of bounds for dimension {dim} with size {size}"),
+    # index_select on CPU checks dim 1 of a tensor of 2 or more dims (and any dim of an empty one)
+    # on another path, which raises RuntimeError
+    CheckKind("index_select_dim1", RuntimeError, False, "INDICES element is out of DATA bounds, id={value} axis_dim={size}"),
 )
 _KIND_NUMBER = {k.op: n for n, k in enumerate(CHECK_KINDS)}
 
@@ -118,7 +121,7 @@ def describe_site(site: int) -> tuple[type[Exception], str]:
     kind = CHECK_KINDS[(site - 2) // _MAX_DIMS]
     dim = (site - 2) % _MAX_DIMS
     text = kind.message.replace("{dim}", str(dim))
-    return kind.error, f"{kind.op}(): {text}"
+    return kind.error, f"{kind.op.removesuffix('_dim1')}(): {text}"
 
 
 def error_function_source(sites: set[int]) -> list[str]:

@@ -6,6 +6,8 @@ indexing, matmul, normalisation, in-place and out= steps, each chosen among the 
 the values made so far. The generator runs every step eagerly on example tensors as it writes
 it, so it knows each value's shape and dtype and never writes a step that eager rejects.
 The result is plain source (`Program.source`), which is also the repro a failure prints.
+`generate_faulting(seed)` writes programs that end in a step eager rejects (an index out of range,
+an integer division or modulo by zero), for checking that compiled code raises as eager does.
 """
 from __future__ import annotations
 
@@ -241,6 +243,46 @@ def _mutation(w: _Writer) -> bool:
 STEPS = [_pointwise, _pointwise, _reduction, _view, _indexing, _matmul, _normalisation, _mutation]
 
 
+def _fault(w: _Writer) -> str | None:
+    """A last step that eager rejects on the example values: an index out of range (indexing,
+    index_select, gather, take, embedding; constant or computed in the program) or an integer
+    division or modulo by zero. Returns the step's name, or None when this try found none."""
+    rng = w.rng
+    if rng.random() < 0.5:
+        a = w.pick(lambda t: t.dim() > 0 and t.numel() > 0)
+        if a is None:
+            return None
+        t = w.values[a]
+        dim = rng.randrange(t.dim())
+        size = t.shape[dim]
+        bad = rng.choice([size, size + 3, -size - 1])
+        computed = f"(torch.zeros_like({a}, dtype=torch.long).sum().reshape(1) + {bad})"  # made at run time
+        index = rng.choice([f"torch.tensor([{bad}])", computed])
+        lead = ":, " * dim
+        options = [f"{a}[{lead}{index}]", f"{a}.index_select({dim}, {index})",
+                   f"torch.gather({a}, {dim}, torch.full({tuple(t.shape)}, {bad}))",
+                   f"torch.take({a}, torch.tensor([{t.numel()}]))"]
+        if t.dim() == 2 and _floating(t):
+            options.append(f"torch.nn.functional.embedding({index}.abs(), {a})")
+        expr = rng.choice(options)
+    else:
+        a = w.pick(lambda t: t.numel() > 0)
+        if a is None:
+            return None
+        ints = a if not _floating(w.values[a]) else f"({a} * 4).to(torch.int64)"
+        expr = rng.choice([f"{ints} // 0", f"{ints} % 0", f"{ints} // ({ints} * 0)", f"torch.remainder({ints}, {ints} * 0)",
+                           f"torch.div({ints}, {ints} * 0, rounding_mode='trunc')", f"torch.fmod({ints}, 0)"])
+    name = w.fresh()
+    scope = dict(w.values, torch=torch)
+    try:
+        with torch.no_grad():
+            eval(expr, scope)  # noqa: S307 - the generator's own expressions
+    except (IndexError, RuntimeError):
+        w.lines.append(f"    {name} = {expr}  # eager raises")
+        return name
+    return None
+
+
 def _input_spec(rng: random.Random, with_grad: bool) -> InputSpec:
     rank = rng.choice((0, 1, 2, 2, 3))
     shape = tuple(rng.choice(SIZES) for _ in range(rank))
@@ -258,8 +300,17 @@ def generate(seed: int, *, grad_share: float = 0.3) -> Program:
         return _generate(seed, grad_share)
 
 
-def _generate(seed: int, grad_share: float) -> Program:
-    rng = random.Random(seed)
+def generate_faulting(seed: int, *, grad_share: float = 0.3) -> Program:
+    """A random program that ends in a step eager rejects (an index out of range, an integer
+    division by zero): compiled code must raise eager's exception type. Its own stream of seeds
+    (seed n here is not generate(n) with a step more)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _generate(seed, grad_share, fault=True)
+
+
+def _generate(seed: int, grad_share: float, fault: bool = False) -> Program:
+    rng = random.Random(f"fault-{seed}" if fault else seed)
     with_grad = rng.random() < grad_share
     specs = [_input_spec(rng, with_grad) for _ in range(rng.randint(1, 3))]
     w = _Writer(rng, with_grad)
@@ -276,6 +327,14 @@ def _generate(seed: int, grad_share: float) -> Program:
         if rng.choice(STEPS)(w):
             made += 1
     results = [n for n in w.values if n not in w.inputs][-3:] or list(w.inputs)
+    if fault:
+        faulting = None
+        for _ in range(20):
+            faulting = faulting or _fault(w)
+        if faulting is None:  # nothing fits (every value is empty): divide a fresh tensor by zero
+            w.lines.append("    fallback = torch.ones(2, dtype=torch.int64) // 0  # eager raises")
+            faulting = "fallback"
+        results = results[-2:] + [faulting]
     args = ", ".join(w.inputs)
     source = f"def program({args}):\n" + "\n".join(w.lines) + f"\n    return ({', '.join(results)},)\n"
     program = Program(seed, source, specs, with_grad)
@@ -283,4 +342,4 @@ def _generate(seed: int, grad_share: float) -> Program:
     return program
 
 
-__all__ = ["InputSpec", "Program", "generate"]
+__all__ = ["InputSpec", "Program", "generate", "generate_faulting"]

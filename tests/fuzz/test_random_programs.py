@@ -4,7 +4,9 @@ Programs come from tests/fuzz/program_generator.py (seeded: seed n is always the
 tests/fuzz/differential.py runs each eagerly and through Kiln and names any difference with the
 program's source as the repro. The CI slice checks seeds 0-99 on "eager" and "aot_eager" and
 every fifth of them on "inductor" too (each inductor program costs a C++ build); the @slow run
-checks 2,000 programs on all three backends. Expected: 0 wrong answers, 0 internal errors.
+checks 2,000 programs on all three backends. Programs that end in a step eager rejects (an index
+out of range, an integer division by zero; generate_faulting) must raise eager's exception type:
+30 in the CI slice, 500 in the @slow run. Expected: 0 wrong answers, 0 internal errors.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from differential import BACKENDS, check  # noqa: E402
-from program_generator import generate  # noqa: E402
+from program_generator import generate, generate_faulting  # noqa: E402
 
 # Seeds that find open bugs outside capture (each with its repro in the reason);
 # they run as strict xfails, so a fix makes them fail until they are taken off this list.
@@ -28,6 +30,8 @@ REGRESSION_SEEDS = [45, 73, 590]
 KNOWN_SIGNATURES: dict[str, str] = {}
 CI_SEEDS = [seed for seed in range(100) if seed not in KNOWN_BUGS]
 SLOW_SEEDS = range(2000)
+FAULT_CI_SEEDS = range(30)  # programs ending in a step eager rejects (generate_faulting)
+FAULT_SLOW_SEEDS = range(500)
 
 
 def _backends(seed: int) -> tuple[str, ...]:
@@ -43,6 +47,22 @@ def test_generator_is_deterministic_and_writes_readable_source() -> None:
     text = "\n".join(sources)
     for family in ("torch.", ".sum(", "@", "[", "softmax", "_(", "out="):
         assert family in text, family  # the slice's seeds cover every family of steps
+
+
+def test_faulting_programs_cover_every_kind_of_fault() -> None:
+    text = "\n".join(generate_faulting(seed).source for seed in FAULT_CI_SEEDS)
+    families = [("[torch.tensor([", "[:, torch.tensor(["), (".index_select(",), ("torch.gather(",), ("torch.take(",),
+                ("torch.zeros_like(",), ("// 0", "% 0", "torch.fmod("), ("* 0)",)]
+    for family in families:
+        assert any(fault in text for fault in family), family
+    assert all("# eager raises" in generate_faulting(seed).source for seed in FAULT_CI_SEEDS)
+
+
+@pytest.mark.cpp
+def test_ci_slice_of_faulting_programs() -> None:
+    # compiled code raises eager's exception type (kernels check indices and divisors at run time)
+    problems = [p for p in (check(generate_faulting(seed), _backends(seed)) for seed in FAULT_CI_SEEDS) if p]
+    assert not problems, "\n\n".join(problems)
 
 
 @pytest.mark.cpp
@@ -75,3 +95,11 @@ def test_two_thousand_random_programs() -> None:
     problems = [p for p in found if p not in known]
     print(f"{len(SLOW_SEEDS) - len(found)} of {len(SLOW_SEEDS)} agree; {len(known)} meet open bugs")
     assert not problems, f"{len(problems)} of {len(SLOW_SEEDS)} programs differ:\n\n" + "\n\n".join(problems[:20])
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+def test_five_hundred_faulting_programs() -> None:
+    found = [p for p in (check(generate_faulting(seed)) for seed in FAULT_SLOW_SEEDS) if p]
+    print(f"{len(FAULT_SLOW_SEEDS) - len(found)} of {len(FAULT_SLOW_SEEDS)} raise as eager does")
+    assert not found, f"{len(found)} of {len(FAULT_SLOW_SEEDS)} programs differ:\n\n" + "\n\n".join(found[:20])

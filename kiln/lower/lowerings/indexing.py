@@ -72,8 +72,12 @@ def index_select(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorVa
     x = ctx.realize(x)
     dim = normalize_dim(dim, x.ndim)
     one_d = index.ndim == 1
+    # eager's CPU kernel raises RuntimeError along dim 1, or when the tensor is empty, IndexError
+    # otherwise (a symbolic size is never 0: sizes 0 and 1 are specialized)
+    empty = any(s == 0 for s in x.sizes)
+    check = "index_select_dim1" if x.ndim > 1 and (dim == 1 or empty) else "index_select"
     return TensorValue(x.dtype, ctx.out_sizes(), lambda idx: indirect_load(
-        ctx, x, idx, {dim: index.load([idx[dim]] if one_d else [])}, "index_select"))
+        ctx, x, idx, {dim: index.load([idx[dim]] if one_d else [])}, check))
 
 
 @register(aten.embedding.default)

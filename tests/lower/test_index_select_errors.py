@@ -1,0 +1,30 @@
+"""index_select out of range raises what eager's CPU kernel raises: RuntimeError along dim 1 of a
+tensor of two or more dims, or when the tensor is empty; IndexError otherwise. (An empty tensor
+gives an empty result, whose kernel loads nothing and so checks nothing: eager still checks the
+indices. Not covered yet.)"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from .conftest import compile_fn
+
+pytestmark = pytest.mark.cpp
+
+
+@pytest.mark.parametrize("shape,dim", [((5,), 0), ((2, 5), 0), ((2, 5), 1), ((3, 4, 5), 1), ((3, 4, 5), 2),
+                                       ((2, 3, 4, 5), 3)])
+def test_index_select_out_of_range_raises_eagers_exception_class(shape: tuple[int, ...], dim: int) -> None:
+    x = torch.randn(shape)
+    bad = torch.tensor([0, x.shape[dim] + 2])
+
+    def fn(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        return x.index_select(dim, index) * 2
+
+    with pytest.raises((IndexError, RuntimeError)) as eager:
+        fn(x, bad)
+    compiled = compile_fn(fn, x, torch.tensor([0, 0]))
+    with pytest.raises(type(eager.value)):
+        compiled(x, bad)
+    good = torch.tensor([0, x.shape[dim] - 1])
+    torch.testing.assert_close(compiled(x, good)[0], fn(x, good))
