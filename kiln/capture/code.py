@@ -84,7 +84,9 @@ def _listing(code: types.CodeType) -> _Listing:
             index[off] = len(instrs)
         pending.clear()
         instrs.append(ins)
-    return _Listing(tuple(instrs), index, tuple(dis.Bytecode(code).exception_entries))
+    # exception_entries is public since 3.11 but missing from typeshed's dis stub
+    handlers = dis.Bytecode(code).exception_entries  # type: ignore[attr-defined]
+    return _Listing(tuple(instrs), index, tuple(handlers))
 
 
 def instructions(code: types.CodeType) -> tuple[tuple[dis.Instruction, ...], Mapping[int, int]]:
@@ -126,7 +128,7 @@ def line_of(code: types.CodeType, offset: int) -> int | None:
 
 
 def _successors(instr: dis.Instruction, following: int | None,
-                handlers: list[Any]) -> list[int]:
+                handlers: Sequence[Any]) -> list[int]:
     out: list[int] = []
     if instr.opname not in _NO_FALLTHROUGH and following is not None:
         out.append(following)
@@ -148,8 +150,9 @@ def live_locals_at(code: types.CodeType, offset: int) -> tuple[str, ...]:
     others stay unbound locals of the resume code, exactly as in the original frame.
     """
     live = _live_in(code)[_position(code, offset)]
-    if _implicit_self(code) is not None:
-        live = live | {_implicit_self(code)}  # zero-argument super() reads it without a LOAD_FAST
+    implicit_self = _implicit_self(code)
+    if implicit_self is not None:
+        live = live | {implicit_self}  # zero-argument super() reads it without a LOAD_FAST
     order = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames]
     return tuple(name for name in order if name in live)
 

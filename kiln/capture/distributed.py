@@ -96,7 +96,7 @@ def compile_split(gm: torch.fx.GraphModule, examples: Sequence[Any], compiler: C
     if len(buckets) <= 1:
         return compiler(gm, list(examples))
     partition = {name: index for index, bucket in enumerate(buckets) for name in bucket.nodes}
-    split = split_module(gm, None, lambda node: partition[node.name], keep_original_order=True,
+    split = split_module(gm, gm, lambda node: partition[node.name], keep_original_order=True,
                          tuple_return=True)
     _compile_pieces(split, gm, examples, compiler)
     return split
@@ -114,6 +114,7 @@ def _compile_pieces(split: torch.fx.GraphModule, original: torch.fx.GraphModule,
     class PieceCompiler(torch.fx.Interpreter):
         def call_module(self, target: Any, args: tuple, kwargs: dict) -> Any:
             piece = self.module.get_submodule(target)
+            assert isinstance(piece, torch.fx.GraphModule)  # split_module makes every piece one
             _annotate(piece, args, meta)
             outputs = torch.fx.Interpreter(piece).run(*args)
             compiled = compiler(piece, list(args))

@@ -378,8 +378,9 @@ def check_aliasing(groups: tuple[tuple[str, ...], ...], name: str, em: Emitter) 
     checks = []
     for group in groups:
         for other in group[1:]:
-            checks.append(Check(f"{text(group[0])} is {text(other)}", lambda env, a=group[0], b=other:
-                                f"{user_name(a)} and {user_name(b)} are no longer the same tensor"))
+            def no_longer_same(env: dict, a: str = group[0], b: str = other) -> str:
+                return f"{user_name(a)} and {user_name(b)} are no longer the same tensor"
+            checks.append(Check(f"{text(group[0])} is {text(other)}", no_longer_same))
     firsts = [group[0] for group in groups]
 
     def why_distinct(env: dict) -> str:
@@ -430,13 +431,14 @@ def check_tensor(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
     checks.append(_sizes_check(spec, name))
     if spec.layout == torch.strided:
         checks.append(_strides_check(spec, name))
-    if spec.markable is not None:
+    markable = spec.markable
+    if markable is not None:
         # Marks live on the tensor object (kiln.symbolic.marks); a dim newly marked dynamic that this
         # graph specialized must make it miss, so the recompile makes that dim symbolic.
-        allowed = em.bind(frozenset(spec.markable))
+        allowed = em.bind(frozenset(markable))
         checks.append(Check(f"getattr({{v}}, {DYNAMIC_ATTR!r}, {allowed}) <= {allowed}",
                             lambda v: f"{name} has dims newly marked dynamic: "
-                                      f"{sorted(set(marked_dynamic(v)) - set(spec.markable))}"))
+                                      f"{sorted(set(marked_dynamic(v)) - set(markable))}"))
     checks.append(Check(f"{{v}}.is_inference() is {spec.inference}",
                         lambda v: f"{name} {'is no longer' if spec.inference else 'is now'} an inference tensor"))
     if spec.dtype.is_complex:

@@ -197,7 +197,7 @@ class OutputGraph:
         examples = [p.meta["example_value"] for p in placeholders]
         verify_captured_graph(gm)
         ddp_module = distributed.active_ddp_module() if compiler is not None else None
-        if ddp_module is not None:  # traced inside DDP's forward: one compiled piece per gradient bucket
+        if ddp_module is not None and compiler is not None:  # traced inside DDP's forward: one piece per bucket
             fn = distributed.compile_split(gm, examples, compiler, ddp_module)
         else:
             fn = gm if compiler is None else compiler(gm, examples)
@@ -230,6 +230,8 @@ def _inplace_flag_set(node: torch.fx.Node) -> bool:
     """`F.relu(x, inplace=True)` and the other functionals with an `inplace` parameter."""
     if node.kwargs.get("inplace") is True:
         return True
+    if isinstance(node.target, str):  # a method or attribute name: no signature to read
+        return False
     try:
         params = list(inspect.signature(node.target).parameters)
     except (TypeError, ValueError):

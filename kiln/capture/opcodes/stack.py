@@ -52,10 +52,12 @@ def PUSH_NULL(tx: "Tracer", instr: dis.Instruction) -> None:
 
 @opcode
 def COPY(tx: "Tracer", instr: dis.Instruction) -> None:
+    assert instr.arg is not None  # CPython always gives COPY its depth
     tx.push(tx.stack[-instr.arg])
 
 
 @opcode
 def SWAP(tx: "Tracer", instr: dis.Instruction) -> None:
     i = instr.arg
+    assert i is not None  # CPython always gives SWAP its depth
     tx.stack[-1], tx.stack[-i] = tx.stack[-i], tx.stack[-1]

@@ -38,7 +38,7 @@ class AutogradFunctionCall:
     """The graph target standing for `function.apply`: FX renders a bound classmethod of torch's
     Function by its torch module path, which does not resolve, so the graph calls this instead."""
 
-    def __init__(self, function: type) -> None:
+    def __init__(self, function: type[torch.autograd.Function]) -> None:
         self.function = function
         self.__name__ = f"{function.__name__}_apply"
         self.__qualname__ = f"{function.__qualname__}.apply"
@@ -180,12 +180,14 @@ class AutogradCtxVariable(NewObjectVariable):
         return "autograd.Function ctx"
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.sequence import TupleVariable
+        from kiln.capture.variables.sequence import BaseSequenceVariable, TupleVariable
 
         if name == "needs_input_grad":
             return tx.wrap_result(self.needs_input_grad)
         if name in ("saved_tensors", "saved_variables"):
             saved = self.attrs.get("to_save")
+            if saved is not None and not isinstance(saved, BaseSequenceVariable):
+                raise Unsupported("ctx.saved_tensors after ctx.to_save was set to a non-sequence", kind="unsupported")
             return TupleVariable([] if saved is None else list(saved.items))
         return super().getattr(tx, name)
 

@@ -511,8 +511,8 @@ for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"
               "lshift", "rshift", "getitem", "lt", "le", "eq", "ne", "gt", "ge"):
     RULES[getattr(operator, _name)] = _operator_rule(_name)
 
-for _fn in (operator.neg, operator.pos, operator.not_, operator.invert, operator.truth, operator.index):
-    RULES[_fn] = functools.partial(lambda fn, tx, args, kwargs: _fold(tx, fn, args, kwargs), _fn)
+for _unary in (operator.neg, operator.pos, operator.not_, operator.invert, operator.truth, operator.index):
+    RULES[_unary] = functools.partial(lambda fn, tx, args, kwargs: _fold(tx, fn, args, kwargs), _unary)
 
 
 # functools and itertools helpers that model code reaches for, unrolled like loops.

@@ -20,6 +20,7 @@ import torch
 
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.dict import DictVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -274,6 +275,9 @@ class ContextManagerClassVariable(Variable):
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         if self.cls is contextlib._GeneratorContextManager:
             func, pos, kw = args
+            if not isinstance(kw, DictVariable):
+                raise Unsupported("contextlib._GeneratorContextManager with keywords that are not a dict",
+                                  kind="unsupported_call")
             return GeneratorContextVariable(func, tx.iterate(pos), dict(kw.items))
         if not all(a.is_constant() for a in [*args, *kwargs.values()]):
             raise Unsupported(f"{self.cls.__qualname__} with arguments unknown at trace time", kind="unsupported_call")

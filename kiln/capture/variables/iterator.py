@@ -7,7 +7,7 @@ Corresponds to torch/_dynamo/variables/iter.py.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from kiln.capture.variables.base import Variable
 from kiln.errors import Unsupported
@@ -43,7 +43,7 @@ class IteratorVariable(Variable):
         self.position = len(self.items)
         return rest
 
-    def call_method(self, tx: "Tracer", name: str, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         if name == "__next__":
             item = self.next_item()
             if item is None:

@@ -134,7 +134,7 @@ class NNModuleVariable(Variable):
             if self.source is not None:
                 self._guard(tx, AttrSource(self.source, table), "check_keys", tuple(getattr(m, table).keys()))
         args_var: Variable = TupleVariable(list(args))
-        kwargs_var = DictVariable(dict(kwargs))
+        kwargs_var: Variable = DictVariable(dict(kwargs))  # a hook may return anything: checked below
         for hook_id, hook in self._hooks(tx, "_forward_pre_hooks"):
             if hook_id in m._forward_pre_hooks_with_kwargs:
                 result = hook.call(tx, [self, args_var, kwargs_var], {})
