@@ -74,7 +74,7 @@ class ModelOutputVariable(Variable):
         names = [f.name for f in dataclasses.fields(kind)]
         if len(args) > len(names) or set(kwargs) - set(names):
             raise Unsupported(f"{kind.__name__}() with these arguments (raised natively)", kind="unsupported")
-        fields = {name: ConstantVariable(None) for name in names}
+        fields: dict[str, Variable] = {name: ConstantVariable(None) for name in names}
         fields.update(zip(names, args))
         fields.update(kwargs)
         out = cls(kind, fields)

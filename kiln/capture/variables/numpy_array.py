@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from kiln.errors import Unsupported
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
     from kiln.capture.tracer import CaptureState, Tracer
+    from kiln.capture.variables.tensor import TensorVariable
 
 # numpy dtype <-> torch dtype, for the dtypes both have (numpy has no bfloat16).
 _NP_TO_TORCH = {np.dtype(np.bool_): torch.bool, np.dtype(np.uint8): torch.uint8, np.dtype(np.int8): torch.int8,
@@ -82,7 +83,7 @@ class NumpyArrayVariable(Variable):
     def python_type(self) -> type:
         return self.dtype.type if self.scalar else np.ndarray
 
-    def tensor(self) -> Variable:
+    def tensor(self) -> "TensorVariable":
         """The same value as a TensorVariable (what torch ops take)."""
         from kiln.capture.variables.tensor import TensorVariable
         return TensorVariable(self.node, self.example)
@@ -112,7 +113,7 @@ class NumpyArrayVariable(Variable):
 
         if name == "shape":
             from kiln.capture.variables.sequence import TupleVariable
-            return TupleVariable(list(self.tensor().size(tx).items), tuple)  # numpy's shape is a tuple
+            return TupleVariable(self.tensor().size(tx).iterate(tx), tuple)  # numpy's shape is a tuple
         if name == "ndim":
             return ConstantVariable(self.ndim)
         if name == "dtype":
@@ -241,7 +242,8 @@ def _tensor_with_numpy_scalar(tx: "Tracer", ufunc: Any, a: Variable, b: Variable
         raise Unsupported(f"a tensor with a numpy {scalar.dtype} scalar", kind="numpy")
     weak = scalar.tensor() if scalar.example.dtype == target else \
         tx.call_op("call_method", "to", [scalar.tensor(), ConstantVariable(target)], {})
-    fn = {**_BINARY, **_COMPARE, np.matmul: operator.matmul}[ufunc]
+    table: dict[Any, Callable[..., Any]] = {**_BINARY, **_COMPARE, np.matmul: operator.matmul}
+    fn = table[ufunc]
     if inplace and _is_tensor(a):
         fn = getattr(operator, "i" + fn.__name__.rstrip("_"), fn) if fn.__module__ == "_operator" else fn
     args = [tensor, weak] if tensor is a else [weak, tensor]

@@ -7,7 +7,7 @@ the graph has run. Corresponds to torch/_dynamo/variables/lists.py.
 from __future__ import annotations
 
 import types
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence, TypeGuard
 
 import torch
 
@@ -32,7 +32,11 @@ def _index(tx: "Tracer", key: Variable) -> Any:
     return key.as_constant()
 
 
-def is_namedtuple_type(cls: type) -> bool:
+class _NamedTupleClass(Protocol):
+    _fields: ClassVar[tuple[str, ...]]
+
+
+def is_namedtuple_type(cls: type) -> TypeGuard[type[_NamedTupleClass]]:
     return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")
 
 
@@ -128,7 +132,7 @@ class TupleVariable(BaseSequenceVariable):
         return TupleVariable(items, kind)
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        fields = getattr(self.tuple_type, "_fields", None) or getattr(self.tuple_type, "__match_args__", ())
+        fields = getattr(self.tuple_type, "_fields", ()) or getattr(self.tuple_type, "__match_args__", ())
         if name in fields:
             return self.items[list(fields).index(name)]
         if name in ("_fields",) and fields:
