@@ -19,6 +19,10 @@ ALLOW_IN_GRAPH_MARKER = "_kiln_allow_in_graph"
 # Set on the callable that kiln.compile returns; the tracer inlines `ORIGINAL_ATTR` instead of it.
 COMPILED_MARKER = "_kiln_compiled"
 ORIGINAL_ATTR = "_kiln_original"
+# Set by torch._dynamo.assume_constant_result (and libraries that spell it without importing torch,
+# as transformers' import probes do): a call with constant arguments runs for real while tracing,
+# and its result is a constant of the graph.
+CONSTANT_RESULT_MARKER = "_dynamo_marked_constant"
 
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # The options the "inductor" backend understands (read by kiln.lower.compile_graph): "verify"

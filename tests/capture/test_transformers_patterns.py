@@ -5,6 +5,7 @@ graph break torch.compile does not take, a frame that ran eagerly, or a wrong an
 from __future__ import annotations
 
 import collections.abc
+import functools
 import threading
 import typing
 
@@ -366,3 +367,84 @@ def test_a_break_inside_with_lock_runs_natively_holding_the_lock():
     out = _explain(_break_inside, x)
     assert not out.fallbacks, out
     assert any("with lock" in b.reason for b in out.break_reasons), out
+
+
+_PROBES: list[str] = []
+
+
+def _constant_result(fn):
+    # transformers' _make_compile_constant: torch._dynamo.assume_constant_result without torch
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+@functools.lru_cache
+@_constant_result
+def _backend_available(name="dist"):
+    _PROBES.append(name)  # a probe with a side effect: eager runs it once per process
+    return len(name) == 4
+
+
+@functools.lru_cache(maxsize=None)
+def _scale_for(kind):
+    return {"half": 0.5, "double": 2.0}[kind]
+
+
+class _Cached:
+    @functools.lru_cache
+    def factor(self, k):
+        return k + 1
+
+
+def _probe_then_scale(x, cached):
+    if not _backend_available():
+        x = x + 1
+    if _backend_available("tcp"):
+        x = x - 1
+    return x * _scale_for("half") * cached.factor(2)
+
+
+def test_lru_cache_wrappers_are_stepped_past():
+    # A call to a functools.lru_cache wrapper (transformers' is_torch_distributed_available, asked by
+    # Wav2Vec2's encoder) was a graph break: 4 graphs where torch.compile has 1. As Dynamo does, the
+    # wrapped function is traced; one marked as having a constant result is called for real.
+    import torch._dynamo
+
+    x, cached = torch.randn(3), _Cached()
+    torch._dynamo.reset()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Dynamo warns once about tracing past the cache
+        want = torch._dynamo.explain(_probe_then_scale)(x, cached)
+    torch._dynamo.reset()
+    out = _explain(_probe_then_scale, x, cached)
+    assert not out.fallbacks and out.graph_count == want.graph_count == 1 and out.graph_break_count == 0, out
+    _PROBES.clear()
+    _backend_available.cache_clear()
+    kiln.reset()
+    try:
+        compiled = kiln.compile(_probe_then_scale, backend="eager")
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x, cached), _probe_then_scale(x, cached))
+        assert _PROBES == ["dist", "tcp"]  # the probes ran once each, as eager's cache has it
+    finally:
+        kiln.reset()
+
+
+@_constant_result
+def _marked_size(t):
+    return t.shape[0]
+
+
+def _marked_with_a_tensor(x):
+    return x * _marked_size(x)
+
+
+def test_constant_result_function_with_a_tensor_argument_breaks():
+    # The mark promises a constant answer for constant arguments; a tensor argument is not one.
+    x = torch.randn(3)
+    out = _explain(_marked_with_a_tensor, x)
+    assert any("constant result" in b.reason for b in out.break_reasons), out
+    kiln.reset()
+    torch.testing.assert_close(kiln.compile(_marked_with_a_tensor, backend="eager")(x), x * 3)
+    kiln.reset()

@@ -54,11 +54,13 @@ REFORMER_NUMPY_INT = (
     "17 / 148 (infer)"
 )
 
-WAV2VEC2_LRU_CACHE = (
-    "Wav2Vec2's encoder asks is_fsdp_managed_module(self) (transformers/models/wav2vec2/modeling_wav2vec2.py:684, "
-    "732), which calls is_torch_distributed_available (transformers/distributed/fsdp.py:56), a functools.lru_cache "
-    "wrapper Kiln does not trace through ('call to is_torch_distributed_available'): 4 graphs in inference where "
-    "torch.compile has 1 (in training both break at the same places, 9 graphs each)"
+WAV2VEC2_CUDNN_FLAGS = (
+    "Wav2Vec2's CTC loss runs under `with torch.backends.cudnn.flags(enabled=False):` "
+    "(transformers/loss/loss_ctc.py:53): entering that @contextmanager writes the global "
+    "__allow_nonbracketed_mutation_flag of torch.backends, whose sys.modules entry is a PropModule wrapper "
+    "(not the module that owns the globals), so the write has no source; the failure is at BEFORE_WITH, no "
+    "place for a break, and ForCTCLoss runs eagerly as a whole (torch.compile breaks there and resumes): "
+    "8 graphs and 1 fallback where torch.compile has 9 graphs (already so at 6672e51)"
 )
 
 # (test, backend or None, model, mode) -> reason.
@@ -66,7 +68,7 @@ XFAIL: dict[tuple, str] = {
     ("match", "inductor", "mobilenet_v2", "train"): ILL_CONDITIONED,
     **{("counts", None, "longformer", mode): LONGFORMER_SIZE_TENSORS for mode in MODES},
     **{("counts", None, "reformer", mode): REFORMER_NUMPY_INT for mode in MODES},
-    ("counts", None, "wav2vec2", "infer"): WAV2VEC2_LRU_CACHE,
+    ("counts", None, "wav2vec2", "train"): WAV2VEC2_CUDNN_FLAGS,
 }
 
 

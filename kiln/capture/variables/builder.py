@@ -12,6 +12,7 @@ import builtins
 import collections
 import enum
 import functools
+import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from kiln.capture.guards import Guard
+from kiln.capture.options import CONSTANT_RESULT_MARKER
 from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import RULES, BuiltinVariable
@@ -35,7 +37,12 @@ from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_k
 from kiln.capture.variables.numpy_array import wrap_ndarray_input
 from kiln.capture.variables.numpy_functions import NumpyFunctionVariable, is_numpy_function
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
-from kiln.capture.variables.functions import CellVariable, UserFunctionVariable, UserMethodVariable
+from kiln.capture.variables.functions import (
+    CellVariable,
+    ConstantResultVariable,
+    UserFunctionVariable,
+    UserMethodVariable,
+)
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVariable
 from kiln.capture.variables.module import NNModuleVariable
@@ -193,6 +200,15 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if is_torch_function(value):
         _guard(state, source, "check_id", value)
         return TorchFunctionVariable(value, source)
+    if _is_lru_cache_wrapper(value):
+        # As Dynamo does: the cache is stepped past and the function it wraps is traced (the cache
+        # only saves recomputing). A wrapped function marked as having a constant result, as
+        # transformers' import probes are, is called for real through its cache.
+        from kiln.capture.sources import AttrSource
+        _guard(state, source, "check_id", value)
+        if getattr(value.__wrapped__, CONSTANT_RESULT_MARKER, False) is True:
+            return ConstantResultVariable(value, source)
+        return wrap_value(state, value.__wrapped__, None if source is None else AttrSource(source, "__wrapped__"))
     if isinstance(value, types.FunctionType) and never_traced(value):
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)  # calling it is a graph break of its library's kind
@@ -212,10 +228,15 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         self_source = None if source is None else AttrSource(source, "__self__")
         obj = wrap_value(state, value.__self__, self_source)
         func = value.__func__
+        func_source = None if source is None else AttrSource(source, "__func__")
+        if _is_lru_cache_wrapper(func):  # a cached method: its function is traced (see above)
+            _guard(state, func_source, "check_id", func)
+            func = func.__wrapped__
+            func_source = None if func_source is None else AttrSource(func_source, "__wrapped__")
         if isinstance(func, types.FunctionType) and never_traced(func):
             return ObjectVariable(value, source)
         if isinstance(func, types.FunctionType):
-            _guard(state, None if source is None else AttrSource(source, "__func__"), "check_id", func)
+            _guard(state, func_source, "check_id", func)
             return UserMethodVariable(func, obj, source)
         raise Unsupported(f"bound method {func!r}", kind="unsupported_call")
     if _hashable(value) and value in RULES:
@@ -235,6 +256,11 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         return ObjectVariable(value, source)
     _guard(state, source, "check_type", type(value))
     return ObjectVariable(value, source)
+
+
+def _is_lru_cache_wrapper(value: Any) -> bool:
+    return isinstance(value, functools._lru_cache_wrapper) and \
+        isinstance(inspect.getattr_static(value, "__wrapped__", None), types.FunctionType)
 
 
 def _hashable(value: Any) -> bool:

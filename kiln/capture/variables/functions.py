@@ -9,12 +9,19 @@ torch/_dynamo/variables/functions.py.
 """
 from __future__ import annotations
 
+import functools
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
-from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, COMPILED_MARKER, DISABLE_MARKER, ORIGINAL_ATTR
+from kiln.capture.options import (
+    ALLOW_IN_GRAPH_MARKER,
+    COMPILED_MARKER,
+    CONSTANT_RESULT_MARKER,
+    DISABLE_MARKER,
+    ORIGINAL_ATTR,
+)
 from kiln.capture.sources import AttrSource, ClosureSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.errors import Unsupported
@@ -109,6 +116,52 @@ class UserFunctionVariable(Variable):
         return glue.constant(self.fn)
 
 
+def _call_for_constant(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """A function marked as having a constant result (assume_constant_result): called for real now,
+    with its arguments' trace-time values, and its result kept as a constant, as Dynamo does. The
+    mark promises the answer holds for the process's lifetime (an install probe, a hardware
+    capability), so nothing it read is guarded."""
+    from kiln.capture.variables.constant import ConstantVariable, is_constant_value
+
+    if not all(a.is_constant() for a in [*args, *kwargs.values()]):
+        raise Unsupported(f"{fn.__qualname__} (marked as having a constant result) called with arguments "
+                          "unknown at trace time", kind="unsupported_call")
+    try:
+        result = fn(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+    except Exception as exc:  # raised again where the call runs natively
+        raise Unsupported(f"{fn.__qualname__} (marked as having a constant result) raised "
+                          f"{type(exc).__name__}", kind="unsupported_call") from exc
+    if not is_constant_value(result):
+        raise Unsupported(f"{fn.__qualname__} (marked as having a constant result) returned a "
+                          f"{type(result).__name__}, not a constant", kind="unsupported_call")
+    return ConstantVariable(result)
+
+
+class ConstantResultVariable(Variable):
+    """A callable whose calls are made for real while tracing (`_call_for_constant`): the lru_cache
+    wrapper of a function marked as having a constant result, so that its cache is what eager's
+    calls would find (the probe runs once per process, not once per trace)."""
+
+    def __init__(self, fn: Any, source: Source | None = None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def describe(self) -> str:
+        return f"function {getattr(self.fn, '__qualname__', '?')}"
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def as_python_value(self) -> Any:
+        return self.fn
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return _call_for_constant(tx, self.fn, list(args), kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return glue.constant(self.fn)
+
+
 def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: list[Variable],
                          kwargs: dict[str, Variable]) -> Variable:
     """Call a real Python function: honor the kiln markers, then inline its bytecode."""
@@ -119,6 +172,8 @@ def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: lis
     if getattr(fn, COMPILED_MARKER, False):
         original = getattr(fn, ORIGINAL_ATTR)
         return tx.wrap(original, None).call(tx, args, kwargs)
+    if getattr(fn, CONSTANT_RESULT_MARKER, False) is True:
+        return _call_for_constant(tx, fn, args, kwargs)
     if fn is _FUNCTION_APPLY:
         from kiln.capture.variables.autograd_function import call_autograd_function
         if not args:
@@ -225,6 +280,12 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
         return ObjectVariable(static.__get__(None, owner))
     if isinstance(static, classmethod):
         return UserMethodVariable(static.__func__, tx.wrap(owner, None))
+    if isinstance(static, functools._lru_cache_wrapper) and isinstance(getattr(static, "__wrapped__", None),
+                                                                        types.FunctionType):
+        # a method under @functools.lru_cache: as Dynamo does, the cache is stepped past
+        if name is not None:
+            guard_class_attribute(tx, owner, name, static, receiver)
+        return UserMethodVariable(static.__wrapped__, receiver)
     return None
 
 
