@@ -503,7 +503,7 @@ class _Frame:
         if config.persistent_cache and self.capture is None:
             from kiln.capture import persist
 
-            persist.store(fn.__code__, options, check, result)
+            persist.store(fn.__code__, options, check, result, (L, fn.__globals__, fn))
         self.notify(CaptureEvent(fn, result, recompile_reason))
         return entry
 

@@ -20,7 +20,10 @@ Guard sources and the glue are checked against the vocabulary capture writes
 (kiln/capture/stored_code.py) before they are stored and before they run. An entry is stored only
 when every part can be checked in another process, else it stays in memory only:
   - no graph break (its glue would call resume functions and nested compiled frames), at least one
-    graph, and a glue namespace holding nothing but the graphs;
+    graph, and a glue namespace holding nothing but the graphs and admitted constants: ModelOutput
+    classes (by name and digest, checked again on load as capture recognises them: a dataclass
+    deriving from transformers' ModelOutput), enum members, dtypes, and the few callables
+    capture binds (grad mode, container types): never another callable;
   - each graph's artifact has a recipe (the built-in lowering, no symbolic view sizes, no constant
     tensors, no lifted module tensors);
   - each guard is portable. Object identity (check_id) is not, except for objects another process
@@ -29,8 +32,14 @@ when every part can be checked in another process, else it stays in memory only:
     without closure (by module and qualname, plus a digest of its code and defaults that must
     match), a class (by module and qualname; a class outside Kiln, torch and the standard library
     also carries a digest of the code of every method of its MRO, since capture inlines those
-    methods without guarding them). Types in
-    check_type and check_tensor are handled the same way; check_value only with literal values.
+    methods without guarding them; closures and defaults holding functions are digested
+    through, a decorator's inner function is found through `__wrapped__`), a property,
+    staticmethod or classmethod (by its class and name), an enum member, a standard-library
+    singleton (typing.Union). Types in check_type and check_tensor are handled the same way;
+    check_value only with literal values, sets of them and enum members; check_class_attr with
+    literal, function, descriptor or absent values (not data objects). An identity guard on an
+    object that has no name (a model's config reached through a second path) is stored as an
+    aliasing guard over every guarded path to it, which is what the trace relied on.
 A stored object that cannot be found again, or whose digest differs, makes the whole entry unusable
 (`Stale`); it is then skipped and the frame is captured as usual. A file that fails its checksum
 or does not decode, or whose graphs cannot be rebuilt (a kernel library changed), is deleted.
@@ -43,6 +52,7 @@ counts entries served from disk.
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import gc
 import hashlib
@@ -50,17 +60,17 @@ import linecache
 import os
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
 
 from kiln import config, log
-from kiln.capture.guards import CheckFn, GlobalState, Guard, TensorSpec, compile_guards
+from kiln.capture.guards import ABSENT, CheckFn, ClassAttribute, GlobalState, Guard, TensorSpec, compile_guards
 from kiln.capture.stored_code import UnsafeSource, check_glue_source, check_guard_source
 from kiln.runtime import artifact, cache, records, store as files
 
-FORMAT = 2  # bump when the stored layout changes
+FORMAT = 3  # bump when the stored layout changes
 _MAX_ENTRIES = 16  # newest files read per key; older ones are left for a cache cleaner
 
 
@@ -107,21 +117,65 @@ def _plain(value: Any) -> bool:
     return type(value) in (int, float, bool, str, bytes, type(None), torch.dtype, torch.device)
 
 
-def function_digest(fn: types.FunctionType) -> str:
-    """Code, defaults and closure of a function; NotPortable when they hold objects."""
+_MAX_DEPTH = 6  # functions reached through closures and defaults (decorators wrap a few levels deep)
+
+
+def _captured_text(value: Any, owner: str, depth: int, lenient: bool = False, stack: tuple[int, ...] = ()) -> str:
+    """A value a function holds in a closure cell or a default, as digest text. What capture can
+    inline from there is code (functions, by digest), classes (by name, as `__class__` cells of
+    methods that call super()), enum members, literals, and bare `object()` sentinels (they carry
+    no state); anything else makes the function NotPortable, unless `lenient` (the methods of a
+    class digest, where other data goes by its type: the methods capture inlines are covered,
+    and data they read is guarded where the trace reads it, as for class attributes)."""
+    if _plain(value):
+        return repr(value)
+    if isinstance(value, types.FunctionType):
+        return "function:" + function_digest(value, depth + 1, lenient, stack)
+    if isinstance(value, type):
+        return f"class:{value.__module__}.{value.__qualname__}"
+    if isinstance(value, enum.Enum):
+        return f"enum:{type(value).__module__}.{type(value).__qualname__}.{value.name}"
+    if type(value) is object:
+        return "sentinel"
+    if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
+        # a bound method: its code by digest, its instance by type (data is guarded where it is read)
+        return f"method:{function_digest(value.__func__, depth + 1, lenient, stack)}:{type(value.__self__).__qualname__}"
+    if isinstance(value, (tuple, list)):
+        return type(value).__name__ + ":(" + ",".join(_captured_text(v, owner, depth, lenient, stack) for v in value) + ")"
+    if lenient:
+        return f"data:{type(value).__module__}.{type(value).__qualname__}"
+    raise NotPortable(f"{owner} holds a {type(value).__name__}")
+
+
+def function_digest(fn: types.FunctionType, depth: int = 0, lenient: bool = False,
+                    _stack: tuple[int, ...] = ()) -> str:
+    """Code, defaults and closure of a function, functions among them by their own digests (a
+    function already being digested, as a decorator's wrapper reached again from its inner
+    function, by its code only); NotPortable when they hold objects another process could not
+    compare."""
+    if id(fn) in _stack:
+        return "cycle:" + code_digest(fn.__code__)
+    _stack = (*_stack, id(fn))
+    if depth > _MAX_DEPTH:
+        if lenient:
+            return code_digest(fn.__code__)
+        raise NotPortable(f"functions nested too deep in closures of {fn.__qualname__}")
     parts = [code_digest(fn.__code__)]
     for defaults in (fn.__defaults__, fn.__kwdefaults__):
-        if defaults is not None and not _plain(defaults):
-            raise NotPortable(f"defaults of {fn.__qualname__}")
-        parts.append(repr(defaults))
-    for cell in fn.__closure__ or ():
-        value = cell.cell_contents
-        if isinstance(value, type):  # the __class__ cell of a method that calls super()
-            parts.append(f"class:{value.__module__}.{value.__qualname__}")
-        elif _plain(value):
-            parts.append(repr(value))
+        if defaults is None or _plain(defaults):
+            parts.append(repr(defaults))
+        elif isinstance(defaults, dict):
+            parts.append(repr([(k, _captured_text(v, f"defaults of {fn.__qualname__}", depth, lenient, _stack))
+                               for k, v in defaults.items()]))
         else:
-            raise NotPortable(f"closure of {fn.__qualname__}")
+            parts.append(_captured_text(defaults, f"defaults of {fn.__qualname__}", depth, lenient, _stack))
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell (a name bound later in the enclosing function)
+            parts.append("empty")
+            continue
+        parts.append(_captured_text(value, f"closure of {fn.__qualname__}", depth, lenient, _stack))
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -131,7 +185,7 @@ def _member_digest(value: Any) -> str:
     if isinstance(value, property):
         return "property:" + ",".join(_member_digest(f) for f in (value.fget, value.fset, value.fdel))
     if isinstance(value, types.FunctionType):
-        return function_digest(value)
+        return function_digest(value, lenient=True)
     if isinstance(value, functools.partial):
         raise NotPortable("a functools.partial class attribute")
     return type(value).__qualname__  # data is guarded where the trace reads it
@@ -143,7 +197,11 @@ _SKIPPED_MEMBERS = frozenset({"__dict__", "__weakref__", "__doc__", "__module__"
 
 @functools.lru_cache(maxsize=None)
 def class_digest(cls: type) -> str:
-    """The methods of every class of `cls`'s MRO that is not torch's or the standard library's."""
+    """The methods of every class of `cls`'s MRO that is not torch's or the standard library's.
+    Data attributes count only by name and type, and only where they shadow a method of the MRO:
+    others are guarded where the trace reads them, and libraries set them lazily (a cached flag
+    set by the first instance would otherwise split every entry stored before it)."""
+    code_names = {name for klass in cls.__mro__ for name, value in vars(klass).items() if _is_code(value)}
     h = hashlib.sha256()
     for klass in cls.__mro__:
         if _trusted_module(klass.__module__):
@@ -151,9 +209,14 @@ def class_digest(cls: type) -> str:
             continue
         h.update(f"{klass.__module__}.{klass.__qualname__}:".encode())
         for name in sorted(klass.__dict__):
-            if name not in _SKIPPED_MEMBERS:
-                h.update(f"{name}={_member_digest(klass.__dict__[name])}\0".encode())
+            value = klass.__dict__[name]
+            if name not in _SKIPPED_MEMBERS and (name in code_names):
+                h.update(f"{name}={_member_digest(value)}\0".encode())
     return h.hexdigest()
+
+
+def _is_code(value: Any) -> bool:
+    return isinstance(value, (types.FunctionType, staticmethod, classmethod, property, functools.partial))
 
 
 @functools.lru_cache(maxsize=None)
@@ -235,52 +298,136 @@ def _resolve(module: str, qualname: str) -> Any:
     return obj
 
 
-def _check_named(obj: Any) -> None:
+_MAX_WRAPPED = 4  # decorators stacked on one function (functools.wraps keeps the inner qualname)
+
+
+def _wrapped_depth(obj: Any) -> int:
+    """How many `__wrapped__` steps lead from the object named by obj's module and qualname to obj
+    (0: the name finds it). A decorated method's inner function carries its wrapper's name; capture
+    inlines it through the wrapper's closure. NotPortable when no such path exists."""
     if "<locals>" in obj.__qualname__:
         raise NotPortable(f"{obj.__qualname__} is local to a function")
     try:
         found = _resolve(obj.__module__, obj.__qualname__)
     except (Stale, records.RecordError):
         found = None
-    if found is not obj:
-        raise NotPortable(f"{obj.__module__}.{obj.__qualname__} is not reachable by its name")
+    for depth in range(_MAX_WRAPPED + 1):
+        if found is obj:
+            return depth
+        found = _unwrap(found)
+    raise NotPortable(f"{obj.__module__}.{obj.__qualname__} is not reachable by its name")
+
+
+def _unwrap(obj: Any) -> Any:
+    """The function a decorator wrapped, read from the wrapper's own dict (no descriptor runs)."""
+    namespace = getattr(obj, "__dict__", None) if isinstance(obj, types.FunctionType) else None
+    return namespace.get("__wrapped__") if isinstance(namespace, dict) else None
 
 
 _NAMED_KINDS = (types.FunctionType, types.BuiltinFunctionType, type)
+_MEMBER_KINDS = (property, staticmethod, classmethod)
+
+
+def _member_owner(obj: Any) -> tuple[type, str]:
+    """(class, name) of a property, staticmethod or classmethod object found in a class's dict,
+    located through its function's qualname."""
+    fn = obj.fget if isinstance(obj, property) else obj.__func__
+    qualname = getattr(fn, "__qualname__", "")
+    owner_name, _, name = qualname.rpartition(".")
+    if not owner_name or "<locals>" in qualname:
+        raise NotPortable(f"a {type(obj).__name__} without an owning class")
+    try:
+        owner = _resolve(fn.__module__, owner_name)
+    except (Stale, records.RecordError):
+        owner = None
+    if not isinstance(owner, type) or owner.__dict__.get(name) is not obj:
+        raise NotPortable(f"{type(obj).__name__} {qualname} is not in its class's dict")
+    return owner, name
 
 
 def _encode_named(obj: Any) -> Any:
-    """(kind, module, qualname, digest) of a function or class; a module by name; None for
+    """(kind, module, qualname, digest) of a function or class; a module by name; a property,
+    staticmethod or classmethod as its class's member; an enum member by class and name; None for
     anything else. Kiln's, torch's and the standard library's carry no digest: the key fixes them."""
     if isinstance(obj, types.ModuleType):
         if sys.modules.get(obj.__name__) is not obj or not _trusted_module(obj.__name__):
             raise NotPortable(f"module {obj.__name__}")
         return ("module", obj.__name__, "", None)
+    if obj is ABSENT:
+        return ("absent", "", "", None)
     if isinstance(obj, torch.Tensor):
         raise NotPortable("a tensor")
+    if isinstance(obj, enum.Enum):
+        cls = type(obj)
+        _wrapped_depth(cls)
+        digest = None if _trusted_module(cls.__module__) else class_digest(cls)
+        return ("enum", cls.__module__, f"{cls.__qualname__}.{obj.name}", digest)
+    if isinstance(obj, _MEMBER_KINDS):
+        owner, name = _member_owner(obj)
+        digest = None if _trusted_module(owner.__module__) else _member_digest(obj)
+        return ("member", owner.__module__, f"{owner.__qualname__}.{name}", digest)
     if not isinstance(obj, _NAMED_KINDS) or isinstance(obj, (torch.dtype, torch.device)):
-        return None
+        return _encode_singleton(obj)
     module = getattr(obj, "__module__", None) or ""
     if not module:
         raise NotPortable(f"{obj!r:.60} has no module")
-    _check_named(obj)
+    depth = _wrapped_depth(obj)
+    qualname = obj.__qualname__ + "/__wrapped__" * depth
     if _trusted_module(module):
-        return ("trusted", module, obj.__qualname__, None)
+        return ("trusted", module, qualname, None)
     if isinstance(obj, types.FunctionType):
-        return ("function", module, obj.__qualname__, function_digest(obj))
+        return ("function", module, qualname, function_digest(obj))
     if isinstance(obj, type):
-        return ("class", module, obj.__qualname__, class_digest(obj))
+        return ("class", module, qualname, class_digest(obj))
     raise NotPortable(f"{module}.{obj.__qualname__}")
+
+
+def _encode_singleton(obj: Any) -> Any:
+    """A module-level object of the standard library that pickles by name (typing.Union,
+    typing.Literal: keys of a dict a trace read), or None."""
+    module = getattr(obj, "__module__", None)
+    if not isinstance(module, str) or module.partition(".")[0] in ("kiln", "torch") \
+            or not _trusted_module(module) or isinstance(obj, _PLAIN_SCALARS):
+        return None  # Kiln's and torch's objects travel as records or through their own references
+    try:
+        name = obj.__reduce__()
+    except Exception:
+        return None
+    if not isinstance(name, str) or not name.isidentifier() or getattr(sys.modules.get(module), name, None) is not obj:
+        return None
+    return ("singleton", module, name, None)
+
+
+_PLAIN_SCALARS = (int, float, bool, str, bytes, complex, type(None), tuple, list, dict, set, frozenset)
 
 
 def _decode_named(data: Any) -> Any:
     kind, module, qualname, digest = data
+    if kind == "singleton":
+        if not _trusted_module(module) or module.partition(".")[0] in ("kiln", "torch") \
+                or not str(qualname).isidentifier():
+            raise records.RecordError(f"{module}.{qualname} is not a trusted singleton")
+        found = getattr(sys.modules.get(module), qualname, None)
+        if found is None or found.__reduce__() != qualname:
+            raise Stale(f"{module}.{qualname} is gone")
+        return found
     if kind == "module":
         found = sys.modules.get(module)
         if found is None or not _trusted_module(module):
             raise Stale(f"module {module} is not imported")
         return found
-    found = _resolve(module, qualname)
+    if kind == "absent":
+        return ABSENT
+    if kind in ("enum", "member"):
+        return _decode_member(kind, module, qualname, digest)
+    name, *unwraps = str(qualname).split("/")
+    if len(unwraps) > _MAX_WRAPPED or any(u != "__wrapped__" for u in unwraps):
+        raise records.RecordError(f"bad name {qualname!r}")
+    found = _resolve(module, name)
+    for _ in unwraps:
+        found = _unwrap(found)
+        if found is None:
+            raise Stale(f"{module}.{name} no longer wraps a function")
     if not isinstance(found, _NAMED_KINDS):
         raise records.RecordError(f"{module}.{qualname} is not a function or class")
     if kind == "trusted":
@@ -294,8 +441,35 @@ def _decode_named(data: Any) -> Any:
     return found
 
 
+def _decode_member(kind: str, module: str, qualname: str, digest: Any) -> Any:
+    """An enum member or a class-dict member (property, staticmethod, classmethod), read from its
+    class without running any descriptor, and compared with the stored digest."""
+    owner_name, _, name = str(qualname).rpartition(".")
+    owner = _resolve(module, owner_name)
+    if not isinstance(owner, type) or not name.isidentifier():
+        raise records.RecordError(f"{module}.{qualname} is not a class member")
+    trusted = _trusted_module(module)
+    if (digest is None) != trusted:
+        raise records.RecordError(f"{module}.{qualname}: digest does not match the module's trust")
+    if kind == "enum":
+        if not issubclass(owner, enum.Enum):
+            raise records.RecordError(f"{module}.{owner_name} is not an enum")
+        found = owner.__members__.get(name)
+        if found is None:
+            raise Stale(f"{module}.{qualname} is gone")
+        if not trusted and class_digest(owner) != digest:
+            raise Stale(f"{module}.{owner_name} changed since the entry was stored")
+        return found
+    found = owner.__dict__.get(name)
+    if not isinstance(found, _MEMBER_KINDS):
+        raise Stale(f"{module}.{qualname} is no longer a {kind}")
+    if not trusted and _member_digest(found) != digest:
+        raise Stale(f"{module}.{qualname} changed since the entry was stored")
+    return found
+
+
 _NAMED = records.Reference("named", _encode_named, _decode_named)
-_RECORD_TYPES = (Guard, TensorSpec, GlobalState)
+_RECORD_TYPES = (Guard, TensorSpec, GlobalState, ClassAttribute)
 
 
 def dumps(value: Any) -> bytes:
@@ -314,24 +488,109 @@ _LITERAL_TYPES = (int, float, str, bytes, bool, type(None), type(Ellipsis), torc
                   torch.device, torch.memory_format)
 
 
+_IDENTITY_KINDS = (types.ModuleType, types.FunctionType, type, types.BuiltinFunctionType, enum.Enum, *_MEMBER_KINDS)
+
+
+def _portable_key(key: Any) -> bool:
+    if type(key) in _LITERAL_TYPES or isinstance(key, (enum.Enum, type)):
+        return True
+    if type(key) is tuple:
+        return all(_portable_key(k) for k in key)
+    return _encode_singleton(key) is not None
+
+
 def _portable_guard(guard: Guard) -> None:
-    """Raise NotPortable unless another process can check this guard (the pickler checks names)."""
+    """Raise NotPortable unless another process can check this guard (the pickler checks names).
+    Also run on every guard read back, so that a record's kind and expected value agree."""
     kind, expected = guard.kind, guard.expected
+    if not isinstance(guard.source, str) or (guard.description is not None and not isinstance(guard.description, str)):
+        raise NotPortable("a guard without a source text")
     if kind == "check_id":
-        if not isinstance(expected, (types.ModuleType, types.FunctionType, type, types.BuiltinFunctionType)):
+        if not isinstance(expected, _IDENTITY_KINDS):
             raise NotPortable(f"identity of {type(expected).__name__} at {guard.source}")
     elif kind == "check_value":
-        if type(expected) not in _LITERAL_TYPES:
+        if type(expected) not in _LITERAL_TYPES and not isinstance(expected, enum.Enum) and not (
+                type(expected) in (set, frozenset) and all(type(v) in _LITERAL_TYPES for v in expected)):
             raise NotPortable(f"value of type {type(expected).__name__} at {guard.source}")
     elif kind == "check_keys":
-        if not all(type(k) in (str, int) for k in expected):
+        if not isinstance(expected, tuple) or not all(_portable_key(k) for k in expected):
             raise NotPortable(f"keys at {guard.source}")
     elif kind == "check_tensor":
         if not isinstance(expected, TensorSpec):
             raise NotPortable(f"tensor spec at {guard.source}")
+    elif kind == "check_class_attr":
+        _portable_class_attr(expected)
+    elif kind == "check_aliasing":
+        if not (isinstance(expected, tuple) and all(isinstance(g, tuple) and all(isinstance(s, str) for s in g)
+                                                    for g in expected)):
+            raise NotPortable("aliasing groups that are not source texts")
     elif kind not in ("check_type", "check_none", "check_not_none", "check_len", "check_min_len",
-                      "check_grad_mode", "check_global_state", "check_aliasing", "check_shape"):
+                      "check_grad_mode", "check_global_state", "check_shape"):
         raise NotPortable(f"guard kind {kind}")
+
+
+def _portable_class_attr(expected: Any) -> None:
+    """A class attribute found at trace time: its classes go by name (their digests cover their
+    methods), its value must be one the digest or the check itself pins down: a literal (compared
+    by value), a function or descriptor of a class's dict (covered by the owning class's digest
+    and found by name), or ABSENT. A data object (a dict on the class, say) is not: another
+    process could hold different contents under the same digest."""
+    if not isinstance(expected, ClassAttribute) or not isinstance(expected.classes, tuple) \
+            or not all(isinstance(c, type) for c in expected.classes) or not isinstance(expected.name, str):
+        raise NotPortable("a malformed class attribute record")
+    value = expected.value
+    if value is ABSENT or type(value) in _LITERAL_TYPES or isinstance(value, (types.FunctionType, *_MEMBER_KINDS)):
+        return
+    raise NotPortable(f"class attribute {expected.name} holds a {type(value).__name__}")
+
+
+def _portable_guards(guards: list[Guard], frame: tuple[dict, dict, Any] | None) -> list[Guard]:
+    """The guards as another process can check them. An object reached through two paths is
+    guarded by identity (`second is <that object>`); when the object has no name another process
+    could look up (a model's config), what the trace assumed is that the paths lead to one object:
+    that is written as an aliasing guard over every guarded path whose value is that object
+    (found by evaluating the guards' sources on the frame), so that whichever path the trace read
+    the object through first is tied to the others."""
+    out: list[Guard] = []
+    aliased: set[int] = set()
+    values: list[tuple[str, Any]] | None = None
+    for guard in guards:
+        if guard.kind == "check_id" and not isinstance(guard.expected, _IDENTITY_KINDS):
+            if id(guard.expected) in aliased:
+                continue
+            if values is None:
+                values = _source_values(guards, frame)
+            paths = list(dict.fromkeys(src for src, value in values if value is guard.expected))
+            if len(paths) < 2:
+                raise NotPortable(f"identity of {type(guard.expected).__name__} at {guard.source}")
+            aliased.add(id(guard.expected))
+            guard = Guard("", "check_aliasing", (tuple(paths),))
+        _portable_guard(guard)
+        out.append(guard)
+    return out
+
+
+def _source_values(guards: list[Guard], frame: tuple[dict, dict, Any] | None) -> list[tuple[str, Any]]:
+    """(source, value on this frame) of each guarded source, in guard order (an identity guard's
+    value is the object it expects: its guard passed on this frame)."""
+    if frame is None:
+        return []
+    L, G, F = frame
+    namespace = {"L": L, "G": G, "F": F}
+    out: list[tuple[str, Any]] = []
+    seen: set[str] = set()
+    for guard in guards:
+        if not guard.source or guard.kind == "check_shape" or guard.source in seen:
+            continue
+        seen.add(guard.source)
+        if guard.kind == "check_id":
+            out.append((guard.source, guard.expected))
+            continue
+        try:
+            out.append((guard.source, eval(guard.source, namespace)))  # sources capture wrote in this process
+        except Exception:
+            continue
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -341,13 +600,35 @@ def _portable_guard(guard: Guard) -> None:
 @records.record_type
 @dataclass(frozen=True)
 class StoredFrame:
-    """What an entry file holds: guards (records), the glue's source, and a recipe per graph."""
+    """What an entry file holds: guards (records), the glue's source, a recipe per graph, and the
+    glue's constants (ModelOutput classes and the few objects capture binds, by name)."""
 
     format: int
     guards: tuple[Guard, ...]
     glue_name: str
     glue_source: str
     graphs: dict[str, artifact.Recipe]
+    constants: dict[str, Any] = field(default_factory=dict)
+
+
+# what a stored glue may hold besides its graphs: callables capture binds (grad mode around a
+# graph, containers rebuilt from their items) and, through `_glue_constant`, ModelOutput classes
+_GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset, slice, torch.Size)
+
+
+def _glue_constant(value: Any) -> bool:
+    """Whether the glue of a stored entry may hold `value`. A ModelOutput class is checked as capture
+    recognised it (a dataclass deriving from transformers' ModelOutput that changes nothing about
+    how fields become items), after the reader found it by module and qualname with its digest."""
+    if any(value is allowed for allowed in _GLUE_CALLABLES):
+        return True
+    if isinstance(value, (enum.Enum, torch.dtype, torch.device)):
+        return True
+    if not isinstance(value, type):
+        return False
+    from kiln.capture.variables.model_output import is_model_output_class  # the tracer's package: not at import
+
+    return is_model_output_class(value)
 
 
 def _guard_texts(guard: Guard) -> list[str]:
@@ -363,7 +644,7 @@ def check_texts(frame: StoredFrame) -> None:
     for guard in frame.guards:
         for text in _guard_texts(guard):
             check_guard_source(text)
-    check_glue_source(frame.glue_source, frame.glue_name, frame.graphs)
+    check_glue_source(frame.glue_source, frame.glue_name, frame.graphs, frame.constants)
 
 
 @contextlib.contextmanager
@@ -380,8 +661,9 @@ def _without_collections() -> Iterator[None]:
             gc.enable()
 
 
-def _payload(check: CheckFn, result: Any) -> StoredFrame:
-    """The stored form of an entry, or NotPortable / UnsafeSource."""
+def _payload(check: CheckFn, result: Any, frame: tuple[dict, dict, Any] | None = None) -> StoredFrame:
+    """The stored form of an entry, or NotPortable / UnsafeSource. `frame` (L, G, F of the call that
+    captured it) lets identity guards on unnamed objects become aliasing guards."""
     if result.breaks:
         raise NotPortable("the frame has a graph break (resume functions are not persisted)")
     if not result.graphs:
@@ -391,32 +673,37 @@ def _payload(check: CheckFn, result: Any) -> StoredFrame:
         raise NotPortable("the glue has no source")
     glue_name = first[len("def "):first.index("(")]
     graphs = {}
+    constants = {}
     for name, value in result.glue.__globals__.items():
         if name in ("__builtins__", glue_name):
+            continue
+        if name.startswith("__const_") and _glue_constant(value):
+            constants[name] = value
             continue
         recipe = artifact.describe(value)
         if recipe is None:
             raise NotPortable(f"{name} has no recipe (backend output {type(value).__name__})")
         graphs[name] = recipe
-    for guard in check.guards:
-        _portable_guard(guard)
-    frame = StoredFrame(FORMAT, tuple(check.guards), glue_name, result.glue_source, graphs)
-    check_texts(frame)
-    return frame
+    guards = _portable_guards(list(check.guards), frame)
+    stored = StoredFrame(FORMAT, tuple(guards), glue_name, result.glue_source, graphs, constants)
+    check_texts(stored)
+    return stored
 
 
 def _glue_filename(glue_name: str) -> str:
     return f"<kiln glue from disk: {glue_name}>"
 
 
-def store(code: types.CodeType, options: Any, check: CheckFn, result: Any) -> bool:
-    """Save a fresh entry of `code` for later processes; False when it is not persistable."""
+def store(code: types.CodeType, options: Any, check: CheckFn, result: Any,
+          frame: tuple[dict, dict, Any] | None = None) -> bool:
+    """Save a fresh entry of `code` for later processes; False when it is not persistable.
+    `frame`: (L, G, F) of the call that captured it, its guards passing."""
     key = frame_key(code, options)
     if key is None:
         log.artifact("cache", f"frame cache: {code.co_qualname} not stored: the backend is a callable")
         return False
     try:
-        data = dumps(_payload(check, result))
+        data = dumps(_payload(check, result, frame))
         loads(data)  # what cannot be read back (an object pickled by reference, say) is not stored
     except Exception as exc:  # NotPortable, UnsafeSource, or an object no record admits
         log.artifact("cache", f"frame cache: {code.co_qualname} not stored: {type(exc).__name__}: {exc}")
@@ -463,8 +750,14 @@ def _read(path: str) -> StoredFrame | None:
         if not all(isinstance(g, Guard) for g in frame.guards) or not all(
                 isinstance(r, artifact.Recipe) for r in frame.graphs.values()):
             raise records.RecordError("a stored frame with foreign parts")
+        if not isinstance(frame.constants, dict) or not all(
+                isinstance(k, str) and k.startswith("__const_") and k.isidentifier() and _glue_constant(v)
+                for k, v in frame.constants.items()):
+            raise records.RecordError("a stored glue constant that capture does not bind")
+        for guard in frame.guards:
+            _portable_guard(guard)
         check_texts(frame)
-    except (records.RecordError, UnsafeSource) as exc:
+    except (records.RecordError, UnsafeSource, NotPortable) as exc:
         files.discard(path, f"not a frame entry: {exc}")
         return None
     return frame
@@ -519,6 +812,7 @@ def materialize(disk: DiskEntry) -> tuple[Any, Any]:
     with _without_collections():
         try:
             namespace: dict[str, Any] = {name: artifact.rebuild(recipe) for name, recipe in frame.graphs.items()}
+            namespace.update(frame.constants)
         except Exception as exc:
             files.discard(disk.path, f"its graphs cannot be rebuilt: {type(exc).__name__}: {exc}")
             raise

@@ -23,7 +23,12 @@ _IMPORTABLE = frozenset({"sys", "os"})  # `__import__('sys').modules[m]`, `__imp
 # methods a source calls: tensor sizes, dict views, os.environ.get, dict.__getitem__, __reduce__
 _METHODS = frozenset({"size", "stride", "storage_offset", "dim", "numel", "values", "keys", "items", "get",
                       "__getitem__", "__reduce__"})
-_DUNDER_ATTRIBUTES = frozenset({"__closure__", "__dict__", "__getitem__", "__reduce__"})
+# Sources read any attribute the program read (a library's own `__validators__`, a method's
+# `__func__`), so dunder reads are admitted except those that reach a module's globals or other
+# classes (the first step of an escape from an expression); a store to any dunder is refused.
+_DENIED_DUNDERS = frozenset({"__globals__", "__builtins__", "__subclasses__", "__base__", "__bases__", "__mro__",
+                             "__import__", "__loader__", "__spec__", "__code__", "__getattribute__", "__init_subclass__"})
+_CONTAINER_UPDATES = frozenset({"clear", "update"})  # a dict's contents rewritten (side_effects.py)
 _EXPRESSION_NODES = (ast.Expression, ast.Name, ast.Load, ast.Constant, ast.Attribute, ast.Subscript,
                      ast.Call, ast.Tuple, ast.List, ast.Dict, ast.Set, ast.Slice, ast.BinOp, ast.UnaryOp,
                      ast.BoolOp, ast.Compare, ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.keyword,
@@ -44,7 +49,7 @@ def check_expression(node: ast.AST, names: Iterable[str] = ()) -> None:
         if isinstance(sub, ast.Name) and sub.id not in allowed and sub.id not in _READ_BUILTINS \
                 and sub.id != "__import__":
             raise UnsafeSource(f"stored code reads {sub.id!r}")
-        if isinstance(sub, ast.Attribute) and sub.attr.startswith("__") and sub.attr not in _DUNDER_ATTRIBUTES:
+        if isinstance(sub, ast.Attribute) and sub.attr in _DENIED_DUNDERS:
             raise UnsafeSource(f"stored code reads attribute {sub.attr!r}")
         if isinstance(sub, ast.Constant) and not isinstance(sub.value, (int, float, complex, str, bytes, bool,
                                                                          type(None), type(Ellipsis))):
@@ -77,8 +82,16 @@ def check_guard_source(text: str) -> None:
     check_expression(tree)
 
 
-def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str]) -> None:
-    """The glue of a stored entry: one function `glue_name(L, G, F)` of assignments and a return."""
+def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
+                      constant_names: Iterable[str] = ()) -> None:
+    """The glue of a stored entry: one function `glue_name(L, G, F)` of assignments, dict rewrites
+    and a return. `constant_names`: the entry's admitted constants (ModelOutput classes and the few
+    callables capture binds, checked by kiln.capture.persist), which the glue may read and call.
+
+    Objects read off L or G (tainted values) may be stored only where the frame's own data lives
+    or where the glue's own containers are: a subscript chain rooted at L (the caller's
+    containers, as a rewritten `kwargs` dict) or a container the glue built (a dict or list
+    display, a ModelOutput it constructed). Never into an attribute, nor anywhere under G."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -90,33 +103,69 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str]) -
             or fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
         raise UnsafeSource("glue function has another signature")
     graphs = set(graph_names)
+    constants = set(constant_names)
+    reserved = {"L", "G", "F"} | graphs | constants
     local_names: set[str] = set()
     tainted: set[str] = set()  # locals holding something read off L, G or F
+    fresh: set[str] = set()  # locals holding a container the glue built
     for statement in fn.body:
+        known = graphs | constants | local_names
         if isinstance(statement, ast.Return) and statement.value is not None:
-            check_expression(statement.value, graphs | local_names)
+            check_expression(statement.value, known)
         elif isinstance(statement, ast.Assign):
-            check_expression(statement.value, graphs | local_names)
+            check_expression(statement.value, known)
             reads_objects = _reads_objects(statement.value, tainted, graphs)
             for target in statement.targets:
                 if isinstance(target, ast.Name):
-                    if target.id in ("L", "G", "F") or target.id in graphs:
+                    if target.id in reserved:
                         raise UnsafeSource(f"glue rebinds {target.id}")
                     local_names.add(target.id)
+                    tainted.discard(target.id)
+                    fresh.discard(target.id)
                     if reads_objects:
                         tainted.add(target.id)
+                    if _builds_container(statement.value, constants):
+                        fresh.add(target.id)
                 elif isinstance(target, (ast.Attribute, ast.Subscript)):
-                    if reads_objects:
+                    if reads_objects and not (isinstance(target, ast.Subscript) and _own_data(target.value, fresh)):
                         raise UnsafeSource("glue stores an object read off L, G or F")
-                    check_expression(target.value, graphs | local_names)
+                    check_expression(target.value, known)
                     if isinstance(target, ast.Subscript):
-                        check_expression(target.slice, graphs | local_names)
+                        check_expression(target.slice, known)
                     if isinstance(target, ast.Attribute) and target.attr.startswith("__"):
                         raise UnsafeSource(f"glue stores attribute {target.attr!r}")
                 else:
                     raise UnsafeSource(f"glue assigns to a {type(target).__name__}")
+        elif isinstance(statement, ast.Expr) and _container_update(statement.value, fresh):
+            call = statement.value
+            assert isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            for part in (call.func.value, *call.args):  # the method itself is no expression's to call
+                check_expression(part, known)
         else:
             raise UnsafeSource(f"glue holds a {type(statement).__name__} statement")
+
+
+def _own_data(node: ast.AST, fresh: set[str]) -> bool:
+    """A subscript chain rooted at L, or a container the glue built."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return isinstance(node, ast.Name) and (node.id == "L" or node.id in fresh)
+
+
+def _builds_container(value: ast.AST, constants: set[str]) -> bool:
+    if isinstance(value, (ast.Dict, ast.List, ast.Tuple)):
+        return True
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in constants
+
+
+def _container_update(call: ast.AST, fresh: set[str]) -> bool:
+    """`<own data>.clear()` or `<own data>.update(<local or dict display>)`: a dict rewritten."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and not call.keywords
+            and call.func.attr in _CONTAINER_UPDATES and _own_data(call.func.value, fresh)):
+        return False
+    if call.func.attr == "clear":
+        return not call.args
+    return len(call.args) == 1 and isinstance(call.args[0], (ast.Name, ast.Dict))
 
 
 def _reads_objects(value: ast.AST, tainted: set[str], graphs: set[str]) -> bool:

@@ -1,0 +1,251 @@
+"""Warm start of real transformers models: a second process serves the frame from disk.
+
+Every transformers model returns a ModelOutput built in its glue, reads its config through two
+paths (the model's and a submodule's), and inlines decorated methods; the frame cache stores such
+frames with the ModelOutput class named and checked, the second path as an aliasing guard, and
+class attributes as records. The two-process test counts captures in the second process (none),
+compares with eager, and the rest plant forged records to check that what is read back is verified:
+a stored constant that capture does not bind, a class-attribute guard on data, a glue that moves an
+object read off the frame into a global, a changed ModelOutput class or enum.
+"""
+from __future__ import annotations
+
+import enum
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+import torch
+
+from kiln.capture import persist
+from kiln.capture.guards import ABSENT, ClassAttribute, Guard, compile_guards
+from kiln.capture.stored_code import UnsafeSource, check_glue_source
+from kiln.runtime import artifact, records, store
+from tests.reliability import cache_harness as harness
+
+_MODEL_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    import torch
+    from tests.e2e import real_models as rm
+    name, training = sys.argv[1], sys.argv[2] == "train"
+    entry = rm.MODELS[name]
+    start = time.perf_counter()
+    import kiln
+    out, grads = rm.run_call(entry.build(), lambda m: kiln.compile(m), entry, training)
+    seconds = time.perf_counter() - start
+    stats = kiln.stats()
+    want, want_grads = rm.eager_result(entry, training)
+    rm.assert_close_trees(out, want, entry.tol, name)
+    if training:
+        rm.assert_close_trees(grads, want_grads, entry.tol, name + " grads")
+    print(json.dumps({"frames": stats["frames"], "compiles": stats["compiles"], "disk_hits": stats["disk_hits"],
+                      "captured_s": stats.get("compile_time.capture", 0.0), "seconds": seconds}))
+""")
+
+
+def _run_model(code: Path, cache: Path, name: str, mode: str) -> dict[str, Any]:
+    environment = {**os.environ, "KILN_CACHE_DIR": str(cache), "PYTHONPATH": f"{code}{os.pathsep}{harness.REPO}",
+                   "KILN_PERSISTENT_CACHE": "1"}
+    environment.pop("KILN_LOGS", None)
+    proc = subprocess.run([sys.executable, "-c", _MODEL_SCRIPT, name, mode], capture_output=True, text=True,
+                          env=environment, timeout=600, cwd=str(code))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("name,mode", [("gpt2", "infer"), pytest.param("llama", "train", marks=pytest.mark.slow)])
+def test_second_process_runs_a_transformers_model_without_capturing(tmp_path: Path, name: str, mode: str) -> None:
+    pytest.importorskip("transformers")
+    code = harness.snapshot(tmp_path)
+    cache = tmp_path / "cache"
+    first = _run_model(code, cache, name, mode)
+    assert first["frames"] >= 1 and first["disk_hits"] == 0
+    second = _run_model(code, cache, name, mode)  # outputs (and gradients) compared with eager inside
+    assert second["frames"] == 0 and second["compiles"] == 0, second
+    assert second["disk_hits"] >= 1 and second["captured_s"] == 0.0, second
+
+
+# ---------------------------------------------------------------------------------------------------
+# What is read back is verified
+
+
+class Mode(enum.Enum):
+    FAST = "fast"
+
+
+class Config:
+    def __init__(self) -> None:
+        self.width = 4
+
+
+class Holder:
+    scale = 2
+    table = {"a": 1}
+
+    def method(self) -> int:
+        return 1
+
+    @property
+    def doubled(self) -> int:
+        return self.scale * 2
+
+
+def test_enum_member_property_and_absent_round_trip() -> None:
+    for value in (Mode.FAST, Holder.__dict__["doubled"], ABSENT, torch.float16):
+        assert persist.loads(persist.dumps(value)) is value
+    for value in (Mode.FAST, Holder.__dict__["doubled"]):
+        persist._portable_guard(Guard("L['x']", "check_id", value))
+
+
+def test_changed_enum_or_property_is_stale() -> None:
+    member, prop = persist.dumps(Mode.FAST), persist.dumps(Holder.__dict__["doubled"])
+    saved = Holder.__dict__["doubled"]
+    Holder.doubled = property(lambda self: 3)  # type: ignore[assignment,method-assign]
+    Mode.extra = lambda self: 0  # type: ignore[attr-defined]
+    persist.class_digest.cache_clear()
+    try:
+        with pytest.raises(persist.Stale):
+            persist.loads(prop)
+        with pytest.raises(persist.Stale):
+            persist.loads(member)
+    finally:
+        Holder.doubled = saved  # type: ignore[method-assign]
+        del Mode.extra  # type: ignore[attr-defined]
+        persist.class_digest.cache_clear()
+
+
+def test_class_attribute_guard_round_trips_and_checks_the_same() -> None:
+    guards = [Guard("", "check_class_attr", ClassAttribute((Holder,), "scale", 2)),
+              Guard("", "check_class_attr", ClassAttribute((Holder,), "method", Holder.__dict__["method"])),
+              Guard("", "check_class_attr", ClassAttribute((Holder,), "missing", ABSENT))]
+    for guard in guards:
+        persist._portable_guard(guard)
+    fresh = compile_guards(guards)
+    loaded = persist.loads(persist.dumps(list(fresh.guards)))
+    reused = compile_guards(loaded)
+    assert reused.fn({}, {}, None) and fresh.fn({}, {}, None)
+    Holder.scale = 3
+    try:
+        assert not reused.fn({}, {}, None) and not fresh.fn({}, {}, None)
+    finally:
+        Holder.scale = 2
+
+
+def test_class_attribute_guard_on_data_is_refused() -> None:
+    # A dict on a class: another process could hold other contents under the same class digest.
+    guard = Guard("", "check_class_attr", ClassAttribute((Holder,), "table", Holder.table))
+    with pytest.raises(persist.NotPortable):
+        persist._portable_guard(guard)
+
+
+def test_second_path_to_an_unnamed_object_becomes_an_aliasing_guard() -> None:
+    config = Config()
+    L = {"self": {"config": config, "inner": {"config": config}}}
+    guards = [Guard("L['self']['config']", "check_type", Config),
+              Guard("L['self']['inner']['config']", "check_id", config)]
+    stored = persist._portable_guards(guards, (L, {}, None))
+    assert [g.kind for g in stored] == ["check_type", "check_aliasing"]
+    check = compile_guards(persist.loads(persist.dumps(stored)))
+    assert check.fn(L, {}, None)
+    other = {"self": {"config": Config(), "inner": {"config": Config()}}}
+    assert not check.fn(other, {}, None)  # two configs where the trace saw one
+    same = Config()
+    assert check.fn({"self": {"config": same, "inner": {"config": same}}}, {}, None)
+    with pytest.raises(persist.NotPortable):  # no frame to find the first path on: not stored
+        persist._portable_guards(guards, None)
+
+
+@dataclass
+class NotAnOutput:
+    logits: Optional[torch.Tensor] = None
+
+
+def _frame(constants: dict[str, Any], glue: str = "") -> persist.StoredFrame:
+    source = glue or ("def __glue_f(L, G, F):\n"
+                      "    __out = __graph_f_0(L['x'])\n"
+                      "    return __const_Out_0(logits=__out[0])\n")
+    graphs = {"__graph_f_0": artifact.Recipe("aot", {})}  # read back, never rebuilt here
+    return persist.StoredFrame(persist.FORMAT, (Guard("L['x']", "check_type", torch.Tensor),), "__glue_f", source,
+                               graphs, constants)
+
+
+def _read_back(tmp_path: Path, frame: persist.StoredFrame) -> persist.StoredFrame | None:
+    data = persist.dumps(frame)
+    path = tmp_path / persist._content_name(data)
+    path.write_bytes(store.seal(data))
+    loaded = persist._read(str(path))
+    assert (loaded is None) == (not path.exists())  # a refused entry is deleted
+    return loaded
+
+
+def test_stored_glue_constants_are_only_what_capture_binds(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    output = transformers.modeling_outputs.CausalLMOutputWithPast
+    loaded = _read_back(tmp_path, _frame({"__const_Out_0": output}))
+    assert loaded is not None and loaded.constants["__const_Out_0"] is output
+    # a trusted module's function by name (os.system) or a dataclass that is no ModelOutput: refused
+    assert _read_back(tmp_path, _frame({"__const_Out_0": os.system})) is None
+    assert _read_back(tmp_path, _frame({"__const_Out_0": NotAnOutput})) is None
+    assert _read_back(tmp_path, _frame({"__evil": torch._C._set_grad_enabled})) is None
+
+
+def test_changed_model_output_class_is_stale() -> None:
+    transformers = pytest.importorskip("transformers")
+    output = transformers.modeling_outputs.CausalLMOutputWithPast
+    data = persist.dumps(_frame({"__const_Out_0": output}))
+    output.extra = lambda self: 0
+    persist.class_digest.cache_clear()
+    try:
+        with pytest.raises(persist.Stale):
+            persist.loads(data)
+    finally:
+        del output.extra
+        persist.class_digest.cache_clear()
+
+
+def test_glue_moves_frame_objects_only_into_the_frame_s_own_containers() -> None:
+    head = "def __glue_f(L, G, F):\n    __out = __graph_f_0(L['x'])\n"
+    fine = [
+        "    __v1 = L['kwargs']['a']\n    __d0 = {'a': __v1}\n    L['kwargs'].clear()\n    L['kwargs'].update(__d0)\n",
+        "    __o = __const_Out_0(logits=__out[0])\n    __o['past'] = L['cache']\n    return __o\n",
+        "    G['mod'].__dict__['state'].flag = None\n",
+    ]
+    for body in fine:
+        check_glue_source(head + body, "__glue_f", ["__graph_f_0"], ["__const_Out_0"])
+    refused = [
+        "    G['mod'].hook = L['self'].forward\n",  # an object read off the frame planted in a global
+        "    G['table']['key'] = L['fn']\n",
+        "    G['table'].update({'key': L['fn']})\n",
+        "    L['kwargs'].pop('a')\n",
+        "    L['self'].__class__ = L['other']\n",
+        "    __const_Out_0 = L['fn']\n",
+    ]
+    for body in refused:
+        with pytest.raises(UnsafeSource):
+            check_glue_source(head + body, "__glue_f", ["__graph_f_0"], ["__const_Out_0"])
+
+
+def test_forged_member_reference_is_refused() -> None:
+    # A "member" reference must find a property/staticmethod/classmethod in the class's dict.
+    forged = ("member", __name__, "Holder.method", persist._member_digest(Holder.__dict__["method"]))
+    with pytest.raises((persist.Stale, records.RecordError)):
+        persist._decode_named(forged)
+    with pytest.raises(records.RecordError):  # a digest-free member of a module that is not trusted
+        persist._decode_named(("member", __name__, "Holder.doubled", None))
+
+
+def test_guard_sources_read_library_dunders_but_not_globals() -> None:
+    from kiln.capture.stored_code import check_guard_source
+
+    check_guard_source("type(L['self'].config).__validators__")
+    check_guard_source("L['self'].forward.__func__")
+    for text in ("L['f'].__globals__['os']", "type(L['x']).__subclasses__", "L['m'].__builtins__"):
+        with pytest.raises(UnsafeSource):
+            check_guard_source(text)
