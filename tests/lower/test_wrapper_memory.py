@@ -55,6 +55,24 @@ def test_a_buffer_is_not_reused_when(why, facts) -> None:
     assert plan_memory(facts).reuse == {}, why
 
 
+def test_in_place_only_for_a_buffer_the_recipient_may_overwrite() -> None:
+    allocs = [("a", 0, F32, 64), ("b", 2, F32, 64)]
+    facts = _facts(allocs, {"a": 2, "b": 3})
+    assert plan_memory(facts).reuse == {}  # a is read in b's step
+    facts = dataclasses.replace(facts, allocations=(facts.allocations[0],
+                                                    dataclasses.replace(facts.allocations[1], inplace=frozenset("a"))))
+    plan = plan_memory(facts)
+    assert plan.reuse == {"b": "a"} and plan.kept == frozenset()  # a is freed after the kernel, as before
+    check_plan(facts, plan)
+
+
+def test_a_fresh_extern_result_donates() -> None:
+    facts = dataclasses.replace(_facts([("b", 2, F32, 64)], {"m": 1, "b": 3}, produced=[("m", 0, 256)]),
+                                results=(Allocation("m", 0, F32, sympy.Integer(64)),))
+    assert plan_memory(facts).reuse == {"b": "m"}
+    check_plan(facts, plan_memory(facts))
+
+
 def test_keeping_a_donor_alive_must_not_raise_the_peak() -> None:
     # a (1 KiB) dies after step 0; step 1 holds a 4 KiB extern result, the peak; b needs a's size at
     # step 2. Holding a through step 1 would make the peak 5 KiB: b is allocated afresh.
@@ -117,20 +135,25 @@ def test_check_plan_refuses_a_plan_that_aliases_a_live_buffer(plan) -> None:
 def extern_view_read_late(x, w):
     a = x.sin()
     v = torch.ops.aten.t.default(a)  # an ATen call (aten_fallback below) whose result is a view of a
-    c = (x @ w).cos()  # a's size, allocated once a's name is dead, while v still reads a's storage
+    c = (x @ w).t().cos()  # a's size, allocated once a's name is dead, while v still reads a's storage
     return c @ w + v
 
 
 def output_returned_as_a_view(x, w):
     a = x.sin()
-    c = (a @ w).cos()  # a's size, allocated after a's last read; a lives on in the caller as a.t()
+    c = (a @ w).t().cos()  # a's size, allocated after a's last read; a lives on in the caller as a.t()
     return a.t(), c @ w
 
 
 def transposed_read_in_the_allocating_kernel(x, w):
     a = x.sin()
-    b = (a @ w).cos() * a.t()  # b is a's size, and its kernel reads a transposed: a may not donate to b
+    b = (a @ w).t().cos() * a.t()  # b is a's size, and its kernel reads a transposed: a may not donate to b
     return b @ w
+
+
+def in_place_over_an_extern_result(x, w):
+    m = x @ w
+    return (m.sin() * 2 + m.cos(), m.t().exp())  # one kernel may overwrite m; the other reads it transposed
 
 
 def chain_of_same_sized_buffers(x, w):
@@ -141,7 +164,7 @@ def chain_of_same_sized_buffers(x, w):
 
 
 TEMPTING = [extern_view_read_late, output_returned_as_a_view, transposed_read_in_the_allocating_kernel,
-            chain_of_same_sized_buffers]
+            in_place_over_an_extern_result, chain_of_same_sized_buffers]
 OPTIONS = {"aten_fallback": frozenset({"aten.t.default"})}
 
 
@@ -151,18 +174,26 @@ def _compile(fn, *args):
 
 
 def _reuse_lines_name_no_donor_later(source: str) -> int:
-    """Read the wrapper as text: after `b = a...; del a  # reuse`, no line names a. Returns the
-    number of reuse lines."""
+    """Read the wrapper as text: after `b = a...; del a  # reuse`, no line names a; after
+    `b = a  # reuse in place`, only the next line (the kernel that writes b over a) and the `del`
+    right after it do. Returns the number of reuse lines."""
     lines = source.splitlines()
     found = 0
     for k, line in enumerate(lines):
-        m = re.match(r"\s+(\w+) = (\w+)(\.as_strided\(.*\))?; del \2  # reuse$", line)
-        if not m:
+        handed = re.match(r"\s+(\w+) = (\w+)(\.as_strided\(.*\))?; del \2  # reuse$", line)
+        in_place = re.match(r"\s+(\w+) = (\w+)(\.as_strided\(.*\))?  # reuse in place$", line)
+        if not handed and not in_place:
             continue
         found += 1
-        donor = m.group(2)
-        later = [ln for ln in lines[k + 1:] if re.search(rf"\b{donor}\b", ln)]
-        assert not later, f"{donor} is named after it was handed to {m.group(1)}: {later[0].strip()}"
+        m = handed or in_place
+        assert m is not None
+        donor, later = m.group(2), lines[k + 1:]
+        if in_place:
+            assert re.match(r"\s+kernel\d+\(", later[0]) and re.search(rf"\b{m.group(1)}\b", later[0]), later[0]
+            assert re.match(rf"\s+del .*\b{donor}\b", later[1]), f"{donor} outlives the kernel that overwrote it"
+            later = later[2:]
+        named = [ln for ln in later if re.search(rf"\b{donor}\b", ln)]
+        assert not named, f"{donor} is named after it was handed to {m.group(1)}: {named[0].strip()}"
     return found
 
 
@@ -204,6 +235,15 @@ def test_the_chain_reuses_and_the_cache_admits_the_source() -> None:
     torch.testing.assert_close(rebuilt(x, w)[0], chain_of_same_sized_buffers(x, w), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.cpp
+def test_in_place_only_where_the_kernel_reads_the_donor_at_the_element_it_writes() -> None:
+    x, w = _inputs()
+    chain = _compile(chain_of_same_sized_buffers, x, w).wrapper_source
+    assert chain.count("# reuse in place") >= 3  # each kernel overwrites the matmul result it reads
+    mixed = _compile(in_place_over_an_extern_result, x, w).wrapper_source
+    assert "# reuse" not in mixed  # m is also read transposed in the same kernel
+
+
 @pytest.mark.parametrize("line", ["    buf9 = buf0.clear(); del buf0  # reuse",
                                   "    buf9 = buf0.__class__; del buf0  # reuse",
                                   "    buf9 = buf0.as_strided((4,), (1,)).storage; del buf0"])
@@ -224,6 +264,12 @@ def _ignores_aliases_and_outputs(facts: MemoryFacts) -> MemoryPlan:
     return plan_memory(dataclasses.replace(facts, aliases=(), outputs=frozenset()))
 
 
+def _anything_in_place(facts: MemoryFacts) -> MemoryPlan:
+    names = frozenset(facts.last_use)
+    return plan_memory(dataclasses.replace(
+        facts, allocations=tuple(dataclasses.replace(a, inplace=names) for a in facts.allocations)))
+
+
 def _frees_one_step_early(facts: MemoryFacts) -> MemoryPlan:
     return plan_memory(dataclasses.replace(facts, last_use={k: v - 1 for k, v in facts.last_use.items()}))
 
@@ -233,6 +279,7 @@ def _frees_one_step_early(facts: MemoryFacts) -> MemoryPlan:
     (_ignores_aliases_and_outputs, extern_view_read_late),
     (_ignores_aliases_and_outputs, output_returned_as_a_view),
     (_frees_one_step_early, transposed_read_in_the_allocating_kernel),
+    (_anything_in_place, in_place_over_an_extern_result),
 ])
 def test_a_broken_planner_is_caught(monkeypatch, broken, fn) -> None:
     monkeypatch.setattr(wrapper_module, "plan_memory", broken)

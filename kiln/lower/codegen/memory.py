@@ -1,13 +1,16 @@
 """Memory planning for the Python wrapper: which dead buffer's storage a later buffer takes over.
 
-Input: the buffers the wrapper allocates (name, step, dtype, storage size), the step of each name's
-last use, the graph's outputs, and which names may share storage (an extern whose schema says its
-result is a view of an argument). Output: a `MemoryPlan`, the recipients with their donors and the
-names whose `del` moves from their death to the reuse. A buffer is reused only when its last use
-(and every alias's) is in an earlier step, it is not an output nor aliased by one, it has the same
-dtype, and it holds at least as many elements; with sizes known, a reuse is taken only when keeping
-the donor alive until the reuse does not raise the wrapper's peak; with symbolic sizes, only for an
-equal size with nothing allocated in between. `check_plan` verifies a plan against the same facts.
+Input: the buffers the wrapper allocates (name, step, dtype, storage size), the extern results that
+may donate (fresh tensors ATen made), the step of each name's last use, the graph's outputs, and
+which names may share storage (an extern whose schema says its result is a view of an argument).
+Output: a `MemoryPlan`, the recipients with their donors and the names whose `del` moves from their
+death to the reuse. A buffer is reused only when its last use (and every alias's) is in an earlier
+step, or in the recipient's own kernel where that kernel reads it only at the very element it
+writes (in place, as Inductor's in-place buffers), it is not an output nor aliased by one, it has
+the same dtype, and it holds at least as many elements; with sizes known, a reuse is taken only
+when keeping the donor alive until the reuse does not raise the wrapper's peak; with symbolic
+sizes, only for an equal size with nothing allocated in between. `check_plan` verifies a plan
+against the same facts.
 Corresponds to the buffer-reuse part of torch/_inductor/codegen/wrapper.py (ReuseLine and the
 reuse pool), on the wrapper's steps rather than on scheduler nodes.
 """
@@ -27,13 +30,17 @@ class Allocation:
     step: int
     dtype: torch.dtype
     elements: sympy.Expr  # the storage it needs (Layout.storage_size())
+    # buffers this one may take although they die in its own step: its kernel reads each only to
+    # compute this buffer, at the element it writes (so every read comes before the write over it)
+    inplace: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
 class MemoryFacts:
     """What the plan is made from (and checked against). `produced` is every other tensor a step
     makes (extern results): (name, step, bytes or None when symbolic); it counts towards the peak
-    but is never a donor, since ATen made it and may share it."""
+    and donates only when it is also among `results`: a fresh CPU tensor of an ATen op whose schema
+    returns no alias (its storage is the result's own)."""
 
     allocations: tuple[Allocation, ...]
     produced: tuple[tuple[str, int, int | None], ...]
@@ -41,12 +48,13 @@ class MemoryFacts:
     outputs: frozenset[str]
     aliases: tuple[frozenset[str], ...]  # groups of names that may share storage
     steps: int
+    results: tuple[Allocation, ...] = ()
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
     reuse: dict[str, str] = field(default_factory=dict)  # recipient -> donor whose storage it takes
-    kept: frozenset[str] = frozenset()  # donors: not freed at their death, handed over at the reuse
+    kept: frozenset[str] = frozenset()  # donors dead before their reuse: not freed at death, handed over
 
 
 def _static(e: sympy.Expr) -> int | None:
@@ -63,23 +71,24 @@ def plan_memory(facts: MemoryFacts) -> MemoryPlan:
     (the smallest that is large enough, then the one that died last: its lines are likelier to be
     in cache)."""
     aliased = _aliased(facts)
-    by_name = {a.name: a for a in facts.allocations}
-    order = {a.name: k for k, a in enumerate(facts.allocations)}
-    may_donate = [a.name for a in facts.allocations
+    everyone = facts.allocations + facts.results
+    by_name = {a.name: a for a in everyone}
+    order = {a.name: k for k, a in enumerate(everyone)}
+    may_donate = [a.name for a in everyone
                   if a.name not in facts.outputs and a.name not in aliased and a.name in facts.last_use]
     static = all(_static(a.elements) is not None for a in facts.allocations) and \
         all(b is not None for _, _, b in facts.produced)
     live = _live_bytes(facts) if static else []
     peak = max(live, default=0)
-    capacity: dict[str, sympy.Expr] = {a.name: sympy.sympify(a.elements) for a in facts.allocations}
-    death = {a.name: _end(facts, a.name, a.step) for a in facts.allocations}
+    capacity: dict[str, sympy.Expr] = {a.name: sympy.sympify(a.elements) for a in everyone}
+    death = {a.name: _end(facts, a.name, a.step) for a in everyone}
     reuse: dict[str, str] = {}
     taken: set[str] = set()
     for alloc in facts.allocations:
         if _static(alloc.elements) == 0:
             continue  # nothing to save
-        dead = [d for d in may_donate if d not in taken and d != alloc.name and death[d] < alloc.step
-                and by_name[d].dtype == alloc.dtype]
+        dead = [d for d in may_donate if d not in taken and d != alloc.name and by_name[d].dtype == alloc.dtype
+                and (death[d] < alloc.step or (death[d] == alloc.step and d in alloc.inplace))]
         best: str | None = None
         if static:
             need = int(alloc.elements)
@@ -99,7 +108,7 @@ def plan_memory(facts: MemoryFacts) -> MemoryPlan:
         capacity[alloc.name] = capacity[best]
         if static:
             _hold(live, by_name, best, alloc, death, capacity)
-    return MemoryPlan(reuse, frozenset(reuse.values()))
+    return MemoryPlan(reuse, frozenset(d for r, d in reuse.items() if death[d] < by_name[r].step))
 
 
 def _element_bytes(dtype: torch.dtype) -> int:
@@ -135,7 +144,7 @@ def _hold_delta(by_name: dict[str, Allocation], donor: str, alloc: Allocation, d
     for s in range(death[donor] + 1, alloc.step):
         delta[s] = held
     for s in range(alloc.step, death[alloc.name] + 1):
-        delta[s] = held - own
+        delta[s] = -own if s <= death[donor] else held - own  # in place: the donor was counted there
     return delta
 
 
@@ -145,7 +154,7 @@ def _fits_under(live: list[int], peak: int, by_name: dict[str, Allocation], dono
     size = _element_bytes(by_name[donor].dtype)
     held, own = int(capacity[donor]) * size, int(alloc.elements) * size
     gap = live[death[donor] + 1:alloc.step]
-    span = live[alloc.step:death[alloc.name] + 1]
+    span = live[max(alloc.step, death[donor] + 1):death[alloc.name] + 1]  # in place: from the donor's death
     return (not gap or max(gap) + held <= peak) and (not span or max(span) + held - own <= peak)
 
 
@@ -170,21 +179,21 @@ def check_plan(facts: MemoryFacts, plan: MemoryPlan) -> None:
     """Raise AssertionError if a reuse could alias a live buffer: the donor (or a name sharing its
     storage) is used at or after the recipient's step, is an output, was handed to two recipients,
     or differs in dtype or holds fewer elements than the recipient needs (when both are known)."""
-    by_name = {a.name: a for a in facts.allocations}
+    by_name = {a.name: a for a in facts.allocations + facts.results}
     aliased = _aliased(facts)
-    capacity = {a.name: sympy.sympify(a.elements) for a in facts.allocations}
+    capacity = {a.name: sympy.sympify(a.elements) for a in facts.allocations + facts.results}
     donated: set[str] = set()
     for alloc in facts.allocations:  # allocation order, so a chain of reuses sees its capacities
         donor = plan.reuse.get(alloc.name)
         if donor is None:
             continue
-        assert donor in by_name, f"{alloc.name} reuses {donor}, which the wrapper did not allocate"
+        assert donor in by_name, f"{alloc.name} reuses {donor}, which is neither a buffer nor a fresh result"
         assert donor not in donated, f"{donor} is handed to two buffers"
         donated.add(donor)
         assert donor not in facts.outputs, f"{alloc.name} reuses the output {donor}"
         assert donor not in aliased, f"{alloc.name} reuses {donor}, whose storage another name may share"
         last = facts.last_use.get(donor)
-        assert last is not None and last < alloc.step, \
+        assert last is not None and (last < alloc.step or (last == alloc.step and donor in alloc.inplace)), \
             f"{alloc.name} (step {alloc.step}) reuses {donor}, last used in step {last}"
         assert by_name[donor].dtype == alloc.dtype, f"{alloc.name} reuses {donor} of another dtype"
         have, need = _static(capacity[donor]), _static(alloc.elements)
@@ -193,4 +202,5 @@ def check_plan(facts: MemoryFacts, plan: MemoryPlan) -> None:
         else:
             assert sympy.expand(capacity[donor] - alloc.elements) == 0, f"{alloc.name} and {donor} differ in size"
         capacity[alloc.name] = capacity[donor]
-    assert plan.kept == frozenset(plan.reuse.values()), "kept names are not exactly the donors"
+    handed = {d for r, d in plan.reuse.items() if facts.last_use[d] < by_name[r].step}
+    assert plan.kept == handed, "kept names are not exactly the donors that die before their reuse"

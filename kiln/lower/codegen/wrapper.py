@@ -20,7 +20,8 @@ from torch.utils import _pytree as pytree
 
 from kiln.lower.checks import ERROR_RECORD, error_function_source, sites_of
 from kiln.lower.codegen.memory import Allocation, MemoryFacts, MemoryPlan, plan_memory
-from kiln.lower.ir import BufferRef, ConstantBuffer, Extern, InputBuffer, Layout, Load, SymExpr, walk
+from kiln.lower.ir import (BufferRef, ConstantBuffer, Extern, InputBuffer, Layout, Load, Pointwise, SymExpr,
+                           index_vars, walk)
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
 from kiln.runtime.kernel_wrapper import (bind_overloads, bind_threads, positional, relayout as _relayout, tag,
                                          with_output_spec, wrapper_recipe)
@@ -196,35 +197,47 @@ class WrapperWriter:
         defined = set(self.layouts)
         allocations: list[Allocation] = []
         produced: list[tuple[str, int, int | None]] = []
+        results: list[Allocation] = []
         aliases: list[frozenset[str]] = []
         for s, step in enumerate(self.program.steps):
             if isinstance(step, Kernel):
                 bufs = self.signatures[step.name][0]
-                for n in step.nodes:
-                    if n.name in bufs and n.name not in defined:
-                        defined.add(n.name)
-                        allocations.append(Allocation(n.name, s, n.layout.dtype, n.layout.storage_size()))
+                for block in step.blocks:
+                    for n in block.nodes:
+                        if n.name in bufs and n.name not in defined:
+                            defined.add(n.name)
+                            inplace = _in_place_donors(step, block.kind, n)
+                            allocations.append(Allocation(n.name, s, n.layout.dtype, n.layout.storage_size(), inplace))
             elif isinstance(step, ExternCall):
                 node = step.node
+                leaves = pytree.tree_leaves((node.args, node.kwargs))
+                # a fresh tensor: no alias in the schema, and no device argument (the graph is on the CPU)
+                fresh = not _may_alias(node.op) and not any(isinstance(a, torch.device) for a in leaves)
                 for name, layout, _ in node.results:
                     defined.add(name)
                     size = sympy.sympify(layout.storage_size())
                     nbytes = int(size) * layout.dtype.itemsize if size.is_Integer else None
                     produced.append((name, s, nbytes))
+                    if fresh and layout.offset == 0:
+                        results.append(Allocation(name, s, layout.dtype, size))
                 if _may_alias(node.op):
-                    args = [a.name for a in pytree.tree_leaves((node.args, node.kwargs)) if isinstance(a, BufferRef)]
+                    args = [a.name for a in leaves if isinstance(a, BufferRef)]
                     aliases.append(frozenset(args + [node.name] + [r[0] for r in node.results]))
         return MemoryFacts(tuple(allocations), tuple(produced), dict(last_use), frozenset(outputs), tuple(aliases),
-                           len(self.program.steps))
+                           len(self.program.steps), tuple(results))
 
     def _alloc(self, name: str, layout: Layout) -> None:
         donor = self.plan.reuse.get(name)
         if donor is not None:
-            # the donor is dead (memory.plan_memory); its storage is at least as large
+            # the donor is dead (memory.plan_memory), or read by this kernel only where it writes
+            # (in place: its `del` follows the kernel); its storage is at least as large
             same = self.layouts[donor] == layout
             view = donor if same else f"{donor}.as_strided({_tuple(layout.sizes)}, {_tuple(layout.strides)})"
             self.layouts[name] = layout
-            self.lines.append(f"    {name} = {view}; del {donor}  # reuse")
+            if donor in self.plan.kept:
+                self.lines.append(f"    {name} = {view}; del {donor}  # reuse")
+            else:
+                self.lines.append(f"    {name} = {view}  # reuse in place")
             return
         self.layouts[name] = layout
         self.lines.append(f"    {name} = torch.empty_strided({_tuple(layout.sizes)}, {_tuple(layout.strides)}, "
@@ -295,6 +308,26 @@ class WrapperWriter:
             for name in names:
                 last[name] = s
         return last
+
+
+def _in_place_donors(step: Kernel, block_kind: str, node: Any) -> frozenset[str]:
+    """The buffers `node` may overwrite as it goes: a pointwise node of a plain loop whose kernel
+    reads each such buffer only in `node`'s own body, and only at the element `node` stores (no
+    indirect part), so every element is read before the store that replaces it. Whether a buffer
+    dies here, and its size and dtype, the planner checks."""
+    if block_kind != "loop" or not isinstance(node, Pointwise) or node.layout.offset != 0:
+        return frozenset()
+    if any(st == 0 and sz != 1 for sz, st in zip(node.layout.sizes, node.layout.strides)):
+        return frozenset()  # a broadcast store writes an element more than once: a later read would see it
+    target = sympy.expand(node.layout.index(index_vars("i", len(node.layout.sizes))))
+    mine: dict[str, bool] = {}
+    for v in walk(node.body):
+        if isinstance(v, Load):
+            ok = v.extra is None and sympy.expand(v.index - target) == 0
+            mine[v.buffer] = mine.get(v.buffer, True) and ok
+    elsewhere = {v.buffer for n in step.nodes if n is not node and getattr(n, "body", None) is not None
+                 for v in walk(n.body) if isinstance(v, Load)}
+    return frozenset(b for b, ok in mine.items() if ok and b not in elsewhere and b != node.name)
 
 
 def _may_alias(op: Any) -> bool:
