@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeGuard
 
 import numpy as np
 import torch
@@ -77,8 +77,15 @@ def result_dtype(fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable])
     return np.asarray(out).dtype
 
 
-def _is_array(v: Variable) -> bool:
+def _is_array(v: Variable) -> TypeGuard[NumpyArrayVariable]:
     return isinstance(v, NumpyArrayVariable)
+
+
+def _array(fn: Any, v: Variable) -> NumpyArrayVariable:
+    """`v` as a traced array: numpy also takes lists and scalars here, which are not traced."""
+    if not isinstance(v, NumpyArrayVariable):
+        raise Unsupported(f"{_name(fn)} on {v.describe()}", kind="numpy")
+    return v
 
 
 def cast(tx: "Tracer", v: Variable, dtype: np.dtype) -> Variable:
@@ -153,7 +160,8 @@ _COMPARE = {np.less: operator.lt, np.less_equal: operator.le, np.equal: operator
             np.not_equal: operator.ne, np.greater: operator.gt, np.greater_equal: operator.ge}
 _COMMON = {np.isnan, np.isinf, np.isfinite, np.logical_not, np.logical_and, np.logical_or, np.logical_xor}
 
-for _np_fn, _torch_fn in {**_UNARY, **_BINARY}.items():
+_ELEMENTWISE: dict[Any, Any] = {**_UNARY, **_BINARY}  # numpy ufunc -> torch function or operator
+for _np_fn, _torch_fn in _ELEMENTWISE.items():
     numpy_function(_np_fn)(_elementwise(_torch_fn, "common" if _np_fn in _COMMON else "out"))
 for _np_fn, _torch_fn in _COMPARE.items():
     numpy_function(_np_fn)(_elementwise(_torch_fn, "common"))
@@ -272,9 +280,15 @@ def _shape_arg(args: list[Variable]) -> Any:
 
 @numpy_function(np.reshape)
 def reshape(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    a = args[0]
+    a = _array(fn, args[0])
     _no_kwargs(fn, kwargs, ("newshape", "shape"))
-    shape = _shape_arg(args[1:]) if len(args) > 1 else _constant(kwargs.get("shape", kwargs.get("newshape")))
+    given = kwargs.get("shape", kwargs.get("newshape"))
+    if len(args) > 1:
+        shape = _shape_arg(args[1:])
+    elif given is not None:
+        shape = _constant(given)
+    else:
+        raise Unsupported(f"{_name(fn)} without a shape (raised natively)", kind="numpy")
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     out = tx.call_op("call_method", "reshape", [a.tensor(), ConstantVariable(shape)], {})
     return NumpyArrayVariable.of(out)
@@ -282,7 +296,7 @@ def reshape(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Varia
 
 @numpy_function(np.transpose)
 def transpose(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    a = args[0]
+    a = _array(fn, args[0])
     _no_kwargs(fn, kwargs, ("axes",))
     axes = _shape_arg(args[1:]) if len(args) > 1 else _constant(kwargs.get("axes", ConstantVariable(None)))
     if axes is None:
@@ -294,7 +308,7 @@ def transpose(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Var
 @numpy_function(np.swapaxes)
 def swapaxes(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     _no_kwargs(fn, kwargs)
-    out = tx.call_op("call_function", torch.transpose, [args[0].tensor(), args[1], args[2]], {})
+    out = tx.call_op("call_function", torch.transpose, [_array(fn, args[0]).tensor(), args[1], args[2]], {})
     return NumpyArrayVariable.of(out)
 
 
@@ -302,7 +316,8 @@ def swapaxes(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Vari
 def expand_dims(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     _no_kwargs(fn, kwargs, ("axis",))
     axis = _pick(args, kwargs, 1, "axis", None)
-    out = tx.call_op("call_function", torch.unsqueeze, [args[0].tensor(), ConstantVariable(axis)], {})
+    a = _array(fn, args[0])
+    out = tx.call_op("call_function", torch.unsqueeze, [a.tensor(), ConstantVariable(axis)], {})
     return NumpyArrayVariable.of(out)
 
 
@@ -311,14 +326,14 @@ def squeeze(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Varia
     _no_kwargs(fn, kwargs, ("axis",))
     axis = _pick(args, kwargs, 1, "axis", None)
     extra = [] if axis is None else [ConstantVariable(axis)]
-    out = tx.call_op("call_function", torch.squeeze, [args[0].tensor(), *extra], {})
+    out = tx.call_op("call_function", torch.squeeze, [_array(fn, args[0]).tensor(), *extra], {})
     return NumpyArrayVariable.of(out)
 
 
 @numpy_function(np.ravel)
 def ravel(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     _no_kwargs(fn, kwargs)
-    out = tx.call_op("call_method", "reshape", [args[0].tensor(), ConstantVariable(-1)], {})
+    out = tx.call_op("call_method", "reshape", [_array(fn, args[0]).tensor(), ConstantVariable(-1)], {})
     return NumpyArrayVariable.of(out)
 
 
@@ -326,8 +341,9 @@ def ravel(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variabl
 def join(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     from kiln.capture.variables.sequence import ListVariable
     _no_kwargs(fn, kwargs, ("axis",))
-    items = tx.iterate(args[0])
-    if not all(_is_array(i) for i in items):
+    values = tx.iterate(args[0])
+    items = [i for i in values if _is_array(i)]
+    if len(items) != len(values):
         raise Unsupported(f"{_name(fn)} of values that are not all traced arrays", kind="numpy")
     axis = _pick(args, kwargs, 1, "axis", 0)
     out_dtype = np.result_type(*[i.dtype for i in items])
@@ -362,7 +378,7 @@ def _unsupported(fn: Any, why: str) -> Variable:
 @numpy_function(np.sort, np.flip)
 def sort_or_flip(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     _no_kwargs(fn, kwargs, ("axis",))
-    a = args[0]
+    a = _array(fn, args[0])
     axis = _pick(args, kwargs, 1, "axis", -1 if fn is np.sort else None)
     if fn is np.sort:
         if axis is None:
@@ -437,7 +453,7 @@ def filled(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variab
 @numpy_function(np.ones_like, np.zeros_like, np.full_like)
 def filled_like(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     _no_kwargs(fn, kwargs, ("dtype",))
-    a = args[0]
+    a = _array(fn, args[0])
     fill = _constant(args[1]) if fn is np.full_like else (1 if fn is np.ones_like else 0)
     dtype = _dtype_option(kwargs, a.dtype)
     out = tx.call_op("call_function", torch.full_like, [a.tensor(), ConstantVariable(fill)],
