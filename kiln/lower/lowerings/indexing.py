@@ -69,13 +69,16 @@ def gather(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, *
 def index_select(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue) -> TensorValue:
     if x.ndim == 0:  # the only valid index is 0
         return TensorValue(x.dtype, ctx.out_sizes(), lambda idx: x.load([]))
-    x = ctx.realize(x)
     dim = normalize_dim(dim, x.ndim)
+    if any(s == 0 for s in x.sizes) and any(s != 0 for s in index.sizes):
+        # the result is empty, so a kernel would load (and check) nothing, while eager checks every
+        # index: ATen's own call does (a symbolic size is never 0: sizes 0 and 1 are specialized)
+        return ctx.extern(aten.index_select.default, (x, dim, index), {}, reason="an empty tensor")
+    x = ctx.realize(x)
     one_d = index.ndim == 1
-    # eager's CPU kernel raises RuntimeError along dim 1, or when the tensor is empty, IndexError
-    # otherwise (a symbolic size is never 0: sizes 0 and 1 are specialized)
-    empty = any(s == 0 for s in x.sizes)
-    check = "index_select_dim1" if x.ndim > 1 and (dim == 1 or empty) else "index_select"
+    # eager's CPU kernel raises RuntimeError along dim 1 of a tensor of 2 or more dims, IndexError
+    # otherwise
+    check = "index_select_dim1" if x.ndim > 1 and dim == 1 else "index_select"
     return TensorValue(x.dtype, ctx.out_sizes(), lambda idx: indirect_load(
         ctx, x, idx, {dim: index.load([idx[dim]] if one_d else [])}, check))
 
