@@ -12,7 +12,7 @@ import enum
 import types
 from typing import TYPE_CHECKING
 
-from kiln.capture.opcodes import opcode
+from kiln.capture.opcodes import opcode, oparg
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable, key_of, pairs_of
 from kiln.capture.variables.sequence import ListVariable, TupleVariable
@@ -27,35 +27,35 @@ if TYPE_CHECKING:
 
 @opcode
 def BUILD_TUPLE(tx: "Tracer", instr: dis.Instruction) -> None:
-    tx.push(TupleVariable(tx.popn(instr.arg)))
+    tx.push(TupleVariable(tx.popn(oparg(instr))))
 
 
 @opcode
 def BUILD_LIST(tx: "Tracer", instr: dis.Instruction) -> None:
-    tx.push(ListVariable(tx.popn(instr.arg)))
+    tx.push(ListVariable(tx.popn(oparg(instr))))
 
 
 @opcode
 def BUILD_SET(tx: "Tracer", instr: dis.Instruction) -> None:
-    tx.push(SetVariable(tx.popn(instr.arg)))
+    tx.push(SetVariable(tx.popn(oparg(instr))))
 
 
 @opcode
 def BUILD_MAP(tx: "Tracer", instr: dis.Instruction) -> None:
-    items = tx.popn(2 * instr.arg)
+    items = tx.popn(2 * oparg(instr))
     tx.push(DictVariable({key_of(items[i]): items[i + 1] for i in range(0, len(items), 2)}))
 
 
 @opcode
 def BUILD_CONST_KEY_MAP(tx: "Tracer", instr: dis.Instruction) -> None:
     keys = tx.pop().as_constant()
-    values = tx.popn(instr.arg)
+    values = tx.popn(oparg(instr))
     tx.push(DictVariable(dict(zip(keys, values))))
 
 
 @opcode
 def BUILD_SLICE(tx: "Tracer", instr: dis.Instruction) -> None:
-    parts = tx.popn(instr.arg)
+    parts = tx.popn(oparg(instr))
     if len(parts) == 2:
         parts.append(ConstantVariable(None))
     tx.push(SliceVariable(*parts))
@@ -64,25 +64,25 @@ def BUILD_SLICE(tx: "Tracer", instr: dis.Instruction) -> None:
 @opcode
 def LIST_APPEND(tx: "Tracer", instr: dis.Instruction) -> None:
     value = tx.pop()
-    tx.stack[-instr.arg].call_method(tx, "append", [value], {})
+    tx.stack[-oparg(instr)].call_method(tx, "append", [value], {})
 
 
 @opcode
 def LIST_EXTEND(tx: "Tracer", instr: dis.Instruction) -> None:
     value = tx.pop()
-    tx.stack[-instr.arg].call_method(tx, "extend", [value], {})
+    tx.stack[-oparg(instr)].call_method(tx, "extend", [value], {})
 
 
 @opcode
 def SET_ADD(tx: "Tracer", instr: dis.Instruction) -> None:
     value = tx.pop()
-    tx.stack[-instr.arg].call_method(tx, "add", [value], {})
+    tx.stack[-oparg(instr)].call_method(tx, "add", [value], {})
 
 
 @opcode
 def SET_UPDATE(tx: "Tracer", instr: dis.Instruction) -> None:
     value = tx.pop()
-    target = tx.stack[-instr.arg]
+    target = tx.stack[-oparg(instr)]
     for item in tx.iterate(value):
         target.call_method(tx, "add", [item], {})
 
@@ -91,19 +91,20 @@ def SET_UPDATE(tx: "Tracer", instr: dis.Instruction) -> None:
 def MAP_ADD(tx: "Tracer", instr: dis.Instruction) -> None:
     value = tx.pop()
     key = tx.pop()
-    tx.stack[-instr.arg].call_method(tx, "__setitem__", [key, value], {})
+    tx.stack[-oparg(instr)].call_method(tx, "__setitem__", [key, value], {})
 
 
 @opcode
 def DICT_UPDATE(tx: "Tracer", instr: dis.Instruction) -> None:
     value = tx.pop()
-    tx.stack[-instr.arg].call_method(tx, "update", [value], {})
+    tx.stack[-oparg(instr)].call_method(tx, "update", [value], {})
 
 
 @opcode
 def DICT_MERGE(tx: "Tracer", instr: dis.Instruction) -> None:
     value = tx.pop()
-    target = tx.stack[-instr.arg]
+    target = tx.stack[-oparg(instr)]
+    assert isinstance(target, DictVariable)  # the map BUILD_MAP made for this call's keywords
     new = pairs_of(tx, value)
     if set(new) & set(target.items):
         raise Unsupported("duplicate keyword argument in ** (raised natively)", kind="unsupported")
@@ -112,21 +113,21 @@ def DICT_MERGE(tx: "Tracer", instr: dis.Instruction) -> None:
 
 @opcode
 def LIST_TO_TUPLE(tx: "Tracer", instr: dis.Instruction) -> None:
-    tx.push(TupleVariable(tx.pop().items))
+    tx.push(TupleVariable(tx.iterate(tx.pop())))  # the list BUILD_LIST and LIST_EXTEND made
 
 
 @opcode
 def UNPACK_SEQUENCE(tx: "Tracer", instr: dis.Instruction) -> None:
-    items = tx.iterate(tx.pop())
-    if len(items) != instr.arg:
-        raise Unsupported(f"unpacking {len(items)} values into {instr.arg} (raised natively)", kind="unsupported")
+    items, count = tx.iterate(tx.pop()), oparg(instr)
+    if len(items) != count:
+        raise Unsupported(f"unpacking {len(items)} values into {count} (raised natively)", kind="unsupported")
     for item in reversed(items):
         tx.push(item)
 
 
 @opcode
 def UNPACK_EX(tx: "Tracer", instr: dis.Instruction) -> None:
-    before, after = instr.arg & 0xFF, instr.arg >> 8
+    before, after = oparg(instr) & 0xFF, oparg(instr) >> 8
     items = tx.iterate(tx.pop())
     if len(items) < before + after:
         raise Unsupported("not enough values to unpack (raised natively)", kind="unsupported")
@@ -140,7 +141,7 @@ def UNPACK_EX(tx: "Tracer", instr: dis.Instruction) -> None:
 
 @opcode
 def FORMAT_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
-    flags = instr.arg
+    flags = oparg(instr)
     spec = tx.pop().as_constant() if flags & 0x04 else ""
     value_var = tx.pop()
     if isinstance(value_var, SymIntVariable):
@@ -163,5 +164,5 @@ def FORMAT_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
 
 @opcode
 def BUILD_STRING(tx: "Tracer", instr: dis.Instruction) -> None:
-    parts = tx.popn(instr.arg)
+    parts = tx.popn(oparg(instr))
     tx.push(ConstantVariable("".join(p.as_constant() for p in parts)))

@@ -8,12 +8,12 @@ torch/_dynamo/symbolic_convert.py.
 from __future__ import annotations
 
 import dis
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from kiln.capture.opcodes import opcode
+from kiln.capture.opcodes import opcode, oparg
 from kiln.capture.variables.base import NullVariable, Variable
 from kiln.capture.variables.dict import DictVariable
-from kiln.capture.variables.functions import NestedFunctionVariable
+from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 @opcode
 def KW_NAMES(tx: "Tracer", instr: dis.Instruction) -> None:
-    tx.kw_names = tuple(tx.code.co_consts[instr.arg])
+    tx.kw_names = tuple(tx.code.co_consts[oparg(instr)])
 
 
 def split_call(stack_items: list[Variable], kw_names: tuple[str, ...]) -> tuple[Variable, list[Variable], dict[str, Variable]]:
@@ -40,7 +40,7 @@ def split_call(stack_items: list[Variable], kw_names: tuple[str, ...]) -> tuple[
 
 @opcode
 def CALL(tx: "Tracer", instr: dis.Instruction) -> None:
-    items = tx.popn(instr.arg + 2)
+    items = tx.popn(oparg(instr) + 2)
     kw_names, tx.kw_names = tx.kw_names or (), None
     fn, args, kwargs = split_call(items, kw_names)
     tx.push(tx.call(fn, args, kwargs))
@@ -48,7 +48,7 @@ def CALL(tx: "Tracer", instr: dis.Instruction) -> None:
 
 @opcode
 def CALL_FUNCTION_EX(tx: "Tracer", instr: dis.Instruction) -> None:
-    kwargs_var = tx.pop() if instr.arg & 1 else None
+    kwargs_var = tx.pop() if oparg(instr) & 1 else None
     args_var = tx.pop()
     fn = tx.pop()
     if tx.stack and isinstance(tx.stack[-1], NullVariable):
@@ -65,10 +65,16 @@ def CALL_FUNCTION_EX(tx: "Tracer", instr: dis.Instruction) -> None:
 @opcode
 def MAKE_FUNCTION(tx: "Tracer", instr: dis.Instruction) -> None:
     code = tx.pop().as_python_value()
-    flags = instr.arg
-    closure = list(tx.pop().items) if flags & 0x08 else None
+    flags = oparg(instr)
+    # the closure tuple holds what LOAD_CLOSURE pushed: cells of tx.cells
+    closure = cast(list[CellVariable], tx.iterate(tx.pop())) if flags & 0x08 else None
     if flags & 0x04:
         tx.pop()  # annotations do not change what the function computes
-    kwdefaults = {str(k): v for k, v in tx.pop().items.items()} if flags & 0x02 else {}
-    defaults = tuple(tx.pop().items) if flags & 0x01 else ()
+    kwdefaults = {str(k): v for k, v in _map_items(tx.pop()).items()} if flags & 0x02 else {}
+    defaults = tuple(tx.iterate(tx.pop())) if flags & 0x01 else ()
     tx.push(NestedFunctionVariable(code, tx.f_globals, code.co_qualname, defaults, kwdefaults, closure))
+
+
+def _map_items(var: Variable) -> dict:
+    assert isinstance(var, DictVariable)  # keyword defaults come from BUILD_MAP or BUILD_CONST_KEY_MAP
+    return var.items
