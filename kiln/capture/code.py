@@ -34,6 +34,19 @@ _READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLOSURE"
                     "DELETE_FAST", "DELETE_DEREF"})
 _WRITES = frozenset({"STORE_FAST", "STORE_DEREF"})
 
+
+def oparg(instr: dis.Instruction) -> int:
+    """The operand of an opcode that always has one (every opcode from dis.HAVE_ARGUMENT on)."""
+    assert instr.arg is not None, f"{instr.opname} without an operand"
+    return instr.arg
+
+
+def exception_entries(code: types.CodeType) -> tuple[Any, ...]:
+    """The exception table of `code` (dis's entries: start, end, target, depth, lasti)."""
+    # public since 3.11 but missing from typeshed's dis stub
+    return tuple(dis.Bytecode(code).exception_entries)  # type: ignore[attr-defined]
+
+
 _resume_cache: dict[tuple[Any, ...], types.CodeType] = {}
 # resume code -> (the user's code object, bytes its body was moved by): a resume function that breaks
 # again gets the resume code of the *user's* code at the same point, so the chain does not grow and a
@@ -84,9 +97,7 @@ def _listing(code: types.CodeType) -> _Listing:
             index[off] = len(instrs)
         pending.clear()
         instrs.append(ins)
-    # exception_entries is public since 3.11 but missing from typeshed's dis stub
-    handlers = dis.Bytecode(code).exception_entries  # type: ignore[attr-defined]
-    return _Listing(tuple(instrs), index, tuple(handlers))
+    return _Listing(tuple(instrs), index, exception_entries(code))
 
 
 def instructions(code: types.CodeType) -> tuple[tuple[dis.Instruction, ...], Mapping[int, int]]:

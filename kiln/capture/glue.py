@@ -214,9 +214,10 @@ _COMPARE_TEXT = {"<": "<", "<=": "<=", "==": "==", "!=": "!=", ">": ">", ">=": "
 
 
 def _format_value(ins: dis.Instruction, args: list[str]) -> str:
-    conversion = {0: "", 1: "str", 2: "repr", 3: "ascii"}[ins.arg & 0x03]
+    flags = code_mod.oparg(ins)
+    conversion = {0: "", 1: "str", 2: "repr", 3: "ascii"}[flags & 0x03]
     value = f"{conversion}({args[0]})" if conversion else args[0]
-    return f"format({value}, {args[1]})" if ins.arg & 0x04 else f"format({value})"
+    return f"format({value}, {args[1]})" if flags & 0x04 else f"format({value})"
 
 
 # Instructions the glue can run natively as one Python statement when they are the break:
@@ -232,11 +233,11 @@ NATIVE_INSTRUCTIONS: dict[str, tuple[Callable[[dis.Instruction], int], int, Call
     "UNARY_NOT": (lambda i: 1, 1, lambda i, a: f"not {a[0]}"),
     "LOAD_ATTR": (lambda i: 1, 1, lambda i, a: f"{a[0]}.{i.argval}"),
     "GET_ITER": (lambda i: 1, 1, lambda i, a: f"iter({a[0]})"),
-    "FORMAT_VALUE": (lambda i: 2 if i.arg & 0x04 else 1, 1, _format_value),
+    "FORMAT_VALUE": (lambda i: 2 if code_mod.oparg(i) & 0x04 else 1, 1, _format_value),
     "STORE_SUBSCR": (lambda i: 3, 0, lambda i, a: f"{a[1]}[{a[2]}] = {a[0]}"),
     "STORE_ATTR": (lambda i: 2, 0, lambda i, a: f"{a[1]}.{i.argval} = {a[0]}"),
     # An exception the frame raises and does not catch: raised by the glue (nothing resumes).
-    "RAISE_VARARGS": (lambda i: i.arg, 0, lambda i, a: " ".join(["raise", *a[:1], *(["from", a[1]] if len(a) > 1 else [])])),
+    "RAISE_VARARGS": (lambda i: code_mod.oparg(i), 0, lambda i, a: " ".join(["raise", *a[:1], *(["from", a[1]] if len(a) > 1 else [])])),
 }
 
 
@@ -251,7 +252,7 @@ def _in_try(code: types.CodeType, offset: int, *, with_blocks: bool = False) -> 
     when `with_blocks` is set."""
     instrs = [i for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
     index = {i.offset: n for n, i in enumerate(instrs)}
-    for entry in dis.Bytecode(code).exception_entries:
+    for entry in code_mod.exception_entries(code):
         if entry.start <= offset < entry.end:
             n = index.get(entry.target)
             handler = instrs[n + 1].opname if n is not None and n + 1 < len(instrs) else None
@@ -334,8 +335,10 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
     if isinstance(var, UserMethodVariable) and not getattr(var.fn, DISABLE_MARKER, False):
         return glue.bind("callee", wrap_frame(var.fn)), [glue.reconstruct(var.obj)]
     if isinstance(var, NNModuleVariable) and is_ddp(var.module):
-        inner_forward = type(var.module.module).forward
-        if isinstance(inner_forward, types.FunctionType) and "forward" not in var.module.module.__dict__:
+        inner = var.module.module
+        assert isinstance(inner, torch.nn.Module)  # DDP's constructor stores the module it wraps
+        inner_forward = type(inner).forward
+        if isinstance(inner_forward, types.FunctionType) and "forward" not in inner.__dict__:
             return glue.bind("callee", DDPModuleCall(wrap_frame(inner_forward))), [glue.reconstruct(var)]
     if isinstance(var, NNModuleVariable):
         forward = type(var.module).forward
@@ -437,20 +440,20 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
         for v in below:
             if not isinstance(v, NullVariable):
                 glue.reconstruct(v)
-        args = [glue.reconstruct(v) for v in stack[len(stack) - count:]]
+        operands = [glue.reconstruct(v) for v in stack[len(stack) - count:]]
         live, values = _live_values(root, code_mod.live_locals_at(code, after))
         _grad_line(glue, state)
         pushed: list[Any] = []
         if n_out:
             result = glue.fresh("result")
             if ins.opname == "BINARY_OP" and ins.argrepr.endswith("="):
-                glue.line(f"{result} = {args[0]}")  # `a op= b` calls the in-place method of a
-                glue.line(f"{result} {ins.argrepr} {args[1]}")
+                glue.line(f"{result} = {operands[0]}")  # `a op= b` calls the in-place method of a
+                glue.line(f"{result} {ins.argrepr} {operands[1]}")
             else:
-                glue.line(f"{result} = {render(ins, args)}")
+                glue.line(f"{result} = {render(ins, operands)}")
             pushed.append(_Named(result))
         else:
-            glue.line(render(ins, args))
+            glue.line(render(ins, operands))
         if ins.opname != "RAISE_VARARGS":
             glue.line(f"return {resumes.expression(glue, after, below + pushed, live, values)}")
     else:

@@ -29,12 +29,6 @@ def opcode(fn: Handler) -> Handler:
     return fn
 
 
-def oparg(instr: dis.Instruction) -> int:
-    """The operand of an opcode that always has one (every opcode from dis.HAVE_ARGUMENT on)."""
-    assert instr.arg is not None, f"{instr.opname} without an operand"
-    return instr.arg
-
-
 from kiln.capture.opcodes import build, calls, control, exceptions, names, operators, stack  # noqa: E402,F401
 
-__all__ = ["OPCODES", "opcode", "oparg"]
+__all__ = ["OPCODES", "opcode"]

@@ -12,7 +12,8 @@ import enum
 import types
 from typing import TYPE_CHECKING
 
-from kiln.capture.opcodes import opcode, oparg
+from kiln.capture.code import oparg
+from kiln.capture.opcodes import opcode
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable, key_of, pairs_of
 from kiln.capture.variables.sequence import ListVariable, TupleVariable

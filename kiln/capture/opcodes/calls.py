@@ -10,7 +10,8 @@ from __future__ import annotations
 import dis
 from typing import TYPE_CHECKING, cast
 
-from kiln.capture.opcodes import opcode, oparg
+from kiln.capture.code import oparg
+from kiln.capture.opcodes import opcode
 from kiln.capture.variables.base import NullVariable, Variable
 from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable

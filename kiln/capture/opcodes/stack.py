@@ -8,6 +8,7 @@ from __future__ import annotations
 import dis
 from typing import TYPE_CHECKING
 
+from kiln.capture.code import oparg
 from kiln.capture.opcodes import opcode
 from kiln.capture.variables.base import NullVariable
 
@@ -52,12 +53,10 @@ def PUSH_NULL(tx: "Tracer", instr: dis.Instruction) -> None:
 
 @opcode
 def COPY(tx: "Tracer", instr: dis.Instruction) -> None:
-    assert instr.arg is not None  # CPython always gives COPY its depth
-    tx.push(tx.stack[-instr.arg])
+    tx.push(tx.stack[-oparg(instr)])
 
 
 @opcode
 def SWAP(tx: "Tracer", instr: dis.Instruction) -> None:
-    i = instr.arg
-    assert i is not None  # CPython always gives SWAP its depth
+    i = oparg(instr)
     tx.stack[-1], tx.stack[-i] = tx.stack[-i], tx.stack[-1]
