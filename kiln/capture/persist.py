@@ -356,7 +356,9 @@ def _encode_named(obj: Any) -> Any:
     if obj is ABSENT:
         return ("absent", "", "", None)
     if isinstance(obj, torch.Tensor):
-        raise NotPortable("a tensor")
+        if records.REFERENCES["tensor"].encode(obj) is None:
+            raise NotPortable("a tensor that is not a small constant")
+        return None  # written as data by the records' own tensor reference
     if isinstance(obj, enum.Enum):
         cls = type(obj)
         _wrapped_depth(cls)

@@ -57,7 +57,8 @@ class WrapperRecipe:
         return Recipe("wrapper", {"wrapper": self})
 
 
-_PORTABLE_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, torch._ops.OpOverload)
+_PORTABLE_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, torch._ops.OpOverload,
+                       torch.Tensor)  # small constant tensors travel as data (kiln.runtime.records)
 _CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int64}
 _FIXED_GLOBALS = {"torch": torch, "_relayout": relayout}
 

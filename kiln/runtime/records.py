@@ -124,6 +124,66 @@ class _TorchConstantReference:
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
+_TENSOR_DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16, torch.int8,
+    torch.uint8, torch.bool)}
+MAX_TENSOR_BYTES = 1 << 16  # a graph's small constants (a -100 ignore index, a mask); larger ones stay in memory
+
+
+def _dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Every element at its own offset and no gaps (a permutation of a contiguous layout)."""
+    expected = 1
+    dims = [(n, st) for n, st in zip(shape, stride) if n != 1]
+    for size, step in sorted(dims, key=lambda p: p[1]):
+        if size == 0:
+            return True
+        if step != expected:
+            return False
+        expected *= size
+    return True
+
+
+@reference("tensor")
+class _TensorReference:
+    """A small constant CPU tensor as its dtype, sizes, strides and raw bytes: rebuilt into a fresh
+    tensor (no storage is shared, nothing of the file's choosing is called). Only plain strided
+    tensors that need no gradient: a Parameter or a subclass is not data."""
+
+    @staticmethod
+    def encode(obj: Any) -> Any:
+        if type(obj) is not torch.Tensor or obj.layout is not torch.strided or obj.device.type != "cpu" \
+                or obj.requires_grad or obj.is_neg() or obj.is_conj() or not _dense(obj.shape, obj.stride()):
+            return None
+        name = str(obj.dtype).removeprefix("torch.")
+        if name not in _TENSOR_DTYPES or obj.numel() * obj.element_size() > MAX_TENSOR_BYTES:
+            return None
+        data = obj.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes() if obj.numel() else b""
+        return (name, tuple(obj.shape), tuple(obj.stride()), data)
+
+    @staticmethod
+    def decode(data: Any) -> Any:
+        name, shape, stride, raw = data
+        dtype = _TENSOR_DTYPES.get(str(name))
+        if dtype is None or not isinstance(raw, bytes) or len(raw) > MAX_TENSOR_BYTES:
+            raise RecordError(f"bad tensor record of dtype {name!r}")
+        shape, stride = tuple(int(n) for n in shape), tuple(int(n) for n in stride)
+        if len(shape) != len(stride) or min(shape, default=0) < 0 or not _dense(shape, stride):
+            raise RecordError("bad tensor sizes or strides")
+        numel = 1
+        for n in shape:
+            numel *= n
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if len(raw) != numel * itemsize:
+            raise RecordError("tensor bytes do not match its sizes")
+        try:
+            out = torch.empty_strided(shape, stride, dtype=dtype)
+            if numel:
+                flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
+                out.copy_(flat.view(shape))
+        except RuntimeError as exc:  # strides that overlap or do not fit the sizes
+            raise RecordError(f"bad tensor record: {exc}") from exc
+        return out
+
 
 @reference("sympy")
 class _SympyReference:

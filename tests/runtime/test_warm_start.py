@@ -249,3 +249,21 @@ def test_guard_sources_read_library_dunders_but_not_globals() -> None:
     for text in ("L['f'].__globals__['os']", "type(L['x']).__subclasses__", "L['m'].__builtins__"):
         with pytest.raises(UnsafeSource):
             check_guard_source(text)
+
+
+def test_small_constant_tensors_travel_as_data_and_forged_ones_are_refused() -> None:
+    for t in (torch.tensor(-100), torch.arange(6.0).view(2, 3).t(), torch.tensor([True, False]), torch.zeros(0, 3)):
+        back = records.loads(records.dumps(t))
+        assert back.dtype == t.dtype and back.stride() == t.stride() and torch.equal(back, t)
+        assert back.data_ptr() != t.data_ptr() or t.numel() == 0
+    for big_or_not_data in (torch.zeros(1 << 15), torch.zeros(2, requires_grad=True), torch.nn.Parameter(torch.zeros(2))):
+        assert records.REFERENCES["tensor"].encode(big_or_not_data) is None
+        with pytest.raises(records.RecordError):  # pickled by torch's own reducer: refused on reading
+            records.loads(records.dumps(big_or_not_data))
+    ok = records.REFERENCES["tensor"].encode(torch.arange(4, dtype=torch.int64))
+    forged = [(ok[0], ok[1], ok[2], ok[3][:-1]),  # bytes that do not fill the sizes
+              ("object", ok[1], ok[2], ok[3]),  # not a dtype of the table
+              (ok[0], (2, 2), (0, 1), ok[3])]  # overlapping strides
+    for data in forged:
+        with pytest.raises(records.RecordError):
+            records.REFERENCES["tensor"].decode(data)
