@@ -23,8 +23,11 @@ from kiln import log
 aten = torch.ops.aten
 
 _LIBRARY = torch.library.Library("kiln", "FRAGMENT")
-_LIBRARY.define("fold_conv_bn(Tensor weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias, "
-                "Tensor running_mean, Tensor running_var, float eps, bool channels_last) -> (Tensor, Tensor)")
+# The results are the cache's tensors, which live as long as the weight's cache entry: the schema
+# says they alias the weight, so that the wrapper's memory planner never hands their storage to
+# another buffer (it reuses only results it knows to be fresh) and nothing writes to them.
+_LIBRARY.define("fold_conv_bn(Tensor(a) weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias, "
+                "Tensor running_mean, Tensor running_var, float eps, bool channels_last) -> (Tensor(a), Tensor(a))")
 
 
 def _folded(weight: torch.Tensor, bias: torch.Tensor | None, bn_weight: torch.Tensor | None,
@@ -85,7 +88,7 @@ def _fold_conv_bn(weight: torch.Tensor, bias: torch.Tensor | None, bn_weight: to
                   bn_bias: torch.Tensor | None, running_mean: torch.Tensor, running_var: torch.Tensor,
                   eps: float, channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
     # outputs are the cached tensors themselves: they are read by the convolution only (the pass
-    # never lets them reach a graph output), so no caller can write to them
+    # never lets them reach a graph output), and the schema keeps the wrapper from reusing them
     return FOLD_CACHE.get(weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, channels_last)
 
 

@@ -93,6 +93,7 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
     for node in gm.graph.nodes:
         ctx.origins = (node.name,)
         ctx.meta = metas.get(node)
+        ctx.node = node
         if node.op == "placeholder":
             m = ctx.meta
             if isinstance(m, torch.Tensor):

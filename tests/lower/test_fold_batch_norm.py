@@ -165,7 +165,7 @@ def test_channels_last_keeps_eager_strides(memory_format):
 
     torch.manual_seed(0)
     net = Net().eval()
-    x = torch.randn(2, 4, 8, 8).contiguous(memory_format=memory_format)
+    x = torch.randn(2, 4, 16, 16).contiguous(memory_format=memory_format)
     with torch.no_grad():
         got, want = kiln.compile(net)(x), net(x)
     for g, w in zip(got, want):
@@ -185,3 +185,55 @@ def test_training_step_with_channels_last_and_pooling():
         torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
     for b, c in zip(net.buffers(), ref.buffers()):
         torch.testing.assert_close(b, c)
+
+
+def _extern_layouts(compiled, op):
+    from kiln.lower.schedule import ExternCall
+    return [s.node.layout for s in compiled.program.steps if isinstance(s, ExternCall) and s.node.op is op]
+
+
+def test_conv_relu_conv_runs_channels_last_inside():
+    """The ReLU between two convolutions is one kernel that reads the first one's NHWC output and
+    writes the second one's NHWC input; the graph's output still has eager's (NCHW) strides."""
+    def fn(x, w1, w2):
+        y = torch.relu(aten.convolution(x, w1, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+        return aten.convolution(y + 1, w2, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+
+    compiled = check(fn, torch.randn(2, 4, 16, 16), torch.randn(8, 4, 3, 3), torch.randn(8, 8, 3, 3),
+                     atol=1e-4, rtol=1e-5)
+    layouts = _extern_layouts(compiled, aten.convolution.default)
+    assert len(layouts) == 2 and all(int(lay.strides[1]) == 1 for lay in layouts)
+    assert compiled.kernel_count == 3  # x to NHWC, relu + 1 between the convolutions, output to NCHW
+    out = compiled(torch.randn(2, 4, 16, 16), torch.randn(8, 4, 3, 3), torch.randn(8, 8, 3, 3))[0]
+    assert out.is_contiguous()
+
+
+def test_small_images_stay_nchw():
+    def fn(x, w):
+        return aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+
+    compiled = check(fn, torch.randn(2, 8, 4, 4), torch.randn(8, 8, 3, 3), atol=1e-4, rtol=1e-5)
+    assert all(int(lay.strides[3]) == 1 for lay in _extern_layouts(compiled, aten.convolution.default))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_batch_norm_training_externs(dtype):
+    """BatchNorm's training forward and backward run as ATen calls: gradients, running statistics
+    and outputs match eager (float64: to assert_close's float64 defaults)."""
+    torch.manual_seed(0)
+    net = ConvNet().train().to(dtype)
+    ref = copy.deepcopy(net)
+    x = torch.randn(2, 3, 16, 16, dtype=dtype)
+    tol = {} if dtype == torch.float64 else {"atol": 1e-4, "rtol": 1e-4}
+    compiled = kiln.compile(net)
+    for _ in range(2):
+        for m in (net, ref):
+            m.zero_grad()
+        out, want = compiled(x), ref(x)
+        torch.testing.assert_close(out, want, **tol)
+        out.square().sum().backward()
+        want.square().sum().backward()
+        for (name, p), q in zip(net.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, msg=name, **tol)
+        for b, c in zip(net.buffers(), ref.buffers()):
+            torch.testing.assert_close(b, c, **tol)

@@ -109,6 +109,7 @@ class LoweringContext:
         self._names = itertools.count()
         self.origins: tuple[str, ...] = ()
         self.meta: Any = None  # the current node's example value (a meta/fake tensor or tuple)
+        self.node: Any = None  # the FX node being lowered (rules that look at its neighbours)
         self.random_offset = 0  # distinct stream per random op of the graph
         self.perf_hints: list[str] = []
         self.storage_offsets: dict[str, sympy.Expr] = {}  # input -> its storage offset (as_strided is absolute)
@@ -227,7 +228,7 @@ def normalize_dim(dim: int, ndim: int) -> int:
     return dim + max(ndim, 1) if dim < 0 else dim
 
 
-from kiln.lower.lowerings import pointwise, reductions, views, indexing, extern, convolution  # noqa: E402,F401  (fill the table)
+from kiln.lower.lowerings import pointwise, reductions, views, indexing, extern, convolution, batch_norm  # noqa: E402,F401  (fill the table)
 
 __all__ = ["LOWERINGS", "register", "LoweringContext", "TensorValue", "strided_value", "to_expr",
            "value_cost", "compute_dtype", "SUPPORTED_DTYPES"]
