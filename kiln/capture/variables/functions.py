@@ -47,6 +47,7 @@ class CellVariable(Variable):
 
     def load(self, tx: "Tracer") -> Variable:
         if not self.loaded:
+            assert self.real is not None  # only a cell made from a real one starts unloaded
             try:
                 value = self.real.cell_contents
             except ValueError as exc:
@@ -85,6 +86,14 @@ class BoundMethodVariable(Variable):
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return f"{glue.reconstruct(self.obj)}.{self.name}"
+
+
+def python_function(fn: object, what: str) -> types.FunctionType:
+    """`fn` as a Python function the tracer can inline; anything else (a builtin, a partial, a
+    property without a getter) is a graph break."""
+    if not isinstance(fn, types.FunctionType):
+        raise Unsupported(f"{what} that is not a Python function ({type(fn).__name__})", kind="unsupported_call")
+    return fn
 
 
 class UserFunctionVariable(Variable):
@@ -188,7 +197,8 @@ def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: lis
                           fn.__kwdefaults__ or {}, args, kwargs, name=fn.__qualname__, fn=fn)
 
 
-_FUNCTION_APPLY = torch.autograd.Function.apply.__func__
+# apply is a classmethod; torch's stub types it as a plain function
+_FUNCTION_APPLY = torch.autograd.Function.apply.__func__  # type: ignore[attr-defined]
 
 
 def is_autograd_function_apply(value: Any) -> bool:
@@ -267,7 +277,7 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
     if name is not None and isinstance(static, (property, types.FunctionType, staticmethod, classmethod)):
         guard_class_attribute(tx, owner, name, static, receiver)
     if isinstance(static, property):
-        return UserFunctionVariable(static.fget).call(tx, [receiver], {})
+        return UserFunctionVariable(python_function(static.fget, "a property getter")).call(tx, [receiver], {})
     if isinstance(static, types.FunctionType):
         return UserMethodVariable(static, receiver)
     if isinstance(static, staticmethod):
@@ -279,13 +289,13 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
         from kiln.capture.variables.user_object import ObjectVariable
         return ObjectVariable(static.__get__(None, owner))
     if isinstance(static, classmethod):
-        return UserMethodVariable(static.__func__, tx.wrap(owner, None))
+        return UserMethodVariable(python_function(static.__func__, "a classmethod"), tx.wrap(owner, None))
     if isinstance(static, functools._lru_cache_wrapper) and isinstance(getattr(static, "__wrapped__", None),
                                                                         types.FunctionType):
         # a method under @functools.lru_cache: as Dynamo does, the cache is stepped past
         if name is not None:
             guard_class_attribute(tx, owner, name, static, receiver)
-        return UserMethodVariable(static.__wrapped__, receiver)
+        return UserMethodVariable(python_function(static.__wrapped__, "an lru_cache method"), receiver)
     return None
 
 

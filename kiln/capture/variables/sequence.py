@@ -34,6 +34,7 @@ def _index(tx: "Tracer", key: Variable) -> Any:
 
 class _NamedTupleClass(Protocol):
     _fields: ClassVar[tuple[str, ...]]
+    _field_defaults: ClassVar[dict[str, Any]]
 
 
 def is_namedtuple_type(cls: type) -> TypeGuard[type[_NamedTupleClass]]:

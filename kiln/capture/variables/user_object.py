@@ -21,7 +21,7 @@ import torch
 from kiln.capture.sources import AttrSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
-from kiln.capture.variables.functions import is_autograd_function_apply
+from kiln.capture.variables.functions import is_autograd_function_apply, python_function
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ class ObjectVariable(Variable):
                 if isinstance(static, (classmethod, staticmethod)):
                     guard_class_attribute(tx, obj, name, static, class_source=self.source)
                     if isinstance(static, classmethod):
-                        return UserMethodVariable(static.__func__, self)
+                        return UserMethodVariable(python_function(static.__func__, "a classmethod"), self)
                     return tx.wrap(static.__func__, None)
                 if self.source is None and static is not _MISSING:
                     # a class reached without a source (type() of an object built in the frame):
@@ -177,13 +177,15 @@ class ObjectVariable(Variable):
             values = list(args) + [None] * (len(fields) - len(args))
             for key, value in kwargs.items():
                 values[fields.index(key)] = value
-            for n, value in enumerate(values):
-                if value is None:
+            filled: list[Variable] = []
+            for n, given in enumerate(values):
+                if given is None:
                     default = obj._field_defaults.get(fields[n], _MISSING)
                     if default is _MISSING:
                         raise Unsupported(f"{obj.__name__}() missing {fields[n]} (raised natively)", kind="unsupported")
-                    values[n] = tx.wrap(default, None)
-            return TupleVariable(values, obj)
+                    given = tx.wrap(default, None)
+                filled.append(given)
+            return TupleVariable(filled, obj)
         if _trace_time_module_class(obj):
             from kiln.capture.variables.base import constant_args
             consts = constant_args(list(args), kwargs)
@@ -199,7 +201,9 @@ class ObjectVariable(Variable):
         if isinstance(obj, type) and issubclass(obj, BaseException):
             from kiln.capture.variables.exception import construct_exception
             return construct_exception(tx, obj, list(args), kwargs)
-        if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__dataclass_params__.frozen:
+        # dataclasses keeps its decorator's parameters there; typeshed's DataclassInstance omits it
+        if isinstance(obj, type) and dataclasses.is_dataclass(obj) \
+                and obj.__dataclass_params__.frozen:  # type: ignore[attr-defined]
             from kiln.capture.variables.base import constant_args
             consts = constant_args(list(args), kwargs)
             if consts is not None:
@@ -346,7 +350,8 @@ class SuperVariable(Variable):
                 if isinstance(attr, staticmethod):
                     return tx.wrap(attr.__func__, None)
                 if isinstance(attr, classmethod):
-                    return UserMethodVariable(attr.__func__, tx.wrap(self.obj.python_type(), None))
+                    return UserMethodVariable(python_function(attr.__func__, "a classmethod"),
+                                              tx.wrap(self.obj.python_type(), None))
                 if base is object and name == "__init__":
                     return tx.wrap(lambda *a, **k: None, None)
                 if base is object and name == "__setattr__" and isinstance(self.obj, ObjectVariable):
@@ -590,13 +595,14 @@ class NewObjectVariable(Variable):
             return tx.wrap(static, AttrSource(self.cls_source, name))  # guarded as `A.K` is read
         guard_class_attribute(tx, self.cls, name, static, class_source=self.cls_source)
         if isinstance(static, property):
-            return UserFunctionVariable(static.fget).call(tx, [self], {})
+            return UserFunctionVariable(python_function(static.fget, "a property getter")).call(tx, [self], {})
         if isinstance(static, types.FunctionType):
             return UserMethodVariable(static, self)
         if isinstance(static, staticmethod):
             return tx.wrap(static.__func__, None)
         if isinstance(static, classmethod):
-            return UserMethodVariable(static.__func__, tx.wrap(self.cls, self.cls_source))
+            return UserMethodVariable(python_function(static.__func__, "a classmethod"),
+                                      tx.wrap(self.cls, self.cls_source))
         return tx.wrap_result(static)
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
