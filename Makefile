@@ -4,7 +4,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-all bench gpu-check clean
+.PHONY: venv demo test test-all bench bench-models gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,11 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(VPY) -m benchmarks.run
+
+# the real-model corpus (tests/e2e/real_models.py): speedups, first-call and warm-start seconds of Kiln
+# and torch.compile over eager, with geomeans; ARGS="--quick" or ARGS="--only gpt2,bert" for less
+bench-models: $(STAMP)
+	$(VPY) -m benchmarks.models $(ARGS)
 
 # on a machine with a CUDA device: GPU tests (Triton launches, CUDA graphs, speed) + a quick bench, < 8 min
 gpu-check: $(STAMP)

@@ -7,6 +7,11 @@ guard-overhead micro-benchmark, a geomean row, and everything written to bench_r
     python -m benchmarks.run --only softmax     # one workload (repeat or comma-separate for more)
     python -m benchmarks.run --no-startup       # skip the cold/warm subprocess measurements
     python -m benchmarks.run --only ddp         # the 2-process DDP training step (benchmarks/ddp.py)
+    python -m benchmarks.run --threads all      # one pass at torch's default thread count (default: 1,all)
+
+The workloads run once per thread count of --threads (torch.set_num_threads, which Kiln's kernels
+follow as ATen's do); each speed and memory table says its thread count. Cold and warm starts (fresh
+processes, default threads) are measured in the first pass only.
 """
 from __future__ import annotations
 
@@ -47,7 +52,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", action="append", default=[], help=f"workload name(s), of: {', '.join(ALL_NAMES)}")
     parser.add_argument("--no-startup", action="store_true", help="skip cold/warm compile-time subprocesses")
     parser.add_argument("--json", default="bench_results.json", help="where to write the results")
+    parser.add_argument("--threads", default="1,all", help="thread counts, comma-separated ('all': torch's default)")
     args = parser.parse_args(argv)
+    try:
+        args.threads = [torch.get_num_threads() if t == "all" else int(t) for t in args.threads.split(",") if t]
+    except ValueError:
+        parser.error("--threads takes positive integers or 'all', comma-separated")
+    if not args.threads or min(args.threads) < 1:
+        parser.error("--threads takes positive integers or 'all', comma-separated")
+    args.threads = list(dict.fromkeys(args.threads))
     args.only = [name for item in args.only for name in item.split(",") if name]
     unknown = sorted(set(args.only) - set(ALL_NAMES))
     if unknown:
@@ -82,17 +95,26 @@ def main(argv: list[str] | None = None) -> int:
     scratch = tempfile.mkdtemp(prefix="kiln-bench-")
     rows: list[dict] = []
     errors: dict[str, str] = {}
+    passes: dict[int, list[dict]] = {}  # thread count -> that pass's rows
     started = time.perf_counter()
+    default_threads = torch.get_num_threads()
     try:
-        for name in WORKLOADS:
-            if name not in selected:
-                continue
-            print(f"  {name} ...", flush=True)
-            try:
-                rows.append(bench_workload(importlib.import_module(f"benchmarks.{name}"), opts, unavailable, scratch))
-            except Exception as exc:  # a broken workload is reported; the others still run
-                errors[name] = f"{type(exc).__name__}: {exc}"
-                print(f"  {name} failed in eager or setup: {errors[name]}", flush=True)
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            print(f"  -- {threads} thread(s)", flush=True)
+            pass_opts = dict(opts, startup=opts["startup"] and not passes)
+            rows = passes[threads] = []
+            for name in WORKLOADS:
+                if name not in selected:
+                    continue
+                print(f"  {name} ...", flush=True)
+                try:
+                    row = bench_workload(importlib.import_module(f"benchmarks.{name}"), pass_opts, unavailable, scratch)
+                    rows.append(dict(row, threads=threads))
+                except Exception as exc:  # a broken workload is reported; the others still run
+                    errors[name] = f"{type(exc).__name__}: {exc}"
+                    print(f"  {name} failed in eager or setup: {errors[name]}", flush=True)
+        torch.set_num_threads(default_threads)
         guard = None
         if guard_overhead.NAME in selected:
             print(f"  {guard_overhead.NAME} ...", flush=True)
@@ -112,15 +134,21 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     totals = report.summary(rows)
+    first = passes.get(args.threads[0], [])
+    for threads, pass_rows in passes.items():
+        if not pass_rows:
+            continue
+        print(f"\n== speed at {threads} thread(s) (one process, median of repeated runs) ==")
+        report.print_speed_table(pass_rows, report.summary(pass_rows))
+        print(f"\n== peak memory per step at {threads} thread(s) ==")
+        report.print_memory_table(pass_rows)
+    if first:
+        print(f"\n== compile time (cold and warm start, fresh processes at {default_threads} threads) ==")
+        report.print_compile_table(first, report.summary(first))
+        print_warm_ratios(first)
     if rows:
-        print("\n== speed (one process, median of repeated runs) ==")
-        report.print_speed_table(rows, totals)
-        print("\n== compile time ==")
-        report.print_compile_table(rows, totals)
-        print("\n== memory bandwidth of the memory-bound workloads ==")
+        print(f"\n== memory bandwidth of the memory-bound workloads at {args.threads[-1]} thread(s) ==")
         report.print_bandwidth_table(rows, copy_gbs, copy_mib)
-        print("\n== peak memory per step ==")
-        report.print_memory_table(rows)
     if guard is not None:
         print("\n== guard overhead (backend='eager') ==")
         report.print_guard_overhead(guard)
@@ -137,13 +165,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwarning: the machine was busy (1-minute load {info['load_before']:.1f} before, "
               f"{info['load_after']:.1f} after, on {info['cpu_count']} CPUs): timings are noisy")
     results = {"machine": dict(info, copy_bandwidth_gbs=copy_gbs), "options": opts, "kiln_unavailable": unavailable,
-               "workloads": rows, "errors": errors, "summary": totals, "guard_overhead": guard, "overhead": tiny,
+               "workloads": rows, "errors": errors, "summary": totals, "threads": args.threads,
+               "by_threads": {str(t): {"workloads": r, "summary": report.summary(r)} for t, r in passes.items()}, "guard_overhead": guard, "overhead": tiny,
                "ddp": ddp_rows,
                "wall_s": time.perf_counter() - started}
     with open(args.json, "w") as f:
         json.dump(results, f, indent=2, default=str)
     print(f"\nresults written to {args.json} ({time.perf_counter() - started:.0f} s)")
     return 0
+
+
+def print_warm_ratios(rows: list[dict]) -> None:
+    """Kiln's warm start over torch.compile's, per workload (the target is at most 0.1)."""
+    ratios = []
+    for r in rows:
+        k, t = r.get("kiln", {}).get("warm_s"), r.get("torch", {}).get("warm_s")
+        if k and t:
+            ratios.append(f"{r['name']} {k / t:.3f}")
+    if ratios:
+        print("  warm start kiln/torch: " + ", ".join(ratios))
 
 
 if __name__ == "__main__":

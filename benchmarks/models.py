@@ -1,0 +1,290 @@
+"""`make bench-models`: the real-model corpus (tests/e2e/real_models.py) under eager, Kiln and torch.compile.
+
+For each model, inference (eval, no_grad) and a training step (forward, loss, backward): the median
+step time of each compiler in one process (samples taken in turn), the speedups over eager, the
+seconds of the first compiled call (capture and compilation, cold: empty caches), and the warm start
+(the first call in a second process that finds the first one's cache on disk) for inference; then
+the geomeans. Kiln's result is compared with eager's: a model whose output differs is reported as
+such and left out of the geomeans, as is a compiler that raised.
+
+    python -m benchmarks.models                      # every model (long on 2 cores)
+    python -m benchmarks.models --quick              # five models, few samples, no warm start
+    python -m benchmarks.models --only gpt2,bert     # chosen models (repeat or comma-separate)
+    python -m benchmarks.models --modes infer        # inference only
+    python -m benchmarks.models --no-warm            # skip the second-process measurements
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any, Callable
+
+import torch
+
+from benchmarks.timing import geomean, measure_interleaved
+
+QUICK_MODELS = ("gpt2", "bert", "llama", "t5", "vit")
+COMPILERS = ("kiln", "torch")
+_CACHE_ENV = {"kiln": "KILN_CACHE_DIR", "torch": "TORCHINDUCTOR_CACHE_DIR"}
+
+
+def _corpus() -> Any:
+    from tests.e2e import real_models  # the corpus lives with the tests that check it
+
+    return real_models
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.models", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=f"models {', '.join(QUICK_MODELS)}, few samples, no warm start")
+    parser.add_argument("--only", action="append", default=[], help="model name(s) of tests/e2e/real_models.py")
+    parser.add_argument("--modes", default="infer,train", help="infer, train or both (comma-separated)")
+    parser.add_argument("--no-warm", action="store_true", help="skip the warm-start subprocesses")
+    parser.add_argument("--samples", type=int, default=None, help="timed samples per compiler")
+    parser.add_argument("--json", default="bench_models.json", help="where to write the results")
+    parser.add_argument("--child", nargs=3, metavar=("MODEL", "MODE", "COMPILER"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.only = [name for item in args.only for name in item.split(",") if name]
+    args.modes = [m for m in args.modes.split(",") if m]
+    if set(args.modes) - {"infer", "train"}:
+        parser.error("--modes takes infer and/or train")
+    if args.child is None:
+        known = set(_corpus().MODELS)
+        unknown = sorted(set(args.only) - known)
+        if unknown:
+            parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
+    return args
+
+
+# ---------------------------------------------------------------------------------------------------
+# One model in this process
+
+
+def _wrap(compiler: str, model: torch.nn.Module) -> Callable:
+    if compiler == "eager":
+        return model
+    if compiler == "kiln":
+        import kiln
+
+        return kiln.compile(model)
+    return torch.compile(model)
+
+
+def _step(rm: Any, entry: Any, model: torch.nn.Module, fn: Callable, training: bool) -> Callable[[], Any]:
+    """One call (inference) or one training step (zero grads, forward, loss, backward); inputs that
+    hold objects a call changes (a KV cache) are made again for every call."""
+    fixed = entry.inputs(training)
+    fresh = any(not isinstance(v, (torch.Tensor, bool, int, float, type(None))) for v in fixed.values())
+    model.train(training)
+
+    def step() -> Any:
+        kwargs = entry.inputs(training) if fresh else fixed
+        if not training:
+            with torch.no_grad():
+                return fn(**kwargs)
+        for p in model.parameters():
+            p.grad = None
+        out = fn(**kwargs)
+        rm._scalar_loss(out).backward()
+        return out
+
+    return step
+
+
+def _reset(compiler: str) -> None:
+    if compiler == "kiln":
+        import kiln
+
+        kiln.reset()
+    elif compiler == "torch":
+        torch._dynamo.reset()
+
+
+def bench_model(name: str, training: bool, opts: dict) -> dict:
+    """Timings, speedups, first-call seconds and Kiln's agreement with eager for one model and mode."""
+    rm = _corpus()
+    entry = rm.MODELS[name]
+    row: dict[str, Any] = {"model": name, "mode": "train" if training else "infer", "errors": {}}
+    steps: dict[str, Callable[[], Any]] = {}
+    models = {c: entry.build() for c in ("eager", *COMPILERS)}
+    steps["eager"] = _step(rm, entry, models["eager"], models["eager"], training)
+    want = rm._as_tree(steps["eager"]())
+    for compiler in COMPILERS:
+        _reset(compiler)
+        try:
+            step = _step(rm, entry, models[compiler], _wrap(compiler, models[compiler]), training)
+            start = time.perf_counter()
+            got = rm._as_tree(step())
+            row[f"{compiler}_first_s"] = time.perf_counter() - start
+            try:
+                rm.assert_close_trees(rm._detach(got), rm._detach(want), max(entry.tol, 1e-3), name)
+            except AssertionError as exc:
+                row["errors"][compiler] = f"output differs from eager: {str(exc).splitlines()[0][:160]}"
+                continue
+            steps[compiler] = step
+        except Exception as exc:
+            row["errors"][compiler] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    if "kiln" in steps:
+        import kiln
+
+        stats = kiln.stats()
+        row["kiln_graphs"], row["kiln_breaks"] = stats.get("graphs", 0), stats.get("graph_breaks", 0)
+        row["kiln_fallbacks"] = stats.get("fallbacks", 0)
+    timings = measure_interleaved(steps, warmup=opts["warmup"], samples=opts["samples"], min_sample_s=0.02)
+    for compiler, timing in timings.items():
+        row[f"{compiler}_ms"] = timing.ms
+    for compiler in COMPILERS:
+        if compiler in timings:
+            row[f"{compiler}_speedup"] = timings["eager"].median_s / timings[compiler].median_s
+    return row
+
+
+# ---------------------------------------------------------------------------------------------------
+# Warm start: the first call in a second process
+
+
+def child(name: str, mode: str, compiler: str) -> dict:
+    """Run in a fresh process: one eager call (PyTorch's own one-time costs), then the compiler's
+    import, wrapping and first call, timed."""
+    rm = _corpus()
+    entry = rm.MODELS[name]
+    training = mode == "train"
+    model = entry.build()
+    _step(rm, entry, model, model, training)()
+    start = time.perf_counter()
+    if compiler == "kiln":
+        import kiln  # noqa: F401  (timed: a user's warm start includes it)
+    step = _step(rm, entry, model, _wrap(compiler, model), training)
+    step()
+    out: dict[str, Any] = {"first_call_s": time.perf_counter() - start}
+    if compiler == "kiln":
+        import kiln
+
+        stats = kiln.stats()
+        out.update(frames=stats["frames"], disk_hits=stats["disk_hits"])
+    return out
+
+
+def _child_run(name: str, mode: str, compiler: str, cache: str) -> dict:
+    env = {**os.environ, _CACHE_ENV[compiler]: cache}
+    env.pop("KILN_LOGS", None)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.models", "--child", name, mode, compiler],
+                          capture_output=True, text=True, env=env, timeout=900)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+    return json.loads(lines[-1])
+
+
+def warm_start(name: str, mode: str, scratch: str) -> dict:
+    """For each compiler: (cold first call, warm first call) in two processes sharing a cache."""
+    out: dict[str, Any] = {}
+    for compiler in COMPILERS:
+        cache = tempfile.mkdtemp(prefix=f"{compiler}-", dir=scratch)
+        cold = _child_run(name, mode, compiler, cache)
+        warm = _child_run(name, mode, compiler, cache)
+        out[compiler] = {"cold": cold, "warm": warm}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Report
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else "-"
+
+
+def print_table(rows: list[dict]) -> dict:
+    header = (f"{'model':<18}{'mode':<6}{'eager ms':>9}{'kiln':>7}{'torch':>7}{'kiln 1st s':>11}"
+              f"{'torch 1st s':>12}{'kiln warm':>10}{'torch warm':>11}  notes")
+    print(header)
+    for r in rows:
+        warm = r.get("warm", {})
+        kw = warm.get("kiln", {}).get("warm", {}).get("first_call_s")
+        tw = warm.get("torch", {}).get("warm", {}).get("first_call_s")
+        notes = "; ".join(f"{c}: {e}" for c, e in r["errors"].items())
+        if r.get("kiln_breaks"):
+            notes = f"{r['kiln_breaks']} break(s) " + notes
+        if warm.get("kiln", {}).get("warm", {}).get("frames"):
+            notes += f" kiln warm captured {warm['kiln']['warm']['frames']} frame(s)"
+        print(f"{r['model']:<18}{r['mode']:<6}{_fmt(r.get('eager_ms'), '9.2f')}{_fmt(r.get('kiln_speedup'), '6.2f')}x"
+              f"{_fmt(r.get('torch_speedup'), '6.2f')}x{_fmt(r.get('kiln_first_s'), '11.2f')}"
+              f"{_fmt(r.get('torch_first_s'), '12.2f')}{_fmt(kw, '10.2f')}{_fmt(tw, '11.2f')}  {notes}")
+    summary: dict[str, Any] = {}
+    for mode in ("infer", "train"):
+        both = [r for r in rows if r["mode"] == mode and "kiln_speedup" in r and "torch_speedup" in r]
+        if not both:
+            continue
+        summary[mode] = {"models": len(both),
+                         "kiln_geomean": geomean([r["kiln_speedup"] for r in both]),
+                         "torch_geomean": geomean([r["torch_speedup"] for r in both]),
+                         "kiln_first_s_geomean": geomean([r["kiln_first_s"] for r in both]),
+                         "torch_first_s_geomean": geomean([r["torch_first_s"] for r in both])}
+        pairs = [(r["warm"]["kiln"]["warm"].get("first_call_s"), r["warm"]["torch"]["warm"].get("first_call_s"))
+                 for r in both if "warm" in r]
+        pairs = [(k, t) for k, t in pairs if k and t]
+        if pairs:
+            summary[mode]["warm_ratio_geomean"] = geomean([k / t for k, t in pairs])
+        s = summary[mode]
+        line = (f"geomean {mode} over {s['models']} models (both compilers ran and matched eager): kiln "
+                f"{s['kiln_geomean']:.2f}x, torch.compile {s['torch_geomean']:.2f}x; first call kiln "
+                f"{s['kiln_first_s_geomean']:.2f} s, torch {s['torch_first_s_geomean']:.2f} s")
+        if "warm_ratio_geomean" in s:
+            line += f"; warm start kiln/torch {s['warm_ratio_geomean']:.3f}"
+        print(line)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        try:
+            print(json.dumps(child(*args.child)))
+        except Exception as exc:
+            traceback.print_exc()
+            print(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:200]}))
+        return 0
+    rm = _corpus()
+    names = args.only or (list(QUICK_MODELS) if args.quick else list(rm.MODELS))
+    opts = {"warmup": 1 if args.quick else 3, "samples": args.samples or (3 if args.quick else 9)}
+    warm = not args.no_warm and not args.quick
+    print(f"Kiln bench-models: torch {torch.__version__}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch "
+          f"threads, {len(names)} models, modes {','.join(args.modes)}{', quick' if args.quick else ''}", flush=True)
+    scratch = tempfile.mkdtemp(prefix="kiln-bench-models-")
+    # cold first calls in this process: caches start empty
+    os.environ["KILN_CACHE_DIR"] = os.path.join(scratch, "kiln-main")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "torch-main")
+    rows: list[dict] = []
+    started = time.perf_counter()
+    try:
+        for name in names:
+            for mode in args.modes:
+                print(f"  {name} {mode} ...", flush=True)
+                try:
+                    row = bench_model(name, mode == "train", opts)
+                except Exception as exc:
+                    row = {"model": name, "mode": mode, "errors": {"eager": f"{type(exc).__name__}: {exc}"[:200]}}
+                if warm and mode == "infer" and not row["errors"]:
+                    row["warm"] = warm_start(name, mode, scratch)
+                rows.append(row)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print()
+    summary = print_table(rows)
+    with open(args.json, "w") as f:
+        json.dump({"threads": torch.get_num_threads(), "rows": rows, "summary": summary,
+                   "wall_s": time.perf_counter() - started}, f, indent=2, default=str)
+    print(f"\nresults written to {args.json} ({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
