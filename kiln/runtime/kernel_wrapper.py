@@ -269,6 +269,9 @@ def load_wrapper(recipe: WrapperRecipe) -> Callable[..., Any]:
     is gone or not the recorded one, ValueError when the source is not a wrapper's)."""
     threads = THREAD_GLOBALS if recipe.kernels else set()
     tree = check_wrapper_source(recipe.source, set(recipe.constants) | set(recipe.kernels) | threads)
+    for name, value in recipe.constants.items():  # a reader may name any trusted function: admit data only
+        if not isinstance(value, _PORTABLE_CONSTANTS):
+            raise ValueError(f"wrapper constant {name} is a {type(value).__name__}")
     env: dict[str, Any] = {**_FIXED_GLOBALS, **recipe.constants}
     bind_overloads(env)
     if recipe.kernels:

@@ -267,3 +267,17 @@ def test_small_constant_tensors_travel_as_data_and_forged_ones_are_refused() -> 
     for data in forged:
         with pytest.raises(records.RecordError):
             records.REFERENCES["tensor"].decode(data)
+
+
+def test_wrapper_recipe_constants_are_data_only() -> None:
+    # The frame cache's reader names trusted functions (os.system is the standard library's): a
+    # forged wrapper recipe binding one under a constant's name is refused before anything runs.
+    from kiln.runtime import kernel_wrapper
+
+    source = "def call(args):\n    (x,) = args\n    args.clear()\n    return (aten_abs(x),)\n"
+    forged = kernel_wrapper.WrapperRecipe(source, {"aten_abs": os.system}, {}, None, None)
+    data = persist.dumps(forged)
+    loaded = persist.loads(data)
+    assert loaded.constants["aten_abs"] is os.system  # the reference decodes: the loader must refuse
+    with pytest.raises(ValueError, match="wrapper constant"):
+        kernel_wrapper.load_wrapper(loaded)
