@@ -19,6 +19,7 @@ import torch.fx
 from torch.utils.weak import WeakIdKeyDictionary
 
 from kiln import log
+from kiln.lower.conv_layout import channels_last_eligible, channels_last_pays
 
 aten = torch.ops.aten
 
@@ -40,8 +41,8 @@ def _folded(weight: torch.Tensor, bias: torch.Tensor | None, bn_weight: torch.Te
         shift = -mean if bias is None else bias - mean
         new_bias = shift * scale if bn_bias is None else torch.addcmul(bn_bias, shift, scale)
         new_weight = weight * scale.reshape((-1,) + (1,) * (weight.dim() - 1))
-        if channels_last:
-            new_weight = new_weight.contiguous(memory_format=torch.channels_last)
+        if channels_last:  # the strides of the meta impl's empty_like, also for 1x1 kernels
+            new_weight = torch.empty_like(new_weight, memory_format=torch.channels_last).copy_(new_weight)
     return new_weight, new_bias
 
 
@@ -145,6 +146,18 @@ def _foldable(conv: Any, bn: torch.fx.Node, parts: tuple) -> bool:
             and vals[0].dim() in (4, 5) and all(isinstance(s, int) for s in vals[0].shape))
 
 
+def _runs_channels_last(x: Any, weight: Any) -> bool:
+    """Whether the convolution will run NHWC once its weight is an NHWC folded one (the rule of
+    kiln.lower.conv_layout; not for an input that is also a graph output, which stays NCHW)."""
+    xv, wv = _val(x), _val(weight)
+    if not (isinstance(xv, torch.Tensor) and channels_last_eligible(wv.dtype, wv.device, wv.dim())):
+        return False
+    if xv.dim() != 4 or not all(isinstance(s, int) for s in xv.shape):
+        return False
+    leaves = any(u.op == "output" for u in x.users)
+    return not leaves and channels_last_pays(xv.shape[2] * xv.shape[3], nhwc_weight=True)
+
+
 def fold_batch_norm(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Rewrite conv -> inference BatchNorm into conv(x, folded weight, folded bias), in place."""
     graph = gm.graph
@@ -157,7 +170,7 @@ def fold_batch_norm(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             continue
         conv = parts[0]
         x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = conv.args
-        channels_last = _val(weight).dim() == 4 and _val(weight).device.type == "cpu"
+        channels_last = _runs_channels_last(x, weight)
         with graph.inserting_before(conv):
             fold = graph.call_function(fold_conv_bn, (weight, bias, parts[1], parts[2], parts[3], parts[4],
                                                       float(parts[5]), channels_last))

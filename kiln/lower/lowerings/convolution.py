@@ -17,13 +17,12 @@ import sympy
 import torch
 import torch.fx
 
+from kiln.lower.conv_layout import channels_last_eligible, channels_last_pays
 from kiln.lower.fold_batch_norm import fold_conv_bn
-from kiln.lower.ir import Layout
+from kiln.lower.ir import Layout, contiguous_strides
 from kiln.lower.lowerings import LoweringContext, TensorValue, register
 
 aten = torch.ops.aten
-
-CHANNELS_LAST_DTYPES = (torch.float32,)  # oneDNN's NHWC kernels; float64 takes ATen's reference path
 
 
 def channels_last_strides(sizes: Sequence[sympy.Expr]) -> tuple[sympy.Expr, ...]:
@@ -40,10 +39,16 @@ def is_channels_last(tv: TensorValue) -> bool:
                                    for s, a, b in zip(lay.sizes, lay.strides, want))
 
 
+def _nhwc_weight(weight: TensorValue) -> bool:
+    """An NHWC weight that is not also contiguous (a 1x1 kernel can be both): a folded one."""
+    return (is_channels_last(weight) and weight.view is not None
+            and weight.view.layout.strides != contiguous_strides(weight.view.layout.sizes))
+
+
 def _wants_channels_last(ctx: LoweringContext, x: TensorValue) -> bool:
     meta = ctx.meta[0] if isinstance(ctx.meta, (tuple, list)) else ctx.meta
-    return (isinstance(meta, torch.Tensor) and meta.device.type == "cpu" and x.ndim == 4
-            and all(isinstance(s, int) for s in meta.shape) and x.dtype in CHANNELS_LAST_DTYPES and torch.backends.mkldnn.is_available())
+    return (isinstance(meta, torch.Tensor) and all(isinstance(s, int) for s in meta.shape)
+            and channels_last_eligible(x.dtype, meta.device, x.ndim))
 
 
 def _input_leaves_graph(ctx: LoweringContext) -> bool:
@@ -92,25 +97,18 @@ def _extern_channels_last(ctx: LoweringContext, op: Any, x: TensorValue, rest: t
     return extern_in_layout_of(ctx, op, _channels_last_input(ctx, x), rest, True)
 
 
-# NHWC pays where a convolution is bound by its activations: measured on one core (ResNet-18's 3x3
-# convolutions, batch 8), NHWC is 10-15% faster at 16x16 and above, forward and backward; at 8x8 only
-# the forward wins, and only when the weight is NHWC already (a folded one: otherwise ATen copies the
-# weight on every call); at 4x4 and below NCHW wins by 10-60%, the backward by 3x.
-CHANNELS_LAST_MIN_PIXELS = 256
-CHANNELS_LAST_MIN_PIXELS_NHWC_WEIGHT = 64
-
-
 def _pays_channels_last(x: TensorValue, weight: TensorValue) -> bool:
-    pixels = x.sizes[2] * x.sizes[3]
-    least = CHANNELS_LAST_MIN_PIXELS_NHWC_WEIGHT if is_channels_last(weight) else CHANNELS_LAST_MIN_PIXELS
-    return bool(pixels >= least)
+    return channels_last_pays(int(x.sizes[2] * x.sizes[3]), _nhwc_weight(weight))
 
 
 @register(aten.convolution.default)
 def convolution(ctx: LoweringContext, x: TensorValue, weight: TensorValue, bias: Any, stride: Any, padding: Any,
                 dilation: Any, transposed: bool, output_padding: Any, groups: Any) -> Any:
     rest = (weight, bias, stride, padding, dilation, transposed, output_padding, groups)
-    if _wants_channels_last(ctx, x) and _pays_channels_last(x, weight) and not _input_leaves_graph(ctx):
+    # a folded weight is NHWC exactly where fold_batch_norm decided this convolution runs NHWC (ATen
+    # would run it so anyway); otherwise the same rule decides here
+    if _wants_channels_last(ctx, x) and (_nhwc_weight(weight) or (_pays_channels_last(x, weight)
+                                                                       and not _input_leaves_graph(ctx))):
         return _extern_channels_last(ctx, aten.convolution.default, x, rest)
     return ctx.extern(aten.convolution.default, (x,) + rest, {})
 
