@@ -376,9 +376,9 @@ class _Frame:
         # Not for an injected tracer (its entries are its own), nor under KILN_DEBUG (the debug
         # dump wants each stage of a real capture).
         if config.persistent_cache and self.capture is None and not config.debug:
-            entry = self.load_entry(L)
-            if entry is not None:
-                return entry
+            loaded = self.load_entry(L)
+            if loaded is not None:
+                return loaded
         STATS.frames += 1
         return self.capture_entry(L, reason)
 
@@ -475,14 +475,16 @@ class _Frame:
         except Unsupported as exc:
             if options.fullgraph:
                 raise GraphBreakError(f"{where(fn)}: {self.name}: {exc.reason}") from exc
-            return self.fall_back(f"unsupported: {exc.reason}", recompile_reason, exc)
+            self.fall_back(f"unsupported: {exc.reason}", recompile_reason, exc)
+            return None
         except Exception as exc:
             if options.fullgraph or not config.suppress_errors:
                 exc.add_note(f"(while kiln compiled {self.name} at {where(fn)})")
                 raise
             log.warn(f"kiln: internal error while compiling {self.name} ({where(fn)}); running it eagerly: "
                      f"{type(exc).__name__}: {exc}")
-            return self.fall_back(f"internal error: {type(exc).__name__}: {exc}", recompile_reason)
+            self.fall_back(f"internal error: {type(exc).__name__}: {exc}", recompile_reason)
+            return None
         from kiln.capture.code import is_resume_code  # loaded with the tracer already; bytecode is not cheap
 
         if not result.graphs and not result.breaks and not options.fullgraph and not is_resume_code(fn.__code__):
@@ -491,7 +493,8 @@ class _Frame:
             # Not a resume function: the one of a loop is the same code object for every iteration,
             # and its last (the loop ran out, nothing left to trace) must not make every later
             # iteration eager; that capture keeps a guarded entry like any other.
-            return self.fall_back("no tensor ops were traced", recompile_reason, quiet=True)
+            self.fall_back("no tensor ops were traced", recompile_reason, quiet=True)
+            return None
         _note_inputs(cache.policy, check.guards, L, fn.__globals__, fn)
         entry = CacheEntry(check, result.glue, result)
         if cache.entries:

@@ -23,13 +23,16 @@ from kiln.lower.ir import (Buffer, BufferRef, ConstantBuffer, Extern, InputBuffe
                            Reduction, Scan, Scatter, Value, index_vars, walk)
 
 
+LoopNode = Pointwise | Reduction | Scan  # what a kernel's blocks hold
+
+
 @dataclass(frozen=True)
 class Block:
     """One inner loop ('loop': nodes over O+R and reductions over R), a 'scalar' block over O, or a
     'scan': one Scan node, O being its other dims and R its scanned dim."""
 
     kind: str
-    nodes: tuple[Buffer, ...]
+    nodes: tuple[LoopNode, ...]
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class Kernel:
     scratch: frozenset[str] = frozenset()  # buffers kept in a per-thread row buffer, never in memory
 
     @property
-    def nodes(self) -> tuple[Buffer, ...]:
+    def nodes(self) -> tuple[LoopNode, ...]:
         return tuple(n for b in self.blocks for n in b.nodes)
 
     def origins(self) -> list[str]:
@@ -160,10 +163,10 @@ def store_index(node: Buffer, sub: dict) -> sympy.Expr:
 class _OpenKernel:
     outer: tuple[sympy.Expr, ...]
     inner: tuple[sympy.Expr, ...]
-    blocks: list[tuple[str, list[Buffer]]] = field(default_factory=list)
+    blocks: list[tuple[str, list[LoopNode]]] = field(default_factory=list)
     stores: dict[str, sympy.Expr] = field(default_factory=dict)  # buffer -> store index in kernel vars
 
-    def place(self, node: Buffer) -> bool:
+    def place(self, node: LoopNode) -> bool:
         """Add `node` if it fits (ranges and in-kernel reads); returns whether it did."""
         if self.blocks and self.blocks[0][0] == "scan":
             return False  # a cumulative loop runs serially along its dim: nothing else shares it
@@ -190,7 +193,7 @@ class _OpenKernel:
         return True
 
 
-def _start(node: Buffer) -> _OpenKernel:
+def _start(node: Pointwise | Reduction) -> _OpenKernel:
     if isinstance(node, Reduction):
         k = _OpenKernel(tuple(node.ranges), tuple(node.reduction_ranges))
     else:
@@ -238,7 +241,7 @@ def schedule(ir: LoopIR, *, unfused: frozenset[str] = frozenset()) -> KernelProg
                     produced[n.name] = len(steps) - 1
         open_kernel = None
 
-    def hoist(b: Buffer) -> bool:
+    def hoist(b: Pointwise | Reduction) -> bool:
         reads = {v.buffer for v in walk(b.body) if isinstance(v, Load)}
         if open_kernel is not None and reads & set(open_kernel.stores):
             return False

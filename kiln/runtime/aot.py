@@ -342,6 +342,7 @@ class AotRuntime:
         results: list[Any] = []
         for k, info in enumerate(meta.outputs):
             results.append(self._output(k, info, flat, graph_outs, bases, results))
+        assert self._unflatten is not None  # only a runtime built by hand without meta has no spec
         return self._unflatten(results)
 
     def _output(self, k: int, info: Any, flat: list[Any], graph_outs: Sequence[Any],

@@ -166,10 +166,10 @@ class WrapperWriter:
             if all(s.is_number for s in b.layout.strides) and b.layout.sizes:
                 expected = _tuple(b.layout.strides)
                 L.append(f"    if {b.name}.stride() != {expected}: {b.name} = _relayout({b.name}, {expected})")
-        for b in ir.buffers:
-            if isinstance(b, ConstantBuffer):
-                self.globals[b.name] = b.tensor
-                self.layouts[b.name] = b.layout
+        for buf in ir.buffers:
+            if isinstance(buf, ConstantBuffer):
+                self.globals[buf.name] = buf.tensor
+                self.layouts[buf.name] = buf.layout
         if ir.seed_needed:
             L.append("    seed = int(torch.randint(-2 ** 62, 2 ** 62, ()).item())")
         last_use = self._last_uses()
@@ -362,6 +362,7 @@ def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], 
         fn.restype = None
         env[name] = fn
     if argtypes_by_kernel:
+        assert lib is not None  # a program with kernels was built into a library
         bind_threads(env, lib)
     exec(code, env)
     # nested outputs (a list of splits): rebuild the structure the graph returns
