@@ -190,6 +190,10 @@ class WrapperWriter:
         L.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         return "\n".join(L) + "\n"
 
+    def kernel_buffers(self, step: Kernel) -> list[str]:
+        """The buffers a kernel takes, in its argument order (what the wrapper allocates for it)."""
+        return self.signatures[step.name][0]
+
     def memory_facts(self, last_use: dict[str, int], outputs: set[str]) -> MemoryFacts:
         """What the memory plan needs: the buffers this wrapper allocates (in the order `_kernel`
         allocates them), the extern results, last uses, outputs, and the names an extern's result
@@ -201,7 +205,7 @@ class WrapperWriter:
         aliases: list[frozenset[str]] = []
         for s, step in enumerate(self.program.steps):
             if isinstance(step, Kernel):
-                bufs = self.signatures[step.name][0]
+                bufs = self.kernel_buffers(step)
                 for block in step.blocks:
                     for n in block.nodes:
                         if n.name in bufs and n.name not in defined:
@@ -314,7 +318,13 @@ def _in_place_donors(step: Kernel, block_kind: str, node: Any) -> frozenset[str]
     """The buffers `node` may overwrite as it goes: a pointwise node of a plain loop whose kernel
     reads each such buffer only in `node`'s own body, and only at the element `node` stores (no
     indirect part), so every element is read before the store that replaces it. Whether a buffer
-    dies here, and its size and dtype, the planner checks."""
+    dies here, and its size and dtype, the planner checks.
+
+    The kernel then gets the same address as a `const __restrict__` input and as its output, which
+    C++ does not sanction; what makes it hold is that each element is loaded only by the expression
+    whose store replaces it, so that store depends on every load of its element and no reordering
+    that respects data dependences can move a load after it. Inductor passes one in/out pointer
+    instead, a change to the kernel code generator (codegen/cpp.py) not made here."""
     if block_kind != "loop" or not isinstance(node, Pointwise) or node.layout.offset != 0:
         return frozenset()
     if any(st == 0 and sz != 1 for sz, st in zip(node.layout.sizes, node.layout.strides)):
