@@ -29,6 +29,7 @@ import torch.fx
 
 from kiln import config
 from kiln.capture import code as code_mod
+from kiln.capture import constant_fold
 from kiln.capture.breaks import BreakRecord, make_break_record
 from kiln.capture.guards import Guard
 from kiln.capture.options import CompileOptions
@@ -330,9 +331,24 @@ class Tracer:
         node_kwargs = {k: _node_arg(v) for k, v in kwargs.items()}
         ex_args = tuple(_example_arg(a) for a in args)
         ex_kwargs = {k: _example_arg(v) for k, v in kwargs.items()}
-        example = self.output.run_fake(kind, target, ex_args, ex_kwargs)
+        try:
+            example = self.output.run_fake(kind, target, ex_args, ex_kwargs)
+        except Unsupported as exc:
+            # the op read a number out of a tensor whose value capture knows: record it with the number
+            reads: list[Any] = []
+            swapped = constant_fold.with_numbers(args, kwargs, reads) if exc.kind == "data_dependent" else None
+            if swapped is None:
+                raise
+            result = self.call_op(kind, target, *swapped)
+            self.output.guards.extend(reads)
+            return result
         node = self.output.create_node(kind, target, node_args, node_kwargs, example)
-        return self.wrap_op_result(node, example)
+        value = constant_fold.after_op(kind, target, args, kwargs, example)
+        result = self.wrap_op_result(node, example)
+        if value is not None and isinstance(result, TensorVariable):
+            result.constant = value
+            result.constant_guards = constant_fold.guards_of(args, kwargs)
+        return result
 
     def wrap_op_result(self, node: torch.fx.Node, example: Any) -> Variable:
         from kiln.symbolic import is_symbolic

@@ -373,3 +373,81 @@ def test_views_of_an_unbacked_size_base_are_rebuilt_from_the_returned_base(backe
         assert kiln.stats()["fallbacks"] == 0
     finally:
         kiln.reset()
+
+
+def _chunk(hidden, window):
+    # Longformer's _chunk: sizes computed as 0-d tensors from Python ints
+    chunks = torch.div(hidden.size(1), window * 2, rounding_mode="trunc")
+    count = torch.div(hidden.size(1), window, rounding_mode="trunc") - 1
+    half = torch.div(7, 2)  # true division of ints: a float32 tensor, as in eager
+    return hidden.view(hidden.size(0), chunks, window * 2, hidden.size(2)) * count, count, half
+
+
+def test_division_of_python_ints_is_folded_where_it_is_read_as_a_size():
+    # torch.div(int, int, rounding_mode='trunc') made a 0-d tensor in the graph that the view then
+    # read back as a size (aten._local_scalar_dense): a break at every such size, 35 graphs in
+    # Longformer where torch.compile has 17. Its value is now known while tracing, as torch.compile's
+    # fake tensors know it.
+    import torch._dynamo
+
+    hidden = torch.randn(2, 8, 3)
+    torch._dynamo.reset()
+    want = torch._dynamo.explain(_chunk)(hidden, 2)
+    torch._dynamo.reset()
+    out = _explain(_chunk, hidden, 2)
+    assert not out.fallbacks and out.graph_count == want.graph_count == 1 and out.graph_break_count == 0, out
+    kiln.reset()
+    try:
+        compiled = kiln.compile(_chunk, backend="eager")
+        for window in (2, 4, 2):
+            got, expect = compiled(hidden, window), _chunk(hidden, window)
+            torch.testing.assert_close(got, expect)
+            assert [t.dtype for t in got] == [t.dtype for t in expect]
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            _chunk(hidden, 0)
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            compiled(hidden, 0)
+    finally:
+        kiln.reset()
+
+
+def _global_count(hidden, count):
+    # Longformer passes the global-attention count (a 0-d tensor) from one graph to the next,
+    # where it is used as a size: torch.compile makes a symbol of it
+    keys = hidden.new_zeros(hidden.size(0), count, hidden.size(2))
+    return torch.cat([keys, hidden], dim=1), torch.arange(count) * 2, int(count)
+
+
+def test_a_zero_dim_int_tensor_input_read_as_a_size_is_known():
+    hidden = torch.randn(2, 4, 3)
+    out = _explain(_global_count, hidden, torch.tensor(1))
+    assert not out.fallbacks and out.graph_count == 1 and out.graph_break_count == 0, out
+    kiln.reset()
+    try:
+        compiled = kiln.compile(_global_count, backend="eager")
+        for n in (1, 1, 3, 0):
+            got, want = compiled(hidden, torch.tensor(n)), _global_count(hidden, torch.tensor(n))
+            torch.testing.assert_close(got, want)
+        assert kiln.stats()["fallbacks"] == 0
+    finally:
+        kiln.reset()
+
+
+def _mutated_size(x, count):
+    size = torch.div(x.size(0), 2, rounding_mode="trunc")
+    size.add_(1)
+    count.add_(1)
+    return x.new_zeros(size), x.new_ones(count), int(size) + int(count)
+
+
+def test_a_known_tensor_written_in_place_is_read_again():
+    # an in-place op on a known tensor (folded, or an input's) makes its value unknown again
+    x = torch.randn(4)
+    kiln.reset()
+    try:
+        compiled = kiln.compile(_mutated_size, backend="eager")
+        for n in (1, 2):
+            got, want = compiled(x, torch.tensor(n)), _mutated_size(x, torch.tensor(n))
+            torch.testing.assert_close(got, want)
+    finally:
+        kiln.reset()

@@ -38,14 +38,6 @@ ILL_CONDITIONED = (
     "to 1e-10"
 )
 
-LONGFORMER_SIZE_TENSORS = (
-    "Longformer's _chunk and sliding-window attention compute sizes as torch.div(int, int, rounding_mode='trunc') "
-    "(transformers/models/longformer/modeling_longformer.py:707-711, and 776, 820, 842, 862, 890, 919-956), a "
-    "0-d tensor that Kiln traces into the graph and then must read back as a size (Tensor.item(): "
-    "aten._local_scalar_dense), a break at every such size: 35 graphs where torch.compile, which folds the "
-    "division of constants, has 17 (its breaks are the data-dependent .item() at modeling_longformer.py:1175)"
-)
-
 REFORMER_NUMPY_INT = (
     "Reformer's chunk length is a numpy int64 (np.lcm in _get_least_common_mult_chunk_len): "
     "`input_shape[-1] % least_common_mult_chunk_length != 0` (transformers/models/reformer/modeling_reformer.py:2023) "
@@ -66,7 +58,6 @@ WAV2VEC2_CUDNN_FLAGS = (
 # (test, backend or None, model, mode) -> reason.
 XFAIL: dict[tuple, str] = {
     ("match", "inductor", "mobilenet_v2", "train"): ILL_CONDITIONED,
-    **{("counts", None, "longformer", mode): LONGFORMER_SIZE_TENSORS for mode in MODES},
     **{("counts", None, "reformer", mode): REFORMER_NUMPY_INT for mode in MODES},
     ("counts", None, "wav2vec2", "train"): WAV2VEC2_CUDNN_FLAGS,
 }

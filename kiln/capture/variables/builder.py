@@ -14,12 +14,13 @@ import enum
 import functools
 import inspect
 import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 import torch
 
 from kiln.capture.guards import Guard
+from kiln.capture.constant_fold import known_input
 from kiln.capture.options import CONSTANT_RESULT_MARKER
 from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source
 from kiln.capture.variables.base import Variable
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
 STABLE_MODULES = frozenset({"torch", "math", "operator", "functools", "itertools", "collections",
                              "typing", "builtins", "dataclasses", "enum", "inspect", "numpy", "types",
                              "abc", "copy", "warnings", "logging", "random", "einops"})
-_ITERATOR_TYPES = (type(iter(())), type(iter([])), type(iter(range(0))))
+_ITERATOR_TYPES: tuple[type, ...] = (type(iter(())), type(iter([])), type(iter(range(0))))
 _GRAD_MODE_TYPES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
 
 
@@ -108,7 +109,9 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
             raise Unsupported("a tensor created outside the traced code and not reachable from its inputs",
                               kind="unsupported")
         node, fake = state.output.tensor_input(value, source)
-        return TensorVariable(node, fake, source)
+        var = TensorVariable(node, fake, source)
+        known_input(value, var, source)
+        return var
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         raise Unsupported("a symbolic number from outside the frame", kind="unsupported")
     if type(value) is int and source is not None and state.dynamic_int(value, source):
@@ -151,8 +154,8 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
             raise Unsupported("defaultdict", kind="unsupported")
         _guard(state, source, "check_type", type(value))
         _guard(state, source, "check_keys", tuple(value.keys()))
-        items = {k: wrap_value(state, v, _dict_value_source(source, k, i)) for i, (k, v) in enumerate(value.items())}
-        return DictVariable(items, type(value), source)
+        entries = {k: wrap_value(state, v, _dict_value_source(source, k, i)) for i, (k, v) in enumerate(value.items())}
+        return DictVariable(entries, type(value), source)
     if source is not None and is_model_output_class(type(value)):
         _guard(state, source, "check_type", type(value))
         _guard(state, source, "check_keys", tuple(value.keys()))
@@ -222,6 +225,8 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         fn = wrap_value(state, value.func, AttrSource(source, "func"))
         args = wrap_value(state, value.args, AttrSource(source, "args"))
         kwargs = wrap_value(state, value.keywords, AttrSource(source, "keywords"))
+        # a tuple wraps as a TupleVariable, a dict of str keys as a DictVariable (branches above)
+        assert isinstance(args, TupleVariable) and isinstance(kwargs, DictVariable)
         return PartialVariable(fn, list(args.items), dict(kwargs.items), source)
     if isinstance(value, types.MethodType):
         from kiln.capture.sources import AttrSource
@@ -258,7 +263,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     return ObjectVariable(value, source)
 
 
-def _is_lru_cache_wrapper(value: Any) -> bool:
+def _is_lru_cache_wrapper(value: Any) -> TypeGuard[functools._lru_cache_wrapper[Any]]:
     return isinstance(value, functools._lru_cache_wrapper) and \
         isinstance(inspect.getattr_static(value, "__wrapped__", None), types.FunctionType)
 

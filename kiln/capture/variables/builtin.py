@@ -418,6 +418,9 @@ def _convert(kind: type) -> Rule:
         from kiln.capture.variables.tensor import TensorVariable
 
         if args and isinstance(args[0], TensorVariable):
+            if args[0].constant is not None and len(args) == 1 and not kwargs:  # a known value (constant_fold)
+                tx.output.guards.extend(args[0].constant_guards)
+                return tx.wrap_result(kind(args[0].constant))
             raise Unsupported(f"{kind.__name__}() of a tensor reads its data", kind="item")
         if args and isinstance(args[0], SymIntVariable):
             if kind is bool:

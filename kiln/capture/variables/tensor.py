@@ -8,7 +8,7 @@ torch/_dynamo/variables/tensor.py (TensorVariable).
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 import torch.fx
@@ -40,6 +40,9 @@ _DATA_METHODS = {
     "__format__": "print", "retain_grad": "unsupported_call", "requires_grad_": "unsupported_call",
 }
 
+# Reading a known (constant-folded) tensor's value: eager's answer at trace time.
+_READ_METHODS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__"})
+
 
 class TensorVariable(Variable):
     """A tensor made by (or fed into) the graph; `example` is its FakeTensor."""
@@ -48,6 +51,10 @@ class TensorVariable(Variable):
         self.node = node
         self.example = example
         self.source = source
+        # the real value, when it follows from trace-time constants and guarded input values alone
+        # (kiln.capture.constant_fold), and the guards that reading it as a number needs
+        self.constant: torch.Tensor | None = None
+        self.constant_guards: tuple[Any, ...] = ()
 
     def describe(self) -> str:
         return f"tensor {self.node.name}"
@@ -58,6 +65,9 @@ class TensorVariable(Variable):
         return torch.Tensor
 
     def truth(self, tx: "Tracer") -> bool:
+        if self.constant is not None:
+            tx.output.guards.extend(self.constant_guards)
+            return bool(self.constant)
         raise Unsupported(f"branching on the value of {self.describe()} (data-dependent control flow)",
                           kind="data_dependent_branch")
 
@@ -119,6 +129,9 @@ class TensorVariable(Variable):
         if name == "numpy" and not args:
             from kiln.capture.variables.numpy_array import tensor_to_numpy
             return tensor_to_numpy(tx, self, dict(kwargs))
+        if name in _READ_METHODS and self.constant is not None and not args and not kwargs:
+            tx.output.guards.extend(self.constant_guards)
+            return tx.wrap_result(getattr(self.constant, name)())
         if name in _DATA_METHODS:
             raise Unsupported(f"Tensor.{name}() reads the tensor's data, which is not known while tracing",
                               kind=_DATA_METHODS[name])
