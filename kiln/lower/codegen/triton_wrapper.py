@@ -10,6 +10,8 @@ nothing waits for the GPU). Corresponds to the Triton launches of torch/_inducto
 """
 from __future__ import annotations
 
+import dataclasses
+
 from types import ModuleType
 from typing import Any, Callable
 
@@ -61,6 +63,15 @@ class TritonWrapperWriter(cpp_wrapper.WrapperWriter):
         self.globals["device"] = device
         self.globals["_raise_on_flag"] = _raise_on_flag
         self.globals["_raise_kernel_error"] = _raise_kernel_error
+
+    def kernel_buffers(self, step: Kernel) -> list[str]:
+        return list(self.launches[step.name].buffers)
+
+    def memory_facts(self, last_use: dict[str, int], outputs: set[str]) -> cpp_wrapper.MemoryFacts:
+        """No memory plan on the device yet: every buffer is allocated fresh (`_alloc` below), so the
+        plan is given nothing to share (and keeps nothing alive for sharing)."""
+        facts = super().memory_facts(last_use, outputs)
+        return dataclasses.replace(facts, allocations=(), results=())
 
     def _alloc(self, name: str, layout: Layout) -> None:
         self.layouts[name] = layout
@@ -125,7 +136,10 @@ def make_triton_wrapper(program: KernelProgram, launches: dict[str, Launch], mod
             shape = KernelShape(launch.kind, launch.xblock, launch.rblock)
             env[name] = AutotunedKernel(env[name], name, kernel_source, shape, rerunnable=launch.kind != "atomic")
     exec(compile(source, "<kiln triton wrapper>", "exec"), env)
-    call = env["call"]
+    takes_list = env["call"]  # the generated `call(args)` empties the list it is given
+
+    def call(*args: Any) -> Any:
+        return takes_list(list(args))
     if device.type == "cuda":
         on_device = call
 
