@@ -448,3 +448,71 @@ def test_constant_result_function_with_a_tensor_argument_breaks():
     kiln.reset()
     torch.testing.assert_close(kiln.compile(_marked_with_a_tensor, backend="eager")(x), x * 3)
     kiln.reset()
+
+
+class _ChunkConfig:
+    lengths = (4, 8)
+
+
+def _padded_length(x, config):
+    # Reformer: np.lcm gives a numpy int64; `%` with an int and `!=` give numpy scalars
+    import numpy as np
+
+    multiple = np.lcm(*config.lengths)
+    if x.shape[-1] % multiple != 0:
+        pad = int(multiple - x.shape[-1] % multiple)
+        x = torch.nn.functional.pad(x, (0, pad))
+    return x * 2, multiple
+
+
+def test_numpy_scalars_are_constants():
+    # `constant 8 % int64 object` broke the graph and the resumed frame ran eagerly ('truth value
+    # of bool object', a numpy bool): Reformer captured 2 ops in 1 graph where torch.compile has 148.
+    config = _ChunkConfig()
+    for x in (torch.randn(2, 8), torch.randn(2, 6)):
+        out = _explain(_padded_length, x, config)
+        assert not out.fallbacks and out.graph_count == 1 and out.graph_break_count == 0, out
+        kiln.reset()
+        got, want = kiln.compile(_padded_length, backend="eager")(x, config), _padded_length(x, config)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1] and type(got[1]) is type(want[1])
+    kiln.reset()
+
+
+_Output = collections.namedtuple("_Output", ["hidden", "probs"])
+
+
+class _Cache:
+    def __init__(self):
+        self.states = []
+
+    def __len__(self):
+        return len(self.states)
+
+
+def _layer_outputs(x, layer_id):
+    import os
+
+    out = _Output(x * 2, None)
+    cache = _Cache()
+    if hasattr(out, "buckets"):  # a namedtuple without that field: False, as in eager
+        x = x + out.buckets
+    if len(cache) <= layer_id and not cache:
+        x = x + 1
+    if os.getenv("KILN_TEST_UNSET_FLAG", "0") == "1":
+        x = x - 1
+    return out.hidden + x
+
+
+def test_namedtuple_hasattr_len_of_a_new_object_and_getenv():
+    # hasattr on a namedtuple answered True for any name (a bound method stood in); len() and the
+    # truth value of an object built in the frame with a Python __len__ broke; os.getenv was a call
+    # to a stdlib function (Reformer's layers, transformers' torch_check).
+    x = torch.randn(3)
+    out = _explain(_layer_outputs, x, 0)
+    assert not out.fallbacks and out.graph_count == 1 and out.graph_break_count == 0, out
+    kiln.reset()
+    try:
+        torch.testing.assert_close(kiln.compile(_layer_outputs, backend="eager")(x, 0), _layer_outputs(x, 0))
+    finally:
+        kiln.reset()

@@ -271,13 +271,16 @@ except ImportError:  # no transformers: the tests importorskip it
 
 def _as_tree(out: Any) -> Any:
     """A model output (ModelOutput, a dict subclass) as plain containers, for comparison; a KV
-    cache as the tuple of its layers' (keys, values)."""
+    cache as the tuple of its layers' (keys, values); another transformers object by its fields."""
     if hasattr(out, "layers") and hasattr(out, "get_seq_length"):
         return tuple((layer.keys, layer.values) for layer in out.layers)
     if isinstance(out, dict):
         return {k: _as_tree(v) for k, v in out.items() if v is not None}
     if isinstance(out, (tuple, list)):
         return type(out)(_as_tree(v) for v in out) if type(out) in (tuple, list) else tuple(_as_tree(v) for v in out)
+    if type(out).__module__.startswith("transformers.") and hasattr(out, "__dict__"):
+        # another cache object (Reformer's buckets and states): its class and fields, compared by value
+        return {"__class__": type(out).__qualname__, **{k: _as_tree(v) for k, v in vars(out).items()}}
     return out
 
 

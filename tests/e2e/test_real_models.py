@@ -39,11 +39,12 @@ ILL_CONDITIONED = (
 )
 
 REFORMER_NUMPY_INT = (
-    "Reformer's chunk length is a numpy int64 (np.lcm in _get_least_common_mult_chunk_len): "
-    "`input_shape[-1] % least_common_mult_chunk_length != 0` (transformers/models/reformer/modeling_reformer.py:2023) "
-    "breaks with 'constant 8 % int64 object', and the resumed frame runs eagerly as a whole ('truth value of "
-    "bool object', a numpy bool): 2 graphs / 10 ops where torch.compile has 19 / 145 (train), 1 / 2 against "
-    "17 / 148 (infer)"
+    "Reformer's reversible layers run in a custom autograd.Function (_ReversibleFunction) whose forward "
+    "calls torch.manual_seed (transformers/models/reformer/modeling_reformer.py:726): Kiln cannot trace that "
+    "forward, so the whole .apply runs natively, where torch.compile inlines the forward and breaks inside "
+    "it: 7 graphs / 27 ops where torch.compile has 17 / 148 (infer), 5 / 21 against 19 / 145 (train). The numpy int64 chunk "
+    "length, hasattr on a namedtuple, len() of the layer cache and os.getenv that broke before are fixed "
+    "(tests/capture/test_transformers_patterns.py)"
 )
 
 WAV2VEC2_CUDNN_FLAGS = (

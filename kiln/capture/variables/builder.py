@@ -13,6 +13,7 @@ import collections
 import enum
 import functools
 import inspect
+import os
 import types
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -50,7 +51,7 @@ from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.torch import TorchFunctionVariable, is_torch_function
-from kiln.capture.variables.user_object import ObjectVariable, never_traced
+from kiln.capture.variables.user_object import GetenvVariable, ObjectVariable, never_traced
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -203,6 +204,8 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if is_torch_function(value):
         _guard(state, source, "check_id", value)
         return TorchFunctionVariable(value, source)
+    if value is os.getenv:
+        return GetenvVariable(source)  # a stdlib function (never traced) that reads os.environ
     if _is_lru_cache_wrapper(value):
         # As Dynamo does: the cache is stepped past and the function it wraps is traced (the cache
         # only saves recomputing). A wrapped function marked as having a constant result, as
@@ -331,6 +334,10 @@ def _wrap_grad_exit(state: "CaptureState", value: Any, source: Source | None) ->
 
 def wrap_result(value: Any) -> Variable:
     """A Variable for a value computed at trace time (no source, no guard)."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        # a symbolic number has a value only in the graph (a SymIntVariable with its node); as a
+        # trace-time object it would reach the glue as a constant of the traced call
+        raise Unsupported(f"a symbolic {type(value).__name__} computed outside the graph", kind="unsupported")
     if is_constant_value(value):
         return ConstantVariable(value)
     if isinstance(value, tuple) and (type(value) in (tuple, torch.Size) or is_namedtuple_type(type(value))):

@@ -1,4 +1,4 @@
-"""Python constants known at trace time: numbers, strings, None, dtypes, devices, Ellipsis.
+"""Python constants known at trace time: numbers (numpy scalars too), strings, None, dtypes, devices, Ellipsis.
 
 Arithmetic on them happens while tracing (it leaves no node in the graph); a constant read from an
 input is guarded by value where it was read (see builder.py). Methods of constants (`str.format`,
@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 
+import numpy as np
 import torch
 
 from kiln.capture.sources import Source
@@ -20,8 +21,12 @@ if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
     from kiln.capture.tracer import Tracer
 
+# numpy's scalars (np.int64 from np.lcm, the np.bool_ of comparing one) are constants like Python
+# numbers: arithmetic on them runs at trace time with numpy's own rules (np.float64 is a float
+# subclass already; np.int64, np.float32 and np.bool_ are not).
 CONSTANT_TYPES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,
-                  torch.layout, torch.memory_format, type(Ellipsis), type(NotImplemented), range, slice)
+                  torch.layout, torch.memory_format, type(Ellipsis), type(NotImplemented), range, slice,
+                  np.integer, np.floating, np.complexfloating, np.bool_)
 
 
 def is_constant_value(value: Any) -> bool:

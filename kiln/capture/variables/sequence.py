@@ -95,6 +95,10 @@ class BaseSequenceVariable(Variable):
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.functions import BoundMethodVariable
 
+        if not hasattr(self.python_type(), name):
+            # `hasattr(output, "buckets")` on a namedtuple without that field must be False
+            raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
+                              kind="unsupported_attribute")
         return BoundMethodVariable(self, name)
 
 

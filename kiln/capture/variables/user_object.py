@@ -416,6 +416,20 @@ class EnvironReadVariable(Variable):
         return f"{self.environ.reconstruct(glue)}.{self.name}"
 
 
+class GetenvVariable(EnvironReadVariable):
+    """`os.getenv(key, default)`: `os.environ.get(key, default)` under another name."""
+
+    def __init__(self, source: Source | None) -> None:
+        super().__init__(ObjectVariable(os.environ), "get")
+        self.source = source
+
+    def describe(self) -> str:
+        return "os.getenv"
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return glue.constant(os.getenv)
+
+
 class ObjectSetattrVariable(Variable):
     """`super().__setattr__` bound to an object: the plain store, skipping the override."""
 
@@ -573,7 +587,24 @@ class NewObjectVariable(Variable):
     def truth(self, tx: "Tracer") -> bool:
         if getattr(self.cls, "__bool__", None) is None and getattr(self.cls, "__len__", None) is None:
             return True
+        # Python's order: __bool__, else __len__ != 0; each inlined when written in Python
+        for name in ("__bool__", "__len__"):
+            if isinstance(inspect.getattr_static(self.cls, name, None), types.FunctionType):
+                result = self.call_method(tx, name, [], {})
+                if result.is_constant() and isinstance(result.as_constant(), (bool, int)):
+                    return bool(result.as_constant())
+                break
+            if getattr(self.cls, name, None) is not None:
+                break
         raise Unsupported(f"truth value of {self.describe()}", kind="unsupported_builtin")
+
+    def length(self, tx: "Tracer") -> Variable:
+        # a Python __len__ (ReformerDynamicCache's) is inlined; it must give a trace-time int
+        if isinstance(inspect.getattr_static(self.cls, "__len__", None), types.FunctionType):
+            result = self.call_method(tx, "__len__", [], {})
+            if result.is_constant() and type(result.as_constant()) is int and result.as_constant() >= 0:
+                return result
+        raise Unsupported(f"len() of {self.describe()}", kind="unsupported_builtin")
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable, guard_class_attribute
