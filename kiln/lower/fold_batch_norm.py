@@ -4,10 +4,10 @@ weight and bias, so the pair is one oneDNN call instead of a convolution and a p
 Runs on the ATen graph before `decompose`. BatchNorm in eval mode is an affine map per channel,
 y = (conv(x, w) + b - mean) * g / sqrt(var + eps) + beta, so the same y is conv(x, w * s) + b' with
 s = g / sqrt(var + eps) and b' = (b - mean) * s + beta. The folded weights are computed by the op
-`kiln::fold_conv_bn`, called from the wrapper like any extern, which keeps them between calls and
-recomputes them when any of its inputs changed (see `FoldCache`). Corresponds to Inductor's
-freezing-time conv/BN folding (torch/_inductor/fx_passes/freezing_patterns.py), which instead
-assumes the weights never change after compile.
+`kiln::fold_conv_bn` (kiln.runtime.folded_weights), called from the wrapper like any extern, which
+keeps them between calls and recomputes them when any of its inputs changed (see `FoldCache`).
+Corresponds to Inductor's freezing-time conv/BN folding (torch/_inductor/fx_passes/
+freezing_patterns.py), which instead assumes the weights never change after compile.
 """
 from __future__ import annotations
 
@@ -16,94 +16,12 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.utils.weak import WeakIdKeyDictionary
 
 from kiln import log
 from kiln.lower.conv_layout import channels_last_eligible, channels_last_pays
+from kiln.runtime.folded_weights import FOLD_CACHE, FoldCache, fold_conv_bn
 
 aten = torch.ops.aten
-
-_LIBRARY = torch.library.Library("kiln", "FRAGMENT")
-# The results are the cache's tensors, which live as long as the weight's cache entry: the schema
-# says they alias the weight, so that the wrapper's memory planner never hands their storage to
-# another buffer (it reuses only results it knows to be fresh) and nothing writes to them.
-_LIBRARY.define("fold_conv_bn(Tensor(a) weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias, "
-                "Tensor running_mean, Tensor running_var, float eps, bool channels_last) -> (Tensor(a), Tensor(a))")
-
-
-def _folded(weight: torch.Tensor, bias: torch.Tensor | None, bn_weight: torch.Tensor | None,
-            bn_bias: torch.Tensor | None, mean: torch.Tensor, var: torch.Tensor, eps: float,
-            channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    with torch.no_grad():
-        scale = torch.rsqrt(var + eps)
-        if bn_weight is not None:
-            scale = scale * bn_weight
-        shift = -mean if bias is None else bias - mean
-        new_bias = shift * scale if bn_bias is None else torch.addcmul(bn_bias, shift, scale)
-        new_weight = weight * scale.reshape((-1,) + (1,) * (weight.dim() - 1))
-        if channels_last:  # the strides of the meta impl's empty_like, also for 1x1 kernels
-            new_weight = torch.empty_like(new_weight, memory_format=torch.channels_last).copy_(new_weight)
-    return new_weight, new_bias
-
-
-class FoldCache:
-    """Folded weights kept per convolution weight, valid while every input is the same tensor data.
-
-    An entry holds its inputs' (data pointer, version counter) and a detached alias of each input.
-    The version counter moves on every in-place write that autograd would see (an optimizer step,
-    `load_state_dict`, `copy_` under no_grad, BatchNorm's running-stat update in train mode); a
-    new tensor put in place (`module.weight = ...`, `.data = ...`) has another data pointer, which
-    cannot be a reused address because the alias keeps the old storage alive. Writes through
-    `.data`, which autograd does not see either, are not detected. Entries go with their weight
-    (a weak key), so a freed model frees its folded copies.
-    """
-
-    def __init__(self) -> None:
-        self.entries: WeakIdKeyDictionary = WeakIdKeyDictionary()
-        self.folds = 0  # how many times weights were (re)computed, for tests
-
-    @staticmethod
-    def _stamp(tensors: tuple[torch.Tensor | None, ...]) -> tuple:
-        return tuple(None if t is None else (t.data_ptr(), t._version, t.shape, t.stride(), t.dtype, t.device)
-                     for t in tensors)
-
-    def get(self, weight: torch.Tensor, bias: torch.Tensor | None, bn_weight: torch.Tensor | None,
-            bn_bias: torch.Tensor | None, mean: torch.Tensor, var: torch.Tensor, eps: float,
-            channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs = (weight, bias, bn_weight, bn_bias, mean, var)
-        stamp = (self._stamp(inputs), eps, channels_last)
-        entry = self.entries.get(weight)
-        if entry is not None and entry[0] == stamp:
-            return entry[2]
-        result = _folded(weight, bias, bn_weight, bn_bias, mean, var, eps, channels_last)
-        aliases = tuple(None if t is None else t.detach() for t in inputs)
-        self.entries[weight] = (stamp, aliases, result)
-        self.folds += 1
-        return result
-
-
-FOLD_CACHE = FoldCache()
-
-
-def _fold_conv_bn(weight: torch.Tensor, bias: torch.Tensor | None, bn_weight: torch.Tensor | None,
-                  bn_bias: torch.Tensor | None, running_mean: torch.Tensor, running_var: torch.Tensor,
-                  eps: float, channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    # outputs are the cached tensors themselves: they are read by the convolution only (the pass
-    # never lets them reach a graph output), and the schema keeps the wrapper from reusing them
-    return FOLD_CACHE.get(weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, channels_last)
-
-
-def _fold_conv_bn_meta(weight: torch.Tensor, bias: torch.Tensor | None, bn_weight: torch.Tensor | None,
-                       bn_bias: torch.Tensor | None, running_mean: torch.Tensor, running_var: torch.Tensor,
-                       eps: float, channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    fmt = torch.channels_last if channels_last else torch.contiguous_format
-    return (torch.empty_like(weight, memory_format=fmt),
-            torch.empty_like(running_mean, memory_format=torch.contiguous_format))
-
-
-_LIBRARY.impl("fold_conv_bn", _fold_conv_bn, "CompositeExplicitAutograd")
-_LIBRARY.impl("fold_conv_bn", _fold_conv_bn_meta, "Meta")
-fold_conv_bn = torch.ops.kiln.fold_conv_bn.default
 
 _FOLDABLE_DTYPES = (torch.float32, torch.float64)
 

@@ -237,3 +237,38 @@ def test_batch_norm_training_externs(dtype):
             torch.testing.assert_close(p.grad, q.grad, msg=name, **tol)
         for b, c in zip(net.buffers(), ref.buffers()):
             torch.testing.assert_close(b, c, **tol)
+
+
+_WARM_SCRIPT = """
+import sys, torch, kiln
+from torch import nn
+torch.manual_seed(0)
+net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1),
+                    nn.BatchNorm2d(4)).eval()
+with torch.no_grad():
+    for bn in (net[1], net[4]):
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 1.5)
+x = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+with torch.no_grad():
+    compiled = kiln.compile(net)
+    torch.testing.assert_close(compiled(x), net(x), atol=2e-5, rtol=1e-5)
+    net[1].running_var.mul_(2.0)
+    torch.testing.assert_close(compiled(x), net(x), atol=2e-5, rtol=1e-5)
+print(kiln.stats()["disk_hits"], "kiln.lower" in sys.modules)
+"""
+
+
+def test_folded_graph_warm_start(tmp_path):
+    """A second process reads the folded graph back from the disk cache (the wrapper names
+    kiln::fold_conv_bn, defined by the runtime, so the lowering need not be imported) and still
+    refolds when a statistic changes."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", _WARM_SCRIPT], env=env, capture_output=True, text=True,
+                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__)))) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    assert runs[1].stdout.split()[-2:] == ["1", "False"], runs[1].stdout + runs[1].stderr[-2000:]
