@@ -21,7 +21,8 @@ import torch.fx
 from kiln.capture import code as code_mod
 from kiln.capture.variables.constant import literal_or_none
 from kiln import log
-from kiln.errors import Unsupported
+from kiln.errors import KilnError, Unsupported
+from kiln.fake.tensor import FakeTensor
 
 if TYPE_CHECKING:
     from kiln.capture.output_graph import CompiledGraph, OutputGraph
@@ -57,6 +58,9 @@ class GlueBuilder:
         literal = literal_or_none(value)
         if literal is not None:
             return literal
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool, FakeTensor)):
+            # a trace-time stand-in as a constant would answer every later call with the traced value
+            raise KilnError(f"internal: the glue would keep a trace-time {type(value).__name__} as a constant")
         name = self._const_names.get(id(value))
         if name is None:
             label = getattr(value, "__name__", type(value).__name__)

@@ -99,6 +99,22 @@ class TensorVariable(Variable):
             node = tx.output.create_node("call_method", "size", (self.node, d), {}, size)
         return SymIntVariable(node, size)
 
+    def stride(self, tx: "Tracer", dim: int | None = None) -> Variable:
+        """Strides as the sizes are: constants where static, else symbolic ints with graph nodes."""
+        from kiln.capture.variables.sequence import TupleVariable
+
+        if dim is None:
+            return TupleVariable([self.stride(tx, d) for d in range(self.example.dim())], tuple)
+        stride = self.example.stride(dim)
+        if not isinstance(stride, torch.SymInt):
+            from kiln.capture.variables.constant import ConstantVariable
+            return ConstantVariable(int(stride))
+        from kiln.capture.variables.symint import SymIntVariable
+        node = tx.output.node_for_symint(stride)
+        if node is None:
+            node = tx.output.create_node("call_method", "stride", (self.node, dim % self.example.dim()), {}, stride)
+        return SymIntVariable(node, stride)
+
     # ---------------------------------------------------------------------------------- attributes
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.constant import ConstantVariable
@@ -140,12 +156,15 @@ class TensorVariable(Variable):
                 if not args:
                     return self.size(tx)
                 return self.size(tx, args[0].as_constant())
-            strides = self.example.stride() if not args else self.example.stride(args[0].as_constant())
-            return tx.wrap_result(strides)
+            if not args:
+                return self.stride(tx)
+            return self.stride(tx, args[0].as_constant())
         if name in _CONSTANT_METHODS:
             consts = [a.as_constant() for a in args]
             return tx.wrap_result(getattr(self.example, name)(*consts, **{k: v.as_constant() for k, v in kwargs.items()}))
         if name in ("numel", "nelement") and not args:
+            if isinstance(self.example.numel(), torch.SymInt):  # the product of the symbolic sizes, in the graph
+                return self.size(tx).call_method(tx, "numel", [], {})
             return tx.wrap_result(self.example.numel())
         if name == "type" and not args and not kwargs:
             return ConstantVariable(self.example.type())
