@@ -19,9 +19,10 @@ import torch.fx
 
 from kiln import log
 from kiln.lower.conv_layout import channels_last_eligible, channels_last_pays
-from kiln.runtime.folded_weights import FOLD_CACHE, FoldCache, fold_conv_bn
+from kiln.runtime.folded_weights import FOLD_CACHE, FoldCache, fold_conv_bn, fold_conv_bn_packed
 
 aten = torch.ops.aten
+mkldnn_convolution = torch.ops.mkldnn._convolution_pointwise.default
 
 _FOLDABLE_DTYPES = (torch.float32, torch.float64)
 
@@ -76,6 +77,14 @@ def _runs_channels_last(x: Any, weight: Any) -> bool:
     return not leaves and channels_last_pays(xv.shape[2] * xv.shape[3], nhwc_weight=True)
 
 
+def _packs(x: Any, weight: Any) -> bool:
+    """Whether the folded weight is reordered for oneDNN once (kiln::fold_conv_bn_packed) and the
+    convolution becomes mkldnn::_convolution_pointwise: 2-d float32 on CPU, static input size."""
+    xv, wv = _val(x), _val(weight)
+    return (isinstance(xv, torch.Tensor) and channels_last_eligible(wv.dtype, wv.device, wv.dim())
+            and xv.dim() == 4 and all(isinstance(s, int) for s in xv.shape))
+
+
 def fold_batch_norm(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Rewrite conv -> inference BatchNorm into conv(x, folded weight, folded bias), in place."""
     graph = gm.graph
@@ -88,15 +97,29 @@ def fold_batch_norm(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             continue
         conv = parts[0]
         x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = conv.args
-        channels_last = _runs_channels_last(x, weight)
+        bn_args = (weight, bias, parts[1], parts[2], parts[3], parts[4], float(parts[5]))
+        packs = _packs(x, weight)
         with graph.inserting_before(conv):
-            fold = graph.call_function(fold_conv_bn, (weight, bias, parts[1], parts[2], parts[3], parts[4],
-                                                      float(parts[5]), channels_last))
+            if packs:
+                fold = graph.call_function(fold_conv_bn_packed, bn_args + (
+                    list(padding), list(stride), list(dilation), groups, list(_val(x).shape)))
+            else:
+                fold = graph.call_function(fold_conv_bn, bn_args + (_runs_channels_last(x, weight),))
             new_weight = graph.call_function(operator.getitem, (fold, 0))
             new_bias = graph.call_function(operator.getitem, (fold, 1))
-        # the convolution keeps its node (and its output's metadata): BatchNorm preserves shape,
-        # dtype and layout, so what read BN's result reads the convolution's instead
-        conv.args = (x, new_weight, new_bias, stride, padding, dilation, transposed, output_padding, groups)
+        if packs:
+            # oneDNN's own convolution on the packed weight (it returns NHWC, whatever x's layout:
+            # its meta kernel says so, and the node's metadata is computed from it)
+            with graph.inserting_before(conv):
+                fused = graph.call_function(mkldnn_convolution, (x, new_weight, new_bias, list(padding), list(stride),
+                                                                 list(dilation), groups, "none", [None], None))
+            conv.replace_all_uses_with(fused)
+            graph.erase_node(conv)
+            conv = fused
+        else:
+            # the convolution keeps its node (and its output's metadata): BatchNorm preserves shape,
+            # dtype and layout, so what read BN's result reads the convolution's instead
+            conv.args = (x, new_weight, new_bias, stride, padding, dilation, transposed, output_padding, groups)
         for user in list(bn.users):  # getitem 0, and unused getitems of the saved statistics
             if user.args[1] == 0:
                 user.replace_all_uses_with(conv)
@@ -110,4 +133,4 @@ def fold_batch_norm(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
-__all__ = ["fold_batch_norm", "fold_conv_bn", "FOLD_CACHE", "FoldCache"]
+__all__ = ["fold_batch_norm", "fold_conv_bn", "fold_conv_bn_packed", "FOLD_CACHE", "FoldCache"]

@@ -17,6 +17,13 @@ _LIBRARY = torch.library.Library("kiln", "FRAGMENT")
 # another buffer (it reuses only results it knows to be fresh) and nothing writes to them.
 _LIBRARY.define("fold_conv_bn(Tensor(a) weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias, "
                 "Tensor running_mean, Tensor running_var, float eps, bool channels_last) -> (Tensor(a), Tensor(a))")
+# The same, with the folded weight reordered once into oneDNN's own blocked format for one input
+# size (mkldnn::_reorder_convolution_weight), for mkldnn::_convolution_pointwise: a convolution given
+# a plain weight reorders it on every call, which for ResNet's 256- and 512-channel layers costs
+# more than the arithmetic at small images.
+_LIBRARY.define("fold_conv_bn_packed(Tensor(a) weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias, "
+                "Tensor running_mean, Tensor running_var, float eps, int[] padding, int[] stride, "
+                "int[] dilation, int groups, int[] input_size) -> (Tensor(a), Tensor(a))")
 
 
 def _folded(weight: torch.Tensor, bias: torch.Tensor | None, bn_weight: torch.Tensor | None,
@@ -57,13 +64,19 @@ class FoldCache:
 
     def get(self, weight: torch.Tensor, bias: torch.Tensor | None, bn_weight: torch.Tensor | None,
             bn_bias: torch.Tensor | None, mean: torch.Tensor, var: torch.Tensor, eps: float,
-            channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
+            channels_last: bool, pack: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`pack`: (padding, stride, dilation, groups, input_size) to reorder the weight for oneDNN."""
         inputs = (weight, bias, bn_weight, bn_bias, mean, var)
-        stamp = (self._stamp(inputs), eps, channels_last)
+        stamp = (self._stamp(inputs), eps, channels_last, pack)
         entry = self.entries.get(weight)
         if entry is not None and entry[0] == stamp:
             return entry[2]
         result = _folded(weight, bias, bn_weight, bn_bias, mean, var, eps, channels_last)
+        if pack is not None:
+            padding, stride, dilation, groups, input_size = pack
+            packed = torch.ops.mkldnn._reorder_convolution_weight(result[0], padding, stride, dilation, groups,
+                                                                  input_size)
+            result = (packed, result[1])
         aliases = tuple(None if t is None else t.detach() for t in inputs)
         self.entries[weight] = (stamp, aliases, result)
         self.folds += 1
@@ -89,8 +102,30 @@ def _fold_conv_bn_meta(weight: torch.Tensor, bias: torch.Tensor | None, bn_weigh
             torch.empty_like(running_mean, memory_format=torch.contiguous_format))
 
 
+def _fold_conv_bn_packed(weight: torch.Tensor, bias: torch.Tensor | None, bn_weight: torch.Tensor | None,
+                         bn_bias: torch.Tensor | None, running_mean: torch.Tensor, running_var: torch.Tensor,
+                         eps: float, padding: list[int], stride: list[int], dilation: list[int], groups: int,
+                         input_size: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    pack = (tuple(padding), tuple(stride), tuple(dilation), groups, tuple(input_size))
+    return FOLD_CACHE.get(weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, False, pack)
+
+
+def _fold_conv_bn_packed_meta(weight: torch.Tensor, bias: torch.Tensor | None, bn_weight: torch.Tensor | None,
+                              bn_bias: torch.Tensor | None, running_mean: torch.Tensor,
+                              running_var: torch.Tensor, eps: float, padding: list[int], stride: list[int],
+                              dilation: list[int], groups: int,
+                              input_size: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    # oneDNN's blocked weight shows as a tensor of the weight's shape and strides (1, 0, 0, 0)
+    return (torch.empty_strided(weight.shape, (1,) + (0,) * (weight.dim() - 1), dtype=weight.dtype,
+                                device=weight.device),
+            torch.empty_like(running_mean, memory_format=torch.contiguous_format))
+
+
 _LIBRARY.impl("fold_conv_bn", _fold_conv_bn, "CompositeExplicitAutograd")
+_LIBRARY.impl("fold_conv_bn_packed", _fold_conv_bn_packed, "CompositeExplicitAutograd")
+_LIBRARY.impl("fold_conv_bn_packed", _fold_conv_bn_packed_meta, "Meta")
 _LIBRARY.impl("fold_conv_bn", _fold_conv_bn_meta, "Meta")
 fold_conv_bn = torch.ops.kiln.fold_conv_bn.default
+fold_conv_bn_packed = torch.ops.kiln.fold_conv_bn_packed.default
 
-__all__ = ["fold_conv_bn", "FOLD_CACHE", "FoldCache"]
+__all__ = ["fold_conv_bn", "fold_conv_bn_packed", "FOLD_CACHE", "FoldCache"]

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 import kiln
-from kiln.lower.fold_batch_norm import FOLD_CACHE, fold_conv_bn
+from kiln.lower.fold_batch_norm import FOLD_CACHE, fold_conv_bn, fold_conv_bn_packed
 from tests.lower.conftest import aten_graph, check
 
 aten = torch.ops.aten
@@ -56,12 +56,19 @@ def test_not_folded_when_conv_output_is_used_twice():
     assert "fold_conv_bn" not in compiled.wrapper_source
 
 
-def test_fold_rewrites_graph():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fold_rewrites_graph(dtype):
     from kiln.lower.fold_batch_norm import fold_batch_norm
-    gm, _ = aten_graph(conv_bn_relu, torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3), *_bn_args(3))
+    gm, _ = aten_graph(conv_bn_relu, torch.randn(1, 2, 5, 5, dtype=dtype), torch.randn(3, 2, 3, 3, dtype=dtype),
+                       *_bn_args(3, dtype))
     gm = fold_batch_norm(gm)
     targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
-    assert fold_conv_bn in targets and aten._native_batch_norm_legit_no_training.default not in targets
+    assert aten._native_batch_norm_legit_no_training.default not in targets
+    if dtype == torch.float32:  # on CPU the folded weight is also packed for oneDNN, which runs the conv
+        assert fold_conv_bn_packed in targets and torch.ops.mkldnn._convolution_pointwise.default in targets
+        assert aten.convolution.default not in targets
+    else:  # float64: ATen's convolution on the folded weight
+        assert fold_conv_bn in targets and aten.convolution.default in targets
 
 
 class ConvNet(nn.Module):

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from kiln.lower.conv_layout import channels_last_eligible, channels_last_pays
-from kiln.lower.fold_batch_norm import fold_conv_bn
+from kiln.lower.fold_batch_norm import fold_conv_bn, fold_conv_bn_packed, mkldnn_convolution
 from kiln.lower.ir import Layout, contiguous_strides
 from kiln.lower.lowerings import LoweringContext, TensorValue, register
 
@@ -122,6 +122,15 @@ def max_pool2d_with_indices(ctx: LoweringContext, x: TensorValue, *rest: Any) ->
     return ctx.extern(aten.max_pool2d_with_indices.default, (x,) + tuple(rest), {})
 
 
-@register(fold_conv_bn)
+@register(mkldnn_convolution)
+def convolution_packed(ctx: LoweringContext, x: TensorValue, weight: TensorValue, *rest: Any) -> Any:
+    """A convolution on a weight packed by kiln::fold_conv_bn_packed: NHWC results always; the
+    input is stored NHWC where that pays (the same rule as for ATen's convolution)."""
+    if x.ndim == 4 and channels_last_pays(int(x.sizes[2] * x.sizes[3]), True) and not _input_leaves_graph(ctx):
+        x = _channels_last_input(ctx, x)
+    return extern_in_layout_of(ctx, mkldnn_convolution, x, (weight,) + rest, True)
+
+
+@register(fold_conv_bn, fold_conv_bn_packed)
 def fold_conv_bn_extern(ctx: LoweringContext, *args: Any) -> Any:
-    return ctx.extern(fold_conv_bn, args, {})
+    return ctx.extern(ctx.node.target, args, {})
