@@ -10,7 +10,7 @@ time of the layer it calls):
                 autograd.Function, only when an input requires grad: none here)
   wrapper       the generated Python wrapper (thread check, argument list, allocation, return)
   allocation    torch.empty_strided of the output
-  kernel        one ctypes call of the C++ kernel (pointer arguments from data_ptr())
+  kernel        one ctypes call of the C++ kernel, with its two data_ptr() calls
 Times are CPU time of the calling thread (time.thread_time_ns; every step here runs on it alone,
 1k elements being far below any parallel grain), so that other processes on a shared machine do not
 count; each is the median of samples taken in turn. Differences of a few tenths of a microsecond are
@@ -49,14 +49,18 @@ def _kiln_layers(x: torch.Tensor) -> dict[str, Callable[[], Any]]:
     generated = wrapper.steal
     env = generated.__globals__
     kernel = next(v for k, v in env.items() if k.startswith("kernel"))
-    out = torch.empty(1000)
-    xp, op = x.data_ptr(), out.data_ptr()
+    out = torch.empty(1000)  # the lambda below holds it: the kernel must never write to freed memory
     empty_strided, f32 = torch.empty_strided, torch.float32
     for name, got in (("compiled", compiled(x)), ("glue", entry.glue(L, G, F)), ("runtime", runtime(x)),
                       ("wrapper", wrapper(x))):
         got = got[0] if isinstance(got, tuple) else got
         torch.testing.assert_close(got, x + 1, msg=f"{name} returned another result")
+    xg = x.clone().requires_grad_()
+    for _ in range(3):
+        compiled(xg)  # a second entry: the graph inside an autograd.Function
+    torch.testing.assert_close(compiled(xg), xg + 1)
     return {
+        "with grad": lambda: compiled(xg),
         "frame entry": lambda: compiled(x),
         "guards": lambda: entry.check_fn(L, G, F),
         "glue": lambda: entry.glue(L, G, F),
@@ -64,13 +68,14 @@ def _kiln_layers(x: torch.Tensor) -> dict[str, Callable[[], Any]]:
         "wrapper": lambda: wrapper(x),
         "generated wrapper": lambda: generated([x]),
         "allocation": lambda: empty_strided((1000,), (1,), dtype=f32),
-        "kernel": lambda: kernel(xp, op),
+        "kernel": lambda: kernel(x.data_ptr(), out.data_ptr()),
     }
 
 
 def run(quick: bool) -> dict:
     x = torch.randn(1000)
-    steps: dict[str, Callable[[], Any]] = {"eager": lambda: add_one(x)}
+    xg = x.clone().requires_grad_()
+    steps: dict[str, Callable[[], Any]] = {"eager": lambda: add_one(x), "eager with grad": lambda: add_one(xg)}
     result: dict = {"threads": torch.get_num_threads()}
     try:
         steps.update(_kiln_layers(x))
@@ -131,6 +136,10 @@ def print_result(result: dict) -> None:
               f"over eager)")
     if "frame entry" not in us:
         return
+    if "with grad" in us:
+        print(f"with an input requiring grad: eager {us['eager with grad']:.2f} us, kiln {us['with grad']:.2f} us "
+              f"(the autograd.Function and its graph node: {us['with grad'] - us['frame entry']:+.2f} us over "
+              f"kiln's call without grad, which skips the Function)")
     print("  kiln's layers (each: its time minus what it calls):")
     for label, outer, inner, also in _BREAKDOWN:
         cost = us[outer] - (us[inner] if inner else 0.0) - (us[also] if also else 0.0)
