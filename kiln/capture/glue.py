@@ -323,11 +323,13 @@ def _live_values(root: Any, names: Sequence[str]) -> tuple[list[str], list["Vari
     return bound, values
 
 
-def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any], Any]) -> tuple[str, list[str]]:
+def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any], Any],
+                   grad_enabled: bool = True) -> tuple[str, list[str]]:
     """How the glue calls the break's callee natively, and the leading arguments it needs.
 
     A user function or method is wrapped by the entry (`wrap_frame`) so it is captured as its own
-    frame; anything else (print, a disabled function, a tensor method) is called as it is.
+    frame; so is the forward of a custom autograd.Function applied with grad mode off
+    (InferenceApply); anything else (print, a disabled function, a tensor method) is called as it is.
     """
     from kiln.capture.options import DISABLE_MARKER
     from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
@@ -338,6 +340,14 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
         return glue.bind("callee", wrap_frame(var.fn)), []
     if isinstance(var, UserMethodVariable) and not getattr(var.fn, DISABLE_MARKER, False):
         return glue.bind("callee", wrap_frame(var.fn)), [glue.reconstruct(var.obj)]
+    if not grad_enabled:
+        from kiln.capture.variables.autograd_function import inference_apply
+        from kiln.capture.variables.functions import is_autograd_function_apply
+        value = getattr(var, "value", None)
+        if is_autograd_function_apply(value):
+            apply = inference_apply(value, wrap_frame)
+            if apply is not None:
+                return glue.bind("callee", apply), []
     if isinstance(var, NNModuleVariable) and is_ddp(var.module):
         inner = var.module.module
         assert isinstance(inner, torch.nn.Module)  # DDP's constructor stores the module it wraps
@@ -417,7 +427,7 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
             if not isinstance(v, NullVariable):
                 glue.reconstruct(v)  # before the call: contexts are entered, containers built
         live, values = _live_values(root, code_mod.live_locals_at(code, after))
-        callee, leading = _native_callee(glue, callee_var, wrap_frame)
+        callee, leading = _native_callee(glue, callee_var, wrap_frame, state.grad_enabled)
         parts = leading + [glue.reconstruct(a) for a in args]
         parts += [f"{k}={glue.reconstruct(v)}" for k, v in kwargs.items()]
         _grad_line(glue, state)
@@ -432,7 +442,7 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
         if below and isinstance(below[-1], NullVariable):
             below = below[:-1]
         live, values = _live_values(root, code_mod.live_locals_at(code, after))
-        callee, leading = _native_callee(glue, callee_var, wrap_frame)
+        callee, leading = _native_callee(glue, callee_var, wrap_frame, state.grad_enabled)
         parts = leading + [f"*{star}"] + ([f"**{starstar}"] if starstar else [])
         _grad_line(glue, state)
         result = _native_call(glue, fn, root, stack, depth, f"{callee}({', '.join(parts)})", call_in_try)

@@ -24,6 +24,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 import torch.fx
 
@@ -327,6 +328,7 @@ class Tracer:
     # ------------------------------------------------------------------ graph ops
     def call_op(self, kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         """Record `target(*args, **kwargs)` as a node; its example value comes from the fakes."""
+        args = _scalar_operands(target, args)
         node_args = tuple(_node_arg(a) for a in args)
         node_kwargs = {k: _node_arg(v) for k, v in kwargs.items()}
         ex_args = tuple(_example_arg(a) for a in args)
@@ -460,7 +462,7 @@ def _node_arg(var: Any) -> Any:
     if isinstance(var, (TensorVariable, SymIntVariable)):
         return var.node
     if isinstance(var, ConstantVariable):
-        return var.value
+        return _graph_literal(var.value)
     if isinstance(var, TupleVariable):
         return tuple(_node_arg(i) for i in var.items)
     if isinstance(var, ListVariable):
@@ -474,6 +476,31 @@ def _node_arg(var: Any) -> Any:
     if var.is_constant():
         return var.as_constant()
     raise Unsupported(f"passing {var.describe()} to a graph op", kind="unsupported_call")
+
+
+def _graph_literal(value: Any) -> Any:
+    """A constant as a graph argument. FX prints a numpy scalar as `np.int64(4)`, which the
+    graph's code cannot evaluate: np.int64 and np.bool_ become the Python int and bool torch reads
+    them as. Other numpy scalars are refused here (np.float64 makes a float64 tensor where 0.5
+    makes a float32 one); call_op converts them for arithmetic on tensors, where they are the same."""
+    if type(value) in (np.int64, np.bool_):
+        return value.item()
+    if isinstance(value, np.generic):
+        raise Unsupported(f"passing the numpy scalar {value!r} to a graph op", kind="numpy")
+    return value
+
+
+# Tensor arithmetic, where a numpy scalar operand acts as the Python number it holds
+_SCALAR_OPERATORS = frozenset({operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
+                               operator.mod, operator.pow, operator.iadd, operator.isub, operator.imul,
+                               operator.itruediv, operator.ifloordiv, operator.imod, operator.ipow})
+
+
+def _scalar_operands(target: Any, args: Sequence[Variable]) -> Sequence[Variable]:
+    if target not in _SCALAR_OPERATORS or not any(isinstance(a, TensorVariable) for a in args):
+        return args
+    return [ConstantVariable(a.value.item()) if isinstance(a, ConstantVariable) and isinstance(a.value, np.generic)
+            and isinstance(a.value, (np.integer, np.floating, np.bool_)) else a for a in args]
 
 
 def _example_arg(var: Any) -> Any:

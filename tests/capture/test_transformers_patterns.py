@@ -516,3 +516,55 @@ def test_namedtuple_hasattr_len_of_a_new_object_and_getenv():
         torch.testing.assert_close(kiln.compile(_layer_outputs, backend="eager")(x, 0), _layer_outputs(x, 0))
     finally:
         kiln.reset()
+
+
+class _Reversible(torch.autograd.Function):
+    # Reformer's _ReversibleFunction: a forward that cannot be traced whole (it reseeds the RNG)
+    @staticmethod
+    def forward(ctx, x, layers):
+        for scale in layers:
+            torch.manual_seed(0)
+            x = x * scale + torch.rand(x.shape)
+        ctx.save_for_backward(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def _reversible_layers(x, layers, cache):
+    if len(cache) > 0 and cache:  # a cache object passed in, with a Python __len__
+        x = x + 1
+    return _Reversible.apply(x.sin(), layers).cos()
+
+
+def test_autograd_function_applied_without_grad_is_captured_frame_by_frame():
+    # An autograd.Function whose forward breaks ran natively as a whole, uncompiled (Reformer: 27 ops
+    # captured where torch.compile has 148). With grad mode off, apply is its forward on a fresh ctx:
+    # the glue calls the forward as a frame of its own, which is captured up to its breaks.
+    x, layers, cache = torch.randn(3), (2.0, 3.0), _Cache()
+    cache.states.append(1)
+    with torch.no_grad():
+        want = _reversible_layers(x, layers, cache)
+        out = _explain(_reversible_layers, x, layers, cache)
+        assert not out.fallbacks, out
+        assert out.op_count >= 4 and any("manual_seed" in b.reason for b in out.break_reasons), out
+        kiln.reset()
+        try:
+            compiled = kiln.compile(_reversible_layers, backend="eager")
+            torch.testing.assert_close(compiled(x, layers, cache), want)
+            torch.testing.assert_close(compiled(x, layers, cache), want)
+        finally:
+            kiln.reset()
+    # with grad on, apply is called as it is, and its backward is eager's
+    leaf = x.clone().requires_grad_()
+    kiln.reset()
+    try:
+        got = kiln.compile(_reversible_layers, backend="eager")(leaf, layers, cache)
+        got.sum().backward()
+        ref = x.clone().requires_grad_()
+        _reversible_layers(ref, layers, cache).sum().backward()
+        torch.testing.assert_close(leaf.grad, ref.grad)
+    finally:
+        kiln.reset()

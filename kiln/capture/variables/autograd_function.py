@@ -71,6 +71,37 @@ def _static_function(function: type, name: str, base: Any) -> types.FunctionType
     return static if isinstance(static, types.FunctionType) else None
 
 
+class InferenceApply:
+    """What the glue calls for `function.apply(*args)` at a graph break with grad mode off: apply's
+    forward runs in no-grad mode anyway, and with grad off nothing records a backward, so calling the
+    forward on a fresh context is the same call; the forward is then captured as a frame of its own
+    (`compiled_forward`), as torch.compile captures it, instead of running uncompiled inside apply.
+    With grad mode on at run time it calls apply itself."""
+
+    def __init__(self, function: type[torch.autograd.Function], compiled_forward: Any) -> None:
+        self.function = function
+        self.compiled_forward = compiled_forward
+
+    def __call__(self, *args: Any) -> Any:
+        if torch.is_grad_enabled() or torch._C._are_functorch_transforms_active():
+            return self.function.apply(*args)
+        return self.compiled_forward(torch.autograd.function.FunctionCtx(), *args)
+
+
+def inference_apply(value: Any, wrap_frame: Any) -> InferenceApply | None:
+    """An InferenceApply for the bound `Function.apply` `value`, or None when apply is more than its
+    forward: a forward that takes no ctx (setup_context), or one that is not plain Python."""
+    function = getattr(value, "__self__", None)
+    if not isinstance(function, type) or not issubclass(function, torch.autograd.Function):
+        return None
+    forward = _static_function(function, "forward", _BASE_FORWARD)
+    if forward is None or _static_function(function, "setup_context", _BASE_SETUP_CONTEXT) is not None:
+        return None
+    if "vjp" in function.__dict__ or getattr(function, "generate_vmap_rule", False):
+        return None
+    return InferenceApply(function, wrap_frame(forward))
+
+
 def call_autograd_function(tx: "Tracer", function: Any, args: Sequence[Variable],
                            kwargs: dict[str, Variable], source: Source | None = None) -> Variable:
     """Record `function.apply(*args)` as one node, after checking its code traces without a break.

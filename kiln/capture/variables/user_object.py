@@ -78,7 +78,17 @@ class ObjectVariable(Variable):
             return True
         if getattr(kind, "__bool__", None) is None and getattr(kind, "__len__", None) is None:
             return True
+        known = _python_truth(tx, self, kind)
+        if known is not None:
+            return known
         raise Unsupported(f"truth value of {self.describe()}", kind="unsupported_builtin")
+
+    def length(self, tx: "Tracer") -> Variable:
+        if not isinstance(self.value, (type, types.ModuleType)):
+            result = _python_len(tx, self, type(self.value))
+            if result is not None:
+                return result
+        raise Unsupported(f"len() of {self.describe()}", kind="unsupported_builtin")
 
     def _attr_source(self, name: str) -> Source | None:
         return None if self.source is None else AttrSource(self.source, name)
@@ -382,6 +392,32 @@ class GenericGetattrVariable(Variable):
         return f"{glue.constant(object.__getattribute__)}.__get__({self.obj.reconstruct(glue)})"
 
 
+def _python_len(tx: "Tracer", var: Variable, cls: type) -> Variable | None:
+    """`len(obj)` through a `__len__` written in Python (ReformerDynamicCache's), inlined; None
+    when there is none or it does not give a trace-time int."""
+    if not isinstance(inspect.getattr_static(cls, "__len__", None), types.FunctionType):
+        return None
+    result = var.getattr(tx, "__len__").call(tx, [], {})
+    if result.is_constant() and type(result.as_constant()) is int and result.as_constant() >= 0:
+        return result
+    return None
+
+
+def _python_truth(tx: "Tracer", var: Variable, cls: type) -> bool | None:
+    """`bool(obj)` in Python's order (__bool__, else __len__ != 0), inlining the one written in
+    Python; None when that is not possible."""
+    for name in ("__bool__", "__len__"):
+        static = inspect.getattr_static(cls, name, None)
+        if isinstance(static, types.FunctionType):
+            result = var.getattr(tx, name).call(tx, [], {})
+            if result.is_constant() and isinstance(result.as_constant(), (bool, int)):
+                return bool(result.as_constant())
+            return None
+        if static is not None:
+            return None
+    return None
+
+
 class EnvironReadVariable(Variable):
     """`os.environ.get(key, default)` (and `in`, `[]`): the variable is read at trace time and
     guarded by value, as a configuration flag of the code path (torch.compile reads it too)."""
@@ -587,23 +623,15 @@ class NewObjectVariable(Variable):
     def truth(self, tx: "Tracer") -> bool:
         if getattr(self.cls, "__bool__", None) is None and getattr(self.cls, "__len__", None) is None:
             return True
-        # Python's order: __bool__, else __len__ != 0; each inlined when written in Python
-        for name in ("__bool__", "__len__"):
-            if isinstance(inspect.getattr_static(self.cls, name, None), types.FunctionType):
-                result = self.call_method(tx, name, [], {})
-                if result.is_constant() and isinstance(result.as_constant(), (bool, int)):
-                    return bool(result.as_constant())
-                break
-            if getattr(self.cls, name, None) is not None:
-                break
+        known = _python_truth(tx, self, self.cls)
+        if known is not None:
+            return known
         raise Unsupported(f"truth value of {self.describe()}", kind="unsupported_builtin")
 
     def length(self, tx: "Tracer") -> Variable:
-        # a Python __len__ (ReformerDynamicCache's) is inlined; it must give a trace-time int
-        if isinstance(inspect.getattr_static(self.cls, "__len__", None), types.FunctionType):
-            result = self.call_method(tx, "__len__", [], {})
-            if result.is_constant() and type(result.as_constant()) is int and result.as_constant() >= 0:
-                return result
+        result = _python_len(tx, self, self.cls)
+        if result is not None:
+            return result
         raise Unsupported(f"len() of {self.describe()}", kind="unsupported_builtin")
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
