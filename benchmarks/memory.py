@@ -9,6 +9,11 @@ neither are their frees (the allocator reports a free only for a block allocated
 What it does not see: Python objects, the compilers' own bookkeeping, and memory a library takes
 with its own malloc (BLAS packing buffers, OpenMP stacks). tracemalloc would see only Python's
 allocations, and the process's RSS high-water mark is blurred by what glibc keeps after a free.
+Known limit: a step profiled a second time in one process is charged less (frees of blocks its
+first profile allocated, its gradients, are now reported), so each step is measured once; and on
+convolution workloads (oneDNN) the numbers are not to be trusted yet: on resnet18_training (quick)
+the first step profiled in a process got 43-44 MiB whichever compiler it was, later ones anywhere
+from 10 to 70 MiB. The MLP and GPT workloads gave the same numbers alone and in the bench's order.
 
 Input: a zero-argument step. Output: peak bytes (int), or None when the profiler gives no
 allocation events (a torch build without them).
