@@ -391,7 +391,7 @@ class _Frame:
             cache.disk = persist.candidates(fn.__code__, self.options)
         G = fn.__globals__
         for disk in list(cache.disk):
-            if not disk.check.fn(L, G, fn):
+            if not disk.matches(L) or not disk.check.fn(L, G, fn):
                 continue
             cache.disk.remove(disk)  # used once: if it is in memory now, or if it cannot be loaded
             try:

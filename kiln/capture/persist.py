@@ -3,8 +3,9 @@
 A warm start (the same script run again) would otherwise capture every frame anew: fake tensors,
 AOT tracing and lowering, about a second per frame, although only the C++ build is cached on disk.
 After a capture the entry hands its result to `store`; on a cache miss in a later process, `candidates`
-reads the entries stored for the same code object, the entry uses the first whose guards pass on the
-actual frame, rebuilt by `materialize` without tracing. Corresponds to torch's FXGraphCache and AOTAutogradCache,
+lists the entries stored for the same code object, the entry reads (and verifies) those stored by
+calls whose locals had the same types, uses the first whose guards pass on the actual frame, rebuilt
+by `materialize` without tracing. Corresponds to torch's FXGraphCache and AOTAutogradCache,
 one level up (the whole frame, as torch's precompile does).
 
 Key (a directory per key): the code object's content (filename, qualname, bytecode, constants and
@@ -71,7 +72,7 @@ from kiln.capture.stored_code import UnsafeSource, check_glue_source, check_guar
 from kiln.runtime import artifact, cache, records, store as files
 
 FORMAT = 3  # bump when the stored layout changes
-_MAX_ENTRIES = 16  # newest files read per key; older ones are left for a cache cleaner
+_MAX_ENTRIES = 16  # newest files read per key and local types; older ones are left for a cache cleaner
 
 
 class NotPortable(Exception):
@@ -713,7 +714,8 @@ def store(code: types.CodeType, options: Any, check: CheckFn, result: Any,
     folder = _folder(key, create=True)
     if folder is None:
         return False  # the cache directory is refused or cannot be made (warned once by store)
-    path = os.path.join(folder, _content_name(data))
+    name = _content_name(data) if frame is None else f"{discriminator(frame[0])}-{_content_name(data)}"
+    path = os.path.join(folder, name)
     if not files.write_sealed(path, data):
         return False
     log.artifact("cache", f"frame cache: stored {code.co_qualname} in {path}")
@@ -728,13 +730,61 @@ def _content_name(data: bytes) -> str:
 # Lookup
 
 
-@dataclass
-class DiskEntry:
-    """One stored entry, read but not yet used: its guards compiled, its graphs not yet loaded."""
+class _Unusable:
+    """The check of an entry that could not be read: it never passes."""
 
-    path: str
-    check: CheckFn
-    payload: StoredFrame
+    guards: list[Guard] = []
+
+    @staticmethod
+    def fn(L: dict, G: dict, F: Any) -> bool:
+        return False
+
+
+class DiskEntry:
+    """One stored entry, not yet read: its file is read and verified and its guards compiled the
+    first time its `check` is asked for, and only when `matches` (the types of the frame's locals
+    at the call that stored it) admits the call. Frames of library code shared by many models (a
+    decorator's wrapper) collect one entry per model under one key; each call reads only its own."""
+
+    def __init__(self, path: str, discriminator: str | None) -> None:
+        self.path = path
+        self.discriminator = discriminator
+        self._check: Any = None
+        self._payload: StoredFrame | None = None
+
+    def matches(self, L: dict) -> bool:
+        return self.discriminator is None or self.discriminator == discriminator(L)
+
+    @property
+    def check(self) -> Any:
+        if self._check is None:
+            with _without_collections():
+                found = _candidate(self.path)
+            self._check, self._payload = (found if found is not None else (_Unusable(), None))
+        return self._check
+
+    @property
+    def payload(self) -> StoredFrame:
+        self.check  # noqa: B018  (reads the file once)
+        if self._payload is None:
+            raise Stale(f"{self.path} could not be read")
+        return self._payload
+
+
+def discriminator(L: dict) -> str:
+    """A short hash of the types of a call's locals (never their values): a stored entry's file
+    name starts with it, so a call skips the entries of calls with other types without reading
+    them. A guard set that does not check some local's type only loses a hit, never passes wrongly."""
+    text = repr(sorted((str(k), type(v).__module__, type(v).__qualname__) for k, v in L.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _split_name(name: str) -> tuple[str | None, str]:
+    """(discriminator or None, content part) of an entry's file name."""
+    head, sep, rest = name.partition("-")
+    if sep and len(head) == 8 and all(c in "0123456789abcdef" for c in head):
+        return head, rest
+    return None, name
 
 
 def _read(path: str) -> StoredFrame | None:
@@ -742,7 +792,7 @@ def _read(path: str) -> StoredFrame | None:
     data = files.read_sealed(path)
     if data is None:
         return None
-    if os.path.basename(path) != _content_name(data):
+    if _split_name(os.path.basename(path))[1] != _content_name(data):
         files.discard(path, "its name is not the hash of its content")
         return None
     try:
@@ -781,16 +831,17 @@ def candidates(code: types.CodeType, options: Any) -> list[DiskEntry]:
             except OSError:  # removed by another process meanwhile
                 continue
     paths.sort(reverse=True)
-    out = []
-    with _without_collections():
-        for _, path in paths[:_MAX_ENTRIES]:
-            entry = _candidate(path)
-            if entry is not None:
-                out.append(entry)
+    out: list[DiskEntry] = []
+    per_kind: dict[str | None, int] = {}
+    for _, path in paths:
+        kind = _split_name(os.path.basename(path))[0]
+        per_kind[kind] = per_kind.get(kind, 0) + 1
+        if per_kind[kind] <= _MAX_ENTRIES:
+            out.append(DiskEntry(path, kind))
     return out
 
 
-def _candidate(path: str) -> DiskEntry | None:
+def _candidate(path: str) -> tuple[CheckFn, StoredFrame] | None:
     """The entry at `path` with its guards compiled, or None (logged) when it cannot be used."""
     try:
         frame = _read(path)
@@ -803,7 +854,7 @@ def _candidate(path: str) -> DiskEntry | None:
     except Exception as exc:  # never an error: the frame is captured as usual
         log.artifact("cache", f"frame cache: {path} unreadable: {type(exc).__name__}: {exc}")
         return None
-    return DiskEntry(path, check, frame)
+    return check, frame
 
 
 def materialize(disk: DiskEntry) -> tuple[Any, Any]:

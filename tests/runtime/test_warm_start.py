@@ -281,3 +281,20 @@ def test_wrapper_recipe_constants_are_data_only() -> None:
     assert loaded.constants["aten_abs"] is os.system  # the reference decodes: the loader must refuse
     with pytest.raises(ValueError, match="wrapper constant"):
         kernel_wrapper.load_wrapper(loaded)
+
+
+def test_entries_are_read_only_for_calls_with_their_local_types(tmp_path: Path) -> None:
+    config = Config()
+    stored_for = persist.discriminator({"self": config, "kwargs": {}})
+    entry = persist.DiskEntry(str(tmp_path / f"{stored_for}-{'0' * 24}.entry"), stored_for)
+    assert entry.matches({"self": Config(), "kwargs": {"other": 1}})  # types only, never values
+    assert not entry.matches({"self": Holder(), "kwargs": {}})
+    assert entry._check is None  # nothing read yet
+    legacy = persist.DiskEntry(str(tmp_path / f"{'0' * 24}.entry"), None)
+    assert legacy.matches({"self": Holder()})
+    # a file that cannot be read gives a check that never passes (and no payload)
+    assert not entry.check.fn({"self": config, "kwargs": {}}, {}, None)
+    with pytest.raises(persist.Stale):
+        entry.payload
+    assert persist._split_name(f"{stored_for}-abc.entry") == (stored_for, "abc.entry")
+    assert persist._split_name("abc.entry") == (None, "abc.entry")
