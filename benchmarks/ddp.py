@@ -64,7 +64,9 @@ def _one_system(system: str, rank: int, quick: bool) -> dict[str, float]:
 
     kiln.reset()  # the same forward code is compiled per system: no entry may carry over
     base, config = _model(quick)
-    ddp = DDP(base, bucket_cap_mb=0.25 if quick else 1)  # a few buckets at either size
+    # torch.compile's DDP optimizer requires buckets no smaller than DDP's first one (1 MiB): the
+    # quick model then fills one or two buckets, the full one several
+    ddp = DDP(base, bucket_cap_mb=1)
     model = _wrap(system, ddp)
     idx, targets = sample_batch(config, 8, 64, seed=rank)
 
