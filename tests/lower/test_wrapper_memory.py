@@ -292,3 +292,23 @@ def test_a_broken_planner_is_caught(monkeypatch, broken, fn) -> None:
     with pytest.raises((AssertionError, NameError)):  # wrong values, or an output handed on and unbound
         _assert_eager(fn, compiled, x, w)
 
+
+
+@pytest.mark.cpp
+def test_a_kernel_written_in_place_declares_no_restrict_on_the_shared_storage() -> None:
+    """Where the plan writes a kernel's output over an input it reads, the C++ signature must not
+    promise the compiler that the two pointers never alias (`__restrict__` on both would make the
+    kernel undefined behaviour); the kernel's other pointers keep it."""
+    x, w = _inputs()
+    compiled = _compile(chain_of_same_sized_buffers, x, w)
+    shared = re.findall(r"\s+(\w+) = (\w+)  # reuse in place$", compiled.wrapper_source, re.M)
+    assert shared
+    for out, donor in shared:
+        call = next(ln for ln in compiled.wrapper_source.splitlines()
+                    if re.match(r"\s+kernel\d+\(", ln) and re.search(rf"\b{out}\b", ln))
+        kernel = re.match(r"\s+(kernel\d+)\(", call).group(1)
+        signature = re.search(rf"void {kernel}\(([^)]*)\)", compiled.cpp_source).group(1)
+        params = {p.split()[-1]: p for p in signature.split(",")}
+        for name in (out, donor):
+            assert name in params and "__restrict__" not in params[name], (name, signature)
+    assert "__restrict__" in compiled.cpp_source  # kernels without in-place pairs keep it

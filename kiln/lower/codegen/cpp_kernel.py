@@ -16,6 +16,7 @@ import torch
 
 from kiln.lower.checks import ERROR_RECORD
 from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, BodyWriter, cexpr, compute, prelude
+from kiln.lower.codegen.memory import aliasing_args
 from kiln.lower.ir import (Buffer, FloorDiv, Load, ModularIndexing, Pointwise, Reduction, Scan, Value,
                            contiguous_strides, index_vars, walk)
 from kiln.lower.schedule import Kernel, KernelProgram, ScatterKernel, kernel_vars, node_substitution
@@ -57,6 +58,7 @@ class KernelWriter:
         self.counter = [0]
         self.reads: list[str] = []
         self.writes: list[str] = []
+        self.aliasing: frozenset[str] = frozenset()  # args the memory plan may give one storage: not __restrict__
 
     def _note(self, names: list[str], name: str) -> None:
         if name not in names:
@@ -330,7 +332,8 @@ class KernelWriter:
         self.reads = [b for b in self.reads if b not in self.writes]
         for b in self.reads + self.writes:
             const = "const " if b not in self.writes else ""
-            args.append(f"{const}{CTYPE[self.storage[b]]}* __restrict__ {b}")
+            restrict = "" if b in self.aliasing else " __restrict__"
+            args.append(f"{const}{CTYPE[self.storage[b]]}*{restrict} {b}")
         # the thread count is the runtime's (torch.get_num_threads(), see the prelude), not OpenMP's
         threads = "kiln_threads()" if getattr(self, "adaptive_threads", True) else "kiln_all_threads()"
         body = [line + f" num_threads({threads})" if line.startswith("#pragma omp parallel") else line
@@ -420,6 +423,8 @@ def generate(program: KernelProgram) -> tuple[str, dict[str, tuple[list[str], li
     for step in program.steps:
         if isinstance(step, (Kernel, ScatterKernel)):
             w = KernelWriter(storage, program.ir.size_symbols())
+            if isinstance(step, Kernel):
+                w.aliasing = aliasing_args(step)
             src, bufs = w.kernel(step) if isinstance(step, Kernel) else w.scatter(step)
             parts.append(src)
             signatures[step.name] = (bufs, w.symbols, "seed" in src.split("{", 1)[0])

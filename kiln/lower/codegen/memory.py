@@ -17,9 +17,13 @@ reuse pool), on the wrapper's steps rather than on scheduler nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import sympy
 import torch
+
+from kiln.lower.ir import Load, Pointwise, index_vars, walk
+from kiln.lower.schedule import Kernel
 
 
 @dataclass(frozen=True)
@@ -204,3 +208,40 @@ def check_plan(facts: MemoryFacts, plan: MemoryPlan) -> None:
         capacity[alloc.name] = capacity[donor]
     handed = {d for r, d in plan.reuse.items() if facts.last_use[d] < by_name[r].step}
     assert plan.kept == handed, "kept names are not exactly the donors that die before their reuse"
+
+
+def in_place_donors(step: Kernel, block_kind: str, node: Any) -> frozenset[str]:
+    """The buffers `node` may overwrite as it goes: a pointwise node of a plain loop whose kernel
+    reads each such buffer only in `node`'s own body, and only at the element `node` stores (no
+    indirect part), so every element is read before the store that replaces it. Whether a buffer
+    dies here, and its size and dtype, the planner checks.
+
+    The C++ kernel generator drops `__restrict__` from a node's output and from each of these
+    (`aliasing_args`), so that the kernel is well defined when the plan hands it the same storage
+    as an input and as an output (Inductor passes one in/out pointer instead).
+    """
+    if block_kind != "loop" or not isinstance(node, Pointwise) or node.layout.offset != 0:
+        return frozenset()
+    if any(st == 0 and sz != 1 for sz, st in zip(node.layout.sizes, node.layout.strides)):
+        return frozenset()  # a broadcast store writes an element more than once: a later read would see it
+    target = sympy.expand(node.layout.index(index_vars("i", len(node.layout.sizes))))
+    mine: dict[str, bool] = {}
+    for v in walk(node.body):
+        if isinstance(v, Load):
+            ok = v.extra is None and sympy.expand(v.index - target) == 0
+            mine[v.buffer] = mine.get(v.buffer, True) and ok
+    elsewhere = {v.buffer for n in step.nodes if n is not node and getattr(n, "body", None) is not None
+                 for v in walk(n.body) if isinstance(v, Load)}
+    return frozenset(b for b, ok in mine.items() if ok and b not in elsewhere and b != node.name)
+
+
+def aliasing_args(step: Kernel) -> frozenset[str]:
+    """The buffers of a kernel that the memory plan may give one storage (an output written in
+    place over an input it reads): they must not be declared `__restrict__`."""
+    names: set[str] = set()
+    for block in step.blocks:
+        for n in block.nodes:
+            donors = in_place_donors(step, block.kind, n)
+            if donors:
+                names |= donors | {n.name}
+    return frozenset(names)

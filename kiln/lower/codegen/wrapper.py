@@ -19,7 +19,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from kiln.lower.checks import ERROR_RECORD, error_function_source, sites_of
-from kiln.lower.codegen.memory import Allocation, MemoryFacts, MemoryPlan, plan_memory
+from kiln.lower.codegen.memory import Allocation, MemoryFacts, MemoryPlan, in_place_donors, plan_memory
 from kiln.lower.ir import (BufferRef, ConstantBuffer, Extern, InputBuffer, Layout, Load, Pointwise, SymExpr,
                            index_vars, walk)
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
@@ -210,7 +210,7 @@ class WrapperWriter:
                     for n in block.nodes:
                         if n.name in bufs and n.name not in defined:
                             defined.add(n.name)
-                            inplace = _in_place_donors(step, block.kind, n)
+                            inplace = in_place_donors(step, block.kind, n)
                             allocations.append(Allocation(n.name, s, n.layout.dtype, n.layout.storage_size(), inplace))
             elif isinstance(step, ExternCall):
                 node = step.node
@@ -312,32 +312,6 @@ class WrapperWriter:
             for name in names:
                 last[name] = s
         return last
-
-
-def _in_place_donors(step: Kernel, block_kind: str, node: Any) -> frozenset[str]:
-    """The buffers `node` may overwrite as it goes: a pointwise node of a plain loop whose kernel
-    reads each such buffer only in `node`'s own body, and only at the element `node` stores (no
-    indirect part), so every element is read before the store that replaces it. Whether a buffer
-    dies here, and its size and dtype, the planner checks.
-
-    The kernel then gets the same address as a `const __restrict__` input and as its output, which
-    C++ does not sanction; what makes it hold is that each element is loaded only by the expression
-    whose store replaces it, so that store depends on every load of its element and no reordering
-    that respects data dependences can move a load after it. Inductor passes one in/out pointer
-    instead, a change to the kernel code generator (codegen/cpp.py) not made here."""
-    if block_kind != "loop" or not isinstance(node, Pointwise) or node.layout.offset != 0:
-        return frozenset()
-    if any(st == 0 and sz != 1 for sz, st in zip(node.layout.sizes, node.layout.strides)):
-        return frozenset()  # a broadcast store writes an element more than once: a later read would see it
-    target = sympy.expand(node.layout.index(index_vars("i", len(node.layout.sizes))))
-    mine: dict[str, bool] = {}
-    for v in walk(node.body):
-        if isinstance(v, Load):
-            ok = v.extra is None and sympy.expand(v.index - target) == 0
-            mine[v.buffer] = mine.get(v.buffer, True) and ok
-    elsewhere = {v.buffer for n in step.nodes if n is not node and getattr(n, "body", None) is not None
-                 for v in walk(n.body) if isinstance(v, Load)}
-    return frozenset(b for b, ok in mine.items() if ok and b not in elsewhere and b != node.name)
 
 
 def _may_alias(op: Any) -> bool:
