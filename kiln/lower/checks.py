@@ -48,6 +48,8 @@ CHECK_KINDS: tuple[CheckKind, ...] = (
     # index_select on CPU checks dim 1 of a tensor of 2 or more dims (and any dim of an empty one)
     # on another path, which raises RuntimeError
     CheckKind("index_select_dim1", RuntimeError, False, "INDICES element is out of DATA bounds, id={value} axis_dim={size}"),
+    # index_add along the first or last dim of a tensor of 2 or more dims runs as a scatter_add there
+    CheckKind("index_add_nd", RuntimeError, False, "index {value} is out of bounds for dimension {dim} with size {size}"),
 )
 _KIND_NUMBER = {k.op: n for n, k in enumerate(CHECK_KINDS)}
 

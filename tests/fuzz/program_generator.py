@@ -245,7 +245,8 @@ STEPS = [_pointwise, _pointwise, _reduction, _view, _indexing, _matmul, _normali
 
 def _fault(w: _Writer) -> str | None:
     """A last step that eager rejects on the example values: an index out of range (indexing,
-    index_select, gather, take, embedding; constant or computed in the program) or an integer
+    index_select, gather, take, embedding, and the writes scatter_add, index_add, index_put_;
+    constant or computed in the program) or an integer
     division or modulo by zero. Returns the step's name, or None when this try found none."""
     rng = w.rng
     if rng.random() < 0.5:
@@ -264,6 +265,12 @@ def _fault(w: _Writer) -> str | None:
                    f"torch.take({a}, torch.tensor([{t.numel()}]))"]
         if t.dim() == 2 and _floating(t):
             options.append(f"torch.nn.functional.embedding({index}.abs(), {a})")
+        # writes: an index past the end must raise before anything is stored out of bounds
+        options += [f"torch.scatter_add({a}, {dim}, torch.full({tuple(t.shape)}, {bad}), {a})",
+                    f"torch.index_add({a}, {dim}, {index}, {a}.narrow({dim}, 0, 1))"]
+        if dim == 0:
+            accumulate = rng.choice([True, False])
+            options.append(f"{a}.clone().index_put_(({index},), {a}[:1], accumulate={accumulate})")
         expr = rng.choice(options)
     else:
         a = w.pick(lambda t: t.numel() > 0)

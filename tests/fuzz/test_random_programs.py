@@ -52,7 +52,8 @@ def test_generator_is_deterministic_and_writes_readable_source() -> None:
 def test_faulting_programs_cover_every_kind_of_fault() -> None:
     text = "\n".join(generate_faulting(seed).source for seed in FAULT_CI_SEEDS)
     families = [("[torch.tensor([", "[:, torch.tensor(["), (".index_select(",), ("torch.gather(",), ("torch.take(",),
-                ("torch.zeros_like(",), ("// 0", "% 0", "torch.fmod("), ("* 0)",)]
+                ("torch.zeros_like(",), ("// 0", "% 0", "torch.fmod("), ("* 0)",),
+                ("torch.scatter_add(", "torch.index_add(", ".index_put_(")]
     for family in families:
         assert any(fault in text for fault in family), family
     assert all("# eager raises" in generate_faulting(seed).source for seed in FAULT_CI_SEEDS)

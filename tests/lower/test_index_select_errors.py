@@ -31,3 +31,24 @@ def test_index_select_out_of_range_raises_eagers_exception_class(shape: tuple[in
     if x.shape[dim]:  # (a compiled graph takes the shapes it was traced with: an index of 2)
         good = torch.tensor([0, x.shape[dim] - 1])
         torch.testing.assert_close(compiled(x, good)[0], fn(x, good))
+
+
+@pytest.mark.parametrize("shape,dim", [((5,), 0), ((3, 4), 0), ((3, 4), 1), ((3, 4, 2), 0), ((3, 4, 2), 1),
+                                       ((3, 4, 2), 2), ((2, 3, 4, 5), 2)])
+@pytest.mark.parametrize("index", [-1, "size"])
+def test_index_add_out_of_range_raises_eagers_exception_class(shape: tuple[int, ...], dim: int, index) -> None:
+    """Eager's CPU index_add runs as a scatter_add along the first or last dim of a tensor of 2+
+    dims (RuntimeError) and as its own loop elsewhere (IndexError); negative indices are refused."""
+    x = torch.randn(shape)
+    bad = torch.tensor([-1 if index == -1 else shape[dim]])
+
+    def fn(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        return torch.index_add(x, dim, index, x.narrow(dim, 0, 1) * 2)
+
+    with pytest.raises((IndexError, RuntimeError)) as eager:
+        fn(x, bad)
+    compiled = compile_graph(make_fx(fn, tracing_mode="fake")(x, bad), [x, bad])
+    with pytest.raises(type(eager.value)):
+        compiled(x, bad)
+    good = torch.tensor([shape[dim] - 1])
+    torch.testing.assert_close(compiled(x, good)[0], fn(x, good))

@@ -207,7 +207,13 @@ def _index_add_or_copy(ctx: LoweringContext, x: TensorValue, dim: int, index: Te
 
     return _scatter(ctx, out, source.sizes, lambda i: [sympy.Integer(0) if d == dim else v for d, v in enumerate(i)],
                     lambda i: {dim: index.load([i[dim]] if index.ndim == 1 else [])}, value,
-                    "add" if op == "index_add" else None, op)
+                    "add" if op == "index_add" else None, _index_add_check(op, x.ndim, dim))
+
+
+def _index_add_check(op: str, ndim: int, dim: int) -> str:
+    """The check kind eager's CPU index_add raises with: along the first or the last dim of a tensor
+    of 2+ dims it runs as a scatter_add (RuntimeError), elsewhere its own loop (IndexError)."""
+    return "index_add_nd" if op == "index_add" and ndim > 1 and dim in (0, ndim - 1) else op
 
 
 @register(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
