@@ -268,13 +268,14 @@ def _in_try(code: types.CodeType, offset: int, *, with_blocks: bool = False) -> 
 def check_breakable(root: Any, exc: Unsupported, record: Any) -> None:
     """Raise (the frame then runs eagerly) unless the root instruction can be a graph break.
 
-    A call, an expression instruction of NATIVE_INSTRUCTIONS and a branch on a tensor can, also
+    A call, an expression instruction of NATIVE_INSTRUCTIONS, a `with` whose manager cannot be
+    entered in the trace and a branch on a tensor can, also
     inside loops (the iterator is a stack slot of the resume function). Inside a try block the
     frame continues natively from the breaking instruction itself, so that the exception handlers
     still cover it (see finish_break).
     """
     ins = root.current
-    native = ins.opname in _CALLS or ins.opname in NATIVE_INSTRUCTIONS
+    native = ins.opname in _CALLS or ins.opname in NATIVE_INSTRUCTIONS or ins.opname == "BEFORE_WITH"
     if not native and not (ins.opname in _BRANCHES and exc.kind == "data_dependent_branch"):
         raise exc
 
@@ -447,6 +448,23 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
         _grad_line(glue, state)
         result = _native_call(glue, fn, root, stack, depth, f"{callee}({', '.join(parts)})", call_in_try)
         glue.line(f"return {resumes.expression(glue, after, below + [_Named(result)], live, values)}")
+    elif ins.opname == "BEFORE_WITH":
+        # A manager whose entry cannot be traced (it writes state Kiln cannot replay, such as
+        # torch.backends.cudnn.flags): the glue enters the real manager, and the resume function
+        # runs the block under it, with the bound __exit__ on its stack as BEFORE_WITH leaves it.
+        below = stack[:-1]
+        for v in below:
+            if not isinstance(v, NullVariable):
+                glue.reconstruct(v)
+        manager = glue.fresh("manager")
+        glue.line(f"{manager} = {glue.reconstruct(stack[-1])}")  # one object, entered and exited
+        live, values = _live_values(root, code_mod.live_locals_at(code, after))
+        _grad_line(glue, state)
+        exit_name, entered = glue.fresh("exit"), glue.fresh("entered")
+        glue.line(f"{exit_name} = {manager}.__exit__")
+        glue.line(f"{entered} = {manager}.__enter__()")
+        entered_stack = below + [_Named(exit_name), _Named(entered)]
+        glue.line(f"return {resumes.expression(glue, after, entered_stack, live, values)}")
     elif ins.opname in NATIVE_INSTRUCTIONS:
         n_in, n_out, render = NATIVE_INSTRUCTIONS[ins.opname]
         count = n_in(ins)

@@ -568,3 +568,43 @@ def test_autograd_function_applied_without_grad_is_captured_frame_by_frame():
         torch.testing.assert_close(leaf.grad, ref.grad)
     finally:
         kiln.reset()
+
+
+_CUDNN_SEEN: list[bool] = []
+
+
+@kiln.disable
+def _note_cudnn_enabled() -> None:
+    _CUDNN_SEEN.append(torch.backends.cudnn.enabled)
+
+
+def _ctc_style_loss(x):
+    # transformers' ForCTCLoss: the loss runs under torch.backends.cudnn.flags(enabled=False)
+    y = x.log_softmax(-1)
+    with torch.backends.cudnn.flags(enabled=False):
+        _note_cudnn_enabled()
+        return (y * 2).sum()
+
+
+def test_with_a_manager_whose_entry_cannot_be_traced_breaks_at_the_with():
+    # Entering cudnn.flags writes a global of torch.backends, whose sys.modules entry is a wrapper
+    # module: the failure was at BEFORE_WITH, no place for a break, and the frame ran eagerly as a
+    # whole. Now the glue enters the real manager, and the block is captured in a resume function
+    # that runs under it (torch.compile breaks at the flags() call instead).
+    x = torch.randn(2, 5)
+    before = torch.backends.cudnn.enabled
+    out = _explain(_ctc_style_loss, x)
+    assert not out.fallbacks, out
+    assert any("log_softmax" in str(g.code) for g in out.graphs), out
+    assert any("mul" in str(g.code) for g in out.graphs), out  # the block's body is in a graph
+    _CUDNN_SEEN.clear()
+    kiln.reset()
+    try:
+        compiled = kiln.compile(_ctc_style_loss, backend="eager")
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), _ctc_style_loss(x))
+        assert _CUDNN_SEEN == [False] * 4  # under the real manager, compiled and eager
+        assert torch.backends.cudnn.enabled == before  # and left as it was
+        assert kiln.stats()["fallbacks"] == 0
+    finally:
+        kiln.reset()

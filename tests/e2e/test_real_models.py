@@ -48,15 +48,6 @@ REFORMER_NUMPY_INT = (
     "(tests/capture/test_transformers_patterns.py)"
 )
 
-WAV2VEC2_CUDNN_FLAGS = (
-    "Wav2Vec2's CTC loss runs under `with torch.backends.cudnn.flags(enabled=False):` "
-    "(transformers/loss/loss_ctc.py:53): entering that @contextmanager writes the global "
-    "__allow_nonbracketed_mutation_flag of torch.backends, whose sys.modules entry is a PropModule wrapper "
-    "(not the module that owns the globals), so the write has no source; the failure is at BEFORE_WITH, no "
-    "place for a break, and ForCTCLoss runs eagerly as a whole (torch.compile breaks there and resumes): "
-    "8 graphs and 1 fallback where torch.compile has 9 graphs (already so at 6672e51)"
-)
-
 REFORMER_SEEDED_RANDOM = (
     "inductor: Reformer's LSH attention reseeds (torch.manual_seed(hash_seed), modeling_reformer.py:726) and "
     "then draws its random rotations with torch.randn; now that the inference forward of _ReversibleFunction is "
@@ -69,7 +60,6 @@ REFORMER_SEEDED_RANDOM = (
 XFAIL: dict[tuple, str] = {
     ("match", "inductor", "mobilenet_v2", "train"): ILL_CONDITIONED,
     **{("counts", None, "reformer", mode): REFORMER_NUMPY_INT for mode in MODES},
-    ("counts", None, "wav2vec2", "train"): WAV2VEC2_CUDNN_FLAGS,
     ("match", "inductor", "reformer", "infer"): REFORMER_SEEDED_RANDOM,
 }
 

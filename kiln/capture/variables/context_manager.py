@@ -226,6 +226,12 @@ class GeneratorContextVariable(Variable):
         raise Unsupported(f"attribute {name!r} of {self.describe()}", kind="unsupported_attribute")
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.gen is None:  # made but not entered (a break at its `with`): make it again natively
+            # what the @contextmanager helper makes: the manager over (generator function, args, kwargs)
+            args = "".join(f"{glue.reconstruct(a)}, " for a in self.args)
+            kwargs = ", ".join(f"{k!r}: {glue.reconstruct(v)}" for k, v in self.kwargs.items())
+            make = glue.constant(contextlib._GeneratorContextManager)
+            return f"{make}({glue.reconstruct(self.func)}, ({args}), {{{kwargs}}})"
         raise Unsupported("a graph break inside a @contextmanager block (its generator is mid-trace)",
                           kind="reconstruct")
 
