@@ -231,6 +231,10 @@ def schedule(ir: LoopIR, *, unfused: frozenset[str] = frozenset()) -> KernelProg
     alone: set[int] = set()  # steps holding an unfused buffer: nothing may join them
     produced: dict[str, int] = {}  # buffer -> index in steps of what makes it
     open_kernel: _OpenKernel | None = None
+    # A graph output lives to the end anyway: it may move up as far as its inputs allow (a saved
+    # activation the min-cut partitioner hands the backward joins the kernel that reads its inputs,
+    # instead of a kernel of its own at the end of the forward).
+    outputs = {o.name for o in ir.outputs if isinstance(o, BufferRef)}
 
     def close() -> None:
         nonlocal open_kernel
@@ -246,6 +250,15 @@ def schedule(ir: LoopIR, *, unfused: frozenset[str] = frozenset()) -> KernelProg
         if open_kernel is not None and reads & set(open_kernel.stores):
             return False
         ready = max((produced.get(name, -1) for name in reads), default=-1)
+        if b.name in outputs:
+            # the earliest kernel that takes it, after the last scatter (which writes in place)
+            first = max([ready, 0] + [s + 1 for s, step in enumerate(steps) if isinstance(step, ScatterKernel)])
+            for s in range(first, len(steps)):
+                step = steps[s]
+                if s not in alone and isinstance(step, _OpenKernel) and step.place(b):
+                    produced[b.name] = s
+                    return True
+            return False
         for s in range(len(steps) - 1, max(ready, 0, len(steps) - HOIST_WINDOW) - 1, -1):
             step = steps[s]
             if isinstance(step, ScatterKernel):
