@@ -134,7 +134,7 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
             for out in leaves:
                 outputs.append(_output(ctx, out, env, metas))
     ir = LoopIR(tuple(ctx.buffers), tuple(outputs), symbols, seed_needed=ctx.random_offset != 0,
-                output_spec=output_spec)
+                output_spec=output_spec, input_count=position)
     return ir, ctx.perf_hints
 
 

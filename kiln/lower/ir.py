@@ -300,6 +300,7 @@ class LoopIR:
     symbols: dict[str, tuple[int, int | None]]  # size symbol -> (input position, dim or None for SymInt)
     seed_needed: bool = False
     output_spec: str | None = None  # pytree spec (treespec_dumps) when the outputs nest, else None
+    input_count: int = 0  # the graph's placeholders, also plain ints after the last one read
 
     def unbacked_symbols(self) -> tuple[str, ...]:
         """Sizes no input gives: the symbols of a data-dependent size (nonzero's count, unique's

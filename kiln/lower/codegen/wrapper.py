@@ -135,7 +135,8 @@ class WrapperWriter:
     def write(self) -> str:
         ir = self.program.ir
         inputs = sorted((b for b in ir.buffers if isinstance(b, InputBuffer)), key=lambda b: b.position)
-        nargs = max([b.position + 1 for b in inputs] + [p + 1 for p, _ in ir.symbols.values()] + [0])
+        # every argument the caller passes, also trailing plain ints that only a guard needed
+        nargs = max([b.position + 1 for b in inputs] + [p + 1 for p, _ in ir.symbols.values()] + [ir.input_count])
         params = [f"arg{k}" for k in range(nargs)]
         L = self.lines
         checked = any(ERROR_RECORD in bufs for bufs, _, _ in self.signatures.values())
