@@ -133,7 +133,7 @@ class Tracer:
     def __init__(self, state: CaptureState, code: types.CodeType, f_globals: dict[str, Any],
                  local_vars: dict[str, Variable], cells: dict[str, CellVariable],
                  parent: "Tracer | None" = None, lazy_locals: dict[str, Any] | None = None,
-                 stop_offset: int | None = None) -> None:
+                 stop_offset: int | None = None, stop_arrival: int = 0) -> None:
         self.state = state
         self.code = code
         self.f_globals = f_globals
@@ -143,6 +143,10 @@ class Tracer:
         self.parent = parent
         self.depth: int = 0 if parent is None else parent.depth + 1
         self.stop_offset = stop_offset
+        # The break is the stop_arrival-th arrival at stop_offset (0: the first): inside a loop, the
+        # iteration whose instruction failed, so the earlier iterations stay in the graph.
+        self.stop_arrival = stop_arrival
+        self.arrivals: dict[int, int] = {}  # root only: how often each offset was reached
         listing, self.index_of = code_mod.instructions(code)
         self.instructions = list(listing)
         self.stack: list[Variable] = []
@@ -167,8 +171,11 @@ class Tracer:
             if ins.starts_line is not None:
                 self.lineno = ins.starts_line
             state.innermost = self
-            if self.stop_offset == ins.offset:
-                raise _ReachedBreak()
+            if self.parent is None:
+                arrived = self.arrivals.get(ins.offset, 0)
+                self.arrivals[ins.offset] = arrived + 1
+                if self.stop_offset == ins.offset and arrived == self.stop_arrival:
+                    raise _ReachedBreak()
             state.steps += 1
             if state.steps > _MAX_STEPS:
                 raise Unsupported(f"more than {_MAX_STEPS} instructions traced (a very long unrolled loop)",
@@ -536,18 +543,18 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
     log.artifact("bytecode", lambda: "original bytecode:\n" + code_mod.render_code(code))
     if code.co_flags & _GENERATOR_FLAGS:
         raise Unsupported(f"{code.co_name} is a generator or coroutine", kind="generator")
-    stop: tuple[int, BreakRecord] | None = None
+    stop: tuple[int, int, BreakRecord] | None = None
     unbacked_limit: int | None = None
     while True:
         state = CaptureState(fn, options, policy)
         state.output.fake_mode.unbacked_limit = unbacked_limit
-        root = _root_tracer(state, fn, L, None if stop is None else stop[0])
+        root = _root_tracer(state, fn, L, None if stop is None else stop[:2])
         try:
             try:
                 value = root.run()
             except _ReachedBreak:
                 assert stop is not None
-                return finish_break(state, root, fn, options, wrap_frame, stop[1])
+                return finish_break(state, root, fn, options, wrap_frame, stop[2])
             except Unsupported as exc:
                 if stop is not None:
                     raise
@@ -562,7 +569,8 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                 check_breakable(root, exc, record)
                 if root.current is None:  # Unsupported before the first instruction: nowhere to break
                     raise exc
-                stop = (root.current.offset, record)
+                offset = root.current.offset
+                stop = (offset, root.arrivals.get(offset, 1) - 1, record)
                 continue
             return finish_return(state, root, fn, options, value)
         finally:
@@ -599,12 +607,14 @@ def _user_frame(tx: Tracer) -> Tracer:
     return tx
 
 
-def _root_tracer(state: CaptureState, fn: types.FunctionType, L: dict[str, Any], stop: int | None) -> Tracer:
+def _root_tracer(state: CaptureState, fn: types.FunctionType, L: dict[str, Any],
+                 stop: tuple[int, int] | None) -> Tracer:
     code = fn.__code__
     cells: dict[str, CellVariable] = {}
     for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
         cells[name] = CellVariable(real=cell, source=ClosureSource(i))
-    tx = Tracer(state, code, fn.__globals__, {}, cells, lazy_locals=L, stop_offset=stop)
+    tx = Tracer(state, code, fn.__globals__, {}, cells, lazy_locals=L,
+                stop_offset=None if stop is None else stop[0], stop_arrival=0 if stop is None else stop[1])
     return tx
 
 

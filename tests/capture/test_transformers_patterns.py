@@ -608,3 +608,52 @@ def test_with_a_manager_whose_entry_cannot_be_traced_breaks_at_the_with():
         assert kiln.stats()["fallbacks"] == 0
     finally:
         kiln.reset()
+
+
+_LOOP_CALLS: list[int] = []
+
+
+@kiln.disable
+def _native_step(i: int) -> None:
+    _LOOP_CALLS.append(i)
+
+
+class _Step(torch.nn.Module):
+    def __init__(self, breaks: bool) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.breaks = breaks
+
+    def forward(self, x):
+        x = self.lin(x).relu()
+        if self.breaks:
+            _native_step(len(_LOOP_CALLS))
+        return x * 2
+
+
+def _run_layers(x, layers):
+    for layer in layers:
+        x = layer(x)
+    return x + 1
+
+
+def test_a_break_in_a_later_loop_iteration_keeps_the_earlier_ones_in_the_graph():
+    # Reformer's reversible forward loops over its layers and only the LSH layer breaks (it reseeds):
+    # the break used to be taken at the first arrival at the call, so the layer before it ran as a
+    # frame of its own; now the break is at the iteration whose call failed.
+    layers = torch.nn.ModuleList([_Step(False), _Step(False), _Step(True), _Step(False)])
+    x = torch.randn(2, 4)
+    _LOOP_CALLS.clear()
+    out = _explain(_run_layers, x, layers)
+    assert not out.fallbacks, out
+    first = [n for n in out.graphs[0].graph.nodes if n.op == "call_module" or "linear" in str(n.target)]
+    assert len(first) == 2, out  # the first two layers' linears, before the break at the third call
+    _LOOP_CALLS.clear()
+    kiln.reset()
+    try:
+        compiled = kiln.compile(_run_layers, backend="eager")
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x, layers), _run_layers(x, layers))
+        assert _LOOP_CALLS == [0, 1, 2, 3]
+    finally:
+        kiln.reset()
