@@ -329,8 +329,9 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
     """How the glue calls the break's callee natively, and the leading arguments it needs.
 
     A user function or method is wrapped by the entry (`wrap_frame`) so it is captured as its own
-    frame; so is the forward of a custom autograd.Function applied with grad mode off
-    (InferenceApply); anything else (print, a disabled function, a tensor method) is called as it is.
+    frame; so is the forward of a custom autograd.Function (InferenceApply; with grad
+    mode on, under the Function's own backward); anything else (print, a disabled function, a
+    tensor method) is called as it is.
     """
     from kiln.capture.options import DISABLE_MARKER
     from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
@@ -341,14 +342,13 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
         return glue.bind("callee", wrap_frame(var.fn)), []
     if isinstance(var, UserMethodVariable) and not getattr(var.fn, DISABLE_MARKER, False):
         return glue.bind("callee", wrap_frame(var.fn)), [glue.reconstruct(var.obj)]
-    if not grad_enabled:
-        from kiln.capture.variables.autograd_function import inference_apply
-        from kiln.capture.variables.functions import is_autograd_function_apply
-        value = getattr(var, "value", None)
-        if is_autograd_function_apply(value):
-            apply = inference_apply(value, wrap_frame)
-            if apply is not None:
-                return glue.bind("callee", apply), []
+    from kiln.capture.variables.autograd_function import inference_apply
+    from kiln.capture.variables.functions import is_autograd_function_apply
+    value = getattr(var, "value", None)
+    if is_autograd_function_apply(value):
+        apply = inference_apply(value, wrap_frame)
+        if apply is not None:
+            return glue.bind("callee", apply), []
     if isinstance(var, NNModuleVariable) and is_ddp(var.module):
         inner = var.module.module
         assert isinstance(inner, torch.nn.Module)  # DDP's constructor stores the module it wraps

@@ -657,3 +657,47 @@ def test_a_break_in_a_later_loop_iteration_keeps_the_earlier_ones_in_the_graph()
         assert _LOOP_CALLS == [0, 1, 2, 3]
     finally:
         kiln.reset()
+
+
+class _SeededScale(torch.autograd.Function):
+    # Reformer's _ReversibleFunction: a forward that reseeds (a break) and a hand-written backward
+    @staticmethod
+    def forward(ctx, x):
+        y = x.sin() * 2
+        torch.manual_seed(0)
+        ctx.save_for_backward(x)
+        return y.cos() + 1
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * -torch.sin(x.sin() * 2) * 2 * x.cos()
+
+
+def _seeded_apply(x):
+    return _SeededScale.apply(x.exp()).sum()
+
+
+def test_a_function_forward_that_breaks_is_captured_under_its_backward_in_training():
+    # With grad mode on, an apply whose forward breaks ran natively as a whole: its forward was no
+    # graph. Now apply runs on a subclass whose forward is the captured frame (torch.compile too
+    # traces that frame), and autograd records the Function's own backward.
+    x = torch.randn(5, requires_grad=True)
+    out = _explain(_seeded_apply, x)
+    assert not out.fallbacks, out
+    assert any("sin" in str(g.code) for g in out.graphs), out  # the forward's ops are in a graph
+    kiln.reset()
+    try:
+        compiled = kiln.compile(_seeded_apply, backend="eager")
+        for _ in range(2):
+            got_x = x.detach().clone().requires_grad_()
+            got = compiled(got_x)
+            got.backward()
+            ref_x = x.detach().clone().requires_grad_()
+            ref = _seeded_apply(ref_x)
+            ref.backward()
+            torch.testing.assert_close(got, ref)
+            torch.testing.assert_close(got_x.grad, ref_x.grad)
+        assert kiln.stats()["fallbacks"] == 0
+    finally:
+        kiln.reset()

@@ -38,19 +38,10 @@ ILL_CONDITIONED = (
     "to 1e-10"
 )
 
-REFORMER_NUMPY_INT = (
-    "Reformer's reversible layers run in a custom autograd.Function (_ReversibleFunction) whose forward "
-    "calls torch.manual_seed / torch.seed (transformers/models/reformer/modeling_reformer.py:726): in "
-    "training the whole .apply still runs natively, 5 graphs / 21 ops against torch.compile's 19 / 145 "
-    "(inference matches since the break in the layer loop is taken at the iteration that failed: 17 / 209 "
-    "against 17 / 148). The numpy int64 chunk length, hasattr on a namedtuple, len() of the layer cache and "
-    "os.getenv that broke before are fixed (tests/capture/test_transformers_patterns.py)"
-)
-
 REFORMER_SEEDED_RANDOM = (
     "inductor: Reformer's LSH attention reseeds (torch.manual_seed(hash_seed), modeling_reformer.py:726) and "
-    "then draws its random rotations with torch.randn; now that the inference forward of _ReversibleFunction is "
-    "captured, those draws are in an inductor graph, whose counter-based rand/randn (kiln/lower/ops.py) gives "
+    "then draws its random rotations with torch.randn; now that the forward of _ReversibleFunction is "
+    "captured (in inference, and in training under its own backward), those draws are in an inductor graph, whose counter-based rand/randn (kiln/lower/ops.py) gives "
     "other numbers than eager's CPU generator for the same seed (as torch.compile's inductor does without "
     "fallback_random): the hash buckets, and so the outputs, differ from eager"
 )
@@ -58,8 +49,7 @@ REFORMER_SEEDED_RANDOM = (
 # (test, backend or None, model, mode) -> reason.
 XFAIL: dict[tuple, str] = {
     ("match", "inductor", "mobilenet_v2", "train"): ILL_CONDITIONED,
-    ("counts", None, "reformer", "train"): REFORMER_NUMPY_INT,
-    ("match", "inductor", "reformer", "infer"): REFORMER_SEEDED_RANDOM,
+    **{("match", "inductor", "reformer", mode): REFORMER_SEEDED_RANDOM for mode in MODES},
 }
 
 

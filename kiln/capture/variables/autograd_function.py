@@ -76,15 +76,23 @@ class InferenceApply:
     forward runs in no-grad mode anyway, and with grad off nothing records a backward, so calling the
     forward on a fresh context is the same call; the forward is then captured as a frame of its own
     (`compiled_forward`), as torch.compile captures it, instead of running uncompiled inside apply.
-    With grad mode on at run time it calls apply itself."""
+    With grad mode on it calls apply on a subclass whose forward is that captured frame: autograd
+    records the Function's own backward, which the subclass inherits, around the compiled forward."""
 
     def __init__(self, function: type[torch.autograd.Function], compiled_forward: Any) -> None:
         self.function = function
         self.compiled_forward = compiled_forward
+        self._recording: type[torch.autograd.Function] | None = None
 
     def __call__(self, *args: Any) -> Any:
-        if torch.is_grad_enabled() or torch._C._are_functorch_transforms_active():
+        if torch._C._are_functorch_transforms_active():
             return self.function.apply(*args)
+        if torch.is_grad_enabled():
+            if self._recording is None:
+                namespace = {"forward": staticmethod(self.compiled_forward), "__module__": self.function.__module__,
+                             "__qualname__": self.function.__qualname__}
+                self._recording = type(self.function.__name__, (self.function,), namespace)
+            return self._recording.apply(*args)
         return self.compiled_forward(torch.autograd.function.FunctionCtx(), *args)
 
 
