@@ -36,19 +36,22 @@ def test_index_select_out_of_range_raises_eagers_exception_class(shape: tuple[in
 @pytest.mark.parametrize("shape,dim", [((5,), 0), ((3, 4), 0), ((3, 4), 1), ((3, 4, 2), 0), ((3, 4, 2), 1),
                                        ((3, 4, 2), 2), ((2, 3, 4, 5), 2)])
 @pytest.mark.parametrize("index", [-1, "size"])
-def test_index_add_out_of_range_raises_eagers_exception_class(shape: tuple[int, ...], dim: int, index) -> None:
+@pytest.mark.parametrize("alpha,index_dtype", [(1, torch.int64), (2.0, torch.int64), (1, torch.int32)])
+def test_index_add_out_of_range_raises_eagers_exception_class(shape: tuple[int, ...], dim: int, index,
+                                                              alpha, index_dtype) -> None:
     """Eager's CPU index_add runs as a scatter_add along the first or last dim of a tensor of 2+
-    dims (RuntimeError) and as its own loop elsewhere (IndexError); negative indices are refused."""
+    dims when alpha is 1 and the index is int64 (RuntimeError), and as its own loop otherwise
+    (IndexError); negative indices are refused."""
     x = torch.randn(shape)
-    bad = torch.tensor([-1 if index == -1 else shape[dim]])
+    bad = torch.tensor([-1 if index == -1 else shape[dim]], dtype=index_dtype)
 
     def fn(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        return torch.index_add(x, dim, index, x.narrow(dim, 0, 1) * 2)
+        return torch.index_add(x, dim, index, x.narrow(dim, 0, 1) * 2, alpha=alpha)
 
     with pytest.raises((IndexError, RuntimeError)) as eager:
         fn(x, bad)
     compiled = compile_graph(make_fx(fn, tracing_mode="fake")(x, bad), [x, bad])
     with pytest.raises(type(eager.value)):
         compiled(x, bad)
-    good = torch.tensor([shape[dim] - 1])
+    good = torch.tensor([shape[dim] - 1], dtype=index_dtype)
     torch.testing.assert_close(compiled(x, good)[0], fn(x, good))

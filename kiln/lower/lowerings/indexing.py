@@ -207,13 +207,19 @@ def _index_add_or_copy(ctx: LoweringContext, x: TensorValue, dim: int, index: Te
 
     return _scatter(ctx, out, source.sizes, lambda i: [sympy.Integer(0) if d == dim else v for d, v in enumerate(i)],
                     lambda i: {dim: index.load([i[dim]] if index.ndim == 1 else [])}, value,
-                    "add" if op == "index_add" else None, _index_add_check(op, x.ndim, dim))
+                    "add" if op == "index_add" else None,
+                    _index_add_check(op, x.ndim, dim, alpha, index.dtype, x.dtype, source.dtype))
 
 
-def _index_add_check(op: str, ndim: int, dim: int) -> str:
-    """The check kind eager's CPU index_add raises with: along the first or the last dim of a tensor
-    of 2+ dims it runs as a scatter_add (RuntimeError), elsewhere its own loop (IndexError)."""
-    return "index_add_nd" if op == "index_add" and ndim > 1 and dim in (0, ndim - 1) else op
+def _index_add_check(op: str, ndim: int, dim: int, alpha: Any, index_dtype: torch.dtype,
+                     *dtypes: torch.dtype) -> str:
+    """The check kind eager's CPU index_add raises with. Along the first or the last dim of a tensor
+    of 2+ dims, with alpha 1, an int64 index and no complex32 operand, ATen hands the work to
+    scatter_add, whose check is a RuntimeError; every other case runs its own loop, which raises
+    IndexError. (Source and self slices always match here: the meta check rejects anything else.)"""
+    scatter_path = (op == "index_add" and ndim > 1 and dim in (0, ndim - 1) and alpha == 1
+                    and index_dtype == torch.int64 and torch.complex32 not in dtypes)
+    return "index_add_nd" if scatter_path else op
 
 
 @register(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
