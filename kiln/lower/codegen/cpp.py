@@ -71,6 +71,9 @@ def _math_signature(fn: str) -> tuple[str, tuple[str, ...]]:
     return ("float" if single else "double"), ("x", "y")[:2 if name in MATH2 else 1]
 
 
+EXP_ZERO_BELOW = {"expf": "-104.0f", "exp": "-746.0"}  # exp rounds to +0 below these
+
+
 def _one_implementation(fn: str, isa: str, bits: int) -> list[str]:
     """kiln_<fn>_lane0 and kiln_<fn>'s SSE, AVX, AVX2 and AVX-512 variants, all through libmvec's
     variant `isa` ("e": AVX-512, "d": AVX2), `bits` wide."""
@@ -98,8 +101,16 @@ def _one_implementation(fn: str, isa: str, bits: int) -> list[str]:
         halves = [f"{impl}({', '.join(shuffle(a, a, range(h * wide, (h + 1) * wide)) for a in args)})" for h in (0, 1)]
         return f"{vec(wide)} lo = {halves[0]}, hi = {halves[1]}; return {shuffle('lo', 'hi', range(n))};"
 
-    out = [f"{vec(wide)} {impl}({', '.join([vec(wide)] * len(args))});",
-           "#pragma omp declare simd notinbranch",
+    out = [f"{vec(wide)} {impl}({', '.join([vec(wide)] * len(args))});"]
+    if fn in EXP_ZERO_BELOW:
+        # libmvec's exp sends a whole register down its slow scalar path when one lane underflows,
+        # and a causal softmax's masked lanes are exp(-inf): those lanes get +0 (what libmvec
+        # returns for them, checked for every float below the limit) without the call seeing them
+        low = f"(x < {EXP_ZERO_BELOW[fn]})"
+        out.append(f"static inline {vec(wide)} kiln_{fn}_w({vec(wide)} x) {{ {vec(wide)} zero = {{}}; "
+                   f"return {low} ? zero : {impl}({low} ? zero : x); }}")
+        impl = f"kiln_{fn}_w"
+    out += ["#pragma omp declare simd notinbranch",
            f"{t} kiln_{fn}({', '.join([t] * len(args))}) __attribute__((const, nothrow));",
            f"__attribute__((used)) {t} kiln_{fn}_lane0({params(t)}) "
            f"{{ return {impl}({', '.join(vec(wide) + '{} + ' + a for a in args)})[0]; }}"]
