@@ -267,7 +267,8 @@ def _fault(w: _Writer) -> str | None:
             options.append(f"torch.nn.functional.embedding({index}.abs(), {a})")
         # writes: an index past the end must raise before anything is stored out of bounds
         options += [f"torch.scatter_add({a}, {dim}, torch.full({tuple(t.shape)}, {bad}), {a})",
-                    f"torch.index_add({a}, {dim}, {index}, {a}.narrow({dim}, 0, 1))"]
+                    f"torch.index_add({a}, {dim}, {index}, {a}.narrow({dim}, 0, 1))",
+                    f"torch.index_add({a}, {dim}, {index}.int(), {a}.narrow({dim}, 0, 1), alpha=2)"]
         if dim == 0:
             accumulate = rng.choice([True, False])
             options.append(f"{a}.clone().index_put_(({index},), {a}[:1], accumulate={accumulate})")
