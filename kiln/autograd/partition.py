@@ -9,6 +9,7 @@ PyTorch counterpart: torch/_functorch/partitioners.py (default_partition, min_cu
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import operator
@@ -16,6 +17,7 @@ from typing import AbstractSet, Any, Iterable
 
 import torch
 import torch.fx as fx
+from torch.utils import _pytree as pytree
 
 from kiln.autograd.joint import JointTrace
 from kiln.autograd.tracer import size_hint
@@ -181,6 +183,94 @@ def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.
             and n.name + "_in" in reachable and n.name + "_out" not in reachable]
 
 
+def _norm_output_source(node: fx.Node) -> tuple[fx.Node, list[fx.Node]] | None:
+    """If `node` is a layer norm's output (native_layer_norm's item 0), possibly through view ops,
+    the layer norm node and the views from its output up to `node`; else None."""
+    views: list[fx.Node] = []
+    while node.op == "call_function" and _is_view(node.target):
+        views.append(node)
+        base = node.args[0]
+        if not isinstance(base, fx.Node):
+            return None
+        node = base
+    if not (node.op == "call_function" and node.target is operator.getitem and node.args[1] == 0):
+        return None
+    norm = node.args[0]
+    if not (isinstance(norm, fx.Node) and norm.target is aten.native_layer_norm.default):
+        return None
+    return norm, views[::-1]
+
+
+def _recompute_norm_outputs(gm: fx.GraphModule, tangent_dependent: set[fx.Node]) -> bool:
+    """Give the backward its own copy of each layer norm output it reads, written as the pointwise
+    `(x - mean) * rstd * weight + bias` over the input and the saved statistics.
+
+    native_layer_norm is one op, pinned to the forward, so without this the cut must save its
+    output (as large as the input) for a weight gradient. With the copy the cut can save the
+    statistics (one number per row) and the input, which the norm's own backward keeps anyway, and
+    recompute the output late in the backward, as PyTorch's partitioner does on its decomposed
+    graph. Only float32/float64 norms, whose statistics have the input's dtype, so the recomputed
+    output is rounded as the forward's. Returns whether the graph changed."""
+    graph = gm.graph
+    items: dict[fx.Node, dict[int, fx.Node]] = {}
+    for node in graph.nodes:
+        if node.target is operator.getitem and isinstance(node.args[0], fx.Node) \
+                and node.args[0].target is aten.native_layer_norm.default:
+            items.setdefault(node.args[0], {})[int(node.args[1])] = node
+    copies: dict[fx.Node, fx.Node] = {}
+    for user in list(graph.nodes):
+        if user not in tangent_dependent:
+            continue
+        for arg in list(user.all_input_nodes):
+            if arg in tangent_dependent:
+                continue
+            found = _norm_output_source(arg)
+            if found is None:
+                continue
+            norm, views = found
+            stats = items.get(norm, {})
+            x, _, weight, bias = norm.args[:4]
+            if 1 not in stats or 2 not in stats or not isinstance(x, fx.Node):
+                continue
+            xv = x.meta.get("val")
+            if not isinstance(xv, torch.Tensor) or xv.dtype not in (torch.float32, torch.float64) \
+                    or stats[1].meta["val"].dtype != xv.dtype:
+                continue
+            if arg not in copies:
+                copies[arg] = _emit_norm_output(graph, norm, x, stats[1], stats[2], weight, bias, views)
+            user.replace_input_with(arg, copies[arg])
+    if copies:
+        graph.lint()
+        gm.recompile()
+    return bool(copies)
+
+
+def _emit_norm_output(graph: fx.Graph, norm: fx.Node, x: fx.Node, mean: fx.Node, rstd: fx.Node,
+                      weight: Any, bias: Any, views: list[fx.Node]) -> fx.Node:
+    """The recompute chain of one layer norm output (and its views), placed after the statistics."""
+    mode = getattr(x.meta["val"], "fake_mode", None)
+
+    def emit(target: Any, args: tuple, kwargs: dict | None = None) -> fx.Node:
+        node = graph.call_function(target, args, kwargs or {})
+        values, kw_values = pytree.tree_map_only(fx.Node, lambda a: a.meta["val"], (args, kwargs or {}))
+        with mode if mode is not None else contextlib.nullcontext():
+            node.meta["val"] = target(*values, **kw_values)
+        return node
+
+    order = {n: k for k, n in enumerate(graph.nodes)}
+    needed = [mean, rstd] + [a for view in views for a in view.all_input_nodes if a not in views]
+    anchor = max((n for n in needed if n in order), key=order.__getitem__)
+    with graph.inserting_before(anchor.next):
+        out = emit(aten.mul.Tensor, (emit(aten.sub.Tensor, (x, mean)), rstd))
+        if isinstance(weight, fx.Node):
+            out = emit(aten.mul.Tensor, (out, weight))
+        if isinstance(bias, fx.Node):
+            out = emit(aten.add.Tensor, (out, bias))
+        for view in views:
+            out = emit(view.target, (out, *view.args[1:]), dict(view.kwargs))
+    return out
+
+
 def _extract(joint: fx.GraphModule, order: list[fx.Node], inputs: list[fx.Node], keep: set[fx.Node],
              outputs: list[Any]) -> fx.GraphModule:
     graph = fx.Graph()
@@ -211,6 +301,8 @@ def partition(joint: JointTrace, policy: str = "min_cut") -> Partition:
     for node in nodes:
         if any(i in tangent_dependent for i in node.all_input_nodes):
             tangent_dependent.add(node)
+    if policy == "min_cut" and _recompute_norm_outputs(joint.gm, tangent_dependent):
+        nodes = list(joint.gm.graph.nodes)
     fw = _ancestors(fw_outputs) | set(primals)
     bw_needed = _ancestors(grads)
     if policy == "save_all":
