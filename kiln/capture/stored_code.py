@@ -1,76 +1,163 @@
-"""What generated Python read back from the frame cache may contain, checked before it runs.
+"""What generated Python read back from the frame cache may contain: an allowlist, checked before it runs.
 
 A stored frame entry holds two kinds of text that become code again in a later process: guard
 sources (expressions over L, G, F, pasted into the regenerated guard function) and the glue's
 source (a function `glue(L, G, F)` that calls the compiled graphs). Both are written by capture
-(kiln/capture/sources.py, glue.py) in a small vocabulary, and an entry is stored and used only
-when its text stays inside it: reads of L, G, F (subscripts, attributes, the few calls sources
-use: `.size()`, `type(x)`, `__import__('sys').modules`...), calls of the entry's own graphs, and,
-in the glue, stores whose values come from graph outputs and constants rather than from objects
-read off L or G (so a store cannot plant a function somewhere the program will call later). This
-is a second line behind the cache directory's permission check (kiln.runtime.store), not a
-sandbox. No PyTorch counterpart (Dynamo does not persist its bytecode).
+(kiln/capture/sources.py, symbolic/render.py, side_effects.py, glue.py) in a small grammar, and an
+entry is stored and used only when its text parses as that grammar, form by form (`_read`,
+`_guard_expression`, `_glue_value`): nothing outside it is admitted, whatever it would do. In
+particular the only calls are the graphs, the entry's admitted constants, the resume functions and
+break callees persist.py regenerated, and the fixed reads sources write (`type(x)`, `x.size()`,
+`dict.__getitem__(x, k)`, `__import__('os').environ.get('K')`...). Stores in the glue take values
+from graph outputs and constants rather than from objects read off L or G (so a store cannot plant
+a function somewhere the program will call later). A second line behind the cache directory's
+permission check (kiln.runtime.store), not a sandbox: a read of an attribute or an operator still
+runs the program's own properties and dunder methods, as the program itself does.
+No PyTorch counterpart (Dynamo does not persist its bytecode).
 """
 from __future__ import annotations
 
 import ast
 from typing import Iterable
 
-# builtins that guard sources and glue expressions call (sources.py, symbolic/render.py)
-_CALLABLE_BUILTINS = frozenset({"type", "list", "len", "min", "max", "abs", "int", "iter", "format"})
-_READ_BUILTINS = _CALLABLE_BUILTINS | {"dict"}
-_IMPORTABLE = frozenset({"sys", "os"})  # `__import__('sys').modules[m]`, `__import__('os').environ`
-# methods a source calls: tensor sizes, dict views, os.environ.get, dict.__getitem__, __reduce__
-_METHODS = frozenset({"size", "stride", "storage_offset", "dim", "numel", "values", "keys", "items", "get",
-                      "__getitem__", "__reduce__"})
-# Sources read any attribute the program read (a library's own `__validators__`, a method's
-# `__func__`), so dunder reads are admitted except those that reach a module's globals or other
-# classes (the first step of an escape from an expression); a store to any dunder is refused.
-_DENIED_DUNDERS = frozenset({"__globals__", "__builtins__", "__subclasses__", "__base__", "__bases__", "__mro__",
-                             "__import__", "__loader__", "__spec__", "__code__", "__getattribute__", "__init_subclass__"})
-_CONTAINER_UPDATES = frozenset({"clear", "update"})  # a dict's contents rewritten (side_effects.py)
-_EXPRESSION_NODES = (ast.Expression, ast.Name, ast.Load, ast.Constant, ast.Attribute, ast.Subscript,
-                     ast.Call, ast.Tuple, ast.List, ast.Dict, ast.Set, ast.Slice, ast.BinOp, ast.UnaryOp,
-                     ast.BoolOp, ast.Compare, ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.keyword,
-                     ast.Starred)
+# Dunder attributes a source reads. Capture's own (sources.py, builder.py): closure cells, a module's
+# or instance's dict, a bound method's parts, a decorator's inner function, a function's name. Read
+# because programs read them (and the trace guards what it read): `self.__class__.__name__`, a
+# dict type's `__getitem__` (a method identity), the validators a transformers config class holds.
+# Any other dunder (__globals__, __builtins__, __subclasses__, __code__, __init__...) is outside the
+# grammar: such an entry is not stored, or not used.
+DUNDER_READS = frozenset({"__closure__", "__dict__", "__self__", "__func__", "__wrapped__", "__name__",
+                          "__class__", "__getitem__", "__validators__"})
+# Methods a source calls, always without arguments: sizes and strides of a tensor (shape guards,
+# TensorSpec), a constant-folded `.item()` (constant_fold.py), `__reduce__` of a singleton key.
+ZERO_ARG_METHODS = frozenset({"size", "stride", "storage_offset", "item", "__reduce__"})
+# Builtins that shape guards call (symbolic/render.py), each on expressions of the same grammar.
+SHAPE_BUILTINS = frozenset({"min", "max", "abs", "int"})
+# Methods the glue calls as a statement on its own containers (side_effects.py: a dict rewritten).
+CONTAINER_UPDATES = frozenset({"clear", "update"})
+_LITERALS = (int, float, complex, str, bytes, bool, type(None))
+_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.MatMult, ast.BitAnd,
+              ast.BitOr, ast.BitXor, ast.LShift, ast.RShift)
+_COMPARISONS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Is, ast.IsNot, ast.In, ast.NotIn)
 
 
 class UnsafeSource(ValueError):
     """Stored text outside the vocabulary capture writes: the entry is not stored or not used."""
 
 
-def check_expression(node: ast.AST, names: Iterable[str] = ()) -> None:
-    """Raise UnsafeSource unless `node` (an expression tree) reads only L, G, F, `names` and the
-    builtins above, and calls only what sources and graphs need."""
-    allowed = {"L", "G", "F", *names}
-    for sub in ast.walk(node):
-        if not isinstance(sub, _EXPRESSION_NODES):
-            raise UnsafeSource(f"{type(sub).__name__} in stored code")
-        if isinstance(sub, ast.Name) and sub.id not in allowed and sub.id not in _READ_BUILTINS \
-                and sub.id != "__import__":
-            raise UnsafeSource(f"stored code reads {sub.id!r}")
-        if isinstance(sub, ast.Attribute) and sub.attr in _DENIED_DUNDERS:
-            raise UnsafeSource(f"stored code reads attribute {sub.attr!r}")
-        if isinstance(sub, ast.Constant) and not isinstance(sub.value, (int, float, complex, str, bytes, bool,
-                                                                         type(None), type(Ellipsis))):
-            raise UnsafeSource("stored code holds an odd constant")
-        if isinstance(sub, ast.Call):
-            _check_call(sub, allowed)
+def _text(node: ast.AST) -> str:
+    return ast.unparse(node)[:80]
 
 
-def _check_call(call: ast.Call, allowed: set[str]) -> None:
-    func = call.func
-    if isinstance(func, ast.Name):
-        if func.id == "__import__":
-            if not (len(call.args) == 1 and not call.keywords and isinstance(call.args[0], ast.Constant)
-                    and call.args[0].value in _IMPORTABLE):
-                raise UnsafeSource("stored code imports a module")
-            return
-        if func.id in _CALLABLE_BUILTINS or (func.id in allowed and func.id not in ("L", "G", "F")):
-            return
-    elif isinstance(func, ast.Attribute) and func.attr in _METHODS:
+def _literal(node: ast.AST) -> bool:
+    """A literal key or argument: a number, string, bytes, bool, None, or a tuple of them."""
+    if isinstance(node, ast.Constant):
+        return type(node.value) in _LITERALS
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float)
+    if isinstance(node, ast.Tuple):
+        return all(_literal(e) for e in node.elts)
+    return False
+
+
+def _str_constant(node: ast.AST, values: Iterable[str] | None = None) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is str and (values is None or node.value in values)
+
+
+def _plain_call(node: ast.Call, nargs: int) -> bool:
+    return len(node.args) == nargs and not node.keywords and not any(isinstance(a, ast.Starred) for a in node.args)
+
+
+def _read(node: ast.AST, roots: set[str]) -> None:
+    """A source expression (sources.py): a root name, then attribute reads, literal subscripts and
+    the fixed calls of the Source kinds. Raises UnsafeSource for anything else."""
+    if isinstance(node, ast.Name):
+        if node.id not in roots:
+            raise UnsafeSource(f"stored code reads {node.id!r}")
         return
-    raise UnsafeSource(f"stored code calls {ast.unparse(func)}")
+    if isinstance(node, ast.Attribute):
+        if node.attr.startswith("__") and node.attr not in DUNDER_READS:
+            raise UnsafeSource(f"stored code reads attribute {node.attr!r}")
+        _read(node.value, roots)
+        return
+    if isinstance(node, ast.Subscript):
+        if not _literal(node.slice):
+            raise UnsafeSource(f"stored code subscripts with {_text(node.slice)}")
+        if _import_modules(node.value):  # __import__('sys').modules['name']
+            if not _str_constant(node.slice):
+                raise UnsafeSource("stored code reads sys.modules with a key that is not a name")
+            return
+        _read(node.value, roots)
+        return
+    if isinstance(node, ast.Call):
+        _read_call(node, roots)
+        return
+    raise UnsafeSource(f"{type(node).__name__} where stored code reads a value: {_text(node)}")
+
+
+def _import_modules(node: ast.AST) -> bool:
+    """`__import__('sys').modules`."""
+    return (isinstance(node, ast.Attribute) and node.attr == "modules" and isinstance(node.value, ast.Call)
+            and _is_import(node.value, "sys"))
+
+
+def _is_import(node: ast.Call, module: str) -> bool:
+    return (isinstance(node.func, ast.Name) and node.func.id == "__import__" and _plain_call(node, 1)
+            and _str_constant(node.args[0], (module,)))
+
+
+def _read_call(node: ast.Call, roots: set[str]) -> None:
+    """The calls of sources.py, each in its one form."""
+    func = node.func
+    if isinstance(func, ast.Name) and func.id == "type" and _plain_call(node, 1):  # TypeSource
+        _read(node.args[0], roots)
+        return
+    if isinstance(func, ast.Name) and func.id == "list" and _plain_call(node, 1):  # DictValueSource
+        inner = node.args[0]
+        if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "values" \
+                and _plain_call(inner, 0):
+            _read(inner.func.value, roots)
+            return
+    if isinstance(func, ast.Attribute):
+        if func.attr == "__getitem__" and isinstance(func.value, ast.Name) and func.value.id == "dict" \
+                and _plain_call(node, 2) and _literal(node.args[1]):  # RawItemSource
+            _read(node.args[0], roots)
+            return
+        if func.attr == "get" and _plain_call(node, 1) and _str_constant(node.args[0]) \
+                and isinstance(func.value, ast.Attribute) and func.value.attr == "environ" \
+                and isinstance(func.value.value, ast.Call) and _is_import(func.value.value, "os"):  # EnvironSource
+            return
+        if func.attr in ZERO_ARG_METHODS and _plain_call(node, 0):  # CallSource, sizes and strides
+            _read(func.value, roots)
+            return
+    raise UnsafeSource(f"stored code calls {_text(func)}")
+
+
+def _guard_expression(node: ast.AST, roots: set[str]) -> None:
+    """A guard's text: a source, or a shape guard's arithmetic, comparisons and boolean logic over
+    sources and numbers (symbolic/render.py)."""
+    if _literal(node):
+        return
+    if isinstance(node, ast.BoolOp):
+        for value in node.values:
+            _guard_expression(value, roots)
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub, ast.UAdd)):
+        _guard_expression(node.operand, roots)
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, _OPERATORS):
+        _guard_expression(node.left, roots)
+        _guard_expression(node.right, roots)
+    elif isinstance(node, ast.Compare) and all(isinstance(op, _COMPARISONS) for op in node.ops):
+        for part in (node.left, *node.comparators):
+            _guard_expression(part, roots)
+    elif isinstance(node, ast.IfExp):
+        for part in (node.test, node.body, node.orelse):
+            _guard_expression(part, roots)
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in SHAPE_BUILTINS \
+            and not node.keywords and node.args and not any(isinstance(a, ast.Starred) for a in node.args):
+        for arg in node.args:
+            _guard_expression(arg, roots)
+    else:
+        _read(node, roots)
 
 
 def check_guard_source(text: str) -> None:
@@ -79,14 +166,66 @@ def check_guard_source(text: str) -> None:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise UnsafeSource(f"guard source does not parse: {text!r:.80}") from exc
-    check_expression(tree)
+    _guard_expression(tree.body, {"L", "G", "F"})
+
+
+def check_expression(node: ast.AST, names: Iterable[str] = ()) -> None:
+    """Raise UnsafeSource unless `node` is a guard expression over L, G, F and `names` (read only:
+    the names are values here, never called)."""
+    if isinstance(node, ast.Expression):
+        node = node.body
+    _guard_expression(node, {"L", "G", "F", *names})
+
+
+class _Glue:
+    """The names of one glue function while it is checked: what may be called and what may be read."""
+
+    def __init__(self, graphs: set[str], constants: set[str], callees: set[str]) -> None:
+        self.graphs = graphs
+        self.constants = constants
+        self.callees = callees  # resume functions and break callees, regenerated by persist.py
+        self.locals: set[str] = set()
+
+    @property
+    def roots(self) -> set[str]:
+        return {"L", "G", "F"} | self.locals | self.constants
+
+
+def _glue_value(node: ast.AST, glue: _Glue) -> None:
+    """An expression of the glue: a read (a source, a glue local, an admitted constant), a literal,
+    a display of glue values, a call of a graph, of an admitted constant (a ModelOutput class, grad
+    mode, a container type) or of a regenerated resume function or callee."""
+    if _literal(node):
+        return
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        for element in node.elts:
+            _glue_value(element.value if isinstance(element, ast.Starred) else element, glue)
+        return
+    if isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values):
+            if key is not None:
+                _glue_value(key, glue)
+            _glue_value(value, glue)
+        return
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+            glue.graphs | glue.constants | glue.callees):
+        for arg in node.args:
+            _glue_value(arg.value if isinstance(arg, ast.Starred) else arg, glue)
+        for keyword in node.keywords:
+            _glue_value(keyword.value, glue)
+        return
+    if isinstance(node, ast.Subscript) and not _literal(node.slice):
+        # a graph output's slot is a literal; a stored glue indexes nothing with a computed key
+        raise UnsafeSource(f"glue subscripts with {_text(node.slice)}")
+    _read(node, glue.roots)
 
 
 def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
-                      constant_names: Iterable[str] = ()) -> None:
-    """The glue of a stored entry: one function `glue_name(L, G, F)` of assignments, dict rewrites
-    and a return. `constant_names`: the entry's admitted constants (ModelOutput classes and the few
-    callables capture binds, checked by kiln.capture.persist), which the glue may read and call.
+                      constant_names: Iterable[str] = (), callee_names: Iterable[str] = ()) -> None:
+    """The glue of a stored entry: one function `glue_name(L, G, F)` of assignments, dict rewrites,
+    grad-mode switches and a return. `constant_names`: the entry's admitted constants (ModelOutput
+    classes and the few callables capture binds, checked by kiln.capture.persist), which the glue
+    may read and call; `callee_names`: the resume functions and break callees persist.py rebuilt.
 
     Objects read off L or G (tainted values) may be stored only where the frame's own data lives
     or where the glue's own containers are: a subscript chain rooted at L (the caller's
@@ -99,50 +238,73 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef) or tree.body[0].name != glue_name:
         raise UnsafeSource("glue source is not one function")
     fn = tree.body[0]
-    if fn.decorator_list or [a.arg for a in fn.args.args] != ["L", "G", "F"] or fn.args.defaults \
-            or fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
+    if fn.decorator_list or fn.returns or [a.arg for a in fn.args.args] != ["L", "G", "F"] or fn.args.defaults \
+            or fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs \
+            or any(a.annotation for a in fn.args.args):
         raise UnsafeSource("glue function has another signature")
-    graphs = set(graph_names)
-    constants = set(constant_names)
-    reserved = {"L", "G", "F"} | graphs | constants
-    local_names: set[str] = set()
+    graphs, constants, callees = set(graph_names), set(constant_names), set(callee_names)
+    reserved = {"L", "G", "F"} | graphs | constants | callees
+    glue = _Glue(graphs, constants, callees)
     tainted: set[str] = set()  # locals holding something read off L, G or F
     fresh: set[str] = set()  # locals holding a container the glue built
-    for statement in fn.body:
-        known = graphs | constants | local_names
+    _check_body(fn.body, glue, reserved, tainted, fresh, top=True)
+
+
+def _check_body(body: list[ast.stmt], glue: _Glue, reserved: set[str], tainted: set[str], fresh: set[str],
+                top: bool) -> None:
+    for statement in body:
         if isinstance(statement, ast.Return) and statement.value is not None:
-            check_expression(statement.value, known)
+            _glue_value(statement.value, glue)
         elif isinstance(statement, ast.Assign):
-            check_expression(statement.value, known)
-            reads_objects = _reads_objects(statement.value, tainted, graphs)
-            for target in statement.targets:
-                if isinstance(target, ast.Name):
-                    if target.id in reserved:
-                        raise UnsafeSource(f"glue rebinds {target.id}")
-                    local_names.add(target.id)
-                    tainted.discard(target.id)
-                    fresh.discard(target.id)
-                    if reads_objects:
-                        tainted.add(target.id)
-                    if _builds_container(statement.value, constants):
-                        fresh.add(target.id)
-                elif isinstance(target, (ast.Attribute, ast.Subscript)):
-                    if reads_objects and not (isinstance(target, ast.Subscript) and _own_data(target.value, fresh)):
-                        raise UnsafeSource("glue stores an object read off L, G or F")
-                    check_expression(target.value, known)
-                    if isinstance(target, ast.Subscript):
-                        check_expression(target.slice, known)
-                    if isinstance(target, ast.Attribute) and target.attr.startswith("__"):
-                        raise UnsafeSource(f"glue stores attribute {target.attr!r}")
-                else:
-                    raise UnsafeSource(f"glue assigns to a {type(target).__name__}")
+            _check_assign(statement, glue, reserved, tainted, fresh)
         elif isinstance(statement, ast.Expr) and _container_update(statement.value, fresh):
             call = statement.value
             assert isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            for part in (call.func.value, *call.args):  # the method itself is no expression's to call
-                check_expression(part, known)
+            _glue_value(call.func.value, glue)  # the method itself is no expression's to call
+            for arg in call.args:
+                _glue_value(arg, glue)
+        elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
+                and isinstance(statement.value.func, ast.Name) and statement.value.func.id in glue.constants:
+            _glue_value(statement.value, glue)  # `__const__set_grad_enabled_0(False)`
+        elif isinstance(statement, ast.If) and top and not statement.orelse \
+                and all(isinstance(s, ast.Return) for s in statement.body):
+            # a data-dependent branch: `if <graph output>: return <resume>(...)`
+            _glue_value(statement.test, glue)
+            _check_body(statement.body, glue, reserved, tainted, fresh, top=False)
         else:
             raise UnsafeSource(f"glue holds a {type(statement).__name__} statement")
+
+
+def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainted: set[str],
+                  fresh: set[str]) -> None:
+    _glue_value(statement.value, glue)
+    reads_objects = _reads_objects(statement.value, tainted, glue.graphs)
+    for target in statement.targets:
+        if isinstance(target, ast.Name):
+            if target.id in reserved or target.id.startswith("__") and target.id.endswith("__"):
+                raise UnsafeSource(f"glue rebinds {target.id}")
+            glue.locals.add(target.id)
+            tainted.discard(target.id)
+            fresh.discard(target.id)
+            if reads_objects:
+                tainted.add(target.id)
+            if _builds_container(statement.value, glue.constants):
+                fresh.add(target.id)
+        elif isinstance(target, (ast.Attribute, ast.Subscript)):
+            if reads_objects and not (isinstance(target, ast.Subscript) and _own_data(target.value, fresh)):
+                raise UnsafeSource("glue stores an object read off L, G or F")
+            if isinstance(target, ast.Attribute) and target.attr.startswith("__"):
+                raise UnsafeSource(f"glue stores attribute {target.attr!r}")
+            _glue_value(target.value, glue)
+            if isinstance(target, ast.Subscript):
+                if isinstance(target.slice, ast.Slice):
+                    for part in (target.slice.lower, target.slice.upper, target.slice.step):
+                        if part is not None and not _literal(part):
+                            raise UnsafeSource("glue stores into a slice with computed bounds")
+                elif not _literal(target.slice):
+                    raise UnsafeSource(f"glue stores under a computed key {_text(target.slice)}")
+        else:
+            raise UnsafeSource(f"glue assigns to a {type(target).__name__}")
 
 
 def _own_data(node: ast.AST, fresh: set[str]) -> bool:
@@ -161,7 +323,7 @@ def _builds_container(value: ast.AST, constants: set[str]) -> bool:
 def _container_update(call: ast.AST, fresh: set[str]) -> bool:
     """`<own data>.clear()` or `<own data>.update(<local or dict display>)`: a dict rewritten."""
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and not call.keywords
-            and call.func.attr in _CONTAINER_UPDATES and _own_data(call.func.value, fresh)):
+            and call.func.attr in CONTAINER_UPDATES and _own_data(call.func.value, fresh)):
         return False
     if call.func.attr == "clear":
         return not call.args
