@@ -69,6 +69,9 @@ adaptive_threads: bool = os.environ.get("KILN_ADAPTIVE_THREADS", "0") not in (""
 # code generator for graphs on CPU tensors: "cpp" (C++ with OpenMP) or "triton" (Triton kernels run by
 # Triton's interpreter: slow, for testing the GPU path; the process then runs with TRITON_INTERPRET=1)
 cpu_backend: str = os.environ.get("KILN_CPU_BACKEND", "cpp")
+# the wrapper of C++ graphs: "python" (generated Python, one ctypes call per kernel), "native" (one
+# generated C++ function per graph, kiln.runtime.native) or "auto" (native under mode="reduce-overhead")
+cpu_wrapper: str = os.environ.get("KILN_CPU_WRAPPER", "auto")
 if cpu_backend == "triton":  # Triton reads it when first imported, which may happen before Kiln compiles
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

@@ -24,7 +24,7 @@ from kiln import config
 from kiln import compile_time, log
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.codegen.wrapper import make_wrapper
-from kiln.lower.codegen import triton_wrapper
+from kiln.lower.codegen import native_wrapper, triton_wrapper
 from kiln.lower.decompose import decompose
 from kiln.lower.fold_batch_norm import fold_batch_norm
 from kiln.lower.graph import lower_to_loop_ir, node_metas
@@ -196,6 +196,7 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         program, source, signatures, hints, flags = cached  # type: ignore[misc]
         lib = build.load(source, flags) if signatures else None
         fn, wrapper_source = make_wrapper(program, signatures, lib)
+        fn = native_wrapper.choose(fn, program, signatures, lib, options, _DebugDump(None).write)
         mark("cache_load")
         dump = _DebugDump.start(aten_gm)
         dump.write("lower_to_loop_ir.txt", format_ir(program.ir))
@@ -247,6 +248,7 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
                             f"library: {getattr(lib, '_name', None)}\n")
     fn, wrapper_source = make_wrapper(program, signatures, lib)
     mark("codegen_wrapper")
+    fn = native_wrapper.choose(fn, program, signatures, lib, options, dump.write)
     dump.write("codegen_wrapper.py", wrapper_source)
     dump.write("timings.txt", "".join(f"{k}: {v * 1e3:.1f} ms\n" for k, v in timings.items()))
     if key is not None:

@@ -1,0 +1,493 @@
+"""Native wrapper codegen: the whole graph's wrapper as one C++ function (mode="reduce-overhead" on CPU).
+
+The Python wrapper (codegen/wrapper.py) spends one Python line per allocation, per kernel (a ctypes
+call with a data_ptr() per buffer) and per extern; for small graphs that is most of a call. This
+writer makes the same decisions (the same memory plan, relayouts, views, kernel order and checks,
+reusing WrapperWriter's analyses) but prints C++ over ATen's API: `at::empty_strided` allocations,
+each kernel a direct call through the kernel table, each extern an `at::_ops::<op>::call` typed by
+its schema, `reset()` where the Python wrapper says `del`. kiln.runtime.native builds it and calls
+it from Python in one step. A graph this writer cannot express (an extern that is not an ATen
+overload or takes an argument kind it does not spell, a kernel argument that is not a pointer or an
+int64) keeps the Python wrapper, with the reason under KILN_LOGS=output_code... and perf_hints.
+Corresponds to torch/_inductor/codegen/cpp_wrapper_cpu.py.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import re
+import time
+from typing import Any, Callable
+
+import sympy
+import torch
+from torch.utils import _pytree as pytree
+
+from kiln import compile_time, config, log
+from kiln.lower.checks import ERROR_RECORD, describe_site, sites_of
+from kiln.lower.codegen.memory import plan_memory
+from kiln.lower.codegen.wrapper import WrapperWriter
+from kiln.lower.ir import BufferRef, ConstantBuffer, InputBuffer, Layout, SymExpr
+from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
+from kiln.runtime import native
+from kiln.symbolic.render import render_c
+
+
+_FLOAT_SYMBOL_PREFIX = "zf"  # kiln.symbolic.expr's float symbols: kernels take them as double
+
+
+class Unsupported(Exception):
+    """Something the native wrapper cannot express; the graph keeps its Python wrapper."""
+
+
+def wanted(options: dict[str, Any] | None) -> bool:
+    """Whether a CPU graph compiled with these lowering options gets the native wrapper:
+    kiln.config.cpu_wrapper "native" always, "python" never, "auto" under mode="reduce-overhead"."""
+    choice = config.cpu_wrapper
+    if choice == "native":
+        return True
+    if choice == "python":
+        return False
+    return (options or {}).get("mode") == "reduce-overhead"
+
+
+def cexpr(e: Any) -> str:
+    return f"int64_t({render_c(sympy.sympify(e))})"
+
+
+def _ints(xs: Any) -> str:
+    return "{" + ", ".join(cexpr(x) for x in xs) + "}"
+
+
+_SCALAR_TYPES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+                 torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+                 torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
+                 torch.complex128: "ComplexDouble"}
+_MEMORY_FORMATS = {torch.contiguous_format: "Contiguous", torch.channels_last: "ChannelsLast",
+                   torch.channels_last_3d: "ChannelsLast3d", torch.preserve_format: "Preserve"}
+
+_PRELUDE = r"""// the graph's wrapper as one function (kiln.lower.codegen.native_wrapper; run by kiln.runtime.native)
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_strided.h>
+%(includes)s
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+static inline int64_t kiln_floordiv(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t kiln_mod(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  int64_t r = a %% b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+// a copy with the strides the kernels were compiled for (the Python wrapper's _relayout)
+static at::Tensor kiln_relayout(const at::Tensor& t, at::IntArrayRef strides) {
+  at::Tensor out = at::empty_strided(t.sizes(), strides, t.options());
+  out.copy_(t);
+  return out;
+}
+static inline std::vector<c10::SymInt> kiln_symints(std::initializer_list<int64_t> xs) {
+  return std::vector<c10::SymInt>(xs.begin(), xs.end());
+}
+static inline c10::List<std::optional<at::Tensor>> kiln_optional_tensors(std::initializer_list<std::optional<at::Tensor>> xs) {
+  c10::List<std::optional<at::Tensor>> out;
+  for (const auto& x : xs) out.push_back(x);
+  return out;
+}
+static int kiln_fail(int64_t kind, std::string text, int64_t* error_kind, std::string* message) {
+  *error_kind = kind;
+  *message = std::move(text);
+  return 1;
+}
+"""
+
+
+def _split_arguments(schema: str) -> list[str]:
+    """The argument types of a schema string in order ('*' dropped), alias annotations removed."""
+    inner = schema[schema.index("(") + 1:schema.rindex(") ->")]
+    inner = re.sub(r"\((?:[a-z]!?|[a-z] -> \*)\)", "", inner)
+    parts, depth, quote, cur = [], 0, False, ""
+    for ch in inner:
+        if ch == '"':
+            quote = not quote
+        if not quote and ch in "[(":
+            depth += 1
+        if not quote and ch in "])":
+            depth -= 1
+        if ch == "," and depth == 0 and not quote:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur.strip())
+    return [p.split(" ")[0] for p in parts if p != "*"]
+
+
+class NativeWrapperWriter(WrapperWriter):
+    """The C++ text of a graph's wrapper, from the decisions the Python wrapper makes."""
+
+    def __init__(self, program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
+                 argtypes: dict[str, list[Any]]) -> None:
+        super().__init__(program, signatures)
+        self.argtypes = argtypes
+        self.kernel_order: list[str] = []
+        self.constants: list[torch.Tensor] = []
+        self.includes: set[str] = set()
+        self.tensors: list[str] = []  # every tensor local, declared at the top
+        self.body: list[str] = []
+
+    # -- values ------------------------------------------------------------------------------------
+
+    def _tensor(self, name: str) -> None:
+        if name not in self.tensors:
+            self.tensors.append(name)
+
+    def ref(self, r: BufferRef) -> str:
+        base = self.layouts.get(r.name)
+        if base is not None and base == r.layout:
+            return r.name
+        sizes, strides = _ints(r.layout.sizes), _ints(r.layout.strides)
+        if r.layout.offset == 0:  # as_strided keeps the tensor's own storage offset when given none
+            return f"{r.name}.as_strided({sizes}, {strides})"
+        return f"{r.name}.as_strided({sizes}, {strides}, {r.name}.storage_offset() + {cexpr(r.layout.offset)})"
+
+    def _scalar(self, v: Any) -> str:
+        if isinstance(v, SymExpr):
+            return cexpr(v.expr)
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int):
+            return f"int64_t({v}LL)" if -2 ** 63 < v < 2 ** 63 else self._no(f"the int {v}")
+        if isinstance(v, float):
+            if math.isnan(v):
+                return "std::numeric_limits<double>::quiet_NaN()"
+            if math.isinf(v):
+                return ("" if v > 0 else "-") + "std::numeric_limits<double>::infinity()"
+            return float.hex(v)
+        return self._no(f"the value {v!r}")
+
+    @staticmethod
+    def _no(what: str) -> str:
+        raise Unsupported(what)
+
+    def _value(self, kind: str, v: Any) -> str:
+        """A C++ expression of schema type `kind` (as the schema string spells it) for value `v`."""
+        if kind.endswith("?") and not kind.endswith("[]?") and "[" not in kind:
+            if v is None:
+                return "std::nullopt"
+            base = kind[:-1]
+            inner = self._value(base, v)
+            ctype = {"Tensor": "at::Tensor", "int": "int64_t", "SymInt": "c10::SymInt", "float": "double",
+                     "bool": "bool", "Scalar": "at::Scalar", "ScalarType": "at::ScalarType",
+                     "Layout": "at::Layout", "Device": "at::Device", "MemoryFormat": "at::MemoryFormat",
+                     "str": "c10::string_view"}.get(base)
+            return f"std::optional<{ctype}>({inner})" if ctype else self._no(f"an argument of type {kind}")
+        if kind.endswith("?"):  # an optional list: int[1]?, SymInt[]?, float[]?
+            if v is None:
+                return "std::nullopt"
+            base = kind[:-1]
+            ref = {"int": "at::OptionalIntArrayRef(at::IntArrayRef(", "SymInt":
+                   "at::OptionalSymIntArrayRef(c10::SymIntArrayRef(", "float": "std::optional<at::ArrayRef<double>>(at::ArrayRef<double>("}
+            head = base.split("[")[0]
+            if head not in ref:
+                return self._no(f"an argument of type {kind}")
+            return f"{ref[head]}{self._value(base, v)}))"
+        if kind == "Tensor":
+            if not isinstance(v, BufferRef):
+                return self._no(f"a Tensor argument given {type(v).__name__}")
+            return self.ref(v)
+        if kind in ("int", "SymInt", "float", "bool"):
+            if kind == "float" and isinstance(v, int) and not isinstance(v, bool):
+                v = float(v)
+            if kind in ("int", "SymInt") and not isinstance(v, (int, SymExpr)):
+                return self._no(f"an int argument given {v!r}")
+            return self._scalar(v)
+        if kind == "Scalar":
+            return f"at::Scalar({self._scalar(v)})"
+        if kind == "ScalarType":
+            if v not in _SCALAR_TYPES:
+                return self._no(f"the dtype {v}")
+            return f"at::ScalarType::{_SCALAR_TYPES[v]}"
+        if kind == "Layout":
+            return "at::Layout::Strided" if v == torch.strided else self._no(f"the layout {v}")
+        if kind == "MemoryFormat":
+            return f"at::MemoryFormat::{_MEMORY_FORMATS[v]}" if v in _MEMORY_FORMATS else self._no(f"{v}")
+        if kind == "Device":
+            if not isinstance(v, torch.device):
+                return self._no(f"the device {v!r}")
+            return f"at::Device(std::string({json.dumps(str(v))}))"
+        if kind == "str":
+            if not isinstance(v, str) or not v.isascii():
+                return self._no(f"the string {v!r}")
+            return f"c10::string_view({json.dumps(v)})"
+        if kind.endswith("]"):
+            base, size = kind[:-1].split("[")
+            items = list(v) if isinstance(v, (list, tuple)) else [v] if isinstance(v, (int, SymExpr)) else None
+            if items is None:
+                return self._no(f"a list argument given {v!r}")
+            if base == "int":
+                return "std::vector<int64_t>{" + ", ".join(self._value("int", x) for x in items) + "}"
+            if base == "SymInt":
+                return "kiln_symints({" + ", ".join(self._value("int", x) for x in items) + "})"
+            if base == "float":
+                return "std::vector<double>{" + ", ".join(self._value("float", x) for x in items) + "}"
+            if base == "bool" and size:
+                return f"std::array<bool, {len(items)}>{{{{" + ", ".join(self._value("bool", x) for x in items) + "}}"
+            if base == "Tensor":
+                return "std::vector<at::Tensor>{" + ", ".join(self._value("Tensor", x) for x in items) + "}"
+            if base == "Tensor?":
+                return "kiln_optional_tensors({" + ", ".join(
+                    "std::nullopt" if x is None else f"std::optional<at::Tensor>({self._value('Tensor', x)})"
+                    for x in items) + "})"
+        return self._no(f"an argument of type {kind}")
+
+    # -- statements --------------------------------------------------------------------------------
+
+    def write(self) -> str:
+        ir = self.program.ir
+        L = self.body
+        inputs = sorted((b for b in ir.buffers if isinstance(b, InputBuffer)), key=lambda b: b.position)
+        nargs = max([b.position + 1 for b in inputs] + [p + 1 for p, _ in ir.symbols.values()] + [ir.input_count])
+        L.append(f"  if (nargs != {nargs}) return kiln_fail(3, \"the compiled graph takes {nargs} arguments, \" "
+                 f"+ std::to_string(nargs) + \" given\", error_kind, message);")
+        tensor_positions = {b.position for b in inputs} | {p for p, d in ir.symbols.values() if d is not None}
+        int_positions = {p for p, d in ir.symbols.values() if d is None}
+        if any(str(sym).startswith(_FLOAT_SYMBOL_PREFIX) for sym in ir.symbols):
+            raise Unsupported("a float argument (kiln.symbolic's float symbols)")
+        if tensor_positions & int_positions:
+            raise Unsupported("an argument read both as a tensor and as an int")
+        for p in sorted(tensor_positions):
+            L.append(f"  if (!args[{p}].isTensor()) return kiln_fail(5, \"argument {p} of the compiled graph "
+                     f"is not a tensor\", error_kind, message);")
+        for p in sorted(int_positions):
+            L.append(f"  if (!args[{p}].isInt()) return kiln_fail(5, \"argument {p} of the compiled graph "
+                     f"is not an int\", error_kind, message);")
+        self.bound = {str(sym) for sym in ir.symbols}
+        for sym, (pos, dim) in ir.symbols.items():
+            if dim is None:
+                L.append(f"  const int64_t {sym} = args[{pos}].toInt();")
+            elif dim >= 0:
+                L.append(f"  const int64_t {sym} = args[{pos}].toTensor().size({dim});")
+            else:
+                L.append(f"  const int64_t {sym} = args[{pos}].toTensor().stride({-1 - dim});")
+        for b in inputs:
+            self._tensor(b.name)
+            L.append(f"  {b.name} = std::move(args[{b.position}]).toTensor();")
+            self.layouts[b.name] = b.layout
+            if all(s.is_number for s in b.layout.strides) and b.layout.sizes:
+                expected = _ints(b.layout.strides)
+                L.append(f"  if (!{b.name}.strides().equals({expected})) {b.name} = kiln_relayout({b.name}, {expected});")
+        for buf in ir.buffers:
+            if isinstance(buf, ConstantBuffer):
+                L.append(f"  const at::Tensor& {buf.name} = constants[{len(self.constants)}].toTensor();")
+                self.constants.append(buf.tensor)
+                self.layouts[buf.name] = buf.layout
+        if ir.seed_needed:
+            self.includes.add("randint")
+            L.append("  const int64_t seed = at::randint(-(int64_t(1) << 62), int64_t(1) << 62, {}, "
+                     "at::TensorOptions().dtype(at::kLong)).item<int64_t>();")
+        checked = any(ERROR_RECORD in bufs for bufs, _, _ in self.signatures.values())
+        if checked:
+            L.append(f"  int64_t {ERROR_RECORD}[3] = {{0, 0, 0}};")
+        last_use = self._last_uses()
+        outputs = {o.name for o in ir.outputs if isinstance(o, BufferRef)}
+        self.facts = self.memory_facts(last_use, outputs)
+        self.plan = plan_memory(self.facts)
+        for s, step in enumerate(self.program.steps):
+            if isinstance(step, (Kernel, ScatterKernel)):
+                self._kernel(step)
+            else:
+                self._extern(step)
+            dead = sorted(n for n, last in last_use.items() if last == s and n not in outputs
+                          and n in self.layouts and not n.startswith("const_") and n not in self.plan.kept
+                          and n in self.tensors)
+            if dead:
+                L.append("  " + " ".join(f"{n}.reset();" for n in dead))
+        L.append(f"  outs->reserve({len(ir.outputs)});")
+        for o in ir.outputs:
+            if isinstance(o, BufferRef):
+                L.append(f"  outs->emplace_back({self.ref(o)});")
+            elif o is None:
+                L.append("  outs->emplace_back();")
+            elif isinstance(o, (SymExpr, bool, int, float)):
+                L.append(f"  outs->emplace_back({self._scalar(o)});")
+            else:
+                raise Unsupported(f"a graph output {o!r}")
+        L.append("  return 0;")
+        sites = sites_of(self._bodies()) if checked else set()
+        return self._assemble(sites)
+
+    def _assemble(self, sites: set[int]) -> str:
+        includes = "\n".join(f"#include <ATen/ops/{name}.h>" if name == "randint" else f"#include <ATen/ops/{name}_ops.h>"
+                             for name in sorted(self.includes))
+        out = [_PRELUDE % {"includes": includes}]
+        out += self._error_function(sites)
+        out.append("extern \"C\" int kiln_graph(c10::IValue* args, int64_t nargs, std::vector<c10::IValue>* outs, "
+                   "void* const* kernels, const c10::IValue* constants, int64_t* error_kind, std::string* message) {")
+        if self.tensors:
+            out.append(f"  at::Tensor {', '.join(self.tensors)};")
+        out += self.body
+        out.append("}")
+        return "\n".join(out) + "\n"
+
+    @staticmethod
+    def _error_function(sites: set[int]) -> list[str]:
+        """kiln_kernel_error: the exception eager raises for a kernel's failed check (checks.py)."""
+        if not sites:
+            return []
+        out = ["static int kiln_kernel_error(const int64_t* err, int64_t* error_kind, std::string* message) {",
+               "  const std::string value = std::to_string(err[1]), size = std::to_string(err[2]);"]
+        for site in sorted(sites):
+            error, template = describe_site(site)
+            pieces = re.split(r"(\{value\}|\{size\})", template)
+            text = " + ".join("value" if p == "{value}" else "size" if p == "{size}" else f"std::string({json.dumps(p)})"
+                              for p in pieces if p)
+            out.append(f"  if (err[0] == {site}) return kiln_fail({native.ERROR_KINDS[error.__name__]}, {text}, "
+                       "error_kind, message);")
+        out.append('  return kiln_fail(2, "kiln: kernel check " + std::to_string(err[0]) + " failed (value " + value '
+                   '+ ", bound " + size + ")", error_kind, message);')
+        out.append("}")
+        return out
+
+    def _alloc(self, name: str, layout: Layout) -> None:
+        self._tensor(name)
+        donor = self.plan.reuse.get(name)
+        if donor is not None:
+            same = self.layouts[donor] == layout
+            view = donor if same else f"{donor}.as_strided({_ints(layout.sizes)}, {_ints(layout.strides)})"
+            self.layouts[name] = layout
+            tail = f" {donor}.reset();" if donor in self.plan.kept else ""
+            self.body.append(f"  {name} = {view};{tail}  // reuse")
+            return
+        self.layouts[name] = layout
+        dtype = _SCALAR_TYPES.get(layout.dtype) or self._no(f"a buffer of dtype {layout.dtype}")
+        self.body.append(f"  {name} = at::empty_strided({_ints(layout.sizes)}, {_ints(layout.strides)}, "
+                         f"at::TensorOptions().dtype(at::ScalarType::{dtype}));")
+
+    def _kernel(self, step: Kernel | ScatterKernel) -> None:
+        bufs, syms, seed = self.signatures[step.name]
+        for t in self.argtypes[step.name]:
+            if t not in (ctypes.c_void_p, ctypes.c_int64):
+                raise Unsupported(f"kernel {step.name} takes a {t.__name__} argument")
+        nodes = step.nodes if isinstance(step, Kernel) else ()
+        for n in nodes:
+            if n.name in bufs and n.name not in self.layouts:
+                self._alloc(n.name, n.layout)
+        index = len(self.kernel_order)
+        self.kernel_order.append(step.name)
+        params = ["void*"] * len(bufs) + ["int64_t"] * (len(syms) + (1 if seed else 0))
+        call = [b if b == ERROR_RECORD else f"{b}.data_ptr()" for b in bufs] + list(syms) + (["seed"] if seed else [])
+        origins = ", ".join(dict.fromkeys(step.origins() if isinstance(step, Kernel) else step.node.origins))
+        self.body.append(f"  reinterpret_cast<void (*)({', '.join(params)})>(kernels[{index}])({', '.join(call)});"
+                         f"  // {step.name}: {origins}")
+        if ERROR_RECORD in bufs:
+            self.body.append(f"  if ({ERROR_RECORD}[0]) return kiln_kernel_error({ERROR_RECORD}, error_kind, message);")
+
+    def _extern(self, step: ExternCall) -> None:
+        n = step.node
+        op = n.op
+        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+            raise Unsupported(f"the extern {op} is not an ATen overload")
+        schema = op._schema
+        name = schema.name.split("::", 1)[1]
+        header = os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "ops", f"{name}_ops.h")
+        if not os.path.exists(header):
+            raise Unsupported(f"no C++ header for {schema.name}")
+        self.includes.add(name)
+        kinds = _split_arguments(str(schema))
+        if len(kinds) != len(schema.arguments):
+            raise Unsupported(f"the schema of {op} did not parse")
+        kwargs = dict(n.kwargs)
+        values = []
+        for k, (arg, kind) in enumerate(zip(schema.arguments, kinds)):
+            if k < len(n.args) and not arg.kwarg_only:
+                v = n.args[k]
+            elif arg.name in kwargs:
+                v = kwargs[arg.name]
+            elif arg.has_default_value():
+                v = arg.default_value
+            else:
+                raise Unsupported(f"{op}: no value for {arg.name}")
+            if kind == "ScalarType" or kind == "ScalarType?":
+                if isinstance(v, int) and not isinstance(v, bool):  # a default spelled as its number
+                    v = _DTYPE_NUMBERS.get(v, v)
+            values.append(self._value(kind, v))
+        if len(n.args) > len([a for a in schema.arguments if not a.kwarg_only]):
+            raise Unsupported(f"{op}: more positional arguments than its schema")
+        struct = name + (f"_{schema.overload_name}" if schema.overload_name else "")
+        call = f"at::_ops::{struct}::call({', '.join(values)})"
+        origins = ", ".join(n.origins)
+        returns = [str(r.type) for r in schema.returns]
+        results = list(n.results)
+        for rname, _, _ in results:
+            self._tensor(rname)
+        if not results:
+            self.body.append(f"  {call};  // {origins}")
+        else:
+            self.body.append(f"  {{  // {n.name}: {origins}")
+            self.body.append(f"    auto ret = {call};")
+            for rname, layout, path in results:
+                if not path:
+                    access = "ret"
+                elif len(returns) > 1:
+                    access = f"std::get<{path[0]}>(ret)" + "".join(f"[{p}]" for p in path[1:])
+                else:
+                    access = "ret" + "".join(f"[{p}]" for p in path)
+                self.body.append(f"    {rname} = {access};")
+            self.body.append("  }")
+        for rname, layout, path in results:
+            self.layouts[rname] = layout
+            for d, size in enumerate(layout.sizes):
+                if getattr(size, "is_Symbol", False) and str(size) not in self.bound:
+                    self.body.append(f"  const int64_t {size} = {rname}.size({d});")  # an unbacked size
+                    self.bound.add(str(size))
+            if layout.sizes:
+                expected = _ints(layout.strides)
+                self.body.append(f"  if (!{rname}.strides().equals({expected})) {rname} = kiln_relayout({rname}, {expected});")
+
+
+_DTYPE_NUMBERS = {i: d for i, d in enumerate([torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                                              torch.float32, torch.float64])}
+
+
+def make_native_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
+                        lib: Any) -> tuple[Callable[..., Any], str] | None:
+    """The graph's native wrapper and its C++ source, or None (the reason logged) when the graph
+    keeps its Python wrapper."""
+    probe = WrapperWriter(program, signatures)
+    probe.write()  # the kernels' ctypes argument kinds, as the Python wrapper passes them
+    argtypes = probe.globals.get("_argtypes", {})
+    writer = NativeWrapperWriter(program, signatures, argtypes)
+    try:
+        source = writer.write()
+    except Unsupported as exc:
+        log.artifact("perf_hints", f"native wrapper not used, the Python wrapper runs instead: {exc}")
+        return None
+    fn = native.make_native(source, lib, tuple(writer.kernel_order), program.ir.output_spec,
+                            constants=writer.constants)
+    return fn, source
+
+
+def choose(fn: Callable[..., Any], program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
+           lib: Any, options: dict[str, Any] | None, dump: Callable[[str, str], None]) -> Callable[..., Any]:
+    """`fn` (the graph's Python wrapper), or its native wrapper where `wanted` and possible. The
+    build's time counts as the pass `codegen_native_wrapper` (KILN_LOGS=compile_time)."""
+    if not wanted(options):
+        return fn
+    start = time.perf_counter()
+    made = make_native_wrapper(program, signatures, lib)
+    compile_time.add("lower.codegen_native_wrapper", time.perf_counter() - start)
+    if made is None:
+        return fn
+    native_fn, source = made
+    dump("codegen_native_wrapper.cpp", source)
+    log.artifact("output_code", lambda: f"// native wrapper\n{source}")
+    return native_fn

@@ -1,0 +1,310 @@
+"""The native wrapper's runtime: one C++ function per graph, called from Python in one step.
+
+kiln.lower's native wrapper codegen writes, per graph, a C++ translation unit with one function
+`kiln_graph(args, nargs, outs, kernels, error_kind, message)` over ATen's C++ API (ATen headers
+only: no Python, so it compiles in about 3 s): it allocates buffers, calls the graph's C++ kernels
+through a table of function pointers and its externs through `at::_ops::<op>::call`, frees buffers
+after their last use and fills `outs`. This module builds it (cached like the kernel library, size
+and SHA-256 checked before loading), and holds the one graph-independent boundary: a small CPython
+extension (built once per torch and Python, also cached and verified) whose `call(handle, *args)`
+turns Python arguments into c10::IValues, runs the graph function and wraps its outputs, turning a
+kernel's failed check or an ATen error into the Python exception eager raises. A `NativeRecipe`
+names both libraries and the kernel library by identity, so another process rebuilds the callable
+without compiling (and without kiln.lower). Corresponds to Inductor's C++ wrapper (cpp_wrapper).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import sysconfig
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from kiln import log
+from kiln.runtime import build
+from kiln.runtime.artifact import RECIPE_ATTR, Recipe, loader
+from kiln.runtime.kernel_wrapper import LibraryThreads, bind_threads, with_output_spec
+from kiln.runtime.records import record_type
+
+# how the graph function reports a kernel's failed check (kiln.lower.checks): the exception class
+ERROR_KINDS = {"IndexError": 1, "RuntimeError": 2, "ValueError": 3, "ZeroDivisionError": 4, "TypeError": 5}
+
+
+def _torch_paths() -> tuple[str, str]:
+    root = os.path.dirname(torch.__file__)
+    return os.path.join(root, "include"), os.path.join(root, "lib")
+
+
+def graph_flags() -> tuple[str, ...]:
+    """Compiler flags of a graph's native wrapper: ATen headers, linked to torch's own libraries.
+    -O1: the function only sequences calls; -O3 would add build time and win nothing."""
+    include, lib = _torch_paths()
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    # --no-as-needed: the libraries come before the source on the command line (build.compile_shared)
+    return ("-O1", "-std=c++17", "-shared", "-fPIC", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{include}",
+            "-Wl,--no-as-needed", f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu")
+
+
+def _boundary_flags() -> tuple[str, ...]:
+    python_include = sysconfig.get_paths()["include"]
+    return (*graph_flags(), f"-I{python_include}", "-ltorch_python")
+
+
+# The boundary between Python and every graph's C++ function. A handle (a capsule) holds the
+# graph function, its kernel table and the kernel library's thread-count follower.
+BOUNDARY_SOURCE = r"""
+#include <Python.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <string>
+#include <vector>
+
+typedef int (*KilnGraph)(c10::IValue*, int64_t, std::vector<c10::IValue>*, void* const*, const c10::IValue*,
+                         int64_t*, std::string*);
+
+struct KilnHandle {
+  KilnGraph fn;
+  std::vector<void*> kernels;
+  std::vector<c10::IValue> constants;  // the graph's constant tensors
+  PyObject* follow;  // LibraryThreads.follow of the kernel library, or NULL without kernels
+  int threads;
+};
+
+static void kiln_handle_free(PyObject* capsule) {
+  auto* h = static_cast<KilnHandle*>(PyCapsule_GetPointer(capsule, "kiln.native"));
+  if (h == nullptr) { PyErr_Clear(); return; }
+  Py_XDECREF(h->follow);
+  delete h;
+}
+
+// make(graph function address, [kernel addresses], [constant tensors], follow or None) -> handle
+static PyObject* kiln_make(PyObject*, PyObject* args) {
+  unsigned long long fn;
+  PyObject* kernels;
+  PyObject* constants;
+  PyObject* follow;
+  if (!PyArg_ParseTuple(args, "KO!O!O", &fn, &PyList_Type, &kernels, &PyList_Type, &constants, &follow))
+    return nullptr;
+  auto* h = new KilnHandle{reinterpret_cast<KilnGraph>(fn), {}, {}, nullptr, -1};
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(constants); ++i) {
+    PyObject* c = PyList_GET_ITEM(constants, i);
+    if (!THPVariable_Check(c)) { delete h; PyErr_SetString(PyExc_TypeError, "a constant that is not a tensor"); return nullptr; }
+    h->constants.emplace_back(THPVariable_Unpack(c));
+  }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kernels); ++i) {
+    unsigned long long p = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(kernels, i));
+    if (PyErr_Occurred()) { delete h; return nullptr; }
+    h->kernels.push_back(reinterpret_cast<void*>(p));
+  }
+  if (follow != Py_None) { Py_INCREF(follow); h->follow = follow; }
+  PyObject* capsule = PyCapsule_New(h, "kiln.native", kiln_handle_free);
+  if (capsule == nullptr) { Py_XDECREF(h->follow); delete h; }
+  return capsule;
+}
+
+static bool kiln_unpack(PyObject* o, std::vector<c10::IValue>& in) {
+  if (THPVariable_Check(o)) { in.emplace_back(THPVariable_Unpack(o)); return true; }
+  if (PyBool_Check(o)) { in.emplace_back(o == Py_True); return true; }
+  if (PyLong_Check(o)) {
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) return false;
+    in.emplace_back(static_cast<int64_t>(v)); return true;
+  }
+  if (PyFloat_Check(o)) { in.emplace_back(PyFloat_AS_DOUBLE(o)); return true; }
+  if (o == Py_None) { in.emplace_back(); return true; }
+  PyErr_Format(PyExc_TypeError, "kiln native wrapper: an argument of type %s", Py_TYPE(o)->tp_name);
+  return false;
+}
+
+static PyObject* kiln_wrap(c10::IValue& v) {
+  if (v.isTensor()) return THPVariable_Wrap(std::move(v).toTensor());
+  if (v.isInt()) return PyLong_FromLongLong(v.toInt());
+  if (v.isDouble()) return PyFloat_FromDouble(v.toDouble());
+  if (v.isBool()) return PyBool_FromLong(v.toBool());
+  if (v.isNone()) Py_RETURN_NONE;
+  PyErr_SetString(PyExc_RuntimeError, "kiln native wrapper: an output of an unexpected kind");
+  return nullptr;
+}
+
+static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
+  if (h->follow != nullptr) {
+    int threads = at::get_num_threads();  // torch.set_num_threads between calls reaches the kernels
+    if (threads != h->threads) {
+      PyObject* r = PyObject_CallNoArgs(h->follow);
+      if (r == nullptr) return nullptr;
+      Py_DECREF(r);
+      h->threads = threads;
+    }
+  }
+  std::vector<c10::IValue> outs;
+  int64_t kind = 0;
+  std::string message;
+  try {
+    h->fn(in.data(), static_cast<int64_t>(in.size()), &outs, h->kernels.data(), h->constants.data(), &kind,
+          &message);
+  } catch (const c10::IndexError& e) {
+    PyErr_SetString(PyExc_IndexError, e.what_without_backtrace()); return nullptr;
+  } catch (const c10::ValueError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what_without_backtrace()); return nullptr;
+  } catch (const c10::TypeError& e) {
+    PyErr_SetString(PyExc_TypeError, e.what_without_backtrace()); return nullptr;
+  } catch (const c10::NotImplementedError& e) {
+    PyErr_SetString(PyExc_NotImplementedError, e.what_without_backtrace()); return nullptr;
+  } catch (const c10::Error& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace()); return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what()); return nullptr;
+  }
+  if (kind != 0) {
+    PyObject* type = kind == 1 ? PyExc_IndexError : kind == 3 ? PyExc_ValueError
+        : kind == 4 ? PyExc_ZeroDivisionError : kind == 5 ? PyExc_TypeError : PyExc_RuntimeError;
+    PyErr_SetString(type, message.c_str());
+    return nullptr;
+  }
+  PyObject* result = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
+  if (result == nullptr) return nullptr;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    PyObject* o = kiln_wrap(outs[i]);
+    if (o == nullptr) { Py_DECREF(result); return nullptr; }
+    PyTuple_SET_ITEM(result, static_cast<Py_ssize_t>(i), o);
+  }
+  return result;
+}
+
+static KilnHandle* kiln_handle(PyObject* capsule) {
+  return static_cast<KilnHandle*>(PyCapsule_GetPointer(capsule, "kiln.native"));
+}
+
+// call(handle, *args) -> tuple
+static PyObject* kiln_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1) { PyErr_SetString(PyExc_TypeError, "call(handle, *args)"); return nullptr; }
+  KilnHandle* h = kiln_handle(args[0]);
+  if (h == nullptr) return nullptr;
+  std::vector<c10::IValue> in;
+  in.reserve(static_cast<size_t>(nargs - 1));
+  for (Py_ssize_t i = 1; i < nargs; ++i)
+    if (!kiln_unpack(args[i], in)) return nullptr;
+  return kiln_run(h, in);
+}
+
+// steal(handle, list) -> tuple: the list is emptied first, so the graph holds the only
+// references and frees each argument after its last use (what the compiled backward wants)
+static PyObject* kiln_steal(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyList_Check(args[1])) { PyErr_SetString(PyExc_TypeError, "steal(handle, list)"); return nullptr; }
+  KilnHandle* h = kiln_handle(args[0]);
+  if (h == nullptr) return nullptr;
+  PyObject* list = args[1];
+  std::vector<c10::IValue> in;
+  in.reserve(static_cast<size_t>(PyList_GET_SIZE(list)));
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i)
+    if (!kiln_unpack(PyList_GET_ITEM(list, i), in)) return nullptr;
+  if (PyList_SetSlice(list, 0, PyList_GET_SIZE(list), nullptr) != 0) return nullptr;
+  return kiln_run(h, in);
+}
+
+static PyMethodDef kiln_methods[] = {
+  {"make", kiln_make, METH_VARARGS, "make(graph address, [kernel addresses], follow) -> handle"},
+  {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_call)), METH_FASTCALL,
+   "call(handle, *args) -> tuple"},
+  {"steal", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_steal)), METH_FASTCALL,
+   "steal(handle, list) -> tuple"},
+  {nullptr, nullptr, 0, nullptr}};
+
+static struct PyModuleDef kiln_module = {PyModuleDef_HEAD_INIT, "kiln_native", nullptr, -1, kiln_methods};
+
+extern "C" PyObject* kiln_native_module() { return PyModule_Create(&kiln_module); }
+"""
+
+_boundary: list[Any] = []
+
+
+def boundary() -> Any:
+    """The boundary module (built once per torch and Python, then loaded from the cache)."""
+    if not _boundary:
+        lib = build.load(BOUNDARY_SOURCE, _boundary_flags())
+        # a Python-API function: called with the GIL held (ctypes.CDLL's functions release it)
+        address = ctypes.cast(lib.kiln_native_module, ctypes.c_void_p).value
+        assert address is not None
+        make_module = ctypes.PYFUNCTYPE(ctypes.py_object)(address)
+        _boundary.append(make_module())
+    return _boundary[0]
+
+
+@record_type
+@dataclass(frozen=True)
+class NativeRecipe:
+    """Everything needed to rebuild a graph's native wrapper in another process: each library as
+    (path relative to the cache root, size, SHA-256), the kernel names in table order, and the
+    nesting of the outputs."""
+
+    graph_library: tuple[str, int, str]
+    kernel_library: tuple[str, int, str] | None
+    kernels: tuple[str, ...]
+    output_spec: str | None
+
+    def artifact_recipe(self) -> Recipe:
+        return Recipe("native_wrapper", {"native": self})
+
+
+def _bind(graph_lib: ctypes.CDLL, kernel_lib: ctypes.CDLL | None, kernels: tuple[str, ...],
+          output_spec: str | None, recipe: NativeRecipe | None,
+          constants: list[torch.Tensor] | None = None) -> Callable[..., Any]:
+    module = boundary()
+    addresses = [ctypes.cast(getattr(kernel_lib, k), ctypes.c_void_p).value for k in kernels] if kernel_lib else []
+    follow = None
+    if kernels:
+        assert kernel_lib is not None
+        env: dict[str, Any] = {}
+        bind_threads(env, kernel_lib)  # the library's shared LibraryThreads state
+        follow = env["_follow_threads"]
+        assert isinstance(follow.__self__, LibraryThreads)
+    graph_fn = ctypes.cast(graph_lib.kiln_graph, ctypes.c_void_p).value
+    handle = module.make(graph_fn, addresses, list(constants or []), follow)
+    call: Any = functools.partial(module.call, handle)
+    call.steal = functools.partial(module.steal, handle)
+    call = with_output_spec(call, output_spec)
+    if recipe is not None:
+        setattr(call, RECIPE_ATTR, recipe.artifact_recipe)
+    return call
+
+
+def make_native(source: str, kernel_lib: ctypes.CDLL | None, kernels: tuple[str, ...],
+                output_spec: str | None, constants: list[torch.Tensor] | None = None) -> Callable[..., Any]:
+    """Build (or load from the cache) a graph's native wrapper source and bind it to the kernels
+    (and to the graph's constant tensors, which keep it out of the persistent cache)."""
+    graph_lib = build.load(source, graph_flags())
+    found = build.identity(graph_lib)
+    kernel_found = build.identity(kernel_lib)
+    recipe = None
+    if found is not None and found.relative is not None and (not kernels or (
+            kernel_found is not None and kernel_found.relative is not None)):
+        kernel_id = (kernel_found.relative, kernel_found.size, kernel_found.sha256) if kernels else None  # type: ignore[union-attr]
+        recipe = NativeRecipe((found.relative, found.size, found.sha256), kernel_id, kernels,  # type: ignore[arg-type]
+                              output_spec)
+    else:
+        log.artifact("cache", "native wrapper not persistable: a library is outside the cache")
+    if constants:
+        recipe = None
+    return _bind(graph_lib, kernel_lib, kernels, output_spec, recipe, constants)
+
+
+def load_native(recipe: NativeRecipe) -> Callable[..., Any]:
+    """The native wrapper of a recipe (build.LibraryError when a library is gone or changed)."""
+    graph_lib = build.load_stored(*recipe.graph_library)
+    kernel_lib = build.load_stored(*recipe.kernel_library) if recipe.kernel_library is not None else None
+    if recipe.kernels and kernel_lib is None:
+        raise ValueError("a native wrapper with kernels but no kernel library")
+    return _bind(graph_lib, kernel_lib, recipe.kernels, recipe.output_spec, recipe)
+
+
+@loader("native_wrapper")
+def _load(fields: dict[str, Any]) -> Callable[..., Any]:
+    recipe = fields.get("native")
+    if not isinstance(recipe, NativeRecipe):
+        raise ValueError("a native wrapper recipe without its NativeRecipe")
+    return load_native(recipe)

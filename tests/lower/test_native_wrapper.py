@@ -1,0 +1,242 @@
+"""The native wrapper (kiln.lower.codegen.native_wrapper + kiln.runtime.native) against the Python
+wrapper: the same outputs on graphs of each kind, eager's exceptions from a kernel's failed check,
+the whole of mode="reduce-overhead" training on CPU, a second process that loads the built wrapper
+from the cache without compiling, and a tampered library refused."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from kiln import config
+from kiln.lower import compile_graph
+from kiln.runtime import build, native
+from tests.lower.conftest import aten_graph
+
+pytestmark = pytest.mark.cpp
+
+
+def is_native(fn: Any) -> bool:
+    return isinstance(fn, functools.partial) and fn.func is native.boundary().call
+
+
+def both(fn: Callable[..., Any], *args: Any, dynamic: bool = False) -> tuple[Any, Any]:
+    gm, examples = aten_graph(fn, *args, dynamic=dynamic)
+    with config.patch(cpu_wrapper="python"):
+        python = compile_graph(gm, examples)
+    with config.patch(cpu_wrapper="native"):
+        made = compile_graph(gm, examples)
+    assert not is_native(python.fn)
+    assert is_native(made.fn), "the graph fell back to the Python wrapper"
+    return python, made
+
+
+def same(a: Any, b: Any) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor):
+            assert x.dtype == y.dtype and x.shape == y.shape and x.stride() == y.stride()
+            torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
+        else:
+            assert x == y
+
+
+def _pointwise(x, y):
+    return torch.sigmoid(x) * y + 1, (x - y).abs()
+
+
+def _reduction(x):
+    return x.sum(1), x.amax(0), torch.softmax(x, -1)
+
+
+def _mm_epilogue(x, w, b):
+    return (torch.relu(torch.addmm(b, x, w)) * 2,)
+
+
+def _bmm_transposed(a, b):
+    return (torch.bmm(a, b.transpose(1, 2)).tanh(),)
+
+
+def _conv(x, w, b):
+    return (F.relu(F.conv2d(x, w, b, padding=1)),)
+
+
+def _split_views(x):
+    a, b = x.split([3, 5], dim=1)
+    return a * 2, b.t(), x[:, 1:]
+
+
+def _int_output(x):
+    return x.cos(), x.shape[0] * 2
+
+
+def _max_pool(x):
+    return (F.max_pool2d(x, 2),)
+
+
+CASES = {
+    "pointwise": (_pointwise, lambda: (torch.randn(6, 7), torch.randn(6, 7))),
+    "reduction": (_reduction, lambda: (torch.randn(9, 13),)),
+    "mm_epilogue": (_mm_epilogue, lambda: (torch.randn(8, 16), torch.randn(16, 5), torch.randn(5))),
+    "bmm_transposed": (_bmm_transposed, lambda: (torch.randn(2, 3, 4), torch.randn(2, 5, 4))),
+    "conv": (_conv, lambda: (torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4))),
+    "split_views": (_split_views, lambda: (torch.randn(4, 8),)),
+    "max_pool": (_max_pool, lambda: (torch.randn(1, 2, 6, 6),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_native_matches_python(name: str) -> None:
+    fn, make = CASES[name]
+    args = make()
+    python, made = both(fn, *args)
+    same(made(*args), python(*args))
+    same(made.fn.steal(list(args)), python(*args))  # the stealing entry the backward uses
+
+
+def test_dynamic_shapes_and_int_inputs() -> None:
+    python, made = both(_pointwise, torch.randn(4, 6), torch.randn(4, 6), dynamic=True)
+    for rows, cols in ((4, 6), (3, 11), (1, 1)):
+        args = (torch.randn(rows, cols), torch.randn(rows, cols))
+        same(made(*args), python(*args))
+    python, made = both(_int_output, torch.randn(5), dynamic=True)
+    x = torch.randn(7)
+    got = made(x)
+    assert got[1] == 14 and isinstance(got[1], int)
+    same(got, python(x))
+
+
+def test_non_contiguous_input_is_relaid_out() -> None:
+    python, made = both(_mm_epilogue, torch.randn(8, 16), torch.randn(16, 5), torch.randn(5))
+    x, w, b = torch.randn(16, 8).t(), torch.randn(16, 5), torch.randn(5)
+    same(made(x, w, b), python(x, w, b))
+    torch.testing.assert_close(made(x, w, b)[0], _mm_epilogue(x, w, b)[0])
+
+
+def test_index_out_of_range_raises_eagers_error() -> None:
+    def gather_rows(table, idx):
+        return (table[idx] * 2,)
+
+    table, idx = torch.randn(5, 3), torch.tensor([0, 4, 2])
+    python, made = both(gather_rows, table, idx)
+    same(made(table, idx), python(table, idx))
+    bad = torch.tensor([0, 7])
+    with pytest.raises(IndexError) as eager:
+        table[bad]
+    with pytest.raises(IndexError) as got:
+        made(table, bad)
+    assert "7" in str(got.value) and "5" in str(got.value), (str(got.value), str(eager.value))
+    with pytest.raises(IndexError):
+        python(table, bad)
+
+
+def test_extern_error_is_a_python_exception() -> None:
+    python, made = both(_mm_epilogue, torch.randn(8, 16), torch.randn(16, 5), torch.randn(5))
+    with pytest.raises(RuntimeError):
+        made(torch.randn(8, 16), torch.randn(15, 5), torch.randn(5))
+    with pytest.raises(ValueError):
+        made(torch.randn(8, 16))  # a wrong argument count is refused, not read past
+
+
+def test_reduce_overhead_training_uses_native() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    reference = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    reference.load_state_dict(model.state_dict())
+    compiled = kiln.compile(model, mode="reduce-overhead")
+    seen: list[Any] = []
+    original = native.make_native
+
+    def spy(*a: Any, **k: Any) -> Any:
+        out = original(*a, **k)
+        seen.append(out)
+        return out
+
+    native.make_native = spy  # type: ignore[assignment]
+    try:
+        for _ in range(2):
+            x = torch.randn(5, 8)
+            loss = compiled(x).square().mean()
+            loss.backward()
+            expected = reference(x).square().mean()
+            expected.backward()
+            torch.testing.assert_close(loss, expected)
+    finally:
+        native.make_native = original  # type: ignore[assignment]
+    assert len(seen) >= 2, "forward and backward should each get a native wrapper"
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
+_CHILD = textwrap.dedent("""
+    import json, sys, torch
+    from kiln import config
+    from kiln.lower import compile_graph
+    from kiln.runtime import artifact, build, native
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, w):
+        return (torch.relu(x @ w) + 1,)
+
+    mode = sys.argv[1]
+    torch.manual_seed(0)
+    args = [torch.randn(4, 6), torch.randn(6, 3)]
+    if mode == "no_build":  # everything must come from the cache
+        def refuse(*a, **k):
+            raise AssertionError("compiled in the second process")
+        build.compile_shared = refuse
+    if mode == "recipe":  # the recorded identity, checked before loading
+        recipe = native.NativeRecipe(*json.loads(sys.argv[2]))
+        recipe = native.NativeRecipe(tuple(recipe.graph_library), tuple(recipe.kernel_library), tuple(recipe.kernels),
+                                     recipe.output_spec)
+        try:
+            native.load_native(recipe)
+        except build.LibraryError as exc:
+            print("REFUSED", exc)
+        else:
+            print("LOADED")
+        sys.exit(0)
+    gm = make_fx(f)(*args)
+    with config.patch(cpu_wrapper="native"):
+        cg = compile_graph(gm, args)
+    out = cg(*args)[0]
+    torch.testing.assert_close(out, f(*args)[0])
+    recipe = artifact.describe(cg.fn).fields["native"]
+    print(json.dumps([recipe.graph_library, recipe.kernel_library, recipe.kernels, recipe.output_spec]))
+""")
+
+
+def _child(cache_dir: str, *argv: str) -> str:
+    env = dict(os.environ, KILN_CACHE_DIR=cache_dir, KILN_LOGS="cache")
+    proc = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True, env=env,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def test_second_process_loads_from_cache_and_refuses_tampered(tmp_path: Any) -> None:
+    cache_dir = str(tmp_path / "cache")
+    first = _child(cache_dir, "build")
+    recipe_line = [line for line in first.splitlines() if line.startswith("[[") or line.startswith('["')][-1]
+    second = _child(cache_dir, "no_build")  # a second process builds nothing: all from the cache
+    assert "cache hit" in second
+    loaded = _child(cache_dir, "recipe", recipe_line)
+    assert "LOADED" in loaded and "REFUSED" not in loaded
+    relative = json.loads(recipe_line)[0][0]
+    path = os.path.join(cache_dir, relative)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    with open(path, "wb") as f:
+        f.write(data)
+    assert "REFUSED" in _child(cache_dir, "recipe", recipe_line)
+    rebuilt = _child(cache_dir, "build")  # compiling again replaces the bad library and still computes right
+    assert "does not match" in rebuilt
