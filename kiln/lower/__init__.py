@@ -222,7 +222,8 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     mark("lower_to_loop_ir")
     log.debug("lower", lambda: f"lower_to_loop_ir:\n{format_ir(ir)}")
     dump.write("lower_to_loop_ir.txt", format_ir(ir) + "".join(f"\n# perf hint: {h}" for h in hints))
-    program = schedule(ir, unfused=no_fusion) if no_fusion else schedule(ir)
+    # column sums fuse into the kernel that makes their rows only where the C++ generator runs them
+    program = schedule(ir, unfused=no_fusion, column_partials=codegen == "cpp")
     if options.get("verify", True):
         verify_program(program)
     mark("schedule")

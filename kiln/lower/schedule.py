@@ -7,8 +7,10 @@ ranges fit and every in-kernel buffer they read is read at the point it was writ
 pointwise chain, a softmax or a layer norm (with what follows it) each become one kernel.
 A node over a reshaped range (B*T, C after a (B, T) x (C) layer norm) joins through index arithmetic;
 a node that fits no open kernel may join an earlier one once its inputs exist; a cumulative sum
-or product (Scan) gets a kernel of its own. Buffers read only inside their kernel never touch
-memory. Corresponds to torch/_inductor/scheduler.py.
+or product (Scan) gets a kernel of its own. A sum over the outer range (a bias or layer-norm weight
+gradient: the column sum of a [rows, C] gradient) joins the kernel that makes its rows, each thread
+summing its own rows, when the code generator supports it. Buffers read only inside their kernel
+never touch memory. Corresponds to torch/_inductor/scheduler.py.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ class Kernel:
     blocks: tuple[Block, ...]
     local: frozenset[str] = frozenset()  # buffers kept in registers, never stored
     scratch: frozenset[str] = frozenset()  # buffers kept in a per-thread row buffer, never in memory
+    columns: frozenset[str] = frozenset()  # sums over the outer range, accumulated per thread (column_substitution)
 
     @property
     def nodes(self) -> tuple[LoopNode, ...]:
@@ -76,7 +79,17 @@ def kernel_vars(n_outer: int, n_inner: int) -> tuple[tuple[sympy.Symbol, ...], t
 
 
 def node_substitution(node: Buffer, outer: Sequence[sympy.Expr], inner: Sequence[sympy.Expr]) -> dict | None:
-    """Map the node's own index variables to kernel variables, or None if its ranges do not fit."""
+    """Map the node's own index variables to kernel variables, or None if its ranges do not fit.
+    An outer variable over a size-1 dim is written 0, as lowering writes a load along such a dim
+    (one row's layer norm reads its mean at [0]), so that in-kernel reads match their stores."""
+    sub = _substitution(node, outer, inner)
+    ones = {x: sympy.Integer(0) for x, r in zip(kernel_vars(len(outer), 0)[0], outer) if r == 1}
+    if sub is None or not ones:
+        return sub
+    return {v: sympy.sympify(e).xreplace(ones) for v, e in sub.items()}
+
+
+def _substitution(node: Buffer, outer: Sequence[sympy.Expr], inner: Sequence[sympy.Expr]) -> dict | None:
     xs, ys = kernel_vars(len(outer), len(inner))
     if isinstance(node, Reduction):
         if tuple(node.ranges) == tuple(outer) and tuple(node.reduction_ranges) == tuple(inner):
@@ -93,6 +106,36 @@ def node_substitution(node: Buffer, outer: Sequence[sympy.Expr], inner: Sequence
         if exprs is not None:
             return dict(zip(own, exprs))
     return None
+
+
+def column_substitution(node: Buffer, outer: Sequence[sympy.Expr], inner: Sequence[sympy.Expr]) -> dict | None:
+    """A sum over the kernel's outer range kept per inner point (the bias gradient of a linear layer,
+    the weight gradient of a layer norm: a column sum of the [rows, C] gradient the kernel makes),
+    as a map of the node's variables (kept dims to inner, reduced dims to outer), or None. Each
+    thread sums the rows it runs into its own row of accumulators; the rows are added in thread
+    order after the loop, so the result does not depend on which thread ran first."""
+    if not isinstance(node, Reduction) or node.reduction_type != "sum" or not node.layout.dtype.is_floating_point:
+        return None
+    if not outer or not inner:
+        return None
+    xs, ys = kernel_vars(len(outer), len(inner))
+    # equal ranges map one to one (a size-1 dim keeps its variable, as a pointwise node's does)
+    kept = list(ys) if tuple(node.ranges) == tuple(inner) else _reshape(tuple(node.ranges), tuple(inner), ys)
+    reduced = (list(xs) if tuple(node.reduction_ranges) == tuple(outer)
+               else _reshape(tuple(node.reduction_ranges), tuple(outer), xs))
+    if reduced is not None:  # size-1 outer dims: 0, as node_substitution writes them
+        reduced = [sympy.Integer(0) if r == 1 else e for e, r in zip(reduced, node.reduction_ranges)]
+    if kept is None or reduced is None:
+        return None
+    return {**dict(zip(index_vars("i", len(node.ranges)), kept)),
+            **dict(zip(index_vars("r", len(node.reduction_ranges)), reduced))}
+
+
+def kernel_substitution(k: "Kernel", node: Buffer) -> dict | None:
+    """The variables of a node placed in kernel `k` as kernel variables."""
+    if node.name in k.columns:
+        return column_substitution(node, k.outer, k.inner)
+    return node_substitution(node, k.outer, k.inner)
 
 
 def covers_inner(node: Buffer, outer: Sequence[sympy.Expr], inner: Sequence[sympy.Expr]) -> bool:
@@ -165,12 +208,18 @@ class _OpenKernel:
     inner: tuple[sympy.Expr, ...]
     blocks: list[tuple[str, list[LoopNode]]] = field(default_factory=list)
     stores: dict[str, sympy.Expr] = field(default_factory=dict)  # buffer -> store index in kernel vars
+    column_partials: bool = False  # whether sums over the outer range may join (codegen supports them)
+    columns: set[str] = field(default_factory=set)
 
     def place(self, node: LoopNode) -> bool:
         """Add `node` if it fits (ranges and in-kernel reads); returns whether it did."""
         if self.blocks and self.blocks[0][0] == "scan":
             return False  # a cumulative loop runs serially along its dim: nothing else shares it
         sub = node_substitution(node, self.outer, self.inner)
+        column = False
+        if sub is None and self.column_partials:
+            sub = column_substitution(node, self.outer, self.inner)
+            column = sub is not None
         if sub is None:
             return False
         produced_in_last: set[str] = set()
@@ -178,6 +227,8 @@ class _OpenKernel:
             produced_in_last = {n.name for n in self.blocks[-1][1] if isinstance(n, Reduction)}
         reads_last_reduction = False
         for v in walk(node.body):
+            if isinstance(v, Load) and v.buffer in self.columns:
+                return False  # a column sum is complete only once the whole kernel has run
             if isinstance(v, Load) and v.buffer in self.stores:
                 if v.extra is not None or sympy.expand(v.index.xreplace(sub)) != self.stores[v.buffer]:
                     return False
@@ -190,15 +241,17 @@ class _OpenKernel:
         else:
             self.blocks.append((kind, [node]))
         self.stores[node.name] = store_index(node, sub)
+        if column:
+            self.columns.add(node.name)
         return True
 
 
-def _start(node: Pointwise | Reduction) -> _OpenKernel:
+def _start(node: Pointwise | Reduction, column_partials: bool = False) -> _OpenKernel:
     if isinstance(node, Reduction):
-        k = _OpenKernel(tuple(node.ranges), tuple(node.reduction_ranges))
+        k = _OpenKernel(tuple(node.ranges), tuple(node.reduction_ranges), column_partials=column_partials)
     else:
         ranges = tuple(node.layout.sizes)
-        k = _OpenKernel(ranges[:-1], ranges[-1:])
+        k = _OpenKernel(ranges[:-1], ranges[-1:], column_partials=column_partials)
     assert k.place(node)
     return k
 
@@ -209,7 +262,7 @@ def _regroup(k: _OpenKernel, node: Reduction) -> _OpenKernel | None:
         return None
     if tuple(node.ranges) + tuple(node.reduction_ranges) != k.outer + k.inner:
         return None
-    new = _OpenKernel(tuple(node.ranges), tuple(node.reduction_ranges))
+    new = _OpenKernel(tuple(node.ranges), tuple(node.reduction_ranges), column_partials=k.column_partials)
     for _, nodes in k.blocks:
         for n in nodes:
             if not new.place(n):
@@ -220,13 +273,15 @@ def _regroup(k: _OpenKernel, node: Reduction) -> _OpenKernel | None:
 HOIST_WINDOW = 4  # steps a buffer may move up: further would keep its memory alive (and out of cache) longer
 
 
-def schedule(ir: LoopIR, *, unfused: frozenset[str] = frozenset()) -> KernelProgram:
+def schedule(ir: LoopIR, *, unfused: frozenset[str] = frozenset(), column_partials: bool = False) -> KernelProgram:
     """Greedy fusion in program order, then the choice of which buffers stay in registers.
 
     A buffer that fits neither the open kernel nor a regrouping of it may join an earlier kernel
     instead, when everything it reads exists by then (the copies that split q, k and v for attention
     sit on both sides of a bmm: they become one kernel); it never moves past a scatter, which writes
-    in place. A buffer named in `unfused` gets a kernel of its own (the bisector's fusion switch)."""
+    in place. A buffer named in `unfused` gets a kernel of its own (the bisector's fusion switch).
+    With `column_partials` (the C++ code generator's), a sum over the rows of what a kernel makes
+    joins it (column_substitution) instead of reading it back in a kernel of its own."""
     steps: list[_OpenKernel | ScatterKernel | ExternCall] = []
     alone: set[int] = set()  # steps holding an unfused buffer: nothing may join them
     produced: dict[str, int] = {}  # buffer -> index in steps of what makes it
@@ -273,7 +328,7 @@ def schedule(ir: LoopIR, *, unfused: frozenset[str] = frozenset()) -> KernelProg
     for b in ir.buffers:
         if isinstance(b, (Pointwise, Reduction)) and b.name in unfused:
             close()
-            steps.append(_start(b))
+            steps.append(_start(b, column_partials))
             alone.add(len(steps) - 1)
             produced[b.name] = len(steps) - 1
         elif isinstance(b, (Pointwise, Reduction)):
@@ -287,7 +342,7 @@ def schedule(ir: LoopIR, *, unfused: frozenset[str] = frozenset()) -> KernelProg
             if hoist(b):
                 continue
             close()
-            open_kernel = _start(b)
+            open_kernel = _start(b, column_partials)
         elif isinstance(b, Scan):
             close()
             ranges = tuple(b.ranges)
@@ -309,7 +364,7 @@ def schedule(ir: LoopIR, *, unfused: frozenset[str] = frozenset()) -> KernelProg
     for step in steps:
         if isinstance(step, _OpenKernel):
             blocks = tuple(Block(kind, tuple(nodes)) for kind, nodes in step.blocks)
-            done.append(Kernel(f"kernel{count}", step.outer, step.inner, blocks))
+            done.append(Kernel(f"kernel{count}", step.outer, step.inner, blocks, columns=frozenset(step.columns)))
             count += 1
         elif isinstance(step, ScatterKernel):
             done.append(ScatterKernel(f"kernel{count}", step.node))
@@ -357,7 +412,8 @@ def _mark_local(steps: list, ir: LoopIR) -> list:
                     local.add(n.name)
                 elif step.outer and isinstance(n, Pointwise) and covers_inner(n, step.outer, step.inner):
                     scratch.add(n.name)  # read by a later loop of the same outer point: one row suffices
-        result.append(Kernel(step.name, step.outer, step.inner, step.blocks, frozenset(local), frozenset(scratch)))
+        result.append(Kernel(step.name, step.outer, step.inner, step.blocks, frozenset(local), frozenset(scratch),
+                             step.columns))
     return result
 
 
@@ -408,6 +464,13 @@ def verify_program(program: KernelProgram) -> None:
         for n in step.nodes:
             reads(step.name, getattr(n, "body", None))
             makes(step.name, n.name)
+        for n in step.nodes:
+            if any(isinstance(v, Load) and v.buffer in step.columns for v in walk(n.body)):
+                fail(f"{step.name}: {n.name} reads a column sum of its own kernel, complete only after it")
+        for name in step.columns:
+            node = next((n for n in step.nodes if n.name == name), None)
+            if node is None or column_substitution(node, step.outer, step.inner) is None:
+                fail(f"{step.name} accumulates {name} per thread, but it is no column sum of the kernel")
         for kept in step.local | step.scratch:
             if kept not in nodes or kept in outputs:
                 fail(f"{step.name} keeps {kept} out of memory, but it is "
@@ -425,7 +488,8 @@ def format_program(program: KernelProgram) -> str:
         if isinstance(s, Kernel):
             lines.append(f"{s.name}: outer {list(s.outer)} inner {list(s.inner)}")
             for blk in s.blocks:
-                names = [n.name + (" (register)" if n.name in s.local else " (row)" if n.name in s.scratch else "")
+                names = [n.name + (" (register)" if n.name in s.local else " (row)" if n.name in s.scratch
+                                   else " (column)" if n.name in s.columns else "")
                          for n in blk.nodes]
                 lines.append(f"    {blk.kind}: {', '.join(names)}")
         elif isinstance(s, ScatterKernel):

@@ -423,7 +423,8 @@ class BodyWriter:
             return "std::numeric_limits<int64_t>::min()"
         return f"{T}({int(v.value)}LL)"
 
-    def store(self, buffer: str, index: sympy.Expr, value: str, mode: str | None = None, extra: str = "") -> None:
+    def store(self, buffer: str, index: sympy.Expr, value: str, mode: str | None = None, extra: str = "",
+              atomic: bool = True) -> None:
         st = self.storage[buffer]
         val = f"kiln_float_to_bf16({value})" if st == torch.bfloat16 else (
             f"(_Float16)({value})" if st == torch.float16 else value)
@@ -432,7 +433,8 @@ class BodyWriter:
             where = sympy.expand(where.xreplace(self.scratch[buffer]))
         target = f"{buffer}[{cexpr(where)}{extra}]"
         if mode == "add":
-            self.lines.append("#pragma omp atomic")
+            if atomic:  # only a loop that runs on one thread may add without it
+                self.lines.append("#pragma omp atomic")
             self.lines.append(f"{target} += {val};")
         else:
             self.lines.append(f"{target} = {val};")

@@ -19,7 +19,7 @@ from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, BodyWriter, cexpr, compu
 from kiln.lower.codegen.memory import aliasing_args
 from kiln.lower.ir import (Buffer, FloorDiv, Load, ModularIndexing, Pointwise, Reduction, Scan, Value,
                            contiguous_strides, index_vars, walk)
-from kiln.lower.schedule import Kernel, KernelProgram, ScatterKernel, kernel_vars, node_substitution
+from kiln.lower.schedule import Kernel, KernelProgram, ScatterKernel, kernel_substitution, kernel_vars, node_substitution
 
 REDUCE_INIT = {"sum": "0", "prod": "1", "any": "false", "all": "true"}
 OMP_REDUCTION = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "||", "all": "&&"}
@@ -88,7 +88,9 @@ class KernelWriter:
         rows = self._scratch_rows(k, xs, ys)
         on_stack = all(size.is_number for size, _ in rows.values()) and sum(
             int(size) * _itemsize(self.storage[name]) for name, (size, _) in rows.items()) <= STACK_SCRATCH_BYTES
-        if k.outer and k.scratch and on_stack:
+        if k.columns:
+            body += self._columns_open(k, xs, rows, on_stack, parallel, parallel_if)
+        elif k.outer and k.scratch and on_stack:
             # a row buffer on the stack of each outer iteration: the compiler sees it aliases nothing
             # (a malloc'd pointer shared through an OpenMP region does not vectorize as well)
             o, c = _loops(xs, k.outer, f"#pragma omp parallel for@collapse{parallel_if}" if parallel else None)
@@ -109,9 +111,10 @@ class KernelWriter:
                 for n in blk.nodes:
                     body += self._node(n, k, locals_, None)
                 continue
-            reds = [n for n in blk.nodes if isinstance(n, Reduction)]
+            reds = [n for n in blk.nodes if isinstance(n, Reduction) and n.name not in k.columns]
             accs = {n.name: f"acc_{n.name}" for n in reds}
             pre, post, clauses = [], [], []
+            accs.update({name: f"col_{name}[{_linear(ys, k.inner)}]" for name in k.columns})
             serial = any(n.reduction_type in ("argmax", "argmin") for n in reds)
             for n in reds:
                 T = CTYPE[compute(n.body.dtype)] if n.reduction_type in ("argmax", "argmin") else CTYPE[compute(n.layout.dtype)]
@@ -155,11 +158,62 @@ class KernelWriter:
                     body += w.lines
         if k.outer:
             body += ["}"] * len(k.outer)
-        if k.outer and k.scratch and not on_stack:
+        if k.columns:
+            body += self._columns_close(k, ys, on_stack)
+        elif k.outer and k.scratch and not on_stack:
             body += [f"std::free({name});" for name in sorted(k.scratch)] + ["}"]
         return self._function(k.name, k.origins(), body), self.reads + self.writes
 
     def _scratch_rows(self, k: Kernel, xs: Sequence[sympy.Symbol], ys: Sequence[sympy.Symbol]
+    def _columns_open(self, k: Kernel, xs: Sequence[sympy.Symbol], rows: dict, on_stack: bool, parallel: bool,
+                      parallel_if: str) -> list[str]:
+        """Before the outer loop of a kernel with column sums (schedule.column_substitution): one row
+        of zeroed accumulators per thread, and the parallel region whose threads each take theirs;
+        the outer loop is shared out statically."""
+        threads = ("kiln_threads()" if self.adaptive_threads else "kiln_all_threads()") if parallel else "1"
+        width = cexpr(sympy.Mul(*k.inner))
+        body = [f"const int kiln_nt = {threads};"]
+        for name in sorted(k.columns):
+            T = CTYPE[compute(self.storage[name])]
+            body += [f"{T}* part_{name} = static_cast<{T}*>(std::malloc(sizeof({T}) * kiln_nt * {width}));",
+                     f"for (int64_t j = 0; j < kiln_nt * {width}; j++) part_{name}[j] = {T}(0);"]
+        if parallel:
+            body.append(f"#pragma omp parallel num_threads(kiln_nt){parallel_if}")
+        body.append("{")
+        me = "omp_get_thread_num()" if parallel else "0"
+        for name in sorted(k.columns):
+            T = CTYPE[compute(self.storage[name])]
+            body.append(f"{T}* __restrict__ col_{name} = part_{name} + {me} * {width};")
+        if k.scratch and not on_stack:
+            for name, (size, T) in sorted(rows.items()):
+                body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * {cexpr(size)}));")
+        o, _ = _loops(xs, k.outer, "#pragma omp for@collapse schedule(static)" if parallel else None)
+        body += o
+        if k.scratch and on_stack:
+            body += [f"alignas(64) {T} {name}[{int(size)}];" for name, (size, T) in sorted(rows.items())]
+        return body
+
+    def _columns_close(self, k: Kernel, ys: Sequence[sympy.Symbol], on_stack: bool) -> list[str]:
+        """After the outer loop: each column sum is the threads' rows added in thread order (the same
+        order every run), stored like any reduction result."""
+        width = cexpr(sympy.Mul(*k.inner))
+        body = [f"std::free({name});" for name in sorted(k.scratch) if not on_stack] + ["}"]
+        o, c = _loops(ys, k.inner, None)
+        body += o
+        lin = _linear(ys, k.inner)
+        for name in sorted(k.columns):
+            n = next(node for node in k.nodes if node.name == name)
+            T = CTYPE[compute(self.storage[name])]
+            body += [f"{T} sum_{name} = part_{name}[{lin}];",
+                     f"for (int t = 1; t < kiln_nt; t++) sum_{name} += part_{name}[t * {width} + {lin}];"]
+            sub = kernel_substitution(k, n)
+            assert sub is not None
+            w = BodyWriter(self.storage, sub, {}, self.counter)
+            w.store(name, n.layout.index(_ivars(len(n.ranges))), f"sum_{name}")
+            body += w.lines
+            self._note(self.writes, name)
+        return body + c + [f"std::free(part_{name});" for name in sorted(k.columns)]
+
                       ) -> dict[str, tuple[sympy.Expr, str]]:
         """Per scratch buffer: the elements one row needs and its C type."""
         rows = {}
@@ -173,7 +227,7 @@ class KernelWriter:
 
     def _node(self, buffer: Buffer, k: Kernel, locals_: dict, acc: str | None) -> list[str]:
         n = _block_node(buffer)
-        sub = node_substitution(n, k.outer, k.inner)
+        sub = kernel_substitution(k, n)
         assert sub is not None
         w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
         self._collect_reads(w, n.body, self.hidden)
@@ -308,19 +362,21 @@ class KernelWriter:
             if part is not None:
                 self._collect_reads(w, part, frozenset())
         value = w.value(n.body)
-        extra = "" if n.extra is None else f" + {w.value(n.extra)}"
-        if n.mask is not None:  # a failed bounds check skips the store (the wrapper raises after)
-            w.lines.append(f"if ({w.value(n.mask)}) {{")
-        w.store(n.target, n.index, value, n.mode, extra)
-        if n.mask is not None:
-            w.lines.append("}")
-        self._note(self.writes, n.target)
         # accumulating scatters run in parallel (atomic adds), but only when there is enough work
         # to pay for starting the threads; stores stay serial (the last write must win, as in ATen)
         total = sympy.Mul(*n.ranges)
         pragma = None
         if n.mode == "add" and n.ranges and not (total.is_number and total < PARALLEL_MIN):
             pragma = "#pragma omp parallel for@collapse" + ("" if total.is_number else f" if({cexpr(total)} >= {PARALLEL_MIN})")
+        extra = "" if n.extra is None else f" + {w.value(n.extra)}"
+        if n.mask is not None:  # a failed bounds check skips the store (the wrapper raises after)
+            w.lines.append(f"if ({w.value(n.mask)}) {{")
+        # a serial loop adds plainly: an atomic float add is a compare-and-swap loop, several
+        # times the cost of the add (an embedding backward's scatter-add spent most of its time there)
+        w.store(n.target, n.index, value, n.mode, extra, atomic=pragma is not None)
+        if n.mask is not None:
+            w.lines.append("}")
+        self._note(self.writes, n.target)
         o, c = _loops(vars_, n.ranges, pragma)
         body = o + [f"// {n.name} <- {', '.join(n.origins)}"] + w.lines + c
         return self._function(k.name, list(n.origins), body), self.reads + self.writes
@@ -336,7 +392,8 @@ class KernelWriter:
             args.append(f"{const}{CTYPE[self.storage[b]]}*{restrict} {b}")
         # the thread count is the runtime's (torch.get_num_threads(), see the prelude), not OpenMP's
         threads = "kiln_threads()" if getattr(self, "adaptive_threads", True) else "kiln_all_threads()"
-        body = [line + f" num_threads({threads})" if line.startswith("#pragma omp parallel") else line
+        body = [line + f" num_threads({threads})" if line.startswith("#pragma omp parallel")
+                and "num_threads(" not in line else line
                 for line in body]
         text = "\n".join(body)
         syms = sorted(set(re.findall(r"\b([a-z]+\d+)\b", text)) & self.size_symbols)
@@ -362,7 +419,7 @@ TILE = 256  # outputs per column-reduction tile: each row read is 1 KiB contiguo
 
 def _column_reduction(k: Kernel) -> bool:
     """Whether the reduction loop reads with a stride while the last outer dim is contiguous."""
-    if not k.outer or not k.inner or k.scratch or not k.blocks or k.blocks[0].kind != "loop":
+    if not k.outer or not k.inner or k.scratch or k.columns or not k.blocks or k.blocks[0].kind != "loop":
         return False
     if any(b.kind != "scalar" for b in k.blocks[1:]):
         return False
@@ -398,6 +455,11 @@ def _block_node(n: Buffer) -> Pointwise | Reduction:
 
 
 def _ivars(n: int) -> tuple[sympy.Symbol, ...]:
+def _linear(ys: Sequence[sympy.Symbol], inner: Sequence[sympy.Expr]) -> str:
+    """The row-major position of an inner point, in C."""
+    return cexpr(sum((y * s for y, s in zip(ys, contiguous_strides(inner))), sympy.Integer(0)))
+
+
     return index_vars("i", n)
 
 

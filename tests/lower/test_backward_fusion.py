@@ -1,0 +1,133 @@
+"""Backward-pass fusions: a sum over the rows of what a kernel makes (a linear layer's bias gradient,
+a layer norm's weight and bias gradients) is accumulated per thread inside that kernel
+(schedule.column_substitution) instead of reading the gradient back in a kernel of its own."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kiln.lower.schedule import Kernel, format_program
+
+from .conftest import check
+
+pytestmark = pytest.mark.cpp
+
+aten = torch.ops.aten
+DTYPES = [torch.float32, torch.float64]
+
+
+def _tol(dtype: torch.dtype) -> dict:
+    return {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 1e-10, "rtol": 1e-10}
+
+
+def _columns(c) -> set[str]:  # type: ignore[no-untyped-def]
+    return {name for s in c.program.steps if isinstance(s, Kernel) for name in s.columns}
+
+
+def gelu_backward_with_bias_grad(g: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    gx = aten.gelu_backward(g, x)
+    return gx, gx.sum(0)
+
+
+def layer_norm_backward(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
+                        residual: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    c = x.shape[-1]
+    _, mean, rstd = aten.native_layer_norm(x, [c], w, b, 1e-5)
+    dx, dw, db = aten.native_layer_norm_backward(g, x, [c], mean, rstd, w, b, [True, True, True])
+    grad = dx + residual  # the residual stream's gradient, and the bias gradient of the layer before
+    return grad, dw, db, grad.sum(0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(37, 53), (1, 29), (300, 129), (5, 1)])
+def test_bias_gradient_sums_inside_the_kernel_that_makes_the_gradient(dtype: torch.dtype, shape: tuple) -> None:
+    # (300, 129): enough work for the parallel loop, each thread summing its rows
+    g, x = torch.randn(*shape, dtype=dtype), torch.randn(*shape, dtype=dtype)
+    c = check(gelu_backward_with_bias_grad, g, x, **_tol(dtype))
+    assert c.kernel_count == 1, format_program(c.program)
+    assert len(_columns(c)) == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(37, 53), (1, 64), (300, 129)])
+def test_layer_norm_backward_is_one_kernel(dtype: torch.dtype, shape: tuple) -> None:
+    g, x, r = (torch.randn(*shape, dtype=dtype) for _ in range(3))
+    w, b = torch.randn(shape[-1], dtype=dtype), torch.randn(shape[-1], dtype=dtype)
+    c = check(layer_norm_backward, g, x, w, b, r, **_tol(dtype))
+    # row sums of g*w and g*w*xhat, the input gradient, and three column sums: one pass over the rows
+    assert c.kernel_count == 1, format_program(c.program)
+    assert len(_columns(c)) == 3
+
+
+def test_layer_norm_backward_over_batch_and_time_sums_both_dims() -> None:
+    # a [B, T, C] gradient: the weight gradient sums over B and T, which are the kernel's outer dims
+    g, x, r = (torch.randn(3, 7, 24) for _ in range(3))
+    w, b = torch.randn(24), torch.randn(24)
+
+    def fn(g, x, w, b, r):  # type: ignore[no-untyped-def]
+        _, mean, rstd = aten.native_layer_norm(x, [24], w, b, 1e-5)
+        dx, dw, db = aten.native_layer_norm_backward(g, x, [24], mean, rstd, w, b, [True, True, True])
+        return dx + r, dw, db, (dx + r).sum((0, 1))
+
+    c = check(fn, g, x, w, b, r, atol=1e-4, rtol=1e-4)
+    assert c.kernel_count == 1, format_program(c.program)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_column_sums_with_dynamic_shapes(dtype: torch.dtype) -> None:
+    g, x = torch.randn(41, 19, dtype=dtype), torch.randn(41, 19, dtype=dtype)
+    c = check(gelu_backward_with_bias_grad, g, x, dynamic=True, **_tol(dtype))
+    assert c.kernel_count == 1 and len(_columns(c)) == 1
+    for shape in [(7, 19), (1, 19), (300, 131)]:  # the same compiled graph at other sizes
+        g, x = torch.randn(*shape, dtype=dtype), torch.randn(*shape, dtype=dtype)
+        for got, want in zip(c(g, x), gelu_backward_with_bias_grad(g, x)):
+            torch.testing.assert_close(got, want, **_tol(dtype))
+
+
+def test_a_column_sum_is_not_read_inside_its_own_kernel() -> None:
+    # the sum is complete only after every row: what reads it runs in a later kernel
+    def fn(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = g * g.sum(1, keepdim=True)  # a row kernel makes h, and sums it over the rows
+        s = h.sum(0)
+        return h, h + s
+
+    c = check(fn, torch.randn(33, 17), atol=1e-4, rtol=1e-5)
+    assert c.kernel_count == 2 and len(_columns(c)) == 1, format_program(c.program)
+
+
+def test_column_sums_are_the_same_every_run_on_two_threads() -> None:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        g, x = torch.randn(500, 257), torch.randn(500, 257)
+        c = check(gelu_backward_with_bias_grad, g, x, atol=1e-4, rtol=1e-4)
+        first = c(g, x)[1]
+        for _ in range(5):
+            assert torch.equal(c(g, x)[1], first)  # threads' rows are added in thread order
+    finally:
+        torch.set_num_threads(threads)
+
+
+def embedding_backward(g: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    return aten.embedding_dense_backward(g, idx, 50, -1, False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_serial_embedding_backward_adds_without_atomics(dtype: torch.dtype) -> None:
+    idx = torch.randint(0, 50, (3, 37))
+    idx[0, :5] = 7  # repeated rows accumulate
+    g = torch.randn(3, 37, 19, dtype=dtype)
+    c = check(embedding_backward, g, idx, **_tol(dtype))
+    assert "+=" in c.cpp_source and "omp atomic" not in c.cpp_source
+
+
+def test_parallel_embedding_backward_adds_atomically() -> None:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        idx = torch.randint(0, 50, (8, 64))  # 8 * 64 * 80 elements: the parallel loop
+        g = torch.randn(8, 64, 80)
+        c = check(embedding_backward, g, idx, atol=1e-4, rtol=1e-4)
+        assert "omp atomic" in c.cpp_source
+    finally:
+        torch.set_num_threads(threads)
