@@ -17,6 +17,7 @@ suppress_errors: bool = True  # an internal error falls back to eager with one w
 automatic_dynamic_shapes: bool = True  # a size that changed is captured as a symbol next time
 assume_static_by_default: bool = True  # first capture is static unless dynamic=True / mark_dynamic
 specialize_int: bool = False  # python int arguments are burnt in as constants forever if True
+specialize_float: bool = False  # python float arguments likewise (torch.compile 2.13's default is False too)
 capture_scalar_outputs: bool = False  # .item() becomes an unbacked symbol instead of a break
 
 # distributed: split graphs compiled inside DistributedDataParallel at its gradient-bucket boundaries

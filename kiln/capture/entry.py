@@ -432,7 +432,7 @@ class _Frame:
         log.artifact("recompiles", text)
 
     def dynamic_decision(self, failure: tuple[Guard, str], L: dict, G: dict, F: Any) -> str | None:
-        """What automatic dynamic will do about the size or int whose guard failed, in words."""
+        """What automatic dynamic will do about the size, int or float whose guard failed, in words."""
         policy = self.cache.policy
         if policy is None:
             return None
@@ -444,7 +444,7 @@ class _Frame:
         except Exception:
             return None
         if guard.kind == "check_value":
-            if type(guard.expected) is int and type(value) is int:
+            if type(guard.expected) is type(value) and type(value) in (int, float):
                 return policy.explain_change(guard.source, guard.expected, value)
             return None
         if not isinstance(value, torch.Tensor) or value.dim() != len(guard.expected.sizes):
@@ -553,13 +553,17 @@ def _note_inputs(policy: Any, guards: list[Guard], L: dict, G: dict, F: Any) -> 
     env = {"L": L, "G": G, "F": F}
     for guard in guards:
         is_int = guard.kind == "check_value" and type(guard.expected) is int
-        if guard.kind != "check_tensor" and not is_int:
+        is_float = guard.kind == "check_value" and type(guard.expected) is float
+        if guard.kind != "check_tensor" and not is_int and not is_float:
             continue
         try:
             value = eval(guard.source, env)
         except Exception:  # the guard passed a moment ago, so this does not happen; never fatal here
             continue
-        if is_int:
+        if is_float:
+            if type(value) is float:
+                policy.note_float(guard.source, value)
+        elif is_int:
             policy.note_int(guard.source, value)
         else:
             policy.note_sizes(guard.source, value)

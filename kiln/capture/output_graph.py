@@ -129,8 +129,8 @@ class OutputGraph:
         self._non_leaf_fakes[id(fake)] = (fake, copy)
         return copy
 
-    def symbol_input(self, size: torch.SymInt, source: str) -> torch.fx.Node | None:
-        """A placeholder for a new size symbol (graphs take symbolic sizes as inputs)."""
+    def symbol_input(self, size: torch.SymInt | torch.SymFloat, source: str) -> torch.fx.Node | None:
+        """A placeholder for a new size symbol or symbolic float argument (graphs take them as inputs)."""
         from kiln.symbolic import expr_of
 
         expr = expr_of(size)

@@ -7,10 +7,11 @@ restarts and stops just before the root-frame instruction that led to it, which 
 break (glue.py builds it). Input: a function and its bound arguments; output: a CaptureResult.
 Corresponds to torch/_dynamo/symbolic_convert.py (InstructionTranslator) and convert_frame.py.
 
-Known difference: a float argument is a constant guarded by value, so each new value recompiles
-(`f(x, 0.1)`, `f(x, 0.2)`, ... meets config.cache_size_limit after 8 values). torch.compile 2.13
-compiles twice: after the value changes once, automatic dynamic makes the float a SymFloat graph
-input. Kiln's ShapeEnv has symbolic ints only; pass a changing scale as a 0-d tensor instead.
+Float arguments follow automatic dynamic as in torch.compile 2.13 (specialize_float=False): the
+first capture guards a float by value, and once it changes (or from the start under dynamic=True)
+it is a SymFloat graph input that the glue feeds with the Python float itself, so tensor arithmetic
+keeps Python-scalar promotion; branches on it are guards in the user's words (`f > 0.5`), math.sqrt
+stays in the graph, and other uses that need the value (int(f), math.exp, round) guard it by value.
 """
 from __future__ import annotations
 
@@ -118,6 +119,23 @@ class CaptureState:
         node = self.output.symbol_input(sym, source.name())
         if node is None:
             raise Unsupported("an int argument that is not a plain symbol", kind="dynamic_shape")
+        return SymIntVariable(node, sym)
+
+    def dynamic_float(self, value: float, source: Source) -> bool:
+        if self.policy is None or config.specialize_float:
+            return False
+        if not isinstance(source, LocalSource) and not resume_stack_slot(source):
+            return False  # as for ints: attributes and globals stay constants guarded by value
+        return bool(self.policy.float_is_dynamic(source.name(), value, self.dynamic))
+
+    def symbolic_float(self, value: float, source: Source) -> Variable:
+        """A float argument as a SymFloat graph input: the graph takes the Python float itself, so
+        tensor arithmetic with it keeps Python-scalar type promotion (`half * f` stays half)."""
+        sym = self.shape_env.create_symbolic_float(value, source.name())
+        self.output.guards.append(Guard(source.name(), "check_type", float))
+        node = self.output.symbol_input(sym, source.name())
+        if node is None:
+            raise Unsupported("a float argument that is not a plain symbol", kind="dynamic_shape")
         return SymIntVariable(node, sym)
 
     def tracer_iterate(self, var: Variable) -> list[Variable]:

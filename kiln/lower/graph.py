@@ -109,7 +109,8 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
                 lay = Layout(lay.dtype, lay.sizes, lay.strides)
                 ctx.add(InputBuffer(name, lay, (node.name,), position))
                 env[node] = strided_value(BufferRef(name, lay))
-            elif isinstance(m, torch.SymInt):
+            elif isinstance(m, (torch.SymInt, torch.SymFloat)):
+                # a SymFloat is a float argument: the wrapper passes it on to kernels as a double
                 env[node] = to_expr(m)
                 note_symbols(env[node], position, None)
             else:
@@ -150,9 +151,11 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
         return args[0].view.layout.strides[args[1]] if args[0].view is not None else None
     if target is aten.sym_numel.default:
         return sympy.Mul(*args[0].sizes)
-    if getattr(target, "__module__", None) in ("_operator", "operator") or target in (torch.sym_max, torch.sym_min):
+    if getattr(target, "__module__", None) in ("_operator", "operator") or target in (torch.sym_max, torch.sym_min,
+                                                                                      torch.sym_sqrt):
         return _sym_arith(target, args)
-    args, kwargs = pytree.tree_map(lambda a: to_expr(a) if isinstance(a, torch.SymInt) else a, (args, kwargs))
+    args, kwargs = pytree.tree_map(lambda a: to_expr(a) if isinstance(a, (torch.SymInt, torch.SymFloat)) else a,
+                                   (args, kwargs))
     rule = LOWERINGS.get(target)
     if aten_fallback and str(target) in aten_fallback:
         return fallback(ctx, target, args, kwargs, reason="its lowering is switched off (bisect)")
@@ -212,7 +215,8 @@ def _sym_arith(target: Any, args: Sequence[Any]) -> Any:
         operator.add: lambda a, b: a + b, operator.sub: lambda a, b: a - b, operator.mul: lambda a, b: a * b,
         operator.floordiv: lambda a, b: FloorDiv(a, b), operator.neg: lambda a: -a,
         operator.mod: lambda a, b: sympy.Mod(a, b), operator.truediv: lambda a, b: a / b,
-        torch.sym_max: lambda a, b: sympy.Max(a, b), torch.sym_min: lambda a, b: sympy.Min(a, b)}
+        torch.sym_max: lambda a, b: sympy.Max(a, b), torch.sym_min: lambda a, b: sympy.Min(a, b),
+        operator.pow: lambda a, b: sympy.Pow(a, b), torch.sym_sqrt: lambda a: sympy.sqrt(a)}
     if target not in table:
         raise NotImplementedError(f"symbolic {target}")
     return table[target](*vals)

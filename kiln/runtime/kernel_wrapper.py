@@ -43,7 +43,7 @@ class WrapperRecipe:
     """Everything needed to rebuild a lowered graph's wrapper function without kiln.lower.
 
     `constants`: global name -> a dtype, device, layout, memory format or ATen overload (stored by
-    name); `kernels`: kernel name -> its ctypes argument kinds ("p" pointer, "i" int64);
+    name); `kernels`: kernel name -> its ctypes argument kinds ("p" pointer, "i" int64, "d" double);
     `library`: (path relative to the cache root, size, SHA-256) of the kernels' shared object,
     None when there are no kernels."""
 
@@ -59,7 +59,7 @@ class WrapperRecipe:
 
 _PORTABLE_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, torch._ops.OpOverload,
                        torch.Tensor)  # small constant tensors travel as data (kiln.runtime.records)
-_CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int64}
+_CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int64, "d": ctypes.c_double}  # d: a float argument
 _FIXED_GLOBALS = {"torch": torch, "_relayout": relayout}
 
 
@@ -75,8 +75,8 @@ def wrapper_recipe(source: str, env: dict[str, Any], argtypes: dict[str, list[An
         if not isinstance(value, _PORTABLE_CONSTANTS):
             return None
         constants[name] = value
-    kernels = {name: "".join("p" if t is ctypes.c_void_p else "i" for t in types)
-               for name, types in argtypes.items()}
+    kinds = {ctypes.c_void_p: "p", ctypes.c_int64: "i", ctypes.c_double: "d"}
+    kernels = {name: "".join(kinds[t] for t in types) for name, types in argtypes.items()}
     lib = None
     if kernels:
         found = build.identity(library)

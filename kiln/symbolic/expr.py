@@ -126,6 +126,22 @@ def int_symbol(name: str, *, size: bool) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True)
 
 
+FLOAT_SYMBOL_PREFIX = "zf"
+
+
+def float_symbol(name: str) -> sympy.Symbol:
+    """A symbol for a Python float argument: real, never integral. Its name starts with `zf`, which
+    is how kiln.lower tells it from a size when it declares a kernel argument (double, not int64)."""
+    if not name.startswith(FLOAT_SYMBOL_PREFIX):
+        raise ValueError(f"float_symbol({name!r}): a float symbol's name starts with {FLOAT_SYMBOL_PREFIX!r}")
+    return sympy.Symbol(name, real=True)
+
+
+def is_float_symbol(name: str) -> bool:
+    """Whether the symbol called `name` stands for a float argument (see float_symbol)."""
+    return name.startswith(FLOAT_SYMBOL_PREFIX)
+
+
 def relation(kind: str, a: sympy.Expr, b: sympy.Expr) -> sympy.Basic:
     """A relation built without sympy's automatic evaluation (which asks slow assumption queries)."""
     if a.is_number and b.is_number:

@@ -345,7 +345,12 @@ class SymNode:
         return self.wrap_float(fn(self.guard_float("", 0)))
 
     def sym_sqrt(self) -> SymNode:
-        return self._math(math.sqrt)
+        # Kept symbolic (a temperature's sqrt, an attention scale): a graph input `f` computes
+        # sqrt(f) at run time. Python's math.sqrt raises below 0 where a kernel's would give nan,
+        # so the graph assumes (guards) the sign its example had; a negative example specializes.
+        if self.pytype is bool or not self.ge(self.wrap_float(0.0)).guard_bool("", 0):
+            return self._math(math.sqrt)
+        return self._make("sqrt", (self,), sympy.sqrt, math.sqrt, float)
 
     def sym_log2(self) -> SymNode:
         return self._math(math.log2)

@@ -1,8 +1,8 @@
 """DynamicPolicy: which input dimensions (and int arguments) a capture makes symbolic.
 
 The entry keeps one policy per code object. Before a capture it asks `dynamic_dims(source, t,
-dynamic)` for each tensor input and `int_is_dynamic(source, value, dynamic)` for each int; after the
-capture it calls `note_sizes` with what it saw. The rules are torch.compile's: dynamic=False never,
+dynamic)` for each tensor input and `int_is_dynamic` / `float_is_dynamic(source, value, dynamic)` for
+each int and float argument; after the capture it calls `note_sizes` with what it saw. The rules are torch.compile's: dynamic=False never,
 dynamic=True every dim, dynamic=None static first and then, after a recompile, the dims that changed
 (config.automatic_dynamic_shapes); mark_dynamic/maybe_mark_dynamic dims always (under dynamic=False
 too, as torch.compile, whose dynamic=False only turns automatic dynamic off), mark_static never.
@@ -11,6 +11,7 @@ PyTorch counterpart: automatic_dynamic in torch/_dynamo/variables/builder.py and
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Sequence
 
 import torch
@@ -29,7 +30,7 @@ class _SeenTensor:
 
 @dataclasses.dataclass
 class _SeenInt:
-    value: int
+    value: int | float
     changed: bool
 
 
@@ -40,6 +41,7 @@ class DynamicPolicy:
     def __init__(self) -> None:
         self._tensors: dict[str, _SeenTensor] = {}
         self._ints: dict[str, _SeenInt] = {}
+        self._floats: dict[str, _SeenInt] = {}
         # What explain_change needs to say what the next capture does: the `dynamic` setting the
         # entry asks with (one policy per code object and options, so it does not change) and the
         # dims kept static per source (mark_static, parameters).
@@ -102,14 +104,18 @@ class DynamicPolicy:
         seen.changed |= {d for d, (a, b) in enumerate(zip(seen.sizes, sizes)) if a != b}
         seen.sizes = sizes
 
-    def explain_change(self, source: str, old: Sequence[int] | int, new: Sequence[int] | int) -> str:
+    def explain_change(self, source: str, old: Sequence[int] | int | float, new: Sequence[int] | int | float) -> str:
         """Why a recompile happened, in the user's words: `x dim 0: 8 -> 9, now dynamic`."""
         name = user_words(source)
+        if type(old) is float and type(new) is float:
+            if old == new:
+                return f"{name}: {old!r} (unchanged)"
+            return f"{name}: {old!r} -> {new!r}, {self._float_outcome(new)}"
         if isinstance(old, int) and isinstance(new, int):
             if old == new:
                 return f"{name}: {old} (unchanged)"
             return f"{name}: {old} -> {new}, {self._int_outcome(new)}"
-        if isinstance(old, int) or isinstance(new, int):
+        if isinstance(old, (int, float)) or isinstance(new, (int, float)):
             raise KilnError(f"kiln.symbolic: explain_change at {source} compares an int with sizes")
         old, new = tuple(int(s) for s in old), tuple(int(s) for s in new)
         if len(old) != len(new):
@@ -167,6 +173,45 @@ class DynamicPolicy:
             return "recompiled with the new constant (specialize_int is on)"
         if self._dynamic is False:
             return "recompiled with the new constant (dynamic=False)"
+        if not config.automatic_dynamic_shapes:
+            return "recompiled with the new constant (automatic_dynamic_shapes is off)"
+        return "now dynamic"
+
+    # -- float arguments --------------------------------------------------------------------------
+
+    def float_is_dynamic(self, source: str, value: float, dynamic: bool | None) -> bool:
+        """Whether the float argument at `source` is captured as a symbol this time: the int rules
+        (torch.compile's specialize_float=False), except that inf and nan stay constants."""
+        if type(value) is not float or not math.isfinite(value):
+            return False
+        self._dynamic = dynamic
+        if dynamic is False or config.specialize_float:
+            return False
+        if dynamic is True or not config.assume_static_by_default:
+            return True
+        seen = self._floats.get(source)
+        changed = seen is not None and (seen.changed or seen.value != value)
+        if changed and config.automatic_dynamic_shapes:
+            log.artifact("dynamic", lambda: f"{user_words(source)} is a dynamic float: its value changed")
+            return True
+        return False
+
+    def note_float(self, source: str, value: float) -> None:
+        """Remember the value a float argument had at a capture."""
+        seen = self._floats.get(source)
+        if seen is None:
+            self._floats[source] = _SeenInt(float(value), False)
+        else:
+            seen.changed = seen.changed or seen.value != value
+            seen.value = float(value)
+
+    def _float_outcome(self, new: float) -> str:
+        if config.specialize_float:
+            return "recompiled with the new constant (specialize_float is on)"
+        if self._dynamic is False:
+            return "recompiled with the new constant (dynamic=False)"
+        if not math.isfinite(new):
+            return "recompiled with the new constant (inf and nan are not made symbolic)"
         if not config.automatic_dynamic_shapes:
             return "recompiled with the new constant (automatic_dynamic_shapes is off)"
         return "now dynamic"

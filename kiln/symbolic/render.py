@@ -141,6 +141,13 @@ class _Printer:
             return f"{fn}({self.text(a)}, {self.text(b)})", _ATOM
         if isinstance(e, sympy.Pow):
             base, exp = e.args
+            if not is_integral(base) and not self.triton:  # a float argument's power, in double
+                if exp == sympy.Rational(1, 2):
+                    return f"std::sqrt({self.text(base)})", _ATOM
+                if exp.is_Integer and exp < 0:
+                    return f"(1.0 / {self.wrap(sympy.Pow(base, -exp), _ATOM)})", _ATOM
+                if not exp.is_Integer:
+                    return f"std::pow({self.text(base)}, {float(exp)!r})", _ATOM
             if not (exp.is_Integer and exp > 0):
                 raise NotImplementedError(f"kiln.symbolic.render: no C or Triton form for the power {e}")
             return "(" + " * ".join([self.wrap(base, _MUL + 1)] * int(exp)) + ")", _ATOM
@@ -219,7 +226,14 @@ class _Printer:
     def relation(self, e: sympy.core.relational.Relational) -> str:
         op = _CMP_TEXT[type(e)]
         lhs, rhs = e.args
-        if rhs == 0 and isinstance(lhs, sympy.Add):
+        if rhs == 0 and not is_integral(lhs) and not lhs.is_number:
+            # a float argument's canonical `d > 0`: its constant goes right, and the side with the
+            # symbol reads positive (`0.5 - f >= 0` -> `f <= 0.5`, `f + 1.0 == 0` -> `f == -1.0`)
+            const, rest = lhs.as_coeff_Add()
+            lhs, rhs = rest, -const
+            if rest.could_extract_minus_sign():
+                lhs, rhs, op = -rest, const, _FLIPPED[op]
+        elif rhs == 0 and isinstance(lhs, sympy.Add):
             # canonical `d >= 0`: move negative terms right, `s0 - s1 - 1 >= 0` -> `s0 >= s1 + 1`
             pos = [t for t in lhs.args if not t.could_extract_minus_sign()]
             neg = [-t for t in lhs.args if t.could_extract_minus_sign()]

@@ -18,8 +18,8 @@ import torch
 
 from kiln import log
 from kiln.errors import DataDependentOutputError, KilnError
-from kiln.symbolic.expr import (INF, Interval, UNKNOWN, canonical, decide, evaluate_at,
-                                int_symbol, negate)
+from kiln.symbolic.expr import (FLOAT_SYMBOL_PREFIX, INF, Interval, UNKNOWN, canonical, decide, evaluate_at,
+                                float_symbol, int_symbol, negate)
 from kiln.symbolic.node import SymNode
 from kiln.symbolic.render import render_python, render_words, user_words
 
@@ -86,7 +86,7 @@ class ShapeEnv:
         self.runtime_asserts: list[RuntimeAssert] = []
         self.location_provider: Callable[[], str | None] = lambda: None
         self._count = 0
-        self._hints: dict[sympy.Symbol, int] = {}
+        self._hints: dict[sympy.Symbol, int | float] = {}  # floats: float arguments
         self._sources: dict[sympy.Symbol, str] = {}
         self._by_source: dict[str, sympy.Symbol] = {}
         self._origins: dict[sympy.Symbol, str] = {}  # unbacked symbol -> what produced it
@@ -164,6 +164,23 @@ class ShapeEnv:
         log.artifact("dynamic", lambda: f"create_symbol {symbol} = {hint} for int {source}")
         return torch.SymInt(SymNode(symbol, self, int, hint))
 
+    def create_symbolic_float(self, hint: float, source: str) -> torch.SymFloat:
+        """A Python float argument made symbolic (torch.compile's specialize_float=False). Its symbol
+        is real, not integer, so nothing integral is assumed; kiln.lower passes it to kernels as a
+        double. Comparisons on it become guards in the user's words (`f > 0.5`), and what needs its
+        exact value (math.* other than sqrt, round) guards it equal to the hint."""
+        if type(hint) is not float:
+            raise ValueError(f"create_symbolic_float({hint!r}, {source!r}): the hint must be a float")
+        known = self._by_source.get(source)
+        if known is not None:
+            return torch.SymFloat(SymNode(known, self, float, self._hints[known]))
+        symbol = float_symbol(f"{FLOAT_SYMBOL_PREFIX}{self._count}")
+        self._order[symbol] = self._count
+        self._count += 1
+        self._register(symbol, hint, source, UNKNOWN)
+        log.artifact("dynamic", lambda: f"create_symbol {symbol} = {hint!r} for float {source}")
+        return torch.SymFloat(SymNode(symbol, self, float, hint))
+
     def create_unbacked_symint(self, origin: str, *, size: bool = False) -> torch.SymInt:
         """A value known only when the graph runs (nonzero's length, .item()). Nothing is assumed
         about it unless `size=True`; a tensor made with it as a size records `u >= 0` (a runtime
@@ -174,7 +191,7 @@ class ShapeEnv:
         log.artifact("dynamic", lambda: f"create_unbacked_symint {symbol} from {origin}")
         return torch.SymInt(SymNode(symbol, self, int, None))
 
-    def _register(self, symbol: sympy.Symbol, hint: int, source: str, rng: Interval) -> None:
+    def _register(self, symbol: sympy.Symbol, hint: int | float, source: str, rng: Interval) -> None:
         self._hints[symbol] = hint
         self._sources[symbol] = source
         self._by_source[source] = symbol
@@ -198,10 +215,10 @@ class ShapeEnv:
         """Each backed symbol's name -> the source expression it stands for."""
         return {str(s): src for s, src in self._sources.items()}
 
-    def symbol_values(self, L: dict[str, Any], G: dict[str, Any] | None = None) -> dict[sympy.Symbol, int]:
+    def symbol_values(self, L: dict[str, Any], G: dict[str, Any] | None = None) -> dict[sympy.Symbol, int | float]:
         """Each backed symbol's value for the inputs in L (evaluating its source)."""
         scope = {"L": L, "G": G or {}}
-        return {s: int(eval(src, scope)) for s, src in self._sources.items()}
+        return {s: (int if s.is_integer else float)(eval(src, scope)) for s, src in self._sources.items()}
 
     def failing_guard(self, L: dict[str, Any], G: dict[str, Any] | None = None) -> ShapeGuard | None:
         """The first guard that does not hold for the inputs in L, or None (a debugging aid)."""

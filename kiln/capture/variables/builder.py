@@ -117,6 +117,8 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         raise Unsupported("a symbolic number from outside the frame", kind="unsupported")
     if type(value) is int and source is not None and state.dynamic_int(value, source):
         return state.symbolic_int(value, source)
+    if type(value) is float and source is not None and state.dynamic_float(value, source):
+        return state.symbolic_float(value, source)
     if is_constant_value(value):
         if value is None:
             _guard(state, source, "check_none")

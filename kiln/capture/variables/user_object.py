@@ -12,6 +12,7 @@ import dataclasses
 import dis
 import enum
 import inspect
+import math
 import os
 import types
 from typing import TYPE_CHECKING, Any, Sequence
@@ -279,6 +280,11 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
     if any(isinstance(a, TensorVariable) for a in [*args, *kwargs.values()]):
         raise Unsupported(f"{fn.__module__}.{fn.__name__} on a tensor reads its data",
                           kind=break_kind_of(fn))
+    if fn is math.sqrt and len(args) == 1 and not kwargs and isinstance(args[0], SymIntVariable) \
+            and args[0].python_type() is float:
+        # a float argument's sqrt (a temperature, a scale) stays in the graph, as torch.compile's
+        # torch.sym_sqrt does; the ShapeEnv guards the sign it relies on
+        return tx.call_op("call_function", torch.sym_sqrt, args, {})
     # A symbolic size given to math.* is specialized (guarded) to its value.
     values = [a.specialize() if isinstance(a, SymIntVariable) else a.as_constant() for a in args]
     kw = {k: v.specialize() if isinstance(v, SymIntVariable) else v.as_constant() for k, v in kwargs.items()}

@@ -380,7 +380,9 @@ class BodyWriter:
         if isinstance(v, Const):
             out = self._const(v)
         elif isinstance(v, Index):
-            out = self.index(v.expr)
+            # parenthesized: the text is spliced into the op that reads it (`t0 * (s0 + 1)`)
+            text = self.index(v.expr)
+            out = text if text.isidentifier() or text.lstrip("-").isdigit() else f"({text})"
         elif isinstance(v, Load):
             key = sympy.expand(v.index.xreplace(self.sub))
             if v.extra is None and (v.buffer, key) in self.locals:

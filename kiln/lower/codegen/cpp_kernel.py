@@ -20,6 +20,7 @@ from kiln.lower.codegen.memory import aliasing_args
 from kiln.lower.ir import (Buffer, FloorDiv, Load, ModularIndexing, Pointwise, Reduction, Scan, Value,
                            contiguous_strides, index_vars, walk)
 from kiln.lower.schedule import Kernel, KernelProgram, ScatterKernel, kernel_substitution, kernel_vars, node_substitution
+from kiln.symbolic.expr import is_float_symbol
 
 REDUCE_INIT = {"sum": "0", "prod": "1", "any": "false", "all": "true"}
 OMP_REDUCTION = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "||", "all": "&&"}
@@ -113,8 +114,8 @@ class KernelWriter:
                 continue
             reds = [n for n in blk.nodes if isinstance(n, Reduction) and n.name not in k.columns]
             accs = {n.name: f"acc_{n.name}" for n in reds}
-            pre, post, clauses = [], [], []
             accs.update({name: f"col_{name}[{_linear(ys, k.inner)}]" for name in k.columns})
+            pre, post, clauses = [], [], []
             serial = any(n.reduction_type in ("argmax", "argmin") for n in reds)
             for n in reds:
                 T = CTYPE[compute(n.body.dtype)] if n.reduction_type in ("argmax", "argmin") else CTYPE[compute(n.layout.dtype)]
@@ -164,7 +165,6 @@ class KernelWriter:
             body += [f"std::free({name});" for name in sorted(k.scratch)] + ["}"]
         return self._function(k.name, k.origins(), body), self.reads + self.writes
 
-    def _scratch_rows(self, k: Kernel, xs: Sequence[sympy.Symbol], ys: Sequence[sympy.Symbol]
     def _columns_open(self, k: Kernel, xs: Sequence[sympy.Symbol], rows: dict, on_stack: bool, parallel: bool,
                       parallel_if: str) -> list[str]:
         """Before the outer loop of a kernel with column sums (schedule.column_substitution): one row
@@ -214,6 +214,7 @@ class KernelWriter:
             self._note(self.writes, name)
         return body + c + [f"std::free(part_{name});" for name in sorted(k.columns)]
 
+    def _scratch_rows(self, k: Kernel, xs: Sequence[sympy.Symbol], ys: Sequence[sympy.Symbol]
                       ) -> dict[str, tuple[sympy.Expr, str]]:
         """Per scratch buffer: the elements one row needs and its C type."""
         rows = {}
@@ -361,13 +362,13 @@ class KernelWriter:
         for part in (n.extra, n.mask):
             if part is not None:
                 self._collect_reads(w, part, frozenset())
-        value = w.value(n.body)
         # accumulating scatters run in parallel (atomic adds), but only when there is enough work
         # to pay for starting the threads; stores stay serial (the last write must win, as in ATen)
         total = sympy.Mul(*n.ranges)
         pragma = None
         if n.mode == "add" and n.ranges and not (total.is_number and total < PARALLEL_MIN):
             pragma = "#pragma omp parallel for@collapse" + ("" if total.is_number else f" if({cexpr(total)} >= {PARALLEL_MIN})")
+        value = w.value(n.body)
         extra = "" if n.extra is None else f" + {w.value(n.extra)}"
         if n.mask is not None:  # a failed bounds check skips the store (the wrapper raises after)
             w.lines.append(f"if ({w.value(n.mask)}) {{")
@@ -397,7 +398,7 @@ class KernelWriter:
                 for line in body]
         text = "\n".join(body)
         syms = sorted(set(re.findall(r"\b([a-z]+\d+)\b", text)) & self.size_symbols)
-        args += [f"int64_t {s}" for s in syms]
+        args += [f"double {s}" if is_float_symbol(s) else f"int64_t {s}" for s in syms]  # zf: float arguments
         if "seed" in text:
             args.append("int64_t seed")
         self.symbols = syms
@@ -454,12 +455,12 @@ def _block_node(n: Buffer) -> Pointwise | Reduction:
     return n
 
 
-def _ivars(n: int) -> tuple[sympy.Symbol, ...]:
 def _linear(ys: Sequence[sympy.Symbol], inner: Sequence[sympy.Expr]) -> str:
     """The row-major position of an inner point, in C."""
     return cexpr(sum((y * s for y, s in zip(ys, contiguous_strides(inner))), sympy.Integer(0)))
 
 
+def _ivars(n: int) -> tuple[sympy.Symbol, ...]:
     return index_vars("i", n)
 
 

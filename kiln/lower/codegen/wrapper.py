@@ -25,6 +25,7 @@ from kiln.lower.ir import (BufferRef, ConstantBuffer, Extern, InputBuffer, Layou
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
 from kiln.runtime.kernel_wrapper import (bind_overloads, bind_threads, positional, relayout as _relayout, tag,
                                          with_output_spec, wrapper_recipe)
+from kiln.symbolic.expr import is_float_symbol
 from kiln.symbolic.render import render_python
 
 
@@ -265,7 +266,8 @@ class WrapperWriter:
         if ERROR_RECORD in bufs:  # the exception eager raises, once the kernel's threads are done
             self.lines.append(f"    if {ERROR_RECORD}[0]: raise _kernel_error({ERROR_RECORD})")
         self.globals.setdefault("_argtypes", {})[step.name] = (
-            [ctypes.c_void_p] * len(bufs) + [ctypes.c_int64] * (len(syms) + (1 if seed else 0)))
+            [ctypes.c_void_p] * len(bufs) + [ctypes.c_double if is_float_symbol(s) else ctypes.c_int64 for s in syms]
+            + [ctypes.c_int64] * (1 if seed else 0))
 
     def _extern(self, step: ExternCall) -> None:
         n = step.node

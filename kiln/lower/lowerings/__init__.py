@@ -79,8 +79,9 @@ def strided_value(ref: BufferRef) -> TensorValue:
 
 
 def to_expr(x: Any) -> sympy.Expr:
-    """A size (int or SymInt) as a sympy expression (kiln.symbolic's expr_of, or the node's expr)."""
-    if isinstance(x, torch.SymInt):
+    """A size (int or SymInt) as a sympy expression (kiln.symbolic's expr_of, or the node's expr);
+    also a SymFloat (a float argument kept symbolic), whose expression is over `zf` symbols."""
+    if isinstance(x, (torch.SymInt, torch.SymFloat)):
         # a SymInt of the real torch.compile carries torch's own sympy functions: adopt Kiln's
         return adopt_torch_functions(sympy.sympify(expr_of(x)))
     if isinstance(x, sympy.Basic):

@@ -15,6 +15,7 @@ import torch
 from kiln.lower import ops
 from kiln.lower.ir import Index, Value
 from kiln.lower.lowerings import (LoweringContext, TensorValue, broadcast_load, compute_dtype, register)
+from kiln.symbolic.expr import is_integral
 
 aten = torch.ops.aten
 
@@ -23,7 +24,7 @@ def _meta_of(a: Any) -> Any:
     if isinstance(a, TensorValue):
         return torch.empty([1] * min(a.ndim, 1), dtype=a.dtype, device="meta")
     if isinstance(a, sympy.Basic):
-        return 1
+        return 1 if is_integral(a) else 1.0  # a size, or a float argument (promotes as a Python float)
     return a
 
 
@@ -41,7 +42,7 @@ def operand(a: Any, idx: Any, dtype: torch.dtype) -> Value:
     if isinstance(a, TensorValue):
         return ops.cast(broadcast_load(a, idx), dtype)
     if isinstance(a, sympy.Basic):
-        return ops.cast(Index(a), dtype)
+        return ops.cast(Index(a, torch.int64 if is_integral(a) else torch.float64), dtype)
     return ops.constant(a, dtype)
 
 
