@@ -29,9 +29,11 @@ def compile(model: Any = None, *, fullgraph: bool = False, dynamic: bool | None 
     fullgraph: raise kiln.errors.GraphBreakError at the first graph break instead of splitting.
     dynamic: False (static sizes), True (symbolic from the start), None (automatic dynamic).
     backend: "eager", "aot_eager", "inductor", a registered name, or a callable (gm, example_inputs).
-    mode: None/"default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs". Only
-        "reduce-overhead" changes anything today (CUDA graphs for CUDA tensors under "inductor");
-        on CPU it and the max-autotune modes run the default path (no C++ wrapper, no autotuning yet).
+    mode: None/"default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs".
+        "reduce-overhead" under "inductor" replays CUDA graphs for CUDA tensors, and on CPU runs
+        each graph through the native wrapper (one generated C++ function per graph, not one Python
+        line and ctypes call per kernel; kiln.config.cpu_wrapper). "max-autotune" tunes Triton
+        launches on CUDA; on CPU the max-autotune modes run the default path.
     options: a dict for the "inductor" backend, keys from kiln.capture.options.INDUCTOR_OPTIONS
         ("verify", "opt_level", "no_decompose", "aten_fallback", "no_fusion"); other backends take none.
     A bad value of any argument raises TypeError/ValueError here, not at the first call.

@@ -96,7 +96,7 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None
         lower_options["mode"] = mode
     compiler: Callable[..., Any] = functools.partial(compile_graph, options=lower_options or None)
     fw_compiler = bw_compiler = compiler
-    if mode == "reduce-overhead":  # CUDA graphs on CUDA tensors; on CPU it logs that it does nothing yet
+    if mode == "reduce-overhead":  # CUDA graphs on CUDA tensors; on CPU kiln.lower builds the native wrapper
         from kiln.runtime import cudagraphs
 
         shared: dict[str, Any] = {}  # the forward and backward of this frame record into one pool

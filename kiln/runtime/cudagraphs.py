@@ -38,7 +38,7 @@ def skip_reason_on_cpu(mode: str | None) -> str | None:
     if mode != "reduce-overhead":
         return None
     return ("mode='reduce-overhead' records CUDA graphs only for CUDA tensors; on CPU the graph runs "
-            "as in the default mode (the C++ wrapper that cuts call overhead on CPU is not built yet)")
+            "through the native wrapper instead (one C++ function per graph: kiln.runtime.native)")
 
 
 def _poisoner() -> Callable[[torch.Tensor, str], None] | None:
