@@ -141,6 +141,8 @@ class _Printer:
             return f"{fn}({self.text(a)}, {self.text(b)})", _ATOM
         if isinstance(e, sympy.Pow):
             base, exp = e.args
+            if not is_integral(base) and self.triton and exp == sympy.Rational(1, 2):
+                return f"libdevice.sqrt(tl.full([], {self.text(base)}, tl.float64))", _ATOM
             if not is_integral(base) and not self.triton:  # a float argument's power, in double
                 if exp == sympy.Rational(1, 2):
                     return f"std::sqrt({self.text(base)})", _ATOM
@@ -219,8 +221,10 @@ class _Printer:
                 # `*` is left-associative: only the first factor may itself be a `//` or `%`
                 num.append(self.wrap(factor, _MUL if not num else _MUL + 1))
         text = " * ".join(num) if num else "1"
+        # a float argument's quotient divides as floats (Triton's `//` would floor it)
+        div = self.spell["div"] if self.c and is_integral(e) else "/"
         for d in den:
-            text += f" {self.spell['div'] if self.c else '/'} {d}"
+            text += f" {div} {d}"
         return text, _MUL
 
     def relation(self, e: sympy.core.relational.Relational) -> str:

@@ -362,3 +362,44 @@ def test_a_stored_dynamic_entry_takes_new_values_and_keeps_its_guards(tmp_path: 
     # 0.75 fails `s <= 0.5` and is captured anew
     assert second[0][:2] == [1, 0] and second[1][1] == 1
     assert all(r[2] < 1e-5 for r in first + second)
+
+
+_TRITON_SCRIPT = textwrap.dedent("""
+    import json, math, torch, kiln
+    from kiln import config
+
+    def fn(x, f):
+        return torch.softmax(x / math.sqrt(f), -1) * (f * 2 + 1) + 1 / f
+
+    def train(x, f):
+        return (torch.tanh(x) * f / math.sqrt(f)).sum()
+
+    errors = []
+    with config.patch(cpu_backend="triton"):
+        k, t = kiln.compile(fn), kiln.compile(train)
+        for v in (0.5, 0.25, 0.75, 0.125):
+            x = torch.randn(7, 33)
+            errors.append((k(x, v) - fn(x, v)).abs().max().item())
+            x1 = torch.randn(5, requires_grad=True)
+            x2 = x1.detach().clone().requires_grad_()
+            t(x1, v).backward()
+            train(x2, v).backward()
+            errors.append((x1.grad - x2.grad).abs().max().item())
+    print(json.dumps({"errors": errors, "graphs": kiln.stats()["graphs"], "fallbacks": kiln.stats()["fallbacks"]}))
+""")
+
+
+@pytest.mark.triton
+def test_triton_kernels_take_the_float_as_an_argument(tmp_path: Path) -> None:
+    """The Triton code generator under Triton's interpreter (a fresh process: the interpreter is
+    chosen per process): float quotients divide as floats and sqrt goes through libdevice."""
+    pytest.importorskip("triton")
+    script = tmp_path / "t.py"
+    script.write_text(_TRITON_SCRIPT)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO), "KILN_PERSISTENT_CACHE": "0"}
+    env.pop("KILN_LOGS", None)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert max(out["errors"]) < 1e-5 and out["fallbacks"] == 0
+    assert out["graphs"] == 4  # each function: one static graph, then the dynamic one
