@@ -196,6 +196,111 @@ def _live_in(code: types.CodeType) -> tuple[frozenset[str], ...]:
     return tuple(live_in)
 
 
+@dataclass(frozen=True)
+class StackShape:
+    """The value stack before an instruction, as the bytecode alone says: its depth, and which slots
+    may hold the NULL that 3.11 pushes below a callable (PUSH_NULL, LOAD_GLOBAL's low bit,
+    LOAD_METHOD's first result), consumed only by the CALL or CALL_FUNCTION_EX above it."""
+
+    depth: int
+    maybe_null: frozenset[int]
+
+
+# Instructions that push nothing: what is below the slots they pop is left as it was.
+_PUSHES_NOTHING = frozenset({"POP_TOP", "STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF", "STORE_ATTR",
+                             "STORE_SUBSCR", "DELETE_SUBSCR", "DELETE_ATTR", "RETURN_VALUE", "RAISE_VARARGS",
+                             "RERAISE", "POP_EXCEPT", "PRINT_EXPR", "IMPORT_STAR", "POP_JUMP_FORWARD_IF_TRUE",
+                             "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+                             "POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE",
+                             "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE",
+                             "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP", "LIST_APPEND", "SET_ADD", "MAP_ADD",
+                             "LIST_EXTEND", "SET_UPDATE", "DICT_UPDATE", "DICT_MERGE", "PRECALL"})
+
+
+def _shape_after(ins: dis.Instruction, shape: tuple[bool, ...], jump: bool) -> tuple[bool, ...] | None:
+    """The stack (a may-be-NULL flag per slot) after `ins`; None where the bytecode is not understood.
+    When unsure a flag is cleared: a slot wrongly not admitted as NULL costs a stored entry, never
+    a NULL where CPython expects an object."""
+    name, arg = ins.opname, ins.arg
+    if name == "PUSH_NULL":
+        return (*shape, True)
+    if name == "LOAD_GLOBAL" and arg is not None and arg & 1:
+        return (*shape, True, False)
+    if name == "LOAD_METHOD":
+        return (*shape[:-1], True, False) if shape else None
+    if name == "SWAP" and arg is not None and 2 <= arg <= len(shape):
+        swapped = list(shape)
+        swapped[-1], swapped[-arg] = swapped[-arg], swapped[-1]
+        return tuple(swapped)
+    if name == "COPY" and arg is not None and 1 <= arg <= len(shape):
+        return (*shape, False)  # a NULL is never copied by code CPython compiles
+    try:
+        effect = dis.stack_effect(ins.opcode, arg if ins.opcode >= dis.HAVE_ARGUMENT else None, jump=jump)
+    except ValueError:
+        return None
+    if effect < 0:
+        if -effect > len(shape):
+            return None
+        kept = shape[:len(shape) + effect]
+        if name in _PUSHES_NOTHING or not kept:
+            return kept
+        return (*kept[:-1], False)  # the slot below what was popped took the result (CALL: the NULL's)
+    # What an instruction pops and pushes back in one slot is never a NULL in code CPython compiles
+    # (only a CALL takes one): the flags below stay, the new slots hold objects.
+    return shape + (False,) * effect
+
+
+@functools.lru_cache(maxsize=64)
+def _stack_shapes(code: types.CodeType) -> dict[int, tuple[bool, ...]]:
+    """The stack before each reachable instruction (by offset), from a forward walk of `code`'s
+    flow graph, exception edges included. Paths that disagree on a depth make the code unknown
+    (an empty map); on a flag they are merged by `or` (either path may bring the NULL)."""
+    listing = _listing(code)
+    instrs, index, handlers = listing.instrs, listing.index, listing.handlers
+    shapes: dict[int, tuple[bool, ...]] = {0: ()}
+    work = [0]
+    while work:
+        n = work.pop()
+        ins = instrs[n]
+        shape = shapes[n]
+        following = n + 1 if n + 1 < len(instrs) else None
+        edges: list[tuple[int, tuple[bool, ...] | None]] = []
+        if ins.opname not in _NO_FALLTHROUGH and following is not None:
+            edges.append((following, _shape_after(ins, shape, jump=False)))
+        if ins.opcode in _JUMPS:
+            edges.append((index[ins.argval], _shape_after(ins, shape, jump=True)))
+        for entry in handlers:
+            if entry.start <= ins.offset < entry.end:
+                if entry.depth > len(shape):
+                    return {}
+                # CPython keeps `depth` slots, pushes the raising instruction's index if lasti, then the exception
+                edges.append((index[entry.target], shape[:entry.depth] + (False,) * (1 + bool(entry.lasti))))
+                break
+        for target, after in edges:
+            if after is None:
+                return {}
+            seen = shapes.get(target)
+            if seen is None:
+                shapes[target] = after
+                work.append(target)
+            elif len(seen) != len(after):
+                return {}
+            elif any(a and not s for s, a in zip(seen, after)):
+                shapes[target] = tuple(s or a for s, a in zip(seen, after))
+                work.append(target)
+    return {instrs[n].offset: shape for n, shape in shapes.items()}
+
+
+def stack_shape_at(code: types.CodeType, offset: int) -> StackShape | None:
+    """The stack before the instruction at `offset` of `code` as its bytecode says (None when the
+    analysis does not know it: an unreachable offset, an instruction it does not model). Used to
+    check a stored resume request before its code is made again (kiln.capture.persist)."""
+    shape = _stack_shapes(code).get(instruction_at(code, offset).offset)
+    if shape is None:
+        return None
+    return StackShape(len(shape), frozenset(i for i, flag in enumerate(shape) if flag))
+
+
 def _inside_except_handler(code: types.CodeType, offset: int) -> bool:
     return _handler_nesting(code).get(_position(code, offset), 0) > 0
 

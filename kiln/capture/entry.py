@@ -395,7 +395,7 @@ class _Frame:
                 continue
             cache.disk.remove(disk)  # used once: if it is in memory now, or if it cannot be loaded
             try:
-                glue, result = persist.materialize(disk)
+                glue, result = persist.materialize(disk, fn, self.wrap_frame)
             except Exception as exc:  # a kernel library gone from the C++ cache: capture instead
                 log.artifact("cache", f"frame cache: {disk.path} not loaded: {type(exc).__name__}: {exc}")
                 continue

@@ -13,6 +13,7 @@ import dis
 import itertools
 import linecache
 import types
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
@@ -138,28 +139,57 @@ class ResumeFunctions:
 
     A frame with a closure gets its resume functions per closure at run time (`F` can be another
     closure instance of the same code), so the glue calls `__resumeN(F)(...)` in that case.
+    `native`: the resume functions run as plain Python (a break inside a try block), not compiled.
     """
 
-    def __init__(self, fn: types.FunctionType, wrap_frame: Callable[[Any], Any]) -> None:
+    def __init__(self, fn: types.FunctionType, wrap_frame: Callable[[Any], Any], native: bool = False) -> None:
         self.fn = fn
         self.wrap_frame = wrap_frame
+        self.native = native
 
     def expression(self, glue: GlueBuilder, offset: int, stack: Sequence["Variable"],
                    live: Sequence[str], live_values: Sequence["Variable"]) -> str:
         """`resume(stack..., locals...)`: the call continuing the frame at `offset`."""
         from kiln.capture.variables.base import NullVariable
 
-        code = self.fn.__code__
         null_slots = [i for i, v in enumerate(stack) if isinstance(v, NullVariable)]
-        resume_code = code_mod.make_resume_code(code, offset, len(stack), list(live), null_slots=null_slots)
+        request = ResumeRequest(offset, len(stack), tuple(live), tuple(null_slots), self.native)
         args = [glue.reconstruct(v) for v in stack if not isinstance(v, NullVariable)]
         args += [glue.reconstruct(v) for v in live_values]
-        if self.fn.__closure__ is None:
-            resume = code_mod.make_function(resume_code, self.fn.__globals__, None, resume_code.co_name)
-            callee = glue.bind("resume", _ResumeCall(self.wrap_frame(resume), resume))
-        else:
-            callee = glue.bind("resume", _PerClosure(resume_code, self.fn.__globals__, self.wrap_frame)) + "(F)"
+        callee = glue.bind("resume", resume_callable(self.fn, request, self.wrap_frame))
+        if self.fn.__closure__ is not None:
+            callee += "(F)"
         return f"{callee}({', '.join(args)})"
+
+
+@dataclass(frozen=True)
+class ResumeRequest:
+    """What a resume function is made from: the offset of the frame's code it continues at, the
+    stack depth there (NULL slots among it) and the live locals it takes. Data enough to make the
+    same code object again (kiln.capture.persist stores it instead of code)."""
+
+    offset: int
+    nstack: int
+    live: tuple[str, ...]
+    null_slots: tuple[int, ...]
+    native: bool = False
+
+
+def resume_callable(fn: types.FunctionType, request: ResumeRequest, wrap_frame: Callable[[Any], Any]) -> Any:
+    """What the glue binds as `__resumeN`: the compiled resume function (`_ResumeCall`), or for a
+    frame with a closure the maker of one per closure (`_PerClosure`); its `request` attribute
+    keeps what it was made from."""
+    code = code_mod.make_resume_code(fn.__code__, request.offset, request.nstack, list(request.live),
+                                     null_slots=request.null_slots)
+    wrap = (lambda f: f) if request.native else wrap_frame
+    made: _ResumeCall | _PerClosure
+    if fn.__closure__ is None:
+        resume = code_mod.make_function(code, fn.__globals__, None, code.co_name)
+        made = _ResumeCall(wrap(resume), resume)
+    else:
+        made = _PerClosure(code, fn.__globals__, wrap)
+    made.request = request
+    return made
 
 
 class _ResumeCall:
@@ -171,6 +201,7 @@ class _ResumeCall:
 
     MAX_NESTING = 48
     nesting = 0
+    request: "ResumeRequest | None" = None
 
     def __init__(self, compiled: Callable[..., Any], plain: Callable[..., Any]) -> None:
         self.compiled = compiled
@@ -188,6 +219,8 @@ class _ResumeCall:
 
 class _PerClosure:
     """Resume functions of one code object, one per closure they are called with."""
+
+    request: "ResumeRequest | None" = None
 
     def __init__(self, code: types.CodeType, f_globals: dict[str, Any], wrap_frame: Callable[[Any], Any]) -> None:
         self.code = code
@@ -416,7 +449,7 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
     if in_try and ins.opname not in _CALLS:
         # The breaking instruction must run under the frame's exception handlers: the rest of the
         # frame, from that instruction on, runs natively in a resume function that keeps them.
-        native = ResumeFunctions(fn, lambda f: f)
+        native = ResumeFunctions(fn, lambda f: f, native=True)
         live, values = _live_values(root, code_mod.live_locals_at(code, ins.offset))
         _grad_line(glue, state)
         glue.line(f"return {native.expression(glue, ins.offset, stack, live, values)}")
@@ -540,7 +573,7 @@ def _call_under_handlers(glue: GlueBuilder, fn: types.FunctionType, root: Any, s
     exc = glue.fresh("exc")
     raising = list(stack)
     raising[callable_slot] = _Named(f"{glue.constant(_reraise)}({exc})")
-    native = ResumeFunctions(fn, lambda f: f)
+    native = ResumeFunctions(fn, lambda f: f, native=True)
     live, values = _live_values(root, code_mod.live_locals_at(fn.__code__, root.current.offset))
     glue.line("try:")
     glue.line(f"    {call}")

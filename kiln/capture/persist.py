@@ -20,11 +20,16 @@ artifact gives of itself (kiln.runtime.artifact; no runtime or lowering internal
 Guard sources and the glue are checked against the vocabulary capture writes
 (kiln/capture/stored_code.py) before they are stored and before they run. An entry is stored only
 when every part can be checked in another process, else it stays in memory only:
-  - no graph break (its glue would call resume functions and nested compiled frames), at least one
-    graph, and a glue namespace holding nothing but the graphs and admitted constants: ModelOutput
+  - a glue namespace holding nothing but the graphs and admitted constants: ModelOutput
     classes (by name and digest, checked again on load as capture recognises them: a dataclass
     deriving from transformers' ModelOutput), enum members, dtypes, and the few callables
-    capture binds (grad mode, container types): never another callable;
+    capture binds (grad mode, container types, `print` at a break): never another callable;
+  - at a graph break, resume functions as data (`StoredResume`: offset, stack depth, NULL slots,
+    live locals), checked against the frame's own bytecode (whose digest is in the key) and made
+    again by kiln.capture.code, never read back as code; break callees as user functions by name
+    and digest, each one the frame's code names, compiled again as their own frames (whose
+    entries come from disk too). Breaks inside try blocks (native resume functions) and callees
+    Kiln wraps otherwise (hooked modules, DDP, autograd.Function) are not stored;
   - each graph's artifact has a recipe (the built-in lowering, no symbolic view sizes, no constant
     tensors, no lifted module tensors);
   - each guard is portable. Object identity (check_id) is not, except for objects another process
@@ -71,7 +76,7 @@ from kiln.capture.guards import ABSENT, CheckFn, ClassAttribute, GlobalState, Gu
 from kiln.capture.stored_code import UnsafeSource, check_glue_source, check_guard_source
 from kiln.runtime import artifact, cache, records, store as files
 
-FORMAT = 3  # bump when the stored layout changes
+FORMAT = 4  # bump when the stored layout changes
 _MAX_ENTRIES = 16  # newest files read per key and local types; older ones are left for a cache cleaner
 
 
@@ -612,18 +617,36 @@ class StoredFrame:
     glue_source: str
     graphs: dict[str, artifact.Recipe]
     constants: dict[str, Any] = field(default_factory=dict)
+    resumes: dict[str, "StoredResume"] = field(default_factory=dict)
+    callees: dict[str, Any] = field(default_factory=dict)  # name -> function, as a named reference
+
+
+@records.record_type
+@dataclass(frozen=True)
+class StoredResume:
+    """A resume function of a stored glue, as the data it is made from (kiln.capture.glue's
+    ResumeRequest): the offset of the frame's code it continues at, the stack depth there, the
+    NULL slots among it and the live locals it takes. Checked against the frame's own bytecode
+    (`_check_breaks`) before kiln.capture.code makes the code object again; never code itself."""
+
+    offset: int
+    nstack: int
+    live: tuple[str, ...]
+    null_slots: tuple[int, ...]
 
 
 # what a stored glue may hold besides its graphs: callables capture binds (grad mode around a
 # graph, containers rebuilt from their items) and, through `_glue_constant`, ModelOutput classes
 _GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset, slice, torch.Size)
+# builtins a glue may call natively at a graph break, each only when the frame's own code names it
+_BREAK_BUILTINS = (print,)
 
 
 def _glue_constant(value: Any) -> bool:
     """Whether the glue of a stored entry may hold `value`. A ModelOutput class is checked as capture
     recognised it (a dataclass deriving from transformers' ModelOutput that changes nothing about
     how fields become items), after the reader found it by module and qualname with its digest."""
-    if any(value is allowed for allowed in _GLUE_CALLABLES):
+    if any(value is allowed for allowed in _GLUE_CALLABLES + _BREAK_BUILTINS):
         return True
     if isinstance(value, (enum.Enum, torch.dtype, torch.device)):
         return True
@@ -642,12 +665,75 @@ def _guard_texts(guard: Guard) -> list[str]:
     return texts
 
 
-def check_texts(frame: StoredFrame) -> None:
-    """UnsafeSource unless every text of the entry is in the vocabulary capture writes."""
+def check_texts(frame: StoredFrame, code: types.CodeType | None = None) -> None:
+    """UnsafeSource unless every text of the entry is in the vocabulary capture writes. A glue with
+    graph breaks is checked with its frame's `code`: the break callees (resume functions, compiled
+    callees, `print`) take only graph outputs, literals and the frame's own locals, and the methods
+    it may call on graph outputs (`.item()`) are those the code names."""
     for guard in frame.guards:
         for text in _guard_texts(guard):
             check_guard_source(text)
-    check_glue_source(frame.glue_source, frame.glue_name, frame.graphs, frame.constants)
+    natives = {name for name, value in frame.constants.items() if any(value is b for b in _BREAK_BUILTINS)}
+    callees = set(frame.resumes) | set(frame.callees) | natives
+    methods: tuple[str, ...] = ()
+    if callees:
+        if code is None:
+            raise UnsafeSource("a glue with graph breaks checked without its code")
+        methods = tuple(n for n in code.co_names if not n.startswith("__"))
+    check_glue_source(frame.glue_source, frame.glue_name, frame.graphs,
+                      [name for name in frame.constants if name not in natives], callees, methods)
+
+
+def _check_breaks(frame: StoredFrame, code: types.CodeType) -> None:
+    """NotPortable unless the break parts of an entry agree with the frame's own bytecode, the one
+    thing another process can trust (the entry's key holds its digest): each resume function
+    continues at an instruction of `code` with the stack depth, NULL slots and live locals the
+    bytecode has there (kiln.capture.code.stack_shape_at), and each function or builtin the glue
+    calls at a break is one the code names."""
+    if not frame.resumes and not frame.callees and not any(
+            value is b for value in frame.constants.values() for b in _BREAK_BUILTINS):
+        return
+    from kiln.capture import code as code_mod  # the bytecode library: only for frames with breaks
+
+    names = set(code.co_names)
+    for name, fn in frame.callees.items():
+        if not name.startswith("__callee") or not isinstance(fn, types.FunctionType) or fn.__name__ not in names:
+            raise NotPortable(f"break callee {name} is not a function {code.co_qualname} names")
+    for name, value in frame.constants.items():
+        if any(value is b for b in _BREAK_BUILTINS) and value.__name__ not in names:
+            raise NotPortable(f"{name}: {code.co_qualname} does not name {value.__name__}")
+    for name, resume in frame.resumes.items():
+        if not (name.startswith("__resume") and isinstance(resume, StoredResume) and type(resume.offset) is int
+                and type(resume.nstack) is int and type(resume.live) is tuple and type(resume.null_slots) is tuple
+                and all(type(n) is str for n in resume.live) and all(type(i) is int for i in resume.null_slots)):
+            raise NotPortable(f"malformed resume function {name}")
+        try:
+            shape = code_mod.stack_shape_at(code, resume.offset)
+        except ValueError as exc:
+            raise NotPortable(f"{name}: {exc}") from exc
+        if shape is None or shape.depth != resume.nstack:
+            raise NotPortable(f"{name}: the stack at offset {resume.offset} of {code.co_qualname} is not "
+                              f"{resume.nstack} deep")
+        if len(set(resume.null_slots)) != len(resume.null_slots) or not set(resume.null_slots) <= shape.maybe_null:
+            raise NotPortable(f"{name}: NULL slots {resume.null_slots} where the bytecode holds objects")
+        if len(set(resume.live)) != len(resume.live) \
+                or not set(resume.live) <= set(code_mod.live_locals_at(code, resume.offset)):
+            raise NotPortable(f"{name}: locals {resume.live} are not live at offset {resume.offset}")
+
+
+def _stored_resume(value: Any) -> StoredResume:
+    request = getattr(value, "request", None)
+    if request is None or request.native:
+        raise NotPortable("a resume function that runs natively (a break inside a try block)")
+    return StoredResume(request.offset, request.nstack, tuple(request.live), tuple(request.null_slots))
+
+
+def _callee_function(value: Any) -> types.FunctionType:
+    """The user function behind a break callee the glue binds (compiled by the entry's wrap_frame)."""
+    frame = getattr(value, "_kiln_frame", None)
+    if frame is None or frame.has_self or frame.capture is not None or not isinstance(frame.fn, types.FunctionType):
+        raise NotPortable(f"a break callee {type(value).__name__}")
+    return frame.fn
 
 
 @contextlib.contextmanager
@@ -664,32 +750,40 @@ def _without_collections() -> Iterator[None]:
             gc.enable()
 
 
-def _payload(check: CheckFn, result: Any, frame: tuple[dict, dict, Any] | None = None) -> StoredFrame:
+def _payload(check: CheckFn, result: Any, frame: tuple[dict, dict, Any] | None = None,
+             code: types.CodeType | None = None) -> StoredFrame:
     """The stored form of an entry, or NotPortable / UnsafeSource. `frame` (L, G, F of the call that
-    captured it) lets identity guards on unnamed objects become aliasing guards."""
-    if result.breaks:
-        raise NotPortable("the frame has a graph break (resume functions are not persisted)")
-    if not result.graphs:
-        raise NotPortable("no graph")
+    captured it) lets identity guards on unnamed objects become aliasing guards; `code` is the
+    frame's code (a glue with graph breaks is checked against it)."""
     first = result.glue_source.split("\n", 1)[0]
     if not (first.startswith("def ") and "(" in first):
         raise NotPortable("the glue has no source")
     glue_name = first[len("def "):first.index("(")]
     graphs = {}
     constants = {}
+    resumes: dict[str, StoredResume] = {}
+    callees: dict[str, Any] = {}
     for name, value in result.glue.__globals__.items():
         if name in ("__builtins__", glue_name):
             continue
         if name.startswith("__const_") and _glue_constant(value):
             constants[name] = value
             continue
+        if name.startswith("__resume"):
+            resumes[name] = _stored_resume(value)
+            continue
+        if name.startswith("__callee"):
+            callees[name] = _callee_function(value)
+            continue
         recipe = artifact.describe(value)
         if recipe is None:
             raise NotPortable(f"{name} has no recipe (backend output {type(value).__name__})")
         graphs[name] = recipe
     guards = _portable_guards(list(check.guards), frame)
-    stored = StoredFrame(FORMAT, tuple(guards), glue_name, result.glue_source, graphs, constants)
-    check_texts(stored)
+    stored = StoredFrame(FORMAT, tuple(guards), glue_name, result.glue_source, graphs, constants, resumes, callees)
+    if code is not None:
+        _check_breaks(stored, code)
+    check_texts(stored, code)
     return stored
 
 
@@ -706,7 +800,7 @@ def store(code: types.CodeType, options: Any, check: CheckFn, result: Any,
         log.artifact("cache", f"frame cache: {code.co_qualname} not stored: the backend is a callable")
         return False
     try:
-        data = dumps(_payload(check, result, frame))
+        data = dumps(_payload(check, result, frame, code))
         loads(data)  # what cannot be read back (an object pickled by reference, say) is not stored
     except Exception as exc:  # NotPortable, UnsafeSource, or an object no record admits
         log.artifact("cache", f"frame cache: {code.co_qualname} not stored: {type(exc).__name__}: {exc}")
@@ -746,9 +840,10 @@ class DiskEntry:
     at the call that stored it) admits the call. Frames of library code shared by many models (a
     decorator's wrapper) collect one entry per model under one key; each call reads only its own."""
 
-    def __init__(self, path: str, discriminator: str | None) -> None:
+    def __init__(self, path: str, discriminator: str | None, code: types.CodeType | None = None) -> None:
         self.path = path
         self.discriminator = discriminator
+        self.code = code  # the frame's code: a glue with graph breaks is checked against it
         self._check: Any = None
         self._payload: StoredFrame | None = None
 
@@ -759,7 +854,7 @@ class DiskEntry:
     def check(self) -> Any:
         if self._check is None:
             with _without_collections():
-                found = _candidate(self.path)
+                found = _candidate(self.path, self.code)
             self._check, self._payload = (found if found is not None else (_Unusable(), None))
         return self._check
 
@@ -787,7 +882,7 @@ def _split_name(name: str) -> tuple[str | None, str]:
     return None, name
 
 
-def _read(path: str) -> StoredFrame | None:
+def _read(path: str, code: types.CodeType | None = None) -> StoredFrame | None:
     """The entry at `path`, verified; None (and the file deleted) when it is damaged or foreign."""
     data = files.read_sealed(path)
     if data is None:
@@ -806,9 +901,13 @@ def _read(path: str) -> StoredFrame | None:
                 isinstance(k, str) and k.startswith("__const_") and k.isidentifier() and _glue_constant(v)
                 for k, v in frame.constants.items()):
             raise records.RecordError("a stored glue constant that capture does not bind")
+        if not isinstance(frame.resumes, dict) or not isinstance(frame.callees, dict):
+            raise records.RecordError("a stored frame with foreign parts")
         for guard in frame.guards:
             _portable_guard(guard)
-        check_texts(frame)
+        if code is not None:
+            _check_breaks(frame, code)
+        check_texts(frame, code)
     except (records.RecordError, UnsafeSource, NotPortable) as exc:
         files.discard(path, f"not a frame entry: {exc}")
         return None
@@ -837,14 +936,14 @@ def candidates(code: types.CodeType, options: Any) -> list[DiskEntry]:
         kind = _split_name(os.path.basename(path))[0]
         per_kind[kind] = per_kind.get(kind, 0) + 1
         if per_kind[kind] <= _MAX_ENTRIES:
-            out.append(DiskEntry(path, kind))
+            out.append(DiskEntry(path, kind, code))
     return out
 
 
-def _candidate(path: str) -> tuple[CheckFn, StoredFrame] | None:
+def _candidate(path: str, code: types.CodeType | None = None) -> tuple[CheckFn, StoredFrame] | None:
     """The entry at `path` with its guards compiled, or None (logged) when it cannot be used."""
     try:
-        frame = _read(path)
+        frame = _read(path, code)
         if frame is None:
             return None
         check = compile_guards(list(frame.guards))  # generated again from the records
@@ -857,15 +956,28 @@ def _candidate(path: str) -> tuple[CheckFn, StoredFrame] | None:
     return check, frame
 
 
-def materialize(disk: DiskEntry) -> tuple[Any, Any]:
+def materialize(disk: DiskEntry, fn: types.FunctionType | None = None,
+                wrap_frame: Any = None) -> tuple[Any, Any]:
     """(glue, result) of a stored entry whose guards passed. When a graph cannot be rebuilt (a
     kernel library left the cache or is not the recorded one) the entry file is deleted and the
-    error raised: the caller captures the frame, which stores a fresh entry."""
+    error raised: the caller captures the frame, which stores a fresh entry. An entry with graph
+    breaks needs its frame's function `fn` and the entry's `wrap_frame`: its resume functions are
+    made again from `fn`'s code (kiln.capture.glue.resume_callable), its callees compiled anew."""
     frame = disk.payload
     with _without_collections():
         try:
             namespace: dict[str, Any] = {name: artifact.rebuild(recipe) for name, recipe in frame.graphs.items()}
             namespace.update(frame.constants)
+            if frame.resumes or frame.callees:
+                if fn is None or wrap_frame is None or fn.__code__ is not disk.code:
+                    raise Stale("an entry with graph breaks is used only for the code it was read for")
+                from kiln.capture.glue import ResumeRequest, resume_callable  # tracer-side: breaks only
+
+                for name, stored in frame.resumes.items():
+                    request = ResumeRequest(stored.offset, stored.nstack, stored.live, stored.null_slots)
+                    namespace[name] = resume_callable(fn, request, wrap_frame)
+                for name, callee in frame.callees.items():
+                    namespace[name] = wrap_frame(callee)
         except Exception as exc:
             files.discard(disk.path, f"its graphs cannot be rebuilt: {type(exc).__name__}: {exc}")
             raise

@@ -1,0 +1,226 @@
+"""Warm start across graph breaks: a second process runs broken functions with zero captures.
+
+A frame with a graph break stores its glue with its resume functions as data (the offset they
+continue at, the stack depth, NULL slots and live locals there: kiln.capture.persist.StoredResume)
+and its break callees by name; the later process checks that data against the frame's own
+bytecode, makes the resume code again (kiln.capture.code) and compiles the callees, whose own
+entries come from disk too. The two-process test counts captures (kiln.stats()["frames"]) and
+compares with eager; the in-process tests forge the break parts of a stored entry and expect each
+forgery refused with a cache log line and the frame captured again.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+
+import kiln
+from kiln import log
+from kiln.capture import code as code_mod
+from kiln.capture import persist
+from kiln.runtime import store
+from tests.reliability import cache_harness as harness
+
+pytestmark = pytest.mark.cpp
+
+_BREAKS_SCRIPT = textwrap.dedent("""
+    import json, torch, kiln
+
+    def noisy(t):
+        u = t * 3
+        print("noisy", u.shape[0])
+        return u + 1
+
+    def f(x, n):
+        y = x.sin() * n
+        print("mid", y.shape[0])          # a print: resume after it
+        z = y.cos()
+        s = z.sum().item()                # .item(): called natively on a graph output
+        w = noisy(z)                      # a callee that breaks: compiled as its own frame
+        if w.sum() > 0:                   # a data-dependent branch: two resume functions
+            return w + s
+        return w - s
+
+    def make(scale):
+        def inner(x):                     # a closure: resume functions made per closure
+            y = x * scale
+            print("closure")
+            return y.exp()
+        return inner
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = self.fc(x)
+            print("net")
+            return self.fc(h).relu()
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
+    cases = {"f": (f, (x, 2)), "closure": (make(2.0), (x,)), "net": (Net(), (x,))}
+    report = {}
+    for name, (fn, args) in cases.items():
+        before = kiln.stats()
+        out = kiln.compile(fn, options={"opt_level": "-O1"})(*args)
+        after = kiln.stats()
+        report[name] = {"frames": after["frames"] - before["frames"],
+                        "disk_hits": after["disk_hits"] - before["disk_hits"],
+                        "err": (out - fn(*args)).abs().max().item()}
+    print(json.dumps(report))
+""")
+
+
+def test_second_process_runs_broken_functions_without_capturing(tmp_path: Path) -> None:
+    code = harness.snapshot(tmp_path)
+    cache = tmp_path / "cache"
+    first, _ = harness.run(code, cache, _BREAKS_SCRIPT)
+    assert first["f"]["frames"] >= 6 and first["closure"]["frames"] == 2 and first["net"]["frames"] == 2, first
+    second, stderr = harness.run(code, cache, _BREAKS_SCRIPT)
+    for name, got in second.items():
+        assert got["err"] < 1e-5, (name, got)
+        assert got["frames"] == 0, (name, got, stderr[-3000:])
+        assert got["disk_hits"] == first[name]["frames"], (name, got)  # the parent, its resumes and callees
+
+
+# ---------------------------------------------------------------------------------------------------
+# Forged break parts, in this process
+
+
+def _helper(t):
+    return t * 2
+
+
+def _broken(x):
+    y = x.sin()
+    print("mid", y.shape[0])
+    n = y.sum().item()
+    return _helper(y.cos()) + n
+
+
+def _call(cache: Path) -> dict[str, int]:
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    with kiln.config.patch(cache_dir=str(cache), persistent_cache=True):
+        kiln.reset()
+        out = kiln.compile(_broken, options={"opt_level": "-O1"})(x)
+    torch.testing.assert_close(out, _broken(x))
+    return kiln.stats()
+
+
+@pytest.fixture(scope="module")
+def _genuine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Any]:
+    """A filled cache, the path of `_broken`'s own entry (its glue breaks twice) and that entry."""
+    cache = tmp_path_factory.mktemp("breaks") / "cache"
+    store.forget_verdicts()
+    first = _call(cache)
+    assert first["frames"] == 3 and first["graph_breaks"] == 2, first
+    second = _call(cache)
+    assert second["frames"] == 0 and second["disk_hits"] == 3, second
+    for path in harness.files(cache, ".entry"):
+        frame = persist.loads(store.read_sealed(str(path)))
+        if frame.glue_name == "__glue__broken":
+            return cache, path, frame
+    raise AssertionError("no entry of _broken")
+
+
+@pytest.fixture(autouse=True)
+def _cache_log(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(store, "_warned_damage", True)
+    log.configure("cache")
+    yield
+    log.configure("")
+    kiln.reset()
+
+
+def _resume(frame: Any, **change: Any) -> Any:
+    (name, resume), *_ = sorted(frame.resumes.items())
+    values = {"offset": resume.offset, "nstack": resume.nstack, "live": resume.live,
+              "null_slots": resume.null_slots, **change}
+    return _replace(frame, resumes={**frame.resumes, name: persist.StoredResume(**values)})
+
+
+def _replace(frame: Any, **fields: Any) -> Any:
+    values = {f: getattr(frame, f) for f in ("format", "guards", "glue_name", "glue_source", "graphs", "constants",
+                                             "resumes", "callees")}
+    return persist.StoredFrame(**{**values, **fields})
+
+
+def _glue(old: str, new: str) -> Callable[[Any], Any]:
+    def change(frame: Any) -> Any:
+        assert old in frame.glue_source, frame.glue_source
+        return _replace(frame, glue_source=frame.glue_source.replace(old, new, 1))
+    return change
+
+
+def _first_offset_with_other_depth(frame: Any) -> int:
+    (_, resume), *_ = sorted(frame.resumes.items())
+    for ins in code_mod.instructions(_broken.__code__)[0]:
+        shape = code_mod.stack_shape_at(_broken.__code__, ins.offset)
+        if shape is not None and shape.depth != resume.nstack and ins.offset > resume.offset:
+            return ins.offset
+    raise AssertionError("no such offset")
+
+
+FORGERIES: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "resume offset inside an instruction": (lambda fr: _resume(fr, offset=fr.resumes[min(fr.resumes)].offset + 1),
+                                            "no instruction starts at offset"),
+    "resume offset with another stack depth": (lambda fr: _resume(fr, offset=_first_offset_with_other_depth(fr)),
+                                               "deep"),
+    "resume stack depth": (lambda fr: _resume(fr, nstack=fr.resumes[min(fr.resumes)].nstack + 2), "deep"),
+    "resume NULL slot where the bytecode holds an object": (lambda fr: _resume(fr, null_slots=(0,)), "NULL slots"),
+    "resume local that is not live": (lambda fr: _resume(fr, live=("x", "y", "n")), "not live"),
+    "callee the code does not name": (lambda fr: _replace(fr, callees={"__callee9": shutil.rmtree}),
+                                      "is not a function _broken names"),
+    "print swapped for exec": (lambda fr: _replace(fr, constants={k: exec for k in fr.constants}),
+                               "capture does not bind"),
+    "resume rebound to a global": (_glue("    return __resume1", "    __resume1 = G['os']\n    return __resume1"),
+                                   "glue rebinds"),
+    "resume argument read off a global": (_glue("(__result0, ", "(G['torch'].save, "), "takes an object read off"),
+    "print argument read off a frame object": (_glue("('mid', 4)", "(L['x'].grad_fn)"), "takes an object read off"),
+    "method the code does not name": (_glue("__const_print_0('mid', 4)", "__out[0].apply_(__const_print_0)"),
+                                      "stored code calls"),
+    "method of a frame object": (_glue("__const_print_0('mid', 4)", "L['x'].sin()"), "stored code calls"),
+}
+
+
+@pytest.mark.parametrize("label", list(FORGERIES))
+def test_forged_break_parts_are_refused_and_the_frame_captured_again(
+        _genuine: tuple[Path, Path, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture, label: str) -> None:
+    pristine, genuine_path, frame = _genuine
+    cache = tmp_path / "cache"
+    shutil.copytree(pristine, cache)
+    target = cache / genuine_path.relative_to(pristine)
+    target.unlink()
+    forgery, why = FORGERIES[label]
+    body = persist.dumps(forgery(frame))
+    planted = target.parent / (target.name.split("-")[0] + "-" + persist._content_name(body))
+    planted.write_bytes(store.seal(body))
+    with caplog.at_level(logging.INFO, logger="kiln.cache"):
+        stats = _call(cache)
+    assert not planted.exists(), f"{label}: the forged entry was kept"
+    assert stats["frames"] == 1 and stats["disk_hits"] == 2, stats  # _broken captured; its resumes from disk
+    lines = [r.getMessage() for r in caplog.records if str(planted) in r.getMessage()]
+    assert lines and "not a frame entry" in lines[0] and why in lines[0], (label, lines)
+
+
+def test_stack_shapes_agree_with_what_capture_passes() -> None:
+    # Every resume request capture made for this file's functions matches the bytecode's own shape.
+    for fn in (_broken,):
+        for ins in code_mod.instructions(fn.__code__)[0]:
+            shape = code_mod.stack_shape_at(fn.__code__, ins.offset)
+            assert shape is not None and shape.depth >= 0
+    # after `print(...)` returns: its result on the stack, no NULL (the CALL took it)
+    offsets = [i.offset for i in code_mod.instructions(_broken.__code__)[0] if i.opname == "CALL"]
+    after_print = code_mod.next_offset(_broken.__code__, offsets[1])
+    assert code_mod.stack_shape_at(_broken.__code__, after_print) == code_mod.StackShape(1, frozenset())
+    # before `print`'s CALL: NULL, print, then its two arguments (3.11 counts them off at PRECALL)
+    before_args = [i for i in code_mod.instructions(_broken.__code__)[0] if i.opname == "LOAD_CONST"][0]
+    assert 0 in code_mod.stack_shape_at(_broken.__code__, before_args.offset).maybe_null
