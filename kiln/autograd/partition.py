@@ -20,6 +20,7 @@ import torch.fx as fx
 from torch.utils import _pytree as pytree
 
 from kiln.autograd.joint import JointTrace
+from kiln.autograd.reorder import reorder_for_peak_memory
 from kiln.autograd.tracer import size_hint
 
 aten = torch.ops.aten
@@ -329,5 +330,6 @@ def partition(joint: JointTrace, policy: str = "min_cut") -> Partition:
     forward = _extract(joint.gm, nodes, primals, _ancestors(fw_outputs + saved + random_ops),
                        fw_outputs + saved_tensors + saved_symints)
     backward = _extract(joint.gm, nodes, saved_tensors + saved_symints + tangents, bw_keep, grads)
+    reorder_for_peak_memory(backward, frozenset(n.name for n in saved_tensors if _aliases_input(n)))
     return Partition(policy, forward, backward, len(fw_outputs),
                      tuple(_describe(n) for n in saved_tensors), tuple(_describe(n) for n in saved_symints))
