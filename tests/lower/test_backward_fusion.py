@@ -131,17 +131,3 @@ def test_parallel_embedding_backward_adds_atomically() -> None:
         assert "omp atomic" in c.cpp_source
     finally:
         torch.set_num_threads(threads)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_gelu_recomputed_beside_its_backward_computes_erf_once(dtype: torch.dtype) -> None:
-    # the backward recomputes the GELU output (for the next weight gradient) in the kernel of the
-    # GELU gradient; both need erf(x / sqrt(2)) at the same element
-    def fn(g: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return aten.gelu(x), aten.gelu_backward(g, x)
-
-    g, x = torch.randn(13, 67, dtype=dtype), torch.randn(13, 67, dtype=dtype)
-    c = check(fn, g, x, **_tol(dtype))
-    assert c.kernel_count == 1
-    kernels = c.cpp_source.split("// kernel0")[1]
-    assert kernels.count("kiln_erf") == 1, kernels

@@ -143,9 +143,8 @@ class KernelWriter:
             o, c = _loops(ys, k.inner, pragma)
             body += pre + o
             loop_locals = dict(locals_)  # values made in this loop are visible only inside it
-            shared: dict = {}  # values already computed in this loop, per node substitution
             for n in blk.nodes:
-                body += ["  " + line for line in self._node(n, k, loop_locals, accs.get(n.name), shared)]
+                body += ["  " + line for line in self._node(n, k, loop_locals, accs.get(n.name))]
             body += c + post
             for n in reds:
                 sub = node_substitution(n, k.outer, k.inner)
@@ -227,17 +226,11 @@ class KernelWriter:
             rows[name] = (size, CTYPE[self.storage[name]])
         return rows
 
-    def _node(self, buffer: Buffer, k: Kernel, locals_: dict, acc: str | None, shared: dict | None = None
-              ) -> list[str]:
-        """The statements of one node; with `shared`, a value an earlier node of the same loop computed
-        at the same point is reused (a GELU backward and the GELU output recomputed beside it share
-        their erf), so each expensive call runs once per element."""
+    def _node(self, buffer: Buffer, k: Kernel, locals_: dict, acc: str | None) -> list[str]:
         n = _block_node(buffer)
         sub = kernel_substitution(k, n)
         assert sub is not None
         w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
-        if shared is not None:
-            w.cache = shared.setdefault(tuple(sorted(sub.items(), key=str)), {})
         self._collect_reads(w, n.body, self.hidden)
         value = w.value(n.body)
         lines = [f"// {n.name} <- {', '.join(n.origins)}"] + w.lines
