@@ -183,6 +183,9 @@ class _Printer:
                     f"{self.spell['floordiv']}({self.text(num)}, {self.text(den)})", _ATOM)
             return self.render(-FloorDiv(-num, den)) if not self.c else (
                 f"-{self.spell['floordiv']}({self.text(-num)}, {self.text(den)})", _UNARY)
+        if self.c and not self.triton:  # a float argument's floor or ceiling (arange's length for step f)
+            fn = "std::floor" if isinstance(e, sympy.floor) else "std::ceil"
+            return f"static_cast<int64_t>({fn}({self.text(e.args[0])}))", _ATOM
         if self.c:
             raise NotImplementedError(f"kiln.symbolic.render: no C or Triton form for {e}")
         if isinstance(e, sympy.floor):

@@ -98,6 +98,10 @@ def derived(x: torch.Tensor, f: float) -> torch.Tensor:
     return x * (f * 2 + 1) - f / 3 + 1 / f
 
 
+def arange_step(x: torch.Tensor, f: float) -> torch.Tensor:
+    return torch.arange(0, 1, f) * x.sum()  # a length of ceil(1 / f): a size computed from the float
+
+
 COUNT_CASES: dict[str, tuple[Callable[..., Any], bool | None]] = {
     "scaled": (scaled, None),
     "scaled, dynamic=True": (scaled, True),
@@ -112,6 +116,7 @@ COUNT_CASES: dict[str, tuple[Callable[..., Any], bool | None]] = {
     "dropout p": (dropout, None),  # torch.compile recompiles for each p too
     "leaky_relu slope, lerp weight": (leaky, None),
     "derived arithmetic": (derived, None),
+    "arange step": (arange_step, None),
 }
 
 
@@ -144,7 +149,8 @@ def test_the_dynamic_graph_takes_the_float_as_an_input() -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("fn", [scaled, branch, sqrt_scale, full, clamp, power, temperature, leaky, derived],
+@pytest.mark.parametrize("fn", [scaled, branch, sqrt_scale, full, clamp, power, temperature, leaky, derived,
+                                arange_step],
                          ids=lambda f: f.__name__)
 def test_values_match_eager_on_every_backend(backend: str, fn: Callable[..., Any]) -> None:
     k = kiln.compile(fn, backend=backend)
