@@ -374,6 +374,8 @@ def _encode_named(obj: Any) -> Any:
         owner, name = _member_owner(obj)
         digest = None if _trusted_module(owner.__module__) else _member_digest(obj)
         return ("member", owner.__module__, f"{owner.__qualname__}.{name}", digest)
+    if isinstance(obj, type) and _UNNAMED_TYPES.get(obj.__name__) is obj:
+        return ("builtin_type", "builtins", obj.__name__, None)
     if not isinstance(obj, _NAMED_KINDS) or isinstance(obj, (torch.dtype, torch.device)):
         return _encode_singleton(obj)
     module = getattr(obj, "__module__", None) or ""
@@ -407,6 +409,8 @@ def _encode_singleton(obj: Any) -> Any:
 
 
 _PLAIN_SCALARS = (int, float, bool, str, bytes, complex, type(None), tuple, list, dict, set, frozenset)
+# Builtin types no module names (a loop's iterator, guarded by type at a break inside the loop)
+_UNNAMED_TYPES: dict[str, type] = {t.__name__: t for t in (type(iter(())), type(iter([])), type(iter(range(0))))}
 
 
 def _decode_named(data: Any) -> Any:
@@ -426,6 +430,11 @@ def _decode_named(data: Any) -> Any:
         return found
     if kind == "absent":
         return ABSENT
+    if kind == "builtin_type":
+        found = _UNNAMED_TYPES.get(str(qualname))
+        if found is None:
+            raise records.RecordError(f"{qualname!r} is not a builtin iterator type")
+        return found
     if kind in ("enum", "member"):
         return _decode_member(kind, module, qualname, digest)
     name, *unwraps = str(qualname).split("/")

@@ -60,6 +60,12 @@ def _literal(node: ast.AST) -> bool:
     return False
 
 
+def _literal_slice(node: ast.AST) -> bool:
+    """`[a:b:c]` with literal bounds (an iterator's unread rest: iterator.py)."""
+    return isinstance(node, ast.Slice) and all(
+        part is None or _literal(part) for part in (node.lower, node.upper, node.step))
+
+
 def _str_constant(node: ast.AST, values: Iterable[str] | None = None) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) is str and (values is None or node.value in values)
 
@@ -81,7 +87,7 @@ def _read(node: ast.AST, roots: set[str]) -> None:
         _read(node.value, roots)
         return
     if isinstance(node, ast.Subscript):
-        if not _literal(node.slice):
+        if not _literal(node.slice) and not _literal_slice(node.slice):
             raise UnsafeSource(f"stored code subscripts with {_text(node.slice)}")
         if _import_modules(node.value):  # __import__('sys').modules['name']
             if not _str_constant(node.slice):
@@ -218,10 +224,29 @@ def _glue_value(node: ast.AST, glue: _Glue) -> None:
     if isinstance(node, ast.Call) and _break_callee(node.func, glue):
         _break_arguments(node, glue)
         return
-    if isinstance(node, ast.Subscript) and not _literal(node.slice):
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "iter" \
+            and _plain_call(node, 1) and _tuple_items(node.args[0]):
+        _glue_value(node.args[0], glue)  # a loop's iterator at a break (iterator.py)
+        return
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and _tuple_items(node):
+        _glue_value(node.left, glue)
+        _glue_value(node.right, glue)
+        return
+    if isinstance(node, ast.Subscript) and not _literal(node.slice) and not _literal_slice(node.slice):
         # a graph output's slot is a literal; a stored glue indexes nothing with a computed key
         raise UnsafeSource(f"glue subscripts with {_text(node.slice)}")
     _read(node, glue.roots)
+
+
+def _tuple_items(node: ast.AST) -> bool:
+    """What iterator.py iterates over: a tuple display, the rest of a tuple read with a literal
+    slice, or the two added."""
+    if isinstance(node, ast.Tuple):
+        return True
+    if isinstance(node, ast.Subscript) and _literal_slice(node.slice):
+        return True
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and _tuple_items(node.left) \
+        and _tuple_items(node.right)
 
 
 def _break_callee(func: ast.AST, glue: _Glue) -> bool:
@@ -247,11 +272,42 @@ def _break_arguments(call: ast.Call, glue: _Glue) -> None:
     for arg in [*call.args, *(k.value for k in call.keywords)]:
         if isinstance(arg, ast.Starred):
             arg = arg.value
-        frame_local = isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name) and arg.value.id == "L" \
-            and _str_constant(arg.slice)
-        if not frame_local and _reads_objects(arg, glue.tainted, glue.graphs):
+        if not _frame_own(arg) and _reads_objects(arg, glue.tainted, glue.graphs):
             raise UnsafeSource(f"a break's call takes an object read off L, G or F: {_text(arg)}")
         _glue_value(arg, glue)
+
+
+def _frame_own(node: ast.AST) -> bool:
+    """A value of the frame's own locals: `L['x']`, items of it, and what a passed-in iterator
+    iterates (`L['___stack0'].__reduce__()[1][0][2]`): subscripts and `__reduce__()` from L, no
+    attribute read, so nothing reached through an object's attributes or the globals."""
+    while True:
+        if isinstance(node, ast.Subscript) and (_literal(node.slice) or _literal_slice(node.slice)):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__reduce__" \
+                and _plain_call(node, 0):
+            node = node.func.value
+        else:
+            return isinstance(node, ast.Name) and node.id == "L"
+
+
+def _loop_iterator(value: ast.AST, glue: _Glue) -> bool:
+    """`iter(...)` over a tuple display of the glue's own values and the rest of a tuple of the
+    frame's own (iterator.py): what a loop broken inside hands its resume function."""
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "iter"
+            and _plain_call(value, 1)):
+        return False
+    parts = [value.args[0]]
+    while parts:
+        part = parts.pop()
+        if isinstance(part, ast.BinOp) and isinstance(part.op, ast.Add):
+            parts += [part.left, part.right]
+        elif isinstance(part, ast.Tuple):
+            if any(not _frame_own(e) and _reads_objects(e, glue.tainted, glue.graphs) for e in part.elts):
+                return False
+        elif not _frame_own(part):
+            return False
+    return True
 
 
 def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
@@ -318,7 +374,7 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
     # pinned (`_break_callee`, `_break_arguments`), so its result may go on to the resume function
     break_call = isinstance(value, ast.Call) and _break_callee(value.func, glue)
     _glue_value(value, glue)
-    reads_objects = not break_call and _reads_objects(value, tainted, glue.graphs)
+    reads_objects = not break_call and not _loop_iterator(value, glue) and _reads_objects(value, tainted, glue.graphs)
     for target in statement.targets:
         if isinstance(target, ast.Name):
             if target.id in reserved or target.id.startswith("__") and target.id.endswith("__"):
