@@ -27,7 +27,7 @@ def bind_symbols(values: Sequence[Any]) -> SymbolBinding:
     """Where each size symbol can be read from at runtime, from the traced example inputs."""
     binding: SymbolBinding = {}
     for i, v in enumerate(values):
-        if isinstance(v, torch.SymInt):
+        if isinstance(v, (torch.SymInt, torch.SymFloat)):  # SymFloat: a float argument (`x[: int(n * f)]`)
             expr = expr_of(v)
             if isinstance(expr, sympy.Symbol):
                 binding.setdefault(expr, (i, None))

@@ -8,6 +8,7 @@ PyTorch counterpart: torch/fx/experimental/proxy_tensor.py (make_fx's ProxyTorch
 """
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, Callable, Mapping
 
@@ -20,7 +21,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from kiln.autograd.decompose import KILN_DECOMPOSITIONS
 from kiln.errors import KilnError
-from kiln.symbolic.expr import FloorDiv, ModularIndexing, adopt_torch_functions
+from kiln.symbolic.expr import FloorDiv, ModularIndexing, adopt_torch_functions, is_integral
 
 aten = torch.ops.aten
 
@@ -195,6 +196,10 @@ class AtenTracer(TorchDispatchMode):
             return self._arith(operator.floordiv, tuple(args))
         if isinstance(expr, (ModularIndexing, sympy.Mod)):  # Python's `%`, as on SymInts
             return self._arith(operator.mod, tuple(args))
+        if isinstance(expr, (sympy.floor, sympy.ceiling)) and not is_integral(expr.args[0]):
+            # of a float argument's expression (int(f), arange's length): Python's int-valued math
+            fn = math.floor if isinstance(expr, sympy.floor) else math.ceil
+            return self._arith(fn, (args[0],))
         if isinstance(expr, sympy.floor):
             inner = expr.args[0]
             num, den = inner.as_numer_denom()

@@ -102,7 +102,9 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
     for n in gm.graph.nodes:
         for v in pytree.tree_leaves(n.meta.get("val")):
             if isinstance(v, torch.Tensor):
-                parts.append(f"{n.name}:{v.dtype}:{v.device.type}")
+                # and its sizes: with symbolic inputs, the same code can trace to other sizes (the
+                # ShapeEnv clamped `x[:n]` to 16 in one capture, kept n in another)
+                parts.append(f"{n.name}:{v.dtype}:{v.device.type}:{tuple(map(str, v.shape))}:{tuple(map(str, v.stride()))}")
     for x in example_inputs:
         if isinstance(x, torch.Tensor):
             parts.append(f"{x.dtype}{tuple(map(str, x.shape))}{tuple(map(str, x.stride()))}{x.storage_offset()}")

@@ -7,6 +7,7 @@ Corresponds to torch/_inductor/graph.py (GraphLowering), without the ambient V.g
 """
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, Callable, Sequence
 
@@ -152,7 +153,7 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
     if target is aten.sym_numel.default:
         return sympy.Mul(*args[0].sizes)
     if getattr(target, "__module__", None) in ("_operator", "operator") or target in (torch.sym_max, torch.sym_min,
-                                                                                      torch.sym_sqrt):
+                                                                                      torch.sym_sqrt, math.floor, math.ceil):
         return _sym_arith(target, args)
     args, kwargs = pytree.tree_map(lambda a: to_expr(a) if isinstance(a, (torch.SymInt, torch.SymFloat)) else a,
                                    (args, kwargs))
@@ -216,7 +217,8 @@ def _sym_arith(target: Any, args: Sequence[Any]) -> Any:
         operator.floordiv: lambda a, b: FloorDiv(a, b), operator.neg: lambda a: -a,
         operator.mod: lambda a, b: sympy.Mod(a, b), operator.truediv: lambda a, b: a / b,
         torch.sym_max: lambda a, b: sympy.Max(a, b), torch.sym_min: lambda a, b: sympy.Min(a, b),
-        operator.pow: lambda a, b: sympy.Pow(a, b), torch.sym_sqrt: lambda a: sympy.sqrt(a)}
+        operator.pow: lambda a, b: sympy.Pow(a, b), torch.sym_sqrt: lambda a: sympy.sqrt(a),
+        math.floor: lambda a: sympy.floor(a), math.ceil: lambda a: sympy.ceiling(a)}
     if target not in table:
         raise NotImplementedError(f"symbolic {target}")
     return table[target](*vals)

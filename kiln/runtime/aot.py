@@ -147,6 +147,8 @@ def _evaluate(x: Any, binding: dict, args: Sequence[Any], base: torch.Tensor | N
         if index == FROM_BASE:
             assert base is not None
             values[sym] = sympy.Integer(base.shape[dim])
+        elif dim is None and type(args[index]) is float:  # a float argument: sympy's Float is exact
+            values[sym] = sympy.Float(args[index])
         else:
             values[sym] = sympy.Integer(args[index] if dim is None else args[index].shape[dim])
     return int(expr.xreplace(values))

@@ -102,6 +102,22 @@ def arange_step(x: torch.Tensor, f: float) -> torch.Tensor:
     return torch.arange(0, 1, f) * x.sum()  # a length of ceil(1 / f): a size computed from the float
 
 
+def int_of(x: torch.Tensor, f: float) -> torch.Tensor:
+    return x * int(f * 10)
+
+
+def slice_by(x: torch.Tensor, f: float) -> torch.Tensor:
+    return x[: int(x.shape[0] * f)]  # a view output whose size is computed from the float
+
+
+def zeros_of(x: torch.Tensor, f: float) -> torch.Tensor:
+    return torch.zeros(int(f * 8)) + x.sum()
+
+
+def rounded(x: torch.Tensor, f: float) -> torch.Tensor:
+    return torch.arange(16.0)[: math.floor(16 * f)].sum() * x * math.ceil(f * 3) + math.trunc(f * 7)
+
+
 COUNT_CASES: dict[str, tuple[Callable[..., Any], bool | None]] = {
     "scaled": (scaled, None),
     "scaled, dynamic=True": (scaled, True),
@@ -117,6 +133,10 @@ COUNT_CASES: dict[str, tuple[Callable[..., Any], bool | None]] = {
     "leaky_relu slope, lerp weight": (leaky, None),
     "derived arithmetic": (derived, None),
     "arange step": (arange_step, None),
+    "int(f)": (int_of, None),
+    "slice to int(n * f)": (slice_by, None),
+    "torch.zeros(int(f * 8))": (zeros_of, None),  # a new size, 1 -> 2 -> 6: torch.compile recompiles too
+    "math.floor, ceil, trunc": (rounded, None),
 }
 
 
@@ -150,7 +170,7 @@ def test_the_dynamic_graph_takes_the_float_as_an_input() -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fn", [scaled, branch, sqrt_scale, full, clamp, power, temperature, leaky, derived,
-                                arange_step],
+                                arange_step, int_of, slice_by, zeros_of, rounded],
                          ids=lambda f: f.__name__)
 def test_values_match_eager_on_every_backend(backend: str, fn: Callable[..., Any]) -> None:
     k = kiln.compile(fn, backend=backend)
@@ -409,3 +429,21 @@ def test_triton_kernels_take_the_float_as_an_argument(tmp_path: Path) -> None:
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert max(out["errors"]) < 1e-5 and out["fallbacks"] == 0
     assert out["graphs"] == 4  # each function: one static graph, then the dynamic one
+
+
+def slice_of_arange(x: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.arange(16.0)[:n].sum() * x
+
+
+@pytest.mark.cpp
+def test_a_graph_with_the_same_code_and_other_traced_sizes_is_compiled_anew() -> None:
+    """`arange(16)[:n]` with n symbolic is the same ATen code for n = 4 (size n, guarded n <= 16) and
+    n = 32 (clamped to 16, guarded n >= 17); the compiled-graph cache keyed only on code and input
+    metadata gave the second capture the first one's kernel, which summed 32 elements of 16. The
+    float form is `floor(16 * f)` past the end."""
+    k = kiln.compile(slice_of_arange)
+    for n in [8, 4, 32, 40]:
+        torch.testing.assert_close(k(torch.ones(3), n), slice_of_arange(torch.ones(3), n))
+    k = kiln.compile(rounded)
+    for v in [0.5, 0.25, 2.0, 3.0]:
+        torch.testing.assert_close(k(torch.ones(3), v), rounded(torch.ones(3), v))

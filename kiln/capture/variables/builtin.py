@@ -427,6 +427,10 @@ def _convert(kind: type) -> Rule:
                 return ConstantVariable(args[0].truth(tx))
             if kind is str:
                 return ConstantVariable(str(args[0].specialize()))
+            if kind is int and args[0].python_type() is float:
+                # int(f) of a float argument stays symbolic (truncation, its sign guarded), as
+                # torch.compile's torch.sym_int: `x[: int(n * f)]` needs no new graph per value
+                return tx.call_op("call_function", torch.sym_int, args, {})
             return tx.call_op("call_function", kind, args, {})
         if kind is str and len(args) == 1 and not kwargs and type(_class_of(args[0])) is type:
             # "<class 'pkg.Model'>": a class the trace already relies on (guarded by type or id),

@@ -273,6 +273,11 @@ def _is_numpy_math(obj: Any) -> bool:
 _SCALARS = (bool, int, float, complex)
 
 
+# math functions kept symbolic on a float argument, and the graph op for each
+_FLOAT_MATH: dict[Any, Any] = {math.sqrt: torch.sym_sqrt, math.floor: math.floor, math.ceil: math.ceil,
+                               math.trunc: torch.sym_int}
+
+
 def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     from kiln.capture.variables.symint import SymIntVariable
     from kiln.capture.variables.tensor import TensorVariable
@@ -280,11 +285,12 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
     if any(isinstance(a, TensorVariable) for a in [*args, *kwargs.values()]):
         raise Unsupported(f"{fn.__module__}.{fn.__name__} on a tensor reads its data",
                           kind=break_kind_of(fn))
-    if fn is math.sqrt and len(args) == 1 and not kwargs and isinstance(args[0], SymIntVariable) \
-            and args[0].python_type() is float:
-        # a float argument's sqrt (a temperature, a scale) stays in the graph, as torch.compile's
-        # torch.sym_sqrt does; the ShapeEnv guards the sign it relies on
-        return tx.call_op("call_function", torch.sym_sqrt, args, {})
+    symbolic_float = len(args) == 1 and not kwargs and isinstance(args[0], SymIntVariable) \
+        and args[0].python_type() is float
+    if symbolic_float and fn in _FLOAT_MATH:
+        # a float argument's sqrt (a temperature, a scale) or rounding stays in the graph, as in
+        # torch.compile; the ShapeEnv guards what it relies on (sqrt's and trunc's sign)
+        return tx.call_op("call_function", _FLOAT_MATH[fn], args, {})
     # A symbolic size given to math.* is specialized (guarded) to its value.
     values = [a.specialize() if isinstance(a, SymIntVariable) else a.as_constant() for a in args]
     kw = {k: v.specialize() if isinstance(v, SymIntVariable) else v.as_constant() for k, v in kwargs.items()}
