@@ -10,8 +10,9 @@ Corresponds to torch/_dynamo/symbolic_convert.py (InstructionTranslator) and con
 Float arguments follow automatic dynamic as in torch.compile 2.13 (specialize_float=False): the
 first capture guards a float by value, and once it changes (or from the start under dynamic=True)
 it is a SymFloat graph input that the glue feeds with the Python float itself, so tensor arithmetic
-keeps Python-scalar promotion; branches on it are guards in the user's words (`f > 0.5`), math.sqrt
-stays in the graph, and other uses that need the value (int(f), math.exp, round) guard it by value.
+keeps Python-scalar promotion; branches on it are guards in the user's words (`f > 0.5`); int(f),
+math.sqrt/floor/ceil/trunc stay in the graph; other uses that need the value (math.exp, round, max,
+torch.tensor(f)) guard it by value, where torch.compile keeps some of them symbolic.
 """
 from __future__ import annotations
 
