@@ -42,6 +42,7 @@ WORKLOADS = (
     "gpt_block_training",
     "varying_batch",
     "gpt_training", "resnet18_inference", "resnet18_training", "bert_encoder_inference",
+    "graph_break",
 )
 ALL_NAMES = WORKLOADS + (guard_overhead.NAME, overhead.NAME, ddp.NAME)
 
