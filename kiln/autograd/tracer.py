@@ -204,6 +204,8 @@ class AtenTracer(TorchDispatchMode):
             inner = expr.args[0]
             num, den = inner.as_numer_denom()
             return self._arith(operator.floordiv, (self.node_of_expr(num), self.node_of_expr(den)))
+        if isinstance(expr, sympy.Abs):  # of a float argument's expression
+            return self._arith(operator.abs, (args[0],))
         if isinstance(expr, sympy.Max):
             return self._fold(torch.sym_max, args)
         if isinstance(expr, sympy.Min):

@@ -12,7 +12,7 @@ first capture guards a float by value, and once it changes (or from the start un
 it is a SymFloat graph input that the glue feeds with the Python float itself, so tensor arithmetic
 keeps Python-scalar promotion; branches on it are guards in the user's words (`f > 0.5`); int(f),
 math.sqrt/floor/ceil/trunc stay in the graph; other uses that need the value (math.exp, round, max,
-torch.tensor(f)) guard it by value, where torch.compile keeps some of them symbolic.
+torch.tensor(f), f // c, f % c) guard it by value, where torch.compile keeps some of them symbolic.
 """
 from __future__ import annotations
 

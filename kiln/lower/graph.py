@@ -218,7 +218,7 @@ def _sym_arith(target: Any, args: Sequence[Any]) -> Any:
         operator.mod: lambda a, b: sympy.Mod(a, b), operator.truediv: lambda a, b: a / b,
         torch.sym_max: lambda a, b: sympy.Max(a, b), torch.sym_min: lambda a, b: sympy.Min(a, b),
         operator.pow: lambda a, b: sympy.Pow(a, b), torch.sym_sqrt: lambda a: sympy.sqrt(a),
-        math.floor: lambda a: sympy.floor(a), math.ceil: lambda a: sympy.ceiling(a)}
+        math.floor: lambda a: sympy.floor(a), math.ceil: lambda a: sympy.ceiling(a), operator.abs: lambda a: sympy.Abs(a)}
     if target not in table:
         raise NotImplementedError(f"symbolic {target}")
     return table[target](*vals)

@@ -194,6 +194,8 @@ class SymNode:
         return self._make("mul", (self, other), operator.mul, operator.mul, self._num(other))
 
     def mod(self, other: SymNode) -> SymNode:
+        if self._num(other) is float:
+            return self._float_specialized(other, operator.mod)
         return self._make("mod", (self, other), sympy.Mod, operator.mod, self._num(other))
 
     def int_floordiv(self, other: SymNode) -> SymNode:
@@ -202,8 +204,12 @@ class SymNode:
     def floordiv(self, other: SymNode) -> SymNode:
         if self._num(other) is int:
             return self.int_floordiv(other)
-        return self._make("float_floordiv", (self, other), lambda a, b: sympy.floor(a / b),
-                          lambda a, b: math.floor(a / b), float)
+        return self._float_specialized(other, operator.floordiv)
+
+    def _float_specialized(self, other: SymNode, fn: Callable[[float, float], float]) -> SymNode:
+        # Python's float `//` and `%` go through fmod (1.0 // 0.1 is 9.0, floor(1.0 / 0.1) is 10):
+        # no sympy form computes them exactly, so the operands are decided (guarded) instead.
+        return self.wrap_float(float(fn(self.guard_float("", 0), other.guard_float("", 0))))
 
     def int_truediv(self, other: SymNode) -> SymNode:
         return self._make("truediv", (self, other), operator.truediv, operator.truediv, float)

@@ -134,6 +134,8 @@ class _Printer:
         """The C spelling of what C writes differently from Python (None: the shared form)."""
         if isinstance(e, (FloorDiv, ModularIndexing, sympy.Mod)):
             a, b = e.args
+            if not (is_integral(a) and is_integral(b)):
+                raise NotImplementedError(f"kiln.symbolic.render: no C or Triton form for {e} (float operands)")
             if _nonnegative(a) and _nonnegative(b):
                 op = self.spell["div"] if isinstance(e, FloorDiv) else "%"
                 return f"{self.wrap(a, _MUL + 1)} {op} {self.wrap(b, _MUL + 1)}", _MUL
@@ -155,6 +157,8 @@ class _Printer:
             return "(" + " * ".join([self.wrap(base, _MUL + 1)] * int(exp)) + ")", _ATOM
         if isinstance(e, (sympy.Min, sympy.Max)):
             fn = self.spell["min"] if isinstance(e, sympy.Min) else self.spell["max"]
+            if not is_integral(e) and not self.triton:  # of a float argument: not through int64
+                fn = fn.replace("int64_t", "double")
             text = self.text(e.args[0])
             for a in e.args[1:]:
                 text = f"{fn}({text}, {self.text(a)})"

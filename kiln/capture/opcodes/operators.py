@@ -70,6 +70,12 @@ def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool
     if _graph_values(a, b):
         if inplace and not isinstance(a, TensorVariable):
             fn = BINARY[symbol]  # ints and SymInts are immutable: `n += 1` is `n = n + 1`
+        if symbol in ("//", "%") and all(isinstance(v, (SymIntVariable, ConstantVariable)) for v in (a, b)) \
+                and float in (a.python_type(), b.python_type()):
+            # Python's float // and % go through fmod (1.0 // 0.1 is 9.0; SymFloat's own `//` is
+            # floor(1.0 / 0.1), 10.0): no exact symbolic form, so a float argument is decided here
+            return _const(fn, *(ConstantVariable(v.specialize()) if isinstance(v, SymIntVariable) else v
+                                for v in (a, b)))
         if not all(isinstance(v, (TensorVariable, SymIntVariable, ConstantVariable)) for v in (a, b)):
             if isinstance(a, BaseSequenceVariable) or isinstance(b, BaseSequenceVariable):
                 return _sequence_op(tx, symbol, a, b, inplace)
