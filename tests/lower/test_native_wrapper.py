@@ -103,6 +103,58 @@ def test_native_matches_python(name: str) -> None:
     same(made.fn.steal(list(args)), python(*args))  # the stealing entry the backward uses
 
 
+def _random_and_scatter(x, i, v):
+    noise = x + torch.rand_like(x)
+    dropped = F.dropout(x, 0.5, True)  # bernoulli_ runs as an extern: its in-place header
+    return noise, dropped, x.index_put((i,), v, accumulate=True), x.scatter_add(0, i, v)
+
+
+def _unbacked_and_tuples(x):
+    return torch.nonzero(x[0] > 0) * 2, torch.sort(x, 1)[0], torch.topk(x, 2)[1]
+
+
+def _conv_backward(x, w, g):  # bool[3], SymInt[]? and a tuple of three results
+    return torch.ops.aten.convolution_backward(g, x, w, [4], [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                               [True, True, True])
+
+
+MORE_CASES = {
+    "random_and_scatter": (_random_and_scatter, lambda: (torch.randn(6), torch.tensor([1, 1, 3]), torch.ones(3))),
+    "unbacked_and_tuples": (_unbacked_and_tuples, lambda: (torch.randn(4, 7),)),
+    "conv_backward": (_conv_backward, lambda: (torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3),
+                                               torch.randn(2, 4, 8, 8))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE_CASES))
+def test_native_matches_python_externs(name: str) -> None:
+    fn, make = MORE_CASES[name]
+    args = make()
+    python, made = both(fn, *args)
+    torch.manual_seed(3)  # the same draws: both take their seed from torch's generator
+    expected = python(*args)
+    torch.manual_seed(3)
+    same(made(*args), expected)
+
+
+def test_constant_tensor() -> None:
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    c = graph.get_attr("c")
+    graph.output((graph.call_function(torch.ops.aten.add.Tensor, (x, c)),))
+    root = torch.nn.Module()
+    root.c = torch.arange(4.0)
+    gm = torch.fx.GraphModule(root, graph)
+    example = torch.randn(4)
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            node.meta["val"] = example if node.op == "placeholder" else root.c
+    with config.patch(cpu_wrapper="native"):
+        made = compile_graph(gm, [example])
+    assert is_native(made.fn)
+    torch.testing.assert_close(made(example)[0], example + root.c)
+
+
 def test_dynamic_shapes_and_int_inputs() -> None:
     python, made = both(_pointwise, torch.randn(4, 6), torch.randn(4, 6), dynamic=True)
     for rows, cols in ((4, 6), (3, 11), (1, 1)):

@@ -398,10 +398,12 @@ class NativeWrapperWriter(WrapperWriter):
             raise Unsupported(f"the extern {op} is not an ATen overload")
         schema = op._schema
         name = schema.name.split("::", 1)[1]
-        header = os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "ops", f"{name}_ops.h")
-        if not os.path.exists(header):
+        folder = os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "ops")
+        # an in-place variant (bernoulli_) is declared in its out-of-place op's header
+        header = next((h for h in (name, name.rstrip("_")) if os.path.exists(os.path.join(folder, f"{h}_ops.h"))), None)
+        if header is None:
             raise Unsupported(f"no C++ header for {schema.name}")
-        self.includes.add(name)
+        self.includes.add(header)
         kinds = _split_arguments(str(schema))
         if len(kinds) != len(schema.arguments):
             raise Unsupported(f"the schema of {op} did not parse")
