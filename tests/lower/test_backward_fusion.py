@@ -131,3 +131,41 @@ def test_parallel_embedding_backward_adds_atomically() -> None:
         assert "omp atomic" in c.cpp_source
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gelu_recomputed_beside_its_backward_computes_erf_once(dtype: torch.dtype) -> None:
+    # the backward recomputes the GELU output (for the next weight gradient) in the kernel of the
+    # GELU gradient; both need erf(x / sqrt(2)) at the same element
+    def fn(g: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return aten.gelu(x), aten.gelu_backward(g, x)
+
+    g, x = torch.randn(13, 67, dtype=dtype), torch.randn(13, 67, dtype=dtype)
+    c = check(fn, g, x, **_tol(dtype))
+    assert c.kernel_count == 1
+    kernels = c.cpp_source.split("// kernel0")[1]
+    assert kernels.count("kiln_erf") == 1, kernels
+
+
+def cross_entropy_backward(logp: torch.Tensor, target: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    total = (target != -100).sum().to(logp.dtype)
+    grad = aten.nll_loss_backward(g, logp, target, None, 1, -100, total)
+    return aten._log_softmax_backward_data(grad, logp, 1, logp.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [7, 300])
+def test_row_invariant_values_are_computed_before_the_inner_loop(dtype: torch.dtype, rows: int) -> None:
+    # 300 x 129: the parallel loop, where GCC left the simd loop scalar when it tested each row's
+    # target (and the loss scale read through a pointer) inside it
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        logp = torch.log_softmax(torch.randn(rows, 129, dtype=dtype), 1)
+        target = torch.randint(0, 129, (rows,))
+        target[::5] = -100
+        c = check(cross_entropy_backward, logp, target, torch.tensor(1.5, dtype=dtype), **_tol(dtype))
+    finally:
+        torch.set_num_threads(threads)
+    kernel = next(part for part in c.cpp_source.split("\n// ") if "exp" in part and "omp simd" in part)
+    assert kernel.index("!= int64_t(-100LL)") < kernel.index("#pragma omp simd"), kernel
