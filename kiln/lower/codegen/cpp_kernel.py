@@ -145,7 +145,7 @@ class KernelWriter:
             body += self._hoisted(blk.nodes, k, ys, locals_, shared) + pre + o
             loop_locals = dict(locals_)  # values made in this loop are visible only inside it
             for n in blk.nodes:
-                body += ["  " + line for line in self._node(n, k, loop_locals, accs.get(n.name))]
+                body += ["  " + line for line in self._node(n, k, loop_locals, accs.get(n.name), shared)]
             body += c + post
             for n in reds:
                 sub = node_substitution(n, k.outer, k.inner)
@@ -276,6 +276,8 @@ class KernelWriter:
         sub = kernel_substitution(k, n)
         assert sub is not None
         w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+        if shared is not None:
+            w.cache = shared.setdefault(tuple(sorted(sub.items(), key=str)), {})
         self._collect_reads(w, n.body, self.hidden)
         value = w.value(n.body)
         lines = [f"// {n.name} <- {', '.join(n.origins)}"] + w.lines
