@@ -186,12 +186,12 @@ class AtenTracer(TorchDispatchMode):
             return self._fold(operator.mul, args)
         if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
             return self._arith(operator.pow, (args[0], int(expr.exp)))
-        if isinstance(expr, sympy.Pow) and not expr.base.is_integer:  # a float argument's powers
+        if isinstance(expr, sympy.Pow):  # a float result: a float argument's powers, or n ** -1
             if expr.exp == sympy.Rational(1, 2):
                 return self._arith(torch.sym_sqrt, (args[0],))
             if expr.exp == -1:
                 return self._arith(operator.truediv, (1.0, args[0]))
-            return self._arith(operator.pow, (args[0], float(expr.exp)))
+            return self._arith(operator.pow, (args[0], float(expr.exp) if expr.exp.is_number else args[1]))
         if isinstance(expr, FloorDiv):
             return self._arith(operator.floordiv, tuple(args))
         if isinstance(expr, (ModularIndexing, sympy.Mod)):  # Python's `%`, as on SymInts

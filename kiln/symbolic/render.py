@@ -145,13 +145,14 @@ class _Printer:
             base, exp = e.args
             if not is_integral(base) and self.triton and exp == sympy.Rational(1, 2):
                 return f"libdevice.sqrt(tl.full([], {self.text(base)}, tl.float64))", _ATOM
-            if not is_integral(base) and not self.triton:  # a float argument's power, in double
+            if not (is_integral(base) and exp.is_Integer and exp > 0) and not self.triton:  # a float power, in double
                 if exp == sympy.Rational(1, 2):
                     return f"std::sqrt({self.text(base)})", _ATOM
                 if exp.is_Integer and exp < 0:
                     return f"(1.0 / {self.wrap(sympy.Pow(base, -exp), _ATOM)})", _ATOM
                 if not exp.is_Integer:
-                    return f"std::pow({self.text(base)}, {float(exp)!r})", _ATOM
+                    power = repr(float(exp)) if exp.is_number else self.text(exp)
+                    return f"std::pow({self.text(base)}, {power})", _ATOM
             if not (exp.is_Integer and exp > 0):
                 raise NotImplementedError(f"kiln.symbolic.render: no C or Triton form for the power {e}")
             return "(" + " * ".join([self.wrap(base, _MUL + 1)] * int(exp)) + ")", _ATOM

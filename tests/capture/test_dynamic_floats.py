@@ -445,6 +445,19 @@ def test_triton_kernels_take_the_float_as_an_argument(tmp_path: Path) -> None:
     assert out["graphs"] == 4  # each function: one static graph, then the dynamic one
 
 
+def powers(x: torch.Tensor, n: int, f: float) -> torch.Tensor:
+    return x * (f ** f) + x * (n ** f) + x * f ** -2 + x / n
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_powers_of_symbols(backend: str) -> None:
+    k = kiln.compile(powers, backend=backend)
+    for n, f in [(2, 0.5), (3, 0.25), (4, 0.75), (5, 1.5)]:
+        x = torch.randn(3)
+        torch.testing.assert_close(k(x, n, f), powers(x, n, f))
+    assert kiln.stats()["graphs"] == 2 and kiln.stats()["fallbacks"] == 0
+
+
 def slice_of_arange(x: torch.Tensor, n: int) -> torch.Tensor:
     return torch.arange(16.0)[:n].sum() * x
 
