@@ -412,21 +412,29 @@ class KernelWriter:
         # accumulating scatters run in parallel (atomic adds), but only when there is enough work
         # to pay for starting the threads; stores stay serial (the last write must win, as in ATen)
         total = sympy.Mul(*n.ranges)
-        pragma = None
-        if n.mode == "add" and n.ranges and not (total.is_number and total < PARALLEL_MIN):
-            pragma = "#pragma omp parallel for@collapse" + ("" if total.is_number else f" if({cexpr(total)} >= {PARALLEL_MIN})")
-        value = w.value(n.body)
-        extra = "" if n.extra is None else f" + {w.value(n.extra)}"
-        if n.mask is not None:  # a failed bounds check skips the store (the wrapper raises after)
-            w.lines.append(f"if ({w.value(n.mask)}) {{")
-        # a serial loop adds plainly: an atomic float add is a compare-and-swap loop, several
-        # times the cost of the add (an embedding backward's scatter-add spent most of its time there)
-        w.store(n.target, n.index, value, n.mode, extra, atomic=pragma is not None)
-        if n.mask is not None:
-            w.lines.append("}")
+        parallel = n.mode == "add" and bool(n.ranges) and not (total.is_number and total < PARALLEL_MIN)
+
+        def loop(atomic: bool) -> list[str]:
+            w = BodyWriter(self.storage, {}, {}, self.counter)
+            value = w.value(n.body)
+            extra = "" if n.extra is None else f" + {w.value(n.extra)}"
+            if n.mask is not None:  # a failed bounds check skips the store (the wrapper raises after)
+                w.lines.append(f"if ({w.value(n.mask)}) {{")
+            w.store(n.target, n.index, value, n.mode, extra, atomic=atomic)
+            if n.mask is not None:
+                w.lines.append("}")
+            o, c = _loops(vars_, n.ranges, "#pragma omp parallel for@collapse num_threads(kiln_nt)" if atomic else None)
+            return o + [f"// {n.name} <- {', '.join(n.origins)}"] + w.lines + c
+
         self._note(self.writes, n.target)
-        o, c = _loops(vars_, n.ranges, pragma)
-        body = o + [f"// {n.name} <- {', '.join(n.origins)}"] + w.lines + c
+        if parallel:
+            # one thread adds plainly: an atomic float add is a compare-and-swap loop, several times
+            # the cost of the add (an embedding backward's scatter-add spent most of its time there)
+            enough = "" if total.is_number else f" && {cexpr(total)} >= {PARALLEL_MIN}"
+            body = ["const int kiln_nt = kiln_threads();", f"if (kiln_nt > 1{enough}) {{"] + loop(True) + \
+                ["} else {"] + loop(False) + ["}"]
+        else:
+            body = loop(False)
         return self._function(k.name, list(n.origins), body), self.reads + self.writes
 
     def _function(self, name: str, origins: list[str], body: list[str]) -> str:
