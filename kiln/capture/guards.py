@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import types
 from dataclasses import dataclass
 from types import CodeType
@@ -224,6 +225,37 @@ def _function_contents(fn: types.FunctionType, name: str, em: Emitter) -> list[C
         checks.append(Check(f"___same_items({{v}}.__kwdefaults__, {em.bind(items)})",
                             lambda v: f"{name}.__kwdefaults__ changed from {dict(items)!r} to {v.__kwdefaults__!r}"))
     return checks
+
+
+@dataclass(frozen=True)
+class FunctionCode:
+    """A function known by its contents rather than its identity: a function local to another one
+    (a validator a library makes per field), which another process cannot find by name. What
+    inlining it relied on: its code object, its defaults (literals) and the module whose globals
+    it reads; its closure cells are guarded where the trace read them. kiln.capture.persist
+    writes an identity guard on such a function as this (the code found again through the
+    function that defines it, by name and digest)."""
+
+    code: CodeType
+    module: str
+    defaults: tuple | None
+    kwdefaults: tuple | None  # the items of __kwdefaults__
+
+    def __str__(self) -> str:
+        return f"function with the code of {self.code.co_qualname}"
+
+
+@guard_kind
+def check_code(expected: FunctionCode, name: str, em: Emitter) -> list[Check]:
+    def why(v: Any) -> str:
+        return f"{name} is not a function with the code and defaults of {expected.code.co_qualname} (now {_short(v)})"
+
+    module = sys.modules.get(expected.module)
+    kwdefaults = "None" if expected.kwdefaults is None else em.bind(dict(expected.kwdefaults))
+    return [Check(f"type({{v}}) is {em.bind(types.FunctionType)} and {{v}}.__code__ is {em.bind(expected.code)} "
+                  f"and {{v}}.__globals__ is {em.bind(getattr(module, '__dict__', None))} "
+                  f"and {{v}}.__defaults__ == {em.bind(expected.defaults)} and {{v}}.__kwdefaults__ == {kwdefaults}",
+                  why)]
 
 
 def _same_items(d: Any, items: tuple) -> bool:

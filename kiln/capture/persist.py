@@ -41,7 +41,9 @@ when every part can be checked in another process, else it stays in memory only:
     methods without guarding them; closures and defaults holding functions are digested
     through, a decorator's inner function is found through `__wrapped__`), a property,
     staticmethod or classmethod (by its class and name), an enum member, a standard-library
-    singleton (typing.Union). Types in check_type and check_tensor are handled the same way;
+    singleton (typing.Union). A function local to another one (the validators a library's factory
+    makes per field) is guarded by its code instead (guards.check_code: code, globals, literal
+    defaults), the code found again inside the named function that defines it, with its digest. Types in check_type and check_tensor are handled the same way;
     check_value only with literal values, sets of them and enum members; check_class_attr with
     literal, function, descriptor or absent values (not data objects). An identity guard on an
     object that has no name (a model's config reached through a second path) is stored as an
@@ -72,7 +74,8 @@ from typing import Any, Iterator
 import torch
 
 from kiln import config, log
-from kiln.capture.guards import ABSENT, CheckFn, ClassAttribute, GlobalState, Guard, TensorSpec, compile_guards
+from kiln.capture.guards import (ABSENT, CheckFn, ClassAttribute, FunctionCode, GlobalState, Guard, TensorSpec,
+                                 compile_guards)
 from kiln.capture.stored_code import UnsafeSource, check_glue_source, check_guard_source
 from kiln.runtime import artifact, cache, records, store as files
 
@@ -361,6 +364,8 @@ def _encode_named(obj: Any) -> Any:
         return ("module", obj.__name__, "", None)
     if obj is ABSENT:
         return ("absent", "", "", None)
+    if isinstance(obj, types.CodeType):
+        return _encode_local_code(obj)
     if isinstance(obj, torch.Tensor):
         if records.REFERENCES["tensor"].encode(obj) is None:
             raise NotPortable("a tensor that is not a small constant")
@@ -430,6 +435,8 @@ def _decode_named(data: Any) -> Any:
         return found
     if kind == "absent":
         return ABSENT
+    if kind == "local_code":
+        return _decode_local_code(module, qualname, digest)
     if kind == "builtin_type":
         found = _UNNAMED_TYPES.get(str(qualname))
         if found is None:
@@ -456,6 +463,69 @@ def _decode_named(data: Any) -> Any:
     if actual is None or actual != digest:
         raise Stale(f"{module}.{qualname} changed since the entry was stored")
     return found
+
+
+def _encode_local_code(code: types.CodeType) -> Any:
+    """The code object of a function local to a named one: by the module, the name of the
+    outermost function that defines it and its own qualname, with its digest."""
+    outer = code.co_qualname.partition(".<locals>.")[0]
+    if outer == code.co_qualname:
+        raise NotPortable(f"code of {code.co_qualname} is not local to a function")
+    module = _module_of_file(code.co_filename)
+    if module is None:
+        raise NotPortable(f"no module imported from {code.co_filename}")
+    if _decode_local_code(module, code.co_qualname, code_digest(code)) is not code:
+        raise NotPortable(f"code of {code.co_qualname} is not found again through {module}.{outer}")
+    return ("local_code", module, code.co_qualname, code_digest(code))
+
+
+@functools.lru_cache(maxsize=None)
+def _module_of_file(filename: str) -> str | None:
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and os.path.realpath(path) == os.path.realpath(filename):
+            return name
+    return None
+
+
+def _decode_local_code(module: str, qualname: Any, digest: Any) -> types.CodeType:
+    outer_name = str(qualname).partition(".<locals>.")[0]
+    outer = _unwrapped_function(_resolve(module, outer_name))
+    found = _nested_code(outer.__code__, str(qualname), 0) if outer is not None else None
+    if found is None:
+        raise Stale(f"{module}.{qualname} is gone")
+    if code_digest(found) != digest:
+        raise Stale(f"{module}.{qualname} changed since the entry was stored")
+    return found
+
+
+def _unwrapped_function(obj: Any) -> types.FunctionType | None:
+    for _ in range(_MAX_WRAPPED + 1):
+        if isinstance(obj, types.FunctionType) and "<locals>" not in obj.__code__.co_qualname:
+            return obj
+        obj = _unwrap(obj)
+    return None
+
+
+def _nested_code(code: types.CodeType, qualname: str, depth: int) -> types.CodeType | None:
+    if code.co_qualname == qualname:
+        return code
+    if depth > _MAX_DEPTH:
+        return None
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found = _nested_code(const, qualname, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _function_code(fn: types.FunctionType) -> FunctionCode:
+    """A local function's identity guard as another process can check it (guards.check_code)."""
+    kwdefaults = None if fn.__kwdefaults__ is None else tuple(fn.__kwdefaults__.items())
+    if not _plain(fn.__defaults__) or not _plain(kwdefaults):
+        raise NotPortable(f"defaults of {fn.__qualname__} that are not literals")
+    return FunctionCode(fn.__code__, fn.__module__, fn.__defaults__, kwdefaults)
 
 
 def _decode_member(kind: str, module: str, qualname: str, digest: Any) -> Any:
@@ -486,7 +556,7 @@ def _decode_member(kind: str, module: str, qualname: str, digest: Any) -> Any:
 
 
 _NAMED = records.Reference("named", _encode_named, _decode_named)
-_RECORD_TYPES = (Guard, TensorSpec, GlobalState, ClassAttribute)
+_RECORD_TYPES = (Guard, TensorSpec, GlobalState, ClassAttribute, FunctionCode)
 
 
 def dumps(value: Any) -> bytes:
@@ -537,6 +607,12 @@ def _portable_guard(guard: Guard) -> None:
             raise NotPortable(f"tensor spec at {guard.source}")
     elif kind == "check_class_attr":
         _portable_class_attr(expected)
+    elif kind == "check_code":
+        if not (isinstance(expected, FunctionCode) and isinstance(expected.code, types.CodeType)
+                and isinstance(expected.module, str) and _plain(expected.defaults) and _plain(expected.kwdefaults)
+                and (expected.defaults is None or type(expected.defaults) is tuple)
+                and (expected.kwdefaults is None or type(expected.kwdefaults) is tuple)):
+            raise NotPortable(f"a malformed function-code guard at {guard.source}")
     elif kind == "check_aliasing":
         if not (isinstance(expected, tuple) and all(isinstance(g, tuple) and all(isinstance(s, str) for s in g)
                                                     for g in expected)):
@@ -572,6 +648,9 @@ def _portable_guards(guards: list[Guard], frame: tuple[dict, dict, Any] | None) 
     aliased: set[int] = set()
     values: list[tuple[str, Any]] | None = None
     for guard in guards:
+        if guard.kind == "check_id" and isinstance(guard.expected, types.FunctionType) \
+                and "<locals>" in guard.expected.__qualname__:
+            guard = Guard(guard.source, "check_code", _function_code(guard.expected), guard.description)
         if guard.kind == "check_id" and not isinstance(guard.expected, _IDENTITY_KINDS):
             if id(guard.expected) in aliased:
                 continue

@@ -228,3 +228,38 @@ def test_guards_read_back_check_the_same() -> None:
     assert reused.source == fresh.source
     for L in ({"n": 3, "x": x}, {"n": 4, "x": x}, {"n": 3, "x": torch.randn(4, 4)}):
         assert reused.fn(L, {"torch": torch}, None) == fresh.fn(L, {"torch": torch}, None)
+
+
+def _make_validator(limit: int, scale: float = 1.0):
+    def validator(value, *, strict=True):
+        return value < limit * scale
+    return validator
+
+
+def test_identity_of_a_local_function_travels_as_its_code() -> None:
+    # A library's per-field validator (a closure made by a factory) cannot be found by name in
+    # another process; the trace inlined its code, so it is guarded by code, globals and defaults.
+    from kiln.capture.guards import FunctionCode
+
+    one, other = _make_validator(3), _make_validator(5)
+    (guard,) = persist._portable_guards([Guard("L['v']", "check_id", one)], None)
+    assert guard.kind == "check_code" and isinstance(guard.expected, FunctionCode)
+    check = compile_guards(persist.loads(persist.dumps([guard])))
+    assert check.fn({"v": one}, {}, None) and check.fn({"v": other}, {}, None)  # cells are guarded where read
+    assert not check.fn({"v": _make_validator.__code__}, {}, None)
+    assert not check.fn({"v": lambda value, *, strict=True: True}, {}, None)
+    changed = _make_validator(3)
+    changed.__kwdefaults__ = {"strict": False}
+    assert not check.fn({"v": changed}, {}, None)
+
+
+def test_forged_local_code_reference_is_refused() -> None:
+    code = _make_validator(1).__code__
+    kind, module, qualname, digest = persist._encode_local_code(code)
+    assert persist._decode_local_code(module, qualname, digest) is code
+    with pytest.raises(persist.Stale):  # another digest: the code changed, or the record was forged
+        persist._decode_local_code(module, qualname, "0" * 64)
+    with pytest.raises(persist.Stale):
+        persist._decode_local_code(module, "_make_validator.<locals>.other", digest)
+    with pytest.raises(persist.NotPortable):  # not local to a function
+        persist._encode_local_code(_make_validator.__code__)
