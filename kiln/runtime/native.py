@@ -131,6 +131,12 @@ static PyObject* kiln_wrap(c10::IValue& v) {
   return nullptr;
 }
 
+struct KilnNoGil {
+  PyThreadState* state;
+  KilnNoGil() : state(PyEval_SaveThread()) {}
+  ~KilnNoGil() { PyEval_RestoreThread(state); }
+};
+
 static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
   if (h->follow != nullptr) {
     int threads = at::get_num_threads();  // torch.set_num_threads between calls reaches the kernels
@@ -144,21 +150,32 @@ static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
   std::vector<c10::IValue> outs;
   int64_t kind = 0;
   std::string message;
-  try {
-    h->fn(in.data(), static_cast<int64_t>(in.size()), &outs, h->kernels.data(), h->constants.data(), &kind,
-          &message);
-  } catch (const c10::IndexError& e) {
-    PyErr_SetString(PyExc_IndexError, e.what_without_backtrace()); return nullptr;
-  } catch (const c10::ValueError& e) {
-    PyErr_SetString(PyExc_ValueError, e.what_without_backtrace()); return nullptr;
-  } catch (const c10::TypeError& e) {
-    PyErr_SetString(PyExc_TypeError, e.what_without_backtrace()); return nullptr;
-  } catch (const c10::NotImplementedError& e) {
-    PyErr_SetString(PyExc_NotImplementedError, e.what_without_backtrace()); return nullptr;
-  } catch (const c10::Error& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace()); return nullptr;
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what()); return nullptr;
+  PyObject* raised = nullptr;
+  {
+    // Other Python threads run while the graph does, as they do during each ctypes kernel call of
+    // the Python wrapper; ATen takes the GIL itself where it needs it (a tensor's Python object).
+    KilnNoGil released;
+    try {
+      h->fn(in.data(), static_cast<int64_t>(in.size()), &outs, h->kernels.data(), h->constants.data(), &kind,
+            &message);
+    } catch (const c10::IndexError& e) {
+      raised = PyExc_IndexError; message = e.what_without_backtrace();
+    } catch (const c10::ValueError& e) {
+      raised = PyExc_ValueError; message = e.what_without_backtrace();
+    } catch (const c10::TypeError& e) {
+      raised = PyExc_TypeError; message = e.what_without_backtrace();
+    } catch (const c10::NotImplementedError& e) {
+      raised = PyExc_NotImplementedError; message = e.what_without_backtrace();
+    } catch (const c10::Error& e) {
+      raised = PyExc_RuntimeError; message = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      raised = PyExc_RuntimeError; message = e.what();
+    }
+    in.clear();  // the arguments the graph did not free yet, still without the GIL
+  }
+  if (raised != nullptr) {
+    PyErr_SetString(raised, message.c_str());
+    return nullptr;
   }
   if (kind != 0) {
     PyObject* type = kind == 1 ? PyExc_IndexError : kind == 3 ? PyExc_ValueError

@@ -4,6 +4,7 @@ the whole of mode="reduce-overhead" training on CPU, a second process that loads
 from the cache without compiling, and a tampered library refused."""
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import os
@@ -153,6 +154,21 @@ def test_constant_tensor() -> None:
         made = compile_graph(gm, [example])
     assert is_native(made.fn)
     torch.testing.assert_close(made(example)[0], example + root.c)
+
+
+def test_kernels_follow_torch_set_num_threads() -> None:
+    saved = torch.get_num_threads()
+    x = torch.randn(64)
+    python, made = both(lambda t: (t.exp() + 1,), x)
+    query = made._lib.kiln_get_num_threads
+    query.restype = ctypes.c_int
+    try:
+        for threads in (1, 2, 1):
+            torch.set_num_threads(threads)
+            made(x)  # the call itself hands the new count to the kernel library
+            assert query() == threads
+    finally:
+        torch.set_num_threads(saved)
 
 
 def test_dynamic_shapes_and_int_inputs() -> None:

@@ -8,7 +8,7 @@ each kernel a direct call through the kernel table, each extern an `at::_ops::<o
 its schema, `reset()` where the Python wrapper says `del`. kiln.runtime.native builds it and calls
 it from Python in one step. A graph this writer cannot express (an extern that is not an ATen
 overload or takes an argument kind it does not spell, a kernel argument that is not a pointer or an
-int64) keeps the Python wrapper, with the reason under KILN_LOGS=output_code... and perf_hints.
+int64) keeps the Python wrapper, with the reason under KILN_LOGS=perf_hints.
 Corresponds to torch/_inductor/codegen/cpp_wrapper_cpu.py.
 """
 from __future__ import annotations
