@@ -1,7 +1,9 @@
 """Code objects for graph breaks: resume functions, liveness, and a readable disassembly.
 
 `make_resume_code` turns a code object and a byte offset into a code object that takes the live stack
-and locals as arguments and continues there (torch/_dynamo/resume_execution.py), `make_handler_code`
+and locals as arguments and continues there (torch/_dynamo/resume_execution.py), `resume_callable`
+makes what the glue calls from a `ResumeRequest` (also from one read back from disk, after
+`stack_shape_at` checked it against the bytecode), `make_handler_code`
 continues in the user's except/finally/with exit when the native instruction raised; `live_locals_at`
 says which locals to pass (bytecode_analysis.py); `render_code` is what KILN_LOGS=bytecode prints.
 Generators, coroutines and except-handler bodies raise Unsupported. The only importer of `bytecode`.
@@ -15,7 +17,7 @@ import linecache
 import re
 import types
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from bytecode import Bytecode, CellVar, Instr, Label
 
@@ -596,6 +598,84 @@ def make_function(code: types.CodeType, globals: dict[str, Any],
     if want != have:
         raise ValueError(f"{code.co_name} needs {want} closure cells ({code.co_freevars}), got {have}")
     return types.FunctionType(code, globals, name or code.co_name, defaults, closure if want else None)
+
+
+# ------------------------------------------------------------------------- resume callables
+
+@dataclass(frozen=True)
+class ResumeRequest:
+    """What a resume function is made from: the offset of the frame's code it continues at, the
+    stack depth there (NULL slots among it) and the live locals it takes. Data enough to make the
+    same code object again (kiln.capture.persist stores it instead of code)."""
+
+    offset: int
+    nstack: int
+    live: tuple[str, ...]
+    null_slots: tuple[int, ...]
+    native: bool = False
+
+
+def resume_callable(fn: types.FunctionType, request: ResumeRequest, wrap_frame: Callable[[Any], Any]) -> Any:
+    """What the glue binds as `__resumeN`: the compiled resume function (`_ResumeCall`), or for a
+    frame with a closure the maker of one per closure (`_PerClosure`); its `request` attribute
+    keeps what it was made from."""
+    code = make_resume_code(fn.__code__, request.offset, request.nstack, list(request.live),
+                                     null_slots=request.null_slots)
+    wrap = (lambda f: f) if request.native else wrap_frame
+    made: _ResumeCall | _PerClosure
+    if fn.__closure__ is None:
+        resume = make_function(code, fn.__globals__, None, code.co_name)
+        made = _ResumeCall(wrap(resume), resume)
+    else:
+        made = _PerClosure(code, fn.__globals__, wrap)
+    made.request = request
+    return made
+
+
+class _ResumeCall:
+    """Calls a compiled resume function, or the plain one when resumes are nested too deep.
+
+    A loop whose body breaks resumes inside a resume inside a resume...; past `MAX_NESTING` levels
+    the rest runs natively, so a long loop cannot exhaust Python's recursion limit.
+    """
+
+    MAX_NESTING = 48
+    nesting = 0
+    request: "ResumeRequest | None" = None
+
+    def __init__(self, compiled: Callable[..., Any], plain: Callable[..., Any]) -> None:
+        self.compiled = compiled
+        self.plain = plain
+
+    def __call__(self, *args: Any) -> Any:
+        if _ResumeCall.nesting >= _ResumeCall.MAX_NESTING:
+            return self.plain(*args)
+        _ResumeCall.nesting += 1
+        try:
+            return self.compiled(*args)
+        finally:
+            _ResumeCall.nesting -= 1
+
+
+class _PerClosure:
+    """Resume functions of one code object, one per closure they are called with."""
+
+    request: "ResumeRequest | None" = None
+
+    def __init__(self, code: types.CodeType, f_globals: dict[str, Any], wrap_frame: Callable[[Any], Any]) -> None:
+        self.code = code
+        self.f_globals = f_globals
+        self.wrap_frame = wrap_frame
+        self._made: dict[tuple[int, ...], tuple[Any, Any]] = {}
+
+    def __call__(self, F: types.FunctionType) -> Any:
+        key = tuple(id(c) for c in F.__closure__ or ())
+        made = self._made.get(key)
+        if made is None:
+            fn = make_function(self.code, self.f_globals, F.__closure__, self.code.co_name)
+            made = (F.__closure__, _ResumeCall(self.wrap_frame(fn), fn))  # the closure keeps ids unique
+            self._made[key] = made
+        return made[1]
 
 
 # -------------------------------------------------------------------------------------------- render

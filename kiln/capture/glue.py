@@ -13,13 +13,13 @@ import dis
 import itertools
 import linecache
 import types
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 import torch.fx
 
 from kiln.capture import code as code_mod
+from kiln.capture.code import ResumeRequest, resume_callable
 from kiln.capture.variables.constant import literal_or_none
 from kiln import log
 from kiln.errors import KilnError, Unsupported
@@ -160,83 +160,6 @@ class ResumeFunctions:
         if self.fn.__closure__ is not None:
             callee += "(F)"
         return f"{callee}({', '.join(args)})"
-
-
-@dataclass(frozen=True)
-class ResumeRequest:
-    """What a resume function is made from: the offset of the frame's code it continues at, the
-    stack depth there (NULL slots among it) and the live locals it takes. Data enough to make the
-    same code object again (kiln.capture.persist stores it instead of code)."""
-
-    offset: int
-    nstack: int
-    live: tuple[str, ...]
-    null_slots: tuple[int, ...]
-    native: bool = False
-
-
-def resume_callable(fn: types.FunctionType, request: ResumeRequest, wrap_frame: Callable[[Any], Any]) -> Any:
-    """What the glue binds as `__resumeN`: the compiled resume function (`_ResumeCall`), or for a
-    frame with a closure the maker of one per closure (`_PerClosure`); its `request` attribute
-    keeps what it was made from."""
-    code = code_mod.make_resume_code(fn.__code__, request.offset, request.nstack, list(request.live),
-                                     null_slots=request.null_slots)
-    wrap = (lambda f: f) if request.native else wrap_frame
-    made: _ResumeCall | _PerClosure
-    if fn.__closure__ is None:
-        resume = code_mod.make_function(code, fn.__globals__, None, code.co_name)
-        made = _ResumeCall(wrap(resume), resume)
-    else:
-        made = _PerClosure(code, fn.__globals__, wrap)
-    made.request = request
-    return made
-
-
-class _ResumeCall:
-    """Calls a compiled resume function, or the plain one when resumes are nested too deep.
-
-    A loop whose body breaks resumes inside a resume inside a resume...; past `MAX_NESTING` levels
-    the rest runs natively, so a long loop cannot exhaust Python's recursion limit.
-    """
-
-    MAX_NESTING = 48
-    nesting = 0
-    request: "ResumeRequest | None" = None
-
-    def __init__(self, compiled: Callable[..., Any], plain: Callable[..., Any]) -> None:
-        self.compiled = compiled
-        self.plain = plain
-
-    def __call__(self, *args: Any) -> Any:
-        if _ResumeCall.nesting >= _ResumeCall.MAX_NESTING:
-            return self.plain(*args)
-        _ResumeCall.nesting += 1
-        try:
-            return self.compiled(*args)
-        finally:
-            _ResumeCall.nesting -= 1
-
-
-class _PerClosure:
-    """Resume functions of one code object, one per closure they are called with."""
-
-    request: "ResumeRequest | None" = None
-
-    def __init__(self, code: types.CodeType, f_globals: dict[str, Any], wrap_frame: Callable[[Any], Any]) -> None:
-        self.code = code
-        self.f_globals = f_globals
-        self.wrap_frame = wrap_frame
-        self._made: dict[tuple[int, ...], tuple[Any, Any]] = {}
-
-    def __call__(self, F: types.FunctionType) -> Any:
-        key = tuple(id(c) for c in F.__closure__ or ())
-        made = self._made.get(key)
-        if made is None:
-            fn = code_mod.make_function(self.code, self.f_globals, F.__closure__, self.code.co_name)
-            made = (F.__closure__, _ResumeCall(self.wrap_frame(fn), fn))  # the closure keeps ids unique
-            self._made[key] = made
-        return made[1]
-
 
 
 # --------------------------------------------------------------------------- finishing a capture

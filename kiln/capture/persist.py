@@ -1050,7 +1050,7 @@ def materialize(disk: DiskEntry, fn: types.FunctionType | None = None,
     kernel library left the cache or is not the recorded one) the entry file is deleted and the
     error raised: the caller captures the frame, which stores a fresh entry. An entry with graph
     breaks needs its frame's function `fn` and the entry's `wrap_frame`: its resume functions are
-    made again from `fn`'s code (kiln.capture.glue.resume_callable), its callees compiled anew."""
+    made again from `fn`'s code (kiln.capture.code.resume_callable), its callees compiled anew."""
     frame = disk.payload
     with _without_collections():
         try:
@@ -1059,7 +1059,7 @@ def materialize(disk: DiskEntry, fn: types.FunctionType | None = None,
             if frame.resumes or frame.callees:
                 if fn is None or wrap_frame is None or fn.__code__ is not disk.code:
                     raise Stale("an entry with graph breaks is used only for the code it was read for")
-                from kiln.capture.glue import ResumeRequest, resume_callable  # tracer-side: breaks only
+                from kiln.capture.code import ResumeRequest, resume_callable  # the bytecode library: breaks only
 
                 for name, stored in frame.resumes.items():
                     request = ResumeRequest(stored.offset, stored.nstack, stored.live, stored.null_slots)
