@@ -553,7 +553,8 @@ def _note_inputs(policy: Any, guards: list[Guard], L: dict, G: dict, F: Any) -> 
     env = {"L": L, "G": G, "F": F}
     for guard in guards:
         is_int = guard.kind == "check_value" and type(guard.expected) is int
-        is_float = guard.kind == "check_value" and type(guard.expected) is float
+        # a float guarded by type was a symbol of that capture (one from the disk cache, too)
+        is_float = guard.kind in ("check_value", "check_type") and float in (type(guard.expected), guard.expected)
         if guard.kind != "check_tensor" and not is_int and not is_float:
             continue
         try:
@@ -562,7 +563,7 @@ def _note_inputs(policy: Any, guards: list[Guard], L: dict, G: dict, F: Any) -> 
             continue
         if is_float:
             if type(value) is float:
-                policy.note_float(guard.source, value)
+                policy.note_float(guard.source, value, symbolic=guard.kind == "check_type")
         elif is_int:
             policy.note_int(guard.source, value)
         else:

@@ -196,13 +196,14 @@ class DynamicPolicy:
             return True
         return False
 
-    def note_float(self, source: str, value: float) -> None:
-        """Remember the value a float argument had at a capture."""
+    def note_float(self, source: str, value: float, symbolic: bool = False) -> None:
+        """Remember the value a float argument had at a capture (`symbolic`: it was a symbol there,
+        so it stays dynamic, as when an entry read from the disk cache made it one)."""
         seen = self._floats.get(source)
         if seen is None:
-            self._floats[source] = _SeenInt(float(value), False)
+            self._floats[source] = _SeenInt(float(value), symbolic)
         else:
-            seen.changed = seen.changed or seen.value != value
+            seen.changed = seen.changed or symbolic or seen.value != value
             seen.value = float(value)
 
     def _float_outcome(self, new: float) -> str:

@@ -298,6 +298,9 @@ def test_policy_words_for_floats() -> None:
     assert not p.float_is_dynamic("L['f']", 0.5, None)
     p.note_float("L['f']", 0.5)
     assert p.float_is_dynamic("L['f']", 0.25, None)
+    assert not p.float_is_dynamic("L['h']", 0.5, None)
+    p.note_float("L['h']", 0.5, symbolic=True)  # a symbol in an entry read from disk
+    assert p.float_is_dynamic("L['h']", 0.5, None)
     assert p.explain_change("L['f']", 0.5, 0.25) == "f: 0.5 -> 0.25, now dynamic"
     assert p.float_is_dynamic("L['g']", 0.5, True)
     assert not p.float_is_dynamic("L['f']", 0.25, False)
@@ -397,10 +400,11 @@ def test_a_stored_dynamic_entry_takes_new_values_and_keeps_its_guards(tmp_path: 
 
     first = run([0.5, 0.25])  # static, then dynamic under `s <= 0.5`: both stored
     assert [r[:2] for r in first] == [[0, 1], [0, 1]]
-    second = run([0.375, 0.75])
+    second = run([0.375, 0.75, 0.875])
     # 0.375 passes the stored dynamic entry's guards: its graph computes with 0.375, not 0.25;
-    # 0.75 fails `s <= 0.5` and is captured anew
-    assert second[0][:2] == [1, 0] and second[1][1] == 1
+    # 0.75 fails `s <= 0.5` and is captured anew, already symbolic (the loaded entry had s as a
+    # symbol), so 0.875 reuses that capture
+    assert [r[:2] for r in second] == [[1, 0], [0, 1], [0, 0]]
     assert all(r[2] < 1e-5 for r in first + second)
 
 
