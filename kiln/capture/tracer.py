@@ -134,6 +134,10 @@ class CaptureState:
         tensor arithmetic with it keeps Python-scalar type promotion (`half * f` stays half)."""
         sym = self.shape_env.create_symbolic_float(value, source.name())
         self.output.guards.append(Guard(source.name(), "check_type", float))
+        # Finite only: the graph's arithmetic is rebuilt from sympy, which takes f - f for 0 and
+        # orders max's operands, where inf and nan give nan in Python (those stay constants).
+        self.output.guards.append(Guard(f"{source.name()} * 0 == 0", "check_shape",
+                                        "a float argument is symbolic while it is finite"))
         node = self.output.symbol_input(sym, source.name())
         if node is None:
             raise Unsupported("a float argument that is not a plain symbol", kind="dynamic_shape")
