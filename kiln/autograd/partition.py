@@ -98,7 +98,7 @@ def node_bytes(node: fx.Node) -> int | None:
         for s in value.shape:
             numel *= size_hint(s)
         return numel * value.element_size()
-    if isinstance(value, (torch.SymInt, int)):
+    if isinstance(value, (torch.SymInt, torch.SymFloat, int, float)):  # SymFloat: a float argument
         return 0
     return None
 

@@ -23,6 +23,7 @@ from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Lay
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, compute_dtype,
                                   strided_value, to_expr, value_cost)
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback
+from kiln.symbolic.expr import float_symbol
 
 aten = torch.ops.aten
 
@@ -113,6 +114,9 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
             elif isinstance(m, (torch.SymInt, torch.SymFloat)):
                 # a SymFloat is a float argument: the wrapper passes it on to kernels as a double
                 env[node] = to_expr(m)
+                if isinstance(m, torch.SymFloat) and not env[node].is_Symbol and not env[node].is_number:
+                    # a value computed from one (a backward's saved f / 3): a symbol of its own
+                    env[node] = float_symbol(f"zfp{position}")
                 note_symbols(env[node], position, None)
             else:
                 env[node] = m

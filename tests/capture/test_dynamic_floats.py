@@ -485,3 +485,46 @@ def test_a_graph_with_the_same_code_and_other_traced_sizes_is_compiled_anew() ->
     k = kiln.compile(rounded)
     for v in [0.5, 0.25, 2.0, 3.0]:
         torch.testing.assert_close(k(torch.ones(3), v), rounded(torch.ones(3), v))
+
+
+def saved_derived(x: torch.Tensor, f: float) -> torch.Tensor:
+    y = torch.relu(x)
+    return torch.softmax(torch.where(y > f / 3, y, (f / 3) * y) * -f, -1) + math.sqrt(f)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backward_reads_a_value_computed_from_the_float(backend: str) -> None:
+    """The backward needs f / 3: the partitioner weighs a SymFloat like a SymInt (it was unsaveable,
+    so the cut saved f / 3 itself and the backward's kernel read a zf0 it was not given)."""
+    k = kiln.compile(saved_derived, backend=backend)
+    for i, v in enumerate(VALUES):
+        g = torch.Generator().manual_seed(i)
+        x = torch.randn(3, 5, generator=g).requires_grad_()
+        x2 = x.detach().clone().requires_grad_()
+        k(x, v).pow(2).sum().backward()
+        saved_derived(x2, v).pow(2).sum().backward()
+        torch.testing.assert_close(x.grad, x2.grad)
+    assert kiln.stats()["graphs"] == 2 and kiln.stats()["fallbacks"] == 0
+
+
+@pytest.mark.cpp
+def test_lowering_binds_a_derived_float_input_to_its_own_symbol() -> None:
+    """An ATen graph whose input is a value computed from a float argument (f / 3), as a backward's
+    saved scalar can be: the kernel takes that input as its own double."""
+    import torch.fx as fx
+
+    from kiln.lower import compile_graph
+    from kiln.symbolic import ShapeEnv
+
+    f = ShapeEnv().create_symbolic_float(0.5, "L['f']")
+    g = fx.Graph()
+    a = g.placeholder("a")
+    a.meta["val"] = torch.empty(4)
+    s = g.placeholder("s")
+    s.meta["val"] = f / 3
+    m = g.call_function(torch.ops.aten.mul.Tensor, (a, s))
+    m.meta["val"] = torch.empty(4)
+    g.output((m,))
+    compiled = compile_graph(fx.GraphModule(torch.nn.Module(), g), [torch.empty(4), f / 3])
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x, 0.25 / 3)[0], x * (0.25 / 3))
