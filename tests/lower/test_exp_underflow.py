@@ -58,3 +58,37 @@ def test_causal_softmax_values(dtype: torch.dtype) -> None:
     mask = torch.tril(torch.ones(37, 37, dtype=torch.bool))
     check(lambda x, m: F.softmax(x.masked_fill(~m, float("-inf")), -1), x, mask)
     check(lambda x, m: F.softmax(x.masked_fill(~m, torch.finfo(x.dtype).min), -1), x, mask)
+
+
+def test_inline_float_exp_is_within_one_ulp_and_the_same_in_every_loop() -> None:
+    # kernels compute float exp with kiln_expf_inline (no libmvec call): at most 1 ulp from the
+    # correctly rounded result, denormal results included, and one result per input in a vector
+    # lane, a remainder and a scalar loop
+    body = _LOOPS.format(t="float", fn="kiln_expf_inline")
+    lib = build.load(prelude(body) + body)
+    gen = torch.Generator().manual_seed(0)
+    a = torch.cat([torch.rand(200_003, generator=gen) * 193 - 104, torch.rand(50_000, generator=gen) * 20 - 104,
+                   torch.tensor([float("-inf"), float("inf"), float("nan"), 0.0, -0.0, 88.72, 88.73, 89.0,
+                                 -103.97, -104.0, -104.1, -1e30, 1e-30])])
+    whole, alone = torch.empty_like(a), torch.empty_like(a)
+
+    def ptr(x: torch.Tensor) -> ctypes.c_void_p:
+        return ctypes.c_void_p(x.data_ptr())
+
+    lib.vector_loop(ptr(a), ptr(whole), ctypes.c_int64(a.numel()))
+    lib.scalar_loop(ptr(a), ptr(alone), ctypes.c_int64(a.numel()))
+    assert torch.equal(whole.view(torch.int32), alone.view(torch.int32))
+    exact = a.double().exp().float()  # correctly rounded (double exp is far more precise)
+    finite = torch.isfinite(exact) & (exact != 0)
+    ulps = (whole.view(torch.int32).long() - exact.view(torch.int32).long()).abs()
+    assert ulps[finite].max().item() <= 1
+    assert torch.equal(whole[~finite].nan_to_num(), exact[~finite].nan_to_num())  # 0, inf, NaN as exp
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_exp_and_sigmoid_values(dtype: torch.dtype) -> None:
+    x = torch.randn(5, 67, dtype=dtype) * 30
+    tol = {"atol": 1e-3, "rtol": 1e-3} if dtype == torch.float16 else {}
+    c = check(lambda x: (x.exp(), torch.sigmoid(x), torch.softmax(x, -1)), x, **tol)
+    if dtype == torch.float32:
+        assert "kiln_expf_inline(" in c.cpp_source and "kiln_expf(" not in c.cpp_source.split("// kernel0")[1]
