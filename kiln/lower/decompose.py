@@ -35,7 +35,33 @@ def decomposition_table() -> dict[Any, Any]:
              aten.logit, aten.xlogy, aten.log_sigmoid_forward, aten.softshrink, aten.hardshrink, aten.celu,
              aten.selu, aten.rrelu_with_noise, aten.im2col, aten.col2im]
     table.update(torch._decomp.get_decompositions(extra))
+    table[aten.nll_loss_backward.default] = functools.partial(nll_loss_backward, table[aten.nll_loss_backward.default])
     return table
+
+
+def nll_loss_backward(scattering: Any, grad_output: torch.Tensor, self: torch.Tensor, target: torch.Tensor,
+                      weight: torch.Tensor | None, reduction: int, ignore_index: int,
+                      total_weight: torch.Tensor) -> torch.Tensor:
+    """The gradient of nll_loss as one pointwise expression: -scale (times the class weight) where a
+    class is its row's target and the row is not ignored, else 0. PyTorch's decomposition scatters
+    into zeros instead: two kernels and a [rows, classes] buffer the cross-entropy backward then
+    reads back. Targets out of range give 0 here; the forward's nll_loss has raised for them.
+    Other ranks, and a symbolic class count (arange would take a raw SymInt into the graph), go
+    through `scattering`, PyTorch's decomposition."""
+    channel = self.dim() - 1
+    if self.dim() not in (1, 2) or target.dim() != channel or not isinstance(self.shape[channel], int):
+        return scattering(grad_output, self, target, weight, reduction, ignore_index, total_weight)
+    classes = aten.arange.start(0, self.shape[channel], dtype=target.dtype, device=self.device)
+    rows = aten.unsqueeze.default(target, channel)
+    hit = aten.logical_and.default(aten.eq.Tensor(classes, rows), aten.ne.Scalar(rows, ignore_index))
+    scale = grad_output if reduction != 1 else aten.div.Tensor(grad_output, total_weight)
+    if reduction == 0 and self.dim() == 2:
+        scale = aten.unsqueeze.default(scale, channel)  # one gradient per row
+    grad = aten.neg.default(scale)
+    if weight is not None:
+        grad = aten.mul.Tensor(grad, weight)  # the weight of each column: its row's target's where it hits
+    zero = aten.scalar_tensor.default(0.0, dtype=self.dtype, device=self.device)
+    return aten.where.self(hit, aten._to_copy.default(grad, dtype=self.dtype), zero)
 
 
 def wants_decomposition(target: Any, keep: frozenset[str] = frozenset()) -> bool:

@@ -174,3 +174,65 @@ def test_row_invariant_values_are_computed_before_the_inner_loop(dtype: torch.dt
         torch.set_num_threads(threads)
     kernel = next(part for part in c.cpp_source.split("\n// ") if "exp" in part and "omp simd" in part)
     assert kernel.index("!= int64_t(-100LL)") < kernel.index("#pragma omp simd"), kernel
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", [0, 1, 2])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nll_loss_backward_values(dtype: torch.dtype, reduction: int, weighted: bool) -> None:
+    logp = torch.log_softmax(torch.randn(13, 7, dtype=dtype), 1)
+    target = torch.randint(0, 7, (13,))
+    target[::4] = -100
+    weight = torch.rand(7, dtype=dtype) + 0.5 if weighted else None
+    g = torch.randn(13, dtype=dtype) if reduction == 0 else torch.tensor(0.7, dtype=dtype)
+    total = (weight[target.clamp(min=0)] * (target != -100)).sum() if weighted else (target != -100).sum().to(dtype)
+
+    def fn(g, logp, target, total, *w):  # type: ignore[no-untyped-def]
+        return aten.nll_loss_backward(g, logp, target, w[0] if w else None, reduction, -100, total)
+
+    check(fn, g, logp, target, total, *([weight] if weighted else []), **_tol(dtype))
+
+
+def test_nll_loss_backward_of_one_sample() -> None:
+    logp = torch.log_softmax(torch.randn(9), 0)
+
+    def fn(g: torch.Tensor, logp: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return aten.nll_loss_backward(g, logp, target, None, 1, -100, torch.tensor(1.0))
+
+    check(fn, torch.tensor(1.3), logp, torch.tensor(4))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cross_entropy_backward_is_one_kernel(dtype: torch.dtype) -> None:
+    # no zero-filled [rows, classes] buffer scattered into and read back: one pass over the rows
+    logp = torch.log_softmax(torch.randn(37, 29, dtype=dtype), 1)
+    target = torch.randint(0, 29, (37,))
+    target[3] = -100
+    c = check(cross_entropy_backward, logp, target, torch.tensor(1.5, dtype=dtype), **_tol(dtype))
+    assert c.kernel_count == 2, format_program(c.program)  # the count of kept rows, and the gradient
+
+
+def test_cross_entropy_backward_with_dynamic_shapes() -> None:
+    logp = torch.log_softmax(torch.randn(37, 29), 1)
+    target = torch.randint(0, 29, (37,))
+    c = check(cross_entropy_backward, logp, target, torch.tensor(1.5), dynamic=True, atol=1e-5, rtol=1e-5)
+    logp, target = torch.log_softmax(torch.randn(5, 11), 1), torch.randint(0, 11, (5,))
+    torch.testing.assert_close(c(logp, target, torch.tensor(1.5))[0], cross_entropy_backward(logp, target, torch.tensor(1.5)))
+
+
+@pytest.mark.parametrize("shape", [(37, 53), (300, 129), (3, 20000)])
+def test_column_sums_beside_a_row_buffer(shape: tuple) -> None:
+    # softmax keeps its exponentials in a per-thread row buffer (read again by its last loop);
+    # (3, 20000): a row buffer too large for the stack, allocated per thread in the parallel region
+    def fn(g: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = torch.softmax(g, 1) * x
+        return out, out.sum(0)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        c = check(fn, torch.randn(*shape), torch.rand(*shape) + 0.5, atol=1e-5, rtol=1e-4)
+    finally:
+        torch.set_num_threads(threads)
+    assert c.kernel_count == 1 and len(_columns(c)) == 1, format_program(c.program)
+    assert any(s.scratch for s in c.program.steps if isinstance(s, Kernel))
