@@ -103,6 +103,17 @@ def node_bytes(node: fx.Node) -> int | None:
     return None
 
 
+def _computed_from_float(node: fx.Node) -> bool:
+    """A scalar computed (not a placeholder) from a float argument's symbol (kiln.symbolic's zf<n>)."""
+    value = node.meta.get("val")
+    if node.op == "placeholder" or not isinstance(value, (torch.SymInt, torch.SymFloat)):
+        return False
+    expr = getattr(value.node, "expr", None)
+    from kiln.symbolic.expr import is_float_symbol
+
+    return any(is_float_symbol(str(s)) for s in getattr(expr, "free_symbols", ()))
+
+
 def _ancestors(roots: Iterable[Any], stop: AbstractSet[fx.Node] = frozenset()) -> set[fx.Node]:
     seen: set[fx.Node] = set()
     work = [r for r in roots if isinstance(r, fx.Node)]
@@ -167,6 +178,10 @@ def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.
         elif node in fw and not is_recomputable(node):
             g.add_edge("source", name + "_in", capacity=math.inf)
         cost = node_bytes(node)
+        if cost is not None and _computed_from_float(node):
+            # a float argument itself rather than a number computed from it (f / 3, int(f * 10)):
+            # the backward can recompute the number, never the float from the number
+            cost += 1
         # a tiny constant per node makes the cut prefer fewer saved values among equal byte counts
         g.add_edge(name + "_in", name + "_out", capacity=math.inf if cost is None else cost + 1)
         for user in node.users:
