@@ -76,7 +76,7 @@ import torch
 from kiln import config, log
 from kiln.capture.guards import (ABSENT, CheckFn, ClassAttribute, FunctionCode, GlobalState, Guard, TensorSpec,
                                  compile_guards)
-from kiln.capture.stored_code import UnsafeSource, check_glue_source, check_guard_source
+from kiln.capture.stored_code import UnsafeSource, check_glue_source, check_guard_source, rooted_at_locals
 from kiln.runtime import artifact, cache, records, store as files
 
 FORMAT = 4  # bump when the stored layout changes
@@ -745,6 +745,17 @@ def _glue_constant(value: Any) -> bool:
     return is_model_output_class(value)
 
 
+def _built_class(value: Any, guards: Any) -> bool:
+    """A class whose instances the glue rebuilds without its constructor (`C.__new__(C)`, then
+    their attributes): admitted only as the type a check_type guard of the same entry expects, so
+    that the entry is used only where the frame's own data holds instances of it (a forged entry
+    naming another class has guards that fail), or as a class an identity guard finds in the
+    frame's own data (`L['cache'].layer_class_to_replicate`, not a global)."""
+    return isinstance(value, type) and not _glue_constant(value) and any(
+        g.expected is value and (g.kind == "check_type" or g.kind == "check_id" and rooted_at_locals(g.source))
+        for g in guards)
+
+
 def _guard_texts(guard: Guard) -> list[str]:
     """The texts of a guard that end up in the generated guard function."""
     texts = [guard.source] if guard.source else []
@@ -762,6 +773,7 @@ def check_texts(frame: StoredFrame, code: types.CodeType | None = None) -> None:
         for text in _guard_texts(guard):
             check_guard_source(text)
     natives = {name for name, value in frame.constants.items() if any(value is b for b in _BREAK_BUILTINS)}
+    classes = {name for name, value in frame.constants.items() if _built_class(value, frame.guards)}
     callees = set(frame.resumes) | set(frame.callees) | natives
     methods: tuple[str, ...] = ()
     if callees:
@@ -769,7 +781,7 @@ def check_texts(frame: StoredFrame, code: types.CodeType | None = None) -> None:
             raise UnsafeSource("a glue with graph breaks checked without its code")
         methods = tuple(n for n in code.co_names if not n.startswith("__"))
     check_glue_source(frame.glue_source, frame.glue_name, frame.graphs,
-                      [name for name in frame.constants if name not in natives], callees, methods)
+                      [name for name in frame.constants if name not in natives | classes], callees, methods, classes)
 
 
 def _check_breaks(frame: StoredFrame, code: types.CodeType) -> None:
@@ -854,7 +866,7 @@ def _payload(check: CheckFn, result: Any, frame: tuple[dict, dict, Any] | None =
     for name, value in result.glue.__globals__.items():
         if name in ("__builtins__", glue_name):
             continue
-        if name.startswith("__const_") and _glue_constant(value):
+        if name.startswith("__const_") and (_glue_constant(value) or _built_class(value, check.guards)):
             constants[name] = value
             continue
         if name.startswith("__resume"):
@@ -986,7 +998,8 @@ def _read(path: str, code: types.CodeType | None = None) -> StoredFrame | None:
                 isinstance(r, artifact.Recipe) for r in frame.graphs.values()):
             raise records.RecordError("a stored frame with foreign parts")
         if not isinstance(frame.constants, dict) or not all(
-                isinstance(k, str) and k.startswith("__const_") and k.isidentifier() and _glue_constant(v)
+                isinstance(k, str) and k.startswith("__const_") and k.isidentifier()
+                and (_glue_constant(v) or _built_class(v, frame.guards))
                 for k, v in frame.constants.items()):
             raise records.RecordError("a stored glue constant that capture does not bind")
         if not isinstance(frame.resumes, dict) or not isinstance(frame.callees, dict):

@@ -263,3 +263,31 @@ def test_forged_local_code_reference_is_refused() -> None:
         persist._decode_local_code(module, "_make_validator.<locals>.other", digest)
     with pytest.raises(persist.NotPortable):  # not local to a function
         persist._encode_local_code(_make_validator.__code__)
+
+
+class _Layer:
+    pass
+
+
+def test_glue_rebuilds_objects_only_of_classes_the_frame_s_data_holds() -> None:
+    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+
+    tied_by_type = [Guard("L['cache'].layers[0]", "check_type", _Layer)]
+    tied_by_identity = [Guard("L['cache'].layer_class", "check_id", _Layer)]
+    from_a_global = [Guard("G['Layer']", "check_id", _Layer)]
+    assert persist._built_class(_Layer, tied_by_type) and persist._built_class(_Layer, tied_by_identity)
+    assert not persist._built_class(_Layer, from_a_global) and not persist._built_class(_Layer, [])
+    head = "def __glue_f(L, G, F):\n    __out = __graph_f_0(L['x'])\n    __c0 = L['cache'].layers\n"
+    fine = "    __o = __const_Layer_0.__new__(__const_Layer_0)\n    __o.__dict__.update({'keys': __out[0], 'ok': True})\n" \
+           "    __c0[:] = [__o]\n    return __out[0]\n"
+    check_glue_source(head + fine, "__glue_f", ["__graph_f_0"], [], class_names=["__const_Layer_0"])
+    refused = [
+        fine.replace("'ok': True", "'hook': L['self'].forward"),  # an object read off the frame
+        fine.replace("__new__(__const_Layer_0)", "__new__(__const_Other_1)"),
+        "    __o = __const_Layer_0(L['x'])\n",  # its constructor is not called
+        "    __o = __const_Layer_0.__new__(__const_Layer_0)\n    __o.__dict__.update(L['d'])\n",
+    ]
+    for body in refused:
+        with pytest.raises(UnsafeSource):
+            check_glue_source(head + body, "__glue_f", ["__graph_f_0"], [],
+                              class_names=["__const_Layer_0", "__const_Other_1"][:1])

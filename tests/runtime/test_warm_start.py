@@ -62,7 +62,9 @@ def _run_model(code: Path, cache: Path, name: str, mode: str) -> dict[str, Any]:
 @pytest.mark.cpp
 # distilbert training: its config's strict-dataclass validators (closures a factory makes per
 # field) are inlined when the loss sets config.problem_type, and travel as code (check_code)
-@pytest.mark.parametrize("name,mode", [("gpt2", "infer"), ("distilbert", "train"),
+# mistral_cache: the glue rebuilds the cache's DynamicLayer objects (`C.__new__(C)` and their
+# attributes), a class the frame's own data names (an identity guard rooted at L)
+@pytest.mark.parametrize("name,mode", [("gpt2", "infer"), ("distilbert", "train"), ("mistral_cache", "infer"),
                                        pytest.param("llama", "train", marks=pytest.mark.slow)])
 def test_second_process_runs_a_transformers_model_without_capturing(tmp_path: Path, name: str, mode: str) -> None:
     pytest.importorskip("transformers")
