@@ -17,8 +17,10 @@ import ctypes
 import json
 import math
 import os
+import concurrent.futures
 import re
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import sympy
@@ -31,7 +33,7 @@ from kiln.lower.codegen.memory import plan_memory
 from kiln.lower.codegen.wrapper import WrapperWriter
 from kiln.lower.ir import BufferRef, ConstantBuffer, InputBuffer, Layout, SymExpr
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
-from kiln.runtime import native
+from kiln.runtime import build, native
 from kiln.symbolic.render import render_c
 
 
@@ -143,6 +145,7 @@ class NativeWrapperWriter(WrapperWriter):
         self.includes: set[str] = set()
         self.tensors: list[str] = []  # every tensor local, declared at the top
         self.body: list[str] = []
+        self.source = ""  # the text `write` returned
 
     # -- values ------------------------------------------------------------------------------------
 
@@ -267,7 +270,8 @@ class NativeWrapperWriter(WrapperWriter):
         for p in sorted(tensor_positions):
             L.append(f"  if (!args[{p}].isTensor()) return kiln_fail(5, \"argument {p} of the compiled graph "
                      f"is not a tensor\", error_kind, message);")
-        for p in sorted(int_positions):
+        for p in sorted(int_positions):  # a bool is an int here, as in the Python wrapper's arithmetic
+            L.append(f"  if (args[{p}].isBool()) args[{p}] = int64_t(args[{p}].toBool());")
             L.append(f"  if (!args[{p}].isInt()) return kiln_fail(5, \"argument {p} of the compiled graph "
                      f"is not an int\", error_kind, message);")
         self.bound = {str(sym) for sym in ir.symbols}
@@ -460,36 +464,68 @@ _DTYPE_NUMBERS = {i: d for i, d in enumerate([torch.uint8, torch.int8, torch.int
                                               torch.float32, torch.float64])}
 
 
-def make_native_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
-                        lib: Any) -> tuple[Callable[..., Any], str] | None:
-    """The graph's native wrapper and its C++ source, or None (the reason logged) when the graph
-    keeps its Python wrapper."""
+@dataclass
+class NativeBuild:
+    """A graph's native wrapper source and its library's build, started on a thread (`start`) so
+    that the compiler runs while the kernel library builds; `choose` waits for it."""
+
+    source: str
+    kernels: tuple[str, ...]
+    constants: list[torch.Tensor]
+    output_spec: str | None
+    library: concurrent.futures.Future
+
+
+_BUILDERS = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kiln-native-build")
+
+
+def write_native(program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]]
+                 ) -> NativeWrapperWriter | None:
+    """The writer after writing the graph's native wrapper, or None (the reason logged) when the
+    graph keeps its Python wrapper."""
     probe = WrapperWriter(program, signatures)
     probe.write()  # the kernels' ctypes argument kinds, as the Python wrapper passes them
-    argtypes = probe.globals.get("_argtypes", {})
-    writer = NativeWrapperWriter(program, signatures, argtypes)
+    writer = NativeWrapperWriter(program, signatures, probe.globals.get("_argtypes", {}))
     try:
-        source = writer.write()
+        writer.source = writer.write()
     except Unsupported as exc:
         log.artifact("perf_hints", f"native wrapper not used, the Python wrapper runs instead: {exc}")
         return None
-    fn = native.make_native(source, lib, tuple(writer.kernel_order), program.ir.output_spec,
-                            constants=writer.constants)
-    return fn, source
+    return writer
+
+
+def start(program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
+          options: dict[str, Any] | None) -> NativeBuild | None:
+    """Write the native wrapper and start building it, where `wanted` and possible (else None)."""
+    if not wanted(options):
+        return None
+    writer = write_native(program, signatures)  # its time counts in the caller's pass
+    if writer is None:
+        return None
+    library = _BUILDERS.submit(build.load, writer.source, native.graph_flags())
+    return NativeBuild(writer.source, tuple(writer.kernel_order), writer.constants, program.ir.output_spec, library)
 
 
 def choose(fn: Callable[..., Any], program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
-           lib: Any, options: dict[str, Any] | None, dump: Callable[[str, str], None]) -> Callable[..., Any]:
-    """`fn` (the graph's Python wrapper), or its native wrapper where `wanted` and possible. The
-    build's time counts as the pass `codegen_native_wrapper` (KILN_LOGS=compile_time)."""
-    if not wanted(options):
+           lib: Any, options: dict[str, Any] | None, dump: Callable[[str, str], None],
+           started: NativeBuild | None = None) -> Callable[..., Any]:
+    """`fn` (the graph's Python wrapper), or its native wrapper where `wanted` and possible (the
+    build `started` before, or one started now). Its time here counts as the pass
+    `build_native_wrapper` (KILN_LOGS=compile_time); a build that fails leaves `fn`."""
+    begin = time.perf_counter()
+    pending = started if started is not None else start(program, signatures, options)
+    if pending is None:
         return fn
-    start = time.perf_counter()
-    made = make_native_wrapper(program, signatures, lib)
-    compile_time.add("lower.codegen_native_wrapper", time.perf_counter() - start)
-    if made is None:
+    try:
+        pending.library.result()  # loaded and verified; make_native finds it in build's table
+        native_fn = native.make_native(pending.source, lib, pending.kernels, pending.output_spec,
+                                       constants=pending.constants)
+    except (build.BuildError, OSError) as exc:
+        log.warn(f"kiln: the native wrapper did not build, the Python wrapper runs instead: {str(exc)[:2000]}")
         return fn
-    native_fn, source = made
+    finally:
+        compile_time.add("build_native_wrapper", time.perf_counter() - begin)
+    source = pending.source
     dump("codegen_native_wrapper.cpp", source)
     log.artifact("output_code", lambda: f"// native wrapper\n{source}")
     return native_fn
