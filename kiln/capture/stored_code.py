@@ -210,6 +210,7 @@ class _Glue:
         self.methods = methods  # methods a break may call on a graph output: names the frame's code uses
         self.locals: set[str] = set()
         self.tainted: set[str] = set()  # locals holding something read off L, G or F
+        self.outputs: set[str] = set()  # locals holding a graph call's outputs (`__out`)
 
     @property
     def roots(self) -> set[str]:
@@ -275,10 +276,13 @@ def _break_callee(func: ast.AST, glue: _Glue) -> bool:
     if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id in glue.callees \
             and _plain_call(func, 1) and isinstance(func.args[0], ast.Name) and func.args[0].id == "F":
         return True
-    if isinstance(func, ast.Attribute) and func.attr in glue.methods and not func.attr.startswith("__") \
-            and not _reads_objects(func.value, glue.tainted, glue.graphs):
-        _glue_value(func.value, glue)
-        return True
+    if isinstance(func, ast.Attribute) and func.attr in glue.methods and not func.attr.startswith("__"):
+        receiver = func.value
+        while isinstance(receiver, ast.Subscript) and _literal(receiver.slice):
+            receiver = receiver.value
+        if isinstance(receiver, ast.Name) and receiver.id in glue.outputs:  # a tensor or number a graph computed
+            _glue_value(func.value, glue)
+            return True
     return False
 
 
@@ -430,6 +434,7 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
     # pinned (`_break_callee`, `_break_arguments`), so its result may go on to the resume function
     break_call = isinstance(value, ast.Call) and _break_callee(value.func, glue)
     _glue_value(value, glue)
+    graph_call = isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in glue.graphs
     reads_objects = not break_call and not _loop_iterator(value, glue) and _reads_objects(value, tainted, glue.graphs)
     for target in statement.targets:
         if isinstance(target, ast.Name):
@@ -438,6 +443,9 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
             glue.locals.add(target.id)
             tainted.discard(target.id)
             fresh.discard(target.id)
+            glue.outputs.discard(target.id)
+            if graph_call:
+                glue.outputs.add(target.id)
             if reads_objects:
                 tainted.add(target.id)
             if _builds_container(statement.value, glue.constants):

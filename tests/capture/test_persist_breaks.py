@@ -255,3 +255,21 @@ def test_loop_iterators_at_a_break_are_the_frame_s_own() -> None:
         with pytest.raises(UnsafeSource):
             check_glue_source(head + body + tail, "__glue_loop", ["__graph_loop_0"], [],
                               ["__const_print_0", "__resume2"], ["print"])
+
+
+def test_break_methods_are_called_only_on_graph_outputs() -> None:
+    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+
+    head = "def __glue_g(L, G, F):\n    __out = __graph_g_0(L['x'])\n"
+    names = dict(graph_names=["__graph_g_0"], constant_names=[], callee_names=["__callee1", "__resume2"],
+                 method_names=["item", "system"])
+    check_glue_source(head + "    __result0 = __out[0].item()\n    return __resume2(__result0, L['x'])\n",
+                      "__glue_g", **names)
+    refused = [
+        "    __r = __callee1(__out[0])\n    __result0 = __r.system('x')\n",  # a callee's result: any object
+        "    __result0 = L['x'].item()\n",
+        "    __v = [__out[0]]\n    __result0 = __v.system()\n",
+    ]
+    for body in refused:
+        with pytest.raises(UnsafeSource):
+            check_glue_source(head + body + "    return __resume2(__result0, L['x'])\n", "__glue_g", **names)
