@@ -308,3 +308,29 @@ def test_second_process_loads_from_cache_and_refuses_tampered(tmp_path: Any) -> 
     assert "REFUSED" in _child(cache_dir, "recipe", recipe_line)
     rebuilt = _child(cache_dir, "build")  # compiling again replaces the bad library and still computes right
     assert "does not match" in rebuilt
+
+
+def test_precompiled_header_checked_against_its_record(tmp_path: Any) -> None:
+    """A .gch that is not the recorded one is not handed to the compiler (it would be parsed as the
+    headers' content: code of someone else's in the graph's library). Checked on a small stand-in."""
+    from kiln.runtime import store
+
+    with config.patch(cache_dir=str(tmp_path / "cache")):
+        header = native._precompiled_header_path()
+        assert header is not None
+        gch = header + ".gch"
+        with open(header, "w") as f:
+            f.write(native.PCH_HEADER)
+        with open(gch, "wb") as f:
+            f.write(b"stand-in for a precompiled header")
+        digest = store.file_digest(gch)
+        assert digest is not None
+        store.write_sealed(gch + ".sum", json.dumps({"size": digest[0], "sha256": digest[1]}).encode())
+        assert native._pch_ok(header)
+        with open(gch, "wb") as f:
+            f.write(b"stand-in for a precompiled headeR")  # same size, other bytes
+        os.utime(gch, ns=(1, 1))  # a new stat signature, as any rewrite gives
+        assert not native._pch_ok(header)
+        with open(header, "w") as f:
+            f.write(native.PCH_HEADER + "#include <evil.h>\n")
+        assert not native._pch_ok(header)

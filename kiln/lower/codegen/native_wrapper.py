@@ -502,7 +502,7 @@ def start(program: KernelProgram, signatures: dict[str, tuple[list[str], list[st
     writer = write_native(program, signatures)  # its time counts in the caller's pass
     if writer is None:
         return None
-    library = _BUILDERS.submit(build.load, writer.source, native.graph_flags())
+    library = _BUILDERS.submit(native.load_graph_library, writer.source)
     return NativeBuild(writer.source, tuple(writer.kernel_order), writer.constants, program.ir.output_spec, library)
 
 
@@ -517,8 +517,7 @@ def choose(fn: Callable[..., Any], program: KernelProgram, signatures: dict[str,
     if pending is None:
         return fn
     try:
-        pending.library.result()  # loaded and verified; make_native finds it in build's table
-        native_fn = native.make_native(pending.source, lib, pending.kernels, pending.output_spec,
+        native_fn = native.make_native(pending.library.result(), lib, pending.kernels, pending.output_spec,
                                        constants=pending.constants)
     except (build.BuildError, OSError) as exc:
         log.warn(f"kiln: the native wrapper did not build, the Python wrapper runs instead: {str(exc)[:2000]}")
