@@ -319,6 +319,12 @@ def render_op(v: Op, a: Sequence[str]) -> str:
         assert isinstance(target, torch.dtype)
         if target == torch.bool:
             return f"({a[0]} != 0)"
+        # a half type computes in float but must round to its own precision here (through float,
+        # as c10's conversions do): x.half().float() is not x
+        if target == torch.float16:
+            return f"static_cast<float>(static_cast<_Float16>(static_cast<float>({a[0]})))"
+        if target == torch.bfloat16:
+            return f"kiln_bf16_to_float(kiln_float_to_bf16(static_cast<float>({a[0]})))"
         return f"static_cast<{CTYPE[compute(target)]}>({a[0]})"
     table: dict[str, Callable[[], str]] = {
         "neg": lambda: f"(-{a[0]})",

@@ -364,6 +364,13 @@ def lerp(ctx: LoweringContext, a: TensorValue, b: Any, w: Any) -> TensorValue:
 
 @register(aten._to_copy.default)
 def to_copy(ctx: LoweringContext, x: TensorValue, **kwargs: Any) -> TensorValue:
+    """A conversion. Half types compute in float32, so a conversion to one that a consumer reads
+    in the same kernel must still round to its precision: x.half().float() is not x in eager.
+    (torch.compile skips that rounding unless emulate_precision_casts is on; Kiln always does it.)"""
+    target = ctx.out_dtype()
+    if target in (torch.float16, torch.bfloat16) and x.dtype != target:
+        return pointwise(ctx, [x], lambda v: ops.cast(ops.op("to_dtype", v, param=target), torch.float32),
+                         compute=x.dtype)
     return pointwise(ctx, [x], lambda v: v, compute=x.dtype)
 
 

@@ -1,0 +1,60 @@
+"""A conversion to float16 or bfloat16 rounds to that precision even when its reader is fused into
+the same kernel (half types compute in float32 there): x.half().float() is not x, as in eager.
+torch.compile skips this rounding by default (its emulate_precision_casts is off); Kiln does not.
+Checked bit for bit on the C++ path and, under Triton's interpreter, on the Triton path."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from kiln import config
+from tests.lower.conftest import check
+
+HALVES = [torch.float16, torch.bfloat16]
+
+
+def _round_trip(dtype: torch.dtype):
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x.to(dtype).float() * 3 + 1
+    return fn
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("dtype", HALVES)
+def test_round_trip_through_a_half_type_rounds(dtype: torch.dtype) -> None:
+    x = torch.randn(7, 33) * 100
+    compiled = check(_round_trip(dtype), x, atol=0, rtol=0)
+    assert compiled.kernel_count == 1  # fused: the rounding happens inside the kernel
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("dtype", HALVES)
+def test_from_double_and_from_large_ints(dtype: torch.dtype) -> None:
+    def from_double(x: torch.Tensor) -> torch.Tensor:
+        return x.to(dtype).double() - x
+
+    def from_int(n: torch.Tensor) -> torch.Tensor:
+        return n.to(dtype).float() + 0.5
+
+    check(from_double, torch.randn(40, dtype=torch.float64) * 1e3, atol=0, rtol=0)
+    check(from_int, torch.arange(2040, 2100) * 7, atol=0, rtol=0)
+
+
+@pytest.mark.cpp
+def test_between_half_types() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.bfloat16).to(torch.float16).float()
+
+    check(fn, torch.randn(64) * 10, atol=0, rtol=0)
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1")
+@pytest.mark.parametrize("dtype", HALVES)
+def test_round_trip_rounds_on_the_triton_path(dtype: torch.dtype) -> None:
+    pytest.importorskip("triton")
+    with config.patch(cpu_backend="triton"):
+        compiled = check(_round_trip(dtype), torch.randn(7, 33) * 100, atol=0, rtol=0)
+    assert compiled.codegen == "triton"
