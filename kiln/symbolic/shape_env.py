@@ -168,7 +168,7 @@ class ShapeEnv:
         """A Python float argument made symbolic (torch.compile's specialize_float=False). Its symbol
         is real, not integer, so nothing integral is assumed; kiln.lower passes it to kernels as a
         double. Comparisons on it become guards in the user's words (`f > 0.5`), and what needs its
-        exact value (math.* other than sqrt, round) guards it equal to the hint."""
+        exact value (math.exp, round, Python's float // and %) guards it equal to the hint."""
         if type(hint) is not float:
             raise ValueError(f"create_symbolic_float({hint!r}, {source!r}): the hint must be a float")
         known = self._by_source.get(source)
