@@ -797,7 +797,10 @@ def _check_breaks(frame: StoredFrame, code: types.CodeType) -> None:
 
     names = set(code.co_names)
     for name, fn in frame.callees.items():
-        if not name.startswith("__callee") or not isinstance(fn, types.FunctionType) or fn.__name__ not in names:
+        # a decorator's wrapper calls the function it holds in a cell (`func`): materialize checks
+        # that this closure holds that very function
+        if not name.startswith("__callee") or not isinstance(fn, types.FunctionType) \
+                or fn.__name__ not in names and not code.co_freevars:
             raise NotPortable(f"break callee {name} is not a function {code.co_qualname} names")
     for name, value in frame.constants.items():
         if any(value is b for b in _BREAK_BUILTINS) and value.__name__ not in names:
@@ -1066,19 +1069,26 @@ def materialize(disk: DiskEntry, fn: types.FunctionType | None = None,
     made again from `fn`'s code (kiln.capture.code.resume_callable), its callees compiled anew."""
     frame = disk.payload
     with _without_collections():
-        try:
-            namespace: dict[str, Any] = {name: artifact.rebuild(recipe) for name, recipe in frame.graphs.items()}
-            namespace.update(frame.constants)
-            if frame.resumes or frame.callees:
-                if fn is None or wrap_frame is None or fn.__code__ is not disk.code:
-                    raise Stale("an entry with graph breaks is used only for the code it was read for")
-                from kiln.capture.code import ResumeRequest, resume_callable  # the bytecode library: breaks only
+        namespace: dict[str, Any] = dict(frame.constants)
+        if frame.resumes or frame.callees:
+            # Stale (the entry is skipped, the file kept: it may be another closure's) unless this
+            # function is the one the entry was read for and holds or names each callee
+            if fn is None or wrap_frame is None or fn.__code__ is not disk.code:
+                raise Stale("an entry with graph breaks is used only for the code it was read for")
+            cells = [c.cell_contents for c in fn.__closure__ or () if _bound_cell(c)]
+            for callee in frame.callees.values():
+                if callee.__name__ not in fn.__code__.co_names and not any(callee is c for c in cells):
+                    raise Stale(f"break callee {callee.__qualname__} is neither named by {fn.__qualname__} "
+                                f"nor held in its closure")
+            from kiln.capture.code import ResumeRequest, resume_callable  # the bytecode library: breaks only
 
-                for name, stored in frame.resumes.items():
-                    request = ResumeRequest(stored.offset, stored.nstack, stored.live, stored.null_slots)
-                    namespace[name] = resume_callable(fn, request, wrap_frame)
-                for name, callee in frame.callees.items():
-                    namespace[name] = wrap_frame(callee)
+            for name, stored in frame.resumes.items():
+                request = ResumeRequest(stored.offset, stored.nstack, stored.live, stored.null_slots)
+                namespace[name] = resume_callable(fn, request, wrap_frame)
+            for name, callee in frame.callees.items():
+                namespace[name] = wrap_frame(callee)
+        try:
+            namespace.update({name: artifact.rebuild(recipe) for name, recipe in frame.graphs.items()})
         except Exception as exc:
             files.discard(disk.path, f"its graphs cannot be rebuilt: {type(exc).__name__}: {exc}")
             raise
@@ -1089,6 +1099,14 @@ def materialize(disk: DiskEntry, fn: types.FunctionType | None = None,
     glue = namespace[frame.glue_name]
     result = LoadedResult(glue, source, list(disk.check.guards), [], [], disk.path, len(frame.graphs))
     return glue, result
+
+
+def _bound_cell(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ forgery refused with a cache log line and the frame captured again.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -30,7 +31,7 @@ from tests.reliability import cache_harness as harness
 pytestmark = pytest.mark.cpp
 
 _BREAKS_SCRIPT = textwrap.dedent("""
-    import json, torch, kiln
+    import functools, json, torch, kiln
 
     def noisy(t):
         u = t * 3
@@ -54,6 +55,19 @@ _BREAKS_SCRIPT = textwrap.dedent("""
             return y.exp()
         return inner
 
+    def deco(func):
+        @functools.wraps(func)            # the inner function stays reachable: decorated.__wrapped__
+        def wrapper(*args, **kwargs):     # a decorator's wrapper: its callee is the function in its cell
+            out = func(*args, **kwargs)
+            return out * 2
+        return wrapper
+
+    @deco
+    def decorated(x):
+        y = x.sin()
+        print("decorated", y.shape[0])
+        return y.cos()
+
     def loop(x):
         for i in range(3):                # a break in a loop: the iterator is a resume argument
             x = x.sin()
@@ -72,7 +86,8 @@ _BREAKS_SCRIPT = textwrap.dedent("""
 
     torch.manual_seed(0)
     x = torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
-    cases = {"f": (f, (x, 2)), "closure": (make(2.0), (x,)), "loop": (loop, (x,)), "net": (Net(), (x,))}
+    cases = {"f": (f, (x, 2)), "closure": (make(2.0), (x,)), "loop": (loop, (x,)), "net": (Net(), (x,)),
+             "decorated": (decorated, (x,))}
     report = {}
     for name, (fn, args) in cases.items():
         before = kiln.stats()
@@ -273,3 +288,45 @@ def test_break_methods_are_called_only_on_graph_outputs() -> None:
     for body in refused:
         with pytest.raises(UnsafeSource):
             check_glue_source(head + body + "    return __resume2(__result0, L['x'])\n", "__glue_g", **names)
+
+
+def _deco(func):
+    @functools.wraps(func)
+    def wrapper(x):
+        return func(x) + 1
+    return wrapper
+
+
+@_deco
+def _decorated(x):
+    y = x.sin()
+    print("decorated", y.shape[0])
+    return y.cos()
+
+
+def test_a_wrapper_s_callee_must_be_the_function_its_closure_holds(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    x = torch.randn(3, generator=torch.Generator().manual_seed(0))
+    cache = tmp_path / "cache"
+
+    def call() -> dict[str, int]:
+        with kiln.config.patch(cache_dir=str(cache), persistent_cache=True):
+            kiln.reset()
+            torch.testing.assert_close(kiln.compile(_decorated, options={"opt_level": "-O1"})(x), _decorated(x))
+        return kiln.stats()
+
+    store.forget_verdicts()
+    assert call()["frames"] == 4
+    assert call()["frames"] == 0
+    (path, frame), = [(p, f) for p in harness.files(cache, ".entry")
+                      for f in [persist.loads(store.read_sealed(str(p)))] if f.glue_name == "__glue_wrapper"]
+    assert frame.callees  # the wrapper calls _decorated's own function natively
+    forged = _replace(frame, callees={k: _helper for k in frame.callees})
+    path.unlink()
+    body = persist.dumps(forged)
+    planted = path.parent / (path.name.split("-")[0] + "-" + persist._content_name(body))
+    planted.write_bytes(store.seal(body))
+    with caplog.at_level(logging.INFO, logger="kiln.cache"):
+        stats = call()
+    assert stats["frames"] == 1, stats  # the wrapper captured again; the rest from disk
+    assert any("neither named by" in r.getMessage() for r in caplog.records)
