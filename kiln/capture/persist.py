@@ -17,18 +17,19 @@ What an entry holds (a sealed record file, kiln.runtime.store / kiln.runtime.rec
 its SHA-256 in its name and header, both checked on load): its guards as records (the guard
 function is generated again from them), the glue's source, and per graph the recipe its compiled
 artifact gives of itself (kiln.runtime.artifact; no runtime or lowering internals are named here).
-Guard sources and the glue are checked against the vocabulary capture writes
-(kiln/capture/stored_code.py) before they are stored and before they run. An entry is stored only
+Guard sources and the glue are checked against the grammar capture writes (an allowlist,
+kiln/capture/stored_code.py) before they are stored and before they run. An entry is stored only
 when every part can be checked in another process, else it stays in memory only:
   - a glue namespace holding nothing but the graphs and admitted constants: ModelOutput
     classes (by name and digest, checked again on load as capture recognises them: a dataclass
-    deriving from transformers' ModelOutput), enum members, dtypes, and the few callables
-    capture binds (grad mode, container types, `print` at a break): never another callable;
+    deriving from transformers' ModelOutput), enum members, dtypes, the few callables capture
+    binds (grad mode, container types, `print` at a break), and classes whose instances the glue
+    rebuilds (`C.__new__(C)`) when the frame's own data names them: never another callable;
   - at a graph break, resume functions as data (`StoredResume`: offset, stack depth, NULL slots,
     live locals), checked against the frame's own bytecode (whose digest is in the key) and made
     again by kiln.capture.code, never read back as code; break callees as user functions by name
-    and digest, each one the frame's code names, compiled again as their own frames (whose
-    entries come from disk too). Breaks inside try blocks (native resume functions) and callees
+    and digest, each one the frame's code names or its closure holds, compiled again as their own
+    frames (whose entries come from disk too). Breaks inside try blocks (native resume functions) and callees
     Kiln wraps otherwise (hooked modules, DDP, autograd.Function) are not stored;
   - each graph's artifact has a recipe (the built-in lowering, no symbolic view sizes, no constant
     tensors, no lifted module tensors);
@@ -43,7 +44,9 @@ when every part can be checked in another process, else it stays in memory only:
     staticmethod or classmethod (by its class and name), an enum member, a standard-library
     singleton (typing.Union). A function local to another one (the validators a library's factory
     makes per field) is guarded by its code instead (guards.check_code: code, globals, literal
-    defaults), the code found again inside the named function that defines it, with its digest. Types in check_type and check_tensor are handled the same way;
+    defaults), the code found again inside the named function that defines it, with its digest.
+    Types in check_type and check_tensor are handled the same way (and the iterator types of a
+    loop, by name);
     check_value only with literal values, sets of them and enum members; check_class_attr with
     literal, function, descriptor or absent values (not data objects). An identity guard on an
     object that has no name (a model's config reached through a second path) is stored as an
