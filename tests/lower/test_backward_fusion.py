@@ -236,3 +236,15 @@ def test_column_sums_beside_a_row_buffer(shape: tuple) -> None:
         torch.set_num_threads(threads)
     assert c.kernel_count == 1 and len(_columns(c)) == 1, format_program(c.program)
     assert any(s.scratch for s in c.program.steps if isinstance(s, Kernel))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_column_sums_accumulate_in_float(dtype: torch.dtype) -> None:
+    def fn(g: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = torch.softmax(g, 1) * x
+        return out, out.sum(0)
+
+    g, x = torch.randn(65, 33, dtype=dtype), torch.randn(65, 33, dtype=dtype)
+    c = check(fn, g, x, atol=3e-2, rtol=2e-2)
+    assert len(_columns(c)) == 1, format_program(c.program)
+    assert "float* __restrict__ col_" in c.cpp_source  # float accumulators, as a row sum's
