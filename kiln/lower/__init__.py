@@ -113,6 +113,25 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
     return cache.cache_key("\n".join(parts), (), "graph")
 
 
+def _shape_env_of(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+    """The ShapeEnv of the graph's symbols (from a symbolic input or traced size), or None."""
+    values = list(example_inputs) + [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    for v in pytree.tree_leaves(values):
+        found = [v] if isinstance(v, (torch.SymInt, torch.SymFloat)) else (
+            [s for s in (*v.shape, *v.stride()) if isinstance(s, torch.SymInt)] if isinstance(v, torch.Tensor) else [])
+        for sym in found:
+            env = getattr(sym.node, "shape_env", None)
+            if env is not None:
+                return env
+    return None
+
+
+def _guards_recorded(shape_env: Any) -> int:
+    if shape_env is None:
+        return 0
+    return len(getattr(shape_env, "guards", ())) + len(getattr(shape_env, "runtime_asserts", ()))
+
+
 class _DebugDump:
     """KILN_DEBUG=1: each pass's output as a file named after the pass, in one folder per compiled
     graph (`lower_<n>/`) under the run folder of kiln.log, beside the capture dump. A no-op otherwise."""
@@ -210,6 +229,12 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         return CompiledGraph(fn, source, wrapper_source, program, hints, timings, signatures, lib)
 
     dump = _DebugDump.start(aten_gm)
+    # A guard the passes below record (a decomposition that reads a symbol's value, as linspace
+    # does with a float end) specializes this program to the example's values, which the key does
+    # not hold: such a program is used for this capture only (whose guards include it), never
+    # stored under the key for a later capture with other values to find.
+    shape_env = _shape_env_of(aten_gm, example_inputs)
+    guards_before = _guards_recorded(shape_env)
     gm = _copy_graph(aten_gm)
     gm = fold_batch_norm(gm)
     mark("fold_batch_norm")
@@ -255,7 +280,7 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     fn = native_wrapper.choose(fn, program, signatures, lib, options, dump.write, native_build)  # timed itself
     dump.write("codegen_wrapper.py", wrapper_source)
     dump.write("timings.txt", "".join(f"{k}: {v * 1e3:.1f} ms\n" for k, v in timings.items()))
-    if key is not None:
+    if key is not None and _guards_recorded(shape_env) == guards_before:
         cache.store_graph(key, (program, source, signatures, hints, flags), packages=("kiln.lower.",))
     for hint in hints:
         log.artifact("perf_hints", hint)
