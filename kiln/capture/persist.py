@@ -803,7 +803,7 @@ def _check_breaks(frame: StoredFrame, code: types.CodeType) -> None:
         # a decorator's wrapper calls the function it holds in a cell (`func`): materialize checks
         # that this closure holds that very function
         if not name.startswith("__callee") or not isinstance(fn, types.FunctionType) \
-                or fn.__name__ not in names and not code.co_freevars:
+                or fn.__name__ not in names and not code.co_freevars and not _module_forward(fn, frame.guards):
             raise NotPortable(f"break callee {name} is not a function {code.co_qualname} names")
     for name, value in frame.constants.items():
         if any(value is b for b in _BREAK_BUILTINS) and value.__name__ not in names:
@@ -825,6 +825,15 @@ def _check_breaks(frame: StoredFrame, code: types.CodeType) -> None:
         if len(set(resume.live)) != len(resume.live) \
                 or not set(resume.live) <= set(code_mod.live_locals_at(code, resume.offset)):
             raise NotPortable(f"{name}: locals {resume.live} are not live at offset {resume.offset}")
+
+
+def _module_forward(fn: types.FunctionType, guards: Any) -> bool:
+    """The forward of a module the frame calls (`self.encoder(x)`: the glue calls the compiled
+    forward with the module as its first argument): admitted when the frame's own data holds a
+    module of that class (the type a check_type guard of the entry expects)."""
+    return fn.__name__ == "forward" and any(
+        g.kind == "check_type" and isinstance(g.expected, type) and issubclass(g.expected, torch.nn.Module)
+        and getattr(g.expected, "forward", None) is fn for g in guards)
 
 
 def _stored_resume(value: Any) -> StoredResume:
@@ -1080,9 +1089,10 @@ def materialize(disk: DiskEntry, fn: types.FunctionType | None = None,
                 raise Stale("an entry with graph breaks is used only for the code it was read for")
             cells = [c.cell_contents for c in fn.__closure__ or () if _bound_cell(c)]
             for callee in frame.callees.values():
-                if callee.__name__ not in fn.__code__.co_names and not any(callee is c for c in cells):
+                if callee.__name__ not in fn.__code__.co_names and not any(callee is c for c in cells) \
+                        and not _module_forward(callee, frame.guards):
                     raise Stale(f"break callee {callee.__qualname__} is neither named by {fn.__qualname__} "
-                                f"nor held in its closure")
+                                f"nor held in its closure nor a guarded module's forward")
             from kiln.capture.code import ResumeRequest, resume_callable  # the bytecode library: breaks only
 
             for name, stored in frame.resumes.items():

@@ -34,6 +34,8 @@ DUNDER_READS = frozenset({"__closure__", "__dict__", "__self__", "__func__", "__
 ZERO_ARG_METHODS = frozenset({"size", "stride", "storage_offset", "item", "__reduce__"})
 # Builtins that shape guards call (symbolic/render.py), each on expressions of the same grammar.
 SHAPE_BUILTINS = frozenset({"min", "max", "abs", "int"})
+# nn.Module's own tables: what they hold belongs to the module (a frame's own data, for a break)
+MODULE_TABLES = frozenset({"_modules", "_parameters", "_buffers"})
 # Methods the glue calls as a statement on its own containers (side_effects.py: a dict rewritten).
 CONTAINER_UPDATES = frozenset({"clear", "update"})
 _LITERALS = (int, float, complex, str, bytes, bool, type(None))
@@ -211,6 +213,7 @@ class _Glue:
         self.locals: set[str] = set()
         self.tainted: set[str] = set()  # locals holding something read off L, G or F
         self.outputs: set[str] = set()  # locals holding a graph call's outputs (`__out`)
+        self.frame_values: set[str] = set()  # locals holding the frame's own values (`_break_argument`)
 
     @property
     def roots(self) -> set[str]:
@@ -293,18 +296,34 @@ def _break_arguments(call: ast.Call, glue: _Glue) -> None:
     for arg in [*call.args, *(k.value for k in call.keywords)]:
         if isinstance(arg, ast.Starred):
             arg = arg.value
-        if not _frame_own(arg) and _reads_objects(arg, glue.tainted, glue.graphs):
+        if not _break_argument(arg, glue):
             raise UnsafeSource(f"a break's call takes an object read off L, G or F: {_text(arg)}")
         _glue_value(arg, glue)
 
 
+def _break_argument(node: ast.AST, glue: _Glue) -> bool:
+    """What `_break_arguments` admits: a value that reads no object off L, G or F, the frame's own
+    value (`_frame_own`), a glue local holding one, or a display (`(L['self'],)`, `{'a': L['a']}`:
+    the star-arguments of a call) of those."""
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(_break_argument(e.value if isinstance(e, ast.Starred) else e, glue) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(k is None or _literal(k) for k in node.keys) and all(_break_argument(v, glue) for v in node.values)
+    if isinstance(node, ast.Name) and node.id in glue.frame_values:
+        return True
+    return _frame_own(node) or not _reads_objects(node, glue.tainted, glue.graphs)
+
+
 def _frame_own(node: ast.AST) -> bool:
-    """A value of the frame's own locals: `L['x']`, items of it, and what a passed-in iterator
-    iterates (`L['___stack0'].__reduce__()[1][0][2]`): subscripts and `__reduce__()` from L, no
-    attribute read, so nothing reached through an object's attributes or the globals."""
+    """A value of the frame's own locals: `L['x']`, items of it, what a passed-in iterator
+    iterates (`L['___stack0'].__reduce__()[1][0][2]`) and a module's own submodules and tensors
+    (`L['self']._modules['encoder']`): subscripts, `__reduce__()` and nn.Module's tables from L, no
+    other attribute read, so nothing reached through an object's attributes or the globals."""
     while True:
         if isinstance(node, ast.Subscript) and (_literal(node.slice) or _literal_slice(node.slice)):
             node = node.value
+            if isinstance(node, ast.Attribute) and node.attr in MODULE_TABLES:
+                node = node.value
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__reduce__" \
                 and _plain_call(node, 0):
             node = node.func.value
@@ -444,8 +463,11 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
             tainted.discard(target.id)
             fresh.discard(target.id)
             glue.outputs.discard(target.id)
+            glue.frame_values.discard(target.id)
             if graph_call:
                 glue.outputs.add(target.id)
+            if reads_objects and _break_argument(value, glue):
+                glue.frame_values.add(target.id)
             if reads_objects:
                 tainted.add(target.id)
             if _builds_container(statement.value, glue.constants):

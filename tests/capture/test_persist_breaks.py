@@ -330,3 +330,27 @@ def test_a_wrapper_s_callee_must_be_the_function_its_closure_holds(tmp_path: Pat
         stats = call()
     assert stats["frames"] == 1, stats  # the wrapper captured again; the rest from disk
     assert any("neither named by" in r.getMessage() for r in caplog.records)
+
+
+class _Encoder(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+
+def test_a_submodule_s_forward_is_a_callee_when_the_frame_holds_such_a_module() -> None:
+    from kiln.capture.guards import Guard
+    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+
+    held = [Guard("L['self']._modules['enc']", "check_type", _Encoder)]
+    assert persist._module_forward(_Encoder.forward, held)
+    assert not persist._module_forward(_Encoder.forward, [])
+    assert not persist._module_forward(_helper, held)
+    head = "def __glue_f(L, G, F):\n    __out = __graph_f_0(L['x'])\n"
+    names = dict(graph_names=["__graph_f_0"], constant_names=[], callee_names=["__callee0", "__resume1"])
+    tail = "    return __resume1(__result0, L['self'])\n"
+    check_glue_source(head + "    __v1 = L['self']._modules['enc']\n    __result0 = __callee0(__v1, __out[0])\n"
+                      + tail, "__glue_f", **names)
+    for receiver in ("L['self'].helper", "G['encoder']", "L['self']._modules['enc'].hooks"):
+        with pytest.raises(UnsafeSource):
+            check_glue_source(head + f"    __v1 = {receiver}\n    __result0 = __callee0(__v1, __out[0])\n" + tail,
+                              "__glue_f", **names)
