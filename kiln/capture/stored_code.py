@@ -25,7 +25,7 @@ from typing import Iterable
 # because programs read them (and the trace guards what it read): `self.__class__.__name__`, a
 # dict type's `__getitem__` (a method identity), the `__init__` of a class the program instantiates,
 # the validators a transformers config class holds.
-# Any other dunder (__globals__, __builtins__, __subclasses__, __code__, __init__...) is outside the
+# Any other dunder (__globals__, __builtins__, __subclasses__, __code__, __bases__...) is outside the
 # grammar: such an entry is not stored, or not used.
 DUNDER_READS = frozenset({"__closure__", "__dict__", "__self__", "__func__", "__wrapped__", "__name__",
                           "__class__", "__getitem__", "__init__", "__validators__"})
@@ -190,14 +190,6 @@ def rooted_at_locals(text: str) -> bool:
             return False
         node = node.value
     return isinstance(node, ast.Name) and node.id == "L"
-
-
-def check_expression(node: ast.AST, names: Iterable[str] = ()) -> None:
-    """Raise UnsafeSource unless `node` is a guard expression over L, G, F and `names` (read only:
-    the names are values here, never called)."""
-    if isinstance(node, ast.Expression):
-        node = node.body
-    _guard_expression(node, {"L", "G", "F", *names})
 
 
 class _Glue:
