@@ -58,3 +58,28 @@ def test_round_trip_rounds_on_the_triton_path(dtype: torch.dtype) -> None:
     with config.patch(cpu_backend="triton"):
         compiled = check(_round_trip(dtype), torch.randn(7, 33) * 100, atol=0, rtol=0)
     assert compiled.codegen == "triton"
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("dtype", HALVES)
+def test_a_half_result_read_as_float_is_rounded_first(dtype: torch.dtype) -> None:
+    # the product is a half tensor in eager: .float() reads it rounded, not the float32 product
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return (x.to(dtype) * 0.1).float() + 1
+
+    compiled = check(fn, torch.randn(9, 31) * 10, atol=0, rtol=0)
+    assert compiled.kernel_count == 1
+
+
+@pytest.mark.cpp
+def test_a_half_result_times_a_dynamic_float() -> None:
+    import kiln
+
+    def fn(x: torch.Tensor, f: float) -> torch.Tensor:
+        return (x.half() * f).float()
+
+    kiln.reset()
+    compiled = kiln.compile(fn)
+    x = torch.randn(4, 16)
+    for f in (0.5, 0.1, 0.3, 0.7):  # symbolic after the first change
+        torch.testing.assert_close(compiled(x, f), fn(x, f), rtol=0, atol=0)

@@ -371,6 +371,12 @@ def to_copy(ctx: LoweringContext, x: TensorValue, **kwargs: Any) -> TensorValue:
     if target in (torch.float16, torch.bfloat16) and x.dtype != target:
         return pointwise(ctx, [x], lambda v: ops.cast(ops.op("to_dtype", v, param=target), torch.float32),
                          compute=x.dtype)
+    if x.dtype in (torch.float16, torch.bfloat16) and x.view is None and target != x.dtype:
+        # the source is a half-typed value still in a kernel (in float32): round it to its type
+        # first, as eager stored it (x.half() * 0.1).float()
+        source = x.dtype
+        return pointwise(ctx, [x], lambda v: ops.cast(ops.op("to_dtype", v, param=source), torch.float32),
+                         compute=x.dtype)
     return pointwise(ctx, [x], lambda v: v, compute=x.dtype)
 
 
