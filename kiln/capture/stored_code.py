@@ -295,13 +295,17 @@ def _break_arguments(call: ast.Call, glue: _Glue) -> None:
 
 def _break_argument(node: ast.AST, glue: _Glue) -> bool:
     """What `_break_arguments` admits: a value that reads no object off L, G or F, the frame's own
-    value (`_frame_own`), a glue local holding one, or a display (`(L['self'],)`, `{'a': L['a']}`:
-    the star-arguments of a call) of those."""
+    value (`_frame_own`), one attribute of it that the frame's code names (`L['self'].loss_function`:
+    a break at a LOAD_ATTR the trace could not run), a glue local holding one, or a display
+    (`(L['self'],)`, `{'a': L['a']}`: the star-arguments of a call) of those."""
     if isinstance(node, (ast.Tuple, ast.List)):
         return all(_break_argument(e.value if isinstance(e, ast.Starred) else e, glue) for e in node.elts)
     if isinstance(node, ast.Dict):
         return all(k is None or _literal(k) for k in node.keys) and all(_break_argument(v, glue) for v in node.values)
     if isinstance(node, ast.Name) and node.id in glue.frame_values:
+        return True
+    if isinstance(node, ast.Attribute) and node.attr in glue.methods and not node.attr.startswith("__") \
+            and _frame_own(node.value):
         return True
     return _frame_own(node) or not _reads_objects(node, glue.tainted, glue.graphs)
 

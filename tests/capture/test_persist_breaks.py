@@ -354,3 +354,17 @@ def test_a_submodule_s_forward_is_a_callee_when_the_frame_holds_such_a_module() 
         with pytest.raises(UnsafeSource):
             check_glue_source(head + f"    __v1 = {receiver}\n    __result0 = __callee0(__v1, __out[0])\n" + tail,
                               "__glue_f", **names)
+
+
+def test_an_attribute_the_code_names_of_a_frame_value_may_go_to_the_resume_function() -> None:
+    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+
+    head = "def __glue_forward(L, G, F):\n    __out = __graph_f_0(L['x'])\n"
+    names = dict(graph_names=["__graph_f_0"], constant_names=[], callee_names=["__resume2"],
+                 method_names=["loss_function", "labels"])
+    tail = "    return __resume2(__result0, L['self'], __out[0])\n"
+    check_glue_source(head + "    __result0 = L['self'].loss_function\n" + tail, "__glue_forward", **names)
+    for read in ("L['self'].other_function", "L['self'].loss_function.labels", "G['os'].loss_function",
+                 "L['self'].__class__"):
+        with pytest.raises(UnsafeSource):
+            check_glue_source(head + f"    __result0 = {read}\n" + tail, "__glue_forward", **names)
