@@ -51,6 +51,20 @@ _BREAK_FNS = {torch.manual_seed: "random", torch.seed: "random", torch.save: "un
               torch.autograd.grad: "unsupported_call", torch.autograd.backward: "unsupported_call"}
 
 
+def _break_kind(fn: Any) -> str | None:
+    """The break kind of a call to fn, seen through functools.wraps wrappers: importing torch._dynamo
+    replaces torch.manual_seed with a wrapper (torch._disable_dynamo) that _BREAK_FNS does not hold."""
+    for _ in range(4):
+        try:
+            kind = _BREAK_FNS.get(fn)
+        except TypeError:  # unhashable
+            return None
+        if kind is not None or not hasattr(fn, "__wrapped__"):
+            return kind
+        fn = fn.__wrapped__
+    return None
+
+
 class TorchFunctionVariable(Variable):
     """A function of the torch namespace; calling it records a node (or folds at trace time)."""
 
@@ -80,8 +94,9 @@ class TorchFunctionVariable(Variable):
             converted = numpy_to_tensor(tx, fn, args, kwargs)
             if converted is not None:
                 return converted
-        if fn in _BREAK_FNS:
-            raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}", kind=_BREAK_FNS[fn])
+        kind = _break_kind(fn)
+        if kind is not None:
+            raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}", kind=kind)
         if fn in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode):
             return GradModeVariable.create(tx, fn, list(args), kwargs)
         if fn in _TORCH_FUNCTION_CHECKS:
@@ -127,7 +142,7 @@ def is_torch_function(value: Any) -> bool:
     if objclass is not None and objclass in (torch._C.TensorBase, torch.Tensor):
         return True
     try:
-        if (value in _CONSTANT_FNS or value in _BREAK_FNS or value in _TORCH_FUNCTION_CHECKS
+        if (value in _CONSTANT_FNS or _break_kind(value) is not None or value in _TORCH_FUNCTION_CHECKS
                 or value in _COMPILING_FNS or value in _EXPORTING_FNS):
             return True
     except TypeError:  # unhashable objects are never torch functions
