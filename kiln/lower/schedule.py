@@ -108,27 +108,45 @@ def _substitution(node: Buffer, outer: Sequence[sympy.Expr], inner: Sequence[sym
     return None
 
 
-def column_substitution(node: Buffer, outer: Sequence[sympy.Expr], inner: Sequence[sympy.Expr]) -> dict | None:
-    """A sum over the kernel's outer range kept per inner point (the bias gradient of a linear layer,
-    the weight gradient of a layer norm: a column sum of the [rows, C] gradient the kernel makes),
-    as a map of the node's variables (kept dims to inner, reduced dims to outer), or None. Each
-    thread sums the rows it runs into its own row of accumulators; the rows are added in thread
-    order after the loop, so the result does not depend on which thread ran first."""
+def column_split(node: Buffer, outer: Sequence[sympy.Expr], inner: Sequence[sympy.Expr]) -> int | None:
+    """How many leading outer dims a sum over outer dims reduces (the rest of the outer dims and the
+    inner ones are kept: a position-embedding gradient sums a [B, T, C] gradient over B only), or
+    None when `node` is no such sum (column_substitution)."""
     if not isinstance(node, Reduction) or node.reduction_type != "sum" or not node.layout.dtype.is_floating_point:
         return None
+    for split in range(len(outer), 0, -1):
+        if _column_map(node, outer, inner, split) is not None:
+            return split
+    return None
+
+
+def column_substitution(node: Buffer, outer: Sequence[sympy.Expr], inner: Sequence[sympy.Expr]) -> dict | None:
+    """A sum over the kernel's outer range (or its leading dims) kept per remaining point (the bias
+    gradient of a linear layer, the weight gradient of a layer norm: a column sum of the [rows, C]
+    gradient the kernel makes), as a map of the node's variables (reduced dims to the leading outer
+    dims, kept dims to the others), or None. Each thread sums the rows it runs into its own row of
+    accumulators; the rows are added in thread order after the loop, so the result does not depend
+    on which thread ran first."""
+    split = column_split(node, outer, inner)
+    return None if split is None else _column_map(node, outer, inner, split)
+
+
+def _column_map(node: Buffer, outer: Sequence[sympy.Expr], inner: Sequence[sympy.Expr], split: int) -> dict | None:
+    assert isinstance(node, Reduction)
     if not outer or not inner:
         return None
     xs, ys = kernel_vars(len(outer), len(inner))
+    # size-1 outer dims are 0, as node_substitution writes them
+    ones = {x: sympy.Integer(0) for x, r in zip(xs, outer) if r == 1}
+    kept_ranges, kept_vars = tuple(outer[split:]) + tuple(inner), tuple(xs[split:]) + tuple(ys)
     # equal ranges map one to one (a size-1 dim keeps its variable, as a pointwise node's does)
-    kept = list(ys) if tuple(node.ranges) == tuple(inner) else _reshape(tuple(node.ranges), tuple(inner), ys)
-    reduced = (list(xs) if tuple(node.reduction_ranges) == tuple(outer)
-               else _reshape(tuple(node.reduction_ranges), tuple(outer), xs))
-    if reduced is not None:  # size-1 outer dims: 0, as node_substitution writes them
-        reduced = [sympy.Integer(0) if r == 1 else e for e, r in zip(reduced, node.reduction_ranges)]
+    kept = list(kept_vars) if tuple(node.ranges) == kept_ranges else _reshape(tuple(node.ranges), kept_ranges, kept_vars)
+    reduced = (list(xs[:split]) if tuple(node.reduction_ranges) == tuple(outer[:split])
+               else _reshape(tuple(node.reduction_ranges), tuple(outer[:split]), xs[:split]))
     if kept is None or reduced is None:
         return None
-    return {**dict(zip(index_vars("i", len(node.ranges)), kept)),
-            **dict(zip(index_vars("r", len(node.reduction_ranges)), reduced))}
+    return {v: sympy.sympify(e).xreplace(ones) for v, e in
+            zip(index_vars("i", len(node.ranges)) + index_vars("r", len(node.reduction_ranges)), kept + reduced)}
 
 
 def kernel_substitution(k: "Kernel", node: Buffer) -> dict | None:

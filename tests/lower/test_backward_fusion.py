@@ -248,3 +248,33 @@ def test_half_precision_column_sums_accumulate_in_float(dtype: torch.dtype) -> N
     c = check(fn, g, x, atol=3e-2, rtol=2e-2)
     assert len(_columns(c)) == 1, format_program(c.program)
     assert "float* __restrict__ col_" in c.cpp_source  # float accumulators, as a row sum's
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(3, 7, 24), (1, 5, 9), (8, 67, 65), (4, 1, 33)])
+def test_sum_over_the_batch_only_keeps_the_other_outer_dims(dtype: torch.dtype, shape: tuple) -> None:
+    # a position embedding's gradient: the [B, T, C] gradient summed over B, kept per (T, C); each
+    # thread keeps a T x C row of accumulators. (8, 67, 65): the parallel loop
+    def fn(g: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = torch.softmax(g, -1) * x
+        return out, out.sum(0)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        c = check(fn, torch.randn(*shape, dtype=dtype), torch.randn(*shape, dtype=dtype), **_tol(dtype))
+    finally:
+        torch.set_num_threads(threads)
+    assert c.kernel_count == 1 and len(_columns(c)) == 1, format_program(c.program)
+
+
+def test_sum_over_the_batch_only_with_dynamic_shapes() -> None:
+    def fn(g: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = torch.softmax(g, -1) * x
+        return out, out.sum(0)
+
+    c = check(fn, torch.randn(3, 7, 24), torch.randn(3, 7, 24), dynamic=True, atol=1e-5, rtol=1e-5)
+    for shape in [(2, 9, 5), (5, 3, 24)]:
+        g, x = torch.randn(*shape), torch.randn(*shape)
+        for got, want in zip(c(g, x), fn(g, x)):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -19,7 +19,8 @@ from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, BodyWriter, cexpr, compu
 from kiln.lower.codegen.memory import aliasing_args
 from kiln.lower.ir import (Buffer, FloorDiv, Index, Load, Masked, ModularIndexing, Op, Pointwise, Reduction, Scan,
                            Value, contiguous_strides, index_vars, walk)
-from kiln.lower.schedule import Kernel, KernelProgram, ScatterKernel, kernel_substitution, kernel_vars, node_substitution
+from kiln.lower.schedule import (Kernel, KernelProgram, ScatterKernel, column_split, kernel_substitution, kernel_vars,
+                                 node_substitution)
 from kiln.symbolic.expr import is_float_symbol
 
 REDUCE_INIT = {"sum": "0", "prod": "1", "any": "false", "all": "true"}
@@ -114,7 +115,7 @@ class KernelWriter:
                 continue
             reds = [n for n in blk.nodes if isinstance(n, Reduction) and n.name not in k.columns]
             accs = {n.name: f"acc_{n.name}" for n in reds}
-            accs.update({name: f"col_{name}[{_linear(ys, k.inner)}]" for name in k.columns})
+            accs.update({name: f"col_{name}[{self._column_place(k, name)[1]}]" for name in k.columns})
             pre, post, clauses = [], [], []
             serial = any(n.reduction_type in ("argmax", "argmin") for n in reds)
             for n in reds:
@@ -172,10 +173,10 @@ class KernelWriter:
         of zeroed accumulators per thread, and the parallel region whose threads each take theirs;
         the outer loop is shared out statically."""
         threads = ("kiln_threads()" if self.adaptive_threads else "kiln_all_threads()") if parallel else "1"
-        width = cexpr(sympy.Mul(*k.inner))
         body = [f"const int kiln_nt = {threads};"]
         for name in sorted(k.columns):
             T = CTYPE[compute(self.storage[name])]
+            width = self._column_place(k, name)[0]
             body += [f"{T}* part_{name} = static_cast<{T}*>(std::malloc(sizeof({T}) * kiln_nt * {width}));",
                      f"for (int64_t j = 0; j < kiln_nt * {width}; j++) part_{name}[j] = {T}(0);"]
         if parallel:
@@ -184,7 +185,7 @@ class KernelWriter:
         me = "omp_get_thread_num()" if parallel else "0"
         for name in sorted(k.columns):
             T = CTYPE[compute(self.storage[name])]
-            body.append(f"{T}* __restrict__ col_{name} = part_{name} + {me} * {width};")
+            body.append(f"{T}* __restrict__ col_{name} = part_{name} + {me} * {self._column_place(k, name)[0]};")
         if k.scratch and not on_stack:
             for name, (size, T) in sorted(rows.items()):
                 body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * {cexpr(size)}));")
@@ -197,7 +198,6 @@ class KernelWriter:
     def _columns_close(self, k: Kernel, ys: Sequence[sympy.Symbol], on_stack: bool) -> list[str]:
         """After the outer loop: each column sum is the threads' rows added in thread order (the same
         order every run), stored like any reduction result."""
-        width = cexpr(sympy.Mul(*k.inner))
         body = [f"std::free({name});" for name in sorted(k.scratch) if not on_stack] + ["}"]
         o, c = _loops(ys, k.inner, None)
         body += o
@@ -205,15 +205,28 @@ class KernelWriter:
         for name in sorted(k.columns):
             n = next(node for node in k.nodes if node.name == name)
             T = CTYPE[compute(self.storage[name])]
-            body += [f"{T} sum_{name} = part_{name}[{lin}];",
-                     f"for (int t = 1; t < kiln_nt; t++) sum_{name} += part_{name}[t * {width} + {lin}];"]
+            width, lin, kept_vars, kept_ranges = self._column_place(k, name)
+            o, c = _loops(kept_vars, kept_ranges, None)
+            body += o + [f"{T} sum_{name} = part_{name}[{lin}];",
+                         f"for (int t = 1; t < kiln_nt; t++) sum_{name} += part_{name}[t * {width} + {lin}];"]
             sub = kernel_substitution(k, n)
             assert sub is not None
             w = BodyWriter(self.storage, sub, {}, self.counter)
             w.store(name, n.layout.index(_ivars(len(n.ranges))), f"sum_{name}")
             body += w.lines
             self._note(self.writes, name)
-        return body + c + [f"std::free(part_{name});" for name in sorted(k.columns)]
+        return body + [f"std::free(part_{name});" for name in sorted(k.columns)]
+
+    def _column_place(self, k: Kernel, name: str) -> tuple[str, str, tuple, tuple]:
+        """A column sum's accumulator row: its length, the position of the current point in it (both
+        C), and the kernel variables and ranges it is kept over (the trailing outer dims it does not
+        reduce, then the inner ones)."""
+        node = next(n for n in k.nodes if n.name == name)
+        split = column_split(node, k.outer, k.inner)
+        assert split is not None  # the scheduler placed it as a column sum
+        xs, ys = kernel_vars(len(k.outer), len(k.inner))
+        kept_vars, kept_ranges = tuple(xs[split:]) + tuple(ys), tuple(k.outer[split:]) + tuple(k.inner)
+        return cexpr(sympy.Mul(*kept_ranges)), _linear(kept_vars, kept_ranges), kept_vars, kept_ranges
 
     def _scratch_rows(self, k: Kernel, xs: Sequence[sympy.Symbol], ys: Sequence[sympy.Symbol]
                       ) -> dict[str, tuple[sympy.Expr, str]]:
