@@ -199,9 +199,6 @@ class KernelWriter:
         """After the outer loop: each column sum is the threads' rows added in thread order (the same
         order every run), stored like any reduction result."""
         body = [f"std::free({name});" for name in sorted(k.scratch) if not on_stack] + ["}"]
-        o, c = _loops(ys, k.inner, None)
-        body += o
-        lin = _linear(ys, k.inner)
         for name in sorted(k.columns):
             n = next(node for node in k.nodes if node.name == name)
             T = CTYPE[compute(self.storage[name])]
@@ -213,7 +210,7 @@ class KernelWriter:
             assert sub is not None
             w = BodyWriter(self.storage, sub, {}, self.counter)
             w.store(name, n.layout.index(_ivars(len(n.ranges))), f"sum_{name}")
-            body += w.lines
+            body += w.lines + c
             self._note(self.writes, name)
         return body + [f"std::free(part_{name});" for name in sorted(k.columns)]
 
