@@ -20,7 +20,7 @@ import torch.fx as fx
 from torch.utils import _pytree as pytree
 
 from kiln.autograd.joint import JointTrace
-from kiln.autograd.reorder import reorder_for_peak_memory
+from kiln.autograd.reorder import is_view_op as _is_view, reorder_for_peak_memory
 from kiln.autograd.tracer import size_hint
 
 aten = torch.ops.aten
@@ -67,14 +67,6 @@ class Partition:
     def activation_bytes(self) -> int:
         """Saved bytes that are not inputs or views of inputs: the memory a partition really holds."""
         return sum(s.nbytes for s in self.saved_tensors if not s.aliases_input)
-
-
-def _is_view(target: Any) -> bool:
-    schema = getattr(target, "_schema", None)
-    if schema is None or not schema.returns:
-        return False
-    alias = schema.returns[0].alias_info
-    return alias is not None and not alias.is_write
 
 
 def is_recomputable(node: fx.Node) -> bool:

@@ -46,15 +46,17 @@ def _bytes(value: Any) -> int:
     return 0
 
 
-def _is_view(node: fx.Node) -> bool:
-    target = node.target
-    if target is operator.getitem:
-        return True
+def is_view_op(target: Any) -> bool:
+    """An op whose first result aliases its input without writing it (view, t, expand, ...)."""
     schema = getattr(target, "_schema", None)
     if schema is None or not schema.returns:
         return False
     alias = schema.returns[0].alias_info
     return alias is not None and not alias.is_write
+
+
+def _is_view(node: fx.Node) -> bool:
+    return node.target is operator.getitem or is_view_op(node.target)
 
 
 def _pointwise(node: fx.Node) -> bool:

@@ -144,18 +144,24 @@ class DynamicPolicy:
         """Whether the int argument at `source` is captured as a symbol this time."""
         if isinstance(value, bool) or not isinstance(value, int):
             return False
+        # Unlike sizes, a dynamic int stays symbolic at 0 and 1 (as in torch.compile): a loop
+        # index passed to a resume function or a helper takes those values on every run, and
+        # a branch on one is a guard on the symbol anyway.
+        return self._scalar_is_dynamic(source, value, dynamic, config.specialize_int, self._ints, "int")
+
+    def _scalar_is_dynamic(self, source: str, value: int | float, dynamic: bool | None, specialize: bool,
+                           seen_values: dict[str, _SeenInt], kind: str) -> bool:
+        """The automatic-dynamic rule for a number argument: never under dynamic=False or when
+        `specialize` is set, always under dynamic=True, else once its value has changed."""
         self._dynamic = dynamic
-        if dynamic is False or config.specialize_int:
-            # Unlike sizes, a dynamic int stays symbolic at 0 and 1 (as in torch.compile): a loop
-            # index passed to a resume function or a helper takes those values on every run, and
-            # a branch on one is a guard on the symbol anyway.
+        if dynamic is False or specialize:
             return False
         if dynamic is True or not config.assume_static_by_default:
             return True
-        seen = self._ints.get(source)
+        seen = seen_values.get(source)
         changed = seen is not None and (seen.changed or seen.value != value)
         if changed and config.automatic_dynamic_shapes:
-            log.artifact("dynamic", lambda: f"{user_words(source)} is a dynamic int: its value changed")
+            log.artifact("dynamic", lambda: f"{user_words(source)} is a dynamic {kind}: its value changed")
             return True
         return False
 
@@ -184,17 +190,7 @@ class DynamicPolicy:
         (torch.compile's specialize_float=False), except that inf and nan stay constants."""
         if type(value) is not float or not math.isfinite(value):
             return False
-        self._dynamic = dynamic
-        if dynamic is False or config.specialize_float:
-            return False
-        if dynamic is True or not config.assume_static_by_default:
-            return True
-        seen = self._floats.get(source)
-        changed = seen is not None and (seen.changed or seen.value != value)
-        if changed and config.automatic_dynamic_shapes:
-            log.artifact("dynamic", lambda: f"{user_words(source)} is a dynamic float: its value changed")
-            return True
-        return False
+        return self._scalar_is_dynamic(source, value, dynamic, config.specialize_float, self._floats, "float")
 
     def note_float(self, source: str, value: float, symbolic: bool = False) -> None:
         """Remember the value a float argument had at a capture (`symbolic`: it was a symbol there,
