@@ -29,7 +29,6 @@ from torch.utils import _pytree as pytree
 
 from kiln import compile_time, config, log
 from kiln.lower.checks import ERROR_RECORD, describe_site, sites_of
-from kiln.lower.codegen.memory import plan_memory
 from kiln.lower.codegen.wrapper import WrapperWriter
 from kiln.lower.ir import BufferRef, ConstantBuffer, InputBuffer, Layout, SymExpr
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
@@ -301,20 +300,7 @@ class NativeWrapperWriter(WrapperWriter):
         checked = any(ERROR_RECORD in bufs for bufs, _, _ in self.signatures.values())
         if checked:
             L.append(f"  int64_t {ERROR_RECORD}[3] = {{0, 0, 0}};")
-        last_use = self._last_uses()
-        outputs = {o.name for o in ir.outputs if isinstance(o, BufferRef)}
-        self.facts = self.memory_facts(last_use, outputs)
-        self.plan = plan_memory(self.facts)
-        for s, step in enumerate(self.program.steps):
-            if isinstance(step, (Kernel, ScatterKernel)):
-                self._kernel(step)
-            else:
-                self._extern(step)
-            dead = sorted(n for n, last in last_use.items() if last == s and n not in outputs
-                          and n in self.layouts and not n.startswith("const_") and n not in self.plan.kept
-                          and n in self.tensors)
-            if dead:
-                L.append("  " + " ".join(f"{n}.reset();" for n in dead))
+        self.emit_steps(lambda dead: L.append("  " + " ".join(f"{n}.reset();" for n in dead)))
         L.append(f"  outs->reserve({len(ir.outputs)});")
         for o in ir.outputs:
             if isinstance(o, BufferRef):
@@ -328,6 +314,9 @@ class NativeWrapperWriter(WrapperWriter):
         L.append("  return 0;")
         sites = sites_of(self._bodies()) if checked else set()
         return self._assemble(sites)
+
+    def frees(self, name: str) -> bool:
+        return name in self.tensors  # an at::Tensor variable of the function (not a raw pointer)
 
     def _assemble(self, sites: set[int]) -> str:
         includes = "\n".join(f"#include <ATen/ops/{name}.h>" if name == "randint" else f"#include <ATen/ops/{name}_ops.h>"

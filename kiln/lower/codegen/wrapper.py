@@ -174,6 +174,16 @@ class WrapperWriter:
                 self.layouts[buf.name] = buf.layout
         if ir.seed_needed:
             L.append("    seed = int(torch.randint(-2 ** 62, 2 ** 62, ()).item())")
+        self.emit_steps(lambda dead: L.append(f"    del {', '.join(dead)}"))
+        outs = [self.ref(o) if isinstance(o, BufferRef) else pyexpr(o.expr) if isinstance(o, SymExpr) else repr(o)
+                for o in ir.outputs]
+        L.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        return "\n".join(L) + "\n"
+
+    def emit_steps(self, free: Callable[[list[str]], None]) -> None:
+        """Plan the buffers, then write each step's call followed by `free(names)` of the buffers
+        that die after it (never outputs, constants or buffers the plan keeps for a later step)."""
+        ir = self.program.ir
         last_use = self._last_uses()
         outputs = {o.name for o in ir.outputs if isinstance(o, BufferRef)}
         self.facts = self.memory_facts(last_use, outputs)
@@ -184,13 +194,14 @@ class WrapperWriter:
             else:
                 self._extern(step)
             dead = sorted(n for n, last in last_use.items() if last == s and n not in outputs
-                          and n in self.layouts and not n.startswith("const_") and n not in self.plan.kept)
+                          and n in self.layouts and not n.startswith("const_") and n not in self.plan.kept
+                          and self.frees(n))
             if dead:
-                L.append(f"    del {', '.join(dead)}")
-        outs = [self.ref(o) if isinstance(o, BufferRef) else pyexpr(o.expr) if isinstance(o, SymExpr) else repr(o)
-                for o in ir.outputs]
-        L.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
-        return "\n".join(L) + "\n"
+                free(dead)
+
+    def frees(self, name: str) -> bool:
+        """Whether the wrapper holds `name` in a variable it can drop (every buffer, here)."""
+        return True
 
     def kernel_buffers(self, step: Kernel) -> list[str]:
         """The buffers a kernel takes, in its argument order (what the wrapper allocates for it)."""
