@@ -1,6 +1,7 @@
 """Build C++ source with the system compiler into a shared object and load it, verified, with ctypes.
 
-Flags: -O3 -march=native -fopenmp for parallel vectorized loops,
+Flags: -O3 -march=native -fopenmp for parallel vectorized loops (512 bits wide where x86 has
+AVX-512: WIDE_VECTORS),
 -fno-math-errno so math calls can vectorize (through glibc's libmvec, -lmvec) without -ffast-math's
 changes to NaN and infinity, and -fwrapv so integer overflow wraps as ATen's does; sin/cos builtins
 are off so g++ cannot merge them into a scalar sincos call (see codegen/cpp.py).
