@@ -9,6 +9,7 @@ layer norm, gelu stay whole so they fuse). Corresponds to torch/_inductor/decomp
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any
 
 import torch
@@ -103,7 +104,12 @@ class _Recorder(TorchDispatchMode):
                 return out
         out = func(*args, **kwargs)
         fx_args, fx_kwargs = pytree.tree_map(self._node_of, (args, kwargs))
-        node = self.graph.call_function(func, tuple(fx_args), fx_kwargs)
+        with warnings.catch_warnings():
+            # A decomposition's scalar may be a SymFloat/SymInt (linspace's step from a float
+            # argument): the lowering reads it as its symbolic expression, so torch.fx's warning
+            # about raw symbolic arguments is noise for the user here.
+            warnings.filterwarnings("ignore", message="Raw Sym", category=UserWarning)
+            node = self.graph.call_function(func, tuple(fx_args), fx_kwargs)
         node.meta["val"] = out
         if isinstance(out, torch.Tensor):
             self.nodes[id(out)] = node
