@@ -85,6 +85,21 @@ def test_keeping_a_donor_alive_must_not_raise_the_peak() -> None:
     assert plan_memory(facts).reuse == {"b": "a"}
 
 
+def test_a_donor_is_not_held_above_the_peak_that_other_reuses_reach() -> None:
+    # x (400 B of int64) dies in step 1. Step 2 makes a 1600 B extern result m, which b (its size)
+    # overwrites in place in step 3: without that reuse step 3 would hold 3200 B, with it 1600 B.
+    # y needs x's size and dtype in step 4. Holding x through steps 2 and 3 stays under the 3200 B of the unplanned graph
+    # but raises the planned peak from 1600 B to 2000 B: y is allocated afresh, b still reuses m.
+    m = Allocation("m", 2, F32, sympy.Integer(400))
+    base = _facts([("x", 0, I64, 50), ("b", 3, F32, 400), ("y", 4, I64, 50)],
+                  {"x": 1, "m": 3, "b": 3, "y": 4}, produced=[("m", 2, 1600)])
+    b = dataclasses.replace(base.allocations[1], inplace=frozenset({"m"}))
+    facts = dataclasses.replace(base, allocations=(base.allocations[0], b, base.allocations[2]), results=(m,))
+    plan = plan_memory(facts)
+    assert plan.reuse == {"b": "m"}
+    check_plan(facts, plan)
+
+
 def test_a_larger_donor_serves_a_smaller_buffer_and_the_smallest_fit_wins() -> None:
     facts = _facts([("big", 0, F32, 1024), ("mid", 0, F32, 128), ("b", 2, F32, 100)],
                    {"big": 1, "mid": 1, "b": 3}, steps=4)
@@ -156,6 +171,21 @@ def in_place_over_an_extern_result(x, w):
     return (m.sin() * 2 + m.cos(), m.t().exp())  # one kernel may overwrite m; the other reads it transposed
 
 
+def layer_norm_over_a_matmul(x, w):
+    return torch.nn.functional.layer_norm(x @ w, (x.shape[-1],))  # mean and variance sweep m, then overwrite it
+
+
+def softmax_over_a_matmul(x, w):
+    return (x @ w * 3).softmax(-1)
+
+
+def softmax_then_a_sum_that_reads_the_matmul_again(x, w):
+    m = x @ w
+    a = (m * 3).softmax(-1)
+    s = (a * a).sum(-1, keepdim=True)
+    return a, m * s  # m * s is a block after a's that reads m: a may not overwrite m (m * s may)
+
+
 def chain_of_same_sized_buffers(x, w):
     y = x
     for _ in range(4):
@@ -164,7 +194,8 @@ def chain_of_same_sized_buffers(x, w):
 
 
 TEMPTING = [extern_view_read_late, output_returned_as_a_view, transposed_read_in_the_allocating_kernel,
-            in_place_over_an_extern_result, chain_of_same_sized_buffers]
+            in_place_over_an_extern_result, chain_of_same_sized_buffers, layer_norm_over_a_matmul,
+            softmax_over_a_matmul, softmax_then_a_sum_that_reads_the_matmul_again]
 OPTIONS = {"aten_fallback": frozenset({"aten.t.default"})}
 
 
@@ -242,6 +273,13 @@ def test_in_place_only_where_the_kernel_reads_the_donor_at_the_element_it_writes
     assert chain.count("# reuse in place") >= 3  # each kernel overwrites the matmul result it reads
     mixed = _compile(in_place_over_an_extern_result, x, w).wrapper_source
     assert "# reuse" not in mixed  # m is also read transposed in the same kernel
+    # a row's reductions read the matmul result in earlier blocks, at the elements the row's store
+    # writes: the normalized row overwrites it
+    for fn in (layer_norm_over_a_matmul, softmax_over_a_matmul):
+        assert "# reuse in place" in _compile(fn, x, w).wrapper_source, fn.__name__
+    again = _compile(softmax_then_a_sum_that_reads_the_matmul_again, x, w).wrapper_source
+    _, product = re.search(r"return \((\w+), (\w+)\)", again).groups()
+    assert re.findall(r"(\w+) = \w+  # reuse in place", again) == [product]
 
 
 @pytest.mark.parametrize("line", ["    buf9 = buf0.clear(); del buf0  # reuse",
@@ -280,6 +318,7 @@ def _frees_one_step_early(facts: MemoryFacts) -> MemoryPlan:
     (_ignores_aliases_and_outputs, output_returned_as_a_view),
     (_frees_one_step_early, transposed_read_in_the_allocating_kernel),
     (_anything_in_place, in_place_over_an_extern_result),
+    (_anything_in_place, softmax_then_a_sum_that_reads_the_matmul_again),
 ])
 def test_a_broken_planner_is_caught(monkeypatch, broken, fn) -> None:
     monkeypatch.setattr(wrapper_module, "plan_memory", broken)
