@@ -162,7 +162,8 @@ class Emitter:
                                           "___default_dtype": torch.get_default_dtype,
                                           "___any_autocast": torch._C._is_any_autocast_enabled,
                                           "___same_items": _same_items,
-                                          "___class_lookup": class_lookup}
+                                          "___class_lookup": class_lookup,
+                                          "___constant_result": _constant_result_holds}
         self._names: dict[Any, str] = {}
 
     def bind(self, obj: Any) -> str:
@@ -333,6 +334,55 @@ def check_class_attr(expected: ClassAttribute, name: str, em: Emitter) -> list[C
         checks += [Check(c.code.format(v=where), lambda env: f"the code or defaults of {owner} changed")
                    for c in _function_contents(function, owner, em)]
     return checks
+
+
+@dataclass(frozen=True)
+class ConstantCall:
+    """A call capture made for real because its function is marked as having a constant result
+    (assume_constant_result; transformers' install probes): the function, its constant arguments
+    (kwargs as items) and the result the graph was traced with. The mark promises one answer for
+    the lifetime of a process, not across processes (another environment, another install): an
+    entry read from disk calls the function once in the new process before it is used."""
+
+    fn: Any
+    args: tuple
+    kwargs: tuple
+    result: Any
+
+    def __str__(self) -> str:
+        return f"{getattr(self.fn, '__qualname__', '?')}(...) returns {_short(self.result)}"
+
+
+# (id(fn), args, kwargs) -> (fn, result): one real call per function and arguments per process,
+# the one capture made or the first guard check of an entry read from disk (fn kept alive, so that
+# its id is not reused)
+_CONSTANT_RESULTS: dict[tuple[int, str, str], tuple[Any, Any]] = {}
+
+
+def note_constant_result(call: ConstantCall) -> None:
+    """What capture's real call of a constant-result function returned (no second call in-process)."""
+    _CONSTANT_RESULTS[(id(call.fn), repr(call.args), repr(call.kwargs))] = (call.fn, call.result)
+
+
+def _constant_result_holds(call: ConstantCall) -> bool:
+    key = (id(call.fn), repr(call.args), repr(call.kwargs))
+    known = _CONSTANT_RESULTS.get(key)
+    if known is None or known[0] is not call.fn:
+        try:
+            result = call.fn(*call.args, **dict(call.kwargs))
+        except Exception:
+            return False  # capture raises the same and breaks there
+        known = _CONSTANT_RESULTS[key] = (call.fn, result)
+    return known[1] is call.result or (type(known[1]) is type(call.result) and known[1] == call.result)
+
+
+@guard_kind
+def check_constant_result(expected: ConstantCall, name: str, em: Emitter) -> list[Check]:
+    # Source "": the function is bound as a constant (its identity at the source the trace read it
+    # from has its own check_id guard), so the check never calls anything else.
+    return [Check(f"___constant_result({em.bind(expected)})",
+                  lambda env: f"{getattr(expected.fn, '__qualname__', '?')}() no longer returns "
+                              f"{_short(expected.result)}")]
 
 
 @guard_kind

@@ -48,7 +48,9 @@ when every part can be checked in another process, else it stays in memory only:
     Types in check_type and check_tensor are handled the same way (and the iterator types of a
     loop, by name);
     check_value only with literal values, sets of them and enum members; check_class_attr with
-    literal, function, descriptor or absent values (not data objects). An identity guard on an
+    literal, function, descriptor or absent values (not data objects); check_constant_result (a function marked as
+    having a constant result, lru_cache'd or not, by name: the mark holds within one process, so a
+    process reading the entry calls it once and compares the result). An identity guard on an
     object that has no name (a model's config reached through a second path) is stored as an
     aliasing guard over every guarded path to it, which is what the trace relied on.
 A stored object that cannot be found again, or whose digest differs, makes the whole entry unusable
@@ -77,8 +79,9 @@ from typing import Any, Iterator
 import torch
 
 from kiln import config, log
-from kiln.capture.guards import (ABSENT, CheckFn, ClassAttribute, FunctionCode, GlobalState, Guard, TensorSpec,
-                                 compile_guards)
+from kiln.capture.guards import (ABSENT, CheckFn, ClassAttribute, ConstantCall, FunctionCode, GlobalState, Guard,
+                                 TensorSpec, compile_guards)
+from kiln.capture.options import CONSTANT_RESULT_MARKER
 from kiln.capture.stored_code import UnsafeSource, check_glue_source, check_guard_source, rooted_at_locals
 from kiln.runtime import artifact, cache, records, store as files
 
@@ -332,11 +335,14 @@ def _wrapped_depth(obj: Any) -> int:
 
 def _unwrap(obj: Any) -> Any:
     """The function a decorator wrapped, read from the wrapper's own dict (no descriptor runs)."""
-    namespace = getattr(obj, "__dict__", None) if isinstance(obj, types.FunctionType) else None
+    namespace = getattr(obj, "__dict__", None) if isinstance(obj, (types.FunctionType, _LruCache)) else None
     return namespace.get("__wrapped__") if isinstance(namespace, dict) else None
 
 
-_NAMED_KINDS = (types.FunctionType, types.BuiltinFunctionType, type)
+# functools.lru_cache's wrapper: capture steps past its cache (it traces, or for a constant-result
+# function calls, the function under it), so it goes by name with the digest of that function
+_LruCache = functools._lru_cache_wrapper
+_NAMED_KINDS = (types.FunctionType, types.BuiltinFunctionType, type, _LruCache)
 _MEMBER_KINDS = (property, staticmethod, classmethod)
 
 
@@ -397,6 +403,8 @@ def _encode_named(obj: Any) -> Any:
         return ("function", module, qualname, function_digest(obj))
     if isinstance(obj, type):
         return ("class", module, qualname, class_digest(obj))
+    if isinstance(obj, _LruCache) and isinstance(_unwrap(obj), types.FunctionType):
+        return ("lru_cache", module, qualname, function_digest(_unwrap(obj)))
     raise NotPortable(f"{module}.{obj.__qualname__}")
 
 
@@ -462,7 +470,9 @@ def _decode_named(data: Any) -> Any:
             raise records.RecordError(f"{module} is not a trusted module")
         return found
     actual = function_digest(found) if kind == "function" and isinstance(found, types.FunctionType) \
-        else class_digest(found) if kind == "class" and isinstance(found, type) else None
+        else class_digest(found) if kind == "class" and isinstance(found, type) \
+        else function_digest(_unwrap(found)) if kind == "lru_cache" and isinstance(found, _LruCache) \
+        and isinstance(_unwrap(found), types.FunctionType) else None
     if actual is None or actual != digest:
         raise Stale(f"{module}.{qualname} changed since the entry was stored")
     return found
@@ -559,7 +569,7 @@ def _decode_member(kind: str, module: str, qualname: str, digest: Any) -> Any:
 
 
 _NAMED = records.Reference("named", _encode_named, _decode_named)
-_RECORD_TYPES = (Guard, TensorSpec, GlobalState, ClassAttribute, FunctionCode)
+_RECORD_TYPES = (Guard, TensorSpec, GlobalState, ClassAttribute, FunctionCode, ConstantCall)
 
 
 def dumps(value: Any) -> bytes:
@@ -578,7 +588,8 @@ _LITERAL_TYPES = (int, float, str, bytes, bool, type(None), type(Ellipsis), torc
                   torch.device, torch.memory_format)
 
 
-_IDENTITY_KINDS = (types.ModuleType, types.FunctionType, type, types.BuiltinFunctionType, enum.Enum, *_MEMBER_KINDS)
+_IDENTITY_KINDS = (types.ModuleType, types.FunctionType, type, types.BuiltinFunctionType, enum.Enum, _LruCache,
+                   *_MEMBER_KINDS)
 
 
 def _portable_key(key: Any) -> bool:
@@ -616,6 +627,8 @@ def _portable_guard(guard: Guard) -> None:
                 and (expected.defaults is None or type(expected.defaults) is tuple)
                 and (expected.kwdefaults is None or type(expected.kwdefaults) is tuple)):
             raise NotPortable(f"a malformed function-code guard at {guard.source}")
+    elif kind == "check_constant_result":
+        _portable_constant_call(expected)
     elif kind == "check_aliasing":
         if not (isinstance(expected, tuple) and all(isinstance(g, tuple) and all(isinstance(s, str) for s in g)
                                                     for g in expected)):
@@ -623,6 +636,19 @@ def _portable_guard(guard: Guard) -> None:
     elif kind not in ("check_type", "check_none", "check_not_none", "check_len", "check_min_len",
                       "check_grad_mode", "check_global_state", "check_shape"):
         raise NotPortable(f"guard kind {kind}")
+
+
+def _portable_constant_call(expected: Any) -> None:
+    """A call of a constant-result function: the function by name (a plain function, or an
+    lru_cache wrapper around one), still marked as constant where it was found, with literal
+    arguments and result. Another process calls it once before the entry is used."""
+    if not isinstance(expected, ConstantCall) or type(expected.args) is not tuple \
+            or type(expected.kwargs) is not tuple or not _plain((expected.args, expected.kwargs, expected.result)):
+        raise NotPortable("a constant-result call with arguments or a result that are not literals")
+    fn = expected.fn
+    target = _unwrap(fn) if isinstance(fn, _LruCache) else fn
+    if not isinstance(target, types.FunctionType) or getattr(target, CONSTANT_RESULT_MARKER, False) is not True:
+        raise NotPortable(f"a constant-result call of {type(fn).__name__} that is not a marked function")
 
 
 def _portable_class_attr(expected: Any) -> None:

@@ -163,6 +163,50 @@ def test_changed_global_function_is_not_stale(tmp_path: Path) -> None:
     assert (disk_hits, frames) == (0, 1) and err < 1e-5
 
 
+_PROBE_SCRIPT = textwrap.dedent("""
+    import functools, json, os, torch, kiln
+
+    def _constant(fn):  # transformers' _make_compile_constant: assume_constant_result without torch
+        fn._dynamo_marked_constant = True
+        return fn
+
+    @functools.lru_cache
+    @_constant
+    def probe_cached():
+        return os.environ["PROBE"] in ("1", "cached")
+
+    @_constant
+    def probe_plain():
+        return os.environ["PROBE"] == "1"
+
+    def f(x):
+        if probe_cached():
+            x = x.sin()
+        if probe_plain():
+            return x + 1
+        return x.cos()
+
+    x = torch.randn(8)
+    out = kiln.compile(f, options={"opt_level": "-O1"})(x)
+    from kiln.capture.persist import environment_digest
+    print(json.dumps({"report": [kiln.stats()["disk_hits"], kiln.stats()["frames"], (out - f(x)).abs().max().item()],
+                      "kiln": environment_digest()}))
+""")
+
+
+def test_constant_result_probes_are_stored_and_called_again_by_the_next_process(tmp_path: Path) -> None:
+    # An lru_cache'd probe marked as constant (transformers' is_torch_distributed_available) is
+    # stored by name; its result is constant within a process only, so a process whose probes
+    # answer otherwise (another environment) must capture anew, for the plain probe as well.
+    cache = tmp_path / "cache"
+    script = _script(tmp_path, "probe.py", _PROBE_SCRIPT)
+    assert _run(script, cache, PROBE="1")[:2] == [0, 1]
+    assert _run(script, cache, PROBE="1")[:2] == [1, 0]
+    for other in ("cached", "0"):  # the plain probe changes; then both
+        disk_hits, frames, err = _run(script, cache, PROBE=other)
+        assert (disk_hits, frames) == (0, 1) and err < 1e-5, other
+
+
 def test_switch_off_stores_and_loads_nothing(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     script = _script(tmp_path, "f.py", _FUNCTION_SCRIPT.replace("OP", "sin"))

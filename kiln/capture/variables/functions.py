@@ -22,6 +22,7 @@ from kiln.capture.options import (
     DISABLE_MARKER,
     ORIGINAL_ATTR,
 )
+from kiln.capture.guards import ConstantCall, Guard, note_constant_result
 from kiln.capture.sources import AttrSource, ClosureSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.errors import Unsupported
@@ -129,7 +130,8 @@ def _call_for_constant(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
     """A function marked as having a constant result (assume_constant_result): called for real now,
     with its arguments' trace-time values, and its result kept as a constant, as Dynamo does. The
     mark promises the answer holds for the process's lifetime (an install probe, a hardware
-    capability), so nothing it read is guarded."""
+    capability), so nothing it read is guarded; the call itself is (check_constant_result: made again,
+    once, by a process that reads the entry from disk)."""
     from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 
     if not all(a.is_constant() for a in [*args, *kwargs.values()]):
@@ -143,6 +145,11 @@ def _call_for_constant(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
     if not is_constant_value(result):
         raise Unsupported(f"{fn.__qualname__} (marked as having a constant result) returned a "
                           f"{type(result).__name__}, not a constant", kind="unsupported_call")
+    # Constant within this process only: an entry another process reads from disk calls it again
+    call = ConstantCall(fn, tuple(a.as_constant() for a in args),
+                        tuple((k, v.as_constant()) for k, v in kwargs.items()), result)
+    note_constant_result(call)
+    tx.state.output.guards.append(Guard("", "check_constant_result", call))
     return ConstantVariable(result)
 
 
