@@ -163,7 +163,8 @@ class Emitter:
                                           "___any_autocast": torch._C._is_any_autocast_enabled,
                                           "___same_items": _same_items,
                                           "___class_lookup": class_lookup,
-                                          "___constant_result": _constant_result_holds}
+                                          "___constant_result": _constant_result_holds,
+                                          "___same_mapping": _same_mapping}
         self._names: dict[Any, str] = {}
 
     def bind(self, obj: Any) -> str:
@@ -264,6 +265,17 @@ def _same_items(d: Any, items: tuple) -> bool:
         k in d and d[k] is value for k, value in items)
 
 
+_LITERALS = (int, float, str, bytes, bool, type(None))
+
+
+def _same_mapping(d: Any, items: tuple) -> bool:
+    """`d` is a dict with these items: values by identity, literals by type and value (an entry
+    read from disk holds equal literals, not the same objects)."""
+    return type(d) is dict and len(d) == len(items) and all(
+        k in d and (d[k] is value or type(value) in _LITERALS and type(d[k]) is type(value) and d[k] == value)
+        for k, value in items)
+
+
 @guard_kind
 def check_value(expected: Any, name: str, em: Emitter) -> list[Check]:
     def why(v: Any) -> str:
@@ -326,6 +338,14 @@ def check_class_attr(expected: ClassAttribute, name: str, em: Emitter) -> list[C
 
     if type(value) in (int, str, bytes) or (type(value) is float and math.isfinite(value)):
         return [Check(f"type({found}) is {em.bind(type(value))} and {found} == {value!r}", why)]
+    if type(value) is dict:
+        # A dict on a class (a registry such as transformers' ExpertsInterface._global_mapping),
+        # read without a source: the trace used its items, and a registration changes them in
+        # place. Keys by value, values by identity (literals by value), at check time.
+        items = tuple(value.items())
+        return [Check(f"___same_mapping({found}, {em.bind(items)})",
+                      lambda env: f"class attribute {owner} changed from {_short(value)} to "
+                                  f"{_short(class_lookup(expected.classes, expected.name))}")]
     checks = [Check(f"{found} is {em.bind(value)}", why)]
     function, where = value, found
     if isinstance(value, (staticmethod, classmethod)):

@@ -48,7 +48,8 @@ when every part can be checked in another process, else it stays in memory only:
     Types in check_type and check_tensor are handled the same way (and the iterator types of a
     loop, by name);
     check_value only with literal values, sets of them and enum members; check_class_attr with
-    literal, function, descriptor or absent values (not data objects); check_constant_result (a function marked as
+    literal, function, descriptor or absent values, or a dict of those by str keys (a registry,
+    checked item by item), not other data objects; check_constant_result (a function marked as
     having a constant result, lru_cache'd or not, by name: the mark holds within one process, so a
     process reading the entry calls it once and compares the result). An identity guard on an
     object that has no name (a model's config reached through a second path) is stored as an
@@ -655,14 +656,18 @@ def _portable_class_attr(expected: Any) -> None:
     """A class attribute found at trace time: its classes go by name (their digests cover their
     methods), its value must be one the digest or the check itself pins down: a literal (compared
     by value), a function or descriptor of a class's dict (covered by the owning class's digest
-    and found by name), or ABSENT. A data object (a dict on the class, say) is not: another
-    process could hold different contents under the same digest."""
+    and found by name), ABSENT, or a dict of such values under str keys (compared item by item).
+    Another data object (a dict holding lists, an instance) is not: another process could hold
+    different contents under the same digest."""
     if not isinstance(expected, ClassAttribute) or not isinstance(expected.classes, tuple) \
             or not all(isinstance(c, type) for c in expected.classes) or not isinstance(expected.name, str):
         raise NotPortable("a malformed class attribute record")
     value = expected.value
     if value is ABSENT or type(value) in _LITERAL_TYPES or isinstance(value, (types.FunctionType, *_MEMBER_KINDS)):
         return
+    if type(value) is dict and all(type(k) is str for k in value) and all(
+            type(v) in _LITERAL_TYPES or isinstance(v, _IDENTITY_KINDS) for v in value.values()):
+        return  # a registry of named functions, checked item by item (guards.check_class_attr)
     raise NotPortable(f"class attribute {expected.name} holds a {type(value).__name__}")
 
 

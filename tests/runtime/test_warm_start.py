@@ -143,9 +143,37 @@ def test_class_attribute_guard_round_trips_and_checks_the_same() -> None:
         Holder.scale = 2
 
 
+def _registered(x: Any) -> Any:
+    return x
+
+
+class Registry:
+    table = {"eager": _registered, "width": 4}  # a class-level registry (transformers' ExpertsInterface)
+    data = {"a": [1]}
+
+
+def test_class_attribute_dict_is_checked_by_its_items_and_travels_by_them() -> None:
+    # A dict read off a class without a source: its items are what the trace used. A registration
+    # that changes it in place must fail the guard, in this process and for an entry from disk.
+    guard = Guard("", "check_class_attr", ClassAttribute((Registry,), "table", Registry.table))
+    persist._portable_guard(guard)
+    fresh = compile_guards([guard])
+    reused = compile_guards(persist.loads(persist.dumps(list(fresh.guards))))
+    assert fresh.fn({}, {}, None) and reused.fn({}, {}, None)
+    for change in ({"eager": Holder.method}, {"width": 5}, {"other": _registered}):
+        saved = dict(Registry.table)
+        Registry.table.update(change)
+        try:
+            assert not fresh.fn({}, {}, None) and not reused.fn({}, {}, None), change
+        finally:
+            Registry.table.clear()
+            Registry.table.update(saved)
+    assert fresh.fn({}, {}, None)
+
+
 def test_class_attribute_guard_on_data_is_refused() -> None:
-    # A dict on a class: another process could hold other contents under the same class digest.
-    guard = Guard("", "check_class_attr", ClassAttribute((Holder,), "table", Holder.table))
+    # A dict holding data objects: another process could hold other contents under the same names.
+    guard = Guard("", "check_class_attr", ClassAttribute((Registry,), "data", Registry.data))
     with pytest.raises(persist.NotPortable):
         persist._portable_guard(guard)
 
