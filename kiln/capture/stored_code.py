@@ -329,7 +329,9 @@ def _frame_own(node: ast.AST) -> bool:
 
 def _loop_iterator(value: ast.AST, glue: _Glue) -> bool:
     """`iter(...)` over a tuple display of the glue's own values and the rest of a tuple of the
-    frame's own (iterator.py): what a loop broken inside hands its resume function."""
+    frame's own (iterator.py): what a loop broken inside hands its resume function. The display's
+    items are what a break's call may take (`_break_argument`): an enumerate over a module's
+    layers leaves `(1, <the frame's own layer>)` pairs to iterate."""
     if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "iter"
             and _plain_call(value, 1)):
         return False
@@ -339,7 +341,7 @@ def _loop_iterator(value: ast.AST, glue: _Glue) -> bool:
         if isinstance(part, ast.BinOp) and isinstance(part.op, ast.Add):
             parts += [part.left, part.right]
         elif isinstance(part, ast.Tuple):
-            if any(not _frame_own(e) and _reads_objects(e, glue.tainted, glue.graphs) for e in part.elts):
+            if not _break_argument(part, glue):
                 return False
         elif not _frame_own(part):
             return False

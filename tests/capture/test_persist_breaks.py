@@ -255,6 +255,8 @@ def test_loop_iterators_at_a_break_are_the_frame_s_own() -> None:
         "    __v0 = iter((1, 2, ))\n",
         "    __v0 = iter(L['___stack0'].__reduce__()[1][0][1:])\n",
         "    __v0 = iter((__out[1], ) + L['___stack0'].__reduce__()[1][0][2:])\n",
+        # enumerate over a module's layers: (index, the frame's own layer) pairs
+        "    __v9 = L['self']._modules['layer']._modules['1']\n    __v0 = iter(((1, __v9), ))\n",
     ]
     tail = "    __result1 = __const_print_0('it', L['___stack0'].__reduce__()[1][0][0])\n" \
            "    return __resume2(__v0, __result1, __out[0])\n"
@@ -265,6 +267,8 @@ def test_loop_iterators_at_a_break_are_the_frame_s_own() -> None:
         "    __v0 = iter(G['hooks'][0:])\n",  # a global's items would be called by the user's loop
         "    __v0 = iter(L['self'].hooks[0:])\n",
         "    __v0 = iter((G['os'].system, ))\n",
+        "    __v9 = L['self'].hooks\n    __v0 = iter(((1, __v9), ))\n",
+        "    __v0 = iter(((1, G['os'].system), ))\n",
     ]
     for body in refused:
         with pytest.raises(UnsafeSource):
