@@ -374,6 +374,9 @@ def _encode_named(obj: Any) -> Any:
         return ("module", obj.__name__, "", None)
     if obj is ABSENT:
         return ("absent", "", "", None)
+    for name, factory in _TORCH_BREAK_FACTORIES.items():
+        if obj is factory:
+            return ("torch_factory", "torch", name, None)
     if isinstance(obj, types.CodeType):
         return _encode_local_code(obj)
     if isinstance(obj, torch.Tensor):
@@ -447,6 +450,11 @@ def _decode_named(data: Any) -> Any:
         return found
     if kind == "absent":
         return ABSENT
+    if kind == "torch_factory":
+        found = _TORCH_BREAK_FACTORIES.get(str(qualname))
+        if found is None:
+            raise records.RecordError(f"torch.{qualname} is not a factory a glue may call")
+        return found
     if kind == "local_code":
         return _decode_local_code(module, qualname, digest)
     if kind == "builtin_type":
@@ -760,8 +768,12 @@ class StoredResume:
 # what a stored glue may hold besides its graphs: callables capture binds (grad mode around a
 # graph, containers rebuilt from their items) and, through `_glue_constant`, ModelOutput classes
 _GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset, slice, torch.Size)
+# torch functions a glue may call natively at a graph break, by name from this table only: a tensor
+# factory whose size a graph computed as a tensor (`torch.arange(mask.sum())`, Longformer's global
+# attention indices). With any argument a break admits it only allocates.
+_TORCH_BREAK_FACTORIES = {"arange": torch.arange}
 # builtins a glue may call natively at a graph break, each only when the frame's own code names it
-_BREAK_BUILTINS = (print,)
+_BREAK_BUILTINS = (print, *_TORCH_BREAK_FACTORIES.values())
 
 
 def _glue_constant(value: Any) -> bool:

@@ -74,6 +74,11 @@ _BREAKS_SCRIPT = textwrap.dedent("""
             print("it", i)
         return x
 
+    def indices(x):
+        n = (x > 0).sum()
+        idx = torch.arange(n, device=x.device)  # a size the graph computed: arange runs at the break
+        return idx.float() * 2 + n
+
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -87,7 +92,7 @@ _BREAKS_SCRIPT = textwrap.dedent("""
     torch.manual_seed(0)
     x = torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
     cases = {"f": (f, (x, 2)), "closure": (make(2.0), (x,)), "loop": (loop, (x,)), "net": (Net(), (x,)),
-             "decorated": (decorated, (x,))}
+             "decorated": (decorated, (x,)), "indices": (indices, (x,))}
     report = {}
     for name, (fn, args) in cases.items():
         before = kiln.stats()
