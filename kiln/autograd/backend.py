@@ -128,7 +128,7 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
     joint = trace_joint(gm, inputs, forward, table)
     log.debug("aot", lambda: f"trace_joint: {len(joint.gm.graph.nodes)} nodes, "
                              f"{len(joint.differentiable)} outputs with a gradient")
-    parts = split_joint(joint, partition)
+    parts = split_joint(joint, partition, forward.meta.mutated_inputs)
     report = make_report(joint, parts)
     log.debug("aot", lambda: f"partition ({partition}): {len(parts.saved_tensors)} tensors saved, "
                              f"{parts.saved_bytes} bytes")

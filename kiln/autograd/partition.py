@@ -136,11 +136,16 @@ def _describe(node: fx.Node) -> SavedValue:
 
 
 def _aliases_input(node: fx.Node) -> bool:
+    return _input_base(node) is not None
+
+
+def _input_base(node: fx.Node) -> fx.Node | None:
+    """The placeholder whose memory `node` is (itself, or through a chain of views), else None."""
     while node.op == "call_function" and _is_view(node.target):
         base = node.args[0]
         assert isinstance(base, fx.Node)  # a view op's first argument is the tensor it views
         node = base
-    return node.op == "placeholder"
+    return node if node.op == "placeholder" else None
 
 
 def _saved_by_save_all(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.Node]) -> list[fx.Node]:
@@ -152,7 +157,7 @@ def _saved_by_save_all(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx
 
 
 def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.Node],
-                      tangent_dependent: set[fx.Node]) -> list[fx.Node]:
+                      tangent_dependent: set[fx.Node], mutated: AbstractSet[str] = frozenset()) -> list[fx.Node]:
     import networkx as nx  # a quarter second to import, and only the min-cut policy needs it
 
     g = nx.DiGraph()
@@ -170,6 +175,13 @@ def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.
         elif node in fw and not is_recomputable(node):
             g.add_edge("source", name + "_in", capacity=math.inf)
         cost = node_bytes(node)
+        base = _input_base(node)
+        if cost is not None and base is not None and base.name not in mutated:
+            # an input's memory (a parameter, a buffer, the caller's tensor) is held by its owner
+            # anyway: saving it adds no bytes, so a value computed from it (a causal mask's `== 0`)
+            # is recomputed in the backward rather than kept as a new tensor. Not for an input the
+            # graph mutates: by the backward its memory holds the new value.
+            cost = 0
         if cost is not None and _computed_from_float(node):
             # a float argument itself rather than a number computed from it (f / 3, int(f * 10)):
             # the backward can recompute the number, never the float from the number
@@ -298,8 +310,9 @@ def _extract(joint: fx.GraphModule, order: list[fx.Node], inputs: list[fx.Node],
     return gm
 
 
-def partition(joint: JointTrace, policy: str = "min_cut") -> Partition:
-    """Split the joint graph; `policy` is "min_cut" or "save_all" (the default partitioner)."""
+def partition(joint: JointTrace, policy: str = "min_cut", mutated: Iterable[int] = ()) -> Partition:
+    """Split the joint graph; `policy` is "min_cut" or "save_all" (the default partitioner).
+    `mutated`: positions of the inputs the graph mutates (primals_<k+1>)."""
     nodes = list(joint.gm.graph.nodes)
     outputs = list(nodes[-1].args[0])
     fw_outputs, grads = outputs[:joint.num_forward_outputs], outputs[joint.num_forward_outputs:]
@@ -316,7 +329,8 @@ def partition(joint: JointTrace, policy: str = "min_cut") -> Partition:
     if policy == "save_all":
         saved = _saved_by_save_all(nodes, fw, bw_needed)
     elif policy == "min_cut":
-        saved = _saved_by_min_cut(nodes, fw, bw_needed, tangent_dependent)
+        saved = _saved_by_min_cut(nodes, fw, bw_needed, tangent_dependent,
+                                  frozenset(f"primals_{k + 1}" for k in mutated))
     else:
         raise ValueError(f"unknown partition policy {policy!r}; use 'min_cut' or 'save_all'")
     # A gradient that depends on no tangent (angle's zeros_like(x)) reaches back to the inputs

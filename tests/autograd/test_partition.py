@@ -185,3 +185,37 @@ def test_layer_norm_recompute_through_the_default_backend_trains_like_eager(twin
     eager(xe).pow(2).sum().backward()
     torch.testing.assert_close(x.grad, xe.grad)
     assert_same_state(eager, model)
+
+
+class CausalScores(torch.nn.Module):
+    """A causal mask as a registered float buffer, compared with 0 on every call (as GPT-2 does)."""
+
+    def __init__(self, block: int = 16, dim: int = 8, t: int = 12) -> None:
+        super().__init__()
+        self.t = t
+        self.q = torch.nn.Linear(dim, dim)
+        self.register_buffer("bias", torch.tril(torch.ones(block, block)).view(1, block, block))
+
+    def forward(self, x):
+        t = self.t
+        scores = self.q(x) @ x.transpose(-2, -1)
+        return scores.masked_fill(self.bias[:, :t, :t] == 0, float("-inf")).softmax(-1)
+
+
+def test_a_value_computed_from_an_input_is_recomputed_rather_than_saved(twin):
+    """Saving an input (a buffer, a parameter, the caller's tensor) adds no memory: the mask's
+    `== 0` is recomputed in the backward from the buffer instead of being kept as a new bool tensor."""
+    import kiln
+
+    torch.manual_seed(0)
+    eager, model = twin(CausalScores())
+    x = torch.randn(2, 12, 8, requires_grad=True)
+    compiled = kiln.compile(model, backend="aot_eager")
+    compiled(x.detach().clone().requires_grad_())
+    saved = {s.produced_by for s in recent_reports()[-1].saved}
+    assert "aten.eq.Scalar" not in saved and "aten.slice.Tensor" in saved, saved  # the buffer, sliced
+    xe = x.detach().clone().requires_grad_()
+    compiled(x).pow(2).sum().backward()
+    eager(xe).pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad)
+    assert_same_state(eager, model)
