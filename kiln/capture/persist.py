@@ -827,7 +827,20 @@ def check_texts(frame: StoredFrame, code: types.CodeType | None = None) -> None:
             raise UnsafeSource("a glue with graph breaks checked without its code")
         methods = tuple(n for n in code.co_names if not n.startswith("__"))
     check_glue_source(frame.glue_source, frame.glue_name, frame.graphs,
-                      [name for name in frame.constants if name not in natives | classes], callees, methods, classes)
+                      [name for name in frame.constants if name not in natives | classes], callees, methods, classes,
+                      _scalar_sources(frame.guards))
+
+
+def _scalar_sources(guards: Any) -> list[str]:
+    """Sources the guards pin to an int, float or bool (by type or value) or to a plain tensor
+    (check_tensor's exact type): values the glue may compare, running no user comparison method."""
+    out = []
+    for g in guards:
+        if g.kind == "check_type" and g.expected in (int, float, bool) \
+                or g.kind == "check_value" and type(g.expected) in (int, float, bool) \
+                or g.kind == "check_tensor" and isinstance(g.expected, TensorSpec) and g.expected.type is torch.Tensor:
+            out.append(g.source)
+    return out
 
 
 def _check_breaks(frame: StoredFrame, code: types.CodeType) -> None:

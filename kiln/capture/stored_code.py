@@ -206,6 +206,8 @@ class _Glue:
         self.tainted: set[str] = set()  # locals holding something read off L, G or F
         self.outputs: set[str] = set()  # locals holding a graph call's outputs (`__out`)
         self.frame_values: set[str] = set()  # locals holding the frame's own values (`_break_argument`)
+        self.scalars: set[str] = set()  # sources the entry's guards pin to ints, floats, bools or plain tensors
+        self.scalar_locals: set[str] = set()  # locals holding a display of literals and those
 
     @property
     def roots(self) -> set[str]:
@@ -245,10 +247,38 @@ def _glue_value(node: ast.AST, glue: _Glue) -> None:
         _glue_value(node.left, glue)
         _glue_value(node.right, glue)
         return
+    if isinstance(node, ast.Compare) and all(isinstance(op, _VALUE_COMPARISONS) for op in node.ops) \
+            and all(_scalar_value(part, glue) for part in (node.left, *node.comparators)):
+        # a comparison at a break (`list(t.size()) == [8, n, 8]` with n a 0-d tensor): only of
+        # values whose types the guards pin, so no comparison method but Python's and torch's runs
+        for part in (node.left, *node.comparators):
+            _glue_value(part, glue)
+        return
     if isinstance(node, ast.Subscript) and not _literal(node.slice) and not _literal_slice(node.slice):
         # a graph output's slot is a literal; a stored glue indexes nothing with a computed key
         raise UnsafeSource(f"glue subscripts with {_text(node.slice)}")
     _read(node, glue.roots)
+
+
+_VALUE_COMPARISONS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def _scalar_value(node: ast.AST, glue: _Glue) -> bool:
+    """A literal, a source the entry's guards pin to an int, float, bool or plain tensor, a local
+    holding a display of those, or a list or tuple display of them."""
+    if _literal(node):
+        return True
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return all(_scalar_value(e, glue) for e in node.elts)
+    if isinstance(node, ast.Name) and node.id in glue.scalar_locals:
+        return True
+    return _rooted_at_l(node) and ast.unparse(node) in glue.scalars
+
+
+def _rooted_at_l(node: ast.AST) -> bool:
+    while isinstance(node, ast.Subscript) and _literal(node.slice):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id == "L"
 
 
 def _tuple_items(node: ast.AST) -> bool:
@@ -350,7 +380,8 @@ def _loop_iterator(value: ast.AST, glue: _Glue) -> bool:
 
 def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
                       constant_names: Iterable[str] = (), callee_names: Iterable[str] = (),
-                      method_names: Iterable[str] = (), class_names: Iterable[str] = ()) -> None:
+                      method_names: Iterable[str] = (), class_names: Iterable[str] = (),
+                      scalar_sources: Iterable[str] = ()) -> None:
     """The glue of a stored entry: one function `glue_name(L, G, F)` of assignments, dict rewrites,
     grad-mode switches and a return. `constant_names`: the entry's admitted constants (ModelOutput
     classes and the few callables capture binds, checked by kiln.capture.persist), which the glue
@@ -358,7 +389,9 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
     (and `print`), called only with what `_break_arguments` admits; `method_names`: the methods a
     break may call on graph outputs (those the frame's code names); `class_names`: classes whose
     instances the glue rebuilds, only as `C.__new__(C)` then `obj.__dict__.update({...})` with
-    values that are not objects read off L, G or F (user_object.py).
+    values that are not objects read off L, G or F (user_object.py); `scalar_sources`: sources of
+    L the entry's guards pin to ints, floats, bools or plain tensors, which the glue may compare
+    (unless it stores anything under L, which could replace them after the guards ran).
 
     Objects read off L or G (tainted values) may be stored only where the frame's own data lives
     or where the glue's own containers are: a subscript chain rooted at L (the caller's
@@ -378,6 +411,13 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
     graphs, constants, callees, classes = set(graph_names), set(constant_names), set(callee_names), set(class_names)
     reserved = {"L", "G", "F"} | graphs | constants | callees | classes
     glue = _Glue(graphs, constants, callees, set(method_names), classes)
+    stores_under_l = any(isinstance(t, ast.Subscript) and _own_data(t, set()) for node in ast.walk(fn)
+                         if isinstance(node, ast.Assign) for t in node.targets)
+    if not stores_under_l:
+        try:
+            glue.scalars = {ast.unparse(ast.parse(s, mode="eval").body) for s in scalar_sources}
+        except SyntaxError as exc:
+            raise UnsafeSource("a guard source does not parse") from exc
     fresh: set[str] = set()  # locals holding a container the glue built
     _check_body(fn.body, glue, reserved, glue.tainted, fresh, top=True)
 
@@ -452,7 +492,9 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
     break_call = isinstance(value, ast.Call) and _break_callee(value.func, glue)
     _glue_value(value, glue)
     graph_call = isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in glue.graphs
-    reads_objects = not break_call and not _loop_iterator(value, glue) and _reads_objects(value, tainted, glue.graphs)
+    scalar = _scalar_value(value, glue)
+    reads_objects = not break_call and not scalar and not _loop_iterator(value, glue) \
+        and _reads_objects(value, tainted, glue.graphs)
     for target in statement.targets:
         if isinstance(target, ast.Name):
             if target.id in reserved or target.id.startswith("__") and target.id.endswith("__"):
@@ -462,6 +504,9 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
             fresh.discard(target.id)
             glue.outputs.discard(target.id)
             glue.frame_values.discard(target.id)
+            glue.scalar_locals.discard(target.id)
+            if scalar:
+                glue.scalar_locals.add(target.id)
             if graph_call:
                 glue.outputs.add(target.id)
             if reads_objects and _break_argument(value, glue):

@@ -79,6 +79,11 @@ _BREAKS_SCRIPT = textwrap.dedent("""
         idx = torch.arange(n, device=x.device)  # a size the graph computed: arange runs at the break
         return idx.float() * 2 + n
 
+    def compare(x, n):
+        y = x.sin()
+        assert list(y.size()) == [4, n, 4], "size"  # sizes against a 0-d tensor: compared at the break
+        return y.cos() * n
+
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -92,7 +97,8 @@ _BREAKS_SCRIPT = textwrap.dedent("""
     torch.manual_seed(0)
     x = torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
     cases = {"f": (f, (x, 2)), "closure": (make(2.0), (x,)), "loop": (loop, (x,)), "net": (Net(), (x,)),
-             "decorated": (decorated, (x,)), "indices": (indices, (x,))}
+             "decorated": (decorated, (x,)), "indices": (indices, (x,)),
+             "compare": (compare, (x.reshape(4, 1, 4), torch.tensor(1)))}
     report = {}
     for name, (fn, args) in cases.items():
         before = kiln.stats()
@@ -279,6 +285,21 @@ def test_loop_iterators_at_a_break_are_the_frame_s_own() -> None:
         with pytest.raises(UnsafeSource):
             check_glue_source(head + body + tail, "__glue_loop", ["__graph_loop_0"], [],
                               ["__const_print_0", "__resume2"], ["print"])
+
+
+def test_glue_compares_only_values_the_guards_pin_to_numbers_or_tensors() -> None:
+    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+
+    body = ("def __glue_compare(L, G, F):\n    __out = __graph_compare_0(L['x'], L['n'])\n"
+            "    __v0 = [4, 1, 4]\n    __v1 = [4, L['n'], 4]\n    __result2 = __v0 == __v1\n"
+            "    return __resume3(__result2, L['n'], __out[0])\n")
+    names = dict(graph_names=["__graph_compare_0"], constant_names=[], callee_names=["__resume3"])
+    check_glue_source(body, "__glue_compare", **names, scalar_sources=["L['n']"])
+    for sources, glue in ((["L['m']"], body),  # L['n'] could be any object: its __eq__ would run
+                          (["L['n']"], body.replace("    __v0 = [4, 1, 4]\n", "    L['n'] = L['y']\n    __v0 = [4, 1, 4]\n")),
+                          (["L['n']"], body.replace("[4, L['n'], 4]", "[4, L['n'].owner, 4]"))):
+        with pytest.raises(UnsafeSource):
+            check_glue_source(glue, "__glue_compare", **names, scalar_sources=sources)
 
 
 def test_break_methods_are_called_only_on_graph_outputs() -> None:
