@@ -786,9 +786,26 @@ def _glue_constant(value: Any) -> bool:
         return True
     if not isinstance(value, type):
         return False
+    if _namedtuple_class(value):
+        return True
     from kiln.capture.variables.model_output import is_model_output_class  # the tracer's package: not at import
 
     return is_model_output_class(value)
+
+
+def _namedtuple_class(value: type) -> bool:
+    """A class collections.namedtuple (or typing.NamedTuple) made, directly on tuple: calling it runs
+    only the `__new__` namedtuple generates, a lambda whose one global is tuple.__new__ and which
+    sees no builtins (checked here on the class found in this process; its methods are in its
+    digest). A subclass, or one given its own __init__, is not admitted: its constructor is user code."""
+    if value.__bases__ != (tuple,) or not isinstance(value.__dict__.get("_fields"), tuple) \
+            or "__init__" in value.__dict__:
+        return False
+    new = value.__dict__.get("__new__")
+    new = getattr(new, "__func__", new)
+    return isinstance(new, types.FunctionType) and new.__code__.co_names == ("_tuple_new",) \
+        and new.__globals__.get("_tuple_new") is tuple.__new__ and new.__globals__.get("__builtins__") == {} \
+        and not new.__closure__
 
 
 def _built_class(value: Any, guards: Any) -> bool:

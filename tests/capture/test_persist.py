@@ -207,6 +207,58 @@ def test_constant_result_probes_are_stored_and_called_again_by_the_next_process(
         assert (disk_hits, frames) == (0, 1) and err < 1e-5, other
 
 
+_NAMEDTUPLE_SCRIPT = textwrap.dedent("""
+    import collections, json, torch, kiln
+
+    Pair = collections.namedtuple("Pair", ["first", "second"])
+
+    def f(x):
+        return Pair(x.sin(), x.cos() * 2)  # the glue builds the namedtuple from the graph's outputs
+
+    x = torch.randn(8)
+    out = kiln.compile(f, options={"opt_level": "-O1"})(x)
+    want = f(x)
+    assert type(out) is Pair
+    from kiln.capture.persist import environment_digest
+    print(json.dumps({"report": [kiln.stats()["disk_hits"], kiln.stats()["frames"],
+                                 max((a - b).abs().max().item() for a, b in zip(out, want))],
+                      "kiln": environment_digest()}))
+""")
+
+
+def test_namedtuple_built_by_the_glue_is_stored(tmp_path: Path) -> None:
+    # transformers' Reformer returns namedtuples (LSHSelfAttentionOutput ...) from its layers
+    cache = tmp_path / "cache"
+    script = _script(tmp_path, "pair.py", _NAMEDTUPLE_SCRIPT)
+    assert _run(script, cache)[:2] == [0, 1]
+    disk_hits, frames, err = _run(script, cache)
+    assert (disk_hits, frames) == (1, 0) and err < 1e-5
+
+
+def test_only_classes_namedtuple_made_are_glue_constants() -> None:
+    import collections
+    from typing import NamedTuple
+
+    made = collections.namedtuple("made", "x y")
+
+    class Typed(NamedTuple):
+        x: int
+
+    class Derived(made):  # its own class between: a user constructor could live there
+        pass
+
+    class Imitation(tuple):
+        _fields = ("x",)
+
+        def __new__(cls, x):  # noqa: ANN001, ANN204
+            return tuple.__new__(cls, (x,))
+
+    with_init = collections.namedtuple("with_init", "x")
+    with_init.__init__ = lambda self, x: None  # type: ignore[assignment,misc]
+    assert persist._glue_constant(made) and persist._glue_constant(Typed)
+    assert not any(persist._glue_constant(c) for c in (Derived, Imitation, with_init))
+
+
 def test_switch_off_stores_and_loads_nothing(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     script = _script(tmp_path, "f.py", _FUNCTION_SCRIPT.replace("OP", "sin"))
