@@ -235,6 +235,43 @@ def test_namedtuple_built_by_the_glue_is_stored(tmp_path: Path) -> None:
     assert (disk_hits, frames) == (1, 0) and err < 1e-5
 
 
+_LEN_SCRIPT = textwrap.dedent("""
+    import json, torch, kiln
+
+    class Cache:
+        def __init__(self):
+            self.layers = [1, 2, 3]
+
+        def __len__(self):  # inlined by len(cache): guarded as type(L['cache']).__len__
+            return len(self.layers)
+
+        def __bool__(self):
+            return bool(self.layers)
+
+    def f(x, cache):
+        return x * len(cache) if cache else x
+
+    x = torch.randn(8)
+    out = kiln.compile(f, options={"opt_level": "-O1"})(x, Cache())
+    from kiln.capture.persist import environment_digest
+    print(json.dumps({"report": [kiln.stats()["disk_hits"], kiln.stats()["frames"],
+                                 (out - f(x, Cache())).abs().max().item()],
+                      "kiln": environment_digest()}))
+""")
+
+
+def test_len_and_bool_written_in_python_are_read_by_stored_guards(tmp_path: Path) -> None:
+    # Reformer's ReformerDynamicCache.__len__
+    cache = tmp_path / "cache"
+    script = _script(tmp_path, "length.py", _LEN_SCRIPT)
+    assert _run(script, cache)[:2] == [0, 1]
+    disk_hits, frames, err = _run(script, cache)
+    assert (disk_hits, frames) == (1, 0) and err < 1e-5
+    changed = _script(tmp_path, "length.py", _LEN_SCRIPT.replace("return len(self.layers)", "return 2"))
+    disk_hits, frames, err = _run(changed, cache)  # the inlined __len__ changed: captured anew
+    assert (disk_hits, frames) == (0, 1) and err < 1e-5
+
+
 def test_only_classes_namedtuple_made_are_glue_constants() -> None:
     import collections
     from typing import NamedTuple
