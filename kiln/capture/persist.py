@@ -245,11 +245,12 @@ def _stdlib_dirs() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=None)
 def _trusted_module(name: str) -> bool:
-    """Kiln, torch and the standard library: their content is fixed by the key (Kiln's sources,
-    torch's and Python's versions). Everything else, installed libraries included (an upgrade
+    """Kiln, torch, numpy (which torch imports, and whose functions capture traces from a table of
+    its own) and the standard library: their content is fixed by the key (Kiln's sources, torch's,
+    numpy's and Python's versions). Everything else, installed libraries included (an upgrade
     changes no key), is user code: classes carry digests, module identities do not travel."""
     top = name.partition(".")[0]
-    if top in ("kiln", "torch", "builtins") or top in sys.builtin_module_names:
+    if top in ("kiln", "torch", "numpy", "builtins") or top in sys.builtin_module_names:
         return True
     path = getattr(sys.modules.get(name), "__file__", None)
     if not path:
@@ -260,9 +261,10 @@ def _trusted_module(name: str) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def environment_digest() -> str:
-    """Kiln's own sources, torch, Python and the CPU: anything else is a different compiler."""
+    """Kiln's own sources, torch, numpy, Python and the CPU: anything else is a different compiler."""
     h = hashlib.sha256()
-    for part in (FORMAT, cache.source_digest(), torch.__version__, sys.version, cache.cpu_features(),
+    numpy_version = getattr(sys.modules.get("numpy"), "__version__", None)  # imported by torch when installed
+    for part in (FORMAT, cache.source_digest(), torch.__version__, numpy_version, sys.version, cache.cpu_features(),
                  os.environ.get("CXX", "g++")):
         h.update(repr(part).encode())
     return h.hexdigest()
@@ -374,6 +376,8 @@ def _encode_named(obj: Any) -> Any:
         return ("module", obj.__name__, "", None)
     if obj is ABSENT:
         return ("absent", "", "", None)
+    if _numpy_bool(obj):
+        return ("numpy_bool", "numpy", "True_" if obj else "False_", None)
     for name, factory in _TORCH_BREAK_FACTORIES.items():
         if obj is factory:
             return ("torch_factory", "torch", name, None)
@@ -410,6 +414,12 @@ def _encode_named(obj: Any) -> Any:
     if isinstance(obj, _LruCache) and isinstance(_unwrap(obj), types.FunctionType):
         return ("lru_cache", module, qualname, function_digest(_unwrap(obj)))
     raise NotPortable(f"{module}.{obj.__qualname__}")
+
+
+def _numpy_bool(value: Any) -> bool:
+    """numpy.True_ or numpy.False_ (a numpy comparison's result the trace took as a constant)."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and type(value) is getattr(numpy, "bool_", None)
 
 
 def _encode_singleton(obj: Any) -> Any:
@@ -450,6 +460,11 @@ def _decode_named(data: Any) -> Any:
         return found
     if kind == "absent":
         return ABSENT
+    if kind == "numpy_bool":
+        found = getattr(sys.modules.get("numpy"), str(qualname), None) if qualname in ("True_", "False_") else None
+        if not _numpy_bool(found):
+            raise records.RecordError(f"numpy.{qualname} is not a numpy bool")
+        return found
     if kind == "torch_factory":
         found = _TORCH_BREAK_FACTORIES.get(str(qualname))
         if found is None:
@@ -619,8 +634,9 @@ def _portable_guard(guard: Guard) -> None:
         if not isinstance(expected, _IDENTITY_KINDS):
             raise NotPortable(f"identity of {type(expected).__name__} at {guard.source}")
     elif kind == "check_value":
-        if type(expected) not in _LITERAL_TYPES and not isinstance(expected, enum.Enum) and not (
-                type(expected) in (set, frozenset) and all(type(v) in _LITERAL_TYPES for v in expected)):
+        literal_set = type(expected) in (set, frozenset) and all(type(v) in _LITERAL_TYPES for v in expected)
+        if type(expected) not in _LITERAL_TYPES and not isinstance(expected, enum.Enum) \
+                and not _numpy_bool(expected) and not literal_set:
             raise NotPortable(f"value of type {type(expected).__name__} at {guard.source}")
     elif kind == "check_keys":
         if not isinstance(expected, tuple) or not all(_portable_key(k) for k in expected):
@@ -782,7 +798,7 @@ def _glue_constant(value: Any) -> bool:
     how fields become items), after the reader found it by module and qualname with its digest."""
     if any(value is allowed for allowed in _GLUE_CALLABLES + _BREAK_BUILTINS):
         return True
-    if isinstance(value, (enum.Enum, torch.dtype, torch.device)):
+    if isinstance(value, (enum.Enum, torch.dtype, torch.device)) or _numpy_bool(value):
         return True
     if not isinstance(value, type):
         return False

@@ -272,6 +272,49 @@ def test_len_and_bool_written_in_python_are_read_by_stored_guards(tmp_path: Path
     assert (disk_hits, frames) == (0, 1) and err < 1e-5
 
 
+_NUMPY_SCRIPT = textwrap.dedent("""
+    import json, numpy as np, torch, kiln
+
+    def f(x, flag):
+        y = x * np.pi                    # G['np']: numpy by name (its version is in the key)
+        return y.sin() if flag else y.cos()
+
+    x = torch.randn(8)
+    report = []
+    for flag in json.loads(FLAGS):
+        flag = np.bool_(flag)            # a numpy comparison's result: guarded by value
+        before = kiln.stats()
+        out = kiln.compile(f, options={"opt_level": "-O1"})(x, flag)
+        after = kiln.stats()
+        report.append([after["disk_hits"] - before["disk_hits"], after["frames"] - before["frames"],
+                       (out - f(x, flag)).abs().max().item()])
+    from kiln.capture.persist import environment_digest
+    print(json.dumps({"report": report, "kiln": environment_digest()}))
+""")
+
+
+def test_numpy_module_and_numpy_bools_travel(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = _script(tmp_path, "np_true.py", _NUMPY_SCRIPT.replace("FLAGS", "'[true]'"))
+    assert _run(first, cache)[0][:2] == [0, 1]
+    both = _script(tmp_path, "np_true.py", _NUMPY_SCRIPT.replace("FLAGS", "'[true, false]'"))
+    report = _run(both, cache)
+    assert report[0][:2] == [1, 0] and report[1][:2] == [0, 1], report  # numpy.False_ does not take True_'s entry
+    assert all(err < 1e-5 for *_, err in report)
+
+
+def test_numpy_version_is_part_of_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy
+
+    before = persist.environment_digest()
+    persist.environment_digest.cache_clear()
+    monkeypatch.setattr(numpy, "__version__", "0.0.1")
+    try:
+        assert persist.environment_digest() != before
+    finally:
+        persist.environment_digest.cache_clear()
+
+
 def test_only_classes_namedtuple_made_are_glue_constants() -> None:
     import collections
     from typing import NamedTuple
