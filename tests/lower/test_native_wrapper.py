@@ -20,6 +20,7 @@ import torch.nn.functional as F
 import kiln
 from kiln import config
 from kiln.lower import compile_graph
+from kiln.lower.codegen import native_wrapper
 from kiln.runtime import build, native
 from tests.lower.conftest import aten_graph
 
@@ -67,6 +68,12 @@ def _bmm_transposed(a, b):
     return (torch.bmm(a, b.transpose(1, 2)).tanh(),)
 
 
+def _matmul_chain(x, w, b):
+    h = torch.addmm(b, x, w).relu()  # each matmul writes into a buffer a dead one hands over
+    h = (h @ w.t()).tanh() @ w
+    return (torch.bmm(h.view(2, 4, 5), h.view(2, 5, 4)).sin(),)
+
+
 def _conv(x, w, b):
     return (F.relu(F.conv2d(x, w, b, padding=1)),)
 
@@ -89,6 +96,7 @@ CASES = {
     "reduction": (_reduction, lambda: (torch.randn(9, 13),)),
     "mm_epilogue": (_mm_epilogue, lambda: (torch.randn(8, 16), torch.randn(16, 5), torch.randn(5))),
     "bmm_transposed": (_bmm_transposed, lambda: (torch.randn(2, 3, 4), torch.randn(2, 5, 4))),
+    "matmul_chain": (_matmul_chain, lambda: (torch.randn(8, 16), torch.randn(16, 5), torch.randn(5))),
     "conv": (_conv, lambda: (torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4))),
     "split_views": (_split_views, lambda: (torch.randn(4, 8),)),
     "max_pool": (_max_pool, lambda: (torch.randn(1, 2, 6, 6),)),
@@ -102,6 +110,18 @@ def test_native_matches_python(name: str) -> None:
     python, made = both(fn, *args)
     same(made(*args), python(*args))
     same(made.fn.steal(list(args)), python(*args))  # the stealing entry the backward uses
+
+
+def test_matmuls_write_into_planned_buffers() -> None:
+    """Both wrappers call a matmul's out= overload on a buffer they allocate or reuse."""
+    args = CASES["matmul_chain"][1]()
+    python, made = both(_matmul_chain, *args)
+    assert "extern_aten_addmm_out(" in python.wrapper_source and "out=buf" in python.wrapper_source
+    assert "# reuse" in python.wrapper_source  # a dead buffer's storage taken by a matmul's result
+    writer = native_wrapper.write_native(made.program, made._signatures)
+    assert writer is not None
+    assert "at::_ops::addmm_out::call(" in writer.source and "at::_ops::mm_out::call(" in writer.source
+    assert "at::_ops::mm::call(" not in writer.source and "// reuse" in writer.source
 
 
 def _random_and_scatter(x, i, v):

@@ -418,8 +418,15 @@ class NativeWrapperWriter(WrapperWriter):
         if len(n.args) > len([a for a in schema.arguments if not a.kwarg_only]):
             raise Unsupported(f"{op}: more positional arguments than its schema")
         struct = name + (f"_{schema.overload_name}" if schema.overload_name else "")
-        call = f"at::_ops::{struct}::call({', '.join(values)})"
         origins = ", ".join(n.origins)
+        out = self.out_overload(step)
+        if out is not None:  # a matmul writing into the buffer the plan gives it (WrapperWriter.out_overload)
+            rname, layout, _ = n.results[0]
+            self._alloc(rname, layout)
+            self.body.append(f"  at::_ops::{name}_{out._schema.overload_name}::call({', '.join(values + [rname])});"
+                             f"  // {n.name}: {origins}")
+            return
+        call = f"at::_ops::{struct}::call({', '.join(values)})"
         returns = [str(r.type) for r in schema.returns]
         results = list(n.results)
         for rname, _, _ in results:

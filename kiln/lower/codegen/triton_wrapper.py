@@ -55,6 +55,8 @@ def _raise_kernel_error(err: torch.Tensor, where: str) -> None:
 class TritonWrapperWriter(cpp_wrapper.WrapperWriter):
     """Writes the wrapper of a program whose kernels are the Triton functions of `launches`."""
 
+    extern_outs = False  # matmuls return their own result on the device (no memory plan there yet)
+
     def __init__(self, program: KernelProgram, launches: dict[str, Launch], device: torch.device,
                  autotune: bool = False) -> None:
         super().__init__(program, {})

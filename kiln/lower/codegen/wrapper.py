@@ -21,7 +21,7 @@ from torch.utils import _pytree as pytree
 from kiln.lower.checks import ERROR_RECORD, error_function_source, sites_of
 from kiln.lower.codegen.memory import Allocation, MemoryFacts, MemoryPlan, in_place_donors, plan_memory
 from kiln.lower.ir import (BufferRef, ConstantBuffer, Extern, InputBuffer, Layout, Load, Pointwise, SymExpr,
-                           index_vars, walk)
+                           contiguous_strides, index_vars, walk)
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
 from kiln.runtime.kernel_wrapper import (bind_overloads, bind_threads, positional, relayout as _relayout, tag,
                                          with_output_spec, wrapper_recipe)
@@ -86,7 +86,21 @@ def _dtype(d: torch.dtype) -> str:
     return str(d).replace("torch.", "torch_")
 
 
+# Matmul externs whose ATen op has an out= overload: the wrapper allocates the result (or hands it a
+# dead buffer's storage, as the memory plan decides) and the op writes into it, as Inductor's
+# `extern_kernels.mm(a, b, out=buf)`. A fresh result per call would be one more allocation per
+# matmul, at the top of the heap, which glibc hands back to the kernel and faults in again.
+_OUT_OVERLOADS: dict[Any, Any] = {
+    torch.ops.aten.mm.default: torch.ops.aten.mm.out,
+    torch.ops.aten.addmm.default: torch.ops.aten.addmm.out,
+    torch.ops.aten.bmm.default: torch.ops.aten.bmm.out,
+    torch.ops.aten.baddbmm.default: torch.ops.aten.baddbmm.out,
+}
+
+
 class WrapperWriter:
+    extern_outs = True  # whether matmul externs write into planned buffers (`out_overload`)
+
     def __init__(self, program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
                  profile: bool = False) -> None:
         self.program = program
@@ -225,6 +239,10 @@ class WrapperWriter:
                             defined.add(n.name)
                             inplace = in_place_donors(step, block.kind, n)
                             allocations.append(Allocation(n.name, s, n.layout.dtype, n.layout.storage_size(), inplace))
+            elif isinstance(step, ExternCall) and self.out_overload(step) is not None:
+                name, layout, _ = step.node.results[0]
+                defined.add(name)
+                allocations.append(Allocation(name, s, layout.dtype, layout.storage_size()))
             elif isinstance(step, ExternCall):
                 node = step.node
                 leaves = pytree.tree_leaves((node.args, node.kwargs))
@@ -280,8 +298,29 @@ class WrapperWriter:
             [ctypes.c_void_p] * len(bufs) + [ctypes.c_double if is_float_symbol(s) else ctypes.c_int64 for s in syms]
             + [ctypes.c_int64] * (1 if seed else 0))
 
+    def out_overload(self, step: ExternCall) -> Any:
+        """The out= overload a matmul extern writes its result through (None: it returns a fresh
+        tensor): one result, which the graph wants dense and row-major, as the op makes it."""
+        n = step.node
+        out = _OUT_OVERLOADS.get(n.op) if self.extern_outs else None
+        if out is None or len(n.results) != 1 or n.results[0][2]:
+            return None
+        layout = n.results[0][1]
+        if layout.offset != 0 or tuple(layout.strides) != contiguous_strides(layout.sizes):
+            return None
+        return out
+
     def _extern(self, step: ExternCall) -> None:
         n = step.node
+        out = self.out_overload(step)
+        if out is not None:
+            name, layout, _ = n.results[0]
+            self._alloc(name, layout)
+            opname = f"extern_{str(out).replace('.', '_')}"
+            self.globals[opname] = out
+            args = [self.arg(a) for a in n.args] + [f"{k}={self.arg(v)}" for k, v in n.kwargs] + [f"out={name}"]
+            self.lines.append(f"    {opname}({', '.join(args)})  # {', '.join(n.origins)}")
+            return
         opname = f"extern_{str(n.op).replace('.', '_')}"
         self.globals[opname] = n.op
         args = [self.arg(a) for a in n.args] + [f"{k}={self.arg(v)}" for k, v in n.kwargs]
