@@ -207,11 +207,41 @@ def _realize_extern_inputs(ctx: LoweringContext, node: torch.fx.Node, env: dict[
         if not isinstance(a, torch.fx.Node):
             continue
         value = env.get(a)
-        if isinstance(value, TensorValue) and value.view is None:
-            saved, ctx.origins = ctx.origins, (a.name,)
-            env[a] = out[k] = ctx.realize(value)
-            ctx.origins = saved
+        if not isinstance(value, TensorValue) or value.view is not None:
+            continue
+        viewed = _permutation_of_stored(ctx, a, env)
+        if viewed is not None:
+            env[a] = out[k] = viewed
+            continue
+        saved, ctx.origins = ctx.origins, (a.name,)
+        env[a] = out[k] = ctx.realize(value)
+        ctx.origins = saved
     return tuple(out)
+
+
+_PERMUTATIONS = (aten.t.default, aten.transpose.int, aten.permute.default)
+
+
+def _permutation_of_stored(ctx: LoweringContext, a: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
+    """For a matmul input that is a transpose (or permute) of a lazy value: store that value in its
+    own layout and return the transpose as a strided view of it, or None. A weight gradient's
+    `mm(t(g), h)` and the input gradient's `mm(g, w)` then read one stored g, where storing t(g)
+    would write a second, transposed copy of it in the same kernel (as much memory again)."""
+    if a.op != "call_function" or a.target not in _PERMUTATIONS or not isinstance(a.args[0], torch.fx.Node):
+        return None
+    base = a.args[0]
+    base_value = env.get(base)
+    if not isinstance(base_value, TensorValue) or base_value.view is not None:
+        return None
+    saved, ctx.origins = ctx.origins, (base.name,)
+    env[base] = ctx.realize(base_value)
+    ctx.origins = saved
+    saved_meta, ctx.meta = ctx.meta, a.meta.get("val")
+    try:
+        viewed = _lower_node(ctx, a, env)
+    finally:
+        ctx.meta = saved_meta
+    return viewed if isinstance(viewed, TensorValue) and viewed.view is not None else None
 
 
 def _sym_arith(target: Any, args: Sequence[Any]) -> Any:

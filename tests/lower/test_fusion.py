@@ -1,6 +1,8 @@
 """Fusion: the number of kernels the scheduler makes for the classic patterns, and their results."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -144,3 +146,19 @@ def test_copies_on_both_sides_of_a_bmm_share_a_kernel() -> None:
     assert c.extern_count == 3 and c.kernel_count == 2
     first = c.cpp_source.split("// kernel0: fused from ")[1].splitlines()[0]
     assert first.count("clone") == 3, first
+
+
+def test_a_matmul_reading_a_transpose_of_a_lazy_value_reads_it_stored_once() -> None:
+    """A weight gradient's mm(t(g), h) beside the input gradient's mm(g, w): g is stored once, in
+    its own layout, and the first matmul takes its transpose as a strided view (BLAS reads it as
+    is), instead of one kernel writing g and a transposed copy of it."""
+    def grads(g, h, w):
+        a = g.relu() * 2
+        return a.t() @ h, a @ w
+
+    g, h, w = torch.randn(16, 32), torch.randn(16, 8), torch.randn(32, 8)
+    c = check(grads, g, h, w, atol=1e-5, rtol=1e-5)
+    assert c.kernel_count == 1
+    stores = re.findall(r"^\s+buf\d+\[[^\]]*\] = ", c.cpp_source, re.M)
+    assert len(stores) == 1, c.cpp_source
+    assert re.search(r"extern_aten_mm_\w+\(buf\d+\.t\(\), arg1", c.wrapper_source), c.wrapper_source
