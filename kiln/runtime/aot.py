@@ -12,8 +12,9 @@ It follows the artifact protocol (kiln.runtime.artifact): `AotRuntime.artifact_r
 Recipe of kind "aot" holding the recipes of its compiled halves (forward, backward), the AOT facts
 the runtime reads (mutated inputs, how each output is made, the output tree spec) and the
 autograd.Function's saved-tensor counts; the loader of kind "aot" rebuilds it. A runtime holding
-anything else (symbolic view sizes, lifted module tensors, output constants that are not literals,
-halves without a recipe) describes itself as None, and its frame is not persisted.
+anything else (symbolic view sizes other than whole dims of the view's base, lifted module
+tensors, output constants that are not literals, halves without a recipe) describes itself as
+None, and its frame is not persisted.
 PyTorch counterpart: torch/_functorch/_aot_autograd/runtime_wrappers.py and AOTAutogradCache.
 """
 from __future__ import annotations
@@ -107,14 +108,25 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
 
 @record_type
 @dataclasses.dataclass(frozen=True)
+class BaseDim:
+    """In a persisted view record: the size `dim` of the view's base, read at run time (an unbacked
+    size, nonzero's count, that `plan_unbound_views` found to be a whole dim of the base)."""
+
+    dim: int
+
+
+@record_type
+@dataclasses.dataclass(frozen=True)
 class OutputRecord:
-    """The fields of kiln.autograd.functionalize.OutputInfo the runtime reads (see there)."""
+    """The fields of kiln.autograd.functionalize.OutputInfo the runtime reads (see there); `rank`:
+    the base's rank, for a view whose record reads sizes of its base (BaseDim)."""
 
     kind: str
     base: int | None = None
     graph_index: int | None = None
     value: Any = None
     view: tuple[tuple[Any, ...], tuple[Any, ...], Any] | None = None
+    rank: int | None = None
 
 
 @record_type
@@ -134,6 +146,9 @@ FROM_BASE = -1
 
 
 def _evaluate(x: Any, binding: dict, args: Sequence[Any], base: torch.Tensor | None = None) -> int:
+    if isinstance(x, BaseDim):
+        assert base is not None
+        return int(base.shape[x.dim])
     if not isinstance(x, torch.SymInt):
         return int(x)
     import sympy  # only symbolic view sizes get here, and they come from a capture (sympy loaded)
@@ -362,6 +377,10 @@ class AotRuntime:
             base = bases[info.base]
             plan = self._views.get(k)
             if plan is None:
+                rank = getattr(info, "rank", None)  # a persisted view that reads sizes of its base
+                if rank is not None and base.dim() != rank:
+                    raise RuntimeError(f"kiln: output {k} is a view of a rank-{rank} base, and the graph returned "
+                                       f"a rank-{base.dim()} one (an internal error: please report it)")
                 return _rebuild_view(base, info.view, self.binding, flat)
             view, binding, rank = plan
             if base.dim() != rank:
@@ -393,9 +412,16 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
     if forward is None or meta is None:
         return None
     outputs = []
-    for info in meta.outputs:
-        if not _plain(info.value) or (info.view is not None and not _plain(info.view)):
-            return None  # a symbolic view size, or an output constant with no literal
+    for k, info in enumerate(meta.outputs):
+        if not _plain(info.value):
+            return None  # an output constant with no literal
+        if info.view is not None and not _plain(info.view):
+            record = _base_dims_view(runtime._views.get(k))
+            if record is None:
+                return None  # a symbolic view size that is not a whole dim of the view's base
+            view, rank = record
+            outputs.append(OutputRecord(info.kind, info.base, info.graph_index, info.value, view, rank))
+            continue
         outputs.append(OutputRecord(info.kind, info.base, info.graph_index, info.value, info.view))
     fields: dict[str, Any] = {
         "forward": forward,
@@ -411,6 +437,28 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
             return None
         fields["function"] = dict(function, backward=backward)
     return Recipe("aot", fields)
+
+
+def _base_dims_view(plan: tuple[tuple, dict, int] | None) -> tuple[tuple, int] | None:
+    """A view plan of `plan_unbound_views` as plain data: each symbol that is a whole dim of the
+    base becomes BaseDim; None when the plan reads anything else (an input's size)."""
+    if plan is None:
+        return None
+    from kiln.symbolic.node import expr_of  # a capture made the plan: its symbols are loaded
+
+    view, binding, rank = plan
+
+    def element(x: Any) -> Any:
+        if not isinstance(x, torch.SymInt):
+            return x if type(x) is int else None
+        expr = expr_of(x)
+        index, dim = binding.get(expr, (None, None)) if getattr(expr, "is_Symbol", False) else (None, None)
+        return BaseDim(dim) if index == FROM_BASE and type(dim) is int else None
+
+    size, stride, offset = ([element(x) for x in view[0]], [element(x) for x in view[1]], element(view[2]))
+    if view[3:] or any(x is None for x in (*size, *stride, offset)):
+        return None
+    return (tuple(size), tuple(stride), offset), rank
 
 
 @loader("aot")

@@ -315,6 +315,40 @@ def test_numpy_version_is_part_of_the_key(monkeypatch: pytest.MonkeyPatch) -> No
         persist.environment_digest.cache_clear()
 
 
+_NONZERO_SCRIPT = textwrap.dedent("""
+    import json, torch, kiln
+
+    def f(x):
+        rows, cols = (x > 0).nonzero(as_tuple=True)  # views of one base whose size is the count
+        return rows, cols, x.sum()
+
+    compiled = kiln.compile(f, options={"opt_level": "-O1"})
+    report = []
+    for seed in (0, 1):  # two counts of positive elements
+        x = torch.randn(4, 5, generator=torch.Generator().manual_seed(seed))
+        before = kiln.stats()
+        out, want = compiled(x), f(x)
+        after = kiln.stats()
+        report.append([after["disk_hits"] - before["disk_hits"], after["frames"] - before["frames"],
+                       torch.equal(out[0], want[0]) and torch.equal(out[1], want[1])
+                       and torch.allclose(out[2], want[2]), out[0].shape[0]])
+    from kiln.capture.persist import environment_digest
+    print(json.dumps({"report": report, "kiln": environment_digest()}))
+""")
+
+
+def test_views_sized_by_their_base_s_unbacked_dim_are_stored(tmp_path: Path) -> None:
+    # Longformer's _get_global_attn_indices returns nonzero(as_tuple=True)'s columns: views whose
+    # size is a dim of the base the graph returns, read back at run time (aot.BaseDim)
+    cache = tmp_path / "cache"
+    script = _script(tmp_path, "nonzero.py", _NONZERO_SCRIPT)
+    first = _run(script, cache)
+    assert first[0][:2] == [0, 1] and all(r[2] for r in first), first
+    second = _run(script, cache)
+    assert [r[1] for r in second] == [0, 0] and second[0][0] == 1, second
+    assert all(r[2] for r in second) and second[0][3] != second[1][3], second
+
+
 def test_only_classes_namedtuple_made_are_glue_constants() -> None:
     import collections
     from typing import NamedTuple
