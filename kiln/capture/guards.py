@@ -164,7 +164,8 @@ class Emitter:
                                           "___same_items": _same_items,
                                           "___class_lookup": class_lookup,
                                           "___constant_result": _constant_result_holds,
-                                          "___same_mapping": _same_mapping}
+                                          "___same_mapping": _same_mapping,
+                                          "___parametrized_class": parametrized_class_holds}
         self._names: dict[Any, str] = {}
 
     def bind(self, obj: Any) -> str:
@@ -403,6 +404,63 @@ def check_constant_result(expected: ConstantCall, name: str, em: Emitter) -> lis
     return [Check(f"___constant_result({em.bind(expected)})",
                   lambda env: f"{getattr(expected.fn, '__qualname__', '?')}() no longer returns "
                               f"{_short(expected.result)}")]
+
+
+@dataclass(frozen=True)
+class ParametrizedClass:
+    """A class torch.nn.utils.parametrize made for one module (`ParametrizedConv1d`, one per
+    parametrized module, so another process cannot name it): on `base`, with exactly the class-dict
+    `names`, each function and property of it torch's own code. kiln.capture.persist writes a
+    check_type on such a class as this; within a process the class is compared by identity."""
+
+    base: type
+    names: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"Parametrized{self.base.__qualname__} ({', '.join(n for n in self.names if not n.startswith('__'))})"
+
+
+PARAMETRIZE_MODULE = "torch.nn.utils.parametrize"
+
+
+def parametrized_class_holds(cls: Any, expected: ParametrizedClass) -> bool:
+    """Whether `cls` is what parametrize makes from `expected.base` for `expected.names`: its own
+    name and module, one base, those dict entries, every function (a property's too) and every
+    function in their closures written in parametrize's source, a property's closure strings its
+    own name (the tensor it reads), any other closure value the one module the class was made for."""
+    if type(cls) is not type or cls.__bases__ != (expected.base,) or cls.__module__ != PARAMETRIZE_MODULE \
+            or cls.__name__ != f"Parametrized{expected.base.__name__}" or tuple(sorted(cls.__dict__)) != expected.names:
+        return False
+    source = getattr(sys.modules.get(PARAMETRIZE_MODULE), "__file__", None)
+    for name, value in cls.__dict__.items():
+        if name in ("__module__", "__doc__"):
+            if value is not None and not isinstance(value, str):
+                return False
+            continue
+        functions = [value.fget, value.fset, value.fdel] if isinstance(value, property) else [value]
+        if not all(f is None or _parametrize_code(f, cls, source, name if isinstance(value, property) else None, 0)
+                   for f in functions):
+            return False
+    return True
+
+
+def _parametrize_code(fn: Any, cls: type, source: Any, tensor_name: str | None, depth: int) -> bool:
+    if type(fn) is not types.FunctionType or fn.__code__.co_filename != source or depth > 2:
+        return False
+    for cell in fn.__closure__ or ():
+        value = cell.cell_contents
+        if isinstance(value, str):
+            if value != tensor_name:
+                return False
+        elif type(value) is not cls and not _parametrize_code(value, cls, source, tensor_name, depth + 1):
+            return False
+    return True
+
+
+@guard_kind
+def check_parametrized_type(expected: ParametrizedClass, name: str, em: Emitter) -> list[Check]:
+    return [Check(f"___parametrized_class(type({{v}}), {em.bind(expected)})",
+                  lambda v: f"{name} is no longer a module parametrized as {expected} (now {_tname(type(v))})")]
 
 
 @guard_kind

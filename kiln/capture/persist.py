@@ -80,8 +80,9 @@ from typing import Any, Iterator
 import torch
 
 from kiln import config, log
-from kiln.capture.guards import (ABSENT, CheckFn, ClassAttribute, ConstantCall, FunctionCode, GlobalState, Guard,
-                                 TensorSpec, compile_guards)
+from kiln.capture.guards import (ABSENT, PARAMETRIZE_MODULE, CheckFn, ClassAttribute, ConstantCall, FunctionCode,
+                                 GlobalState, Guard, ParametrizedClass, TensorSpec, compile_guards,
+                                 parametrized_class_holds)
 from kiln.capture.options import CONSTANT_RESULT_MARKER
 from kiln.capture.stored_code import UnsafeSource, check_glue_source, check_guard_source, rooted_at_locals
 from kiln.runtime import artifact, cache, records, store as files
@@ -593,7 +594,7 @@ def _decode_member(kind: str, module: str, qualname: str, digest: Any) -> Any:
 
 
 _NAMED = records.Reference("named", _encode_named, _decode_named)
-_RECORD_TYPES = (Guard, TensorSpec, GlobalState, ClassAttribute, FunctionCode, ConstantCall)
+_RECORD_TYPES = (Guard, TensorSpec, GlobalState, ClassAttribute, FunctionCode, ConstantCall, ParametrizedClass)
 
 
 def dumps(value: Any) -> bytes:
@@ -654,6 +655,10 @@ def _portable_guard(guard: Guard) -> None:
             raise NotPortable(f"a malformed function-code guard at {guard.source}")
     elif kind == "check_constant_result":
         _portable_constant_call(expected)
+    elif kind == "check_parametrized_type":
+        if not (isinstance(expected, ParametrizedClass) and isinstance(expected.base, type)
+                and type(expected.names) is tuple and all(type(n) is str for n in expected.names)):
+            raise NotPortable(f"a malformed parametrized-class guard at {guard.source}")
     elif kind == "check_aliasing":
         if not (isinstance(expected, tuple) and all(isinstance(g, tuple) and all(isinstance(s, str) for s in g)
                                                     for g in expected)):
@@ -709,6 +714,9 @@ def _portable_guards(guards: list[Guard], frame: tuple[dict, dict, Any] | None) 
         if guard.kind == "check_id" and isinstance(guard.expected, types.FunctionType) \
                 and "<locals>" in guard.expected.__qualname__:
             guard = Guard(guard.source, "check_code", _function_code(guard.expected), guard.description)
+        if guard.kind == "check_type" and _parametrized_class(guard.expected) is not None:
+            guard = Guard(guard.source, "check_parametrized_type", _parametrized_class(guard.expected),
+                          guard.description)
         if guard.kind == "check_id" and not isinstance(guard.expected, _IDENTITY_KINDS):
             if id(guard.expected) in aliased:
                 continue
@@ -722,6 +730,15 @@ def _portable_guards(guards: list[Guard], frame: tuple[dict, dict, Any] | None) 
         _portable_guard(guard)
         out.append(guard)
     return out
+
+
+def _parametrized_class(cls: Any) -> ParametrizedClass | None:
+    """The structure of a class torch.nn.utils.parametrize made for one module (it makes one per
+    module, so no name finds it in another process), or None for any other class."""
+    if not isinstance(cls, type) or cls.__module__ != PARAMETRIZE_MODULE or len(cls.__bases__) != 1:
+        return None
+    record = ParametrizedClass(cls.__bases__[0], tuple(sorted(cls.__dict__)))
+    return record if parametrized_class_holds(cls, record) else None
 
 
 def _source_values(guards: list[Guard], frame: tuple[dict, dict, Any] | None) -> list[tuple[str, Any]]:

@@ -64,7 +64,10 @@ def _run_model(code: Path, cache: Path, name: str, mode: str) -> dict[str, Any]:
 # field) are inlined when the loss sets config.problem_type, and travel as code (check_code)
 # mistral_cache: the glue rebuilds the cache's DynamicLayer objects (`C.__new__(C)` and their
 # attributes), a class the frame's own data names (an identity guard rooted at L)
+# wav2vec2: a weight-normed conv (torch.nn.utils.parametrize makes its class per module) and an
+# lru_cache'd probe marked as having a constant result (is_torch_distributed_available)
 @pytest.mark.parametrize("name,mode", [("gpt2", "infer"), ("distilbert", "train"), ("mistral_cache", "infer"),
+                                       ("wav2vec2", "infer"),
                                        pytest.param("llama", "train", marks=pytest.mark.slow)])
 def test_second_process_runs_a_transformers_model_without_capturing(tmp_path: Path, name: str, mode: str) -> None:
     pytest.importorskip("transformers")
@@ -169,6 +172,33 @@ def test_class_attribute_dict_is_checked_by_its_items_and_travels_by_them() -> N
             Registry.table.clear()
             Registry.table.update(saved)
     assert fresh.fn({}, {}, None)
+
+
+def _weight_normed(name: str = "weight") -> torch.nn.Module:
+    from torch.nn.utils import parametrizations
+
+    return parametrizations.weight_norm(torch.nn.Conv1d(4, 4, 3), name=name, dim=2 if name == "weight" else 0)
+
+
+def test_a_class_parametrize_made_travels_by_its_structure() -> None:
+    # parametrize makes one class per module: another process's class is another object, checked
+    # as what parametrize makes (base, members, torch's own code), never by name
+    conv = _weight_normed()
+    L = {"m": conv}
+    stored = persist._portable_guards([Guard("L['m']", "check_type", type(conv))], (L, {}, None))
+    assert [g.kind for g in stored] == ["check_parametrized_type"]
+    check = compile_guards(persist.loads(persist.dumps(stored)))
+    assert check.fn(L, {}, None) and check.fn({"m": _weight_normed()}, {}, None)
+
+    class ParametrizedConv1d(torch.nn.Conv1d):  # an imitation: same name and module, user code
+        __module__ = "torch.nn.utils.parametrize"
+
+        @property
+        def weight(self) -> Any:
+            return self.parametrizations["weight"]()
+
+    for other in (torch.nn.Conv1d(4, 4, 3), _weight_normed("bias"), ParametrizedConv1d(4, 4, 3)):
+        assert not check.fn({"m": other}, {}, None), other
 
 
 def test_class_attribute_guard_on_data_is_refused() -> None:
