@@ -379,8 +379,8 @@ def _encode_named(obj: Any) -> Any:
         return ("absent", "", "", None)
     if _numpy_bool(obj):
         return ("numpy_bool", "numpy", "True_" if obj else "False_", None)
-    for name, factory in _TORCH_BREAK_FACTORIES.items():
-        if obj is factory:
+    for name in _TORCH_BREAK_CALLS:
+        if obj is getattr(torch, name):
             return ("torch_factory", "torch", name, None)
     if isinstance(obj, types.CodeType):
         return _encode_local_code(obj)
@@ -467,10 +467,9 @@ def _decode_named(data: Any) -> Any:
             raise records.RecordError(f"numpy.{qualname} is not a numpy bool")
         return found
     if kind == "torch_factory":
-        found = _TORCH_BREAK_FACTORIES.get(str(qualname))
-        if found is None:
-            raise records.RecordError(f"torch.{qualname} is not a factory a glue may call")
-        return found
+        if qualname not in _TORCH_BREAK_CALLS:
+            raise records.RecordError(f"torch.{qualname} is not a function a glue may call")
+        return getattr(torch, str(qualname))
     if kind == "local_code":
         return _decode_local_code(module, qualname, digest)
     if kind == "builtin_type":
@@ -801,19 +800,24 @@ class StoredResume:
 # what a stored glue may hold besides its graphs: callables capture binds (grad mode around a
 # graph, containers rebuilt from their items) and, through `_glue_constant`, ModelOutput classes
 _GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset, slice, torch.Size)
-# torch functions a glue may call natively at a graph break, by name from this table only: a tensor
-# factory whose size a graph computed as a tensor (`torch.arange(mask.sum())`, Longformer's global
-# attention indices). With any argument a break admits it only allocates.
-_TORCH_BREAK_FACTORIES = {"arange": torch.arange}
-# builtins a glue may call natively at a graph break, each only when the frame's own code names it
-_BREAK_BUILTINS = (print, *_TORCH_BREAK_FACTORIES.values())
+# torch functions a glue may call natively at a graph break, by their name in torch from this table
+# only, read from torch when the entry is stored and when it is read (torch._dynamo, once imported,
+# replaces torch.manual_seed with a wrapper: the glue calls what the program's `torch.manual_seed`
+# finds): a tensor factory whose size a graph computed as a tensor (`torch.arange(mask.sum())`,
+# Longformer's global attention indices), which only allocates, and a reseed (Reformer's hashing).
+_TORCH_BREAK_CALLS = ("arange", "manual_seed")
+
+
+def _break_builtin(value: Any) -> bool:
+    """A builtin a glue may call natively at a graph break, when the frame's own code names it."""
+    return value is print or any(value is getattr(torch, name) for name in _TORCH_BREAK_CALLS)
 
 
 def _glue_constant(value: Any) -> bool:
     """Whether the glue of a stored entry may hold `value`. A ModelOutput class is checked as capture
     recognised it (a dataclass deriving from transformers' ModelOutput that changes nothing about
     how fields become items), after the reader found it by module and qualname with its digest."""
-    if any(value is allowed for allowed in _GLUE_CALLABLES + _BREAK_BUILTINS):
+    if any(value is allowed for allowed in _GLUE_CALLABLES) or _break_builtin(value):
         return True
     if isinstance(value, (enum.Enum, torch.dtype, torch.device)) or _numpy_bool(value):
         return True
@@ -868,7 +872,7 @@ def check_texts(frame: StoredFrame, code: types.CodeType | None = None) -> None:
     for guard in frame.guards:
         for text in _guard_texts(guard):
             check_guard_source(text)
-    natives = {name for name, value in frame.constants.items() if any(value is b for b in _BREAK_BUILTINS)}
+    natives = {name for name, value in frame.constants.items() if _break_builtin(value)}
     classes = {name for name, value in frame.constants.items() if _built_class(value, frame.guards)}
     callees = set(frame.resumes) | set(frame.callees) | natives
     methods: tuple[str, ...] = ()
@@ -899,8 +903,7 @@ def _check_breaks(frame: StoredFrame, code: types.CodeType) -> None:
     continues at an instruction of `code` with the stack depth, NULL slots and live locals the
     bytecode has there (kiln.capture.code.stack_shape_at), and each function or builtin the glue
     calls at a break is one the code names."""
-    if not frame.resumes and not frame.callees and not any(
-            value is b for value in frame.constants.values() for b in _BREAK_BUILTINS):
+    if not frame.resumes and not frame.callees and not any(_break_builtin(v) for v in frame.constants.values()):
         return
     from kiln.capture import code as code_mod  # the bytecode library: only for frames with breaks
 
@@ -912,7 +915,7 @@ def _check_breaks(frame: StoredFrame, code: types.CodeType) -> None:
                 or fn.__name__ not in names and not code.co_freevars and not _module_forward(fn, frame.guards):
             raise NotPortable(f"break callee {name} is not a function {code.co_qualname} names")
     for name, value in frame.constants.items():
-        if any(value is b for b in _BREAK_BUILTINS) and value.__name__ not in names:
+        if _break_builtin(value) and value.__name__ not in names:
             raise NotPortable(f"{name}: {code.co_qualname} does not name {value.__name__}")
     for name, resume in frame.resumes.items():
         if not (name.startswith("__resume") and isinstance(resume, StoredResume) and type(resume.offset) is int

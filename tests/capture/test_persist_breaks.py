@@ -79,6 +79,10 @@ _BREAKS_SCRIPT = textwrap.dedent("""
         idx = torch.arange(n, device=x.device)  # a size the graph computed: arange runs at the break
         return idx.float() * 2 + n
 
+    def reseeded(x):
+        torch.manual_seed(0)              # a reseed: called natively at the break
+        return x.sin()
+
     def compare(x, n):
         y = x.sin()
         assert list(y.size()) == [4, n, 4], "size"  # sizes against a 0-d tensor: compared at the break
@@ -98,7 +102,7 @@ _BREAKS_SCRIPT = textwrap.dedent("""
     x = torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
     cases = {"f": (f, (x, 2)), "closure": (make(2.0), (x,)), "loop": (loop, (x,)), "net": (Net(), (x,)),
              "decorated": (decorated, (x,)), "indices": (indices, (x,)),
-             "compare": (compare, (x.reshape(4, 1, 4), torch.tensor(1)))}
+             "compare": (compare, (x.reshape(4, 1, 4), torch.tensor(1))), "reseeded": (reseeded, (x,))}
     report = {}
     for name, (fn, args) in cases.items():
         before = kiln.stats()
@@ -285,6 +289,17 @@ def test_loop_iterators_at_a_break_are_the_frame_s_own() -> None:
         with pytest.raises(UnsafeSource):
             check_glue_source(head + body + tail, "__glue_loop", ["__graph_loop_0"], [],
                               ["__const_print_0", "__resume2"], ["print"])
+
+
+def test_torch_calls_at_a_break_are_what_torch_names_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch._dynamo, once imported (transformers imports it), wraps torch.manual_seed: the glue holds
+    # and calls whatever torch.manual_seed is, found again by that name
+    original = torch.manual_seed
+    wrapper = functools.wraps(original)(lambda seed: original(seed))
+    monkeypatch.setattr(torch, "manual_seed", wrapper)
+    assert persist._glue_constant(wrapper) and persist.loads(persist.dumps({"s": wrapper}))["s"] is wrapper
+    assert not persist._glue_constant(torch.random.seed)
+    assert persist.loads(persist.dumps({"a": torch.arange}))["a"] is torch.arange
 
 
 def test_glue_compares_only_values_the_guards_pin_to_numbers_or_tensors() -> None:
