@@ -194,10 +194,11 @@ def _check(source: str, globals_: set[str]) -> ast.Module:
     params = [a.arg for a in fn.args.args]
     takes_list = params == ["args"]
     known = set(params) | globals_ | set(_FIXED_GLOBALS) | _BUILTINS | checked
-    known |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    nodes = _all_nodes(fn)
+    known |= {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     callables = globals_ | _BUILTINS | {"_relayout"} | checked
-    called = {id(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
-    for node in ast.walk(fn):
+    called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+    for node in nodes:
         if not isinstance(node, _NODES):
             raise ValueError(f"wrapper source holds a {type(node).__name__}")
         if isinstance(node, ast.Name) and node.id not in known:
@@ -234,6 +235,20 @@ _ERROR_IMPORT = "import ctypes as _ctypes"
 _ERROR_RECORD_TYPE = re.compile(r"_ErrorRecord = _ctypes\.c_int64 \* \d+")
 _ERROR_NAMES = frozenset({"err", "site", "value", "size", "RuntimeError", "IndexError", "ValueError",
                           "ZeroDivisionError"})
+def _all_nodes(root: ast.AST) -> list[ast.AST]:
+    """Every node under `root` (itself included), collected once: a large graph's wrapper has tens
+    of thousands, and ast.walk's generators cost a warm start more than the checks on them."""
+    found = [root]
+    for node in found:  # the list grows as it is read: breadth first, as ast.walk
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, ast.AST):
+                found.append(value)
+            elif isinstance(value, list):
+                found.extend(v for v in value if isinstance(v, ast.AST))
+    return found
+
+
 _ERROR_NODES = (ast.FunctionDef, ast.arguments, ast.arg, ast.Assign, ast.If, ast.Return, ast.Name, ast.Load,
                 ast.Store, ast.Constant, ast.Subscript, ast.Tuple, ast.Compare, ast.Eq, ast.Call, ast.JoinedStr,
                 ast.FormattedValue)
