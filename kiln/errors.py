@@ -5,6 +5,8 @@ Capture turns `Unsupported` into a graph break (or, under fullgraph=True, into a
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 
 class KilnError(Exception):
     """Base class of every error Kiln raises on purpose."""
@@ -56,3 +58,14 @@ class VerificationError(KilnError):
     def __init__(self, stage: str, message: str) -> None:
         super().__init__(f"[{stage}] {message}")
         self.stage = stage
+
+
+def reraise(exc: BaseException) -> Callable[..., Any]:
+    """A callable that raises `exc` when called: a glue hands it to the frame's own handlers in
+    place of a call that already raised at a graph break inside a try or with block (kept here,
+    imported with Kiln, so that a glue read back from the frame cache finds it by name)."""
+
+    def raise_again(*args: Any, **kwargs: Any) -> Any:
+        raise exc
+
+    return raise_again

@@ -296,8 +296,17 @@ def _stack_shapes(code: types.CodeType) -> dict[int, tuple[bool, ...]]:
 def stack_shape_at(code: types.CodeType, offset: int) -> StackShape | None:
     """The stack before the instruction at `offset` of `code` as its bytecode says (None when the
     analysis does not know it: an unreachable offset, an instruction it does not model). Used to
-    check a stored resume request before its code is made again (kiln.capture.persist)."""
-    shape = _stack_shapes(code).get(instruction_at(code, offset).offset)
+    check a stored resume request before its code is made again (kiln.capture.persist).
+    At a CALL it is the stack its PRECALL sees: dis counts the arguments as popped by the PRECALL,
+    but they stay on the stack until the CALL takes them (a handler's resume continues at the CALL
+    itself with them, kiln.capture.glue's _call_under_handlers)."""
+    ins = instruction_at(code, offset)
+    if ins.opname == "CALL":
+        listing = _listing(code)
+        n = listing.index[ins.offset]
+        if n > 0 and listing.instrs[n - 1].opname == "PRECALL":
+            ins = listing.instrs[n - 1]
+    shape = _stack_shapes(code).get(ins.offset)
     if shape is None:
         return None
     return StackShape(len(shape), frozenset(i for i, flag in enumerate(shape) if flag))

@@ -22,7 +22,7 @@ from kiln.capture import code as code_mod
 from kiln.capture.code import ResumeRequest, resume_callable
 from kiln.capture.variables.constant import literal_or_none
 from kiln import log
-from kiln.errors import KilnError, Unsupported
+from kiln.errors import KilnError, Unsupported, reraise
 from kiln.fake.tensor import FakeTensor
 
 if TYPE_CHECKING:
@@ -495,22 +495,13 @@ def _call_under_handlers(glue: GlueBuilder, fn: types.FunctionType, root: Any, s
     callable_slot = len(stack) - depth + (1 if isinstance(stack[len(stack) - depth], NullVariable) else 0)
     exc = glue.fresh("exc")
     raising = list(stack)
-    raising[callable_slot] = _Named(f"{glue.constant(_reraise)}({exc})")
+    raising[callable_slot] = _Named(f"{glue.constant(reraise)}({exc})")
     native = ResumeFunctions(fn, lambda f: f, native=True)
     live, values = _live_values(root, code_mod.live_locals_at(fn.__code__, root.current.offset))
     glue.line("try:")
     glue.line(f"    {call}")
     glue.line(f"except BaseException as {exc}:")
     glue.line(f"    return {native.expression(glue, root.current.offset, raising, live, values)}")
-
-
-def _reraise(exc: BaseException) -> Callable[..., Any]:
-    """A callable that raises `exc` when called (stands in for a call that already raised)."""
-
-    def raise_again(*args: Any, **kwargs: Any) -> Any:
-        raise exc
-
-    return raise_again
 
 
 class _Named:

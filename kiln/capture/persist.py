@@ -29,8 +29,10 @@ when every part can be checked in another process, else it stays in memory only:
     live locals), checked against the frame's own bytecode (whose digest is in the key) and made
     again by kiln.capture.code, never read back as code; break callees as user functions by name
     and digest, each one the frame's code names or its closure holds, compiled again as their own
-    frames (whose entries come from disk too). Breaks inside try blocks (native resume functions) and callees
-    Kiln wraps otherwise (hooked modules, DDP, autograd.Function) are not stored;
+    frames (whose entries come from disk too). A break inside a try or `with torch.no_grad()`
+    block stores its native resume functions (plain Python under the frame's handlers) the same
+    way, the glue's try/except and context manager in one checked shape. Callees Kiln wraps
+    otherwise (hooked modules, DDP, autograd.Function) are not stored;
   - each graph's artifact has a recipe (the built-in lowering, no symbolic view sizes, no constant
     tensors, no lifted module tensors);
   - each guard is portable. Object identity (check_id) is not, except for objects another process
@@ -85,6 +87,7 @@ from kiln.capture.guards import (ABSENT, PARAMETRIZE_MODULE, CheckFn, ClassAttri
                                  parametrized_class_holds)
 from kiln.capture.options import CONSTANT_RESULT_MARKER
 from kiln.capture.stored_code import UnsafeSource, check_glue_source, check_guard_source, rooted_at_locals
+from kiln.errors import reraise
 from kiln.runtime import artifact, cache, records, store as files
 
 FORMAT = 4  # bump when the stored layout changes
@@ -788,18 +791,24 @@ class StoredFrame:
 class StoredResume:
     """A resume function of a stored glue, as the data it is made from (kiln.capture.glue's
     ResumeRequest): the offset of the frame's code it continues at, the stack depth there, the
-    NULL slots among it and the live locals it takes. Checked against the frame's own bytecode
-    (`_check_breaks`) before kiln.capture.code makes the code object again; never code itself."""
+    NULL slots among it and the live locals it takes; `native`: it runs as plain Python (it
+    continues a break inside a try or with block under the frame's own handlers). Checked against
+    the frame's own bytecode (`_check_breaks`) before kiln.capture.code makes the code object
+    again; never code itself."""
 
     offset: int
     nstack: int
     live: tuple[str, ...]
     null_slots: tuple[int, ...]
+    native: bool = False
 
 
 # what a stored glue may hold besides its graphs: callables capture binds (grad mode around a
 # graph, containers rebuilt from their items) and, through `_glue_constant`, ModelOutput classes
-_GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset, slice, torch.Size)
+_GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset, slice, torch.Size, reraise)
+# context managers a glue may make, enter and hand the `__exit__` of to a resume function (a break
+# inside `with torch.no_grad():`)
+_GLUE_CONTEXTS = (torch.no_grad, torch.enable_grad)
 # torch functions a glue may call natively at a graph break, by their name in torch from this table
 # only, read from torch when the entry is stored and when it is read (torch._dynamo, once imported,
 # replaces torch.manual_seed with a wrapper: the glue calls what the program's `torch.manual_seed`
@@ -817,7 +826,7 @@ def _glue_constant(value: Any) -> bool:
     """Whether the glue of a stored entry may hold `value`. A ModelOutput class is checked as capture
     recognised it (a dataclass deriving from transformers' ModelOutput that changes nothing about
     how fields become items), after the reader found it by module and qualname with its digest."""
-    if any(value is allowed for allowed in _GLUE_CALLABLES) or _break_builtin(value):
+    if any(value is allowed for allowed in _GLUE_CALLABLES + _GLUE_CONTEXTS) or _break_builtin(value):
         return True
     if isinstance(value, (enum.Enum, torch.dtype, torch.device)) or _numpy_bool(value):
         return True
@@ -880,9 +889,10 @@ def check_texts(frame: StoredFrame, code: types.CodeType | None = None) -> None:
         if code is None:
             raise UnsafeSource("a glue with graph breaks checked without its code")
         methods = tuple(n for n in code.co_names if not n.startswith("__"))
+    contexts = [name for name, value in frame.constants.items() if any(value is c for c in _GLUE_CONTEXTS)]
     check_glue_source(frame.glue_source, frame.glue_name, frame.graphs,
                       [name for name in frame.constants if name not in natives | classes], callees, methods, classes,
-                      _scalar_sources(frame.guards))
+                      _scalar_sources(frame.guards), contexts)
 
 
 def _scalar_sources(guards: Any) -> list[str]:
@@ -920,6 +930,7 @@ def _check_breaks(frame: StoredFrame, code: types.CodeType) -> None:
     for name, resume in frame.resumes.items():
         if not (name.startswith("__resume") and isinstance(resume, StoredResume) and type(resume.offset) is int
                 and type(resume.nstack) is int and type(resume.live) is tuple and type(resume.null_slots) is tuple
+                and type(resume.native) is bool
                 and all(type(n) is str for n in resume.live) and all(type(i) is int for i in resume.null_slots)):
             raise NotPortable(f"malformed resume function {name}")
         try:
@@ -947,9 +958,10 @@ def _module_forward(fn: types.FunctionType, guards: Any) -> bool:
 
 def _stored_resume(value: Any) -> StoredResume:
     request = getattr(value, "request", None)
-    if request is None or request.native:
-        raise NotPortable("a resume function that runs natively (a break inside a try block)")
-    return StoredResume(request.offset, request.nstack, tuple(request.live), tuple(request.null_slots))
+    if request is None:
+        raise NotPortable("a resume function made from no request")
+    return StoredResume(request.offset, request.nstack, tuple(request.live), tuple(request.null_slots),
+                        bool(request.native))
 
 
 def _callee_function(value: Any) -> types.FunctionType:
@@ -1205,7 +1217,7 @@ def materialize(disk: DiskEntry, fn: types.FunctionType | None = None,
             from kiln.capture.code import ResumeRequest, resume_callable  # the bytecode library: breaks only
 
             for name, stored in frame.resumes.items():
-                request = ResumeRequest(stored.offset, stored.nstack, stored.live, stored.null_slots)
+                request = ResumeRequest(stored.offset, stored.nstack, stored.live, stored.null_slots, stored.native)
                 namespace[name] = resume_callable(fn, request, wrap_frame)
             for name, callee in frame.callees.items():
                 namespace[name] = wrap_frame(callee)

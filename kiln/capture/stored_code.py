@@ -197,7 +197,7 @@ class _Glue:
     """The names of one glue function while it is checked: what may be called and what may be read."""
 
     def __init__(self, graphs: set[str], constants: set[str], callees: set[str], methods: set[str],
-                 classes: Iterable[str] = ()) -> None:
+                 classes: Iterable[str] = (), contexts: Iterable[str] = ()) -> None:
         self.graphs = graphs
         self.classes = set(classes)  # classes whose instances the glue rebuilds (`C.__new__(C)`)
         self.constants = constants
@@ -209,6 +209,8 @@ class _Glue:
         self.frame_values: set[str] = set()  # locals holding the frame's own values (`_break_argument`)
         self.scalars: set[str] = set()  # sources the entry's guards pin to ints, floats, bools or plain tensors
         self.scalar_locals: set[str] = set()  # locals holding a display of literals and those
+        self.context_classes = set(contexts)  # constants that are context managers (torch.no_grad)
+        self.contexts: set[str] = set()  # locals holding a context manager made from one of them
 
     @property
     def roots(self) -> set[str]:
@@ -255,6 +257,8 @@ def _glue_value(node: ast.AST, glue: _Glue) -> None:
         for part in (node.left, *node.comparators):
             _glue_value(part, glue)
         return
+    if _context_exit(node, glue):
+        return  # a with block's bound exit, handed to the resume function that leaves the block
     if isinstance(node, ast.Subscript) and not _literal(node.slice) and not _literal_slice(node.slice):
         # a graph output's slot is a literal; a stored glue indexes nothing with a computed key
         raise UnsafeSource(f"glue subscripts with {_text(node.slice)}")
@@ -280,6 +284,12 @@ def _rooted_at_l(node: ast.AST) -> bool:
     while isinstance(node, ast.Subscript) and _literal(node.slice):
         node = node.value
     return isinstance(node, ast.Name) and node.id == "L"
+
+
+def _context_exit(node: ast.AST, glue: _Glue) -> bool:
+    """`__ctx0.__exit__` of a context manager the glue made from an admitted class and entered."""
+    return isinstance(node, ast.Attribute) and node.attr == "__exit__" and isinstance(node.value, ast.Name) \
+        and node.value.id in glue.contexts
 
 
 def _tuple_items(node: ast.AST) -> bool:
@@ -333,7 +343,7 @@ def _break_argument(node: ast.AST, glue: _Glue) -> bool:
         return all(_break_argument(e.value if isinstance(e, ast.Starred) else e, glue) for e in node.elts)
     if isinstance(node, ast.Dict):
         return all(k is None or _literal(k) for k in node.keys) and all(_break_argument(v, glue) for v in node.values)
-    if isinstance(node, ast.Name) and node.id in glue.frame_values:
+    if isinstance(node, ast.Name) and node.id in glue.frame_values or _context_exit(node, glue):
         return True
     if isinstance(node, ast.Attribute) and node.attr in glue.methods and not node.attr.startswith("__") \
             and _frame_own(node.value):
@@ -382,7 +392,7 @@ def _loop_iterator(value: ast.AST, glue: _Glue) -> bool:
 def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
                       constant_names: Iterable[str] = (), callee_names: Iterable[str] = (),
                       method_names: Iterable[str] = (), class_names: Iterable[str] = (),
-                      scalar_sources: Iterable[str] = ()) -> None:
+                      scalar_sources: Iterable[str] = (), context_names: Iterable[str] = ()) -> None:
     """The glue of a stored entry: one function `glue_name(L, G, F)` of assignments, dict rewrites,
     grad-mode switches and a return. `constant_names`: the entry's admitted constants (ModelOutput
     classes and the few callables capture binds, checked by kiln.capture.persist), which the glue
@@ -392,7 +402,11 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
     instances the glue rebuilds, only as `C.__new__(C)` then `obj.__dict__.update({...})` with
     values that are not objects read off L, G or F (user_object.py); `scalar_sources`: sources of
     L the entry's guards pin to ints, floats, bools or plain tensors, which the glue may compare
-    (unless it stores anything under L, which could replace them after the guards ran).
+    (unless it stores anything under L, which could replace them after the guards ran);
+    `context_names`: constants that are context managers (torch.no_grad), which the glue may make
+    (`__ctx0 = C()`), enter (`__ctx0.__enter__()`) and whose `__exit__` it may hand a resume function.
+    A break inside a try or with block is a top-level `try:` around the break's call, whose one
+    `except BaseException as __excN:` returns a resume function's call (kiln/capture/glue.py).
 
     Objects read off L or G (tainted values) may be stored only where the frame's own data lives
     or where the glue's own containers are: a subscript chain rooted at L (the caller's
@@ -411,7 +425,7 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
         raise UnsafeSource("glue function has another signature")
     graphs, constants, callees, classes = set(graph_names), set(constant_names), set(callee_names), set(class_names)
     reserved = {"L", "G", "F"} | graphs | constants | callees | classes
-    glue = _Glue(graphs, constants, callees, set(method_names), classes)
+    glue = _Glue(graphs, constants, callees, set(method_names), classes, context_names)
     stores_under_l = any(isinstance(t, ast.Subscript) and _own_data(t, set()) for node in ast.walk(fn)
                          if isinstance(node, ast.Assign) for t in node.targets)
     if not stores_under_l:
@@ -441,6 +455,10 @@ def _check_body(body: list[ast.stmt], glue: _Glue, reserved: set[str], tainted: 
         elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
                 and isinstance(statement.value.func, ast.Name) and statement.value.func.id in glue.constants:
             _glue_value(statement.value, glue)  # `__const__set_grad_enabled_0(False)`
+        elif isinstance(statement, ast.Expr) and _enters_context(statement.value, glue):
+            pass
+        elif isinstance(statement, ast.Try) and top:
+            _check_try(statement, glue, reserved, tainted, fresh)
         elif isinstance(statement, ast.If) and top and not statement.orelse \
                 and all(isinstance(s, ast.Return) for s in statement.body):
             # a data-dependent branch: `if <graph output>: return <resume>(...)`
@@ -448,6 +466,39 @@ def _check_body(body: list[ast.stmt], glue: _Glue, reserved: set[str], tainted: 
             _check_body(statement.body, glue, reserved, tainted, fresh, top=False)
         else:
             raise UnsafeSource(f"glue holds a {type(statement).__name__} statement")
+
+
+def _enters_context(call: ast.AST, glue: _Glue) -> bool:
+    """`__ctx0.__enter__()` on a context manager the glue made from an admitted class."""
+    return isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__enter__" \
+        and isinstance(call.func.value, ast.Name) and call.func.value.id in glue.contexts and _plain_call(call, 0)
+
+
+def _check_try(statement: ast.Try, glue: _Glue, reserved: set[str], tainted: set[str], fresh: set[str]) -> None:
+    """`try: <break's call> except BaseException as __excN: return <resume>(...)`: the call runs
+    under the frame's own handlers (the resume function continues at the call with the caught
+    exception to re-raise, glue.py's _call_under_handlers); nothing else may sit in a try."""
+    body, handlers = statement.body, statement.handlers
+    if statement.orelse or statement.finalbody or len(body) != 1 or len(handlers) != 1:
+        raise UnsafeSource("a glue try block of another shape")
+    call = body[0].value if isinstance(body[0], (ast.Assign, ast.Expr)) else None
+    if not (isinstance(call, ast.Call) and _break_callee(call.func, glue)):
+        raise UnsafeSource("a glue try block around something else than a break's call")
+    handler = handlers[0]
+    name = handler.name
+    if not (isinstance(handler.type, ast.Name) and handler.type.id == "BaseException" and name
+            and name not in reserved and name not in glue.locals and len(handler.body) == 1):
+        raise UnsafeSource("a glue except clause of another shape")
+    returned = handler.body[0]
+    if not (isinstance(returned, ast.Return) and isinstance(returned.value, ast.Call)
+            and _break_callee(returned.value.func, glue)):
+        raise UnsafeSource("a glue except clause that does not return a resume function's call")
+    glue.locals.add(name)  # the caught exception: a value the glue made, not one read off L, G or F
+    try:
+        _glue_value(returned.value, glue)
+    finally:
+        glue.locals.discard(name)
+    _check_body(body, glue, reserved, tainted, fresh, top=False)
 
 
 def _new_object(value: ast.AST, glue: _Glue) -> bool:
@@ -506,8 +557,12 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
             glue.outputs.discard(target.id)
             glue.frame_values.discard(target.id)
             glue.scalar_locals.discard(target.id)
+            glue.contexts.discard(target.id)
             if scalar:
                 glue.scalar_locals.add(target.id)
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) \
+                    and value.func.id in glue.context_classes:
+                glue.contexts.add(target.id)
             if graph_call:
                 glue.outputs.add(target.id)
             if reads_objects and _break_argument(value, glue):

@@ -126,7 +126,7 @@ FORGERIES: dict[str, tuple[Callable[[Any, str], Any], str]] = {
     "glue walrus": (_glue_line("__v = (__w := " + _TOUCH + ")"), "NamedExpr"),
     "glue import statement": (_glue_line("import os; os.system('touch {m}')"), "Import statement"),
     "glue with statement": (_glue_line("with open('{m}', 'w'): pass"), "With statement"),
-    "glue try statement": (_glue_line("try: open('{m}', 'w')\n    except Exception: pass"), "Try statement"),
+    "glue try statement": (_glue_line("try: open('{m}', 'w')\n    except Exception: pass"), "glue try block"),
     "glue expression statement": (_glue_line("open('{m}', 'w')"), "Expr statement"),
     "glue rebinds a graph": (_glue_text(lambda frame, m: frame.glue_source.replace(
         f"def {frame.glue_name}(L, G, F):\n",
