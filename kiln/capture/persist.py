@@ -921,6 +921,10 @@ def _check_breaks(frame: StoredFrame, code: types.CodeType) -> None:
     for name, fn in frame.callees.items():
         # a decorator's wrapper calls the function it holds in a cell (`func`): materialize checks
         # that this closure holds that very function
+        if isinstance(fn, type) and issubclass(fn, torch.autograd.Function) and name.startswith("__callee"):
+            if fn.__name__ not in names:  # `Fn.apply(...)`: the code names the Function class
+                raise NotPortable(f"break callee {name}: {code.co_qualname} does not name {fn.__name__}")
+            continue
         if not name.startswith("__callee") or not isinstance(fn, types.FunctionType) \
                 or fn.__name__ not in names and not code.co_freevars and not _module_forward(fn, frame.guards):
             raise NotPortable(f"break callee {name} is not a function {code.co_qualname} names")
@@ -964,8 +968,13 @@ def _stored_resume(value: Any) -> StoredResume:
                         bool(request.native))
 
 
-def _callee_function(value: Any) -> types.FunctionType:
-    """The user function behind a break callee the glue binds (compiled by the entry's wrap_frame)."""
+def _callee_function(value: Any) -> Any:
+    """The user function behind a break callee the glue binds (compiled by the entry's wrap_frame),
+    or for `Function.apply` run as its compiled forward (autograd_function.InferenceApply) the
+    Function class, made into one again by materialize."""
+    applies = sys.modules.get("kiln.capture.variables.autograd_function")  # loaded by the capture
+    if applies is not None and isinstance(value, applies.InferenceApply):
+        return value.function
     frame = getattr(value, "_kiln_frame", None)
     if frame is None or frame.has_self or frame.capture is not None or not isinstance(frame.fn, types.FunctionType):
         raise NotPortable(f"a break callee {type(value).__name__}")
@@ -1220,7 +1229,10 @@ def materialize(disk: DiskEntry, fn: types.FunctionType | None = None,
                 request = ResumeRequest(stored.offset, stored.nstack, stored.live, stored.null_slots, stored.native)
                 namespace[name] = resume_callable(fn, request, wrap_frame)
             for name, callee in frame.callees.items():
-                namespace[name] = wrap_frame(callee)
+                if isinstance(callee, type):
+                    namespace[name] = _inference_apply(callee, wrap_frame)
+                else:
+                    namespace[name] = wrap_frame(callee)
         try:
             namespace.update({name: artifact.rebuild(recipe) for name, recipe in frame.graphs.items()})
         except Exception as exc:
@@ -1233,6 +1245,16 @@ def materialize(disk: DiskEntry, fn: types.FunctionType | None = None,
     glue = namespace[frame.glue_name]
     result = LoadedResult(glue, source, list(disk.check.guards), [], [], disk.path, len(frame.graphs))
     return glue, result
+
+
+def _inference_apply(function: type, wrap_frame: Any) -> Any:
+    """`function.apply` as capture binds it at a break (its forward compiled as a frame of its own)."""
+    from kiln.capture.variables.autograd_function import inference_apply  # only for such entries
+
+    apply = inference_apply(getattr(function, "apply", None), wrap_frame)
+    if apply is None:
+        raise Stale(f"{function.__qualname__}.apply is no longer its forward alone")
+    return apply
 
 
 def _bound_cell(cell: types.CellType) -> bool:

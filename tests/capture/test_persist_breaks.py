@@ -99,6 +99,19 @@ _BREAKS_SCRIPT = textwrap.dedent("""
             z = noisy(y)
         return z.cos()
 
+    class Doubler(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            print("doubler")              # apply breaks: the glue calls the forward compiled on its own
+            return t * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    def applied(x):
+        return Doubler.apply(x.sin()).cos()
+
     def reseeded(x):
         torch.manual_seed(0)              # a reseed: called natively at the break
         return x.sin()
@@ -123,7 +136,8 @@ _BREAKS_SCRIPT = textwrap.dedent("""
     cases = {"f": (f, (x, 2)), "closure": (make(2.0), (x,)), "loop": (loop, (x,)), "net": (Net(), (x,)),
              "decorated": (decorated, (x,)), "indices": (indices, (x,)),
              "compare": (compare, (x.reshape(4, 1, 4), torch.tensor(1))), "reseeded": (reseeded, (x,)),
-             "guarded": (guarded, (x, False)), "guarded_raises": (guarded, (x, True)), "grad_off": (grad_off, (x,))}
+             "guarded": (guarded, (x, False)), "guarded_raises": (guarded, (x, True)), "grad_off": (grad_off, (x,)),
+             "applied": (applied, (x,))}
     report = {}
     for name, (fn, args) in cases.items():
         before = kiln.stats()
