@@ -854,15 +854,17 @@ def _namedtuple_class(value: type) -> bool:
         and not new.__closure__
 
 
-def _built_class(value: Any, guards: Any) -> bool:
+def _built_class(value: Any, guards: Any, code: types.CodeType | None = None) -> bool:
     """A class whose instances the glue rebuilds without its constructor (`C.__new__(C)`, then
     their attributes): admitted only as the type a check_type guard of the same entry expects, so
     that the entry is used only where the frame's own data holds instances of it (a forged entry
-    naming another class has guards that fail), or as a class an identity guard finds in the
-    frame's own data (`L['cache'].layer_class_to_replicate`, not a global)."""
-    return isinstance(value, type) and not _glue_constant(value) and any(
+    naming another class has guards that fail), as a class an identity guard finds in the
+    frame's own data (`L['cache'].layer_class_to_replicate`, not a global), or as a class the
+    frame's own `code` names (it builds one itself: Reformer's encoder makes its
+    ReformerDynamicCache), found by name with its digest as every class is."""
+    return isinstance(value, type) and not _glue_constant(value) and (any(
         g.expected is value and (g.kind == "check_type" or g.kind == "check_id" and rooted_at_locals(g.source))
-        for g in guards)
+        for g in guards) or code is not None and value.__name__ in code.co_names)
 
 
 def _guard_texts(guard: Guard) -> list[str]:
@@ -882,7 +884,7 @@ def check_texts(frame: StoredFrame, code: types.CodeType | None = None) -> None:
         for text in _guard_texts(guard):
             check_guard_source(text)
     natives = {name for name, value in frame.constants.items() if _break_builtin(value)}
-    classes = {name for name, value in frame.constants.items() if _built_class(value, frame.guards)}
+    classes = {name for name, value in frame.constants.items() if _built_class(value, frame.guards, code)}
     callees = set(frame.resumes) | set(frame.callees) | natives
     methods: tuple[str, ...] = ()
     if callees:
@@ -1011,7 +1013,7 @@ def _payload(check: CheckFn, result: Any, frame: tuple[dict, dict, Any] | None =
     for name, value in result.glue.__globals__.items():
         if name in ("__builtins__", glue_name):
             continue
-        if name.startswith("__const_") and (_glue_constant(value) or _built_class(value, check.guards)):
+        if name.startswith("__const_") and (_glue_constant(value) or _built_class(value, check.guards, code)):
             constants[name] = value
             continue
         if name.startswith("__resume"):
@@ -1144,7 +1146,7 @@ def _read(path: str, code: types.CodeType | None = None) -> StoredFrame | None:
             raise records.RecordError("a stored frame with foreign parts")
         if not isinstance(frame.constants, dict) or not all(
                 isinstance(k, str) and k.startswith("__const_") and k.isidentifier()
-                and (_glue_constant(v) or _built_class(v, frame.guards))
+                and (_glue_constant(v) or _built_class(v, frame.guards, code))
                 for k, v in frame.constants.items()):
             raise records.RecordError("a stored glue constant that capture does not bind")
         if not isinstance(frame.resumes, dict) or not isinstance(frame.callees, dict):

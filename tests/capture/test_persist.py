@@ -487,6 +487,15 @@ def test_glue_rebuilds_objects_only_of_classes_the_frame_s_data_holds() -> None:
     from_a_global = [Guard("G['Layer']", "check_id", _Layer)]
     assert persist._built_class(_Layer, tied_by_type) and persist._built_class(_Layer, tied_by_identity)
     assert not persist._built_class(_Layer, from_a_global) and not persist._built_class(_Layer, [])
+
+    def builds_one():  # a frame that makes a _Layer itself
+        return _Layer()
+
+    def builds_other():
+        return _Opaque()
+
+    assert persist._built_class(_Layer, [], builds_one.__code__)
+    assert not persist._built_class(_Layer, [], builds_other.__code__)
     head = "def __glue_f(L, G, F):\n    __out = __graph_f_0(L['x'])\n    __c0 = L['cache'].layers\n"
     fine = "    __o = __const_Layer_0.__new__(__const_Layer_0)\n    __o.__dict__.update({'keys': __out[0], 'ok': True})\n" \
            "    __c0[:] = [__o]\n    return __out[0]\n"

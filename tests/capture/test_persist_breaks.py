@@ -112,6 +112,19 @@ _BREAKS_SCRIPT = textwrap.dedent("""
     def applied(x):
         return Doubler.apply(x.sin()).cos()
 
+    class Box:
+        def __init__(self):
+            self.items = []
+
+    def use(box, t):
+        print("use")
+        return t * len(box.items)
+
+    def boxed(x):
+        box = Box()                       # built in the frame: the glue rebuilds it for the callee
+        box.items.append(2)
+        return use(box, x.sin())
+
     def reseeded(x):
         torch.manual_seed(0)              # a reseed: called natively at the break
         return x.sin()
@@ -137,7 +150,7 @@ _BREAKS_SCRIPT = textwrap.dedent("""
              "decorated": (decorated, (x,)), "indices": (indices, (x,)),
              "compare": (compare, (x.reshape(4, 1, 4), torch.tensor(1))), "reseeded": (reseeded, (x,)),
              "guarded": (guarded, (x, False)), "guarded_raises": (guarded, (x, True)), "grad_off": (grad_off, (x,)),
-             "applied": (applied, (x,))}
+             "applied": (applied, (x,)), "boxed": (boxed, (x,))}
     report = {}
     for name, (fn, args) in cases.items():
         before = kiln.stats()
