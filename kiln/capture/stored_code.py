@@ -211,6 +211,8 @@ class _Glue:
         self.scalar_locals: set[str] = set()  # locals holding a display of literals and those
         self.context_classes = set(contexts)  # constants that are context managers (torch.no_grad)
         self.contexts: set[str] = set()  # locals holding a context manager made from one of them
+        self.containers: dict[str, str] = {}  # local -> the frame's container it holds (`L['c'].states`)
+        self.items_of: dict[str, str] = {}  # local -> the frame's container it holds an item of
 
     @property
     def roots(self) -> set[str]:
@@ -558,6 +560,12 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
             glue.frame_values.discard(target.id)
             glue.scalar_locals.discard(target.id)
             glue.contexts.discard(target.id)
+            glue.containers.pop(target.id, None)
+            glue.items_of.pop(target.id, None)
+            if _frame_chain(value):
+                glue.containers[target.id] = ast.unparse(value)
+            if isinstance(value, ast.Subscript) and _literal(value.slice) and _frame_chain(value.value):
+                glue.items_of[target.id] = ast.unparse(value.value)
             if scalar:
                 glue.scalar_locals.add(target.id)
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) \
@@ -572,7 +580,8 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
             if _builds_container(statement.value, glue.constants):
                 fresh.add(target.id)
         elif isinstance(target, (ast.Attribute, ast.Subscript)):
-            if reads_objects and not (isinstance(target, ast.Subscript) and _own_data(target.value, fresh)):
+            if reads_objects and not (isinstance(target, ast.Subscript) and _own_data(target.value, fresh)) \
+                    and not _refills_own_container(target, value, glue):
                 raise UnsafeSource("glue stores an object read off L, G or F")
             if isinstance(target, ast.Attribute) and target.attr.startswith("__"):
                 raise UnsafeSource(f"glue stores attribute {target.attr!r}")
@@ -586,6 +595,39 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
                     raise UnsafeSource(f"glue stores under a computed key {_text(target.slice)}")
         else:
             raise UnsafeSource(f"glue assigns to a {type(target).__name__}")
+
+
+def _frame_chain(node: ast.AST) -> bool:
+    """An attribute and literal-subscript chain rooted at L with at least one attribute: a
+    container of the frame's own data (`L['cache'].states_cache`)."""
+    attribute = False
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Subscript) and not _literal(node.slice):
+            return False
+        if isinstance(node, ast.Attribute):
+            if node.attr.startswith("__"):
+                return False
+            attribute = True
+        node = node.value
+    return attribute and isinstance(node, ast.Name) and node.id == "L"
+
+
+def _refills_own_container(target: ast.AST, value: ast.AST, glue: _Glue) -> bool:
+    """`__c0[:] = [...]` on a list of the frame's own data (a replayed `cache.states.append(t)`)
+    with items that are graph outputs, literals or items of that same container: nothing from
+    elsewhere in the frame is moved into it."""
+    if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+            and target.value.id in glue.containers
+            and isinstance(target.slice, ast.Slice) and target.slice.lower is None and target.slice.upper is None
+            and target.slice.step is None and isinstance(value, (ast.List, ast.Tuple))):
+        return False
+    container = glue.containers[target.value.id]
+    for item in value.elts:
+        own = isinstance(item, ast.Name) and glue.items_of.get(item.id) == container or (
+            isinstance(item, ast.Subscript) and _literal(item.slice) and ast.unparse(item.value) == container)
+        if not own and _reads_objects(item, glue.tainted, glue.graphs):
+            return False
+    return True
 
 
 def _own_data(node: ast.AST, fresh: set[str]) -> bool:

@@ -125,6 +125,18 @@ _BREAKS_SCRIPT = textwrap.dedent("""
         box.items.append(2)
         return use(box, x.sin())
 
+    class Store:
+        def __init__(self):
+            self.states = [torch.ones(4, 4)]
+
+    def keep(x, store):
+        y = x.sin()
+        store.states.append(y)            # replayed by the glue as store.states[:] = [old, new]
+        print("kept")
+        out = y.cos() + store.states[0]
+        store.states.pop()                # the list as it was, for the eager call
+        return out
+
     def reseeded(x):
         torch.manual_seed(0)              # a reseed: called natively at the break
         return x.sin()
@@ -150,7 +162,7 @@ _BREAKS_SCRIPT = textwrap.dedent("""
              "decorated": (decorated, (x,)), "indices": (indices, (x,)),
              "compare": (compare, (x.reshape(4, 1, 4), torch.tensor(1))), "reseeded": (reseeded, (x,)),
              "guarded": (guarded, (x, False)), "guarded_raises": (guarded, (x, True)), "grad_off": (grad_off, (x,)),
-             "applied": (applied, (x,)), "boxed": (boxed, (x,))}
+             "applied": (applied, (x,)), "boxed": (boxed, (x,)), "keep": (keep, (x, Store()))}
     report = {}
     for name, (fn, args) in cases.items():
         before = kiln.stats()
@@ -378,6 +390,21 @@ def test_try_and_with_blocks_at_a_break_have_one_shape() -> None:
             check_glue_source(text, "__glue_g", **names)
     with pytest.raises(UnsafeSource):  # the class is not an admitted context manager
         check_glue_source(glue, "__glue_g", **dict(names, context_names=[]))
+
+
+def test_glue_refills_a_container_of_the_frame_only_with_its_own_items_and_graph_outputs() -> None:
+    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+
+    head = ("def __glue_f(L, G, F):\n    __out = __graph_f_0(L['x'])\n"
+            "    __c0 = L['cache'].states\n    __v1 = L['cache'].states[0]\n")
+    names = dict(graph_names=["__graph_f_0"], constant_names=[])
+    check_glue_source(head + "    __c0[:] = [__v1, __out[0]]\n    return __out[0]\n", "__glue_f", **names)
+    for store in ("    __c0[:] = [L['self'].forward, __out[0]]\n",  # an object from elsewhere in the frame
+                  "    __v2 = L['other'].states[0]\n    __c0[:] = [__v2]\n",  # another container's item
+                  "    __c0[0:1] = [__v1]\n",
+                  "    __c3 = G['cache'].states\n    __c3[:] = [__v1]\n"):
+        with pytest.raises(UnsafeSource):
+            check_glue_source(head + store + "    return __out[0]\n", "__glue_f", **names)
 
 
 def test_glue_compares_only_values_the_guards_pin_to_numbers_or_tensors() -> None:
