@@ -1,16 +1,18 @@
-"""Memory planning for the Python wrapper: which dead buffer's storage a later buffer takes over.
+"""Memory planning for the wrappers: which dead buffer's storage a later buffer takes over.
 
-Input: the buffers the wrapper allocates (name, step, dtype, storage size), the extern results that
-may donate (fresh tensors ATen made), the step of each name's last use, the graph's outputs, and
-which names may share storage (an extern whose schema says its result is a view of an argument).
+Input: the buffers the wrapper allocates (name, step, dtype, storage size; a matmul's result too,
+which the wrapper allocates for the op's out= overload), the extern results that may donate (fresh
+tensors ATen made), the step of each name's last use, the graph's outputs, and which names may
+share storage (an extern whose schema says its result is a view of an argument).
 Output: a `MemoryPlan`, the recipients with their donors and the names whose `del` moves from their
 death to the reuse. A buffer is reused only when its last use (and every alias's) is in an earlier
-step, or in the recipient's own kernel where that kernel reads it only at the very element it
-writes (in place, as Inductor's in-place buffers), it is not an output nor aliased by one, it has
-the same dtype, and it holds at least as many elements; with sizes known, a reuse is taken only
-when keeping the donor alive until the reuse does not raise the wrapper's peak; with symbolic
-sizes, only for an equal size with nothing allocated in between. `check_plan` verifies a plan
-against the same facts.
+step, or in the recipient's own kernel where that kernel reads it only at the very element the
+recipient writes, in the recipient or in an earlier block of the kernel (in place, as Inductor's
+in-place buffers: `in_place_donors`), it is not an output nor aliased by one, it has the same
+dtype, and it holds at least as many elements; with sizes known, a donor is kept alive until its
+reuse only where that does not raise the peak the plan reaches without such holds; with symbolic
+sizes, only an equal size with nothing allocated in between. `check_plan` verifies a plan against
+the same facts.
 Corresponds to the buffer-reuse part of torch/_inductor/codegen/wrapper.py (ReuseLine and the
 reuse pool), on the wrapper's steps rather than on scheduler nodes.
 """
