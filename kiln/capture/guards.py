@@ -8,6 +8,7 @@ Corresponds to torch/_dynamo/guards.py (GuardBuilder and the generated check fun
 """
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import sys
@@ -760,7 +761,7 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
         ordered += [g for g in unique.values() if g.kind == kind]
 
     em = Emitter()
-    hoisted: dict[str, str] = {}  # source expression -> local name, in order of first use
+    hoisted = _Hoisted()  # source expression -> local name, in order of first use
     lines: list[str] = []
     all_checks: list[list[Check]] = []
     for guard in ordered:
@@ -776,7 +777,7 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
             if guard.source not in hoisted:
                 local = f"___v{len(hoisted)}"
                 lines.append(f"{local} = {_rewrite(guard.source, hoisted)}")
-                hoisted[guard.source] = local
+                hoisted.add(guard.source, local)
             value = hoisted[guard.source]
         condition = " and ".join(f"({c.code.format(v=value)})" if " or " in c.code else c.code.format(v=value)
                                  for c in checks)
@@ -816,12 +817,43 @@ def _global_names(module_code: CodeType) -> set[str]:
     return names
 
 
-def _rewrite(expr: str, hoisted: dict[str, str]) -> str:
-    """Replace the longest already-read sources inside `expr` by their locals."""
-    for src in sorted(hoisted, key=len, reverse=True):
+class _Hoisted(dict):
+    """Source expression -> the local the check function reads it into, kept also longest first
+    (ties in order of first use) so that `_rewrite` needs no sort per guard: a model's guard set
+    holds hundreds of sources, and a warm start compiles it once per entry read from disk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.longest_first: list[tuple[int, int, str]] = []  # (-len, order, source)
+
+    def add(self, source: str, local: str) -> None:
+        self[source] = local
+        bisect.insort(self.longest_first, (-len(source), len(self), source))
+
+
+def _rewrite(expr: str, hoisted: _Hoisted) -> str:
+    """Replace the longest already-read sources inside `expr` by their locals (a source followed by
+    more of a name, `x` in `x1`, is not that source)."""
+    start = bisect.bisect_left(hoisted.longest_first, (-len(expr), -1, ""))  # no longer than expr
+    for _, _, src in hoisted.longest_first[start:]:
         if src in expr:
-            expr = re.sub(re.escape(src) + r"(?![A-Za-z0-9_])", hoisted[src], expr)
+            expr = _replace_source(expr, src, hoisted[src])
     return expr
+
+
+def _replace_source(expr: str, src: str, local: str) -> str:
+    parts = []
+    at = 0
+    found = expr.find(src)
+    while found >= 0:
+        end = found + len(src)
+        if end < len(expr) and (expr[end].isalnum() or expr[end] == "_"):
+            found = expr.find(src, found + 1)
+            continue
+        parts += [expr[at:found], local]
+        at = end
+        found = expr.find(src, end)
+    return "".join(parts) + expr[at:]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -430,7 +430,7 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
     glue = _Glue(graphs, constants, callees, set(method_names), classes, context_names)
     stores_under_l = any(isinstance(t, ast.Subscript) and _own_data(t, set()) for node in ast.walk(fn)
                          if isinstance(node, ast.Assign) for t in node.targets)
-    if not stores_under_l:
+    if not stores_under_l and any(isinstance(node, ast.Compare) for node in ast.walk(fn)):  # parsed only then
         try:
             glue.scalars = {ast.unparse(ast.parse(s, mode="eval").body) for s in scalar_sources}
         except SyntaxError as exc:

@@ -281,3 +281,18 @@ def test_new_mark_dynamic_on_a_static_dim_fails_the_tensor_guard():
     assert check(dynamic, {"x": y})[0]  # the dim is symbolic in this entry already
     param = [tensor_guard("L['self']._parameters['w']", x)]
     assert check(param, {"self": type("M", (), {"_parameters": {"w": y}})()})[0]  # marks unchecked
+
+
+def test_sources_read_once_are_rewritten_longest_first_and_only_as_whole_names() -> None:
+    # `_rewrite` keeps its hoisted sources longest first without a sort per guard (hundreds of
+    # sources per model, compiled again for each entry a warm start reads)
+    class Obj:
+        def __init__(self) -> None:
+            self.b, self.bc = 2, 3
+
+    guards = [Guard("L['a'].b", "check_value", 2), Guard("L['a'].bc", "check_value", 3),
+              Guard("L['a'].b + L['a'].bc == 5", "check_shape")]
+    check = compile_guards(guards)
+    assert "___v0 = L['a'].b\n" in check.source and "___v1 = L['a'].bc\n" in check.source
+    assert "if not (___v0 + ___v1 == 5)" in check.source
+    assert check.fn({"a": Obj()}, {}, None)
