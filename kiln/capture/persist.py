@@ -10,8 +10,9 @@ one level up (the whole frame, as torch's precompile does).
 
 Key (a directory per key): the code object's content (filename, qualname, bytecode, constants and
 names, nested code objects), the compile options, kiln.config's capture settings, a hash of Kiln's
-own sources, the torch and Python versions and the CPU feature flags. Changing the function's source, Kiln or
-torch therefore never meets an old entry; everything else the entry depends on is in its guards.
+own sources, the torch, numpy and Python versions and the CPU feature flags. Changing the function's
+source, Kiln or torch therefore never meets an old entry; everything else the entry depends on is in
+its guards (a class parametrize makes per module by its structure, check_parametrized_type).
 
 What an entry holds (a sealed record file, kiln.runtime.store / kiln.runtime.records: data only,
 its SHA-256 in its name and header, both checked on load): its guards as records (the guard
@@ -33,11 +34,12 @@ when every part can be checked in another process, else it stays in memory only:
     block stores its native resume functions (plain Python under the frame's handlers) the same
     way, the glue's try/except and context manager in one checked shape. Callees Kiln wraps
     otherwise (hooked modules, DDP, autograd.Function) are not stored;
-  - each graph's artifact has a recipe (the built-in lowering, no symbolic view sizes, no constant
-    tensors, no lifted module tensors);
+  - each graph's artifact has a recipe (the built-in lowering, no symbolic view sizes but whole
+    dims of a view's base, no constant tensors, no lifted module tensors);
   - each guard is portable. Object identity (check_id) is not, except for objects another process
-    can name and compare: a module of Kiln, torch or the standard library (by its name; a user or
-    site-packages module is refused, since its attributes are read unguarded), a plain function
+    can name and compare: a module of Kiln, torch, numpy or the standard library (by its name; a
+    user or other site-packages module is refused, since its attributes are read unguarded), a
+    plain function
     without closure (by module and qualname, plus a digest of its code and defaults that must
     match), a class (by module and qualname; a class outside Kiln, torch and the standard library
     also carries a digest of the code of every method of its MRO, since capture inlines those
