@@ -8,7 +8,6 @@ Corresponds to torch/_dynamo/guards.py (GuardBuilder and the generated check fun
 """
 from __future__ import annotations
 
-import bisect
 import math
 import re
 import sys
@@ -818,24 +817,37 @@ def _global_names(module_code: CodeType) -> set[str]:
 
 
 class _Hoisted(dict):
-    """Source expression -> the local the check function reads it into, kept also longest first
-    (ties in order of first use) so that `_rewrite` needs no sort per guard: a model's guard set
-    holds hundreds of sources, and a warm start compiles it once per entry read from disk."""
+    """Source expression -> the local the check function reads it into, also indexed by the last
+    `_TAIL` characters of each source: a source inside an expression leaves its tail there, so
+    `_rewrite` looks at the sources whose tails the expression holds (and the short ones) instead
+    of every source read so far. A model's guard set holds hundreds to thousands of sources, and a
+    warm start compiles it once for each entry it reads from disk."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.longest_first: list[tuple[int, int, str]] = []  # (-len, order, source)
+        self.by_tail: dict[str, list[tuple[int, int, str]]] = {}  # tail -> (-len, order, source)
+        self.short: list[tuple[int, int, str]] = []
 
     def add(self, source: str, local: str) -> None:
         self[source] = local
-        bisect.insort(self.longest_first, (-len(source), len(self), source))
+        entry = (-len(source), len(self), source)
+        if len(source) < _TAIL:
+            self.short.append(entry)
+        else:
+            self.by_tail.setdefault(source[-_TAIL:], []).append(entry)
+
+
+_TAIL = 10
 
 
 def _rewrite(expr: str, hoisted: _Hoisted) -> str:
     """Replace the longest already-read sources inside `expr` by their locals (a source followed by
-    more of a name, `x` in `x1`, is not that source)."""
-    start = bisect.bisect_left(hoisted.longest_first, (-len(expr), -1, ""))  # no longer than expr
-    for _, _, src in hoisted.longest_first[start:]:
+    more of a name, `x` in `x1`, is not that source); equal lengths in the order they were read."""
+    tails = {expr[i:i + _TAIL] for i in range(len(expr) - _TAIL + 1)}
+    candidates = [e for e in hoisted.short if -e[0] <= len(expr)]
+    for tail in tails:
+        candidates += hoisted.by_tail.get(tail, ())
+    for _, _, src in sorted(candidates):
         if src in expr:
             expr = _replace_source(expr, src, hoisted[src])
     return expr
