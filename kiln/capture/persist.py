@@ -445,8 +445,10 @@ def _encode_singleton(obj: Any) -> Any:
 
 
 _PLAIN_SCALARS = (int, float, bool, str, bytes, complex, type(None), tuple, list, dict, set, frozenset)
-# Builtin types no module names (a loop's iterator, guarded by type at a break inside the loop)
-_UNNAMED_TYPES: dict[str, type] = {t.__name__: t for t in (type(iter(())), type(iter([])), type(iter(range(0))))}
+# Builtin types no module names: a loop's iterator (guarded by type at a break inside the loop), a
+# code object (the `__code__` of a function a decorator's closure holds, guarded by type)
+_UNNAMED_TYPES: dict[str, type] = {t.__name__: t for t in (type(iter(())), type(iter([])), type(iter(range(0))),
+                                                            types.CodeType)}
 
 
 def _decode_named(data: Any) -> Any:

@@ -25,11 +25,13 @@ from typing import Iterable
 # because programs read them (and the trace guards what it read): `self.__class__.__name__`, a
 # dict type's `__getitem__` (a method identity), the `__init__` of a class the program instantiates,
 # the `__len__` and `__bool__` written in Python that `len(obj)` and `bool(obj)` inlined
-# (user_object.py), the validators a transformers config class holds.
-# Any other dunder (__globals__, __builtins__, __subclasses__, __code__, __bases__...) is outside the
-# grammar: such an entry is not stored, or not used.
+# (user_object.py), the validators a transformers config class holds, the `__code__` of a function a
+# decorator's closure holds (a code object, compared by its type and identity, never run).
+# Any other dunder (__globals__, __builtins__, __subclasses__, __bases__...) is outside the grammar:
+# such an entry is not stored, or not used.
 DUNDER_READS = frozenset({"__closure__", "__dict__", "__self__", "__func__", "__wrapped__", "__name__",
-                          "__class__", "__getitem__", "__init__", "__len__", "__bool__", "__validators__"})
+                          "__class__", "__getitem__", "__init__", "__len__", "__bool__", "__validators__",
+                          "__code__"})
 # Methods a source calls, always without arguments: sizes and strides of a tensor (shape guards,
 # TensorSpec), a constant-folded `.item()` (constant_fold.py), `__reduce__` of a singleton key.
 ZERO_ARG_METHODS = frozenset({"size", "stride", "storage_offset", "item", "__reduce__"})

@@ -392,3 +392,59 @@ def test_disk_entry_is_not_used_after_the_class_attribute_changed(tmp_path: Path
     changed = _run(script, cache)
     assert changed["out"] == changed["eager"] == [11.0] * 4
     assert changed["disk_hits"] == 0 and changed["frames"] == 1
+
+
+# A decorated method whose wrapper reads a registry object held in the decorator's closure (the
+# pattern of transformers' experts interface): the registry's contents are read through the cell.
+
+class _Registry:
+    def __init__(self) -> None:
+        self.mapping = {"fast": lambda self, x: x * 3}
+
+    def get(self, name: str, default):
+        return self.mapping.get(name, default)
+
+
+_REGISTRY = _Registry()
+
+
+def _use_registry(cls, registry=_REGISTRY):
+    original = cls.forward
+
+    def forward(self, x):
+        return registry.get(self.impl, original)(self, x)
+
+    cls.forward = forward
+    return cls
+
+
+@_use_registry
+class _Experts(torch.nn.Module):
+    impl = "fast"
+
+    def forward(self, x):
+        return x * 2
+
+
+class _WithExperts(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.experts = _Experts()
+
+    def forward(self, x):
+        return self.experts(x) + 1
+
+
+def test_registry_held_in_a_decorators_closure_changed_after_compile():
+    model = _WithExperts()
+    fn = compiled(model)
+    x = torch.randn(8)
+    assert same(fn(x), model(x))
+    saved = dict(_REGISTRY.mapping)
+    try:
+        _REGISTRY.mapping["fast"] = lambda self, x: x * 10
+        assert same(fn(x), model(x))  # the entry read the old mapping: it must not be used
+    finally:
+        _REGISTRY.mapping.clear()
+        _REGISTRY.mapping.update(saved)
+    assert same(fn(x), model(x))

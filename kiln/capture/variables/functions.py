@@ -23,7 +23,7 @@ from kiln.capture.options import (
     ORIGINAL_ATTR,
 )
 from kiln.capture.guards import ConstantCall, Guard, note_constant_result
-from kiln.capture.sources import AttrSource, ClosureSource, Source
+from kiln.capture.sources import AttrSource, ClosureSource, Source, TypeSource
 from kiln.capture.variables.base import Variable
 from kiln.errors import Unsupported
 
@@ -234,7 +234,9 @@ class UserMethodVariable(Variable):
         return UserFunctionVariable(self.fn).getattr(tx, name)
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
-        return call_python_function(tx, self.fn, None, [self.obj, *args], kwargs)
+        # the function's source (when it has one) gives its closure cells theirs: what the body reads
+        # through a cell (a decorator's registry object) is guarded like any other read
+        return call_python_function(tx, self.fn, self.source, [self.obj, *args], kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return f"{glue.constant(types.MethodType)}({glue.constant(self.fn)}, {glue.reconstruct(self.obj)})"
@@ -252,7 +254,6 @@ def guard_class_attribute(tx: "Tracer", owner: type, name: str, static: Any, rec
     found, so a value set later on a subclass or removed from a base is seen. Classes of torch and
     the standard library are left out: their attributes are fixed for the process."""
     from kiln.capture.guards import ClassAttribute, Guard
-    from kiln.capture.sources import TypeSource
     from kiln.capture.variables.builder import STABLE_MODULES
 
     if (owner.__module__ or "").split(".")[0] in STABLE_MODULES:
@@ -286,7 +287,10 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
     if isinstance(static, property):
         return UserFunctionVariable(python_function(static.fget, "a property getter")).call(tx, [receiver], {})
     if isinstance(static, types.FunctionType):
-        return UserMethodVariable(static, receiver)
+        receiver_source = getattr(receiver, "source", None)
+        # the function as guard_class_attribute reads it (its identity is guarded there)
+        fn_source = AttrSource(TypeSource(receiver_source), name) if name is not None and receiver_source else None
+        return UserMethodVariable(static, receiver, fn_source)
     if isinstance(static, staticmethod):
         return tx.wrap(static.__func__, None)
     if isinstance(static, classmethod) and static.__func__ is _FUNCTION_APPLY:
