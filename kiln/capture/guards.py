@@ -762,6 +762,11 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
     em = Emitter()
     hoisted = _Hoisted()  # source expression -> local name, in order of first use
     lines: list[str] = []
+    if compiled is None and any(_MODULES in g.source for g in ordered):
+        # globals of other modules are read through sys.modules (sources.GlobalSource): one
+        # __import__ per check instead of one per module (forty in a transformers model's entry)
+        lines.append(f"___modules = {_MODULES}")
+        hoisted.add(_MODULES, "___modules")
     all_checks: list[list[Check]] = []
     for guard in ordered:
         checks = GUARD_KINDS[guard.kind](guard.expected, guard.name, em)
@@ -838,6 +843,9 @@ class _Hoisted(dict):
 
 
 _TAIL = 10
+
+
+_MODULES = "__import__('sys').modules"
 
 
 def _rewrite(expr: str, hoisted: _Hoisted) -> str:

@@ -296,3 +296,25 @@ def test_sources_read_once_are_rewritten_longest_first_and_only_as_whole_names()
     assert "___v0 = L['a'].b\n" in check.source and "___v1 = L['a'].bc\n" in check.source
     assert "if not (___v0 + ___v1 == 5)" in check.source
     assert check.fn({"a": Obj()}, {}, None)
+
+
+def test_other_modules_globals_read_sys_modules_once_per_check():
+    """Globals of other modules are read through sys.modules: the check reads it once, and each
+    guard still sees the module's current value."""
+    import types
+
+    one, two = types.ModuleType("kiln_test_mod_one"), types.ModuleType("kiln_test_mod_two")
+    one.flag, two.size = True, 3
+    import sys
+    sys.modules[one.__name__], sys.modules[two.__name__] = one, two
+    try:
+        guards = [Guard(f"__import__('sys').modules['{one.__name__}'].__dict__['flag']", "check_value", True),
+                  Guard(f"__import__('sys').modules['{two.__name__}'].__dict__['size']", "check_value", 3)]
+        fn = compile_guards(guards)
+        code = [line.split("  # ")[0] for line in fn.source.splitlines()]  # the comments name each source
+        assert sum(line.count("__import__('sys')") for line in code) == 1, fn.source
+        assert fn.fn({}, {}, None)
+        two.size = 4
+        assert not fn.fn({}, {}, None)
+    finally:
+        del sys.modules[one.__name__], sys.modules[two.__name__]
