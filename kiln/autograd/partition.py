@@ -250,14 +250,14 @@ def _recompute_norm_outputs(gm: fx.GraphModule, tangent_dependent: set[fx.Node])
             norm, views = found
             stats = items.get(norm, {})
             x, _, weight, bias = norm.args[:4]
-            if 1 not in stats or 2 not in stats or not isinstance(x, fx.Node):
+            if 0 not in stats or 1 not in stats or 2 not in stats or not isinstance(x, fx.Node):
                 continue
             xv = x.meta.get("val")
             if not isinstance(xv, torch.Tensor) or xv.dtype not in (torch.float32, torch.float64) \
                     or stats[1].meta["val"].dtype != xv.dtype:
                 continue
             if arg not in copies:
-                copies[arg] = _emit_norm_output(graph, norm, x, stats[1], stats[2], weight, bias, views)
+                copies[arg] = _emit_norm_output(graph, stats[0], x, stats[1], stats[2], weight, bias, views)
             user.replace_input_with(arg, copies[arg])
     if copies:
         graph.lint()
@@ -265,7 +265,7 @@ def _recompute_norm_outputs(gm: fx.GraphModule, tangent_dependent: set[fx.Node])
     return bool(copies)
 
 
-def _emit_norm_output(graph: fx.Graph, norm: fx.Node, x: fx.Node, mean: fx.Node, rstd: fx.Node,
+def _emit_norm_output(graph: fx.Graph, norm_out: fx.Node, x: fx.Node, mean: fx.Node, rstd: fx.Node,
                       weight: Any, bias: Any, views: list[fx.Node]) -> fx.Node:
     """The recompute chain of one layer norm output (and its views), placed after the statistics."""
     mode = getattr(x.meta["val"], "fake_mode", None)
@@ -286,6 +286,10 @@ def _emit_norm_output(graph: fx.Graph, norm: fx.Node, x: fx.Node, mean: fx.Node,
             out = emit(aten.mul.Tensor, (out, weight))
         if isinstance(bias, fx.Node):
             out = emit(aten.add.Tensor, (out, bias))
+        if out.meta["val"].stride() != norm_out.meta["val"].stride():
+            # the pointwise chain follows the input's layout (a transposed conv output, say), the norm
+            # writes a contiguous one; the views below were recorded on the latter
+            out = emit(aten.clone.default, (out,), {"memory_format": torch.contiguous_format})
         for view in views:
             out = emit(view.target, (out, *view.args[1:]), dict(view.kwargs))
     return out

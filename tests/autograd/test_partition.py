@@ -187,6 +187,37 @@ def test_layer_norm_recompute_through_the_default_backend_trains_like_eager(twin
     assert_same_state(eager, model)
 
 
+class TransposedNormThenView(torch.nn.Module):
+    """A conv front end as in speech encoders: the norm reads a transposed (non-contiguous) conv
+    output and its result is viewed into heads, which needs the norm's contiguous layout."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, dim, 3, padding=1)
+        self.ln = torch.nn.LayerNorm(dim)
+        self.fc = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        h = self.ln(self.conv(x).transpose(1, 2))
+        b, t, d = h.shape
+        return self.fc(h).view(b, t, 2, d // 2) * h.view(b, t, 2, d // 2)
+
+
+def test_layer_norm_recompute_over_a_transposed_input_keeps_the_views_valid(twin):
+    import kiln
+
+    torch.manual_seed(0)
+    eager, model = twin(TransposedNormThenView())
+    x = torch.randn(2, 4, 6, requires_grad=True)
+    xe = x.detach().clone().requires_grad_()
+    kiln.compile(model)(x).pow(2).sum().backward()
+    eager(xe).pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad)
+    assert_same_state(eager, model)
+    assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["graphs"] == 1  # compiled, not run eagerly
+    kiln.reset()
+
+
 class CausalScores(torch.nn.Module):
     """A causal mask as a registered float buffer, compared with 0 on every call (as GPT-2 does)."""
 
