@@ -54,21 +54,23 @@ def print_speed_table(rows: list[dict], totals: dict) -> None:
 def print_compile_table(rows: list[dict], totals: dict) -> None:
     print(
         f"{'workload':<20}{'kiln cold s':>12}{'torch cold s':>13}{'kiln warm s':>12}{'torch warm s':>13}"
-        f"{'kiln graphs':>12}{'torch graphs':>13}"
+        f"{'kiln graphs':>12}{'torch graphs':>13}{'kiln bg s':>10}"
     )
     for r in rows:
         k, t = r.get("kiln", {}), r.get("torch", {})
         print(
             f"{r['name']:<20}{_num(k.get('cold_s'), '.2f'):>12}{_num(t.get('cold_s'), '.2f'):>13}"
             f"{_num(k.get('warm_s'), '.2f'):>12}{_num(t.get('warm_s'), '.2f'):>13}"
-            f"{_num(k.get('compiles'), 'd'):>12}{_num(t.get('compiles'), 'd'):>13}"
+            f"{_num(k.get('compiles'), 'd'):>12}{_num(t.get('compiles'), 'd'):>13}{_num(k.get('tier_up_s'), '.1f'):>10}"
         )
     print(
         f"{'geomean kiln/torch':<20}{_num(totals['kiln_over_torch_cold_geomean'], '.2f'):>12}{'':>13}"
         f"{_num(totals['kiln_over_torch_warm_geomean'], '.2f'):>12}"
     )
     print("  (cold: first step in a fresh process with an empty cache dir; warm: a second fresh process")
-    print("   reusing that cache dir; includes importing the compiler and the first step's run)")
+    print("   reusing that cache dir; includes importing the compiler and the first step's run;")
+    print("   kiln bg s: seconds of native-wrapper builds for hot graphs, on a background thread, waited")
+    print("   for before timing so that the speed tables show the steady state)")
 
 
 def print_bandwidth_table(rows: list[dict], copy_gbs: float, copy_mib: int) -> None:

@@ -71,8 +71,11 @@ adaptive_threads: bool = os.environ.get("KILN_ADAPTIVE_THREADS", "0") not in (""
 # Triton's interpreter: slow, for testing the GPU path; the process then runs with TRITON_INTERPRET=1)
 cpu_backend: str = os.environ.get("KILN_CPU_BACKEND", "cpp")
 # the wrapper of C++ graphs: "python" (generated Python, one ctypes call per kernel), "native" (one
-# generated C++ function per graph, kiln.runtime.native) or "auto" (native under mode="reduce-overhead")
+# generated C++ function per graph, kiln.runtime.native) or "auto": native from the start under
+# mode="reduce-overhead"; otherwise Python first, and a graph called native_wrapper_after times
+# (0: never) gets its native wrapper built on a background thread and runs it once it is ready
 cpu_wrapper: str = os.environ.get("KILN_CPU_WRAPPER", "auto")
+native_wrapper_after: int = int(os.environ.get("KILN_NATIVE_WRAPPER_AFTER", "100"))
 if cpu_backend == "triton":  # Triton reads it when first imported, which may happen before Kiln compiles
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

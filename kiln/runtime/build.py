@@ -189,3 +189,18 @@ def load_stored(relative: str, size: int, sha256: str) -> ctypes.CDLL:
     if lib is not None or not _verified(path, (size, sha256)):
         raise LibraryError(f"{path} is missing or is not the library the entry was stored with")
     return _open(path, (size, sha256))
+
+
+def load_cached(relative: str) -> ctypes.CDLL | None:
+    """The library at `relative` (under the cache root) when an earlier build left it there with a
+    sealed record of its size and hash that its bytes match; None otherwise (nothing is built)."""
+    path = store.absolute(relative)
+    if path is None:
+        return None
+    lib = _loaded.get(path)
+    if lib is not None:
+        return lib
+    recorded = _recorded(path)
+    if not _verified(path, recorded):
+        return None
+    return _open(path, recorded)  # type: ignore[arg-type]

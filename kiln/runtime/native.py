@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -59,7 +60,7 @@ def _link_flags() -> tuple[str, ...]:
 def graph_flags(precompiled: bool = True) -> tuple[str, ...]:
     """Compiler flags of a graph's native wrapper: ATen headers (through the precompiled header,
     where the cache holds one), linked to torch's own libraries."""
-    header = _precompiled_header_path() if precompiled else None
+    header = precompiled_header_path() if precompiled else None
     return (*_compile_flags(), *(("-include", header) if header else ()), *_link_flags())
 
 
@@ -89,7 +90,7 @@ PCH_HEADER = """// ATen's headers for kiln's native wrappers (kiln.runtime.nativ
 _pch_verified: dict[str, tuple[int, int, int]] = {}  # .gch path -> (inode, size, mtime) when verified
 
 
-def _precompiled_header_path() -> str | None:
+def precompiled_header_path() -> str | None:
     key = cache.cache_key(PCH_HEADER, _compile_flags(), f"{build.COMPILER} torch {torch.__version__}")
     return cache.artifact_path(key, ".h")
 
@@ -129,7 +130,7 @@ def _pch_ok(header: str) -> bool:
 def ensure_precompiled_header() -> bool:
     """Build the precompiled header into the cache unless a verified one is there; False when the
     cache is off or the build failed (graphs then compile without it)."""
-    header = _precompiled_header_path()
+    header = precompiled_header_path()
     if header is None:
         return False
     if _pch_ok(header):
@@ -445,3 +446,246 @@ def _load(fields: dict[str, Any]) -> Callable[..., Any]:
     if not isinstance(recipe, NativeRecipe):
         raise ValueError("a native wrapper recipe without its NativeRecipe")
     return load_native(recipe)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tier-up: the Python wrapper first, the native wrapper once the graph is hot
+
+
+class _Background:
+    """One daemon thread that builds native wrappers in submission order, off the calling thread
+    (the compiler is a subprocess, so the caller keeps the GIL). A daemon: a process that exits
+    while a build runs does not wait for it; a build that did not finish is not used."""
+
+    def __init__(self) -> None:
+        import queue
+        import threading
+
+        self._queue: Any = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: Any = None
+        self._threading = threading
+        self.pending = 0  # submitted and not finished
+        self.seconds = 0.0  # spent building, all jobs together (benchmarks report it)
+
+    def submit(self, job: Callable[[], Any]) -> Any:
+        import concurrent.futures
+
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            self.pending += 1
+            if self._thread is None:
+                self._thread = self._threading.Thread(target=self._run, name="kiln-native-tier-up", daemon=True)
+                self._thread.start()
+        self._queue.put((job, future))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            job, future = self._queue.get()
+            begin = time.perf_counter()
+            try:
+                future.set_result(job())
+            except BaseException as exc:  # reported by the wrapper that asked, on its next call
+                future.set_exception(exc)
+            finally:
+                with self._lock:
+                    self.seconds += time.perf_counter() - begin
+                    self.pending -= 1
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until no build is queued or running (True), or `timeout` seconds pass (False)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.pending:
+            if end is not None and time.monotonic() >= end:
+                return False
+            time.sleep(0.01)
+        return True
+
+
+BACKGROUND = _Background()
+
+
+@record_type
+@dataclass(frozen=True)
+class NativeRef:
+    """In a persisted graph: its native wrapper source, kept in the cache as a sealed file named by
+    its SHA-256 (which the reader checks), the cache paths its library has under each flag set
+    load_graph_library may use, and what binding it needs. A process that loads the graph runs the
+    native wrapper at once when an earlier one built it, else tiers up itself from that source."""
+
+    source: tuple[str, str]  # (path relative to the cache root, SHA-256 of the text)
+    graph_libraries: tuple[str, ...]
+    kernel_library: tuple[str, int, str] | None
+    kernels: tuple[str, ...]
+    output_spec: str | None
+
+
+def native_ref(source: str, kernel_lib: ctypes.CDLL | None, kernels: tuple[str, ...],
+               output_spec: str | None) -> NativeRef | None:
+    """The NativeRef of a graph's native wrapper source, the source stored beside the libraries;
+    None when the cache is off or cannot take it."""
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    path = cache.artifact_path(digest[:40], ".native.cpp")
+    rel = store.relative(path) if path is not None else None
+    if path is None or rel is None:
+        return None
+    if store.read_sealed(path) != source.encode() and not store.write_sealed(path, source.encode()):
+        return None
+    paths = []
+    for flags in dict.fromkeys((graph_flags(), graph_flags(precompiled=False))):
+        lib_rel = store.relative(build.library_path(source, flags))
+        if lib_rel is None:
+            return None
+        paths.append(lib_rel)
+    kernel_id = None
+    if kernels:
+        found = build.identity(kernel_lib)
+        if found is None or found.relative is None:
+            return None
+        kernel_id = (found.relative, found.size, found.sha256)
+    return NativeRef((rel, digest), tuple(paths), kernel_id, kernels, output_spec)
+
+
+def _stored_source(ref: NativeRef) -> str:
+    path = store.absolute(ref.source[0])
+    body = store.read_sealed(path) if path is not None else None
+    if body is None or hashlib.sha256(body).hexdigest() != ref.source[1]:
+        raise build.LibraryError(f"{ref.source[0]}: the native wrapper source is missing or not the stored one")
+    return body.decode()
+
+
+def _bind_ref(graph_lib: ctypes.CDLL, ref: NativeRef) -> Callable[..., Any]:
+    kernel_lib = build.load_stored(*ref.kernel_library) if ref.kernel_library is not None else None
+    found = build.identity(graph_lib)
+    recipe = None
+    if found is not None and found.relative is not None:
+        recipe = NativeRecipe((found.relative, found.size, found.sha256), ref.kernel_library, ref.kernels,
+                              ref.output_spec)
+    return _bind(graph_lib, kernel_lib, ref.kernels, ref.output_spec, recipe)
+
+
+def load_tiered(python: Callable[..., Any], ref: NativeRef) -> Callable[..., Any]:
+    """A persisted graph's wrapper in a new process: its native wrapper when a process before this
+    one built it, else its Python wrapper behind a TieredWrapper that builds the stored source once
+    the graph is hot (as the process that compiled it would)."""
+    from kiln import config
+
+    if config.cpu_wrapper == "python":
+        return python
+    for rel in ref.graph_libraries:
+        graph_lib = build.load_cached(rel)
+        if graph_lib is None:
+            continue
+        try:
+            return _bind_ref(graph_lib, ref)
+        except (build.LibraryError, OSError, AttributeError) as exc:
+            log.artifact("cache", f"native wrapper of a stored graph not used ({exc}); its Python wrapper runs")
+            return python
+    if config.native_wrapper_after <= 0:
+        return python
+
+    def start() -> Any:
+        source = _stored_source(ref)  # read and checked on the calling thread; built on BACKGROUND's
+        return BACKGROUND.submit(lambda: _bind_ref(load_graph_library(source), ref))
+
+    return TieredWrapper(python, start, config.native_wrapper_after,
+                         f"a stored graph of {len(ref.kernels)} kernels", lambda: ref)
+
+
+@loader("tiered")
+def _load_tiered(fields: dict[str, Any]) -> Callable[..., Any]:
+    from kiln.runtime.artifact import rebuild
+
+    python = rebuild(fields["python"])
+    ref = fields.get("native")
+    return load_tiered(python, ref) if isinstance(ref, NativeRef) else python
+
+
+class TieredWrapper:
+    """A graph's Python wrapper that hands over to the graph's native wrapper once the graph is hot.
+
+    Compiling the native wrapper costs about 3 s of CPU per graph, which a graph called a few times
+    (most graphs in a test suite, a script's one-off shapes) never earns back, while a training or
+    serving loop saves tens to hundreds of microseconds per call with it. So the Python wrapper runs
+    first; the `after`-th call asks `start()` for the native build (the source is written on the
+    calling thread, the compiler runs on BACKGROUND's thread and returns a future of the bound
+    callable) and each later call looks whether it is done: from then on the native wrapper runs.
+    Both wrappers run the same memory plan, kernels and checks; a build that fails leaves the Python
+    wrapper, with one warning. `steal(args)` is the backward's list entry (kernel_wrapper.positional)."""
+
+    __slots__ = ("current", "python", "after", "calls", "future", "start", "name", "ref", "__weakref__")
+
+    def __init__(self, python: Callable[..., Any], start: Callable[[], Any], after: int, name: str,
+                 ref: Callable[[], NativeRef | None] | None = None) -> None:
+        self.current = python
+        self.python = python
+        self.after: int | None = max(int(after), 1)  # None once settled: native running, or refused
+        self.calls = 0
+        self.future: Any = None
+        self.start = start
+        self.name = name
+        self.ref = ref  # where the native library will be, for the recipe
+
+    def __call__(self, *args: Any) -> Any:
+        if self.after is not None:
+            self._tick()
+        return self.current(*args)
+
+    def steal(self, args: list) -> Any:
+        if self.after is not None:
+            self._tick()
+        steal = getattr(self.current, "steal", None)
+        return steal(args) if steal is not None else self.current(*args)
+
+    def artifact_recipe(self) -> Recipe | None:
+        """The Python wrapper's recipe, and where the native library will be once built: a process
+        that loads this graph from disk runs the native wrapper when one was built before it."""
+        method = getattr(self.python, RECIPE_ATTR, None)
+        python = method() if callable(method) else None
+        if not isinstance(python, Recipe):
+            return None
+        ref = self.ref() if self.ref is not None else None
+        return Recipe("tiered", {"python": python, "native": ref}) if ref is not None else python
+
+    def _tick(self) -> None:
+        self.calls += 1
+        if self.future is None:
+            if self.calls < (self.after or 0):
+                return
+            begin = time.perf_counter()
+            try:
+                self.future = self.start()
+            except Exception as exc:  # a writer bug must not break a graph that runs
+                self._settle(None, f"{type(exc).__name__}: {exc}")
+                return
+            if self.future is None:  # the writer cannot express this graph (reason logged)
+                self._settle(None, None)
+                return
+            log.artifact("perf_hints", f"{self.name}: hot after {self.calls} calls; native wrapper written in "
+                                       f"{(time.perf_counter() - begin) * 1e3:.0f} ms, building in the background")
+            return
+        if not self.future.done():
+            return
+        try:
+            native = self.future.result()
+        except Exception as exc:
+            self._settle(None, f"{type(exc).__name__}: {str(exc)[:2000]}")
+            return
+        self._settle(native, None)
+
+    def _settle(self, native: Callable[..., Any] | None, error: str | None) -> None:
+        self.after = None
+        self.future = None
+        self.start = None  # type: ignore[assignment]  # frees the program the writer held
+        if native is not None:
+            self.current = native
+            log.artifact("perf_hints", f"{self.name}: the native wrapper runs from call {self.calls} on")
+        elif error is not None:
+            log.warn(f"kiln: the native wrapper of {self.name} did not build, its Python wrapper keeps running: {error}")
+
+
+def wait_for_tier_up(timeout: float | None = None) -> bool:
+    """Wait until every native wrapper build asked for so far has finished (benchmarks call this
+    before timing steady state); False when `timeout` seconds passed first."""
+    return BACKGROUND.wait(timeout)

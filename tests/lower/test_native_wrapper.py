@@ -336,7 +336,7 @@ def test_precompiled_header_checked_against_its_record(tmp_path: Any) -> None:
     from kiln.runtime import store
 
     with config.patch(cache_dir=str(tmp_path / "cache")):
-        header = native._precompiled_header_path()
+        header = native.precompiled_header_path()
         assert header is not None
         gch = header + ".gch"
         with open(header, "w") as f:

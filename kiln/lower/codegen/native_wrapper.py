@@ -511,7 +511,7 @@ def choose(fn: Callable[..., Any], program: KernelProgram, signatures: dict[str,
     begin = time.perf_counter()
     pending = started if started is not None else start(program, signatures, options)
     if pending is None:
-        return fn
+        return _tiered(fn, program, signatures, lib, options)
     try:
         native_fn = native.make_native(pending.library.result(), lib, pending.kernels, pending.output_spec,
                                        constants=pending.constants)
@@ -524,3 +524,45 @@ def choose(fn: Callable[..., Any], program: KernelProgram, signatures: dict[str,
     dump("codegen_native_wrapper.cpp", source)
     log.artifact("output_code", lambda: f"// native wrapper\n{source}")
     return native_fn
+
+
+def _tiered(fn: Callable[..., Any], program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
+            lib: Any, options: dict[str, Any] | None) -> Callable[..., Any]:
+    """`fn` behind a kiln.runtime.native.TieredWrapper that builds the native wrapper once the
+    graph has run config.native_wrapper_after times, under cpu_wrapper "auto" outside
+    mode="reduce-overhead" (which builds it up front); `fn` itself where that does not apply: a graph
+    of one step, whose Python wrapper is a single call, gains nothing."""
+    after = config.native_wrapper_after
+    if config.cpu_wrapper != "auto" or after <= 0 or (options or {}).get("mode") == "reduce-overhead" \
+            or len(program.steps) < 2:
+        return fn
+    steps = len(program.steps)
+    written: list[NativeWrapperWriter | None] = []
+
+    def writer() -> NativeWrapperWriter | None:
+        if not written:
+            written.append(write_native(program, signatures))
+        return written[0]
+
+    def ref() -> native.NativeRef | None:  # asked when the graph is persisted
+        w = writer()
+        if w is None or w.constants:  # constant tensors keep a graph out of the persistent cache
+            return None
+        return native.native_ref(w.source, lib, tuple(w.kernel_order), program.ir.output_spec)
+
+    def start_build() -> concurrent.futures.Future | None:
+        w = writer()
+        if w is None:
+            return None
+        source, kernels, constants = w.source, tuple(w.kernel_order), w.constants
+        output_spec = program.ir.output_spec
+
+        def build_and_bind() -> Callable[..., Any]:
+            native_fn = native.make_native(native.load_graph_library(source), lib, kernels, output_spec,
+                                           constants=constants)
+            log.artifact("output_code", lambda: f"// native wrapper (tier-up)\n{source}")
+            return native_fn
+
+        return native.BACKGROUND.submit(build_and_bind)
+
+    return native.TieredWrapper(fn, start_build, after, f"a graph of {steps} steps", ref)
