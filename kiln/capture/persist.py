@@ -25,7 +25,8 @@ when every part can be checked in another process, else it stays in memory only:
     classes (by name and digest, checked again on load as capture recognises them: a dataclass
     deriving from transformers' ModelOutput), enum members, dtypes, the few callables capture
     binds (grad mode, container types, `print` at a break), and classes whose instances the glue
-    rebuilds (`C.__new__(C)`) when the frame's own data names them: never another callable;
+    rebuilds (`C.__new__(C)`) when the frame's own data names them: never another callable; its
+    attribute stores of the frame's own objects only under names the frame's code stores;
   - at a graph break, resume functions as data (`StoredResume`: offset, stack depth, NULL slots,
     live locals), checked against the frame's own bytecode (whose digest is in the key) and made
     again by kiln.capture.code, never read back as code; break callees as user functions by name
@@ -41,7 +42,11 @@ when every part can be checked in another process, else it stays in memory only:
     user or other site-packages module is refused, since its attributes are read unguarded), a
     plain function
     without closure (by module and qualname, plus a digest of its code and defaults that must
-    match), a class (by module and qualname; a class outside Kiln, torch and the standard library
+    match; a data object its own closure holds, as the registry a decorator factory was given,
+    goes by its type, and the entry is read only where that function is guarded by identity at
+    a source S and each such cell by a type guard at `S.__closure__[i].cell_contents`: the trace
+    read the cell through that source, so what it read of the object is guarded too), a class
+    (by module and qualname; a class outside Kiln, torch and the standard library
     also carries a digest of the code of every method of its MRO, since capture inlines those
     methods without guarding them; closures and defaults holding functions are digested
     through, a decorator's inner function is found through `__wrapped__`), a property,
@@ -70,6 +75,7 @@ counts entries served from disk.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import enum
 import functools
 import gc
@@ -170,11 +176,12 @@ def _captured_text(value: Any, owner: str, depth: int, lenient: bool = False, st
 
 
 def function_digest(fn: types.FunctionType, depth: int = 0, lenient: bool = False,
-                    _stack: tuple[int, ...] = ()) -> str:
+                    _stack: tuple[int, ...] = (), cells: bool = False) -> str:
     """Code, defaults and closure of a function, functions among them by their own digests (a
     function already being digested, as a decorator's wrapper reached again from its inner
     function, by its code only); NotPortable when they hold objects another process could not
-    compare."""
+    compare. `cells`: a data object held directly in the function's own closure goes by its type
+    (`_data_cells`; the caller makes sure the guards check that type and what the trace read)."""
     if id(fn) in _stack:
         return "cycle:" + code_digest(fn.__code__)
     _stack = (*_stack, id(fn))
@@ -197,8 +204,28 @@ def function_digest(fn: types.FunctionType, depth: int = 0, lenient: bool = Fals
         except ValueError:  # an empty cell (a name bound later in the enclosing function)
             parts.append("empty")
             continue
+        if cells and _data_cell(value):
+            parts.append(f"cell:{type(value).__module__}.{type(value).__qualname__}")
+            continue
         parts.append(_captured_text(value, f"closure of {fn.__qualname__}", depth, lenient, _stack))
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _data_cell(value: Any) -> bool:
+    """A closure value that `_captured_text` cannot digest by content: an object holding data
+    (a decorator factory's registry argument), as opposed to literals, functions, classes, enum
+    members, sentinels and sequences of them."""
+    return not (_plain(value) or isinstance(value, (types.FunctionType, type, enum.Enum, types.MethodType,
+                                                    tuple, list)) or type(value) is object)
+
+
+def _data_cells(fn: types.FunctionType) -> list[tuple[int, type]]:
+    """(index, type of its value) of each cell of `fn`'s own closure that holds a data object."""
+    out = []
+    for i, cell in enumerate(fn.__closure__ or ()):
+        if _bound_cell(cell) and _data_cell(cell.cell_contents):
+            out.append((i, type(cell.cell_contents)))
+    return out
 
 
 def _member_digest(value: Any) -> str:
@@ -414,6 +441,8 @@ def _encode_named(obj: Any) -> Any:
     if _trusted_module(module):
         return ("trusted", module, qualname, None)
     if isinstance(obj, types.FunctionType):
+        if _data_cells(obj):  # admitted by `loads` only where the guards check those cells
+            return ("closure_function", module, qualname, function_digest(obj, cells=True))
         return ("function", module, qualname, function_digest(obj))
     if isinstance(obj, type):
         return ("class", module, qualname, class_digest(obj))
@@ -499,6 +528,14 @@ def _decode_named(data: Any) -> Any:
     if kind == "trusted":
         if not _trusted_module(module):
             raise records.RecordError(f"{module} is not a trusted module")
+        return found
+    if kind == "closure_function":
+        pending = _CLOSURE_FUNCTIONS.get()
+        if pending is None or not isinstance(found, types.FunctionType):
+            raise records.RecordError(f"{module}.{qualname}: a function with data cells outside a frame's guards")
+        if function_digest(found, cells=True) != digest:
+            raise Stale(f"{module}.{qualname} changed since the entry was stored")
+        pending.append(found)
         return found
     actual = function_digest(found) if kind == "function" and isinstance(found, types.FunctionType) \
         else class_digest(found) if kind == "class" and isinstance(found, type) \
@@ -609,10 +646,45 @@ def dumps(value: Any) -> bytes:
     return records.dumps(value, [_NAMED], types=_RECORD_TYPES)
 
 
+# functions whose closure holds data objects (`closure_function` references), collected while
+# `loads` reads one file: each must be covered by the guards read with it (`_check_closure_functions`)
+_CLOSURE_FUNCTIONS: contextvars.ContextVar[list[types.FunctionType] | None] = \
+    contextvars.ContextVar("kiln_closure_functions", default=None)
+
+
 def loads(data: bytes) -> Any:
     """What `dumps` wrote; Stale when a named object changed, RecordError when the data is not a
     well-formed entry (a planted pickle gadget included)."""
-    return records.loads(data, [_NAMED], types=_RECORD_TYPES)
+    token = _CLOSURE_FUNCTIONS.set([])
+    try:
+        value = records.loads(data, [_NAMED], types=_RECORD_TYPES)
+        found = _CLOSURE_FUNCTIONS.get() or []
+    finally:
+        _CLOSURE_FUNCTIONS.reset(token)
+    if found:
+        _check_closure_functions(value, found)
+    return value
+
+
+def _check_closure_functions(value: Any, functions: list[types.FunctionType]) -> None:
+    """RecordError unless each function whose closure holds a data object is guarded as the trace
+    saw it: by identity at a source S (it is found by name and digest, its data cells by the type
+    of their values), and each of those cells by a type guard at `S.__closure__[i].cell_contents`
+    that expects the type the cell holds now. The tracer inlines a function found at S with its
+    cells read through that source, so what it read of the object is guarded there; a function
+    named elsewhere (a class attribute's value, a break callee) or a cell the trace never read is
+    refused, since no guard would compare that object in another process."""
+    guards = value.guards if isinstance(value, StoredFrame) else value if isinstance(value, (list, tuple)) else ()
+    guards = [g for g in guards if isinstance(g, Guard)]
+    for fn in functions:
+        cells = _data_cells(fn)
+        sources = [g.source for g in guards
+                   if g.kind == "check_id" and g.expected is fn and isinstance(g.source, str) and g.source]
+        typed = {(g.source, g.expected) for g in guards
+                 if g.kind == "check_type" and isinstance(g.source, str) and isinstance(g.expected, type)}
+        if not cells or not any(all((f"{source}.__closure__[{i}].cell_contents", kind) in typed for i, kind in cells)
+                                for source in sources):
+            raise records.RecordError(f"{fn.__module__}.{fn.__qualname__}: a closure holding data that no guard checks")
 
 
 _LITERAL_TYPES = (int, float, str, bytes, bool, type(None), type(Ellipsis), torch.dtype, torch.layout,
@@ -898,7 +970,16 @@ def check_texts(frame: StoredFrame, code: types.CodeType | None = None) -> None:
     contexts = [name for name, value in frame.constants.items() if any(value is c for c in _GLUE_CONTEXTS)]
     check_glue_source(frame.glue_source, frame.glue_name, frame.graphs,
                       [name for name in frame.constants if name not in natives | classes], callees, methods, classes,
-                      _scalar_sources(frame.guards), contexts)
+                      _scalar_sources(frame.guards), contexts, _stored_attributes(code) if code is not None else ())
+
+
+@functools.lru_cache(maxsize=256)
+def _stored_attributes(code: types.CodeType) -> frozenset[str]:
+    """The attribute names the frame's own code stores (STORE_ATTR): a glue replaying those stores
+    may set them on the frame's own objects (stored_code._stores_own_attribute)."""
+    import dis  # only for entries checked with their code
+
+    return frozenset(i.argval for i in dis.get_instructions(code) if i.opname == "STORE_ATTR")
 
 
 def _scalar_sources(guards: Any) -> list[str]:

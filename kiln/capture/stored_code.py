@@ -10,7 +10,8 @@ particular the only calls are the graphs, the entry's admitted constants, the re
 break callees persist.py regenerated, and the fixed reads sources write (`type(x)`, `x.size()`,
 `dict.__getitem__(x, k)`, `__import__('os').environ.get('K')`...). Stores in the glue take values
 from graph outputs and constants rather than from objects read off L or G (so a store cannot plant
-a function somewhere the program will call later). A second line behind the cache directory's
+a function somewhere the program will call later), except the frame's own values set on its own
+objects under an attribute name its code stores (`_stores_own_attribute`). A second line behind the cache directory's
 permission check (kiln.runtime.store), not a sandbox: a read of an attribute or an operator still
 runs the program's own properties and dunder methods, as the program itself does.
 No PyTorch counterpart (Dynamo does not persist its bytecode).
@@ -215,6 +216,8 @@ class _Glue:
         self.contexts: set[str] = set()  # locals holding a context manager made from one of them
         self.containers: dict[str, str] = {}  # local -> the frame's container it holds (`L['c'].states`)
         self.items_of: dict[str, str] = {}  # local -> the frame's container it holds an item of
+        self.attributes: set[str] = set()  # attributes the frame's code stores (`_stores_own_attribute`)
+        self.own_values: set[str] = set()  # locals holding the frame's own values or displays of them
 
     @property
     def roots(self) -> set[str]:
@@ -396,7 +399,8 @@ def _loop_iterator(value: ast.AST, glue: _Glue) -> bool:
 def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
                       constant_names: Iterable[str] = (), callee_names: Iterable[str] = (),
                       method_names: Iterable[str] = (), class_names: Iterable[str] = (),
-                      scalar_sources: Iterable[str] = (), context_names: Iterable[str] = ()) -> None:
+                      scalar_sources: Iterable[str] = (), context_names: Iterable[str] = (),
+                      attribute_names: Iterable[str] = ()) -> None:
     """The glue of a stored entry: one function `glue_name(L, G, F)` of assignments, dict rewrites,
     grad-mode switches and a return. `constant_names`: the entry's admitted constants (ModelOutput
     classes and the few callables capture binds, checked by kiln.capture.persist), which the glue
@@ -408,14 +412,17 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
     L the entry's guards pin to ints, floats, bools or plain tensors, which the glue may compare
     (unless it stores anything under L, which could replace them after the guards ran);
     `context_names`: constants that are context managers (torch.no_grad), which the glue may make
-    (`__ctx0 = C()`), enter (`__ctx0.__enter__()`) and whose `__exit__` it may hand a resume function.
+    (`__ctx0 = C()`), enter (`__ctx0.__enter__()`) and whose `__exit__` it may hand a resume function;
+    `attribute_names`: the attributes the frame's own code stores (its STORE_ATTR names), which the
+    glue may set on the frame's own objects to the frame's own values (`_stores_own_attribute`).
     A break inside a try or with block is a top-level `try:` around the break's call, whose one
     `except BaseException as __excN:` returns a resume function's call (kiln/capture/glue.py).
 
     Objects read off L or G (tainted values) may be stored only where the frame's own data lives
     or where the glue's own containers are: a subscript chain rooted at L (the caller's
     containers, as a rewritten `kwargs` dict) or a container the glue built (a dict or list
-    display, a ModelOutput it constructed). Never into an attribute, nor anywhere under G."""
+    display, a ModelOutput it constructed). Never under G, and into an attribute only as the
+    frame's code itself does (`_stores_own_attribute`: an autograd Function's `ctx.layers = layers`)."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -430,6 +437,7 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
     graphs, constants, callees, classes = set(graph_names), set(constant_names), set(callee_names), set(class_names)
     reserved = {"L", "G", "F"} | graphs | constants | callees | classes
     glue = _Glue(graphs, constants, callees, set(method_names), classes, context_names)
+    glue.attributes = {name for name in attribute_names if name.isidentifier() and not name.startswith("__")}
     stores_under_l = any(isinstance(t, ast.Subscript) and _own_data(t, set()) for node in ast.walk(fn)
                          if isinstance(node, ast.Assign) for t in node.targets)
     if not stores_under_l and any(isinstance(node, ast.Compare) for node in ast.walk(fn)):  # parsed only then
@@ -541,6 +549,7 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
         name = statement.targets[0].id
         glue.locals.add(name)
         tainted.discard(name)
+        glue.own_values.discard(name)
         fresh.add(name)
         return
     # a break's call returns what the program's own call returns: its callee and arguments are
@@ -551,6 +560,7 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
     scalar = _scalar_value(value, glue)
     reads_objects = not break_call and not scalar and not _loop_iterator(value, glue) \
         and _reads_objects(value, tainted, glue.graphs)
+    own_value = reads_objects and _own_value(value, glue)
     for target in statement.targets:
         if isinstance(target, ast.Name):
             if target.id in reserved or target.id.startswith("__") and target.id.endswith("__"):
@@ -564,6 +574,9 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
             glue.contexts.discard(target.id)
             glue.containers.pop(target.id, None)
             glue.items_of.pop(target.id, None)
+            glue.own_values.discard(target.id)
+            if own_value:
+                glue.own_values.add(target.id)
             if _frame_chain(value):
                 glue.containers[target.id] = ast.unparse(value)
             if isinstance(value, ast.Subscript) and _literal(value.slice) and _frame_chain(value.value):
@@ -584,7 +597,9 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
         elif isinstance(target, (ast.Attribute, ast.Subscript)):
             if reads_objects and not (isinstance(target, ast.Subscript) and _own_data(target.value, fresh)) \
                     and not _refills_own_container(target, value, glue):
-                raise UnsafeSource("glue stores an object read off L, G or F")
+                if not _stores_own_attribute(target, value, glue):
+                    raise UnsafeSource("glue stores an object read off L, G or F")
+                glue.scalars = set()  # the object's own __setattr__ runs: compare nothing under L after it
             if isinstance(target, ast.Attribute) and target.attr.startswith("__"):
                 raise UnsafeSource(f"glue stores attribute {target.attr!r}")
             _glue_value(target.value, glue)
@@ -597,6 +612,28 @@ def _check_assign(statement: ast.Assign, glue: _Glue, reserved: set[str], tainte
                     raise UnsafeSource(f"glue stores under a computed key {_text(target.slice)}")
         else:
             raise UnsafeSource(f"glue assigns to a {type(target).__name__}")
+
+
+def _stores_own_attribute(target: ast.AST, value: ast.AST, glue: _Glue) -> bool:
+    """`L['ctx'].layers = L['layers']`: an attribute the frame's own code stores (one of its
+    STORE_ATTR names, `glue.attributes`; that code's digest is in the entry's key), set on one of
+    the frame's own objects (`_frame_own`: no attribute read, nothing under G) to the frame's own
+    values (`_own_value`), as the program does when its code runs natively (an autograd Function's
+    forward keeping its inputs on `ctx` for its backward, Reformer's reversible layers). What a
+    forged glue could do with this is move the program's own objects between its own objects
+    under names its code writes; it names no function Kiln did not write."""
+    return isinstance(target, ast.Attribute) and target.attr in glue.attributes \
+        and not target.attr.startswith("__") and _frame_own(target.value) and _own_value(value, glue)
+
+
+def _own_value(node: ast.AST, glue: _Glue) -> bool:
+    """A value of the frame's own locals (`_frame_own`), a glue local holding one, a value that
+    reads no object off L, G or F (a graph output, a literal), or a tuple or list display of those."""
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(not isinstance(e, ast.Starred) and _own_value(e, glue) for e in node.elts)
+    if isinstance(node, ast.Name) and node.id in glue.own_values:
+        return True
+    return _frame_own(node) or not _reads_objects(node, glue.tainted, glue.graphs)
 
 
 def _frame_chain(node: ast.AST) -> bool:
