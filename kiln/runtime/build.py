@@ -176,6 +176,15 @@ def identity(lib: ctypes.CDLL | None) -> LibraryIdentity | None:
     return _identities.get(id(lib)) if lib is not None else None
 
 
+def stored_identity(lib: ctypes.CDLL | None) -> tuple[str, int, str] | None:
+    """(path relative to the cache root, size, SHA-256) of a library this module loaded from the
+    cache, what a recipe records to load it again with `load_stored`; None for any other."""
+    found = identity(lib)
+    if found is None or found.relative is None:
+        return None
+    return found.relative, found.size, found.sha256
+
+
 def load_stored(relative: str, size: int, sha256: str) -> ctypes.CDLL:
     """A library named by a recipe (path relative to the cache root), loaded only when its bytes
     are the recorded ones; LibraryError otherwise (the caller compiles again)."""

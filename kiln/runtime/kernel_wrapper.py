@@ -77,12 +77,9 @@ def wrapper_recipe(source: str, env: dict[str, Any], argtypes: dict[str, list[An
         constants[name] = value
     kinds = {ctypes.c_void_p: "p", ctypes.c_int64: "i", ctypes.c_double: "d"}
     kernels = {name: "".join(kinds[t] for t in types) for name, types in argtypes.items()}
-    lib = None
-    if kernels:
-        found = build.identity(library)
-        if found is None or found.relative is None:
-            return None
-        lib = (found.relative, found.size, found.sha256)
+    lib = build.stored_identity(library) if kernels else None
+    if kernels and lib is None:
+        return None
     try:
         check_wrapper_source(source, set(constants) | set(kernels) | (THREAD_GLOBALS if kernels else set()))
     except ValueError as exc:

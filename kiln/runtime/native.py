@@ -416,14 +416,11 @@ def make_native(graph_lib: ctypes.CDLL, kernel_lib: ctypes.CDLL | None, kernels:
                 output_spec: str | None, constants: list[torch.Tensor] | None = None) -> Callable[..., Any]:
     """A graph's native wrapper library (`load_graph_library`) bound to its kernels (and to the
     graph's constant tensors, which keep it out of the persistent cache)."""
-    found = build.identity(graph_lib)
-    kernel_found = build.identity(kernel_lib)
+    found = build.stored_identity(graph_lib)
+    kernel_id = build.stored_identity(kernel_lib) if kernels else None
     recipe = None
-    if found is not None and found.relative is not None and (not kernels or (
-            kernel_found is not None and kernel_found.relative is not None)):
-        kernel_id = (kernel_found.relative, kernel_found.size, kernel_found.sha256) if kernels else None  # type: ignore[union-attr]
-        recipe = NativeRecipe((found.relative, found.size, found.sha256), kernel_id, kernels,  # type: ignore[arg-type]
-                              output_spec)
+    if found is not None and (kernel_id is not None or not kernels):
+        recipe = NativeRecipe(found, kernel_id, kernels, output_spec)
     else:
         log.artifact("cache", "native wrapper not persistable: a library is outside the cache")
     if constants:
@@ -538,12 +535,9 @@ def native_ref(source: str, kernel_lib: ctypes.CDLL | None, kernels: tuple[str, 
         if lib_rel is None:
             return None
         paths.append(lib_rel)
-    kernel_id = None
-    if kernels:
-        found = build.identity(kernel_lib)
-        if found is None or found.relative is None:
-            return None
-        kernel_id = (found.relative, found.size, found.sha256)
+    kernel_id = build.stored_identity(kernel_lib) if kernels else None
+    if kernels and kernel_id is None:
+        return None
     return NativeRef((rel, digest), tuple(paths), kernel_id, kernels, output_spec)
 
 
@@ -557,11 +551,8 @@ def _stored_source(ref: NativeRef) -> str:
 
 def _bind_ref(graph_lib: ctypes.CDLL, ref: NativeRef) -> Callable[..., Any]:
     kernel_lib = build.load_stored(*ref.kernel_library) if ref.kernel_library is not None else None
-    found = build.identity(graph_lib)
-    recipe = None
-    if found is not None and found.relative is not None:
-        recipe = NativeRecipe((found.relative, found.size, found.sha256), ref.kernel_library, ref.kernels,
-                              ref.output_spec)
+    found = build.stored_identity(graph_lib)
+    recipe = NativeRecipe(found, ref.kernel_library, ref.kernels, ref.output_spec) if found is not None else None
     return _bind(graph_lib, kernel_lib, ref.kernels, ref.output_spec, recipe)
 
 

@@ -2,7 +2,7 @@
 hub download) through kiln.compile with each backend, compared with eager, and kiln.explain's graph
 counts compared with torch._dynamo.explain's on the same call.
 
-- test_matches_eager[backend-model-mode]: "infer" runs one forward under torch.no_grad in eval
+- test_matches_eager[backend-model-mode] (backend "native": inductor on native wrappers): "infer" runs one forward under torch.no_grad in eval
   mode and compares the outputs; "train" runs one forward in train mode (dropout off), backward on
   the loss, and compares the outputs and every parameter's gradient.
 - test_graph_counts[model-mode]: Kiln must capture at least one graph where torch.compile does,
@@ -23,11 +23,14 @@ pytest.importorskip("transformers")
 import real_models  # noqa: E402  (after the importorskip: it imports transformers)
 from real_models import MODELS, assert_close_trees, eager_result, kiln_counts, kiln_result, torch_counts  # noqa: E402
 
-BACKENDS = ("eager", "aot_eager", "inductor")
+# "native": inductor with every CPU graph on its native wrapper from the first call (hot graphs tier
+# up to it by default; kiln.config.cpu_wrapper), compared with eager like the rest
+BACKENDS = ("eager", "aot_eager", "inductor", "native")
 MODES = ("infer", "train")
 
 # Runs by default (a few seconds each on a shared CPU); everything else is marked slow.
-FAST_MATCH = {("eager", "llama", "infer"), ("aot_eager", "llama", "train"), ("eager", "clip", "infer")}
+FAST_MATCH = {("eager", "llama", "infer"), ("aot_eager", "llama", "train"), ("eager", "clip", "infer"),
+              ("native", "gpt2", "train"), ("native", "t5", "infer")}
 FAST_COUNTS = {("llama", "infer")}
 
 # Known root causes, open today. Fixed ones have a minimal reproducer in
@@ -48,8 +51,8 @@ REFORMER_SEEDED_RANDOM = (
 
 # (test, backend or None, model, mode) -> reason.
 XFAIL: dict[tuple, str] = {
-    ("match", "inductor", "mobilenet_v2", "train"): ILL_CONDITIONED,
-    **{("match", "inductor", "reformer", mode): REFORMER_SEEDED_RANDOM for mode in MODES},
+    **{("match", backend, "mobilenet_v2", "train"): ILL_CONDITIONED for backend in ("inductor", "native")},
+    **{("match", backend, "reformer", mode): REFORMER_SEEDED_RANDOM for mode in MODES for backend in ("inductor", "native")},
 }
 
 
@@ -66,7 +69,7 @@ def _match_params():
     for backend in BACKENDS:
         for model in MODELS:
             for mode in MODES:
-                extra = [pytest.mark.cpp] if backend == "inductor" else []
+                extra = [pytest.mark.cpp] if backend in ("inductor", "native") else []
                 marks = _marks(("match", backend, model, mode), (backend, model, mode) in FAST_MATCH, *extra)
                 yield pytest.param(backend, model, mode, marks=marks, id=f"{backend}-{model}-{mode}")
 
@@ -91,7 +94,13 @@ def _eager(model: str, mode: str) -> tuple:
 def test_matches_eager(backend: str, model: str, mode: str) -> None:
     entry = MODELS[model]
     want_out, want_grads = _eager(model, mode)
-    got_out, got_grads = kiln_result(entry, mode == "train", backend)
+    if backend == "native":
+        from kiln import config
+
+        with config.patch(cpu_wrapper="native"):
+            got_out, got_grads = kiln_result(entry, mode == "train", "inductor")
+    else:
+        got_out, got_grads = kiln_result(entry, mode == "train", backend)
     assert_close_trees(got_out, want_out, entry.tol, f"{model} {mode} outputs")
     if mode == "train":
         assert_close_trees(got_grads, want_grads, entry.tol, f"{model} grads")
