@@ -464,6 +464,17 @@ class _Background:
         self._threading = threading
         self.pending = 0  # submitted and not finished
         self.seconds = 0.0  # spent building, all jobs together (benchmarks report it)
+        # a forked child (a DataLoader worker) has no builder thread: it starts its own on demand,
+        # and builds its parent had running never finish there (those graphs stay on Python)
+        os.register_at_fork(after_in_child=self._forget_parent)
+
+    def _forget_parent(self) -> None:
+        import queue
+
+        self._queue = queue.Queue()
+        self._lock = self._threading.Lock()
+        self._thread = None
+        self.pending = 0
 
     def submit(self, job: Callable[[], Any]) -> Any:
         import concurrent.futures

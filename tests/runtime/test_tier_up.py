@@ -174,3 +174,27 @@ def test_a_stored_source_that_is_not_the_recorded_one_is_not_built() -> None:
     assert loaded.current is python and loaded.after is None
     for g, w in zip(got, _block(*args)):
         torch.testing.assert_close(g, w)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_builds_on_its_own_thread() -> None:
+    """A DataLoader worker forked while the parent's builder thread exists: the child's graphs still
+    tier up (the child starts its own builder; the parent's thread is not in the child)."""
+    compiled, args = _tiered(after=1)
+    native.BACKGROUND.submit(lambda: None).result(timeout=60)  # the parent's builder thread exists
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: tier up, report, and leave without running the parent's atexit
+        ok = b"0"
+        try:
+            compiled(*args)
+            if native.wait_for_tier_up(_WAIT_S):
+                compiled(*args)
+                ok = b"1" if _is_native(compiled.fn.current) else b"0"
+        finally:
+            os.write(write, ok)
+            os._exit(0)
+    os.close(write)
+    got = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert got == b"1"
