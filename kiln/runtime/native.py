@@ -15,13 +15,16 @@ without compiling (and without kiln.lower). Corresponds to Inductor's C++ wrappe
 """
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import functools
 import hashlib
 import json
 import os
+import queue
 import subprocess
 import sysconfig
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -362,9 +365,16 @@ extern "C" PyObject* kiln_native_module() { return PyModule_Create(&kiln_module)
 _boundary: list[Any] = []
 
 
+_boundary_lock = threading.Lock()  # the tier-up thread and the caller's may both ask first
+
+
 def boundary() -> Any:
     """The boundary module (built once per torch and Python, then loaded from the cache)."""
-    if not _boundary:
+    if _boundary:
+        return _boundary[0]
+    with _boundary_lock:
+        if _boundary:
+            return _boundary[0]
         lib = build.load(BOUNDARY_SOURCE, _boundary_flags())
         # a Python-API function: called with the GIL held (ctypes.CDLL's functions release it)
         address = ctypes.cast(lib.kiln_native_module, ctypes.c_void_p).value
@@ -455,13 +465,9 @@ class _Background:
     while a build runs does not wait for it; a build that did not finish is not used."""
 
     def __init__(self) -> None:
-        import queue
-        import threading
-
-        self._queue: Any = queue.Queue()
+        self._queue: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
-        self._thread: Any = None
-        self._threading = threading
+        self._thread: threading.Thread | None = None
         self.pending = 0  # submitted and not finished
         self.seconds = 0.0  # spent building, all jobs together (benchmarks report it)
         # a forked child (a DataLoader worker) has no builder thread: it starts its own on demand,
@@ -469,21 +475,17 @@ class _Background:
         os.register_at_fork(after_in_child=self._forget_parent)
 
     def _forget_parent(self) -> None:
-        import queue
-
         self._queue = queue.Queue()
-        self._lock = self._threading.Lock()
+        self._lock = threading.Lock()
         self._thread = None
         self.pending = 0
 
-    def submit(self, job: Callable[[], Any]) -> Any:
-        import concurrent.futures
-
+    def submit(self, job: Callable[[], Any]) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             self.pending += 1
             if self._thread is None:
-                self._thread = self._threading.Thread(target=self._run, name="kiln-native-tier-up", daemon=True)
+                self._thread = threading.Thread(target=self._run, name="kiln-native-tier-up", daemon=True)
                 self._thread.start()
         self._queue.put((job, future))
         return future
@@ -679,7 +681,7 @@ class TieredWrapper:
     def _settle(self, native: Callable[..., Any] | None, error: str | None) -> None:
         self.after = None
         self.future = None
-        self.start = None  # type: ignore[assignment]  # frees the program the writer held
+        self.start = None  # type: ignore[assignment]  # asked once
         if native is not None:
             self.current = native
             log.artifact("perf_hints", f"{self.name}: the native wrapper runs from call {self.calls} on")
