@@ -106,7 +106,7 @@ def print_memory_table(rows: list[dict]) -> None:
         print(f"{r['name']:<20}{_mib(r.get('eager_peak_bytes')):>11}{_mib(k):>10}{_mib(t):>11}{_num(ratio, '.2f'):>12}")
     print("  (peak tensor memory of one step above what was live before it: every allocation and free of")
     print("   PyTorch's CPU allocator, from the profiler with profile_memory=True; BLAS and OpenMP scratch")
-    print("   and Python objects are not counted; convolution workloads are not reliable yet: see benchmarks/memory.py)")
+    print("   and Python objects are not counted; a free counts only for a block allocated in the same profile)")
 
 
 def print_notes(rows: list[dict], kiln_unavailable: str | None) -> None:
