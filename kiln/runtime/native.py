@@ -11,7 +11,10 @@ extension (built once per torch and Python, also cached and verified) whose `cal
 turns Python arguments into c10::IValues, runs the graph function and wraps its outputs, turning a
 kernel's failed check or an ATen error into the Python exception eager raises. A `NativeRecipe`
 names both libraries and the kernel library by identity, so another process rebuilds the callable
-without compiling (and without kiln.lower). Corresponds to Inductor's C++ wrapper (cpp_wrapper).
+without compiling (and without kiln.lower). Tier-up (`TieredWrapper`, `BACKGROUND`, `NativeRef`):
+outside mode="reduce-overhead" a graph runs its Python wrapper first and switches to its native
+wrapper, built on a daemon thread, once hot; a stored graph keeps its native source (sealed, named
+by its SHA-256) so a later process runs or builds it. Corresponds to Inductor's C++ wrapper (cpp_wrapper).
 """
 from __future__ import annotations
 
