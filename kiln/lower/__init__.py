@@ -22,6 +22,7 @@ import torch.utils._pytree as pytree
 
 from kiln import config
 from kiln import compile_time, log
+from kiln.lower import conv_layout
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.codegen.wrapper import make_wrapper
 from kiln.lower.codegen import native_wrapper, triton_wrapper
@@ -95,7 +96,8 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
     Graphs with tensor constants are not cached (their values are not in the code)."""
     if any(n.op == "get_attr" for n in gm.graph.nodes):
         return None
-    parts = [gm.code, repr(sorted((k, repr(v)) for k, v in options.items())), cache.code_version()]
+    parts = [gm.code, repr(sorted((k, repr(v)) for k, v in options.items())), cache.code_version(),
+             conv_layout.tunables()]
     # The code leaves implicit what ambient state decided when it was traced: a factory without
     # dtype= means the default dtype then. Each node's traced dtype pins it (and the default too).
     parts.append(str(torch.get_default_dtype()))

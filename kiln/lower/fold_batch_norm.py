@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from kiln import log
-from kiln.lower.conv_layout import channels_last_eligible, channels_last_pays
+from kiln.lower.conv_layout import channels_last_eligible, channels_last_pays, small_conv_kind
 from kiln.runtime.folded_weights import FOLD_CACHE, FoldCache, fold_conv_bn, fold_conv_bn_packed
 
 aten = torch.ops.aten
@@ -61,6 +61,11 @@ def _foldable(conv: Any, bn: torch.fx.Node, parts: tuple) -> bool:
     if not all(isinstance(v, torch.Tensor) for v in vals):
         return False
     dtype, device = vals[0].dtype, vals[0].device
+    xv, out = _val(_x), vals[-1]
+    if (isinstance(xv, torch.Tensor) and isinstance(_groups, int)
+            and small_conv_kind(tuple(xv.shape), tuple(vals[0].shape), tuple(out.shape), _groups, bool(transposed),
+                                dtype, device) is not None):
+        return False  # computed without oneDNN: BatchNorm's affine map fuses into what reads the result
     return (dtype in _FOLDABLE_DTYPES and all(v.dtype == dtype and v.device == device for v in vals)
             and vals[0].dim() in (4, 5) and all(isinstance(s, int) for s in vals[0].shape))
 

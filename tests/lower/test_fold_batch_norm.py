@@ -16,6 +16,16 @@ from tests.lower.conftest import aten_graph, check
 aten = torch.ops.aten
 
 
+@pytest.fixture(autouse=True)
+def _no_small_convolutions(monkeypatch):
+    """These tests are about oneDNN's convolutions (folded, packed, channels-last): the sizes that keep
+    them quick would be computed without oneDNN (tests/lower/test_small_conv.py covers that path)."""
+    import kiln.lower.conv_layout as conv_layout
+
+    monkeypatch.setattr(conv_layout, "SMALL_CONV_GEMM_MACS", 0)
+    monkeypatch.setattr(conv_layout, "SMALL_CONV_DEPTHWISE_MACS", 0)
+
+
 def _bn_args(c: int, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
     return [torch.rand(c, dtype=dtype) + 0.5, torch.randn(c, dtype=dtype), torch.randn(c, dtype=dtype),
             torch.rand(c, dtype=dtype) + 0.5]

@@ -353,3 +353,31 @@ def test_a_kernel_written_in_place_declares_no_restrict_on_the_shared_storage() 
         for name in (out, donor):
             assert name in params and "__restrict__" not in params[name], (name, signature)
     assert "__restrict__" in compiled.cpp_source  # kernels without in-place pairs keep it
+
+
+def _inference_batch_norm_then_a_matmul(x, w, b, mean, var):
+    out, _saved_mean, _saved_invstd = torch.ops.aten._native_batch_norm_legit.default(x, w, b, mean, var, False,
+                                                                                      0.1, 1e-5)
+    return (out.t() @ x[:, :1],)  # a matmul's result of the statistics' (meta) size, allocated after them
+
+
+@pytest.mark.cpp
+def test_empty_batch_norm_statistics_do_not_donate() -> None:
+    # ATen's CPU BatchNorm returns empty statistics in inference, where its meta kernel says one value
+    # per channel: a buffer of that size handed their storage would be written out of bounds (the
+    # BatchNorm runs as an ATen call here, as it does whenever its statistics are read)
+    g = torch.Generator().manual_seed(0)
+    args = (torch.randn(4, 48, generator=g), torch.randn(48, generator=g), torch.randn(48, generator=g),
+            torch.randn(48, generator=g), torch.rand(48, generator=g) + 0.5)
+    gm, examples = aten_graph(_inference_batch_norm_then_a_matmul, *args)
+    compiled = compile_graph(gm, examples,
+                             options={"aten_fallback": frozenset({"aten._native_batch_norm_legit.default"})})
+    assert "extern_aten__native_batch_norm_legit_default" in compiled.wrapper_source
+    torch.testing.assert_close(compiled(*args)[0], _inference_batch_norm_then_a_matmul(*args)[0])
+    writer = WrapperWriter(compiled.program, compiled._signatures)
+    writer.write()
+    produced = {name for name, _, _ in writer.facts.produced}
+    donors = {a.name for a in writer.facts.results}
+    statistics = {name for name in produced if re.fullmatch(r"buf\d+_[12]", name)}
+    assert len(statistics) == 2 and not statistics & donors, (statistics, donors)
+    check_plan(writer.facts, writer.plan)

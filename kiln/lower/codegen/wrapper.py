@@ -248,12 +248,12 @@ class WrapperWriter:
                 leaves = pytree.tree_leaves((node.args, node.kwargs))
                 # a fresh tensor: no alias in the schema, and no device argument (the graph is on the CPU)
                 fresh = not _may_alias(node.op) and not any(isinstance(a, torch.device) for a in leaves)
-                for name, layout, _ in node.results:
+                for name, layout, path in node.results:
                     defined.add(name)
                     size = sympy.sympify(layout.storage_size())
                     nbytes = int(size) * layout.dtype.itemsize if size.is_Integer else None
                     produced.append((name, s, nbytes))
-                    if fresh and layout.offset == 0:
+                    if fresh and layout.offset == 0 and not (path and node.op in _UNSIZED_EXTRA_RESULTS):
                         results.append(Allocation(name, s, layout.dtype, size))
                 if _may_alias(node.op):
                     args = [a.name for a in leaves if isinstance(a, BufferRef)]
@@ -365,6 +365,14 @@ class WrapperWriter:
             for name in names:
                 last[name] = s
         return last
+
+
+# ops whose results after the first may be smaller than their metadata says: ATen's CPU BatchNorm
+# returns empty statistics in inference, where the meta kernel returns one value per channel; such a
+# result must not donate its storage to a buffer of the meta's size
+_UNSIZED_EXTRA_RESULTS = frozenset({torch.ops.aten._native_batch_norm_legit.default,
+                                    torch.ops.aten._native_batch_norm_legit_no_training.default,
+                                    torch.ops.aten.native_batch_norm.default})
 
 
 def _may_alias(op: Any) -> bool:

@@ -9,6 +9,9 @@ still fused into the kernel that reads its result. On a channels-last input ATen
 channels-last results, and the results are declared so (no relayout copy). Inference BatchNorm
 after a convolution is folded instead (kiln.lower.fold_batch_norm). Corresponds to Inductor's
 choice to keep batch_norm's backward as a fallback on CPU.
+
+An inference BatchNorm that is not folded (after a small convolution computed without oneDNN, after
+a Linear, a BatchNorm1d) is its per-channel affine map, a lazy value that fuses with its neighbours.
 """
 from __future__ import annotations
 
@@ -16,8 +19,13 @@ from typing import Any
 
 import torch
 
-from kiln.lower.ir import Layout
-from kiln.lower.lowerings import LoweringContext, TensorValue, register
+import operator
+
+import sympy
+
+from kiln.lower import ops
+from kiln.lower.ir import Layout, Value
+from kiln.lower.lowerings import LoweringContext, TensorValue, compute_dtype, register
 from kiln.lower.lowerings.convolution import channels_last_strides, extern_in_layout_of, is_channels_last
 
 aten = torch.ops.aten
@@ -35,3 +43,33 @@ def native_batch_norm_backward(ctx: LoweringContext, grad: TensorValue, x: Tenso
     if channels_last and grad.view is None:  # the kernel computing the gradient writes it NHWC
         grad = ctx.realize(grad, Layout(grad.dtype, grad.sizes, channels_last_strides(grad.sizes)))
     return extern_in_layout_of(ctx, aten.native_batch_norm_backward.default, grad, (x,) + rest, channels_last)
+
+
+def _statistics_read(node: Any) -> bool:
+    """Whether anything reads BatchNorm's second or third result (ATen's are empty in inference,
+    where the node's metadata says one value per channel)."""
+    return node is None or any(u.target is not operator.getitem or (u.args[1] != 0 and u.users) for u in node.users)
+
+
+@register(aten._native_batch_norm_legit.default)
+def batch_norm_legit(ctx: LoweringContext, x: TensorValue, weight: Any, bias: Any, running_mean: TensorValue,
+                     running_var: TensorValue, training: bool, momentum: float, eps: float) -> Any:
+    args = (x, weight, bias, running_mean, running_var, training, momentum, eps)
+    if training or x.ndim < 2 or _statistics_read(ctx.node):
+        return ctx.extern(aten._native_batch_norm_legit.default, args, {})
+    dtype = compute_dtype(x.dtype)
+
+    def per_channel(tv: TensorValue, c: sympy.Expr) -> Value:
+        return ops.cast(tv.load([c]), dtype)
+
+    def loader(idx: Any) -> Value:
+        c = idx[1]
+        scale = ops.op("rsqrt", ops.op("add", per_channel(running_var, c), ops.constant(float(eps), dtype)))
+        if weight is not None:
+            scale = ops.op("mul", scale, per_channel(weight, c))
+        y = ops.op("mul", ops.op("sub", ops.cast(x.load(idx), dtype), per_channel(running_mean, c)), scale)
+        return y if bias is None else ops.op("add", y, per_channel(bias, c))
+
+    out = TensorValue(x.dtype, x.sizes, loader, origins=x.origins)
+    unread = TensorValue(x.dtype, ctx.out_sizes(1), lambda idx: ops.constant(0.0, dtype))
+    return out, unread, unread
