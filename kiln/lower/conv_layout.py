@@ -27,22 +27,30 @@ def channels_last_eligible(dtype: torch.dtype, device: torch.device, ndim: int) 
             and torch.backends.mkldnn.is_available())
 
 
-# Small convolutions: oneDNN spends ~25 us per call on one core whatever the size (measured at
-# MobileNetV2's and ResNet's layers at 4x4 to 16x16 pixels: 27-41 us for 0.01-0.2 M multiply-adds),
-# so below a size a convolution is computed without it. A dense one (groups == 1) becomes one GEMM
-# over its input patches (im2col, free for a 1x1 kernel on NHWC input): 3-15 us at those layers; it
-# loses to oneDNN from ~6 M multiply-adds (ResNet-50's 1x1 layers at 56x56: 9 ms vs 15 ms). A
-# depthwise one (one input channel per group) becomes a loop with its taps unrolled, which fuses
-# with what reads it (BatchNorm, ReLU6) and with a padding before it.
-SMALL_CONV_GEMM_MACS = 1 << 20
-SMALL_CONV_DEPTHWISE_MACS = 1 << 18
+# Small convolutions: oneDNN spends ~25 us per call on one core whatever the size (27-41 us at
+# MobileNetV2's and ResNet's layers at 1x1 to 16x16 pixels, 0.01-0.2 M multiply-adds), so below a size
+# a convolution is computed without it. A dense one (groups == 1) becomes one GEMM over its input
+# patches (im2col; free for a 1x1 kernel on NHWC input). Measured on one core, compiled graph against
+# compiled graph: 3.9x faster at 0.15 M multiply-adds, 2.2x at 0.6 M for a 3x3 kernel, but 0.76x at
+# 0.5 M for a 1x1 kernel on NCHW input (the transposing copy) and 0.44x at 1.2 M for a 3x3 kernel at
+# 16x16 (the patch copy and a GEMM only 16 columns wide), hence the limit at 0.26 M. A depthwise one
+# (one input channel per group) becomes a loop with its taps unrolled, which fuses with what reads it
+# (BatchNorm, ReLU6): 3.6x at 0.06 M, 2.4x at 0.5 M, still 1.1x at 5-7 M.
+SMALL_CONV_GEMM_MACS = 1 << 18
+SMALL_CONV_DEPTHWISE_MACS = 1 << 21
+# The backward (convolution_backward: the input's gradient gathered tap by tap, the weight's as a
+# reduction) pays less: measured per training step of one convolution, a depthwise 3x3 at 0.03 M
+# multiply-adds saves 190 us against oneDNN's backward, at 0.3 M it costs up to 400 us more; a dense
+# 3x3 at 0.07 M saves 16 us and at 0.15 M costs 30 us.
+SMALL_CONV_BACKWARD_MACS = 1 << 16
 SMALL_CONV_DEPTHWISE_TAPS = 49  # up to 7x7 kernels (ConvNeXt's)
 SMALL_CONV_DTYPES = (torch.float32, torch.float64)
 
 
 def small_conv_kind(x_shape: tuple, w_shape: tuple, out_shape: tuple, groups: int, transposed: bool,
-                    dtype: torch.dtype, device: torch.device) -> str | None:
-    """"gemm", "depthwise" or None (oneDNN/ATen) for a convolution of these static sizes."""
+                    dtype: torch.dtype, device: torch.device, backward: bool = False) -> str | None:
+    """"gemm", "depthwise" or None (oneDNN/ATen) for a convolution of these static sizes (or its
+    backward)."""
     if (transposed or device.type != "cpu" or dtype not in SMALL_CONV_DTYPES or len(x_shape) != 4
             or not all(isinstance(s, int) for s in (*x_shape, *w_shape, *out_shape))):
         return None
@@ -51,10 +59,10 @@ def small_conv_kind(x_shape: tuple, w_shape: tuple, out_shape: tuple, groups: in
     if 0 in (n, c_in, c_out, kh, kw, *out_shape):
         return None
     macs = n * c_out * out_shape[2] * out_shape[3] * c_per_group * kh * kw
-    if groups == 1 and macs <= SMALL_CONV_GEMM_MACS:
+    if groups == 1 and macs <= (SMALL_CONV_BACKWARD_MACS if backward else SMALL_CONV_GEMM_MACS):
         return "gemm"
     if (groups == c_in and c_per_group == 1 and c_out % c_in == 0 and kh * kw <= SMALL_CONV_DEPTHWISE_TAPS
-            and macs <= SMALL_CONV_DEPTHWISE_MACS):
+            and macs <= (SMALL_CONV_BACKWARD_MACS if backward else SMALL_CONV_DEPTHWISE_MACS)):
         return "depthwise"
     return None
 
@@ -63,4 +71,4 @@ def tunables() -> str:
     """The thresholds above as they are now (part of the compiled-graph cache key: a test or a user
     that changes one gets graphs compiled under it, not ones stored under the old value)."""
     return repr((CHANNELS_LAST_MIN_PIXELS, CHANNELS_LAST_MIN_PIXELS_NHWC_WEIGHT, SMALL_CONV_GEMM_MACS,
-                 SMALL_CONV_DEPTHWISE_MACS, SMALL_CONV_DEPTHWISE_TAPS))
+                 SMALL_CONV_DEPTHWISE_MACS, SMALL_CONV_DEPTHWISE_TAPS, SMALL_CONV_BACKWARD_MACS))

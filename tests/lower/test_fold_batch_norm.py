@@ -24,6 +24,7 @@ def _no_small_convolutions(monkeypatch):
 
     monkeypatch.setattr(conv_layout, "SMALL_CONV_GEMM_MACS", 0)
     monkeypatch.setattr(conv_layout, "SMALL_CONV_DEPTHWISE_MACS", 0)
+    monkeypatch.setattr(conv_layout, "SMALL_CONV_BACKWARD_MACS", 0)
 
 
 def _bn_args(c: int, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
@@ -260,18 +261,21 @@ _WARM_SCRIPT = """
 import sys, torch, kiln
 from torch import nn
 torch.manual_seed(0)
-net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1),
-                    nn.BatchNorm2d(4)).eval()
+# sizes above the small-convolution thresholds (kiln.lower.conv_layout), so that both fold
+net = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.Conv2d(32, 16, 1),
+                    nn.BatchNorm2d(16)).eval()
 with torch.no_grad():
     for bn in (net[1], net[4]):
         bn.running_mean.uniform_(-0.5, 0.5)
         bn.running_var.uniform_(0.5, 1.5)
-x = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+x = torch.randn(1, 16, 64, 64, generator=torch.Generator().manual_seed(0))
 with torch.no_grad():
     compiled = kiln.compile(net)
     torch.testing.assert_close(compiled(x), net(x), atol=2e-5, rtol=1e-5)
     net[1].running_var.mul_(2.0)
     torch.testing.assert_close(compiled(x), net(x), atol=2e-5, rtol=1e-5)
+from kiln.runtime.folded_weights import FOLD_CACHE
+assert FOLD_CACHE.folds == 3, FOLD_CACHE.folds  # both convolutions folded, then the changed one again
 print(kiln.stats()["disk_hits"], "kiln.lower" in sys.modules)
 """
 

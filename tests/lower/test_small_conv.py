@@ -65,7 +65,7 @@ def test_dense_small_convolution_is_one_gemm(case, with_bias, dtype):
     compiled = check(_conv_fn(stride, padding, dilation, groups, with_bias), x, w, b, atol=2e-5, rtol=1e-5)
     source = compiled.wrapper_source
     assert ("extern_aten_addmm_out" if with_bias else "extern_aten_mm_out") in source
-    assert "convolution" not in source.replace("# convolution", "")  # no ATen/oneDNN convolution call
+    assert "extern_aten_convolution" not in source and "mkldnn" not in source  # no ATen/oneDNN convolution
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -92,6 +92,13 @@ def test_graph_output_keeps_eager_strides():
     x, w = torch.randn(2, 8, 4, 4), torch.randn(8, 8, 3, 3)
     compiled = check(fn, x, w, atol=2e-5, rtol=1e-5)
     assert compiled(x, w)[0].stride() == fn(x, w).stride()
+
+
+def test_backward_limit_is_lower_than_the_forward_one():
+    xs, ws = (2, 8, 8, 8), (16, 8, 3, 3)  # 0.15 M multiply-adds
+    out = (2, 16, 8, 8)
+    assert small_conv_kind(xs, ws, out, 1, False, torch.float32, torch.device("cpu")) == "gemm"
+    assert small_conv_kind(xs, ws, out, 1, False, torch.float32, torch.device("cpu"), backward=True) is None
 
 
 def test_large_convolutions_keep_onednn():
@@ -163,3 +170,31 @@ def test_symbolic_sizes_keep_onednn_and_match_eager():
         for size in (6, 7):
             x = torch.randn(2, 8, size, size)
             torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+def _backward_fn(stride, padding, dilation, groups, mask):
+    pair = lambda v: list(v) if isinstance(v, tuple) else [v, v]  # noqa: E731
+
+    def fn(g, x, w):
+        grads = aten.convolution_backward(g * 1.5, x, w, [w.shape[0]] if mask[2] else None, pair(stride),
+                                          pair(padding), pair(dilation), False, [0, 0], groups, mask)
+        return tuple(t for t in grads if t is not None)
+
+    return fn
+
+
+@pytest.mark.parametrize("mask", [[True, True, True], [True, False, False], [False, True, True]], ids=str)
+@pytest.mark.parametrize("case", [f"gemm-{c}" for c in GEMM_CASES] + [f"depthwise-{c}" for c in DEPTHWISE_CASES],
+                         ids=str)
+def test_small_convolution_backward_is_computed(case, mask, monkeypatch):
+    import kiln.lower.conv_layout as conv_layout
+
+    monkeypatch.setattr(conv_layout, "SMALL_CONV_BACKWARD_MACS", 1 << 20)  # every case's backward computed
+    kind, name = case.split("-", 1)
+    xs, ws, stride, padding, dilation, groups = (GEMM_CASES if kind == "gemm" else DEPTHWISE_CASES)[name]
+    pair = lambda v: v if isinstance(v, tuple) else (v, v)  # noqa: E731
+    out = torch.nn.functional.conv2d(torch.empty(xs), torch.empty(ws), None, pair(stride), pair(padding),
+                                     pair(dilation), groups).shape
+    g, x, w = torch.randn(out, dtype=torch.float64), torch.randn(xs, dtype=torch.float64), torch.randn(ws, dtype=torch.float64)
+    compiled = check(_backward_fn(stride, padding, dilation, groups, mask), g, x, w)
+    assert "extern_aten_convolution_backward" not in compiled.wrapper_source

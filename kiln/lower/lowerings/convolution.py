@@ -151,45 +151,79 @@ def _stored_once(ctx: LoweringContext, x: TensorValue, taps: int) -> TensorValue
     return ctx.realize(x)
 
 
+def _patches(ctx: LoweringContext, x: TensorValue, out_hw: tuple[Any, Any], kernel: tuple[Any, Any],
+             stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int]) -> TensorValue:
+    """x's patches as a stored (N*Ho*Wo, Ci*kh*kw) matrix, columns in (ci, i, j) order (im2col): a
+    view of x itself for a 1x1 kernel on NHWC input, else a buffer."""
+    n, c_in = x.sizes[0], x.sizes[1]
+    kh, kw = kernel
+    rows, depth = n * out_hw[0] * out_hw[1], c_in * kh * kw
+    x = _stored_once(ctx, x, int(kh * kw))
+    if int(kh * kw) == 1 and stride == (1, 1) and padding == (0, 0) and is_channels_last(x):
+        assert x.view is not None
+        return strided_value(BufferRef(x.view.name, Layout(x.dtype, (rows, c_in), (c_in, 1), x.view.layout.offset)))
+    tap = _patch_loader(x, stride, padding, dilation)
+    shape = (n, out_hw[0], out_hw[1], c_in, kh, kw)
+    grid = TensorValue(x.dtype, shape, lambda idx: tap(idx[0], idx[3], idx[1], idx[2], idx[4], idx[5]),
+                       origins=x.origins)
+    stored = ctx.realize(grid, Layout.contiguous(x.dtype, shape)).view
+    assert stored is not None
+    return strided_value(BufferRef(stored.name, Layout.contiguous(x.dtype, (rows, depth))))
+
+
+def _as_matrix(tv: TensorValue, rows: Any, cols: Any, transposed: bool) -> TensorValue:
+    """A stored contiguous tensor read as a (rows, cols) matrix, or as the transpose of (cols, rows)."""
+    assert tv.view is not None
+    strides = (1, rows) if transposed else (cols, 1)
+    return strided_value(BufferRef(tv.view.name, Layout(tv.dtype, (rows, cols), strides, tv.view.layout.offset)))
+
+
+def _contiguous(ctx: LoweringContext, tv: TensorValue) -> TensorValue:
+    if tv.view is None or tv.view.layout.strides != contiguous_strides(tv.sizes):
+        return ctx.realize(tv, Layout.contiguous(tv.dtype, tv.sizes))
+    return tv
+
+
+def _nhwc_rows(ctx: LoweringContext, tv: TensorValue) -> TensorValue:
+    """A 4-d tensor as the (N*H*W, C) matrix of its NHWC storage (stored so first if it is not)."""
+    n, c, h, w = tv.sizes
+    if not is_channels_last(tv):
+        tv = ctx.realize(tv, Layout(tv.dtype, tv.sizes, channels_last_strides(tv.sizes)))
+    assert tv.view is not None
+    return strided_value(BufferRef(tv.view.name, Layout(tv.dtype, (n * h * w, c), (c, 1), tv.view.layout.offset)))
+
+
+def _matmul(ctx: LoweringContext, a: TensorValue, b: TensorValue, bias: Any = None) -> TensorValue:
+    """mm (or addmm with a bias row) as an extern, its result a fresh contiguous matrix."""
+    saved = ctx.meta
+    dtype = a.dtype
+    ctx.meta = torch.empty((int(a.sizes[0]), int(b.sizes[1])), dtype=dtype, device="meta")
+    try:
+        if bias is None:
+            return ctx.extern(aten.mm.default, (a, b), {})
+        return ctx.extern(aten.addmm.default, (bias, a, b), {})
+    finally:
+        ctx.meta = saved
+
+
+def _nhwc_result(ctx: LoweringContext, matrix: TensorValue, sizes: tuple) -> TensorValue:
+    """A (N*H*W, C) result read as the (N, C, H, W) tensor it holds in NHWC (declared relaid out)."""
+    assert matrix.view is not None
+    ctx.relaid_out.add(matrix.view.name)
+    return strided_value(BufferRef(matrix.view.name, Layout(matrix.dtype, sizes, channels_last_strides(sizes))))
+
+
 def _gemm_convolution(ctx: LoweringContext, x: TensorValue, weight: TensorValue, bias: Any, stride: Any,
                       padding: Any, dilation: Any) -> TensorValue:
     """A small dense convolution as one GEMM: patches (N*Ho*Wo, Ci*kh*kw) @ weight (Co, Ci*kh*kw)^T,
     whose result is the output in NHWC (declared so, like oneDNN's)."""
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
-    n, c_in = x.sizes[0], x.sizes[1]
-    c_out, _, kh, kw = weight.sizes
+    c_out, c_in, kh, kw = weight.sizes
     _, _, h_out, w_out = ctx.out_sizes()
-    rows, depth = n * h_out * w_out, c_in * kh * kw
-    x = _stored_once(ctx, x, int(kh * kw))
-    if int(kh * kw) == 1 and stride == (1, 1) and padding == (0, 0) and is_channels_last(x):
-        assert x.view is not None
-        patches = strided_value(BufferRef(x.view.name, Layout(x.dtype, (rows, c_in), (c_in, 1), x.view.layout.offset)))
-    else:
-        tap = _patch_loader(x, stride, padding, dilation)
-        shape = (n, h_out, w_out, c_in, kh, kw)
-        grid = TensorValue(x.dtype, shape, lambda idx: tap(idx[0], idx[3], idx[1], idx[2], idx[4], idx[5]),
-                           origins=x.origins)
-        stored = ctx.realize(grid, Layout.contiguous(x.dtype, shape)).view
-        assert stored is not None
-        patches = strided_value(BufferRef(stored.name, Layout.contiguous(x.dtype, (rows, depth))))
-    if weight.view is None or weight.view.layout.strides != contiguous_strides(weight.sizes):
-        weight = ctx.realize(weight, Layout.contiguous(weight.dtype, weight.sizes))
-    assert weight.view is not None
-    # weight (Co, Ci, kh, kw) read as (Ci*kh*kw, Co): the patch columns are in (ci, i, j) order
-    matrix = strided_value(BufferRef(weight.view.name, Layout(weight.dtype, (depth, c_out), (1, depth),
-                                                              weight.view.layout.offset)))
-    saved = ctx.meta
-    ctx.meta = torch.empty((int(rows), int(c_out)), dtype=saved.dtype, device="meta")
-    try:
-        if bias is None:
-            out = ctx.extern(aten.mm.default, (patches, matrix), {})
-        else:
-            out = ctx.extern(aten.addmm.default, (bias, patches, matrix), {})
-    finally:
-        ctx.meta = saved
-    sizes = (n, c_out, h_out, w_out)
-    ctx.relaid_out.add(out.view.name)
-    return strided_value(BufferRef(out.view.name, Layout(x.dtype, sizes, channels_last_strides(sizes))))
+    patches = _patches(ctx, x, (h_out, w_out), (kh, kw), stride, padding, dilation)
+    matrix = _as_matrix(_contiguous(ctx, weight), c_in * kh * kw, c_out, transposed=True)
+    out = _matmul(ctx, patches, matrix, bias)
+    return _nhwc_result(ctx, out, (x.sizes[0], c_out, h_out, w_out))
 
 
 def _depthwise_convolution(ctx: LoweringContext, x: TensorValue, weight: TensorValue, bias: Any, stride: Any,
@@ -217,6 +251,133 @@ def _depthwise_convolution(ctx: LoweringContext, x: TensorValue, weight: TensorV
         return acc
 
     return TensorValue(ctx.out_dtype(), ctx.out_sizes(), loader, origins=x.origins)
+
+
+def _tap_source(pos: Any, size_out: Any, pad: int, k: int, step: int, dil: int) -> tuple[Any, Value]:
+    """For input row `pos` and kernel tap k: the output row that read it through that tap, and the
+    condition that one exists, as the backward of a convolution needs."""
+    shifted = pos + pad - k * dil
+    if step == 1:
+        out_pos = shifted
+        conds = [ops.op("ge", Index(shifted), ops.constant(0, torch.int64)),
+                 ops.op("lt", Index(shifted), Index(size_out))]
+    else:
+        out_pos = FloorDiv(shifted, sympy.Integer(step))
+        conds = [ops.op("ge", Index(shifted), ops.constant(0, torch.int64)),
+                 ops.op("eq", Index(shifted - out_pos * step), ops.constant(0, torch.int64)),
+                 ops.op("lt", Index(out_pos), Index(size_out))]
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = ops.op("logical_and", cond, c)
+    return out_pos, cond
+
+
+def _scatter_taps(sizes: tuple, out_hw: tuple[Any, Any], kernel: tuple[int, int], stride: tuple[int, int],
+                  padding: tuple[int, int], dilation: tuple[int, int], dtype: torch.dtype,
+                  term: Any) -> TensorValue:
+    """The gradient of a convolution's input as a lazy gather: element (n, c, h, w) sums, over the
+    taps (i, j) through which an output pixel (ho, wo) read it, term(n, c, ho, wo, i, j)."""
+    compute = compute_dtype(dtype)
+
+    def loader(idx: Sequence[sympy.Expr]) -> Value:
+        n, c, h, w = idx
+        acc: Value = ops.constant(0, compute)
+        for i in range(kernel[0]):
+            ho, hok = _tap_source(h, out_hw[0], padding[0], i, stride[0], dilation[0])
+            for j in range(kernel[1]):
+                wo, wok = _tap_source(w, out_hw[1], padding[1], j, stride[1], dilation[1])
+                ok = ops.op("logical_and", hok, wok)
+                acc = ops.op("add", acc, Masked(ok, ops.cast(term(n, c, ho, wo, i, j), compute),
+                                                ops.constant(0, compute), compute))
+        return acc
+
+    return TensorValue(dtype, sizes, loader)
+
+
+def _gemm_convolution_backward(ctx: LoweringContext, grad: TensorValue, x: TensorValue, weight: TensorValue,
+                               stride: tuple, padding: tuple, dilation: tuple, mask: Sequence[bool]) -> tuple:
+    """The backward of `_gemm_convolution`: with G the output gradient as (N*Ho*Wo, Co) rows,
+    grad_weight = G^T @ patches(x), grad_input = col2im(G @ weight), grad_bias = G's column sums."""
+    n, c_in, h, w = x.sizes
+    c_out, _, kh, kw = (int(s) for s in weight.sizes)
+    h_out, w_out = grad.sizes[2], grad.sizes[3]
+    rows, depth = n * h_out * w_out, c_in * kh * kw
+    g = _nhwc_rows(ctx, grad)
+    assert g.view is not None
+    grad_x = grad_w = grad_b = None
+    if mask[1]:
+        patches = _patches(ctx, x, (h_out, w_out), (kh, kw), stride, padding, dilation)
+        g_t = strided_value(BufferRef(g.view.name, Layout(g.dtype, (c_out, rows), (1, c_out), g.view.layout.offset)))
+        flat = _matmul(ctx, g_t, patches)
+        assert flat.view is not None
+        grad_w = strided_value(BufferRef(flat.view.name, Layout.contiguous(flat.dtype, weight.sizes)))
+    if mask[0]:
+        cols = _matmul(ctx, g, _as_matrix(_contiguous(ctx, weight), c_out, depth, transposed=False))
+        if kh * kw == 1 and stride == (1, 1) and padding == (0, 0):
+            grad_x = _nhwc_result(ctx, cols, tuple(x.sizes))
+        else:
+            assert cols.view is not None
+            grid = strided_value(BufferRef(cols.view.name, Layout.contiguous(cols.dtype, (n, h_out, w_out, c_in, kh, kw))))
+            grad_x = _scatter_taps(tuple(x.sizes), (h_out, w_out), (kh, kw), stride, padding, dilation, x.dtype,
+                                   lambda b, c, ho, wo, i, j: grid.load([b, ho, wo, c, sympy.Integer(i), sympy.Integer(j)]))
+    if mask[2]:
+        grad_b = ctx.reduction(grad.dtype, (c_out,), (rows,), "sum", lambda i, r: g.load([r[0], i[0]]))
+    return grad_x, grad_w, grad_b
+
+
+def _depthwise_convolution_backward(ctx: LoweringContext, grad: TensorValue, x: TensorValue, weight: TensorValue,
+                                    stride: tuple, padding: tuple, dilation: tuple, mask: Sequence[bool]) -> tuple:
+    """The backward of `_depthwise_convolution`: grad_input gathers each input pixel's taps, grad_weight
+    and grad_bias are reductions over (N, Ho, Wo) per output channel (and tap)."""
+    n, c_in, h, w = x.sizes
+    c_out, _, kh, kw = (int(s) for s in weight.sizes)
+    h_out, w_out = grad.sizes[2], grad.sizes[3]
+    per_channel = c_out // int(c_in)
+    dtype = compute_dtype(grad.dtype)
+    grad = _stored_once(ctx, grad, kh * kw * per_channel)
+    grad_x = grad_w = grad_b = None
+    if mask[0]:
+        def term(b: Any, c: Any, ho: Any, wo: Any, i: int, j: int) -> Value:
+            acc: Value | None = None
+            for m in range(per_channel):
+                co = c * per_channel + m
+                t = ops.op("mul", ops.cast(grad.load([b, co, ho, wo]), dtype),
+                           ops.cast(weight.load([co, sympy.Integer(0), sympy.Integer(i), sympy.Integer(j)]), dtype))
+                acc = t if acc is None else ops.op("add", acc, t)
+            assert acc is not None
+            return acc
+
+        grad_x = _scatter_taps(tuple(x.sizes), (h_out, w_out), (kh, kw), stride, padding, dilation, x.dtype, term)
+    if mask[1]:
+        tap = _patch_loader(x, stride, padding, dilation)
+
+        def weight_term(i: Sequence[sympy.Expr], r: Sequence[sympy.Expr]) -> Value:
+            co = i[0]
+            ci = co if per_channel == 1 else FloorDiv(co, sympy.Integer(per_channel))
+            return ops.op("mul", ops.cast(grad.load([r[0], co, r[1], r[2]]), dtype),
+                          ops.cast(tap(r[0], ci, r[1], r[2], i[2], i[3]), dtype))
+
+        grad_w = ctx.reduction(weight.dtype, tuple(weight.sizes), (n, h_out, w_out), "sum", weight_term)
+    if mask[2]:
+        grad_b = ctx.reduction(grad.dtype, (c_out,), (n, h_out, w_out), "sum",
+                               lambda i, r: grad.load([r[0], i[0], r[1], r[2]]))
+    return grad_x, grad_w, grad_b
+
+
+@register(aten.convolution_backward.default)
+def convolution_backward(ctx: LoweringContext, grad: TensorValue, x: TensorValue, weight: TensorValue,
+                         bias_sizes: Any, stride: Any, padding: Any, dilation: Any, transposed: bool,
+                         output_padding: Any, groups: Any, output_mask: Sequence[bool]) -> Any:
+    args = (grad, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask)
+    xs, ws, gs = _ints(x.sizes), _ints(weight.sizes), _ints(grad.sizes)
+    metas = [m for m in ctx.meta if isinstance(m, torch.Tensor)] if isinstance(ctx.meta, (tuple, list)) else []
+    kind = None
+    if xs is not None and ws is not None and gs is not None and metas and isinstance(groups, int):
+        kind = small_conv_kind(xs, ws, gs, groups, transposed, metas[0].dtype, metas[0].device, backward=True)
+    if kind is None:
+        return ctx.extern(aten.convolution_backward.default, args, {})
+    rule = _gemm_convolution_backward if kind == "gemm" else _depthwise_convolution_backward
+    return rule(ctx, grad, x, weight, _pair(stride), _pair(padding), _pair(dilation), list(output_mask))
 
 
 @register(aten.convolution.default)

@@ -34,7 +34,8 @@ def _extern_rule(op: Any):
 
 
 for _op in EXTERN_BY_DESIGN:
-    register(_op)(_extern_rule(_op))
+    if _op is not aten.convolution_backward.default:  # small ones are computed (lowerings.convolution)
+        register(_op)(_extern_rule(_op))
 
 
 def fallback(ctx: LoweringContext, op: Any, args: tuple, kwargs: dict[str, Any], reason: str) -> Any:
