@@ -22,7 +22,7 @@ import torch.utils._pytree as pytree
 
 from kiln import config
 from kiln import compile_time, log
-from kiln.lower import conv_layout
+from kiln.lower import autotune_cpu, conv_layout
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.codegen.wrapper import make_wrapper
 from kiln.lower.codegen import native_wrapper, triton_wrapper
@@ -230,6 +230,10 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         log.artifact("output_code", lambda: f"// kernels\n{source}\n# wrapper\n{wrapper_source}")
         return CompiledGraph(fn, source, wrapper_source, program, hints, timings, signatures, lib)
 
+    if codegen == "cpp" and options.get("mode") == "max-autotune" and "cpu_variant" not in options:
+        variants = autotune_cpu.variants_for(aten_gm)
+        if len(variants) > 1:
+            return _compile_autotuned(aten_gm, example_inputs, options, key, variants)
     dump = _DebugDump.start(aten_gm)
     # A guard the passes below record (a decomposition that reads a symbol's value, as linspace
     # does with a float end) specializes this program to the example's values, which the key does
@@ -238,6 +242,8 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     shape_env = _shape_env_of(aten_gm, example_inputs)
     guards_before = _guards_recorded(shape_env)
     gm = _copy_graph(aten_gm)
+    if options.get("cpu_variant") == "linear_onednn":
+        autotune_cpu.linear_onednn_rewrite(gm)
     gm = fold_batch_norm(gm)
     mark("fold_batch_norm")
     metas = node_metas(gm, example_inputs)
@@ -288,6 +294,33 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         log.artifact("perf_hints", hint)
     log.artifact("output_code", lambda: f"// kernels\n{source}\n# wrapper\n{wrapper_source}")
     return CompiledGraph(fn, source, wrapper_source, program, hints, timings, signatures, lib)
+
+
+def _compile_autotuned(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any],
+                       key: str | None, variants: list[str]) -> CompiledGraph:
+    """mode="max-autotune" on CPU: each variant compiled (kiln.lower.autotune_cpu), the fastest chosen
+    on the first call and then stored under this graph's key."""
+    base = {k: v for k, v in options.items() if k != "mode"}
+    shape_env = _shape_env_of(aten_gm, example_inputs)
+    guards_before = _guards_recorded(shape_env)
+    candidates: dict[str, CompiledGraph] = {}
+    for name in variants:
+        with autotune_cpu.variant_settings(name):
+            candidates[name] = compile_graph(aten_gm, example_inputs, options={**base, "cpu_variant": name})
+    flags = build.DEFAULT_FLAGS
+    if "opt_level" in options:
+        flags = tuple(options["opt_level"] if f.startswith("-O") else f for f in flags)
+    storable = key is not None and _guards_recorded(shape_env) == guards_before
+
+    def store(winner: str) -> None:
+        chosen = candidates[winner]
+        if storable and key is not None and chosen.codegen == "cpp":
+            cache.store_graph(key, (chosen.program, chosen.cpp_source, chosen._signatures, chosen.perf_hints, flags),
+                              packages=("kiln.lower.",))
+
+    first = candidates["default"]
+    return CompiledGraph(autotune_cpu.AutotunedGraph(candidates, store), first.cpp_source, first.wrapper_source,
+                         first.program, first.perf_hints, first.timings, first._signatures, first._lib)
 
 
 __all__ = ["compile_graph", "CompiledGraph", "LoopIR", "KernelProgram"]

@@ -22,7 +22,7 @@ from kiln.lower.lowerings import LoweringContext, register
 aten = torch.ops.aten
 
 EXTERN_BY_DESIGN = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
-                    aten.convolution_backward.default,
+                    aten.convolution_backward.default, torch.ops.mkldnn._linear_pointwise.default,
                     aten._scaled_dot_product_flash_attention_for_cpu.default,
                     aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 
