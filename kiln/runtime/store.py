@@ -19,6 +19,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from typing import Callable, Iterator
 
 from kiln import config, log
@@ -106,9 +107,41 @@ def folder(*parts: str) -> str | None:
 # Writing
 
 
+# A temporary older than this is left over from a process that died while writing (a native wrapper
+# built on a daemon thread is cut off when the interpreter exits): no build or write takes so long.
+STALE_TEMP_SECONDS = 3600.0
+
+
+def sweep_stale(folder: str, now: float | None = None) -> int:
+    """Remove this cache's temporaries in `folder` older than STALE_TEMP_SECONDS; returns how many."""
+    now = time.time() if now is None else now
+    removed = 0
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.startswith(_TEMP_PREFIX):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if now - st.st_mtime < STALE_TEMP_SECONDS or st.st_uid != os.getuid():
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+            removed += 1
+        except OSError:
+            continue  # another process swept it first, or it is not ours to remove
+    return removed
+
+
 @contextlib.contextmanager
 def staging(path: str) -> Iterator[str]:
-    """A private temporary folder beside `path` for making it; removed on exit, whatever happens."""
+    """A private temporary folder beside `path` for making it; removed on exit, whatever happens
+    (and temporaries that dead processes left beside it are swept first)."""
+    sweep_stale(os.path.dirname(path))
     tmp = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=os.path.dirname(path))
     try:
         yield tmp

@@ -108,3 +108,26 @@ def test_source_digest_reads_files_not_modules() -> None:
     code = "import sys; from kiln.runtime import cache; cache.code_version(); print('kiln.lower' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def test_staging_sweeps_temporaries_that_dead_processes_left(tmp_path) -> None:
+    # a native wrapper built on a daemon thread is cut off when the interpreter exits: its staging
+    # folder stays; the next build in that folder removes it once it is old enough to be dead
+    import time
+
+    from kiln.runtime import store
+
+    old_dir, old_file, fresh = tmp_path / ".tmp-olddir", tmp_path / ".tmp-oldfile", tmp_path / ".tmp-fresh"
+    old_dir.mkdir()
+    (old_dir / "partial.o").write_bytes(b"x")
+    old_file.write_bytes(b"x")
+    fresh.mkdir()
+    keep = tmp_path / "abcdef.so"
+    keep.write_bytes(b"x")
+    past = time.time() - store.STALE_TEMP_SECONDS - 60
+    for p in (old_dir, old_file, keep):
+        os.utime(p, (past, past))
+    with store.staging(str(tmp_path / "target.so")) as folder:
+        assert os.path.isdir(folder)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [".tmp-fresh", "abcdef.so"], names  # a fresh temporary may be another process's
