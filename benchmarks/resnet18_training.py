@@ -32,7 +32,10 @@ def build(quick: bool) -> Case:
         return ResNetWithLoss().train()
 
     g = torch.Generator().manual_seed(1)
-    shape = input_shape(quick)
+    # quick: 48x48, not the inference workload's 32x32, where the last stage runs at 1x1 pixels and
+    # each BatchNorm normalizes 2 values per channel: its gradients are chaotic (eager float32 against
+    # float64 differs by as much as the gradients themselves), so no compiler could match eager
+    shape = (2, 3, 48, 48) if quick else input_shape(quick)
     x = torch.randn(*shape, generator=g)
     target = torch.randint(0, 100, (shape[0],), generator=g)
     return Case(make_fn=make_fn, inputs=[(x, target)], training=True, rtol=1e-3, atol=1e-4)
