@@ -55,15 +55,19 @@ def _kind(xs, ws, stride, padding, dilation, groups, dtype=torch.float32):
     return small_conv_kind(xs, ws, tuple(out), groups, False, dtype, torch.device("cpu"))
 
 
+def _compiled_case(kind, case, with_bias, dtype):
+    """Compile the case's convolution (with an epilogue), check it against eager; the wrapper source."""
+    xs, ws, stride, padding, dilation, groups = (GEMM_CASES if kind == "gemm" else DEPTHWISE_CASES)[case]
+    assert _kind(xs, ws, stride, padding, dilation, groups) == kind
+    x, w, b = torch.randn(xs, dtype=dtype), torch.randn(ws, dtype=dtype), torch.randn(ws[0], dtype=dtype)
+    return check(_conv_fn(stride, padding, dilation, groups, with_bias), x, w, b, atol=2e-5, rtol=1e-5).wrapper_source
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("case", list(GEMM_CASES), ids=str)
 def test_dense_small_convolution_is_one_gemm(case, with_bias, dtype):
-    xs, ws, stride, padding, dilation, groups = GEMM_CASES[case]
-    assert _kind(xs, ws, stride, padding, dilation, groups) == "gemm"
-    x, w, b = torch.randn(xs, dtype=dtype), torch.randn(ws, dtype=dtype), torch.randn(ws[0], dtype=dtype)
-    compiled = check(_conv_fn(stride, padding, dilation, groups, with_bias), x, w, b, atol=2e-5, rtol=1e-5)
-    source = compiled.wrapper_source
+    source = _compiled_case("gemm", case, with_bias, dtype)
     assert ("extern_aten_addmm_out" if with_bias else "extern_aten_mm_out") in source
     assert "extern_aten_convolution" not in source and "mkldnn" not in source  # no ATen/oneDNN convolution
 
@@ -72,11 +76,8 @@ def test_dense_small_convolution_is_one_gemm(case, with_bias, dtype):
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("case", list(DEPTHWISE_CASES), ids=str)
 def test_depthwise_small_convolution_is_a_fused_loop(case, with_bias, dtype):
-    xs, ws, stride, padding, dilation, groups = DEPTHWISE_CASES[case]
-    assert _kind(xs, ws, stride, padding, dilation, groups) == "depthwise"
-    x, w, b = torch.randn(xs, dtype=dtype), torch.randn(ws, dtype=dtype), torch.randn(ws[0], dtype=dtype)
-    compiled = check(_conv_fn(stride, padding, dilation, groups, with_bias), x, w, b, atol=2e-5, rtol=1e-5)
-    assert "extern_" not in compiled.wrapper_source  # the taps and the epilogue are one kernel
+    # the taps and the epilogue are one kernel
+    assert "extern_" not in _compiled_case("depthwise", case, with_bias, dtype)
 
 
 def test_nhwc_input_is_read_in_place_for_a_1x1_gemm():
