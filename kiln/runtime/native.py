@@ -4,12 +4,13 @@ kiln.lower's native wrapper codegen writes, per graph, a C++ translation unit wi
 `kiln_graph(args, nargs, outs, ...)` over ATen's C++ API (ATen headers only, no Python; they come
 from a precompiled header kept in the cache, so a graph compiles in about 3 s of CPU, not 6): it
 allocates buffers, calls the graph's C++ kernels through a table of function pointers and its
-externs through `at::_ops::<op>::call`, frees buffers after their last use and fills `outs`. This
+externs through `at::_ops::<op>::call` (other operators through the dispatcher), frees buffers after their last use and fills `outs`. This
 module builds it (cached like the kernel library, size
 and SHA-256 checked before loading), and holds the one graph-independent boundary: a small CPython
 extension (built once per torch and Python, also cached and verified) whose `call(handle, *args)`
 turns Python arguments into c10::IValues, runs the graph function and wraps its outputs, turning a
-kernel's failed check or an ATen error into the Python exception eager raises. A `NativeRecipe`
+kernel's failed check or an ATen error into the Python exception eager raises (a Python kernel's
+own exception, as a torch.library op raises it, passes through as itself). A `NativeRecipe`
 names both libraries and the kernel library by identity, so another process rebuilds the callable
 without compiling (and without kiln.lower). Tier-up (`TieredWrapper`, `BACKGROUND`, `NativeRef`):
 outside mode="reduce-overhead" a graph runs its Python wrapper first and switches to its native
@@ -78,6 +79,7 @@ def graph_flags(precompiled: bool = True) -> tuple[str, ...]:
 
 PCH_HEADER = """// ATen's headers for kiln's native wrappers (kiln.runtime.native), precompiled once
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/mm_ops.h>
@@ -189,6 +191,8 @@ BOUNDARY_SOURCE = r"""
 #include <ATen/core/ivalue.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <pybind11/pybind11.h>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -279,6 +283,7 @@ static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
   int64_t kind = 0;
   std::string message;
   PyObject* raised = nullptr;
+  std::exception_ptr python_error;  // a Python kernel's exception (a torch.library op), raised as itself
   {
     // Other Python threads run while the graph does, as they do during each ctypes kernel call of
     // the Python wrapper; ATen takes the GIL itself where it needs it (a tensor's Python object).
@@ -286,6 +291,8 @@ static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
     try {
       h->fn(in.data(), static_cast<int64_t>(in.size()), &outs, h->kernels.data(), h->constants.data(), &kind,
             &message);
+    } catch (const pybind11::error_already_set&) {
+      python_error = std::current_exception();
     } catch (const c10::IndexError& e) {
       raised = PyExc_IndexError; message = e.what_without_backtrace();
     } catch (const c10::ValueError& e) {
@@ -300,6 +307,15 @@ static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
       raised = PyExc_RuntimeError; message = e.what();
     }
     in.clear();  // the arguments the graph did not free yet, still without the GIL
+  }
+  if (python_error) {
+    try {
+      std::rethrow_exception(python_error);
+    } catch (pybind11::error_already_set& e) {
+      e.restore();
+    }
+    python_error = nullptr;
+    return nullptr;
   }
   if (raised != nullptr) {
     PyErr_SetString(raised, message.c_str());

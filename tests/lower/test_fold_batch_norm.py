@@ -110,15 +110,23 @@ def _close(a, b):
     torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
 
 
-def test_weights_changed_after_compile_refold():
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_weights_changed_after_compile_refold(mode, monkeypatch):
     """The folded weights follow every change eager sees: in-place updates of a weight, a BatchNorm
     statistic or affine parameter, load_state_dict, a new Parameter, a train-mode call moving the
-    running statistics."""
+    running statistics. Under reduce-overhead the native wrapper calls the fold (kiln's own op)
+    and oneDNN's convolutions through the dispatcher."""
+    from kiln.runtime import native
+
+    made: list = []
+    original = native.make_native
+    monkeypatch.setattr(native, "make_native", lambda *a, **k: made.append(1) or original(*a, **k))
     net = _net()
-    compiled = kiln.compile(net)
+    compiled = kiln.compile(net, mode=mode)
     x = torch.randn(2, 3, 12, 12)
     with torch.no_grad():
         _close(compiled(x), net(x))
+        assert bool(made) == (mode == "reduce-overhead")
         folds = FOLD_CACHE.folds
         _close(compiled(x), net(x))
         assert FOLD_CACHE.folds == folds, "unchanged weights are not folded again"

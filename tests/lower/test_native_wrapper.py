@@ -158,6 +158,73 @@ def test_native_matches_python_externs(name: str) -> None:
     same(made(*args), expected)
 
 
+_TEST_LIBRARY = torch.library.Library("kiln_test_native", "DEF")
+_TEST_LIBRARY.define("pair(Tensor x, float k) -> (Tensor, Tensor)")
+_TEST_LIBRARY.define("chunks(Tensor x, int n) -> Tensor[]")
+_TEST_LIBRARY.define("checked(Tensor x) -> Tensor")
+
+
+def _pair(x: torch.Tensor, k: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return x * k, x.flip(0)
+
+
+def _checked(x: torch.Tensor) -> torch.Tensor:
+    if bool((x < 0).any()):
+        raise ValueError("kiln_test_native.checked: a negative input")
+    return x.sqrt()
+
+
+_TEST_LIBRARY.impl("pair", _pair, "CompositeExplicitAutograd")
+_TEST_LIBRARY.impl("chunks", lambda x, n: [c.clone() for c in x.chunk(n)], "CompositeExplicitAutograd")
+_TEST_LIBRARY.impl("checked", _checked, "CompositeExplicitAutograd")
+
+
+def _onednn_linear(x, w, b):
+    return (torch.ops.mkldnn._linear_pointwise(x, w, b, "relu", [], "") + 1,)
+
+
+def _onednn_conv(x, w, b):
+    return (torch.ops.mkldnn._convolution_pointwise(x, w, b, [1, 1], [1, 1], [1, 1], 1, "none", [], "").relu(),)
+
+
+def _python_ops(x):  # operators with Python kernels, called from C++ through the dispatcher
+    a, b = torch.ops.kiln_test_native.pair(x, 3.0)
+    first, second = torch.ops.kiln_test_native.chunks(a + b, 2)
+    return first.exp(), second, torch.ops.kiln_test_native.checked(x.abs())
+
+
+BOXED_CASES = {
+    "onednn_linear": (_onednn_linear, lambda: (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6))),
+    "onednn_conv": (_onednn_conv, lambda: (torch.randn(1, 3, 6, 6), torch.randn(4, 3, 3, 3), torch.randn(4))),
+    "python_ops": (_python_ops, lambda: (torch.randn(6, 3),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOXED_CASES))
+def test_operators_outside_aten_go_through_the_dispatcher(name: str) -> None:
+    fn, make = BOXED_CASES[name]
+    args = make()
+    python, made = both(fn, *args)
+    writer = native_wrapper.write_native(made.program, made._signatures)
+    assert writer is not None and ".callBoxed(stack)" in writer.source
+    same(made(*args), python(*args))
+    expected = fn(*args)
+    for got, want in zip(made(*args), expected):
+        torch.testing.assert_close(got, want)
+
+
+def test_python_operator_error_reaches_the_caller() -> None:
+    def f(x):
+        return (torch.ops.kiln_test_native.checked(x) + 1,)
+
+    x = torch.rand(5)
+    python, made = both(f, x)
+    same(made(x), python(x))
+    with pytest.raises(ValueError, match="a negative input"):  # the op's own exception, as eager raises it
+        made(-x)
+    same(made(x + 1), python(x + 1))  # the graph still runs after the error
+
+
 def test_constant_tensor() -> None:
     graph = torch.fx.Graph()
     x = graph.placeholder("x")

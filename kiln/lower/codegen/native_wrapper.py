@@ -5,8 +5,9 @@ call with a data_ptr() per buffer) and per extern; for small graphs that is most
 writer makes the same decisions (the same memory plan, relayouts, views, kernel order and checks,
 reusing WrapperWriter's analyses) but prints C++ over ATen's API: `at::empty_strided` allocations,
 each kernel a direct call through the kernel table, each extern an `at::_ops::<op>::call` typed by
-its schema, `reset()` where the Python wrapper says `del`. kiln.runtime.native builds it and calls
-it from Python in one step. A graph this writer cannot express (an extern that is not an ATen
+its schema (an operator outside ATen's C++ API, as oneDNN's or kiln's own, through the dispatcher
+with a stack of IValues), `reset()` where the Python wrapper says `del`. kiln.runtime.native builds it and calls
+it from Python in one step. A graph this writer cannot express (an extern that is not an operator
 overload or takes an argument kind it does not spell, a kernel argument that is not a pointer or an
 int64) keeps the Python wrapper, with the reason under KILN_LOGS=perf_hints.
 Corresponds to torch/_inductor/codegen/cpp_wrapper_cpu.py.
@@ -102,6 +103,11 @@ static inline c10::List<std::optional<at::Tensor>> kiln_optional_tensors(std::in
   for (const auto& x : xs) out.push_back(x);
   return out;
 }
+static inline c10::List<std::optional<at::Scalar>> kiln_optional_scalars(std::initializer_list<std::optional<at::Scalar>> xs) {
+  c10::List<std::optional<at::Scalar>> out;
+  for (const auto& x : xs) out.push_back(x);
+  return out;
+}
 static int kiln_fail(int64_t kind, std::string text, int64_t* error_kind, std::string* message) {
   *error_kind = kind;
   *message = std::move(text);
@@ -143,6 +149,7 @@ class NativeWrapperWriter(WrapperWriter):
         self.constants: list[torch.Tensor] = []
         self.includes: set[str] = set()
         self.tensors: list[str] = []  # every tensor local, declared at the top
+        self.handles: list[str] = []  # the dispatcher handles of boxed externs
         self.body: list[str] = []
         self.source = ""  # the text `write` returned
 
@@ -245,6 +252,10 @@ class NativeWrapperWriter(WrapperWriter):
                 return f"std::array<bool, {len(items)}>{{{{" + ", ".join(self._value("bool", x) for x in items) + "}}"
             if base == "Tensor":
                 return "std::vector<at::Tensor>{" + ", ".join(self._value("Tensor", x) for x in items) + "}"
+            if base == "Scalar?":  # oneDNN's pointwise ops: the activation's parameters
+                return "kiln_optional_scalars({" + ", ".join(
+                    "std::nullopt" if x is None else f"std::optional<at::Scalar>({self._value('Scalar', x)})"
+                    for x in items) + "})"
             if base == "Tensor?":
                 return "kiln_optional_tensors({" + ", ".join(
                     "std::nullopt" if x is None else f"std::optional<at::Tensor>({self._value('Tensor', x)})"
@@ -319,8 +330,8 @@ class NativeWrapperWriter(WrapperWriter):
         return name in self.tensors  # an at::Tensor variable of the function (not a raw pointer)
 
     def _assemble(self, sites: set[int]) -> str:
-        includes = "\n".join(f"#include <ATen/ops/{name}.h>" if name == "randint" else f"#include <ATen/ops/{name}_ops.h>"
-                             for name in sorted(self.includes))
+        special = {"randint": "ATen/ops/randint.h", "dispatcher": "ATen/core/dispatch/Dispatcher.h"}
+        includes = "\n".join(f"#include <{special.get(name, f'ATen/ops/{name}_ops.h')}>" for name in sorted(self.includes))
         out = [_PRELUDE % {"includes": includes}]
         out += self._error_function(sites)
         out.append("extern \"C\" int kiln_graph(c10::IValue* args, int64_t nargs, std::vector<c10::IValue>* outs, "
@@ -387,8 +398,10 @@ class NativeWrapperWriter(WrapperWriter):
     def _extern(self, step: ExternCall) -> None:
         n = step.node
         op = n.op
-        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
-            raise Unsupported(f"the extern {op} is not an ATen overload")
+        if not isinstance(op, torch._ops.OpOverload):
+            raise Unsupported(f"the extern {op} is not an operator overload")
+        if op.namespace != "aten":
+            return self._boxed_extern(step)
         schema = op._schema
         name = schema.name.split("::", 1)[1]
         folder = os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "ops")
@@ -397,26 +410,7 @@ class NativeWrapperWriter(WrapperWriter):
         if header is None:
             raise Unsupported(f"no C++ header for {schema.name}")
         self.includes.add(header)
-        kinds = _split_arguments(str(schema))
-        if len(kinds) != len(schema.arguments):
-            raise Unsupported(f"the schema of {op} did not parse")
-        kwargs = dict(n.kwargs)
-        values = []
-        for k, (arg, kind) in enumerate(zip(schema.arguments, kinds)):
-            if k < len(n.args) and not arg.kwarg_only:
-                v = n.args[k]
-            elif arg.name in kwargs:
-                v = kwargs[arg.name]
-            elif arg.has_default_value():
-                v = arg.default_value
-            else:
-                raise Unsupported(f"{op}: no value for {arg.name}")
-            if kind == "ScalarType" or kind == "ScalarType?":
-                if isinstance(v, int) and not isinstance(v, bool):  # a default spelled as its number
-                    v = _DTYPE_NUMBERS.get(v, v)
-            values.append(self._value(kind, v))
-        if len(n.args) > len([a for a in schema.arguments if not a.kwarg_only]):
-            raise Unsupported(f"{op}: more positional arguments than its schema")
+        values = self._arguments(n)
         struct = name + (f"_{schema.overload_name}" if schema.overload_name else "")
         origins = ", ".join(n.origins)
         out = self.out_overload(step)
@@ -445,6 +439,75 @@ class NativeWrapperWriter(WrapperWriter):
                     access = "ret" + "".join(f"[{p}]" for p in path)
                 self.body.append(f"    {rname} = {access};")
             self.body.append("  }")
+        self._bind_results(results)
+
+    def _arguments(self, n: Any) -> list[str]:
+        """The C++ expressions of an extern's arguments in schema order, typed as its schema says
+        (defaults filled in)."""
+        op = n.op
+        schema = op._schema
+        kinds = _split_arguments(str(schema))
+        if len(kinds) != len(schema.arguments):
+            raise Unsupported(f"the schema of {op} did not parse")
+        kwargs = dict(n.kwargs)
+        values = []
+        for k, (arg, kind) in enumerate(zip(schema.arguments, kinds)):
+            if k < len(n.args) and not arg.kwarg_only:
+                v = n.args[k]
+            elif arg.name in kwargs:
+                v = kwargs[arg.name]
+            elif arg.has_default_value():
+                v = arg.default_value
+            else:
+                raise Unsupported(f"{op}: no value for {arg.name}")
+            if kind == "ScalarType" or kind == "ScalarType?":
+                if isinstance(v, int) and not isinstance(v, bool):  # a default spelled as its number
+                    v = _DTYPE_NUMBERS.get(v, v)
+            values.append(self._value(kind, v))
+        if len(n.args) > len([a for a in schema.arguments if not a.kwarg_only]):
+            raise Unsupported(f"{op}: more positional arguments than its schema")
+        return values
+
+    def _boxed_extern(self, step: ExternCall) -> None:
+        """An operator outside ATen's generated C++ API (oneDNN's mkldnn::*, kiln::fold_conv_bn, a
+        user's torch.library op): called through the dispatcher with a stack of IValues, its
+        handle looked up once per process (a function-local static)."""
+        n = step.node
+        op = n.op
+        assert isinstance(op, torch._ops.OpOverload)
+        schema = op._schema
+        returns = [str(r.type) for r in schema.returns]  # alias annotations are not part of the type
+        for rname, _, path in n.results:
+            kind = returns[path[0]] if path and len(returns) > 1 else returns[0] if returns else None
+            if kind not in ("Tensor", "List[Tensor]"):
+                raise Unsupported(f"{op} returns {kind}")
+        values = self._arguments(n)
+        self.includes.add("dispatcher")
+        handle = f"kiln_op_{len(self.handles)}"
+        self.handles.append(handle)
+        origins = ", ".join(n.origins)
+        self.body.append(f"  {{  // {n.name}: {origins}")
+        self.body.append(f"    static const c10::OperatorHandle {handle} = c10::Dispatcher::singleton()"
+                         f".findSchemaOrThrow({json.dumps(schema.name)}, {json.dumps(schema.overload_name)});")
+        self.body.append("    std::vector<c10::IValue> stack{" + ", ".join(f"c10::IValue({v})" for v in values) + "};")
+        self.body.append(f"    {handle}.callBoxed(stack);")
+        for rname, _, path in n.results:
+            self._tensor(rname)
+            index = path[0] if path and len(returns) > 1 else 0
+            rest = path[1:] if path and len(returns) > 1 else path
+            if returns[index] == "List[Tensor]":
+                if len(rest) != 1:
+                    raise Unsupported(f"{op}: a result at {path}")
+                self.body.append(f"    {rname} = stack[{index}].toTensorList().get({rest[0]});")
+            else:
+                if rest:
+                    raise Unsupported(f"{op}: a result at {path}")
+                self.body.append(f"    {rname} = stack[{index}].toTensor();")
+        self.body.append("  }")
+        self._bind_results(n.results)
+
+    def _bind_results(self, results: Any) -> None:
+        """After an extern: its results' layouts, unbacked sizes bound, strides checked."""
         for rname, layout, path in results:
             self.layouts[rname] = layout
             for d, size in enumerate(layout.sizes):
