@@ -21,8 +21,10 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -66,6 +68,44 @@ _identities: dict[int, LibraryIdentity] = {}  # id(CDLL) -> identity
 _private: list[str] = []
 
 
+_running: set[subprocess.Popen] = set()  # compilers started by any thread, not finished yet
+_running_lock = threading.Lock()
+
+
+def run_compiler(cmd: Sequence[str], cwd: str) -> subprocess.CompletedProcess:
+    """Run the compiler as subprocess.run would, except that one still running when the interpreter
+    exits (a tier-up build on a daemon thread) is stopped: its result could not be published any
+    more, and it would take the CPU from whatever the machine runs next."""
+    with _running_lock:
+        # a group of its own: stopping it stops the compiler driver's cc1plus/as/ld too
+        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                                start_new_session=True)
+        _running.add(proc)
+    try:
+        out, err = proc.communicate()
+    except BaseException:  # Ctrl-C while waiting: the compiler's own group did not receive it
+        _stop(proc)
+        raise
+    finally:
+        with _running_lock:
+            _running.discard(proc)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:  # already gone
+        pass
+
+
+@atexit.register
+def _stop_compilers() -> None:
+    with _running_lock:
+        for proc in list(_running):
+            _stop(proc)
+
+
 def compile_shared(source: str, out_path: str, flags: Sequence[str] = DEFAULT_FLAGS) -> None:
     """Compile `source` into the shared object `out_path` (its folder must be private)."""
     folder = os.path.dirname(out_path)
@@ -74,7 +114,7 @@ def compile_shared(source: str, out_path: str, flags: Sequence[str] = DEFAULT_FL
     # relative names from inside the folder: the object records the source's name, not the folder
     cmd = [COMPILER, *flags, "kernel.cpp", "-o", os.path.basename(out_path), *LIBS]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
+    proc = run_compiler(cmd, folder)
     if proc.returncode != 0:
         raise BuildError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
     log.debug("runtime", f"built {out_path} in {time.perf_counter() - start:.2f}s")

@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import queue
-import subprocess
 import sysconfig
 import threading
 import time
@@ -153,7 +152,7 @@ def ensure_precompiled_header() -> bool:
             with open(made_header, "w") as f:
                 f.write(PCH_HEADER)
             cmd = [build.COMPILER, *_compile_flags(), "-x", "c++-header", "kiln_native.h", "-o", "kiln_native.h.gch"]
-            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
+            proc = build.run_compiler(cmd, folder)
             if proc.returncode != 0:
                 raise build.BuildError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
             digest = store.file_digest(made_header + ".gch")
