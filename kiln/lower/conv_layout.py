@@ -34,10 +34,14 @@ def channels_last_eligible(dtype: torch.dtype, device: torch.device, ndim: int) 
 # compiled graph: 3.9x faster at 0.15 M multiply-adds, 2.2x at 0.6 M for a 3x3 kernel, but 0.76x at
 # 0.5 M for a 1x1 kernel on NCHW input (the transposing copy) and 0.44x at 1.2 M for a 3x3 kernel at
 # 16x16 (the patch copy and a GEMM only 16 columns wide), hence the limit at 0.26 M. A depthwise one
-# (one input channel per group) becomes a loop with its taps unrolled, which fuses with what reads it
-# (BatchNorm, ReLU6): 3.6x at 0.06 M, 2.4x at 0.5 M, still 1.1x at 5-7 M.
+# (one input channel per group) becomes a loop with its taps unrolled over a zero-padded copy of its
+# input (weights stored (kh, kw, C) on NHWC input), run along the channels, which fuses with what
+# reads it (BatchNorm, ReLU6). Against oneDNN, 3x3, batch 2, one core, NHWC: 3.4x at 0.15 M (32
+# channels at 16x16), 2.2x at 0.15 M (144 at 8x8), 1.6x at 0.44 M (96 at 16x16), 1.15x at 0.66 M (144
+# at 16x16), 0.8x at 1.8 M (96 at 32x32) and 0.7x at 2.4 M; on NCHW input it wins at every size
+# measured (oneDNN pays two layout conversions), hence 0.79 M.
 SMALL_CONV_GEMM_MACS = 1 << 18
-SMALL_CONV_DEPTHWISE_MACS = 1 << 21
+SMALL_CONV_DEPTHWISE_MACS = 3 << 18
 # The backward (convolution_backward: the input's gradient gathered tap by tap, the weight's as a
 # reduction) pays less: measured per training step of one convolution, a depthwise 3x3 at 0.03 M
 # multiply-adds saves 190 us against oneDNN's backward, at 0.3 M it costs up to 400 us more; a dense

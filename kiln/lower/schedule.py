@@ -98,7 +98,7 @@ def _substitution(node: Buffer, outer: Sequence[sympy.Expr], inner: Sequence[sym
     assert isinstance(node, Pointwise)
     own = index_vars("i", len(node.ranges))
     for ranges, kvars in ((tuple(outer) + tuple(inner), xs + ys), (tuple(outer), xs)):
-        order = _match(tuple(node.ranges), ranges)
+        order = _match(tuple(node.ranges), ranges, storage_order(node))
         if order is not None:
             return {v: kvars[k] for v, k in zip(own, order)}
     for ranges, kvars in ((tuple(outer) + tuple(inner), xs + ys), (tuple(outer), xs)):
@@ -196,24 +196,47 @@ def _reshape(ranges: tuple, kernel_ranges: tuple, kvars: Sequence[sympy.Symbol])
     return exprs
 
 
-def _match(ranges: tuple, kernel_ranges: tuple) -> list[int] | None:
+MIN_STORAGE_INNER = 8  # a stride-1 dim shorter than this (an image's 3 channels) is no loop to vectorize
+
+
+def storage_order(node: Buffer) -> tuple[int, ...]:
+    """The node's dims from the outermost in memory to the innermost: by decreasing stride (ties and
+    size-1 dims keep their place), so (0, 2, 3, 1) for an NCHW-sized buffer stored NHWC. The logical
+    order where a size or stride is symbolic, or the stride-1 dim is shorter than MIN_STORAGE_INNER."""
+    strides, sizes = node.layout.strides, node.layout.sizes
+    dims = tuple(range(len(strides)))
+    if not all(getattr(x, "is_number", False) for x in strides + sizes):
+        return dims
+    movable = [d for d in dims if sizes[d] != 1]
+    ranked = sorted(movable, key=lambda d: -int(strides[d]))  # stable: equal strides keep their order
+    if not ranked or ranked == movable or int(sizes[ranked[-1]]) < MIN_STORAGE_INNER:
+        return dims
+    it = iter(ranked)
+    return tuple(next(it) if d in movable else d for d in dims)
+
+
+def _match(ranges: tuple, kernel_ranges: tuple, order: Sequence[int] | None = None) -> list[int] | None:
     """A bijection from a pointwise node's dims to kernel dims of equal size (identity when it
-    fits): a pointwise loop may run in any order, and in-kernel reads are checked after. Dims of one
-    size keep their relative order, so a node over (B, M, N) inside a reduction kernel over (M, N) x
-    (B) walks memory as the reduction does, not transposed (which gathered and scattered along the
-    vectorized loop)."""
-    if ranges == kernel_ranges:
+    fits and the node is stored in its logical order): a pointwise loop may run in any order, and
+    in-kernel reads are checked after. Dims of one size are taken in the node's storage order
+    (`order`, outermost first), so a node stored NHWC in a kernel over (N, H, W) x (C) writes along
+    the vectorized loop even when C equals H, and a node over (B, M, N) inside a reduction kernel
+    over (M, N) x (B) walks memory as the reduction does, not transposed (which gathered and
+    scattered along the vectorized loop)."""
+    logical = order is None or list(order) == list(range(len(ranges)))
+    if ranges == kernel_ranges and logical:
         return list(range(len(ranges)))
     if len(ranges) != len(kernel_ranges):
         return None
-    order = []
-    for k, size in enumerate(ranges):
-        nth = sum(1 for j in range(k) if ranges[j] == size)
+    out: list[int | None] = [None] * len(ranges)
+    for k in (range(len(ranges)) if order is None else order):
+        size = ranges[k]
+        nth = sum(1 for j in out if j is not None and kernel_ranges[j] == size)
         same = [j for j, s in enumerate(kernel_ranges) if s == size]
         if nth >= len(same):
             return None
-        order.append(same[nth])
-    return order
+        out[k] = same[nth]
+    return [j for j in out if j is not None] if None not in out else None
 
 
 def store_index(node: Buffer, sub: dict) -> sympy.Expr:
@@ -267,8 +290,8 @@ class _OpenKernel:
 def _start(node: Pointwise | Reduction, column_partials: bool = False) -> _OpenKernel:
     if isinstance(node, Reduction):
         k = _OpenKernel(tuple(node.ranges), tuple(node.reduction_ranges), column_partials=column_partials)
-    else:
-        ranges = tuple(node.layout.sizes)
+    else:  # loops in the order the node is stored, the innermost (vectorized) along its stride-1 dim
+        ranges = tuple(node.layout.sizes[d] for d in storage_order(node))
         k = _OpenKernel(ranges[:-1], ranges[-1:], column_partials=column_partials)
     assert k.place(node)
     return k
@@ -286,6 +309,26 @@ def _regroup(k: _OpenKernel, node: Reduction) -> _OpenKernel | None:
             if not new.place(n):
                 return None
     return new if new.place(node) else None
+
+
+def _in_storage_order(k: _OpenKernel) -> _OpenKernel:
+    """A kernel of pointwise nodes only, run again in the storage order of the last buffer it makes
+    that is not stored in its logical order (an NHWC activation after a convolution, whose first
+    node may be a temporary in NCHW order), when every node still fits; else `k` as it is."""
+    nodes = [n for _, ns in k.blocks for n in ns]
+    if k.columns or any(kind == "scan" for kind, _ in k.blocks) or not all(isinstance(n, Pointwise) for n in nodes):
+        return k
+    total = sympy.Mul(*k.outer, *k.inner)
+    for n in reversed(nodes):
+        order = storage_order(n)
+        if list(order) == list(range(len(order))) or sympy.expand(n.layout.numel() - total) != 0:
+            continue
+        ranges = tuple(n.layout.sizes[d] for d in order)
+        if ranges == k.outer + k.inner:
+            return k
+        new = _OpenKernel(ranges[:-1], ranges[-1:], column_partials=k.column_partials)
+        return new if all(new.place(m) for m in nodes) else k
+    return k
 
 
 HOIST_WINDOW = 4  # steps a buffer may move up: further would keep its memory alive (and out of cache) longer
@@ -381,6 +424,7 @@ def schedule(ir: LoopIR, *, unfused: frozenset[str] = frozenset(), column_partia
     count = 0
     for step in steps:
         if isinstance(step, _OpenKernel):
+            step = _in_storage_order(step)
             blocks = tuple(Block(kind, tuple(nodes)) for kind, nodes in step.blocks)
             done.append(Kernel(f"kernel{count}", step.outer, step.inner, blocks, columns=frozenset(step.columns)))
             count += 1

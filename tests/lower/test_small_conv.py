@@ -6,6 +6,7 @@ forward and backward; larger or symbolic-size convolutions keep oneDNN."""
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -199,3 +200,20 @@ def test_small_convolution_backward_is_computed(case, mask, monkeypatch):
     g, x, w = torch.randn(out, dtype=torch.float64), torch.randn(xs, dtype=torch.float64), torch.randn(ws, dtype=torch.float64)
     compiled = check(_backward_fn(stride, padding, dilation, groups, mask), g, x, w)
     assert "extern_aten_convolution_backward" not in compiled.wrapper_source
+
+
+@pytest.mark.parametrize("case", list(DEPTHWISE_CASES), ids=str)
+def test_depthwise_on_nhwc_input_reads_unmasked_along_channels(case):
+    """On NHWC input the taps read a zero-padded copy of the input and (kh, kw, C) weights along the
+    vectorized channel loop: the kernel computing the convolution has no bounds-tested load."""
+    xs, ws, stride, padding, dilation, groups = DEPTHWISE_CASES[case]
+    x = torch.randn(xs).contiguous(memory_format=torch.channels_last)
+    w, b = torch.randn(ws), torch.randn(ws[0])
+    compiled = check(_conv_fn(stride, padding, dilation, groups, True), x, w, b, atol=2e-5, rtol=1e-5)
+    assert "extern_" not in compiled.wrapper_source
+    kernels = compiled.cpp_source.split('extern "C" void kernel')[1:]
+    convolution = [k for k in kernels if re.search(r"// buf\d+ <- [^\n]*relu", k)]  # taps fused with the epilogue
+    assert len(convolution) == 1, compiled.cpp_source
+    assert "? [&]" not in convolution[0], convolution[0]
+    if ws[0] == xs[1]:  # one output channel per input channel: the channel loop is the vectorized one
+        assert f"y0 < {ws[0]}; y0++" in convolution[0], convolution[0]

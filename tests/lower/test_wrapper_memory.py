@@ -168,7 +168,8 @@ def transposed_read_in_the_allocating_kernel(x, w):
 
 def in_place_over_an_extern_result(x, w):
     m = x @ w
-    return (m.sin() * 2 + m.cos(), m.t().exp())  # one kernel may overwrite m; the other reads it transposed
+    # one kernel may overwrite m; the other reads it transposed (into a row-major result)
+    return (m.sin() * 2 + m.cos(), m.t().contiguous().exp())
 
 
 def layer_norm_over_a_matmul(x, w):

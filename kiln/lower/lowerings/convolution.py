@@ -226,15 +226,39 @@ def _gemm_convolution(ctx: LoweringContext, x: TensorValue, weight: TensorValue,
     return _nhwc_result(ctx, out, (x.sizes[0], c_out, h_out, w_out))
 
 
+def _padded(ctx: LoweringContext, x: TensorValue, padding: tuple[int, int]) -> TensorValue:
+    """x with `padding` zeros around its last two dims, stored in x's layout (NHWC stays NHWC): the
+    taps of a depthwise convolution then read it without a bounds test, which lets the loop over
+    channels (NHWC) or columns (NCHW) vectorize."""
+    n, c, h, w = x.sizes
+    sizes = (n, c, h + 2 * padding[0], w + 2 * padding[1])
+    nhwc = is_channels_last(x)
+    tap = _patch_loader(x, (1, 1), padding, (1, 1))
+    padded = TensorValue(x.dtype, sizes, lambda idx: tap(idx[0], idx[1], idx[2], idx[3], 0, 0), origins=x.origins)
+    layout = Layout(x.dtype, sizes, channels_last_strides(sizes) if nhwc else contiguous_strides(sizes))
+    return ctx.realize(padded, layout)
+
+
 def _depthwise_convolution(ctx: LoweringContext, x: TensorValue, weight: TensorValue, bias: Any, stride: Any,
                            padding: Any, dilation: Any) -> TensorValue:
     """A small depthwise convolution as a lazy value: each output element sums its kh*kw taps
-    (unrolled), so the kernel that reads it (BatchNorm's affine map, ReLU6) computes it in place."""
+    (unrolled), so the kernel that reads it (BatchNorm's affine map, ReLU6) computes it in place.
+    The input is read from a zero-padded copy, and on NHWC input the weight from a (kh, kw, C)
+    copy, so that every tap is a plain load along the vectorized (channel) loop."""
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
     c_in = x.sizes[1]
     c_out, _, kh, kw = (int(s) for s in weight.sizes)
     per_channel = c_out // int(c_in)
-    x = _stored_once(ctx, x, kh * kw)
+    nhwc = is_channels_last(x)
+    if padding != (0, 0):
+        x = _padded(ctx, x, padding)
+        padding = (0, 0)
+    else:
+        x = _stored_once(ctx, x, kh * kw)
+    if nhwc and per_channel == 1:  # (C, 1, kh, kw) stored as (kh, kw, C): a tap's weights along C
+        strides = (sympy.Integer(1), sympy.Integer(kh * kw * c_out), sympy.Integer(kw * c_out), sympy.Integer(c_out))
+        if weight.view is None or tuple(weight.view.layout.strides) != strides:
+            weight = ctx.realize(weight, Layout(weight.dtype, weight.sizes, strides))
     tap = _patch_loader(x, stride, padding, dilation)
     dtype = compute_dtype(ctx.out_dtype())
 
