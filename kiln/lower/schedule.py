@@ -228,15 +228,15 @@ def _match(ranges: tuple, kernel_ranges: tuple, order: Sequence[int] | None = No
         return list(range(len(ranges)))
     if len(ranges) != len(kernel_ranges):
         return None
-    out: list[int | None] = [None] * len(ranges)
+    out = [-1] * len(ranges)  # every dim is placed below: `order` is a permutation of them
     for k in (range(len(ranges)) if order is None else order):
         size = ranges[k]
-        nth = sum(1 for j in out if j is not None and kernel_ranges[j] == size)
+        nth = sum(1 for j in out if j >= 0 and kernel_ranges[j] == size)
         same = [j for j, s in enumerate(kernel_ranges) if s == size]
         if nth >= len(same):
             return None
         out[k] = same[nth]
-    return [j for j in out if j is not None] if None not in out else None
+    return out
 
 
 def store_index(node: Buffer, sub: dict) -> sympy.Expr:
