@@ -4,8 +4,8 @@ kiln.lower's native wrapper codegen writes, per graph, a C++ translation unit wi
 `kiln_graph(args, nargs, outs, ...)` over ATen's C++ API (ATen headers only, no Python; they come
 from a precompiled header kept in the cache, so a graph compiles in about 3 s of CPU, not 6): it
 allocates buffers, calls the graph's C++ kernels through a table of function pointers and its
-externs through `at::_ops::<op>::call` (other operators through the dispatcher), frees buffers after their last use and fills `outs`. This
-module builds it (cached like the kernel library, size
+externs through `at::_ops::<op>::call` (other operators through the dispatcher), frees buffers
+after their last use and fills `outs`. This module builds it (cached like the kernel library, size
 and SHA-256 checked before loading), and holds the one graph-independent boundary: a small CPython
 extension (built once per torch and Python, also cached and verified) whose `call(handle, *args)`
 turns Python arguments into c10::IValues, runs the graph function and wraps its outputs, turning a

@@ -6,8 +6,8 @@ writer makes the same decisions (the same memory plan, relayouts, views, kernel 
 reusing WrapperWriter's analyses) but prints C++ over ATen's API: `at::empty_strided` allocations,
 each kernel a direct call through the kernel table, each extern an `at::_ops::<op>::call` typed by
 its schema (an operator outside ATen's C++ API, as oneDNN's or kiln's own, through the dispatcher
-with a stack of IValues), `reset()` where the Python wrapper says `del`. kiln.runtime.native builds it and calls
-it from Python in one step. A graph this writer cannot express (an extern that is not an operator
+with a stack of IValues), `reset()` where the Python wrapper says `del`. kiln.runtime.native builds
+it and calls it from Python in one step. A graph this writer cannot express (an extern that is not an operator
 overload or takes an argument kind it does not spell, a kernel argument that is not a pointer or an
 int64) keeps the Python wrapper, with the reason under KILN_LOGS=perf_hints.
 Corresponds to torch/_inductor/codegen/cpp_wrapper_cpu.py.
@@ -103,7 +103,8 @@ static inline c10::List<std::optional<at::Tensor>> kiln_optional_tensors(std::in
   for (const auto& x : xs) out.push_back(x);
   return out;
 }
-static inline c10::List<std::optional<at::Scalar>> kiln_optional_scalars(std::initializer_list<std::optional<at::Scalar>> xs) {
+static inline c10::List<std::optional<at::Scalar>> kiln_optional_scalars(
+    std::initializer_list<std::optional<at::Scalar>> xs) {
   c10::List<std::optional<at::Scalar>> out;
   for (const auto& x : xs) out.push_back(x);
   return out;
@@ -331,7 +332,8 @@ class NativeWrapperWriter(WrapperWriter):
 
     def _assemble(self, sites: set[int]) -> str:
         special = {"randint": "ATen/ops/randint.h", "dispatcher": "ATen/core/dispatch/Dispatcher.h"}
-        includes = "\n".join(f"#include <{special.get(name, f'ATen/ops/{name}_ops.h')}>" for name in sorted(self.includes))
+        includes = "\n".join(f"#include <{special.get(name, f'ATen/ops/{name}_ops.h')}>"
+                             for name in sorted(self.includes))
         out = [_PRELUDE % {"includes": includes}]
         out += self._error_function(sites)
         out.append("extern \"C\" int kiln_graph(c10::IValue* args, int64_t nargs, std::vector<c10::IValue>* outs, "
