@@ -76,6 +76,9 @@ cpu_backend: str = os.environ.get("KILN_CPU_BACKEND", "cpp")
 # (0: never) gets its native wrapper built on a background thread and runs it once it is ready
 cpu_wrapper: str = os.environ.get("KILN_CPU_WRAPPER", "auto")
 native_wrapper_after: int = int(os.environ.get("KILN_NATIVE_WRAPPER_AFTER", "100"))
+# guards check a tensor's metadata and a dict's keys with one call into the native wrapper's extension
+# once it is built (kiln.capture.guards); KILN_NATIVE_GUARDS=0: the generated Python checks only
+native_guards: bool = os.environ.get("KILN_NATIVE_GUARDS", "1") not in ("", "0")
 if cpu_backend == "triton":  # Triton reads it when first imported, which may happen before Kiln compiles
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

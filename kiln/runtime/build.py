@@ -191,6 +191,17 @@ def load(source: str, flags: Sequence[str] = DEFAULT_FLAGS) -> ctypes.CDLL:
     raise LibraryError(f"{path} changed while it was being loaded")
 
 
+def load_if_built(source: str, flags: Sequence[str] = DEFAULT_FLAGS) -> ctypes.CDLL | None:
+    """The shared object built from `source` when it is loaded or in the cache (verified); None
+    otherwise, and nothing is compiled."""
+    path = library_path(source, flags)
+    lib = _loaded.get(path)
+    if lib is not None:
+        return lib
+    recorded = _recorded(path)
+    return _open(path, recorded) if recorded is not None and _verified(path, recorded) else None
+
+
 def _build(source: str, flags: Sequence[str], path: str) -> tuple[int, str]:
     """Compile `source` to `path` and record its size and hash beside it; returns them."""
     with store.staging(path) as folder:

@@ -190,6 +190,8 @@ BOUNDARY_SOURCE = r"""
 #include <ATen/core/ivalue.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Layout.h>
 #include <pybind11/pybind11.h>
 #include <exception>
 #include <string>
@@ -367,12 +369,176 @@ static PyObject* kiln_steal(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
   return kiln_run(h, in);
 }
 
+
+// Guard helpers (kiln.capture.guards): a tensor's metadata and a dict's keys checked in one call
+// each, where the generated Python check reads a dozen attributes (0.5 us per tensor).
+struct KilnTensorSpec {
+  PyTypeObject* type;  // exact type (a strong reference)
+  at::ScalarType dtype;
+  c10::DeviceType device_type;
+  int device_index;  // -1: any index (the CPU's)
+  at::Layout layout;
+  bool requires_grad, inference, complex_bits, conj, neg;
+  std::vector<int64_t> sizes, strides;
+  std::vector<char> size_known, stride_known;
+  bool check_strides;
+  std::vector<std::pair<int64_t, int64_t>> links;  // stride[i] == size[j] * stride[j]
+};
+
+static void kiln_spec_free(PyObject* capsule) {
+  auto* s = static_cast<KilnTensorSpec*>(PyCapsule_GetPointer(capsule, "kiln.tensor_spec"));
+  if (s == nullptr) { PyErr_Clear(); return; }
+  Py_XDECREF(reinterpret_cast<PyObject*>(s->type));
+  delete s;
+}
+
+static bool kiln_int_or_none(PyObject* tuple, std::vector<int64_t>& values, std::vector<char>& known) {
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); ++i) {
+    PyObject* o = PyTuple_GET_ITEM(tuple, i);
+    if (o == Py_None) { values.push_back(0); known.push_back(0); continue; }
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) return false;
+    values.push_back(v); known.push_back(1);
+  }
+  return true;
+}
+
+// tensor_spec(type, dtype, device type, device index, layout, requires_grad, sizes, strides or None,
+//             links, inference, complex, conj, neg) -> spec
+static PyObject* kiln_tensor_spec(PyObject*, PyObject* args) {
+  PyObject *type, *dtype, *layout, *sizes, *strides, *links;
+  const char* device_type;
+  int device_index, requires_grad, inference, complex_bits, conj, neg;
+  if (!PyArg_ParseTuple(args, "O!OsiOpO!OO!pppp", &PyType_Type, &type, &dtype, &device_type, &device_index, &layout,
+                        &requires_grad, &PyTuple_Type, &sizes, &strides, &PyTuple_Type, &links, &inference,
+                        &complex_bits, &conj, &neg))
+    return nullptr;
+  if (!THPDtype_Check(dtype) || !THPLayout_Check(layout) || (strides != Py_None && !PyTuple_Check(strides))) {
+    PyErr_SetString(PyExc_TypeError, "tensor_spec: a dtype, a layout and a tuple of strides or None");
+    return nullptr;
+  }
+  auto* s = new KilnTensorSpec();
+  try {
+    s->device_type = c10::Device(std::string(device_type)).type();
+  } catch (const c10::Error& e) {
+    delete s;
+    PyErr_SetString(PyExc_ValueError, e.what_without_backtrace());
+    return nullptr;
+  }
+  s->dtype = reinterpret_cast<THPDtype*>(dtype)->scalar_type;
+  s->layout = reinterpret_cast<THPLayout*>(layout)->layout;
+  s->device_index = device_index;
+  s->requires_grad = requires_grad; s->inference = inference; s->complex_bits = complex_bits;
+  s->conj = conj; s->neg = neg;
+  s->check_strides = strides != Py_None;
+  bool ok = kiln_int_or_none(sizes, s->sizes, s->size_known)
+      && (strides == Py_None || kiln_int_or_none(strides, s->strides, s->stride_known));
+  for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(links); ++i) {
+    long long a, b;
+    ok = PyArg_ParseTuple(PyTuple_GET_ITEM(links, i), "LL", &a, &b);
+    if (ok && (a < 0 || b < 0 || a >= static_cast<long long>(s->sizes.size()) || b >= static_cast<long long>(s->sizes.size()))) {
+      PyErr_SetString(PyExc_ValueError, "tensor_spec: a stride link outside the dims");
+      ok = false;
+    }
+    if (ok) s->links.emplace_back(a, b);
+  }
+  if (!ok) { delete s; return nullptr; }
+  Py_INCREF(type);
+  s->type = reinterpret_cast<PyTypeObject*>(type);
+  PyObject* capsule = PyCapsule_New(s, "kiln.tensor_spec", kiln_spec_free);
+  if (capsule == nullptr) { Py_DECREF(type); delete s; }
+  return capsule;
+}
+
+static bool kiln_tensor_matches(const at::Tensor& t, const KilnTensorSpec* s) {
+  if (t.scalar_type() != s->dtype || t.layout() != s->layout || t.requires_grad() != s->requires_grad) return false;
+  c10::Device device = t.device();
+  if (device.type() != s->device_type || (s->device_index >= 0 && device.index() != s->device_index)) return false;
+  auto sizes = t.sizes();
+  size_t dim = s->sizes.size();
+  if (sizes.size() != dim) return false;
+  for (size_t d = 0; d < dim; ++d)
+    if (s->size_known[d] && sizes[d] != s->sizes[d]) return false;
+  if (s->check_strides) {
+    auto strides = t.strides();
+    for (size_t d = 0; d < dim; ++d)
+      if (s->stride_known[d] && strides[d] != s->strides[d]) return false;
+    for (const auto& [i, j] : s->links)
+      if (strides[i] != sizes[j] * strides[j]) return false;
+  }
+  if (t.is_inference() != s->inference) return false;
+  if (s->complex_bits && (t.is_conj() != s->conj || t.is_neg() != s->neg)) return false;
+  return true;
+}
+
+// tensor_ok(value, spec) -> bool
+static PyObject* kiln_tensor_ok(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "tensor_ok(value, spec)"); return nullptr; }
+  auto* s = static_cast<KilnTensorSpec*>(PyCapsule_GetPointer(args[1], "kiln.tensor_spec"));
+  if (s == nullptr) return nullptr;
+  // exact type first: the spec's type is a tensor type (guards.py makes specs for those only)
+  if (Py_TYPE(args[0]) != s->type || !THPVariable_Check(args[0])) Py_RETURN_FALSE;
+  bool ok;
+  try {
+    ok = kiln_tensor_matches(THPVariable_Unpack(args[0]), s);
+  } catch (const c10::Error&) {
+    ok = false;  // metadata that cannot be read (a nested tensor's sizes): not the tensor captured
+  }
+  if (ok) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
+}
+
+// same_keys(mapping, keys tuple) -> bool: list(mapping.keys()) == list(keys)
+static PyObject* kiln_same_keys(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_Check(args[1])) { PyErr_SetString(PyExc_TypeError, "same_keys(mapping, tuple)"); return nullptr; }
+  PyObject* d = args[0];
+  PyObject* keys = args[1];
+  Py_ssize_t n = PyTuple_GET_SIZE(keys);
+  if (!PyDict_CheckExact(d)) {  // an OrderedDict (its own order) or another mapping: as Python does it
+    PyObject* view = PyObject_CallMethod(d, "keys", nullptr);
+    if (view == nullptr) return nullptr;
+    PyObject* now = PySequence_List(view);
+    Py_DECREF(view);
+    if (now == nullptr) return nullptr;
+    PyObject* expected = PySequence_List(keys);
+    if (expected == nullptr) { Py_DECREF(now); return nullptr; }
+    PyObject* result = PyObject_RichCompare(now, expected, Py_EQ);
+    Py_DECREF(now);
+    Py_DECREF(expected);
+    return result;
+  }
+  if (PyDict_GET_SIZE(d) != n) Py_RETURN_FALSE;
+  Py_INCREF(d);
+  Py_ssize_t pos = 0, i = 0;
+  PyObject *key, *value;
+  int same = 1;
+  while (same == 1 && PyDict_Next(d, &pos, &key, &value)) {
+    if (i >= n) { same = 0; break; }
+    PyObject* expected = PyTuple_GET_ITEM(keys, i++);
+    if (key != expected) {
+      Py_INCREF(key);  // a key's __eq__ may change the dict
+      same = PyObject_RichCompareBool(key, expected, Py_EQ);
+      Py_DECREF(key);
+    }
+  }
+  if (same == 1 && (i != n || PyDict_GET_SIZE(d) != n)) same = 0;
+  Py_DECREF(d);
+  if (same < 0) return nullptr;
+  if (same) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
+}
+
 static PyMethodDef kiln_methods[] = {
   {"make", kiln_make, METH_VARARGS, "make(graph address, [kernel addresses], follow) -> handle"},
   {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_call)), METH_FASTCALL,
    "call(handle, *args) -> tuple"},
   {"steal", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_steal)), METH_FASTCALL,
    "steal(handle, list) -> tuple"},
+  {"tensor_spec", kiln_tensor_spec, METH_VARARGS, "tensor_spec(type, dtype, ...) -> spec"},
+  {"tensor_ok", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_tensor_ok)), METH_FASTCALL,
+   "tensor_ok(value, spec) -> bool"},
+  {"same_keys", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_same_keys)), METH_FASTCALL,
+   "same_keys(mapping, keys) -> bool"},
   {nullptr, nullptr, 0, nullptr}};
 
 static struct PyModuleDef kiln_module = {PyModuleDef_HEAD_INIT, "kiln_native", nullptr, -1, kiln_methods};
@@ -384,21 +550,47 @@ _boundary: list[Any] = []
 
 
 _boundary_lock = threading.Lock()  # the tier-up thread and the caller's may both ask first
+_when_loaded: list[Callable[[Any], None]] = []  # called once with the module when it is loaded
 
 
 def boundary() -> Any:
     """The boundary module (built once per torch and Python, then loaded from the cache)."""
     if _boundary:
         return _boundary[0]
+    return _boundary_from(build.load(BOUNDARY_SOURCE, _boundary_flags()))
+
+
+def built_boundary() -> Any | None:
+    """The boundary module when this process loaded it or an earlier one left it built in the
+    cache (loaded then, verified like any library); None otherwise: nothing is compiled."""
+    if _boundary:
+        return _boundary[0]
+    lib = build.load_if_built(BOUNDARY_SOURCE, _boundary_flags())
+    return None if lib is None else _boundary_from(lib)
+
+
+def when_boundary_loaded(callback: Callable[[Any], None]) -> None:
+    """Call `callback(module)` once the boundary is loaded (now, if it is)."""
+    with _boundary_lock:
+        if not _boundary:
+            _when_loaded.append(callback)
+            return
+    callback(_boundary[0])
+
+
+def _boundary_from(lib: ctypes.CDLL) -> Any:
     with _boundary_lock:
         if _boundary:
             return _boundary[0]
-        lib = build.load(BOUNDARY_SOURCE, _boundary_flags())
         # a Python-API function: called with the GIL held (ctypes.CDLL's functions release it)
         address = ctypes.cast(lib.kiln_native_module, ctypes.c_void_p).value
         assert address is not None
         make_module = ctypes.PYFUNCTYPE(ctypes.py_object)(address)
         _boundary.append(make_module())
+        callbacks = list(_when_loaded)
+        _when_loaded.clear()
+    for callback in callbacks:
+        callback(_boundary[0])
     return _boundary[0]
 
 

@@ -7,7 +7,23 @@ import math
 import pytest
 import torch
 
+import kiln
+from kiln.capture import guards as guards_module
 from kiln.capture.guards import GUARD_KINDS, Guard, TensorSpec, compile_guards, tensor_guard, user_name
+
+
+@pytest.fixture(params=["python", "native"], autouse=True)
+def checks_variant(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs on the generated Python checks and on the boundary extension's tensor and
+    keys checks (kiln.runtime.native, built once per cache)."""
+    if request.param == "native":
+        from kiln.runtime import native
+
+        module = native.boundary()
+        monkeypatch.setattr(guards_module, "native_checks", lambda: module)
+    else:
+        monkeypatch.setattr(kiln.config, "native_guards", False)
+    return request.param
 
 
 def check(guards, L, shape_guards=(), G=None, F=None):
