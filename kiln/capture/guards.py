@@ -620,10 +620,13 @@ def check_tensor(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
                 return check.why(v)
         return f"{name} changed"
 
-    handle = em.native.tensor_spec(
-        spec.type, spec.dtype, spec.device.type, -1 if spec.device.index is None else spec.device.index,
-        spec.layout, spec.requires_grad, spec.sizes, spec.strides if spec.layout == torch.strided else None,
-        spec.stride_links, spec.inference, spec.dtype.is_complex, spec.conj, spec.neg)
+    try:
+        handle = em.native.tensor_spec(
+            spec.type, spec.dtype, spec.device.type, -1 if spec.device.index is None else spec.device.index,
+            spec.layout, spec.requires_grad, spec.sizes, spec.strides if spec.layout == torch.strided else None,
+            spec.stride_links, spec.inference, spec.dtype.is_complex, spec.conj, spec.neg)
+    except (TypeError, ValueError):  # a device type c10 cannot name from Python's string: Python checks
+        return _tensor_checks(spec, name, em) + _marks_check(spec, name, em)
     return [Check(f"___tensor_ok({{v}}, {em.bind(handle)})", why)] + _marks_check(spec, name, em)
 
 

@@ -205,3 +205,20 @@ def test_recompiles_end_to_end_like_torch_compile(boundary: Any, monkeypatch: py
     assert ours.frame_count == theirs.frame_count >= 6
     kiln.reset()
     torch._dynamo.reset()
+
+
+def test_a_spec_the_extension_refuses_keeps_the_python_checks(boundary: Any) -> None:
+    class Refusing:
+        """The boundary, except that it cannot make this tensor's spec (a device c10 cannot name)."""
+
+        tensor_ok = boundary.tensor_ok
+        same_keys = boundary.same_keys
+
+        @staticmethod
+        def tensor_spec(*args: Any) -> Any:
+            raise ValueError("Invalid device string")
+
+    x = torch.randn(3)
+    check = compile_guards([tensor_guard("L['x']", x)], native=Refusing())
+    assert "___tensor_ok" not in check.source and check({"x": x}, {}, None)
+    assert check.explain_failure({"x": torch.randn(4)}, {}, None) == "x.size()[0] changed from 3 to 4"
