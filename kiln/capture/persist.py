@@ -304,13 +304,25 @@ def environment_digest() -> str:
 
 
 _NOT_CAPTURE_SETTINGS = frozenset({"cache_dir", "debug_dir", "debug", "persistent_cache", "cache_size_limit",
-                                   "suppress_errors"})
+                                   "suppress_errors", "native_guards"})
 
 
 def _config_text() -> str:
     values = {k: v for k, v in vars(config).items()
               if not k.startswith("_") and k not in _NOT_CAPTURE_SETTINGS and _plain(v)}
     return repr(sorted(values.items()))
+
+
+def _changed_lowering_limits() -> str:
+    """kiln.lower.conv_layout's limits when they differ from the ones it was loaded with (a test or a
+    user changed one), else "": a frame whose graphs were compiled under other limits is another
+    entry. Read without importing kiln.lower (a warm start does not load it); unchanged limits
+    leave the key as it is with kiln.lower not loaded."""
+    conv_layout = sys.modules.get("kiln.lower.conv_layout")
+    if conv_layout is None:
+        return ""
+    now = conv_layout.tunables()
+    return "" if now == conv_layout.LOADED_TUNABLES else now
 
 
 def frame_key(code: types.CodeType, options: Any) -> str | None:
@@ -321,7 +333,7 @@ def frame_key(code: types.CodeType, options: Any) -> str | None:
         return None
     parts = (code_digest(code), options.backend, options.fullgraph, options.dynamic, options.mode,
              repr(sorted((k, repr(v)) for k, v in options.options.items())), _config_text(),
-             environment_digest())
+             environment_digest(), _changed_lowering_limits())
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:40]
 
 

@@ -315,6 +315,25 @@ def test_numpy_version_is_part_of_the_key(monkeypatch: pytest.MonkeyPatch) -> No
         persist.environment_digest.cache_clear()
 
 
+def test_changed_lowering_limits_are_part_of_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A limit of kiln.lower changed in-process (tests do it) must not find frames whose graphs were
+    compiled under the old one; unchanged limits give the key of a process without kiln.lower."""
+    from kiln.capture.options import CompileOptions
+    from kiln.lower import conv_layout
+
+    def f(x):
+        return x + 1
+
+    options = CompileOptions(backend="inductor")
+    before = persist.frame_key(f.__code__, options)
+    monkeypatch.setattr(conv_layout, "SMALL_CONV_GEMM_MACS", conv_layout.SMALL_CONV_GEMM_MACS + 1)
+    changed = persist.frame_key(f.__code__, options)
+    monkeypatch.undo()
+    assert changed != before and persist.frame_key(f.__code__, options) == before
+    monkeypatch.delitem(sys.modules, "kiln.lower.conv_layout")
+    assert persist.frame_key(f.__code__, options) == before
+
+
 _NONZERO_SCRIPT = textwrap.dedent("""
     import json, torch, kiln
 
