@@ -178,6 +178,7 @@ class Emitter:
         if native is not None:
             self.constants["___tensor_ok"] = native.tensor_ok
             self.constants["___same_keys"] = native.same_keys
+            self.constants["___empty_attrs"] = native.empty_attrs
         self._names: dict[Any, str] = {}
 
     def bind(self, obj: Any) -> str:
@@ -849,10 +850,16 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
         lines.append(f"___modules = {_MODULES}")
         hoisted.add(_MODULES, "___modules")
     all_checks: list[list[Check]] = []
-    for guard in ordered:
+    grouped, folded = _empty_attribute_groups(ordered) if native is not None and compiled is None else ({}, set())
+    for index, guard in enumerate(ordered):
         checks = GUARD_KINDS[guard.kind](guard.expected, guard.name, em)
         all_checks.append(checks)
-        if compiled is not None:
+        if compiled is not None or index in folded:
+            continue
+        if index in grouped:
+            parent, names = grouped[index]
+            lines.append(f"if not ___empty_attrs({_rewrite(parent, hoisted)}, {names!r}): return False  "
+                         f"# check_len {user_name(parent)}.{{{', '.join(names)}}}")
             continue
         if guard.kind == "check_shape":
             lines.append(f"if not ({_rewrite(guard.source, hoisted)}): return False")
@@ -942,6 +949,30 @@ def _adopt_native(module: Any) -> None:
             check.use_native(module)
         except Exception as exc:  # it keeps its Python checks, which are as right
             log.artifact("guards", f"guards kept in Python: {type(exc).__name__}: {exc}")
+
+
+_ATTRIBUTE_SOURCE = re.compile(r"(.+)\.([A-Za-z_]\w*)")
+
+
+def _empty_attribute_groups(ordered: Sequence[Guard]) -> tuple[dict[int, tuple[str, tuple[str, ...]]], set[int]]:
+    """check_len-0 guards on two or more attributes of one object (a module's four hook dicts, read
+    for every module a forward calls): {index of the first: (object's source, attribute names)} for
+    one native `empty_attrs` call there, and the indices of the others, which it covers. The
+    attributes are not kept as locals: a later guard that reads one reads it itself."""
+    by_parent: dict[str, list[tuple[int, str]]] = {}
+    for index, guard in enumerate(ordered):
+        if guard.kind != "check_len" or guard.expected != 0:
+            continue
+        match = _ATTRIBUTE_SOURCE.fullmatch(guard.source)
+        if match is not None and _TERM_RE.fullmatch(match[1]):
+            by_parent.setdefault(match[1], []).append((index, match[2]))
+    grouped: dict[int, tuple[str, tuple[str, ...]]] = {}
+    folded: set[int] = set()
+    for parent, members in by_parent.items():
+        if len(members) > 1:
+            grouped[members[0][0]] = (parent, tuple(name for _, name in members))
+            folded.update(index for index, _ in members[1:])
+    return grouped, folded
 
 
 def _global_names(module_code: CodeType) -> set[str]:

@@ -528,6 +528,20 @@ static PyObject* kiln_same_keys(PyObject*, PyObject* const* args, Py_ssize_t nar
   Py_RETURN_FALSE;
 }
 
+// empty_attrs(obj, names tuple) -> bool: len(obj.<name>) == 0 for each name (a module's hook dicts)
+static PyObject* kiln_empty_attrs(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_Check(args[1])) { PyErr_SetString(PyExc_TypeError, "empty_attrs(obj, tuple)"); return nullptr; }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[1]); ++i) {
+    PyObject* value = PyObject_GetAttr(args[0], PyTuple_GET_ITEM(args[1], i));
+    if (value == nullptr) return nullptr;
+    Py_ssize_t n = PyObject_Size(value);
+    Py_DECREF(value);
+    if (n < 0) return nullptr;
+    if (n != 0) Py_RETURN_FALSE;
+  }
+  Py_RETURN_TRUE;
+}
+
 static PyMethodDef kiln_methods[] = {
   {"make", kiln_make, METH_VARARGS, "make(graph address, [kernel addresses], follow) -> handle"},
   {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_call)), METH_FASTCALL,
@@ -539,6 +553,8 @@ static PyMethodDef kiln_methods[] = {
    "tensor_ok(value, spec) -> bool"},
   {"same_keys", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_same_keys)), METH_FASTCALL,
    "same_keys(mapping, keys) -> bool"},
+  {"empty_attrs", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_empty_attrs)), METH_FASTCALL,
+   "empty_attrs(obj, names) -> bool"},
   {nullptr, nullptr, 0, nullptr}};
 
 static struct PyModuleDef kiln_module = {PyModuleDef_HEAD_INIT, "kiln_native", nullptr, -1, kiln_methods};

@@ -4,6 +4,7 @@ switch of a check function made before the extension loaded, and recompiles end 
 from __future__ import annotations
 
 import collections
+import gc
 import types
 from typing import Any
 
@@ -213,6 +214,7 @@ def test_a_spec_the_extension_refuses_keeps_the_python_checks(boundary: Any) -> 
 
         tensor_ok = boundary.tensor_ok
         same_keys = boundary.same_keys
+        empty_attrs = boundary.empty_attrs
 
         @staticmethod
         def tensor_spec(*args: Any) -> Any:
@@ -222,3 +224,43 @@ def test_a_spec_the_extension_refuses_keeps_the_python_checks(boundary: Any) -> 
     check = compile_guards([tensor_guard("L['x']", x)], native=Refusing())
     assert "___tensor_ok" not in check.source and check({"x": x}, {}, None)
     assert check.explain_failure({"x": torch.randn(4)}, {}, None) == "x.size()[0] changed from 3 to 4"
+
+
+def test_empty_hook_dicts_of_a_module_checked_in_one_call(boundary: Any) -> None:
+    hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks")
+    guards = [Guard("L['x']", "check_type", torch.nn.Linear)]
+    guards += [Guard(f"L['x'].{name}", "check_len", 0) for name in hooks]
+    guards += [Guard("L['x']._forward_hooks", "check_type", collections.OrderedDict),  # read again by itself
+               Guard("L['x'].training", "check_value", True)]
+    fast = compile_guards(guards, native=boundary)
+    assert fast.source.count("___empty_attrs(") == 1 and "._forward_hooks" in fast.source
+    plain = torch.nn.Linear(2, 2)
+    hooked = torch.nn.Linear(2, 2)
+    hooked.register_forward_pre_hook(lambda m, a: None)
+    no_hooks = torch.nn.Linear(2, 2)
+    del no_hooks._backward_hooks  # an attribute that cannot be read is a failed guard
+    verdicts = _verdicts(guards, [plain, hooked, no_hooks, torch.nn.Linear(2, 2).eval(), torch.nn.ReLU()], boundary)
+    assert verdicts[0] == (True, "all guards pass")
+    assert verdicts[1] == (False, "len(x._forward_pre_hooks) changed from 0 to 1")
+    assert not verdicts[2][0] and "x._backward_hooks could not be read" in verdicts[2][1]
+    assert verdicts[3] == (False, "x.training changed from True to False")
+    assert not verdicts[4][0]
+
+
+def test_a_hook_registered_after_compile_recompiles(boundary: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kiln.backends import CountingBackend
+
+    monkeypatch.setattr(guards_module, "native_checks", lambda: boundary)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    counting = CountingBackend()
+    compiled = kiln.compile(model, backend=counting)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        sources = [o.source for o in gc.get_objects() if type(o) is guards_module.CheckFn]
+        assert any("___empty_attrs(" in source for source in sources)
+        model[1].register_forward_hook(lambda m, args, out: out * 2)
+        torch.testing.assert_close(compiled(x), model(x))
+        torch.testing.assert_close(compiled(x), model(x))
+    assert counting.frame_count == 2
+    kiln.reset()
