@@ -12,7 +12,7 @@ from kiln.capture import guards as guards_module
 from kiln.capture.guards import GUARD_KINDS, Guard, TensorSpec, compile_guards, tensor_guard, user_name
 
 
-@pytest.fixture(params=["python", "native"], autouse=True)
+@pytest.fixture(params=["python", pytest.param("native", marks=pytest.mark.cpp)], autouse=True)
 def checks_variant(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs on the generated Python checks and on the boundary extension's tensor and
     keys checks (kiln.runtime.native, built once per cache)."""

@@ -16,6 +16,7 @@ from kiln.capture import guards as guards_module
 from kiln.capture.guards import Guard, compile_guards, tensor_guard
 from kiln.runtime import native
 
+pytestmark = pytest.mark.cpp  # the boundary extension is compiled once per cache
 
 @pytest.fixture(scope="module")
 def boundary() -> Any:
