@@ -433,6 +433,10 @@ static PyObject* kiln_tensor_spec(PyObject*, PyObject* args) {
   s->check_strides = strides != Py_None;
   bool ok = kiln_int_or_none(sizes, s->sizes, s->size_known)
       && (strides == Py_None || kiln_int_or_none(strides, s->strides, s->stride_known));
+  if (ok && strides != Py_None && s->strides.size() != s->sizes.size()) {
+    PyErr_SetString(PyExc_ValueError, "tensor_spec: a stride per size");
+    ok = false;
+  }
   for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(links); ++i) {
     long long a, b;
     ok = PyArg_ParseTuple(PyTuple_GET_ITEM(links, i), "LL", &a, &b);

@@ -265,3 +265,19 @@ def test_a_hook_registered_after_compile_recompiles(boundary: Any, monkeypatch: 
         torch.testing.assert_close(compiled(x), model(x))
     assert counting.frame_count == 2
     kiln.reset()
+
+
+def test_tensor_spec_refuses_malformed_specs(boundary: Any) -> None:
+    def spec(sizes: tuple, strides: Any, links: tuple = ()) -> Any:
+        return boundary.tensor_spec(torch.Tensor, torch.float32, "cpu", -1, torch.strided, False, sizes, strides,
+                                    links, False, False, False, False)
+
+    assert boundary.tensor_ok(torch.randn(2, 3), spec((2, 3), (3, 1)))
+    for sizes, strides, links in [((2, 3), (1,), ()), ((2, 3), (3, 1), ((0, 2),)), ((2, 3), (3, 1), ((-1, 0),))]:
+        with pytest.raises(ValueError):
+            spec(sizes, strides, links)
+    with pytest.raises(TypeError):
+        boundary.tensor_spec(torch.Tensor, "float32", "cpu", -1, torch.strided, False, (2,), (1,), (), False,
+                             False, False, False)
+    with pytest.raises(ValueError):  # CPython's capsule check
+        boundary.tensor_ok(torch.randn(2), "not a spec")
