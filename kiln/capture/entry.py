@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from kiln import compile_time, config
-from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, compile_guards
+from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, compile_guards, read_source
 from kiln.capture.options import COMPILED_MARKER, ORIGINAL_ATTR, CompileOptions
 from kiln import log
 from kiln.errors import GraphBreakError, Unsupported
@@ -394,15 +394,16 @@ class _Frame:
             if not disk.matches(L) or not disk.check.fn(L, G, fn):
                 continue
             cache.disk.remove(disk)  # used once: if it is in memory now, or if it cannot be loaded
-            try:
-                glue, result = persist.materialize(disk, fn, self.wrap_frame)
-            except Exception as exc:  # a kernel library gone from the C++ cache: capture instead
-                log.artifact("cache", f"frame cache: {disk.path} not loaded: {type(exc).__name__}: {exc}")
-                continue
-            entry = CacheEntry(disk.check, glue, result)
-            if cache.policy is None:
-                cache.policy = _new_policy()
-            _note_inputs(cache.policy, disk.check.guards, L, G, fn)
+            with persist.without_collections():
+                try:
+                    glue, result = persist.materialize(disk, fn, self.wrap_frame)
+                except Exception as exc:  # a kernel library gone from the C++ cache: capture instead
+                    log.artifact("cache", f"frame cache: {disk.path} not loaded: {type(exc).__name__}: {exc}")
+                    continue
+                entry = CacheEntry(disk.check, glue, result)
+                if cache.policy is None:
+                    cache.policy = _new_policy()
+                _note_inputs(cache.policy, disk.check.guards, L, G, fn)
             cache.entries.insert(0, entry)
             STATS.disk_hits += 1
             STATS.graphs += result.graph_count
@@ -558,7 +559,7 @@ def _note_inputs(policy: Any, guards: list[Guard], L: dict, G: dict, F: Any) -> 
         if guard.kind != "check_tensor" and not is_int and not is_float:
             continue
         try:
-            value = eval(guard.source, env)
+            value = read_source(guard.source, env)
         except Exception:  # the guard passed a moment ago, so this does not happen; never fatal here
             continue
         if is_float:

@@ -727,6 +727,41 @@ def user_name(source: str) -> str:
     return _NAME_RE.sub(r"\2", text)
 
 
+_STEP_RE = re.compile(r"\['([^'\\]*)'\]|\[(-?\d+)\]|\.([A-Za-z_]\w*)")
+_PARSED: dict[str, tuple | None] = {}  # source -> (root, steps), or None: not a plain chain
+
+
+def read_source(source: str, env: dict) -> Any:
+    """The value of a source over env's L, G and F, as `eval(source, env)` gives it. A chain of
+    string keys, int indices and attributes (nearly every source) is walked without compiling
+    the text: a warm start reads a thousand sources for the dynamic-shape policy."""
+    parsed = _PARSED.get(source, ())
+    if parsed == ():
+        parsed = _PARSED[source] = _parse_chain(source)
+    if parsed is None:
+        return eval(source, env)
+    root, steps = parsed
+    value = env[root]
+    for kind, key in steps:
+        value = getattr(value, key) if kind == "attr" else value[key]
+    return value
+
+
+def _parse_chain(source: str) -> tuple | None:
+    if source[:1] not in ("L", "G", "F") or (len(source) > 1 and source[1] not in "[."):
+        return None
+    steps = []
+    at = 1
+    while at < len(source):
+        match = _STEP_RE.match(source, at)
+        if match is None:
+            return None
+        key, index, attr = match.groups()
+        steps.append(("item", key) if key is not None else ("item", int(index)) if index is not None else ("attr", attr))
+        at = match.end()
+    return source[0], tuple(steps)
+
+
 class CheckFn:
     """The compiled guards of one cache entry: `check(L, G, F) -> bool`, its source text, and why it fails.
 

@@ -1081,10 +1081,11 @@ def _callee_function(value: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _without_collections() -> Iterator[None]:
+def without_collections() -> Iterator[None]:
     """Reading an entry parses and compiles text and unpickles records: many short-lived objects,
     no cycles. The collections they would trigger walk torch's whole heap each time (a large part
-    of a warm start), so they are held back until the entry is read."""
+    of a warm start), so they are held back until the entry is read (and, in kiln.capture.entry,
+    until its graphs are rebuilt and its inputs noted)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -1197,7 +1198,7 @@ class DiskEntry:
     @property
     def check(self) -> Any:
         if self._check is None:
-            with _without_collections():
+            with without_collections():
                 found = _candidate(self.path, self.code)
             self._check, self._payload = (found if found is not None else (_Unusable(), None))
         return self._check
@@ -1309,7 +1310,7 @@ def materialize(disk: DiskEntry, fn: types.FunctionType | None = None,
     breaks needs its frame's function `fn` and the entry's `wrap_frame`: its resume functions are
     made again from `fn`'s code (kiln.capture.code.resume_callable), its callees compiled anew."""
     frame = disk.payload
-    with _without_collections():
+    with without_collections():
         namespace: dict[str, Any] = dict(frame.constants)
         if frame.resumes or frame.callees:
             # Stale (the entry is skipped, the file kept: it may be another closure's) unless this

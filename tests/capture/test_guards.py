@@ -334,3 +334,24 @@ def test_other_modules_globals_read_sys_modules_once_per_check():
         assert not fn.fn({}, {}, None)
     finally:
         del sys.modules[one.__name__], sys.modules[two.__name__]
+
+
+def test_read_source_walks_chains_as_eval_reads_them() -> None:
+    from kiln.capture.guards import read_source
+
+    class Obj:
+        pass
+
+    o = Obj()
+    o.items = {"a": [10, 20, {"k": "v"}], "x.y": 3}
+    o.t = (1, 2)
+    env = {"L": {"self": o, "it's": 5}, "G": {"g": o}, "F": None, "__builtins__": __builtins__}
+    sources = ["L['self']", "L['self'].items['a'][2]['k']", "L['self'].items['a'][-1]", "G['g'].t[0]",
+               "L['self'].items['x.y']", "len(L['self'].t)", "L[\"it's\"]", "F", "G['g'].__class__.__name__",
+               "type(L['self']).__name__", "L['self'].items['a'][1] * 2"]
+    for src in sources:
+        assert read_source(src, env) == eval(src, env), src
+    with pytest.raises(KeyError):
+        read_source("L['missing']", env)
+    with pytest.raises(AttributeError):
+        read_source("L['self'].nope", env)
