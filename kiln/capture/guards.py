@@ -735,31 +735,37 @@ def read_source(source: str, env: dict) -> Any:
     """The value of a source over env's L, G and F, as `eval(source, env)` gives it. A chain of
     string keys, int indices and attributes (nearly every source) is walked without compiling
     the text: a warm start reads a thousand sources for the dynamic-shape policy."""
-    parsed = _PARSED.get(source, ())
-    if parsed == ():
-        parsed = _PARSED[source] = _parse_chain(source)
+    parsed = _chain(source)
     if parsed is None:
         return eval(source, env)
-    root, steps = parsed
+    root, steps, _ = parsed
     value = env[root]
     for kind, key in steps:
         value = getattr(value, key) if kind == "attr" else value[key]
     return value
 
 
+def _chain(source: str) -> tuple | None:
+    """(root, steps, the end offset of the root and of each step) of a plain chain, else None."""
+    parsed = _PARSED.get(source, ())
+    if parsed == ():
+        parsed = _PARSED[source] = _parse_chain(source)
+    return parsed
+
+
 def _parse_chain(source: str) -> tuple | None:
     if source[:1] not in ("L", "G", "F") or (len(source) > 1 and source[1] not in "[."):
         return None
     steps = []
-    at = 1
-    while at < len(source):
-        match = _STEP_RE.match(source, at)
+    ends = [1]
+    while ends[-1] < len(source):
+        match = _STEP_RE.match(source, ends[-1])
         if match is None:
             return None
         key, index, attr = match.groups()
         steps.append(("item", key) if key is not None else ("item", int(index)) if index is not None else ("attr", attr))
-        at = match.end()
-    return source[0], tuple(steps)
+        ends.append(match.end())
+    return source[0], tuple(steps), tuple(ends)
 
 
 class CheckFn:
@@ -1049,6 +1055,15 @@ _MODULES = "__import__('sys').modules"
 def _rewrite(expr: str, hoisted: _Hoisted) -> str:
     """Replace the longest already-read sources inside `expr` by their locals (a source followed by
     more of a name, `x` in `x1`, is not that source); equal lengths in the order they were read."""
+    chain = _chain(expr)
+    if chain is not None:
+        # A chain of keys, indices and attributes holds other sources only as its prefixes (text
+        # inside a key is not code): the longest one read so far is the local to start from.
+        for end in reversed(chain[2]):
+            local = hoisted.get(expr[:end])
+            if local is not None:
+                return local + expr[end:]
+        return expr
     tails = {expr[i:i + _TAIL] for i in range(len(expr) - _TAIL + 1)}
     candidates = [e for e in hoisted.short if -e[0] <= len(expr)]
     for tail in tails:
