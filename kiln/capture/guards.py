@@ -728,7 +728,8 @@ def user_name(source: str) -> str:
 
 
 _STEP_RE = re.compile(r"\['([^'\\]*)'\]|\[(-?\d+)\]|\.([A-Za-z_]\w*)")
-_PARSED: dict[str, tuple | None] = {}  # source -> (root, steps), or None: not a plain chain
+_PARSED: dict[str, tuple | None] = {}  # source -> (root, steps, ends), or None: not a plain chain
+_PARSED_MAX = 100_000
 
 
 def read_source(source: str, env: dict) -> Any:
@@ -749,6 +750,8 @@ def _chain(source: str) -> tuple | None:
     """(root, steps, the end offset of the root and of each step) of a plain chain, else None."""
     parsed = _PARSED.get(source, ())
     if parsed == ():
+        if len(_PARSED) >= _PARSED_MAX:  # a long-lived process compiling many models: start over
+            _PARSED.clear()
         parsed = _PARSED[source] = _parse_chain(source)
     return parsed
 
