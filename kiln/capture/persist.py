@@ -338,10 +338,9 @@ def frame_key(code: types.CodeType, options: Any) -> str | None:
 
 
 def _folder(key: str, create: bool) -> str | None:
-    if create:
-        return files.folder("frames", key[:2], key)
-    base = files.root()
-    return os.path.join(base, "frames", key[:2], key) if base is not None else None
+    """The key's folder (each step checked by kiln.runtime.store); None when it is missing and not
+    `create`d, or not trusted."""
+    return files.folder("frames", key[:2], key, create=create)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1264,7 +1263,7 @@ def candidates(code: types.CodeType, options: Any) -> list[DiskEntry]:
     """The usable stored entries of `code` under `options`, newest first."""
     key = frame_key(code, options)
     folder = _folder(key, create=False) if key is not None else None
-    if folder is None or not os.path.isdir(folder):
+    if folder is None:
         if key is not None:
             log.artifact("cache", f"frame cache miss: nothing stored for {code.co_qualname}")
         return []
