@@ -290,7 +290,7 @@ def load_wrapper(recipe: WrapperRecipe) -> Callable[..., Any]:
         if recipe.library is None:
             raise ValueError("a wrapper with kernels but no library")
         relative, size, sha256 = recipe.library
-        lib = build.load_stored(relative, size, sha256)
+        lib = build.load_stored(relative, size, sha256, symbols=tuple(recipe.kernels))
         for name, kinds in recipe.kernels.items():
             fn = getattr(lib, name)
             fn.argtypes = [_CTYPES[k] for k in kinds]

@@ -32,8 +32,9 @@ from kiln import compile_time, config, log
 from kiln.lower.checks import ERROR_RECORD, describe_site, sites_of
 from kiln.lower.codegen.wrapper import WrapperWriter
 from kiln.lower.ir import BufferRef, ConstantBuffer, InputBuffer, Layout, SymExpr
-from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
-from kiln.runtime import build, native
+from kiln.lower.codegen.cpp_kernel import generate
+from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program
+from kiln.runtime import build, native, records
 from kiln.symbolic.render import render_c
 
 
@@ -613,7 +614,7 @@ def _tiered(fn: Callable[..., Any], program: KernelProgram, signatures: dict[str
         w = writer()
         if w is None or w.constants:  # constant tensors keep a graph out of the persistent cache
             return None
-        return native.native_ref(w.source, lib, tuple(w.kernel_order), program.ir.output_spec)
+        return native.native_ref(records.dumps(program), w.source, lib, tuple(w.kernel_order), program.ir.output_spec)
 
     def start_build() -> concurrent.futures.Future | None:
         w = writer()
@@ -631,3 +632,20 @@ def _tiered(fn: Callable[..., Any], program: KernelProgram, signatures: dict[str
         return native.BACKGROUND.submit(build_and_bind)
 
     return native.TieredWrapper(fn, start_build, after, f"a graph of {steps} steps", ref)
+
+
+def write_stored(record: bytes) -> tuple[str, tuple[str, ...]] | None:
+    """(native wrapper source, kernel order) of a graph whose program a later process read back from
+    the cache (kiln.runtime.native.NativeRef): always written anew from the checked program, never
+    compiled from stored text; None when the writer cannot express it."""
+    try:
+        program = check_stored_program(records.loads(record, packages=("kiln.lower.",)))
+    except (records.RecordError, ValueError) as exc:
+        raise build.BuildError(f"not a stored program: {exc}") from exc
+    writer = write_native(program, generate(program)[1])
+    if writer is None or writer.constants:
+        return None
+    return writer.source, tuple(writer.kernel_order)
+
+
+native.register_writer(write_stored)
