@@ -222,3 +222,40 @@ def test_a_read_only_cache_is_read_and_nothing_is_added(tmp_path: Path, monkeypa
         assert store.read_sealed(str(path)) == b"payload"
         assert store.folder("frames", "ab") is not None
         assert store.folder("cpp") is None and not (tmp_path / "cache" / "cpp").exists()
+
+
+@ROOT_ONLY
+def test_a_cache_of_root_is_read_by_another_user_and_nothing_is_added() -> None:
+    """The rule for read-only caches: one that no one but its owner can write, and whose owner is
+    this user or root, is read. Here a system-wide cache of root's, read by `nobody` (this process
+    with its effective uid switched for the checks, as a process of that user would run them)."""
+    import pwd
+    import shutil
+    import tempfile
+
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("needs a `nobody` account")
+    base = Path(tempfile.mkdtemp(prefix="kiln-system-cache-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        cache = base / "cache"
+        with config.patch(cache_dir=str(cache)):
+            frames = Path(store.folder("frames", "ab"))
+            path = _sealed(frames, "x.entry")
+        for p in [cache, *cache.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        store.forget_verdicts()
+        os.seteuid(nobody.pw_uid)
+        try:
+            with config.patch(cache_dir=str(cache)), warnings.catch_warnings():
+                warnings.simplefilter("error", KilnWarning)
+                assert store.root() == str(cache) and not store.writable()
+                assert store.read_sealed(str(path)) == b"payload"
+                assert store.folder("cpp") is None and not store.write_sealed(str(frames / "y.entry"), b"x")
+        finally:
+            os.seteuid(0)
+        assert sorted(p.name for p in cache.rglob("*")) == ["ab", "frames", "x.entry"]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
