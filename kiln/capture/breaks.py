@@ -178,6 +178,14 @@ def _autograd_function(exc: Unsupported) -> str:
             "writes to outside state out of them) so the whole .apply goes into the graph")
 
 
+@hint_for_kind("checkpoint")
+def _checkpoint(exc: Unsupported) -> str:
+    """A torch.utils.checkpoint call whose body (or arguments) capture cannot trace: the whole
+    checkpoint call runs eagerly between graphs, as torch.compile runs it."""
+    return ("keep the checkpointed function to tensor ops (move prints, .item() and data-dependent "
+            "branches out of it) so the region goes into the graph and the compiled backward recomputes it")
+
+
 @hint_for_kind("unsupported_bytecode")
 def _unsupported_bytecode(exc: Unsupported) -> str:
     """An opcode capture does not implement, or a frame it cannot resume (e.g. an except handler)."""

@@ -26,6 +26,7 @@ from kiln.capture.options import CONSTANT_RESULT_MARKER
 from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import RULES, BuiltinVariable
+from kiln.capture.variables.checkpoint import CheckpointVariable, is_checkpoint_function
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import (
     AUTOCAST_CLASSES,
@@ -203,6 +204,9 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, AttrSource(source, "__name__"), "check_value", value.__name__)
         owner = wrap_value(state, value.__self__, AttrSource(source, "__self__"))
         return BoundMethodVariable(owner, value.__name__)
+    if is_checkpoint_function(value):
+        _guard(state, source, "check_id", value)
+        return CheckpointVariable(value, source)
     if is_torch_function(value):
         _guard(state, source, "check_id", value)
         return TorchFunctionVariable(value, source)
