@@ -186,6 +186,14 @@ def _checkpoint(exc: Unsupported) -> str:
             "branches out of it) so the region goes into the graph and the compiled backward recomputes it")
 
 
+@hint_for_kind("pytree")
+def _pytree(exc: Unsupported) -> str:
+    """A torch.utils._pytree call capture cannot answer at trace time (a tree it cannot take apart,
+    a predicate on tensor data, structures that do not match): it runs natively."""
+    return ("keep pytree predicates and is_leaf functions to Python checks on types and sizes, and give "
+            "tree_map trees of the same structure")
+
+
 @hint_for_kind("unsupported_bytecode")
 def _unsupported_bytecode(exc: Unsupported) -> str:
     """An opcode capture does not implement, or a frame it cannot resume (e.g. an except handler)."""

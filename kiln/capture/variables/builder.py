@@ -49,6 +49,7 @@ from kiln.capture.variables.functions import (
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVariable
 from kiln.capture.variables.module import NNModuleVariable
+from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.torch import TorchFunctionVariable, is_torch_function
@@ -207,6 +208,9 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if is_checkpoint_function(value):
         _guard(state, source, "check_id", value)
         return CheckpointVariable(value, source)
+    if is_pytree_function(value) or is_treespec(value):
+        _guard(state, source, "check_id", value)
+        return PyTreeFunctionVariable(value, source) if is_pytree_function(value) else TreeSpecVariable(value, source)
     if is_torch_function(value):
         _guard(state, source, "check_id", value)
         return TorchFunctionVariable(value, source)

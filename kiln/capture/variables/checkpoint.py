@@ -17,21 +17,18 @@ torch/_higher_order_ops/wrap.py (tag_activation_checkpoint).
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
-import types
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-import torch
 import torch.utils.checkpoint as torch_checkpoint
 from torch.utils.checkpoint import CheckpointPolicy
 
 from kiln.capture.sources import Source
 from kiln.capture.variables.base import Variable
-from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.exception import RaisedInTrace
 from kiln.capture.variables.grad_mode import set_grad_mode
+from kiln.capture.variables.real_value import real_value
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.errors import Unsupported
 
@@ -205,44 +202,3 @@ def selective_policy(context_fn: Variable) -> Callable[..., Any] | None:
         return None
     raise Unsupported(f"checkpoint's context_fn returned {type(forward_ctx).__name__}, not the contexts of "
                       "create_selective_checkpoint_contexts", kind="checkpoint")
-
-
-def real_value(var: Variable) -> Any:
-    """The real Python object a trace-time callable or constant stands for (a function, a partial
-    made during the trace, a list of ops); Unsupported when there is none."""
-    from kiln.capture.variables.functions import NestedFunctionVariable, PartialVariable
-    from kiln.capture.variables.sequence import ListVariable, TupleVariable
-
-    if isinstance(var, PartialVariable):
-        return functools.partial(real_value(var.fn), *[real_value(a) for a in var.args],
-                                 **{k: real_value(v) for k, v in var.kwargs.items()})
-    if isinstance(var, ListVariable):
-        return [real_value(i) for i in var.items]
-    if isinstance(var, TupleVariable):
-        items = [real_value(i) for i in var.items]
-        return tuple(items) if var.tuple_type is tuple else var.tuple_type(*items)
-    if isinstance(var, ConstantVariable):
-        return var.value
-    if isinstance(var, NestedFunctionVariable):
-        return _real_nested_function(var)
-    if isinstance(var, TensorVariable):
-        raise Unsupported("a tensor passed to checkpoint's context_fn", kind="checkpoint")
-    return var.as_python_value()
-
-
-def _real_nested_function(var: Any) -> types.FunctionType:
-    """A function made by the traced code (a lambda, an inner def): the real function, when its
-    defaults and closure cells hold values known at trace time."""
-    cells = []
-    for cell in var.closure or ():
-        if cell.real is not None and not cell.loaded:
-            cells.append(cell.real)  # never read by the trace: the real cell holds the value
-        elif cell.contents is None:
-            raise Unsupported("a checkpoint policy closing over an unassigned variable", kind="checkpoint")
-        else:
-            cells.append(types.CellType(real_value(cell.contents)))
-    if var.kwdefaults:
-        raise Unsupported("a checkpoint policy with keyword-only defaults", kind="checkpoint")
-    defaults = tuple(real_value(d) for d in var.defaults) or None
-    return types.FunctionType(var.code, var.f_globals, var.code.co_name, defaults,
-                              tuple(cells) if cells else None)
