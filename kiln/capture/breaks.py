@@ -194,6 +194,14 @@ def _pytree(exc: Unsupported) -> str:
             "tree_map trees of the same structure")
 
 
+@hint_for_kind("higher_order")
+def _higher_order(exc: Unsupported) -> str:
+    """torch.cond / while_loop / map / scan / associative_scan that capture cannot trace inline (a
+    predicate that depends on tensor data, a body that breaks or that eager rejects): it runs eagerly."""
+    return ("for a data-dependent choice between two tensors, compute both and select with "
+            "torch.where; bound a while_loop with a Python int or a counter made in the function")
+
+
 @hint_for_kind("unsupported_bytecode")
 def _unsupported_bytecode(exc: Unsupported) -> str:
     """An opcode capture does not implement, or a frame it cannot resume (e.g. an except handler)."""

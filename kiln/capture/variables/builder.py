@@ -47,6 +47,7 @@ from kiln.capture.variables.functions import (
     UserMethodVariable,
 )
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
+from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
 from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVariable
 from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
@@ -208,6 +209,9 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if is_checkpoint_function(value):
         _guard(state, source, "check_id", value)
         return CheckpointVariable(value, source)
+    if is_higher_order_function(value):
+        _guard(state, source, "check_id", value)
+        return HigherOrderFunctionVariable(value, source)
     if is_pytree_function(value) or is_treespec(value):
         _guard(state, source, "check_id", value)
         return PyTreeFunctionVariable(value, source) if is_pytree_function(value) else TreeSpecVariable(value, source)
