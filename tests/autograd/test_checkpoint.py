@@ -216,3 +216,30 @@ def test_transformers_gradient_checkpointing_matches_eager(reentrant: bool) -> N
     torch._dynamo.reset()
     model.train()
     assert torch._dynamo.explain(build().train())(**entry.inputs(True)).graph_count == 1
+
+
+@pytest.mark.cpp
+def test_html_report_lists_the_recomputed_region(tmp_path) -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    from kiln.debug import report
+
+    lin = torch.nn.Linear(8, 8)
+
+    def fn(x):
+        return checkpoint(lambda t: lin(t).relu() * 2, x, use_reentrant=False).sum()
+
+    with kiln.config.patch(report_dir=str(tmp_path / "report"), persistent_cache=False,
+                           cache_dir=str(tmp_path / "cache")):
+        kiln.reset()
+        report.uninstall()
+        report.install()
+        try:
+            kiln.compile(fn)(torch.randn(4, 8, requires_grad=True)).backward()
+            path = report.write()
+        finally:
+            report.uninstall()
+            kiln.reset()
+    page = open(path).read()
+    assert "recomputed in the backward" in page and "checkpointed regions" in page
+    assert "aten.addmm.default" in page.split("recomputed in the backward", 1)[1]

@@ -307,3 +307,32 @@ def test_dropout_mask_of_the_compiled_backward_is_the_forwards() -> None:
     mask = (y != 0).to(y.dtype)
     assert 0.2 < mask.mean().item() < 0.8
     torch.testing.assert_close(x.grad, mask * 2 * 3 * w.detach())
+
+
+def test_missing_use_reentrant_warns_and_is_reentrant() -> None:
+    def fn(x):
+        return checkpoint(_block, x).sum()
+
+    x0 = torch.randn(4, 8)
+    with pytest.warns(UserWarning, match="use_reentrant"):
+        want = _run(fn, x0)
+    kiln.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _run(kiln.compile(fn, backend="aot_eager"), x0)
+    assert any("use_reentrant" in str(w.message) and w.filename == __file__ for w in caught)
+    _assert_same(got, want)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)])
+def test_dynamic_sizes_in_regions(backend: str) -> None:
+    def fn(x):
+        h = checkpoint(lambda t: torch.relu(LIN1(t)) * t.shape[0], x, use_reentrant=False)
+        return checkpoint(lambda t: t.sin().cumsum(0), h, use_reentrant=False).sum()
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend=backend, dynamic=True)
+    for n in (4, 6, 9):
+        x0 = torch.randn(n, 8)
+        _assert_same(_run(compiled, x0), _run(fn, x0))
+    assert kiln.stats()["recompiles"] == 0

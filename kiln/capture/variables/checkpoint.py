@@ -86,7 +86,7 @@ class CheckpointVariable(Variable):
         _pop_constant(options, "early_stop", True)
         _pop_constant(options, "preserve_rng_state", True)  # the body runs once: the RNG advances once
         if use_reentrant is None:
-            # eager warns on every call without it (a FutureWarning-like UserWarning) and then uses True
+            # eager warns (a UserWarning at the calling line) and then uses True
             _warn_at(tx, "torch.utils.checkpoint: the use_reentrant parameter should be passed explicitly; "
                          "without it, use_reentrant=True is used")
             use_reentrant = True
