@@ -18,6 +18,7 @@ import torch.fx as fx
 from torch._dispatch.python import enable_python_dispatcher
 from torch.utils._pytree import TreeSpec, tree_flatten
 
+from kiln.autograd.checkpoint import run_user_graph
 from kiln.autograd.functionalize import FunctionalMeta, FunctionalSession
 from kiln.autograd.tracer import AtenTracer, graph_module, is_symbolic
 
@@ -166,11 +167,13 @@ def _has_symbols(v: Any) -> bool:
     return is_symbolic(v)
 
 
-def call_user_graph(gm: fx.GraphModule, inputs: TraceInputs, args: list[Any]) -> tuple[list[Any], TreeSpec]:
-    """Run the captured graph with lifted tensors swapped in; returns its flattened outputs."""
+def call_user_graph(gm: fx.GraphModule, inputs: TraceInputs, args: list[Any],
+                    graph: fx.Graph | None = None) -> tuple[list[Any], TreeSpec]:
+    """Run the captured graph with lifted tensors swapped in; returns its flattened outputs.
+    `graph`: the ATen graph being recorded, whose nodes get the tags of checkpointed regions."""
     user, lifted = args[:inputs.num_user], args[inputs.num_user:]
     with swapped(gm, inputs.lifted, lifted):
-        out = gm(*user)
+        out = run_user_graph(gm, user, graph)
     return tree_flatten(out)
 
 
@@ -197,7 +200,7 @@ def _trace_forward(gm: fx.GraphModule, inputs: TraceInputs, decompositions: dict
         for i, v in enumerate(inputs.values):
             session.add_input(f"arg{i}", v)
         with session.active(), torch.set_grad_enabled(grad):
-            outs, spec = call_user_graph(gm, inputs, session.visible_inputs(cloned))
+            outs, spec = call_user_graph(gm, inputs, session.visible_inputs(cloned), tracer.graph)
         input_infos = session.input_infos()
         out_infos, graph_outs, bases = session.classify_outputs(outs)
         mutated = [session.visible[i] for i, info in enumerate(input_infos) if info.mutates_data]
@@ -270,7 +273,7 @@ def _trace_joint(gm: fx.GraphModule, inputs: TraceInputs, forward: ForwardTrace,
         tangents = [session.add_input(f"tangents_{j + 1}", t) for j, t in enumerate(tangent_values)]
         with session.active(), torch.enable_grad():
             visible = session.visible_inputs(forward.cloned)
-            outs, _ = call_user_graph(gm, inputs, visible[:len(primals)])
+            outs, _ = call_user_graph(gm, inputs, visible[:len(primals)], tracer.graph)
             input_infos = session.input_infos()[:len(primals)]
             _, graph_outs, bases = session.classify_outputs(outs)
             mutated = [visible[i] for i, info in enumerate(input_infos) if info.mutates_data]

@@ -178,6 +178,30 @@ def _autograd_function(exc: Unsupported) -> str:
             "writes to outside state out of them) so the whole .apply goes into the graph")
 
 
+@hint_for_kind("checkpoint")
+def _checkpoint(exc: Unsupported) -> str:
+    """A torch.utils.checkpoint call whose body (or arguments) capture cannot trace: the whole
+    checkpoint call runs eagerly between graphs, as torch.compile runs it."""
+    return ("keep the checkpointed function to tensor ops (move prints, .item() and data-dependent "
+            "branches out of it) so the region goes into the graph and the compiled backward recomputes it")
+
+
+@hint_for_kind("pytree")
+def _pytree(exc: Unsupported) -> str:
+    """A torch.utils._pytree call capture cannot answer at trace time (a tree it cannot take apart,
+    a predicate on tensor data, structures that do not match): it runs natively."""
+    return ("keep pytree predicates and is_leaf functions to Python checks on types and sizes, and give "
+            "tree_map trees of the same structure")
+
+
+@hint_for_kind("higher_order")
+def _higher_order(exc: Unsupported) -> str:
+    """torch.cond / while_loop / map / scan / associative_scan that capture cannot trace inline (a
+    predicate that depends on tensor data, a body that breaks or that eager rejects): it runs eagerly."""
+    return ("for a data-dependent choice between two tensors, compute both and select with "
+            "torch.where; bound a while_loop with a Python int or a counter made in the function")
+
+
 @hint_for_kind("unsupported_bytecode")
 def _unsupported_bytecode(exc: Unsupported) -> str:
     """An opcode capture does not implement, or a frame it cannot resume (e.g. an except handler)."""

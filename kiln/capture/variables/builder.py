@@ -26,6 +26,7 @@ from kiln.capture.options import CONSTANT_RESULT_MARKER
 from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import RULES, BuiltinVariable
+from kiln.capture.variables.checkpoint import CheckpointVariable, is_checkpoint_function
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import (
     AUTOCAST_CLASSES,
@@ -46,8 +47,10 @@ from kiln.capture.variables.functions import (
     UserMethodVariable,
 )
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
+from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
 from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVariable
 from kiln.capture.variables.module import NNModuleVariable
+from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.torch import TorchFunctionVariable, is_torch_function
@@ -203,6 +206,15 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, AttrSource(source, "__name__"), "check_value", value.__name__)
         owner = wrap_value(state, value.__self__, AttrSource(source, "__self__"))
         return BoundMethodVariable(owner, value.__name__)
+    if is_checkpoint_function(value):
+        _guard(state, source, "check_id", value)
+        return CheckpointVariable(value, source)
+    if is_higher_order_function(value):
+        _guard(state, source, "check_id", value)
+        return HigherOrderFunctionVariable(value, source)
+    if is_pytree_function(value) or is_treespec(value):
+        _guard(state, source, "check_id", value)
+        return PyTreeFunctionVariable(value, source) if is_pytree_function(value) else TreeSpecVariable(value, source)
     if is_torch_function(value):
         _guard(state, source, "check_id", value)
         return TorchFunctionVariable(value, source)
