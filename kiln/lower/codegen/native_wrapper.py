@@ -516,7 +516,7 @@ class NativeWrapperWriter(WrapperWriter):
                 if getattr(size, "is_Symbol", False) and str(size) not in self.bound:
                     self.body.append(f"  const int64_t {size} = {rname}.size({d});")  # an unbacked size
                     self.bound.add(str(size))
-            if layout.sizes:
+            if layout.sizes and self.read_later(rname):
                 expected = _ints(layout.strides)
                 self.body.append(f"  if (!{rname}.strides().equals({expected})) {rname} = kiln_relayout({rname}, {expected});")
 
