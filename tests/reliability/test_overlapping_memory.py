@@ -1,0 +1,210 @@
+"""Tensors whose elements share memory (an `expand`, a sliding window) where Kiln writes or re-lays out.
+
+Three places met them and raised "more than one element of the written-to tensor refers to a single
+memory location" where eager runs:
+- the wrappers' `_relayout`, which copied an input into the strides its kernels were compiled for: an
+  XLNet training step's backward got a saved activation that was an expand (compiled strides
+  (0, 1, 0)) with another stride on its size-1 dim, (1, 1, 0); now a tensor that differs only on
+  size-1 dims is taken as it is, and a copy into strides that share memory writes each address once
+  (kiln.runtime.overlap), on the Python and the native wrapper;
+- in-place ops on an expanded input (fill_, zero_, masked_fill_, index writes, ...): eager writes
+  each shared address in turn, and a functional graph cannot say that (worse: a write through an
+  expand inside the function came back summed over the expanded dim, a silent wrong answer). Such a
+  write is a graph break, so the op runs eagerly, with eager's values, or eager's error where eager
+  refuses (add_, copy_ of a tensor, ...), on every backend;
+- incoming gradients with overlapping strides (`y.backward(torch.ones(()).expand(y.shape))`).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import pytest
+import torch
+
+import kiln
+from kiln import config
+from kiln.log import KilnWarning
+from kiln.lower import compile_graph
+from kiln.runtime import native
+from kiln.runtime.kernel_wrapper import relayout
+from kiln.runtime.overlap import copy_into, may_overlap, strided_copy
+from tests.lower.conftest import aten_graph
+
+
+# ------------------------------------------------------------------------------ the layout helpers
+
+@pytest.mark.parametrize("sizes, strides, expected", [
+    ((4, 3), (0, 1), True),          # expand
+    ((1, 3), (0, 1), False),         # a zero stride on a size-1 dim moves nowhere
+    ((4, 3), (3, 1), False),         # contiguous
+    ((3, 4), (1, 3), False),         # transposed
+    ((8, 3), (1, 1), True),          # unfold's sliding windows
+    ((2, 3), (6, 2), False),         # a strided slice
+    ((3, 2), (2, 3), True),          # interleaves without meeting: taken as overlap (the careful copy)
+    ((0, 3), (0, 1), False),         # empty
+    ((), (), False),
+])
+def test_may_overlap(sizes, strides, expected) -> None:
+    assert may_overlap(sizes, strides) is expected
+
+
+@pytest.mark.parametrize("make, strides", [
+    (lambda: torch.tensor([1.0, 2.0, 3.0]).expand(4, 3), (0, 1)),
+    (lambda: torch.arange(6.0).view(1, 2, 3)[:, :1].expand(2, 5, 3), (0, 0, 1)),
+    (lambda: torch.arange(10.0).unfold(0, 3, 1), (1, 1)),
+    (lambda: torch.arange(4.0).view(4, 1).expand(4, 3), (1, 0)),
+    (lambda: torch.arange(12.0).view(3, 4), (1, 3)),
+    (lambda: torch.ones(0, 3), (0, 1)),
+])
+def test_strided_copy_into_shared_layouts(make: Callable[[], torch.Tensor], strides: tuple) -> None:
+    t = make()
+    got = strided_copy(t.contiguous(), strides)  # the values, materialized, back into the layout
+    assert got.stride() == strides and got.shape == t.shape
+    torch.testing.assert_close(got, t)
+    assert t.numel() == 0 or got.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+
+
+def test_copy_into_writes_only_the_layout() -> None:
+    storage = torch.zeros(16)
+    dest = storage[1:].as_strided((4, 3), (0, 2))  # addresses 1, 3, 5 of the storage
+    copy_into(dest, torch.tensor([7.0, 8.0, 9.0]))
+    assert storage.tolist() == [0, 7, 0, 8, 0, 9] + [0] * 10
+    storage.zero_()
+    dest = storage[2:].as_strided((4, 3), (1, 1))  # windows: addresses 2 .. 7
+    copy_into(dest, torch.arange(6.0).unfold(0, 3, 1)[:4])
+    assert storage.tolist() == [0, 0, 0, 1, 2, 3, 4, 5] + [0] * 8
+
+
+def test_relayout_takes_a_tensor_that_differs_on_size_one_dims() -> None:
+    t = torch.arange(6.0).view(6, 1).expand(6, 5)
+    t = t.as_strided((1, 6, 5), (1, 1, 0))  # XLNet's saved activation, compiled for (0, 1, 0)
+    assert relayout(t, (0, 1, 0)) is t
+    got = relayout(t.contiguous(), (0, 1, 0))
+    assert got.stride() == (0, 1, 0)
+    torch.testing.assert_close(got, t)
+
+
+# ------------------------------------------------------------------------------ lowered graphs
+
+def _is_native(fn: Any) -> bool:
+    return getattr(fn, "func", None) is native.boundary().call
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("wrapper", ["python", "native"])
+def test_compiled_graph_takes_other_strides_for_an_expanded_input(wrapper: str) -> None:
+    """Kernels compiled for an expanded input ((0, 1, 0), as XLNet's saved activation) get it with
+    another stride on its size-1 dim, and materialized (contiguous); the result is eager's."""
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a * b).sin() + a.sum()
+
+    base = torch.randn(7, 1)
+    a = base.view(1, 7, 1).expand(1, 7, 5)
+    a = a.as_strided(a.shape, (0, 1, 0))
+    b = torch.randn(1, 7, 5)
+    gm, examples = aten_graph(fn, a, b)
+    with config.patch(cpu_wrapper=wrapper):
+        compiled = compile_graph(gm, examples)
+    assert _is_native(compiled.fn) == (wrapper == "native")
+    for other in (a.as_strided(a.shape, (1, 1, 0)), a.contiguous(), a.transpose(0, 2).contiguous().transpose(0, 2)):
+        torch.testing.assert_close(compiled(other, b)[0], fn(a, b))
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("wrapper", ["python", "native"])
+def test_compiled_graph_takes_windows_materialized(wrapper: str) -> None:
+    def fn(w: torch.Tensor) -> torch.Tensor:
+        return w.cos() * 2
+
+    w = torch.randn(12).unfold(0, 4, 2)  # (5, 4), strides (2, 1): windows overlap
+    gm, examples = aten_graph(fn, w)
+    with config.patch(cpu_wrapper=wrapper):
+        compiled = compile_graph(gm, examples)
+    torch.testing.assert_close(compiled(w.contiguous())[0], fn(w))
+
+
+# ------------------------------------------------------------------------------ backward
+
+class _SavesAnExpand(torch.nn.Module):
+    """Two-stream-attention-like: a bias expanded over the batch, multiplied in: the backward of the
+    matmul saves the expand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.randn(6, 1))
+        self.w = torch.nn.Parameter(torch.randn(4, 6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        expanded = self.bias.view(1, 6, 1).expand(x.shape[0], 6, 5)
+        return torch.bmm(x @ self.w.unsqueeze(0).expand(x.shape[0], 4, 6), expanded).tanh()
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("wrapper", ["python", "native"])
+@pytest.mark.parametrize("grad_kind", ["expanded", "scalar_expanded", "transposed"])
+def test_backward_with_overlapping_incoming_grads(wrapper: str, grad_kind: str) -> None:
+    kiln.reset()
+    torch.manual_seed(0)
+    model = _SavesAnExpand()
+    x = torch.randn(1, 3, 4, requires_grad=True)
+
+    def grad_for(y: torch.Tensor) -> torch.Tensor:
+        if grad_kind == "expanded":
+            return torch.linspace(0, 1, y.shape[-1]).expand(y.shape)
+        if grad_kind == "scalar_expanded":
+            return torch.tensor(0.5).expand(y.shape)
+        return torch.randn(y.shape[::-1], generator=torch.Generator().manual_seed(1)).permute(2, 1, 0)
+
+    def grads(fn: Callable) -> list[torch.Tensor]:
+        for p in [x, *model.parameters()]:
+            p.grad = None
+        for _ in range(2):
+            y = fn(x)
+            y.backward(grad_for(y))
+        return [p.grad.clone() for p in [x, *model.parameters()]]
+
+    expected = grads(model)
+    with config.patch(cpu_wrapper=wrapper), warnings.catch_warnings():
+        warnings.simplefilter("error", KilnWarning)
+        got = grads(kiln.compile(model))
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.cpp
+@pytest.mark.parametrize("wrapper", ["python", "native"])
+def test_xlnet_training_step(wrapper: str) -> None:
+    """The report: an XLNet LM training step (two-stream attention with perm_mask and
+    target_mapping, the model in eval mode) raised in the backward's relayout."""
+    transformers = pytest.importorskip("transformers")
+    kiln.reset()
+    torch.manual_seed(0)
+    cfg = transformers.XLNetConfig(vocab_size=100, d_model=32, n_layer=1, n_head=2, d_inner=64, mem_len=None)
+    model = transformers.XLNetLMHeadModel(cfg).eval()
+    batch, length, predict = 2, 8, 3
+    ids = torch.randint(0, 100, (batch, length))
+    perm_mask = torch.zeros(batch, length, length)
+    perm_mask[:, :, -predict:] = 1.0
+    target_mapping = torch.zeros(batch, predict, length)
+    for p in range(predict):
+        target_mapping[:, p, length - predict + p] = 1.0
+    labels = torch.randint(0, 100, (batch, predict))
+
+    def step(fn: Callable) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        loss = fn(ids, perm_mask=perm_mask, target_mapping=target_mapping, labels=labels).loss
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    expected = step(model)
+    with config.patch(cpu_wrapper=wrapper), warnings.catch_warnings():
+        warnings.simplefilter("error", KilnWarning)
+        compiled = kiln.compile(model)
+        step(compiled)
+        got = step(compiled)
+    torch.testing.assert_close(got[0], expected[0], rtol=1e-4, atol=1e-5)
+    assert len(got[1]) == len(expected[1])
+    for g, e in zip(got[1], expected[1]):
+        torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-5)
