@@ -139,13 +139,14 @@ def gradients_without_second_backward(compiled_backward: Callable, saved: list, 
 
 
 def without_grad(forward: Callable) -> Callable:
-    """An inference graph's compiled forward, run with grad mode off whatever the caller's mode.
+    """An inference graph's compiled forward, run with grad mode off.
 
     No output of such a graph carries a gradient (AOT autograd traced no backward for it), so
     autograd must record nothing while it runs: a matmul writing through its out= overload raises
     when grad mode is on and an argument requires grad (a module's parameters under `torch.no_grad()`
     inside the compiled function), and any other ATen call would hand out results with a grad_fn
-    that eager's do not have."""
+    that eager's do not have. Graphs whose inputs require no grad, or that were traced with grad
+    off, need no such wrapper (what it costs a call is paid only where it is needed)."""
     set_grad = torch._C._set_grad_enabled
     is_grad = torch.is_grad_enabled
 
@@ -364,7 +365,7 @@ class AotRuntime:
     def __init__(self, *, root: torch.nn.Module | None, lifted: tuple[str, ...], meta: Any,
                  out_spec: pytree.TreeSpec, binding: dict, forward: Callable,
                  function: type[torch.autograd.Function] | None = None, report: Any = None,
-                 grad_inside_only: bool = False) -> None:
+                 grad_mode: bool | None = None) -> None:
         self.root = root
         self.lifted = lifted
         self.meta = meta
@@ -376,12 +377,13 @@ class AotRuntime:
         self._views = plan_unbound_views(root, meta, binding)
         # the per-call plan
         self._getters = tuple(operator.attrgetter(path) for path in lifted)  # dotted paths work
-        self.grad_inside_only = grad_inside_only
-        if function is None:
-            self._run = without_grad(forward)
-        else:
-            apply = getattr(function, "fast_apply", function.apply)
-            self._run = with_grad(apply) if grad_inside_only else apply
+        # the grad mode the graph runs under where the caller's (a guard holds it) is not the one
+        # it was traced for: None, the caller's; False, an inference graph traced with grad on and
+        # inputs requiring grad (`without_grad`); True, a training graph captured under no_grad
+        # whose gradients come from an enable_grad region inside it (`with_grad`)
+        self.grad_mode = grad_mode
+        run = getattr(function, "fast_apply", function.apply) if function is not None else forward
+        self._run = without_grad(run) if grad_mode is False else with_grad(run) if grad_mode else run
         self._unflatten = _unflattener(out_spec)
         if meta is None:
             self._num_mutated, self._passthrough, self._num_outputs = 0, False, 0
@@ -501,7 +503,7 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
                             meta.num_intermediate_bases),
         "out_spec": pytree.treespec_dumps(runtime.out_spec),
         "function": None,
-        "grad_inside_only": runtime.grad_inside_only,
+        "grad_mode": runtime.grad_mode,
     }
     if runtime.function is not None:
         function = dict(getattr(runtime.function, "recipe", None) or {})
@@ -548,4 +550,4 @@ def _load(fields: dict[str, Any]) -> AotRuntime:
         function = make_autograd_function(forward, backward, **counts)
     return AotRuntime(root=None, lifted=(), meta=meta, out_spec=pytree.treespec_loads(fields["out_spec"]),
                       binding={}, forward=forward, function=function,
-                      grad_inside_only=bool(fields.get("grad_inside_only", False)))
+                      grad_mode=fields.get("grad_mode"))
