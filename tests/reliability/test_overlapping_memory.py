@@ -208,3 +208,137 @@ def test_xlnet_training_step(wrapper: str) -> None:
     assert len(got[1]) == len(expected[1])
     for g, e in zip(got[1], expected[1]):
         torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------ in-place ops
+
+_ROW_MASK = torch.tensor([True, False, True])
+IN_PLACE: dict[str, Callable[[torch.Tensor], Any]] = {
+    # eager writes each shared address (one value everywhere, or a write that is the same along the
+    # expanded dim)
+    "fill_": lambda a: a.fill_(3.0),
+    "zero_": lambda a: a.zero_(),
+    "masked_fill_": lambda a: a.masked_fill_(_ROW_MASK, 5.0),
+    "masked_fill_all_rows": lambda a: a.masked_fill_(torch.ones(4, 3, dtype=torch.bool), 5.0),
+    "index_fill_": lambda a: a.index_fill_(1, torch.tensor([0]), 9.0),
+    "index_put_one_row": lambda a: a.index_put_((torch.tensor([0]),), torch.tensor(1.0)),
+    "setitem_row": lambda a: a.__setitem__(0, 4.0),
+    "select_fill_": lambda a: a[2].fill_(-1.0),
+    "fill_diagonal_": lambda a: a.fill_diagonal_(1.0),
+    "copy_self": lambda a: a.copy_(a),
+    "detach_zero_": lambda a: a.detach().zero_(),
+    # eager refuses: its error, and what ran before it
+    "add_": lambda a: a.add_(1),
+    "mul_": lambda a: a.mul_(2),
+    "clamp_": lambda a: a.clamp_(0, 0.5),
+    "relu_": lambda a: torch.relu_(a),
+    "iadd": lambda a: a.__iadd__(1.0),
+    "copy_row": lambda a: a.copy_(torch.tensor([1.0, 2.0, 3.0])),
+    "copy_full": lambda a: a.copy_(torch.ones(4, 3)),
+    "setitem_all": lambda a: a.__setitem__(slice(None), 4.0),
+    "scatter_": lambda a: a.scatter_(1, torch.zeros(4, 1, dtype=torch.long), 1.0),
+    "out_add": lambda a: torch.add(torch.ones(4, 3), 1, out=a),
+    "inplace_relu": lambda a: torch.nn.functional.relu(a, inplace=True),
+}
+
+
+def _expanded() -> torch.Tensor:
+    return torch.tensor([0.1, -0.2, 0.7]).expand(4, 3)
+
+
+def _outcome(fn: Callable, a: torch.Tensor) -> tuple:
+    try:
+        out = fn(a)
+    except Exception as exc:  # the test compares what eager and compiled code raise
+        return ("raised", type(exc), str(exc).splitlines()[0], a.tolist())
+    return ("returned", out.tolist(), a.tolist(), a.stride())
+
+
+def _program(op: Callable[[torch.Tensor], Any]) -> Callable[[torch.Tensor], torch.Tensor]:
+    def f(a: torch.Tensor) -> torch.Tensor:
+        b = a * 2  # work before and after the write, in the graphs around the break
+        op(a)
+        return a + b
+    return f
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("name", list(IN_PLACE))
+def test_in_place_on_an_expanded_input_is_eager(name: str, backend: str) -> None:
+    kiln.reset()
+    fn = _program(IN_PLACE[name])
+    expected = _outcome(fn, _expanded())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KilnWarning)  # an internal error: the frame runs eagerly, with one
+        got = _outcome(kiln.compile(fn, backend=backend), _expanded())
+    assert got == expected
+    assert kiln.stats()["graph_breaks"] >= 1
+
+
+WRITES_THROUGH_VIEWS: dict[str, Callable[[torch.Tensor], Any]] = {
+    "expand_fill_": lambda a: (a.expand(4, 3).fill_(1.0), a + 0)[1],
+    "expand_zero_": lambda a: (a.expand(4, 3).zero_(), a * 1)[1],
+    "expand_masked_fill_": lambda a: (a.expand(4, 3).masked_fill_(_ROW_MASK, 5.0), a + 0)[1],
+    "expand_add_": lambda a: (a.expand(4, 3).add_(1.0), a + 0)[1],
+    "unsqueeze_expand_fill_": lambda a: (a.unsqueeze(0).expand(2, 3).fill_(1.0), a.sum())[1],
+    "expand_fill_then_read_it": lambda a: (lambda b: (b.fill_(1.0), b * 2)[1])(a.expand(4, 3)),
+    "expand_row_fill_": lambda a: (a.expand(4, 3)[0].fill_(2.0), a + 0)[1],
+    "expand_setitem": lambda a: (a.expand(4, 3).__setitem__((0, 1), 7.0), a + 0)[1],
+}
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("name", list(WRITES_THROUGH_VIEWS))
+def test_write_through_an_expand_of_an_input(name: str, backend: str) -> None:
+    """Before: the write came back into the input summed over the expanded dim (fill_ of 1.0 gave
+    the input 4.0 plus ...), or add_ returned where eager raises."""
+    kiln.reset()
+    fn = WRITES_THROUGH_VIEWS[name]
+    expected = _outcome(fn, torch.tensor([0.1, -0.2, 0.7]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KilnWarning)
+        got = _outcome(kiln.compile(fn, backend=backend), torch.tensor([0.1, -0.2, 0.7]))
+    assert got == expected
+
+
+def test_fullgraph_names_the_write() -> None:
+    kiln.reset()
+    with pytest.raises(kiln.errors.GraphBreakError, match="share memory"):
+        kiln.compile(_program(IN_PLACE["fill_"]), fullgraph=True, backend="aot_eager")(_expanded())
+
+
+def test_writes_into_plain_views_stay_in_the_graph() -> None:
+    """Column slices, strided rows, transposes: no shared memory, no break."""
+    kiln.reset()
+
+    def fn(a: torch.Tensor) -> torch.Tensor:
+        a[:, ::2].fill_(1.0)
+        a.t()[1].mul_(3.0)
+        torch.relu_(a[1:])
+        return a * 2
+
+    x = torch.randn(4, 3)
+    expected = fn(x.clone())
+    got = kiln.compile(fn, fullgraph=True, backend="aot_eager")(x)
+    torch.testing.assert_close(got, expected)
+    assert kiln.stats()["graph_breaks"] == 0
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_in_place_dunder_spelled_out_is_kept(backend: str) -> None:
+    """`a.__iadd__(1)` written as a call was dropped from the graph as dead code (its name starts
+    with "__"): the input stayed unchanged, a silent wrong answer."""
+    kiln.reset()
+
+    def fn(a: torch.Tensor) -> torch.Tensor:
+        a.__iadd__(1.0)
+        a.__imul__(3.0)
+        return a * 2
+
+    x, y = torch.arange(3.0), torch.arange(3.0)
+    expected = fn(x)
+    got = kiln.compile(fn, fullgraph=True, backend=backend)(y)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(y, x)
