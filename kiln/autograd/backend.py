@@ -132,9 +132,13 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
     """Trace, partition and compile one captured graph; returns the callable for capture."""
     table = resolve_decompositions(decompositions)
     inputs = prepare_inputs(gm, list(example_inputs))
-    needs_grad = torch.is_grad_enabled() and any(
-        isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values)
-    forward = trace_forward(gm, inputs, table, grad=needs_grad)
+    # A backward is traced when an input requires grad and grad mode is on somewhere in the graph:
+    # around it (the caller's mode, guarded), or only inside an enable_grad region under the
+    # caller's no_grad, where the autograd.Function is applied with grad on (AotRuntime).
+    ambient = torch.is_grad_enabled()
+    any_requires_grad = any(isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values)
+    needs_grad = (ambient or _enables_grad(gm)) and any_requires_grad
+    forward = trace_forward(gm, inputs, table, grad=ambient and needs_grad)
     log.debug("aot", lambda: f"trace_forward: {len(forward.gm.graph.nodes)} nodes, mutated inputs "
                              f"{list(forward.meta.mutated_inputs)}")
     binding = bind_symbols(inputs.values)
@@ -144,7 +148,10 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         log_inference(forward.gm)
         functionalize_fresh_fills(forward.gm)
         verify_aten_graph(forward.gm)
-        return AotRuntime(forward=fw_compiler(forward.gm, list(inputs.values)), **common)
+        # run with grad off where autograd could record: grad on and an input requiring grad
+        # (no_grad inside the function around modules whose parameters require grad)
+        return AotRuntime(forward=fw_compiler(forward.gm, list(inputs.values)),
+                          grad_mode=False if ambient and any_requires_grad else None, **common)
     joint = trace_joint(gm, inputs, forward, table)
     log.debug("aot", lambda: f"trace_joint: {len(joint.gm.graph.nodes)} nodes, "
                              f"{len(joint.differentiable)} outputs with a gradient")
@@ -164,7 +171,14 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         num_saved_tensors=len(parts.saved_tensors), differentiable=joint.differentiable,
         primal_needs_grad=[isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values])
     function = with_missing_derivatives(function, joint.no_derivative)
-    return AotRuntime(forward=compiled_fw, function=function, report=report, **common)
+    return AotRuntime(forward=compiled_fw, function=function, report=report, grad_mode=None if ambient else True,
+                      **common)
+
+
+def _enables_grad(gm: fx.GraphModule) -> bool:
+    """Whether the captured graph turns grad mode on somewhere (an enable_grad region)."""
+    return any(n.op == "call_function" and n.target is torch._C._set_grad_enabled and n.args and n.args[0] is True
+               for n in gm.graph.nodes)
 
 
 def aot_autograd(fw_compiler: Compiler, bw_compiler: Compiler | None = None, *,

@@ -76,6 +76,14 @@ def _data_dependent_branch(exc: Unsupported) -> str:
             "for a loop, bound it with a Python int or keep the test outside the compiled function")
 
 
+@hint_for_kind("overlapping_write")
+def _overlapping_write(exc: Unsupported) -> str:
+    """An in-place op or out= writes into a tensor whose elements share memory (an expand, or a view
+    of an expanded input): it runs eagerly, as eager would write (or refuse) it."""
+    return ("write into a tensor of its own instead, e.g. `x = x.clone()` (or `.contiguous()`) before the "
+            "in-place op: an expanded tensor's elements are one memory location")
+
+
 @hint_for_kind("item")
 def _item(exc: Unsupported) -> str:
     """`.item()`, `.tolist()`, `.numpy()`, `int(t)`, `float(t)`: a tensor becomes a Python value."""

@@ -27,14 +27,19 @@ from torch.utils import _pytree as pytree
 from kiln import config, log
 from kiln.runtime import build
 from kiln.runtime.artifact import RECIPE_ATTR, Recipe, loader
+from kiln.runtime.overlap import strided_copy
 from kiln.runtime.records import record_type
 
 
 def relayout(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
-    """A copy of `t` with the strides the kernels were compiled for (the wrapper's `_relayout`)."""
-    out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
-    out.copy_(t)
-    return out
+    """`t` with the strides the kernels were compiled for (the wrapper's `_relayout`, called when
+    t.stride() differs): t itself where only the strides of size-1 dims differ, as no index moves
+    along them; else a copy, also into strides whose elements share memory (an expanded saved
+    activation, kiln.runtime.overlap)."""
+    for size, have, want in zip(t.shape, t.stride(), strides):
+        if size != 1 and have != want:
+            return strided_copy(t, strides)
+    return t
 
 
 @record_type
