@@ -367,3 +367,16 @@ def raise_type_not_instance():
         except ValueError as err:
             return x + 1, err.args
     return fn_program(f, (t(2),))
+
+
+@case("exceptions", fullgraph=False)
+def user_exception_with_init_caught_while_containers_are_live():
+    def f(x, y):
+        items = [x, y * 2]
+        table = {"a": y}
+        try:
+            raise CodedError(9)
+        except CodedError as err:
+            x = x * err.code
+        return x, items, table
+    return fn_program(f, (t(2), t(2)))

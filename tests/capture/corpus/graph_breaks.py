@@ -394,3 +394,13 @@ def break_with_live_dict_view():
         d["b"] = x + 1
         return len(keys), d["b"]
     return fn_program(f, (t(2),))
+
+
+@case("graph_breaks", fullgraph=False)
+def container_built_before_break_popped_after():
+    def f(x, y):
+        table = {"a": y, "b": x}
+        print("break")
+        first = table.pop("a")
+        return first, table
+    return fn_program(f, (t(2), t(2)))
