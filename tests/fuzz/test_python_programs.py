@@ -23,9 +23,33 @@ from corpus.oracle import BREAK, CRASH, ERROR, WRONG, judge  # noqa: E402
 from corpus.program import Case, Program  # noqa: E402
 from python_programs import PyProgram, generate  # noqa: E402
 
-# (seed, fullgraph) that find open bugs, each with its repro in the reason; strict xfails, so a fix
-# makes them fail until they are taken off this table.
+POPPED_AFTER_BREAK = "CRASH: a list/dict built before a break and popped after it: the resume reads the popped item " \
+                     "after replaying the pop (KeyError/IndexError)"
+KEYS_VIEW = "WRONG: d.keys() is a snapshot: len() of the view misses later inserts"
+CELL_AFTER_BREAK = "WRONG: a nonlocal counter bumped by calls after a break keeps its value from before the break"
+REBOUND_AFTER_BREAK = "WRONG: a closure cell rebound after a break is read with its old value"
+HASATTR_UNGUARDED = "WRONG: hasattr(obj, 'w') answered False is not guarded: the next call, after obj.w was set, " \
+                    "keeps False"
+
+# (seed, fullgraph) that find open bugs, one per root cause (the program is the repro: generate(seed,
+# fullgraph).source); strict xfails, so a fix makes them fail until they are taken off this table.
 KNOWN_BUGS: dict[tuple[int, bool], str] = {
+    (70, False): POPPED_AFTER_BREAK,
+    (197, False): POPPED_AFTER_BREAK,
+    (101, False): CELL_AFTER_BREAK,
+    (677, False): REBOUND_AFTER_BREAK,
+    (124, True): KEYS_VIEW,
+    (103, True): HASATTR_UNGUARDED,
+}
+# the other programs of the @slow run that meet the same bugs; that run checks they still fail
+SLOW_KNOWN: dict[tuple[int, bool], str] = {
+    **{(seed, False): POPPED_AFTER_BREAK for seed in (204, 209, 278, 335, 365, 368, 371, 378, 422, 504, 558, 738,
+                                                      755, 764, 811, 890, 893, 948, 997)},
+    **{(seed, False): KEYS_VIEW for seed in (123, 149, 387, 611)},
+    **{(seed, True): KEYS_VIEW for seed in (467, 702, 773, 776, 808, 956)},
+    **{(seed, False): CELL_AFTER_BREAK for seed in (573, 680)},
+    (772, False): HASATTR_UNGUARDED,
+    (297, True): HASATTR_UNGUARDED,
 }
 CI_SEEDS = range(50)
 SLOW_SEEDS = range(1000)
@@ -72,6 +96,11 @@ def test_programs_that_find_open_bugs(key: tuple[int, bool]) -> None:
 @pytest.mark.parametrize("fullgraph", [False, True], ids=["graph_breaks_allowed", "fullgraph"])
 def test_a_thousand_python_programs(fullgraph: bool) -> None:
     seeds = [seed for seed in SLOW_SEEDS if (seed, fullgraph) not in KNOWN_BUGS]
-    problems = [p for p in (check(generate(seed, fullgraph)) for seed in seeds) if p]
-    print(f"{len(seeds) - len(problems)} of {len(seeds)} programs agree (fullgraph={fullgraph})")
+    found = {seed: check(generate(seed, fullgraph)) for seed in seeds}
+    known = {seed for seed in seeds if (seed, fullgraph) in SLOW_KNOWN}
+    problems = [p for seed, p in found.items() if p and seed not in known]
+    fixed = sorted(seed for seed in known if found[seed] is None)
+    print(f"{sum(p is None for p in found.values())} of {len(seeds)} programs agree (fullgraph={fullgraph}); "
+          f"{len(known) - len(fixed)} meet known bugs")
     assert not problems, f"{len(problems)} of {len(seeds)} programs differ:\n\n" + "\n\n".join(problems[:20])
+    assert not fixed, f"seeds {fixed} agree now: take them off SLOW_KNOWN"

@@ -404,3 +404,14 @@ def container_built_before_break_popped_after():
         first = table.pop("a")
         return first, table
     return fn_program(f, (t(2), t(2)))
+
+
+@case("graph_breaks", fullgraph=False)
+def list_built_before_break_popped_after():
+    def f(x, y):
+        items = [y, x, y * 2]
+        if x.sum() > 0:
+            x = x + 1
+        last = items.pop()
+        return last, items, x
+    return fn_program(f, (torch.ones(2), t(2)))

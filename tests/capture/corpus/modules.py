@@ -749,3 +749,46 @@ def module_hasattr_on_submodules():
                 out = out + 1
             return out
     return Program(Net(), ((t(2),),))
+
+
+@case("modules", counts=True)
+def module_arguments_swapped_between_calls():
+    first, second = nn.Linear(2, 2), nn.Linear(2, 2)
+
+    def f(x, a, b):
+        return b(torch.relu(a(x)))
+    return Program(f, ((t(2), first, second), (t(2), second, first), (t(2), first, second),
+                       (t(2), second, first)))
+
+
+@case("modules", counts=True)
+def module_list_argument_in_varying_orders():
+    blocks = [nn.Linear(2, 2) for _ in range(3)]
+
+    def f(x, mods):
+        for m in mods:
+            x = m(x).tanh()
+        return x
+    orders = ([0, 1, 2], [2, 1, 0], [1, 0, 2], [0, 2, 1])
+    return Program(f, tuple((t(2), [blocks[i] for i in order]) for order in orders))
+
+
+@case("modules", counts=True)
+def submodule_picked_by_index_argument():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.experts = nn.ModuleList([nn.Linear(2, 2) for _ in range(3)])
+
+        def forward(self, x, i):
+            return self.experts[i](x)
+    return Program(Net(), ((t(2), 0), (t(2), 1), (t(2), 2), (t(2), 0)))
+
+
+@case("modules", counts=True)
+def two_instances_of_one_module_class_through_a_function():
+    a, b = MLP(), MLP()
+
+    def f(x, model):
+        return model(x).sum(-1)
+    return Program(f, ((t(1, 4), a), (t(1, 4), b), (t(1, 4), a), (t(1, 4), b)))

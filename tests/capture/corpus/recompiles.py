@@ -316,3 +316,32 @@ def set_argument_contents_change():
     def f(x, names):
         return x + 1 if "a" in names else x - 1
     return Program(f, ((t(2), {"a"}), (t(2), {"b"}), (t(2), {"a", "b"})))
+
+
+@case("recompiles", counts=True)
+def hasattr_answer_changes_after_first_call_adds_attribute():
+    class Bag:
+        pass
+
+    bag = Bag()
+
+    def f(x):
+        out = x * (bag.w if hasattr(bag, "w") else 1.0)
+        bag.w = 3.0
+        return out
+    return Program(f, ((t(2),), (t(2),), (t(2),)), observe=lambda: vars(bag))
+
+
+@case("recompiles", counts=True)
+def getattr_default_changes_after_attribute_added_between_calls():
+    class Bag:
+        pass
+
+    bag = Bag()
+
+    def f(x):
+        return x * getattr(bag, "scale", 2.0)
+
+    def add(_, i):
+        bag.scale = 5.0
+    return Program(f, ((t(2),), (t(2),)), between=add)
