@@ -19,6 +19,7 @@ from . import (  # noqa: F401  (each import registers its module's cases)
     graph_breaks,
     hooks,
     iteration,
+    module_trees,
     modules,
     numpy_random,
     recompiles,
