@@ -2,7 +2,8 @@
 
 `generate(seed, fullgraph)` writes one `def program(x, y, obj, mod, store)`: a chain of steps over
 containers (lists, dicts and their live views, tuples, comprehensions, star unpacking, slicing),
-closures (inner functions over tensors, nonlocal counters, lambdas through map), attribute reads
+closures (inner functions over tensors, nonlocal counters, lambdas through map), calls with
+defaults, *args and **kwargs, nested and starred unpacking, small sets of ints, attribute reads
 and writes on a user object (a property, a method, a counter) and on an nn.Module (submodules, a
 ModuleList, a function attribute, a counter), try/except/finally with raises of several kinds, ints
 and strings known at trace time, and tensor work mixed into all of it. Side effects go to `store`,
@@ -37,6 +38,7 @@ class Holder:
     def __init__(self) -> None:
         self.scale = 1.5
         self.count = 0
+        self.items: list = []
 
     @property
     def double(self) -> float:
@@ -327,7 +329,7 @@ def _closure_step(w: _Writer) -> None:
 
 
 def _object_step(w: _Writer) -> None:
-    choice = w.rng.randrange(6)
+    choice = w.rng.randrange(8)
     if choice == 0:
         w.emit(f"obj.w = {w.tensor_expression()}")
         w.obj_has_w = True
@@ -339,8 +341,12 @@ def _object_step(w: _Writer) -> None:
         w.new_tensor(f"{w.tensor()} * obj.double")
     elif choice == 4:
         w.new_tensor(f'{w.tensor()} * getattr(obj, "missing", 1.5) + (obj.w if hasattr(obj, "w") else 0)')
-    else:
+    elif choice == 5:
         w.emit(f"obj.scale = obj.scale + {w.rng.choice(['0.25', '1'])}")
+    elif choice == 6:
+        w.emit(f"obj.items.append({w.tensor()} * 2)")
+    else:
+        w.new_tensor(f"{w.tensor()} * len(obj.items)")
 
 
 def _module_step(w: _Writer) -> None:
@@ -402,6 +408,38 @@ def _control_step(w: _Writer) -> None:
         w.emit(f'label = f"{{obj.count}}-{{len({target})}}"', f"{target} = {target} + len(label)")
 
 
+def _call_step(w: _Writer) -> None:
+    """Calls with every argument form: defaults, *args from a list, **kwargs from a dict, keyword-only."""
+    name = w.fresh("call")
+    w.emit(f"def {name}(a, b=1.0, *rest, scale=1.0, **extra):",
+           "    return (a + b) * scale + len(rest) + len(extra)")
+    usable = [n for n, length in w.lists.items() if length > 0]
+    choice = w.rng.randrange(3)
+    if choice == 0 and usable:
+        w.new_tensor(f"{name}(*{w.rng.choice(usable)}, scale={w.constant()})")
+    elif choice == 1:
+        w.new_tensor(f'{name}({w.tensor()}, **{{"scale": {w.constant()}, "tag": "t"}})')
+    else:
+        w.new_tensor(f"{name}({w.tensor()}, {w.tensor()}, 3, 4)")
+
+
+def _unpack_step(w: _Writer) -> None:
+    """Nested and starred unpacking, tuples of tensors and ints, and a set of ints."""
+    a, b, c = w.fresh("t"), w.fresh("t"), w.fresh("n")
+    choice = w.rng.randrange(3)
+    if choice == 0:
+        w.emit(f"{a}, ({b}, {c}) = {w.tensor()}, ({w.tensor()} * 2, {w.rng.randint(1, 5)})")
+    elif choice == 1:
+        w.emit(f"*_, {a}, {b}, {c} = ({w.tensor()}, {w.tensor()}, {w.tensor()}, len({w.tensor()}))")
+    else:
+        seen = w.fresh("s")
+        w.emit(f"{seen} = {{{w.rng.randint(0, 3)}, {w.rng.randint(0, 3)}, len({w.tensor()})}}",
+               f"{seen}.add({w.rng.randint(0, 5)})", f"{a} = {w.tensor()} * len({seen})",
+               f"{b} = {w.tensor()} + (2 in {seen})", f"{c} = sum(sorted({seen}))")
+    w.tensors += [a, b]
+    w.ints.append(c)
+
+
 def _side_effect_step(w: _Writer) -> None:
     if w.views and w.rng.random() < 0.5:
         view = w.rng.choice(list(w.views))
@@ -423,7 +461,7 @@ def _break_step(w: _Writer) -> None:
 STEPS: list[tuple[Callable[[_Writer], None], int]] = [
     (_tensor_step, 4), (_int_step, 2), (_list_make, 2), (_list_mutate, 2), (_list_read, 2), (_dict_make, 2),
     (_dict_mutate, 2), (_dict_read, 2), (_closure_step, 3), (_object_step, 3), (_module_step, 2),
-    (_exception_step, 2), (_control_step, 2), (_side_effect_step, 2),
+    (_exception_step, 2), (_control_step, 2), (_side_effect_step, 2), (_call_step, 1), (_unpack_step, 1),
 ]
 
 
