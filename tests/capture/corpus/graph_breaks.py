@@ -415,3 +415,14 @@ def list_built_before_break_popped_after():
         last = items.pop()
         return last, items, x
     return fn_program(f, (torch.ones(2), t(2)))
+
+
+@case("graph_breaks", fullgraph=False)
+def list_grown_after_break_then_popped():
+    def f(x, y):
+        items = [y, x]
+        print("break")
+        items.insert(0, x * 10)
+        last = items.pop()
+        return last, len(items)
+    return fn_program(f, (t(2), t(2)))
