@@ -498,10 +498,13 @@ def _call_under_handlers(glue: GlueBuilder, fn: types.FunctionType, root: Any, s
     raising[callable_slot] = _Named(f"{glue.constant(reraise)}({exc})")
     native = ResumeFunctions(fn, lambda f: f, native=True)
     live, values = _live_values(root, code_mod.live_locals_at(fn.__code__, root.current.offset))
+    # built before the try: reconstructing the live values may emit lines of its own (a list made in
+    # the frame), which must not land between `except` and its body
+    resume = native.expression(glue, root.current.offset, raising, live, values)
     glue.line("try:")
     glue.line(f"    {call}")
     glue.line(f"except BaseException as {exc}:")
-    glue.line(f"    return {native.expression(glue, root.current.offset, raising, live, values)}")
+    glue.line(f"    return {resume}")
 
 
 class _Named:
