@@ -316,15 +316,6 @@ def positional(takes_list: Callable[[list], Any]) -> Callable[..., Any]:
     return call
 
 
-def stealing_entry(compiled: Any) -> Callable[[list], Any] | None:
-    """The `steal` entry of a compiled graph (a wrapper function, or an object whose `fn` is
-    one), or None when it has none (ATen graphs, Triton wrappers, nested outputs)."""
-    steal = getattr(compiled, "steal", None)
-    if steal is None:
-        steal = getattr(getattr(compiled, "fn", None), "steal", None)
-    return steal if callable(steal) else None
-
-
 def with_output_spec(call: Callable[..., Any], output_spec: str | None) -> Callable[..., Any]:
     """`call` returning its flat tuple rebuilt into `output_spec`'s structure (itself when None)."""
     if output_spec is None:
