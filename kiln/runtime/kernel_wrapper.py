@@ -165,7 +165,7 @@ def check_wrapper_source(source: str, globals_: set[str]) -> ast.Module:
     `torch.randint`, `_relayout`, int/max/min and the tensor methods the codegen uses. Returns the
     parsed module (what the loader compiles: the source is parsed once)."""
     # A parse makes thousands of AST objects; in a process holding torch each collection they
-    # trigger walks the whole heap (a tenth of a second per wrapper), and they make no cycles.
+    # trigger walks the whole heap, every object torch holds, and they make no cycles.
     enabled = gc.isenabled()
     gc.disable()
     try:
