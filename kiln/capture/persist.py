@@ -309,7 +309,7 @@ _NOT_CAPTURE_SETTINGS = frozenset({"cache_dir", "debug_dir", "debug", "persisten
 
 def _config_text() -> str:
     values = {k: v for k, v in vars(config).items()
-              if not k.startswith("_") and k not in _NOT_CAPTURE_SETTINGS and _plain(v)}
+              if k in config.setting_names() and k not in _NOT_CAPTURE_SETTINGS and _plain(v)}
     return repr(sorted(values.items()))
 
 

@@ -82,7 +82,7 @@ class _Recorder(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # Otherwise TorchDispatchMode wraps __torch_dispatch__ in torch._dynamo.disable, whose
-        # first call imports Dynamo (1-2 s). This mode never runs under Dynamo.
+        # first call imports Dynamo (slow). This mode never runs under Dynamo.
         return False
 
     def __init__(self, graph: torch.fx.Graph, nodes: dict[int, torch.fx.Node],
