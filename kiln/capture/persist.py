@@ -303,8 +303,10 @@ def environment_digest() -> str:
     return h.hexdigest()
 
 
-_NOT_CAPTURE_SETTINGS = frozenset({"cache_dir", "debug_dir", "debug", "persistent_cache", "cache_size_limit",
-                                   "suppress_errors", "native_guards"})
+# where things are written and how failures are reported: none changes what a frame compiles to (the
+# repro folder defaults to the working directory, which would otherwise key frames by it)
+_NOT_CAPTURE_SETTINGS = frozenset({"cache_dir", "debug_dir", "repro_dir", "debug", "persistent_cache",
+                                   "cache_size_limit", "suppress_errors", "native_guards"})
 
 
 def _config_text() -> str:
