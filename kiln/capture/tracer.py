@@ -182,6 +182,7 @@ class Tracer:
         self.yielded: list[Variable] | None = None  # set when running a generator to its end
         self.handled: list[Variable] = []  # exceptions whose handlers are running (PUSH_EXC_INFO)
         self.suspend_at_yield = False  # a contextmanager's generator: stop at each yield
+        self.locals_dict: DictVariable | None = None  # what locals() returned: one dict per frame
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Variable:
@@ -286,6 +287,9 @@ class Tracer:
         if isinstance(obj, NewObjectVariable):
             obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
             return
+        if isinstance(obj, DictVariable) and obj.source is None and obj.dict_type.__dictoffset__:
+            obj.attrs[name] = value  # an instance of a dict subclass made during the trace
+            return
         if isinstance(obj, ModelOutputVariable):
             obj.set_field(name, value)  # likewise made during the trace
             return
@@ -354,6 +358,25 @@ class Tracer:
             raise Unsupported(f"local variable {name!r} referenced before assignment (raised natively)",
                               kind="unsupported")
         return self.locals[name]
+
+    def frame_locals(self) -> dict[str, Variable]:
+        """What `locals()` gives now: the bound fast locals in `co_varnames` order, then the
+        frame's other cells and its free variables (an argument held in a cell keeps its place)."""
+        code = self.code
+        names = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames]
+        found: dict[str, Variable] = {}
+        for name in names + list(code.co_freevars):
+            cell = self.cells.get(name)
+            if cell is not None:
+                if cell.loaded and cell.contents is None:
+                    continue  # a cell not yet assigned
+                try:
+                    found[name] = cell.load(self)
+                except Unsupported:
+                    continue  # an empty cell from outside the frame
+            elif name in self.locals or name in self.lazy_locals:
+                found[name] = self.read_local(name)
+        return found
 
     # ------------------------------------------------------------------ graph ops
     def call_op(self, kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:

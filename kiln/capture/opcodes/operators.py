@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kiln.capture.opcodes import opcode
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.functions import UserMethodVariable
 from kiln.capture.variables.numpy_array import NumpyArrayVariable, numpy_operator, numpy_unary
@@ -93,6 +94,11 @@ def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool
 
 
 def _sequence_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool) -> Variable:
+    if symbol == "+" and isinstance(a, DequeVariable):
+        if inplace:
+            return a.call_method(tx, "__iadd__", [b], {})
+        if isinstance(b, DequeVariable):
+            return DequeVariable(a.items + b.items, a.maxlen)
     if symbol == "+" and isinstance(a, ListVariable) and isinstance(b, BaseSequenceVariable):
         if inplace:
             a.call_method(tx, "extend", [b], {})
@@ -110,8 +116,8 @@ def _sequence_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: b
             a.call_method(tx, "update", [b], {})
             return a
         return DictVariable({**a.items, **b.items}, a.dict_type)
-    if isinstance(a, SetVariable) and isinstance(b, SetVariable):
-        return _wrap(BINARY[symbol](a.as_constant(), b.as_constant()))
+    if isinstance(a, SetVariable):
+        return a.binary(tx, symbol, b, inplace)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
 
 
@@ -129,12 +135,16 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
     if symbol in ("==", "!=", "eq", "ne") and isinstance(a, BaseSequenceVariable) \
             and isinstance(b, BaseSequenceVariable) and not (a.is_constant() and b.is_constant()):
         # x.shape == y.shape with symbolic sizes: item by item, each decided (and guarded) now.
-        equal = len(a.items) == len(b.items) and issubclass(a.python_type(), tuple) == issubclass(b.python_type(), tuple)
+        equal = len(a.items) == len(b.items) and _sequence_kind(a) is _sequence_kind(b)
         for left, right in zip(a.items, b.items):
             if not equal:
                 break
+            if _identity(left, right):
+                continue  # CPython's container compare takes `is` for equal before calling __eq__
             equal = compare_op(tx, "==", left, right).truth(tx)
         return ConstantVariable(equal if symbol in ("==", "eq") else not equal)
+    if isinstance(a, SetVariable) and isinstance(b, SetVariable):
+        return ConstantVariable(a.compare(symbol, b))
     if _graph_values(a, b):
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             return tx.call_op("call_function", fn, [a, b], {})
@@ -150,6 +160,13 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
         if same is not None:
             return ConstantVariable(same if symbol in ("==", "eq") else not same)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+def _sequence_kind(v: Variable) -> type:
+    """What `==` compares a sequence as: tuples (namedtuples, torch.Size) equal tuples, lists
+    equal lists, deques equal deques, and no kind equals another."""
+    kind = v.python_type()
+    return next((k for k in (tuple, list) if issubclass(kind, k)), kind)
 
 
 def _identity(a: Variable, b: Variable) -> bool | None:

@@ -25,7 +25,7 @@ from kiln.capture.constant_fold import known_input
 from kiln.capture.options import CONSTANT_RESULT_MARKER
 from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source
 from kiln.capture.variables.base import Variable
-from kiln.capture.variables.builtin import RULES, BuiltinVariable
+from kiln.capture.variables.builtin import RULES, BuiltinVariable, UnboundMethodVariable, is_unbound_builtin_method
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import (
     AUTOCAST_CLASSES,
@@ -35,6 +35,7 @@ from kiln.capture.variables.context_manager import (
     is_held_lock_exit,
     wrap_autocast_instance,
 )
+from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_key
 from kiln.capture.variables.numpy_array import wrap_ndarray_input
 from kiln.capture.variables.numpy_functions import NumpyFunctionVariable, is_numpy_function
@@ -144,6 +145,13 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, source, "check_len", len(value))
         items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
         return TupleVariable(items, type(value), source)
+    if type(value) is collections.deque:
+        from kiln.capture.sources import AttrSource
+        _guard(state, source, "check_type", collections.deque)
+        _guard(state, source, "check_len", len(value))
+        _guard(state, None if source is None else AttrSource(source, "maxlen"), "check_value", value.maxlen)
+        items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
+        return DequeVariable(items, value.maxlen, source)
     if type(value) is list:
         _guard(state, source, "check_type", list)
         _guard(state, source, "check_len", len(value))
@@ -153,12 +161,18 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         # A class's or a Signature's read-only mapping, made during the trace: a constant dict.
         return DictVariable({k: wrap_value(state, v, None) for k, v in value.items()})
     if type(value) in (dict, collections.OrderedDict, collections.defaultdict) and _constant_keys(value):
-        if type(value) is collections.defaultdict:
-            raise Unsupported("defaultdict", kind="unsupported")
         _guard(state, source, "check_type", type(value))
         _guard(state, source, "check_keys", tuple(value.keys()))
+        factory = None
+        if type(value) is collections.defaultdict and value.default_factory is not None:
+            from kiln.capture.sources import AttrSource
+            factory = wrap_value(state, value.default_factory,
+                                 None if source is None else AttrSource(source, "default_factory"))
+        elif type(value) is collections.defaultdict and source is not None:
+            from kiln.capture.sources import AttrSource
+            _guard(state, AttrSource(source, "default_factory"), "check_none")
         entries = {k: wrap_value(state, v, _dict_value_source(source, k, i)) for i, (k, v) in enumerate(value.items())}
-        return DictVariable(entries, type(value), source)
+        return DictVariable(entries, type(value), source, default_factory=factory)
     if source is not None and is_model_output_class(type(value)):
         _guard(state, source, "check_type", type(value))
         _guard(state, source, "check_keys", tuple(value.keys()))
@@ -252,6 +266,8 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if _hashable(value) and value in RULES:
         _guard(state, source, "check_id", value)
         return BuiltinVariable(value, source)
+    if is_unbound_builtin_method(value):
+        return UnboundMethodVariable(value, source)  # a method of a builtin type: fixed for the process
     if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) and \
             getattr(value, "__self__", None) is builtins:
         _guard(state, source, "check_id", value)
@@ -356,6 +372,8 @@ def wrap_result(value: Any) -> Variable:
         return UserFunctionVariable(value)
     if _hashable(value) and value in RULES:
         return BuiltinVariable(value)
+    if is_unbound_builtin_method(value):
+        return UnboundMethodVariable(value)
     if isinstance(value, torch.nn.Module):
         return NNModuleVariable(value, None)
     if isinstance(value, torch.Tensor):

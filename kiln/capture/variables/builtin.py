@@ -13,12 +13,15 @@ import functools
 import inspect
 import itertools
 import operator
+import sys
+import types
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
 from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.deque import DequeVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -32,7 +35,7 @@ RULES: dict[Any, Rule] = {}
 _BREAK_KINDS = {builtins.print: "print", builtins.input: "unsupported_call", builtins.open: "unsupported_call",
                 builtins.breakpoint: "unsupported_call", builtins.exec: "unsupported_call",
                 builtins.eval: "unsupported_call", builtins.globals: "unsupported_call",
-                builtins.locals: "unsupported_call", builtins.vars: "unsupported_call"}
+                builtins.vars: "unsupported_call"}
 
 
 def builtin_rule(*fns: Any) -> Callable[[Rule], Rule]:
@@ -80,6 +83,52 @@ class BuiltinVariable(Variable):
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.constant(self.fn)
+
+
+# Builtin containers whose methods, read off the class (`list.__getitem__`, `dict.get`), are called
+# on a traced value of that type as its own method.
+_METHOD_OWNERS = (list, tuple, dict, set, frozenset, str, bytes, int, float, collections.OrderedDict,
+                  collections.defaultdict, collections.deque)
+
+
+def is_unbound_builtin_method(value: Any) -> bool:
+    """`list.__getitem__`, `dict.get`, `str.join`: a method descriptor of a builtin container."""
+    return isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)) \
+        and value.__objclass__ in _METHOD_OWNERS
+
+
+class UnboundMethodVariable(Variable):
+    """A builtin type's method called with its receiver first: `list.__getitem__(items, 1)`. A dict
+    receiver runs dict's own method even when its class overrides it, as in CPython."""
+
+    def __init__(self, method: Any, source: Any = None) -> None:
+        self.method = method
+        self.source = source
+
+    def describe(self) -> str:
+        return f"{self.method.__objclass__.__name__}.{self.method.__name__}"
+
+    def python_type(self) -> type:
+        return type(self.method)
+
+    def as_python_value(self) -> Any:
+        return self.method
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.dict import DictMethodVariable, DictVariable
+
+        owner, name = self.method.__objclass__, self.method.__name__
+        if not args:
+            raise Unsupported(f"{self.describe()} called without its receiver (raised natively)", kind="unsupported")
+        receiver = args[0]
+        if not issubclass(receiver.python_type(), owner):
+            raise Unsupported(f"{self.describe()} called on {receiver.describe()} (raised natively)", kind="unsupported")
+        if isinstance(receiver, DictVariable) and owner in (dict, collections.OrderedDict, collections.defaultdict):
+            return DictMethodVariable(receiver, name).call(tx, args[1:], kwargs)
+        return receiver.call_method(tx, name, args[1:], kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return glue.constant(self.method)
 
 
 def _has_graph_values(args: Sequence[Variable]) -> bool:
@@ -295,6 +344,35 @@ def _ordered_dict_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Var
 RULES[collections.OrderedDict] = _ordered_dict_rule
 
 
+@builtin_rule(collections.deque)
+def deque_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    return DequeVariable.create(tx, args, kwargs)
+
+
+@builtin_rule(collections.defaultdict)
+def defaultdict_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """`defaultdict(factory, *dict_args, **kwargs)`: a dict whose missing keys call the factory."""
+    from kiln.capture.variables.dict import DictVariable
+
+    factory = args[0] if args else None
+    if factory is not None and factory.is_constant() and factory.as_constant() is None:
+        factory = None
+    made = dict_rule(tx, args[1:], kwargs)
+    assert isinstance(made, DictVariable)
+    return DictVariable(made.items, collections.defaultdict, default_factory=factory)
+
+
+def _from_keys_rule(dict_type: type) -> Rule:
+    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.dict import from_keys
+        return from_keys(tx, dict_type, args, kwargs)
+    return rule
+
+
+for _dict_type in (dict, collections.OrderedDict, collections.defaultdict):
+    RULES[_dict_type.fromkeys] = _from_keys_rule(_dict_type)
+
+
 @builtin_rule(tuple.__new__)
 def tuple_new_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     """`tuple.__new__(cls, items)`: how a namedtuple's `_make` and `__new__` build the instance."""
@@ -324,6 +402,15 @@ def sorted_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
     from kiln.capture.variables.sequence import ListVariable
 
     items = tx.iterate(args[0])
+    key = kwargs.get("key")
+    if key is not None and not (key.is_constant() and key.as_constant() is None):
+        # sorted by the key function's results, which must be known now; the sort is stable, as
+        # Python's, so equal keys keep the items' order
+        keys = [_constant_of(key.call(tx, [item], {}), "sorted() key") for item in items]
+        reverse = bool(kwargs["reverse"].as_constant()) if "reverse" in kwargs else False
+        order = _stable_order(keys, reverse)
+        return ListVariable([items[k] for k in order])
+    kwargs = {k: v for k, v in kwargs.items() if k != "key"}
     if all(i.is_constant() for i in items) and all(v.is_constant() for v in kwargs.values()):
         values = sorted((i.as_constant() for i in items), **{k: v.as_constant() for k, v in kwargs.items()})
         return ListVariable([tx.wrap_result(v) for v in values])
@@ -335,6 +422,25 @@ def sorted_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
                        reverse=bool(kwargs["reverse"].as_constant()) if kwargs else False)
         return ListVariable([items[k] for k in order])
     raise Unsupported("sorted() of values unknown at trace time", kind="unsupported_call")
+
+
+def _constant_of(var: Variable, what: str) -> Any:
+    from kiln.capture.variables.symint import SymIntVariable
+
+    if isinstance(var, SymIntVariable):
+        return var.specialize()  # guarded equal to its value, as any branch on a size is
+    if not var.is_constant():
+        raise Unsupported(f"{what} gave {var.describe()}, unknown at trace time", kind="unsupported_call")
+    return var.as_constant()
+
+
+def _stable_order(keys: list[Any], reverse: bool) -> list[int]:
+    """The positions of `keys` in the order sorted() puts them (stable, also when reversed)."""
+    try:
+        return sorted(range(len(keys)), key=keys.__getitem__, reverse=reverse)
+    except TypeError as exc:
+        from kiln.capture.variables.exception import raise_in_trace
+        raise raise_in_trace(exc, f"TypeError: {exc} (raised natively)") from exc
 
 
 def _distinct_constant_heads(tx: "Tracer", items: list[Variable]) -> list[Any] | None:
@@ -358,6 +464,20 @@ def _minmax(fn: Any) -> Rule:
         from kiln.capture.variables.tensor import TensorVariable
 
         items = tx.iterate(args[0]) if len(args) == 1 else args
+        key = kwargs.get("key")
+        if set(kwargs) <= {"key", "default"} and (key is None or not key.is_constant() or key.as_constant() is not None):
+            if not items:
+                if "default" in kwargs:
+                    return kwargs["default"]
+                from kiln.capture.variables.exception import raise_in_trace
+                error = ValueError(f"{fn.__name__}() arg is an empty sequence")
+                raise raise_in_trace(error, f"ValueError: {error} (raised natively)")
+            if key is not None:
+                # the first item whose key is largest (smallest), as Python picks it
+                keys = [_constant_of(key.call(tx, [item], {}), f"{fn.__name__}() key") for item in items]
+                best = fn(range(len(keys)), key=keys.__getitem__)
+                return items[best]
+            kwargs = {}
         if kwargs:
             return _fold(tx, fn, args, kwargs)
         if all(i.is_constant() for i in items):
@@ -469,6 +589,30 @@ def signature_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variabl
     raise Unsupported("inspect.signature of a value other than a Python function", kind="unsupported_call")
 
 
+@builtin_rule(locals)
+def locals_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """The calling function's bound names. CPython 3.11 keeps one dict per frame and refreshes it
+    in place at each call (names still bound keep their place, new ones are appended, unbound ones
+    removed), so an earlier result sees the later state too."""
+    from kiln.capture.variables.dict import DictVariable
+
+    if args or kwargs:
+        raise Unsupported("locals() takes no arguments (raised natively)", kind="unsupported")
+    bound = tx.frame_locals()
+    if tx.locals_dict is None:
+        tx.locals_dict = DictVariable({})
+    held = tx.locals_dict.items
+    for name in [n for n in held if n not in bound]:
+        del held[name]
+    held.update(bound)
+    return tx.locals_dict
+
+
+@builtin_rule(sys.intern)
+def intern_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    return _fold(tx, sys.intern, args, kwargs)
+
+
 @builtin_rule(id)
 def id_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     value = args[0].as_python_value()
@@ -567,6 +711,11 @@ RULES[itertools.repeat] = _iterator_rule(lambda tx, args, kw: [args[0]] * tx.as_
 RULES[itertools.combinations] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.combinations(tx.iterate(args[0]), tx.as_int(args[1]))))
 RULES[itertools.accumulate] = _iterator_rule(lambda tx, args, kw: _accumulate(tx, args))
+RULES[itertools.chain.from_iterable] = _iterator_rule(
+    lambda tx, args, kw: [i for a in tx.iterate(args[0]) for i in tx.iterate(a)])
+RULES[itertools.zip_longest] = _iterator_rule(
+    lambda tx, args, kw: _tuples(itertools.zip_longest(*[tx.iterate(a) for a in args],
+                                                       fillvalue=kw.get("fillvalue", ConstantVariable(None)))))
 
 
 def _accumulate(tx: "Tracer", args: list[Variable]) -> list[Variable]:

@@ -8,6 +8,7 @@ Corresponds to torch/_dynamo/variables/user_defined.py and misc.py (PythonModule
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import dis
 import enum
@@ -21,6 +22,13 @@ import torch
 
 from kiln.capture.sources import AttrSource, Source
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.dict import (
+    BUILTIN_DICTS as DICT_BASES,
+    DictMethodVariable,
+    DictVariable,
+    constructible_dict_subclass,
+    new_dict_subclass,
+)
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import is_autograd_function_apply, python_function
 from kiln.errors import Unsupported
@@ -90,6 +98,13 @@ class ObjectVariable(Variable):
             if result is not None:
                 return result
         raise Unsupported(f"len() of {self.describe()}", kind="unsupported_builtin")
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        if not isinstance(self.value, (type, types.ModuleType)):
+            items = _python_iter(tx, self, type(self.value))
+            if items is not None:
+                return items
+        return super().iterate(tx)
 
     def _attr_source(self, name: str) -> Source | None:
         return None if self.source is None else AttrSource(self.source, name)
@@ -209,6 +224,8 @@ class ObjectVariable(Variable):
                     return tx.wrap(module, None)
         if is_model_output_class(obj):
             return ModelOutputVariable.create(tx, obj, list(args), kwargs)
+        if obj in _MAPPING_VIEWS and len(args) == 1 and not kwargs:
+            return MappingViewVariable(obj, args[0])
         if isinstance(obj, type) and issubclass(obj, BaseException):
             from kiln.capture.variables.exception import construct_exception
             return construct_exception(tx, obj, list(args), kwargs)
@@ -226,6 +243,8 @@ class ObjectVariable(Variable):
             return UserMethodVariable(call, self).call(tx, args, kwargs)
         if _is_pure_library_function(obj):
             return _fold_library_call(tx, obj, list(args), kwargs)
+        if isinstance(obj, type) and constructible_dict_subclass(obj):
+            return new_dict_subclass(tx, obj, list(args), kwargs)
         if isinstance(obj, type) and _constructible(obj):
             instance = NewObjectVariable(obj, self.source)
             init = inspect.getattr_static(obj, "__init__")
@@ -380,6 +399,8 @@ class SuperVariable(Variable):
                     return ObjectSetattrVariable(self.obj)
                 if base is object and name == "__getattribute__" and isinstance(self.obj, ObjectVariable):
                     return GenericGetattrVariable(self.obj)
+                if isinstance(self.obj, DictVariable) and base in (dict, *DICT_BASES):
+                    return DictMethodVariable(self.obj, name)
                 if base is dict and name in _DICT_READS and isinstance(self.obj, ObjectVariable):
                     return DictReadVariable(self.obj, name)
                 raise Unsupported(f"super().{name} of kind {type(attr).__name__}", kind="unsupported_attribute")
@@ -413,6 +434,53 @@ def _python_len(tx: "Tracer", var: Variable, cls: type) -> Variable | None:
     if result.is_constant() and type(result.as_constant()) is int and result.as_constant() >= 0:
         return result
     return None
+
+
+def _python_iter(tx: "Tracer", var: Variable, cls: type) -> list[Variable] | None:
+    """`iter(obj)` through an `__iter__` written in Python (a user Mapping's), inlined and run to
+    its end; None when the class has none."""
+    if not isinstance(inspect.getattr_static(cls, "__iter__", None), types.FunctionType):
+        return None
+    return tx.iterate(var.getattr(tx, "__iter__").call(tx, [], {}))
+
+
+_MAPPING_VIEWS: dict[type, str] = {collections.abc.KeysView: "keys", collections.abc.ValuesView: "values",
+                  collections.abc.ItemsView: "items"}
+
+
+class MappingViewVariable(Variable):
+    """`KeysView(m)`, `ValuesView(m)`, `ItemsView(m)` over a traced mapping (what a
+    collections.abc.Mapping's `keys()`, `values()`, `items()` return): live, so each use reads the
+    mapping through its own `__iter__`, `__getitem__` and `__len__` again."""
+
+    def __init__(self, view_type: type, mapping: Variable) -> None:
+        self.view_type = view_type
+        self.mapping = mapping
+
+    def describe(self) -> str:
+        return f"{self.view_type.__name__} of {self.mapping.describe()}"
+
+    def python_type(self) -> type:
+        return self.view_type
+
+    def length(self, tx: "Tracer") -> Variable:
+        return self.mapping.length(tx)
+
+    def truth(self, tx: "Tracer") -> bool:
+        return bool(tx.as_int(self.length(tx)))
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        from kiln.capture.variables.sequence import TupleVariable
+
+        keys = tx.iterate(self.mapping)
+        kind = _MAPPING_VIEWS[self.view_type]
+        if kind == "keys":
+            return keys
+        values = [self.mapping.call_method(tx, "__getitem__", [k], {}) for k in keys]
+        return values if kind == "values" else [TupleVariable([k, v]) for k, v in zip(keys, values)]
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return f"{glue.constant(self.view_type)}({glue.reconstruct(self.mapping)})"
 
 
 def _python_truth(tx: "Tracer", var: Variable, cls: type) -> bool | None:
@@ -645,6 +713,12 @@ class NewObjectVariable(Variable):
         if result is not None:
             return result
         raise Unsupported(f"len() of {self.describe()}", kind="unsupported_builtin")
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        items = _python_iter(tx, self, self.cls)
+        if items is not None:
+            return items
+        return super().iterate(tx)
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable, guard_class_attribute
