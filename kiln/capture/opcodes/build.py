@@ -83,9 +83,7 @@ def SET_ADD(tx: "Tracer", instr: dis.Instruction) -> None:
 @opcode
 def SET_UPDATE(tx: "Tracer", instr: dis.Instruction) -> None:
     value = tx.pop()
-    target = tx.stack[-oparg(instr)]
-    for item in tx.iterate(value):
-        target.call_method(tx, "add", [item], {})
+    tx.stack[-oparg(instr)].call_method(tx, "update", [value], {})  # CPython's set_update: a set merges
 
 
 @opcode

@@ -181,7 +181,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
             return record
     if type(value) in (set, frozenset) and all(is_constant_value(v) for v in value):
         _guard(state, source, "check_value", value)
-        return SetVariable([ConstantVariable(v) for v in value], type(value), source)
+        return SetVariable([ConstantVariable(v) for v in value], type(value), source, shadow=set(value))
     if isinstance(value, _ITERATOR_TYPES):
         return _wrap_iterator(state, value, source)
     if isinstance(value, np.ndarray) and type(value) is np.ndarray and source is not None:
@@ -365,6 +365,8 @@ def wrap_result(value: Any) -> Variable:
     if type(value) is dict:
         return DictVariable({k: wrap_result(v) for k, v in value.items()})
     if type(value) in (set, frozenset):
+        if all(is_constant_value(v) for v in value):
+            return SetVariable([ConstantVariable(v) for v in value], type(value), shadow=set(value))
         return SetVariable([wrap_result(v) for v in value], type(value))
     if is_torch_function(value):
         return TorchFunctionVariable(value)

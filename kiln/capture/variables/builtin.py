@@ -389,7 +389,8 @@ def tuple_new_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variabl
 def _set_of(kind: type) -> Rule:
     def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
         from kiln.capture.variables.dict import SetVariable
-        return SetVariable(tx.iterate(args[0]) if args else [], kind)
+        made = SetVariable([], kind)
+        return made.update_from(tx, args[0]) if args else made
     return rule
 
 
@@ -552,6 +553,8 @@ def _convert(kind: type) -> Rule:
                 # torch.compile's torch.sym_int: `x[: int(n * f)]` needs no new graph per value
                 return tx.call_op("call_function", torch.sym_int, args, {})
             return tx.call_op("call_function", kind, args, {})
+        if kind is bool and len(args) == 1 and not kwargs and not args[0].is_constant():
+            return ConstantVariable(args[0].truth(tx))  # __bool__, else __len__, as `if obj:` asks
         if kind is str and len(args) == 1 and not kwargs and type(_class_of(args[0])) is type:
             # "<class 'pkg.Model'>": a class the trace already relies on (guarded by type or id),
             # whose plain metaclass prints it from its module and name.

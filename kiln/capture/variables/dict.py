@@ -437,14 +437,26 @@ def pairs_of(tx: "Tracer", arg: Variable) -> dict[Any, Variable]:
 
 class SetVariable(Variable):
     """A set (or frozenset) of constants or of values hashed by identity (tensors); `items` maps
-    each element's key to the element, in insertion order."""
+    each element's key to the element.
 
-    def __init__(self, items: Sequence[Variable], set_type: type = set, source: "Source | None" = None) -> None:
+    Eager iterates a set of constants in the order of its hash table, which depends on how the set
+    was built (one add at a time, or merged from another set, a dict) and on what was removed:
+    `shadow` is a real set of the keys that goes through the same operations, and gives that
+    order. Once an identity-hashed element is in, `shadow` is None and iteration follows insertion
+    (eager's order then depends on addresses)."""
+
+    def __init__(self, items: Sequence[Variable], set_type: type = set, source: "Source | None" = None,
+                 shadow: set | None = None) -> None:
         self.items: dict[Any, Variable] = {}
         for item in items:
             self.items.setdefault(key_of(item), item)  # an equal element already there stays
         self.set_type = set_type
         self.source = source
+        if shadow is None and _constant_keys(self.items):
+            shadow = set()
+            for key in self.items:  # BUILD_SET and set(list) add one element at a time
+                shadow.add(key)
+        self.shadow = shadow if _constant_keys(self.items) else None
 
     def describe(self) -> str:
         return f"{self.set_type.__name__} of {len(self.items)}"
@@ -461,7 +473,7 @@ class SetVariable(Variable):
     def as_constant(self) -> Any:
         if not self.is_constant():
             return super().as_constant()
-        return self.set_type(self.items)
+        return self.set_type(self.ordered_keys())
 
     def truth(self, tx: "Tracer") -> bool:
         return bool(self.items)
@@ -470,11 +482,9 @@ class SetVariable(Variable):
         return ConstantVariable(len(self.items))
 
     def ordered_keys(self) -> list[Any]:
-        """The keys in the order eager iterates the set: by hash for constants (a real set of the
-        same keys, built in the same order, gives it), in insertion order for identity-hashed
-        elements, whose order in eager depends on their addresses."""
-        if self.is_constant():
-            return list(set(self.items))
+        """The keys in the order eager iterates the set."""
+        if self.shadow is not None:
+            return list(self.shadow)
         return list(self.items)
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
@@ -488,26 +498,50 @@ class SetVariable(Variable):
                               kind="unsupported_attribute")
         return BoundMethodVariable(self, name)
 
-    def _elements(self, tx: "Tracer", other: Variable) -> dict[Any, Variable]:
+    def _operand(self, tx: "Tracer", other: Variable) -> tuple[dict[Any, Variable], Any]:
+        """Another operand's elements, and the real object eager would hand the set operation (a
+        set, a dict or a sequence of keys: each takes its own path through CPython's set code);
+        None for the latter once an element is hashed by identity."""
         if isinstance(other, SetVariable):
-            return dict(other.items)
+            return dict(other.items), other.shadow
+        if isinstance(other, DictVariable):
+            keys = {k: key_variable(tx, k) for k in other.items}
+            return keys, dict.fromkeys(other.items) if _constant_keys(other.items) else None
         found: dict[Any, Variable] = {}
         for item in tx.iterate(other):
             found.setdefault(key_of(item), item)
-        return found
+        real = tuple(found) if other.python_type() is tuple else list(found)
+        return found, real if _constant_keys(found) else None
 
-    def _replace(self, tx: "Tracer", items: dict[Any, Variable]) -> Variable:
+    def update_from(self, tx: "Tracer", other: Variable) -> "SetVariable":
+        """This (empty, new) set filled as `set(other)` fills it."""
+        self.items, real = self._operand(tx, other)
+        self.shadow = set(real) if real is not None and _constant_keys(self.items) else None
+        return self
+
+    def _result(self, items: dict[Any, Variable], shadow: Any) -> tuple[dict[Any, Variable], set | None]:
+        return items, shadow if _constant_keys(items) else None
+
+    def _replace(self, tx: "Tracer", items: dict[Any, Variable], shadow: set | None) -> Variable:
         if self.set_type is not set:
             raise Unsupported(f"{self.set_type.__name__} has no in-place methods (raised natively)",
                               kind="unsupported")
         tx.side_effects.mutate(self)
-        self.items = items
+        self.items, self.shadow = self._result(items, shadow)
         return ConstantVariable(None)
 
-    def _made(self, items: dict[Any, Variable]) -> "SetVariable":
-        made = SetVariable([], self.set_type)
-        made.items = items
+    def _made(self, items: dict[Any, Variable], shadow: set | None, set_type: type | None = None) -> "SetVariable":
+        made = SetVariable([], set_type or self.set_type)
+        made.items, made.shadow = self._result(items, shadow)
         return made
+
+    def _shadow_op(self, name: str, reals: list[Any]) -> Any:
+        """The real set operation on the shadow (None when some operand has no real form)."""
+        if self.shadow is None or any(r is None for r in reals):
+            return None
+        target = self.shadow.copy() if name.endswith("_update") or name in ("update", "add", "discard") else self.shadow
+        result = getattr(target, name)(*reals)
+        return target if result is None else set(result) if isinstance(result, frozenset) else result
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
@@ -525,8 +559,8 @@ class SetVariable(Variable):
         if name == "add" and len(args) == 1 and self.set_type is set:
             key = key_of(args[0])
             if key not in self.items:
-                tx.side_effects.mutate(self)
-                self.items[key] = args[0]
+                items = {**self.items, key: args[0]}
+                return self._replace(tx, items, self._shadow_op("add", [key]) if _constant_keys([key]) else None)
             return ConstantVariable(None)
         if name in ("discard", "remove") and len(args) == 1:
             key = key_of(args[0])
@@ -534,24 +568,28 @@ class SetVariable(Variable):
                 if name == "remove":
                     raise raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
                 return ConstantVariable(None)
-            return self._replace(tx, {k: v for k, v in self.items.items() if k != key})
+            return self._replace(tx, {k: v for k, v in self.items.items() if k != key},
+                                 self._shadow_op("discard", [key]))
         if name == "pop" and not args:
             if not self.items:
                 raise raise_in_trace(KeyError("pop from an empty set"), "KeyError: pop from an empty set (raised natively)")
-            first = self.ordered_keys()[0]
+            shadow = None if self.shadow is None else self.shadow.copy()
+            first = shadow.pop() if shadow is not None else next(iter(self.items))
             popped = self.items[first]
-            self._replace(tx, {k: v for k, v in self.items.items() if k != first})
+            self._replace(tx, {k: v for k, v in self.items.items() if k != first}, shadow)
             return popped
         if name == "clear" and not args:
-            return self._replace(tx, {})
+            return self._replace(tx, {}, set())
         if name == "copy" and not args:
-            return self._made(dict(self.items))
-        others = [self._elements(tx, a) for a in args]
+            return self._made(dict(self.items), None if self.shadow is None else self.shadow.copy())
+        operands = [self._operand(tx, a) for a in args]
+        others = [o[0] for o in operands]
         combined = _combine(name.removesuffix("_update"), self.items, others)
         if combined is not None:
+            shadow = self._shadow_op(name, [o[1] for o in operands])
             if name.endswith("_update") or name == "update":
-                return self._replace(tx, combined)
-            return self._made(combined)
+                return self._replace(tx, combined, shadow)
+            return self._made(combined, shadow)
         if name in ("issubset", "issuperset", "isdisjoint") and len(others) == 1:
             mine, theirs = set(self.items), set(others[0])
             answer = {"issubset": mine <= theirs, "issuperset": mine >= theirs,
@@ -561,17 +599,21 @@ class SetVariable(Variable):
 
     def binary(self, tx: "Tracer", symbol: str, other: Variable, inplace: bool) -> Variable:
         """`self <symbol> other` for the set operators | & - ^ (in place for `|=` & co. on a set)."""
-        if not isinstance(other, SetVariable):
-            raise Unsupported(f"{self.describe()} {symbol} {other.describe()} (raised natively)", kind="unsupported")
         name = {"|": "union", "&": "intersection", "-": "difference", "^": "symmetric_difference"}.get(symbol)
-        if name is None:
+        if not isinstance(other, SetVariable) or name is None:
             raise Unsupported(f"{self.describe()} {symbol} {other.describe()} (raised natively)", kind="unsupported")
         combined = _combine(name, self.items, [other.items])
         assert combined is not None
         if inplace and self.set_type is set:
-            self._replace(tx, combined)
+            self._replace(tx, combined, self._shadow_op(f"{name}_update" if name != "union" else "update", [other.shadow]))
             return self
-        return self._made(combined)
+        real = None
+        if self.shadow is not None and other.shadow is not None:
+            # the operator on real sets of the operands' types (frozenset | set is a frozenset)
+            left, right = self.set_type(self.shadow), other.set_type(other.shadow)
+            result = _OPERATORS[symbol](left, right)
+            real = result if type(result) is set else set(result)
+        return self._made(combined, real)
 
     def compare(self, symbol: str, other: Variable) -> bool:
         """`self <symbol> other` for == != < <= > >= between sets (subset order)."""
@@ -587,9 +629,15 @@ class SetVariable(Variable):
         if self.source is not None:
             return self.source.name()
         if self.is_constant():
-            return glue.constant(self.as_constant())
+            if self.set_type is frozenset:
+                return glue.constant(self.as_constant())
+            # a copy per call (the bound set is never handed out), with the shadow's table layout
+            return f"{glue.constant(self.shadow if self.shadow is not None else self.as_constant())}.copy()"
         parts = "".join(glue.reconstruct(v) + ", " for v in self.items.values())
         return f"{glue.constant(self.set_type)}(({parts}))"
+
+
+_OPERATORS = {"|": lambda a, b: a | b, "&": lambda a, b: a & b, "-": lambda a, b: a - b, "^": lambda a, b: a ^ b}
 
 
 def _combine(name: str, mine: dict[Any, Variable], others: list[dict[Any, Variable]]) -> dict[Any, Variable] | None:

@@ -72,6 +72,9 @@ class ObjectVariable(Variable):
     def as_python_value(self) -> Any:
         return self.value
 
+    def identity(self) -> Any:
+        return self.value
+
     def is_constant(self) -> bool:
         # Enum members and frozen dataclasses behave as constants (hashable, compared by value).
         return isinstance(self.value, enum.Enum)
@@ -699,6 +702,9 @@ class NewObjectVariable(Variable):
 
     def python_type(self) -> type:
         return self.cls
+
+    def identity(self) -> Any:
+        return self  # made once in the frame: this Variable is the object
 
     def truth(self, tx: "Tracer") -> bool:
         if getattr(self.cls, "__bool__", None) is None and getattr(self.cls, "__len__", None) is None:
