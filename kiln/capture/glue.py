@@ -252,11 +252,13 @@ def _restore_grad_node(state: Any) -> None:
     close_open_contexts(state)
     if state.grad_enabled != state.initial_grad:
         state.output.create_node("call_function", torch._C._set_grad_enabled, (state.initial_grad,), {}, None)
+    state.modes.restore_in_graph(state)
 
 
 def _grad_line(glue: GlueBuilder, state: Any) -> None:
     if state.grad_enabled != state.initial_grad:
         glue.line(f"{glue.constant(torch._C._set_grad_enabled)}({state.grad_enabled})")
+    state.modes.set_in_glue(glue)
 
 
 def _live_values(root: Any, names: Sequence[str]) -> tuple[list[str], list["Variable"]]:

@@ -38,6 +38,7 @@ from kiln.capture.guards import Guard
 from kiln.capture.options import CompileOptions
 from kiln.capture.opcodes import OPCODES
 from kiln.capture.output_graph import OutputGraph
+from kiln.capture.process_modes import ProcessModes
 from kiln.capture.side_effects import SideEffects
 from kiln.capture.sources import ClosureSource, GlobalSource, LocalSource, Source, resume_stack_slot
 from kiln.capture.variables.base import Variable
@@ -46,7 +47,7 @@ from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.exception import RaisedInTrace, catch_in_frame
-from kiln.capture.variables.functions import CellVariable
+from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.slice import SliceVariable
@@ -96,6 +97,7 @@ class CaptureState:
         self.initial_grad = torch.is_grad_enabled()
         self.open_contexts: list[Any] = []  # autocast regions entered and not yet exited
         self.grad_enabled = self.initial_grad
+        self.modes = ProcessModes()  # the default dtype and other settings the frame changes
         self.innermost: "Tracer | None" = None
         self.steps = 0
 
@@ -287,6 +289,9 @@ class Tracer:
         if isinstance(obj, NewObjectVariable):
             obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
             return
+        if isinstance(obj, NestedFunctionVariable):
+            obj.set_attribute(name, value)  # a function made during the trace
+            return
         if isinstance(obj, DictVariable) and obj.source is None and obj.dict_type.__dictoffset__:
             obj.attrs[name] = value  # an instance of a dict subclass made during the trace
             return
@@ -388,6 +393,10 @@ class Tracer:
         ex_kwargs = {k: _example_arg(v) for k, v in kwargs.items()}
         try:
             example = self.output.run_fake(kind, target, ex_args, ex_kwargs)
+            pinned = self.state.modes.pinned_dtype(lambda t, a, k: self.output.run_fake(kind, t, a, k),
+                                                   target, ex_args, ex_kwargs, example)
+            if pinned is not None:  # the default dtype the frame set, made explicit (process_modes.py)
+                node_kwargs["dtype"] = ex_kwargs["dtype"] = pinned
         except Unsupported as exc:
             # the op read a number out of a tensor whose value capture knows: record it with the number
             reads: list[Any] = []
@@ -622,6 +631,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
         finally:
             abandon_open_contexts(state)
             torch._C._set_grad_enabled(state.initial_grad)
+            state.modes.restore_process()
 
 
 def _unbacked_break(state: CaptureState, exc: Unsupported) -> int | None:

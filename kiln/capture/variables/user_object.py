@@ -119,6 +119,8 @@ class ObjectVariable(Variable):
         pending = tx.side_effects.pending_attr(obj, name)
         if pending is not None:
             return pending
+        if _holds_backend_settings(obj):
+            return _read_backend_setting(tx, obj, name)
         if isinstance(obj, (types.ModuleType, type)):
             if isinstance(obj, type):
                 static = inspect.getattr_static(obj, name, _MISSING)
@@ -345,6 +347,33 @@ def never_traced(fn: types.FunctionType) -> bool:
 
 def _in_packages(module: str, packages: tuple[str, ...]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _holds_backend_settings(obj: Any) -> bool:
+    """torch.backends and its submodules, and the flag holders in them (`torch.backends.cuda.matmul`):
+    their attributes are process-wide settings a program may change between calls."""
+    if isinstance(obj, type):
+        return False
+    module = obj.__name__ if isinstance(obj, types.ModuleType) else type(obj).__module__ or ""
+    return module == "torch.backends" or module.startswith("torch.backends.")
+
+
+def _read_backend_setting(tx: "Tracer", obj: Any, name: str) -> Variable:
+    """A flag read now and guarded (check_query) as torch.compile's global-state guard checks the ones
+    it knows; anything else there (a submodule, a function) is fixed for the process."""
+    from kiln.capture.guards import Guard, ProcessQuery
+    from kiln.capture.variables.constant import is_constant_value
+
+    try:
+        value = getattr(obj, name)
+    except AttributeError as exc:
+        from kiln.capture.variables.exception import raise_in_trace
+        raise raise_in_trace(exc, f"{obj!r} has no attribute {name!r} (raised natively)") from exc
+    if is_constant_value(value):
+        owner = obj.__name__ if isinstance(obj, types.ModuleType) else type(obj).__qualname__
+        tx.state.output.guards.append(Guard("", "check_query", ProcessQuery(getattr, (obj, name), value,
+                                                                           f"{owner}.{name}")))
+    return tx.wrap(value, None)
 
 
 def _is_stable_module(obj: Any) -> bool:
