@@ -46,7 +46,7 @@ from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.dict import DictVariable
-from kiln.capture.variables.exception import RaisedInTrace, catch_in_frame
+from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame
 from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_structseq_type
@@ -289,8 +289,8 @@ class Tracer:
         if isinstance(obj, NewObjectVariable):
             obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
             return
-        if isinstance(obj, NestedFunctionVariable):
-            obj.set_attribute(name, value)  # a function made during the trace
+        if isinstance(obj, (NestedFunctionVariable, ExceptionVariable)):
+            obj.set_attribute(name, value)  # a function or exception made during the trace
             return
         if isinstance(obj, DictVariable) and obj.source is None and obj.dict_type.__dictoffset__:
             obj.attrs[name] = value  # an instance of a dict subclass made during the trace

@@ -24,7 +24,7 @@ from kiln.capture.variables.numpy_array import NumpyArrayVariable, numpy_operato
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
-from kiln.capture.variables.user_object import ObjectVariable
+from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -155,11 +155,79 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
         raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
     if a.is_constant() and b.is_constant():
         return _const(fn, a, b)
+    compared = _python_compare(tx, symbol, a, b)
+    if compared is not None:
+        return compared
     if symbol in ("==", "!=", "eq", "ne"):
         same = _equal(a, b)
         if same is not None:
             return ConstantVariable(same if symbol in ("==", "eq") else not same)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+_DUNDERS = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__"}
+_REFLECTED = {"__eq__": "__eq__", "__ne__": "__ne__", "__lt__": "__gt__", "__le__": "__ge__",
+              "__gt__": "__lt__", "__ge__": "__le__"}
+_SYMBOLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _python_compare(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable | None:
+    """A comparison one operand's class defines in Python, run as CPython runs it: the left
+    operand's method, then the right's reflected one when the left gave NotImplemented (first when
+    the right's class is a subclass of the left's); `!=` from `__eq__` when only that is written.
+    None when neither class has Python code for it."""
+    name = _DUNDERS[_SYMBOLS.get(symbol, symbol)]
+    order = [(a, name, b), (b, _REFLECTED[name], a)]
+    left, right = _python_type(a), _python_type(b)
+    if left is not None and right is not None and right is not left and issubclass(right, left) \
+            and _method(tx, b, _REFLECTED[name]) is not None:
+        order.reverse()
+    found = False
+    for receiver, method_name, other in order:
+        method = _method(tx, receiver, method_name)
+        if method is None and method_name == "__ne__" and _method(tx, receiver, "__eq__") is not None:
+            # object.__ne__ inverts __eq__ (when that gives a bool)
+            result = UserMethodVariable(_method(tx, receiver, "__eq__"), receiver).call(tx, [other], {})
+            found = True
+            if not (result.is_constant() and result.as_constant() is NotImplemented):
+                return ConstantVariable(not result.truth(tx))
+            continue
+        if method is None:
+            continue
+        found = True
+        result = UserMethodVariable(method, receiver).call(tx, [other], {})
+        if not (result.is_constant() and result.as_constant() is NotImplemented):
+            return result
+    if not found:
+        return None
+    if name in ("__eq__", "__ne__"):  # both gave NotImplemented: identity, as object's
+        same = _identity(a, b)
+        if same is not None:
+            return ConstantVariable(same == (name == "__eq__"))
+    from kiln.capture.variables.exception import raise_in_trace
+    error = TypeError(f"'{symbol}' not supported between these operands")
+    raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
+
+
+def _python_type(v: Variable) -> type | None:
+    if not isinstance(v, (ObjectVariable, NewObjectVariable)):
+        return None
+    kind = v.python_type()
+    return None if isinstance(kind, type) and issubclass(kind, type) else kind
+
+
+def _method(tx: "Tracer", v: Variable, name: str) -> Any:
+    """The Python function `name` of the class of a user object (None for builtins' slots); what
+    the lookup found is guarded on the class."""
+    from kiln.capture.guards import ABSENT
+    from kiln.capture.variables.functions import guard_class_attribute
+
+    kind = _python_type(v)
+    if kind is None or (isinstance(v, ObjectVariable) and isinstance(v.value, (type, types.ModuleType))):
+        return None
+    method = inspect.getattr_static(kind, name, ABSENT)
+    guard_class_attribute(tx, kind, name, method)
+    return method if isinstance(method, types.FunctionType) else None
 
 
 def _sequence_kind(v: Variable) -> type:
@@ -181,6 +249,9 @@ def _identity(a: Variable, b: Variable) -> bool | None:
         return a.as_python_value() is b.as_python_value()
     except Unsupported:
         pass
+    mine, theirs = a.identity(), b.identity()
+    if mine is not None and theirs is not None:
+        return mine is theirs  # objects made in the frame (the Variable is the object), containers
     if type(a) is not type(b):
         return False
     return None

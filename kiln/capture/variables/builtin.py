@@ -529,8 +529,36 @@ RULES[any] = _anyall(any)
 RULES[all] = _anyall(all)
 
 
-for _fn in (abs, round, pow, divmod, chr, ord, hash, repr, format, ascii, bin, hex, oct):
+for _fn in (abs, round, pow, divmod, chr, ord, hash, ascii, bin, hex, oct):
     RULES[_fn] = functools.partial(lambda fn, tx, args, kwargs: _fold(tx, fn, args, kwargs), _fn)
+
+
+def text_of(tx: "Tracer", value: Variable, name: str, spec: str = "") -> Variable:
+    """str(value), repr(value) or format(value, spec) of a traced value that is not a constant: an
+    exception's, or a user object's written in Python (user_object.python_text)."""
+    from kiln.capture.variables.exception import ExceptionVariable
+    from kiln.capture.variables.user_object import python_text
+
+    if isinstance(value, ExceptionVariable) and not spec:
+        return value.call_method(tx, "__repr__" if name == "__repr__" else "__str__", [], {})
+    text = python_text(tx, value, name, spec)
+    if text is None:
+        raise Unsupported(f"{name.strip('_')}() of {value.describe()}", kind="unsupported_call")
+    return ConstantVariable(text)
+
+
+@builtin_rule(repr)
+def repr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    if len(args) == 1 and not kwargs and not args[0].is_constant():
+        return text_of(tx, args[0], "__repr__")
+    return _fold(tx, repr, args, kwargs)
+
+
+@builtin_rule(format)
+def format_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    if 1 <= len(args) <= 2 and not kwargs and not args[0].is_constant() and all(a.is_constant() for a in args[1:]):
+        return text_of(tx, args[0], "__format__", args[1].as_constant() if len(args) == 2 else "")
+    return _fold(tx, format, args, kwargs)
 
 
 def _convert(kind: type) -> Rule:
@@ -559,6 +587,8 @@ def _convert(kind: type) -> Rule:
             # "<class 'pkg.Model'>": a class the trace already relies on (guarded by type or id),
             # whose plain metaclass prints it from its module and name.
             return ConstantVariable(str(_class_of(args[0])))
+        if kind is str and len(args) == 1 and not kwargs and not args[0].is_constant():
+            return text_of(tx, args[0], "__str__")
         return _fold(tx, kind, args, kwargs)
     return rule
 

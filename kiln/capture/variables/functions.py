@@ -286,7 +286,7 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
     if name is not None and isinstance(static, (property, types.FunctionType, staticmethod, classmethod)):
         guard_class_attribute(tx, owner, name, static, receiver)
     if isinstance(static, property):
-        return UserFunctionVariable(python_function(static.fget, "a property getter")).call(tx, [receiver], {})
+        return read_property(tx, static, receiver, name)
     if isinstance(static, types.FunctionType):
         receiver_source = getattr(receiver, "source", None)
         # the function as guard_class_attribute reads it (its identity is guarded there)
@@ -309,6 +309,27 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
             guard_class_attribute(tx, owner, name, static, receiver)
         return UserMethodVariable(python_function(static.__wrapped__, "an lru_cache method"), receiver)
     return None
+
+
+def read_property(tx: "Tracer", prop: property, receiver: Variable, name: str | None) -> Variable:
+    """`obj.name` for a property: a getter written in Python is inlined; one written in C is called
+    as the builtin it is (`property(len)`), or, for an object from outside the frame (a pybind11
+    attribute: its getter is a C function with no side effects), read for real and guarded as read."""
+    fget = prop.fget
+    if isinstance(fget, types.FunctionType):
+        return UserFunctionVariable(fget).call(tx, [receiver], {})
+    if fget is None:
+        from kiln.capture.variables.exception import raise_in_trace
+        error = AttributeError(f"property {name!r} has no getter")
+        raise raise_in_trace(error, f"AttributeError: {error} (raised natively)")
+    real = receiver.identity()
+    module = getattr(fget, "__module__", None) or ""
+    c_getter = isinstance(fget, types.BuiltinFunctionType) or type(fget).__name__ == "instancemethod"
+    if c_getter and module not in ("builtins", "operator", "_operator") and name is not None \
+            and real is not None and real is getattr(receiver, "value", None):
+        source = getattr(receiver, "source", None)
+        return tx.wrap(getattr(real, name), None if source is None else AttrSource(source, name))
+    return tx.wrap(fget, None).call(tx, [receiver], {})
 
 
 class NestedFunctionVariable(Variable):

@@ -24,11 +24,8 @@ if TYPE_CHECKING:
 def _constant_fns() -> set[Any]:
     fns = {torch.get_default_dtype, torch.is_floating_point, torch.is_complex,
            torch.promote_types, torch.can_cast, torch.finfo, torch.iinfo, torch.device, torch.dtype,
-           torch.is_autocast_enabled, torch.is_inference_mode_enabled, torch.cuda.is_available,
-           torch.cuda.device_count, torch.backends.mps.is_available, torch.jit.is_scripting,
-           torch.jit.is_tracing, torch.is_deterministic_algorithms_warn_only_enabled,
-           torch.are_deterministic_algorithms_enabled, torch.get_num_threads,
-           torch.nn.modules.utils._pair, torch.nn.modules.utils._single, torch.nn.modules.utils._triple,
+           torch.is_autocast_enabled, torch.is_inference_mode_enabled, torch.jit.is_scripting,
+           torch.jit.is_tracing, torch.nn.modules.utils._pair, torch.nn.modules.utils._single, torch.nn.modules.utils._triple,
            torch.nn.modules.utils._ntuple}
     return fns
 
@@ -67,6 +64,12 @@ def _query_table() -> dict[Any, str]:
         torch.autograd._is_checkpoint_valid: GUARDED,  # False only inside a backward without checkpointing
         torch._C._current_graph_task_id: GUARDED,  # -1 unless called from inside a backward pass
         torch.is_grad_enabled: TRACKED,
+        torch.cuda.is_available: FIXED,  # CUDA is found (or not) once per process
+        torch.cuda.device_count: FIXED,
+        torch.backends.mps.is_available: FIXED,
+        torch.get_num_threads: GUARDED,  # torch.set_num_threads may change it between calls
+        torch.are_deterministic_algorithms_enabled: GUARDED,
+        torch.is_deterministic_algorithms_warn_only_enabled: GUARDED,
     }
     if torch.distributed.is_available():
         dist = torch.distributed

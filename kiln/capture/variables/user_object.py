@@ -14,6 +14,7 @@ import dis
 import enum
 import inspect
 import math
+import operator
 import os
 import types
 from typing import TYPE_CHECKING, Any, Sequence
@@ -73,6 +74,9 @@ class ObjectVariable(Variable):
         return self.value
 
     def identity(self) -> Any:
+        return self.value
+
+    def as_python_value_or_none(self) -> Any:
         return self.value
 
     def is_constant(self) -> bool:
@@ -161,12 +165,17 @@ class ObjectVariable(Variable):
 
         obj = self.value
         kind = type(obj)
-        if "__getattr__" in _class_dicts(kind):
-            instance_dict = getattr(obj, "__dict__", {})
-            if name not in instance_dict:
-                raise Unsupported(f"{kind.__qualname__} defines __getattr__", kind="unsupported_attribute")
         instance_dict = getattr(obj, "__dict__", None)
         static = inspect.getattr_static(kind, name, _MISSING)
+        fallback = _python_getattr(tx, kind, name, static, instance_dict is not None and name in instance_dict)
+        if fallback is not None:
+            if self.source is not None:
+                # the attribute is still missing next time: the instance dict holds the same names
+                from kiln.capture.guards import Guard
+                tx.state.output.guards.append(Guard(AttrSource(self.source, "__dict__").name(), "check_keys",
+                                                    tuple(instance_dict or ())))
+            from kiln.capture.variables.functions import UserMethodVariable
+            return UserMethodVariable(fallback, self).call(tx, [tx.wrap(name, None)], {})
         is_data_descriptor = hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
         if instance_dict is not None and name in instance_dict and not is_data_descriptor:
             return tx.wrap(instance_dict[name], self._attr_source(name))
@@ -227,6 +236,8 @@ class ObjectVariable(Variable):
                     # `nn.ReLU()(x)`, `CrossEntropyLoss()` in a forward: built at trace time from
                     # constants; without tensors of its own it is just its forward's code.
                     return tx.wrap(module, None)
+        if isinstance(obj, (operator.attrgetter, operator.itemgetter)) and len(args) == 1 and not kwargs:
+            return _call_getter(tx, obj, args[0])
         if is_model_output_class(obj):
             return ModelOutputVariable.create(tx, obj, list(args), kwargs)
         if obj in _MAPPING_VIEWS and len(args) == 1 and not kwargs:
@@ -433,10 +444,45 @@ class SuperVariable(Variable):
                     return GenericGetattrVariable(self.obj)
                 if isinstance(self.obj, DictVariable) and base in (dict, *DICT_BASES):
                     return DictMethodVariable(self.obj, name)
+                if name in ("__init__", "__str__", "__repr__") and issubclass(base, BaseException) \
+                        and base.__module__ == "builtins":
+                    from kiln.capture.variables.exception import ExceptionVariable
+                    if isinstance(self.obj, ExceptionVariable):  # the builtin exception's own method
+                        return BuiltinExceptionMethodVariable(self.obj, name)
                 if base is dict and name in _DICT_READS and isinstance(self.obj, ObjectVariable):
                     return DictReadVariable(self.obj, name)
                 raise Unsupported(f"super().{name} of kind {type(attr).__name__}", kind="unsupported_attribute")
         raise Unsupported(f"super() has no attribute {name!r}", kind="unsupported_attribute")
+
+
+class BuiltinExceptionMethodVariable(Variable):
+    """`super().__init__(msg)` (or `__str__`) in a user exception class: BaseException's own."""
+
+    def __init__(self, obj: Variable, name: str) -> None:
+        self.obj = obj
+        self.name = name
+
+    def describe(self) -> str:
+        return f"BaseException.{self.name} of {self.obj.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.exception import ExceptionVariable
+
+        exc = self.obj
+        assert isinstance(exc, ExceptionVariable)
+        if self.name == "__init__":
+            if kwargs:
+                raise Unsupported("BaseException.__init__ with keyword arguments (raised natively)", kind="unsupported")
+            exc.args = list(args)
+            from kiln.capture.variables.constant import ConstantVariable
+            return ConstantVariable(None)
+        if not all(a.is_constant() for a in exc.args):
+            raise Unsupported(f"BaseException.{self.name} of arguments unknown at trace time", kind="unsupported_call")
+        real = BaseException.__new__(exc.exc_type)
+        real.args = tuple(a.as_constant() for a in exc.args)
+        from kiln.capture.variables.constant import ConstantVariable
+        base = next(b for b in exc.exc_type.__mro__ if b.__module__ == "builtins")
+        return ConstantVariable(getattr(base, self.name)(real))
 
 
 class GenericGetattrVariable(Variable):
@@ -465,6 +511,81 @@ def _python_len(tx: "Tracer", var: Variable, cls: type) -> Variable | None:
     result = var.getattr(tx, "__len__").call(tx, [], {})
     if result.is_constant() and type(result.as_constant()) is int and result.as_constant() >= 0:
         return result
+    return None
+
+
+def _call_getter(tx: "Tracer", getter: Any, target: Variable) -> Variable:
+    """`operator.attrgetter("a.b", "c")(obj)` and `operator.itemgetter(k)(obj)`: the reads they make,
+    traced one by one (their names and keys come from the getter's own `__reduce__`)."""
+    from kiln.capture.opcodes.operators import subscript
+    from kiln.capture.variables.sequence import TupleVariable
+
+    keys = getter.__reduce__()[1]
+    found: list[Variable] = []
+    for key in keys:
+        if isinstance(getter, operator.attrgetter):
+            value = target
+            for part in key.split("."):
+                value = tx.getattr(value, part)
+        else:
+            value = subscript(tx, target, tx.wrap(key, None))
+        found.append(value)
+    return found[0] if len(found) == 1 else TupleVariable(found)
+
+
+def _python_getattr(tx: "Tracer", kind: type, name: str, static: Any, in_instance: bool) -> types.FunctionType | None:
+    """The class's Python `__getattr__` when CPython calls it for `name`: the ordinary lookup
+    found nothing (not in the instance dict, not on the class). A class attribute that is a
+    descriptor could raise AttributeError and fall through to it: not decided here, a break."""
+    getattr_fn = inspect.getattr_static(kind, "__getattr__", None)
+    if getattr_fn is None:
+        return None
+    if not isinstance(getattr_fn, types.FunctionType):
+        raise Unsupported(f"{kind.__qualname__}.__getattr__ is not a Python function", kind="unsupported_attribute")
+    from kiln.capture.variables.functions import guard_class_attribute
+    guard_class_attribute(tx, kind, "__getattr__", getattr_fn)
+    if in_instance or name == "__class__":
+        return None
+    if static is not _MISSING:
+        guard_class_attribute(tx, kind, name, static)
+        if hasattr(type(static), "__get__") and not isinstance(static, (types.FunctionType, staticmethod, classmethod,
+                                                                         types.GetSetDescriptorType)):
+            raise Unsupported(f"{kind.__qualname__}.{name} is a descriptor of a class defining __getattr__",
+                              kind="unsupported_attribute")
+        return None
+    from kiln.capture.guards import ABSENT
+    guard_class_attribute(tx, kind, name, ABSENT)  # still not on the class next time
+    return getattr_fn
+
+
+def python_text(tx: "Tracer", var: Variable, name: str, spec: str = "") -> str | None:
+    """`str(obj)`, `repr(obj)` or `format(obj, spec)` (name `__str__`, `__repr__`, `__format__`)
+    of a user object whose class writes the method CPython would call in Python (str falls back to
+    `__repr__`, format with an empty spec to str): inlined, and its string is the answer. None when
+    no Python method answers (object's own would print an address)."""
+    from kiln.capture.guards import ABSENT
+    from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
+
+    if not isinstance(var, (ObjectVariable, NewObjectVariable)) or isinstance(var.as_python_value_or_none(),
+                                                                               (type, types.ModuleType)):
+        return None
+    kind = var.python_type()
+    chain = {"__format__": ["__format__", "__str__", "__repr__"], "__str__": ["__str__", "__repr__"],
+             "__repr__": ["__repr__"]}[name]
+    for candidate in chain:
+        method = inspect.getattr_static(kind, candidate, ABSENT)
+        guard_class_attribute(tx, kind, candidate, method)
+        if isinstance(method, types.FunctionType):
+            arguments = [tx.wrap(spec, None)] if candidate == "__format__" else []
+            if candidate != "__format__" and name == "__format__" and spec:
+                return None  # object.__format__ refuses a spec: raised natively
+            result = UserMethodVariable(method, var).call(tx, arguments, {})
+            if not (result.is_constant() and isinstance(result.as_constant(), str)):
+                raise Unsupported(f"{kind.__qualname__}.{candidate} returned {result.describe()}",
+                                  kind="unsupported_call")
+            return result.as_constant()
+        if method is not ABSENT and getattr(method, "__objclass__", None) is not object:
+            return None  # a builtin base's own method
     return None
 
 
@@ -725,6 +846,7 @@ class NewObjectVariable(Variable):
         self.cls = cls
         self.cls_source = cls_source  # where the class was read from; class attributes are guarded there
         self.attrs: dict[str, Variable] = {}
+        self.instance_dict: DictVariable | None = None
 
     def describe(self) -> str:
         return f"new {self.cls.__qualname__} object"
@@ -734,6 +856,9 @@ class NewObjectVariable(Variable):
 
     def identity(self) -> Any:
         return self  # made once in the frame: this Variable is the object
+
+    def as_python_value_or_none(self) -> Any:
+        return None
 
     def truth(self, tx: "Tracer") -> bool:
         if getattr(self.cls, "__bool__", None) is None and getattr(self.cls, "__len__", None) is None:
@@ -763,6 +888,14 @@ class NewObjectVariable(Variable):
         static = inspect.getattr_static(self.cls, name, _MISSING)
         if name == "__class__":
             return tx.wrap(self.cls, self.cls_source)
+        if name == "__dict__":
+            if self.instance_dict is None:  # a dict over the very attributes: writes through it show
+                self.instance_dict = DictVariable({})
+                self.instance_dict.items = self.attrs
+            return self.instance_dict
+        fallback = _python_getattr(tx, self.cls, name, static, False)
+        if fallback is not None:
+            return UserMethodVariable(fallback, self).call(tx, [tx.wrap(name, None)], {})
         if static is _MISSING or (hasattr(type(static), "__get__") and not isinstance(
                 static, (property, types.FunctionType, staticmethod, classmethod))):
             raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
@@ -775,7 +908,8 @@ class NewObjectVariable(Variable):
             return tx.wrap(static, AttrSource(self.cls_source, name))  # guarded as `A.K` is read
         guard_class_attribute(tx, self.cls, name, static, class_source=self.cls_source)
         if isinstance(static, property):
-            return UserFunctionVariable(python_function(static.fget, "a property getter")).call(tx, [self], {})
+            from kiln.capture.variables.functions import read_property
+            return read_property(tx, static, self, name)
         if isinstance(static, types.FunctionType):
             return UserMethodVariable(static, self)
         if isinstance(static, staticmethod):
