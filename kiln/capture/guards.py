@@ -549,7 +549,7 @@ def check_global_state(expected: GlobalState, name: str, em: Emitter) -> list[Ch
     ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ProcessQuery:
     """A process-wide setting the trace asked for and baked in: `fn(*args)` gave `result` (a
     torch.backends flag, `torch.distributed.is_initialized()`, whether saved-tensor hooks are
@@ -563,6 +563,8 @@ class ProcessQuery:
 
     def __str__(self) -> str:
         return f"{self.label} is {_short(self.result)}"
+
+    __repr__ = __str__
 
 
 @guard_kind

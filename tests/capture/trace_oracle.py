@@ -79,23 +79,32 @@ def check_traced(fn: Callable[..., Any], make_args: Callable[[], tuple], *, sett
     """Kiln compiles `fn` whole (fullgraph=True) and matches eager, results and argument mutations,
     over `calls` calls; torch.compile also traces it in one graph (unless `oracle` is False: a
     program torch.compile breaks on, which Kiln traces), and Kiln makes no more graphs."""
+    grad = torch.is_grad_enabled()
     with configured(settings or {}):
         kiln.reset()
         torch._dynamo.reset()
         compiled = kiln.compile(fn, backend="eager", fullgraph=True)
         for _ in range(calls):
             expected, eager_args = _run(fn, make_args)
+            eager_grad = torch.is_grad_enabled()
+            torch.set_grad_enabled(grad)
             got, kiln_args = _run(compiled, make_args)
+            assert torch.is_grad_enabled() == eager_grad, "grad mode after the call differs from eager's"
+            torch.set_grad_enabled(grad)
             same(got, expected)
             same(kiln_args, eager_args, "arguments after the call")
         stats = kiln.stats()
         assert stats["graph_breaks"] == 0 and stats["fallbacks"] == 0, stats
         kiln.reset()
         explained = kiln.explain(fn)(*make_args())
+        torch.set_grad_enabled(grad)
         assert explained.graph_break_count == 0, explained.break_reasons
         if oracle:
             torch._dynamo.reset()
-            dynamo = torch._dynamo.explain(fn)(*make_args())
+            try:
+                dynamo = torch._dynamo.explain(fn)(*make_args())
+            finally:
+                torch.set_grad_enabled(grad)  # torch.compile may leave grad mode as its trace set it
             assert dynamo.graph_break_count <= 0, [str(b.reason)[:200] for b in dynamo.break_reasons]
             assert explained.graph_count <= max(dynamo.graph_count, 1)
 

@@ -17,7 +17,7 @@ import torch
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.numpy_array import NumpyArrayVariable, torch_dtype
-from kiln.capture.variables.numpy_functions import _constant, _name, cast, numpy_function, result_dtype, wrap_out
+from kiln.capture.variables.numpy_functions import _constant, _name, cast, numpy_function, wrap_out
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -41,6 +41,16 @@ def _arguments(fn: Any, names: tuple[str, ...], args: list[Variable], kwargs: di
     return found
 
 
+def _transform_dtype(fn: Any, array: NumpyArrayVariable, given: dict[str, Any]) -> np.dtype:
+    """numpy's own answer for the result dtype: the transform run on a small array of the same
+    dtype and rank with the same options (one element per axis would be too few for irfft)."""
+    stand_in = np.ones((4,) * max(array.ndim, 1), dtype=array.dtype)
+    try:
+        return np.asarray(fn(stand_in, **given)).dtype
+    except Exception as exc:
+        raise Unsupported(f"{_name(fn)} raised {type(exc).__name__}: {exc} (raised natively)", kind="numpy") from exc
+
+
 @numpy_function(*_TRANSFORMS)
 def transform(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     array = args[0]
@@ -48,7 +58,7 @@ def transform(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Var
         raise Unsupported(f"{_name(fn)} on {array.describe()}", kind="numpy")
     torch_fn, np_names, torch_names = _TRANSFORMS[fn]
     given = _arguments(fn, np_names, args[1:], kwargs)
-    out_dtype = result_dtype(fn, [array], {})
+    out_dtype = _transform_dtype(fn, array, given)
     # the input in the precision of numpy's answer: a real input as the real dtype of that precision
     precision = np.dtype(np.float32) if out_dtype in (np.complex64, np.float32) else np.dtype(np.float64)
     work = np.result_type(precision, np.complex64) if array.dtype.kind == "c" else precision

@@ -57,7 +57,9 @@ class SymIntVariable(Variable):
             return ConstantVariable(1)
         if name in _KEPT_METHODS.get(kind, ()) or name in _SPECIALIZING_METHODS.get(kind, ()):
             return BoundMethodVariable(self, name)
-        raise Unsupported(f"attribute {name!r} of {kind.__name__} (raised natively)", kind="unsupported_attribute")
+        from kiln.capture.variables.exception import raise_in_trace
+        error = AttributeError(f"{kind.__name__!r} object has no attribute {name!r}")
+        raise raise_in_trace(error, f"AttributeError: {error} (raised natively)")
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:

@@ -238,6 +238,8 @@ class ObjectVariable(Variable):
                     return tx.wrap(module, None)
         if isinstance(obj, (operator.attrgetter, operator.itemgetter)) and len(args) == 1 and not kwargs:
             return _call_getter(tx, obj, args[0])
+        if obj in (operator.attrgetter, operator.itemgetter) and all(a.is_constant() for a in args) and not kwargs:
+            return tx.wrap_result(obj(*[a.as_constant() for a in args]))  # immutable, made from constants
         if is_model_output_class(obj):
             return ModelOutputVariable.create(tx, obj, list(args), kwargs)
         if obj in _MAPPING_VIEWS and len(args) == 1 and not kwargs:
