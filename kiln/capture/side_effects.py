@@ -78,7 +78,7 @@ class SideEffects:
     def emit(self, glue: "GlueBuilder") -> None:
         """Append the replay of every effect to the glue, in program order."""
         from kiln.capture.variables.deque import DequeVariable
-        from kiln.capture.variables.dict import DictVariable, SetVariable, key_text
+        from kiln.capture.variables.dict import DictVariable, SetVariable, key_text, replay_contents
         from kiln.capture.variables.sequence import ListVariable
 
         # every mutated container reached through another one (kwargs['cache'].layers) is looked up
@@ -99,11 +99,7 @@ class SideEffects:
                     items = ", ".join(glue.reconstruct(i) for i in effect.items)
                     glue.line(f"{target}[:] = [{items}]")
                 elif isinstance(effect, DictVariable):
-                    tmp = glue.fresh("d")
-                    body = ", ".join(f"{key_text(glue, k)}: {glue.reconstruct(v)}" for k, v in effect.items.items())
-                    glue.line(f"{tmp} = {{{body}}}")
-                    glue.line(f"{target}.clear()")
-                    glue.line(f"{target}.update({tmp})")
+                    replay_contents(glue, effect, target)
                 elif isinstance(effect, SetVariable):
                     tmp = glue.fresh("s")
                     elements = "".join(key_text(glue, k) + ", " for k in effect.items)

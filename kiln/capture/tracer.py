@@ -295,6 +295,10 @@ class Tracer:
         if isinstance(obj, DictVariable) and obj.source is None and obj.dict_type.__dictoffset__:
             obj.attrs[name] = value  # an instance of a dict subclass made during the trace
             return
+        if isinstance(obj, DictVariable) and obj.real is not None:
+            self.side_effects.store_attr(obj.real, obj, name, value)  # a dict subclass from outside
+            obj.attrs[name] = value
+            return
         if isinstance(obj, ModelOutputVariable):
             obj.set_field(name, value)  # likewise made during the trace
             return

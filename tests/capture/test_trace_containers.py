@@ -624,3 +624,51 @@ def test_set_display_of_constants_iterates_like_eager() -> None:
         return list(s), list(t), list(u), list(s | {8}), x
 
     check_traced(f, _x)
+
+
+# ------------------------------------------------------------------ dicts from outside the frame
+def input_subclass_reads(d, x):
+    return x * d["a"], len(d), list(d), "a" in d, d.get("zz", 4), d.tag
+
+
+def input_subclass_mutated(d, x):
+    d["b"] = x  # CountingDict doubles what it stores
+    del d["a"]
+    return len(d), d.reads
+
+
+def input_tensor_keys(d, x):
+    return sum(d.values()) + x, d[x], len(d)
+
+
+def _counting(**items):
+    made = CountingDict(**items)
+    made.tag = "t"
+    return made
+
+
+@pytest.mark.parametrize("fn,make", [
+    (input_subclass_reads, lambda: (_counting(a=2, b=3), torch.randn(3))),
+    (input_subclass_mutated, lambda: (_counting(a=2), torch.randn(3))),
+], ids=["reads", "mutated"])
+def test_an_input_dict_subclass(fn, make) -> None:
+    check_traced(fn, make)
+
+
+def test_an_input_dict_subclass_mutated_keeps_its_class_and_replays_through_dict() -> None:
+    d = _counting(a=2)
+    kiln.compile(input_subclass_mutated, backend="eager", fullgraph=True)(d, X)
+    expected = _counting(a=2)
+    input_subclass_mutated(expected, X)
+    assert type(d) is CountingDict and list(d) == list(expected) == ["b"]
+    torch.testing.assert_close(dict.__getitem__(d, "b"), dict.__getitem__(expected, "b"))
+
+
+def test_an_input_dict_with_tensor_keys() -> None:
+    x = torch.randn(3)
+    check_traced(input_tensor_keys, lambda: ({x: x * 2, "c": 1}, x))
+    compiled = kiln.compile(input_tensor_keys, backend="eager")
+    y = torch.randn(3)
+    with pytest.raises(KeyError):  # another tensor keys the dict: d[y] misses, as in eager
+        compiled({x: x * 2}, y)
+    torch.testing.assert_close(compiled({y: y * 3}, y)[1], y * 3)

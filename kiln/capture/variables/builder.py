@@ -36,7 +36,7 @@ from kiln.capture.variables.context_manager import (
     wrap_autocast_instance,
 )
 from kiln.capture.variables.deque import DequeVariable
-from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_key
+from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_key, wrappable_dict_subclass
 from kiln.capture.variables.numpy_array import wrap_ndarray_input
 from kiln.capture.variables.numpy_functions import NumpyFunctionVariable, is_numpy_function
 from kiln.capture.variables import numpy_fft_grids  # noqa: F401  (fills NUMPY_FUNCTIONS with np.fft, np.meshgrid)
@@ -174,6 +174,11 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
             _guard(state, AttrSource(source, "default_factory"), "check_none")
         entries = {k: wrap_value(state, v, _dict_value_source(source, k, i)) for i, (k, v) in enumerate(value.items())}
         return DictVariable(entries, type(value), source, default_factory=factory)
+    if type(value) in (dict, collections.OrderedDict) and source is not None \
+            and all(isinstance(k, torch.Tensor) or is_constant_value(k) for k in value):
+        return _wrap_tensor_keyed_dict(state, value, source)
+    if isinstance(value, dict) and source is not None and wrappable_dict_subclass(type(value)) and _constant_keys(value):
+        return _wrap_dict_subclass(state, value, source)
     if source is not None and is_model_output_class(type(value)):
         _guard(state, source, "check_type", type(value))
         _guard(state, source, "check_keys", tuple(value.keys()))
@@ -301,6 +306,39 @@ def _hashable(value: Any) -> bool:
 def _constant_keys(d: Any) -> bool:
     return all(is_constant_value(k) or is_identity_key(k)
                or (isinstance(k, tuple) and all(is_constant_value(i) for i in k)) for k in d)
+
+
+def _wrap_tensor_keyed_dict(state: "CaptureState", value: dict, source: Source) -> Variable:
+    """A dict from outside with tensor keys (hashed by identity): each key read by its position and
+    guarded as a tensor input (the aliasing guard then pins which input it is), its value likewise."""
+    from kiln.capture.sources import DictKeySource
+    from kiln.capture.variables.dict import key_of
+
+    _guard(state, source, "check_type", type(value))
+    _guard(state, source, "check_len", len(value))
+    entries: dict[Any, Variable] = {}
+    for index, (key, item) in enumerate(value.items()):
+        key_var = wrap_value(state, key, DictKeySource(source, index))
+        entries[key_of(key_var)] = wrap_value(state, item, DictValueSource(source, index))
+    return DictVariable(entries, type(value), source)
+
+
+def _wrap_dict_subclass(state: "CaptureState", value: dict, source: Source) -> Variable:
+    """An instance of a dict subclass from outside: its keys guarded as a dict's, its values read
+    from the dict's own storage (the subclass's __getitem__ may compute something else), its
+    instance attributes read on demand behind a guard on their names."""
+    from kiln.capture.sources import AttrSource, RawItemSource
+
+    _guard(state, source, "check_type", type(value))
+    _guard(state, source, "check_keys", tuple(value.keys()))
+    _guard(state, AttrSource(source, "__dict__"), "check_keys", tuple(vars(value)))
+    entries = {k: wrap_value(state, v, RawItemSource(source, k)) for k, v in dict.items(value)}
+    factory = None
+    if isinstance(value, collections.defaultdict) and value.default_factory is not None:
+        factory = wrap_value(state, value.default_factory, AttrSource(source, "default_factory"))
+    made = DictVariable(entries, type(value), source, default_factory=factory)
+    made.real = value
+    return made
 
 
 def _dict_value_source(source: Source | None, key: Any, index: int) -> Source | None:

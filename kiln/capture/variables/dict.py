@@ -121,6 +121,7 @@ class DictVariable(Variable):
         self.source = source
         self.default_factory = default_factory
         self.attrs: dict[str, Variable] = {}
+        self.real: Any = None  # a subclass instance from outside: its instance attributes are read off it
 
     def describe(self) -> str:
         return f"{self.dict_type.__name__} with keys {list(self.items)}"
@@ -162,6 +163,10 @@ class DictVariable(Variable):
         from kiln.capture.variables.functions import BoundMethodVariable
 
         if name in self.attrs:
+            return self.attrs[name]
+        if self.real is not None and self.source is not None and name in vars(self.real):
+            from kiln.capture.sources import AttrSource
+            self.attrs[name] = tx.wrap(vars(self.real)[name], AttrSource(self.source, name))
             return self.attrs[name]
         if name == "default_factory" and issubclass(self.dict_type, collections.defaultdict):
             return self.default_factory if self.default_factory is not None else ConstantVariable(None)
@@ -399,6 +404,28 @@ class DictMethodVariable(Variable):
     def reconstruct(self, glue: "GlueBuilder") -> str:
         method = getattr(_builtin_base(self.obj.dict_type), self.name)
         return f"{glue.constant(method)}.__get__({glue.reconstruct(self.obj)})"
+
+
+def wrappable_dict_subclass(kind: type) -> bool:
+    """A dict subclass whose instances from outside capture reads as traced dicts: constructible as
+    one, and with dict's own `keys` (what the keys guard calls)."""
+    return constructible_dict_subclass(kind) and _defining_class(kind, "keys") in BUILTIN_DICTS
+
+
+def replay_contents(glue: "GlueBuilder", effect: "DictVariable", target: str) -> None:
+    """The glue lines that give the caller's dict `target` the final items of `effect`: through the
+    builtin base's own methods for a subclass (its overrides ran in the trace already)."""
+    tmp = glue.fresh("d")
+    body = ", ".join(f"{key_text(glue, k)}: {glue.reconstruct(v)}" for k, v in effect.items.items())
+    glue.line(f"{tmp} = {{{body}}}")
+    if effect.dict_type in BUILTIN_DICTS:
+        glue.line(f"{target}.clear()")
+        glue.line(f"{target}.update({tmp})")
+        return
+    base = glue.constant(_builtin_base(effect.dict_type))
+    glue.line(f"{base}.clear({target})")
+    item = glue.fresh("item")
+    glue.line(f"for {item} in {tmp}.items(): {base}.__setitem__({target}, *{item})")
 
 
 def from_keys(tx: "Tracer", dict_type: type, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
