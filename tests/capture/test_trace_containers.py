@@ -672,3 +672,23 @@ def test_an_input_dict_with_tensor_keys() -> None:
     with pytest.raises(KeyError):  # another tensor keys the dict: d[y] misses, as in eager
         compiled({x: x * 2}, y)
     torch.testing.assert_close(compiled({y: y * 3}, y)[1], y * 3)
+
+
+def test_a_missing_key_of_a_subclass_is_guarded_on_the_class_lacking_missing() -> None:
+    class Late(dict):
+        pass
+
+    def f(x):
+        d = Late(a=1)
+        try:
+            return d["b"]
+        except KeyError:
+            return x + 1
+
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager", fullgraph=True)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(X), X + 1)
+    assert kiln.stats()["compiles"] == 1
+    Late.__missing__ = lambda self, key: X * 0
+    torch.testing.assert_close(compiled(X), X * 0)

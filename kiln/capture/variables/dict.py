@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from kiln.capture.guards import ABSENT
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
@@ -349,7 +350,7 @@ class DictVariable(Variable):
 
 
 BUILTIN_DICTS = (dict, collections.OrderedDict, collections.defaultdict)
-_MISSING = object()
+_MISSING = ABSENT  # what a class lookup that finds nothing gives (and what its guard expects)
 
 
 def _is_user_subclass(kind: type) -> bool:
