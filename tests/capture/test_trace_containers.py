@@ -692,3 +692,22 @@ def test_a_missing_key_of_a_subclass_is_guarded_on_the_class_lacking_missing() -
     assert kiln.stats()["compiles"] == 1
     Late.__missing__ = lambda self, key: X * 0
     torch.testing.assert_close(compiled(X), X * 0)
+
+
+def sorted_dynamic_sizes(x, y):
+    dims = sorted([x.shape[0], y.shape[0], 3])
+    big = max([x, y], key=lambda t: t.shape[0])
+    return dims, big.sum(), sorted([x, y], key=lambda t: t.shape[0], reverse=True)[0].shape, min(x.shape[0], y.shape[0])
+
+
+def test_sorted_and_max_over_dynamic_sizes_guard_relations_not_values() -> None:
+    # torch.compile breaks on sorted() with SymInt keys; Kiln decides each comparison with a guard
+    # on the relation, so sizes in the same order reuse the graph
+    from tests.capture.trace_oracle import same
+
+    kiln.reset()
+    compiled = kiln.compile(sorted_dynamic_sizes, backend="eager", fullgraph=True, dynamic=True)
+    for a, b in [(4, 6), (7, 5), (8, 9), (5, 12), (9, 4)]:
+        x, y = torch.ones(a), torch.ones(b)
+        same(compiled(x, y), sorted_dynamic_sizes(x, y))
+    assert kiln.stats()["compiles"] == 2  # 3 < s0 < s1, then s1 < s0

@@ -407,14 +407,20 @@ def sorted_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
     if key is not None and not (key.is_constant() and key.as_constant() is None):
         # sorted by the key function's results, which must be known now; the sort is stable, as
         # Python's, so equal keys keep the items' order
-        keys = [_constant_of(key.call(tx, [item], {}), "sorted() key") for item in items]
         reverse = bool(kwargs["reverse"].as_constant()) if "reverse" in kwargs else False
+        results = [key.call(tx, [item], {}) for item in items]
+        if _numbers(results):
+            return ListVariable([items[k] for k in _ordered(tx, results, reverse)])
+        keys = [_constant_of(result, "sorted() key") for result in results]
         order = _stable_order(keys, reverse)
         return ListVariable([items[k] for k in order])
     kwargs = {k: v for k, v in kwargs.items() if k != "key"}
     if all(i.is_constant() for i in items) and all(v.is_constant() for v in kwargs.values()):
         values = sorted((i.as_constant() for i in items), **{k: v.as_constant() for k, v in kwargs.items()})
         return ListVariable([tx.wrap_result(v) for v in values])
+    if _numbers(items) and set(kwargs) <= {"reverse"} and all(v.is_constant() for v in kwargs.values()):
+        reverse = bool(kwargs["reverse"].as_constant()) if kwargs else False
+        return ListVariable([items[k] for k in _ordered(tx, items, reverse)])
     firsts = _distinct_constant_heads(tx, items)
     if firsts is not None and set(kwargs) <= {"reverse"} and all(v.is_constant() for v in kwargs.values()):
         # (key, tensor) pairs such as sorted(d.items()): distinct keys decide the order alone,
@@ -423,6 +429,38 @@ def sorted_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
                        reverse=bool(kwargs["reverse"].as_constant()) if kwargs else False)
         return ListVariable([items[k] for k in order])
     raise Unsupported("sorted() of values unknown at trace time", kind="unsupported_call")
+
+
+def _numbers(values: Sequence[Variable]) -> bool:
+    """Python numbers and symbolic ones (sizes, int and float arguments), some not constant."""
+    from kiln.capture.variables.symint import SymIntVariable
+
+    return any(isinstance(v, SymIntVariable) for v in values) and all(
+        isinstance(v, SymIntVariable) or v.is_constant() and isinstance(v.as_constant(), (int, float))
+        for v in values)
+
+
+class _Ordered:
+    """A traced number inside Python's own sort, max and min: each comparison they make is
+    decided now by the ShapeEnv, which guards the relation (s0 < s1), not the values."""
+
+    def __init__(self, tx: "Tracer", value: Variable) -> None:
+        self.tx = tx
+        self.value = value
+
+    def _compare(self, symbol: str, other: "_Ordered") -> bool:
+        from kiln.capture.opcodes.operators import compare_op
+        return compare_op(self.tx, symbol, self.value, other.value).truth(self.tx)
+
+    def __lt__(self, other: "_Ordered") -> bool:
+        return self._compare("<", other)
+
+    def __gt__(self, other: "_Ordered") -> bool:
+        return self._compare(">", other)
+
+
+def _ordered(tx: "Tracer", values: Sequence[Variable], reverse: bool) -> list[int]:
+    return sorted(range(len(values)), key=lambda i: _Ordered(tx, values[i]), reverse=reverse)
 
 
 def _constant_of(var: Variable, what: str) -> Any:
@@ -475,7 +513,10 @@ def _minmax(fn: Any) -> Rule:
                 raise raise_in_trace(error, f"ValueError: {error} (raised natively)")
             if key is not None:
                 # the first item whose key is largest (smallest), as Python picks it
-                keys = [_constant_of(key.call(tx, [item], {}), f"{fn.__name__}() key") for item in items]
+                results = [key.call(tx, [item], {}) for item in items]
+                if _numbers(results):
+                    return items[fn(range(len(results)), key=lambda i: _Ordered(tx, results[i]))]
+                keys = [_constant_of(result, f"{fn.__name__}() key") for result in results]
                 best = fn(range(len(keys)), key=keys.__getitem__)
                 return items[best]
             kwargs = {}
@@ -535,13 +576,16 @@ for _fn in (abs, round, pow, divmod, chr, ord, hash, ascii, bin, hex, oct):
 
 def text_of(tx: "Tracer", value: Variable, name: str, spec: str = "") -> Variable:
     """str(value), repr(value) or format(value, spec) of a traced value that is not a constant: an
-    exception's, or a user object's written in Python (user_object.python_text)."""
+    exception's, or a user object's written in Python (object_protocol.python_text)."""
     from kiln.capture.variables.exception import ExceptionVariable
-    from kiln.capture.variables.user_object import python_text
+    from kiln.capture.variables.object_protocol import python_text
+    from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 
     if isinstance(value, ExceptionVariable) and not spec:
         return value.call_method(tx, "__repr__" if name == "__repr__" else "__str__", [], {})
-    text = python_text(tx, value, name, spec)
+    instance = isinstance(value, NewObjectVariable) or isinstance(value, ObjectVariable) \
+        and not isinstance(value.value, (type, types.ModuleType))
+    text = python_text(tx, value, name, spec) if instance else None
     if text is None:
         raise Unsupported(f"{name.strip('_')}() of {value.describe()}", kind="unsupported_call")
     return ConstantVariable(text)

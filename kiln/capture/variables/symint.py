@@ -13,7 +13,6 @@ import torch
 import torch.fx
 
 from kiln.capture.variables.base import Variable
-from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
