@@ -249,3 +249,24 @@ def test_saved_tensor_hooks_are_refused_inside_the_traced_block_as_in_eager() ->
     with pytest.raises(RuntimeError, match="disabled here"):
         kiln.compile(f, backend="eager")(torch.zeros(1))
     assert torch._C._autograd._saved_tensors_hooks_get_disabled_error_message() is None
+
+
+@torch.no_grad()
+def _global_no_grad_helper(y):
+    return y * 2, torch.is_grad_enabled()
+
+
+@torch.enable_grad()
+def _global_enable_grad_helper(y):
+    return y * 3, torch.is_grad_enabled()
+
+
+def global_decorated_helpers(x):
+    a, inside_a = _global_no_grad_helper(x)
+    with torch.no_grad():
+        b, inside_b = _global_enable_grad_helper(x)
+    return a, inside_a, a.requires_grad, b, inside_b, b.requires_grad, torch.is_grad_enabled()
+
+
+def test_helpers_decorated_outside_the_frame() -> None:
+    check_traced(global_decorated_helpers, _x)
