@@ -711,3 +711,21 @@ def test_sorted_and_max_over_dynamic_sizes_guard_relations_not_values() -> None:
         x, y = torch.ones(a), torch.ones(b)
         same(compiled(x, y), sorted_dynamic_sizes(x, y))
     assert kiln.stats()["compiles"] == 2  # 3 < s0 < s1, then s1 < s0
+
+
+def set_order_after_removals(x):
+    s = set()
+    for v in (40, 3, 17, 1, 33, 64, 96, 128):
+        s.add(v)
+    s.discard(17)
+    s.discard(1)
+    a, b = s.pop(), s.pop()  # pop continues where eager's table scan is
+    s.add(5)
+    s.update([200, 7])
+    t = s.copy()  # a copy re-lays out a table with removed entries
+    t.add(1000)
+    return a, b, list(s), list(t), x
+
+
+def test_set_pops_and_copies_follow_eagers_table() -> None:
+    check_traced(set_order_after_removals, _x)

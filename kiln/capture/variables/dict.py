@@ -564,12 +564,13 @@ class SetVariable(Variable):
         return made
 
     def _shadow_op(self, name: str, reals: list[Any]) -> Any:
-        """The real set operation on the shadow (None when some operand has no real form)."""
+        """The real set operation on the shadow: in place for the methods that change a set (only
+        sets have them; the shadow then has the table eager's set has), else the new set it makes.
+        None when some operand has no real form."""
         if self.shadow is None or any(r is None for r in reals):
             return None
-        target = self.shadow.copy() if name.endswith("_update") or name in ("update", "add", "discard") else self.shadow
-        result = getattr(target, name)(*reals)
-        return target if result is None else set(result) if isinstance(result, frozenset) else result
+        result = getattr(self.shadow, name)(*reals)
+        return self.shadow if result is None else set(result) if isinstance(result, frozenset) else result
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
@@ -601,13 +602,13 @@ class SetVariable(Variable):
         if name == "pop" and not args:
             if not self.items:
                 raise raise_in_trace(KeyError("pop from an empty set"), "KeyError: pop from an empty set (raised natively)")
-            shadow = None if self.shadow is None else self.shadow.copy()
-            first = shadow.pop() if shadow is not None else next(iter(self.items))
+            shadow = self.shadow
+            first = shadow.pop() if shadow is not None else next(iter(self.items))  # where eager's pop looks
             popped = self.items[first]
             self._replace(tx, {k: v for k, v in self.items.items() if k != first}, shadow)
             return popped
         if name == "clear" and not args:
-            return self._replace(tx, {}, set())
+            return self._replace(tx, {}, self._shadow_op("clear", []) if self.shadow is not None else set())
         if name == "copy" and not args:
             return self._made(dict(self.items), None if self.shadow is None else self.shadow.copy())
         operands = [self._operand(tx, a) for a in args]
