@@ -46,6 +46,7 @@ class GlueBuilder:
         self._const_names: dict[int, str] = {}
         self._counter = itertools.count()
         self._reconstructed: dict[int, tuple[Any, str]] = {}
+        self._rebuilding: set[int] = set()  # what reconstruct() is building now (a cycle check)
 
     # ------------------------------------------------------------------ names and values
     def fresh(self, prefix: str) -> str:
@@ -79,6 +80,7 @@ class GlueBuilder:
 
     def reconstruct(self, var: "Variable") -> str:
         """The expression of `var`, built once per glue: a value reachable twice stays one object."""
+        from kiln.capture.variables.deque import DequeVariable
         from kiln.capture.variables.dict import DictVariable, SetVariable
         from kiln.capture.variables.functions import NestedFunctionVariable
         from kiln.capture.variables.iterator import IteratorVariable
@@ -87,11 +89,18 @@ class GlueBuilder:
         cached = self._reconstructed.get(id(var))
         if cached is not None:
             return cached[1]
-        expr = var.reconstruct(self)
+        if id(var) in self._rebuilding:
+            # a container holding itself (the dict of locals() seen through its own name)
+            raise Unsupported(f"rebuilding {var.describe()}, which contains itself", kind="reconstruct")
+        self._rebuilding.add(id(var))
+        try:
+            expr = var.reconstruct(self)
+        finally:
+            self._rebuilding.discard(id(var))
         # a value read out of a container (kwargs['old']) is read once, where it is first needed:
         # replayed mutations of that container (kwargs.pop('old')) come before a later use
         nested_read = var.source is not None and expr.count("[") >= 2 and expr[:2] in ("L[", "G[")
-        if nested_read or var.source is None and isinstance(var, (ListVariable, DictVariable, SetVariable,
+        if nested_read or var.source is None and isinstance(var, (ListVariable, DictVariable, SetVariable, DequeVariable,
                                                                   NestedFunctionVariable, IteratorVariable)):
             name = self.fresh("v")
             self.line(f"{name} = {expr}")
@@ -243,11 +252,13 @@ def _restore_grad_node(state: Any) -> None:
     close_open_contexts(state)
     if state.grad_enabled != state.initial_grad:
         state.output.create_node("call_function", torch._C._set_grad_enabled, (state.initial_grad,), {}, None)
+    state.modes.restore_in_graph(state)
 
 
 def _grad_line(glue: GlueBuilder, state: Any) -> None:
     if state.grad_enabled != state.initial_grad:
         glue.line(f"{glue.constant(torch._C._set_grad_enabled)}({state.grad_enabled})")
+    state.modes.set_in_glue(glue)
 
 
 def _live_values(root: Any, names: Sequence[str]) -> tuple[list[str], list["Variable"]]:

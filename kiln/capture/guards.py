@@ -549,6 +549,42 @@ def check_global_state(expected: GlobalState, name: str, em: Emitter) -> list[Ch
     ]
 
 
+@dataclass(frozen=True, repr=False)
+class ProcessQuery:
+    """A process-wide setting the trace asked for and baked in: `fn(*args)` gave `result` (a
+    torch.backends flag, `torch.distributed.is_initialized()`, whether saved-tensor hooks are
+    disabled). Source ""; the function and its arguments are bound as constants, and the check calls
+    it again. In another process nothing is known about them: such an entry is not stored."""
+
+    fn: Any
+    args: tuple
+    result: Any
+    label: str
+
+    def __str__(self) -> str:
+        return f"{self.label} is {_short(self.result)}"
+
+    __repr__ = __str__
+
+
+@guard_kind
+def check_query(expected: ProcessQuery, name: str, em: Emitter) -> list[Check]:
+    # every name is bound (never the repr of a user value: generated text is not built from it)
+    call = f"{em.bind(expected.fn)}(*{em.bind(expected.args)})"
+    result = expected.result
+
+    def why(env: Any) -> str:
+        try:
+            now = expected.fn(*expected.args)
+        except Exception as exc:  # reported, not raised: the entry is simply not used
+            now = f"<{type(exc).__name__}>"
+        return f"{expected.label} changed from {_short(result)} to {_short(now)}"
+
+    if result is None or isinstance(result, bool):
+        return [Check(f"{call} is {em.bind(result)}", why)]
+    return [Check(f"type({call}) is {em.bind(type(result))} and {call} == {em.bind(result)}", why)]
+
+
 @guard_kind
 def check_aliasing(groups: tuple[tuple[str, ...], ...], name: str, em: Emitter) -> list[Check]:
     """Which tensor inputs are the same object: `groups` partitions their sources (source "")."""

@@ -19,6 +19,7 @@ from torch._dispatch.python import enable_python_dispatcher
 
 from kiln.capture import distributed
 from kiln.capture.guards import Guard, tensor_guard
+from kiln.capture.process_modes import MODE_WRITERS
 from kiln.capture.sources import Source
 from kiln.capture.verify import verify_captured_graph
 from kiln.errors import KilnError, Unsupported
@@ -237,8 +238,8 @@ class OutputGraph:
 
 
 # Nodes that switch a mode (grad, autocast) compute nothing by themselves.
-_MODE_SWITCHES = (torch._C._set_grad_enabled, torch.amp._enter_autocast, torch.amp._exit_autocast)
-_IMPURE = {torch._C._set_grad_enabled, operator.setitem, torch.amp._exit_autocast}
+_MODE_SWITCHES = (torch._C._set_grad_enabled, torch.amp._enter_autocast, torch.amp._exit_autocast, *MODE_WRITERS)
+_IMPURE = {torch._C._set_grad_enabled, operator.setitem, torch.amp._exit_autocast, *MODE_WRITERS}
 
 
 def _eliminate_dead_code(graph: torch.fx.Graph) -> None:

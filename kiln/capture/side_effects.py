@@ -77,7 +77,8 @@ class SideEffects:
     # ------------------------------------------------------------------ replay
     def emit(self, glue: "GlueBuilder") -> None:
         """Append the replay of every effect to the glue, in program order."""
-        from kiln.capture.variables.dict import DictVariable, SetVariable
+        from kiln.capture.variables.deque import DequeVariable
+        from kiln.capture.variables.dict import DictVariable, SetVariable, key_text, replay_contents
         from kiln.capture.variables.sequence import ListVariable
 
         # every mutated container reached through another one (kwargs['cache'].layers) is looked up
@@ -98,16 +99,15 @@ class SideEffects:
                     items = ", ".join(glue.reconstruct(i) for i in effect.items)
                     glue.line(f"{target}[:] = [{items}]")
                 elif isinstance(effect, DictVariable):
-                    tmp = glue.fresh("d")
-                    body = ", ".join(f"{glue.constant(k)}: {glue.reconstruct(v)}" for k, v in effect.items.items())
-                    glue.line(f"{tmp} = {{{body}}}")
-                    glue.line(f"{target}.clear()")
-                    glue.line(f"{target}.update({tmp})")
+                    replay_contents(glue, effect, target)
                 elif isinstance(effect, SetVariable):
                     tmp = glue.fresh("s")
-                    glue.line(f"{tmp} = {glue.constant(effect.as_constant())}")
+                    elements = "".join(key_text(glue, k) + ", " for k in effect.items)
+                    glue.line(f"{tmp} = ({elements})")
                     glue.line(f"{target}.clear()")
                     glue.line(f"{target}.update({tmp})")
+                elif isinstance(effect, DequeVariable):
+                    effect.replay(glue, target)
             elif kind == "attr":
                 glue.line(f"{glue.reconstruct(effect.owner)}.{effect.name} = {glue.reconstruct(effect.value)}")
             elif kind == "global":

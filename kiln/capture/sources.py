@@ -115,6 +115,18 @@ class DictValueSource(Source):
 
 
 @dataclass(frozen=True)
+class DictKeySource(Source):
+    """The key at position `index` of dict `base` (a tensor key, hashed by identity): a length
+    guard on `base` and a guard on each key pin which key sits where."""
+
+    base: Source
+    index: int
+
+    def name(self) -> str:
+        return f"list({self.base.name()}.keys())[{self.index}]"
+
+
+@dataclass(frozen=True)
 class CallSource(Source):
     """`base.method()` for argument-free reads such as `keys()`, `size()` or `__reduce__()`."""
 

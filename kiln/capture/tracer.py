@@ -38,6 +38,7 @@ from kiln.capture.guards import Guard
 from kiln.capture.options import CompileOptions
 from kiln.capture.opcodes import OPCODES
 from kiln.capture.output_graph import OutputGraph
+from kiln.capture.process_modes import ProcessModes
 from kiln.capture.side_effects import SideEffects
 from kiln.capture.sources import ClosureSource, GlobalSource, LocalSource, Source, resume_stack_slot
 from kiln.capture.variables.base import Variable
@@ -45,8 +46,8 @@ from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.dict import DictVariable
-from kiln.capture.variables.exception import RaisedInTrace, catch_in_frame
-from kiln.capture.variables.functions import CellVariable
+from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame
+from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.slice import SliceVariable
@@ -96,6 +97,7 @@ class CaptureState:
         self.initial_grad = torch.is_grad_enabled()
         self.open_contexts: list[Any] = []  # autocast regions entered and not yet exited
         self.grad_enabled = self.initial_grad
+        self.modes = ProcessModes()  # the default dtype and other settings the frame changes
         self.innermost: "Tracer | None" = None
         self.steps = 0
 
@@ -182,6 +184,7 @@ class Tracer:
         self.yielded: list[Variable] | None = None  # set when running a generator to its end
         self.handled: list[Variable] = []  # exceptions whose handlers are running (PUSH_EXC_INFO)
         self.suspend_at_yield = False  # a contextmanager's generator: stop at each yield
+        self.locals_dict: DictVariable | None = None  # what locals() returned: one dict per frame
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Variable:
@@ -286,6 +289,16 @@ class Tracer:
         if isinstance(obj, NewObjectVariable):
             obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
             return
+        if isinstance(obj, (NestedFunctionVariable, ExceptionVariable)):
+            obj.set_attribute(name, value)  # a function or exception made during the trace
+            return
+        if isinstance(obj, DictVariable) and obj.source is None and obj.dict_type.__dictoffset__:
+            obj.attrs[name] = value  # an instance of a dict subclass made during the trace
+            return
+        if isinstance(obj, DictVariable) and obj.real is not None:
+            self.side_effects.store_attr(obj.real, obj, name, value)  # a dict subclass from outside
+            obj.attrs[name] = value
+            return
         if isinstance(obj, ModelOutputVariable):
             obj.set_field(name, value)  # likewise made during the trace
             return
@@ -355,6 +368,25 @@ class Tracer:
                               kind="unsupported")
         return self.locals[name]
 
+    def frame_locals(self) -> dict[str, Variable]:
+        """What `locals()` gives now: the bound fast locals in `co_varnames` order, then the
+        frame's other cells and its free variables (an argument held in a cell keeps its place)."""
+        code = self.code
+        names = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames]
+        found: dict[str, Variable] = {}
+        for name in names + list(code.co_freevars):
+            cell = self.cells.get(name)
+            if cell is not None:
+                if cell.loaded and cell.contents is None:
+                    continue  # a cell not yet assigned
+                try:
+                    found[name] = cell.load(self)
+                except Unsupported:
+                    continue  # an empty cell from outside the frame
+            elif name in self.locals or name in self.lazy_locals:
+                found[name] = self.read_local(name)
+        return found
+
     # ------------------------------------------------------------------ graph ops
     def call_op(self, kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         """Record `target(*args, **kwargs)` as a node; its example value comes from the fakes."""
@@ -365,6 +397,10 @@ class Tracer:
         ex_kwargs = {k: _example_arg(v) for k, v in kwargs.items()}
         try:
             example = self.output.run_fake(kind, target, ex_args, ex_kwargs)
+            pinned = self.state.modes.pinned_dtype(lambda t, a, k: self.output.run_fake(kind, t, a, k),
+                                                   target, ex_args, ex_kwargs, example)
+            if pinned is not None:  # the default dtype the frame set, made explicit (process_modes.py)
+                node_kwargs["dtype"] = ex_kwargs["dtype"] = pinned
         except Unsupported as exc:
             # the op read a number out of a tensor whose value capture knows: record it with the number
             reads: list[Any] = []
@@ -599,6 +635,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
         finally:
             abandon_open_contexts(state)
             torch._C._set_grad_enabled(state.initial_grad)
+            state.modes.restore_process()
 
 
 def _unbacked_break(state: CaptureState, exc: Unsupported) -> int | None:

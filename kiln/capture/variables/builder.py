@@ -25,7 +25,7 @@ from kiln.capture.constant_fold import known_input
 from kiln.capture.options import CONSTANT_RESULT_MARKER
 from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source
 from kiln.capture.variables.base import Variable
-from kiln.capture.variables.builtin import RULES, BuiltinVariable
+from kiln.capture.variables.builtin import RULES, BuiltinVariable, UnboundMethodVariable, is_unbound_builtin_method
 from kiln.capture.variables.checkpoint import CheckpointVariable, is_checkpoint_function
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import (
@@ -36,9 +36,11 @@ from kiln.capture.variables.context_manager import (
     is_held_lock_exit,
     wrap_autocast_instance,
 )
-from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_key
+from kiln.capture.variables.deque import DequeVariable
+from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_key, wrappable_dict_subclass
 from kiln.capture.variables.numpy_array import wrap_ndarray_input
 from kiln.capture.variables.numpy_functions import NumpyFunctionVariable, is_numpy_function
+from kiln.capture.variables import numpy_fft_grids  # noqa: F401  (fills NUMPY_FUNCTIONS with np.fft, np.meshgrid)
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import (
     CellVariable,
@@ -147,6 +149,13 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, source, "check_len", len(value))
         items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
         return TupleVariable(items, type(value), source)
+    if type(value) is collections.deque:
+        from kiln.capture.sources import AttrSource
+        _guard(state, source, "check_type", collections.deque)
+        _guard(state, source, "check_len", len(value))
+        _guard(state, None if source is None else AttrSource(source, "maxlen"), "check_value", value.maxlen)
+        items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
+        return DequeVariable(items, value.maxlen, source)
     if type(value) is list:
         _guard(state, source, "check_type", list)
         _guard(state, source, "check_len", len(value))
@@ -156,12 +165,23 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         # A class's or a Signature's read-only mapping, made during the trace: a constant dict.
         return DictVariable({k: wrap_value(state, v, None) for k, v in value.items()})
     if type(value) in (dict, collections.OrderedDict, collections.defaultdict) and _constant_keys(value):
-        if type(value) is collections.defaultdict:
-            raise Unsupported("defaultdict", kind="unsupported")
         _guard(state, source, "check_type", type(value))
         _guard(state, source, "check_keys", tuple(value.keys()))
+        factory = None
+        if type(value) is collections.defaultdict and value.default_factory is not None:
+            from kiln.capture.sources import AttrSource
+            factory = wrap_value(state, value.default_factory,
+                                 None if source is None else AttrSource(source, "default_factory"))
+        elif type(value) is collections.defaultdict and source is not None:
+            from kiln.capture.sources import AttrSource
+            _guard(state, AttrSource(source, "default_factory"), "check_none")
         entries = {k: wrap_value(state, v, _dict_value_source(source, k, i)) for i, (k, v) in enumerate(value.items())}
-        return DictVariable(entries, type(value), source)
+        return DictVariable(entries, type(value), source, default_factory=factory)
+    if type(value) in (dict, collections.OrderedDict) and source is not None \
+            and all(isinstance(k, torch.Tensor) or is_constant_value(k) for k in value):
+        return _wrap_tensor_keyed_dict(state, value, source)
+    if isinstance(value, dict) and source is not None and wrappable_dict_subclass(type(value)) and _constant_keys(value):
+        return _wrap_dict_subclass(state, value, source)
     if source is not None and is_model_output_class(type(value)):
         _guard(state, source, "check_type", type(value))
         _guard(state, source, "check_keys", tuple(value.keys()))
@@ -170,7 +190,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
             return record
     if type(value) in (set, frozenset) and all(is_constant_value(v) for v in value):
         _guard(state, source, "check_value", value)
-        return SetVariable([ConstantVariable(v) for v in value], type(value), source)
+        return SetVariable([ConstantVariable(v) for v in value], type(value), source, shadow=set(value))
     if isinstance(value, _ITERATOR_TYPES):
         return _wrap_iterator(state, value, source)
     if isinstance(value, np.ndarray) and type(value) is np.ndarray and source is not None:
@@ -264,6 +284,8 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if _hashable(value) and value in RULES:
         _guard(state, source, "check_id", value)
         return BuiltinVariable(value, source)
+    if is_unbound_builtin_method(value):
+        return UnboundMethodVariable(value, source)  # a method of a builtin type: fixed for the process
     if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) and \
             getattr(value, "__self__", None) is builtins:
         _guard(state, source, "check_id", value)
@@ -296,6 +318,39 @@ def _hashable(value: Any) -> bool:
 def _constant_keys(d: Any) -> bool:
     return all(is_constant_value(k) or is_identity_key(k)
                or (isinstance(k, tuple) and all(is_constant_value(i) for i in k)) for k in d)
+
+
+def _wrap_tensor_keyed_dict(state: "CaptureState", value: dict, source: Source) -> Variable:
+    """A dict from outside with tensor keys (hashed by identity): each key read by its position and
+    guarded as a tensor input (the aliasing guard then pins which input it is), its value likewise."""
+    from kiln.capture.sources import DictKeySource
+    from kiln.capture.variables.dict import key_of
+
+    _guard(state, source, "check_type", type(value))
+    _guard(state, source, "check_len", len(value))
+    entries: dict[Any, Variable] = {}
+    for index, (key, item) in enumerate(value.items()):
+        key_var = wrap_value(state, key, DictKeySource(source, index))
+        entries[key_of(key_var)] = wrap_value(state, item, DictValueSource(source, index))
+    return DictVariable(entries, type(value), source)
+
+
+def _wrap_dict_subclass(state: "CaptureState", value: dict, source: Source) -> Variable:
+    """An instance of a dict subclass from outside: its keys guarded as a dict's, its values read
+    from the dict's own storage (the subclass's __getitem__ may compute something else), its
+    instance attributes read on demand behind a guard on their names."""
+    from kiln.capture.sources import AttrSource, RawItemSource
+
+    _guard(state, source, "check_type", type(value))
+    _guard(state, source, "check_keys", tuple(value.keys()))
+    _guard(state, AttrSource(source, "__dict__"), "check_keys", tuple(vars(value)))
+    entries = {k: wrap_value(state, v, RawItemSource(source, k)) for k, v in dict.items(value)}
+    factory = None
+    if isinstance(value, collections.defaultdict) and value.default_factory is not None:
+        factory = wrap_value(state, value.default_factory, AttrSource(source, "default_factory"))
+    made = DictVariable(entries, type(value), source, default_factory=factory)
+    made.real = value
+    return made
 
 
 def _dict_value_source(source: Source | None, key: Any, index: int) -> Source | None:
@@ -361,6 +416,8 @@ def wrap_result(value: Any) -> Variable:
     if type(value) is dict:
         return DictVariable({k: wrap_result(v) for k, v in value.items()})
     if type(value) in (set, frozenset):
+        if all(is_constant_value(v) for v in value):
+            return SetVariable([ConstantVariable(v) for v in value], type(value), shadow=set(value))
         return SetVariable([wrap_result(v) for v in value], type(value))
     if is_torch_function(value):
         return TorchFunctionVariable(value)
@@ -368,6 +425,8 @@ def wrap_result(value: Any) -> Variable:
         return UserFunctionVariable(value)
     if _hashable(value) and value in RULES:
         return BuiltinVariable(value)
+    if is_unbound_builtin_method(value):
+        return UnboundMethodVariable(value)
     if isinstance(value, torch.nn.Module):
         return NNModuleVariable(value, None)
     if isinstance(value, torch.Tensor):

@@ -25,6 +25,7 @@ from kiln.capture.options import (
 from kiln.capture.guards import ConstantCall, Guard, note_constant_result
 from kiln.capture.sources import AttrSource, ClosureSource, Source, TypeSource
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.dict import DictVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -285,7 +286,7 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
     if name is not None and isinstance(static, (property, types.FunctionType, staticmethod, classmethod)):
         guard_class_attribute(tx, owner, name, static, receiver)
     if isinstance(static, property):
-        return UserFunctionVariable(python_function(static.fget, "a property getter")).call(tx, [receiver], {})
+        return read_property(tx, static, receiver, name)
     if isinstance(static, types.FunctionType):
         receiver_source = getattr(receiver, "source", None)
         # the function as guard_class_attribute reads it (its identity is guarded there)
@@ -310,6 +311,27 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
     return None
 
 
+def read_property(tx: "Tracer", prop: property, receiver: Variable, name: str | None) -> Variable:
+    """`obj.name` for a property: a getter written in Python is inlined; one written in C is called
+    as the builtin it is (`property(len)`), or, for an object from outside the frame (a pybind11
+    attribute: its getter is a C function with no side effects), read for real and guarded as read."""
+    fget = prop.fget
+    if isinstance(fget, types.FunctionType):
+        return UserFunctionVariable(fget).call(tx, [receiver], {})
+    if fget is None:
+        from kiln.capture.variables.exception import raise_in_trace
+        error = AttributeError(f"property {name!r} has no getter")
+        raise raise_in_trace(error, f"AttributeError: {error} (raised natively)")
+    real = receiver.identity()
+    module = getattr(fget, "__module__", None) or ""
+    c_getter = isinstance(fget, types.BuiltinFunctionType) or type(fget).__name__ == "instancemethod"
+    if c_getter and module not in ("builtins", "operator", "_operator") and name is not None \
+            and real is not None and real is getattr(receiver, "value", None):
+        source = getattr(receiver, "source", None)
+        return tx.wrap(getattr(real, name), None if source is None else AttrSource(source, name))
+    return tx.wrap(fget, None).call(tx, [receiver], {})
+
+
 class NestedFunctionVariable(Variable):
     """A function made by MAKE_FUNCTION during the trace: a lambda, an inner def, a comprehension."""
 
@@ -322,6 +344,10 @@ class NestedFunctionVariable(Variable):
         self.defaults = defaults
         self.kwdefaults = kwdefaults
         self.closure = closure
+        # what the frame set on the function: special attributes (functools.wraps copies __name__,
+        # __doc__, ...) and its __dict__ (made on first use)
+        self.special: dict[str, Variable] = {}
+        self.func_dict: DictVariable | None = None
 
     def describe(self) -> str:
         return f"function {self.qualname}"
@@ -329,12 +355,58 @@ class NestedFunctionVariable(Variable):
     def python_type(self) -> type:
         return types.FunctionType
 
+    def identity(self) -> Any:
+        return self
+
+    def _dict(self) -> DictVariable:
+        if self.func_dict is None:
+            self.func_dict = DictVariable({})
+        return self.func_dict
+
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        if name in ("__name__", "__qualname__"):
-            return tx.wrap_result(self.qualname if name == "__qualname__" else self.code.co_name)
+        from kiln.capture.variables.sequence import TupleVariable
+
+        if name in self.special:
+            return self.special[name]
+        if name in _WRITABLE_SPECIAL:
+            # as MAKE_FUNCTION sets them: the code's names, the module of its globals, the first
+            # constant of the code when it is a string (its docstring)
+            doc = self.code.co_consts[0] if self.code.co_consts and isinstance(self.code.co_consts[0], str) else None
+            return tx.wrap_result({"__name__": self.code.co_name, "__qualname__": self.qualname,
+                                   "__module__": self.f_globals.get("__name__"), "__doc__": doc}[name])
         if name == "__code__":
             return tx.wrap_result(self.code)
-        raise Unsupported(f"attribute {name!r} of a function made during the trace", kind="unsupported_attribute")
+        if name == "__defaults__":
+            return TupleVariable(list(self.defaults)) if self.defaults else tx.wrap_result(None)
+        if name == "__kwdefaults__":
+            return DictVariable(dict(self.kwdefaults)) if self.kwdefaults else tx.wrap_result(None)
+        if name == "__dict__":
+            return self._dict()
+        if name == "__annotations__":
+            self.special[name] = DictVariable({})  # made on first read, then the same dict
+            return self.special[name]
+        if self.func_dict is not None and name in self.func_dict.items:
+            return self.func_dict.items[name]
+        if name in ("__call__", "__get__"):
+            return BoundMethodVariable(self, name)
+        from kiln.capture.variables.exception import raise_in_trace
+        error = AttributeError(f"'function' object has no attribute {name!r}")
+        raise raise_in_trace(error, f"AttributeError: {error} (raised natively)")
+
+    def set_attribute(self, name: str, value: Variable) -> None:
+        """`fn.name = value` on a function made in the frame (nothing outside sees it yet)."""
+        if name in _WRITABLE_SPECIAL or name in ("__wrapped__", "__annotations__"):
+            self.special[name] = value
+        elif name.startswith("__") and name.endswith("__"):
+            raise Unsupported(f"setting {name} of a function made during the trace", kind="unsupported")
+        else:
+            self._dict().items[name] = value
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        if name == "__call__":
+            return self.call(tx, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         return tx.inline_call(self.code, self.f_globals, self.closure, self.defaults, self.kwdefaults,
@@ -349,7 +421,19 @@ class NestedFunctionVariable(Variable):
             raise Unsupported("rebuilding a function with keyword-only defaults", kind="reconstruct")
         if self.f_globals is not glue.f_globals:
             raise Unsupported("rebuilding a function of another module", kind="reconstruct")
-        return text
+        if not self.special and not (self.func_dict is not None and self.func_dict.items):
+            return text
+        name = glue.fresh("fn")
+        glue.line(f"{name} = {text}")
+        for attr, value in self.special.items():
+            glue.line(f"{name}.{attr} = {glue.reconstruct(value)}")
+        if self.func_dict is not None and self.func_dict.items:
+            glue.line(f"{name}.__dict__.update({glue.reconstruct(self.func_dict)})")
+        return name
+
+
+# Attributes of a function that the frame may set (functools.wraps does) and read back.
+_WRITABLE_SPECIAL = frozenset({"__name__", "__qualname__", "__module__", "__doc__"})
 
 
 class PartialVariable(Variable):
