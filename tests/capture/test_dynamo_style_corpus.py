@@ -119,36 +119,7 @@ KNOWN_FAILURES: dict[str, tuple[str, str]] = {
     # collections: deque, defaultdict, dict.fromkeys, dict subclasses, user Mappings, tensors as dict/set keys, set
     # methods: kiln/capture/variables/dict.py, kiln/capture/variables/sequence.py,
     # kiln/capture/variables/user_object.py (opaque calls)
-    "deque_append_pop_both_ends": (BREAK, "call to deque (collections)"),
-    "deque_as_bfs_queue": (BREAK, "call to deque (collections)"),
-    "deque_copy_clear_and_reverse": (BREAK, "call to deque (collections)"),
-    "deque_index_set_and_insert": (BREAK, "call to deque (collections)"),
-    "deque_input_mutated_for_caller": (BREAK, "descriptor 'append' of deque"),
-    "deque_iteration_and_membership": (BREAK, "call to deque (collections)"),
-    "deque_maxlen_drops_oldest": (BREAK, "call to deque (collections)"),
-    "global_deque_contents_change_between_calls": (BREAK, "iterating over deque object"),
-    "defaultdict_fromkeys_and_default_factory": (BREAK, "call to defaultdict.fromkeys (builtins)"),
-    "defaultdict_input_factory_called": (BREAK, "defaultdict"),
-    "defaultdict_int_counts": (BREAK, "call to defaultdict (collections)"),
-    "defaultdict_lambda_factory": (BREAK, "call to defaultdict (collections)"),
-    "defaultdict_list_factory": (BREAK, "call to defaultdict (collections)"),
-    "dict_fromkeys_constants": (BREAK, "call to dict.fromkeys (builtins)"),
-    "dict_keyed_by_parameter": (BREAK, "dict key tensor f_closure_0_cell_contents is not a constant"),
-    "dict_keyed_by_tensor_identity": (BREAK, "dict key tensor l_x is not a constant"),
-    "dict_subclass_input": (BREAK, "descriptor 'values' of Registry"),
-    "dict_subclass_method_and_items": (BREAK, "call to Registry (tests.capture.corpus.dicts)"),
-    "dict_subclass_missing_hook": (BREAK, "call to Defaulting (tests.capture.corpus.dicts)"),
-    "user_mapping_double_star_unpacked": (BREAK, "iterating over Settings object"),
-    "user_mapping_keys_items_get": (BREAK, "call to ItemsView (collections.abc)"),
-    "user_mutable_mapping_converted_to_dict": (BREAK, "iterating over Store object"),
-    "set_input_mutated_for_caller": (BREAK, "set.discard"),
-    "set_intersection_update_and_difference_update": (BREAK, "set.intersection_update"),
-    "set_methods_add_discard_update": (BREAK, "set.update"),
-    "set_of_tensors_iterated_sum": (BREAK, "dict key tensor l_x is not a constant"),
-    "set_of_tensors_membership_by_identity": (BREAK, "dict key tensor l_x is not a constant"),
-    "set_pop_and_copy": (BREAK, "set.pop"),
     # itertools and operator: kiln/capture/variables/builtin.py, kiln/capture/variables/iterator.py
-    "itertools_chain_from_iterable": (BREAK, "call to chain.from_iterable (builtins)"),
     "itertools_combinations_and_permutations": (BREAK, "call to permutations (itertools)"),
     "itertools_compress": (BREAK, "call to compress (itertools)"),
     "itertools_cycle_with_zip": (BREAK, "call to cycle (itertools)"),
@@ -157,76 +128,46 @@ KNOWN_FAILURES: dict[str, tuple[str, str]] = {
     "itertools_islice_and_count": (BREAK, "call to count (itertools)"),
     "itertools_repeat_and_starmap": (BREAK, "call to starmap (itertools)"),
     "itertools_tee_two_passes": (BREAK, "iterator (2 left) is not a constant at trace time"),
-    "itertools_zip_longest_fillvalue": (BREAK, "call to zip_longest (itertools)"),
-    "itertools_zip_longest_tensors": (BREAK, "call to zip_longest (itertools)"),
     "operator_contains_and_index": (BREAK, "call to contains (_operator)"),
     "operator_inplace_functions": (BREAK, "call to iadd (_operator)"),
-    "operator_itemgetter_attrgetter": (BREAK, "call to itemgetter (operator)"),
     "operator_methodcaller": (BREAK, "call to methodcaller (operator)"),
     # builtins over values known at trace time: sorted/min/max with key, list.sort(key=), delattr, locals(),
     # sys.intern, str.join of a generator: kiln/capture/variables/builtin.py, kiln/capture/variables/sequence.py
-    "sorted_constants_with_key_and_reverse": (BREAK, "sorted() of values unknown at trace time"),
-    "sorted_dict_items_by_value": (BREAK, "sorted() of values unknown at trace time"),
-    "lambda_in_sorted_key_and_map": (BREAK, "sorted() of values unknown at trace time"),
     "list_sort_with_key_and_reverse": (BREAK, "list.sort"),
-    "min_max_of_constants_and_keys": (BREAK, "max on ['constant 'ab'', 'constant 'abc'']"),
     "getattr_hasattr_setattr_delattr_on_object": (BREAK, "builtin delattr is not supported"),
-    "locals_read_in_frame": (BREAK, "call to locals()"),
     "sys_intern_and_sys_version": (BREAK, "call to intern (sys)"),
     "string_join_of_generator_over_shape": (BREAK, "str.join with non-constant arguments"),
     # user objects made in the frame: ==/is/id, dunder operators, __call__, __getattr__, total_ordering, dataclass
     # __eq__, __slots__, __dict__, a C-function property, user iterators, AttributeError caught:
     # kiln/capture/variables/user_object.py
-    "object_equality_and_identity_made_in_frame": (BREAK, "new object_equality_and_identity_made_in_frame.<local..."),
     "id_and_is_identity": (BREAK, "tensor l_x is not a constant at trace time"),
     "dunder_arithmetic_operators": (BREAK, "new Vec object + new Vec object"),
     "dunder_inplace_contains_bool": (BREAK, "new Vec object + constant 5"),
     "call_dunder_on_object": (BREAK, "calling new call_dunder_on_object.<locals>.Scale object"),
-    "getattr_fallback_input_object": (BREAK, "Lazy defines __getattr__"),
-    "getattr_fallback_on_user_class": (BREAK, "new Lazy object has no attribute 'w_3' (raised natively)"),
-    "total_ordering_class_compares": (BREAK, "new total_ordering_class_compares.<locals>.Version object <= new t..."),
-    "dataclass_equality": (BREAK, "Frozen object == Frozen object"),
     "slotted_object_attributes": (BREAK, "call to Slotted (tests.capture.corpus.classes)"),
     "instance_dict_update_and_vars": (BREAK, "new instance_dict_update_and_vars.<locals>.Bag object has no attri..."),
-    "property_with_c_function_getter": (BREAK, "a property getter that is not a Python function (builtin_functio..."),
     "user_iterable_with_getitem": (BREAK, "iterating over new user_iterable_with_getitem.<locals>.Seq object"),
-    "user_iterator_class": (BREAK, "iterating over new user_iterator_class.<locals>.Countdown object"),
+    "user_iterator_class": (ERROR, "RecursionError while tracing a user iterator class's __iter__/__next__"),
     "attribute_error_caught_for_optional_field": (BREAK, "new attribute_error_caught_for_optional_field.<locals>..."),
-    "custom_exception_with_python_init": (BREAK, "constructing the exception Plain (its __init__ is Python code)"),
     # functions made in the frame (__module__, __doc__ for wraps/contextmanager) and tensors in defaults:
     # kiln/capture/variables/functions.py, kiln/capture/variables/builder.py
-    "inner_function_attributes": (BREAK, "attribute '__doc__' of a function made during the t"),
-    "wraps_decorator_made_in_frame": (BREAK, "attribute '__module__' of a function made during the trace"),
-    "contextmanager_defined_in_frame": (BREAK, "attribute '__module__' of a function made during the trace"),
     "default_argument_tensor_captured": (BREAK, "a tensor created outside the traced code and not reachable from..."),
     # grad mode and global state: no_grad() as a decorator made in the frame, torch._C._set_grad_enabled in a user
     # context manager, set_default_dtype, disable_saved_tensors_hooks: kiln/capture/variables/grad_mode.py,
     # kiln/capture/variables/torch.py
-    "no_grad_decorator_defined_in_frame": (BREAK, "no_grad() used as a decorator"),
-    "user_context_manager_sets_grad_with_private_api": (BREAK, "call to _set_grad_enabled (torch._C)"),
-    "set_default_dtype_inside_frame": (BREAK, "call to set_default_dtype"),
-    "disable_saved_tensors_hooks_block": (BREAK, "call to pybind11_detail_function_record_v1_system_libstdcpp_gx..."),
     # queries torch.compile folds to constants (distributed, backends flags, is_fx_tracing, autocast state,
     # privateuse1 name), distributions' lazy properties, x * y.item() (torch keeps it a tensor op):
     # kiln/capture/variables/torch.py, kiln/capture/variables/tensor.py
-    "distributed_queries_fold": (BREAK, "call to is_available (torch.distributed)"),
-    "backend_flags_fold": (BREAK, "cuBLASModule defines __getattr__"),
-    "fx_tracing_and_onnx_export_queries": (BREAK, "call to Logger.warning (logging)"),
-    "autocast_and_privateuse1_queries": (BREAK, "call to _is_any_autocast_enabled (torch._C)"),
     "distributions_categorical_entropy": (BREAK, "new Categorical object has no attribute 'probs' (raised natively)"),
     "tensor_item_under_fullgraph_breaks_like_torch": (BREAK, "Tensor.item() reads the tensor's data, which is no..."),
     # numpy: np.dtype, np.finfo, np.fft, np.meshgrid: kiln/capture/variables/numpy_functions.py
-    "numpy_dtype_object": (BREAK, "call to dtype (numpy)"),
     "numpy_finfo_iinfo": (BREAK, "call to dtype (numpy)"),
-    "numpy_fft_round_trip": (BREAK, "numpy.fft.fft is not traced on arrays (it runs natively)"),
-    "numpy_meshgrid": (BREAK, "numpy.meshgrid is not traced on arrays (it runs natively)"),
     # generators (yield from / SEND, send(), throw()), symbolic float methods (is_integer), tensor hooks registered
     # in the frame: kiln/capture/tracer.py, kiln/capture/variables/iterator.py, kiln/capture/variables/symint.py,
     # kiln/capture/variables/tensor.py
     "yield_from_two_sources": (BREAK, "the bytecode instruction SEND is not supported"),
     "generator_send_values": (BREAK, "iadd raised TypeError: unsupported operand type(s) for +=: 'int' and 'None..."),
     "generator_close_and_throw": (BREAK, "iterator.throw"),
-    "float_is_integer_on_input": (BREAK, "attribute 'is_integer' of symbolic zf0"),
     "tensor_hook_registered_in_frame": (BREAK, "Tensor.register_hook() reads the tensor's data, which is not kno..."),
     "tensor_hook_on_input_records": (BREAK, "Tensor.register_hook() reads the tensor's data, which is not known..."),
     # graph counts: automatic dynamic for a changed global/dict value (3 graphs, torch 2), the code object of an
@@ -254,7 +195,7 @@ TORCH_FAILS: dict[str, str] = {
 }
 
 MIN_CASES = 400
-PASS_RATE_FLOOR = 0.73  # Kiln passes / cases torch.compile passes (73.7% on main); raise it as KNOWN_FAILURES shrinks
+PASS_RATE_FLOOR = 0.83  # Kiln passes / cases torch.compile passes (83.6% on main); raise it as KNOWN_FAILURES shrinks
 
 
 class KilnFailsCase(Exception):
