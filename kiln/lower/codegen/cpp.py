@@ -481,19 +481,25 @@ class BodyWriter:
                 raw = f"kiln_bf16_to_float({raw})" if st == torch.bfloat16 else (f"(float){raw}" if st == torch.float16 else raw)
                 out = self.tmp(v.dtype, raw)
         elif isinstance(v, Masked):
+            # each side is evaluated only where it is taken: a concatenation's part may load with
+            # an index that is out of range (and fails its check) at the other parts' positions
             mask = self.value(v.mask)
-            inner = BodyWriter(self.storage, self.sub, self.locals, self.counter, self.scratch)
-            inner.cache = dict(self.cache)
-            body = inner.value(v.body)
-            other = self.value(v.other)
-            T = CTYPE[compute(v.dtype)]
-            lam = "[&]() -> " + T + " { " + " ".join(inner.lines) + f" return {body}; }}()"
-            out = self.tmp(v.dtype, f"{mask} ? {lam} : {other}")
+            out = self.tmp(v.dtype, f"{mask} ? {self._branch(v.body)} : {self._branch(v.other)}")
         else:
             assert isinstance(v, Op)
             out = self.tmp(v.dtype, render_op(v, [self.value(a) for a in v.args]))
         self.cache[v] = out
         return out
+
+    def _branch(self, v: Value) -> str:
+        """`v` as an expression whose work runs only when it is evaluated (a lambda called in place);
+        values computed inside stay inside, values computed before are reused."""
+        inner = BodyWriter(self.storage, self.sub, self.locals, self.counter, self.scratch)
+        inner.cache = dict(self.cache)
+        result = inner.value(v)
+        if not inner.lines:
+            return result
+        return f"[&]() -> {CTYPE[compute(v.dtype)]} {{ {' '.join(inner.lines)} return {result}; }}()"
 
     def _const(self, v: Const) -> str:
         if v.dtype == torch.bool:

@@ -257,7 +257,8 @@ class KernelWriter:
             w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
             w.cache = shared.setdefault(tuple(sorted(sub.items(), key=str)), {})
             invariant: dict[int, bool] = {}
-            guarded = {id(g) for m in walk(n.body) if isinstance(m, Masked) for g in walk(m.body)}
+            guarded = {id(g) for m in walk(n.body) if isinstance(m, Masked) for side in (m.body, m.other)
+                       for g in walk(side)}
             for v in walk(n.body):  # children first
                 if isinstance(v, Masked) or id(v) in guarded:
                     ok = False

@@ -424,15 +424,15 @@ class TritonBodyWriter:
             out = self.tmp(f"({self.index(v.expr)} + {self.zeros}).to({TL[v.dtype]})")
         elif isinstance(v, Load):
             out = self._load(v)
+        elif isinstance(v, Masked) and isinstance(v.mask, Const):
+            out = self.value(v.body if v.mask.value else v.other)
         elif isinstance(v, Masked):
+            # each side loads, and checks its indices, only in the lanes that take it: a
+            # concatenation's part may index out of range at the other parts' positions
             mask = self.value(v.mask)
-            inner = TritonBodyWriter(self.storage, self.sub, self.locals, self.counter,
-                                     f"{self.mask} & {mask}", self.zeros, self.extents, self.checks,
-                                     self.error_sites)
-            inner.cache = dict(self.cache)  # values made under the narrower mask stay inside it
-            body = inner.value(v.body)
-            self.lines += inner.lines
-            out = self.tmp(f"tl.where({mask}, {body}, {self.value(v.other)})")
+            body = self._branch(v.body, f"{self.mask} & {mask}")
+            other = self._branch(v.other, f"{self.mask} & ~{mask}")
+            out = self.tmp(f"tl.where({mask}, {body}, {other})")
         else:
             assert isinstance(v, Op)
             args = [self.value(a) for a in v.args]
@@ -446,6 +446,15 @@ class TritonBodyWriter:
                 self.error_sites.add(ZERO_DIVISION_SITE)
         self.cache[v] = out
         return out
+
+    def _branch(self, v: Value, mask: str) -> str:
+        """`v` computed under the narrower lane mask `mask`; values made there stay there."""
+        inner = TritonBodyWriter(self.storage, self.sub, self.locals, self.counter, mask, self.zeros,
+                                 self.extents, self.checks, self.error_sites)
+        inner.cache = dict(self.cache)
+        result = inner.value(v)
+        self.lines += inner.lines
+        return result
 
     def _load(self, v: Load) -> str:
         key = sympy.expand(v.index.xreplace(self.sub))
