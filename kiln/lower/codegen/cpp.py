@@ -519,15 +519,30 @@ class BodyWriter:
     def store(self, buffer: str, index: sympy.Expr, value: str, mode: str | None = None, extra: str = "",
               atomic: bool = True) -> None:
         st = self.storage[buffer]
-        val = f"kiln_float_to_bf16({value})" if st == torch.bfloat16 else (
-            f"(_Float16)({value})" if st == torch.float16 else value)
+        val = _to_half(st, value)
         where = sympy.expand(index.xreplace(self.sub))
         if buffer in self.scratch:
             where = sympy.expand(where.xreplace(self.scratch[buffer]))
         target = f"{buffer}[{cexpr(where)}{extra}]"
+        if mode == "add" and st in (torch.bfloat16, torch.float16):
+            # the addend and each sum round to the half type, one element after another, as ATen's
+            # serial loops add (index_put with accumulate, index_add): the sum of a half word and a
+            # float would add bit patterns (bfloat16 lives in a uint16_t)
+            if atomic:
+                raise ValueError("an add into a half-typed buffer runs on one thread")
+            load = (lambda x: f"kiln_bf16_to_float({x})") if st == torch.bfloat16 else (lambda x: f"(float){x}")
+            self.lines.append(f"{target} = {_to_half(st, load(target) + ' + ' + load(_to_half(st, value)))};")
+            return
         if mode == "add":
             if atomic:  # only a loop that runs on one thread may add without it
                 self.lines.append("#pragma omp atomic")
             self.lines.append(f"{target} += {val};")
         else:
             self.lines.append(f"{target} = {val};")
+
+
+def _to_half(storage: torch.dtype, value: str) -> str:
+    """C++ of a float `value` stored as `storage` (rounded to nearest even for the half types)."""
+    if storage == torch.bfloat16:
+        return f"kiln_float_to_bf16({value})"
+    return f"(_Float16)({value})" if storage == torch.float16 else value
