@@ -59,6 +59,11 @@ def _forward_ops(x1, x2, x3, idx, s1, s2, s3):
         x2.index_reduce(0, idx, s2, "mean"),
         torch.bincount(idx, s1.float()),
         torch.histc(s1.float(), 5),
+        # self and source computed in the kernel: eager adds them as stored, rounded to their type
+        (x2 * 1.37).scatter_add(0, idx[:, None].expand(n, 4), s2 * 0.71),
+        (x2 * 1.37).index_add(0, idx, s2 * 0.71),
+        (x1 * 1.37).index_add(0, idx, s1 * 0.71, alpha=3),
+        (x2 * 1.37).index_put((idx,), s2 * 0.71, accumulate=True),
     )
 
 

@@ -175,7 +175,7 @@ def _in_float(x: TensorValue, add_into: Callable[[TensorValue], TensorValue]) ->
     if x.dtype not in HALF:
         return add_into(x)
     half = x.dtype
-    wide = add_into(TensorValue(torch.float32, x.sizes, x.loader))
+    wide = add_into(TensorValue(torch.float32, x.sizes, _rounded(x).loader))
     return TensorValue(half, x.sizes, lambda idx: ops.cast(ops.op("to_dtype", wide.load(idx), param=half),
                                                            torch.float32))
 
@@ -226,6 +226,7 @@ def _index_add_or_copy(ctx: LoweringContext, x: TensorValue, dim: int, index: Te
         raise NotImplementedError(f"{op} of a 0-d tensor or source")  # runs as the ATen call
     dim = normalize_dim(dim, x.ndim)
     check = _index_add_check(op, x.ndim, dim, alpha, index.dtype, x.dtype, source.dtype)
+    source = _rounded(source)  # what eager adds (times alpha): the source as stored
 
     def add_into(target: TensorValue) -> TensorValue:
         out = _fresh_copy(ctx, target)
@@ -240,7 +241,6 @@ def _index_add_or_copy(ctx: LoweringContext, x: TensorValue, dim: int, index: Te
                         "add" if op == "index_add" else None, check)
 
     if check == "index_add_nd":  # ATen's scatter_add: a half type sums in float32
-        source = _rounded(source)
         return _in_float(x, add_into)
     return add_into(x)
 
