@@ -119,9 +119,11 @@ def without_identity(ctx: LoweringContext, x: TensorValue, dim: Any, kind: str, 
     whole = dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0)
     dims = _dims(x, dim)
     sizes = [(0, numel_of(x, None))] if whole else [(d, x.sizes[d]) for d in dims]
-    if any(size.is_number and size == 0 for _, size in sizes):
-        return ctx.extern(ctx.node.target, tuple(args), kwargs or {}, reason="a reduction over an empty dim")
     unsure = [(d, size) for d, size in sizes if not surely_positive(size)]
+    kept = sympy.Mul(*[x.sizes[d] for d in range(x.ndim) if d not in dims])
+    # the check runs where the result is read: an output that may be empty would read nothing
+    if any(size.is_number and size == 0 for _, size in sizes) or (unsure and not surely_positive(kept)):
+        return ctx.extern(ctx.node.target, tuple(args), kwargs or {}, reason="a reduction over an empty dim")
     out = compute()
     if not unsure:
         return out
