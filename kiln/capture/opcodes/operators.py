@@ -12,6 +12,7 @@ import dis
 import inspect
 import operator
 import types
+import typing
 from typing import TYPE_CHECKING, Any
 
 from kiln.capture.opcodes import opcode
@@ -285,7 +286,43 @@ def subscript(tx: "Tracer", obj: Variable, key: Variable) -> Variable:
         return tx.call_op("call_function", operator.getitem, [obj, key], {})
     if isinstance(obj, ConstantVariable) and key.is_constant():
         return _const(operator.getitem, obj, key)
+    alias = _type_subscript(tx, obj, key)
+    if alias is not None:
+        return alias
     return obj.call_method(tx, "__getitem__", [key], {})
+
+
+_TYPING_FORMS = (typing._SpecialForm, typing._BaseGenericAlias, types.GenericAlias)  # type: ignore[attr-defined]
+
+
+def _type_subscript(tx: "Tracer", obj: Variable, key: Variable) -> Variable | None:
+    """`list[Tensor]`, `Optional[int]`, `Dict[str, T]`: a type annotation built at run time (torch's
+    optimizers spell `cast(list[Tensor], xs)`). PEP 560's `__class_getitem__` of a builtin class or
+    typing's own forms make an alias that holds no data: made now, a trace-time constant."""
+    try:
+        target = obj.as_python_value()
+    except Unsupported:
+        return None
+    if isinstance(target, type):
+        hook = inspect.getattr_static(target, "__class_getitem__", None)
+        hook = getattr(hook, "__func__", hook)
+        if hook is None or getattr(hook, "__module__", None) not in ("builtins", "typing", None):
+            return None
+    elif not isinstance(target, _TYPING_FORMS):
+        return None
+    try:
+        index = _annotation_value(key)
+        return tx.wrap_result(target[index])
+    except (Unsupported, TypeError):
+        return None
+
+
+def _annotation_value(var: Variable) -> Any:
+    if isinstance(var, TupleVariable):
+        return tuple(_annotation_value(item) for item in var.items)
+    if isinstance(var, TensorVariable):
+        raise Unsupported("a tensor in a type annotation", kind="unsupported")
+    return var.as_python_value()
 
 
 @opcode

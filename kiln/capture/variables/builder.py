@@ -15,6 +15,7 @@ import functools
 import inspect
 import os
 import types
+import weakref
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
@@ -47,11 +48,13 @@ from kiln.capture.variables.functions import (
     ConstantResultVariable,
     UserFunctionVariable,
     UserMethodVariable,
+    WeakRefVariable,
 )
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
 from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVariable
 from kiln.capture.variables.module import NNModuleVariable
+from kiln.capture.variables.optimizer import OptimizerVariable, is_fused_step
 from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
 from kiln.capture.variables.tensor import TensorVariable
@@ -116,6 +119,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
                               kind="unsupported")
         node, fake = state.output.tensor_input(value, source)
         var = TensorVariable(node, fake, source)
+        var.real_ref = weakref.ref(value)
         known_input(value, var, source)
         return var
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -249,7 +253,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         if getattr(value.__wrapped__, CONSTANT_RESULT_MARKER, False) is True:
             return ConstantResultVariable(value, source)
         return wrap_value(state, value.__wrapped__, None if source is None else AttrSource(source, "__wrapped__"))
-    if isinstance(value, types.FunctionType) and never_traced(value):
+    if isinstance(value, types.FunctionType) and (never_traced(value) or is_fused_step(value)):
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)  # calling it is a graph break of its library's kind
     if isinstance(value, types.FunctionType) and value not in RULES:
@@ -295,10 +299,15 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         return ObjectVariable(value, source)
     if isinstance(value, types.CellType):
         return CellVariable(real=value, source=None)
+    if type(value) is weakref.ref and source is not None:
+        _guard(state, source, "check_type", weakref.ref)
+        return WeakRefVariable(value, source)
     if callable(value) and not hasattr(value, "__dict__") or isinstance(value, types.BuiltinFunctionType):
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)
     _guard(state, source, "check_type", type(value))
+    if isinstance(value, torch.optim.Optimizer):
+        return OptimizerVariable(value, source)
     return ObjectVariable(value, source)
 
 

@@ -171,7 +171,8 @@ class TorchFunctionVariable(Variable):
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         from kiln.capture.variables.grad_mode import GradModeVariable
-        from kiln.capture.variables.tensor import TensorVariable
+        from kiln.capture.variables.foreach import call_foreach_per_tensor, is_foreach_with_tensor_scalar
+        from kiln.capture.variables.tensor import TensorVariable, scalar_tensor_rewrite
 
         fn = self.fn
         if fn in (torch.from_numpy, torch.as_tensor, torch.asarray, torch.tensor):
@@ -216,10 +217,20 @@ class TorchFunctionVariable(Variable):
             raise Unsupported(f"constructing {fn.__name__} inside a compiled region", kind="unsupported_call")
         if has_out_argument(kwargs):
             return call_with_out(tx, fn, list(args), kwargs)
+        if is_foreach_with_tensor_scalar(fn, args, kwargs):
+            return call_foreach_per_tensor(tx, fn, args, kwargs)
+        if _in(fn, _SCALED_FUNCTIONS) and args and isinstance(args[0], TensorVariable):
+            rewritten = scalar_tensor_rewrite(tx, fn.__name__, args[0], args[1:], kwargs)
+            if rewritten is not None:
+                return rewritten
         return tx.call_op("call_function", fn, list(args), kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.constant(self.fn)
+
+
+# torch functions whose `alpha` / `value` may come as a tensor (tensor.scalar_tensor_rewrite)
+_SCALED_FUNCTIONS = {torch.add, torch.sub, torch.addcmul, torch.addcdiv}
 
 
 def _in(fn: Any, table: Any) -> bool:
