@@ -16,7 +16,8 @@ processes, default threads) are measured in the first pass only, and so is the t
 fresh process per workload with empty caches, at the first pass's thread count): Kiln's speed over
 its first ~100 calls, on its Python wrappers, and the seconds until its native wrappers run, beside
 torch.compile's first call (benchmarks.tierup). --quick leaves adam_step and sgd_step out unless
---only names them (adamw_step runs the same code).
+--only names them (adamw_step runs the same code), and measures tier-up only for QUICK_TIERUP
+unless --only names workloads (each such process takes tens of seconds).
 """
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ WORKLOADS = (
     "adamw_step", "adam_step", "sgd_step", "checkpoint_training", "efficientnet_training",
 )
 QUICK_SKIPPED = ("adam_step", "sgd_step")  # --quick: the compiled-optimizer workload is adamw_step
+# --quick without --only: the tier-up table for a plain training step and the three training kinds
+QUICK_TIERUP = ("mlp_training", "adamw_step", "checkpoint_training", "efficientnet_training")
 ALL_NAMES = WORKLOADS + (guard_overhead.NAME, overhead.NAME, ddp.NAME)
 
 
@@ -82,6 +85,16 @@ def selected_workloads(args: argparse.Namespace) -> list[str]:
     return args.only or [n for n in ALL_NAMES if not (args.quick and n in QUICK_SKIPPED)]
 
 
+def tierup_workloads(args: argparse.Namespace) -> list[str]:
+    """The workloads whose tier-up is measured: none under --no-tierup, QUICK_TIERUP under --quick
+    without --only, else every selected one."""
+    if args.no_tierup:
+        return []
+    if args.quick and not args.only:
+        return list(QUICK_TIERUP)
+    return selected_workloads(args)
+
+
 def machine_info() -> dict:
     return {
         "python": platform.python_version(),
@@ -96,7 +109,8 @@ def machine_info() -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     selected = selected_workloads(args)
-    opts = {"quick": args.quick, "startup": not args.no_startup, "tierup": not args.no_tierup,
+    tierup = tierup_workloads(args)
+    opts = {"quick": args.quick, "startup": not args.no_startup, "tierup": tierup,
             "warmup": 2 if args.quick else 5, "samples": 5 if args.quick else 21}
     info = machine_info()
     print(f"Kiln bench: torch {info['torch']}, {info['cpu_count']} CPUs, {info['torch_threads']} torch threads"
@@ -116,15 +130,16 @@ def main(argv: list[str] | None = None) -> int:
         for threads in args.threads:
             torch.set_num_threads(threads)
             print(f"  -- {threads} thread(s)", flush=True)
-            pass_opts = dict(opts, startup=opts["startup"] and not passes, tierup=opts["tierup"] and not passes,
-                             threads=threads)
+            first_pass = not passes
+            pass_opts = dict(opts, startup=opts["startup"] and first_pass, threads=threads)
             rows = passes[threads] = []
             for name in WORKLOADS:
                 if name not in selected:
                     continue
                 print(f"  {name} ...", flush=True)
                 try:
-                    row = bench_workload(importlib.import_module(f"benchmarks.{name}"), pass_opts, unavailable, scratch)
+                    module = importlib.import_module(f"benchmarks.{name}")
+                    row = bench_workload(module, dict(pass_opts, tierup=first_pass and name in tierup), unavailable, scratch)
                     rows.append(dict(row, threads=threads))
                 except Exception as exc:  # a broken workload is reported; the others still run
                     errors[name] = f"{type(exc).__name__}: {exc}"
@@ -183,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwarning: the machine was busy (1-minute load {info['load_before']:.1f} before, "
               f"{info['load_after']:.1f} after, on {info['cpu_count']} CPUs): timings are noisy")
     results = {"machine": dict(info, copy_bandwidth_gbs=copy_gbs), "options": opts,
+               "tierup": {r["name"]: r["tierup"] for r in first if "tierup" in r},  # also in by_threads' first pass
                "tierup_summary": report.tierup_summary(first), "kiln_unavailable": unavailable,
                "workloads": rows, "errors": errors, "summary": totals, "threads": args.threads,
                "by_threads": {str(t): {"workloads": r, "summary": report.summary(r)} for t, r in passes.items()}, "guard_overhead": guard, "overhead": tiny,

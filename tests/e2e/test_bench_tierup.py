@@ -14,7 +14,7 @@ import torch
 from benchmarks import report
 from benchmarks.compilers import KILN
 from benchmarks.measure import final_counts
-from benchmarks.run import parse_args, selected_workloads
+from benchmarks.run import QUICK_TIERUP, parse_args, selected_workloads, tierup_workloads
 from benchmarks.tierup import TierProbe, kiln_timeline, with_ratios
 from benchmarks.workload import Case, make_step
 
@@ -97,12 +97,16 @@ def test_compile_table_prints_recompiles_breaks_and_fallbacks(capsys: pytest.Cap
     assert line.split()[-7:] == ["9", "1", "-", "22", "46", "12", "0"]
 
 
-def test_quick_leaves_adam_and_sgd_out_unless_named() -> None:
+def test_quick_leaves_adam_and_sgd_out_and_times_tier_up_for_a_few_unless_named() -> None:
     quick = selected_workloads(parse_args(["--quick"]))
     assert "adamw_step" in quick and "adam_step" not in quick and "sgd_step" not in quick
     assert set(NEW_WORKLOADS) <= set(selected_workloads(parse_args([])))
     assert selected_workloads(parse_args(["--quick", "--only", "sgd_step"])) == ["sgd_step"]
-    assert parse_args(["--no-tierup"]).no_tierup
+    assert tierup_workloads(parse_args(["--quick"])) == list(QUICK_TIERUP)
+    assert set(QUICK_TIERUP) <= set(selected_workloads(parse_args(["--quick"])))
+    assert tierup_workloads(parse_args(["--quick", "--only", "softmax"])) == ["softmax"]
+    assert tierup_workloads(parse_args([])) == selected_workloads(parse_args([]))
+    assert tierup_workloads(parse_args(["--no-tierup", "--only", "softmax"])) == []
 
 
 @pytest.fixture
