@@ -267,8 +267,15 @@ class Tracer:
             return hasattr(obj.as_constant(), name)
         try:
             obj.getattr(self, name)
+        except RaisedInTrace as raised:
+            if issubclass(raised.exception.exc_type, AttributeError):
+                return False
+            raise
         except Unsupported:
-            return False
+            known = _type_has_attr(obj, name)
+            if known is None:
+                raise
+            return known
         return True
 
     def setattr(self, obj: Variable, name: str, value: Variable, bypass: bool = False) -> None:
@@ -483,6 +490,24 @@ class Tracer:
         if isinstance(value, Variable):
             return value
         return self.wrap(value, None)
+
+
+def _type_has_attr(obj: Variable, name: str) -> bool | None:
+    """`hasattr(obj, name)` answered from the value's type alone when its getattr could not say:
+    True when the class has the attribute, False when it has not and its instances can hold no
+    attributes of their own (no `__dict__`, no `__getattr__`); None when only the value knows."""
+    try:
+        kind = obj.python_type()
+    except Unsupported:
+        return None
+    if inspect.getattr_static(kind, name, _ABSENT) is not _ABSENT:
+        return True
+    if any("__dict__" in base.__dict__ or "__getattr__" in base.__dict__ for base in kind.__mro__):
+        return None
+    return False
+
+
+_ABSENT = object()
 
 
 def _node_arg(var: Any) -> Any:

@@ -223,7 +223,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if isinstance(value, types.FunctionType) and value not in RULES:
         _guard(state, source, "check_id", value)
         return UserFunctionVariable(value, source)
-    if isinstance(value, functools.partial) and source is not None:
+    if type(value) is functools.partial and source is not None:
         from kiln.capture.sources import AttrSource
         from kiln.capture.variables.functions import PartialVariable
         _guard(state, source, "check_type", functools.partial)
@@ -232,7 +232,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         kwargs = wrap_value(state, value.keywords, AttrSource(source, "keywords"))
         # a tuple wraps as a TupleVariable, a dict of str keys as a DictVariable (branches above)
         assert isinstance(args, TupleVariable) and isinstance(kwargs, DictVariable)
-        return PartialVariable(fn, list(args.items), dict(kwargs.items), source)
+        return PartialVariable(fn, list(args.items), dict(kwargs.items), source, value)
     if isinstance(value, types.MethodType):
         from kiln.capture.sources import AttrSource
         self_source = None if source is None else AttrSource(source, "__self__")

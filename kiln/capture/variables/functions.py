@@ -334,6 +334,11 @@ class NestedFunctionVariable(Variable):
             return tx.wrap_result(self.qualname if name == "__qualname__" else self.code.co_name)
         if name == "__code__":
             return tx.wrap_result(self.code)
+        if not hasattr(types.FunctionType, name):
+            # made in the frame, so its own __dict__ is empty: the lookup fails as in CPython
+            from kiln.capture.variables.exception import raise_in_trace
+            message = f"'function' object has no attribute {name!r}"
+            raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
         raise Unsupported(f"attribute {name!r} of a function made during the trace", kind="unsupported_attribute")
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
@@ -353,16 +358,55 @@ class NestedFunctionVariable(Variable):
 
 
 class PartialVariable(Variable):
-    """`functools.partial(fn, *args, **kwargs)`: calling it calls `fn` with the bound arguments first."""
+    """`functools.partial(fn, *args, **kwargs)`: calling it calls `fn` with the bound arguments first.
 
-    def __init__(self, fn: Variable, args: list[Variable], kwargs: dict[str, Variable], source: Source | None = None) -> None:
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
+    `value` is the real partial when one was read from the frame (its own `__dict__` entries are
+    read through `source`); a partial made during the trace has none."""
+
+    def __init__(self, fn: Variable, args: list[Variable], kwargs: dict[str, Variable], source: Source | None = None,
+                 value: functools.partial[Any] | None = None) -> None:
+        if isinstance(fn, PartialVariable) and fn.value is None:
+            # CPython flattens partial(partial(f, 1), 2) into partial(f, 1, 2): `.func` is f
+            inner: PartialVariable = fn
+            args, kwargs, fn = [*inner.args, *args], {**inner.kwargs, **kwargs}, inner.fn
+        self.fn: Variable = fn
+        self.args: list[Variable] = args
+        self.kwargs: dict[str, Variable] = kwargs
         self.source = source
+        self.value: functools.partial[Any] | None = value
 
     def describe(self) -> str:
         return f"partial({self.fn.describe()})"
+
+    def python_type(self) -> type:
+        return functools.partial if self.value is None else type(self.value)
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.dict import DictVariable
+        from kiln.capture.variables.sequence import TupleVariable
+
+        if name == "func":
+            return self.fn
+        if name == "args":
+            return TupleVariable(list(self.args))
+        if name == "keywords":
+            if self.value is not None and self.source is not None:
+                return tx.wrap(self.value.keywords, AttrSource(self.source, "keywords"))
+            return DictVariable(dict(self.kwargs))
+        if self.value is not None:
+            instance_dict = self.value.__dict__
+            if self.source is not None:  # what the trace found (or did not) in the partial's own dict
+                tx.state.output.guards.append(Guard(AttrSource(self.source, "__dict__").name(), "check_keys",
+                                                    tuple(instance_dict.keys())))
+            if name in instance_dict:
+                return tx.wrap(instance_dict[name], None if self.source is None else AttrSource(self.source, name))
+        if name == "__class__":
+            return tx.wrap(self.python_type(), None)
+        if not hasattr(self.python_type(), name):
+            from kiln.capture.variables.exception import raise_in_trace
+            message = f"'functools.partial' object has no attribute {name!r}"
+            raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
+        raise Unsupported(f"attribute {name!r} of a functools.partial", kind="unsupported_attribute")
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         return self.fn.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
@@ -370,7 +414,6 @@ class PartialVariable(Variable):
     def reconstruct(self, glue: "GlueBuilder") -> str:
         if self.source is not None:
             return self.source.name()
-        import functools
         parts = [glue.reconstruct(self.fn)] + [glue.reconstruct(a) for a in self.args]
         parts += [f"{k}={glue.reconstruct(v)}" for k, v in self.kwargs.items()]
         return f"{glue.constant(functools.partial)}({', '.join(parts)})"

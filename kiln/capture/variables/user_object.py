@@ -654,6 +654,13 @@ class NewObjectVariable(Variable):
         static = inspect.getattr_static(self.cls, name, _MISSING)
         if name == "__class__":
             return tx.wrap(self.cls, self.cls_source)
+        if static is _MISSING and "__getattr__" not in _class_dicts(self.cls):
+            # Its own dict is what the trace built; that the class lacks the name is guarded.
+            from kiln.capture.guards import ABSENT
+            from kiln.capture.variables.exception import raise_in_trace
+            guard_class_attribute(tx, self.cls, name, ABSENT)
+            message = f"{self.cls.__name__!r} object has no attribute {name!r}"
+            raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
         if static is _MISSING or (hasattr(type(static), "__get__") and not isinstance(
                 static, (property, types.FunctionType, staticmethod, classmethod))):
             raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
