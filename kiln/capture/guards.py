@@ -44,6 +44,10 @@ class Guard:
     def __post_init__(self) -> None:
         if self.kind not in GUARD_KINDS:
             raise ValueError(f"unknown guard kind {self.kind!r}; known: {sorted(GUARD_KINDS)}")
+        if self.kind == "check_value" and type(self.expected) is set:
+            # The value as the trace saw it: holding the live set itself, the check would compare
+            # the set with itself after the program adds to it.
+            object.__setattr__(self, "expected", set(self.expected))
 
     @property
     def name(self) -> str:
@@ -174,6 +178,7 @@ class Emitter:
                                           "___class_lookup": class_lookup,
                                           "___constant_result": _constant_result_holds,
                                           "___same_mapping": _same_mapping,
+                                          "___same_sequence": _same_sequence,
                                           "___parametrized_class": parametrized_class_holds}
         if native is not None:
             self.constants["___tensor_ok"] = native.tensor_ok
@@ -282,6 +287,13 @@ def _same_items(d: Any, items: tuple) -> bool:
 _LITERALS = (int, float, str, bytes, bool, type(None))
 
 
+def _same_sequence(items: Any, expected: tuple) -> bool:
+    """`items` is a list with these items: by identity, literals by type and value."""
+    return type(items) is list and len(items) == len(expected) and all(
+        item is value or type(value) in _LITERALS and type(item) is type(value) and item == value
+        for item, value in zip(items, expected))
+
+
 def _same_mapping(d: Any, items: tuple) -> bool:
     """`d` is a dict with these items: values by identity, literals by type and value (an entry
     read from disk holds equal literals, not the same objects)."""
@@ -322,6 +334,17 @@ class ClassAttribute:
     classes: tuple[type, ...]
     name: str
     value: Any
+    # A container's contents when the trace read it (dict items, list items, set members): the
+    # check compares with these, not with the live container, which the program may change in
+    # place before the guards are compiled (again: a switch to the native checks recompiles them).
+    snapshot: Any = None
+
+    def __post_init__(self) -> None:
+        if self.snapshot is None:
+            value = self.value
+            snapshot = tuple(value.items()) if type(value) is dict else tuple(value) if type(value) is list \
+                else frozenset(value) if type(value) is set else None
+            object.__setattr__(self, "snapshot", snapshot)
 
     def __str__(self) -> str:
         return f"{self.classes[0].__qualname__}.{self.name} = {_short(self.value)}"
@@ -352,14 +375,20 @@ def check_class_attr(expected: ClassAttribute, name: str, em: Emitter) -> list[C
 
     if type(value) in (int, str, bytes) or (type(value) is float and math.isfinite(value)):
         return [Check(f"type({found}) is {em.bind(type(value))} and {found} == {value!r}", why)]
+    def changed(env: Any) -> str:
+        return f"class attribute {owner} changed from {_short(value)} to " \
+               f"{_short(class_lookup(expected.classes, expected.name))}"
+
     if type(value) is dict:
         # A dict on a class (a registry such as transformers' ExpertsInterface._global_mapping),
         # read without a source: the trace used its items, and a registration changes them in
         # place. Keys by value, values by identity (literals by value), at check time.
-        items = tuple(value.items())
-        return [Check(f"___same_mapping({found}, {em.bind(items)})",
-                      lambda env: f"class attribute {owner} changed from {_short(value)} to "
-                                  f"{_short(class_lookup(expected.classes, expected.name))}")]
+        return [Check(f"___same_mapping({found}, {em.bind(expected.snapshot)})", changed)]
+    if type(value) is list:
+        # a list changed in place (an append, an item replaced): its items as the trace read them
+        return [Check(f"___same_sequence({found}, {em.bind(expected.snapshot)})", changed)]
+    if type(value) is set:
+        return [Check(f"type({found}) is set and {found} == {em.bind(expected.snapshot)}", changed)]
     checks = [Check(f"{found} is {em.bind(value)}", why)]
     # Once the lookup found this very object, its contents are read off the bound constant: one
     # MRO walk per check instead of one per item (a config class's __getattribute__ is checked on
