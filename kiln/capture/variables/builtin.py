@@ -443,6 +443,8 @@ def _convert(kind: type) -> Rule:
                 # torch.compile's torch.sym_int: `x[: int(n * f)]` needs no new graph per value
                 return tx.call_op("call_function", torch.sym_int, args, {})
             return tx.call_op("call_function", kind, args, {})
+        if kind is bool and len(args) == 1 and not kwargs and not args[0].is_constant():
+            return ConstantVariable(args[0].truth(tx))  # a container's or view's truth, as `if` reads it
         if kind is str and len(args) == 1 and not kwargs and type(_class_of(args[0])) is type:
             # "<class 'pkg.Model'>": a class the trace already relies on (guarded by type or id),
             # whose plain metaclass prints it from its module and name.

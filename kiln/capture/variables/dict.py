@@ -89,7 +89,7 @@ class DictVariable(Variable):
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.variables.sequence import ListVariable, TupleVariable
+        from kiln.capture.variables.sequence import TupleVariable
 
         none = ConstantVariable(None)
         if name == "__getitem__" and len(args) == 1:
@@ -104,12 +104,9 @@ class DictVariable(Variable):
             return ConstantVariable(key_of(args[0]) in self.items)
         if name == "__len__":
             return self.length(tx)
-        if name == "keys":
-            return ListVariable([tx.wrap_result(k) for k in self.items])
-        if name == "values":
-            return ListVariable(list(self.items.values()))
-        if name == "items":
-            return ListVariable([TupleVariable([tx.wrap_result(k), v]) for k, v in self.items.items()])
+        if name in ("keys", "values", "items") and not args and not kwargs:
+            from kiln.capture.variables.dict_view import DictViewVariable
+            return DictViewVariable(self, name)  # live: it sees later changes to the dict
         if name == "copy":
             return DictVariable(self.items, self.dict_type)
         if name == "__setitem__" and len(args) == 2:
