@@ -80,7 +80,7 @@ class GlueBuilder:
     def reconstruct(self, var: "Variable") -> str:
         """The expression of `var`, built once per glue: a value reachable twice stays one object."""
         from kiln.capture.variables.dict import DictVariable, SetVariable
-        from kiln.capture.variables.functions import NestedFunctionVariable
+        from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable
         from kiln.capture.variables.iterator import IteratorVariable
         from kiln.capture.variables.sequence import ListVariable
 
@@ -92,7 +92,8 @@ class GlueBuilder:
         # replayed mutations of that container (kwargs.pop('old')) come before a later use
         nested_read = var.source is not None and expr.count("[") >= 2 and expr[:2] in ("L[", "G[")
         if nested_read or var.source is None and isinstance(var, (ListVariable, DictVariable, SetVariable,
-                                                                  NestedFunctionVariable, IteratorVariable)):
+                                                                  NestedFunctionVariable, IteratorVariable,
+                                                                  CellVariable)):
             name = self.fresh("v")
             self.line(f"{name} = {expr}")
             expr = name
@@ -264,10 +265,8 @@ def _live_values(root: Any, names: Sequence[str]) -> tuple[list[str], list["Vari
     values: list[Variable] = []
     for name in names:
         if name in root.cells:
-            contents = root.cells[name].contents
-            if contents is None:
-                continue
-            values.append(contents)
+            # the cell itself, bound or not: inner functions made before the break share it
+            values.append(root.cells[name])
         elif name in root.locals:
             values.append(root.locals[name])
         elif name in root.lazy_locals:

@@ -39,7 +39,7 @@ from kiln.capture.options import CompileOptions
 from kiln.capture.opcodes import OPCODES
 from kiln.capture.output_graph import OutputGraph
 from kiln.capture.side_effects import SideEffects
-from kiln.capture.sources import ClosureSource, GlobalSource, LocalSource, Source, resume_stack_slot
+from kiln.capture.sources import AttrSource, ClosureSource, GlobalSource, LocalSource, Source, resume_stack_slot
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
@@ -98,6 +98,23 @@ class CaptureState:
         self.grad_enabled = self.initial_grad
         self.innermost: "Tracer | None" = None
         self.steps = 0
+        self._cells: dict[int, tuple[types.CellType, CellVariable]] = {}
+
+    def real_cell(self, cell: types.CellType, source: Source | None) -> CellVariable:
+        """The one CellVariable of a real closure cell, however many functions (or calls of one)
+        reach it: a write through one is what a read through another sees."""
+        known = self._cells.get(id(cell))
+        if known is not None and known[0] is cell:
+            var = known[1]
+            if var.source is None and source is not None:
+                var.source = source
+            elif source is not None and var.source != source:
+                # reached through a second path: that path must lead to the same cell next time
+                self.output.guards.append(Guard(source.name().rsplit(".cell_contents", 1)[0], "check_id", cell))
+            return var
+        var = CellVariable(real=cell, source=source)
+        self._cells[id(cell)] = (cell, var)
+        return var
 
     def location(self) -> str | None:
         tx = self.innermost
@@ -660,7 +677,14 @@ def _root_tracer(state: CaptureState, fn: types.FunctionType, L: dict[str, Any],
     code = fn.__code__
     cells: dict[str, CellVariable] = {}
     for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
-        cells[name] = CellVariable(real=cell, source=ClosureSource(i))
+        cells[name] = state.real_cell(cell, ClosureSource(i))
+    for name in code_mod.passed_cells(code):
+        # a resume function takes the frame's cells themselves (code.make_resume_code)
+        passed = L.get(name)
+        if not isinstance(passed, types.CellType):
+            raise Unsupported(f"cell variable {name!r} of a resume function given {type(passed).__name__}",
+                              kind="unsupported")
+        cells[name] = state.real_cell(passed, AttrSource(LocalSource(name), "cell_contents"))
     tx = Tracer(state, code, fn.__globals__, {}, cells, lazy_locals=L,
                 stop_offset=None if stop is None else stop[0], stop_arrival=0 if stop is None else stop[1])
     return tx

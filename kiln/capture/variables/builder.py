@@ -40,7 +40,6 @@ from kiln.capture.variables.numpy_array import wrap_ndarray_input
 from kiln.capture.variables.numpy_functions import NumpyFunctionVariable, is_numpy_function
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import (
-    CellVariable,
     ConstantResultVariable,
     UserFunctionVariable,
     UserMethodVariable,
@@ -260,7 +259,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)
     if isinstance(value, types.CellType):
-        return CellVariable(real=value, source=None)
+        return state.real_cell(value, None)
     if callable(value) and not hasattr(value, "__dict__") or isinstance(value, types.BuiltinFunctionType):
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)

@@ -198,7 +198,7 @@ def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: lis
         return call_autograd_function(tx, owner.as_python_value(), args[1:], kwargs, getattr(owner, "source", None))
     closure = None
     if fn.__closure__:
-        closure = [CellVariable(real=cell, source=ClosureSource(i, source) if source is not None else None)
+        closure = [tx.state.real_cell(cell, ClosureSource(i, source) if source is not None else None)
                    for i, cell in enumerate(fn.__closure__)]
     return tx.inline_call(fn.__code__, fn.__globals__, closure, fn.__defaults__ or (),
                           fn.__kwdefaults__ or {}, args, kwargs, name=fn.__qualname__, fn=fn)
