@@ -133,3 +133,218 @@ def test_hasattr_on_a_partial_sees_its_attributes_change() -> None:
             del p.tag
 
     check_calls(partial_with_attributes, [(p, x), (p, x), (p, x)], between=tag)
+
+
+# ------------------------------------------------------------ nn.Module attribute lookup order
+
+
+class MethodShadowsSubmodule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._modules["helper"] = nn.Linear(2, 2)  # registered under a name the class also defines
+
+    def helper(self, x):
+        return x * 100
+
+    def forward(self, x):
+        return self.helper(x)
+
+
+class PropertyShadowsParameter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._parameters["w"] = nn.Parameter(torch.ones(2))
+
+    @property
+    def w(self):
+        return torch.full((2,), 5.0)
+
+    def forward(self, x):
+        return x * self.w
+
+
+class ClassValueShadowsBuffer(nn.Module):
+    offset = 10.0
+
+    def __init__(self):
+        super().__init__()
+        self._buffers["offset"] = torch.ones(2)
+
+    def forward(self, x):
+        return x + self.offset
+
+
+class InstanceDictShadowsClassValue(nn.Module):
+    scale = 2.0
+
+    def __init__(self):
+        super().__init__()
+        self.__dict__["scale"] = 7.0
+
+    def forward(self, x):
+        return x * self.scale
+
+
+class PropertyBeatsInstanceDict(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.__dict__["k"] = 11.0
+
+    @property
+    def k(self):
+        return 3.0
+
+    def forward(self, x):
+        return x * self.k
+
+
+class InstanceDictShadowsSubmodule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.__dict__["lin"] = nn.Identity()
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+class Delegating(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(2, 2)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.inner, name)
+
+    def forward(self, x):
+        return x @ self.weight.t() + self.bias
+
+
+class CustomGetattribute(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    def __getattribute__(self, name):
+        if name == "special":
+            return 4.0
+        return super().__getattribute__(name)
+
+    def forward(self, x):
+        return self.lin(x) * self.special
+
+
+class Constant:
+    """A non-data descriptor written in Python."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __get__(self, obj, owner):
+        return self.value if obj is None else self.value * 2
+
+
+class Checked:
+    """A data descriptor written in Python: it wins over the instance dict."""
+
+    def __get__(self, obj, owner):
+        return 8.0
+
+    def __set__(self, obj, value):
+        raise AttributeError("read-only")
+
+
+class WithDescriptors(nn.Module):
+    nd = Constant(4.0)
+    dd = Checked()
+
+    def __init__(self):
+        super().__init__()
+        self.__dict__["dd"] = 100.0
+
+    def forward(self, x):
+        return x * self.nd + self.dd
+
+
+class StaticAndClassMethods(nn.Module):
+    @staticmethod
+    def act(t):
+        return t * 3
+
+    @classmethod
+    def k(cls):
+        return 2.0
+
+    def forward(self, x):
+        return self.act(x) * self.k()
+
+
+class Slotted:
+    __slots__ = ("a",)
+
+    def __init__(self, a):
+        self.a = a
+
+
+class UserObject:
+    cls_value = 3.0
+    nd = Constant(1.5)
+    dd = Checked()
+
+    def __init__(self):
+        self.__dict__["dd"] = 50.0
+        self.cls_value_shadow = 1.0
+
+    @property
+    def prop(self):
+        return self.cls_value * 2
+
+
+USER = UserObject()
+USER.__dict__["cls_value"] = 9.0
+SLOTTED = Slotted(6.0)
+
+
+def user_object_lookup_order(x):
+    return x * USER.cls_value + USER.nd + USER.dd + USER.prop + SLOTTED.a
+
+
+MODULES = [MethodShadowsSubmodule, PropertyShadowsParameter, ClassValueShadowsBuffer, InstanceDictShadowsClassValue,
+           PropertyBeatsInstanceDict, InstanceDictShadowsSubmodule, Delegating, CustomGetattribute, WithDescriptors,
+           StaticAndClassMethods]
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+@pytest.mark.parametrize("make", MODULES, ids=[m.__name__ for m in MODULES])
+def test_module_attribute_lookup_order(make, fullgraph: bool) -> None:
+    torch.manual_seed(0)
+    module = make()
+    x = torch.randn(3, 2)
+    kiln.reset()
+    compiled = kiln.compile(module, backend="eager", fullgraph=fullgraph)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), module(x))
+
+
+def test_class_attribute_added_after_construction_wins_over_the_submodule() -> None:
+    class Late(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    module = Late()
+    Late.lin = property(lambda self: (lambda t: t * 50))
+    x = torch.randn(3, 2)
+    kiln.reset()
+    torch.testing.assert_close(kiln.compile(module, backend="eager", fullgraph=True)(x), module(x))
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_user_object_lookup_order(fullgraph: bool) -> None:
+    check_calls(user_object_lookup_order, [(torch.ones(2),)] * 2, fullgraph=fullgraph)

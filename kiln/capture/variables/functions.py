@@ -10,6 +10,7 @@ torch/_dynamo/variables/functions.py.
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -23,7 +24,7 @@ from kiln.capture.options import (
     ORIGINAL_ATTR,
 )
 from kiln.capture.guards import ConstantCall, Guard, note_constant_result
-from kiln.capture.sources import AttrSource, ClosureSource, Source, TypeSource
+from kiln.capture.sources import AttrSource, ClosureSource, ItemSource, Source, TypeSource
 from kiln.capture.variables.base import Variable
 from kiln.errors import Unsupported
 
@@ -308,6 +309,27 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
             guard_class_attribute(tx, owner, name, static, receiver)
         return UserMethodVariable(python_function(static.__wrapped__, "an lru_cache method"), receiver)
     return None
+
+
+def bind_python_descriptor(tx: "Tracer", static: Any, receiver: Variable, owner: type, name: str) -> Variable | None:
+    """`receiver.name` where the class holds a descriptor whose `__get__` is Python code: the
+    call `type(d).__get__(d, receiver, owner)` inlined, with the descriptor read through the class
+    dict that holds it (so what its `__get__` reads of it is guarded); None for any other kind."""
+    get = inspect.getattr_static(type(static), "__get__", None)
+    if not isinstance(get, types.FunctionType):
+        return None
+    guard_class_attribute(tx, owner, name, static)
+    guard_class_attribute(tx, type(static), "__get__", get)
+    receiver_source = getattr(receiver, "source", None)
+    descriptor_source: Source | None = None
+    owner_var = tx.wrap(owner, None)
+    if receiver_source is not None:
+        index = next(i for i, k in enumerate(owner.__mro__) if name in k.__dict__)
+        mro = AttrSource(TypeSource(receiver_source), "__mro__")
+        descriptor_source = ItemSource(AttrSource(ItemSource(mro, index), "__dict__"), name)
+        owner_var = tx.wrap(owner, TypeSource(receiver_source))
+    descriptor = tx.wrap(static, descriptor_source)
+    return UserMethodVariable(get, descriptor).call(tx, [receiver, owner_var], {})
 
 
 class NestedFunctionVariable(Variable):

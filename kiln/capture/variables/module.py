@@ -12,6 +12,7 @@ are inputs, never constants).
 from __future__ import annotations
 
 import inspect
+import types
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
@@ -77,31 +78,65 @@ class NNModuleVariable(Variable):
         return ItemSource(AttrSource(self.source, table), name)
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import bind_class_attribute
+        from kiln.capture.variables.functions import UserMethodVariable
 
         m = self.module
         pending = tx.side_effects.pending_attr(m, name)
         if pending is not None:
             return pending
-        if name in _INTROSPECTION or (isinstance(m, _CONTAINERS) and name in _CONTAINER_METHODS):
-            from kiln.capture.variables.functions import BoundMethodVariable
-            return BoundMethodVariable(self, name)
+        getattribute = inspect.getattr_static(type(m), "__getattribute__")
+        if isinstance(getattribute, types.FunctionType):
+            # A Python __getattribute__ on the module class is inlined; its
+            # `super().__getattribute__(name)` comes back to generic_getattr.
+            return UserMethodVariable(getattribute, self).call(tx, [tx.wrap(name, None)], {})
+        return self.generic_getattr(tx, name)
+
+    def generic_getattr(self, tx: "Tracer", name: str) -> Variable:
+        """CPython's order for a module: a data descriptor of the class (a property), then the
+        instance dict, then any other class attribute (a method wins over a same-named submodule),
+        then `__getattr__`: nn.Module's reads _parameters, _buffers and _modules; a class's own is
+        inlined. The instance dict's keys are guarded where the module was wrapped (builder)."""
+        from kiln.capture.variables.functions import (BoundMethodVariable, UserMethodVariable, bind_class_attribute,
+                                                      bind_python_descriptor)
+
+        m = self.module
+        kind = type(m)
         d = m.__dict__
+        static = inspect.getattr_static(kind, name, _MISSING)
+        if _torch_method(static) and (name in _INTROSPECTION or (isinstance(m, _CONTAINERS) and name in _CONTAINER_METHODS)):
+            return BoundMethodVariable(self, name)
+        data_descriptor = static is not _MISSING and (hasattr(type(static), "__set__") or hasattr(type(static), "__delete__"))
+        if not data_descriptor and name in d:
+            return tx.wrap(d[name], None if self.source is None else AttrSource(self.source, name))
+        if static is not _MISSING:
+            bound = bind_class_attribute(tx, static, self, kind, name)
+            if bound is not None:
+                return bound
+            if type(static).__name__ in ("member_descriptor", "getset_descriptor") or not hasattr(type(static), "__get__"):
+                # a slot, or a plain class value (`scale = 2.0`): read through the module as Python does
+                return tx.wrap(getattr(m, name), None if self.source is None else AttrSource(self.source, name))
+            bound = bind_python_descriptor(tx, static, self, kind, name)
+            if bound is not None:
+                return bound
+            raise Unsupported(f"descriptor {name!r} of {kind.__qualname__}", kind="unsupported_attribute")
+        getattr_fn = inspect.getattr_static(kind, "__getattr__", None)
+        if isinstance(getattr_fn, types.FunctionType) and getattr_fn is not torch.nn.Module.__getattr__:
+            return UserMethodVariable(getattr_fn, self).call(tx, [tx.wrap(name, None)], {})
+        return self.table_getattr(tx, name)
+
+    def table_getattr(self, tx: "Tracer", name: str) -> Variable:
+        """nn.Module.__getattr__: the parameter, buffer or submodule `name`, else AttributeError."""
+        d = self.module.__dict__
         for table in ("_parameters", "_buffers", "_modules"):
             if name in d.get(table, {}):
-                value = d[table][name]
-                return tx.wrap(value, self._child_source(table, name))
-        if name in d:
-            return tx.wrap(d[name], None if self.source is None else AttrSource(self.source, name))
-        static = inspect.getattr_static(m, name, _MISSING)
-        if static is _MISSING:
-            raise Unsupported(f"{type(m).__name__} has no attribute {name!r}", kind="unsupported_attribute")
-        bound = bind_class_attribute(tx, static, self, type(m), name)
-        if bound is not None:
-            return bound
-        value = getattr(m, name)
-        source = None if self.source is None else AttrSource(self.source, name)
-        return tx.wrap(value, source)
+                return tx.wrap(d[table][name], self._child_source(table, name))
+        if self.source is not None:  # what the tables lacked is part of what the trace relied on
+            for table in ("_parameters", "_buffers", "_modules"):
+                if table in d:
+                    self._guard(tx, AttrSource(self.source, table), "check_keys", tuple(d[table].keys()))
+        from kiln.capture.variables.exception import raise_in_trace
+        message = f"{type(self.module).__name__!r} object has no attribute {name!r}"
+        raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         if is_ddp(self.module):
@@ -280,6 +315,11 @@ class NNModuleVariable(Variable):
 
 
 _MISSING = object()
+
+
+def _torch_method(static: Any) -> bool:
+    """A method nn.Module (or one of torch's containers) defines, not a subclass's override."""
+    return isinstance(static, types.FunctionType) and (static.__module__ or "").startswith("torch.nn.")
 _INTROSPECTION = frozenset({"children", "modules", "parameters", "buffers", "named_children",
                             "named_parameters", "named_buffers", "named_modules"})
 _CONTAINER_METHODS = frozenset({"__getitem__", "__len__", "keys", "values", "items", "__contains__",

@@ -112,9 +112,10 @@ class ObjectVariable(Variable):
                     if isinstance(static, classmethod):
                         return UserMethodVariable(python_function(static.__func__, "a classmethod"), self)
                     return tx.wrap(static.__func__, None)
-                if self.source is None and static is not _MISSING:
+                if self.source is None and static is not _MISSING and any(name in k.__dict__ for k in obj.__mro__):
                     # a class reached without a source (type() of an object built in the frame):
-                    # what was read from it is guarded on the class itself
+                    # what was read from it is guarded on the class itself (not what its metaclass
+                    # answers, `__name__`: fixed with the class, which is guarded by identity)
                     guard_class_attribute(tx, obj, name, static)
             try:
                 value = getattr(obj, name)
@@ -165,6 +166,10 @@ class ObjectVariable(Variable):
         if type(static).__name__ in ("member_descriptor", "getset_descriptor"):
             return tx.wrap(getattr(obj, name), self._attr_source(name))
         if hasattr(type(static), "__get__"):
+            from kiln.capture.variables.functions import bind_python_descriptor
+            bound = bind_python_descriptor(tx, static, self, kind, name)
+            if bound is not None:
+                return bound
             raise Unsupported(f"descriptor {name!r} of {kind.__qualname__}", kind="unsupported_attribute")
         if self.source is None:
             from kiln.capture.variables.functions import guard_class_attribute
@@ -378,8 +383,10 @@ class SuperVariable(Variable):
                     return tx.wrap(lambda *a, **k: None, None)
                 if base is object and name == "__setattr__" and isinstance(self.obj, ObjectVariable):
                     return ObjectSetattrVariable(self.obj)
-                if base is object and name == "__getattribute__" and isinstance(self.obj, ObjectVariable):
+                if base is object and name == "__getattribute__" and hasattr(self.obj, "generic_getattr"):
                     return GenericGetattrVariable(self.obj)
+                if base is torch.nn.Module and name == "__getattr__" and hasattr(self.obj, "table_getattr"):
+                    return GenericGetattrVariable(self.obj, "table_getattr")
                 if base is dict and name in _DICT_READS and isinstance(self.obj, ObjectVariable):
                     return DictReadVariable(self.obj, name)
                 raise Unsupported(f"super().{name} of kind {type(attr).__name__}", kind="unsupported_attribute")
@@ -387,21 +394,27 @@ class SuperVariable(Variable):
 
 
 class GenericGetattrVariable(Variable):
-    """`super().__getattribute__` bound to an object: the generic lookup, skipping the override."""
+    """`super().__getattribute__` bound to an object (an ObjectVariable or a module): the generic
+    lookup, skipping the override; with `lookup="table_getattr"`, nn.Module's own `__getattr__`
+    reached by `super().__getattr__` from a module class that defines one."""
 
-    def __init__(self, obj: ObjectVariable) -> None:
+    def __init__(self, obj: Variable, lookup: str = "generic_getattr") -> None:
         self.obj = obj
+        self.lookup = lookup
 
     def describe(self) -> str:
-        return f"object.__getattribute__ of {self.obj.describe()}"
+        return f"{self._method().__qualname__} of {self.obj.describe()}"
+
+    def _method(self) -> Any:
+        return torch.nn.Module.__getattr__ if self.lookup == "table_getattr" else object.__getattribute__
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         if len(args) != 1 or kwargs:
-            raise Unsupported("object.__getattribute__ with these arguments", kind="unsupported_attribute")
-        return self.obj.generic_getattr(tx, args[0].as_constant())
+            raise Unsupported(f"{self._method().__qualname__} with these arguments", kind="unsupported_attribute")
+        return getattr(self.obj, self.lookup)(tx, args[0].as_constant())
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
-        return f"{glue.constant(object.__getattribute__)}.__get__({self.obj.reconstruct(glue)})"
+        return f"{glue.constant(self._method())}.__get__({self.obj.reconstruct(glue)})"
 
 
 def _python_len(tx: "Tracer", var: Variable, cls: type) -> Variable | None:
