@@ -139,6 +139,18 @@ class NNModuleVariable(Variable):
         raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
+
+        override = inspect.getattr_static(type(self.module), "__call__", None)
+        if isinstance(override, types.FunctionType) and override is not torch.nn.Module.__call__:
+            # a class's own __call__ is what calling the module runs (`5 * self.forward(x)`)
+            guard_class_attribute(tx, type(self.module), "__call__", override, self)
+            return UserMethodVariable(override, self).call(tx, args, kwargs)
+        return self.call_impl(tx, args, kwargs)
+
+    def call_impl(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        """Module.__call__: the hooks capture can inline around the forward (also reached by a
+        class's own __call__ through `super().__call__`)."""
         if is_ddp(self.module):
             # DDP's forward drives its reducer from Python: it runs natively at the break, and the
             # glue compiles the module it wraps (kiln.capture.distributed.DDPModuleCall).

@@ -368,6 +368,10 @@ class SuperVariable(Variable):
         for base in mro[start:]:
             if name in base.__dict__:
                 attr = base.__dict__[name]
+                if base is torch.nn.Module and name == "__getattr__" and hasattr(self.obj, "table_getattr"):
+                    return GenericGetattrVariable(self.obj, "table_getattr")
+                if base is torch.nn.Module and name == "__call__" and hasattr(self.obj, "call_impl"):
+                    return ModuleCallVariable(self.obj)
                 if isinstance(attr, (types.FunctionType, staticmethod, classmethod)) and \
                         not _is_fixed_class(base):
                     from kiln.capture.variables.functions import guard_class_attribute
@@ -385,8 +389,7 @@ class SuperVariable(Variable):
                     return ObjectSetattrVariable(self.obj)
                 if base is object and name == "__getattribute__" and hasattr(self.obj, "generic_getattr"):
                     return GenericGetattrVariable(self.obj)
-                if base is torch.nn.Module and name == "__getattr__" and hasattr(self.obj, "table_getattr"):
-                    return GenericGetattrVariable(self.obj, "table_getattr")
+
                 if base is dict and name in _DICT_READS and isinstance(self.obj, ObjectVariable):
                     return DictReadVariable(self.obj, name)
                 raise Unsupported(f"super().{name} of kind {type(attr).__name__}", kind="unsupported_attribute")
@@ -415,6 +418,23 @@ class GenericGetattrVariable(Variable):
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return f"{glue.constant(self._method())}.__get__({self.obj.reconstruct(glue)})"
+
+
+class ModuleCallVariable(Variable):
+    """`super().__call__` from a module class that overrides `__call__`: nn.Module's own call
+    (hooks and forward), skipping the override."""
+
+    def __init__(self, module: Variable) -> None:
+        self.module = module
+
+    def describe(self) -> str:
+        return f"Module.__call__ of {self.module.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return self.module.call_impl(tx, args, kwargs)  # type: ignore[attr-defined]  # an NNModuleVariable
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return f"{glue.constant(torch.nn.Module.__call__)}.__get__({self.module.reconstruct(glue)})"
 
 
 def _python_len(tx: "Tracer", var: Variable, cls: type) -> Variable | None:
