@@ -8,6 +8,7 @@ effects here: they are nodes of the graph. Corresponds to torch/_dynamo/side_eff
 """
 from __future__ import annotations
 
+import keyword
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -109,7 +110,11 @@ class SideEffects:
                     glue.line(f"{target}.clear()")
                     glue.line(f"{target}.update({tmp})")
             elif kind == "attr":
-                glue.line(f"{glue.reconstruct(effect.owner)}.{effect.name} = {glue.reconstruct(effect.value)}")
+                owner, value = glue.reconstruct(effect.owner), glue.reconstruct(effect.value)
+                if effect.name.isidentifier() and not keyword.iskeyword(effect.name):
+                    glue.line(f"{owner}.{effect.name} = {value}")
+                else:  # setattr(obj, "we{ird}", v): not an identifier, written with setattr
+                    glue.line(f"setattr({owner}, {effect.name!r}, {value})")
             elif kind == "global":
                 glue.line(f"{effect.source.name()} = {glue.reconstruct(effect.value)}")
             elif kind == "cell":

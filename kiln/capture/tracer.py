@@ -54,11 +54,12 @@ from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable, SuperVariable
 from kiln import log
-from kiln.errors import GraphBreakError, Unsupported
+from kiln.errors import GraphBreakError, RestartCapture, Unsupported
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _MAX_STEPS = 200_000  # instructions per capture: an unrolled loop that long is not worth a graph
 _MAX_DEPTH = 32  # inlining depth (recursion is unrolled until this)
+_MAX_RESTARTS = 16  # captures started again after the trace initialized lazy modules
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
@@ -610,6 +611,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
         raise Unsupported(f"{code.co_name} is a generator or coroutine", kind="generator")
     stop: tuple[int, int, BreakRecord] | None = None
     unbacked_limit: int | None = None
+    restarts = 0
     while True:
         state = CaptureState(fn, options, policy)
         state.output.fake_mode.unbacked_limit = unbacked_limit
@@ -617,6 +619,12 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
         try:
             try:
                 value = root.run()
+            except RestartCapture:
+                restarts += 1
+                if restarts > _MAX_RESTARTS:
+                    raise
+                stop = None  # the program changed: decide the break again too
+                continue
             except _ReachedBreak:
                 assert stop is not None
                 return finish_break(state, root, fn, options, wrap_frame, stop[2])

@@ -78,8 +78,11 @@ def namedtuple_fields(x):
 def builtin_containers(x):
     items = [x, 1]
     d = {"a": x}
-    return (x + 1, hasattr(items, "append"), hasattr(items, "nope"), hasattr(d, "keys"),
-            hasattr((1, 2), "index"), hasattr((1, 2), "append"), hasattr(3, "real"), hasattr("s", "nope"))
+    it = iter([x])
+    return (x + 1, hasattr(items, "append"), hasattr(items, "nope"), hasattr(d, "keys"), hasattr(d, "nope"),
+            hasattr((1, 2), "index"), hasattr((1, 2), "append"), hasattr(3, "real"), hasattr("s", "nope"),
+            hasattr({x: 1} if False else {1, 2}, "nope"), hasattr(it, "nope"), hasattr(it, "__next__"),
+            hasattr(d.keys(), "isdisjoint"), hasattr(d.values(), "nope"))
 
 
 def object_made_in_frame(x):

@@ -80,8 +80,11 @@ class DictVariable(Variable):
         return [tx.wrap_result(k) for k in self.items]
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.exception import no_attribute
         from kiln.capture.variables.functions import BoundMethodVariable
 
+        if not hasattr(self.python_type(), name):
+            raise no_attribute(self.python_type(), name)
         return BoundMethodVariable(self, name)
 
     def _mutated(self, tx: "Tracer") -> None:
@@ -212,8 +215,11 @@ class SetVariable(Variable):
         return list(self.items.values())
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.exception import no_attribute
         from kiln.capture.variables.functions import BoundMethodVariable
 
+        if not hasattr(self.python_type(), name):
+            raise no_attribute(self.python_type(), name)
         return BoundMethodVariable(self, name)
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],

@@ -87,7 +87,9 @@ class BoundMethodVariable(Variable):
         return self.obj.call_method(tx, self.name, args, kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
-        return f"{glue.reconstruct(self.obj)}.{self.name}"
+        if self.name.isidentifier():
+            return f"{glue.reconstruct(self.obj)}.{self.name}"
+        return f"getattr({glue.reconstruct(self.obj)}, {self.name!r})"
 
 
 def python_function(fn: object, what: str) -> types.FunctionType:

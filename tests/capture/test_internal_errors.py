@@ -1,0 +1,215 @@
+"""Programs that made capture fail with an internal error now trace (or break with a reason).
+
+Each case runs under fullgraph=True where torch.compile traces it, compared with eager, and with
+kiln.config.suppress_errors off, so that an internal error fails the test instead of falling
+back to eager with a warning: module introspection with arguments and over cyclic or shared
+module trees, lazy modules on their first call, names and strings holding `{` and `}` in guards
+and glue, keyword arguments to torch functions, super() reaching a classmethod,
+contextlib.redirect_stdout/redirect_stderr, and tensor subclasses.
+"""
+from __future__ import annotations
+
+import sys
+import types
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import kiln
+from kiln.log import KilnWarning
+
+sys.path.insert(0, str(Path(__file__).parent))
+from semantics_oracle import check_calls  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _internal_errors_raise(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kiln.config, "suppress_errors", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KilnWarning)  # a fallback warning fails the test
+        yield
+
+
+def _check_module(make, x, fullgraph: bool = True, calls: int = 2) -> None:
+    torch.manual_seed(0)
+    eager = make()
+    torch.manual_seed(0)
+    module = make()
+    kiln.reset()
+    compiled = kiln.compile(module, backend="eager", fullgraph=fullgraph)
+    for i in range(calls):
+        torch.manual_seed(i)  # a lazy module draws its weights on the first call
+        want = eager(x)
+        torch.manual_seed(i)
+        torch.testing.assert_close(compiled(x), want)
+
+
+# ------------------------------------------------------------------ parameters() and friends
+
+
+class Introspects(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(2, 2)
+        self.b = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+        self.shared = self.a
+
+    def forward(self, x):
+        own = sum(p.numel() for p in self.parameters(recurse=False))
+        total = sum(p.sum() for _, p in self.named_parameters(prefix="root"))
+        every = len(list(self.named_parameters(remove_duplicate=False)))
+        buffers = len(list(self.buffers(recurse=True)))
+        names = [n for n, _ in self.named_modules(prefix="z")]
+        children = len(list(self.children()))
+        inner = len(list(self.b.named_buffers(prefix="b", recurse=False)))
+        return x + own + total + every + buffers + len(names) + children + inner
+
+
+class Cyclic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.child = nn.Linear(2, 2)
+        self.child.parent = self  # a submodule pointing back at its parent
+
+    def forward(self, x):
+        return x + sum(p.sum() for p in self.parameters()) + len(list(self.modules()))
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(2, 2)
+        self.b = nn.Linear(2, 2)
+        self.b.weight = self.a.weight
+
+    def forward(self, x):
+        return x + sum(p.sum() for p in self.parameters()) + len(list(self.named_parameters()))
+
+
+@pytest.mark.parametrize("make", [Introspects, Cyclic, Tied])
+def test_module_introspection_traces(make) -> None:
+    _check_module(make, torch.randn(3, 2))
+
+
+def test_introspection_sees_a_new_submodule() -> None:
+    module = Introspects()
+    kiln.reset()
+    compiled = kiln.compile(module, backend="eager")
+    x = torch.randn(3, 2)
+    torch.testing.assert_close(compiled(x), module(x))
+    module.extra = nn.Linear(2, 2)
+    torch.testing.assert_close(compiled(x), module(x))
+    module.shared = nn.Linear(2, 2)  # no longer the same module as `a`
+    torch.testing.assert_close(compiled(x), module(x))
+
+
+# ------------------------------------------------------------------ lazy modules
+
+
+class LazyNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.LazyLinear(5)
+        self.bn = nn.LazyBatchNorm1d()
+        self.l2 = nn.LazyLinear(2)
+
+    def forward(self, x):
+        return self.l2(self.bn(self.l1(x)).relu())
+
+
+class LazyConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.LazyConv2d(2, 3)
+
+    def forward(self, x):
+        return self.conv(x).relu()
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda: nn.LazyLinear(3), (2, 4)),
+    (LazyNet, (4, 7)),
+    (LazyConv, (1, 3, 8, 8)),
+    (lambda: nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.LazyLinear(2)), (3, 6)),
+])
+def test_lazy_modules_initialize_then_trace(make, shape) -> None:
+    x = torch.randn(*shape)
+    _check_module(make, x)
+
+
+def test_lazy_module_initialized_in_the_trace_is_a_plain_module_after() -> None:
+    torch.manual_seed(0)
+    module = LazyNet()
+    kiln.reset()
+    explained = kiln.explain(module)(torch.randn(4, 7))
+    assert explained.graph_count == 1 and not explained.break_reasons
+    assert isinstance(module.l1, nn.Linear) and module.l1.weight.shape == (5, 7)
+
+
+# ------------------------------------------------------------------ braces in names and values
+
+WEIRD = types.SimpleNamespace()
+setattr(WEIRD, "we{ird}", 4.0)
+setattr(WEIRD, "t{}", torch.ones(2))
+setattr(WEIRD, "{v}", 2.0)
+FORMATS = {"a{0}": 2.0, "}{": 3.0, "{x}": torch.ones(2), "{v}": 5.0}
+TEMPLATE = "{}-{v}"
+
+
+class Braced:
+    pass
+
+
+setattr(Braced, "c{l}s", 5.0)
+setattr(Braced, "{v}", "x{v}")
+
+
+def attribute_names_with_braces(x):
+    return x * getattr(WEIRD, "we{ird}") + getattr(WEIRD, "t{}") + getattr(WEIRD, "{v}")
+
+
+def dict_keys_with_braces(x):
+    return x * FORMATS["a{0}"] + FORMATS["}{"] + FORMATS["{x}"] + FORMATS["{v}"] + len(FORMATS)
+
+
+def string_values_with_braces(x):
+    return x + len(TEMPLATE) + (1 if TEMPLATE == "{}-{v}" else 0)
+
+
+def class_attributes_with_braces(x):
+    obj = Braced()
+    return x * getattr(obj, "c{l}s") + len(getattr(type(obj), "{v}"))
+
+
+class Plain:
+    pass
+
+
+PLAIN = Plain()
+
+
+def attribute_written_under_a_brace_name(x):
+    setattr(PLAIN, "out{put}", x + 1)
+    setattr(PLAIN, "{v}", 3)
+    return x * 2
+
+
+@pytest.mark.parametrize("fn", [attribute_names_with_braces, dict_keys_with_braces, string_values_with_braces,
+                                class_attributes_with_braces, attribute_written_under_a_brace_name])
+def test_braces_in_guards_and_glue(fn) -> None:
+    check_calls(fn, [(torch.ones(2),), (torch.ones(2) * 2,)], fullgraph=True)
+
+
+def test_a_changed_brace_string_recompiles() -> None:
+    global TEMPLATE
+    old = TEMPLATE
+    try:
+        def change(i: int) -> None:
+            global TEMPLATE
+            TEMPLATE = "{v}" * (i + 2)
+        check_calls(string_values_with_braces, [(torch.ones(2),)] * 3, between=change)
+    finally:
+        TEMPLATE = old
