@@ -18,11 +18,14 @@ import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
 
 from kiln.capture import distributed
-from kiln.capture.guards import Guard, tensor_guard
+from kiln.capture.guards import Guard, tensor_guard, user_name
 from kiln.capture.sources import Source
 from kiln.capture.verify import verify_captured_graph
 from kiln.errors import KilnError, Unsupported
 from kiln.symbolic import marked_dynamic
+
+# Tensor types capture makes fake and traces (anything else: a subclass, which breaks)
+_FAKEABLE_TYPES = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer)
 
 if TYPE_CHECKING:
     from kiln.capture.variables.base import Variable
@@ -86,6 +89,11 @@ class OutputGraph:
         dims: tuple[int, ...] = ()
         if self.policy is not None and self.shape_env is not None and value.dim() > 0:
             dims = tuple(self.policy.dynamic_dims(name, value, self.dynamic))
+        if type(value) not in _FAKEABLE_TYPES and not isinstance(value, torch.nn.Parameter) \
+                or value.is_quantized or value.is_nested:
+            what = f"a tensor of the subclass {type(value).__qualname__}" if type(value) not in _FAKEABLE_TYPES \
+                else "a quantized or nested tensor"
+            raise Unsupported(f"{what} at {user_name(name)}: capture traces plain tensors", kind="tensor_subclass")
         if dims:
             # mark_dynamic is a promise: the ShapeEnv raises ConstraintViolation, naming the user's
             # line, if the program specializes one of these dims (docs/seams.md, ShapeEnv.constrain).

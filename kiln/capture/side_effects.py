@@ -35,6 +35,25 @@ class _GlobalWrite:
     value: "Variable"
 
 
+def _written_values(kind: str, effect: Any) -> list["Variable"]:
+    from kiln.capture.variables.dict import DictVariable
+    from kiln.capture.variables.sequence import ListVariable
+
+    if kind == "contents":
+        if isinstance(effect, ListVariable):
+            return list(effect.items)
+        if isinstance(effect, DictVariable):
+            return list(effect.items.values())
+        return []
+    if kind == "attr":
+        return [effect.owner, effect.value]
+    if kind == "global":
+        return [effect.value]
+    if kind == "cell":
+        return [] if effect.contents is None else [effect.contents]
+    return []
+
+
 class SideEffects:
     """The pending effects of one capture, keyed so that a later write replaces an earlier one."""
 
@@ -91,6 +110,10 @@ class SideEffects:
                     name = glue.fresh("c")
                     glue.line(f"{name} = {targets[key]}")
                     targets[key] = name
+        # Every value an effect writes is read before any effect is replayed: a value the frame
+        # took out of a container (`o.v = stack.pop()`) is read from its place in the container,
+        # which the replay of that container's new contents removes.
+        glue.read_first([value for key, effect in self._effects.items() for value in _written_values(key[0], effect)])
         for key, effect in self._effects.items():
             kind = key[0]
             if kind == "contents":

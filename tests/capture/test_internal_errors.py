@@ -9,6 +9,8 @@ contextlib.redirect_stdout/redirect_stderr, and tensor subclasses.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
 import types
 import warnings
@@ -213,3 +215,179 @@ def test_a_changed_brace_string_recompiles() -> None:
         check_calls(string_values_with_braces, [(torch.ones(2),)] * 3, between=change)
     finally:
         TEMPLATE = old
+
+
+# ------------------------------------------------------------------ keyword arguments to torch functions
+
+
+def keyword_queries(y):
+    return (y + torch.numel(input=y), torch.is_floating_point(input=y), torch.is_complex(input=y),
+            torch.is_floating_point(y), y.is_floating_point(), torch.result_type(tensor=y, other=2))
+
+
+def keyword_ops(y):
+    return (torch.add(input=y, other=y, alpha=2) + torch.sum(input=y, dim=1, keepdim=True)
+            + torch.cat(tensors=[y, y], dim=0)[:2] + torch.reshape(input=y, shape=(3, 2)).t()
+            + torch.where(condition=y > 0, input=y, other=-y) + torch.full(size=(2, 3), fill_value=2.0)
+            + torch.zeros_like(input=y) + torch.clamp(input=y, min=0.5, max=2)
+            + torch.nn.functional.softmax(input=y, dim=-1) + torch.split(tensor=y, split_size_or_sections=1, dim=0)[0]
+            + torch.narrow(input=y, dim=1, start=0, length=3) + torch.flatten(input=y, start_dim=0).view(2, 3)
+            + y.sum(dim=0) + y.new_zeros(size=(3,)) + y.size(dim=1))
+
+
+@pytest.mark.parametrize("fn", [keyword_queries, keyword_ops])
+def test_keyword_arguments_to_torch_functions(fn) -> None:
+    check_calls(fn, [(torch.randn(2, 3),), (torch.randn(2, 3),)], fullgraph=True)
+
+
+# ------------------------------------------------------------------ super() in classmethods
+
+
+class Base:
+    K = 1.0
+
+    @classmethod
+    def scale(cls):
+        return 2.0
+
+    @classmethod
+    def make(cls, v):
+        return cls.K * v
+
+    @staticmethod
+    def bump(v):
+        return v + 1
+
+    def plain(self):
+        return 7.0
+
+
+class Child(Base):
+    K = 3.0
+
+    @classmethod
+    def scale(cls):
+        return super().scale() * 10
+
+    @classmethod
+    def make(cls, v):
+        return super().make(v) + super().bump(1) + super().plain(None)
+
+    def method(self, x):
+        return x * super().scale() + super().bump(1) + super().make(2)
+
+
+class GrandChild(Child):
+    @classmethod
+    def scale(cls):
+        return super().scale() + 1
+
+
+class ModuleWithClassmethods(nn.Module):
+    @classmethod
+    def factor(cls):
+        return 2.0
+
+
+class ModuleChild(ModuleWithClassmethods):
+    @classmethod
+    def factor(cls):
+        return super().factor() * 3
+
+    def forward(self, x):
+        return x * self.factor() * super().factor()
+
+
+CHILD = Child()
+
+
+def classmethods_through_super(x):
+    return x * Child.scale() + Child.make(3) + GrandChild.scale() + GrandChild.make(2) + CHILD.method(x) + CHILD.scale()
+
+
+def test_super_in_classmethods() -> None:
+    check_calls(classmethods_through_super, [(torch.ones(2),)] * 2, fullgraph=True)
+    _check_module(ModuleChild, torch.ones(2))
+
+
+# ------------------------------------------------------------------ redirect_stdout / redirect_stderr
+
+
+def redirect_with_print(x):
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        print("inside")
+    return x + len(buffer.getvalue())
+
+
+def redirect_without_print(x):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        y = x * 2
+    return y + 1
+
+
+@pytest.mark.parametrize("fn", [redirect_with_print, redirect_without_print])
+def test_redirected_streams(fn) -> None:
+    stdout, stderr = sys.stdout, sys.stderr
+    check_calls(fn, [(torch.ones(2),)] * 2)
+    assert sys.stdout is stdout and sys.stderr is stderr
+
+
+# ------------------------------------------------------------------ tensor subclasses
+
+
+class PlainSubclass(torch.Tensor):
+    pass
+
+
+class FunctionSubclass(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class WrapperSubclass(torch.Tensor):
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        def unwrap(t):
+            return t.elem if isinstance(t, WrapperSubclass) else t
+
+        def wrap(t):
+            return WrapperSubclass(t) if isinstance(t, torch.Tensor) else t
+        return torch.utils._pytree.tree_map(wrap, func(*torch.utils._pytree.tree_map(unwrap, args),
+                                                       **torch.utils._pytree.tree_map(unwrap, kwargs or {})))
+
+
+def _plain(t):
+    return t.elem if isinstance(t, WrapperSubclass) else t.as_subclass(torch.Tensor)
+
+
+@pytest.mark.parametrize("make", [lambda x: x.as_subclass(PlainSubclass), lambda x: x.as_subclass(FunctionSubclass),
+                                  WrapperSubclass], ids=["plain", "torch_function", "torch_dispatch"])
+def test_tensor_subclasses_break_with_a_reason(make) -> None:
+    def fn(t):
+        return t * 2 + 1
+
+    x = torch.randn(3)
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    want, got = fn(make(x)), compiled(make(x))
+    assert type(got) is type(want)
+    torch.testing.assert_close(_plain(got), _plain(want))
+    kiln.reset()
+    with pytest.raises(kiln.errors.GraphBreakError, match="subclass"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(make(x))
+
+
+def test_tensor_subclass_made_in_the_frame() -> None:
+    def fn(t):
+        return (t.as_subclass(FunctionSubclass) * 2).as_subclass(torch.Tensor) + 1
+
+    check_calls(fn, [(torch.randn(3),)] * 2)

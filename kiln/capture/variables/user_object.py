@@ -360,10 +360,22 @@ class SuperVariable(Variable):
     def describe(self) -> str:
         return f"super({self.cls.__name__})"
 
+    def _receiver_class(self) -> type | None:
+        """The class `super()` binds to inside a classmethod (its `cls`), else None (an instance)."""
+        try:
+            value = self.obj.as_python_value()
+        except Unsupported:
+            return None
+        return value if isinstance(value, type) and issubclass(value, self.cls) else None
+
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.functions import UserMethodVariable
 
-        mro = self.obj.python_type().__mro__
+        receiver_class = self._receiver_class()
+        mro = (receiver_class or self.obj.python_type()).__mro__
+        if self.cls not in mro:
+            raise Unsupported(f"super({self.cls.__name__}, obj): obj is not an instance or subtype of "
+                              f"{self.cls.__name__} (raised natively)", kind="unsupported")
         start = mro.index(self.cls) + 1
         for base in mro[start:]:
             if name in base.__dict__:
@@ -377,12 +389,13 @@ class SuperVariable(Variable):
                     from kiln.capture.variables.functions import guard_class_attribute
                     guard_class_attribute(tx, mro[0], name, attr, classes=tuple(mro[start:]))
                 if isinstance(attr, types.FunctionType):
-                    return UserMethodVariable(attr, self.obj)
+                    # inside a classmethod (`super().make()` with cls), a plain function stays unbound
+                    return tx.wrap(attr, None) if receiver_class is not None else UserMethodVariable(attr, self.obj)
                 if isinstance(attr, staticmethod):
                     return tx.wrap(attr.__func__, None)
                 if isinstance(attr, classmethod):
-                    return UserMethodVariable(python_function(attr.__func__, "a classmethod"),
-                                              tx.wrap(self.obj.python_type(), None))
+                    owner = self.obj if receiver_class is not None else tx.wrap(self.obj.python_type(), None)
+                    return UserMethodVariable(python_function(attr.__func__, "a classmethod"), owner)
                 if base is object and name == "__init__":
                     return tx.wrap(lambda *a, **k: None, None)
                 if base is object and name == "__setattr__" and isinstance(self.obj, ObjectVariable):
