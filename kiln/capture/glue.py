@@ -353,6 +353,7 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
     from kiln.capture.variables.module import NNModuleVariable, _has_hooks
 
     if isinstance(var, UserFunctionVariable) and not getattr(var.fn, DISABLE_MARKER, False):
+        var.pin_identity()  # the callee is compiled from this very function object
         return glue.bind("callee", wrap_frame(var.fn)), []
     if isinstance(var, UserMethodVariable) and not getattr(var.fn, DISABLE_MARKER, False):
         return glue.bind("callee", wrap_frame(var.fn)), [glue.reconstruct(var.obj)]
@@ -386,7 +387,7 @@ def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> 
     base = "".join(c if c.isalnum() or c == "_" else "_" for c in state.fn.__code__.co_name).strip("_")
     name = f"{base or 'fn'}_{next(_graph_ids)}"
     glue_fn, source, compiled = glue.finish(options.compiler, f"graph_{name}")
-    guards = list(state.output.guards) + [Guard("", "check_grad_mode", state.initial_grad)]
+    guards = list(state.output.guards) + state.output.absent_guards() + [Guard("", "check_grad_mode", state.initial_grad)]
     guards += [shape_guard(g) for g in state.shape_env.guards]
     graphs = [] if compiled is None else [compiled.gm]
     if compiled is not None:

@@ -188,6 +188,7 @@ class Emitter:
                                           "___constant_result": _constant_result_holds,
                                           "___same_mapping": _same_mapping,
                                           "___same_sequence": _same_sequence,
+                                          "___absent": _absent,
                                           "___parametrized_class": parametrized_class_holds}
         if native is not None:
             self.constants["___tensor_ok"] = native.tensor_ok
@@ -553,6 +554,26 @@ def check_keys(expected: tuple, name: str, em: Emitter) -> list[Check]:
     if em.native is not None:
         return [Check(f"___same_keys({{v}}, {em.bind(tuple(expected))})", why)]
     return [Check(f"list({{v}}.keys()) == {em.bind(list(expected))}", why)]
+
+
+def _absent(d: Any, names: frozenset) -> bool:
+    for name in names:
+        if name in d:
+            return False
+    return True
+
+
+@guard_kind
+def check_absent(expected: frozenset, name: str, em: Emitter) -> list[Check]:
+    # `expected`: names an object's instance dict (the source) did not hold when the trace looked
+    # them up elsewhere (its class, a module's parameter and submodule tables): an instance
+    # attribute of that name now would be found first.
+    def why(v: Any) -> str:
+        found = sorted(n for n in expected if n in v)
+        owner = name[: -len(".__dict__")] if name.endswith(".__dict__") else name
+        return f"{owner} now has instance attribute(s) {found}, which shadow what the trace read"
+
+    return [Check(f"___absent({{v}}, {em.bind(frozenset(expected))})", why)]
 
 
 @guard_kind

@@ -63,6 +63,8 @@ class OutputGraph:
         self.dynamic = dynamic
         self.inputs: list[GraphInput] = []
         self.guards: list[Guard] = []
+        # instance-dict source -> names the trace found elsewhere (see note_absent)
+        self._absent: dict[str, set[str]] = {}
         self._input_vars: dict[str, "Variable"] = {}
         self._symbol_nodes: dict[Any, torch.fx.Node] = {}
         self._last_placeholder: torch.fx.Node | None = None
@@ -82,6 +84,15 @@ class OutputGraph:
         self._last_placeholder = node
         self.inputs.append(GraphInput(node.name, source, example))
         return node
+
+    def note_absent(self, instance_dict: Source, name: str) -> None:
+        """The trace found `name` on an object's class (or a module's tables), so the object's
+        instance dict at `instance_dict` must not hold it: one check_absent guard per object,
+        over every such name (absent_guards)."""
+        self._absent.setdefault(instance_dict.name(), set()).add(name)
+
+    def absent_guards(self) -> list[Guard]:
+        return [Guard(source, "check_absent", frozenset(names)) for source, names in self._absent.items()]
 
     def tensor_input(self, value: torch.Tensor, source: Source) -> tuple[torch.fx.Node, torch.Tensor]:
         """A placeholder for the real tensor at `source` (guarded on its metadata)."""

@@ -126,9 +126,10 @@ class CaptureState:
     def dynamic_int(self, value: int, source: Source) -> bool:
         if self.policy is None or config.specialize_int or isinstance(value, bool):
             return False
-        if not isinstance(source, LocalSource) and not resume_stack_slot(source):
-            # Only arguments (and what the glue passes a resume function, such as the rest of a
-            # `range` loop); attributes and globals stay constants as in Dynamo.
+        if not isinstance(source, (LocalSource, ClosureSource)) and not resume_stack_slot(source):
+            # Only arguments, the contents of closure cells (a closure made per call over a
+            # counter), and what the glue passes a resume function (the rest of a `range` loop);
+            # attributes and globals stay constants as in Dynamo.
             return False
         return bool(self.policy.int_is_dynamic(source.name(), value, self.dynamic))
 
@@ -278,7 +279,21 @@ class Tracer:
 
         if isinstance(obj, (ObjectVariable, NNModuleVariable)):
             real = obj.as_python_value()
-            return self.side_effects.pending_attr(real, name) is not None or hasattr(real, name)
+            if self.side_effects.pending_attr(real, name) is not None:
+                return True
+            try:
+                obj.getattr(self, name)  # the lookup as the program makes it, guarded as it goes
+            except RaisedInTrace as raised:
+                if issubclass(raised.exception.exc_type, AttributeError):
+                    return False
+                raise
+            except Unsupported:
+                # a lookup capture cannot follow (a __getattr__ of the class): asked of the object
+                # itself, with the instance dict's lack of the name guarded
+                if obj.source is not None and name not in getattr(real, "__dict__", {name: None}):
+                    self.output.note_absent(AttrSource(obj.source, "__dict__"), name)
+                return hasattr(real, name)
+            return True
         if isinstance(obj, TensorVariable):
             return hasattr(obj.example, name)
         if obj.is_constant():

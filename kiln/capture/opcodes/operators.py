@@ -19,7 +19,7 @@ from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.dict_view import DictViewVariable, involves_view, view_operator
-from kiln.capture.variables.functions import UserMethodVariable
+from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
 from kiln.capture.variables.numpy_array import NumpyArrayVariable, numpy_operator, numpy_unary
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable
 from kiln.capture.variables.symint import SymIntVariable
@@ -160,6 +160,8 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
 def _identity(a: Variable, b: Variable) -> bool | None:
     """Whether a and b are the same object, when that is known at trace time."""
     if a is b:
+        if isinstance(a, UserFunctionVariable):
+            a.pin_identity()  # guarded by its code until now: `f is f` holds for this very object
         return True
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         return a.example is b.example

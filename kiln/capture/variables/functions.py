@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import types
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -101,11 +101,16 @@ def python_function(fn: object, what: str) -> types.FunctionType:
 
 
 class UserFunctionVariable(Variable):
-    """A Python function that exists outside the frame (a global, an attribute, a closure value)."""
+    """A Python function that exists outside the frame (a global, an attribute, a closure value).
 
-    def __init__(self, fn: types.FunctionType, source: Source | None = None) -> None:
+    `pin`: for a function guarded by its code rather than its identity (builder), adds the
+    identity guard once the trace relies on which object it is (`is`, a dict key, a native call)."""
+
+    def __init__(self, fn: types.FunctionType, source: Source | None = None,
+                 pin: Callable[[], None] | None = None) -> None:
         self.fn = fn
         self.source = source
+        self.pin = pin
 
     def describe(self) -> str:
         return f"function {self.fn.__qualname__}"
@@ -114,7 +119,13 @@ class UserFunctionVariable(Variable):
         return type(self.fn)
 
     def as_python_value(self) -> Any:
+        self.pin_identity()
         return self.fn
+
+    def pin_identity(self) -> None:
+        if self.pin is not None:
+            self.pin()
+            self.pin = None
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         if not hasattr(self.fn, name):
@@ -126,6 +137,8 @@ class UserFunctionVariable(Variable):
         return call_python_function(tx, self.fn, self.source, list(args), kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.pin is not None and self.source is not None:
+            return self.source.name()  # the function this call was given, not the traced one
         return glue.constant(self.fn)
 
 

@@ -96,7 +96,8 @@ class NNModuleVariable(Variable):
         """CPython's order for a module: a data descriptor of the class (a property), then the
         instance dict, then any other class attribute (a method wins over a same-named submodule),
         then `__getattr__`: nn.Module's reads _parameters, _buffers and _modules; a class's own is
-        inlined. The instance dict's keys are guarded where the module was wrapped (builder)."""
+        inlined. A name found anywhere but the instance dict is guarded absent from it (an instance
+        attribute set later would win); one found there is guarded where it is read."""
         from kiln.capture.variables.functions import (BoundMethodVariable, UserMethodVariable, bind_class_attribute,
                                                       bind_python_descriptor)
 
@@ -104,11 +105,13 @@ class NNModuleVariable(Variable):
         kind = type(m)
         d = m.__dict__
         static = inspect.getattr_static(kind, name, _MISSING)
-        if _torch_method(static) and (name in _INTROSPECTION or (isinstance(m, _CONTAINERS) and name in _CONTAINER_METHODS)):
-            return BoundMethodVariable(self, name)
         data_descriptor = static is not _MISSING and (hasattr(type(static), "__set__") or hasattr(type(static), "__delete__"))
         if not data_descriptor and name in d:
             return tx.wrap(d[name], None if self.source is None else AttrSource(self.source, name))
+        if not data_descriptor and self.source is not None:
+            tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
+        if _torch_method(static) and (name in _INTROSPECTION or (isinstance(m, _CONTAINERS) and name in _CONTAINER_METHODS)):
+            return BoundMethodVariable(self, name)
         if static is not _MISSING:
             bound = bind_class_attribute(tx, static, self, kind, name)
             if bound is not None:

@@ -151,9 +151,18 @@ class ObjectVariable(Variable):
         is_data_descriptor = hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
         if instance_dict is not None and name in instance_dict and not is_data_descriptor:
             return tx.wrap(instance_dict[name], self._attr_source(name))
+        if instance_dict is not None and not is_data_descriptor and self.source is not None:
+            # found on the class (or nowhere): an instance attribute set later would be found first
+            tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
         if static is _MISSING:
             if name == "__class__":
                 return tx.wrap(kind, None)
+            if "__getattr__" not in _class_dicts(kind):
+                from kiln.capture.guards import ABSENT
+                from kiln.capture.variables.exception import no_attribute
+                from kiln.capture.variables.functions import guard_class_attribute
+                guard_class_attribute(tx, kind, name, ABSENT)
+                raise no_attribute(kind, name)
             raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
                               kind="unsupported_attribute")
         if isinstance(static, types.FunctionType) and never_traced(static):
