@@ -391,3 +391,32 @@ def test_tensor_subclass_made_in_the_frame() -> None:
         return (t.as_subclass(FunctionSubclass) * 2).as_subclass(torch.Tensor) + 1
 
     check_calls(fn, [(torch.randn(3),)] * 2)
+
+
+class LazyFromContainers(torch.nn.modules.lazy.LazyModuleMixin, nn.Module):
+    """A lazy layer whose inputs are a list and a dict of tensors (initialized from their shapes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.UninitializedParameter()
+
+    def initialize_parameters(self, items, named):
+        with torch.no_grad():
+            self.weight.materialize(items[0].shape)
+            self.weight.fill_(0.5)
+
+    def forward(self, items, named):
+        return sum(items) * self.weight + named["b"]
+
+
+class HoldsLazyFromContainers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = LazyFromContainers()
+
+    def forward(self, x):
+        return self.layer([x, x * 2, x + 1], {"b": x.cos()})
+
+
+def test_lazy_module_with_container_inputs() -> None:
+    _check_module(HoldsLazyFromContainers, torch.randn(3, 4))

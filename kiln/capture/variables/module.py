@@ -379,6 +379,8 @@ def _initialize_lazy(m: torch.nn.Module, args: Sequence[Variable], kwargs: dict[
     make them, and the capture starts again over the initialized module (it may have changed
     class). Inputs whose shapes are symbolic, or that are not tensors or constants, break."""
     def real(var: Variable) -> Any:
+        from kiln.capture.variables.dict import DictVariable
+        from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type
         from kiln.capture.variables.tensor import TensorVariable
 
         if isinstance(var, TensorVariable):
@@ -388,6 +390,13 @@ def _initialize_lazy(m: torch.nn.Module, args: Sequence[Variable], kwargs: dict[
             return torch.zeros(tuple(example.shape), dtype=example.dtype, device=example.device)
         if var.is_constant():
             return var.as_constant()
+        if isinstance(var, ListVariable):
+            return [real(item) for item in var.items]
+        if isinstance(var, TupleVariable):  # a tuple, a torch.Size or a namedtuple of inputs
+            items = [real(item) for item in var.items]
+            return var.tuple_type(*items) if is_namedtuple_type(var.tuple_type) else var.tuple_type(items)
+        if isinstance(var, DictVariable):
+            return var.dict_type((key, real(value)) for key, value in var.items.items())
         raise Unsupported(f"initializing a lazy module from {var.describe()}", kind="unsupported_call")
 
     real_args = tuple(real(a) for a in args)
