@@ -261,3 +261,15 @@ def test_train_eval_toggles() -> None:
         compiled.train()
         compiled(x)
     assert kiln.stats()["compiles"] == 2
+
+
+@pytest.mark.parametrize("arguments", [{"options": {"opt_level": "-O1"}}, {"mode": "max-autotune"}])
+def test_modules_compiled_one_by_one_share_their_caches(arguments) -> None:
+    """The inductor backend with a mode or options is a partial made per kiln.compile call; modules
+    compiled one by one with the same arguments (torch.compile on each block) share one cache per
+    code object, so calling them in any order compiles the block's forward once."""
+    kiln.reset()
+    first, second = (kiln.compile(Block(), **arguments) for _ in range(2))
+    assert first._kiln_forward._kiln_frame.cache is second._kiln_forward._kiln_frame.cache
+    other = kiln.compile(Block(), options={"opt_level": "-O2"})
+    assert other._kiln_forward._kiln_frame.cache is not first._kiln_forward._kiln_frame.cache
