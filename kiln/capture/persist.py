@@ -733,6 +733,9 @@ def _portable_guard(guard: Guard) -> None:
     elif kind == "check_keys":
         if not isinstance(expected, tuple) or not all(_portable_key(k) for k in expected):
             raise NotPortable(f"keys at {guard.source}")
+    elif kind == "check_absent":
+        if not isinstance(expected, frozenset) or not all(type(k) is str for k in expected):
+            raise NotPortable(f"absent names at {guard.source}")
     elif kind == "check_tensor":
         if not isinstance(expected, TensorSpec):
             raise NotPortable(f"tensor spec at {guard.source}")

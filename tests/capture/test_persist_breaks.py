@@ -187,7 +187,9 @@ def test_second_process_runs_broken_functions_without_capturing(tmp_path: Path) 
         # the frame's handler; risky's own resume raises ValueError from its glue (an exception
         # class in a glue is not stored), so it alone is captured again
         assert got["frames"] == (1 if name == "guarded_raises" else 0), (name, got, stderr[-3000:])
-        assert got["disk_hits"] >= 2, (name, got)  # the parent, its resumes and callees
+        # the parent, its resumes and callees; guarded_raises finds `risky` already in memory (loaded
+        # for guarded: compiles with the same arguments share their caches), its resume on disk
+        assert got["disk_hits"] >= (1 if name == "guarded_raises" else 2), (name, got)
 
 
 # ---------------------------------------------------------------------------------------------------
