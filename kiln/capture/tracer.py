@@ -114,7 +114,7 @@ class CaptureState:
             elif source is not None and var.source != source:
                 # reached through a second path: both paths must lead to one cell next time (an
                 # aliasing guard, which names no object and so can be stored on disk)
-                paths = tuple(s.name().rsplit(".cell_contents", 1)[0] for s in (var.source, source))
+                paths = tuple(s.name().rsplit(".cell_contents", 1)[0] for s in (var.source, source) if s is not None)
                 self.output.guards.append(Guard("", "check_aliasing", (paths,)))
             return var
         var = CellVariable(real=cell, source=source)
