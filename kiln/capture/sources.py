@@ -7,6 +7,7 @@ torch/_dynamo/source.py.
 """
 from __future__ import annotations
 
+import keyword
 import math
 from dataclasses import dataclass
 
@@ -76,7 +77,10 @@ class AttrSource(Source):
     attr: str
 
     def name(self) -> str:
-        return f"{self.base.name()}.{self.attr}"
+        if self.attr.isidentifier() and not keyword.iskeyword(self.attr):
+            return f"{self.base.name()}.{self.attr}"
+        # setattr(obj, "we{ird}", v): a name that is not an identifier is read with getattr
+        return f"getattr({self.base.name()}, {self.attr!r})"
 
 
 @dataclass(frozen=True)

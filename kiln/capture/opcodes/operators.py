@@ -20,7 +20,8 @@ from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
-from kiln.capture.variables.functions import UserMethodVariable
+from kiln.capture.variables.dict_view import DictViewVariable, involves_view, view_operator
+from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
 from kiln.capture.variables.numpy_array import NumpyArrayVariable, numpy_operator, numpy_unary
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable
 from kiln.capture.variables.symint import SymIntVariable
@@ -69,6 +70,8 @@ def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool
     fn = INPLACE[symbol] if inplace else BINARY[symbol]
     if isinstance(a, NumpyArrayVariable) or isinstance(b, NumpyArrayVariable):
         return numpy_operator(tx, symbol, a, b, inplace)
+    if involves_view(a, b):
+        return view_operator(tx, symbol, a, b)  # in place too: `s = d.keys(); s |= x` rebinds s to a set
     if _graph_values(a, b):
         if inplace and not isinstance(a, TensorVariable):
             fn = BINARY[symbol]  # ints and SymInts are immutable: `n += 1` is `n = n + 1`
@@ -133,6 +136,8 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
     if isinstance(a, NumpyArrayVariable) or isinstance(b, NumpyArrayVariable):
         return numpy_operator(tx, {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "gt": ">", "ge": ">="}
                               .get(symbol, symbol), a, b)
+    if involves_view(a, b):
+        return view_operator(tx, symbol, a, b)
     if symbol in ("==", "!=", "eq", "ne") and isinstance(a, BaseSequenceVariable) \
             and isinstance(b, BaseSequenceVariable) and not (a.is_constant() and b.is_constant()):
         # x.shape == y.shape with symbolic sizes: item by item, each decided (and guarded) now.
@@ -241,6 +246,8 @@ def _sequence_kind(v: Variable) -> type:
 def _identity(a: Variable, b: Variable) -> bool | None:
     """Whether a and b are the same object, when that is known at trace time."""
     if a is b:
+        if isinstance(a, UserFunctionVariable):
+            a.pin_identity()  # guarded by its code until now: `f is f` holds for this very object
         return True
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         return a.example is b.example
@@ -300,6 +307,13 @@ def _type_subscript(tx: "Tracer", obj: Variable, key: Variable) -> Variable | No
     optimizers spell `cast(list[Tensor], xs)`). PEP 560's `__class_getitem__` of a builtin class or
     typing's own forms make an alias that holds no data: made now, a trace-time constant."""
     try:
+        # by type first: the real value of a container read from outside would guard every item
+        kind = obj.python_type()
+    except Unsupported:
+        return None
+    if not issubclass(kind, (type, *_TYPING_FORMS)):
+        return None
+    try:
         target = obj.as_python_value()
     except Unsupported:
         return None
@@ -355,7 +369,7 @@ def IS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
 def CONTAINS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
     container = tx.pop()
     item = tx.pop()
-    if isinstance(container, (DictVariable, SetVariable)):
+    if isinstance(container, (DictVariable, SetVariable, DictViewVariable)):
         result = container.call_method(tx, "__contains__", [item], {}).as_constant()
     elif isinstance(container, ConstantVariable) and item.is_constant():
         result = item.as_constant() in container.as_constant()

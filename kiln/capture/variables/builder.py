@@ -14,6 +14,7 @@ import enum
 import functools
 import inspect
 import os
+import sys
 import types
 import weakref
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -24,11 +25,11 @@ import torch
 from kiln.capture.guards import Guard
 from kiln.capture.constant_fold import known_input
 from kiln.capture.options import CONSTANT_RESULT_MARKER
-from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source
+from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source, resume_stack_slot
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import RULES, BuiltinVariable, UnboundMethodVariable, is_unbound_builtin_method
 from kiln.capture.variables.checkpoint import CheckpointVariable, is_checkpoint_function
-from kiln.capture.variables.constant import ConstantVariable, is_constant_value
+from kiln.capture.variables.constant import ConstantVariable, ItemConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import (
     AUTOCAST_CLASSES,
     ContextManagerClassVariable,
@@ -44,7 +45,6 @@ from kiln.capture.variables.numpy_functions import NumpyFunctionVariable, is_num
 from kiln.capture.variables import numpy_fft_grids  # noqa: F401  (fills NUMPY_FUNCTIONS with np.fft, np.meshgrid)
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import (
-    CellVariable,
     ConstantResultVariable,
     UserFunctionVariable,
     UserMethodVariable,
@@ -97,13 +97,30 @@ def wrap_value(state: "CaptureState", value: Any, source: Source | None) -> Vari
         var = cached[1]
         if source is not None and var.source is not None and source != var.source:
             # The same mutable object reached through a second path is the same Variable (so
-            # mutations are seen through both); the second path must lead to it next time too.
+            # mutations are seen through both); the second path must lead to it next time too,
+            # and the first must be it (a function guarded by its code is pinned to this object).
             _guard(state, source, "check_id", value)
+            if isinstance(var, UserFunctionVariable):
+                var.pin_identity()
         return var
     var = _wrap(state, value, source)
     if not is_constant_value(value) and not isinstance(value, (tuple, frozenset)):
         state.wrapped[key] = (value, var)
     return var
+
+
+def _item(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    """An item of a list, tuple or dict from outside the frame: a constant is guarded by value
+    only when the trace reads it (ItemConstantVariable); anything else is wrapped as usual."""
+    if source is None or _stable(source) or not is_constant_value(value) \
+            or type(value) in (int, float) and resume_stack_slot(source) \
+            or type(value) is float and state.dynamic_float(value, source):
+        # the items a glue passes a resume function may become symbolic (automatic dynamic), and
+        # so does a float held in a dict or list once it changed (an optimizer's lr under a scheduler)
+        return wrap_value(state, value, source)
+    if value is None:
+        return ItemConstantVariable(value, source, lambda: _guard(state, source, "check_none"))
+    return ItemConstantVariable(value, source, lambda: _guard(state, source, "check_value", value))
 
 
 def _guard(state: "CaptureState", source: Source | None, kind: str, expected: Any = None) -> None:
@@ -138,20 +155,17 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)
     if isinstance(value, torch.nn.Module):
-        # By type and by the names of its instance attributes, not by identity: another instance of
-        # the same class reuses the graph (its parameters are inputs read through their sources, and
-        # each attribute the trace reads is guarded where it is read). The keys guard makes sure a
-        # name the trace found on the class is not shadowed by an instance attribute elsewhere.
-        from kiln.capture.sources import AttrSource
+        # By type, not by identity: another instance of the same class reuses the graph (its
+        # parameters are inputs read through their sources, and each attribute the trace reads is
+        # guarded where it is read; a name found on the class or in the module's tables is guarded
+        # absent from the instance dict, NNModuleVariable.generic_getattr).
         _guard(state, source, "check_type", type(value))
-        if source is not None:
-            _guard(state, AttrSource(source, "__dict__"), "check_keys", tuple(value.__dict__.keys()))
         return NNModuleVariable(value, source)
     if isinstance(value, tuple) and (type(value) in (tuple, torch.Size) or is_namedtuple_type(type(value))
                                      or is_structseq_type(type(value))):
         _guard(state, source, "check_type", type(value))
         _guard(state, source, "check_len", len(value))
-        items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
+        items = [_item(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
         return TupleVariable(items, type(value), source)
     if type(value) is collections.deque:
         from kiln.capture.sources import AttrSource
@@ -163,7 +177,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if type(value) is list:
         _guard(state, source, "check_type", list)
         _guard(state, source, "check_len", len(value))
-        items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
+        items = [_item(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
         return ListVariable(items, source)
     if type(value) is types.MappingProxyType and source is None and _constant_keys(value):
         # A class's or a Signature's read-only mapping, made during the trace: a constant dict.
@@ -179,7 +193,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         elif type(value) is collections.defaultdict and source is not None:
             from kiln.capture.sources import AttrSource
             _guard(state, AttrSource(source, "default_factory"), "check_none")
-        entries = {k: wrap_value(state, v, _dict_value_source(source, k, i)) for i, (k, v) in enumerate(value.items())}
+        entries = {k: _item(state, v, _dict_value_source(source, k, i)) for i, (k, v) in enumerate(value.items())}
         return DictVariable(entries, type(value), source, default_factory=factory)
     if type(value) in (dict, collections.OrderedDict) and source is not None \
             and all(isinstance(k, torch.Tensor) or is_constant_value(k) for k in value):
@@ -257,9 +271,21 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)  # calling it is a graph break of its library's kind
     if isinstance(value, types.FunctionType) and value not in RULES:
+        if source is not None and not _stable(source) and _known_by_code(value):
+            # A function made inside another one (a closure, a lambda, an inner def) is made anew
+            # by each call of its maker: as torch.compile does, it is guarded by its code, globals
+            # and defaults (and its own dict's names), its cells where the trace reads them. Its
+            # identity is guarded only if the trace uses it (`is`, a dict key, a native call).
+            from kiln.capture.guards import FunctionCode
+            from kiln.capture.sources import AttrSource
+            kwdefaults = None if value.__kwdefaults__ is None else tuple(value.__kwdefaults__.items())
+            _guard(state, source, "check_code", FunctionCode(value.__code__, value.__module__, value.__defaults__,
+                                                              kwdefaults))
+            _guard(state, AttrSource(source, "__dict__"), "check_keys", tuple(value.__dict__))
+            return UserFunctionVariable(value, source, pin=lambda: _guard(state, source, "check_id", value))
         _guard(state, source, "check_id", value)
         return UserFunctionVariable(value, source)
-    if isinstance(value, functools.partial) and source is not None:
+    if type(value) is functools.partial and source is not None:
         from kiln.capture.sources import AttrSource
         from kiln.capture.variables.functions import PartialVariable
         _guard(state, source, "check_type", functools.partial)
@@ -268,7 +294,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         kwargs = wrap_value(state, value.keywords, AttrSource(source, "keywords"))
         # a tuple wraps as a TupleVariable, a dict of str keys as a DictVariable (branches above)
         assert isinstance(args, TupleVariable) and isinstance(kwargs, DictVariable)
-        return PartialVariable(fn, list(args.items), dict(kwargs.items), source)
+        return PartialVariable(fn, list(args.items), dict(kwargs.items), source, value)
     if isinstance(value, types.MethodType):
         from kiln.capture.sources import AttrSource
         self_source = None if source is None else AttrSource(source, "__self__")
@@ -298,7 +324,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)
     if isinstance(value, types.CellType):
-        return CellVariable(real=value, source=None)
+        return state.real_cell(value, None)
     if type(value) is weakref.ref and source is not None:
         _guard(state, source, "check_type", weakref.ref)
         return WeakRefVariable(value, source)
@@ -309,6 +335,21 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if isinstance(value, torch.optim.Optimizer):
         return OptimizerVariable(value, source)
     return ObjectVariable(value, source)
+
+
+def _known_by_code(fn: types.FunctionType) -> bool:
+    """A function local to another one (or a lambda), in its module's globals, with literal defaults: what
+    check_code can recognise again in another function object made by the same code."""
+    module = sys.modules.get(fn.__module__ or "")
+    kwdefaults = tuple((fn.__kwdefaults__ or {}).items())
+    return ("<locals>" in fn.__qualname__ or fn.__name__ == "<lambda>") and module is not None and fn.__globals__ is module.__dict__ \
+        and _literal(fn.__defaults__) and _literal(kwdefaults)
+
+
+def _literal(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(_literal(v) for v in value)
+    return type(value) in (int, float, bool, str, bytes, type(None), torch.dtype, torch.device)
 
 
 def _is_lru_cache_wrapper(value: Any) -> TypeGuard[functools._lru_cache_wrapper[Any]]:

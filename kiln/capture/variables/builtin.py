@@ -212,7 +212,18 @@ def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
 def type_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     if len(args) != 1:
         raise Unsupported("type() with three arguments", kind="unsupported_call")
-    return tx.wrap_result(args[0].python_type())
+    from kiln.capture.sources import TypeSource
+    from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
+
+    obj = args[0]
+    kind = obj.python_type()
+    # The class of a user object keeps a source, so that what is read from it (`type(self).CACHE`)
+    # is guarded where it is read, contents included, as `self.CACHE` would be.
+    if isinstance(obj, ObjectVariable) and obj.source is not None and not isinstance(obj.value, type):
+        return tx.wrap(kind, TypeSource(obj.source))
+    if isinstance(obj, NewObjectVariable) and obj.cls_source is not None:
+        return tx.wrap(kind, obj.cls_source)
+    return tx.wrap_result(kind)
 
 
 @builtin_rule(getattr)

@@ -161,6 +161,7 @@ class DictVariable(Variable):
         return [key_variable(tx, k) for k in self.items]
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.exception import no_attribute
         from kiln.capture.variables.functions import BoundMethodVariable
 
         if name in self.attrs:
@@ -184,8 +185,7 @@ class DictVariable(Variable):
             if name == "__class__":
                 return tx.wrap_result(self.dict_type)
         if not hasattr(self.dict_type, name):
-            raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
-                              kind="unsupported_attribute")
+            raise no_attribute(self.dict_type, name)
         return BoundMethodVariable(self, name)
 
     def _override(self, tx: "Tracer", name: str) -> Variable | None:
@@ -246,12 +246,9 @@ class DictVariable(Variable):
             return ConstantVariable(key_of(args[0]) in self.items)
         if name == "__len__":
             return self.length(tx)
-        if name == "keys":
-            return ListVariable([key_variable(tx, k) for k in self.items])
-        if name == "values":
-            return ListVariable(list(self.items.values()))
-        if name == "items":
-            return ListVariable([TupleVariable([key_variable(tx, k), v]) for k, v in self.items.items()])
+        if name in ("keys", "values", "items") and not args and not kwargs:
+            from kiln.capture.variables.dict_view import DictViewVariable
+            return DictViewVariable(self, name)  # live: it sees later changes to the dict
         if name == "copy" and not args:
             if self.dict_type in BUILTIN_DICTS:
                 return DictVariable(self.items, self.dict_type, default_factory=self.default_factory)
@@ -519,11 +516,11 @@ class SetVariable(Variable):
         return [self.items[k] for k in self.ordered_keys()]
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.exception import no_attribute
         from kiln.capture.variables.functions import BoundMethodVariable
 
         if not hasattr(self.set_type, name):
-            raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
-                              kind="unsupported_attribute")
+            raise no_attribute(self.set_type, name)
         return BoundMethodVariable(self, name)
 
     def _operand(self, tx: "Tracer", other: Variable) -> tuple[dict[Any, Variable], Any]:

@@ -156,6 +156,13 @@ def raise_in_trace(exc: BaseException, reason: str) -> RaisedInTrace:
     return RaisedInTrace(ExceptionVariable.of(exc), reason)
 
 
+def no_attribute(kind: type, name: str) -> RaisedInTrace:
+    """The AttributeError CPython raises for `obj.name` when `obj`'s type has no such attribute
+    and its instances hold none of their own (hasattr() reads it as False)."""
+    message = f"{kind.__name__!r} object has no attribute {name!r}"
+    return raise_in_trace(AttributeError(message), f"{message} (raised natively)")
+
+
 def construct_exception(tx: "Tracer", exc_type: type, args: Sequence[Variable],
                         kwargs: dict[str, Variable]) -> ExceptionVariable:
     """`ValueError("bad")` in traced code. A Python `__init__` of the class is inlined on the new

@@ -97,8 +97,8 @@ class BaseSequenceVariable(Variable):
 
         if not hasattr(self.python_type(), name):
             # `hasattr(output, "buckets")` on a namedtuple without that field must be False
-            raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
-                              kind="unsupported_attribute")
+            from kiln.capture.variables.exception import no_attribute
+            raise no_attribute(self.python_type(), name)
         return BoundMethodVariable(self, name)
 
 

@@ -193,10 +193,10 @@ class TorchFunctionVariable(Variable):
             return _call_mode(tx, fn, args, kwargs)
         if fn in _TORCH_FUNCTION_CHECKS:
             if fn is torch.overrides.is_tensor_like:
-                return ConstantVariable(isinstance(args[0], TensorVariable))
+                return ConstantVariable(isinstance(_argument(fn, args, kwargs, "inp"), TensorVariable))
             return ConstantVariable(False)
         if fn is torch.is_tensor:
-            return ConstantVariable(isinstance(args[0], TensorVariable))
+            return ConstantVariable(isinstance(_argument(fn, args, kwargs, None), TensorVariable))
         if fn is torch.Size:
             from kiln.capture.variables.sequence import TupleVariable
             return TupleVariable(tx.iterate(args[0]) if args else [], torch.Size)
@@ -205,13 +205,16 @@ class TorchFunctionVariable(Variable):
         if fn in _CONSTANT_FNS:
             consts = constant_args(list(args), kwargs)
             if consts is None:
-                if fn in (torch.is_floating_point, torch.is_complex) and isinstance(args[0], TensorVariable):
-                    return tx.wrap_result(fn(args[0].example))
+                if fn in (torch.is_floating_point, torch.is_complex):
+                    tensor = _argument(fn, args, kwargs, "input")
+                    if isinstance(tensor, TensorVariable) and len(args) + len(kwargs) == 1:
+                        return tx.wrap_result(fn(tensor.example))
                 raise Unsupported(f"{fn.__name__} on values unknown at trace time", kind="unsupported_call")
             return tx.wrap_result(fn(*consts[0], **consts[1]))
-        if fn is torch.numel and isinstance(args[0], TensorVariable):
-            return args[0].call_method(tx, "numel", [], {})
-        if fn is torch.Tensor.size or fn is torch.Tensor.dim:
+        if fn is torch.numel and len(args) + len(kwargs) == 1 \
+                and isinstance(_argument(fn, args, kwargs, "input"), TensorVariable):
+            return _argument(fn, args, kwargs, "input").call_method(tx, "numel", [], {})
+        if (fn is torch.Tensor.size or fn is torch.Tensor.dim) and args:
             return args[0].call_method(tx, fn.__name__, list(args[1:]), kwargs)
         if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
             raise Unsupported(f"constructing {fn.__name__} inside a compiled region", kind="unsupported_call")
@@ -238,6 +241,17 @@ def _in(fn: Any, table: Any) -> bool:
         return fn in table
     except TypeError:  # unhashable
         return False
+
+
+def _argument(fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable], keyword: str | None) -> Variable:
+    """The first argument of a call, given by position or (where torch's signature allows) by
+    `keyword` (`torch.is_floating_point(input=y)`); a call without it raises natively."""
+    if args:
+        return args[0]
+    if keyword is not None and keyword in kwargs:
+        return kwargs[keyword]
+    raise Unsupported(f"TypeError calling {getattr(fn, '__name__', fn)}: missing its first argument "
+                      "(raised natively)", kind="unsupported")
 
 
 def is_torch_function(value: Any) -> bool:

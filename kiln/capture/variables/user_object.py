@@ -145,9 +145,10 @@ class ObjectVariable(Variable):
                     if isinstance(static, classmethod):
                         return UserMethodVariable(python_function(static.__func__, "a classmethod"), self)
                     return tx.wrap(static.__func__, None)
-                if self.source is None and static is not _MISSING:
+                if self.source is None and static is not _MISSING and any(name in k.__dict__ for k in obj.__mro__):
                     # a class reached without a source (type() of an object built in the frame):
-                    # what was read from it is guarded on the class itself
+                    # what was read from it is guarded on the class itself (not what its metaclass
+                    # answers, `__name__`: fixed with the class, which is guarded by identity)
                     guard_class_attribute(tx, obj, name, static)
             try:
                 value = getattr(obj, name)
@@ -188,9 +189,18 @@ class ObjectVariable(Variable):
         is_data_descriptor = hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
         if instance_dict is not None and name in instance_dict and not is_data_descriptor:
             return tx.wrap(instance_dict[name], self._attr_source(name))
+        if instance_dict is not None and not is_data_descriptor and self.source is not None:
+            # found on the class (or nowhere): an instance attribute set later would be found first
+            tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
         if static is _MISSING:
             if name == "__class__":
                 return tx.wrap(kind, None)
+            if "__getattr__" not in _class_dicts(kind):
+                from kiln.capture.guards import ABSENT
+                from kiln.capture.variables.exception import no_attribute
+                from kiln.capture.variables.functions import guard_class_attribute
+                guard_class_attribute(tx, kind, name, ABSENT)
+                raise no_attribute(kind, name)
             raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
                               kind="unsupported_attribute")
         if isinstance(static, types.FunctionType) and never_traced(static):
@@ -203,6 +213,10 @@ class ObjectVariable(Variable):
         if type(static).__name__ in ("member_descriptor", "getset_descriptor"):
             return tx.wrap(getattr(obj, name), self._attr_source(name))
         if hasattr(type(static), "__get__"):
+            from kiln.capture.variables.functions import bind_python_descriptor
+            bound = bind_python_descriptor(tx, static, self, kind, name)
+            if bound is not None:
+                return bound
             raise Unsupported(f"descriptor {name!r} of {kind.__qualname__}", kind="unsupported_attribute")
         if self.source is None:
             from kiln.capture.variables.functions import guard_class_attribute
@@ -401,30 +415,47 @@ class SuperVariable(Variable):
     def describe(self) -> str:
         return f"super({self.cls.__name__})"
 
+    def _receiver_class(self) -> type | None:
+        """The class `super()` binds to inside a classmethod (its `cls`), else None (an instance)."""
+        try:
+            value = self.obj.as_python_value()
+        except Unsupported:
+            return None
+        return value if isinstance(value, type) and issubclass(value, self.cls) else None
+
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.functions import UserMethodVariable
 
-        mro = self.obj.python_type().__mro__
+        receiver_class = self._receiver_class()
+        mro = (receiver_class or self.obj.python_type()).__mro__
+        if self.cls not in mro:
+            raise Unsupported(f"super({self.cls.__name__}, obj): obj is not an instance or subtype of "
+                              f"{self.cls.__name__} (raised natively)", kind="unsupported")
         start = mro.index(self.cls) + 1
         for base in mro[start:]:
             if name in base.__dict__:
                 attr = base.__dict__[name]
+                if base is torch.nn.Module and name == "__getattr__" and hasattr(self.obj, "table_getattr"):
+                    return GenericGetattrVariable(self.obj, "table_getattr")
+                if base is torch.nn.Module and name == "__call__" and hasattr(self.obj, "call_impl"):
+                    return ModuleCallVariable(self.obj)
                 if isinstance(attr, (types.FunctionType, staticmethod, classmethod)) and \
                         not _is_fixed_class(base):
                     from kiln.capture.variables.functions import guard_class_attribute
                     guard_class_attribute(tx, mro[0], name, attr, classes=tuple(mro[start:]))
                 if isinstance(attr, types.FunctionType):
-                    return UserMethodVariable(attr, self.obj)
+                    # inside a classmethod (`super().make()` with cls), a plain function stays unbound
+                    return tx.wrap(attr, None) if receiver_class is not None else UserMethodVariable(attr, self.obj)
                 if isinstance(attr, staticmethod):
                     return tx.wrap(attr.__func__, None)
                 if isinstance(attr, classmethod):
-                    return UserMethodVariable(python_function(attr.__func__, "a classmethod"),
-                                              tx.wrap(self.obj.python_type(), None))
+                    owner = self.obj if receiver_class is not None else tx.wrap(self.obj.python_type(), None)
+                    return UserMethodVariable(python_function(attr.__func__, "a classmethod"), owner)
                 if base is object and name == "__init__":
                     return tx.wrap(lambda *a, **k: None, None)
                 if base is object and name == "__setattr__" and isinstance(self.obj, ObjectVariable):
                     return ObjectSetattrVariable(self.obj)
-                if base is object and name == "__getattribute__" and isinstance(self.obj, ObjectVariable):
+                if base is object and name == "__getattribute__" and hasattr(self.obj, "generic_getattr"):
                     return GenericGetattrVariable(self.obj)
                 if isinstance(self.obj, DictVariable) and base in (dict, *DICT_BASES):
                     return DictMethodVariable(self.obj, name)
@@ -470,21 +501,44 @@ class BuiltinExceptionMethodVariable(Variable):
 
 
 class GenericGetattrVariable(Variable):
-    """`super().__getattribute__` bound to an object: the generic lookup, skipping the override."""
+    """`super().__getattribute__` bound to an object (an ObjectVariable or a module): the generic
+    lookup, skipping the override; with `lookup="table_getattr"`, nn.Module's own `__getattr__`
+    reached by `super().__getattr__` from a module class that defines one."""
 
-    def __init__(self, obj: ObjectVariable) -> None:
+    def __init__(self, obj: Variable, lookup: str = "generic_getattr") -> None:
         self.obj = obj
+        self.lookup = lookup
 
     def describe(self) -> str:
-        return f"object.__getattribute__ of {self.obj.describe()}"
+        return f"{self._method().__qualname__} of {self.obj.describe()}"
+
+    def _method(self) -> Any:
+        return torch.nn.Module.__getattr__ if self.lookup == "table_getattr" else object.__getattribute__
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         if len(args) != 1 or kwargs:
-            raise Unsupported("object.__getattribute__ with these arguments", kind="unsupported_attribute")
-        return self.obj.generic_getattr(tx, args[0].as_constant())
+            raise Unsupported(f"{self._method().__qualname__} with these arguments", kind="unsupported_attribute")
+        return getattr(self.obj, self.lookup)(tx, args[0].as_constant())
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
-        return f"{glue.constant(object.__getattribute__)}.__get__({self.obj.reconstruct(glue)})"
+        return f"{glue.constant(self._method())}.__get__({self.obj.reconstruct(glue)})"
+
+
+class ModuleCallVariable(Variable):
+    """`super().__call__` from a module class that overrides `__call__`: nn.Module's own call
+    (hooks and forward), skipping the override."""
+
+    def __init__(self, module: Variable) -> None:
+        self.module = module
+
+    def describe(self) -> str:
+        return f"Module.__call__ of {self.module.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return self.module.call_impl(tx, args, kwargs)  # type: ignore[attr-defined]  # an NNModuleVariable
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return f"{glue.constant(torch.nn.Module.__call__)}.__get__({self.module.reconstruct(glue)})"
 
 
 class EnvironReadVariable(Variable):
@@ -726,6 +780,13 @@ class NewObjectVariable(Variable):
                 self.instance_dict = DictVariable({})
                 self.instance_dict.items = self.attrs
             return self.instance_dict
+        if static is _MISSING and "__getattr__" not in _class_dicts(self.cls):
+            # Its own dict is what the trace built; that the class lacks the name is guarded.
+            from kiln.capture.guards import ABSENT
+            from kiln.capture.variables.exception import raise_in_trace
+            guard_class_attribute(tx, self.cls, name, ABSENT)
+            message = f"{self.cls.__name__!r} object has no attribute {name!r}"
+            raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
         fallback = python_getattr(tx, self.cls, name, static, False)
         if fallback is not None:
             return UserMethodVariable(fallback, self).call(tx, [tx.wrap(name, None)], {})
