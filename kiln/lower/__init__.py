@@ -30,6 +30,7 @@ from kiln.lower.decompose import decompose
 from kiln.lower.fold_batch_norm import fold_batch_norm
 from kiln.lower.graph import lower_to_loop_ir, node_metas
 from kiln.lower.ir import LoopIR, format_ir, verify_ir
+from kiln.runtime.aot import INPUT_UPDATES
 from kiln.lower.schedule import (ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program,
                                  format_program, schedule, verify_program)
 from kiln.runtime import artifact, build, cache
@@ -97,7 +98,7 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
     if any(n.op == "get_attr" for n in gm.graph.nodes):
         return None
     parts = [gm.code, repr(sorted((k, repr(v)) for k, v in options.items())), cache.code_version(),
-             conv_layout.tunables()]
+             conv_layout.tunables(), repr(gm.meta.get(INPUT_UPDATES, ()))]
     # The code leaves implicit what ambient state decided when it was traced: a factory without
     # dtype= means the default dtype then. Each node's traced dtype pins it (and the default too).
     parts.append(str(torch.get_default_dtype()))
@@ -265,7 +266,9 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     mark("decompose")
     log.debug("lower", lambda: f"decompose:\n{gm.code}")
     dump.write("decompose.py", gm.code)
-    ir, hints = lower_to_loop_ir(gm, example_inputs, aten_fallback=aten_fallback)
+    # the AOT runtime's mark of mutated inputs' new values (written into their storage, when safe)
+    updates = tuple((int(k), int(p)) for k, p in aten_gm.meta.get(INPUT_UPDATES, ()))
+    ir, hints = lower_to_loop_ir(gm, example_inputs, aten_fallback=aten_fallback, input_updates=updates)
     if options.get("verify", True):
         verify_ir(ir)
     mark("lower_to_loop_ir")
