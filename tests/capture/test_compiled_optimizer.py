@@ -122,7 +122,8 @@ def test_compiled_step_matches_eager(name):
         assert stats["graphs"] == stats["compiles"]
 
 
-@pytest.mark.parametrize("name", ["adam", "sgd_momentum", "adam_foreach", "rmsprop"])
+@pytest.mark.parametrize("name", ["adam", "adamw", "sgd_momentum", "sgd_momentum_foreach", "adam_foreach",
+                                  "adamw_foreach_amsgrad", "rmsprop"])
 def test_no_more_compiles_than_torch_compile(name):
     make = OPTIMIZERS[name]
     expected = _torch_compile_frames(make)
@@ -459,3 +460,16 @@ def test_weakref_call_reads_the_referent():
     holder.scale = 5.0
     torch.testing.assert_close(compiled(x), x * 5)  # read through its source, guarded
     assert kiln.stats()["graph_breaks"] == 0
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("name", ["adam_fused", "sgd_fused"])
+def test_fused_step_makes_no_graph_as_torch_compile(name):
+    """The fused CPU kernels (torch._fused_adam_ ...) run natively: torch.compile makes no graph of
+    such a step, nor does Kiln (its frames break around the fused call, none falls back)."""
+    make = OPTIMIZERS[name]
+    expected = _torch_compile_frames(make)
+    kiln.reset()
+    got = _train(make, _kiln("inductor"))
+    _assert_same(_train(make), got)
+    assert kiln.stats()["graphs"] <= expected and kiln.stats()["fallbacks"] == 0
