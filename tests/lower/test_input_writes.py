@@ -250,3 +250,22 @@ def test_a_symbolic_alpha_stays_in_the_kernel(method):
     torch.testing.assert_close(got, update(p, buf, 0.4))
     names = [e.name for e in prof.events()]
     assert f"aten::{method}" not in names, names
+
+
+def test_batch_norm_running_statistics_under_no_grad():
+    """A train-mode BatchNorm run under no_grad: an inference graph whose mutated inputs are the
+    module's buffers (running mean and variance, the batch count, a cumulative average too)."""
+    import copy
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.BatchNorm2d(4, momentum=None))
+    reference = copy.deepcopy(model)
+    kiln.reset()
+    compiled = kiln.compile(model, backend="inductor")
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 3, 8, 8)
+            torch.testing.assert_close(compiled(x), reference(x))
+    for (name, got), (_, expected) in zip(model.named_buffers(), reference.named_buffers()):
+        torch.testing.assert_close(got, expected, msg=name)
+    assert kiln.stats()["fallbacks"] == 0
