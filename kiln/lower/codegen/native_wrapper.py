@@ -353,6 +353,9 @@ class NativeWrapperWriter(WrapperWriter):
                 L.append(f"  const int64_t {sym} = args[{pos}].toTensor().size({dim});")
             else:
                 L.append(f"  const int64_t {sym} = args[{pos}].toTensor().stride({-1 - dim});")
+        for sym, expr in ir.derived:  # solved from an input size that is an expression in it
+            L.append(f"  const int64_t {sym} = {cexpr(expr)};")
+            self.bound.add(sym)
         for b in inputs:
             self._tensor(b.name)
             L.append(f"  {b.name} = std::move(args[{b.position}]).toTensor();")
