@@ -173,7 +173,10 @@ def solve_symbols(input_layouts: Sequence[tuple[int, Layout]], symbols: dict[str
                     continue
                 name = unknown.pop()
                 symbol = next(x for x in expr.free_symbols if str(x) == name)
-                poly = sympy.Poly(sympy.expand(expr), symbol)
+                try:
+                    poly = sympy.Poly(sympy.expand(expr), symbol)
+                except sympy.PolynomialError:  # the symbol under a floor division or a modulo
+                    continue
                 if poly.degree() != 1:
                     continue
                 scale, rest = poly.coeff_monomial(symbol), poly.coeff_monomial(1)
