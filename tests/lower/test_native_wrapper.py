@@ -225,6 +225,18 @@ def test_batch_norm_training_graphs_are_native(name: str) -> None:
         torch.testing.assert_close(got, want)
 
 
+def test_header_of_each_operator_variant() -> None:
+    """The header that declares an operator's C++ struct: its own, its out-of-place op's (an in-place
+    variant), the op it was made from (a functional variant), or none (then the dispatcher)."""
+    find = native_wrapper._header_declaring
+    assert find("add", "add_Tensor") == "add"
+    assert find("bernoulli_", "bernoulli__float") == "bernoulli"
+    assert find("_native_batch_norm_legit_functional", "_native_batch_norm_legit_functional") == \
+        "_native_batch_norm_legit"
+    assert find("_foreach_add_", "_foreach_add__Scalar") == "_foreach_add"
+    assert find("kiln_no_such_op", "kiln_no_such_op") is None
+
+
 def test_float_arguments_reach_kernels_as_doubles() -> None:
     """A float argument kept symbolic (automatic dynamic after a second value: BatchNorm's
     momentum=None factor, a learning rate) is read as a double and handed to the kernels so."""
