@@ -277,6 +277,14 @@ def _unbacked_view_output(exc: Unsupported) -> str:
     return "return a .clone() of the view, or the base tensor itself"
 
 
+@hint_for_kind("tensor_subclass")
+def _tensor_subclass(exc: Unsupported) -> str:
+    """A tensor of a subclass (__torch_function__ or __torch_dispatch__), a quantized or a nested
+    tensor: capture traces plain tensors and Parameters only; the code using it runs natively."""
+    return ("pass a plain tensor into the compiled function (`t.as_subclass(torch.Tensor)`, or the "
+            "inner tensors of a wrapper subclass), or compile the functions that work on plain tensors")
+
+
 @hint_for_kind("unsupported")
 def _unsupported(exc: Unsupported) -> str | None:
     """Anything else (the default kind of Unsupported): no general rewrite exists."""

@@ -113,6 +113,8 @@ def fold(kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Var
         return None
     real_args = [_real(a) for a in args]
     real_kwargs = {k: _real(v) for k, v in kwargs.items()}
+    if _may_trap(target, example, [*real_args, *real_kwargs.values()]):
+        return None
     try:
         with torch.no_grad():
             if kind == "call_method":
@@ -124,6 +126,25 @@ def fold(kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Var
     if not isinstance(result, torch.Tensor) or result.shape != example.shape or result.dtype != example.dtype:
         return None
     return result
+
+
+# Integer divisions: a divisor of -1 and the type's minimum as dividend overflow, which traps
+# (SIGFPE) in some of ATen's CPU kernels (torch.div(..., rounding_mode="trunc") on int64 and int32):
+# such ops are not folded while tracing; the compiled graph computes them without trapping.
+_DIVISIONS = frozenset({torch.div, torch.floor_divide, torch.remainder, torch.fmod, operator.floordiv,
+                        operator.mod, "div", "floor_divide", "remainder", "fmod", "__floordiv__",
+                        "__rfloordiv__", "__mod__", "__rmod__"})
+
+
+def _may_trap(target: Any, example: torch.Tensor, values: Sequence[Any]) -> bool:
+    if target not in _DIVISIONS or example.dtype.is_floating_point or example.dtype.is_complex:
+        return False
+    for value in values:
+        if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and bool((value == -1).any()):
+            return True
+        if isinstance(value, int) and not isinstance(value, bool) and value == -1:
+            return True
+    return False
 
 
 def guards_of(args: Sequence[Variable], kwargs: dict[str, Variable]) -> tuple[Any, ...]:

@@ -18,12 +18,16 @@ import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
 
 from kiln.capture import distributed
-from kiln.capture.guards import Guard, tensor_guard
+from kiln.capture.guards import Guard, tensor_guard, user_name
+from kiln.capture.process_modes import MODE_WRITERS
 from kiln.capture.sources import Source
 from kiln.capture.verify import verify_captured_graph
 from kiln.errors import KilnError, Unsupported
 from kiln.runtime.overlap import may_overlap
 from kiln.symbolic import marked_dynamic
+
+# Tensor types capture makes fake and traces (anything else: a subclass, which breaks)
+_FAKEABLE_TYPES = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer)
 
 if TYPE_CHECKING:
     from kiln.capture.variables.base import Variable
@@ -61,6 +65,8 @@ class OutputGraph:
         self.dynamic = dynamic
         self.inputs: list[GraphInput] = []
         self.guards: list[Guard] = []
+        # instance-dict source -> names the trace found elsewhere (see note_absent)
+        self._absent: dict[str, set[str]] = {}
         self._input_vars: dict[str, "Variable"] = {}
         self._symbol_nodes: dict[Any, torch.fx.Node] = {}
         self._last_placeholder: torch.fx.Node | None = None
@@ -82,12 +88,26 @@ class OutputGraph:
         self.inputs.append(GraphInput(node.name, source, example))
         return node
 
+    def note_absent(self, instance_dict: Source, name: str) -> None:
+        """The trace found `name` on an object's class (or a module's tables), so the object's
+        instance dict at `instance_dict` must not hold it: one check_absent guard per object,
+        over every such name (absent_guards)."""
+        self._absent.setdefault(instance_dict.name(), set()).add(name)
+
+    def absent_guards(self) -> list[Guard]:
+        return [Guard(source, "check_absent", frozenset(names)) for source, names in self._absent.items()]
+
     def tensor_input(self, value: torch.Tensor, source: Source) -> tuple[torch.fx.Node, torch.Tensor]:
         """A placeholder for the real tensor at `source` (guarded on its metadata)."""
         name = source.name()
         dims: tuple[int, ...] = ()
         if self.policy is not None and self.shape_env is not None and value.dim() > 0:
             dims = tuple(self.policy.dynamic_dims(name, value, self.dynamic))
+        if type(value) not in _FAKEABLE_TYPES and not isinstance(value, torch.nn.Parameter) \
+                or value.is_quantized or value.is_nested:
+            what = f"a tensor of the subclass {type(value).__qualname__}" if type(value) not in _FAKEABLE_TYPES \
+                else "a quantized or nested tensor"
+            raise Unsupported(f"{what} at {user_name(name)}: capture traces plain tensors", kind="tensor_subclass")
         if dims:
             # mark_dynamic is a promise: the ShapeEnv raises ConstraintViolation, naming the user's
             # line, if the program specializes one of these dims (docs/seams.md, ShapeEnv.constrain).
@@ -237,8 +257,8 @@ class OutputGraph:
 
 
 # Nodes that switch a mode (grad, autocast) compute nothing by themselves.
-_MODE_SWITCHES = (torch._C._set_grad_enabled, torch.amp._enter_autocast, torch.amp._exit_autocast)
-_IMPURE = {torch._C._set_grad_enabled, operator.setitem, torch.amp._exit_autocast}
+_MODE_SWITCHES = (torch._C._set_grad_enabled, torch.amp._enter_autocast, torch.amp._exit_autocast, *MODE_WRITERS)
+_IMPURE = {torch._C._set_grad_enabled, operator.setitem, torch.amp._exit_autocast, *MODE_WRITERS}
 
 
 def _eliminate_dead_code(graph: torch.fx.Graph) -> None:

@@ -117,10 +117,6 @@ class Collector:
 _collector: Collector | None = None
 
 
-def collector() -> Collector | None:
-    return _collector
-
-
 def install() -> Collector:
     """Start collecting (KILN_REPORT or `python -m kiln report`); the page is written at exit."""
     global _collector

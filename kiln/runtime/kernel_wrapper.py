@@ -170,7 +170,7 @@ def check_wrapper_source(source: str, globals_: set[str]) -> ast.Module:
     `torch.randint`, `_relayout`, int/max/min and the tensor methods the codegen uses. Returns the
     parsed module (what the loader compiles: the source is parsed once)."""
     # A parse makes thousands of AST objects; in a process holding torch each collection they
-    # trigger walks the whole heap (a tenth of a second per wrapper), and they make no cycles.
+    # trigger walks the whole heap, every object torch holds, and they make no cycles.
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -319,15 +319,6 @@ def positional(takes_list: Callable[[list], Any]) -> Callable[..., Any]:
 
     call.steal = takes_list  # type: ignore[attr-defined]
     return call
-
-
-def stealing_entry(compiled: Any) -> Callable[[list], Any] | None:
-    """The `steal` entry of a compiled graph (a wrapper function, or an object whose `fn` is
-    one), or None when it has none (ATen graphs, Triton wrappers, nested outputs)."""
-    steal = getattr(compiled, "steal", None)
-    if steal is None:
-        steal = getattr(getattr(compiled, "fn", None), "steal", None)
-    return steal if callable(steal) else None
 
 
 def with_output_spec(call: Callable[..., Any], output_spec: str | None) -> Callable[..., Any]:

@@ -2,7 +2,7 @@
 
 kiln.lower's native wrapper codegen writes, per graph, a C++ translation unit with one function
 `kiln_graph(args, nargs, outs, ...)` over ATen's C++ API (ATen headers only, no Python; they come
-from a precompiled header kept in the cache, so a graph compiles in about 3 s of CPU, not 6): it
+from a precompiled header kept in the cache, which halves a graph's build): it
 allocates buffers, calls the graph's C++ kernels through a table of function pointers and its
 externs through `at::_ops::<op>::call` (other operators through the dispatcher), frees buffers
 after their last use and fills `outs`. This module builds it (cached like the kernel library, size
@@ -74,7 +74,7 @@ def graph_flags(precompiled: bool = True) -> tuple[str, ...]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# The precompiled header: ATen's headers parsed once (about 3 s of each graph's 6 s build), kept in
+# The precompiled header: ATen's headers parsed once (about half of each graph's build), kept in
 # the cache as `<key>.h` beside `<key>.h.gch` and its sealed size and SHA-256, like a library. g++
 # reads the .gch instead of the headers when its flags match; it is checked against its record
 # before any compile that reads it (a forged one would put code of someone else's into the graph).
@@ -374,7 +374,7 @@ static PyObject* kiln_steal(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
 
 
 // Guard helpers (kiln.capture.guards): a tensor's metadata and a dict's keys checked in one call
-// each, where the generated Python check reads a dozen attributes (0.5 us per tensor).
+// each, where the generated Python check reads a dozen attributes.
 struct KilnTensorSpec {
   PyTypeObject* type;  // exact type (a strong reference)
   at::ScalarType dtype;
@@ -869,9 +869,9 @@ def _load_tiered(fields: dict[str, Any]) -> Callable[..., Any]:
 class TieredWrapper:
     """A graph's Python wrapper that hands over to the graph's native wrapper once the graph is hot.
 
-    Compiling the native wrapper costs about 3 s of CPU per graph, which a graph called a few times
+    Compiling the native wrapper costs a C++ build per graph, which a graph called a few times
     (most graphs in a test suite, a script's one-off shapes) never earns back, while a training or
-    serving loop saves tens to hundreds of microseconds per call with it. So the Python wrapper runs
+    serving loop saves the Python wrapper's per-kernel calls on every call. So the Python wrapper runs
     first; the `after`-th call asks `start()` for the native build (the source is written on the
     calling thread, the compiler runs on BACKGROUND's thread and returns a future of the bound
     callable) and each later call looks whether it is done: from then on the native wrapper runs.

@@ -30,7 +30,7 @@ import stat
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Iterator
 
 from kiln import config, log
 
@@ -417,11 +417,3 @@ def discard(path: str, why: str, *also: str) -> None:
         _warned_damage = True
         log.warn(f"kiln: removed a cache file that failed verification ({why}): {path}; what it held "
                  f"is compiled again")
-
-
-def make_file(path: str, make: Callable[[str], None]) -> None:
-    """Run `make(tmp_path)` in a private folder beside `path` and publish the result at `path`."""
-    with staging(path) as tmp:
-        made = os.path.join(tmp, os.path.basename(path))
-        make(made)
-        publish(made, path)

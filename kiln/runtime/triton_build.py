@@ -45,7 +45,7 @@ def _set_mode(interpret: bool) -> None:
         raise RuntimeError(
             f"kiln: Triton is already loaded {'without' if interpret else 'with'} TRITON_INTERPRET=1, so it cannot "
             f"{'interpret kernels for CPU tensors' if interpret else 'compile kernels for CUDA'} in this process; "
-            f"set TRITON_INTERPRET={wanted} (or KILN_CPU_BACKEND) before anything imports triton")
+            f"set TRITON_INTERPRET={wanted} before anything imports triton")
     os.environ["TRITON_INTERPRET"] = wanted
 
 

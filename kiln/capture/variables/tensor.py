@@ -59,6 +59,10 @@ class TensorVariable(Variable):
     def describe(self) -> str:
         return f"tensor {self.node.name}"
 
+    def identity(self) -> Any:
+        # one fake per tensor object: the same input read twice, or `x.add_(1)`, gives the same fake
+        return self.example
+
     def python_type(self) -> type:
         if isinstance(self.example, torch.nn.Parameter):
             return torch.nn.Parameter
