@@ -172,7 +172,7 @@ class Check:
 class Emitter:
     """Binds the constants that generated code refers to (types, objects, dtypes) to fresh names.
 
-    `native`: the boundary extension (kiln.runtime.native), whose `tensor_ok` and `same_keys` check
+    `native`: the boundary extension (kiln.runtime.boundary), whose `tensor_ok` and `same_keys` check
     a tensor's metadata and a dict's keys in one call each; None: every check is Python. Its names
     are `___n<k>` where the Python variant's are `___c<k>`, so code made for one variant never
     binds to the other's constants."""
@@ -1047,9 +1047,9 @@ def native_checks() -> Any:
     config.native_guards is off or it is not built: nothing is compiled here)."""
     if not config.native_guards:
         return None
-    from kiln.runtime import native  # loaded only when guards are compiled: not at `import kiln`
+    from kiln.runtime import boundary  # loaded only when guards are compiled: not at `import kiln`
     try:
-        return native.built_boundary()
+        return boundary.built()
     except Exception as exc:  # Python checks then, as without a compiler
         log.artifact("guards", f"native guard checks unavailable: {type(exc).__name__}: {exc}")
         return None
@@ -1064,13 +1064,13 @@ _waiting_for_boundary = [False]
 def _made(check: CheckFn, upgrade_later: bool) -> CheckFn:
     if check.native or not upgrade_later or not config.native_guards:
         return check
-    from kiln.runtime import native
+    from kiln.runtime import boundary  # as above: not at `import kiln`
     with _awaiting_lock:
         _AWAITING.add(check)
         register = not _waiting_for_boundary[0]
         _waiting_for_boundary[0] = True
     if register:
-        native.when_boundary_loaded(_adopt_native)
+        boundary.when_loaded(_adopt_native)
     return check
 
 

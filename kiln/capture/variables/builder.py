@@ -17,7 +17,7 @@ import os
 import sys
 import types
 import weakref
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, Callable, TypeGuard
 
 import numpy as np
 import torch
@@ -54,7 +54,6 @@ from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
 from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVariable
 from kiln.capture.variables.module import NNModuleVariable
-from kiln.capture.variables.optimizer import OptimizerVariable, is_fused_step
 from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
 from kiln.capture.variables.tensor import TensorVariable
@@ -72,6 +71,13 @@ STABLE_MODULES = frozenset({"torch", "math", "operator", "functools", "itertools
 _ITERATOR_TYPES: tuple[type, ...] = (type(iter(())), type(iter([])), type(iter(range(0))))
 _GRAD_MODE_TYPES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
 
+
+
+# Objects wrapped, and functions run natively, by the rules of a module that registers them here
+# (an optimizer and torch.optim's fused drivers, variables/optimizer.py): it imports this module's
+# neighbours, so this module does not import it.
+OBJECT_WRAPPERS: list[tuple[type, Callable[[Any, "Source | None"], Variable]]] = []
+NATIVE_FUNCTIONS: list[Callable[[Any], bool]] = []
 
 def _stable(source: Source | None) -> bool:
     """True when `source` reads an attribute of a module from STABLE_MODULES (no guard needed)."""
@@ -267,7 +273,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         if getattr(value.__wrapped__, CONSTANT_RESULT_MARKER, False) is True:
             return ConstantResultVariable(value, source)
         return wrap_value(state, value.__wrapped__, None if source is None else AttrSource(source, "__wrapped__"))
-    if isinstance(value, types.FunctionType) and (never_traced(value) or is_fused_step(value)):
+    if isinstance(value, types.FunctionType) and (never_traced(value) or any(test(value) for test in NATIVE_FUNCTIONS)):
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)  # calling it is a graph break of its library's kind
     if isinstance(value, types.FunctionType) and value not in RULES:
@@ -332,8 +338,9 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)
     _guard(state, source, "check_type", type(value))
-    if isinstance(value, torch.optim.Optimizer):
-        return OptimizerVariable(value, source)
+    for kind, make in OBJECT_WRAPPERS:
+        if isinstance(value, kind):
+            return make(value, source)
     return ObjectVariable(value, source)
 
 

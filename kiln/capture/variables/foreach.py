@@ -18,6 +18,7 @@ from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable
 from kiln.capture.variables.tensor import TensorVariable
+from kiln.capture.variables.torch import CALL_RULES
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -71,3 +72,10 @@ def call_foreach_per_tensor(tx: "Tracer", fn: Any, args: Sequence[Variable], kwa
 
 
 __all__ = ["call_foreach_per_tensor", "is_foreach_with_tensor_scalar"]
+
+
+def _foreach_rule(tx: "Tracer", fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable | None:
+    return call_foreach_per_tensor(tx, fn, args, kwargs) if is_foreach_with_tensor_scalar(fn, args, kwargs) else None
+
+
+CALL_RULES.append(_foreach_rule)

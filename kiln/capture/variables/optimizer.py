@@ -23,6 +23,7 @@ import torch
 from kiln.capture.guards import Guard
 from kiln.capture.sources import AttrSource, ItemSource, ObjectKeySource, Source
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.builder import NATIVE_FUNCTIONS, OBJECT_WRAPPERS
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.functions import BoundMethodVariable
@@ -261,3 +262,7 @@ class InitGroupVariable(Variable):
 
 
 __all__ = ["InitGroupVariable", "OptimizerStateVariable", "OptimizerVariable", "is_fused_step", "torch_init_group"]
+
+
+OBJECT_WRAPPERS.append((torch.optim.Optimizer, OptimizerVariable))
+NATIVE_FUNCTIONS.append(is_fused_step)
