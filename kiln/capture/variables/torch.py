@@ -82,7 +82,12 @@ _QUERIES = _query_table()
 # trace nor TorchScript (torch.compile answers the same; is_fx_tracing would also log a warning).
 _TRACING_STATE = {torch.fx._symbolic_trace.is_fx_tracing: False,
                   torch.fx._symbolic_trace.is_fx_symbolic_tracing: False,
-                  torch._C._get_tracing_state: None, torch.onnx.is_in_onnx_export: False}
+                  torch._C._get_tracing_state: None, torch._C._is_tracing: False,
+                  torch.onnx.is_in_onnx_export: False}
+# Usage telemetry (torchvision logs each model and op it runs, once per process, to whatever logger
+# a deployment installed): no effect on any value, so traced away as torch.compile's graph keeps it
+# out of the computation; nothing is left to replay.
+_TELEMETRY_FNS = {torch._C._log_api_usage_once, torch._C._log_api_usage_metadata}
 # Calls that change a process-wide setting at their point of the graph (process_modes.py).
 _MODE_CALLS = {torch.set_default_dtype, torch._C._set_default_dtype, torch._C._set_grad_enabled,
                torch._C._autograd._saved_tensors_hooks_disable, torch._C._autograd._saved_tensors_hooks_enable,
@@ -190,6 +195,8 @@ class TorchFunctionVariable(Variable):
             return ConstantVariable(_TRACING_STATE[fn])
         if _in(fn, _MODE_CALLS):
             return _call_mode(tx, fn, args, kwargs)
+        if _in(fn, _TELEMETRY_FNS):
+            return ConstantVariable(None)
         if fn in _TORCH_FUNCTION_CHECKS:
             if fn is torch.overrides.is_tensor_like:
                 return ConstantVariable(isinstance(_argument(fn, args, kwargs, "inp"), TensorVariable))
@@ -256,7 +263,7 @@ def is_torch_function(value: Any) -> bool:
     try:
         if (value in _CONSTANT_FNS or _break_kind(value) is not None or value in _TORCH_FUNCTION_CHECKS
                 or value in _COMPILING_FNS or value in _EXPORTING_FNS or value in _QUERIES
-                or value in _TRACING_STATE or value in _MODE_CALLS):
+                or value in _TRACING_STATE or value in _MODE_CALLS or value in _TELEMETRY_FNS):
             return True
     except TypeError:  # unhashable objects are never torch functions
         return False
