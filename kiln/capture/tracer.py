@@ -332,6 +332,11 @@ class Tracer:
         if isinstance(obj, (NestedFunctionVariable, ExceptionVariable)):
             obj.set_attribute(name, value)  # a function or exception made during the trace
             return
+        if isinstance(obj, DictVariable) and not bypass and (obj.source is None or obj.real is not None):
+            custom = obj.python_setattr(self)
+            if custom is not None:
+                custom.call(self, [ConstantVariable(name), value], {})
+                return
         if isinstance(obj, DictVariable) and obj.source is None and obj.dict_type.__dictoffset__:
             obj.attrs[name] = value  # an instance of a dict subclass made during the trace
             return

@@ -205,6 +205,13 @@ class DictVariable(Variable):
                               kind="unsupported_call")
         return UserMethodVariable(static, self)
 
+    def python_setattr(self, tx: "Tracer") -> Variable | None:
+        """The subclass's own `__setattr__` written in Python (diffusers' BaseOutput keeps an item
+        in step with a field), bound to this dict; None when attribute stores are plain."""
+        if not isinstance(inspect.getattr_static(self.dict_type, "__setattr__"), types.FunctionType):
+            return None
+        return self._override(tx, "__setattr__")
+
     def _mutated(self, tx: "Tracer") -> None:
         tx.side_effects.mutate(self)
 
@@ -365,12 +372,14 @@ def _defining_class(kind: type, name: str) -> type | None:
 
 def constructible_dict_subclass(kind: type) -> bool:
     """A subclass of dict (or OrderedDict, defaultdict) whose instances capture builds as a traced
-    dict: its own `__new__`, if any, is a builtin's, and it keeps the builtin `__setattr__`."""
+    dict: its own `__new__`, if any, is a builtin's, and its `__setattr__` is object's or a Python
+    function (inlined: diffusers' BaseOutput keeps an item in step with each field it sets)."""
     if not isinstance(kind, type) or not issubclass(kind, dict) or kind in BUILTIN_DICTS:
         return False
     base = _builtin_base(kind)
-    return kind.__new__ is base.__new__ and kind.__setattr__ is object.__setattr__ \
-        and getattr(kind, "__dictoffset__", 0) != 0
+    setattr_ = inspect.getattr_static(kind, "__setattr__")
+    return kind.__new__ is base.__new__ and getattr(kind, "__dictoffset__", 0) != 0 \
+        and (setattr_ is object.__setattr__ or isinstance(setattr_, types.FunctionType))
 
 
 def new_dict_subclass(tx: "Tracer", kind: type, args: Sequence[Variable], kwargs: dict[str, Variable]) -> "DictVariable":
