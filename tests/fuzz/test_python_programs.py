@@ -23,34 +23,15 @@ from corpus.oracle import BREAK, CRASH, ERROR, WRONG, judge  # noqa: E402
 from corpus.program import Case, Program  # noqa: E402
 from python_programs import PyProgram, generate  # noqa: E402
 
-POPPED_AFTER_BREAK = "a list/dict built before a break and popped after it: the resume reads the popped item after " \
-                     "replaying the pop (CRASH: KeyError/IndexError, or WRONG: another item)"
-KEYS_VIEW = "WRONG: d.keys() is a snapshot: len() of the view misses later inserts and pops"
-CELL_AFTER_BREAK = "WRONG: a nonlocal counter bumped by calls after a break keeps its value from before the break"
-HASATTR_UNGUARDED = "WRONG: hasattr(obj, 'w') answered False is not guarded: the next call, after obj.w was set, " \
-                    "keeps False"
-
 # (seed, fullgraph) that find open bugs, a few per root cause (the program is the repro: generate(seed,
 # fullgraph).source); strict xfails, so a fix makes them fail until they are taken off this table.
-KNOWN_BUGS: dict[tuple[int, bool], str] = {
-    (113, False): CELL_AFTER_BREAK,
-    (122, True): HASATTR_UNGUARDED,
-    (123, False): KEYS_VIEW,
-    (53, True): KEYS_VIEW,
-    (56, False): POPPED_AFTER_BREAK,
-    (72, False): POPPED_AFTER_BREAK,
-    (574, False): POPPED_AFTER_BREAK,
-}
+KNOWN_BUGS: dict[tuple[int, bool], str] = {}
 # the other programs of the @slow run that meet the same bugs; that run checks they still fail
-SLOW_KNOWN: dict[tuple[int, bool], str] = {
-    **{(seed, False): CELL_AFTER_BREAK for seed in (367, 761, 833)},
-    (422, False): HASATTR_UNGUARDED,
-    **{(seed, True): HASATTR_UNGUARDED for seed in (152, 488, 876)},
-    **{(seed, False): KEYS_VIEW for seed in (274, 401, 418, 595, 650, 697, 733, 773, 835, 953)},
-    **{(seed, True): KEYS_VIEW for seed in (80, 139, 144, 269, 347, 373, 508, 567)},
-    **{(seed, False): POPPED_AFTER_BREAK for seed in (196, 197, 267, 301, 312, 314, 319, 402, 547, 558, 572, 680,
-                                                      813, 820)},
-}
+SLOW_KNOWN: dict[tuple[int, bool], str] = {}
+# programs that once found a bug, checked in CI on every run: a popped item read after the pop was replayed
+# (56, 72, 574), a dict keys view taken as a snapshot (123, 53), a closure cell's value from before a break
+# (113), an unguarded hasattr answer (122)
+REGRESSION_KEYS = [(56, False), (72, False), (574, False), (123, False), (53, True), (113, False), (122, True)]
 CI_SEEDS = range(50)
 SLOW_SEEDS = range(1000)
 
@@ -86,8 +67,8 @@ def test_ci_slice_of_python_programs(fullgraph: bool) -> None:
 
 
 @pytest.mark.parametrize("key", [pytest.param(key, marks=pytest.mark.xfail(strict=True, reason=why))
-                                 for key, why in sorted(KNOWN_BUGS.items())])
-def test_programs_that_find_open_bugs(key: tuple[int, bool]) -> None:
+                                 for key, why in sorted(KNOWN_BUGS.items())] + REGRESSION_KEYS)
+def test_programs_that_found_bugs(key: tuple[int, bool]) -> None:
     problem = check(generate(*key))
     assert problem is None, problem
 
