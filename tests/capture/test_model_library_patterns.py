@@ -13,7 +13,7 @@ import collections
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import pytest
 import torch
@@ -536,3 +536,58 @@ def test_interpolate_by_a_scale_factor_computed_from_dynamic_sizes(recompute):
     g = torch.Generator()
     compare(lambda f: [f(torch.rand(3, h, w, generator=g.manual_seed(h))) for h, w in ((20, 30), (22, 31), (40, 32))],
             scaled)
+
+
+# GeneralizedRCNN around the transform: the original sizes kept in a list annotated for
+# TorchScript, the boxes mapped back by the ratio of sizes (torchvision's resize_boxes)
+
+
+def resize_boxes(boxes: torch.Tensor, original_size: List[int], new_size: List[int]) -> torch.Tensor:
+    ratios = [torch.tensor(s, dtype=torch.float32, device=boxes.device)
+              / torch.tensor(s_orig, dtype=torch.float32, device=boxes.device)
+              for s, s_orig in zip(new_size, original_size)]
+    ratio_height, ratio_width = ratios
+    xmin, ymin, xmax, ymax = boxes.unbind(1)
+    return torch.stack((xmin * ratio_width, ymin * ratio_height, xmax * ratio_width, ymax * ratio_height), dim=1)
+
+
+def detect_and_map_back(images: list, boxes: torch.Tensor) -> list:
+    original_sizes = torch.jit.annotate(List[Tuple[int, int]], [])
+    for image in images:
+        size = image.shape[-2:]
+        original_sizes.append((size[0], size[1]))
+    resized = [F.interpolate(image[None], scale_factor=0.5, mode="bilinear", recompute_scale_factor=True,
+                             align_corners=False)[0] for image in images]
+    return [resize_boxes(boxes, list(image.shape[-2:]), list(size)) for image, size in zip(resized, original_sizes)]
+
+
+def test_boxes_mapped_back_to_dynamic_image_sizes():
+    # Was: a break at each `List[Tuple[int, int]]` (typing's __getitem__ traced), and
+    # torch.tensor(size) guarding the size's value: a recompile per image size.
+    def program(f):
+        results = []
+        for sizes in _IMAGE_SIZES:
+            images = _images(sizes)
+            results.append(f(images, torch.rand(5, 4, generator=torch.Generator().manual_seed(len(results))) * 10))
+        return results
+    stats = compare(program, detect_and_map_back)
+    assert stats["recompiles"] == 1
+
+
+def _typing_forms(x):
+    forms = (List[int], Optional[torch.Tensor], Dict[str, List[Tuple[int, ...]]], Callable[..., int], list[int],
+             Tuple[()], Union[int, "torch.Tensor"])
+    kept = torch.jit.annotate(Dict[str, torch.Tensor], {"x": x + 1})
+    return kept, forms, Optional[int] == Union[int, None]
+
+
+def _tensor_of_sizes(x):
+    h, w = x.shape
+    return (torch.tensor(h // 2), torch.tensor([h, w * 2, 3]), torch.tensor(x.shape, dtype=torch.float32),
+            torch.tensor([[w, 1], [2, h]], dtype=torch.float64), torch.tensor(data=(h, w)) * x.sum())
+
+
+@pytest.mark.parametrize("fn", [_typing_forms, _tensor_of_sizes], ids=lambda f: f.__name__)
+def test_typing_subscripts_and_tensors_of_sizes(fn):
+    shapes = [(20, 30), (22, 31), (40, 30), (70, 9)]
+    compare(lambda f: [f(torch.ones(*s)) for s in shapes], fn)

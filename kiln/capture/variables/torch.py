@@ -14,6 +14,8 @@ import torch
 from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.out_variant import call_with_out, has_out_argument
+from kiln.capture.variables.sequence import BaseSequenceVariable
+from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -184,6 +186,11 @@ class TorchFunctionVariable(Variable):
             converted = numpy_to_tensor(tx, fn, args, kwargs)
             if converted is not None:
                 return converted
+        if fn is torch.tensor and _holds_symbolic_number(args[0] if args else kwargs.get("data")):
+            # torch.tensor(h // 2) of a dynamic size: the factory would read the number's value
+            # (a guard, a recompile per size, torchvision's resize_boxes); its Python reference
+            # builds the same tensor from the symbols (scalar_tensor, stack)
+            return tx.call_op("call_function", torch._refs.tensor, args, kwargs)
         kind = _break_kind(fn)
         if kind is not None:
             raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}", kind=kind)
@@ -248,6 +255,13 @@ def _argument(fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable], ke
         return kwargs[keyword]
     raise Unsupported(f"TypeError calling {getattr(fn, '__name__', fn)}: missing its first argument "
                       "(raised natively)", kind="unsupported")
+
+
+def _holds_symbolic_number(data: Variable | None) -> bool:
+    """A symbolic number, or a list or tuple holding one at any depth."""
+    if isinstance(data, SymIntVariable):
+        return True
+    return isinstance(data, BaseSequenceVariable) and any(_holds_symbolic_number(item) for item in data.items)
 
 
 def is_torch_function(value: Any) -> bool:
