@@ -385,6 +385,67 @@ def test_output_record_fields_and_items(fn):
     compare(lambda f: f(torch.randn(3, generator=torch.Generator().manual_seed(4))), fn)
 
 
+@dataclasses.dataclass
+class ChildOutput(DecodedOutput):
+    extra: Optional[torch.Tensor] = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.note = 1
+
+
+@dataclasses.dataclass
+class ListedOutput(RecordDict):
+    sample: torch.Tensor
+    hidden: list = dataclasses.field(default_factory=list)
+
+
+class PlainOrdered(collections.OrderedDict):
+    pass
+
+
+Pair = collections.namedtuple("Pair", "first second")
+
+
+def _class_of_records(x):
+    # `self.__class__` of a dict subclass made in the trace was object's descriptor bound as a
+    # class attribute: `__class__.__name__` read "__class__", `is` the class was False
+    # (and of a list, dict, set, deque or namedtuple, a bound method named __class__)
+    out, plain = DecodedOutput(sample=x + 1), PlainOrdered(a=x)
+    containers = ([x], {"a": x}, {1, 2}, collections.deque([x]), Pair(x, 1), collections.OrderedDict(a=x), (x,))
+    return (out.__class__.__name__, plain.__class__.__name__, out.__class__ is DecodedOutput,
+            type(out).__name__, out[0], [c.__class__.__name__ for c in containers],
+            [c.__class__ is type(c) for c in containers])
+
+
+def _replaced(x):
+    # dataclasses.replace builds `obj.__class__(**changes)`: a call of the descriptor, an
+    # internal error, before
+    out = dataclasses.replace(DecodedOutput(sample=x + 1), commit_loss=x.sum())
+    return out.to_tuple(), out["commit_loss"]
+
+
+def _pop_refused(x):
+    out = DecodedOutput(sample=x + 1)
+    try:
+        out.pop("sample")
+    except Exception as e:  # noqa: BLE001  (the record raises a bare Exception)
+        return x - 1, str(e), out
+    return x, "", out
+
+
+def _subclass_and_factory(x):
+    child, listed = ChildOutput(sample=x, extra=x * 2), ListedOutput(sample=x + 1)
+    listed.hidden.append(x)
+    return child, child[1], child.note, dict(child), listed[0], listed.hidden, len(listed), [k for k in child]
+
+
+@pytest.mark.parametrize("fn", [_class_of_records, _replaced, _pop_refused, _subclass_and_factory],
+                         ids=lambda f: f.__name__)
+def test_output_record_classes(fn):
+    compare(lambda f: [f(torch.randn(3, generator=torch.Generator().manual_seed(i))) for i in range(2)], fn)
+
+
 def _update_from_outside(out, x):
     out.sample = x + 5  # an item already: the inlined __setattr__ updates the item as well
     out.commit_loss = x  # not an item: attribute only

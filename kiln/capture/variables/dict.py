@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from kiln.capture.tracer import Tracer
 
 
+_OBJECT_CLASS = vars(object)["__class__"]
+
+
 def is_identity_key(value: Any) -> bool:
     """True for objects that hash and compare by identity and whose identity the builder guards:
     classes (with a metaclass that keeps identity equality), functions, modules and typing's
@@ -173,6 +176,10 @@ class DictVariable(Variable):
         if name == "default_factory" and issubclass(self.dict_type, collections.defaultdict):
             return self.default_factory if self.default_factory is not None else ConstantVariable(None)
         if _is_user_subclass(self.dict_type):
+            if name == "__class__" and inspect.getattr_static(self.dict_type, name) is _OBJECT_CLASS:
+                # object's own descriptor (unless a subclass overrides it): not a class attribute
+                # to bind, which gave the descriptor itself, named "__class__", for the class
+                return tx.wrap_result(self.dict_type)
             static = inspect.getattr_static(self.dict_type, name, _MISSING)
             owner = _defining_class(self.dict_type, name)
             if owner is not None and owner not in BUILTIN_DICTS:
@@ -182,8 +189,6 @@ class DictVariable(Variable):
                     return bound
                 guard_class_attribute(tx, self.dict_type, name, static)
                 return tx.wrap(static, None)
-            if name == "__class__":
-                return tx.wrap_result(self.dict_type)
         if not hasattr(self.dict_type, name):
             raise no_attribute(self.dict_type, name)
         return BoundMethodVariable(self, name)
