@@ -652,3 +652,26 @@ def _tensor_of_sizes(x):
 def test_typing_subscripts_and_tensors_of_sizes(fn):
     shapes = [(20, 30), (22, 31), (40, 30), (70, 9)]
     compare(lambda f: [f(torch.ones(*s)) for s in shapes], fn)
+
+
+# interpolate as diffusers' Upsample2D, torchvision's resize and timm's stems call it, on sizes that
+# turn dynamic at the second call
+_INTERPOLATIONS = {
+    "nearest_by_2": lambda x: F.interpolate(x, scale_factor=2.0, mode="nearest"),
+    "nearest_to_computed_size": lambda x: F.interpolate(x, size=(x.shape[-2] * 2, x.shape[-1] + 3), mode="nearest"),
+    "bicubic_by_a_pair": lambda x: F.interpolate(x, scale_factor=(1.5, 0.5), mode="bicubic", align_corners=False),
+    "bilinear_antialiased": lambda x: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True),
+    "area_to_computed_size": lambda x: F.interpolate(x, size=(x.shape[-2] // 2, 4), mode="area"),
+    "nearest_exact_by_computed_factor": lambda x: F.interpolate(
+        x, scale_factor=16.0 / x.shape[-1], mode="nearest-exact", recompute_scale_factor=True),
+    "upsample_module": nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True),
+    "linear_by_computed_factor": lambda x: F.interpolate(
+        x.flatten(2), scale_factor=1.7, mode="linear", recompute_scale_factor=True),
+}
+
+
+@pytest.mark.parametrize("name", list(_INTERPOLATIONS))
+def test_interpolate_modes_on_dynamic_sizes(name):
+    g = torch.Generator()
+    compare(lambda f: [f(torch.rand(1, 2, h, w, generator=g.manual_seed(h))) for h, w in ((10, 12), (11, 14), (20, 9))],
+            _INTERPOLATIONS[name])
