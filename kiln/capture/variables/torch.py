@@ -191,6 +191,10 @@ class TorchFunctionVariable(Variable):
             # (a guard, a recompile per size, torchvision's resize_boxes); its Python reference
             # builds the same tensor from the symbols (scalar_tensor, stack)
             return tx.call_op("call_function", torch._refs.tensor, args, kwargs)
+        if fn is torch._assert and args and args[0].is_constant() and args[0].as_constant():
+            # an assertion that holds at trace time: nothing to record, and its message (often
+            # formatted from sizes) is never made, so those sizes are not specialized
+            return ConstantVariable(None)
         kind = _break_kind(fn)
         if kind is not None:
             raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}", kind=kind)
