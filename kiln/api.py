@@ -11,7 +11,7 @@ import functools
 import inspect
 import sys
 import types
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Mapping, TypeVar, cast
 
 import torch
 
@@ -117,7 +117,7 @@ class OptimizedModule(torch.nn.Module):
         # Paid on every call before the compiled forward's guards: the original is read from
         # `_modules` (`self._orig_mod` misses the instance dict and goes through __getattr__) and the
         # class's `__call__` is looked up once.
-        mod = self._modules["_orig_mod"]
+        mod = cast(torch.nn.Module, self._modules["_orig_mod"])
         overrides, target = _call_target(mod)
         if target is not self._kiln_forward_of:
             # `Net.forward = ...` (or autoreload replacing the class) after compile: eager would
