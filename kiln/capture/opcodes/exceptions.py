@@ -29,15 +29,18 @@ if TYPE_CHECKING:
 
 @opcode
 def RAISE_VARARGS(tx: "Tracer", instr: dis.Instruction) -> None:
+    reason = "{} raised in the frame and not caught there (raised natively)"
     if instr.arg == 0:
         exc = handled_exception(tx)
         if not isinstance(exc, ExceptionVariable):
             raise Unsupported("a bare `raise` with no exception being handled (raised natively)", kind="unsupported")
-    else:
-        if instr.arg == 2:
-            tx.pop()  # the cause (`raise X from Y`) only changes the traceback's text
-        exc = as_exception(tx, tx.pop())
-    raise RaisedInTrace(exc, f"{exc.exc_type.__name__} raised in the frame and not caught there (raised natively)")
+        raise RaisedInTrace(exc, reason.format(exc.exc_type.__name__), reraised=True)
+    cause = tx.pop() if instr.arg == 2 else None
+    exc = as_exception(tx, tx.pop())
+    if cause is not None:  # `raise X from Y`: Y, or a new Y() when Y is a class
+        is_none = cause.is_constant() and cause.as_constant() is None
+        exc.set_cause(cause if is_none or isinstance(cause, ExceptionVariable) else as_exception(tx, cause))
+    raise RaisedInTrace(exc, reason.format(exc.exc_type.__name__))
 
 
 @opcode
@@ -68,7 +71,8 @@ def RERAISE(tx: "Tracer", instr: dis.Instruction) -> None:
         tx.pop()  # the offset of the instruction that first raised (only the traceback uses it)
     if not isinstance(exc, ExceptionVariable):
         raise Unsupported(f"re-raising {exc.describe()}", kind="unsupported")
-    raise RaisedInTrace(exc, f"{exc.exc_type.__name__} raised in the frame and not caught there (raised natively)")
+    raise RaisedInTrace(exc, f"{exc.exc_type.__name__} raised in the frame and not caught there (raised natively)",
+                        reraised=True)
 
 
 @opcode

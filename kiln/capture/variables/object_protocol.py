@@ -13,7 +13,15 @@ import operator
 import types
 from typing import TYPE_CHECKING, Any
 
+from kiln.capture.guards import ABSENT
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.functions import (
+    UserFunctionVariable,
+    UserMethodVariable,
+    class_dict_source,
+    guard_class_attribute,
+    receiver_class_source,
+)
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -89,7 +97,6 @@ def python_getattr(tx: "Tracer", kind: type, name: str, static: Any, in_instance
         return None
     if not isinstance(getattr_fn, types.FunctionType):
         raise Unsupported(f"{kind.__qualname__}.__getattr__ is not a Python function", kind="unsupported_attribute")
-    from kiln.capture.variables.functions import guard_class_attribute
     guard_class_attribute(tx, kind, "__getattr__", getattr_fn)
     if in_instance or name == "__class__":
         return None
@@ -100,7 +107,6 @@ def python_getattr(tx: "Tracer", kind: type, name: str, static: Any, in_instance
             raise Unsupported(f"{kind.__qualname__}.{name} is a descriptor of a class defining __getattr__",
                               kind="unsupported_attribute")
         return None
-    from kiln.capture.guards import ABSENT
     guard_class_attribute(tx, kind, name, ABSENT)  # still not on the class next time
     return getattr_fn
 
@@ -111,9 +117,6 @@ def python_text(tx: "Tracer", var: Variable, name: str, spec: str = "") -> str |
     would call in Python (str falls back to
     `__repr__`, format with an empty spec to str): inlined, and its string is the answer. None when
     no Python method answers (object's own would print an address)."""
-    from kiln.capture.guards import ABSENT
-    from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
-
     kind = var.python_type()
     chain = {"__format__": ["__format__", "__str__", "__repr__"], "__str__": ["__str__", "__repr__"],
              "__repr__": ["__repr__"]}[name]
@@ -194,3 +197,41 @@ def python_truth(tx: "Tracer", var: Variable, cls: type) -> bool | None:
         if static is not None:
             return None
     return None
+
+
+def is_data_descriptor(static: Any) -> bool:
+    """A class attribute that wins over the instance dict on reads and handles writes itself
+    (a property, a descriptor with `__set__` or `__delete__`, a `__slots__` member)."""
+    kind = type(static)
+    return hasattr(kind, "__set__") or hasattr(kind, "__delete__")
+
+
+def python_setattr(tx: "Tracer", receiver: Variable, kind: type, name: str, value: Variable) -> bool:
+    """`obj.name = value` as object.__setattr__ does it, for what the class decides: a property's
+    setter or a descriptor's `__set__` written in Python is inlined (True: nothing left to store).
+    False when the value goes into the instance (its dict, or a `__slots__` member): the caller
+    stores it. A data descriptor of another kind is a break."""
+    static = inspect.getattr_static(kind, name, MISSING)
+    if static is MISSING or not is_data_descriptor(static):
+        return False
+    if isinstance(static, types.MemberDescriptorType):
+        return False  # a __slots__ member: object.__setattr__ stores into it
+    guard_class_attribute(tx, kind, name, static, receiver)
+    if isinstance(static, property):
+        if static.fset is None:
+            from kiln.capture.variables.exception import raise_in_trace
+            error = AttributeError(f"property {name!r} of {kind.__name__!r} object has no setter")
+            raise raise_in_trace(error, f"AttributeError: {error} (raised natively)")
+        if not isinstance(static.fset, types.FunctionType):
+            raise Unsupported(f"the setter of property {name!r} of {kind.__qualname__} is not Python code",
+                              kind="unsupported_attribute")
+        UserFunctionVariable(static.fset).call(tx, [receiver, value], {})
+        return True
+    setter = inspect.getattr_static(type(static), "__set__", None)
+    if isinstance(setter, types.FunctionType):
+        guard_class_attribute(tx, type(static), "__set__", setter)
+        descriptor = tx.wrap(static, class_dict_source(receiver_class_source(receiver), kind, name))
+        UserMethodVariable(setter, descriptor).call(tx, [receiver, value], {})
+        return True
+    raise Unsupported(f"assigning {name!r} through a {type(static).__name__} of {kind.__qualname__}",
+                      kind="unsupported_attribute")

@@ -37,6 +37,7 @@ from kiln.capture.variables.object_protocol import (
     MappingViewVariable,
     call_getter,
     holds_backend_settings,
+    is_data_descriptor,
     python_getattr,
     python_iter,
     python_len,
@@ -770,9 +771,12 @@ class NewObjectVariable(Variable):
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
 
-        if name in self.attrs:
-            return self.attrs[name]
         static = inspect.getattr_static(self.cls, name, _MISSING)
+        # a data descriptor of the class wins over the instance dict (a slot's value is kept there)
+        shadowed = static is not _MISSING and is_data_descriptor(static) and \
+            not isinstance(static, types.MemberDescriptorType)
+        if name in self.attrs and not shadowed:
+            return self.attrs[name]
         if name == "__class__":
             return tx.wrap(self.cls, self.cls_source)
         if name == "__dict__":
@@ -790,6 +794,16 @@ class NewObjectVariable(Variable):
         fallback = python_getattr(tx, self.cls, name, static, False)
         if fallback is not None:
             return UserMethodVariable(fallback, self).call(tx, [tx.wrap(name, None)], {})
+        if isinstance(static, types.MemberDescriptorType) and static.__objclass__ in self.cls.__mro__:
+            from kiln.capture.variables.exception import raise_in_trace  # a __slots__ member never set
+            guard_class_attribute(tx, self.cls, name, static, class_source=self.cls_source)
+            raise raise_in_trace(AttributeError(name), f"AttributeError: {name} (raised natively)")
+        if static is not _MISSING and hasattr(type(static), "__get__") and not isinstance(
+                static, (property, types.FunctionType, staticmethod, classmethod)):
+            from kiln.capture.variables.functions import bind_python_descriptor
+            bound = bind_python_descriptor(tx, static, self, self.cls, name)
+            if bound is not None:
+                return bound
         if static is _MISSING or (hasattr(type(static), "__get__") and not isinstance(
                 static, (property, types.FunctionType, staticmethod, classmethod))):
             raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
