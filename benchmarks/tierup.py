@@ -62,8 +62,9 @@ class TierProbe:
     found by walking the garbage collector's objects again whenever Kiln compiled something, read
     directly in between. Kiln has no public counter for it (kiln.stats() counts compiles only)."""
 
-    def __init__(self, wrapper_type: type) -> None:
+    def __init__(self, wrapper_type: type, earlier: weakref.WeakSet | None = None) -> None:
         self.wrapper_type = wrapper_type
+        self.earlier = earlier if earlier is not None else weakref.WeakSet()  # left out: made before
         self.wrappers: weakref.WeakSet = weakref.WeakSet()
         self.calls: dict[int, int] = {}  # id(wrapper) -> its call count at the last check
         self.compiles: dict[str, Any] = {}
@@ -71,10 +72,15 @@ class TierProbe:
         self.hot = 0  # wrappers that asked for their native build (settled since, or building)
         self.scans = 0
 
+    @staticmethod
+    def existing(wrapper_type: type) -> weakref.WeakSet:
+        """The wrappers alive now (made for earlier workloads of this process)."""
+        return weakref.WeakSet(obj for obj in gc.get_objects() if type(obj) is wrapper_type)
+
     def _scan(self) -> None:
         self.scans += 1
         for obj in gc.get_objects():
-            if type(obj) is self.wrapper_type:
+            if type(obj) is self.wrapper_type and obj not in self.earlier:
                 self.wrappers.add(obj)
 
     def check(self, stats: dict[str, Any]) -> tuple[bool, bool]:
@@ -117,10 +123,13 @@ def kiln_timeline(case: Case, eager_step: Callable[[], object], steady: int, tim
     from kiln.runtime import native
 
     fn = case.make_fn()
+    begin = time.perf_counter()
+    earlier = TierProbe.existing(native.TieredWrapper)  # another workload's, still alive: not this one's
+    left_out += time.perf_counter() - begin
     step = make_step(case, kiln.compile(fn), fn)
     step()
-    first_call_s = time.perf_counter() - start
-    probe = TierProbe(native.TieredWrapper)
+    first_call_s = time.perf_counter() - start - left_out
+    probe = TierProbe(native.TieredWrapper, earlier)
     begin = time.perf_counter()
     probe.check(kiln.stats())
     left_out += time.perf_counter() - begin

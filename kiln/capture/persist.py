@@ -488,9 +488,10 @@ def _encode_singleton(obj: Any) -> Any:
 
 _PLAIN_SCALARS = (int, float, bool, str, bytes, complex, type(None), tuple, list, dict, set, frozenset)
 # Builtin types no module names: a loop's iterator (guarded by type at a break inside the loop), a
-# code object (the `__code__` of a function a decorator's closure holds, guarded by type)
+# code object (the `__code__` of a function a decorator's closure holds, guarded by type), a closure
+# cell (what a glue makes around a cell variable of the frame to hand its resume function)
 _UNNAMED_TYPES: dict[str, type] = {t.__name__: t for t in (type(iter(())), type(iter([])), type(iter(range(0))),
-                                                            types.CodeType)}
+                                                            types.CodeType, types.CellType)}
 
 
 def _decode_named(data: Any) -> Any:
@@ -897,7 +898,8 @@ class StoredResume:
 
 # what a stored glue may hold besides its graphs: callables capture binds (grad mode around a
 # graph, containers rebuilt from their items) and, through `_glue_constant`, ModelOutput classes
-_GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset, slice, torch.Size, reraise)
+_GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset, slice, torch.Size, reraise,
+                   types.CellType)  # a closure cell a frame made, passed to a resume function
 # context managers a glue may make, enter and hand the `__exit__` of to a resume function (a break
 # inside `with torch.no_grad():`)
 _GLUE_CONTEXTS = (torch.no_grad, torch.enable_grad)
@@ -986,7 +988,8 @@ def check_texts(frame: StoredFrame, code: types.CodeType | None = None) -> None:
     contexts = [name for name, value in frame.constants.items() if any(value is c for c in _GLUE_CONTEXTS)]
     check_glue_source(frame.glue_source, frame.glue_name, frame.graphs,
                       [name for name in frame.constants if name not in natives | classes], callees, methods, classes,
-                      _scalar_sources(frame.guards), contexts, _stored_attributes(code) if code is not None else ())
+                      _scalar_sources(frame.guards), contexts, _stored_attributes(code) if code is not None else (),
+                      [name for name, value in frame.constants.items() if value is types.CellType])
 
 
 @functools.lru_cache(maxsize=256)

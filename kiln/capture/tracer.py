@@ -113,8 +113,10 @@ class CaptureState:
             if var.source is None and source is not None:
                 var.source = source
             elif source is not None and var.source != source:
-                # reached through a second path: that path must lead to the same cell next time
-                self.output.guards.append(Guard(source.name().rsplit(".cell_contents", 1)[0], "check_id", cell))
+                # reached through a second path: both paths must lead to one cell next time (an
+                # aliasing guard, which names no object and so can be stored on disk)
+                paths = tuple(s.name().rsplit(".cell_contents", 1)[0] for s in (var.source, source) if s is not None)
+                self.output.guards.append(Guard("", "check_aliasing", (paths,)))
             return var
         var = CellVariable(real=cell, source=source)
         self._cells[id(cell)] = (cell, var)

@@ -184,3 +184,42 @@ def test_one_cell_reached_by_two_calls_sees_the_first_write() -> None:
         want = x + before + 1 + x + before + 2
         torch.testing.assert_close(compiled(x), want)
         assert bump.__closure__[0].cell_contents == before + 2
+
+
+def _pair():
+    n = 0
+
+    def bump():
+        nonlocal n
+        n += 1
+
+    def read():
+        return n
+    return bump, read
+
+
+class Holder:
+    """Two functions reached through two attributes: their cell is one object or two."""
+
+    def __init__(self, bump, read) -> None:
+        self.bump, self.read = bump, read
+
+
+def bump_then_read(x, holder):
+    holder.bump()
+    return x + holder.read()
+
+
+def test_one_cell_reached_through_two_paths_is_guarded_as_one() -> None:
+    """The trace relied on `holder.bump` and `holder.read` sharing a cell (the read sees the bump):
+    a holder whose two functions close over different cells must not run that code."""
+    x = torch.ones(2)
+    kiln.reset()
+    compiled = kiln.compile(bump_then_read, backend="eager")
+    bump, read = _pair()
+    torch.testing.assert_close(compiled(x, Holder(bump, read)), x + 1)
+    torch.testing.assert_close(compiled(x, Holder(bump, read)), x + 2)
+    other_bump, _ = _pair()
+    _, other_read = _pair()  # each starts at 0: the read does not see the bump
+    torch.testing.assert_close(compiled(x, Holder(other_bump, other_read)), x + 0)
+    assert other_bump.__closure__[0].cell_contents == 1

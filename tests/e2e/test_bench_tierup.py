@@ -158,14 +158,21 @@ def _two_kernels(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 @pytest.mark.cpp
 def test_timeline_of_a_tiny_graph_reaches_its_native_wrapper() -> None:
     import kiln
+    from kiln.runtime import native
 
     kiln.reset()
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(6, 5, generator=g), torch.randn(5, 5, generator=g)
     case = Case(make_fn=lambda: _two_kernels, inputs=[(x, w)])
     eager = make_step(case, _two_kernels, _two_kernels)
+    with kiln.config.patch(cpu_wrapper="auto", native_wrapper_after=1000):
+        # an earlier workload's wrapper, alive and never to settle here: not this timeline's
+        leftover = kiln.compile(lambda a: torch.softmax(torch.relu(a @ a.t()) + 1.0, -1) * 2)
+        leftover(x)
+        assert TierProbe.existing(native.TieredWrapper), "the leftover graph has no tiered wrapper"
     with kiln.config.patch(cpu_wrapper="auto", native_wrapper_after=4):
         result, step = kiln_timeline(case, eager, steady=3, timeout_s=600)
+    del leftover
     kiln.reset()
     assert result["status"] == "ok", result
     # calls 2, 3, 4: the fourth asked for the build and ran on Python

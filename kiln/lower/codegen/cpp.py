@@ -280,17 +280,17 @@ static inline __attribute__((always_inline)) float kiln_expf_inline(float x) {
 // saturate and NaN gives 0.
 // `inside` is whether x truncates to a value of the type (false for NaN)
 #if defined(__x86_64__) || defined(__i386__)
-#define KILN_TO_INT(T, F, inside) static inline T kiln_to_##T(F x) { \
+#define DEFINE_KILN_TO_INT(T, F, inside) static inline T kiln_to_##T(F x) { \
   return (inside) ? (T)x : std::numeric_limits<T>::min(); }
 #else
-#define KILN_TO_INT(T, F, inside) static inline T kiln_to_##T(F x) { \
+#define DEFINE_KILN_TO_INT(T, F, inside) static inline T kiln_to_##T(F x) { \
   return (inside) ? (T)x : x != x ? T(0) : x < 0 ? std::numeric_limits<T>::min() : std::numeric_limits<T>::max(); }
 #endif
-KILN_TO_INT(int32_t, float, x >= -2147483648.0f && x < 2147483648.0f)
-KILN_TO_INT(int32_t, double, x > -2147483649.0 && x < 2147483648.0)
-KILN_TO_INT(int64_t, float, x >= -9223372036854775808.0f && x < 9223372036854775808.0f)
-KILN_TO_INT(int64_t, double, x >= -9223372036854775808.0 && x < 9223372036854775808.0)
-#undef KILN_TO_INT
+DEFINE_KILN_TO_INT(int32_t, float, x >= -2147483648.0f && x < 2147483648.0f)
+DEFINE_KILN_TO_INT(int32_t, double, x > -2147483649.0 && x < 2147483648.0)
+DEFINE_KILN_TO_INT(int64_t, float, x >= -9223372036854775808.0f && x < 9223372036854775808.0f)
+DEFINE_KILN_TO_INT(int64_t, double, x >= -9223372036854775808.0 && x < 9223372036854775808.0)
+#undef DEFINE_KILN_TO_INT
 static inline float kiln_bf16_to_float(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
 static inline uint16_t kiln_float_to_bf16(float f) {
   uint32_t u; __builtin_memcpy(&u, &f, 4);
