@@ -84,6 +84,7 @@ class GlueBuilder:
         """The expression of `var`, built once per glue: a value reachable twice stays one object."""
         from kiln.capture.variables.deque import DequeVariable
         from kiln.capture.variables.dict import DictVariable, SetVariable
+        from kiln.capture.variables.exception import ExceptionVariable
         from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable
         from kiln.capture.variables.iterator import IteratorVariable
         from kiln.capture.variables.sequence import ListVariable
@@ -106,7 +107,8 @@ class GlueBuilder:
         early_read = self._reading_first and var.source is not None and not _FRAME_LOCAL.fullmatch(expr)
         if nested_read or early_read or var.source is None and isinstance(var, (ListVariable, DictVariable, SetVariable,
                                                                   DequeVariable, NestedFunctionVariable,
-                                                                  IteratorVariable, CellVariable)):
+                                                                  IteratorVariable, CellVariable,
+                                                                  ExceptionVariable)):
             name = self.fresh("v")
             self.line(f"{name} = {expr}")
             expr = name

@@ -47,7 +47,7 @@ from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised
-from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable
+from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable, UserMethodVariable, guard_class_attribute
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables.object_protocol import python_setattr
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_structseq_type
@@ -331,6 +331,12 @@ class Tracer:
             self.side_effects.store_attr(obj.module, obj, name, value)
             return
         if isinstance(obj, NewObjectVariable):
+            custom = inspect.getattr_static(obj.cls, "__setattr__")
+            if not bypass and isinstance(custom, types.FunctionType):
+                # the class's own __setattr__, inlined; its object.__setattr__ comes back with bypass set
+                guard_class_attribute(self, obj.cls, "__setattr__", custom, class_source=obj.cls_source)
+                UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
+                return
             if not python_setattr(self, obj, obj.cls, name, value):
                 obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
             return
@@ -354,7 +360,6 @@ class Tracer:
                     getattr(kind, "__dataclass_params__", None) is not None and kind.__dataclass_params__.frozen):
                 # A Python __setattr__ (transformers' configs map attribute aliases) is inlined; its
                 # `super().__setattr__` comes back here with bypass set.
-                from kiln.capture.variables.functions import UserMethodVariable
                 UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
                 return
             if not bypass and (kind.__setattr__ is not object.__setattr__ or

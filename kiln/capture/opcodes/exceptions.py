@@ -20,11 +20,28 @@ from kiln.capture.variables.exception import (
     as_exception,
     exception_matches,
     handled_exception,
+    raise_in_trace,
 )
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.tracer import Tracer
+    from kiln.capture.variables.base import Variable
+
+
+def exception_cause(tx: "Tracer", cause: Variable) -> Variable:
+    """What `raise X from cause` stores in X.__cause__: None, an exception, or a new instance of an
+    exception class; anything else is the TypeError CPython raises there."""
+    if isinstance(cause, ExceptionVariable) or cause.is_constant() and cause.as_constant() is None:
+        return cause
+    try:
+        real = cause.as_python_value()
+    except Unsupported:  # not known at trace time: as_exception says what it cannot raise
+        return as_exception(tx, cause)
+    if isinstance(real, type) and issubclass(real, BaseException):
+        return as_exception(tx, cause)
+    error = TypeError("exception causes must derive from BaseException")
+    raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
 
 
 @opcode
@@ -37,9 +54,8 @@ def RAISE_VARARGS(tx: "Tracer", instr: dis.Instruction) -> None:
         raise RaisedInTrace(exc, reason.format(exc.exc_type.__name__), reraised=True)
     cause = tx.pop() if instr.arg == 2 else None
     exc = as_exception(tx, tx.pop())
-    if cause is not None:  # `raise X from Y`: Y, or a new Y() when Y is a class
-        is_none = cause.is_constant() and cause.as_constant() is None
-        exc.set_cause(cause if is_none or isinstance(cause, ExceptionVariable) else as_exception(tx, cause))
+    if cause is not None:  # `raise X from Y`: Y, or a new Y() when Y is an exception class
+        exc.set_cause(exception_cause(tx, cause))
     raise RaisedInTrace(exc, reason.format(exc.exc_type.__name__))
 
 

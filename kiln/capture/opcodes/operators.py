@@ -26,6 +26,7 @@ from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, 
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
+from kiln.capture.variables.iterator import open_iterator
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -336,15 +337,18 @@ def CONTAINS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
         found = UserMethodVariable(_python_contains(container), container).call(tx, [item], {})
         result = found.truth(tx)
     else:
-        items = tx.iterate(container)
+        # stepped one item at a time: a user iterator stops being read at the first match, as in eager
+        iterator = open_iterator(tx, container)
         result = False
-        for candidate in items:
+        candidate = iterator.next_item()
+        while candidate is not None:
             same = _equal(item, candidate)
             if same is None:
                 raise Unsupported(f"`in` comparing {item.describe()}", kind="unsupported")
             if same:
                 result = True
                 break
+            candidate = iterator.next_item()
     tx.push(ConstantVariable(result != bool(instr.arg)))
 
 

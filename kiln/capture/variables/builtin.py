@@ -299,11 +299,9 @@ def reversed_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
 
 @builtin_rule(iter)
 def iter_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.iterator import open_iterator
 
-    if isinstance(args[0], IteratorVariable):
-        return args[0]
-    return IteratorVariable(tx.iterate(args[0]))
+    return open_iterator(tx, args[0])
 
 
 @builtin_rule(next)

@@ -124,3 +124,12 @@ class PassedIteratorVariable(IteratorVariable):
         if not peeked:
             return f"iter({rest})"
         return "iter((" + "".join(p + ", " for p in peeked) + f") + {rest})"
+
+
+def open_iterator(tx: "Tracer", value: Variable) -> IteratorVariable:
+    """`iter(value)`: an iterator as it is, a user object's own (its Python `__iter__`, maybe
+    stepped lazily), else an iterator over every item `value` yields."""
+    if isinstance(value, IteratorVariable):
+        return value
+    opened = value.open_iterator(tx)
+    return opened if opened is not None else IteratorVariable(tx.iterate(value))

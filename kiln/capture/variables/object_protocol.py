@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.capture.guards import ABSENT
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.exception import RaisedInTrace, raise_in_trace
 from kiln.capture.variables.functions import (
     UserFunctionVariable,
     UserMethodVariable,
@@ -22,6 +23,7 @@ from kiln.capture.variables.functions import (
     guard_class_attribute,
     receiver_class_source,
 )
+from kiln.capture.variables.iterator import IteratorVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -138,11 +140,112 @@ def python_text(tx: "Tracer", var: Variable, name: str, spec: str = "") -> str |
 
 
 def python_iter(tx: "Tracer", var: Variable, cls: type) -> list[Variable] | None:
-    """`iter(obj)` through an `__iter__` written in Python (a user Mapping's), inlined and run to
-    its end; None when the class has none."""
+    """`list(obj)`: every item of `iter(obj)` through an `__iter__` written in Python (a user
+    Mapping's), inlined and run to its end; None when the class has none."""
+    iterator = python_iterator(tx, var, cls)
+    return None if iterator is None else iterator.iterate(tx)
+
+
+def python_iterator(tx: "Tracer", var: Variable, cls: type) -> IteratorVariable | None:
+    """`iter(obj)` through an `__iter__` written in Python; None when the class has none. An
+    iterator whose `__next__` is Python too (often the object itself: `return self`) is stepped
+    lazily, so a loop that stops early leaves it where eager leaves it."""
+    found = inspect.getattr_static(cls, "__iter__", MISSING)
+    if found is MISSING or found is None:  # what decides the protocol is guarded with the rest
+        guard_class_attribute(tx, cls, "__iter__", ABSENT if found is MISSING else None, var)
+    if found is None:  # `__iter__ = None`: not iterable
+        error = TypeError(f"{cls.__name__!r} object is not iterable")
+        raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
     if not isinstance(inspect.getattr_static(cls, "__iter__", None), types.FunctionType):
+        if found is MISSING and \
+                isinstance(inspect.getattr_static(cls, "__getitem__", None), types.FunctionType):
+            return PythonIteratorVariable(tx, var, by_index=True)  # the old protocol: obj[0], obj[1] ...
         return None
-    return tx.iterate(var.getattr(tx, "__iter__").call(tx, [], {}))
+    iterator = var.getattr(tx, "__iter__").call(tx, [], {})
+    if isinstance(iterator, IteratorVariable):
+        return iterator
+    if is_python_iterator(iterator):
+        return PythonIteratorVariable(tx, iterator)
+    return IteratorVariable(tx.iterate(iterator))
+
+
+def is_python_iterator(var: Variable) -> bool:
+    """A user object whose class has a `__next__` written in Python (python_type() of a traced
+    value may not be known: then it is not one)."""
+    try:
+        kind = var.python_type()
+    except Unsupported:
+        return False
+    return isinstance(inspect.getattr_static(kind, "__next__", None), types.FunctionType)
+
+
+# a Python iterator that has not stopped after this many steps is left to run natively
+MAX_PYTHON_ITERATIONS = 10_000
+
+
+class PythonIteratorVariable(IteratorVariable):
+    """An iterator whose `__next__` is written in Python: each FOR_ITER or next() inlines one
+    call; StopIteration from it ends the iteration, any other exception goes to the handlers."""
+
+    def __init__(self, tx: "Tracer", iterator: Variable, by_index: bool = False) -> None:
+        super().__init__([])
+        self.tx = tx  # the frame that opened it (whose handlers see what __next__ raises)
+        self.iterator = iterator
+        # a class with `__getitem__` and no `__iter__`: `obj[i]` for i = 0, 1, ... until IndexError
+        self.by_index = by_index
+        self.exhausted = False
+
+    def describe(self) -> str:
+        return f"iterator over {self.iterator.describe()}"
+
+    def next_item(self) -> Variable | None:
+        if self.exhausted:
+            return None
+        if len(self.items) >= MAX_PYTHON_ITERATIONS:
+            raise Unsupported(f"{self.iterator.describe()} did not stop within {MAX_PYTHON_ITERATIONS} items",
+                              kind="unsupported_iter")
+        try:
+            if self.by_index:
+                index = self.tx.wrap(len(self.items), None)
+                item = self.iterator.getattr(self.tx, "__getitem__").call(self.tx, [index], {})
+            else:
+                item = self.iterator.getattr(self.tx, "__next__").call(self.tx, [], {})
+        except RaisedInTrace as raised:
+            if not issubclass(raised.exception.exc_type, (StopIteration, IndexError) if self.by_index else StopIteration):
+                raise
+            self.exhausted = True
+            return None
+        self.items.append(item)
+        self.position += 1
+        return item
+
+    def remaining(self) -> list[Variable]:
+        raise Unsupported(f"the items left in {self.describe()} (its __next__ has side effects)", kind="unsupported_iter")
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        rest = []
+        item = self.next_item()
+        while item is not None:
+            rest.append(item)
+            item = self.next_item()
+        return rest
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.by_index:  # where it stands is not in the object: the rest is read natively
+            return f"{glue.constant(_iterate_by_index)}({glue.reconstruct(self.iterator)}, {len(self.items)})"
+        # its state lives in the object (its attribute writes are replayed): the object is the iterator
+        return glue.reconstruct(self.iterator)
+
+
+def _iterate_by_index(obj: Any, start: int) -> Any:
+    """What the glue resumes a `__getitem__` iteration with: `obj[start]`, `obj[start + 1]`, ..."""
+    index = start
+    while True:
+        try:
+            yield obj[index]
+        except (IndexError, StopIteration):
+            return
+        index += 1
 
 
 MAPPING_VIEWS: dict[type, str] = {collections.abc.KeysView: "keys", collections.abc.ValuesView: "values",
@@ -219,7 +322,6 @@ def python_setattr(tx: "Tracer", receiver: Variable, kind: type, name: str, valu
     guard_class_attribute(tx, kind, name, static, receiver)
     if isinstance(static, property):
         if static.fset is None:
-            from kiln.capture.variables.exception import raise_in_trace
             error = AttributeError(f"property {name!r} of {kind.__name__!r} object has no setter")
             raise raise_in_trace(error, f"AttributeError: {error} (raised natively)")
         if not isinstance(static.fset, types.FunctionType):

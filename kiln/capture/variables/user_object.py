@@ -40,6 +40,7 @@ from kiln.capture.variables.object_protocol import (
     is_data_descriptor,
     python_getattr,
     python_iter,
+    python_iterator,
     python_len,
     python_truth,
     read_backend_setting,
@@ -50,6 +51,7 @@ from kiln.errors import Unsupported
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
     from kiln.capture.tracer import Tracer
+    from kiln.capture.variables.iterator import IteratorVariable
 
 _MISSING = MISSING
 # Libraries whose calls are graph breaks of a named kind.
@@ -122,6 +124,12 @@ class ObjectVariable(Variable):
             if items is not None:
                 return items
         return super().iterate(tx)
+
+    def open_iterator(self, tx: "Tracer") -> IteratorVariable | None:
+        """`iter(obj)` through the class's Python `__iter__` (None when it has none)."""
+        if isinstance(self.value, (type, types.ModuleType)):
+            return None
+        return python_iterator(tx, self, type(self.value))
 
     def _attr_source(self, name: str) -> Source | None:
         return None if self.source is None else AttrSource(self.source, name)
@@ -718,7 +726,9 @@ def _constructible(cls: type) -> bool:
 
     if cls.__module__ == "builtins" or issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException, tuple, dict, list)):
         return False
-    if cls.__new__ is not object.__new__ or cls.__setattr__ is not object.__setattr__:
+    # a __setattr__ written in Python is inlined on each write (tracer.setattr); a builtin one is not
+    if cls.__new__ is not object.__new__ or not (cls.__setattr__ is object.__setattr__ or
+                                                 isinstance(inspect.getattr_static(cls, "__setattr__"), types.FunctionType)):
         return False
     if not getattr(cls, "__dictoffset__", 0):
         return False  # instances without a __dict__ (__slots__ all the way down)
@@ -767,6 +777,10 @@ class NewObjectVariable(Variable):
         if items is not None:
             return items
         return super().iterate(tx)
+
+    def open_iterator(self, tx: "Tracer") -> IteratorVariable | None:
+        """`iter(obj)` through the class's Python `__iter__` (None when it has none)."""
+        return python_iterator(tx, self, self.cls)
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute

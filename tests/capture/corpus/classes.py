@@ -621,3 +621,115 @@ def property_with_c_function_getter():
     def f(x):
         return x + Wrap(x).size_of
     return fn_program(f, (t(2),))
+
+
+class Clamped:
+    """A data descriptor written in Python: its __set__ clamps and counts writes."""
+
+    def __set_name__(self, owner, name):
+        self.slot = "_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        return getattr(obj, self.slot)
+
+    def __set__(self, obj, value):
+        obj.writes = getattr(obj, "writes", 0) + 1
+        setattr(obj, self.slot, min(value, 10))
+
+
+class Knob:
+    level = Clamped()
+
+    def __init__(self, level):
+        self.level = level
+
+    @property
+    def double(self):
+        return self.level * 2
+
+    @property
+    def positive(self):
+        return self._positive
+
+    @positive.setter
+    def positive(self, value):
+        if value < 0:
+            raise ValueError("negative")
+        self._positive = value
+
+
+@case("classes")
+def data_descriptor_set_on_input_object():
+    def f(x, k):
+        k.level = 50
+        return x * k.level, k.double, k.writes
+    k = Knob(3)
+    return Program(f, ((t(2), k),), observe=lambda: dict(vars(k)))
+
+
+@case("classes")
+def data_descriptor_set_in_init_of_object_made_in_frame():
+    def f(x):
+        k = Knob(99)
+        k.level = 4
+        return x + k.level, k.writes, k._level
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def property_setter_raises_and_is_caught():
+    def f(x):
+        k = Knob(1)
+        k.positive = 2
+        try:
+            k.positive = -1
+        except ValueError as err:
+            return x * k.positive, str(err)
+        return x, "no error"
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def property_without_setter_assignment_caught():
+    def f(x):
+        k = Knob(1)
+        try:
+            k.double = 5
+        except AttributeError:
+            return x + k.double
+        return x
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def setattr_override_on_object_made_in_frame():
+    class Tracked:
+        def __init__(self):
+            object.__setattr__(self, "names", [])
+
+        def __setattr__(self, name, value):
+            self.names.append(name)
+            object.__setattr__(self, name, value * 2 if isinstance(value, int) else value)
+
+    def f(x):
+        obj = Tracked()
+        obj.a = 3
+        obj.t = x + 1
+        return obj.t * obj.a, obj.names
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def setattr_override_redirects_writes_of_input():
+    class Prefixed:
+        def __setattr__(self, name, value):
+            object.__setattr__(self, "p_" + name, value)
+
+    def f(x, p):
+        p.w = x * 2
+        p.n = 4
+        return p.p_w + p.p_n
+    p = Prefixed()
+    return Program(f, ((t(2), p),), observe=lambda: sorted(vars(p)))
