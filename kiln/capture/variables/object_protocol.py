@@ -8,6 +8,7 @@ guards it). Used by user_object.py. Corresponds to parts of torch/_dynamo/variab
 from __future__ import annotations
 
 import collections.abc
+import functools
 import inspect
 import operator
 import types
@@ -88,6 +89,19 @@ def call_getter(tx: "Tracer", getter: Any, target: Variable) -> Variable:
             value = subscript(tx, target, tx.wrap(key, None))
         found.append(value)
     return found[0] if len(found) == 1 else TupleVariable(found)
+
+
+def call_method_caller(tx: "Tracer", caller: operator.methodcaller, target: Variable) -> Variable:
+    """`operator.methodcaller("sum", 0)(obj)`: `obj.sum(0)`, its name and arguments read from the
+    caller's `__reduce__` (made from constants at trace time)."""
+    reduced: Any = caller.__reduce__()
+    maker, rest = reduced
+    if isinstance(maker, functools.partial):  # with keywords: partial(methodcaller, name, **kw), args
+        name, args, kwargs = maker.args[0], list(rest), dict(maker.keywords)
+    else:
+        name, args, kwargs = rest[0], list(rest[1:]), {}
+    method = tx.getattr(target, name)
+    return method.call(tx, [tx.wrap(a, None) for a in args], {k: tx.wrap(v, None) for k, v in kwargs.items()})
 
 
 def python_getattr(tx: "Tracer", kind: type, name: str, static: Any, in_instance: bool) -> types.FunctionType | None:

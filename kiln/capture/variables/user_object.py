@@ -16,6 +16,8 @@ import inspect
 import math
 import operator
 import os
+import sys
+import traceback
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -36,6 +38,7 @@ from kiln.capture.variables.object_protocol import (
     MISSING,
     MappingViewVariable,
     call_getter,
+    call_method_caller,
     holds_backend_settings,
     is_data_descriptor,
     python_getattr,
@@ -60,7 +63,16 @@ _LIBRARY_BREAK_KINDS = {"numpy": "numpy", "scipy": "numpy", "pandas": "numpy", "
                         "sys": "unsupported_call", "warnings": "logging", "builtins": "unsupported_call"}
 
 
+# functions that read the Python frames calling them (namedtuple and Enum's functional API take the
+# new class's __module__ from there): no traced frame is the one they would see
+FRAME_INTROSPECTION: tuple[Any, ...] = (sys._getframe, inspect.currentframe, inspect.stack, inspect.trace,
+                                        traceback.extract_stack, traceback.format_stack, traceback.print_stack,
+                                        traceback.walk_stack)
+
+
 def break_kind_of(value: Any) -> str:
+    if any(value is reader for reader in FRAME_INTROSPECTION):
+        return "frame_introspection"
     module = getattr(value, "__module__", None) or type(value).__module__ or ""
     if isinstance(value, types.ModuleType):
         module = value.__name__
@@ -272,6 +284,10 @@ class ObjectVariable(Variable):
             return call_getter(tx, obj, args[0])
         if obj in (operator.attrgetter, operator.itemgetter) and all(a.is_constant() for a in args) and not kwargs:
             return tx.wrap_result(obj(*[a.as_constant() for a in args]))  # immutable, made from constants
+        if isinstance(obj, operator.methodcaller) and len(args) == 1 and not kwargs:
+            return call_method_caller(tx, obj, args[0])
+        if obj is operator.methodcaller and args and all(a.is_constant() for a in [*args, *kwargs.values()]):
+            return tx.wrap_result(obj(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()}))
         if is_model_output_class(obj):
             return ModelOutputVariable.create(tx, obj, list(args), kwargs)
         if obj in MAPPING_VIEWS and len(args) == 1 and not kwargs:
