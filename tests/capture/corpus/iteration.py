@@ -497,3 +497,36 @@ def for_else_runs_without_break():
             x = x - 1000
         return x
     return fn_program(f, (t(2),))
+
+
+@case("itertools")
+def itertools_predicate_runs_only_as_far_as_consumed():
+    def f(x, seen):
+        def is_small(k):
+            seen.append(k)
+            return k < 3
+
+        first_big = next(itertools.filterfalse(is_small, range(10)))
+        kept = itertools.takewhile(is_small, [0, 1, 5, 2])
+        return x + first_big, list(kept)
+    seen = []
+    return Program(f, ((t(2), seen),), observe=lambda: list(seen))
+
+
+@case("itertools")
+def itertools_starmap_and_compress_over_tensors():
+    def f(x, y):
+        scaled = itertools.starmap(torch.mul, [(x, 2), (y, 3)])
+        kept = itertools.compress([x, y, x * y], (s > 1 for s in [2, 0, 5]))
+        return list(scaled), list(kept), list(itertools.permutations([x, y]))[1][0]
+    return fn_program(f, (t(2), t(2)))
+
+
+@case("itertools")
+def itertools_groupby_with_key_and_combinations_with_replacement():
+    def f(x):
+        words = ["apple", "avocado", "banana", "blueberry", "cherry"]
+        firsts = [(k, len(list(g))) for k, g in itertools.groupby(words, key=lambda w: w[0])]
+        pairs = list(itertools.combinations_with_replacement((1, 2), 2))
+        return x * len(firsts), firsts, pairs
+    return fn_program(f, (t(2),))
