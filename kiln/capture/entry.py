@@ -31,6 +31,19 @@ from kiln import symbolic  # its names load lazily: sympy only comes with a capt
 CaptureFn = Callable[..., Any]  # capture_frame(fn, L, options, wrap_frame, *, policy) -> CaptureResult
 
 
+# names whose use marks a function that reads the frames calling it (sys._getframe(1).f_globals in
+# collections.namedtuple and Enum's functional API, inspect.currentframe().f_back, ...)
+_FRAME_READERS = frozenset({"_getframe", "_getframemodulename", "currentframe", "extract_stack",
+                            "format_stack", "print_stack", "walk_stack"})
+
+
+def reads_caller_frames(fn: Any) -> bool:
+    """By its code's names: `fn` may read its callers' frames, so it runs as it is (uncompiled)
+    where the glue calls it, its caller being the glue (whose globals are the frame's)."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code is not None and not _FRAME_READERS.isdisjoint(code.co_names)
+
+
 @dataclass
 class Stats:
     """The counters of kiln.stats(). `frames`: capture attempts (cache misses that traced a frame);
@@ -366,6 +379,8 @@ class _Frame:
         """Given to the tracer: a resume function or callee, compiled on first call with our options."""
         if not isinstance(fn, FunctionType) and not inspect.ismethod(fn):
             return fn
+        if reads_caller_frames(fn):
+            return fn  # the entry's own Python frames would stand between it and the glue it reads
         return compile_function(fn, self.options, self.capture)
 
     def miss(self, args: tuple, kwargs: dict, L: dict) -> Any:
