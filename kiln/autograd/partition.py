@@ -18,6 +18,7 @@ import math
 import operator
 from typing import AbstractSet, Any, Iterable
 
+import sympy
 import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
@@ -27,7 +28,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 from kiln.autograd.checkpoint import RecomputedValue, must_recompute, recompute_plan, recomputed_values
 from kiln.autograd.joint import JointTrace
 from kiln.autograd.reorder import is_view_op as _is_view, reorder_for_peak_memory
-from kiln.autograd.tracer import size_hint
+from kiln.autograd.tracer import expr_of, size_hint
 
 aten = torch.ops.aten
 
@@ -307,6 +308,51 @@ def _emit_norm_output(graph: fx.Graph, norm_out: fx.Node, x: fx.Node, mean: fx.N
     return out
 
 
+def _symbols_in(value: Any, lone: bool) -> set[Any]:
+    """The size symbols of a value's sizes, strides and storage offset (a tensor) or of itself (a
+    SymInt); with `lone`, only those a single size or stride or the SymInt is equal to: the ones a
+    graph that takes the value as an input can read off it."""
+    if isinstance(value, torch.Tensor):
+        parts = [*value.shape, *value.stride()] + ([] if lone else [value.storage_offset()])
+    elif isinstance(value, torch.SymInt):
+        parts = [value]
+    else:
+        return set()
+    exprs = [expr_of(p) for p in parts if isinstance(p, torch.SymInt)]
+    if lone:
+        return {e for e in exprs if isinstance(e, sympy.Symbol)}
+    return {s for e in exprs for s in e.free_symbols}
+
+
+def _symbols_for_backward(joint: fx.GraphModule, nodes: list[fx.Node], fw: set[fx.Node],
+                          inputs: list[fx.Node], bw_nodes: Iterable[fx.Node]) -> list[fx.Node]:
+    """Forward values to save so that the backward can bind every size symbol it uses. A saved
+    activation's sizes may be a product of symbols that none of the backward's inputs carries alone
+    (XLNet's labels, [s10*s9] once flattened): the backward's kernels and buffers need s9 and s10,
+    so the forward hands them over as SymInts, the forward's own input or a sym_size of one."""
+    bound = set().union(*(_symbols_in(n.meta.get("val"), lone=True) for n in inputs))
+    needed = set().union(*(_symbols_in(n.meta.get("val"), lone=False) for n in [*inputs, *bw_nodes]))
+    extra: list[fx.Node] = []
+    for symbol in sorted(needed - bound, key=str):
+        found = next((n for n in nodes if n in fw and isinstance(n.meta.get("val"), torch.SymInt)
+                      and expr_of(n.meta["val"]) == symbol), None)
+        if found is None:
+            for primal in (n for n in nodes if n.op == "placeholder" and n in fw):
+                value = primal.meta.get("val")
+                if not isinstance(value, torch.Tensor):
+                    continue
+                dims = [d for d, size in enumerate(value.shape)
+                        if isinstance(size, torch.SymInt) and expr_of(size) == symbol]
+                if dims:
+                    with joint.graph.inserting_after(primal):
+                        found = joint.graph.call_function(aten.sym_size.int, (primal, dims[0]))
+                    found.meta["val"] = value.shape[dims[0]]
+                    break
+        if found is not None:  # else unbacked or not the forward's: the lowering says so
+            extra.append(found)
+    return extra
+
+
 def _extract(joint: fx.GraphModule, order: list[fx.Node], inputs: list[fx.Node], keep: set[fx.Node],
              outputs: list[Any]) -> fx.GraphModule:
     graph = fx.Graph()
@@ -357,6 +403,11 @@ def partition(joint: JointTrace, policy: str = "min_cut", mutated: Iterable[int]
     saved_symints = [n for n in saved if n not in saved_tensors]
     # the backward may also read symbolic sizes that only the forward's inputs carry
     bw_keep = _ancestors(grads, stop=set(saved) | set(tangents))
+    more = _symbols_for_backward(joint.gm, nodes, fw, saved_tensors + saved_symints + tangents, bw_keep)
+    if more:
+        saved_symints += [n for n in dict.fromkeys(more) if n not in saved_symints]
+        saved = list(saved) + [n for n in more if n not in saved]
+        nodes = list(joint.gm.graph.nodes)
     for node in list(bw_keep):
         if node.op == "placeholder" and node not in tangents and node not in saved:
             raise AssertionError(f"partition lost {node.name}: the backward needs it but it is not saved")

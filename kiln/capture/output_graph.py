@@ -76,6 +76,8 @@ class OutputGraph:
         self.dynamic = dynamic
         self.inputs: list[GraphInput] = []
         self.guards: list[Guard] = []
+        # an input is an inference tensor (made under inference_mode): what the graph computes from it may be one too
+        self.inference_inputs = False
         # instance-dict source -> names the trace found elsewhere (see note_absent)
         self._absent: dict[str, set[str]] = {}
         self._input_vars: dict[str, "Variable"] = {}
@@ -137,6 +139,8 @@ class OutputGraph:
             fake = self._non_leaf(fake, value)
         node = self._placeholder(_node_name(name), name, fake)
         self.guards.append(tensor_guard(name, value, dims))
+        node.meta["inference"] = value.is_inference()  # the guard checks it; the fake cannot say
+        self.inference_inputs = self.inference_inputs or value.is_inference()
         if fake.requires_grad and not fake.is_leaf:
             # The graph may do in-place ops that autograd forbids on a leaf: it holds for non-leaves only.
             self.guards.append(Guard(f"{name}.is_leaf", "check_value", False))

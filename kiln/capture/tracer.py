@@ -47,9 +47,10 @@ from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
-from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame
-from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable
+from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised
+from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable, UserMethodVariable, guard_class_attribute
 from kiln.capture.variables.model_output import ModelOutputVariable
+from kiln.capture.variables.object_protocol import python_setattr
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.slice import SliceVariable
 from kiln.capture.variables.symint import SymIntVariable
@@ -237,6 +238,7 @@ class Tracer:
             try:
                 handler(self, ins)
             except RaisedInTrace as raised:
+                note_raised(self, raised)
                 if not catch_in_frame(self, raised):
                     raise  # to the caller's CALL, or a graph break at the root
             if self.returned is not None:
@@ -337,7 +339,14 @@ class Tracer:
             self.side_effects.store_attr(obj.module, obj, name, value)
             return
         if isinstance(obj, NewObjectVariable):
-            obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
+            custom = inspect.getattr_static(obj.cls, "__setattr__")
+            if not bypass and isinstance(custom, types.FunctionType):
+                # the class's own __setattr__, inlined; its object.__setattr__ comes back with bypass set
+                guard_class_attribute(self, obj.cls, "__setattr__", custom, class_source=obj.cls_source)
+                UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
+                return
+            if not python_setattr(self, obj, obj.cls, name, value):
+                obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
             return
         if isinstance(obj, (NestedFunctionVariable, ExceptionVariable)):
             obj.set_attribute(name, value)  # a function or exception made during the trace
@@ -364,13 +373,15 @@ class Tracer:
                     getattr(kind, "__dataclass_params__", None) is not None and kind.__dataclass_params__.frozen):
                 # A Python __setattr__ (transformers' configs map attribute aliases) is inlined; its
                 # `super().__setattr__` comes back here with bypass set.
-                from kiln.capture.variables.functions import UserMethodVariable
                 UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
                 return
             if not bypass and (kind.__setattr__ is not object.__setattr__ or
                                getattr(kind, "__dataclass_params__", None) is not None and kind.__dataclass_params__.frozen):
                 raise Unsupported(f"{kind.__qualname__} has a custom __setattr__", kind="unsupported")
-            self.side_effects.store_attr(obj.value, obj, name, value)
+            if python_setattr(self, obj, kind, name, value):
+                return
+            # the override (if any) was inlined: the replay is the plain store it ends in
+            self.side_effects.store_attr(obj.value, obj, name, value, plain=kind.__setattr__ is not object.__setattr__)
             return
         raise Unsupported(f"setting attribute {name!r} on {obj.describe()}", kind="unsupported")
 

@@ -222,22 +222,41 @@ def convolution(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) ->
 
 
 @register_fake_impl(aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
-                   aten._native_batch_norm_legit_functional.default,
+                   aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_functional.default,
                    aten._native_batch_norm_legit_no_training.default)
 def native_batch_norm(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
-    """CPU's kernel returns empty save_mean/save_invstd in eval mode; the meta kernel (and the
-    decomposition of the functional and no-training overloads), sized (C,). Any running-stat
-    outputs after those two are returned as the kernel gives them."""
+    """What CPU's kernel returns, where the meta kernel (and the decomposition of the functional and
+    no-training overloads) answers as CUDA does. Dtypes: the saved statistics in the input's dtype,
+    or float32 where a parameter or running statistic is float32 and the input half or bfloat16
+    (CPU's mixed-type path); the functional overload's running statistics in their own dtype (the
+    meta answers float32 for all of them, so a bfloat16 BatchNorm's results would be read as float
+    by the kernel after it). Sizes: empty saved statistics in eval mode, (C,) in the meta."""
     out, save_mean, save_invstd, *stats = mode.run_kernel(func, args, kwargs)
+    if out.fake_device.type != "cpu":
+        return (out, save_mean, save_invstd, *stats)
+    names = [a.name for a in func._schema.arguments]
+    bound = {**dict(zip(names, args)), **kwargs}
     if func is aten._native_batch_norm_legit_no_training.default:
         training = False
     else:
-        training = args[5] if len(args) > 5 else kwargs["training"]
-    if training or out.fake_device.type != "cpu":
-        return (out, save_mean, save_invstd, *stats)
-    with mode.kernel_invocation(symbolic=False):
-        empty = [torch.empty((0,), dtype=t.dtype, device=_META) for t in (save_mean, save_invstd)]
-    return (out, *(mode.wrap(e, out.fake_device) for e in empty), *stats)
+        training = bound["training"]
+    x = bound["input"]
+    given = [bound.get(name) for name in ("weight", "bias", "running_mean", "running_var")]
+    mixed = any(isinstance(t, torch.Tensor) and t.dtype != x.dtype for t in given)
+    saved_dtype = torch.float32 if mixed and x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    symbolic = save_mean._has_symbolic_sizes_strides
+
+    def retyped(t: Any, dtype: torch.dtype, empty: bool) -> Any:
+        if t.dtype == dtype and not empty:
+            return t
+        with mode.kernel_invocation(symbolic=symbolic and not empty):
+            meta = torch.empty((0,) if empty else t.shape, dtype=dtype, device=_META)
+        return mode.wrap(meta, out.fake_device)
+
+    saved = [retyped(t, saved_dtype, not training) for t in (save_mean, save_invstd)]
+    if func is aten._native_batch_norm_legit_functional.default:
+        stats = [retyped(t, bound[name].dtype, False) for t, name in zip(stats, ("running_mean", "running_var"))]
+    return (out, *saved, *stats)
 
 
 # --------------------------------------------------------------------------- no meta kernel

@@ -1,17 +1,16 @@
 """Lowering: an ATen-level FX graph to fused C++ kernels and a Python wrapper that runs them.
 
-`compile_graph(aten_gm, example_inputs)` is the fw/bw compiler AOT autograd calls. It runs these
-named passes in order (each name is its key in CompiledGraph.timings and in KILN_LOGS=+lower):
+`compile_graph(aten_gm, example_inputs)` is the fw/bw compiler AOT autograd calls. It picks the
+code generator, looks the graph up in the disk cache (same code, input metadata and Kiln sources),
+forks for mode="max-autotune" on CPU, and hands the rest to kiln.lower.pipeline, whose driver runs
+the named passes in order (each name is its key in CompiledGraph.timings and in KILN_LOGS=+lower):
     fold_batch_norm -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> build -> codegen_wrapper
-and returns a CompiledGraph: a callable over the real inputs returning a tuple like `aten_gm`.
-A graph compiled before (same code, input metadata and Kiln sources) is loaded from the disk cache.
+It returns a CompiledGraph: a callable over the real inputs returning a tuple like `aten_gm`.
 Under KILN_DEBUG=1 each pass's output is also written to `<run folder>/lower_<n>/<pass name>.*`.
 Corresponds to torch/_inductor/compile_fx.py.
 """
 from __future__ import annotations
 
-import itertools
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -21,18 +20,13 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from kiln import config
-from kiln import compile_time, log
-from kiln.lower import autotune_cpu, conv_layout
-from kiln.lower.codegen.cpp_kernel import generate
+from kiln import log
+from kiln.lower import autotune_cpu, conv_layout, pipeline
 from kiln.lower.codegen.wrapper import make_wrapper
-from kiln.lower.codegen import native_wrapper, triton_wrapper
-from kiln.lower.decompose import decompose
-from kiln.lower.fold_batch_norm import fold_batch_norm
-from kiln.lower.graph import lower_to_loop_ir, node_metas
-from kiln.lower.ir import LoopIR, format_ir, verify_ir
-from kiln.lower.schedule import (ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program,
-                                 format_program, schedule, verify_program)
-from kiln.runtime import artifact, build, cache
+from kiln.lower.codegen import triton_wrapper
+from kiln.lower.ir import LoopIR
+from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program
+from kiln.runtime import artifact, cache
 
 
 @dataclass
@@ -82,13 +76,6 @@ class CompiledGraph:
             report.append({"name": name, "origins": origins[name], "seconds": seconds, "bytes": nbytes,
                            "gbps": nbytes / seconds / 1e9 if seconds > 0 else float("inf")})
         return report
-
-
-def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    graph = torch.fx.Graph()
-    out = graph.graph_copy(gm.graph, {})
-    graph.output(out)
-    return torch.fx.GraphModule(gm, graph)
 
 
 def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any]) -> str | None:
@@ -144,33 +131,6 @@ def _guards_recorded(shape_env: Any) -> int:
     return len(getattr(shape_env, "guards", ())) + len(getattr(shape_env, "runtime_asserts", ()))
 
 
-class _DebugDump:
-    """KILN_DEBUG=1: each pass's output as a file named after the pass, in one folder per compiled
-    graph (`lower_<n>/`) under the run folder of kiln.log, beside the capture dump. A no-op otherwise."""
-
-    _counter = itertools.count()
-
-    def __init__(self, folder: str | None) -> None:
-        self.folder = folder
-
-    @classmethod
-    def start(cls, gm: torch.fx.GraphModule) -> "_DebugDump":
-        if not config.debug:
-            return cls(None)
-        name = f"lower_{next(cls._counter):03d}"
-        folder = os.path.join(log.dump_run_dir(), name)
-        os.makedirs(folder, exist_ok=True)
-        log.add_dump_row(name, "lowering", "aten graph, loop IR, schedule, C++ and wrapper, one file per pass")
-        out = cls(folder)
-        out.write("aten_graph.py", gm.code)
-        return out
-
-    def write(self, name: str, text: str) -> None:
-        if self.folder is not None:
-            with open(os.path.join(self.folder, name), "w") as f:
-                f.write(text)
-
-
 CODEGEN_DEVICES = ("cpu", "cuda")  # device types a code generator handles: C++ (cpu), Triton (cuda, cpu)
 
 
@@ -200,22 +160,7 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
                   options: dict[str, Any] | None = None) -> CompiledGraph:
     """Fuse, generate C++, build (or load from the disk cache) and wrap one ATen graph."""
     options = options or {}  # "verify": check the IR (default True); "opt_level": e.g. "-O1"
-    # Switches the bisector (kiln.debug.bisect) flips one at a time, each a collection of names:
-    # "no_decompose" (ops kept whole), "aten_fallback" (ops run as ATen calls instead of their
-    # lowering), "no_fusion" (loop-IR buffers that get a kernel of their own).
-    no_decompose = frozenset(options.get("no_decompose", ()))
-    aten_fallback = frozenset(options.get("aten_fallback", ()))
-    no_fusion = frozenset(options.get("no_fusion", ()))
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
-
-    def mark(name: str) -> None:
-        nonlocal start
-        now = time.perf_counter()
-        timings[name] = now - start
-        compile_time.add(name if name in ("build", "cache_load") else f"lower.{name}", timings[name])
-        start = now
-
+    started = time.perf_counter()  # the cache key and lookup count in the first pass's time
     foreign = _foreign_device(aten_gm, example_inputs)
     if foreign is not None:
         return _aten_runner(aten_gm, foreign)
@@ -224,87 +169,41 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     device = triton_wrapper.graph_device(example_inputs)
     codegen = triton_wrapper.choose_codegen(device, config.cpu_backend)
     key = _graph_key(aten_gm, example_inputs, options) if codegen == "cpp" else None  # Triton graphs: not on disk yet
-    flags = build.DEFAULT_FLAGS
-    if "opt_level" in options:  # tests trade kernel speed for build time with "-O1"
-        flags = tuple(options["opt_level"] if f.startswith("-O") else f for f in flags)
     cached = cache.load_graph(key, packages=("kiln.lower.",), check=_stored_graph) if key is not None else None
-    if cached is not None:
-        program, hints = cached
-        source, signatures = generate(program)  # never a stored source: what this Kiln writes for the program
-        lib = build.load(source, flags, symbols=tuple(signatures)) if signatures else None
-        fn, wrapper_source = make_wrapper(program, signatures, lib)
-        mark("cache_load")
-        fn = native_wrapper.choose(fn, program, signatures, lib, options, _DebugDump(None).write)  # timed itself
-        dump = _DebugDump.start(aten_gm)
-        dump.write("lower_to_loop_ir.txt", format_ir(program.ir))
-        dump.write("schedule.txt", format_program(program))
-        dump.write("codegen_cpp.cpp", source)
-        dump.write("codegen_wrapper.py", wrapper_source)
-        dump.write("timings.txt", "loaded from the disk cache (the passes did not run)\n")
-        log.artifact("output_code", lambda: f"// kernels\n{source}\n# wrapper\n{wrapper_source}")
-        return CompiledGraph(fn, source, wrapper_source, program, hints, timings, signatures, lib)
-
-    if codegen == "cpp" and options.get("mode") == "max-autotune" and "cpu_variant" not in options:
+    if cached is None and codegen == "cpp" and options.get("mode") == "max-autotune" and "cpu_variant" not in options:
         variants = autotune_cpu.variants_for(aten_gm)
         if len(variants) > 1:
             return _compile_autotuned(aten_gm, example_inputs, options, key, variants)
-    dump = _DebugDump.start(aten_gm)
-    # A guard the passes below record (a decomposition that reads a symbol's value, as linspace
-    # does with a float end) specializes this program to the example's values, which the key does
-    # not hold: such a program is used for this capture only (whose guards include it), never
-    # stored under the key for a later capture with other values to find.
-    shape_env = _shape_env_of(aten_gm, example_inputs)
-    guards_before = _guards_recorded(shape_env)
-    gm = _copy_graph(aten_gm)
-    if options.get("cpu_variant") == "linear_onednn":
-        autotune_cpu.linear_onednn_rewrite(gm)
-    gm = fold_batch_norm(gm)
-    mark("fold_batch_norm")
-    metas = node_metas(gm, example_inputs)
-    gm = decompose(gm, metas, keep=no_decompose)
-    mark("decompose")
-    log.debug("lower", lambda: f"decompose:\n{gm.code}")
-    dump.write("decompose.py", gm.code)
-    ir, hints = lower_to_loop_ir(gm, example_inputs, aten_fallback=aten_fallback)
-    if options.get("verify", True):
-        verify_ir(ir)
-    mark("lower_to_loop_ir")
-    log.debug("lower", lambda: f"lower_to_loop_ir:\n{format_ir(ir)}")
-    dump.write("lower_to_loop_ir.txt", format_ir(ir) + "".join(f"\n# perf hint: {h}" for h in hints))
-    # column sums fuse into the kernel that makes their rows only where the C++ generator runs them
-    program = schedule(ir, unfused=no_fusion, column_partials=codegen == "cpp")
-    if options.get("verify", True):
-        verify_program(program)
-    mark("schedule")
-    log.debug("lower", lambda: "schedule:\n" + format_program(program))
-    dump.write("schedule.txt", format_program(program))
-    if codegen == "triton":
-        fn, source, wrapper_source = triton_wrapper.compile_program(
-            program, device, autotune=options.get("mode") == "max-autotune")
-        mark("codegen_triton")
-        dump.write("codegen_triton.py", source)
-        dump.write("codegen_wrapper.py", wrapper_source)
+    lo = pipeline.Lowering(aten_gm, example_inputs, options, device, codegen, pipeline.DebugDump.start(aten_gm),
+                           started)
+    if cached is not None:
+        pipeline.regenerate(lo, *cached)
+    else:
+        # A guard the passes record (a decomposition that reads a symbol's value, as linspace does
+        # with a float end) specializes this program to the example's values, which the key does not
+        # hold: such a program is used for this capture only (whose guards include it), never stored
+        # under the key for a later capture with other values to find.
+        shape_env = _shape_env_of(aten_gm, example_inputs)
+        guards_before = _guards_recorded(shape_env)
+        pipeline.lower(lo)
+        assert lo.program is not None
+        if key is not None and _guards_recorded(shape_env) == guards_before:
+            cache.store_graph(key, (lo.program, tuple(lo.hints)), packages=("kiln.lower.",))
+        for hint in lo.hints if codegen == "cpp" else ():  # (the Triton path has never logged them)
+            log.artifact("perf_hints", hint)
+    return _compiled(lo)
+
+
+def _compiled(lo: pipeline.Lowering) -> CompiledGraph:
+    """The CompiledGraph of a Lowering whose passes ran (its code logged as output_code)."""
+    assert lo.fn is not None and lo.program is not None
+    source, wrapper_source = lo.source, lo.wrapper_source
+    if lo.codegen == "triton":
         log.artifact("output_code", lambda: f"# triton kernels\n{source}\n# wrapper\n{wrapper_source}")
-        return CompiledGraph(fn, "", wrapper_source, program, hints, timings, codegen="triton", triton_source=source)
-    source, signatures = generate(program)
-    native_build = native_wrapper.start(program, signatures, options)  # compiles while the kernels do
-    mark("codegen_cpp")
-    dump.write("codegen_cpp.cpp", source)
-    lib = build.load(source, flags, symbols=tuple(signatures)) if signatures else None
-    mark("build")
-    dump.write("build.txt", f"{build.COMPILER} {' '.join(flags)} {' '.join(build.LIBS)}\n"
-                            f"library: {getattr(lib, '_name', None)}\n")
-    fn, wrapper_source = make_wrapper(program, signatures, lib)
-    mark("codegen_wrapper")
-    fn = native_wrapper.choose(fn, program, signatures, lib, options, dump.write, native_build)  # timed itself
-    dump.write("codegen_wrapper.py", wrapper_source)
-    dump.write("timings.txt", "".join(f"{k}: {v * 1e3:.1f} ms\n" for k, v in timings.items()))
-    if key is not None and _guards_recorded(shape_env) == guards_before:
-        cache.store_graph(key, (program, tuple(hints)), packages=("kiln.lower.",))
-    for hint in hints:
-        log.artifact("perf_hints", hint)
+        return CompiledGraph(lo.fn, "", wrapper_source, lo.program, lo.hints, lo.timings, codegen="triton",
+                             triton_source=source)
     log.artifact("output_code", lambda: f"// kernels\n{source}\n# wrapper\n{wrapper_source}")
-    return CompiledGraph(fn, source, wrapper_source, program, hints, timings, signatures, lib)
+    return CompiledGraph(lo.fn, source, wrapper_source, lo.program, lo.hints, lo.timings, lo.signatures, lo.lib)
 
 
 def _compile_autotuned(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any],

@@ -84,6 +84,7 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
     ctx = LoweringContext()
     env: dict[torch.fx.Node, Any] = {}
     symbols: dict[str, tuple[int, int | None]] = {}
+    input_layouts: list[tuple[int, Layout]] = []
     position = 0
     outputs: list[Any] = []
     output_spec = None
@@ -105,6 +106,7 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
                     note_symbols(s, position, d)
                 for d, s in enumerate(lay.strides):
                     note_symbols(s, position, -1 - d)
+                input_layouts.append((position, lay))
                 # the buffer's layout starts at its own data pointer (the wrapper passes data_ptr())
                 name = f"arg{position}"
                 ctx.storage_offsets[name] = lay.offset
@@ -139,9 +141,57 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
             output_spec = None if flat else pytree.treespec_dumps(spec)
             for out in leaves:
                 outputs.append(_output(ctx, out, env, metas))
+    derived = solve_symbols(input_layouts, symbols)
     ir = LoopIR(tuple(ctx.buffers), tuple(outputs), symbols, seed_needed=ctx.random_offset != 0,
-                output_spec=output_spec, input_count=position)
+                output_spec=output_spec, input_count=position, derived=derived)
     return ir, ctx.perf_hints
+
+
+SIZE_READ_PREFIX = "sz"  # a symbol standing for one input size or stride read as it is (solve_symbols)
+
+
+def solve_symbols(input_layouts: Sequence[tuple[int, Layout]], symbols: dict[str, tuple[int, int | None]]
+                  ) -> tuple[tuple[str, sympy.Expr], ...]:
+    """Bindings of the size symbols that no input has as a size, stride or SymInt of its own, solved
+    from an input size or stride that is linear in one of them once the others are known: s1 from a
+    dim of s0*s1 where s0 is bound, s2 from s2 + 1. Each size read this needs becomes an entry of
+    `symbols` (sz<k> -> (input position, dim)); each solved symbol an expression over those, in the
+    order the wrappers bind them. Without this a kernel whose range is such a size names a symbol
+    the wrapper never defines (a C++ build error, a Python NameError). Symbols left unsolved are
+    reported by the IR's verifier."""
+    bound = set(symbols)
+    derived: list[tuple[str, sympy.Expr]] = []
+    reads: dict[tuple[int, int], sympy.Symbol] = {}
+    progress = True
+    while progress:
+        progress = False
+        for position, lay in input_layouts:
+            parts = [(d, e) for d, e in enumerate(lay.sizes)] + [(-1 - d, e) for d, e in enumerate(lay.strides)]
+            for dim, expr in parts:
+                unknown = {str(x) for x in expr.free_symbols} - bound
+                if len(unknown) != 1:
+                    continue
+                name = unknown.pop()
+                symbol = next(x for x in expr.free_symbols if str(x) == name)
+                try:
+                    poly = sympy.Poly(sympy.expand(expr), symbol)
+                except sympy.PolynomialError:  # the symbol under a floor division or a modulo
+                    continue
+                if poly.degree() != 1:
+                    continue
+                scale, rest = poly.coeff_monomial(symbol), poly.coeff_monomial(1)
+                if scale == 0 or (scale.is_number and scale < 0):
+                    continue
+                read = reads.get((position, dim))
+                if read is None:
+                    read = sympy.Symbol(f"{SIZE_READ_PREFIX}{len(reads)}", integer=True, nonnegative=True)
+                    reads[(position, dim)] = read
+                    symbols[str(read)] = (position, dim)
+                solved = read - rest if scale == 1 else FloorDiv(read - rest, scale)
+                derived.append((name, solved))
+                bound.add(name)
+                progress = True
+    return tuple(derived)
 
 
 def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.Node, Any],

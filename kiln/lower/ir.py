@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import sympy
 import torch
@@ -301,6 +301,9 @@ class LoopIR:
     seed_needed: bool = False
     output_spec: str | None = None  # pytree spec (treespec_dumps) when the outputs nest, else None
     input_count: int = 0  # the graph's placeholders, also plain ints after the last one read
+    # size symbols solved from the input sizes that `symbols` reads (kiln.lower.graph.solve_symbols),
+    # in binding order: (symbol, expression over symbols bound before it)
+    derived: tuple[tuple[str, sympy.Expr], ...] = ()
 
     def unbacked_symbols(self) -> tuple[str, ...]:
         """Sizes no input gives: the symbols of a data-dependent size (nonzero's count, unique's
@@ -311,13 +314,14 @@ class LoopIR:
             if isinstance(b, Extern):
                 for _, layout, _ in b.results:
                     for size in layout.sizes:
-                        if isinstance(size, sympy.Symbol) and str(size) not in self.symbols:
+                        if isinstance(size, sympy.Symbol) and str(size) not in self.symbols \
+                                and all(str(size) != name for name, _ in self.derived):
                             found[str(size)] = None
         return tuple(found)
 
     def size_symbols(self) -> set[str]:
         """Every size symbol kernels may use: the inputs' and the unbacked ones."""
-        return set(self.symbols) | set(self.unbacked_symbols())
+        return set(self.symbols) | {name for name, _ in self.derived} | set(self.unbacked_symbols())
 
     def buffer(self, name: str) -> Buffer:
         for b in self.buffers:
@@ -378,16 +382,40 @@ def format_ir(ir: LoopIR) -> str:
 _STAGE = "lower_to_loop_ir"  # the pass named by a VerificationError of the loop IR
 
 
+def _check_size_symbols(b: Buffer, bound: set[str]) -> None:
+    """`b`'s sizes, strides, ranges and extern arguments use only size symbols in `bound` (an
+    input's own layout is where symbols come from: what reads it is checked)."""
+    if isinstance(b, InputBuffer):
+        return
+    exprs: list[Any] = []
+    if not isinstance(b, Extern):
+        exprs += [*b.layout.sizes, *b.layout.strides, b.layout.offset]
+    exprs += list(getattr(b, "reduction_ranges", ())) + list(getattr(b, "ranges", ()))
+    if isinstance(b, Extern):
+        for a in pytree.tree_leaves((b.args, b.kwargs)):
+            if isinstance(a, BufferRef):
+                exprs += [*a.layout.sizes, *a.layout.strides, a.layout.offset]
+            elif isinstance(a, SymExpr):
+                exprs.append(a.expr)
+    unknown = {str(x) for e in exprs for x in getattr(sympy.sympify(e), "free_symbols", ())} - bound
+    if unknown:
+        raise VerificationError(_STAGE, f"{b.name} has sizes in the symbols {sorted(unknown)}, which no input of "
+                                        "the graph gives (a size, a stride, a SymInt) and no earlier extern returns")
+
+
 def verify_ir(ir: LoopIR) -> None:
     """Each buffer is defined once, each load reads a buffer defined earlier, bodies use only their
-    own loop variables. Explicit checks, not asserts: `python -O` must not turn the seam off."""
+    own loop variables, and every size symbol a layout, range or extern argument uses is one the
+    wrapper binds (an input's, a solved one, or an earlier extern's unbacked size): a kernel that
+    names another fails to build. Explicit checks, not asserts: `python -O` must not turn the seam off."""
     defined: set[str] = set()
-    bound: set[str] = set()  # unbacked size symbols, once the extern call that sizes them has run
+    bound: set[str] = {str(s) for s in ir.symbols} | {name for name, _ in ir.derived}
     for b in ir.buffers:
         if b.name in defined:
             raise VerificationError(_STAGE, f"{b.name} is defined twice")
+        _check_size_symbols(b, bound)
         bodies: list[Value] = []
-        allowed: set[str] = {str(s) for s in ir.symbols} | bound
+        allowed: set[str] = set(bound)
         if isinstance(b, (Pointwise, Reduction, Scan)):
             bodies.append(b.body)
             allowed |= {f"i{k}" for k in range(len(b.layout.sizes))}

@@ -5,9 +5,10 @@ verified shared objects, the artifact protocol, and what runs a compiled graph a
 cache files), `cache` (keys and compiled-graph records), `build.load(source, flags) -> ctypes.CDLL`,
 `artifact` (`describe(compiled) -> Recipe | None`, `rebuild(recipe) -> callable`), and the runtime
 types that follow it: `kernel_wrapper` (a lowered graph's wrapper), `folded_weights` (the cached
-BatchNorm-folded weights a wrapper asks for), `native` (a graph's wrapper as one C++ function) and
-`aot` (AotRuntime). The
-runtime imports no other stage: lower and autograd import its types, capture its public surface.
+BatchNorm-folded weights a wrapper asks for), `native` (a graph's wrapper as one C++ function),
+`boundary` (the C++ extension the native wrapper and the guards share) and `aot` (AotRuntime). The
+runtime imports no other stage (docs/seams.md names the exceptions): lower and autograd import its
+types, capture its public surface.
 """
 from kiln.runtime import aot, artifact, build, cache, folded_weights, kernel_wrapper, native, records, store
 

@@ -4,9 +4,10 @@
 torch.autograd.Function when a backward was compiled, so `loss.backward()` runs the compiled
 backward), copies the new values of mutated inputs back into the caller's tensors exactly once,
 and rebuilds outputs that alias inputs or each other as views so user code sees eager's aliasing.
-kiln.autograd.backend builds it after tracing; this module imports only torch and the runtime, so
-that a runtime rebuilt from the persistent frame cache runs in a process that never loads the
-tracer, sympy or kiln.lower.
+kiln.autograd.backend builds it after tracing; this module imports only torch and the runtime at
+import time (kiln.symbolic.node only inside the functions that read symbolic sizes, see
+docs/seams.md), so that a runtime rebuilt from the persistent frame cache runs in a process that
+never loads the tracer, sympy or kiln.lower.
 
 It follows the artifact protocol (kiln.runtime.artifact): `AotRuntime.artifact_recipe()` is a
 Recipe of kind "aot" holding the recipes of its compiled halves (forward, backward), the AOT facts

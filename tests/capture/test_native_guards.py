@@ -1,4 +1,4 @@
-"""The boundary extension's guard checks (kiln.runtime.native `tensor_ok`, `same_keys`) against the
+"""The boundary extension's guard checks (kiln.runtime.boundary `tensor_ok`, `same_keys`) against the
 generated Python checks they replace: the same verdict and the same explanation on every value, the
 switch of a check function made before the extension loaded, and recompiles end to end."""
 from __future__ import annotations
@@ -14,6 +14,7 @@ import torch
 import kiln
 from kiln.capture import guards as guards_module
 from kiln.capture.guards import Guard, compile_guards, tensor_guard
+from kiln.runtime import boundary as boundary_module
 from kiln.runtime import native
 
 pytestmark = pytest.mark.cpp  # the boundary extension is compiled once per cache
@@ -138,8 +139,8 @@ def test_keys_check_agrees_with_python(boundary: Any) -> None:
 def test_a_check_made_before_the_extension_switches_when_it_loads(boundary: Any,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # A process whose boundary is not loaded yet: the check is made in Python and waits for it.
-    monkeypatch.setattr(native, "_boundary", [])
-    monkeypatch.setattr(native, "_when_loaded", [])
+    monkeypatch.setattr(boundary_module, "_loaded", [])
+    monkeypatch.setattr(boundary_module, "_when_loaded", [])
     monkeypatch.setattr(guards_module, "_waiting_for_boundary", [False])
     monkeypatch.setattr(guards_module, "native_checks", lambda: None)
     x = torch.randn(4, 6)

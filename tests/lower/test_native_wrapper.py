@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -156,6 +157,117 @@ def test_native_matches_python_externs(name: str) -> None:
     expected = python(*args)
     torch.manual_seed(3)
     same(made(*args), expected)
+
+
+def _batch_norm_train(x, w, b, mean, var):  # the functional op: declared in _native_batch_norm_legit's header
+    out, save_mean, save_invstd, new_mean, new_var = torch.ops.aten._native_batch_norm_legit_functional(
+        x, w, b, mean, var, True, 0.1, 1e-5)
+    return out.relu(), save_mean, save_invstd, new_mean, new_var
+
+
+def _batch_norm_backward(x, w, mean, var, g):
+    _, save_mean, save_invstd = torch.ops.aten._native_batch_norm_legit(x, w, None, mean.clone(), var.clone(), True,
+                                                                        0.1, 1e-5)
+    return torch.ops.aten.native_batch_norm_backward(g, x, w, mean, var, save_mean, save_invstd, True, 1e-5,
+                                                     [True, True, True])
+
+
+def _batch_norm_no_stats(x, w, b):  # track_running_stats=False
+    out, save_mean, save_invstd = torch.ops.aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5)
+    return out * 2, save_mean, save_invstd
+
+
+def _channel_stats(c, dtype=torch.float32):
+    return lambda: (torch.rand(c, dtype=dtype) + 0.5, torch.randn(c, dtype=dtype), torch.randn(c, dtype=dtype),
+                    torch.rand(c, dtype=dtype) + 0.5)
+
+
+def _bn_args(shape, dtype=torch.float32, channels_last=False):
+    def make():
+        x = torch.randn(shape, dtype=dtype)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        w, b, mean, var = _channel_stats(shape[1], dtype)()
+        return x, w, b, mean, var
+    return make
+
+
+def _bn_backward_args(shape):
+    def make():
+        x, w, _, mean, var = _bn_args(shape)()
+        return x, w, mean, var, torch.randn(shape)
+    return make
+
+
+# The operator families of CNN training graphs that kept a graph on the Python wrapper (KILN_LOGS=perf_hints:
+# "native wrapper not used: no C++ header for aten::_native_batch_norm_legit_functional"): each graph here
+# must tier up and give the Python wrapper's outputs bit for bit.
+BATCH_NORM_CASES = {
+    "train_2d": (_batch_norm_train, _bn_args((4, 3, 5, 5))),
+    "train_1d_nc": (_batch_norm_train, _bn_args((6, 3))),
+    "train_1d_ncl": (_batch_norm_train, _bn_args((4, 3, 7))),
+    "train_3d": (_batch_norm_train, _bn_args((2, 3, 2, 4, 4))),
+    "train_channels_last": (_batch_norm_train, _bn_args((4, 3, 5, 5), channels_last=True)),
+    "train_bfloat16": (_batch_norm_train, _bn_args((4, 3, 5, 5), dtype=torch.bfloat16)),
+    "backward": (_batch_norm_backward, _bn_backward_args((4, 3, 5, 5))),
+    "no_stats": (_batch_norm_no_stats, lambda: _bn_args((4, 3, 6))()[:3]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BATCH_NORM_CASES))
+def test_batch_norm_training_graphs_are_native(name: str) -> None:
+    fn, make = BATCH_NORM_CASES[name]
+    args = make()
+    python, made = both(fn, *args)
+    same(made(*args), python(*args))
+    expected = fn(*args)
+    for got, want in zip(made(*args), expected):
+        torch.testing.assert_close(got, want)
+
+
+def test_header_of_each_operator_variant() -> None:
+    """The header that declares an operator's C++ struct: its own, its out-of-place op's (an in-place
+    variant), the op it was made from (a functional variant), or none (then the dispatcher)."""
+    find = native_wrapper._header_declaring
+    assert find("add", "add_Tensor") == "add"
+    assert find("bernoulli_", "bernoulli__float") == "bernoulli"
+    assert find("_native_batch_norm_legit_functional", "_native_batch_norm_legit_functional") == \
+        "_native_batch_norm_legit"
+    assert find("_foreach_add_", "_foreach_add__Scalar") == "_foreach_add"
+    assert find("kiln_no_such_op", "kiln_no_such_op") is None
+
+
+def test_float_arguments_reach_kernels_as_doubles() -> None:
+    """A float argument kept symbolic (automatic dynamic after a second value: BatchNorm's
+    momentum=None factor, a learning rate) is read as a double and handed to the kernels so."""
+    def fn(x, s):
+        return (x * s + 1.0 / s).sin(), torch.full((3,), s) * x[:3], x.clamp(max=s) * math.sqrt(s)
+
+    results = {}
+    x = torch.randn(8)
+    for wrapper in ("python", "native"):
+        kiln.reset()
+        made: list[Any] = []
+        original = native.make_native
+
+        def spy(*a: Any, **k: Any) -> Any:
+            made.append(original(*a, **k))
+            return made[-1]
+
+        native.make_native = spy  # type: ignore[assignment]
+        try:
+            with config.patch(cpu_wrapper=wrapper):
+                compiled = kiln.compile(fn)
+                results[wrapper] = [compiled(x, s) for s in (0.5, 0.25, 0.75, 3.5)]
+        finally:
+            native.make_native = original  # type: ignore[assignment]
+            kiln.reset()
+        assert len(made) == (2 if wrapper == "native" else 0)  # the constant first value, then the symbol
+    for got, expected in zip(results["native"], results["python"]):
+        same(got, expected)
+    for s, got in zip((0.5, 0.25, 0.75, 3.5), results["native"]):
+        for g, w in zip(got, fn(x, s)):
+            torch.testing.assert_close(g, w)
 
 
 _TEST_LIBRARY = torch.library.Library("kiln_test_native", "DEF")

@@ -80,7 +80,7 @@ def test_verifier_accepts_an_unbacked_size_only_after_the_call_that_binds_it() -
     verify_ir(ir)
     plain = Pointwise("buf1", Layout(torch.int64, (u0,), (one,)), (), Op("add", (Load("arg0", i0 + u0, torch.int64),
                       Const(1, torch.int64)), torch.int64))
-    with pytest.raises(VerificationError, match="unknown index symbols"):
+    with pytest.raises(VerificationError, match="unknown index symbols|no input of the graph gives"):
         verify_ir(LoopIR((InputBuffer("arg0", idx, ()), plain, call), (), {}))
 
 

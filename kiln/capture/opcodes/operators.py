@@ -27,6 +27,7 @@ from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, 
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
+from kiln.capture.variables.iterator import open_iterator
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -72,6 +73,10 @@ def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool
         return numpy_operator(tx, symbol, a, b, inplace)
     if involves_view(a, b):
         return view_operator(tx, symbol, a, b)  # in place too: `s = d.keys(); s |= x` rebinds s to a set
+    if _python_type(a) is not None or _python_type(b) is not None:
+        result = _python_binary(tx, symbol, a, b, inplace)
+        if result is not None:
+            return result
     if _graph_values(a, b):
         if inplace and not isinstance(a, TensorVariable):
             fn = BINARY[symbol]  # ints and SymInts are immutable: `n += 1` is `n = n + 1`
@@ -95,6 +100,65 @@ def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool
     if a.is_constant() and b.is_constant():
         return _const(fn, a, b)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+_BINARY_DUNDERS = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv", "%": "mod",
+                   "**": "pow", "@": "matmul", "&": "and", "|": "or", "^": "xor", "<<": "lshift", ">>": "rshift"}
+# operands whose own method answers NotImplemented for a user object, so its reflected method runs
+# (a str or bytes repeated by a user object with __index__ is the exception: left to the caller)
+_PLAIN_NUMBERS = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _python_binary(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool) -> Variable | None:
+    """`a + b` (or `a += b`) where a user class defines the operator in Python, in CPython's order:
+    `__iadd__` first for `+=`; then `a.__add__(b)`, then `b.__radd__(a)` (first when b's class is a
+    proper subclass of a's that overrides it); NotImplemented moves on, and from all a TypeError.
+    None when no Python method is involved (the caller goes on)."""
+    stem = _BINARY_DUNDERS[symbol]
+    left, right = _python_type(a), _python_type(b)
+    if symbol == "*" and any(kind is not None and hasattr(kind, "__index__") for kind in (left, right)):
+        return None
+    if inplace and left is not None:
+        method = _method(tx, a, f"__i{stem}__")
+        if method is not None:
+            result = UserMethodVariable(method, a).call(tx, [b], {})
+            if not (result.is_constant() and result.as_constant() is NotImplemented):
+                return result
+    steps: list[tuple[Variable, str, Variable]] = []
+    # a tensor or container operand: what its own method does with a user object is not modelled,
+    # so when the user class's methods give NotImplemented the caller decides (a break)
+    modelled = all(side is not None or v.is_constant() and type(v.as_constant()) in _PLAIN_NUMBERS
+                   for side, v in ((left, a), (right, b)))
+    if left is not None:
+        steps.append((a, f"__{stem}__", b))
+    elif not modelled:
+        return None  # its own method comes first
+    if right is not None and right is not left:
+        reflected = (b, f"__r{stem}__", a)
+        if left is not None and issubclass(right, left) and _method(tx, b, f"__r{stem}__") is not None:
+            steps.insert(0, reflected)
+        else:
+            steps.append(reflected)
+    found = False
+    for receiver, name, other in steps:
+        method = _method(tx, receiver, name)
+        if method is None:
+            continue
+        found = True
+        result = UserMethodVariable(method, receiver).call(tx, [other], {})
+        if not (result.is_constant() and result.as_constant() is NotImplemented):
+            return result
+    if not modelled or not found and any(_python_has(receiver, name) for receiver, name, _ in steps):
+        return None  # a builtin base's own method (a dict or int subclass), or a tensor's: the caller's
+    from kiln.capture.variables.exception import raise_in_trace
+    error = TypeError(f"unsupported operand type(s) for {symbol}{'=' if inplace else ''}")
+    raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
+
+
+def _python_has(v: Variable, name: str) -> bool:
+    """The user class of `v` has `name` from a builtin base (its slot, not Python code)."""
+    kind = _python_type(v)
+    return kind is not None and inspect.getattr_static(kind, name, None) is not None
 
 
 def _sequence_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool) -> Variable:
@@ -345,48 +409,68 @@ def COMPARE_OP(tx: "Tracer", instr: dis.Instruction) -> None:
 def IS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
     b = tx.pop()
     a = tx.pop()
+    tx.push(ConstantVariable(identity(a, b) != bool(instr.arg)))
+
+
+def identity(a: Variable, b: Variable) -> bool:
+    """`a is b` at trace time (also operator.is_ / is_not)."""
     same = _identity(a, b)
     if same is None:
         raise Unsupported(f"`is` between {a.describe()} and {b.describe()}", kind="unsupported")
-    tx.push(ConstantVariable(same != bool(instr.arg)))
+    return same
 
 
 @opcode
 def CONTAINS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
     container = tx.pop()
     item = tx.pop()
+    tx.push(ConstantVariable(contains(tx, container, item) != bool(instr.arg)))
+
+
+def contains(tx: "Tracer", container: Variable, item: Variable) -> bool:
+    """`item in container` at trace time (also operator.contains)."""
     if isinstance(container, (DictVariable, SetVariable, DictViewVariable)):
         result = container.call_method(tx, "__contains__", [item], {}).as_constant()
     elif isinstance(container, ConstantVariable) and item.is_constant():
         result = item.as_constant() in container.as_constant()
     elif isinstance(container, TensorVariable):
         raise Unsupported("`in` on a tensor compares its values", kind="data_dependent_branch")
-    elif isinstance(container, ObjectVariable) and _python_contains(container) is not None:
+    elif isinstance(container, (ObjectVariable, NewObjectVariable)) and _python_contains(container) is not None:
         # A mapping class (collections.abc.Mapping's __contains__ reads self[key]): `in` calls it.
         found = UserMethodVariable(_python_contains(container), container).call(tx, [item], {})
         result = found.truth(tx)
     else:
-        items = tx.iterate(container)
+        # stepped one item at a time: a user iterator stops being read at the first match, as in eager
+        iterator = open_iterator(tx, container)
         result = False
-        for candidate in items:
+        candidate = iterator.next_item()
+        while candidate is not None:
             same = _equal(item, candidate)
             if same is None:
                 raise Unsupported(f"`in` comparing {item.describe()}", kind="unsupported")
             if same:
                 result = True
                 break
-    tx.push(ConstantVariable(result != bool(instr.arg)))
+            candidate = iterator.next_item()
+    return bool(result)
 
 
-def _python_contains(container: "ObjectVariable") -> Any:
+def _python_contains(container: "ObjectVariable | NewObjectVariable") -> Any:
     """The class's `__contains__` when it is Python code (None for builtins and classes without one)."""
-    contains = inspect.getattr_static(type(container.value), "__contains__", None)
+    kind = _python_type(container)
+    contains = None if kind is None else inspect.getattr_static(kind, "__contains__", None)
     return contains if isinstance(contains, types.FunctionType) else None
+
+
+_UNARY_DUNDERS = {operator.neg: "__neg__", operator.pos: "__pos__", operator.invert: "__invert__"}
 
 
 def _unary(tx: "Tracer", fn: Any) -> None:
     value = tx.pop()
-    if isinstance(value, NumpyArrayVariable):
+    method = _method(tx, value, _UNARY_DUNDERS[fn]) if fn in _UNARY_DUNDERS and _python_type(value) else None
+    if method is not None:  # `-v` of a user class with a Python __neg__
+        tx.push(UserMethodVariable(method, value).call(tx, [], {}))
+    elif isinstance(value, NumpyArrayVariable):
         tx.push(numpy_unary(tx, fn, value))
     elif isinstance(value, (TensorVariable, SymIntVariable)):
         tx.push(tx.call_op("call_function", fn, [value], {}))

@@ -300,11 +300,9 @@ def reversed_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
 
 @builtin_rule(iter)
 def iter_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.iterator import open_iterator
 
-    if isinstance(args[0], IteratorVariable):
-        return args[0]
-    return IteratorVariable(tx.iterate(args[0]))
+    return open_iterator(tx, args[0])
 
 
 @builtin_rule(next)
@@ -667,10 +665,23 @@ def object_setattr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Va
 # The operator module's functions behave like the operators themselves.
 def _operator_rule(name: str) -> Rule:
     def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.opcodes.operators import BINARY_SYMBOLS, binary_op, compare_op, subscript
+        from kiln.capture.opcodes.operators import BINARY_SYMBOLS, binary_op, compare_op, contains, identity, subscript
 
+        if len(args) != 2 or kwargs:
+            raise Unsupported(f"operator.{name} with {len(args)} arguments (raised natively)", kind="unsupported_call")
         if name == "getitem":
             return subscript(tx, args[0], args[1])
+        if name == "contains":
+            return ConstantVariable(contains(tx, args[0], args[1]))
+        if name in ("is_", "is_not"):
+            return ConstantVariable(identity(args[0], args[1]) == (name == "is_"))
+        if name == "concat":
+            return binary_op(tx, "+", args[0], args[1])
+        plain = {"iand": "and_", "ior": "or_"}.get(name, name[1:])
+        if name.startswith("i") and plain in BINARY_SYMBOLS:  # iadd(a, b): `a += b`, then a
+            return binary_op(tx, BINARY_SYMBOLS[plain], args[0], args[1], inplace=True)
+        if name == "iconcat":
+            return binary_op(tx, "+", args[0], args[1], inplace=True)
         if name in BINARY_SYMBOLS:
             return binary_op(tx, BINARY_SYMBOLS[name], args[0], args[1])
         return compare_op(tx, name, args[0], args[1])
@@ -678,7 +689,9 @@ def _operator_rule(name: str) -> Rule:
 
 
 for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_", "xor",
-              "lshift", "rshift", "getitem", "lt", "le", "eq", "ne", "gt", "ge"):
+              "lshift", "rshift", "getitem", "lt", "le", "eq", "ne", "gt", "ge", "contains", "is_", "is_not",
+              "concat", "iconcat", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "imatmul",
+              "iand", "ior", "ixor", "ilshift", "irshift"):
     RULES[getattr(operator, _name)] = _operator_rule(_name)
 
 for _unary in (operator.neg, operator.pos, operator.not_, operator.invert, operator.truth, operator.index):

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import concurrent.futures
+import functools
 import re
 import time
 from dataclasses import dataclass
@@ -35,10 +36,13 @@ from kiln.lower.ir import BufferRef, ConstantBuffer, InputBuffer, Layout, SymExp
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program
 from kiln.runtime import build, native, records
+from kiln.symbolic.expr import is_float_symbol
 from kiln.symbolic.render import render_c
 
 
-_FLOAT_SYMBOL_PREFIX = "zf"  # kiln.symbolic.expr's float symbols: kernels take them as double
+def _has_float_symbol(e: Any) -> bool:
+    """Whether a size or scalar expression reads a float argument (kiln.symbolic.expr's float symbols)."""
+    return any(is_float_symbol(str(s)) for s in getattr(sympy.sympify(e), "free_symbols", ()))
 
 
 class Unsupported(Exception):
@@ -217,6 +221,8 @@ class NativeWrapperWriter(WrapperWriter):
 
     def _scalar(self, v: Any) -> str:
         if isinstance(v, SymExpr):
+            if _has_float_symbol(v.expr):  # a float argument's expression: a double, as the kernels take it
+                return f"double({render_c(sympy.sympify(v.expr))})"
             return cexpr(v.expr)
         if isinstance(v, bool):
             return "true" if v else "false"
@@ -265,6 +271,8 @@ class NativeWrapperWriter(WrapperWriter):
                 v = float(v)
             if kind in ("int", "SymInt") and not isinstance(v, (int, SymExpr)):
                 return self._no(f"an int argument given {v!r}")
+            if kind in ("int", "SymInt", "bool") and isinstance(v, SymExpr) and _has_float_symbol(v.expr):
+                return self._no(f"an {kind} argument given the float expression {v.expr}")
             return self._scalar(v)
         if kind == "Scalar":
             return f"at::Scalar({self._scalar(v)})"
@@ -319,11 +327,10 @@ class NativeWrapperWriter(WrapperWriter):
         L.append(f"  if (nargs != {nargs}) return kiln_fail(3, \"the compiled graph takes {nargs} arguments, \" "
                  f"+ std::to_string(nargs) + \" given\", error_kind, message);")
         tensor_positions = {b.position for b in inputs} | {p for p, d in ir.symbols.values() if d is not None}
-        int_positions = {p for p, d in ir.symbols.values() if d is None}
-        if any(str(sym).startswith(_FLOAT_SYMBOL_PREFIX) for sym in ir.symbols):
-            raise Unsupported("a float argument (kiln.symbolic's float symbols)")
-        if tensor_positions & int_positions:
-            raise Unsupported("an argument read both as a tensor and as an int")
+        float_positions = {p for sym, (p, d) in ir.symbols.items() if d is None and is_float_symbol(str(sym))}
+        int_positions = {p for p, d in ir.symbols.values() if d is None} - float_positions
+        if tensor_positions & (int_positions | float_positions) or int_positions & float_positions:
+            raise Unsupported("an argument read both as a tensor and as a number")
         for p in sorted(tensor_positions):
             L.append(f"  if (!args[{p}].isTensor()) return kiln_fail(5, \"argument {p} of the compiled graph "
                      f"is not a tensor\", error_kind, message);")
@@ -331,14 +338,24 @@ class NativeWrapperWriter(WrapperWriter):
             L.append(f"  if (args[{p}].isBool()) args[{p}] = int64_t(args[{p}].toBool());")
             L.append(f"  if (!args[{p}].isInt()) return kiln_fail(5, \"argument {p} of the compiled graph "
                      f"is not an int\", error_kind, message);")
+        for p in sorted(float_positions):  # an int or a bool given for a float: its value, as Python's arithmetic
+            L.append(f"  if (args[{p}].isBool()) args[{p}] = double(args[{p}].toBool());")
+            L.append(f"  if (args[{p}].isInt()) args[{p}] = double(args[{p}].toInt());")
+            L.append(f"  if (!args[{p}].isDouble()) return kiln_fail(5, \"argument {p} of the compiled graph "
+                     f"is not a float\", error_kind, message);")
         self.bound = {str(sym) for sym in ir.symbols}
         for sym, (pos, dim) in ir.symbols.items():
-            if dim is None:
+            if pos in float_positions:
+                L.append(f"  const double {sym} = args[{pos}].toDouble();")
+            elif dim is None:
                 L.append(f"  const int64_t {sym} = args[{pos}].toInt();")
             elif dim >= 0:
                 L.append(f"  const int64_t {sym} = args[{pos}].toTensor().size({dim});")
             else:
                 L.append(f"  const int64_t {sym} = args[{pos}].toTensor().stride({-1 - dim});")
+        for sym, expr in ir.derived:  # solved from an input size that is an expression in it
+            L.append(f"  const int64_t {sym} = {cexpr(expr)};")
+            self.bound.add(sym)
         for b in inputs:
             self._tensor(b.name)
             L.append(f"  {b.name} = std::move(args[{b.position}]).toTensor();")
@@ -427,7 +444,7 @@ class NativeWrapperWriter(WrapperWriter):
     def _kernel(self, step: Kernel | ScatterKernel) -> None:
         bufs, syms, seed = self.signatures[step.name]
         for t in self.argtypes[step.name]:
-            if t not in (ctypes.c_void_p, ctypes.c_int64):
+            if t not in (ctypes.c_void_p, ctypes.c_int64, ctypes.c_double):
                 raise Unsupported(f"kernel {step.name} takes a {t.__name__} argument")
         nodes = step.nodes if isinstance(step, Kernel) else ()
         for n in nodes:
@@ -435,7 +452,8 @@ class NativeWrapperWriter(WrapperWriter):
                 self._alloc(n.name, n.layout)
         index = len(self.kernel_order)
         self.kernel_order.append(step.name)
-        params = ["void*"] * len(bufs) + ["int64_t"] * (len(syms) + (1 if seed else 0))
+        params = (["void*"] * len(bufs) + ["double" if is_float_symbol(s) else "int64_t" for s in syms]
+                  + (["int64_t"] if seed else []))
         call = [b if b == ERROR_RECORD else f"{b}.data_ptr()" for b in bufs] + list(syms) + (["seed"] if seed else [])
         origins = ", ".join(dict.fromkeys(step.origins() if isinstance(step, Kernel) else step.node.origins))
         self.body.append(f"  reinterpret_cast<void (*)({', '.join(params)})>(kernels[{index}])({', '.join(call)});"
@@ -452,14 +470,12 @@ class NativeWrapperWriter(WrapperWriter):
             return self._boxed_extern(step)
         schema = op._schema
         name = schema.name.split("::", 1)[1]
-        folder = os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "ops")
-        # an in-place variant (bernoulli_) is declared in its out-of-place op's header
-        header = next((h for h in (name, name.rstrip("_")) if os.path.exists(os.path.join(folder, f"{h}_ops.h"))), None)
-        if header is None:
-            raise Unsupported(f"no C++ header for {schema.name}")
+        struct = name + (f"_{schema.overload_name}" if schema.overload_name else "")
+        header = _header_declaring(name, struct)
+        if header is None:  # declared in no header ATen ships: the dispatcher still knows the op
+            return self._boxed_extern(step)
         self.includes.add(header)
         values = self._arguments(n)
-        struct = name + (f"_{schema.overload_name}" if schema.overload_name else "")
         origins = ", ".join(n.origins)
         out = self.out_overload(step)
         if out is not None:  # a matmul writing into the buffer the plan gives it (WrapperWriter.out_overload)
@@ -565,6 +581,31 @@ class NativeWrapperWriter(WrapperWriter):
             if layout.sizes and self.read_later(rname):
                 expected = _ints(layout.strides)
                 self.body.append(f"  if (!{rname}.strides().equals({expected})) {rname} = kiln_relayout({rname}, {expected});")
+
+
+@functools.lru_cache(maxsize=None)
+def _header_declaring(name: str, struct: str) -> str | None:
+    """The `ATen/ops/<header>_ops.h` that declares `at::_ops::<struct>`, or None. Most ops have a
+    header of their own name; an in-place variant (bernoulli_) is declared in its out-of-place op's
+    header and a functional variant (_native_batch_norm_legit_functional, which functionalization
+    makes of an op that mutates its inputs) in the header of the op it was made from: the name cut
+    back at each underscore, checked by reading the header for the struct itself."""
+    folder = os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "ops")
+    stem = name.rstrip("_")
+    candidates = [name, stem]
+    while "_" in stem.strip("_"):
+        stem = stem[:stem.rindex("_")]
+        candidates.append(stem)
+    declaration = f"struct TORCH_API {struct} {{"
+    for header in dict.fromkeys(c for c in candidates if c.strip("_")):
+        path = os.path.join(folder, f"{header}_ops.h")
+        try:
+            with open(path, encoding="utf-8") as f:
+                if declaration in f.read():
+                    return header
+        except OSError:
+            continue
+    return None
 
 
 _DTYPE_NUMBERS = {i: d for i, d in enumerate([torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,

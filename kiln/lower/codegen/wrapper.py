@@ -177,6 +177,9 @@ class WrapperWriter:
                 L.append(f"    {sym} = arg{pos}.size({dim})")
             else:
                 L.append(f"    {sym} = arg{pos}.stride({-1 - dim})")
+        for sym, expr in ir.derived:  # solved from an input size that is an expression in it
+            L.append(f"    {sym} = {pyexpr(expr)}")
+            self.bound.add(sym)
         for b in inputs:
             self.layouts[b.name] = b.layout
             if all(s.is_number for s in b.layout.strides) and b.layout.sizes:

@@ -37,11 +37,30 @@ def batch_norm_functional(ctx: LoweringContext, x: TensorValue, *rest: Any) -> A
                                is_channels_last(x))
 
 
+def _channels_last_3d(tv: TensorValue) -> bool:
+    """Whether a 5-d tv is stored channels-last (NDHWC, torch.channels_last_3d)."""
+    if tv.view is None or tv.ndim != 5:
+        return False
+    lay = tv.view.layout
+    return lay.offset == 0 and all(s == 1 or sympy.expand(a - b) == 0
+                                   for s, a, b in zip(lay.sizes, lay.strides, _ndhwc_strides(lay.sizes)))
+
+
+def _ndhwc_strides(sizes: Any) -> tuple[sympy.Expr, ...]:
+    n, c, d, h, w = sizes
+    return (d * h * w * c, sympy.Integer(1), h * w * c, w * c, c)
+
+
 @register(aten.native_batch_norm_backward.default)
 def native_batch_norm_backward(ctx: LoweringContext, grad: TensorValue, x: TensorValue, *rest: Any) -> Any:
     channels_last = is_channels_last(x)
-    if channels_last and grad.view is None:  # the kernel computing the gradient writes it NHWC
+    # ATen's backward takes its channels-last path only when the gradient is stored as the input
+    # is; its other path sums in another order than eager's. The kernel computing the gradient
+    # writes it so, and a gradient that arrives in another layout (a contiguous tangent) is copied.
+    if channels_last and not is_channels_last(grad):
         grad = ctx.realize(grad, Layout(grad.dtype, grad.sizes, channels_last_strides(grad.sizes)))
+    if _channels_last_3d(x) and not _channels_last_3d(grad):
+        grad = ctx.realize(grad, Layout(grad.dtype, grad.sizes, _ndhwc_strides(grad.sizes)))
     return extern_in_layout_of(ctx, aten.native_batch_norm_backward.default, grad, (x,) + rest, channels_last)
 
 

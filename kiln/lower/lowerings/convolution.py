@@ -33,7 +33,8 @@ def channels_last_strides(sizes: Sequence[sympy.Expr]) -> tuple[sympy.Expr, ...]
 
 
 def is_channels_last(tv: TensorValue) -> bool:
-    if tv.view is None:
+    """Whether tv is a 4-d buffer stored NHWC (other ranks, as BatchNorm1d's and 3d's inputs: no)."""
+    if tv.view is None or tv.ndim != 4:
         return False
     lay = tv.view.layout
     want = channels_last_strides(lay.sizes)

@@ -17,7 +17,7 @@ from kiln.lower import ops
 from kiln.lower.ir import (BufferRef, FloorDiv, Index, Layout, Masked, ModularIndexing, Value,
                            contiguous_strides)
 from kiln.lower.lowerings import (LoweringContext, TensorValue, compute_dtype, normalize_dim, register,
-                                  strided_value)
+                                  strided_value, to_expr)
 
 aten = torch.ops.aten
 Remap = Callable[[Sequence[sympy.Expr]], list[sympy.Expr]]
@@ -158,15 +158,39 @@ def expand(ctx: LoweringContext, x: TensorValue, size: Sequence[Any], *, implici
 
 
 def _norm_bound(v: Any, size: sympy.Expr) -> sympy.Expr:
+    """A slice bound as an index into [0, size]: a negative one counted from the end, clamped. On a
+    symbolic size a bound counted from the end may still fall before 0 (x[-512:] of fewer rows):
+    clamped by a max the kernel computes, where the trace's own answer is not at hand."""
     v = sympy.sympify(v)
     if v.is_number:
         if v >= sys.maxsize // 2:
             return size
         if v < 0:
             v = v + size
+            if not size.is_number:
+                return sympy.Max(sympy.Integer(0), v)
         if size.is_number:
             v = sympy.Integer(max(0, min(int(v), int(size))))
     return v
+
+
+def _traced_begin(ctx: LoweringContext, dim: int) -> sympy.Expr | None:
+    """The first index a slice takes along `dim`, as the trace computed it: the storage offset its
+    fake result moved by, over the input's stride. On a symbolic size the start clamps to the
+    size's range (x[-512:] of s1 rows starts at 0 where the trace guarded s1 < 512, not at s1 - 512)
+    and only the trace's guards say which way; None where the metadata does not tell (stride 0)."""
+    node = ctx.node
+    source = node.args[0] if node is not None and node.args else None
+    before = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    after = ctx.meta
+    if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor):
+        return None
+    stride = to_expr(before.stride()[dim])
+    if stride == 0:
+        return None
+    moved = sympy.cancel((to_expr(after.storage_offset()) - to_expr(before.storage_offset())) / stride)
+    numerator, denominator = sympy.fraction(moved)
+    return sympy.expand(numerator) if denominator == 1 else None
 
 
 @register(aten.slice.Tensor)
@@ -175,6 +199,9 @@ def slice_(ctx: LoweringContext, x: TensorValue, dim: int = 0, start: Any = None
     dim = normalize_dim(dim, x.ndim)
     sizes = ctx.out_sizes()
     begin = _norm_bound(0 if start is None else start, x.sizes[dim])
+    if not begin.is_number or not x.sizes[dim].is_number:
+        traced = _traced_begin(ctx, dim)
+        begin = traced if traced is not None else begin
     step_ = sympy.sympify(step)
 
     def fn(idx: Sequence[sympy.Expr]) -> list[sympy.Expr]:

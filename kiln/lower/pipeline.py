@@ -1,0 +1,272 @@
+"""The lowering's passes as one named list, and the one driver that runs them.
+
+A pass reads and fills a `Lowering` (the graph being lowered and every pass's output) and does
+nothing else: the driver (`run`) checks its output with the seam's verifier (unless
+options["verify"] is False), times it (`Lowering.timings[name]`, and kiln.compile_time as
+`lower.<name>`, `build` as itself), logs it under KILN_LOGS=+lower and writes it to the debug dump
+(KILN_DEBUG=1: `<run folder>/lower_<n>/<file>`). The lists:
+    CPP_PASSES:    fold_batch_norm -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> build -> codegen_wrapper
+    TRITON_PASSES: fold_batch_norm -> decompose -> lower_to_loop_ir -> schedule -> codegen_triton
+    REGENERATE:    codegen_cpp -> build -> codegen_wrapper (a program read back from the disk cache,
+                   timed together as `cache_load`)
+kiln.lower.compile_graph picks the list and wraps the result. Corresponds to the pass sequence of
+torch/_inductor/compile_fx.py and graph.py.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+
+from kiln import compile_time, config, log
+from kiln.lower import autotune_cpu
+from kiln.lower.codegen import native_wrapper, triton_wrapper
+from kiln.lower.codegen.cpp_kernel import generate
+from kiln.lower.codegen.wrapper import make_wrapper
+from kiln.lower.decompose import decompose
+from kiln.lower.fold_batch_norm import fold_batch_norm
+from kiln.lower.graph import lower_to_loop_ir, node_metas
+from kiln.lower.ir import LoopIR, format_ir, verify_ir
+from kiln.lower.schedule import KernelProgram, format_program, schedule, verify_program
+from kiln.runtime import build
+
+
+class DebugDump:
+    """KILN_DEBUG=1: each pass's output as a file named after the pass, in one folder per compiled
+    graph (`lower_<n>/`) under the run folder of kiln.log, beside the capture dump. A no-op otherwise."""
+
+    _counter = itertools.count()
+
+    def __init__(self, folder: str | None) -> None:
+        self.folder = folder
+
+    @classmethod
+    def start(cls, gm: torch.fx.GraphModule) -> "DebugDump":
+        if not config.debug:
+            return cls(None)
+        name = f"lower_{next(cls._counter):03d}"
+        folder = os.path.join(log.dump_run_dir(), name)
+        os.makedirs(folder, exist_ok=True)
+        log.add_dump_row(name, "lowering", "aten graph, loop IR, schedule, C++ and wrapper, one file per pass")
+        out = cls(folder)
+        out.write("aten_graph.py", gm.code)
+        return out
+
+    def write(self, name: str, text: str) -> None:
+        if self.folder is not None:
+            with open(os.path.join(self.folder, name), "w") as f:
+                f.write(text)
+
+
+def build_flags(options: dict[str, Any]) -> tuple[str, ...]:
+    """The kernels' compiler flags: build's defaults, with options["opt_level"] (tests trade kernel
+    speed for build time with "-O1") in place of the -O flag."""
+    if "opt_level" not in options:
+        return build.DEFAULT_FLAGS
+    return tuple(options["opt_level"] if f.startswith("-O") else f for f in build.DEFAULT_FLAGS)
+
+
+@dataclass
+class Lowering:
+    """One graph on its way through the passes: the input, the choices made before the passes, and
+    what each pass made (None until it ran)."""
+
+    aten_gm: torch.fx.GraphModule
+    example_inputs: Sequence[Any]
+    options: dict[str, Any]
+    device: torch.device  # of the graph (kiln.lower.codegen.triton_wrapper.graph_device)
+    codegen: str  # "cpp" or "triton" (kiln.lower.codegen.triton_wrapper.choose_codegen)
+    dump: DebugDump
+    started: float = field(default_factory=time.perf_counter)  # the end of the last timed pass
+    timings: dict[str, float] = field(default_factory=dict)
+    gm: torch.fx.GraphModule | None = None
+    ir: LoopIR | None = None
+    hints: list[str] = field(default_factory=list)
+    program: KernelProgram | None = None
+    source: str = ""  # the C++ kernels, or the Triton module under codegen "triton"
+    signatures: dict[str, tuple[list[str], list[str], bool]] = field(default_factory=dict)
+    native_build: native_wrapper.NativeBuild | None = None
+    lib: Any = None
+    fn: Callable[..., tuple] | None = None
+    wrapper_source: str = ""
+
+    def names(self, option: str) -> frozenset[str]:
+        """One of the switches the bisector (kiln.debug.bisect) flips, a collection of names:
+        "no_decompose" (ops kept whole), "aten_fallback" (ops run as ATen calls instead of their
+        lowering), "no_fusion" (loop-IR buffers that get a kernel of their own)."""
+        return frozenset(self.options.get(option, ()))
+
+    def lap(self) -> float:
+        """Seconds since the last lap (or since the Lowering was made: work before the first pass,
+        the cache key and lookup, counts in the first pass)."""
+        now = time.perf_counter()
+        seconds, self.started = now - self.started, now
+        return seconds
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One named pass: `run` fills the Lowering; `verify` checks what it made (the seam's verifier);
+    `show` is its output for KILN_LOGS=+lower; `dumps` are (file name, text) for the debug dump."""
+
+    name: str
+    run: Callable[[Lowering], None]
+    verify: Callable[[Lowering], None] | None = None
+    show: Callable[[Lowering], str] | None = None
+    dumps: tuple[tuple[str, Callable[[Lowering], str]], ...] = ()
+
+
+def _fold_batch_norm(lo: Lowering) -> None:
+    gm = _copy_graph(lo.aten_gm)
+    if lo.options.get("cpu_variant") == "linear_onednn":
+        autotune_cpu.linear_onednn_rewrite(gm)
+    lo.gm = fold_batch_norm(gm)
+
+
+def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _decompose(lo: Lowering) -> None:
+    assert lo.gm is not None
+    lo.gm = decompose(lo.gm, node_metas(lo.gm, lo.example_inputs), keep=lo.names("no_decompose"))
+
+
+def _lower_to_loop_ir(lo: Lowering) -> None:
+    assert lo.gm is not None
+    lo.ir, lo.hints = lower_to_loop_ir(lo.gm, lo.example_inputs, aten_fallback=lo.names("aten_fallback"))
+
+
+def _schedule(lo: Lowering) -> None:
+    assert lo.ir is not None
+    # column sums fuse into the kernel that makes their rows only where the C++ generator runs them
+    lo.program = schedule(lo.ir, unfused=lo.names("no_fusion"), column_partials=lo.codegen == "cpp")
+
+
+def _codegen_triton(lo: Lowering) -> None:
+    assert lo.program is not None
+    lo.fn, lo.source, lo.wrapper_source = triton_wrapper.compile_program(
+        lo.program, lo.device, autotune=lo.options.get("mode") == "max-autotune")
+
+
+def _codegen_cpp(lo: Lowering) -> None:
+    assert lo.program is not None
+    lo.source, lo.signatures = generate(lo.program)
+    lo.native_build = native_wrapper.start(lo.program, lo.signatures, lo.options)  # compiles while the kernels do
+
+
+def _build(lo: Lowering) -> None:
+    lo.lib = build.load(lo.source, build_flags(lo.options), symbols=tuple(lo.signatures)) if lo.signatures else None
+
+
+def _codegen_wrapper(lo: Lowering) -> None:
+    assert lo.program is not None
+    lo.fn, lo.wrapper_source = make_wrapper(lo.program, lo.signatures, lo.lib)
+
+
+def _verify_ir(lo: Lowering) -> None:
+    assert lo.ir is not None
+    verify_ir(lo.ir)
+
+
+def _verify_program(lo: Lowering) -> None:
+    assert lo.program is not None
+    verify_program(lo.program)
+
+
+def _gm_code(lo: Lowering) -> str:
+    assert lo.gm is not None
+    return lo.gm.code
+
+
+def _ir_text(lo: Lowering) -> str:
+    assert lo.ir is not None
+    return format_ir(lo.ir)
+
+
+def _program_text(lo: Lowering) -> str:
+    assert lo.program is not None
+    return format_program(lo.program)
+
+
+def _build_text(lo: Lowering) -> str:
+    flags = build_flags(lo.options)
+    return f"{build.COMPILER} {' '.join(flags)} {' '.join(build.LIBS)}\nlibrary: {getattr(lo.lib, '_name', None)}\n"
+
+
+FOLD_BATCH_NORM = Pass("fold_batch_norm", _fold_batch_norm)
+DECOMPOSE = Pass("decompose", _decompose, show=_gm_code, dumps=(("decompose.py", _gm_code),))
+LOWER_TO_LOOP_IR = Pass("lower_to_loop_ir", _lower_to_loop_ir, verify=_verify_ir, show=_ir_text, dumps=(
+    ("lower_to_loop_ir.txt", lambda lo: _ir_text(lo) + "".join(f"\n# perf hint: {h}" for h in lo.hints)),))
+SCHEDULE = Pass("schedule", _schedule, verify=_verify_program, show=_program_text,
+                dumps=(("schedule.txt", _program_text),))
+CODEGEN_TRITON = Pass("codegen_triton", _codegen_triton, dumps=(("codegen_triton.py", lambda lo: lo.source),
+                                                                 ("codegen_wrapper.py", lambda lo: lo.wrapper_source)))
+CODEGEN_CPP = Pass("codegen_cpp", _codegen_cpp, dumps=(("codegen_cpp.cpp", lambda lo: lo.source),))
+BUILD = Pass("build", _build, dumps=(("build.txt", _build_text),))
+CODEGEN_WRAPPER = Pass("codegen_wrapper", _codegen_wrapper, dumps=(("codegen_wrapper.py", lambda lo: lo.wrapper_source),))
+
+CPP_PASSES = (FOLD_BATCH_NORM, DECOMPOSE, LOWER_TO_LOOP_IR, SCHEDULE, CODEGEN_CPP, BUILD, CODEGEN_WRAPPER)
+TRITON_PASSES = (FOLD_BATCH_NORM, DECOMPOSE, LOWER_TO_LOOP_IR, SCHEDULE, CODEGEN_TRITON)
+# A program read back from the disk cache: its C++ is written again (never a stored source) and built
+# (found in the cache); what the skipped passes made is dumped from the program itself.
+REGENERATE = (CODEGEN_CPP, BUILD, CODEGEN_WRAPPER)
+STORED_DUMPS = (("lower_to_loop_ir.txt", _ir_text), ("schedule.txt", _program_text))
+
+
+def _record(lo: Lowering, name: str, seconds: float) -> None:
+    lo.timings[name] = seconds
+    compile_time.add(name if name in ("build", "cache_load") else f"lower.{name}", seconds)
+
+
+def run(lo: Lowering, passes: Sequence[Pass], *, timed_as: str | None = None) -> None:
+    """Run `passes` in order, each verified, timed, logged and dumped; `timed_as`: one timing for
+    all of them under that name instead of one per pass."""
+    verify = lo.options.get("verify", True)
+    together = 0.0
+    for p in passes:
+        p.run(lo)
+        if verify and p.verify is not None:
+            p.verify(lo)
+        if timed_as is None:
+            _record(lo, p.name, lo.lap())
+        else:
+            together += lo.lap()
+        show = p.show
+        if show is not None:
+            log.debug("lower", lambda: f"{p.name}:\n{show(lo)}")
+        for file, text in p.dumps:
+            lo.dump.write(file, text(lo))
+    if timed_as is not None:
+        _record(lo, timed_as, together)
+
+
+def lower(lo: Lowering) -> None:
+    """The passes of the Lowering's code generator, then the wrapper it runs (native or Python)."""
+    run(lo, TRITON_PASSES if lo.codegen == "triton" else CPP_PASSES)
+    _finish(lo, "".join(f"{k}: {v * 1e3:.1f} ms\n" for k, v in lo.timings.items()))
+
+
+def regenerate(lo: Lowering, program: KernelProgram, hints: list[str]) -> None:
+    """A program read back from the disk cache made callable again (the passes before it skipped)."""
+    lo.program, lo.ir, lo.hints = program, program.ir, hints
+    for file, text in STORED_DUMPS:
+        lo.dump.write(file, text(lo))
+    run(lo, REGENERATE, timed_as="cache_load")
+    _finish(lo, "loaded from the disk cache (the passes did not run)\n")
+
+
+def _finish(lo: Lowering, timings_text: str) -> None:
+    if lo.codegen == "cpp":
+        assert lo.fn is not None and lo.program is not None
+        lo.fn = native_wrapper.choose(lo.fn, lo.program, lo.signatures, lo.lib, lo.options, lo.dump.write,
+                                      lo.native_build)  # timed itself
+    lo.dump.write("timings.txt", timings_text)

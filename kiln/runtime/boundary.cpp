@@ -1,0 +1,385 @@
+// The boundary between Python and Kiln's C++ (kiln.runtime.boundary builds and loads it): one small
+// CPython extension, built once per torch and Python and cached like any library. It holds
+//  - the native wrapper's entry (kiln.runtime.native): a handle (a capsule) holds a graph's C++
+//    function, its kernel table and the kernel library's thread-count follower; `call`/`steal` turn
+//    Python arguments into c10::IValues, run the graph and wrap its outputs, raising what eager raises;
+//  - the guard checks (kiln.capture.guards): `tensor_spec`/`tensor_ok`, `same_keys`, `empty_attrs`.
+#include <Python.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Layout.h>
+#include <pybind11/pybind11.h>
+#include <exception>
+#include <string>
+#include <vector>
+
+typedef int (*KilnGraph)(c10::IValue*, int64_t, std::vector<c10::IValue>*, void* const*, const c10::IValue*,
+                         int64_t*, std::string*);
+
+struct KilnHandle {
+  KilnGraph fn;
+  std::vector<void*> kernels;
+  std::vector<c10::IValue> constants;  // the graph's constant tensors
+  PyObject* follow;  // LibraryThreads.follow of the kernel library, or NULL without kernels
+  int threads;
+};
+
+static void kiln_handle_free(PyObject* capsule) {
+  auto* h = static_cast<KilnHandle*>(PyCapsule_GetPointer(capsule, "kiln.native"));
+  if (h == nullptr) { PyErr_Clear(); return; }
+  Py_XDECREF(h->follow);
+  delete h;
+}
+
+// make(graph function address, [kernel addresses], [constant tensors], follow or None) -> handle
+static PyObject* kiln_make(PyObject*, PyObject* args) {
+  unsigned long long fn;
+  PyObject* kernels;
+  PyObject* constants;
+  PyObject* follow;
+  if (!PyArg_ParseTuple(args, "KO!O!O", &fn, &PyList_Type, &kernels, &PyList_Type, &constants, &follow))
+    return nullptr;
+  auto* h = new KilnHandle{reinterpret_cast<KilnGraph>(fn), {}, {}, nullptr, -1};
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(constants); ++i) {
+    PyObject* c = PyList_GET_ITEM(constants, i);
+    if (!THPVariable_Check(c)) { delete h; PyErr_SetString(PyExc_TypeError, "a constant that is not a tensor"); return nullptr; }
+    h->constants.emplace_back(THPVariable_Unpack(c));
+  }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kernels); ++i) {
+    unsigned long long p = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(kernels, i));
+    if (PyErr_Occurred()) { delete h; return nullptr; }
+    h->kernels.push_back(reinterpret_cast<void*>(p));
+  }
+  if (follow != Py_None) { Py_INCREF(follow); h->follow = follow; }
+  PyObject* capsule = PyCapsule_New(h, "kiln.native", kiln_handle_free);
+  if (capsule == nullptr) { Py_XDECREF(h->follow); delete h; }
+  return capsule;
+}
+
+static bool kiln_unpack(PyObject* o, std::vector<c10::IValue>& in) {
+  if (THPVariable_Check(o)) { in.emplace_back(THPVariable_Unpack(o)); return true; }
+  if (PyBool_Check(o)) { in.emplace_back(o == Py_True); return true; }
+  if (PyLong_Check(o)) {
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) return false;
+    in.emplace_back(static_cast<int64_t>(v)); return true;
+  }
+  if (PyFloat_Check(o)) { in.emplace_back(PyFloat_AS_DOUBLE(o)); return true; }
+  if (o == Py_None) { in.emplace_back(); return true; }
+  PyErr_Format(PyExc_TypeError, "kiln native wrapper: an argument of type %s", Py_TYPE(o)->tp_name);
+  return false;
+}
+
+static PyObject* kiln_wrap(c10::IValue& v) {
+  if (v.isTensor()) return THPVariable_Wrap(std::move(v).toTensor());
+  if (v.isInt()) return PyLong_FromLongLong(v.toInt());
+  if (v.isDouble()) return PyFloat_FromDouble(v.toDouble());
+  if (v.isBool()) return PyBool_FromLong(v.toBool());
+  if (v.isNone()) Py_RETURN_NONE;
+  PyErr_SetString(PyExc_RuntimeError, "kiln native wrapper: an output of an unexpected kind");
+  return nullptr;
+}
+
+struct KilnNoGil {
+  PyThreadState* state;
+  KilnNoGil() : state(PyEval_SaveThread()) {}
+  ~KilnNoGil() { PyEval_RestoreThread(state); }
+};
+
+static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
+  if (h->follow != nullptr) {
+    int threads = at::get_num_threads();  // torch.set_num_threads between calls reaches the kernels
+    if (threads != h->threads) {
+      PyObject* r = PyObject_CallNoArgs(h->follow);
+      if (r == nullptr) return nullptr;
+      Py_DECREF(r);
+      h->threads = threads;
+    }
+  }
+  std::vector<c10::IValue> outs;
+  int64_t kind = 0;
+  std::string message;
+  PyObject* raised = nullptr;
+  std::exception_ptr python_error;  // a Python kernel's exception (a torch.library op), raised as itself
+  {
+    // Other Python threads run while the graph does, as they do during each ctypes kernel call of
+    // the Python wrapper; ATen takes the GIL itself where it needs it (a tensor's Python object).
+    KilnNoGil released;
+    try {
+      h->fn(in.data(), static_cast<int64_t>(in.size()), &outs, h->kernels.data(), h->constants.data(), &kind,
+            &message);
+    } catch (const pybind11::error_already_set&) {
+      python_error = std::current_exception();
+    } catch (const c10::IndexError& e) {
+      raised = PyExc_IndexError; message = e.what_without_backtrace();
+    } catch (const c10::ValueError& e) {
+      raised = PyExc_ValueError; message = e.what_without_backtrace();
+    } catch (const c10::TypeError& e) {
+      raised = PyExc_TypeError; message = e.what_without_backtrace();
+    } catch (const c10::NotImplementedError& e) {
+      raised = PyExc_NotImplementedError; message = e.what_without_backtrace();
+    } catch (const c10::Error& e) {
+      raised = PyExc_RuntimeError; message = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      raised = PyExc_RuntimeError; message = e.what();
+    }
+    in.clear();  // the arguments the graph did not free yet, still without the GIL
+  }
+  if (python_error) {
+    try {
+      std::rethrow_exception(python_error);
+    } catch (pybind11::error_already_set& e) {
+      e.restore();
+    }
+    python_error = nullptr;
+    return nullptr;
+  }
+  if (raised != nullptr) {
+    PyErr_SetString(raised, message.c_str());
+    return nullptr;
+  }
+  if (kind != 0) {
+    PyObject* type = kind == 1 ? PyExc_IndexError : kind == 3 ? PyExc_ValueError
+        : kind == 4 ? PyExc_ZeroDivisionError : kind == 5 ? PyExc_TypeError : PyExc_RuntimeError;
+    PyErr_SetString(type, message.c_str());
+    return nullptr;
+  }
+  PyObject* result = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
+  if (result == nullptr) return nullptr;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    PyObject* o = kiln_wrap(outs[i]);
+    if (o == nullptr) { Py_DECREF(result); return nullptr; }
+    PyTuple_SET_ITEM(result, static_cast<Py_ssize_t>(i), o);
+  }
+  return result;
+}
+
+static KilnHandle* kiln_handle(PyObject* capsule) {
+  return static_cast<KilnHandle*>(PyCapsule_GetPointer(capsule, "kiln.native"));
+}
+
+// call(handle, *args) -> tuple
+static PyObject* kiln_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1) { PyErr_SetString(PyExc_TypeError, "call(handle, *args)"); return nullptr; }
+  KilnHandle* h = kiln_handle(args[0]);
+  if (h == nullptr) return nullptr;
+  std::vector<c10::IValue> in;
+  in.reserve(static_cast<size_t>(nargs - 1));
+  for (Py_ssize_t i = 1; i < nargs; ++i)
+    if (!kiln_unpack(args[i], in)) return nullptr;
+  return kiln_run(h, in);
+}
+
+// steal(handle, list) -> tuple: the list is emptied first, so the graph holds the only
+// references and frees each argument after its last use (what the compiled backward wants)
+static PyObject* kiln_steal(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyList_Check(args[1])) { PyErr_SetString(PyExc_TypeError, "steal(handle, list)"); return nullptr; }
+  KilnHandle* h = kiln_handle(args[0]);
+  if (h == nullptr) return nullptr;
+  PyObject* list = args[1];
+  std::vector<c10::IValue> in;
+  in.reserve(static_cast<size_t>(PyList_GET_SIZE(list)));
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i)
+    if (!kiln_unpack(PyList_GET_ITEM(list, i), in)) return nullptr;
+  if (PyList_SetSlice(list, 0, PyList_GET_SIZE(list), nullptr) != 0) return nullptr;
+  return kiln_run(h, in);
+}
+
+
+// Guard helpers (kiln.capture.guards): a tensor's metadata and a dict's keys checked in one call
+// each, where the generated Python check reads a dozen attributes.
+struct KilnTensorSpec {
+  PyTypeObject* type;  // exact type (a strong reference)
+  at::ScalarType dtype;
+  c10::DeviceType device_type;
+  int device_index;  // -1: any index (the CPU's)
+  at::Layout layout;
+  bool requires_grad, inference, complex_bits, conj, neg;
+  std::vector<int64_t> sizes, strides;
+  std::vector<char> size_known, stride_known;
+  bool check_strides;
+  std::vector<std::pair<int64_t, int64_t>> links;  // stride[i] == size[j] * stride[j]
+};
+
+static void kiln_spec_free(PyObject* capsule) {
+  auto* s = static_cast<KilnTensorSpec*>(PyCapsule_GetPointer(capsule, "kiln.tensor_spec"));
+  if (s == nullptr) { PyErr_Clear(); return; }
+  Py_XDECREF(reinterpret_cast<PyObject*>(s->type));
+  delete s;
+}
+
+static bool kiln_int_or_none(PyObject* tuple, std::vector<int64_t>& values, std::vector<char>& known) {
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); ++i) {
+    PyObject* o = PyTuple_GET_ITEM(tuple, i);
+    if (o == Py_None) { values.push_back(0); known.push_back(0); continue; }
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) return false;
+    values.push_back(v); known.push_back(1);
+  }
+  return true;
+}
+
+// tensor_spec(type, dtype, device type, device index, layout, requires_grad, sizes, strides or None,
+//             links, inference, complex, conj, neg) -> spec
+static PyObject* kiln_tensor_spec(PyObject*, PyObject* args) {
+  PyObject *type, *dtype, *layout, *sizes, *strides, *links;
+  const char* device_type;
+  int device_index, requires_grad, inference, complex_bits, conj, neg;
+  if (!PyArg_ParseTuple(args, "O!OsiOpO!OO!pppp", &PyType_Type, &type, &dtype, &device_type, &device_index, &layout,
+                        &requires_grad, &PyTuple_Type, &sizes, &strides, &PyTuple_Type, &links, &inference,
+                        &complex_bits, &conj, &neg))
+    return nullptr;
+  if (!THPDtype_Check(dtype) || !THPLayout_Check(layout) || (strides != Py_None && !PyTuple_Check(strides))) {
+    PyErr_SetString(PyExc_TypeError, "tensor_spec: a dtype, a layout and a tuple of strides or None");
+    return nullptr;
+  }
+  auto* s = new KilnTensorSpec();
+  try {
+    s->device_type = c10::Device(std::string(device_type)).type();
+  } catch (const c10::Error& e) {
+    delete s;
+    PyErr_SetString(PyExc_ValueError, e.what_without_backtrace());
+    return nullptr;
+  }
+  s->dtype = reinterpret_cast<THPDtype*>(dtype)->scalar_type;
+  s->layout = reinterpret_cast<THPLayout*>(layout)->layout;
+  s->device_index = device_index;
+  s->requires_grad = requires_grad; s->inference = inference; s->complex_bits = complex_bits;
+  s->conj = conj; s->neg = neg;
+  s->check_strides = strides != Py_None;
+  bool ok = kiln_int_or_none(sizes, s->sizes, s->size_known)
+      && (strides == Py_None || kiln_int_or_none(strides, s->strides, s->stride_known));
+  if (ok && strides != Py_None && s->strides.size() != s->sizes.size()) {
+    PyErr_SetString(PyExc_ValueError, "tensor_spec: a stride per size");
+    ok = false;
+  }
+  for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(links); ++i) {
+    long long a, b;
+    ok = PyArg_ParseTuple(PyTuple_GET_ITEM(links, i), "LL", &a, &b);
+    if (ok && (a < 0 || b < 0 || a >= static_cast<long long>(s->sizes.size()) || b >= static_cast<long long>(s->sizes.size()))) {
+      PyErr_SetString(PyExc_ValueError, "tensor_spec: a stride link outside the dims");
+      ok = false;
+    }
+    if (ok) s->links.emplace_back(a, b);
+  }
+  if (!ok) { delete s; return nullptr; }
+  Py_INCREF(type);
+  s->type = reinterpret_cast<PyTypeObject*>(type);
+  PyObject* capsule = PyCapsule_New(s, "kiln.tensor_spec", kiln_spec_free);
+  if (capsule == nullptr) { Py_DECREF(type); delete s; }
+  return capsule;
+}
+
+static bool kiln_tensor_matches(const at::Tensor& t, const KilnTensorSpec* s) {
+  if (t.scalar_type() != s->dtype || t.layout() != s->layout || t.requires_grad() != s->requires_grad) return false;
+  c10::Device device = t.device();
+  if (device.type() != s->device_type || (s->device_index >= 0 && device.index() != s->device_index)) return false;
+  auto sizes = t.sizes();
+  size_t dim = s->sizes.size();
+  if (sizes.size() != dim) return false;
+  for (size_t d = 0; d < dim; ++d)
+    if (s->size_known[d] && sizes[d] != s->sizes[d]) return false;
+  if (s->check_strides) {
+    auto strides = t.strides();
+    for (size_t d = 0; d < dim; ++d)
+      if (s->stride_known[d] && strides[d] != s->strides[d]) return false;
+    for (const auto& [i, j] : s->links)
+      if (strides[i] != sizes[j] * strides[j]) return false;
+  }
+  if (t.is_inference() != s->inference) return false;
+  if (s->complex_bits && (t.is_conj() != s->conj || t.is_neg() != s->neg)) return false;
+  return true;
+}
+
+// tensor_ok(value, spec) -> bool
+static PyObject* kiln_tensor_ok(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "tensor_ok(value, spec)"); return nullptr; }
+  auto* s = static_cast<KilnTensorSpec*>(PyCapsule_GetPointer(args[1], "kiln.tensor_spec"));
+  if (s == nullptr) return nullptr;
+  // exact type first: the spec's type is a tensor type (guards.py makes specs for those only)
+  if (Py_TYPE(args[0]) != s->type || !THPVariable_Check(args[0])) Py_RETURN_FALSE;
+  bool ok;
+  try {
+    ok = kiln_tensor_matches(THPVariable_Unpack(args[0]), s);
+  } catch (const c10::Error&) {
+    ok = false;  // metadata that cannot be read (a nested tensor's sizes): not the tensor captured
+  }
+  if (ok) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
+}
+
+// same_keys(mapping, keys tuple) -> bool: list(mapping.keys()) == list(keys)
+static PyObject* kiln_same_keys(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_Check(args[1])) { PyErr_SetString(PyExc_TypeError, "same_keys(mapping, tuple)"); return nullptr; }
+  PyObject* d = args[0];
+  PyObject* keys = args[1];
+  Py_ssize_t n = PyTuple_GET_SIZE(keys);
+  if (!PyDict_CheckExact(d)) {  // an OrderedDict (its own order) or another mapping: as Python does it
+    PyObject* view = PyObject_CallMethod(d, "keys", nullptr);
+    if (view == nullptr) return nullptr;
+    PyObject* now = PySequence_List(view);
+    Py_DECREF(view);
+    if (now == nullptr) return nullptr;
+    PyObject* expected = PySequence_List(keys);
+    if (expected == nullptr) { Py_DECREF(now); return nullptr; }
+    PyObject* result = PyObject_RichCompare(now, expected, Py_EQ);
+    Py_DECREF(now);
+    Py_DECREF(expected);
+    return result;
+  }
+  if (PyDict_GET_SIZE(d) != n) Py_RETURN_FALSE;
+  Py_INCREF(d);
+  Py_ssize_t pos = 0, i = 0;
+  PyObject *key, *value;
+  int same = 1;
+  while (same == 1 && PyDict_Next(d, &pos, &key, &value)) {
+    if (i >= n) { same = 0; break; }
+    PyObject* expected = PyTuple_GET_ITEM(keys, i++);
+    if (key != expected) {
+      Py_INCREF(key);  // a key's __eq__ may change the dict
+      same = PyObject_RichCompareBool(key, expected, Py_EQ);
+      Py_DECREF(key);
+    }
+  }
+  if (same == 1 && (i != n || PyDict_GET_SIZE(d) != n)) same = 0;
+  Py_DECREF(d);
+  if (same < 0) return nullptr;
+  if (same) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
+}
+
+// empty_attrs(obj, names tuple) -> bool: len(obj.<name>) == 0 for each name (a module's hook dicts)
+static PyObject* kiln_empty_attrs(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_Check(args[1])) { PyErr_SetString(PyExc_TypeError, "empty_attrs(obj, tuple)"); return nullptr; }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[1]); ++i) {
+    PyObject* value = PyObject_GetAttr(args[0], PyTuple_GET_ITEM(args[1], i));
+    if (value == nullptr) return nullptr;
+    Py_ssize_t n = PyObject_Size(value);
+    Py_DECREF(value);
+    if (n < 0) return nullptr;
+    if (n != 0) Py_RETURN_FALSE;
+  }
+  Py_RETURN_TRUE;
+}
+
+static PyMethodDef kiln_methods[] = {
+  {"make", kiln_make, METH_VARARGS, "make(graph address, [kernel addresses], follow) -> handle"},
+  {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_call)), METH_FASTCALL,
+   "call(handle, *args) -> tuple"},
+  {"steal", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_steal)), METH_FASTCALL,
+   "steal(handle, list) -> tuple"},
+  {"tensor_spec", kiln_tensor_spec, METH_VARARGS, "tensor_spec(type, dtype, ...) -> spec"},
+  {"tensor_ok", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_tensor_ok)), METH_FASTCALL,
+   "tensor_ok(value, spec) -> bool"},
+  {"same_keys", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_same_keys)), METH_FASTCALL,
+   "same_keys(mapping, keys) -> bool"},
+  {"empty_attrs", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_empty_attrs)), METH_FASTCALL,
+   "empty_attrs(obj, names) -> bool"},
+  {nullptr, nullptr, 0, nullptr}};
+
+static struct PyModuleDef kiln_module = {PyModuleDef_HEAD_INIT, "kiln_native", nullptr, -1, kiln_methods};
+
+extern "C" PyObject* kiln_native_module() { return PyModule_Create(&kiln_module); }
