@@ -35,6 +35,17 @@ if TYPE_CHECKING:
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
+def _symbolic(args: tuple, kwargs: dict) -> bool:
+    """Whether an op's arguments hold a symbolic number or a tensor with symbolic sizes (one level
+    of lists and tuples deep, as op arguments are)."""
+    for group in (args, kwargs.values()):
+        for a in group:
+            for b in (a if isinstance(a, (list, tuple)) else (a,)):
+                if isinstance(b, _SYM_TYPES) or isinstance(b, torch.Tensor) and b._has_symbolic_sizes_strides:
+                    return True
+    return False
+
+
 @dataclass(frozen=True)
 class GraphInput:
     """One placeholder: the expression the glue evaluates to feed it, and its example value."""
@@ -186,6 +197,14 @@ class OutputGraph:
         if written:
             self._refuse_shared_memory_writes(kind, target, written)
         try:
+            if self.shape_env is not None and _symbolic(args, kwargs):
+                # A composite op's C++ decomposition takes concrete sizes only (interpolate's
+                # upsample with a size computed from a symbolic size and a float scale factor);
+                # under the Python dispatcher it decomposes in Python, over symbols.
+                with self.fake_mode, enable_python_dispatcher():
+                    if kind == "call_method":
+                        return getattr(args[0], target)(*args[1:], **kwargs)
+                    return target(*args, **kwargs)
             with self.fake_mode:
                 if kind == "call_method":
                     return getattr(args[0], target)(*args[1:], **kwargs)

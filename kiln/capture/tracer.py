@@ -45,12 +45,13 @@ from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import abandon_open_contexts
-from kiln.capture.variables.dict import DictVariable
+from kiln.capture.variables.deque import DequeVariable
+from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised
 from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable, UserMethodVariable, guard_class_attribute
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables.object_protocol import python_setattr
-from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_structseq_type
+from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.slice import SliceVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
@@ -63,6 +64,7 @@ _MAX_STEPS = 200_000  # instructions per capture: an unrolled loop that long is 
 _MAX_DEPTH = 32  # inlining depth (recursion is unrolled until this)
 _MAX_RESTARTS = 16  # captures started again after the trace initialized lazy modules
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+_OBJECT_CLASS = vars(object)["__class__"]  # the descriptor behind obj.__class__
 
 
 @dataclass(frozen=True)
@@ -279,6 +281,12 @@ class Tracer:
         return fn.call(self, list(args), dict(kwargs))
 
     def getattr(self, obj: Variable, name: str) -> Variable:
+        if name == "__class__" and isinstance(obj, (BaseSequenceVariable, DictVariable, SetVariable, DequeVariable)):
+            # a container's class, as type() gives it (its type's lookup found a bound method
+            # named __class__); a subclass overriding __class__ keeps its own lookup
+            kind = obj.python_type()
+            if inspect.getattr_static(kind, name) is _OBJECT_CLASS:
+                return self.wrap_result(kind)
         return obj.getattr(self, name)
 
     def has_attr(self, obj: Variable, name: str) -> bool:
@@ -343,6 +351,11 @@ class Tracer:
         if isinstance(obj, (NestedFunctionVariable, ExceptionVariable)):
             obj.set_attribute(name, value)  # a function or exception made during the trace
             return
+        if isinstance(obj, DictVariable) and not bypass and (obj.source is None or obj.real is not None):
+            custom = obj.python_setattr(self)
+            if custom is not None:
+                custom.call(self, [ConstantVariable(name), value], {})
+                return
         if isinstance(obj, DictVariable) and obj.source is None and obj.dict_type.__dictoffset__:
             obj.attrs[name] = value  # an instance of a dict subclass made during the trace
             return

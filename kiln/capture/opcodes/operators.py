@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.capture.opcodes import opcode
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.builtin import BuiltinVariable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
@@ -356,7 +357,36 @@ def subscript(tx: "Tracer", obj: Variable, key: Variable) -> Variable:
         return tx.call_op("call_function", operator.getitem, [obj, key], {})
     if isinstance(obj, ConstantVariable) and key.is_constant():
         return _const(operator.getitem, obj, key)
+    if isinstance(obj, (ObjectVariable, BuiltinVariable)) and _subscriptable_type(obj.as_python_value()):
+        # `List[Tuple[int, int]]` (torchvision's torch.jit.annotate), `list[int]`: typing's
+        # __getitem__ and __class_getitem__ are pure and cached, and their arguments are classes
+        # and forms known at trace time, so the alias is made now, as the interpreter would,
+        # instead of tracing typing's internals
+        return tx.wrap(obj.as_python_value()[_type_argument(key)], None)
     return obj.call_method(tx, "__getitem__", [key], {})
+
+
+def _is_typing_form(value: Any) -> bool:
+    return type(value).__module__ == "typing" or isinstance(value, (types.GenericAlias, types.UnionType))
+
+
+def _subscriptable_type(value: Any) -> bool:
+    """A typing form, or a builtin or collections class whose `cls[...]` makes a generic alias."""
+    if _is_typing_form(value):
+        return True
+    return isinstance(value, type) and value.__module__ in ("builtins", "collections", "collections.abc") \
+        and "__class_getitem__" in vars(value)
+
+
+def _type_argument(var: Variable) -> Any:
+    """The real argument of a typing subscript: classes, forms, None, `...`, forward-reference
+    strings, and tuples of them; Unsupported for anything computed in the trace."""
+    if isinstance(var, TupleVariable):
+        return tuple(_type_argument(item) for item in var.items)
+    value = var.as_python_value()
+    if value is None or value is Ellipsis or isinstance(value, (type, str)) or _is_typing_form(value):
+        return value
+    raise Unsupported(f"subscripting a typing form with {var.describe()}", kind="unsupported")
 
 
 @opcode

@@ -23,6 +23,7 @@ from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.ordering import Ordered, constant_of, sorted_rule, traced_numbers
+from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -441,11 +442,33 @@ def _minmax(fn: Any) -> Rule:
             if len(items) == 2 and all(isinstance(i, TensorVariable) for i in items):
                 return tx.call_op("call_function", torch.maximum if fn is max else torch.minimum, items, {})
             raise Unsupported(f"{fn.__name__}() over tensors compares their values", kind="data_dependent_branch")
+        if _one_number_kind(items):
+            # sizes and numbers computed from them (torchvision's `min(image.shape[-2:])`): the
+            # symbolic min/max, as torch.compile records it, where comparing would guard which
+            # side is smaller and recompile when it flips. Of numbers of one kind only: min(2, 2.0)
+            # is the int 2, the first of the equal ones.
+            result = items[0]
+            for item in items[1:]:
+                result = tx.call_op("call_function", torch.sym_max if fn is max else torch.sym_min, [result, item], {})
+            return result
         result = items[0]
         for item in items[1:]:
             result = tx.call_op("call_function", fn, [result, item], {})
         return result
     return rule
+
+
+def _one_number_kind(items: list[Variable]) -> bool:
+    """Symbolic numbers (some, not all, may be constants) that are all ints or all floats."""
+    kinds = set()
+    for item in items:
+        if isinstance(item, SymIntVariable):
+            kinds.add(item.python_type())
+        elif item.is_constant() and type(item.as_constant()) in (int, float):
+            kinds.add(type(item.as_constant()))
+        else:
+            return False
+    return len(kinds) == 1 and kinds <= {int, float} and any(isinstance(i, SymIntVariable) for i in items)
 
 
 RULES[min] = _minmax(min)
@@ -537,6 +560,10 @@ def _convert(kind: type) -> Rule:
                 # int(f) of a float argument stays symbolic (truncation, its sign guarded), as
                 # torch.compile's torch.sym_int: `x[: int(n * f)]` needs no new graph per value
                 return tx.call_op("call_function", torch.sym_int, args, {})
+            if kind is float and args[0].python_type() is int and len(args) == 1:
+                # float(size) stays symbolic too (torch.sym_float): torchvision pads a batch to
+                # `math.ceil(float(h) / stride) * stride`, which would else guard h's value
+                return tx.call_op("call_function", torch.sym_float, args, {})
             return tx.call_op("call_function", kind, args, {})
         if kind is bool and len(args) == 1 and not kwargs and not args[0].is_constant():
             return ConstantVariable(args[0].truth(tx))  # __bool__, else __len__, as `if obj:` asks

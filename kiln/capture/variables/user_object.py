@@ -478,7 +478,7 @@ class SuperVariable(Variable):
                     return UserMethodVariable(python_function(attr.__func__, "a classmethod"), owner)
                 if base is object and name == "__init__":
                     return tx.wrap(lambda *a, **k: None, None)
-                if base is object and name == "__setattr__" and isinstance(self.obj, ObjectVariable):
+                if base is object and name == "__setattr__" and isinstance(self.obj, (ObjectVariable, DictVariable)):
                     return ObjectSetattrVariable(self.obj)
                 if base is object and name == "__getattribute__" and hasattr(self.obj, "generic_getattr"):
                     return GenericGetattrVariable(self.obj)
@@ -617,7 +617,7 @@ class GetenvVariable(EnvironReadVariable):
 class ObjectSetattrVariable(Variable):
     """`super().__setattr__` bound to an object: the plain store, skipping the override."""
 
-    def __init__(self, obj: ObjectVariable) -> None:
+    def __init__(self, obj: Variable) -> None:
         self.obj = obj
 
     def describe(self) -> str:
