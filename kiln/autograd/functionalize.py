@@ -4,7 +4,7 @@ The wrappers turn every in-place op and every view-then-mutate into functional o
 `x[0:2].mul_(k)` -> `slice, mul, slice_scatter`) before the dispatch tracer sees them. Afterwards we
 read, per input, whether its data was mutated (its new value becomes an extra graph output that the
 runtime copies back once) and, per output, whether it aliases an input or another output (the
-runtime rebuilds it as a view). PyTorch counterpart: torch/_functorch/_aot_autograd/
+runtime replays its view ops on the real base, kiln.runtime.views). PyTorch counterpart: torch/_functorch/_aot_autograd/
 collect_metadata_analysis.py and functional_utils.py.
 """
 from __future__ import annotations
@@ -13,11 +13,14 @@ import contextlib
 import dataclasses
 from typing import Any, Iterator
 
+import sympy
 import torch
+from torch.overrides import TorchFunctionMode
 
 from kiln.autograd.decompose import batch_norm_as_functional
-from kiln.autograd.tracer import AtenTracer, is_symbolic
+from kiln.autograd.tracer import AtenTracer, expr_of, is_symbolic, size_hint
 from kiln.errors import Unsupported, VerificationError
+from kiln.runtime.views import ViewStep, replays_on, view_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +38,7 @@ class OutputInfo:
     """How the runtime produces one flat user output.
 
     kind: "graph" (a graph output, index `graph_index`), "input" (the input object `base` itself),
-    "input_view" (a view of input `base` rebuilt with as_strided), "base" (intermediate base
+    "input_view" (a view of input `base`, its view ops replayed), "base" (intermediate base
     `base` itself, a graph output after the user outputs), "base_view" (a view of intermediate
     base `base`), "same_as" (the same object as user output `base`),
     "constant" (`value`, a non-tensor such as None or a Python number).
@@ -46,9 +49,8 @@ class OutputInfo:
     graph_index: int | None = None
     requires_grad: bool = False
     value: Any = None
-    # size/stride/storage_offset of a view output, as traced (ints or SymInts), then its dtype
-    # when that differs from its base's (view_as_complex, view_as_real, view(dtype))
-    view: tuple[Any, ...] | None = None
+    # the view ops from the base to a view output (kiln.runtime.views), replayed on the real base
+    steps: tuple[ViewStep, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +77,8 @@ class FunctionalSession:
         self.visible: list[Any] = []  # what the traced function receives (a clone, see visible_inputs)
         self.initial: list[Any] = []  # the inner value of `visible` before the function ran
         self.duplicate_of: dict[int, int] = {}  # input index -> earlier index of the same tensor
+        self._watch: list[int] | None = None  # inputs whose layout a new value may lose
+        self._seen: dict[int, int] = {}  # watched input -> its storage's mutation count, last looked at
 
     def add_input(self, name: str, value: Any) -> Any:
         """A placeholder for `value`; returns its wrapper (a leaf requiring grad if `value` does)."""
@@ -109,6 +113,7 @@ class FunctionalSession:
         for i in sorted(clone - self.duplicate_of.keys()):
             copy = self.wrappers[i].clone()
             self.visible[i] = copy
+            self._keep_layout(i)  # a clone of a strided input is contiguous; eager mutates the input
             self.initial[i] = self.unwrap(copy)
         for i, first in self.duplicate_of.items():
             self.visible[i] = self.visible[first]
@@ -118,10 +123,44 @@ class FunctionalSession:
     def active(self) -> Iterator[None]:
         torch._enable_functionalization(reapply_views=True)
         try:
-            with batch_norm_as_functional():
+            with batch_norm_as_functional(), _InputLayouts(self):
                 yield
         finally:
             torch._disable_functionalization()
+
+    def keep_layouts(self) -> None:
+        """Give each watched input whose functional value was replaced since the last look its own
+        layout back (see _InputLayouts)."""
+        for i in self._watched():
+            count = torch._functionalize_mutation_counter(self.visible[i])
+            if self._seen.get(i) != count:
+                self._keep_layout(i)
+                self._seen[i] = torch._functionalize_mutation_counter(self.visible[i])
+
+    def _watched(self) -> list[int]:
+        if self._watch is None:
+            # a contiguous input's new values stay contiguous; the others may not
+            self._watch = [i for i, v in enumerate(self.originals) if isinstance(v, torch.Tensor)
+                           and i not in self.duplicate_of and v.layout == torch.strided
+                           and not _row_major(v)]
+        return self._watch
+
+    def _keep_layout(self, i: int) -> None:
+        wrapper, original = self.visible[i], self.originals[i]
+        torch._sync(wrapper)
+        inner = torch._from_functional_tensor(wrapper)
+        if inner.dim() != original.dim() or _expressions(inner.shape) != _expressions(original.shape) \
+                or _expressions(inner.stride()) == _expressions(original.stride()):
+            return
+        # The same value with the input's strides: a new fake that the tracer takes for the node
+        # of the replaced value, so the graph gains no op and later ops see eager's layout.
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)):
+            restrided = torch.empty_strided(original.shape, original.stride(), dtype=inner.dtype,
+                                            device=inner.device)
+        self.tracer.alias_value(restrided, inner)
+        torch._functionalize_replace(wrapper, restrided)
+        torch._functionalize_commit_update(wrapper)
+        torch._sync(wrapper)
 
     def unwrap(self, value: Any) -> Any:
         """The traced (inner) value for a wrapper, with pending view updates applied first."""
@@ -159,19 +198,18 @@ class FunctionalSession:
     def classify_outputs(self, outs: list[Any]) -> tuple[list[OutputInfo], list[Any], list[Any]]:
         """Split user outputs into what the graph returns and what the runtime rebuilds.
 
-        Returns (infos, graph_outputs, intermediate_bases): graph_outputs are the wrappers the graph
-        must return for kind "graph"; intermediate_bases are extra wrappers returned after them.
+        Aliasing is read from the functional storage a wrapper shares with its views (`_base`
+        misses `detach` and `view(dtype)`). Returns (infos, graph_outputs, intermediate_bases):
+        graph_outputs are the wrappers the graph must return for kind "graph"; intermediate_bases
+        are extra wrappers returned after them: the bases of views that another output shares, or
+        whose layout a new buffer cannot have (an offset, a step, a broadcast), so that the runtime
+        makes those views on them as eager did.
         """
         input_index = {id(w): i for i, w in enumerate(self.visible) if isinstance(w, torch.Tensor)}
-        base_index: dict[int, int] = {}
-        bases: list[Any] = []
-        for out in outs:
-            if isinstance(out, torch.Tensor) and id(out) not in input_index:
-                base = out._base
-                if base is not None and id(base) not in input_index and _shares_with_other(out, base, outs):
-                    if id(base) not in base_index:
-                        base_index[id(base)] = len(bases)
-                        bases.append(base)
+        input_storage = {_storage(w): i for i, w in enumerate(self.visible) if isinstance(w, torch.Tensor)}
+        base_index, bases = _intermediate_bases(
+            [o for o in outs if isinstance(o, torch.Tensor) and id(o) not in input_index
+             and _storage(o) not in input_storage])
         seen: dict[int, int] = {}
         infos: list[OutputInfo] = []
         graph_outputs: list[Any] = []
@@ -191,54 +229,116 @@ class FunctionalSession:
             if id(out) in input_index:
                 infos.append(OutputInfo("input", base=input_index[id(out)], requires_grad=grad))
                 continue
-            if id(out) in base_index:
-                infos.append(OutputInfo("base", base=base_index[id(out)], requires_grad=grad))
+            storage = _storage(out)
+            if storage in base_index:
+                index = base_index[storage]
+                if bases[index] is out:
+                    infos.append(OutputInfo("base", base=index, requires_grad=grad))
+                else:
+                    infos.append(OutputInfo("base_view", base=index, requires_grad=grad, steps=view_steps(out)))
                 continue
-            view: tuple[Any, ...] = (tuple(out.shape), tuple(out.stride()), out.storage_offset())
-            base = out._base
-            if base is not None and base.dtype != out.dtype:
-                # view_as_complex / view_as_real / view(dtype): as_strided cannot change the dtype,
-                # so the view records it and the runtime reinterprets the base first; a base whose
-                # layout cannot be reinterpreted gives a copy instead (aliasing lost, values kept).
-                if not _reinterpretable(base, out.dtype):
-                    infos.append(OutputInfo("graph", graph_index=len(graph_outputs), requires_grad=grad))
-                    graph_outputs.append(out)
+            if storage in input_storage:
+                index = input_storage[storage]
+                steps = view_steps(out)
+                # The chain was recorded on the functional value, whose layout is the input's
+                # only until a mutation replaces it (a fresh contiguous tensor): it must also run
+                # on the input's own layout, or eager's reshape made a copy there.
+                if replays_on(self.originals[index], steps):
+                    infos.append(OutputInfo("input_view", base=index, requires_grad=grad, steps=steps))
                     continue
-                view = (*view, out.dtype)
-            if base is not None and id(base) in input_index:
-                infos.append(OutputInfo("input_view", base=input_index[id(base)], requires_grad=grad,
-                                        view=view))
-            elif base is not None and id(base) in base_index:
-                infos.append(OutputInfo("base_view", base=base_index[id(base)], requires_grad=grad,
-                                        view=view))
-            else:
-                infos.append(OutputInfo("graph", graph_index=len(graph_outputs), requires_grad=grad))
-                graph_outputs.append(out)
+            infos.append(OutputInfo("graph", graph_index=len(graph_outputs), requires_grad=grad))
+            graph_outputs.append(out)
         return infos, graph_outputs, bases
 
 
-def _reinterpretable(base: torch.Tensor, dtype: torch.dtype) -> bool:
-    """Whether `base.view(dtype)` works: same element size, or a unit-stride last dim whose size
-    (and every other stride) the size ratio divides."""
-    old, new = base.dtype.itemsize, dtype.itemsize
-    if old == new:
-        return True
-    if base.dim() == 0 or base.stride(-1) != 1:
-        return False
-    if new < old:
-        return True
-    ratio = new // old
-    return all(isinstance(s, int) and s % ratio == 0 for s in (*base.stride()[:-1], base.shape[-1]))
+class _InputLayouts(TorchFunctionMode):
+    """Inputs keep eager's layout through in-place updates.
+
+    A functionalized in-place op computes the new value out of place and makes it the input's
+    value, with the layout that op gives (`x.add_(1)` on rows `x[::2]` of a buffer gives a
+    contiguous tensor), where eager keeps the input's strides. Later decisions read the layout:
+    `x.contiguous()` returns `x` itself, `x.reshape(-1)` makes a view instead of a copy, and a
+    mutation through either would reach the input. After each torch call, the session gives such
+    an input its own strides back."""
+
+    def __init__(self, session: FunctionalSession) -> None:
+        super().__init__()
+        self.session = session
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        self.session.keep_layouts()
+        return out
 
 
-def _shares_with_other(out: torch.Tensor, base: torch.Tensor, outs: list[Any]) -> bool:
-    """A view output needs its base returned only if another output aliases the same base."""
-    for other in outs:
-        if other is out or not isinstance(other, torch.Tensor):
+def _row_major(t: torch.Tensor) -> bool:
+    """Contiguous, decided on the size expressions (no guard); size-1 dims take any stride."""
+    dense = sympy.Integer(1)
+    for size, stride in zip(reversed(_expressions(t.shape)), reversed(_expressions(t.stride()))):
+        if size != 1 and sympy.expand(stride - dense) != 0:
+            return False
+        dense = dense * size
+    return True
+
+
+def _expressions(values: Any) -> list[sympy.Expr]:
+    return [_expression(v) for v in values]
+
+
+def _storage(t: torch.Tensor) -> int | None:
+    """The identity of a wrapper's functional storage, which all its views share."""
+    if t.layout != torch.strided:
+        return None  # sparse tensors have no storage; they leave the graph as they are
+    return t.untyped_storage()._cdata
+
+
+def _intermediate_bases(outs: list[torch.Tensor]) -> tuple[dict[int | None, int], list[torch.Tensor]]:
+    """The intermediates the graph returns so that views of them are made at run time: storage ->
+    position among the bases, and the bases. One is needed where several outputs share a storage,
+    or where a view's layout is not one a new buffer has. The base is the wrapper of that storage
+    with no view ops on it, among the outputs and their `_base`s; without one (a view whose base
+    is gone and had a metadata change) the outputs stay graph outputs: the values are right, the
+    sharing is lost."""
+    groups: dict[int | None, list[torch.Tensor]] = {}
+    for out in outs:
+        members = groups.setdefault(_storage(out), [])
+        if not any(m is out for m in members):
+            members.append(out)
+    index: dict[int | None, int] = {}
+    bases: list[torch.Tensor] = []
+    for storage, members in groups.items():
+        if storage is None or (len(members) == 1 and (not view_steps(members[0]) or _new_buffer_fits(members[0]))):
             continue
-        if other is base or other._base is base:
-            return True
-    return False
+        candidates = members + [m._base for m in members if m._base is not None]
+        base = next((c for c in candidates if _storage(c) == storage and not view_steps(c)), None)
+        if base is not None:
+            index[storage] = len(bases)
+            bases.append(base)
+    return index, bases
+
+
+def _new_buffer_fits(view: torch.Tensor) -> bool:
+    """Whether a new buffer the graph returns can stand for a view of an intermediate: at offset 0
+    and dense, in the order of its strides (the layout the lowering gives a dense output). Decided
+    on the expressions, so no size guard is added; a symbolic offset counts as not 0."""
+    offset = view.storage_offset()
+    if type(offset) is not int or offset != 0:
+        return False
+    sizes = [_expression(s) for s in view.shape]
+    strides = [_expression(s) for s in view.stride()]
+    hints = [size_hint(s) for s in view.stride()]
+    dense = sympy.Integer(1)
+    for d in sorted(range(view.dim()), key=lambda d: hints[d]):
+        if sizes[d] == 1:
+            continue
+        if sympy.expand(strides[d] - dense) != 0:
+            return False
+        dense = dense * sizes[d]
+    return True
+
+
+def _expression(x: int | torch.SymInt) -> sympy.Expr:
+    return sympy.sympify(expr_of(x)) if isinstance(x, torch.SymInt) else sympy.Integer(x)
 
 
 _STAGE = "aot_autograd"  # the producer named by a VerificationError of this seam

@@ -1,0 +1,274 @@
+"""Outputs that alias inputs or each other come back as eager's: values, strides, offsets, sharing.
+
+Each case runs eagerly and compiled on fresh inputs and compares, through tests/fuzz/aliasing.py,
+every output's values, dtype, shape, strides and storage offset, which inputs and earlier outputs
+it shares memory with, the inputs afterwards, and the inputs after a marker is written through
+each output that aliases one. The table crosses input layouts (contiguous, transposed, strided
+rows, a column slice, a storage offset, channels-last, expanded, empty) with in-place updates (none,
+one, several, through a view) and with the views returned (slices with steps, select, narrow,
+diagonal, unfold, expand, as_strided, unbind/split/chunk, reshape, view(dtype), detach, ...), under
+static shapes, dynamic=True and automatic dynamic (a second size). The CI slice covers every view,
+layout and update at least once on aot_eager and a third of them on inductor; the @slow sweep runs
+the whole product on the three backends.
+Before kiln.runtime.views, a view of a mutated input or of an input with an offset was rebuilt with
+the traced strides and offset and read the wrong elements (issue 29, items 1, 2 and 4).
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+
+import kiln
+from kiln.log import KilnWarning
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fuzz"))
+from aliasing import differences, outcome  # noqa: E402
+
+Make = Callable[[int], list[Any]]
+
+
+def _options(backend: str) -> dict | None:
+    return {"opt_level": "-O1"} if backend == "inductor" else None  # faster C++ builds in tests
+
+
+# ---------------------------------------------------------------------------------------------------
+# The table: input layouts (a fresh tensor of n rows each call), in-place updates, returned views
+
+def _contiguous(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.arange(n * 3, dtype=dtype).reshape(n, 3)
+
+
+def _transposed(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.arange(n * 3, dtype=dtype).reshape(3, n).t()
+
+
+def _strided_rows(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.arange(n * 6, dtype=dtype).reshape(2 * n, 3)[::2]
+
+
+def _column_slice(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.arange(n * 5, dtype=dtype).reshape(n, 5)[:, 1:4]
+
+
+def _offset(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.arange(7 + n * 3, dtype=dtype)[7:].view(n, 3)
+
+
+def _expanded(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.arange(3, dtype=dtype).expand(n, 3)
+
+
+LAYOUTS: dict[str, Callable[..., torch.Tensor]] = {
+    "contiguous": _contiguous, "transposed": _transposed, "strided_rows": _strided_rows,
+    "column_slice": _column_slice, "offset": _offset, "expanded": _expanded,
+}
+
+VIEWS: dict[str, Callable[[torch.Tensor], Any]] = {
+    "column": lambda a: a[:, :1],
+    "reshape": lambda a: a.reshape(-1),
+    "flatten": lambda a: a.flatten(),
+    "t": lambda a: a.t(),
+    "rows_step": lambda a: a[::2],
+    "diagonal": lambda a: a.diagonal(),
+    "unfold": lambda a: a.unfold(0, 2, 1),
+    "expand": lambda a: a.expand(2, *a.shape),
+    "select": lambda a: a[1],
+    "narrow": lambda a: a.narrow(1, 1, 1),
+    "unbind": lambda a: a.unbind(1),
+    "split": lambda a: a.split(1, 1),
+    "chunk": lambda a: a.chunk(2, 0),
+    "unsqueeze": lambda a: a.unsqueeze(1),
+    "permute_slice": lambda a: a.unsqueeze(0).permute(2, 0, 1)[1:],
+    "view_dtype": lambda a: a.view(torch.int32),
+    "as_strided": lambda a: a.as_strided((2, 2), (1, 2), 1),
+    "itself": lambda a: a,
+    "detach": lambda a: a.detach(),
+    "contiguous": lambda a: a.contiguous(),
+    "movedim_slice": lambda a: a.movedim(0, 1)[..., 1:],
+}
+
+MUTATIONS: dict[str, Callable[[torch.Tensor], Any] | None] = {
+    "none": None,
+    "add_": lambda a: a.add_(1),
+    "several": lambda a: (a.mul_(2), a[0].add_(5)),
+    "through_view": lambda a: a[:, 0].fill_(7),
+    "zero_": lambda a: a.zero_(),
+}
+
+
+def _program(mutation: Callable | None, view: Callable) -> Callable[[torch.Tensor], Any]:
+    def program(a: torch.Tensor) -> Any:
+        if mutation is not None:
+            mutation(a)
+        return view(a), a.sum()  # the sum: an op, so the frame has a graph to compile
+    return program
+
+
+def _table() -> list[tuple[str, str, str]]:
+    """(layout, mutation, view) for every combination eager accepts (no update of an expanded input)."""
+    return [(layout, mutation, view) for layout in LAYOUTS for mutation in MUTATIONS for view in VIEWS
+            if not (layout == "expanded" and mutation != "none")]
+
+
+def _ci_slice() -> list[tuple[str, str, str]]:
+    """Every view three times, under rotating layouts and updates: each one of them is met."""
+    layouts, mutations = list(LAYOUTS), list(MUTATIONS)
+    chosen = []
+    for k, view in enumerate(VIEWS):
+        for step in range(3):
+            layout = layouts[(k + step) % len(layouts)]
+            mutation = mutations[(k + 2 * step) % len(mutations)]
+            chosen.append((layout, "none" if layout == "expanded" else mutation, view))
+    return chosen
+
+
+def _check(fn: Callable, make: Make, backend: str, *, dynamic: bool | None, sizes: tuple[int, ...] = (4, 6),
+           grad: bool = False, mark: Callable[[list[Any]], None] | None = None) -> None:
+    """`fn` compiled agrees with eager on fresh inputs of each size, with no fallback."""
+    kiln.reset()
+    compiled = kiln.compile(fn, backend=backend, dynamic=dynamic, options=_options(backend))
+    for n in sizes:
+        expected = outcome(fn, make(n), grad=grad)
+        inputs = make(n)
+        if mark is not None:
+            mark(inputs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", KilnWarning)  # a fallback to eager is a failure here
+            got = outcome(compiled, inputs, grad=grad)
+        found = differences(expected, got)
+        assert not found, f"n={n}: " + "\n".join(found)
+    stats = kiln.stats()
+    assert stats["graphs"] >= 1 and stats["fallbacks"] == 0, stats
+
+
+def _case_id(case: tuple[str, str, str]) -> str:
+    return "-".join(case)
+
+
+def _dynamic_mode(case: tuple[str, str, str]) -> bool | None:
+    # alternate: dynamic=True from the first call, or automatic dynamic after the second size
+    return True if sum(map(len, case)) % 2 else None
+
+
+@pytest.mark.parametrize("case", _ci_slice(), ids=_case_id)
+def test_views_of_inputs_aot_eager(case: tuple[str, str, str]) -> None:
+    layout, mutation, view = case
+    _check(_program(MUTATIONS[mutation], VIEWS[view]), lambda n: [LAYOUTS[layout](n)], "aot_eager",
+           dynamic=_dynamic_mode(case))
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("case", _ci_slice()[::3], ids=_case_id)
+def test_views_of_inputs_inductor(case: tuple[str, str, str]) -> None:
+    layout, mutation, view = case
+    _check(_program(MUTATIONS[mutation], VIEWS[view]), lambda n: [LAYOUTS[layout](n)], "inductor",
+           dynamic=_dynamic_mode(case))
+
+
+@pytest.mark.slow
+@pytest.mark.cpp
+@pytest.mark.parametrize("dynamic", [None, True])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_views_of_inputs_whole_table(backend: str, dynamic: bool | None) -> None:
+    failures = []
+    for case in _table():
+        layout, mutation, view = case
+        try:
+            _check(_program(MUTATIONS[mutation], VIEWS[view]), lambda n: [LAYOUTS[layout](n)], backend,
+                   dynamic=dynamic)
+        except AssertionError as err:
+            failures.append(f"{_case_id(case)}: {str(err)[:300]}")
+    assert not failures, f"{len(failures)} of {len(_table())} cases differ:\n" + "\n".join(failures[:20])
+
+
+# ---------------------------------------------------------------------------------------------------
+# The examples of issue 29
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)])
+def test_mutated_strided_input_returned_as_a_column(backend: str) -> None:
+    def f(a):
+        a.add_(1)
+        return a[:, :1]
+
+    _check(f, lambda n: [torch.arange(n * 6.0).reshape(2 * n, 3)[::2]], backend, dynamic=None, sizes=(5,))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)])
+def test_mutated_offset_input_returned_reshaped(backend: str) -> None:
+    def f(buf):
+        buf.mul_(2)
+        return buf.reshape(-1)
+
+    _check(f, lambda n: [torch.arange(20.0)[5:].view(n, 3)], backend, dynamic=None, sizes=(5,))
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)])
+def test_transpose_of_an_offset_input_under_dynamic_shapes(backend: str, dynamic: bool | None) -> None:
+    def f(x):
+        return x.transpose(0, 1), x.sum()
+
+    _check(f, lambda n: [torch.arange(40.0)[10:10 + 3 * n].view(n, 3)], backend, dynamic=dynamic)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)])
+def test_view_of_an_intermediate_filled_in_place_with_its_base(backend: str) -> None:
+    def f(a):
+        v = torch.maximum(a, a)
+        v[..., :1].fill_(3)
+        return v, v[..., :1]
+
+    _check(f, lambda n: [torch.arange(4 * n, dtype=torch.int32).reshape(4, n).t()], backend, dynamic=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Views of intermediates: with their base, alone with an offset, a step or a broadcast
+
+INTERMEDIATE: dict[str, Callable[[torch.Tensor], Any]] = {
+    "base_and_slice": lambda a: (lambda y: (y, y[1:]))(a * 2),
+    "filled_view_and_base": lambda a: (lambda y: (y[..., :1].fill_(3), y, y[..., :1])[1:])(torch.maximum(a, a)),
+    "rows_step": lambda a: (a * 2)[::2],
+    "expand": lambda a: (a + 1).expand(2, *a.shape),
+    "unbind": lambda a: (a * 3).unbind(0),
+    "transpose": lambda a: (a * 2).t(),
+    "select": lambda a: (a * 2)[1],
+    "diagonal": lambda a: (a - 1).diagonal(),
+    "two_views": lambda a: (lambda y: (y[0], y[:, 1]))(a.sin()),
+    "detached_pair": lambda a: (lambda y: (y, y.detach()))(a.cos()),
+    "as_strided": lambda a: (lambda y: (y, y.as_strided((2, 2), (1, 2), 1)))(a * 5),
+}
+
+
+def _intermediate_slice() -> list[tuple[str, str, bool | None]]:
+    """Each program on two layouts, one static then automatic dynamic, one dynamic=True."""
+    layouts = ["contiguous", "transposed", "strided_rows", "offset"]
+    return [case for k, name in enumerate(INTERMEDIATE)
+            for case in ((name, layouts[k % 4], None), (name, layouts[(k + 1) % 4], True))]
+
+
+@pytest.mark.parametrize("name, layout, dynamic", _intermediate_slice())
+def test_views_of_intermediates_aot_eager(name: str, layout: str, dynamic: bool | None) -> None:
+    _check(INTERMEDIATE[name], lambda n: [LAYOUTS[layout](n)], "aot_eager", dynamic=dynamic)
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("name", list(INTERMEDIATE))
+def test_views_of_intermediates_inductor(name: str) -> None:
+    layout = ["transposed", "strided_rows", "offset"][len(name) % 3]
+    _check(INTERMEDIATE[name], lambda n: [LAYOUTS[layout](n)], "inductor", dynamic=len(name) % 2 == 0 or None)
+
+
+@pytest.mark.slow
+@pytest.mark.cpp
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_views_of_intermediates_every_layout(backend: str) -> None:
+    for name, fn in INTERMEDIATE.items():
+        for layout in LAYOUTS:
+            for dynamic in (None, True):
+                _check(fn, lambda n: [LAYOUTS[layout](n)], backend, dynamic=dynamic)
