@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 from kiln.autograd.decompose import batch_norm_as_functional
 from kiln.autograd.tracer import AtenTracer, expr_of, is_symbolic, size_hint
 from kiln.errors import Unsupported, VerificationError
-from kiln.runtime.views import ViewStep, replays_on, view_steps
+from kiln.runtime.views import ViewStep, apply_chain, replays_on, view_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +31,7 @@ class InputInfo:
     requires_grad: bool
     mutates_data: bool = False
     mutates_metadata: bool = False
+    steps: tuple[ViewStep, ...] | None = None  # a metadata mutation: the view ops that make it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +67,11 @@ class FunctionalMeta:
     def mutated_inputs(self) -> tuple[int, ...]:
         return tuple(i for i, info in enumerate(self.inputs) if info.mutates_data)
 
+    @property
+    def metadata_mutations(self) -> tuple[tuple[int, tuple[ViewStep, ...]], ...]:
+        return tuple((i, info.steps) for i, info in enumerate(self.inputs)
+                     if info.mutates_metadata and info.steps is not None)
+
 
 class FunctionalSession:
     """Owns the wrappers of one trace: makes placeholders, runs under functionalization, reads back."""
@@ -79,6 +85,7 @@ class FunctionalSession:
         self.duplicate_of: dict[int, int] = {}  # input index -> earlier index of the same tensor
         self._watch: list[int] | None = None  # inputs whose layout a new value may lose
         self._seen: dict[int, int] = {}  # watched input -> its storage's mutation count, last looked at
+        self._as_strided: set[int] = set()  # inputs an as_strided view was taken of
 
     def add_input(self, name: str, value: Any) -> Any:
         """A placeholder for `value`; returns its wrapper (a leaf requiring grad if `value` does)."""
@@ -123,10 +130,19 @@ class FunctionalSession:
     def active(self) -> Iterator[None]:
         torch._enable_functionalization(reapply_views=True)
         try:
-            with batch_norm_as_functional(), _InputLayouts(self):
+            layouts = _InputLayouts(self) if self._watched() else contextlib.nullcontext()
+            with batch_norm_as_functional(), layouts:
                 yield
         finally:
             torch._disable_functionalization()
+
+    def note_as_strided(self, t: torch.Tensor) -> None:
+        """An as_strided view of an input's memory: its offset and strides address the input's
+        storage, which a graph value replacing the input does not have (see input_infos)."""
+        storage = _storage(t)
+        for i in self._watched():
+            if _storage(self.visible[i]) == storage:
+                self._as_strided.add(i)
 
     def keep_layouts(self) -> None:
         """Give each watched input whose functional value was replaced since the last look its own
@@ -139,14 +155,16 @@ class FunctionalSession:
 
     def _watched(self) -> list[int]:
         if self._watch is None:
-            # a contiguous input's new values stay contiguous; the others may not
+            # a contiguous input at offset 0 has the layout of its new values; the others may not
             self._watch = [i for i, v in enumerate(self.originals) if isinstance(v, torch.Tensor)
                            and i not in self.duplicate_of and v.layout == torch.strided
-                           and not _row_major(v)]
+                           and not (_row_major(v) and _expression(v.storage_offset()) == 0)]
         return self._watch
 
     def _keep_layout(self, i: int) -> None:
         wrapper, original = self.visible[i], self.originals[i]
+        if torch._functionalize_has_metadata_mutation(wrapper):
+            return  # t_, unsqueeze_ ...: the new layout is eager's, the runtime sets it
         torch._sync(wrapper)
         inner = torch._from_functional_tensor(wrapper)
         if inner.dim() != original.dim() or _expressions(inner.shape) != _expressions(original.shape) \
@@ -182,18 +200,36 @@ class FunctionalSession:
             inner = torch._from_functional_tensor(wrapper)
             # torch's stubs lack this binding (its metadata sibling is declared)
             has_data_mutation = torch._functionalize_has_data_mutation  # type: ignore[attr-defined]
+            if torch._functionalize_has_metadata_mutation(wrapper) or \
+                    _expressions(inner.shape) != _expressions(original.shape):
+                infos.append(self._metadata_mutation(i, bool(has_data_mutation(wrapper))))
+                continue
+            # A data mutation of a strided input leaves its strides (see _InputLayouts)
             mutated = inner is not start or has_data_mutation(wrapper)
-            # A data mutation of a strided input (`x[::2].mul_(k)` passed in) leaves a new value
-            # with its own strides; the runtime copies it back into the input, so only a change
-            # of strides without one is a metadata mutation.
-            metadata = (tuple(inner.shape) != tuple(original.shape)
-                        or (not mutated and tuple(inner.stride()) != tuple(original.stride())))
-            if torch._functionalize_has_metadata_mutation(wrapper) or metadata:
-                raise Unsupported("an in-place op changed the shape or strides of a graph input "
-                                  "(t_, unsqueeze_, resize_, as_strided_)", kind="input_metadata_mutation",
-                                  hint="use the out-of-place op (x = x.t()) instead")
+            if mutated and i in self._as_strided:
+                raise _as_strided_of_updated_input()
             infos.append(InputInfo(True, original.requires_grad, mutates_data=mutated))
         return tuple(infos)
+
+    def _metadata_mutation(self, i: int, mutated: bool) -> InputInfo:
+        """An input whose sizes or strides an in-place op changed (t_, unsqueeze_, as_strided_,
+        resize_ within its storage): the runtime replays the input's own view chain on it and
+        sets the result's layout on the caller's tensor (as_strided_), then copies data back."""
+        original = self.originals[i]
+        steps = view_steps(self.visible[i])
+        if mutated and i in self._as_strided:
+            raise _as_strided_of_updated_input()
+        why = None
+        if original.requires_grad:
+            why = "on an input that requires grad"
+        elif not steps or not replays_on(original, steps):
+            why = "in a way the runtime cannot replay"
+        elif any(step.meta == "resize__ViewMeta" for step in steps) and not _within_storage(original, steps):
+            why = "growing it past its storage (resize_)"
+        if why is not None:
+            raise Unsupported(f"an in-place op changed the shape or strides of a graph input {why}",
+                              kind="input_metadata_mutation", hint="use the out-of-place op (x = x.t()) instead")
+        return InputInfo(True, False, mutates_data=mutated, mutates_metadata=True, steps=steps)
 
     def classify_outputs(self, outs: list[Any]) -> tuple[list[OutputInfo], list[Any], list[Any]]:
         """Split user outputs into what the graph returns and what the runtime rebuilds.
@@ -266,9 +302,31 @@ class _InputLayouts(TorchFunctionMode):
         self.session = session
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in _AS_STRIDED and args and isinstance(args[0], torch.Tensor):
+            self.session.note_as_strided(args[0])
         out = func(*args, **(kwargs or {}))
         self.session.keep_layouts()
         return out
+
+
+_AS_STRIDED = frozenset({torch.Tensor.as_strided, torch.as_strided, torch.Tensor.as_strided_})
+
+
+def _as_strided_of_updated_input() -> Unsupported:
+    # Inside the graph the input's new value is a fresh tensor: an as_strided view regenerated from
+    # it would address that tensor's memory, not the input's storage as in eager.
+    return Unsupported("an as_strided view of a graph input that is also updated in place",
+                       kind="input_metadata_mutation", hint="index the input (slices, select) instead of as_strided")
+
+
+def _within_storage(original: torch.Tensor, steps: tuple[ViewStep, ...]) -> bool:
+    """Whether a chain with resize_ ends inside the input's elements (eager keeps the storage;
+    growing it allocates, which the runtime's as_strided_ cannot)."""
+    final = apply_chain(original, steps)
+    sizes = [*original.shape, *final.shape]
+    if not all(type(s) is int for s in sizes):
+        return False
+    return final.numel() <= original.numel()
 
 
 def _row_major(t: torch.Tensor) -> bool:

@@ -129,6 +129,8 @@ class RuntimeMeta:
     outputs: tuple[OutputRecord, ...]
     num_graph_outputs: int
     num_intermediate_bases: int
+    # (input index, the view ops giving its new layout) for inputs whose metadata changed
+    metadata_mutations: tuple[tuple[int, tuple[ViewStep, ...]], ...] = ()
 
 
 def plan_views(meta: Any, binding: dict) -> dict[int, ViewReplay]:
@@ -182,6 +184,8 @@ class AotRuntime:
         self.function = function
         self.aot_report = report
         self._views = plan_views(meta, binding)
+        self._restrides = tuple((index, ViewReplay(steps, binding, what=f"the new layout of input {index}"))
+                                for index, steps in getattr(meta, "metadata_mutations", ()))
         # the per-call plan
         self._getters = tuple(operator.attrgetter(path) for path in lifted)  # dotted paths work
         self._run = getattr(function, "fast_apply", function.apply) if function is not None else forward
@@ -215,6 +219,17 @@ class AotRuntime:
         else:
             flat = args
         outs = self._run(*flat)
+        entry = flat
+        if self._restrides:
+            # eager changed these inputs' sizes or strides in place (t_, unsqueeze_): the caller's
+            # tensor takes the layout its own view chain gives, while views traced from the input,
+            # and the sizes symbols stand for, start from its layout on entry (an alias of it)
+            entry = list(flat)
+            for index, _ in self._restrides:
+                entry[index] = flat[index].view_as(flat[index])
+            for index, replay in self._restrides:
+                final = replay(entry[index], entry)
+                flat[index].as_strided_(final.size(), final.stride(), final.storage_offset())
         num_mutated = self._num_mutated
         if num_mutated:
             for index, new in zip(self.meta.mutated_inputs, outs[:num_mutated]):
@@ -233,11 +248,11 @@ class AotRuntime:
         bases = graph_outs[num_user:]
         results: list[Any] = []
         for k, info in enumerate(meta.outputs):
-            results.append(self._output(k, info, flat, graph_outs, bases, results))
+            results.append(self._output(k, info, flat, entry, graph_outs, bases, results))
         assert self._unflatten is not None  # only a runtime built by hand without meta has no spec
         return self._unflatten(results)
 
-    def _output(self, k: int, info: Any, flat: list[Any], graph_outs: Sequence[Any],
+    def _output(self, k: int, info: Any, flat: Sequence[Any], entry: Sequence[Any], graph_outs: Sequence[Any],
                 bases: Sequence[Any], results: list[Any]) -> Any:
         kind = info.kind
         if kind == "graph":
@@ -245,11 +260,11 @@ class AotRuntime:
         if kind == "input":
             return flat[info.base]
         if kind == "input_view":  # after the copy-back above: the view sees the input's new data
-            return self._views[k](flat[info.base], flat)
+            return self._views[k](entry[info.base], entry)
         if kind == "base":
             return bases[info.base]
         if kind == "base_view":
-            return self._views[k](bases[info.base], flat)
+            return self._views[k](bases[info.base], entry)
         if kind == "same_as":
             return results[info.base]
         return info.value
@@ -274,6 +289,8 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
     meta = runtime.meta
     if forward is None or meta is None:
         return None
+    if not all(is_plain(steps) for _, steps in meta.metadata_mutations):
+        return None  # a view op argument that is a size symbol
     outputs = []
     for info in meta.outputs:
         if not _plain(info.value):
@@ -284,7 +301,7 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
     fields: dict[str, Any] = {
         "forward": forward,
         "meta": RuntimeMeta(tuple(meta.mutated_inputs), tuple(outputs), meta.num_graph_outputs,
-                            meta.num_intermediate_bases),
+                            meta.num_intermediate_bases, tuple(meta.metadata_mutations)),
         "out_spec": pytree.treespec_dumps(runtime.out_spec),
         "function": None,
     }
@@ -303,10 +320,9 @@ def _load(fields: dict[str, Any]) -> AotRuntime:
     meta = fields["meta"]
     if not isinstance(meta, RuntimeMeta) or not all(isinstance(o, OutputRecord) for o in meta.outputs):
         raise ValueError("an aot recipe without its RuntimeMeta")
-    for record in meta.outputs:
-        if record.steps is not None and not (all(isinstance(s, ViewStep) for s in record.steps)
-                                             and is_plain(record.steps)):
-            raise ValueError("an aot recipe with a malformed view chain")
+    chains = [r.steps for r in meta.outputs if r.steps is not None] + [c for _, c in meta.metadata_mutations]
+    if not all(isinstance(c, tuple) and all(isinstance(s, ViewStep) for s in c) and is_plain(c) for c in chains):
+        raise ValueError("an aot recipe with a malformed view chain")
     forward = rebuild(fields["forward"])
     function = None
     if fields["function"] is not None:

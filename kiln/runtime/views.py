@@ -157,13 +157,17 @@ class ViewReplay:
         return _functionalization.apply_view_meta_sequence(base, metas)
 
 
+def apply_chain(base: torch.Tensor, steps: Sequence[ViewStep]) -> torch.Tensor:
+    """The chain run on `base` as it is (trace time, on a fake: its fields may be SymInts)."""
+    return _functionalization.apply_view_meta_sequence(base, [_meta(s, s.fields) for s in steps])
+
+
 def replays_on(base: torch.Tensor, steps: Sequence[ViewStep]) -> bool:
     """Whether the chain runs on `base` (trace time, on the fake of the real input): a `view`
     recorded on a mutated input's fresh contiguous value may not fit the input's own strides, and
     eager's reshape then copied instead."""
-    metas = [_meta(s, s.fields) for s in steps]
     try:
-        _functionalization.apply_view_meta_sequence(base, metas)
+        apply_chain(base, steps)
     except RuntimeError:
         return False
     return True

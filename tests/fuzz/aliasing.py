@@ -1,7 +1,7 @@
 """What a call did, beyond values: outputs' strides and offsets, and which tensors share memory.
 
 `outcome(fn, inputs)` runs `fn` and records, for eager and a compiled run alike: each output's
-dtype, shape, strides, storage offset and values; which inputs and which earlier outputs share its
+dtype, shape, strides and storage offset (where they address elements) and values; which inputs and which earlier outputs share its
 storage; whether it is a view (`_base`) where it aliases an input; the inputs afterwards (values
 and metadata, for in-place updates); and the inputs after writing a marker through each output
 that aliases one (a returned view of an input must write into the input, as in eager).
@@ -32,7 +32,12 @@ def _storage(t: torch.Tensor) -> int:
 
 
 def _layout(t: torch.Tensor) -> tuple:
-    return (t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    """dtype, shape, and the strides and offset that matter: an empty tensor's and a size-1 dim's
+    are arbitrary (eager and the lowering may pick different ones; no element is at stake)."""
+    if t.numel() == 0:
+        return (t.dtype, tuple(t.shape))
+    strides = tuple(st if size > 1 else None for size, st in zip(t.shape, t.stride()))
+    return (t.dtype, tuple(t.shape), strides, t.storage_offset())
 
 
 def _snapshot(inputs: Sequence[Any]) -> list[Any]:
