@@ -243,7 +243,7 @@ class FunctionalSession:
         """
         input_index = {id(w): i for i, w in enumerate(self.visible) if isinstance(w, torch.Tensor)}
         input_storage = {_storage(w): i for i, w in enumerate(self.visible) if isinstance(w, torch.Tensor)}
-        base_index, bases = _intermediate_bases(
+        base_index, bases, prefixes = _intermediate_bases(
             [o for o in outs if isinstance(o, torch.Tensor) and id(o) not in input_index
              and _storage(o) not in input_storage])
         seen: dict[int, int] = {}
@@ -270,16 +270,18 @@ class FunctionalSession:
                 index = base_index[storage]
                 if bases[index] is out:
                     infos.append(OutputInfo("base", base=index, requires_grad=grad))
-                else:
-                    infos.append(OutputInfo("base_view", base=index, requires_grad=grad, steps=view_steps(out)))
-                continue
-            if storage in input_storage:
+                    continue
+                steps = view_steps(out)[prefixes[index]:]  # from the base the graph returns
+                if _replays_to(self.unwrap(bases[index]), steps, self.unwrap(out), layout=True):
+                    infos.append(OutputInfo("base_view", base=index, requires_grad=grad, steps=steps))
+                    continue
+            elif storage in input_storage:
                 index = input_storage[storage]
                 steps = view_steps(out)
                 # The chain was recorded on the functional value, whose layout is the input's
                 # only until a mutation replaces it (a fresh contiguous tensor): it must also run
                 # on the input's own layout, or eager's reshape made a copy there.
-                if replays_on(self.originals[index], steps):
+                if _replays_to(self.originals[index], steps, out, layout=False):
                     infos.append(OutputInfo("input_view", base=index, requires_grad=grad, steps=steps))
                     continue
             infos.append(OutputInfo("graph", graph_index=len(graph_outputs), requires_grad=grad))
@@ -343,6 +345,21 @@ def _expressions(values: Any) -> list[sympy.Expr]:
     return [_expression(v) for v in values]
 
 
+def _replays_to(base: torch.Tensor, steps: tuple[ViewStep, ...], target: torch.Tensor, *, layout: bool) -> bool:
+    """Whether the chain, run on `base`, gives `target`'s sizes (and, with `layout`, its strides
+    and offset): a chain eager could not run on the input's own layout (a reshape that copied
+    there) fails, and so does one whose recorded arguments are not the op's (torch's ViewMeta of
+    `_unsafe_view` reports symbolic sizes as raw numbers)."""
+    try:
+        made = apply_chain(base, steps)
+    except RuntimeError:
+        return False
+    if _expressions(made.shape) != _expressions(target.shape):
+        return False
+    return not layout or (_expressions(made.stride()) == _expressions(target.stride())
+                          and _expression(made.storage_offset()) == _expression(target.storage_offset()))
+
+
 def _storage(t: torch.Tensor) -> int | None:
     """The identity of a wrapper's functional storage, which all its views share."""
     if t.layout != torch.strided:
@@ -350,13 +367,14 @@ def _storage(t: torch.Tensor) -> int | None:
     return t.untyped_storage()._cdata
 
 
-def _intermediate_bases(outs: list[torch.Tensor]) -> tuple[dict[int | None, int], list[torch.Tensor]]:
+def _intermediate_bases(outs: list[torch.Tensor]) -> tuple[dict[int | None, int], list[torch.Tensor], list[int]]:
     """The intermediates the graph returns so that views of them are made at run time: storage ->
-    position among the bases, and the bases. One is needed where several outputs share a storage,
-    or where a view's layout is not one a new buffer has. The base is the wrapper of that storage
-    with no view ops on it, among the outputs and their `_base`s; without one (a view whose base
-    is gone and had a metadata change) the outputs stay graph outputs: the values are right, the
-    sharing is lost."""
+    position among the bases, the bases, and how many view ops of the storage's chain each base
+    already is. One is needed where several outputs share a storage, or where a view's layout is
+    not one a new buffer has. The base is, among the outputs and their `_base`s, the wrapper whose
+    chain starts every other's (the storage's own base, or `_unsafe_view` of it, which autograd
+    does not count as a view); without one the outputs stay graph outputs: the values are right,
+    the sharing is lost."""
     groups: dict[int | None, list[torch.Tensor]] = {}
     for out in outs:
         members = groups.setdefault(_storage(out), [])
@@ -364,15 +382,37 @@ def _intermediate_bases(outs: list[torch.Tensor]) -> tuple[dict[int | None, int]
             members.append(out)
     index: dict[int | None, int] = {}
     bases: list[torch.Tensor] = []
+    prefixes: list[int] = []
     for storage, members in groups.items():
         if storage is None or (len(members) == 1 and (not view_steps(members[0]) or _new_buffer_fits(members[0]))):
             continue
-        candidates = members + [m._base for m in members if m._base is not None]
-        base = next((c for c in candidates if _storage(c) == storage and not view_steps(c)), None)
-        if base is not None:
-            index[storage] = len(bases)
-            bases.append(base)
-    return index, bases
+        candidates = [c for c in members + [m._base for m in members if m._base is not None] if _storage(c) == storage]
+        chains = [view_steps(m) for m in members]
+        for candidate in sorted(candidates, key=lambda c: len(view_steps(c))):
+            prefix = view_steps(candidate)
+            if all(_same_steps(chain[:len(prefix)], prefix) for chain in chains):
+                index[storage] = len(bases)
+                bases.append(candidate)
+                prefixes.append(len(prefix))
+                break
+    return index, bases, prefixes
+
+
+def _same_steps(a: tuple[ViewStep, ...], b: tuple[ViewStep, ...]) -> bool:
+    """Equal chains, sizes compared by expression (== on SymInts would add a guard). The chains of
+    one storage share their first steps; an `_unsafe_view`, whose recorded fields are not its
+    arguments (torch reports its sizes as raw numbers), matches any other there (the replay check
+    follows)."""
+    def key(x: Any) -> Any:
+        if isinstance(x, tuple):
+            return tuple(key(v) for v in x)
+        return expr_of(x) if isinstance(x, (torch.SymInt, torch.SymFloat)) else x
+
+    def same(s: ViewStep, t: ViewStep) -> bool:
+        opaque = s.meta == "_unsafe_view_ViewMeta"
+        return s.meta == t.meta and (opaque or key(s.fields) == key(t.fields))
+
+    return len(a) == len(b) and all(map(same, a, b))
 
 
 def _new_buffer_fits(view: torch.Tensor) -> bool:

@@ -21,7 +21,7 @@ from torch.utils import _pytree as pytree
 
 from kiln.autograd.joint import JointTrace
 from kiln.autograd.reorder import is_view_op as _is_view, reorder_for_peak_memory
-from kiln.autograd.tracer import size_hint
+from kiln.autograd.tracer import expr_of, size_hint
 
 aten = torch.ops.aten
 
@@ -117,6 +117,56 @@ def _ancestors(roots: Iterable[Any], stop: AbstractSet[fx.Node] = frozenset()) -
         if node not in stop:
             work.extend(node.all_input_nodes)
     return seen
+
+
+def _free_symbols(value: Any) -> set:
+    if isinstance(value, torch.Tensor):
+        parts = [*value.shape, *value.stride(), value.storage_offset()] if value.layout == torch.strided \
+            else list(value.shape)
+        return set().union(*(_free_symbols(p) for p in parts))
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
+        return set(expr_of(value).free_symbols)
+    if isinstance(value, (tuple, list)):
+        return set().union(*(_free_symbols(v) for v in value))
+    return set()
+
+
+def _bare_symbols(value: Any) -> set:
+    """The symbols a graph input binds: its own value, or its sizes and strides that are one."""
+    parts = ([*value.shape, *value.stride()] if isinstance(value, torch.Tensor) and value.layout == torch.strided
+             else [value])
+    return {expr_of(p) for p in parts if isinstance(p, (torch.SymInt, torch.SymFloat)) and expr_of(p).is_Symbol}
+
+
+def _unbound_symbols(backward: AbstractSet[fx.Node], inputs: list[fx.Node]) -> set:
+    """Size symbols the backward's values use that none of its inputs carries as such (a tangent
+    of size s0 - (s0 + 1) // 2 from chunk binds no s0), so its compiler could not read them."""
+    used = set().union(*(_free_symbols(n.meta.get("val")) for n in backward))
+    bound = set().union(*(_bare_symbols(n.meta.get("val")) for n in inputs))
+    return used - bound
+
+
+def _symbol_sources(joint: fx.GraphModule, primals: list[fx.Node], symbols: set) -> list[fx.Node]:
+    """A forward value for each symbol: the SymInt input that is it, else the size of an input
+    tensor that is it (a sym_size node added to the joint graph)."""
+    found: list[fx.Node] = []
+    for symbol in sorted(symbols, key=str):
+        for node in primals:
+            value = node.meta.get("val")
+            if isinstance(value, (torch.SymInt, torch.SymFloat)) and expr_of(value) == symbol:
+                found.append(node)
+                break
+            if isinstance(value, torch.Tensor):
+                dim = next((d for d, s in enumerate(value.shape)
+                            if isinstance(s, torch.SymInt) and expr_of(s) == symbol), None)
+                if dim is not None:
+                    last_input = [n for n in joint.graph.nodes if n.op == "placeholder"][-1]
+                    with joint.graph.inserting_after(last_input):
+                        size = joint.graph.call_function(aten.sym_size.int, (node, dim))
+                    size.meta["val"] = value.shape[dim]
+                    found.append(size)
+                    break
+    return found
 
 
 def _describe(node: fx.Node) -> SavedValue:
@@ -345,6 +395,12 @@ def partition(joint: JointTrace, policy: str = "min_cut", mutated: Iterable[int]
     saved_symints = [n for n in saved if n not in saved_tensors]
     # the backward may also read symbolic sizes that only the forward's inputs carry
     bw_keep = _ancestors(grads, stop=set(saved) | set(tangents))
+    unbound = _unbound_symbols(bw_keep, saved_tensors + saved_symints + tangents)
+    if unbound:
+        sources = _symbol_sources(joint.gm, primals, unbound)
+        saved_symints += [n for n in sources if n not in saved_symints]
+        saved = saved + [n for n in sources if n not in saved]
+        nodes = list(joint.gm.graph.nodes)
     for node in list(bw_keep):
         if node.op == "placeholder" and node not in tangents and node not in saved:
             raise AssertionError(f"partition lost {node.name}: the backward needs it but it is not saved")

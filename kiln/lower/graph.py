@@ -21,7 +21,7 @@ from kiln.lower import ops
 from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Layout, LoopIR, SymExpr,
                            contiguous_strides, index_vars, walk)
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, compute_dtype,
-                                  strided_value, to_expr, value_cost)
+                                  stride_hint, strided_value, to_expr, value_cost)
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback
 from kiln.symbolic.expr import float_symbol
 
@@ -65,20 +65,13 @@ def _dense_layout(meta: torch.Tensor) -> Layout:
     strides = tuple(to_expr(s) for s in meta.stride())
     # outermost first, by the strides' example values: a symbolic stride (s0 of a transposed
     # [s1, s0] input) orders by its hint, not as 0
-    hints = [_stride_hint(s) for s in meta.stride()]
+    hints = [stride_hint(s) for s in meta.stride()]
     order = sorted(range(len(sizes)), key=lambda k: hints[k], reverse=True)
     expected = contiguous_strides([sizes[k] for k in order])
     if all(sympy.expand(strides[k] - e) == 0 or sizes[k] == 1 for k, e in zip(order, expected)):
         return Layout(meta.dtype, sizes, tuple(strides[k] if sizes[k] != 1 else
                                                 expected[order.index(k)] for k in range(len(sizes))))
     return Layout.contiguous(meta.dtype, sizes)
-
-
-def _stride_hint(stride: int | torch.SymInt) -> int:
-    if not isinstance(stride, torch.SymInt):
-        return int(stride)
-    hint = getattr(stride.node, "hint", None)
-    return hint if isinstance(hint, int) else 0  # an unbacked stride: no order known
 
 
 def _has_unsupported_dtype(metas: Any) -> bool:

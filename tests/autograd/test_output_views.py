@@ -253,6 +253,11 @@ INTERMEDIATE: dict[str, Callable[[torch.Tensor], Any]] = {
     "two_views": lambda a: (lambda y: (y[0], y[:, 1]))(a.sin()),
     "detached_pair": lambda a: (lambda y: (y, y.detach()))(a.cos()),
     "as_strided": lambda a: (lambda y: (y, y.as_strided((2, 2), (1, 2), 1)))(a * 5),
+    # as_strided addresses memory: the intermediate must be stored as eager lays it out (transposed)
+    "as_strided_of_transposed": lambda a: (lambda y: (y.as_strided((2, 2), (1, 2)), y.sum()))(a.t().contiguous().t().sin()),
+    # reshape of a strided slice copies through _unsafe_view, whose recorded sizes are raw
+    # numbers under dynamic shapes: the chunk is rebuilt from the copy, at its offset
+    "chunk_of_a_reshaped_copy": lambda a: (lambda t: (t.chunk(2, 0)[-1], t.sum()))(a.t()[::2].reshape(-1)),
 }
 
 
@@ -461,3 +466,15 @@ def test_an_updated_input_viewed_by_as_strided_runs_eagerly() -> None:
     got, expected = kiln.compile(f, backend="aot_eager")(a), f(b)
     assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]) and torch.equal(a, b)
     assert kiln.stats()["fallbacks"] == 1
+
+
+@pytest.mark.cpp
+def test_backward_reads_the_symbols_of_a_chunked_tangent() -> None:
+    # chunk's second part has s0 - (s0 + 1) // 2 rows: its tangent binds no s0, which the backward
+    # (zeros for the first part, cat) needs; the forward now hands s0 over as a saved size
+    def f(x):
+        part = x.squeeze().chunk(2, 0)[-1]
+        return part * 2 + 1, part.detach(), (part.detach().sum() * 2).abs()
+
+    _check(f, lambda n: [_leaf(torch.arange(7 + n * 6.0)[7:]).view(n, 2, 3).detach().requires_grad_(True)],
+           "inductor", dynamic=True, sizes=(5, 3), grad=True)
