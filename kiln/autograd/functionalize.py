@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 from kiln.autograd.decompose import batch_norm_as_functional
 from kiln.autograd.tracer import AtenTracer, expr_of, is_symbolic, size_hint
 from kiln.errors import Unsupported, VerificationError
-from kiln.runtime.views import ViewStep, apply_chain, replays_on, view_steps
+from kiln.runtime.views import UNREADABLE, ViewStep, apply_chain, replays_on, view_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,7 +352,7 @@ def _replays_to(base: torch.Tensor, steps: tuple[ViewStep, ...], target: torch.T
     `_unsafe_view` reports symbolic sizes as raw numbers)."""
     try:
         made = apply_chain(base, steps)
-    except RuntimeError:
+    except (RuntimeError, ValueError):  # ValueError: a step recorded without its arguments
         return False
     if _expressions(made.shape) != _expressions(target.shape):
         return False
@@ -362,9 +362,10 @@ def _replays_to(base: torch.Tensor, steps: tuple[ViewStep, ...], target: torch.T
 
 def _storage(t: torch.Tensor) -> int | None:
     """The identity of a wrapper's functional storage, which all its views share."""
-    if t.layout != torch.strided:
+    if t.layout != torch.strided or not torch._C._has_storage(t):
         return None  # sparse tensors have no storage; they leave the graph as they are
-    return t.untyped_storage()._cdata
+    # the StorageImpl's address, without making a Python storage object for each wrapper
+    return torch._C._storage_id(t)  # type: ignore[attr-defined]  # bound in C++, not in the stubs
 
 
 def _intermediate_bases(outs: list[torch.Tensor]) -> tuple[dict[int | None, int], list[torch.Tensor], list[int]]:
@@ -400,16 +401,15 @@ def _intermediate_bases(outs: list[torch.Tensor]) -> tuple[dict[int | None, int]
 
 def _same_steps(a: tuple[ViewStep, ...], b: tuple[ViewStep, ...]) -> bool:
     """Equal chains, sizes compared by expression (== on SymInts would add a guard). The chains of
-    one storage share their first steps; an `_unsafe_view`, whose recorded fields are not its
-    arguments (torch reports its sizes as raw numbers), matches any other there (the replay check
-    follows)."""
+    one storage share their first steps; a step recorded without its arguments (`_unsafe_view`,
+    kiln.runtime.views.UNREADABLE) matches any other of its kind there (the replay check follows)."""
     def key(x: Any) -> Any:
         if isinstance(x, tuple):
             return tuple(key(v) for v in x)
         return expr_of(x) if isinstance(x, (torch.SymInt, torch.SymFloat)) else x
 
     def same(s: ViewStep, t: ViewStep) -> bool:
-        opaque = s.meta == "_unsafe_view_ViewMeta"
+        opaque = s.meta in UNREADABLE
         return s.meta == t.meta and (opaque or key(s.fields) == key(t.fields))
 
     return len(a) == len(b) and all(map(same, a, b))

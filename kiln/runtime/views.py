@@ -55,10 +55,20 @@ def _field(x: Any) -> Any:
     return x
 
 
+# ViewMetas whose as_tuple() hands back a reference to a temporary in torch 2.13 (their sizes come
+# out as raw numbers read from freed memory, and now and then the read crashes the process): they
+# are recorded by name only, never replayed, and match any step of their kind (see functionalize).
+UNREADABLE = frozenset({"_unsafe_view_ViewMeta", "resize__ViewMeta"})
+
+
 def view_steps(view: torch.Tensor) -> tuple[ViewStep, ...]:
     """The view ops from a functional tensor's base to it (trace time, on a FunctionalTensorWrapper)."""
-    return tuple(ViewStep(type(m).__name__, _field(m.as_tuple()))  # type: ignore[attr-defined]
-                 for m in _functionalization.get_view_meta_sequence(view))
+    steps = []
+    for m in _functionalization.get_view_meta_sequence(view):
+        name = type(m).__name__
+        # torch's stubs do not declare as_tuple (bound in C++)
+        steps.append(ViewStep(name, () if name in UNREADABLE else _field(m.as_tuple())))  # type: ignore[attr-defined]
+    return tuple(steps)
 
 
 def meta_class(name: str) -> type:
@@ -73,6 +83,8 @@ def meta_class(name: str) -> type:
 def _meta(step: ViewStep, fields: tuple[Any, ...]) -> Any:
     """The ViewMeta object of a step, over `fields` (the step's own, or their values in a call):
     the C++ constructor takes the mode as its enum and size arguments as lists."""
+    if step.meta in UNREADABLE:
+        raise ValueError(f"{step.meta} was recorded without its arguments; it cannot be replayed")
     args = [_InverseReturnMode(v.value) if isinstance(v, InverseMode) else
             (list(v) if isinstance(v, tuple) else v) for v in fields]
     return meta_class(step.meta)(tuple(args))
@@ -168,6 +180,6 @@ def replays_on(base: torch.Tensor, steps: Sequence[ViewStep]) -> bool:
     eager's reshape then copied instead."""
     try:
         apply_chain(base, steps)
-    except RuntimeError:
+    except (RuntimeError, ValueError):
         return False
     return True

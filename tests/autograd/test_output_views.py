@@ -478,3 +478,25 @@ def test_backward_reads_the_symbols_of_a_chunked_tangent() -> None:
 
     _check(f, lambda n: [_leaf(torch.arange(7 + n * 6.0)[7:]).view(n, 2, 3).detach().requires_grad_(True)],
            "inductor", dynamic=True, sizes=(5, 3), grad=True)
+
+
+def test_view_ops_whose_arguments_torch_cannot_hand_back_are_recorded_by_name_only() -> None:
+    # torch 2.13's ViewMeta of _unsafe_view (and resize_) returns its sizes through a reference to
+    # a temporary: reading them gave raw numbers and now and then crashed the process (tracing
+    # transformers models); the step keeps its name, matches its kind, and is never replayed
+    from kiln.runtime.views import UNREADABLE, ViewStep, apply_chain, view_steps
+
+    x = torch.arange(24.0).reshape(4, 6)
+    torch._enable_functionalization(reapply_views=True)
+    try:
+        wrapper = torch._to_functional_tensor(x)
+        copy = wrapper.t()[::2].reshape(-1)  # not viewable: clone, then _unsafe_view
+        steps = view_steps(copy[1:])
+    finally:
+        torch._disable_functionalization()
+    assert [s.meta for s in steps] == ["_unsafe_view_ViewMeta", "slice_Tensor_ViewMeta"]
+    assert steps[0].fields == () and "_unsafe_view_ViewMeta" in UNREADABLE
+    with pytest.raises(ValueError, match="cannot be replayed"):
+        apply_chain(x, steps)
+    with pytest.raises(ValueError, match="not a view op"):
+        apply_chain(x, (ViewStep("system", ()),))
