@@ -4,8 +4,8 @@ The wrappers turn every in-place op and every view-then-mutate into functional o
 `x[0:2].mul_(k)` -> `slice, mul, slice_scatter`) before the dispatch tracer sees them. Afterwards we
 read, per input, whether its data was mutated (its new value becomes an extra graph output that the
 runtime copies back once) and, per output, whether it aliases an input or another output (the
-runtime replays its view ops on the real base, kiln.runtime.views). PyTorch counterpart: torch/_functorch/_aot_autograd/
-collect_metadata_analysis.py and functional_utils.py.
+runtime replays its view ops on the real base, kiln.runtime.views). PyTorch counterpart:
+torch/_functorch/_aot_autograd/collect_metadata_analysis.py and functional_utils.py.
 """
 from __future__ import annotations
 
@@ -212,9 +212,10 @@ class FunctionalSession:
         return tuple(infos)
 
     def _metadata_mutation(self, i: int, mutated: bool) -> InputInfo:
-        """An input whose sizes or strides an in-place op changed (t_, unsqueeze_, as_strided_,
-        resize_ within its storage): the runtime replays the input's own view chain on it and
-        sets the result's layout on the caller's tensor (as_strided_), then copies data back."""
+        """An input whose sizes or strides an in-place op changed (t_, unsqueeze_, as_strided_): the
+        runtime replays the input's own view chain on it and sets the result's layout on the
+        caller's tensor (as_strided_), then copies data back. resize_ (recorded without its sizes)
+        and inputs that require grad are refused: the frame runs eagerly."""
         original = self.originals[i]
         steps = view_steps(self.visible[i])
         if mutated and i in self._as_strided:
@@ -223,9 +224,7 @@ class FunctionalSession:
         if original.requires_grad:
             why = "on an input that requires grad"
         elif not steps or not replays_on(original, steps):
-            why = "in a way the runtime cannot replay"
-        elif any(step.meta == "resize__ViewMeta" for step in steps) and not _within_storage(original, steps):
-            why = "growing it past its storage (resize_)"
+            why = "in a way the runtime cannot replay (resize_)"
         if why is not None:
             raise Unsupported(f"an in-place op changed the shape or strides of a graph input {why}",
                               kind="input_metadata_mutation", hint="use the out-of-place op (x = x.t()) instead")
@@ -321,16 +320,6 @@ def _as_strided_of_updated_input() -> Unsupported:
                        kind="input_metadata_mutation", hint="index the input (slices, select) instead of as_strided")
 
 
-def _within_storage(original: torch.Tensor, steps: tuple[ViewStep, ...]) -> bool:
-    """Whether a chain with resize_ ends inside the input's elements (eager keeps the storage;
-    growing it allocates, which the runtime's as_strided_ cannot)."""
-    final = apply_chain(original, steps)
-    sizes = [*original.shape, *final.shape]
-    if not all(type(s) is int for s in sizes):
-        return False
-    return final.numel() <= original.numel()
-
-
 def _row_major(t: torch.Tensor) -> bool:
     """Contiguous, decided on the size expressions (no guard); size-1 dims take any stride."""
     dense = sympy.Integer(1)
@@ -348,8 +337,7 @@ def _expressions(values: Any) -> list[sympy.Expr]:
 def _replays_to(base: torch.Tensor, steps: tuple[ViewStep, ...], target: torch.Tensor, *, layout: bool) -> bool:
     """Whether the chain, run on `base`, gives `target`'s sizes (and, with `layout`, its strides
     and offset): a chain eager could not run on the input's own layout (a reshape that copied
-    there) fails, and so does one whose recorded arguments are not the op's (torch's ViewMeta of
-    `_unsafe_view` reports symbolic sizes as raw numbers)."""
+    there) fails, and so does one holding a step recorded without its arguments."""
     try:
         made = apply_chain(base, steps)
     except (RuntimeError, ValueError):  # ValueError: a step recorded without its arguments

@@ -219,7 +219,8 @@ def _as_on_entry(placeholder: torch.fx.Node) -> Any:
     if layout is None:
         return example
     now = (*example.shape, *example.stride(), example.storage_offset())
-    if len(now) == len(layout[0]) + len(layout[1]) + 1 and all(map(_same_size, now, (*layout[0], *layout[1], layout[2]))):
+    entry = (*layout[0], *layout[1], layout[2])
+    if len(now) == len(entry) and all(map(_same_size, now, entry)):
         return example
     with torch.no_grad():
         return example.as_strided(*layout)

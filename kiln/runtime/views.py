@@ -32,7 +32,7 @@ _SUFFIX = "_ViewMeta"
 class ViewStep:
     """One view op of a chain: the ViewMeta class of torch._C._functionalization that replays it
     (`slice_Tensor_ViewMeta`) and the fields of its `as_tuple()` (the op's arguments, with the
-    flags functionalization keeps; the inverse-return mode as its int). Fields may hold SymInts
+    flags functionalization keeps; the inverse-return mode as an InverseMode). Fields may hold SymInts
     after a trace under dynamic shapes; a persisted step holds plain values only."""
 
     meta: str

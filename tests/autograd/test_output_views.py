@@ -254,7 +254,8 @@ INTERMEDIATE: dict[str, Callable[[torch.Tensor], Any]] = {
     "detached_pair": lambda a: (lambda y: (y, y.detach()))(a.cos()),
     "as_strided": lambda a: (lambda y: (y, y.as_strided((2, 2), (1, 2), 1)))(a * 5),
     # as_strided addresses memory: the intermediate must be stored as eager lays it out (transposed)
-    "as_strided_of_transposed": lambda a: (lambda y: (y.as_strided((2, 2), (1, 2)), y.sum()))(a.t().contiguous().t().sin()),
+    "as_strided_of_transposed": lambda a: (lambda y: (y.as_strided((2, 2), (1, 2)), y.sum()))(
+        a.t().contiguous().t().sin()),
     # reshape of a strided slice copies through _unsafe_view, whose recorded sizes are raw
     # numbers under dynamic shapes: the chunk is rebuilt from the copy, at its offset
     "chunk_of_a_reshaped_copy": lambda a: (lambda t: (t.chunk(2, 0)[-1], t.sum()))(a.t()[::2].reshape(-1)),

@@ -1,10 +1,11 @@
 """What a call did, beyond values: outputs' strides and offsets, and which tensors share memory.
 
 `outcome(fn, inputs)` runs `fn` and records, for eager and a compiled run alike: each output's
-dtype, shape, strides and storage offset (where they address elements) and values; which inputs and which earlier outputs share its
-storage; whether it is a view (`_base`) where it aliases an input; the inputs afterwards (values
-and metadata, for in-place updates); and the inputs after writing a marker through each output
-that aliases one (a returned view of an input must write into the input, as in eager).
+dtype, shape, strides and storage offset (where they address elements) and values; which inputs and
+which earlier outputs share its storage; whether it is a view (`_base`) where it aliases an input;
+the inputs afterwards (values and metadata, for in-place updates); and the inputs after writing a
+marker through each output that aliases one (a returned view of an input must write into the
+input, as in eager).
 `differences(expected, got)` lists what a compiled run got wrong, in words.
 Used by tests/autograd/test_output_views.py and tests/fuzz/view_programs.py.
 """

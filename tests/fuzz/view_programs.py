@@ -276,7 +276,8 @@ def _mutate_intermediate(w: _Writer) -> bool:
 def _input_views(w: _Writer) -> set[str]:
     """Names that share memory with an input (in-place on them would update an input)."""
     storages = {w.value(x).untyped_storage()._cdata for x in w.inputs}
-    return {n for n, v in w.examples[0].items() if isinstance(v, torch.Tensor) and v.untyped_storage()._cdata in storages}
+    return {n for n, v in w.examples[0].items()
+            if isinstance(v, torch.Tensor) and v.untyped_storage()._cdata in storages}
 
 
 STEPS: list[tuple[Callable[[_Writer], bool], int]] = [
