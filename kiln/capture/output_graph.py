@@ -83,6 +83,20 @@ class OutputGraph:
         self.inputs.append(GraphInput(node.name, source, example))
         return node
 
+    def guard_storage_offsets(self, example: torch.Tensor) -> None:
+        """The trace read where a tensor starts in its storage (storage_offset(), as_strided with
+        an offset): guard the offset of each graph input sharing that storage. The guard is not
+        added otherwise, so slices of one buffer at other offsets reuse the graph."""
+        if example.layout != torch.strided or not torch._C._has_storage(example):
+            return
+        storage = torch._C._storage_id(example)  # type: ignore[attr-defined]  # bound in C++, not in the stubs
+        for graph_input in self.inputs:
+            value = graph_input.example
+            if (isinstance(value, torch.Tensor) and value.layout == torch.strided and torch._C._has_storage(value)
+                    and torch._C._storage_id(value) == storage):  # type: ignore[attr-defined]
+                self.guards.append(Guard(f"{graph_input.source}.storage_offset()", "check_value",
+                                         int(value.storage_offset())))
+
     def tensor_input(self, value: torch.Tensor, source: Source) -> tuple[torch.fx.Node, torch.Tensor]:
         """A placeholder for the real tensor at `source` (guarded on its metadata)."""
         name = source.name()

@@ -501,3 +501,47 @@ def test_view_ops_whose_arguments_torch_cannot_hand_back_are_recorded_by_name_on
         apply_chain(x, steps)
     with pytest.raises(ValueError, match="not a view op"):
         apply_chain(x, (ViewStep("system", ()),))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Programs that read where an input starts in its storage
+
+def _reads_offset(x):
+    return x * x.storage_offset()
+
+
+def _as_strided_from_own_offset(x):
+    return x.as_strided((2, 2), (1, 2), x.storage_offset() + 1) * 2
+
+
+def _as_strided_absolute(x):
+    return x.as_strided((2, 2), (1, 2), 11) * 2
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)])
+@pytest.mark.parametrize("fn", [_reads_offset, _as_strided_from_own_offset, _as_strided_absolute],
+                         ids=lambda f: f.__name__)
+def test_programs_reading_the_storage_offset_of_an_input(fn: Callable, backend: str, dynamic: bool | None) -> None:
+    # The offset was neither guarded (a slice at another offset reused the graph with the old one)
+    # nor kept under dynamic shapes (the fake of a dynamic input started at offset 0).
+    buf = torch.arange(40.0)
+    kiln.reset()
+    compiled = kiln.compile(fn, backend=backend, dynamic=dynamic, options=_options(backend))
+    for start, n in ((10, 4), (5, 4), (8, 6)):
+        x = buf[start:start + 3 * n].view(n, 3)
+        assert torch.equal(compiled(x), fn(x)), (start, n)
+
+
+def test_the_storage_offset_is_guarded_only_where_the_program_reads_it() -> None:
+    buf = torch.arange(40.0)
+    kiln.reset()
+    compiled = kiln.compile(lambda x: x * 2, backend="aot_eager")
+    for start in (10, 5, 3):
+        compiled(buf[start:start + 12].view(4, 3))
+    assert kiln.stats()["compiles"] == 1
+    kiln.reset()
+    compiled = kiln.compile(_reads_offset, backend="aot_eager")
+    for start in (10, 5, 10):
+        compiled(buf[start:start + 12].view(4, 3))
+    assert kiln.stats()["compiles"] == 2 and kiln.stats()["recompiles"] == 1
