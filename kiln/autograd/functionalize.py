@@ -13,8 +13,11 @@ import contextlib
 import dataclasses
 from typing import Any, Iterator
 
+import operator
+
 import sympy
 import torch
+import torch.fx as fx
 from torch.overrides import TorchFunctionMode
 
 from kiln.autograd.decompose import batch_norm_as_functional
@@ -133,6 +136,13 @@ class FunctionalSession:
             layouts = _InputLayouts(self) if self._watched() else contextlib.nullcontext()
             with batch_norm_as_functional(), layouts:
                 yield
+        except RuntimeError as exc:
+            if "mutated that has internal overlap" not in str(exc):
+                raise
+            # eager updates such a view element by element (unfold, expand: an element counted
+            # twice takes both updates); the functional form cannot say so
+            raise Unsupported("an in-place update of a view whose elements overlap (unfold, expand)",
+                              kind="overlapping_view_mutation", hint="clone() the view before updating it") from exc
         finally:
             torch._disable_functionalization()
 
@@ -244,7 +254,7 @@ class FunctionalSession:
         input_storage = {_storage(w): i for i, w in enumerate(self.visible) if isinstance(w, torch.Tensor)}
         base_index, bases, prefixes = _intermediate_bases(
             [o for o in outs if isinstance(o, torch.Tensor) and id(o) not in input_index
-             and _storage(o) not in input_storage])
+             and _storage(o) not in input_storage], self.tracer)
         seen: dict[int, int] = {}
         infos: list[OutputInfo] = []
         graph_outputs: list[Any] = []
@@ -356,14 +366,16 @@ def _storage(t: torch.Tensor) -> int | None:
     return torch._C._storage_id(t)  # type: ignore[attr-defined]  # bound in C++, not in the stubs
 
 
-def _intermediate_bases(outs: list[torch.Tensor]) -> tuple[dict[int | None, int], list[torch.Tensor], list[int]]:
+def _intermediate_bases(outs: list[torch.Tensor], tracer: AtenTracer) -> tuple[dict[int | None, int],
+                                                                               list[torch.Tensor], list[int]]:
     """The intermediates the graph returns so that views of them are made at run time: storage ->
     position among the bases, the bases, and how many view ops of the storage's chain each base
     already is. One is needed where several outputs share a storage, or where a view's layout is
     not one a new buffer has. The base is, among the outputs and their `_base`s, the wrapper whose
     chain starts every other's (the storage's own base, or `_unsafe_view` of it, which autograd
-    does not count as a view); without one the outputs stay graph outputs: the values are right,
-    the sharing is lost."""
+    does not count as a view), else the traced value just after a step recorded without its
+    arguments (see _after_unreadable); without one the outputs stay graph outputs: the values are
+    right, the sharing is lost."""
     groups: dict[int | None, list[torch.Tensor]] = {}
     for out in outs:
         members = groups.setdefault(_storage(out), [])
@@ -375,7 +387,9 @@ def _intermediate_bases(outs: list[torch.Tensor]) -> tuple[dict[int | None, int]
     for storage, members in groups.items():
         if storage is None or (len(members) == 1 and (not view_steps(members[0]) or _new_buffer_fits(members[0]))):
             continue
-        candidates = [c for c in members + [m._base for m in members if m._base is not None] if _storage(c) == storage]
+        # a base leaves the graph as a new buffer: only one whose layout such a buffer has
+        candidates = [c for c in members + [m._base for m in members if m._base is not None]
+                      if _storage(c) == storage and (not view_steps(c) or _new_buffer_fits(c))]
         chains = [view_steps(m) for m in members]
         for candidate in sorted(candidates, key=lambda c: len(view_steps(c))):
             prefix = view_steps(candidate)
@@ -384,7 +398,42 @@ def _intermediate_bases(outs: list[torch.Tensor]) -> tuple[dict[int | None, int]
                 bases.append(candidate)
                 prefixes.append(len(prefix))
                 break
+        else:
+            found = _after_unreadable(members, chains, tracer)
+            if found is not None:
+                index[storage] = len(bases)
+                bases.append(found[0])
+                prefixes.append(found[1])
     return index, bases, prefixes
+
+
+def _after_unreadable(members: list[torch.Tensor], chains: list[tuple[ViewStep, ...]],
+                      tracer: AtenTracer) -> tuple[torch.Tensor, int] | None:
+    """The traced value just after the last step recorded without its arguments (the
+    `_unsafe_view` a reshape of a strided tensor ends in), found by walking back from each view's
+    traced value through the ops of the rest of its chain; with how many steps it already is.
+    Only for views that need no gradient: that value is below autograd."""
+    ends = [max((k for k, step in enumerate(chain) if step.meta in UNREADABLE), default=-1) + 1 for chain in chains]
+    if any(m.requires_grad for m in members) or len(set(ends)) != 1 or ends[0] == 0:
+        return None
+    found = None
+    for member, chain in zip(members, chains):
+        torch._sync(member)
+        node = tracer.node_of.get(torch._from_functional_tensor(member))
+        for step in reversed(chain[ends[0] - 1:]):
+            if isinstance(node, fx.Node) and node.target is operator.getitem:  # one output of unbind, split
+                node = node.args[0]
+            target = getattr(node, "target", None)
+            op = target._schema.name.split("::")[-1] if isinstance(target, torch._ops.OpOverload) else None
+            if op is None or not step.meta.startswith(f"{op}_"):
+                return None  # not the ops of the chain: give up
+            if step is not chain[ends[0] - 1]:
+                node = node.args[0]
+        value = node.meta.get("val") if isinstance(node, fx.Node) else None
+        if found is not None and value is not found:
+            return None
+        found = value
+    return (found, ends[0]) if isinstance(found, torch.Tensor) else None
 
 
 def _same_steps(a: tuple[ViewStep, ...], b: tuple[ViewStep, ...]) -> bool:

@@ -268,7 +268,9 @@ def _maybe_realize(ctx: LoweringContext, tv: TensorValue, node: torch.fx.Node) -
     cost = value_cost(body)
     users = len(node.users)
     if (users > 1 and cost > RECOMPUTE_LIMIT) or cost > BODY_LIMIT or len(walk(body)) > BODY_LIMIT:
-        return ctx.realize(tv)
+        # a graph output is stored in eager's strides once, not copied into them at the end
+        returned = isinstance(ctx.meta, torch.Tensor) and any(user.op == "output" for user in node.users)
+        return ctx.realize(tv, _dense_layout(ctx.meta) if returned else None)
     return tv
 
 

@@ -30,7 +30,7 @@ from torch.utils import _pytree as pytree
 
 from kiln.runtime.artifact import Recipe, describe, loader, rebuild
 from kiln.runtime.records import record_type
-from kiln.runtime.views import ViewReplay, ViewStep, is_plain
+from kiln.runtime.views import ViewReplay, ViewStep, is_plain, overlapping
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -186,6 +186,8 @@ class AotRuntime:
         self._views = plan_views(meta, binding)
         self._restrides = tuple((index, ViewReplay(steps, binding, what=f"the new layout of input {index}"))
                                 for index, steps in getattr(meta, "metadata_mutations", ()))
+        # user inputs updated in place, checked against the other inputs before each call
+        self._updated = tuple(sorted({*getattr(meta, "mutated_inputs", ()), *(i for i, _ in self._restrides)}))
         # the per-call plan
         self._getters = tuple(operator.attrgetter(path) for path in lifted)  # dotted paths work
         self._run = getattr(function, "fast_apply", function.apply) if function is not None else forward
@@ -212,6 +214,11 @@ class AotRuntime:
         return [get(root) for get in self._getters]
 
     def __call__(self, *args: Any) -> Any:
+        if self._updated and len(args) > 1 and self.root is not None and \
+                overlapping(args, [i for i in self._updated if i < len(args)]):
+            # two inputs share memory that one of them updates: the graph would not show the update
+            # through the other, eager does (run the captured graph as it is, op by op)
+            return self.root(*args)
         if self._getters:
             flat: Any = list(args)
             root = self.root
@@ -291,6 +298,9 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
         return None
     if not all(is_plain(steps) for _, steps in meta.metadata_mutations):
         return None  # a view op argument that is a size symbol
+    tensors = sum(1 for info in getattr(meta, "inputs", ()) if info.is_tensor)
+    if runtime._updated and tensors > 1:
+        return None  # inputs that may share memory with an updated one run the captured graph, kept here
     outputs = []
     for info in meta.outputs:
         if not _plain(info.value):

@@ -169,6 +169,34 @@ class ViewReplay:
         return _functionalization.apply_view_meta_sequence(base, metas)
 
 
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes a tensor's elements occupy, [start, end) (empty for an empty tensor)."""
+    start = t.data_ptr()
+    if t.numel() == 0:
+        return start, start
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return start, start + (last + 1) * t.element_size()
+
+
+def overlapping(args: Sequence[Any], updated: Sequence[int]) -> bool:
+    """Whether an argument updated in place shares memory with another tensor argument (not the
+    same object: the capture's aliasing guard covers that). The graph was traced with each input
+    its own tensor, so an update of one would not show through the other; by address ranges, so
+    slices of one buffer that do not meet are not counted."""
+    for i in updated:
+        mine = args[i]
+        if not isinstance(mine, torch.Tensor) or mine.layout != torch.strided:
+            continue
+        start, end = _span(mine)
+        for other in args:
+            if other is mine or not isinstance(other, torch.Tensor) or other.layout != torch.strided:
+                continue
+            other_start, other_end = _span(other)
+            if start < other_end and other_start < end:
+                return True
+    return False
+
+
 def apply_chain(base: torch.Tensor, steps: Sequence[ViewStep]) -> torch.Tensor:
     """The chain run on `base` as it is (trace time, on a fake: its fields may be SymInts)."""
     return _functionalization.apply_view_meta_sequence(base, [_meta(s, s.fields) for s in steps])

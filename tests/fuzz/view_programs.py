@@ -216,6 +216,16 @@ def _mutate_input(w: _Writer) -> bool:
     return w.run(w.rng.choice(options))
 
 
+def _overlapping_elements(t: torch.Tensor) -> bool:
+    """Whether two elements of `t` are one memory location (a broadcast, an unfold)."""
+    offsets = torch.zeros((), dtype=torch.int64)
+    for d, (size, stride) in enumerate(zip(t.shape, t.stride())):
+        shape = [1] * t.dim()
+        shape[d] = size
+        offsets = offsets + (torch.arange(size) * stride).reshape(shape)
+    return offsets.numel() != offsets.unique().numel()
+
+
 def _broadcast(t: torch.Tensor) -> bool:
     return any(s == 0 and n > 1 for s, n in zip(t.stride(), t.shape))
 
@@ -266,7 +276,9 @@ def _intermediate(w: _Writer) -> bool:
 
 
 def _mutate_intermediate(w: _Writer) -> bool:
-    y = w.pick(lambda t: t.dim() >= 1 and not _broadcast(t), among=set(w.examples[0]) - w.inputs - _input_views(w))
+    # not a view whose elements overlap (unfold, expand): Kiln runs such an update eagerly
+    y = w.pick(lambda t: t.dim() >= 1 and not _overlapping_elements(t),
+               among=set(w.examples[0]) - w.inputs - _input_views(w))
     if y is None:
         return False
     options = [f"{y}[..., :1].fill_(3)", f"{y}[0].mul_(2)", f"{y}.add_(1)", f"{y}[::2].zero_()"]
