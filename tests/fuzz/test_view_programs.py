@@ -33,7 +33,8 @@ def test_generator_is_deterministic_and_covers_every_family() -> None:
     for family in ("'strided_rows'", "'column_slice'", "'offset'", "'channels_last'", "'expanded'", "'empty'",
                    "torch.bfloat16", "torch.complex64", ".add_(", "[0].fill_(", ".t_()", ".unsqueeze_(",
                    "[::2]", ".diagonal()", ".unfold(", ".expand(", ".as_strided(", ".unbind(", ".split(",
-                   ".chunk(", ".view(torch.int32)", ".real", "[..., :1].fill_(3)", "gradients: True"):
+                   ".chunk(", ".view(torch.int32)", ".real", "[..., :1].fill_(3)", "gradients: True",
+                   ".storage_offset()"):
         assert family in text, family
     assert {p.mode for p in programs} == set(MODES)
     assert {spec.layout for p in programs for spec in p.inputs} == set(LAYOUTS)

@@ -6,7 +6,8 @@ a column slice, a storage offset, channels-last, a broadcast, an empty dim) and 
 mostly, bfloat16, float16, int64, complex64); then steps chosen among in-place updates of inputs
 and of views of them (several, through views, metadata changes such as t_), chains of views
 (slices with steps, select, narrow, diagonal, unfold, expand, as_strided, unbind/split/chunk,
-reshape, view(dtype), real/imag ...) and intermediates updated through a view; it returns views
+reshape, view(dtype), real/imag, as_strided from the view's own storage offset ...), reads of
+storage_offset(), and intermediates updated through a view; it returns views
 of inputs and of intermediates, the intermediates themselves and a reduction. The program is
 compiled under static shapes, automatic dynamic, dynamic=True or maybe_mark_dynamic and called on two
 sizes; programs with gradients update no input and return views of inputs beside a loss.
@@ -238,6 +239,7 @@ def _view(w: _Writer) -> bool:
     options = [f"{x}[1:]", f"{x}[::2]", f"{x}[0]", f"{x}.narrow(0, 1, 1)", f"{x}.unsqueeze(0)", f"{x}.reshape(-1)",
                f"{x}.flatten()", f"{x}.expand(2, *{x}.shape)", f"{x}.unfold(0, 2, 1)", f"{x}.unbind(0)[1]",
                f"{x}.chunk(2, 0)[-1]", f"{x}.detach()", f"{x}.contiguous()", f"{x}.as_strided((2, 2), (1, 2))",
+               f"{x}.as_strided((2, 2), (1, 2), {x}.storage_offset() + 1)",
                f"{x}.view(-1)", f"{x}.squeeze()"]
     if t.dim() >= 2:
         options += [f"{x}[:, :1]", f"{x}[:, ::2]", f"{x}.transpose(0, 1)", f"{x}.diagonal()", f"{x}.select(-1, 0)",
@@ -269,7 +271,7 @@ def _intermediate(w: _Writer) -> bool:
         return False
     t = w.value(x)
     options = [f"{x} * 2 + 1", f"torch.maximum({x}, {x})" if not t.dtype.is_complex else f"{x} * 3",
-               f"{x}.clone()", f"{x} - {x}.sum(0, keepdim=True)"]
+               f"{x}.clone()", f"{x} - {x}.sum(0, keepdim=True)", f"{x} * {x}.storage_offset()"]
     if t.dtype.is_floating_point:
         options += [f"{x}.sin()", f"{x}.abs()"]
     return w.run(w.rng.choice(options), w.fresh())
