@@ -4,7 +4,9 @@
 torch.autograd.Function when a backward was compiled, so `loss.backward()` runs the compiled
 backward), copies the new values of mutated inputs back into the caller's tensors exactly once,
 and rebuilds outputs that alias inputs or each other by replaying their view ops on the real
-base (kiln.runtime.views), so user code sees eager's aliasing, strides and offsets.
+base (kiln.runtime.views), so user code sees eager's aliasing, strides and offsets. A call whose
+inputs share memory with one the graph updates runs the captured graph op by op instead (the
+functional graph traced each input as its own tensor).
 kiln.autograd.backend builds it after tracing; this module imports only torch and the runtime, so
 that a runtime rebuilt from the persistent frame cache runs in a process that never loads the
 tracer, sympy or kiln.lower.
