@@ -1,7 +1,8 @@
 """One workload, measured: eager, Kiln and torch.compile compiled and checked against eager, then
 timed in this process with their samples interleaved, then their peak memory per step measured in
 turn (benchmarks.memory); cold and warm compile times are taken from fresh subprocesses
-(benchmarks.startup).
+(benchmarks.startup), and so is Kiln's speed before tier-up with its seconds to full speed
+(benchmarks.tierup).
 
 Input: a workload module and the run's options. Output: a plain dict (one row of the report and of
 bench_results.json). A compiler that is missing, raises, or computes a different result gets a
@@ -23,6 +24,7 @@ import torch
 from benchmarks.compilers import (KILN, TORCH, Compiler, call_recording_warnings, kiln_counters, seed_precompiled_header,
                                   settle_kiln)
 from benchmarks.memory import peak_of_steps
+from benchmarks.tierup import tierup_seconds, with_ratios
 from benchmarks.timing import measure_interleaved
 from benchmarks.workload import Case, make_step
 
@@ -52,6 +54,17 @@ def startup_seconds(workload: str, compiler: Compiler, cache_dir: str, quick: bo
 
 def _torch_graph_count() -> int:
     return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
+def final_counts(compiler: Compiler) -> dict:
+    """Graphs, recompiles, graph breaks and eager fallbacks over every call this process made (the
+    first, the tier-up calls, the timed ones): a step that keeps recompiling shows it here, not in
+    its first call's counts. torch.compile has no recompile counter: its graphs and breaks only."""
+    if compiler is KILN:
+        stats = kiln_counters()
+        return {key: stats.get(key) for key in ("graphs", "recompiles", "graph_breaks", "fallbacks")}
+    return {"graphs": _torch_graph_count(),
+            "graph_breaks": sum(torch._dynamo.utils.counters["graph_break"].values())}
 
 
 def prepare_compiled(
@@ -137,6 +150,10 @@ def bench_workload(module: ModuleType, opts: dict, kiln_unavailable: str | None,
                 steps[compiler.name] = step
         timings = measure_interleaved(steps, warmup=opts["warmup"], samples=opts["samples"])
         peaks = peak_of_steps(steps) if opts.get("memory", True) else {}
+        for compiler in prepared:
+            if compiler.name in steps:
+                row[compiler.name]["counts"] = final_counts(compiler)
+                row[compiler.name]["compiles"] = row[compiler.name]["counts"]["graphs"]
     finally:
         for compiler in prepared:
             compiler.reset()
@@ -146,4 +163,26 @@ def bench_workload(module: ModuleType, opts: dict, kiln_unavailable: str | None,
         row[name]["ms"] = timings[name].ms / len(case.inputs)
         row[name]["speedup"] = row["eager_ms"] / row[name]["ms"]
         row[name]["peak_bytes"] = peaks.get(name)
+    if opts.get("tierup") and "kiln" in steps:
+        row["tierup"] = measure_tierup(module.NAME, row, opts["quick"], opts.get("threads", 1), scratch)
     return row
+
+
+def measure_tierup(name: str, row: dict, quick: bool, threads: int, scratch: str) -> dict:
+    """Kiln's speed before tier-up and its seconds to full speed (benchmarks.tierup, a fresh process
+    with empty caches), beside torch.compile's first call and speed. A full run measures
+    torch.compile in that process too, the way it measures Kiln. --quick, to stay short, takes
+    torch.compile's speedup from this run's timing and its first call from its cold start (when
+    measured), and gives the child's cache the run's precompiled header instead of building its
+    own (the same header for every workload; a cold build takes tens of seconds)."""
+    torch_row = row.get("torch", {})
+    torch_ok = torch_row.get("status") == "ok"
+    reuse = quick and torch_ok and torch_row.get("cold_s") is not None
+    seed = (lambda cache_dir: seed_precompiled_header(cache_dir, os.path.join(scratch, "kiln-toolchain"))) if quick else None
+    result = tierup_seconds(name, quick, threads, scratch, with_torch=torch_ok and not reuse, seed_header=seed)
+    result["header_seeded"] = quick
+    if reuse:
+        result["torch_from"] = "this run's timing and cold start"
+        return with_ratios(result, torch_row["speedup"], torch_row["cold_s"])
+    result["torch_from"] = "the tier-up process, after Kiln"
+    return with_ratios(result)

@@ -1,6 +1,6 @@
 """Printing the benchmark results: the timing table with its geomean row, the compile-time table,
-the bandwidth table of the memory-bound workloads, the peak-memory table, and the guard-overhead
-lines.
+the tier-up table (speed before tier-up, seconds to full speed), the bandwidth table of the
+memory-bound workloads, the peak-memory table, and the guard-overhead lines.
 
 Input: the list of row dicts from benchmarks.measure (and the guard-overhead dict). Output: text on
 stdout, and `summary(rows)`, the geomeans that also go into bench_results.json.
@@ -32,6 +32,25 @@ def summary(rows: list[dict]) -> dict:
         "kiln_over_torch_warm_geomean": geomean([r["kiln"]["warm_s"] / r["torch"]["warm_s"] for r in warm]),
         "workloads_with_kiln": len(kiln),
         "workloads_with_torch": len(torch_),
+        **tierup_summary(rows),
+    }
+
+
+def _tierup(row: dict, key: str) -> float | None:
+    return row.get("tierup", {}).get(key)
+
+
+def tierup_summary(rows: list[dict]) -> dict:
+    """Geomeans of the tier-up table: Kiln's Python tier over eager and against torch.compile (the
+    target is at least 1), and full-speed seconds over torch.compile's first call (at most 0.2)."""
+    def values(key: str) -> list[float]:
+        return [v for v in (_tierup(r, key) for r in rows) if v]
+
+    return {
+        "kiln_python_speedup_geomean": geomean(values("python_speedup")),
+        "kiln_python_over_torch_geomean": geomean(values("python_over_torch")),
+        "full_speed_over_torch_first_geomean": geomean(values("full_speed_over_torch_first")),
+        "workloads_with_tierup": len(values("python_speedup")),
     }
 
 
@@ -54,7 +73,8 @@ def print_speed_table(rows: list[dict], totals: dict) -> None:
 def print_compile_table(rows: list[dict], totals: dict) -> None:
     print(
         f"{'workload':<20}{'kiln cold s':>12}{'torch cold s':>13}{'kiln warm s':>12}{'torch warm s':>13}"
-        f"{'kiln graphs':>12}{'torch graphs':>13}{'kiln bg s':>10}"
+        f"{'kiln graphs':>12}{'torch graphs':>13}{'kiln bg s':>10}{'kiln recomp':>12}{'kiln breaks':>12}"
+        f"{'kiln fallbk':>12}{'torch breaks':>13}"
     )
     for r in rows:
         k, t = r.get("kiln", {}), r.get("torch", {})
@@ -62,6 +82,8 @@ def print_compile_table(rows: list[dict], totals: dict) -> None:
             f"{r['name']:<20}{_num(k.get('cold_s'), '.2f'):>12}{_num(t.get('cold_s'), '.2f'):>13}"
             f"{_num(k.get('warm_s'), '.2f'):>12}{_num(t.get('warm_s'), '.2f'):>13}"
             f"{_num(k.get('compiles'), 'd'):>12}{_num(t.get('compiles'), 'd'):>13}{_num(k.get('tier_up_s'), '.1f'):>10}"
+            f"{_count(k, 'recompiles'):>12}{_count(k, 'graph_breaks'):>12}{_count(k, 'fallbacks'):>12}"
+            f"{_count(t, 'graph_breaks'):>13}"
         )
     print(
         f"{'geomean kiln/torch':<20}{_num(totals['kiln_over_torch_cold_geomean'], '.2f'):>12}{'':>13}"
@@ -70,7 +92,44 @@ def print_compile_table(rows: list[dict], totals: dict) -> None:
     print("  (cold: first step in a fresh process with an empty cache dir; warm: a second fresh process")
     print("   reusing that cache dir; includes importing the compiler and the first step's run;")
     print("   kiln bg s: seconds of native-wrapper builds for hot graphs, on a background thread, waited")
-    print("   for before timing so that the speed tables show the steady state)")
+    print("   for before timing so that the speed tables show the steady state; graphs, recompiles, breaks and")
+    print("   fallbacks (calls of a frame that ran eagerly) count every call this process made, not the first only)")
+
+
+def print_tierup_table(rows: list[dict], totals: dict) -> None:
+    print(f"{'workload':<22}{'kiln 1st s':>11}{'py ms':>9}{'py x':>7}{'py/torch':>10}{'full x':>8}{'full s':>8}"
+          f"{'torch 1st s':>12}{'full/1st':>10}{'native':>8}")
+    seeded = False
+    for r in rows:
+        t = r.get("tierup")
+        if t is None:
+            continue
+        seeded |= bool(t.get("header_seeded"))
+        wrappers = t.get("wrappers") or {}
+        native = f"{wrappers['native']}/{wrappers['tiered']}" if wrappers else "-"
+        print(f"{r['name']:<22}{_num(t.get('first_call_s'), '.2f'):>11}{_num(t.get('python_ms'), '.3f'):>9}"
+              f"{_num(t.get('python_speedup'), '.2f'):>7}{_num(t.get('python_over_torch'), '.2f'):>10}"
+              f"{_num(t.get('kiln_speedup'), '.2f'):>8}{_num(t.get('full_speed_s'), '.1f'):>8}"
+              f"{_num(t.get('torch_first_call_s'), '.1f'):>12}{_num(t.get('full_speed_over_torch_first'), '.2f'):>10}"
+              f"{native:>8}")
+    print(f"{'geomean':<42}{_num(totals['kiln_python_speedup_geomean'], '.2f'):>7}"
+          f"{_num(totals['kiln_python_over_torch_geomean'], '.2f'):>10}{'':>28}"
+          f"{_num(totals['full_speed_over_torch_first_geomean'], '.2f'):>10}")
+    print("  (kiln 1st s: import, compile and first step in a fresh process with empty caches; py ms, py x:")
+    print("   Kiln's Python tier (calls 2 to the first that asks for a native build, at most 100): median ms")
+    print("   of single steps, and its speedup over eager steps timed between them; py/torch: that speedup")
+    print("   over torch.compile's (target >= 1); full x: Kiln's once every graph still called settled")
+    print("   (medians of single steps in turn); full s: seconds from Kiln's import until then, the loop")
+    print("   stepping all along; torch 1st s: torch.compile's first step from an empty cache; full/1st:")
+    print("   target <= 0.2; native: graphs running their native wrapper / graphs with a tiered wrapper)")
+    if seeded:
+        print("   (--quick: each fresh cache got the precompiled header built once for the run, and torch.compile's")
+        print("   speedup and first call come from the speed table and its cold start when measured; a full run's")
+        print("   cold caches build their own header, counted in 'full s', and time torch.compile beside Kiln)")
+    for r in rows:
+        status = r.get("tierup", {}).get("status", "ok")
+        if status != "ok":
+            print(f"  {r['name']}: {status}")
 
 
 def print_bandwidth_table(rows: list[dict], copy_gbs: float, copy_mib: int) -> None:
@@ -92,6 +151,10 @@ def print_bandwidth_table(rows: list[dict], copy_gbs: float, copy_mib: int) -> N
             f"{_num(values[2], '.1f'):>12}{100 * best / copy_gbs:>15.0f}%"
         )
     print("  (bytes moved = inputs read once + outputs written once, the minimum any kernel must move)")
+
+
+def _count(part: dict, key: str) -> str:
+    return _num((part.get("counts") or {}).get(key), "d")
 
 
 def _mib(nbytes: int | None) -> str:

@@ -6,12 +6,18 @@ guard-overhead micro-benchmark, a geomean row, and everything written to bench_r
     python -m benchmarks.run --quick            # small sizes, few samples
     python -m benchmarks.run --only softmax     # one workload (repeat or comma-separate for more)
     python -m benchmarks.run --no-startup       # skip the cold/warm subprocess measurements
+    python -m benchmarks.run --no-tierup        # skip the before-tier-up / seconds-to-full-speed processes
     python -m benchmarks.run --only ddp         # the 2-process DDP training step (benchmarks/ddp.py)
     python -m benchmarks.run --threads all      # one pass at torch's default thread count (default: 1,all)
 
 The workloads run once per thread count of --threads (torch.set_num_threads, which Kiln's kernels
 follow as ATen's do); each speed and memory table says its thread count. Cold and warm starts (fresh
-processes, default threads) are measured in the first pass only.
+processes, default threads) are measured in the first pass only, and so is the tier-up table (a
+fresh process per workload with empty caches, at the first pass's thread count): Kiln's speed over
+its first ~100 calls, on its Python wrappers, and the seconds until its native wrappers run, beside
+torch.compile's first call (benchmarks.tierup). --quick leaves adam_step and sgd_step out unless
+--only names them (adamw_step runs the same code), and measures tier-up only for QUICK_TIERUP
+unless --only names workloads (each such process takes tens of seconds).
 """
 from __future__ import annotations
 
@@ -43,7 +49,11 @@ WORKLOADS = (
     "varying_batch",
     "gpt_training", "resnet18_inference", "resnet18_training", "bert_encoder_inference",
     "graph_break",
+    "adamw_step", "adam_step", "sgd_step", "checkpoint_training", "efficientnet_training",
 )
+QUICK_SKIPPED = ("adam_step", "sgd_step")  # --quick: the compiled-optimizer workload is adamw_step
+# --quick without --only: the tier-up table for a plain training step and the three training kinds
+QUICK_TIERUP = ("mlp_training", "adamw_step", "checkpoint_training", "efficientnet_training")
 ALL_NAMES = WORKLOADS + (guard_overhead.NAME, overhead.NAME, ddp.NAME)
 
 
@@ -52,6 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes and few samples")
     parser.add_argument("--only", action="append", default=[], help=f"workload name(s), of: {', '.join(ALL_NAMES)}")
     parser.add_argument("--no-startup", action="store_true", help="skip cold/warm compile-time subprocesses")
+    parser.add_argument("--no-tierup", action="store_true", help="skip the before-tier-up subprocesses")
     parser.add_argument("--json", default="bench_results.json", help="where to write the results")
     parser.add_argument("--threads", default="1,all", help="thread counts, comma-separated ('all': torch's default)")
     args = parser.parse_args(argv)
@@ -69,6 +80,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def selected_workloads(args: argparse.Namespace) -> list[str]:
+    """What --only names, else every workload (under --quick, less QUICK_SKIPPED)."""
+    return args.only or [n for n in ALL_NAMES if not (args.quick and n in QUICK_SKIPPED)]
+
+
+def tierup_workloads(args: argparse.Namespace) -> list[str]:
+    """The workloads whose tier-up is measured: none under --no-tierup, QUICK_TIERUP under --quick
+    without --only, else every selected one."""
+    if args.no_tierup:
+        return []
+    if args.quick and not args.only:
+        return list(QUICK_TIERUP)
+    return selected_workloads(args)
+
+
 def machine_info() -> dict:
     return {
         "python": platform.python_version(),
@@ -82,9 +108,10 @@ def machine_info() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    selected = args.only or list(ALL_NAMES)
-    opts = {"quick": args.quick, "startup": not args.no_startup, "warmup": 2 if args.quick else 5,
-            "samples": 5 if args.quick else 21}
+    selected = selected_workloads(args)
+    tierup = tierup_workloads(args)
+    opts = {"quick": args.quick, "startup": not args.no_startup, "tierup": tierup,
+            "warmup": 2 if args.quick else 5, "samples": 5 if args.quick else 21}
     info = machine_info()
     print(f"Kiln bench: torch {info['torch']}, {info['cpu_count']} CPUs, {info['torch_threads']} torch threads"
           f"{', quick' if args.quick else ''}")
@@ -103,14 +130,16 @@ def main(argv: list[str] | None = None) -> int:
         for threads in args.threads:
             torch.set_num_threads(threads)
             print(f"  -- {threads} thread(s)", flush=True)
-            pass_opts = dict(opts, startup=opts["startup"] and not passes)
+            first_pass = not passes
+            pass_opts = dict(opts, startup=opts["startup"] and first_pass, threads=threads)
             rows = passes[threads] = []
             for name in WORKLOADS:
                 if name not in selected:
                     continue
                 print(f"  {name} ...", flush=True)
                 try:
-                    row = bench_workload(importlib.import_module(f"benchmarks.{name}"), pass_opts, unavailable, scratch)
+                    module = importlib.import_module(f"benchmarks.{name}")
+                    row = bench_workload(module, dict(pass_opts, tierup=first_pass and name in tierup), unavailable, scratch)
                     rows.append(dict(row, threads=threads))
                 except Exception as exc:  # a broken workload is reported; the others still run
                     errors[name] = f"{type(exc).__name__}: {exc}"
@@ -147,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n== compile time (cold and warm start, fresh processes at {default_threads} threads) ==")
         report.print_compile_table(first, report.summary(first))
         print_warm_ratios(first)
+        if any("tierup" in r for r in first):
+            print(f"\n== before tier-up and time to full speed (fresh process, empty caches, {args.threads[0]} thread(s)) ==")
+            report.print_tierup_table(first, report.summary(first))
     if rows:
         print(f"\n== memory bandwidth of the memory-bound workloads at {args.threads[-1]} thread(s) ==")
         report.print_bandwidth_table(rows, copy_gbs, copy_mib)
@@ -165,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     if max(info["load_before"], info["load_after"]) > 1.5:
         print(f"\nwarning: the machine was busy (1-minute load {info['load_before']:.1f} before, "
               f"{info['load_after']:.1f} after, on {info['cpu_count']} CPUs): timings are noisy")
-    results = {"machine": dict(info, copy_bandwidth_gbs=copy_gbs), "options": opts, "kiln_unavailable": unavailable,
+    results = {"machine": dict(info, copy_bandwidth_gbs=copy_gbs), "options": opts,
+               "tierup": {r["name"]: r["tierup"] for r in first if "tierup" in r},  # also in by_threads' first pass
+               "tierup_summary": report.tierup_summary(first), "kiln_unavailable": unavailable,
                "workloads": rows, "errors": errors, "summary": totals, "threads": args.threads,
                "by_threads": {str(t): {"workloads": r, "summary": report.summary(r)} for t, r in passes.items()}, "guard_overhead": guard, "overhead": tiny,
                "ddp": ddp_rows,

@@ -1,5 +1,6 @@
 """What a benchmark workload is: a `Case` that says what to compile, with which inputs, and how one
-step runs (a forward call, or a training step: forward, loss, backward).
+step runs (a forward call, a training step: forward, loss, backward, or a step of the workload's own:
+an optimizer's `step()`, compiled itself).
 
 Each workload module (benchmarks/<name>.py) defines `NAME`, `DESCRIPTION` and `build(quick) -> Case`.
 The runner compiles `case.make_fn()` once per compiler, so Kiln and torch.compile never share a
@@ -22,12 +23,17 @@ class Case:
     rtol: float = 1e-4
     atol: float = 1e-5
     notes: dict = field(default_factory=dict)
+    # a step of the workload's own: `custom_step(fn, original)` returns the zero-argument step that
+    # calls `fn` (`original` compiled, or `original`) and returns what to compare against eager
+    custom_step: Callable[[Callable, Callable], Callable[[], list]] | None = None
 
 
 def make_step(case: Case, fn: Callable, original: Callable) -> Callable[[], list]:
     """A zero-argument step over every input tuple of `case`, calling `fn` (`original` compiled, or
     `original` itself); returns what it computed, so the runner can compare compiled against eager
     (outputs, and for training the loss and the gradient of every parameter of `original`)."""
+    if case.custom_step is not None:
+        return case.custom_step(fn, original)
     params = list(original.parameters()) if isinstance(original, torch.nn.Module) else []
 
     def step() -> list:

@@ -5,6 +5,8 @@ report SCRIPT [ARGS]     run the script, write one HTML page of everything it co
 bisect SCRIPT [ARGS]     run the script, then bisect the first call of each function or module it compiled
 minify FILE [ARGS]       a repro.py written by Kiln: shrink its graph further; any other script: run it and
                          minify the first compiled call that goes wrong; writes repro.py (--out DIR)
+knobs [--markdown]       every setting of kiln.config with its environment variable and value now; with
+                         --markdown the README's settings table (generated from kiln.config's declarations)
 The script runs as __main__ with its own arguments; kiln.compile is watched to learn what to bisect.
 """
 from __future__ import annotations
@@ -164,6 +166,26 @@ def cmd_minify(ns: argparse.Namespace) -> int:
     return 1
 
 
+def knob_table() -> str:
+    """The README's settings table: one row per declaration of kiln.config, in declaration order."""
+    rows = ["| `kiln.config` | environment | type | default | meaning |", "|---|---|---|---|---|"]
+    for k in config.KNOBS:
+        cells = [f"`{k.name}`" if k.name else "", f"`{k.env}`" if k.env else "", k.type_name, k.shown, k.meaning]
+        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def cmd_knobs(ns: argparse.Namespace) -> int:
+    if ns.markdown:
+        print(knob_table(), end="")
+        return 0
+    for k in config.KNOBS:
+        value = getattr(config, k.name) if k.name else k.from_env()
+        where = f"kiln.config.{k.name}" if k.name else k.env
+        print(f"{where} = {value!r}" + (f"  ({k.env})" if k.name and k.env else "") + f"  # {k.meaning}")
+    return 0
+
+
 def _is_repro(path: str) -> bool:
     with open(path, encoding="utf-8") as f:
         text = f.read()
@@ -192,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("script")
         sub.add_argument("args", nargs=argparse.REMAINDER)
         sub.set_defaults(run=run)
+    knobs = commands.add_parser("knobs", help="list the settings (--markdown: the README's table)")
+    knobs.add_argument("--markdown", action="store_true")
+    knobs.set_defaults(run=cmd_knobs)
     ns = parser.parse_args(argv)
     return ns.run(ns)
 

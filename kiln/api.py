@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import types
 from typing import Any, Callable, Mapping, TypeVar
 
 import torch
@@ -80,45 +81,107 @@ def compile_with(model: Any, options: CompileOptions, capture: Callable[..., Any
 
 
 class OptimizedModule(torch.nn.Module):
-    """An nn.Module whose forward runs compiled; everything else is the original module's.
+    """An nn.Module whose call runs compiled; everything else is the original module's.
 
-    The original is registered as the submodule `_orig_mod` (as torch.compile does), so parameters(),
-    state_dict() (keys prefixed `_orig_mod.`), train()/eval(), to() and hooks on the original act on
-    the original; any other attribute is read from the original.
+    As torch.compile's wrapper: the original is the submodule `_orig_mod` (so parameters(),
+    state_dict() with keys prefixed `_orig_mod.`, to() and train()/eval() act on it), `training`
+    is the original's, and every other attribute is read from, written to and deleted on the
+    original (`opt.step += 1` changes what the compiled forward reads); dir() lists the
+    original's attributes. A class that overrides `__call__` has its override compiled; otherwise
+    the forward is compiled and the original's hooks run around it as Module.__call__ runs them
+    (backward hooks included). Pickling, torch.save and copy.deepcopy rebuild it from the original
+    and the compile arguments.
     """
 
+    # The wrapper's own state; any other name is the original module's.
+    _OWN_ATTRIBUTES = frozenset({"_orig_mod", "_kiln_options", "_kiln_capture", "_kiln_forward_of",
+                                 "_kiln_forward", "_kiln_initialized", "__dict__", "forward"})
+
     def __init__(self, mod: torch.nn.Module, options: CompileOptions, capture: Callable[..., Any] | None = None) -> None:
+        # Before Module.__init__: `training` (set there) and every other attribute read or write
+        # reaches the original through `_orig_mod`.
+        object.__setattr__(self, "_orig_mod", mod)
+        object.__setattr__(self, "_kiln_initialized", False)
         super().__init__()
-        self._orig_mod = mod
+        self._orig_mod = mod  # now registered as the submodule
         self._kiln_options = options
         self._kiln_capture = capture
-        self._kiln_forward_of = _forward_of(mod)
+        self._kiln_forward_of = _call_target_of(mod)
         self._kiln_forward = _compiled_forward(mod, options, capture)
+        object.__setattr__(self, "_kiln_initialized", True)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         mod = self._orig_mod
-        if _forward_of(mod) is not self._kiln_forward_of:
+        if _call_target_of(mod) is not self._kiln_forward_of:
             # `Net.forward = ...` (or autoreload replacing the class) after compile: eager would
             # call the new forward, so compile that one.
-            self._kiln_forward_of = _forward_of(mod)
+            self._kiln_forward_of = _call_target_of(mod)
             self._kiln_forward = _compiled_forward(mod, self._kiln_options, self._kiln_capture)
+        if _overrides_call(mod):
+            return self._kiln_forward(*args, **kwargs)  # the class's own __call__, compiled
+        if _needs_module_call(mod):
+            # backward hooks (or hooks that must run even when forward raises): Module.__call__
+            # itself runs them, around the compiled forward
+            with distributed.compiled_forward_of(mod, self._kiln_forward):
+                return mod(*args, **kwargs)
         if mod._forward_hooks or mod._forward_pre_hooks or _has_global_hooks():
             return _call_with_hooks(mod, self._kiln_forward, args, kwargs)
         return self._kiln_forward(*args, **kwargs)
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            # Read through __dict__: during unpickling or deepcopy `_modules` may not exist yet, and
-            # `self._modules` would come back here forever.
-            orig = self.__dict__.get("_modules", {}).get("_orig_mod")
-            if orig is None:
-                raise
-            return getattr(orig, name)
+    @property  # type: ignore[override]  # Module declares a plain attribute
+    def training(self) -> bool:
+        return self._orig_mod.training
 
-    def __repr__(self) -> str:
-        return f"OptimizedModule({self._orig_mod!r}, backend={self._kiln_options.backend_name!r})"
+    @training.setter
+    def training(self, value: bool) -> None:
+        if self.__dict__.get("_kiln_initialized"):  # Module.__init__'s default is not the original's
+            self._orig_mod.training = value
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_orig_mod":
+            # Read through __dict__: during unpickling or deepcopy `_modules` may not exist yet,
+            # and `self._modules` would come back here forever.
+            modules = self.__dict__.get("_modules", {})
+            if "_orig_mod" in modules:
+                return modules["_orig_mod"]
+            raise AttributeError(name)
+        return getattr(self._orig_mod, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in OptimizedModule._OWN_ATTRIBUTES or hasattr(type(self), name) or not self.__dict__.get("_kiln_initialized"):
+            super().__setattr__(name, value)
+        else:
+            setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in OptimizedModule._OWN_ATTRIBUTES or hasattr(type(self), name):
+            super().__delattr__(name)
+        else:
+            delattr(self._orig_mod, name)
+
+    def __dir__(self) -> list[str]:
+        own = list(self._orig_mod.__dir__())
+        return own + [name for name in super().__dir__() if name not in own]
+
+    def __len__(self) -> int:
+        if hasattr(type(self._orig_mod), "__len__"):
+            return len(self._orig_mod)  # type: ignore[arg-type]
+        raise TypeError(f"object of type {type(self._orig_mod).__name__!r} has no len()")
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # The compiled callables and caches are not data: rebuilt from the original and the arguments.
+        options = self._kiln_options
+        return (_rebuild, (self._orig_mod, options.backend, options.fullgraph, options.dynamic, options.mode,
+                           dict(options.options), self._kiln_capture))
+
+
+def _rebuild(mod: torch.nn.Module, backend: Any, fullgraph: bool, dynamic: bool | None, mode: str | None,
+             options: dict[str, Any], capture: Callable[..., Any] | None) -> OptimizedModule:
+    """An OptimizedModule again from what __reduce__ kept (unpickling, torch.load, deepcopy)."""
+    compiler = backends.lookup(backend, mode=mode, options=options or None)
+    compile_options = CompileOptions(backend=backend, compiler=compiler, fullgraph=fullgraph, dynamic=dynamic,
+                                     mode=mode, options=options)
+    return OptimizedModule(mod, compile_options, capture)
 
 
 def _compiled_forward(mod: torch.nn.Module, options: CompileOptions, capture: Callable[..., Any] | None) -> Any:
@@ -128,13 +191,33 @@ def _compiled_forward(mod: torch.nn.Module, options: CompileOptions, capture: Ca
         wrapped = mod.module
         assert isinstance(wrapped, torch.nn.Module)  # DDP's constructor stores the module it wraps
         return distributed.DDPForward(mod, entry.compile_function(wrapped.forward, options, capture))
+    if _overrides_call(mod):
+        # torch.compile compiles `mod.__call__`: a class's own __call__ (`5 * self.forward(x)`) is
+        # what calling the module runs, hooks or not
+        return entry.compile_function(mod.__call__, options, capture)
     return entry.compile_function(mod.forward, options, capture)
 
 
-def _forward_of(mod: torch.nn.Module) -> Any:
-    """What `mod.forward` resolves to, without making a bound method: an instance attribute or the
-    class's function."""
+def _overrides_call(mod: torch.nn.Module) -> bool:
+    return isinstance(inspect.getattr_static(type(mod), "__call__", None), types.FunctionType) \
+        and inspect.getattr_static(type(mod), "__call__") is not torch.nn.Module.__call__
+
+
+def _call_target_of(mod: torch.nn.Module) -> Any:
+    """What calling `mod` compiles, without making a bound method: the class's own __call__, an
+    instance forward, or the class's forward."""
+    if _overrides_call(mod):
+        return inspect.getattr_static(type(mod), "__call__")
     return mod.__dict__.get("forward") or getattr(type(mod), "forward", None)
+
+
+def _needs_module_call(mod: torch.nn.Module) -> bool:
+    """Hooks only Module.__call__ runs as eager does: backward hooks and pre-hooks (they wrap the
+    forward's inputs and outputs in autograd nodes), and forward hooks marked always_call."""
+    hooks = torch.nn.modules.module
+    return bool(mod._backward_hooks or mod._backward_pre_hooks or mod._forward_hooks_always_called
+                or hooks._global_backward_hooks or hooks._global_backward_pre_hooks
+                or hooks._global_forward_hooks_always_called)
 
 
 def _has_global_hooks() -> bool:

@@ -26,6 +26,12 @@ class Unsupported(KilnError):
         self.hint = hint
 
 
+class RestartCapture(KilnError):
+    """Raised inside capture when the trace changed the program's state the way its first eager
+    call would (a lazy module initialized from its input's shapes): what was guarded so far may
+    no longer hold, so the frame is captured again from its start. Never reaches the user."""
+
+
 class GraphBreakError(KilnError):
     """Raised under fullgraph=True at the first graph break; its message is the break record."""
 

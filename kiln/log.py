@@ -31,7 +31,7 @@ _handler: logging.Handler | None = None
 def configure(spec: str | None = None) -> None:
     """Parse a KILN_LOGS value (the environment's when `spec` is None); unknown names are an error."""
     global _handler
-    spec = os.environ.get("KILN_LOGS", "") if spec is None else spec
+    spec = config.knob("KILN_LOGS").from_env() if spec is None else spec
     _enabled_artifacts.clear()
     _debug_stages.clear()
     for raw in spec.split(","):

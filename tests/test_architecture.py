@@ -3,8 +3,8 @@
 The graph is built from the sources with `ast` (imports inside functions count: a lazy import is
 still a dependency), so the test needs no import of kiln. Each module belongs to one unit: a stage
 package (`kiln.capture`, `kiln.lower`, ...) or a top-level module (`kiln.api`, `kiln.log`, ...).
-`ALLOWED` says which units a unit may import; the layering follows the Layout of the style guide
-and docs/seams.md.
+`ALLOWED` says which units a unit may import; the layering is the one docs/seams.md states in its
+opening paragraph, the packages taken in the pipeline order of the README's "Where each idea lives".
 """
 from __future__ import annotations
 

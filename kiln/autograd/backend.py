@@ -4,7 +4,8 @@
 functional ATen; when grad is on and an input requires grad, trace the joint graph, partition it
 (min-cut by default) and hand both halves to the compilers. `aot_eager` runs the ATen graphs as
 they are; `trace_aten` gives lower's tests a graph. Reports: KILN_LOGS=aot_graphs prints both
-graphs with the saved tensors and the bytes saved under each partitioner (`AotReport`).
+graphs with the saved tensors, the bytes saved under each partitioner and the ops the backward
+recomputes (checkpointed regions first) (`AotReport`).
 PyTorch counterpart: torch/_functorch/aot_autograd.py and torch/_dynamo/backends/common.py.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from kiln.autograd.checkpoint import RecomputedValue
 from kiln.autograd.decompose import DecompositionTable, resolve_decompositions
 from kiln.autograd.functionalize import functionalize_fresh_fills, verify_aten_graph
 from kiln.autograd.joint import (JointTrace, differentiable_outputs, prepare_inputs, trace_forward,
@@ -44,6 +46,7 @@ class AotReport:
     saved: tuple[SavedValue, ...]
     forward_code: str = dataclasses.field(repr=False)
     backward_code: str = dataclasses.field(repr=False)
+    recomputed: tuple[RecomputedValue, ...] = ()  # forward values the backward computes again
 
     def __str__(self) -> str:
         lines = [f"AOT graph {self.graph}: partitioned with {self.policy}; bytes saved for backward: "
@@ -57,7 +60,24 @@ class AotReport:
                          f"  from {s.produced_by}{alias}")
         if not self.saved:
             lines.append("    (none)")
+        lines.extend(_recomputed_lines(self.recomputed))
         return "\n".join(lines)
+
+
+def _recomputed_lines(recomputed: tuple[RecomputedValue, ...]) -> list[str]:
+    """The recomputed values, those of checkpointed regions first, grouped by region."""
+    if not recomputed:
+        return []
+    regions = sorted({r.region for r in recomputed if r.region is not None})
+    chosen = [r for r in recomputed if r.region is None]
+    lines = [f"  recomputed in the backward: {len(recomputed)} ops ({len(recomputed) - len(chosen)} in "
+             f"{len(regions)} checkpointed region(s), {len(chosen)} chosen by the min-cut)"]
+    for region in regions:
+        ops = [r for r in recomputed if r.region == region]
+        lines.append(f"    checkpoint region {region}: " + ", ".join(f"{r.name} ({r.op})" for r in ops))
+    if chosen:
+        lines.append("    cheaper to recompute than to save: " + ", ".join(f"{r.name} ({r.op})" for r in chosen))
+    return lines
 
 
 def make_report(joint: JointTrace, chosen: Partition) -> AotReport:
@@ -70,7 +90,7 @@ def make_report(joint: JointTrace, chosen: Partition) -> AotReport:
                        {k: by_policy[k].saved_bytes for k in order},
                        {k: by_policy[k].activation_bytes for k in order},
                        chosen.saved_tensors + chosen.saved_symints,
-                       chosen.forward.code, chosen.backward.code)
+                       chosen.forward.code, chosen.backward.code, chosen.recomputed)
     _recent.append(report)
     return report
 
@@ -112,9 +132,13 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
     """Trace, partition and compile one captured graph; returns the callable for capture."""
     table = resolve_decompositions(decompositions)
     inputs = prepare_inputs(gm, list(example_inputs))
-    needs_grad = torch.is_grad_enabled() and any(
-        isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values)
-    forward = trace_forward(gm, inputs, table, grad=needs_grad)
+    # A backward is traced when an input requires grad and grad mode is on somewhere in the graph:
+    # around it (the caller's mode, guarded), or only inside an enable_grad region under the
+    # caller's no_grad, where the autograd.Function is applied with grad on (AotRuntime).
+    ambient = torch.is_grad_enabled()
+    any_requires_grad = any(isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values)
+    needs_grad = (ambient or _enables_grad(gm)) and any_requires_grad
+    forward = trace_forward(gm, inputs, table, grad=ambient and needs_grad)
     log.debug("aot", lambda: f"trace_forward: {len(forward.gm.graph.nodes)} nodes, mutated inputs "
                              f"{list(forward.meta.mutated_inputs)}")
     binding = bind_symbols(inputs.values)
@@ -124,14 +148,18 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         log_inference(forward.gm)
         functionalize_fresh_fills(forward.gm)
         verify_aten_graph(forward.gm)
-        return AotRuntime(forward=fw_compiler(forward.gm, list(inputs.values)), **common)
+        # run with grad off where autograd could record: grad on and an input requiring grad
+        # (no_grad inside the function around modules whose parameters require grad)
+        return AotRuntime(forward=fw_compiler(forward.gm, list(inputs.values)),
+                          grad_mode=False if ambient and any_requires_grad else None, **common)
     joint = trace_joint(gm, inputs, forward, table)
     log.debug("aot", lambda: f"trace_joint: {len(joint.gm.graph.nodes)} nodes, "
                              f"{len(joint.differentiable)} outputs with a gradient")
     parts = split_joint(joint, partition, forward.meta.mutated_inputs)
     report = make_report(joint, parts)
     log.debug("aot", lambda: f"partition ({partition}): {len(parts.saved_tensors)} tensors saved, "
-                             f"{parts.saved_bytes} bytes")
+                             f"{parts.saved_bytes} bytes, {len(parts.recomputed)} ops recomputed in the "
+                             f"backward ({sum(r.region is not None for r in parts.recomputed)} checkpointed)")
     log_graphs(report)
     for graph in (parts.forward, parts.backward):
         functionalize_fresh_fills(graph)
@@ -143,7 +171,14 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         num_saved_tensors=len(parts.saved_tensors), differentiable=joint.differentiable,
         primal_needs_grad=[isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values])
     function = with_missing_derivatives(function, joint.no_derivative)
-    return AotRuntime(forward=compiled_fw, function=function, report=report, **common)
+    return AotRuntime(forward=compiled_fw, function=function, report=report, grad_mode=None if ambient else True,
+                      **common)
+
+
+def _enables_grad(gm: fx.GraphModule) -> bool:
+    """Whether the captured graph turns grad mode on somewhere (an enable_grad region)."""
+    return any(n.op == "call_function" and n.target is torch._C._set_grad_enabled and n.args and n.args[0] is True
+               for n in gm.graph.nodes)
 
 
 def aot_autograd(fw_compiler: Compiler, bw_compiler: Compiler | None = None, *,

@@ -18,6 +18,7 @@ import torch.fx as fx
 from torch._dispatch.python import enable_python_dispatcher
 from torch.utils._pytree import TreeSpec, tree_flatten
 
+from kiln.autograd.checkpoint import run_user_graph
 from kiln.autograd.functionalize import FunctionalMeta, FunctionalSession
 from kiln.autograd.tracer import AtenTracer, graph_module, is_symbolic
 
@@ -43,6 +44,10 @@ class ForwardTrace:
     outputs: tuple[Any, ...]  # the traced (fake) value of each graph output
     requires_grad: tuple[bool, ...]  # per graph output, whether autograd tracked it
     cloned: frozenset[int] = frozenset()  # inputs mutated while requiring grad (see visible_inputs)
+    # the grad mode around the graph while it was traced (the caller's at capture, which a guard
+    # holds); the joint graph is traced in it too, so that only the graph's own enable_grad regions
+    # record a backward when the caller's mode is off
+    grad_enabled: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,27 +171,30 @@ def _has_symbols(v: Any) -> bool:
     return is_symbolic(v)
 
 
-def call_user_graph(gm: fx.GraphModule, inputs: TraceInputs, args: list[Any]) -> tuple[list[Any], TreeSpec]:
-    """Run the captured graph with lifted tensors swapped in; returns its flattened outputs."""
+def call_user_graph(gm: fx.GraphModule, inputs: TraceInputs, args: list[Any],
+                    graph: fx.Graph | None = None) -> tuple[list[Any], TreeSpec]:
+    """Run the captured graph with lifted tensors swapped in; returns its flattened outputs.
+    `graph`: the ATen graph being recorded, whose nodes get the tags of checkpointed regions."""
     user, lifted = args[:inputs.num_user], args[inputs.num_user:]
     with swapped(gm, inputs.lifted, lifted):
-        out = gm(*user)
+        out = run_user_graph(gm, user, graph)
     return tree_flatten(out)
 
 
 def trace_forward(gm: fx.GraphModule, inputs: TraceInputs, decompositions: dict,
                   *, grad: bool) -> ForwardTrace:
-    """The functional forward graph; with grad=True, also which outputs require grad."""
+    """The functional forward graph, traced with grad mode `grad` around it (the graph's own
+    no_grad/enable_grad regions switch it inside), and which outputs require grad."""
     try:
         return _trace_forward(gm, inputs, decompositions, grad=grad, cloned=frozenset())
     except RuntimeError as exc:
-        if not grad or "leaf Variable that requires grad" not in str(exc):
+        if "leaf Variable that requires grad" not in str(exc):
             raise
     # An input that requires grad is mutated in place (a non-leaf in the caller's program): find
     # which ones without autograd, then trace again mutating clones of them.
     plain = _trace_forward(gm, inputs, decompositions, grad=False, cloned=frozenset())
     cloned = frozenset(i for i in plain.meta.mutated_inputs if inputs.values[i].requires_grad)
-    return _trace_forward(gm, inputs, decompositions, grad=True, cloned=cloned)
+    return _trace_forward(gm, inputs, decompositions, grad=grad, cloned=cloned)
 
 
 def _trace_forward(gm: fx.GraphModule, inputs: TraceInputs, decompositions: dict, *, grad: bool,
@@ -197,7 +205,7 @@ def _trace_forward(gm: fx.GraphModule, inputs: TraceInputs, decompositions: dict
         for i, v in enumerate(inputs.values):
             session.add_input(f"arg{i}", v)
         with session.active(), torch.set_grad_enabled(grad):
-            outs, spec = call_user_graph(gm, inputs, session.visible_inputs(cloned))
+            outs, spec = call_user_graph(gm, inputs, session.visible_inputs(cloned), tracer.graph)
         input_infos = session.input_infos()
         out_infos, graph_outs, bases = session.classify_outputs(outs)
         mutated = [session.visible[i] for i, info in enumerate(input_infos) if info.mutates_data]
@@ -209,7 +217,7 @@ def _trace_forward(gm: fx.GraphModule, inputs: TraceInputs, decompositions: dict
     # data, not something to differentiate
     requires_grad = tuple(isinstance(v, torch.Tensor) and v.requires_grad
                           and not (k < len(mutated) and v.is_leaf) for k, v in enumerate(wrapped))
-    return ForwardTrace(graph_module(tracer), meta, spec, tuple(values), requires_grad, cloned)
+    return ForwardTrace(graph_module(tracer), meta, spec, tuple(values), requires_grad, cloned, grad)
 
 
 def _tangent_for(value: torch.Tensor) -> torch.Tensor:
@@ -268,9 +276,9 @@ def _trace_joint(gm: fx.GraphModule, inputs: TraceInputs, forward: ForwardTrace,
     with tracing(inputs, tracer):
         primals = [session.add_input(f"primals_{i + 1}", v) for i, v in enumerate(inputs.values)]
         tangents = [session.add_input(f"tangents_{j + 1}", t) for j, t in enumerate(tangent_values)]
-        with session.active(), torch.enable_grad():
+        with session.active(), torch.set_grad_enabled(forward.grad_enabled):
             visible = session.visible_inputs(forward.cloned)
-            outs, _ = call_user_graph(gm, inputs, visible[:len(primals)])
+            outs, _ = call_user_graph(gm, inputs, visible[:len(primals)], tracer.graph)
             input_infos = session.input_infos()[:len(primals)]
             _, graph_outs, bases = session.classify_outputs(outs)
             mutated = [visible[i] for i, info in enumerate(input_infos) if info.mutates_data]

@@ -4,7 +4,10 @@
 `min_cut` (rematerialization, Kiln's default): the saved set is a minimum s-t cut over the joint
 graph, each node costing its size in bytes; cheap pointwise and view ops may be recomputed in the
 backward, while matmul, convolution, reductions and random ops are pinned to the forward so their
-results are saved (a saved dropout mask is the same mask in both passes). JointTrace -> Partition.
+results are saved (a saved dropout mask is the same mask in both passes). Nodes of a checkpointed
+region (torch.utils.checkpoint, tagged by capture) are recomputed whatever they cost, except what a
+selective policy says to save (kiln/autograd/checkpoint.py); `Partition.recomputed` lists what the
+backward computes again. JointTrace -> Partition.
 PyTorch counterpart: torch/_functorch/partitioners.py (default_partition, min_cut_rematerialization).
 """
 from __future__ import annotations
@@ -19,6 +22,9 @@ import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
 
+from torch.utils.checkpoint import CheckpointPolicy
+
+from kiln.autograd.checkpoint import RecomputedValue, must_recompute, recompute_plan, recomputed_values
 from kiln.autograd.joint import JointTrace
 from kiln.autograd.reorder import is_view_op as _is_view, reorder_for_peak_memory
 from kiln.autograd.tracer import expr_of, size_hint
@@ -58,6 +64,7 @@ class Partition:
     num_forward_outputs: int
     saved_tensors: tuple[SavedValue, ...]
     saved_symints: tuple[SavedValue, ...]
+    recomputed: tuple[RecomputedValue, ...] = ()  # forward values the backward computes again
 
     @property
     def saved_bytes(self) -> int:
@@ -210,6 +217,7 @@ def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.
                       tangent_dependent: set[fx.Node], mutated: AbstractSet[str] = frozenset()) -> list[fx.Node]:
     import networkx as nx  # a quarter second to import, and only the min-cut policy needs it
 
+    plan = recompute_plan(nodes)  # checkpointed regions: recompute, or save what the policy says
     g = nx.DiGraph()
     g.add_node("source")
     g.add_node("sink")
@@ -220,9 +228,13 @@ def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.
         if node in tangent_dependent:
             g.add_edge(name + "_in", "sink", capacity=math.inf)
             continue
+        policy = plan.get(node)
         if node.op == "placeholder":
             g.add_edge("source", name + "_in", capacity=math.inf)
-        elif node in fw and not is_recomputable(node):
+        elif must_recompute(policy):
+            # computed again in the backward, whatever it costs: it can never be on the saved side
+            g.add_edge(name + "_in", "sink", capacity=math.inf)
+        elif node in fw and (policy is CheckpointPolicy.MUST_SAVE or not is_recomputable(node)):
             g.add_edge("source", name + "_in", capacity=math.inf)
         cost = node_bytes(node)
         base = _input_base(node)
@@ -413,4 +425,5 @@ def partition(joint: JointTrace, policy: str = "min_cut", mutated: Iterable[int]
     backward = _extract(joint.gm, nodes, saved_tensors + saved_symints + tangents, bw_keep, grads)
     reorder_for_peak_memory(backward, frozenset(n.name for n in saved_tensors if _aliases_input(n)))
     return Partition(policy, forward, backward, len(fw_outputs),
-                     tuple(_describe(n) for n in saved_tensors), tuple(_describe(n) for n in saved_symints))
+                     tuple(_describe(n) for n in saved_tensors), tuple(_describe(n) for n in saved_symints),
+                     recomputed_values(forward, backward, {n.name: n for n in nodes}))

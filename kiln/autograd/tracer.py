@@ -82,7 +82,7 @@ class AtenTracer(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # Otherwise TorchDispatchMode wraps __torch_dispatch__ in torch._dynamo.disable, whose
-        # first call imports Dynamo (1-2 s). This mode never runs under Dynamo.
+        # first call imports Dynamo (slow). This mode never runs under Dynamo.
         return False
 
     def __init__(self, decompositions: Mapping[Any, Callable] | None = None) -> None:

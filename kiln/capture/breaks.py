@@ -76,6 +76,14 @@ def _data_dependent_branch(exc: Unsupported) -> str:
             "for a loop, bound it with a Python int or keep the test outside the compiled function")
 
 
+@hint_for_kind("overlapping_write")
+def _overlapping_write(exc: Unsupported) -> str:
+    """An in-place op or out= writes into a tensor whose elements share memory (an expand, or a view
+    of an expanded input): it runs eagerly, as eager would write (or refuse) it."""
+    return ("write into a tensor of its own instead, e.g. `x = x.clone()` (or `.contiguous()`) before the "
+            "in-place op: an expanded tensor's elements are one memory location")
+
+
 @hint_for_kind("item")
 def _item(exc: Unsupported) -> str:
     """`.item()`, `.tolist()`, `.numpy()`, `int(t)`, `float(t)`: a tensor becomes a Python value."""
@@ -178,6 +186,30 @@ def _autograd_function(exc: Unsupported) -> str:
             "writes to outside state out of them) so the whole .apply goes into the graph")
 
 
+@hint_for_kind("checkpoint")
+def _checkpoint(exc: Unsupported) -> str:
+    """A torch.utils.checkpoint call whose body (or arguments) capture cannot trace: the whole
+    checkpoint call runs eagerly between graphs, as torch.compile runs it."""
+    return ("keep the checkpointed function to tensor ops (move prints, .item() and data-dependent "
+            "branches out of it) so the region goes into the graph and the compiled backward recomputes it")
+
+
+@hint_for_kind("pytree")
+def _pytree(exc: Unsupported) -> str:
+    """A torch.utils._pytree call capture cannot answer at trace time (a tree it cannot take apart,
+    a predicate on tensor data, structures that do not match): it runs natively."""
+    return ("keep pytree predicates and is_leaf functions to Python checks on types and sizes, and give "
+            "tree_map trees of the same structure")
+
+
+@hint_for_kind("higher_order")
+def _higher_order(exc: Unsupported) -> str:
+    """torch.cond / while_loop / map / scan / associative_scan that capture cannot trace inline (a
+    predicate that depends on tensor data, a body that breaks or that eager rejects): it runs eagerly."""
+    return ("for a data-dependent choice between two tensors, compute both and select with "
+            "torch.where; bound a while_loop with a Python int or a counter made in the function")
+
+
 @hint_for_kind("unsupported_bytecode")
 def _unsupported_bytecode(exc: Unsupported) -> str:
     """An opcode capture does not implement, or a frame it cannot resume (e.g. an except handler)."""
@@ -243,6 +275,14 @@ def _unbacked_view_output(exc: Unsupported) -> str:
     """A graph output is a view, of another output, whose size is data-dependent and cannot be read
     back from that base at run time (kiln.runtime.aot); the backend refuses the graph."""
     return "return a .clone() of the view, or the base tensor itself"
+
+
+@hint_for_kind("tensor_subclass")
+def _tensor_subclass(exc: Unsupported) -> str:
+    """A tensor of a subclass (__torch_function__ or __torch_dispatch__), a quantized or a nested
+    tensor: capture traces plain tensors and Parameters only; the code using it runs natively."""
+    return ("pass a plain tensor into the compiled function (`t.as_subclass(torch.Tensor)`, or the "
+            "inner tensors of a wrapper subclass), or compile the functions that work on plain tensors")
 
 
 @hint_for_kind("unsupported")

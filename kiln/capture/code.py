@@ -19,7 +19,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from bytecode import Bytecode, CellVar, Instr, Label
+from bytecode import Bytecode, CellVar, FreeVar, Instr, Label
 
 from kiln import log
 from kiln.errors import Unsupported
@@ -155,14 +155,16 @@ def _successors(instr: dis.Instruction, following: int | None,
 
 
 def live_locals_at(code: types.CodeType, offset: int) -> tuple[str, ...]:
-    """Locals (and cell variables) that some path from `offset` reads before writing, in co order.
+    """Locals that some path from `offset` reads before writing, and every cell variable, in co order.
 
     These are the locals a resume function at `offset` needs; everything else is dead there. Exception
     edges count (a handler that reads `x` keeps `x` live across the whole `try` body). A name may be
     live yet unbound at `offset` (assigned later on the normal path): pass only the bound ones; the
-    others stay unbound locals of the resume code, exactly as in the original frame.
+    others stay unbound locals of the resume code, exactly as in the original frame. Cell variables
+    are passed as their cells, bound or not (see make_resume_code): an inner function made before
+    the break shares the cell, and a write after the break must reach it.
     """
-    live = _live_in(code)[_position(code, offset)]
+    live = _live_in(code)[_position(code, offset)] | set(code.co_cellvars)
     implicit_self = _implicit_self(code)
     if implicit_self is not None:
         live = live | {implicit_self}  # zero-argument super() reads it without a LOAD_FAST
@@ -376,8 +378,9 @@ def make_resume_code(code: types.CodeType, offset: int, nstack: int, live_locals
     - inside `try` bodies with `except` / `finally` (the exception table is kept, with its original depths,
       because the stack layout at the target is the original's);
     - closures: free variables come from the function's closure (`make_function(..., closure=...)`);
-      cell variables passed by value get fresh cells from the kept `MAKE_CELL` prefix (an inner function
-      made *before* the break keeps the old cell: its later writes are not seen; Dynamo shares this limit);
+      cell variables among `live_locals` are passed as the cells themselves (their `MAKE_CELL` is left
+      out of the prologue), so an inner function made before the break and the resumed frame share one
+      cell: a write on either side is seen by the other, as in the original frame (`passed_cells`);
     - calls with keyword arguments and method calls; a NULL stack slot (3.11 pushes one below a callable)
       is rebuilt with `PUSH_NULL` when its index is given in `null_slots` (it is not an argument);
     - methods using zero-argument `super()`: CPython reads `self` from local slot 0, so
@@ -532,18 +535,6 @@ def _place_implicit_self(code: types.CodeType,
     return names, [(self_name, first), ("___self", self_name)]
 
 
-def _load(code: types.CodeType, name: str, lineno: int) -> Instr:
-    if name in code.co_cellvars:
-        return Instr("LOAD_DEREF", CellVar(name), lineno=lineno)
-    return Instr("LOAD_FAST", name, lineno=lineno)
-
-
-def _store(code: types.CodeType, name: str, lineno: int) -> Instr:
-    if name in code.co_cellvars:
-        return Instr("STORE_DEREF", CellVar(name), lineno=lineno)
-    return Instr("STORE_FAST", name, lineno=lineno)
-
-
 def _assemble(code: types.CodeType, target: int, slots: Sequence[Any], argnames: list[str],
               moves: list[tuple[str, str]], name: str, lineno: int,
               shift: int) -> tuple[types.CodeType, int | None]:
@@ -559,13 +550,17 @@ def _assemble(code: types.CodeType, target: int, slots: Sequence[Any], argnames:
     bc.insert(next(n for n, ins in zip(real, positions) if ins.offset == target), label)
 
     prologue: list[Any] = []
+    passed = set(argnames) | {dst for _, dst in moves}
     for item in bc:
         if isinstance(item, Instr) and item.name in _PREFIX_OPS:
+            if item.name == "MAKE_CELL" and _cell_name(item.arg) in passed:
+                continue  # the argument is the cell itself
             prologue.append(item)
         elif isinstance(item, Instr):
             break
     for src, dst in moves:
-        prologue += [_load(code, src, lineno), _store(code, dst, lineno)]
+        # the slots hold what was passed: values, and cells for cell variables (no MAKE_CELL ran)
+        prologue += [Instr("LOAD_FAST", src, lineno=lineno), Instr("STORE_FAST", dst, lineno=lineno)]
     for slot in slots:
         if slot is None:
             prologue.append(Instr("PUSH_NULL", lineno=lineno))
@@ -596,6 +591,23 @@ def _assemble(code: types.CodeType, target: int, slots: Sequence[Any], argnames:
     moved = {b.offset - o.offset for b, o in zip(body, positions)}
     same = len(body) == len(positions) and all(b.opname == o.opname for b, o in zip(body, positions))
     return result, (moved.pop() if same and len(moved) == 1 else None)
+
+
+def _cell_name(arg: Any) -> str:
+    return arg.name if isinstance(arg, (CellVar, FreeVar)) else str(arg)
+
+
+def passed_cells(code: types.CodeType) -> tuple[str, ...]:
+    """The cell variables a resume code takes as cells (arguments with no MAKE_CELL of their own);
+    empty for code CPython compiled, where every cell variable has its MAKE_CELL."""
+    made = set()
+    for ins in _listing(code).instrs:  # the prefix CPython runs first (a resume code's original one is dead code)
+        if ins.opname not in _PREFIX_OPS:
+            break
+        if ins.opname == "MAKE_CELL":
+            made.add(ins.argval)
+    arguments = set(code.co_varnames[:code.co_argcount])
+    return tuple(name for name in code.co_cellvars if name in arguments and name not in made)
 
 
 def make_function(code: types.CodeType, globals: dict[str, Any],

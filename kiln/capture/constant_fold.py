@@ -28,6 +28,16 @@ from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable
 from kiln.capture.variables.tensor import TensorVariable
 
+# Comparisons fold on trace-time constants only (a while_loop counter made in the frame), as
+# torch.compile's fake-tensor constants do; a comparison with a guarded input value stays an op.
+_COMPARISON_FUNCTIONS: frozenset[Any] = frozenset({
+    torch.lt, torch.le, torch.gt, torch.ge, torch.eq, torch.ne, torch.logical_and, torch.logical_or,
+    torch.logical_not, operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
+})
+_COMPARISON_METHODS: frozenset[str] = frozenset({
+    "lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not",
+    "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__",
+})
 # Deterministic ops that make a new tensor (never random, in place, a view, or possibly the input
 # itself, as `.long()` of a long tensor is).
 FOLDABLE_FUNCTIONS: frozenset[Any] = frozenset({
@@ -36,13 +46,13 @@ FOLDABLE_FUNCTIONS: frozenset[Any] = frozenset({
     torch.clamp, torch.minimum, torch.maximum, torch.pow, torch.sqrt, torch.log2, torch.scalar_tensor,
     torch.tensor, operator.add, operator.sub, operator.mul, operator.truediv,
     operator.floordiv, operator.mod, operator.neg, operator.pow, operator.abs,
-})
+}) | _COMPARISON_FUNCTIONS
 FOLDABLE_METHODS: frozenset[str] = frozenset({
     "add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "neg", "abs",
     "ceil", "floor", "trunc", "round", "clamp", "pow", "sqrt", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
     "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__neg__", "__pow__",
     "__rpow__",
-})
+}) | _COMPARISON_METHODS
 _NUMEL_LIMIT = 1
 _PLAIN_ARGS = (int, float, bool, complex, str, type(None), torch.dtype, torch.device)
 
@@ -99,8 +109,12 @@ def fold(kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Var
     leaves = [leaf for v in [*args, *kwargs.values()] for leaf in _leaves(v)]
     if not all(_foldable_leaf(leaf) for leaf in leaves):
         return None
+    if (target in _COMPARISON_FUNCTIONS or target in _COMPARISON_METHODS) and guards_of(args, kwargs):
+        return None
     real_args = [_real(a) for a in args]
     real_kwargs = {k: _real(v) for k, v in kwargs.items()}
+    if _may_trap(target, example, [*real_args, *real_kwargs.values()]):
+        return None
     try:
         with torch.no_grad():
             if kind == "call_method":
@@ -112,6 +126,25 @@ def fold(kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Var
     if not isinstance(result, torch.Tensor) or result.shape != example.shape or result.dtype != example.dtype:
         return None
     return result
+
+
+# Integer divisions: a divisor of -1 and the type's minimum as dividend overflow, which traps
+# (SIGFPE) in some of ATen's CPU kernels (torch.div(..., rounding_mode="trunc") on int64 and int32):
+# such ops are not folded while tracing; the compiled graph computes them without trapping.
+_DIVISIONS = frozenset({torch.div, torch.floor_divide, torch.remainder, torch.fmod, operator.floordiv,
+                        operator.mod, "div", "floor_divide", "remainder", "fmod", "__floordiv__",
+                        "__rfloordiv__", "__mod__", "__rmod__"})
+
+
+def _may_trap(target: Any, example: torch.Tensor, values: Sequence[Any]) -> bool:
+    if target not in _DIVISIONS or example.dtype.is_floating_point or example.dtype.is_complex:
+        return False
+    for value in values:
+        if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and bool((value == -1).any()):
+            return True
+        if isinstance(value, int) and not isinstance(value, bool) and value == -1:
+            return True
+    return False
 
 
 def guards_of(args: Sequence[Variable], kwargs: dict[str, Variable]) -> tuple[Any, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dis
 import itertools
 import linecache
+import re
 import types
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -46,6 +47,8 @@ class GlueBuilder:
         self._const_names: dict[int, str] = {}
         self._counter = itertools.count()
         self._reconstructed: dict[int, tuple[Any, str]] = {}
+        self._rebuilding: set[int] = set()  # what reconstruct() is building now (a cycle check)
+        self._reading_first = False
 
     # ------------------------------------------------------------------ names and values
     def fresh(self, prefix: str) -> str:
@@ -79,25 +82,72 @@ class GlueBuilder:
 
     def reconstruct(self, var: "Variable") -> str:
         """The expression of `var`, built once per glue: a value reachable twice stays one object."""
+        from kiln.capture.variables.deque import DequeVariable
         from kiln.capture.variables.dict import DictVariable, SetVariable
-        from kiln.capture.variables.functions import NestedFunctionVariable
+        from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable
         from kiln.capture.variables.iterator import IteratorVariable
         from kiln.capture.variables.sequence import ListVariable
 
         cached = self._reconstructed.get(id(var))
         if cached is not None:
             return cached[1]
-        expr = var.reconstruct(self)
+        if id(var) in self._rebuilding:
+            # a container holding itself (the dict of locals() seen through its own name)
+            raise Unsupported(f"rebuilding {var.describe()}, which contains itself", kind="reconstruct")
+        self._rebuilding.add(id(var))
+        try:
+            expr = var.reconstruct(self)
+        finally:
+            self._rebuilding.discard(id(var))
         # a value read out of a container (kwargs['old']) is read once, where it is first needed:
         # replayed mutations of that container (kwargs.pop('old')) come before a later use
         nested_read = var.source is not None and expr.count("[") >= 2 and expr[:2] in ("L[", "G[")
-        if nested_read or var.source is None and isinstance(var, (ListVariable, DictVariable, SetVariable,
-                                                                  NestedFunctionVariable, IteratorVariable)):
+        # a value read from outside, taken into a name before the side effects are replayed
+        early_read = self._reading_first and var.source is not None and not _FRAME_LOCAL.fullmatch(expr)
+        if nested_read or early_read or var.source is None and isinstance(var, (ListVariable, DictVariable, SetVariable,
+                                                                  DequeVariable, NestedFunctionVariable,
+                                                                  IteratorVariable, CellVariable)):
             name = self.fresh("v")
             self.line(f"{name} = {expr}")
             expr = name
         self._reconstructed[id(var)] = (var, expr)
         return expr
+
+    def read_first(self, values: Sequence[Any]) -> None:
+        """Read every value from outside the frame that `values` hold (through containers, objects,
+        closures made in the frame) into a name now, before the side effects are replayed: each
+        stands for what the trace read (the frame's own later writes to that place are effects),
+        and `old = o.v; o.v = new; return old` must return the old value, which reading `o.v`
+        after the replay would not. Values that cannot be rebuilt are left for their use to report."""
+        self._reading_first = True
+        try:
+            seen: set[int] = set()
+            pending = list(values)
+            while pending:
+                var = pending.pop()
+                if id(var) in seen or var is None:
+                    continue
+                seen.add(id(var))
+                if getattr(var, "source", None) is not None:
+                    if self._reads_its_source(var):
+                        self.reconstruct(var)
+                    continue
+                pending.extend(_held_values(var))
+        finally:
+            self._reading_first = False
+
+    def _reads_its_source(self, var: Any) -> bool:
+        """Whether rebuilding `var` reads its source (most values from outside), rather than naming
+        a constant, a cell or a graph value: tried on a scratch glue, whose lines are dropped."""
+        if id(var) in self._reconstructed:
+            return False
+        scratch = GlueBuilder(self.output, self.f_globals, "scratch")
+        scratch.outputs = list(self.outputs)
+        scratch._output_index = dict(self._output_index)
+        try:
+            return bool(var.reconstruct(scratch) == var.source.name())
+        except (Unsupported, KilnError):
+            return False
 
     def graph_value(self, var: Any) -> str:
         """A tensor or symbolic number the graph computes: its input expression or an output slot."""
@@ -132,6 +182,25 @@ class GlueBuilder:
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         exec(compile(source, filename, "exec"), self.namespace)
         return self.namespace[glue_name], source, compiled
+
+
+_FRAME_LOCAL = re.compile(r"L\[[^\[\]]*\]")  # `L['x']`: the frame's own locals, never an effect's target
+
+
+def _held_values(var: Any) -> list[Any]:
+    """The values a Variable made in the frame holds (a container's items, an object's attributes,
+    a function's closure cells and defaults, a bound method's object, a view's dict)."""
+    held: list[Any] = []
+    for name in ("items", "attrs", "fields", "args", "kwargs", "closure", "defaults", "kwdefaults", "obj",
+                 "dict_var", "contents", "fn", "out"):
+        value = getattr(var, name, None)
+        if isinstance(value, dict):
+            held.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            held.extend(value)
+        elif value is not None and hasattr(value, "reconstruct"):
+            held.append(value)
+    return [v for v in held if hasattr(v, "reconstruct")]
 
 
 class ResumeFunctions:
@@ -243,11 +312,13 @@ def _restore_grad_node(state: Any) -> None:
     close_open_contexts(state)
     if state.grad_enabled != state.initial_grad:
         state.output.create_node("call_function", torch._C._set_grad_enabled, (state.initial_grad,), {}, None)
+    state.modes.restore_in_graph(state)
 
 
 def _grad_line(glue: GlueBuilder, state: Any) -> None:
     if state.grad_enabled != state.initial_grad:
         glue.line(f"{glue.constant(torch._C._set_grad_enabled)}({state.grad_enabled})")
+    state.modes.set_in_glue(glue)
 
 
 def _live_values(root: Any, names: Sequence[str]) -> tuple[list[str], list["Variable"]]:
@@ -264,10 +335,8 @@ def _live_values(root: Any, names: Sequence[str]) -> tuple[list[str], list["Vari
     values: list[Variable] = []
     for name in names:
         if name in root.cells:
-            contents = root.cells[name].contents
-            if contents is None:
-                continue
-            values.append(contents)
+            # the cell itself, bound or not: inner functions made before the break share it
+            values.append(root.cells[name])
         elif name in root.locals:
             values.append(root.locals[name])
         elif name in root.lazy_locals:
@@ -295,6 +364,7 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
     from kiln.capture.variables.module import NNModuleVariable, _has_hooks
 
     if isinstance(var, UserFunctionVariable) and not getattr(var.fn, DISABLE_MARKER, False):
+        var.pin_identity()  # the callee is compiled from this very function object
         return glue.bind("callee", wrap_frame(var.fn)), []
     if isinstance(var, UserMethodVariable) and not getattr(var.fn, DISABLE_MARKER, False):
         return glue.bind("callee", wrap_frame(var.fn)), [glue.reconstruct(var.obj)]
@@ -328,7 +398,7 @@ def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> 
     base = "".join(c if c.isalnum() or c == "_" else "_" for c in state.fn.__code__.co_name).strip("_")
     name = f"{base or 'fn'}_{next(_graph_ids)}"
     glue_fn, source, compiled = glue.finish(options.compiler, f"graph_{name}")
-    guards = list(state.output.guards) + [Guard("", "check_grad_mode", state.initial_grad)]
+    guards = list(state.output.guards) + state.output.absent_guards() + [Guard("", "check_grad_mode", state.initial_grad)]
     guards += [shape_guard(g) for g in state.shape_env.guards]
     graphs = [] if compiled is None else [compiled.gm]
     if compiled is not None:
@@ -341,6 +411,7 @@ def finish_return(state: Any, root: Any, fn: types.FunctionType, options: Any, v
     """The capture of a frame that ran to its return: graph, side effects, `return <value>`."""
     glue = GlueBuilder(state.output, fn.__globals__, fn.__code__.co_name)
     _restore_grad_node(state)
+    glue.read_first([value])
     state.side_effects.emit(glue)
     expr = glue.reconstruct(value)
     _grad_line(glue, state)
@@ -360,6 +431,13 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
     code = fn.__code__
     glue = GlueBuilder(state.output, fn.__globals__, code.co_name)
     _restore_grad_node(state)
+    # what the break passes on (its stack, the locals live on any path from it) is read before
+    # the side effects are replayed
+    live_anywhere: set[str] = set()
+    for offset in _break_offsets(code, ins):
+        live_anywhere.update(code_mod.live_locals_at(code, offset))
+    glue.read_first([v for v in root.stack if not isinstance(v, NullVariable)]
+                    + _live_values(root, [n for n in code.co_varnames + code.co_cellvars if n in live_anywhere])[1])
     state.side_effects.emit(glue)
     resumes = ResumeFunctions(fn, wrap_frame)
     stack = list(root.stack)
@@ -469,6 +547,17 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
     return _result(state, glue, options, [record])
 
 
+def _break_offsets(code: types.CodeType, ins: dis.Instruction) -> list[int]:
+    """The offsets a break at `ins` may continue from: the instruction itself (inside a try block),
+    the next one, and a branch's target."""
+    offsets = [ins.offset]
+    if ins.opname != "RAISE_VARARGS":
+        offsets.append(code_mod.next_offset(code, ins.offset))
+    if ins.opname in _BRANCHES and isinstance(ins.argval, int):
+        offsets.append(ins.argval)
+    return offsets
+
+
 def _native_call(glue: GlueBuilder, fn: types.FunctionType, root: Any, stack: list[Any], depth: int,
                  expression: str, in_try: bool) -> str:
     """Emit `result = expression` (the breaking call, run natively) and return the result's name;
@@ -498,10 +587,13 @@ def _call_under_handlers(glue: GlueBuilder, fn: types.FunctionType, root: Any, s
     raising[callable_slot] = _Named(f"{glue.constant(reraise)}({exc})")
     native = ResumeFunctions(fn, lambda f: f, native=True)
     live, values = _live_values(root, code_mod.live_locals_at(fn.__code__, root.current.offset))
+    # built before the try: reconstructing the live values may emit lines of its own (a list made in
+    # the frame), which must not land between `except` and its body
+    resume = native.expression(glue, root.current.offset, raising, live, values)
     glue.line("try:")
     glue.line(f"    {call}")
     glue.line(f"except BaseException as {exc}:")
-    glue.line(f"    return {native.expression(glue, root.current.offset, raising, live, values)}")
+    glue.line(f"    return {resume}")
 
 
 class _Named:

@@ -44,6 +44,10 @@ class Guard:
     def __post_init__(self) -> None:
         if self.kind not in GUARD_KINDS:
             raise ValueError(f"unknown guard kind {self.kind!r}; known: {sorted(GUARD_KINDS)}")
+        if self.kind == "check_value" and type(self.expected) is set:
+            # The value as the trace saw it: holding the live set itself, the check would compare
+            # the set with itself after the program adds to it.
+            object.__setattr__(self, "expected", set(self.expected))
 
     @property
     def name(self) -> str:
@@ -150,10 +154,19 @@ def _dense_inner_dim(real_sizes: Sequence[int], real_strides: Sequence[int], i: 
 
 @dataclass(frozen=True)
 class Check:
-    """One boolean condition of a guard: `code` is Python over `{v}` (the value) and bound names."""
+    """One boolean condition of a guard: `code` is Python over `{v}` (the value) and bound names.
+
+    The code of a guard over a value never holds text from the program (a string value, an
+    attribute or key name): those are bound constants (Emitter.bind), so `render` can put the
+    value's expression in place of `{v}` by plain replacement, and no name of the user's can be
+    read as a template field. A guard over no one value (source "": aliasing) holds source texts
+    and is used as it is, never rendered."""
 
     code: str
     why: Callable[[Any], str]  # the failure in the user's words, given the current value
+
+    def render(self, value: str) -> str:
+        return self.code.replace("{v}", value)
 
 
 class Emitter:
@@ -174,6 +187,8 @@ class Emitter:
                                           "___class_lookup": class_lookup,
                                           "___constant_result": _constant_result_holds,
                                           "___same_mapping": _same_mapping,
+                                          "___same_sequence": _same_sequence,
+                                          "___absent": _absent,
                                           "___parametrized_class": parametrized_class_holds}
         if native is not None:
             self.constants["___tensor_ok"] = native.tensor_ok
@@ -282,6 +297,13 @@ def _same_items(d: Any, items: tuple) -> bool:
 _LITERALS = (int, float, str, bytes, bool, type(None))
 
 
+def _same_sequence(items: Any, expected: tuple) -> bool:
+    """`items` is a list with these items: by identity, literals by type and value."""
+    return type(items) is list and len(items) == len(expected) and all(
+        item is value or type(value) in _LITERALS and type(item) is type(value) and item == value
+        for item, value in zip(items, expected))
+
+
 def _same_mapping(d: Any, items: tuple) -> bool:
     """`d` is a dict with these items: values by identity, literals by type and value (an entry
     read from disk holds equal literals, not the same objects)."""
@@ -301,10 +323,10 @@ def check_value(expected: Any, name: str, em: Emitter) -> list[Check]:
         return [Check(f"{{v}} is {em.bind(expected)}", why)]
     if isinstance(expected, float) and math.isnan(expected):
         return [Check("type({v}) is float and {v} != {v}", why)]
-    if type(expected) in (int, str, bytes) or (type(expected) is float and math.isfinite(expected)):
+    if type(expected) is int or (type(expected) is float and math.isfinite(expected)):
         literal = repr(expected)
     else:
-        literal = em.bind(expected)
+        literal = em.bind(expected)  # strings too: the program's text is never pasted into code
     # Type first: 1 == 1.0 == True, and a graph specialized on an int must not take a float.
     return [Check(f"type({{v}}) is {em.bind(type(expected))} and {{v}} == {literal}", why)]
 
@@ -322,6 +344,17 @@ class ClassAttribute:
     classes: tuple[type, ...]
     name: str
     value: Any
+    # A container's contents when the trace read it (dict items, list items, set members): the
+    # check compares with these, not with the live container, which the program may change in
+    # place before the guards are compiled (again: a switch to the native checks recompiles them).
+    snapshot: Any = None
+
+    def __post_init__(self) -> None:
+        if self.snapshot is None:
+            value = self.value
+            snapshot = tuple(value.items()) if type(value) is dict else tuple(value) if type(value) is list \
+                else frozenset(value) if type(value) is set else None
+            object.__setattr__(self, "snapshot", snapshot)
 
     def __str__(self) -> str:
         return f"{self.classes[0].__qualname__}.{self.name} = {_short(self.value)}"
@@ -343,23 +376,31 @@ def class_lookup(classes: tuple[type, ...], name: str) -> Any:
 def check_class_attr(expected: ClassAttribute, name: str, em: Emitter) -> list[Check]:
     # Source "": the classes are bound as constants, so the check reads no frame value.
     value = expected.value
-    found = f"___class_lookup({em.bind(expected.classes)}, {expected.name!r})"
+    found = f"___class_lookup({em.bind(expected.classes)}, {em.bind(expected.name)})"
     owner = f"{expected.classes[0].__qualname__}.{expected.name}"
 
     def why(env: Any) -> str:
         now = class_lookup(expected.classes, expected.name)
         return f"class attribute {owner} changed from {_short(value)} to {_short(now)}"
 
-    if type(value) in (int, str, bytes) or (type(value) is float and math.isfinite(value)):
+    if type(value) is int or (type(value) is float and math.isfinite(value)):
         return [Check(f"type({found}) is {em.bind(type(value))} and {found} == {value!r}", why)]
+    if type(value) in (str, bytes):
+        return [Check(f"type({found}) is {em.bind(type(value))} and {found} == {em.bind(value)}", why)]
+    def changed(env: Any) -> str:
+        return f"class attribute {owner} changed from {_short(value)} to " \
+               f"{_short(class_lookup(expected.classes, expected.name))}"
+
     if type(value) is dict:
         # A dict on a class (a registry such as transformers' ExpertsInterface._global_mapping),
         # read without a source: the trace used its items, and a registration changes them in
         # place. Keys by value, values by identity (literals by value), at check time.
-        items = tuple(value.items())
-        return [Check(f"___same_mapping({found}, {em.bind(items)})",
-                      lambda env: f"class attribute {owner} changed from {_short(value)} to "
-                                  f"{_short(class_lookup(expected.classes, expected.name))}")]
+        return [Check(f"___same_mapping({found}, {em.bind(expected.snapshot)})", changed)]
+    if type(value) is list:
+        # a list changed in place (an append, an item replaced): its items as the trace read them
+        return [Check(f"___same_sequence({found}, {em.bind(expected.snapshot)})", changed)]
+    if type(value) is set:
+        return [Check(f"type({found}) is set and {found} == {em.bind(expected.snapshot)}", changed)]
     checks = [Check(f"{found} is {em.bind(value)}", why)]
     # Once the lookup found this very object, its contents are read off the bound constant: one
     # MRO walk per check instead of one per item (a config class's __getattribute__ is checked on
@@ -367,7 +408,7 @@ def check_class_attr(expected: ClassAttribute, name: str, em: Emitter) -> list[C
     function = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
     where = em.bind(function)
     if isinstance(function, types.FunctionType):  # the method's body was inlined: its code too
-        checks += [Check(c.code.format(v=where), lambda env: f"the code or defaults of {owner} changed")
+        checks += [Check(c.render(where), lambda env: f"the code or defaults of {owner} changed")
                    for c in _function_contents(function, owner, em)]
     return checks
 
@@ -515,6 +556,26 @@ def check_keys(expected: tuple, name: str, em: Emitter) -> list[Check]:
     return [Check(f"list({{v}}.keys()) == {em.bind(list(expected))}", why)]
 
 
+def _absent(d: Any, names: frozenset) -> bool:
+    for name in names:
+        if name in d:
+            return False
+    return True
+
+
+@guard_kind
+def check_absent(expected: frozenset, name: str, em: Emitter) -> list[Check]:
+    # `expected`: names an object's instance dict (the source) did not hold when the trace looked
+    # them up elsewhere (its class, a module's parameter and submodule tables): an instance
+    # attribute of that name now would be found first.
+    def why(v: Any) -> str:
+        found = sorted(n for n in expected if n in v)
+        owner = name[: -len(".__dict__")] if name.endswith(".__dict__") else name
+        return f"{owner} now has instance attribute(s) {found}, which shadow what the trace read"
+
+    return [Check(f"___absent({{v}}, {em.bind(frozenset(expected))})", why)]
+
+
 @guard_kind
 def check_grad_mode(expected: bool, name: str, em: Emitter) -> list[Check]:
     state = {True: "enabled", False: "disabled"}
@@ -549,20 +610,53 @@ def check_global_state(expected: GlobalState, name: str, em: Emitter) -> list[Ch
     ]
 
 
+@dataclass(frozen=True, repr=False)
+class ProcessQuery:
+    """A process-wide setting the trace asked for and baked in: `fn(*args)` gave `result` (a
+    torch.backends flag, `torch.distributed.is_initialized()`, whether saved-tensor hooks are
+    disabled). Source ""; the function and its arguments are bound as constants, and the check calls
+    it again. In another process nothing is known about them: such an entry is not stored."""
+
+    fn: Any
+    args: tuple
+    result: Any
+    label: str
+
+    def __str__(self) -> str:
+        return f"{self.label} is {_short(self.result)}"
+
+    __repr__ = __str__
+
+
+@guard_kind
+def check_query(expected: ProcessQuery, name: str, em: Emitter) -> list[Check]:
+    # every name is bound (never the repr of a user value: generated text is not built from it)
+    call = f"{em.bind(expected.fn)}(*{em.bind(expected.args)})"
+    result = expected.result
+
+    def why(env: Any) -> str:
+        try:
+            now = expected.fn(*expected.args)
+        except Exception as exc:  # reported, not raised: the entry is simply not used
+            now = f"<{type(exc).__name__}>"
+        return f"{expected.label} changed from {_short(result)} to {_short(now)}"
+
+    if result is None or isinstance(result, bool):
+        return [Check(f"{call} is {em.bind(result)}", why)]
+    return [Check(f"type({call}) is {em.bind(type(result))} and {call} == {em.bind(result)}", why)]
+
+
 @guard_kind
 def check_aliasing(groups: tuple[tuple[str, ...], ...], name: str, em: Emitter) -> list[Check]:
     """Which tensor inputs are the same object: `groups` partitions their sources (source "")."""
     # A graph captured with two distinct tensors must not run on one tensor passed twice (nor the
     # reverse): after functionalization an in-place update of one would not show in the other.
-    def text(src: str) -> str:  # Check.code is a format string over {v}
-        return src.replace("{", "{{").replace("}", "}}")
-
     checks = []
     for group in groups:
         for other in group[1:]:
             def no_longer_same(env: dict, a: str = group[0], b: str = other) -> str:
                 return f"{user_name(a)} and {user_name(b)} are no longer the same tensor"
-            checks.append(Check(f"{text(group[0])} is {text(other)}", no_longer_same))
+            checks.append(Check(f"{group[0]} is {other}", no_longer_same))
     firsts = [group[0] for group in groups]
 
     def why_distinct(env: dict) -> str:
@@ -575,10 +669,10 @@ def check_aliasing(groups: tuple[tuple[str, ...], ...], name: str, em: Emitter) 
         return "tensor inputs alias differently"
 
     if len(firsts) == 2:
-        checks.append(Check(f"{text(firsts[0])} is not {text(firsts[1])}", why_distinct))
+        checks.append(Check(f"{firsts[0]} is not {firsts[1]}", why_distinct))
     elif len(firsts) > 2:
-        ids = ", ".join(f"id({text(f)})" for f in firsts)
-        checks.append(Check(f"len({{{{{ids}}}}}) == {len(firsts)}", why_distinct))
+        ids = ", ".join(f"id({f})" for f in firsts)
+        checks.append(Check(f"len({{{ids}}}) == {len(firsts)}", why_distinct))
     return checks
 
 
@@ -606,15 +700,15 @@ _NATIVE_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 def check_tensor(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
     if em.native is None or spec.type not in _NATIVE_TENSOR_TYPES:
         return _tensor_checks(spec, name, em) + _marks_check(spec, name, em)
-    # One call to the boundary extension checks what _tensor_checks spells out in Python (0.05 us
-    # instead of 0.5); the Python checks only say, on a failure, which part failed.
+    # One call to the boundary extension checks what _tensor_checks spells out in Python (about a
+    # tenth of the time); the Python checks only say, on a failure, which part failed.
     em_python = Emitter()
     python = _tensor_checks(spec, name, em_python)
 
     def why(v: Any) -> str:
         for check in python:
             try:
-                ok = eval(check.code.format(v="___value"), {**em_python.constants, "___value": v})
+                ok = eval(check.render("___value"), {**em_python.constants, "___value": v})
             except Exception:
                 ok = False
             if not ok:
@@ -822,7 +916,7 @@ class CheckFn:
                 value = env  # a guard over no one value (grad mode, aliasing) reads the whole frame
             for check in checks:
                 try:
-                    ok = eval(check.code.format(v="___value"), {**env, "___value": value})
+                    ok = eval(check.render("___value") if guard.source else check.code, {**env, "___value": value})
                 except Exception:
                     ok = False
                 if not ok:
@@ -915,8 +1009,9 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
                 lines.append(f"{local} = {_rewrite(guard.source, hoisted)}")
                 hoisted.add(guard.source, local)
             value = hoisted[guard.source]
-        condition = " and ".join(f"({c.code.format(v=value)})" if " or " in c.code else c.code.format(v=value)
-                                 for c in checks)
+        # a guard over no one value (grad mode, aliasing) has no `{v}`: its code is used as it is
+        rendered = [c.render(value) if guard.source else c.code for c in checks]
+        condition = " and ".join(f"({code})" if " or " in code else code for code in rendered)
         if not guard.source:  # a guard over several sources (aliasing) reads them through their locals
             condition = _rewrite(condition, hoisted)
         lines.append(f"if not ({condition}): return False  # {guard.kind} {user_name(guard.source)}")

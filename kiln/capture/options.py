@@ -8,6 +8,7 @@ torch.compile hands to torch._dynamo.optimize, and to torch._dynamo's skip/allow
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -80,5 +81,14 @@ class CompileOptions:
     def cache_key(self) -> tuple:
         """Two compiles share cache entries for a code object only when this key is equal."""
         backend = self.backend if isinstance(self.backend, str) else id(self.backend)
-        return (backend, id(self.compiler), self.fullgraph, self.dynamic, self.mode,
+        return (backend, _compiler_key(self.compiler), self.fullgraph, self.dynamic, self.mode,
                 tuple(sorted((k, repr(v)) for k, v in self.options.items())))
+
+
+def _compiler_key(compiler: Any) -> Any:
+    """The compiler by identity, except a partial that lookup made per call (inductor with a mode
+    or options): by its function and arguments, so that modules compiled one by one with the same
+    arguments share their compiled code, as torch.compile's do."""
+    if isinstance(compiler, functools.partial):
+        return (id(compiler.func), repr(compiler.args), repr(sorted(compiler.keywords.items())))
+    return id(compiler)

@@ -18,11 +18,16 @@ import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
 
 from kiln.capture import distributed
-from kiln.capture.guards import Guard, tensor_guard
+from kiln.capture.guards import Guard, tensor_guard, user_name
+from kiln.capture.process_modes import MODE_WRITERS
 from kiln.capture.sources import Source
 from kiln.capture.verify import verify_captured_graph
 from kiln.errors import KilnError, Unsupported
+from kiln.runtime.overlap import may_overlap
 from kiln.symbolic import marked_dynamic
+
+# Tensor types capture makes fake and traces (anything else: a subclass, which breaks)
+_FAKEABLE_TYPES = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer)
 
 if TYPE_CHECKING:
     from kiln.capture.variables.base import Variable
@@ -60,10 +65,13 @@ class OutputGraph:
         self.dynamic = dynamic
         self.inputs: list[GraphInput] = []
         self.guards: list[Guard] = []
+        # instance-dict source -> names the trace found elsewhere (see note_absent)
+        self._absent: dict[str, set[str]] = {}
         self._input_vars: dict[str, "Variable"] = {}
         self._symbol_nodes: dict[Any, torch.fx.Node] = {}
         self._last_placeholder: torch.fx.Node | None = None
         self._non_leaf_fakes: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(leaf fake) -> both
+        self._shared_storages: tuple[int, set[int]] = (0, set())  # (inputs seen, their storages)
 
     # ------------------------------------------------------------------------------ inputs
     def _placeholder(self, name: str, source: str, example: Any) -> torch.fx.Node:
@@ -97,12 +105,26 @@ class OutputGraph:
                 self.guards.append(Guard(f"{graph_input.source}.storage_offset()", "check_value",
                                          int(value.storage_offset())))
 
+    def note_absent(self, instance_dict: Source, name: str) -> None:
+        """The trace found `name` on an object's class (or a module's tables), so the object's
+        instance dict at `instance_dict` must not hold it: one check_absent guard per object,
+        over every such name (absent_guards)."""
+        self._absent.setdefault(instance_dict.name(), set()).add(name)
+
+    def absent_guards(self) -> list[Guard]:
+        return [Guard(source, "check_absent", frozenset(names)) for source, names in self._absent.items()]
+
     def tensor_input(self, value: torch.Tensor, source: Source) -> tuple[torch.fx.Node, torch.Tensor]:
         """A placeholder for the real tensor at `source` (guarded on its metadata)."""
         name = source.name()
         dims: tuple[int, ...] = ()
         if self.policy is not None and self.shape_env is not None and value.dim() > 0:
             dims = tuple(self.policy.dynamic_dims(name, value, self.dynamic))
+        if type(value) not in _FAKEABLE_TYPES and not isinstance(value, torch.nn.Parameter) \
+                or value.is_quantized or value.is_nested:
+            what = f"a tensor of the subclass {type(value).__qualname__}" if type(value) not in _FAKEABLE_TYPES \
+                else "a quantized or nested tensor"
+            raise Unsupported(f"{what} at {user_name(name)}: capture traces plain tensors", kind="tensor_subclass")
         if dims:
             # mark_dynamic is a promise: the ShapeEnv raises ConstraintViolation, naming the user's
             # line, if the program specializes one of these dims (docs/seams.md, ShapeEnv.constrain).
@@ -173,6 +195,9 @@ class OutputGraph:
 
     def run_fake(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Any:
         """Run one op on example values under the fake mode; failures become Unsupported."""
+        written = written_tensors(kind, target, args, kwargs)
+        if written:
+            self._refuse_shared_memory_writes(kind, target, written)
         try:
             with self.fake_mode:
                 if kind == "call_method":
@@ -193,6 +218,32 @@ class OutputGraph:
             first = text.splitlines()[0] if text else ""
             raise Unsupported(f"{name} failed on fake inputs: {type(exc).__name__}: {first}",
                               kind=kind_) from exc
+
+    def _refuse_shared_memory_writes(self, kind: str, target: Any, written: list[torch.Tensor]) -> None:
+        """A write into a tensor whose elements share memory (an expand), or into the memory of a
+        graph input that does, is a graph break: the op runs eagerly, with eager's result or error.
+
+        Eager writes each shared address in turn (fill_, zero_, masked_fill_ and index writes of one
+        value succeed; add_, copy_ of a tensor ... raise), and later reads of any alias see it. A
+        functional graph cannot say that: it computes the new value of each element apart, writes
+        it back with one copy (which ATen refuses into such memory), and folds a write through an
+        expand back into its base by summing over the expanded dim."""
+        shared = self._shared_input_storages()
+        for t in written:
+            if may_overlap(tuple(t.shape), t.stride()) or _storage_id(t) in shared:
+                name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+                raise Unsupported(f"{name} writes into a tensor whose elements share memory (sizes "
+                                  f"{list(t.shape)}, strides {list(t.stride())}, or a view of such an input)",
+                                  kind="overlapping_write")
+
+    def _shared_input_storages(self) -> set[int]:
+        """The storages of graph inputs with elements that share memory (the inputs only grow)."""
+        if self._shared_storages[0] != len(self.inputs):
+            self._shared_storages = (len(self.inputs), {
+                _storage_id(i.example) for i in self.inputs
+                if isinstance(i.example, torch.Tensor) and i.example.layout == torch.strided
+                and may_overlap(tuple(i.example.shape), i.example.stride())})
+        return self._shared_storages[1]
 
     # ------------------------------------------------------------------------------ closing
     def has_ops(self) -> bool:
@@ -248,8 +299,8 @@ def _same_size(a: Any, b: Any) -> bool:
 
 
 # Nodes that switch a mode (grad, autocast) compute nothing by themselves.
-_MODE_SWITCHES = (torch._C._set_grad_enabled, torch.amp._enter_autocast, torch.amp._exit_autocast)
-_IMPURE = {torch._C._set_grad_enabled, operator.setitem, torch.amp._exit_autocast}
+_MODE_SWITCHES = (torch._C._set_grad_enabled, torch.amp._enter_autocast, torch.amp._exit_autocast, *MODE_WRITERS)
+_IMPURE = {torch._C._set_grad_enabled, operator.setitem, torch.amp._exit_autocast, *MODE_WRITERS}
 
 
 def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
@@ -260,7 +311,7 @@ def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
         if node.op in ("output", "placeholder") or node.users:
             continue
         if node.op == "call_method" and (node.target.endswith("_") and not node.target.startswith("__")
-                                         or node.target in ("__setitem__",)):
+                                         or node.target in ("__setitem__",) or node.target in _INPLACE_DUNDERS):
             continue
         if node.op == "call_function" and (node.target in _IMPURE or _is_inplace_function(node.target)
                                            or _inplace_flag_set(node) or node.kwargs.get("out") is not None):
@@ -270,26 +321,62 @@ def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
 
 def _inplace_flag_set(node: torch.fx.Node) -> bool:
     """`F.relu(x, inplace=True)` and the other functionals with an `inplace` parameter."""
-    if node.kwargs.get("inplace") is True:
+    return _inplace_argument(node.target, node.args, node.kwargs)
+
+
+def _inplace_argument(target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    if kwargs.get("inplace") is True:
         return True
-    if isinstance(node.target, str):  # a method or attribute name: no signature to read
+    if isinstance(target, str):  # a method or attribute name: no signature to read
         return False
     try:
-        params = list(inspect.signature(node.target).parameters)
+        params = list(inspect.signature(target).parameters)
     except (TypeError, ValueError):
         return False
     if "inplace" not in params:
         return False
     index = params.index("inplace")
-    return index < len(node.args) and node.args[index] is True
+    return index < len(args) and args[index] is True
+
+
+# In-place methods that change a tensor's metadata or autograd state, not its elements.
+_METADATA_METHODS = frozenset({"requires_grad_", "retain_grad", "share_memory_", "resize_", "resize_as_", "set_",
+                               "as_strided_", "squeeze_", "unsqueeze_", "transpose_", "t_", "swapdims_",
+                               "swapaxes_", "detach_", "rename_", "refine_names_"})
+
+
+def written_tensors(kind: str, target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors a call writes elements of, from its example arguments: `self` of an in-place
+    method or function (`add_`, `torch.relu_`, `operator.iadd`, setitem, `inplace=True`) and the
+    `out=` tensors."""
+    out = kwargs.get("out")
+    written = [t for t in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(t, torch.Tensor)]
+    if kind == "call_method":
+        in_place = isinstance(target, str) and (target.endswith("_") and not target.startswith("__")
+                                                and target not in _METADATA_METHODS or target in _INPLACE_DUNDERS)
+    else:
+        in_place = (target is operator.setitem or _is_inplace_function(target)
+                    or _inplace_argument(target, args, kwargs))
+    if in_place and args and isinstance(args[0], torch.Tensor):
+        written.append(args[0])
+    return written
+
+
+def _storage_id(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+_INPLACE_OPERATORS = frozenset({"iadd", "isub", "imul", "imatmul", "itruediv", "ifloordiv", "imod", "ipow",
+                                "iand", "ior", "ixor", "ilshift", "irshift"})
+_INPLACE_DUNDERS = frozenset(f"__{name}__" for name in _INPLACE_OPERATORS)  # `x.__iadd__(y)` spelled out
 
 
 def _is_inplace_function(target: Any) -> bool:
     name = getattr(target, "__name__", "")
     if isinstance(target, torch._ops.OpOverload):
         return target._schema.is_mutable
-    if getattr(target, "__module__", None) == "_operator" and name.startswith("i"):
-        return True  # operator.iadd and friends, only recorded for in-place tensor updates
+    if getattr(target, "__module__", None) == "_operator":
+        return name in _INPLACE_OPERATORS  # only recorded for in-place tensor updates
     return name.endswith("_") and not name.startswith("_") or name in ("copy_", "fill_", "zero_")
 
 

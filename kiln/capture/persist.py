@@ -303,13 +303,15 @@ def environment_digest() -> str:
     return h.hexdigest()
 
 
-_NOT_CAPTURE_SETTINGS = frozenset({"cache_dir", "debug_dir", "debug", "persistent_cache", "cache_size_limit",
-                                   "suppress_errors", "native_guards"})
+# where things are written and how failures are reported: none changes what a frame compiles to (the
+# repro folder defaults to the working directory, which would otherwise key frames by it)
+_NOT_CAPTURE_SETTINGS = frozenset({"cache_dir", "debug_dir", "repro_dir", "debug", "persistent_cache",
+                                   "cache_size_limit", "suppress_errors", "native_guards"})
 
 
 def _config_text() -> str:
     values = {k: v for k, v in vars(config).items()
-              if not k.startswith("_") and k not in _NOT_CAPTURE_SETTINGS and _plain(v)}
+              if k in config.setting_names() and k not in _NOT_CAPTURE_SETTINGS and _plain(v)}
     return repr(sorted(values.items()))
 
 
@@ -338,10 +340,9 @@ def frame_key(code: types.CodeType, options: Any) -> str | None:
 
 
 def _folder(key: str, create: bool) -> str | None:
-    if create:
-        return files.folder("frames", key[:2], key)
-    base = files.root()
-    return os.path.join(base, "frames", key[:2], key) if base is not None else None
+    """The key's folder (each step checked by kiln.runtime.store); None when it is missing and not
+    `create`d, or not trusted."""
+    return files.folder("frames", key[:2], key, create=create)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -487,9 +488,10 @@ def _encode_singleton(obj: Any) -> Any:
 
 _PLAIN_SCALARS = (int, float, bool, str, bytes, complex, type(None), tuple, list, dict, set, frozenset)
 # Builtin types no module names: a loop's iterator (guarded by type at a break inside the loop), a
-# code object (the `__code__` of a function a decorator's closure holds, guarded by type)
+# code object (the `__code__` of a function a decorator's closure holds, guarded by type), a closure
+# cell (what a glue makes around a cell variable of the frame to hand its resume function)
 _UNNAMED_TYPES: dict[str, type] = {t.__name__: t for t in (type(iter(())), type(iter([])), type(iter(range(0))),
-                                                            types.CodeType)}
+                                                            types.CodeType, types.CellType)}
 
 
 def _decode_named(data: Any) -> Any:
@@ -732,6 +734,9 @@ def _portable_guard(guard: Guard) -> None:
     elif kind == "check_keys":
         if not isinstance(expected, tuple) or not all(_portable_key(k) for k in expected):
             raise NotPortable(f"keys at {guard.source}")
+    elif kind == "check_absent":
+        if not isinstance(expected, frozenset) or not all(type(k) is str for k in expected):
+            raise NotPortable(f"absent names at {guard.source}")
     elif kind == "check_tensor":
         if not isinstance(expected, TensorSpec):
             raise NotPortable(f"tensor spec at {guard.source}")
@@ -893,7 +898,8 @@ class StoredResume:
 
 # what a stored glue may hold besides its graphs: callables capture binds (grad mode around a
 # graph, containers rebuilt from their items) and, through `_glue_constant`, ModelOutput classes
-_GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset, slice, torch.Size, reraise)
+_GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset, slice, torch.Size, reraise,
+                   types.CellType)  # a closure cell a frame made, passed to a resume function
 # context managers a glue may make, enter and hand the `__exit__` of to a resume function (a break
 # inside `with torch.no_grad():`)
 _GLUE_CONTEXTS = (torch.no_grad, torch.enable_grad)
@@ -982,7 +988,8 @@ def check_texts(frame: StoredFrame, code: types.CodeType | None = None) -> None:
     contexts = [name for name, value in frame.constants.items() if any(value is c for c in _GLUE_CONTEXTS)]
     check_glue_source(frame.glue_source, frame.glue_name, frame.graphs,
                       [name for name in frame.constants if name not in natives | classes], callees, methods, classes,
-                      _scalar_sources(frame.guards), contexts, _stored_attributes(code) if code is not None else ())
+                      _scalar_sources(frame.guards), contexts, _stored_attributes(code) if code is not None else (),
+                      [name for name, value in frame.constants.items() if value is types.CellType])
 
 
 @functools.lru_cache(maxsize=256)
@@ -1264,7 +1271,7 @@ def candidates(code: types.CodeType, options: Any) -> list[DiskEntry]:
     """The usable stored entries of `code` under `options`, newest first."""
     key = frame_key(code, options)
     folder = _folder(key, create=False) if key is not None else None
-    if folder is None or not os.path.isdir(folder):
+    if folder is None:
         if key is not None:
             log.artifact("cache", f"frame cache miss: nothing stored for {code.co_qualname}")
         return []

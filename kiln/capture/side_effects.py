@@ -8,6 +8,7 @@ effects here: they are nodes of the graph. Corresponds to torch/_dynamo/side_eff
 """
 from __future__ import annotations
 
+import keyword
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,25 @@ class _AttrWrite:
 class _GlobalWrite:
     source: Source
     value: "Variable"
+
+
+def _written_values(kind: str, effect: Any) -> list["Variable"]:
+    from kiln.capture.variables.dict import DictVariable
+    from kiln.capture.variables.sequence import ListVariable
+
+    if kind == "contents":
+        if isinstance(effect, ListVariable):
+            return list(effect.items)
+        if isinstance(effect, DictVariable):
+            return list(effect.items.values())
+        return []
+    if kind == "attr":
+        return [effect.owner, effect.value]
+    if kind == "global":
+        return [effect.value]
+    if kind == "cell":
+        return [] if effect.contents is None else [effect.contents]
+    return []
 
 
 class SideEffects:
@@ -77,7 +97,8 @@ class SideEffects:
     # ------------------------------------------------------------------ replay
     def emit(self, glue: "GlueBuilder") -> None:
         """Append the replay of every effect to the glue, in program order."""
-        from kiln.capture.variables.dict import DictVariable, SetVariable
+        from kiln.capture.variables.deque import DequeVariable
+        from kiln.capture.variables.dict import DictVariable, SetVariable, key_text, replay_contents
         from kiln.capture.variables.sequence import ListVariable
 
         # every mutated container reached through another one (kwargs['cache'].layers) is looked up
@@ -90,6 +111,10 @@ class SideEffects:
                     name = glue.fresh("c")
                     glue.line(f"{name} = {targets[key]}")
                     targets[key] = name
+        # Every value an effect writes is read before any effect is replayed: a value the frame
+        # took out of a container (`o.v = stack.pop()`) is read from its place in the container,
+        # which the replay of that container's new contents removes.
+        glue.read_first([value for key, effect in self._effects.items() for value in _written_values(key[0], effect)])
         for key, effect in self._effects.items():
             kind = key[0]
             if kind == "contents":
@@ -98,18 +123,21 @@ class SideEffects:
                     items = ", ".join(glue.reconstruct(i) for i in effect.items)
                     glue.line(f"{target}[:] = [{items}]")
                 elif isinstance(effect, DictVariable):
-                    tmp = glue.fresh("d")
-                    body = ", ".join(f"{glue.constant(k)}: {glue.reconstruct(v)}" for k, v in effect.items.items())
-                    glue.line(f"{tmp} = {{{body}}}")
-                    glue.line(f"{target}.clear()")
-                    glue.line(f"{target}.update({tmp})")
+                    replay_contents(glue, effect, target)
                 elif isinstance(effect, SetVariable):
                     tmp = glue.fresh("s")
-                    glue.line(f"{tmp} = {glue.constant(effect.as_constant())}")
+                    elements = "".join(key_text(glue, k) + ", " for k in effect.items)
+                    glue.line(f"{tmp} = ({elements})")
                     glue.line(f"{target}.clear()")
                     glue.line(f"{target}.update({tmp})")
+                elif isinstance(effect, DequeVariable):
+                    effect.replay(glue, target)
             elif kind == "attr":
-                glue.line(f"{glue.reconstruct(effect.owner)}.{effect.name} = {glue.reconstruct(effect.value)}")
+                owner, value = glue.reconstruct(effect.owner), glue.reconstruct(effect.value)
+                if effect.name.isidentifier() and not keyword.iskeyword(effect.name):
+                    glue.line(f"{owner}.{effect.name} = {value}")
+                else:  # setattr(obj, "we{ird}", v): not an identifier, written with setattr
+                    glue.line(f"setattr({owner}, {effect.name!r}, {value})")
             elif kind == "global":
                 glue.line(f"{effect.source.name()} = {glue.reconstruct(effect.value)}")
             elif kind == "cell":

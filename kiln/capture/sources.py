@@ -7,6 +7,7 @@ torch/_dynamo/source.py.
 """
 from __future__ import annotations
 
+import keyword
 import math
 from dataclasses import dataclass
 
@@ -76,7 +77,10 @@ class AttrSource(Source):
     attr: str
 
     def name(self) -> str:
-        return f"{self.base.name()}.{self.attr}"
+        if self.attr.isidentifier() and not keyword.iskeyword(self.attr):
+            return f"{self.base.name()}.{self.attr}"
+        # setattr(obj, "we{ird}", v): a name that is not an identifier is read with getattr
+        return f"getattr({self.base.name()}, {self.attr!r})"
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,18 @@ class DictValueSource(Source):
 
     def name(self) -> str:
         return f"list({self.base.name()}.values())[{self.index}]"
+
+
+@dataclass(frozen=True)
+class DictKeySource(Source):
+    """The key at position `index` of dict `base` (a tensor key, hashed by identity): a length
+    guard on `base` and a guard on each key pin which key sits where."""
+
+    base: Source
+    index: int
+
+    def name(self) -> str:
+        return f"list({self.base.name()}.keys())[{self.index}]"
 
 
 @dataclass(frozen=True)

@@ -218,6 +218,7 @@ class _Glue:
         self.items_of: dict[str, str] = {}  # local -> the frame's container it holds an item of
         self.attributes: set[str] = set()  # attributes the frame's code stores (`_stores_own_attribute`)
         self.own_values: set[str] = set()  # locals holding the frame's own values or displays of them
+        self.cells: set[str] = set()  # constants that are types.CellType (`_break_argument`)
 
     @property
     def roots(self) -> set[str]:
@@ -352,6 +353,9 @@ def _break_argument(node: ast.AST, glue: _Glue) -> bool:
         return all(k is None or _literal(k) for k in node.keys) and all(_break_argument(v, glue) for v in node.values)
     if isinstance(node, ast.Name) and node.id in glue.frame_values or _context_exit(node, glue):
         return True
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in glue.cells \
+            and not node.keywords and len(node.args) <= 1:  # a cell around one of those (or empty)
+        return all(not isinstance(a, ast.Starred) and _break_argument(a, glue) for a in node.args)
     if isinstance(node, ast.Attribute) and node.attr in glue.methods and not node.attr.startswith("__") \
             and _frame_own(node.value):
         return True
@@ -400,7 +404,7 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
                       constant_names: Iterable[str] = (), callee_names: Iterable[str] = (),
                       method_names: Iterable[str] = (), class_names: Iterable[str] = (),
                       scalar_sources: Iterable[str] = (), context_names: Iterable[str] = (),
-                      attribute_names: Iterable[str] = ()) -> None:
+                      attribute_names: Iterable[str] = (), cell_names: Iterable[str] = ()) -> None:
     """The glue of a stored entry: one function `glue_name(L, G, F)` of assignments, dict rewrites,
     grad-mode switches and a return. `constant_names`: the entry's admitted constants (ModelOutput
     classes and the few callables capture binds, checked by kiln.capture.persist), which the glue
@@ -415,6 +419,8 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
     (`__ctx0 = C()`), enter (`__ctx0.__enter__()`) and whose `__exit__` it may hand a resume function;
     `attribute_names`: the attributes the frame's own code stores (its STORE_ATTR names), which the
     glue may set on the frame's own objects to the frame's own values (`_stores_own_attribute`).
+    `cell_names`: constants that are types.CellType: a cell made around what a break's call may take
+    (`__const_cell_0(L['self'])`, a cell variable of the frame handed to its resume function) is one too.
     A break inside a try or with block is a top-level `try:` around the break's call, whose one
     `except BaseException as __excN:` returns a resume function's call (kiln/capture/glue.py).
 
@@ -438,6 +444,7 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
     reserved = {"L", "G", "F"} | graphs | constants | callees | classes
     glue = _Glue(graphs, constants, callees, set(method_names), classes, context_names)
     glue.attributes = {name for name in attribute_names if name.isidentifier() and not name.startswith("__")}
+    glue.cells = set(cell_names) & constants
     stores_under_l = any(isinstance(t, ast.Subscript) and _own_data(t, set()) for node in ast.walk(fn)
                          if isinstance(node, ast.Assign) for t in node.targets)
     if not stores_under_l and any(isinstance(node, ast.Compare) for node in ast.walk(fn)):  # parsed only then

@@ -38,15 +38,16 @@ from kiln.capture.guards import Guard
 from kiln.capture.options import CompileOptions
 from kiln.capture.opcodes import OPCODES
 from kiln.capture.output_graph import OutputGraph
+from kiln.capture.process_modes import ProcessModes
 from kiln.capture.side_effects import SideEffects
-from kiln.capture.sources import ClosureSource, GlobalSource, LocalSource, Source, resume_stack_slot
+from kiln.capture.sources import AttrSource, ClosureSource, GlobalSource, LocalSource, Source, resume_stack_slot
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.dict import DictVariable
-from kiln.capture.variables.exception import RaisedInTrace, catch_in_frame
-from kiln.capture.variables.functions import CellVariable
+from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame
+from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.slice import SliceVariable
@@ -54,11 +55,12 @@ from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable, SuperVariable
 from kiln import log
-from kiln.errors import GraphBreakError, Unsupported
+from kiln.errors import GraphBreakError, RestartCapture, Unsupported
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _MAX_STEPS = 200_000  # instructions per capture: an unrolled loop that long is not worth a graph
 _MAX_DEPTH = 32  # inlining depth (recursion is unrolled until this)
+_MAX_RESTARTS = 16  # captures started again after the trace initialized lazy modules
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
@@ -96,8 +98,28 @@ class CaptureState:
         self.initial_grad = torch.is_grad_enabled()
         self.open_contexts: list[Any] = []  # autocast regions entered and not yet exited
         self.grad_enabled = self.initial_grad
+        self.modes = ProcessModes()  # the default dtype and other settings the frame changes
         self.innermost: "Tracer | None" = None
         self.steps = 0
+        self._cells: dict[int, tuple[types.CellType, CellVariable]] = {}
+
+    def real_cell(self, cell: types.CellType, source: Source | None) -> CellVariable:
+        """The one CellVariable of a real closure cell, however many functions (or calls of one)
+        reach it: a write through one is what a read through another sees."""
+        known = self._cells.get(id(cell))
+        if known is not None and known[0] is cell:
+            var = known[1]
+            if var.source is None and source is not None:
+                var.source = source
+            elif source is not None and var.source != source:
+                # reached through a second path: both paths must lead to one cell next time (an
+                # aliasing guard, which names no object and so can be stored on disk)
+                paths = tuple(s.name().rsplit(".cell_contents", 1)[0] for s in (var.source, source) if s is not None)
+                self.output.guards.append(Guard("", "check_aliasing", (paths,)))
+            return var
+        var = CellVariable(real=cell, source=source)
+        self._cells[id(cell)] = (cell, var)
+        return var
 
     def location(self) -> str | None:
         tx = self.innermost
@@ -108,9 +130,10 @@ class CaptureState:
     def dynamic_int(self, value: int, source: Source) -> bool:
         if self.policy is None or config.specialize_int or isinstance(value, bool):
             return False
-        if not isinstance(source, LocalSource) and not resume_stack_slot(source):
-            # Only arguments (and what the glue passes a resume function, such as the rest of a
-            # `range` loop); attributes and globals stay constants as in Dynamo.
+        if not isinstance(source, (LocalSource, ClosureSource)) and not resume_stack_slot(source):
+            # Only arguments, the contents of closure cells (a closure made per call over a
+            # counter), and what the glue passes a resume function (the rest of a `range` loop);
+            # attributes and globals stay constants as in Dynamo.
             return False
         return bool(self.policy.int_is_dynamic(source.name(), value, self.dynamic))
 
@@ -182,6 +205,7 @@ class Tracer:
         self.yielded: list[Variable] | None = None  # set when running a generator to its end
         self.handled: list[Variable] = []  # exceptions whose handlers are running (PUSH_EXC_INFO)
         self.suspend_at_yield = False  # a contextmanager's generator: stop at each yield
+        self.locals_dict: DictVariable | None = None  # what locals() returned: one dict per frame
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Variable:
@@ -260,15 +284,36 @@ class Tracer:
 
         if isinstance(obj, (ObjectVariable, NNModuleVariable)):
             real = obj.as_python_value()
-            return self.side_effects.pending_attr(real, name) is not None or hasattr(real, name)
+            if self.side_effects.pending_attr(real, name) is not None:
+                return True
+            try:
+                obj.getattr(self, name)  # the lookup as the program makes it, guarded as it goes
+            except RaisedInTrace as raised:
+                if issubclass(raised.exception.exc_type, AttributeError):
+                    return False
+                raise
+            except Unsupported:
+                # a lookup capture cannot follow (a __getattr__ of the class): asked of the object
+                # itself, with the instance dict's lack of the name guarded
+                if obj.source is not None and name not in getattr(real, "__dict__", {name: None}):
+                    self.output.note_absent(AttrSource(obj.source, "__dict__"), name)
+                return hasattr(real, name)
+            return True
         if isinstance(obj, TensorVariable):
             return hasattr(obj.example, name)
         if obj.is_constant():
             return hasattr(obj.as_constant(), name)
         try:
             obj.getattr(self, name)
+        except RaisedInTrace as raised:
+            if issubclass(raised.exception.exc_type, AttributeError):
+                return False
+            raise
         except Unsupported:
-            return False
+            known = _type_has_attr(obj, name)
+            if known is None:
+                raise
+            return known
         return True
 
     def setattr(self, obj: Variable, name: str, value: Variable, bypass: bool = False) -> None:
@@ -285,6 +330,16 @@ class Tracer:
             return
         if isinstance(obj, NewObjectVariable):
             obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
+            return
+        if isinstance(obj, (NestedFunctionVariable, ExceptionVariable)):
+            obj.set_attribute(name, value)  # a function or exception made during the trace
+            return
+        if isinstance(obj, DictVariable) and obj.source is None and obj.dict_type.__dictoffset__:
+            obj.attrs[name] = value  # an instance of a dict subclass made during the trace
+            return
+        if isinstance(obj, DictVariable) and obj.real is not None:
+            self.side_effects.store_attr(obj.real, obj, name, value)  # a dict subclass from outside
+            obj.attrs[name] = value
             return
         if isinstance(obj, ModelOutputVariable):
             obj.set_field(name, value)  # likewise made during the trace
@@ -355,6 +410,25 @@ class Tracer:
                               kind="unsupported")
         return self.locals[name]
 
+    def frame_locals(self) -> dict[str, Variable]:
+        """What `locals()` gives now: the bound fast locals in `co_varnames` order, then the
+        frame's other cells and its free variables (an argument held in a cell keeps its place)."""
+        code = self.code
+        names = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames]
+        found: dict[str, Variable] = {}
+        for name in names + list(code.co_freevars):
+            cell = self.cells.get(name)
+            if cell is not None:
+                if cell.loaded and cell.contents is None:
+                    continue  # a cell not yet assigned
+                try:
+                    found[name] = cell.load(self)
+                except Unsupported:
+                    continue  # an empty cell from outside the frame
+            elif name in self.locals or name in self.lazy_locals:
+                found[name] = self.read_local(name)
+        return found
+
     # ------------------------------------------------------------------ graph ops
     def call_op(self, kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         """Record `target(*args, **kwargs)` as a node; its example value comes from the fakes."""
@@ -367,6 +441,10 @@ class Tracer:
         ex_kwargs = {k: _example_arg(v) for k, v in kwargs.items()}
         try:
             example = self.output.run_fake(kind, target, ex_args, ex_kwargs)
+            pinned = self.state.modes.pinned_dtype(lambda t, a, k: self.output.run_fake(kind, t, a, k),
+                                                   target, ex_args, ex_kwargs, example)
+            if pinned is not None:  # the default dtype the frame set, made explicit (process_modes.py)
+                node_kwargs["dtype"] = ex_kwargs["dtype"] = pinned
         except Unsupported as exc:
             # the op read a number out of a tensor whose value capture knows: record it with the number
             reads: list[Any] = []
@@ -500,6 +578,24 @@ def _reads_storage_offset(kind: str, target: Any, args: Sequence[Any], kwargs: d
     return as_strided and (len(args) >= 4 or "storage_offset" in kwargs)
 
 
+def _type_has_attr(obj: Variable, name: str) -> bool | None:
+    """`hasattr(obj, name)` answered from the value's type alone when its getattr could not say:
+    True when the class has the attribute, False when it has not and its instances can hold no
+    attributes of their own (no `__dict__`, no `__getattr__`); None when only the value knows."""
+    try:
+        kind = obj.python_type()
+    except Unsupported:
+        return None
+    if inspect.getattr_static(kind, name, _ABSENT) is not _ABSENT:
+        return True
+    if any("__dict__" in base.__dict__ or "__getattr__" in base.__dict__ for base in kind.__mro__):
+        return None
+    return False
+
+
+_ABSENT = object()
+
+
 def _node_arg(var: Any) -> Any:
     """A Variable as an FX node argument (nodes for graph values, Python values otherwise)."""
     from kiln.capture.variables.torch import TorchFunctionVariable
@@ -583,6 +679,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
         raise Unsupported(f"{code.co_name} is a generator or coroutine", kind="generator")
     stop: tuple[int, int, BreakRecord] | None = None
     unbacked_limit: int | None = None
+    restarts = 0
     while True:
         state = CaptureState(fn, options, policy)
         state.output.fake_mode.unbacked_limit = unbacked_limit
@@ -590,6 +687,12 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
         try:
             try:
                 value = root.run()
+            except RestartCapture:
+                restarts += 1
+                if restarts > _MAX_RESTARTS:
+                    raise
+                stop = None  # the program changed: decide the break again too
+                continue
             except _ReachedBreak:
                 assert stop is not None
                 return finish_break(state, root, fn, options, wrap_frame, stop[2])
@@ -614,6 +717,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
         finally:
             abandon_open_contexts(state)
             torch._C._set_grad_enabled(state.initial_grad)
+            state.modes.restore_process()
 
 
 def _unbacked_break(state: CaptureState, exc: Unsupported) -> int | None:
@@ -650,7 +754,14 @@ def _root_tracer(state: CaptureState, fn: types.FunctionType, L: dict[str, Any],
     code = fn.__code__
     cells: dict[str, CellVariable] = {}
     for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
-        cells[name] = CellVariable(real=cell, source=ClosureSource(i))
+        cells[name] = state.real_cell(cell, ClosureSource(i))
+    for name in code_mod.passed_cells(code):
+        # a resume function takes the frame's cells themselves (code.make_resume_code)
+        passed = L.get(name)
+        if not isinstance(passed, types.CellType):
+            raise Unsupported(f"cell variable {name!r} of a resume function given {type(passed).__name__}",
+                              kind="unsupported")
+        cells[name] = state.real_cell(passed, AttrSource(LocalSource(name), "cell_contents"))
     tx = Tracer(state, code, fn.__globals__, {}, cells, lazy_locals=L,
                 stop_offset=None if stop is None else stop[0], stop_arrival=0 if stop is None else stop[1])
     return tx

@@ -3,7 +3,7 @@
 `call_overhead()` compiles a function of two tensors with the "eager" backend, keeps the callable
 the backend returned, and times both: the compiled function (bind arguments, check guards, run the
 glue) and the backend's callable alone. The difference is the entry's cost per call, which Kiln
-keeps under 10 µs (the real torch.compile adds about 15 µs on the reference machine).
+aims to keep under 10 µs (benchmarks/ report it beside the real torch.compile's).
 benchmarks/ calls this; it is also runnable: `python -m kiln.debug.overhead`.
 """
 from __future__ import annotations

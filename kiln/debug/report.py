@@ -2,8 +2,9 @@
 
 A Collector listens to the entry's capture events and, through the inductor backend, to each graph
 it lowers. Per frame it keeps the source, the captured graphs, the graph breaks (line, reason,
-hint), the guards, why it was recompiled (the guard that failed), the AOT saved-tensor table, the
-ATen graphs, each kernel with the FX nodes it fused and its C++, and compile time per stage.
+hint), the guards, why it was recompiled (the guard that failed), the AOT saved-tensor table and
+the ops the backward recomputes (checkpointed regions marked), the ATen graphs, each kernel with
+the FX nodes it fused and its C++, and compile time per stage.
 `write()` renders `<dir>/report_<time>/index.html`: no script, no server, links inside the page.
 Counterpart: tlparse over TORCH_TRACE logs (here built in, read in a browser as is).
 """
@@ -114,10 +115,6 @@ class Collector:
 
 
 _collector: Collector | None = None
-
-
-def collector() -> Collector | None:
-    return _collector
 
 
 def install() -> Collector:
@@ -241,6 +238,14 @@ def _frame_section(k: int, frame: FrameReport) -> str:
             bytes_ = ", ".join(f"{p}: {n} B" for p, n in report.saved_bytes.items())
             parts.append(f"<p>graph {_e(report.graph)}, partitioned with {_e(report.policy)}; saved {_e(bytes_)}</p>")
             parts.append(_table(["saved", "produced by", "shape", "dtype", "bytes"], rows))
+            recomputed = report.recomputed
+            if recomputed:
+                regions = sum(r.region is not None for r in recomputed)
+                parts.append(f"<p>recomputed in the backward: {len(recomputed)} ops, {regions} of them in "
+                             "checkpointed regions (torch.utils.checkpoint)</p>")
+                rows = [[_e(r.name), _e(r.op), _e("" if r.region is None else r.region),
+                         _e(r.policy or "chosen by the min-cut")] for r in recomputed]
+                parts.append(_table(["recomputed", "op", "checkpoint region", "why"], rows))
             parts.append(_code(report.forward_code, "ATen forward graph"))
             parts.append(_code(report.backward_code, "ATen backward graph"))
     if frame.lowered:

@@ -25,6 +25,7 @@ from torch.utils import _pytree as pytree
 from kiln import config
 from kiln.debug.accuracy import Outcome, clone_inputs, compare
 from kiln.log import warn
+from kiln.runtime.overlap import strided_copy
 
 STAGES = ("lower", "aot", "inductor")
 REPRO_AFTER = ("capture", "aot", "lower")
@@ -118,9 +119,8 @@ def make_input(spec: tuple, gen: torch.Generator) -> Any:
         storage = torch.randint(0, 2, (extent,), generator=gen).bool()
     else:
         storage = torch.randint(0, 2, (extent,), generator=gen).to(dtype)
-    out = torch.as_strided(storage, sizes, strides).clone(memory_format=torch.preserve_format)
-    if out.stride() != strides:  # as_strided + clone keeps dense strides only: copy into the layout
-        out = torch.empty_strided(sizes, strides, dtype=dtype).copy_(out)
+    # a tensor of its own with exactly this layout (an expanded one's too: kiln.runtime.overlap)
+    out = strided_copy(torch.as_strided(storage, sizes, strides), strides)
     return out.requires_grad_(requires_grad and out.is_floating_point())
 
 

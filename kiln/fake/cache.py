@@ -2,7 +2,7 @@
 
 A meta kernel's answer (sizes, strides, dtype of each output) depends only on the op, the
 inputs' metadata and the non-tensor arguments, and many of torch's meta kernels are Python
-(torch._refs) costing 100-1000 us a call. Models repeat ops on the same shapes (every layer of a
+(torch._refs) and slow per call. Models repeat ops on the same shapes (every layer of a
 transformer, the AOT re-trace of a captured graph), so `run_meta` asks here first and a hit only
 allocates the outputs' meta tensors. Only ops whose outputs are fresh tensors (no view, no
 in-place, no out=) on concrete sizes are cached. PyTorch counterpart: FakeTensorMode's dispatch

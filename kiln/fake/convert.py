@@ -47,7 +47,7 @@ def from_real(mode: "FakeTensorMode", t: torch.Tensor, *, source: str | None = N
     if isinstance(t, torch.nn.Parameter):
         # nn.Parameter(custom subclass) detaches it and marks the copy `_is_param`, which makes
         # isinstance(fake, nn.Parameter) hold. Mark the fresh fake directly: a detach outside the
-        # mode makes C++ import torch.distributed.tensor (0.5 s) to rule out DTensor.
+        # mode makes C++ import torch.distributed.tensor (slow) to rule out DTensor.
         fake._is_param = True
     if t.is_leaf and t.grad is not None:
         fake.grad = from_real(mode, t.grad, source=None if source is None else f"{source}.grad")

@@ -42,10 +42,6 @@ def lookup(func: Any) -> FakeImpl | None:
     return _TABLE.get(func)
 
 
-def registered_ops() -> list[Any]:
-    return list(_TABLE)
-
-
 def _unbacked(mode: "FakeTensorMode", origin: str, *, size: bool) -> torch.SymInt:
     """A fresh unbacked symbol; `size=True` for lengths (known >= 0), False for an .item() value.
 

@@ -49,7 +49,7 @@ def _answer_dynamo_disable(fn: Any, seen: set[int], depth: int = 0) -> None:
     """Pre-answer the `torch._disable_dynamo` wrappers found in `fn` and the functions it closes over.
 
     torch wraps many refs (and every TorchDispatchMode subclass's __torch_dispatch__) in
-    `torch._disable_dynamo`, whose wrapper imports torch._dynamo (1-2 s) on its first call only to
+    `torch._disable_dynamo`, whose wrapper imports torch._dynamo (slow) on its first call only to
     tell Dynamo not to trace the function, caching the answer as the wrapped function's attribute
     `__dynamo_disable`. Kiln runs them as meta kernels, never under Dynamo, so the plain function
     is the right answer. A wrapper missed here still works: it pays the import. (Kiln's own modes
@@ -87,7 +87,7 @@ def _skip_lazy_dynamo_import() -> None:
 
 
 def _preimport() -> None:
-    """Load torch's Python meta kernels and decompositions once (0.5-0.8 s on first touch)."""
+    """Load torch's Python meta kernels and decompositions once (a slow first touch)."""
     global _PREIMPORTED
     if _PREIMPORTED:
         return
@@ -170,7 +170,7 @@ class FakeTensorMode(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # Otherwise TorchDispatchMode wraps __torch_dispatch__ in torch._dynamo.disable, which
-        # imports Dynamo (~1 s) and costs a frame-hook swap on every op. Kiln is not Dynamo.
+        # imports Dynamo (slow) and costs a frame-hook swap on every op. Kiln is not Dynamo.
         return False
 
     # ----------------------------------------------------------------------------- conversion

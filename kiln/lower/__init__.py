@@ -30,8 +30,8 @@ from kiln.lower.decompose import decompose
 from kiln.lower.fold_batch_norm import fold_batch_norm
 from kiln.lower.graph import lower_to_loop_ir, node_metas
 from kiln.lower.ir import LoopIR, format_ir, verify_ir
-from kiln.lower.schedule import (ExternCall, Kernel, KernelProgram, ScatterKernel, format_program, schedule,
-                                 verify_program)
+from kiln.lower.schedule import (ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program,
+                                 format_program, schedule, verify_program)
 from kiln.runtime import artifact, build, cache
 
 
@@ -113,6 +113,16 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
         else:
             parts.append(f"{type(x).__name__}:{x}")
     return cache.cache_key("\n".join(parts), (), "graph")
+
+
+def _stored_graph(value: Any) -> tuple[KernelProgram, list[str]]:
+    """A graph record read back from the disk cache: (program, perf hints) as written, the program
+    checked before anything is generated from it (schedule.check_stored_program); ValueError
+    otherwise (the record is deleted)."""
+    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], tuple)
+            and all(isinstance(h, str) for h in value[1])):
+        raise ValueError("not a (program, hints) record")
+    return check_stored_program(value[0]), list(value[1])
 
 
 def _shape_env_of(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
@@ -214,10 +224,14 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     device = triton_wrapper.graph_device(example_inputs)
     codegen = triton_wrapper.choose_codegen(device, config.cpu_backend)
     key = _graph_key(aten_gm, example_inputs, options) if codegen == "cpp" else None  # Triton graphs: not on disk yet
-    cached = cache.load_graph(key, packages=("kiln.lower.",)) if key is not None else None
+    flags = build.DEFAULT_FLAGS
+    if "opt_level" in options:  # tests trade kernel speed for build time with "-O1"
+        flags = tuple(options["opt_level"] if f.startswith("-O") else f for f in flags)
+    cached = cache.load_graph(key, packages=("kiln.lower.",), check=_stored_graph) if key is not None else None
     if cached is not None:
-        program, source, signatures, hints, flags = cached  # type: ignore[misc]
-        lib = build.load(source, flags) if signatures else None
+        program, hints = cached
+        source, signatures = generate(program)  # never a stored source: what this Kiln writes for the program
+        lib = build.load(source, flags, symbols=tuple(signatures)) if signatures else None
         fn, wrapper_source = make_wrapper(program, signatures, lib)
         mark("cache_load")
         fn = native_wrapper.choose(fn, program, signatures, lib, options, _DebugDump(None).write)  # timed itself
@@ -276,10 +290,7 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     native_build = native_wrapper.start(program, signatures, options)  # compiles while the kernels do
     mark("codegen_cpp")
     dump.write("codegen_cpp.cpp", source)
-    flags = build.DEFAULT_FLAGS
-    if "opt_level" in options:  # tests trade kernel speed for build time with "-O1"
-        flags = tuple(options["opt_level"] if f.startswith("-O") else f for f in flags)
-    lib = build.load(source, flags) if signatures else None
+    lib = build.load(source, flags, symbols=tuple(signatures)) if signatures else None
     mark("build")
     dump.write("build.txt", f"{build.COMPILER} {' '.join(flags)} {' '.join(build.LIBS)}\n"
                             f"library: {getattr(lib, '_name', None)}\n")
@@ -289,7 +300,7 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     dump.write("codegen_wrapper.py", wrapper_source)
     dump.write("timings.txt", "".join(f"{k}: {v * 1e3:.1f} ms\n" for k, v in timings.items()))
     if key is not None and _guards_recorded(shape_env) == guards_before:
-        cache.store_graph(key, (program, source, signatures, hints, flags), packages=("kiln.lower.",))
+        cache.store_graph(key, (program, tuple(hints)), packages=("kiln.lower.",))
     for hint in hints:
         log.artifact("perf_hints", hint)
     log.artifact("output_code", lambda: f"// kernels\n{source}\n# wrapper\n{wrapper_source}")
@@ -307,16 +318,12 @@ def _compile_autotuned(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[A
     for name in variants:
         with autotune_cpu.variant_settings(name):
             candidates[name] = compile_graph(aten_gm, example_inputs, options={**base, "cpu_variant": name})
-    flags = build.DEFAULT_FLAGS
-    if "opt_level" in options:
-        flags = tuple(options["opt_level"] if f.startswith("-O") else f for f in flags)
     storable = key is not None and _guards_recorded(shape_env) == guards_before
 
     def store(winner: str) -> None:
         chosen = candidates[winner]
         if storable and key is not None and chosen.codegen == "cpp":
-            cache.store_graph(key, (chosen.program, chosen.cpp_source, chosen._signatures, chosen.perf_hints, flags),
-                              packages=("kiln.lower.",))
+            cache.store_graph(key, (chosen.program, tuple(chosen.perf_hints)), packages=("kiln.lower.",))
 
     first = candidates["default"]
     return CompiledGraph(autotune_cpu.AutotunedGraph(candidates, store), first.cpp_source, first.wrapper_source,

@@ -28,6 +28,7 @@ import torch.fx
 from kiln import log
 from kiln.lower import conv_layout
 from kiln.runtime import artifact
+from kiln.runtime.overlap import strided_copy
 
 aten = torch.ops.aten
 linear_pointwise = torch.ops.mkldnn._linear_pointwise.default
@@ -137,9 +138,8 @@ def variant_settings(variant: str | None) -> Iterator[None]:
 
 
 def _copy(arg: Any) -> Any:
-    if isinstance(arg, torch.Tensor):
-        out = torch.empty_strided(arg.shape, arg.stride(), dtype=arg.dtype, device=arg.device)
-        return out.copy_(arg)
+    if isinstance(arg, torch.Tensor):  # with the argument's strides, an expanded one's too
+        return strided_copy(arg, arg.stride())
     return arg
 
 

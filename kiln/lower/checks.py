@@ -2,7 +2,8 @@
 
 Lowerings that index with loaded values (index, gather, index_select, embedding, index_put, scatter,
 index_add, index_copy, index_fill)
-guard each access with the loop op `index_ok`; integer `//`, `%`, fmod and truncating division test
+guard each access with the loop op `index_ok` (reductions without an identity use it too, on a reduced
+size that may be 0 only at run time); integer `//`, `%`, fmod and truncating division test
 their divisor. A failed check skips the access and records the first failure in the kernel's error
 record `kiln_err` (site, value, bound); the wrapper raises the exception eager raises after the
 kernel returns, so a kernel never touches memory outside a tensor and never traps.
@@ -32,6 +33,7 @@ class CheckKind:
     error: type[Exception]
     wrap_negative: bool
     message: str  # formatted with value, dim, size
+    headed: bool = True  # the message follows "<op>(): "; else it is eager's whole text
 
 
 # What ATen raises for each (the class is what users catch; the text names the op and the numbers).
@@ -50,6 +52,28 @@ CHECK_KINDS: tuple[CheckKind, ...] = (
     CheckKind("index_select_dim1", RuntimeError, False, "INDICES element is out of DATA bounds, id={value} axis_dim={size}"),
     # index_add along the first or last dim of a tensor of 2 or more dims runs as a scatter_add there
     CheckKind("index_add_nd", RuntimeError, False, "index {value} is out of bounds for dimension {dim} with size {size}"),
+    # reductions without an identity over a dim (or a whole tensor) whose size is only known when
+    # the graph runs (data-dependent, or computed from an int argument): `index_ok(0, size)` fails
+    # where the size is 0, and the wrapper raises what eager raises
+    *(CheckKind(f"{op}_empty_dim", IndexError, False,
+                f"{op}(): Expected reduction dim {{dim}} to have non-zero size.", headed=False)
+      for op in ("max", "min", "amax", "amin", "argmax", "argmin")),
+    *(CheckKind(f"{op}_empty", RuntimeError, False, f"{op}(): Expected reduction dim to be specified for "
+                "input.numel() == 0. Specify the reduction dim with the 'dim' argument.", headed=False)
+      for op in ("max", "min", "amax", "amin")),
+    *(CheckKind(f"{op}_empty", IndexError, False,
+                f"{op}(): Expected reduction dim to be specified for input.numel() == 0.", headed=False)
+      for op in ("argmax", "argmin")),
+    CheckKind("aminmax_empty_dim", IndexError, False, "aminmax: Expected reduction dim {dim} to have non-zero size.",
+              headed=False),
+    CheckKind("aminmax_empty", RuntimeError, False, "aminmax(): cannot compute aminmax over an empty dimension as "
+              "the operation has no identity.", headed=False),
+    *(CheckKind(f"norm{sign}inf_empty_dim", RuntimeError, False, f"linalg.vector_norm cannot compute the {sign}inf "
+                "norm on the dimension {dim}because this dimension is empty and the operation does not have an "
+                "identity", headed=False) for sign in ("", "-")),
+    *(CheckKind(f"norm{sign}inf_empty", RuntimeError, False, f"linalg.vector_norm cannot compute the {sign}inf norm "
+                "on an empty tensor because the operation does not have an identity", headed=False)
+      for sign in ("", "-")),
 )
 _KIND_NUMBER = {k.op: n for n, k in enumerate(CHECK_KINDS)}
 
@@ -123,7 +147,7 @@ def describe_site(site: int) -> tuple[type[Exception], str]:
     kind = CHECK_KINDS[(site - 2) // _MAX_DIMS]
     dim = (site - 2) % _MAX_DIMS
     text = kind.message.replace("{dim}", str(dim))
-    return kind.error, f"{kind.op.removesuffix('_dim1')}(): {text}"
+    return kind.error, f"{kind.op.removesuffix('_dim1')}(): {text}" if kind.headed else text
 
 
 def error_function_source(sites: set[int]) -> list[str]:

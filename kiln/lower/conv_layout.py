@@ -27,9 +27,9 @@ def channels_last_eligible(dtype: torch.dtype, device: torch.device, ndim: int) 
             and torch.backends.mkldnn.is_available())
 
 
-# Small convolutions: oneDNN spends ~25 us per call on one core whatever the size (27-41 us at
-# MobileNetV2's and ResNet's layers at 1x1 to 16x16 pixels, 0.01-0.2 M multiply-adds), so below a size
-# a convolution is computed without it. A dense one (groups == 1) becomes one GEMM over its input
+# Small convolutions: oneDNN's time per call on one core hardly depends on the size (it varies by
+# 1.5x over MobileNetV2's and ResNet's layers at 1x1 to 16x16 pixels, 0.01-0.2 M multiply-adds), so
+# below a size a convolution is computed without it. A dense one (groups == 1) becomes one GEMM over its input
 # patches (im2col; free for a 1x1 kernel on NHWC input). Measured on one core, compiled graph against
 # compiled graph: 3.9x faster at 0.15 M multiply-adds, 2.2x at 0.6 M for a 3x3 kernel, but 0.76x at
 # 0.5 M for a 1x1 kernel on NCHW input (the transposing copy) and 0.44x at 1.2 M for a 3x3 kernel at
@@ -44,8 +44,8 @@ SMALL_CONV_GEMM_MACS = 1 << 18
 SMALL_CONV_DEPTHWISE_MACS = 3 << 18
 # The backward (convolution_backward: the input's gradient gathered tap by tap, the weight's as a
 # reduction) pays less: measured per training step of one convolution, a depthwise 3x3 at 0.03 M
-# multiply-adds saves 190 us against oneDNN's backward, at 0.3 M it costs up to 400 us more; a dense
-# 3x3 at 0.07 M saves 16 us and at 0.15 M costs 30 us.
+# multiply-adds is faster than with oneDNN's backward and at 0.3 M slower; a dense 3x3 is faster at
+# 0.07 M and slower at 0.15 M.
 SMALL_CONV_BACKWARD_MACS = 1 << 16
 SMALL_CONV_DEPTHWISE_TAPS = 49  # up to 7x7 kernels (ConvNeXt's)
 SMALL_CONV_DTYPES = (torch.float32, torch.float64)

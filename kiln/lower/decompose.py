@@ -37,7 +37,28 @@ def decomposition_table() -> dict[Any, Any]:
              aten.selu, aten.rrelu_with_noise, aten.im2col, aten.col2im]
     table.update(torch._decomp.get_decompositions(extra))
     table[aten.nll_loss_backward.default] = functools.partial(nll_loss_backward, table[aten.nll_loss_backward.default])
+    table[aten.embedding_dense_backward.default] = functools.partial(
+        embedding_dense_backward, table[aten.embedding_dense_backward.default])
     return table
+
+
+def embedding_dense_backward(summing_in_float: Any, grad_output: torch.Tensor, indices: torch.Tensor,
+                             num_weights: Any, padding_idx: int, scale_grad_by_freq: bool) -> torch.Tensor:
+    """The gradient of an embedding table in float16/bfloat16 as ATen's CPU kernel makes it: each
+    looked-up row's gradient added into its table row in turn, in the table's type (rounding after
+    every add, which loses small gradients once a row's sum is large). PyTorch's decomposition
+    (`summing_in_float`, used for the other types and for scale_grad_by_freq) sums in float32 and
+    rounds once: far from eager for a token that occurs thousands of times."""
+    if grad_output.dtype not in (torch.float16, torch.bfloat16) or scale_grad_by_freq:
+        return summing_in_float(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+    width = grad_output.shape[-1]
+    rows = aten.reshape.default(indices, [-1])
+    grad = aten.reshape.default(grad_output, [-1, width])
+    skipped = aten.unsqueeze.default(aten.eq.Scalar(rows, padding_idx), 1)  # padding_idx -1: none
+    zero = aten.scalar_tensor.default(0.0, dtype=grad.dtype, device=grad.device)
+    grad = aten.where.self(skipped, zero, grad)
+    table = aten.zeros.default([num_weights, width], dtype=grad.dtype, device=grad.device)
+    return aten.index_put.default(table, [rows], grad, True)
 
 
 def nll_loss_backward(scattering: Any, grad_output: torch.Tensor, self: torch.Tensor, target: torch.Tensor,
@@ -82,7 +103,7 @@ class _Recorder(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # Otherwise TorchDispatchMode wraps __torch_dispatch__ in torch._dynamo.disable, whose
-        # first call imports Dynamo (1-2 s). This mode never runs under Dynamo.
+        # first call imports Dynamo (slow). This mode never runs under Dynamo.
         return False
 
     def __init__(self, graph: torch.fx.Graph, nodes: dict[int, torch.fx.Node],

@@ -85,7 +85,21 @@ def constant(value: bool | int | float, dtype: torch.dtype) -> Const:
         return Const(bool(value), dtype)
     if dtype.is_floating_point:
         return Const(float(value), dtype)
-    return Const(int(value), dtype)
+    return Const(integer_value(value, dtype), dtype)
+
+
+def integer_value(value: bool | int | float, dtype: torch.dtype) -> int:
+    """`value` converted to the integer dtype as a kernel converts it at run time (the rule of the
+    C++ prelude's kiln_to_int32_t/int64_t, which is ATen's on x86-64): a float truncates, NaN and
+    values out of range become the minimum of int32 (int8, int16, int32) or int64 (uint8, int64),
+    and the narrow types keep the low bits."""
+    if isinstance(value, float):
+        wide = 64 if dtype in (torch.int64, torch.uint8) else 32
+        inside = value == value and -2.0 ** (wide - 1) <= value < 2.0 ** (wide - 1)
+        value = int(value) if inside else -(1 << (wide - 1))
+    info = torch.iinfo(dtype)
+    low = int(value) & ((1 << info.bits) - 1)
+    return low - (1 << info.bits) if info.min < 0 and low >= 1 << (info.bits - 1) else low
 
 
 def unary(name: str) -> Callable[[Value], Value]:

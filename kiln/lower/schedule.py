@@ -22,7 +22,8 @@ from torch.utils import _pytree as pytree
 
 from kiln.errors import VerificationError
 from kiln.lower.ir import (Buffer, BufferRef, ConstantBuffer, Extern, InputBuffer, Load, LoopIR, Pointwise,
-                           Reduction, Scan, Scatter, Value, index_vars, walk)
+                           Reduction, Scan, Scatter, Value, index_vars, verify_ir, walk)
+from kiln.runtime.records import strings_in
 
 
 LoopNode = Pointwise | Reduction | Scan  # what a kernel's blocks hold
@@ -540,6 +541,35 @@ def verify_program(program: KernelProgram) -> None:
     missing = computed - made
     if missing:
         fail(f"no step makes {sorted(missing)}")
+
+
+# Where a program holds strings that are values, not names: an extern's arguments and a graph's
+# constant outputs (printed as literals: repr in the Python wrapper, escaped in the native one) and
+# the outputs' pytree spec (parsed by torch's own reader, never printed into code). An extern's
+# keyword names are names, checked on their own.
+_VALUE_FIELDS = frozenset({"Extern.args", "Extern.kwargs", "LoopIR.outputs", "LoopIR.output_spec"})
+
+
+def check_stored_program(program: object) -> KernelProgram:
+    """A program read back from the disk cache, checked before code is generated from it: a
+    KernelProgram whose every name is an identifier (code generators print names as they are, so a
+    buffer named `x; system(...)` would be code) and that passes the IR and schedule verifiers.
+    ValueError otherwise."""
+    if not isinstance(program, KernelProgram) or not isinstance(program.ir, LoopIR):
+        raise ValueError(f"not a kernel program: {type(program).__name__}")
+    for owner, text in strings_in(program):
+        if owner not in _VALUE_FIELDS and not text.isidentifier():
+            raise ValueError(f"{owner} holds {text[:40]!r}, not a name")
+    for b in program.ir.buffers:
+        if isinstance(b, Extern) and not all(isinstance(kw, tuple) and len(kw) == 2 and isinstance(kw[0], str)
+                                             and kw[0].isidentifier() for kw in b.kwargs):
+            raise ValueError(f"{b.name}'s keyword arguments are not (name, value) pairs")
+    try:
+        verify_ir(program.ir)
+        verify_program(program)
+    except VerificationError as exc:
+        raise ValueError(str(exc)) from exc
+    return program
 
 
 def format_program(program: KernelProgram) -> str:

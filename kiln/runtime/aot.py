@@ -85,7 +85,10 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
             # the backward graph was traced with contiguous tangents; a zero grad arrives for an
             # unused output because materialize_grads is on
             tangents = [grad_outputs[k].contiguous() for k in diff]
-            if steal is None:
+            if is_grad():  # backward(create_graph=True): the gradients get a history that refuses a second backward
+                grads = gradients_without_second_backward(compiled_backward, [*ctx.saved_tensors, *ctx.symints],
+                                                          tangents)
+            elif steal is None:
                 grads = compiled_backward(*ctx.saved_tensors, *ctx.symints, *tangents)
             else:  # the wrapper gets the only references: each activation is freed after its last use
                 args = [*ctx.saved_tensors, *ctx.symints, *tangents]
@@ -108,6 +111,70 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
         backward=compiled_backward, num_forward_outputs=num_forward_outputs,
         num_saved_tensors=num_saved_tensors, differentiable=diff, primal_needs_grad=tuple(primal_needs_grad))
     return CompiledFunction
+
+
+DOUBLE_BACKWARD_ERROR = (
+    "kiln: a backward through gradients that a compiled graph computed (backward(create_graph=True) or "
+    "autograd.grad(..., create_graph=True), then a second backward) is not supported: the compiled backward "
+    "has no derivative of its own. Compute second-order gradients (gradient penalties, Hessian-vector "
+    "products) outside kiln.compile, e.g. with kiln.disable on the function whose gradients you "
+    "differentiate again.")
+
+
+class _CompiledBackward(torch.autograd.Function):
+    """The compiled backward under create_graph=True: its gradients come out with a grad_fn, as
+    eager's do, whose own backward raises DOUBLE_BACKWARD_ERROR. Without that history a gradient
+    penalty added to the loss would silently contribute nothing. The first input is a leaf that
+    requires grad, so the history is there even when no incoming gradient requires grad."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, backward: Callable, saved: list, *tangents: torch.Tensor) -> Any:
+        return tuple(backward(*saved, *tangents))  # autograd.Function.forward runs with grad mode off
+
+    @staticmethod
+    def backward(ctx: Any, *grad_outputs: Any) -> Any:
+        raise RuntimeError(DOUBLE_BACKWARD_ERROR)
+
+
+def gradients_without_second_backward(compiled_backward: Callable, saved: list, tangents: list) -> list:
+    """The compiled backward's gradients with a history that raises on a second backward."""
+    anchor = torch.empty(0, requires_grad=True)
+    return list(_CompiledBackward.apply(anchor, compiled_backward, saved, *tangents))
+
+
+def without_grad(forward: Callable) -> Callable:
+    """An inference graph's compiled forward, run with grad mode off.
+
+    No output of such a graph carries a gradient (AOT autograd traced no backward for it), so
+    autograd must record nothing while it runs: a matmul writing through its out= overload raises
+    when grad mode is on and an argument requires grad (a module's parameters under `torch.no_grad()`
+    inside the compiled function), and any other ATen call would hand out results with a grad_fn
+    that eager's do not have. Graphs whose inputs require no grad, or that were traced with grad
+    off, need no such wrapper (what it costs a call is paid only where it is needed)."""
+    set_grad = torch._C._set_grad_enabled
+    is_grad = torch.is_grad_enabled
+
+    def run(*args: Any) -> Any:
+        if not is_grad():
+            return forward(*args)
+        set_grad(False)
+        try:
+            return forward(*args)
+        finally:
+            set_grad(True)
+
+    return run
+
+
+def with_grad(apply: Callable) -> Callable:
+    """A training graph's autograd.Function applied with grad mode on, for a graph captured under
+    the caller's no_grad whose only gradients come from an enable_grad region inside it (a guard
+    holds the caller's mode): applied under no_grad, its outputs would carry no grad_fn."""
+    def run(*args: Any) -> Any:
+        with torch.enable_grad():
+            return apply(*args)
+
+    return run
 
 
 @record_type
@@ -176,7 +243,8 @@ class AotRuntime:
 
     def __init__(self, *, root: torch.nn.Module | None, lifted: tuple[str, ...], meta: Any,
                  out_spec: pytree.TreeSpec, binding: dict, forward: Callable,
-                 function: type[torch.autograd.Function] | None = None, report: Any = None) -> None:
+                 function: type[torch.autograd.Function] | None = None, report: Any = None,
+                 grad_mode: bool | None = None) -> None:
         self.root = root
         self.lifted = lifted
         self.meta = meta
@@ -192,7 +260,13 @@ class AotRuntime:
         self._updated = tuple(sorted({*getattr(meta, "mutated_inputs", ()), *(i for i, _ in self._restrides)}))
         # the per-call plan
         self._getters = tuple(operator.attrgetter(path) for path in lifted)  # dotted paths work
-        self._run = getattr(function, "fast_apply", function.apply) if function is not None else forward
+        # the grad mode the graph runs under where the caller's (a guard holds it) is not the one
+        # it was traced for: None, the caller's; False, an inference graph traced with grad on and
+        # inputs requiring grad (`without_grad`); True, a training graph captured under no_grad
+        # whose gradients come from an enable_grad region inside it (`with_grad`)
+        self.grad_mode = grad_mode
+        run = getattr(function, "fast_apply", function.apply) if function is not None else forward
+        self._run = without_grad(run) if grad_mode is False else with_grad(run) if grad_mode else run
         self._unflatten = _unflattener(out_spec)
         if meta is None:
             self._num_mutated, self._passthrough, self._num_outputs = 0, False, 0
@@ -316,6 +390,7 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
                             meta.num_intermediate_bases, tuple(meta.metadata_mutations)),
         "out_spec": pytree.treespec_dumps(runtime.out_spec),
         "function": None,
+        "grad_mode": runtime.grad_mode,
     }
     if runtime.function is not None:
         function = dict(getattr(runtime.function, "recipe", None) or {})
@@ -342,4 +417,5 @@ def _load(fields: dict[str, Any]) -> AotRuntime:
         backward = rebuild(counts.pop("backward"))
         function = make_autograd_function(forward, backward, **counts)
     return AotRuntime(root=None, lifted=(), meta=meta, out_spec=pytree.treespec_loads(fields["out_spec"]),
-                      binding={}, forward=forward, function=function)
+                      binding={}, forward=forward, function=function,
+                      grad_mode=fields.get("grad_mode"))

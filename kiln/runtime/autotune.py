@@ -78,10 +78,8 @@ def candidates(shape: KernelShape) -> list[LaunchConfig]:
 
 def _path(key: str, create: bool = False) -> str | None:
     """The record's path in the cache (None when the cache directory is refused or cannot be made)."""
-    base = store.root()
-    if base is None or (create and store.folder("autotune", key[:2]) is None):
-        return None
-    return os.path.join(base, "autotune", key[:2], f"{key}.json")
+    folder = store.folder("autotune", key[:2], create=create)
+    return os.path.join(folder, f"{key}.json") if folder is not None else None
 
 
 def stored_choice(key: str) -> LaunchConfig | None:

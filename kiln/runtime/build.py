@@ -8,8 +8,13 @@ are off so g++ cannot merge them into a scalar sincos call (see codegen/cpp.py).
 
 A library lives in the cache (kiln.runtime.store) as `cpp/<k>/<key>.so` beside a sealed
 `<key>.so.sum` holding its size and SHA-256. Nothing is handed to the dynamic loader before its
-bytes match that record: a torn .so would kill the process with SIGBUS, a garbage one would fail
-forever, a swapped one would run someone's code; any mismatch deletes both files and builds again.
+bytes match that record (read from the open file, which kiln.runtime.store judges: no link, owned by
+this user, writable by no one else, in folders as trusted): a torn .so would kill the process with
+SIGBUS, a garbage one would fail forever, a swapped one would run someone's code; any mismatch
+deletes both files and builds again. A library that matches its record but lacks a symbol its caller
+needs (a stale or forged pair) is deleted and built again too, and this process loads the new build
+from a private copy, since the dynamic loader keeps handing back the library it already opened
+under that path.
 The compiler runs in a private folder with fixed file names, so one source gives the same bytes in
 any process. With the cache off, libraries go to a folder private to this process.
 """
@@ -49,7 +54,7 @@ class BuildError(RuntimeError):
 
 
 class LibraryError(OSError):
-    """A stored library is missing or does not match its recorded size and hash."""
+    """A stored library is missing, does not match its recorded size and hash, or lacks a symbol."""
 
 
 @dataclass(frozen=True)
@@ -109,8 +114,7 @@ def _stop_compilers() -> None:
 def compile_shared(source: str, out_path: str, flags: Sequence[str] = DEFAULT_FLAGS) -> None:
     """Compile `source` into the shared object `out_path` (its folder must be private)."""
     folder = os.path.dirname(out_path)
-    with open(os.path.join(folder, "kernel.cpp"), "w") as f:
-        f.write(source)
+    store.write_private(os.path.join(folder, "kernel.cpp"), source)
     # relative names from inside the folder: the object records the source's name, not the folder
     cmd = [COMPILER, *flags, "kernel.cpp", "-o", os.path.basename(out_path), *LIBS]
     start = time.perf_counter()
@@ -146,39 +150,61 @@ def _recorded(path: str) -> tuple[int, str] | None:
 
 def _verified(path: str, expected: tuple[int, str] | None) -> bool:
     """Whether the file at `path` has exactly the expected size and hash."""
-    if expected is None:
-        return False
-    try:
-        if os.path.getsize(path) != expected[0]:  # cheap first: a torn file is short
-            return False
-    except OSError:
-        return False
-    return store.file_digest(path) == expected
+    return expected is not None and store.file_digest(path, expected[0]) == expected
 
 
-def _open(path: str, digest: tuple[int, str]) -> ctypes.CDLL:
+def _open(path: str, digest: tuple[int, str], symbols: Sequence[str] = (), at: str | None = None) -> ctypes.CDLL:
+    """The library at `path` (loaded from `at`, a verified copy, when given), LibraryError when it
+    lacks one of `symbols`."""
     lib = _loaded.get(path)
     if lib is None:
-        lib = _loaded[path] = ctypes.CDLL(path)
-        _identities[id(lib)] = LibraryIdentity(path, store.relative(path), digest[0], digest[1])
+        lib = ctypes.CDLL(at or path)
+        # a copy stands for the cache's file only while that file holds the same bytes
+        rel = store.relative(path) if at is None or _verified(path, digest) else None
+        _identities[id(lib)] = LibraryIdentity(path, rel, digest[0], digest[1])
+        _loaded[path] = lib
+    missing = [name for name in symbols if not hasattr(lib, name)]
+    if missing:
+        raise LibraryError(f"{path} lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
     return lib
 
 
-def load(source: str, flags: Sequence[str] = DEFAULT_FLAGS) -> ctypes.CDLL:
-    """The shared object built from `source` (from the disk cache when it was built before)."""
+def load(source: str, flags: Sequence[str] = DEFAULT_FLAGS, symbols: Sequence[str] = ()) -> ctypes.CDLL:
+    """The shared object built from `source` (from the disk cache when it was built before), with
+    each of `symbols` in it."""
     path = library_path(source, flags)
-    lib = _loaded.get(path)
-    if lib is not None:
-        return lib
+    try:
+        return _load(source, flags, symbols, path)
+    except LibraryError as exc:
+        if path not in _loaded:
+            raise
+        # The library under `path` verified but lacks a symbol: deleted and built again, for later
+        # processes, and this one opens the new build through a copy of its own.
+        del _loaded[path]
+        store.discard(path, str(exc), path + ".sum")
+        copy = os.path.join(_private_folder(), f"rebuilt-{len(_identities)}-{os.path.basename(path)}")
+        try:
+            built = _build(source, flags, path)
+            shutil.copyfile(path, copy)
+        except OSError:  # a read-only cache: this process builds its own
+            built = _build(source, flags, copy)
+        if store.file_digest(copy, built[0]) != built:
+            raise LibraryError(f"{path} changed while it was being loaded") from exc
+        return _open(path, built, symbols, at=copy)
+
+
+def _load(source: str, flags: Sequence[str], symbols: Sequence[str], path: str) -> ctypes.CDLL:
+    if path in _loaded:
+        return _open(path, (0, ""), symbols)
     for attempt in range(3):  # more than one build only when another process replaced the file meanwhile
         recorded = _recorded(path)
         if _verified(path, recorded):
             if attempt == 0:
                 log.artifact("cache", f"cache hit {path}")
-            return _open(path, recorded)  # type: ignore[arg-type]
+            return _open(path, recorded, symbols)  # type: ignore[arg-type]
         if attempt == 2:
             break
-        if recorded is not None or os.path.exists(path):
+        if recorded is not None or os.path.lexists(path):
             store.discard(path, "the library does not match its recorded size and hash", path + ".sum")
         try:
             built = _build(source, flags, path)
@@ -187,19 +213,26 @@ def load(source: str, flags: Sequence[str] = DEFAULT_FLAGS) -> ctypes.CDLL:
             path = os.path.join(_private_folder(), os.path.basename(path))
             built = _build(source, flags, path)
         if _verified(path, built):  # usable now even when its record could not be written
-            return _open(path, built)
+            return _open(path, built, symbols)
     raise LibraryError(f"{path} changed while it was being loaded")
 
 
-def load_if_built(source: str, flags: Sequence[str] = DEFAULT_FLAGS) -> ctypes.CDLL | None:
-    """The shared object built from `source` when it is loaded or in the cache (verified); None
-    otherwise, and nothing is compiled."""
+def load_if_built(source: str, flags: Sequence[str] = DEFAULT_FLAGS, symbols: Sequence[str] = ()) -> ctypes.CDLL | None:
+    """The shared object built from `source` when it is loaded or in the cache (verified, with each
+    of `symbols`); None otherwise, and nothing is compiled."""
     path = library_path(source, flags)
-    lib = _loaded.get(path)
-    if lib is not None:
-        return lib
+    if path in _loaded:
+        return _usable(path, (0, ""), symbols)
     recorded = _recorded(path)
-    return _open(path, recorded) if recorded is not None and _verified(path, recorded) else None
+    return _usable(path, recorded, symbols) if recorded is not None and _verified(path, recorded) else None
+
+
+def _usable(path: str, digest: tuple[int, str], symbols: Sequence[str]) -> ctypes.CDLL | None:
+    try:
+        return _open(path, digest, symbols)
+    except LibraryError as exc:
+        log.artifact("cache", f"not used: {exc}")
+        return None
 
 
 def _build(source: str, flags: Sequence[str], path: str) -> tuple[int, str]:
@@ -236,31 +269,32 @@ def stored_identity(lib: ctypes.CDLL | None) -> tuple[str, int, str] | None:
     return found.relative, found.size, found.sha256
 
 
-def load_stored(relative: str, size: int, sha256: str) -> ctypes.CDLL:
+def load_stored(relative: str, size: int, sha256: str, symbols: Sequence[str] = ()) -> ctypes.CDLL:
     """A library named by a recipe (path relative to the cache root), loaded only when its bytes
-    are the recorded ones; LibraryError otherwise (the caller compiles again)."""
+    are the recorded ones and it has each of `symbols`; LibraryError otherwise (the caller compiles
+    again)."""
     path = store.absolute(relative)
     if path is None:
         raise LibraryError(f"{relative}: the cache is off or the path leaves it")
     lib = _loaded.get(path)
     known = _identities.get(id(lib)) if lib is not None else None
     if known is not None and (known.size, known.sha256) == (size, sha256):
-        return lib  # type: ignore[return-value]
+        return _open(path, (size, sha256), symbols)
     if lib is not None or not _verified(path, (size, sha256)):
         raise LibraryError(f"{path} is missing or is not the library the entry was stored with")
-    return _open(path, (size, sha256))
+    return _open(path, (size, sha256), symbols)
 
 
-def load_cached(relative: str) -> ctypes.CDLL | None:
+def load_cached(relative: str, symbols: Sequence[str] = ()) -> ctypes.CDLL | None:
     """The library at `relative` (under the cache root) when an earlier build left it there with a
-    sealed record of its size and hash that its bytes match; None otherwise (nothing is built)."""
+    sealed record of its size and hash that its bytes match, and it has each of `symbols`; None
+    otherwise (nothing is built)."""
     path = store.absolute(relative)
     if path is None:
         return None
-    lib = _loaded.get(path)
-    if lib is not None:
-        return lib
+    if path in _loaded:
+        return _usable(path, (0, ""), symbols)
     recorded = _recorded(path)
     if not _verified(path, recorded):
         return None
-    return _open(path, recorded)  # type: ignore[arg-type]
+    return _usable(path, recorded, symbols)  # type: ignore[arg-type]

@@ -5,8 +5,10 @@ compiler's version, the torch version and the CPU's feature flags (kernels build
 -march=native, so two CPUs of one model name but different microcode or virtualization can differ
 in what they run), and, for Kiln's own records, a digest of Kiln's sources found by walking the
 package folder on disk (no import of the stages it hashes). A compiled graph is stored as a sealed
-record file (kiln.runtime.store, kiln.runtime.records) so a later process skips the lowering;
-a damaged or foreign file is deleted and the graph compiled again. Corresponds to
+record file (kiln.runtime.store, kiln.runtime.records) so a later process skips the lowering: its
+loop-level program only, never C++ source or compiler flags, which the reader makes again from the
+program and its own settings (a record is read as data, and a flag such as `-wrapper` would run a
+program of the file's choosing); a damaged or foreign file is deleted and the graph compiled again. Corresponds to
 torch/_inductor/codecache.py (the keys and FxGraphCache).
 """
 from __future__ import annotations
@@ -16,7 +18,7 @@ import hashlib
 import os
 import platform
 import subprocess
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -92,16 +94,19 @@ def artifact_path(key: str, suffix: str) -> str | None:
 # Compiled-graph records
 
 
-def load_graph(key: str, packages: Sequence[str] = ()) -> Any | None:
+def load_graph(key: str, packages: Sequence[str] = (), check: Callable[[Any], Any] | None = None) -> Any | None:
     """A value stored by `store_graph` under `key`, or None (missing, damaged: deleted, or holding
-    something not admitted as a record of `packages`)."""
+    something not admitted as a record of `packages`, or that `check` refuses by raising
+    RecordError, ValueError or TypeError). `check(value)` returns what the caller uses."""
     path = artifact_path(key, ".graph")
     body = store.read_sealed(path) if path is not None else None
     if body is None:
         return None
     try:
         value = records.loads(body, packages=packages)
-    except records.RecordError as exc:
+        if check is not None:
+            value = check(value)
+    except (records.RecordError, ValueError, TypeError) as exc:
         store.discard(path, f"not a graph record: {exc}")  # type: ignore[arg-type]
         return None
     log.artifact("cache", f"graph cache hit {path}")

@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from kiln import log
+from kiln.runtime.overlap import copy_into, may_overlap
 
 MAX_RECORDINGS = 8  # distinct input signatures recorded per graph before it stops recording
 STALE_OUTPUT = ("kiln: this tensor is an output of a compiled function run as a CUDA graph "
@@ -54,6 +55,9 @@ class _Recording:
     outputs: tuple[Any, ...]
     handed_out: list[torch.Tensor] = field(default_factory=list)
     replays: int = 0
+    # static copies whose elements share memory (an expanded input): filled by overlap.copy_into,
+    # as copy_ refuses to write such a tensor
+    shared: frozenset[int] = frozenset()
 
 
 _LIVE: "weakref.WeakSet[CudaGraphed]" = weakref.WeakSet()
@@ -162,7 +166,10 @@ class CudaGraphed:
             torch.cuda.synchronize()
             self._skip(f"an op syncs with the host while recording ({str(e).splitlines()[0][:120]})")
             return None
-        rec = _Recording(graph, inputs, static_ptrs, tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,))
+        shared = frozenset(i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and i not in static_ptrs
+                           and may_overlap(tuple(a.shape), a.stride()))
+        rec = _Recording(graph, inputs, static_ptrs, tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,),
+                         shared=shared)
         self.recordings[key] = rec
         log.artifact("cudagraphs", f"{self.name}: recorded signature #{len(self.recordings)} "
                                    f"({', '.join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor))})")
@@ -174,7 +181,10 @@ class CudaGraphed:
         # inputs first: one may be an output of the previous replay (`x = f(x)` in a loop)
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor) and i not in rec.static_ptrs:
-                rec.inputs[i].copy_(a)
+                if i in rec.shared:
+                    copy_into(rec.inputs[i], a)
+                else:
+                    rec.inputs[i].copy_(a)
         for t in rec.handed_out:  # what the previous replay returned is about to be overwritten
             poison(t, STALE_OUTPUT)
         rec.handed_out = []

@@ -27,14 +27,19 @@ from torch.utils import _pytree as pytree
 from kiln import config, log
 from kiln.runtime import build
 from kiln.runtime.artifact import RECIPE_ATTR, Recipe, loader
+from kiln.runtime.overlap import strided_copy
 from kiln.runtime.records import record_type
 
 
 def relayout(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
-    """A copy of `t` with the strides the kernels were compiled for (the wrapper's `_relayout`)."""
-    out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
-    out.copy_(t)
-    return out
+    """`t` with the strides the kernels were compiled for (the wrapper's `_relayout`, called when
+    t.stride() differs): t itself where only the strides of size-1 dims differ, as no index moves
+    along them; else a copy, also into strides whose elements share memory (an expanded saved
+    activation, kiln.runtime.overlap)."""
+    for size, have, want in zip(t.shape, t.stride(), strides):
+        if size != 1 and have != want:
+            return strided_copy(t, strides)
+    return t
 
 
 @record_type
@@ -165,7 +170,7 @@ def check_wrapper_source(source: str, globals_: set[str]) -> ast.Module:
     `torch.randint`, `_relayout`, int/max/min and the tensor methods the codegen uses. Returns the
     parsed module (what the loader compiles: the source is parsed once)."""
     # A parse makes thousands of AST objects; in a process holding torch each collection they
-    # trigger walks the whole heap (a tenth of a second per wrapper), and they make no cycles.
+    # trigger walks the whole heap, every object torch holds, and they make no cycles.
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -290,7 +295,7 @@ def load_wrapper(recipe: WrapperRecipe) -> Callable[..., Any]:
         if recipe.library is None:
             raise ValueError("a wrapper with kernels but no library")
         relative, size, sha256 = recipe.library
-        lib = build.load_stored(relative, size, sha256)
+        lib = build.load_stored(relative, size, sha256, symbols=tuple(recipe.kernels))
         for name, kinds in recipe.kernels.items():
             fn = getattr(lib, name)
             fn.argtypes = [_CTYPES[k] for k in kinds]
@@ -314,15 +319,6 @@ def positional(takes_list: Callable[[list], Any]) -> Callable[..., Any]:
 
     call.steal = takes_list  # type: ignore[attr-defined]
     return call
-
-
-def stealing_entry(compiled: Any) -> Callable[[list], Any] | None:
-    """The `steal` entry of a compiled graph (a wrapper function, or an object whose `fn` is
-    one), or None when it has none (ATen graphs, Triton wrappers, nested outputs)."""
-    steal = getattr(compiled, "steal", None)
-    if steal is None:
-        steal = getattr(getattr(compiled, "fn", None), "steal", None)
-    return steal if callable(steal) else None
 
 
 def with_output_spec(call: Callable[..., Any], output_spec: str | None) -> Callable[..., Any]:

@@ -2,7 +2,7 @@
 
 kiln.lower's native wrapper codegen writes, per graph, a C++ translation unit with one function
 `kiln_graph(args, nargs, outs, ...)` over ATen's C++ API (ATen headers only, no Python; they come
-from a precompiled header kept in the cache, so a graph compiles in about 3 s of CPU, not 6): it
+from a precompiled header kept in the cache, which halves a graph's build): it
 allocates buffers, calls the graph's C++ kernels through a table of function pointers and its
 externs through `at::_ops::<op>::call` (other operators through the dispatcher), frees buffers
 after their last use and fills `outs`. This module builds it (cached like the kernel library, size
@@ -14,8 +14,10 @@ own exception, as a torch.library op raises it, passes through as itself). A `Na
 names both libraries and the kernel library by identity, so another process rebuilds the callable
 without compiling (and without kiln.lower). Tier-up (`TieredWrapper`, `BACKGROUND`, `NativeRef`):
 outside mode="reduce-overhead" a graph runs its Python wrapper first and switches to its native
-wrapper, built on a daemon thread, once hot; a stored graph keeps its native source (sealed, named
-by its SHA-256) so a later process runs or builds it. Corresponds to Inductor's C++ wrapper (cpp_wrapper).
+wrapper, built on a daemon thread, once hot; a stored graph keeps its loop-level program (a sealed
+record named by its SHA-256) so a later process runs the library an earlier one built, or writes the
+source again from the program and builds it: C++ is never compiled from stored text. Corresponds to
+Inductor's C++ wrapper (cpp_wrapper).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import concurrent.futures
 import ctypes
 import functools
 import hashlib
+import importlib
 import json
 import os
 import queue
@@ -71,7 +74,7 @@ def graph_flags(precompiled: bool = True) -> tuple[str, ...]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# The precompiled header: ATen's headers parsed once (about 3 s of each graph's 6 s build), kept in
+# The precompiled header: ATen's headers parsed once (about half of each graph's build), kept in
 # the cache as `<key>.h` beside `<key>.h.gch` and its sealed size and SHA-256, like a library. g++
 # reads the .gch instead of the headers when its flags match; it is checked against its record
 # before any compile that reads it (a forged one would put code of someone else's into the graph).
@@ -104,20 +107,17 @@ def precompiled_header_path() -> str | None:
 
 def _stat(path: str) -> tuple[int, int, int] | None:
     try:
-        st = os.stat(path)
+        with store.open_trusted(path) as (_, st):
+            return st.st_ino, st.st_size, st.st_mtime_ns
     except OSError:
         return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _pch_ok(header: str) -> bool:
-    """Whether `header` holds PCH_HEADER and its .gch matches its sealed record."""
+    """Whether `header` holds PCH_HEADER and its .gch matches its sealed record (both trusted files:
+    kiln.runtime.store)."""
     gch = header + ".gch"
-    try:
-        with open(header) as f:
-            if f.read() != PCH_HEADER:
-                return False
-    except OSError:
+    if store.read_file(header) != PCH_HEADER.encode():
         return False
     seen = _stat(gch)
     if seen is not None and _pch_verified.get(gch) == seen:
@@ -128,7 +128,7 @@ def _pch_ok(header: str) -> bool:
         expected = (int(record["size"]), str(record["sha256"])) if record else None
     except (ValueError, KeyError, TypeError):
         expected = None
-    if expected is None or seen is None or seen[1] != expected[0] or store.file_digest(gch) != expected:
+    if expected is None or seen is None or store.file_digest(gch, expected[0]) != expected:
         return False
     _pch_verified[gch] = seen
     return True
@@ -143,14 +143,13 @@ def ensure_precompiled_header() -> bool:
     if _pch_ok(header):
         return True
     gch = header + ".gch"
-    if os.path.exists(gch):
+    if os.path.lexists(gch):
         store.discard(gch, "the precompiled header does not match its record", gch + ".sum")
     start = time.perf_counter()
     try:
         with store.staging(header) as folder:
             made_header = os.path.join(folder, "kiln_native.h")
-            with open(made_header, "w") as f:
-                f.write(PCH_HEADER)
+            store.write_private(made_header, PCH_HEADER)
             cmd = [build.COMPILER, *_compile_flags(), "-x", "c++-header", "kiln_native.h", "-o", "kiln_native.h.gch"]
             proc = build.run_compiler(cmd, folder)
             if proc.returncode != 0:
@@ -168,13 +167,17 @@ def ensure_precompiled_header() -> bool:
     return _pch_ok(header)
 
 
+GRAPH_SYMBOLS = ("kiln_graph",)  # what a graph's native wrapper library exports
+_BOUNDARY_SYMBOLS = ("kiln_native_module",)
+
+
 def load_graph_library(source: str) -> ctypes.CDLL:
     """A graph's native wrapper library: from the cache, else built (with the precompiled header
     when it is there and verified, else from the headers themselves)."""
     flags = graph_flags()
     if "-include" in flags and not build.is_cached(source, flags) and not ensure_precompiled_header():
         flags = graph_flags(precompiled=False)
-    return build.load(source, flags)
+    return build.load(source, flags, symbols=GRAPH_SYMBOLS)
 
 
 def _boundary_flags() -> tuple[str, ...]:
@@ -371,7 +374,7 @@ static PyObject* kiln_steal(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
 
 
 // Guard helpers (kiln.capture.guards): a tensor's metadata and a dict's keys checked in one call
-// each, where the generated Python check reads a dozen attributes (0.5 us per tensor).
+// each, where the generated Python check reads a dozen attributes.
 struct KilnTensorSpec {
   PyTypeObject* type;  // exact type (a strong reference)
   at::ScalarType dtype;
@@ -577,7 +580,7 @@ def boundary() -> Any:
     """The boundary module (built once per torch and Python, then loaded from the cache)."""
     if _boundary:
         return _boundary[0]
-    return _boundary_from(build.load(BOUNDARY_SOURCE, _boundary_flags()))
+    return _boundary_from(build.load(BOUNDARY_SOURCE, _boundary_flags(), symbols=_BOUNDARY_SYMBOLS))
 
 
 def built_boundary() -> Any | None:
@@ -585,7 +588,7 @@ def built_boundary() -> Any | None:
     cache (loaded then, verified like any library); None otherwise: nothing is compiled."""
     if _boundary:
         return _boundary[0]
-    lib = build.load_if_built(BOUNDARY_SOURCE, _boundary_flags())
+    lib = build.load_if_built(BOUNDARY_SOURCE, _boundary_flags(), symbols=_BOUNDARY_SYMBOLS)
     return None if lib is None else _boundary_from(lib)
 
 
@@ -670,8 +673,9 @@ def make_native(graph_lib: ctypes.CDLL, kernel_lib: ctypes.CDLL | None, kernels:
 
 def load_native(recipe: NativeRecipe) -> Callable[..., Any]:
     """The native wrapper of a recipe (build.LibraryError when a library is gone or changed)."""
-    graph_lib = build.load_stored(*recipe.graph_library)
-    kernel_lib = build.load_stored(*recipe.kernel_library) if recipe.kernel_library is not None else None
+    graph_lib = build.load_stored(*recipe.graph_library, symbols=GRAPH_SYMBOLS)
+    kernel_lib = (build.load_stored(*recipe.kernel_library, symbols=recipe.kernels)
+                  if recipe.kernel_library is not None else None)
     if recipe.kernels and kernel_lib is None:
         raise ValueError("a native wrapper with kernels but no kernel library")
     return _bind(graph_lib, kernel_lib, recipe.kernels, recipe.output_spec, recipe)
@@ -749,28 +753,41 @@ BACKGROUND = _Background()
 @record_type
 @dataclass(frozen=True)
 class NativeRef:
-    """In a persisted graph: its native wrapper source, kept in the cache as a sealed file named by
-    its SHA-256 (which the reader checks), the cache paths its library has under each flag set
-    load_graph_library may use, and what binding it needs. A process that loads the graph runs the
-    native wrapper at once when an earlier one built it, else tiers up itself from that source."""
+    """In a persisted graph: its loop-level program, kept in the cache as a sealed record named by
+    its SHA-256 (which the reader checks), the cache paths its native wrapper library has under each
+    flag set load_graph_library may use, and what binding it needs. A process that loads the graph
+    runs the native wrapper at once when an earlier one built it, else tiers up itself: the source
+    written again from the program by this Kiln's writer (`register_writer`), never read back."""
 
-    source: tuple[str, str]  # (path relative to the cache root, SHA-256 of the text)
+    program: tuple[str, str]  # (path relative to the cache root, SHA-256 of the record)
     graph_libraries: tuple[str, ...]
     kernel_library: tuple[str, int, str] | None
     kernels: tuple[str, ...]
     output_spec: str | None
 
 
-def native_ref(source: str, kernel_lib: ctypes.CDLL | None, kernels: tuple[str, ...],
+# The native wrapper's writer for a stored program record: `write(record) -> (source, kernel order)`,
+# None when it cannot write one. kiln.lower.codegen.native_wrapper registers it on import; a process
+# served from the disk cache imports it (by name, as kiln.runtime.artifact does its loaders) only when
+# a stored graph tiers up, so a warm start that never does so never loads the lowering.
+_WRITER_MODULE = "kiln.lower.codegen.native_wrapper"
+_writers: list[Callable[[bytes], tuple[str, tuple[str, ...]] | None]] = []
+
+
+def register_writer(write: Callable[[bytes], tuple[str, tuple[str, ...]] | None]) -> None:
+    _writers[:] = [write]
+
+
+def native_ref(program: bytes, source: str, kernel_lib: ctypes.CDLL | None, kernels: tuple[str, ...],
                output_spec: str | None) -> NativeRef | None:
-    """The NativeRef of a graph's native wrapper source, the source stored beside the libraries;
-    None when the cache is off or cannot take it."""
-    digest = hashlib.sha256(source.encode()).hexdigest()
-    path = cache.artifact_path(digest[:40], ".native.cpp")
+    """The NativeRef of a graph whose native wrapper is `source`, written from the program whose
+    record is `program` (stored beside the libraries); None when the cache is off or cannot take it."""
+    digest = hashlib.sha256(program).hexdigest()
+    path = cache.artifact_path(digest[:40], ".native.program")
     rel = store.relative(path) if path is not None else None
     if path is None or rel is None:
         return None
-    if store.read_sealed(path) != source.encode() and not store.write_sealed(path, source.encode()):
+    if store.read_sealed(path) != program and not store.write_sealed(path, program):
         return None
     paths = []
     for flags in dict.fromkeys((graph_flags(), graph_flags(precompiled=False))):
@@ -784,16 +801,29 @@ def native_ref(source: str, kernel_lib: ctypes.CDLL | None, kernels: tuple[str, 
     return NativeRef((rel, digest), tuple(paths), kernel_id, kernels, output_spec)
 
 
-def _stored_source(ref: NativeRef) -> str:
-    path = store.absolute(ref.source[0])
+def _stored_program(ref: NativeRef) -> bytes:
+    path = store.absolute(ref.program[0])
     body = store.read_sealed(path) if path is not None else None
-    if body is None or hashlib.sha256(body).hexdigest() != ref.source[1]:
-        raise build.LibraryError(f"{ref.source[0]}: the native wrapper source is missing or not the stored one")
-    return body.decode()
+    if body is None or hashlib.sha256(body).hexdigest() != ref.program[1]:
+        raise build.LibraryError(f"{ref.program[0]}: the graph's program is missing or not the stored one")
+    return body
+
+
+def _written_source(program: bytes, ref: NativeRef) -> str:
+    """The native wrapper source this Kiln writes for a stored program (on the builder thread)."""
+    if not _writers:
+        importlib.import_module(_WRITER_MODULE)
+    written = _writers[0](program)
+    if written is None:
+        raise build.BuildError("the native wrapper cannot be written for the stored program")
+    source, kernels = written
+    if kernels != ref.kernels:
+        raise build.BuildError("the stored program's kernels are not the ones its graph binds")
+    return source
 
 
 def _bind_ref(graph_lib: ctypes.CDLL, ref: NativeRef) -> Callable[..., Any]:
-    kernel_lib = build.load_stored(*ref.kernel_library) if ref.kernel_library is not None else None
+    kernel_lib = build.load_stored(*ref.kernel_library, symbols=ref.kernels) if ref.kernel_library is not None else None
     found = build.stored_identity(graph_lib)
     recipe = NativeRecipe(found, ref.kernel_library, ref.kernels, ref.output_spec) if found is not None else None
     return _bind(graph_lib, kernel_lib, ref.kernels, ref.output_spec, recipe)
@@ -801,14 +831,14 @@ def _bind_ref(graph_lib: ctypes.CDLL, ref: NativeRef) -> Callable[..., Any]:
 
 def load_tiered(python: Callable[..., Any], ref: NativeRef) -> Callable[..., Any]:
     """A persisted graph's wrapper in a new process: its native wrapper when a process before this
-    one built it, else its Python wrapper behind a TieredWrapper that builds the stored source once
-    the graph is hot (as the process that compiled it would)."""
+    one built it, else its Python wrapper behind a TieredWrapper that writes the native source from
+    the stored program and builds it once the graph is hot (as the process that compiled it would)."""
     from kiln import config
 
     if config.cpu_wrapper == "python":
         return python
     for rel in ref.graph_libraries:
-        graph_lib = build.load_cached(rel)
+        graph_lib = build.load_cached(rel, symbols=GRAPH_SYMBOLS)
         if graph_lib is None:
             continue
         try:
@@ -820,8 +850,8 @@ def load_tiered(python: Callable[..., Any], ref: NativeRef) -> Callable[..., Any
         return python
 
     def start() -> Any:
-        source = _stored_source(ref)  # read and checked on the calling thread; built on BACKGROUND's
-        return BACKGROUND.submit(lambda: _bind_ref(load_graph_library(source), ref))
+        program = _stored_program(ref)  # read and checked on the calling thread; written and built on BACKGROUND's
+        return BACKGROUND.submit(lambda: _bind_ref(load_graph_library(_written_source(program, ref)), ref))
 
     return TieredWrapper(python, start, config.native_wrapper_after,
                          f"a stored graph of {len(ref.kernels)} kernels", lambda: ref)
@@ -839,9 +869,9 @@ def _load_tiered(fields: dict[str, Any]) -> Callable[..., Any]:
 class TieredWrapper:
     """A graph's Python wrapper that hands over to the graph's native wrapper once the graph is hot.
 
-    Compiling the native wrapper costs about 3 s of CPU per graph, which a graph called a few times
+    Compiling the native wrapper costs a C++ build per graph, which a graph called a few times
     (most graphs in a test suite, a script's one-off shapes) never earns back, while a training or
-    serving loop saves tens to hundreds of microseconds per call with it. So the Python wrapper runs
+    serving loop saves the Python wrapper's per-kernel calls on every call. So the Python wrapper runs
     first; the `after`-th call asks `start()` for the native build (the source is written on the
     calling thread, the compiler runs on BACKGROUND's thread and returns a future of the bound
     callable) and each later call looks whether it is done: from then on the native wrapper runs.

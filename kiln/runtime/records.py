@@ -401,3 +401,22 @@ def loads(data: bytes, references: Iterable[Reference] = (), packages: Sequence[
             UnicodeDecodeError, MemoryError, OverflowError, RecursionError) as exc:
         raise RecordError(f"undecodable record: {type(exc).__name__}: {exc}") from exc
     return _substitute(loaded, {})
+
+
+def strings_in(value: Any, owner: str = "", depth: int = 0) -> Iterable[tuple[str, str]]:
+    """Every string a record holds, as (the `Class.field` it sits in, the string): what a reader
+    checks before it prints a record's names into code (a name is text the file chose)."""
+    if depth > 500:
+        raise RecordError("a record nested too deep")
+    if isinstance(value, str):
+        yield owner, value
+    elif isinstance(value, (tuple, list, set, frozenset)):
+        for item in value:
+            yield from strings_in(item, owner, depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from strings_in(key, owner, depth + 1)
+            yield from strings_in(item, owner, depth + 1)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from strings_in(getattr(value, f.name), f"{type(value).__qualname__}.{f.name}", depth + 1)

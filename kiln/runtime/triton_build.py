@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import linecache
 import os
 import sys
 import tempfile
@@ -44,7 +45,7 @@ def _set_mode(interpret: bool) -> None:
         raise RuntimeError(
             f"kiln: Triton is already loaded {'without' if interpret else 'with'} TRITON_INTERPRET=1, so it cannot "
             f"{'interpret kernels for CPU tensors' if interpret else 'compile kernels for CUDA'} in this process; "
-            f"set TRITON_INTERPRET={wanted} (or KILN_CPU_BACKEND) before anything imports triton")
+            f"set TRITON_INTERPRET={wanted} before anything imports triton")
     os.environ["TRITON_INTERPRET"] = wanted
 
 
@@ -54,27 +55,23 @@ def load(source: str, *, interpret: bool) -> ModuleType:
     with _LOCK:
         if (key, interpret) in _LOADED:
             return _LOADED[(key, interpret)]
-        # The module is imported from its file, so the file must hold exactly `source`: one found
-        # in the cache with other content (planted, torn) is rewritten, never imported. A refused or
-        # full cache directory gives a folder private to this process.
+        # Triton's JIT reads each kernel's source back from its module's file, so the file must hold
+        # exactly `source`: one found in the cache with other content (planted, torn) or not trusted
+        # (kiln.runtime.store) is rewritten. The module runs `source` itself, never the file or a
+        # bytecode cache beside it, and linecache is given the same text, so what Triton reads is
+        # what ran. A refused or full cache directory gives a folder private to this process.
         folder = store.folder("triton", key[:2]) or tempfile.mkdtemp(prefix="kiln-triton-")
         path = os.path.join(folder, f"kiln_{key}.py")
-        try:
-            with open(path, encoding="utf-8") as f:
-                ok = f.read() == source
-        except (OSError, UnicodeDecodeError):
-            ok = False
-        if not ok and not store.write_atomic(path, source.encode("utf-8")):
+        if store.read_file(path) != source.encode("utf-8") and not store.write_atomic(path, source.encode("utf-8")):
             path = os.path.join(tempfile.mkdtemp(prefix="kiln-triton-"), f"kiln_{key}.py")
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(source)
+            store.write_private(path, source)
         name = f"kiln_triton_{key}_{'interp' if interpret else 'jit'}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
+        module = ModuleType(name)
+        module.__file__ = path
+        linecache.cache[path] = (len(source), None, source.splitlines(True), path)  # no mtime: never re-read
         _set_mode(interpret)
         sys.modules[name] = module  # triton resolves a kernel's globals through its module
-        spec.loader.exec_module(module)
+        exec(compile(source, path, "exec"), module.__dict__)
         _LOADED[(key, interpret)] = module
         return module
 

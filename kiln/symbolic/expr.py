@@ -126,6 +126,26 @@ def int_symbol(name: str, *, size: bool) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True)
 
 
+def surely_positive(size: sympy.Expr) -> bool:
+    """Whether a size is > 0 wherever code compiled for it runs: a positive number, or a positive
+    multiple of a product of backed size symbols (`s<N>`, nonnegative: each is >= 2 under its guard,
+    as sizes 0 and 1 are specialized; torch.compile's own are `positive`). Unbacked sizes (`u<N>`,
+    a count known only at run time) and int arguments (`s<N>` without the assumption) may be 0."""
+    size = sympy.sympify(size)
+    if size.is_number:
+        return bool(size > 0)
+    for factor in sympy.Mul.make_args(size):
+        if factor.is_number:
+            if not factor > 0:
+                return False
+            continue
+        base = factor.base if isinstance(factor, sympy.Pow) and factor.exp.is_Integer and factor.exp > 0 else factor
+        if not (isinstance(base, sympy.Symbol) and str(base).startswith("s")
+                and (base.is_nonnegative or base.is_positive)):
+            return False
+    return True
+
+
 FLOAT_SYMBOL_PREFIX = "zf"
 
 

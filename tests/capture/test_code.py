@@ -51,12 +51,16 @@ def after_brk(fn, occurrence: int = 0) -> int:
 
 def resume(fn, offset, stack, locals_: dict, null_slots=()):
     # A live local that is unbound at the break (assigned later, read on some path) is not passed:
-    # it stays an unbound local of the resume code, as in the original frame.
-    live = [name for name in kcode.live_locals_at(fn.__code__, offset) if name in locals_]
+    # it stays an unbound local of the resume code, as in the original frame. A cell variable is
+    # passed as a cell (empty when unbound), as the glue passes the frame's own cell.
+    cellvars = fn.__code__.co_cellvars
+    live = [name for name in kcode.live_locals_at(fn.__code__, offset) if name in locals_ or name in cellvars]
     code = kcode.make_resume_code(fn.__code__, offset, len(stack) + len(null_slots), live,
                                   null_slots=null_slots)
     f = kcode.make_function(code, fn.__globals__, fn.__closure__)
-    return f(*stack, *[locals_[name] for name in live])
+    values = [(types.CellType(locals_[name]) if name in locals_ else types.CellType()) if name in cellvars
+              else locals_[name] for name in live]
+    return f(*stack, *values)
 
 
 # ------------------------------------------------------------------------------- straight line
@@ -473,7 +477,7 @@ def cell_vars(x, c):
     return add(x)
 
 
-def test_cell_variables_passed_by_value():
+def test_cell_variables_passed_as_cells():
     assert set(cell_vars.__code__.co_cellvars) == {"c", "d"}
     x = torch.randn(3)
     off = after_brk(cell_vars)

@@ -60,7 +60,7 @@ def break_data_branch(x):
 
 def break_numpy(x):
     y = x * 2
-    z = np.fft.rfft(np.ones(4) * 2.0).real  # numpy.fft is outside Kiln's numpy table: a break
+    z = np.unwrap(np.ones(4) * 2.0)  # numpy.unwrap is outside Kiln's numpy table: a break
     return y + torch.from_numpy(z[:1]).float()
 
 

@@ -187,7 +187,9 @@ def test_second_process_runs_broken_functions_without_capturing(tmp_path: Path) 
         # the frame's handler; risky's own resume raises ValueError from its glue (an exception
         # class in a glue is not stored), so it alone is captured again
         assert got["frames"] == (1 if name == "guarded_raises" else 0), (name, got, stderr[-3000:])
-        assert got["disk_hits"] >= 2, (name, got)  # the parent, its resumes and callees
+        # the parent, its resumes and callees; guarded_raises finds `risky` already in memory (loaded
+        # for guarded: compiles with the same arguments share their caches), its resume on disk
+        assert got["disk_hits"] >= (1 if name == "guarded_raises" else 2), (name, got)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -518,3 +520,49 @@ def test_an_attribute_the_code_names_of_a_frame_value_may_go_to_the_resume_funct
                  "L['self'].__class__"):
         with pytest.raises(UnsafeSource):
             check_glue_source(head + f"    __result0 = {read}\n" + tail, "__glue_forward", **names)
+
+
+class _CellModule(torch.nn.Module):
+    """`self` and `scale` are cell variables (a comprehension reads them): the glue hands each to
+    the resume function as a cell it makes around the frame's value (`__const_cell_0(L['self'])`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(3)) for _ in range(2)])
+
+    def forward(self, x):
+        scale = x.shape[0]
+        parts = [w * scale for w in self.weights]
+        n = x.max().item()  # a graph break
+        return [p + n + self.weights[0] for p in parts]
+
+
+def test_a_frame_whose_cells_cross_a_break_is_stored_and_read_back(tmp_path: Path) -> None:
+    module, x = _CellModule(), torch.randn(4, 3, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = module(x)
+        for round_ in range(2):
+            with kiln.config.patch(cache_dir=str(tmp_path), persistent_cache=True):
+                kiln.reset()
+                got = kiln.compile(module)(x)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w)
+            stats = kiln.stats()
+            assert (stats["frames"], stats["disk_hits"]) == ((2, 0) if round_ == 0 else (0, 2)), stats
+
+
+def test_a_cell_the_glue_makes_holds_only_what_a_break_may_take() -> None:
+    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+
+    head = "def __glue_forward(L, G, F):\n    __out = __graph_f_0(L['x'])\n    __result0 = __out[0].item()\n"
+    names = dict(graph_names=["__graph_f_0"], constant_names=["__const_cell_0"], callee_names=["__resume2"],
+                 method_names=["item"], cell_names=["__const_cell_0"])
+    tail = "    return __resume2(__result0, __v1, __v2, __v3)\n"
+    made = "    __v1 = __const_cell_0(L['self'])\n    __v2 = __const_cell_0(__out[1])\n    __v3 = __const_cell_0()\n"
+    check_glue_source(head + made + tail, "__glue_forward", **names)
+    with pytest.raises(UnsafeSource):  # not declared a cell: a constant's call on a frame object
+        check_glue_source(head + made + tail, "__glue_forward", **{**names, "cell_names": []})
+    for inside in ("L['self'].helper", "G['os']", "L['self'], L['x']", "*L['args']"):
+        with pytest.raises(UnsafeSource):
+            check_glue_source(head + f"    __v1 = __const_cell_0({inside})\n    __v2 = __v3 = 1\n" + tail,
+                              "__glue_forward", **names)

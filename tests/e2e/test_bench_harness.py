@@ -1,6 +1,7 @@
 """The benchmark harness itself: its arithmetic (speedups, geomeans, bandwidth), its refusal to time
 a Kiln run that compiled nothing or computed something else, and (slow) one real quick run of
-`python -m benchmarks.run` end to end with its JSON output.
+`python -m benchmarks.run` end to end with its JSON output and its tier-up process
+(tests/e2e/test_bench_tierup.py has the rest of the tier-up measurement and the newer workloads).
 """
 from __future__ import annotations
 
@@ -95,3 +96,9 @@ def test_quick_bench_run_writes_json(tmp_path) -> None:
     assert row["torch"]["status"] == "ok" and row["torch"]["speedup"] > 0
     assert row["kiln"]["status"] == "ok" or row["kiln"]["status"].startswith(("not available", "not compiled", "failed"))
     assert "geomean" in proc.stdout and "copy bandwidth" in proc.stdout
+    if row["kiln"]["status"] == "ok":  # the tier-up process ran, torch.compile measured in it (no cold start)
+        tierup = results["tierup"]["softmax"]  # measured in the first pass (1 thread), not the last
+        assert tierup["status"] == "ok" and tierup["python_calls"] > 0 and tierup["full_speed_s"] > 0
+        assert tierup["torch_from"] == "the tier-up process, after Kiln" and tierup["torch_first_call_s"] > 0
+        assert results["tierup_summary"]["workloads_with_tierup"] == 1
+        assert "before tier-up and time to full speed" in proc.stdout

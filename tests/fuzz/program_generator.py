@@ -6,8 +6,11 @@ indexing, matmul, normalisation, in-place and out= steps, each chosen among the 
 the values made so far. The generator runs every step eagerly on example tensors as it writes
 it, so it knows each value's shape and dtype and never writes a step that eager rejects.
 The result is plain source (`Program.source`), which is also the repro a failure prints.
-`generate_faulting(seed)` writes programs that end in a step eager rejects (an index out of range,
-an integer division or modulo by zero), for checking that compiled code raises as eager does.
+Every program also gets one numerics step (NUMERICS: half-typed accumulating scatters, narrowing
+conversions of floats out of range, the integer minimum divided by -1, concatenations of gathered
+values). `generate_faulting(seed)` writes programs that end in a step eager rejects (an index out of
+range, an integer division or modulo by zero, a reduction without an identity over an empty dim),
+for checking that compiled code raises as eager does.
 """
 from __future__ import annotations
 
@@ -243,10 +246,120 @@ def _mutation(w: _Writer) -> bool:
 STEPS = [_pointwise, _pointwise, _reduction, _view, _indexing, _matmul, _normalisation, _mutation]
 
 
+# ----------------------------------------------------------------------------- numerics steps
+# Each program gets one of these after its other steps (drawn from their own random stream, so the
+# steps above, and the seeds kept as regression tests, are the programs they were), on the edges of
+# numerics where kernels and ATen's CPU kernels must agree bit for bit: accumulating scatters into
+# float16/bfloat16, float -> narrow int conversions of values out of range, the integer minimum
+# divided by -1, and concatenations of gathered values. Their inputs are the program's inputs
+# (exact values: a conversion would turn a last-bit difference upstream into a different integer)
+# or made from them by exact steps, detached when the program is checked with gradients.
+
+_SMALL = 64  # elements at most in a tensor whose indices are written out as a literal
+
+
+def _source_tensor(w: _Writer, want: Callable[[torch.Tensor], bool]) -> str | None:
+    """An input (exact values) that `want` accepts, detached in gradient programs."""
+    names = [n for n in w.inputs if want(w.values[n])]
+    if not names:
+        return None
+    name = w.rng.choice(names)
+    return f"{name}.detach()" if w.with_grad else name
+
+
+def _literal_index(w: _Writer, high: int, shape: tuple[int, ...], *, crowded: bool = False) -> str:
+    """torch.tensor(...) of `shape` with values in [0, high): `crowded` piles them on few rows, so
+    that accumulating scatters add many values into one place."""
+    count = 1
+    for size in shape:
+        count *= size
+    top = min(high, 2) if crowded else high
+    values = [w.rng.randrange(top) for _ in range(count)]
+    return f"torch.tensor({values}).reshape({tuple(shape)})"
+
+
+def _half_scatter(w: _Writer) -> bool:
+    """index_add / scatter_add / index_put(accumulate) / scatter_reduce / index_reduce into a
+    float16 or bfloat16 tensor, and the value back in float32."""
+    a = _source_tensor(w, lambda t: _floating(t) and t.dim() > 0 and 0 < t.numel() <= _SMALL)
+    if a is None:
+        return False
+    t = w.values[a.removesuffix(".detach()")]
+    half = w.rng.choice(["torch.bfloat16", "torch.float16"])
+    dim = w.rng.randrange(t.dim())
+    n = t.shape[dim]
+    x = f"({a} * 4).to({half})"
+    src = f"({a}.abs() * 0.03125 + 0.25).to({half})"  # small addends: rounding after each add shows
+    rows = _literal_index(w, n, (n,), crowded=True)
+    full = _literal_index(w, n, tuple(t.shape), crowded=True)
+    options = [f"{x}.index_add({dim}, {rows}, {src})", f"{x}.index_add({dim}, {rows}, {src}, alpha=2)",
+               f"{x}.scatter_add({dim}, {full}, {src})",
+               f"{x}.scatter_reduce({dim}, {full}, {src}, {w.rng.choice(['sum', 'mean', 'amax', 'prod'])!r})",
+               f"{x}.index_reduce({dim}, {rows}, {src}, {w.rng.choice(['prod', 'mean', 'amin'])!r})"]
+    if dim == 0:
+        options.append(f"{x}.index_put(({rows},), {src}, accumulate=True)")
+    return w.emit(f"{w.rng.choice(options)}.float()")
+
+
+def _narrowing(w: _Writer) -> bool:
+    """A float -> uint8/int8/int16/int32/int64/bool conversion of values the target cannot hold
+    (negative to unsigned, past the range, infinities and NaN)."""
+    a = _source_tensor(w, _floating)
+    if a is None:
+        return False
+    target = w.rng.choice(["torch.uint8", "torch.int8", "torch.int16", "torch.int32", "torch.int64", "torch.bool"])
+    value = w.rng.choice([f"({a} * 1024)", f"({a} * 2 ** 40)", f"({a} * 2 ** 70)", f"({a} / 0)",
+                          f"torch.where({a} < 0, -300.0, {a} * 256)", f"({a} * 1024).clamp(min=-100)",
+                          f"({a} * 1024).half()", f"({a} * 1024).bfloat16()"])
+    return w.emit(f"{value}.to({target})")
+
+
+def _int_min_division(w: _Writer) -> bool:
+    """The integer type's minimum divided by -1 (eager wraps; x86's division traps): //, %, fmod,
+    remainder and floor division, by a scalar or a tensor holding -1. Never rounding_mode='trunc',
+    which traps in eager itself (and would kill the generator)."""
+    a = _source_tensor(w, lambda t: t.numel() > 0)
+    if a is None:
+        return False
+    dtype, low = w.rng.choice([("torch.int64", -2 ** 63), ("torch.int32", -2 ** 31), ("torch.int16", -2 ** 15),
+                               ("torch.int8", -2 ** 7)])
+    ints = f"torch.where({a} > 0, {low}, 7).to({dtype})"
+    divisor = w.rng.choice(["-1", f"torch.where({a} < 1, -1, 3).to({dtype})"])
+    op = w.rng.choice(["{x} // {d}", "{x} % {d}", "torch.fmod({x}, {d})", "torch.remainder({x}, {d})",
+                       "torch.div({x}, {d}, rounding_mode='floor')"])
+    return w.emit(op.format(x=ints, d=divisor))
+
+
+def _cat_of_gathered(w: _Writer) -> bool:
+    """A concatenation (cat, stack, pad) one part of which is gathered (gather, index_select,
+    x[i], take, embedding): each part must be read only where the output takes it."""
+    a = _source_tensor(w, lambda t: t.dim() > 0 and 0 < t.numel() <= _SMALL)
+    if a is None:
+        return False
+    t = w.values[a.removesuffix(".detach()")]
+    dim = w.rng.randrange(t.dim())
+    n = t.shape[dim]
+    rows = _literal_index(w, n, (w.rng.randint(1, 4),))
+    full = _literal_index(w, n, tuple(t.shape))
+    lead = ":, " * dim
+    gathered = w.rng.choice([f"{a}.gather({dim}, {full})", f"{a}.index_select({dim}, {rows})",
+                             f"{a}[{lead}{rows}]", f"torch.take({a}, {_literal_index(w, t.numel(), tuple(t.shape))})"])
+    options = [f"torch.cat([{a} * 2, {gathered}], {dim})", f"torch.cat([{gathered}, {a}, {gathered}], {dim})"]
+    if gathered.startswith(f"{a}.gather") or gathered.startswith("torch.take"):  # same shape as a
+        options += [f"torch.stack([{a}, {gathered}], {dim})", f"torch.where({a} > 0, {a}, {gathered})"]
+    options.append(f"torch.nn.functional.pad({gathered}, (1, 2))" if _floating(t) else f"torch.cat([{gathered}, {a}])")
+    if t.dim() == 2 and _floating(t):
+        options.append(f"torch.cat([{a}, torch.nn.functional.embedding({_literal_index(w, n, (3,))}, {a})], 0)")
+    return w.emit(w.rng.choice(options))
+
+
+NUMERICS = [_half_scatter, _narrowing, _int_min_division, _cat_of_gathered]
+
+
 def _fault(w: _Writer) -> str | None:
     """A last step that eager rejects on the example values: an index out of range (indexing,
     index_select, gather, take, embedding, and the writes scatter_add, index_add, index_put_;
-    constant or computed in the program) or an integer
+    constant or computed in the program), max/argmax/aminmax over an empty dim, or an integer
     division or modulo by zero. Returns the step's name, or None when this try found none."""
     rng = w.rng
     if rng.random() < 0.5:
@@ -273,6 +386,16 @@ def _fault(w: _Writer) -> str | None:
             accumulate = rng.choice([True, False])
             options.append(f"{a}.clone().index_put_(({index},), {a}[:1], accumulate={accumulate})")
         expr = rng.choice(options)
+    elif rng.random() < 0.3:
+        # a reduction without an identity over an empty dim: empty while compiling, or only at run
+        # time (nonzero's count)
+        a = w.pick(lambda t: t.dim() > 0)
+        if a is None:
+            return None
+        empty = rng.choice([f"{a}[:0]", f"{a}.narrow(0, 0, 0)", f"{a}[torch.nonzero({a} > 1e9)[:, 0]]",
+                            f"torch.nonzero({a} > 1e9).to({a}.dtype)"])
+        expr = rng.choice([f"{empty}.max()", f"{empty}.amin(0)", f"{empty}.argmax()", f"torch.aminmax({empty})",
+                           f"{empty}.max(0).values", f"{empty}.argmin(0)"])
     else:
         a = w.pick(lambda t: t.numel() > 0)
         if a is None:
@@ -301,11 +424,12 @@ def _input_spec(rng: random.Random, with_grad: bool) -> InputSpec:
     return InputSpec(shape, dtype, layout, requires_grad=with_grad and dtype.is_floating_point)
 
 
-def generate(seed: int, *, grad_share: float = 0.3) -> Program:
-    """One random program; the same seed always gives the same program."""
+def generate(seed: int, *, grad_share: float = 0.3, numerics: bool = True) -> Program:
+    """One random program; the same seed always gives the same program. `numerics=False` leaves
+    out its numerics step (the program it was before NUMERICS existed)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # eager's warnings on the examples (var of one element ...)
-        return _generate(seed, grad_share)
+        return _generate(seed, grad_share, numerics=numerics)
 
 
 def generate_faulting(seed: int, *, grad_share: float = 0.3) -> Program:
@@ -317,7 +441,7 @@ def generate_faulting(seed: int, *, grad_share: float = 0.3) -> Program:
         return _generate(seed, grad_share, fault=True)
 
 
-def _generate(seed: int, grad_share: float, fault: bool = False) -> Program:
+def _generate(seed: int, grad_share: float, fault: bool = False, numerics: bool = True) -> Program:
     rng = random.Random(f"fault-{seed}" if fault else seed)
     with_grad = rng.random() < grad_share
     specs = [_input_spec(rng, with_grad) for _ in range(rng.randint(1, 3))]
@@ -335,6 +459,14 @@ def _generate(seed: int, grad_share: float, fault: bool = False) -> Program:
         if rng.choice(STEPS)(w):
             made += 1
     results = [n for n in w.values if n not in w.inputs][-3:] or list(w.inputs)
+    if numerics and not fault:
+        # one numerics step, from its own random stream (see NUMERICS), the families in turn
+        rng_of_steps, w.rng = w.rng, random.Random(f"numerics-{seed}")
+        step = NUMERICS[seed % len(NUMERICS)]
+        added = next((name for _ in range(10) if step(w) for name in [list(w.values)[-1]]), None)
+        w.rng = rng_of_steps
+        if added is not None:
+            results.append(added)
     if fault:
         faulting = None
         for _ in range(20):

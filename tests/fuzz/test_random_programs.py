@@ -5,8 +5,10 @@ tests/fuzz/differential.py runs each eagerly and through Kiln and names any diff
 program's source as the repro. The CI slice checks seeds 0-99 on "eager" and "aot_eager" and
 every fifth of them on "inductor" too (each inductor program costs a C++ build); the @slow run
 checks 2,000 programs on all three backends. Programs that end in a step eager rejects (an index
-out of range, an integer division by zero; generate_faulting) must raise eager's exception type:
-30 in the CI slice, 500 in the @slow run. Expected: 0 wrong answers, 0 internal errors.
+out of range, an integer division by zero, max/argmax over an empty dim; generate_faulting) must raise
+eager's exception type: 30 in the CI slice, 500 in the @slow run. Every program also ends in one
+numerics step (half-typed scatters, narrowing conversions, the integer minimum over -1, cats of
+gathered values). Expected: 0 wrong answers, 0 internal errors, 0 crashes.
 """
 from __future__ import annotations
 
@@ -47,13 +49,30 @@ def test_generator_is_deterministic_and_writes_readable_source() -> None:
     text = "\n".join(sources)
     for family in ("torch.", ".sum(", "@", "[", "softmax", "_(", "out="):
         assert family in text, family  # the slice's seeds cover every family of steps
+    # and every family of numerics steps, one per program in turn
+    numerics = [("to(torch.bfloat16).index_", "to(torch.float16).index_", ".scatter_add(", ".scatter_reduce(",
+                 ".index_reduce(", "accumulate=True"), ("* 2 ** 70)", "/ 0)", "-300.0", "clamp(min=-100)", "* 1024)"),
+                ("-9223372036854775808", "-2147483648", "-32768", "-128"), ("torch.cat([", "torch.stack([", "pad(")]
+    for family in numerics:
+        assert any(step in text for step in family), family
+
+
+def test_numerics_steps_leave_the_other_steps_as_they_were() -> None:
+    # the numerics step comes from its own random stream after the others: the seeds kept as
+    # regression tests still make the programs that found their bugs, plus one step and output
+    for seed in [*REGRESSION_SEEDS, *range(12)]:
+        before = generate(seed, numerics=False).source.splitlines()
+        after = generate(seed).source.splitlines()
+        assert after[:len(before) - 1] == before[:-1]
+        assert len(after) - len(before) in (0, 1)
 
 
 def test_faulting_programs_cover_every_kind_of_fault() -> None:
     text = "\n".join(generate_faulting(seed).source for seed in FAULT_CI_SEEDS)
     families = [("[torch.tensor([", "[:, torch.tensor(["), (".index_select(",), ("torch.gather(",), ("torch.take(",),
                 ("torch.zeros_like(",), ("// 0", "% 0", "torch.fmod("), ("* 0)",),
-                ("torch.scatter_add(", "torch.index_add(", ".index_put_(")]
+                ("torch.scatter_add(", "torch.index_add(", ".index_put_("),
+                ("[:0]", "narrow(0, 0, 0)", "torch.nonzero(")]
     for family in families:
         assert any(fault in text for fault in family), family
     assert all("# eager raises" in generate_faulting(seed).source for seed in FAULT_CI_SEEDS)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent("""
     err = max((out - f(x, w)).abs().max().item(), (got - w.grad).abs().max().item())
     stats = kiln.stats()
     print(json.dumps({"err": err, "disk_hits": stats["disk_hits"], "frames": stats["frames"],
-                      "compiles": stats["compiles"]}))
+                      "compiles": stats["compiles"], "fallbacks": stats["fallbacks"]}))
 """)
 
 
@@ -49,12 +49,14 @@ def snapshot(folder: Path) -> Path:
     return target
 
 
-def run(code: Path, cache: Path, script: str = SCRIPT, **env: str) -> tuple[dict[str, Any], str]:
-    """Run `script` with the Kiln copy at `code` and the cache at `cache`: (its report, stderr)."""
+def run(code: Path, cache: Path, script: str = SCRIPT, *, prefix: Sequence[str] = (), umask: int | None = None,
+        **env: str) -> tuple[dict[str, Any], str]:
+    """Run `script` with the Kiln copy at `code` and the cache at `cache`: (its report, stderr).
+    `prefix`: a command the interpreter runs under (setpriv ...); `umask`: the process's umask."""
     environment = {**os.environ, "KILN_CACHE_DIR": str(cache), "PYTHONPATH": str(code),
                    "KILN_PERSISTENT_CACHE": "1", "KILN_LOGS": "cache", **env}
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
-                          timeout=300, cwd=str(code))
+    proc = subprocess.run([*prefix, sys.executable, "-c", script], capture_output=True, text=True, env=environment,
+                          timeout=300, cwd=str(code), preexec_fn=None if umask is None else lambda: os.umask(umask))
     assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stderr[-3000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 

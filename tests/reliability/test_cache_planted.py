@@ -9,6 +9,8 @@ hash is the case the directory permission check exists for: see test_cache_trust
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import pickle
 import shutil
@@ -19,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from kiln.capture import persist
-from kiln.runtime import store
+from kiln.lower.schedule import Kernel, ScatterKernel
+from kiln.runtime import records, store
 from tests.reliability import cache_harness as harness
 
 pytestmark = pytest.mark.cpp
@@ -110,6 +113,53 @@ def test_graph_record_with_a_pickle_gadget_does_not_run(filled: tuple[Path, Path
         assert b"system" not in path.read_bytes()
 
 
+def _graph_records(cache: Path) -> list[tuple[Path, object, list[str]]]:
+    """(path, program, hints) of each compiled-graph record, after deleting the frame entries so that
+    a second process lowers its graphs and reads these records."""
+    for path in harness.files(cache, ".entry"):
+        path.unlink()
+    out = []
+    for path in harness.files(cache, ".graph"):
+        value = records.loads(store.read_sealed(str(path)), packages=("kiln.lower.",))
+        out.append((path, value[0], list(value[-2] if len(value) == 5 else value[1])))  # as written before too
+    assert out
+    return out
+
+
+def test_graph_record_with_compiler_flags_runs_no_shell(filled: tuple[Path, Path], tmp_path: Path) -> None:
+    """Records used to carry C++ source and compiler flags, both used as read: `-wrapper` makes g++
+    run any program. A record of that shape is refused now (flags come from this process's settings,
+    C++ from the program), whatever its source and flags hold."""
+    from kiln.lower.codegen.cpp_kernel import generate
+
+    code, cache = filled
+    marker = tmp_path / "pwned_flags"
+    for path, program, hints in _graph_records(cache):
+        source, signatures = generate(program)
+        evil_source = source + f'\n__attribute__((constructor)) static void planted() {{ __builtin_puts("{marker}"); }}\n'
+        flags = ("-O1", "-shared", "-fPIC", "-std=c++17", "-fopenmp", "-wrapper", f"/bin/sh,-c,touch {marker}")
+        path.write_bytes(store.seal(records.dumps((program, evil_source, signatures, hints, flags))))
+    stderr = _check_second_run(code, cache, marker)
+    assert "not a graph record" in stderr
+    for path in harness.files(cache, ".graph"):  # stored again, with no flags in them
+        assert b"-wrapper" not in path.read_bytes() and b"-fopenmp" not in path.read_bytes()
+
+
+def test_graph_record_whose_names_are_code_is_refused(filled: tuple[Path, Path], tmp_path: Path) -> None:
+    """A record of the current shape, its kernel renamed to C++ that would define a constructor:
+    names are printed into the generated source as they are, so a stored program's names must be
+    names, or the record is refused."""
+    code, cache = filled
+    marker = tmp_path / "pwned_name"
+    for path, program, hints in _graph_records(cache):
+        evil = f'kernel0(){{}} __attribute__((constructor)) static void p(){{__builtin_puts("{marker}");}} void k'
+        steps = tuple(dataclasses.replace(st, name=evil) if isinstance(st, (Kernel, ScatterKernel)) else st
+                      for st in program.steps)
+        path.write_bytes(store.seal(records.dumps((dataclasses.replace(program, steps=steps), tuple(hints)))))
+    stderr = _check_second_run(code, cache, marker)
+    assert "not a name" in stderr
+
+
 _CONSTRUCTOR = """
 #include <stdio.h>
 __attribute__((constructor)) static void planted(void) {
@@ -135,6 +185,24 @@ def test_swapped_kernel_library_is_not_loaded(filled: tuple[Path, Path], tmp_pat
     for path in harness.files(cache, ".entry"):
         path.unlink()
     _check_second_run(code, cache, marker)
+
+
+def test_library_without_its_symbols_is_rebuilt_not_left_eager(filled: tuple[Path, Path], tmp_path: Path) -> None:
+    """A library that matches its (re-sealed) record but lacks the kernels its wrapper binds used to
+    make the graph fall back to eager in every later process: it is deleted and built again."""
+    code, cache = filled
+    empty = tmp_path / "empty.c"
+    empty.write_text("int kiln_nothing_here;\n")
+    for library in harness.files(cache, ".so"):
+        subprocess.run(["gcc", "-shared", "-fPIC", str(empty), "-o", str(library)], check=True)
+        digest = store.file_digest(str(library))
+        Path(str(library) + ".sum").write_bytes(store.seal(json.dumps({"size": digest[0], "sha256": digest[1]}).encode()))
+    report, stderr = harness.run(code, cache)
+    assert report["err"] < 1e-5 and report["fallbacks"] == 0, (report, stderr[-3000:])
+    assert " lacks " in stderr
+    report, stderr = harness.run(code, cache)  # the next process finds the rebuilt libraries
+    assert report["err"] < 1e-5 and report["fallbacks"] == 0 and report["disk_hits"] > 0, report
+    assert "built" not in stderr and " lacks " not in stderr
 
 
 _TRITON_PLANT = """

@@ -88,6 +88,8 @@ def test_relative_paths_stay_inside_the_root(tmp_path) -> None:
     with config.patch(cache_dir=str(tmp_path / "c")):
         inside = os.path.join(store.root(), "cpp", "ab", "k.so")
         assert store.relative(inside) == "cpp/ab/k.so"
+        assert store.absolute("cpp/ab/k.so") is None  # its folder does not exist: nothing to read there
+        assert store.folder("cpp", "ab") == os.path.dirname(inside)
         assert store.absolute("cpp/ab/k.so") == inside
         assert store.absolute("../escape.so") is None and store.absolute("/etc/passwd") is None
         assert store.relative(str(tmp_path / "elsewhere.so")) is None

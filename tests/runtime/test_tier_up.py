@@ -6,6 +6,7 @@ its native wrapper in a process after the one that built it."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import warnings
 from typing import Any
@@ -146,7 +147,7 @@ def test_a_stored_graph_tiers_up_in_a_later_process_and_then_loads_native() -> N
         loaded = artifact.rebuild(recipe)  # what a later process rebuilds: no library yet, so Python first
     assert isinstance(loaded, native.TieredWrapper) and not _is_native(loaded.current)
     loaded(*args)
-    loaded(*args)  # hot: the stored source is read, checked and built
+    loaded(*args)  # hot: the stored program is read and checked, its source written and built
     assert native.wait_for_tier_up(_WAIT_S)
     got = loaded(*args)
     assert _is_native(loaded.current)
@@ -157,12 +158,12 @@ def test_a_stored_graph_tiers_up_in_a_later_process_and_then_loads_native() -> N
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
 
 
-def test_a_stored_source_that_is_not_the_recorded_one_is_not_built() -> None:
+def test_a_stored_program_that_is_not_the_recorded_one_is_not_built() -> None:
     import dataclasses
 
     recipe, args = _stored_recipe(999)
     ref = recipe.fields["native"]
-    forged = dataclasses.replace(ref, source=(ref.source[0], "0" * 64),
+    forged = dataclasses.replace(ref, program=(ref.program[0], "0" * 64),
                                  graph_libraries=tuple(r + ".none" for r in ref.graph_libraries))
     python = artifact.rebuild(recipe.fields["python"])
     with config.patch(native_wrapper_after=1):
@@ -171,6 +172,40 @@ def test_a_stored_source_that_is_not_the_recorded_one_is_not_built() -> None:
         warnings.simplefilter("always")
         got = loaded(*args)
     assert any("not the stored one" in str(w.message) for w in caught)
+    assert loaded.current is python and loaded.after is None
+    for g, w in zip(got, _block(*args)):
+        torch.testing.assert_close(g, w)
+
+
+def test_a_stored_program_with_a_name_that_is_code_is_not_built(tmp_path: Any) -> None:
+    """A record that matches its recorded hash (a same-user forgery) but names a kernel with C++ in
+    it: the writer refuses the program, nothing is compiled from it, the Python wrapper keeps running."""
+    import dataclasses
+
+    from kiln.lower.schedule import Kernel
+    from kiln.runtime import records, store
+
+    recipe, args = _stored_recipe(998)
+    ref = recipe.fields["native"]
+    program = records.loads(store.read_sealed(store.absolute(ref.program[0])), packages=("kiln.lower.",))
+    marker = tmp_path / "ran"
+    evil = f'kernel0(){{}} __attribute__((constructor)) static void p(){{__builtin_puts("{marker}");}} void k'
+    steps = tuple(dataclasses.replace(s, name=evil) if isinstance(s, Kernel) and s.name == "kernel0" else s
+                  for s in program.steps)
+    forged_body = records.dumps(dataclasses.replace(program, steps=steps))
+    forged_rel = ref.program[0] + ".forged"
+    assert store.write_sealed(store.absolute(ref.program[0]) + ".forged", forged_body)
+    forged = dataclasses.replace(ref, program=(forged_rel, hashlib.sha256(forged_body).hexdigest()),
+                                 graph_libraries=tuple(r + ".none" for r in ref.graph_libraries))
+    python = artifact.rebuild(recipe.fields["python"])
+    with config.patch(native_wrapper_after=1):
+        loaded = native.load_tiered(python, forged)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded(*args)
+        assert native.wait_for_tier_up(_WAIT_S)
+        got = loaded(*args)
+    assert any("not a stored program" in str(w.message) and "not a name" in str(w.message) for w in caught)
     assert loaded.current is python and loaded.after is None
     for g, w in zip(got, _block(*args)):
         torch.testing.assert_close(g, w)

@@ -19,7 +19,9 @@ from kiln.capture.variables.dict import DictVariable, SetVariable, key_of, pairs
 from kiln.capture.variables.sequence import ListVariable, TupleVariable
 from kiln.capture.variables.slice import SliceVariable
 from kiln.capture.variables.symint import SymIntVariable
-from kiln.capture.variables.user_object import ObjectVariable
+from kiln.capture.variables.builtin import text_of
+from kiln.capture.variables.exception import ExceptionVariable
+from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -83,9 +85,7 @@ def SET_ADD(tx: "Tracer", instr: dis.Instruction) -> None:
 @opcode
 def SET_UPDATE(tx: "Tracer", instr: dis.Instruction) -> None:
     value = tx.pop()
-    target = tx.stack[-oparg(instr)]
-    for item in tx.iterate(value):
-        target.call_method(tx, "add", [item], {})
+    tx.stack[-oparg(instr)].call_method(tx, "update", [value], {})  # CPython's set_update: a set merges
 
 
 @opcode
@@ -151,6 +151,15 @@ def FORMAT_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
         value = value_var.as_constant()
     elif isinstance(value_var, ObjectVariable) and isinstance(value_var.value, (type, types.ModuleType, enum.Enum)):
         value = value_var.value
+    elif isinstance(value_var, (ObjectVariable, NewObjectVariable, ExceptionVariable)):
+        # a user object's (or exception's) own __str__/__repr__/__format__, inlined
+        conversion = flags & 0x03
+        name = {1: "__str__", 2: "__repr__", 3: "__repr__"}.get(conversion, "__format__")
+        text = text_of(tx, value_var, name, "" if conversion else spec).as_constant()
+        if conversion == 3:
+            text = text.encode("ascii", "backslashreplace").decode("ascii")  # ascii(): the repr, escaped
+        tx.push(ConstantVariable(format(text, spec) if conversion else text))
+        return
     else:
         raise Unsupported(f"formatting {value_var.describe()} into a string", kind="format_tensor")
     conversion = flags & 0x03

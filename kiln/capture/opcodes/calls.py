@@ -69,11 +69,15 @@ def MAKE_FUNCTION(tx: "Tracer", instr: dis.Instruction) -> None:
     flags = oparg(instr)
     # the closure tuple holds what LOAD_CLOSURE pushed: cells of tx.cells
     closure = cast(list[CellVariable], tx.iterate(tx.pop())) if flags & 0x08 else None
-    if flags & 0x04:
-        tx.pop()  # annotations do not change what the function computes
+    annotations = tx.pop() if flags & 0x04 else None  # 3.11: a tuple of names and values, alternating
     kwdefaults = {str(k): v for k, v in _map_items(tx.pop()).items()} if flags & 0x02 else {}
     defaults = tuple(tx.iterate(tx.pop())) if flags & 0x01 else ()
-    tx.push(NestedFunctionVariable(code, tx.f_globals, code.co_qualname, defaults, kwdefaults, closure))
+    made = NestedFunctionVariable(code, tx.f_globals, code.co_qualname, defaults, kwdefaults, closure)
+    if annotations is not None:
+        pairs = tx.iterate(annotations)
+        made.special["__annotations__"] = DictVariable(
+            {pairs[i].as_constant(): pairs[i + 1] for i in range(0, len(pairs), 2)})
+    tx.push(made)
 
 
 def _map_items(var: Variable) -> dict:

@@ -8,6 +8,7 @@ Corresponds to the jump/iteration handlers of torch/_dynamo/symbolic_convert.py.
 """
 from __future__ import annotations
 
+import contextlib
 import dis
 import inspect
 import types
@@ -30,6 +31,9 @@ from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.tracer import Tracer
+
+# Managers whose __enter__ switches process state that the block's native code must see
+_ENTERED_NATIVELY: tuple[type, ...] = (contextlib.redirect_stdout, contextlib.redirect_stderr, contextlib.chdir)
 
 
 @opcode
@@ -161,6 +165,12 @@ def BEFORE_WITH(tx: "Tracer", instr: dis.Instruction) -> None:
         tx.push(LockExitVariable(ctx))
         tx.push(ConstantVariable(True))
         return
+    if issubclass(kind, _ENTERED_NATIVELY):
+        # redirect_stdout/redirect_stderr/chdir switch process state (sys.stdout, the working
+        # directory) that native code inside the block must see: the glue enters the real manager
+        # and the block resumes under it
+        raise Unsupported(f"`with {kind.__name__}(...)` changes process state; it is entered natively",
+                          kind="unsupported")
     enter = inspect.getattr_static(kind, "__enter__", None)
     exit_ = inspect.getattr_static(kind, "__exit__", None)
     if not (isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType)):

@@ -17,13 +17,15 @@ from typing import TYPE_CHECKING, Any
 from kiln.capture.opcodes import opcode
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
-from kiln.capture.variables.functions import UserMethodVariable
+from kiln.capture.variables.dict_view import DictViewVariable, involves_view, view_operator
+from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
 from kiln.capture.variables.numpy_array import NumpyArrayVariable, numpy_operator, numpy_unary
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
-from kiln.capture.variables.user_object import ObjectVariable
+from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -67,6 +69,8 @@ def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool
     fn = INPLACE[symbol] if inplace else BINARY[symbol]
     if isinstance(a, NumpyArrayVariable) or isinstance(b, NumpyArrayVariable):
         return numpy_operator(tx, symbol, a, b, inplace)
+    if involves_view(a, b):
+        return view_operator(tx, symbol, a, b)  # in place too: `s = d.keys(); s |= x` rebinds s to a set
     if _graph_values(a, b):
         if inplace and not isinstance(a, TensorVariable):
             fn = BINARY[symbol]  # ints and SymInts are immutable: `n += 1` is `n = n + 1`
@@ -93,6 +97,11 @@ def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool
 
 
 def _sequence_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool) -> Variable:
+    if symbol == "+" and isinstance(a, DequeVariable):
+        if inplace:
+            return a.call_method(tx, "__iadd__", [b], {})
+        if isinstance(b, DequeVariable):
+            return DequeVariable(a.items + b.items, a.maxlen)
     if symbol == "+" and isinstance(a, ListVariable) and isinstance(b, BaseSequenceVariable):
         if inplace:
             a.call_method(tx, "extend", [b], {})
@@ -110,8 +119,8 @@ def _sequence_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: b
             a.call_method(tx, "update", [b], {})
             return a
         return DictVariable({**a.items, **b.items}, a.dict_type)
-    if isinstance(a, SetVariable) and isinstance(b, SetVariable):
-        return _wrap(BINARY[symbol](a.as_constant(), b.as_constant()))
+    if isinstance(a, SetVariable):
+        return a.binary(tx, symbol, b, inplace)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
 
 
@@ -126,15 +135,21 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
     if isinstance(a, NumpyArrayVariable) or isinstance(b, NumpyArrayVariable):
         return numpy_operator(tx, {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "gt": ">", "ge": ">="}
                               .get(symbol, symbol), a, b)
+    if involves_view(a, b):
+        return view_operator(tx, symbol, a, b)
     if symbol in ("==", "!=", "eq", "ne") and isinstance(a, BaseSequenceVariable) \
             and isinstance(b, BaseSequenceVariable) and not (a.is_constant() and b.is_constant()):
         # x.shape == y.shape with symbolic sizes: item by item, each decided (and guarded) now.
-        equal = len(a.items) == len(b.items) and issubclass(a.python_type(), tuple) == issubclass(b.python_type(), tuple)
+        equal = len(a.items) == len(b.items) and _sequence_kind(a) is _sequence_kind(b)
         for left, right in zip(a.items, b.items):
             if not equal:
                 break
+            if _identity(left, right):
+                continue  # CPython's container compare takes `is` for equal before calling __eq__
             equal = compare_op(tx, "==", left, right).truth(tx)
         return ConstantVariable(equal if symbol in ("==", "eq") else not equal)
+    if isinstance(a, SetVariable) and isinstance(b, SetVariable):
+        return ConstantVariable(a.compare(symbol, b))
     if _graph_values(a, b):
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             return tx.call_op("call_function", fn, [a, b], {})
@@ -145,6 +160,9 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
         raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
     if a.is_constant() and b.is_constant():
         return _const(fn, a, b)
+    compared = _python_compare(tx, symbol, a, b)
+    if compared is not None:
+        return compared
     if symbol in ("==", "!=", "eq", "ne"):
         same = _equal(a, b)
         if same is not None:
@@ -152,9 +170,83 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
 
 
+_DUNDERS = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__"}
+_REFLECTED = {"__eq__": "__eq__", "__ne__": "__ne__", "__lt__": "__gt__", "__le__": "__ge__",
+              "__gt__": "__lt__", "__ge__": "__le__"}
+_SYMBOLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _python_compare(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable | None:
+    """A comparison one operand's class defines in Python, run as CPython runs it: the left
+    operand's method, then the right's reflected one when the left gave NotImplemented (first when
+    the right's class is a subclass of the left's); `!=` from `__eq__` when only that is written.
+    None when neither class has Python code for it."""
+    name = _DUNDERS[_SYMBOLS.get(symbol, symbol)]
+    order = [(a, name, b), (b, _REFLECTED[name], a)]
+    left, right = _python_type(a), _python_type(b)
+    if left is not None and right is not None and right is not left and issubclass(right, left) \
+            and _method(tx, b, _REFLECTED[name]) is not None:
+        order.reverse()
+    found = False
+    for receiver, method_name, other in order:
+        method = _method(tx, receiver, method_name)
+        if method is None and method_name == "__ne__" and _method(tx, receiver, "__eq__") is not None:
+            # object.__ne__ inverts __eq__ (when that gives a bool)
+            result = UserMethodVariable(_method(tx, receiver, "__eq__"), receiver).call(tx, [other], {})
+            found = True
+            if not (result.is_constant() and result.as_constant() is NotImplemented):
+                return ConstantVariable(not result.truth(tx))
+            continue
+        if method is None:
+            continue
+        found = True
+        result = UserMethodVariable(method, receiver).call(tx, [other], {})
+        if not (result.is_constant() and result.as_constant() is NotImplemented):
+            return result
+    if not found:
+        return None
+    if name in ("__eq__", "__ne__"):  # both gave NotImplemented: identity, as object's
+        same = _identity(a, b)
+        if same is not None:
+            return ConstantVariable(same == (name == "__eq__"))
+    from kiln.capture.variables.exception import raise_in_trace
+    error = TypeError(f"'{symbol}' not supported between these operands")
+    raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
+
+
+def _python_type(v: Variable) -> type | None:
+    if not isinstance(v, (ObjectVariable, NewObjectVariable)):
+        return None
+    kind = v.python_type()
+    return None if isinstance(kind, type) and issubclass(kind, type) else kind
+
+
+def _method(tx: "Tracer", v: Variable, name: str) -> Any:
+    """The Python function `name` of the class of a user object (None for builtins' slots); what
+    the lookup found is guarded on the class."""
+    from kiln.capture.guards import ABSENT
+    from kiln.capture.variables.functions import guard_class_attribute
+
+    kind = _python_type(v)
+    if kind is None or (isinstance(v, ObjectVariable) and isinstance(v.value, (type, types.ModuleType))):
+        return None
+    method = inspect.getattr_static(kind, name, ABSENT)
+    guard_class_attribute(tx, kind, name, method)
+    return method if isinstance(method, types.FunctionType) else None
+
+
+def _sequence_kind(v: Variable) -> type:
+    """What `==` compares a sequence as: tuples (namedtuples, torch.Size) equal tuples, lists
+    equal lists, deques equal deques, and no kind equals another."""
+    kind = v.python_type()
+    return next((k for k in (tuple, list) if issubclass(kind, k)), kind)
+
+
 def _identity(a: Variable, b: Variable) -> bool | None:
     """Whether a and b are the same object, when that is known at trace time."""
     if a is b:
+        if isinstance(a, UserFunctionVariable):
+            a.pin_identity()  # guarded by its code until now: `f is f` holds for this very object
         return True
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         return a.example is b.example
@@ -164,6 +256,9 @@ def _identity(a: Variable, b: Variable) -> bool | None:
         return a.as_python_value() is b.as_python_value()
     except Unsupported:
         pass
+    mine, theirs = a.identity(), b.identity()
+    if mine is not None and theirs is not None:
+        return mine is theirs  # objects made in the frame (the Variable is the object), containers
     if type(a) is not type(b):
         return False
     return None
@@ -230,7 +325,7 @@ def IS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
 def CONTAINS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
     container = tx.pop()
     item = tx.pop()
-    if isinstance(container, (DictVariable, SetVariable)):
+    if isinstance(container, (DictVariable, SetVariable, DictViewVariable)):
         result = container.call_method(tx, "__contains__", [item], {}).as_constant()
     elif isinstance(container, ConstantVariable) and item.is_constant():
         result = item.as_constant() in container.as_constant()

@@ -38,6 +38,11 @@ class Variable:
         """The real object behind the variable when one exists (constants, modules, functions)."""
         return self.as_constant()
 
+    def identity(self) -> Any:
+        """The object that `is` and hashing by identity see at trace time (a tensor's fake, the
+        real object of a value from outside), or None when there is none to compare."""
+        return None
+
     def describe(self) -> str:
         return type(self).__name__
 

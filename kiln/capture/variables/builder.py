@@ -14,6 +14,7 @@ import enum
 import functools
 import inspect
 import os
+import sys
 import types
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -23,10 +24,11 @@ import torch
 from kiln.capture.guards import Guard
 from kiln.capture.constant_fold import known_input
 from kiln.capture.options import CONSTANT_RESULT_MARKER
-from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source
+from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source, resume_stack_slot
 from kiln.capture.variables.base import Variable
-from kiln.capture.variables.builtin import RULES, BuiltinVariable
-from kiln.capture.variables.constant import ConstantVariable, is_constant_value
+from kiln.capture.variables.builtin import RULES, BuiltinVariable, UnboundMethodVariable, is_unbound_builtin_method
+from kiln.capture.variables.checkpoint import CheckpointVariable, is_checkpoint_function
+from kiln.capture.variables.constant import ConstantVariable, ItemConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import (
     AUTOCAST_CLASSES,
     ContextManagerClassVariable,
@@ -35,19 +37,22 @@ from kiln.capture.variables.context_manager import (
     is_held_lock_exit,
     wrap_autocast_instance,
 )
-from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_key
+from kiln.capture.variables.deque import DequeVariable
+from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_key, wrappable_dict_subclass
 from kiln.capture.variables.numpy_array import wrap_ndarray_input
 from kiln.capture.variables.numpy_functions import NumpyFunctionVariable, is_numpy_function
+from kiln.capture.variables import numpy_fft_grids  # noqa: F401  (fills NUMPY_FUNCTIONS with np.fft, np.meshgrid)
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import (
-    CellVariable,
     ConstantResultVariable,
     UserFunctionVariable,
     UserMethodVariable,
 )
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
+from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
 from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVariable
 from kiln.capture.variables.module import NNModuleVariable
+from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.torch import TorchFunctionVariable, is_torch_function
@@ -89,13 +94,28 @@ def wrap_value(state: "CaptureState", value: Any, source: Source | None) -> Vari
         var = cached[1]
         if source is not None and var.source is not None and source != var.source:
             # The same mutable object reached through a second path is the same Variable (so
-            # mutations are seen through both); the second path must lead to it next time too.
+            # mutations are seen through both); the second path must lead to it next time too,
+            # and the first must be it (a function guarded by its code is pinned to this object).
             _guard(state, source, "check_id", value)
+            if isinstance(var, UserFunctionVariable):
+                var.pin_identity()
         return var
     var = _wrap(state, value, source)
     if not is_constant_value(value) and not isinstance(value, (tuple, frozenset)):
         state.wrapped[key] = (value, var)
     return var
+
+
+def _item(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    """An item of a list, tuple or dict from outside the frame: a constant is guarded by value
+    only when the trace reads it (ItemConstantVariable); anything else is wrapped as usual."""
+    if source is None or _stable(source) or not is_constant_value(value) \
+            or type(value) in (int, float) and resume_stack_slot(source):
+        # the items a glue passes a resume function may become symbolic (automatic dynamic)
+        return wrap_value(state, value, source)
+    if value is None:
+        return ItemConstantVariable(value, source, lambda: _guard(state, source, "check_none"))
+    return ItemConstantVariable(value, source, lambda: _guard(state, source, "check_value", value))
 
 
 def _guard(state: "CaptureState", source: Source | None, kind: str, expected: Any = None) -> None:
@@ -129,36 +149,51 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)
     if isinstance(value, torch.nn.Module):
-        # By type and by the names of its instance attributes, not by identity: another instance of
-        # the same class reuses the graph (its parameters are inputs read through their sources, and
-        # each attribute the trace reads is guarded where it is read). The keys guard makes sure a
-        # name the trace found on the class is not shadowed by an instance attribute elsewhere.
-        from kiln.capture.sources import AttrSource
+        # By type, not by identity: another instance of the same class reuses the graph (its
+        # parameters are inputs read through their sources, and each attribute the trace reads is
+        # guarded where it is read; a name found on the class or in the module's tables is guarded
+        # absent from the instance dict, NNModuleVariable.generic_getattr).
         _guard(state, source, "check_type", type(value))
-        if source is not None:
-            _guard(state, AttrSource(source, "__dict__"), "check_keys", tuple(value.__dict__.keys()))
         return NNModuleVariable(value, source)
     if isinstance(value, tuple) and (type(value) in (tuple, torch.Size) or is_namedtuple_type(type(value))
                                      or is_structseq_type(type(value))):
         _guard(state, source, "check_type", type(value))
         _guard(state, source, "check_len", len(value))
-        items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
+        items = [_item(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
         return TupleVariable(items, type(value), source)
+    if type(value) is collections.deque:
+        from kiln.capture.sources import AttrSource
+        _guard(state, source, "check_type", collections.deque)
+        _guard(state, source, "check_len", len(value))
+        _guard(state, None if source is None else AttrSource(source, "maxlen"), "check_value", value.maxlen)
+        items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
+        return DequeVariable(items, value.maxlen, source)
     if type(value) is list:
         _guard(state, source, "check_type", list)
         _guard(state, source, "check_len", len(value))
-        items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
+        items = [_item(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
         return ListVariable(items, source)
     if type(value) is types.MappingProxyType and source is None and _constant_keys(value):
         # A class's or a Signature's read-only mapping, made during the trace: a constant dict.
         return DictVariable({k: wrap_value(state, v, None) for k, v in value.items()})
     if type(value) in (dict, collections.OrderedDict, collections.defaultdict) and _constant_keys(value):
-        if type(value) is collections.defaultdict:
-            raise Unsupported("defaultdict", kind="unsupported")
         _guard(state, source, "check_type", type(value))
         _guard(state, source, "check_keys", tuple(value.keys()))
-        entries = {k: wrap_value(state, v, _dict_value_source(source, k, i)) for i, (k, v) in enumerate(value.items())}
-        return DictVariable(entries, type(value), source)
+        factory = None
+        if type(value) is collections.defaultdict and value.default_factory is not None:
+            from kiln.capture.sources import AttrSource
+            factory = wrap_value(state, value.default_factory,
+                                 None if source is None else AttrSource(source, "default_factory"))
+        elif type(value) is collections.defaultdict and source is not None:
+            from kiln.capture.sources import AttrSource
+            _guard(state, AttrSource(source, "default_factory"), "check_none")
+        entries = {k: _item(state, v, _dict_value_source(source, k, i)) for i, (k, v) in enumerate(value.items())}
+        return DictVariable(entries, type(value), source, default_factory=factory)
+    if type(value) in (dict, collections.OrderedDict) and source is not None \
+            and all(isinstance(k, torch.Tensor) or is_constant_value(k) for k in value):
+        return _wrap_tensor_keyed_dict(state, value, source)
+    if isinstance(value, dict) and source is not None and wrappable_dict_subclass(type(value)) and _constant_keys(value):
+        return _wrap_dict_subclass(state, value, source)
     if source is not None and is_model_output_class(type(value)):
         _guard(state, source, "check_type", type(value))
         _guard(state, source, "check_keys", tuple(value.keys()))
@@ -167,7 +202,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
             return record
     if type(value) in (set, frozenset) and all(is_constant_value(v) for v in value):
         _guard(state, source, "check_value", value)
-        return SetVariable([ConstantVariable(v) for v in value], type(value), source)
+        return SetVariable([ConstantVariable(v) for v in value], type(value), source, shadow=set(value))
     if isinstance(value, _ITERATOR_TYPES):
         return _wrap_iterator(state, value, source)
     if isinstance(value, np.ndarray) and type(value) is np.ndarray and source is not None:
@@ -203,6 +238,15 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, AttrSource(source, "__name__"), "check_value", value.__name__)
         owner = wrap_value(state, value.__self__, AttrSource(source, "__self__"))
         return BoundMethodVariable(owner, value.__name__)
+    if is_checkpoint_function(value):
+        _guard(state, source, "check_id", value)
+        return CheckpointVariable(value, source)
+    if is_higher_order_function(value):
+        _guard(state, source, "check_id", value)
+        return HigherOrderFunctionVariable(value, source)
+    if is_pytree_function(value) or is_treespec(value):
+        _guard(state, source, "check_id", value)
+        return PyTreeFunctionVariable(value, source) if is_pytree_function(value) else TreeSpecVariable(value, source)
     if is_torch_function(value):
         _guard(state, source, "check_id", value)
         return TorchFunctionVariable(value, source)
@@ -221,9 +265,21 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)  # calling it is a graph break of its library's kind
     if isinstance(value, types.FunctionType) and value not in RULES:
+        if source is not None and not _stable(source) and _known_by_code(value):
+            # A function made inside another one (a closure, a lambda, an inner def) is made anew
+            # by each call of its maker: as torch.compile does, it is guarded by its code, globals
+            # and defaults (and its own dict's names), its cells where the trace reads them. Its
+            # identity is guarded only if the trace uses it (`is`, a dict key, a native call).
+            from kiln.capture.guards import FunctionCode
+            from kiln.capture.sources import AttrSource
+            kwdefaults = None if value.__kwdefaults__ is None else tuple(value.__kwdefaults__.items())
+            _guard(state, source, "check_code", FunctionCode(value.__code__, value.__module__, value.__defaults__,
+                                                              kwdefaults))
+            _guard(state, AttrSource(source, "__dict__"), "check_keys", tuple(value.__dict__))
+            return UserFunctionVariable(value, source, pin=lambda: _guard(state, source, "check_id", value))
         _guard(state, source, "check_id", value)
         return UserFunctionVariable(value, source)
-    if isinstance(value, functools.partial) and source is not None:
+    if type(value) is functools.partial and source is not None:
         from kiln.capture.sources import AttrSource
         from kiln.capture.variables.functions import PartialVariable
         _guard(state, source, "check_type", functools.partial)
@@ -232,7 +288,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         kwargs = wrap_value(state, value.keywords, AttrSource(source, "keywords"))
         # a tuple wraps as a TupleVariable, a dict of str keys as a DictVariable (branches above)
         assert isinstance(args, TupleVariable) and isinstance(kwargs, DictVariable)
-        return PartialVariable(fn, list(args.items), dict(kwargs.items), source)
+        return PartialVariable(fn, list(args.items), dict(kwargs.items), source, value)
     if isinstance(value, types.MethodType):
         from kiln.capture.sources import AttrSource
         self_source = None if source is None else AttrSource(source, "__self__")
@@ -252,6 +308,8 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if _hashable(value) and value in RULES:
         _guard(state, source, "check_id", value)
         return BuiltinVariable(value, source)
+    if is_unbound_builtin_method(value):
+        return UnboundMethodVariable(value, source)  # a method of a builtin type: fixed for the process
     if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) and \
             getattr(value, "__self__", None) is builtins:
         _guard(state, source, "check_id", value)
@@ -260,12 +318,27 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)
     if isinstance(value, types.CellType):
-        return CellVariable(real=value, source=None)
+        return state.real_cell(value, None)
     if callable(value) and not hasattr(value, "__dict__") or isinstance(value, types.BuiltinFunctionType):
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)
     _guard(state, source, "check_type", type(value))
     return ObjectVariable(value, source)
+
+
+def _known_by_code(fn: types.FunctionType) -> bool:
+    """A function local to another one (or a lambda), in its module's globals, with literal defaults: what
+    check_code can recognise again in another function object made by the same code."""
+    module = sys.modules.get(fn.__module__ or "")
+    kwdefaults = tuple((fn.__kwdefaults__ or {}).items())
+    return ("<locals>" in fn.__qualname__ or fn.__name__ == "<lambda>") and module is not None and fn.__globals__ is module.__dict__ \
+        and _literal(fn.__defaults__) and _literal(kwdefaults)
+
+
+def _literal(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(_literal(v) for v in value)
+    return type(value) in (int, float, bool, str, bytes, type(None), torch.dtype, torch.device)
 
 
 def _is_lru_cache_wrapper(value: Any) -> TypeGuard[functools._lru_cache_wrapper[Any]]:
@@ -284,6 +357,39 @@ def _hashable(value: Any) -> bool:
 def _constant_keys(d: Any) -> bool:
     return all(is_constant_value(k) or is_identity_key(k)
                or (isinstance(k, tuple) and all(is_constant_value(i) for i in k)) for k in d)
+
+
+def _wrap_tensor_keyed_dict(state: "CaptureState", value: dict, source: Source) -> Variable:
+    """A dict from outside with tensor keys (hashed by identity): each key read by its position and
+    guarded as a tensor input (the aliasing guard then pins which input it is), its value likewise."""
+    from kiln.capture.sources import DictKeySource
+    from kiln.capture.variables.dict import key_of
+
+    _guard(state, source, "check_type", type(value))
+    _guard(state, source, "check_len", len(value))
+    entries: dict[Any, Variable] = {}
+    for index, (key, item) in enumerate(value.items()):
+        key_var = wrap_value(state, key, DictKeySource(source, index))
+        entries[key_of(key_var)] = wrap_value(state, item, DictValueSource(source, index))
+    return DictVariable(entries, type(value), source)
+
+
+def _wrap_dict_subclass(state: "CaptureState", value: dict, source: Source) -> Variable:
+    """An instance of a dict subclass from outside: its keys guarded as a dict's, its values read
+    from the dict's own storage (the subclass's __getitem__ may compute something else), its
+    instance attributes read on demand behind a guard on their names."""
+    from kiln.capture.sources import AttrSource, RawItemSource
+
+    _guard(state, source, "check_type", type(value))
+    _guard(state, source, "check_keys", tuple(value.keys()))
+    _guard(state, AttrSource(source, "__dict__"), "check_keys", tuple(vars(value)))
+    entries = {k: wrap_value(state, v, RawItemSource(source, k)) for k, v in dict.items(value)}
+    factory = None
+    if isinstance(value, collections.defaultdict) and value.default_factory is not None:
+        factory = wrap_value(state, value.default_factory, AttrSource(source, "default_factory"))
+    made = DictVariable(entries, type(value), source, default_factory=factory)
+    made.real = value
+    return made
 
 
 def _dict_value_source(source: Source | None, key: Any, index: int) -> Source | None:
@@ -349,6 +455,8 @@ def wrap_result(value: Any) -> Variable:
     if type(value) is dict:
         return DictVariable({k: wrap_result(v) for k, v in value.items()})
     if type(value) in (set, frozenset):
+        if all(is_constant_value(v) for v in value):
+            return SetVariable([ConstantVariable(v) for v in value], type(value), shadow=set(value))
         return SetVariable([wrap_result(v) for v in value], type(value))
     if is_torch_function(value):
         return TorchFunctionVariable(value)
@@ -356,6 +464,8 @@ def wrap_result(value: Any) -> Variable:
         return UserFunctionVariable(value)
     if _hashable(value) and value in RULES:
         return BuiltinVariable(value)
+    if is_unbound_builtin_method(value):
+        return UnboundMethodVariable(value)
     if isinstance(value, torch.nn.Module):
         return NNModuleVariable(value, None)
     if isinstance(value, torch.Tensor):

@@ -13,12 +13,16 @@ import functools
 import inspect
 import itertools
 import operator
+import sys
+import types
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
 from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.deque import DequeVariable
+from kiln.capture.variables.ordering import Ordered, constant_of, sorted_rule, traced_numbers
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -32,7 +36,7 @@ RULES: dict[Any, Rule] = {}
 _BREAK_KINDS = {builtins.print: "print", builtins.input: "unsupported_call", builtins.open: "unsupported_call",
                 builtins.breakpoint: "unsupported_call", builtins.exec: "unsupported_call",
                 builtins.eval: "unsupported_call", builtins.globals: "unsupported_call",
-                builtins.locals: "unsupported_call", builtins.vars: "unsupported_call"}
+                builtins.vars: "unsupported_call"}
 
 
 def builtin_rule(*fns: Any) -> Callable[[Rule], Rule]:
@@ -80,6 +84,52 @@ class BuiltinVariable(Variable):
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.constant(self.fn)
+
+
+# Builtin containers whose methods, read off the class (`list.__getitem__`, `dict.get`), are called
+# on a traced value of that type as its own method.
+_METHOD_OWNERS = (list, tuple, dict, set, frozenset, str, bytes, int, float, collections.OrderedDict,
+                  collections.defaultdict, collections.deque)
+
+
+def is_unbound_builtin_method(value: Any) -> bool:
+    """`list.__getitem__`, `dict.get`, `str.join`: a method descriptor of a builtin container."""
+    return isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)) \
+        and value.__objclass__ in _METHOD_OWNERS
+
+
+class UnboundMethodVariable(Variable):
+    """A builtin type's method called with its receiver first: `list.__getitem__(items, 1)`. A dict
+    receiver runs dict's own method even when its class overrides it, as in CPython."""
+
+    def __init__(self, method: Any, source: Any = None) -> None:
+        self.method = method
+        self.source = source
+
+    def describe(self) -> str:
+        return f"{self.method.__objclass__.__name__}.{self.method.__name__}"
+
+    def python_type(self) -> type:
+        return type(self.method)
+
+    def as_python_value(self) -> Any:
+        return self.method
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.dict import DictMethodVariable, DictVariable
+
+        owner, name = self.method.__objclass__, self.method.__name__
+        if not args:
+            raise Unsupported(f"{self.describe()} called without its receiver (raised natively)", kind="unsupported")
+        receiver = args[0]
+        if not issubclass(receiver.python_type(), owner):
+            raise Unsupported(f"{self.describe()} called on {receiver.describe()} (raised natively)", kind="unsupported")
+        if isinstance(receiver, DictVariable) and owner in (dict, collections.OrderedDict, collections.defaultdict):
+            return DictMethodVariable(receiver, name).call(tx, args[1:], kwargs)
+        return receiver.call_method(tx, name, args[1:], kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return glue.constant(self.method)
 
 
 def _has_graph_values(args: Sequence[Variable]) -> bool:
@@ -162,7 +212,18 @@ def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
 def type_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     if len(args) != 1:
         raise Unsupported("type() with three arguments", kind="unsupported_call")
-    return tx.wrap_result(args[0].python_type())
+    from kiln.capture.sources import TypeSource
+    from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
+
+    obj = args[0]
+    kind = obj.python_type()
+    # The class of a user object keeps a source, so that what is read from it (`type(self).CACHE`)
+    # is guarded where it is read, contents included, as `self.CACHE` would be.
+    if isinstance(obj, ObjectVariable) and obj.source is not None and not isinstance(obj.value, type):
+        return tx.wrap(kind, TypeSource(obj.source))
+    if isinstance(obj, NewObjectVariable) and obj.cls_source is not None:
+        return tx.wrap(kind, obj.cls_source)
+    return tx.wrap_result(kind)
 
 
 @builtin_rule(getattr)
@@ -295,6 +356,35 @@ def _ordered_dict_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Var
 RULES[collections.OrderedDict] = _ordered_dict_rule
 
 
+@builtin_rule(collections.deque)
+def deque_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    return DequeVariable.create(tx, args, kwargs)
+
+
+@builtin_rule(collections.defaultdict)
+def defaultdict_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """`defaultdict(factory, *dict_args, **kwargs)`: a dict whose missing keys call the factory."""
+    from kiln.capture.variables.dict import DictVariable
+
+    factory = args[0] if args else None
+    if factory is not None and factory.is_constant() and factory.as_constant() is None:
+        factory = None
+    made = dict_rule(tx, args[1:], kwargs)
+    assert isinstance(made, DictVariable)
+    return DictVariable(made.items, collections.defaultdict, default_factory=factory)
+
+
+def _from_keys_rule(dict_type: type) -> Rule:
+    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.dict import from_keys
+        return from_keys(tx, dict_type, args, kwargs)
+    return rule
+
+
+for _dict_type in (dict, collections.OrderedDict, collections.defaultdict):
+    RULES[_dict_type.fromkeys] = _from_keys_rule(_dict_type)
+
+
 @builtin_rule(tuple.__new__)
 def tuple_new_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     """`tuple.__new__(cls, items)`: how a namedtuple's `_make` and `__new__` build the instance."""
@@ -311,7 +401,8 @@ def tuple_new_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variabl
 def _set_of(kind: type) -> Rule:
     def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
         from kiln.capture.variables.dict import SetVariable
-        return SetVariable(tx.iterate(args[0]) if args else [], kind)
+        made = SetVariable([], kind)
+        return made.update_from(tx, args[0]) if args else made
     return rule
 
 
@@ -319,38 +410,7 @@ RULES[set] = _set_of(set)
 RULES[frozenset] = _set_of(frozenset)
 
 
-@builtin_rule(sorted)
-def sorted_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.sequence import ListVariable
-
-    items = tx.iterate(args[0])
-    if all(i.is_constant() for i in items) and all(v.is_constant() for v in kwargs.values()):
-        values = sorted((i.as_constant() for i in items), **{k: v.as_constant() for k, v in kwargs.items()})
-        return ListVariable([tx.wrap_result(v) for v in values])
-    firsts = _distinct_constant_heads(tx, items)
-    if firsts is not None and set(kwargs) <= {"reverse"} and all(v.is_constant() for v in kwargs.values()):
-        # (key, tensor) pairs such as sorted(d.items()): distinct keys decide the order alone,
-        # so the tensors are never compared
-        order = sorted(range(len(items)), key=firsts.__getitem__,
-                       reverse=bool(kwargs["reverse"].as_constant()) if kwargs else False)
-        return ListVariable([items[k] for k in order])
-    raise Unsupported("sorted() of values unknown at trace time", kind="unsupported_call")
-
-
-def _distinct_constant_heads(tx: "Tracer", items: list[Variable]) -> list[Any] | None:
-    """The first elements of tuples `items` when all are distinct constants, else None."""
-    from kiln.capture.variables.sequence import TupleVariable
-
-    if not all(isinstance(i, TupleVariable) and i.items and i.items[0].is_constant() for i in items):
-        return None
-    heads = [i.items[0].as_constant() for i in items]  # type: ignore[attr-defined]
-    try:
-        if len(set(heads)) != len(heads):
-            return None
-        sorted(heads)
-    except TypeError:
-        return None
-    return heads
+RULES[sorted] = sorted_rule
 
 
 def _minmax(fn: Any) -> Rule:
@@ -358,6 +418,23 @@ def _minmax(fn: Any) -> Rule:
         from kiln.capture.variables.tensor import TensorVariable
 
         items = tx.iterate(args[0]) if len(args) == 1 else args
+        key = kwargs.get("key")
+        if set(kwargs) <= {"key", "default"} and (key is None or not key.is_constant() or key.as_constant() is not None):
+            if not items:
+                if "default" in kwargs:
+                    return kwargs["default"]
+                from kiln.capture.variables.exception import raise_in_trace
+                error = ValueError(f"{fn.__name__}() arg is an empty sequence")
+                raise raise_in_trace(error, f"ValueError: {error} (raised natively)")
+            if key is not None:
+                # the first item whose key is largest (smallest), as Python picks it
+                results = [key.call(tx, [item], {}) for item in items]
+                if traced_numbers(results):
+                    return items[fn(range(len(results)), key=lambda i: Ordered(tx, results[i]))]
+                keys = [constant_of(result, f"{fn.__name__}() key") for result in results]
+                best = fn(range(len(keys)), key=keys.__getitem__)
+                return items[best]
+            kwargs = {}
         if kwargs:
             return _fold(tx, fn, args, kwargs)
         if all(i.is_constant() for i in items):
@@ -408,8 +485,39 @@ RULES[any] = _anyall(any)
 RULES[all] = _anyall(all)
 
 
-for _fn in (abs, round, pow, divmod, chr, ord, hash, repr, format, ascii, bin, hex, oct):
+for _fn in (abs, round, pow, divmod, chr, ord, hash, ascii, bin, hex, oct):
     RULES[_fn] = functools.partial(lambda fn, tx, args, kwargs: _fold(tx, fn, args, kwargs), _fn)
+
+
+def text_of(tx: "Tracer", value: Variable, name: str, spec: str = "") -> Variable:
+    """str(value), repr(value) or format(value, spec) of a traced value that is not a constant: an
+    exception's, or a user object's written in Python (object_protocol.python_text)."""
+    from kiln.capture.variables.exception import ExceptionVariable
+    from kiln.capture.variables.object_protocol import python_text
+    from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
+
+    if isinstance(value, ExceptionVariable) and not spec:
+        return value.call_method(tx, "__repr__" if name == "__repr__" else "__str__", [], {})
+    instance = isinstance(value, NewObjectVariable) or isinstance(value, ObjectVariable) \
+        and not isinstance(value.value, (type, types.ModuleType))
+    text = python_text(tx, value, name, spec) if instance else None
+    if text is None:
+        raise Unsupported(f"{name.strip('_')}() of {value.describe()}", kind="unsupported_call")
+    return ConstantVariable(text)
+
+
+@builtin_rule(repr)
+def repr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    if len(args) == 1 and not kwargs and not args[0].is_constant():
+        return text_of(tx, args[0], "__repr__")
+    return _fold(tx, repr, args, kwargs)
+
+
+@builtin_rule(format)
+def format_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    if 1 <= len(args) <= 2 and not kwargs and not args[0].is_constant() and all(a.is_constant() for a in args[1:]):
+        return text_of(tx, args[0], "__format__", args[1].as_constant() if len(args) == 2 else "")
+    return _fold(tx, format, args, kwargs)
 
 
 def _convert(kind: type) -> Rule:
@@ -432,10 +540,14 @@ def _convert(kind: type) -> Rule:
                 # torch.compile's torch.sym_int: `x[: int(n * f)]` needs no new graph per value
                 return tx.call_op("call_function", torch.sym_int, args, {})
             return tx.call_op("call_function", kind, args, {})
+        if kind is bool and len(args) == 1 and not kwargs and not args[0].is_constant():
+            return ConstantVariable(args[0].truth(tx))  # __bool__, else __len__, as `if obj:` asks
         if kind is str and len(args) == 1 and not kwargs and type(_class_of(args[0])) is type:
             # "<class 'pkg.Model'>": a class the trace already relies on (guarded by type or id),
             # whose plain metaclass prints it from its module and name.
             return ConstantVariable(str(_class_of(args[0])))
+        if kind is str and len(args) == 1 and not kwargs and not args[0].is_constant():
+            return text_of(tx, args[0], "__str__")
         return _fold(tx, kind, args, kwargs)
     return rule
 
@@ -467,6 +579,30 @@ def signature_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variabl
     if isinstance(fn, UserFunctionVariable):
         return ObjectVariable(inspect.signature(fn.fn))
     raise Unsupported("inspect.signature of a value other than a Python function", kind="unsupported_call")
+
+
+@builtin_rule(locals)
+def locals_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """The calling function's bound names. CPython 3.11 keeps one dict per frame and refreshes it
+    in place at each call (names still bound keep their place, new ones are appended, unbound ones
+    removed), so an earlier result sees the later state too."""
+    from kiln.capture.variables.dict import DictVariable
+
+    if args or kwargs:
+        raise Unsupported("locals() takes no arguments (raised natively)", kind="unsupported")
+    bound = tx.frame_locals()
+    if tx.locals_dict is None:
+        tx.locals_dict = DictVariable({})
+    held = tx.locals_dict.items
+    for name in [n for n in held if n not in bound]:
+        del held[name]
+    held.update(bound)
+    return tx.locals_dict
+
+
+@builtin_rule(sys.intern)
+def intern_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    return _fold(tx, sys.intern, args, kwargs)
 
 
 @builtin_rule(id)
@@ -567,6 +703,11 @@ RULES[itertools.repeat] = _iterator_rule(lambda tx, args, kw: [args[0]] * tx.as_
 RULES[itertools.combinations] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.combinations(tx.iterate(args[0]), tx.as_int(args[1]))))
 RULES[itertools.accumulate] = _iterator_rule(lambda tx, args, kw: _accumulate(tx, args))
+RULES[itertools.chain.from_iterable] = _iterator_rule(
+    lambda tx, args, kw: [i for a in tx.iterate(args[0]) for i in tx.iterate(a)])
+RULES[itertools.zip_longest] = _iterator_rule(
+    lambda tx, args, kw: _tuples(itertools.zip_longest(*[tx.iterate(a) for a in args],
+                                                       fillvalue=kw.get("fillvalue", ConstantVariable(None)))))
 
 
 def _accumulate(tx: "Tracer", args: list[Variable]) -> list[Variable]:

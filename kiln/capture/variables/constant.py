@@ -8,7 +8,7 @@ Corresponds to torch/_dynamo/variables/constant.py.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -88,6 +88,30 @@ class ConstantVariable(Variable):
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.constant(self.value)
+
+
+class ItemConstantVariable(ConstantVariable):
+    """A constant held by a container from outside the frame (`cfg["lr"]`, `sizes[2]`): guarded by
+    value only once the trace reads it, so that a change to an item the program never read does
+    not recompile (the container's length or keys are guarded where it was wrapped). Until then,
+    rebuilding it reads it again from its source."""
+
+    def __init__(self, value: Any, source: Source, guard: Callable[[], None]) -> None:
+        self._value = value
+        self.source = source
+        self._guard: Callable[[], None] | None = guard
+
+    @property  # type: ignore[override]  # a plain attribute on ConstantVariable
+    def value(self) -> Any:
+        if self._guard is not None:
+            guard, self._guard = self._guard, None
+            guard()
+        return self._value
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self._guard is not None and self.source is not None:
+            return self.source.name()
+        return super().reconstruct(glue)
 
 
 def literal_or_none(value: Any) -> str | None:

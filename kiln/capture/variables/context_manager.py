@@ -240,13 +240,13 @@ def _start_generator(tx: "Tracer", func: Variable, args: list[Variable], kwargs:
     """A child tracer over the generator function's code, bound to its arguments, not yet run."""
     from kiln.capture.sources import ClosureSource
     from kiln.capture.tracer import Tracer
-    from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable, UserFunctionVariable
+    from kiln.capture.variables.functions import NestedFunctionVariable, UserFunctionVariable
 
     if isinstance(func, UserFunctionVariable):
         fn = func.fn
         code, f_globals = fn.__code__, fn.__globals__
         defaults, kwdefaults = fn.__defaults__ or (), fn.__kwdefaults__ or {}
-        closure = [CellVariable(real=cell, source=None if func.source is None else ClosureSource(i, func.source))
+        closure = [tx.state.real_cell(cell, None if func.source is None else ClosureSource(i, func.source))
                    for i, cell in enumerate(fn.__closure__ or ())]
     elif isinstance(func, NestedFunctionVariable):
         code, f_globals = func.code, func.f_globals

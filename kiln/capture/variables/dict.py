@@ -1,16 +1,23 @@
-"""Dicts (and OrderedDicts) and sets with constant keys, whose values are tracked values.
+"""Dicts (dict, OrderedDict, defaultdict, subclasses of dict) and sets, whose values are tracked values.
 
-Keys must be known at trace time (strings, ints, tuples of them, ..., or objects compared by
-identity such as classes and functions); values may be anything. A
-dict from the caller that the frame mutates is reported to the side-effect log, so the glue rewrites
-its contents after the graph has run. Corresponds to torch/_dynamo/variables/dicts.py.
+Keys are known at trace time (strings, ints, tuples of them, ..., or objects compared by identity
+such as classes and functions), or are tracked values hashed by identity as CPython hashes them:
+tensors and objects whose class keeps object's `__hash__` (`IdentityKey`). Values may be anything.
+A dict from the caller that the frame mutates is reported to the side-effect log, so the glue
+rewrites its contents after the graph has run. A dict subclass's methods written in Python are
+inlined, with `super()` coming back to dict's own. Corresponds to torch/_dynamo/variables/dicts.py.
 """
 from __future__ import annotations
 
+import collections
+import inspect
 import types
 import typing
 from typing import TYPE_CHECKING, Any, Sequence
 
+import torch
+
+from kiln.capture.guards import ABSENT
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
@@ -32,8 +39,36 @@ def is_identity_key(value: Any) -> bool:
                               typing._SpecialForm))
 
 
+class IdentityKey:
+    """A dict key or set element that hashes and compares by identity, as CPython does for it: a
+    tensor (`Tensor.__hash__` is `id`), or an object whose class keeps object's `__hash__` and
+    `__eq__`. `var` is the tracked value (what iteration gives back, what the glue rebuilds)."""
+
+    __slots__ = ("var", "obj")
+
+    def __init__(self, var: Variable, obj: Any) -> None:
+        self.var = var
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IdentityKey) and other.obj is self.obj
+
+    def __repr__(self) -> str:
+        return f"<{self.var.describe()}>"
+
+
+def _hashes_by_identity(kind: type) -> bool:
+    if issubclass(kind, torch.Tensor):
+        return kind.__hash__ is torch.Tensor.__hash__
+    return kind.__hash__ is object.__hash__ and kind.__eq__ is object.__eq__
+
+
 def key_of(var: Variable) -> Any:
-    """The hashable trace-time value of a dict key or set element."""
+    """The hashable trace-time value of a dict key or set element (an IdentityKey for a tracked
+    value hashed by identity)."""
     if var.is_constant():
         value = var.as_constant()
         try:
@@ -47,16 +82,47 @@ def key_of(var: Variable) -> Any:
         value = None
     if value is not None and is_identity_key(value):
         return value
+    identity = var.identity()
+    if identity is not None:
+        try:
+            kind = var.python_type()
+        except Unsupported:
+            kind = None
+        if kind is not None and _hashes_by_identity(kind):
+            return IdentityKey(var, identity)
     raise Unsupported(f"dict key {var.describe()} is not a constant", kind="unsupported")
 
 
-class DictVariable(Variable):
-    """A dict whose keys are trace-time constants; `dict_type` is dict or OrderedDict."""
+def key_variable(tx: "Tracer", key: Any) -> Variable:
+    """The tracked value of a key (what iterating a dict or set gives)."""
+    if isinstance(key, IdentityKey):
+        return key.var
+    return tx.wrap_result(key)
 
-    def __init__(self, items: dict[Any, Variable], dict_type: type = dict, source: "Source | None" = None) -> None:
+
+def key_text(glue: "GlueBuilder", key: Any) -> str:
+    """The glue's expression of a key."""
+    if isinstance(key, IdentityKey):
+        return glue.reconstruct(key.var)
+    return glue.constant(key)
+
+
+def _constant_keys(keys: Any) -> bool:
+    return not any(isinstance(k, IdentityKey) for k in keys)
+
+
+class DictVariable(Variable):
+    """A dict; `dict_type` is dict, OrderedDict, defaultdict (with `default_factory`, a tracked
+    callable or None) or a subclass of one of them made in the frame (`attrs`: its instance dict)."""
+
+    def __init__(self, items: dict[Any, Variable], dict_type: type = dict, source: "Source | None" = None,
+                 default_factory: Variable | None = None) -> None:
         self.items = dict(items)
         self.dict_type = dict_type
         self.source = source
+        self.default_factory = default_factory
+        self.attrs: dict[str, Variable] = {}
+        self.real: Any = None  # a subclass instance from outside: its instance attributes are read off it
 
     def describe(self) -> str:
         return f"{self.dict_type.__name__} with keys {list(self.items)}"
@@ -64,39 +130,115 @@ class DictVariable(Variable):
     def python_type(self) -> type:
         return self.dict_type
 
+    def identity(self) -> Any:
+        return self
+
     def is_constant(self) -> bool:
-        return all(v.is_constant() for v in self.items.values())
+        return self.dict_type in (dict, collections.OrderedDict) and _constant_keys(self.items) \
+            and all(v.is_constant() for v in self.items.values())
 
     def as_constant(self) -> Any:
+        if not self.is_constant():
+            return super().as_constant()
         return self.dict_type((k, v.as_constant()) for k, v in self.items.items())
 
     def truth(self, tx: "Tracer") -> bool:
+        override = self._override(tx, "__len__")
+        if override is not None:
+            return bool(tx.as_int(override.call(tx, [], {})))
         return bool(self.items)
 
     def length(self, tx: "Tracer") -> Variable:
+        override = self._override(tx, "__len__")
+        if override is not None:
+            return override.call(tx, [], {})
         return ConstantVariable(len(self.items))
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
-        return [tx.wrap_result(k) for k in self.items]
+        override = self._override(tx, "__iter__")
+        if override is not None:
+            return tx.iterate(override.call(tx, [], {}))
+        return [key_variable(tx, k) for k in self.items]
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.exception import no_attribute
         from kiln.capture.variables.functions import BoundMethodVariable
 
+        if name in self.attrs:
+            return self.attrs[name]
+        if self.real is not None and self.source is not None and name in vars(self.real):
+            from kiln.capture.sources import AttrSource
+            self.attrs[name] = tx.wrap(vars(self.real)[name], AttrSource(self.source, name))
+            return self.attrs[name]
+        if name == "default_factory" and issubclass(self.dict_type, collections.defaultdict):
+            return self.default_factory if self.default_factory is not None else ConstantVariable(None)
+        if _is_user_subclass(self.dict_type):
+            static = inspect.getattr_static(self.dict_type, name, _MISSING)
+            owner = _defining_class(self.dict_type, name)
+            if owner is not None and owner not in BUILTIN_DICTS:
+                from kiln.capture.variables.functions import bind_class_attribute, guard_class_attribute
+                bound = bind_class_attribute(tx, static, self, self.dict_type, name)
+                if bound is not None:
+                    return bound
+                guard_class_attribute(tx, self.dict_type, name, static)
+                return tx.wrap(static, None)
+            if name == "__class__":
+                return tx.wrap_result(self.dict_type)
+        if not hasattr(self.dict_type, name):
+            raise no_attribute(self.dict_type, name)
         return BoundMethodVariable(self, name)
+
+    def _override(self, tx: "Tracer", name: str) -> Variable | None:
+        """The subclass's own method `name` (Python code), bound to this dict; None when dict's own
+        method runs. Which one the lookup found is guarded on the class."""
+        if not _is_user_subclass(self.dict_type):
+            return None
+        from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
+
+        static = inspect.getattr_static(self.dict_type, name, _MISSING)
+        guard_class_attribute(tx, self.dict_type, name, static)
+        owner = _defining_class(self.dict_type, name)
+        if owner is None or owner in BUILTIN_DICTS:
+            return None
+        if not isinstance(static, types.FunctionType):
+            raise Unsupported(f"{self.dict_type.__qualname__}.{name} is not a Python function",
+                              kind="unsupported_call")
+        return UserMethodVariable(static, self)
 
     def _mutated(self, tx: "Tracer") -> None:
         tx.side_effects.mutate(self)
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
+        override = self._override(tx, name)
+        if override is not None:
+            return override.call(tx, args, kwargs)
+        return self.dict_method(tx, name, args, kwargs)
+
+    def _missing(self, tx: "Tracer", key: Any) -> Variable:
+        """`d[key]` for a key the dict lacks: the subclass's `__missing__`, the default factory
+        (which stores its value, as defaultdict's `__missing__` does), or KeyError."""
+        hook = self._override(tx, "__missing__")
+        if hook is not None:
+            return hook.call(tx, [key_variable(tx, key)], {})
+        if self.default_factory is not None:
+            value = self.default_factory.call(tx, [], {})
+            self._mutated(tx)
+            self.items[key] = value
+            return value
+        from kiln.capture.variables.exception import raise_in_trace
+        raise raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
+
+    def dict_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        """dict's own method `name` (what `super().name` and `dict.name(d, ...)` reach)."""
         from kiln.capture.variables.sequence import ListVariable, TupleVariable
 
         none = ConstantVariable(None)
         if name == "__getitem__" and len(args) == 1:
             key = key_of(args[0])
             if key not in self.items:
-                from kiln.capture.variables.exception import raise_in_trace
-                raise raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
+                return self._missing(tx, key)
             return self.items[key]
         if name == "get" and 1 <= len(args) <= 2:
             return self.items.get(key_of(args[0]), args[1] if len(args) == 2 else none)
@@ -104,14 +246,21 @@ class DictVariable(Variable):
             return ConstantVariable(key_of(args[0]) in self.items)
         if name == "__len__":
             return self.length(tx)
-        if name == "keys":
-            return ListVariable([tx.wrap_result(k) for k in self.items])
-        if name == "values":
-            return ListVariable(list(self.items.values()))
-        if name == "items":
-            return ListVariable([TupleVariable([tx.wrap_result(k), v]) for k, v in self.items.items()])
-        if name == "copy":
-            return DictVariable(self.items, self.dict_type)
+        if name in ("keys", "values", "items") and not args and not kwargs:
+            from kiln.capture.variables.dict_view import DictViewVariable
+            return DictViewVariable(self, name)  # live: it sees later changes to the dict
+        if name == "copy" and not args:
+            if self.dict_type in BUILTIN_DICTS:
+                return DictVariable(self.items, self.dict_type, default_factory=self.default_factory)
+            if _builtin_base(self.dict_type) is dict:
+                return DictVariable(self.items)  # dict.copy of a subclass is a plain dict
+            raise Unsupported(f"{self.dict_type.__qualname__}.copy() builds the subclass anew",
+                              kind="unsupported_call")
+        if name == "__iter__" and not args:
+            from kiln.capture.variables.iterator import IteratorVariable
+            return IteratorVariable([key_variable(tx, k) for k in self.items])
+        if name == "fromkeys":
+            return from_keys(tx, self.dict_type, args, kwargs)
         if name == "__setitem__" and len(args) == 2:
             self._mutated(tx)
             self.items[key_of(args[0])] = args[1]
@@ -133,7 +282,13 @@ class DictVariable(Variable):
                 self._mutated(tx)
                 self.items[key] = args[1] if len(args) == 2 else none
             return self.items[key]
-        if name == "update":
+        if name == "__init__" and issubclass(self.dict_type, collections.defaultdict):
+            # defaultdict.__init__(factory, *dict_args, **kwargs)
+            factory = args[0] if args else None
+            self.default_factory = None if factory is None or factory.is_constant() and factory.as_constant() is None \
+                else factory
+            args = args[1:]
+        if name in ("update", "__init__"):
             self._mutated(tx)
             for arg in args:
                 self.items.update(pairs_of(tx, arg))
@@ -152,7 +307,7 @@ class DictVariable(Variable):
                                   kind="unsupported")
             self._mutated(tx)
             key = next(reversed(self.items)) if last else next(iter(self.items))
-            return TupleVariable([tx.wrap_result(key), self.items.pop(key)])
+            return TupleVariable([key_variable(tx, key), self.items.pop(key)])
         if name == "move_to_end" and len(args) == 1 and self.dict_type is not dict:
             key = key_of(args[0])
             last = kwargs["last"].as_constant() if "last" in kwargs else True
@@ -168,17 +323,137 @@ class DictVariable(Variable):
     def reconstruct(self, glue: "GlueBuilder") -> str:
         if self.source is not None:
             return self.source.name()
-        body = "{" + ", ".join(f"{glue.constant(k)}: {glue.reconstruct(v)}" for k, v in self.items.items()) + "}"
+        body = "{" + ", ".join(f"{key_text(glue, k)}: {glue.reconstruct(v)}" for k, v in self.items.items()) + "}"
         if self.dict_type is dict:
             return body
-        return f"{glue.constant(self.dict_type)}({body})"
+        if self.dict_type is collections.OrderedDict:
+            return f"{glue.constant(self.dict_type)}({body})"
+        factory = "None" if self.default_factory is None else glue.reconstruct(self.default_factory)
+        if self.dict_type is collections.defaultdict:
+            return f"{glue.constant(self.dict_type)}({factory}, {body})"
+        # A subclass: made without running its __init__ again, filled through its builtin base's
+        # own __setitem__ (the subclass may override it), with its instance dict.
+        cls, base = glue.constant(self.dict_type), glue.constant(_builtin_base(self.dict_type))
+        name = glue.fresh("d")
+        glue.line(f"{name} = {cls}.__new__({cls})")
+        for key, value in self.items.items():
+            glue.line(f"{base}.__setitem__({name}, {key_text(glue, key)}, {glue.reconstruct(value)})")
+        if issubclass(self.dict_type, collections.defaultdict):
+            glue.line(f"{name}.default_factory = {factory}")
+        if self.attrs:
+            attrs = ", ".join(f"{k!r}: {glue.reconstruct(v)}" for k, v in self.attrs.items())
+            glue.line(f"{name}.__dict__.update({{{attrs}}})")
+        return name
+
+
+BUILTIN_DICTS = (dict, collections.OrderedDict, collections.defaultdict)
+_MISSING = ABSENT  # what a class lookup that finds nothing gives (and what its guard expects)
+
+
+def _is_user_subclass(kind: type) -> bool:
+    return kind not in BUILTIN_DICTS
+
+
+def _builtin_base(kind: type) -> type:
+    """The builtin dict class a subclass derives from (the first of its MRO)."""
+    return next(base for base in kind.__mro__ if base in BUILTIN_DICTS)
+
+
+def _defining_class(kind: type, name: str) -> type | None:
+    return next((base for base in kind.__mro__ if name in base.__dict__), None)
+
+
+def constructible_dict_subclass(kind: type) -> bool:
+    """A subclass of dict (or OrderedDict, defaultdict) whose instances capture builds as a traced
+    dict: its own `__new__`, if any, is a builtin's, and it keeps the builtin `__setattr__`."""
+    if not isinstance(kind, type) or not issubclass(kind, dict) or kind in BUILTIN_DICTS:
+        return False
+    base = _builtin_base(kind)
+    return kind.__new__ is base.__new__ and kind.__setattr__ is object.__setattr__ \
+        and getattr(kind, "__dictoffset__", 0) != 0
+
+
+def new_dict_subclass(tx: "Tracer", kind: type, args: Sequence[Variable], kwargs: dict[str, Variable]) -> "DictVariable":
+    """An instance of a dict subclass made in the frame: empty, then its `__init__` (the subclass's
+    Python one, inlined, or the builtin's)."""
+    made = DictVariable({}, kind)
+    init = made._override(tx, "__init__")
+    if init is not None:
+        init.call(tx, args, kwargs)
+    else:
+        made.dict_method(tx, "__init__", args, kwargs)
+    return made
+
+
+class DictMethodVariable(Variable):
+    """The builtin dict's own method `name` bound to a traced dict, past any override of its
+    subclass: `super().__setitem__(k, v)` in a subclass, `dict.get(d, k)`."""
+
+    def __init__(self, obj: DictVariable, name: str) -> None:
+        self.obj = obj
+        self.name = name
+
+    def describe(self) -> str:
+        return f"dict.{self.name} of {self.obj.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return self.obj.dict_method(tx, self.name, args, kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        method = getattr(_builtin_base(self.obj.dict_type), self.name)
+        return f"{glue.constant(method)}.__get__({glue.reconstruct(self.obj)})"
+
+
+def wrappable_dict_subclass(kind: type) -> bool:
+    """A dict subclass whose instances from outside capture reads as traced dicts: constructible as
+    one, and with dict's own `keys` (what the keys guard calls)."""
+    return constructible_dict_subclass(kind) and _defining_class(kind, "keys") in BUILTIN_DICTS
+
+
+def replay_contents(glue: "GlueBuilder", effect: "DictVariable", target: str) -> None:
+    """The glue lines that give the caller's dict `target` the final items of `effect`: through the
+    builtin base's own methods for a subclass (its overrides ran in the trace already)."""
+    tmp = glue.fresh("d")
+    body = ", ".join(f"{key_text(glue, k)}: {glue.reconstruct(v)}" for k, v in effect.items.items())
+    glue.line(f"{tmp} = {{{body}}}")
+    if effect.dict_type in BUILTIN_DICTS:
+        glue.line(f"{target}.clear()")
+        glue.line(f"{target}.update({tmp})")
+        return
+    base = glue.constant(_builtin_base(effect.dict_type))
+    glue.line(f"{base}.clear({target})")
+    item = glue.fresh("item")
+    glue.line(f"for {item} in {tmp}.items(): {base}.__setitem__({target}, *{item})")
+
+
+def from_keys(tx: "Tracer", dict_type: type, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """`cls.fromkeys(iterable, value=None)`: every key maps to the one value (a defaultdict's has no
+    factory)."""
+    if not 1 <= len(args) <= 2 or kwargs or dict_type not in BUILTIN_DICTS:
+        raise Unsupported(f"{dict_type.__qualname__}.fromkeys with these arguments", kind="unsupported_call")
+    value = args[1] if len(args) == 2 else ConstantVariable(None)
+    return DictVariable({key_of(k): value for k in tx.iterate(args[0])}, dict_type)
+
+
+def _has_keys_method(var: Variable) -> bool:
+    try:
+        kind = var.python_type()
+    except Unsupported:
+        return False
+    return hasattr(kind, "keys")
 
 
 def pairs_of(tx: "Tracer", arg: Variable) -> dict[Any, Variable]:
-    """The (key, value) pairs of a dict or of an iterable of pairs, as a dict."""
-    if isinstance(arg, DictVariable):
-        return dict(arg.items)
+    """The (key, value) pairs of a dict, of a mapping (what its `keys()` gives, each read with
+    `[]`, as CPython's dict update does for any object with a `keys` method), or of an iterable of
+    pairs, as a dict."""
+    if isinstance(arg, DictVariable) and arg._override(tx, "__iter__") is None:
+        return dict(arg.items)  # CPython reads a dict's storage unless its class overrides __iter__
     out: dict[Any, Variable] = {}
+    if _has_keys_method(arg):
+        for key in tx.iterate(arg.call_method(tx, "keys", [], {})):
+            out[key_of(key)] = arg.call_method(tx, "__getitem__", [key], {})
+        return out
     for pair in tx.iterate(arg):
         key, value = tx.iterate(pair)
         out[key_of(key)] = value
@@ -186,12 +461,27 @@ def pairs_of(tx: "Tracer", arg: Variable) -> dict[Any, Variable]:
 
 
 class SetVariable(Variable):
-    """A set (or frozenset) of constant elements."""
+    """A set (or frozenset) of constants or of values hashed by identity (tensors); `items` maps
+    each element's key to the element.
 
-    def __init__(self, items: Sequence[Variable], set_type: type = set, source: "Source | None" = None) -> None:
-        self.items = {key_of(i): i for i in items}
+    Eager iterates a set of constants in the order of its hash table, which depends on how the set
+    was built (one add at a time, or merged from another set, a dict) and on what was removed:
+    `shadow` is a real set of the keys that goes through the same operations, and gives that
+    order. Once an identity-hashed element is in, `shadow` is None and iteration follows insertion
+    (eager's order then depends on addresses)."""
+
+    def __init__(self, items: Sequence[Variable], set_type: type = set, source: "Source | None" = None,
+                 shadow: set | None = None) -> None:
+        self.items: dict[Any, Variable] = {}
+        for item in items:
+            self.items.setdefault(key_of(item), item)  # an equal element already there stays
         self.set_type = set_type
         self.source = source
+        if shadow is None and _constant_keys(self.items):
+            shadow = set()
+            for key in self.items:  # BUILD_SET and set(list) add one element at a time
+                shadow.add(key)
+        self.shadow = shadow if _constant_keys(self.items) else None
 
     def describe(self) -> str:
         return f"{self.set_type.__name__} of {len(self.items)}"
@@ -199,11 +489,16 @@ class SetVariable(Variable):
     def python_type(self) -> type:
         return self.set_type
 
+    def identity(self) -> Any:
+        return self
+
     def is_constant(self) -> bool:
-        return True
+        return _constant_keys(self.items)
 
     def as_constant(self) -> Any:
-        return self.set_type(self.items)
+        if not self.is_constant():
+            return super().as_constant()
+        return self.set_type(self.ordered_keys())
 
     def truth(self, tx: "Tracer") -> bool:
         return bool(self.items)
@@ -211,31 +506,185 @@ class SetVariable(Variable):
     def length(self, tx: "Tracer") -> Variable:
         return ConstantVariable(len(self.items))
 
+    def ordered_keys(self) -> list[Any]:
+        """The keys in the order eager iterates the set."""
+        if self.shadow is not None:
+            return list(self.shadow)
+        return list(self.items)
+
     def iterate(self, tx: "Tracer") -> list[Variable]:
-        return list(self.items.values())
+        return [self.items[k] for k in self.ordered_keys()]
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.exception import no_attribute
         from kiln.capture.variables.functions import BoundMethodVariable
 
+        if not hasattr(self.set_type, name):
+            raise no_attribute(self.set_type, name)
         return BoundMethodVariable(self, name)
+
+    def _operand(self, tx: "Tracer", other: Variable) -> tuple[dict[Any, Variable], Any]:
+        """Another operand's elements, and the real object eager would hand the set operation (a
+        set, a dict or a sequence of keys: each takes its own path through CPython's set code);
+        None for the latter once an element is hashed by identity."""
+        if isinstance(other, SetVariable):
+            return dict(other.items), other.shadow
+        if isinstance(other, DictVariable):
+            keys = {k: key_variable(tx, k) for k in other.items}
+            return keys, dict.fromkeys(other.items) if _constant_keys(other.items) else None
+        found: dict[Any, Variable] = {}
+        for item in tx.iterate(other):
+            found.setdefault(key_of(item), item)
+        real = tuple(found) if other.python_type() is tuple else list(found)
+        return found, real if _constant_keys(found) else None
+
+    def update_from(self, tx: "Tracer", other: Variable) -> "SetVariable":
+        """This (empty, new) set filled as `set(other)` fills it."""
+        self.items, real = self._operand(tx, other)
+        self.shadow = set(real) if real is not None and _constant_keys(self.items) else None
+        return self
+
+    def _result(self, items: dict[Any, Variable], shadow: Any) -> tuple[dict[Any, Variable], set | None]:
+        return items, shadow if _constant_keys(items) else None
+
+    def _replace(self, tx: "Tracer", items: dict[Any, Variable], shadow: set | None) -> Variable:
+        if self.set_type is not set:
+            raise Unsupported(f"{self.set_type.__name__} has no in-place methods (raised natively)",
+                              kind="unsupported")
+        tx.side_effects.mutate(self)
+        self.items, self.shadow = self._result(items, shadow)
+        return ConstantVariable(None)
+
+    def _made(self, items: dict[Any, Variable], shadow: set | None, set_type: type | None = None) -> "SetVariable":
+        made = SetVariable([], set_type or self.set_type)
+        made.items, made.shadow = self._result(items, shadow)
+        return made
+
+    def _shadow_op(self, name: str, reals: list[Any]) -> Any:
+        """The real set operation on the shadow: in place for the methods that change a set (only
+        sets have them; the shadow then has the table eager's set has), else the new set it makes.
+        None when some operand has no real form."""
+        if self.shadow is None or any(r is None for r in reals):
+            return None
+        result = getattr(self.shadow, name)(*reals)
+        return self.shadow if result is None else set(result) if isinstance(result, frozenset) else result
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
-        if name == "add" and len(args) == 1 and self.set_type is set:
-            tx.side_effects.mutate(self)
-            self.items[key_of(args[0])] = args[0]
-            return ConstantVariable(None)
+        from kiln.capture.variables.exception import raise_in_trace
+
+        if kwargs:
+            raise Unsupported(f"{self.set_type.__name__}.{name} with keyword arguments", kind="unsupported_call")
         if name == "__contains__" and len(args) == 1:
             return ConstantVariable(key_of(args[0]) in self.items)
-        consts = [a.as_constant() for a in args]
-        result = getattr(self.as_constant(), name)(*consts)
-        if name in ("update", "discard", "remove", "clear", "pop", "intersection_update",
-                    "difference_update", "symmetric_difference_update"):
-            raise Unsupported(f"set.{name}", kind="unsupported_call")
-        return tx.wrap_result(result)
+        if name == "__len__" and not args:
+            return self.length(tx)
+        if name == "__iter__" and not args:
+            from kiln.capture.variables.iterator import IteratorVariable
+            return IteratorVariable(self.iterate(tx))
+        if name == "add" and len(args) == 1 and self.set_type is set:
+            key = key_of(args[0])
+            if key not in self.items:
+                items = {**self.items, key: args[0]}
+                return self._replace(tx, items, self._shadow_op("add", [key]) if _constant_keys([key]) else None)
+            return ConstantVariable(None)
+        if name in ("discard", "remove") and len(args) == 1:
+            key = key_of(args[0])
+            if key not in self.items:
+                if name == "remove":
+                    raise raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
+                return ConstantVariable(None)
+            return self._replace(tx, {k: v for k, v in self.items.items() if k != key},
+                                 self._shadow_op("discard", [key]))
+        if name == "pop" and not args:
+            if not self.items:
+                raise raise_in_trace(KeyError("pop from an empty set"), "KeyError: pop from an empty set (raised natively)")
+            shadow = self.shadow
+            first = shadow.pop() if shadow is not None else next(iter(self.items))  # where eager's pop looks
+            popped = self.items[first]
+            self._replace(tx, {k: v for k, v in self.items.items() if k != first}, shadow)
+            return popped
+        if name == "clear" and not args:
+            return self._replace(tx, {}, self._shadow_op("clear", []) if self.shadow is not None else set())
+        if name == "copy" and not args:
+            return self._made(dict(self.items), None if self.shadow is None else self.shadow.copy())
+        operands = [self._operand(tx, a) for a in args]
+        others = [o[0] for o in operands]
+        combined = _combine(name.removesuffix("_update"), self.items, others)
+        if combined is not None:
+            shadow = self._shadow_op(name, [o[1] for o in operands])
+            if name.endswith("_update") or name == "update":
+                return self._replace(tx, combined, shadow)
+            return self._made(combined, shadow)
+        if name in ("issubset", "issuperset", "isdisjoint") and len(others) == 1:
+            mine, theirs = set(self.items), set(others[0])
+            answer = {"issubset": mine <= theirs, "issuperset": mine >= theirs,
+                      "isdisjoint": not mine & theirs}[name]
+            return ConstantVariable(answer)
+        raise Unsupported(f"{self.set_type.__name__}.{name}", kind="unsupported_call")
+
+    def binary(self, tx: "Tracer", symbol: str, other: Variable, inplace: bool) -> Variable:
+        """`self <symbol> other` for the set operators | & - ^ (in place for `|=` & co. on a set)."""
+        name = {"|": "union", "&": "intersection", "-": "difference", "^": "symmetric_difference"}.get(symbol)
+        if not isinstance(other, SetVariable) or name is None:
+            raise Unsupported(f"{self.describe()} {symbol} {other.describe()} (raised natively)", kind="unsupported")
+        combined = _combine(name, self.items, [other.items])
+        assert combined is not None
+        if inplace and self.set_type is set:
+            self._replace(tx, combined, self._shadow_op(f"{name}_update" if name != "union" else "update", [other.shadow]))
+            return self
+        real = None
+        if self.shadow is not None and other.shadow is not None:
+            # the operator on real sets of the operands' types (frozenset | set is a frozenset)
+            left, right = self.set_type(self.shadow), other.set_type(other.shadow)
+            result = _OPERATORS[symbol](left, right)
+            real = result if type(result) is set else set(result)
+        return self._made(combined, real)
+
+    def compare(self, symbol: str, other: Variable) -> bool:
+        """`self <symbol> other` for == != < <= > >= between sets (subset order)."""
+        if not isinstance(other, SetVariable):
+            return symbol in ("!=", "ne")
+        mine, theirs = set(self.items), set(other.items)
+        ops = {"==": mine == theirs, "!=": mine != theirs, "<": mine < theirs, "<=": mine <= theirs,
+               ">": mine > theirs, ">=": mine >= theirs}
+        return {"eq": ops["=="], "ne": ops["!="], "lt": ops["<"], "le": ops["<="], "gt": ops[">"],
+                "ge": ops[">="], **ops}[symbol]
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         if self.source is not None:
             return self.source.name()
-        return glue.constant(self.as_constant())
+        if self.is_constant():
+            if self.set_type is frozenset:
+                return glue.constant(self.as_constant())
+            # a copy per call (the bound set is never handed out), with the shadow's table layout
+            return f"{glue.constant(self.shadow if self.shadow is not None else self.as_constant())}.copy()"
+        parts = "".join(glue.reconstruct(v) + ", " for v in self.items.values())
+        return f"{glue.constant(self.set_type)}(({parts}))"
 
+
+_OPERATORS = {"|": lambda a, b: a | b, "&": lambda a, b: a & b, "-": lambda a, b: a - b, "^": lambda a, b: a ^ b}
+
+
+def _combine(name: str, mine: dict[Any, Variable], others: list[dict[Any, Variable]]) -> dict[Any, Variable] | None:
+    """The elements of set operation `name` (union, intersection, difference, symmetric_difference),
+    None for any other name. An element already in the result stays (CPython keeps the first)."""
+    result = dict(mine)
+    if name == "union" or name == "update":
+        for other in others:
+            for key, value in other.items():
+                result.setdefault(key, value)
+        return result
+    if name == "intersection":
+        for other in others:
+            result = {k: v for k, v in result.items() if k in other}
+        return result
+    if name == "difference":
+        for other in others:
+            result = {k: v for k, v in result.items() if k not in other}
+        return result
+    if name == "symmetric_difference" and len(others) == 1:
+        result = {k: v for k, v in mine.items() if k not in others[0]}
+        result.update({k: v for k, v in others[0].items() if k not in mine})
+        return result
+    return None

@@ -10,6 +10,7 @@ handling of torch/_dynamo/symbolic_convert.py.
 """
 from __future__ import annotations
 
+import types
 from typing import TYPE_CHECKING, Any, Sequence
 
 from kiln.capture.variables.base import Variable
@@ -22,11 +23,15 @@ if TYPE_CHECKING:
 
 
 class ExceptionVariable(Variable):
-    """An exception instance made during the trace: its class and its constructor arguments."""
+    """An exception instance made during the trace: its class, its `args` (what the constructor
+    got, as BaseException.__new__ stores them, until a `super().__init__(...)` sets them) and the
+    attributes a Python `__init__` set on it."""
 
     def __init__(self, exc_type: type[BaseException], args: Sequence[Variable]) -> None:
         self.exc_type = exc_type
         self.args = list(args)
+        self.attrs: dict[str, Variable] = {}
+        self.python_init = _python_method(exc_type, "__init__") is not None
 
     @staticmethod
     def of(exc: BaseException) -> "ExceptionVariable":
@@ -40,9 +45,13 @@ class ExceptionVariable(Variable):
     def python_type(self) -> type:
         return self.exc_type
 
+    def identity(self) -> Any:
+        return self
+
     def is_constant(self) -> bool:
-        # `str(e)`, `repr(e)`, `e.args[0] == ...` fold at trace time when the arguments are known.
-        return all(a.is_constant() for a in self.args)
+        # `str(e)`, `repr(e)`, `e.args[0] == ...` fold at trace time when the arguments are known
+        # (and building it again runs no Python code of its class).
+        return not self.python_init and not self.attrs and all(a.is_constant() for a in self.args)
 
     def as_constant(self) -> Any:
         if not self.is_constant():
@@ -50,26 +59,87 @@ class ExceptionVariable(Variable):
         return self.exc_type(*(a.as_constant() for a in self.args))
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.functions import bind_class_attribute
         from kiln.capture.variables.sequence import TupleVariable
 
+        if name in self.attrs:
+            return self.attrs[name]
         if name == "args":
             return TupleVariable(list(self.args))
         if name == "__class__":
             return tx.wrap_result(self.exc_type)
         if name in ("__traceback__", "__cause__", "__context__"):
             return ConstantVariable(None)
+        owner = _python_owner(self.exc_type, name)
+        if owner is not None:  # a method, property or constant of the user's exception class
+            static = owner.__dict__[name]
+            bound = bind_class_attribute(tx, static, self, self.exc_type, name)
+            if bound is not None:
+                return bound
+            from kiln.capture.variables.functions import guard_class_attribute
+            guard_class_attribute(tx, self.exc_type, name, static)
+            return tx.wrap(static, None)
         raise Unsupported(f"attribute {name!r} of a {self.describe()}", kind="unsupported_attribute")
+
+    def set_attribute(self, name: str, value: Variable) -> None:
+        """`self.code = code` in the exception's Python `__init__` (nothing outside sees it yet)."""
+        if name == "args":
+            from kiln.capture.variables.sequence import BaseSequenceVariable
+            if not isinstance(value, BaseSequenceVariable):
+                raise Unsupported("setting an exception's args to a value that is not a sequence", kind="unsupported")
+            self.args = list(value.items)
+        elif name.startswith("__"):
+            raise Unsupported(f"setting {name} of an exception", kind="unsupported")
+        else:
+            self.attrs[name] = value
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.functions import UserMethodVariable
+
+        method = _python_method(self.exc_type, name)
+        if method is not None:
+            return UserMethodVariable(method, self).call(tx, args, kwargs)
         if name in ("__str__", "__repr__") and not args and all(a.is_constant() for a in self.args):
-            real = self.exc_type(*(a.as_constant() for a in self.args))
+            # the builtin base's own text from args alone (no Python __init__ runs again)
+            real = self.exc_type.__new__(self.exc_type)
+            real.args = tuple(a.as_constant() for a in self.args)
             return ConstantVariable(str(real) if name == "__str__" else repr(real))
+        if name == "__init__":  # BaseException.__init__ (super().__init__(...)): it sets args
+            if kwargs:
+                raise Unsupported(f"{self.exc_type.__name__}.__init__ with keyword arguments (raised natively)",
+                                  kind="unsupported")
+            self.args = list(args)
+            return ConstantVariable(None)
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         parts = ", ".join(glue.reconstruct(a) for a in self.args)
-        return f"{glue.constant(self.exc_type)}({parts})"
+        if not self.python_init:
+            return f"{glue.constant(self.exc_type)}({parts})"
+        # its __init__ ran in the trace: made without running it again, with its args and attributes
+        cls, name = glue.constant(self.exc_type), glue.fresh("exc")
+        glue.line(f"{name} = {cls}.__new__({cls})")
+        glue.line(f"{name}.args = ({parts}{',' if len(self.args) == 1 else ''})")
+        for attr, value in self.attrs.items():
+            glue.line(f"{name}.{attr} = {glue.reconstruct(value)}")
+        return name
+
+
+def _python_owner(exc_type: type, name: str) -> type | None:
+    """The class of `exc_type`'s MRO written in Python that defines `name` (builtins end the search)."""
+    for klass in exc_type.__mro__:
+        if klass.__module__ == "builtins":
+            return None
+        if name in klass.__dict__:
+            return klass
+    return None
+
+
+def _python_method(exc_type: type, name: str) -> Any:
+    owner = _python_owner(exc_type, name)
+    method = None if owner is None else owner.__dict__[name]
+    return method if isinstance(method, types.FunctionType) else None
 
 
 class RaisedInTrace(Unsupported):
@@ -86,20 +156,33 @@ def raise_in_trace(exc: BaseException, reason: str) -> RaisedInTrace:
     return RaisedInTrace(ExceptionVariable.of(exc), reason)
 
 
+def no_attribute(kind: type, name: str) -> RaisedInTrace:
+    """The AttributeError CPython raises for `obj.name` when `obj`'s type has no such attribute
+    and its instances hold none of their own (hasattr() reads it as False)."""
+    message = f"{kind.__name__!r} object has no attribute {name!r}"
+    return raise_in_trace(AttributeError(message), f"{message} (raised natively)")
+
+
 def construct_exception(tx: "Tracer", exc_type: type, args: Sequence[Variable],
                         kwargs: dict[str, Variable]) -> ExceptionVariable:
-    """`ValueError("bad")` in traced code. Classes whose construction runs user code (a Python
-    `__init__`/`__new__`) are not traced: calling them stays a break."""
-    for klass in exc_type.__mro__:
-        if klass.__module__ == "builtins":
-            break
-        if "__init__" in klass.__dict__ or "__new__" in klass.__dict__:
-            raise Unsupported(f"constructing the exception {exc_type.__name__} (its __init__ is Python code)",
-                              kind="unsupported_call")
+    """`ValueError("bad")` in traced code. A Python `__init__` of the class is inlined on the new
+    exception (BaseException.__new__ already stored the arguments as `args`); a Python `__new__`
+    is not traced: calling such a class stays a break."""
+    from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
+
+    if _python_owner(exc_type, "__new__") is not None:
+        raise Unsupported(f"constructing the exception {exc_type.__name__} (its __new__ is Python code)",
+                          kind="unsupported_call")
+    made = ExceptionVariable(exc_type, args)
+    init = _python_method(exc_type, "__init__")
+    if init is not None:
+        guard_class_attribute(tx, exc_type, "__init__", init)
+        UserMethodVariable(init, made).call(tx, list(args), kwargs)
+        return made
     if kwargs:
         raise Unsupported(f"constructing the exception {exc_type.__name__} with keyword arguments",
                           kind="unsupported_call")
-    return ExceptionVariable(exc_type, args)
+    return made
 
 
 def as_exception(tx: "Tracer", value: Variable) -> ExceptionVariable:

@@ -10,8 +10,9 @@ torch/_dynamo/variables/functions.py.
 from __future__ import annotations
 
 import functools
+import inspect
 import types
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -23,8 +24,9 @@ from kiln.capture.options import (
     ORIGINAL_ATTR,
 )
 from kiln.capture.guards import ConstantCall, Guard, note_constant_result
-from kiln.capture.sources import AttrSource, ClosureSource, Source, TypeSource
+from kiln.capture.sources import AttrSource, ClosureSource, ItemSource, Source, TypeSource
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.dict import DictVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -86,7 +88,9 @@ class BoundMethodVariable(Variable):
         return self.obj.call_method(tx, self.name, args, kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
-        return f"{glue.reconstruct(self.obj)}.{self.name}"
+        if self.name.isidentifier():
+            return f"{glue.reconstruct(self.obj)}.{self.name}"
+        return f"getattr({glue.reconstruct(self.obj)}, {self.name!r})"
 
 
 def python_function(fn: object, what: str) -> types.FunctionType:
@@ -98,11 +102,16 @@ def python_function(fn: object, what: str) -> types.FunctionType:
 
 
 class UserFunctionVariable(Variable):
-    """A Python function that exists outside the frame (a global, an attribute, a closure value)."""
+    """A Python function that exists outside the frame (a global, an attribute, a closure value).
 
-    def __init__(self, fn: types.FunctionType, source: Source | None = None) -> None:
+    `pin`: for a function guarded by its code rather than its identity (builder), adds the
+    identity guard once the trace relies on which object it is (`is`, a dict key, a native call)."""
+
+    def __init__(self, fn: types.FunctionType, source: Source | None = None,
+                 pin: Callable[[], None] | None = None) -> None:
         self.fn = fn
         self.source = source
+        self.pin = pin
 
     def describe(self) -> str:
         return f"function {self.fn.__qualname__}"
@@ -111,7 +120,13 @@ class UserFunctionVariable(Variable):
         return type(self.fn)
 
     def as_python_value(self) -> Any:
+        self.pin_identity()
         return self.fn
+
+    def pin_identity(self) -> None:
+        if self.pin is not None:
+            self.pin()
+            self.pin = None
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         if not hasattr(self.fn, name):
@@ -123,6 +138,8 @@ class UserFunctionVariable(Variable):
         return call_python_function(tx, self.fn, self.source, list(args), kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.pin is not None and self.source is not None:
+            return self.source.name()  # the function this call was given, not the traced one
         return glue.constant(self.fn)
 
 
@@ -198,7 +215,7 @@ def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: lis
         return call_autograd_function(tx, owner.as_python_value(), args[1:], kwargs, getattr(owner, "source", None))
     closure = None
     if fn.__closure__:
-        closure = [CellVariable(real=cell, source=ClosureSource(i, source) if source is not None else None)
+        closure = [tx.state.real_cell(cell, ClosureSource(i, source) if source is not None else None)
                    for i, cell in enumerate(fn.__closure__)]
     return tx.inline_call(fn.__code__, fn.__globals__, closure, fn.__defaults__ or (),
                           fn.__kwdefaults__ or {}, args, kwargs, name=fn.__qualname__, fn=fn)
@@ -285,7 +302,7 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
     if name is not None and isinstance(static, (property, types.FunctionType, staticmethod, classmethod)):
         guard_class_attribute(tx, owner, name, static, receiver)
     if isinstance(static, property):
-        return UserFunctionVariable(python_function(static.fget, "a property getter")).call(tx, [receiver], {})
+        return read_property(tx, static, receiver, name)
     if isinstance(static, types.FunctionType):
         receiver_source = getattr(receiver, "source", None)
         # the function as guard_class_attribute reads it (its identity is guarded there)
@@ -310,6 +327,48 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
     return None
 
 
+def read_property(tx: "Tracer", prop: property, receiver: Variable, name: str | None) -> Variable:
+    """`obj.name` for a property: a getter written in Python is inlined; one written in C is called
+    as the builtin it is (`property(len)`), or, for an object from outside the frame (a pybind11
+    attribute: its getter is a C function with no side effects), read for real and guarded as read."""
+    fget = prop.fget
+    if isinstance(fget, types.FunctionType):
+        return UserFunctionVariable(fget).call(tx, [receiver], {})
+    if fget is None:
+        from kiln.capture.variables.exception import raise_in_trace
+        error = AttributeError(f"property {name!r} has no getter")
+        raise raise_in_trace(error, f"AttributeError: {error} (raised natively)")
+    real = receiver.identity()
+    module = getattr(fget, "__module__", None) or ""
+    c_getter = isinstance(fget, types.BuiltinFunctionType) or type(fget).__name__ == "instancemethod"
+    if c_getter and module not in ("builtins", "operator", "_operator") and name is not None \
+            and real is not None and real is getattr(receiver, "value", None):
+        source = getattr(receiver, "source", None)
+        return tx.wrap(getattr(real, name), None if source is None else AttrSource(source, name))
+    return tx.wrap(fget, None).call(tx, [receiver], {})
+
+
+def bind_python_descriptor(tx: "Tracer", static: Any, receiver: Variable, owner: type, name: str) -> Variable | None:
+    """`receiver.name` where the class holds a descriptor whose `__get__` is Python code: the
+    call `type(d).__get__(d, receiver, owner)` inlined, with the descriptor read through the class
+    dict that holds it (so what its `__get__` reads of it is guarded); None for any other kind."""
+    get = inspect.getattr_static(type(static), "__get__", None)
+    if not isinstance(get, types.FunctionType):
+        return None
+    guard_class_attribute(tx, owner, name, static)
+    guard_class_attribute(tx, type(static), "__get__", get)
+    receiver_source = getattr(receiver, "source", None)
+    descriptor_source: Source | None = None
+    owner_var = tx.wrap(owner, None)
+    if receiver_source is not None:
+        index = next(i for i, k in enumerate(owner.__mro__) if name in k.__dict__)
+        mro = AttrSource(TypeSource(receiver_source), "__mro__")
+        descriptor_source = ItemSource(AttrSource(ItemSource(mro, index), "__dict__"), name)
+        owner_var = tx.wrap(owner, TypeSource(receiver_source))
+    descriptor = tx.wrap(static, descriptor_source)
+    return UserMethodVariable(get, descriptor).call(tx, [receiver, owner_var], {})
+
+
 class NestedFunctionVariable(Variable):
     """A function made by MAKE_FUNCTION during the trace: a lambda, an inner def, a comprehension."""
 
@@ -322,6 +381,10 @@ class NestedFunctionVariable(Variable):
         self.defaults = defaults
         self.kwdefaults = kwdefaults
         self.closure = closure
+        # what the frame set on the function: special attributes (functools.wraps copies __name__,
+        # __doc__, ...) and its __dict__ (made on first use)
+        self.special: dict[str, Variable] = {}
+        self.func_dict: DictVariable | None = None
 
     def describe(self) -> str:
         return f"function {self.qualname}"
@@ -329,12 +392,62 @@ class NestedFunctionVariable(Variable):
     def python_type(self) -> type:
         return types.FunctionType
 
+    def identity(self) -> Any:
+        return self
+
+    def _dict(self) -> DictVariable:
+        if self.func_dict is None:
+            self.func_dict = DictVariable({})
+        return self.func_dict
+
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        if name in ("__name__", "__qualname__"):
-            return tx.wrap_result(self.qualname if name == "__qualname__" else self.code.co_name)
+        from kiln.capture.variables.sequence import TupleVariable
+
+        if name in self.special:
+            return self.special[name]
+        if name in _WRITABLE_SPECIAL:
+            # as MAKE_FUNCTION sets them: the code's names, the module of its globals, the first
+            # constant of the code when it is a string (its docstring)
+            doc = self.code.co_consts[0] if self.code.co_consts and isinstance(self.code.co_consts[0], str) else None
+            return tx.wrap_result({"__name__": self.code.co_name, "__qualname__": self.qualname,
+                                   "__module__": self.f_globals.get("__name__"), "__doc__": doc}[name])
         if name == "__code__":
             return tx.wrap_result(self.code)
+        if name == "__defaults__":
+            return TupleVariable(list(self.defaults)) if self.defaults else tx.wrap_result(None)
+        if name == "__kwdefaults__":
+            return DictVariable(dict(self.kwdefaults)) if self.kwdefaults else tx.wrap_result(None)
+        if name == "__dict__":
+            return self._dict()
+        if name == "__annotations__":
+            self.special[name] = DictVariable({})  # made on first read, then the same dict
+            return self.special[name]
+        if self.func_dict is not None and name in self.func_dict.items:
+            return self.func_dict.items[name]
+        if name in ("__call__", "__get__"):
+            return BoundMethodVariable(self, name)
+        if not hasattr(types.FunctionType, name):
+            # made in the frame, so its own __dict__ holds only what the trace wrote: the lookup fails
+            # as in CPython
+            from kiln.capture.variables.exception import raise_in_trace
+            message = f"'function' object has no attribute {name!r}"
+            raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
         raise Unsupported(f"attribute {name!r} of a function made during the trace", kind="unsupported_attribute")
+
+    def set_attribute(self, name: str, value: Variable) -> None:
+        """`fn.name = value` on a function made in the frame (nothing outside sees it yet)."""
+        if name in _WRITABLE_SPECIAL or name in ("__wrapped__", "__annotations__"):
+            self.special[name] = value
+        elif name.startswith("__") and name.endswith("__"):
+            raise Unsupported(f"setting {name} of a function made during the trace", kind="unsupported")
+        else:
+            self._dict().items[name] = value
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        if name == "__call__":
+            return self.call(tx, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         return tx.inline_call(self.code, self.f_globals, self.closure, self.defaults, self.kwdefaults,
@@ -349,20 +462,71 @@ class NestedFunctionVariable(Variable):
             raise Unsupported("rebuilding a function with keyword-only defaults", kind="reconstruct")
         if self.f_globals is not glue.f_globals:
             raise Unsupported("rebuilding a function of another module", kind="reconstruct")
-        return text
+        if not self.special and not (self.func_dict is not None and self.func_dict.items):
+            return text
+        name = glue.fresh("fn")
+        glue.line(f"{name} = {text}")
+        for attr, value in self.special.items():
+            glue.line(f"{name}.{attr} = {glue.reconstruct(value)}")
+        if self.func_dict is not None and self.func_dict.items:
+            glue.line(f"{name}.__dict__.update({glue.reconstruct(self.func_dict)})")
+        return name
+
+
+# Attributes of a function that the frame may set (functools.wraps does) and read back.
+_WRITABLE_SPECIAL = frozenset({"__name__", "__qualname__", "__module__", "__doc__"})
 
 
 class PartialVariable(Variable):
-    """`functools.partial(fn, *args, **kwargs)`: calling it calls `fn` with the bound arguments first."""
+    """`functools.partial(fn, *args, **kwargs)`: calling it calls `fn` with the bound arguments first.
 
-    def __init__(self, fn: Variable, args: list[Variable], kwargs: dict[str, Variable], source: Source | None = None) -> None:
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
+    `value` is the real partial when one was read from the frame (its own `__dict__` entries are
+    read through `source`); a partial made during the trace has none."""
+
+    def __init__(self, fn: Variable, args: list[Variable], kwargs: dict[str, Variable], source: Source | None = None,
+                 value: functools.partial[Any] | None = None) -> None:
+        if isinstance(fn, PartialVariable) and fn.value is None:
+            # CPython flattens partial(partial(f, 1), 2) into partial(f, 1, 2): `.func` is f
+            inner: PartialVariable = fn
+            args, kwargs, fn = [*inner.args, *args], {**inner.kwargs, **kwargs}, inner.fn
+        self.fn: Variable = fn
+        self.args: list[Variable] = args
+        self.kwargs: dict[str, Variable] = kwargs
         self.source = source
+        self.value: functools.partial[Any] | None = value
 
     def describe(self) -> str:
         return f"partial({self.fn.describe()})"
+
+    def python_type(self) -> type:
+        return functools.partial if self.value is None else type(self.value)
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.dict import DictVariable
+        from kiln.capture.variables.sequence import TupleVariable
+
+        if name == "func":
+            return self.fn
+        if name == "args":
+            return TupleVariable(list(self.args))
+        if name == "keywords":
+            if self.value is not None and self.source is not None:
+                return tx.wrap(self.value.keywords, AttrSource(self.source, "keywords"))
+            return DictVariable(dict(self.kwargs))
+        if self.value is not None:
+            instance_dict = self.value.__dict__
+            if self.source is not None:  # what the trace found (or did not) in the partial's own dict
+                tx.state.output.guards.append(Guard(AttrSource(self.source, "__dict__").name(), "check_keys",
+                                                    tuple(instance_dict.keys())))
+            if name in instance_dict:
+                return tx.wrap(instance_dict[name], None if self.source is None else AttrSource(self.source, name))
+        if name == "__class__":
+            return tx.wrap(self.python_type(), None)
+        if not hasattr(self.python_type(), name):
+            from kiln.capture.variables.exception import raise_in_trace
+            message = f"'functools.partial' object has no attribute {name!r}"
+            raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
+        raise Unsupported(f"attribute {name!r} of a functools.partial", kind="unsupported_attribute")
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         return self.fn.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
@@ -370,7 +534,6 @@ class PartialVariable(Variable):
     def reconstruct(self, glue: "GlueBuilder") -> str:
         if self.source is not None:
             return self.source.name()
-        import functools
         parts = [glue.reconstruct(self.fn)] + [glue.reconstruct(a) for a in self.args]
         parts += [f"{k}={glue.reconstruct(v)}" for k, v in self.kwargs.items()]
         return f"{glue.constant(functools.partial)}({', '.join(parts)})"

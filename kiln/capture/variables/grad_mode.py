@@ -40,13 +40,14 @@ class GradModeVariable(Variable):
         self.prev: bool | None = None
 
     @staticmethod
-    def create(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> "GradModeVariable":
+    def create(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
         if fn is torch.inference_mode:
             raise Unsupported("torch.inference_mode inside a compiled region", kind="unsupported_call")
-        if fn is torch.no_grad:
-            return GradModeVariable(False, fn, ())
-        if fn is torch.enable_grad:
-            return GradModeVariable(True, fn, ())
+        if fn in (torch.no_grad, torch.enable_grad):
+            made = GradModeVariable(fn is torch.enable_grad, fn, ())
+            if len(args) == 1 and not kwargs:
+                return made.call(tx, args, {})  # `@torch.no_grad` without parentheses decorates
+            return made
         mode = (args[0] if args else kwargs["mode"]).as_constant()
         var = GradModeVariable(bool(mode), fn, (bool(mode),))
         # set_grad_enabled(b) takes effect when called, not when entered.
@@ -76,11 +77,43 @@ class GradModeVariable(Variable):
         raise Unsupported(f"attribute {name!r} of {self.describe()}", kind="unsupported_attribute")
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
-        # Used as a decorator: @torch.no_grad() on an inner function.
-        raise Unsupported(f"{self.describe()} used as a decorator", kind="unsupported_call")
+        """Used as a decorator (`@torch.no_grad()` on a function): the function, run in the mode."""
+        if len(args) != 1 or kwargs:
+            raise Unsupported(f"{self.describe()} called with these arguments (raised natively)", kind="unsupported")
+        if self.ctor is torch.set_grad_enabled and self.prev is not None:
+            set_grad_mode(tx, self.prev)  # decorating undoes what set_grad_enabled(b) did when made
+        return GradModeFunctionVariable(self, args[0])
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return f"{glue.constant(self.ctor)}({', '.join(repr(a) for a in self.ctor_args)})"
+
+
+class GradModeFunctionVariable(Variable):
+    """A function decorated with a grad-mode manager: each call runs it in the manager's mode and
+    restores the mode the caller had, also when it raises."""
+
+    def __init__(self, ctx: GradModeVariable, fn: Variable) -> None:
+        self.ctx = ctx
+        self.fn = fn
+
+    def describe(self) -> str:
+        return f"{self.fn.describe()} under {self.ctx.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        outer = tx.state.grad_enabled
+        set_grad_mode(tx, self.ctx.target)
+        try:
+            return self.fn.call(tx, args, kwargs)
+        finally:
+            set_grad_mode(tx, outer)
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        if name == "__wrapped__":
+            return self.fn
+        return self.fn.getattr(tx, name)  # functools.wraps copied the function's attributes
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return f"{self.ctx.reconstruct(glue)}({glue.reconstruct(self.fn)})"
 
 
 class _EnterVariable(Variable):

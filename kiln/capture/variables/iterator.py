@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from kiln.capture.tracer import Tracer
 
 
+_ITERATOR_TYPE: type = type(iter([]))
+
+
 class IteratorVariable(Variable):
     """An iterator over known items; `position` is how many were consumed."""
 
@@ -54,8 +57,11 @@ class IteratorVariable(Variable):
         raise Unsupported(f"iterator.{name}", kind="unsupported_call")
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.exception import no_attribute
         from kiln.capture.variables.functions import BoundMethodVariable
 
+        if not hasattr(_ITERATOR_TYPE, name):  # every iterator the trace models has these methods
+            raise no_attribute(_ITERATOR_TYPE, name)
         return BoundMethodVariable(self, name)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:

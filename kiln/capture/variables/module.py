@@ -12,15 +12,17 @@ are inputs, never constants).
 from __future__ import annotations
 
 import inspect
+import types
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
+from torch.nn.modules.lazy import LazyModuleMixin
 
 from kiln.capture.distributed import is_ddp
 from kiln.capture.sources import AttrSource, ItemSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
-from kiln.errors import Unsupported
+from kiln.errors import RestartCapture, Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
@@ -77,33 +79,84 @@ class NNModuleVariable(Variable):
         return ItemSource(AttrSource(self.source, table), name)
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import bind_class_attribute
+        from kiln.capture.variables.functions import UserMethodVariable
 
         m = self.module
         pending = tx.side_effects.pending_attr(m, name)
         if pending is not None:
             return pending
-        if name in _INTROSPECTION or (isinstance(m, _CONTAINERS) and name in _CONTAINER_METHODS):
-            from kiln.capture.variables.functions import BoundMethodVariable
-            return BoundMethodVariable(self, name)
+        getattribute = inspect.getattr_static(type(m), "__getattribute__")
+        if isinstance(getattribute, types.FunctionType):
+            # A Python __getattribute__ on the module class is inlined; its
+            # `super().__getattribute__(name)` comes back to generic_getattr.
+            return UserMethodVariable(getattribute, self).call(tx, [tx.wrap(name, None)], {})
+        return self.generic_getattr(tx, name)
+
+    def generic_getattr(self, tx: "Tracer", name: str) -> Variable:
+        """CPython's order for a module: a data descriptor of the class (a property), then the
+        instance dict, then any other class attribute (a method wins over a same-named submodule),
+        then `__getattr__`: nn.Module's reads _parameters, _buffers and _modules; a class's own is
+        inlined. A name found anywhere but the instance dict is guarded absent from it (an instance
+        attribute set later would win); one found there is guarded where it is read."""
+        from kiln.capture.variables.functions import (BoundMethodVariable, UserMethodVariable, bind_class_attribute,
+                                                      bind_python_descriptor)
+
+        m = self.module
+        kind = type(m)
         d = m.__dict__
+        static = inspect.getattr_static(kind, name, _MISSING)
+        data_descriptor = static is not _MISSING and (hasattr(type(static), "__set__") or hasattr(type(static), "__delete__"))
+        if not data_descriptor and name in d:
+            return tx.wrap(d[name], None if self.source is None else AttrSource(self.source, name))
+        if not data_descriptor and self.source is not None:
+            tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
+        if _torch_method(static) and (name in _INTROSPECTION or (isinstance(m, _CONTAINERS) and name in _CONTAINER_METHODS)):
+            return BoundMethodVariable(self, name)
+        if static is not _MISSING:
+            bound = bind_class_attribute(tx, static, self, kind, name)
+            if bound is not None:
+                return bound
+            if type(static).__name__ in ("member_descriptor", "getset_descriptor") or not hasattr(type(static), "__get__"):
+                # a slot, or a plain class value (`scale = 2.0`): read through the module as Python does
+                return tx.wrap(getattr(m, name), None if self.source is None else AttrSource(self.source, name))
+            bound = bind_python_descriptor(tx, static, self, kind, name)
+            if bound is not None:
+                return bound
+            raise Unsupported(f"descriptor {name!r} of {kind.__qualname__}", kind="unsupported_attribute")
+        getattr_fn = inspect.getattr_static(kind, "__getattr__", None)
+        if isinstance(getattr_fn, types.FunctionType) and getattr_fn is not torch.nn.Module.__getattr__:
+            return UserMethodVariable(getattr_fn, self).call(tx, [tx.wrap(name, None)], {})
+        return self.table_getattr(tx, name)
+
+    def table_getattr(self, tx: "Tracer", name: str) -> Variable:
+        """nn.Module.__getattr__: the parameter, buffer or submodule `name`, else AttributeError."""
+        d = self.module.__dict__
         for table in ("_parameters", "_buffers", "_modules"):
             if name in d.get(table, {}):
-                value = d[table][name]
-                return tx.wrap(value, self._child_source(table, name))
-        if name in d:
-            return tx.wrap(d[name], None if self.source is None else AttrSource(self.source, name))
-        static = inspect.getattr_static(m, name, _MISSING)
-        if static is _MISSING:
-            raise Unsupported(f"{type(m).__name__} has no attribute {name!r}", kind="unsupported_attribute")
-        bound = bind_class_attribute(tx, static, self, type(m), name)
-        if bound is not None:
-            return bound
-        value = getattr(m, name)
-        source = None if self.source is None else AttrSource(self.source, name)
-        return tx.wrap(value, source)
+                return tx.wrap(d[table][name], self._child_source(table, name))
+        if self.source is not None:  # what the tables lacked is part of what the trace relied on
+            for table in ("_parameters", "_buffers", "_modules"):
+                if table in d:
+                    self._guard(tx, AttrSource(self.source, table), "check_keys", tuple(d[table].keys()))
+        from kiln.capture.variables.exception import raise_in_trace
+        message = f"{type(self.module).__name__!r} object has no attribute {name!r}"
+        raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
+
+        override = inspect.getattr_static(type(self.module), "__call__", None)
+        if isinstance(override, types.FunctionType) and override is not torch.nn.Module.__call__:
+            # a class's own __call__ is what calling the module runs (`5 * self.forward(x)`)
+            guard_class_attribute(tx, type(self.module), "__call__", override, self)
+            return UserMethodVariable(override, self).call(tx, args, kwargs)
+        return self.call_impl(tx, args, kwargs)
+
+    def call_impl(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        """Module.__call__: the hooks capture can inline around the forward (also reached by a
+        class's own __call__ through `super().__call__`)."""
+        if _uninitialized_lazy(self.module):
+            _initialize_lazy(self.module, args, kwargs)
         if is_ddp(self.module):
             # DDP's forward drives its reducer from Python: it runs natively at the break, and the
             # glue compiles the module it wraps (kiln.capture.distributed.DDPModuleCall).
@@ -237,41 +290,75 @@ class NNModuleVariable(Variable):
             return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in children])
         if is_dict and name == "__contains__":
             return ConstantVariable(args[0].as_constant() in dict(self._children(tx)))
-        if name in _INTROSPECTION and not args and not kwargs:
-            return self._introspect(tx, name)
+        if name in _INTROSPECTION and _torch_method(inspect.getattr_static(type(self.module), name, None)):
+            return self._introspect(tx, name, args, kwargs)
         if name == "__iter__" and isinstance(self.module, _CONTAINERS):
             from kiln.capture.variables.iterator import IteratorVariable
             return IteratorVariable(self.iterate(tx))
         return self.getattr(tx, name).call(tx, args, kwargs)
 
-    def _introspect(self, tx: "Tracer", name: str) -> Variable:
+    def _introspect(self, tx: "Tracer", name: str, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        """parameters(), named_modules(prefix=...), buffers(recurse=False), ...: the real method's
+        answer on the real module (its recursion, order and de-duplication), each item read through
+        its path from this module. The walk that answer depends on is guarded: the names in each
+        reachable module's tables, and a module reached through two paths (shared, or a cycle back
+        to an ancestor) by identity at the second one."""
+        from kiln.capture.variables.base import constant_args
         from kiln.capture.variables.iterator import IteratorVariable
         from kiln.capture.variables.sequence import TupleVariable
 
         if self.source is None:
             raise Unsupported(f"{name}() of a module without a source", kind="unsupported_call")
-        # What the walk saw (the names in each submodule's tables) is baked into the unrolled loop.
-        for prefix, sub in self.module.named_modules(remove_duplicate=False):
-            sub_source: Source = self.source
-            for part in prefix.split(".") if prefix else []:
-                sub_source = ItemSource(AttrSource(sub_source, "_modules"), part)
-            for table in ("_modules", "_parameters", "_buffers"):
-                self._guard(tx, AttrSource(sub_source, table), "check_keys", tuple(getattr(sub, table).keys()))
+        consts = constant_args(args, kwargs)
+        if consts is None:
+            raise Unsupported(f"{name}() with arguments unknown at trace time", kind="unsupported_call")
+        self._guard_tree(tx)
+        named = name if name.startswith("named_") else "named_" + name
+        method = getattr(self.module, name)
+        bound = inspect.signature(method).bind(*consts[0], **consts[1])
+        prefix = bound.arguments.get("prefix", "")
+        if named == name:
+            pairs = list(method(*consts[0], **consts[1]))
+        else:  # parameters(recurse) is named_parameters(recurse=recurse) without the names
+            pairs = list(getattr(self.module, named)(**bound.arguments))
         items: list[Variable] = []
-        pairs = list(getattr(self.module, name if name.startswith("named") else "named_" + name)())
         for qualified, value in pairs:
-            source: Source = self.source
-            parts = qualified.split(".") if qualified else []
-            for n, part in enumerate(parts):
-                last = n == len(parts) - 1
-                table = "_modules"
-                if last and isinstance(value, torch.Tensor):
-                    owner = self.module.get_submodule(".".join(parts[:-1])) if n else self.module
-                    table = "_parameters" if part in owner._parameters else "_buffers"
-                source = ItemSource(AttrSource(source, table), part)
-            var = tx.wrap(value, source)
-            items.append(TupleVariable([ConstantVariable(qualified), var]) if name.startswith("named") else var)
+            path = qualified[len(prefix):].lstrip(".") if prefix and qualified.startswith(prefix) else qualified
+            var = tx.wrap(value, self._path_source(path, value))
+            items.append(TupleVariable([ConstantVariable(qualified), var]) if named == name else var)
         return IteratorVariable(items)
+
+    def _path_source(self, path: str, value: Any) -> Source:
+        assert self.source is not None
+        source: Source = self.source
+        owner = self.module
+        parts = path.split(".") if path else []
+        for n, part in enumerate(parts):
+            table = "_modules"
+            if n == len(parts) - 1 and isinstance(value, torch.Tensor):
+                table = "_parameters" if part in owner._parameters else "_buffers"
+            source = ItemSource(AttrSource(source, table), part)
+            if table == "_modules":
+                owner = owner._modules[part]  # type: ignore[assignment]  # a path of named_modules
+        return source
+
+    def _guard_tree(self, tx: "Tracer") -> None:
+        """Guard the names in the tables of every module reachable from this one, each once (a
+        cycle back to an ancestor ends the walk there), and the identity of a module met again."""
+        assert self.source is not None
+        seen: set[int] = set()
+        pending: list[tuple[torch.nn.Module, Source]] = [(self.module, self.source)]
+        while pending:
+            module, source = pending.pop()
+            if id(module) in seen:
+                self._guard(tx, source, "check_id", module)
+                continue
+            seen.add(id(module))
+            for table in ("_modules", "_parameters", "_buffers"):
+                self._guard(tx, AttrSource(source, table), "check_keys", tuple(getattr(module, table).keys()))
+            for key, sub in reversed(list(module._modules.items())):
+                if sub is not None:
+                    pending.append((sub, ItemSource(AttrSource(source, "_modules"), key)))
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         if self.source is not None:
@@ -280,6 +367,47 @@ class NNModuleVariable(Variable):
 
 
 _MISSING = object()
+
+
+def _uninitialized_lazy(m: torch.nn.Module) -> bool:
+    return isinstance(m, LazyModuleMixin) and hasattr(m, "_initialize_hook") and m.has_uninitialized_params()
+
+
+def _initialize_lazy(m: torch.nn.Module, args: Sequence[Variable], kwargs: dict[str, Variable]) -> None:
+    """A lazy module's first call: as torch.compile does, its parameters are made from the shapes
+    of the call's inputs (zeros of those shapes stand for them), as its first eager call would
+    make them, and the capture starts again over the initialized module (it may have changed
+    class). Inputs whose shapes are symbolic, or that are not tensors or constants, break."""
+    def real(var: Variable) -> Any:
+        from kiln.capture.variables.dict import DictVariable
+        from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type
+        from kiln.capture.variables.tensor import TensorVariable
+
+        if isinstance(var, TensorVariable):
+            example = var.example
+            if not all(isinstance(s, int) for s in example.shape):
+                raise Unsupported("initializing a lazy module from an input of symbolic shape", kind="unsupported_call")
+            return torch.zeros(tuple(example.shape), dtype=example.dtype, device=example.device)
+        if var.is_constant():
+            return var.as_constant()
+        if isinstance(var, ListVariable):
+            return [real(item) for item in var.items]
+        if isinstance(var, TupleVariable):  # a tuple, a torch.Size or a namedtuple of inputs
+            items = [real(item) for item in var.items]
+            return var.tuple_type(*items) if is_namedtuple_type(var.tuple_type) else var.tuple_type(items)
+        if isinstance(var, DictVariable):
+            return var.dict_type((key, real(value)) for key, value in var.items.items())
+        raise Unsupported(f"initializing a lazy module from {var.describe()}", kind="unsupported_call")
+
+    real_args = tuple(real(a) for a in args)
+    real_kwargs = {k: real(v) for k, v in kwargs.items()}
+    m._infer_parameters(m, real_args, real_kwargs)  # type: ignore[operator]  # LazyModuleMixin's
+    raise RestartCapture(f"the lazy module {type(m).__name__} was initialized")
+
+
+def _torch_method(static: Any) -> bool:
+    """A method nn.Module (or one of torch's containers) defines, not a subclass's override."""
+    return isinstance(static, types.FunctionType) and (static.__module__ or "").startswith("torch.nn.")
 _INTROSPECTION = frozenset({"children", "modules", "parameters", "buffers", "named_children",
                             "named_parameters", "named_buffers", "named_modules"})
 _CONTAINER_METHODS = frozenset({"__getitem__", "__len__", "keys", "values", "items", "__contains__",

@@ -59,6 +59,9 @@ class NumpyArrayVariable(Variable):
         self.node = node
         self.example = example
         self.scalar = scalar and example.dim() == 0
+        # True when numpy's strides are the tensor's (an array from `t.numpy()` or an input, or a
+        # transpose of one); numpy may lay out what its own functions make otherwise than torch
+        self.numpy_strides = False
 
     @staticmethod
     def of(tensor: Variable, scalar: bool = False) -> "NumpyArrayVariable":
@@ -126,7 +129,12 @@ class NumpyArrayVariable(Variable):
                 tx.call_op("call_function", operator.mul, [self.tensor().call_method(tx, "numel", [], {}),
                                                            ConstantVariable(size)], {})
         if name == "T":
-            return self.call_method(tx, "transpose", [], {})
+            transposed = self.call_method(tx, "transpose", [], {})
+            if isinstance(transposed, NumpyArrayVariable):
+                transposed.numpy_strides = self.numpy_strides  # reversed, as numpy reverses them
+            return transposed
+        if name == "strides":
+            return self._strides(tx)
         if name == "__class__":
             return tx.wrap_result(self.python_type())
         if name in ("real", "imag"):
@@ -139,6 +147,17 @@ class NumpyArrayVariable(Variable):
         if callable(getattr(np.ndarray, name, None)):
             return BoundMethodVariable(self, name)
         raise Unsupported(f"ndarray attribute {name!r} is not traced", kind="numpy")
+
+    def _strides(self, tx: "Tracer") -> Variable:
+        """numpy's strides, in bytes: the tensor's times the item size, where they are numpy's."""
+        from kiln.capture.opcodes.operators import binary_op
+        from kiln.capture.variables.sequence import TupleVariable
+
+        if not self.numpy_strides:
+            raise Unsupported("ndarray.strides of an array numpy computed (its layout may differ from torch's)",
+                              kind="numpy")
+        steps = self.tensor().stride(tx).iterate(tx)
+        return TupleVariable([binary_op(tx, "*", s, ConstantVariable(self.dtype.itemsize)) for s in steps])
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
@@ -161,7 +180,9 @@ def tensor_to_numpy(tx: "Tracer", tensor: Variable, kwargs: dict[str, Variable])
     if example.device.type != "cpu":
         raise Unsupported(f"Tensor.numpy() on a {example.device.type} tensor (raised natively)", kind="numpy")
     numpy_dtype(example.dtype)
-    return NumpyArrayVariable(tensor.node, example)  # type: ignore[attr-defined]
+    array = NumpyArrayVariable(tensor.node, example)  # type: ignore[attr-defined]
+    array.numpy_strides = True  # numpy() shares the tensor's memory and layout
+    return array
 
 
 def numpy_to_tensor(tx: "Tracer", fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable | None:
@@ -205,7 +226,7 @@ def numpy_operator(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace:
         return _tensor_with_numpy_scalar(tx, ufunc, a, b, inplace)
     for side in (a, b):
         if not (isinstance(side, (NumpyArrayVariable, ConstantVariable)) and
-                (not isinstance(side, ConstantVariable) or isinstance(side.value, (bool, int, float, complex)))):
+                (not isinstance(side, ConstantVariable) or isinstance(side.value, _NUMBERS))):
             raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="numpy")
     if not inplace or not isinstance(a, NumpyArrayVariable) or a.scalar:
         return NUMPY_FUNCTIONS[ufunc](tx, ufunc, [a, b], {})
@@ -217,6 +238,11 @@ def numpy_operator(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace:
     value = cast(tx, b, out_dtype) if isinstance(b, NumpyArrayVariable) else b
     tx.call_op("call_method", _INPLACE[symbol], [a.tensor(), value], {})
     return a
+
+
+# Python numbers and numpy's scalars (np.float32(2.5), np.finfo(...).eps): numpy's own promotion
+# rules (result_dtype) decide the dtype, and the torch op takes the number they hold.
+_NUMBERS = (bool, int, float, complex, np.bool_, np.integer, np.floating, np.complexfloating)
 
 
 def _is_tensor(v: Variable) -> bool:
@@ -337,7 +363,9 @@ def wrap_ndarray_input(state: "CaptureState", value: np.ndarray, source: Source)
         raise Unsupported(f"an ndarray input of dtype {value.dtype} with strides {value.strides}", kind="numpy")
     state.output.guards.append(Guard(source.name(), "check_type", np.ndarray))
     node, fake = state.output.tensor_input(torch.from_numpy(value), NumpyTensorSource(source))
-    return NumpyArrayVariable(node, fake)
+    array = NumpyArrayVariable(node, fake)
+    array.numpy_strides = True  # from_numpy keeps the array's strides (guarded with the tensor)
+    return array
 
 
 def is_numpy_array_variable(value: Variable) -> bool:

@@ -525,6 +525,14 @@ class NumpyFunctionVariable(Variable):
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         from kiln.capture.variables.user_object import ObjectVariable
 
+        if self.fn in _DTYPE_INFO:
+            values = [_constant(a) for a in args]
+            try:
+                return tx.wrap_result(self.fn(*values, **{k: _constant(v) for k, v in kwargs.items()}))
+            except Exception as exc:
+                raise Unsupported(f"{_name(self.fn)} raised {type(exc).__name__} (raised natively)", kind="numpy") from exc
+        if isinstance(self.fn, type) and not kwargs and all(a.is_constant() for a in args):
+            return tx.wrap_result(self.fn(*[a.as_constant() for a in args]))  # np.float32(2.5): a numpy scalar
         if isinstance(self.fn, type) and len(args) == 1 and not kwargs and isinstance(args[0], NumpyArrayVariable):
             # np.float64(traced scalar or array): numpy's conversion, a cast
             array = args[0]
@@ -544,7 +552,10 @@ class NumpyFunctionVariable(Variable):
         return glue.constant(self.fn)
 
 
-_CREATION = {np.ones, np.zeros, np.full, np.arange, np.linspace, np.array, np.asarray}
+_CREATION = {np.ones, np.zeros, np.full, np.arange, np.linspace, np.array, np.asarray, np.fft.fftfreq,
+             np.fft.rfftfreq}
+# numpy classes whose instances describe a dtype: built at trace time from constants (np.finfo(a.dtype))
+_DTYPE_INFO = (np.finfo, np.iinfo, np.dtype)
 
 
 def _touches_array(v: Variable) -> bool:
@@ -561,7 +572,7 @@ _NP_SCALAR_TYPES = {np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64, n
 def is_numpy_function(value: Any) -> bool:
     """numpy's ufuncs, module-level functions and scalar types (np.float32: a cast on arrays)."""
     if isinstance(value, type):
-        return issubclass(value, np.generic) and value in _NP_SCALAR_TYPES
+        return issubclass(value, np.generic) and value in _NP_SCALAR_TYPES or value in _DTYPE_INFO
     if isinstance(value, np.ufunc):
         return True
     try:

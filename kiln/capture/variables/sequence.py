@@ -97,8 +97,8 @@ class BaseSequenceVariable(Variable):
 
         if not hasattr(self.python_type(), name):
             # `hasattr(output, "buckets")` on a namedtuple without that field must be False
-            raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
-                              kind="unsupported_attribute")
+            from kiln.capture.variables.exception import no_attribute
+            raise no_attribute(self.python_type(), name)
         return BoundMethodVariable(self, name)
 
 
@@ -152,6 +152,12 @@ class TupleVariable(BaseSequenceVariable):
                 return UserMethodVariable(method, self)
             if isinstance(method, property) and method.fget is not None:
                 return tx.wrap(method.fget, None).call(tx, [self], {})
+            if isinstance(method, staticmethod):  # `self.make(...)` on a namedtuple subclass
+                return tx.wrap(method.__func__, None)
+            if isinstance(method, classmethod):
+                from kiln.capture.variables.functions import UserMethodVariable, python_function
+                return UserMethodVariable(python_function(method.__func__, "a classmethod"),
+                                          tx.wrap(self.tuple_type, None))
         return super().getattr(tx, name)
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],

@@ -7,7 +7,7 @@ Corresponds to torch/_dynamo/variables/tensor.py (SymNodeVariable).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 import torch.fx
@@ -43,5 +43,54 @@ class SymIntVariable(Variable):
         """The value as a plain Python number (the ShapeEnv guards it equal to its hint)."""
         return self.python_type()(self.example)
 
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.constant import ConstantVariable
+        from kiln.capture.variables.functions import BoundMethodVariable
+
+        kind = self.python_type()
+        if name == "real" or name == "numerator" and kind is int:
+            return self
+        if name == "imag":
+            return ConstantVariable(kind(0))
+        if name == "denominator" and kind is int:
+            return ConstantVariable(1)
+        if name in _KEPT_METHODS.get(kind, ()) or name in _SPECIALIZING_METHODS.get(kind, ()):
+            return BoundMethodVariable(self, name)
+        from kiln.capture.variables.exception import raise_in_trace
+        error = AttributeError(f"{kind.__name__!r} object has no attribute {name!r}")
+        raise raise_in_trace(error, f"AttributeError: {error} (raised natively)")
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        """A method of int or float on a symbolic value: kept symbolic where the answer is the value
+        itself or a symbolic test (`is_integer`), else computed from the value, which the ShapeEnv
+        then guards (as torch.SymInt.bit_length and SymFloat.hex do)."""
+        from kiln.capture.variables.sequence import TupleVariable
+
+        kind = self.python_type()
+        if name in _KEPT_METHODS.get(kind, ()) and not args and not kwargs:
+            if name == "conjugate":
+                return self
+            if name == "as_integer_ratio":  # an int is its own numerator over 1
+                return TupleVariable([self, tx.wrap_result(1)])
+            return tx.call_op("call_method", name, [self], {})
+        if name in _SPECIALIZING_METHODS.get(kind, ()):
+            values = [a.specialize() if isinstance(a, SymIntVariable) else a.as_constant() for a in args]
+            return tx.wrap_result(getattr(self.specialize(), name)(*values, **{k: v.as_constant()
+                                                                              for k, v in kwargs.items()}))
+        return super().call_method(tx, name, args, kwargs)
+
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.graph_value(self)
+
+
+# Methods of int and float on a symbolic value: those that stay symbolic, and those that need the
+# value (their answers are not numbers of the same kind, or not expressible over sizes).
+_KEPT_METHODS: dict[type, frozenset[str]] = {
+    int: frozenset({"conjugate", "as_integer_ratio"}),
+    float: frozenset({"conjugate", "is_integer"}),
+}
+_SPECIALIZING_METHODS: dict[type, frozenset[str]] = {
+    int: frozenset({"bit_length", "bit_count", "to_bytes"}),
+    float: frozenset({"as_integer_ratio", "hex"}),
+}

@@ -59,6 +59,10 @@ class TensorVariable(Variable):
     def describe(self) -> str:
         return f"tensor {self.node.name}"
 
+    def identity(self) -> Any:
+        # one fake per tensor object: the same input read twice, or `x.add_(1)`, gives the same fake
+        return self.example
+
     def python_type(self) -> type:
         if isinstance(self.example, torch.nn.Parameter):
             return torch.nn.Parameter
@@ -148,6 +152,8 @@ class TensorVariable(Variable):
         if name in _READ_METHODS and self.constant is not None and not args and not kwargs:
             tx.output.guards.extend(self.constant_guards)
             return tx.wrap_result(getattr(self.constant, name)())
+        if name == "requires_grad_" and _requires_grad_unchanged(self, args, kwargs):
+            return self  # transformers' enable_input_require_grads hook on an output that already requires grad
         if name in _DATA_METHODS:
             raise Unsupported(f"Tensor.{name}() reads the tensor's data, which is not known while tracing",
                               kind=_DATA_METHODS[name])
@@ -174,3 +180,11 @@ class TensorVariable(Variable):
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.graph_value(self)
+
+
+def _requires_grad_unchanged(t: TensorVariable, args: Sequence[Variable], kwargs: dict[str, Variable]) -> bool:
+    """`t.requires_grad_(flag)` that leaves the flag as it is: a no-op in eager too."""
+    flag = args[0] if args else kwargs.get("requires_grad")
+    if flag is not None and not flag.is_constant():
+        return False
+    return bool(True if flag is None else flag.as_constant()) == t.example.requires_grad

@@ -22,13 +22,10 @@ if TYPE_CHECKING:
 
 
 def _constant_fns() -> set[Any]:
-    fns = {torch.is_grad_enabled, torch.get_default_dtype, torch.is_floating_point, torch.is_complex,
+    fns = {torch.get_default_dtype, torch.is_floating_point, torch.is_complex,
            torch.promote_types, torch.can_cast, torch.finfo, torch.iinfo, torch.device, torch.dtype,
-           torch.is_autocast_enabled, torch.is_inference_mode_enabled, torch.cuda.is_available,
-           torch.cuda.device_count, torch.backends.mps.is_available, torch.jit.is_scripting,
-           torch.jit.is_tracing, torch.is_deterministic_algorithms_warn_only_enabled,
-           torch.are_deterministic_algorithms_enabled, torch.get_num_threads,
-           torch.nn.modules.utils._pair, torch.nn.modules.utils._single, torch.nn.modules.utils._triple,
+           torch.is_autocast_enabled, torch.is_inference_mode_enabled, torch.jit.is_scripting,
+           torch.jit.is_tracing, torch.nn.modules.utils._pair, torch.nn.modules.utils._single, torch.nn.modules.utils._triple,
            torch.nn.modules.utils._ntuple}
     return fns
 
@@ -45,10 +42,98 @@ _COMPILING_FNS = {torch.compiler.is_compiling, torch.compiler.is_dynamo_compilin
 _EXPORTING_FNS = {torch.compiler.is_exporting}
 # Calls with effects the graph cannot hold, each a break of the given kind.
 _BREAK_FNS = {torch.manual_seed: "random", torch.seed: "random", torch.save: "unsupported_call",
-              torch.load: "unsupported_call", torch.set_default_dtype: "unsupported_call",
-              torch.set_printoptions: "unsupported_call", torch.Tensor.item: "item",
+              torch.load: "unsupported_call", torch.set_printoptions: "unsupported_call", torch.Tensor.item: "item",
               torch.Tensor.tolist: "item", torch.Tensor.numpy: "numpy", torch.Tensor.backward: "unsupported_call",
               torch.autograd.grad: "unsupported_call", torch.autograd.backward: "unsupported_call"}
+
+
+# Questions about the process that a trace answers now, and how each answer stays right:
+# FIXED - the same for the life of the process (how torch was built), assumed as torch.compile does;
+# GUARDED - asked again before the graph is reused (a check_query guard);
+# TRACKED - a setting the trace follows itself (autocast regions it enters), whose value at entry
+# the entry's global-state guard checks.
+FIXED, GUARDED, TRACKED = "fixed", "guarded", "tracked"
+
+
+def _query_table() -> dict[Any, str]:
+    table: dict[Any, str] = {
+        torch.distributed.is_available: FIXED,
+        torch._C._get_privateuse1_backend_name: GUARDED,  # renamed once, before first use
+        torch._C._get_cublas_allow_tf32: GUARDED,
+        torch._C._is_any_autocast_enabled: TRACKED,
+        torch.autograd._is_checkpoint_valid: GUARDED,  # False only inside a backward without checkpointing
+        torch._C._current_graph_task_id: GUARDED,  # -1 unless called from inside a backward pass
+        torch.is_grad_enabled: TRACKED,
+        torch.cuda.is_available: FIXED,  # CUDA is found (or not) once per process
+        torch.cuda.device_count: FIXED,
+        torch.backends.mps.is_available: FIXED,
+        torch.get_num_threads: GUARDED,  # torch.set_num_threads may change it between calls
+        torch.are_deterministic_algorithms_enabled: GUARDED,
+        torch.is_deterministic_algorithms_warn_only_enabled: GUARDED,
+    }
+    if torch.distributed.is_available():
+        dist = torch.distributed
+        table.update({dist.is_initialized: GUARDED, dist.get_rank: GUARDED, dist.get_world_size: GUARDED})
+    return table
+
+
+_QUERIES = _query_table()
+# Tracing-state questions with one answer during capture: Kiln's trace is neither an FX symbolic
+# trace nor TorchScript (torch.compile answers the same; is_fx_tracing would also log a warning).
+_TRACING_STATE = {torch.fx._symbolic_trace.is_fx_tracing: False,
+                  torch.fx._symbolic_trace.is_fx_symbolic_tracing: False,
+                  torch._C._get_tracing_state: None, torch.onnx.is_in_onnx_export: False}
+# Calls that change a process-wide setting at their point of the graph (process_modes.py).
+_MODE_CALLS = {torch.set_default_dtype, torch._C._set_default_dtype, torch._C._set_grad_enabled,
+               torch._C._autograd._saved_tensors_hooks_disable, torch._C._autograd._saved_tensors_hooks_enable,
+               torch._C._autograd._saved_tensors_hooks_get_disabled_error_message}
+
+
+def _call_query(tx: "Tracer", fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """A process query answered now; its answer guarded unless fixed or tracked (see _QUERIES)."""
+    from kiln.capture.guards import Guard, ProcessQuery
+
+    consts = constant_args(list(args), kwargs)
+    if consts is None or consts[1]:
+        raise Unsupported(f"{fn.__qualname__} with arguments unknown at trace time", kind="unsupported_call")
+    try:
+        result = fn(*consts[0])
+    except Exception as exc:  # e.g. get_rank() without a process group: raised again natively
+        raise Unsupported(f"{fn.__qualname__} raised {type(exc).__name__} (raised natively)",
+                          kind="unsupported_call") from exc
+    if _QUERIES[fn] == GUARDED:
+        label = f"{fn.__module__}.{fn.__qualname__}()"
+        tx.state.output.guards.append(Guard("", "check_query", ProcessQuery(fn, tuple(consts[0]), result, label)))
+    return tx.wrap_result(result)
+
+
+def _call_mode(tx: "Tracer", fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """A call that reads or sets a process-wide setting (see kiln.capture.process_modes)."""
+    from kiln.capture.process_modes import DEFAULT_DTYPE, SAVED_TENSORS_HOOKS
+    from kiln.capture.variables.grad_mode import set_grad_mode
+
+    consts = constant_args(list(args), kwargs)
+    if consts is None or consts[1]:
+        raise Unsupported(f"{getattr(fn, '__qualname__', fn)} with arguments unknown at trace time",
+                          kind="unsupported_call")
+    values = consts[0]
+    modes = tx.state.modes
+    if fn is torch._C._set_grad_enabled and len(values) == 1:
+        set_grad_mode(tx, bool(values[0]))
+    elif fn in (torch.set_default_dtype, torch._C._set_default_dtype) and len(values) == 1:
+        if not (isinstance(values[0], torch.dtype) and values[0].is_floating_point):
+            raise Unsupported(f"set_default_dtype({values[0]!r}) (raised natively)", kind="unsupported")
+        modes.write(tx.state, DEFAULT_DTYPE, values[0])
+    elif fn is torch._C._autograd._saved_tensors_hooks_disable and len(values) == 1 and isinstance(values[0], str):
+        modes.write(tx.state, SAVED_TENSORS_HOOKS, values[0])
+    elif fn is torch._C._autograd._saved_tensors_hooks_enable and not values:
+        modes.write(tx.state, SAVED_TENSORS_HOOKS, None)
+    elif fn is torch._C._autograd._saved_tensors_hooks_get_disabled_error_message and not values:
+        return tx.wrap_result(modes.read(tx.state, SAVED_TENSORS_HOOKS))
+    else:
+        raise Unsupported(f"{getattr(fn, '__qualname__', fn)} with these arguments (raised natively)",
+                          kind="unsupported")
+    return ConstantVariable(None)
 
 
 def _break_kind(fn: Any) -> str | None:
@@ -99,12 +184,18 @@ class TorchFunctionVariable(Variable):
             raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}", kind=kind)
         if fn in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode):
             return GradModeVariable.create(tx, fn, list(args), kwargs)
+        if _in(fn, _QUERIES):
+            return _call_query(tx, fn, args, kwargs)
+        if _in(fn, _TRACING_STATE):
+            return ConstantVariable(_TRACING_STATE[fn])
+        if _in(fn, _MODE_CALLS):
+            return _call_mode(tx, fn, args, kwargs)
         if fn in _TORCH_FUNCTION_CHECKS:
             if fn is torch.overrides.is_tensor_like:
-                return ConstantVariable(isinstance(args[0], TensorVariable))
+                return ConstantVariable(isinstance(_argument(fn, args, kwargs, "inp"), TensorVariable))
             return ConstantVariable(False)
         if fn is torch.is_tensor:
-            return ConstantVariable(isinstance(args[0], TensorVariable))
+            return ConstantVariable(isinstance(_argument(fn, args, kwargs, None), TensorVariable))
         if fn is torch.Size:
             from kiln.capture.variables.sequence import TupleVariable
             return TupleVariable(tx.iterate(args[0]) if args else [], torch.Size)
@@ -113,13 +204,16 @@ class TorchFunctionVariable(Variable):
         if fn in _CONSTANT_FNS:
             consts = constant_args(list(args), kwargs)
             if consts is None:
-                if fn in (torch.is_floating_point, torch.is_complex) and isinstance(args[0], TensorVariable):
-                    return tx.wrap_result(fn(args[0].example))
+                if fn in (torch.is_floating_point, torch.is_complex):
+                    tensor = _argument(fn, args, kwargs, "input")
+                    if isinstance(tensor, TensorVariable) and len(args) + len(kwargs) == 1:
+                        return tx.wrap_result(fn(tensor.example))
                 raise Unsupported(f"{fn.__name__} on values unknown at trace time", kind="unsupported_call")
             return tx.wrap_result(fn(*consts[0], **consts[1]))
-        if fn is torch.numel and isinstance(args[0], TensorVariable):
-            return args[0].call_method(tx, "numel", [], {})
-        if fn is torch.Tensor.size or fn is torch.Tensor.dim:
+        if fn is torch.numel and len(args) + len(kwargs) == 1 \
+                and isinstance(_argument(fn, args, kwargs, "input"), TensorVariable):
+            return _argument(fn, args, kwargs, "input").call_method(tx, "numel", [], {})
+        if (fn is torch.Tensor.size or fn is torch.Tensor.dim) and args:
             return args[0].call_method(tx, fn.__name__, list(args[1:]), kwargs)
         if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
             raise Unsupported(f"constructing {fn.__name__} inside a compiled region", kind="unsupported_call")
@@ -129,6 +223,24 @@ class TorchFunctionVariable(Variable):
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.constant(self.fn)
+
+
+def _in(fn: Any, table: Any) -> bool:
+    try:
+        return fn in table
+    except TypeError:  # unhashable
+        return False
+
+
+def _argument(fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable], keyword: str | None) -> Variable:
+    """The first argument of a call, given by position or (where torch's signature allows) by
+    `keyword` (`torch.is_floating_point(input=y)`); a call without it raises natively."""
+    if args:
+        return args[0]
+    if keyword is not None and keyword in kwargs:
+        return kwargs[keyword]
+    raise Unsupported(f"TypeError calling {getattr(fn, '__name__', fn)}: missing its first argument "
+                      "(raised natively)", kind="unsupported")
 
 
 def is_torch_function(value: Any) -> bool:
@@ -143,7 +255,8 @@ def is_torch_function(value: Any) -> bool:
         return True
     try:
         if (value in _CONSTANT_FNS or _break_kind(value) is not None or value in _TORCH_FUNCTION_CHECKS
-                or value in _COMPILING_FNS or value in _EXPORTING_FNS):
+                or value in _COMPILING_FNS or value in _EXPORTING_FNS or value in _QUERIES
+                or value in _TRACING_STATE or value in _MODE_CALLS):
             return True
     except TypeError:  # unhashable objects are never torch functions
         return False

@@ -8,11 +8,13 @@ Corresponds to torch/_dynamo/variables/user_defined.py and misc.py (PythonModule
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import dis
 import enum
 import inspect
 import math
+import operator
 import os
 import types
 from typing import TYPE_CHECKING, Any, Sequence
@@ -21,7 +23,26 @@ import torch
 
 from kiln.capture.sources import AttrSource, Source
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.dict import (
+    BUILTIN_DICTS as DICT_BASES,
+    DictMethodVariable,
+    DictVariable,
+    constructible_dict_subclass,
+    new_dict_subclass,
+)
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
+from kiln.capture.variables.object_protocol import (
+    MAPPING_VIEWS,
+    MISSING,
+    MappingViewVariable,
+    call_getter,
+    holds_backend_settings,
+    python_getattr,
+    python_iter,
+    python_len,
+    python_truth,
+    read_backend_setting,
+)
 from kiln.capture.variables.functions import is_autograd_function_apply, python_function
 from kiln.errors import Unsupported
 
@@ -29,7 +50,7 @@ if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
     from kiln.capture.tracer import Tracer
 
-_MISSING = object()
+_MISSING = MISSING
 # Libraries whose calls are graph breaks of a named kind.
 _LIBRARY_BREAK_KINDS = {"numpy": "numpy", "scipy": "numpy", "pandas": "numpy", "math": "unsupported_call", "random": "random",
                         "logging": "logging", "time": "unsupported_call", "os": "unsupported_call",
@@ -64,6 +85,9 @@ class ObjectVariable(Variable):
     def as_python_value(self) -> Any:
         return self.value
 
+    def identity(self) -> Any:
+        return self.value
+
     def is_constant(self) -> bool:
         # Enum members and frozen dataclasses behave as constants (hashable, compared by value).
         return isinstance(self.value, enum.Enum)
@@ -79,17 +103,24 @@ class ObjectVariable(Variable):
             return True
         if getattr(kind, "__bool__", None) is None and getattr(kind, "__len__", None) is None:
             return True
-        known = _python_truth(tx, self, kind)
+        known = python_truth(tx, self, kind)
         if known is not None:
             return known
         raise Unsupported(f"truth value of {self.describe()}", kind="unsupported_builtin")
 
     def length(self, tx: "Tracer") -> Variable:
         if not isinstance(self.value, (type, types.ModuleType)):
-            result = _python_len(tx, self, type(self.value))
+            result = python_len(tx, self, type(self.value))
             if result is not None:
                 return result
         raise Unsupported(f"len() of {self.describe()}", kind="unsupported_builtin")
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        if not isinstance(self.value, (type, types.ModuleType)):
+            items = python_iter(tx, self, type(self.value))
+            if items is not None:
+                return items
+        return super().iterate(tx)
 
     def _attr_source(self, name: str) -> Source | None:
         return None if self.source is None else AttrSource(self.source, name)
@@ -101,6 +132,8 @@ class ObjectVariable(Variable):
         pending = tx.side_effects.pending_attr(obj, name)
         if pending is not None:
             return pending
+        if holds_backend_settings(obj):
+            return read_backend_setting(tx, obj, name)
         if isinstance(obj, (types.ModuleType, type)):
             if isinstance(obj, type):
                 static = inspect.getattr_static(obj, name, _MISSING)
@@ -112,9 +145,10 @@ class ObjectVariable(Variable):
                     if isinstance(static, classmethod):
                         return UserMethodVariable(python_function(static.__func__, "a classmethod"), self)
                     return tx.wrap(static.__func__, None)
-                if self.source is None and static is not _MISSING:
+                if self.source is None and static is not _MISSING and any(name in k.__dict__ for k in obj.__mro__):
                     # a class reached without a source (type() of an object built in the frame):
-                    # what was read from it is guarded on the class itself
+                    # what was read from it is guarded on the class itself (not what its metaclass
+                    # answers, `__name__`: fixed with the class, which is guarded by identity)
                     guard_class_attribute(tx, obj, name, static)
             try:
                 value = getattr(obj, name)
@@ -141,18 +175,32 @@ class ObjectVariable(Variable):
 
         obj = self.value
         kind = type(obj)
-        if "__getattr__" in _class_dicts(kind):
-            instance_dict = getattr(obj, "__dict__", {})
-            if name not in instance_dict:
-                raise Unsupported(f"{kind.__qualname__} defines __getattr__", kind="unsupported_attribute")
         instance_dict = getattr(obj, "__dict__", None)
         static = inspect.getattr_static(kind, name, _MISSING)
+        fallback = python_getattr(tx, kind, name, static, instance_dict is not None and name in instance_dict)
+        if fallback is not None:
+            if self.source is not None:
+                # the attribute is still missing next time: the instance dict holds the same names
+                from kiln.capture.guards import Guard
+                tx.state.output.guards.append(Guard(AttrSource(self.source, "__dict__").name(), "check_keys",
+                                                    tuple(instance_dict or ())))
+            from kiln.capture.variables.functions import UserMethodVariable
+            return UserMethodVariable(fallback, self).call(tx, [tx.wrap(name, None)], {})
         is_data_descriptor = hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
         if instance_dict is not None and name in instance_dict and not is_data_descriptor:
             return tx.wrap(instance_dict[name], self._attr_source(name))
+        if instance_dict is not None and not is_data_descriptor and self.source is not None:
+            # found on the class (or nowhere): an instance attribute set later would be found first
+            tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
         if static is _MISSING:
             if name == "__class__":
                 return tx.wrap(kind, None)
+            if "__getattr__" not in _class_dicts(kind):
+                from kiln.capture.guards import ABSENT
+                from kiln.capture.variables.exception import no_attribute
+                from kiln.capture.variables.functions import guard_class_attribute
+                guard_class_attribute(tx, kind, name, ABSENT)
+                raise no_attribute(kind, name)
             raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
                               kind="unsupported_attribute")
         if isinstance(static, types.FunctionType) and never_traced(static):
@@ -165,6 +213,10 @@ class ObjectVariable(Variable):
         if type(static).__name__ in ("member_descriptor", "getset_descriptor"):
             return tx.wrap(getattr(obj, name), self._attr_source(name))
         if hasattr(type(static), "__get__"):
+            from kiln.capture.variables.functions import bind_python_descriptor
+            bound = bind_python_descriptor(tx, static, self, kind, name)
+            if bound is not None:
+                return bound
             raise Unsupported(f"descriptor {name!r} of {kind.__qualname__}", kind="unsupported_attribute")
         if self.source is None:
             from kiln.capture.variables.functions import guard_class_attribute
@@ -207,8 +259,14 @@ class ObjectVariable(Variable):
                     # `nn.ReLU()(x)`, `CrossEntropyLoss()` in a forward: built at trace time from
                     # constants; without tensors of its own it is just its forward's code.
                     return tx.wrap(module, None)
+        if isinstance(obj, (operator.attrgetter, operator.itemgetter)) and len(args) == 1 and not kwargs:
+            return call_getter(tx, obj, args[0])
+        if obj in (operator.attrgetter, operator.itemgetter) and all(a.is_constant() for a in args) and not kwargs:
+            return tx.wrap_result(obj(*[a.as_constant() for a in args]))  # immutable, made from constants
         if is_model_output_class(obj):
             return ModelOutputVariable.create(tx, obj, list(args), kwargs)
+        if obj in MAPPING_VIEWS and len(args) == 1 and not kwargs:
+            return MappingViewVariable(obj, args[0])
         if isinstance(obj, type) and issubclass(obj, BaseException):
             from kiln.capture.variables.exception import construct_exception
             return construct_exception(tx, obj, list(args), kwargs)
@@ -226,6 +284,8 @@ class ObjectVariable(Variable):
             return UserMethodVariable(call, self).call(tx, args, kwargs)
         if _is_pure_library_function(obj):
             return _fold_library_call(tx, obj, list(args), kwargs)
+        if isinstance(obj, type) and constructible_dict_subclass(obj):
+            return new_dict_subclass(tx, obj, list(args), kwargs)
         if isinstance(obj, type) and _constructible(obj):
             instance = NewObjectVariable(obj, self.source)
             init = inspect.getattr_static(obj, "__init__")
@@ -355,79 +415,130 @@ class SuperVariable(Variable):
     def describe(self) -> str:
         return f"super({self.cls.__name__})"
 
+    def _receiver_class(self) -> type | None:
+        """The class `super()` binds to inside a classmethod (its `cls`), else None (an instance)."""
+        try:
+            value = self.obj.as_python_value()
+        except Unsupported:
+            return None
+        return value if isinstance(value, type) and issubclass(value, self.cls) else None
+
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.functions import UserMethodVariable
 
-        mro = self.obj.python_type().__mro__
+        receiver_class = self._receiver_class()
+        mro = (receiver_class or self.obj.python_type()).__mro__
+        if self.cls not in mro:
+            raise Unsupported(f"super({self.cls.__name__}, obj): obj is not an instance or subtype of "
+                              f"{self.cls.__name__} (raised natively)", kind="unsupported")
         start = mro.index(self.cls) + 1
         for base in mro[start:]:
             if name in base.__dict__:
                 attr = base.__dict__[name]
+                if base is torch.nn.Module and name == "__getattr__" and hasattr(self.obj, "table_getattr"):
+                    return GenericGetattrVariable(self.obj, "table_getattr")
+                if base is torch.nn.Module and name == "__call__" and hasattr(self.obj, "call_impl"):
+                    return ModuleCallVariable(self.obj)
                 if isinstance(attr, (types.FunctionType, staticmethod, classmethod)) and \
                         not _is_fixed_class(base):
                     from kiln.capture.variables.functions import guard_class_attribute
                     guard_class_attribute(tx, mro[0], name, attr, classes=tuple(mro[start:]))
                 if isinstance(attr, types.FunctionType):
-                    return UserMethodVariable(attr, self.obj)
+                    # inside a classmethod (`super().make()` with cls), a plain function stays unbound
+                    return tx.wrap(attr, None) if receiver_class is not None else UserMethodVariable(attr, self.obj)
                 if isinstance(attr, staticmethod):
                     return tx.wrap(attr.__func__, None)
                 if isinstance(attr, classmethod):
-                    return UserMethodVariable(python_function(attr.__func__, "a classmethod"),
-                                              tx.wrap(self.obj.python_type(), None))
+                    owner = self.obj if receiver_class is not None else tx.wrap(self.obj.python_type(), None)
+                    return UserMethodVariable(python_function(attr.__func__, "a classmethod"), owner)
                 if base is object and name == "__init__":
                     return tx.wrap(lambda *a, **k: None, None)
                 if base is object and name == "__setattr__" and isinstance(self.obj, ObjectVariable):
                     return ObjectSetattrVariable(self.obj)
-                if base is object and name == "__getattribute__" and isinstance(self.obj, ObjectVariable):
+                if base is object and name == "__getattribute__" and hasattr(self.obj, "generic_getattr"):
                     return GenericGetattrVariable(self.obj)
+                if isinstance(self.obj, DictVariable) and base in (dict, *DICT_BASES):
+                    return DictMethodVariable(self.obj, name)
+                if name in ("__init__", "__str__", "__repr__") and issubclass(base, BaseException) \
+                        and base.__module__ == "builtins":
+                    from kiln.capture.variables.exception import ExceptionVariable
+                    if isinstance(self.obj, ExceptionVariable):  # the builtin exception's own method
+                        return BuiltinExceptionMethodVariable(self.obj, name)
                 if base is dict and name in _DICT_READS and isinstance(self.obj, ObjectVariable):
                     return DictReadVariable(self.obj, name)
                 raise Unsupported(f"super().{name} of kind {type(attr).__name__}", kind="unsupported_attribute")
         raise Unsupported(f"super() has no attribute {name!r}", kind="unsupported_attribute")
 
 
-class GenericGetattrVariable(Variable):
-    """`super().__getattribute__` bound to an object: the generic lookup, skipping the override."""
+class BuiltinExceptionMethodVariable(Variable):
+    """`super().__init__(msg)` (or `__str__`) in a user exception class: BaseException's own."""
 
-    def __init__(self, obj: ObjectVariable) -> None:
+    def __init__(self, obj: Variable, name: str) -> None:
         self.obj = obj
+        self.name = name
 
     def describe(self) -> str:
-        return f"object.__getattribute__ of {self.obj.describe()}"
+        return f"BaseException.{self.name} of {self.obj.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.exception import ExceptionVariable
+
+        exc = self.obj
+        assert isinstance(exc, ExceptionVariable)
+        if self.name == "__init__":
+            if kwargs:
+                raise Unsupported("BaseException.__init__ with keyword arguments (raised natively)", kind="unsupported")
+            exc.args = list(args)
+            from kiln.capture.variables.constant import ConstantVariable
+            return ConstantVariable(None)
+        if not all(a.is_constant() for a in exc.args):
+            raise Unsupported(f"BaseException.{self.name} of arguments unknown at trace time", kind="unsupported_call")
+        real = BaseException.__new__(exc.exc_type)
+        real.args = tuple(a.as_constant() for a in exc.args)
+        from kiln.capture.variables.constant import ConstantVariable
+        base = next(b for b in exc.exc_type.__mro__ if b.__module__ == "builtins")
+        return ConstantVariable(getattr(base, self.name)(real))
+
+
+class GenericGetattrVariable(Variable):
+    """`super().__getattribute__` bound to an object (an ObjectVariable or a module): the generic
+    lookup, skipping the override; with `lookup="table_getattr"`, nn.Module's own `__getattr__`
+    reached by `super().__getattr__` from a module class that defines one."""
+
+    def __init__(self, obj: Variable, lookup: str = "generic_getattr") -> None:
+        self.obj = obj
+        self.lookup = lookup
+
+    def describe(self) -> str:
+        return f"{self._method().__qualname__} of {self.obj.describe()}"
+
+    def _method(self) -> Any:
+        return torch.nn.Module.__getattr__ if self.lookup == "table_getattr" else object.__getattribute__
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         if len(args) != 1 or kwargs:
-            raise Unsupported("object.__getattribute__ with these arguments", kind="unsupported_attribute")
-        return self.obj.generic_getattr(tx, args[0].as_constant())
+            raise Unsupported(f"{self._method().__qualname__} with these arguments", kind="unsupported_attribute")
+        return getattr(self.obj, self.lookup)(tx, args[0].as_constant())
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
-        return f"{glue.constant(object.__getattribute__)}.__get__({self.obj.reconstruct(glue)})"
+        return f"{glue.constant(self._method())}.__get__({self.obj.reconstruct(glue)})"
 
 
-def _python_len(tx: "Tracer", var: Variable, cls: type) -> Variable | None:
-    """`len(obj)` through a `__len__` written in Python (ReformerDynamicCache's), inlined; None
-    when there is none or it does not give a trace-time int."""
-    if not isinstance(inspect.getattr_static(cls, "__len__", None), types.FunctionType):
-        return None
-    result = var.getattr(tx, "__len__").call(tx, [], {})
-    if result.is_constant() and type(result.as_constant()) is int and result.as_constant() >= 0:
-        return result
-    return None
+class ModuleCallVariable(Variable):
+    """`super().__call__` from a module class that overrides `__call__`: nn.Module's own call
+    (hooks and forward), skipping the override."""
 
+    def __init__(self, module: Variable) -> None:
+        self.module = module
 
-def _python_truth(tx: "Tracer", var: Variable, cls: type) -> bool | None:
-    """`bool(obj)` in Python's order (__bool__, else __len__ != 0), inlining the one written in
-    Python; None when that is not possible."""
-    for name in ("__bool__", "__len__"):
-        static = inspect.getattr_static(cls, name, None)
-        if isinstance(static, types.FunctionType):
-            result = var.getattr(tx, name).call(tx, [], {})
-            if result.is_constant() and isinstance(result.as_constant(), (bool, int)):
-                return bool(result.as_constant())
-            return None
-        if static is not None:
-            return None
-    return None
+    def describe(self) -> str:
+        return f"Module.__call__ of {self.module.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return self.module.call_impl(tx, args, kwargs)  # type: ignore[attr-defined]  # an NNModuleVariable
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return f"{glue.constant(torch.nn.Module.__call__)}.__get__({self.module.reconstruct(glue)})"
 
 
 class EnvironReadVariable(Variable):
@@ -625,6 +736,7 @@ class NewObjectVariable(Variable):
         self.cls = cls
         self.cls_source = cls_source  # where the class was read from; class attributes are guarded there
         self.attrs: dict[str, Variable] = {}
+        self.instance_dict: DictVariable | None = None
 
     def describe(self) -> str:
         return f"new {self.cls.__qualname__} object"
@@ -632,28 +744,52 @@ class NewObjectVariable(Variable):
     def python_type(self) -> type:
         return self.cls
 
+    def identity(self) -> Any:
+        return self  # made once in the frame: this Variable is the object
+
     def truth(self, tx: "Tracer") -> bool:
         if getattr(self.cls, "__bool__", None) is None and getattr(self.cls, "__len__", None) is None:
             return True
-        known = _python_truth(tx, self, self.cls)
+        known = python_truth(tx, self, self.cls)
         if known is not None:
             return known
         raise Unsupported(f"truth value of {self.describe()}", kind="unsupported_builtin")
 
     def length(self, tx: "Tracer") -> Variable:
-        result = _python_len(tx, self, self.cls)
+        result = python_len(tx, self, self.cls)
         if result is not None:
             return result
         raise Unsupported(f"len() of {self.describe()}", kind="unsupported_builtin")
 
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        items = python_iter(tx, self, self.cls)
+        if items is not None:
+            return items
+        return super().iterate(tx)
+
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable, guard_class_attribute
+        from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
 
         if name in self.attrs:
             return self.attrs[name]
         static = inspect.getattr_static(self.cls, name, _MISSING)
         if name == "__class__":
             return tx.wrap(self.cls, self.cls_source)
+        if name == "__dict__":
+            if self.instance_dict is None:  # a dict over the very attributes: writes through it show
+                self.instance_dict = DictVariable({})
+                self.instance_dict.items = self.attrs
+            return self.instance_dict
+        if static is _MISSING and "__getattr__" not in _class_dicts(self.cls):
+            # Its own dict is what the trace built; that the class lacks the name is guarded.
+            from kiln.capture.guards import ABSENT
+            from kiln.capture.variables.exception import raise_in_trace
+            guard_class_attribute(tx, self.cls, name, ABSENT)
+            message = f"{self.cls.__name__!r} object has no attribute {name!r}"
+            raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
+        fallback = python_getattr(tx, self.cls, name, static, False)
+        if fallback is not None:
+            return UserMethodVariable(fallback, self).call(tx, [tx.wrap(name, None)], {})
         if static is _MISSING or (hasattr(type(static), "__get__") and not isinstance(
                 static, (property, types.FunctionType, staticmethod, classmethod))):
             raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",
@@ -666,7 +802,8 @@ class NewObjectVariable(Variable):
             return tx.wrap(static, AttrSource(self.cls_source, name))  # guarded as `A.K` is read
         guard_class_attribute(tx, self.cls, name, static, class_source=self.cls_source)
         if isinstance(static, property):
-            return UserFunctionVariable(python_function(static.fget, "a property getter")).call(tx, [self], {})
+            from kiln.capture.variables.functions import read_property
+            return read_property(tx, static, self, name)
         if isinstance(static, types.FunctionType):
             return UserMethodVariable(static, self)
         if isinstance(static, staticmethod):

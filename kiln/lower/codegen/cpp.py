@@ -176,12 +176,29 @@ static inline int kiln_threads() {
 }
 // the thread count the next short parallel loop would use (for tests and debugging)
 extern "C" int kiln_get_num_threads() { return kiln_threads(); }
+// Integer division traps (SIGFPE) on a zero divisor and on the one quotient that overflows, the
+// type's minimum divided by -1. ATen raises on zero (the kernel records it, see kiln.lower.checks,
+// and yields 0), and for -1 gives the wrapped negation and a remainder of 0: so does every helper
+// here, in the operands' own type (int8 and int16 are promoted to int, which does not overflow).
+template <typename T> static inline T kiln_negate_wrapping(T a) {
+  return (T)(0ULL - (unsigned long long)a);  // two's complement: the minimum stays the minimum
+}
+template <typename T> static inline T kiln_truncdiv_int(T a, T b) {
+  if (b == 0) return 0;
+  if (b == (T)-1) return kiln_negate_wrapping(a);
+  return (T)(a / b);
+}
+template <typename T> static inline T kiln_fmod_int(T a, T b) {
+  if (b == 0 || b == (T)-1) return 0;
+  return (T)(a %% b);
+}
 static inline int64_t kiln_floordiv(int64_t a, int64_t b) {
-  if (b == 0) return 0;  // ATen raises; a kernel cannot, so it must at least not trap
+  if (b == 0) return 0;
+  if (b == -1) return kiln_negate_wrapping(a);
   int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 static inline int64_t kiln_mod(int64_t a, int64_t b) {
-  if (b == 0) return 0;
+  if (b == 0 || b == -1) return 0;
   int64_t r = a %% b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 template <typename T> static inline T kiln_fmod_float(T a, T b) {
@@ -255,6 +272,25 @@ static inline __attribute__((always_inline)) float kiln_expf_inline(float x) {
   float y = (e * s1) * s2;
   return x >= -104.0f ? y : (x == x ? 0.0f : x);
 }
+// Float -> integer as ATen's CPU kernels convert (c10's static_cast, through int64 for uint8): C++
+// leaves a value out of the target's range undefined (a constant folded by the compiler saturates,
+// the same conversion at run time does not), so the rule is spelled out. On x86-64 a truncating
+// conversion of NaN or of a value out of range gives the type's minimum; int8 and int16 keep the
+// low bits of the int32 conversion, uint8 those of the int64 one. Elsewhere (AArch64) conversions
+// saturate and NaN gives 0.
+// `inside` is whether x truncates to a value of the type (false for NaN)
+#if defined(__x86_64__) || defined(__i386__)
+#define DEFINE_KILN_TO_INT(T, F, inside) static inline T kiln_to_##T(F x) { \
+  return (inside) ? (T)x : std::numeric_limits<T>::min(); }
+#else
+#define DEFINE_KILN_TO_INT(T, F, inside) static inline T kiln_to_##T(F x) { \
+  return (inside) ? (T)x : x != x ? T(0) : x < 0 ? std::numeric_limits<T>::min() : std::numeric_limits<T>::max(); }
+#endif
+DEFINE_KILN_TO_INT(int32_t, float, x >= -2147483648.0f && x < 2147483648.0f)
+DEFINE_KILN_TO_INT(int32_t, double, x > -2147483649.0 && x < 2147483648.0)
+DEFINE_KILN_TO_INT(int64_t, float, x >= -9223372036854775808.0f && x < 9223372036854775808.0f)
+DEFINE_KILN_TO_INT(int64_t, double, x >= -9223372036854775808.0 && x < 9223372036854775808.0)
+#undef DEFINE_KILN_TO_INT
 static inline float kiln_bf16_to_float(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
 static inline uint16_t kiln_float_to_bf16(float f) {
   uint32_t u; __builtin_memcpy(&u, &f, 4);
@@ -295,6 +331,14 @@ def _float_fn(name: str, dtype: torch.dtype) -> str:
 INT_TYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
+# float (computed as float or double) -> integer through the prelude's kiln_to_int32_t/int64_t, the
+# narrow types keeping the low bits as ATen's conversions do (see the prelude)
+FLOAT_TO_INT = {torch.int64: "kiln_to_int64_t({})", torch.int32: "kiln_to_int32_t({})",
+                torch.int16: "static_cast<int16_t>(kiln_to_int32_t({}))",
+                torch.int8: "static_cast<int8_t>(kiln_to_int32_t({}))",
+                torch.uint8: "static_cast<uint8_t>(kiln_to_int64_t({}))"}
+
+
 def render_op(v: Op, a: Sequence[str]) -> str:
     """One op in C++; `a` are the rendered arguments (already of the op's argument dtype)."""
     name = v.name
@@ -310,6 +354,8 @@ def render_op(v: Op, a: Sequence[str]) -> str:
     simple = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitwise_and": "&", "bitwise_or": "|",
               "bitwise_xor": "^", "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<",
               "le": "<=", "gt": ">", "ge": ">=", "logical_and": "&&", "logical_or": "||"}
+    if name == "truediv" and not fl:  # C's truncating division, without its traps
+        return f"kiln_truncdiv_int<{T}>({a[0]}, {a[1]})"
     if name in simple:
         if dt == torch.bool and name in ("add", "mul"):
             return f"({a[0]} {'||' if name == 'add' else '&&'} {a[1]})"
@@ -325,6 +371,8 @@ def render_op(v: Op, a: Sequence[str]) -> str:
             return f"static_cast<float>(static_cast<_Float16>(static_cast<float>({a[0]})))"
         if target == torch.bfloat16:
             return f"kiln_bf16_to_float(kiln_float_to_bf16(static_cast<float>({a[0]})))"
+        if fl and target in FLOAT_TO_INT:
+            return FLOAT_TO_INT[target].format(a[0])
         return f"static_cast<{CTYPE[compute(target)]}>({a[0]})"
     table: dict[str, Callable[[], str]] = {
         "neg": lambda: f"(-{a[0]})",
@@ -352,11 +400,11 @@ def render_op(v: Op, a: Sequence[str]) -> str:
         "floordiv": lambda: f"kiln_floordiv_float({a[0]}, {a[1]})" if fl else guard_divisor(
             v, a, T, f"{T}(kiln_floordiv({a[0]}, {a[1]}))"),
         "truncdiv": lambda: f"std::trunc({a[0]} / {a[1]})" if fl else guard_divisor(
-            v, a, T, f"({a[1]} == 0 ? {T}(0) : {T}({a[0]} / {a[1]}))"),
+            v, a, T, f"kiln_truncdiv_int<{T}>({a[0]}, {a[1]})"),
         "mod": lambda: f"kiln_fmod_float({a[0]}, {a[1]})" if fl else guard_divisor(
             v, a, T, f"{T}(kiln_mod({a[0]}, {a[1]}))"),
         "fmod": lambda: f"std::fmod({a[0]}, {a[1]})" if fl else guard_divisor(
-            v, a, T, f"({a[1]} == 0 ? {T}(0) : {T}({a[0]} % {a[1]}))"),
+            v, a, T, f"kiln_fmod_int<{T}>({a[0]}, {a[1]})"),
         "index_ok": lambda: render_index_ok(v, list(a)),
         "pow": lambda: f"{_float_fn('pow', dt)}({a[0]}, {a[1]})" if fl else f"kiln_ipow<{T}>({a[0]}, {a[1]})",
         # ties (-0.0 vs 0.0) return the first operand, as ATen's kernels do
@@ -433,19 +481,25 @@ class BodyWriter:
                 raw = f"kiln_bf16_to_float({raw})" if st == torch.bfloat16 else (f"(float){raw}" if st == torch.float16 else raw)
                 out = self.tmp(v.dtype, raw)
         elif isinstance(v, Masked):
+            # each side is evaluated only where it is taken: a concatenation's part may load with
+            # an index that is out of range (and fails its check) at the other parts' positions
             mask = self.value(v.mask)
-            inner = BodyWriter(self.storage, self.sub, self.locals, self.counter, self.scratch)
-            inner.cache = dict(self.cache)
-            body = inner.value(v.body)
-            other = self.value(v.other)
-            T = CTYPE[compute(v.dtype)]
-            lam = "[&]() -> " + T + " { " + " ".join(inner.lines) + f" return {body}; }}()"
-            out = self.tmp(v.dtype, f"{mask} ? {lam} : {other}")
+            out = self.tmp(v.dtype, f"{mask} ? {self._branch(v.body)} : {self._branch(v.other)}")
         else:
             assert isinstance(v, Op)
             out = self.tmp(v.dtype, render_op(v, [self.value(a) for a in v.args]))
         self.cache[v] = out
         return out
+
+    def _branch(self, v: Value) -> str:
+        """`v` as an expression whose work runs only when it is evaluated (a lambda called in place);
+        values computed inside stay inside, values computed before are reused."""
+        inner = BodyWriter(self.storage, self.sub, self.locals, self.counter, self.scratch)
+        inner.cache = dict(self.cache)
+        result = inner.value(v)
+        if not inner.lines:
+            return result
+        return f"[&]() -> {CTYPE[compute(v.dtype)]} {{ {' '.join(inner.lines)} return {result}; }}()"
 
     def _const(self, v: Const) -> str:
         if v.dtype == torch.bool:
@@ -465,15 +519,30 @@ class BodyWriter:
     def store(self, buffer: str, index: sympy.Expr, value: str, mode: str | None = None, extra: str = "",
               atomic: bool = True) -> None:
         st = self.storage[buffer]
-        val = f"kiln_float_to_bf16({value})" if st == torch.bfloat16 else (
-            f"(_Float16)({value})" if st == torch.float16 else value)
+        val = _to_half(st, value)
         where = sympy.expand(index.xreplace(self.sub))
         if buffer in self.scratch:
             where = sympy.expand(where.xreplace(self.scratch[buffer]))
         target = f"{buffer}[{cexpr(where)}{extra}]"
+        if mode == "add" and st in (torch.bfloat16, torch.float16):
+            # the addend and each sum round to the half type, one element after another, as ATen's
+            # serial loops add (index_put with accumulate, index_add): the sum of a half word and a
+            # float would add bit patterns (bfloat16 lives in a uint16_t)
+            if atomic:
+                raise ValueError("an add into a half-typed buffer runs on one thread")
+            load = (lambda x: f"kiln_bf16_to_float({x})") if st == torch.bfloat16 else (lambda x: f"(float){x}")
+            self.lines.append(f"{target} = {_to_half(st, load(target) + ' + ' + load(_to_half(st, value)))};")
+            return
         if mode == "add":
             if atomic:  # only a loop that runs on one thread may add without it
                 self.lines.append("#pragma omp atomic")
             self.lines.append(f"{target} += {val};")
         else:
             self.lines.append(f"{target} = {val};")
+
+
+def _to_half(storage: torch.dtype, value: str) -> str:
+    """C++ of a float `value` stored as `storage` (rounded to nearest even for the half types)."""
+    if storage == torch.bfloat16:
+        return f"kiln_float_to_bf16({value})"
+    return f"(_Float16)({value})" if storage == torch.float16 else value

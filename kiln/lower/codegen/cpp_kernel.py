@@ -257,7 +257,8 @@ class KernelWriter:
             w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
             w.cache = shared.setdefault(tuple(sorted(sub.items(), key=str)), {})
             invariant: dict[int, bool] = {}
-            guarded = {id(g) for m in walk(n.body) if isinstance(m, Masked) for g in walk(m.body)}
+            guarded = {id(g) for m in walk(n.body) if isinstance(m, Masked) for side in (m.body, m.other)
+                       for g in walk(side)}
             for v in walk(n.body):  # children first
                 if isinstance(v, Masked) or id(v) in guarded:
                     ok = False
@@ -422,7 +423,9 @@ class KernelWriter:
         # accumulating scatters run in parallel (atomic adds), but only when there is enough work
         # to pay for starting the threads; stores stay serial (the last write must win, as in ATen)
         total = sympy.Mul(*n.ranges)
-        parallel = n.mode == "add" and bool(n.ranges) and not (total.is_number and total < PARALLEL_MIN)
+        # an add into a half type rounds after each element: it runs in ATen's order, on one thread
+        half = self.storage[n.target] in (torch.bfloat16, torch.float16)
+        parallel = n.mode == "add" and not half and bool(n.ranges) and not (total.is_number and total < PARALLEL_MIN)
 
         def loop(atomic: bool) -> list[str]:
             w = BodyWriter(self.storage, {}, {}, self.counter)

@@ -32,8 +32,9 @@ from kiln import compile_time, config, log
 from kiln.lower.checks import ERROR_RECORD, describe_site, sites_of
 from kiln.lower.codegen.wrapper import WrapperWriter
 from kiln.lower.ir import BufferRef, ConstantBuffer, InputBuffer, Layout, SymExpr
-from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
-from kiln.runtime import build, native
+from kiln.lower.codegen.cpp_kernel import generate
+from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program
+from kiln.runtime import build, native, records
 from kiln.symbolic.render import render_c
 
 
@@ -73,8 +74,11 @@ _MEMORY_FORMATS = {torch.contiguous_format: "Contiguous", torch.channels_last: "
 _PRELUDE = r"""// the graph's wrapper as one function (kiln.lower.codegen.native_wrapper; run by kiln.runtime.native)
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/arange.h>
 %(includes)s
 #include <algorithm>
+#include <utility>
 #include <array>
 #include <limits>
 #include <optional>
@@ -89,11 +93,53 @@ static inline int64_t kiln_mod(int64_t a, int64_t b) {
   if (b == 0) return 0;
   int64_t r = a %% b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
-// a copy with the strides the kernels were compiled for (the Python wrapper's _relayout)
+// whether two indices of a layout can meet at one address (kiln.runtime.overlap.may_overlap)
+static bool kiln_may_overlap(at::IntArrayRef sizes, at::IntArrayRef strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size > 1
+  for (size_t d = 0; d < sizes.size(); d++) {
+    if (sizes[d] <= 1) continue;
+    if (strides[d] == 0) return true;
+    dims.emplace_back(strides[d], sizes[d]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;
+  for (const auto& dim : dims) {
+    if (dim.first <= reach) return true;
+    reach += (dim.second - 1) * dim.first;
+  }
+  return false;
+}
+// t with the strides the kernels were compiled for (the Python wrapper's _relayout): t itself where
+// only strides of size-1 dims differ; else a copy, into shared addresses too (kiln.runtime.overlap)
 static at::Tensor kiln_relayout(const at::Tensor& t, at::IntArrayRef strides) {
-  at::Tensor out = at::empty_strided(t.sizes(), strides, t.options());
-  out.copy_(t);
-  return out;
+  bool same = true;
+  for (int64_t d = 0; d < t.dim(); d++) same = same && (t.size(d) == 1 || t.stride(d) == strides[d]);
+  if (same) return t;
+  if (!kiln_may_overlap(t.sizes(), strides)) {
+    at::Tensor out = at::empty_strided(t.sizes(), strides, t.options());
+    out.copy_(t);
+    return out;
+  }
+  // a dim of stride 0 holds one value along it: one slice of t gives it
+  at::Tensor source = t;
+  std::vector<int64_t> sizes = t.sizes().vec();
+  int64_t extent = 1;
+  for (size_t d = 0; d < sizes.size(); d++) {
+    if (strides[d] == 0 && sizes[d] > 1) {
+      source = source.narrow(int64_t(d), 0, 1);
+      sizes[d] = 1;
+    }
+    if (sizes[d] == 0) extent = 0;
+  }
+  for (size_t d = 0; d < sizes.size() && extent; d++) extent += (sizes[d] - 1) * strides[d];
+  at::Tensor storage = at::empty({extent}, t.options());
+  if (!kiln_may_overlap(sizes, strides)) {
+    storage.as_strided(sizes, strides).copy_(source);
+  } else {  // each address gets one of the elements that meet there
+    at::Tensor where = at::arange(extent, t.options().dtype(at::kLong)).as_strided(sizes, strides).reshape({-1});
+    storage.scatter_(0, where, source.reshape({-1}));
+  }
+  return storage.as_strided(t.sizes(), strides);
 }
 static inline std::vector<c10::SymInt> kiln_symints(std::initializer_list<int64_t> xs) {
   return std::vector<c10::SymInt>(xs.begin(), xs.end());
@@ -516,7 +562,7 @@ class NativeWrapperWriter(WrapperWriter):
                 if getattr(size, "is_Symbol", False) and str(size) not in self.bound:
                     self.body.append(f"  const int64_t {size} = {rname}.size({d});")  # an unbacked size
                     self.bound.add(str(size))
-            if layout.sizes:
+            if layout.sizes and self.read_later(rname):
                 expected = _ints(layout.strides)
                 self.body.append(f"  if (!{rname}.strides().equals({expected})) {rname} = kiln_relayout({rname}, {expected});")
 
@@ -613,7 +659,7 @@ def _tiered(fn: Callable[..., Any], program: KernelProgram, signatures: dict[str
         w = writer()
         if w is None or w.constants:  # constant tensors keep a graph out of the persistent cache
             return None
-        return native.native_ref(w.source, lib, tuple(w.kernel_order), program.ir.output_spec)
+        return native.native_ref(records.dumps(program), w.source, lib, tuple(w.kernel_order), program.ir.output_spec)
 
     def start_build() -> concurrent.futures.Future | None:
         w = writer()
@@ -631,3 +677,20 @@ def _tiered(fn: Callable[..., Any], program: KernelProgram, signatures: dict[str
         return native.BACKGROUND.submit(build_and_bind)
 
     return native.TieredWrapper(fn, start_build, after, f"a graph of {steps} steps", ref)
+
+
+def write_stored(record: bytes) -> tuple[str, tuple[str, ...]] | None:
+    """(native wrapper source, kernel order) of a graph whose program a later process read back from
+    the cache (kiln.runtime.native.NativeRef): always written anew from the checked program, never
+    compiled from stored text; None when the writer cannot express it."""
+    try:
+        program = check_stored_program(records.loads(record, packages=("kiln.lower.",)))
+    except (records.RecordError, ValueError) as exc:
+        raise build.BuildError(f"not a stored program: {exc}") from exc
+    writer = write_native(program, generate(program)[1])
+    if writer is None or writer.constants:
+        return None
+    return writer.source, tuple(writer.kernel_order)
+
+
+native.register_writer(write_stored)

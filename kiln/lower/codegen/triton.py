@@ -188,14 +188,32 @@ def _extremum(v: Op, a: Sequence[str]) -> str:
     pick_y = f"({x} < {y})" if v.name in ("maximum", "fmax") else f"({x} > {y})"
     if not _is_float(v):
         return f"tl.where({pick_y}, {y}, {x})"
+    nan_x, nan_y = _nan_test(v.args[0], x), _nan_test(v.args[1], y)
     if v.name in ("maximum", "minimum"):  # NaN wins; ties (-0.0 vs 0.0) keep the first operand
-        return f"tl.where(({x} != {x}) | ~(({y} != {y}) | {pick_y}), {x}, {y})"
-    return f"tl.where(({y} != {y}) | ~(({x} != {x}) | {pick_y}), {x}, {y})"  # NaN loses
+        return f"tl.where({_either(nan_x, '~' + _either(nan_y, pick_y))}, {x}, {y})"
+    return f"tl.where({_either(nan_y, '~' + _either(nan_x, pick_y))}, {x}, {y})"  # NaN loses
+
+
+def _nan_test(arg: Value, text: str) -> str | None:
+    """Whether `arg` is NaN, in Triton, or None when it never is. A literal is tested here: the
+    interpreter cannot `|` the comparison of two 0-d tensors (a float64 constant) with a tile."""
+    if isinstance(arg, Const):
+        return None if arg.value == arg.value else "True"
+    return f"({text} != {text})"
+
+
+def _either(a: str | None, b: str) -> str:
+    return b if a is None else f"({a} | {b})"
 
 
 @renders("where")
 def _where(v: Op, a: Sequence[str]) -> str:
     return f"tl.where({a[0]}, {a[1]}, {a[2]})"
+
+
+# float -> integer: through int32 or int64, then (for the narrow types) keeping the low bits
+FLOAT_TO_INT = {torch.int64: (64, None), torch.int32: (32, None), torch.int16: (32, "tl.int16"),
+                torch.int8: (32, "tl.int8"), torch.uint8: (64, "tl.uint8")}
 
 
 @renders("to_dtype")
@@ -204,9 +222,18 @@ def _to_dtype(v: Op, a: Sequence[str]) -> str:
     assert isinstance(target, torch.dtype)
     if target == torch.bool:
         return f"({a[0]} != 0)"
+    x = _tile(a[0], _arg_dtype(v))  # a literal has no .to()
     if target in (torch.float16, torch.bfloat16):  # round to the half type, keep computing in float32
-        return f"{to_storage(a[0], target)}.to(tl.float32)"
-    return f"{a[0]}.to({TL[target]})"
+        return f"{to_storage(x, target)}.to(tl.float32)"
+    if _is_float(v) and target in FLOAT_TO_INT:
+        # Triton converts NaN and values out of range as the hardware does (the interpreter: as
+        # numpy does): convert by the C++ path's rule instead, ATen's (kiln.lower.ops.integer_value)
+        wide, narrow = FLOAT_TO_INT[target]
+        low = -(2.0 ** (wide - 1))
+        inside = f"({x} >= {low!r}) & ({x} < {-low!r})"
+        out = f"tl.where({inside}, {x}, {low!r}).to(tl.int{wide})"
+        return out if narrow is None else f"{out}.to({narrow})"
+    return f"{x}.to({TL[target]})"
 
 
 @renders("index_ok")
@@ -254,18 +281,24 @@ libdevice = math_library()  # Triton's libdevice, or numpy versions under the in
 
 @triton.jit
 def kiln_floordiv_int(a, b):
-    # correct whichever way `//` rounds (C truncates; the interpreter floors): floor division
-    q = a // tl.where(b == 0, 1, b)
-    r = a - q * b
-    q = tl.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
+    # correct whichever way `//` rounds (C truncates; the interpreter floors): floor division. The
+    # divisor 0 (ATen raises; recorded beside the call) and -1 (the type's minimum over -1
+    # overflows: ATen wraps) never reach `//`
+    safe = tl.where((b == 0) | (b == -1), 1, b)
+    q = a // safe
+    r = a - q * safe
+    q = tl.where((r != 0) & ((r < 0) != (safe < 0)), q - 1, q)
+    q = tl.where(b == -1, 0 - a, q)
     return tl.where(b == 0, 0, q)
 
 
 @triton.jit
 def kiln_truncdiv_int(a, b):
-    q = a // tl.where(b == 0, 1, b)
-    r = a - q * b
+    safe = tl.where((b == 0) | (b == -1), 1, b)
+    q = a // safe
+    r = a - q * safe
     q = tl.where((r != 0) & ((r < 0) != (a < 0)), q + 1, q)
+    q = tl.where(b == -1, 0 - a, q)
     return tl.where(b == 0, 0, q)
 
 
@@ -391,15 +424,15 @@ class TritonBodyWriter:
             out = self.tmp(f"({self.index(v.expr)} + {self.zeros}).to({TL[v.dtype]})")
         elif isinstance(v, Load):
             out = self._load(v)
+        elif isinstance(v, Masked) and isinstance(v.mask, Const):
+            out = self.value(v.body if v.mask.value else v.other)
         elif isinstance(v, Masked):
+            # each side loads, and checks its indices, only in the lanes that take it: a
+            # concatenation's part may index out of range at the other parts' positions
             mask = self.value(v.mask)
-            inner = TritonBodyWriter(self.storage, self.sub, self.locals, self.counter,
-                                     f"{self.mask} & {mask}", self.zeros, self.extents, self.checks,
-                                     self.error_sites)
-            inner.cache = dict(self.cache)  # values made under the narrower mask stay inside it
-            body = inner.value(v.body)
-            self.lines += inner.lines
-            out = self.tmp(f"tl.where({mask}, {body}, {self.value(v.other)})")
+            body = self._branch(v.body, f"{self.mask} & {mask}")
+            other = self._branch(v.other, f"{self.mask} & ~{mask}")
+            out = self.tmp(f"tl.where({mask}, {body}, {other})")
         else:
             assert isinstance(v, Op)
             args = [self.value(a) for a in v.args]
@@ -413,6 +446,15 @@ class TritonBodyWriter:
                 self.error_sites.add(ZERO_DIVISION_SITE)
         self.cache[v] = out
         return out
+
+    def _branch(self, v: Value, mask: str) -> str:
+        """`v` computed under the narrower lane mask `mask`; values made there stay there."""
+        inner = TritonBodyWriter(self.storage, self.sub, self.locals, self.counter, mask, self.zeros,
+                                 self.extents, self.checks, self.error_sites)
+        inner.cache = dict(self.cache)
+        result = inner.value(v)
+        self.lines += inner.lines
+        return result
 
     def _load(self, v: Load) -> str:
         key = sympy.expand(v.index.xreplace(self.sub))

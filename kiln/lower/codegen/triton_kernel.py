@@ -410,8 +410,11 @@ class TritonKernelWriter:
         body = first + ["xmask = xindex < xnumel"] + _decompose("xindex", own, n.ranges)
         body += [f"# {n.name} <- {', '.join(n.origins)}"] + w.lines + self._flag_lines("zeros", start)
         self._note(self.writes, n.target)
-        fn = "tl.atomic_add" if n.mode == "add" else "tl.store"
-        body.append(f"{fn}({n.target} + ({address}), {to_storage(value, self.storage[n.target])}, {mask})")
+        if n.mode == "add" and self.storage[n.target] == torch.bfloat16:
+            body += _bf16_add(n.target, address, value, mask)
+        else:
+            fn = "tl.atomic_add" if n.mode == "add" else "tl.store"
+            body.append(f"{fn}({n.target} + ({address}), {to_storage(value, self.storage[n.target])}, {mask})")
         self._emit(body, 2 if serial else 1)
         return self._finish(k.name, list(n.origins), total, xblock, None, serial, "serial" if serial else "atomic")
 
@@ -439,6 +442,23 @@ def _int_limit(T: str, *, low: bool) -> int:
     if T == "tl.int1":
         return 0 if low else 1
     return -(2 ** (bits - 1)) if low else 2 ** (bits - 1) - 1
+
+
+def _bf16_add(target: str, address: str, value: str, mask: str) -> list[str]:
+    """Lines adding `value` into a bfloat16 buffer at `address` in each lane of `mask`: a
+    compare-and-swap of the 16-bit word until every lane's sum landed (the addend and each sum
+    rounded to bfloat16, as ATen's loops add). Triton's atomic_add on bfloat16 is not everywhere,
+    and its interpreter adds the words as integers. Lanes off the mask point at element 0 and swap
+    0 for 0 there, a no-op: atomic_cas takes no mask; the loop runs only while a lane is pending,
+    so an empty target is never touched."""
+    return [f"addend = kiln_to_bf16({value}).to(tl.float32)",
+            f"pending = {mask}",
+            f"word = ({target} + tl.where(pending, {address}, 0)).to(tl.pointer_type(tl.int16), bitcast=True)",
+            "while tl.max(pending.to(tl.int32), 0) > 0:",
+            "    old = tl.load(word, pending, other=0)",
+            "    total = old.to(tl.bfloat16, bitcast=True).to(tl.float32) + addend",
+            "    seen = tl.atomic_cas(word, old, tl.where(pending, kiln_to_bf16(total).to(tl.int16, bitcast=True), old))",
+            "    pending = pending & (seen != old)"]
 
 
 def _block_node(n: Buffer) -> Pointwise | Reduction:

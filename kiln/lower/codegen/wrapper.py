@@ -203,6 +203,7 @@ class WrapperWriter:
         self.facts = self.memory_facts(last_use, outputs)
         self.plan = plan_memory(self.facts)
         for s, step in enumerate(self.program.steps):
+            self.step_index = s
             if isinstance(step, (Kernel, ScatterKernel)):
                 self._kernel(step)
             else:
@@ -216,6 +217,14 @@ class WrapperWriter:
     def frees(self, name: str) -> bool:
         """Whether the wrapper holds `name` in a variable it can drop (every buffer, here)."""
         return True
+
+    def read_later(self, name: str) -> bool:
+        """Whether an extern's result `name` is read after its own step, returned, or hands its
+        storage to a later buffer. One that is none of these may be missing at run time where its
+        metadata has it: the oneDNN RNN returns no workspace with grad mode off (an inference
+        graph), and nothing would read one; its strides are not checked then."""
+        return (name in self.facts.outputs or self.facts.last_use.get(name, -1) > self.step_index
+                or name in self.plan.reuse.values())
 
     def kernel_buffers(self, step: Kernel) -> list[str]:
         """The buffers a kernel takes, in its argument order (what the wrapper allocates for it)."""
@@ -334,7 +343,7 @@ class WrapperWriter:
                     # an unbacked size (nonzero's count) is known once the op has run
                     self.lines.append(f"    {size} = {name}.size({d})")
                     self.bound.add(str(size))
-            if layout.sizes:
+            if layout.sizes and self.read_later(name):
                 expected = _tuple(layout.strides)
                 self.lines.append(f"    if {name}.stride() != {expected}: {name} = _relayout({name}, {expected})")
 
@@ -368,11 +377,13 @@ class WrapperWriter:
 
 
 # ops whose results after the first may be smaller than their metadata says: ATen's CPU BatchNorm
-# returns empty statistics in inference, where the meta kernel returns one value per channel; such a
-# result must not donate its storage to a buffer of the meta's size
+# returns empty statistics in inference, where the meta kernel returns one value per channel, and the
+# oneDNN RNN layer no workspace at all with grad mode off; such a result must not donate its storage
+# to a buffer of the meta's size
 _UNSIZED_EXTRA_RESULTS = frozenset({torch.ops.aten._native_batch_norm_legit.default,
                                     torch.ops.aten._native_batch_norm_legit_no_training.default,
-                                    torch.ops.aten.native_batch_norm.default})
+                                    torch.ops.aten.native_batch_norm.default,
+                                    torch.ops.aten.mkldnn_rnn_layer.default})
 
 
 def _may_alias(op: Any) -> bool:

@@ -207,12 +207,6 @@ class LoweringContext:
 
 # -- helpers shared by the rule modules
 
-def as_value(x: Any, dtype: torch.dtype) -> TensorValue:
-    """A Python scalar as a 0-d lazy tensor of `dtype`."""
-    c = ops.constant(x, compute_dtype(dtype))
-    return TensorValue(dtype, (), lambda idx: c)
-
-
 def broadcast_load(tv: TensorValue, idx: Sequence[sympy.Expr]) -> Value:
     """Load `tv` at the trailing-aligned index `idx` of a broadcast result."""
     idx = list(idx)[len(idx) - tv.ndim:] if tv.ndim else []

@@ -7,7 +7,7 @@ counter-based generator keyed by (seed, element number), so results do not depen
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import sympy
 import torch
@@ -160,7 +160,34 @@ def scatter(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, 
 
 @register(aten.scatter_add.default)
 def scatter_add(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, src: TensorValue) -> TensorValue:
-    return scatter(ctx, x, dim, index, src, mode="add")
+    return _in_float(x, lambda wide: scatter(ctx, wide, dim, index, _rounded(src), mode="add"))
+
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+def _in_float(x: TensorValue, add_into: Callable[[TensorValue], TensorValue]) -> TensorValue:
+    """An accumulating scatter into `x` that ATen's CPU kernel sums in float32 when `x` is a half
+    type (scatter_add, and index_add where it hands over to scatter_add), rounding once at the end:
+    the scatter adds into a float32 copy, and the result is that copy rounded to x's type.
+    (index_put with accumulate and index_add's own loop round after every element instead: those
+    add into the half-typed buffer, see the code generators' half-typed adds.)"""
+    if x.dtype not in HALF:
+        return add_into(x)
+    half = x.dtype
+    wide = add_into(TensorValue(torch.float32, x.sizes, _rounded(x).loader))
+    return TensorValue(half, x.sizes, lambda idx: ops.cast(ops.op("to_dtype", wide.load(idx), param=half),
+                                                           torch.float32))
+
+
+def _rounded(src: TensorValue) -> TensorValue:
+    """A half-typed source as the elements eager adds: rounded to its type (a value still in a
+    kernel is float32)."""
+    if src.dtype not in HALF or src.view is not None:
+        return src
+    half = src.dtype
+    return TensorValue(half, src.sizes, lambda idx: ops.cast(ops.op("to_dtype", src.load(idx), param=half),
+                                                              torch.float32))
 
 
 @register(aten.index_put.default)
@@ -198,17 +225,24 @@ def _index_add_or_copy(ctx: LoweringContext, x: TensorValue, dim: int, index: Te
     if x.ndim == 0 or source.ndim != x.ndim or index.ndim > 1:
         raise NotImplementedError(f"{op} of a 0-d tensor or source")  # runs as the ATen call
     dim = normalize_dim(dim, x.ndim)
-    out = _fresh_copy(ctx, x)
-    dtype = compute_dtype(x.dtype)
+    check = _index_add_check(op, x.ndim, dim, alpha, index.dtype, x.dtype, source.dtype)
+    source = _rounded(source)  # what eager adds (times alpha): the source as stored
 
-    def value(i: Sequence[sympy.Expr]) -> Value:
-        v = ops.cast(source.load(i), dtype)
-        return v if alpha == 1 else ops.op("mul", v, ops.constant(alpha, dtype))
+    def add_into(target: TensorValue) -> TensorValue:
+        out = _fresh_copy(ctx, target)
+        dtype = compute_dtype(target.dtype)
 
-    return _scatter(ctx, out, source.sizes, lambda i: [sympy.Integer(0) if d == dim else v for d, v in enumerate(i)],
-                    lambda i: {dim: index.load([i[dim]] if index.ndim == 1 else [])}, value,
-                    "add" if op == "index_add" else None,
-                    _index_add_check(op, x.ndim, dim, alpha, index.dtype, x.dtype, source.dtype))
+        def value(i: Sequence[sympy.Expr]) -> Value:
+            v = ops.cast(source.load(i), dtype)
+            return v if alpha == 1 else ops.op("mul", v, ops.constant(alpha, dtype))
+
+        return _scatter(ctx, out, source.sizes, lambda i: [sympy.Integer(0) if d == dim else v for d, v in enumerate(i)],
+                        lambda i: {dim: index.load([i[dim]] if index.ndim == 1 else [])}, value,
+                        "add" if op == "index_add" else None, check)
+
+    if check == "index_add_nd":  # ATen's scatter_add: a half type sums in float32
+        return _in_float(x, add_into)
+    return add_into(x)
 
 
 def _index_add_check(op: str, ndim: int, dim: int, alpha: Any, index_dtype: torch.dtype,

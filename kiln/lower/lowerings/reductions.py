@@ -14,9 +14,11 @@ import sympy
 import torch
 
 from kiln.lower import ops
+from kiln.lower.checks import IndexCheck, all_of
 from kiln.lower.ir import BufferRef, Index, Layout, Scan, Value, index_vars
 from kiln.lower.lowerings import (LoweringContext, TensorValue, compute_dtype, normalize_dim, register,
                                   strided_value)
+from kiln.symbolic.expr import surely_positive
 
 aten = torch.ops.aten
 
@@ -106,40 +108,108 @@ def mean(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = 
     return lazy(s, out, lambda v: ops.op("truediv", v, scalar_of(n, v.dtype)))
 
 
+def without_identity(ctx: LoweringContext, x: TensorValue, dim: Any, kind: str, compute: Callable[[], Any],
+                     args: Sequence[Any], kwargs: dict[str, Any] | None = None) -> Any:
+    """`compute()`, the lowered reduction (a value or a tuple), of an op that has no identity (max,
+    argmax, aminmax, the inf norm: `kind` names it as kiln.lower.checks does), which eager refuses
+    over an empty dim (`dim` given) or an empty tensor. A reduced size that is 0 here runs the ATen
+    call (`args`, `kwargs`: the rule's own), which raises eager's error when the graph runs. A size
+    that may be 0 only at run time (data-dependent, or from an int argument) is checked there: the
+    result's loads carry `index_ok(0, size)`, whose failure makes the wrapper raise eager's error."""
+    whole = dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0)
+    dims = _dims(x, dim)
+    sizes = [(0, numel_of(x, None))] if whole else [(d, x.sizes[d]) for d in dims]
+    unsure = [(d, size) for d, size in sizes if not surely_positive(size)]
+    kept = sympy.Mul(*[x.sizes[d] for d in range(x.ndim) if d not in dims])
+    # the check runs where the result is read: an output that may be empty would read nothing
+    if any(size.is_number and size == 0 for _, size in sizes) or (unsure and not surely_positive(kept)):
+        return ctx.extern(ctx.node.target, tuple(args), kwargs or {}, reason="a reduction over an empty dim")
+    out = compute()
+    if not unsure:
+        return out
+    site = f"{kind}_empty" if whole else f"{kind}_empty_dim"
+
+    def checked(tv: TensorValue) -> TensorValue:
+        def loader(idx: Sequence[sympy.Expr]) -> Value:
+            zero = ops.cast(Index(sympy.Integer(0)), torch.int64)  # a tile in Triton, as indices are
+            ok = all_of([ops.op("index_ok", zero, ops.cast(Index(size), torch.int64), param=IndexCheck(site, d))
+                         for d, size in unsure])
+            v = tv.load(idx)
+            return ops.op("where", ok, v, _unlike(v))
+
+        return TensorValue(tv.dtype, tv.sizes, loader)
+
+    return tuple(checked(o) for o in out) if isinstance(out, tuple) else checked(out)
+
+
+def _unlike(v: Value) -> Value:
+    """A value that differs from `v` whatever `v` is, for the branch a failed check takes. With the
+    same value in both branches (a constant: an empty reduction's result is its initial value,
+    which the compiler can see) the select would fold and the check, a `const` call, be dropped."""
+    if v.dtype == torch.bool:
+        return ops.op("logical_not", v)
+    if v.dtype.is_floating_point:
+        return ops.constant(float("nan"), v.dtype)
+    return ops.op("bitwise_xor", v, ops.constant(1, v.dtype))
+
+
 @register(aten.amax.default, aten.max.default)
 def amax(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False) -> TensorValue:
-    return reduce(ctx, x, dim, keepdim, "max", ctx.out_dtype())
+    if ctx.node.target == aten.max.default:
+        return without_identity(ctx, x, None, "max", lambda: reduce(ctx, x, None, False, "max", ctx.out_dtype()),
+                                (x,))
+    return without_identity(ctx, x, dim, "amax", lambda: reduce(ctx, x, dim, keepdim, "max", ctx.out_dtype()),
+                            (x, dim, keepdim))
 
 
 @register(aten.amin.default, aten.min.default)
 def amin(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False) -> TensorValue:
-    return reduce(ctx, x, dim, keepdim, "min", ctx.out_dtype())
+    if ctx.node.target == aten.min.default:
+        return without_identity(ctx, x, None, "min", lambda: reduce(ctx, x, None, False, "min", ctx.out_dtype()),
+                                (x,))
+    return without_identity(ctx, x, dim, "amin", lambda: reduce(ctx, x, dim, keepdim, "min", ctx.out_dtype()),
+                            (x, dim, keepdim))
+
+
+def _arg_reduce(ctx: LoweringContext, x: TensorValue, dim: Any, keepdim: bool, rtype: str) -> TensorValue:
+    if dim is None and keepdim:
+        dims = list(range(x.ndim))
+        return keep_dims(reduce(ctx, x, None, False, rtype, torch.int64), dims, x.ndim)
+    return reduce(ctx, x, dim, keepdim, rtype, torch.int64)
 
 
 @register(aten.argmax.default)
 def argmax(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False) -> TensorValue:
-    if dim is None and keepdim:
-        dims = list(range(x.ndim))
-        return keep_dims(reduce(ctx, x, None, False, "argmax", torch.int64), dims, x.ndim)
-    return reduce(ctx, x, dim, keepdim, "argmax", torch.int64)
+    return without_identity(ctx, x, dim, "argmax", lambda: _arg_reduce(ctx, x, dim, keepdim, "argmax"),
+                            (x, dim, keepdim))
 
 
 @register(aten.argmin.default)
 def argmin(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = False) -> TensorValue:
-    if dim is None and keepdim:
-        dims = list(range(x.ndim))
-        return keep_dims(reduce(ctx, x, None, False, "argmin", torch.int64), dims, x.ndim)
-    return reduce(ctx, x, dim, keepdim, "argmin", torch.int64)
+    return without_identity(ctx, x, dim, "argmin", lambda: _arg_reduce(ctx, x, dim, keepdim, "argmin"),
+                            (x, dim, keepdim))
 
 
 @register(aten.max.dim)
 def max_dim(ctx: LoweringContext, x: TensorValue, dim: int, keepdim: bool = False) -> tuple[TensorValue, TensorValue]:
-    return (reduce(ctx, x, dim, keepdim, "max", x.dtype), reduce(ctx, x, dim, keepdim, "argmax", torch.int64))
+    return without_identity(ctx, x, dim, "max", lambda: (
+        reduce(ctx, x, dim, keepdim, "max", x.dtype), reduce(ctx, x, dim, keepdim, "argmax", torch.int64)),
+        (x, dim, keepdim))
 
 
 @register(aten.min.dim)
 def min_dim(ctx: LoweringContext, x: TensorValue, dim: int, keepdim: bool = False) -> tuple[TensorValue, TensorValue]:
-    return (reduce(ctx, x, dim, keepdim, "min", x.dtype), reduce(ctx, x, dim, keepdim, "argmin", torch.int64))
+    return without_identity(ctx, x, dim, "min", lambda: (
+        reduce(ctx, x, dim, keepdim, "min", x.dtype), reduce(ctx, x, dim, keepdim, "argmin", torch.int64)),
+        (x, dim, keepdim))
+
+
+@register(aten.aminmax.default)
+def aminmax(ctx: LoweringContext, x: TensorValue, *, dim: Any = None, keepdim: bool = False
+            ) -> tuple[TensorValue, TensorValue]:
+    return without_identity(ctx, x, dim, "aminmax", lambda: (
+        reduce(ctx, x, dim, keepdim, "min", x.dtype), reduce(ctx, x, dim, keepdim, "max", x.dtype)),
+        (x,), {"dim": dim, "keepdim": keepdim})
 
 
 @register(aten.any.default, aten.any.dim, aten.any.dims)
@@ -269,10 +339,10 @@ def vector_norm(ctx: LoweringContext, x: TensorValue, ord: float = 2, dim: Any =
     out = ctx.out_dtype()
     acc = compute_dtype(out)
     absx: Callable[[Value], Value] = lambda v: ops.op("abs", v)
-    if ord == float("inf"):
-        return reduce(ctx, x, dim, keepdim, "max", out, absx)
-    if ord == float("-inf"):
-        return reduce(ctx, x, dim, keepdim, "min", out, absx)
+    if ord in (float("inf"), float("-inf")):
+        rtype, sign = ("max", "") if ord > 0 else ("min", "-")
+        return without_identity(ctx, x, dim, f"norm{sign}inf", lambda: reduce(ctx, x, dim, keepdim, rtype, out, absx),
+                                (x, ord, dim, keepdim), {"dtype": dtype} if dtype is not None else {})
     if ord == 0:
         return reduce(ctx, x, dim, keepdim, "sum", out, lambda v: ops.cast(ops.op("ne", v, ops.constant(0, acc)), acc))
     if ord == 1:

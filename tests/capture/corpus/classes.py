@@ -1,0 +1,623 @@
+"""Corpus: user classes: properties and descriptors, __getattr__/__getattribute__ fallbacks,
+classmethod/staticmethod, super() chains, dunder operators, __eq__/__hash__, __str__/__repr__,
+__call__, class attributes changed between calls, and objects made in the frame and returned.
+
+Each runs under fullgraph=True unless it says otherwise.
+"""
+from __future__ import annotations
+
+import abc
+import enum
+
+import torch
+
+from .program import Program, case, fn_program, t
+
+
+class Doubler:
+    """A data descriptor: wins over the instance __dict__."""
+
+    def __set_name__(self, owner, name):
+        self.slot = "_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        return getattr(obj, self.slot) * 2
+
+    def __set__(self, obj, value):
+        setattr(obj, self.slot, value)
+
+
+class Constant:
+    """A non-data descriptor: the instance __dict__ wins over it."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __get__(self, obj, owner=None):
+        return self.value
+
+
+class Model:
+    scale = Doubler()
+    offset = Constant(5)
+    registry = {"a": 1}
+
+    def __init__(self, w):
+        self.w = w
+        self.scale = 3
+
+    @property
+    def weight(self):
+        return self.w * self.scale
+
+    @weight.setter
+    def weight(self, value):
+        self.w = value
+
+    @classmethod
+    def build(cls, w):
+        return cls(w)
+
+    @staticmethod
+    def helper(v):
+        return v + 1
+
+    def apply(self, x):
+        return x * self.weight + self.offset
+
+
+class Vec:
+    def __init__(self, data):
+        self.data = data
+
+    def __add__(self, other):
+        return Vec(self.data + (other.data if isinstance(other, Vec) else other))
+
+    def __radd__(self, other):
+        return Vec(self.data + other)
+
+    def __mul__(self, k):
+        return Vec(self.data * k)
+
+    def __neg__(self):
+        return Vec(-self.data)
+
+    def __getitem__(self, i):
+        return self.data[i]
+
+    def __len__(self):
+        return self.data.shape[0]
+
+    def __contains__(self, v):
+        return v < len(self)
+
+    def __bool__(self):
+        return len(self) > 0
+
+    def __iadd__(self, other):
+        self.data = self.data + other
+        return self
+
+
+class Base:
+    factor = 1
+
+    def __init__(self, x):
+        self.x = x
+
+    def forward(self, v):
+        return v * self.factor
+
+    @classmethod
+    def make(cls, x):
+        return cls(x)
+
+    @classmethod
+    def describe(cls):
+        return cls.__name__
+
+
+class Middle(Base):
+    factor = 2
+
+    def forward(self, v):
+        return super().forward(v) + 1
+
+    @classmethod
+    def describe(cls):
+        return "middle:" + super().describe()
+
+
+class Leaf(Middle):
+    def forward(self, v):
+        return super().forward(v) * 10
+
+    @classmethod
+    def describe(cls):
+        return "leaf:" + super().describe()
+
+
+class Lazy:
+    """__getattr__ answers names missing from the instance and the class."""
+
+    def __init__(self):
+        self.real = 1
+
+    def __getattr__(self, name):
+        if name.startswith("w_"):
+            return int(name[2:])
+        raise AttributeError(name)
+
+
+class Key:
+    def __init__(self, k):
+        self.k = k
+
+    def __eq__(self, other):
+        return isinstance(other, Key) and self.k == other.k
+
+    def __hash__(self):
+        return hash(self.k)
+
+
+class Pretty:
+    def __init__(self, n):
+        self.n = n
+
+    def __str__(self):
+        return f"Pretty({self.n})"
+
+    def __repr__(self):
+        return f"<Pretty {self.n}>"
+
+
+class Color(enum.Enum):
+    RED = 1
+    BLUE = 2
+
+
+class Shape(abc.ABC):
+    @abc.abstractmethod
+    def area(self, x): ...
+
+
+class Square(Shape):
+    def area(self, x):
+        return x * x
+
+
+class Slotted:
+    __slots__ = ("a", "b")
+
+    def __init__(self, a, b):
+        self.a = a
+        self.b = b
+
+
+@case("classes")
+def property_getter_and_setter():
+    def f(x):
+        m = Model(x)
+        before = m.weight
+        m.weight = x + 1
+        return before, m.weight
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def data_descriptor_wins_over_instance_dict():
+    def f(x):
+        m = Model(x)
+        m.scale = 4
+        return x * m.scale, m._scale
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def non_data_descriptor_shadowed_by_instance():
+    def f(x):
+        m = Model(x)
+        a = m.offset
+        m.offset = 100
+        return x + a + m.offset
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def classmethod_and_staticmethod_calls():
+    def f(x):
+        m = Model.build(x)
+        return m.apply(x), Model.helper(x), m.helper(x)
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def method_on_input_object():
+    def f(x, m):
+        return m.apply(x)
+    return fn_program(f, (t(2), Model(t(2))))
+
+
+@case("classes")
+def object_attribute_written_on_input():
+    def f(x, m):
+        m.w = m.w + x
+        m.count = getattr(m, "count", 0) + 1
+        return m.weight
+    m = Model(t(2))
+    return Program(f, ((t(2), m), (t(2), m)), observe=lambda: (m.w, m.count))
+
+
+@case("classes")
+def super_chain_of_methods():
+    def f(x):
+        return Leaf(x).forward(x), Middle(x).forward(x)
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def super_classmethod_chain():
+    def f(x):
+        return x + len(Leaf.describe()), Leaf.describe(), Leaf.make(x).forward(x)
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def super_with_explicit_arguments():
+    class A:
+        def value(self):
+            return 1
+
+    class B(A):
+        def value(self):
+            return super(B, self).value() + 10
+
+    def f(x):
+        return x * B().value()
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def super_init_in_frame():
+    class A:
+        def __init__(self, v):
+            self.v = v
+
+    class B(A):
+        def __init__(self, v):
+            super().__init__(v * 2)
+            self.extra = 1
+
+    def f(x):
+        b = B(x)
+        return b.v + b.extra
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def dunder_arithmetic_operators():
+    def f(x):
+        v = Vec(x)
+        w = (v + Vec(x)) * 3
+        u = 1 + (-w)
+        return u.data, w[0], len(w)
+    return fn_program(f, (t(3),))
+
+
+@case("classes")
+def dunder_inplace_contains_bool():
+    def f(x):
+        v = Vec(x)
+        v += 5
+        out = v.data
+        if 1 in v and v:
+            out = out * 2
+        return out
+    return fn_program(f, (t(3),))
+
+
+@case("classes")
+def getattr_fallback_on_user_class():
+    def f(x):
+        lazy = Lazy()
+        return x * lazy.w_3 + lazy.real, hasattr(lazy, "w_1"), hasattr(lazy, "zzz")
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def getattr_fallback_input_object():
+    def f(x, lazy):
+        return x + lazy.w_7
+    return fn_program(f, (t(2), Lazy()))
+
+
+@case("classes", fullgraph=False)
+def eq_and_hash_as_dict_keys():
+    def f(x):
+        table = {Key(1): x, Key(2): x * 2}
+        return table[Key(2)], Key(1) == Key(1), Key(1) in table
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def str_and_repr_of_user_object():
+    def f(x):
+        p = Pretty(3)
+        return x + 1, str(p), repr(p), f"{p}", f"{p!r}"
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def call_dunder_on_object():
+    class Scale:
+        def __init__(self, k):
+            self.k = k
+
+        def __call__(self, v):
+            return v * self.k
+
+    def f(x):
+        s = Scale(3)
+        return s(x), Scale(2)(x)
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def class_attribute_changed_between_calls():
+    class Config:
+        depth = 2
+
+    def f(x):
+        for _ in range(Config.depth):
+            x = x * 2
+        return x
+
+    def deepen(_, i):
+        Config.depth = 3
+    return Program(f, ((t(2),), (t(2),)), between=deepen)
+
+
+@case("classes")
+def class_dict_membership():
+    def f(x):
+        if "registry" in type(Model(x)).__dict__:
+            return x + 1
+        return x - 1
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def class_level_dict_mutated():
+    class Cache:
+        store = {}
+
+    def f(x):
+        Cache.store["k"] = x.shape[0]
+        return x + len(Cache.store)
+    return Program(f, ((t(2),),), observe=lambda: dict(Cache.store))
+
+
+@case("classes")
+def enum_members_and_values():
+    def f(x, color):
+        if color == Color.RED:
+            return x + color.value
+        return x - Color.BLUE.value, color.name
+    return fn_program(f, (t(2), Color.RED), (t(2), Color.BLUE))
+
+
+@case("classes")
+def abstract_base_class_method():
+    def f(x):
+        s = Square()
+        return s.area(x), isinstance(s, Shape)
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def slotted_object_attributes():
+    def f(x):
+        s = Slotted(x, 2)
+        s.b = 5
+        return s.a * s.b
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def object_made_in_frame_returned():
+    def f(x):
+        m = Model(x + 1)
+        m.note = "made"
+        return m
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def isinstance_of_user_class_hierarchy():
+    def f(x, obj):
+        out = x
+        if isinstance(obj, Base):
+            out = out + 1
+        if isinstance(obj, Middle):
+            out = out + 10
+        if type(obj) is Leaf:
+            out = out + 100
+        return out
+    return fn_program(f, (t(2), Leaf(1)), (t(2), Base(1)))
+
+
+@case("classes")
+def method_bound_and_passed():
+    def f(x):
+        m = Model(x)
+        method = m.apply
+        return method(x), method.__self__ is m, method.__func__ is Model.apply
+    return fn_program(f, (t(2),))
+
+
+@case("classes", fullgraph=False)
+def dynamic_class_made_with_type():
+    def f(x):
+        Kind = type("Kind", (object,), {"k": 3, "run": lambda self, v: v * self.k})
+        return Kind().run(x)
+    return fn_program(f, (t(2),))
+
+
+@case("classes", fullgraph=False)
+def class_defined_inside_frame():
+    def f(x):
+        class Local:
+            def __init__(self, v):
+                self.v = v
+
+            def twice(self):
+                return self.v * 2
+
+        return Local(x).twice()
+    return fn_program(f, (t(2),))
+
+
+@case("classes", fullgraph=False)
+def getattribute_override():
+    class Counting:
+        def __init__(self):
+            self.value = 2
+
+        def __getattribute__(self, name):
+            if name == "virtual":
+                return 40
+            return object.__getattribute__(self, name)
+
+    def f(x):
+        c = Counting()
+        return x * c.value + c.virtual
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def setattr_override_records_writes():
+    class Recorder:
+        def __init__(self):
+            object.__setattr__(self, "log", [])
+
+        def __setattr__(self, name, value):
+            self.log.append(name)
+            object.__setattr__(self, name, value)
+
+    def f(x, r):
+        r.a = x + 1
+        r.b = 2
+        return r.a * r.b
+    r = Recorder()
+    return Program(f, ((t(2), r),), observe=lambda: list(r.log))
+
+
+@case("classes", fullgraph=False)
+def object_comparison_dunders():
+    class Weight:
+        def __init__(self, v):
+            self.v = v
+
+        def __lt__(self, other):
+            return self.v < other.v
+
+    def f(x):
+        items = [Weight(3), Weight(1), Weight(2)]
+        ordered = sorted(items)
+        return x * ordered[0].v + max(items).v
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def instance_dict_update_and_vars():
+    class Bag:
+        pass
+
+    def f(x):
+        b = Bag()
+        b.__dict__.update(a=1, b=x)
+        return b.b * b.a, sorted(vars(b))
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def mixin_method_resolution():
+    class ScaleMixin:
+        def scale(self, v):
+            return v * 2
+
+    class ShiftMixin:
+        def scale(self, v):
+            return v + 100
+
+        def shift(self, v):
+            return v + 1
+
+    class Both(ScaleMixin, ShiftMixin):
+        pass
+
+    def f(x):
+        b = Both()
+        return b.scale(x), b.shift(x), [c.__name__ for c in Both.__mro__]
+    return fn_program(f, (t(2),))
+
+
+@case("classes", fullgraph=False)
+def property_raising_attribute_error_falls_to_getattr():
+    class Tricky:
+        @property
+        def missing(self):
+            raise AttributeError("no")
+
+        def __getattr__(self, name):
+            return 7
+
+    def f(x):
+        return x + Tricky().missing
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def class_variable_via_instance_and_shadowing():
+    class Counter:
+        total = 0
+
+    def f(x):
+        c = Counter()
+        c.total += 5
+        return x + c.total + Counter.total
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def object_with_tensor_attribute_list():
+    class Holder2:
+        def __init__(self):
+            self.items = []
+
+        def add(self, v):
+            self.items.append(v)
+            return self
+
+    def f(x):
+        h = Holder2().add(x).add(x * 2)
+        return torch.stack(h.items).sum(0)
+    return fn_program(f, (t(3),))
+
+
+@case("classes")
+def property_with_c_function_getter():
+    class Wrap:
+        def __init__(self, v):
+            self._v = v
+
+        size_of = property(len)
+
+        def __len__(self):
+            return 4
+
+    def f(x):
+        return x + Wrap(x).size_of
+    return fn_program(f, (t(2),))

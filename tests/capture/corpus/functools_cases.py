@@ -1,0 +1,320 @@
+"""Corpus: functools (partial, reduce, lru_cache, wraps, cached_property, singledispatch) and operator.
+
+A partial made in the frame or passed in answers hasattr/getattr of func, args and keywords as
+CPython does, and calls merge its keywords; reduce folds tensors; wrapped functions keep
+__wrapped__ and __name__. Each runs under fullgraph=True unless it says otherwise.
+"""
+from __future__ import annotations
+
+import functools
+import operator
+
+import torch
+
+from .program import Program, case, fn_program, t
+
+clamp01 = functools.partial(torch.clamp, min=0.0, max=1.0)
+
+
+def _scaled_add(a, b, scale=1.0, shift=0.0):
+    return (a + b) * scale + shift
+
+
+@functools.lru_cache(maxsize=None)
+def _table(n):
+    return tuple(range(n))
+
+
+def _logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs) + 1
+    return wrapper
+
+
+@_logged
+def _decorated(x):
+    """decorated doc"""
+    return x * 2
+
+
+@case("functools")
+def partial_global_with_keywords():
+    def f(x):
+        return clamp01(x * 3)
+    return fn_program(f, (t(4),))
+
+
+@case("functools")
+def partial_made_in_frame_called():
+    def f(x, y):
+        add_scaled = functools.partial(_scaled_add, scale=2.0)
+        return add_scaled(x, y), add_scaled(x, y, shift=1.0)
+    return fn_program(f, (t(2), t(2)))
+
+
+@case("functools")
+def partial_positional_then_more():
+    def f(x, y):
+        from_x = functools.partial(_scaled_add, x)
+        return from_x(y), from_x(y, 3.0)
+    return fn_program(f, (t(2), t(2)))
+
+
+@case("functools")
+def partial_hasattr_func_args_keywords_in_frame():
+    def f(x):
+        p = functools.partial(torch.add, other=2)
+        out = x
+        if hasattr(p, "func"):
+            out = out + 1
+        if hasattr(p, "args"):
+            out = out + 10
+        if hasattr(p, "keywords"):
+            out = out + 100
+        return out
+    return fn_program(f, (t(2),))
+
+
+@case("functools")
+def partial_hasattr_on_input():
+    def f(x, p):
+        if hasattr(p, "func") and hasattr(p, "keywords"):
+            return p(x)
+        return x - 1
+    return fn_program(f, (t(2), functools.partial(torch.mul, other=3.0)))
+
+
+@case("functools")
+def partial_attributes_read():
+    def f(x, p):
+        return p.func(x, *p.args, **p.keywords), len(p.args), sorted(p.keywords)
+    return fn_program(f, (t(2), functools.partial(_scaled_add, 1.0, scale=3.0)))
+
+
+@case("functools")
+def partial_of_partial():
+    def f(x):
+        first = functools.partial(_scaled_add, scale=2.0)
+        second = functools.partial(first, shift=5.0)
+        return second(x, x), second.keywords == {"shift": 5.0}
+    return fn_program(f, (t(2),))
+
+
+@case("functools")
+def partial_keyword_overridden_at_call():
+    def f(x):
+        p = functools.partial(_scaled_add, scale=2.0)
+        return p(x, x, scale=10.0)
+    return fn_program(f, (t(2),))
+
+
+@case("functools")
+def partial_of_module_method():
+    lin = torch.nn.Linear(2, 2)
+
+    def f(x):
+        run = functools.partial(lin.forward)
+        return run(x)
+    return fn_program(f, (t(3, 2),))
+
+
+@case("functools")
+def partial_isinstance_and_callable():
+    def f(x, p):
+        out = x
+        if isinstance(p, functools.partial):
+            out = out * 2
+        if callable(p):
+            out = out + 1
+        return out
+    return fn_program(f, (t(2), functools.partial(torch.sin)))
+
+
+@case("functools")
+def partial_getattr_with_default():
+    def f(x, p):
+        kw = getattr(p, "keywords", {})
+        missing = getattr(p, "not_there", 7)
+        return x * kw.get("other", 1) + missing
+    return fn_program(f, (t(2), functools.partial(torch.add, other=4)))
+
+
+@case("functools")
+def reduce_over_tensors_with_operator():
+    def f(x, y, z):
+        return functools.reduce(operator.add, [x, y, z]), functools.reduce(operator.mul, [x, y], 2)
+    return fn_program(f, (t(2), t(2), t(2)))
+
+
+@case("functools")
+def reduce_with_lambda_and_initial():
+    def f(x):
+        return functools.reduce(lambda acc, k: acc * 2 + k, range(4), x)
+    return fn_program(f, (t(2),))
+
+
+@case("functools")
+def reduce_over_shapes():
+    def f(x):
+        numel = functools.reduce(operator.mul, x.shape, 1)
+        return x.reshape(numel), numel
+    return fn_program(f, (t(2, 3, 2),))
+
+
+@case("functools")
+def lru_cache_function_called():
+    def f(x):
+        return x + len(_table(3)) + _table(3)[-1]
+    return fn_program(f, (t(2),))
+
+
+@case("functools")
+def lru_cache_on_tensor_function():
+    @functools.lru_cache(maxsize=4)
+    def expensive(n):
+        return n * 2
+
+    def f(x):
+        return x * expensive(3) + expensive(3)
+    return fn_program(f, (t(2),))
+
+
+@case("functools")
+def wraps_preserves_name_and_wrapped():
+    def f(x):
+        return _decorated(x), _decorated.__name__, _decorated.__doc__, _decorated.__wrapped__(x)
+    return fn_program(f, (t(2),))
+
+
+@case("functools")
+def wraps_decorator_made_in_frame():
+    def f(x):
+        def shout(fn):
+            @functools.wraps(fn)
+            def inner(v):
+                return fn(v) * 10
+            return inner
+
+        @shout
+        def base(v):
+            return v + 1
+
+        return base(x), base.__name__
+    return fn_program(f, (t(2),))
+
+
+@case("functools", fullgraph=False)
+def cached_property_on_user_object():
+    class Holder:
+        def __init__(self, v):
+            self.v = v
+
+        @functools.cached_property
+        def doubled(self):
+            return self.v * 2
+
+    def f(x):
+        h = Holder(x)
+        return h.doubled + h.doubled
+    return fn_program(f, (t(2),))
+
+
+@case("functools")
+def total_ordering_class_compares():
+    @functools.total_ordering
+    class Version:
+        def __init__(self, n):
+            self.n = n
+
+        def __eq__(self, other):
+            return self.n == other.n
+
+        def __lt__(self, other):
+            return self.n < other.n
+
+    def f(x):
+        a, b = Version(1), Version(2)
+        out = x
+        if a <= b:
+            out = out + 1
+        if b >= a and not a > b:
+            out = out * 2
+        return out
+    return fn_program(f, (t(2),))
+
+
+@case("functools")
+def operator_itemgetter_attrgetter():
+    def f(x):
+        pairs = [(2, x), (1, x + 1)]
+        first = operator.itemgetter(0)
+        ordered = sorted(pairs, key=first)
+        shape = operator.attrgetter("shape")(x)
+        return ordered[0][1], shape
+    return fn_program(f, (t(2),))
+
+
+@case("functools")
+def operator_functions_on_tensors():
+    def f(x, y):
+        return operator.sub(x, y), operator.neg(x), operator.getitem(x, 0), operator.truediv(x, 2)
+    return fn_program(f, (t(3), t(3)))
+
+
+@case("functools")
+def operator_inplace_functions():
+    def f(x, y):
+        z = x.clone()
+        z = operator.iadd(z, y)
+        z = operator.imul(z, 2)
+        return z
+    return fn_program(f, (t(3), t(3)))
+
+
+@case("functools")
+def operator_methodcaller():
+    def f(x):
+        call = operator.methodcaller("sum", 0)
+        return call(x)
+    return fn_program(f, (t(3, 2),))
+
+
+@case("functools")
+def operator_contains_and_index():
+    def f(x):
+        out = x
+        if operator.contains([1, 2, 3], 2):
+            out = out + operator.index(3)
+        return out, operator.is_(None, None), operator.not_(0)
+    return fn_program(f, (t(2),))
+
+
+@case("functools")
+def partial_stored_in_list_called_in_loop():
+    def f(x):
+        ops = [functools.partial(torch.add, other=k) for k in range(3)]
+        for op in ops:
+            x = op(x)
+        return x
+    return fn_program(f, (t(2),))
+
+
+@case("functools")
+def partial_input_changed_between_calls():
+    holder = {"p": functools.partial(torch.mul, other=2.0)}
+
+    def f(x):
+        return holder["p"](x)
+
+    def swap(_, i):
+        holder["p"] = functools.partial(torch.mul, other=5.0)
+    return Program(f, ((t(2),), (t(2),)), between=swap)
+
+
+@case("functools")
+def partial_with_args_attribute_used():
+    def f(x):
+        p = functools.partial(_scaled_add, x)
+        return p.args[0] * 2, p.func is _scaled_add
+    return fn_program(f, (t(2),))
