@@ -618,3 +618,17 @@ def test_an_update_of_a_view_whose_elements_overlap_runs_eagerly() -> None:
         warnings.simplefilter("error", KilnWarning)
         got = kiln.compile(f, backend="aot_eager")(torch.arange(12.0).reshape(4, 3))
     assert torch.equal(got[0], f(torch.arange(12.0).reshape(4, 3))[0]) and kiln.stats()["graph_breaks"] >= 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_a_detached_input_is_a_new_tensor_object(backend: str) -> None:
+    """`w.detach()` returned from the frame shares w's memory but is another tensor, as in eager:
+    marking it as requiring grad does not change the caller's w (inductor once returned w itself)."""
+    kiln.reset()
+    w = torch.randn(3)
+    out = kiln.compile(lambda t: t.detach(), backend=backend)(w)
+    assert out is not w and out.data_ptr() == w.data_ptr()
+    out.requires_grad_()
+    assert not w.requires_grad
+    out2 = kiln.compile(lambda t: (t.detach(), t.view(3)), backend=backend)(w)
+    assert out2[0] is not w and out2[1] is not w and out2[0] is not out2[1]
