@@ -142,7 +142,7 @@ class FunctionalSession:
             # eager updates such a view element by element (unfold, expand: an element counted
             # twice takes both updates); the functional form cannot say so
             raise Unsupported("an in-place update of a view whose elements overlap (unfold, expand)",
-                              kind="overlapping_view_mutation", hint="clone() the view before updating it") from exc
+                              kind="overlapping_write", hint="clone() the view before updating it") from exc
         finally:
             torch._disable_functionalization()
 
