@@ -457,6 +457,8 @@ class Tracer:
     def call_op(self, kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         """Record `target(*args, **kwargs)` as a node; its example value comes from the fakes."""
         args = _scalar_operands(target, args)
+        if _reads_storage_offset(kind, target, args, kwargs) and isinstance(args[0], TensorVariable):
+            self.output.guard_storage_offsets(args[0].example)
         node_args = tuple(_node_arg(a) for a in args)
         node_kwargs = {k: _node_arg(v) for k, v in kwargs.items()}
         ex_args = tuple(_example_arg(a) for a in args)
@@ -585,6 +587,19 @@ class Tracer:
         if isinstance(value, Variable):
             return value
         return self.wrap(value, None)
+
+
+_AS_STRIDED_FUNCTIONS = (torch.as_strided, torch.Tensor.as_strided, torch.as_strided_, torch.Tensor.as_strided_)
+
+
+def _reads_storage_offset(kind: str, target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    """`x.storage_offset()`, and as_strided with an explicit offset (it counts from the start of
+    the storage): what they compute depends on where the input starts in its storage."""
+    if kind == "call_method" and target == "storage_offset":
+        return bool(args)
+    as_strided = (kind == "call_method" and target in ("as_strided", "as_strided_")) or (
+        kind == "call_function" and any(target is f for f in _AS_STRIDED_FUNCTIONS))
+    return as_strided and (len(args) >= 4 or "storage_offset" in kwargs)
 
 
 def _type_has_attr(obj: Variable, name: str) -> bool | None:
