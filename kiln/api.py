@@ -11,7 +11,7 @@ import functools
 import inspect
 import sys
 import types
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Mapping, TypeVar, cast
 
 import torch
 
@@ -27,6 +27,9 @@ from kiln.capture.options import (
 )
 
 T = TypeVar("T")
+_MODULE_CALL = torch.nn.Module.__call__
+_MISSING = object()
+_module_hooks = torch.nn.modules.module  # its global hook dicts, read on every call of a compiled module
 
 
 def compile(model: Any = None, *, fullgraph: bool = False, dynamic: bool | None = None,
@@ -118,13 +121,17 @@ class OptimizedModule(torch.nn.Module):
         object.__setattr__(self, "_kiln_initialized", True)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        mod = self._orig_mod
-        if _call_target_of(mod) is not self._kiln_forward_of:
+        # Paid on every call before the compiled forward's guards: the original is read from
+        # `_modules` (`self._orig_mod` misses the instance dict and goes through __getattr__) and the
+        # class's `__call__` is looked up once.
+        mod = cast(torch.nn.Module, self._modules["_orig_mod"])
+        overrides, target = _call_target(mod)
+        if target is not self._kiln_forward_of:
             # `Net.forward = ...` (or autoreload replacing the class) after compile: eager would
             # call the new forward, so compile that one.
-            self._kiln_forward_of = _call_target_of(mod)
+            self._kiln_forward_of = target
             self._kiln_forward = _compiled_forward(mod, self._kiln_options, self._kiln_capture)
-        if _overrides_call(mod):
+        if overrides:
             return self._kiln_forward(*args, **kwargs)  # the class's own __call__, compiled
         if _needs_module_call(mod):
             # backward hooks (or hooks that must run even when forward raises): Module.__call__
@@ -205,30 +212,47 @@ def _compiled_forward(mod: torch.nn.Module, options: CompileOptions, capture: Ca
     return entry.compile_function(mod.forward, options, capture)
 
 
+def _class_call(klass: type) -> Any:
+    """The raw `__call__` entry of `klass`'s MRO, as inspect.getattr_static(klass, "__call__") finds
+    it: walked here for classes whose metaclass is `type` (the MRO and every class __dict__ are then
+    the real ones; getattr_static costs microseconds per call of a compiled module), else asked."""
+    if type(klass) is type:
+        for base in klass.__mro__:
+            found = base.__dict__.get("__call__", _MISSING)
+            if found is not _MISSING:
+                return found
+    return inspect.getattr_static(klass, "__call__", None)
+
+
+def _call_target(mod: torch.nn.Module) -> tuple[bool, Any]:
+    """(whether the class overrides Module.__call__, what calling `mod` compiles), without making a
+    bound method: the class's own __call__, an instance forward, or the class's forward."""
+    klass = type(mod)
+    call = _class_call(klass)
+    if isinstance(call, types.FunctionType) and call is not _MODULE_CALL:
+        return True, call
+    return False, mod.__dict__.get("forward") or getattr(klass, "forward", None)
+
+
 def _overrides_call(mod: torch.nn.Module) -> bool:
-    return isinstance(inspect.getattr_static(type(mod), "__call__", None), types.FunctionType) \
-        and inspect.getattr_static(type(mod), "__call__") is not torch.nn.Module.__call__
+    return _call_target(mod)[0]
 
 
 def _call_target_of(mod: torch.nn.Module) -> Any:
-    """What calling `mod` compiles, without making a bound method: the class's own __call__, an
-    instance forward, or the class's forward."""
-    if _overrides_call(mod):
-        return inspect.getattr_static(type(mod), "__call__")
-    return mod.__dict__.get("forward") or getattr(type(mod), "forward", None)
+    return _call_target(mod)[1]
 
 
 def _needs_module_call(mod: torch.nn.Module) -> bool:
     """Hooks only Module.__call__ runs as eager does: backward hooks and pre-hooks (they wrap the
     forward's inputs and outputs in autograd nodes), and forward hooks marked always_call."""
-    hooks = torch.nn.modules.module
+    hooks = _module_hooks
     return bool(mod._backward_hooks or mod._backward_pre_hooks or mod._forward_hooks_always_called
                 or hooks._global_backward_hooks or hooks._global_backward_pre_hooks
                 or hooks._global_forward_hooks_always_called)
 
 
 def _has_global_hooks() -> bool:
-    hooks = torch.nn.modules.module
+    hooks = _module_hooks
     return bool(hooks._global_forward_hooks or hooks._global_forward_pre_hooks)
 
 

@@ -4,8 +4,8 @@ The wrappers turn every in-place op and every view-then-mutate into functional o
 `x[0:2].mul_(k)` -> `slice, mul, slice_scatter`) before the dispatch tracer sees them. Afterwards we
 read, per input, whether its data was mutated (its new value becomes an extra graph output that the
 runtime copies back once) and, per output, whether it aliases an input or another output (the
-runtime rebuilds it as a view). PyTorch counterpart: torch/_functorch/_aot_autograd/
-collect_metadata_analysis.py and functional_utils.py.
+runtime replays its view ops on the real base, kiln.runtime.views). PyTorch counterpart:
+torch/_functorch/_aot_autograd/collect_metadata_analysis.py and functional_utils.py.
 """
 from __future__ import annotations
 
@@ -13,11 +13,17 @@ import contextlib
 import dataclasses
 from typing import Any, Iterator
 
+import operator
+
+import sympy
 import torch
+import torch.fx as fx
+from torch.overrides import TorchFunctionMode
 
 from kiln.autograd.decompose import batch_norm_as_functional
-from kiln.autograd.tracer import AtenTracer, is_symbolic
+from kiln.autograd.tracer import AtenTracer, expr_of, is_symbolic, size_hint
 from kiln.errors import Unsupported, VerificationError
+from kiln.runtime.views import UNREADABLE, ViewStep, apply_chain, replays_on, view_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +34,7 @@ class InputInfo:
     requires_grad: bool
     mutates_data: bool = False
     mutates_metadata: bool = False
+    steps: tuple[ViewStep, ...] | None = None  # a metadata mutation: the view ops that make it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +42,7 @@ class OutputInfo:
     """How the runtime produces one flat user output.
 
     kind: "graph" (a graph output, index `graph_index`), "input" (the input object `base` itself),
-    "input_view" (a view of input `base` rebuilt with as_strided), "base" (intermediate base
+    "input_view" (a view of input `base`, its view ops replayed), "base" (intermediate base
     `base` itself, a graph output after the user outputs), "base_view" (a view of intermediate
     base `base`), "same_as" (the same object as user output `base`),
     "constant" (`value`, a non-tensor such as None or a Python number).
@@ -46,9 +53,8 @@ class OutputInfo:
     graph_index: int | None = None
     requires_grad: bool = False
     value: Any = None
-    # size/stride/storage_offset of a view output, as traced (ints or SymInts), then its dtype
-    # when that differs from its base's (view_as_complex, view_as_real, view(dtype))
-    view: tuple[Any, ...] | None = None
+    # the view ops from the base to a view output (kiln.runtime.views), replayed on the real base
+    steps: tuple[ViewStep, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +70,11 @@ class FunctionalMeta:
     def mutated_inputs(self) -> tuple[int, ...]:
         return tuple(i for i, info in enumerate(self.inputs) if info.mutates_data)
 
+    @property
+    def metadata_mutations(self) -> tuple[tuple[int, tuple[ViewStep, ...]], ...]:
+        return tuple((i, info.steps) for i, info in enumerate(self.inputs)
+                     if info.mutates_metadata and info.steps is not None)
+
 
 class FunctionalSession:
     """Owns the wrappers of one trace: makes placeholders, runs under functionalization, reads back."""
@@ -75,6 +86,9 @@ class FunctionalSession:
         self.visible: list[Any] = []  # what the traced function receives (a clone, see visible_inputs)
         self.initial: list[Any] = []  # the inner value of `visible` before the function ran
         self.duplicate_of: dict[int, int] = {}  # input index -> earlier index of the same tensor
+        self._watch: list[int] | None = None  # inputs whose layout a new value may lose
+        self._seen: dict[int, int] = {}  # watched input -> its storage's mutation count, last looked at
+        self._as_strided: set[int] = set()  # inputs an as_strided view was taken of
 
     def add_input(self, name: str, value: Any) -> Any:
         """A placeholder for `value`; returns its wrapper (a leaf requiring grad if `value` does)."""
@@ -109,6 +123,7 @@ class FunctionalSession:
         for i in sorted(clone - self.duplicate_of.keys()):
             copy = self.wrappers[i].clone()
             self.visible[i] = copy
+            self._keep_layout(i)  # a clone of a strided input is contiguous; eager mutates the input
             self.initial[i] = self.unwrap(copy)
         for i, first in self.duplicate_of.items():
             self.visible[i] = self.visible[first]
@@ -118,10 +133,62 @@ class FunctionalSession:
     def active(self) -> Iterator[None]:
         torch._enable_functionalization(reapply_views=True)
         try:
-            with batch_norm_as_functional():
+            layouts = _InputLayouts(self) if self._watched() else contextlib.nullcontext()
+            with batch_norm_as_functional(), layouts:
                 yield
+        except RuntimeError as exc:
+            if "mutated that has internal overlap" not in str(exc):
+                raise
+            # eager updates such a view element by element (unfold, expand: an element counted
+            # twice takes both updates); the functional form cannot say so
+            raise Unsupported("an in-place update of a view whose elements overlap (unfold, expand)",
+                              kind="overlapping_write", hint="clone() the view before updating it") from exc
         finally:
             torch._disable_functionalization()
+
+    def note_as_strided(self, t: torch.Tensor) -> None:
+        """An as_strided view of an input's memory: its offset and strides address the input's
+        storage, which a graph value replacing the input does not have (see input_infos)."""
+        storage = _storage(t)
+        for i in self._watched():
+            if _storage(self.visible[i]) == storage:
+                self._as_strided.add(i)
+
+    def keep_layouts(self) -> None:
+        """Give each watched input whose functional value was replaced since the last look its own
+        layout back (see _InputLayouts)."""
+        for i in self._watched():
+            count = torch._functionalize_mutation_counter(self.visible[i])
+            if self._seen.get(i) != count:
+                self._keep_layout(i)
+                self._seen[i] = torch._functionalize_mutation_counter(self.visible[i])
+
+    def _watched(self) -> list[int]:
+        if self._watch is None:
+            # a contiguous input at offset 0 has the layout of its new values; the others may not
+            self._watch = [i for i, v in enumerate(self.originals) if isinstance(v, torch.Tensor)
+                           and i not in self.duplicate_of and v.layout == torch.strided
+                           and not (_row_major(v) and _expression(v.storage_offset()) == 0)]
+        return self._watch
+
+    def _keep_layout(self, i: int) -> None:
+        wrapper, original = self.visible[i], self.originals[i]
+        if torch._functionalize_has_metadata_mutation(wrapper):
+            return  # t_, unsqueeze_ ...: the new layout is eager's, the runtime sets it
+        torch._sync(wrapper)
+        inner = torch._from_functional_tensor(wrapper)
+        if inner.dim() != original.dim() or _expressions(inner.shape) != _expressions(original.shape) \
+                or _expressions(inner.stride()) == _expressions(original.stride()):
+            return
+        # The same value with the input's strides: a new fake that the tracer takes for the node
+        # of the replaced value, so the graph gains no op and later ops see eager's layout.
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)):
+            restrided = torch.empty_strided(original.shape, original.stride(), dtype=inner.dtype,
+                                            device=inner.device)
+        self.tracer.alias_value(restrided, inner)
+        torch._functionalize_replace(wrapper, restrided)
+        torch._functionalize_commit_update(wrapper)
+        torch._sync(wrapper)
 
     def unwrap(self, value: Any) -> Any:
         """The traced (inner) value for a wrapper, with pending view updates applied first."""
@@ -143,35 +210,51 @@ class FunctionalSession:
             inner = torch._from_functional_tensor(wrapper)
             # torch's stubs lack this binding (its metadata sibling is declared)
             has_data_mutation = torch._functionalize_has_data_mutation  # type: ignore[attr-defined]
+            if torch._functionalize_has_metadata_mutation(wrapper) or \
+                    _expressions(inner.shape) != _expressions(original.shape):
+                infos.append(self._metadata_mutation(i, bool(has_data_mutation(wrapper))))
+                continue
+            # A data mutation of a strided input leaves its strides (see _InputLayouts)
             mutated = inner is not start or has_data_mutation(wrapper)
-            # A data mutation of a strided input (`x[::2].mul_(k)` passed in) leaves a new value
-            # with its own strides; the runtime copies it back into the input, so only a change
-            # of strides without one is a metadata mutation.
-            metadata = (tuple(inner.shape) != tuple(original.shape)
-                        or (not mutated and tuple(inner.stride()) != tuple(original.stride())))
-            if torch._functionalize_has_metadata_mutation(wrapper) or metadata:
-                raise Unsupported("an in-place op changed the shape or strides of a graph input "
-                                  "(t_, unsqueeze_, resize_, as_strided_)", kind="input_metadata_mutation",
-                                  hint="use the out-of-place op (x = x.t()) instead")
+            if mutated and i in self._as_strided:
+                raise _as_strided_of_updated_input()
             infos.append(InputInfo(True, original.requires_grad, mutates_data=mutated))
         return tuple(infos)
+
+    def _metadata_mutation(self, i: int, mutated: bool) -> InputInfo:
+        """An input whose sizes or strides an in-place op changed (t_, unsqueeze_, as_strided_): the
+        runtime replays the input's own view chain on it and sets the result's layout on the
+        caller's tensor (as_strided_), then copies data back. resize_ (recorded without its sizes)
+        and inputs that require grad are refused: the frame runs eagerly."""
+        original = self.originals[i]
+        steps = view_steps(self.visible[i])
+        if mutated and i in self._as_strided:
+            raise _as_strided_of_updated_input()
+        why = None
+        if original.requires_grad:
+            why = "on an input that requires grad"
+        elif not steps or not replays_on(original, steps):
+            why = "in a way the runtime cannot replay (resize_)"
+        if why is not None:
+            raise Unsupported(f"an in-place op changed the shape or strides of a graph input {why}",
+                              kind="input_metadata_mutation", hint="use the out-of-place op (x = x.t()) instead")
+        return InputInfo(True, False, mutates_data=mutated, mutates_metadata=True, steps=steps)
 
     def classify_outputs(self, outs: list[Any]) -> tuple[list[OutputInfo], list[Any], list[Any]]:
         """Split user outputs into what the graph returns and what the runtime rebuilds.
 
-        Returns (infos, graph_outputs, intermediate_bases): graph_outputs are the wrappers the graph
-        must return for kind "graph"; intermediate_bases are extra wrappers returned after them.
+        Aliasing is read from the functional storage a wrapper shares with its views (`_base`
+        misses `detach` and `view(dtype)`). Returns (infos, graph_outputs, intermediate_bases):
+        graph_outputs are the wrappers the graph must return for kind "graph"; intermediate_bases
+        are extra wrappers returned after them: the bases of views that another output shares, or
+        whose layout a new buffer cannot have (an offset, a step, a broadcast), so that the runtime
+        makes those views on them as eager did.
         """
         input_index = {id(w): i for i, w in enumerate(self.visible) if isinstance(w, torch.Tensor)}
-        base_index: dict[int, int] = {}
-        bases: list[Any] = []
-        for out in outs:
-            if isinstance(out, torch.Tensor) and id(out) not in input_index:
-                base = out._base
-                if base is not None and id(base) not in input_index and _shares_with_other(out, base, outs):
-                    if id(base) not in base_index:
-                        base_index[id(base)] = len(bases)
-                        bases.append(base)
+        input_storage = {_storage(w): i for i, w in enumerate(self.visible) if isinstance(w, torch.Tensor)}
+        base_index, bases, prefixes = _intermediate_bases(
+            [o for o in outs if isinstance(o, torch.Tensor) and id(o) not in input_index
+             and _storage(o) not in input_storage], self.tracer)
         seen: dict[int, int] = {}
         infos: list[OutputInfo] = []
         graph_outputs: list[Any] = []
@@ -191,54 +274,206 @@ class FunctionalSession:
             if id(out) in input_index:
                 infos.append(OutputInfo("input", base=input_index[id(out)], requires_grad=grad))
                 continue
-            if id(out) in base_index:
-                infos.append(OutputInfo("base", base=base_index[id(out)], requires_grad=grad))
-                continue
-            view: tuple[Any, ...] = (tuple(out.shape), tuple(out.stride()), out.storage_offset())
-            base = out._base
-            if base is not None and base.dtype != out.dtype:
-                # view_as_complex / view_as_real / view(dtype): as_strided cannot change the dtype,
-                # so the view records it and the runtime reinterprets the base first; a base whose
-                # layout cannot be reinterpreted gives a copy instead (aliasing lost, values kept).
-                if not _reinterpretable(base, out.dtype):
-                    infos.append(OutputInfo("graph", graph_index=len(graph_outputs), requires_grad=grad))
-                    graph_outputs.append(out)
+            storage = _storage(out)
+            if storage in base_index:
+                index = base_index[storage]
+                if bases[index] is out:
+                    infos.append(OutputInfo("base", base=index, requires_grad=grad))
                     continue
-                view = (*view, out.dtype)
-            if base is not None and id(base) in input_index:
-                infos.append(OutputInfo("input_view", base=input_index[id(base)], requires_grad=grad,
-                                        view=view))
-            elif base is not None and id(base) in base_index:
-                infos.append(OutputInfo("base_view", base=base_index[id(base)], requires_grad=grad,
-                                        view=view))
-            else:
-                infos.append(OutputInfo("graph", graph_index=len(graph_outputs), requires_grad=grad))
-                graph_outputs.append(out)
+                steps = view_steps(out)[prefixes[index]:]  # from the base the graph returns
+                if _replays_to(self.unwrap(bases[index]), steps, self.unwrap(out), layout=True):
+                    infos.append(OutputInfo("base_view", base=index, requires_grad=grad, steps=steps))
+                    continue
+            elif storage in input_storage:
+                index = input_storage[storage]
+                steps = view_steps(out)
+                # The chain was recorded on the functional value, whose layout is the input's
+                # only until a mutation replaces it (a fresh contiguous tensor): it must also run
+                # on the input's own layout, or eager's reshape made a copy there.
+                if _replays_to(self.originals[index], steps, out, layout=False):
+                    infos.append(OutputInfo("input_view", base=index, requires_grad=grad, steps=steps))
+                    continue
+            infos.append(OutputInfo("graph", graph_index=len(graph_outputs), requires_grad=grad))
+            graph_outputs.append(out)
         return infos, graph_outputs, bases
 
 
-def _reinterpretable(base: torch.Tensor, dtype: torch.dtype) -> bool:
-    """Whether `base.view(dtype)` works: same element size, or a unit-stride last dim whose size
-    (and every other stride) the size ratio divides."""
-    old, new = base.dtype.itemsize, dtype.itemsize
-    if old == new:
-        return True
-    if base.dim() == 0 or base.stride(-1) != 1:
+class _InputLayouts(TorchFunctionMode):
+    """Inputs keep eager's layout through in-place updates.
+
+    A functionalized in-place op computes the new value out of place and makes it the input's
+    value, with the layout that op gives (`x.add_(1)` on rows `x[::2]` of a buffer gives a
+    contiguous tensor), where eager keeps the input's strides. Later decisions read the layout:
+    `x.contiguous()` returns `x` itself, `x.reshape(-1)` makes a view instead of a copy, and a
+    mutation through either would reach the input. After each torch call, the session gives such
+    an input its own strides back."""
+
+    def __init__(self, session: FunctionalSession) -> None:
+        super().__init__()
+        self.session = session
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in _AS_STRIDED and args and isinstance(args[0], torch.Tensor):
+            self.session.note_as_strided(args[0])
+        out = func(*args, **(kwargs or {}))
+        self.session.keep_layouts()
+        return out
+
+
+_AS_STRIDED = frozenset({torch.Tensor.as_strided, torch.as_strided, torch.Tensor.as_strided_})
+
+
+def _as_strided_of_updated_input() -> Unsupported:
+    # Inside the graph the input's new value is a fresh tensor: an as_strided view regenerated from
+    # it would address that tensor's memory, not the input's storage as in eager.
+    return Unsupported("an as_strided view of a graph input that is also updated in place",
+                       kind="input_metadata_mutation", hint="index the input (slices, select) instead of as_strided")
+
+
+def _row_major(t: torch.Tensor) -> bool:
+    """Contiguous, decided on the size expressions (no guard); size-1 dims take any stride."""
+    dense = sympy.Integer(1)
+    for size, stride in zip(reversed(_expressions(t.shape)), reversed(_expressions(t.stride()))):
+        if size != 1 and sympy.expand(stride - dense) != 0:
+            return False
+        dense = dense * size
+    return True
+
+
+def _expressions(values: Any) -> list[sympy.Expr]:
+    return [_expression(v) for v in values]
+
+
+def _replays_to(base: torch.Tensor, steps: tuple[ViewStep, ...], target: torch.Tensor, *, layout: bool) -> bool:
+    """Whether the chain, run on `base`, gives `target`'s sizes (and, with `layout`, its strides
+    and offset): a chain eager could not run on the input's own layout (a reshape that copied
+    there) fails, and so does one holding a step recorded without its arguments."""
+    try:
+        made = apply_chain(base, steps)
+    except (RuntimeError, ValueError):  # ValueError: a step recorded without its arguments
         return False
-    if new < old:
-        return True
-    ratio = new // old
-    return all(isinstance(s, int) and s % ratio == 0 for s in (*base.stride()[:-1], base.shape[-1]))
+    if _expressions(made.shape) != _expressions(target.shape):
+        return False
+    return not layout or (_expressions(made.stride()) == _expressions(target.stride())
+                          and _expression(made.storage_offset()) == _expression(target.storage_offset()))
 
 
-def _shares_with_other(out: torch.Tensor, base: torch.Tensor, outs: list[Any]) -> bool:
-    """A view output needs its base returned only if another output aliases the same base."""
-    for other in outs:
-        if other is out or not isinstance(other, torch.Tensor):
+def _storage(t: torch.Tensor) -> int | None:
+    """The identity of a wrapper's functional storage, which all its views share."""
+    if t.layout != torch.strided or not torch._C._has_storage(t):
+        return None  # sparse tensors have no storage; they leave the graph as they are
+    # the StorageImpl's address, without making a Python storage object for each wrapper
+    return torch._C._storage_id(t)  # type: ignore[attr-defined]  # bound in C++, not in the stubs
+
+
+def _intermediate_bases(outs: list[torch.Tensor], tracer: AtenTracer) -> tuple[dict[int | None, int],
+                                                                               list[torch.Tensor], list[int]]:
+    """The intermediates the graph returns so that views of them are made at run time: storage ->
+    position among the bases, the bases, and how many view ops of the storage's chain each base
+    already is. One is needed where several outputs share a storage, or where a view's layout is
+    not one a new buffer has. The base is, among the outputs and their `_base`s, the wrapper whose
+    chain starts every other's (the storage's own base, or `_unsafe_view` of it, which autograd
+    does not count as a view), else the traced value just after a step recorded without its
+    arguments (see _after_unreadable); without one the outputs stay graph outputs: the values are
+    right, the sharing is lost."""
+    groups: dict[int | None, list[torch.Tensor]] = {}
+    for out in outs:
+        members = groups.setdefault(_storage(out), [])
+        if not any(m is out for m in members):
+            members.append(out)
+    index: dict[int | None, int] = {}
+    bases: list[torch.Tensor] = []
+    prefixes: list[int] = []
+    for storage, members in groups.items():
+        if storage is None or (len(members) == 1 and (not view_steps(members[0]) or _new_buffer_fits(members[0]))):
             continue
-        if other is base or other._base is base:
-            return True
-    return False
+        # a base leaves the graph as a new buffer: only one whose layout such a buffer has
+        candidates = [c for c in members + [m._base for m in members if m._base is not None]
+                      if _storage(c) == storage and (not view_steps(c) or _new_buffer_fits(c))]
+        chains = [view_steps(m) for m in members]
+        for candidate in sorted(candidates, key=lambda c: len(view_steps(c))):
+            prefix = view_steps(candidate)
+            if all(_same_steps(chain[:len(prefix)], prefix) for chain in chains):
+                index[storage] = len(bases)
+                bases.append(candidate)
+                prefixes.append(len(prefix))
+                break
+        else:
+            found = _after_unreadable(members, chains, tracer)
+            if found is not None:
+                index[storage] = len(bases)
+                bases.append(found[0])
+                prefixes.append(found[1])
+    return index, bases, prefixes
+
+
+def _after_unreadable(members: list[torch.Tensor], chains: list[tuple[ViewStep, ...]],
+                      tracer: AtenTracer) -> tuple[torch.Tensor, int] | None:
+    """The traced value just after the last step recorded without its arguments (the
+    `_unsafe_view` a reshape of a strided tensor ends in), found by walking back from each view's
+    traced value through the ops of the rest of its chain; with how many steps it already is.
+    Only for views that need no gradient: that value is below autograd."""
+    ends = [max((k for k, step in enumerate(chain) if step.meta in UNREADABLE), default=-1) + 1 for chain in chains]
+    if any(m.requires_grad for m in members) or len(set(ends)) != 1 or ends[0] == 0:
+        return None
+    found = None
+    for member, chain in zip(members, chains):
+        torch._sync(member)
+        node = tracer.node_of.get(torch._from_functional_tensor(member))
+        for step in reversed(chain[ends[0] - 1:]):
+            if isinstance(node, fx.Node) and node.target is operator.getitem:  # one output of unbind, split
+                node = node.args[0]
+            target = getattr(node, "target", None)
+            op = target._schema.name.split("::")[-1] if isinstance(target, torch._ops.OpOverload) else None
+            if op is None or not step.meta.startswith(f"{op}_"):
+                return None  # not the ops of the chain: give up
+            if step is not chain[ends[0] - 1]:
+                node = node.args[0]
+        value = node.meta.get("val") if isinstance(node, fx.Node) else None
+        if found is not None and value is not found:
+            return None
+        found = value
+    return (found, ends[0]) if isinstance(found, torch.Tensor) else None
+
+
+def _same_steps(a: tuple[ViewStep, ...], b: tuple[ViewStep, ...]) -> bool:
+    """Equal chains, sizes compared by expression (== on SymInts would add a guard). The chains of
+    one storage share their first steps; a step recorded without its arguments (`_unsafe_view`,
+    kiln.runtime.views.UNREADABLE) matches any other of its kind there (the replay check follows)."""
+    def key(x: Any) -> Any:
+        if isinstance(x, tuple):
+            return tuple(key(v) for v in x)
+        return expr_of(x) if isinstance(x, (torch.SymInt, torch.SymFloat)) else x
+
+    def same(s: ViewStep, t: ViewStep) -> bool:
+        opaque = s.meta in UNREADABLE
+        return s.meta == t.meta and (opaque or key(s.fields) == key(t.fields))
+
+    return len(a) == len(b) and all(map(same, a, b))
+
+
+def _new_buffer_fits(view: torch.Tensor) -> bool:
+    """Whether a new buffer the graph returns can stand for a view of an intermediate: at offset 0
+    and dense, in the order of its strides (the layout the lowering gives a dense output). Decided
+    on the expressions, so no size guard is added; a symbolic offset counts as not 0."""
+    offset = view.storage_offset()
+    if type(offset) is not int or offset != 0:
+        return False
+    sizes = [_expression(s) for s in view.shape]
+    strides = [_expression(s) for s in view.stride()]
+    hints = [size_hint(s) for s in view.stride()]
+    dense = sympy.Integer(1)
+    for d in sorted(range(view.dim()), key=lambda d: hints[d]):
+        if sizes[d] == 1:
+            continue
+        if sympy.expand(strides[d] - dense) != 0:
+            return False
+        dense = dense * sizes[d]
+    return True
+
+
+def _expression(x: int | torch.SymInt) -> sympy.Expr:
+    return sympy.sympify(expr_of(x)) if isinstance(x, torch.SymInt) else sympy.Integer(x)
 
 
 _STAGE = "aot_autograd"  # the producer named by a VerificationError of this seam

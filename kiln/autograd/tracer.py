@@ -128,6 +128,11 @@ class AtenTracer(TorchDispatchMode):
                     item_node.meta["val"] = item
                     self._bind_tensor(item, item_node)
 
+    def alias_value(self, new: torch.Tensor, old: torch.Tensor) -> None:
+        """Take `new` (a fake made outside the trace) for the node of `old`: the same value with
+        other metadata, as functionalization gives an input its own layout back."""
+        self.node_of[new] = self.arg_of(old)
+
     def arg_of(self, x: Any) -> Any:
         """The graph value standing for `x` in a recorded call: a node, or `x` itself if constant."""
         if isinstance(x, torch.Tensor):

@@ -169,6 +169,14 @@ def _unsupported_call(exc: Unsupported) -> str:
             "torch.library.custom_op with a fake impl so it enters the graph as one op")
 
 
+@hint_for_kind("frame_introspection")
+def _frame_introspection(exc: Unsupported) -> str:
+    """sys._getframe, inspect.currentframe/stack, traceback's stack readers: they read the Python
+    frames that call them, which a traced (inlined, or split at a break) frame does not have; the
+    whole frame runs eagerly."""
+    return "read the caller's module or name outside the compiled function and pass it in"
+
+
 @hint_for_kind("collective")
 def _collective(exc: Unsupported) -> str:
     """A call into torch.distributed (a collective, a process-group query, DDP/FSDP's own Python):

@@ -31,6 +31,19 @@ from kiln import symbolic  # its names load lazily: sympy only comes with a capt
 CaptureFn = Callable[..., Any]  # capture_frame(fn, L, options, wrap_frame, *, policy) -> CaptureResult
 
 
+# names whose use marks a function that reads the frames calling it (sys._getframe(1).f_globals in
+# collections.namedtuple and Enum's functional API, inspect.currentframe().f_back, ...)
+_FRAME_READERS = frozenset({"_getframe", "_getframemodulename", "currentframe", "extract_stack",
+                            "format_stack", "print_stack", "walk_stack"})
+
+
+def reads_caller_frames(fn: Any) -> bool:
+    """By its code's names: `fn` may read its callers' frames, so it runs as it is (uncompiled)
+    where the glue calls it, its caller being the glue (whose globals are the frame's)."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code is not None and not _FRAME_READERS.isdisjoint(code.co_names)
+
+
 @dataclass
 class Stats:
     """The counters of kiln.stats(). `frames`: capture attempts (cache misses that traced a frame);
@@ -193,11 +206,19 @@ def _signature_tracker(fn: FunctionType) -> Callable[[], inspect.Signature]:
 
 
 def make_binder(fn: FunctionType, bound_self: Any, has_self: bool) -> Callable[[tuple, dict], dict]:
-    """A function (args, kwargs) -> L. All-positional calls with every argument given take a
-    zip; anything else (keywords, defaults, *args, **kwargs) goes through inspect.Signature."""
+    """A function (args, kwargs) -> L, keyed and ordered as Signature.bind + apply_defaults would
+    (parameters, then *args, keyword-only ones, **kwargs). All-positional calls of a plain signature
+    take a zip; keywords, defaults, *args and **kwargs are bound here without inspect (a transformers
+    forward takes `**kwargs`: Signature.bind cost tens of microseconds per call); anything odd (an
+    unknown or repeated name, a missing argument, positional-only parameters) goes through
+    inspect.Signature for Python's own TypeError."""
     code = fn.__code__
     names = code.co_varnames[: code.co_argcount]
-    simple = not (code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)) and code.co_kwonlyargcount == 0
+    kwonly = code.co_varnames[code.co_argcount: code.co_argcount + code.co_kwonlyargcount]
+    rest = code.co_argcount + code.co_kwonlyargcount
+    star = code.co_varnames[rest] if code.co_flags & inspect.CO_VARARGS else None
+    starstar = code.co_varnames[rest + (star is not None)] if code.co_flags & inspect.CO_VARKEYWORDS else None
+    simple = star is None and starstar is None and not kwonly
     nargs = len(names) - (1 if has_self else 0)
     signature_now = _signature_tracker(fn)
 
@@ -214,33 +235,47 @@ def make_binder(fn: FunctionType, bound_self: Any, has_self: bool) -> Callable[[
         bound.apply_defaults()
         return dict(bound.arguments)
 
-    if not simple:
+    if code.co_posonlyargcount:
         return slow
-    name_set = frozenset(names)
+    keyword_names = frozenset(names + kwonly)  # what a keyword argument can name
 
-    def keywords(args: tuple, kwargs: dict) -> dict:
-        # Keywords and defaults without inspect: only for plain signatures; anything odd (an unknown
-        # or repeated name, a missing argument) goes to Signature.bind for Python's own TypeError.
-        if has_self:
-            args = (bound_self, *args)
-        if len(args) > len(names) or not name_set.issuperset(kwargs):
-            return slow(args[1:] if has_self else args, kwargs)
-        L = dict(zip(names, args))
+    def keywords(given: tuple, kwargs: dict) -> dict:
+        args = (bound_self, *given) if has_self else given
+        if len(args) > len(names) and star is None:
+            return slow(given, kwargs)
+        if starstar is None and not keyword_names.issuperset(kwargs):
+            return slow(given, kwargs)
         defaults = fn.__defaults__ or ()
         first_default = len(names) - len(defaults)
         out = {}
         for i, name in enumerate(names):
-            if name in kwargs:
-                if name in L:
-                    return slow(args[1:] if has_self else args, kwargs)
+            if i < len(args):
+                if name in kwargs:  # given twice
+                    return slow(given, kwargs)
+                out[name] = args[i]
+            elif name in kwargs:
                 out[name] = kwargs[name]
-            elif name in L:
-                out[name] = L[name]
             elif i >= first_default:
                 out[name] = defaults[i - first_default]
             else:
-                return slow(args[1:] if has_self else args, kwargs)
+                return slow(given, kwargs)
+        if star is not None:
+            out[star] = args[len(names):]
+        if kwonly:
+            kwdefaults = fn.__kwdefaults__ or {}
+            for name in kwonly:
+                if name in kwargs:
+                    out[name] = kwargs[name]
+                elif name in kwdefaults:
+                    out[name] = kwdefaults[name]
+                else:
+                    return slow(given, kwargs)
+        if starstar is not None:
+            out[starstar] = {k: v for k, v in kwargs.items() if k not in keyword_names}
         return out
+
+    if not simple:
+        return keywords
 
     if has_self:
         def bind_method(args: tuple, kwargs: dict) -> dict:
@@ -344,6 +379,8 @@ class _Frame:
         """Given to the tracer: a resume function or callee, compiled on first call with our options."""
         if not isinstance(fn, FunctionType) and not inspect.ismethod(fn):
             return fn
+        if reads_caller_frames(fn):
+            return fn  # the entry's own Python frames would stand between it and the glue it reads
         return compile_function(fn, self.options, self.capture)
 
     def miss(self, args: tuple, kwargs: dict, L: dict) -> Any:

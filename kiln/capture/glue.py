@@ -84,6 +84,7 @@ class GlueBuilder:
         """The expression of `var`, built once per glue: a value reachable twice stays one object."""
         from kiln.capture.variables.deque import DequeVariable
         from kiln.capture.variables.dict import DictVariable, SetVariable
+        from kiln.capture.variables.exception import ExceptionVariable
         from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable
         from kiln.capture.variables.iterator import IteratorVariable
         from kiln.capture.variables.sequence import ListVariable
@@ -106,7 +107,8 @@ class GlueBuilder:
         early_read = self._reading_first and var.source is not None and not _FRAME_LOCAL.fullmatch(expr)
         if nested_read or early_read or var.source is None and isinstance(var, (ListVariable, DictVariable, SetVariable,
                                                                   DequeVariable, NestedFunctionVariable,
-                                                                  IteratorVariable, CellVariable)):
+                                                                  IteratorVariable, CellVariable,
+                                                                  ExceptionVariable)):
             name = self.fresh("v")
             self.line(f"{name} = {expr}")
             expr = name
@@ -180,6 +182,9 @@ class GlueBuilder:
         source = f"def {glue_name}(L, G, F):\n" + "".join(f"    {line}\n" for line in body)
         filename = f"<kiln glue {next(_glue_ids)}: {self.name}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        # the frame's module name: a class the glue makes natively (type(name, bases, ns) at a break)
+        # takes its __module__ from the globals of the code that calls type()
+        self.namespace["__name__"] = self.f_globals.get("__name__")
         exec(compile(source, filename, "exec"), self.namespace)
         return self.namespace[glue_name], source, compiled
 
@@ -299,6 +304,8 @@ def check_breakable(root: Any, exc: Unsupported, record: Any) -> None:
     frame continues natively from the breaking instruction itself, so that the exception handlers
     still cover it (see finish_break).
     """
+    if exc.kind == "frame_introspection":
+        raise exc  # a split frame's glue is not the frame the call would read: no break helps
     ins = root.current
     native = ins.opname in _CALLS or ins.opname in NATIVE_INSTRUCTIONS or ins.opname == "BEFORE_WITH"
     if not native and not (ins.opname in _BRANCHES and exc.kind == "data_dependent_branch"):

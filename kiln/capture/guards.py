@@ -556,6 +556,9 @@ def check_keys(expected: tuple, name: str, em: Emitter) -> list[Check]:
     return [Check(f"list({{v}}.keys()) == {em.bind(list(expected))}", why)]
 
 
+_INLINE_ABSENT = 8  # names an absent-check tests inline; more go through one ___absent call
+
+
 def _absent(d: Any, names: frozenset) -> bool:
     for name in names:
         if name in d:
@@ -573,6 +576,9 @@ def check_absent(expected: frozenset, name: str, em: Emitter) -> list[Check]:
         owner = name[: -len(".__dict__")] if name.endswith(".__dict__") else name
         return f"{owner} now has instance attribute(s) {found}, which shadow what the trace read"
 
+    if len(expected) <= _INLINE_ABSENT and all(type(n) is str and n.isidentifier() for n in expected):
+        # `in` tests in the check itself: a call of ___absent costs more than a few of them
+        return [Check(" and ".join(f"{n!r} not in {{v}}" for n in sorted(expected)) or "True", why)]
     return [Check(f"___absent({{v}}, {em.bind(frozenset(expected))})", why)]
 
 
@@ -988,7 +994,7 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
         lines.append(f"___modules = {_MODULES}")
         hoisted.add(_MODULES, "___modules")
     all_checks: list[list[Check]] = []
-    grouped, folded = _empty_attribute_groups(ordered) if native is not None and compiled is None else ({}, set())
+    grouped, folded = _empty_attribute_groups(ordered) if compiled is None else ({}, set())
     for index, guard in enumerate(ordered):
         checks = GUARD_KINDS[guard.kind](guard.expected, guard.name, em)
         all_checks.append(checks)
@@ -996,8 +1002,17 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
             continue
         if index in grouped:
             parent, names = grouped[index]
-            lines.append(f"if not ___empty_attrs({_rewrite(parent, hoisted)}, {names!r}): return False  "
-                         f"# check_len {user_name(parent)}.{{{', '.join(names)}}}")
+            comment = f"# check_len {user_name(parent)}.{{{', '.join(names)}}}"
+            if native is not None:
+                lines.append(f"if not ___empty_attrs({_rewrite(parent, hoisted)}, {names!r}): return False  {comment}")
+                continue
+            # one statement for a module's four hook dicts, the parent read once (a local)
+            if parent not in hoisted:
+                local = f"___v{len(hoisted)}"
+                lines.append(f"{local} = {_rewrite(parent, hoisted)}")
+                hoisted.add(parent, local)
+            lengths = " or ".join(f"len({hoisted[parent]}.{attr})" for attr in names)
+            lines.append(f"if {lengths}: return False  {comment}")
             continue
         if guard.kind == "check_shape":
             lines.append(f"if not ({_rewrite(guard.source, hoisted)}): return False")

@@ -35,6 +35,17 @@ if TYPE_CHECKING:
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
+def _symbolic(args: tuple, kwargs: dict) -> bool:
+    """Whether an op's arguments hold a symbolic number or a tensor with symbolic sizes (one level
+    of lists and tuples deep, as op arguments are)."""
+    for group in (args, kwargs.values()):
+        for a in group:
+            for b in (a if isinstance(a, (list, tuple)) else (a,)):
+                if isinstance(b, _SYM_TYPES) or isinstance(b, torch.Tensor) and b._has_symbolic_sizes_strides:
+                    return True
+    return False
+
+
 @dataclass(frozen=True)
 class GraphInput:
     """One placeholder: the expression the glue evaluates to feed it, and its example value."""
@@ -65,6 +76,8 @@ class OutputGraph:
         self.dynamic = dynamic
         self.inputs: list[GraphInput] = []
         self.guards: list[Guard] = []
+        # an input is an inference tensor (made under inference_mode): what the graph computes from it may be one too
+        self.inference_inputs = False
         # instance-dict source -> names the trace found elsewhere (see note_absent)
         self._absent: dict[str, set[str]] = {}
         self._input_vars: dict[str, "Variable"] = {}
@@ -84,9 +97,26 @@ class OutputGraph:
             node = self.graph.placeholder(name)
         node.meta["example_value"] = example
         node.meta["source"] = source
+        if isinstance(example, torch.Tensor) and example.layout == torch.strided:
+            # the fake's layout on entry: an in-place op of the frame (t_, unsqueeze_) changes it
+            node.meta["entry_layout"] = (tuple(example.shape), tuple(example.stride()), example.storage_offset())
         self._last_placeholder = node
         self.inputs.append(GraphInput(node.name, source, example))
         return node
+
+    def guard_storage_offsets(self, example: torch.Tensor) -> None:
+        """The trace read where a tensor starts in its storage (storage_offset(), as_strided with
+        an offset): guard the offset of each graph input sharing that storage. The guard is not
+        added otherwise, so slices of one buffer at other offsets reuse the graph."""
+        if example.layout != torch.strided or not torch._C._has_storage(example):
+            return
+        storage = torch._C._storage_id(example)  # type: ignore[attr-defined]  # bound in C++, not in the stubs
+        for graph_input in self.inputs:
+            value = graph_input.example
+            if (isinstance(value, torch.Tensor) and value.layout == torch.strided and torch._C._has_storage(value)
+                    and torch._C._storage_id(value) == storage):  # type: ignore[attr-defined]
+                self.guards.append(Guard(f"{graph_input.source}.storage_offset()", "check_value",
+                                         int(value.storage_offset())))
 
     def note_absent(self, instance_dict: Source, name: str) -> None:
         """The trace found `name` on an object's class (or a module's tables), so the object's
@@ -126,6 +156,8 @@ class OutputGraph:
             fake = self._non_leaf(fake, value)
         node = self._placeholder(_node_name(name), name, fake)
         self.guards.append(tensor_guard(name, value, dims))
+        node.meta["inference"] = value.is_inference()  # the guard checks it; the fake cannot say
+        self.inference_inputs = self.inference_inputs or value.is_inference()
         if fake.requires_grad and not fake.is_leaf:
             # The graph may do in-place ops that autograd forbids on a leaf: it holds for non-leaves only.
             self.guards.append(Guard(f"{name}.is_leaf", "check_value", False))
@@ -182,6 +214,14 @@ class OutputGraph:
         if written:
             self._refuse_shared_memory_writes(kind, target, written)
         try:
+            if self.shape_env is not None and _symbolic(args, kwargs):
+                # A composite op's C++ decomposition takes concrete sizes only (interpolate's
+                # upsample with a size computed from a symbolic size and a float scale factor);
+                # under the Python dispatcher it decomposes in Python, over symbols.
+                with self.fake_mode, enable_python_dispatcher():
+                    if kind == "call_method":
+                        return getattr(args[0], target)(*args[1:], **kwargs)
+                    return target(*args, **kwargs)
             with self.fake_mode:
                 if kind == "call_method":
                     return getattr(args[0], target)(*args[1:], **kwargs)
@@ -245,6 +285,8 @@ class OutputGraph:
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         by_name = {i.node_name: i for i in self.inputs}
         inputs = tuple(by_name[p.name].source for p in placeholders)
+        for p in placeholders:
+            p.meta["example_value"] = _as_on_entry(p)
         examples = [p.meta["example_value"] for p in placeholders]
         verify_captured_graph(gm)
         ddp_module = distributed.active_ddp_module() if compiler is not None else None
@@ -254,6 +296,29 @@ class OutputGraph:
             fn = gm if compiler is None else compiler(gm, examples)
         n_outputs = len(next(n for n in gm.graph.nodes if n.op == "output").args[0])
         return CompiledGraph(gm, fn, inputs, n_outputs)
+
+
+def _as_on_entry(placeholder: torch.fx.Node) -> Any:
+    """The placeholder's example as the frame received it: a fake whose sizes or strides an
+    in-place op of the frame changed (x.t_()) is handed to the backend as a view of itself with
+    its layout on entry, so the backend traces the in-place op from the input's real layout."""
+    example = placeholder.meta["example_value"]
+    layout = placeholder.meta.get("entry_layout")
+    if layout is None:
+        return example
+    now = (*example.shape, *example.stride(), example.storage_offset())
+    entry = (*layout[0], *layout[1], layout[2])
+    if len(now) == len(entry) and all(map(_same_size, now, entry)):
+        return example
+    with torch.no_grad():
+        return example.as_strided(*layout)
+
+
+def _same_size(a: Any, b: Any) -> bool:
+    # by expression: comparing SymInts with == would add a guard
+    if isinstance(a, torch.SymInt) or isinstance(b, torch.SymInt):
+        return isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt) and a.node.expr == b.node.expr
+    return bool(a == b)
 
 
 # Nodes that switch a mode (grad, autocast) compute nothing by themselves.

@@ -1116,7 +1116,7 @@ def _payload(check: CheckFn, result: Any, frame: tuple[dict, dict, Any] | None =
     resumes: dict[str, StoredResume] = {}
     callees: dict[str, Any] = {}
     for name, value in result.glue.__globals__.items():
-        if name in ("__builtins__", glue_name):
+        if name in ("__builtins__", "__name__", glue_name):  # __name__ is the frame's module's, set on load
             continue
         if name.startswith("__const_") and (_glue_constant(value) or _built_class(value, check.guards, code)):
             constants[name] = value
@@ -1348,6 +1348,8 @@ def materialize(disk: DiskEntry, fn: types.FunctionType | None = None,
         filename = _glue_filename(frame.glue_name)
         source = frame.glue_source
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
+        if fn is not None:  # what the glue's native calls (type(name, bases, ns)) take as __module__
+            namespace["__name__"] = fn.__globals__.get("__name__")
         exec(compile(source, filename, "exec"), namespace)
     glue = namespace[frame.glue_name]
     result = LoadedResult(glue, source, list(disk.check.guards), [], [], disk.path, len(frame.graphs))

@@ -27,6 +27,7 @@ class _AttrWrite:
     owner: "Variable"
     name: str
     value: "Variable"
+    plain: bool = False  # replayed with object.__setattr__: the class's own __setattr__ was traced
 
 
 @dataclass
@@ -73,10 +74,10 @@ class SideEffects:
             return
         self._effects.setdefault(("contents", id(container)), container)
 
-    def store_attr(self, obj: Any, owner: "Variable", name: str, value: "Variable") -> None:
+    def store_attr(self, obj: Any, owner: "Variable", name: str, value: "Variable", plain: bool = False) -> None:
         if owner.source is None:
             raise Unsupported(f"setting attribute {name!r} on an object without a source", kind="unsupported")
-        self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, value)
+        self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, value, plain)
 
     def pending_attr(self, obj: Any, name: str) -> "Variable | None":
         write = self._effects.get(("attr", id(obj), name))
@@ -148,7 +149,9 @@ class SideEffects:
                     effect.replay(glue, target)
             elif kind == "attr":
                 owner, value = glue.reconstruct(effect.owner), glue.reconstruct(effect.value)
-                if effect.name.isidentifier() and not keyword.iskeyword(effect.name):
+                if effect.plain:
+                    glue.line(f"{glue.constant(object.__setattr__)}({owner}, {effect.name!r}, {value})")
+                elif effect.name.isidentifier() and not keyword.iskeyword(effect.name):
                     glue.line(f"{owner}.{effect.name} = {value}")
                 else:  # setattr(obj, "we{ird}", v): not an identifier, written with setattr
                     glue.line(f"setattr({owner}, {effect.name!r}, {value})")

@@ -45,11 +45,13 @@ from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import abandon_open_contexts
-from kiln.capture.variables.dict import DictVariable
-from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame
-from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable
+from kiln.capture.variables.deque import DequeVariable
+from kiln.capture.variables.dict import DictVariable, SetVariable
+from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised
+from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable, UserMethodVariable, guard_class_attribute
 from kiln.capture.variables.model_output import ModelOutputVariable
-from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_structseq_type
+from kiln.capture.variables.object_protocol import python_setattr
+from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.slice import SliceVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
@@ -62,6 +64,7 @@ _MAX_STEPS = 200_000  # instructions per capture: an unrolled loop that long is 
 _MAX_DEPTH = 32  # inlining depth (recursion is unrolled until this)
 _MAX_RESTARTS = 16  # captures started again after the trace initialized lazy modules
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+_OBJECT_CLASS = vars(object)["__class__"]  # the descriptor behind obj.__class__
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,7 @@ class Tracer:
             try:
                 handler(self, ins)
             except RaisedInTrace as raised:
+                note_raised(self, raised)
                 if not catch_in_frame(self, raised):
                     raise  # to the caller's CALL, or a graph break at the root
             if self.returned is not None:
@@ -280,6 +284,12 @@ class Tracer:
         return fn.call(self, list(args), dict(kwargs))
 
     def getattr(self, obj: Variable, name: str) -> Variable:
+        if name == "__class__" and isinstance(obj, (BaseSequenceVariable, DictVariable, SetVariable, DequeVariable)):
+            # a container's class, as type() gives it (its type's lookup found a bound method
+            # named __class__); a subclass overriding __class__ keeps its own lookup
+            kind = obj.python_type()
+            if inspect.getattr_static(kind, name) is _OBJECT_CLASS:
+                return self.wrap_result(kind)
         return obj.getattr(self, name)
 
     def has_attr(self, obj: Variable, name: str) -> bool:
@@ -332,7 +342,14 @@ class Tracer:
             self.side_effects.store_attr(obj.module, obj, name, value)
             return
         if isinstance(obj, NewObjectVariable):
-            obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
+            custom = inspect.getattr_static(obj.cls, "__setattr__")
+            if not bypass and isinstance(custom, types.FunctionType):
+                # the class's own __setattr__, inlined; its object.__setattr__ comes back with bypass set
+                guard_class_attribute(self, obj.cls, "__setattr__", custom, class_source=obj.cls_source)
+                UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
+                return
+            if not python_setattr(self, obj, obj.cls, name, value):
+                obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
             return
         if isinstance(obj, TensorVariable) and name == "grad":
             obj.set_grad(self, value)
@@ -340,6 +357,11 @@ class Tracer:
         if isinstance(obj, (NestedFunctionVariable, ExceptionVariable)):
             obj.set_attribute(name, value)  # a function or exception made during the trace
             return
+        if isinstance(obj, DictVariable) and not bypass and (obj.source is None or obj.real is not None):
+            custom = obj.python_setattr(self)
+            if custom is not None:
+                custom.call(self, [ConstantVariable(name), value], {})
+                return
         if isinstance(obj, DictVariable) and obj.source is None and obj.dict_type.__dictoffset__:
             obj.attrs[name] = value  # an instance of a dict subclass made during the trace
             return
@@ -357,13 +379,15 @@ class Tracer:
                     getattr(kind, "__dataclass_params__", None) is not None and kind.__dataclass_params__.frozen):
                 # A Python __setattr__ (transformers' configs map attribute aliases) is inlined; its
                 # `super().__setattr__` comes back here with bypass set.
-                from kiln.capture.variables.functions import UserMethodVariable
                 UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
                 return
             if not bypass and (kind.__setattr__ is not object.__setattr__ or
                                getattr(kind, "__dataclass_params__", None) is not None and kind.__dataclass_params__.frozen):
                 raise Unsupported(f"{kind.__qualname__} has a custom __setattr__", kind="unsupported")
-            self.side_effects.store_attr(obj.value, obj, name, value)
+            if python_setattr(self, obj, kind, name, value):
+                return
+            # the override (if any) was inlined: the replay is the plain store it ends in
+            self.side_effects.store_attr(obj.value, obj, name, value, plain=kind.__setattr__ is not object.__setattr__)
             return
         raise Unsupported(f"setting attribute {name!r} on {obj.describe()}", kind="unsupported")
 
@@ -439,6 +463,8 @@ class Tracer:
     def call_op(self, kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         """Record `target(*args, **kwargs)` as a node; its example value comes from the fakes."""
         args = _scalar_operands(target, args)
+        if _reads_storage_offset(kind, target, args, kwargs) and isinstance(args[0], TensorVariable):
+            self.output.guard_storage_offsets(args[0].example)
         node_args = tuple(_node_arg(a) for a in args)
         node_kwargs = {k: _node_arg(v) for k, v in kwargs.items()}
         ex_args = tuple(_example_arg(a) for a in args)
@@ -567,6 +593,19 @@ class Tracer:
         if isinstance(value, Variable):
             return value
         return self.wrap(value, None)
+
+
+_AS_STRIDED_FUNCTIONS = (torch.as_strided, torch.Tensor.as_strided, torch.as_strided_, torch.Tensor.as_strided_)
+
+
+def _reads_storage_offset(kind: str, target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    """`x.storage_offset()`, and as_strided with an explicit offset (it counts from the start of
+    the storage): what they compute depends on where the input starts in its storage."""
+    if kind == "call_method" and target == "storage_offset":
+        return bool(args)
+    as_strided = (kind == "call_method" and target in ("as_strided", "as_strided_")) or (
+        kind == "call_function" and any(target is f for f in _AS_STRIDED_FUNCTIONS))
+    return as_strided and (len(args) >= 4 or "storage_offset" in kwargs)
 
 
 def _type_has_attr(obj: Variable, name: str) -> bool | None:

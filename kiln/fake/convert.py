@@ -125,7 +125,17 @@ def _meta_like(mode: "FakeTensorMode", t: torch.Tensor, source: str | None,
     # Plain meta tensors, even when a FakeTensorMode is active (capture converts inputs inside it).
     with torch.no_grad(), torch._C._DisableTorchDispatch():
         if dims or (offset == 0 and nbytes == _min_nbytes(t)):
-            return torch.empty_strided(sizes, strides, dtype=t.dtype, device=_META)
+            meta = torch.empty_strided(sizes, strides, dtype=t.dtype, device=_META)
+            if offset == 0:
+                return meta
+            # Symbolic sizes and an offset into the storage: the offset stays (as_strided and
+            # storage_offset() read it; capture guards it where they do), over a storage that
+            # reaches just past the tensor.
+            elements = meta.untyped_storage().nbytes() // t.element_size()
+            storage = torch.empty((offset + elements,), dtype=t.dtype, device=_META).untyped_storage()
+            meta = torch.empty(0, dtype=t.dtype, device=_META)
+            meta.set_(storage, offset, sizes, strides)
+            return meta
         # A storage larger than the tensor, or an offset into it: keep both, as .set_ does for real.
         storage = torch.UntypedStorage(nbytes, device=_META)
         meta = torch.empty(0, dtype=t.dtype, device=_META)

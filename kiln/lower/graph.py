@@ -21,7 +21,7 @@ from kiln.lower import ops
 from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Layout, LoopIR, SymExpr,
                            contiguous_strides, index_vars, walk)
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, compute_dtype,
-                                  strided_value, to_expr, value_cost)
+                                  stride_hint, strided_value, to_expr, value_cost)
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback
 from kiln.symbolic.expr import float_symbol
 
@@ -63,7 +63,10 @@ def _dense_layout(meta: torch.Tensor) -> Layout:
     """The output layout eager would give (from the meta strides) when it is dense, else contiguous."""
     sizes = tuple(to_expr(s) for s in meta.shape)
     strides = tuple(to_expr(s) for s in meta.stride())
-    order = sorted(range(len(sizes)), key=lambda k: (strides[k] if strides[k].is_number else 0), reverse=True)
+    # outermost first, by the strides' example values: a symbolic stride (s0 of a transposed
+    # [s1, s0] input) orders by its hint, not as 0
+    hints = [stride_hint(s) for s in meta.stride()]
+    order = sorted(range(len(sizes)), key=lambda k: hints[k], reverse=True)
     expected = contiguous_strides([sizes[k] for k in order])
     if all(sympy.expand(strides[k] - e) == 0 or sizes[k] == 1 for k, e in zip(order, expected)):
         return Layout(meta.dtype, sizes, tuple(strides[k] if sizes[k] != 1 else
@@ -318,7 +321,9 @@ def _maybe_realize(ctx: LoweringContext, tv: TensorValue, node: torch.fx.Node) -
     cost = value_cost(body)
     users = len(node.users)
     if (users > 1 and cost > RECOMPUTE_LIMIT) or cost > BODY_LIMIT or len(walk(body)) > BODY_LIMIT:
-        return ctx.realize(tv)
+        # a graph output is stored in eager's strides once, not copied into them at the end
+        returned = isinstance(ctx.meta, torch.Tensor) and any(user.op == "output" for user in node.users)
+        return ctx.realize(tv, _dense_layout(ctx.meta) if returned else None)
     return tv
 
 

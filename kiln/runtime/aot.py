@@ -3,7 +3,10 @@
 `AotRuntime` appends the module tensors the trace lifted, runs the compiled forward (inside a
 torch.autograd.Function when a backward was compiled, so `loss.backward()` runs the compiled
 backward), copies the new values of mutated inputs back into the caller's tensors exactly once,
-and rebuilds outputs that alias inputs or each other as views so user code sees eager's aliasing.
+and rebuilds outputs that alias inputs or each other by replaying their view ops on the real
+base (kiln.runtime.views), so user code sees eager's aliasing, strides and offsets. A call whose
+inputs share memory with one the graph updates runs the captured graph op by op instead (the
+functional graph traced each input as its own tensor).
 kiln.autograd.backend builds it after tracing; this module imports only torch and the runtime at
 import time (kiln.symbolic.node only inside the functions that read symbolic sizes, see
 docs/seams.md), so that a runtime rebuilt from the persistent frame cache runs in a process that
@@ -13,9 +16,9 @@ It follows the artifact protocol (kiln.runtime.artifact): `AotRuntime.artifact_r
 Recipe of kind "aot" holding the recipes of its compiled halves (forward, backward), the AOT facts
 the runtime reads (mutated inputs, how each output is made, the output tree spec) and the
 autograd.Function's saved-tensor counts; the loader of kind "aot" rebuilds it. A runtime holding
-anything else (symbolic view sizes other than whole dims of the view's base, lifted module
-tensors, output constants that are not literals, halves without a recipe) describes itself as
-None, and its frame is not persisted.
+anything else (view op arguments that are size symbols, lifted module tensors, output constants
+that are not literals, halves without a recipe) describes itself as None, and its frame is not
+persisted.
 PyTorch counterpart: torch/_functorch/_aot_autograd/runtime_wrappers.py and AOTAutogradCache.
 """
 from __future__ import annotations
@@ -30,6 +33,7 @@ from torch.utils import _pytree as pytree
 
 from kiln.runtime.artifact import Recipe, describe, loader, rebuild
 from kiln.runtime.records import record_type
+from kiln.runtime.views import ViewReplay, ViewStep, is_plain, overlapping
 
 
 # The key of an inference graph's `gm.meta` that tells its compiler which outputs are the new
@@ -183,25 +187,14 @@ def with_grad(apply: Callable) -> Callable:
 
 @record_type
 @dataclasses.dataclass(frozen=True)
-class BaseDim:
-    """In a persisted view record: the size `dim` of the view's base, read at run time (an unbacked
-    size, nonzero's count, that `plan_unbound_views` found to be a whole dim of the base)."""
-
-    dim: int
-
-
-@record_type
-@dataclasses.dataclass(frozen=True)
 class OutputRecord:
-    """The fields of kiln.autograd.functionalize.OutputInfo the runtime reads (see there); `rank`:
-    the base's rank, for a view whose record reads sizes of its base (BaseDim)."""
+    """The fields of kiln.autograd.functionalize.OutputInfo the runtime reads (see there)."""
 
     kind: str
     base: int | None = None
     graph_index: int | None = None
     value: Any = None
-    view: tuple[tuple[Any, ...], tuple[Any, ...], Any] | None = None
-    rank: int | None = None
+    steps: tuple[ViewStep, ...] | None = None
 
 
 @record_type
@@ -213,132 +206,18 @@ class RuntimeMeta:
     outputs: tuple[OutputRecord, ...]
     num_graph_outputs: int
     num_intermediate_bases: int
+    # (input index, the view ops giving its new layout) for inputs whose metadata changed
+    metadata_mutations: tuple[tuple[int, tuple[ViewStep, ...]], ...] = ()
 
 
-# A binding entry (FROM_BASE, dim): the symbol is the size `dim` of the view's own base (a graph
-# output), not of an input; how unbacked sizes (nonzero's count) are read back at run time.
-FROM_BASE = -1
-
-
-def _evaluate(x: Any, binding: dict, args: Sequence[Any], base: torch.Tensor | None = None) -> int:
-    if isinstance(x, BaseDim):
-        assert base is not None
-        return int(base.shape[x.dim])
-    if not isinstance(x, torch.SymInt):
-        return int(x)
-    import sympy  # only symbolic view sizes get here, and they come from a capture (sympy loaded)
-
-    from kiln.symbolic.node import expr_of
-
-    expr = expr_of(x)
-    values = {}
-    for sym in expr.free_symbols:
-        index, dim = binding[sym]
-        if index == FROM_BASE:
-            assert base is not None
-            values[sym] = sympy.Integer(base.shape[dim])
-        elif dim is None and type(args[index]) is float:  # a float argument: sympy's Float is exact
-            values[sym] = sympy.Float(args[index])
-        else:
-            values[sym] = sympy.Integer(args[index] if dim is None else args[index].shape[dim])
-    return int(expr.xreplace(values))
-
-
-def _rebuild_view(base: torch.Tensor, view: tuple, binding: dict, args: Sequence[Any]) -> torch.Tensor:
-    size, stride, offset, *dtype = view
-    if dtype:  # a view that reinterprets its base's bytes (view_as_complex, view(dtype))
-        base = base.view(dtype[0])
-    return base.as_strided([_evaluate(s, binding, args, base) for s in size],
-                           [_evaluate(s, binding, args, base) for s in stride],
-                           _evaluate(offset, binding, args, base))
-
-
-def _symbols(view: tuple) -> set:
-    from kiln.symbolic.node import expr_of
-
-    found: set = set()
-    for x in (*view[0], *view[1], view[2]):
-        if isinstance(x, torch.SymInt):
-            found |= expr_of(x).free_symbols
-    return found
-
-
-def _same_layout(traced: tuple, captured: tuple) -> bool:
-    """Whether two (size, stride, offset) records of one view agree wherever either is a plain int
-    (their symbols may differ: the AOT trace renames unbacked ones)."""
-    t_size, t_stride, t_offset = traced[:3]
-    c_size, c_stride, c_offset = captured[:3]
-    if len(t_size) != len(c_size) or len(t_stride) != len(c_stride):
-        return False
-    for a, b in zip((*t_size, *t_stride, t_offset), (*c_size, *c_stride, c_offset)):
-        if isinstance(a, torch.SymInt) != isinstance(b, torch.SymInt):
-            return False
-        if not isinstance(a, torch.SymInt) and a != b:
-            return False
-    return True
-
-
-def _output_examples(root: Any) -> list[Any] | None:
-    """The captured graph's flat outputs as traced by capture (fake tensors), or None."""
-    graph = getattr(root, "graph", None)
-    if graph is None:
-        return None
-    for node in graph.nodes:
-        if node.op == "output":
-            leaves = pytree.tree_leaves(node.args[0])
-            return [getattr(leaf, "meta", {}).get("example_value") for leaf in leaves]
-    return None
-
-
-def plan_unbound_views(root: Any, meta: Any, binding: dict) -> dict[int, tuple[tuple, dict, int]]:
-    """Output position -> (view record, binding) for view outputs whose traced size, stride or
-    offset holds a symbol that no input carries: an unbacked size made inside the graph (the
-    count of a nonzero whose columns are returned, as `nonzero(as_tuple=True)` does).
-
-    The AOT trace's view only names that symbol; its value is a size of the real base the graph
-    returns. Capture's fake of the same output still knows its base (`_base`), so the view is
-    rebuilt from capture's record, with each unbound symbol read from the base's shape where that
-    symbol is a whole dim. Anything else is refused here, at compile time (the frame runs eagerly
-    with that reason), rather than guessed at run time. The plan's last field is the base's rank,
-    checked at run time before a size is read from it."""
-    plans: dict[int, tuple[tuple, dict, int]] = {}
+def plan_views(meta: Any, binding: dict) -> dict[int, ViewReplay]:
+    """Output position -> the replay of its view ops, for each output that is a view of an input
+    or of an intermediate base. A view whose arguments hold a size no input carries (an unbacked
+    size made inside the graph) is refused here, at compile time: the frame runs eagerly."""
     if meta is None:
-        return plans
-    examples: list[Any] | None = None
-    for k, info in enumerate(meta.outputs):
-        if info.view is None or not (_symbols(info.view) - binding.keys()):
-            continue
-        if examples is None:
-            examples = _output_examples(root) or []
-        plan = _plan_from_capture(info, examples[k] if k < len(examples) else None, binding)
-        if plan is None:
-            from kiln.errors import Unsupported
-
-            raise Unsupported(f"output {k} is a view of another output whose size depends on tensor data "
-                              "(an unbacked size), and its size cannot be read back from its base",
-                              kind="unbacked_view_output")
-        plans[k] = plan
-    return plans
-
-
-def _plan_from_capture(info: Any, example: Any, binding: dict) -> tuple[tuple, dict, int] | None:
-    from kiln.symbolic.node import expr_of
-
-    base = getattr(example, "_base", None)
-    if not isinstance(example, torch.Tensor) or base is None or info.kind != "base_view":
-        return None
-    captured = (tuple(example.shape), tuple(example.stride()), example.storage_offset(), *info.view[3:])
-    if not _same_layout(info.view, captured):
-        return None
-    local = dict(binding)
-    for dim, size in enumerate(base.shape):
-        if isinstance(size, torch.SymInt):
-            expr = expr_of(size)
-            if getattr(expr, "is_Symbol", False) and expr not in local:
-                local[expr] = (FROM_BASE, dim)
-    if _symbols(captured) - local.keys():
-        return None
-    return captured, local, base.dim()
+        return {}
+    return {k: ViewReplay(info.steps, binding, what=f"output {k}")
+            for k, info in enumerate(meta.outputs) if info.steps is not None}
 
 
 def _unflattener(spec: Any) -> Callable[[list[Any]], Any] | None:
@@ -407,7 +286,11 @@ class AotRuntime:
         self.forward = forward
         self.function = function
         self.aot_report = report
-        self._views = plan_unbound_views(root, meta, binding)
+        self._views = plan_views(meta, binding)
+        self._restrides = tuple((index, ViewReplay(steps, binding, what=f"the new layout of input {index}"))
+                                for index, steps in getattr(meta, "metadata_mutations", ()))
+        # user inputs updated in place, checked against the other inputs before each call
+        self._updated = tuple(sorted({*getattr(meta, "mutated_inputs", ()), *(i for i, _ in self._restrides)}))
         # the per-call plan
         self._getters = tuple(operator.attrgetter(path) for path in lifted)  # dotted paths work
         # the grad mode the graph runs under where the caller's (a guard holds it) is not the one
@@ -444,6 +327,11 @@ class AotRuntime:
         return [get(root) for get in self._getters]
 
     def __call__(self, *args: Any) -> Any:
+        if self._updated and len(args) > 1 and self.root is not None and \
+                overlapping(args, [i for i in self._updated if i < len(args)]):
+            # two inputs share memory that one of them updates: the graph would not show the update
+            # through the other, eager does (run the captured graph as it is, op by op)
+            return self.root(*args)
         if self._getters:
             flat: Any = list(args)
             root = self.root
@@ -451,6 +339,17 @@ class AotRuntime:
         else:
             flat = args
         outs = self._run(*_unshared(flat, self._shared_check)) if self._shared_check else self._run(*flat)
+        entry = flat
+        if self._restrides:
+            # eager changed these inputs' sizes or strides in place (t_, unsqueeze_): the caller's
+            # tensor takes the layout its own view chain gives, while views traced from the input,
+            # and the sizes symbols stand for, start from its layout on entry (an alias of it)
+            entry = list(flat)
+            for index, _ in self._restrides:
+                entry[index] = flat[index].view_as(flat[index])
+            for index, replay in self._restrides:
+                final = replay(entry[index], entry)
+                flat[index].as_strided_(final.size(), final.stride(), final.storage_offset())
         num_mutated = self._num_mutated
         if num_mutated:
             written: list[torch.Tensor] = []
@@ -481,35 +380,23 @@ class AotRuntime:
         bases = graph_outs[num_user:]
         results: list[Any] = []
         for k, info in enumerate(meta.outputs):
-            results.append(self._output(k, info, flat, graph_outs, bases, results))
+            results.append(self._output(k, info, flat, entry, graph_outs, bases, results))
         assert self._unflatten is not None  # only a runtime built by hand without meta has no spec
         return self._unflatten(results)
 
-    def _output(self, k: int, info: Any, flat: list[Any], graph_outs: Sequence[Any],
+    def _output(self, k: int, info: Any, flat: Sequence[Any], entry: Sequence[Any], graph_outs: Sequence[Any],
                 bases: Sequence[Any], results: list[Any]) -> Any:
         kind = info.kind
         if kind == "graph":
             return graph_outs[info.graph_index]
         if kind == "input":
             return flat[info.base]
-        if kind == "input_view":
-            return _rebuild_view(flat[info.base], info.view, self.binding, flat)
+        if kind == "input_view":  # after the copy-back above: the view sees the input's new data
+            return self._views[k](entry[info.base], entry)
         if kind == "base":
             return bases[info.base]
         if kind == "base_view":
-            base = bases[info.base]
-            plan = self._views.get(k)
-            if plan is None:
-                rank = getattr(info, "rank", None)  # a persisted view that reads sizes of its base
-                if rank is not None and base.dim() != rank:
-                    raise RuntimeError(f"kiln: output {k} is a view of a rank-{rank} base, and the graph returned "
-                                       f"a rank-{base.dim()} one (an internal error: please report it)")
-                return _rebuild_view(base, info.view, self.binding, flat)
-            view, binding, rank = plan
-            if base.dim() != rank:
-                raise RuntimeError(f"kiln: output {k} is a view of a rank-{rank} base, and the graph returned "
-                                   f"a rank-{base.dim()} one (an internal error: please report it)")
-            return _rebuild_view(base, view, binding, flat)
+            return self._views[k](bases[info.base], entry)
         if kind == "same_as":
             return results[info.base]
         return info.value
@@ -534,22 +421,22 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
     meta = runtime.meta
     if forward is None or meta is None:
         return None
+    if not all(is_plain(steps) for _, steps in meta.metadata_mutations):
+        return None  # a view op argument that is a size symbol
+    tensors = sum(1 for info in getattr(meta, "inputs", ()) if info.is_tensor)
+    if runtime._updated and tensors > 1:
+        return None  # inputs that may share memory with an updated one run the captured graph, kept here
     outputs = []
-    for k, info in enumerate(meta.outputs):
+    for info in meta.outputs:
         if not _plain(info.value):
             return None  # an output constant with no literal
-        if info.view is not None and not _plain(info.view):
-            record = _base_dims_view(runtime._views.get(k))
-            if record is None:
-                return None  # a symbolic view size that is not a whole dim of the view's base
-            view, rank = record
-            outputs.append(OutputRecord(info.kind, info.base, info.graph_index, info.value, view, rank))
-            continue
-        outputs.append(OutputRecord(info.kind, info.base, info.graph_index, info.value, info.view))
+        if info.steps is not None and not is_plain(info.steps):
+            return None  # a view op argument that is a size symbol
+        outputs.append(OutputRecord(info.kind, info.base, info.graph_index, info.value, info.steps))
     fields: dict[str, Any] = {
         "forward": forward,
         "meta": RuntimeMeta(tuple(meta.mutated_inputs), tuple(outputs), meta.num_graph_outputs,
-                            meta.num_intermediate_bases),
+                            meta.num_intermediate_bases, tuple(meta.metadata_mutations)),
         "out_spec": pytree.treespec_dumps(runtime.out_spec),
         "function": None,
         "grad_mode": runtime.grad_mode,
@@ -563,34 +450,15 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
     return Recipe("aot", fields)
 
 
-def _base_dims_view(plan: tuple[tuple, dict, int] | None) -> tuple[tuple, int] | None:
-    """A view plan of `plan_unbound_views` as plain data: each symbol that is a whole dim of the
-    base becomes BaseDim; None when the plan reads anything else (an input's size)."""
-    if plan is None:
-        return None
-    from kiln.symbolic.node import expr_of  # a capture made the plan: its symbols are loaded
-
-    view, binding, rank = plan
-
-    def element(x: Any) -> Any:
-        if not isinstance(x, torch.SymInt):
-            return x if type(x) is int else None
-        expr = expr_of(x)
-        index, dim = binding.get(expr, (None, None)) if getattr(expr, "is_Symbol", False) else (None, None)
-        return BaseDim(dim) if index == FROM_BASE and type(dim) is int else None
-
-    size, stride, offset = ([element(x) for x in view[0]], [element(x) for x in view[1]], element(view[2]))
-    if view[3:] or any(x is None for x in (*size, *stride, offset)):
-        return None
-    return (tuple(size), tuple(stride), offset), rank
-
-
 @loader("aot")
 def _load(fields: dict[str, Any]) -> AotRuntime:
     """A runtime from its recipe's fields (build.LibraryError when a kernel library has left the cache)."""
     meta = fields["meta"]
     if not isinstance(meta, RuntimeMeta) or not all(isinstance(o, OutputRecord) for o in meta.outputs):
         raise ValueError("an aot recipe without its RuntimeMeta")
+    chains = [r.steps for r in meta.outputs if r.steps is not None] + [c for _, c in meta.metadata_mutations]
+    if not all(isinstance(c, tuple) and all(isinstance(s, ViewStep) for s in c) and is_plain(c) for c in chains):
+        raise ValueError("an aot recipe with a malformed view chain")
     forward = rebuild(fields["forward"])
     function = None
     if fields["function"] is not None:

@@ -359,6 +359,10 @@ def _substitute(value: Any, memo: dict[int, Any]) -> Any:
         out = value
     elif kind in (set, frozenset):
         out = kind(_substitute(v, memo) for v in value)
+    elif isinstance(value, list):  # torch.fx's immutable_list (a lowered node's arguments): rebuilt
+        out = kind([_substitute(v, memo) for v in value])
+    elif isinstance(value, dict):  # and immutable_dict
+        out = kind({_substitute(k, memo): _substitute(v, memo) for k, v in value.items()})
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         memo[id(value)] = (value,)
         for name, field_value in list(vars(value).items()):

@@ -334,3 +334,66 @@ def test_binder_raises_like_python(call):
     binder = entry.make_binder(plain, None, False)
     with pytest.raises(TypeError):
         binder(args, kwargs)
+
+
+def _star_signatures():
+    def varkw(a, b=2, **kwargs):
+        return a
+
+    def varargs(a, *rest, key=1, **kw):
+        return a
+
+    def kwonly(a, *, b, c=3):
+        return a
+
+    def everything(self_like, x=None, *args, flag=False, other, **kwargs):
+        return x
+
+    def posonly(a, /, b=2, **kwargs):
+        return a
+
+    def bare(*args, **kwargs):
+        return args
+    return [varkw, varargs, kwonly, everything, posonly, bare]
+
+
+_STAR_CALLS = [((), {}), ((1,), {}), ((1, 2), {}), ((1, 2, 3, 4), {}), ((1,), {"b": 5}), ((1,), {"zz": 9, "b": 0}),
+               ((), {"a": 1, "c": 3}), ((1,), {"other": 4}), ((1, 2), {"other": 4, "flag": True, "q": 1}),
+               ((1,), {"a": 2}), ((1,), {"kwargs": 1, "args": 2, "rest": 3}), ((1,), {"b": 1, "key": 5}),
+               ((1,), {"self_like": 0}), ((0, 1), {"other": 2, "x": 3})]
+
+
+@pytest.mark.parametrize("call", _STAR_CALLS)
+@pytest.mark.parametrize("index", range(6))
+def test_binder_with_star_and_keyword_only_parameters(call, index, monkeypatch):
+    # a transformers forward takes **kwargs: bound without inspect, as Signature.bind +
+    # apply_defaults bind it (the same keys in the same order, the **kwargs dict in call order),
+    # or Python's own TypeError
+    fn = _star_signatures()[index]
+    args, kwargs = call
+    binder = entry.make_binder(fn, None, False)
+    try:
+        expected = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        with pytest.raises(TypeError):
+            binder(args, dict(kwargs))
+        return
+    expected.apply_defaults()
+    real_bind, slow_binds = inspect.Signature.bind, []
+    monkeypatch.setattr(inspect.Signature, "bind", lambda *a, **k: slow_binds.append(a) or real_bind(*a, **k))
+    got = binder(args, dict(kwargs))
+    monkeypatch.undo()
+    assert slow_binds == [] or fn.__name__ == "posonly"  # the fast path, also for *args/**kwargs
+    assert list(got.items()) == list(expected.arguments.items())
+    for name, value in got.items():
+        if isinstance(value, dict):
+            assert list(value) == list(expected.arguments[name])
+    fn.__defaults__ = None if fn.__defaults__ is None else tuple(d if d is None else 7 for d in fn.__defaults__)
+    if fn.__kwdefaults__:
+        fn.__kwdefaults__ = {k: 8 for k in fn.__kwdefaults__}
+    try:
+        expected = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        return
+    expected.apply_defaults()
+    assert binder(args, dict(kwargs)) == dict(expected.arguments)  # defaults replaced after compile

@@ -355,3 +355,34 @@ def test_read_source_walks_chains_as_eval_reads_them() -> None:
         read_source("L['missing']", env)
     with pytest.raises(AttributeError):
         read_source("L['self'].nope", env)
+
+
+@pytest.mark.parametrize("names", [("weight",), ("a", "b", "c"), tuple(f"n{i}" for i in range(12)), ("has {v} brace",)])
+def test_absent_names_and_empty_hook_dicts(names: tuple, checks_variant: str) -> None:
+    # a few identifier names are tested inline, more (or odd ones) through one call; a module's
+    # hook dicts in one statement (Python) or one native call: the same verdicts either way
+    hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    guards = [Guard("L['m']", "check_type", torch.nn.Linear),
+              Guard("L['m'].__dict__", "check_absent", frozenset(names))]
+    guards += [Guard(f"L['m'].{name}", "check_len", 0) for name in hooks]
+    fn = compile_guards(guards)
+    source = fn.source
+    if checks_variant == "python":
+        assert source.count("len(___v0._forward_hooks) or len(") == 1
+    inline = len(names) <= 8 and all(n.isidentifier() for n in names)
+    assert ("___absent(" in source) != inline
+    plain = torch.nn.Linear(2, 2)
+    assert fn({"m": plain}, {}, None)
+    for name in names:
+        shadowed = torch.nn.Linear(2, 2)
+        shadowed.__dict__[name] = 1
+        assert not fn({"m": shadowed}, {}, None)
+        assert "shadow" in fn.explain_failure({"m": shadowed}, {}, None)
+    for hook in hooks:
+        hooked = torch.nn.Linear(2, 2)
+        getattr(hooked, hook)[0] = lambda *a: None
+        assert not fn({"m": hooked}, {}, None)
+        assert fn.explain_failure({"m": hooked}, {}, None) == f"len(m.{hook}) changed from 0 to 1"
+    gone = torch.nn.Linear(2, 2)
+    del gone._backward_pre_hooks
+    assert not fn({"m": gone}, {}, None)

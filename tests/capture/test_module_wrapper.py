@@ -224,3 +224,48 @@ def test_len_of_a_compiled_container() -> None:
     assert len(_compiled(seq)) == 2 == len(torch.compile(seq, backend="eager"))
     with pytest.raises(TypeError):
         len(_compiled(nn.Linear(2, 2)))
+
+
+class _CallMeta(type):
+    pass
+
+
+class ThreeTimesUnderAMetaclass(nn.Module, metaclass=_CallMeta):
+    def forward(self, x):
+        return x + 1
+
+    def __call__(self, x):
+        return 3 * self.forward(x)
+
+
+def test_call_path_does_not_use_getattr_static(monkeypatch) -> None:
+    # inspect.getattr_static costs microseconds: the per-call path of a compiled module finds the
+    # class's __call__ by walking the MRO itself (an ordinary metaclass); still right when the
+    # class's __call__ or forward is replaced after compile, and under a custom metaclass
+    model = nn.Linear(4, 4)
+    opt = kiln.compile(model, backend="eager")
+    x = torch.randn(2, 4)
+    opt(x)
+    calls = []
+    real = kiln.api.inspect.getattr_static
+    monkeypatch.setattr(kiln.api.inspect, "getattr_static", lambda *a: calls.append(a) or real(*a))
+    torch.testing.assert_close(opt(x), model(x))
+    assert calls == []
+
+    class Plus(nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    plus = Plus()
+    opt_plus = kiln.compile(plus, backend="eager")
+    assert torch.equal(opt_plus(x), x + 1)
+    Plus.__call__ = lambda self, x: 7 * self.forward(x)  # a lambda is a FunctionType too
+    assert torch.equal(opt_plus(x), 7 * (x + 1))
+    Plus.forward = lambda self, x: x - 1
+    assert torch.equal(opt_plus(x), 7 * (x - 1))
+    del Plus.__call__
+    assert torch.equal(opt_plus(x), x - 1)
+
+    meta = kiln.compile(ThreeTimesUnderAMetaclass(), backend="eager")
+    assert torch.equal(meta(x), 3 * (x + 1))
+    assert calls  # the metaclass is not `type`: asked

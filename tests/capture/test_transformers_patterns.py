@@ -701,3 +701,42 @@ def test_a_function_forward_that_breaks_is_captured_under_its_backward_in_traini
         assert kiln.stats()["fallbacks"] == 0
     finally:
         kiln.reset()
+
+
+def _feature_maps_record():
+    import dataclasses
+
+    generic = pytest.importorskip("transformers.utils.generic")
+
+    @dataclasses.dataclass
+    class Features(generic.ModelOutput):  # transformers' BackboneOutput
+        feature_maps: tuple | None = None
+        hidden_states: tuple | None = None
+
+    return Features
+
+
+@pytest.mark.parametrize("first", ["tuple_of_tensors", "list_of_tensors", "tuple_of_numbers"])
+def test_model_output_with_only_a_sequence_first_field_is_traced(first):
+    # DETR's backbone rebuilds `type(output)(**kept_fields)` with only feature_maps, a tuple of
+    # tensors: "BackboneOutput() with only a non-tensor first field", a break per stage (5 graphs
+    # where torch.compile makes 1). A sequence whose first element cannot be a (key, value) pair
+    # stays the field's value and item, as ModelOutput.__post_init__ leaves it.
+    Features = _feature_maps_record()
+    make = {"tuple_of_tensors": lambda x: (x + 1, x * 2), "list_of_tensors": lambda x: [x + 1, x * 2],
+            "tuple_of_numbers": lambda x: (3, 4)}[first]
+
+    def backbone(x):
+        out = Features(feature_maps=make(x))
+        kept = {k: v for k, v in out.items() if k == "feature_maps"}
+        again = type(out)(**kept)
+        return again.feature_maps, again[0], list(again.keys()), again.to_tuple(), x.sum()
+
+    x = torch.randn(2, 3)
+    out = _explain(backbone, x)
+    assert out.graph_count == 1 and out.graph_break_count == 0 and not out.fallbacks, out
+    kiln.reset()
+    got, want = kiln.compile(backbone, backend="eager")(x), backbone(x)
+    kiln.reset()
+    assert got[2] == want[2] and len(got[3]) == len(want[3])
+    torch.testing.assert_close((got[0], got[1], got[4]), (want[0], want[1], want[4]))

@@ -75,3 +75,77 @@ def test_runtime_with_lifted_tensors_has_no_recipe() -> None:
                          binding={}, forward=lambda *a: a)
     assert describe(runtime) is None
     assert persist.loads(persist.dumps(torch.float16)) is torch.float16
+
+
+def _strided(n: int = 4) -> torch.Tensor:
+    return torch.arange(n * 6.0).reshape(2 * n, 3)[::2]
+
+
+def test_views_rebuilt_by_replay_survive_the_recipe() -> None:
+    # outputs aliasing an updated strided input and an intermediate, and an input re-strided in
+    # place: their view chains travel as data and replay on the caller's tensors as before
+    def f(a):
+        a.add_(1)
+        y = a * 2
+        views = (a[:, :1], y, y[1:], a.t())
+        a.t_()
+        return *views, a[0], a.sum()
+
+    with torch.no_grad():
+        recipe = describe(_runtime(f, _strided()))
+    assert recipe is not None
+    meta = recipe.fields["meta"]
+    assert [o.kind for o in meta.outputs][:5] == ["input_view", "base", "base_view", "input_view", "input_view"]
+    assert meta.metadata_mutations and meta.metadata_mutations[0][0] == 0 and meta.mutated_inputs == (0,)
+    loaded = rebuild(_round_trip(recipe))
+    a, a_eager = _strided(), _strided()
+    got, want = loaded(a), f(a_eager)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w) and g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
+    assert torch.equal(a, a_eager) and a.shape == a_eager.shape and a.stride() == a_eager.stride()
+    assert got[0].untyped_storage()._cdata == a.untyped_storage()._cdata  # a view of the caller's tensor
+    assert got[2]._base is got[1] or got[2]._base is got[1]._base
+
+
+def test_a_frame_updating_one_of_several_tensor_inputs_is_not_stored() -> None:
+    # at run time it checks that no other input shares the updated one's memory, and runs the
+    # captured graph op by op when one does: a runtime rebuilt from disk has no captured graph
+    def f(a, b):
+        a.add_(b)
+        return a.sum()
+
+    with torch.no_grad():
+        assert describe(_runtime(f, torch.randn(4, 3), torch.randn(4, 3))) is None
+
+
+def test_a_view_chain_naming_anything_but_a_view_op_is_refused() -> None:
+    from kiln.runtime.aot import OutputRecord, RuntimeMeta
+    from kiln.runtime.views import ViewStep
+
+    def f(a):
+        return a[1:], a.sum()
+
+    with torch.no_grad():
+        recipe = describe(_runtime(f, _strided()))
+    assert recipe is not None
+    meta = recipe.fields["meta"]
+    planted = OutputRecord("input_view", 0, None, None, (ViewStep("system", ("echo",)),))
+    fields = dict(recipe.fields, meta=RuntimeMeta(meta.mutated_inputs, (planted, *meta.outputs[1:]),
+                                                 meta.num_graph_outputs, meta.num_intermediate_bases))
+    with pytest.raises(ValueError, match="not a view op"):
+        rebuild(_round_trip(Recipe("aot", fields)))
+
+
+def test_a_view_whose_arguments_are_size_symbols_is_not_stored() -> None:
+    def f(a):
+        return a.view(a.shape[0] * 3)[: a.shape[0] - 1], a.sum()  # view([3*s0]), slice(0, 0, s0 - 1)
+
+    compiled = kiln.compile(f, dynamic=True, options={"opt_level": "-O1"})
+    with torch.no_grad():
+        for n in (4, 6):  # the chain's symbols are read from this call's input
+            x = torch.randn(n, 3)
+            got = compiled(x)[0]
+            assert torch.equal(got, f(x)[0]) and got.untyped_storage()._cdata == x.untyped_storage()._cdata
+    glue = frames_of(compiled).entries[0].glue
+    runtime = next(v for v in glue.__globals__.values() if isinstance(v, AotRuntime))
+    assert describe(runtime) is None

@@ -145,3 +145,16 @@ def test_wrapper_source_check_admits_only_the_error_record_preamble(change) -> N
         return
     with pytest.raises(ValueError):
         kernel_wrapper.check_wrapper_source(_CHECKED_WRAPPER.replace(*change), names)
+
+
+def test_references_inside_torch_fx_containers_are_decoded() -> None:
+    # a lowered extern node keeps its arguments in fx's immutable_list: a size expression or a
+    # dtype inside one stayed an inert placeholder, and the wrapper of a graph read back from the
+    # cache failed to render it (a view-program fuzz case, after a frame came from the disk)
+    from torch.fx.immutable_collections import immutable_dict, immutable_list
+
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    value = immutable_list([s0 * 2, (torch.int8,), immutable_dict({"dtype": torch.bfloat16})])
+    loaded = records.loads(records.dumps(value))
+    assert type(loaded) is immutable_list and type(loaded[2]) is immutable_dict
+    assert loaded[0] == s0 * 2 and loaded[1] == (torch.int8,) and loaded[2]["dtype"] is torch.bfloat16

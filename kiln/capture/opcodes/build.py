@@ -10,11 +10,14 @@ from __future__ import annotations
 import dis
 import enum
 import types
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
 
 from kiln.capture.code import oparg
 from kiln.capture.opcodes import opcode
-from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.base import Variable
+from kiln.capture.variables.constant import ConstantVariable, DeferredTextVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable, key_of, pairs_of
 from kiln.capture.variables.sequence import ListVariable, TupleVariable
 from kiln.capture.variables.slice import SliceVariable
@@ -145,9 +148,14 @@ def FORMAT_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
     flags = oparg(instr)
     spec = tx.pop().as_constant() if flags & 0x04 else ""
     value_var = tx.pop()
-    if isinstance(value_var, SymIntVariable):
-        value = value_var.specialize()
-    elif value_var.is_constant():
+    number = _number_value(value_var)
+    if number is not None and not value_var.is_constant():
+        conversion = flags & 0x03
+        converters: dict[int, Callable[[Any], str]] = {1: str, 2: repr, 3: ascii}
+        convert = converters.get(conversion)
+        tx.push(DeferredTextVariable(lambda: format(convert(number()) if convert else number(), spec)))
+        return
+    if value_var.is_constant():
         value = value_var.as_constant()
     elif isinstance(value_var, ObjectVariable) and isinstance(value_var.value, (type, types.ModuleType, enum.Enum)):
         value = value_var.value
@@ -175,4 +183,25 @@ def FORMAT_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
 @opcode
 def BUILD_STRING(tx: "Tracer", instr: dis.Instruction) -> None:
     parts = tx.popn(oparg(instr))
+    if any(isinstance(p, DeferredTextVariable) for p in parts):
+        tx.push(DeferredTextVariable(lambda: "".join(p.as_constant() for p in parts)))
+        return
     tx.push(ConstantVariable("".join(p.as_constant() for p in parts)))
+
+
+def _number_value(var: Variable) -> Callable[[], Any] | None:
+    """For a symbolic number, or a tuple, Size or list of numbers: what gives its Python value
+    (each symbol guarded equal to its value) when called; None for anything else."""
+    if isinstance(var, SymIntVariable):
+        return var.specialize
+    if var.is_constant():
+        value = var.as_constant()
+        return (lambda: value) if isinstance(value, (int, float, bool)) else None
+    if not isinstance(var, (TupleVariable, ListVariable)) or var.python_type() not in (tuple, list, torch.Size):
+        return None
+    kind: Callable[[Any], Any] = var.python_type()
+    items = [_number_value(item) for item in var.items]
+    makers = [item for item in items if item is not None]
+    if len(makers) != len(items):
+        return None
+    return lambda: kind(make() for make in makers)

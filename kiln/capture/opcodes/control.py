@@ -27,7 +27,7 @@ from kiln.capture.variables.context_manager import (
 )
 from kiln.capture.variables.functions import UserMethodVariable
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
-from kiln.capture.variables.iterator import IteratorVariable
+from kiln.capture.variables.iterator import IteratorVariable, open_iterator
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -131,10 +131,7 @@ def JUMP_IF_FALSE_OR_POP(tx: "Tracer", instr: dis.Instruction) -> None:
 @opcode
 def GET_ITER(tx: "Tracer", instr: dis.Instruction) -> None:
     value = tx.pop()
-    if isinstance(value, IteratorVariable):
-        tx.push(value)
-    else:
-        tx.push(IteratorVariable(tx.iterate(value)))
+    tx.push(open_iterator(tx, value))
 
 
 @opcode

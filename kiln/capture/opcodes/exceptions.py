@@ -20,24 +20,43 @@ from kiln.capture.variables.exception import (
     as_exception,
     exception_matches,
     handled_exception,
+    raise_in_trace,
 )
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.tracer import Tracer
+    from kiln.capture.variables.base import Variable
+
+
+def exception_cause(tx: "Tracer", cause: Variable) -> Variable:
+    """What `raise X from cause` stores in X.__cause__: None, an exception, or a new instance of an
+    exception class; anything else is the TypeError CPython raises there."""
+    if isinstance(cause, ExceptionVariable) or cause.is_constant() and cause.as_constant() is None:
+        return cause
+    try:
+        real = cause.as_python_value()
+    except Unsupported:  # not known at trace time: as_exception says what it cannot raise
+        return as_exception(tx, cause)
+    if isinstance(real, type) and issubclass(real, BaseException):
+        return as_exception(tx, cause)
+    error = TypeError("exception causes must derive from BaseException")
+    raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
 
 
 @opcode
 def RAISE_VARARGS(tx: "Tracer", instr: dis.Instruction) -> None:
+    reason = "{} raised in the frame and not caught there (raised natively)"
     if instr.arg == 0:
         exc = handled_exception(tx)
         if not isinstance(exc, ExceptionVariable):
             raise Unsupported("a bare `raise` with no exception being handled (raised natively)", kind="unsupported")
-    else:
-        if instr.arg == 2:
-            tx.pop()  # the cause (`raise X from Y`) only changes the traceback's text
-        exc = as_exception(tx, tx.pop())
-    raise RaisedInTrace(exc, f"{exc.exc_type.__name__} raised in the frame and not caught there (raised natively)")
+        raise RaisedInTrace(exc, reason.format(exc.exc_type.__name__), reraised=True)
+    cause = tx.pop() if instr.arg == 2 else None
+    exc = as_exception(tx, tx.pop())
+    if cause is not None:  # `raise X from Y`: Y, or a new Y() when Y is an exception class
+        exc.set_cause(exception_cause(tx, cause))
+    raise RaisedInTrace(exc, reason.format(exc.exc_type.__name__))
 
 
 @opcode
@@ -68,7 +87,8 @@ def RERAISE(tx: "Tracer", instr: dis.Instruction) -> None:
         tx.pop()  # the offset of the instruction that first raised (only the traceback uses it)
     if not isinstance(exc, ExceptionVariable):
         raise Unsupported(f"re-raising {exc.describe()}", kind="unsupported")
-    raise RaisedInTrace(exc, f"{exc.exc_type.__name__} raised in the frame and not caught there (raised natively)")
+    raise RaisedInTrace(exc, f"{exc.exc_type.__name__} raised in the frame and not caught there (raised natively)",
+                        reraised=True)
 
 
 @opcode

@@ -12,11 +12,11 @@ import dis
 import inspect
 import operator
 import types
-import typing
 from typing import TYPE_CHECKING, Any
 
 from kiln.capture.opcodes import opcode
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.builtin import BuiltinVariable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
@@ -27,6 +27,7 @@ from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, 
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
+from kiln.capture.variables.iterator import open_iterator
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -72,6 +73,10 @@ def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool
         return numpy_operator(tx, symbol, a, b, inplace)
     if involves_view(a, b):
         return view_operator(tx, symbol, a, b)  # in place too: `s = d.keys(); s |= x` rebinds s to a set
+    if _python_type(a) is not None or _python_type(b) is not None:
+        result = _python_binary(tx, symbol, a, b, inplace)
+        if result is not None:
+            return result
     if _graph_values(a, b):
         if inplace and not isinstance(a, TensorVariable):
             fn = BINARY[symbol]  # ints and SymInts are immutable: `n += 1` is `n = n + 1`
@@ -95,6 +100,65 @@ def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool
     if a.is_constant() and b.is_constant():
         return _const(fn, a, b)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+_BINARY_DUNDERS = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv", "%": "mod",
+                   "**": "pow", "@": "matmul", "&": "and", "|": "or", "^": "xor", "<<": "lshift", ">>": "rshift"}
+# operands whose own method answers NotImplemented for a user object, so its reflected method runs
+# (a str or bytes repeated by a user object with __index__ is the exception: left to the caller)
+_PLAIN_NUMBERS = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _python_binary(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool) -> Variable | None:
+    """`a + b` (or `a += b`) where a user class defines the operator in Python, in CPython's order:
+    `__iadd__` first for `+=`; then `a.__add__(b)`, then `b.__radd__(a)` (first when b's class is a
+    proper subclass of a's that overrides it); NotImplemented moves on, and from all a TypeError.
+    None when no Python method is involved (the caller goes on)."""
+    stem = _BINARY_DUNDERS[symbol]
+    left, right = _python_type(a), _python_type(b)
+    if symbol == "*" and any(kind is not None and hasattr(kind, "__index__") for kind in (left, right)):
+        return None
+    if inplace and left is not None:
+        method = _method(tx, a, f"__i{stem}__")
+        if method is not None:
+            result = UserMethodVariable(method, a).call(tx, [b], {})
+            if not (result.is_constant() and result.as_constant() is NotImplemented):
+                return result
+    steps: list[tuple[Variable, str, Variable]] = []
+    # a tensor or container operand: what its own method does with a user object is not modelled,
+    # so when the user class's methods give NotImplemented the caller decides (a break)
+    modelled = all(side is not None or v.is_constant() and type(v.as_constant()) in _PLAIN_NUMBERS
+                   for side, v in ((left, a), (right, b)))
+    if left is not None:
+        steps.append((a, f"__{stem}__", b))
+    elif not modelled:
+        return None  # its own method comes first
+    if right is not None and right is not left:
+        reflected = (b, f"__r{stem}__", a)
+        if left is not None and issubclass(right, left) and _method(tx, b, f"__r{stem}__") is not None:
+            steps.insert(0, reflected)
+        else:
+            steps.append(reflected)
+    found = False
+    for receiver, name, other in steps:
+        method = _method(tx, receiver, name)
+        if method is None:
+            continue
+        found = True
+        result = UserMethodVariable(method, receiver).call(tx, [other], {})
+        if not (result.is_constant() and result.as_constant() is NotImplemented):
+            return result
+    if not modelled or not found and any(_python_has(receiver, name) for receiver, name, _ in steps):
+        return None  # a builtin base's own method (a dict or int subclass), or a tensor's: the caller's
+    from kiln.capture.variables.exception import raise_in_trace
+    error = TypeError(f"unsupported operand type(s) for {symbol}{'=' if inplace else ''}")
+    raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
+
+
+def _python_has(v: Variable, name: str) -> bool:
+    """The user class of `v` has `name` from a builtin base (its slot, not Python code)."""
+    kind = _python_type(v)
+    return kind is not None and inspect.getattr_static(kind, name, None) is not None
 
 
 def _sequence_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool) -> Variable:
@@ -293,50 +357,36 @@ def subscript(tx: "Tracer", obj: Variable, key: Variable) -> Variable:
         return tx.call_op("call_function", operator.getitem, [obj, key], {})
     if isinstance(obj, ConstantVariable) and key.is_constant():
         return _const(operator.getitem, obj, key)
-    alias = _type_subscript(tx, obj, key)
-    if alias is not None:
-        return alias
+    if isinstance(obj, (ObjectVariable, BuiltinVariable)) and _subscriptable_type(obj.as_python_value()):
+        # `List[Tuple[int, int]]` (torchvision's torch.jit.annotate), `list[int]`: typing's
+        # __getitem__ and __class_getitem__ are pure and cached, and their arguments are classes
+        # and forms known at trace time, so the alias is made now, as the interpreter would,
+        # instead of tracing typing's internals
+        return tx.wrap(obj.as_python_value()[_type_argument(key)], None)
     return obj.call_method(tx, "__getitem__", [key], {})
 
 
-_TYPING_FORMS = (typing._SpecialForm, typing._BaseGenericAlias, types.GenericAlias)  # type: ignore[attr-defined]
+def _is_typing_form(value: Any) -> bool:
+    return type(value).__module__ == "typing" or isinstance(value, (types.GenericAlias, types.UnionType))
 
 
-def _type_subscript(tx: "Tracer", obj: Variable, key: Variable) -> Variable | None:
-    """`list[Tensor]`, `Optional[int]`, `Dict[str, T]`: a type annotation built at run time (torch's
-    optimizers spell `cast(list[Tensor], xs)`). PEP 560's `__class_getitem__` of a builtin class or
-    typing's own forms make an alias that holds no data: made now, a trace-time constant."""
-    try:
-        # by type first: the real value of a container read from outside would guard every item
-        kind = obj.python_type()
-    except Unsupported:
-        return None
-    if not issubclass(kind, (type, *_TYPING_FORMS)):
-        return None
-    try:
-        target = obj.as_python_value()
-    except Unsupported:
-        return None
-    if isinstance(target, type):
-        hook = inspect.getattr_static(target, "__class_getitem__", None)
-        hook = getattr(hook, "__func__", hook)
-        if hook is None or getattr(hook, "__module__", None) not in ("builtins", "typing", None):
-            return None
-    elif not isinstance(target, _TYPING_FORMS):
-        return None
-    try:
-        index = _annotation_value(key)
-        return tx.wrap_result(target[index])
-    except (Unsupported, TypeError):
-        return None
+def _subscriptable_type(value: Any) -> bool:
+    """A typing form, or a builtin or collections class whose `cls[...]` makes a generic alias."""
+    if _is_typing_form(value):
+        return True
+    return isinstance(value, type) and value.__module__ in ("builtins", "collections", "collections.abc") \
+        and "__class_getitem__" in vars(value)
 
 
-def _annotation_value(var: Variable) -> Any:
+def _type_argument(var: Variable) -> Any:
+    """The real argument of a typing subscript: classes, forms, None, `...`, forward-reference
+    strings, and tuples of them; Unsupported for anything computed in the trace."""
     if isinstance(var, TupleVariable):
-        return tuple(_annotation_value(item) for item in var.items)
-    if isinstance(var, TensorVariable):
-        raise Unsupported("a tensor in a type annotation", kind="unsupported")
-    return var.as_python_value()
+        return tuple(_type_argument(item) for item in var.items)
+    value = var.as_python_value()
+    if value is None or value is Ellipsis or isinstance(value, (type, str)) or _is_typing_form(value):
+        return value
+    raise Unsupported(f"subscripting a typing form with {var.describe()}", kind="unsupported")
 
 
 @opcode
@@ -359,48 +409,68 @@ def COMPARE_OP(tx: "Tracer", instr: dis.Instruction) -> None:
 def IS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
     b = tx.pop()
     a = tx.pop()
+    tx.push(ConstantVariable(identity(a, b) != bool(instr.arg)))
+
+
+def identity(a: Variable, b: Variable) -> bool:
+    """`a is b` at trace time (also operator.is_ / is_not)."""
     same = _identity(a, b)
     if same is None:
         raise Unsupported(f"`is` between {a.describe()} and {b.describe()}", kind="unsupported")
-    tx.push(ConstantVariable(same != bool(instr.arg)))
+    return same
 
 
 @opcode
 def CONTAINS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
     container = tx.pop()
     item = tx.pop()
+    tx.push(ConstantVariable(contains(tx, container, item) != bool(instr.arg)))
+
+
+def contains(tx: "Tracer", container: Variable, item: Variable) -> bool:
+    """`item in container` at trace time (also operator.contains)."""
     if isinstance(container, (DictVariable, SetVariable, DictViewVariable)):
         result = container.call_method(tx, "__contains__", [item], {}).as_constant()
     elif isinstance(container, ConstantVariable) and item.is_constant():
         result = item.as_constant() in container.as_constant()
     elif isinstance(container, TensorVariable):
         raise Unsupported("`in` on a tensor compares its values", kind="data_dependent_branch")
-    elif isinstance(container, ObjectVariable) and _python_contains(container) is not None:
+    elif isinstance(container, (ObjectVariable, NewObjectVariable)) and _python_contains(container) is not None:
         # A mapping class (collections.abc.Mapping's __contains__ reads self[key]): `in` calls it.
         found = UserMethodVariable(_python_contains(container), container).call(tx, [item], {})
         result = found.truth(tx)
     else:
-        items = tx.iterate(container)
+        # stepped one item at a time: a user iterator stops being read at the first match, as in eager
+        iterator = open_iterator(tx, container)
         result = False
-        for candidate in items:
+        candidate = iterator.next_item()
+        while candidate is not None:
             same = _equal(item, candidate)
             if same is None:
                 raise Unsupported(f"`in` comparing {item.describe()}", kind="unsupported")
             if same:
                 result = True
                 break
-    tx.push(ConstantVariable(result != bool(instr.arg)))
+            candidate = iterator.next_item()
+    return bool(result)
 
 
-def _python_contains(container: "ObjectVariable") -> Any:
+def _python_contains(container: "ObjectVariable | NewObjectVariable") -> Any:
     """The class's `__contains__` when it is Python code (None for builtins and classes without one)."""
-    contains = inspect.getattr_static(type(container.value), "__contains__", None)
+    kind = _python_type(container)
+    contains = None if kind is None else inspect.getattr_static(kind, "__contains__", None)
     return contains if isinstance(contains, types.FunctionType) else None
+
+
+_UNARY_DUNDERS = {operator.neg: "__neg__", operator.pos: "__pos__", operator.invert: "__invert__"}
 
 
 def _unary(tx: "Tracer", fn: Any) -> None:
     value = tx.pop()
-    if isinstance(value, NumpyArrayVariable):
+    method = _method(tx, value, _UNARY_DUNDERS[fn]) if fn in _UNARY_DUNDERS and _python_type(value) else None
+    if method is not None:  # `-v` of a user class with a Python __neg__
+        tx.push(UserMethodVariable(method, value).call(tx, [], {}))
+    elif isinstance(value, NumpyArrayVariable):
         tx.push(numpy_unary(tx, fn, value))
     elif isinstance(value, (TensorVariable, SymIntVariable)):
         tx.push(tx.call_op("call_function", fn, [value], {}))

@@ -15,6 +15,7 @@ from kiln.errors import Unsupported
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
     from kiln.capture.tracer import Tracer
+    from kiln.capture.variables.iterator import IteratorVariable
 
 
 class Variable:
@@ -62,6 +63,11 @@ class Variable:
 
     def iterate(self, tx: "Tracer") -> list["Variable"]:
         raise Unsupported(f"iterating over {self.describe()}", kind="unsupported_iter")
+
+    def open_iterator(self, tx: "Tracer") -> "IteratorVariable | None":
+        """`iter(value)` when the value makes its own iterator (a user class's `__iter__`, which
+        may be stepped lazily); None: an iterator over what `iterate` gives."""
+        return None
 
     def truth(self, tx: "Tracer") -> bool:
         """`bool(value)` at trace time (a jump on it); Unsupported if it depends on tensor data."""

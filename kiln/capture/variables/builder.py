@@ -204,7 +204,8 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     if type(value) in (dict, collections.OrderedDict) and source is not None \
             and all(isinstance(k, torch.Tensor) or is_constant_value(k) for k in value):
         return _wrap_tensor_keyed_dict(state, value, source)
-    if isinstance(value, dict) and source is not None and wrappable_dict_subclass(type(value)) and _constant_keys(value):
+    if isinstance(value, dict) and source is not None and wrappable_dict_subclass(type(value)) \
+            and not is_model_output_class(type(value)) and _constant_keys(value):
         return _wrap_dict_subclass(state, value, source)
     if source is not None and is_model_output_class(type(value)):
         _guard(state, source, "check_type", type(value))

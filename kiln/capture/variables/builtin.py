@@ -23,6 +23,7 @@ from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.ordering import Ordered, constant_of, sorted_rule, traced_numbers
+from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -299,11 +300,9 @@ def reversed_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
 
 @builtin_rule(iter)
 def iter_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.iterator import open_iterator
 
-    if isinstance(args[0], IteratorVariable):
-        return args[0]
-    return IteratorVariable(tx.iterate(args[0]))
+    return open_iterator(tx, args[0])
 
 
 @builtin_rule(next)
@@ -443,11 +442,33 @@ def _minmax(fn: Any) -> Rule:
             if len(items) == 2 and all(isinstance(i, TensorVariable) for i in items):
                 return tx.call_op("call_function", torch.maximum if fn is max else torch.minimum, items, {})
             raise Unsupported(f"{fn.__name__}() over tensors compares their values", kind="data_dependent_branch")
+        if _one_number_kind(items):
+            # sizes and numbers computed from them (torchvision's `min(image.shape[-2:])`): the
+            # symbolic min/max, as torch.compile records it, where comparing would guard which
+            # side is smaller and recompile when it flips. Of numbers of one kind only: min(2, 2.0)
+            # is the int 2, the first of the equal ones.
+            result = items[0]
+            for item in items[1:]:
+                result = tx.call_op("call_function", torch.sym_max if fn is max else torch.sym_min, [result, item], {})
+            return result
         result = items[0]
         for item in items[1:]:
             result = tx.call_op("call_function", fn, [result, item], {})
         return result
     return rule
+
+
+def _one_number_kind(items: list[Variable]) -> bool:
+    """Symbolic numbers (some, not all, may be constants) that are all ints or all floats."""
+    kinds = set()
+    for item in items:
+        if isinstance(item, SymIntVariable):
+            kinds.add(item.python_type())
+        elif item.is_constant() and type(item.as_constant()) in (int, float):
+            kinds.add(type(item.as_constant()))
+        else:
+            return False
+    return len(kinds) == 1 and kinds <= {int, float} and any(isinstance(i, SymIntVariable) for i in items)
 
 
 RULES[min] = _minmax(min)
@@ -539,6 +560,10 @@ def _convert(kind: type) -> Rule:
                 # int(f) of a float argument stays symbolic (truncation, its sign guarded), as
                 # torch.compile's torch.sym_int: `x[: int(n * f)]` needs no new graph per value
                 return tx.call_op("call_function", torch.sym_int, args, {})
+            if kind is float and args[0].python_type() is int and len(args) == 1:
+                # float(size) stays symbolic too (torch.sym_float): torchvision pads a batch to
+                # `math.ceil(float(h) / stride) * stride`, which would else guard h's value
+                return tx.call_op("call_function", torch.sym_float, args, {})
             return tx.call_op("call_function", kind, args, {})
         if kind is bool and len(args) == 1 and not kwargs and not args[0].is_constant():
             return ConstantVariable(args[0].truth(tx))  # __bool__, else __len__, as `if obj:` asks
@@ -640,10 +665,23 @@ def object_setattr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Va
 # The operator module's functions behave like the operators themselves.
 def _operator_rule(name: str) -> Rule:
     def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.opcodes.operators import BINARY_SYMBOLS, binary_op, compare_op, subscript
+        from kiln.capture.opcodes.operators import BINARY_SYMBOLS, binary_op, compare_op, contains, identity, subscript
 
+        if len(args) != 2 or kwargs:
+            raise Unsupported(f"operator.{name} with {len(args)} arguments (raised natively)", kind="unsupported_call")
         if name == "getitem":
             return subscript(tx, args[0], args[1])
+        if name == "contains":
+            return ConstantVariable(contains(tx, args[0], args[1]))
+        if name in ("is_", "is_not"):
+            return ConstantVariable(identity(args[0], args[1]) == (name == "is_"))
+        if name == "concat":
+            return binary_op(tx, "+", args[0], args[1])
+        plain = {"iand": "and_", "ior": "or_"}.get(name, name[1:])
+        if name.startswith("i") and plain in BINARY_SYMBOLS:  # iadd(a, b): `a += b`, then a
+            return binary_op(tx, BINARY_SYMBOLS[plain], args[0], args[1], inplace=True)
+        if name == "iconcat":
+            return binary_op(tx, "+", args[0], args[1], inplace=True)
         if name in BINARY_SYMBOLS:
             return binary_op(tx, BINARY_SYMBOLS[name], args[0], args[1])
         return compare_op(tx, name, args[0], args[1])
@@ -651,7 +689,9 @@ def _operator_rule(name: str) -> Rule:
 
 
 for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_", "xor",
-              "lshift", "rshift", "getitem", "lt", "le", "eq", "ne", "gt", "ge"):
+              "lshift", "rshift", "getitem", "lt", "le", "eq", "ne", "gt", "ge", "contains", "is_", "is_not",
+              "concat", "iconcat", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "imatmul",
+              "iand", "ior", "ixor", "ilshift", "irshift"):
     RULES[getattr(operator, _name)] = _operator_rule(_name)
 
 for _unary in (operator.neg, operator.pos, operator.not_, operator.invert, operator.truth, operator.index):

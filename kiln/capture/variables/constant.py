@@ -114,6 +114,31 @@ class ItemConstantVariable(ConstantVariable):
         return super().reconstruct(glue)
 
 
+class DeferredTextVariable(ConstantVariable):
+    """A string formatted from symbolic sizes (`f"got {image.shape[-2:]}"`), made, and the sizes
+    guarded by value, only when the trace or the glue reads it: a message that only an assertion
+    which holds would show (torchvision's `torch._assert(len(val) == 2, f"...")`) costs no
+    specialization, as torch.compile's lazily formatted strings cost none."""
+
+    def __init__(self, make: Callable[[], str]) -> None:
+        self._make: Callable[[], str] | None = make
+        self._text = ""
+        self.source = None
+
+    @property  # type: ignore[override]  # a plain attribute on ConstantVariable
+    def value(self) -> Any:
+        if self._make is not None:
+            make, self._make = self._make, None
+            self._text = make()
+        return self._text
+
+    def python_type(self) -> type:
+        return str
+
+    def describe(self) -> str:
+        return "string formatted from sizes" if self._make is not None else super().describe()
+
+
 def literal_or_none(value: Any) -> str | None:
     """A Python literal for simple constants (what the glue prints inline), else None."""
     # Exact types only: a subclass (numpy's float64 is a float) prints as `np.float64(1.0)`, which

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from kiln.capture.tracer import Tracer
 
 
+_OBJECT_CLASS = vars(object)["__class__"]
+
+
 def is_identity_key(value: Any) -> bool:
     """True for objects that hash and compare by identity and whose identity the builder guards:
     classes (with a metaclass that keeps identity equality), functions, modules and typing's
@@ -173,6 +176,10 @@ class DictVariable(Variable):
         if name == "default_factory" and issubclass(self.dict_type, collections.defaultdict):
             return self.default_factory if self.default_factory is not None else ConstantVariable(None)
         if _is_user_subclass(self.dict_type):
+            if name == "__class__" and inspect.getattr_static(self.dict_type, name) is _OBJECT_CLASS:
+                # object's own descriptor (unless a subclass overrides it): not a class attribute
+                # to bind, which gave the descriptor itself, named "__class__", for the class
+                return tx.wrap_result(self.dict_type)
             static = inspect.getattr_static(self.dict_type, name, _MISSING)
             owner = _defining_class(self.dict_type, name)
             if owner is not None and owner not in BUILTIN_DICTS:
@@ -182,8 +189,6 @@ class DictVariable(Variable):
                     return bound
                 guard_class_attribute(tx, self.dict_type, name, static)
                 return tx.wrap(static, None)
-            if name == "__class__":
-                return tx.wrap_result(self.dict_type)
         if not hasattr(self.dict_type, name):
             raise no_attribute(self.dict_type, name)
         return BoundMethodVariable(self, name)
@@ -204,6 +209,13 @@ class DictVariable(Variable):
             raise Unsupported(f"{self.dict_type.__qualname__}.{name} is not a Python function",
                               kind="unsupported_call")
         return UserMethodVariable(static, self)
+
+    def python_setattr(self, tx: "Tracer") -> Variable | None:
+        """The subclass's own `__setattr__` written in Python (diffusers' BaseOutput keeps an item
+        in step with a field), bound to this dict; None when attribute stores are plain."""
+        if not isinstance(inspect.getattr_static(self.dict_type, "__setattr__"), types.FunctionType):
+            return None
+        return self._override(tx, "__setattr__")
 
     def _mutated(self, tx: "Tracer") -> None:
         tx.side_effects.mutate(self)
@@ -365,12 +377,14 @@ def _defining_class(kind: type, name: str) -> type | None:
 
 def constructible_dict_subclass(kind: type) -> bool:
     """A subclass of dict (or OrderedDict, defaultdict) whose instances capture builds as a traced
-    dict: its own `__new__`, if any, is a builtin's, and it keeps the builtin `__setattr__`."""
+    dict: its own `__new__`, if any, is a builtin's, and its `__setattr__` is object's or a Python
+    function (inlined: diffusers' BaseOutput keeps an item in step with each field it sets)."""
     if not isinstance(kind, type) or not issubclass(kind, dict) or kind in BUILTIN_DICTS:
         return False
     base = _builtin_base(kind)
-    return kind.__new__ is base.__new__ and kind.__setattr__ is object.__setattr__ \
-        and getattr(kind, "__dictoffset__", 0) != 0
+    setattr_ = inspect.getattr_static(kind, "__setattr__")
+    return kind.__new__ is base.__new__ and getattr(kind, "__dictoffset__", 0) != 0 \
+        and (setattr_ is object.__setattr__ or isinstance(setattr_, types.FunctionType))
 
 
 def new_dict_subclass(tx: "Tracer", kind: type, args: Sequence[Variable], kwargs: dict[str, Variable]) -> "DictVariable":

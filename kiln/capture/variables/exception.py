@@ -32,6 +32,12 @@ class ExceptionVariable(Variable):
         self.args = list(args)
         self.attrs: dict[str, Variable] = {}
         self.python_init = _python_method(exc_type, "__init__") is not None
+        # the chain CPython keeps on the exception: `raise ... from cause` sets __cause__ (and
+        # __suppress_context__); raising while another is handled sets __context__ to that one
+        self.cause: Variable = ConstantVariable(None)
+        self.context: Variable = ConstantVariable(None)
+        self.suppress_context = False
+        self.raised = False  # raised in the frame: it has a traceback, which capture does not build
 
     @staticmethod
     def of(exc: BaseException) -> "ExceptionVariable":
@@ -51,7 +57,11 @@ class ExceptionVariable(Variable):
     def is_constant(self) -> bool:
         # `str(e)`, `repr(e)`, `e.args[0] == ...` fold at trace time when the arguments are known
         # (and building it again runs no Python code of its class).
-        return not self.python_init and not self.attrs and all(a.is_constant() for a in self.args)
+        return not self.python_init and not self.attrs and not self.raised and not self._chained() \
+            and all(a.is_constant() for a in self.args)
+
+    def _chained(self) -> bool:
+        return not (self.cause.is_constant() and self.context.is_constant()) or self.suppress_context
 
     def as_constant(self) -> Any:
         if not self.is_constant():
@@ -68,7 +78,15 @@ class ExceptionVariable(Variable):
             return TupleVariable(list(self.args))
         if name == "__class__":
             return tx.wrap_result(self.exc_type)
-        if name in ("__traceback__", "__cause__", "__context__"):
+        if name == "__cause__":
+            return self.cause
+        if name == "__context__":
+            return self.context
+        if name == "__suppress_context__":
+            return ConstantVariable(self.suppress_context)
+        if name == "__traceback__":
+            if self.raised:
+                raise Unsupported(f"the traceback of a {self.describe()} raised in the frame", kind="unsupported_attribute")
             return ConstantVariable(None)
         owner = _python_owner(self.exc_type, name)
         if owner is not None:  # a method, property or constant of the user's exception class
@@ -81,9 +99,39 @@ class ExceptionVariable(Variable):
             return tx.wrap(static, None)
         raise Unsupported(f"attribute {name!r} of a {self.describe()}", kind="unsupported_attribute")
 
+    def set_cause(self, cause: Variable) -> None:
+        """`exc.__cause__ = cause` (and `raise exc from cause`): it also suppresses the context."""
+        if not (isinstance(cause, ExceptionVariable) or cause.is_constant() and cause.as_constant() is None):
+            error = TypeError("exception cause must be None or derive from BaseException")
+            raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
+        self.cause = cause
+        self.suppress_context = True
+
+    def chain_to(self, handled: Variable | None) -> None:
+        """What raising this exception does to its `__context__` while `handled` is being handled:
+        set to it, cutting the cycle CPython cuts when this exception is already in handled's chain."""
+        if not isinstance(handled, ExceptionVariable) or handled is self:
+            return
+        link = handled
+        while isinstance(link.context, ExceptionVariable):
+            if link.context is self:
+                link.context = ConstantVariable(None)
+                break
+            link = link.context
+        self.context = handled
+
     def set_attribute(self, name: str, value: Variable) -> None:
         """`self.code = code` in the exception's Python `__init__` (nothing outside sees it yet)."""
-        if name == "args":
+        if name == "__cause__":
+            self.set_cause(value)
+        elif name == "__context__":
+            if not (isinstance(value, ExceptionVariable) or value.is_constant() and value.as_constant() is None):
+                error = TypeError("exception context must be None or derive from BaseException")
+                raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
+            self.context = value
+        elif name == "__suppress_context__":
+            self.suppress_context = value.truth_value() if hasattr(value, "truth_value") else bool(value.as_constant())
+        elif name == "args":
             from kiln.capture.variables.sequence import BaseSequenceVariable
             if not isinstance(value, BaseSequenceVariable):
                 raise Unsupported("setting an exception's args to a value that is not a sequence", kind="unsupported")
@@ -115,7 +163,7 @@ class ExceptionVariable(Variable):
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         parts = ", ".join(glue.reconstruct(a) for a in self.args)
-        if not self.python_init:
+        if not self.python_init and not self._chained():
             return f"{glue.constant(self.exc_type)}({parts})"
         # its __init__ ran in the trace: made without running it again, with its args and attributes
         cls, name = glue.constant(self.exc_type), glue.fresh("exc")
@@ -123,6 +171,10 @@ class ExceptionVariable(Variable):
         glue.line(f"{name}.args = ({parts}{',' if len(self.args) == 1 else ''})")
         for attr, value in self.attrs.items():
             glue.line(f"{name}.{attr} = {glue.reconstruct(value)}")
+        if self._chained():
+            glue.line(f"{name}.__context__ = {glue.reconstruct(self.context)}")
+            glue.line(f"{name}.__cause__ = {glue.reconstruct(self.cause)}")
+            glue.line(f"{name}.__suppress_context__ = {self.suppress_context}")
         return name
 
 
@@ -146,9 +198,12 @@ class RaisedInTrace(Unsupported):
     """The traced code raised `exception` at trace time. A handler of the frame (or of a caller
     being traced) catches it; if none does it is an ordinary Unsupported: the break raises natively."""
 
-    def __init__(self, exception: ExceptionVariable, reason: str | None = None) -> None:
+    def __init__(self, exception: ExceptionVariable, reason: str | None = None, *, reraised: bool = False) -> None:
         super().__init__(reason or f"{exception.exc_type.__name__} raised (raised natively)", kind="unsupported")
         self.exception = exception
+        # a re-raise (bare `raise`, RERAISE) leaves the exception's __context__ as it is; a new raise
+        # chains it to the exception being handled where it is raised (done once, by the tracer)
+        self.chained = reraised
 
 
 def raise_in_trace(exc: BaseException, reason: str) -> RaisedInTrace:
@@ -237,13 +292,30 @@ def exception_matches(exc: Variable, match: Variable) -> bool:
 
 def handled_exception(tx: "Tracer") -> Variable:
     """The exception being handled (what a bare `raise` re-raises): innermost first, callers next."""
+    handled = current_handled(tx)
+    if handled is None:
+        raise Unsupported("a bare `raise` with no exception being handled (raised natively)", kind="unsupported")
+    return handled
+
+
+def current_handled(tx: "Tracer") -> Variable | None:
+    """sys.exception() where `tx` runs: the innermost exception whose handler is running, or None."""
     frame: Any = tx
     while frame is not None:
         if frame.handled:
             return frame.handled[-1]
         frame = frame.parent
-    raise Unsupported("a bare `raise` with no exception being handled (raised natively)", kind="unsupported")
+    return None
+
+
+def note_raised(tx: "Tracer", raised: RaisedInTrace) -> None:
+    """Where `raised` was raised (the first frame that sees it): it now has a traceback, and a new
+    raise chains it to the exception being handled there, as CPython's raise does."""
+    raised.exception.raised = True
+    if not raised.chained:
+        raised.chained = True
+        raised.exception.chain_to(current_handled(tx))
 
 
 __all__ = ["ExceptionVariable", "RaisedInTrace", "as_exception", "catch_in_frame", "construct_exception",
-           "exception_matches", "handled_exception", "raise_in_trace"]
+           "current_handled", "exception_matches", "handled_exception", "note_raised", "raise_in_trace"]

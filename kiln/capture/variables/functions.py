@@ -404,16 +404,29 @@ def bind_python_descriptor(tx: "Tracer", static: Any, receiver: Variable, owner:
         return None
     guard_class_attribute(tx, owner, name, static)
     guard_class_attribute(tx, type(static), "__get__", get)
-    receiver_source = getattr(receiver, "source", None)
-    descriptor_source: Source | None = None
-    owner_var = tx.wrap(owner, None)
-    if receiver_source is not None:
-        index = next(i for i, k in enumerate(owner.__mro__) if name in k.__dict__)
-        mro = AttrSource(TypeSource(receiver_source), "__mro__")
-        descriptor_source = ItemSource(AttrSource(ItemSource(mro, index), "__dict__"), name)
-        owner_var = tx.wrap(owner, TypeSource(receiver_source))
-    descriptor = tx.wrap(static, descriptor_source)
+    class_source = receiver_class_source(receiver)
+    owner_var = tx.wrap(owner, class_source)
+    descriptor = tx.wrap(static, class_dict_source(class_source, owner, name))
     return UserMethodVariable(get, descriptor).call(tx, [receiver, owner_var], {})
+
+
+def receiver_class_source(receiver: Variable) -> Source | None:
+    """Where the class of `receiver` is read from: `type(<source>)` of an object from outside, the
+    class's own source for an object made in the frame; None when neither is known."""
+    receiver_source = getattr(receiver, "source", None)
+    if receiver_source is not None:
+        return TypeSource(receiver_source)
+    return getattr(receiver, "cls_source", None)
+
+
+def class_dict_source(class_source: Source | None, owner: type, name: str) -> Source | None:
+    """`cls.__mro__[i].__dict__[name]`: the class-dict entry a lookup of `name` on `owner` finds, read
+    where Python's lookup finds it (so what a descriptor's own code reads of it is guarded)."""
+    if class_source is None:
+        return None
+    index = next(i for i, k in enumerate(owner.__mro__) if name in k.__dict__)
+    mro = AttrSource(class_source, "__mro__")
+    return ItemSource(AttrSource(ItemSource(mro, index), "__dict__"), name)
 
 
 class NestedFunctionVariable(Variable):

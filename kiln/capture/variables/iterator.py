@@ -7,9 +7,13 @@ Corresponds to torch/_dynamo/variables/iter.py.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+import itertools
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.builtin import builtin_rule
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.sequence import TupleVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -124,3 +128,139 @@ class PassedIteratorVariable(IteratorVariable):
         if not peeked:
             return f"iter({rest})"
         return "iter((" + "".join(p + ", " for p in peeked) + f") + {rest})"
+
+
+def open_iterator(tx: "Tracer", value: Variable) -> IteratorVariable:
+    """`iter(value)`: an iterator as it is, a user object's own (its Python `__iter__`, maybe
+    stepped lazily), else an iterator over every item `value` yields."""
+    if isinstance(value, IteratorVariable):
+        return value
+    opened = value.open_iterator(tx)
+    return opened if opened is not None else IteratorVariable(tx.iterate(value))
+
+
+
+class LazyIteratorVariable(IteratorVariable):
+    """An itertools iterator over traced values whose items are made on demand (a Python generator
+    of Variables): a predicate or function it calls runs when eager's would, item by item, so a
+    loop that stops early calls it no more often than eager does."""
+
+    def __init__(self, make: Iterator[Variable], what: str) -> None:
+        super().__init__([])
+        self.make = make
+        self.what = what
+        self.exhausted = False
+
+    def describe(self) -> str:
+        return f"{self.what} iterator"
+
+    def next_item(self) -> Variable | None:
+        if self.exhausted:
+            return None
+        item = next(self.make, None)
+        if item is None:
+            self.exhausted = True
+            return None
+        self.items.append(item)
+        self.position += 1
+        return item
+
+    def remaining(self) -> list[Variable]:
+        raise Unsupported(f"the items left in {self.describe()} (made on demand)", kind="unsupported_iter")
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        rest = []
+        item = self.next_item()
+        while item is not None:
+            rest.append(item)
+            item = self.next_item()
+        return rest
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        raise Unsupported(f"{self.describe()} live across a graph break", kind="unsupported_iter")
+
+
+def _pull(tx: "Tracer", iterable: Variable) -> Iterator[Variable]:
+    """The items of `iter(iterable)`, read one at a time."""
+    source = open_iterator(tx, iterable)
+    item = source.next_item()
+    while item is not None:
+        yield item
+        item = source.next_item()
+
+
+def _holds(tx: "Tracer", predicate: Variable, item: Variable) -> bool:
+    if predicate.is_constant() and predicate.as_constant() is None:
+        return item.truth(tx)
+    return predicate.call(tx, [item], {}).truth(tx)
+
+
+@builtin_rule(itertools.filterfalse)
+def filterfalse_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    return LazyIteratorVariable((i for i in _pull(tx, args[1]) if not _holds(tx, args[0], i)), "filterfalse")
+
+
+@builtin_rule(itertools.takewhile)
+def takewhile_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    def taken() -> Iterator[Variable]:
+        for item in _pull(tx, args[1]):
+            if not _holds(tx, args[0], item):
+                return
+            yield item
+    return LazyIteratorVariable(taken(), "takewhile")
+
+
+@builtin_rule(itertools.dropwhile)
+def dropwhile_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    def kept() -> Iterator[Variable]:
+        dropping = True
+        for item in _pull(tx, args[1]):
+            if dropping and _holds(tx, args[0], item):
+                continue
+            dropping = False
+            yield item
+    return LazyIteratorVariable(kept(), "dropwhile")
+
+
+@builtin_rule(itertools.compress)
+def compress_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    pairs = zip(_pull(tx, args[0]), _pull(tx, args[1]))
+    return LazyIteratorVariable((item for item, keep in pairs if keep.truth(tx)), "compress")
+
+
+@builtin_rule(itertools.starmap)
+def starmap_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    calls = (args[0].call(tx, tx.iterate(row), {}) for row in _pull(tx, args[1]))
+    return LazyIteratorVariable(calls, "starmap")
+
+
+@builtin_rule(itertools.permutations)
+def permutations_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    # by position only: the real itertools arranges the traced values themselves
+    items = tx.iterate(args[0])
+    size = args[1] if len(args) > 1 else kwargs.get("r", ConstantVariable(None))
+    rows = itertools.permutations(items, None if size.is_constant() and size.as_constant() is None else tx.as_int(size))
+    return IteratorVariable([TupleVariable(list(row)) for row in rows])
+
+
+@builtin_rule(itertools.combinations_with_replacement)
+def combinations_with_replacement_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    items = tx.iterate(args[0])
+    rows = itertools.combinations_with_replacement(items, tx.as_int(args[1] if len(args) > 1 else kwargs["r"]))
+    return IteratorVariable([TupleVariable(list(row)) for row in rows])
+
+
+@builtin_rule(itertools.groupby)
+def groupby_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """groupby over items whose keys are known now (constants, or a key function's constant
+    results): each group an iterator of its items (the whole input is read at once, as the keys
+    decide where groups end)."""
+    key = args[1] if len(args) > 1 else kwargs.get("key", ConstantVariable(None))
+    items = tx.iterate(args[0])
+    keyed = [(item if key.is_constant() and key.as_constant() is None else key.call(tx, [item], {}), item)
+             for item in items]
+    if not all(k.is_constant() for k, _ in keyed):
+        raise Unsupported("itertools.groupby with keys unknown at trace time", kind="unsupported_call")
+    groups = itertools.groupby(keyed, key=lambda pair: pair[0].as_constant())
+    return IteratorVariable([TupleVariable([tx.wrap_result(k), IteratorVariable([item for _, item in rows])])
+                             for k, rows in groups])

@@ -79,8 +79,10 @@ class ModelOutputVariable(Variable):
         fields.update(kwargs)
         out = cls(kind, fields)
         first, *rest = out.fields.values()
-        if all(_is_none(v) for v in rest) and not _is_tensor(first):
-            # ModelOutput.__post_init__ reads a lone non-tensor first field as key/value pairs.
+        if all(_is_none(v) for v in rest) and not _is_tensor(first) and not _first_not_a_pair(first):
+            # ModelOutput.__post_init__ reads a lone non-tensor first field as key/value pairs;
+            # a tuple or list whose first element cannot be a pair (transformers' backbones make
+            # BackboneOutput(feature_maps=(...))) stays the field's value and item, as here.
             raise Unsupported(f"{kind.__name__}() with only a non-tensor first field", kind="unsupported")
         return out
 
@@ -196,6 +198,16 @@ class _BoundMethod(Variable):
 
 def _is_none(v: Variable) -> bool:
     return v.is_constant() and v.as_constant() is None
+
+
+def _first_not_a_pair(v: Variable) -> bool:
+    """A tuple or list whose first element is not itself a tuple or list (a tensor, a number)."""
+    from kiln.capture.variables.sequence import BaseSequenceVariable
+
+    if not isinstance(v, BaseSequenceVariable) or v.python_type() not in (tuple, list) or not v.items:
+        return False
+    head = v.items[0]
+    return _is_tensor(head) or head.is_constant() and not isinstance(head.as_constant(), (tuple, list))
 
 
 def _is_tensor(v: Variable) -> bool:

@@ -22,6 +22,7 @@ from kiln.capture.distributed import is_ddp
 from kiln.capture.sources import AttrSource, ItemSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.functions import UserMethodVariable
 from kiln.errors import RestartCapture, Unsupported
 
 if TYPE_CHECKING:
@@ -241,6 +242,9 @@ class NNModuleVariable(Variable):
         return [(k, tx.wrap(v, self._child_source("_modules", k))) for k, v in m._modules.items()]
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
+        override = self._override("__iter__")
+        if override is not None:
+            return tx.iterate(UserMethodVariable(override, self).call(tx, [], {}))
         if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
             return [ConstantVariable(k) for k, _ in self._children(tx)]
         if isinstance(self.module, _CONTAINERS):
@@ -248,6 +252,9 @@ class NNModuleVariable(Variable):
         raise Unsupported(f"iterating over {type(self.module).__name__}", kind="unsupported_iter")
 
     def length(self, tx: "Tracer") -> Variable:
+        override = self._override("__len__")
+        if override is not None:
+            return UserMethodVariable(override, self).call(tx, [], {})
         if isinstance(self.module, _CONTAINERS):
             return ConstantVariable(len(self._children(tx)))
         raise Unsupported(f"len() of {type(self.module).__name__}", kind="unsupported_builtin")
@@ -257,9 +264,21 @@ class NNModuleVariable(Variable):
             return len(self._children(tx)) > 0
         return True
 
+    def _override(self, name: str) -> types.FunctionType | None:
+        """A container protocol method (`__getitem__`, `__len__`, `__iter__`) a subclass of torch's
+        container wrote itself: inlined instead of the container's own (its `super()` call comes
+        back to the table above)."""
+        static = inspect.getattr_static(type(self.module), name, None)
+        if isinstance(self.module, _CONTAINERS) and isinstance(static, types.FunctionType) and not _torch_method(static):
+            return static
+        return None
+
     def getitem(self, tx: "Tracer", key: Variable) -> Variable:
         from kiln.capture.variables.sequence import ListVariable
 
+        override = self._override("__getitem__")
+        if override is not None:
+            return UserMethodVariable(override, self).call(tx, [key], {})
         children = self._children(tx)
         index = key.as_constant()
         if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):

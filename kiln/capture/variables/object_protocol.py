@@ -8,12 +8,23 @@ guards it). Used by user_object.py. Corresponds to parts of torch/_dynamo/variab
 from __future__ import annotations
 
 import collections.abc
+import functools
 import inspect
 import operator
 import types
 from typing import TYPE_CHECKING, Any
 
+from kiln.capture.guards import ABSENT
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.exception import RaisedInTrace, raise_in_trace
+from kiln.capture.variables.functions import (
+    UserFunctionVariable,
+    UserMethodVariable,
+    class_dict_source,
+    guard_class_attribute,
+    receiver_class_source,
+)
+from kiln.capture.variables.iterator import IteratorVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -80,6 +91,19 @@ def call_getter(tx: "Tracer", getter: Any, target: Variable) -> Variable:
     return found[0] if len(found) == 1 else TupleVariable(found)
 
 
+def call_method_caller(tx: "Tracer", caller: operator.methodcaller, target: Variable) -> Variable:
+    """`operator.methodcaller("sum", 0)(obj)`: `obj.sum(0)`, its name and arguments read from the
+    caller's `__reduce__` (made from constants at trace time)."""
+    reduced: Any = caller.__reduce__()
+    maker, rest = reduced
+    if isinstance(maker, functools.partial):  # with keywords: partial(methodcaller, name, **kw), args
+        name, args, kwargs = maker.args[0], list(rest), dict(maker.keywords)
+    else:
+        name, args, kwargs = rest[0], list(rest[1:]), {}
+    method = tx.getattr(target, name)
+    return method.call(tx, [tx.wrap(a, None) for a in args], {k: tx.wrap(v, None) for k, v in kwargs.items()})
+
+
 def python_getattr(tx: "Tracer", kind: type, name: str, static: Any, in_instance: bool) -> types.FunctionType | None:
     """The class's Python `__getattr__` when CPython calls it for `name`: the ordinary lookup
     found nothing (not in the instance dict, not on the class). A class attribute that is a
@@ -89,7 +113,6 @@ def python_getattr(tx: "Tracer", kind: type, name: str, static: Any, in_instance
         return None
     if not isinstance(getattr_fn, types.FunctionType):
         raise Unsupported(f"{kind.__qualname__}.__getattr__ is not a Python function", kind="unsupported_attribute")
-    from kiln.capture.variables.functions import guard_class_attribute
     guard_class_attribute(tx, kind, "__getattr__", getattr_fn)
     if in_instance or name == "__class__":
         return None
@@ -100,7 +123,6 @@ def python_getattr(tx: "Tracer", kind: type, name: str, static: Any, in_instance
             raise Unsupported(f"{kind.__qualname__}.{name} is a descriptor of a class defining __getattr__",
                               kind="unsupported_attribute")
         return None
-    from kiln.capture.guards import ABSENT
     guard_class_attribute(tx, kind, name, ABSENT)  # still not on the class next time
     return getattr_fn
 
@@ -111,9 +133,6 @@ def python_text(tx: "Tracer", var: Variable, name: str, spec: str = "") -> str |
     would call in Python (str falls back to
     `__repr__`, format with an empty spec to str): inlined, and its string is the answer. None when
     no Python method answers (object's own would print an address)."""
-    from kiln.capture.guards import ABSENT
-    from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
-
     kind = var.python_type()
     chain = {"__format__": ["__format__", "__str__", "__repr__"], "__str__": ["__str__", "__repr__"],
              "__repr__": ["__repr__"]}[name]
@@ -135,11 +154,112 @@ def python_text(tx: "Tracer", var: Variable, name: str, spec: str = "") -> str |
 
 
 def python_iter(tx: "Tracer", var: Variable, cls: type) -> list[Variable] | None:
-    """`iter(obj)` through an `__iter__` written in Python (a user Mapping's), inlined and run to
-    its end; None when the class has none."""
+    """`list(obj)`: every item of `iter(obj)` through an `__iter__` written in Python (a user
+    Mapping's), inlined and run to its end; None when the class has none."""
+    iterator = python_iterator(tx, var, cls)
+    return None if iterator is None else iterator.iterate(tx)
+
+
+def python_iterator(tx: "Tracer", var: Variable, cls: type) -> IteratorVariable | None:
+    """`iter(obj)` through an `__iter__` written in Python; None when the class has none. An
+    iterator whose `__next__` is Python too (often the object itself: `return self`) is stepped
+    lazily, so a loop that stops early leaves it where eager leaves it."""
+    found = inspect.getattr_static(cls, "__iter__", MISSING)
+    if found is MISSING or found is None:  # what decides the protocol is guarded with the rest
+        guard_class_attribute(tx, cls, "__iter__", ABSENT if found is MISSING else None, var)
+    if found is None:  # `__iter__ = None`: not iterable
+        error = TypeError(f"{cls.__name__!r} object is not iterable")
+        raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
     if not isinstance(inspect.getattr_static(cls, "__iter__", None), types.FunctionType):
+        if found is MISSING and \
+                isinstance(inspect.getattr_static(cls, "__getitem__", None), types.FunctionType):
+            return PythonIteratorVariable(tx, var, by_index=True)  # the old protocol: obj[0], obj[1] ...
         return None
-    return tx.iterate(var.getattr(tx, "__iter__").call(tx, [], {}))
+    iterator = var.getattr(tx, "__iter__").call(tx, [], {})
+    if isinstance(iterator, IteratorVariable):
+        return iterator
+    if is_python_iterator(iterator):
+        return PythonIteratorVariable(tx, iterator)
+    return IteratorVariable(tx.iterate(iterator))
+
+
+def is_python_iterator(var: Variable) -> bool:
+    """A user object whose class has a `__next__` written in Python (python_type() of a traced
+    value may not be known: then it is not one)."""
+    try:
+        kind = var.python_type()
+    except Unsupported:
+        return False
+    return isinstance(inspect.getattr_static(kind, "__next__", None), types.FunctionType)
+
+
+# a Python iterator that has not stopped after this many steps is left to run natively
+MAX_PYTHON_ITERATIONS = 10_000
+
+
+class PythonIteratorVariable(IteratorVariable):
+    """An iterator whose `__next__` is written in Python: each FOR_ITER or next() inlines one
+    call; StopIteration from it ends the iteration, any other exception goes to the handlers."""
+
+    def __init__(self, tx: "Tracer", iterator: Variable, by_index: bool = False) -> None:
+        super().__init__([])
+        self.tx = tx  # the frame that opened it (whose handlers see what __next__ raises)
+        self.iterator = iterator
+        # a class with `__getitem__` and no `__iter__`: `obj[i]` for i = 0, 1, ... until IndexError
+        self.by_index = by_index
+        self.exhausted = False
+
+    def describe(self) -> str:
+        return f"iterator over {self.iterator.describe()}"
+
+    def next_item(self) -> Variable | None:
+        if self.exhausted:
+            return None
+        if len(self.items) >= MAX_PYTHON_ITERATIONS:
+            raise Unsupported(f"{self.iterator.describe()} did not stop within {MAX_PYTHON_ITERATIONS} items",
+                              kind="unsupported_iter")
+        try:
+            if self.by_index:
+                index = self.tx.wrap(len(self.items), None)
+                item = self.iterator.getattr(self.tx, "__getitem__").call(self.tx, [index], {})
+            else:
+                item = self.iterator.getattr(self.tx, "__next__").call(self.tx, [], {})
+        except RaisedInTrace as raised:
+            if not issubclass(raised.exception.exc_type, (StopIteration, IndexError) if self.by_index else StopIteration):
+                raise
+            self.exhausted = True
+            return None
+        self.items.append(item)
+        self.position += 1
+        return item
+
+    def remaining(self) -> list[Variable]:
+        raise Unsupported(f"the items left in {self.describe()} (its __next__ has side effects)", kind="unsupported_iter")
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        rest = []
+        item = self.next_item()
+        while item is not None:
+            rest.append(item)
+            item = self.next_item()
+        return rest
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.by_index:  # where it stands is not in the object: the rest is read natively
+            return f"{glue.constant(_iterate_by_index)}({glue.reconstruct(self.iterator)}, {len(self.items)})"
+        # its state lives in the object (its attribute writes are replayed): the object is the iterator
+        return glue.reconstruct(self.iterator)
+
+
+def _iterate_by_index(obj: Any, start: int) -> Any:
+    """What the glue resumes a `__getitem__` iteration with: `obj[start]`, `obj[start + 1]`, ..."""
+    index = start
+    while True:
+        try:
+            yield obj[index]
+        except (IndexError, StopIteration):
+            return
+        index += 1
 
 
 MAPPING_VIEWS: dict[type, str] = {collections.abc.KeysView: "keys", collections.abc.ValuesView: "values",
@@ -194,3 +314,40 @@ def python_truth(tx: "Tracer", var: Variable, cls: type) -> bool | None:
         if static is not None:
             return None
     return None
+
+
+def is_data_descriptor(static: Any) -> bool:
+    """A class attribute that wins over the instance dict on reads and handles writes itself
+    (a property, a descriptor with `__set__` or `__delete__`, a `__slots__` member)."""
+    kind = type(static)
+    return hasattr(kind, "__set__") or hasattr(kind, "__delete__")
+
+
+def python_setattr(tx: "Tracer", receiver: Variable, kind: type, name: str, value: Variable) -> bool:
+    """`obj.name = value` as object.__setattr__ does it, for what the class decides: a property's
+    setter or a descriptor's `__set__` written in Python is inlined (True: nothing left to store).
+    False when the value goes into the instance (its dict, or a `__slots__` member): the caller
+    stores it. A data descriptor of another kind is a break."""
+    static = inspect.getattr_static(kind, name, MISSING)
+    if static is MISSING or not is_data_descriptor(static):
+        return False
+    if isinstance(static, types.MemberDescriptorType):
+        return False  # a __slots__ member: object.__setattr__ stores into it
+    guard_class_attribute(tx, kind, name, static, receiver)
+    if isinstance(static, property):
+        if static.fset is None:
+            error = AttributeError(f"property {name!r} of {kind.__name__!r} object has no setter")
+            raise raise_in_trace(error, f"AttributeError: {error} (raised natively)")
+        if not isinstance(static.fset, types.FunctionType):
+            raise Unsupported(f"the setter of property {name!r} of {kind.__qualname__} is not Python code",
+                              kind="unsupported_attribute")
+        UserFunctionVariable(static.fset).call(tx, [receiver, value], {})
+        return True
+    setter = inspect.getattr_static(type(static), "__set__", None)
+    if isinstance(setter, types.FunctionType):
+        guard_class_attribute(tx, type(static), "__set__", setter)
+        descriptor = tx.wrap(static, class_dict_source(receiver_class_source(receiver), kind, name))
+        UserMethodVariable(setter, descriptor).call(tx, [receiver, value], {})
+        return True
+    raise Unsupported(f"assigning {name!r} through a {type(static).__name__} of {kind.__qualname__}",
+                      kind="unsupported_attribute")

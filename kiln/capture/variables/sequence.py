@@ -247,6 +247,14 @@ class ListVariable(BaseSequenceVariable):
             values = sorted(self.as_constant(), **{k: v.as_constant() for k, v in kwargs.items()})
             self.items[:] = [ConstantVariable(v) for v in values]
             return none
+        if name == "sort" and not args and set(kwargs) <= {"key", "reverse"}:
+            # ordering.py builds on this module: imported where the first sort with a key needs it
+            from kiln.capture.variables.ordering import sorted_rule
+            ordered = sorted_rule(tx, [self], kwargs)  # the key may raise: the list is left as it was
+            assert isinstance(ordered, ListVariable)
+            self._mutated(tx)
+            self.items[:] = ordered.items
+            return none
         if name == "__setitem__" and len(args) == 2:
             self._mutated(tx)
             index = _index(tx, args[0])

@@ -206,6 +206,8 @@ class TensorVariable(Variable):
             if not args:
                 return self.stride(tx)
             return self.stride(tx, args[0].as_constant())
+        if name == "is_inference" and not args and not kwargs:
+            return ConstantVariable(self.is_inference(tx))
         if name in _CONSTANT_METHODS:
             consts = [a.as_constant() for a in args]
             return tx.wrap_result(getattr(self.example, name)(*consts, **{k: v.as_constant() for k, v in kwargs.items()}))
@@ -221,6 +223,16 @@ class TensorVariable(Variable):
         if rewritten is not None:
             return rewritten
         return tx.call_op("call_method", name, [self, *args], kwargs)
+
+    def is_inference(self, tx: "Tracer") -> bool:
+        """Tensor.is_inference(): fakes are never inference tensors, so an input answers from its
+        guarded metadata; a tensor computed from an inference input may be one (a view of it is),
+        which the trace does not follow: a break."""
+        if self.node.op == "placeholder":
+            return bool(self.node.meta.get("inference", False))
+        if tx.state.output.inference_inputs:
+            raise Unsupported("is_inference() of a tensor computed from an inference tensor", kind="unsupported_call")
+        return False
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.graph_value(self)

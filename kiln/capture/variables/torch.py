@@ -14,6 +14,8 @@ import torch
 from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.out_variant import call_with_out, has_out_argument
+from kiln.capture.variables.sequence import BaseSequenceVariable
+from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -88,7 +90,12 @@ _QUERIES = _query_table()
 # trace nor TorchScript (torch.compile answers the same; is_fx_tracing would also log a warning).
 _TRACING_STATE = {torch.fx._symbolic_trace.is_fx_tracing: False,
                   torch.fx._symbolic_trace.is_fx_symbolic_tracing: False,
-                  torch._C._get_tracing_state: None, torch.onnx.is_in_onnx_export: False}
+                  torch._C._get_tracing_state: None, torch._C._is_tracing: False,
+                  torch.onnx.is_in_onnx_export: False}
+# Usage telemetry (torchvision logs each model and op it runs, once per process, to whatever logger
+# a deployment installed): no effect on any value, so traced away as torch.compile's graph keeps it
+# out of the computation; nothing is left to replay.
+_TELEMETRY_FNS = {torch._C._log_api_usage_once, torch._C._log_api_usage_metadata}
 # Calls that change a process-wide setting at their point of the graph (process_modes.py).
 _MODE_CALLS = {torch.set_default_dtype, torch._C._set_default_dtype, torch._C._set_grad_enabled,
                torch._C._autograd._saved_tensors_hooks_disable, torch._C._autograd._saved_tensors_hooks_enable,
@@ -185,6 +192,15 @@ class TorchFunctionVariable(Variable):
             converted = numpy_to_tensor(tx, fn, args, kwargs)
             if converted is not None:
                 return converted
+        if fn is torch.tensor and _holds_symbolic_number(args[0] if args else kwargs.get("data")):
+            # torch.tensor(h // 2) of a dynamic size: the factory would read the number's value
+            # (a guard, a recompile per size, torchvision's resize_boxes); its Python reference
+            # builds the same tensor from the symbols (scalar_tensor, stack)
+            return tx.call_op("call_function", torch._refs.tensor, args, kwargs)
+        if fn is torch._assert and args and args[0].is_constant() and args[0].as_constant():
+            # an assertion that holds at trace time: nothing to record, and its message (often
+            # formatted from sizes) is never made, so those sizes are not specialized
+            return ConstantVariable(None)
         kind = _break_kind(fn)
         if kind is not None:
             raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}", kind=kind)
@@ -196,6 +212,8 @@ class TorchFunctionVariable(Variable):
             return ConstantVariable(_TRACING_STATE[fn])
         if _in(fn, _MODE_CALLS):
             return _call_mode(tx, fn, args, kwargs)
+        if _in(fn, _TELEMETRY_FNS):
+            return ConstantVariable(None)
         if fn in _TORCH_FUNCTION_CHECKS:
             if fn is torch.overrides.is_tensor_like:
                 return ConstantVariable(isinstance(_argument(fn, args, kwargs, "inp"), TensorVariable))
@@ -261,6 +279,13 @@ def _argument(fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable], ke
                       "(raised natively)", kind="unsupported")
 
 
+def _holds_symbolic_number(data: Variable | None) -> bool:
+    """A symbolic number, or a list or tuple holding one at any depth."""
+    if isinstance(data, SymIntVariable):
+        return True
+    return isinstance(data, BaseSequenceVariable) and any(_holds_symbolic_number(item) for item in data.items)
+
+
 def is_torch_function(value: Any) -> bool:
     """True for callables of the torch namespace that capture treats as graph ops."""
     if isinstance(value, type):
@@ -274,7 +299,7 @@ def is_torch_function(value: Any) -> bool:
     try:
         if (value in _CONSTANT_FNS or _break_kind(value) is not None or value in _TORCH_FUNCTION_CHECKS
                 or value in _COMPILING_FNS or value in _EXPORTING_FNS or value in _QUERIES
-                or value in _TRACING_STATE or value in _MODE_CALLS):
+                or value in _TRACING_STATE or value in _MODE_CALLS or value in _TELEMETRY_FNS):
             return True
     except TypeError:  # unhashable objects are never torch functions
         return False

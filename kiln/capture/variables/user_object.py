@@ -16,6 +16,8 @@ import inspect
 import math
 import operator
 import os
+import sys
+import traceback
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -36,9 +38,12 @@ from kiln.capture.variables.object_protocol import (
     MISSING,
     MappingViewVariable,
     call_getter,
+    call_method_caller,
     holds_backend_settings,
+    is_data_descriptor,
     python_getattr,
     python_iter,
+    python_iterator,
     python_len,
     python_truth,
     read_backend_setting,
@@ -49,6 +54,7 @@ from kiln.errors import Unsupported
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
     from kiln.capture.tracer import Tracer
+    from kiln.capture.variables.iterator import IteratorVariable
 
 _MISSING = MISSING
 # Libraries whose calls are graph breaks of a named kind.
@@ -57,7 +63,16 @@ _LIBRARY_BREAK_KINDS = {"numpy": "numpy", "scipy": "numpy", "pandas": "numpy", "
                         "sys": "unsupported_call", "warnings": "logging", "builtins": "unsupported_call"}
 
 
+# functions that read the Python frames calling them (namedtuple and Enum's functional API take the
+# new class's __module__ from there): no traced frame is the one they would see
+FRAME_INTROSPECTION: tuple[Any, ...] = (sys._getframe, inspect.currentframe, inspect.stack, inspect.trace,
+                                        traceback.extract_stack, traceback.format_stack, traceback.print_stack,
+                                        traceback.walk_stack)
+
+
 def break_kind_of(value: Any) -> str:
+    if any(value is reader for reader in FRAME_INTROSPECTION):
+        return "frame_introspection"
     module = getattr(value, "__module__", None) or type(value).__module__ or ""
     if isinstance(value, types.ModuleType):
         module = value.__name__
@@ -121,6 +136,12 @@ class ObjectVariable(Variable):
             if items is not None:
                 return items
         return super().iterate(tx)
+
+    def open_iterator(self, tx: "Tracer") -> IteratorVariable | None:
+        """`iter(obj)` through the class's Python `__iter__` (None when it has none)."""
+        if isinstance(self.value, (type, types.ModuleType)):
+            return None
+        return python_iterator(tx, self, type(self.value))
 
     def _attr_source(self, name: str) -> Source | None:
         return None if self.source is None else AttrSource(self.source, name)
@@ -263,6 +284,10 @@ class ObjectVariable(Variable):
             return call_getter(tx, obj, args[0])
         if obj in (operator.attrgetter, operator.itemgetter) and all(a.is_constant() for a in args) and not kwargs:
             return tx.wrap_result(obj(*[a.as_constant() for a in args]))  # immutable, made from constants
+        if isinstance(obj, operator.methodcaller) and len(args) == 1 and not kwargs:
+            return call_method_caller(tx, obj, args[0])
+        if obj is operator.methodcaller and args and all(a.is_constant() for a in [*args, *kwargs.values()]):
+            return tx.wrap_result(obj(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()}))
         if is_model_output_class(obj):
             return ModelOutputVariable.create(tx, obj, list(args), kwargs)
         if obj in MAPPING_VIEWS and len(args) == 1 and not kwargs:
@@ -453,7 +478,7 @@ class SuperVariable(Variable):
                     return UserMethodVariable(python_function(attr.__func__, "a classmethod"), owner)
                 if base is object and name == "__init__":
                     return tx.wrap(lambda *a, **k: None, None)
-                if base is object and name == "__setattr__" and isinstance(self.obj, ObjectVariable):
+                if base is object and name == "__setattr__" and isinstance(self.obj, (ObjectVariable, DictVariable)):
                     return ObjectSetattrVariable(self.obj)
                 if base is object and name == "__getattribute__" and hasattr(self.obj, "generic_getattr"):
                     return GenericGetattrVariable(self.obj)
@@ -592,7 +617,7 @@ class GetenvVariable(EnvironReadVariable):
 class ObjectSetattrVariable(Variable):
     """`super().__setattr__` bound to an object: the plain store, skipping the override."""
 
-    def __init__(self, obj: ObjectVariable) -> None:
+    def __init__(self, obj: Variable) -> None:
         self.obj = obj
 
     def describe(self) -> str:
@@ -717,7 +742,9 @@ def _constructible(cls: type) -> bool:
 
     if cls.__module__ == "builtins" or issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException, tuple, dict, list)):
         return False
-    if cls.__new__ is not object.__new__ or cls.__setattr__ is not object.__setattr__:
+    # a __setattr__ written in Python is inlined on each write (tracer.setattr); a builtin one is not
+    if cls.__new__ is not object.__new__ or not (cls.__setattr__ is object.__setattr__ or
+                                                 isinstance(inspect.getattr_static(cls, "__setattr__"), types.FunctionType)):
         return False
     if not getattr(cls, "__dictoffset__", 0):
         return False  # instances without a __dict__ (__slots__ all the way down)
@@ -767,12 +794,19 @@ class NewObjectVariable(Variable):
             return items
         return super().iterate(tx)
 
+    def open_iterator(self, tx: "Tracer") -> IteratorVariable | None:
+        """`iter(obj)` through the class's Python `__iter__` (None when it has none)."""
+        return python_iterator(tx, self, self.cls)
+
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
 
-        if name in self.attrs:
-            return self.attrs[name]
         static = inspect.getattr_static(self.cls, name, _MISSING)
+        # a data descriptor of the class wins over the instance dict (a slot's value is kept there)
+        shadowed = static is not _MISSING and is_data_descriptor(static) and \
+            not isinstance(static, types.MemberDescriptorType)
+        if name in self.attrs and not shadowed:
+            return self.attrs[name]
         if name == "__class__":
             return tx.wrap(self.cls, self.cls_source)
         if name == "__dict__":
@@ -790,6 +824,16 @@ class NewObjectVariable(Variable):
         fallback = python_getattr(tx, self.cls, name, static, False)
         if fallback is not None:
             return UserMethodVariable(fallback, self).call(tx, [tx.wrap(name, None)], {})
+        if isinstance(static, types.MemberDescriptorType) and static.__objclass__ in self.cls.__mro__:
+            from kiln.capture.variables.exception import raise_in_trace  # a __slots__ member never set
+            guard_class_attribute(tx, self.cls, name, static, class_source=self.cls_source)
+            raise raise_in_trace(AttributeError(name), f"AttributeError: {name} (raised natively)")
+        if static is not _MISSING and hasattr(type(static), "__get__") and not isinstance(
+                static, (property, types.FunctionType, staticmethod, classmethod)):
+            from kiln.capture.variables.functions import bind_python_descriptor
+            bound = bind_python_descriptor(tx, static, self, self.cls, name)
+            if bound is not None:
+                return bound
         if static is _MISSING or (hasattr(type(static), "__get__") and not isinstance(
                 static, (property, types.FunctionType, staticmethod, classmethod))):
             raise Unsupported(f"{self.describe()} has no attribute {name!r} (raised natively)",

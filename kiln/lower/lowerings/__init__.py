@@ -89,6 +89,14 @@ def to_expr(x: Any) -> sympy.Expr:
     return sympy.Integer(int(x))
 
 
+def stride_hint(stride: int | torch.SymInt) -> int:
+    """A stride's example value, to order dims outermost first (an unbacked one: 0, no order known)."""
+    if not isinstance(stride, torch.SymInt):
+        return int(stride)
+    hint = getattr(stride.node, "hint", None)
+    return hint if isinstance(hint, int) else 0
+
+
 def value_cost(v: Value) -> int:
     """Rough cost of recomputing a body: transcendental ops weigh more than adds and loads."""
     heavy = {"exp", "log", "tanh", "sin", "cos", "erf", "pow", "sigmoid", "log1p", "expm1", "atan2",

@@ -17,7 +17,7 @@ from kiln.lower import ops
 from kiln.lower.ir import (BufferRef, FloorDiv, Index, Layout, Masked, ModularIndexing, Value,
                            contiguous_strides)
 from kiln.lower.lowerings import (LoweringContext, TensorValue, compute_dtype, normalize_dim, register,
-                                  strided_value, to_expr)
+                                  stride_hint, strided_value, to_expr)
 
 aten = torch.ops.aten
 Remap = Callable[[Sequence[sympy.Expr]], list[sympy.Expr]]
@@ -277,7 +277,7 @@ def unsqueeze(ctx: LoweringContext, x: TensorValue, dim: int) -> TensorValue:
 @register(aten.as_strided.default)
 def as_strided(ctx: LoweringContext, x: TensorValue, size: Sequence[Any], stride: Sequence[Any],
                storage_offset: Any = None) -> TensorValue:
-    base = ctx.realize(x)
+    base = ctx.realize(x, _eager_storage_layout(ctx, x))
     assert base.view is not None
     lay = base.view.layout
     # an explicit storage_offset counts from the start of the storage, our layouts from the data pointer
@@ -285,6 +285,28 @@ def as_strided(ctx: LoweringContext, x: TensorValue, size: Sequence[Any], stride
     offset = lay.offset if storage_offset is None else sympy.sympify(storage_offset) - base_offset
     new = Layout(lay.dtype, ctx.out_sizes(), tuple(sympy.sympify(s) for s in stride), offset)
     return strided_value(BufferRef(base.view.name, new))
+
+
+def _eager_storage_layout(ctx: LoweringContext, x: TensorValue) -> Layout | None:
+    """as_strided addresses its input's memory as eager laid it out: an input that is a whole
+    tensor of its own (offset 0, dense) which Kiln stores otherwise (a sin of a transposed input,
+    stored contiguous) is first stored in eager's strides."""
+    node = ctx.node.args[0] if ctx.node is not None and ctx.node.args else None
+    meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor) or meta.layout != torch.strided or to_expr(meta.storage_offset()) != 0:
+        return None
+    sizes = [to_expr(v) for v in meta.shape]
+    strides = [to_expr(v) for v in meta.stride()]
+    hints = [stride_hint(v) for v in meta.stride()]
+    dense = sympy.Integer(1)
+    for d in sorted(range(len(sizes)), key=lambda d: hints[d]):
+        if sizes[d] != 1 and sympy.expand(strides[d] - dense) != 0:
+            return None
+        dense = dense * sizes[d]
+    if x.view is not None and x.view.layout.offset == 0 and all(
+            sizes[d] == 1 or sympy.expand(a - b) == 0 for d, (a, b) in enumerate(zip(x.view.layout.strides, strides))):
+        return None  # already stored so
+    return Layout(x.dtype, tuple(sizes), tuple(strides))
 
 
 @register(aten.split.Tensor, aten.split_with_sizes.default)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import abc
 import enum
+import inspect
+import sys
 
 import torch
 
@@ -621,3 +623,239 @@ def property_with_c_function_getter():
     def f(x):
         return x + Wrap(x).size_of
     return fn_program(f, (t(2),))
+
+
+class Clamped:
+    """A data descriptor written in Python: its __set__ clamps and counts writes."""
+
+    def __set_name__(self, owner, name):
+        self.slot = "_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        return getattr(obj, self.slot)
+
+    def __set__(self, obj, value):
+        obj.writes = getattr(obj, "writes", 0) + 1
+        setattr(obj, self.slot, min(value, 10))
+
+
+class Knob:
+    level = Clamped()
+
+    def __init__(self, level):
+        self.level = level
+
+    @property
+    def double(self):
+        return self.level * 2
+
+    @property
+    def positive(self):
+        return self._positive
+
+    @positive.setter
+    def positive(self, value):
+        if value < 0:
+            raise ValueError("negative")
+        self._positive = value
+
+
+@case("classes")
+def data_descriptor_set_on_input_object():
+    def f(x, k):
+        k.level = 50
+        return x * k.level, k.double, k.writes
+    k = Knob(3)
+    return Program(f, ((t(2), k),), observe=lambda: dict(vars(k)))
+
+
+@case("classes")
+def data_descriptor_set_in_init_of_object_made_in_frame():
+    def f(x):
+        k = Knob(99)
+        k.level = 4
+        return x + k.level, k.writes, k._level
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def property_setter_raises_and_is_caught():
+    def f(x):
+        k = Knob(1)
+        k.positive = 2
+        try:
+            k.positive = -1
+        except ValueError as err:
+            return x * k.positive, str(err)
+        return x, "no error"
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def property_without_setter_assignment_caught():
+    def f(x):
+        k = Knob(1)
+        try:
+            k.double = 5
+        except AttributeError:
+            return x + k.double
+        return x
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def setattr_override_on_object_made_in_frame():
+    class Tracked:
+        def __init__(self):
+            object.__setattr__(self, "names", [])
+
+        def __setattr__(self, name, value):
+            self.names.append(name)
+            object.__setattr__(self, name, value * 2 if isinstance(value, int) else value)
+
+    def f(x):
+        obj = Tracked()
+        obj.a = 3
+        obj.t = x + 1
+        return obj.t * obj.a, obj.names
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def setattr_override_redirects_writes_of_input():
+    class Prefixed:
+        def __setattr__(self, name, value):
+            object.__setattr__(self, "p_" + name, value)
+
+    def f(x, p):
+        p.w = x * 2
+        p.n = 4
+        return p.p_w + p.p_n
+    p = Prefixed()
+    return Program(f, ((t(2), p),), observe=lambda: sorted(vars(p)))
+
+
+@case("classes", fullgraph=False)
+def class_made_natively_takes_frame_module():
+    def f(x):
+        Kind = type("Kind", (), {"k": 2})
+        return x * Kind.k, Kind.__module__, Kind.__qualname__
+    return fn_program(f, (t(2),))
+
+
+@case("classes", fullgraph=False)
+def namedtuple_made_in_frame_module():
+    import collections
+
+    def f(x):
+        Pair = collections.namedtuple("Pair", ["a", "b"])
+        p = Pair(x, 3)
+        return p.a * p.b, Pair.__module__, p._fields
+    return fn_program(f, (t(2),))
+
+
+@case("classes", fullgraph=False)
+def enum_made_by_functional_api_in_frame():
+    def f(x):
+        Level = enum.Enum("Level", "LOW HIGH")
+        return x + Level.HIGH.value, Level.__module__, Level.LOW.name
+    return fn_program(f, (t(2),))
+
+
+def _caller_module():
+    return sys._getframe(1).f_globals.get("__name__")
+
+
+@case("classes", fullgraph=False)
+def frame_read_in_frame_and_by_callee():
+    def f(x):
+        here = sys._getframe(0).f_code.co_name
+        return x + 1, here, _caller_module(), inspect.currentframe().f_code.co_name
+    return fn_program(f, (t(2),))
+
+
+@case("classes", fullgraph=False)
+def frame_read_by_callee_after_break():
+    def f(x):
+        y = x * 2
+        torch._dynamo.graph_break()
+        return y + 1, _caller_module()
+    return fn_program(f, (t(2),))
+
+
+class Money:
+    """Binary dunders written in Python: NotImplemented for what they do not take."""
+
+    def __init__(self, cents):
+        self.cents = cents
+
+    def __add__(self, other):
+        if isinstance(other, Money):
+            return Money(self.cents + other.cents)
+        if isinstance(other, int):
+            return Money(self.cents + other)
+        return NotImplemented
+
+    def __radd__(self, other):
+        return self.__add__(other)
+
+    def __mul__(self, k):
+        return Money(self.cents * k) if isinstance(k, (int, torch.Tensor)) else NotImplemented
+
+    def __invert__(self):
+        return Money(-self.cents)
+
+
+class Euro(Money):
+    def __radd__(self, other):
+        return Euro(1000 + (other.cents if isinstance(other, Money) else other))
+
+
+@case("classes")
+def binary_dunders_reflected_and_subclass_first():
+    def f(x):
+        a = Money(5) + Euro(7)   # Euro overrides __radd__: it runs first
+        b = 3 + Money(4)         # int gives NotImplemented: Money.__radd__
+        c = Money(2) * x         # a tensor operand handled by the user's method
+        total = Money(1)
+        total += Money(9)        # no __iadd__: `total = total + ...`
+        return type(a).__name__, a.cents, b.cents, c.cents, total.cents, (~Money(3)).cents
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def binary_dunder_not_implemented_raises_type_error():
+    def f(x):
+        try:
+            Money(1) + "text"
+        except TypeError:
+            x = x + 1
+        try:
+            Money(1) * 2.5
+        except TypeError:
+            x = x * 2
+        return x
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def inplace_dunder_on_input_object_mutates_it():
+    class Acc:
+        def __init__(self):
+            self.items = []
+
+        def __iadd__(self, other):
+            self.items.append(other)
+            return self
+
+        def __len__(self):
+            return len(self.items)
+
+    def f(x, acc):
+        acc += x * 2
+        acc += 3
+        return len(acc), x + 1
+    acc = Acc()
+    return Program(f, ((t(2), acc),), observe=lambda: len(acc.items))

@@ -472,3 +472,33 @@ def mutating_list_while_building_result():
                 queue.append(item + 1)
         return seen
     return fn_program(f, (t(2),))
+
+
+@case("containers")
+def input_list_sorted_in_place_by_key():
+    def f(x, names):
+        names.sort(key=lambda s: (len(s), s), reverse=True)
+        return x * len(names[0])
+    names = ["bb", "a", "ccc", "dd"]
+    return Program(f, ((t(2), names),), observe=lambda: list(names))
+
+
+@case("containers")
+def tensors_sorted_in_place_by_size():
+    def f(a, b, c):
+        parts = [a, b, c]
+        parts.sort(key=lambda p: p.shape[0])
+        return [p.sum() for p in parts], [p.shape[0] for p in parts]
+    return fn_program(f, (t(3), t(1), t(2)))
+
+
+@case("containers")
+def sort_key_raises_leaves_list_unchanged():
+    def f(x):
+        items = [3, "a", 1]
+        try:
+            items.sort(key=lambda v: v + 0)
+        except TypeError:
+            return x + 1, items
+        return x, items
+    return fn_program(f, (t(2),))

@@ -400,3 +400,34 @@ def grad_mode_restored_after_frame():
         torch.set_grad_enabled(True)
         return out, enabled
     return Program(f, drive=drive)
+
+
+def _inference(*shape):
+    with torch.inference_mode():
+        return t(*shape) * 1
+
+
+@case("context_managers")
+def inference_tensor_argument_queried():
+    def f(x, w):
+        return x + w, x.is_inference(), w.is_inference()
+    return fn_program(f, (_inference(2), t(2)), (t(2), t(2)))
+
+
+@case("context_managers", fullgraph=False)
+def view_of_inference_argument_queried():
+    def f(x):
+        v = x[1:]
+        y = x * 2
+        return v.is_inference(), y.is_inference(), y
+    return fn_program(f, (_inference(3),))
+
+
+@case("context_managers", fullgraph=False)
+def inference_mode_result_used_after_block():
+    def f(x):
+        with torch.inference_mode():
+            y = x.sin()
+        z = y[0:1]
+        return z.is_inference(), (y + 1).is_inference(), y + 1
+    return fn_program(f, (t(2),))

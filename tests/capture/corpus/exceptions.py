@@ -380,3 +380,115 @@ def user_exception_with_init_caught_while_containers_are_live():
             x = x * err.code
         return x, items, table
     return fn_program(f, (t(2), t(2)))
+
+
+@case("exceptions")
+def raising_in_handler_sets_context():
+    def f(x):
+        try:
+            try:
+                raise KeyError("first")
+            except KeyError:
+                raise ValueError("second")
+        except ValueError as err:
+            ctx = err.__context__
+            return x + 1, type(ctx).__name__, ctx.args, err.__cause__ is None, err.__suppress_context__
+    return fn_program(f, (t(2),))
+
+
+@case("exceptions")
+def raise_from_none_suppresses_context():
+    def f(x):
+        try:
+            try:
+                {}["k"]
+            except KeyError:
+                raise ValueError("clean") from None
+        except ValueError as err:
+            return x * 2, err.__cause__ is None, err.__suppress_context__, type(err.__context__).__name__
+    return fn_program(f, (t(2),))
+
+
+@case("exceptions")
+def raise_from_exception_class_makes_instance():
+    def f(x):
+        try:
+            raise ValueError("outer") from KeyError
+        except ValueError as err:
+            cause = err.__cause__
+            return x - 1, isinstance(cause, KeyError), cause.args, err.__context__ is None
+    return fn_program(f, (t(2),))
+
+
+@case("exceptions")
+def cause_assigned_then_raised():
+    def f(x):
+        err = CodedError(7, "coded")
+        err.__cause__ = ShapeError("shape")
+        try:
+            raise err
+        except CodedError as caught:
+            return x + caught.code, str(caught.__cause__), caught.__suppress_context__
+    return fn_program(f, (t(2),))
+
+
+@case("exceptions")
+def reraise_of_outer_while_handling_inner_breaks_cycle():
+    def f(x):
+        try:
+            try:
+                raise KeyError("a")
+            except KeyError as a:
+                try:
+                    raise ValueError("b")
+                except ValueError:
+                    raise a
+        except KeyError as e:
+            inner = e.__context__
+            return x + 3, type(inner).__name__, inner.__context__ is None
+    return fn_program(f, (t(2),))
+
+
+@case("exceptions")
+def raise_from_non_exception_is_type_error():
+    def f(x):
+        try:
+            raise ValueError("v") from 5
+        except TypeError as err:
+            return x * 0, str(err)
+    return fn_program(f, (t(2),))
+
+
+@case("exceptions")
+def chain_through_callee_and_back():
+    def load(d):
+        try:
+            return d["missing"]
+        except KeyError as missing:
+            raise CodedError(4, "load failed") from missing
+
+    def f(x):
+        try:
+            return load({})
+        except CodedError as err:
+            return x * err.code, type(err.__cause__).__name__, err.__cause__ is err.__context__
+    return fn_program(f, (t(2),))
+
+
+@case("exceptions")
+def chained_exception_returned_from_frame():
+    def f(x):
+        try:
+            try:
+                raise ShapeError("inner")
+            except ShapeError as inner:
+                raise ValueError("outer") from inner
+        except ValueError as err:
+            seen.append(err)
+            return x + 1, err
+
+    def chain():
+        return [(type(e).__name__, e.args, type(e.__cause__).__name__, e.__cause__.args, e.__suppress_context__,
+                 e.__context__ is e.__cause__) for e in seen]
+    seen = []
+    return Program(f, ((t(2),),), observe=chain)

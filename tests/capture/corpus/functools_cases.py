@@ -318,3 +318,39 @@ def partial_with_args_attribute_used():
         p = functools.partial(_scaled_add, x)
         return p.args[0] * 2, p.func is _scaled_add
     return fn_program(f, (t(2),))
+
+
+@case("functools")
+def operator_inplace_on_containers_aliases():
+    def f(x):
+        items = [x]
+        alias = items
+        out = operator.iadd(items, [x * 2])
+        flags = {1}
+        operator.ior(flags, {2, 3})
+        tail = operator.iconcat(out, (3,))
+        return out is alias, len(alias), sorted(flags), tail[-1], operator.concat([1], [2])
+    return fn_program(f, (t(2),))
+
+
+@case("functools")
+def operator_identity_and_membership_on_objects():
+    class Box:
+        pass
+
+    def f(x, box, table):
+        same = operator.is_(box, box)
+        other = operator.is_not(box, Box())
+        return x + 1, same, other, operator.contains(table, "k"), operator.contains(table, "z")
+    return fn_program(f, (t(2), Box(), {"k": 1}))
+
+
+@case("functools")
+def operator_methodcaller_with_keywords_and_side_effect():
+    def f(x, log):
+        total = operator.methodcaller("sum", dim=0, keepdim=True)
+        record = operator.methodcaller("append", "seen")
+        record(log)
+        return total(x)
+    log = []
+    return Program(f, ((t(3, 2), log),), observe=lambda: list(log))

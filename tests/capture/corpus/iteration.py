@@ -11,7 +11,7 @@ import itertools
 
 import torch
 
-from .program import case, fn_program, t
+from .program import Program, case, fn_program, t
 
 
 @case("itertools")
@@ -290,6 +290,109 @@ def user_iterator_class():
     return fn_program(f, (t(2),))
 
 
+class Countdown:
+    """An iterator object (its `__iter__` returns itself) whose state is read after the loop."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.n <= 0:
+            raise StopIteration
+        self.n -= 1
+        return self.n
+
+
+@case("iteration")
+def user_iterator_stopped_early_keeps_its_state():
+    def f(x, c):
+        out = x
+        for k in c:
+            out = out + k
+            if k == 3:
+                break
+        return out
+    c = Countdown(6)
+    return Program(f, ((t(2), c), (t(2), c)), observe=lambda: c.n)
+
+
+@case("iteration")
+def user_iterator_stepped_by_next_then_drained():
+    def f(x, c):
+        it = iter(c)
+        first = next(it)
+        return x + first, list(it), next(it, -1)
+    c = Countdown(4)
+    return Program(f, ((t(2), c),), observe=lambda: c.n)
+
+
+@case("iteration")
+def user_iterable_returns_separate_cursor():
+    class Cursor:
+        def __init__(self, items):
+            self.items, self.at = items, 0
+
+        def __next__(self):
+            if self.at >= len(self.items):
+                raise StopIteration
+            self.at += 1
+            return self.items[self.at - 1]
+
+    class Bag:
+        def __init__(self, items):
+            self.items = items
+
+        def __iter__(self):
+            return Cursor(self.items)
+
+    def f(x):
+        bag = Bag([1, 2, 3])
+        return [x * k for k in bag] + [sum(bag)]
+    return fn_program(f, (t(2),))
+
+
+@case("iteration")
+def user_iterator_raises_other_error_caught():
+    class Flaky:
+        def __init__(self):
+            self.n = 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            self.n += 1
+            if self.n == 3:
+                raise ValueError("broken")
+            return self.n
+
+    def f(x):
+        seen = []
+        try:
+            for k in Flaky():
+                seen.append(x * k)
+        except ValueError as err:
+            return seen, str(err)
+        return seen, ""
+    return fn_program(f, (t(2),))
+
+
+@case("iteration", fullgraph=False)
+def user_iterator_graph_break_inside_loop():
+    def f(x, c):
+        out = x
+        for k in c:
+            out = out + k
+            torch._dynamo.graph_break()
+            out = out * 2
+        return out
+    c = Countdown(3)
+    return Program(f, ((t(2), c),), observe=lambda: c.n)
+
+
 @case("iteration")
 def user_iterable_with_getitem():
     class Seq:
@@ -305,6 +408,61 @@ def user_iterable_with_getitem():
     def f(x):
         s = Seq([x, x * 2])
         return [v + 1 for v in s], len(s)
+    return fn_program(f, (t(2),))
+
+
+class Squares:
+    """The old iteration protocol: `__getitem__` and no `__iter__`, ended by IndexError."""
+
+    def __init__(self, n):
+        self.n, self.reads = n, 0
+
+    def __getitem__(self, i):
+        self.reads += 1
+        if i >= self.n:
+            raise IndexError(i)
+        return i * i
+
+
+@case("iteration")
+def getitem_iteration_stopped_early():
+    def f(x, sq):
+        out = x
+        for v in sq:
+            if v > 4:
+                break
+            out = out + v
+        return out, 9 in sq
+    sq = Squares(6)
+    return Program(f, ((t(2), sq),), observe=lambda: sq.reads)
+
+
+@case("iteration", fullgraph=False)
+def getitem_iteration_graph_break_inside_loop():
+    def f(x, sq):
+        out = x
+        for v in sq:
+            out = out + v
+            torch._dynamo.graph_break()
+        return out
+    sq = Squares(3)
+    return Program(f, ((t(2), sq),), observe=lambda: sq.reads)
+
+
+@case("iteration")
+def class_with_iter_none_is_not_iterable():
+    class Opaque:
+        __iter__ = None
+
+        def __getitem__(self, i):
+            return i
+
+    def f(x):
+        try:
+            iter(Opaque())
+        except TypeError:
+            return x + 1
+        return x
     return fn_program(f, (t(2),))
 
 
@@ -338,4 +496,37 @@ def for_else_runs_without_break():
         else:
             x = x - 1000
         return x
+    return fn_program(f, (t(2),))
+
+
+@case("itertools")
+def itertools_predicate_runs_only_as_far_as_consumed():
+    def f(x, seen):
+        def is_small(k):
+            seen.append(k)
+            return k < 3
+
+        first_big = next(itertools.filterfalse(is_small, range(10)))
+        kept = itertools.takewhile(is_small, [0, 1, 5, 2])
+        return x + first_big, list(kept)
+    seen = []
+    return Program(f, ((t(2), seen),), observe=lambda: list(seen))
+
+
+@case("itertools")
+def itertools_starmap_and_compress_over_tensors():
+    def f(x, y):
+        scaled = itertools.starmap(torch.mul, [(x, 2), (y, 3)])
+        kept = itertools.compress([x, y, x * y], (s > 1 for s in [2, 0, 5]))
+        return list(scaled), list(kept), list(itertools.permutations([x, y]))[1][0]
+    return fn_program(f, (t(2), t(2)))
+
+
+@case("itertools")
+def itertools_groupby_with_key_and_combinations_with_replacement():
+    def f(x):
+        words = ["apple", "avocado", "banana", "blueberry", "cherry"]
+        firsts = [(k, len(list(g))) for k, g in itertools.groupby(words, key=lambda w: w[0])]
+        pairs = list(itertools.combinations_with_replacement((1, 2), 2))
+        return x * len(firsts), firsts, pairs
     return fn_program(f, (t(2),))

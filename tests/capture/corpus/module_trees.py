@@ -94,6 +94,65 @@ def module_list_subclass_custom_getitem_len():
 
 
 @case("modules")
+def module_list_subclass_iterates_in_its_own_order():
+    class Backwards(nn.ModuleList):
+        def __iter__(self):
+            return iter([self[i] for i in range(len(self) - 1, -1, -1)])
+
+        def __len__(self):
+            return len(self._modules) + 0
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = Backwards([nn.Linear(2, 3), nn.Linear(3, 2)])
+
+        def forward(self, x):
+            for layer in reversed(list(self.layers)):
+                x = layer(x)
+            return x, len(self.layers), [type(m).__name__ for m in self.layers]
+    return Program(Net(), ((t(2),),))
+
+
+@case("modules")
+def module_dict_subclass_aliases_keys():
+    class Aliased(nn.ModuleDict):
+        def __getitem__(self, key):
+            return super().__getitem__({"first": "a"}.get(key, key))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = Aliased({"a": nn.Linear(2, 2), "b": nn.Linear(2, 1)})
+
+        def forward(self, x):
+            return self.heads["first"](x), self.heads["b"](x)
+    return Program(Net(), ((t(2),),))
+
+
+@case("modules")
+def sequential_subclass_getitem_scales_output():
+    class Tagged(nn.Sequential):
+        def __getitem__(self, i):
+            if isinstance(i, int) and i < 0:
+                raise IndexError("no negative indices here")
+            return super().__getitem__(i)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = Tagged(nn.Linear(2, 2), nn.ReLU())
+
+        def forward(self, x):
+            try:
+                self.body[-1]
+            except IndexError:
+                x = x * 2
+            return self.body[0](x), self.body(x)
+    return Program(Net(), ((t(2),),))
+
+
+@case("modules")
 def parameters_and_named_parameters_in_forward():
     class Net(nn.Module):
         def __init__(self):
