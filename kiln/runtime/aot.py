@@ -7,10 +7,10 @@ and rebuilds outputs that alias inputs or each other by replaying their view ops
 base (kiln.runtime.views), so user code sees eager's aliasing, strides and offsets. A call whose
 inputs share memory with one the graph updates runs the captured graph op by op instead (the
 functional graph traced each input as its own tensor).
-kiln.autograd.backend builds it after tracing; this module imports only torch and the runtime at
-import time (kiln.symbolic.node only inside the functions that read symbolic sizes, see
-docs/seams.md), so that a runtime rebuilt from the persistent frame cache runs in a process that
-never loads the tracer, sympy or kiln.lower.
+kiln.autograd.backend builds it after tracing; this module imports only torch and the runtime
+(kiln.runtime.views reads symbolic sizes with kiln.symbolic.node, inside the functions that meet
+them: docs/seams.md), so that a runtime rebuilt from the persistent frame cache runs in a process
+that never loads the tracer, sympy or kiln.lower.
 
 It follows the artifact protocol (kiln.runtime.artifact): `AotRuntime.artifact_recipe()` is a
 Recipe of kind "aot" holding the recipes of its compiled halves (forward, backward), the AOT facts
