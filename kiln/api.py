@@ -17,7 +17,14 @@ import torch
 
 from kiln import backends, compile_time
 from kiln.capture import breaks, distributed, entry
-from kiln.capture.options import ALLOW_IN_GRAPH_MARKER, COMPILED_MARKER, DISABLE_MARKER, ORIGINAL_ATTR, CompileOptions
+from kiln.capture.options import (
+    ALLOW_IN_GRAPH_MARKER,
+    COMPILED_MARKER,
+    DISABLE_MARKER,
+    ORIGINAL_ATTR,
+    CompileOptions,
+    is_disabled,
+)
 
 T = TypeVar("T")
 _MODULE_CALL = torch.nn.Module.__call__
@@ -70,7 +77,7 @@ def compile_with(model: Any, options: CompileOptions, capture: Callable[..., Any
         return OptimizedModule(model, options, capture)
     if getattr(model, COMPILED_MARKER, False):
         model = getattr(model, ORIGINAL_ATTR)  # compiling twice compiles the original once more
-    if getattr(model, DISABLE_MARKER, False):
+    if is_disabled(model):
         return model
     if inspect.ismethod(model) or inspect.isfunction(model):
         return entry.compile_function(model, options, capture)

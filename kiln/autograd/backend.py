@@ -24,7 +24,8 @@ from kiln.autograd.functionalize import functionalize_fresh_fills, verify_aten_g
 from kiln.autograd.joint import (JointTrace, differentiable_outputs, prepare_inputs, trace_forward,
                                  trace_joint)
 from kiln.autograd.partition import Partition, SavedValue, partition as split_joint
-from kiln.autograd.runtime import AotRuntime, bind_symbols, make_autograd_function, with_missing_derivatives
+from kiln.autograd.runtime import (INPUT_UPDATES, AotRuntime, bind_symbols, make_autograd_function,
+                                   with_missing_derivatives)
 from kiln import compile_time, log
 
 Compiler = Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]
@@ -148,6 +149,9 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         log_inference(forward.gm)
         functionalize_fresh_fills(forward.gm)
         verify_aten_graph(forward.gm)
+        # no backward reads an input's old value here: the compiler may write the new values of
+        # mutated inputs (an optimizer's parameters and state) into their storage as it computes them
+        forward.gm.meta[INPUT_UPDATES] = tuple(enumerate(forward.meta.mutated_inputs))
         # run with grad off where autograd could record: grad on and an input requiring grad
         # (no_grad inside the function around modules whose parameters require grad)
         return AotRuntime(forward=fw_compiler(forward.gm, list(inputs.values)),

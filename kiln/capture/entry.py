@@ -610,6 +610,9 @@ def _note_inputs(policy: Any, guards: list[Guard], L: dict, G: dict, F: Any) -> 
 
 def _default_capture() -> CaptureFn:
     from kiln.capture.tracer import capture_frame  # the tracer imports this module's users lazily
+    # rules that register themselves with the tracer's modules (optimizers, foreach calls with
+    # tensor scalars): imported from here, outside the modules they extend
+    from kiln.capture.variables import foreach, optimizer  # noqa: F401
 
     return capture_frame
 

@@ -365,15 +365,15 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
     mode on, under the Function's own backward); anything else (print, a disabled function, a
     tensor method) is called as it is.
     """
-    from kiln.capture.options import DISABLE_MARKER
+    from kiln.capture.options import is_disabled
     from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
     from kiln.capture.distributed import DDPModuleCall, HookedModuleCall, is_ddp
     from kiln.capture.variables.module import NNModuleVariable, _has_hooks
 
-    if isinstance(var, UserFunctionVariable) and not getattr(var.fn, DISABLE_MARKER, False):
+    if isinstance(var, UserFunctionVariable) and not is_disabled(var.fn):
         var.pin_identity()  # the callee is compiled from this very function object
         return glue.bind("callee", wrap_frame(var.fn)), []
-    if isinstance(var, UserMethodVariable) and not getattr(var.fn, DISABLE_MARKER, False):
+    if isinstance(var, UserMethodVariable) and not is_disabled(var.fn):
         return glue.bind("callee", wrap_frame(var.fn)), [glue.reconstruct(var.obj)]
     from kiln.capture.variables.autograd_function import inference_apply
     from kiln.capture.variables.functions import is_autograd_function_apply

@@ -13,8 +13,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+import torch
+
 # A function carrying this attribute (True) is never traced: calls to it run natively (a graph break).
 DISABLE_MARKER = "_kiln_disable"
+# torch's own marks for functions Dynamo must not trace: torch._dynamo.disable and
+# torch.compiler.disable set this attribute on their wrapper ...
+TORCH_DISABLE_MARKER = "_torchdynamo_disable"
+# ... and torch._disable_dynamo (on Optimizer.zero_grad, state_dict, load_state_dict, ...) wraps the
+# function in a closure that imports torch._dynamo on its first call; it is known by its code.
+_TORCH_LAZY_DISABLE_CODE = torch._disable_dynamo(lambda: None).__code__
 # A function carrying this attribute (True) is put into the graph as one call_function node.
 ALLOW_IN_GRAPH_MARKER = "_kiln_allow_in_graph"
 # Set on the callable that kiln.compile returns; the tracer inlines `ORIGINAL_ATTR` instead of it.
@@ -24,6 +32,17 @@ ORIGINAL_ATTR = "_kiln_original"
 # as transformers' import probes do): a call with constant arguments runs for real while tracing,
 # and its result is a constant of the graph.
 CONSTANT_RESULT_MARKER = "_dynamo_marked_constant"
+
+def is_disabled(fn: Any) -> bool:
+    """True for a function capture must not trace: calls to it run natively (a graph break), and
+    kiln.compile of it gives it back as it is. kiln.disable's mark, and torch's, as torch.compile
+    honours them: torch marks the functions whose Python it keeps out of every graph (an
+    optimizer's zero_grad and state_dict, the fused optimizer kernels' drivers)."""
+    fn = getattr(fn, "__func__", fn)  # a bound method carries its function's marks
+    if getattr(fn, DISABLE_MARKER, False) or getattr(fn, TORCH_DISABLE_MARKER, False) is True:
+        return True
+    return getattr(fn, "__code__", None) is _TORCH_LAZY_DISABLE_CODE
+
 
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # The options the "inductor" backend understands (read by kiln.lower.compile_graph): "verify"

@@ -382,7 +382,27 @@ def written_tensors(kind: str, target: Any, args: Sequence[Any], kwargs: dict[st
                     or _inplace_argument(target, args, kwargs))
     if in_place and args and isinstance(args[0], torch.Tensor):
         written.append(args[0])
+    elif in_place and args and isinstance(args[0], (list, tuple)):
+        # the foreach and fused optimizer ops write every tensor of their mutable list arguments
+        for index in _written_list_arguments(target):
+            if index < len(args) and isinstance(args[index], (list, tuple)):
+                written += [t for t in args[index] if isinstance(t, torch.Tensor)]
     return written
+
+
+def _written_list_arguments(target: Any) -> list[int]:
+    """The positions of the arguments that `torch._foreach_add_` and its kind write (their aten
+    schemas mark them), over every overload of the op of that name; [0] when there is none."""
+    name = getattr(target, "__name__", "")
+    packet = getattr(torch.ops.aten, name, None) if name else None
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return [0]
+    positions: set[int] = set()
+    for overload in packet.overloads():
+        for index, argument in enumerate(getattr(packet, overload)._schema.arguments):
+            if argument.alias_info is not None and argument.alias_info.is_write:
+                positions.add(index)
+    return sorted(positions) or [0]
 
 
 def _storage_id(t: torch.Tensor) -> int:
@@ -400,7 +420,8 @@ def _is_inplace_function(target: Any) -> bool:
         return target._schema.is_mutable
     if getattr(target, "__module__", None) == "_operator":
         return name in _INPLACE_OPERATORS  # only recorded for in-place tensor updates
-    return name.endswith("_") and not name.startswith("_") or name in ("copy_", "fill_", "zero_")
+    # `torch._foreach_add_` and `torch._fused_adam_` are in place too; `__iadd__`-style names are not functions here
+    return name.endswith("_") and not name.endswith("__") or name in ("copy_", "fill_", "zero_")
 
 
 def _node_name(source: str) -> str:

@@ -83,6 +83,20 @@ class SideEffects:
         write = self._effects.get(("attr", id(obj), name))
         return None if write is None else write.value
 
+    def touches(self, source: Source) -> bool:
+        """True when a pending effect writes into what `source` reaches: a container read through
+        it, or an attribute of an object read through it, was changed by the trace."""
+        prefix = source.name()
+
+        def under(owner: Any) -> bool:
+            name = "" if owner is None or owner.source is None else owner.source.name()
+            return name == prefix or name.startswith((prefix + ".", prefix + "["))
+
+        for key, effect in self._effects.items():
+            if key[0] == "contents" and under(effect) or key[0] == "attr" and under(effect.owner):
+                return True
+        return False
+
     def store_global(self, source: Source, value: "Variable") -> None:
         self._effects[("global", source.name())] = _GlobalWrite(source, value)
 

@@ -131,6 +131,28 @@ class DictKeySource(Source):
 
 
 @dataclass(frozen=True)
+class ObjectKeySource(Source):
+    """`base[key]` where the key is the object read from the source `key`: a dict keyed by identity
+    (an optimizer's state, keyed by its parameters), indexed without a scan of its keys."""
+
+    base: Source
+    key: Source
+
+    def name(self) -> str:
+        return f"{self.base.name()}[{self.key.name()}]"
+
+
+@dataclass(frozen=True)
+class WeakRefCallSource(Source):
+    """`base()` for a weak reference at `base`: the object it refers to (None once that is gone)."""
+
+    base: Source
+
+    def name(self) -> str:
+        return f"{self.base.name()}()"
+
+
+@dataclass(frozen=True)
 class CallSource(Source):
     """`base.method()` for argument-free reads such as `keys()`, `size()` or `__reduce__()`."""
 

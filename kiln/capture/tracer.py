@@ -40,7 +40,7 @@ from kiln.capture.opcodes import OPCODES
 from kiln.capture.output_graph import OutputGraph
 from kiln.capture.process_modes import ProcessModes
 from kiln.capture.side_effects import SideEffects
-from kiln.capture.sources import AttrSource, ClosureSource, GlobalSource, LocalSource, Source, resume_stack_slot
+from kiln.capture.sources import AttrSource, ClosureSource, GlobalSource, ItemSource, LocalSource, Source, resume_stack_slot
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
@@ -151,8 +151,11 @@ class CaptureState:
     def dynamic_float(self, value: float, source: Source) -> bool:
         if self.policy is None or config.specialize_float:
             return False
-        if not isinstance(source, LocalSource) and not resume_stack_slot(source):
-            return False  # as for ints: attributes and globals stay constants guarded by value
+        if not isinstance(source, (LocalSource, ItemSource)) and not resume_stack_slot(source):
+            # as for ints: attributes and globals stay constants guarded by value. A float held in
+            # a dict or list (an optimizer's `param_groups[i]['lr']`, which a scheduler changes
+            # every step) becomes a symbol once it changes, as torch.compile's floats do.
+            return False
         return bool(self.policy.float_is_dynamic(source.name(), value, self.dynamic))
 
     def symbolic_float(self, value: float, source: Source) -> Variable:
@@ -347,6 +350,9 @@ class Tracer:
                 return
             if not python_setattr(self, obj, obj.cls, name, value):
                 obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
+            return
+        if isinstance(obj, TensorVariable) and name == "grad":
+            obj.set_grad(self, value)
             return
         if isinstance(obj, (NestedFunctionVariable, ExceptionVariable)):
             obj.set_attribute(name, value)  # a function or exception made during the trace

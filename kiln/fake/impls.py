@@ -347,3 +347,37 @@ def sparse_mm_reduce(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dic
         out = torch.empty((s.shape[0], other.shape[1]), dtype=other.dtype, device=_META)
         arg_out = torch.empty(out.shape if needs_arg else (0,), dtype=torch.long, device=_META)
     return mode.wrap(out, s.fake_device), mode.wrap(arg_out, s.fake_device)
+
+
+# --------------------------------------------------------------------------- foreach ops
+def _foreach_tensor_scalar_overloads() -> list[tuple[Any, Any, int]]:
+    """(overload, its `.Scalar` sibling, position of the scalar) for each foreach overload that
+    takes its scalar (or one scalar per list element) as a tensor: `_foreach_add_.Tensor`,
+    `_foreach_addcdiv_.Tensor`, ... (what torch.optim passes under compilation)."""
+    found = []
+    # torch.ops.aten loads its packets lazily (dir() lists only those used so far); torch's own
+    # namespace holds every foreach function under the op's name
+    for name in dir(torch):
+        if not name.startswith("_foreach_"):
+            continue
+        packet = getattr(aten, name)
+        if "Tensor" not in packet.overloads() or "Scalar" not in packet.overloads():
+            continue
+        overload = packet.Tensor
+        for index, argument in enumerate(overload._schema.arguments):
+            if argument.type.isSubtypeOf(torch._C.TensorType.get()):
+                found.append((overload, packet.Scalar, index))
+                break
+    return found
+
+
+_FOREACH_TENSOR_SCALAR = {op: (scalar_op, index) for op, scalar_op, index in _foreach_tensor_scalar_overloads()}
+
+
+@register_fake_impl(*_FOREACH_TENSOR_SCALAR)
+def foreach_tensor_scalar(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """Their meta kernels read the scalar tensor (`.item()`, or insist it lives on the CPU), which a
+    fake cannot give; the outputs' metadata is the `.Scalar` overload's with any number there."""
+    scalar_op, index = _FOREACH_TENSOR_SCALAR[func]
+    rest = list(args[:index]) + [1.0]
+    return mode.run_kernel(scalar_op, tuple(rest), {})

@@ -27,6 +27,7 @@ from kiln.lower.codegen import triton_wrapper
 from kiln.lower.ir import LoopIR
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program
 from kiln.runtime import artifact, cache
+from kiln.runtime.aot import INPUT_UPDATES
 
 
 @dataclass
@@ -84,7 +85,7 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
     if any(n.op == "get_attr" for n in gm.graph.nodes):
         return None
     parts = [gm.code, repr(sorted((k, repr(v)) for k, v in options.items())), cache.code_version(),
-             conv_layout.tunables()]
+             conv_layout.tunables(), repr(gm.meta.get(INPUT_UPDATES, ()))]
     # The code leaves implicit what ambient state decided when it was traced: a factory without
     # dtype= means the default dtype then. Each node's traced dtype pins it (and the default too).
     parts.append(str(torch.get_default_dtype()))

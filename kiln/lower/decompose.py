@@ -36,6 +36,7 @@ def decomposition_table() -> dict[Any, Any]:
              aten.logit, aten.xlogy, aten.log_sigmoid_forward, aten.softshrink, aten.hardshrink, aten.celu,
              aten.selu, aten.rrelu_with_noise, aten.im2col, aten.col2im]
     table.update(torch._decomp.get_decompositions(extra))
+    table.update(foreach_decompositions())
     table[aten.nll_loss_backward.default] = functools.partial(nll_loss_backward, table[aten.nll_loss_backward.default])
     table[aten.embedding_dense_backward.default] = functools.partial(
         embedding_dense_backward, table[aten.embedding_dense_backward.default])
@@ -84,6 +85,56 @@ def nll_loss_backward(scattering: Any, grad_output: torch.Tensor, self: torch.Te
         grad = aten.mul.Tensor(grad, weight)  # the weight of each column: its row's target's where it hits
     zero = aten.scalar_tensor.default(0.0, dtype=self.dtype, device=self.device)
     return aten.where.self(hit, aten._to_copy.default(grad, dtype=self.dtype), zero)
+
+
+# The foreach ops a compiled optimizer step is made of (torch.optim's foreach=True path), whose
+# result for each tensor is the plain op's on that tensor (ATen's CPU kernels loop over them so):
+# split per tensor, each lowers to a pointwise node and the scheduler fuses them with their
+# neighbours, instead of one ATen call per op over every tensor, a list of buffers each time.
+_FOREACH_POINTWISE = ("add", "sub", "mul", "div", "addcmul", "addcdiv", "lerp", "sqrt", "exp", "log", "neg",
+                      "abs", "sign", "reciprocal", "maximum", "minimum", "clamp_min", "clamp_max", "pow",
+                      "sigmoid", "tanh", "sin", "cos", "expm1", "log1p", "erf", "floor", "ceil", "round", "trunc",
+                      "frac")
+
+
+def foreach_decompositions() -> dict[Any, Any]:
+    """{aten._foreach_<op>.<overload>: its per-tensor split} for the functional overloads whose
+    arguments are lists (indexed per tensor) or values shared by every tensor. An overload with a
+    tensor of per-tensor scalars (`_foreach_addcmul.Tensor`'s `scalars`) is left whole."""
+    table: dict[Any, Any] = {}
+    for name in _FOREACH_POINTWISE:
+        packet = getattr(aten, f"_foreach_{name}", None)
+        plain = getattr(aten, name, None)
+        if packet is None or plain is None:
+            continue
+        for overload_name in packet.overloads():
+            overload = getattr(packet, overload_name)
+            arguments = overload._schema.arguments
+            if overload._schema.is_mutable or any(str(a.type) == "Tensor" and a.name == "scalars" for a in arguments):
+                continue
+            # an argument the plain op takes by keyword only (addcmul's `value`, positional in
+            # _foreach_addcmul.Scalar) is passed by name; the others by position, as names differ
+            # (_foreach_lerp's `tensors1` is lerp's `end`)
+            by_name = frozenset(a.name for a in arguments if a.name in _keyword_only(plain))
+            table[overload] = functools.partial(_split_foreach, plain, [a.name for a in arguments], by_name)
+    return table
+
+
+def _keyword_only(packet: Any) -> frozenset[str]:
+    return frozenset(a.name for o in packet.overloads() for a in getattr(packet, o)._schema.arguments if a.kwarg_only)
+
+
+def _split_foreach(plain: Any, names: list[str], by_name: frozenset[str], *args: Any, **kwargs: Any) -> list[Any]:
+    bound = dict(zip(names, args), **kwargs)
+    count = next(len(v) for v in bound.values() if isinstance(v, (list, tuple)))
+
+    def at(value: Any, i: int) -> Any:
+        return value[i] if isinstance(value, (list, tuple)) else value
+
+    positional = [name for name in names if name in bound and name not in by_name]
+    keywords = [name for name in names if name in bound and name in by_name]
+    return [plain(*(at(bound[n], i) for n in positional), **{n: at(bound[n], i) for n in keywords})
+            for i in range(count)]
 
 
 def wants_decomposition(target: Any, keep: frozenset[str] = frozenset()) -> bool:

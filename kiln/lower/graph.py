@@ -80,9 +80,11 @@ def _has_unsupported_dtype(metas: Any) -> bool:
 
 
 def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
-                     aten_fallback: frozenset[str] = frozenset()) -> tuple[LoopIR, list[str]]:
+                     aten_fallback: frozenset[str] = frozenset(),
+                     input_updates: tuple[tuple[int, int], ...] = ()) -> tuple[LoopIR, list[str]]:
     """The ATen graph as loop IR; also returns the perf hints (ops that fell back to ATen calls).
-    Ops named in `aten_fallback` (`str(overload)`) run as ATen calls even when they have a rule."""
+    Ops named in `aten_fallback` (`str(overload)`) run as ATen calls even when they have a rule.
+    `input_updates`: the graph's (output, input) pairs of mutated inputs (LoopIR.input_updates)."""
     metas = node_metas(gm, example_inputs)
     ctx = LoweringContext()
     env: dict[torch.fx.Node, Any] = {}
@@ -146,7 +148,8 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
                 outputs.append(_output(ctx, out, env, metas))
     derived = solve_symbols(input_layouts, symbols)
     ir = LoopIR(tuple(ctx.buffers), tuple(outputs), symbols, seed_needed=ctx.random_offset != 0,
-                output_spec=output_spec, input_count=position, derived=derived)
+                output_spec=output_spec, input_count=position, derived=derived,
+                input_updates=input_updates)
     return ir, ctx.perf_hints
 
 

@@ -301,6 +301,10 @@ class LoopIR:
     seed_needed: bool = False
     output_spec: str | None = None  # pytree spec (treespec_dumps) when the outputs nest, else None
     input_count: int = 0  # the graph's placeholders, also plain ints after the last one read
+    # (output index, input position): output k is the new value of that input, which the runtime
+    # writes back into it after the call (an optimizer's parameters and state); the wrapper may
+    # compute it into the input's own storage instead (memory.input_writes)
+    input_updates: tuple[tuple[int, int], ...] = ()
     # size symbols solved from the input sizes that `symbols` reads (kiln.lower.graph.solve_symbols),
     # in binding order: (symbol, expression over symbols bound before it)
     derived: tuple[tuple[str, sympy.Expr], ...] = ()

@@ -34,6 +34,7 @@ from kiln.lower.graph import lower_to_loop_ir, node_metas
 from kiln.lower.ir import LoopIR, format_ir, verify_ir
 from kiln.lower.schedule import KernelProgram, format_program, schedule, verify_program
 from kiln.runtime import build
+from kiln.runtime.aot import INPUT_UPDATES
 
 
 class DebugDump:
@@ -142,7 +143,10 @@ def _decompose(lo: Lowering) -> None:
 
 def _lower_to_loop_ir(lo: Lowering) -> None:
     assert lo.gm is not None
-    lo.ir, lo.hints = lower_to_loop_ir(lo.gm, lo.example_inputs, aten_fallback=lo.names("aten_fallback"))
+    # the AOT runtime's mark of mutated inputs' new values (computed into their storage where safe)
+    updates = tuple((int(k), int(p)) for k, p in lo.aten_gm.meta.get(INPUT_UPDATES, ()))
+    lo.ir, lo.hints = lower_to_loop_ir(lo.gm, lo.example_inputs, aten_fallback=lo.names("aten_fallback"),
+                                       input_updates=updates)
 
 
 def _schedule(lo: Lowering) -> None:

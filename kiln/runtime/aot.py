@@ -36,6 +36,13 @@ from kiln.runtime.records import record_type
 from kiln.runtime.views import ViewReplay, ViewStep, is_plain, overlapping
 
 
+# The key of an inference graph's `gm.meta` that tells its compiler which outputs are the new
+# values of mutated inputs: ((output index, input position), ...). A compiler may compute such an
+# output into the input's own storage and return the input itself; AotRuntime then has nothing to
+# copy (it bumps the input's version counter, as the in-place ops it stands for would).
+INPUT_UPDATES = "kiln_input_updates"
+
+
 # ---------------------------------------------------------------------------------------------------
 # The autograd.Function and the AOT runtime wrapper
 
@@ -234,6 +241,31 @@ def _unflatten(leaves: list[Any], spec: Any) -> Any:
     return pytree.tree_unflatten(leaves, spec)
 
 
+def _unshared(flat: Sequence[Any], mutated: tuple[int, ...]) -> Sequence[Any]:
+    """`flat` itself, or, where a mutated input shares its storage with another input (a view of
+    it passed too), `flat` with the mutated inputs cloned: the graph then reads every input's value
+    from before the call, as a graph that computes mutated inputs' new values into their storage
+    must not see them early; the runtime copies the new values back after the call. Inputs that
+    share storage but are only read (one lr tensor reached through two paths) need no copy."""
+    written: set[int] = set()
+    for index in mutated:
+        key = flat[index].untyped_storage().data_ptr()
+        if key in written:
+            break
+        if key:  # an empty tensor holds nothing to overwrite
+            written.add(key)
+    else:
+        skip = frozenset(mutated)
+        others = (value for index, value in enumerate(flat) if isinstance(value, torch.Tensor) and index not in skip)
+        if not any(value.untyped_storage().data_ptr() in written for value in others):
+            return flat
+    copies = list(flat)
+    with torch.no_grad():  # copies to compute into, not values autograd records
+        for index in mutated:
+            copies[index] = flat[index].clone()
+    return copies
+
+
 class AotRuntime:
     """The callable handed back to capture for one graph.
 
@@ -271,8 +303,12 @@ class AotRuntime:
         self._unflatten = _unflattener(out_spec)
         if meta is None:
             self._num_mutated, self._passthrough, self._num_outputs = 0, False, 0
+            self._shared_check: tuple[int, ...] = ()
             return
         self._num_mutated = len(meta.mutated_inputs)
+        # an inference graph's compiler may compute mutated inputs' new values in their own
+        # storage (INPUT_UPDATES): safe only while no other input shares that storage
+        self._shared_check = tuple(meta.mutated_inputs) if function is None else ()
         outputs = meta.outputs
         self._num_outputs = len(outputs)
         # the graph returns exactly the user outputs, in order, and the spec is a flat tuple: the
@@ -302,7 +338,7 @@ class AotRuntime:
             flat.extend(get(root) for get in self._getters)
         else:
             flat = args
-        outs = self._run(*flat)
+        outs = self._run(*_unshared(flat, self._shared_check)) if self._shared_check else self._run(*flat)
         entry = flat
         if self._restrides:
             # eager changed these inputs' sizes or strides in place (t_, unsqueeze_): the caller's
@@ -316,12 +352,24 @@ class AotRuntime:
                 flat[index].as_strided_(final.size(), final.stride(), final.storage_offset())
         num_mutated = self._num_mutated
         if num_mutated:
+            written: list[torch.Tensor] = []
             for index, new in zip(self.meta.mutated_inputs, outs[:num_mutated]):
+                old = flat[index]
+                if new is old:
+                    written.append(old)  # computed into the input's storage (INPUT_UPDATES)
+                    continue
                 # once per call, after the graph: the caller's tensor (a buffer such as a BatchNorm
                 # running mean, or a user input) ends up as eager would leave it; a new value that
                 # carries a gradient is copied with autograd on, so the caller's tensor gets its history
-                with torch.set_grad_enabled(torch.is_grad_enabled() and new.requires_grad):
-                    flat[index].copy_(new)
+                if new.requires_grad and torch.is_grad_enabled():
+                    old.copy_(new)
+                else:
+                    with torch.no_grad():
+                        old.copy_(new)
+            if written:
+                # what the in-place ops would have done: a tensor saved for a backward before this
+                # call is seen as modified there
+                torch.autograd.graph.increment_version(written)
             graph_outs = outs[num_mutated:]
         else:
             graph_outs = outs

@@ -23,6 +23,7 @@ from kiln.capture.variables.context_manager import (
     GeneratorYielded,
     LOCK_TYPES,
     LockExitVariable,
+    ProfilerRangeVariable,
 )
 from kiln.capture.variables.functions import UserMethodVariable
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
@@ -153,7 +154,7 @@ def BEFORE_WITH(tx: "Tracer", instr: dis.Instruction) -> None:
         tx.push(WithExitVariable(ctx))
         tx.push(ctx.enter(tx))
         return
-    if isinstance(ctx, (AutocastVariable, GeneratorContextVariable)):
+    if isinstance(ctx, (AutocastVariable, GeneratorContextVariable, ProfilerRangeVariable)):
         tx.push(ContextExitVariable(ctx))
         tx.push(ctx.enter(tx))
         return

@@ -375,7 +375,7 @@ def _subscriptable_type(value: Any) -> bool:
     if _is_typing_form(value):
         return True
     return isinstance(value, type) and value.__module__ in ("builtins", "collections", "collections.abc") \
-        and "__class_getitem__" in vars(value)
+        and any("__class_getitem__" in vars(base) for base in value.__mro__)  # OrderedDict: dict's
 
 
 def _type_argument(var: Variable) -> Any:

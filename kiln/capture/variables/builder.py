@@ -16,7 +16,8 @@ import inspect
 import os
 import sys
 import types
-from typing import TYPE_CHECKING, Any, TypeGuard
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, TypeGuard
 
 import numpy as np
 import torch
@@ -47,6 +48,7 @@ from kiln.capture.variables.functions import (
     ConstantResultVariable,
     UserFunctionVariable,
     UserMethodVariable,
+    WeakRefVariable,
 )
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
@@ -69,6 +71,13 @@ STABLE_MODULES = frozenset({"torch", "math", "operator", "functools", "itertools
 _ITERATOR_TYPES: tuple[type, ...] = (type(iter(())), type(iter([])), type(iter(range(0))))
 _GRAD_MODE_TYPES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
 
+
+
+# Objects wrapped, and functions run natively, by the rules of a module that registers them here
+# (an optimizer and torch.optim's fused drivers, variables/optimizer.py): it imports this module's
+# neighbours, so this module does not import it.
+OBJECT_WRAPPERS: list[tuple[type, Callable[[Any, "Source | None"], Variable]]] = []
+NATIVE_FUNCTIONS: list[Callable[[Any], bool]] = []
 
 def _stable(source: Source | None) -> bool:
     """True when `source` reads an attribute of a module from STABLE_MODULES (no guard needed)."""
@@ -110,8 +119,10 @@ def _item(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     """An item of a list, tuple or dict from outside the frame: a constant is guarded by value
     only when the trace reads it (ItemConstantVariable); anything else is wrapped as usual."""
     if source is None or _stable(source) or not is_constant_value(value) \
-            or type(value) in (int, float) and resume_stack_slot(source):
-        # the items a glue passes a resume function may become symbolic (automatic dynamic)
+            or type(value) in (int, float) and resume_stack_slot(source) \
+            or type(value) is float and state.dynamic_float(value, source):
+        # the items a glue passes a resume function may become symbolic (automatic dynamic), and
+        # so does a float held in a dict or list once it changed (an optimizer's lr under a scheduler)
         return wrap_value(state, value, source)
     if value is None:
         return ItemConstantVariable(value, source, lambda: _guard(state, source, "check_none"))
@@ -131,6 +142,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
                               kind="unsupported")
         node, fake = state.output.tensor_input(value, source)
         var = TensorVariable(node, fake, source)
+        var.real_ref = weakref.ref(value)
         known_input(value, var, source)
         return var
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -262,7 +274,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         if getattr(value.__wrapped__, CONSTANT_RESULT_MARKER, False) is True:
             return ConstantResultVariable(value, source)
         return wrap_value(state, value.__wrapped__, None if source is None else AttrSource(source, "__wrapped__"))
-    if isinstance(value, types.FunctionType) and never_traced(value):
+    if isinstance(value, types.FunctionType) and (never_traced(value) or any(test(value) for test in NATIVE_FUNCTIONS)):
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)  # calling it is a graph break of its library's kind
     if isinstance(value, types.FunctionType) and value not in RULES:
@@ -320,10 +332,16 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         return ObjectVariable(value, source)
     if isinstance(value, types.CellType):
         return state.real_cell(value, None)
+    if type(value) is weakref.ref and source is not None:
+        _guard(state, source, "check_type", weakref.ref)
+        return WeakRefVariable(value, source)
     if callable(value) and not hasattr(value, "__dict__") or isinstance(value, types.BuiltinFunctionType):
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)
     _guard(state, source, "check_type", type(value))
+    for kind, make in OBJECT_WRAPPERS:
+        if isinstance(value, kind):
+            return make(value, source)
     return ObjectVariable(value, source)
 
 

@@ -6,7 +6,8 @@ gives; exiting records `torch.amp._exit_autocast`. AOT autograd runs those nodes
 traces, so the ATen graph holds the casts autocast made (the lowering needs nothing special).
 A contextmanager generator is traced by a child tracer that stops at its `yield` on enter and runs
 on (or has the exception thrown in) on exit. `with lock:` on a threading lock does nothing in the
-trace and takes the real lock only around what a graph break runs natively inside the block. Grad mode is grad_mode.py; Python classes with
+trace; the real lock is taken only around what a graph break runs natively inside the block. A
+profiler range (`record_function`) is left out, as torch.compile leaves it out. Grad mode is grad_mode.py; Python classes with
 `__enter__`/`__exit__` are inlined by BEFORE_WITH. Corresponds to torch/_dynamo/variables/ctx_manager.py.
 """
 from __future__ import annotations
@@ -287,12 +288,63 @@ class ContextManagerClassVariable(Variable):
             return GeneratorContextVariable(func, tx.iterate(pos), dict(kw.items))
         if not all(a.is_constant() for a in [*args, *kwargs.values()]):
             raise Unsupported(f"{self.cls.__qualname__} with arguments unknown at trace time", kind="unsupported_call")
+        if self.cls is PROFILER_RANGE:
+            return ProfilerRangeVariable([a.as_constant() for a in args],
+                                         {k: v.as_constant() for k, v in kwargs.items()})
         values = _autocast_args_of(self.cls, [a.as_constant() for a in args],
                                    {k: v.as_constant() for k, v in kwargs.items()})
         return AutocastVariable(self.cls, *values)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.constant(self.cls)
+
+
+# ------------------------------------------------------------------------------------ profiler ranges
+
+# torch.profiler.record_function is the same class
+PROFILER_RANGE = torch.autograd.profiler.record_function
+
+
+class ProfilerRangeVariable(Variable):
+    """`with torch.autograd.profiler.record_function(name):` (every optimizer step opens one).
+
+    As torch.compile does, the range is left out of the compiled region: inside the graph it does
+    nothing (its enter and exit are profiler ops that would pin the graph to eager's call order
+    and have no fake kernels). A graph break inside the block opens none either: the resume
+    function finds a no-op `__exit__` (the frame's code, compiled or not, records no range)."""
+
+    def __init__(self, args: list[Any], kwargs: dict[str, Any]) -> None:
+        self.args = args
+        self.kwargs = kwargs
+
+    def describe(self) -> str:
+        return f"record_function({', '.join(map(repr, self.args))})"
+
+    def python_type(self) -> type:
+        return PROFILER_RANGE
+
+    def enter(self, tx: "Tracer") -> Variable:
+        return self  # record_function.__enter__ returns the manager
+
+    def exit(self, tx: "Tracer") -> Variable:
+        return ConstantVariable(None)
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        if name == "__exit__":
+            return ContextExitVariable(self)
+        if name == "__enter__":
+            return _BoundEnter(self)
+        raise Unsupported(f"attribute {name!r} of {self.describe()}", kind="unsupported_attribute")
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        args = "".join(f"{glue.constant(a)}, " for a in self.args)
+        kwargs = ", ".join(f"{k}={glue.constant(v)}" for k, v in self.kwargs.items())
+        return f"{glue.constant(PROFILER_RANGE)}({args}{kwargs})"
+
+
+def _ignored_range_exit(*exc_info: Any) -> None:
+    """What a resume function finds as the `__exit__` of an ignored profiler range."""
+    return None
 
 
 # ------------------------------------------------------------------------------------ locks
@@ -355,7 +407,8 @@ def is_held_lock_exit(value: Any) -> bool:
 
 
 def is_context_manager_class(value: Any) -> bool:
-    return value is contextlib._GeneratorContextManager or any(value is c for c in AUTOCAST_CLASSES)
+    return value is contextlib._GeneratorContextManager or value is PROFILER_RANGE \
+        or any(value is c for c in AUTOCAST_CLASSES)
 
 
 class _BoundEnter(Variable):
@@ -381,6 +434,9 @@ class ContextExitVariable(Variable):
         return self.ctx.exit(tx)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
+        if isinstance(self.ctx, ProfilerRangeVariable):
+            # no range is opened for what a break runs natively: the compiled region has none
+            return glue.constant(_ignored_range_exit)
         # A break inside the block: enter a real manager of the same kind now, so the native
         # instruction runs in the region; the resume function exits it.
         name = glue.fresh("ctx")
@@ -389,6 +445,6 @@ class ContextExitVariable(Variable):
         return f"{name}.__exit__"
 
 
-__all__ = ["AUTOCAST_CLASSES", "AutocastVariable", "ContextExitVariable", "ContextManagerClassVariable",
+__all__ = ["AUTOCAST_CLASSES", "PROFILER_RANGE", "ProfilerRangeVariable", "AutocastVariable", "ContextExitVariable", "ContextManagerClassVariable",
            "GeneratorContextVariable", "GeneratorYielded", "HeldLockExitVariable", "LockExitVariable", "abandon_open_contexts",
            "close_open_contexts", "is_context_manager_class", "is_held_lock_exit", "is_lock", "wrap_autocast_instance"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import types
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
@@ -20,11 +21,11 @@ from kiln.capture.options import (
     ALLOW_IN_GRAPH_MARKER,
     COMPILED_MARKER,
     CONSTANT_RESULT_MARKER,
-    DISABLE_MARKER,
     ORIGINAL_ATTR,
+    is_disabled,
 )
 from kiln.capture.guards import ConstantCall, Guard, note_constant_result
-from kiln.capture.sources import AttrSource, ClosureSource, ItemSource, Source, TypeSource
+from kiln.capture.sources import AttrSource, ClosureSource, ItemSource, Source, TypeSource, WeakRefCallSource
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.dict import DictVariable
 from kiln.errors import Unsupported
@@ -129,6 +130,8 @@ class UserFunctionVariable(Variable):
             self.pin = None
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
+        if name == "__get__":
+            return FunctionGetVariable(self)  # a fresh method-wrapper each read: nothing to guard by identity
         if not hasattr(self.fn, name):
             raise Unsupported(f"function {self.fn.__qualname__} has no attribute {name!r}",
                               kind="unsupported_attribute")
@@ -141,6 +144,50 @@ class UserFunctionVariable(Variable):
         if self.pin is not None and self.source is not None:
             return self.source.name()  # the function this call was given, not the traced one
         return glue.constant(self.fn)
+
+
+class FunctionGetVariable(Variable):
+    """`fn.__get__`: the descriptor protocol spelt out (torch's lr schedulers wrap `optimizer.step`
+    as `func.__get__(opt, type(opt))(...)`); calling it with an instance binds fn as a method."""
+
+    def __init__(self, fn: UserFunctionVariable) -> None:
+        self.fn = fn
+
+    def describe(self) -> str:
+        return f"__get__ of {self.fn.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.constant import ConstantVariable
+
+        instance = args[0] if args else kwargs.get("instance")
+        if instance is None or len(args) + len(kwargs) > 2 or \
+                isinstance(instance, ConstantVariable) and instance.as_constant() is None:
+            raise Unsupported(f"{self.describe()} without an instance", kind="unsupported_call")
+        return UserMethodVariable(self.fn.fn, instance, self.fn.source)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return f"{glue.reconstruct(self.fn)}.__get__"
+
+
+class WeakRefVariable(Variable):
+    """A `weakref.ref` from outside the frame (a closure's `opt_ref`): calling it reads the object
+    it refers to now, through `ref()` as its source, guarded as any value read from outside."""
+
+    def __init__(self, ref: weakref.ReferenceType, source: Source) -> None:
+        self.ref = ref
+        self.source = source
+        self.ref_source = source
+
+    def describe(self) -> str:
+        return "weak reference"
+
+    def python_type(self) -> type:
+        return type(self.ref)
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        if args or kwargs:
+            raise Unsupported("calling a weak reference with arguments (raised natively)", kind="unsupported_call")
+        return tx.wrap(self.ref(), WeakRefCallSource(self.ref_source))
 
 
 def _call_for_constant(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
@@ -198,8 +245,8 @@ class ConstantResultVariable(Variable):
 def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: list[Variable],
                          kwargs: dict[str, Variable]) -> Variable:
     """Call a real Python function: honor the kiln markers, then inline its bytecode."""
-    if getattr(fn, DISABLE_MARKER, False):
-        raise Unsupported(f"{fn.__qualname__} is marked kiln.disable", kind="disabled")
+    if is_disabled(fn):
+        raise Unsupported(f"{fn.__qualname__} is marked kiln.disable (or torch's disable)", kind="disabled")
     if getattr(fn, ALLOW_IN_GRAPH_MARKER, False):
         return tx.call_op("call_function", fn, args, kwargs)
     if getattr(fn, COMPILED_MARKER, False):

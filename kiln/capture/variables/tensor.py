@@ -8,6 +8,7 @@ torch/_dynamo/variables/tensor.py (TensorVariable).
 from __future__ import annotations
 
 import operator
+import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
@@ -55,6 +56,14 @@ class TensorVariable(Variable):
         # (kiln.capture.constant_fold), and the guards that reading it as a number needs
         self.constant: torch.Tensor | None = None
         self.constant_guards: tuple[Any, ...] = ()
+        # the real tensor behind a graph input (weakly: capture must not keep a model's tensors
+        # alive), for what the trace reads off the object itself (`.grad`, a dict keyed by it)
+        self.real_ref: weakref.ReferenceType[torch.Tensor] | None = None
+
+    def real(self) -> torch.Tensor | None:
+        """The real tensor this graph input was read from, while it lives; None for values the
+        graph computes."""
+        return None if self.real_ref is None else self.real_ref()
 
     def describe(self) -> str:
         return f"tensor {self.node.name}"
@@ -132,13 +141,45 @@ class TensorVariable(Variable):
             return tx.call_op("call_function", getattr, [self, ConstantVariable(name)], {})
         if name in ("data",):
             return tx.call_op("call_method", "detach", [self], {})
-        if name == "grad" or name == "grad_fn" or name == "_base":
+        if name == "grad":
+            return self._read_grad(tx)
+        if name == "grad_fn" or name == "_base":
             raise Unsupported(f"reading .{name} of a tensor inside a compiled region", kind="unsupported_attribute")
         if name == "__class__":
             return tx.wrap_result(self.python_type())
         if callable(getattr(torch.Tensor, name, None)):
             return BoundMethodVariable(self, name)
         raise Unsupported(f"tensor attribute {name!r}", kind="unsupported_attribute")
+
+    def _read_grad(self, tx: "Tracer") -> Variable:
+        """`p.grad` of a leaf graph input: a graph input of its own, read from `p.grad` (guarded:
+        None stays None, a tensor keeps its metadata), or what the trace assigned to it. As in
+        Dynamo; reading it off a tensor the graph computes (or a non-leaf, whose read warns)
+        stays a graph break."""
+        from kiln.capture.sources import AttrSource
+
+        real = self.real()
+        if real is None or self.source is None or not real.is_leaf:
+            raise Unsupported("reading .grad of a tensor inside a compiled region", kind="unsupported_attribute")
+        pending = tx.side_effects.pending_attr(real, "grad")
+        if pending is not None:
+            return pending
+        return tx.wrap(real.grad, AttrSource(self.source, "grad"))
+
+    def set_grad(self, tx: "Tracer", value: Variable) -> None:
+        """`p.grad = g` on a leaf graph input: a side effect the glue replays after the graph. The
+        checks eager makes at the assignment (a tensor of p's size, dtype and device, or None)
+        are made now; one that fails is a graph break, and the assignment raises natively."""
+        from kiln.capture.variables.constant import ConstantVariable
+
+        real = self.real()
+        fits = isinstance(value, ConstantVariable) and value.as_constant() is None or \
+            isinstance(value, TensorVariable) and value.example is not self.example and \
+            value.example.shape == self.example.shape and value.example.dtype == self.example.dtype \
+            and value.example.device == self.example.device
+        if real is None or self.source is None or not real.is_leaf or not fits:
+            raise Unsupported("assigning .grad of a tensor inside a compiled region", kind="unsupported")
+        tx.side_effects.store_attr(real, self, "grad", value)
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
@@ -178,6 +219,9 @@ class TensorVariable(Variable):
             return ConstantVariable(self.example.type())
         if name in ("__setitem__",):
             return tx.call_op("call_function", operator.setitem, [self, *args], {})
+        rewritten = scalar_tensor_rewrite(tx, name, self, args, kwargs)
+        if rewritten is not None:
+            return rewritten
         return tx.call_op("call_method", name, [self, *args], kwargs)
 
     def is_inference(self, tx: "Tracer") -> bool:
@@ -200,3 +244,32 @@ def _requires_grad_unchanged(t: TensorVariable, args: Sequence[Variable], kwargs
     if flag is not None and not flag.is_constant():
         return False
     return bool(True if flag is None else flag.as_constant()) == t.example.requires_grad
+
+
+# The ops whose `alpha` / `value` is a Scalar in the schema: a tensor given there is read with .item()
+_SCALED_ARGUMENT = {"add": "alpha", "add_": "alpha", "sub": "alpha", "sub_": "alpha",
+                    "addcmul": "value", "addcmul_": "value", "addcdiv": "value", "addcdiv_": "value"}
+
+
+def scalar_tensor_rewrite(tx: "Tracer", name: str, self: TensorVariable, args: Sequence[Variable],
+                          kwargs: dict[str, Variable]) -> Variable | None:
+    """`p.addcdiv_(a, b, value=t)` (or `add_(g, alpha=t)`, ...) with a tensor `t` where the schema
+    wants a number: as torch.compile does, the same arithmetic spelt as tensor ops (`p.add_(a / b * t)`),
+    so that the value stays in the graph instead of breaking it for `.item()`. An optimizer step
+    under compilation takes this path: its step sizes are 0-d tensors there."""
+    key = _SCALED_ARGUMENT.get(name)
+    scale = kwargs.get(key) if key is not None else None
+    if not isinstance(scale, TensorVariable) or len(kwargs) != 1:
+        return None
+    if name.startswith(("add_", "add", "sub")) and not name.startswith("addc") and len(args) == 1:
+        term = tx.call_op("call_function", operator.mul, [args[0], scale], {})
+    elif name.startswith("addcmul") and len(args) == 2:
+        product = tx.call_op("call_function", operator.mul, [args[0], args[1]], {})
+        term = tx.call_op("call_function", operator.mul, [product, scale], {})
+    elif name.startswith("addcdiv") and len(args) == 2:
+        quotient = tx.call_op("call_function", operator.truediv, [args[0], args[1]], {})
+        term = tx.call_op("call_function", operator.mul, [quotient, scale], {})
+    else:
+        return None
+    combine = "sub" if name.startswith("sub") else "add"
+    return tx.call_op("call_method", combine + ("_" if name.endswith("_") else ""), [self, term], {})

@@ -7,7 +7,7 @@ torch/_dynamo/variables/torch.py (TorchInGraphFunctionVariable).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
     from kiln.capture.tracer import Tracer
 
+
+
+# torch functions traced in a way of their own by a module that registers its rule here (the
+# foreach overloads with tensor scalars, variables/foreach.py): it imports this module's
+# neighbours, so this module does not import it. A rule returns None where it does not apply.
+CALL_RULES: list[Callable[["Tracer", Any, Sequence[Variable], dict[str, Variable]], Variable | None]] = []
 
 def _constant_fns() -> set[Any]:
     fns = {torch.get_default_dtype, torch.is_floating_point, torch.is_complex,
@@ -178,7 +184,7 @@ class TorchFunctionVariable(Variable):
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         from kiln.capture.variables.grad_mode import GradModeVariable
-        from kiln.capture.variables.tensor import TensorVariable
+        from kiln.capture.variables.tensor import TensorVariable, scalar_tensor_rewrite
 
         fn = self.fn
         if fn in (torch.from_numpy, torch.as_tensor, torch.asarray, torch.tensor):
@@ -237,10 +243,22 @@ class TorchFunctionVariable(Variable):
             raise Unsupported(f"constructing {fn.__name__} inside a compiled region", kind="unsupported_call")
         if has_out_argument(kwargs):
             return call_with_out(tx, fn, list(args), kwargs)
+        for rule in CALL_RULES:
+            traced = rule(tx, fn, args, kwargs)
+            if traced is not None:
+                return traced
+        if _in(fn, _SCALED_FUNCTIONS) and args and isinstance(args[0], TensorVariable):
+            rewritten = scalar_tensor_rewrite(tx, fn.__name__, args[0], args[1:], kwargs)
+            if rewritten is not None:
+                return rewritten
         return tx.call_op("call_function", fn, list(args), kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.constant(self.fn)
+
+
+# torch functions whose `alpha` / `value` may come as a tensor (tensor.scalar_tensor_rewrite)
+_SCALED_FUNCTIONS = {torch.add, torch.sub, torch.addcmul, torch.addcdiv}
 
 
 def _in(fn: Any, table: Any) -> bool:

@@ -18,13 +18,14 @@ reuse pool), on the wrapper's steps rather than on scheduler nodes.
 """
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
 import torch
 
-from kiln.lower.ir import Load, Pointwise, index_vars, walk
+from kiln.lower.ir import BufferRef, InputBuffer, Load, LoopIR, Pointwise, index_vars, walk
 from kiln.lower.schedule import Kernel, kernel_substitution
 
 
@@ -236,8 +237,43 @@ def check_plan(facts: MemoryFacts, plan: MemoryPlan) -> None:
     assert plan.kept == handed, "kept names are not exactly the donors that die before their reuse"
 
 
+def input_writes(facts: MemoryFacts, ir: LoopIR) -> dict[str, str]:
+    """{output buffer: input buffer} for the graph outputs that are computed into the storage of
+    the input they are the new value of (`ir.input_updates`: an optimizer's parameters and state),
+    so that the runtime has no copy to make and the wrapper no buffer to allocate.
+
+    As for a donor: the input is read for the last time before the output's kernel, or in it only
+    at the element the output stores (`Allocation.inplace`); its layout is the output's (dense
+    enough to hold it: same dtype, sizes and strides); it is not returned itself, nor shares
+    storage with an extern's result; the output is a kernel's buffer returned once (a second
+    output of the same buffer, or a user output, would alias the input then)."""
+    inputs = {b.position: b for b in ir.buffers if isinstance(b, InputBuffer)}
+    allocations = {a.name: a for a in facts.allocations}
+    returned = collections.Counter(o.name for o in ir.outputs if isinstance(o, BufferRef))
+    aliased = _aliased(facts)
+    writes: dict[str, str] = {}
+    for k, position in ir.input_updates:
+        out = ir.outputs[k] if 0 <= k < len(ir.outputs) else None
+        source = inputs.get(position)
+        if not isinstance(out, BufferRef) or source is None or out.name not in allocations:
+            continue
+        alloc = allocations[out.name]
+        if returned[out.name] != 1 or out.name in writes or source.name in writes.values() \
+                or source.name in facts.outputs or source.name in aliased:
+            continue
+        own = ir.buffer(out.name).layout
+        if not (own == out.layout == source.layout and own.offset == 0) or own.dtype != alloc.dtype:
+            continue
+        last = facts.last_use.get(source.name, -1)
+        if last > alloc.step or last == alloc.step and source.name not in alloc.inplace:
+            continue
+        writes[out.name] = source.name
+    return writes
+
+
 def in_place_donors(step: Kernel, block_kind: str, node: Any) -> frozenset[str]:
-    """The buffers `node` may overwrite as it goes: a pointwise node of a plain loop that reads each
+    """The buffers `node` may overwrite as it goes: a pointwise node of a plain loop (or of a scalar
+    block over the outer range: a bias next to its weight) that reads each
     such buffer, if at all, only at the element it stores (no indirect part), so every element is
     read before the store that replaces it. Other nodes of the kernel may read the buffer only in an
     earlier block, and only at that same element as kernel variables: an earlier block runs to its end for
@@ -251,7 +287,7 @@ def in_place_donors(step: Kernel, block_kind: str, node: Any) -> frozenset[str]:
     (`aliasing_args`), so that the kernel is well defined when the plan hands it the same storage
     as an input and as an output (Inductor passes one in/out pointer instead).
     """
-    if block_kind != "loop" or not isinstance(node, Pointwise) or node.layout.offset != 0:
+    if block_kind not in ("loop", "scalar") or not isinstance(node, Pointwise) or node.layout.offset != 0:
         return frozenset()
     if any(st == 0 and sz != 1 for sz, st in zip(node.layout.sizes, node.layout.strides)):
         return frozenset()  # a broadcast store writes an element more than once: a later read would see it

@@ -428,6 +428,11 @@ class NativeWrapperWriter(WrapperWriter):
 
     def _alloc(self, name: str, layout: Layout) -> None:
         self._tensor(name)
+        target = self.input_writes.get(name)
+        if target is not None:
+            self.layouts[name] = layout
+            self.body.append(f"  {name} = {target};  // the new value of {target}, computed in its storage")
+            return
         donor = self.plan.reuse.get(name)
         if donor is not None:
             same = self.layouts[donor] == layout

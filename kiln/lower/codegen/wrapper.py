@@ -12,6 +12,7 @@ torch/_inductor/codegen/wrapper.py (the Python wrapper).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from typing import Any, Callable
 
 import sympy
@@ -19,7 +20,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from kiln.lower.checks import ERROR_RECORD, error_function_source, sites_of
-from kiln.lower.codegen.memory import Allocation, MemoryFacts, MemoryPlan, in_place_donors, plan_memory
+from kiln.lower.codegen.memory import (Allocation, MemoryFacts, MemoryPlan, in_place_donors, input_writes,
+                                       plan_memory)
 from kiln.lower.ir import (BufferRef, ConstantBuffer, Extern, InputBuffer, Layout, Load, Pointwise, SymExpr,
                            contiguous_strides, index_vars, walk)
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
@@ -110,6 +112,7 @@ class WrapperWriter:
         self.layouts: dict[str, Layout] = {}
         self.globals: dict[str, Any] = {"torch": torch, "_relayout": _relayout}
         self.plan = MemoryPlan()
+        self.input_writes: dict[str, str] = {}  # output buffer -> the input whose storage it is computed in
 
     def ref(self, r: BufferRef) -> str:
         """An expression for a strided view of a buffer (the buffer itself when the layout matches).
@@ -204,7 +207,10 @@ class WrapperWriter:
         last_use = self._last_uses()
         outputs = {o.name for o in ir.outputs if isinstance(o, BufferRef)}
         self.facts = self.memory_facts(last_use, outputs)
-        self.plan = plan_memory(self.facts)
+        self.input_writes = input_writes(self.facts, ir)
+        self.plan = plan_memory(dataclasses.replace(self.facts, allocations=tuple(
+            a for a in self.facts.allocations if a.name not in self.input_writes)))
+        written = set(self.input_writes.values())  # an input read for the last time before its new value is computed in it
         for s, step in enumerate(self.program.steps):
             self.step_index = s
             if isinstance(step, (Kernel, ScatterKernel)):
@@ -213,7 +219,7 @@ class WrapperWriter:
                 self._extern(step)
             dead = sorted(n for n, last in last_use.items() if last == s and n not in outputs
                           and n in self.layouts and not n.startswith("const_") and n not in self.plan.kept
-                          and self.frees(n))
+                          and n not in written and self.frees(n))
             if dead:
                 free(dead)
 
@@ -274,6 +280,11 @@ class WrapperWriter:
                            len(self.program.steps), tuple(results))
 
     def _alloc(self, name: str, layout: Layout) -> None:
+        target = self.input_writes.get(name)
+        if target is not None:
+            self.layouts[name] = layout
+            self.lines.append(f"    {name} = {target}  # the new value of {target}, computed in its storage")
+            return
         donor = self.plan.reuse.get(name)
         if donor is not None:
             # the donor is dead (memory.plan_memory), or read by this kernel only where it writes

@@ -104,10 +104,18 @@ for _overload, _name in PREDICATES.items():
 
 # ----------------------------------------------------------------------------- binary arithmetic
 
+def _symbolic(alpha: Any) -> bool:
+    """An `alpha` that is a symbol (a float argument that changes: an optimizer's lr under a
+    scheduler): an operand of the kernel, read when it runs, rather than a constant."""
+    return not isinstance(alpha, (int, float))
+
+
 @register(aten.add.Tensor, aten.add.Scalar)
 def add(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
     if alpha == 1:
         return pointwise(ctx, [a, b], ops.binary("add"))
+    if _symbolic(alpha):
+        return pointwise(ctx, [a, b, alpha], lambda x, y, s: ops.op("add", x, ops.op("mul", y, s)))
     return pointwise(ctx, [a, b], lambda x, y: ops.op("add", x, ops.op("mul", y, c(alpha, y))))
 
 
@@ -115,11 +123,15 @@ def add(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
 def sub(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
     if alpha == 1:
         return pointwise(ctx, [a, b], ops.binary("sub"))
+    if _symbolic(alpha):
+        return pointwise(ctx, [a, b, alpha], lambda x, y, s: ops.op("sub", x, ops.op("mul", y, s)))
     return pointwise(ctx, [a, b], lambda x, y: ops.op("sub", x, ops.op("mul", y, c(alpha, y))))
 
 
 @register(aten.rsub.Tensor, aten.rsub.Scalar)
 def rsub(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
+    if _symbolic(alpha):
+        return pointwise(ctx, [b, a, alpha], lambda x, y, s: ops.op("sub", x, ops.op("mul", y, s)))
     return pointwise(ctx, [b, a], lambda x, y: ops.op("sub", x, ops.op("mul", y, c(alpha, y))))
 
 

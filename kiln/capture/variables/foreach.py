@@ -1,0 +1,81 @@
+"""`torch._foreach_*` calls whose scalar is a tensor, traced as one op per list element.
+
+torch.optim's multi-tensor (`foreach=True`) updates pass their step sizes as tensors under
+compilation (`_foreach_addcdiv_(params, exp_avgs, denoms, step_sizes)` with `step_sizes` a 1-d
+tensor, one per parameter). ATen implements those overloads by reading the tensor's values into a
+list of numbers, which neither a fake tensor nor functionalization can do. As Dynamo's polyfills
+do, capture spells such a call as the per-tensor ops it stands for (`p.addcdiv_(a, d, value=s[i])`
+for each i): the same arithmetic, in the graph. Foreach calls with plain numbers stay one node
+(the lowering splits them per tensor where it fuses them).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from kiln.capture.variables.base import Variable
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.sequence import ListVariable, TupleVariable
+from kiln.capture.variables.tensor import TensorVariable
+from kiln.capture.variables.torch import CALL_RULES
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.tracer import Tracer
+
+_PREFIX = "_foreach_"
+# Ops whose tensor scalar holds one number per list element (their `.Tensor` overload's `scalars`)
+_PER_ELEMENT_SCALARS = frozenset({"addcdiv", "addcmul"})
+
+
+def is_foreach_with_tensor_scalar(fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> bool:
+    name = getattr(fn, "__name__", "")
+    if not name.startswith(_PREFIX) or getattr(fn, "__module__", None) not in ("torch", None):
+        return False
+    if fn is not getattr(torch, name, None):
+        return False
+    return any(isinstance(a, TensorVariable) for a in [*args, *kwargs.values()])
+
+
+def call_foreach_per_tensor(tx: "Tracer", fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """`torch._foreach_<op>[_](lists..., scalar)` as `lists[0][i].<op>[_](...)` for each i."""
+    name = fn.__name__[len(_PREFIX):]
+    base = name.rstrip("_")
+    if not args or not isinstance(args[0], (ListVariable, TupleVariable)):
+        raise Unsupported(f"torch.{fn.__name__} without a list of tensors first", kind="unsupported_call")
+    n = len(args[0].items)
+    lists = [a for a in args if isinstance(a, (ListVariable, TupleVariable))]
+    if any(len(lst.items) != n for lst in lists):
+        raise Unsupported(f"torch.{fn.__name__} on lists of different lengths (raised natively)", kind="unsupported_call")
+
+    def element(value: Variable, i: int) -> Variable:
+        if isinstance(value, (ListVariable, TupleVariable)):
+            return value.items[i]
+        if isinstance(value, TensorVariable) and base in _PER_ELEMENT_SCALARS and value.example.dim() == 1:
+            if value.example.shape[0] != n:
+                raise Unsupported(f"torch.{fn.__name__} with {value.example.shape[0]} scalars for {n} tensors "
+                                  "(raised natively)", kind="unsupported_call")
+            return tx.call_op("call_function", torch.select, [value, ConstantVariable(0), ConstantVariable(i)], {})
+        return value
+
+    results = []
+    for i in range(n):
+        first, *rest = [element(a, i) for a in args]
+        named = {k: element(v, i) for k, v in kwargs.items()}
+        if base in _PER_ELEMENT_SCALARS and len(rest) == 3:
+            named["value"] = rest.pop()  # the schema's positional `scalars` is the method's `value=`
+        results.append(first.call_method(tx, name, rest, named))
+    if name.endswith("_"):
+        return ConstantVariable(None)
+    return ListVariable(results)
+
+
+__all__ = ["call_foreach_per_tensor", "is_foreach_with_tensor_scalar"]
+
+
+def _foreach_rule(tx: "Tracer", fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable | None:
+    return call_foreach_per_tensor(tx, fn, args, kwargs) if is_foreach_with_tensor_scalar(fn, args, kwargs) else None
+
+
+CALL_RULES.append(_foreach_rule)
