@@ -327,10 +327,11 @@ class AotRuntime:
         return [get(root) for get in self._getters]
 
     def __call__(self, *args: Any) -> Any:
-        if self._updated and len(args) > 1 and self.root is not None and \
+        if self._updated and self.root is not None and \
                 overlapping(args, [i for i in self._updated if i < len(args)]):
-            # two inputs share memory that one of them updates: the graph would not show the update
-            # through the other, eager does (run the captured graph as it is, op by op)
+            # two inputs share memory that one of them updates, or one updated input shares memory
+            # between its own elements (an expand): the graph would not show the update through the
+            # other elements, eager does (run the captured graph as it is, op by op)
             return self.root(*args)
         if self._getters:
             flat: Any = list(args)

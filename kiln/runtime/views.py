@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import torch
 
 from kiln.errors import Unsupported
+from kiln.runtime.overlap import may_overlap
 from kiln.runtime.records import record_type
 
 _functionalization = torch._C._functionalization
@@ -180,13 +181,16 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
 
 def overlapping(args: Sequence[Any], updated: Sequence[int]) -> bool:
     """Whether an argument updated in place shares memory with another tensor argument (not the
-    same object: the capture's aliasing guard covers that). The graph was traced with each input
-    its own tensor, so an update of one would not show through the other; by address ranges, so
-    slices of one buffer that do not meet are not counted."""
+    same object: the capture's aliasing guard covers that), or with itself (an expanded input, whose
+    elements share addresses: the real torch.compile hands Kiln such graphs). The graph was traced
+    with each input its own tensor of distinct elements, so an update of one would not show through
+    the other; by address ranges, so slices of one buffer that do not meet are not counted."""
     for i in updated:
         mine = args[i]
         if not isinstance(mine, torch.Tensor) or mine.layout != torch.strided:
             continue
+        if not mine.is_contiguous() and may_overlap(tuple(mine.shape), mine.stride()):
+            return True
         start, end = _span(mine)
         for other in args:
             if other is mine or not isinstance(other, torch.Tensor) or other.layout != torch.strided:

@@ -353,3 +353,21 @@ def test_in_place_dunder_spelled_out_is_kept(backend: str) -> None:
     got = kiln.compile(fn, fullgraph=True, backend=backend)(y)
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(y, x)
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("name", ["fill_", "zero_", "masked_fill_", "setitem_row"])
+def test_kiln_as_torch_compile_backend_writes_back_into_an_expanded_input(name: str) -> None:
+    """Dynamo (the real torch.compile) puts the write into the graph, so Kiln's AOT runtime copies
+    the new value back into the caller's expanded tensor: one value per shared address, as eager's
+    in-place op left it (a plain copy_ raised "more than one element ... single memory location")."""
+    import torch._dynamo  # a test may drive Kiln's backend from the real torch.compile
+
+    fn = _program(IN_PLACE[name])
+    expected = _outcome(fn, _expanded())
+    torch._dynamo.reset()
+    try:
+        got = _outcome(torch.compile(fn, backend=kiln.inductor_backend), _expanded())
+    finally:
+        torch._dynamo.reset()
+    assert got == expected
