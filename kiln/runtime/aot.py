@@ -33,7 +33,7 @@ from torch.utils import _pytree as pytree
 
 from kiln.runtime.artifact import Recipe, describe, loader, rebuild
 from kiln.runtime.records import record_type
-from kiln.runtime.views import ViewReplay, ViewStep, is_plain, overlapping
+from kiln.runtime.views import ViewReplay, ViewStep, is_plain, overlapping, storage_groups
 
 
 # The key of an inference graph's `gm.meta` that tells its compiler which outputs are the new
@@ -241,24 +241,17 @@ def _unflatten(leaves: list[Any], spec: Any) -> Any:
     return pytree.tree_unflatten(leaves, spec)
 
 
-def _unshared(flat: Sequence[Any], mutated: tuple[int, ...]) -> Sequence[Any]:
+def _unshared(flat: Sequence[Any], mutated: tuple[int, ...],
+              groups: tuple[dict[int, int], dict[int, list[int]]]) -> Sequence[Any]:
     """`flat` itself, or, where a mutated input shares its storage with another input (a view of
     it passed too), `flat` with the mutated inputs cloned: the graph then reads every input's value
     from before the call, as a graph that computes mutated inputs' new values into their storage
     must not see them early; the runtime copies the new values back after the call. Inputs that
-    share storage but are only read (one lr tensor reached through two paths) need no copy."""
-    written: set[int] = set()
-    for index in mutated:
-        key = flat[index].untyped_storage().data_ptr()
-        if key in written:
-            break
-        if key:  # an empty tensor holds nothing to overwrite
-            written.add(key)
-    else:
-        skip = frozenset(mutated)
-        others = (value for index, value in enumerate(flat) if isinstance(value, torch.Tensor) and index not in skip)
-        if not any(value.untyped_storage().data_ptr() in written for value in others):
-            return flat
+    share storage but are only read (one lr tensor reached through two paths) need no copy.
+    `groups`: kiln.runtime.views.storage_groups(flat)."""
+    ids, storages = groups
+    if not any(len(storages[ids[index]]) > 1 for index in mutated if index in ids):
+        return flat
     copies = list(flat)
     with torch.no_grad():  # copies to compute into, not values autograd records
         for index in mutated:
@@ -327,19 +320,24 @@ class AotRuntime:
         return [get(root) for get in self._getters]
 
     def __call__(self, *args: Any) -> Any:
-        if self._updated and self.root is not None and \
-                overlapping(args, [i for i in self._updated if i < len(args)]):
-            # two inputs share memory that one of them updates, or one updated input shares memory
-            # between its own elements (an expand): the graph would not show the update through the
-            # other elements, eager does (run the captured graph as it is, op by op)
-            return self.root(*args)
         if self._getters:
             flat: Any = list(args)
             root = self.root
             flat.extend(get(root) for get in self._getters)
         else:
             flat = args
-        outs = self._run(*_unshared(flat, self._shared_check)) if self._shared_check else self._run(*flat)
+        run_args = flat
+        if self._updated or self._shared_check:
+            groups = storage_groups(flat)  # one pass over the inputs for both checks
+            if self._updated and self.root is not None and \
+                    overlapping(flat, [i for i in self._updated if i < len(args)], groups):
+                # two inputs share memory that one of them updates, or one updated input shares
+                # memory between its own elements (an expand): the graph would not show the update
+                # through the other elements, eager does (run the captured graph as it is, op by op)
+                return self.root(*args)
+            if self._shared_check:
+                run_args = _unshared(flat, self._shared_check, groups)
+        outs = self._run(*run_args)
         entry = flat
         if self._restrides:
             # eager changed these inputs' sizes or strides in place (t_, unsqueeze_): the caller's

@@ -179,21 +179,48 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     return start, start + (last + 1) * t.element_size()
 
 
-def overlapping(args: Sequence[Any], updated: Sequence[int]) -> bool:
+_storage_id = torch._C._storage_id  # type: ignore[attr-defined]  # bound in C++, not in the stubs
+
+
+def storage_groups(tensors: Sequence[Any]) -> tuple[dict[int, int], dict[int, list[int]]]:
+    """(argument index -> its storage's id, storage id -> the indices on it) over the tensors of
+    `tensors`: one pass, shared by the runtime's checks before a call that updates inputs (an
+    optimizer step updates hundreds of them)."""
+    ids: dict[int, int] = {}
+    groups: dict[int, list[int]] = {}
+    for index, arg in enumerate(tensors):
+        if isinstance(arg, torch.Tensor):
+            try:
+                ids[index] = key = _storage_id(arg)
+            except RuntimeError:  # no storage (sparse, nested): nothing another input can share
+                continue
+            groups.setdefault(key, []).append(index)
+    return ids, groups
+
+
+def overlapping(args: Sequence[Any], updated: Sequence[int],
+                groups: tuple[dict[int, int], dict[int, list[int]]] | None = None) -> bool:
     """Whether an argument updated in place shares memory with another tensor argument (not the
     same object: the capture's aliasing guard covers that), or with itself (an expanded input, whose
     elements share addresses: the real torch.compile hands Kiln such graphs). The graph was traced
     with each input its own tensor of distinct elements, so an update of one would not show through
-    the other; by address ranges, so slices of one buffer that do not meet are not counted."""
+    the other; by address ranges, so slices of one buffer that do not meet are not counted.
+    `groups`: storage_groups(args), when the caller has it already."""
+    ids, storages = groups if groups is not None else storage_groups(args)
     for i in updated:
-        mine = args[i]
-        if not isinstance(mine, torch.Tensor) or mine.layout != torch.strided:
+        key = ids.get(i)
+        if key is None:
             continue
+        mine = args[i]
         if not mine.is_contiguous() and may_overlap(tuple(mine.shape), mine.stride()):
             return True
+        sharing = storages[key]
+        if len(sharing) < 2:
+            continue
         start, end = _span(mine)
-        for other in args:
-            if other is mine or not isinstance(other, torch.Tensor) or other.layout != torch.strided:
+        for j in sharing:
+            other = args[j]
+            if other is mine:
                 continue
             other_start, other_end = _span(other)
             if start < other_end and other_start < end:
