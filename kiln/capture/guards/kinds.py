@@ -698,6 +698,9 @@ def check_shape(expected: Any, name: str, em: Emitter) -> list[Check]:
     return [Check("", lambda v: v)]
 
 
+# ---------------------------------------------------------------------------------------------------
+# Sources as the user writes them
+
 _NAME_RE = re.compile(r"\b([LG])\['([A-Za-z_]\w*)'\]")
 _MODULE_DICT_RE = re.compile(r"\.(?:_modules|_parameters|_buffers)\['(\w+)'\]")
 
