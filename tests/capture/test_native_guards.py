@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import kiln
-from kiln.capture import guards as guards_module
+from kiln.capture.guards import compile as guards_module  # where compile_guards looks up native_checks
+from kiln.capture.guards import native as native_guards
 from kiln.capture.guards import Guard, compile_guards, tensor_guard
 from kiln.runtime import boundary as boundary_module
 from kiln.runtime import native
@@ -141,7 +142,7 @@ def test_a_check_made_before_the_extension_switches_when_it_loads(boundary: Any,
     # A process whose boundary is not loaded yet: the check is made in Python and waits for it.
     monkeypatch.setattr(boundary_module, "_loaded", [])
     monkeypatch.setattr(boundary_module, "_when_loaded", [])
-    monkeypatch.setattr(guards_module, "_waiting_for_boundary", [False])
+    monkeypatch.setattr(native_guards, "_waiting_for_boundary", [False])
     monkeypatch.setattr(guards_module, "native_checks", lambda: None)
     x = torch.randn(4, 6)
     guards = [tensor_guard("L['x']", x), Guard("L['d']", "check_keys", ("a",))]

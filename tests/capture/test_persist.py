@@ -499,7 +499,7 @@ class _Layer:
 
 
 def test_glue_rebuilds_objects_only_of_classes_the_frame_s_data_holds() -> None:
-    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+    from kiln.capture.persist.grammar import UnsafeSource, check_glue_source
 
     tied_by_type = [Guard("L['cache'].layers[0]", "check_type", _Layer)]
     tied_by_identity = [Guard("L['cache'].layer_class", "check_id", _Layer)]

@@ -328,7 +328,7 @@ def test_stack_shapes_agree_with_what_capture_passes() -> None:
 
 
 def test_loop_iterators_at_a_break_are_the_frame_s_own() -> None:
-    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+    from kiln.capture.persist.grammar import UnsafeSource, check_glue_source
 
     head = "def __glue_loop(L, G, F):\n    __out = __graph_loop_0(L['x'])\n"
     admitted = [
@@ -368,7 +368,7 @@ def test_torch_calls_at_a_break_are_what_torch_names_now(monkeypatch: pytest.Mon
 
 
 def test_try_and_with_blocks_at_a_break_have_one_shape() -> None:
-    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+    from kiln.capture.persist.grammar import UnsafeSource, check_glue_source
 
     glue = ("def __glue_g(L, G, F):\n    __out = __graph_g_0(L['x'])\n"
             "    __ctx0 = __const_no_grad_0()\n    __ctx0.__enter__()\n"
@@ -395,7 +395,7 @@ def test_try_and_with_blocks_at_a_break_have_one_shape() -> None:
 
 
 def test_glue_refills_a_container_of_the_frame_only_with_its_own_items_and_graph_outputs() -> None:
-    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+    from kiln.capture.persist.grammar import UnsafeSource, check_glue_source
 
     head = ("def __glue_f(L, G, F):\n    __out = __graph_f_0(L['x'])\n"
             "    __c0 = L['cache'].states\n    __v1 = L['cache'].states[0]\n")
@@ -410,7 +410,7 @@ def test_glue_refills_a_container_of_the_frame_only_with_its_own_items_and_graph
 
 
 def test_glue_compares_only_values_the_guards_pin_to_numbers_or_tensors() -> None:
-    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+    from kiln.capture.persist.grammar import UnsafeSource, check_glue_source
 
     body = ("def __glue_compare(L, G, F):\n    __out = __graph_compare_0(L['x'], L['n'])\n"
             "    __v0 = [4, 1, 4]\n    __v1 = [4, L['n'], 4]\n    __result2 = __v0 == __v1\n"
@@ -425,7 +425,7 @@ def test_glue_compares_only_values_the_guards_pin_to_numbers_or_tensors() -> Non
 
 
 def test_break_methods_are_called_only_on_graph_outputs() -> None:
-    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+    from kiln.capture.persist.grammar import UnsafeSource, check_glue_source
 
     head = "def __glue_g(L, G, F):\n    __out = __graph_g_0(L['x'])\n"
     names = dict(graph_names=["__graph_g_0"], constant_names=[], callee_names=["__callee1", "__resume2"],
@@ -491,7 +491,7 @@ class _Encoder(torch.nn.Module):
 
 def test_a_submodule_s_forward_is_a_callee_when_the_frame_holds_such_a_module() -> None:
     from kiln.capture.guards import Guard
-    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+    from kiln.capture.persist.grammar import UnsafeSource, check_glue_source
 
     held = [Guard("L['self']._modules['enc']", "check_type", _Encoder)]
     assert persist._module_forward(_Encoder.forward, held)
@@ -509,7 +509,7 @@ def test_a_submodule_s_forward_is_a_callee_when_the_frame_holds_such_a_module() 
 
 
 def test_an_attribute_the_code_names_of_a_frame_value_may_go_to_the_resume_function() -> None:
-    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+    from kiln.capture.persist.grammar import UnsafeSource, check_glue_source
 
     head = "def __glue_forward(L, G, F):\n    __out = __graph_f_0(L['x'])\n"
     names = dict(graph_names=["__graph_f_0"], constant_names=[], callee_names=["__resume2"],
@@ -552,7 +552,7 @@ def test_a_frame_whose_cells_cross_a_break_is_stored_and_read_back(tmp_path: Pat
 
 
 def test_a_cell_the_glue_makes_holds_only_what_a_break_may_take() -> None:
-    from kiln.capture.stored_code import UnsafeSource, check_glue_source
+    from kiln.capture.persist.grammar import UnsafeSource, check_glue_source
 
     head = "def __glue_forward(L, G, F):\n    __out = __graph_f_0(L['x'])\n    __result0 = __out[0].item()\n"
     names = dict(graph_names=["__graph_f_0"], constant_names=["__const_cell_0"], callee_names=["__resume2"],

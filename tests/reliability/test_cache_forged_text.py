@@ -1,7 +1,7 @@
 """Forged text in a stored frame entry: every construct outside capture's grammar is refused.
 
 A stored entry's guard sources and glue become code again in a later process
-(kiln/capture/stored_code.py admits only the forms capture writes). Each case here forges one
+(kiln/capture/persist/grammar.py admits only the forms capture writes). Each case here forges one
 entry the way an attacker who knows the format would (a valid seal, named by its hash): a
 guard or glue text that would create a marker file if it ran. The entry must be refused with a
 `removed ...: not a frame entry: <why>` line under KILN_LOGS=cache, the file deleted, the frame
@@ -23,7 +23,7 @@ import kiln
 from kiln import log
 from kiln.capture import persist
 from kiln.capture.guards import Guard
-from kiln.capture.stored_code import UnsafeSource, check_glue_source, check_guard_source
+from kiln.capture.persist.grammar import UnsafeSource, check_glue_source, check_guard_source
 from kiln.runtime import store
 from tests.reliability import cache_harness as harness
 

@@ -25,7 +25,7 @@ import torch
 
 from kiln.capture import persist
 from kiln.capture.guards import ABSENT, ClassAttribute, Guard, compile_guards
-from kiln.capture.stored_code import UnsafeSource, check_glue_source
+from kiln.capture.persist.grammar import UnsafeSource, check_glue_source
 from kiln.runtime import artifact, records, store
 from tests.reliability import cache_harness as harness
 
@@ -331,7 +331,7 @@ def test_forged_member_reference_is_refused() -> None:
 
 
 def test_guard_sources_read_library_dunders_but_not_globals() -> None:
-    from kiln.capture.stored_code import check_guard_source
+    from kiln.capture.persist.grammar import check_guard_source
 
     check_guard_source("type(L['self'].config).__validators__")
     check_guard_source("L['self'].forward.__func__")

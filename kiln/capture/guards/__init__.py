@@ -1,0 +1,28 @@
+"""Guards: what a captured graph assumed about its inputs, compiled into one fast check function.
+
+The tracer records a `Guard` for every fact it relied on (a type, an object's identity, a constant,
+a tensor's metadata, grad mode); the ShapeEnv adds its symbolic decisions as Python text. The entry
+calls `compile_guards` once per cache entry and gets a `CheckFn`: one generated Python function with
+early exit, plus `explain_failure` that names the first failing guard in the user's words.
+Corresponds to torch/_dynamo/guards.py (GuardBuilder and the generated check function).
+
+The package, in the order its modules import each other:
+  - kinds: the records (`Guard` and what each kind compares against) and the table of guard kinds;
+  - native: the tensor kind, checked in one call of the boundary extension where it is built, and
+    the switch of check functions made before it loaded;
+  - compile: `compile_guards`, the generated function (`CheckFn`) and `read_source`.
+"""
+from __future__ import annotations
+
+from kiln.capture.guards.compile import CheckFn, compile_guards, read_source, shape_guard
+from kiln.capture.guards.kinds import (ABSENT, GUARD_KINDS, PARAMETRIZE_MODULE, Check, ClassAttribute, ConstantCall,
+                                       Emitter, FunctionCode, GlobalState, Guard, GuardKindFn, ParametrizedClass,
+                                       ProcessQuery, TensorSpec, aliasing_guard, class_lookup, describe_expected,
+                                       guard_kind, note_constant_result, parametrized_class_holds, user_name)
+from kiln.capture.guards.native import native_checks, tensor_guard
+
+__all__ = ["ABSENT", "GUARD_KINDS", "PARAMETRIZE_MODULE", "Check", "CheckFn", "ClassAttribute", "ConstantCall",
+           "Emitter", "FunctionCode", "GlobalState", "Guard", "GuardKindFn", "ParametrizedClass", "ProcessQuery",
+           "TensorSpec", "aliasing_guard", "class_lookup", "compile_guards", "describe_expected", "guard_kind",
+           "native_checks", "note_constant_result", "parametrized_class_holds", "read_source", "shape_guard",
+           "tensor_guard", "user_name"]
