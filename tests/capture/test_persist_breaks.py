@@ -566,3 +566,61 @@ def test_a_cell_the_glue_makes_holds_only_what_a_break_may_take() -> None:
         with pytest.raises(UnsafeSource):
             check_glue_source(head + f"    __v1 = __const_cell_0({inside})\n    __v2 = __v3 = 1\n" + tail,
                               "__glue_forward", **names)
+
+
+def test_a_write_past_a_class_s_own_setattr_is_checked_as_an_attribute_store() -> None:
+    """A class with its own __setattr__ (transformers' PretrainedConfig) was traced through it; the
+    glue writes the result with `object.__setattr__(owner, 'name', value)`, admitted only where the
+    store `owner.name = value` would be (an object read off L, G or F only to a name the frame's code
+    stores on one of its own objects), with a literal identifier that is not a dunder."""
+    from kiln.capture.persist.grammar import UnsafeSource, check_glue_source
+
+    head = "def __glue_forward(L, G, F):\n    __out = __graph_f_0(L['x'])\n"
+    names = dict(graph_names=["__graph_f_0"], constant_names=["__const___setattr___0"],
+                 attribute_names=["problem_type"], setattr_names=["__const___setattr___0"])
+    tail = "    return __out[0]\n"
+    ok = "    __const___setattr___0(L['self']._modules['config'], 'problem_type', 'regression')\n"
+    check_glue_source(head + ok + tail, "__glue_forward", **names)
+    for bad in ("__const___setattr___0(G['os'], 'problem_type', L['self'])",  # an object, under G
+                "__const___setattr___0(L['self'], 'other', L['x'].grad_fn)",  # an object read off L
+                "__const___setattr___0(L['self'], '__class__', 1)",
+                "__const___setattr___0(L['self'], L['name'], 1)",
+                "__const___setattr___0(L['self'], 'problem_type', G['os'].system)",
+                "__const___setattr___0(L['self'], 'problem_type', 1, 2)"):
+        with pytest.raises(UnsafeSource):
+            check_glue_source(head + f"    {bad}\n" + tail, "__glue_forward", **names)
+    # persist/frames.py declares every constant that is object.__setattr__ (by value, when read)
+    assert persist.frames._GLUE_CALLABLES.count(object.__setattr__) == 1
+
+
+class _Settings:
+    def __init__(self) -> None:
+        object.__setattr__(self, "log", [])
+
+    def __setattr__(self, name, value):
+        self.log.append(name)
+        object.__setattr__(self, name, value)
+
+
+class _WithSettings(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.settings = _Settings()
+        self.settings.mode = "a"
+
+    def forward(self, x):
+        self.settings.mode = "b"
+        return x * 2
+
+
+def test_a_frame_writing_through_a_python_setattr_is_stored_and_read_back(tmp_path: Path) -> None:
+    x = torch.randn(3)
+    for round_ in range(2):
+        module = _WithSettings()
+        with kiln.config.patch(cache_dir=str(tmp_path), persistent_cache=True):
+            kiln.reset()
+            got = kiln.compile(module)(x)
+        torch.testing.assert_close(got, x * 2)
+        assert module.settings.mode == "b" and module.settings.log == ["mode", "mode"]
+        stats = kiln.stats()
+        assert (stats["frames"], stats["disk_hits"]) == ((1, 0) if round_ == 0 else (0, 1)), stats

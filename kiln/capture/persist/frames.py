@@ -133,7 +133,8 @@ class StoredResume:
 # what a stored glue may hold besides its graphs: callables capture binds (grad mode around a
 # graph, containers rebuilt from their items) and, through `_glue_constant`, ModelOutput classes
 _GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset, slice, torch.Size, reraise,
-                   types.CellType)  # a closure cell a frame made, passed to a resume function
+                   types.CellType,  # a closure cell a frame made, passed to a resume function
+                   object.__setattr__)  # an attribute write past a class's own __setattr__ (traced)
 # context managers a glue may make, enter and hand the `__exit__` of to a resume function (a break
 # inside `with torch.no_grad():`)
 _GLUE_CONTEXTS = (torch.no_grad, torch.enable_grad)
@@ -217,7 +218,8 @@ def check_texts(frame: StoredFrame, code: types.CodeType | None = None) -> None:
     check_glue_source(frame.glue_source, frame.glue_name, frame.graphs,
                       [name for name in frame.constants if name not in natives | classes], callees, methods, classes,
                       _scalar_sources(frame.guards), contexts, _stored_attributes(code) if code is not None else (),
-                      [name for name, value in frame.constants.items() if value is types.CellType])
+                      [name for name, value in frame.constants.items() if value is types.CellType],
+                      [name for name, value in frame.constants.items() if value is object.__setattr__])
 
 
 @functools.lru_cache(maxsize=256)

@@ -219,6 +219,7 @@ class _Glue:
         self.attributes: set[str] = set()  # attributes the frame's code stores (`_stores_own_attribute`)
         self.own_values: set[str] = set()  # locals holding the frame's own values or displays of them
         self.cells: set[str] = set()  # constants that are types.CellType (`_break_argument`)
+        self.setattrs: set[str] = set()  # constants that are object.__setattr__ (`_plain_setattr`)
 
     @property
     def roots(self) -> set[str]:
@@ -404,7 +405,8 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
                       constant_names: Iterable[str] = (), callee_names: Iterable[str] = (),
                       method_names: Iterable[str] = (), class_names: Iterable[str] = (),
                       scalar_sources: Iterable[str] = (), context_names: Iterable[str] = (),
-                      attribute_names: Iterable[str] = (), cell_names: Iterable[str] = ()) -> None:
+                      attribute_names: Iterable[str] = (), cell_names: Iterable[str] = (),
+                      setattr_names: Iterable[str] = ()) -> None:
     """The glue of a stored entry: one function `glue_name(L, G, F)` of assignments, dict rewrites,
     grad-mode switches and a return. `constant_names`: the entry's admitted constants (ModelOutput
     classes and the few callables capture binds, checked by kiln.capture.persist), which the glue
@@ -421,6 +423,8 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
     glue may set on the frame's own objects to the frame's own values (`_stores_own_attribute`).
     `cell_names`: constants that are types.CellType: a cell made around what a break's call may take
     (`__const_cell_0(L['self'])`, a cell variable of the frame handed to its resume function) is one too.
+    `setattr_names`: constants that are object.__setattr__, called only as an attribute store the
+    rules above admit (`__const___setattr___0(owner, 'name', value)`, checked as `owner.name = value`).
     A break inside a try or with block is a top-level `try:` around the break's call, whose one
     `except BaseException as __excN:` returns a resume function's call (kiln/capture/glue.py).
 
@@ -445,6 +449,7 @@ def check_glue_source(source: str, glue_name: str, graph_names: Iterable[str],
     glue = _Glue(graphs, constants, callees, set(method_names), classes, context_names)
     glue.attributes = {name for name in attribute_names if name.isidentifier() and not name.startswith("__")}
     glue.cells = set(cell_names) & constants
+    glue.setattrs = set(setattr_names) & constants
     stores_under_l = any(isinstance(t, ast.Subscript) and _own_data(t, set()) for node in ast.walk(fn)
                          if isinstance(node, ast.Assign) for t in node.targets)
     if not stores_under_l and any(isinstance(node, ast.Compare) for node in ast.walk(fn)):  # parsed only then
@@ -471,8 +476,17 @@ def _check_body(body: list[ast.stmt], glue: _Glue, reserved: set[str], tainted: 
                 _glue_value(arg, glue)
         elif isinstance(statement, ast.Expr) and _fills_new_object(statement.value, glue, fresh):
             pass
+        elif isinstance(statement, ast.Expr) and _plain_setattr(statement.value, glue):
+            # `object.__setattr__(owner, 'name', value)`: an attribute write whose class's own
+            # __setattr__ the trace ran already, checked as the store `owner.name = value` is
+            call = statement.value
+            assert isinstance(call, ast.Call) and isinstance(call.args[1], ast.Constant)
+            store = ast.Assign(targets=[ast.Attribute(value=call.args[0], attr=str(call.args[1].value), ctx=ast.Store())],
+                               value=call.args[2], lineno=statement.lineno)
+            _check_assign(store, glue, reserved, tainted, fresh)
         elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
-                and isinstance(statement.value.func, ast.Name) and statement.value.func.id in glue.constants:
+                and isinstance(statement.value.func, ast.Name) and statement.value.func.id in glue.constants \
+                and statement.value.func.id not in glue.setattrs:
             _glue_value(statement.value, glue)  # `__const__set_grad_enabled_0(False)`
         elif isinstance(statement, ast.Expr) and _enters_context(statement.value, glue):
             pass
@@ -485,6 +499,14 @@ def _check_body(body: list[ast.stmt], glue: _Glue, reserved: set[str], tainted: 
             _check_body(statement.body, glue, reserved, tainted, fresh, top=False)
         else:
             raise UnsafeSource(f"glue holds a {type(statement).__name__} statement")
+
+
+def _plain_setattr(call: ast.AST, glue: _Glue) -> bool:
+    """A call of an admitted `object.__setattr__` constant with an owner, an identifier that is
+    a string literal and a value, nothing else."""
+    return isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in glue.setattrs \
+        and _plain_call(call, 3) and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str) \
+        and call.args[1].value.isidentifier() and not call.args[1].value.startswith("__")
 
 
 def _enters_context(call: ast.AST, glue: _Glue) -> bool:

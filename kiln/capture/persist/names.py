@@ -109,6 +109,8 @@ def _encode_named(obj: Any) -> Any:
             return ("torch_factory", "torch", name, None)
     if isinstance(obj, types.CodeType):
         return _encode_local_code(obj)
+    if obj is object.__setattr__:  # a glue's attribute write past a class's own __setattr__
+        return ("object_setattr", "builtins", "object.__setattr__", None)
     if isinstance(obj, torch.Tensor):
         if records.REFERENCES["tensor"].encode(obj) is None:
             raise NotPortable("a tensor that is not a small constant")
@@ -202,6 +204,8 @@ def _decode_named(data: Any) -> Any:
         return getattr(torch, str(qualname))
     if kind == "local_code":
         return _decode_local_code(module, qualname, digest)
+    if kind == "object_setattr":
+        return object.__setattr__
     if kind == "builtin_type":
         found = _UNNAMED_TYPES.get(str(qualname))
         if found is None:
