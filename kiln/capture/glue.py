@@ -21,6 +21,7 @@ import torch.fx
 
 from kiln.capture import code as code_mod
 from kiln.capture.code import ResumeRequest, resume_callable
+from kiln.capture.trace_rules import is_disabled
 from kiln.capture.variables.constant import literal_or_none
 from kiln import log
 from kiln.errors import KilnError, Unsupported, reraise
@@ -365,7 +366,6 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
     mode on, under the Function's own backward); anything else (print, a disabled function, a
     tensor method) is called as it is.
     """
-    from kiln.capture.options import is_disabled
     from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
     from kiln.capture.distributed import DDPModuleCall, HookedModuleCall, is_ddp
     from kiln.capture.variables.module import NNModuleVariable, _has_hooks

@@ -24,10 +24,17 @@ import torch
 
 from kiln.capture.guards import Guard
 from kiln.capture.constant_fold import known_input
-from kiln.capture.options import CONSTANT_RESULT_MARKER
 from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source, resume_stack_slot
+from kiln.capture.trace_rules import (
+    has_builtin_rule,
+    has_constant_result,
+    in_stable_module,
+    is_torch_function,
+    never_traced,
+    runs_natively,
+)
 from kiln.capture.variables.base import Variable
-from kiln.capture.variables.builtin import RULES, BuiltinVariable, UnboundMethodVariable, is_unbound_builtin_method
+from kiln.capture.variables.builtin import BuiltinVariable, UnboundMethodVariable, is_unbound_builtin_method
 from kiln.capture.variables.checkpoint import CheckpointVariable, is_checkpoint_function
 from kiln.capture.variables.constant import ConstantVariable, ItemConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import (
@@ -57,36 +64,30 @@ from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
 from kiln.capture.variables.tensor import TensorVariable
-from kiln.capture.variables.torch import TorchFunctionVariable, is_torch_function
-from kiln.capture.variables.user_object import GetenvVariable, ObjectVariable, never_traced
+from kiln.capture.variables.torch import TorchFunctionVariable
+from kiln.capture.variables.user_object import GetenvVariable, ObjectVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.tracer import CaptureState
 
-# Attributes of these modules never change while a program runs: reading them needs no guard.
-STABLE_MODULES = frozenset({"torch", "math", "operator", "functools", "itertools", "collections",
-                             "typing", "builtins", "dataclasses", "enum", "inspect", "numpy", "types",
-                             "abc", "copy", "warnings", "logging", "random", "einops"})
 _ITERATOR_TYPES: tuple[type, ...] = (type(iter(())), type(iter([])), type(iter(range(0))))
 _GRAD_MODE_TYPES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
 
 
 
-# Objects wrapped, and functions run natively, by the rules of a module that registers them here
-# (an optimizer and torch.optim's fused drivers, variables/optimizer.py): it imports this module's
-# neighbours, so this module does not import it.
+# Objects wrapped by the rules of a module that registers them here (an optimizer,
+# variables/optimizer.py): it imports this module's neighbours, so this module does not import it.
 OBJECT_WRAPPERS: list[tuple[type, Callable[[Any, "Source | None"], Variable]]] = []
-NATIVE_FUNCTIONS: list[Callable[[Any], bool]] = []
 
 def _stable(source: Source | None) -> bool:
-    """True when `source` reads an attribute of a module from STABLE_MODULES (no guard needed)."""
+    """True when `source` reads an attribute of a stable module (trace_rules.STABLE_MODULES: no guard needed)."""
     from kiln.capture.sources import AttrSource, GlobalSource
 
     while isinstance(source, AttrSource):
         source = source.base
     if isinstance(source, GlobalSource) and source.module is not None:
-        return source.module.split(".")[0] in STABLE_MODULES
+        return in_stable_module(source.module)
     return False
 
 
@@ -271,13 +272,13 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         # transformers' import probes are, is called for real through its cache.
         from kiln.capture.sources import AttrSource
         _guard(state, source, "check_id", value)
-        if getattr(value.__wrapped__, CONSTANT_RESULT_MARKER, False) is True:
+        if has_constant_result(value.__wrapped__):
             return ConstantResultVariable(value, source)
         return wrap_value(state, value.__wrapped__, None if source is None else AttrSource(source, "__wrapped__"))
-    if isinstance(value, types.FunctionType) and (never_traced(value) or any(test(value) for test in NATIVE_FUNCTIONS)):
+    if isinstance(value, types.FunctionType) and runs_natively(value):
         _guard(state, source, "check_id", value)
         return ObjectVariable(value, source)  # calling it is a graph break of its library's kind
-    if isinstance(value, types.FunctionType) and value not in RULES:
+    if isinstance(value, types.FunctionType) and not has_builtin_rule(value):
         if source is not None and not _stable(source) and _known_by_code(value):
             # A function made inside another one (a closure, a lambda, an inner def) is made anew
             # by each call of its maker: as torch.compile does, it is guarded by its code, globals
@@ -318,7 +319,7 @@ def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
             _guard(state, func_source, "check_id", func)
             return UserMethodVariable(func, obj, source)
         raise Unsupported(f"bound method {func!r}", kind="unsupported_call")
-    if _hashable(value) and value in RULES:
+    if has_builtin_rule(value):
         _guard(state, source, "check_id", value)
         return BuiltinVariable(value, source)
     if is_unbound_builtin_method(value):
@@ -363,14 +364,6 @@ def _literal(value: Any) -> bool:
 def _is_lru_cache_wrapper(value: Any) -> TypeGuard[functools._lru_cache_wrapper[Any]]:
     return isinstance(value, functools._lru_cache_wrapper) and \
         isinstance(inspect.getattr_static(value, "__wrapped__", None), types.FunctionType)
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 def _constant_keys(d: Any) -> bool:
@@ -479,9 +472,9 @@ def wrap_result(value: Any) -> Variable:
         return SetVariable([wrap_result(v) for v in value], type(value))
     if is_torch_function(value):
         return TorchFunctionVariable(value)
-    if isinstance(value, types.FunctionType) and value not in RULES:
+    if isinstance(value, types.FunctionType) and not has_builtin_rule(value):
         return UserFunctionVariable(value)
-    if _hashable(value) and value in RULES:
+    if has_builtin_rule(value):
         return BuiltinVariable(value)
     if is_unbound_builtin_method(value):
         return UnboundMethodVariable(value)
