@@ -275,3 +275,14 @@ def test_largest_import_cycle_does_not_grow():
     print(f"cycle sizes: {[len(c) for c in cycles]}")
     assert len(largest) <= LARGEST_CYCLE, (f"an import cycle of {len(largest)} modules (ratchet {LARGEST_CYCLE}): "
                                            + ", ".join(largest))
+
+
+def test_trace_rules_sit_at_the_base_of_capture():
+    """kiln.capture.trace_rules answers "inline, put in the graph, or run natively" for every kind
+    and for the tracer, so it must import none of them (lazily or not): it imports torch and the
+    standard library only, and so can never join capture's import cycle."""
+    assert (KILN / "capture" / "trace_rules.py").exists()
+    imported = [(target, line) for module, target, line in module_imports(type_checking=False)
+                if module == "kiln.capture.trace_rules"]
+    assert imported == [], f"kiln.capture.trace_rules imports {imported}"
+    assert not any("kiln.capture.trace_rules" in cycle for cycle in module_cycles())
