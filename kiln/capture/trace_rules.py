@@ -100,6 +100,9 @@ def marked_rule(fn: Any) -> Marked | None:
 
 # ---- 2. torch functions -----------------------------------------------------------------------
 
+# Answered at trace time from constant arguments (dtype helpers, scripting/tracing flags, nn's
+# _pair family): their result is a Python value the code branches on, not a tensor, so there is no
+# node to record and the answer is folded in.
 def _constant_fns() -> set[Any]:
     fns = {torch.get_default_dtype, torch.is_floating_point, torch.is_complex,
            torch.promote_types, torch.can_cast, torch.finfo, torch.iinfo, torch.device, torch.dtype,
@@ -112,18 +115,18 @@ def _constant_fns() -> set[Any]:
 CONSTANT_FNS = _constant_fns()
 # "Does any argument override __torch_function__?": never, for the plain tensors capture traces.
 TORCH_FUNCTION_CHECKS = {torch._C._has_torch_function, torch._C._has_torch_function_unary,
-                          torch._C._has_torch_function_variadic, torch.overrides.has_torch_function,
-                          torch.overrides.has_torch_function_unary, torch.overrides.has_torch_function_variadic,
-                          torch.overrides.is_tensor_like}
+                         torch._C._has_torch_function_variadic, torch.overrides.has_torch_function,
+                         torch.overrides.has_torch_function_unary, torch.overrides.has_torch_function_variadic,
+                         torch.overrides.is_tensor_like}
 # "Am I being compiled?": True while capturing (model code picks its compile-friendly path on it);
 # inlining them would read torch.compile's own flags and answer False.
 COMPILING_FNS = {torch.compiler.is_compiling, torch.compiler.is_dynamo_compiling, torch._utils.is_compiling}
 EXPORTING_FNS = {torch.compiler.is_exporting}
 # Calls with effects the graph cannot hold, each a break of the given kind.
 BREAK_FNS = {torch.manual_seed: "random", torch.seed: "random", torch.save: "unsupported_call",
-              torch.load: "unsupported_call", torch.set_printoptions: "unsupported_call", torch.Tensor.item: "item",
-              torch.Tensor.tolist: "item", torch.Tensor.numpy: "numpy", torch.Tensor.backward: "unsupported_call",
-              torch.autograd.grad: "unsupported_call", torch.autograd.backward: "unsupported_call"}
+             torch.load: "unsupported_call", torch.set_printoptions: "unsupported_call", torch.Tensor.item: "item",
+             torch.Tensor.tolist: "item", torch.Tensor.numpy: "numpy", torch.Tensor.backward: "unsupported_call",
+             torch.autograd.grad: "unsupported_call", torch.autograd.backward: "unsupported_call"}
 
 
 # Questions about the process that a trace answers now, and how each answer stays right:
@@ -160,17 +163,18 @@ QUERIES = _query_table()
 # Tracing-state questions with one answer during capture: Kiln's trace is neither an FX symbolic
 # trace nor TorchScript (torch.compile answers the same; is_fx_tracing would also log a warning).
 TRACING_STATE = {torch.fx._symbolic_trace.is_fx_tracing: False,
-                  torch.fx._symbolic_trace.is_fx_symbolic_tracing: False,
-                  torch._C._get_tracing_state: None, torch._C._is_tracing: False,
-                  torch.onnx.is_in_onnx_export: False}
+                 torch.fx._symbolic_trace.is_fx_symbolic_tracing: False,
+                 torch._C._get_tracing_state: None, torch._C._is_tracing: False,
+                 torch.onnx.is_in_onnx_export: False}
 # Usage telemetry (torchvision logs each model and op it runs, once per process, to whatever logger
 # a deployment installed): no effect on any value, so traced away as torch.compile's graph keeps it
 # out of the computation; nothing is left to replay.
 TELEMETRY_FNS = {torch._C._log_api_usage_once, torch._C._log_api_usage_metadata}
 # Calls that change a process-wide setting at their point of the graph (process_modes.py).
 MODE_CALLS = {torch.set_default_dtype, torch._C._set_default_dtype, torch._C._set_grad_enabled,
-               torch._C._autograd._saved_tensors_hooks_disable, torch._C._autograd._saved_tensors_hooks_enable,
-               torch._C._autograd._saved_tensors_hooks_get_disabled_error_message}
+              torch._C._autograd._saved_tensors_hooks_disable, torch._C._autograd._saved_tensors_hooks_enable,
+              torch._C._autograd._saved_tensors_hooks_get_disabled_error_message}
+
 
 def torch_break_kind(fn: Any) -> str | None:
     """The break kind of a call to fn, seen through functools.wraps wrappers: importing torch._dynamo
@@ -187,7 +191,9 @@ def torch_break_kind(fn: Any) -> str | None:
 
 
 def is_torch_function(value: Any) -> bool:
-    """True for callables of the torch namespace that capture treats as graph ops."""
+    """True for callables of the torch namespace that capture treats as graph ops: one node each,
+    unless a table above answers the call at trace time or makes it a break. torch's own Python
+    plumbing outside the op namespaces is not: it is inlined like user code."""
     if isinstance(value, type):
         return value in (torch.Size, torch.no_grad, torch.enable_grad, torch.set_grad_enabled,
                          torch.inference_mode, torch.finfo, torch.iinfo, torch.device, torch.dtype)
