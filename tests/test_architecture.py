@@ -11,6 +11,7 @@ modules is measured against a ratchet.
 """
 from __future__ import annotations
 
+import re
 import ast
 import pathlib
 import tomllib
@@ -275,3 +276,26 @@ def test_largest_import_cycle_does_not_grow():
     print(f"cycle sizes: {[len(c) for c in cycles]}")
     assert len(largest) <= LARGEST_CYCLE, (f"an import cycle of {len(largest)} modules (ratchet {LARGEST_CYCLE}): "
                                            + ", ".join(largest))
+
+
+def test_trace_rules_sit_at_the_base_of_capture():
+    """kiln.capture.trace_rules answers "inline, put in the graph, or run natively" for every kind
+    and for the tracer, so it must import none of them (lazily or not): it imports torch and the
+    standard library only, and so can never join capture's import cycle."""
+    assert (KILN / "capture" / "trace_rules.py").exists()
+    imported = [(target, line) for module, target, line in module_imports(type_checking=False)
+                if module == "kiln.capture.trace_rules"]
+    assert imported == [], f"kiln.capture.trace_rules imports {imported}"
+    assert not any("kiln.capture.trace_rules" in cycle for cycle in module_cycles())
+
+
+def test_the_readme_reading_list_names_files_at_their_size() -> None:
+    """README's "Reading Kiln in an afternoon": every file it names exists and is within 15% of the
+    line count it gives, so the list stays a true map of the afternoon."""
+    readme = (KILN.parent / "README.md").read_text()
+    spine = readme.split("<!-- spine:start -->", 1)[1].split("<!-- spine:end -->", 1)[0]
+    named = re.findall(r"`(kiln/[\w/]+\.(?:py|cpp))` \((\d+) lines\)", spine)
+    assert len(named) >= 15, "the reading list lost its files"
+    for path, lines in named:
+        actual = len((KILN.parent / path).read_text().splitlines())
+        assert abs(actual - int(lines)) <= 0.15 * int(lines), f"{path}: README says {lines} lines, it has {actual}"

@@ -23,7 +23,8 @@ import torch
 
 from kiln import compile_time, config
 from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, compile_guards, read_source
-from kiln.capture.options import COMPILED_MARKER, ORIGINAL_ATTR, CompileOptions
+from kiln.capture.options import CompileOptions
+from kiln.capture.trace_rules import COMPILED_MARKER, ORIGINAL_ATTR
 from kiln import log
 from kiln.errors import GraphBreakError, Unsupported
 from kiln import symbolic  # its names load lazily: sympy only comes with a capture

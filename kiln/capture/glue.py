@@ -10,6 +10,7 @@ Corresponds to torch/_dynamo/codegen.py (PyCodegen), written as source instead o
 from __future__ import annotations
 
 import dis
+from dataclasses import dataclass
 import itertools
 import linecache
 import re
@@ -21,6 +22,7 @@ import torch.fx
 
 from kiln.capture import code as code_mod
 from kiln.capture.code import ResumeRequest, resume_callable
+from kiln.capture.trace_rules import is_disabled
 from kiln.capture.variables.constant import literal_or_none
 from kiln import log
 from kiln.errors import KilnError, Unsupported, reraise
@@ -365,7 +367,6 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
     mode on, under the Function's own backward); anything else (print, a disabled function, a
     tensor method) is called as it is.
     """
-    from kiln.capture.options import is_disabled
     from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
     from kiln.capture.distributed import DDPModuleCall, HookedModuleCall, is_ddp
     from kiln.capture.variables.module import NNModuleVariable, _has_hooks
@@ -431,127 +432,204 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
     """The capture of a frame that breaks at `root.current`: graph, side effects, the native
     instruction, and the call of the resume function(s)."""
     from kiln.capture.breaks import log_break
+
+    site = _BreakSite.open(state, root, fn, wrap_frame)
+    ins = site.ins
+    if site.in_try and ins.opname not in _CALLS:
+        _break_under_handlers(site)
+    elif ins.opname == "CALL":
+        _break_at_call(site)
+    elif ins.opname == "CALL_FUNCTION_EX":
+        _break_at_call_ex(site)
+    elif ins.opname == "BEFORE_WITH":
+        _break_at_with(site)
+    elif ins.opname in NATIVE_INSTRUCTIONS:
+        _break_at_native_instruction(site)
+    else:
+        _break_at_branch(site)
+    log_break(record)
+    return _result(state, site.glue, options, [record])
+
+
+@dataclass
+class _BreakSite:
+    """Where a frame breaks and the glue being written for it: the breaking instruction, the
+    tracer's stack there, the offset the frame resumes at, and whether the instruction sits
+    inside a try block (or, for a call, a with block) whose handlers must see its exception."""
+
+    state: Any
+    root: Any
+    fn: types.FunctionType
+    code: types.CodeType
+    ins: dis.Instruction
+    glue: GlueBuilder
+    wrap_frame: Callable[[Any], Any]
+    resumes: ResumeFunctions
+    stack: list[Any]
+    after: int
+    in_try: bool
+    call_in_try: bool
+
+    @classmethod
+    def open(cls, state: Any, root: Any, fn: types.FunctionType, wrap_frame: Callable[[Any], Any]) -> "_BreakSite":
+        """Start the glue of a break: what the break passes on (its stack, the locals live on any
+        path from it) is read before the side effects are replayed."""
+        from kiln.capture.variables.base import NullVariable
+
+        ins = root.current
+        code = fn.__code__
+        glue = GlueBuilder(state.output, fn.__globals__, code.co_name)
+        _restore_grad_node(state)
+        live_anywhere: set[str] = set()
+        for offset in _break_offsets(code, ins):
+            live_anywhere.update(code_mod.live_locals_at(code, offset))
+        glue.read_first([v for v in root.stack if not isinstance(v, NullVariable)]
+                        + _live_values(root, [n for n in code.co_varnames + code.co_cellvars if n in live_anywhere])[1])
+        state.side_effects.emit(glue)
+        # A raise may be the code's last instruction: nothing follows it, and nothing resumes after it.
+        after = ins.offset if ins.opname == "RAISE_VARARGS" else code_mod.next_offset(code, ins.offset)
+        in_try = _in_try(code, ins.offset)
+        # A call that raises inside a with-block must reach the block's exit (the glue entered the real
+        # manager: a lock to release, a grad mode to restore), as a try block's handler would.
+        call_in_try = in_try or _in_try(code, ins.offset, with_blocks=True)
+        return cls(state, root, fn, code, ins, glue, wrap_frame, ResumeFunctions(fn, wrap_frame), list(root.stack),
+                   after, in_try, call_in_try)
+
+    def live_at(self, offset: int) -> tuple[list[str], list[Any]]:
+        """The locals live at `offset`, and their values."""
+        return _live_values(self.root, code_mod.live_locals_at(self.code, offset))
+
+    def build_below(self, below: list[Any]) -> None:
+        """Reconstruct the stack under the breaking instruction's operands before it runs: contexts
+        are entered, containers built, in the order the frame made them."""
+        from kiln.capture.variables.base import NullVariable
+
+        for v in below:
+            if not isinstance(v, NullVariable):
+                self.glue.reconstruct(v)
+
+    def resume(self, stack: list[Any], live: list[str], values: list[Any]) -> None:
+        """End the glue with the call of the resume function at `after`."""
+        self.glue.line(f"return {self.resumes.expression(self.glue, self.after, stack, live, values)}")
+
+
+def _break_under_handlers(site: _BreakSite) -> None:
+    """The breaking instruction must run under the frame's exception handlers: the rest of the
+    frame, from that instruction on, runs natively in a resume function that keeps them."""
+    native = ResumeFunctions(site.fn, lambda f: f, native=True)
+    live, values = site.live_at(site.ins.offset)
+    _grad_line(site.glue, site.state)
+    site.glue.line(f"return {native.expression(site.glue, site.ins.offset, site.stack, live, values)}")
+
+
+def _break_at_call(site: _BreakSite) -> None:
+    """A CALL that cannot be traced: the glue makes the call natively (a user function through
+    its own compiled frame) and resumes with its result on the stack."""
     from kiln.capture.opcodes.calls import split_call
+
+    glue, stack = site.glue, site.stack
+    assert site.ins.arg is not None  # CALL always has its argument count
+    depth = site.ins.arg + 2
+    below = stack[: len(stack) - depth]
+    callee_var, args, kwargs = split_call(stack[len(stack) - depth:], site.root.kw_names or ())
+    site.build_below(below)
+    live, values = site.live_at(site.after)
+    callee, leading = _native_callee(glue, callee_var, site.wrap_frame, site.state.grad_enabled)
+    parts = leading + [glue.reconstruct(a) for a in args]
+    parts += [f"{k}={glue.reconstruct(v)}" for k, v in kwargs.items()]
+    _grad_line(glue, site.state)
+    result = _native_call(glue, site.fn, site.root, stack, depth, f"{callee}({', '.join(parts)})", site.call_in_try)
+    site.resume(below + [_Named(result)], live, values)
+
+
+def _break_at_call_ex(site: _BreakSite) -> None:
+    """A CALL_FUNCTION_EX (`f(*args, **kwargs)`) that cannot be traced, made natively as CALL is."""
     from kiln.capture.variables.base import NullVariable
 
-    ins = root.current
-    code = fn.__code__
-    glue = GlueBuilder(state.output, fn.__globals__, code.co_name)
-    _restore_grad_node(state)
-    # what the break passes on (its stack, the locals live on any path from it) is read before
-    # the side effects are replayed
-    live_anywhere: set[str] = set()
-    for offset in _break_offsets(code, ins):
-        live_anywhere.update(code_mod.live_locals_at(code, offset))
-    glue.read_first([v for v in root.stack if not isinstance(v, NullVariable)]
-                    + _live_values(root, [n for n in code.co_varnames + code.co_cellvars if n in live_anywhere])[1])
-    state.side_effects.emit(glue)
-    resumes = ResumeFunctions(fn, wrap_frame)
-    stack = list(root.stack)
-    # A raise may be the code's last instruction: nothing follows it, and nothing resumes after it.
-    after = ins.offset if ins.opname == "RAISE_VARARGS" else code_mod.next_offset(code, ins.offset)
-    in_try = _in_try(code, ins.offset)
-    # A call that raises inside a with-block must reach the block's exit (the glue entered the real
-    # manager: a lock to release, a grad mode to restore), as a try block's handler would.
-    call_in_try = in_try or _in_try(code, ins.offset, with_blocks=True)
-    if in_try and ins.opname not in _CALLS:
-        # The breaking instruction must run under the frame's exception handlers: the rest of the
-        # frame, from that instruction on, runs natively in a resume function that keeps them.
-        native = ResumeFunctions(fn, lambda f: f, native=True)
-        live, values = _live_values(root, code_mod.live_locals_at(code, ins.offset))
-        _grad_line(glue, state)
-        glue.line(f"return {native.expression(glue, ins.offset, stack, live, values)}")
-    elif ins.opname == "CALL":
-        depth = ins.arg + 2
-        below = stack[: len(stack) - depth]
-        callee_var, args, kwargs = split_call(stack[len(stack) - depth:], root.kw_names or ())
-        for v in below:
-            if not isinstance(v, NullVariable):
-                glue.reconstruct(v)  # before the call: contexts are entered, containers built
-        live, values = _live_values(root, code_mod.live_locals_at(code, after))
-        callee, leading = _native_callee(glue, callee_var, wrap_frame, state.grad_enabled)
-        parts = leading + [glue.reconstruct(a) for a in args]
-        parts += [f"{k}={glue.reconstruct(v)}" for k, v in kwargs.items()]
-        _grad_line(glue, state)
-        result = _native_call(glue, fn, root, stack, depth, f"{callee}({', '.join(parts)})", call_in_try)
-        glue.line(f"return {resumes.expression(glue, after, below + [_Named(result)], live, values)}")
-    elif ins.opname == "CALL_FUNCTION_EX":
-        depth = 3 if ins.arg & 1 else 2
-        below = stack[: len(stack) - depth]
-        callee_var = stack[len(stack) - depth]
-        star = glue.reconstruct(stack[len(stack) - depth + 1])
-        starstar = glue.reconstruct(stack[-1]) if ins.arg & 1 else None
-        if below and isinstance(below[-1], NullVariable):
-            below = below[:-1]
-        live, values = _live_values(root, code_mod.live_locals_at(code, after))
-        callee, leading = _native_callee(glue, callee_var, wrap_frame, state.grad_enabled)
-        parts = leading + [f"*{star}"] + ([f"**{starstar}"] if starstar else [])
-        _grad_line(glue, state)
-        result = _native_call(glue, fn, root, stack, depth, f"{callee}({', '.join(parts)})", call_in_try)
-        glue.line(f"return {resumes.expression(glue, after, below + [_Named(result)], live, values)}")
-    elif ins.opname == "BEFORE_WITH":
-        # A manager whose entry cannot be traced (it writes state Kiln cannot replay, such as
-        # torch.backends.cudnn.flags): the glue enters the real manager, and the resume function
-        # runs the block under it, with the bound __exit__ on its stack as BEFORE_WITH leaves it.
-        below = stack[:-1]
-        for v in below:
-            if not isinstance(v, NullVariable):
-                glue.reconstruct(v)
-        manager = glue.fresh("manager")
-        glue.line(f"{manager} = {glue.reconstruct(stack[-1])}")  # one object, entered and exited
-        live, values = _live_values(root, code_mod.live_locals_at(code, after))
-        _grad_line(glue, state)
-        exit_name, entered = glue.fresh("exit"), glue.fresh("entered")
-        glue.line(f"{exit_name} = {manager}.__exit__")
-        glue.line(f"{entered} = {manager}.__enter__()")
-        entered_stack = below + [_Named(exit_name), _Named(entered)]
-        glue.line(f"return {resumes.expression(glue, after, entered_stack, live, values)}")
-    elif ins.opname in NATIVE_INSTRUCTIONS:
-        n_in, n_out, render = NATIVE_INSTRUCTIONS[ins.opname]
-        count = n_in(ins)
-        below = stack[: len(stack) - count]
-        for v in below:
-            if not isinstance(v, NullVariable):
-                glue.reconstruct(v)
-        operands = [glue.reconstruct(v) for v in stack[len(stack) - count:]]
-        live, values = _live_values(root, code_mod.live_locals_at(code, after))
-        _grad_line(glue, state)
-        pushed: list[Any] = []
-        if n_out:
-            result = glue.fresh("result")
-            if ins.opname == "BINARY_OP" and ins.argrepr.endswith("="):
-                glue.line(f"{result} = {operands[0]}")  # `a op= b` calls the in-place method of a
-                glue.line(f"{result} {ins.argrepr} {operands[1]}")
-            else:
-                glue.line(f"{result} = {render(ins, operands)}")
-            pushed.append(_Named(result))
+    glue, stack, arg = site.glue, site.stack, site.ins.arg
+    assert arg is not None  # CALL_FUNCTION_EX always has its flags
+    depth = 3 if arg & 1 else 2
+    below = stack[: len(stack) - depth]
+    callee_var = stack[len(stack) - depth]
+    star = glue.reconstruct(stack[len(stack) - depth + 1])
+    starstar = glue.reconstruct(stack[-1]) if arg & 1 else None
+    if below and isinstance(below[-1], NullVariable):
+        below = below[:-1]
+    live, values = site.live_at(site.after)
+    callee, leading = _native_callee(glue, callee_var, site.wrap_frame, site.state.grad_enabled)
+    parts = leading + [f"*{star}"] + ([f"**{starstar}"] if starstar else [])
+    _grad_line(glue, site.state)
+    result = _native_call(glue, site.fn, site.root, stack, depth, f"{callee}({', '.join(parts)})", site.call_in_try)
+    site.resume(below + [_Named(result)], live, values)
+
+
+def _break_at_with(site: _BreakSite) -> None:
+    """A manager whose entry cannot be traced (it writes state Kiln cannot replay, such as
+    torch.backends.cudnn.flags): the glue enters the real manager, and the resume function
+    runs the block under it, with the bound __exit__ on its stack as BEFORE_WITH leaves it."""
+    glue, stack = site.glue, site.stack
+    below = stack[:-1]
+    site.build_below(below)
+    manager = glue.fresh("manager")
+    glue.line(f"{manager} = {glue.reconstruct(stack[-1])}")  # one object, entered and exited
+    live, values = site.live_at(site.after)
+    _grad_line(glue, site.state)
+    exit_name, entered = glue.fresh("exit"), glue.fresh("entered")
+    glue.line(f"{exit_name} = {manager}.__exit__")
+    glue.line(f"{entered} = {manager}.__enter__()")
+    site.resume(below + [_Named(exit_name), _Named(entered)], live, values)
+
+
+def _break_at_native_instruction(site: _BreakSite) -> None:
+    """An instruction of NATIVE_INSTRUCTIONS, run by the glue on its reconstructed operands (a
+    raise ends the glue there)."""
+    glue, stack, ins = site.glue, site.stack, site.ins
+    n_in, n_out, render = NATIVE_INSTRUCTIONS[ins.opname]
+    count = n_in(ins)
+    below = stack[: len(stack) - count]
+    site.build_below(below)
+    operands = [glue.reconstruct(v) for v in stack[len(stack) - count:]]
+    live, values = site.live_at(site.after)
+    _grad_line(glue, site.state)
+    pushed: list[Any] = []
+    if n_out:
+        result = glue.fresh("result")
+        if ins.opname == "BINARY_OP" and ins.argrepr.endswith("="):
+            glue.line(f"{result} = {operands[0]}")  # `a op= b` calls the in-place method of a
+            glue.line(f"{result} {ins.argrepr} {operands[1]}")
         else:
-            glue.line(render(ins, operands))
-        if ins.opname != "RAISE_VARARGS":
-            glue.line(f"return {resumes.expression(glue, after, below + pushed, live, values)}")
+            glue.line(f"{result} = {render(ins, operands)}")
+        pushed.append(_Named(result))
     else:
-        cond = stack[-1]
-        below = stack[:-1]
-        target = ins.argval
-        if ins.opname.endswith("IF_TRUE"):
-            sides = ((target, below), (after, below))
-        elif ins.opname.endswith("IF_FALSE"):
-            sides = ((after, below), (target, below))
-        elif ins.opname == "JUMP_IF_TRUE_OR_POP":
-            sides = ((target, stack), (after, below))
-        else:
-            sides = ((after, below), (target, stack))
-        cond_expr = glue.reconstruct(cond)
-        calls = []
-        for offset, side_stack in sides:
-            live, values = _live_values(root, code_mod.live_locals_at(code, offset))
-            calls.append(resumes.expression(glue, offset, side_stack, live, values))
-        _grad_line(glue, state)
-        glue.line(f"if {cond_expr}:")
-        glue.line(f"    return {calls[0]}")
-        glue.line(f"return {calls[1]}")
-    log_break(record)
-    return _result(state, glue, options, [record])
+        glue.line(render(ins, operands))
+    if ins.opname != "RAISE_VARARGS":
+        site.resume(below + pushed, live, values)
+
+
+def _break_at_branch(site: _BreakSite) -> None:
+    """A conditional jump on a value the trace cannot know: the glue tests it and calls the resume
+    function of the side taken."""
+    glue, stack, ins, after = site.glue, site.stack, site.ins, site.after
+    cond = stack[-1]
+    below = stack[:-1]
+    target = ins.argval
+    if ins.opname.endswith("IF_TRUE"):
+        sides = ((target, below), (after, below))
+    elif ins.opname.endswith("IF_FALSE"):
+        sides = ((after, below), (target, below))
+    elif ins.opname == "JUMP_IF_TRUE_OR_POP":
+        sides = ((target, stack), (after, below))
+    else:
+        sides = ((after, below), (target, stack))
+    cond_expr = glue.reconstruct(cond)
+    calls = []
+    for offset, side_stack in sides:
+        live, values = site.live_at(offset)
+        calls.append(site.resumes.expression(glue, offset, side_stack, live, values))
+    _grad_line(glue, site.state)
+    glue.line(f"if {cond_expr}:")
+    glue.line(f"    return {calls[0]}")
+    glue.line(f"return {calls[1]}")
 
 
 def _break_offsets(code: types.CodeType, ins: dis.Instruction) -> list[int]:

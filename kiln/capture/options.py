@@ -2,9 +2,10 @@
 
 `CompileOptions` travels from kiln.api through the entry into the tracer (and from there to every
 resume function and callee compiled on its behalf), so that state is passed, not ambient.
-The markers are plain attributes set on user functions by `kiln.disable` / `kiln.allow_in_graph`;
-the tracer reads them with `getattr(fn, MARKER, False)`. Corresponds to the arguments that
-torch.compile hands to torch._dynamo.optimize, and to torch._dynamo's skip/allow lists.
+The markers (attributes set on user functions by `kiln.disable` / `kiln.allow_in_graph`) are
+declared with the rest of the trace rules in kiln.capture.trace_rules and named here too, for the
+callers that know them as options. Corresponds to the arguments that torch.compile hands to
+torch._dynamo.optimize.
 """
 from __future__ import annotations
 
@@ -13,36 +14,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-import torch
-
-# A function carrying this attribute (True) is never traced: calls to it run natively (a graph break).
-DISABLE_MARKER = "_kiln_disable"
-# torch's own marks for functions Dynamo must not trace: torch._dynamo.disable and
-# torch.compiler.disable set this attribute on their wrapper ...
-TORCH_DISABLE_MARKER = "_torchdynamo_disable"
-# ... and torch._disable_dynamo (on Optimizer.zero_grad, state_dict, load_state_dict, ...) wraps the
-# function in a closure that imports torch._dynamo on its first call; it is known by its code.
-_TORCH_LAZY_DISABLE_CODE = torch._disable_dynamo(lambda: None).__code__
-# A function carrying this attribute (True) is put into the graph as one call_function node.
-ALLOW_IN_GRAPH_MARKER = "_kiln_allow_in_graph"
-# Set on the callable that kiln.compile returns; the tracer inlines `ORIGINAL_ATTR` instead of it.
-COMPILED_MARKER = "_kiln_compiled"
-ORIGINAL_ATTR = "_kiln_original"
-# Set by torch._dynamo.assume_constant_result (and libraries that spell it without importing torch,
-# as transformers' import probes do): a call with constant arguments runs for real while tracing,
-# and its result is a constant of the graph.
-CONSTANT_RESULT_MARKER = "_dynamo_marked_constant"
-
-def is_disabled(fn: Any) -> bool:
-    """True for a function capture must not trace: calls to it run natively (a graph break), and
-    kiln.compile of it gives it back as it is. kiln.disable's mark, and torch's, as torch.compile
-    honours them: torch marks the functions whose Python it keeps out of every graph (an
-    optimizer's zero_grad and state_dict, the fused optimizer kernels' drivers)."""
-    fn = getattr(fn, "__func__", fn)  # a bound method carries its function's marks
-    if getattr(fn, DISABLE_MARKER, False) or getattr(fn, TORCH_DISABLE_MARKER, False) is True:
-        return True
-    return getattr(fn, "__code__", None) is _TORCH_LAZY_DISABLE_CODE
-
+from kiln.capture.trace_rules import (  # noqa: F401  (re-exported: kiln.api and the frame cache name them here)
+    ALLOW_IN_GRAPH_MARKER,
+    COMPILED_MARKER,
+    CONSTANT_RESULT_MARKER,
+    DISABLE_MARKER,
+    ORIGINAL_ATTR,
+    TORCH_DISABLE_MARKER,
+    is_disabled,
+)
 
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # The options the "inductor" backend understands (read by kiln.lower.compile_graph): "verify"

@@ -20,7 +20,6 @@ import builtins
 import dis
 import inspect
 import operator
-import os
 import sys
 import types
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from kiln.capture import constant_fold
 from kiln.capture.breaks import BreakRecord, make_break_record
 from kiln.capture.guards import Guard
 from kiln.capture.options import CompileOptions
+from kiln.capture.trace_rules import is_library_code
 from kiln.capture.opcodes import OPCODES
 from kiln.capture.output_graph import OutputGraph
 from kiln.capture.process_modes import ProcessModes
@@ -768,13 +768,10 @@ def _unbacked_break(state: CaptureState, exc: Unsupported) -> int | None:
     return min(found) if found else 0
 
 
-_LIBRARY_DIRS = tuple(os.path.dirname(p) + os.sep for p in (torch.__file__, os.__file__))
-
-
 def _user_frame(tx: Tracer) -> Tracer:
     """The innermost tracer running the user's code: a break inside torch or the standard library
     is reported at the user's line that called into it."""
-    while tx.parent is not None and tx.code.co_filename.startswith(_LIBRARY_DIRS):
+    while tx.parent is not None and is_library_code(tx.code.co_filename):
         tx = tx.parent
     return tx
 

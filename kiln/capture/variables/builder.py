@@ -24,10 +24,17 @@ import torch
 
 from kiln.capture.guards import Guard
 from kiln.capture.constant_fold import known_input
-from kiln.capture.options import CONSTANT_RESULT_MARKER
 from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source, resume_stack_slot
+from kiln.capture.trace_rules import (
+    has_builtin_rule,
+    has_constant_result,
+    in_stable_module,
+    is_torch_function,
+    never_traced,
+    runs_natively,
+)
 from kiln.capture.variables.base import Variable
-from kiln.capture.variables.builtin import RULES, BuiltinVariable, UnboundMethodVariable, is_unbound_builtin_method
+from kiln.capture.variables.builtin import BuiltinVariable, UnboundMethodVariable, is_unbound_builtin_method
 from kiln.capture.variables.checkpoint import CheckpointVariable, is_checkpoint_function
 from kiln.capture.variables.constant import ConstantVariable, ItemConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import (
@@ -57,36 +64,30 @@ from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
 from kiln.capture.variables.tensor import TensorVariable
-from kiln.capture.variables.torch import TorchFunctionVariable, is_torch_function
-from kiln.capture.variables.user_object import GetenvVariable, ObjectVariable, never_traced
+from kiln.capture.variables.torch import TorchFunctionVariable
+from kiln.capture.variables.user_object import GetenvVariable, ObjectVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.tracer import CaptureState
 
-# Attributes of these modules never change while a program runs: reading them needs no guard.
-STABLE_MODULES = frozenset({"torch", "math", "operator", "functools", "itertools", "collections",
-                             "typing", "builtins", "dataclasses", "enum", "inspect", "numpy", "types",
-                             "abc", "copy", "warnings", "logging", "random", "einops"})
 _ITERATOR_TYPES: tuple[type, ...] = (type(iter(())), type(iter([])), type(iter(range(0))))
 _GRAD_MODE_TYPES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
 
 
 
-# Objects wrapped, and functions run natively, by the rules of a module that registers them here
-# (an optimizer and torch.optim's fused drivers, variables/optimizer.py): it imports this module's
-# neighbours, so this module does not import it.
+# Objects wrapped by the rules of a module that registers them here (an optimizer,
+# variables/optimizer.py): it imports this module's neighbours, so this module does not import it.
 OBJECT_WRAPPERS: list[tuple[type, Callable[[Any, "Source | None"], Variable]]] = []
-NATIVE_FUNCTIONS: list[Callable[[Any], bool]] = []
 
 def _stable(source: Source | None) -> bool:
-    """True when `source` reads an attribute of a module from STABLE_MODULES (no guard needed)."""
+    """True when `source` reads an attribute of a stable module (trace_rules.STABLE_MODULES: no guard needed)."""
     from kiln.capture.sources import AttrSource, GlobalSource
 
     while isinstance(source, AttrSource):
         source = source.base
     if isinstance(source, GlobalSource) and source.module is not None:
-        return source.module.split(".")[0] in STABLE_MODULES
+        return in_stable_module(source.module)
     return False
 
 
@@ -136,213 +137,301 @@ def _guard(state: "CaptureState", source: Source | None, kind: str, expected: An
 
 
 def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
-    if isinstance(value, torch.Tensor):
-        if source is None:
-            raise Unsupported("a tensor created outside the traced code and not reachable from its inputs",
-                              kind="unsupported")
-        node, fake = state.output.tensor_input(value, source)
-        var = TensorVariable(node, fake, source)
-        var.real_ref = weakref.ref(value)
-        known_input(value, var, source)
-        return var
-    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        raise Unsupported("a symbolic number from outside the frame", kind="unsupported")
-    if type(value) is int and source is not None and state.dynamic_int(value, source):
-        return state.symbolic_int(value, source)
-    if type(value) is float and source is not None and state.dynamic_float(value, source):
-        return state.symbolic_float(value, source)
-    if is_constant_value(value):
-        if value is None:
-            _guard(state, source, "check_none")
-        else:
-            _guard(state, source, "check_value", value)
-        return ConstantVariable(value, source)
-    if isinstance(value, enum.Enum):
+    """The first row of _WRAP_RULES whose test holds makes the Variable (a row that returns None
+    lets the later ones try); an object no row claims is wrapped by its type."""
+    for applies, wrap in _WRAP_RULES:
+        if applies(state, value, source):
+            made = wrap(state, value, source)
+            if made is not None:
+                return made
+    return _wrap_object(state, value, source)
+
+
+_Test = Callable[["CaptureState", Any, "Source | None"], bool]
+_Wrapper = Callable[["CaptureState", Any, "Source | None"], "Variable | None"]
+
+
+def _given(source: Source | None) -> Source:
+    """The source of a value whose row's test required one."""
+    assert source is not None
+    return source
+
+
+def _by_identity(kind: Callable[[Any, Source | None], Variable]) -> _Wrapper:
+    """A wrapper for a value fixed for the process (a function, a class): guarded by identity."""
+
+    def wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
         _guard(state, source, "check_id", value)
-        return ObjectVariable(value, source)
-    if isinstance(value, torch.nn.Module):
-        # By type, not by identity: another instance of the same class reuses the graph (its
-        # parameters are inputs read through their sources, and each attribute the trace reads is
-        # guarded where it is read; a name found on the class or in the module's tables is guarded
-        # absent from the instance dict, NNModuleVariable.generic_getattr).
-        _guard(state, source, "check_type", type(value))
-        return NNModuleVariable(value, source)
-    if isinstance(value, tuple) and (type(value) in (tuple, torch.Size) or is_namedtuple_type(type(value))
-                                     or is_structseq_type(type(value))):
-        _guard(state, source, "check_type", type(value))
-        _guard(state, source, "check_len", len(value))
-        items = [_item(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
-        return TupleVariable(items, type(value), source)
-    if type(value) is collections.deque:
-        from kiln.capture.sources import AttrSource
-        _guard(state, source, "check_type", collections.deque)
-        _guard(state, source, "check_len", len(value))
-        _guard(state, None if source is None else AttrSource(source, "maxlen"), "check_value", value.maxlen)
-        items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
-        return DequeVariable(items, value.maxlen, source)
-    if type(value) is list:
-        _guard(state, source, "check_type", list)
-        _guard(state, source, "check_len", len(value))
-        items = [_item(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
-        return ListVariable(items, source)
-    if type(value) is types.MappingProxyType and source is None and _constant_keys(value):
-        # A class's or a Signature's read-only mapping, made during the trace: a constant dict.
-        return DictVariable({k: wrap_value(state, v, None) for k, v in value.items()})
-    if type(value) in (dict, collections.OrderedDict, collections.defaultdict) and _constant_keys(value):
-        _guard(state, source, "check_type", type(value))
-        _guard(state, source, "check_keys", tuple(value.keys()))
-        factory = None
-        if type(value) is collections.defaultdict and value.default_factory is not None:
-            from kiln.capture.sources import AttrSource
-            factory = wrap_value(state, value.default_factory,
-                                 None if source is None else AttrSource(source, "default_factory"))
-        elif type(value) is collections.defaultdict and source is not None:
-            from kiln.capture.sources import AttrSource
-            _guard(state, AttrSource(source, "default_factory"), "check_none")
-        entries = {k: _item(state, v, _dict_value_source(source, k, i)) for i, (k, v) in enumerate(value.items())}
-        return DictVariable(entries, type(value), source, default_factory=factory)
-    if type(value) in (dict, collections.OrderedDict) and source is not None \
-            and all(isinstance(k, torch.Tensor) or is_constant_value(k) for k in value):
-        return _wrap_tensor_keyed_dict(state, value, source)
-    if isinstance(value, dict) and source is not None and wrappable_dict_subclass(type(value)) \
-            and not is_model_output_class(type(value)) and _constant_keys(value):
-        return _wrap_dict_subclass(state, value, source)
-    if source is not None and is_model_output_class(type(value)):
-        _guard(state, source, "check_type", type(value))
-        _guard(state, source, "check_keys", tuple(value.keys()))
-        record = ModelOutputVariable.wrap(value, source, lambda v, s: wrap_value(state, v, s))
-        if record is not None:
-            return record
-    if type(value) in (set, frozenset) and all(is_constant_value(v) for v in value):
+        return kind(value, source)
+
+    return wrap
+
+
+def _wrap_tensor(state: "CaptureState", value: torch.Tensor, source: Source | None) -> Variable:
+    if source is None:
+        raise Unsupported("a tensor created outside the traced code and not reachable from its inputs",
+                          kind="unsupported")
+    node, fake = state.output.tensor_input(value, source)
+    var = TensorVariable(node, fake, source)
+    var.real_ref = weakref.ref(value)
+    known_input(value, var, source)
+    return var
+
+
+def _refuse_symbolic(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    raise Unsupported("a symbolic number from outside the frame", kind="unsupported")
+
+
+def _wrap_constant(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    if value is None:
+        _guard(state, source, "check_none")
+    else:
         _guard(state, source, "check_value", value)
-        return SetVariable([ConstantVariable(v) for v in value], type(value), source, shadow=set(value))
-    if isinstance(value, _ITERATOR_TYPES):
-        return _wrap_iterator(state, value, source)
-    if isinstance(value, np.ndarray) and type(value) is np.ndarray and source is not None:
-        return wrap_ndarray_input(state, value, source)
-    if is_numpy_function(value):
-        _guard(state, source, "check_id", value)
-        return NumpyFunctionVariable(value, source)
-    if is_context_manager_class(value):
-        _guard(state, source, "check_id", value)
-        return ContextManagerClassVariable(value, source)
-    if isinstance(value, AUTOCAST_CLASSES) and hasattr(value, "fast_dtype"):
-        return wrap_autocast_instance(state, value, source)
-    if isinstance(value, types.MethodType) and isinstance(value.__self__, AUTOCAST_CLASSES):
-        # The `__exit__` of a region a glue entered (a break inside an autocast block): its Python
-        # code sets the process's autocast state, so it is called natively, never inlined.
-        _guard(state, source, "check_type", type(value))
+    return ConstantVariable(value, source)
+
+
+def _wrap_module(state: "CaptureState", value: torch.nn.Module, source: Source | None) -> Variable:
+    # By type, not by identity: another instance of the same class reuses the graph (its
+    # parameters are inputs read through their sources, and each attribute the trace reads is
+    # guarded where it is read; a name found on the class or in the module's tables is guarded
+    # absent from the instance dict, NNModuleVariable.generic_getattr).
+    _guard(state, source, "check_type", type(value))
+    return NNModuleVariable(value, source)
+
+
+def _is_tuple_like(value: Any) -> bool:
+    return isinstance(value, tuple) and (type(value) in (tuple, torch.Size) or is_namedtuple_type(type(value))
+                                         or is_structseq_type(type(value)))
+
+
+def _wrap_tuple(state: "CaptureState", value: tuple, source: Source | None) -> Variable:
+    _guard(state, source, "check_type", type(value))
+    _guard(state, source, "check_len", len(value))
+    items = [_item(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
+    return TupleVariable(items, type(value), source)
+
+
+def _wrap_deque(state: "CaptureState", value: collections.deque, source: Source | None) -> Variable:
+    from kiln.capture.sources import AttrSource
+    _guard(state, source, "check_type", collections.deque)
+    _guard(state, source, "check_len", len(value))
+    _guard(state, None if source is None else AttrSource(source, "maxlen"), "check_value", value.maxlen)
+    items = [wrap_value(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
+    return DequeVariable(items, value.maxlen, source)
+
+
+def _wrap_list(state: "CaptureState", value: list, source: Source | None) -> Variable:
+    _guard(state, source, "check_type", list)
+    _guard(state, source, "check_len", len(value))
+    items = [_item(state, v, None if source is None else ItemSource(source, i)) for i, v in enumerate(value)]
+    return ListVariable(items, source)
+
+
+def _wrap_made_mapping(state: "CaptureState", value: types.MappingProxyType, source: Source | None) -> Variable:
+    # A class's or a Signature's read-only mapping, made during the trace: a constant dict.
+    return DictVariable({k: wrap_value(state, v, None) for k, v in value.items()})
+
+
+def _wrap_dict(state: "CaptureState", value: dict, source: Source | None) -> Variable:
+    _guard(state, source, "check_type", type(value))
+    _guard(state, source, "check_keys", tuple(value.keys()))
+    factory = None
+    if type(value) is collections.defaultdict and value.default_factory is not None:
+        from kiln.capture.sources import AttrSource
+        factory = wrap_value(state, value.default_factory,
+                             None if source is None else AttrSource(source, "default_factory"))
+    elif type(value) is collections.defaultdict and source is not None:
+        from kiln.capture.sources import AttrSource
+        _guard(state, AttrSource(source, "default_factory"), "check_none")
+    entries = {k: _item(state, v, _dict_value_source(source, k, i)) for i, (k, v) in enumerate(value.items())}
+    return DictVariable(entries, type(value), source, default_factory=factory)
+
+
+def _wrap_model_output(state: "CaptureState", value: Any, source: Source | None) -> Variable | None:
+    source = _given(source)
+    _guard(state, source, "check_type", type(value))
+    _guard(state, source, "check_keys", tuple(value.keys()))
+    return ModelOutputVariable.wrap(value, source, lambda v, s: wrap_value(state, v, s))
+
+
+def _wrap_constant_set(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    _guard(state, source, "check_value", value)
+    return SetVariable([ConstantVariable(v) for v in value], type(value), source, shadow=set(value))
+
+
+def _wrap_autocast_exit(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    # The `__exit__` of a region a glue entered (a break inside an autocast block): its Python
+    # code sets the process's autocast state, so it is called natively, never inlined.
+    _guard(state, source, "check_type", type(value))
+    return ObjectVariable(value, source)
+
+
+def _wrap_held_lock_exit(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    # a fresh bound method each time `lock.__exit__` is read: guarded by type, not identity
+    from kiln.capture.sources import AttrSource
+    _guard(state, source, "check_type", type(value))
+    _guard(state, None if source is None else AttrSource(source, "__self__"), "check_type", type(value.__self__))
+    return HeldLockExitVariable(value, source)
+
+
+def _is_grad_exit(value: Any) -> bool:
+    return isinstance(value, types.MethodType) and isinstance(value.__self__, _GRAD_MODE_TYPES) \
+        and value.__func__.__name__ == "__exit__"
+
+
+def _wrap_tracked_method(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    # `x.add` or `items.append` left on the stack by a graph break: the method of a tracked value.
+    from kiln.capture.sources import AttrSource
+    from kiln.capture.variables.functions import BoundMethodVariable
+    source = _given(source)
+    _guard(state, source, "check_type", type(value))
+    _guard(state, AttrSource(source, "__name__"), "check_value", value.__name__)
+    owner = wrap_value(state, value.__self__, AttrSource(source, "__self__"))
+    return BoundMethodVariable(owner, value.__name__)
+
+
+def _wrap_lru_cache(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    # As Dynamo does: the cache is stepped past and the function it wraps is traced (the cache
+    # only saves recomputing). A wrapped function marked as having a constant result, as
+    # transformers' import probes are, is called for real through its cache.
+    from kiln.capture.sources import AttrSource
+    _guard(state, source, "check_id", value)
+    if has_constant_result(value.__wrapped__):
+        return ConstantResultVariable(value, source)
+    return wrap_value(state, value.__wrapped__, None if source is None else AttrSource(source, "__wrapped__"))
+
+
+def _wrap_function(state: "CaptureState", value: types.FunctionType, source: Source | None) -> Variable:
+    if source is not None and not _stable(source) and _known_by_code(value):
+        # A function made inside another one (a closure, a lambda, an inner def) is made anew
+        # by each call of its maker: as torch.compile does, it is guarded by its code, globals
+        # and defaults (and its own dict's names), its cells where the trace reads them. Its
+        # identity is guarded only if the trace uses it (`is`, a dict key, a native call).
+        from kiln.capture.guards import FunctionCode
+        from kiln.capture.sources import AttrSource
+        kwdefaults = None if value.__kwdefaults__ is None else tuple(value.__kwdefaults__.items())
+        _guard(state, source, "check_code", FunctionCode(value.__code__, value.__module__, value.__defaults__,
+                                                          kwdefaults))
+        _guard(state, AttrSource(source, "__dict__"), "check_keys", tuple(value.__dict__))
+        return UserFunctionVariable(value, source, pin=lambda: _guard(state, source, "check_id", value))
+    _guard(state, source, "check_id", value)
+    return UserFunctionVariable(value, source)
+
+
+def _wrap_partial(state: "CaptureState", value: functools.partial, source: Source | None) -> Variable:
+    from kiln.capture.sources import AttrSource
+    from kiln.capture.variables.functions import PartialVariable
+    source = _given(source)
+    _guard(state, source, "check_type", functools.partial)
+    fn = wrap_value(state, value.func, AttrSource(source, "func"))
+    args = wrap_value(state, value.args, AttrSource(source, "args"))
+    kwargs = wrap_value(state, value.keywords, AttrSource(source, "keywords"))
+    # a tuple wraps as a TupleVariable, a dict of str keys as a DictVariable (rows above)
+    assert isinstance(args, TupleVariable) and isinstance(kwargs, DictVariable)
+    return PartialVariable(fn, list(args.items), dict(kwargs.items), source, value)
+
+
+def _wrap_method(state: "CaptureState", value: types.MethodType, source: Source | None) -> Variable:
+    from kiln.capture.sources import AttrSource
+    self_source = None if source is None else AttrSource(source, "__self__")
+    obj = wrap_value(state, value.__self__, self_source)
+    func = value.__func__
+    func_source = None if source is None else AttrSource(source, "__func__")
+    if _is_lru_cache_wrapper(func):  # a cached method: its function is traced (see _wrap_lru_cache)
+        _guard(state, func_source, "check_id", func)
+        func = func.__wrapped__
+        func_source = None if func_source is None else AttrSource(func_source, "__wrapped__")
+    if isinstance(func, types.FunctionType) and never_traced(func):
         return ObjectVariable(value, source)
-    if is_held_lock_exit(value):
-        # a fresh bound method each time `lock.__exit__` is read: guarded by type, not identity
-        from kiln.capture.sources import AttrSource
-        _guard(state, source, "check_type", type(value))
-        _guard(state, None if source is None else AttrSource(source, "__self__"), "check_type", type(value.__self__))
-        return HeldLockExitVariable(value, source)
-    if isinstance(value, types.MethodType) and isinstance(value.__self__, _GRAD_MODE_TYPES) \
-            and value.__func__.__name__ == "__exit__":
-        return _wrap_grad_exit(state, value, source)
-    if isinstance(value, types.BuiltinMethodType) and source is not None and \
-            isinstance(value.__self__, (torch.Tensor, list, dict, set)):
-        # `x.add` or `items.append` left on the stack by a graph break: the method of a tracked value.
-        from kiln.capture.sources import AttrSource
-        from kiln.capture.variables.functions import BoundMethodVariable
-        _guard(state, source, "check_type", type(value))
-        _guard(state, AttrSource(source, "__name__"), "check_value", value.__name__)
-        owner = wrap_value(state, value.__self__, AttrSource(source, "__self__"))
-        return BoundMethodVariable(owner, value.__name__)
-    if is_checkpoint_function(value):
-        _guard(state, source, "check_id", value)
-        return CheckpointVariable(value, source)
-    if is_higher_order_function(value):
-        _guard(state, source, "check_id", value)
-        return HigherOrderFunctionVariable(value, source)
-    if is_pytree_function(value) or is_treespec(value):
-        _guard(state, source, "check_id", value)
-        return PyTreeFunctionVariable(value, source) if is_pytree_function(value) else TreeSpecVariable(value, source)
-    if is_torch_function(value):
-        _guard(state, source, "check_id", value)
-        return TorchFunctionVariable(value, source)
-    if value is os.getenv:
-        return GetenvVariable(source)  # a stdlib function (never traced) that reads os.environ
-    if _is_lru_cache_wrapper(value):
-        # As Dynamo does: the cache is stepped past and the function it wraps is traced (the cache
-        # only saves recomputing). A wrapped function marked as having a constant result, as
-        # transformers' import probes are, is called for real through its cache.
-        from kiln.capture.sources import AttrSource
-        _guard(state, source, "check_id", value)
-        if getattr(value.__wrapped__, CONSTANT_RESULT_MARKER, False) is True:
-            return ConstantResultVariable(value, source)
-        return wrap_value(state, value.__wrapped__, None if source is None else AttrSource(source, "__wrapped__"))
-    if isinstance(value, types.FunctionType) and (never_traced(value) or any(test(value) for test in NATIVE_FUNCTIONS)):
-        _guard(state, source, "check_id", value)
-        return ObjectVariable(value, source)  # calling it is a graph break of its library's kind
-    if isinstance(value, types.FunctionType) and value not in RULES:
-        if source is not None and not _stable(source) and _known_by_code(value):
-            # A function made inside another one (a closure, a lambda, an inner def) is made anew
-            # by each call of its maker: as torch.compile does, it is guarded by its code, globals
-            # and defaults (and its own dict's names), its cells where the trace reads them. Its
-            # identity is guarded only if the trace uses it (`is`, a dict key, a native call).
-            from kiln.capture.guards import FunctionCode
-            from kiln.capture.sources import AttrSource
-            kwdefaults = None if value.__kwdefaults__ is None else tuple(value.__kwdefaults__.items())
-            _guard(state, source, "check_code", FunctionCode(value.__code__, value.__module__, value.__defaults__,
-                                                              kwdefaults))
-            _guard(state, AttrSource(source, "__dict__"), "check_keys", tuple(value.__dict__))
-            return UserFunctionVariable(value, source, pin=lambda: _guard(state, source, "check_id", value))
-        _guard(state, source, "check_id", value)
-        return UserFunctionVariable(value, source)
-    if type(value) is functools.partial and source is not None:
-        from kiln.capture.sources import AttrSource
-        from kiln.capture.variables.functions import PartialVariable
-        _guard(state, source, "check_type", functools.partial)
-        fn = wrap_value(state, value.func, AttrSource(source, "func"))
-        args = wrap_value(state, value.args, AttrSource(source, "args"))
-        kwargs = wrap_value(state, value.keywords, AttrSource(source, "keywords"))
-        # a tuple wraps as a TupleVariable, a dict of str keys as a DictVariable (branches above)
-        assert isinstance(args, TupleVariable) and isinstance(kwargs, DictVariable)
-        return PartialVariable(fn, list(args.items), dict(kwargs.items), source, value)
-    if isinstance(value, types.MethodType):
-        from kiln.capture.sources import AttrSource
-        self_source = None if source is None else AttrSource(source, "__self__")
-        obj = wrap_value(state, value.__self__, self_source)
-        func = value.__func__
-        func_source = None if source is None else AttrSource(source, "__func__")
-        if _is_lru_cache_wrapper(func):  # a cached method: its function is traced (see above)
-            _guard(state, func_source, "check_id", func)
-            func = func.__wrapped__
-            func_source = None if func_source is None else AttrSource(func_source, "__wrapped__")
-        if isinstance(func, types.FunctionType) and never_traced(func):
-            return ObjectVariable(value, source)
-        if isinstance(func, types.FunctionType):
-            _guard(state, func_source, "check_id", func)
-            return UserMethodVariable(func, obj, source)
-        raise Unsupported(f"bound method {func!r}", kind="unsupported_call")
-    if _hashable(value) and value in RULES:
-        _guard(state, source, "check_id", value)
-        return BuiltinVariable(value, source)
-    if is_unbound_builtin_method(value):
-        return UnboundMethodVariable(value, source)  # a method of a builtin type: fixed for the process
-    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) and \
-            getattr(value, "__self__", None) is builtins:
-        _guard(state, source, "check_id", value)
-        return BuiltinVariable(value, source)
-    if isinstance(value, (type, types.ModuleType)):
-        _guard(state, source, "check_id", value)
-        return ObjectVariable(value, source)
-    if isinstance(value, types.CellType):
-        return state.real_cell(value, None)
-    if type(value) is weakref.ref and source is not None:
-        _guard(state, source, "check_type", weakref.ref)
-        return WeakRefVariable(value, source)
-    if callable(value) and not hasattr(value, "__dict__") or isinstance(value, types.BuiltinFunctionType):
-        _guard(state, source, "check_id", value)
-        return ObjectVariable(value, source)
+    if isinstance(func, types.FunctionType):
+        _guard(state, func_source, "check_id", func)
+        return UserMethodVariable(func, obj, source)
+    raise Unsupported(f"bound method {func!r}", kind="unsupported_call")
+
+
+def _wrap_weakref(state: "CaptureState", value: weakref.ref, source: Source | None) -> Variable:
+    _guard(state, source, "check_type", weakref.ref)
+    return WeakRefVariable(value, _given(source))
+
+
+def _wrap_object(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    """Any other object: guarded by type, its attributes read on demand (or wrapped by a
+    registered OBJECT_WRAPPERS rule)."""
     _guard(state, source, "check_type", type(value))
     for kind, make in OBJECT_WRAPPERS:
         if isinstance(value, kind):
             return make(value, source)
     return ObjectVariable(value, source)
+
+
+# How a value from outside becomes a Variable, in the order the tests are tried: the first row
+# whose test holds wraps it. Values first (tensors, numbers, constants), then containers, then the
+# callables capture knows by name (trace_rules decides which are graph ops, which run natively,
+# which are inlined), then classes, modules and plain objects.
+_WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
+    (lambda state, v, s: isinstance(v, torch.Tensor), _wrap_tensor),
+    (lambda state, v, s: isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)), _refuse_symbolic),
+    (lambda state, v, s: type(v) is int and s is not None and state.dynamic_int(v, s),
+     lambda state, v, s: state.symbolic_int(v, _given(s))),
+    (lambda state, v, s: type(v) is float and s is not None and state.dynamic_float(v, s),
+     lambda state, v, s: state.symbolic_float(v, _given(s))),
+    (lambda state, v, s: is_constant_value(v), _wrap_constant),
+    (lambda state, v, s: isinstance(v, enum.Enum), _by_identity(ObjectVariable)),
+    (lambda state, v, s: isinstance(v, torch.nn.Module), _wrap_module),
+    # containers
+    (lambda state, v, s: _is_tuple_like(v), _wrap_tuple),
+    (lambda state, v, s: type(v) is collections.deque, _wrap_deque),
+    (lambda state, v, s: type(v) is list, _wrap_list),
+    (lambda state, v, s: type(v) is types.MappingProxyType and s is None and _constant_keys(v), _wrap_made_mapping),
+    (lambda state, v, s: type(v) in (dict, collections.OrderedDict, collections.defaultdict) and _constant_keys(v),
+     _wrap_dict),
+    (lambda state, v, s: type(v) in (dict, collections.OrderedDict) and s is not None
+     and all(isinstance(k, torch.Tensor) or is_constant_value(k) for k in v),
+     lambda state, v, s: _wrap_tensor_keyed_dict(state, v, _given(s))),
+    (lambda state, v, s: isinstance(v, dict) and s is not None and wrappable_dict_subclass(type(v))
+     and not is_model_output_class(type(v)) and _constant_keys(v),
+     lambda state, v, s: _wrap_dict_subclass(state, v, _given(s))),
+    (lambda state, v, s: s is not None and is_model_output_class(type(v)), _wrap_model_output),
+    (lambda state, v, s: type(v) in (set, frozenset) and all(is_constant_value(i) for i in v), _wrap_constant_set),
+    (lambda state, v, s: isinstance(v, _ITERATOR_TYPES), lambda state, v, s: _wrap_iterator(state, v, s)),
+    (lambda state, v, s: isinstance(v, np.ndarray) and type(v) is np.ndarray and s is not None,
+     lambda state, v, s: wrap_ndarray_input(state, v, _given(s))),
+    # callables and managers capture knows by name
+    (lambda state, v, s: is_numpy_function(v), _by_identity(NumpyFunctionVariable)),
+    (lambda state, v, s: is_context_manager_class(v), _by_identity(ContextManagerClassVariable)),
+    (lambda state, v, s: isinstance(v, AUTOCAST_CLASSES) and hasattr(v, "fast_dtype"),
+     lambda state, v, s: wrap_autocast_instance(state, v, s)),
+    (lambda state, v, s: isinstance(v, types.MethodType) and isinstance(v.__self__, AUTOCAST_CLASSES),
+     _wrap_autocast_exit),
+    (lambda state, v, s: is_held_lock_exit(v), _wrap_held_lock_exit),
+    (lambda state, v, s: _is_grad_exit(v), lambda state, v, s: _wrap_grad_exit(state, v, s)),
+    (lambda state, v, s: isinstance(v, types.BuiltinMethodType) and s is not None
+     and isinstance(v.__self__, (torch.Tensor, list, dict, set)), _wrap_tracked_method),
+    (lambda state, v, s: is_checkpoint_function(v), _by_identity(CheckpointVariable)),
+    (lambda state, v, s: is_higher_order_function(v), _by_identity(HigherOrderFunctionVariable)),
+    (lambda state, v, s: is_pytree_function(v), _by_identity(PyTreeFunctionVariable)),
+    (lambda state, v, s: is_treespec(v), _by_identity(TreeSpecVariable)),
+    (lambda state, v, s: is_torch_function(v), _by_identity(TorchFunctionVariable)),
+    # a stdlib function (never traced) that reads os.environ
+    (lambda state, v, s: v is os.getenv, lambda state, v, s: GetenvVariable(s)),
+    (lambda state, v, s: _is_lru_cache_wrapper(v), _wrap_lru_cache),
+    # Python functions: run natively (calling it is a graph break of its library's kind) or inlined
+    (lambda state, v, s: isinstance(v, types.FunctionType) and runs_natively(v), _by_identity(ObjectVariable)),
+    (lambda state, v, s: isinstance(v, types.FunctionType) and not has_builtin_rule(v), _wrap_function),
+    (lambda state, v, s: type(v) is functools.partial and s is not None, _wrap_partial),
+    (lambda state, v, s: isinstance(v, types.MethodType), _wrap_method),
+    # builtins, classes, modules, cells
+    (lambda state, v, s: has_builtin_rule(v), _by_identity(BuiltinVariable)),
+    # a method of a builtin type: fixed for the process
+    (lambda state, v, s: is_unbound_builtin_method(v), lambda state, v, s: UnboundMethodVariable(v, s)),
+    (lambda state, v, s: isinstance(v, (types.BuiltinFunctionType, types.BuiltinMethodType))
+     and getattr(v, "__self__", None) is builtins, _by_identity(BuiltinVariable)),
+    (lambda state, v, s: isinstance(v, (type, types.ModuleType)), _by_identity(ObjectVariable)),
+    (lambda state, v, s: isinstance(v, types.CellType), lambda state, v, s: state.real_cell(v, None)),
+    (lambda state, v, s: type(v) is weakref.ref and s is not None, _wrap_weakref),
+    (lambda state, v, s: callable(v) and not hasattr(v, "__dict__") or isinstance(v, types.BuiltinFunctionType),
+     _by_identity(ObjectVariable)),
+]
 
 
 def _known_by_code(fn: types.FunctionType) -> bool:
@@ -363,14 +452,6 @@ def _literal(value: Any) -> bool:
 def _is_lru_cache_wrapper(value: Any) -> TypeGuard[functools._lru_cache_wrapper[Any]]:
     return isinstance(value, functools._lru_cache_wrapper) and \
         isinstance(inspect.getattr_static(value, "__wrapped__", None), types.FunctionType)
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 def _constant_keys(d: Any) -> bool:
@@ -479,9 +560,9 @@ def wrap_result(value: Any) -> Variable:
         return SetVariable([wrap_result(v) for v in value], type(value))
     if is_torch_function(value):
         return TorchFunctionVariable(value)
-    if isinstance(value, types.FunctionType) and value not in RULES:
+    if isinstance(value, types.FunctionType) and not has_builtin_rule(value):
         return UserFunctionVariable(value)
-    if _hashable(value) and value in RULES:
+    if has_builtin_rule(value):
         return BuiltinVariable(value)
     if is_unbound_builtin_method(value):
         return UnboundMethodVariable(value)

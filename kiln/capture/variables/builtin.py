@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
+from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule
 from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
@@ -30,8 +31,9 @@ if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
     from kiln.capture.tracer import Tracer
 
-Rule = Callable[["Tracer", list[Variable], dict[str, Variable]], Variable]
-RULES: dict[Any, Rule] = {}
+# The rule table itself lives with the other trace rules (a builtin with a rule is never inlined).
+Rule = BuiltinRule
+RULES = BUILTIN_RULES
 
 # Builtins whose call is a break of a named kind (the hint table of kiln.capture.breaks keys on it).
 _BREAK_KINDS = {builtins.print: "print", builtins.input: "unsupported_call", builtins.open: "unsupported_call",

@@ -17,14 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from kiln.capture.options import (
-    ALLOW_IN_GRAPH_MARKER,
-    COMPILED_MARKER,
-    CONSTANT_RESULT_MARKER,
-    ORIGINAL_ATTR,
-    is_disabled,
-)
 from kiln.capture.guards import ConstantCall, Guard, note_constant_result
+from kiln.capture.trace_rules import ORIGINAL_ATTR, Marked, in_stable_module, marked_rule
 from kiln.capture.sources import AttrSource, ClosureSource, ItemSource, Source, TypeSource, WeakRefCallSource
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.dict import DictVariable
@@ -245,14 +239,15 @@ class ConstantResultVariable(Variable):
 def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: list[Variable],
                          kwargs: dict[str, Variable]) -> Variable:
     """Call a real Python function: honor the kiln markers, then inline its bytecode."""
-    if is_disabled(fn):
+    marked = marked_rule(fn)
+    if marked is Marked.SKIP:
         raise Unsupported(f"{fn.__qualname__} is marked kiln.disable (or torch's disable)", kind="disabled")
-    if getattr(fn, ALLOW_IN_GRAPH_MARKER, False):
+    if marked is Marked.IN_GRAPH:
         return tx.call_op("call_function", fn, args, kwargs)
-    if getattr(fn, COMPILED_MARKER, False):
+    if marked is Marked.COMPILED:
         original = getattr(fn, ORIGINAL_ATTR)
         return tx.wrap(original, None).call(tx, args, kwargs)
-    if getattr(fn, CONSTANT_RESULT_MARKER, False) is True:
+    if marked is Marked.CONSTANT_RESULT:
         return _call_for_constant(tx, fn, args, kwargs)
     if fn is _FUNCTION_APPLY:
         from kiln.capture.variables.autograd_function import call_autograd_function
@@ -318,9 +313,8 @@ def guard_class_attribute(tx: "Tracer", owner: type, name: str, static: Any, rec
     found, so a value set later on a subclass or removed from a base is seen. Classes of torch and
     the standard library are left out: their attributes are fixed for the process."""
     from kiln.capture.guards import ClassAttribute, Guard
-    from kiln.capture.variables.builder import STABLE_MODULES
 
-    if (owner.__module__ or "").split(".")[0] in STABLE_MODULES:
+    if in_stable_module(owner.__module__):
         return
     guards = tx.state.output.guards
     receiver_source = getattr(receiver, "source", None) if receiver is not None and classes is None else None

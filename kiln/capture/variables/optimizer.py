@@ -23,7 +23,8 @@ import torch
 from kiln.capture.guards import Guard
 from kiln.capture.sources import AttrSource, ItemSource, ObjectKeySource, Source
 from kiln.capture.variables.base import Variable
-from kiln.capture.variables.builder import NATIVE_FUNCTIONS, OBJECT_WRAPPERS
+from kiln.capture.trace_rules import NATIVE_FUNCTIONS
+from kiln.capture.variables.builder import OBJECT_WRAPPERS
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.functions import BoundMethodVariable

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from kiln.capture.sources import AttrSource, Source
+from kiln.capture.trace_rules import NEVER_TRACED_PACKAGES, in_packages, in_stable_module, never_traced
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.dict import (
     BUILTIN_DICTS as DICT_BASES,
@@ -76,7 +77,7 @@ def break_kind_of(value: Any) -> str:
     module = getattr(value, "__module__", None) or type(value).__module__ or ""
     if isinstance(value, types.ModuleType):
         module = value.__name__
-    if _in_packages(module, NEVER_TRACED_PACKAGES):
+    if in_packages(module, NEVER_TRACED_PACKAGES):
         return "collective"
     root = module.split(".")[0]
     return _LIBRARY_BREAK_KINDS.get(root, "unsupported_call")
@@ -389,38 +390,13 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
                           kind="unsupported") from exc
 
 
-# Libraries whose Python functions are never inlined: they do I/O, logging or randomness, or work on
-# numpy arrays rather than tensors; their calls run natively at a graph break.
-NEVER_TRACED = frozenset({"numpy", "scipy", "pandas", "logging", "warnings", "random", "os", "sys",
-                          "json", "pickle", "time", "datetime", "subprocess", "threading", "socket",
-                          "pdb", "traceback", "tqdm"})
-
-
-# Packages of torch itself that are never inlined: torch.distributed's Python drives collectives and
-# process groups (a collective traced on fake tensors would talk to other processes at trace time).
-NEVER_TRACED_PACKAGES = ("torch.distributed",)
-
-
-def never_traced(fn: types.FunctionType) -> bool:
-    module = fn.__module__ or ""
-    return module.split(".")[0] in NEVER_TRACED or _in_packages(module, NEVER_TRACED_PACKAGES)
-
-
-def _in_packages(module: str, packages: tuple[str, ...]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in packages)
-
-
 def _is_stable_module(obj: Any) -> bool:
-    from kiln.capture.variables.builder import STABLE_MODULES
-
-    return isinstance(obj, types.ModuleType) and obj.__name__.split(".")[0] in STABLE_MODULES
+    return isinstance(obj, types.ModuleType) and in_stable_module(obj.__name__)
 
 
 def _is_fixed_class(kind: type) -> bool:
     """A class of torch or another module whose attributes never change while a program runs."""
-    from kiln.capture.variables.builder import STABLE_MODULES
-
-    return (kind.__module__ or "").split(".")[0] in STABLE_MODULES
+    return in_stable_module(kind.__module__)
 
 
 def _class_dicts(kind: type) -> dict[str, Any]:

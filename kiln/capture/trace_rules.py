@@ -1,0 +1,296 @@
+"""The trace rules: for any callable or code capture meets, whether it is inlined (its bytecode
+traced), put into the graph (one node), answered at trace time, or skipped (run natively at a
+graph break), and why.
+
+Every place that makes that decision asks this module: the variable factory (builder.wrap_value)
+when it picks a kind for a value, the call of a Python function (functions.call_python_function)
+when it honours the user's marks, the kinds that look attributes up on classes and modules
+(user_object, functions), the torch-function kind (variables/torch.py), the builtin kind
+(variables/builtin.py fills BUILTIN_RULES), and the tracer when it reports a break at the user's
+line. The rules, in the order the factory applies them to a function:
+
+1. the user's and torch's marks (`marked_rule`): kiln.disable / torch's disable -> skip;
+   kiln.allow_in_graph -> one node; the callable kiln.compile returned -> inline its original;
+   assume_constant_result -> run now, its result a constant;
+2. torch functions (`is_torch_function`): graph ops, or answered at trace time from the tables
+   below, or a break of a named kind (`torch_break_kind`);
+3. libraries never inlined (`runs_natively`): I/O, logging, randomness, numpy, collectives;
+4. builtins and stdlib functions with a rule of their own (`has_builtin_rule`);
+5. everything else written in Python: inlined.
+
+This module sits at the base of capture: it imports torch and the standard library only (the
+kinds import it, never the other way round), so it adds nothing to capture's import cycle.
+Corresponds to torch/_dynamo/trace_rules.py and the skip/allow lists of torch._dynamo.
+"""
+from __future__ import annotations
+
+import enum
+import os
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+if TYPE_CHECKING:
+    from kiln.capture.tracer import Tracer
+    from kiln.capture.variables.base import Variable
+
+
+# ---- 1. marks set on functions ----------------------------------------------------------------
+# The markers are plain attributes set on user functions by kiln.disable / kiln.allow_in_graph /
+# kiln.compile (and by torch's own decorators); read with `getattr(fn, MARKER, False)`.
+
+# A function carrying this attribute (True) is never traced: calls to it run natively (a graph break).
+DISABLE_MARKER = "_kiln_disable"
+# torch's own marks for functions Dynamo must not trace: torch._dynamo.disable and
+# torch.compiler.disable set this attribute on their wrapper ...
+TORCH_DISABLE_MARKER = "_torchdynamo_disable"
+# ... and torch._disable_dynamo (on Optimizer.zero_grad, state_dict, load_state_dict, ...) wraps the
+# function in a closure that imports torch._dynamo on its first call; it is known by its code.
+_TORCH_LAZY_DISABLE_CODE = torch._disable_dynamo(lambda: None).__code__
+# A function carrying this attribute (True) is put into the graph as one call_function node.
+ALLOW_IN_GRAPH_MARKER = "_kiln_allow_in_graph"
+# Set on the callable that kiln.compile returns; the tracer inlines `ORIGINAL_ATTR` instead of it.
+COMPILED_MARKER = "_kiln_compiled"
+ORIGINAL_ATTR = "_kiln_original"
+# Set by torch._dynamo.assume_constant_result (and libraries that spell it without importing torch,
+# as transformers' import probes do): a call with constant arguments runs for real while tracing,
+# and its result is a constant of the graph.
+CONSTANT_RESULT_MARKER = "_dynamo_marked_constant"
+
+
+def is_disabled(fn: Any) -> bool:
+    """True for a function capture must not trace: calls to it run natively (a graph break), and
+    kiln.compile of it gives it back as it is. kiln.disable's mark, and torch's, as torch.compile
+    honours them: torch marks the functions whose Python it keeps out of every graph (an
+    optimizer's zero_grad and state_dict, the fused optimizer kernels' drivers)."""
+    fn = getattr(fn, "__func__", fn)  # a bound method carries its function's marks
+    if getattr(fn, DISABLE_MARKER, False) or getattr(fn, TORCH_DISABLE_MARKER, False) is True:
+        return True
+    return getattr(fn, "__code__", None) is _TORCH_LAZY_DISABLE_CODE
+
+
+def has_constant_result(fn: Any) -> bool:
+    """True for a function marked assume_constant_result: the user vouches that its result depends
+    on nothing the graph could change, so it runs now and its result is folded in."""
+    return getattr(fn, CONSTANT_RESULT_MARKER, False) is True
+
+
+class Marked(enum.Enum):
+    """What a mark on a Python function asks of a call to it."""
+
+    SKIP = "disabled"  # run natively at a graph break (kiln.disable, torch's disable)
+    IN_GRAPH = "allow_in_graph"  # one call_function node, its body never traced
+    COMPILED = "compiled"  # a kiln.compile result: trace the function it wraps, not the wrapper
+    CONSTANT_RESULT = "constant_result"  # run now, its result a constant of the graph
+
+
+def marked_rule(fn: Any) -> Marked | None:
+    """The rule a mark on `fn` sets for calling it, None for an unmarked function (inlined).
+    The user's marks come first: they are how a user overrides every other rule."""
+    if is_disabled(fn):
+        return Marked.SKIP
+    if getattr(fn, ALLOW_IN_GRAPH_MARKER, False):
+        return Marked.IN_GRAPH
+    if getattr(fn, COMPILED_MARKER, False):
+        return Marked.COMPILED
+    if has_constant_result(fn):
+        return Marked.CONSTANT_RESULT
+    return None
+
+
+# ---- 2. torch functions -----------------------------------------------------------------------
+
+# Answered at trace time from constant arguments (dtype helpers, scripting/tracing flags, nn's
+# _pair family): their result is a Python value the code branches on, not a tensor, so there is no
+# node to record and the answer is folded in.
+def _constant_fns() -> set[Any]:
+    fns = {torch.get_default_dtype, torch.is_floating_point, torch.is_complex,
+           torch.promote_types, torch.can_cast, torch.finfo, torch.iinfo, torch.device, torch.dtype,
+           torch.is_autocast_enabled, torch.is_inference_mode_enabled, torch.jit.is_scripting,
+           torch.jit.is_tracing, torch.nn.modules.utils._pair, torch.nn.modules.utils._single, torch.nn.modules.utils._triple,
+           torch.nn.modules.utils._ntuple}
+    return fns
+
+
+CONSTANT_FNS = _constant_fns()
+# "Does any argument override __torch_function__?": never, for the plain tensors capture traces.
+TORCH_FUNCTION_CHECKS = {torch._C._has_torch_function, torch._C._has_torch_function_unary,
+                         torch._C._has_torch_function_variadic, torch.overrides.has_torch_function,
+                         torch.overrides.has_torch_function_unary, torch.overrides.has_torch_function_variadic,
+                         torch.overrides.is_tensor_like}
+# "Am I being compiled?": True while capturing (model code picks its compile-friendly path on it);
+# inlining them would read torch.compile's own flags and answer False.
+COMPILING_FNS = {torch.compiler.is_compiling, torch.compiler.is_dynamo_compiling, torch._utils.is_compiling}
+EXPORTING_FNS = {torch.compiler.is_exporting}
+# Calls with effects the graph cannot hold, each a break of the given kind.
+BREAK_FNS = {torch.manual_seed: "random", torch.seed: "random", torch.save: "unsupported_call",
+             torch.load: "unsupported_call", torch.set_printoptions: "unsupported_call", torch.Tensor.item: "item",
+             torch.Tensor.tolist: "item", torch.Tensor.numpy: "numpy", torch.Tensor.backward: "unsupported_call",
+             torch.autograd.grad: "unsupported_call", torch.autograd.backward: "unsupported_call"}
+
+
+# Questions about the process that a trace answers now, and how each answer stays right:
+# FIXED - the same for the life of the process (how torch was built), assumed as torch.compile does;
+# GUARDED - asked again before the graph is reused (a check_query guard);
+# TRACKED - a setting the trace follows itself (autocast regions it enters), whose value at entry
+# the entry's global-state guard checks.
+FIXED, GUARDED, TRACKED = "fixed", "guarded", "tracked"
+
+
+def _query_table() -> dict[Any, str]:
+    table: dict[Any, str] = {
+        torch.distributed.is_available: FIXED,
+        torch._C._get_privateuse1_backend_name: GUARDED,  # renamed once, before first use
+        torch._C._get_cublas_allow_tf32: GUARDED,
+        torch._C._is_any_autocast_enabled: TRACKED,
+        torch.autograd._is_checkpoint_valid: GUARDED,  # False only inside a backward without checkpointing
+        torch._C._current_graph_task_id: GUARDED,  # -1 unless called from inside a backward pass
+        torch.is_grad_enabled: TRACKED,
+        torch.cuda.is_available: FIXED,  # CUDA is found (or not) once per process
+        torch.cuda.device_count: FIXED,
+        torch.backends.mps.is_available: FIXED,
+        torch.get_num_threads: GUARDED,  # torch.set_num_threads may change it between calls
+        torch.are_deterministic_algorithms_enabled: GUARDED,
+        torch.is_deterministic_algorithms_warn_only_enabled: GUARDED,
+    }
+    if torch.distributed.is_available():
+        dist = torch.distributed
+        table.update({dist.is_initialized: GUARDED, dist.get_rank: GUARDED, dist.get_world_size: GUARDED})
+    return table
+
+
+QUERIES = _query_table()
+# Tracing-state questions with one answer during capture: Kiln's trace is neither an FX symbolic
+# trace nor TorchScript (torch.compile answers the same; is_fx_tracing would also log a warning).
+TRACING_STATE = {torch.fx._symbolic_trace.is_fx_tracing: False,
+                 torch.fx._symbolic_trace.is_fx_symbolic_tracing: False,
+                 torch._C._get_tracing_state: None, torch._C._is_tracing: False,
+                 torch.onnx.is_in_onnx_export: False}
+# Usage telemetry (torchvision logs each model and op it runs, once per process, to whatever logger
+# a deployment installed): no effect on any value, so traced away as torch.compile's graph keeps it
+# out of the computation; nothing is left to replay.
+TELEMETRY_FNS = {torch._C._log_api_usage_once, torch._C._log_api_usage_metadata}
+# Calls that change a process-wide setting at their point of the graph (process_modes.py).
+MODE_CALLS = {torch.set_default_dtype, torch._C._set_default_dtype, torch._C._set_grad_enabled,
+              torch._C._autograd._saved_tensors_hooks_disable, torch._C._autograd._saved_tensors_hooks_enable,
+              torch._C._autograd._saved_tensors_hooks_get_disabled_error_message}
+
+
+def torch_break_kind(fn: Any) -> str | None:
+    """The break kind of a call to fn, seen through functools.wraps wrappers: importing torch._dynamo
+    replaces torch.manual_seed with a wrapper (torch._disable_dynamo) that BREAK_FNS does not hold."""
+    for _ in range(4):
+        try:
+            kind = BREAK_FNS.get(fn)
+        except TypeError:  # unhashable
+            return None
+        if kind is not None or not hasattr(fn, "__wrapped__"):
+            return kind
+        fn = fn.__wrapped__
+    return None
+
+
+def is_torch_function(value: Any) -> bool:
+    """True for callables of the torch namespace that capture treats as graph ops: one node each,
+    unless a table above answers the call at trace time or makes it a break. torch's own Python
+    plumbing outside the op namespaces is not: it is inlined like user code."""
+    if isinstance(value, type):
+        return value in (torch.Size, torch.no_grad, torch.enable_grad, torch.set_grad_enabled,
+                         torch.inference_mode, torch.finfo, torch.iinfo, torch.device, torch.dtype)
+    if isinstance(value, torch._library.custom_ops.CustomOpDef):
+        return True  # torch.library.custom_op: one node (its fake impl gives the output)
+    objclass = getattr(value, "__objclass__", None)
+    if objclass is not None and objclass in (torch._C.TensorBase, torch.Tensor):
+        return True
+    try:
+        if (value in CONSTANT_FNS or torch_break_kind(value) is not None or value in TORCH_FUNCTION_CHECKS
+                or value in COMPILING_FNS or value in EXPORTING_FNS or value in QUERIES
+                or value in TRACING_STATE or value in MODE_CALLS or value in TELEMETRY_FNS):
+            return True
+    except TypeError:  # unhashable objects are never torch functions
+        return False
+    module = getattr(value, "__module__", None) or ""
+    if not callable(value) or not (module == "torch" or module.startswith("torch.")):
+        return False
+    # Functions of torch's own Python modules that are plumbing rather than ops are inlined or
+    # break; the op namespaces (torch, torch.nn.functional, torch.linalg, torch.fft, torch.special,
+    # torch._C._nn, torch.ops) are graph ops.
+    return (module in ("torch", "torch.functional", "torch.nn.functional", "torch._C._nn", "torch._C._fft",
+                       "torch._C._linalg", "torch._C._special", "torch._C._VariableFunctions",
+                       "torch.linalg", "torch.fft", "torch.special", "torch._tensor", "torch.random")
+            or module.startswith("torch._ops") or isinstance(value, torch._ops.OpOverloadPacket)
+            or isinstance(value, torch._ops.OpOverload) or module.startswith("torch.nn.init"))
+
+
+# ---- 3. libraries never inlined ---------------------------------------------------------------
+
+# Libraries whose Python functions are never inlined: they do I/O, logging or randomness, or work on
+# numpy arrays rather than tensors; their calls run natively at a graph break.
+NEVER_TRACED = frozenset({"numpy", "scipy", "pandas", "logging", "warnings", "random", "os", "sys",
+                          "json", "pickle", "time", "datetime", "subprocess", "threading", "socket",
+                          "pdb", "traceback", "tqdm"})
+
+
+# Packages of torch itself that are never inlined: torch.distributed's Python drives collectives and
+# process groups (a collective traced on fake tensors would talk to other processes at trace time).
+NEVER_TRACED_PACKAGES = ("torch.distributed",)
+
+# Functions run natively by the rules of a module that registers a test here (torch.optim's fused
+# drivers, variables/optimizer.py): their Python launches kernels the graph cannot hold.
+NATIVE_FUNCTIONS: list[Callable[[Any], bool]] = []
+
+
+def in_packages(module: str, packages: tuple[str, ...]) -> bool:
+    """True when `module` is one of `packages` or a submodule of one."""
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def never_traced(fn: Any) -> bool:
+    """True for a function of a library in NEVER_TRACED or NEVER_TRACED_PACKAGES (see there)."""
+    module = fn.__module__ or ""
+    return module.split(".")[0] in NEVER_TRACED or in_packages(module, NEVER_TRACED_PACKAGES)
+
+
+def runs_natively(fn: Any) -> bool:
+    """True for a Python function whose calls run natively at a graph break: a never-traced
+    library's, or one a registered NATIVE_FUNCTIONS test claims."""
+    return never_traced(fn) or any(test(fn) for test in NATIVE_FUNCTIONS)
+
+
+# Attributes of these modules never change while a program runs: reading them needs no guard, and
+# their classes' attributes are fixed for the process.
+STABLE_MODULES = frozenset({"torch", "math", "operator", "functools", "itertools", "collections",
+                             "typing", "builtins", "dataclasses", "enum", "inspect", "numpy", "types",
+                             "abc", "copy", "warnings", "logging", "random", "einops"})
+
+
+def in_stable_module(module_name: str | None) -> bool:
+    """True when `module_name` belongs to a package of STABLE_MODULES (see there)."""
+    return (module_name or "").split(".")[0] in STABLE_MODULES
+
+
+# The directories of torch and the standard library: a break raised while inlining code from them
+# is reported at the user's line that called into them (the user cannot act on torch's line).
+LIBRARY_DIRS = tuple(os.path.dirname(p) + os.sep for p in (torch.__file__, os.__file__))
+
+
+def is_library_code(filename: str) -> bool:
+    """True for code of torch or the standard library (see LIBRARY_DIRS)."""
+    return filename.startswith(LIBRARY_DIRS)
+
+
+# ---- 4. builtins with a rule of their own -----------------------------------------------------
+
+# The rule of each builtin (and stdlib function treated like one, e.g. operator.add) that capture
+# answers itself rather than inlining or running natively: filled by variables/builtin.py's
+# @builtin_rule. A Python function held here is called through its rule, never inlined.
+BuiltinRule = Callable[["Tracer", list["Variable"], dict[str, "Variable"]], "Variable"]
+BUILTIN_RULES: dict[Any, BuiltinRule] = {}
+
+
+def has_builtin_rule(value: Any) -> bool:
+    """True for a callable BUILTIN_RULES holds (unhashable values never are)."""
+    try:
+        return value in BUILTIN_RULES
+    except TypeError:
+        return False
