@@ -11,9 +11,9 @@ modules is measured against a ratchet.
 """
 from __future__ import annotations
 
-import re
 import ast
 import pathlib
+import re
 import tomllib
 from collections import defaultdict
 
