@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from real_models import BATCH, SEQ, SMALL, VOCAB, RealModel, _no_dropout, _tokens
+from real_models import _cls_inputs as _cls, _lm_inputs as _lm, _seq2seq_inputs as _seq2seq
 
 HELD_OUT: dict[str, RealModel] = {}
 
@@ -24,32 +25,6 @@ def _add(name: str, make: Callable[[Any], torch.nn.Module], config: Callable[[],
         return make(_no_dropout(config()))
 
     HELD_OUT[name] = RealModel(name, build, inputs, tol)
-
-
-def _lm(training: bool) -> dict:
-    ids = _tokens()
-    out = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "use_cache": False}
-    if training:
-        out["labels"] = ids.clone()
-    return out
-
-
-def _cls(training: bool) -> dict:
-    ids = _tokens()
-    out = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if training:
-        out["labels"] = torch.tensor([0, 1])
-    return out
-
-
-def _seq2seq(training: bool) -> dict:
-    ids = _tokens()
-    out = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "use_cache": False}
-    if training:
-        out["labels"] = _tokens(2)
-    else:
-        out["decoder_input_ids"] = _tokens(2)
-    return out
 
 
 def _pixels(size: int = 16) -> Callable[[bool], dict]:
