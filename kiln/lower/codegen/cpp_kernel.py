@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from kiln.lower.checks import ERROR_RECORD
-from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, BodyWriter, cexpr, compute, prelude
+from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, CppBodyWriter, cexpr, compute, prelude
 from kiln.lower.codegen.memory import aliasing_args
 from kiln.lower.ir import (Buffer, FloorDiv, Index, Load, Masked, ModularIndexing, Op, Pointwise, Reduction, Scan,
                            Value, contiguous_strides, index_vars, walk)
@@ -66,7 +66,7 @@ class KernelWriter:
         if name not in names:
             names.append(name)
 
-    def _collect_reads(self, w: BodyWriter, v: Value, local: frozenset[str]) -> None:
+    def _collect_reads(self, w: CppBodyWriter, v: Value, local: frozenset[str]) -> None:
         from kiln.lower.ir import walk
         for n in walk(v):
             if isinstance(n, Load) and n.buffer not in local:
@@ -156,7 +156,7 @@ class KernelWriter:
                     locals_[(n.name, key)] = accs[n.name]
                 else:
                     self._note(self.writes, n.name)
-                    w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+                    w = CppBodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
                     w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
                     body += w.lines
         if k.outer:
@@ -208,7 +208,7 @@ class KernelWriter:
                          f"for (int t = 1; t < kiln_nt; t++) sum_{name} += part_{name}[t * {width} + {lin}];"]
             sub = kernel_substitution(k, n)
             assert sub is not None
-            w = BodyWriter(self.storage, sub, {}, self.counter)
+            w = CppBodyWriter(self.storage, sub, {}, self.counter)
             w.store(name, n.layout.index(_ivars(len(n.ranges))), f"sum_{name}")
             body += w.lines + c
             self._note(self.writes, name)
@@ -254,7 +254,7 @@ class KernelWriter:
             n = _block_node(buffer)
             sub = kernel_substitution(k, n)
             assert sub is not None
-            w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+            w = CppBodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
             w.cache = shared.setdefault(tuple(sorted(sub.items(), key=str)), {})
             invariant: dict[int, bool] = {}
             guarded = {id(g) for m in walk(n.body) if isinstance(m, Masked) for side in (m.body, m.other)
@@ -286,7 +286,7 @@ class KernelWriter:
         n = _block_node(buffer)
         sub = kernel_substitution(k, n)
         assert sub is not None
-        w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+        w = CppBodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
         if shared is not None:
             w.cache = shared.setdefault(tuple(sorted(sub.items(), key=str)), {})
         self._collect_reads(w, n.body, self.hidden)
@@ -324,7 +324,7 @@ class KernelWriter:
         if n.name not in k.local:
             if n.name not in k.scratch:
                 self._note(self.writes, n.name)
-            w2 = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+            w2 = CppBodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
             w2.store(n.name, n.layout.index(_ivars(len(n.ranges))), value)
             lines += w2.lines
         return lines
@@ -374,7 +374,7 @@ class KernelWriter:
             locals_[(n.name, key)] = accs[n.name]
             if n.name not in k.local:
                 self._note(self.writes, n.name)
-                w = BodyWriter(self.storage, sub, locals_, self.counter)
+                w = CppBodyWriter(self.storage, sub, locals_, self.counter)
                 w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
                 body += w.lines
         for blk in k.blocks[1:]:
@@ -402,11 +402,11 @@ class KernelWriter:
         body = o + [f"{A} acc = {A}({'0' if n.scan_type == 'sum' else '1'});",
                     f"for (int64_t {ys[0]} = 0; {ys[0]} < {cexpr(k.inner[0])}; {ys[0]}++) {{",
                     f"// {n.name} <- {', '.join(n.origins)}"]
-        w = BodyWriter(self.storage, sub, {}, self.counter)
+        w = CppBodyWriter(self.storage, sub, {}, self.counter)
         self._collect_reads(w, n.body, frozenset())
         value = w.value(n.body)
         body += w.lines + [f"acc {'+' if n.scan_type == 'sum' else '*'}= static_cast<{A}>({value});"]
-        w = BodyWriter(self.storage, sub, {}, self.counter)
+        w = CppBodyWriter(self.storage, sub, {}, self.counter)
         w.store(n.name, n.layout.index(own), f"static_cast<{CTYPE[compute(n.layout.dtype)]}>(acc)")
         self._note(self.writes, n.name)
         body += w.lines + ["}"] + c
@@ -415,7 +415,7 @@ class KernelWriter:
     def scatter(self, k: ScatterKernel) -> tuple[str, list[str]]:
         n = k.node
         vars_ = _ivars(len(n.ranges))
-        w = BodyWriter(self.storage, {}, {}, self.counter)
+        w = CppBodyWriter(self.storage, {}, {}, self.counter)
         self._collect_reads(w, n.body, frozenset())
         for part in (n.extra, n.mask):
             if part is not None:
@@ -428,7 +428,7 @@ class KernelWriter:
         parallel = n.mode == "add" and not half and bool(n.ranges) and not (total.is_number and total < PARALLEL_MIN)
 
         def loop(atomic: bool) -> list[str]:
-            w = BodyWriter(self.storage, {}, {}, self.counter)
+            w = CppBodyWriter(self.storage, {}, {}, self.counter)
             value = w.value(n.body)
             extra = "" if n.extra is None else f" + {w.value(n.extra)}"
             if n.mask is not None:  # a failed bounds check skips the store (the wrapper raises after)
