@@ -344,83 +344,99 @@ def schedule(ir: LoopIR, *, unfused: frozenset[str] = frozenset(), column_partia
     in place. A buffer named in `unfused` gets a kernel of its own (the bisector's fusion switch).
     With `column_partials` (the C++ code generator's), a sum over the rows of what a kernel makes
     joins it (column_substitution) instead of reading it back in a kernel of its own."""
-    steps: list[_OpenKernel | ScatterKernel | ExternCall] = []
-    alone: set[int] = set()  # steps holding an unfused buffer: nothing may join them
-    produced: dict[str, int] = {}  # buffer -> index in steps of what makes it
-    open_kernel: _OpenKernel | None = None
-    # A graph output lives to the end anyway: it may move up as far as its inputs allow (a saved
-    # activation the min-cut partitioner hands the backward joins the kernel that reads its inputs,
-    # instead of a kernel of its own at the end of the forward).
-    outputs = {o.name for o in ir.outputs if isinstance(o, BufferRef)}
+    fuser = _Fuser(ir, unfused, column_partials)
+    for b in ir.buffers:
+        fuser.add(b)
+    fuser.close()
+    return KernelProgram(ir, tuple(_mark_local(_named(fuser.steps), ir)))
 
-    def close() -> None:
-        nonlocal open_kernel
-        if open_kernel is not None:
-            steps.append(open_kernel)
-            for _, nodes in open_kernel.blocks:
-                for n in nodes:
-                    produced[n.name] = len(steps) - 1
-        open_kernel = None
 
-    def hoist(b: Pointwise | Reduction) -> bool:
+class _Fuser:
+    """The steps of a program as fusion builds them, buffer after buffer (see `schedule`)."""
+
+    def __init__(self, ir: LoopIR, unfused: frozenset[str], column_partials: bool) -> None:
+        self.unfused = unfused
+        self.column_partials = column_partials
+        self.steps: list[_OpenKernel | ScatterKernel | ExternCall] = []
+        self.alone: set[int] = set()  # steps holding an unfused buffer: nothing may join them
+        self.produced: dict[str, int] = {}  # buffer -> index in steps of what makes it
+        self.open_kernel: _OpenKernel | None = None
+        # A graph output lives to the end anyway: it may move up as far as its inputs allow (a saved
+        # activation the min-cut partitioner hands the backward joins the kernel that reads its inputs,
+        # instead of a kernel of its own at the end of the forward).
+        self.outputs = {o.name for o in ir.outputs if isinstance(o, BufferRef)}
+
+    def add(self, b: Buffer) -> None:
+        if isinstance(b, (Pointwise, Reduction)) and b.name in self.unfused:
+            self.close()
+            self._append(_start(b, self.column_partials), b.name)
+            self.alone.add(len(self.steps) - 1)
+        elif isinstance(b, (Pointwise, Reduction)):
+            self._fuse(b)
+        elif isinstance(b, Scan):
+            self.close()
+            ranges = tuple(b.ranges)
+            self._append(_OpenKernel(ranges[:b.dim] + ranges[b.dim + 1:], ranges[b.dim:b.dim + 1], [("scan", [b])]),
+                         b.name)
+        elif isinstance(b, Scatter):
+            self.close()
+            self._append(ScatterKernel("", b), b.name)
+        elif isinstance(b, Extern):
+            self.close()
+            self._append(ExternCall(b), *(name for name, _, _ in b.results), b.name)
+
+    def _append(self, step: _OpenKernel | ScatterKernel | ExternCall, *makes: str) -> None:
+        self.steps.append(step)
+        for name in makes:
+            self.produced[name] = len(self.steps) - 1
+
+    def _fuse(self, b: Pointwise | Reduction) -> None:
+        """`b` into the open kernel, a regrouping of it, or an earlier kernel; else a new open kernel."""
+        if self.open_kernel is not None and self.open_kernel.place(b):
+            return
+        if self.open_kernel is not None and isinstance(b, Reduction):
+            regrouped = _regroup(self.open_kernel, b)
+            if regrouped is not None:
+                self.open_kernel = regrouped
+                return
+        if self._hoist(b):
+            return
+        self.close()
+        self.open_kernel = _start(b, self.column_partials)
+
+    def close(self) -> None:
+        if self.open_kernel is not None:
+            self._append(self.open_kernel, *(n.name for _, nodes in self.open_kernel.blocks for n in nodes))
+        self.open_kernel = None
+
+    def _hoist(self, b: Pointwise | Reduction) -> bool:
+        """Whether `b` joined an earlier kernel."""
         reads = {v.buffer for v in walk(b.body) if isinstance(v, Load)}
-        if open_kernel is not None and reads & set(open_kernel.stores):
+        if self.open_kernel is not None and reads & set(self.open_kernel.stores):
             return False
-        ready = max((produced.get(name, -1) for name in reads), default=-1)
-        if b.name in outputs:
+        ready = max((self.produced.get(name, -1) for name in reads), default=-1)
+        if b.name in self.outputs:
             # the earliest kernel that takes it, after the last scatter (which writes in place)
-            first = max([ready, 0] + [s + 1 for s, step in enumerate(steps) if isinstance(step, ScatterKernel)])
-            for s in range(first, len(steps)):
-                step = steps[s]
-                if s not in alone and isinstance(step, _OpenKernel) and step.place(b):
-                    produced[b.name] = s
-                    return True
-            return False
-        for s in range(len(steps) - 1, max(ready, 0, len(steps) - HOIST_WINDOW) - 1, -1):
-            step = steps[s]
-            if isinstance(step, ScatterKernel):
+            first = max([ready, 0] + [s + 1 for s, step in enumerate(self.steps) if isinstance(step, ScatterKernel)])
+            return any(self._join(s, b) for s in range(first, len(self.steps)))
+        for s in range(len(self.steps) - 1, max(ready, 0, len(self.steps) - HOIST_WINDOW) - 1, -1):
+            if isinstance(self.steps[s], ScatterKernel):
                 return False
-            if s in alone:
-                continue
-            if isinstance(step, _OpenKernel) and step.place(b):
-                produced[b.name] = s
+            if self._join(s, b):
                 return True
         return False
 
-    for b in ir.buffers:
-        if isinstance(b, (Pointwise, Reduction)) and b.name in unfused:
-            close()
-            steps.append(_start(b, column_partials))
-            alone.add(len(steps) - 1)
-            produced[b.name] = len(steps) - 1
-        elif isinstance(b, (Pointwise, Reduction)):
-            if open_kernel is not None and open_kernel.place(b):
-                continue
-            if open_kernel is not None and isinstance(b, Reduction):
-                regrouped = _regroup(open_kernel, b)
-                if regrouped is not None:
-                    open_kernel = regrouped
-                    continue
-            if hoist(b):
-                continue
-            close()
-            open_kernel = _start(b, column_partials)
-        elif isinstance(b, Scan):
-            close()
-            ranges = tuple(b.ranges)
-            steps.append(_OpenKernel(ranges[:b.dim] + ranges[b.dim + 1:], ranges[b.dim:b.dim + 1], [("scan", [b])]))
-            produced[b.name] = len(steps) - 1
-        elif isinstance(b, Scatter):
-            close()
-            steps.append(ScatterKernel("", b))
-            produced[b.name] = len(steps) - 1
-        elif isinstance(b, Extern):
-            close()
-            steps.append(ExternCall(b))
-            for name, _, _ in b.results:
-                produced[name] = len(steps) - 1
-            produced[b.name] = len(steps) - 1
-    close()
+    def _join(self, s: int, b: Pointwise | Reduction) -> bool:
+        """Whether `b` joined the kernel of step `s`."""
+        step = self.steps[s]
+        if s in self.alone or not isinstance(step, _OpenKernel) or not step.place(b):
+            return False
+        self.produced[b.name] = s
+        return True
+
+
+def _named(steps: list[_OpenKernel | ScatterKernel | ExternCall]) -> list[Kernel | ScatterKernel | ExternCall]:
+    """The finished steps, their kernels named in program order."""
     done: list[Kernel | ScatterKernel | ExternCall] = []
     count = 0
     for step in steps:
@@ -434,7 +450,7 @@ def schedule(ir: LoopIR, *, unfused: frozenset[str] = frozenset(), column_partia
             count += 1
         else:
             done.append(step)
-    return KernelProgram(ir, tuple(_mark_local(done, ir)))
+    return done
 
 
 def _mark_local(steps: list, ir: LoopIR) -> list:

@@ -6,7 +6,7 @@ import sympy
 import torch
 
 from kiln.lower import ops
-from kiln.lower.codegen.cpp import _missing_ops
+from kiln.lower.codegen.cpp import RENDER
 from kiln.lower.graph import lower_to_loop_ir
 from kiln.lower.ir import (FloorDiv, InputBuffer, Layout, Load, LoopIR, ModularIndexing, Pointwise, format_ir,
                            index_vars, simplify_index, verify_ir)
@@ -17,7 +17,7 @@ from .conftest import aten_graph
 
 
 def test_every_loop_op_has_a_cpp_rendering() -> None:
-    assert _missing_ops() == set()
+    assert RENDER.missing() == set()
 
 
 def test_floor_div_and_mod_fold_back() -> None:

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from kiln import config
-from kiln.lower.codegen.triton import missing_ops
+from kiln.lower.codegen.triton import RENDER
 from kiln.lower.codegen.triton_wrapper import choose_codegen
 
 from .conftest import check, compile_fn
@@ -32,7 +32,7 @@ def _triton_backend():
 
 
 def test_every_loop_op_has_a_triton_rendering() -> None:
-    assert missing_ops() == set()
+    assert RENDER.missing() == set()
 
 
 def test_device_picks_the_code_generator() -> None:

@@ -1,5 +1,6 @@
-"""C++ codegen, the expression level: the prelude, index expressions, one rendering per loop op,
-and BodyWriter, which prints a body Value as C++ statements with common subexpressions shared.
+"""C++ codegen, the expression level: the prelude, index expressions, the render table (one
+rendering per loop op), and CppBodyWriter, which prints a body Value as C++ statements with common
+subexpressions shared (codegen/body.py holds what it shares with the Triton writer).
 
 Math calls reach glibc's vector library through `declare simd` prototypes (with -fno-math-errno)
 without -ffast-math, so NaN, -0.0 and integer division behave as in ATen; every lane count and
@@ -9,13 +10,13 @@ nests around bodies are in codegen/cpp_kernel.py. Corresponds to torch/_inductor
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from typing import Sequence
 
 import sympy
 import torch
 
-from kiln.lower import ops
 from kiln.lower.checks import CPP_PRELUDE as CHECKS_PRELUDE, guard_divisor, render_index_ok
+from kiln.lower.codegen.body import BodyWriter, RenderTable, arg_dtype
 from kiln.lower.ir import Const, Index, Load, Masked, Op, Value
 from kiln.symbolic.render import render_c
 
@@ -331,6 +332,58 @@ def _float_fn(name: str, dtype: torch.dtype) -> str:
 INT_TYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
+# ----------------------------------------------------------------------------- the op table
+
+RENDER = RenderTable()
+renders = RENDER.renders
+
+
+def _ctype(v: Op) -> str:
+    """The C type an op computes in: its argument dtype's ("float" for one C has no type for)."""
+    return CTYPE.get(arg_dtype(v), "float")
+
+
+def _is_float(v: Op) -> bool:
+    return arg_dtype(v).is_floating_point
+
+
+@renders(*(name for name in MATH if name not in ("erf", "exp")))
+def _math(v: Op, a: Sequence[str]) -> str:
+    if _is_float(v):
+        return f"{_float_fn(v.name, arg_dtype(v))}({a[0]})"
+    return f"{_float_fn(v.name, torch.float32)}((float){a[0]})"  # integers: float math
+
+
+@renders("erf")
+def _erf(v: Op, a: Sequence[str]) -> str:
+    if arg_dtype(v) == torch.float64:
+        return _math(v, a)
+    # float (half types compute in float) and integers: the prelude's inline kiln_erff
+    return f"kiln_erff({a[0]})" if _is_float(v) else f"kiln_erff((float){a[0]})"
+
+
+@renders("exp")
+def _exp(v: Op, a: Sequence[str]) -> str:
+    if arg_dtype(v) not in (torch.float32, *INT_TYPES):
+        return _math(v, a)
+    # where kiln_expf would run: the prelude's inline kiln_expf_inline
+    return f"kiln_expf_inline({a[0]})" if _is_float(v) else f"kiln_expf_inline((float){a[0]})"
+
+
+INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitwise_and": "&", "bitwise_or": "|",
+         "bitwise_xor": "^", "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<",
+         "le": "<=", "gt": ">", "ge": ">=", "logical_and": "&&", "logical_or": "||"}
+
+
+@renders(*INFIX)
+def _infix(v: Op, a: Sequence[str]) -> str:
+    if v.name == "truediv" and not _is_float(v):  # C's truncating division, without its traps
+        return f"kiln_truncdiv_int<{_ctype(v)}>({a[0]}, {a[1]})"
+    if arg_dtype(v) == torch.bool and v.name in ("add", "mul"):
+        return f"({a[0]} {'||' if v.name == 'add' else '&&'} {a[1]})"
+    return f"({a[0]} {INFIX[v.name]} {a[1]})"
+
+
 # float (computed as float or double) -> integer through the prelude's kiln_to_int32_t/int64_t, the
 # narrow types keeping the low bits as ATen's conversions do (see the prelude)
 FLOAT_TO_INT = {torch.int64: "kiln_to_int64_t({})", torch.int32: "kiln_to_int32_t({})",
@@ -339,169 +392,226 @@ FLOAT_TO_INT = {torch.int64: "kiln_to_int64_t({})", torch.int32: "kiln_to_int32_
                 torch.uint8: "static_cast<uint8_t>(kiln_to_int64_t({}))"}
 
 
-def render_op(v: Op, a: Sequence[str]) -> str:
-    """One op in C++; `a` are the rendered arguments (already of the op's argument dtype)."""
-    name = v.name
-    dt = v.args[0].dtype if v.args else v.dtype
-    fl = dt.is_floating_point
-    T = CTYPE.get(dt, "float")
-    if name == "erf" and dt != torch.float64:  # float (half types compute in float) and integers
-        return f"kiln_erff({a[0]})" if fl else f"kiln_erff((float){a[0]})"
-    if name == "exp" and dt in (torch.float32, *INT_TYPES):  # where kiln_expf ran: inline (kiln_expf_inline)
-        return f"kiln_expf_inline({a[0]})" if fl else f"kiln_expf_inline((float){a[0]})"
-    if name in MATH:
-        return f"{_float_fn(name, dt)}({a[0]})" if fl else f"{_float_fn(name, torch.float32)}((float){a[0]})"
-    simple = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitwise_and": "&", "bitwise_or": "|",
-              "bitwise_xor": "^", "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<",
-              "le": "<=", "gt": ">", "ge": ">=", "logical_and": "&&", "logical_or": "||"}
-    if name == "truediv" and not fl:  # C's truncating division, without its traps
-        return f"kiln_truncdiv_int<{T}>({a[0]}, {a[1]})"
-    if name in simple:
-        if dt == torch.bool and name in ("add", "mul"):
-            return f"({a[0]} {'||' if name == 'add' else '&&'} {a[1]})"
-        return f"({a[0]} {simple[name]} {a[1]})"
-    if name == "to_dtype":
-        target = v.param
-        assert isinstance(target, torch.dtype)
-        if target == torch.bool:
-            return f"({a[0]} != 0)"
-        # a half type computes in float but must round to its own precision here (through float,
-        # as c10's conversions do): x.half().float() is not x
-        if target == torch.float16:
-            return f"static_cast<float>(static_cast<_Float16>(static_cast<float>({a[0]})))"
-        if target == torch.bfloat16:
-            return f"kiln_bf16_to_float(kiln_float_to_bf16(static_cast<float>({a[0]})))"
-        if fl and target in FLOAT_TO_INT:
-            return FLOAT_TO_INT[target].format(a[0])
-        return f"static_cast<{CTYPE[compute(target)]}>({a[0]})"
-    table: dict[str, Callable[[], str]] = {
-        "neg": lambda: f"(-{a[0]})",
-        "abs": lambda: f"std::abs({a[0]})" if fl else (a[0] if dt == torch.bool else f"({a[0]} < 0 ? -{a[0]} : {a[0]})"),
-        "sqrt": lambda: f"std::sqrt({a[0]})",
-        "rsqrt": lambda: f"({T}(1) / std::sqrt({a[0]}))",
-        "sigmoid": lambda: f"({T}(1) / ({T}(1) + {'kiln_expf_inline' if dt == torch.float32 else 'kiln_exp'}(-{a[0]})))",
-        "reciprocal": lambda: f"({T}(1) / {a[0]})",
-        "floor": lambda: f"std::floor({a[0]})" if fl else a[0],
-        "ceil": lambda: f"std::ceil({a[0]})" if fl else a[0],
-        "trunc": lambda: f"std::trunc({a[0]})" if fl else a[0],
-        "round": lambda: f"std::nearbyint({a[0]})" if fl else a[0],
-        "frac": lambda: f"({a[0]} - std::trunc({a[0]}))",
-        "lgamma": lambda: f"std::lgamma({a[0]})",
-        "sign": lambda: f"{T}(({T}(0) < {a[0]}) - ({a[0]} < {T}(0)))",  # sign(NaN) is 0 in ATen
-        "relu": lambda: f"({a[0]} < 0 ? {T}(0) : {a[0]})",  # keeps NaN and -0.0, as clamp_min does
-        "bitwise_not": lambda: f"(!{a[0]})" if dt == torch.bool else f"(~{a[0]})",
-        "isnan": lambda: f"({a[0]} != {a[0]})" if fl else "false",
-        "isinf": lambda: f"(std::abs({a[0]}) == std::numeric_limits<{T}>::infinity())" if fl else "false",
-        "isfinite": lambda: f"({a[0]} - {a[0]} == 0)" if fl else "true",
-        "signbit": lambda: f"std::signbit({a[0]})" if fl else f"({a[0]} < 0)",
-        "logical_not": lambda: f"(!{a[0]})",
-        "logical_xor": lambda: f"(bool({a[0]}) != bool({a[1]}))",
-        # integer division by zero: ATen raises, so the kernel records it (kiln.lower.checks) and yields 0
-        "floordiv": lambda: f"kiln_floordiv_float({a[0]}, {a[1]})" if fl else guard_divisor(
-            v, a, T, f"{T}(kiln_floordiv({a[0]}, {a[1]}))"),
-        "truncdiv": lambda: f"std::trunc({a[0]} / {a[1]})" if fl else guard_divisor(
-            v, a, T, f"kiln_truncdiv_int<{T}>({a[0]}, {a[1]})"),
-        "mod": lambda: f"kiln_fmod_float({a[0]}, {a[1]})" if fl else guard_divisor(
-            v, a, T, f"{T}(kiln_mod({a[0]}, {a[1]}))"),
-        "fmod": lambda: f"std::fmod({a[0]}, {a[1]})" if fl else guard_divisor(
-            v, a, T, f"kiln_fmod_int<{T}>({a[0]}, {a[1]})"),
-        "index_ok": lambda: render_index_ok(v, list(a)),
-        "pow": lambda: f"{_float_fn('pow', dt)}({a[0]}, {a[1]})" if fl else f"kiln_ipow<{T}>({a[0]}, {a[1]})",
-        # ties (-0.0 vs 0.0) return the first operand, as ATen's kernels do
-        "maximum": lambda: (f"({a[0]} != {a[0]} ? {a[0]} : ({a[1]} != {a[1]} ? {a[1]} : ({a[0]} < {a[1]} ? {a[1]} : {a[0]})))"
-                            if fl else f"({a[0]} < {a[1]} ? {a[1]} : {a[0]})"),
-        "minimum": lambda: (f"({a[0]} != {a[0]} ? {a[0]} : ({a[1]} != {a[1]} ? {a[1]} : ({a[0]} > {a[1]} ? {a[1]} : {a[0]})))"
-                            if fl else f"({a[0]} > {a[1]} ? {a[1]} : {a[0]})"),
-        "fmax": lambda: (f"({a[0]} != {a[0]} ? {a[1]} : ({a[1]} != {a[1]} ? {a[0]} : ({a[0]} < {a[1]} ? {a[1]} : {a[0]})))"
-                         if fl else f"({a[0]} < {a[1]} ? {a[1]} : {a[0]})"),
-        "fmin": lambda: (f"({a[0]} != {a[0]} ? {a[1]} : ({a[1]} != {a[1]} ? {a[0]} : ({a[0]} > {a[1]} ? {a[1]} : {a[0]})))"
-                         if fl else f"({a[0]} > {a[1]} ? {a[1]} : {a[0]})"),
-        "atan2": lambda: f"{_float_fn('atan2', dt)}({a[0]}, {a[1]})",
-        "hypot": lambda: f"{_float_fn('hypot', dt)}({a[0]}, {a[1]})",
-        "copysign": lambda: f"std::copysign({a[0]}, {a[1]})",
-        "where": lambda: f"({a[0]} ? {a[1]} : {a[2]})",
-        "rand": lambda: f"{CTYPE[v.dtype]}(kiln_rand(seed, {a[0]}))",
-        "randn": lambda: f"{CTYPE[v.dtype]}(kiln_randn(seed, {a[0]}))",
-    }
-    return table[name]()
+@renders("to_dtype")
+def _to_dtype(v: Op, a: Sequence[str]) -> str:
+    target = v.param
+    assert isinstance(target, torch.dtype)
+    if target == torch.bool:
+        return f"({a[0]} != 0)"
+    # a half type computes in float but must round to its own precision here (through float,
+    # as c10's conversions do): x.half().float() is not x
+    if target == torch.float16:
+        return f"static_cast<float>(static_cast<_Float16>(static_cast<float>({a[0]})))"
+    if target == torch.bfloat16:
+        return f"kiln_bf16_to_float(kiln_float_to_bf16(static_cast<float>({a[0]})))"
+    if _is_float(v) and target in FLOAT_TO_INT:
+        return FLOAT_TO_INT[target].format(a[0])
+    return f"static_cast<{CTYPE[compute(target)]}>({a[0]})"
+
+
+@renders("neg")
+def _neg(v: Op, a: Sequence[str]) -> str:
+    return f"(-{a[0]})"
+
+
+@renders("abs")
+def _abs(v: Op, a: Sequence[str]) -> str:
+    if _is_float(v):
+        return f"std::abs({a[0]})"
+    return a[0] if arg_dtype(v) == torch.bool else f"({a[0]} < 0 ? -{a[0]} : {a[0]})"
+
+
+@renders("sqrt")
+def _sqrt(v: Op, a: Sequence[str]) -> str:
+    return f"std::sqrt({a[0]})"
+
+
+@renders("rsqrt")
+def _rsqrt(v: Op, a: Sequence[str]) -> str:
+    return f"({_ctype(v)}(1) / std::sqrt({a[0]}))"
+
+
+@renders("sigmoid")
+def _sigmoid(v: Op, a: Sequence[str]) -> str:
+    T = _ctype(v)
+    return f"({T}(1) / ({T}(1) + {'kiln_expf_inline' if arg_dtype(v) == torch.float32 else 'kiln_exp'}(-{a[0]})))"
+
+
+@renders("reciprocal")
+def _reciprocal(v: Op, a: Sequence[str]) -> str:
+    return f"({_ctype(v)}(1) / {a[0]})"
+
+
+ROUNDING = {"floor": "std::floor", "ceil": "std::ceil", "trunc": "std::trunc", "round": "std::nearbyint"}
+
+
+@renders(*ROUNDING)
+def _rounding(v: Op, a: Sequence[str]) -> str:
+    return f"{ROUNDING[v.name]}({a[0]})" if _is_float(v) else a[0]
+
+
+@renders("frac")
+def _frac(v: Op, a: Sequence[str]) -> str:
+    return f"({a[0]} - std::trunc({a[0]}))"
+
+
+@renders("lgamma")
+def _lgamma(v: Op, a: Sequence[str]) -> str:
+    return f"std::lgamma({a[0]})"
+
+
+@renders("sign")
+def _sign(v: Op, a: Sequence[str]) -> str:
+    T = _ctype(v)
+    return f"{T}(({T}(0) < {a[0]}) - ({a[0]} < {T}(0)))"  # sign(NaN) is 0 in ATen
+
+
+@renders("relu")
+def _relu(v: Op, a: Sequence[str]) -> str:
+    return f"({a[0]} < 0 ? {_ctype(v)}(0) : {a[0]})"  # keeps NaN and -0.0, as clamp_min does
+
+
+@renders("bitwise_not")
+def _bitwise_not(v: Op, a: Sequence[str]) -> str:
+    return f"(!{a[0]})" if arg_dtype(v) == torch.bool else f"(~{a[0]})"
+
+
+@renders("isnan", "isinf", "isfinite", "signbit")
+def _predicate(v: Op, a: Sequence[str]) -> str:
+    x = a[0]
+    if v.name == "isnan":
+        return f"({x} != {x})" if _is_float(v) else "false"
+    if v.name == "isinf":
+        return f"(std::abs({x}) == std::numeric_limits<{_ctype(v)}>::infinity())" if _is_float(v) else "false"
+    if v.name == "isfinite":
+        return f"({x} - {x} == 0)" if _is_float(v) else "true"
+    return f"std::signbit({x})" if _is_float(v) else f"({x} < 0)"
+
+
+@renders("logical_not")
+def _logical_not(v: Op, a: Sequence[str]) -> str:
+    return f"(!{a[0]})"
+
+
+@renders("logical_xor")
+def _logical_xor(v: Op, a: Sequence[str]) -> str:
+    return f"(bool({a[0]}) != bool({a[1]}))"
+
+
+# per division op: its float rendering and its integer one ({T} the C type); integer division by
+# zero: ATen raises, so the kernel records it (kiln.lower.checks) and yields 0
+DIVISION = {"floordiv": ("kiln_floordiv_float({x}, {y})", "{T}(kiln_floordiv({x}, {y}))"),
+            "truncdiv": ("std::trunc({x} / {y})", "kiln_truncdiv_int<{T}>({x}, {y})"),
+            "mod": ("kiln_fmod_float({x}, {y})", "{T}(kiln_mod({x}, {y}))"),
+            "fmod": ("std::fmod({x}, {y})", "kiln_fmod_int<{T}>({x}, {y})")}
+
+
+@renders(*DIVISION)
+def _division(v: Op, a: Sequence[str]) -> str:
+    floating, integer = DIVISION[v.name]
+    if _is_float(v):
+        return floating.format(x=a[0], y=a[1])
+    T = _ctype(v)
+    return guard_divisor(v, a, T, integer.format(x=a[0], y=a[1], T=T))
+
+
+@renders("index_ok")
+def _index_ok(v: Op, a: Sequence[str]) -> str:
+    return render_index_ok(v, list(a))
+
+
+@renders("pow")
+def _pow(v: Op, a: Sequence[str]) -> str:
+    if _is_float(v):
+        return f"{_float_fn('pow', arg_dtype(v))}({a[0]}, {a[1]})"
+    return f"kiln_ipow<{_ctype(v)}>({a[0]}, {a[1]})"
+
+
+@renders("maximum", "minimum", "fmax", "fmin")
+def _extremum(v: Op, a: Sequence[str]) -> str:
+    x, y = a
+    pick = f"({x} {'<' if v.name in ('maximum', 'fmax') else '>'} {y} ? {y} : {x})"
+    if not _is_float(v):
+        return pick
+    if v.name in ("maximum", "minimum"):  # NaN wins; ties (-0.0 vs 0.0) return the first operand, as ATen's kernels do
+        return f"({x} != {x} ? {x} : ({y} != {y} ? {y} : {pick}))"
+    return f"({x} != {x} ? {y} : ({y} != {y} ? {x} : {pick}))"  # NaN loses
+
+
+@renders("atan2", "hypot")
+def _math2(v: Op, a: Sequence[str]) -> str:
+    return f"{_float_fn(v.name, arg_dtype(v))}({a[0]}, {a[1]})"
+
+
+@renders("copysign")
+def _copysign(v: Op, a: Sequence[str]) -> str:
+    return f"std::copysign({a[0]}, {a[1]})"
+
+
+@renders("where")
+def _where(v: Op, a: Sequence[str]) -> str:
+    return f"({a[0]} ? {a[1]} : {a[2]})"
+
+
+@renders("rand", "randn")
+def _random(v: Op, a: Sequence[str]) -> str:
+    return f"{CTYPE[v.dtype]}(kiln_{v.name}(seed, {a[0]}))"
 
 
 def compute(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _missing_ops() -> set[str]:
-    """Ops of kiln.lower.ops without a C++ rendering (kept empty; checked by a test)."""
-    import inspect
-    src = inspect.getsource(render_op)
-    return {n for n in ops.OPS if n not in MATH and f'"{n}"' not in src}
+# ----------------------------------------------------------------------------- bodies
 
+class CppBodyWriter(BodyWriter):
+    """Emits C++ statements for body values with common-subexpression elimination. `scratch` maps a
+    scratch buffer to the substitution that drops the outer variables (its one row)."""
 
-class BodyWriter:
-    """Emits C++ statements for body values with common-subexpression elimination."""
+    RENDER = RENDER
 
     def __init__(self, storage: dict[str, torch.dtype], sub: dict, locals_: dict[tuple[str, sympy.Expr], str],
                  counter: list[int], scratch: dict | None = None):
-        self.scratch = scratch or {}  # scratch buffer -> substitution that drops the outer variables
-        self.lines: list[str] = []
-        self.cache: dict[Value, str] = {}
-        self.storage = storage
-        self.sub = sub
-        self.locals = locals_
-        self.counter = counter
+        super().__init__(storage, sub, locals_, counter)
+        self.scratch = scratch or {}
 
-    def tmp(self, dtype: torch.dtype, text: str) -> str:
-        name = f"t{self.counter[0]}"
-        self.counter[0] += 1
-        self.lines.append(f"{CTYPE[compute(dtype)]} {name} = {text};")
-        return name
+    def print_index(self, e: sympy.Expr) -> str:
+        return cexpr(e)
 
-    def index(self, e: sympy.Expr) -> str:
-        return cexpr(sympy.expand(e.xreplace(self.sub)))
+    def declaration(self, name: str, text: str, dtype: torch.dtype) -> str:
+        return f"{CTYPE[compute(dtype)]} {name} = {text};"
 
-    def value(self, v: Value) -> str:
-        if v in self.cache:
-            return self.cache[v]
-        if isinstance(v, Const):
-            out = self._const(v)
-        elif isinstance(v, Index):
-            # parenthesized: the text is spliced into the op that reads it (`t0 * (s0 + 1)`)
-            text = self.index(v.expr)
-            out = text if text.isidentifier() or text.lstrip("-").isdigit() else f"({text})"
-        elif isinstance(v, Load):
-            key = sympy.expand(v.index.xreplace(self.sub))
-            if v.extra is None and (v.buffer, key) in self.locals:
-                out = self.locals[(v.buffer, key)]
-            else:
-                if v.buffer in self.scratch:
-                    key = sympy.expand(key.xreplace(self.scratch[v.buffer]))
-                where = cexpr(key) + ("" if v.extra is None else f" + {self.value(v.extra)}")
-                raw = f"{v.buffer}[{where}]"
-                st = self.storage[v.buffer]
-                raw = f"kiln_bf16_to_float({raw})" if st == torch.bfloat16 else (f"(float){raw}" if st == torch.float16 else raw)
-                out = self.tmp(v.dtype, raw)
-        elif isinstance(v, Masked):
-            # each side is evaluated only where it is taken: a concatenation's part may load with
-            # an index that is out of range (and fails its check) at the other parts' positions
-            mask = self.value(v.mask)
-            out = self.tmp(v.dtype, f"{mask} ? {self._branch(v.body)} : {self._branch(v.other)}")
-        else:
-            assert isinstance(v, Op)
-            out = self.tmp(v.dtype, render_op(v, [self.value(a) for a in v.args]))
-        self.cache[v] = out
-        return out
+    def index_value(self, v: Index) -> str:
+        # parenthesized: the text is spliced into the op that reads it (`t0 * (s0 + 1)`)
+        text = self.index(v.expr)
+        return text if text.isidentifier() or text.lstrip("-").isdigit() else f"({text})"
+
+    def load(self, v: Load, key: sympy.Expr) -> str:
+        if v.buffer in self.scratch:
+            key = sympy.expand(key.xreplace(self.scratch[v.buffer]))
+        where = cexpr(key) + ("" if v.extra is None else f" + {self.value(v.extra)}")
+        raw = f"{v.buffer}[{where}]"
+        st = self.storage[v.buffer]
+        raw = f"kiln_bf16_to_float({raw})" if st == torch.bfloat16 else (f"(float){raw}" if st == torch.float16 else raw)
+        return self.tmp(raw, v.dtype)
+
+    def masked(self, v: Masked) -> str:
+        # each side is evaluated only where it is taken: a concatenation's part may load with
+        # an index that is out of range (and fails its check) at the other parts' positions
+        mask = self.value(v.mask)
+        return self.tmp(f"{mask} ? {self._branch(v.body)} : {self._branch(v.other)}", v.dtype)
 
     def _branch(self, v: Value) -> str:
         """`v` as an expression whose work runs only when it is evaluated (a lambda called in place);
         values computed inside stay inside, values computed before are reused."""
-        inner = BodyWriter(self.storage, self.sub, self.locals, self.counter, self.scratch)
+        inner = CppBodyWriter(self.storage, self.sub, self.locals, self.counter, self.scratch)
         inner.cache = dict(self.cache)
         result = inner.value(v)
         if not inner.lines:
             return result
         return f"[&]() -> {CTYPE[compute(v.dtype)]} {{ {' '.join(inner.lines)} return {result}; }}()"
 
-    def _const(self, v: Const) -> str:
+    def const(self, v: Const) -> str:
         if v.dtype == torch.bool:
             return "true" if v.value else "false"
         T = CTYPE[compute(v.dtype)]
@@ -520,7 +630,7 @@ class BodyWriter:
               atomic: bool = True) -> None:
         st = self.storage[buffer]
         val = _to_half(st, value)
-        where = sympy.expand(index.xreplace(self.sub))
+        where = self.place(index)
         if buffer in self.scratch:
             where = sympy.expand(where.xreplace(self.scratch[buffer]))
         target = f"{buffer}[{cexpr(where)}{extra}]"

@@ -15,12 +15,12 @@ import sympy
 import torch
 
 from kiln.lower.checks import ERROR_RECORD
-from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, BodyWriter, cexpr, compute, prelude
+from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, CppBodyWriter, cexpr, compute, prelude
 from kiln.lower.codegen.memory import aliasing_args
 from kiln.lower.ir import (Buffer, FloorDiv, Index, Load, Masked, ModularIndexing, Op, Pointwise, Reduction, Scan,
                            Value, contiguous_strides, index_vars, walk)
-from kiln.lower.schedule import (Kernel, KernelProgram, ScatterKernel, column_split, kernel_substitution, kernel_vars,
-                                 node_substitution)
+from kiln.lower.schedule import (Block, Kernel, KernelProgram, ScatterKernel, column_split, kernel_substitution,
+                                 kernel_vars, node_substitution)
 from kiln.symbolic.expr import is_float_symbol
 
 REDUCE_INIT = {"sum": "0", "prod": "1", "any": "false", "all": "true"}
@@ -51,6 +51,28 @@ def _reduce_init(rtype: str, dtype: torch.dtype) -> str:
     return f"std::numeric_limits<{T}>::{'lowest' if rtype == 'max' else 'max'}()"
 
 
+def _accumulators(reds: Sequence[Reduction], accs: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """For the reductions of a loop: the declarations before it, the statements after it (a max or
+    min that saw a NaN becomes NaN), and the loop's OpenMP reduction clauses."""
+    pre, post, clauses = [], [], []
+    for n in reds:
+        T = CTYPE[compute(n.body.dtype)] if n.reduction_type in ("argmax", "argmin") else CTYPE[compute(n.layout.dtype)]
+        if n.reduction_type in ("argmax", "argmin"):
+            pre.append(f"{T} best_{n.name} = 0; int64_t {accs[n.name]} = 0;")
+            continue
+        dtype = n.layout.dtype
+        rtype = n.reduction_type
+        if dtype == torch.bool and rtype in ("max", "min"):
+            rtype = "any" if rtype == "max" else "all"
+        pre.append(f"{T} {accs[n.name]} = {_reduce_init(rtype, dtype)};")
+        clauses.append(f"reduction({OMP_REDUCTION[rtype]}:{accs[n.name]})")
+        if rtype in ("max", "min") and dtype.is_floating_point:
+            pre.append(f"int nan_{n.name} = 0;")
+            clauses.append(f"reduction(|:nan_{n.name})")
+            post.append(f"if (nan_{n.name}) {accs[n.name]} = std::numeric_limits<{T}>::quiet_NaN();")
+    return pre, post, clauses
+
+
 class KernelWriter:
     """Renders one Kernel (or ScatterKernel) as a C++ function and records its argument list."""
 
@@ -66,7 +88,7 @@ class KernelWriter:
         if name not in names:
             names.append(name)
 
-    def _collect_reads(self, w: BodyWriter, v: Value, local: frozenset[str]) -> None:
+    def _collect_reads(self, w: CppBodyWriter, v: Value, local: frozenset[str]) -> None:
         from kiln.lower.ir import walk
         for n in walk(v):
             if isinstance(n, Load) and n.buffer not in local:
@@ -79,7 +101,6 @@ class KernelWriter:
             return self.column_kernel(k)
         xs, ys = kernel_vars(len(k.outer), len(k.inner))
         locals_: dict = {}
-        body: list[str] = []
         total = sympy.Mul(*k.outer, *k.inner)
         parallel_if = f" if({cexpr(total)} >= {PARALLEL_MIN})" if not total.is_number else ""
         parallel = not (total.is_number and total < PARALLEL_MIN)
@@ -90,75 +111,13 @@ class KernelWriter:
         rows = self._scratch_rows(k, xs, ys)
         on_stack = all(size.is_number for size, _ in rows.values()) and sum(
             int(size) * _itemsize(self.storage[name]) for name, (size, _) in rows.items()) <= STACK_SCRATCH_BYTES
-        if k.columns:
-            body += self._columns_open(k, xs, rows, on_stack, parallel, parallel_if)
-        elif k.outer and k.scratch and on_stack:
-            # a row buffer on the stack of each outer iteration: the compiler sees it aliases nothing
-            # (a malloc'd pointer shared through an OpenMP region does not vectorize as well)
-            o, c = _loops(xs, k.outer, f"#pragma omp parallel for@collapse{parallel_if}" if parallel else None)
-            body += o + [f"alignas(64) {T} {name}[{int(size)}];" for name, (size, T) in sorted(rows.items())]
-        elif k.outer and k.scratch:
-            # each thread gets one row buffer per scratch buffer, allocated once around the loop
-            body.append(f"#pragma omp parallel{parallel_if}" if parallel else "// one thread")
-            body.append("{")
-            for name, (size, T) in sorted(rows.items()):
-                body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * {cexpr(size)}));")
-            o, c = _loops(xs, k.outer, "#pragma omp for@collapse" if parallel else None)
-            body += o
-        elif k.outer:
-            o, c = _loops(xs, k.outer, f"#pragma omp parallel for@collapse{parallel_if}" if parallel else None)
-            body += o
+        body = self._outer_open(k, xs, rows, on_stack, parallel, parallel_if)
         for blk in k.blocks:
             if blk.kind == "scalar":
                 for n in blk.nodes:
                     body += self._node(n, k, locals_, None)
-                continue
-            reds = [n for n in blk.nodes if isinstance(n, Reduction) and n.name not in k.columns]
-            accs = {n.name: f"acc_{n.name}" for n in reds}
-            accs.update({name: f"col_{name}[{self._column_place(k, name)[1]}]" for name in k.columns})
-            pre, post, clauses = [], [], []
-            serial = any(n.reduction_type in ("argmax", "argmin") for n in reds)
-            for n in reds:
-                T = CTYPE[compute(n.body.dtype)] if n.reduction_type in ("argmax", "argmin") else CTYPE[compute(n.layout.dtype)]
-                if n.reduction_type in ("argmax", "argmin"):
-                    pre.append(f"{T} best_{n.name} = 0; int64_t {accs[n.name]} = 0;")
-                    continue
-                dtype = n.layout.dtype
-                rtype = n.reduction_type
-                if dtype == torch.bool and rtype in ("max", "min"):
-                    rtype = "any" if rtype == "max" else "all"
-                pre.append(f"{T} {accs[n.name]} = {_reduce_init(rtype, dtype)};")
-                clauses.append(f"reduction({OMP_REDUCTION[rtype]}:{accs[n.name]})")
-                if rtype in ("max", "min") and dtype.is_floating_point:
-                    pre.append(f"int nan_{n.name} = 0;")
-                    clauses.append(f"reduction(|:nan_{n.name})")
-                    post.append(f"if (nan_{n.name}) {accs[n.name]} = std::numeric_limits<{T}>::quiet_NaN();")
-            if serial:
-                pragma = None
-            elif k.outer:
-                pragma = "#pragma omp simd@collapse " + " ".join(clauses)
-            elif parallel:
-                pragma = f"#pragma omp parallel for simd@collapse {' '.join(clauses)}{parallel_if}"
             else:
-                pragma = "#pragma omp simd@collapse " + " ".join(clauses)
-            o, c = _loops(ys, k.inner, pragma)
-            shared: dict = {}  # values already computed in this loop, per node substitution
-            body += self._hoisted(blk.nodes, k, ys, locals_, shared) + pre + o
-            loop_locals = dict(locals_)  # values made in this loop are visible only inside it
-            for n in blk.nodes:
-                body += ["  " + line for line in self._node(n, k, loop_locals, accs.get(n.name), shared)]
-            body += c + post
-            for n in reds:
-                sub = node_substitution(n, k.outer, k.inner)
-                assert sub is not None  # a reduction's ranges are its kernel's
-                key = sympy.expand(n.layout.index(_ivars(len(n.ranges))).xreplace(sub))
-                if n.name in k.local:
-                    locals_[(n.name, key)] = accs[n.name]
-                else:
-                    self._note(self.writes, n.name)
-                    w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
-                    w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
-                    body += w.lines
+                body += self._loop_block(blk, k, ys, locals_, parallel, parallel_if)
         if k.outer:
             body += ["}"] * len(k.outer)
         if k.columns:
@@ -166,6 +125,63 @@ class KernelWriter:
         elif k.outer and k.scratch and not on_stack:
             body += [f"std::free({name});" for name in sorted(k.scratch)] + ["}"]
         return self._function(k.name, k.origins(), body), self.reads + self.writes
+
+    def _outer_open(self, k: Kernel, xs: Sequence[sympy.Symbol], rows: dict, on_stack: bool, parallel: bool,
+                    parallel_if: str) -> list[str]:
+        """The opening of a row kernel's outer loop nest, with its scratch rows and parallel region."""
+        if k.columns:
+            return self._columns_open(k, xs, rows, on_stack, parallel, parallel_if)
+        if k.outer and k.scratch and on_stack:
+            # a row buffer on the stack of each outer iteration: the compiler sees it aliases nothing
+            # (a malloc'd pointer shared through an OpenMP region does not vectorize as well)
+            o, _ = _loops(xs, k.outer, f"#pragma omp parallel for@collapse{parallel_if}" if parallel else None)
+            return o + [f"alignas(64) {T} {name}[{int(size)}];" for name, (size, T) in sorted(rows.items())]
+        if k.outer and k.scratch:
+            # each thread gets one row buffer per scratch buffer, allocated once around the loop
+            body = [f"#pragma omp parallel{parallel_if}" if parallel else "// one thread", "{"]
+            for name, (size, T) in sorted(rows.items()):
+                body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * {cexpr(size)}));")
+            o, _ = _loops(xs, k.outer, "#pragma omp for@collapse" if parallel else None)
+            return body + o
+        if k.outer:
+            o, _ = _loops(xs, k.outer, f"#pragma omp parallel for@collapse{parallel_if}" if parallel else None)
+            return o
+        return []
+
+    def _loop_block(self, blk: Block, k: Kernel, ys: Sequence[sympy.Symbol], locals_: dict, parallel: bool,
+                    parallel_if: str) -> list[str]:
+        """One simd loop over the inner range: its accumulators, nodes, and the reductions' stores."""
+        reds = [n for n in blk.nodes if isinstance(n, Reduction) and n.name not in k.columns]
+        accs = {n.name: f"acc_{n.name}" for n in reds}
+        accs.update({name: f"col_{name}[{self._column_place(k, name)[1]}]" for name in k.columns})
+        pre, post, clauses = _accumulators(reds, accs)
+        if any(n.reduction_type in ("argmax", "argmin") for n in reds):
+            pragma = None  # a serial loop
+        elif k.outer:
+            pragma = "#pragma omp simd@collapse " + " ".join(clauses)
+        elif parallel:
+            pragma = f"#pragma omp parallel for simd@collapse {' '.join(clauses)}{parallel_if}"
+        else:
+            pragma = "#pragma omp simd@collapse " + " ".join(clauses)
+        o, c = _loops(ys, k.inner, pragma)
+        shared: dict = {}  # values already computed in this loop, per node substitution
+        body = self._hoisted(blk.nodes, k, ys, locals_, shared) + pre + o
+        loop_locals = dict(locals_)  # values made in this loop are visible only inside it
+        for n in blk.nodes:
+            body += ["  " + line for line in self._node(n, k, loop_locals, accs.get(n.name), shared)]
+        body += c + post
+        for n in reds:
+            sub = node_substitution(n, k.outer, k.inner)
+            assert sub is not None  # a reduction's ranges are its kernel's
+            key = sympy.expand(n.layout.index(_ivars(len(n.ranges))).xreplace(sub))
+            if n.name in k.local:
+                locals_[(n.name, key)] = accs[n.name]
+            else:
+                self._note(self.writes, n.name)
+                w = CppBodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+                w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
+                body += w.lines
+        return body
 
     def _columns_open(self, k: Kernel, xs: Sequence[sympy.Symbol], rows: dict, on_stack: bool, parallel: bool,
                       parallel_if: str) -> list[str]:
@@ -208,7 +224,7 @@ class KernelWriter:
                          f"for (int t = 1; t < kiln_nt; t++) sum_{name} += part_{name}[t * {width} + {lin}];"]
             sub = kernel_substitution(k, n)
             assert sub is not None
-            w = BodyWriter(self.storage, sub, {}, self.counter)
+            w = CppBodyWriter(self.storage, sub, {}, self.counter)
             w.store(name, n.layout.index(_ivars(len(n.ranges))), f"sum_{name}")
             body += w.lines + c
             self._note(self.writes, name)
@@ -254,7 +270,7 @@ class KernelWriter:
             n = _block_node(buffer)
             sub = kernel_substitution(k, n)
             assert sub is not None
-            w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+            w = CppBodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
             w.cache = shared.setdefault(tuple(sorted(sub.items(), key=str)), {})
             invariant: dict[int, bool] = {}
             guarded = {id(g) for m in walk(n.body) if isinstance(m, Masked) for side in (m.body, m.other)
@@ -286,7 +302,7 @@ class KernelWriter:
         n = _block_node(buffer)
         sub = kernel_substitution(k, n)
         assert sub is not None
-        w = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+        w = CppBodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
         if shared is not None:
             w.cache = shared.setdefault(tuple(sorted(sub.items(), key=str)), {})
         self._collect_reads(w, n.body, self.hidden)
@@ -324,7 +340,7 @@ class KernelWriter:
         if n.name not in k.local:
             if n.name not in k.scratch:
                 self._note(self.writes, n.name)
-            w2 = BodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+            w2 = CppBodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
             w2.store(n.name, n.layout.index(_ivars(len(n.ranges))), value)
             lines += w2.lines
         return lines
@@ -374,7 +390,7 @@ class KernelWriter:
             locals_[(n.name, key)] = accs[n.name]
             if n.name not in k.local:
                 self._note(self.writes, n.name)
-                w = BodyWriter(self.storage, sub, locals_, self.counter)
+                w = CppBodyWriter(self.storage, sub, locals_, self.counter)
                 w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
                 body += w.lines
         for blk in k.blocks[1:]:
@@ -402,11 +418,11 @@ class KernelWriter:
         body = o + [f"{A} acc = {A}({'0' if n.scan_type == 'sum' else '1'});",
                     f"for (int64_t {ys[0]} = 0; {ys[0]} < {cexpr(k.inner[0])}; {ys[0]}++) {{",
                     f"// {n.name} <- {', '.join(n.origins)}"]
-        w = BodyWriter(self.storage, sub, {}, self.counter)
+        w = CppBodyWriter(self.storage, sub, {}, self.counter)
         self._collect_reads(w, n.body, frozenset())
         value = w.value(n.body)
         body += w.lines + [f"acc {'+' if n.scan_type == 'sum' else '*'}= static_cast<{A}>({value});"]
-        w = BodyWriter(self.storage, sub, {}, self.counter)
+        w = CppBodyWriter(self.storage, sub, {}, self.counter)
         w.store(n.name, n.layout.index(own), f"static_cast<{CTYPE[compute(n.layout.dtype)]}>(acc)")
         self._note(self.writes, n.name)
         body += w.lines + ["}"] + c
@@ -415,7 +431,7 @@ class KernelWriter:
     def scatter(self, k: ScatterKernel) -> tuple[str, list[str]]:
         n = k.node
         vars_ = _ivars(len(n.ranges))
-        w = BodyWriter(self.storage, {}, {}, self.counter)
+        w = CppBodyWriter(self.storage, {}, {}, self.counter)
         self._collect_reads(w, n.body, frozenset())
         for part in (n.extra, n.mask):
             if part is not None:
@@ -428,7 +444,7 @@ class KernelWriter:
         parallel = n.mode == "add" and not half and bool(n.ranges) and not (total.is_number and total < PARALLEL_MIN)
 
         def loop(atomic: bool) -> list[str]:
-            w = BodyWriter(self.storage, {}, {}, self.counter)
+            w = CppBodyWriter(self.storage, {}, {}, self.counter)
             value = w.value(n.body)
             extra = "" if n.extra is None else f" + {w.value(n.extra)}"
             if n.mask is not None:  # a failed bounds check skips the store (the wrapper raises after)

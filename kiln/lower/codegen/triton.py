@@ -10,12 +10,12 @@ TritonOverrides and TritonKernel expression printing of torch/_inductor/codegen/
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import sympy
 import torch
 
-from kiln.lower import ops
+from kiln.lower.codegen.body import BodyWriter, RenderTable, arg_dtype
 from kiln.lower.ir import Const, Index, Load, Masked, Op, Value
 from kiln.symbolic.expr import adopt_torch_functions
 from kiln.symbolic.render import render_triton
@@ -41,25 +41,12 @@ def texpr(e: sympy.Expr) -> str:
 
 # ----------------------------------------------------------------------------- the op table
 
-Render = Callable[[Op, Sequence[str]], str]
-RENDER: dict[str, Render] = {}
-
-
-def renders(*names: str) -> Callable[[Render], Render]:
-    """Fill RENDER: the decorated function renders each named loop op (see kiln.lower.ops)."""
-    def register(fn: Render) -> Render:
-        for name in names:
-            RENDER[name] = fn
-        return fn
-    return register
-
-
-def _arg_dtype(v: Op) -> torch.dtype:
-    return v.args[0].dtype if v.args else v.dtype
+RENDER = RenderTable()
+renders = RENDER.renders
 
 
 def _is_float(v: Op) -> bool:
-    return _arg_dtype(v).is_floating_point
+    return arg_dtype(v).is_floating_point
 
 
 LIBDEVICE_UNARY = ("exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh acosh "
@@ -76,26 +63,26 @@ def _tile(text: str, dtype: torch.dtype) -> str:
 @renders(*LIBDEVICE_UNARY)
 def _libdevice_unary(v: Op, a: Sequence[str]) -> str:
     if _is_float(v):
-        return f"libdevice.{v.name}({_tile(a[0], _arg_dtype(v))})"
-    return f"libdevice.{v.name}({_tile(a[0], _arg_dtype(v))}.to(tl.float32))"  # integers: float math, as in C++
+        return f"libdevice.{v.name}({_tile(a[0], arg_dtype(v))})"
+    return f"libdevice.{v.name}({_tile(a[0], arg_dtype(v))}.to(tl.float32))"  # integers: float math, as in C++
 
 
 @renders("atan2", "hypot", "copysign")
 def _libdevice_binary(v: Op, a: Sequence[str]) -> str:
-    return f"libdevice.{v.name}({_tile(a[0], _arg_dtype(v))}, {_tile(a[1], _arg_dtype(v))})"
+    return f"libdevice.{v.name}({_tile(a[0], arg_dtype(v))}, {_tile(a[1], arg_dtype(v))})"
 
 
 @renders("floor", "ceil", "trunc", "round")
 def _rounding(v: Op, a: Sequence[str]) -> str:
     if not _is_float(v):
         return a[0]
-    return f"libdevice.{'nearbyint' if v.name == 'round' else v.name}({_tile(a[0], _arg_dtype(v))})"  # half to even
+    return f"libdevice.{'nearbyint' if v.name == 'round' else v.name}({_tile(a[0], arg_dtype(v))})"  # half to even
 
 
 @renders("add", "sub", "mul", "bitwise_and", "bitwise_or", "bitwise_xor", "lshift", "rshift",
          "eq", "ne", "lt", "le", "gt", "ge")
 def _infix(v: Op, a: Sequence[str]) -> str:
-    if _arg_dtype(v) == torch.bool and v.name in ("add", "mul"):
+    if arg_dtype(v) == torch.bool and v.name in ("add", "mul"):
         return f"({a[0]} {'|' if v.name == 'add' else '&'} {a[1]})"
     sign = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
             "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -115,12 +102,12 @@ def _neg(v: Op, a: Sequence[str]) -> str:
 
 @renders("abs")
 def _abs(v: Op, a: Sequence[str]) -> str:
-    return a[0] if _arg_dtype(v) == torch.bool else f"tl.abs({a[0]})"
+    return a[0] if arg_dtype(v) == torch.bool else f"tl.abs({a[0]})"
 
 
 @renders("sigmoid")
 def _sigmoid(v: Op, a: Sequence[str]) -> str:
-    return f"(1.0 / (1.0 + libdevice.exp(-{_tile(a[0], _arg_dtype(v))})))"
+    return f"(1.0 / (1.0 + libdevice.exp(-{_tile(a[0], arg_dtype(v))})))"
 
 
 @renders("reciprocal")
@@ -130,12 +117,12 @@ def _reciprocal(v: Op, a: Sequence[str]) -> str:
 
 @renders("frac")
 def _frac(v: Op, a: Sequence[str]) -> str:
-    return f"({a[0]} - libdevice.trunc({_tile(a[0], _arg_dtype(v))}))"
+    return f"({a[0]} - libdevice.trunc({_tile(a[0], arg_dtype(v))}))"
 
 
 @renders("sign")
 def _sign(v: Op, a: Sequence[str]) -> str:
-    T = TL[compute(_arg_dtype(v))]
+    T = TL[compute(arg_dtype(v))]
     return f"((0 < {a[0]}).to({T}) - ({a[0]} < 0).to({T}))"  # sign(NaN) is 0, as in ATen
 
 
@@ -146,7 +133,7 @@ def _relu(v: Op, a: Sequence[str]) -> str:
 
 @renders("bitwise_not")
 def _bitwise_not(v: Op, a: Sequence[str]) -> str:
-    return f"({a[0]} == 0)" if _arg_dtype(v) == torch.bool else f"(~{a[0]})"
+    return f"({a[0]} == 0)" if arg_dtype(v) == torch.bool else f"(~{a[0]})"
 
 
 @renders("isnan", "isinf", "isfinite", "signbit", "logical_not")
@@ -159,7 +146,7 @@ def _predicate(v: Op, a: Sequence[str]) -> str:
     if v.name == "isfinite":
         return f"(({x} - {x}) == 0)" if fl else f"({x} == {x})"
     if v.name == "signbit":
-        return f"(libdevice.signbit({_tile(x, _arg_dtype(v))}) != 0)" if fl else f"({x} < 0)"
+        return f"(libdevice.signbit({_tile(x, arg_dtype(v))}) != 0)" if fl else f"({x} < 0)"
     return f"({x} == 0)"
 
 
@@ -178,8 +165,8 @@ def _division(v: Op, a: Sequence[str]) -> str:
 @renders("pow")
 def _pow(v: Op, a: Sequence[str]) -> str:
     if not _is_float(v):
-        return f"kiln_pow_int({_tile(a[0], _arg_dtype(v))}, {a[1]})"
-    return f"libdevice.pow({_tile(a[0], _arg_dtype(v))}, {_tile(a[1], _arg_dtype(v))})"
+        return f"kiln_pow_int({_tile(a[0], arg_dtype(v))}, {a[1]})"
+    return f"libdevice.pow({_tile(a[0], arg_dtype(v))}, {_tile(a[1], arg_dtype(v))})"
 
 
 @renders("maximum", "minimum", "fmax", "fmin")
@@ -222,7 +209,7 @@ def _to_dtype(v: Op, a: Sequence[str]) -> str:
     assert isinstance(target, torch.dtype)
     if target == torch.bool:
         return f"({a[0]} != 0)"
-    x = _tile(a[0], _arg_dtype(v))  # a literal has no .to()
+    x = _tile(a[0], arg_dtype(v))  # a literal has no .to()
     if target in (torch.float16, torch.bfloat16):  # round to the half type, keep computing in float32
         return f"{to_storage(x, target)}.to(tl.float32)"
     if _is_float(v) and target in FLOAT_TO_INT:
@@ -381,7 +368,7 @@ def kiln_fail(err, site, value, bound, failed):
 
 # ----------------------------------------------------------------------------- bodies
 
-class TritonBodyWriter:
+class TritonBodyWriter(BodyWriter):
     """Emits Triton statements for body values, sharing common subexpressions.
 
     `mask` is the expression of the lanes that are in range (loads outside it read nothing);
@@ -391,61 +378,45 @@ class TritonBodyWriter:
     condition that its index is in range (see kiln.lower.codegen.triton_kernel's index flag); the
     `index_ok` checks and integer divisions record failures in `kiln_err` as the C++ path does."""
 
+    RENDER = RENDER
+
     def __init__(self, storage: dict[str, torch.dtype], sub: dict, locals_: dict, counter: list[int],
                  mask: str, zeros: str, extents: dict[str, str], checks: list[str],
                  error_sites: set[int]) -> None:
-        self.lines: list[str] = []
-        self.cache: dict[Value, str] = {}
-        self.storage = storage
-        self.sub = sub
-        self.locals = locals_
-        self.counter = counter
+        super().__init__(storage, sub, locals_, counter)
         self.mask = mask
         self.zeros = zeros
         self.extents = extents  # buffer -> its element count, as an expression over the kernel's arguments
         self.checks = checks
         self.error_sites = error_sites  # sites of kiln.lower.checks this body can fail at
 
-    def tmp(self, text: str) -> str:
-        name = f"t{self.counter[0]}"
-        self.counter[0] += 1
-        self.lines.append(f"{name} = {text}")
-        return name
+    def print_index(self, e: sympy.Expr) -> str:
+        return texpr(e)
 
-    def index(self, e: sympy.Expr) -> str:
-        return texpr(sympy.expand(e.xreplace(self.sub)))
+    def declaration(self, name: str, text: str, dtype: torch.dtype) -> str:
+        return f"{name} = {text}"  # Triton infers the type
 
-    def value(self, v: Value) -> str:
-        if v in self.cache:
-            return self.cache[v]
-        if isinstance(v, Const):
-            out = self.const(v)
-        elif isinstance(v, Index):
-            out = self.tmp(f"({self.index(v.expr)} + {self.zeros}).to({TL[v.dtype]})")
-        elif isinstance(v, Load):
-            out = self._load(v)
-        elif isinstance(v, Masked) and isinstance(v.mask, Const):
-            out = self.value(v.body if v.mask.value else v.other)
-        elif isinstance(v, Masked):
-            # each side loads, and checks its indices, only in the lanes that take it: a
-            # concatenation's part may index out of range at the other parts' positions
-            mask = self.value(v.mask)
-            body = self._branch(v.body, f"{self.mask} & {mask}")
-            other = self._branch(v.other, f"{self.mask} & ~{mask}")
-            out = self.tmp(f"tl.where({mask}, {body}, {other})")
-        else:
-            assert isinstance(v, Op)
-            args = [self.value(a) for a in v.args]
-            out = self.tmp(RENDER[v.name](v, args))
-            if v.name == "index_ok":
-                site = v.param.site  # type: ignore[attr-defined]
-                self.lines.append(f"kiln_fail(kiln_err, {site}, {args[0]}, {args[1]}, {self.mask} & ~{out})")
-                self.error_sites.add(site)
-            elif needs_divisor_check(v):
-                self.lines.append(f"kiln_fail(kiln_err, {ZERO_DIVISION_SITE}, 0, 0, {self.mask} & ({args[1]} == 0))")
-                self.error_sites.add(ZERO_DIVISION_SITE)
-        self.cache[v] = out
-        return out
+    def index_value(self, v: Index) -> str:
+        return self.tmp(f"({self.index(v.expr)} + {self.zeros}).to({TL[v.dtype]})", v.dtype)
+
+    def masked(self, v: Masked) -> str:
+        if isinstance(v.mask, Const):
+            return self.value(v.body if v.mask.value else v.other)
+        # each side loads, and checks its indices, only in the lanes that take it: a
+        # concatenation's part may index out of range at the other parts' positions
+        mask = self.value(v.mask)
+        body = self._branch(v.body, f"{self.mask} & {mask}")
+        other = self._branch(v.other, f"{self.mask} & ~{mask}")
+        return self.tmp(f"tl.where({mask}, {body}, {other})", v.dtype)
+
+    def after_op(self, v: Op, args: Sequence[str], out: str) -> None:
+        if v.name == "index_ok":
+            site = v.param.site  # type: ignore[attr-defined]
+            self.lines.append(f"kiln_fail(kiln_err, {site}, {args[0]}, {args[1]}, {self.mask} & ~{out})")
+            self.error_sites.add(site)
+        elif needs_divisor_check(v):
+            self.lines.append(f"kiln_fail(kiln_err, {ZERO_DIVISION_SITE}, 0, 0, {self.mask} & ({args[1]} == 0))")
+            self.error_sites.add(ZERO_DIVISION_SITE)
 
     def _branch(self, v: Value, mask: str) -> str:
         """`v` computed under the narrower lane mask `mask`; values made there stay there."""
@@ -456,21 +427,18 @@ class TritonBodyWriter:
         self.lines += inner.lines
         return result
 
-    def _load(self, v: Load) -> str:
-        key = sympy.expand(v.index.xreplace(self.sub))
-        if v.extra is None and (v.buffer, key) in self.locals:
-            return self.locals[(v.buffer, key)]
+    def load(self, v: Load, key: sympy.Expr) -> str:
         address = f"{texpr(key)} + {self.zeros}"
         mask = self.mask
         if v.extra is not None:
-            address = self.tmp(f"{address} + {self.value(v.extra)}")
-            ok = self.tmp(index_in_range(self, v.extra, address, self.extents[v.buffer]))
+            address = self.tmp(f"{address} + {self.value(v.extra)}", torch.int64)
+            ok = self.tmp(index_in_range(self, v.extra, address, self.extents[v.buffer]), torch.bool)
             self.checks.append(f"{mask} & ~{ok}")
             mask = f"{mask} & {ok}"  # an index out of range reads nothing (and raises after the kernel)
         raw = f"tl.load({v.buffer} + ({address}), {mask}, other=0)"
         if self.storage[v.buffer] in (torch.float16, torch.bfloat16):
             raw += ".to(tl.float32)"
-        return self.tmp(raw)
+        return self.tmp(raw, v.dtype)
 
     def const(self, v: Const) -> str:
         """A literal where Triton types it right (float32, bool), else a typed 0-d tensor."""
@@ -515,8 +483,3 @@ def index_in_range(w: TritonBodyWriter, extra: Value, address: str, extent: str)
         i = w.value(wrapped)
         parts.append(f"({i} >= 0) & ({i} < {w.index(size)})")
     return " & ".join(parts)
-
-
-def missing_ops() -> set[str]:
-    """Loop ops without a Triton rendering (kept empty; checked by a test)."""
-    return set(ops.OPS) - set(RENDER)

@@ -117,7 +117,7 @@ class TritonKernelWriter:
                 self._note(self.reads, v.buffer)
         value = w.value(n.body)
         if isinstance(n.body, Const):  # a literal still needs a tile to be stored or reduced
-            value = w.tmp(f"tl.full([], {value}, {TL[compute(n.body.dtype)]})")
+            value = w.tmp(f"tl.full([], {value}, {TL[compute(n.body.dtype)]})", n.body.dtype)
         return value
 
     def _flag_lines(self, zeros: str, start: int) -> list[str]:
@@ -403,8 +403,8 @@ class TritonKernelWriter:
         if n.extra is not None:
             for v in _loads(n.extra):
                 self._note(self.reads, v.buffer)
-            address = w.tmp(f"{address} + {w.value(n.extra)}")
-            ok = w.tmp(index_in_range(w, n.extra, address, self.extents[n.target]))
+            address = w.tmp(f"{address} + {w.value(n.extra)}", torch.int64)
+            ok = w.tmp(index_in_range(w, n.extra, address, self.extents[n.target]), torch.bool)
             self.checks.append(f"xmask & ~{ok}")
             mask = f"xmask & {ok}"
         body = first + ["xmask = xindex < xnumel"] + _decompose("xindex", own, n.ranges)
