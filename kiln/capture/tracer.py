@@ -151,10 +151,11 @@ class CaptureState:
     def dynamic_float(self, value: float, source: Source) -> bool:
         if self.policy is None or config.specialize_float:
             return False
-        if not isinstance(source, (LocalSource, ItemSource)) and not resume_stack_slot(source):
-            # as for ints: attributes and globals stay constants guarded by value. A float held in
-            # a dict or list (an optimizer's `param_groups[i]['lr']`, which a scheduler changes
-            # every step) becomes a symbol once it changes, as torch.compile's floats do.
+        if not isinstance(source, (LocalSource, ItemSource, GlobalSource)) and not resume_stack_slot(source):
+            # attributes stay constants guarded by value. A float held in a dict or list (an
+            # optimizer's `param_groups[i]['lr']`, which a scheduler changes every step) or in a
+            # global (a module-level scale a script changes between calls) becomes a symbol once it
+            # changes, as torch.compile's floats do (unlike ints, whose globals stay constants)
             return False
         return bool(self.policy.float_is_dynamic(source.name(), value, self.dynamic))
 

@@ -535,3 +535,41 @@ def test_lowering_binds_a_derived_float_input_to_its_own_symbol() -> None:
     compiled = compile_graph(fx.GraphModule(torch.nn.Module(), g), [torch.empty(4), f / 3])
     x = torch.randn(4)
     torch.testing.assert_close(compiled(x, 0.25 / 3)[0], x * (0.25 / 3))
+
+
+GLOBAL_SCALE = 2.0
+
+
+def _scaled_by_global(x):
+    return x * GLOBAL_SCALE
+
+
+def _doubles_global(x):
+    global GLOBAL_SCALE
+    GLOBAL_SCALE = GLOBAL_SCALE * 2
+    return x + GLOBAL_SCALE
+
+
+def test_a_global_float_that_changes_becomes_a_symbol_as_in_torch_compile() -> None:
+    """A module-level float a script changes between calls: one recompile, then one graph for every
+    value (torch.compile(backend="eager") makes 2 graphs for 3 values), values as eager's."""
+    global GLOBAL_SCALE
+    import kiln
+
+    x = torch.ones(3)
+    try:
+        kiln.reset()
+        compiled = kiln.compile(_scaled_by_global, backend="eager")
+        for value in (2.0, 3.0, 4.5, 7.25):
+            GLOBAL_SCALE = value
+            torch.testing.assert_close(compiled(x), x * value)
+        assert kiln.stats()["compiles"] == 2
+        kiln.reset()
+        GLOBAL_SCALE = 1.5
+        compiled = kiln.compile(_doubles_global, backend="eager")
+        for want in (3.0, 6.0, 12.0):
+            torch.testing.assert_close(compiled(x), x + want)
+            assert GLOBAL_SCALE == want
+    finally:
+        GLOBAL_SCALE = 2.0
+        kiln.reset()
