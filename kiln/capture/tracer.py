@@ -133,10 +133,11 @@ class CaptureState:
     def dynamic_int(self, value: int, source: Source) -> bool:
         if self.policy is None or config.specialize_int or isinstance(value, bool):
             return False
-        if not isinstance(source, (LocalSource, ClosureSource)) and not resume_stack_slot(source):
+        if not isinstance(source, (LocalSource, ClosureSource, ItemSource)) and not resume_stack_slot(source):
             # Only arguments, the contents of closure cells (a closure made per call over a
-            # counter), and what the glue passes a resume function (the rest of a `range` loop);
-            # attributes and globals stay constants as in Dynamo.
+            # counter), items of containers (a config dict whose value a script changes), and what
+            # the glue passes a resume function (the rest of a `range` loop); attributes and
+            # globals stay constants as in Dynamo.
             return False
         return bool(self.policy.int_is_dynamic(source.name(), value, self.dynamic))
 

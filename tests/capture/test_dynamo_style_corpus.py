@@ -102,7 +102,6 @@ KNOWN_FAILURES: dict[str, tuple[str, str]] = {
     # graph counts: automatic dynamic for a changed global/dict value (3 graphs, torch 2), the code object of an
     # inner function not its identity (3 vs 1), a dict value never read guarded (3 vs 1), no graph for a frame
     # without ops (1 vs 2): kiln/symbolic/policy.py, kiln/capture/guards.py, kiln/capture/entry.py
-    "dict_value_read_changes_recompile": (COUNT, "3 graphs, torch.compile made 2"),
     "none_then_tensor_argument": (COUNT, "1 graphs, torch.compile made 2"),
 }
 

@@ -51,7 +51,7 @@ def plant_dropped_term() -> Callable[[], None]:
 
 def plant_broken_fusion() -> Callable[[], None]:
     """A sum fused into a kernel with other nodes computes a max instead (a sum alone is right)."""
-    import kiln.lower as lower
+    import kiln.lower.pipeline as lower  # the schedule pass calls schedule() by this module's name
     from kiln.lower.ir import Reduction
     from kiln.lower.schedule import Block, Kernel, KernelProgram
 

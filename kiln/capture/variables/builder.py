@@ -121,9 +121,11 @@ def _item(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     only when the trace reads it (ItemConstantVariable); anything else is wrapped as usual."""
     if source is None or _stable(source) or not is_constant_value(value) \
             or type(value) in (int, float) and resume_stack_slot(source) \
-            or type(value) is float and state.dynamic_float(value, source):
+            or type(value) is float and state.dynamic_float(value, source) \
+            or type(value) is int and state.dynamic_int(value, source):
         # the items a glue passes a resume function may become symbolic (automatic dynamic), and
-        # so does a float held in a dict or list once it changed (an optimizer's lr under a scheduler)
+        # so does a number held in a dict or list once it changed (an optimizer's lr under a
+        # scheduler, a config's int a script changes)
         return wrap_value(state, value, source)
     if value is None:
         return ItemConstantVariable(value, source, lambda: _guard(state, source, "check_none"))
