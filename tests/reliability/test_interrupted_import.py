@@ -22,6 +22,9 @@ import torch
 import kiln
 
 WHERE, HOW = sys.argv[1], sys.argv[2]
+# Ctrl-C raises KeyboardInterrupt even where this process was started with SIGINT ignored (a job a
+# non-interactive shell put in the background inherits that, and Python then installs no handler)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class Interrupt(importlib.abc.MetaPathFinder):
