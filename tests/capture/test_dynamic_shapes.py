@@ -534,3 +534,22 @@ def test_kiln_inductor_backend_takes_the_real_dynamos_symbolic_graphs():
     compiled = torch.compile(mlp_step, backend=kiln.inductor_backend, dynamic=True)
     for args in (f() for f in mlp_calls([8, 9, 10])):
         torch.testing.assert_close(compiled(*args), mlp_step(*args))
+
+
+def test_an_int_in_a_dict_that_changes_becomes_a_symbol_as_in_torch_compile() -> None:
+    """`config["scale"]` read from a closed-over dict that a script changes between calls: one
+    recompile, then one graph for every value (torch.compile(backend="eager") makes 2 graphs for 3
+    values); a value the trace uses as a size works too."""
+    config = {"scale": 2, "rows": 2}
+
+    def f(x):
+        return (x * config["scale"]).reshape(config["rows"], -1)
+
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    x = torch.ones(12)
+    for scale, rows in ((2, 2), (3, 3), (5, 4), (7, 6)):
+        config.update(scale=scale, rows=rows)
+        torch.testing.assert_close(compiled(x), f(x))
+    assert kiln.stats()["compiles"] == 2
+    kiln.reset()
