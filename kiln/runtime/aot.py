@@ -112,7 +112,10 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
     def fast_apply(*args: Any) -> Any:
         if functorch_active():
             return python_apply(*args)
-        return c_apply(*args)
+        try:
+            return c_apply(*args)
+        except SystemError as exc:
+            raise _raised_inside(exc) from None
 
     CompiledFunction.fast_apply = staticmethod(fast_apply)  # type: ignore[attr-defined]
     CompiledFunction.recipe = dict(  # type: ignore[attr-defined]  # for graph_recipe
@@ -235,6 +238,18 @@ def _unflattener(spec: Any) -> Callable[[list[Any]], Any] | None:
         if spec.type is list:
             return list
     return functools.partial(_unflatten, spec=spec)
+
+
+def _raised_inside(exc: SystemError) -> BaseException:
+    """The exception the forward raised, where torch's Function.apply turned it into a SystemError:
+    a warning buffered earlier in the same apply (var() over one element) is flushed while the
+    forward's exception is pending, and CPython reports "<class 'UserWarning'> returned a result
+    with an exception set" with the forward's exception as its cause. Eager raises that one (after
+    printing the warning, which is lost here)."""
+    cause = exc.__cause__
+    if cause is not None and "returned a result with an exception set" in str(exc):
+        return cause
+    return exc
 
 
 def _unflatten(leaves: list[Any], spec: Any) -> Any:
