@@ -133,7 +133,7 @@ TORCH_FAILS: dict[str, str] = {
 }
 
 MIN_CASES = 400
-PASS_RATE_FLOOR = 0.95  # Kiln passes / cases torch.compile passes (95.6% on capmore); raise it as KNOWN_FAILURES shrinks
+PASS_RATE_FLOOR = 0.955  # Kiln passes / cases torch.compile passes (95.96% on main); raise it as KNOWN_FAILURES shrinks
 
 
 class KilnFailsCase(Exception):
