@@ -50,6 +50,16 @@ class IteratorVariable(Variable):
         self.position = len(self.items)
         return rest
 
+    def step_to_the_end(self) -> list[Variable]:
+        """The items left, made one `next_item` at a time: the `iterate` of iterators whose items
+        are made on demand (itertools models, a Python `__next__`)."""
+        rest = []
+        item = self.next_item()
+        while item is not None:
+            rest.append(item)
+            item = self.next_item()
+        return rest
+
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         if name == "__next__":
             item = self.next_item()
@@ -169,12 +179,7 @@ class LazyIteratorVariable(IteratorVariable):
         raise Unsupported(f"the items left in {self.describe()} (made on demand)", kind="unsupported_iter")
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
-        rest = []
-        item = self.next_item()
-        while item is not None:
-            rest.append(item)
-            item = self.next_item()
-        return rest
+        return self.step_to_the_end()
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         raise Unsupported(f"{self.describe()} live across a graph break", kind="unsupported_iter")

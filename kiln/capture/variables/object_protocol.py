@@ -237,12 +237,7 @@ class PythonIteratorVariable(IteratorVariable):
         raise Unsupported(f"the items left in {self.describe()} (its __next__ has side effects)", kind="unsupported_iter")
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
-        rest = []
-        item = self.next_item()
-        while item is not None:
-            rest.append(item)
-            item = self.next_item()
-        return rest
+        return self.step_to_the_end()
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         if self.by_index:  # where it stands is not in the object: the rest is read natively
