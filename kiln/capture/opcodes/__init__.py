@@ -2,7 +2,7 @@
 
 Handlers are plain functions `handler(tx, instr)` registered with `@opcode`, which checks that the
 function's name is an opcode of this interpreter (`dis.opmap`). The families live in sibling
-modules (names, stack, calls, build, operators, control, exceptions); importing this package fills the table.
+modules (names, stack, calls, build, operators, control, exceptions, matching); importing this package fills the table.
 An opcode without a handler is an unsupported instruction (a graph break or an eager frame).
 Corresponds to the handler methods of torch/_dynamo/symbolic_convert.py.
 """
@@ -29,6 +29,6 @@ def opcode(fn: Handler) -> Handler:
     return fn
 
 
-from kiln.capture.opcodes import build, calls, control, exceptions, names, operators, stack  # noqa: E402,F401
+from kiln.capture.opcodes import build, calls, control, exceptions, matching, names, operators, stack  # noqa: E402,F401
 
 __all__ = ["OPCODES", "opcode"]
