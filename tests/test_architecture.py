@@ -338,3 +338,11 @@ def test_the_mode_and_the_wrapper_settings_are_read_in_one_place():
     assert found == [], "read outside kiln.runtime.plan:\n" + "\n".join(found)
     assert _plan_reads(ast.parse('if mode == "reduce-overhead" or m in (None, "max-autotune"): config.cpu_backend'))
 
+
+MAX_FILE_LINES = 800  # STYLE.md: files 150-600 lines, split near 800
+
+
+def test_no_file_in_kiln_is_over_800_lines():
+    sizes = {path.relative_to(KILN.parent): len(path.read_text().splitlines()) for path in KILN.rglob("*.py")}
+    over = sorted(f"{path}: {n} lines" for path, n in sizes.items() if n > MAX_FILE_LINES)
+    assert over == [], f"files over {MAX_FILE_LINES} lines (split them by concept): {over}"
