@@ -256,20 +256,26 @@ def range_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) 
 
 @builtin_rule(enumerate)
 def enumerate_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.iterator import IteratorVariable, open_iterator
+    from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_enumerate
     from kiln.capture.variables.sequence import TupleVariable
 
     start = tx.as_int(args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0)))
+    if is_made_on_demand(args[0]):
+        return lazy_enumerate(tx, open_iterator(tx, args[0]), start)
     items = tx.iterate(args[0])
     return IteratorVariable([TupleVariable([ConstantVariable(start + i), v]) for i, v in enumerate(items)])
 
 
 @builtin_rule(zip)
 def zip_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.iterator import IteratorVariable, open_iterator
+    from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_zip
     from kiln.capture.variables.sequence import TupleVariable
 
     strict = kwargs.pop("strict", ConstantVariable(False)).as_constant()
+    if not strict and any(is_made_on_demand(a) for a in args):
+        return lazy_zip(tx, [open_iterator(tx, a) for a in args])
     columns = [tx.iterate(a) for a in args]
     if strict and len({len(c) for c in columns}) > 1:
         raise Unsupported("zip(strict=True) on sequences of different lengths (raised natively)", kind="unsupported")
@@ -278,8 +284,11 @@ def zip_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) ->
 
 @builtin_rule(map)
 def map_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.iterator import IteratorVariable, open_iterator
+    from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_map
 
+    if any(is_made_on_demand(a) for a in args[1:]):
+        return lazy_map(tx, args[0], [open_iterator(tx, a) for a in args[1:]])
     fn, columns = args[0], [tx.iterate(a) for a in args[1:]]
     return IteratorVariable([fn.call(tx, list(row), {}) for row in zip(*columns)])
 
@@ -739,8 +748,6 @@ RULES[itertools.pairwise] = _iterator_rule(lambda tx, args, kw: _tuples(itertool
 RULES[itertools.product] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.product(*[tx.iterate(a) for a in args],
                                                    repeat=tx.as_int(kw.get("repeat", ConstantVariable(1))))))
-RULES[itertools.islice] = _iterator_rule(
-    lambda tx, args, kw: list(itertools.islice(tx.iterate(args[0]), *[a.as_constant() for a in args[1:]])))
 RULES[itertools.repeat] = _iterator_rule(lambda tx, args, kw: [args[0]] * tx.as_int(args[1]))
 RULES[itertools.combinations] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.combinations(tx.iterate(args[0]), tx.as_int(args[1]))))
