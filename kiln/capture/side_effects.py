@@ -28,6 +28,7 @@ class _AttrWrite:
     name: str
     value: "Variable"
     plain: bool = False  # replayed with object.__setattr__: the class's own __setattr__ was traced
+    deleted: bool = False  # `del obj.name`: the attribute is gone (value is the object itself, unused)
 
 
 @dataclass
@@ -47,7 +48,7 @@ def _written_values(kind: str, effect: Any) -> list["Variable"]:
             return list(effect.items.values())
         return []
     if kind == "attr":
-        return [effect.owner, effect.value]
+        return [effect.owner] if effect.deleted else [effect.owner, effect.value]
     if kind == "global":
         return [effect.value]
     if kind == "cell":
@@ -79,9 +80,21 @@ class SideEffects:
             raise Unsupported(f"setting attribute {name!r} on an object without a source", kind="unsupported")
         self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, value, plain)
 
+    def delete_attr(self, obj: Any, owner: "Variable", name: str) -> None:
+        """`del obj.name` of an object from outside whose instance dict holds the name (or a write
+        of this trace put it there): replayed as a removal from that dict."""
+        if owner.source is None:
+            raise Unsupported(f"deleting attribute {name!r} of an object without a source", kind="unsupported")
+        self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, owner, deleted=True)
+
     def pending_attr(self, obj: Any, name: str) -> "Variable | None":
         write = self._effects.get(("attr", id(obj), name))
-        return None if write is None else write.value
+        return None if write is None or write.deleted else write.value
+
+    def deleted_attr(self, obj: Any, name: str) -> bool:
+        """True when the trace deleted `obj.name` (and did not set it again)."""
+        write = self._effects.get(("attr", id(obj), name))
+        return write is not None and write.deleted
 
     def touches(self, source: Source) -> bool:
         """True when a pending effect writes into what `source` reaches: a container read through
@@ -147,6 +160,9 @@ class SideEffects:
                     glue.line(f"{target}.update({tmp})")
                 elif isinstance(effect, DequeVariable):
                     effect.replay(glue, target)
+            elif kind == "attr" and effect.deleted:
+                # set and deleted by the trace, or there before: gone from the instance dict either way
+                glue.line(f"{glue.reconstruct(effect.owner)}.__dict__.pop({effect.name!r}, None)")
             elif kind == "attr":
                 owner, value = glue.reconstruct(effect.owner), glue.reconstruct(effect.value)
                 if effect.plain:

@@ -154,6 +154,12 @@ class ObjectVariable(Variable):
         pending = tx.side_effects.pending_attr(obj, name)
         if pending is not None:
             return pending
+        if tx.side_effects.deleted_attr(obj, name):  # `del obj.name` earlier in the trace
+            from kiln.capture.variables.exception import no_attribute
+            if inspect.getattr_static(type(obj), name, _MISSING) is _MISSING and "__getattr__" not in _class_dicts(type(obj)):
+                raise no_attribute(type(obj), name)
+            raise Unsupported(f"reading {name!r} of {self.describe()} after the trace deleted it from the instance",
+                              kind="unsupported_attribute")
         if holds_backend_settings(obj):
             return read_backend_setting(tx, obj, name)
         if isinstance(obj, (types.ModuleType, type)):
