@@ -643,7 +643,12 @@ def intern_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
 
 @builtin_rule(id)
 def id_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    value = args[0].as_python_value()
+    from kiln.capture.variables.object_id import object_id
+
+    try:
+        value = args[0].as_python_value()
+    except Unsupported:
+        return object_id(args[0])  # a tensor, an object made in the frame: compared by identity only
     return ConstantVariable(id(value))
 
 
