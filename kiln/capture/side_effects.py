@@ -91,6 +91,10 @@ class SideEffects:
         write = self._effects.get(("attr", id(obj), name))
         return None if write is None or write.deleted else write.value
 
+    def writes_attributes_of(self, obj: Any) -> bool:
+        """True when the trace set or deleted an attribute of `obj`."""
+        return any(key[0] == "attr" and key[1] == id(obj) for key in self._effects)
+
     def deleted_attr(self, obj: Any, name: str) -> bool:
         """True when the trace deleted `obj.name` (and did not set it again)."""
         write = self._effects.get(("attr", id(obj), name))

@@ -48,6 +48,7 @@ from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised
+from kiln.capture.variables.instance_dict import written_instance_dict
 from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable, UserMethodVariable, guard_class_attribute
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables.object_protocol import python_setattr
@@ -388,6 +389,9 @@ class Tracer:
                 raise Unsupported(f"{kind.__qualname__} has a custom __setattr__", kind="unsupported")
             if python_setattr(self, obj, kind, name, value):
                 return
+            if written_instance_dict(self, obj.value) is not None:
+                raise Unsupported(f"setting {name!r} of {obj.describe()} after the trace wrote its __dict__",
+                                  kind="unsupported")
             # the override (if any) was inlined: the replay is the plain store it ends in
             self.side_effects.store_attr(obj.value, obj, name, value, plain=kind.__setattr__ is not object.__setattr__)
             return

@@ -18,6 +18,7 @@ from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import builtin_rule
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.exception import no_attribute
+from kiln.capture.variables.instance_dict import written_instance_dict
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
@@ -48,6 +49,9 @@ def delete_attribute(tx: "Tracer", obj: Variable, name: str) -> None:
             and obj.source is not None and _plain_deletion(type(obj.value), name) \
             and isinstance(getattr(obj.value, "__dict__", None), dict):
         real = obj.value
+        if written_instance_dict(tx, real) is not None:
+            raise Unsupported(f"deleting {name!r} of {obj.describe()} after the trace wrote its __dict__",
+                              kind="unsupported")
         if tx.side_effects.deleted_attr(real, name):
             raise no_attribute(type(real), name)
         if tx.side_effects.pending_attr(real, name) is None:

@@ -38,8 +38,7 @@ RULES = BUILTIN_RULES
 # Builtins whose call is a break of a named kind (the hint table of kiln.capture.breaks keys on it).
 _BREAK_KINDS = {builtins.print: "print", builtins.input: "unsupported_call", builtins.open: "unsupported_call",
                 builtins.breakpoint: "unsupported_call", builtins.exec: "unsupported_call",
-                builtins.eval: "unsupported_call", builtins.globals: "unsupported_call",
-                builtins.vars: "unsupported_call"}
+                builtins.eval: "unsupported_call", builtins.globals: "unsupported_call"}
 
 
 def builtin_rule(*fns: Any) -> Callable[[Rule], Rule]:
@@ -634,6 +633,23 @@ def locals_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
         del held[name]
     held.update(bound)
     return tx.locals_dict
+
+
+@builtin_rule(vars)
+def vars_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """vars() is locals(); vars(obj) is obj.__dict__ itself, read as the program's `obj.__dict__`
+    is (an object made in the frame hands out a dict over its very attributes)."""
+    from kiln.capture.variables.exception import RaisedInTrace
+
+    if not args and not kwargs:
+        return locals_rule(tx, [], {})
+    if len(args) != 1 or kwargs:
+        raise Unsupported("vars() takes at most one argument (raised natively)", kind="unsupported")
+    try:
+        return tx.getattr(args[0], "__dict__")
+    except RaisedInTrace as raised:  # eager's vars() raises TypeError there, not AttributeError
+        raise Unsupported(f"vars() of {args[0].describe()}, which has no __dict__ (raised natively)",
+                          kind="unsupported") from raised
 
 
 @builtin_rule(sys.intern)

@@ -50,6 +50,7 @@ from kiln.capture.variables.object_protocol import (
     read_backend_setting,
 )
 from kiln.capture.variables.functions import is_autograd_function_apply, python_function
+from kiln.capture.variables.instance_dict import written_instance_dict
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -159,6 +160,24 @@ class ObjectVariable(Variable):
             if inspect.getattr_static(type(obj), name, _MISSING) is _MISSING and "__getattr__" not in _class_dicts(type(obj)):
                 raise no_attribute(type(obj), name)
             raise Unsupported(f"reading {name!r} of {self.describe()} after the trace deleted it from the instance",
+                              kind="unsupported_attribute")
+        written = written_instance_dict(tx, obj)
+        if written is not None and name == "__dict__":
+            return written
+        if written is not None:  # `vars(obj)[k] = v` earlier in the trace: the dict says what is there
+            plain = inspect.getattr_static(type(obj), name, _MISSING) is _MISSING \
+                and "__getattr__" not in _class_dicts(type(obj)) \
+                and inspect.getattr_static(type(obj), "__getattribute__") is object.__getattribute__
+            if not plain:
+                raise Unsupported(f"reading {name!r} of {self.describe()} after the trace wrote its __dict__",
+                                  kind="unsupported_attribute")
+            found = written.items.get(name)
+            if found is None:
+                from kiln.capture.variables.exception import no_attribute
+                raise no_attribute(type(obj), name)
+            return found
+        if name == "__dict__" and tx.side_effects.writes_attributes_of(obj):
+            raise Unsupported(f"reading the __dict__ of {self.describe()} after the trace set or deleted its attributes",
                               kind="unsupported_attribute")
         if holds_backend_settings(obj):
             return read_backend_setting(tx, obj, name)
