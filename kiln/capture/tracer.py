@@ -47,7 +47,7 @@ from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
-from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised
+from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised, raise_in_trace
 from kiln.capture.variables.instance_dict import written_instance_dict
 from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable, UserMethodVariable, guard_class_attribute
 from kiln.capture.variables.model_output import ModelOutputVariable
@@ -352,6 +352,10 @@ class Tracer:
                 UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
                 return
             if not python_setattr(self, obj, obj.cls, name, value):
+                if not getattr(obj.cls, "__dictoffset__", 0) and not isinstance(
+                        inspect.getattr_static(obj.cls, name, None), types.MemberDescriptorType):
+                    message = f"{obj.cls.__name__!r} object has no attribute {name!r}"  # not one of its __slots__
+                    raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
                 obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
             return
         if isinstance(obj, TensorVariable) and name == "grad":

@@ -747,8 +747,6 @@ def _constructible(cls: type) -> bool:
     if cls.__new__ is not object.__new__ or not (cls.__setattr__ is object.__setattr__ or
                                                  isinstance(inspect.getattr_static(cls, "__setattr__"), types.FunctionType)):
         return False
-    if not getattr(cls, "__dictoffset__", 0):
-        return False  # instances without a __dict__ (__slots__ all the way down)
     init = inspect.getattr_static(cls, "__init__")
     return init is object.__init__ or isinstance(init, types.FunctionType)
 
@@ -810,6 +808,12 @@ class NewObjectVariable(Variable):
             return self.attrs[name]
         if name == "__class__":
             return tx.wrap(self.cls, self.cls_source)
+        if name == "__dict__" and not getattr(self.cls, "__dictoffset__", 0):
+            from kiln.capture.variables.exception import no_attribute  # __slots__ all the way down
+            raise no_attribute(self.cls, name)
+        if name == "__dict__" and any(base.__dict__.get("__slots__") for base in self.cls.__mro__):
+            raise Unsupported(f"the __dict__ of {self.describe()}, whose class has __slots__ too",
+                              kind="unsupported_attribute")
         if name == "__dict__":
             if self.instance_dict is None:  # a dict over the very attributes: writes through it show
                 self.instance_dict = DictVariable({})
@@ -866,7 +870,10 @@ class NewObjectVariable(Variable):
         cls = glue.constant(self.cls)
         name = glue.fresh("obj")
         glue.line(f"{name} = {cls}.__new__({cls})")
-        if self.attrs:
-            body = ", ".join(f"{k!r}: {glue.reconstruct(v)}" for k, v in self.attrs.items())
+        slots = {k for k in self.attrs if isinstance(inspect.getattr_static(self.cls, k, None), types.MemberDescriptorType)}
+        for k in slots:  # a __slots__ member is set through its descriptor, never the instance dict
+            glue.line(f"{glue.constant(object.__setattr__)}({name}, {k!r}, {glue.reconstruct(self.attrs[k])})")
+        if len(self.attrs) > len(slots):
+            body = ", ".join(f"{k!r}: {glue.reconstruct(v)}" for k, v in self.attrs.items() if k not in slots)
             glue.line(f"{name}.__dict__.update({{{body}}})")
         return name
