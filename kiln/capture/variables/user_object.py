@@ -866,6 +866,16 @@ class NewObjectVariable(Variable):
                     kwargs: dict[str, Variable]) -> Variable:
         return self.getattr(tx, name).call(tx, args, kwargs)
 
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        """`obj(...)`: the class's Python `__call__` (the instance dict is not consulted)."""
+        from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
+
+        call = inspect.getattr_static(self.cls, "__call__", None)
+        if not isinstance(call, types.FunctionType):
+            return super().call(tx, args, kwargs)
+        guard_class_attribute(tx, self.cls, "__call__", call, class_source=self.cls_source)
+        return UserMethodVariable(call, self).call(tx, args, kwargs)
+
     def reconstruct(self, glue: "GlueBuilder") -> str:
         cls = glue.constant(self.cls)
         name = glue.fresh("obj")
