@@ -179,6 +179,10 @@ class ObjectVariable(Variable):
         if name == "__dict__" and tx.side_effects.writes_attributes_of(obj):
             raise Unsupported(f"reading the __dict__ of {self.describe()} after the trace set or deleted its attributes",
                               kind="unsupported_attribute")
+        if isinstance(obj, enum.Enum) and name in ("name", "value", "_name_", "_value_"):
+            # a member's name and value (descriptors of the Enum class): read off the member, which
+            # is guarded by identity, and guarded themselves through their source
+            return tx.wrap(getattr(obj, name), self._attr_source(name))
         if holds_backend_settings(obj):
             return read_backend_setting(tx, obj, name)
         if isinstance(obj, (types.ModuleType, type)):
@@ -328,6 +332,15 @@ class ObjectVariable(Variable):
             consts = constant_args(list(args), kwargs)
             if consts is not None:
                 return tx.wrap_result(obj(*consts[0], **consts[1]))
+        if isinstance(obj, enum.EnumMeta) and len(args) == 1 and not kwargs and args[0].is_constant() \
+                and type(obj).__call__ is enum.EnumMeta.__call__:
+            # `Color(2)`: the member with that value (or eager's ValueError), fixed for the process
+            from kiln.capture.variables.exception import raise_in_trace
+            try:
+                member = obj(args[0].as_constant())
+            except ValueError as exc:
+                raise raise_in_trace(exc, f"ValueError: {exc} (raised natively)") from exc
+            return tx.wrap(member, None)
         call = inspect.getattr_static(type(obj), "__call__", None)
         if not isinstance(obj, type) and isinstance(call, types.FunctionType):
             from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
