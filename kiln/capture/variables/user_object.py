@@ -337,7 +337,7 @@ class ObjectVariable(Variable):
             # `Color(2)`: the member with that value (or eager's ValueError), fixed for the process
             from kiln.capture.variables.exception import raise_in_trace
             try:
-                member = obj(args[0].as_constant())
+                member: enum.Enum = obj(args[0].as_constant())
             except ValueError as exc:
                 raise raise_in_trace(exc, f"ValueError: {exc} (raised natively)") from exc
             return tx.wrap(member, None)
