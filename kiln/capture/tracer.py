@@ -49,6 +49,7 @@ from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised, raise_in_trace
 from kiln.capture.variables.instance_dict import written_instance_dict
+from kiln.capture.variables.numpy_scalar_args import numpy_scalars_as_numbers
 from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable, UserMethodVariable, guard_class_attribute
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables.object_protocol import python_setattr
@@ -473,6 +474,9 @@ class Tracer:
     def call_op(self, kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         """Record `target(*args, **kwargs)` as a node; its example value comes from the fakes."""
         args = _scalar_operands(target, args)
+        args, kwargs = numpy_scalars_as_numbers(
+            lambda a, k: self.output.run_fake(kind, target, tuple(_example_arg(v) for v in a),
+                                              {n: _example_arg(v) for n, v in k.items()}), args, kwargs)
         if _reads_storage_offset(kind, target, args, kwargs) and isinstance(args[0], TensorVariable):
             self.output.guard_storage_offsets(args[0].example)
         node_args = tuple(_node_arg(a) for a in args)
