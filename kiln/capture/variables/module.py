@@ -283,7 +283,7 @@ class NNModuleVariable(Variable):
         children = self._children(tx)
         # an int made symbolic (an index argument that changed) picks one child: specialized, as
         # the child called depends on it
-        index = key.as_constant() if key.is_constant() or isinstance(self.module, (
+        index: Any = key.as_constant() if key.is_constant() or isinstance(self.module, (
             torch.nn.ModuleDict, torch.nn.ParameterDict)) else tx.as_int(key)
         if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
             return dict(children)[index]
