@@ -207,7 +207,12 @@ def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
         return ConstantVariable(True)
     if isinstance(obj, TensorVariable) or obj.is_constant():
         return ConstantVariable(False)
-    return ConstantVariable(callable(obj.as_python_value()))
+    try:
+        kind = obj.python_type()
+    except Unsupported:
+        return ConstantVariable(callable(obj.as_python_value()))
+    # what callable() asks: whether the type (its MRO, never its metaclass) defines __call__
+    return ConstantVariable(any("__call__" in base.__dict__ for base in kind.__mro__))
 
 
 @builtin_rule(type)
