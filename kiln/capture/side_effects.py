@@ -51,6 +51,8 @@ def _written_values(kind: str, effect: Any) -> list["Variable"]:
         return [effect.owner] if effect.deleted else [effect.owner, effect.value]
     if kind == "global":
         return [effect.value]
+    if kind == "hook":
+        return list(effect)
     if kind == "cell":
         return [] if effect.contents is None else [effect.contents]
     return []
@@ -113,6 +115,11 @@ class SideEffects:
             if key[0] == "contents" and under(effect) or key[0] == "attr" and under(effect.owner):
                 return True
         return False
+
+    def register_tensor_hook(self, tensor: "Variable", hook: "Variable") -> None:
+        """`tensor.register_hook(hook)` on a tensor from outside: replayed after the graph (the
+        hook runs in the backward pass, later still). Each registration is its own effect."""
+        self._effects[("hook", len(self._effects))] = (tensor, hook)
 
     def store_global(self, source: Source, value: "Variable") -> None:
         self._effects[("global", source.name())] = _GlobalWrite(source, value)
@@ -177,5 +184,8 @@ class SideEffects:
                     glue.line(f"setattr({owner}, {effect.name!r}, {value})")
             elif kind == "global":
                 glue.line(f"{effect.source.name()} = {glue.reconstruct(effect.value)}")
+            elif kind == "hook":
+                tensor, hook = effect
+                glue.line(f"{glue.reconstruct(tensor)}.register_hook({glue.reconstruct(hook)})")
             elif kind == "cell":
                 glue.line(f"{effect.source.name()} = {glue.reconstruct(effect.contents)}")
