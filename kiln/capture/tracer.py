@@ -48,6 +48,7 @@ from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised, raise_in_trace
+from kiln.capture.variables.generator import run_generator
 from kiln.capture.variables.instance_dict import written_instance_dict
 from kiln.capture.variables.numpy_scalar_args import numpy_scalars_as_numbers
 from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable, UserMethodVariable, guard_class_attribute
@@ -547,14 +548,11 @@ class Tracer:
         cells = dict(zip(code.co_freevars, closure or []))
         child = Tracer(self.state, code, f_globals, local_vars, cells, parent=self)
         if is_generator:
-            # A generator (a generator expression, a `yield` helper) is run to its end here and
-            # becomes an iterator over what it yielded; its consumer is unrolled over that.
-            child.yielded = []
+            # A generator (a generator expression, a `yield` helper): run to its end here, or
+            # stepped one yield at a time (variables/generator.py)
+            return run_generator(self, child, code)
         result = child.run()
         self.state.innermost = self
-        if is_generator:
-            from kiln.capture.variables.iterator import IteratorVariable
-            return IteratorVariable(child.yielded or [])
         return result
 
     def _bind(self, code: types.CodeType, defaults: Sequence[Any], kwdefaults: dict[str, Any],
