@@ -477,7 +477,7 @@ class Tracer:
         args = _scalar_operands(target, args)
         args, kwargs = numpy_scalars_as_numbers(
             lambda a, k: self.output.run_fake(kind, target, tuple(_example_arg(v) for v in a),
-                                              {n: _example_arg(v) for n, v in k.items()}), args, kwargs)
+                                              {n: _example_arg(v) for n, v in k.items()}), target, args, kwargs)
         if _reads_storage_offset(kind, target, args, kwargs) and isinstance(args[0], TensorVariable):
             self.output.guard_storage_offsets(args[0].example)
         node_args = tuple(_node_arg(a) for a in args)

@@ -35,3 +35,13 @@ def test_a_scalar_torch_reads_as_a_float64_tensor_keeps_eager_dtype() -> None:
     want = f(X)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and torch.equal(g, w)
+
+
+def test_in_place_op_with_a_numpy_scalar_matches_eager() -> None:
+    def f(x):
+        y = x.clone()
+        y.mul_(np.float32(2.5))
+        return y + np.float32(1)
+    kiln.reset()
+    got = kiln.compile(f, backend="eager")(X)
+    assert torch.equal(got, f(X))

@@ -40,11 +40,15 @@ def _signature(value: Any) -> Any:
     return type(value)
 
 
-def numpy_scalars_as_numbers(run: Run, args: Sequence[Variable],
+def numpy_scalars_as_numbers(run: Run, target: Any, args: Sequence[Variable],
                              kwargs: dict[str, Variable]) -> tuple[Sequence[Variable], dict[str, Variable]]:
     """`args`/`kwargs` with their numpy scalars as Python numbers where the op cannot tell (see
-    the module docstring); unchanged where it can, or where there are none."""
+    the module docstring); unchanged where it can, or where there are none. An in-place op
+    (`x.add_(...)`) is not run twice on the fakes to find out: it keeps them (a clean break)."""
     if not any(_is_numpy_scalar(a) for a in args) and not any(_is_numpy_scalar(v) for v in kwargs.values()):
+        return args, kwargs
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if name.endswith("_") and not name.endswith("__"):
         return args, kwargs
     numbers = [_as_number(a) for a in args]
     number_kwargs = {k: _as_number(v) for k, v in kwargs.items()}
