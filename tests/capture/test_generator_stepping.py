@@ -142,3 +142,17 @@ def test_send_non_none_to_a_just_started_generator_raises_as_eager() -> None:
     kiln.reset()
     with pytest.raises(TypeError, match="just-started"):
         kiln.compile(f, backend="eager")(X)
+
+
+def test_zip_and_enumerate_over_an_endless_generator() -> None:
+    def f(x):
+        def naturals():
+            k = 0
+            while True:
+                yield k
+                k += 1
+        g = naturals()
+        next(g)
+        pairs = list(zip(g, [x, x * 2]))
+        return [k * v for k, v in pairs], next(g)
+    check_traced(f, fresh(X))

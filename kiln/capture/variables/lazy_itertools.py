@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Iterator
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import builtin_rule
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.generator import GeneratorVariable
 from kiln.capture.variables.iterator import IteratorVariable, LazyIteratorVariable, open_iterator
 from kiln.capture.variables.sequence import TupleVariable
 from kiln.errors import Unsupported
@@ -206,5 +207,5 @@ def _items(column: IteratorVariable) -> Iterator[Variable]:
 
 def is_made_on_demand(value: Variable) -> bool:
     """True for an iterator whose items are made as they are read (the zip, map and enumerate
-    over it must read it lazily too)."""
-    return isinstance(value, LazyIteratorVariable)
+    over it must read it lazily too): an itertools model, or a generator stepped one yield at a time."""
+    return isinstance(value, (LazyIteratorVariable, GeneratorVariable))
