@@ -48,7 +48,7 @@ from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised, raise_in_trace
-from kiln.capture.variables.generator import run_generator
+from kiln.capture.variables.generator import restart_if_run_ahead_too_far, run_generator
 from kiln.capture.variables.instance_dict import written_instance_dict
 from kiln.capture.variables.numpy_scalar_args import numpy_scalars_as_numbers
 from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable, UserMethodVariable, guard_class_attribute
@@ -108,6 +108,7 @@ class CaptureState:
         self.innermost: "Tracer | None" = None
         self.steps = 0
         self._cells: dict[int, tuple[types.CellType, CellVariable]] = {}
+        self.eager_generators: list[Any] = []  # generators run ahead to their end (variables/generator.py)
 
     def real_cell(self, cell: types.CellType, source: Source | None) -> CellVariable:
         """The one CellVariable of a real closure cell, however many functions (or calls of one)
@@ -729,6 +730,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
         try:
             try:
                 value = root.run()
+                restart_if_run_ahead_too_far(state.eager_generators)
             except RestartCapture:
                 restarts += 1
                 if restarts > _MAX_RESTARTS:

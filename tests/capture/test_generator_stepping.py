@@ -156,3 +156,37 @@ def test_zip_and_enumerate_over_an_endless_generator() -> None:
         pairs = list(zip(g, [x, x * 2]))
         return [k * v for k, v in pairs], next(g)
     check_traced(f, fresh(X))
+
+
+def test_loop_leaving_a_generator_early_does_not_run_the_rest_of_its_body() -> None:
+    # run ahead to its end, the body logged "mid" and "end" that eager's never reaches (a wrong answer)
+    def f(x):
+        log = []
+
+        def gen():
+            log.append("start")
+            yield x
+            log.append("mid")
+            yield x + 1
+            log.append("end")
+        out = []
+        for v in gen():
+            out.append(v)
+            log.append("got")
+            if len(out) == 1:
+                break
+        return out, log
+    check_traced(f, fresh(X))
+
+
+def test_first_item_by_next_then_the_generator_dropped() -> None:
+    def f(x):
+        seen = []
+
+        def scaled():
+            for k in (1, 2, 3):
+                seen.append(k)
+                yield x * k
+        first = next(scaled())
+        return first, seen
+    check_traced(f, fresh(X))

@@ -255,7 +255,19 @@ def run_generator(tx: "Tracer", child: "Tracer", code: types.CodeType) -> Variab
         raise
     finally:
         tx.state.innermost = tx
-    return EagerGeneratorVariable(child.yielded or [], code, result)
+    made = EagerGeneratorVariable(child.yielded or [], code, result)
+    tx.state.eager_generators.append(made)
+    return made
+
+
+def restart_if_run_ahead_too_far(generators: list[EagerGeneratorVariable]) -> None:
+    """At the end of a trace that returned: a generator run ahead but consumed only in part (a
+    loop over it that stopped early, one next()) ran its body further than eager's would, and
+    what that extra part did (appending to a log, a counter) must not show. Its code is stepped
+    lazily from then on, and the frame captured again."""
+    for made in generators:
+        if 0 < made.position < len(made.items):
+            step_lazily(made.code, "it was consumed only in part after running ahead")
 
 
 # A generator body that ran this many instructions before failing is taken to be endless
