@@ -410,7 +410,5 @@ def constructible(cls: type) -> bool:
     if cls.__new__ is not object.__new__ or not (cls.__setattr__ is object.__setattr__ or
                                                  isinstance(inspect.getattr_static(cls, "__setattr__"), types.FunctionType)):
         return False
-    if not getattr(cls, "__dictoffset__", 0):
-        return False  # instances without a __dict__ (__slots__ all the way down)
     init = inspect.getattr_static(cls, "__init__")
     return init is object.__init__ or isinstance(init, types.FunctionType)

@@ -47,7 +47,10 @@ from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
-from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised
+from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised, raise_in_trace
+from kiln.capture.variables.generator import restart_if_run_ahead_too_far, run_generator
+from kiln.capture.variables.instance_dict import written_instance_dict
+from kiln.capture.variables.numpy_scalar_args import numpy_scalars_as_numbers
 from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable, UserMethodVariable, guard_class_attribute
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables.object_protocol import python_setattr
@@ -105,6 +108,7 @@ class CaptureState:
         self.innermost: "Tracer | None" = None
         self.steps = 0
         self._cells: dict[int, tuple[types.CellType, CellVariable]] = {}
+        self.eager_generators: list[Any] = []  # generators run ahead to their end (variables/generator.py)
 
     def real_cell(self, cell: types.CellType, source: Source | None) -> CellVariable:
         """The one CellVariable of a real closure cell, however many functions (or calls of one)
@@ -351,6 +355,10 @@ class Tracer:
                 UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
                 return
             if not python_setattr(self, obj, obj.cls, name, value):
+                if not getattr(obj.cls, "__dictoffset__", 0) and not isinstance(
+                        inspect.getattr_static(obj.cls, name, None), types.MemberDescriptorType):
+                    message = f"{obj.cls.__name__!r} object has no attribute {name!r}"  # not one of its __slots__
+                    raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
                 obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
             return
         if isinstance(obj, TensorVariable) and name == "grad":
@@ -388,6 +396,9 @@ class Tracer:
                 raise Unsupported(f"{kind.__qualname__} has a custom __setattr__", kind="unsupported")
             if python_setattr(self, obj, kind, name, value):
                 return
+            if written_instance_dict(self, obj.value) is not None:
+                raise Unsupported(f"setting {name!r} of {obj.describe()} after the trace wrote its __dict__",
+                                  kind="unsupported")
             # the override (if any) was inlined: the replay is the plain store it ends in
             self.side_effects.store_attr(obj.value, obj, name, value, plain=kind.__setattr__ is not object.__setattr__)
             return
@@ -465,6 +476,9 @@ class Tracer:
     def call_op(self, kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         """Record `target(*args, **kwargs)` as a node; its example value comes from the fakes."""
         args = _scalar_operands(target, args)
+        args, kwargs = numpy_scalars_as_numbers(
+            lambda a, k: self.output.run_fake(kind, target, tuple(_example_arg(v) for v in a),
+                                              {n: _example_arg(v) for n, v in k.items()}), target, args, kwargs)
         if _reads_storage_offset(kind, target, args, kwargs) and isinstance(args[0], TensorVariable):
             self.output.guard_storage_offsets(args[0].example)
         node_args = tuple(_node_arg(a) for a in args)
@@ -535,14 +549,11 @@ class Tracer:
         cells = dict(zip(code.co_freevars, closure or []))
         child = Tracer(self.state, code, f_globals, local_vars, cells, parent=self)
         if is_generator:
-            # A generator (a generator expression, a `yield` helper) is run to its end here and
-            # becomes an iterator over what it yielded; its consumer is unrolled over that.
-            child.yielded = []
+            # A generator (a generator expression, a `yield` helper): run to its end here, or
+            # stepped one yield at a time (variables/generator.py)
+            return run_generator(self, child, code)
         result = child.run()
         self.state.innermost = self
-        if is_generator:
-            from kiln.capture.variables.iterator import IteratorVariable
-            return IteratorVariable(child.yielded or [])
         return result
 
     def _bind(self, code: types.CodeType, defaults: Sequence[Any], kwdefaults: dict[str, Any],
@@ -719,6 +730,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
         try:
             try:
                 value = root.run()
+                restart_if_run_ahead_too_far(state.eager_generators)
             except RestartCapture:
                 restarts += 1
                 if restarts > _MAX_RESTARTS:

@@ -23,6 +23,7 @@ from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.dict_view import DictViewVariable, involves_view, view_operator
 from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
 from kiln.capture.variables.numpy_array import NumpyArrayVariable, numpy_operator, numpy_unary
+from kiln.capture.variables.object_id import ObjectIdVariable
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
@@ -338,6 +339,8 @@ def _equal(a: Variable, b: Variable) -> bool | None:
     same = _identity(a, b)
     if same or same is None:
         return same
+    if isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable):
+        return False  # the ids of two different objects
     if isinstance(a, (TensorVariable, SymIntVariable)) or isinstance(b, (TensorVariable, SymIntVariable)):
         return False  # as before: a tensor never equals a non-tensor here
     return False if _compares_by_identity(a) and _compares_by_identity(b) else None

@@ -36,6 +36,7 @@ from kiln.capture.trace_rules import (
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import BuiltinVariable, UnboundMethodVariable, is_unbound_builtin_method
 from kiln.capture.variables.checkpoint import CheckpointVariable, is_checkpoint_function
+from kiln.capture.variables.class_dict import ClassDictVariable
 from kiln.capture.variables.constant import ConstantVariable, ItemConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import (
     AUTOCAST_CLASSES,
@@ -50,6 +51,7 @@ from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_k
 from kiln.capture.variables.numpy_array import wrap_ndarray_input
 from kiln.capture.variables.numpy_functions import NumpyFunctionVariable, is_numpy_function
 from kiln.capture.variables import numpy_fft_grids  # noqa: F401  (fills NUMPY_FUNCTIONS with np.fft, np.meshgrid)
+from kiln.capture.variables import lazy_itertools  # noqa: F401  (fills the rules of itertools.count, cycle, tee, islice)
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import (
     ConstantResultVariable,
@@ -234,6 +236,13 @@ def _wrap_made_mapping(state: "CaptureState", value: types.MappingProxyType, sou
     return DictVariable({k: wrap_value(state, v, None) for k, v in value.items()})
 
 
+def _wrap_class_dict(state: "CaptureState", value: types.MappingProxyType, source: Source | None) -> Variable:
+    source = _given(source)
+    _guard(state, source, "check_type", type(value))
+    _guard(state, source, "check_keys", tuple(value.keys()))
+    return ClassDictVariable(value, source)
+
+
 def _wrap_dict(state: "CaptureState", value: dict, source: Source | None) -> Variable:
     _guard(state, source, "check_type", type(value))
     _guard(state, source, "check_keys", tuple(value.keys()))
@@ -385,6 +394,7 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
     (lambda state, v, s: type(v) is collections.deque, _wrap_deque),
     (lambda state, v, s: type(v) is list, _wrap_list),
     (lambda state, v, s: type(v) is types.MappingProxyType and s is None and _constant_keys(v), _wrap_made_mapping),
+    (lambda state, v, s: type(v) is types.MappingProxyType and s is not None and _constant_keys(v), _wrap_class_dict),
     (lambda state, v, s: type(v) in (dict, collections.OrderedDict, collections.defaultdict) and _constant_keys(v),
      _wrap_dict),
     (lambda state, v, s: type(v) in (dict, collections.OrderedDict) and s is not None

@@ -39,8 +39,7 @@ RULES = BUILTIN_RULES
 # Builtins whose call is a break of a named kind (the hint table of kiln.capture.breaks keys on it).
 _BREAK_KINDS = {builtins.print: "print", builtins.input: "unsupported_call", builtins.open: "unsupported_call",
                 builtins.breakpoint: "unsupported_call", builtins.exec: "unsupported_call",
-                builtins.eval: "unsupported_call", builtins.globals: "unsupported_call",
-                builtins.vars: "unsupported_call"}
+                builtins.eval: "unsupported_call", builtins.globals: "unsupported_call"}
 
 
 def builtin_rule(*fns: Any) -> Callable[[Rule], Rule]:
@@ -213,7 +212,12 @@ def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
         return ConstantVariable(True)
     if isinstance(obj, TensorVariable) or obj.is_constant():
         return ConstantVariable(False)
-    return ConstantVariable(callable(obj.as_python_value()))
+    try:
+        kind = obj.python_type()
+    except Unsupported:
+        return ConstantVariable(callable(obj.as_python_value()))
+    # what callable() asks: whether the type (its MRO, never its metaclass) defines __call__
+    return ConstantVariable(any("__call__" in base.__dict__ for base in kind.__mro__))
 
 
 @builtin_rule(type)
@@ -261,20 +265,26 @@ def range_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) 
 
 @builtin_rule(enumerate)
 def enumerate_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.iterator import IteratorVariable, open_iterator
+    from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_enumerate
     from kiln.capture.variables.sequence import TupleVariable
 
     start = tx.as_int(args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0)))
+    if is_made_on_demand(args[0]):
+        return lazy_enumerate(tx, open_iterator(tx, args[0]), start)
     items = tx.iterate(args[0])
     return IteratorVariable([TupleVariable([ConstantVariable(start + i), v]) for i, v in enumerate(items)])
 
 
 @builtin_rule(zip)
 def zip_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.iterator import IteratorVariable, open_iterator
+    from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_zip
     from kiln.capture.variables.sequence import TupleVariable
 
     strict = kwargs.pop("strict", ConstantVariable(False)).as_constant()
+    if not strict and any(is_made_on_demand(a) for a in args):
+        return lazy_zip(tx, [open_iterator(tx, a) for a in args])
     columns = [tx.iterate(a) for a in args]
     if strict and len({len(c) for c in columns}) > 1:
         raise Unsupported("zip(strict=True) on sequences of different lengths (raised natively)", kind="unsupported")
@@ -283,8 +293,11 @@ def zip_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) ->
 
 @builtin_rule(map)
 def map_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.iterator import IteratorVariable, open_iterator
+    from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_map
 
+    if any(is_made_on_demand(a) for a in args[1:]):
+        return lazy_map(tx, args[0], [open_iterator(tx, a) for a in args[1:]])
     fn, columns = args[0], [tx.iterate(a) for a in args[1:]]
     return IteratorVariable([fn.call(tx, list(row), {}) for row in zip(*columns)])
 
@@ -632,6 +645,23 @@ def locals_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
     return tx.locals_dict
 
 
+@builtin_rule(vars)
+def vars_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """vars() is locals(); vars(obj) is obj.__dict__ itself, read as the program's `obj.__dict__`
+    is (an object made in the frame hands out a dict over its very attributes)."""
+    from kiln.capture.variables.exception import RaisedInTrace
+
+    if not args and not kwargs:
+        return locals_rule(tx, [], {})
+    if len(args) != 1 or kwargs:
+        raise Unsupported("vars() takes at most one argument (raised natively)", kind="unsupported")
+    try:
+        return tx.getattr(args[0], "__dict__")
+    except RaisedInTrace as raised:  # eager's vars() raises TypeError there, not AttributeError
+        raise Unsupported(f"vars() of {args[0].describe()}, which has no __dict__ (raised natively)",
+                          kind="unsupported") from raised
+
+
 @builtin_rule(sys.intern)
 def intern_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     return _fold(tx, sys.intern, args, kwargs)
@@ -639,7 +669,12 @@ def intern_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
 
 @builtin_rule(id)
 def id_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    value = args[0].as_python_value()
+    from kiln.capture.variables.object_id import object_id
+
+    try:
+        value = args[0].as_python_value()
+    except Unsupported:
+        return object_id(args[0])  # a tensor, an object made in the frame: compared by identity only
     return ConstantVariable(id(value))
 
 
@@ -744,8 +779,6 @@ RULES[itertools.pairwise] = _iterator_rule(lambda tx, args, kw: _tuples(itertool
 RULES[itertools.product] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.product(*[tx.iterate(a) for a in args],
                                                    repeat=tx.as_int(kw.get("repeat", ConstantVariable(1))))))
-RULES[itertools.islice] = _iterator_rule(
-    lambda tx, args, kw: list(itertools.islice(tx.iterate(args[0]), *[a.as_constant() for a in args[1:]])))
 RULES[itertools.repeat] = _iterator_rule(lambda tx, args, kw: [args[0]] * tx.as_int(args[1]))
 RULES[itertools.combinations] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.combinations(tx.iterate(args[0]), tx.as_int(args[1]))))

@@ -77,6 +77,11 @@ class ConstantVariable(Variable):
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
         consts = constant_args(args, kwargs)
+        if consts is None and isinstance(self.value, (str, bytes)) and name == "join" and len(args) == 1 and not kwargs:
+            # `sep.join(str(s) for s in x.shape)`: a generator or list whose items are known now
+            items = tx.iterate(args[0])
+            if all(i.is_constant() for i in items):
+                consts = ([[i.as_constant() for i in items]], {})
         if consts is None:
             if isinstance(self.value, str) and name == "format":
                 raise Unsupported("formatting a string with a tensor or traced value",

@@ -259,8 +259,17 @@ def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: lis
     if fn.__closure__:
         closure = [tx.state.real_cell(cell, ClosureSource(i, source) if source is not None else None)
                    for i, cell in enumerate(fn.__closure__)]
-    return tx.inline_call(fn.__code__, fn.__globals__, closure, fn.__defaults__ or (),
-                          fn.__kwdefaults__ or {}, args, kwargs, name=fn.__qualname__, fn=fn)
+    defaults: tuple = fn.__defaults__ or ()
+    kwdefaults: dict[str, Any] = fn.__kwdefaults__ or {}
+    if source is not None:
+        # a tensor held as a default (`def g(v, b=bias)`) is an input of the graph, read from the
+        # function where it lives (a tensor reachable from nowhere could not be)
+        defaults = tuple(tx.wrap(d, ItemSource(AttrSource(source, "__defaults__"), i))
+                         if isinstance(d, torch.Tensor) else d for i, d in enumerate(defaults))
+        kwdefaults = {k: tx.wrap(d, ItemSource(AttrSource(source, "__kwdefaults__"), k))
+                      if isinstance(d, torch.Tensor) else d for k, d in kwdefaults.items()}
+    return tx.inline_call(fn.__code__, fn.__globals__, closure, defaults,
+                          kwdefaults, args, kwargs, name=fn.__qualname__, fn=fn)
 
 
 # apply is a classmethod; torch's stub types it as a plain function

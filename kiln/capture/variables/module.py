@@ -23,6 +23,7 @@ from kiln.capture.sources import AttrSource, ItemSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.functions import UserMethodVariable
+from kiln.capture.variables.sequential_slice import SequentialSliceVariable
 from kiln.errors import RestartCapture, Unsupported
 
 if TYPE_CHECKING:
@@ -313,12 +314,16 @@ class NNModuleVariable(Variable):
         if override is not None:
             return UserMethodVariable(override, self).call(tx, [key], {})
         children = self._children(tx)
-        index = key.as_constant()
+        # an int made symbolic (an index argument that changed) picks one child: specialized, as
+        # the child called depends on it
+        index: Any = key.as_constant() if key.is_constant() or isinstance(self.module, (
+            torch.nn.ModuleDict, torch.nn.ParameterDict)) else tx.as_int(key)
         if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
             return dict(children)[index]
         if isinstance(index, slice):
             if isinstance(self.module, torch.nn.Sequential):
-                raise Unsupported("slicing an nn.Sequential builds a new module", kind="unsupported_call")
+                start, stop, step = index.indices(len(children))
+                return SequentialSliceVariable(self, slice(start, stop, step), [v for _, v in children][index])
             return ListVariable([v for _, v in children][index])
         if isinstance(self.module, _CONTAINERS):
             return [v for _, v in children][index]

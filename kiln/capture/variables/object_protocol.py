@@ -108,7 +108,9 @@ def python_getattr(tx: "Tracer", kind: type, name: str, static: Any, in_instance
     """The class's Python `__getattr__` when CPython calls it for `name`: the ordinary lookup
     found nothing (not in the instance dict, not on the class). A class attribute that is a
     descriptor could raise AttributeError and fall through to it: not decided here, a break."""
-    getattr_fn = inspect.getattr_static(kind, "__getattr__", None)
+    # looked up on the class's MRO only, as CPython's slot does: a metaclass's __getattr__ (Enum's
+    # EnumType has one) answers for the class, never for its instances
+    getattr_fn = next((base.__dict__["__getattr__"] for base in kind.__mro__ if "__getattr__" in base.__dict__), None)
     if getattr_fn is None:
         return None
     if not isinstance(getattr_fn, types.FunctionType):

@@ -130,7 +130,10 @@ class TupleVariable(BaseSequenceVariable):
         values = [i.as_constant() for i in self.items]
         if is_namedtuple_type(self.tuple_type):
             return self.tuple_type(*values)
-        return self.tuple_type(values)
+        try:
+            return self.tuple_type(values)
+        except TypeError:  # a structseq Python cannot make (sys.version_info, sys.flags): its items
+            return tuple(values)
 
     def rebuild(self, items: list[Variable]) -> Variable:
         kind = torch.Size if self.tuple_type is torch.Size else tuple

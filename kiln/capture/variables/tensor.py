@@ -195,6 +195,9 @@ class TensorVariable(Variable):
             return tx.wrap_result(getattr(self.constant, name)())
         if name == "requires_grad_" and _requires_grad_unchanged(self, args, kwargs):
             return self  # transformers' enable_input_require_grads hook on an output that already requires grad
+        if name == "register_hook":
+            from kiln.capture.variables.tensor_hooks import register_hook  # the hook module imports this one
+            return register_hook(tx, self, args, kwargs)
         if name in _DATA_METHODS:
             raise Unsupported(f"Tensor.{name}() reads the tensor's data, which is not known while tracing",
                               kind=_DATA_METHODS[name])

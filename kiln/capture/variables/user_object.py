@@ -55,6 +55,7 @@ from kiln.capture.variables.object_protocol import (
     read_backend_setting,
 )
 from kiln.capture.variables.functions import is_autograd_function_apply, python_function
+from kiln.capture.variables.instance_dict import written_instance_dict
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -134,6 +135,34 @@ class ObjectVariable(Variable):
         pending = tx.side_effects.pending_attr(obj, name)
         if pending is not None:
             return pending
+        if tx.side_effects.deleted_attr(obj, name):  # `del obj.name` earlier in the trace
+            from kiln.capture.variables.exception import no_attribute
+            if inspect.getattr_static(type(obj), name, _MISSING) is _MISSING and "__getattr__" not in _class_dicts(type(obj)):
+                raise no_attribute(type(obj), name)
+            raise Unsupported(f"reading {name!r} of {self.describe()} after the trace deleted it from the instance",
+                              kind="unsupported_attribute")
+        written = written_instance_dict(tx, obj)
+        if written is not None and name == "__dict__":
+            return written
+        if written is not None:  # `vars(obj)[k] = v` earlier in the trace: the dict says what is there
+            plain = inspect.getattr_static(type(obj), name, _MISSING) is _MISSING \
+                and "__getattr__" not in _class_dicts(type(obj)) \
+                and inspect.getattr_static(type(obj), "__getattribute__") is object.__getattribute__
+            if not plain:
+                raise Unsupported(f"reading {name!r} of {self.describe()} after the trace wrote its __dict__",
+                                  kind="unsupported_attribute")
+            found = written.items.get(name)
+            if found is None:
+                from kiln.capture.variables.exception import no_attribute
+                raise no_attribute(type(obj), name)
+            return found
+        if name == "__dict__" and tx.side_effects.writes_attributes_of(obj):
+            raise Unsupported(f"reading the __dict__ of {self.describe()} after the trace set or deleted its attributes",
+                              kind="unsupported_attribute")
+        if isinstance(obj, enum.Enum) and name in ("name", "value", "_name_", "_value_"):
+            # a member's name and value (descriptors of the Enum class): read off the member, which
+            # is guarded by identity, and guarded themselves through their source
+            return tx.wrap(getattr(obj, name), self._attr_source(name))
         if holds_backend_settings(obj):
             return read_backend_setting(tx, obj, name)
         if isinstance(obj, (types.ModuleType, type)):
@@ -271,6 +300,15 @@ class ObjectVariable(Variable):
             consts = constant_args(list(args), kwargs)
             if consts is not None:
                 return tx.wrap_result(obj(*consts[0], **consts[1]))
+        if isinstance(obj, enum.EnumMeta) and len(args) == 1 and not kwargs and args[0].is_constant() \
+                and type(obj).__call__ is enum.EnumMeta.__call__:
+            # `Color(2)`: the member with that value (or eager's ValueError), fixed for the process
+            from kiln.capture.variables.exception import raise_in_trace
+            try:
+                member: enum.Enum = obj(args[0].as_constant())
+            except ValueError as exc:
+                raise raise_in_trace(exc, f"ValueError: {exc} (raised natively)") from exc
+            return tx.wrap(member, None)
         call = inspect.getattr_static(type(obj), "__call__", None)
         if not isinstance(obj, type) and isinstance(call, types.FunctionType):
             from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
@@ -695,6 +733,12 @@ class NewObjectVariable(Variable):
             return self.attrs[name]
         if name == "__class__":
             return tx.wrap(self.cls, self.cls_source)
+        if name == "__dict__" and not getattr(self.cls, "__dictoffset__", 0):
+            from kiln.capture.variables.exception import no_attribute  # __slots__ all the way down
+            raise no_attribute(self.cls, name)
+        if name == "__dict__" and any(base.__dict__.get("__slots__") for base in self.cls.__mro__):
+            raise Unsupported(f"the __dict__ of {self.describe()}, whose class has __slots__ too",
+                              kind="unsupported_attribute")
         if name == "__dict__":
             if self.instance_dict is None:  # a dict over the very attributes: writes through it show
                 self.instance_dict = DictVariable({})
@@ -747,11 +791,24 @@ class NewObjectVariable(Variable):
                     kwargs: dict[str, Variable]) -> Variable:
         return self.getattr(tx, name).call(tx, args, kwargs)
 
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        """`obj(...)`: the class's Python `__call__` (the instance dict is not consulted)."""
+        from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
+
+        call = inspect.getattr_static(self.cls, "__call__", None)
+        if not isinstance(call, types.FunctionType):
+            return super().call(tx, args, kwargs)
+        guard_class_attribute(tx, self.cls, "__call__", call, class_source=self.cls_source)
+        return UserMethodVariable(call, self).call(tx, args, kwargs)
+
     def reconstruct(self, glue: "GlueBuilder") -> str:
         cls = glue.constant(self.cls)
         name = glue.fresh("obj")
         glue.line(f"{name} = {cls}.__new__({cls})")
-        if self.attrs:
-            body = ", ".join(f"{k!r}: {glue.reconstruct(v)}" for k, v in self.attrs.items())
+        slots = {k for k in self.attrs if isinstance(inspect.getattr_static(self.cls, k, None), types.MemberDescriptorType)}
+        for k in slots:  # a __slots__ member is set through its descriptor, never the instance dict
+            glue.line(f"{glue.constant(object.__setattr__)}({name}, {k!r}, {glue.reconstruct(self.attrs[k])})")
+        if len(self.attrs) > len(slots):
+            body = ", ".join(f"{k!r}: {glue.reconstruct(v)}" for k, v in self.attrs.items() if k not in slots)
             glue.line(f"{name}.__dict__.update({{{body}}})")
         return name
