@@ -29,6 +29,8 @@ from kiln.errors import KilnError, Unsupported, reraise
 from kiln.fake.tensor import FakeTensor
 
 if TYPE_CHECKING:
+    from kiln.capture.breaks import BreakRecord
+    from kiln.capture.guards import Guard
     from kiln.capture.output_graph import CompiledGraph, OutputGraph
     from kiln.capture.variables.base import Variable
 
@@ -399,9 +401,19 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
     return glue.reconstruct(var), []
 
 
-def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> Any:
+@dataclass(frozen=True)
+class CaptureResult:
+    """What one capture produced (docs/seams.md): the glue, its source, guards, graphs, breaks."""
+
+    glue: Callable[[dict, dict, Any], Any]
+    glue_source: str
+    guards: list[Guard]
+    graphs: list[torch.fx.GraphModule]
+    breaks: list[BreakRecord]
+
+
+def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> CaptureResult:
     from kiln.capture.guards import Guard, shape_guard
-    from kiln.capture.tracer import CaptureResult
 
     base = "".join(c if c.isalnum() or c == "_" else "_" for c in state.fn.__code__.co_name).strip("_")
     name = f"{base or 'fn'}_{next(_graph_ids)}"

@@ -33,6 +33,7 @@ from kiln import config
 from kiln.capture import code as code_mod
 from kiln.capture import constant_fold
 from kiln.capture.breaks import BreakRecord, make_break_record
+from kiln.capture.glue import CaptureResult, check_breakable, finish_break, finish_return
 from kiln.capture.guards import Guard
 from kiln.capture.options import CompileOptions
 from kiln.capture.trace_rules import is_library_code
@@ -65,17 +66,6 @@ _MAX_DEPTH = 32  # inlining depth (recursion is unrolled until this)
 _MAX_RESTARTS = 16  # captures started again after the trace initialized lazy modules
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _OBJECT_CLASS = vars(object)["__class__"]  # the descriptor behind obj.__class__
-
-
-@dataclass(frozen=True)
-class CaptureResult:
-    """What one capture produced (docs/seams.md): the glue, its source, guards, graphs, breaks."""
-
-    glue: Callable[[dict, dict, Any], Any]
-    glue_source: str
-    guards: list[Guard]
-    graphs: list[torch.fx.GraphModule]
-    breaks: list[BreakRecord]
 
 
 class _ReachedBreak(Exception):
@@ -522,6 +512,11 @@ class Tracer:
         raise Unsupported(f"an op returned {type(example).__name__}", kind="unsupported")
 
     # ------------------------------------------------------------------ inlining
+    def child(self, code: types.CodeType, f_globals: dict[str, Any], local_vars: dict[str, Variable],
+              cells: dict[str, CellVariable]) -> Tracer:
+        """A tracer over `code` that records into this one's graph, called from here (not yet run)."""
+        return Tracer(self.state, code, f_globals, local_vars, cells, parent=self)
+
     def inline_call(self, code: types.CodeType, f_globals: dict[str, Any], closure: list[CellVariable] | None,
                     defaults: Sequence[Any], kwdefaults: dict[str, Any], args: list[Variable],
                     kwargs: dict[str, Variable], name: str, fn: Any) -> Variable:
@@ -533,7 +528,7 @@ class Tracer:
             raise Unsupported(f"inlining {name} goes deeper than {_MAX_DEPTH} calls", kind="unsupported")
         local_vars = self._bind(code, defaults, kwdefaults, args, kwargs, name)
         cells = dict(zip(code.co_freevars, closure or []))
-        child = Tracer(self.state, code, f_globals, local_vars, cells, parent=self)
+        child = self.child(code, f_globals, local_vars, cells)
         if is_generator:
             # A generator (a generator expression, a `yield` helper) is run to its end here and
             # becomes an iterator over what it yielded; its consumer is unrolled over that.
@@ -703,8 +698,6 @@ def _example_arg(var: Any) -> Any:
 def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOptions,
                   wrap_frame: Callable[[Any], Any], *, policy: Any = None) -> CaptureResult:
     """Capture one call of `fn` with its arguments bound in `L` (see docs/seams.md)."""
-    from kiln.capture.glue import check_breakable, finish_break, finish_return
-
     code = fn.__code__
     log.artifact("bytecode", lambda: "original bytecode:\n" + code_mod.render_code(code))
     if code.co_flags & _GENERATOR_FLAGS:

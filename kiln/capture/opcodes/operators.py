@@ -14,7 +14,7 @@ import operator
 import types
 from typing import TYPE_CHECKING, Any
 
-from kiln.capture.opcodes import opcode
+from kiln.capture.opcodes.table import opcode
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import BuiltinVariable
 from kiln.capture.variables.constant import ConstantVariable

@@ -240,7 +240,6 @@ class GeneratorContextVariable(Variable):
 def _start_generator(tx: "Tracer", func: Variable, args: list[Variable], kwargs: dict[str, Variable]) -> "Tracer":
     """A child tracer over the generator function's code, bound to its arguments, not yet run."""
     from kiln.capture.sources import ClosureSource
-    from kiln.capture.tracer import Tracer
     from kiln.capture.variables.functions import NestedFunctionVariable, UserFunctionVariable
 
     if isinstance(func, UserFunctionVariable):
@@ -255,7 +254,7 @@ def _start_generator(tx: "Tracer", func: Variable, args: list[Variable], kwargs:
     else:
         raise Unsupported(f"a contextmanager over {func.describe()}", kind="unsupported_call")
     local_vars = tx._bind(code, defaults, kwdefaults, list(args), dict(kwargs), code.co_qualname)
-    child = Tracer(tx.state, code, f_globals, local_vars, dict(zip(code.co_freevars, closure)), parent=tx)
+    child = tx.child(code, f_globals, local_vars, dict(zip(code.co_freevars, closure)))
     child.suspend_at_yield = True
     return child
 

@@ -170,8 +170,6 @@ def involves_view(a: Variable, b: Variable) -> bool:
 def view_operator(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
     """`a <symbol> b` where one side is a dict view: the set operators and comparisons of keys and
     items views (a values view compares by identity, as CPython's does)."""
-    from kiln.capture.variables.builder import wrap_result
-
     if symbol in _SET_COMPARISONS:
         fn = _SET_COMPARISONS[symbol]
         if any(isinstance(v, DictViewVariable) and v.kind == "values" for v in (a, b)):
@@ -189,7 +187,7 @@ def view_operator(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variab
     if any(isinstance(v, DictViewVariable) and v.kind == "values" for v in (a, b)):
         raise Unsupported(f"{a.describe()} {symbol} {b.describe()} (raised natively)", kind="unsupported")
     # A view with any iterable gives a set, whichever side the view is on.
-    return wrap_result(_SET_OPERATORS[symbol](_constant_items(tx, a), _constant_items(tx, b)))
+    return tx.wrap_result(_SET_OPERATORS[symbol](_constant_items(tx, a), _constant_items(tx, b)))
 
 
 def _set_like(var: Variable) -> bool:
