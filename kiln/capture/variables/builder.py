@@ -33,7 +33,7 @@ from kiln.capture.trace_rules import (
     never_traced,
     runs_natively,
 )
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.builtin import BuiltinVariable, UnboundMethodVariable, is_unbound_builtin_method
 from kiln.capture.variables.checkpoint import CheckpointVariable, is_checkpoint_function
 from kiln.capture.variables.constant import ConstantVariable, ItemConstantVariable, is_constant_value
@@ -284,7 +284,6 @@ def _is_grad_exit(value: Any) -> bool:
 def _wrap_tracked_method(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     # `x.add` or `items.append` left on the stack by a graph break: the method of a tracked value.
     from kiln.capture.sources import AttrSource
-    from kiln.capture.variables.functions import BoundMethodVariable
     source = _given(source)
     _guard(state, source, "check_type", type(value))
     _guard(state, AttrSource(source, "__name__"), "check_value", value.__name__)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 
 from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule
-from kiln.capture.variables.base import Variable, constant_args
+from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.ordering import Ordered, constant_of, sorted_rule, traced_numbers
@@ -198,7 +198,7 @@ def issubclass_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variab
 
 @builtin_rule(callable)
 def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.functions import (BoundMethodVariable, NestedFunctionVariable,
+    from kiln.capture.variables.functions import (NestedFunctionVariable,
                                                   UserFunctionVariable, UserMethodVariable)
     from kiln.capture.variables.tensor import TensorVariable
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from kiln.capture.guards import ABSENT
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
 
@@ -165,7 +165,6 @@ class DictVariable(Variable):
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.exception import no_attribute
-        from kiln.capture.variables.functions import BoundMethodVariable
 
         if name in self.attrs:
             return self.attrs[name]
@@ -531,7 +530,6 @@ class SetVariable(Variable):
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.exception import no_attribute
-        from kiln.capture.variables.functions import BoundMethodVariable
 
         if not hasattr(self.set_type, name):
             raise no_attribute(self.set_type, name)

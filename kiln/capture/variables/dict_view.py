@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any, Sequence
 
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable, key_of, key_variable
 from kiln.errors import Unsupported
@@ -64,7 +64,6 @@ class DictViewVariable(Variable):
         return None
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import BoundMethodVariable
 
         if name == "mapping":
             raise Unsupported("the `mapping` of a dict view", kind="unsupported_attribute")

@@ -20,7 +20,7 @@ import torch
 from kiln.capture.guards import ConstantCall, Guard, note_constant_result
 from kiln.capture.trace_rules import ORIGINAL_ATTR, Marked, in_stable_module, marked_rule
 from kiln.capture.sources import AttrSource, ClosureSource, ItemSource, Source, TypeSource, WeakRefCallSource
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.dict import DictVariable
 from kiln.errors import Unsupported
 
@@ -67,25 +67,6 @@ class CellVariable(Variable):
             return self.source.name().rsplit(".cell_contents", 1)[0]
         inner = "" if self.contents is None else glue.reconstruct(self.contents)
         return f"{glue.constant(types.CellType)}({inner})"
-
-
-class BoundMethodVariable(Variable):
-    """`obj.name` for a method of a tracked value (a list, a dict, a tensor, a constant)."""
-
-    def __init__(self, obj: Variable, name: str) -> None:
-        self.obj = obj
-        self.name = name
-
-    def describe(self) -> str:
-        return f"method {self.name} of {self.obj.describe()}"
-
-    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
-        return self.obj.call_method(tx, self.name, args, kwargs)
-
-    def reconstruct(self, glue: "GlueBuilder") -> str:
-        if self.name.isidentifier():
-            return f"{glue.reconstruct(self.obj)}.{self.name}"
-        return f"getattr({glue.reconstruct(self.obj)}, {self.name!r})"
 
 
 def python_function(fn: object, what: str) -> types.FunctionType:

@@ -20,7 +20,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 
 from kiln.capture.distributed import is_ddp
 from kiln.capture.sources import AttrSource, ItemSource, Source
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.functions import UserMethodVariable
 from kiln.errors import RestartCapture, Unsupported
@@ -99,7 +99,7 @@ class NNModuleVariable(Variable):
         then `__getattr__`: nn.Module's reads _parameters, _buffers and _modules; a class's own is
         inlined. A name found anywhere but the instance dict is guarded absent from it (an instance
         attribute set later would win); one found there is guarded where it is read."""
-        from kiln.capture.variables.functions import (BoundMethodVariable, UserMethodVariable, bind_class_attribute,
+        from kiln.capture.variables.functions import (UserMethodVariable, bind_class_attribute,
                                                       bind_python_descriptor)
 
         m = self.module

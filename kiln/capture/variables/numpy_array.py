@@ -18,7 +18,7 @@ import torch
 
 from kiln.capture.guards import Guard
 from kiln.capture.sources import Source
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
 
@@ -112,7 +112,6 @@ class NumpyArrayVariable(Variable):
 
     # ------------------------------------------------------------------ attributes and methods
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import BoundMethodVariable
 
         if name == "shape":
             from kiln.capture.variables.sequence import TupleVariable

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence, TypeGuard
 
 import torch
 
-from kiln.capture.variables.base import Variable, constant_args
+from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
 
@@ -93,7 +93,6 @@ class BaseSequenceVariable(Variable):
         raise Unsupported(f"{self.python_type().__name__}.{name}", kind="unsupported_call")
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import BoundMethodVariable
 
         if not hasattr(self.python_type(), name):
             # `hasattr(output, "buckets")` on a namedtuple without that field must be False
@@ -143,7 +142,6 @@ class TupleVariable(BaseSequenceVariable):
         if name in ("_fields",) and fields:
             return tx.wrap_result(tuple(fields))
         if name in ("_replace", "_asdict") and is_namedtuple_type(self.tuple_type):
-            from kiln.capture.variables.functions import BoundMethodVariable
             return BoundMethodVariable(self, name)
         if is_namedtuple_type(self.tuple_type):
             method = _user_attribute(self.tuple_type, name)

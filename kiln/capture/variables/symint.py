@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 import torch.fx
 
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
@@ -45,7 +45,6 @@ class SymIntVariable(Variable):
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.constant import ConstantVariable
-        from kiln.capture.variables.functions import BoundMethodVariable
 
         kind = self.python_type()
         if name == "real" or name == "numerator" and kind is int:

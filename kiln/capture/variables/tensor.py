@@ -16,7 +16,7 @@ import torch.fx
 
 from kiln import config
 from kiln.capture.sources import Source
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -131,7 +131,6 @@ class TensorVariable(Variable):
     # ---------------------------------------------------------------------------------- attributes
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.constant import ConstantVariable
-        from kiln.capture.variables.functions import BoundMethodVariable
 
         if name == "shape":
             return self.size(tx)
