@@ -316,6 +316,24 @@ def check_breakable(root: Any, exc: Unsupported, record: Any) -> None:
         raise exc
 
 
+def unbacked_break(state: Any, exc: Unsupported) -> int | None:
+    """For a branch on a data-dependent size (nonzero's length) that cannot be decided: the index
+    of the op that made the first symbol it depends on, so that the next pass breaks at that op.
+
+    The branch itself is often no place for a break (a comparison inside a callee, or one whose
+    stack holds the symbolic size); at the op the break is an ordinary call, and after it the
+    resume function sees a real tensor with a real size. None for any other reason to stop.
+    """
+    from kiln.symbolic.shape_env import GuardOnDataDependentSymNode
+
+    made = state.output.fake_mode.unbacked
+    if not isinstance(exc, GuardOnDataDependentSymNode) or not made:
+        return None
+    symbols: set[Any] = getattr(exc.expr, "free_symbols", set())
+    found = [made.index(s) for s in symbols if s in made]
+    return min(found) if found else 0
+
+
 def _restore_grad_node(state: Any) -> None:
     # A graph must leave grad mode (and autocast) as it found it; the glue sets the traced mode
     # again natively (and enters a real autocast region for a break inside one).

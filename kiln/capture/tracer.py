@@ -33,11 +33,11 @@ from kiln import config
 from kiln.capture import code as code_mod
 from kiln.capture import constant_fold
 from kiln.capture.breaks import BreakRecord, make_break_record
-from kiln.capture.glue import CaptureResult, check_breakable, finish_break, finish_return
+from kiln.capture.glue import CaptureResult, check_breakable, finish_break, finish_return, unbacked_break
 from kiln.capture.guards import Guard
 from kiln.capture.options import CompileOptions
 from kiln.capture.trace_rules import is_library_code
-from kiln.capture.opcodes import OPCODES
+from kiln.capture.opcodes import OPCODES, operators
 from kiln.capture.output_graph import OutputGraph
 from kiln.capture.process_modes import ProcessModes
 from kiln.capture.side_effects import SideEffects
@@ -511,6 +511,19 @@ class Tracer:
             return ConstantVariable(example)
         raise Unsupported(f"an op returned {type(example).__name__}", kind="unsupported")
 
+    # ------------------------------------------------------------------ operators (a kind asks for them here)
+    def binary_op(self, symbol: str, a: Variable, b: Variable) -> Variable:
+        return operators.binary_op(self, symbol, a, b)
+
+    def compare_op(self, symbol: str, a: Variable, b: Variable) -> Variable:
+        return operators.compare_op(self, symbol, a, b)
+
+    def subscript(self, obj: Variable, key: Variable) -> Variable:
+        return operators.subscript(self, obj, key)
+
+    def known_equal(self, a: Variable, b: Variable) -> bool | None:
+        return operators._equal(a, b)  # `a == b` when known without running a user __eq__
+
     # ------------------------------------------------------------------ inlining
     def child(self, code: types.CodeType, f_globals: dict[str, Any], local_vars: dict[str, Variable],
               cells: dict[str, CellVariable]) -> Tracer:
@@ -725,7 +738,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                 if stop is not None:
                     raise
                 if unbacked_limit is None and not options.fullgraph:
-                    unbacked_limit = _unbacked_break(state, exc)
+                    unbacked_limit = unbacked_break(state, exc)
                     if unbacked_limit is not None:
                         continue  # again, breaking at the op that made the size
                 tx = _user_frame(state.innermost or root)
@@ -743,24 +756,6 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
             abandon_open_contexts(state)
             torch._C._set_grad_enabled(state.initial_grad)
             state.modes.restore_process()
-
-
-def _unbacked_break(state: CaptureState, exc: Unsupported) -> int | None:
-    """For a branch on a data-dependent size (nonzero's length) that cannot be decided: the index
-    of the op that made the first symbol it depends on, so that the next pass breaks at that op.
-
-    The branch itself is often no place for a break (a comparison inside a callee, or one whose
-    stack holds the symbolic size); at the op the break is an ordinary call, and after it the
-    resume function sees a real tensor with a real size. None for any other reason to stop.
-    """
-    from kiln.symbolic.shape_env import GuardOnDataDependentSymNode
-
-    made = state.output.fake_mode.unbacked
-    if not isinstance(exc, GuardOnDataDependentSymNode) or not made:
-        return None
-    symbols: set[Any] = getattr(exc.expr, "free_symbols", set())
-    found = [made.index(s) for s in symbols if s in made]
-    return min(found) if found else 0
 
 
 def _user_frame(tx: Tracer) -> Tracer:

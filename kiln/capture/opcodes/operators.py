@@ -15,6 +15,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from kiln.capture.opcodes.table import opcode
+from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import BuiltinVariable
 from kiln.capture.variables.constant import ConstantVariable
@@ -522,3 +523,35 @@ def DELETE_SUBSCR(tx: "Tracer", instr: dis.Instruction) -> None:
     key = tx.pop()
     obj = tx.pop()
     obj.call_method(tx, "__delitem__", [key], {})
+
+
+# The operator module's functions behave like the operators themselves: their builtin rules (see
+# variables/builtin.py) are registered here, with the operators.
+def _operator_rule(name: str) -> BuiltinRule:
+    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        if len(args) != 2 or kwargs:
+            raise Unsupported(f"operator.{name} with {len(args)} arguments (raised natively)", kind="unsupported_call")
+        if name == "getitem":
+            return subscript(tx, args[0], args[1])
+        if name == "contains":
+            return ConstantVariable(contains(tx, args[0], args[1]))
+        if name in ("is_", "is_not"):
+            return ConstantVariable(identity(args[0], args[1]) == (name == "is_"))
+        if name == "concat":
+            return binary_op(tx, "+", args[0], args[1])
+        plain = {"iand": "and_", "ior": "or_"}.get(name, name[1:])
+        if name.startswith("i") and plain in BINARY_SYMBOLS:  # iadd(a, b): `a += b`, then a
+            return binary_op(tx, BINARY_SYMBOLS[plain], args[0], args[1], inplace=True)
+        if name == "iconcat":
+            return binary_op(tx, "+", args[0], args[1], inplace=True)
+        if name in BINARY_SYMBOLS:
+            return binary_op(tx, BINARY_SYMBOLS[name], args[0], args[1])
+        return compare_op(tx, name, args[0], args[1])
+    return rule
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_", "xor",
+              "lshift", "rshift", "getitem", "lt", "le", "eq", "ne", "gt", "ge", "contains", "is_", "is_not",
+              "concat", "iconcat", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "imatmul",
+              "iand", "ior", "ixor", "ilshift", "irshift"):
+    BUILTIN_RULES[getattr(operator, _name)] = _operator_rule(_name)

@@ -95,8 +95,6 @@ class DictViewVariable(Variable):
         raise Unsupported(f"{self.python_type().__name__}.{name}", kind="unsupported_call")
 
     def contains(self, tx: "Tracer", item: Variable) -> bool:
-        from kiln.capture.opcodes.operators import _equal
-
         items = self.dict_var.items
         if self.kind == "keys":
             return key_of(item) in items
@@ -113,7 +111,7 @@ class DictViewVariable(Variable):
             candidates = list(items.values())
             needle = item
         for candidate in candidates:
-            same = _equal(needle, candidate)
+            same = tx.known_equal(needle, candidate)
             if same is None:
                 raise Unsupported(f"`in` comparing {needle.describe()} with a dict's values", kind="unsupported")
             if same:

@@ -149,14 +149,13 @@ class NumpyArrayVariable(Variable):
 
     def _strides(self, tx: "Tracer") -> Variable:
         """numpy's strides, in bytes: the tensor's times the item size, where they are numpy's."""
-        from kiln.capture.opcodes.operators import binary_op
         from kiln.capture.variables.sequence import TupleVariable
 
         if not self.numpy_strides:
             raise Unsupported("ndarray.strides of an array numpy computed (its layout may differ from torch's)",
                               kind="numpy")
         steps = self.tensor().stride(tx).iterate(tx)
-        return TupleVariable([binary_op(tx, "*", s, ConstantVariable(self.dtype.itemsize)) for s in steps])
+        return TupleVariable([tx.binary_op("*", s, ConstantVariable(self.dtype.itemsize)) for s in steps])
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:

@@ -75,7 +75,6 @@ def python_len(tx: "Tracer", var: Variable, cls: type) -> Variable | None:
 def call_getter(tx: "Tracer", getter: Any, target: Variable) -> Variable:
     """`operator.attrgetter("a.b", "c")(obj)` and `operator.itemgetter(k)(obj)`: the reads they make,
     traced one by one (their names and keys come from the getter's own `__reduce__`)."""
-    from kiln.capture.opcodes.operators import subscript
     from kiln.capture.variables.sequence import TupleVariable
 
     keys = getter.__reduce__()[1]
@@ -86,7 +85,7 @@ def call_getter(tx: "Tracer", getter: Any, target: Variable) -> Variable:
             for part in key.split("."):
                 value = tx.getattr(value, part)
         else:
-            value = subscript(tx, target, tx.wrap(key, None))
+            value = tx.subscript(target, tx.wrap(key, None))
         found.append(value)
     return found[0] if len(found) == 1 else TupleVariable(found)
 
