@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule
+from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule, builtin_rule
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
@@ -40,18 +40,6 @@ _BREAK_KINDS = {builtins.print: "print", builtins.input: "unsupported_call", bui
                 builtins.breakpoint: "unsupported_call", builtins.exec: "unsupported_call",
                 builtins.eval: "unsupported_call", builtins.globals: "unsupported_call",
                 builtins.vars: "unsupported_call"}
-
-
-def builtin_rule(*fns: Any) -> Callable[[Rule], Rule]:
-    """Register the rule for builtins `fns` (the function's name must be `<builtin>_rule`)."""
-
-    def register(rule: Rule) -> Rule:
-        for fn in fns:
-            assert fn not in RULES, fn
-            RULES[fn] = rule
-        return rule
-
-    return register
 
 
 class BuiltinVariable(Variable):
@@ -475,14 +463,6 @@ def _one_number_kind(items: list[Variable]) -> bool:
 
 RULES[min] = _minmax(min)
 RULES[max] = _minmax(max)
-
-
-def product(tx: "Tracer", items: list[Variable]) -> Variable:
-    """The product of numbers, folded when constant (Size.numel())."""
-    result: Variable = ConstantVariable(1)
-    for item in items:
-        result = tx.binary_op("*", result, item)
-    return result
 
 
 @builtin_rule(sum)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import BoundMethodVariable, Variable
-from kiln.capture.variables.builtin import builtin_rule
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.sequence import TupleVariable
 from kiln.errors import Unsupported

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence, TypeGuard
 
 import torch
 
+from kiln.capture.trace_rules import BUILTIN_RULES
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
@@ -101,6 +102,14 @@ class BaseSequenceVariable(Variable):
         return BoundMethodVariable(self, name)
 
 
+def product(tx: "Tracer", items: list[Variable]) -> Variable:
+    """The product of numbers, folded when constant (Size.numel())."""
+    result: Variable = ConstantVariable(1)
+    for item in items:
+        result = tx.binary_op("*", result, item)
+    return result
+
+
 def _user_attribute(cls: type, name: str) -> Any:
     """`name` as defined by a class of `cls`'s MRO written in Python (not tuple or object)."""
     for klass in cls.__mro__:
@@ -169,7 +178,6 @@ class TupleVariable(BaseSequenceVariable):
             from kiln.capture.variables.dict import DictVariable
             return DictVariable(dict(zip(self.tuple_type._fields, self.items)))
         if name == "numel" and self.tuple_type is torch.Size:
-            from kiln.capture.variables.builtin import product
             return product(tx, self.items)
         return super().call_method(tx, name, args, kwargs)
 
@@ -246,9 +254,8 @@ class ListVariable(BaseSequenceVariable):
             self.items[:] = [ConstantVariable(v) for v in values]
             return none
         if name == "sort" and not args and set(kwargs) <= {"key", "reverse"}:
-            # ordering.py builds on this module: imported where the first sort with a key needs it
-            from kiln.capture.variables.ordering import sorted_rule
-            ordered = sorted_rule(tx, [self], kwargs)  # the key may raise: the list is left as it was
+            # sorted()'s rule (ordering.sorted_rule, which builds on this module; builtin.py registers it)
+            ordered = BUILTIN_RULES[sorted](tx, [self], kwargs)  # the key may raise: the list is left as it was
             assert isinstance(ordered, ListVariable)
             self._mutated(tx)
             self.items[:] = ordered.items
