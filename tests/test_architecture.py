@@ -250,7 +250,7 @@ def test_the_boundary_source_is_package_data():
 
 # Ratchet: the largest import cycle among kiln's modules may shrink, never grow; lower it as capture is
 # layered (issue 31's target is 8).
-LARGEST_CYCLE = 15
+LARGEST_CYCLE = 8
 
 
 def module_cycles() -> list[list[str]]:

@@ -49,7 +49,8 @@ from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised
-from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable, UserMethodVariable, guard_class_attribute
+from kiln.capture.variables.functions import (CellVariable, NestedFunctionVariable, UserMethodVariable, bind_class_attribute,
+                                              guard_class_attribute)
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables.object_protocol import python_setattr
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable, is_structseq_type
@@ -511,7 +512,7 @@ class Tracer:
             return ConstantVariable(example)
         raise Unsupported(f"an op returned {type(example).__name__}", kind="unsupported")
 
-    # ------------------------------------------------------------------ operators (a kind asks for them here)
+    # ------------------------------------------------------------------ asked by the kinds (they import none of this)
     def binary_op(self, symbol: str, a: Variable, b: Variable) -> Variable:
         return operators.binary_op(self, symbol, a, b)
 
@@ -523,6 +524,15 @@ class Tracer:
 
     def known_equal(self, a: Variable, b: Variable) -> bool | None:
         return operators._equal(a, b)  # `a == b` when known without running a user __eq__
+
+    def bind_method(self, fn: types.FunctionType, receiver: Variable) -> Variable:
+        return UserMethodVariable(fn, receiver)  # a user subclass's method, bound
+
+    def class_attribute(self, static: Any, receiver: Variable, owner: type, name: str | None) -> Variable | None:
+        return bind_class_attribute(self, static, receiver, owner, name)
+
+    def guard_class_attribute(self, owner: type, name: str, static: Any) -> None:
+        guard_class_attribute(self, owner, name, static)
 
     # ------------------------------------------------------------------ inlining
     def child(self, code: types.CodeType, f_globals: dict[str, Any], local_vars: dict[str, Variable],

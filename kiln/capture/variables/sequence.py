@@ -155,16 +155,15 @@ class TupleVariable(BaseSequenceVariable):
         if is_namedtuple_type(self.tuple_type):
             method = _user_attribute(self.tuple_type, name)
             if isinstance(method, types.FunctionType):  # a method of a typing.NamedTuple class
-                from kiln.capture.variables.functions import UserMethodVariable
-                return UserMethodVariable(method, self)
+                return tx.bind_method(method, self)
             if isinstance(method, property) and method.fget is not None:
                 return tx.wrap(method.fget, None).call(tx, [self], {})
             if isinstance(method, staticmethod):  # `self.make(...)` on a namedtuple subclass
                 return tx.wrap(method.__func__, None)
             if isinstance(method, classmethod):
-                from kiln.capture.variables.functions import UserMethodVariable, python_function
-                return UserMethodVariable(python_function(method.__func__, "a classmethod"),
-                                          tx.wrap(self.tuple_type, None))
+                bound = tx.class_attribute(method, self, self.tuple_type, None)  # bound to the class
+                assert bound is not None
+                return bound
         return super().getattr(tx, name)
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
