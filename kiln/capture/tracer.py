@@ -37,7 +37,7 @@ from kiln.capture.glue import CaptureResult, check_breakable, finish_break, fini
 from kiln.capture.guards import Guard
 from kiln.capture.options import CompileOptions
 from kiln.capture.trace_rules import is_library_code
-from kiln.capture.opcodes import OPCODES, operators
+from kiln.capture.opcodes import OPCODES
 from kiln.capture.output_graph import OutputGraph
 from kiln.capture.process_modes import ProcessModes
 from kiln.capture.side_effects import SideEffects
@@ -52,6 +52,7 @@ from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, c
 from kiln.capture.variables.functions import (CellVariable, NestedFunctionVariable, UserMethodVariable, bind_class_attribute,
                                               guard_class_attribute)
 from kiln.capture.variables.model_output import ModelOutputVariable
+from kiln.capture.variables import operators
 from kiln.capture.variables.object_protocol import python_setattr
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.slice import SliceVariable
