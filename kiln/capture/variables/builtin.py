@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
+from kiln.capture.sources import TypeSource
 from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule, builtin_rule
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
@@ -203,7 +204,6 @@ def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
 def type_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     if len(args) != 1:
         raise Unsupported("type() with three arguments", kind="unsupported_call")
-    from kiln.capture.sources import TypeSource
     from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 
     obj = args[0]

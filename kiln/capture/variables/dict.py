@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from kiln.capture.guards import ABSENT
+from kiln.capture.sources import AttrSource
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
@@ -169,7 +170,6 @@ class DictVariable(Variable):
         if name in self.attrs:
             return self.attrs[name]
         if self.real is not None and self.source is not None and name in vars(self.real):
-            from kiln.capture.sources import AttrSource
             self.attrs[name] = tx.wrap(vars(self.real)[name], AttrSource(self.source, name))
             return self.attrs[name]
         if name == "default_factory" and issubclass(self.dict_type, collections.defaultdict):

@@ -19,8 +19,9 @@ import torch
 from torch.nn.modules.lazy import LazyModuleMixin
 
 from kiln.capture.distributed import is_ddp
+from kiln.capture.guards import Guard
 from kiln.capture.sources import AttrSource, ItemSource, Source
-from kiln.capture.variables.base import BoundMethodVariable, Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.functions import UserMethodVariable
 from kiln.errors import RestartCapture, Unsupported
@@ -220,7 +221,6 @@ class NNModuleVariable(Variable):
                 for k, h in hooks.items()]
 
     def _guard(self, tx: "Tracer", source: Source, kind: str, expected: Any) -> None:
-        from kiln.capture.guards import Guard
         tx.state.output.guards.append(Guard(source.name(), kind, expected))
 
     def _guard_no_hooks(self, tx: "Tracer") -> None:
@@ -322,7 +322,6 @@ class NNModuleVariable(Variable):
         its path from this module. The walk that answer depends on is guarded: the names in each
         reachable module's tables, and a module reached through two paths (shared, or a cycle back
         to an ancestor) by identity at the second one."""
-        from kiln.capture.variables.base import constant_args
         from kiln.capture.variables.iterator import IteratorVariable
         from kiln.capture.variables.sequence import TupleVariable
 

@@ -14,8 +14,9 @@ import operator
 import types
 from typing import TYPE_CHECKING, Any
 
-from kiln.capture.guards import ABSENT
+from kiln.capture.guards import ABSENT, Guard, ProcessQuery
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.constant import is_constant_value
 from kiln.capture.variables.exception import RaisedInTrace, raise_in_trace
 from kiln.capture.variables.functions import (
     UserFunctionVariable,
@@ -46,9 +47,6 @@ def holds_backend_settings(obj: Any) -> bool:
 def read_backend_setting(tx: "Tracer", obj: Any, name: str) -> Variable:
     """A flag read now and guarded (check_query) as torch.compile's global-state guard checks the ones
     it knows; anything else there (a submodule, a function) is fixed for the process."""
-    from kiln.capture.guards import Guard, ProcessQuery
-    from kiln.capture.variables.constant import is_constant_value
-
     try:
         value = getattr(obj, name)
     except AttributeError as exc:

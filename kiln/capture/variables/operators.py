@@ -16,6 +16,7 @@ import operator
 import types
 from typing import TYPE_CHECKING, Any
 
+from kiln.capture.guards import ABSENT
 from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import BuiltinVariable
@@ -291,7 +292,6 @@ def _python_type(v: Variable) -> type | None:
 def _method(tx: "Tracer", v: Variable, name: str) -> Any:
     """The Python function `name` of the class of a user object (None for builtins' slots); what
     the lookup found is guarded on the class."""
-    from kiln.capture.guards import ABSENT
     from kiln.capture.variables.functions import guard_class_attribute
 
     kind = _python_type(v)

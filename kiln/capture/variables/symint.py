@@ -13,6 +13,7 @@ import torch
 import torch.fx
 
 from kiln.capture.variables.base import BoundMethodVariable, Variable
+from kiln.capture.variables.constant import ConstantVariable
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
@@ -44,8 +45,6 @@ class SymIntVariable(Variable):
         return self.python_type()(self.example)
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.constant import ConstantVariable
-
         kind = self.python_type()
         if name == "real" or name == "numerator" and kind is int:
             return self

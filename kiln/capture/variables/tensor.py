@@ -15,8 +15,9 @@ import torch
 import torch.fx
 
 from kiln import config
-from kiln.capture.sources import Source
+from kiln.capture.sources import AttrSource, Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable
+from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -103,7 +104,6 @@ class TensorVariable(Variable):
             return TupleVariable(items, torch.Size)
         size = self.example.shape[dim]
         if not isinstance(size, torch.SymInt):
-            from kiln.capture.variables.constant import ConstantVariable
             return ConstantVariable(int(size))
         from kiln.capture.variables.symint import SymIntVariable
         node = tx.output.node_for_symint(size)
@@ -120,7 +120,6 @@ class TensorVariable(Variable):
             return TupleVariable([self.stride(tx, d) for d in range(self.example.dim())], tuple)
         stride = self.example.stride(dim)
         if not isinstance(stride, torch.SymInt):
-            from kiln.capture.variables.constant import ConstantVariable
             return ConstantVariable(int(stride))
         from kiln.capture.variables.symint import SymIntVariable
         node = tx.output.node_for_symint(stride)
@@ -130,8 +129,6 @@ class TensorVariable(Variable):
 
     # ---------------------------------------------------------------------------------- attributes
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.constant import ConstantVariable
-
         if name == "shape":
             return self.size(tx)
         if name in _CONSTANT_ATTRS:
@@ -155,8 +152,6 @@ class TensorVariable(Variable):
         None stays None, a tensor keeps its metadata), or what the trace assigned to it. As in
         Dynamo; reading it off a tensor the graph computes (or a non-leaf, whose read warns)
         stays a graph break."""
-        from kiln.capture.sources import AttrSource
-
         real = self.real()
         if real is None or self.source is None or not real.is_leaf:
             raise Unsupported("reading .grad of a tensor inside a compiled region", kind="unsupported_attribute")
@@ -169,8 +164,6 @@ class TensorVariable(Variable):
         """`p.grad = g` on a leaf graph input: a side effect the glue replays after the graph. The
         checks eager makes at the assignment (a tensor of p's size, dtype and device, or None)
         are made now; one that fails is a graph break, and the assignment raises natively."""
-        from kiln.capture.variables.constant import ConstantVariable
-
         real = self.real()
         fits = isinstance(value, ConstantVariable) and value.as_constant() is None or \
             isinstance(value, TensorVariable) and value.example is not self.example and \
@@ -182,8 +175,6 @@ class TensorVariable(Variable):
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.variables.constant import ConstantVariable
-
         if name == "item" and not args and config.capture_scalar_outputs:
             return tx.call_op("call_method", "item", [self], {})  # an unbacked symbol, not a break
         if name == "numpy" and not args:
