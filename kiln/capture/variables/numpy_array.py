@@ -20,6 +20,7 @@ from kiln.capture.guards import Guard
 from kiln.capture.sources import Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.tensor import tensor_method
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -168,6 +169,7 @@ class NumpyArrayVariable(Variable):
         return f"{glue.graph_value(self)}.numpy()" + ("[()]" if self.scalar else "")
 
 
+@tensor_method("numpy")
 def tensor_to_numpy(tx: "Tracer", tensor: Variable, kwargs: dict[str, Variable]) -> NumpyArrayVariable:
     """`t.numpy()` on a traced tensor; what eager refuses stays a break that raises natively."""
     example = tensor.example  # type: ignore[attr-defined]

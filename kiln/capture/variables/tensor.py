@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 import weakref
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 import torch.fx
@@ -44,6 +44,22 @@ _DATA_METHODS = {
 
 # Reading a known (constant-folded) tensor's value: eager's answer at trace time.
 _READ_METHODS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__"})
+
+# Tensor methods (without positional arguments) that make a value of a kind built on this one, by
+# name, filled by @tensor_method where that kind lives (numpy() -> numpy_array.py's array).
+TensorMethod = Callable[["Tracer", Variable, dict[str, Variable]], Variable]
+TENSOR_METHODS: dict[str, TensorMethod] = {}
+
+
+def tensor_method(name: str) -> Callable[[TensorMethod], TensorMethod]:
+    """Register the rule for `tensor.<name>(**kwargs)`."""
+
+    def register(rule: TensorMethod) -> TensorMethod:
+        assert name not in TENSOR_METHODS, name
+        TENSOR_METHODS[name] = rule
+        return rule
+
+    return register
 
 
 class TensorVariable(Variable):
@@ -177,9 +193,8 @@ class TensorVariable(Variable):
                     kwargs: dict[str, Variable]) -> Variable:
         if name == "item" and not args and config.capture_scalar_outputs:
             return tx.call_op("call_method", "item", [self], {})  # an unbacked symbol, not a break
-        if name == "numpy" and not args:
-            from kiln.capture.variables.numpy_array import tensor_to_numpy
-            return tensor_to_numpy(tx, self, dict(kwargs))
+        if name in TENSOR_METHODS and not args:
+            return TENSOR_METHODS[name](tx, self, dict(kwargs))
         if name in _READ_METHODS and self.constant is not None and not args and not kwargs:
             tx.output.guards.extend(self.constant_guards)
             return tx.wrap_result(getattr(self.constant, name)())
