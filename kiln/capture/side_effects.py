@@ -83,6 +83,22 @@ class SideEffects:
         write = self._effects.get(("attr", id(obj), name))
         return None if write is None else write.value
 
+    def changed_container(self, source: Source) -> "Variable | None":
+        """The container read through `source` that the trace changed in place (a module's
+        `_buffers` after `register_buffer`), or None: later reads must see its new contents."""
+        name = source.name()
+        for key, effect in self._effects.items():
+            if key[0] == "contents" and effect.source is not None and effect.source.name() == name:
+                return effect
+        return None
+
+    def changed_containers_under(self, source: Source) -> list["Variable"]:
+        """The containers read through `source` or below it that the trace changed in place."""
+        prefix = source.name()
+        return [effect for key, effect in self._effects.items()
+                if key[0] == "contents" and effect.source is not None
+                and (effect.source.name() == prefix or effect.source.name().startswith((prefix + ".", prefix + "[")))]
+
     def touches(self, source: Source) -> bool:
         """True when a pending effect writes into what `source` reaches: a container read through
         it, or an attribute of an object read through it, was changed by the trace."""

@@ -127,15 +127,23 @@ class TensorSpec:
 
 
 def _static_strides(sizes: tuple[int, ...], strides: tuple[int, ...], dynamic: set[int]) -> tuple[int | None, ...]:
-    # A stride depends on every size of the dims laid out inside it (smaller stride); when one of
-    # those is dynamic the stride is left free and its dense relation is checked instead (see
-    # check_tensor), so that a new batch size does not recompile through the stride guard.
+    # The strides the fake input has as symbols (kiln.fake.convert.symbolic_strides, the same walk):
+    # from the smallest stride up, while the layout is dense, a stride is the product of the sizes
+    # laid out inside it; it is left free when one of those sizes is dynamic, and its dense
+    # relation is checked instead (see check_tensor), so a new batch size does not recompile
+    # through the stride guard. From the first stride that breaks the chain (a padded row, a
+    # broadcast 0) on, the fake keeps the captured integers and the guard checks them.
+    out: list[int | None] = list(strides)
     if not dynamic:
-        return strides
-    out: list[int | None] = []
-    for i, stride in enumerate(strides):
-        inner = [j for j in range(len(sizes)) if j != i and (strides[j], -j) < (stride, -i) and sizes[j] != 1]
-        out.append(None if any(j in dynamic for j in inner) else stride)
+        return tuple(out)
+    dense, symbolic = 1, False
+    for d in sorted(range(len(sizes)), key=lambda d: (strides[d], -d)):
+        if strides[d] != dense:
+            break
+        if symbolic:
+            out[d] = None
+        dense *= sizes[d]
+        symbolic = symbolic or d in dynamic
     return tuple(out)
 
 

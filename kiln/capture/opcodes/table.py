@@ -1,8 +1,8 @@
 """The opcode table itself: `OPCODES` (opcode name -> handler) and the `@opcode` decorator that fills it.
 
-The handler families (names, stack, calls, build, operations, control, exceptions) import this module
-to register themselves; the package `kiln.capture.opcodes` imports every family, so importing the
-package fills the table. Kept apart from the package so that a family never imports the package that
+The handler families (names, stack, calls, build, operations, control, exceptions, matching) import
+this module to register themselves; the package `kiln.capture.opcodes` imports every family, so
+importing the package fills the table. Kept apart from the package so that a family never imports the package that
 imports it.
 """
 from __future__ import annotations

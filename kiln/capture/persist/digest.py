@@ -24,7 +24,7 @@ from kiln import config
 from kiln.runtime import cache
 
 
-FORMAT = 5  # bump when the stored layout changes (5: record classes moved into kiln.capture.{guards,persist}.*)
+FORMAT = 6  # bump when the stored layout or a guard's meaning changes (6: strides of non-dense dynamic inputs guarded)
 
 
 class NotPortable(Exception):

@@ -24,6 +24,7 @@ from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule, builtin_rule
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
+from kiln.capture.variables.exception import raise_in_trace
 from kiln.capture.variables.ordering import Ordered, constant_of, sorted_rule, traced_numbers
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
@@ -72,7 +73,11 @@ class BuiltinVariable(Variable):
         return rule(tx, list(args), dict(kwargs))
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        return tx.wrap_result(getattr(self.fn, name))
+        try:
+            value = getattr(self.fn, name)
+        except AttributeError as exc:  # a builtin's attributes are fixed: the program's own AttributeError
+            raise raise_in_trace(exc, f"{exc} (raised natively)") from None
+        return tx.wrap_result(value)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.constant(self.fn)

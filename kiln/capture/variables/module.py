@@ -134,6 +134,12 @@ class NNModuleVariable(Variable):
         """nn.Module.__getattr__: the parameter, buffer or submodule `name`, else AttributeError."""
         d = self.module.__dict__
         for table in ("_parameters", "_buffers", "_modules"):
+            changed = self._changed_table(tx, table)
+            if changed is not None:  # `register_buffer` earlier in the trace: the table as it is now
+                key = ConstantVariable(name)
+                if changed.call_method(tx, "__contains__", [key], {}).as_constant():
+                    return changed.call_method(tx, "__getitem__", [key], {})
+                continue
             if name in d.get(table, {}):
                 return tx.wrap(d[table][name], self._child_source(table, name))
         if self.source is not None:  # what the tables lacked is part of what the trace relied on
@@ -143,6 +149,32 @@ class NNModuleVariable(Variable):
         from kiln.capture.variables.exception import raise_in_trace
         message = f"{type(self.module).__name__!r} object has no attribute {name!r}"
         raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
+
+    def _refuse_changed_tables(self, tx: "Tracer", what: str, recurse: bool = True) -> None:
+        """Unsupported when the trace registered or removed a parameter, buffer or submodule of this
+        module (or, with `recurse`, of one below it): `what` reads the real tables, which do not
+        have the change yet (it is replayed after the graph)."""
+        if self.source is None:
+            return
+        tables = ("_parameters", "_buffers", "_modules")
+        for changed in tx.side_effects.changed_containers_under(self.source):
+            name = changed.source.name() if changed.source is not None else ""
+            own = name in {s.name() for t in tables
+                           for s in (AttrSource(self.source, t), ItemSource(AttrSource(self.source, "__dict__"), t))}
+            if own or recurse and any(name.endswith((f".{t}", f"['{t}']")) for t in tables):
+                raise Unsupported(f"{what} after the trace changed the module's {name.rsplit('.', 1)[-1]}",
+                                  kind="unsupported")
+
+    def _changed_table(self, tx: "Tracer", table: str) -> Variable | None:
+        """The module's `table` dict as the trace changed it (read as `self._buffers` or through
+        `self.__dict__`), or None when the trace did not change it."""
+        if self.source is None:
+            return None
+        for source in (AttrSource(self.source, table), ItemSource(AttrSource(self.source, "__dict__"), table)):
+            changed = tx.side_effects.changed_container(source)
+            if changed is not None:
+                return changed
+        return None
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
@@ -234,6 +266,7 @@ class NNModuleVariable(Variable):
     # ------------------------------------------------------------------ containers
     def _children(self, tx: "Tracer") -> list[tuple[str, Variable]]:
         m = self.module
+        self._refuse_changed_tables(tx, f"the children of {type(m).__name__}", recurse=False)
         table = "_parameters" if isinstance(m, (torch.nn.ParameterList, torch.nn.ParameterDict)) else "_modules"
         if self.source is not None:  # the loop over them is unrolled: their names and number are baked
             self._guard(tx, AttrSource(self.source, table), "check_keys", tuple(getattr(m, table).keys()))
@@ -330,6 +363,7 @@ class NNModuleVariable(Variable):
         consts = constant_args(args, kwargs)
         if consts is None:
             raise Unsupported(f"{name}() with arguments unknown at trace time", kind="unsupported_call")
+        self._refuse_changed_tables(tx, f"{name}()")
         self._guard_tree(tx)
         named = name if name.startswith("named_") else "named_" + name
         method = getattr(self.module, name)

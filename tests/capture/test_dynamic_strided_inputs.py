@@ -1,0 +1,72 @@
+"""Dynamic sizes over inputs that are not dense: padded rows (a slice of a wider tensor), broadcast
+(stride 0) dims, slices with steps, transposes of those. The fake input keeps such strides as the
+captured integers (kiln.fake.convert.symbolic_strides), so the guard must check them: a later call
+whose padded row is wider used to pass the guards and run kernels compiled for the old stride (a
+relayout into overlapping addresses: wrong values written back into the caller's tensor)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kiln
+
+
+def add_inplace_then_scale(x):
+    return x.add_(1).mul(2)
+
+
+def reduce_rows(x):
+    return x.sum(-1) + x[:, :1].squeeze(-1)
+
+
+def padded(n, m, pad):
+    base = torch.randn(n + 2, m + pad)
+    return base, base[1:1 + n, pad:]
+
+
+LAYOUTS = {
+    "padded_rows": lambda n, m: padded(n, m, 1),
+    "wide_padding": lambda n, m: padded(n, m, 3),
+    "transposed_padded": lambda n, m: (lambda b: (b, b[1:1 + m, 1:].t()))(torch.randn(m + 2, n + 1)),
+    "stepped_rows": lambda n, m: (lambda b: (b, b[::2]))(torch.randn(2 * n, m)),
+    "broadcast_rows": lambda n, m: (lambda b: (b, b.expand(n, m)))(torch.randn(1, m)),
+}
+SHAPES = [(2, 3), (4, 3), (3, 5), (6, 4), (1, 3), (7, 5), (3, 3)]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_mutated_strided_input_as_eager(layout, dynamic):
+    if layout == "broadcast_rows":
+        pytest.skip("eager refuses an in-place op on an expanded tensor")
+    kiln.reset()
+    compiled = kiln.compile(add_inplace_then_scale, dynamic=dynamic)
+    for n, m in SHAPES:
+        torch.manual_seed(n * 10 + m)
+        base, x = LAYOUTS[layout](n, m)
+        mine_base = base.clone()
+        mine = mine_base.as_strided(x.shape, x.stride(), x.storage_offset())
+        expected = add_inplace_then_scale(x)
+        got = compiled(mine)
+        torch.testing.assert_close(got, expected, msg=lambda s: f"{(n, m)}: {s}")
+        assert torch.equal(mine_base, base), (n, m)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_read_strided_input_as_eager(layout, dynamic):
+    kiln.reset()
+    compiled = kiln.compile(reduce_rows, dynamic=dynamic)
+    for n, m in SHAPES:
+        _, x = LAYOUTS[layout](n, m)
+        torch.testing.assert_close(compiled(x), reduce_rows(x), msg=lambda s: f"{(n, m)}: {s}")
+
+
+def test_a_wider_padded_row_fails_the_guard():
+    kiln.reset()
+    compiled = kiln.compile(reduce_rows, dynamic=True)
+    compiled(padded(2, 3, 1)[1])
+    compiled(padded(4, 3, 1)[1])  # same row stride 4: no recompile
+    assert kiln.stats()["recompiles"] == 0
+    compiled(padded(3, 5, 1)[1])  # row stride 6: the kernels were compiled for 4
+    assert kiln.stats()["recompiles"] == 1
