@@ -38,7 +38,7 @@ def compile(model: Any = None, *, fullgraph: bool = False, dynamic: bool | None 
         "reduce-overhead" under "inductor" replays CUDA graphs for CUDA tensors, and on CPU runs
         each graph through the native wrapper (one generated C++ function per graph, not one Python
         line and ctypes call per kernel; kiln.config.cpu_wrapper). "max-autotune" tunes Triton
-        launches on CUDA; on CPU the max-autotune modes run the default path.
+        launches on CUDA and on CPU compiles a graph's variants, keeping the fastest (kiln.runtime.plan).
     options: a dict for the "inductor" backend, keys from kiln.capture.options.INDUCTOR_OPTIONS
         ("verify", "opt_level", "no_decompose", "aten_fallback", "no_fusion"); other backends take none.
     A bad value of any argument raises TypeError/ValueError here, not at the first call.

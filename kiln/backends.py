@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from kiln import config
+from kiln.runtime import plan
 
 Backend = Callable[[torch.fx.GraphModule, list], Callable[..., Any]]
 
@@ -93,10 +94,10 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None
 
     lower_options = dict(options or {})
     if mode not in (None, "default"):
-        lower_options["mode"] = mode
+        lower_options["mode"] = mode  # the lowering resolves its plan per graph from it (kiln.runtime.plan)
     compiler: Callable[..., Any] = functools.partial(compile_graph, options=lower_options or None)
     fw_compiler = bw_compiler = compiler
-    if mode == "reduce-overhead":  # CUDA graphs on CUDA tensors; on CPU kiln.lower builds the native wrapper
+    if plan.resolve(mode).cuda_graphs:  # on CUDA tensors; on CPU the plan builds the native wrapper instead
         from kiln.runtime import cudagraphs
 
         shared: dict[str, Any] = {}  # the forward and backward of this frame record into one pool

@@ -314,3 +314,50 @@ def test_the_readme_reading_list_names_files_at_their_size() -> None:
     for path, lines in named:
         actual = len((KILN.parent / path).read_text().splitlines())
         assert abs(actual - int(lines)) <= 0.15 * int(lines), f"{path}: README says {lines} lines, it has {actual}"
+
+
+# kiln.runtime.plan resolves the mode and these settings of kiln.config into a frozen plan once per
+# compile; the backend, the lowering and the runtime read the plan's fields.
+PLAN_MODES = frozenset({"reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"})
+PLAN_SETTINGS = frozenset({"cpu_wrapper", "native_wrapper_after", "cpu_backend"})
+
+
+def _plan_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) for each comparison with a mode name and each read of a plan setting of kiln.config."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            leaves = [c for o in operands for c in (getattr(o, "elts", None) or [o])]
+            found += [(node.lineno, f"compares with {c.value!r}") for c in leaves
+                      if isinstance(c, ast.Constant) and c.value in PLAN_MODES]
+        elif isinstance(node, ast.Attribute) and node.attr in PLAN_SETTINGS:
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id == "config" or \
+                    isinstance(owner, ast.Attribute) and owner.attr == "config":
+                found.append((node.lineno, f"reads config.{node.attr}"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr":
+            found += [(node.lineno, f"getattr {a.value!r}") for a in node.args[1:2]
+                      if isinstance(a, ast.Constant) and a.value in PLAN_SETTINGS]
+        elif isinstance(node, ast.ImportFrom) and node.module == "kiln.config":
+            found += [(node.lineno, f"imports {a.name}") for a in node.names if a.name in PLAN_SETTINGS]
+    return found
+
+
+def test_the_mode_and_the_wrapper_settings_are_read_in_one_place():
+    """Only kiln/runtime/plan.py compares a value with a mode name or reads kiln.config's cpu_wrapper,
+    native_wrapper_after or cpu_backend (issue 31: the mode string was read in 7 files)."""
+    found = [f"{path.relative_to(KILN.parent)}:{line}: {what}"
+             for path in sorted(KILN.rglob("*.py")) if path != KILN / "runtime" / "plan.py"
+             for line, what in _plan_reads(ast.parse(path.read_text(), str(path)))]
+    assert found == [], "read outside kiln.runtime.plan:\n" + "\n".join(found)
+    assert _plan_reads(ast.parse('if mode == "reduce-overhead" or m in (None, "max-autotune"): config.cpu_backend'))
+
+
+MAX_FILE_LINES = 800  # STYLE.md: files 150-600 lines, split near 800
+
+
+def test_no_file_in_kiln_is_over_800_lines():
+    sizes = {path.relative_to(KILN.parent): len(path.read_text().splitlines()) for path in KILN.rglob("*.py")}
+    over = sorted(f"{path}: {n} lines" for path, n in sizes.items() if n > MAX_FILE_LINES)
+    assert over == [], f"files over {MAX_FILE_LINES} lines (split them by concept): {over}"

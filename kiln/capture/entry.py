@@ -214,13 +214,44 @@ def make_binder(fn: FunctionType, bound_self: Any, has_self: bool) -> Callable[[
     unknown or repeated name, a missing argument, positional-only parameters) goes through
     inspect.Signature for Python's own TypeError."""
     code = fn.__code__
+    names, kwonly, star, starstar = _parameters(code)
+    slow = _inspect_binder(fn, bound_self, has_self)
+    if code.co_posonlyargcount:
+        return slow
+    keywords = _keyword_binder(fn, bound_self, has_self, (names, kwonly, star, starstar), slow)
+    if star is not None or starstar is not None or kwonly:
+        return keywords
+    nargs = len(names) - (1 if has_self else 0)
+
+    if has_self:
+        def bind_method(args: tuple, kwargs: dict) -> dict:
+            if kwargs or len(args) != nargs:
+                return keywords(args, kwargs)
+            return dict(zip(names, (bound_self, *args)))
+        return bind_method
+
+    def bind(args: tuple, kwargs: dict) -> dict:
+        if kwargs or len(args) != nargs:
+            return keywords(args, kwargs)
+        return dict(zip(names, args))
+    return bind
+
+
+_Parameters = tuple[tuple[str, ...], tuple[str, ...], str | None, str | None]
+
+
+def _parameters(code: Any) -> _Parameters:
+    """(positional-or-keyword names, keyword-only names, the *args name, the **kwargs name) of a code."""
     names = code.co_varnames[: code.co_argcount]
     kwonly = code.co_varnames[code.co_argcount: code.co_argcount + code.co_kwonlyargcount]
     rest = code.co_argcount + code.co_kwonlyargcount
     star = code.co_varnames[rest] if code.co_flags & inspect.CO_VARARGS else None
     starstar = code.co_varnames[rest + (star is not None)] if code.co_flags & inspect.CO_VARKEYWORDS else None
-    simple = star is None and starstar is None and not kwonly
-    nargs = len(names) - (1 if has_self else 0)
+    return names, kwonly, star, starstar
+
+
+def _inspect_binder(fn: FunctionType, bound_self: Any, has_self: bool) -> Callable[[tuple, dict], dict]:
+    """The binder through inspect.Signature, for the calls make_binder's own binders refuse."""
     signature_now = _signature_tracker(fn)
 
     def slow(args: tuple, kwargs: dict) -> dict:
@@ -235,9 +266,13 @@ def make_binder(fn: FunctionType, bound_self: Any, has_self: bool) -> Callable[[
             raise
         bound.apply_defaults()
         return dict(bound.arguments)
+    return slow
 
-    if code.co_posonlyargcount:
-        return slow
+
+def _keyword_binder(fn: FunctionType, bound_self: Any, has_self: bool, parameters: _Parameters,
+                    slow: Callable[[tuple, dict], dict]) -> Callable[[tuple, dict], dict]:
+    """The binder of keywords, defaults, *args and **kwargs without inspect (`slow` for anything odd)."""
+    names, kwonly, star, starstar = parameters
     keyword_names = frozenset(names + kwonly)  # what a keyword argument can name
 
     def keywords(given: tuple, kwargs: dict) -> dict:
@@ -274,22 +309,7 @@ def make_binder(fn: FunctionType, bound_self: Any, has_self: bool) -> Callable[[
         if starstar is not None:
             out[starstar] = {k: v for k, v in kwargs.items() if k not in keyword_names}
         return out
-
-    if not simple:
-        return keywords
-
-    if has_self:
-        def bind_method(args: tuple, kwargs: dict) -> dict:
-            if kwargs or len(args) != nargs:
-                return keywords(args, kwargs)
-            return dict(zip(names, (bound_self, *args)))
-        return bind_method
-
-    def bind(args: tuple, kwargs: dict) -> dict:
-        if kwargs or len(args) != nargs:
-            return keywords(args, kwargs)
-        return dict(zip(names, args))
-    return bind
+    return keywords
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -17,6 +17,10 @@ line. The rules, in the order the factory applies them to a function:
 3. libraries never inlined (`runs_natively`): I/O, logging, randomness, numpy, collectives;
 4. builtins and stdlib functions with a rule of their own (`has_builtin_rule`);
 5. everything else written in Python: inlined.
+When the object kind calls a class or a library function, section 5 below says whether it runs
+now (a pure library function on constants, `is_pure_library_function`), is built in the trace (a
+class `constructible` attribute by attribute, a module class built from constants,
+`trace_time_module_class`), or is a break, and of which kind (`break_kind_of`).
 
 This module sits at the base of capture: it imports torch and the standard library only (the
 kinds import it, never the other way round), so it adds nothing to capture's import cycle.
@@ -24,8 +28,13 @@ Corresponds to torch/_dynamo/trace_rules.py and the skip/allow lists of torch._d
 """
 from __future__ import annotations
 
+import dis
 import enum
+import inspect
 import os
+import sys
+import traceback
+import types
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -306,3 +315,114 @@ def has_builtin_rule(value: Any) -> bool:
         return value in BUILTIN_RULES
     except TypeError:
         return False
+
+
+# ---- 5. calls answered or objects built at trace time, and the kind of a break ----------------
+# Read by the object kind (variables/user_object.py) when a class, a library function or any other
+# object is called.
+
+# Libraries whose calls are graph breaks of a named kind.
+LIBRARY_BREAK_KINDS = {"numpy": "numpy", "scipy": "numpy", "pandas": "numpy", "math": "unsupported_call", "random": "random",
+                       "logging": "logging", "time": "unsupported_call", "os": "unsupported_call",
+                       "sys": "unsupported_call", "warnings": "logging", "builtins": "unsupported_call"}
+
+
+# functions that read the Python frames calling them (namedtuple and Enum's functional API take the
+# new class's __module__ from there): no traced frame is the one they would see
+FRAME_INTROSPECTION: tuple[Any, ...] = (sys._getframe, inspect.currentframe, inspect.stack, inspect.trace,
+                                        traceback.extract_stack, traceback.format_stack, traceback.print_stack,
+                                        traceback.walk_stack)
+
+
+def break_kind_of(value: Any) -> str:
+    if any(value is reader for reader in FRAME_INTROSPECTION):
+        return "frame_introspection"
+    module = getattr(value, "__module__", None) or type(value).__module__ or ""
+    if isinstance(value, types.ModuleType):
+        module = value.__name__
+    if in_packages(module, NEVER_TRACED_PACKAGES):
+        return "collective"
+    root = module.split(".")[0]
+    return LIBRARY_BREAK_KINDS.get(root, "unsupported_call")
+
+
+# Functions of these modules are pure: on trace-time constants they run while tracing.
+PURE_MODULES = frozenset({"math", "cmath", "operator", "itertools", "functools", "string", "re", "copy"})
+
+
+def is_pure_library_function(obj: Any) -> bool:
+    module = getattr(obj, "__module__", None) or ""
+    if isinstance(obj, types.BuiltinFunctionType) and module in PURE_MODULES:
+        return True
+    if is_numpy_math(obj):
+        return True
+    return module in ("math", "cmath") and callable(obj) and not isinstance(obj, type)
+
+
+def is_numpy_math(obj: Any) -> bool:
+    """numpy ufuncs (np.sqrt, np.exp, ...): pure, so on Python scalars they fold like math.* does."""
+    return type(obj).__name__ == "ufunc" and type(obj).__module__ == "numpy"
+
+
+def trace_time_module_class(obj: Any) -> bool:
+    """A module class capture may construct at trace time: torch.nn's own, or a subclass whose
+    every `__init__` outside torch.nn only stores attributes on self (transformers' activations,
+    built by `ACT2FN[name]` inside a forward). The instance is made once per trace, so its
+    constructor must not touch anything else."""
+    if not isinstance(obj, type) or not issubclass(obj, torch.nn.Module):
+        return False
+    for base in obj.__mro__:
+        if base.__module__.startswith("torch.nn.") or base is object:
+            continue
+        init = base.__dict__.get("__init__")
+        if init is not None and not (isinstance(init, types.FunctionType) and only_stores_on_self(init)):
+            return False
+        if any(k in base.__dict__ for k in ("__new__", "__init_subclass__", "__setattr__")):
+            return False
+    return True
+
+
+IMPURE_OPS = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL", "STORE_DEREF", "DELETE_DEREF", "IMPORT_NAME",
+                         "STORE_SUBSCR", "DELETE_SUBSCR", "DELETE_ATTR", "CALL_FUNCTION_EX", "YIELD_VALUE",
+                         "RAISE_VARARGS", "SETUP_WITH", "BEFORE_WITH"})
+
+
+def only_stores_on_self(init: types.FunctionType) -> bool:
+    """By its bytecode: `__init__` stores attributes only on its first argument, calls nothing but
+    `super()` and the base `__init__`, and writes no global, cell or container."""
+    code = init.__code__
+    if code.co_argcount == 0 or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
+        return False
+    self_name = code.co_varnames[0]
+    calls = allowed = 0
+    previous = None
+    for ins in dis.get_instructions(code):
+        if ins.opname in IMPURE_OPS:
+            return False
+        if ins.opname == "LOAD_METHOD" and ins.argval != "__init__":
+            return False
+        if ins.opname == "STORE_ATTR" and not (previous is not None and previous.opname == "LOAD_FAST"
+                                                and previous.argval == self_name):
+            return False
+        if ins.opname == "STORE_FAST" and ins.argval == self_name:
+            return False
+        if ins.opname == "CALL":
+            calls += 1
+        if ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_GLOBAL" and ins.argval == "super"):
+            allowed += 1
+        previous = ins
+    return calls <= allowed
+
+
+def constructible(cls: type) -> bool:
+    """A plain Python class whose instances capture can build attribute by attribute."""
+    if cls.__module__ == "builtins" or issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException, tuple, dict, list)):
+        return False
+    # a __setattr__ written in Python is inlined on each write (tracer.setattr); a builtin one is not
+    if cls.__new__ is not object.__new__ or not (cls.__setattr__ is object.__setattr__ or
+                                                 isinstance(inspect.getattr_static(cls, "__setattr__"), types.FunctionType)):
+        return False
+    if not getattr(cls, "__dictoffset__", 0):
+        return False  # instances without a __dict__ (__slots__ all the way down)
+    init = inspect.getattr_static(cls, "__init__")
+    return init is object.__init__ or isinstance(init, types.FunctionType)

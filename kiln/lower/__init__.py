@@ -19,7 +19,6 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from kiln import config
 from kiln import log
 from kiln.lower import autotune_cpu, conv_layout, pipeline
 from kiln.lower.codegen.wrapper import make_wrapper
@@ -79,12 +78,12 @@ class CompiledGraph:
         return report
 
 
-def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any]) -> str | None:
+def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: pipeline.LoweringOptions) -> str | None:
     """A key for the whole compiled graph: its code, its inputs' metadata and Kiln's own sources.
     Graphs with tensor constants are not cached (their values are not in the code)."""
     if any(n.op == "get_attr" for n in gm.graph.nodes):
         return None
-    parts = [gm.code, repr(sorted((k, repr(v)) for k, v in options.items())), cache.code_version(),
+    parts = [gm.code, options.cache_text(), cache.code_version(),
              conv_layout.tunables(), repr(gm.meta.get(INPUT_UPDATES, ()))]
     # The code leaves implicit what ambient state decided when it was traced: a factory without
     # dtype= means the default dtype then. Each node's traced dtype pins it (and the default too).
@@ -159,19 +158,25 @@ def _aten_runner(gm: torch.fx.GraphModule, device: str) -> CompiledGraph:
 
 def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
                   options: dict[str, Any] | None = None) -> CompiledGraph:
-    """Fuse, generate C++, build (or load from the disk cache) and wrap one ATen graph."""
-    options = options or {}  # "verify": check the IR (default True); "opt_level": e.g. "-O1"
+    """Fuse, generate C++, build (or load from the disk cache) and wrap one ATen graph. `options`
+    (kiln.lower.pipeline.LoweringOptions reads them): "mode", "verify" (check the IR, default True),
+    "opt_level" (e.g. "-O1"), the bisector's switches; other keys are ignored."""
     started = time.perf_counter()  # the cache key and lookup count in the first pass's time
     foreign = _foreign_device(aten_gm, example_inputs)
     if foreign is not None:
         return _aten_runner(aten_gm, foreign)
-    # the graph's device picks the code generator: C++ on CPU (or Triton when config.cpu_backend
+    return _compile(aten_gm, example_inputs, pipeline.LoweringOptions.of(options), started)
+
+
+def _compile(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: pipeline.LoweringOptions,
+             started: float) -> CompiledGraph:
+    # the graph's device picks the code generator: C++ on CPU (or Triton when kiln.config.cpu_backend
     # says so, under Triton's interpreter), Triton on CUDA (kiln.lower.codegen.triton_wrapper)
     device = triton_wrapper.graph_device(example_inputs)
-    codegen = triton_wrapper.choose_codegen(device, config.cpu_backend)
+    codegen = triton_wrapper.choose_codegen(device, options.plan.cpu_backend)
     key = _graph_key(aten_gm, example_inputs, options) if codegen == "cpp" else None  # Triton graphs: not on disk yet
     cached = cache.load_graph(key, packages=("kiln.lower.",), check=_stored_graph) if key is not None else None
-    if cached is None and codegen == "cpp" and options.get("mode") == "max-autotune" and "cpu_variant" not in options:
+    if cached is None and codegen == "cpp" and options.plan.autotune and options.cpu_variant is None:
         variants = autotune_cpu.variants_for(aten_gm)
         if len(variants) > 1:
             return _compile_autotuned(aten_gm, example_inputs, options, key, variants)
@@ -207,17 +212,16 @@ def _compiled(lo: pipeline.Lowering) -> CompiledGraph:
     return CompiledGraph(lo.fn, source, wrapper_source, lo.program, lo.hints, lo.timings, lo.signatures, lo.lib)
 
 
-def _compile_autotuned(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any],
-                       key: str | None, variants: list[str]) -> CompiledGraph:
+def _compile_autotuned(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                       options: pipeline.LoweringOptions, key: str | None, variants: list[str]) -> CompiledGraph:
     """mode="max-autotune" on CPU: each variant compiled (kiln.lower.autotune_cpu), the fastest chosen
     on the first call and then stored under this graph's key."""
-    base = {k: v for k, v in options.items() if k != "mode"}
     shape_env = _shape_env_of(aten_gm, example_inputs)
     guards_before = _guards_recorded(shape_env)
     candidates: dict[str, CompiledGraph] = {}
     for name in variants:
         with autotune_cpu.variant_settings(name):
-            candidates[name] = compile_graph(aten_gm, example_inputs, options={**base, "cpu_variant": name})
+            candidates[name] = _compile(aten_gm, example_inputs, options.variant(name), time.perf_counter())
     storable = key is not None and _guards_recorded(shape_env) == guards_before
 
     def store(winner: str) -> None:

@@ -1,8 +1,8 @@
 """The lowering's passes as one named list, and the one driver that runs them.
 
 A pass reads and fills a `Lowering` (the graph being lowered and every pass's output) and does
-nothing else: the driver (`run`) checks its output with the seam's verifier (unless
-options["verify"] is False), times it (`Lowering.timings[name]`, and kiln.compile_time as
+nothing else: the driver (`run`) checks its output with the seam's verifier (unless the option
+"verify" is False), times it (`Lowering.timings[name]`, and kiln.compile_time as
 `lower.<name>`, `build` as itself), logs it under KILN_LOGS=+lower and writes it to the debug dump
 (KILN_DEBUG=1: `<run folder>/lower_<n>/<file>`). The lists:
     CPP_PASSES:    fold_batch_norm -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> build -> codegen_wrapper
@@ -14,11 +14,12 @@ torch/_inductor/compile_fx.py and graph.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.fx
@@ -35,6 +36,7 @@ from kiln.lower.ir import LoopIR, format_ir, verify_ir
 from kiln.lower.schedule import KernelProgram, format_program, schedule, verify_program
 from kiln.runtime import build
 from kiln.runtime.aot import INPUT_UPDATES
+from kiln.runtime.plan import Plan, resolve as resolve_plan
 
 
 class DebugDump:
@@ -64,12 +66,57 @@ class DebugDump:
                 f.write(text)
 
 
-def build_flags(options: dict[str, Any]) -> tuple[str, ...]:
-    """The kernels' compiler flags: build's defaults, with options["opt_level"] (tests trade kernel
-    speed for build time with "-O1") in place of the -O flag."""
-    if "opt_level" not in options:
+@dataclass(frozen=True)
+class Switches:
+    """The bisector's switches (kiln.debug.bisect), each a set of names: `no_decompose` (ops kept
+    whole), `aten_fallback` (ops run as ATen calls instead of their lowering), `no_fusion` (loop-IR
+    buffers that get a kernel of their own)."""
+
+    no_decompose: frozenset[str] = frozenset()
+    aten_fallback: frozenset[str] = frozenset()
+    no_fusion: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class LoweringOptions:
+    """compile_graph's options dict, read once (`of`) and kept apart by who sets each key: the user's
+    (`verify`: run the verifiers after their passes; `opt_level`: the kernels' -O flag, tests trade
+    kernel speed for build time with "-O1"; the mode, resolved with kiln.config into `plan`), the
+    bisector's `switches`, and the lowering's own `cpu_variant` (the CPU autotuner's variant being
+    compiled, kiln.lower.autotune_cpu). A key of none of them is ignored."""
+
+    plan: Plan
+    verify: bool = True
+    opt_level: str | None = None
+    switches: Switches = Switches()
+    cpu_variant: str | None = None
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any] | None) -> "LoweringOptions":
+        options = options or {}
+        switches = Switches(no_decompose=frozenset(options.get("no_decompose", ())),
+                            aten_fallback=frozenset(options.get("aten_fallback", ())),
+                            no_fusion=frozenset(options.get("no_fusion", ())))
+        return cls(resolve_plan(options.get("mode")), verify=bool(options.get("verify", True)),
+                   opt_level=options.get("opt_level"), switches=switches, cpu_variant=options.get("cpu_variant"))
+
+    def variant(self, name: str) -> "LoweringOptions":
+        """These options for one of the CPU autotuner's variants."""
+        return dataclasses.replace(self, cpu_variant=name)
+
+    def cache_text(self) -> str:
+        """What of the options decides the kernel program a graph lowers to (the lowering's cache key;
+        the wrapper is chosen after the program is made, from the plan)."""
+        s = self.switches
+        return repr((self.plan.mode, self.verify, self.opt_level, sorted(s.no_decompose), sorted(s.aten_fallback),
+                     sorted(s.no_fusion), self.cpu_variant))
+
+
+def build_flags(options: LoweringOptions) -> tuple[str, ...]:
+    """The kernels' compiler flags: build's defaults, with the opt_level option in place of the -O flag."""
+    if options.opt_level is None:
         return build.DEFAULT_FLAGS
-    return tuple(options["opt_level"] if f.startswith("-O") else f for f in build.DEFAULT_FLAGS)
+    return tuple(options.opt_level if f.startswith("-O") else f for f in build.DEFAULT_FLAGS)
 
 
 @dataclass
@@ -79,7 +126,7 @@ class Lowering:
 
     aten_gm: torch.fx.GraphModule
     example_inputs: Sequence[Any]
-    options: dict[str, Any]
+    options: LoweringOptions
     device: torch.device  # of the graph (kiln.lower.codegen.triton_wrapper.graph_device)
     codegen: str  # "cpp" or "triton" (kiln.lower.codegen.triton_wrapper.choose_codegen)
     dump: DebugDump
@@ -95,12 +142,6 @@ class Lowering:
     lib: Any = None
     fn: Callable[..., tuple] | None = None
     wrapper_source: str = ""
-
-    def names(self, option: str) -> frozenset[str]:
-        """One of the switches the bisector (kiln.debug.bisect) flips, a collection of names:
-        "no_decompose" (ops kept whole), "aten_fallback" (ops run as ATen calls instead of their
-        lowering), "no_fusion" (loop-IR buffers that get a kernel of their own)."""
-        return frozenset(self.options.get(option, ()))
 
     def lap(self) -> float:
         """Seconds since the last lap (or since the Lowering was made: work before the first pass,
@@ -124,7 +165,7 @@ class Pass:
 
 def _fold_batch_norm(lo: Lowering) -> None:
     gm = _copy_graph(lo.aten_gm)
-    if lo.options.get("cpu_variant") == "linear_onednn":
+    if lo.options.cpu_variant == "linear_onednn":
         autotune_cpu.linear_onednn_rewrite(gm)
     lo.gm = fold_batch_norm(gm)
 
@@ -138,33 +179,34 @@ def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 def _decompose(lo: Lowering) -> None:
     assert lo.gm is not None
-    lo.gm = decompose(lo.gm, node_metas(lo.gm, lo.example_inputs), keep=lo.names("no_decompose"))
+    lo.gm = decompose(lo.gm, node_metas(lo.gm, lo.example_inputs), keep=lo.options.switches.no_decompose)
 
 
 def _lower_to_loop_ir(lo: Lowering) -> None:
     assert lo.gm is not None
     # the AOT runtime's mark of mutated inputs' new values (computed into their storage where safe)
     updates = tuple((int(k), int(p)) for k, p in lo.aten_gm.meta.get(INPUT_UPDATES, ()))
-    lo.ir, lo.hints = lower_to_loop_ir(lo.gm, lo.example_inputs, aten_fallback=lo.names("aten_fallback"),
+    lo.ir, lo.hints = lower_to_loop_ir(lo.gm, lo.example_inputs, aten_fallback=lo.options.switches.aten_fallback,
                                        input_updates=updates)
 
 
 def _schedule(lo: Lowering) -> None:
     assert lo.ir is not None
     # column sums fuse into the kernel that makes their rows only where the C++ generator runs them
-    lo.program = schedule(lo.ir, unfused=lo.names("no_fusion"), column_partials=lo.codegen == "cpp")
+    lo.program = schedule(lo.ir, unfused=lo.options.switches.no_fusion, column_partials=lo.codegen == "cpp")
 
 
 def _codegen_triton(lo: Lowering) -> None:
     assert lo.program is not None
     lo.fn, lo.source, lo.wrapper_source = triton_wrapper.compile_program(
-        lo.program, lo.device, autotune=lo.options.get("mode") == "max-autotune")
+        lo.program, lo.device, autotune=lo.options.plan.autotune)
 
 
 def _codegen_cpp(lo: Lowering) -> None:
     assert lo.program is not None
     lo.source, lo.signatures = generate(lo.program)
-    lo.native_build = native_wrapper.start(lo.program, lo.signatures, lo.options)  # compiles while the kernels do
+    # the native wrapper compiles while the kernels do
+    lo.native_build = native_wrapper.start(lo.program, lo.signatures, lo.options.plan.wrapper)
 
 
 def _build(lo: Lowering) -> None:
@@ -234,7 +276,7 @@ def _record(lo: Lowering, name: str, seconds: float) -> None:
 def run(lo: Lowering, passes: Sequence[Pass], *, timed_as: str | None = None) -> None:
     """Run `passes` in order, each verified, timed, logged and dumped; `timed_as`: one timing for
     all of them under that name instead of one per pass."""
-    verify = lo.options.get("verify", True)
+    verify = lo.options.verify
     together = 0.0
     for p in passes:
         p.run(lo)
@@ -271,6 +313,6 @@ def regenerate(lo: Lowering, program: KernelProgram, hints: list[str]) -> None:
 def _finish(lo: Lowering, timings_text: str) -> None:
     if lo.codegen == "cpp":
         assert lo.fn is not None and lo.program is not None
-        lo.fn = native_wrapper.choose(lo.fn, lo.program, lo.signatures, lo.lib, lo.options, lo.dump.write,
-                                      lo.native_build)  # timed itself
+        lo.fn = native_wrapper.choose(lo.fn, lo.program, lo.signatures, lo.lib, lo.options.plan.wrapper,
+                                      lo.dump.write, lo.native_build)  # timed itself
     lo.dump.write("timings.txt", timings_text)

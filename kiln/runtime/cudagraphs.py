@@ -34,12 +34,9 @@ def new_pool() -> Any:
     return torch.cuda.graph_pool_handle()
 
 
-def skip_reason_on_cpu(mode: str | None) -> str | None:
-    """What mode="reduce-overhead" does for a graph on CPU tensors, in words (None for other modes)."""
-    if mode != "reduce-overhead":
-        return None
-    return ("mode='reduce-overhead' records CUDA graphs only for CUDA tensors; on CPU the graph runs "
-            "through the native wrapper instead (one C++ function per graph: kiln.runtime.native)")
+# what mode="reduce-overhead" (kiln.runtime.plan's cuda_graphs) does for a graph on CPU tensors, in words
+SKIPPED_ON_CPU = ("mode='reduce-overhead' records CUDA graphs only for CUDA tensors; on CPU the graph runs "
+                  "through the native wrapper instead (one C++ function per graph: kiln.runtime.native)")
 
 
 def _poisoner() -> Callable[[torch.Tensor, str], None] | None:
@@ -217,7 +214,7 @@ def wrap_compiler(compiler: Callable[..., Any], pool_holder: dict[str, Any], nam
         compiled = compiler(gm, example_inputs)
         tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
         if not tensors or tensors[0].device.type != "cuda":
-            log.artifact("cudagraphs", f"{name}: {skip_reason_on_cpu('reduce-overhead')}")
+            log.artifact("cudagraphs", f"{name}: {SKIPPED_ON_CPU}")
             return compiled
         if "pool" not in pool_holder:
             pool_holder["pool"] = new_pool()

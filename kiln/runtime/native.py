@@ -42,6 +42,7 @@ from kiln.runtime.artifact import RECIPE_ATTR, Recipe, loader
 from kiln.runtime.boundary import aten_compile_flags, aten_link_flags
 from kiln.runtime.boundary import load as boundary  # the extension that binds each graph's function
 from kiln.runtime.kernel_wrapper import LibraryThreads, bind_threads, with_output_spec
+from kiln.runtime.plan import WrapperPlan, wrapper_plan
 from kiln.runtime.records import record_type
 
 # how the graph function reports a kernel's failed check (kiln.lower.checks): the exception class
@@ -373,13 +374,13 @@ def _bind_ref(graph_lib: ctypes.CDLL, ref: NativeRef) -> Callable[..., Any]:
     return _bind(graph_lib, kernel_lib, ref.kernels, ref.output_spec, recipe)
 
 
-def load_tiered(python: Callable[..., Any], ref: NativeRef) -> Callable[..., Any]:
+def load_tiered(python: Callable[..., Any], ref: NativeRef, wrapper: WrapperPlan | None = None) -> Callable[..., Any]:
     """A persisted graph's wrapper in a new process: its native wrapper when a process before this
     one built it, else its Python wrapper behind a TieredWrapper that writes the native source from
-    the stored program and builds it once the graph is hot (as the process that compiled it would)."""
-    from kiln import config
-
-    if config.cpu_wrapper == "python":
+    the stored program and builds it once the graph is hot (as the process that compiled it would).
+    `wrapper`: the wrapper settings to load it under, kiln.config's now by default."""
+    wrapper = wrapper or wrapper_plan()
+    if not wrapper.native_allowed:
         return python
     for rel in ref.graph_libraries:
         graph_lib = build.load_cached(rel, symbols=GRAPH_SYMBOLS)
@@ -390,14 +391,14 @@ def load_tiered(python: Callable[..., Any], ref: NativeRef) -> Callable[..., Any
         except (build.LibraryError, OSError, AttributeError) as exc:
             log.artifact("cache", f"native wrapper of a stored graph not used ({exc}); its Python wrapper runs")
             return python
-    if config.native_wrapper_after <= 0:
+    if wrapper.tier_up_after <= 0:
         return python
 
     def start() -> Any:
         program = _stored_program(ref)  # read and checked on the calling thread; written and built on BACKGROUND's
         return BACKGROUND.submit(lambda: _bind_ref(load_graph_library(_written_source(program, ref)), ref))
 
-    return TieredWrapper(python, start, config.native_wrapper_after,
+    return TieredWrapper(python, start, wrapper.tier_up_after,
                          f"a stored graph of {len(ref.kernels)} kernels", lambda: ref)
 
 

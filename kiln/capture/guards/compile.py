@@ -168,15 +168,7 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
     upgrade_later = native is _DEFAULT
     if native is _DEFAULT:
         native = native_checks()
-    unique: dict[tuple, Guard] = {}
-    for guard in list(guards) + [shape_guard(g) for g in shape_guards]:
-        unique.setdefault(guard.key(), guard)
-    # Guards relating several values come after the guards that check each value's type.
-    last = ("check_aliasing", "check_shape")
-    ordered = [g for g in unique.values() if g.kind not in last]
-    for kind in last:
-        ordered += [g for g in unique.values() if g.kind == kind]
-
+    ordered = _ordered(guards, shape_guards)
     em = Emitter(native)
     hoisted = _Hoisted()  # source expression -> local name, in order of first use
     lines: list[str] = []
@@ -193,35 +185,9 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
         if compiled is not None or index in folded:
             continue
         if index in grouped:
-            parent, names = grouped[index]
-            comment = f"# check_len {user_name(parent)}.{{{', '.join(names)}}}"
-            if native is not None:
-                lines.append(f"if not ___empty_attrs({_rewrite(parent, hoisted)}, {names!r}): return False  {comment}")
-                continue
-            # one statement for a module's four hook dicts, the parent read once (a local)
-            if parent not in hoisted:
-                local = f"___v{len(hoisted)}"
-                lines.append(f"{local} = {_rewrite(parent, hoisted)}")
-                hoisted.add(parent, local)
-            lengths = " or ".join(f"len({hoisted[parent]}.{attr})" for attr in names)
-            lines.append(f"if {lengths}: return False  {comment}")
-            continue
-        if guard.kind == "check_shape":
-            lines.append(f"if not ({_rewrite(guard.source, hoisted)}): return False")
-            continue
-        value = "None"
-        if guard.source:
-            if guard.source not in hoisted:
-                local = f"___v{len(hoisted)}"
-                lines.append(f"{local} = {_rewrite(guard.source, hoisted)}")
-                hoisted.add(guard.source, local)
-            value = hoisted[guard.source]
-        # a guard over no one value (grad mode, aliasing) has no `{v}`: its code is used as it is
-        rendered = [c.render(value) if guard.source else c.code for c in checks]
-        condition = " and ".join(f"({code})" if " or " in code else code for code in rendered)
-        if not guard.source:  # a guard over several sources (aliasing) reads them through their locals
-            condition = _rewrite(condition, hoisted)
-        lines.append(f"if not ({condition}): return False  # {guard.kind} {user_name(guard.source)}")
+            _empty_attributes_line(*grouped[index], native is not None, hoisted, lines)
+        else:
+            _guard_line(guard, checks, hoisted, lines)
 
     if compiled is not None:
         source, code = compiled
@@ -232,8 +198,67 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
                                  native is not None), upgrade_later)
         # not this function's code for these guards after all (or made for the other variant)
         return compile_guards(ordered, native=native if not upgrade_later else _DEFAULT)
+    source = _check_function_source(lines)
+    namespace = dict(em.constants)
+    code = compile(source, "<kiln guards>", "exec")
+    exec(code, namespace)
+    log.artifact("guards", lambda: "guards:\n" + "\n".join(f"  {g}" for g in ordered) + "\n" + source)
+    return _made(CheckFn(ordered, namespace["___check_guards"], source, all_checks, em.constants, code,
+                         native is not None), upgrade_later)
+
+
+def _ordered(guards: Sequence[Guard], shape_guards: Sequence[Any]) -> list[Guard]:
+    """The guards once each (the ShapeEnv's after the capture's); those relating several values
+    (aliasing, shapes) after the guards that check each value's type."""
+    unique: dict[tuple, Guard] = {}
+    for guard in list(guards) + [shape_guard(g) for g in shape_guards]:
+        unique.setdefault(guard.key(), guard)
+    last = ("check_aliasing", "check_shape")
+    ordered = [g for g in unique.values() if g.kind not in last]
+    for kind in last:
+        ordered += [g for g in unique.values() if g.kind == kind]
+    return ordered
+
+
+def _read(source: str, hoisted: _Hoisted, lines: list[str]) -> str:
+    """The local holding `source`'s value, read into it by a new line the first time."""
+    if source not in hoisted:
+        local = f"___v{len(hoisted)}"
+        lines.append(f"{local} = {_rewrite(source, hoisted)}")
+        hoisted.add(source, local)
+    return hoisted[source]
+
+
+def _empty_attributes_line(parent: str, names: tuple[str, ...], native: bool, hoisted: _Hoisted,
+                           lines: list[str]) -> None:
+    """One statement for a module's hook dicts that must all be empty (`_empty_attribute_groups`):
+    one native call, or their lengths with the parent read once (a local)."""
+    comment = f"# check_len {user_name(parent)}.{{{', '.join(names)}}}"
+    if native:
+        lines.append(f"if not ___empty_attrs({_rewrite(parent, hoisted)}, {names!r}): return False  {comment}")
+        return
+    local = _read(parent, hoisted, lines)
+    lengths = " or ".join(f"len({local}.{attr})" for attr in names)
+    lines.append(f"if {lengths}: return False  {comment}")
+
+
+def _guard_line(guard: Guard, checks: list[Check], hoisted: _Hoisted, lines: list[str]) -> None:
+    """The statement that checks one guard, its source read into a local once."""
+    if guard.kind == "check_shape":
+        lines.append(f"if not ({_rewrite(guard.source, hoisted)}): return False")
+        return
+    value = _read(guard.source, hoisted, lines) if guard.source else "None"
+    # a guard over no one value (grad mode, aliasing) has no `{v}`: its code is used as it is
+    rendered = [c.render(value) if guard.source else c.code for c in checks]
+    condition = " and ".join(f"({code})" if " or " in code else code for code in rendered)
+    if not guard.source:  # a guard over several sources (aliasing) reads them through their locals
+        condition = _rewrite(condition, hoisted)
+    lines.append(f"if not ({condition}): return False  # {guard.kind} {user_name(guard.source)}")
+
+
+def _check_function_source(lines: list[str]) -> str:
     body = "\n".join("        " + line for line in lines) or "        pass"
-    source = (
+    return (
         "def ___check_guards(L, G, F):\n"
         "    try:\n"
         f"{body}\n"
@@ -241,12 +266,6 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
         "        return False  # a source that cannot be read any more is a failed guard\n"
         "    return True\n"
     )
-    namespace = dict(em.constants)
-    code = compile(source, "<kiln guards>", "exec")
-    exec(code, namespace)
-    log.artifact("guards", lambda: "guards:\n" + "\n".join(f"  {g}" for g in ordered) + "\n" + source)
-    return _made(CheckFn(ordered, namespace["___check_guards"], source, all_checks, em.constants, code,
-                         native is not None), upgrade_later)
 
 
 _ATTRIBUTE_SOURCE = re.compile(r"(.+)\.([A-Za-z_]\w*)")

@@ -240,8 +240,14 @@ class DictVariable(Variable):
     def dict_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
         """dict's own method `name` (what `super().name` and `dict.name(d, ...)` reach)."""
-        from kiln.capture.variables.sequence import ListVariable, TupleVariable
+        read = self._read_method(tx, name, args, kwargs)
+        if read is not None:
+            return read
+        return self._write_method(tx, name, args, kwargs)
 
+    def _read_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                     kwargs: dict[str, Variable]) -> Variable | None:
+        """A dict method that reads the dict (None for the others)."""
         none = ConstantVariable(None)
         if name == "__getitem__" and len(args) == 1:
             key = key_of(args[0])
@@ -269,6 +275,14 @@ class DictVariable(Variable):
             return IteratorVariable([key_variable(tx, k) for k in self.items])
         if name == "fromkeys":
             return from_keys(tx, self.dict_type, args, kwargs)
+        return None
+
+    def _write_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                      kwargs: dict[str, Variable]) -> Variable:
+        """A dict method that changes the dict (each one noted as a mutation first)."""
+        from kiln.capture.variables.sequence import TupleVariable
+
+        none = ConstantVariable(None)
         if name == "__setitem__" and len(args) == 2:
             self._mutated(tx)
             self.items[key_of(args[0])] = args[1]

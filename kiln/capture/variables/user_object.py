@@ -10,21 +10,26 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
-import dis
 import enum
 import inspect
 import math
 import operator
 import os
-import sys
-import traceback
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from kiln.capture.sources import AttrSource, Source
-from kiln.capture.trace_rules import NEVER_TRACED_PACKAGES, in_packages, in_stable_module, never_traced
+from kiln.capture.trace_rules import (
+    break_kind_of,
+    constructible,
+    in_stable_module,
+    is_numpy_math,
+    is_pure_library_function,
+    never_traced,
+    trace_time_module_class,
+)
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.dict import (
     BUILTIN_DICTS as DICT_BASES,
@@ -58,31 +63,6 @@ if TYPE_CHECKING:
     from kiln.capture.variables.iterator import IteratorVariable
 
 _MISSING = MISSING
-# Libraries whose calls are graph breaks of a named kind.
-_LIBRARY_BREAK_KINDS = {"numpy": "numpy", "scipy": "numpy", "pandas": "numpy", "math": "unsupported_call", "random": "random",
-                        "logging": "logging", "time": "unsupported_call", "os": "unsupported_call",
-                        "sys": "unsupported_call", "warnings": "logging", "builtins": "unsupported_call"}
-
-
-# functions that read the Python frames calling them (namedtuple and Enum's functional API take the
-# new class's __module__ from there): no traced frame is the one they would see
-FRAME_INTROSPECTION: tuple[Any, ...] = (sys._getframe, inspect.currentframe, inspect.stack, inspect.trace,
-                                        traceback.extract_stack, traceback.format_stack, traceback.print_stack,
-                                        traceback.walk_stack)
-
-
-def break_kind_of(value: Any) -> str:
-    if any(value is reader for reader in FRAME_INTROSPECTION):
-        return "frame_introspection"
-    module = getattr(value, "__module__", None) or type(value).__module__ or ""
-    if isinstance(value, types.ModuleType):
-        module = value.__name__
-    if in_packages(module, NEVER_TRACED_PACKAGES):
-        return "collective"
-    root = module.split(".")[0]
-    return _LIBRARY_BREAK_KINDS.get(root, "unsupported_call")
-
-
 class ObjectVariable(Variable):
     """A real Python object used as a trace-time constant whose attributes are read on demand."""
 
@@ -246,7 +226,7 @@ class ObjectVariable(Variable):
         return tx.wrap(static, self._attr_source(name))
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.variables.sequence import TupleVariable, is_namedtuple_type
+        from kiln.capture.variables.sequence import is_namedtuple_type
 
         obj = self.value
         if is_autograd_function_apply(obj):
@@ -258,20 +238,8 @@ class ObjectVariable(Variable):
                 owner = AttrSource(self.source, "__self__")
             return call_autograd_function(tx, obj.__self__, list(args), kwargs, owner)
         if is_namedtuple_type(obj):
-            fields = list(obj._fields)
-            values = list(args) + [None] * (len(fields) - len(args))
-            for key, value in kwargs.items():
-                values[fields.index(key)] = value
-            filled: list[Variable] = []
-            for n, given in enumerate(values):
-                if given is None:
-                    default = obj._field_defaults.get(fields[n], _MISSING)
-                    if default is _MISSING:
-                        raise Unsupported(f"{obj.__name__}() missing {fields[n]} (raised natively)", kind="unsupported")
-                    given = tx.wrap(default, None)
-                filled.append(given)
-            return TupleVariable(filled, obj)
-        if _trace_time_module_class(obj):
+            return _new_namedtuple(tx, obj, args, kwargs)
+        if trace_time_module_class(obj):
             from kiln.capture.variables.base import constant_args
             consts = constant_args(list(args), kwargs)
             if consts is not None:
@@ -308,20 +276,12 @@ class ObjectVariable(Variable):
             from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
             guard_class_attribute(tx, type(obj), "__call__", call, self)
             return UserMethodVariable(call, self).call(tx, args, kwargs)
-        if _is_pure_library_function(obj):
+        if is_pure_library_function(obj):
             return _fold_library_call(tx, obj, list(args), kwargs)
         if isinstance(obj, type) and constructible_dict_subclass(obj):
             return new_dict_subclass(tx, obj, list(args), kwargs)
-        if isinstance(obj, type) and _constructible(obj):
-            instance = NewObjectVariable(obj, self.source)
-            init = inspect.getattr_static(obj, "__init__")
-            if init is not object.__init__:
-                from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
-                guard_class_attribute(tx, obj, "__init__", init, class_source=self.source)
-                UserMethodVariable(init, instance).call(tx, args, kwargs)
-            elif args or kwargs:
-                raise Unsupported(f"{obj.__qualname__}() takes no arguments (raised natively)", kind="unsupported")
-            return instance
+        if isinstance(obj, type) and constructible(obj):
+            return _new_object(tx, obj, self.source, args, kwargs)
         if isinstance(obj, type) and obj.__module__ == "builtins":
             raise Unsupported(f"constructing {obj.__name__}", kind="unsupported_call")
         name = getattr(obj, "__qualname__", type(obj).__qualname__)
@@ -338,22 +298,38 @@ class ObjectVariable(Variable):
         return glue.constant(self.value)
 
 
-# Functions of these modules are pure: on trace-time constants they run while tracing.
-_PURE_MODULES = frozenset({"math", "cmath", "operator", "itertools", "functools", "string", "re", "copy"})
+def _new_namedtuple(tx: "Tracer", cls: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """`Point(1, y=2)`: a namedtuple class called, the fields not given filled from its defaults."""
+    from kiln.capture.variables.sequence import TupleVariable
+
+    fields = list(cls._fields)
+    values = list(args) + [None] * (len(fields) - len(args))
+    for key, value in kwargs.items():
+        values[fields.index(key)] = value
+    filled: list[Variable] = []
+    for n, given in enumerate(values):
+        if given is None:
+            default = cls._field_defaults.get(fields[n], _MISSING)
+            if default is _MISSING:
+                raise Unsupported(f"{cls.__name__}() missing {fields[n]} (raised natively)", kind="unsupported")
+            given = tx.wrap(default, None)
+        filled.append(given)
+    return TupleVariable(filled, cls)
 
 
-def _is_pure_library_function(obj: Any) -> bool:
-    module = getattr(obj, "__module__", None) or ""
-    if isinstance(obj, types.BuiltinFunctionType) and module in _PURE_MODULES:
-        return True
-    if _is_numpy_math(obj):
-        return True
-    return module in ("math", "cmath") and callable(obj) and not isinstance(obj, type)
-
-
-def _is_numpy_math(obj: Any) -> bool:
-    """numpy ufuncs (np.sqrt, np.exp, ...): pure, so on Python scalars they fold like math.* does."""
-    return type(obj).__name__ == "ufunc" and type(obj).__module__ == "numpy"
+def _new_object(tx: "Tracer", cls: type, cls_source: Source | None, args: Sequence[Variable],
+                kwargs: dict[str, Variable]) -> Variable:
+    """`cls(...)` for a class whose instance capture builds attribute by attribute (trace_rules'
+    `constructible`): a NewObjectVariable, its `__init__` inlined with it as `self`."""
+    instance = NewObjectVariable(cls, cls_source)
+    init = inspect.getattr_static(cls, "__init__")
+    if init is not object.__init__:
+        from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
+        guard_class_attribute(tx, cls, "__init__", init, class_source=cls_source)
+        UserMethodVariable(init, instance).call(tx, args, kwargs)
+    elif args or kwargs:
+        raise Unsupported(f"{cls.__qualname__}() takes no arguments (raised natively)", kind="unsupported")
+    return instance
 
 
 _SCALARS = (bool, int, float, complex)
@@ -380,7 +356,7 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
     # A symbolic size given to math.* is specialized (guarded) to its value.
     values = [a.specialize() if isinstance(a, SymIntVariable) else a.as_constant() for a in args]
     kw = {k: v.specialize() if isinstance(v, SymIntVariable) else v.as_constant() for k, v in kwargs.items()}
-    if _is_numpy_math(fn) and not all(isinstance(v, _SCALARS) for v in [*values, *kw.values()]):
+    if is_numpy_math(fn) and not all(isinstance(v, _SCALARS) for v in [*values, *kw.values()]):
         # an array argument is mutable state the trace cannot own: the call runs natively
         raise Unsupported(f"numpy.{fn.__name__} on a numpy array", kind="numpy")
     try:
@@ -660,72 +636,6 @@ def _python_override(kind: type, name: str) -> bool:
         if name in base.__dict__:
             return base.__module__ not in ("builtins", "collections")
     return False
-
-
-def _trace_time_module_class(obj: Any) -> bool:
-    """A module class capture may construct at trace time: torch.nn's own, or a subclass whose
-    every `__init__` outside torch.nn only stores attributes on self (transformers' activations,
-    built by `ACT2FN[name]` inside a forward). The instance is made once per trace, so its
-    constructor must not touch anything else."""
-    if not isinstance(obj, type) or not issubclass(obj, torch.nn.Module):
-        return False
-    for base in obj.__mro__:
-        if base.__module__.startswith("torch.nn.") or base is object:
-            continue
-        init = base.__dict__.get("__init__")
-        if init is not None and not (isinstance(init, types.FunctionType) and _only_stores_on_self(init)):
-            return False
-        if any(k in base.__dict__ for k in ("__new__", "__init_subclass__", "__setattr__")):
-            return False
-    return True
-
-
-_IMPURE_OPS = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL", "STORE_DEREF", "DELETE_DEREF", "IMPORT_NAME",
-                         "STORE_SUBSCR", "DELETE_SUBSCR", "DELETE_ATTR", "CALL_FUNCTION_EX", "YIELD_VALUE",
-                         "RAISE_VARARGS", "SETUP_WITH", "BEFORE_WITH"})
-
-
-def _only_stores_on_self(init: types.FunctionType) -> bool:
-    """By its bytecode: `__init__` stores attributes only on its first argument, calls nothing but
-    `super()` and the base `__init__`, and writes no global, cell or container."""
-    code = init.__code__
-    if code.co_argcount == 0 or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
-        return False
-    self_name = code.co_varnames[0]
-    calls = allowed = 0
-    previous = None
-    for ins in dis.get_instructions(code):
-        if ins.opname in _IMPURE_OPS:
-            return False
-        if ins.opname == "LOAD_METHOD" and ins.argval != "__init__":
-            return False
-        if ins.opname == "STORE_ATTR" and not (previous is not None and previous.opname == "LOAD_FAST"
-                                                and previous.argval == self_name):
-            return False
-        if ins.opname == "STORE_FAST" and ins.argval == self_name:
-            return False
-        if ins.opname == "CALL":
-            calls += 1
-        if ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_GLOBAL" and ins.argval == "super"):
-            allowed += 1
-        previous = ins
-    return calls <= allowed
-
-
-def _constructible(cls: type) -> bool:
-    """A plain Python class whose instances capture can build attribute by attribute."""
-    import torch
-
-    if cls.__module__ == "builtins" or issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException, tuple, dict, list)):
-        return False
-    # a __setattr__ written in Python is inlined on each write (tracer.setattr); a builtin one is not
-    if cls.__new__ is not object.__new__ or not (cls.__setattr__ is object.__setattr__ or
-                                                 isinstance(inspect.getattr_static(cls, "__setattr__"), types.FunctionType)):
-        return False
-    if not getattr(cls, "__dictoffset__", 0):
-        return False  # instances without a __dict__ (__slots__ all the way down)
-    init = inspect.getattr_static(cls, "__init__")
-    return init is object.__init__ or isinstance(init, types.FunctionType)
 
 
 class NewObjectVariable(Variable):

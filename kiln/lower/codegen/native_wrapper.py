@@ -29,13 +29,14 @@ import sympy
 import torch
 from torch.utils import _pytree as pytree
 
-from kiln import compile_time, config, log
+from kiln import compile_time, log
 from kiln.lower.checks import ERROR_RECORD, describe_site, sites_of
 from kiln.lower.codegen.wrapper import WrapperWriter
 from kiln.lower.ir import BufferRef, ConstantBuffer, InputBuffer, Layout, SymExpr
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program
 from kiln.runtime import build, native, records
+from kiln.runtime.plan import WrapperPlan
 from kiln.symbolic.expr import is_float_symbol
 from kiln.symbolic.render import render_c
 
@@ -47,17 +48,6 @@ def _has_float_symbol(e: Any) -> bool:
 
 class Unsupported(Exception):
     """Something the native wrapper cannot express; the graph keeps its Python wrapper."""
-
-
-def wanted(options: dict[str, Any] | None) -> bool:
-    """Whether a CPU graph compiled with these lowering options gets the native wrapper:
-    kiln.config.cpu_wrapper "native" always, "python" never, "auto" under mode="reduce-overhead"."""
-    choice = config.cpu_wrapper
-    if choice == "native":
-        return True
-    if choice == "python":
-        return False
-    return (options or {}).get("mode") == "reduce-overhead"
 
 
 def cexpr(e: Any) -> str:
@@ -648,9 +638,10 @@ def write_native(program: KernelProgram, signatures: dict[str, tuple[list[str], 
 
 
 def start(program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
-          options: dict[str, Any] | None) -> NativeBuild | None:
-    """Write the native wrapper and start building it, where `wanted` and possible (else None)."""
-    if not wanted(options):
+          wrapper: WrapperPlan) -> NativeBuild | None:
+    """Write the native wrapper and start building it, where the plan builds it up front and it can
+    be written (else None)."""
+    if not wrapper.native_up_front:
         return None
     writer = write_native(program, signatures)  # its time counts in the caller's pass
     if writer is None:
@@ -660,15 +651,15 @@ def start(program: KernelProgram, signatures: dict[str, tuple[list[str], list[st
 
 
 def choose(fn: Callable[..., Any], program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
-           lib: Any, options: dict[str, Any] | None, dump: Callable[[str, str], None],
+           lib: Any, wrapper: WrapperPlan, dump: Callable[[str, str], None],
            started: NativeBuild | None = None) -> Callable[..., Any]:
-    """`fn` (the graph's Python wrapper), or its native wrapper where `wanted` and possible (the
-    build `started` before, or one started now). Its time here counts as the pass
+    """`fn` (the graph's Python wrapper), or its native wrapper where the plan builds it up front and
+    it can be written (the build `started` before, or one started now). Its time here counts as the pass
     `build_native_wrapper` (KILN_LOGS=compile_time); a build that fails leaves `fn`."""
     begin = time.perf_counter()
-    pending = started if started is not None else start(program, signatures, options)
+    pending = started if started is not None else start(program, signatures, wrapper)
     if pending is None:
-        return _tiered(fn, program, signatures, lib, options)
+        return _tiered(fn, program, signatures, lib, wrapper)
     try:
         native_fn = native.make_native(pending.library.result(), lib, pending.kernels, pending.output_spec,
                                        constants=pending.constants)
@@ -684,14 +675,12 @@ def choose(fn: Callable[..., Any], program: KernelProgram, signatures: dict[str,
 
 
 def _tiered(fn: Callable[..., Any], program: KernelProgram, signatures: dict[str, tuple[list[str], list[str], bool]],
-            lib: Any, options: dict[str, Any] | None) -> Callable[..., Any]:
+            lib: Any, wrapper: WrapperPlan) -> Callable[..., Any]:
     """`fn` behind a kiln.runtime.native.TieredWrapper that builds the native wrapper once the
-    graph has run config.native_wrapper_after times, under cpu_wrapper "auto" outside
-    mode="reduce-overhead" (which builds it up front); `fn` itself where that does not apply: a graph
-    of one step, whose Python wrapper is a single call, gains nothing."""
-    after = config.native_wrapper_after
-    if config.cpu_wrapper != "auto" or after <= 0 or (options or {}).get("mode") == "reduce-overhead" \
-            or len(program.steps) < 2:
+    graph has run `wrapper.tier_up_after` times, where the plan tiers up (kiln.runtime.plan); `fn`
+    itself where it does not, and for a graph of one step, whose Python wrapper is a single call."""
+    after = wrapper.tier_up_after
+    if not wrapper.tiers_up() or len(program.steps) < 2:
         return fn
     steps = len(program.steps)
     written: list[NativeWrapperWriter | None] = []
