@@ -14,7 +14,7 @@ import inspect
 import types
 from typing import TYPE_CHECKING
 
-from kiln.capture.opcodes import opcode
+from kiln.capture.opcodes.table import opcode
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.generator import send_to
 from kiln.capture.variables.context_manager import (

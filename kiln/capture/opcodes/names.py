@@ -10,7 +10,7 @@ import builtins
 import dis
 from typing import TYPE_CHECKING
 
-from kiln.capture.opcodes import opcode
+from kiln.capture.opcodes.table import opcode
 from kiln.capture.variables.attribute_deletion import delete_attribute
 from kiln.capture.variables.base import NullVariable
 from kiln.capture.variables.functions import CellVariable

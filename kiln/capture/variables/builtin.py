@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule
-from kiln.capture.variables.base import Variable, constant_args
+from kiln.capture.sources import TypeSource
+from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule, builtin_rule
+from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.exception import raise_in_trace
@@ -40,18 +41,6 @@ RULES = BUILTIN_RULES
 _BREAK_KINDS = {builtins.print: "print", builtins.input: "unsupported_call", builtins.open: "unsupported_call",
                 builtins.breakpoint: "unsupported_call", builtins.exec: "unsupported_call",
                 builtins.eval: "unsupported_call", builtins.globals: "unsupported_call"}
-
-
-def builtin_rule(*fns: Any) -> Callable[[Rule], Rule]:
-    """Register the rule for builtins `fns` (the function's name must be `<builtin>_rule`)."""
-
-    def register(rule: Rule) -> Rule:
-        for fn in fns:
-            assert fn not in RULES, fn
-            RULES[fn] = rule
-        return rule
-
-    return register
 
 
 class BuiltinVariable(Variable):
@@ -202,7 +191,7 @@ def issubclass_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variab
 
 @builtin_rule(callable)
 def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.functions import (BoundMethodVariable, NestedFunctionVariable,
+    from kiln.capture.variables.functions import (NestedFunctionVariable,
                                                   UserFunctionVariable, UserMethodVariable)
     from kiln.capture.variables.tensor import TensorVariable
 
@@ -224,7 +213,6 @@ def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
 def type_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     if len(args) != 1:
         raise Unsupported("type() with three arguments", kind="unsupported_call")
-    from kiln.capture.sources import TypeSource
     from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 
     obj = args[0]
@@ -495,24 +483,12 @@ RULES[min] = _minmax(min)
 RULES[max] = _minmax(max)
 
 
-def product(tx: "Tracer", items: list[Variable]) -> Variable:
-    """The product of numbers, folded when constant (Size.numel())."""
-    from kiln.capture.opcodes.operators import binary_op
-
-    result: Variable = ConstantVariable(1)
-    for item in items:
-        result = binary_op(tx, "*", result, item)
-    return result
-
-
 @builtin_rule(sum)
 def sum_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.opcodes.operators import binary_op
-
     items = tx.iterate(args[0])
     result = args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))
     for item in items:
-        result = binary_op(tx, "+", result, item)
+        result = tx.binary_op("+", result, item)
     return result
 
 
@@ -704,38 +680,6 @@ def object_setattr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Va
     return ConstantVariable(None)
 
 
-# The operator module's functions behave like the operators themselves.
-def _operator_rule(name: str) -> Rule:
-    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.opcodes.operators import BINARY_SYMBOLS, binary_op, compare_op, contains, identity, subscript
-
-        if len(args) != 2 or kwargs:
-            raise Unsupported(f"operator.{name} with {len(args)} arguments (raised natively)", kind="unsupported_call")
-        if name == "getitem":
-            return subscript(tx, args[0], args[1])
-        if name == "contains":
-            return ConstantVariable(contains(tx, args[0], args[1]))
-        if name in ("is_", "is_not"):
-            return ConstantVariable(identity(args[0], args[1]) == (name == "is_"))
-        if name == "concat":
-            return binary_op(tx, "+", args[0], args[1])
-        plain = {"iand": "and_", "ior": "or_"}.get(name, name[1:])
-        if name.startswith("i") and plain in BINARY_SYMBOLS:  # iadd(a, b): `a += b`, then a
-            return binary_op(tx, BINARY_SYMBOLS[plain], args[0], args[1], inplace=True)
-        if name == "iconcat":
-            return binary_op(tx, "+", args[0], args[1], inplace=True)
-        if name in BINARY_SYMBOLS:
-            return binary_op(tx, BINARY_SYMBOLS[name], args[0], args[1])
-        return compare_op(tx, name, args[0], args[1])
-    return rule
-
-
-for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_", "xor",
-              "lshift", "rshift", "getitem", "lt", "le", "eq", "ne", "gt", "ge", "contains", "is_", "is_not",
-              "concat", "iconcat", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "imatmul",
-              "iand", "ior", "ixor", "ilshift", "irshift"):
-    RULES[getattr(operator, _name)] = _operator_rule(_name)
-
 for _unary in (operator.neg, operator.pos, operator.not_, operator.invert, operator.truth, operator.index):
     RULES[_unary] = functools.partial(lambda fn, tx, args, kwargs: _fold(tx, fn, args, kwargs), _unary)
 
@@ -791,8 +735,6 @@ RULES[itertools.zip_longest] = _iterator_rule(
 
 
 def _accumulate(tx: "Tracer", args: list[Variable]) -> list[Variable]:
-    from kiln.capture.opcodes.operators import binary_op
-
     items = tx.iterate(args[0])
     out: list[Variable] = []
     for item in items:
@@ -801,5 +743,5 @@ def _accumulate(tx: "Tracer", args: list[Variable]) -> list[Variable]:
         elif len(args) > 1:
             out.append(args[1].call(tx, [out[-1], item], {}))
         else:
-            out.append(binary_op(tx, "+", out[-1], item))
+            out.append(tx.binary_op("+", out[-1], item))
     return out

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from kiln.capture.sources import Source
-from kiln.capture.variables.base import Variable, constant_args
+from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -70,7 +70,6 @@ class ConstantVariable(Variable):
         except AttributeError as exc:
             raise Unsupported(f"{self.describe()} has no attribute {name!r}", kind="unsupported_attribute") from exc
         if callable(attr):
-            from kiln.capture.variables.functions import BoundMethodVariable
             return BoundMethodVariable(self, name)
         return ConstantVariable(attr)
 

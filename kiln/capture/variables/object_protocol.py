@@ -14,8 +14,9 @@ import operator
 import types
 from typing import TYPE_CHECKING, Any
 
-from kiln.capture.guards import ABSENT
+from kiln.capture.guards import ABSENT, Guard, ProcessQuery
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.constant import is_constant_value
 from kiln.capture.variables.exception import RaisedInTrace, raise_in_trace
 from kiln.capture.variables.functions import (
     UserFunctionVariable,
@@ -46,9 +47,6 @@ def holds_backend_settings(obj: Any) -> bool:
 def read_backend_setting(tx: "Tracer", obj: Any, name: str) -> Variable:
     """A flag read now and guarded (check_query) as torch.compile's global-state guard checks the ones
     it knows; anything else there (a submodule, a function) is fixed for the process."""
-    from kiln.capture.guards import Guard, ProcessQuery
-    from kiln.capture.variables.constant import is_constant_value
-
     try:
         value = getattr(obj, name)
     except AttributeError as exc:
@@ -75,7 +73,6 @@ def python_len(tx: "Tracer", var: Variable, cls: type) -> Variable | None:
 def call_getter(tx: "Tracer", getter: Any, target: Variable) -> Variable:
     """`operator.attrgetter("a.b", "c")(obj)` and `operator.itemgetter(k)(obj)`: the reads they make,
     traced one by one (their names and keys come from the getter's own `__reduce__`)."""
-    from kiln.capture.opcodes.operators import subscript
     from kiln.capture.variables.sequence import TupleVariable
 
     keys = getter.__reduce__()[1]
@@ -86,7 +83,7 @@ def call_getter(tx: "Tracer", getter: Any, target: Variable) -> Variable:
             for part in key.split("."):
                 value = tx.getattr(value, part)
         else:
-            value = subscript(tx, target, tx.wrap(key, None))
+            value = tx.subscript(target, tx.wrap(key, None))
         found.append(value)
     return found[0] if len(found) == 1 else TupleVariable(found)
 

@@ -31,6 +31,7 @@ from kiln.capture.trace_rules import (
     trace_time_module_class,
 )
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.environ import EnvironReadVariable
 from kiln.capture.variables.dict import (
     BUILTIN_DICTS as DICT_BASES,
     DictMethodVariable,
@@ -554,54 +555,6 @@ class ModuleCallVariable(Variable):
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return f"{glue.constant(torch.nn.Module.__call__)}.__get__({self.module.reconstruct(glue)})"
-
-
-class EnvironReadVariable(Variable):
-    """`os.environ.get(key, default)` (and `in`, `[]`): the variable is read at trace time and
-    guarded by value, as a configuration flag of the code path (torch.compile reads it too)."""
-
-    def __init__(self, environ: ObjectVariable, name: str) -> None:
-        self.environ = environ
-        self.name = name
-
-    def describe(self) -> str:
-        return f"os.environ.{self.name}"
-
-    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.guards import Guard
-        from kiln.capture.sources import EnvironSource
-        from kiln.capture.variables.base import constant_args
-
-        consts = constant_args(list(args), kwargs)
-        if consts is None or kwargs or not consts[0] or not isinstance(consts[0][0], str):
-            raise Unsupported(f"os.environ.{self.name} with a key unknown at trace time", kind="unsupported_call")
-        key = consts[0][0]
-        value = os.environ.get(key)
-        tx.state.output.guards.append(Guard(EnvironSource(key).name(), "check_value", value))
-        if self.name == "__contains__":
-            return tx.wrap(value is not None, None)
-        if value is None and self.name == "__getitem__":
-            raise Unsupported(f"KeyError {key!r} (raised natively)", kind="unsupported")
-        if value is None:
-            return args[1] if len(args) > 1 else tx.wrap(None, None)
-        return tx.wrap(value, None)
-
-    def reconstruct(self, glue: "GlueBuilder") -> str:
-        return f"{self.environ.reconstruct(glue)}.{self.name}"
-
-
-class GetenvVariable(EnvironReadVariable):
-    """`os.getenv(key, default)`: `os.environ.get(key, default)` under another name."""
-
-    def __init__(self, source: Source | None) -> None:
-        super().__init__(ObjectVariable(os.environ), "get")
-        self.source = source
-
-    def describe(self) -> str:
-        return "os.getenv"
-
-    def reconstruct(self, glue: "GlueBuilder") -> str:
-        return glue.constant(os.getenv)
 
 
 class ObjectSetattrVariable(Variable):
