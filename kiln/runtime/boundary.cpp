@@ -54,7 +54,7 @@ enum Tok : int64_t {
 // kinds of an operator's argument or a graph's output
 enum Val : int64_t {
   V_NONE = 0, V_INT, V_DOUBLE, V_FREG, V_BOOL, V_TENSOR, V_INT_LIST, V_DOUBLE_LIST, V_BOOL_LIST, V_TENSOR_LIST,
-  V_OPT_TENSOR_LIST, V_DEVICE, V_STRING, V_DTYPE, V_LAYOUT, V_MEMORY_FORMAT, V_SYMINT_LIST
+  V_OPT_TENSOR_LIST, V_DEVICE, V_STRING, V_DTYPE, V_LAYOUT, V_MEMORY_FORMAT, V_OPT_SCALAR_LIST
 };
 // a kernel's argument
 enum Arg : int64_t { A_PTR = 0, A_INT, A_FREG, A_ERROR };
@@ -222,9 +222,11 @@ struct Frame {
       case V_BOOL: return c10::IValue(next() != 0);
       case V_TENSOR: return c10::IValue(tensor());
       case V_INT_LIST: return c10::IValue(exprs());
-      case V_SYMINT_LIST: {
-        std::vector<int64_t> xs = exprs();
-        return c10::IValue(c10::List<int64_t>(xs));
+      case V_OPT_SCALAR_LIST: {  // each item a value of its own (none, an int, a double or a bool)
+        int64_t n = next();
+        c10::impl::GenericList xs(c10::OptionalType::create(c10::NumberType::get()));
+        for (int64_t k = 0; k < n; ++k) xs.push_back(value());
+        return c10::IValue(xs);
       }
       case V_DOUBLE_LIST: {
         int64_t n = next();

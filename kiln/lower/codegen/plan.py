@@ -40,7 +40,7 @@ from kiln.symbolic.expr import FloorDiv, ModularIndexing, is_float_symbol
 (T_CONST, T_REG, T_ADD, T_MUL, T_FLOORDIV, T_MOD, T_NEG, T_MIN, T_MAX, T_ABS, T_DIV, T_REM, T_EQ, T_NE, T_LT, T_LE,
  T_GT, T_GE, T_AND, T_OR, T_NOT, T_SELECT) = range(22)
 (V_NONE, V_INT, V_DOUBLE, V_FREG, V_BOOL, V_TENSOR, V_INT_LIST, V_DOUBLE_LIST, V_BOOL_LIST, V_TENSOR_LIST,
- V_OPT_TENSOR_LIST, V_DEVICE, V_STRING, V_DTYPE, V_LAYOUT, V_MEMORY_FORMAT) = range(16)
+ V_OPT_TENSOR_LIST, V_DEVICE, V_STRING, V_DTYPE, V_LAYOUT, V_MEMORY_FORMAT, V_OPT_SCALAR_LIST) = range(17)
 A_PTR, A_INT, A_FREG, A_ERROR = range(4)
 
 _RELATIONS = {sympy.Eq: T_EQ, sympy.Ne: T_NE, sympy.Lt: T_LT, sympy.Le: T_LE, sympy.Gt: T_GT, sympy.Ge: T_GE}
@@ -276,6 +276,8 @@ class PlanWriter(NativeWrapperWriter):
                 return [V_BOOL_LIST, len(items)] + [self._value("bool", x)[1] for x in items]
             if base == "Tensor":
                 return [V_TENSOR_LIST, len(items)] + [w for x in items for w in self._value("Tensor", x)[1:]]
+            if base == "Scalar?":  # oneDNN's pointwise ops: the activation's parameters
+                return [V_OPT_SCALAR_LIST, len(items)] + [w for x in items for w in self._value("Scalar?", x)]
             if base == "Tensor?":
                 return [V_OPT_TENSOR_LIST, len(items)] + [
                     w for x in items for w in ([0] if x is None else [1] + self._value("Tensor", x)[1:])]
