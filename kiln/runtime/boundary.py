@@ -105,3 +105,10 @@ def _adopt(lib: ctypes.CDLL) -> Any:
     for callback in callbacks:
         callback(_loaded[0])
     return _loaded[0]
+
+
+def build_now() -> str:
+    """Build (or find) the extension now and return its library's path: `python -m kiln boundary`,
+    which `make venv` runs so that a new user's first process already has it."""
+    load()
+    return build.library_path(source(), _flags())
