@@ -4,6 +4,8 @@ and its compiled C++ wrapper do."""
 from __future__ import annotations
 
 import array
+import dataclasses
+import functools
 import warnings
 from typing import Any, Callable
 
@@ -15,7 +17,10 @@ import kiln
 from kiln import config
 from kiln.log import KilnWarning
 from kiln.lower.codegen import plan as plan_codegen
-from kiln.runtime import boundary, build, native
+from kiln.capture import persist
+from kiln.lower import compile_graph
+from kiln.runtime import artifact, boundary, build, native
+from tests.lower.conftest import aten_graph
 
 pytestmark = pytest.mark.cpp
 
@@ -216,3 +221,80 @@ def test_a_malformed_plan_raises_instead_of_reading_outside_it() -> None:
         bad = native.Plan(array.array("q", words).tobytes(), (), (), (), (), (), (1, 1, 0), ())
         with pytest.raises(RuntimeError, match="kiln plan"):
             native.bind_plan(module, bad, None, None)(torch.randn(2))
+
+
+def test_inputs_mutated_in_place_and_outputs_that_alias_inputs() -> None:
+    boundary.load()
+
+    def fn(x: torch.Tensor, s: torch.Tensor) -> Any:
+        s.mul_(0.5).add_(x.sum(0))  # an input's new value, computed in its storage
+        return x.t(), x[1:].view(-1), (x * 2).relu()
+
+    results = {}
+    for wrapper in ("python", "compiled", "plan", "plan_tier_up"):
+        torch.manual_seed(0)
+        x, s = torch.randn(4, 3), torch.randn(3)
+        outs, _ = _run(fn, [(x, s), (x, s), (x, s)], wrapper)
+        for got in outs:
+            assert got[0].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+            assert got[1].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        results[wrapper] = (outs, s.clone())
+    for wrapper in ("compiled", "plan", "plan_tier_up"):
+        _same(results[wrapper][0], results["python"][0])
+        torch.testing.assert_close(results[wrapper][1], results["python"][1])
+
+
+def _stored_plan_recipe(rows: int) -> tuple[Any, list[torch.Tensor]]:
+    """A graph's recipe as the frame cache stores it (round-tripped through its record format)."""
+    torch.manual_seed(rows)
+    args = [torch.randn(rows, 5), torch.randn(5, 5), torch.randn(5)]
+    gm, examples = aten_graph(_block, *args)
+    with config.patch(**WRAPPERS["plan_tier_up"]):
+        compiled = compile_graph(gm, examples)
+    recipe = artifact.describe(compiled.fn)
+    assert recipe is not None and recipe.kind == "tiered"
+    return persist.loads(persist.dumps(recipe)), args
+
+
+def _block(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> Any:
+    h = torch.addmm(b, x, w).relu()
+    return torch.softmax(h @ w.t(), -1) * 2, h.sum(0)
+
+
+def _on_plan(fn: Any) -> bool:
+    current = getattr(fn, "current", fn)
+    return isinstance(current, functools.partial) and current.func is boundary.load().call
+
+
+def test_a_stored_graph_runs_its_plan_in_a_later_process_without_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    boundary.load()
+    recipe, args = _stored_plan_recipe(777)
+    ref = recipe.fields["native"]
+    # no per-graph C++ was built: the later process has no graph library to load
+    assert isinstance(ref, native.NativeRef) and not any(build.load_cached(r) for r in ref.graph_libraries)
+
+    def no_compiler(*a: Any, **k: Any) -> None:
+        raise AssertionError("the compiler ran")
+
+    monkeypatch.setattr(build, "compile_shared", no_compiler)
+    with config.patch(native_plan=True):
+        loaded = artifact.rebuild(recipe)  # the plan, written anew from the checked stored program
+    assert isinstance(loaded, native.TieredWrapper) and _on_plan(loaded)
+    for g, w in zip(loaded(*args), _block(*args)):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_a_stored_program_that_is_not_the_recorded_one_runs_no_plan() -> None:
+    boundary.load()
+    recipe, args = _stored_plan_recipe(778)
+    ref = recipe.fields["native"]
+    forged = dataclasses.replace(ref, program=(ref.program[0], "0" * 64))
+    python = artifact.rebuild(recipe.fields["python"])
+    with config.patch(native_plan=True), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = native.load_tiered(python, forged)
+        got = loaded(*args)
+    assert any("not the stored one" in str(w.message) for w in caught)
+    assert isinstance(loaded, native.TieredWrapper) and loaded.current is python and loaded.after is None
+    for g, w in zip(got, _block(*args)):
+        torch.testing.assert_close(g, w)
