@@ -309,6 +309,15 @@ def tier_plan(python: Callable[..., Any], plan: Callable[[], Plan], kernel_lib: 
     return wrapper
 
 
+def settled(python: Callable[..., Any], native_fn: Callable[..., Any], name: str,
+            ref: Callable[[], NativeRef | None]) -> TieredWrapper:
+    """A TieredWrapper already running `native_fn` (a plan bound up front): its recipe names the
+    Python wrapper and the stored program, from which a later process writes the plan again."""
+    wrapper = TieredWrapper(python, lambda: None, 1, name, ref)
+    wrapper._settle(native_fn, None)
+    return wrapper
+
+
 # ---------------------------------------------------------------------------------------------------
 # Tier-up: the Python wrapper first, the native wrapper once the graph is hot
 

@@ -501,7 +501,12 @@ def choose(fn: Callable[..., Any], program: KernelProgram, signatures: Signature
         finally:
             compile_time.add("build_native_wrapper", time.perf_counter() - begin)
         dump("codegen_native_plan.txt", describe(started.writer))
-        return planned
+        kernels, spec, constants = tuple(started.writer.kernel_order), started.output_spec, started.writer.constants
+
+        def ref() -> native.NativeRef | None:  # asked when the graph is persisted: a later process writes the plan again
+            return None if constants else native.native_ref(records.dumps(program), None, lib, kernels, spec)
+
+        return native.settled(fn, planned, f"a graph of {len(program.steps)} steps (plan)", ref)
     chosen = native_wrapper.choose(fn, program, signatures, lib, options, dump, started)
     if not isinstance(chosen, native.TieredWrapper) or not config.native_plan:
         return chosen
