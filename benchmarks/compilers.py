@@ -127,7 +127,9 @@ def seed_boundary(cache_dir: str, shared_dir: str) -> None:
     saved = kiln.config.cache_dir
     try:
         kiln.config.cache_dir = shared_dir
-        source = boundary.build_now()
+        source = build.library_path(boundary.source(), boundary._flags())
+        if not os.path.exists(source):  # built there (this process may hold another cache's copy)
+            build.load(boundary.source(), boundary._flags(), symbols=boundary.SYMBOLS)
         kiln.config.cache_dir = cache_dir
         target = build.library_path(boundary.source(), boundary._flags())
         if os.path.exists(target):
