@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import kiln
 from kiln import config
-from kiln.runtime import boundary
+from kiln.runtime import native
 
 
 @dataclass
@@ -189,7 +189,7 @@ def cmd_knobs(ns: argparse.Namespace) -> int:
 
 
 def cmd_boundary(ns: argparse.Namespace) -> int:
-    print(f"kiln: the boundary extension is built: {boundary.build_now()}")
+    print(f"kiln: the boundary extension is built: {native.build_boundary()}")
     return 0
 
 
