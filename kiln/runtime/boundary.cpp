@@ -12,6 +12,7 @@
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Layout.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/SmallVector.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -134,12 +135,13 @@ struct Frame {
   const Plan& p;
   c10::IValue* args;
   int64_t nargs;
-  std::vector<at::Tensor> slots;
-  std::vector<int64_t> regs;
-  std::vector<double> fregs;
+  // small vectors: a call allocates nothing of its own on the heap for a graph of usual size
+  c10::SmallVector<at::Tensor, 32> slots;
+  c10::SmallVector<int64_t, 16> regs;
+  c10::SmallVector<double, 4> fregs;
   size_t pc = 0;
   int64_t err[3] = {0, 0, 0};
-  std::vector<int64_t> stack;
+  c10::SmallVector<int64_t, 16> stack;
 
   Frame(const Plan& plan, c10::IValue* a, int64_t n)
       : p(plan), args(a), nargs(n), slots(plan.nslots), regs(plan.nregs), fregs(plan.nfregs) {}
@@ -195,10 +197,10 @@ struct Frame {
     if (stack.size() != 1) throw std::out_of_range("kiln plan: an expression leaves no single value");
     return stack.back();
   }
-  std::vector<int64_t> exprs() {
+  using Ints = c10::SmallVector<int64_t, 8>;
+  Ints exprs() {
     int64_t n = next();
-    std::vector<int64_t> out;
-    out.reserve(static_cast<size_t>(std::max<int64_t>(n, 0)));
+    Ints out;
     for (int64_t k = 0; k < n; ++k) out.push_back(expr());
     return out;
   }
@@ -207,7 +209,7 @@ struct Frame {
     at::Tensor& base = slot();
     int64_t how = next();
     if (how == 0) return base;
-    std::vector<int64_t> sizes = exprs(), strides = exprs();
+    Ints sizes = exprs(), strides = exprs();
     if (how == 1) return base.as_strided(sizes, strides);
     int64_t offset = expr();
     return base.as_strided(sizes, strides, base.storage_offset() + offset);
@@ -221,7 +223,7 @@ struct Frame {
       case V_FREG: return c10::IValue(fregs.at(static_cast<size_t>(next())));
       case V_BOOL: return c10::IValue(next() != 0);
       case V_TENSOR: return c10::IValue(tensor());
-      case V_INT_LIST: return c10::IValue(exprs());
+      case V_INT_LIST: { Ints xs = exprs(); return c10::IValue(std::vector<int64_t>(xs.begin(), xs.end())); }
       case V_OPT_SCALAR_LIST: {  // each item a value of its own (none, an int, a double or a bool)
         int64_t n = next();
         c10::impl::GenericList xs(c10::OptionalType::create(c10::NumberType::get()));
@@ -277,7 +279,7 @@ struct Frame {
   // runs the plan; false with `failure` set where the C++ wrapper reports a failed check
   bool run(std::vector<c10::IValue>* outs, void* const* kernels, size_t nkernels,
            const std::vector<c10::IValue>& constants, Failure* failure) {
-    std::vector<int64_t> words;
+    c10::SmallVector<int64_t, 16> words;
     std::vector<c10::IValue> boxed;
     while (pc < p.words.size()) {
       int64_t op = next();
@@ -330,7 +332,7 @@ struct Frame {
         case RELAYOUT:
         case CHECK_STRIDES: {
           at::Tensor& s = slot();
-          std::vector<int64_t> strides = exprs();
+          Ints strides = exprs();
           if (!s.strides().equals(strides)) s = relayout(s, strides);
           break;
         }
@@ -344,7 +346,7 @@ struct Frame {
         case ALLOC: {
           at::Tensor& s = slot();
           at::ScalarType dtype = p.dtypes.at(static_cast<size_t>(next()));
-          std::vector<int64_t> sizes = exprs(), strides = exprs();
+          Ints sizes = exprs(), strides = exprs();
           s = at::empty_strided(sizes, strides, at::TensorOptions().dtype(dtype));
           break;
         }
@@ -352,7 +354,7 @@ struct Frame {
         case VIEW: {
           at::Tensor& d = slot();
           at::Tensor& s = slot();
-          std::vector<int64_t> sizes = exprs(), strides = exprs();
+          Ints sizes = exprs(), strides = exprs();
           d = s.as_strided(sizes, strides);
           break;
         }
