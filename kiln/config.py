@@ -164,7 +164,7 @@ native_wrapper_after: int = _declare(
     env="KILN_NATIVE_WRAPPER_AFTER")
 native_plan: bool = _declare(
     "native_plan", True, "native wrappers run as plans interpreted by the boundary extension (no C++ compiled per "
-    "graph; a graph tiers up on its second call): off, each graph's own C++ wrapper is compiled",
+    "graph; from a graph's first call once the extension is built): off, each graph's own C++ wrapper is compiled",
     env="KILN_NATIVE_PLAN")
 native_guards: bool = _declare(
     "native_guards", True, "guards check tensors and dict keys with one call into the native extension once built "
