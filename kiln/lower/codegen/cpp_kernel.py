@@ -576,4 +576,34 @@ def generate(program: KernelProgram) -> tuple[str, dict[str, tuple[list[str], li
             parts.append(src)
             signatures[step.name] = (bufs, w.symbols, "seed" in src.split("{", 1)[0])
     kernels = "\n".join(parts)
-    return prelude(kernels) + "\n" + kernels, signatures
+    return prelude(kernels) + "\n" + kernels + plan_entries(list(signatures)), signatures
+
+
+# A kernel's entry for the native plan runner (kiln.runtime.boundary's plan interpreter): one uniform
+# signature, `kiln_plan_<kernel>(const int64_t* words)`, each argument a word (a pointer, an int64, or a
+# double's bits), unpacked to the kernel's own parameter types by the compiler, not by guessing the ABI.
+PLAN_ENTRY_PRELUDE = r"""
+#include <cstring>
+#include <type_traits>
+#include <utility>
+template <typename T> static inline T kiln_plan_word(int64_t w) {
+  if constexpr (std::is_pointer_v<T>) { return reinterpret_cast<T>(w); }
+  else if constexpr (std::is_floating_point_v<T>) { double d; std::memcpy(&d, &w, sizeof d); return T(d); }
+  else { return T(w); }
+}
+template <typename... P, size_t... I>
+static inline void kiln_plan_unpack(void (*f)(P...), const int64_t* w, std::index_sequence<I...>) {
+  f(kiln_plan_word<P>(w[I])...);
+}
+template <typename... P> static inline void kiln_plan_call(void (*f)(P...), const int64_t* w) {
+  kiln_plan_unpack(f, w, std::index_sequence_for<P...>{});
+}
+"""
+
+
+def plan_entries(names: list[str]) -> str:
+    """The plan runner's entry of each kernel in `names` (PLAN_ENTRY_PRELUDE)."""
+    if not names:
+        return ""
+    return PLAN_ENTRY_PRELUDE + "".join(
+        f'extern "C" void kiln_plan_{n}(const int64_t* w) {{ kiln_plan_call({n}, w); }}\n' for n in names)
