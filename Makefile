@@ -11,6 +11,9 @@ $(STAMP): pyproject.toml
 	# torch==2.13.0 is pinned so pip takes the CPU wheel; never a looser range (that pulls a CUDA build)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -e '.[test]'
+	# the boundary extension (native guards and plans), built once per torch and Python into the
+	# default cache, so a new user's first process already runs hot graphs natively; not fatal
+	-$(VPY) -m kiln boundary
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -113,6 +113,34 @@ def settle_kiln(step: Callable[[], object], timeout_s: float = 900.0) -> float:
     return native.BACKGROUND.seconds - before
 
 
+def seed_boundary(cache_dir: str, shared_dir: str) -> None:
+    """Give a fresh Kiln cache the boundary extension (native guards and plans), built once in
+    `shared_dir`: like the precompiled header it depends only on the compiler, torch and Python, and
+    `make venv` builds it into a user's cache once (`python -m kiln boundary`), so a new user's
+    first process has it. Its sealed size and SHA-256 come along; the loader checks them."""
+    import os
+    import shutil
+
+    import kiln
+    from kiln.runtime import boundary, build
+
+    saved = kiln.config.cache_dir
+    try:
+        kiln.config.cache_dir = shared_dir
+        source = build.library_path(boundary.source(), boundary._flags())
+        if not os.path.exists(source):  # built there (this process may hold another cache's copy)
+            build.load(boundary.source(), boundary._flags(), symbols=boundary.SYMBOLS)
+        kiln.config.cache_dir = cache_dir
+        target = build.library_path(boundary.source(), boundary._flags())
+        if os.path.exists(target):
+            return
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        for suffix in ("", ".sum"):
+            shutil.copy2(source + suffix, target + suffix)
+    finally:
+        kiln.config.cache_dir = saved
+
+
 def seed_precompiled_header(cache_dir: str, shared_dir: str) -> None:
     """Give a fresh Kiln cache the native wrappers' precompiled header, built once in `shared_dir`:
     it depends only on the compiler, its flags and torch, so every workload's cold cache would build

@@ -21,8 +21,8 @@ from typing import Callable
 
 import torch
 
-from benchmarks.compilers import (KILN, TORCH, Compiler, call_recording_warnings, kiln_counters, seed_precompiled_header,
-                                  settle_kiln)
+from benchmarks.compilers import (KILN, TORCH, Compiler, call_recording_warnings, kiln_counters, seed_boundary,
+                                  seed_precompiled_header, settle_kiln)
 from benchmarks.memory import peak_of_steps
 from benchmarks.tierup import tierup_seconds, with_ratios
 from benchmarks.timing import measure_interleaved
@@ -174,13 +174,20 @@ def measure_tierup(name: str, row: dict, quick: bool, threads: int, scratch: str
     torch.compile in that process too, the way it measures Kiln. --quick, to stay short, takes
     torch.compile's speedup from this run's timing and its first call from its cold start (when
     measured), and gives the child's cache the run's precompiled header instead of building its
-    own (the same header for every workload; a cold build takes tens of seconds)."""
+    own (the same header for every workload; a cold build takes tens of seconds). Every run gives it
+    the boundary extension, which `make venv` builds into a new user's cache once."""
     torch_row = row.get("torch", {})
     torch_ok = torch_row.get("status") == "ok"
     reuse = quick and torch_ok and torch_row.get("cold_s") is not None
-    seed = (lambda cache_dir: seed_precompiled_header(cache_dir, os.path.join(scratch, "kiln-toolchain"))) if quick else None
+    toolchain = os.path.join(scratch, "kiln-toolchain")
+
+    def seed(cache_dir: str) -> None:
+        seed_boundary(cache_dir, toolchain)  # as `make venv` leaves it in a new user's cache
+        if quick:
+            seed_precompiled_header(cache_dir, toolchain)
     result = tierup_seconds(name, quick, threads, scratch, with_torch=torch_ok and not reuse, seed_header=seed)
     result["header_seeded"] = quick
+    result["boundary_seeded"] = True
     if reuse:
         result["torch_from"] = "this run's timing and cold start"
         return with_ratios(result, torch_row["speedup"], torch_row["cold_s"])

@@ -70,6 +70,7 @@ class TierProbe:
         self.compiles: dict[str, Any] = {}
         self.settled = self.native = 0
         self.hot = 0  # wrappers that asked for their native build (settled since, or building)
+        self.building = 0  # wrappers whose native build runs now (on the background thread)
         self.scans = 0
 
     @staticmethod
@@ -91,7 +92,7 @@ class TierProbe:
         if compiled:
             self.compiles = compiles
             self._scan()
-        settled = native = hot = 0
+        settled = native = hot = building = 0
         unsettled_ran = False
         for w in list(self.wrappers):
             if w.after is None:
@@ -101,8 +102,9 @@ class TierProbe:
                 unsettled_ran |= w.calls != self.calls.get(id(w))
                 self.calls[id(w)] = w.calls
             hot += w.after is None or w.future is not None
+            building += w.after is not None and w.future is not None
         changed = compiled or (settled, native) != (self.settled, self.native)
-        self.settled, self.native, self.hot = settled, native, hot
+        self.settled, self.native, self.hot, self.building = settled, native, hot, building
         return changed, unsettled_ran
 
     def counts(self) -> dict[str, int]:
@@ -133,9 +135,11 @@ def kiln_timeline(case: Case, eager_step: Callable[[], object], steady: int, tim
     begin = time.perf_counter()
     probe.check(kiln.stats())
     left_out += time.perf_counter() - begin
-    # the Python tier: calls 2 .. PYTHON_TIER_CALLS + 1, up to the one in which a graph asked for its
-    # native build (it still ran on Python; from the next call on a build competes for the CPU)
-    python_open = not probe.hot
+    # the tier before tier-up: calls 2 .. PYTHON_TIER_CALLS + 1, up to the one in which a graph's
+    # native build started (it still ran on Python; from the next call on a build competes for the
+    # CPU). A graph whose plan ran from its first call (kiln.config.native_plan, the boundary
+    # extension built) builds nothing: the window then times the plans, what a short job runs.
+    python_open = not probe.building
     starts, seconds, python_s, eager_s = [0.0, 0.0], [0.0, first_call_s], [], []  # indexed by call number
     last_change, first_native, call = 1, None, 1
     unchecked_s = 0.0  # step seconds since the last check: a fast step is checked once per CHECK_EVERY_S
@@ -161,7 +165,7 @@ def kiln_timeline(case: Case, eager_step: Callable[[], object], steady: int, tim
                 last_change = call
             if first_native is None and probe.native:
                 first_native = call
-            python_open = in_window and not probe.hot
+            python_open = in_window and not probe.building
             if call - last_change >= steady and not python_open:
                 break
         left_out += time.perf_counter() - end

@@ -7,6 +7,7 @@ minify FILE [ARGS]       a repro.py written by Kiln: shrink its graph further; a
                          minify the first compiled call that goes wrong; writes repro.py (--out DIR)
 knobs [--markdown]       every setting of kiln.config with its environment variable and value now; with
                          --markdown the README's settings table (generated from kiln.config's declarations)
+boundary                 build the boundary extension (native guards and plans) into the cache now
 The script runs as __main__ with its own arguments; kiln.compile is watched to learn what to bisect.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Callable
 
 import kiln
 from kiln import config
+from kiln.runtime import native
 
 
 @dataclass
@@ -186,6 +188,11 @@ def cmd_knobs(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_boundary(ns: argparse.Namespace) -> int:
+    print(f"kiln: the boundary extension is built: {native.build_boundary()}")
+    return 0
+
+
 def _is_repro(path: str) -> bool:
     with open(path, encoding="utf-8") as f:
         text = f.read()
@@ -217,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     knobs = commands.add_parser("knobs", help="list the settings (--markdown: the README's table)")
     knobs.add_argument("--markdown", action="store_true")
     knobs.set_defaults(run=cmd_knobs)
+    commands.add_parser("boundary", help="build the boundary extension now").set_defaults(run=cmd_boundary)
     ns = parser.parse_args(argv)
     return ns.run(ns)
 

@@ -162,6 +162,10 @@ cpu_wrapper: str = _declare(
 native_wrapper_after: int = _declare(
     "native_wrapper_after", 100, 'calls after which a graph tiers up to its native wrapper under "auto" (0: never)',
     env="KILN_NATIVE_WRAPPER_AFTER")
+native_plan: bool = _declare(
+    "native_plan", True, "native wrappers run as plans interpreted by the boundary extension (no C++ compiled per "
+    "graph; from a graph's first call once the extension is built): off, each graph's own C++ wrapper is compiled",
+    env="KILN_NATIVE_PLAN")
 native_guards: bool = _declare(
     "native_guards", True, "guards check tensors and dict keys with one call into the native extension once built "
     "(off: the generated Python checks only)", env="KILN_NATIVE_GUARDS")

@@ -21,7 +21,8 @@ from typing import Any, Sequence
 
 import torch
 
-from kiln.capture.sources import Source
+from kiln.capture.guards import Guard
+from kiln.capture.sources import CallSource, Source
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import DictVariable
@@ -166,8 +167,6 @@ def known_input(value: torch.Tensor, var: TensorVariable, source: Source) -> Non
         return
     if value.dtype.is_floating_point or value.dtype.is_complex:
         return
-    from kiln.capture.guards import Guard
-    from kiln.capture.sources import CallSource
 
     var.constant = value.detach().clone()
     var.constant_guards = (Guard(CallSource(source, "item").name(), "check_value", value.item()),)

@@ -22,15 +22,18 @@ import torch.fx
 
 from kiln.capture import code as code_mod
 from kiln.capture.code import ResumeRequest, resume_callable
+from kiln.capture.guards import Guard, shape_guard
+from kiln.capture.sources import LocalSource
 from kiln.capture.trace_rules import is_disabled
+from kiln.capture.variables.base import NullVariable, Variable
 from kiln.capture.variables.constant import literal_or_none
 from kiln import log
 from kiln.errors import KilnError, Unsupported, reraise
 from kiln.fake.tensor import FakeTensor
 
 if TYPE_CHECKING:
+    from kiln.capture.breaks import BreakRecord
     from kiln.capture.output_graph import CompiledGraph, OutputGraph
-    from kiln.capture.variables.base import Variable
 
 _glue_ids = itertools.count()
 
@@ -226,8 +229,6 @@ class ResumeFunctions:
     def expression(self, glue: GlueBuilder, offset: int, stack: Sequence["Variable"],
                    live: Sequence[str], live_values: Sequence["Variable"]) -> str:
         """`resume(stack..., locals...)`: the call continuing the frame at `offset`."""
-        from kiln.capture.variables.base import NullVariable
-
         null_slots = [i for i, v in enumerate(stack) if isinstance(v, NullVariable)]
         request = ResumeRequest(offset, len(stack), tuple(live), tuple(null_slots), self.native)
         args = [glue.reconstruct(v) for v in stack if not isinstance(v, NullVariable)]
@@ -314,6 +315,24 @@ def check_breakable(root: Any, exc: Unsupported, record: Any) -> None:
         raise exc
 
 
+def unbacked_break(state: Any, exc: Unsupported) -> int | None:
+    """For a branch on a data-dependent size (nonzero's length) that cannot be decided: the index
+    of the op that made the first symbol it depends on, so that the next pass breaks at that op.
+
+    The branch itself is often no place for a break (a comparison inside a callee, or one whose
+    stack holds the symbolic size); at the op the break is an ordinary call, and after it the
+    resume function sees a real tensor with a real size. None for any other reason to stop.
+    """
+    from kiln.symbolic.shape_env import GuardOnDataDependentSymNode
+
+    made = state.output.fake_mode.unbacked
+    if not isinstance(exc, GuardOnDataDependentSymNode) or not made:
+        return None
+    symbols: set[Any] = getattr(exc.expr, "free_symbols", set())
+    found = [made.index(s) for s in symbols if s in made]
+    return min(found) if found else 0
+
+
 def _restore_grad_node(state: Any) -> None:
     # A graph must leave grad mode (and autocast) as it found it; the glue sets the traced mode
     # again natively (and enters a real autocast region for a break inside one).
@@ -337,9 +356,6 @@ def _live_values(root: Any, names: Sequence[str]) -> tuple[list[str], list["Vari
     a with-block whose exit could swallow an exception) is left out: in the resume function it is
     then unbound too, exactly as in the original frame.
     """
-    from kiln.capture.sources import LocalSource
-    from kiln.capture.variables.base import Variable
-
     bound: list[str] = []
     values: list[Variable] = []
     for name in names:
@@ -399,10 +415,18 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
     return glue.reconstruct(var), []
 
 
-def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> Any:
-    from kiln.capture.guards import Guard, shape_guard
-    from kiln.capture.tracer import CaptureResult
+@dataclass(frozen=True)
+class CaptureResult:
+    """What one capture produced (docs/seams.md): the glue, its source, guards, graphs, breaks."""
 
+    glue: Callable[[dict, dict, Any], Any]
+    glue_source: str
+    guards: list[Guard]
+    graphs: list[torch.fx.GraphModule]
+    breaks: list[BreakRecord]
+
+
+def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> CaptureResult:
     base = "".join(c if c.isalnum() or c == "_" else "_" for c in state.fn.__code__.co_name).strip("_")
     name = f"{base or 'fn'}_{next(_graph_ids)}"
     glue_fn, source, compiled = glue.finish(options.compiler, f"graph_{name}")
@@ -474,8 +498,6 @@ class _BreakSite:
     def open(cls, state: Any, root: Any, fn: types.FunctionType, wrap_frame: Callable[[Any], Any]) -> "_BreakSite":
         """Start the glue of a break: what the break passes on (its stack, the locals live on any
         path from it) is read before the side effects are replayed."""
-        from kiln.capture.variables.base import NullVariable
-
         ins = root.current
         code = fn.__code__
         glue = GlueBuilder(state.output, fn.__globals__, code.co_name)
@@ -502,8 +524,6 @@ class _BreakSite:
     def build_below(self, below: list[Any]) -> None:
         """Reconstruct the stack under the breaking instruction's operands before it runs: contexts
         are entered, containers built, in the order the frame made them."""
-        from kiln.capture.variables.base import NullVariable
-
         for v in below:
             if not isinstance(v, NullVariable):
                 self.glue.reconstruct(v)
@@ -544,8 +564,6 @@ def _break_at_call(site: _BreakSite) -> None:
 
 def _break_at_call_ex(site: _BreakSite) -> None:
     """A CALL_FUNCTION_EX (`f(*args, **kwargs)`) that cannot be traced, made natively as CALL is."""
-    from kiln.capture.variables.base import NullVariable
-
     glue, stack, arg = site.glue, site.stack, site.ins.arg
     assert arg is not None  # CALL_FUNCTION_EX always has its flags
     depth = 3 if arg & 1 else 2
@@ -664,8 +682,6 @@ def _call_under_handlers(glue: GlueBuilder, fn: types.FunctionType, root: Any, s
     replaced by one that raises the caught exception: the try block's handler sees the very
     exception, and the call's side effects are not repeated.
     """
-    from kiln.capture.variables.base import NullVariable
-
     callable_slot = len(stack) - depth + (1 if isinstance(stack[len(stack) - depth], NullVariable) else 0)
     exc = glue.fresh("exc")
     raising = list(stack)

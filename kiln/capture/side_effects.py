@@ -28,6 +28,7 @@ class _AttrWrite:
     name: str
     value: "Variable"
     plain: bool = False  # replayed with object.__setattr__: the class's own __setattr__ was traced
+    deleted: bool = False  # `del obj.name`: the attribute is gone (value is the object itself, unused)
 
 
 @dataclass
@@ -47,9 +48,11 @@ def _written_values(kind: str, effect: Any) -> list["Variable"]:
             return list(effect.items.values())
         return []
     if kind == "attr":
-        return [effect.owner, effect.value]
+        return [effect.owner] if effect.deleted else [effect.owner, effect.value]
     if kind == "global":
         return [effect.value]
+    if kind == "hook":
+        return list(effect)
     if kind == "cell":
         return [] if effect.contents is None else [effect.contents]
     return []
@@ -79,9 +82,25 @@ class SideEffects:
             raise Unsupported(f"setting attribute {name!r} on an object without a source", kind="unsupported")
         self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, value, plain)
 
+    def delete_attr(self, obj: Any, owner: "Variable", name: str) -> None:
+        """`del obj.name` of an object from outside whose instance dict holds the name (or a write
+        of this trace put it there): replayed as a removal from that dict."""
+        if owner.source is None:
+            raise Unsupported(f"deleting attribute {name!r} of an object without a source", kind="unsupported")
+        self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, owner, deleted=True)
+
     def pending_attr(self, obj: Any, name: str) -> "Variable | None":
         write = self._effects.get(("attr", id(obj), name))
-        return None if write is None else write.value
+        return None if write is None or write.deleted else write.value
+
+    def writes_attributes_of(self, obj: Any) -> bool:
+        """True when the trace set or deleted an attribute of `obj`."""
+        return any(key[0] == "attr" and key[1] == id(obj) for key in self._effects)
+
+    def deleted_attr(self, obj: Any, name: str) -> bool:
+        """True when the trace deleted `obj.name` (and did not set it again)."""
+        write = self._effects.get(("attr", id(obj), name))
+        return write is not None and write.deleted
 
     def changed_container(self, source: Source) -> "Variable | None":
         """The container read through `source` that the trace changed in place (a module's
@@ -112,6 +131,11 @@ class SideEffects:
             if key[0] == "contents" and under(effect) or key[0] == "attr" and under(effect.owner):
                 return True
         return False
+
+    def register_tensor_hook(self, tensor: "Variable", hook: "Variable") -> None:
+        """`tensor.register_hook(hook)` on a tensor from outside: replayed after the graph (the
+        hook runs in the backward pass, later still). Each registration is its own effect."""
+        self._effects[("hook", len(self._effects))] = (tensor, hook)
 
     def store_global(self, source: Source, value: "Variable") -> None:
         self._effects[("global", source.name())] = _GlobalWrite(source, value)
@@ -163,6 +187,9 @@ class SideEffects:
                     glue.line(f"{target}.update({tmp})")
                 elif isinstance(effect, DequeVariable):
                     effect.replay(glue, target)
+            elif kind == "attr" and effect.deleted:
+                # set and deleted by the trace, or there before: gone from the instance dict either way
+                glue.line(f"{glue.reconstruct(effect.owner)}.__dict__.pop({effect.name!r}, None)")
             elif kind == "attr":
                 owner, value = glue.reconstruct(effect.owner), glue.reconstruct(effect.value)
                 if effect.plain:
@@ -173,5 +200,8 @@ class SideEffects:
                     glue.line(f"setattr({owner}, {effect.name!r}, {value})")
             elif kind == "global":
                 glue.line(f"{effect.source.name()} = {glue.reconstruct(effect.value)}")
+            elif kind == "hook":
+                tensor, hook = effect
+                glue.line(f"{glue.reconstruct(tensor)}.register_hook({glue.reconstruct(hook)})")
             elif kind == "cell":
                 glue.line(f"{effect.source.name()} = {glue.reconstruct(effect.contents)}")

@@ -291,10 +291,22 @@ def is_library_code(filename: str) -> bool:
 # ---- 4. builtins with a rule of their own -----------------------------------------------------
 
 # The rule of each builtin (and stdlib function treated like one, e.g. operator.add) that capture
-# answers itself rather than inlining or running natively: filled by variables/builtin.py's
-# @builtin_rule. A Python function held here is called through its rule, never inlined.
+# answers itself rather than inlining or running natively: filled with @builtin_rule (below) by
+# variables/builtin.py and the kinds and operators that add rules of their own. A Python function held here is called through its rule, never inlined.
 BuiltinRule = Callable[["Tracer", list["Variable"], dict[str, "Variable"]], "Variable"]
 BUILTIN_RULES: dict[Any, BuiltinRule] = {}
+
+
+def builtin_rule(*fns: Any) -> Callable[[BuiltinRule], BuiltinRule]:
+    """Register the rule for builtins `fns` (the function's name must be `<builtin>_rule`)."""
+
+    def register(rule: BuiltinRule) -> BuiltinRule:
+        for fn in fns:
+            assert fn not in BUILTIN_RULES, fn
+            BUILTIN_RULES[fn] = rule
+        return rule
+
+    return register
 
 
 def has_builtin_rule(value: Any) -> bool:
@@ -410,7 +422,5 @@ def constructible(cls: type) -> bool:
     if cls.__new__ is not object.__new__ or not (cls.__setattr__ is object.__setattr__ or
                                                  isinstance(inspect.getattr_static(cls, "__setattr__"), types.FunctionType)):
         return False
-    if not getattr(cls, "__dictoffset__", 0):
-        return False  # instances without a __dict__ (__slots__ all the way down)
     init = inspect.getattr_static(cls, "__init__")
     return init is object.__init__ or isinstance(init, types.FunctionType)

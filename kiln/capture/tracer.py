@@ -33,7 +33,9 @@ from kiln import config
 from kiln.capture import code as code_mod
 from kiln.capture import constant_fold
 from kiln.capture.breaks import BreakRecord, make_break_record
+from kiln.capture.glue import CaptureResult, check_breakable, finish_break, finish_return, unbacked_break
 from kiln.capture.guards import Guard
+from kiln.capture.op_arguments import example_arg, node_arg, scalar_operands
 from kiln.capture.options import CompileOptions
 from kiln.capture.trace_rules import is_library_code
 from kiln.capture.opcodes import OPCODES
@@ -47,9 +49,14 @@ from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
-from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised
-from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable, UserMethodVariable, guard_class_attribute
+from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised, raise_in_trace
+from kiln.capture.variables.generator import restart_if_run_ahead_too_far, run_generator
+from kiln.capture.variables.instance_dict import written_instance_dict
+from kiln.capture.variables.numpy_scalar_args import numpy_scalars_as_numbers
+from kiln.capture.variables.functions import (CellVariable, NestedFunctionVariable, UserMethodVariable, bind_class_attribute,
+                                              guard_class_attribute)
 from kiln.capture.variables.model_output import ModelOutputVariable
+from kiln.capture.variables import operators
 from kiln.capture.variables.object_protocol import python_setattr
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.slice import SliceVariable
@@ -65,17 +72,6 @@ _MAX_DEPTH = 32  # inlining depth (recursion is unrolled until this)
 _MAX_RESTARTS = 16  # captures started again after the trace initialized lazy modules
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _OBJECT_CLASS = vars(object)["__class__"]  # the descriptor behind obj.__class__
-
-
-@dataclass(frozen=True)
-class CaptureResult:
-    """What one capture produced (docs/seams.md): the glue, its source, guards, graphs, breaks."""
-
-    glue: Callable[[dict, dict, Any], Any]
-    glue_source: str
-    guards: list[Guard]
-    graphs: list[torch.fx.GraphModule]
-    breaks: list[BreakRecord]
 
 
 class _ReachedBreak(Exception):
@@ -105,6 +101,7 @@ class CaptureState:
         self.innermost: "Tracer | None" = None
         self.steps = 0
         self._cells: dict[int, tuple[types.CellType, CellVariable]] = {}
+        self.eager_generators: list[Any] = []  # generators run ahead to their end (variables/generator.py)
 
     def real_cell(self, cell: types.CellType, source: Source | None) -> CellVariable:
         """The one CellVariable of a real closure cell, however many functions (or calls of one)
@@ -351,6 +348,10 @@ class Tracer:
                 UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
                 return
             if not python_setattr(self, obj, obj.cls, name, value):
+                if not getattr(obj.cls, "__dictoffset__", 0) and not isinstance(
+                        inspect.getattr_static(obj.cls, name, None), types.MemberDescriptorType):
+                    message = f"{obj.cls.__name__!r} object has no attribute {name!r}"  # not one of its __slots__
+                    raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
                 obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
             return
         if isinstance(obj, TensorVariable) and name == "grad":
@@ -388,6 +389,9 @@ class Tracer:
                 raise Unsupported(f"{kind.__qualname__} has a custom __setattr__", kind="unsupported")
             if python_setattr(self, obj, kind, name, value):
                 return
+            if written_instance_dict(self, obj.value) is not None:
+                raise Unsupported(f"setting {name!r} of {obj.describe()} after the trace wrote its __dict__",
+                                  kind="unsupported")
             # the override (if any) was inlined: the replay is the plain store it ends in
             self.side_effects.store_attr(obj.value, obj, name, value, plain=kind.__setattr__ is not object.__setattr__)
             return
@@ -464,13 +468,16 @@ class Tracer:
     # ------------------------------------------------------------------ graph ops
     def call_op(self, kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         """Record `target(*args, **kwargs)` as a node; its example value comes from the fakes."""
-        args = _scalar_operands(target, args)
+        args = scalar_operands(target, args)
+        args, kwargs = numpy_scalars_as_numbers(
+            lambda a, k: self.output.run_fake(kind, target, tuple(example_arg(v) for v in a),
+                                              {n: example_arg(v) for n, v in k.items()}), target, args, kwargs)
         if _reads_storage_offset(kind, target, args, kwargs) and isinstance(args[0], TensorVariable):
             self.output.guard_storage_offsets(args[0].example)
-        node_args = tuple(_node_arg(a) for a in args)
-        node_kwargs = {k: _node_arg(v) for k, v in kwargs.items()}
-        ex_args = tuple(_example_arg(a) for a in args)
-        ex_kwargs = {k: _example_arg(v) for k, v in kwargs.items()}
+        node_args = tuple(node_arg(a) for a in args)
+        node_kwargs = {k: node_arg(v) for k, v in kwargs.items()}
+        ex_args = tuple(example_arg(a) for a in args)
+        ex_kwargs = {k: example_arg(v) for k, v in kwargs.items()}
         try:
             example = self.output.run_fake(kind, target, ex_args, ex_kwargs)
             pinned = self.state.modes.pinned_dtype(lambda t, a, k: self.output.run_fake(kind, t, a, k),
@@ -521,7 +528,34 @@ class Tracer:
             return ConstantVariable(example)
         raise Unsupported(f"an op returned {type(example).__name__}", kind="unsupported")
 
+    # ------------------------------------------------------------------ asked by the kinds (they import none of this)
+    def binary_op(self, symbol: str, a: Variable, b: Variable) -> Variable:
+        return operators.binary_op(self, symbol, a, b)
+
+    def compare_op(self, symbol: str, a: Variable, b: Variable) -> Variable:
+        return operators.compare_op(self, symbol, a, b)
+
+    def subscript(self, obj: Variable, key: Variable) -> Variable:
+        return operators.subscript(self, obj, key)
+
+    def known_equal(self, a: Variable, b: Variable) -> bool | None:
+        return operators._equal(a, b)  # `a == b` when known without running a user __eq__
+
+    def bind_method(self, fn: types.FunctionType, receiver: Variable) -> Variable:
+        return UserMethodVariable(fn, receiver)  # a user subclass's method, bound
+
+    def class_attribute(self, static: Any, receiver: Variable, owner: type, name: str | None) -> Variable | None:
+        return bind_class_attribute(self, static, receiver, owner, name)
+
+    def guard_class_attribute(self, owner: type, name: str, static: Any) -> None:
+        guard_class_attribute(self, owner, name, static)
+
     # ------------------------------------------------------------------ inlining
+    def child(self, code: types.CodeType, f_globals: dict[str, Any], local_vars: dict[str, Variable],
+              cells: dict[str, CellVariable]) -> Tracer:
+        """A tracer over `code` that records into this one's graph, called from here (not yet run)."""
+        return Tracer(self.state, code, f_globals, local_vars, cells, parent=self)
+
     def inline_call(self, code: types.CodeType, f_globals: dict[str, Any], closure: list[CellVariable] | None,
                     defaults: Sequence[Any], kwdefaults: dict[str, Any], args: list[Variable],
                     kwargs: dict[str, Variable], name: str, fn: Any) -> Variable:
@@ -533,16 +567,13 @@ class Tracer:
             raise Unsupported(f"inlining {name} goes deeper than {_MAX_DEPTH} calls", kind="unsupported")
         local_vars = self._bind(code, defaults, kwdefaults, args, kwargs, name)
         cells = dict(zip(code.co_freevars, closure or []))
-        child = Tracer(self.state, code, f_globals, local_vars, cells, parent=self)
+        child = self.child(code, f_globals, local_vars, cells)
         if is_generator:
-            # A generator (a generator expression, a `yield` helper) is run to its end here and
-            # becomes an iterator over what it yielded; its consumer is unrolled over that.
-            child.yielded = []
+            # A generator (a generator expression, a `yield` helper): run to its end here, or
+            # stepped one yield at a time (variables/generator.py)
+            return run_generator(self, child, code)
         result = child.run()
         self.state.innermost = self
-        if is_generator:
-            from kiln.capture.variables.iterator import IteratorVariable
-            return IteratorVariable(child.yielded or [])
         return result
 
     def _bind(self, code: types.CodeType, defaults: Sequence[Any], kwdefaults: dict[str, Any],
@@ -628,83 +659,11 @@ def _type_has_attr(obj: Variable, name: str) -> bool | None:
 _ABSENT = object()
 
 
-def _node_arg(var: Any) -> Any:
-    """A Variable as an FX node argument (nodes for graph values, Python values otherwise)."""
-    from kiln.capture.variables.torch import TorchFunctionVariable
-
-    if isinstance(var, (TensorVariable, SymIntVariable)):
-        return var.node
-    if isinstance(var, ConstantVariable):
-        return _graph_literal(var.value)
-    if isinstance(var, TupleVariable):
-        return tuple(_node_arg(i) for i in var.items)
-    if isinstance(var, ListVariable):
-        return [_node_arg(i) for i in var.items]
-    if isinstance(var, SliceVariable):
-        return slice(*(_node_arg(p) for p in var.parts()))
-    if isinstance(var, DictVariable):
-        return {k: _node_arg(v) for k, v in var.items.items()}
-    if isinstance(var, TorchFunctionVariable):
-        return var.fn
-    if var.is_constant():
-        return var.as_constant()
-    raise Unsupported(f"passing {var.describe()} to a graph op", kind="unsupported_call")
-
-
-def _graph_literal(value: Any) -> Any:
-    """A constant as a graph argument. FX prints a numpy scalar as `np.int64(4)`, which the
-    graph's code cannot evaluate: np.int64 and np.bool_ become the Python int and bool torch reads
-    them as. Other numpy scalars are refused here (np.float64 makes a float64 tensor where 0.5
-    makes a float32 one); call_op converts them for arithmetic on tensors, where they are the same."""
-    if type(value) in (np.int64, np.bool_):
-        return value.item()
-    if isinstance(value, np.generic):
-        raise Unsupported(f"passing the numpy scalar {value!r} to a graph op", kind="numpy")
-    return value
-
-
-# Tensor arithmetic, where a numpy scalar operand acts as the Python number it holds
-_SCALAR_OPERATORS = frozenset({operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
-                               operator.mod, operator.pow, operator.iadd, operator.isub, operator.imul,
-                               operator.itruediv, operator.ifloordiv, operator.imod, operator.ipow})
-
-
-def _scalar_operands(target: Any, args: Sequence[Variable]) -> Sequence[Variable]:
-    if target not in _SCALAR_OPERATORS or not any(isinstance(a, TensorVariable) for a in args):
-        return args
-    return [ConstantVariable(a.value.item()) if isinstance(a, ConstantVariable) and isinstance(a.value, np.generic)
-            and isinstance(a.value, (np.integer, np.floating, np.bool_)) else a for a in args]
-
-
-def _example_arg(var: Any) -> Any:
-    """A Variable as the example value an op runs on at trace time."""
-    from kiln.capture.variables.torch import TorchFunctionVariable
-
-    if isinstance(var, (TensorVariable, SymIntVariable)):
-        return var.example
-    if isinstance(var, ConstantVariable):
-        return var.value
-    if isinstance(var, TupleVariable):
-        values = [_example_arg(i) for i in var.items]
-        return torch.Size(values) if var.tuple_type is torch.Size else tuple(values)
-    if isinstance(var, ListVariable):
-        return [_example_arg(i) for i in var.items]
-    if isinstance(var, SliceVariable):
-        return slice(*(_example_arg(p) for p in var.parts()))
-    if isinstance(var, DictVariable):
-        return {k: _example_arg(v) for k, v in var.items.items()}
-    if isinstance(var, TorchFunctionVariable):
-        return var.fn
-    return var.as_constant()
-
-
 # ------------------------------------------------------------------------------------ the capture
 
 def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOptions,
                   wrap_frame: Callable[[Any], Any], *, policy: Any = None) -> CaptureResult:
     """Capture one call of `fn` with its arguments bound in `L` (see docs/seams.md)."""
-    from kiln.capture.glue import check_breakable, finish_break, finish_return
-
     code = fn.__code__
     log.artifact("bytecode", lambda: "original bytecode:\n" + code_mod.render_code(code))
     if code.co_flags & _GENERATOR_FLAGS:
@@ -719,6 +678,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
         try:
             try:
                 value = root.run()
+                restart_if_run_ahead_too_far(state.eager_generators)
             except RestartCapture:
                 restarts += 1
                 if restarts > _MAX_RESTARTS:
@@ -732,7 +692,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                 if stop is not None:
                     raise
                 if unbacked_limit is None and not options.fullgraph:
-                    unbacked_limit = _unbacked_break(state, exc)
+                    unbacked_limit = unbacked_break(state, exc)
                     if unbacked_limit is not None:
                         continue  # again, breaking at the op that made the size
                 tx = _user_frame(state.innermost or root)
@@ -750,24 +710,6 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
             abandon_open_contexts(state)
             torch._C._set_grad_enabled(state.initial_grad)
             state.modes.restore_process()
-
-
-def _unbacked_break(state: CaptureState, exc: Unsupported) -> int | None:
-    """For a branch on a data-dependent size (nonzero's length) that cannot be decided: the index
-    of the op that made the first symbol it depends on, so that the next pass breaks at that op.
-
-    The branch itself is often no place for a break (a comparison inside a callee, or one whose
-    stack holds the symbolic size); at the op the break is an ordinary call, and after it the
-    resume function sees a real tensor with a real size. None for any other reason to stop.
-    """
-    from kiln.symbolic.shape_env import GuardOnDataDependentSymNode
-
-    made = state.output.fake_mode.unbacked
-    if not isinstance(exc, GuardOnDataDependentSymNode) or not made:
-        return None
-    symbols: set[Any] = getattr(exc.expr, "free_symbols", set())
-    found = [made.index(s) for s in symbols if s in made]
-    return min(found) if found else 0
 
 
 def _user_frame(tx: Tracer) -> Tracer:

@@ -75,6 +75,12 @@ def local_scalar_dense(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: d
     if (mode.shape_env is not None and kiln.config.capture_scalar_outputs
             and not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool):
         return _unbacked(mode, f"{func}()", size=False)
+    if mode.shape_env is not None and kiln.config.capture_scalar_outputs and t.dtype.is_floating_point:
+        if mode.unbacked_limit is not None and len(mode.unbacked) >= mode.unbacked_limit:
+            raise DataDependentOutputError(f"{func}", f"{func}() of a floating tensor, then branched on")
+        symfloat = mode.shape_env.create_unbacked_symfloat(f"{func}()")
+        mode.unbacked.append(symfloat.node.expr)
+        return symfloat
     raise DataDependentOutputError(
         "aten._local_scalar_dense",
         "Tensor.item() (also int(t), float(t), bool(t) and `if t:`) needs the tensor's value, "

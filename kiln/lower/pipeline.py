@@ -26,7 +26,7 @@ import torch.fx
 
 from kiln import compile_time, config, log
 from kiln.lower import autotune_cpu
-from kiln.lower.codegen import native_wrapper, triton_wrapper
+from kiln.lower.codegen import native_wrapper, plan, triton_wrapper
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.codegen.wrapper import make_wrapper
 from kiln.lower.decompose import decompose
@@ -139,7 +139,7 @@ class Lowering:
     program: KernelProgram | None = None
     source: str = ""  # the C++ kernels, or the Triton module under codegen "triton"
     signatures: dict[str, tuple[list[str], list[str], bool]] = field(default_factory=dict)
-    native_build: native_wrapper.NativeBuild | None = None
+    native_build: native_wrapper.NativeBuild | plan.PlannedGraph | None = None
     lib: Any = None
     fn: Callable[..., tuple] | None = None
     wrapper_source: str = ""
@@ -208,8 +208,7 @@ def _codegen_triton(lo: Lowering) -> None:
 def _codegen_cpp(lo: Lowering) -> None:
     assert lo.program is not None
     lo.source, lo.signatures = generate(lo.program)
-    # the native wrapper compiles while the kernels do
-    lo.native_build = native_wrapper.start(lo.program, lo.signatures, lo.options.plan.wrapper)
+    lo.native_build = plan.start(lo.program, lo.signatures, lo.options.plan.wrapper)  # a compiled wrapper builds while the kernels do
 
 
 def _build(lo: Lowering) -> None:
@@ -316,6 +315,6 @@ def regenerate(lo: Lowering, program: KernelProgram, hints: list[str]) -> None:
 def _finish(lo: Lowering, timings_text: str) -> None:
     if lo.codegen == "cpp":
         assert lo.fn is not None and lo.program is not None
-        lo.fn = native_wrapper.choose(lo.fn, lo.program, lo.signatures, lo.lib, lo.options.plan.wrapper,
-                                      lo.dump.write, lo.native_build)  # timed itself
+        lo.fn = plan.choose(lo.fn, lo.program, lo.signatures, lo.lib, lo.options.plan.wrapper, lo.dump.write,
+                            lo.native_build)  # timed itself
     lo.dump.write("timings.txt", timings_text)

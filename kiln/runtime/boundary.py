@@ -58,7 +58,8 @@ def aten_link_flags() -> tuple[str, ...]:
 
 def _flags() -> tuple[str, ...]:
     python_include = sysconfig.get_paths()["include"]
-    return (*aten_compile_flags(), *aten_link_flags(), f"-I{python_include}", "-ltorch_python")
+    # -O2 after the ATen flags' -O1: the plan runner's loop is run per graph call, and built once
+    return (*aten_compile_flags(), "-O2", *aten_link_flags(), f"-I{python_include}", "-ltorch_python")
 
 
 _loaded: list[Any] = []  # the extension module, once loaded
@@ -105,3 +106,10 @@ def _adopt(lib: ctypes.CDLL) -> Any:
     for callback in callbacks:
         callback(_loaded[0])
     return _loaded[0]
+
+
+def build_now() -> str:
+    """Build (or find) the extension now and return its library's path: `python -m kiln boundary`,
+    which `make venv` runs so that a new user's first process already has it."""
+    load()
+    return build.library_path(source(), _flags())

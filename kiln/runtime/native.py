@@ -40,6 +40,8 @@ from kiln import log
 from kiln.runtime import build, cache, store
 from kiln.runtime.artifact import RECIPE_ATTR, Recipe, loader
 from kiln.runtime.boundary import aten_compile_flags, aten_link_flags
+from kiln.runtime.boundary import build_now as build_boundary  # `python -m kiln boundary`
+from kiln.runtime.boundary import built as built_boundary
 from kiln.runtime.boundary import load as boundary  # the extension that binds each graph's function
 from kiln.runtime.kernel_wrapper import LibraryThreads, bind_threads, with_output_spec
 from kiln.runtime.plan import WrapperPlan, wrapper_plan
@@ -235,6 +237,90 @@ def _load(fields: dict[str, Any]) -> Callable[..., Any]:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Plans: a graph's native wrapper as data, run by the boundary extension (no compile per graph)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A graph's wrapper for the boundary extension's plan runner (written by
+    kiln.lower.codegen.plan; the instruction set is boundary.cpp's `kiln_plan`): the instruction
+    words (int64, native byte order), the tables they index, the failed-check messages per site
+    (error kind, template pieces), (slots, int registers, float registers), and the kernels in the
+    order the words call them."""
+
+    words: bytes
+    doubles: tuple[float, ...]
+    strings: tuple[str, ...]
+    ops: tuple[tuple[str, str], ...]
+    dtypes: tuple[torch.dtype, ...]
+    sites: tuple[tuple[int, int, tuple[str, ...]], ...]
+    counts: tuple[int, int, int]
+    kernels: tuple[str, ...]
+
+
+PLAN_ENTRY = "kiln_plan_"  # a kernel's plan entry: kiln.lower.codegen.cpp_kernel.plan_entries
+
+
+def bind_plan(module: Any, plan: Plan, kernel_lib: ctypes.CDLL | None, output_spec: str | None,
+              constants: list[torch.Tensor] | None = None) -> Callable[..., Any]:
+    """A graph's plan bound to its kernels (their plan entries in the graph's kernel library) in the
+    boundary extension `module`: called like the native wrapper, with no C++ built for the graph
+    (AttributeError when the kernel library has no plan entries: one built before they existed)."""
+    entries = [ctypes.cast(getattr(kernel_lib, PLAN_ENTRY + k), ctypes.c_void_p).value for k in plan.kernels] \
+        if kernel_lib is not None else []
+    if plan.kernels and kernel_lib is None:
+        raise ValueError("a plan with kernels but no kernel library")
+    follow = None
+    if plan.kernels:
+        assert kernel_lib is not None
+        env: dict[str, Any] = {}
+        bind_threads(env, kernel_lib)
+        follow = env["_follow_threads"]
+    handle = module.make_plan(plan.words, list(plan.doubles), list(plan.strings), list(plan.ops), list(plan.dtypes),
+                              [(site, kind, list(pieces)) for site, kind, pieces in plan.sites], plan.counts,
+                              entries, list(constants or []), follow)
+    call: Any = functools.partial(module.call, handle)
+    call.steal = functools.partial(module.steal, handle)
+    return with_output_spec(call, output_spec)
+
+
+def tier_plan(python: Callable[..., Any], plan: Callable[[], Plan], kernel_lib: Callable[[], ctypes.CDLL | None],
+              output_spec: str | None, constants: list[torch.Tensor] | None, name: str,
+              ref: Callable[[], NativeRef | None] | None) -> TieredWrapper:
+    """`python` behind a TieredWrapper that runs the graph's plan: from the first call when the
+    boundary extension is built (this process or an earlier one built it), else from the first call
+    after BACKGROUND built it (once for every graph). `plan` and `kernel_lib` are asked once."""
+
+    def bind(module: Any) -> Callable[..., Any]:
+        return bind_plan(module, plan(), kernel_lib(), output_spec, constants)
+
+    def start() -> concurrent.futures.Future:
+        module = built_boundary()
+        if module is None:
+            return BACKGROUND.submit(lambda: bind(boundary()))
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            done.set_result(bind(module))
+        except Exception as exc:  # reported by the wrapper, which keeps the Python tier
+            done.set_exception(exc)
+        return done
+
+    wrapper = TieredWrapper(python, start, 1, name, ref)
+    if built_boundary() is not None:
+        wrapper.start_now()  # bound now: the plan runs from the first call
+    return wrapper
+
+
+def settled(python: Callable[..., Any], native_fn: Callable[..., Any], name: str,
+            ref: Callable[[], NativeRef | None]) -> TieredWrapper:
+    """A TieredWrapper already running `native_fn` (a plan bound up front): its recipe names the
+    Python wrapper and the stored program, from which a later process writes the plan again."""
+    wrapper = TieredWrapper(python, lambda: None, 1, name, ref)
+    wrapper._settle(native_fn, None)
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------------
 # Tier-up: the Python wrapper first, the native wrapper once the graph is hot
 
 
@@ -323,10 +409,33 @@ def register_writer(write: Callable[[bytes], tuple[str, tuple[str, ...]] | None]
     _writers[:] = [write]
 
 
-def native_ref(program: bytes, source: str, kernel_lib: ctypes.CDLL | None, kernels: tuple[str, ...],
+# The plan's writer for a stored program record (kiln.lower.codegen.plan registers it on import):
+# `write(record) -> Plan`, None when a plan cannot express the graph.
+_PLAN_WRITER_MODULE = "kiln.lower.codegen.plan"
+_plan_writers: list[Callable[[bytes], Plan | None]] = []
+
+
+def register_plan_writer(write: Callable[[bytes], Plan | None]) -> None:
+    _plan_writers[:] = [write]
+
+
+def _written_plan(program: bytes, ref: NativeRef) -> Plan:
+    """The plan this Kiln writes for a stored program (BuildError where it cannot)."""
+    if not _plan_writers:
+        importlib.import_module(_PLAN_WRITER_MODULE)
+    plan = _plan_writers[0](program)
+    if plan is None:
+        raise build.BuildError("a plan cannot express the stored program")
+    if plan.kernels != ref.kernels:
+        raise build.BuildError("the stored program's kernels are not the ones its graph binds")
+    return plan
+
+
+def native_ref(program: bytes, source: str | None, kernel_lib: ctypes.CDLL | None, kernels: tuple[str, ...],
                output_spec: str | None) -> NativeRef | None:
-    """The NativeRef of a graph whose native wrapper is `source`, written from the program whose
-    record is `program` (stored beside the libraries); None when the cache is off or cannot take it."""
+    """The NativeRef of a graph whose native wrapper is `source` (None: a plan, no graph library),
+    written from the program whose record is `program` (stored beside the libraries); None when the
+    cache is off or cannot take it."""
     digest = hashlib.sha256(program).hexdigest()
     path = cache.artifact_path(digest[:40], ".native.program")
     rel = store.relative(path) if path is not None else None
@@ -336,6 +445,8 @@ def native_ref(program: bytes, source: str, kernel_lib: ctypes.CDLL | None, kern
         return None
     paths = []
     for flags in dict.fromkeys((graph_flags(), graph_flags(precompiled=False))):
+        if source is None:
+            break
         lib_rel = store.relative(build.library_path(source, flags))
         if lib_rel is None:
             return None
@@ -391,6 +502,21 @@ def load_tiered(python: Callable[..., Any], ref: NativeRef, wrapper: WrapperPlan
         except (build.LibraryError, OSError, AttributeError) as exc:
             log.artifact("cache", f"native wrapper of a stored graph not used ({exc}); its Python wrapper runs")
             return python
+    if wrapper.native_plan and (wrapper.tier_up_after > 0 or wrapper.native_up_front) \
+            and (ref.kernel_library is not None or not ref.kernels):
+        # the plan, written from the stored program on the first call (kiln.lower imported then)
+        plans: list[Plan] = []
+
+        def plan() -> Plan:
+            if not plans:
+                plans.append(_written_plan(_stored_program(ref), ref))
+            return plans[0]
+
+        def kernel_lib() -> ctypes.CDLL | None:
+            return build.load_stored(*ref.kernel_library, symbols=ref.kernels) if ref.kernel_library else None
+
+        return tier_plan(python, plan, kernel_lib, ref.output_spec, None,
+                         f"a stored graph of {len(ref.kernels)} kernels (plan)", lambda: ref)
     if wrapper.tier_up_after <= 0:
         return python
 
@@ -456,6 +582,14 @@ class TieredWrapper:
             return None
         ref = self.ref() if self.ref is not None else None
         return Recipe("tiered", {"python": python, "native": ref}) if ref is not None else python
+
+    def start_now(self) -> None:
+        """Ask `start()` now, and run the native wrapper from the next call if it is ready at once."""
+        self._tick()
+        self.calls = 0
+        if self.future is not None and self.future.done():
+            self._tick()
+        self.calls = 0
 
     def _tick(self) -> None:
         self.calls += 1

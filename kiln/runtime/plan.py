@@ -32,6 +32,9 @@ class WrapperPlan:
     native_allowed: bool  # False under cpu_wrapper="python": no native wrapper, not even one built before
     native_up_front: bool  # built when the graph is compiled (a graph it cannot express keeps the Python one)
     tier_up_after: int  # calls after which a graph on its Python wrapper builds its native one (0: never)
+    # a native wrapper runs as a plan interpreted by the boundary extension where the plan can express
+    # the graph (no C++ compiled per graph; kiln.lower.codegen.plan), from the graph's first call
+    native_plan: bool = True
 
     def tiers_up(self) -> bool:
         """Whether a graph compiled now starts on its Python wrapper and tiers up once hot."""
@@ -59,7 +62,8 @@ def wrapper_plan(mode: str | None = None) -> WrapperPlan:
     after = config.native_wrapper_after
     return WrapperPlan(native_allowed=choice != "python",
                        native_up_front=choice == "native" or (choice == "auto" and mode == "reduce-overhead"),
-                       tier_up_after=after if choice != "python" and after > 0 else 0)
+                       tier_up_after=after if choice != "python" and after > 0 else 0,
+                       native_plan=config.native_plan and choice != "python")
 
 
 def resolve(mode: str | None) -> Plan:

@@ -191,6 +191,18 @@ class ShapeEnv:
         log.artifact("dynamic", lambda: f"create_unbacked_symint {symbol} from {origin}")
         return torch.SymInt(SymNode(symbol, self, int, None))
 
+    def create_unbacked_symfloat(self, origin: str) -> torch.SymFloat:
+        """A float known only when the graph runs (`.item()` of a floating tensor under
+        capture_scalar_outputs): arithmetic on it stays symbolic; what needs its value (a branch,
+        a comparison) is refused as for an unbacked int."""
+        symbol = float_symbol(f"{FLOAT_SYMBOL_PREFIX}u{self._count}")
+        self._order[symbol] = self._count
+        self._count += 1
+        self._origins[symbol] = origin
+        self._ranges[symbol] = UNKNOWN
+        log.artifact("dynamic", lambda: f"create_unbacked_symfloat {symbol} from {origin}")
+        return torch.SymFloat(SymNode(symbol, self, float, None))
+
     def _register(self, symbol: sympy.Symbol, hint: int | float, source: str, rng: Interval) -> None:
         self._hints[symbol] = hint
         self._sources[symbol] = source

@@ -331,18 +331,11 @@ def test_item_of_an_int_tensor_under_capture_scalar_outputs() -> None:
     check_traced(item_of_an_int_tensor, _x, settings={"capture_scalar_outputs": True})
 
 
-def test_item_of_a_float_tensor_breaks_with_a_reason() -> None:
-    # torch.compile traces it as an unbacked float; Kiln's unbacked symbols are ints only: a break
+def test_item_of_a_float_tensor_is_an_unbacked_float() -> None:
+    # traced as torch.compile traces it: an unbacked symbolic float (test_float_item_capture.py)
     def f(x):
         return x * x.sum().item()
-
-    kiln.config.capture_scalar_outputs, saved = True, kiln.config.capture_scalar_outputs
-    try:
-        with pytest.raises(kiln.errors.GraphBreakError, match="item"):
-            kiln.compile(f, backend="eager", fullgraph=True)(X)
-        torch.testing.assert_close(kiln.compile(f, backend="eager")(X), f(X))
-    finally:
-        kiln.config.capture_scalar_outputs = saved
+    check_traced(f, _x, settings={"capture_scalar_outputs": True})
 
 
 def test_a_parameter_made_in_the_frame_breaks_as_in_torch_compile() -> None:

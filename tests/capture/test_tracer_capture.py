@@ -119,14 +119,13 @@ def test_call_in_try_raises_into_the_frames_handler():
 
 
 def test_unsupported_instruction_runs_the_frame_eagerly():
-    def f(x, pair):
-        match pair:  # MATCH_SEQUENCE has no handler
-            case (a, b):
-                return x * a + b
-        return x
+    def f(x):
+        class Local:  # LOAD_BUILD_CLASS has no handler
+            pass
+        return x * 2
 
     with pytest.raises(Unsupported):
-        capture(f, {"x": torch.randn(2), "pair": (1, 2)})
+        capture(f, {"x": torch.randn(2)})
 
 
 def test_grad_mode_restored_after_capture():

@@ -15,7 +15,7 @@ from benchmarks import report
 from benchmarks.compilers import KILN
 from benchmarks.measure import final_counts
 from benchmarks.run import QUICK_TIERUP, parse_args, selected_workloads, tierup_workloads
-from benchmarks.tierup import TierProbe, kiln_timeline, with_ratios
+from benchmarks.tierup import PYTHON_TIER_CALLS, TierProbe, kiln_timeline, with_ratios
 from benchmarks.workload import Case, make_step
 
 NEW_WORKLOADS = ("adamw_step", "adam_step", "sgd_step", "checkpoint_training", "efficientnet_training")
@@ -170,7 +170,7 @@ def test_timeline_of_a_tiny_graph_reaches_its_native_wrapper() -> None:
         leftover = kiln.compile(lambda a: torch.softmax(torch.relu(a @ a.t()) + 1.0, -1) * 2)
         leftover(x)
         assert TierProbe.existing(native.TieredWrapper), "the leftover graph has no tiered wrapper"
-    with kiln.config.patch(cpu_wrapper="auto", native_wrapper_after=4):
+    with kiln.config.patch(cpu_wrapper="auto", native_wrapper_after=4, native_plan=False):  # a compiled wrapper
         result, step = kiln_timeline(case, eager, steady=3, timeout_s=600)
     del leftover
     kiln.reset()
@@ -181,4 +181,28 @@ def test_timeline_of_a_tiny_graph_reaches_its_native_wrapper() -> None:
     assert result["first_native_call"] > 4  # the fourth call asked for the build; a later one picked it up
     assert result["full_speed_call"] > result["first_native_call"]
     assert result["full_speed_s"] >= result["first_call_s"] > 0
+    torch.testing.assert_close(step(), eager())
+
+
+@pytest.mark.cpp
+def test_timeline_of_a_graph_on_its_plan_from_the_first_call() -> None:
+    """With the boundary extension built, a graph runs its plan from the first call: nothing builds,
+    so the window before tier-up times the plan over all its calls, and full speed comes at once."""
+    import kiln
+    from kiln.runtime import boundary
+
+    boundary.load()
+    kiln.reset()
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(6, 5, generator=g), torch.randn(5, 5, generator=g)
+    case = Case(make_fn=lambda: _two_kernels, inputs=[(x, w)])
+    eager = make_step(case, _two_kernels, _two_kernels)
+    with kiln.config.patch(cpu_wrapper="auto", native_plan=True):
+        result, step = kiln_timeline(case, eager, steady=3, timeout_s=600)
+    kiln.reset()
+    assert result["status"] == "ok", result
+    assert result["python_calls"] == PYTHON_TIER_CALLS and result["python_ms"] > 0
+    assert result["wrappers"]["native"] >= 1 and result["wrappers"]["unsettled"] == 0
+    assert result["first_native_call"] == 2  # the first check after the first call finds it native
+    assert result["full_speed_call"] == 2
     torch.testing.assert_close(step(), eager())

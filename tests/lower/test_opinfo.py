@@ -46,18 +46,21 @@ def test_opinfo_full_sweep() -> None:
 
 
 @pytest.mark.cpp
+@pytest.mark.parametrize("plan", [False, True], ids=["compiled", "plan"])
 @pytest.mark.parametrize("name", CI_SLICE)
-def test_opinfo_slice_native_wrapper_matches_python(name: str) -> None:
-    """The native wrapper (one C++ function per graph) gives the Python wrapper's outputs, bit for bit
-    (same kernels, same externs): every sample of the op in one graph, compiled both ways."""
+def test_opinfo_slice_native_wrapper_matches_python(name: str, plan: bool) -> None:
+    """The native wrapper (one C++ function per graph, or its plan run by the boundary extension)
+    gives the Python wrapper's outputs, bit for bit (same kernels, same externs): every sample of
+    the op in one graph, compiled both ways."""
     cases = samples(op_db()[name], torch.float32)
     fn, leaves = as_function(op_db()[name], cases)
     gm = make_fx(fn)(*leaves)
     with config.patch(cpu_wrapper="python"):
         python = compile_graph(gm, leaves, options={"opt_level": "-O1"})
-    with config.patch(cpu_wrapper="native"):
+    with config.patch(cpu_wrapper="native", native_plan=plan):
         made = compile_graph(gm, leaves, options={"opt_level": "-O1"})
-    assert getattr(made.fn, "func", None) is native.boundary().call, "the graph kept the Python wrapper"
+    running = getattr(made.fn, "current", made.fn)  # a plan runs behind a settled TieredWrapper
+    assert getattr(running, "func", None) is native.boundary().call, "the graph kept the Python wrapper"
     want = pytree.tree_leaves(python(*leaves))
     got = pytree.tree_leaves(made(*leaves))
     assert len(got) == len(want)

@@ -172,24 +172,28 @@ def _check(name: str, mode: str, params_grad: bool, input_grad: bool, wrapper: s
     after_eager = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(state)
     made = []
-    real_make = native.make_native
+    # "native": each graph's own compiled C++ wrapper; "plan": its plan, run by the boundary extension
+    spied = "bind_plan" if wrapper == "plan" else "make_native"
+    real_make = getattr(native, spied)
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         made.append(1)
         return real_make(*args, **kwargs)
 
-    with config.patch(cpu_wrapper=wrapper), warnings.catch_warnings():
+    knobs = {"cpu_wrapper": "python"} if wrapper == "python" else {"cpu_wrapper": "native",
+                                                                  "native_plan": wrapper == "plan"}
+    with config.patch(**knobs), warnings.catch_warnings():
         warnings.simplefilter("error", KilnWarning)  # an internal error: the frame runs eagerly, with one
-        native.make_native = counting
+        setattr(native, spied, counting)
         try:
             got, got_grads = _run(kiln.compile(_function(model, inside)), model, x, outside)
         finally:
-            native.make_native = real_make
+            setattr(native, spied, real_make)
     if mode != "inference_mode_inside":  # a graph break: inference_mode's __exit__ runs eagerly
         assert kiln.stats()["fallbacks"] == 0
     # a graph holding training BatchNorm's functional op keeps the Python wrapper (the op has no
     # C++ header: KILN_LOGS=perf_hints says so), and an inference graph of that model is only that
-    if wrapper == "native" and kiln.stats()["compiles"] and name != "batch_norm_train":
+    if wrapper != "python" and kiln.stats()["compiles"] and name != "batch_norm_train":
         assert made, "no graph got the native wrapper"
     for e, g in zip(expected, got):
         assert _facts(g) == _facts(e), f"{name}/{mode}: compiled {_facts(g)}, eager {_facts(e)}"
@@ -203,14 +207,17 @@ def _check(name: str, mode: str, params_grad: bool, input_grad: bool, wrapper: s
         torch.testing.assert_close(value, after_eager[key])
 
 
-MATRIX = list(itertools.product(MODELS, GRAD_MODES, (True, False), (True, False), ("python", "native")))
+MATRIX = list(itertools.product(MODELS, GRAD_MODES, (True, False), (True, False), ("python", "native", "plan")))
 # The CI slice: the first report, every grad mode on the matmul that hit it, and every extern kind
 # under the modes that run an inference graph while parameters require grad.
 # (A native wrapper is one more C++ build per graph: a few of them.)
 CI = ([("addmm", mode, True, False, "python") for mode in GRAD_MODES]
       + [("addmm", mode, True, True, "native") for mode in ("no_grad_inside", "enable_grad_inside_no_grad")]
       + [(name, "no_grad_inside", True, False, "python") for name in MODELS if name != "addmm"]
-      + [("conv_pool", "no_grad_inside", True, True, "native")])
+      + [("conv_pool", "no_grad_inside", True, True, "native")]
+      # a plan binds without a compile: every extern kind, under the modes that hit grad-mode bugs
+      + [(name, mode, True, True, "plan") for name in MODELS
+         for mode in ("no_grad_inside", "enable_grad_inside_no_grad")])
 
 
 def _id(case: tuple) -> str:

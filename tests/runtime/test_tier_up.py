@@ -20,6 +20,15 @@ from kiln.lower import compile_graph
 from kiln.runtime import artifact, build, native
 from tests.lower.conftest import aten_graph
 
+
+@pytest.fixture(autouse=True)
+def _compiled_native_wrappers(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """These tests are about each graph's own compiled C++ wrapper; plans (config.native_plan) have
+    theirs in tests/runtime/test_native_plan.py. Subprocesses get the setting through the environment."""
+    monkeypatch.setenv("KILN_NATIVE_PLAN", "0")
+    with config.patch(native_plan=False):
+        yield
+
 pytestmark = pytest.mark.cpp
 
 _WAIT_S = 600  # a fresh cache builds the precompiled header first (tens of seconds on two cores)

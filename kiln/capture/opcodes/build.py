@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from kiln.capture.code import oparg
-from kiln.capture.opcodes import opcode
+from kiln.capture.opcodes.table import opcode
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable, DeferredTextVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable, key_of, pairs_of

@@ -11,7 +11,7 @@ import dis
 from typing import TYPE_CHECKING, cast
 
 from kiln.capture.code import oparg
-from kiln.capture.opcodes import opcode
+from kiln.capture.opcodes.table import opcode
 from kiln.capture.variables.base import NullVariable, Variable
 from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable

@@ -14,8 +14,9 @@ import inspect
 import types
 from typing import TYPE_CHECKING
 
-from kiln.capture.opcodes import opcode
+from kiln.capture.opcodes.table import opcode
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.generator import send_to
 from kiln.capture.variables.context_manager import (
     AutocastVariable,
     ContextExitVariable,
@@ -204,5 +205,19 @@ def YIELD_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
 @opcode
 def GET_YIELD_FROM_ITER(tx: "Tracer", instr: dis.Instruction) -> None:
     GET_ITER(tx, instr)
+
+
+@opcode
+def SEND(tx: "Tracer", instr: dis.Instruction) -> None:
+    # `yield from`: the receiver's next item goes on to the YIELD_VALUE after; at its end both are
+    # popped, its return value pushed, and the loop left
+    value = tx.pop()
+    item, result = send_to(tx, tx.stack[-1], value)
+    if item is None:
+        tx.pop()
+        tx.push(result)
+        tx.jump(instr.argval)
+    else:
+        tx.push(item)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dis
 from typing import TYPE_CHECKING
 
-from kiln.capture.opcodes import opcode
+from kiln.capture.opcodes.table import opcode
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.exception import (
     ExceptionVariable,

@@ -12,12 +12,12 @@ import dis
 from typing import TYPE_CHECKING
 
 from kiln.capture.code import oparg
-from kiln.capture.opcodes import opcode
-from kiln.capture.opcodes.operators import contains, subscript
+from kiln.capture.opcodes.table import opcode
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import BuiltinVariable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import DictVariable
+from kiln.capture.variables.operators import contains, subscript
 from kiln.capture.variables.sequence import TupleVariable
 from kiln.errors import Unsupported
 

@@ -10,7 +10,8 @@ import builtins
 import dis
 from typing import TYPE_CHECKING
 
-from kiln.capture.opcodes import opcode
+from kiln.capture.opcodes.table import opcode
+from kiln.capture.variables.attribute_deletion import delete_attribute
 from kiln.capture.variables.base import NullVariable
 from kiln.capture.variables.functions import CellVariable
 from kiln.errors import Unsupported
@@ -110,6 +111,11 @@ def STORE_ATTR(tx: "Tracer", instr: dis.Instruction) -> None:
     obj = tx.pop()
     value = tx.pop()
     tx.setattr(obj, instr.argval, value)
+
+
+@opcode
+def DELETE_ATTR(tx: "Tracer", instr: dis.Instruction) -> None:
+    delete_attribute(tx, tx.pop(), instr.argval)
 
 
 @opcode

@@ -9,7 +9,7 @@ import dis
 from typing import TYPE_CHECKING
 
 from kiln.capture.code import oparg
-from kiln.capture.opcodes import opcode
+from kiln.capture.opcodes.table import opcode
 from kiln.capture.variables.base import NullVariable
 
 if TYPE_CHECKING:

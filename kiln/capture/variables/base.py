@@ -91,6 +91,25 @@ class NullVariable(Variable):
         return "NULL"
 
 
+class BoundMethodVariable(Variable):
+    """`obj.name` for a method of a tracked value (a list, a dict, a tensor, a constant)."""
+
+    def __init__(self, obj: Variable, name: str) -> None:
+        self.obj = obj
+        self.name = name
+
+    def describe(self) -> str:
+        return f"method {self.name} of {self.obj.describe()}"
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.name.isidentifier():
+            return f"{glue.reconstruct(self.obj)}.{self.name}"
+        return f"getattr({glue.reconstruct(self.obj)}, {self.name!r})"
+
+
 def constant_args(args: Sequence[Variable], kwargs: dict[str, Variable]) -> tuple[list[Any], dict[str, Any]] | None:
     """The args as Python constants when every one of them is a constant, else None."""
     if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()):

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any, Callable, TypeGuard
 import numpy as np
 import torch
 
-from kiln.capture.guards import Guard
+from kiln.capture.guards import FunctionCode, Guard
 from kiln.capture.constant_fold import known_input
-from kiln.capture.sources import CallSource, DictValueSource, ItemSource, Source, resume_stack_slot
+from kiln.capture.sources import (AttrSource, CallSource, DictKeySource, DictValueSource, GlobalSource, ItemSource,
+                                  RawItemSource, Source, resume_stack_slot)
 from kiln.capture.trace_rules import (
     has_builtin_rule,
     has_constant_result,
@@ -33,9 +34,10 @@ from kiln.capture.trace_rules import (
     never_traced,
     runs_natively,
 )
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.builtin import BuiltinVariable, UnboundMethodVariable, is_unbound_builtin_method
 from kiln.capture.variables.checkpoint import CheckpointVariable, is_checkpoint_function
+from kiln.capture.variables.class_dict import ClassDictVariable
 from kiln.capture.variables.constant import ConstantVariable, ItemConstantVariable, is_constant_value
 from kiln.capture.variables.context_manager import (
     AUTOCAST_CLASSES,
@@ -50,6 +52,7 @@ from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_k
 from kiln.capture.variables.numpy_array import wrap_ndarray_input
 from kiln.capture.variables.numpy_functions import NumpyFunctionVariable, is_numpy_function
 from kiln.capture.variables import numpy_fft_grids  # noqa: F401  (fills NUMPY_FUNCTIONS with np.fft, np.meshgrid)
+from kiln.capture.variables import lazy_itertools  # noqa: F401  (fills the rules of itertools.count, cycle, tee, islice)
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import (
     ConstantResultVariable,
@@ -65,7 +68,8 @@ from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariab
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.torch import TorchFunctionVariable
-from kiln.capture.variables.user_object import GetenvVariable, ObjectVariable
+from kiln.capture.variables.environ import GetenvVariable
+from kiln.capture.variables.user_object import ObjectVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -82,8 +86,6 @@ OBJECT_WRAPPERS: list[tuple[type, Callable[[Any, "Source | None"], Variable]]] =
 
 def _stable(source: Source | None) -> bool:
     """True when `source` reads an attribute of a stable module (trace_rules.STABLE_MODULES: no guard needed)."""
-    from kiln.capture.sources import AttrSource, GlobalSource
-
     while isinstance(source, AttrSource):
         source = source.base
     if isinstance(source, GlobalSource) and source.module is not None:
@@ -214,7 +216,6 @@ def _wrap_tuple(state: "CaptureState", value: tuple, source: Source | None) -> V
 
 
 def _wrap_deque(state: "CaptureState", value: collections.deque, source: Source | None) -> Variable:
-    from kiln.capture.sources import AttrSource
     _guard(state, source, "check_type", collections.deque)
     _guard(state, source, "check_len", len(value))
     _guard(state, None if source is None else AttrSource(source, "maxlen"), "check_value", value.maxlen)
@@ -234,16 +235,21 @@ def _wrap_made_mapping(state: "CaptureState", value: types.MappingProxyType, sou
     return DictVariable({k: wrap_value(state, v, None) for k, v in value.items()})
 
 
+def _wrap_class_dict(state: "CaptureState", value: types.MappingProxyType, source: Source | None) -> Variable:
+    source = _given(source)
+    _guard(state, source, "check_type", type(value))
+    _guard(state, source, "check_keys", tuple(value.keys()))
+    return ClassDictVariable(value, source)
+
+
 def _wrap_dict(state: "CaptureState", value: dict, source: Source | None) -> Variable:
     _guard(state, source, "check_type", type(value))
     _guard(state, source, "check_keys", tuple(value.keys()))
     factory = None
     if type(value) is collections.defaultdict and value.default_factory is not None:
-        from kiln.capture.sources import AttrSource
         factory = wrap_value(state, value.default_factory,
                              None if source is None else AttrSource(source, "default_factory"))
     elif type(value) is collections.defaultdict and source is not None:
-        from kiln.capture.sources import AttrSource
         _guard(state, AttrSource(source, "default_factory"), "check_none")
     entries = {k: _item(state, v, _dict_value_source(source, k, i)) for i, (k, v) in enumerate(value.items())}
     return DictVariable(entries, type(value), source, default_factory=factory)
@@ -270,7 +276,6 @@ def _wrap_autocast_exit(state: "CaptureState", value: Any, source: Source | None
 
 def _wrap_held_lock_exit(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     # a fresh bound method each time `lock.__exit__` is read: guarded by type, not identity
-    from kiln.capture.sources import AttrSource
     _guard(state, source, "check_type", type(value))
     _guard(state, None if source is None else AttrSource(source, "__self__"), "check_type", type(value.__self__))
     return HeldLockExitVariable(value, source)
@@ -283,8 +288,6 @@ def _is_grad_exit(value: Any) -> bool:
 
 def _wrap_tracked_method(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     # `x.add` or `items.append` left on the stack by a graph break: the method of a tracked value.
-    from kiln.capture.sources import AttrSource
-    from kiln.capture.variables.functions import BoundMethodVariable
     source = _given(source)
     _guard(state, source, "check_type", type(value))
     _guard(state, AttrSource(source, "__name__"), "check_value", value.__name__)
@@ -296,7 +299,6 @@ def _wrap_lru_cache(state: "CaptureState", value: Any, source: Source | None) ->
     # As Dynamo does: the cache is stepped past and the function it wraps is traced (the cache
     # only saves recomputing). A wrapped function marked as having a constant result, as
     # transformers' import probes are, is called for real through its cache.
-    from kiln.capture.sources import AttrSource
     _guard(state, source, "check_id", value)
     if has_constant_result(value.__wrapped__):
         return ConstantResultVariable(value, source)
@@ -309,8 +311,6 @@ def _wrap_function(state: "CaptureState", value: types.FunctionType, source: Sou
         # by each call of its maker: as torch.compile does, it is guarded by its code, globals
         # and defaults (and its own dict's names), its cells where the trace reads them. Its
         # identity is guarded only if the trace uses it (`is`, a dict key, a native call).
-        from kiln.capture.guards import FunctionCode
-        from kiln.capture.sources import AttrSource
         kwdefaults = None if value.__kwdefaults__ is None else tuple(value.__kwdefaults__.items())
         _guard(state, source, "check_code", FunctionCode(value.__code__, value.__module__, value.__defaults__,
                                                           kwdefaults))
@@ -321,7 +321,6 @@ def _wrap_function(state: "CaptureState", value: types.FunctionType, source: Sou
 
 
 def _wrap_partial(state: "CaptureState", value: functools.partial, source: Source | None) -> Variable:
-    from kiln.capture.sources import AttrSource
     from kiln.capture.variables.functions import PartialVariable
     source = _given(source)
     _guard(state, source, "check_type", functools.partial)
@@ -334,7 +333,6 @@ def _wrap_partial(state: "CaptureState", value: functools.partial, source: Sourc
 
 
 def _wrap_method(state: "CaptureState", value: types.MethodType, source: Source | None) -> Variable:
-    from kiln.capture.sources import AttrSource
     self_source = None if source is None else AttrSource(source, "__self__")
     obj = wrap_value(state, value.__self__, self_source)
     func = value.__func__
@@ -385,6 +383,7 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
     (lambda state, v, s: type(v) is collections.deque, _wrap_deque),
     (lambda state, v, s: type(v) is list, _wrap_list),
     (lambda state, v, s: type(v) is types.MappingProxyType and s is None and _constant_keys(v), _wrap_made_mapping),
+    (lambda state, v, s: type(v) is types.MappingProxyType and s is not None and _constant_keys(v), _wrap_class_dict),
     (lambda state, v, s: type(v) in (dict, collections.OrderedDict, collections.defaultdict) and _constant_keys(v),
      _wrap_dict),
     (lambda state, v, s: type(v) in (dict, collections.OrderedDict) and s is not None
@@ -464,7 +463,6 @@ def _constant_keys(d: Any) -> bool:
 def _wrap_tensor_keyed_dict(state: "CaptureState", value: dict, source: Source) -> Variable:
     """A dict from outside with tensor keys (hashed by identity): each key read by its position and
     guarded as a tensor input (the aliasing guard then pins which input it is), its value likewise."""
-    from kiln.capture.sources import DictKeySource
     from kiln.capture.variables.dict import key_of
 
     _guard(state, source, "check_type", type(value))
@@ -480,8 +478,6 @@ def _wrap_dict_subclass(state: "CaptureState", value: dict, source: Source) -> V
     """An instance of a dict subclass from outside: its keys guarded as a dict's, its values read
     from the dict's own storage (the subclass's __getitem__ may compute something else), its
     instance attributes read on demand behind a guard on their names."""
-    from kiln.capture.sources import AttrSource, RawItemSource
-
     _guard(state, source, "check_type", type(value))
     _guard(state, source, "check_keys", tuple(value.keys()))
     _guard(state, AttrSource(source, "__dict__"), "check_keys", tuple(vars(value)))
@@ -528,8 +524,6 @@ def _wrap_iterator(state: "CaptureState", value: Any, source: Source | None) -> 
 
 
 def _wrap_grad_exit(state: "CaptureState", value: Any, source: Source | None) -> Variable:
-    from kiln.capture.sources import AttrSource
-
     ctx = value.__self__
     self_source = None if source is None else AttrSource(source, "__self__")
     _guard(state, self_source, "check_type", type(ctx))

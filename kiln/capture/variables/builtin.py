@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule
-from kiln.capture.variables.base import Variable, constant_args
+from kiln.capture.sources import TypeSource
+from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule, builtin_rule
+from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.exception import raise_in_trace
@@ -39,20 +40,7 @@ RULES = BUILTIN_RULES
 # Builtins whose call is a break of a named kind (the hint table of kiln.capture.breaks keys on it).
 _BREAK_KINDS = {builtins.print: "print", builtins.input: "unsupported_call", builtins.open: "unsupported_call",
                 builtins.breakpoint: "unsupported_call", builtins.exec: "unsupported_call",
-                builtins.eval: "unsupported_call", builtins.globals: "unsupported_call",
-                builtins.vars: "unsupported_call"}
-
-
-def builtin_rule(*fns: Any) -> Callable[[Rule], Rule]:
-    """Register the rule for builtins `fns` (the function's name must be `<builtin>_rule`)."""
-
-    def register(rule: Rule) -> Rule:
-        for fn in fns:
-            assert fn not in RULES, fn
-            RULES[fn] = rule
-        return rule
-
-    return register
+                builtins.eval: "unsupported_call", builtins.globals: "unsupported_call"}
 
 
 class BuiltinVariable(Variable):
@@ -203,7 +191,7 @@ def issubclass_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variab
 
 @builtin_rule(callable)
 def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.functions import (BoundMethodVariable, NestedFunctionVariable,
+    from kiln.capture.variables.functions import (NestedFunctionVariable,
                                                   UserFunctionVariable, UserMethodVariable)
     from kiln.capture.variables.tensor import TensorVariable
 
@@ -213,14 +201,18 @@ def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
         return ConstantVariable(True)
     if isinstance(obj, TensorVariable) or obj.is_constant():
         return ConstantVariable(False)
-    return ConstantVariable(callable(obj.as_python_value()))
+    try:
+        kind = obj.python_type()
+    except Unsupported:
+        return ConstantVariable(callable(obj.as_python_value()))
+    # what callable() asks: whether the type (its MRO, never its metaclass) defines __call__
+    return ConstantVariable(any("__call__" in base.__dict__ for base in kind.__mro__))
 
 
 @builtin_rule(type)
 def type_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     if len(args) != 1:
         raise Unsupported("type() with three arguments", kind="unsupported_call")
-    from kiln.capture.sources import TypeSource
     from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 
     obj = args[0]
@@ -261,20 +253,26 @@ def range_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) 
 
 @builtin_rule(enumerate)
 def enumerate_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.iterator import IteratorVariable, open_iterator
+    from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_enumerate
     from kiln.capture.variables.sequence import TupleVariable
 
     start = tx.as_int(args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0)))
+    if is_made_on_demand(args[0]):
+        return lazy_enumerate(tx, open_iterator(tx, args[0]), start)
     items = tx.iterate(args[0])
     return IteratorVariable([TupleVariable([ConstantVariable(start + i), v]) for i, v in enumerate(items)])
 
 
 @builtin_rule(zip)
 def zip_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.iterator import IteratorVariable, open_iterator
+    from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_zip
     from kiln.capture.variables.sequence import TupleVariable
 
     strict = kwargs.pop("strict", ConstantVariable(False)).as_constant()
+    if not strict and any(is_made_on_demand(a) for a in args):
+        return lazy_zip(tx, [open_iterator(tx, a) for a in args])
     columns = [tx.iterate(a) for a in args]
     if strict and len({len(c) for c in columns}) > 1:
         raise Unsupported("zip(strict=True) on sequences of different lengths (raised natively)", kind="unsupported")
@@ -283,8 +281,11 @@ def zip_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) ->
 
 @builtin_rule(map)
 def map_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.iterator import IteratorVariable, open_iterator
+    from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_map
 
+    if any(is_made_on_demand(a) for a in args[1:]):
+        return lazy_map(tx, args[0], [open_iterator(tx, a) for a in args[1:]])
     fn, columns = args[0], [tx.iterate(a) for a in args[1:]]
     return IteratorVariable([fn.call(tx, list(row), {}) for row in zip(*columns)])
 
@@ -482,24 +483,12 @@ RULES[min] = _minmax(min)
 RULES[max] = _minmax(max)
 
 
-def product(tx: "Tracer", items: list[Variable]) -> Variable:
-    """The product of numbers, folded when constant (Size.numel())."""
-    from kiln.capture.opcodes.operators import binary_op
-
-    result: Variable = ConstantVariable(1)
-    for item in items:
-        result = binary_op(tx, "*", result, item)
-    return result
-
-
 @builtin_rule(sum)
 def sum_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.opcodes.operators import binary_op
-
     items = tx.iterate(args[0])
     result = args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))
     for item in items:
-        result = binary_op(tx, "+", result, item)
+        result = tx.binary_op("+", result, item)
     return result
 
 
@@ -632,6 +621,23 @@ def locals_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
     return tx.locals_dict
 
 
+@builtin_rule(vars)
+def vars_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """vars() is locals(); vars(obj) is obj.__dict__ itself, read as the program's `obj.__dict__`
+    is (an object made in the frame hands out a dict over its very attributes)."""
+    from kiln.capture.variables.exception import RaisedInTrace
+
+    if not args and not kwargs:
+        return locals_rule(tx, [], {})
+    if len(args) != 1 or kwargs:
+        raise Unsupported("vars() takes at most one argument (raised natively)", kind="unsupported")
+    try:
+        return tx.getattr(args[0], "__dict__")
+    except RaisedInTrace as raised:  # eager's vars() raises TypeError there, not AttributeError
+        raise Unsupported(f"vars() of {args[0].describe()}, which has no __dict__ (raised natively)",
+                          kind="unsupported") from raised
+
+
 @builtin_rule(sys.intern)
 def intern_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     return _fold(tx, sys.intern, args, kwargs)
@@ -639,7 +645,12 @@ def intern_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
 
 @builtin_rule(id)
 def id_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    value = args[0].as_python_value()
+    from kiln.capture.variables.object_id import object_id
+
+    try:
+        value = args[0].as_python_value()
+    except Unsupported:
+        return object_id(args[0])  # a tensor, an object made in the frame: compared by identity only
     return ConstantVariable(id(value))
 
 
@@ -668,38 +679,6 @@ def object_setattr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Va
     tx.setattr(args[0], args[1].as_constant(), args[2], bypass=True)
     return ConstantVariable(None)
 
-
-# The operator module's functions behave like the operators themselves.
-def _operator_rule(name: str) -> Rule:
-    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.opcodes.operators import BINARY_SYMBOLS, binary_op, compare_op, contains, identity, subscript
-
-        if len(args) != 2 or kwargs:
-            raise Unsupported(f"operator.{name} with {len(args)} arguments (raised natively)", kind="unsupported_call")
-        if name == "getitem":
-            return subscript(tx, args[0], args[1])
-        if name == "contains":
-            return ConstantVariable(contains(tx, args[0], args[1]))
-        if name in ("is_", "is_not"):
-            return ConstantVariable(identity(args[0], args[1]) == (name == "is_"))
-        if name == "concat":
-            return binary_op(tx, "+", args[0], args[1])
-        plain = {"iand": "and_", "ior": "or_"}.get(name, name[1:])
-        if name.startswith("i") and plain in BINARY_SYMBOLS:  # iadd(a, b): `a += b`, then a
-            return binary_op(tx, BINARY_SYMBOLS[plain], args[0], args[1], inplace=True)
-        if name == "iconcat":
-            return binary_op(tx, "+", args[0], args[1], inplace=True)
-        if name in BINARY_SYMBOLS:
-            return binary_op(tx, BINARY_SYMBOLS[name], args[0], args[1])
-        return compare_op(tx, name, args[0], args[1])
-    return rule
-
-
-for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_", "xor",
-              "lshift", "rshift", "getitem", "lt", "le", "eq", "ne", "gt", "ge", "contains", "is_", "is_not",
-              "concat", "iconcat", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "imatmul",
-              "iand", "ior", "ixor", "ilshift", "irshift"):
-    RULES[getattr(operator, _name)] = _operator_rule(_name)
 
 for _unary in (operator.neg, operator.pos, operator.not_, operator.invert, operator.truth, operator.index):
     RULES[_unary] = functools.partial(lambda fn, tx, args, kwargs: _fold(tx, fn, args, kwargs), _unary)
@@ -744,8 +723,6 @@ RULES[itertools.pairwise] = _iterator_rule(lambda tx, args, kw: _tuples(itertool
 RULES[itertools.product] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.product(*[tx.iterate(a) for a in args],
                                                    repeat=tx.as_int(kw.get("repeat", ConstantVariable(1))))))
-RULES[itertools.islice] = _iterator_rule(
-    lambda tx, args, kw: list(itertools.islice(tx.iterate(args[0]), *[a.as_constant() for a in args[1:]])))
 RULES[itertools.repeat] = _iterator_rule(lambda tx, args, kw: [args[0]] * tx.as_int(args[1]))
 RULES[itertools.combinations] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.combinations(tx.iterate(args[0]), tx.as_int(args[1]))))
@@ -758,8 +735,6 @@ RULES[itertools.zip_longest] = _iterator_rule(
 
 
 def _accumulate(tx: "Tracer", args: list[Variable]) -> list[Variable]:
-    from kiln.capture.opcodes.operators import binary_op
-
     items = tx.iterate(args[0])
     out: list[Variable] = []
     for item in items:
@@ -768,5 +743,5 @@ def _accumulate(tx: "Tracer", args: list[Variable]) -> list[Variable]:
         elif len(args) > 1:
             out.append(args[1].call(tx, [out[-1], item], {}))
         else:
-            out.append(binary_op(tx, "+", out[-1], item))
+            out.append(tx.binary_op("+", out[-1], item))
     return out

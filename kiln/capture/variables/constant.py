@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from kiln.capture.sources import Source
-from kiln.capture.variables.base import Variable, constant_args
+from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -70,13 +70,17 @@ class ConstantVariable(Variable):
         except AttributeError as exc:
             raise Unsupported(f"{self.describe()} has no attribute {name!r}", kind="unsupported_attribute") from exc
         if callable(attr):
-            from kiln.capture.variables.functions import BoundMethodVariable
             return BoundMethodVariable(self, name)
         return ConstantVariable(attr)
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
         consts = constant_args(args, kwargs)
+        if consts is None and isinstance(self.value, (str, bytes)) and name == "join" and len(args) == 1 and not kwargs:
+            # `sep.join(str(s) for s in x.shape)`: a generator or list whose items are known now
+            items = tx.iterate(args[0])
+            if all(i.is_constant() for i in items):
+                consts = ([[i.as_constant() for i in items]], {})
         if consts is None:
             if isinstance(self.value, str) and name == "format":
                 raise Unsupported("formatting a string with a tensor or traced value",

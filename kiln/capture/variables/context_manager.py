@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from kiln.capture.guards import Guard
+from kiln.capture.sources import AttrSource, ClosureSource
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import DictVariable
@@ -115,9 +117,6 @@ class AutocastVariable(Variable):
 def wrap_autocast_instance(state: "CaptureState", value: Any, source: Any) -> AutocastVariable:
     """A `torch.autocast` object made outside the frame (a decorator's, a module attribute): its
     Python `__enter__` sets the process's state, so it is never inlined; its settings are guarded."""
-    from kiln.capture.guards import Guard
-    from kiln.capture.sources import AttrSource
-
     settings = {"device": value.device, "fast_dtype": value.fast_dtype, "_enabled": value._enabled,
                 "_cache_enabled": value._cache_enabled}
     if source is not None:
@@ -239,8 +238,6 @@ class GeneratorContextVariable(Variable):
 
 def _start_generator(tx: "Tracer", func: Variable, args: list[Variable], kwargs: dict[str, Variable]) -> "Tracer":
     """A child tracer over the generator function's code, bound to its arguments, not yet run."""
-    from kiln.capture.sources import ClosureSource
-    from kiln.capture.tracer import Tracer
     from kiln.capture.variables.functions import NestedFunctionVariable, UserFunctionVariable
 
     if isinstance(func, UserFunctionVariable):
@@ -255,7 +252,7 @@ def _start_generator(tx: "Tracer", func: Variable, args: list[Variable], kwargs:
     else:
         raise Unsupported(f"a contextmanager over {func.describe()}", kind="unsupported_call")
     local_vars = tx._bind(code, defaults, kwdefaults, list(args), dict(kwargs), code.co_qualname)
-    child = Tracer(tx.state, code, f_globals, local_vars, dict(zip(code.co_freevars, closure)), parent=tx)
+    child = tx.child(code, f_globals, local_vars, dict(zip(code.co_freevars, closure)))
     child.suspend_at_yield = True
     return child
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from kiln.capture.guards import ABSENT
-from kiln.capture.variables.base import Variable
+from kiln.capture.sources import AttrSource
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
 
@@ -165,12 +166,10 @@ class DictVariable(Variable):
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.exception import no_attribute
-        from kiln.capture.variables.functions import BoundMethodVariable
 
         if name in self.attrs:
             return self.attrs[name]
         if self.real is not None and self.source is not None and name in vars(self.real):
-            from kiln.capture.sources import AttrSource
             self.attrs[name] = tx.wrap(vars(self.real)[name], AttrSource(self.source, name))
             return self.attrs[name]
         if name == "default_factory" and issubclass(self.dict_type, collections.defaultdict):
@@ -183,11 +182,10 @@ class DictVariable(Variable):
             static = inspect.getattr_static(self.dict_type, name, _MISSING)
             owner = _defining_class(self.dict_type, name)
             if owner is not None and owner not in BUILTIN_DICTS:
-                from kiln.capture.variables.functions import bind_class_attribute, guard_class_attribute
-                bound = bind_class_attribute(tx, static, self, self.dict_type, name)
+                bound = tx.class_attribute(static, self, self.dict_type, name)
                 if bound is not None:
                     return bound
-                guard_class_attribute(tx, self.dict_type, name, static)
+                tx.guard_class_attribute(self.dict_type, name, static)
                 return tx.wrap(static, None)
         if not hasattr(self.dict_type, name):
             raise no_attribute(self.dict_type, name)
@@ -198,17 +196,15 @@ class DictVariable(Variable):
         method runs. Which one the lookup found is guarded on the class."""
         if not _is_user_subclass(self.dict_type):
             return None
-        from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
-
         static = inspect.getattr_static(self.dict_type, name, _MISSING)
-        guard_class_attribute(tx, self.dict_type, name, static)
+        tx.guard_class_attribute(self.dict_type, name, static)
         owner = _defining_class(self.dict_type, name)
         if owner is None or owner in BUILTIN_DICTS:
             return None
         if not isinstance(static, types.FunctionType):
             raise Unsupported(f"{self.dict_type.__qualname__}.{name} is not a Python function",
                               kind="unsupported_call")
-        return UserMethodVariable(static, self)
+        return tx.bind_method(static, self)
 
     def python_setattr(self, tx: "Tracer") -> Variable | None:
         """The subclass's own `__setattr__` written in Python (diffusers' BaseOutput keeps an item
@@ -545,7 +541,6 @@ class SetVariable(Variable):
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.exception import no_attribute
-        from kiln.capture.variables.functions import BoundMethodVariable
 
         if not hasattr(self.set_type, name):
             raise no_attribute(self.set_type, name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any, Sequence
 
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable, key_of, key_variable
 from kiln.errors import Unsupported
@@ -64,7 +64,6 @@ class DictViewVariable(Variable):
         return None
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import BoundMethodVariable
 
         if name == "mapping":
             raise Unsupported("the `mapping` of a dict view", kind="unsupported_attribute")
@@ -96,8 +95,6 @@ class DictViewVariable(Variable):
         raise Unsupported(f"{self.python_type().__name__}.{name}", kind="unsupported_call")
 
     def contains(self, tx: "Tracer", item: Variable) -> bool:
-        from kiln.capture.opcodes.operators import _equal
-
         items = self.dict_var.items
         if self.kind == "keys":
             return key_of(item) in items
@@ -114,7 +111,7 @@ class DictViewVariable(Variable):
             candidates = list(items.values())
             needle = item
         for candidate in candidates:
-            same = _equal(needle, candidate)
+            same = tx.known_equal(needle, candidate)
             if same is None:
                 raise Unsupported(f"`in` comparing {needle.describe()} with a dict's values", kind="unsupported")
             if same:
@@ -170,8 +167,6 @@ def involves_view(a: Variable, b: Variable) -> bool:
 def view_operator(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
     """`a <symbol> b` where one side is a dict view: the set operators and comparisons of keys and
     items views (a values view compares by identity, as CPython's does)."""
-    from kiln.capture.variables.builder import wrap_result
-
     if symbol in _SET_COMPARISONS:
         fn = _SET_COMPARISONS[symbol]
         if any(isinstance(v, DictViewVariable) and v.kind == "values" for v in (a, b)):
@@ -189,7 +184,7 @@ def view_operator(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variab
     if any(isinstance(v, DictViewVariable) and v.kind == "values" for v in (a, b)):
         raise Unsupported(f"{a.describe()} {symbol} {b.describe()} (raised natively)", kind="unsupported")
     # A view with any iterable gives a set, whichever side the view is on.
-    return wrap_result(_SET_OPERATORS[symbol](_constant_items(tx, a), _constant_items(tx, b)))
+    return tx.wrap_result(_SET_OPERATORS[symbol](_constant_items(tx, a), _constant_items(tx, b)))
 
 
 def _set_like(var: Variable) -> bool:

@@ -69,7 +69,6 @@ class ExceptionVariable(Variable):
         return self.exc_type(*(a.as_constant() for a in self.args))
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import bind_class_attribute
         from kiln.capture.variables.sequence import TupleVariable
 
         if name in self.attrs:
@@ -91,11 +90,10 @@ class ExceptionVariable(Variable):
         owner = _python_owner(self.exc_type, name)
         if owner is not None:  # a method, property or constant of the user's exception class
             static = owner.__dict__[name]
-            bound = bind_class_attribute(tx, static, self, self.exc_type, name)
+            bound = tx.class_attribute(static, self, self.exc_type, name)
             if bound is not None:
                 return bound
-            from kiln.capture.variables.functions import guard_class_attribute
-            guard_class_attribute(tx, self.exc_type, name, static)
+            tx.guard_class_attribute(self.exc_type, name, static)
             return tx.wrap(static, None)
         raise Unsupported(f"attribute {name!r} of a {self.describe()}", kind="unsupported_attribute")
 
@@ -143,11 +141,9 @@ class ExceptionVariable(Variable):
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.variables.functions import UserMethodVariable
-
         method = _python_method(self.exc_type, name)
         if method is not None:
-            return UserMethodVariable(method, self).call(tx, args, kwargs)
+            return tx.bind_method(method, self).call(tx, args, kwargs)
         if name in ("__str__", "__repr__") and not args and all(a.is_constant() for a in self.args):
             # the builtin base's own text from args alone (no Python __init__ runs again)
             real = self.exc_type.__new__(self.exc_type)
@@ -223,16 +219,14 @@ def construct_exception(tx: "Tracer", exc_type: type, args: Sequence[Variable],
     """`ValueError("bad")` in traced code. A Python `__init__` of the class is inlined on the new
     exception (BaseException.__new__ already stored the arguments as `args`); a Python `__new__`
     is not traced: calling such a class stays a break."""
-    from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
-
     if _python_owner(exc_type, "__new__") is not None:
         raise Unsupported(f"constructing the exception {exc_type.__name__} (its __new__ is Python code)",
                           kind="unsupported_call")
     made = ExceptionVariable(exc_type, args)
     init = _python_method(exc_type, "__init__")
     if init is not None:
-        guard_class_attribute(tx, exc_type, "__init__", init)
-        UserMethodVariable(init, made).call(tx, list(args), kwargs)
+        tx.guard_class_attribute(exc_type, "__init__", init)
+        tx.bind_method(init, made).call(tx, list(args), kwargs)
         return made
     if kwargs:
         raise Unsupported(f"constructing the exception {exc_type.__name__} with keyword arguments",

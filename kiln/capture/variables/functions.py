@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from kiln.capture.guards import ConstantCall, Guard, note_constant_result
+from kiln.capture.guards import ClassAttribute, ConstantCall, Guard, note_constant_result
 from kiln.capture.trace_rules import ORIGINAL_ATTR, Marked, in_stable_module, marked_rule
 from kiln.capture.sources import AttrSource, ClosureSource, ItemSource, Source, TypeSource, WeakRefCallSource
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
+from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.dict import DictVariable
 from kiln.errors import Unsupported
 
@@ -67,25 +68,6 @@ class CellVariable(Variable):
             return self.source.name().rsplit(".cell_contents", 1)[0]
         inner = "" if self.contents is None else glue.reconstruct(self.contents)
         return f"{glue.constant(types.CellType)}({inner})"
-
-
-class BoundMethodVariable(Variable):
-    """`obj.name` for a method of a tracked value (a list, a dict, a tensor, a constant)."""
-
-    def __init__(self, obj: Variable, name: str) -> None:
-        self.obj = obj
-        self.name = name
-
-    def describe(self) -> str:
-        return f"method {self.name} of {self.obj.describe()}"
-
-    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
-        return self.obj.call_method(tx, self.name, args, kwargs)
-
-    def reconstruct(self, glue: "GlueBuilder") -> str:
-        if self.name.isidentifier():
-            return f"{glue.reconstruct(self.obj)}.{self.name}"
-        return f"getattr({glue.reconstruct(self.obj)}, {self.name!r})"
 
 
 def python_function(fn: object, what: str) -> types.FunctionType:
@@ -151,8 +133,6 @@ class FunctionGetVariable(Variable):
         return f"__get__ of {self.fn.describe()}"
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.variables.constant import ConstantVariable
-
         instance = args[0] if args else kwargs.get("instance")
         if instance is None or len(args) + len(kwargs) > 2 or \
                 isinstance(instance, ConstantVariable) and instance.as_constant() is None:
@@ -190,8 +170,6 @@ def _call_for_constant(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
     mark promises the answer holds for the process's lifetime (an install probe, a hardware
     capability), so nothing it read is guarded; the call itself is (check_constant_result: made again,
     once, by a process that reads the entry from disk)."""
-    from kiln.capture.variables.constant import ConstantVariable, is_constant_value
-
     if not all(a.is_constant() for a in [*args, *kwargs.values()]):
         raise Unsupported(f"{fn.__qualname__} (marked as having a constant result) called with arguments "
                           "unknown at trace time", kind="unsupported_call")
@@ -259,8 +237,17 @@ def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: lis
     if fn.__closure__:
         closure = [tx.state.real_cell(cell, ClosureSource(i, source) if source is not None else None)
                    for i, cell in enumerate(fn.__closure__)]
-    return tx.inline_call(fn.__code__, fn.__globals__, closure, fn.__defaults__ or (),
-                          fn.__kwdefaults__ or {}, args, kwargs, name=fn.__qualname__, fn=fn)
+    defaults: tuple = fn.__defaults__ or ()
+    kwdefaults: dict[str, Any] = fn.__kwdefaults__ or {}
+    if source is not None:
+        # a tensor held as a default (`def g(v, b=bias)`) is an input of the graph, read from the
+        # function where it lives (a tensor reachable from nowhere could not be)
+        defaults = tuple(tx.wrap(d, ItemSource(AttrSource(source, "__defaults__"), i))
+                         if isinstance(d, torch.Tensor) else d for i, d in enumerate(defaults))
+        kwdefaults = {k: tx.wrap(d, ItemSource(AttrSource(source, "__kwdefaults__"), k))
+                      if isinstance(d, torch.Tensor) else d for k, d in kwdefaults.items()}
+    return tx.inline_call(fn.__code__, fn.__globals__, closure, defaults,
+                          kwdefaults, args, kwargs, name=fn.__qualname__, fn=fn)
 
 
 # apply is a classmethod; torch's stub types it as a plain function
@@ -312,8 +299,6 @@ def guard_class_attribute(tx: "Tracer", owner: type, name: str, static: Any, rec
     Reading through a source lets Python's own lookup decide where in the MRO the attribute is now
     found, so a value set later on a subclass or removed from a base is seen. Classes of torch and
     the standard library are left out: their attributes are fixed for the process."""
-    from kiln.capture.guards import ClassAttribute, Guard
-
     if in_stable_module(owner.__module__):
         return
     guards = tx.state.output.guards

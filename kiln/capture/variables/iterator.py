@@ -10,8 +10,8 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from kiln.capture.variables.base import Variable
-from kiln.capture.variables.builtin import builtin_rule
+from kiln.capture.trace_rules import builtin_rule
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.sequence import TupleVariable
 from kiln.errors import Unsupported
@@ -72,7 +72,6 @@ class IteratorVariable(Variable):
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.exception import no_attribute
-        from kiln.capture.variables.functions import BoundMethodVariable
 
         if not hasattr(_ITERATOR_TYPE, name):  # every iterator the trace models has these methods
             raise no_attribute(_ITERATOR_TYPE, name)

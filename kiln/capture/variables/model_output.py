@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from kiln.capture.sources import AttrSource
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
@@ -57,8 +58,6 @@ class ModelOutputVariable(Variable):
         its fields read through `read(field value, AttrSource)`, which guards them (the caller
         guards the keys). None when its items are not exactly its non-None fields (a field set back
         to None keeps its item)."""
-        from kiln.capture.sources import AttrSource
-
         names = [f.name for f in dataclasses.fields(value)]
         attrs = {name: getattr(value, name, None) for name in names}
         keys = list(value.keys())

@@ -19,10 +19,12 @@ import torch
 from torch.nn.modules.lazy import LazyModuleMixin
 
 from kiln.capture.distributed import is_ddp
+from kiln.capture.guards import Guard
 from kiln.capture.sources import AttrSource, ItemSource, Source
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.functions import UserMethodVariable
+from kiln.capture.variables.sequential_slice import SequentialSliceVariable
 from kiln.errors import RestartCapture, Unsupported
 
 if TYPE_CHECKING:
@@ -99,7 +101,7 @@ class NNModuleVariable(Variable):
         then `__getattr__`: nn.Module's reads _parameters, _buffers and _modules; a class's own is
         inlined. A name found anywhere but the instance dict is guarded absent from it (an instance
         attribute set later would win); one found there is guarded where it is read."""
-        from kiln.capture.variables.functions import (BoundMethodVariable, UserMethodVariable, bind_class_attribute,
+        from kiln.capture.variables.functions import (UserMethodVariable, bind_class_attribute,
                                                       bind_python_descriptor)
 
         m = self.module
@@ -252,7 +254,6 @@ class NNModuleVariable(Variable):
                 for k, h in hooks.items()]
 
     def _guard(self, tx: "Tracer", source: Source, kind: str, expected: Any) -> None:
-        from kiln.capture.guards import Guard
         tx.state.output.guards.append(Guard(source.name(), kind, expected))
 
     def _guard_no_hooks(self, tx: "Tracer") -> None:
@@ -313,12 +314,16 @@ class NNModuleVariable(Variable):
         if override is not None:
             return UserMethodVariable(override, self).call(tx, [key], {})
         children = self._children(tx)
-        index = key.as_constant()
+        # an int made symbolic (an index argument that changed) picks one child: specialized, as
+        # the child called depends on it
+        index: Any = key.as_constant() if key.is_constant() or isinstance(self.module, (
+            torch.nn.ModuleDict, torch.nn.ParameterDict)) else tx.as_int(key)
         if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
             return dict(children)[index]
         if isinstance(index, slice):
             if isinstance(self.module, torch.nn.Sequential):
-                raise Unsupported("slicing an nn.Sequential builds a new module", kind="unsupported_call")
+                start, stop, step = index.indices(len(children))
+                return SequentialSliceVariable(self, slice(start, stop, step), [v for _, v in children][index])
             return ListVariable([v for _, v in children][index])
         if isinstance(self.module, _CONTAINERS):
             return [v for _, v in children][index]
@@ -355,7 +360,6 @@ class NNModuleVariable(Variable):
         its path from this module. The walk that answer depends on is guarded: the names in each
         reachable module's tables, and a module reached through two paths (shared, or a cycle back
         to an ancestor) by identity at the second one."""
-        from kiln.capture.variables.base import constant_args
         from kiln.capture.variables.iterator import IteratorVariable
         from kiln.capture.variables.sequence import TupleVariable
 

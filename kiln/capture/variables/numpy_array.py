@@ -18,8 +18,9 @@ import torch
 
 from kiln.capture.guards import Guard
 from kiln.capture.sources import Source
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.tensor import tensor_method
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -112,7 +113,6 @@ class NumpyArrayVariable(Variable):
 
     # ------------------------------------------------------------------ attributes and methods
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import BoundMethodVariable
 
         if name == "shape":
             from kiln.capture.variables.sequence import TupleVariable
@@ -150,14 +150,13 @@ class NumpyArrayVariable(Variable):
 
     def _strides(self, tx: "Tracer") -> Variable:
         """numpy's strides, in bytes: the tensor's times the item size, where they are numpy's."""
-        from kiln.capture.opcodes.operators import binary_op
         from kiln.capture.variables.sequence import TupleVariable
 
         if not self.numpy_strides:
             raise Unsupported("ndarray.strides of an array numpy computed (its layout may differ from torch's)",
                               kind="numpy")
         steps = self.tensor().stride(tx).iterate(tx)
-        return TupleVariable([binary_op(tx, "*", s, ConstantVariable(self.dtype.itemsize)) for s in steps])
+        return TupleVariable([tx.binary_op("*", s, ConstantVariable(self.dtype.itemsize)) for s in steps])
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
@@ -170,6 +169,7 @@ class NumpyArrayVariable(Variable):
         return f"{glue.graph_value(self)}.numpy()" + ("[()]" if self.scalar else "")
 
 
+@tensor_method("numpy")
 def tensor_to_numpy(tx: "Tracer", tensor: Variable, kwargs: dict[str, Variable]) -> NumpyArrayVariable:
     """`t.numpy()` on a traced tensor; what eager refuses stays a break that raises natively."""
     example = tensor.example  # type: ignore[attr-defined]

@@ -14,8 +14,9 @@ import operator
 import types
 from typing import TYPE_CHECKING, Any
 
-from kiln.capture.guards import ABSENT
+from kiln.capture.guards import ABSENT, Guard, ProcessQuery
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.constant import is_constant_value
 from kiln.capture.variables.exception import RaisedInTrace, raise_in_trace
 from kiln.capture.variables.functions import (
     UserFunctionVariable,
@@ -46,9 +47,6 @@ def holds_backend_settings(obj: Any) -> bool:
 def read_backend_setting(tx: "Tracer", obj: Any, name: str) -> Variable:
     """A flag read now and guarded (check_query) as torch.compile's global-state guard checks the ones
     it knows; anything else there (a submodule, a function) is fixed for the process."""
-    from kiln.capture.guards import Guard, ProcessQuery
-    from kiln.capture.variables.constant import is_constant_value
-
     try:
         value = getattr(obj, name)
     except AttributeError as exc:
@@ -75,7 +73,6 @@ def python_len(tx: "Tracer", var: Variable, cls: type) -> Variable | None:
 def call_getter(tx: "Tracer", getter: Any, target: Variable) -> Variable:
     """`operator.attrgetter("a.b", "c")(obj)` and `operator.itemgetter(k)(obj)`: the reads they make,
     traced one by one (their names and keys come from the getter's own `__reduce__`)."""
-    from kiln.capture.opcodes.operators import subscript
     from kiln.capture.variables.sequence import TupleVariable
 
     keys = getter.__reduce__()[1]
@@ -86,7 +83,7 @@ def call_getter(tx: "Tracer", getter: Any, target: Variable) -> Variable:
             for part in key.split("."):
                 value = tx.getattr(value, part)
         else:
-            value = subscript(tx, target, tx.wrap(key, None))
+            value = tx.subscript(target, tx.wrap(key, None))
         found.append(value)
     return found[0] if len(found) == 1 else TupleVariable(found)
 
@@ -108,7 +105,9 @@ def python_getattr(tx: "Tracer", kind: type, name: str, static: Any, in_instance
     """The class's Python `__getattr__` when CPython calls it for `name`: the ordinary lookup
     found nothing (not in the instance dict, not on the class). A class attribute that is a
     descriptor could raise AttributeError and fall through to it: not decided here, a break."""
-    getattr_fn = inspect.getattr_static(kind, "__getattr__", None)
+    # looked up on the class's MRO only, as CPython's slot does: a metaclass's __getattr__ (Enum's
+    # EnumType has one) answers for the class, never for its instances
+    getattr_fn = next((base.__dict__["__getattr__"] for base in kind.__mro__ if "__getattr__" in base.__dict__), None)
     if getattr_fn is None:
         return None
     if not isinstance(getattr_fn, types.FunctionType):

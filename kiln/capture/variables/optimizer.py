@@ -22,12 +22,11 @@ import torch
 
 from kiln.capture.guards import Guard
 from kiln.capture.sources import AttrSource, ItemSource, ObjectKeySource, Source
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.trace_rules import NATIVE_FUNCTIONS
 from kiln.capture.variables.builder import OBJECT_WRAPPERS
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.dict import DictVariable
-from kiln.capture.variables.functions import BoundMethodVariable
 from kiln.capture.variables.sequence import ListVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.user_object import ObjectVariable

@@ -64,8 +64,7 @@ class Ordered:
         self.value = value
 
     def _compare(self, symbol: str, other: "Ordered") -> bool:
-        from kiln.capture.opcodes.operators import compare_op  # a cycle: the opcodes import builtin.py, which imports this
-        return compare_op(self.tx, symbol, self.value, other.value).truth(self.tx)
+        return self.tx.compare_op(symbol, self.value, other.value).truth(self.tx)
 
     def __lt__(self, other: "Ordered") -> bool:
         return self._compare("<", other)

@@ -21,10 +21,10 @@ import torch
 import torch.utils._pytree as pytree
 
 from kiln.capture.sources import Source
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import DictVariable
-from kiln.capture.variables.functions import BoundMethodVariable, PartialVariable
+from kiln.capture.variables.functions import PartialVariable
 from kiln.capture.variables.iterator import IteratorVariable
 from kiln.capture.variables.real_value import real_value
 from kiln.capture.variables.sequence import ListVariable, TupleVariable

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence, TypeGuard
 
 import torch
 
-from kiln.capture.variables.base import Variable, constant_args
+from kiln.capture.trace_rules import BUILTIN_RULES
+from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
 
@@ -93,13 +94,20 @@ class BaseSequenceVariable(Variable):
         raise Unsupported(f"{self.python_type().__name__}.{name}", kind="unsupported_call")
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import BoundMethodVariable
 
         if not hasattr(self.python_type(), name):
             # `hasattr(output, "buckets")` on a namedtuple without that field must be False
             from kiln.capture.variables.exception import no_attribute
             raise no_attribute(self.python_type(), name)
         return BoundMethodVariable(self, name)
+
+
+def product(tx: "Tracer", items: list[Variable]) -> Variable:
+    """The product of numbers, folded when constant (Size.numel())."""
+    result: Variable = ConstantVariable(1)
+    for item in items:
+        result = tx.binary_op("*", result, item)
+    return result
 
 
 def _user_attribute(cls: type, name: str) -> Any:
@@ -130,7 +138,10 @@ class TupleVariable(BaseSequenceVariable):
         values = [i.as_constant() for i in self.items]
         if is_namedtuple_type(self.tuple_type):
             return self.tuple_type(*values)
-        return self.tuple_type(values)
+        try:
+            return self.tuple_type(values)
+        except TypeError:  # a structseq Python cannot make (sys.version_info, sys.flags): its items
+            return tuple(values)
 
     def rebuild(self, items: list[Variable]) -> Variable:
         kind = torch.Size if self.tuple_type is torch.Size else tuple
@@ -143,21 +154,19 @@ class TupleVariable(BaseSequenceVariable):
         if name in ("_fields",) and fields:
             return tx.wrap_result(tuple(fields))
         if name in ("_replace", "_asdict") and is_namedtuple_type(self.tuple_type):
-            from kiln.capture.variables.functions import BoundMethodVariable
             return BoundMethodVariable(self, name)
         if is_namedtuple_type(self.tuple_type):
             method = _user_attribute(self.tuple_type, name)
             if isinstance(method, types.FunctionType):  # a method of a typing.NamedTuple class
-                from kiln.capture.variables.functions import UserMethodVariable
-                return UserMethodVariable(method, self)
+                return tx.bind_method(method, self)
             if isinstance(method, property) and method.fget is not None:
                 return tx.wrap(method.fget, None).call(tx, [self], {})
             if isinstance(method, staticmethod):  # `self.make(...)` on a namedtuple subclass
                 return tx.wrap(method.__func__, None)
             if isinstance(method, classmethod):
-                from kiln.capture.variables.functions import UserMethodVariable, python_function
-                return UserMethodVariable(python_function(method.__func__, "a classmethod"),
-                                          tx.wrap(self.tuple_type, None))
+                bound = tx.class_attribute(method, self, self.tuple_type, None)  # bound to the class
+                assert bound is not None
+                return bound
         return super().getattr(tx, name)
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
@@ -171,7 +180,6 @@ class TupleVariable(BaseSequenceVariable):
             from kiln.capture.variables.dict import DictVariable
             return DictVariable(dict(zip(self.tuple_type._fields, self.items)))
         if name == "numel" and self.tuple_type is torch.Size:
-            from kiln.capture.variables.builtin import product
             return product(tx, self.items)
         return super().call_method(tx, name, args, kwargs)
 
@@ -248,9 +256,8 @@ class ListVariable(BaseSequenceVariable):
             self.items[:] = [ConstantVariable(v) for v in values]
             return none
         if name == "sort" and not args and set(kwargs) <= {"key", "reverse"}:
-            # ordering.py builds on this module: imported where the first sort with a key needs it
-            from kiln.capture.variables.ordering import sorted_rule
-            ordered = sorted_rule(tx, [self], kwargs)  # the key may raise: the list is left as it was
+            # sorted()'s rule (ordering.sorted_rule, which builds on this module; builtin.py registers it)
+            ordered = BUILTIN_RULES[sorted](tx, [self], kwargs)  # the key may raise: the list is left as it was
             assert isinstance(ordered, ListVariable)
             self._mutated(tx)
             self.items[:] = ordered.items

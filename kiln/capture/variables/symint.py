@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 import torch.fx
 
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
+from kiln.capture.variables.constant import ConstantVariable
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
@@ -44,9 +45,6 @@ class SymIntVariable(Variable):
         return self.python_type()(self.example)
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.constant import ConstantVariable
-        from kiln.capture.variables.functions import BoundMethodVariable
-
         kind = self.python_type()
         if name == "real" or name == "numerator" and kind is int:
             return self

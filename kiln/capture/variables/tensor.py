@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import operator
 import weakref
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 import torch.fx
 
 from kiln import config
-from kiln.capture.sources import Source
-from kiln.capture.variables.base import Variable
+from kiln.capture.sources import AttrSource, Source
+from kiln.capture.variables.base import BoundMethodVariable, Variable
+from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -43,6 +44,22 @@ _DATA_METHODS = {
 
 # Reading a known (constant-folded) tensor's value: eager's answer at trace time.
 _READ_METHODS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__"})
+
+# Tensor methods (without positional arguments) that make a value of a kind built on this one, by
+# name, filled by @tensor_method where that kind lives (numpy() -> numpy_array.py's array).
+TensorMethod = Callable[["Tracer", Variable, dict[str, Variable]], Variable]
+TENSOR_METHODS: dict[str, TensorMethod] = {}
+
+
+def tensor_method(name: str) -> Callable[[TensorMethod], TensorMethod]:
+    """Register the rule for `tensor.<name>(**kwargs)`."""
+
+    def register(rule: TensorMethod) -> TensorMethod:
+        assert name not in TENSOR_METHODS, name
+        TENSOR_METHODS[name] = rule
+        return rule
+
+    return register
 
 
 class TensorVariable(Variable):
@@ -103,7 +120,6 @@ class TensorVariable(Variable):
             return TupleVariable(items, torch.Size)
         size = self.example.shape[dim]
         if not isinstance(size, torch.SymInt):
-            from kiln.capture.variables.constant import ConstantVariable
             return ConstantVariable(int(size))
         from kiln.capture.variables.symint import SymIntVariable
         node = tx.output.node_for_symint(size)
@@ -120,7 +136,6 @@ class TensorVariable(Variable):
             return TupleVariable([self.stride(tx, d) for d in range(self.example.dim())], tuple)
         stride = self.example.stride(dim)
         if not isinstance(stride, torch.SymInt):
-            from kiln.capture.variables.constant import ConstantVariable
             return ConstantVariable(int(stride))
         from kiln.capture.variables.symint import SymIntVariable
         node = tx.output.node_for_symint(stride)
@@ -130,9 +145,6 @@ class TensorVariable(Variable):
 
     # ---------------------------------------------------------------------------------- attributes
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.constant import ConstantVariable
-        from kiln.capture.variables.functions import BoundMethodVariable
-
         if name == "shape":
             return self.size(tx)
         if name in _CONSTANT_ATTRS:
@@ -156,8 +168,6 @@ class TensorVariable(Variable):
         None stays None, a tensor keeps its metadata), or what the trace assigned to it. As in
         Dynamo; reading it off a tensor the graph computes (or a non-leaf, whose read warns)
         stays a graph break."""
-        from kiln.capture.sources import AttrSource
-
         real = self.real()
         if real is None or self.source is None or not real.is_leaf:
             raise Unsupported("reading .grad of a tensor inside a compiled region", kind="unsupported_attribute")
@@ -170,8 +180,6 @@ class TensorVariable(Variable):
         """`p.grad = g` on a leaf graph input: a side effect the glue replays after the graph. The
         checks eager makes at the assignment (a tensor of p's size, dtype and device, or None)
         are made now; one that fails is a graph break, and the assignment raises natively."""
-        from kiln.capture.variables.constant import ConstantVariable
-
         real = self.real()
         fits = isinstance(value, ConstantVariable) and value.as_constant() is None or \
             isinstance(value, TensorVariable) and value.example is not self.example and \
@@ -183,18 +191,18 @@ class TensorVariable(Variable):
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.variables.constant import ConstantVariable
-
         if name == "item" and not args and config.capture_scalar_outputs:
             return tx.call_op("call_method", "item", [self], {})  # an unbacked symbol, not a break
-        if name == "numpy" and not args:
-            from kiln.capture.variables.numpy_array import tensor_to_numpy
-            return tensor_to_numpy(tx, self, dict(kwargs))
+        if name in TENSOR_METHODS and not args:
+            return TENSOR_METHODS[name](tx, self, dict(kwargs))
         if name in _READ_METHODS and self.constant is not None and not args and not kwargs:
             tx.output.guards.extend(self.constant_guards)
             return tx.wrap_result(getattr(self.constant, name)())
         if name == "requires_grad_" and _requires_grad_unchanged(self, args, kwargs):
             return self  # transformers' enable_input_require_grads hook on an output that already requires grad
+        if name == "register_hook":
+            from kiln.capture.variables.tensor_hooks import register_hook  # the hook module imports this one
+            return register_hook(tx, self, args, kwargs)
         if name in _DATA_METHODS:
             raise Unsupported(f"Tensor.{name}() reads the tensor's data, which is not known while tracing",
                               kind=_DATA_METHODS[name])

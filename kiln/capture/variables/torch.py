@@ -24,6 +24,7 @@ from kiln.capture.trace_rules import (
     TRACING_STATE,
     torch_break_kind,
 )
+from kiln.capture.guards import Guard, ProcessQuery
 from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.out_variant import call_with_out, has_out_argument
@@ -43,8 +44,6 @@ CALL_RULES: list[Callable[["Tracer", Any, Sequence[Variable], dict[str, Variable
 
 def _call_query(tx: "Tracer", fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
     """A process query answered now; its answer guarded unless fixed or tracked (see QUERIES)."""
-    from kiln.capture.guards import Guard, ProcessQuery
-
     consts = constant_args(list(args), kwargs)
     if consts is None or consts[1]:
         raise Unsupported(f"{fn.__qualname__} with arguments unknown at trace time", kind="unsupported_call")

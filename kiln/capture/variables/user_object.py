@@ -31,6 +31,7 @@ from kiln.capture.trace_rules import (
     trace_time_module_class,
 )
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.environ import EnvironReadVariable
 from kiln.capture.variables.dict import (
     BUILTIN_DICTS as DICT_BASES,
     DictMethodVariable,
@@ -55,6 +56,7 @@ from kiln.capture.variables.object_protocol import (
     read_backend_setting,
 )
 from kiln.capture.variables.functions import is_autograd_function_apply, python_function
+from kiln.capture.variables.instance_dict import written_instance_dict
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
@@ -135,6 +137,34 @@ class ObjectVariable(Variable):
         pending = tx.side_effects.pending_attr(obj, name)
         if pending is not None:
             return pending
+        if tx.side_effects.deleted_attr(obj, name):  # `del obj.name` earlier in the trace
+            from kiln.capture.variables.exception import no_attribute
+            if inspect.getattr_static(type(obj), name, _MISSING) is _MISSING and "__getattr__" not in _class_dicts(type(obj)):
+                raise no_attribute(type(obj), name)
+            raise Unsupported(f"reading {name!r} of {self.describe()} after the trace deleted it from the instance",
+                              kind="unsupported_attribute")
+        written = written_instance_dict(tx, obj)
+        if written is not None and name == "__dict__":
+            return written
+        if written is not None:  # `vars(obj)[k] = v` earlier in the trace: the dict says what is there
+            plain = inspect.getattr_static(type(obj), name, _MISSING) is _MISSING \
+                and "__getattr__" not in _class_dicts(type(obj)) \
+                and inspect.getattr_static(type(obj), "__getattribute__") is object.__getattribute__
+            if not plain:
+                raise Unsupported(f"reading {name!r} of {self.describe()} after the trace wrote its __dict__",
+                                  kind="unsupported_attribute")
+            found = written.items.get(name)
+            if found is None:
+                from kiln.capture.variables.exception import no_attribute
+                raise no_attribute(type(obj), name)
+            return found
+        if name == "__dict__" and tx.side_effects.writes_attributes_of(obj):
+            raise Unsupported(f"reading the __dict__ of {self.describe()} after the trace set or deleted its attributes",
+                              kind="unsupported_attribute")
+        if isinstance(obj, enum.Enum) and name in ("name", "value", "_name_", "_value_"):
+            # a member's name and value (descriptors of the Enum class): read off the member, which
+            # is guarded by identity, and guarded themselves through their source
+            return tx.wrap(getattr(obj, name), self._attr_source(name))
         if holds_backend_settings(obj):
             return read_backend_setting(tx, obj, name)
         if isinstance(obj, (types.ModuleType, type)):
@@ -524,54 +554,6 @@ class ModuleCallVariable(Variable):
         return f"{glue.constant(torch.nn.Module.__call__)}.__get__({self.module.reconstruct(glue)})"
 
 
-class EnvironReadVariable(Variable):
-    """`os.environ.get(key, default)` (and `in`, `[]`): the variable is read at trace time and
-    guarded by value, as a configuration flag of the code path (torch.compile reads it too)."""
-
-    def __init__(self, environ: ObjectVariable, name: str) -> None:
-        self.environ = environ
-        self.name = name
-
-    def describe(self) -> str:
-        return f"os.environ.{self.name}"
-
-    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.guards import Guard
-        from kiln.capture.sources import EnvironSource
-        from kiln.capture.variables.base import constant_args
-
-        consts = constant_args(list(args), kwargs)
-        if consts is None or kwargs or not consts[0] or not isinstance(consts[0][0], str):
-            raise Unsupported(f"os.environ.{self.name} with a key unknown at trace time", kind="unsupported_call")
-        key = consts[0][0]
-        value = os.environ.get(key)
-        tx.state.output.guards.append(Guard(EnvironSource(key).name(), "check_value", value))
-        if self.name == "__contains__":
-            return tx.wrap(value is not None, None)
-        if value is None and self.name == "__getitem__":
-            raise Unsupported(f"KeyError {key!r} (raised natively)", kind="unsupported")
-        if value is None:
-            return args[1] if len(args) > 1 else tx.wrap(None, None)
-        return tx.wrap(value, None)
-
-    def reconstruct(self, glue: "GlueBuilder") -> str:
-        return f"{self.environ.reconstruct(glue)}.{self.name}"
-
-
-class GetenvVariable(EnvironReadVariable):
-    """`os.getenv(key, default)`: `os.environ.get(key, default)` under another name."""
-
-    def __init__(self, source: Source | None) -> None:
-        super().__init__(ObjectVariable(os.environ), "get")
-        self.source = source
-
-    def describe(self) -> str:
-        return "os.getenv"
-
-    def reconstruct(self, glue: "GlueBuilder") -> str:
-        return glue.constant(os.getenv)
-
-
 class ObjectSetattrVariable(Variable):
     """`super().__setattr__` bound to an object: the plain store, skipping the override."""
 
@@ -701,6 +683,12 @@ class NewObjectVariable(Variable):
             return self.attrs[name]
         if name == "__class__":
             return tx.wrap(self.cls, self.cls_source)
+        if name == "__dict__" and not getattr(self.cls, "__dictoffset__", 0):
+            from kiln.capture.variables.exception import no_attribute  # __slots__ all the way down
+            raise no_attribute(self.cls, name)
+        if name == "__dict__" and any(base.__dict__.get("__slots__") for base in self.cls.__mro__):
+            raise Unsupported(f"the __dict__ of {self.describe()}, whose class has __slots__ too",
+                              kind="unsupported_attribute")
         if name == "__dict__":
             if self.instance_dict is None:  # a dict over the very attributes: writes through it show
                 self.instance_dict = DictVariable({})
@@ -753,22 +741,38 @@ class NewObjectVariable(Variable):
                     kwargs: dict[str, Variable]) -> Variable:
         return self.getattr(tx, name).call(tx, args, kwargs)
 
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        """`obj(...)`: the class's Python `__call__` (the instance dict is not consulted)."""
+        from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
+
+        call = inspect.getattr_static(self.cls, "__call__", None)
+        if not isinstance(call, types.FunctionType):
+            return super().call(tx, args, kwargs)
+        guard_class_attribute(tx, self.cls, "__call__", call, class_source=self.cls_source)
+        return UserMethodVariable(call, self).call(tx, args, kwargs)
+
     def reconstruct(self, glue: "GlueBuilder") -> str:
         cls = glue.constant(self.cls)
         name = glue.fresh("obj")
         glue.line(f"{name} = {cls}.__new__({cls})")
-        if self.attrs:
-            body = ", ".join(f"{k!r}: {glue.reconstruct(v)}" for k, v in self.attrs.items())
+        slots = {k for k in self.attrs if isinstance(inspect.getattr_static(self.cls, k, None), types.MemberDescriptorType)}
+        for k in slots:  # a __slots__ member is set through its descriptor, never the instance dict
+            glue.line(f"{glue.constant(object.__setattr__)}({name}, {k!r}, {glue.reconstruct(self.attrs[k])})")
+        if len(self.attrs) > len(slots):
+            body = ", ".join(f"{k!r}: {glue.reconstruct(v)}" for k, v in self.attrs.items() if k not in slots)
             glue.line(f"{name}.__dict__.update({{{body}}})")
         return name
 
 
 def _plain_member_lookup(cls: enum.EnumMeta) -> bool:
     """`Color(2)` looks a member up by value and runs no Python of the program: the metaclass's
-    own __call__ and Enum's own _missing_ (a class's _missing_ hook is user code)."""
-    missing = inspect.getattr_static(cls, "_missing_", None)
-    return type(cls).__call__ is enum.EnumMeta.__call__ \
-        and getattr(missing, "__func__", None) is enum.Enum._missing_.__func__  # type: ignore[attr-defined]
+    own __call__ and the enum module's own _missing_ (Flag's combines members; a class's own
+    _missing_ hook is user code)."""
+    missing = getattr(inspect.getattr_static(cls, "_missing_", None), "__func__", None)
+    return type(cls).__call__ is enum.EnumMeta.__call__ and missing in _LIBRARY_MISSING
+
+
+_LIBRARY_MISSING = (enum.Enum._missing_.__func__, enum.Flag._missing_.__func__)  # type: ignore[attr-defined]
 
 
 def _enum_member(tx: "Tracer", cls: enum.EnumMeta, value: Any) -> Variable:

@@ -39,6 +39,18 @@ def _loops(vars_: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], pragma: 
     return opens, closes
 
 
+def _simd_loops(vars_: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], pragma: str) -> tuple[list[str], list[str]]:
+    """A loop nest whose innermost loop alone carries the simd `pragma` (no collapse): GCC turns an
+    `omp simd collapse(2)` nest into one loop whose index steps carry a branch, and then vectorizes
+    neither (a mean over H and W of an NCHW tensor ran scalar); the innermost loop walks the
+    stride-1 dim, which is what the vector lanes want."""
+    if len(ranges) <= 1:
+        return _loops(vars_, ranges, pragma)
+    o, c = _loops(vars_[:-1], ranges[:-1], None)
+    last, close = _loops(vars_[-1:], ranges[-1:], pragma.replace("@collapse", ""))
+    return o + last, close + c
+
+
 def _reduce_init(rtype: str, dtype: torch.dtype) -> str:
     T = CTYPE[compute(dtype)]
     if rtype in REDUCE_INIT:
@@ -156,14 +168,11 @@ class KernelWriter:
         accs.update({name: f"col_{name}[{self._column_place(k, name)[1]}]" for name in k.columns})
         pre, post, clauses = _accumulators(reds, accs)
         if any(n.reduction_type in ("argmax", "argmin") for n in reds):
-            pragma = None  # a serial loop
-        elif k.outer:
-            pragma = "#pragma omp simd@collapse " + " ".join(clauses)
-        elif parallel:
-            pragma = f"#pragma omp parallel for simd@collapse {' '.join(clauses)}{parallel_if}"
+            o, c = _loops(ys, k.inner, None)  # a serial loop
+        elif parallel and not k.outer:  # the inner range is all there is to share out among threads
+            o, c = _loops(ys, k.inner, f"#pragma omp parallel for simd@collapse {' '.join(clauses)}{parallel_if}")
         else:
-            pragma = "#pragma omp simd@collapse " + " ".join(clauses)
-        o, c = _loops(ys, k.inner, pragma)
+            o, c = _simd_loops(ys, k.inner, "#pragma omp simd@collapse " + " ".join(clauses))
         shared: dict = {}  # values already computed in this loop, per node substitution
         body = self._hoisted(blk.nodes, k, ys, locals_, shared) + pre + o
         loop_locals = dict(locals_)  # values made in this loop are visible only inside it
@@ -576,4 +585,34 @@ def generate(program: KernelProgram) -> tuple[str, dict[str, tuple[list[str], li
             parts.append(src)
             signatures[step.name] = (bufs, w.symbols, "seed" in src.split("{", 1)[0])
     kernels = "\n".join(parts)
-    return prelude(kernels) + "\n" + kernels, signatures
+    return prelude(kernels) + "\n" + kernels + plan_entries(list(signatures)), signatures
+
+
+# A kernel's entry for the native plan runner (kiln.runtime.boundary's plan interpreter): one uniform
+# signature, `kiln_plan_<kernel>(const int64_t* words)`, each argument a word (a pointer, an int64, or a
+# double's bits), unpacked to the kernel's own parameter types by the compiler, not by guessing the ABI.
+PLAN_ENTRY_PRELUDE = r"""
+#include <cstring>
+#include <type_traits>
+#include <utility>
+template <typename T> static inline T kiln_plan_word(int64_t w) {
+  if constexpr (std::is_pointer_v<T>) { return reinterpret_cast<T>(w); }
+  else if constexpr (std::is_floating_point_v<T>) { double d; std::memcpy(&d, &w, sizeof d); return T(d); }
+  else { return T(w); }
+}
+template <typename... P, size_t... I>
+static inline void kiln_plan_unpack(void (*f)(P...), const int64_t* w, std::index_sequence<I...>) {
+  f(kiln_plan_word<P>(w[I])...);
+}
+template <typename... P> static inline void kiln_plan_call(void (*f)(P...), const int64_t* w) {
+  kiln_plan_unpack(f, w, std::index_sequence_for<P...>{});
+}
+"""
+
+
+def plan_entries(names: list[str]) -> str:
+    """The plan runner's entry of each kernel in `names` (PLAN_ENTRY_PRELUDE)."""
+    if not names:
+        return ""
+    return PLAN_ENTRY_PRELUDE + "".join(
+        f'extern "C" void kiln_plan_{n}(const int64_t* w) {{ kiln_plan_call({n}, w); }}\n' for n in names)

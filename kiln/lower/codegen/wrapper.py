@@ -11,8 +11,10 @@ torch/_inductor/codegen/wrapper.py (the Python wrapper).
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import dataclasses
+import weakref
 from typing import Any, Callable
 
 import sympy
@@ -206,7 +208,7 @@ class WrapperWriter:
         ir = self.program.ir
         last_use = self._last_uses()
         outputs = {o.name for o in ir.outputs if isinstance(o, BufferRef)}
-        self.facts = self.memory_facts(last_use, outputs)
+        self.facts = self._shared_facts(last_use, outputs)
         self.input_writes = input_writes(self.facts, ir)
         self.plan = plan_memory(dataclasses.replace(self.facts, allocations=tuple(
             a for a in self.facts.allocations if a.name not in self.input_writes)))
@@ -222,6 +224,27 @@ class WrapperWriter:
                           and n not in written and self.frees(n))
             if dead:
                 free(dead)
+
+    def _shared_facts(self, last_use: dict[str, int], outputs: set[str]) -> MemoryFacts:
+        """`memory_facts`, computed once per program and signatures for every writer that takes them
+        from this class unchanged (the Python wrapper, the native wrapper, the plan): the in-place
+        analysis is most of a large graph's wrapper writing time."""
+        same = (type(self).memory_facts is WrapperWriter.memory_facts and self.extern_outs
+                and type(self).kernel_buffers is WrapperWriter.kernel_buffers
+                and type(self).out_overload is WrapperWriter.out_overload)
+        if not same:
+            return self.memory_facts(last_use, outputs)
+        key = id(self.program)
+        found = _FACTS.get(key)
+        if found is not None and found[0]() is self.program and found[1] == self.signatures \
+                and found[2] == sorted(self.layouts):
+            _FACTS.move_to_end(key)
+            return found[3]
+        facts = self.memory_facts(last_use, outputs)
+        _FACTS[key] = (weakref.ref(self.program), dict(self.signatures), sorted(self.layouts), facts)
+        while len(_FACTS) > 32:
+            _FACTS.popitem(last=False)
+        return facts
 
     def frees(self, name: str) -> bool:
         """Whether the wrapper holds `name` in a variable it can drop (every buffer, here)."""
@@ -388,6 +411,10 @@ class WrapperWriter:
             for name in names:
                 last[name] = s
         return last
+
+
+# id(program) -> (a weak reference to it, its signatures, the names laid out before the steps, facts)
+_FACTS: collections.OrderedDict[int, tuple[Any, dict, list[str], MemoryFacts]] = collections.OrderedDict()
 
 
 # ops whose results after the first may be smaller than their metadata says: ATen's CPU BatchNorm

@@ -1,20 +1,23 @@
-"""Operators: BINARY_OP, COMPARE_OP, IS_OP, CONTAINS_OP, UNARY_*, subscripting.
+"""Operators on tracked values: `binary_op`, `compare_op`, `subscript`, `contains`, `identity`, `unary_op`.
 
 On constants an operator runs at trace time; on tensors or symbolic sizes it becomes a node
 (`operator.add`, `operator.lt`, `operator.getitem`, ...); on containers it has the container's
 meaning (concatenation, membership). In-place forms on tensors (`x += y`) record the in-place
-operator so the caller's tensor changes as in eager. Corresponds to the operator handlers of
-torch/_dynamo/symbolic_convert.py and BuiltinVariable's operator rules.
+operator so the caller's tensor changes as in eager. The layer above the kinds: it imports them,
+they never import it (a kind that needs an operator asks the tracer: `tx.binary_op`, ...). The
+opcodes that run these (BINARY_OP, COMPARE_OP, IS_OP, CONTAINS_OP, UNARY_*, subscripting) are in
+opcodes/operations.py. Corresponds to the operator handlers of torch/_dynamo/symbolic_convert.py
+and BuiltinVariable's operator rules.
 """
 from __future__ import annotations
 
-import dis
 import inspect
 import operator
 import types
 from typing import TYPE_CHECKING, Any
 
-from kiln.capture.opcodes import opcode
+from kiln.capture.guards import ABSENT
+from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import BuiltinVariable
 from kiln.capture.variables.constant import ConstantVariable
@@ -23,6 +26,7 @@ from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.dict_view import DictViewVariable, involves_view, view_operator
 from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
 from kiln.capture.variables.numpy_array import NumpyArrayVariable, numpy_operator, numpy_unary
+from kiln.capture.variables.object_id import ObjectIdVariable
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
@@ -289,7 +293,6 @@ def _python_type(v: Variable) -> type | None:
 def _method(tx: "Tracer", v: Variable, name: str) -> Any:
     """The Python function `name` of the class of a user object (None for builtins' slots); what
     the lookup found is guarded on the class."""
-    from kiln.capture.guards import ABSENT
     from kiln.capture.variables.functions import guard_class_attribute
 
     kind = _python_type(v)
@@ -338,6 +341,8 @@ def _equal(a: Variable, b: Variable) -> bool | None:
     same = _identity(a, b)
     if same or same is None:
         return same
+    if isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable):
+        return False  # the ids of two different objects
     if isinstance(a, (TensorVariable, SymIntVariable)) or isinstance(b, (TensorVariable, SymIntVariable)):
         return False  # as before: a tensor never equals a non-tensor here
     return False if _compares_by_identity(a) and _compares_by_identity(b) else None
@@ -389,42 +394,12 @@ def _type_argument(var: Variable) -> Any:
     raise Unsupported(f"subscripting a typing form with {var.describe()}", kind="unsupported")
 
 
-@opcode
-def BINARY_OP(tx: "Tracer", instr: dis.Instruction) -> None:
-    b = tx.pop()
-    a = tx.pop()
-    symbol = instr.argrepr
-    inplace = symbol.endswith("=")
-    tx.push(binary_op(tx, symbol.rstrip("=") if inplace else symbol, a, b, inplace))
-
-
-@opcode
-def COMPARE_OP(tx: "Tracer", instr: dis.Instruction) -> None:
-    b = tx.pop()
-    a = tx.pop()
-    tx.push(compare_op(tx, instr.argval, a, b))
-
-
-@opcode
-def IS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
-    b = tx.pop()
-    a = tx.pop()
-    tx.push(ConstantVariable(identity(a, b) != bool(instr.arg)))
-
-
 def identity(a: Variable, b: Variable) -> bool:
     """`a is b` at trace time (also operator.is_ / is_not)."""
     same = _identity(a, b)
     if same is None:
         raise Unsupported(f"`is` between {a.describe()} and {b.describe()}", kind="unsupported")
     return same
-
-
-@opcode
-def CONTAINS_OP(tx: "Tracer", instr: dis.Instruction) -> None:
-    container = tx.pop()
-    item = tx.pop()
-    tx.push(ConstantVariable(contains(tx, container, item) != bool(instr.arg)))
 
 
 def contains(tx: "Tracer", container: Variable, item: Variable) -> bool:
@@ -465,60 +440,45 @@ def _python_contains(container: "ObjectVariable | NewObjectVariable") -> Any:
 _UNARY_DUNDERS = {operator.neg: "__neg__", operator.pos: "__pos__", operator.invert: "__invert__"}
 
 
-def _unary(tx: "Tracer", fn: Any) -> None:
-    value = tx.pop()
+def unary_op(tx: "Tracer", fn: Any, value: Variable) -> Variable:
+    """`fn(value)` for a unary operator (operator.neg, pos, invert) on a tracked value."""
     method = _method(tx, value, _UNARY_DUNDERS[fn]) if fn in _UNARY_DUNDERS and _python_type(value) else None
     if method is not None:  # `-v` of a user class with a Python __neg__
-        tx.push(UserMethodVariable(method, value).call(tx, [], {}))
-    elif isinstance(value, NumpyArrayVariable):
-        tx.push(numpy_unary(tx, fn, value))
-    elif isinstance(value, (TensorVariable, SymIntVariable)):
-        tx.push(tx.call_op("call_function", fn, [value], {}))
-    else:
-        tx.push(_const(fn, value))
+        return UserMethodVariable(method, value).call(tx, [], {})
+    if isinstance(value, NumpyArrayVariable):
+        return numpy_unary(tx, fn, value)
+    if isinstance(value, (TensorVariable, SymIntVariable)):
+        return tx.call_op("call_function", fn, [value], {})
+    return _const(fn, value)
 
 
-@opcode
-def UNARY_NEGATIVE(tx: "Tracer", instr: dis.Instruction) -> None:
-    _unary(tx, operator.neg)
+# The operator module's functions behave like the operators themselves: their builtin rules (see
+# variables/builtin.py) are registered here, with the operators.
+def _operator_rule(name: str) -> BuiltinRule:
+    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        if len(args) != 2 or kwargs:
+            raise Unsupported(f"operator.{name} with {len(args)} arguments (raised natively)", kind="unsupported_call")
+        if name == "getitem":
+            return subscript(tx, args[0], args[1])
+        if name == "contains":
+            return ConstantVariable(contains(tx, args[0], args[1]))
+        if name in ("is_", "is_not"):
+            return ConstantVariable(identity(args[0], args[1]) == (name == "is_"))
+        if name == "concat":
+            return binary_op(tx, "+", args[0], args[1])
+        plain = {"iand": "and_", "ior": "or_"}.get(name, name[1:])
+        if name.startswith("i") and plain in BINARY_SYMBOLS:  # iadd(a, b): `a += b`, then a
+            return binary_op(tx, BINARY_SYMBOLS[plain], args[0], args[1], inplace=True)
+        if name == "iconcat":
+            return binary_op(tx, "+", args[0], args[1], inplace=True)
+        if name in BINARY_SYMBOLS:
+            return binary_op(tx, BINARY_SYMBOLS[name], args[0], args[1])
+        return compare_op(tx, name, args[0], args[1])
+    return rule
 
 
-@opcode
-def UNARY_POSITIVE(tx: "Tracer", instr: dis.Instruction) -> None:
-    _unary(tx, operator.pos)
-
-
-@opcode
-def UNARY_INVERT(tx: "Tracer", instr: dis.Instruction) -> None:
-    _unary(tx, operator.invert)
-
-
-@opcode
-def UNARY_NOT(tx: "Tracer", instr: dis.Instruction) -> None:
-    value = tx.pop()
-    tx.push(ConstantVariable(not value.truth(tx)))
-
-
-@opcode
-def BINARY_SUBSCR(tx: "Tracer", instr: dis.Instruction) -> None:
-    key = tx.pop()
-    obj = tx.pop()
-    tx.push(subscript(tx, obj, key))
-
-
-@opcode
-def STORE_SUBSCR(tx: "Tracer", instr: dis.Instruction) -> None:
-    key = tx.pop()
-    obj = tx.pop()
-    value = tx.pop()
-    if isinstance(obj, TensorVariable):
-        tx.call_op("call_function", operator.setitem, [obj, key, value], {})
-        return
-    obj.call_method(tx, "__setitem__", [key, value], {})
-
-
-@opcode
-def DELETE_SUBSCR(tx: "Tracer", instr: dis.Instruction) -> None:
-    key = tx.pop()
-    obj = tx.pop()
-    obj.call_method(tx, "__delitem__", [key], {})
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_", "xor",
+              "lshift", "rshift", "getitem", "lt", "le", "eq", "ne", "gt", "ge", "contains", "is_", "is_not",
+              "concat", "iconcat", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "imatmul",
+              "iand", "ior", "ixor", "ilshift", "irshift"):
+    BUILTIN_RULES[getattr(operator, _name)] = _operator_rule(_name)

@@ -1,0 +1,72 @@
+"""`del obj.name` and `delattr(obj, name)` during capture.
+
+Only the plain protocol is followed: the class deletes with object.__delattr__ and has no data
+descriptor (a property, a slot) of that name, so the attribute lives in the instance dict. An object
+made in the frame loses it at once; for an object from outside, the deletion is a side effect
+(side_effects.delete_attr) that later reads of the trace see (`hasattr` answers False, a read raises
+AttributeError) and that the glue replays after the graph. That the attribute was there is guarded
+by reading it first, as the program's own read would be. Anything else is a clean break.
+Corresponds to the delattr handling of torch/_dynamo/variables/builtin.py.
+"""
+from __future__ import annotations
+
+import inspect
+import types
+from typing import TYPE_CHECKING
+
+from kiln.capture.variables.base import Variable
+from kiln.capture.variables.builtin import builtin_rule
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.exception import no_attribute
+from kiln.capture.variables.instance_dict import written_instance_dict
+from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.tracer import Tracer
+
+_MISSING = object()
+
+
+def _plain_deletion(kind: type, name: str) -> bool:
+    """True when `del obj.name` on an instance of `kind` only removes `name` from its instance dict."""
+    if getattr(kind, "__delattr__", None) is not object.__delattr__:
+        return False
+    static = inspect.getattr_static(kind, name, _MISSING)
+    descriptor = type(static)
+    return not (hasattr(descriptor, "__set__") or hasattr(descriptor, "__delete__")
+                or isinstance(static, types.MemberDescriptorType))
+
+
+def delete_attribute(tx: "Tracer", obj: Variable, name: str) -> None:
+    """`del obj.name` as the program makes it (see the module docstring)."""
+    if isinstance(obj, NewObjectVariable) and _plain_deletion(obj.cls, name):
+        if name not in obj.attrs:
+            raise no_attribute(obj.cls, name)
+        del obj.attrs[name]
+        return
+    if isinstance(obj, ObjectVariable) and not isinstance(obj.value, (type, types.ModuleType)) \
+            and obj.source is not None and _plain_deletion(type(obj.value), name) \
+            and isinstance(getattr(obj.value, "__dict__", None), dict):
+        real = obj.value
+        if written_instance_dict(tx, real) is not None:
+            raise Unsupported(f"deleting {name!r} of {obj.describe()} after the trace wrote its __dict__",
+                              kind="unsupported")
+        if tx.side_effects.deleted_attr(real, name):
+            raise no_attribute(type(real), name)
+        if tx.side_effects.pending_attr(real, name) is None:
+            if name not in real.__dict__:
+                raise no_attribute(type(real), name)
+            obj.getattr(tx, name)  # read as the program's read is: its presence is guarded
+        tx.side_effects.delete_attr(real, obj, name)
+        return
+    raise Unsupported(f"deleting attribute {name!r} of {obj.describe()}", kind="unsupported")
+
+
+@builtin_rule(delattr)
+def delattr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    if len(args) != 2 or kwargs or not args[1].is_constant() or not isinstance(args[1].as_constant(), str):
+        raise Unsupported("delattr() with a name not known at trace time", kind="unsupported_call")
+    delete_attribute(tx, args[0], args[1].as_constant())
+    return ConstantVariable(None)
+

@@ -1,0 +1,275 @@
+"""Generator objects during capture: run to their end at once, or stepped one `yield` at a time.
+
+A generator made in the frame is first run to its end where it is made, and becomes an iterator
+over what it yielded (EagerGeneratorVariable): a loop over it unrolls, and a break can rebuild it
+as `iter((items...))`. That is eager's answer only when nothing can tell the difference; when the
+program sends into it, throws into it or closes it, or the early run raises (an error eager's
+lazy body would reach later, or never: `value = yield total; total += value` fails on the None an
+early run sends) or never ends (`while True: yield k`), the code object is marked and the capture
+restarts with generators of that code stepped lazily (GeneratorVariable): its body runs in a child
+tracer paused at each `yield`, as CPython's frame is, so `next`, `send`, `throw` and `close`
+resume it exactly where eager's would. A stepped generator cannot be rebuilt mid-run after a
+graph break (a clean break). Corresponds to torch/_dynamo/variables/iter.py's generator support.
+"""
+from __future__ import annotations
+
+import types
+import weakref
+from typing import TYPE_CHECKING, NoReturn, Sequence
+
+from kiln.capture.variables.base import Variable
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.context_manager import GeneratorYielded
+from kiln.capture.variables.exception import (
+    ExceptionVariable,
+    RaisedInTrace,
+    catch_in_frame,
+    construct_exception,
+    raise_in_trace,
+)
+from kiln.capture.variables.iterator import IteratorVariable
+from kiln.errors import RestartCapture, Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
+    from kiln.capture.tracer import Tracer
+
+# Code objects whose generators are stepped lazily (see the module docstring); kept for the
+# process, as the reason (the program sends into them, or they run for ever) does not change.
+_STEPPED: "weakref.WeakSet[types.CodeType]" = weakref.WeakSet()
+
+_METHODS = ("send", "throw", "close")
+
+
+def is_stepped(code: types.CodeType) -> bool:
+    return code in _STEPPED
+
+
+def step_lazily(code: types.CodeType, why: str) -> NoReturn:
+    """Mark `code`'s generators as stepped and capture the frame again."""
+    _STEPPED.add(code)
+    raise RestartCapture(f"the generator {code.co_qualname} must run step by step: {why}")
+
+
+class EagerGeneratorVariable(IteratorVariable):
+    """A generator run to its end where it was made: its yielded items, in order."""
+
+    def __init__(self, items: list[Variable], code: types.CodeType, result: Variable) -> None:
+        super().__init__(items)
+        self.code = code
+        self.result = result  # what its `return` gave (the value of a `yield from` over it)
+
+    def describe(self) -> str:
+        return f"generator {self.code.co_qualname} ({len(self.items) - self.position} items left)"
+
+    def python_type(self) -> type:
+        return types.GeneratorType
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        if name in _METHODS:
+            step_lazily(self.code, f"the program calls its {name}()")
+        return super().call_method(tx, name, args, kwargs)
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.functions import BoundMethodVariable
+
+        if name in _METHODS:
+            return BoundMethodVariable(self, name)
+        return super().getattr(tx, name)
+
+
+class GeneratorVariable(IteratorVariable):
+    """A generator whose body runs in `frame` (a child tracer with suspend_at_yield set), paused
+    at its last `yield`."""
+
+    def __init__(self, frame: "Tracer") -> None:
+        super().__init__([])
+        self.frame = frame
+        self.started = False
+        self.finished = False
+        self.result: Variable = ConstantVariable(None)  # what `return` gave: StopIteration.value
+
+    def describe(self) -> str:
+        return f"generator {self.frame.code.co_qualname} (stepped)"
+
+    def python_type(self) -> type:
+        return types.GeneratorType
+
+    def identity(self) -> object:
+        return self
+
+    # -- stepping ------------------------------------------------------------------------------
+    def _run(self) -> Variable | None:
+        """Run the body to its next `yield` (its value) or its end (None)."""
+        frame = self.frame
+        caller = frame.state.innermost  # the tracer whose next()/send() resumed it
+        try:
+            self.result = frame.run()
+        except GeneratorYielded as yielded:
+            return yielded.value
+        except RaisedInTrace:
+            self.finished = True
+            raise
+        finally:
+            frame.state.innermost = caller
+        self.finished = True
+        return None
+
+    def _paused_in_yield_from(self) -> bool:
+        ins = self.frame.current
+        after = self.frame.next_ip
+        following = self.frame.instructions[after] if after < len(self.frame.instructions) else None
+        return ins is not None and ins.opname == "YIELD_VALUE" and following is not None \
+            and following.opname == "RESUME" and following.arg == 2
+
+    def resume(self, sent: Variable) -> Variable | None:
+        """`gen.send(sent)` (next() sends None): the next yielded value, or None at the end."""
+        if self.finished:
+            return None
+        frame = self.frame
+        if not self.started:
+            if not (sent.is_constant() and sent.as_constant() is None):
+                error = TypeError("can't send non-None value to a just-started generator")
+                raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
+            self.started = True
+        else:
+            frame.ip = frame.next_ip
+            frame.push(sent)  # what the paused `yield` evaluates to
+        return self._run()
+
+    def throw(self, tx: "Tracer", exc: ExceptionVariable) -> Variable | None:
+        """`gen.throw(exc)`: raised at the paused `yield`, under the body's own handlers."""
+        if not self.started or self.finished:
+            self.finished = True
+            raise RaisedInTrace(exc)
+        if self._paused_in_yield_from():
+            raise Unsupported("throwing into a generator paused inside `yield from`", kind="generator")
+        frame = self.frame
+        if not catch_in_frame(frame, RaisedInTrace(exc)):
+            self.finished = True
+            raise RaisedInTrace(exc)
+        frame.ip = frame.next_ip
+        return self._run()
+
+    def next_item(self) -> Variable | None:
+        return self.resume(ConstantVariable(None))
+
+    # -- the protocol --------------------------------------------------------------------------
+    def _stop(self) -> RaisedInTrace:
+        error = StopIteration(self.result.as_constant() if self.result.is_constant() else None)
+        if not self.result.is_constant():
+            raise Unsupported(f"the return value of {self.describe()} raised as StopIteration", kind="generator")
+        return raise_in_trace(error, "StopIteration (raised natively)")
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        if name == "__next__" and not args:
+            item = self.next_item()
+            if item is None:
+                raise self._stop()
+            return item
+        if name == "send" and len(args) == 1 and not kwargs:
+            item = self.resume(args[0])
+            if item is None:
+                raise self._stop()
+            return item
+        if name == "throw" and len(args) == 1 and not kwargs:
+            exc = args[0]
+            if not isinstance(exc, ExceptionVariable):
+                kind = exc.as_python_value()
+                if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+                    raise Unsupported(f"throwing {exc.describe()} into a generator", kind="generator")
+                exc = construct_exception(tx, kind, [], {})
+            item = self.throw(tx, exc)
+            if item is None:
+                raise self._stop()
+            return item
+        if name == "close" and not args and not kwargs:
+            return self.close(tx)
+        if name == "__iter__":
+            return self
+        raise Unsupported(f"generator.{name}", kind="unsupported_call")
+
+    def close(self, tx: "Tracer") -> Variable:
+        """`gen.close()`: GeneratorExit at the paused `yield`; yielding again is eager's RuntimeError."""
+        if not self.started or self.finished:
+            self.finished = True
+            return ConstantVariable(None)
+        exit_exc = construct_exception(tx, GeneratorExit, [], {})
+        try:
+            item = self.throw(tx, exit_exc)
+        except RaisedInTrace as raised:
+            if raised.exception is exit_exc or issubclass(raised.exception.exc_type, (GeneratorExit, StopIteration)):
+                self.finished = True
+                return ConstantVariable(None)
+            raise
+        if item is not None:
+            error = RuntimeError("generator ignored GeneratorExit")
+            raise raise_in_trace(error, f"RuntimeError: {error} (raised natively)")
+        return ConstantVariable(None)
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.functions import BoundMethodVariable
+
+        if name in _METHODS or name in ("__next__", "__iter__"):
+            return BoundMethodVariable(self, name)
+        raise Unsupported(f"attribute {name!r} of {self.describe()}", kind="unsupported_attribute")
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        return self.step_to_the_end()
+
+    def remaining(self) -> list[Variable]:
+        raise Unsupported(f"the items left in {self.describe()}", kind="generator")
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        raise Unsupported(f"{self.describe()} live across a graph break (paused mid-body)", kind="generator")
+
+
+def send_to(tx: "Tracer", receiver: Variable, value: Variable) -> tuple[Variable | None, Variable]:
+    """SEND of `yield from`: the receiver's next item for `value` (None at its end) and, at its
+    end, its return value."""
+    if isinstance(receiver, GeneratorVariable):
+        return receiver.resume(value), receiver.result
+    if not isinstance(receiver, IteratorVariable):
+        raise Unsupported(f"`yield from` {receiver.describe()}", kind="generator")
+    if not (value.is_constant() and value.as_constant() is None):
+        raise Unsupported(f"sending a value into {receiver.describe()} through `yield from`", kind="generator")
+    result = receiver.result if isinstance(receiver, EagerGeneratorVariable) else ConstantVariable(None)
+    return receiver.next_item(), result
+
+
+def run_generator(tx: "Tracer", child: "Tracer", code: types.CodeType) -> Variable:
+    """A generator made by calling a generator function whose body `child` runs: stepped if its
+    code is marked, else run to its end now (see the module docstring)."""
+    if is_stepped(code):
+        child.suspend_at_yield = True
+        return GeneratorVariable(child)
+    child.yielded = []
+    steps_before = tx.state.steps
+    try:
+        result = child.run()
+    except RaisedInTrace as raised:
+        step_lazily(code, f"its body raised {raised.exception.exc_type.__name__} when run ahead")
+    except Unsupported:
+        if tx.state.steps - steps_before > _ENDLESS_STEPS:
+            step_lazily(code, "its body does not end when run ahead")
+        raise
+    finally:
+        tx.state.innermost = tx
+    made = EagerGeneratorVariable(child.yielded or [], code, result)
+    tx.state.eager_generators.append(made)
+    return made
+
+
+def restart_if_run_ahead_too_far(generators: list[EagerGeneratorVariable]) -> None:
+    """At the end of a trace that returned: a generator run ahead but consumed only in part (a
+    loop over it that stopped early, one next()) ran its body further than eager's would, and
+    what that extra part did (appending to a log, a counter) must not show. Its code is stepped
+    lazily from then on, and the frame captured again."""
+    for made in generators:
+        if 0 < made.position < len(made.items):
+            step_lazily(made.code, "it was consumed only in part after running ahead")
+
+
+# A generator body that ran this many instructions before failing is taken to be endless
+# (`while True: yield k`): stepped, it runs only as far as it is consumed.
+_ENDLESS_STEPS = 20_000

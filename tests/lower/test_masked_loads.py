@@ -1,0 +1,77 @@
+"""A masked value of plain loads and floating-point arithmetic (a zero-padded SiLU output, as a
+depthwise convolution reads its input) is computed on every lane with its loads guarded by the mask,
+so the loop vectorizes; one with error checks, integer arithmetic or indirect loads keeps its
+conditional lambda (work runs only where the mask holds). Checked on the kernel source, the built
+library's instructions (AVX-512 machines) and the values against eager."""
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from .conftest import check
+
+pytestmark = pytest.mark.cpp
+
+
+def _padded_silu(x: torch.Tensor) -> torch.Tensor:
+    return F.pad(F.silu(x), (1, 1, 1, 1))
+
+
+def _has_avx512() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "avx512f" in f.read()
+    except OSError:
+        return False
+
+
+def test_padded_silu_guards_its_load_not_its_math() -> None:
+    c = check(_padded_silu, torch.randn(2, 4, 9, 12))
+    assert "[&]()" not in c.cpp_source  # no lambda called under the mask
+    assert re.search(r"\? arg0\[[^\]]*\] : 0\)", c.cpp_source), c.cpp_source  # the load tests the mask
+
+
+@pytest.mark.skipif(not _has_avx512(), reason="the vector instructions checked are AVX-512's")
+def test_padded_silu_is_vectorized() -> None:
+    c = check(_padded_silu, torch.randn(2, 16, 32, 32))
+    dump = subprocess.run(["objdump", "-d", "--no-show-raw-insn", c._lib._name], capture_output=True, text=True).stdout
+    kernel = "".join(part.split("\n\n", 1)[0] for part in re.split(r"<kernel0(?:\._omp_fn\.\d+)?>:", dump)[1:])
+    assert kernel and "zmm" in kernel
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(2, 4, 9, 12), (1, 3, 1, 1), (3, 1, 17, 5)])
+def test_padded_values_match_eager(dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    tol = {"atol": 1e-2, "rtol": 1e-2} if dtype in (torch.bfloat16, torch.float16) else {}
+    x = torch.randn(shape, dtype=dtype)
+    x.view(-1)[0] = float("nan")  # a NaN inside stays, the padding stays 0
+    check(_padded_silu, x, **tol)
+
+
+def test_padded_views_match_eager() -> None:
+    base = torch.randn(3, 6, 14, 20)
+    check(lambda x: _padded_silu(x[1:, 2:5, 3:, 1:19:2]), base)  # offset and strided
+    check(lambda x: _padded_silu(x.permute(0, 3, 1, 2)), base)  # NHWC storage
+    check(lambda x: F.pad(x.exp() * 2, (2, 0, 0, 3), value=1.5), base)  # a non-zero pad value
+
+
+def test_cat_of_computed_parts_matches_eager() -> None:
+    a, b = torch.randn(4, 7), torch.randn(4, 9)
+    check(lambda a, b: torch.cat([a.sin(), b.exp() + 1], 1), a, b)
+
+
+def test_integer_masked_value_keeps_its_lambda() -> None:
+    # integer floor division checks its divisor: run only where the mask holds (the padding's
+    # lanes would divide a made-up 0 by a made-up 0 and record a ZeroDivisionError)
+    x, d = torch.randint(-20, 20, (3, 5)), torch.randint(1, 4, (3, 5))
+    c = check(lambda x, d: F.pad(x // d, (1, 1)), x, d)
+    assert "[&]()" in c.cpp_source
+
+
+def test_indirect_load_under_a_mask_matches_eager() -> None:
+    table, idx = torch.randn(10, 6), torch.randint(0, 10, (5,))
+    check(lambda t, i: F.pad(t[i].exp(), (0, 0, 2, 1)), table, idx)
