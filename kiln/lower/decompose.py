@@ -19,6 +19,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kiln import log
+from kiln.lower.eager_dtypes import EAGER_REFUSES
 from kiln.lower.lowerings import LOWERINGS
 
 aten = torch.ops.aten
@@ -259,7 +260,8 @@ def decompose(gm: torch.fx.GraphModule, metas: dict[torch.fx.Node, Any], *,
     changed = 0
     with enable_python_dispatcher():
         for node in list(gm.graph.nodes):
-            if node.op != "call_function" or not wants_decomposition(node.target, keep):
+            if node.op != "call_function" or not wants_decomposition(node.target, keep) \
+                    or EAGER_REFUSES in node.meta:  # stays whole: its ATen call raises eager's error
                 continue
             nodes: dict[int, torch.fx.Node] = {}
             env: dict[torch.fx.Node, Any] = {}

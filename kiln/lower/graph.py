@@ -18,6 +18,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from kiln.lower import ops
+from kiln.lower.eager_dtypes import EAGER_REFUSES
 from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Layout, LoopIR, SymExpr,
                            contiguous_strides, index_vars, walk)
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, compute_dtype,
@@ -220,6 +221,8 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
     rule = LOWERINGS.get(target)
     if aten_fallback and str(target) in aten_fallback:
         return fallback(ctx, target, args, kwargs, reason="its lowering is switched off (bisect)")
+    if EAGER_REFUSES in node.meta:  # the ATen call raises what eager raises for these dtypes
+        return fallback(ctx, target, args, kwargs, reason=f"eager refuses its dtypes ({node.meta[EAGER_REFUSES]})")
     if target in EXTERN_BY_DESIGN:
         args = _realize_extern_inputs(ctx, node, env, args)
     lazy_inputs = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorValue) and a.view is None]

@@ -30,6 +30,7 @@ from kiln.lower.codegen import native_wrapper, plan, triton_wrapper
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.codegen.wrapper import make_wrapper
 from kiln.lower.decompose import decompose
+from kiln.lower.eager_dtypes import mark_refused
 from kiln.lower.fold_batch_norm import fold_batch_norm
 from kiln.lower.graph import lower_to_loop_ir, node_metas
 from kiln.lower.ir import LoopIR, format_ir, verify_ir
@@ -179,7 +180,9 @@ def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 def _decompose(lo: Lowering) -> None:
     assert lo.gm is not None
-    lo.gm = decompose(lo.gm, node_metas(lo.gm, lo.example_inputs), keep=lo.options.switches.no_decompose)
+    metas = node_metas(lo.gm, lo.example_inputs)
+    mark_refused(lo.gm, metas)  # ops eager refuses for their dtypes stay whole and run as ATen calls
+    lo.gm = decompose(lo.gm, metas, keep=lo.options.switches.no_decompose)
 
 
 def _lower_to_loop_ir(lo: Lowering) -> None:

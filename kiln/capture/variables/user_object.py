@@ -57,6 +57,7 @@ from kiln.capture.variables.object_protocol import (
 )
 from kiln.capture.variables.functions import is_autograd_function_apply, python_function
 from kiln.capture.variables.instance_dict import written_instance_dict
+from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -294,6 +295,11 @@ class ObjectVariable(Variable):
         if isinstance(obj, type) and issubclass(obj, BaseException):
             from kiln.capture.variables.exception import construct_exception
             return construct_exception(tx, obj, list(args), kwargs)
+        if isinstance(obj, enum.EnumMeta) and len(args) == 1 and not kwargs and _plain_member_lookup(obj) \
+                and (args[0].is_constant() or isinstance(args[0], SymIntVariable)):
+            # a symbolic int is specialized (guarded): the member depends on its value
+            value = tx.as_int(args[0]) if isinstance(args[0], SymIntVariable) else args[0].as_constant()
+            return _enum_member(tx, obj, value)
         # dataclasses keeps its decorator's parameters there; typeshed's DataclassInstance omits it
         if isinstance(obj, type) and dataclasses.is_dataclass(obj) \
                 and obj.__dataclass_params__.frozen:  # type: ignore[attr-defined]
@@ -301,15 +307,6 @@ class ObjectVariable(Variable):
             consts = constant_args(list(args), kwargs)
             if consts is not None:
                 return tx.wrap_result(obj(*consts[0], **consts[1]))
-        if isinstance(obj, enum.EnumMeta) and len(args) == 1 and not kwargs and args[0].is_constant() \
-                and type(obj).__call__ is enum.EnumMeta.__call__:
-            # `Color(2)`: the member with that value (or eager's ValueError), fixed for the process
-            from kiln.capture.variables.exception import raise_in_trace
-            try:
-                member: enum.Enum = obj(args[0].as_constant())
-            except ValueError as exc:
-                raise raise_in_trace(exc, f"ValueError: {exc} (raised natively)") from exc
-            return tx.wrap(member, None)
         call = inspect.getattr_static(type(obj), "__call__", None)
         if not isinstance(obj, type) and isinstance(call, types.FunctionType):
             from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
@@ -765,3 +762,26 @@ class NewObjectVariable(Variable):
             body = ", ".join(f"{k!r}: {glue.reconstruct(v)}" for k, v in self.attrs.items() if k not in slots)
             glue.line(f"{name}.__dict__.update({{{body}}})")
         return name
+
+
+def _plain_member_lookup(cls: enum.EnumMeta) -> bool:
+    """`Color(2)` looks a member up by value and runs no Python of the program: the metaclass's
+    own __call__ and the enum module's own _missing_ (Flag's combines members; a class's own
+    _missing_ hook is user code)."""
+    missing = getattr(inspect.getattr_static(cls, "_missing_", None), "__func__", None)
+    return type(cls).__call__ is enum.EnumMeta.__call__ and missing in _LIBRARY_MISSING
+
+
+_LIBRARY_MISSING = (enum.Enum._missing_.__func__, enum.Flag._missing_.__func__)  # type: ignore[attr-defined]
+
+
+def _enum_member(tx: "Tracer", cls: enum.EnumMeta, value: Any) -> Variable:
+    """The member of `cls` whose value is `value` (a class's members are fixed once it is made), or
+    the ValueError eager raises, raised in the frame."""
+    from kiln.capture.variables.exception import raise_in_trace
+
+    try:
+        member: Any = cls(value)
+    except ValueError as exc:
+        raise raise_in_trace(exc, f"{exc} (raised natively)") from None
+    return tx.wrap_result(member)
