@@ -11,6 +11,8 @@ torch/_inductor/codegen/wrapper.py (the Python wrapper).
 """
 from __future__ import annotations
 
+import cmath
+
 import collections
 import ctypes
 import dataclasses
@@ -146,11 +148,19 @@ class WrapperWriter:
             name = _dtype(a)
             self.globals[name] = a
             return name
-        if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
-            name = f"const_{len(self.globals)}"
-            self.globals[name] = a
-            return name
-        return repr(a)
+        return self.literal(a)
+
+    def literal(self, a: Any) -> str:
+        """A constant as wrapper text: its repr where that reads back as the same value (ints,
+        finite floats, strings, None), else a name bound to the value (`-inf` and `nan` print as
+        names no wrapper defines; devices, layouts, memory formats have no literal at all)."""
+        plain = a is None or isinstance(a, (bool, int, str)) or (
+            isinstance(a, (float, complex)) and cmath.isfinite(a))
+        if plain:
+            return repr(a)
+        name = f"const_{len(self.globals)}"
+        self.globals[name] = a
+        return name
 
     def write(self) -> str:
         ir = self.program.ir
@@ -197,7 +207,7 @@ class WrapperWriter:
         if ir.seed_needed:
             L.append("    seed = int(torch.randint(-2 ** 62, 2 ** 62, ()).item())")
         self.emit_steps(lambda dead: L.append(f"    del {', '.join(dead)}"))
-        outs = [self.ref(o) if isinstance(o, BufferRef) else pyexpr(o.expr) if isinstance(o, SymExpr) else repr(o)
+        outs = [self.ref(o) if isinstance(o, BufferRef) else pyexpr(o.expr) if isinstance(o, SymExpr) else self.literal(o)
                 for o in ir.outputs]
         L.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         return "\n".join(L) + "\n"
