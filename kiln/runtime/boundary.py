@@ -1,8 +1,8 @@
 """The boundary extension: the one graph-independent piece of C++ between Python and Kiln's native code.
 
-Its source is `boundary.cpp` beside this module (shipped as package data): a small CPython
-extension, built once per torch and Python with the system compiler and then loaded from the cache
-(size and SHA-256 checked, kiln.runtime.build), that two stages use:
+Its source is `boundary.cpp` beside this module, with `plan_runner.cpp` spliced in (both shipped as
+package data): a small CPython extension, built once per torch and Python with the system compiler
+and then loaded from the cache (size and SHA-256 checked, kiln.runtime.build), that two stages use:
 - the native wrapper (kiln.runtime.native) binds each graph's C++ function to it
   (`make`, `call`, `steal`);
 - the guards (kiln.capture.guards) check a tensor's metadata, a dict's keys and a module's hook
@@ -29,10 +29,17 @@ from kiln.runtime import build
 SYMBOLS = ("kiln_native_module",)  # what the extension's library exports
 
 
+SPLICE = "// kiln: plan_runner.cpp is spliced in here"  # the line of boundary.cpp that plan_runner.cpp replaces
+
+
 @functools.cache
 def source() -> str:
-    """The C++ source of the extension (`boundary.cpp`, package data of kiln.runtime)."""
-    return importlib.resources.files(__package__).joinpath("boundary.cpp").read_text()
+    """The C++ source of the extension: `boundary.cpp` with `plan_runner.cpp` spliced in at its
+    marker (both package data of kiln.runtime), one text, so one cache key covers both."""
+    files = importlib.resources.files(__package__)
+    main, runner = files.joinpath("boundary.cpp").read_text(), files.joinpath("plan_runner.cpp").read_text()
+    at = main.index(SPLICE)
+    return main[:at] + runner + main[main.index("\n", at) + 1:]
 
 
 def torch_paths() -> tuple[str, str]:
