@@ -199,6 +199,22 @@ def _holds(tx: "Tracer", predicate: Variable, item: Variable) -> bool:
     return predicate.call(tx, [item], {}).truth(tx)
 
 
+def lazy_filter(tx: "Tracer", predicate: Variable, iterable: Variable) -> Variable:
+    """`filter`: each item read and tested when the consumer asks for the next one, as in eager."""
+    return LazyIteratorVariable((i for i in _pull(tx, iterable) if _holds(tx, predicate, i)), "filter")
+
+
+@builtin_rule(itertools.chain)
+def chain_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """Each iterable opened when the one before it ends, its items read as they are asked for."""
+    return LazyIteratorVariable((i for a in args for i in _pull(tx, a)), "chain")
+
+
+@builtin_rule(itertools.chain.from_iterable)
+def from_iterable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    return LazyIteratorVariable((i for a in _pull(tx, args[0]) for i in _pull(tx, a)), "chain")
+
+
 @builtin_rule(itertools.filterfalse)
 def filterfalse_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     return LazyIteratorVariable((i for i in _pull(tx, args[1]) if not _holds(tx, args[0], i)), "filterfalse")
