@@ -418,6 +418,86 @@ def map_of_a_tensor_op_the_consumer_mutates_between(x, log):
     return out
 
 
+def pairwise_of_a_logging_generator(x, log):
+    out = []
+    for a, b in itertools.pairwise(_counted(x, log)):
+        log.append("pair")
+        out.append(a * b)
+    return out
+
+
+def zip_longest_of_logging_generators(x, log):
+    out = []
+    for a, b in itertools.zip_longest(_logged("a", x, log), _counted(x, log), fillvalue=0):
+        log.append("row")
+        out.append(a + b)
+    return out
+
+
+def accumulate_with_a_logging_function(x, log):
+    def add(a, b):
+        log.append("add")
+        return a + b
+    out = []
+    for v in itertools.accumulate([x, x * 2, x * 3], add):
+        log.append("consume")
+        out.append(v)
+    return out
+
+
+class LoggingCountdown:
+    def __init__(self, x, log, n):
+        self.x, self.log, self.n = x, log, n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.n == 0:
+            raise StopIteration
+        self.n -= 1
+        self.log.append(f"next {self.n}")
+        return self.x * self.n
+
+
+def zip_of_user_iterators_with_logging_next(x, log):
+    out = []
+    for a, b in zip(LoggingCountdown(x, log, 2), LoggingCountdown(x, log, 3)):
+        log.append("pair")
+        out.append(a + b)
+    return out
+
+
+def loop_over_a_user_iterator_with_logging_next(x, log):
+    out = []
+    for v in LoggingCountdown(x, log, 3):
+        log.append("consume")
+        out.append(v)
+    return out
+
+
+def list_extended_by_a_generator_that_reads_it(x, log):
+    items = [1, 2]
+    items.extend(log.append(len(items)) or i for i in range(2))
+    return x * len(items), items
+
+
+def groupby_of_a_logging_generator(x, log):
+    out = []
+    for k, group in itertools.groupby(log.append(f"g{i}") or i // 2 for i in range(5)):
+        log.append(f"key {k}")
+        if k != 1:
+            out.append(x * len(list(group)))
+    return out
+
+
+def groupby_with_a_logging_key_over_a_list(x, log):
+    def first(s):
+        log.append(s)
+        return s[0]
+    return [(k, x * len(list(g))) for k, g in itertools.groupby(["aa", "ab", "b", "ca"], key=first)]
+
+
 PROGRAMS: list[Callable[..., Any]] = [
     produce_consume,
     produce_consume_global_log,
@@ -457,6 +537,14 @@ PROGRAMS: list[Callable[..., Any]] = [
     map_of_a_logging_function_over_a_list,
     filter_with_a_logging_predicate_over_a_list,
     map_of_a_tensor_op_the_consumer_mutates_between,
+    pairwise_of_a_logging_generator,
+    zip_longest_of_logging_generators,
+    accumulate_with_a_logging_function,
+    zip_of_user_iterators_with_logging_next,
+    loop_over_a_user_iterator_with_logging_next,
+    list_extended_by_a_generator_that_reads_it,
+    groupby_of_a_logging_generator,
+    groupby_with_a_logging_key_over_a_list,
 ]
 
 
@@ -605,3 +693,36 @@ def test_a_list_argument_the_consumer_grows_is_read_by_the_body_as_it_grows() ->
         items = [0]
         same(compiled(X.clone(), items), expected)
         assert items == expected_items
+
+
+@pytest.mark.parametrize("initial", [None, 10])
+def test_accumulate_starts_from_initial(initial: Any) -> None:
+    def f(x):
+        totals = list(itertools.accumulate([1, 2, 3], initial=initial))
+        products = list(itertools.accumulate([x, x + 1], lambda a, b: a * b, initial=x * 0 + 2))
+        return totals, products, list(itertools.accumulate([]))
+    kiln.reset()
+    for fullgraph in (False, True):
+        same(kiln.compile(f, backend="eager", fullgraph=fullgraph)(X.clone()), f(X.clone()))
+
+
+def test_groupby_groups_read_as_eager_reads_them() -> None:
+    def f(x):
+        data = [1, 1, 2, 3, 3, 3, 1]
+        whole = [(k, list(g)) for k, g in itertools.groupby(data)]
+        stale = [(k, list(g)) for k, g in list(itertools.groupby(data))]  # groups read after the outer moved on
+        it = itertools.groupby(data)
+        k1, g1 = next(it)
+        first = next(g1)
+        k2, g2 = next(it)
+        return x + 1, whole, stale, (k1, first, k2, list(g2), list(g1)), list(itertools.groupby([]))
+    kiln.reset()
+    same(kiln.compile(f, backend="eager", fullgraph=True)(X.clone()), f(X.clone()))
+
+
+def test_zip_longest_and_pairwise_of_plain_lists() -> None:
+    def f(x):
+        rows = list(itertools.zip_longest([x, x + 1, x + 2], (1,), [], fillvalue=-1))
+        return rows, list(itertools.pairwise([x, x * 2, x * 3])), list(itertools.pairwise([x]))
+    kiln.reset()
+    same(kiln.compile(f, backend="eager", fullgraph=True)(X.clone()), f(X.clone()))

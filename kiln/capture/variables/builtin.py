@@ -729,27 +729,9 @@ def _tuples(rows: Any) -> list[Variable]:
     return [TupleVariable(list(row)) for row in rows]
 
 
-RULES[itertools.pairwise] = _iterator_rule(lambda tx, args, kw: _tuples(itertools.pairwise(tx.iterate(args[0]))))
 RULES[itertools.product] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.product(*[tx.iterate(a) for a in args],
                                                    repeat=tx.as_int(kw.get("repeat", ConstantVariable(1))))))
 RULES[itertools.repeat] = _iterator_rule(lambda tx, args, kw: [args[0]] * tx.as_int(args[1]))
 RULES[itertools.combinations] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.combinations(tx.iterate(args[0]), tx.as_int(args[1]))))
-RULES[itertools.accumulate] = _iterator_rule(lambda tx, args, kw: _accumulate(tx, args))
-RULES[itertools.zip_longest] = _iterator_rule(
-    lambda tx, args, kw: _tuples(itertools.zip_longest(*[tx.iterate(a) for a in args],
-                                                       fillvalue=kw.get("fillvalue", ConstantVariable(None)))))
-
-
-def _accumulate(tx: "Tracer", args: list[Variable]) -> list[Variable]:
-    items = tx.iterate(args[0])
-    out: list[Variable] = []
-    for item in items:
-        if not out:
-            out.append(item)
-        elif len(args) > 1:
-            out.append(args[1].call(tx, [out[-1], item], {}))
-        else:
-            out.append(tx.binary_op("+", out[-1], item))
-    return out
