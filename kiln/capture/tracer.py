@@ -50,7 +50,7 @@ from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised, raise_in_trace
-from kiln.capture.variables.generator import run_generator
+from kiln.capture.variables.generator import refuse_unclosed_cleanups, run_generator
 from kiln.capture.variables.instance_dict import written_instance_dict
 from kiln.capture.variables.numpy_scalar_args import numpy_scalars_as_numbers
 from kiln.capture.variables.functions import (CellVariable, NestedFunctionVariable, UserMethodVariable, bind_class_attribute,
@@ -86,6 +86,7 @@ class CaptureState:
         from kiln.symbolic import ShapeEnv
 
         self.fn = fn
+        self.generators: list[Any] = []  # generators made in the frame (variables/generator.py)
         self.options = options
         self.dynamic = options.dynamic
         self.shape_env = ShapeEnv()
@@ -676,6 +677,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
         try:
             try:
                 value = root.run()
+                refuse_unclosed_cleanups(state.generators)
             except RestartCapture:
                 restarts += 1
                 if restarts > _MAX_RESTARTS:
@@ -684,6 +686,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                 continue
             except _ReachedBreak:
                 assert stop is not None
+                refuse_unclosed_cleanups(state.generators)  # the frame then runs eagerly
                 return finish_break(state, root, fn, options, wrap_frame, stop[2])
             except Unsupported as exc:
                 if stop is not None:

@@ -726,3 +726,55 @@ def test_zip_longest_and_pairwise_of_plain_lists() -> None:
         return rows, list(itertools.pairwise([x, x * 2, x * 3])), list(itertools.pairwise([x]))
     kiln.reset()
     same(kiln.compile(f, backend="eager", fullgraph=True)(X.clone()), f(X.clone()))
+
+
+# ------------------------------------- a generator dropped while paused inside try/finally or with
+
+def _with_finally(x, log):
+    try:
+        for i in range(3):
+            log.append(f"p{i}")
+            yield x * i
+    finally:
+        log.append("finally")
+
+
+def loop_left_early_runs_the_finally_at_once(x, log):
+    for v in _with_finally(x, log):
+        log.append("consume")
+        break
+    log.append("after the loop")
+    return v
+
+
+def next_of_a_temporary_runs_the_finally_at_once(x, log):
+    v = next(_with_finally(x, log))
+    log.append("after next")
+    return v
+
+
+def generator_held_in_a_local_closed_at_return(x, log):
+    g = _with_finally(x, log)
+    v = next(g)
+    log.append("held")
+    return v
+
+
+def loop_over_a_generator_with_finally_to_its_end(x, log):
+    return [v + 1 for v in _with_finally(x, log)]
+
+
+@pytest.mark.parametrize("fn", [loop_left_early_runs_the_finally_at_once, next_of_a_temporary_runs_the_finally_at_once,
+                                generator_held_in_a_local_closed_at_return,
+                                loop_over_a_generator_with_finally_to_its_end], ids=lambda f: f.__name__)
+def test_cleanup_of_a_dropped_generator_in_eager_order(fn: Callable[..., Any]) -> None:
+    # when eager drops the generator cannot be told from the trace: the frame runs eagerly (or,
+    # run to its end, the finally ran in the trace)
+    kiln.reset()
+    _check(fn, kiln.compile(fn, backend="eager"))
+    kiln.reset()
+    try:
+        _check(fn, kiln.compile(fn, backend="eager", fullgraph=True))
+    except kiln.errors.GraphBreakError as exc:
+        assert "left paused inside a try/finally" in str(exc)
+        assert fn is not loop_over_a_generator_with_finally_to_its_end

@@ -15,6 +15,7 @@ from __future__ import annotations
 import types
 from typing import TYPE_CHECKING, Sequence
 
+from kiln.capture import code as code_mod
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.context_manager import GeneratorYielded
@@ -78,6 +79,13 @@ class GeneratorVariable(IteratorVariable):
         following = self.frame.instructions[after] if after < len(self.frame.instructions) else None
         return ins is not None and ins.opname == "YIELD_VALUE" and following is not None \
             and following.opname == "RESUME" and following.arg == 2
+
+    def paused_in_cleanup(self) -> bool:
+        """Started, not finished, and paused where closing it would run code of its body."""
+        ins = self.frame.current
+        if not self.started or self.finished or ins is None:
+            return False
+        return code_mod.handler_at(self.frame.code, ins.offset) is not None or self._paused_in_yield_from()
 
     def resume(self, sent: Variable) -> Variable | None:
         """`gen.send(sent)` (next() sends None): the next yielded value, or None at the end."""
@@ -197,4 +205,17 @@ def run_generator(child: "Tracer") -> Variable:
     """A generator made by calling a generator function whose body `child` runs: nothing of the
     body runs until it is first resumed, as in eager."""
     child.suspend_at_yield = True
-    return GeneratorVariable(child)
+    made = GeneratorVariable(child)
+    child.state.generators.append(made)
+    return made
+
+
+def refuse_unclosed_cleanups(generators: list[GeneratorVariable]) -> None:
+    """At the end of a trace (its return, or a graph break): eager closes a generator when its last
+    reference goes, and a body paused inside a try/finally or a `with` (or delegating through
+    `yield from`) runs its cleanup then. When that is cannot be told from the trace, so a
+    generator left paused there is refused: the frame runs eagerly (under fullgraph, an error)."""
+    for made in generators:
+        if made.paused_in_cleanup():
+            raise Unsupported(f"{made.describe()} left paused inside a try/finally or with block "
+                              "(eager runs its cleanup when the generator is dropped)", kind="generator")
