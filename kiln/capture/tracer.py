@@ -50,7 +50,7 @@ from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised, raise_in_trace
-from kiln.capture.variables.generator import restart_if_run_ahead_too_far, run_generator
+from kiln.capture.variables.generator import refuse_unclosed_cleanups, run_generator
 from kiln.capture.variables.instance_dict import written_instance_dict
 from kiln.capture.variables.numpy_scalar_args import numpy_scalars_as_numbers
 from kiln.capture.variables.functions import (CellVariable, NestedFunctionVariable, UserMethodVariable, bind_class_attribute,
@@ -86,6 +86,7 @@ class CaptureState:
         from kiln.symbolic import ShapeEnv
 
         self.fn = fn
+        self.generators: list[Any] = []  # generators made in the frame (variables/generator.py)
         self.options = options
         self.dynamic = options.dynamic
         self.shape_env = ShapeEnv()
@@ -101,7 +102,6 @@ class CaptureState:
         self.innermost: "Tracer | None" = None
         self.steps = 0
         self._cells: dict[int, tuple[types.CellType, CellVariable]] = {}
-        self.eager_generators: list[Any] = []  # generators run ahead to their end (variables/generator.py)
 
     def real_cell(self, cell: types.CellType, source: Source | None) -> CellVariable:
         """The one CellVariable of a real closure cell, however many functions (or calls of one)
@@ -207,9 +207,8 @@ class Tracer:
         self.current: dis.Instruction | None = None
         self.lineno = code.co_firstlineno
         self.returned: Variable | None = None
-        self.yielded: list[Variable] | None = None  # set when running a generator to its end
         self.handled: list[Variable] = []  # exceptions whose handlers are running (PUSH_EXC_INFO)
-        self.suspend_at_yield = False  # a contextmanager's generator: stop at each yield
+        self.suspend_at_yield = False  # a generator's body (a contextmanager's too): stop at each yield
         self.locals_dict: DictVariable | None = None  # what locals() returned: one dict per frame
 
     # ------------------------------------------------------------------ the loop
@@ -569,9 +568,9 @@ class Tracer:
         cells = dict(zip(code.co_freevars, closure or []))
         child = self.child(code, f_globals, local_vars, cells)
         if is_generator:
-            # A generator (a generator expression, a `yield` helper): run to its end here, or
-            # stepped one yield at a time (variables/generator.py)
-            return run_generator(self, child, code)
+            # A generator (a generator expression, a `yield` helper): stepped one yield at a
+            # time as its consumer reads it (variables/generator.py)
+            return run_generator(child)
         result = child.run()
         self.state.innermost = self
         return result
@@ -678,7 +677,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
         try:
             try:
                 value = root.run()
-                restart_if_run_ahead_too_far(state.eager_generators)
+                refuse_unclosed_cleanups(state.generators)
             except RestartCapture:
                 restarts += 1
                 if restarts > _MAX_RESTARTS:
@@ -687,6 +686,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                 continue
             except _ReachedBreak:
                 assert stop is not None
+                refuse_unclosed_cleanups(state.generators)  # the frame then runs eagerly
                 return finish_break(state, root, fn, options, wrap_frame, stop[2])
             except Unsupported as exc:
                 if stop is not None:

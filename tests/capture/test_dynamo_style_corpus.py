@@ -77,6 +77,10 @@ KNOWN_FAILURES: dict[str, tuple[str, str]] = {
     # generators (yield from / SEND, send(), throw()), symbolic float methods (is_integer), tensor hooks registered
     # in the frame: kiln/capture/tracer.py, kiln/capture/variables/iterator.py, kiln/capture/variables/symint.py,
     # kiln/capture/variables/tensor.py
+    # a generator returned from the frame: stepped (never run ahead, so its body's effects keep eager's order),
+    # it cannot be rebuilt for the caller; torch.compile runs it to its end inside the frame:
+    # kiln/capture/variables/generator.py
+    "generator_returned_from_frame": (BREAK, "a stepped generator cannot leave the frame (its body would run ahead)"),
     "tensor_hook_registered_in_frame": (BREAK, "register_hook on a tensor the graph computes (its hook would run in the graph backward)"),
     # graph counts: automatic dynamic for a changed global/dict value (3 graphs, torch 2), the code object of an
     # inner function not its identity (3 vs 1), a dict value never read guarded (3 vs 1), no graph for a frame
@@ -112,7 +116,7 @@ TORCH_FAILS: dict[str, str] = {
 }
 
 MIN_CASES = 400
-PASS_RATE_FLOOR = 0.99  # Kiln passes / cases torch.compile passes (99.35%, 615 of 619); raise it as KNOWN_FAILURES shrinks
+PASS_RATE_FLOOR = 0.99  # Kiln passes / cases torch.compile passes (99.19%, 614 of 619); raise it as KNOWN_FAILURES shrinks
 
 
 class KilnFailsCase(Exception):

@@ -1,6 +1,6 @@
 """Generators during capture (kiln/capture/variables/generator.py): `yield from` (SEND) with its
-return value, `send`, `throw` and `close` resuming the body where eager's would (the code then
-stepped one yield at a time after a restart), an endless generator stepped only as far as it is
+return value, `send`, `throw` and `close` resuming the body where eager's would (every generator is
+stepped one yield at a time), an endless generator stepped only as far as it is
 consumed, an error the body reaches late raised where eager raises it; traced whole as
 torch.compile traces them and equal to eager."""
 from __future__ import annotations
@@ -159,7 +159,7 @@ def test_zip_and_enumerate_over_an_endless_generator() -> None:
 
 
 def test_loop_leaving_a_generator_early_does_not_run_the_rest_of_its_body() -> None:
-    # run ahead to its end, the body logged "mid" and "end" that eager's never reaches (a wrong answer)
+    # once run ahead to its end, the body logged "mid" and "end" that eager's never reaches (a wrong answer)
     def f(x):
         log = []
 

@@ -187,19 +187,18 @@ def LOAD_ASSERTION_ERROR(tx: "Tracer", instr: dis.Instruction) -> None:
 
 @opcode
 def RETURN_GENERATOR(tx: "Tracer", instr: dis.Instruction) -> None:
-    if tx.yielded is None and not tx.suspend_at_yield:
+    if not tx.suspend_at_yield:
         raise Unsupported("generators are not traced", kind="generator")
     tx.push(ConstantVariable(None))  # what the POP_TOP after it expects on the stack
 
 
 @opcode
 def YIELD_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
-    if tx.suspend_at_yield:
-        raise GeneratorYielded(tx.pop())  # a contextmanager's body: resumed by its __exit__
-    if tx.yielded is None:
+    if not tx.suspend_at_yield:
         raise Unsupported("yield outside an inlined generator", kind="generator")
-    tx.yielded.append(tx.pop())
-    tx.push(ConstantVariable(None))  # the value sent in: generators are only iterated
+    # paused here: resumed by the consumer's next()/send() (variables/generator.py) or by a
+    # contextmanager's __exit__
+    raise GeneratorYielded(tx.pop())
 
 
 @opcode

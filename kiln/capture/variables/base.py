@@ -7,7 +7,7 @@ or for the return value). The counterpart of torch/_dynamo/variables/base.py.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from kiln.capture.sources import Source
 from kiln.errors import Unsupported
@@ -68,6 +68,18 @@ class Variable:
         """`iter(value)` when the value makes its own iterator (a user class's `__iter__`, which
         may be stepped lazily); None: an iterator over what `iterate` gives."""
         return None
+
+    def each_item(self, tx: "Tracer") -> Iterator["Variable"]:
+        """The items of `iter(value)` read one at a time, as a consumer that acts on each item
+        before it reads the next one (list.extend) reads them: a generator's body runs between."""
+        opened = self.open_iterator(tx)
+        if opened is None:
+            yield from self.iterate(tx)
+            return
+        item = opened.next_item()
+        while item is not None:
+            yield item
+            item = opened.next_item()
 
     def truth(self, tx: "Tracer") -> bool:
         """`bool(value)` at trace time (a jump on it); Unsupported if it depends on tensor data."""

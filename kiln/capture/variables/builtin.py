@@ -281,22 +281,19 @@ def zip_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) ->
 
 @builtin_rule(map)
 def map_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable, open_iterator
-    from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_map
+    from kiln.capture.variables.iterator import open_iterator
+    from kiln.capture.variables.lazy_itertools import lazy_map
 
-    if any(is_made_on_demand(a) for a in args[1:]):
-        return lazy_map(tx, args[0], [open_iterator(tx, a) for a in args[1:]])
-    fn, columns = args[0], [tx.iterate(a) for a in args[1:]]
-    return IteratorVariable([fn.call(tx, list(row), {}) for row in zip(*columns)])
+    # the function runs when each item is read, as in eager: its side effects (and the tensors it
+    # reads) interleave with the consumer's
+    return lazy_map(tx, args[0], [open_iterator(tx, a) for a in args[1:]])
 
 
 @builtin_rule(filter)
 def filter_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.iterator import lazy_filter
 
-    fn, items = args[0], tx.iterate(args[1])
-    keep = [v for v in items if (v if fn.is_constant() and fn.as_constant() is None else fn.call(tx, [v], {})).truth(tx)]
-    return IteratorVariable(keep)
+    return lazy_filter(tx, args[0], args[1])  # the predicate runs as each item is read
 
 
 @builtin_rule(reversed)
@@ -494,7 +491,21 @@ def sum_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) ->
 
 def _anyall(fn: Any) -> Rule:
     def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-        return ConstantVariable(fn(i.truth(tx) for i in tx.iterate(args[0])))
+        from kiln.capture.variables.iterator import open_iterator
+        from kiln.capture.variables.lazy_itertools import is_made_on_demand
+
+        if not is_made_on_demand(args[0]):
+            return ConstantVariable(fn(i.truth(tx) for i in tx.iterate(args[0])))
+        # read one item at a time and stop where eager's any/all stops: a generator's body must
+        # not run past the deciding item (what it logs after it would show)
+        decided_by = fn is any
+        iterator = open_iterator(tx, args[0])
+        item = iterator.next_item()
+        while item is not None:
+            if item.truth(tx) is decided_by:
+                return ConstantVariable(decided_by)
+            item = iterator.next_item()
+        return ConstantVariable(not decided_by)
     return rule
 
 
@@ -718,30 +729,9 @@ def _tuples(rows: Any) -> list[Variable]:
     return [TupleVariable(list(row)) for row in rows]
 
 
-RULES[itertools.chain] = _iterator_rule(lambda tx, args, kw: [i for a in args for i in tx.iterate(a)])
-RULES[itertools.pairwise] = _iterator_rule(lambda tx, args, kw: _tuples(itertools.pairwise(tx.iterate(args[0]))))
 RULES[itertools.product] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.product(*[tx.iterate(a) for a in args],
                                                    repeat=tx.as_int(kw.get("repeat", ConstantVariable(1))))))
 RULES[itertools.repeat] = _iterator_rule(lambda tx, args, kw: [args[0]] * tx.as_int(args[1]))
 RULES[itertools.combinations] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.combinations(tx.iterate(args[0]), tx.as_int(args[1]))))
-RULES[itertools.accumulate] = _iterator_rule(lambda tx, args, kw: _accumulate(tx, args))
-RULES[itertools.chain.from_iterable] = _iterator_rule(
-    lambda tx, args, kw: [i for a in tx.iterate(args[0]) for i in tx.iterate(a)])
-RULES[itertools.zip_longest] = _iterator_rule(
-    lambda tx, args, kw: _tuples(itertools.zip_longest(*[tx.iterate(a) for a in args],
-                                                       fillvalue=kw.get("fillvalue", ConstantVariable(None)))))
-
-
-def _accumulate(tx: "Tracer", args: list[Variable]) -> list[Variable]:
-    items = tx.iterate(args[0])
-    out: list[Variable] = []
-    for item in items:
-        if not out:
-            out.append(item)
-        elif len(args) > 1:
-            out.append(args[1].call(tx, [out[-1], item], {}))
-        else:
-            out.append(tx.binary_op("+", out[-1], item))
-    return out

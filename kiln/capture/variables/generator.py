@@ -1,22 +1,21 @@
-"""Generator objects during capture: run to their end at once, or stepped one `yield` at a time.
+"""Generator objects during capture: stepped one `yield` at a time, as CPython runs them.
 
-A generator made in the frame is first run to its end where it is made, and becomes an iterator
-over what it yielded (EagerGeneratorVariable): a loop over it unrolls, and a break can rebuild it
-as `iter((items...))`. That is eager's answer only when nothing can tell the difference; when the
-program sends into it, throws into it or closes it, or the early run raises (an error eager's
-lazy body would reach later, or never: `value = yield total; total += value` fails on the None an
-early run sends) or never ends (`while True: yield k`), the code object is marked and the capture
-restarts with generators of that code stepped lazily (GeneratorVariable): its body runs in a child
-tracer paused at each `yield`, as CPython's frame is, so `next`, `send`, `throw` and `close`
-resume it exactly where eager's would. A stepped generator cannot be rebuilt mid-run after a
-graph break (a clean break). Corresponds to torch/_dynamo/variables/iter.py's generator support.
+A generator made in the frame runs its body in a child tracer paused at each `yield`
+(GeneratorVariable), as CPython's frame is: `next`, `send`, `throw` and `close` resume it exactly
+where eager's would, and its body and its consumer take turns. Running the body ahead to its end
+instead is eager's answer only when nothing can tell the difference, and too much can: a log or a
+print of the body interleaves with the consumer's, the body reads a list, dict, attribute, global,
+cell or tensor the consumer changes between steps (or the reverse), a loop leaves it early, it
+never ends. So every generator is stepped. A stepped generator cannot be rebuilt mid-run after a
+graph break, nor returned from the frame (a clean break). Corresponds to
+torch/_dynamo/variables/iter.py's generator support.
 """
 from __future__ import annotations
 
 import types
-import weakref
-from typing import TYPE_CHECKING, NoReturn, Sequence
+from typing import TYPE_CHECKING, Sequence
 
+from kiln.capture import code as code_mod
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.context_manager import GeneratorYielded
@@ -28,54 +27,13 @@ from kiln.capture.variables.exception import (
     raise_in_trace,
 )
 from kiln.capture.variables.iterator import IteratorVariable
-from kiln.errors import RestartCapture, Unsupported
+from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
     from kiln.capture.tracer import Tracer
 
-# Code objects whose generators are stepped lazily (see the module docstring); kept for the
-# process, as the reason (the program sends into them, or they run for ever) does not change.
-_STEPPED: "weakref.WeakSet[types.CodeType]" = weakref.WeakSet()
-
 _METHODS = ("send", "throw", "close")
-
-
-def is_stepped(code: types.CodeType) -> bool:
-    return code in _STEPPED
-
-
-def step_lazily(code: types.CodeType, why: str) -> NoReturn:
-    """Mark `code`'s generators as stepped and capture the frame again."""
-    _STEPPED.add(code)
-    raise RestartCapture(f"the generator {code.co_qualname} must run step by step: {why}")
-
-
-class EagerGeneratorVariable(IteratorVariable):
-    """A generator run to its end where it was made: its yielded items, in order."""
-
-    def __init__(self, items: list[Variable], code: types.CodeType, result: Variable) -> None:
-        super().__init__(items)
-        self.code = code
-        self.result = result  # what its `return` gave (the value of a `yield from` over it)
-
-    def describe(self) -> str:
-        return f"generator {self.code.co_qualname} ({len(self.items) - self.position} items left)"
-
-    def python_type(self) -> type:
-        return types.GeneratorType
-
-    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
-        if name in _METHODS:
-            step_lazily(self.code, f"the program calls its {name}()")
-        return super().call_method(tx, name, args, kwargs)
-
-    def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.functions import BoundMethodVariable
-
-        if name in _METHODS:
-            return BoundMethodVariable(self, name)
-        return super().getattr(tx, name)
 
 
 class GeneratorVariable(IteratorVariable):
@@ -121,6 +79,13 @@ class GeneratorVariable(IteratorVariable):
         following = self.frame.instructions[after] if after < len(self.frame.instructions) else None
         return ins is not None and ins.opname == "YIELD_VALUE" and following is not None \
             and following.opname == "RESUME" and following.arg == 2
+
+    def paused_in_cleanup(self) -> bool:
+        """Started, not finished, and paused where closing it would run code of its body."""
+        ins = self.frame.current
+        if not self.started or self.finished or ins is None:
+            return False
+        return code_mod.handler_at(self.frame.code, ins.offset) is not None or self._paused_in_yield_from()
 
     def resume(self, sent: Variable) -> Variable | None:
         """`gen.send(sent)` (next() sends None): the next yielded value, or None at the end."""
@@ -233,43 +198,24 @@ def send_to(tx: "Tracer", receiver: Variable, value: Variable) -> tuple[Variable
         raise Unsupported(f"`yield from` {receiver.describe()}", kind="generator")
     if not (value.is_constant() and value.as_constant() is None):
         raise Unsupported(f"sending a value into {receiver.describe()} through `yield from`", kind="generator")
-    result = receiver.result if isinstance(receiver, EagerGeneratorVariable) else ConstantVariable(None)
-    return receiver.next_item(), result
+    return receiver.next_item(), ConstantVariable(None)
 
 
-def run_generator(tx: "Tracer", child: "Tracer", code: types.CodeType) -> Variable:
-    """A generator made by calling a generator function whose body `child` runs: stepped if its
-    code is marked, else run to its end now (see the module docstring)."""
-    if is_stepped(code):
-        child.suspend_at_yield = True
-        return GeneratorVariable(child)
-    child.yielded = []
-    steps_before = tx.state.steps
-    try:
-        result = child.run()
-    except RaisedInTrace as raised:
-        step_lazily(code, f"its body raised {raised.exception.exc_type.__name__} when run ahead")
-    except Unsupported:
-        if tx.state.steps - steps_before > _ENDLESS_STEPS:
-            step_lazily(code, "its body does not end when run ahead")
-        raise
-    finally:
-        tx.state.innermost = tx
-    made = EagerGeneratorVariable(child.yielded or [], code, result)
-    tx.state.eager_generators.append(made)
+def run_generator(child: "Tracer") -> Variable:
+    """A generator made by calling a generator function whose body `child` runs: nothing of the
+    body runs until it is first resumed, as in eager."""
+    child.suspend_at_yield = True
+    made = GeneratorVariable(child)
+    child.state.generators.append(made)
     return made
 
 
-def restart_if_run_ahead_too_far(generators: list[EagerGeneratorVariable]) -> None:
-    """At the end of a trace that returned: a generator run ahead but consumed only in part (a
-    loop over it that stopped early, one next()) ran its body further than eager's would, and
-    what that extra part did (appending to a log, a counter) must not show. Its code is stepped
-    lazily from then on, and the frame captured again."""
+def refuse_unclosed_cleanups(generators: list[GeneratorVariable]) -> None:
+    """At the end of a trace (its return, or a graph break): eager closes a generator when its last
+    reference goes, and a body paused inside a try/finally or a `with` (or delegating through
+    `yield from`) runs its cleanup then. When that is cannot be told from the trace, so a
+    generator left paused there is refused: the frame runs eagerly (under fullgraph, an error)."""
     for made in generators:
-        if 0 < made.position < len(made.items):
-            step_lazily(made.code, "it was consumed only in part after running ahead")
-
-
-# A generator body that ran this many instructions before failing is taken to be endless
-# (`while True: yield k`): stepped, it runs only as far as it is consumed.
-_ENDLESS_STEPS = 20_000
+        if made.paused_in_cleanup():
+            raise Unsupported(f"{made.describe()} left paused inside a try/finally or with block "
+                              "(eager runs its cleanup when the generator is dropped)", kind="generator")

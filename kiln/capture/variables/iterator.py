@@ -45,6 +45,9 @@ class IteratorVariable(Variable):
         self.position += 1
         return item
 
+    def open_iterator(self, tx: "Tracer") -> "IteratorVariable":
+        return self  # iter() of an iterator is itself
+
     def iterate(self, tx: "Tracer") -> list[Variable]:
         rest = self.remaining()
         self.position = len(self.items)
@@ -199,6 +202,22 @@ def _holds(tx: "Tracer", predicate: Variable, item: Variable) -> bool:
     return predicate.call(tx, [item], {}).truth(tx)
 
 
+def lazy_filter(tx: "Tracer", predicate: Variable, iterable: Variable) -> Variable:
+    """`filter`: each item read and tested when the consumer asks for the next one, as in eager."""
+    return LazyIteratorVariable((i for i in _pull(tx, iterable) if _holds(tx, predicate, i)), "filter")
+
+
+@builtin_rule(itertools.chain)
+def chain_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """Each iterable opened when the one before it ends, its items read as they are asked for."""
+    return LazyIteratorVariable((i for a in args for i in _pull(tx, a)), "chain")
+
+
+@builtin_rule(itertools.chain.from_iterable)
+def from_iterable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    return LazyIteratorVariable((i for a in _pull(tx, args[0]) for i in _pull(tx, a)), "chain")
+
+
 @builtin_rule(itertools.filterfalse)
 def filterfalse_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     return LazyIteratorVariable((i for i in _pull(tx, args[1]) if not _holds(tx, args[0], i)), "filterfalse")
@@ -256,15 +275,51 @@ def combinations_with_replacement_rule(tx: "Tracer", args: list[Variable], kwarg
 
 @builtin_rule(itertools.groupby)
 def groupby_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    """groupby over items whose keys are known now (constants, or a key function's constant
-    results): each group an iterator of its items (the whole input is read at once, as the keys
-    decide where groups end)."""
+    """groupby read as eager's reads it: the next group's first item (and its key) when the outer
+    iterator is advanced, a group's items as the group is read, and a group left unread skipped
+    by the outer iterator; keys are compared at trace time (constants, or a key function's
+    constant results)."""
     key = args[1] if len(args) > 1 else kwargs.get("key", ConstantVariable(None))
-    items = tx.iterate(args[0])
-    keyed = [(item if key.is_constant() and key.as_constant() is None else key.call(tx, [item], {}), item)
-             for item in items]
-    if not all(k.is_constant() for k, _ in keyed):
-        raise Unsupported("itertools.groupby with keys unknown at trace time", kind="unsupported_call")
-    groups = itertools.groupby(keyed, key=lambda pair: pair[0].as_constant())
-    return IteratorVariable([TupleVariable([tx.wrap_result(k), IteratorVariable([item for _, item in rows])])
-                             for k, rows in groups])
+    grouping = _Grouping(tx, open_iterator(tx, args[0]), key)
+    return LazyIteratorVariable(grouping.groups(), "groupby")
+
+
+class _Grouping:
+    """The state eager's groupby keeps: the item read last, its key, the key of the group the outer
+    iterator gave last, and which group is current (an older group reads nothing more)."""
+
+    _NOTHING = object()
+
+    def __init__(self, tx: "Tracer", source: IteratorVariable, key: Variable) -> None:
+        self.tx, self.source, self.key = tx, source, key
+        self.current: Variable | None = None
+        self.current_key: object = self._NOTHING
+        self.target_key: object = self._NOTHING
+        self.generation = 0
+
+    def _read(self) -> bool:
+        item = self.source.next_item()
+        if item is None:
+            return False
+        keyed = item if self.key.is_constant() and self.key.as_constant() is None else self.key.call(self.tx, [item], {})
+        if not keyed.is_constant():
+            raise Unsupported("itertools.groupby with keys unknown at trace time", kind="unsupported_call")
+        self.current, self.current_key = item, keyed.as_constant()
+        return True
+
+    def groups(self) -> Iterator[Variable]:
+        while True:
+            self.generation += 1
+            while self.current_key is self._NOTHING or self.current_key == self.target_key:
+                if not self._read():
+                    return
+            self.target_key = self.current_key
+            group = LazyIteratorVariable(self._members(self.target_key, self.generation), "groupby group")
+            yield TupleVariable([self.tx.wrap_result(self.target_key), group])
+
+    def _members(self, key: object, generation: int) -> Iterator[Variable]:
+        while self.generation == generation and self.current_key == key:
+            assert self.current is not None
+            yield self.current
+            if not self._read():
+                return

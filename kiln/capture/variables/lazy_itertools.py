@@ -1,5 +1,5 @@
-"""itertools iterators whose items are made on demand: `count`, `cycle`, `tee`, `islice`, and `zip` /
-`map` / `enumerate` over an iterator.
+"""itertools iterators whose items are made on demand: `count`, `cycle`, `tee`, `islice`, `pairwise`,
+`zip_longest`, `accumulate`, and `zip` / `map` / `enumerate` over an iterator.
 
 `count()` and `cycle()` never end, and `islice`, `zip` and `tee` consume their source only as far as
 eager's would: an iterator shared with other code (`islice(it, 2)` then `list(it)`) keeps the items
@@ -11,6 +11,7 @@ Corresponds to the itertools part of torch/_dynamo/variables/iter.py.
 from __future__ import annotations
 
 import itertools
+import types
 from typing import TYPE_CHECKING, Iterator
 
 from kiln.capture.variables.base import Variable
@@ -19,6 +20,7 @@ from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.generator import GeneratorVariable
 from kiln.capture.variables.iterator import IteratorVariable, LazyIteratorVariable, open_iterator
 from kiln.capture.variables.sequence import TupleVariable
+from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -169,6 +171,64 @@ def islice_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
     return LazyIteratorVariable(sliced(), "islice")
 
 
+@builtin_rule(itertools.pairwise)
+def pairwise_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    def pairs() -> Iterator[Variable]:
+        column = open_iterator(tx, args[0])
+        before = column.next_item()
+        item = None if before is None else column.next_item()
+        while before is not None and item is not None:
+            yield TupleVariable([before, item])
+            before, item = item, column.next_item()
+    return LazyIteratorVariable(pairs(), "pairwise")
+
+
+@builtin_rule(itertools.zip_longest)
+def zip_longest_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """Rows read when asked for; an exhausted column is not read again, and the row in which the
+    last one ends is not made, as in eager."""
+    fill = kwargs.get("fillvalue", ConstantVariable(None))
+    columns: list[IteratorVariable | None] = [open_iterator(tx, a) for a in args]
+
+    def rows() -> Iterator[Variable]:
+        while True:
+            row = []
+            for index, column in enumerate(columns):
+                item = None if column is None else column.next_item()
+                if item is None:
+                    columns[index] = None
+                    item = fill
+                row.append(item)
+            if all(column is None for column in columns):
+                return
+            yield TupleVariable(row)
+    return LazyIteratorVariable(rows(), "zip_longest")
+
+
+@builtin_rule(itertools.accumulate)
+def accumulate_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """Each total made when it is read (the function, a user one maybe, runs then), from
+    `initial` when given."""
+    func = _kwarg_or_arg(args, kwargs, 1, "func", None)
+    initial = kwargs.get("initial", ConstantVariable(None))
+    column = open_iterator(tx, args[0])
+
+    def totals() -> Iterator[Variable]:
+        total = initial if not (initial.is_constant() and initial.as_constant() is None) else column.next_item()
+        if total is None:
+            return
+        yield total
+        item = column.next_item()
+        while item is not None:
+            if func.is_constant() and func.as_constant() is None:
+                total = tx.binary_op("+", total, item)
+            else:
+                total = func.call(tx, [total, item], {})
+            yield total
+            item = column.next_item()
+    return LazyIteratorVariable(totals(), "accumulate")
+
+
 def lazy_zip(tx: "Tracer", columns: list[IteratorVariable]) -> Variable:
     """`zip` over iterators made on demand: each row reads one item of each column in order and
     stops at the first that ends, as eager's zip does."""
@@ -207,5 +267,12 @@ def _items(column: IteratorVariable) -> Iterator[Variable]:
 
 def is_made_on_demand(value: Variable) -> bool:
     """True for an iterator whose items are made as they are read (the zip, map and enumerate
-    over it must read it lazily too): an itertools model, or a generator stepped one yield at a time."""
-    return isinstance(value, (LazyIteratorVariable, GeneratorVariable))
+    over it must read it lazily too): an itertools model, a generator stepped one yield at a time,
+    or a user object (its Python `__next__` runs when eager's would)."""
+    return isinstance(value, (LazyIteratorVariable, GeneratorVariable)) or _is_user_object(value)
+
+
+def _is_user_object(value: Variable) -> bool:
+    if isinstance(value, NewObjectVariable):
+        return True
+    return isinstance(value, ObjectVariable) and not isinstance(value.value, (type, types.ModuleType))

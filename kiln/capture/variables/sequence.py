@@ -226,7 +226,8 @@ class ListVariable(BaseSequenceVariable):
             return none
         if name in ("extend", "__iadd__") and len(args) == 1:
             self._mutated(tx)
-            self.items.extend(tx.iterate(args[0]))
+            # appended as each is read: a generator over this list sees it grow, as in eager
+            self.items.extend(list(self.items) if args[0] is self else args[0].each_item(tx))
             return self if name == "__iadd__" else none
         if name == "insert" and len(args) == 2:
             self._mutated(tx)
