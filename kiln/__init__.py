@@ -5,7 +5,7 @@ The public API mirrors torch.compile (see README.md): `kiln.compile`, `kiln.expl
 backend registry (`kiln.register_backend`, `kiln.list_backends`, `kiln.inductor_backend`).
 """
 from kiln import config
-from kiln.api import OptimizedModule, allow_in_graph, compile, disable, reset, stats
+from kiln.api import OptimizedModule, allow_in_graph, compile, disable, graph_break, reset, stats
 from kiln.backends import inductor_backend, list_backends, register_backend
 from kiln.debug import hooks as _debug_hooks
 from kiln.debug.explain import explain
@@ -16,7 +16,7 @@ from kiln.symbolic.marks import mark_dynamic, mark_static, maybe_mark_dynamic
 _debug_hooks.install()
 
 __all__ = [
-    "OptimizedModule", "allow_in_graph", "compile", "config", "disable", "explain", "inductor_backend",
+    "OptimizedModule", "allow_in_graph", "compile", "config", "disable", "explain", "graph_break", "inductor_backend",
     "list_backends", "mark_dynamic", "mark_static", "maybe_mark_dynamic", "register_backend", "reset",
     "stats",
 ]

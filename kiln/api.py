@@ -19,6 +19,7 @@ from kiln import backends, compile_time
 from kiln.capture import breaks, distributed, entry
 from kiln.capture.options import CompileOptions
 from kiln.capture.trace_rules import ALLOW_IN_GRAPH_MARKER, COMPILED_MARKER, DISABLE_MARKER, ORIGINAL_ATTR, is_disabled
+from kiln.capture.trace_rules import graph_break  # re-exported: kiln.graph_break()
 
 T = TypeVar("T")
 _MODULE_CALL = torch.nn.Module.__call__

@@ -129,6 +129,12 @@ def _dynamic_shape(exc: Unsupported) -> str:
             "and avoid Python branches on that size")
 
 
+@hint_for_kind("graph_break")
+def _forced(exc: Unsupported) -> str:
+    """The program asked for a break (kiln.graph_break() or torch._dynamo.graph_break())."""
+    return "remove the kiln.graph_break() / torch._dynamo.graph_break() call to keep one graph"
+
+
 @hint_for_kind("print")
 def _print(exc: Unsupported) -> str:
     """A call to print (or another write to stdout/stderr)."""

@@ -131,8 +131,16 @@ TORCH_FUNCTION_CHECKS = {torch._C._has_torch_function, torch._C._has_torch_funct
 # inlining them would read torch.compile's own flags and answer False.
 COMPILING_FNS = {torch.compiler.is_compiling, torch.compiler.is_dynamo_compiling, torch._utils.is_compiling}
 EXPORTING_FNS = {torch.compiler.is_exporting}
+def graph_break() -> None:
+    """End the graph here (`kiln.graph_break()`, as `torch._dynamo.graph_break()`): a no-op when run,
+    a graph break where capture meets it; the code after it resumes in a new graph."""
+
+
+# torch's own forced break, known by name: capture never imports torch._dynamo to compare it
+_TORCH_GRAPH_BREAK = ("torch._dynamo.decorators", "graph_break")
+
 # Calls with effects the graph cannot hold, each a break of the given kind.
-BREAK_FNS = {torch.manual_seed: "random", torch.seed: "random", torch.save: "unsupported_call",
+BREAK_FNS = {graph_break: "graph_break", torch.manual_seed: "random", torch.seed: "random", torch.save: "unsupported_call",
              torch.load: "unsupported_call", torch.set_printoptions: "unsupported_call", torch.Tensor.item: "item",
              torch.Tensor.tolist: "item", torch.Tensor.numpy: "numpy", torch.Tensor.backward: "unsupported_call",
              torch.autograd.grad: "unsupported_call", torch.autograd.backward: "unsupported_call"}
@@ -193,6 +201,8 @@ def torch_break_kind(fn: Any) -> str | None:
             kind = BREAK_FNS.get(fn)
         except TypeError:  # unhashable
             return None
+        if kind is None and (getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)) == _TORCH_GRAPH_BREAK:
+            kind = "graph_break"
         if kind is not None or not hasattr(fn, "__wrapped__"):
             return kind
         fn = fn.__wrapped__
