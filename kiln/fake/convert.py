@@ -155,13 +155,17 @@ def symbolic_strides(sym_sizes: Sequence[Any], sizes: Sequence[int], strides: Se
 
     Walking dims from the smallest stride up, while each stride equals the product of the sizes
     of the dims below it the tensor is dense there, and the stride becomes that product of
-    *symbolic* sizes. From the first stride that breaks the chain (a gap, a broadcast 0) on, the
-    strides stay the concrete integers: how they relate to the sizes is not known.
+    *symbolic* sizes. A broadcast dim (stride 0) is stepped over, so an expanded (1, n, m) input
+    keeps its row stride m symbolic (as an integer, comparing it with m specialized m). From the
+    first stride that breaks the chain (a gap) on, the strides stay the concrete integers: how
+    they relate to the sizes is not known. guards/kinds._static_strides makes the same walk.
     """
     order = sorted(range(len(sizes)), key=lambda d: (strides[d], -d))
     out: list[Any] = list(strides)
     dense_real, dense_sym = 1, 1
     for d in order:
+        if strides[d] == 0:  # a broadcast dim stays 0; the chain goes on past it
+            continue
         if strides[d] != dense_real:
             break
         out[d] = dense_sym

@@ -70,3 +70,37 @@ def test_a_wider_padded_row_fails_the_guard():
     assert kiln.stats()["recompiles"] == 0
     compiled(padded(3, 5, 1)[1])  # row stride 6: the kernels were compiled for 4
     assert kiln.stats()["recompiles"] == 1
+
+
+def add_numel(x):
+    return x * 2 + x.numel()
+
+
+def expanded(n, m):
+    return torch.randn(1, n, m).expand(3, n, m)
+
+
+def test_mark_dynamic_on_a_broadcast_input_keeps_the_dims_symbolic():
+    # the row stride m of an expanded (1, n, m) input was kept as the integer (the chain of dense
+    # strides stopped at the broadcast 0), and comparing it with m specialized the marked m
+    kiln.reset()
+    compiled = kiln.compile(add_numel)
+    x = expanded(5, 4)
+    kiln.mark_dynamic(x, [1, 2])
+    torch.testing.assert_close(compiled(x), add_numel(x))
+    for n, m in [(6, 7), (2, 3), (5, 4)]:
+        x = expanded(n, m)
+        torch.testing.assert_close(compiled(x), add_numel(x), msg=lambda s: f"{(n, m)}: {s}")
+    assert kiln.stats()["recompiles"] == 0
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_broadcast_input_of_new_sizes_reuses_the_dynamic_graph(dynamic):
+    kiln.reset()
+    compiled = kiln.compile(add_numel, dynamic=dynamic)
+    for n, m in [(5, 4), (6, 7), (2, 3), (4, 6)]:
+        x = expanded(n, m)
+        torch.testing.assert_close(compiled(x), add_numel(x), msg=lambda s: f"{(n, m)}: {s}")
+    assert kiln.stats()["recompiles"] == (1 if dynamic is None else 0)  # automatic: one, to dynamic
+    y = torch.randn(3, 4, 5)[:, :, :4]  # the same sizes, but a padded row, not a broadcast: recompiles
+    torch.testing.assert_close(compiled(y), add_numel(y))

@@ -131,13 +131,15 @@ def _static_strides(sizes: tuple[int, ...], strides: tuple[int, ...], dynamic: s
     # from the smallest stride up, while the layout is dense, a stride is the product of the sizes
     # laid out inside it; it is left free when one of those sizes is dynamic, and its dense
     # relation is checked instead (see check_tensor), so a new batch size does not recompile
-    # through the stride guard. From the first stride that breaks the chain (a padded row, a
-    # broadcast 0) on, the fake keeps the captured integers and the guard checks them.
+    # through the stride guard. From the first stride that breaks the chain (a padded row; a broadcast
+    # 0 is stepped over) on, the fake keeps the captured integers and the guard checks them.
     out: list[int | None] = list(strides)
     if not dynamic:
         return tuple(out)
     dense, symbolic = 1, False
     for d in sorted(range(len(sizes)), key=lambda d: (strides[d], -d)):
+        if strides[d] == 0:  # a broadcast dim: its 0 is checked, the chain goes on past it
+            continue
         if strides[d] != dense:
             break
         if symbolic:
