@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.utils import _pytree as pytree
@@ -31,11 +31,15 @@ _REFUSAL = re.compile(r"not implemented for|does not support|not supported for|i
 _MAX_ELEMENTS = 4096  # a constant size argument larger than this is not probed (it would allocate)
 
 
-def mark_refused(gm: torch.fx.GraphModule, metas: dict[torch.fx.Node, Any]) -> int:
-    """Mark each op of `gm` whose eager kernel refuses its inputs' dtypes; returns how many."""
+def mark_refused(gm: torch.fx.GraphModule, metas: dict[torch.fx.Node, Any], computed: Callable[[Any], bool]) -> int:
+    """Mark each op of `gm` that Kiln would compute itself (`computed(target)`: it has a lowering or
+    a decomposition) and whose eager kernel refuses its inputs' dtypes; returns how many. An op that
+    runs as an ATen call anyway (an extern: mm, convolution, RNNs, oneDNN's ops) raises eager's error
+    by itself and is never probed: only simple kernels run on the probe's made-up inputs."""
     marked = 0
     for node in gm.graph.nodes:
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) \
+                or not computed(node.target):
             continue
         why = refusal(node, metas)
         if why is not None:
@@ -59,7 +63,20 @@ def refusal(node: torch.fx.Node, metas: dict[torch.fx.Node, Any]) -> str | None:
     return _probe(node.target, repr(key), values)
 
 
+# Ops besides the pointwise ones whose kernels are plain loops over their input, safe to run on the
+# probe's one-element tensors (a probe never runs an op that might abort on made-up inputs: an RNN,
+# oneDNN's ops, anything with a workspace or a layout contract)
+_PLAIN_KERNELS = frozenset({"argmax", "argmin", "amax", "amin", "sum", "prod", "mean", "max", "min", "_softmax",
+                            "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "logsumexp",
+                            "cumsum", "cumprod", "var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm",
+                            "any", "all", "sort", "topk", "hardswish", "hardswish_backward", "hardsigmoid_backward",
+                            "fmod", "remainder", "div", "floor_divide"})
+
+
 def _probe_worthy(target: Any, leaves: list[Any]) -> bool:
+    if torch.Tag.pointwise not in getattr(target, "tags", ()) \
+            and getattr(getattr(target, "_schema", None), "name", "").split("::")[-1] not in _PLAIN_KERNELS:
+        return False
     if any(isinstance(v, torch.Tensor) and (v.layout != torch.strided or v.device.type != "cpu") for v in leaves):
         return False
     if any(isinstance(v, (torch.SymInt, torch.SymFloat)) for v in leaves):

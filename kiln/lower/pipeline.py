@@ -29,11 +29,13 @@ from kiln.lower import autotune_cpu
 from kiln.lower.codegen import native_wrapper, plan, triton_wrapper
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.codegen.wrapper import make_wrapper
-from kiln.lower.decompose import decompose
+from kiln.lower.decompose import decompose, wants_decomposition
 from kiln.lower.eager_dtypes import mark_refused
 from kiln.lower.fold_batch_norm import fold_batch_norm
 from kiln.lower.graph import lower_to_loop_ir, node_metas
 from kiln.lower.ir import LoopIR, format_ir, verify_ir
+from kiln.lower.lowerings import LOWERINGS
+from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN
 from kiln.lower.schedule import KernelProgram, format_program, schedule, verify_program
 from kiln.runtime import build
 from kiln.runtime.aot import INPUT_UPDATES
@@ -181,7 +183,9 @@ def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 def _decompose(lo: Lowering) -> None:
     assert lo.gm is not None
     metas = node_metas(lo.gm, lo.example_inputs)
-    mark_refused(lo.gm, metas)  # ops eager refuses for their dtypes stay whole and run as ATen calls
+    # ops Kiln computes itself that eager refuses for their dtypes stay whole and run as ATen calls
+    mark_refused(lo.gm, metas, lambda target: target not in EXTERN_BY_DESIGN
+                 and (target in LOWERINGS or wants_decomposition(target)))
     lo.gm = decompose(lo.gm, metas, keep=lo.options.switches.no_decompose)
 
 
