@@ -32,6 +32,7 @@ from kiln.log import KilnWarning
 
 sys.path.insert(0, str(Path(__file__).parent))
 from aliasing import differences, outcome  # noqa: E402
+from view_programs import _copies  # noqa: E402  (a scope copied with its aliasing, shared with the view fuzzer)
 
 BACKENDS = ("eager", "aot_eager", "inductor")
 STRIDES = False  # outputs' strides are compared too (eager's layouts) when set
@@ -188,23 +189,6 @@ class _Writer:
 
     def fresh(self) -> str:
         return f"t{self.count + 1}"
-
-
-def _copies(scope: dict[str, Any]) -> dict[str, Any]:
-    """The values of a scope copied with their aliasing: tensors sharing a storage share its copy."""
-    storages: dict[int, torch.UntypedStorage] = {}
-    out: dict[str, Any] = {}
-    for name, v in scope.items():
-        if not isinstance(v, torch.Tensor):
-            out[name] = v
-            continue
-        key = v.untyped_storage()._cdata
-        if key not in storages:
-            storages[key] = v.untyped_storage().clone()
-        copy = torch.empty(0, dtype=v.dtype)
-        copy.set_(storages[key], v.storage_offset(), v.shape, v.stride())
-        out[name] = copy.requires_grad_(True) if v.requires_grad else copy
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------
