@@ -22,6 +22,7 @@ from kiln.capture.trace_rules import (
     TELEMETRY_FNS,
     TORCH_FUNCTION_CHECKS,
     TRACING_STATE,
+    is_library_code,
     torch_break_kind,
 )
 from kiln.capture.guards import Guard, ProcessQuery
@@ -126,6 +127,10 @@ class TorchFunctionVariable(Variable):
             # formatted from sizes) is never made, so those sizes are not specialized
             return ConstantVariable(None)
         kind = torch_break_kind(fn)
+        if kind == "graph_break" and is_library_code(tx.code.co_filename):
+            # torch's own forced breaks (optimizer.step's no_grad wrapper) keep Kiln's one graph:
+            # only the program's own graph_break() calls end it
+            return ConstantVariable(None)
         if kind is not None:
             raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}", kind=kind)
         if fn in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode):
