@@ -350,7 +350,7 @@ _NONZERO_SCRIPT = textwrap.dedent("""
         after = kiln.stats()
         report.append([after["disk_hits"] - before["disk_hits"], after["frames"] - before["frames"],
                        torch.equal(out[0], want[0]) and torch.equal(out[1], want[1])
-                       and torch.allclose(out[2], want[2]), out[0].shape[0]])
+                       and torch.allclose(out[2], want[2], atol=1e-5), out[0].shape[0]])  # a sum of 20 ~1s
     from kiln.capture.persist import environment_digest
     print(json.dumps({"report": report, "kiln": environment_digest()}))
 """)
