@@ -22,10 +22,8 @@ import inspect
 import operator
 import sys
 import types
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
 import torch.fx
 
@@ -59,7 +57,6 @@ from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables import operators
 from kiln.capture.variables.object_protocol import python_setattr
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable, is_structseq_type
-from kiln.capture.variables.slice import SliceVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable, SuperVariable

@@ -33,13 +33,20 @@ SPLICE = "// kiln: plan_runner.cpp is spliced in here"  # the line of boundary.c
 
 
 @functools.cache
+def aten_helpers() -> str:
+    """`aten_helpers.cpp` (package data): the C++ helpers over ATen that the plan runner and every
+    compiled per-graph wrapper (kiln.lower.codegen.native_wrapper's prelude, through
+    kiln.runtime.native) share: floor division of sizes, the overlap test, re-laying out an input."""
+    return importlib.resources.files(__package__).joinpath("aten_helpers.cpp").read_text()
+
+
 def source() -> str:
-    """The C++ source of the extension: `boundary.cpp` with `plan_runner.cpp` spliced in at its
-    marker (both package data of kiln.runtime), one text, so one cache key covers both."""
+    """The C++ source of the extension: `boundary.cpp` with `aten_helpers.cpp` and `plan_runner.cpp`
+    spliced in at its marker (package data of kiln.runtime), one text, so one cache key covers all."""
     files = importlib.resources.files(__package__)
     main, runner = files.joinpath("boundary.cpp").read_text(), files.joinpath("plan_runner.cpp").read_text()
     at = main.index(SPLICE)
-    return main[:at] + runner + main[main.index("\n", at) + 1:]
+    return main[:at] + aten_helpers() + "\n" + runner + main[main.index("\n", at) + 1:]
 
 
 def torch_paths() -> tuple[str, str]:

@@ -39,7 +39,7 @@ import torch
 from kiln import log
 from kiln.runtime import build, cache, store
 from kiln.runtime.artifact import RECIPE_ATTR, Recipe, loader
-from kiln.runtime.boundary import aten_compile_flags, aten_link_flags
+from kiln.runtime.boundary import aten_compile_flags, aten_helpers, aten_link_flags
 from kiln.runtime.boundary import build_now as build_boundary  # `python -m kiln boundary`
 from kiln.runtime.boundary import built as built_boundary
 from kiln.runtime.boundary import load as boundary  # the extension that binds each graph's function

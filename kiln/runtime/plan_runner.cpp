@@ -42,61 +42,7 @@ struct Plan {
   int64_t nslots = 0, nregs = 0, nfregs = 0;
 };
 
-static inline int64_t floordiv(int64_t a, int64_t b) {
-  if (b == 0) return 0;
-  int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-static inline int64_t mod(int64_t a, int64_t b) {
-  if (b == 0) return 0;
-  int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-
-static bool may_overlap(at::IntArrayRef sizes, at::IntArrayRef strides) {
-  std::vector<std::pair<int64_t, int64_t>> dims;
-  for (size_t d = 0; d < sizes.size(); d++) {
-    if (sizes[d] <= 1) continue;
-    if (strides[d] == 0) return true;
-    dims.emplace_back(strides[d], sizes[d]);
-  }
-  std::sort(dims.begin(), dims.end());
-  int64_t reach = 0;
-  for (const auto& dim : dims) {
-    if (dim.first <= reach) return true;
-    reach += (dim.second - 1) * dim.first;
-  }
-  return false;
-}
-
-// t with the strides the kernels were compiled for: as the C++ wrapper's kiln_relayout
-static at::Tensor relayout(const at::Tensor& t, at::IntArrayRef strides) {
-  bool same = true;
-  for (int64_t d = 0; d < t.dim(); d++) same = same && (t.size(d) == 1 || t.stride(d) == strides[d]);
-  if (same) return t;
-  if (!may_overlap(t.sizes(), strides)) {
-    at::Tensor out = at::empty_strided(t.sizes(), strides, t.options());
-    out.copy_(t);
-    return out;
-  }
-  at::Tensor source = t;
-  std::vector<int64_t> sizes = t.sizes().vec();
-  int64_t extent = 1;
-  for (size_t d = 0; d < sizes.size(); d++) {
-    if (strides[d] == 0 && sizes[d] > 1) {
-      source = source.narrow(int64_t(d), 0, 1);
-      sizes[d] = 1;
-    }
-    if (sizes[d] == 0) extent = 0;
-  }
-  for (size_t d = 0; d < sizes.size() && extent; d++) extent += (sizes[d] - 1) * strides[d];
-  at::Tensor storage = at::empty({extent}, t.options());
-  if (!may_overlap(sizes, strides)) {
-    storage.as_strided(sizes, strides).copy_(source);
-  } else {
-    at::Tensor where = at::arange(extent, t.options().dtype(at::kLong)).as_strided(sizes, strides).reshape({-1});
-    storage.scatter_(0, where, source.reshape({-1}));
-  }
-  return storage.as_strided(t.sizes(), strides);
-}
+// kiln_floordiv, kiln_mod, kiln_may_overlap, kiln_relayout: aten_helpers.cpp, spliced in before this file
 
 struct Failure { int64_t kind; std::string message; };
 
@@ -147,8 +93,8 @@ struct Frame {
       switch (t) {
         case T_ADD: stack.push_back(a + b); break;
         case T_MUL: stack.push_back(a * b); break;
-        case T_FLOORDIV: stack.push_back(floordiv(a, b)); break;
-        case T_MOD: stack.push_back(mod(a, b)); break;
+        case T_FLOORDIV: stack.push_back(kiln_floordiv(a, b)); break;
+        case T_MOD: stack.push_back(kiln_mod(a, b)); break;
         case T_MIN: stack.push_back(std::min(a, b)); break;
         case T_MAX: stack.push_back(std::max(a, b)); break;
         case T_DIV: stack.push_back(b == 0 ? 0 : a / b); break;
@@ -303,7 +249,7 @@ struct Frame {
         case CHECK_STRIDES: {
           at::Tensor& s = slot();
           Ints strides = exprs();
-          if (!s.strides().equals(strides)) s = relayout(s, strides);
+          if (!s.strides().equals(strides)) s = kiln_relayout(s, strides);
           break;
         }
         case CONST: { at::Tensor& s = slot(); s = constants.at(static_cast<size_t>(next())).toTensor(); break; }

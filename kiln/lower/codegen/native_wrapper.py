@@ -65,6 +65,12 @@ _SCALAR_TYPES = {torch.float32: "Float", torch.float64: "Double", torch.float16:
 _MEMORY_FORMATS = {torch.contiguous_format: "Contiguous", torch.channels_last: "ChannelsLast",
                    torch.channels_last_3d: "ChannelsLast3d", torch.preserve_format: "Preserve"}
 
+@functools.cache
+def _helpers() -> str:
+    """The C++ helpers the plan runner shares (kiln/runtime/aten_helpers.cpp)."""
+    return native.aten_helpers()
+
+
 _PRELUDE = r"""// the graph's wrapper as one function (kiln.lower.codegen.native_wrapper; run by kiln.runtime.native)
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_strided.h>
@@ -79,62 +85,7 @@ _PRELUDE = r"""// the graph's wrapper as one function (kiln.lower.codegen.native
 #include <string>
 #include <vector>
 
-static inline int64_t kiln_floordiv(int64_t a, int64_t b) {
-  if (b == 0) return 0;
-  int64_t q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-static inline int64_t kiln_mod(int64_t a, int64_t b) {
-  if (b == 0) return 0;
-  int64_t r = a %% b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-// whether two indices of a layout can meet at one address (kiln.runtime.overlap.may_overlap)
-static bool kiln_may_overlap(at::IntArrayRef sizes, at::IntArrayRef strides) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size > 1
-  for (size_t d = 0; d < sizes.size(); d++) {
-    if (sizes[d] <= 1) continue;
-    if (strides[d] == 0) return true;
-    dims.emplace_back(strides[d], sizes[d]);
-  }
-  std::sort(dims.begin(), dims.end());
-  int64_t reach = 0;
-  for (const auto& dim : dims) {
-    if (dim.first <= reach) return true;
-    reach += (dim.second - 1) * dim.first;
-  }
-  return false;
-}
-// t with the strides the kernels were compiled for (the Python wrapper's _relayout): t itself where
-// only strides of size-1 dims differ; else a copy, into shared addresses too (kiln.runtime.overlap)
-static at::Tensor kiln_relayout(const at::Tensor& t, at::IntArrayRef strides) {
-  bool same = true;
-  for (int64_t d = 0; d < t.dim(); d++) same = same && (t.size(d) == 1 || t.stride(d) == strides[d]);
-  if (same) return t;
-  if (!kiln_may_overlap(t.sizes(), strides)) {
-    at::Tensor out = at::empty_strided(t.sizes(), strides, t.options());
-    out.copy_(t);
-    return out;
-  }
-  // a dim of stride 0 holds one value along it: one slice of t gives it
-  at::Tensor source = t;
-  std::vector<int64_t> sizes = t.sizes().vec();
-  int64_t extent = 1;
-  for (size_t d = 0; d < sizes.size(); d++) {
-    if (strides[d] == 0 && sizes[d] > 1) {
-      source = source.narrow(int64_t(d), 0, 1);
-      sizes[d] = 1;
-    }
-    if (sizes[d] == 0) extent = 0;
-  }
-  for (size_t d = 0; d < sizes.size() && extent; d++) extent += (sizes[d] - 1) * strides[d];
-  at::Tensor storage = at::empty({extent}, t.options());
-  if (!kiln_may_overlap(sizes, strides)) {
-    storage.as_strided(sizes, strides).copy_(source);
-  } else {  // each address gets one of the elements that meet there
-    at::Tensor where = at::arange(extent, t.options().dtype(at::kLong)).as_strided(sizes, strides).reshape({-1});
-    storage.scatter_(0, where, source.reshape({-1}));
-  }
-  return storage.as_strided(t.sizes(), strides);
-}
+%(helpers)s
 static inline std::vector<c10::SymInt> kiln_symints(std::initializer_list<int64_t> xs) {
   return std::vector<c10::SymInt>(xs.begin(), xs.end());
 }
@@ -387,7 +338,7 @@ class NativeWrapperWriter(WrapperWriter):
         special = {"randint": "ATen/ops/randint.h", "dispatcher": "ATen/core/dispatch/Dispatcher.h"}
         includes = "\n".join(f"#include <{special.get(name, f'ATen/ops/{name}_ops.h')}>"
                              for name in sorted(self.includes))
-        out = [_PRELUDE % {"includes": includes}]
+        out = [_PRELUDE % {"includes": includes, "helpers": _helpers()}]
         out += self._error_function(sites)
         out.append("extern \"C\" int kiln_graph(c10::IValue* args, int64_t nargs, std::vector<c10::IValue>* outs, "
                    "void* const* kernels, const c10::IValue* constants, int64_t* error_kind, std::string* message) {")
