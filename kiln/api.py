@@ -115,6 +115,15 @@ class OptimizedModule(torch.nn.Module):
         self._kiln_forward = _compiled_forward(mod, options, capture)
         object.__setattr__(self, "_kiln_initialized", True)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # The wrapper is not one of the program's modules: global hooks (register_module_forward_hook)
+        # run once, around the original, as forward runs them; Module.__call__ on the wrapper would
+        # run them a second time around the wrapper. Hooks registered on the wrapper itself run there.
+        if (self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks
+                or self._forward_hooks_always_called):
+            return super().__call__(*args, **kwargs)
+        return self.forward(*args, **kwargs)
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         # Paid on every call before the compiled forward's guards: the original is read from
         # `_modules` (`self._orig_mod` misses the instance dict and goes through __getattr__) and the

@@ -20,7 +20,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 
 from kiln.capture.distributed import is_ddp
 from kiln.capture.guards import Guard
-from kiln.capture.sources import AttrSource, ItemSource, Source
+from kiln.capture.sources import AttrSource, GlobalSource, ItemSource, Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.functions import UserMethodVariable
@@ -54,6 +54,20 @@ def _only_forward_hooks(m: torch.nn.Module) -> bool:
     global_ = (module_mod._global_forward_hooks, module_mod._global_forward_pre_hooks,
                module_mod._global_backward_hooks, getattr(module_mod, "_global_backward_pre_hooks", {}))
     return not any(global_)
+
+
+# torch.nn.modules.module, whose global hook tables register_module_forward_hook & co. fill
+_HOOKS_MODULE = GlobalSource("module", module="torch.nn.modules")
+_GLOBAL_HOOK_TABLES = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                       "_global_backward_pre_hooks", "_global_forward_hooks_always_called")
+
+
+def _guard_no_global_hooks(tx: "Tracer") -> None:
+    """A module call traced without global hooks: a hook registered later (for every module, by
+    register_module_forward_hook) must recompile, not be skipped by the inlined forward."""
+    for table in _GLOBAL_HOOK_TABLES:
+        if hasattr(torch.nn.modules.module, table):
+            tx.state.output.guards.append(Guard(AttrSource(_HOOKS_MODULE, table).name(), "check_len", 0))
 
 
 def _is_none(v: Variable) -> bool:
@@ -215,6 +229,7 @@ class NNModuleVariable(Variable):
         from kiln.capture.variables.sequence import TupleVariable
 
         m = self.module
+        _guard_no_global_hooks(tx)
         for table in ("_backward_hooks", "_backward_pre_hooks", "_forward_hooks_always_called"):
             if hasattr(m, table) and self.source is not None:
                 self._guard(tx, AttrSource(self.source, table), "check_len", 0)
@@ -258,6 +273,7 @@ class NNModuleVariable(Variable):
 
     def _guard_no_hooks(self, tx: "Tracer") -> None:
         # Another instance (or this one later) may have hooks the inlined forward would skip.
+        _guard_no_global_hooks(tx)
         if self.source is None:
             return
         for table in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):

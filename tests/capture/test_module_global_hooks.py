@@ -1,0 +1,87 @@
+"""Global module hooks (torch.nn.modules.module.register_module_forward_hook & co.) run as in eager.
+
+A global hook runs once per module call: around the original of a compiled module (never a second
+time around the compiled wrapper, which is not a module of the program), and around every submodule
+a traced forward calls. A module call traced while no global hook was registered is guarded on
+their absence: registering one later recompiles (the call runs natively around the hooks), and
+removing it again traces the plain forward. Compared with eager; torch.compile itself runs a global
+hook twice around an OptimizedModule and skips one registered after the first call.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+from torch.nn.modules import module as module_hooks
+
+import kiln
+
+
+@contextlib.contextmanager
+def global_hook(register, hook):
+    handle = register(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+class Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.inner(x).relu()
+
+
+def test_global_forward_hook_runs_once_per_module_of_a_compiled_module():
+    torch.manual_seed(0)
+    model = Outer()
+    compiled = kiln.compile(model, backend="eager")
+    x = torch.randn(2, 3)
+    for register, hook in ((module_hooks.register_module_forward_hook, lambda m, a, o: o + 1),
+                           (module_hooks.register_module_forward_pre_hook, lambda m, a: (a[0] * 2,))):
+        seen: list[str] = []
+
+        def recording(*args, hook=hook):
+            seen.append(type(args[0]).__name__)
+            return hook(*args)
+
+        with global_hook(register, recording):
+            expected = model(x)
+            eager_seen = list(seen)
+            seen.clear()
+            got = compiled(x)
+        assert seen == eager_seen  # ['Linear', 'Outer'] (or reversed for pre-hooks), not the wrapper too
+        torch.testing.assert_close(got, expected)
+
+
+def test_global_hook_registered_after_the_first_call_runs_on_submodules():
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 3)
+    model = Outer()
+
+    def f(x):
+        return lin(x) * 2
+
+    compiled_f = kiln.compile(f, backend="eager")
+    compiled_model = kiln.compile(model, backend="eager")
+    x = torch.randn(1, 3)
+    torch.testing.assert_close(compiled_f(x), f(x))
+    torch.testing.assert_close(compiled_model(x), model(x))
+    for register, hook in ((module_hooks.register_module_forward_hook, lambda m, a, o: o + 100),
+                           (module_hooks.register_module_forward_pre_hook, lambda m, a: (a[0] + 1,))):
+        with global_hook(register, hook):
+            torch.testing.assert_close(compiled_f(x), f(x))
+            torch.testing.assert_close(compiled_model(x), model(x))
+        torch.testing.assert_close(compiled_f(x), f(x))  # removed again: the plain forward
+        torch.testing.assert_close(compiled_model(x), model(x))
+
+
+def test_hooks_on_the_wrapper_itself_still_run():
+    model = nn.Linear(3, 3)
+    compiled = kiln.compile(model, backend="eager")
+    compiled.register_forward_hook(lambda m, a, o: o * 0)
+    assert compiled(torch.randn(2, 3)).abs().sum() == 0
