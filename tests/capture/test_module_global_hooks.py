@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
+
 import torch
 from torch import nn
 from torch.nn.modules import module as module_hooks
@@ -85,3 +87,26 @@ def test_hooks_on_the_wrapper_itself_still_run():
     compiled = kiln.compile(model, backend="eager")
     compiled.register_forward_hook(lambda m, a, o: o * 0)
     assert compiled(torch.randn(2, 3)).abs().sum() == 0
+
+
+@pytest.mark.cpp
+def test_global_hooks_do_not_run_on_kiln_graphs_under_the_default_backend():
+    # The AOT trace and the ATen runner called the captured GraphModule through Module.__call__:
+    # a global hook ran on it (inside the ATen trace, on its output tuple: a crash and a fallback).
+    torch.manual_seed(0)
+    model = Outer()
+    compiled = kiln.compile(model)
+    x = torch.randn(2, 3)
+    seen: list[str] = []
+
+    def hook(m, a, o):
+        seen.append(type(m).__name__)
+        return o + 1
+
+    with global_hook(module_hooks.register_module_forward_hook, hook):
+        expected = model(x)
+        eager_seen = list(seen)
+        seen.clear()
+        got = compiled(x)
+    assert seen == eager_seen
+    torch.testing.assert_close(got, expected)
