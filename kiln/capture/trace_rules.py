@@ -438,5 +438,10 @@ def constructible(cls: type) -> bool:
     if cls.__new__ is not object.__new__ or not (cls.__setattr__ is object.__setattr__ or
                                                  isinstance(inspect.getattr_static(cls, "__setattr__"), types.FunctionType)):
         return False
+    if inspect.getattr_static(type(cls), "__call__") is not _TYPE_CALL:
+        return False  # a metaclass's own __call__ decides what calling the class does
     init = inspect.getattr_static(cls, "__init__")
     return init is object.__init__ or isinstance(init, types.FunctionType)
+
+
+_TYPE_CALL = type.__dict__["__call__"]

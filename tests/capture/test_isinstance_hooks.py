@@ -5,7 +5,9 @@ A metaclass's own `__instancecheck__` (duck typing: "has attribute x") decides, 
 abstract base class answers from its registry, which `register()` changes after the first call:
 abc's cache token is guarded, so the call recompiles. Wrapping an object whose class's
 `__getattr__` raises KeyError for names it lacks (Kiln's wrapping asks values for `__objclass__`,
-`__qualname__`, ...) is no internal error. Compared with eager.
+`__qualname__`, ...) is no internal error. A class whose metaclass has its own `__call__` is not
+built attribute by attribute (the override was skipped: a wrong answer); it runs natively. Compared
+with eager.
 """
 from __future__ import annotations
 
@@ -82,3 +84,24 @@ def test_getattr_raising_key_error_is_no_internal_error():
 
     table = Table()
     _compiled_equals_eager(lambda x: x * table.k, torch.ones(2))
+
+
+def test_metaclass_call_override_runs():
+    class Counted(type):
+        made = 0
+
+        def __call__(cls, *args, **kwargs):
+            Counted.made += 1
+            return super().__call__(*args, **kwargs)
+
+    class A(metaclass=Counted):
+        def __init__(self, v):
+            self.v = v
+
+    def f(x):
+        return x * A(3).v + Counted.made
+
+    compiled = kiln.compile(f, backend="eager")
+    for made in (1, 3):
+        torch.testing.assert_close(compiled(torch.ones(2)), torch.full((2,), 3.0 + made))
+        torch.testing.assert_close(f(torch.ones(2)), torch.full((2,), 3.0 + made + 1))
