@@ -78,6 +78,10 @@ class SideEffects:
             return
         self._effects.setdefault(("contents", id(container)), container)
 
+    def mutated(self, container: "Variable") -> bool:
+        """True when the trace changed `container` (a list/dict/set from outside) in place."""
+        return ("contents", id(container)) in self._effects
+
     def store_attr(self, obj: Any, owner: "Variable", name: str, value: "Variable", plain: bool = False,
                    base_setattr: Any = None) -> None:
         if owner.source is None:

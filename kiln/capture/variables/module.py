@@ -211,7 +211,8 @@ class NNModuleVariable(Variable):
             # glue compiles the module it wraps (kiln.capture.distributed.DDPModuleCall).
             raise Unsupported("DistributedDataParallel's forward runs natively; the module it wraps is "
                               "compiled as its own frame", kind="collective")
-        if _has_hooks(self.module):
+        if _has_hooks(self.module) or any(self._traced_hook_table(tx, t) is not None
+                                          for t in ("_forward_hooks", "_forward_pre_hooks")):
             if _only_forward_hooks(self.module):
                 return self._call_with_forward_hooks(tx, args, kwargs)
             raise Unsupported(f"{type(self.module).__name__} has hooks; calling it runs them natively",
@@ -265,8 +266,23 @@ class NNModuleVariable(Variable):
         table_source = None if self.source is None else AttrSource(self.source, table)
         if table_source is not None:
             self._guard(tx, table_source, "check_keys", tuple(hooks.keys()))
+        traced = self._traced_hook_table(tx, table)
+        if traced is not None:
+            # a hook removed (or added) earlier in this trace, by a hook's handle.remove() for one:
+            # the table as the trace left it
+            return [(k, v) for k, v in traced.items.items()]
         return [(k, tx.wrap(h, None if table_source is None else ItemSource(table_source, k)))
                 for k, h in hooks.items()]
+
+    def _traced_hook_table(self, tx: "Tracer", table: str) -> Any:
+        """The module's hook dict `table` as a DictVariable the trace changed in place, else None."""
+        from kiln.capture.variables.dict import DictVariable
+
+        hooks = getattr(self.module, table, None)
+        known = tx.state.wrapped.get(id(hooks)) if hooks is not None else None
+        if known is None or known[0] is not hooks or not isinstance(known[1], DictVariable):
+            return None
+        return known[1] if tx.side_effects.mutated(known[1]) else None
 
     def _guard(self, tx: "Tracer", source: Source, kind: str, expected: Any) -> None:
         tx.state.output.guards.append(Guard(source.name(), kind, expected))
