@@ -276,8 +276,9 @@ def _call_with_hooks(mod: torch.nn.Module, forward: Callable[..., Any], args: tu
                 args = result if isinstance(result, tuple) else (result,)
     output = forward(*args, **kwargs)
     post = list(hooks._global_forward_hooks.items()) + list(mod._forward_hooks.items())
+    global_with_kwargs = getattr(hooks, "_global_forward_hooks_with_kwargs", {})
     for hook_id, hook in post:
-        if hook_id in mod._forward_hooks_with_kwargs:
+        if hook_id in mod._forward_hooks_with_kwargs or hook_id in global_with_kwargs:
             result = hook(mod, args, kwargs, output)
         else:
             result = hook(mod, args, output)

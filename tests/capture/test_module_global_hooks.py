@@ -110,3 +110,36 @@ def test_global_hooks_do_not_run_on_kiln_graphs_under_the_default_backend():
         got = compiled(x)
     assert seen == eager_seen
     torch.testing.assert_close(got, expected)
+
+
+def test_global_hooks_are_inlined_around_a_module_called_in_a_function():
+    # fullgraph=True: the global forward (pre-)hooks are traced around the submodule's forward as
+    # the module's own are, as torch.compile does (it was a graph break); a global hook
+    # with_kwargs gets the kwargs (the compiled module's wrapper passed it none: a TypeError).
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 3)
+    model = Outer()
+    x = torch.randn(2, 3)
+    seen: list[str] = []
+
+    def f(v):
+        return lin(v) + 1
+
+    def pre(m, a):
+        seen.append("pre " + type(m).__name__)
+        return (a[0] * 2,)
+
+    def post(m, a, kwargs, o):
+        seen.append(f"post {type(m).__name__} {sorted(kwargs)}")
+        return o - 3
+
+    with global_hook(module_hooks.register_module_forward_pre_hook, pre), \
+            global_hook(lambda h: module_hooks.register_module_forward_hook(h, with_kwargs=True), post):
+        for subject, compiled in ((f, kiln.compile(f, backend="eager", fullgraph=True)),
+                                  (model, kiln.compile(model, backend="eager"))):
+            seen.clear()
+            expected = subject(x)
+            eager_seen = list(seen)
+            seen.clear()
+            torch.testing.assert_close(compiled(x), expected)
+            assert seen == eager_seen

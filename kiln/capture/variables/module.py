@@ -45,14 +45,14 @@ def _has_hooks(m: torch.nn.Module) -> bool:
 
 
 def _only_forward_hooks(m: torch.nn.Module) -> bool:
-    """Hooks that capture can inline: the module's own forward (pre-)hooks, nothing global or
-    backward, none that must run even when forward raises."""
+    """Hooks that capture can inline: forward (pre-)hooks, the module's own and global ones
+    (register_module_forward_hook), nothing backward, none that must run even when forward raises."""
     from torch.nn.modules import module as module_mod
 
     if m._backward_hooks or getattr(m, "_backward_pre_hooks", {}) or getattr(m, "_forward_hooks_always_called", {}):
         return False
-    global_ = (module_mod._global_forward_hooks, module_mod._global_forward_pre_hooks,
-               module_mod._global_backward_hooks, getattr(module_mod, "_global_backward_pre_hooks", {}))
+    global_ = (module_mod._global_backward_hooks, getattr(module_mod, "_global_backward_pre_hooks", {}),
+               getattr(module_mod, "_global_forward_hooks_always_called", {}))
     return not any(global_)
 
 
@@ -60,6 +60,15 @@ def _only_forward_hooks(m: torch.nn.Module) -> bool:
 _HOOKS_MODULE = GlobalSource("module", module="torch.nn.modules")
 _GLOBAL_HOOK_TABLES = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                        "_global_backward_pre_hooks", "_global_forward_hooks_always_called")
+
+
+def _global_hooks(tx: "Tracer", table: str) -> list[tuple[int, Variable]]:
+    """The global forward (pre-)hooks of `table`, in the order Module.__call__ runs them (before
+    the module's own), the table guarded by its keys."""
+    hooks = getattr(torch.nn.modules.module, table)
+    source = AttrSource(_HOOKS_MODULE, table)
+    tx.state.output.guards.append(Guard(source.name(), "check_keys", tuple(hooks.keys())))
+    return [(k, tx.wrap(h, ItemSource(source, k))) for k, h in hooks.items()]
 
 
 def _guard_no_global_hooks(tx: "Tracer") -> None:
@@ -230,7 +239,13 @@ class NNModuleVariable(Variable):
         from kiln.capture.variables.sequence import TupleVariable
 
         m = self.module
-        _guard_no_global_hooks(tx)
+        module_mod = torch.nn.modules.module
+        for table in ("_global_backward_hooks", "_global_backward_pre_hooks", "_global_forward_hooks_always_called"):
+            if hasattr(module_mod, table):
+                tx.state.output.guards.append(Guard(AttrSource(_HOOKS_MODULE, table).name(), "check_len", 0))
+        global_with_kwargs = getattr(module_mod, "_global_forward_hooks_with_kwargs", {})
+        tx.state.output.guards.append(Guard(AttrSource(_HOOKS_MODULE, "_global_forward_hooks_with_kwargs").name(),
+                                            "check_keys", tuple(global_with_kwargs.keys())))
         for table in ("_backward_hooks", "_backward_pre_hooks", "_forward_hooks_always_called"):
             if hasattr(m, table) and self.source is not None:
                 self._guard(tx, AttrSource(self.source, table), "check_len", 0)
@@ -239,8 +254,10 @@ class NNModuleVariable(Variable):
                 self._guard(tx, AttrSource(self.source, table), "check_keys", tuple(getattr(m, table).keys()))
         args_var: Variable = TupleVariable(list(args))
         kwargs_var: Variable = DictVariable(dict(kwargs))  # a hook may return anything: checked below
-        for hook_id, hook in self._hooks(tx, "_forward_pre_hooks"):
-            if hook_id in m._forward_pre_hooks_with_kwargs:
+        pre_hooks = [(False, k, h) for k, h in _global_hooks(tx, "_global_forward_pre_hooks")]
+        pre_hooks += [(True, k, h) for k, h in self._hooks(tx, "_forward_pre_hooks")]
+        for own, hook_id, hook in pre_hooks:
+            if own and hook_id in m._forward_pre_hooks_with_kwargs:
                 result = hook.call(tx, [self, args_var, kwargs_var], {})
                 if not _is_none(result):
                     args_var, kwargs_var = tx.iterate(result)
@@ -252,8 +269,10 @@ class NNModuleVariable(Variable):
             raise Unsupported("a forward pre-hook returned kwargs that are not a dict", kind="unsupported")
         forward = self.getattr(tx, "forward")
         output = forward.call(tx, tx.iterate(args_var), {k: v for k, v in kwargs_var.items.items()})
-        for hook_id, hook in self._hooks(tx, "_forward_hooks"):
-            if hook_id in m._forward_hooks_with_kwargs:
+        post_hooks = [(False, k, h) for k, h in _global_hooks(tx, "_global_forward_hooks")]
+        post_hooks += [(True, k, h) for k, h in self._hooks(tx, "_forward_hooks")]
+        for own, hook_id, hook in post_hooks:
+            if hook_id in (m._forward_hooks_with_kwargs if own else global_with_kwargs):
                 result = hook.call(tx, [self, args_var, kwargs_var, output], {})
             else:
                 result = hook.call(tx, [self, args_var, output], {})
