@@ -541,19 +541,6 @@ def sum_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) ->
     return result
 
 
-@builtin_rule(collections._count_elements)  # type: ignore[attr-defined]  # C helper of Counter.update
-def count_elements_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    # Counter(iterable) / Counter.update(iterable): what the C helper does, one item at a time
-    # (`mapping[elem] = mapping.get(elem, 0) + 1`, dict's own get: no __missing__)
-    if len(args) != 2 or kwargs:
-        raise Unsupported("collections._count_elements with these arguments", kind="unsupported_builtin")
-    mapping, iterable = args
-    for item in tx.iterate(iterable):
-        count = mapping.call_method(tx, "get", [item, ConstantVariable(0)], {})
-        mapping.call_method(tx, "__setitem__", [item, tx.binary_op("+", count, ConstantVariable(1))], {})
-    return ConstantVariable(None)
-
-
 def _anyall(fn: Any) -> Rule:
     def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
         from kiln.capture.variables.iterator import open_iterator
