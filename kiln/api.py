@@ -115,6 +115,15 @@ class OptimizedModule(torch.nn.Module):
         self._kiln_forward = _compiled_forward(mod, options, capture)
         object.__setattr__(self, "_kiln_initialized", True)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # The wrapper is not one of the program's modules: global hooks (register_module_forward_hook)
+        # run once, around the original, as forward runs them; Module.__call__ on the wrapper would
+        # run them a second time around the wrapper. Hooks registered on the wrapper itself run there.
+        if (self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks
+                or self._forward_hooks_always_called):
+            return super().__call__(*args, **kwargs)
+        return self.forward(*args, **kwargs)
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         # Paid on every call before the compiled forward's guards: the original is read from
         # `_modules` (`self._orig_mod` misses the instance dict and goes through __getattr__) and the
@@ -267,8 +276,9 @@ def _call_with_hooks(mod: torch.nn.Module, forward: Callable[..., Any], args: tu
                 args = result if isinstance(result, tuple) else (result,)
     output = forward(*args, **kwargs)
     post = list(hooks._global_forward_hooks.items()) + list(mod._forward_hooks.items())
+    global_with_kwargs = getattr(hooks, "_global_forward_hooks_with_kwargs", {})
     for hook_id, hook in post:
-        if hook_id in mod._forward_hooks_with_kwargs:
+        if hook_id in mod._forward_hooks_with_kwargs or hook_id in global_with_kwargs:
             result = hook(mod, args, kwargs, output)
         else:
             result = hook(mod, args, output)

@@ -109,7 +109,9 @@ def run_user_graph(gm: fx.GraphModule, args: list[Any], graph: fx.Graph | None) 
     """`gm(*args)` while an ATen trace records into `graph`; with checkpointed regions, node by node
     so that the region's ATen nodes carry its tags."""
     if graph is None or not has_regions(gm):
-        return gm(*args)
+        # forward, not Module.__call__: the graph is not one of the program's modules, and global
+        # module hooks (register_module_forward_hook) must not run on it
+        return gm.forward(*args)
     return _RegionInterpreter(gm, graph).run(*args)
 
 

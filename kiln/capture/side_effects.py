@@ -28,6 +28,7 @@ class _AttrWrite:
     name: str
     value: "Variable"
     plain: bool = False  # replayed with object.__setattr__: the class's own __setattr__ was traced
+    base_setattr: Any = None  # replayed with this base class __setattr__ (nn.Module's), for the same reason
     deleted: bool = False  # `del obj.name`: the attribute is gone (value is the object itself, unused)
 
 
@@ -77,10 +78,15 @@ class SideEffects:
             return
         self._effects.setdefault(("contents", id(container)), container)
 
-    def store_attr(self, obj: Any, owner: "Variable", name: str, value: "Variable", plain: bool = False) -> None:
+    def mutated(self, container: "Variable") -> bool:
+        """True when the trace changed `container` (a list/dict/set from outside) in place."""
+        return ("contents", id(container)) in self._effects
+
+    def store_attr(self, obj: Any, owner: "Variable", name: str, value: "Variable", plain: bool = False,
+                   base_setattr: Any = None) -> None:
         if owner.source is None:
             raise Unsupported(f"setting attribute {name!r} on an object without a source", kind="unsupported")
-        self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, value, plain)
+        self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, value, plain, base_setattr)
 
     def delete_attr(self, obj: Any, owner: "Variable", name: str) -> None:
         """`del obj.name` of an object from outside whose instance dict holds the name (or a write
@@ -192,8 +198,9 @@ class SideEffects:
                 glue.line(f"{glue.reconstruct(effect.owner)}.__dict__.pop({effect.name!r}, None)")
             elif kind == "attr":
                 owner, value = glue.reconstruct(effect.owner), glue.reconstruct(effect.value)
-                if effect.plain:
-                    glue.line(f"{glue.constant(object.__setattr__)}({owner}, {effect.name!r}, {value})")
+                if effect.plain or effect.base_setattr is not None:
+                    setter = object.__setattr__ if effect.base_setattr is None else effect.base_setattr
+                    glue.line(f"{glue.constant(setter)}({owner}, {effect.name!r}, {value})")
                 elif effect.name.isidentifier() and not keyword.iskeyword(effect.name):
                     glue.line(f"{owner}.{effect.name} = {value}")
                 else:  # setattr(obj, "we{ird}", v): not an identifier, written with setattr

@@ -164,6 +164,17 @@ class CallSource(Source):
 
 
 @dataclass(frozen=True)
+class ModuleFunctionCallSource(Source):
+    """`module.function()` of a module in sys.modules: process state such as abc's cache token."""
+
+    module: str
+    function: str
+
+    def name(self) -> str:
+        return f"{GlobalSource(self.function, self.module).name()}()"
+
+
+@dataclass(frozen=True)
 class EnvironSource(Source):
     """`os.environ.get(key)`: one environment variable, None when unset."""
 

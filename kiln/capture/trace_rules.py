@@ -209,6 +209,10 @@ def torch_break_kind(fn: Any) -> str | None:
     return None
 
 
+_CLASS_DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType,
+                      types.GetSetDescriptorType, types.MemberDescriptorType)
+
+
 def is_torch_function(value: Any) -> bool:
     """True for callables of the torch namespace that capture treats as graph ops: one node each,
     unless a table above answers the call at trace time or makes it a break. torch's own Python
@@ -218,7 +222,9 @@ def is_torch_function(value: Any) -> bool:
                          torch.inference_mode, torch.finfo, torch.iinfo, torch.device, torch.dtype)
     if isinstance(value, torch._library.custom_ops.CustomOpDef):
         return True  # torch.library.custom_op: one node (its fake impl gives the output)
-    objclass = getattr(value, "__objclass__", None)
+    # only descriptors of a class carry __objclass__: asking any value for it would run a user
+    # class's __getattr__, which may raise anything (a KeyError from a table lookup)
+    objclass = value.__objclass__ if isinstance(value, _CLASS_DESCRIPTORS) else None
     if objclass is not None and objclass in (torch._C.TensorBase, torch.Tensor):
         return True
     try:
@@ -432,5 +438,10 @@ def constructible(cls: type) -> bool:
     if cls.__new__ is not object.__new__ or not (cls.__setattr__ is object.__setattr__ or
                                                  isinstance(inspect.getattr_static(cls, "__setattr__"), types.FunctionType)):
         return False
+    if inspect.getattr_static(type(cls), "__call__") is not _TYPE_CALL:
+        return False  # a metaclass's own __call__ decides what calling the class does
     init = inspect.getattr_static(cls, "__init__")
     return init is object.__init__ or isinstance(init, types.FunctionType)
+
+
+_TYPE_CALL = type.__dict__["__call__"]

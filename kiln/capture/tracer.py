@@ -328,13 +328,25 @@ class Tracer:
         from kiln.capture.variables.module import NNModuleVariable
 
         if isinstance(obj, NNModuleVariable):
+            kind = type(obj.module)
+            custom = inspect.getattr_static(kind, "__setattr__")
+            overridden = isinstance(custom, types.FunctionType) and custom is not torch.nn.Module.__setattr__
+            if overridden and not bypass:
+                # the module class's own __setattr__, inlined; its super().__setattr__ comes back with bypass set
+                guard_class_attribute(self, kind, "__setattr__", custom, obj)
+                UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
+                return
+            if python_setattr(self, obj, kind, name, value):
+                return  # a property's setter or a descriptor's __set__, inlined (as Module.__setattr__ ends in object's)
             if isinstance(value, TensorVariable) and (name in obj.module._parameters or name in obj.module._buffers):
                 current = obj.getattr(self, name)
                 if isinstance(current, TensorVariable) and current.example is value.example:
                     return  # `self.count += 1`: the in-place op already updated the buffer; the store rebinds it to itself
                 raise Unsupported(f"assigning a new tensor to parameter/buffer {name!r} of a module",
                                   kind="unsupported")
-            self.side_effects.store_attr(obj.module, obj, name, value)
+            # the replay must not run an override already traced
+            self.side_effects.store_attr(obj.module, obj, name, value,
+                                         base_setattr=torch.nn.Module.__setattr__ if overridden else None)
             return
         if isinstance(obj, NewObjectVariable):
             custom = inspect.getattr_static(obj.cls, "__setattr__")

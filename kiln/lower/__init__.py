@@ -150,7 +150,7 @@ def _aten_runner(gm: torch.fx.GraphModule, device: str) -> CompiledGraph:
     log.artifact("perf_hints", hint)
 
     def run(*args: Any) -> tuple:
-        return tuple(gm(*args))
+        return tuple(gm.forward(*args))  # no Module.__call__: global module hooks are the program's
 
     program = KernelProgram(LoopIR((), (), {}), ())
     return CompiledGraph(run, "", "", program, [hint])

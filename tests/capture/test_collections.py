@@ -139,3 +139,19 @@ def test_move_to_end_of_a_missing_key_raises_eagers_error() -> None:
 
     with pytest.raises(KeyError):
         kiln.compile(f, backend="eager")(torch.randn(2))
+
+
+def test_counter_built_and_updated_from_iterables_is_one_graph() -> None:
+    # Counter(iterable) and .update(iterable) go through the C helper collections._count_elements,
+    # which was a graph break; it is traced item by item (a generator over sizes included).
+    def f(x, xs):
+        c = collections.Counter("aab")
+        c.update(v.shape[0] for v in xs)
+        c.subtract({"a": 1})
+        return x * c["a"] + c[2] + c["zz"], dict(c)
+
+    args = (torch.ones(2), [torch.ones(2), torch.ones(3), torch.ones(2)])
+    compiled = kiln.compile(f, backend="eager", fullgraph=True)
+    got, expected = compiled(*args), f(*args)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1] == expected[1]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+import kiln
+
 from semantics_oracle import check_calls
 from trace_oracle import check_traced, fresh
 
@@ -48,3 +50,31 @@ def test_changed_in_place_and_replaced_between_calls() -> None:
     finally:
         shifted.__defaults__ = saved
         BIAS.sub_(1)
+
+
+def _accumulate(v, store=[], *, seen={}):  # noqa: B006 - the shared mutable default is the point
+    store.append(v)
+    seen[len(store)] = v
+    return len(store) + len(seen)
+
+
+class _Holder:
+    def push(self, v, store=[]):  # noqa: B006
+        store.append(v)
+        return len(store)
+
+
+def test_mutable_default_is_the_same_object_every_call() -> None:
+    # `def g(v, store=[])` keeps one list across calls: its length was baked into the first graph
+    # (no guard on it) and every later call returned the first call's value.
+    holder = _Holder()
+
+    def f(x):
+        return x * _accumulate(1) + holder.push(2)
+
+    compiled = kiln.compile(f, backend="eager")
+    for expected_count in (1, 2, 3):
+        got = compiled(torch.ones(2))
+        assert len(_Holder.push.__defaults__[0]) == expected_count
+        assert len(_accumulate.__defaults__[0]) == expected_count and len(_accumulate.__kwdefaults__["seen"]) == expected_count
+        torch.testing.assert_close(got, torch.full((2,), 3.0 * expected_count))

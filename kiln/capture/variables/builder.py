@@ -70,7 +70,7 @@ from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.torch import TorchFunctionVariable
 from kiln.capture.variables.environ import GetenvVariable
 from kiln.capture.variables.user_object import ObjectVariable
-from kiln.errors import Unsupported
+from kiln.errors import KilnError, Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.tracer import CaptureState
@@ -143,8 +143,20 @@ def _guard(state: "CaptureState", source: Source | None, kind: str, expected: An
 def _wrap(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     """The first row of _WRAP_RULES whose test holds makes the Variable (a row that returns None
     lets the later ones try); an object no row claims is wrapped by its type."""
+    # The rows' tests ask the value for attributes (`__module__`, `__wrapped__`, ...); on an instance
+    # of a class with its own __getattr__ a missing one runs it, and it may raise anything (a KeyError
+    # from its table): that answers the test no, as hasattr answers no for AttributeError.
+    quiet = isinstance(inspect.getattr_static(type(value), "__getattr__", None), types.FunctionType)
     for applies, wrap in _WRAP_RULES:
-        if applies(state, value, source):
+        try:
+            holds = applies(state, value, source)
+        except KilnError:
+            raise
+        except Exception:
+            if not quiet:
+                raise
+            holds = False
+        if holds:
             made = wrap(state, value, source)
             if made is not None:
                 return made

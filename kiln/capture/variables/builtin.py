@@ -7,6 +7,7 @@ Corresponds to torch/_dynamo/variables/builtin.py.
 """
 from __future__ import annotations
 
+import abc
 import builtins
 import collections
 import functools
@@ -15,11 +16,13 @@ import itertools
 import operator
 import sys
 import types
+import typing
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from kiln.capture.sources import TypeSource
+from kiln.capture.guards import Guard
+from kiln.capture.sources import ModuleFunctionCallSource, TypeSource
 from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule, builtin_rule
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
@@ -156,14 +159,62 @@ def len_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) ->
 
 @builtin_rule(isinstance)
 def isinstance_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.functions import UserFunctionVariable
+    from kiln.capture.variables.sequence import TupleVariable
+
     obj, classes = args
     cls = _class_value(classes)
+    _guard_abc_registry(tx, cls)
+    # A metaclass's own __instancecheck__ (duck typing on the object, not its type) decides for
+    # its classes: inlined, as isinstance calls it.
+    flat = cls if isinstance(cls, tuple) else (cls,)
+    class_vars = classes.items if isinstance(classes, TupleVariable) else [classes]
+    if any(_instancecheck_hook(c) is not None for c in flat):
+        if any(isinstance(c, tuple) for c in flat):
+            raise Unsupported("isinstance with nested tuples of classes with a custom __instancecheck__",
+                              kind="unsupported_builtin")
+        for var in class_vars:
+            hook = _instancecheck_hook(var.as_python_value())
+            if hook is None:
+                answer = _is_subclass(obj.python_type(), var.as_python_value())
+            else:
+                answer = UserFunctionVariable(hook).call(tx, [var, obj], {}).truth(tx)
+            if answer:
+                return ConstantVariable(True)
+        return ConstantVariable(False)
     kind = obj.python_type()
     if isinstance(cls, tuple):
         result = any(_is_subclass(kind, c) for c in cls)
     else:
         result = _is_subclass(kind, cls)
     return ConstantVariable(result)
+
+
+def _instancecheck_hook(cls: Any) -> types.FunctionType | None:
+    """The Python __instancecheck__ of `cls`'s metaclass, unless it is one whose answer follows
+    from the object's type (ABCMeta's registry, typing's protocols, torch's Parameter, whose
+    tensors' types capture models): None for those and for `type`."""
+    hook = inspect.getattr_static(type(cls), "__instancecheck__", None)
+    if not isinstance(hook, types.FunctionType) or hook in _TYPE_BASED_INSTANCECHECKS:
+        return None
+    if (hook.__module__ or "").split(".")[0] == "torch":
+        return None
+    return hook
+
+
+_TYPE_BASED_INSTANCECHECKS = tuple(
+    hook for hook in (inspect.getattr_static(abc.ABCMeta, "__instancecheck__", None),
+                      inspect.getattr_static(type(typing.Protocol), "__instancecheck__", None))
+    if isinstance(hook, types.FunctionType))
+
+
+def _guard_abc_registry(tx: "Tracer", cls: Any) -> None:
+    """isinstance/issubclass against an abstract base class answers from its registry, which
+    `register()` changes at any time: abc's cache token (bumped by every register) is guarded."""
+    classes = cls if isinstance(cls, tuple) else (cls,)
+    if any(isinstance(c, abc.ABCMeta) for c in classes):
+        token = ModuleFunctionCallSource("abc", "get_cache_token")
+        tx.state.output.guards.append(Guard(token.name(), "check_value", abc.get_cache_token()))
 
 
 def _class_value(var: Variable) -> Any:
@@ -186,6 +237,7 @@ def _is_subclass(kind: type, cls: Any) -> bool:
 
 @builtin_rule(issubclass)
 def issubclass_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    _guard_abc_registry(tx, _class_value(args[1]))
     return ConstantVariable(issubclass(args[0].as_python_value(), _class_value(args[1])))
 
 

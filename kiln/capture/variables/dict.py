@@ -19,6 +19,7 @@ import torch
 
 from kiln.capture.guards import ABSENT
 from kiln.capture.sources import AttrSource
+from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
@@ -711,3 +712,16 @@ def _combine(name: str, mine: dict[Any, Variable], others: list[dict[Any, Variab
         result.update({k: v for k, v in others[0].items() if k not in mine})
         return result
     return None
+
+
+@builtin_rule(collections._count_elements)  # type: ignore[attr-defined]  # C helper of Counter.update
+def count_elements_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    # Counter(iterable) / Counter.update(iterable): what the C helper does, one item at a time
+    # (`mapping[elem] = mapping.get(elem, 0) + 1`, dict's own get: no __missing__)
+    if len(args) != 2 or kwargs:
+        raise Unsupported("collections._count_elements with these arguments", kind="unsupported_builtin")
+    mapping, iterable = args
+    for item in tx.iterate(iterable):
+        count = mapping.call_method(tx, "get", [item, ConstantVariable(0)], {})
+        mapping.call_method(tx, "__setitem__", [item, tx.binary_op("+", count, ConstantVariable(1))], {})
+    return ConstantVariable(None)

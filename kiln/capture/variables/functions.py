@@ -241,11 +241,13 @@ def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: lis
     kwdefaults: dict[str, Any] = fn.__kwdefaults__ or {}
     if source is not None:
         # a tensor held as a default (`def g(v, b=bias)`) is an input of the graph, read from the
-        # function where it lives (a tensor reachable from nowhere could not be)
-        defaults = tuple(tx.wrap(d, ItemSource(AttrSource(source, "__defaults__"), i))
-                         if isinstance(d, torch.Tensor) else d for i, d in enumerate(defaults))
-        kwdefaults = {k: tx.wrap(d, ItemSource(AttrSource(source, "__kwdefaults__"), k))
-                      if isinstance(d, torch.Tensor) else d for k, d in kwdefaults.items()}
+        # function where it lives (a tensor reachable from nowhere could not be); a mutable one
+        # (`def g(v, store=[])`) is the same object in every call: its contents are guarded and its
+        # changes replayed there
+        defaults = tuple(d if is_constant_value(d) else tx.wrap(d, ItemSource(AttrSource(source, "__defaults__"), i))
+                         for i, d in enumerate(defaults))
+        kwdefaults = {k: d if is_constant_value(d) else tx.wrap(d, ItemSource(AttrSource(source, "__kwdefaults__"), k))
+                      for k, d in kwdefaults.items()}
     return tx.inline_call(fn.__code__, fn.__globals__, closure, defaults,
                           kwdefaults, args, kwargs, name=fn.__qualname__, fn=fn)
 

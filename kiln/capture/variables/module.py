@@ -20,7 +20,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 
 from kiln.capture.distributed import is_ddp
 from kiln.capture.guards import Guard
-from kiln.capture.sources import AttrSource, ItemSource, Source
+from kiln.capture.sources import AttrSource, GlobalSource, ItemSource, Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.functions import UserMethodVariable
@@ -45,15 +45,38 @@ def _has_hooks(m: torch.nn.Module) -> bool:
 
 
 def _only_forward_hooks(m: torch.nn.Module) -> bool:
-    """Hooks that capture can inline: the module's own forward (pre-)hooks, nothing global or
-    backward, none that must run even when forward raises."""
+    """Hooks that capture can inline: forward (pre-)hooks, the module's own and global ones
+    (register_module_forward_hook), nothing backward, none that must run even when forward raises."""
     from torch.nn.modules import module as module_mod
 
     if m._backward_hooks or getattr(m, "_backward_pre_hooks", {}) or getattr(m, "_forward_hooks_always_called", {}):
         return False
-    global_ = (module_mod._global_forward_hooks, module_mod._global_forward_pre_hooks,
-               module_mod._global_backward_hooks, getattr(module_mod, "_global_backward_pre_hooks", {}))
+    global_ = (module_mod._global_backward_hooks, getattr(module_mod, "_global_backward_pre_hooks", {}),
+               getattr(module_mod, "_global_forward_hooks_always_called", {}))
     return not any(global_)
+
+
+# torch.nn.modules.module, whose global hook tables register_module_forward_hook & co. fill
+_HOOKS_MODULE = GlobalSource("module", module="torch.nn.modules")
+_GLOBAL_HOOK_TABLES = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                       "_global_backward_pre_hooks", "_global_forward_hooks_always_called")
+
+
+def _global_hooks(tx: "Tracer", table: str) -> list[tuple[int, Variable]]:
+    """The global forward (pre-)hooks of `table`, in the order Module.__call__ runs them (before
+    the module's own), the table guarded by its keys."""
+    hooks = getattr(torch.nn.modules.module, table)
+    source = AttrSource(_HOOKS_MODULE, table)
+    tx.state.output.guards.append(Guard(source.name(), "check_keys", tuple(hooks.keys())))
+    return [(k, tx.wrap(h, ItemSource(source, k))) for k, h in hooks.items()]
+
+
+def _guard_no_global_hooks(tx: "Tracer") -> None:
+    """A module call traced without global hooks: a hook registered later (for every module, by
+    register_module_forward_hook) must recompile, not be skipped by the inlined forward."""
+    for table in _GLOBAL_HOOK_TABLES:
+        if hasattr(torch.nn.modules.module, table):
+            tx.state.output.guards.append(Guard(AttrSource(_HOOKS_MODULE, table).name(), "check_len", 0))
 
 
 def _is_none(v: Variable) -> bool:
@@ -197,7 +220,8 @@ class NNModuleVariable(Variable):
             # glue compiles the module it wraps (kiln.capture.distributed.DDPModuleCall).
             raise Unsupported("DistributedDataParallel's forward runs natively; the module it wraps is "
                               "compiled as its own frame", kind="collective")
-        if _has_hooks(self.module):
+        if _has_hooks(self.module) or any(self._traced_hook_table(tx, t) is not None
+                                          for t in ("_forward_hooks", "_forward_pre_hooks")):
             if _only_forward_hooks(self.module):
                 return self._call_with_forward_hooks(tx, args, kwargs)
             raise Unsupported(f"{type(self.module).__name__} has hooks; calling it runs them natively",
@@ -215,6 +239,13 @@ class NNModuleVariable(Variable):
         from kiln.capture.variables.sequence import TupleVariable
 
         m = self.module
+        module_mod = torch.nn.modules.module
+        for table in ("_global_backward_hooks", "_global_backward_pre_hooks", "_global_forward_hooks_always_called"):
+            if hasattr(module_mod, table):
+                tx.state.output.guards.append(Guard(AttrSource(_HOOKS_MODULE, table).name(), "check_len", 0))
+        global_with_kwargs = getattr(module_mod, "_global_forward_hooks_with_kwargs", {})
+        tx.state.output.guards.append(Guard(AttrSource(_HOOKS_MODULE, "_global_forward_hooks_with_kwargs").name(),
+                                            "check_keys", tuple(global_with_kwargs.keys())))
         for table in ("_backward_hooks", "_backward_pre_hooks", "_forward_hooks_always_called"):
             if hasattr(m, table) and self.source is not None:
                 self._guard(tx, AttrSource(self.source, table), "check_len", 0)
@@ -223,8 +254,10 @@ class NNModuleVariable(Variable):
                 self._guard(tx, AttrSource(self.source, table), "check_keys", tuple(getattr(m, table).keys()))
         args_var: Variable = TupleVariable(list(args))
         kwargs_var: Variable = DictVariable(dict(kwargs))  # a hook may return anything: checked below
-        for hook_id, hook in self._hooks(tx, "_forward_pre_hooks"):
-            if hook_id in m._forward_pre_hooks_with_kwargs:
+        pre_hooks = [(False, k, h) for k, h in _global_hooks(tx, "_global_forward_pre_hooks")]
+        pre_hooks += [(True, k, h) for k, h in self._hooks(tx, "_forward_pre_hooks")]
+        for own, hook_id, hook in pre_hooks:
+            if own and hook_id in m._forward_pre_hooks_with_kwargs:
                 result = hook.call(tx, [self, args_var, kwargs_var], {})
                 if not _is_none(result):
                     args_var, kwargs_var = tx.iterate(result)
@@ -236,8 +269,10 @@ class NNModuleVariable(Variable):
             raise Unsupported("a forward pre-hook returned kwargs that are not a dict", kind="unsupported")
         forward = self.getattr(tx, "forward")
         output = forward.call(tx, tx.iterate(args_var), {k: v for k, v in kwargs_var.items.items()})
-        for hook_id, hook in self._hooks(tx, "_forward_hooks"):
-            if hook_id in m._forward_hooks_with_kwargs:
+        post_hooks = [(False, k, h) for k, h in _global_hooks(tx, "_global_forward_hooks")]
+        post_hooks += [(True, k, h) for k, h in self._hooks(tx, "_forward_hooks")]
+        for own, hook_id, hook in post_hooks:
+            if hook_id in (m._forward_hooks_with_kwargs if own else global_with_kwargs):
                 result = hook.call(tx, [self, args_var, kwargs_var, output], {})
             else:
                 result = hook.call(tx, [self, args_var, output], {})
@@ -250,14 +285,30 @@ class NNModuleVariable(Variable):
         table_source = None if self.source is None else AttrSource(self.source, table)
         if table_source is not None:
             self._guard(tx, table_source, "check_keys", tuple(hooks.keys()))
+        traced = self._traced_hook_table(tx, table)
+        if traced is not None:
+            # a hook removed (or added) earlier in this trace, by a hook's handle.remove() for one:
+            # the table as the trace left it
+            return [(k, v) for k, v in traced.items.items()]
         return [(k, tx.wrap(h, None if table_source is None else ItemSource(table_source, k)))
                 for k, h in hooks.items()]
+
+    def _traced_hook_table(self, tx: "Tracer", table: str) -> Any:
+        """The module's hook dict `table` as a DictVariable the trace changed in place, else None."""
+        from kiln.capture.variables.dict import DictVariable
+
+        hooks = getattr(self.module, table, None)
+        known = tx.state.wrapped.get(id(hooks)) if hooks is not None else None
+        if known is None or known[0] is not hooks or not isinstance(known[1], DictVariable):
+            return None
+        return known[1] if tx.side_effects.mutated(known[1]) else None
 
     def _guard(self, tx: "Tracer", source: Source, kind: str, expected: Any) -> None:
         tx.state.output.guards.append(Guard(source.name(), kind, expected))
 
     def _guard_no_hooks(self, tx: "Tracer") -> None:
         # Another instance (or this one later) may have hooks the inlined forward would skip.
+        _guard_no_global_hooks(tx)
         if self.source is None:
             return
         for table in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):

@@ -452,6 +452,8 @@ class SuperVariable(Variable):
                     return GenericGetattrVariable(self.obj, "table_getattr")
                 if base is torch.nn.Module and name == "__call__" and hasattr(self.obj, "call_impl"):
                     return ModuleCallVariable(self.obj)
+                if base is torch.nn.Module and name == "__setattr__" and hasattr(self.obj, "call_impl"):
+                    return ObjectSetattrVariable(self.obj)  # the module class's own __setattr__ was inlined
                 if isinstance(attr, (types.FunctionType, staticmethod, classmethod)) and \
                         not _is_fixed_class(base):
                     from kiln.capture.variables.functions import guard_class_attribute

@@ -7,11 +7,13 @@ Each runs under fullgraph=True unless it says otherwise.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import enum
 import inspect
 import sys
 
 import torch
+from torch import nn
 
 from .program import Program, case, fn_program, t
 
@@ -859,3 +861,184 @@ def inplace_dunder_on_input_object_mutates_it():
         return len(acc), x + 1
     acc = Acc()
     return Program(f, ((t(2), acc),), observe=lambda: len(acc.items))
+
+
+@case("classes")
+def module_property_setter_in_forward():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self._k = 2
+
+        @property
+        def k(self):
+            return self._k + 1
+
+        @k.setter
+        def k(self, v):
+            self._k = v
+
+        def forward(self, x):
+            self.k = 5
+            return self.lin(x) * self.k
+    return Program(M(), ((t(1, 2),),))
+
+
+@case("classes")
+def module_setattr_override_and_data_descriptor_in_forward():
+    class Tenfold:
+        def __set_name__(self, owner, name):
+            self.slot = "_" + name
+
+        def __get__(self, obj, cls):
+            return self if obj is None else getattr(obj, self.slot, 0)
+
+        def __set__(self, obj, value):
+            setattr(obj, self.slot, value * 10)
+
+    class M(nn.Module):
+        d = Tenfold()
+
+        def __setattr__(self, name, value):
+            if name == "z":
+                value = value + 1000
+            super().__setattr__(name, value)
+
+        def forward(self, x):
+            self.z = 5
+            self.d = 2
+            return x * self.z + self.d
+    return Program(M(), ((t(2),), (t(2),)))
+
+
+@case("classes", fullgraph=False)
+def getattr_fallback_raising_key_error_changes_between_calls():
+    class G:
+        def __init__(self):
+            self.tbl = {"k": 1}
+
+        def __getattr__(self, n):
+            return self.tbl[n]
+    g = G()
+
+    def mutate(i):
+        g.tbl["k"] = i * 7
+    return fn_program(lambda x: x * g.k, (t(2),), (t(2),), (t(2),), between=lambda s, i: mutate(i))
+
+
+@case("classes", fullgraph=False)
+def abc_register_between_calls_changes_isinstance():
+    class B(abc.ABC):
+        pass
+
+    class X:
+        pass
+    x_ = X()
+
+    def f(x):
+        return x + 1 if isinstance(x_, B) else x - 1
+
+    def mutate(i):
+        if i == 1:
+            B.register(X)
+    return fn_program(f, (t(2),), (t(2),), (t(2),), between=lambda s, i: mutate(i))
+
+
+@case("classes")
+def isinstance_with_metaclass_instancecheck():
+    class HasScale(type):
+        def __instancecheck__(cls, obj):
+            return hasattr(obj, "scale")
+
+    class Scalable(metaclass=HasScale):
+        pass
+
+    class A:
+        scale = 3
+
+    a, b = A(), object()
+
+    def f(x):
+        if isinstance(a, Scalable) and not isinstance(b, (int, Scalable)):
+            return x * a.scale
+        return x
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def setattr_override_on_global_object_records_names():
+    class Rec:
+        def __init__(self):
+            object.__setattr__(self, "log", [])
+
+        def __setattr__(self, name, value):
+            self.log.append(name)
+            object.__setattr__(self, name, value * 2)
+    r = Rec()
+
+    def f(x):
+        r.a = 3
+        r.b = 4
+        return x * r.a + r.b
+    return fn_program(f, (t(2),), observe=lambda: (list(r.log), r.a, r.b))
+
+
+@case("classes")
+def super_chain_through_diamond_mixins():
+    class Base:
+        def go(self, x):
+            return x + 1
+
+    class MixA(Base):
+        def go(self, x):
+            return super().go(x) * 2
+
+    class MixB(Base):
+        def go(self, x):
+            return super().go(x) - 3
+
+    class D(MixA, MixB):
+        def go(self, x):
+            return super().go(x) + 100
+
+    def f(x):
+        return D().go(x), [c.__name__ for c in D.__mro__]
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def dataclass_post_init_with_init_false_field():
+    @dataclasses.dataclass
+    class Cfg:
+        a: int
+        b: int = 2
+        c: int = dataclasses.field(init=False)
+
+        def __post_init__(self):
+            self.c = self.a * self.b
+
+    def f(x):
+        c = Cfg(3)
+        return x * c.c, dataclasses.astuple(c), c == Cfg(3, 2)
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def init_subclass_registry_with_class_keyword():
+    registry = {}
+
+    class Base:
+        def __init_subclass__(cls, key=None, **kw_):
+            super().__init_subclass__(**kw_)
+            registry[key] = cls
+
+    class A(Base, key="a"):
+        k = 2
+
+    class B(Base, key="b"):
+        k = 3
+
+    def f(x, name):
+        return x * registry[name].k
+    return fn_program(f, (t(2), "a"), (t(2), "b"))

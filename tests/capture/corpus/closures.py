@@ -448,3 +448,77 @@ def nested_function_with_nonlocal_and_return_of_cell():
         set_value(x * 3)
         return get_value()
     return fn_program(f, (t(2),))
+
+
+@case("closures", fullgraph=False)
+def nonlocal_bumped_on_both_sides_of_print_break():
+    def f(x):
+        n = 1
+
+        def bump():
+            nonlocal n
+            n += 1
+        bump()
+        y = x * n
+        print("mid", n)
+        bump()
+        return y + n, n
+    return fn_program(f, (t(2),))
+
+
+@case("closures", fullgraph=False)
+def two_closures_share_cells_across_break():
+    def f(x):
+        n = [0]
+        k = 1
+
+        def inc():
+            nonlocal k
+            k += 1
+            n[0] += k
+
+        def read():
+            return k, n[0]
+        inc()
+        print("brk")
+        inc()
+        return x * read()[0] + read()[1]
+    return fn_program(f, (t(2),))
+
+
+@case("closures")
+def nonlocal_counter_of_compiled_closure_persists():
+    def make():
+        count = 0
+
+        def f(x):
+            nonlocal count
+            count += 1
+            return x * count
+        return f, lambda: count
+    f, get = make()
+    return fn_program(f, (t(2),), (t(2),), (t(2),), observe=get)
+
+
+@case("closures")
+def lambdas_in_loop_bind_late():
+    def f(x):
+        fns = [lambda v: v * i for i in range(3)]
+        return [g(x) for g in fns]
+    return fn_program(f, (t(2),))
+
+
+@case("closures", fullgraph=False)
+def closure_cell_rebound_between_calls():
+    def make():
+        k = 1
+
+        def f(x):
+            return x * k
+
+        def setk(v):
+            nonlocal k
+            k = v
+        return f, setk
+    f, setk = make()
+    return fn_program(f, (t(2),), (t(2),), (t(2),), between=lambda s, i: setk(i + 30))

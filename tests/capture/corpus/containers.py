@@ -502,3 +502,46 @@ def sort_key_raises_leaves_list_unchanged():
             return x + 1, items
         return x, items
     return fn_program(f, (t(2),))
+
+
+@case("containers")
+def list_extended_slice_assign_and_del():
+    def f(x):
+        xs = [x * i for i in range(6)]
+        xs[::2] = [x, x, x]
+        del xs[1:3]
+        xs[-1:] = []
+        return torch.stack(xs), len(xs)
+    return fn_program(f, (t(2),))
+
+
+@case("containers")
+def nested_input_containers_mutated_in_place():
+    def f(x, cfg):
+        cfg["layers"][0]["w"] = x * 3
+        cfg["layers"].append({"w": x})
+        cfg["count"] = len(cfg["layers"])
+        return x.sum()
+    return fn_program(f, (t(2), {"layers": [{"w": 1}], "count": 1}))
+
+
+@case("containers")
+def same_list_passed_twice_mutated_through_both():
+    shared = [1]
+
+    def f(x, a, b):
+        a.append(2)
+        b.append(3)
+        return x * len(a), a is b, list(b)
+    return fn_program(f, (t(2), shared, shared))
+
+
+@case("containers", fullgraph=False)
+def input_list_mutated_across_print_break():
+    def f(x, xs):
+        xs.append(x * 2)
+        print("n", len(xs))
+        xs.append(x * 3)
+        del xs[0]
+        return len(xs)
+    return fn_program(f, (t(2), [t(2)]))

@@ -522,3 +522,35 @@ def dict_value_read_changes_recompile():
     def bump(_, i):
         config["scale"] = 2 + i
     return Program(f, ((t(2),), (t(2),), (t(2),)), between=bump)
+
+
+@case("dicts")
+def dict_views_follow_later_mutation():
+    def f(x):
+        d = {"a": 1, "b": 2}
+        ks = d.keys()
+        vs = d.values()
+        its = d.items()
+        d["c"] = 3
+        del d["a"]
+        return x * len(ks) + sum(vs), list(ks), list(its), "c" in ks, ("b", 2) in its
+    return fn_program(f, (t(3),))
+
+
+@case("dicts")
+def ordereddict_move_to_end_and_popitem_first():
+    def f(x):
+        d = collections.OrderedDict(a=1, b=2, c=3)
+        d.move_to_end("a")
+        d.move_to_end("c", last=False)
+        k, v = d.popitem(last=False)
+        return x * v, list(d.items()), k
+    return fn_program(f, (t(3),))
+
+
+@case("dicts")
+def defaultdict_input_missing_key_inserted():
+    def f(x, d):
+        d["q"].append(x)
+        return len(d), x + len(d["q"])
+    return fn_program(f, (t(3), collections.defaultdict(list, {"p": [1]})))

@@ -354,3 +354,45 @@ def operator_methodcaller_with_keywords_and_side_effect():
         return total(x)
     log = []
     return Program(f, ((t(3, 2), log),), observe=lambda: list(log))
+
+
+@case("functools")
+def mutable_default_argument_accumulates_across_calls():
+    def g(v, store=[]):
+        store.append(v)
+        return len(store)
+
+    def f(x):
+        return x * g(1)
+    return fn_program(f, (t(2),), (t(2),), (t(2),))
+
+
+@case("functools")
+def wraps_decorator_counts_calls_and_keeps_wrapped():
+    hits = []
+
+    def counted(fn):
+        @functools.wraps(fn)
+        def w(*a, **k):
+            hits.append(fn.__name__)
+            return fn(*a, **k)
+        return w
+
+    @counted
+    def inner(x, k=2):
+        return x ** k
+
+    def f(x):
+        return inner(x), inner(x, k=3), inner.__wrapped__(x, 1), inner.__name__
+    return fn_program(f, (t(2),), observe=lambda: list(hits))
+
+
+@case("functools", fullgraph=False)
+def partial_keywords_changed_between_calls():
+    def g(x, k=1):
+        return x * k
+    p = functools.partial(g, k=2)
+
+    def mutate(i):
+        p.keywords["k"] = i + 5
+    return fn_program(lambda x: p(x), (t(2),), (t(2),), (t(2),), between=lambda s, i: mutate(i))

@@ -205,3 +205,149 @@ def hooks_on_module_called_by_function():
     def f(x):
         return lin(x) + lin(x * 2)
     return fn_program(f, (t(2),))
+
+
+@case("hooks")
+def global_forward_hook_runs_once_around_compiled_module():
+    seen = []
+
+    def drive(subject):
+        h = torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: o + 1)
+        try:
+            return subject(torch.ones(2, 3))
+        finally:
+            h.remove()
+
+    lin = nn.Linear(3, 3)
+    return Program(lin, drive=drive)
+
+
+@case("hooks", fullgraph=False)
+def global_hook_registered_between_calls_reaches_inlined_module():
+    lin = nn.Linear(3, 3)
+    handles = []
+
+    def f(x):
+        return lin(x) * 2
+
+    def between(s, i):
+        if i == 1:
+            handles.append(torch.nn.modules.module.register_module_forward_hook(lambda m, a, o: o + 100))
+        if i == 2:
+            handles.pop().remove()
+    return fn_program(f, (t(1, 3),), (t(1, 3),), (t(1, 3),), between=between)
+
+
+@case("hooks", fullgraph=False)
+def global_pre_hook_registered_between_calls_reaches_submodule():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.a(x).relu()
+    handles = []
+
+    def between(s, i):
+        if i == 1:
+            handles.append(torch.nn.modules.module.register_module_forward_pre_hook(lambda m, a: (a[0] + 1,)))
+        if i == 2:
+            handles.pop().remove()
+    return Program(M(), ((t(1, 3),), (t(1, 3),), (t(1, 3),)), between=between)
+
+
+@case("hooks")
+def hook_bound_method_counts_calls_of_a_submodule():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.calls = 0
+            self.lin.register_forward_hook(self._count)
+
+        def _count(self, mod, i, o):
+            self.calls += 1
+            return o * self.calls
+
+        def forward(self, x):
+            return self.lin(x) + self.lin(x)
+    m = M()
+    return Program(m, ((t(1, 3),), (t(1, 3),)), observe=lambda: m.calls)
+
+
+@case("hooks")
+def forward_pre_hook_with_kwargs_returns_new_args():
+    m = nn.Linear(3, 3)
+
+    def pre(mod, args, kwargs):
+        return (args[0] + 1,), kwargs
+    m.register_forward_pre_hook(pre, with_kwargs=True)
+    return Program(m, ((t(2, 3),), (t(2, 3),)))
+
+
+@case("hooks")
+def pre_hook_with_kwargs_rewrites_keyword_argument():
+    class M(nn.Module):
+        def forward(self, x, *, bias):
+            return x + bias
+
+    m = M()
+
+    def pre(mod, args, kwargs):
+        kwargs = dict(kwargs)
+        kwargs["bias"] = kwargs["bias"] * 10
+        return args, kwargs
+    m.register_forward_pre_hook(pre, with_kwargs=True)
+
+    def f(x):
+        return m(x, bias=x + 1)
+    return fn_program(f, (t(3),))
+
+
+@case("hooks", fullgraph=False)
+def hook_counter_state_across_graph_break():
+    m = nn.Linear(2, 2)
+    cnt = {"n": 0}
+
+    def hook(mod, i, o):
+        cnt["n"] += 1
+        return o + cnt["n"]
+    m.register_forward_hook(hook)
+
+    def f(x):
+        a = m(x)
+        print("brk")
+        return m(a)
+    return fn_program(f, (t(1, 2),), (t(1, 2),), observe=lambda: dict(cnt))
+
+
+@case("hooks")
+def hooks_on_each_modulelist_child_in_loop():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(2, 2) for _ in range(3)])
+
+        def forward(self, x):
+            for l in self.layers:
+                x = l(x)
+            return x
+    m = M()
+    names = []
+    for i, l in enumerate(m.layers):
+        l.register_forward_hook(lambda mod, a, o, i=i: (names.append(i), o * (i + 1))[1])
+    return Program(m, ((t(1, 2),),), observe=lambda: list(names))
+
+
+@case("hooks", fullgraph=False)
+def pre_hook_with_kwargs_added_between_calls():
+    class M(nn.Module):
+        def forward(self, x, s=1.0):
+            return x * s
+    m = M()
+
+    def mutate(i):
+        if i == 1:
+            m.register_forward_pre_hook(lambda mod, a, k: (a, {"s": 4.0}), with_kwargs=True)
+    return fn_program(lambda x: m(x), (t(2),), (t(2),), (t(2),), between=lambda s, i: mutate(i))
