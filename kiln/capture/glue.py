@@ -468,7 +468,10 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
 
     site = _BreakSite.open(state, root, fn, wrap_frame)
     ins = site.ins
-    if site.in_try and ins.opname not in _CALLS:
+    if site.in_try and ins.opname not in _CALLS \
+            or site.call_in_try and ins.opname in NATIVE_INSTRUCTIONS and ins.opname not in _CALLS:
+        # an instruction run natively inside a with-block (`out @ y` whose shapes fake tensors
+        # refuse) may raise: its exception must reach the manager's __exit__, which may suppress it
         _break_under_handlers(site)
     elif ins.opname == "CALL":
         _break_at_call(site)
