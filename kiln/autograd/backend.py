@@ -129,8 +129,10 @@ def _example_inputs(gm: fx.GraphModule) -> list[Any]:
 
 def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compiler: Compiler,
                      bw_compiler: Compiler, partition: str = "min_cut",
-                     decompositions: str | DecompositionTable | None = None) -> AotRuntime:
-    """Trace, partition and compile one captured graph; returns the callable for capture."""
+                     decompositions: str | DecompositionTable | None = None) -> AotRuntime | fx.GraphModule:
+    """Trace, partition and compile one captured graph; returns the callable for capture (the
+    captured graph itself, run op by op under eager autograd, for a program whose backward eager
+    refuses: an in-place op on a tensor the backward needs)."""
     table = resolve_decompositions(decompositions)
     inputs = prepare_inputs(gm, list(example_inputs))
     # A backward is traced when an input requires grad and grad mode is on somewhere in the graph:
@@ -156,7 +158,16 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         # (no_grad inside the function around modules whose parameters require grad)
         return AotRuntime(forward=fw_compiler(forward.gm, list(inputs.values)),
                           grad_mode=False if ambient and any_requires_grad else None, **common)
-    joint = trace_joint(gm, inputs, forward, table)
+    try:
+        joint = trace_joint(gm, inputs, forward, table)
+    except RuntimeError as exc:
+        if _SAVED_TENSOR_MODIFIED not in str(exc):
+            raise
+        # The program's own error, which eager raises only when its backward runs (and never when
+        # no backward runs): the forward runs as the program wrote it, under eager's autograd.
+        log.debug("aot", lambda: f"trace_joint: eager's backward would refuse ({str(exc).splitlines()[0]}); "
+                                 f"the captured graph runs op by op")
+        return gm
     log.debug("aot", lambda: f"trace_joint: {len(joint.gm.graph.nodes)} nodes, "
                              f"{len(joint.differentiable)} outputs with a gradient")
     parts = split_joint(joint, partition, forward.meta.mutated_inputs)
@@ -177,6 +188,10 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
     function = with_missing_derivatives(function, joint.no_derivative)
     return AotRuntime(forward=compiled_fw, function=function, report=report, grad_mode=None if ambient else True,
                       **common)
+
+
+# autograd's version-counter check: a tensor saved for the backward was changed in place since
+_SAVED_TENSOR_MODIFIED = "needed for gradient computation has been modified by an inplace operation"
 
 
 def _enables_grad(gm: fx.GraphModule) -> bool:

@@ -84,6 +84,13 @@ def _overlapping_write(exc: Unsupported) -> str:
             "in-place op: an expanded tensor's elements are one memory location")
 
 
+@hint_for_kind("partial_overlap")
+def _partial_overlap(exc: Unsupported) -> str:
+    """An in-place op or out= reads, shifted or reordered, memory it writes (`x[:-1].add_(x[1:])`):
+    it runs eagerly, where ATen refuses it."""
+    return "read from a copy, e.g. `x[:-1] += x[1:].clone()`: eager refuses to read what it is overwriting"
+
+
 @hint_for_kind("item")
 def _item(exc: Unsupported) -> str:
     """`.item()`, `.tolist()`, `.numpy()`, `int(t)`, `float(t)`: a tensor becomes a Python value."""

@@ -54,6 +54,9 @@ class GlueBuilder:
         self._reconstructed: dict[int, tuple[Any, str]] = {}
         self._rebuilding: set[int] = set()  # what reconstruct() is building now (a cycle check)
         self._reading_first = False
+        # symbol inputs the glue reads, each bound before the graph runs: `L['x'].size()[1]` read
+        # after a graph that re-strided x (x.t_()) would be the new size, not the traced symbol's
+        self._entry_symbols: dict[str, str] = {}
 
     # ------------------------------------------------------------------ names and values
     def fresh(self, prefix: str) -> str:
@@ -151,6 +154,7 @@ class GlueBuilder:
         scratch = GlueBuilder(self.output, self.f_globals, "scratch")
         scratch.outputs = list(self.outputs)
         scratch._output_index = dict(self._output_index)
+        scratch._entry_symbols = dict(self._entry_symbols)
         try:
             return bool(var.reconstruct(scratch) == var.source.name())
         except (Unsupported, KilnError):
@@ -160,7 +164,12 @@ class GlueBuilder:
         """A tensor or symbolic number the graph computes: its input expression or an output slot."""
         node = var.node
         if node.op == "placeholder":
-            return node.meta["source"]
+            source = node.meta["source"]
+            if not isinstance(node.meta.get("example_value"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                return source
+            if source not in self._entry_symbols:
+                self._entry_symbols[source] = f"__entry_{node.name}"
+            return self._entry_symbols[source]
         index = self._output_index.get(node)
         if index is None:
             index = len(self.outputs)
@@ -172,7 +181,7 @@ class GlueBuilder:
     def finish(self, compiler: Callable[..., Any] | None, graph_name: str
                ) -> tuple[Callable[..., Any], str, "CompiledGraph | None"]:
         """Close and compile the graph, and exec the glue source; returns (glue, source, graph)."""
-        head: list[str] = []
+        head = [f"{name} = {source}" for source, name in self._entry_symbols.items()]
         compiled = None
         self.output.close(self.outputs)
         if self.output.has_ops():
@@ -459,7 +468,10 @@ def finish_break(state: Any, root: Any, fn: types.FunctionType, options: Any,
 
     site = _BreakSite.open(state, root, fn, wrap_frame)
     ins = site.ins
-    if site.in_try and ins.opname not in _CALLS:
+    if site.in_try and ins.opname not in _CALLS \
+            or site.call_in_try and ins.opname in NATIVE_INSTRUCTIONS and ins.opname not in _CALLS:
+        # an instruction run natively inside a with-block (`out @ y` whose shapes fake tensors
+        # refuse) may raise: its exception must reach the manager's __exit__, which may suppress it
         _break_under_handlers(site)
     elif ins.opname == "CALL":
         _break_at_call(site)

@@ -23,7 +23,7 @@ from kiln.capture.process_modes import MODE_WRITERS
 from kiln.capture.sources import Source
 from kiln.capture.verify import verify_captured_graph
 from kiln.errors import KilnError, Unsupported
-from kiln.runtime.overlap import may_overlap
+from kiln.runtime.overlap import may_overlap, partially_overlap
 from kiln.symbolic import marked_dynamic
 
 # Tensor types capture makes fake and traces (anything else: a subclass, which breaks)
@@ -213,6 +213,7 @@ class OutputGraph:
         written = written_tensors(kind, target, args, kwargs)
         if written:
             self._refuse_shared_memory_writes(kind, target, written)
+            self._refuse_partially_overlapping_reads(kind, target, written, args, kwargs)
         try:
             if self.shape_env is not None and _symbolic(args, kwargs):
                 # A composite op's C++ decomposition takes concrete sizes only (interpolate's
@@ -258,6 +259,23 @@ class OutputGraph:
                 raise Unsupported(f"{name} writes into a tensor whose elements share memory (sizes "
                                   f"{list(t.shape)}, strides {list(t.stride())}, or a view of such an input)",
                                   kind="overlapping_write")
+
+    def _refuse_partially_overlapping_reads(self, kind: str, target: Any, written: list[torch.Tensor],
+                                            args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """An op that reads memory it writes, shifted or reordered (`x[:-1].add_(x[1:])`,
+        `m.add_(m.t())`), is a graph break: eager refuses it with an error (or, for the few ops that
+        do not check, gives the result of its own order of reads and writes), while the functional
+        graph reads every element before writing any and would answer quietly."""
+        destinations = written
+        if target is operator.setitem and len(args) == 3 and _basic_index(args[1]):
+            with self.fake_mode:  # `x[i] = v` writes the view x[i] (a copy_), not all of x
+                destinations = [args[0][args[1]]]
+        for dest in destinations:
+            for read in _tensor_arguments(args, kwargs):
+                if read is not dest and not any(read is w for w in written) and partially_overlap(dest, read):
+                    name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+                    raise Unsupported(f"{name} reads memory it writes, at other places (sizes {list(read.shape)} "
+                                      f"and {list(dest.shape)} in one storage)", kind="partial_overlap")
 
     def _shared_input_storages(self) -> set[int]:
         """The storages of graph inputs with elements that share memory (the inputs only grow)."""
@@ -403,6 +421,23 @@ def _written_list_arguments(target: Any) -> list[int]:
             if argument.alias_info is not None and argument.alias_info.is_write:
                 positions.add(index)
     return sorted(positions) or [0]
+
+
+def _basic_index(index: Any) -> bool:
+    """Whether `x[index]` is a view (ints, slices, None, ...), not an indexing by tensors or lists."""
+    parts = index if isinstance(index, tuple) else (index,)
+    return all(p is None or p is Ellipsis or isinstance(p, (int, slice, torch.SymInt)) and not isinstance(p, bool)
+               for p in parts)
+
+
+def _tensor_arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors among the arguments of a call, also inside lists and tuples (one level)."""
+    found: list[torch.Tensor] = []
+    for value in (*args, *kwargs.values()):
+        for item in (value if isinstance(value, (list, tuple)) else (value,)):
+            if isinstance(item, torch.Tensor):
+                found.append(item)
+    return found
 
 
 def _storage_id(t: torch.Tensor) -> int:

@@ -87,6 +87,19 @@ def local_scalar_dense(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: d
         "which a fake tensor does not have (aten._local_scalar_dense)")
 
 
+@register_fake_impl(aten.size.default, aten.stride.default, aten.dim.default)
+def layout_query(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """A question about sizes or strides, answered from the fake's own metadata. Asked by C++
+    (an in-place op on an unbind output under symbolic sizes), its kernel under the Python
+    dispatcher would ask the fake again, without end."""
+    t = args[0]
+    if func is aten.size.default:
+        return list(t.shape)
+    if func is aten.stride.default:
+        return list(t.stride())
+    return t.dim()
+
+
 @register_fake_impl(aten.nonzero.default)
 def nonzero(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
     """An [u, ndim] index tensor: the count u of nonzeros is an unbacked symbol."""

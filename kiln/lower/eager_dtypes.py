@@ -27,7 +27,8 @@ _PLAIN = (torch.float32, torch.float64)
 # the words of eager's dtype refusals (AT_DISPATCH's "not implemented for 'Bool'", a kernel's own checks)
 _REFUSAL = re.compile(r"not implemented for|does not support|not supported for|is not supported|"
                       r"only supports floating|expected a floating|must be a floating|"
-                      r"only support floating|supports only floating", re.IGNORECASE)
+                      r"only support floating|supports only floating|"
+                      r"integers to negative integer powers", re.IGNORECASE)  # an int tensor ** a negative int
 _MAX_ELEMENTS = 4096  # a constant size argument larger than this is not probed (it would allocate)
 
 

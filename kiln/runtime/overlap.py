@@ -42,6 +42,43 @@ def may_overlap(sizes: Sequence[Any], strides: Sequence[Any]) -> bool:
     return False
 
 
+def partially_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether an op that writes `a` while reading `b` meets eager's refusal "some elements of the
+    input tensor and the written-to tensor refer to a single memory location".
+
+    Eager refuses when both layouts are dense without self-overlap, lie in one storage, and their
+    byte ranges meet without being the same elements in the same order (`x[:4].add_(x[1:])`,
+    `m.add_(m.t())`); a tensor read as it is written (`x.mul_(x)`), disjoint ranges, or strided
+    layouts it cannot judge pass. Symbolic offsets and sizes are compared, with guards: this is
+    asked only of two tensors of one storage."""
+    if a is b or a.layout != torch.strided or b.layout != torch.strided or a.device != b.device:
+        return False
+    if a.untyped_storage()._cdata != b.untyped_storage()._cdata:
+        return False
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    if not (_dense(a) and _dense(b)):
+        return False
+    a_begin = a.storage_offset() * a.element_size()
+    b_begin = b.storage_offset() * b.element_size()
+    a_end = a_begin + a.numel() * a.element_size()
+    b_end = b_begin + b.numel() * b.element_size()
+    if a_begin == b_begin and a_end == b_end:
+        return tuple(a.stride()) != tuple(b.stride())
+    return bool(a_begin < b_end and b_begin < a_end)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether t's elements fill a block of memory once each, in some order of its dims."""
+    step = 1
+    for size, stride in sorted(((size, stride) for size, stride in zip(t.shape, t.stride()) if size != 1),
+                               key=lambda d: d[1]):
+        if stride != step:
+            return False
+        step *= size
+    return True
+
+
 def strided_copy(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
     """A new tensor with t's sizes, dtype and device, these `strides` and t's values."""
     sizes = tuple(t.shape)

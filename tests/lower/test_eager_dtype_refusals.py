@@ -25,6 +25,8 @@ REFUSED = [
     ("logaddexp_long", lambda x: torch.logaddexp(x, x), LONG),
     ("fused_then_refused", lambda x: torch.softmax(x * 2 + 1, 0), LONG),
     ("clamp_complex", lambda x: x.clamp(-1, 1), CPLX),
+    ("pow_long_negative_int", lambda x: (x + 1) ** -1, LONG),  # an int tensor to a negative int power
+    ("pow_int32_negative_fused", lambda x: (x.int() * 2).pow(-2) + 1, LONG),
 ]
 
 
@@ -43,6 +45,7 @@ ACCEPTED = [
     ("gather", lambda x, i: x.gather(1, i) * 2, (torch.randn(3, 4), torch.zeros(3, 2, dtype=torch.long))),
     ("masked_fill", lambda x, m: x.masked_fill(m, 0.0).relu(), (torch.randn(4), BOOL)),
     ("int_arith", lambda a, b: (a * 3 + b) // 2, (LONG, LONG.flip(0))),
+    ("int_pow_positive", lambda a, b: (a * 3) ** 2 + b.pow(0), (LONG, LONG.flip(0))),
     ("bool_ops", lambda a, b: (a & b) | ~a, (BOOL, BOOL.flip(0))),
     ("half", lambda a, b: (a * b).sum(-1), (torch.randn(4, 4).half(), torch.randn(4, 4).half())),
     ("cross_entropy", lambda x, t: F.cross_entropy(x, t), (torch.randn(4, 5), torch.tensor([0, 4, 2, 1]))),

@@ -83,3 +83,20 @@ def test_a_half_result_times_a_dynamic_float() -> None:
     x = torch.randn(4, 16)
     for f in (0.5, 0.1, 0.3, 0.7):  # symbolic after the first change
         torch.testing.assert_close(compiled(x, f), fn(x, f), rtol=0, atol=0)
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("dtype", HALVES)
+def test_a_half_result_promoted_by_a_wider_operand_is_rounded_first(dtype: torch.dtype) -> None:
+    # no explicit cast: `(h + i) + d` promotes the half sum to d's type, and eager rounded the sum
+    # to the half type when it made it; a comparison and a where read it the same way
+    def fn(h: torch.Tensor, i: torch.Tensor, d: torch.Tensor, f: torch.Tensor) -> tuple:
+        s = h + i
+        return (s + d, (h * 3) * f, torch.where(s > d, s, f), (s - d).abs(),
+                (h * 0.1).sum(1, dtype=torch.float32), (h * 0.1).sum(dtype=torch.float64), (h * 0.1).argmax(1))
+
+    h = (torch.randn(9, 31) * 10).to(dtype)
+    i = torch.randint(-50, 50, (9, 31))
+    d = torch.randn(9, 31, dtype=torch.float64)
+    f = torch.randn(9, 31)
+    check(fn, h, i, d, f, atol=0, rtol=0)

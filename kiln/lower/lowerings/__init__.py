@@ -67,6 +67,15 @@ class TensorValue:
     def ndim(self) -> int:
         return len(self.sizes)
 
+    def load_for(self, idx: Sequence[sympy.Expr], reader: torch.dtype) -> Value:
+        """The value at `idx` as an op whose inputs promote to `reader` sees it. A half-typed
+        value computed within the kernel is in float32 there; eager stored it rounded to its type
+        before a wider op read it (`(h + i) + d`, `(h * 0.1).sum(dtype=torch.float32)`)."""
+        value = self.loader(idx)
+        if self.dtype in (torch.float16, torch.bfloat16) and self.view is None and reader != self.dtype:
+            value = ops.cast(ops.op("to_dtype", value, param=self.dtype), torch.float32)
+        return value
+
 
 def strided_value(ref: BufferRef) -> TensorValue:
     layout = ref.layout
@@ -207,11 +216,12 @@ class LoweringContext:
 
 # -- helpers shared by the rule modules
 
-def broadcast_load(tv: TensorValue, idx: Sequence[sympy.Expr]) -> Value:
-    """Load `tv` at the trailing-aligned index `idx` of a broadcast result."""
+def broadcast_load(tv: TensorValue, idx: Sequence[sympy.Expr], reader: torch.dtype | None = None) -> Value:
+    """Load `tv` at the trailing-aligned index `idx` of a broadcast result (for an op whose inputs
+    promote to `reader`, when given: TensorValue.load_for)."""
     idx = list(idx)[len(idx) - tv.ndim:] if tv.ndim else []
     idx = [sympy.Integer(0) if s == 1 else i for i, s in zip(idx, tv.sizes)]
-    return tv.load(idx)
+    return tv.load(idx) if reader is None else tv.load_for(idx, reader)
 
 
 def broadcast_sizes(*shapes: Sequence[sympy.Expr]) -> tuple[sympy.Expr, ...]:

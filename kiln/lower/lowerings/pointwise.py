@@ -38,9 +38,10 @@ def promoted(*args: Any) -> torch.dtype:
     return dtype
 
 
-def operand(a: Any, idx: Any, dtype: torch.dtype) -> Value:
+def operand(a: Any, idx: Any, dtype: torch.dtype, promoted_to: torch.dtype | None = None) -> Value:
+    """`a` at `idx` in the compute dtype; `promoted_to` is the dtype the op promotes its inputs to."""
     if isinstance(a, TensorValue):
-        return ops.cast(broadcast_load(a, idx), dtype)
+        return ops.cast(broadcast_load(a, idx, promoted_to), dtype)
     if isinstance(a, sympy.Basic):
         return ops.cast(Index(a, torch.int64 if is_integral(a) else torch.float64), dtype)
     return ops.constant(a, dtype)
@@ -51,11 +52,12 @@ def pointwise(ctx: LoweringContext, args: list[Any], fn: Callable[..., Value],
     """The lazy result of `fn` applied elementwise to `args` broadcast to the node's output shape."""
     out = ctx.out_dtype()
     sizes = ctx.out_sizes()
-    compute = compute_dtype(compute or out)
+    promoted_to = compute or out
+    compute = compute_dtype(promoted_to)
     result = compute_dtype(out)
 
     def loader(idx: Any) -> Value:
-        return ops.cast(fn(*[operand(a, idx, compute) for a in args]), result)
+        return ops.cast(fn(*[operand(a, idx, compute, promoted_to) for a in args]), result)
 
     return TensorValue(out, sizes, loader)
 
@@ -214,10 +216,12 @@ def pow_(ctx: LoweringContext, a: Any, b: Any) -> TensorValue:
 
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def where(ctx: LoweringContext, cond: Any, a: Any, b: Any) -> TensorValue:
-    out = compute_dtype(ctx.out_dtype())
+    out_dtype = ctx.out_dtype()
+    out = compute_dtype(out_dtype)
 
     def loader(idx: Any) -> Value:
-        return ops.op("where", operand(cond, idx, torch.bool), operand(a, idx, out), operand(b, idx, out))
+        return ops.op("where", operand(cond, idx, torch.bool), operand(a, idx, out, out_dtype),
+                      operand(b, idx, out, out_dtype))
 
     return TensorValue(ctx.out_dtype(), ctx.out_sizes(), loader)
 

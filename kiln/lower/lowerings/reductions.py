@@ -67,7 +67,7 @@ def reduce(ctx: LoweringContext, x: TensorValue, dim: Any, keepdim: bool, rtype:
             full[d] = v
         for d, v in zip(dims, r):
             full[d] = v
-        return pre(ops.cast(x.load(full), acc))
+        return pre(ops.cast(x.load_for(full, dtype), acc))
 
     out = ctx.reduction(dtype, [x.sizes[d] for d in kept], [x.sizes[d] for d in dims], rtype, body)
     return keep_dims(out, dims, x.ndim) if keepdim else out

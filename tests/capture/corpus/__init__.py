@@ -24,8 +24,10 @@ from . import (  # noqa: F401  (each import registers its module's cases)
     numpy_random,
     recompiles,
     sets_and_deques,
+    shapes_numerics,
     strings,
     torch_api,
+    views_aliasing,
 )
 from .oracle import Outcome, judge
 from .program import CASES, Case

@@ -492,3 +492,30 @@ def chained_exception_returned_from_frame():
                  e.__context__ is e.__cause__) for e in seen]
     seen = []
     return Program(f, ((t(2),),), observe=chain)
+
+
+@case("exceptions", fullgraph=False)
+def break_inside_suppressing_manager_then_op_raises():
+    # the @ after the break raises on the second call; the manager's __exit__ suppresses it
+    log = []
+
+    class Suppress:
+        def __init__(self, log):
+            self.log = log
+
+        def __enter__(self):
+            self.log.append("enter")
+            return self
+
+        def __exit__(self, et, ev, tb):
+            self.log.append(et.__name__ if et else "ok")
+            return et is RuntimeError
+
+    def f(x, y):
+        out = x * 0
+        with Suppress(log):
+            out = x + 1
+            print("inside")
+            out = out @ y
+        return out
+    return fn_program(f, (t(2, 2), t(2, 2)), (t(2, 2), t(3, 3)), observe=lambda: list(log))
