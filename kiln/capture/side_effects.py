@@ -64,6 +64,7 @@ class SideEffects:
 
     def __init__(self) -> None:
         self._effects: dict[tuple, Any] = {}  # insertion order is program order of first write
+        self._unreachable: set[int] = set()  # ids of Variables of outside containers no source reaches
 
     def __bool__(self) -> bool:
         return bool(self._effects)
@@ -72,9 +73,17 @@ class SideEffects:
         return len(self._effects)
 
     # ------------------------------------------------------------------ recording
+    def unreachable(self, container: "Variable") -> None:
+        """`container` is a real list/dict/set from outside that no source reaches (held by the
+        closure cell of a function read without a source): a change to it could not be replayed."""
+        self._unreachable.add(id(container))
+
     def mutate(self, container: "Variable") -> None:
         """A list/dict/set changed in place; one from outside (with a source) is rewritten later."""
         if container.source is None:
+            if id(container) in self._unreachable:
+                raise Unsupported("changing a container from outside the frame that no source reaches (held by "
+                                  "the closure of a function read without a source)", kind="unsupported")
             return
         self._effects.setdefault(("contents", id(container)), container)
 

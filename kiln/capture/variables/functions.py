@@ -9,6 +9,7 @@ torch/_dynamo/variables/functions.py.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import types
@@ -52,6 +53,11 @@ class CellVariable(Variable):
             except ValueError as exc:
                 raise Unsupported("free variable referenced before assignment", kind="unsupported") from exc
             self.contents = tx.wrap(value, self.source)
+            if self.source is None and isinstance(value, _MUTABLE_CONTAINERS):
+                # a cell of a function reached without a source (a method of a class defined in
+                # the frame's closure, found on an object built in the trace): the glue cannot
+                # reach the container to replay a change, so changing it must not be traced
+                tx.side_effects.unreachable(self.contents)
             self.loaded = True
         if self.contents is None:
             raise Unsupported("free variable referenced before assignment", kind="unsupported")
@@ -68,6 +74,9 @@ class CellVariable(Variable):
             return self.source.name().rsplit(".cell_contents", 1)[0]
         inner = "" if self.contents is None else glue.reconstruct(self.contents)
         return f"{glue.constant(types.CellType)}({inner})"
+
+
+_MUTABLE_CONTAINERS = (list, dict, set, bytearray, collections.deque)
 
 
 def python_function(fn: object, what: str) -> types.FunctionType:
