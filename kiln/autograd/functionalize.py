@@ -55,6 +55,9 @@ class OutputInfo:
     value: Any = None
     # the view ops from the base to a view output (kiln.runtime.views), replayed on the real base
     steps: tuple[ViewStep, ...] | None = None
+    # a "graph" output that eager gives as an autograd view (of an intermediate nothing else returns):
+    # the runtime leaves a wrapper's view as it is only for these (kiln.runtime.aot.not_views)
+    view: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,7 +296,7 @@ class FunctionalSession:
                 if _replays_to(self.originals[index], steps, out, layout=False):
                     infos.append(OutputInfo("input_view", base=index, requires_grad=grad, steps=steps))
                     continue
-            infos.append(OutputInfo("graph", graph_index=len(graph_outputs), requires_grad=grad))
+            infos.append(OutputInfo("graph", graph_index=len(graph_outputs), requires_grad=grad, view=out._is_view()))
             graph_outputs.append(out)
         return infos, graph_outputs, bases
 

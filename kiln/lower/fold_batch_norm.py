@@ -118,6 +118,12 @@ def fold_batch_norm(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             with graph.inserting_before(conv):
                 fused = graph.call_function(mkldnn_convolution, (x, new_weight, new_bias, list(padding), list(stride),
                                                                  list(dilation), groups, "none", [None], None))
+            # ... but the program saw BatchNorm's result in eager's layout: that is the node's value, so a
+            # graph output (and a view of it replayed outside) gets eager's strides; the lowering still
+            # stores it NHWC inside (relaid_out) and copies it out once where it is returned
+            eager_val = next((u.meta.get("val") for u in bn.users if u.args[1] == 0), None)
+            if isinstance(eager_val, torch.Tensor):
+                fused.meta["val"] = eager_val
             conv.replace_all_uses_with(fused)
             graph.erase_node(conv)
             conv = fused

@@ -68,6 +68,8 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
     steal = getattr(compiled_backward, "steal", None) or getattr(getattr(compiled_backward, "fn", None), "steal", None)
 
     class CompiledFunction(torch.autograd.Function):
+        not_views: tuple[int, ...] = ()  # set by AotRuntime (the positions of not_views)
+
         @staticmethod
         def forward(ctx, *args):
             # The joint graph was traced with grad mode on, and some kernels look at it (the
@@ -80,7 +82,7 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
                 outs = compiled_forward(*detached)
             finally:
                 set_grad(previous)
-            fw_outs = outs[:num_forward_outputs]
+            fw_outs = not_views(outs[:num_forward_outputs], CompiledFunction.not_views)
             ctx.save_for_backward(*outs[num_forward_outputs:end_saved])
             ctx.symints = tuple(outs[end_saved:])
             if non_diff:
@@ -153,6 +155,23 @@ def gradients_without_second_backward(compiled_backward: Callable, saved: list, 
     return list(_CompiledBackward.apply(anchor, compiled_backward, saved, *tangents))
 
 
+def not_views(outs: Sequence[Any], positions: tuple[int, ...]) -> Sequence[Any]:
+    """The graph's results with those at `positions` (user outputs that eager gives as no view) that a
+    compiled wrapper hands out as views of its own buffers (a matmul's 2-d result viewed as 3-d, a
+    slice of a larger buffer) replaced by detached aliases: same storage and version counter, but no
+    autograd view. Autograd treats a view differently: an in-place op on one raised where eager's
+    runs ("a view created inside a custom Function", or "created in no_grad mode" for an inference
+    graph's result modified later with grad on)."""
+    changed = None
+    for k in positions:
+        o = outs[k]
+        if isinstance(o, torch.Tensor) and o._is_view():
+            if changed is None:
+                changed = list(outs)
+            changed[k] = o.detach()
+    return outs if changed is None else type(outs)(changed)  # type: ignore[call-arg]
+
+
 def without_grad(forward: Callable) -> Callable:
     """An inference graph's compiled forward, run with grad mode off.
 
@@ -198,6 +217,7 @@ class OutputRecord:
     graph_index: int | None = None
     value: Any = None
     steps: tuple[ViewStep, ...] | None = None
+    view: bool = False
 
 
 @record_type
@@ -309,11 +329,25 @@ class AotRuntime:
         run = getattr(function, "fast_apply", function.apply) if function is not None else forward
         self._run = without_grad(run) if grad_mode is False else with_grad(run) if grad_mode else run
         self._unflatten = _unflattener(out_spec)
+        self._not_views: tuple[int, ...] = ()
         if meta is None:
             self._num_mutated, self._passthrough, self._num_outputs = 0, False, 0
             self._shared_check: tuple[int, ...] = ()
             return
         self._num_mutated = len(meta.mutated_inputs)
+        # By position in the graph's results: an inference graph's results that eager gives as no
+        # autograd view (eager's own views, made under no_grad, refuse a later in-place op with grad
+        # on as eager's do); every result of a training graph (an in-place op on an eager view is
+        # fine, on a view made inside an autograd.Function it raises); and the intermediate bases
+        # other outputs are replayed on (a view of such a view would refuse it too).
+        graph = [info for info in meta.outputs if info.kind == "graph"]
+        num_user = meta.num_graph_outputs - meta.num_intermediate_bases
+        bases = tuple(range(self._num_mutated + num_user, self._num_mutated + meta.num_graph_outputs))
+        if function is None:
+            self._not_views = tuple(self._num_mutated + info.graph_index for info in graph
+                                    if not getattr(info, "view", False)) + bases
+        else:
+            setattr(function, "not_views", tuple(self._num_mutated + info.graph_index for info in graph) + bases)
         # an inference graph's compiler may compute mutated inputs' new values in their own
         # storage (INPUT_UPDATES): safe only while no other input shares that storage
         self._shared_check = tuple(meta.mutated_inputs) if function is None else ()
@@ -353,6 +387,8 @@ class AotRuntime:
             if self._shared_check:
                 run_args = _unshared(flat, self._shared_check, groups)
         outs = self._run(*run_args)
+        if self._not_views:  # an inference graph's (a training graph's are handled in its forward)
+            outs = not_views(outs, self._not_views)
         entry = flat
         if self._restrides:
             # eager changed these inputs' sizes or strides in place (t_, unsqueeze_): the caller's
@@ -446,7 +482,7 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
             return None  # an output constant with no literal
         if info.steps is not None and not is_plain(info.steps):
             return None  # a view op argument that is a size symbol
-        outputs.append(OutputRecord(info.kind, info.base, info.graph_index, info.value, info.steps))
+        outputs.append(OutputRecord(info.kind, info.base, info.graph_index, info.value, info.steps, info.view))
     fields: dict[str, Any] = {
         "forward": forward,
         "meta": RuntimeMeta(tuple(meta.mutated_inputs), tuple(outputs), meta.num_graph_outputs,

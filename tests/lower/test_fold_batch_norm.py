@@ -201,6 +201,28 @@ def test_channels_last_keeps_eager_strides(memory_format):
         assert g.stride() == w.stride()
 
 
+@pytest.mark.parametrize("returned", ["result", "result_and_a_view"])
+def test_packed_fold_returns_eager_strides(returned):
+    """A folded conv -> BatchNorm whose result is returned: oneDNN's packed convolution gives NHWC,
+    the program saw BatchNorm's NCHW result. It comes back in eager's strides, and a view of it
+    (replayed on the real result by the runtime) works as eager's does; before, the result was NHWC
+    and `y.view(-1)` raised "view size is not compatible" (found by tests/runtime/test_grad_modes_x_externs.py)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16)).eval().requires_grad_(False)
+    x = torch.randn(2, 8, 12, 12)
+
+    def fn(t):
+        y = model(t)
+        return (y, y.view(-1)) if returned == "result_and_a_view" else y
+
+    kiln.reset()
+    want = fn(x)
+    got = kiln.compile(fn)(x)
+    for g, w in zip(*((got, want) if isinstance(want, tuple) else ((got,), (want,)))):
+        _close(g, w)
+        assert g.stride() == w.stride()
+
+
 def test_training_step_with_channels_last_and_pooling():
     torch.manual_seed(0)
     net = ConvNet().train()
