@@ -339,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                 if warm and mode == "infer" and not row["errors"]:
                     row["warm"] = warm_start(name, mode, scratch)
                 rows.append(row)
+                print("    " + json.dumps({k: v for k, v in row.items() if k != "warm"}, default=str), flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print()
