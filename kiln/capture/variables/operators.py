@@ -16,6 +16,8 @@ import operator
 import types
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from kiln.capture.guards import ABSENT
 from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule
 from kiln.capture.variables.base import Variable
@@ -178,7 +180,8 @@ def _sequence_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: b
         if isinstance(b, ListVariable):
             return ListVariable(a.items + b.items)
     if symbol == "+" and isinstance(a, TupleVariable) and isinstance(b, TupleVariable):
-        kind = a.tuple_type if a.tuple_type is b.tuple_type and a.tuple_type in (tuple,) else tuple
+        # torch.Size's __add__ and __radd__ give a torch.Size (a namedtuple's give a plain tuple)
+        kind = torch.Size if torch.Size in (a.tuple_type, b.tuple_type) else tuple
         return TupleVariable(a.items + b.items, kind)
     if symbol == "*" and isinstance(a, BaseSequenceVariable):
         count = tx.as_int(b)

@@ -472,3 +472,13 @@ def dtype_attributes_and_comparisons():
             out = out * 0
         return out, x.dtype.is_signed
     return fn_program(f, (t(2),))
+
+
+@case("torch_api")
+def torch_size_concatenation_keeps_size_type():
+    # torch.Size's __add__ and __radd__ give a torch.Size (tuple + Size too), not a plain tuple
+    def f(x):
+        s = x.shape
+        return (s + (1,), (4,) + s, s + s, s[1:], s * 2, s.numel(), s == torch.Size([2, 3]),
+                torch.Size([s[0], 7]), s.index(3), s.count(2))
+    return fn_program(f, (t(2, 3),))
