@@ -1042,3 +1042,29 @@ def init_subclass_registry_with_class_keyword():
     def f(x, name):
         return x * registry[name].k
     return fn_program(f, (t(2), "a"), (t(2), "b"))
+
+
+@case("classes")
+def frozen_dataclass_assignment_raises_and_is_caught():
+    # a frozen dataclass's generated __setattr__ is traced: its FrozenInstanceError is caught in the frame
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Frozen:
+        a: int
+
+        def __post_init__(self):
+            object.__setattr__(self, "b", self.a * 2)
+
+    outside = Frozen(5)
+
+    def f(x):
+        o = Frozen(2)
+        hits = 0
+        for target in (o, outside):
+            try:
+                target.a = 3
+            except dataclasses.FrozenInstanceError:
+                hits += 1
+        return x * o.a + o.b + outside.b, hits
+    return fn_program(f, (t(2),))
