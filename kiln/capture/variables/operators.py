@@ -287,6 +287,8 @@ def _python_compare(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Vari
 
 
 def _python_type(v: Variable) -> type | None:
+    if isinstance(v, DictVariable) and v.dict_type is not dict:
+        return v.dict_type  # a dict subclass: Counter's `+`, `-`, `&`, `|` are Python methods
     if not isinstance(v, (ObjectVariable, NewObjectVariable)):
         return None
     kind = v.python_type()

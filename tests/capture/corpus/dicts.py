@@ -554,3 +554,18 @@ def defaultdict_input_missing_key_inserted():
         d["q"].append(x)
         return len(d), x + len(d["q"])
     return fn_program(f, (t(3), collections.defaultdict(list, {"p": [1]})))
+
+
+@case("dicts")
+def counter_arithmetic_operators():
+    # Counter's +, -, &, | and += are its Python methods, traced (they were a graph break)
+    import collections
+
+    def f(x, extra):
+        c = collections.Counter("aabbbc")
+        d = collections.Counter(a=5, c=-1)
+        total = c + d
+        c += extra
+        return (x * total["a"] + (c - d)["b"], dict(c & d), sorted((c | d).items()), dict(total),
+                dict(-d), dict(+d))
+    return fn_program(f, (t(3), collections.Counter(b=2)))
