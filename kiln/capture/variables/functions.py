@@ -326,11 +326,31 @@ class UserMethodVariable(Variable):
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         # the function's source (when it has one) gives its closure cells theirs: what the body reads
-        # through a cell (a decorator's registry object) is guarded like any other read
-        return call_python_function(tx, self.fn, self.source, [self.obj, *args], kwargs)
+        # through a cell (a decorator's registry object) is guarded like any other read, and what
+        # it writes there (a list a dunder or a descriptor's __set__ appends to) is replayed
+        source = self.source
+        if source is None and self.fn.__closure__:
+            source = _method_source(self.obj, self.fn)
+        return call_python_function(tx, self.fn, source, [self.obj, *args], kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return f"{glue.constant(types.MethodType)}({glue.constant(self.fn)}, {glue.reconstruct(self.obj)})"
+
+
+def _method_source(receiver: Variable, fn: types.FunctionType) -> Source | None:
+    """`type(receiver).<name>` where that lookup finds `fn` itself (a method, a dunder, a
+    descriptor's __get__/__set__/__delete__ bound to the descriptor); None where it does not."""
+    class_source = receiver_class_source(receiver)
+    kind = receiver.python_type()
+    if class_source is None or not isinstance(kind, type) or inspect.getattr_static(kind, fn.__name__, None) is not fn:
+        return None
+    return AttrSource(class_source, fn.__name__)
+
+
+def accessor_source(receiver: Variable, owner: type, name: str, accessor: str) -> Source | None:
+    """Where a property's fget/fset/fdel is read from: the class-dict entry of the property."""
+    entry = class_dict_source(receiver_class_source(receiver), owner, name)
+    return None if entry is None else AttrSource(entry, accessor)
 
 
 def guard_class_attribute(tx: "Tracer", owner: type, name: str, static: Any, receiver: Variable | None = None,
@@ -409,7 +429,11 @@ def read_property(tx: "Tracer", prop: property, receiver: Variable, name: str | 
     attribute: its getter is a C function with no side effects), read for real and guarded as read."""
     fget = prop.fget
     if isinstance(fget, types.FunctionType):
-        return UserFunctionVariable(fget).call(tx, [receiver], {})
+        owner = receiver.python_type()
+        source = accessor_source(receiver, owner, name, "fget") \
+            if name is not None and isinstance(owner, type) and fget.__closure__ \
+            and inspect.getattr_static(owner, name, None) is prop else None
+        return UserFunctionVariable(fget, source).call(tx, [receiver], {})
     if fget is None:
         from kiln.capture.variables.exception import raise_in_trace
         error = AttributeError(f"property {name!r} has no getter")

@@ -1068,3 +1068,46 @@ def frozen_dataclass_assignment_raises_and_is_caught():
                 hits += 1
         return x * o.a + o.b + outside.b, hits
     return fn_program(f, (t(2),))
+
+
+@case("classes")
+def property_and_descriptor_deleters():
+    # `del obj.name` through a property's deleter or a descriptor's __delete__ is traced
+    log = []
+
+    class Slot:
+        def __set_name__(self, owner, name):
+            self.key = "_" + name
+
+        def __get__(self, obj, owner=None):
+            return getattr(obj, self.key, 0) if obj is not None else self
+
+        def __delete__(self, obj):
+            log.append(("delete", self.key))
+            obj.__dict__.pop(self.key, None)
+
+    class C:
+        w = Slot()
+
+        def __init__(self):
+            self._v = 3
+            self._w = 4
+
+        @property
+        def v(self):
+            return getattr(self, "_v", -1)
+
+        @v.deleter
+        def v(self):
+            log.append("v")
+            del self._v
+
+    c = C()
+
+    def f(x):
+        a = c.v
+        del c.v
+        fresh = C()
+        del fresh.w
+        return x * a + c.v + fresh.w
+    return fn_program(f, (t(2),), observe=lambda: (list(log), sorted(c.__dict__)))
