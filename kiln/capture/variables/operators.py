@@ -426,6 +426,10 @@ def contains(tx: "Tracer", container: Variable, item: Variable) -> bool:
         candidate = iterator.next_item()
         while candidate is not None:
             same = _equal(item, candidate)
+            if same is None and (_python_type(candidate) is not None or _python_type(item) is not None) \
+                    and _identity(item, candidate) is False:
+                # a user __eq__: CPython's `in` asks `candidate == item` (after identity), traced
+                same = compare_op(tx, "==", candidate, item).truth(tx)
             if same is None:
                 raise Unsupported(f"`in` comparing {item.describe()}", kind="unsupported")
             if same:
