@@ -569,3 +569,16 @@ def counter_arithmetic_operators():
         return (x * total["a"] + (c - d)["b"], dict(c & d), sorted((c | d).items()), dict(total),
                 dict(-d), dict(+d))
     return fn_program(f, (t(3), collections.Counter(b=2)))
+
+
+@case("dicts")
+def tuples_holding_tensors_as_dict_keys_and_set_items():
+    # a tuple with tensors in it hashes by its items (the tensors by identity): lookups with a
+    # tuple built again, `in`, iteration, and the dict itself returned (they were a graph break)
+    def f(a, b):
+        d = {(a, b): 1, (b, "s"): 2, ("k", 3): 3}
+        d[(a, b)] += 10
+        s = {(a, 1), (a, 1), (b, 1)}
+        total = sum(d[k] * k[0] for k in d if isinstance(k[0], torch.Tensor))
+        return total, (b, "s") in d, (a, "s") in d, len(s), d.get((b, a), -1), d
+    return fn_program(f, (t(2), t(2)))
