@@ -1111,3 +1111,35 @@ def property_and_descriptor_deleters():
         del fresh.w
         return x * a + c.v + fresh.w
     return fn_program(f, (t(2),), observe=lambda: (list(log), sorted(c.__dict__)))
+
+
+@case("classes")
+def runtime_protocol_with_data_members_isinstance():
+    # typing answers isinstance against a data protocol by the object's attributes (duck typing),
+    # traced with guarded lookups: the answer changes with the object passed (it was a graph break)
+    import typing
+
+    @typing.runtime_checkable
+    class HasScale(typing.Protocol):
+        scale: float
+
+        def apply(self, v): ...
+
+    class Good:
+        def __init__(self):
+            self.scale = 2.0
+
+        def apply(self, v):
+            return v * self.scale
+
+    class NoneApply(Good):
+        apply = None
+
+    class Nominal(HasScale):
+        pass
+
+    def f(x, o):
+        if isinstance(o, HasScale):
+            return x * getattr(o, "scale", 5.0)
+        return x - 1
+    return fn_program(f, (t(2), Good()), (t(2), object()), (t(2), NoneApply()), (t(2), Nominal()))
