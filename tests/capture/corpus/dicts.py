@@ -582,3 +582,15 @@ def tuples_holding_tensors_as_dict_keys_and_set_items():
         total = sum(d[k] * k[0] for k in d if isinstance(k[0], torch.Tensor))
         return total, (b, "s") in d, (a, "s") in d, len(s), d.get((b, a), -1), d
     return fn_program(f, (t(2), t(2)))
+
+
+@case("dicts")
+def dict_from_outside_keyed_by_dtypes_and_devices():
+    # `table[x.dtype]` on a global-style dict keyed by torch.dtype / torch.device: the value read
+    # is guarded by an expression naming the key (there was none for a dtype: an internal error)
+    table = {torch.float32: 2.0, torch.float64: 3.0, torch.int64: 4.0}
+    places = {torch.device("cpu"): "host"}
+
+    def f(x):
+        return x * table[x.dtype], torch.float32 in table, places[x.device], x.dtype in (torch.float16, torch.bfloat16)
+    return fn_program(f, (t(3),), (t(3, dtype=torch.float64),))
