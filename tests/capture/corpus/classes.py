@@ -1143,3 +1143,38 @@ def runtime_protocol_with_data_members_isinstance():
             return x * getattr(o, "scale", 5.0)
         return x - 1
     return fn_program(f, (t(2), Good()), (t(2), object()), (t(2), NoneApply()), (t(2), Nominal()))
+
+
+@case("classes")
+def attribute_reads_after_the_trace_wrote_the_instance_dict():
+    # after vars(obj) / obj.__dict__ was written in the trace, a read follows object's order: a
+    # data descriptor's __get__ (reading the written dict), then the dict, then the class (a
+    # non-data descriptor caching into the dict is read back from it): they were graph breaks
+    class Lazy:
+        def __get__(self, obj, cls):
+            if obj is None:
+                return self
+            obj.__dict__["val"] = 7
+            return 5
+
+    class Typed:
+        def __get__(self, obj, cls):
+            return obj.__dict__.get("n", 0) * 10
+
+        def __set__(self, obj, v):
+            obj.__dict__["n"] = int(v)
+
+    class H:
+        val = Lazy()
+        n = Typed()
+        k = 3
+
+    h = H()
+
+    def f(x):
+        a = h.val
+        b = h.val
+        h.n = 2.7
+        h.__dict__["n"] = 4
+        return x * a + b + h.n + h.k
+    return fn_program(f, (t(2),), observe=lambda: dict(h.__dict__))
