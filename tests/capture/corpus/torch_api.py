@@ -517,3 +517,16 @@ def size_unpack_list_slicing_probec():
         *lead, last = x.shape
         return x.reshape(*lead, last, 1), x.reshape([*lead, -1]), x.view(x.shape[:-1] + (last,)), len(lead)
     return fn_program(f, (t(2, 3, 4),))
+
+
+@case("torch_api", fullgraph=False)
+def tensor_dunder_setattr_grad_called_explicitly():
+    # `p.__setattr__("grad", g)` is the store itself: it was recorded as a graph op and dropped as
+    # dead code, so a later read of p.grad saw None (an AttributeError eager never raises)
+    lin = torch.nn.Linear(2, 2, bias=False)
+
+    def f(x):
+        lin.weight.__setattr__("grad", x * 5)
+        norm = torch.nn.utils.clip_grad_norm_(lin.parameters(), 1.0)
+        return norm, lin.weight.grad.sum()
+    return fn_program(f, (t(2, 2),))
