@@ -65,6 +65,9 @@ class SideEffects:
     def __init__(self) -> None:
         self._effects: dict[tuple, Any] = {}  # insertion order is program order of first write
         self._unreachable: set[int] = set()  # ids of Variables of outside containers no source reaches
+        # every recording adds one (a second write of the same key too): a caller learns whether
+        # some code it traced wrote anything outside the frame (an lru_cache'd body, see functions)
+        self.writes = 0
 
     def __bool__(self) -> bool:
         return bool(self._effects)
@@ -85,6 +88,7 @@ class SideEffects:
                 raise Unsupported("changing a container from outside the frame that no source reaches (held by "
                                   "the closure of a function read without a source)", kind="unsupported")
             return
+        self.writes += 1
         self._effects.setdefault(("contents", id(container)), container)
 
     def mutated(self, container: "Variable") -> bool:
@@ -93,6 +97,7 @@ class SideEffects:
 
     def store_attr(self, obj: Any, owner: "Variable", name: str, value: "Variable", plain: bool = False,
                    base_setattr: Any = None) -> None:
+        self.writes += 1
         if owner.source is None:
             raise Unsupported(f"setting attribute {name!r} on an object without a source", kind="unsupported")
         self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, value, plain, base_setattr)
@@ -100,6 +105,7 @@ class SideEffects:
     def delete_attr(self, obj: Any, owner: "Variable", name: str) -> None:
         """`del obj.name` of an object from outside whose instance dict holds the name (or a write
         of this trace put it there): replayed as a removal from that dict."""
+        self.writes += 1
         if owner.source is None:
             raise Unsupported(f"deleting attribute {name!r} of an object without a source", kind="unsupported")
         self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, owner, deleted=True)
@@ -150,9 +156,11 @@ class SideEffects:
     def register_tensor_hook(self, tensor: "Variable", hook: "Variable") -> None:
         """`tensor.register_hook(hook)` on a tensor from outside: replayed after the graph (the
         hook runs in the backward pass, later still). Each registration is its own effect."""
+        self.writes += 1
         self._effects[("hook", len(self._effects))] = (tensor, hook)
 
     def store_global(self, source: Source, value: "Variable") -> None:
+        self.writes += 1
         self._effects[("global", source.name())] = _GlobalWrite(source, value)
 
     def pending_global(self, source: Source) -> "Variable | None":
@@ -160,6 +168,7 @@ class SideEffects:
         return None if write is None else write.value
 
     def store_cell(self, cell: "Variable", value: "Variable") -> None:
+        self.writes += 1
         if cell.source is None:
             raise Unsupported("writing a closure cell that has no source", kind="unsupported")
         self._effects[("cell", id(cell))] = cell

@@ -11,6 +11,8 @@ import keyword
 import math
 from dataclasses import dataclass
 
+import torch
+
 
 class Source:
     """Base of the source records; subclasses are frozen dataclasses with a `name()` expression."""
@@ -205,4 +207,8 @@ def constant_literal(value: object) -> str:
     if isinstance(value, tuple):
         inner = ", ".join(constant_literal(v) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, torch.dtype):  # a dict keyed by dtypes (`table[x.dtype]`)
+        return f"__import__('torch').{str(value).removeprefix('torch.')}"
+    if isinstance(value, torch.device):
+        return f"__import__('torch').device({str(value)!r})"
     raise ValueError(f"no literal for {value!r}")

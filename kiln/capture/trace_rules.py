@@ -144,6 +144,16 @@ BREAK_FNS = {graph_break: "graph_break", torch.manual_seed: "random", torch.seed
              torch.load: "unsupported_call", torch.set_printoptions: "unsupported_call", torch.Tensor.item: "item",
              torch.Tensor.tolist: "item", torch.Tensor.numpy: "numpy", torch.Tensor.backward: "unsupported_call",
              torch.autograd.grad: "unsupported_call", torch.autograd.backward: "unsupported_call"}
+# Calls of the torch namespace that read or change state of the process rather than compute: as
+# graph nodes they returned nothing any other node reads, so they were run once at trace time and
+# then dropped from the graph (a second call of the compiled code did not set the thread count;
+# set_rng_state did not rewind the generator). Each is a break, run for real where the program runs it.
+BREAK_FNS.update({fn: "random" for fn in (torch.get_rng_state, torch.set_rng_state, torch.initial_seed,
+                                          torch.random.fork_rng)})
+BREAK_FNS.update({fn: "unsupported_call" for fn in (
+    torch.set_num_threads, torch.set_num_interop_threads, torch.set_float32_matmul_precision,
+    torch.use_deterministic_algorithms, torch.set_deterministic_debug_mode, torch.set_anomaly_enabled,
+    torch.set_flush_denormal, torch.set_warn_always, torch.set_default_device, torch.set_default_tensor_type)})
 
 
 # Questions about the process that a trace answers now, and how each answer stays right:

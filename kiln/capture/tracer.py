@@ -386,9 +386,9 @@ class Tracer:
         if isinstance(obj, ObjectVariable) and not isinstance(obj.value, (type, types.ModuleType)):
             kind = type(obj.value)
             custom = inspect.getattr_static(kind, "__setattr__")
-            if not bypass and isinstance(custom, types.FunctionType) and not (
-                    getattr(kind, "__dataclass_params__", None) is not None and kind.__dataclass_params__.frozen):
-                # A Python __setattr__ (transformers' configs map attribute aliases) is inlined; its
+            if not bypass and isinstance(custom, types.FunctionType):
+                # A Python __setattr__ (transformers' configs map attribute aliases; a frozen
+                # dataclass's, which raises FrozenInstanceError) is inlined; its
                 # `super().__setattr__` comes back here with bypass set.
                 UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
                 return

@@ -14,11 +14,16 @@ import inspect
 import types
 from typing import TYPE_CHECKING
 
+import torch
+
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import builtin_rule
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.exception import no_attribute
+from kiln.capture.variables.functions import (UserFunctionVariable, UserMethodVariable, accessor_source,
+                                              class_dict_source, guard_class_attribute, receiver_class_source)
 from kiln.capture.variables.instance_dict import written_instance_dict
+from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
@@ -38,8 +43,39 @@ def _plain_deletion(kind: type, name: str) -> bool:
                 or isinstance(static, types.MemberDescriptorType))
 
 
+def _python_deleter(tx: "Tracer", obj: Variable, kind: type, name: str) -> bool:
+    """`del obj.name` where the class holds a property with a Python deleter (or a descriptor
+    whose `__delete__` is Python code) and deletes through object's protocol (nn.Module's ends in
+    it for names outside its tables): the deleter inlined, as object.__delattr__ calls it. False
+    when no such deleter is involved."""
+    module_tables = isinstance(obj, NNModuleVariable) and any(
+        name in getattr(obj.module, table) for table in ("_parameters", "_buffers", "_modules"))
+    if getattr(kind, "__delattr__", None) not in (object.__delattr__, torch.nn.Module.__delattr__) or module_tables:
+        return False
+    static = inspect.getattr_static(kind, name, _MISSING)
+    if isinstance(static, property) and isinstance(static.fdel, types.FunctionType):
+        guard_class_attribute(tx, kind, name, static, obj)
+        source = accessor_source(obj, kind, name, "fdel") if static.fdel.__closure__ else None
+        UserFunctionVariable(static.fdel, source).call(tx, [obj], {})
+        return True
+    delete = inspect.getattr_static(type(static), "__delete__", None)
+    if isinstance(delete, types.FunctionType) and not isinstance(static, property):
+        guard_class_attribute(tx, kind, name, static, obj)
+        guard_class_attribute(tx, type(static), "__delete__", delete)
+        source = class_dict_source(receiver_class_source(obj), kind, name)
+        UserMethodVariable(delete, tx.wrap(static, source)).call(tx, [obj], {})
+        return True
+    return False
+
+
 def delete_attribute(tx: "Tracer", obj: Variable, name: str) -> None:
     """`del obj.name` as the program makes it (see the module docstring)."""
+    kind = obj.cls if isinstance(obj, NewObjectVariable) else \
+        type(obj.module) if isinstance(obj, NNModuleVariable) else \
+        type(obj.value) if isinstance(obj, ObjectVariable) and not isinstance(obj.value, (type, types.ModuleType)) \
+        else None
+    if kind is not None and _python_deleter(tx, obj, kind, name):
+        return
     if isinstance(obj, NewObjectVariable) and _plain_deletion(obj.cls, name):
         if name not in obj.attrs:
             raise no_attribute(obj.cls, name)

@@ -56,6 +56,7 @@ from kiln.capture.variables import lazy_itertools  # noqa: F401  (fills the rule
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import (
     ConstantResultVariable,
+    LruCacheVariable,
     UserFunctionVariable,
     UserMethodVariable,
     WeakRefVariable,
@@ -314,7 +315,8 @@ def _wrap_lru_cache(state: "CaptureState", value: Any, source: Source | None) ->
     _guard(state, source, "check_id", value)
     if has_constant_result(value.__wrapped__):
         return ConstantResultVariable(value, source)
-    return wrap_value(state, value.__wrapped__, None if source is None else AttrSource(source, "__wrapped__"))
+    inner = wrap_value(state, value.__wrapped__, None if source is None else AttrSource(source, "__wrapped__"))
+    return LruCacheVariable(value, inner, source)
 
 
 def _wrap_function(state: "CaptureState", value: types.FunctionType, source: Source | None) -> Variable:
@@ -349,15 +351,18 @@ def _wrap_method(state: "CaptureState", value: types.MethodType, source: Source 
     obj = wrap_value(state, value.__self__, self_source)
     func = value.__func__
     func_source = None if source is None else AttrSource(source, "__func__")
+    cached = None
     if _is_lru_cache_wrapper(func):  # a cached method: its function is traced (see _wrap_lru_cache)
         _guard(state, func_source, "check_id", func)
+        cached = func
         func = func.__wrapped__
         func_source = None if func_source is None else AttrSource(func_source, "__wrapped__")
     if isinstance(func, types.FunctionType) and never_traced(func):
         return ObjectVariable(value, source)
     if isinstance(func, types.FunctionType):
         _guard(state, func_source, "check_id", func)
-        return UserMethodVariable(func, obj, source)
+        method = UserMethodVariable(func, obj, source)
+        return method if cached is None else LruCacheVariable(cached, method, source)
     raise Unsupported(f"bound method {func!r}", kind="unsupported_call")
 
 

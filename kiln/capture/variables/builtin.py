@@ -29,6 +29,7 @@ from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.exception import raise_in_trace
 from kiln.capture.variables.ordering import Ordered, constant_of, sorted_rule, traced_numbers
+from kiln.capture.variables.protocol_check import is_data_protocol, protocol_instancecheck
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
@@ -182,6 +183,8 @@ def isinstance_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variab
             if answer:
                 return ConstantVariable(True)
         return ConstantVariable(False)
+    if is_data_protocol(cls):
+        return ConstantVariable(protocol_instancecheck(tx, obj, cls))
     kind = obj.python_type()
     if isinstance(cls, tuple):
         result = any(_is_subclass(kind, c) for c in cls)

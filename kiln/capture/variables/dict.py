@@ -65,6 +65,19 @@ class IdentityKey:
         return f"<{self.var.describe()}>"
 
 
+class TupleKey(IdentityKey):
+    """A tuple key some of whose items hash by identity (`{(a, b): 1}` with tensors a, b): it hashes
+    and compares as the tuple of its items' keys, as CPython's tuple hash and == do."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        return hash(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TupleKey) and other.obj == self.obj
+
+
 def _hashes_by_identity(kind: type) -> bool:
     if issubclass(kind, torch.Tensor):
         return kind.__hash__ is torch.Tensor.__hash__
@@ -87,6 +100,8 @@ def key_of(var: Variable) -> Any:
         value = None
     if value is not None and is_identity_key(value):
         return value
+    if getattr(var, "tuple_type", None) is tuple:  # a TupleVariable (sequence.py imports this module)
+        return TupleKey(var, tuple(key_of(item) for item in var.items))  # type: ignore[attr-defined]
     identity = var.identity()
     if identity is not None:
         try:

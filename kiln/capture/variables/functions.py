@@ -223,6 +223,49 @@ class ConstantResultVariable(Variable):
         return glue.constant(self.fn)
 
 
+class LruCacheVariable(Variable):
+    """A `functools.lru_cache` wrapper (`wrapper`) around Python code, called through `inner`
+    (the wrapped function, or the method bound to its receiver). As Dynamo does, the cache is
+    stepped past and the body traced, which is right only while the body is pure: eager runs it on
+    a miss alone, so a body that writes anything outside the frame (appends to a list, sets a
+    global, prints) is a graph break, and the call is made for real through the cache."""
+
+    def __init__(self, wrapper: Any, inner: Variable, source: Source | None = None) -> None:
+        self.wrapper = wrapper
+        self.inner = inner
+        self.source = source
+
+    def describe(self) -> str:
+        return f"lru_cache function {getattr(self.wrapper, '__qualname__', '?')}"
+
+    def python_type(self) -> type:
+        return type(self.wrapper)
+
+    def as_python_value(self) -> Any:
+        return self.wrapper
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        if name in ("cache_info", "cache_clear", "cache_parameters"):
+            raise Unsupported(f"{name}() of an lru_cache function: the trace does not model its cache",
+                              kind="unsupported_call")
+        return self.inner.getattr(tx, name)
+
+    def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        effects = tx.state.side_effects
+        before = effects.writes
+        result = self.inner.call(tx, args, kwargs)
+        if effects.writes != before:
+            raise Unsupported(f"{self.describe()} writes outside the frame; eager runs its body only "
+                              f"on a cache miss, so the call is made for real", kind="unsupported_call")
+        return result
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        # the wrapper, never the function under it: a call made for real goes through the cache
+        if isinstance(self.inner, UserMethodVariable):
+            return f"{glue.constant(types.MethodType)}({glue.constant(self.wrapper)}, {glue.reconstruct(self.inner.obj)})"
+        return self.source.name() if self.source is not None else glue.constant(self.wrapper)
+
+
 def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: list[Variable],
                          kwargs: dict[str, Variable]) -> Variable:
     """Call a real Python function: honor the kiln markers, then inline its bytecode."""
@@ -292,11 +335,31 @@ class UserMethodVariable(Variable):
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         # the function's source (when it has one) gives its closure cells theirs: what the body reads
-        # through a cell (a decorator's registry object) is guarded like any other read
-        return call_python_function(tx, self.fn, self.source, [self.obj, *args], kwargs)
+        # through a cell (a decorator's registry object) is guarded like any other read, and what
+        # it writes there (a list a dunder or a descriptor's __set__ appends to) is replayed
+        source = self.source
+        if source is None and self.fn.__closure__:
+            source = _method_source(self.obj, self.fn)
+        return call_python_function(tx, self.fn, source, [self.obj, *args], kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return f"{glue.constant(types.MethodType)}({glue.constant(self.fn)}, {glue.reconstruct(self.obj)})"
+
+
+def _method_source(receiver: Variable, fn: types.FunctionType) -> Source | None:
+    """`type(receiver).<name>` where that lookup finds `fn` itself (a method, a dunder, a
+    descriptor's __get__/__set__/__delete__ bound to the descriptor); None where it does not."""
+    class_source = receiver_class_source(receiver)
+    kind = receiver.python_type()
+    if class_source is None or not isinstance(kind, type) or inspect.getattr_static(kind, fn.__name__, None) is not fn:
+        return None
+    return AttrSource(class_source, fn.__name__)
+
+
+def accessor_source(receiver: Variable, owner: type, name: str, accessor: str) -> Source | None:
+    """Where a property's fget/fset/fdel is read from: the class-dict entry of the property."""
+    entry = class_dict_source(receiver_class_source(receiver), owner, name)
+    return None if entry is None else AttrSource(entry, accessor)
 
 
 def guard_class_attribute(tx: "Tracer", owner: type, name: str, static: Any, receiver: Variable | None = None,
@@ -360,7 +423,12 @@ def bind_class_attribute(tx: "Tracer", static: Any, receiver: Variable, owner: t
         # a method under @functools.lru_cache: as Dynamo does, the cache is stepped past
         if name is not None:
             guard_class_attribute(tx, owner, name, static, receiver)
-        return UserMethodVariable(python_function(static.__wrapped__, "an lru_cache method"), receiver)
+        receiver_source = getattr(receiver, "source", None)
+        # the wrapped function's source gives its closure cells theirs (a write through one is replayed)
+        fn_source = AttrSource(AttrSource(TypeSource(receiver_source), name), "__wrapped__") \
+            if name is not None and receiver_source else None
+        method = UserMethodVariable(python_function(static.__wrapped__, "an lru_cache method"), receiver, fn_source)
+        return LruCacheVariable(static, method)
     return None
 
 
@@ -370,7 +438,11 @@ def read_property(tx: "Tracer", prop: property, receiver: Variable, name: str | 
     attribute: its getter is a C function with no side effects), read for real and guarded as read."""
     fget = prop.fget
     if isinstance(fget, types.FunctionType):
-        return UserFunctionVariable(fget).call(tx, [receiver], {})
+        owner = receiver.python_type()
+        source = accessor_source(receiver, owner, name, "fget") \
+            if name is not None and isinstance(owner, type) and fget.__closure__ \
+            and inspect.getattr_static(owner, name, None) is prop else None
+        return UserFunctionVariable(fget, source).call(tx, [receiver], {})
     if fget is None:
         from kiln.capture.variables.exception import raise_in_trace
         error = AttributeError(f"property {name!r} has no getter")

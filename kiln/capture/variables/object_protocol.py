@@ -21,6 +21,7 @@ from kiln.capture.variables.exception import RaisedInTrace, raise_in_trace
 from kiln.capture.variables.functions import (
     UserFunctionVariable,
     UserMethodVariable,
+    accessor_source,
     class_dict_source,
     guard_class_attribute,
     receiver_class_source,
@@ -335,7 +336,8 @@ def python_setattr(tx: "Tracer", receiver: Variable, kind: type, name: str, valu
         if not isinstance(static.fset, types.FunctionType):
             raise Unsupported(f"the setter of property {name!r} of {kind.__qualname__} is not Python code",
                               kind="unsupported_attribute")
-        UserFunctionVariable(static.fset).call(tx, [receiver, value], {})
+        source = accessor_source(receiver, kind, name, "fset") if static.fset.__closure__ else None
+        UserFunctionVariable(static.fset, source).call(tx, [receiver, value], {})
         return True
     setter = inspect.getattr_static(type(static), "__set__", None)
     if isinstance(setter, types.FunctionType):

@@ -16,6 +16,8 @@ import operator
 import types
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from kiln.capture.guards import ABSENT
 from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule
 from kiln.capture.variables.base import Variable
@@ -178,7 +180,8 @@ def _sequence_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: b
         if isinstance(b, ListVariable):
             return ListVariable(a.items + b.items)
     if symbol == "+" and isinstance(a, TupleVariable) and isinstance(b, TupleVariable):
-        kind = a.tuple_type if a.tuple_type is b.tuple_type and a.tuple_type in (tuple,) else tuple
+        # torch.Size's __add__ and __radd__ give a torch.Size (a namedtuple's give a plain tuple)
+        kind = torch.Size if torch.Size in (a.tuple_type, b.tuple_type) else tuple
         return TupleVariable(a.items + b.items, kind)
     if symbol == "*" and isinstance(a, BaseSequenceVariable):
         count = tx.as_int(b)
@@ -284,6 +287,8 @@ def _python_compare(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Vari
 
 
 def _python_type(v: Variable) -> type | None:
+    if isinstance(v, DictVariable) and v.dict_type is not dict:
+        return v.dict_type  # a dict subclass: Counter's `+`, `-`, `&`, `|` are Python methods
     if not isinstance(v, (ObjectVariable, NewObjectVariable)):
         return None
     kind = v.python_type()
@@ -421,6 +426,10 @@ def contains(tx: "Tracer", container: Variable, item: Variable) -> bool:
         candidate = iterator.next_item()
         while candidate is not None:
             same = _equal(item, candidate)
+            if same is None and (_python_type(candidate) is not None or _python_type(item) is not None) \
+                    and _identity(item, candidate) is False:
+                # a user __eq__: CPython's `in` asks `candidate == item` (after identity), traced
+                same = compare_op(tx, "==", candidate, item).truth(tx)
             if same is None:
                 raise Unsupported(f"`in` comparing {item.describe()}", kind="unsupported")
             if same:

@@ -86,11 +86,33 @@ class BaseSequenceVariable(Variable):
         if name == "__len__":
             return self.length(tx)
         if name in ("count", "index", "__contains__") and constant_args(args, kwargs) and self.is_constant():
-            return ConstantVariable(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
+            try:
+                return ConstantVariable(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
+            except ValueError as missing:  # index of a missing item, raised where the program can catch it
+                from kiln.capture.variables.exception import raise_in_trace
+                raise raise_in_trace(missing, f"ValueError: {missing} (raised natively)") from None
         if name == "index" and len(args) == 1:
             for n, item in enumerate(self.items):
                 if item is args[0]:
                     return ConstantVariable(n)
+        if name in ("count", "index") and len(args) == 1 and not kwargs:
+            # item by item as CPython does (`item is x or item == x`, stopping at index's first
+            # match), each `==` traced (a user __eq__ runs) and known at trace time, or a break
+            found = 0
+            for n, item in enumerate(self.items):
+                equal = ConstantVariable(True) if item is args[0] else tx.compare_op("==", item, args[0])
+                if not equal.is_constant():
+                    raise Unsupported(f"{self.python_type().__name__}.{name} comparing {args[0].describe()}",
+                                      kind="unsupported_call")
+                if equal.as_constant():
+                    if name == "index":
+                        return ConstantVariable(n)
+                    found += 1
+            if name == "count":
+                return ConstantVariable(found)
+            from kiln.capture.variables.exception import raise_in_trace
+            absent = ValueError(f"{self.python_type().__name__}.index(x): x not in {self.python_type().__name__}")
+            raise raise_in_trace(absent, f"ValueError: {absent} (raised natively)")
         raise Unsupported(f"{self.python_type().__name__}.{name}", kind="unsupported_call")
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:

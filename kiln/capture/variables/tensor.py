@@ -200,6 +200,13 @@ class TensorVariable(Variable):
             return tx.wrap_result(getattr(self.constant, name)())
         if name == "requires_grad_" and _requires_grad_unchanged(self, args, kwargs):
             return self  # transformers' enable_input_require_grads hook on an output that already requires grad
+        if name in ("__setattr__", "__delattr__"):
+            # `t.__setattr__("grad", g)` is the attribute store itself, not an op of the graph (as
+            # one it was dropped as dead code, and a later read of t.grad saw the old value)
+            if name == "__setattr__" and len(args) == 2 and not kwargs and args[0].is_constant():
+                tx.setattr(self, args[0].as_constant(), args[1])
+                return ConstantVariable(None)
+            raise Unsupported(f"Tensor.{name} called explicitly", kind="unsupported_call")
         if name == "register_hook":
             from kiln.capture.variables.tensor_hooks import register_hook  # the hook module imports this one
             return register_hook(tx, self, args, kwargs)

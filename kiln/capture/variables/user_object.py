@@ -147,17 +147,24 @@ class ObjectVariable(Variable):
         if written is not None and name == "__dict__":
             return written
         if written is not None:  # `vars(obj)[k] = v` earlier in the trace: the dict says what is there
-            plain = inspect.getattr_static(type(obj), name, _MISSING) is _MISSING \
-                and "__getattr__" not in _class_dicts(type(obj)) \
+            static = inspect.getattr_static(type(obj), name, _MISSING)
+            plain = "__getattr__" not in _class_dicts(type(obj)) \
                 and inspect.getattr_static(type(obj), "__getattribute__") is object.__getattribute__
             if not plain:
                 raise Unsupported(f"reading {name!r} of {self.describe()} after the trace wrote its __dict__",
                                   kind="unsupported_attribute")
-            found = written.items.get(name)
-            if found is None:
-                from kiln.capture.variables.exception import no_attribute
-                raise no_attribute(type(obj), name)
-            return found
+            # object's lookup order: a data descriptor of the class first (its __get__, traced
+            # below, reads the written dict), then the instance dict, then the class attribute
+            if static is _MISSING or not is_data_descriptor(static):
+                found = written.items.get(name)
+                if found is not None:
+                    return found
+                if static is _MISSING:
+                    from kiln.capture.variables.exception import no_attribute
+                    raise no_attribute(type(obj), name)
+                if name in obj.__dict__:  # removed from the dict by the trace: the class's answer, not modelled
+                    raise Unsupported(f"reading {name!r} of {self.describe()} after the trace removed it from "
+                                      f"its __dict__", kind="unsupported_attribute")
         if name == "__dict__" and tx.side_effects.writes_attributes_of(obj):
             raise Unsupported(f"reading the __dict__ of {self.describe()} after the trace set or deleted its attributes",
                               kind="unsupported_attribute")
@@ -219,10 +226,10 @@ class ObjectVariable(Variable):
                                                     tuple(instance_dict or ())))
             from kiln.capture.variables.functions import UserMethodVariable
             return UserMethodVariable(fallback, self).call(tx, [tx.wrap(name, None)], {})
-        is_data_descriptor = hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
-        if instance_dict is not None and name in instance_dict and not is_data_descriptor:
+        data_descriptor = hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
+        if instance_dict is not None and name in instance_dict and not data_descriptor:
             return tx.wrap(instance_dict[name], self._attr_source(name))
-        if instance_dict is not None and not is_data_descriptor and self.source is not None:
+        if instance_dict is not None and not data_descriptor and self.source is not None:
             # found on the class (or nowhere): an instance attribute set later would be found first
             tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
         if static is _MISSING:

@@ -1042,3 +1042,139 @@ def init_subclass_registry_with_class_keyword():
     def f(x, name):
         return x * registry[name].k
     return fn_program(f, (t(2), "a"), (t(2), "b"))
+
+
+@case("classes")
+def frozen_dataclass_assignment_raises_and_is_caught():
+    # a frozen dataclass's generated __setattr__ is traced: its FrozenInstanceError is caught in the frame
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Frozen:
+        a: int
+
+        def __post_init__(self):
+            object.__setattr__(self, "b", self.a * 2)
+
+    outside = Frozen(5)
+
+    def f(x):
+        o = Frozen(2)
+        hits = 0
+        for target in (o, outside):
+            try:
+                target.a = 3
+            except dataclasses.FrozenInstanceError:
+                hits += 1
+        return x * o.a + o.b + outside.b, hits
+    return fn_program(f, (t(2),))
+
+
+@case("classes")
+def property_and_descriptor_deleters():
+    # `del obj.name` through a property's deleter or a descriptor's __delete__ is traced
+    log = []
+
+    class Slot:
+        def __set_name__(self, owner, name):
+            self.key = "_" + name
+
+        def __get__(self, obj, owner=None):
+            return getattr(obj, self.key, 0) if obj is not None else self
+
+        def __delete__(self, obj):
+            log.append(("delete", self.key))
+            obj.__dict__.pop(self.key, None)
+
+    class C:
+        w = Slot()
+
+        def __init__(self):
+            self._v = 3
+            self._w = 4
+
+        @property
+        def v(self):
+            return getattr(self, "_v", -1)
+
+        @v.deleter
+        def v(self):
+            log.append("v")
+            del self._v
+
+    c = C()
+
+    def f(x):
+        a = c.v
+        del c.v
+        fresh = C()
+        del fresh.w
+        return x * a + c.v + fresh.w
+    return fn_program(f, (t(2),), observe=lambda: (list(log), sorted(c.__dict__)))
+
+
+@case("classes")
+def runtime_protocol_with_data_members_isinstance():
+    # typing answers isinstance against a data protocol by the object's attributes (duck typing),
+    # traced with guarded lookups: the answer changes with the object passed (it was a graph break)
+    import typing
+
+    @typing.runtime_checkable
+    class HasScale(typing.Protocol):
+        scale: float
+
+        def apply(self, v): ...
+
+    class Good:
+        def __init__(self):
+            self.scale = 2.0
+
+        def apply(self, v):
+            return v * self.scale
+
+    class NoneApply(Good):
+        apply = None
+
+    class Nominal(HasScale):
+        pass
+
+    def f(x, o):
+        if isinstance(o, HasScale):
+            return x * getattr(o, "scale", 5.0)
+        return x - 1
+    return fn_program(f, (t(2), Good()), (t(2), object()), (t(2), NoneApply()), (t(2), Nominal()))
+
+
+@case("classes")
+def attribute_reads_after_the_trace_wrote_the_instance_dict():
+    # after vars(obj) / obj.__dict__ was written in the trace, a read follows object's order: a
+    # data descriptor's __get__ (reading the written dict), then the dict, then the class (a
+    # non-data descriptor caching into the dict is read back from it): they were graph breaks
+    class Lazy:
+        def __get__(self, obj, cls):
+            if obj is None:
+                return self
+            obj.__dict__["val"] = 7
+            return 5
+
+    class Typed:
+        def __get__(self, obj, cls):
+            return obj.__dict__.get("n", 0) * 10
+
+        def __set__(self, obj, v):
+            obj.__dict__["n"] = int(v)
+
+    class H:
+        val = Lazy()
+        n = Typed()
+        k = 3
+
+    h = H()
+
+    def f(x):
+        a = h.val
+        b = h.val
+        h.n = 2.7
+        h.__dict__["n"] = 4
+        return x * a + b + h.n + h.k
+    return fn_program(f, (t(2),), observe=lambda: dict(h.__dict__))

@@ -522,3 +522,38 @@ def closure_cell_rebound_between_calls():
         return f, setk
     f, setk = make()
     return fn_program(f, (t(2),), (t(2),), (t(2),), between=lambda s, i: setk(i + 30))
+
+
+@case("closures")
+def closure_list_written_by_property_and_dunder_of_outside_object():
+    # a property getter, a setter and an __eq__ of an object from outside append to a list of
+    # their closure: each call of the compiled code appends again, as eager does
+    log = []
+
+    class C:
+        def __init__(self):
+            self._k = 2
+
+        @property
+        def k(self):
+            log.append("get")
+            return self._k
+
+        @k.setter
+        def k(self, v):
+            log.append(("set", v))
+            self._k = v
+
+        def __eq__(self, other):
+            log.append("eq")
+            return other == self._k
+
+        __hash__ = object.__hash__
+
+    c = C()
+
+    def f(x):
+        y = x * c.k
+        c.k = 3
+        return y + (c == 3)
+    return fn_program(f, (t(2),), (t(2),), observe=lambda: list(log))

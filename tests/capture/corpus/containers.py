@@ -545,3 +545,28 @@ def input_list_mutated_across_print_break():
         del xs[0]
         return len(xs)
     return fn_program(f, (t(2), [t(2)]))
+
+
+@case("containers")
+def user_eq_objects_in_index_count_of_list():
+    # `in`, list.index and list.count with a user __eq__ trace it item by item (a graph break
+    # before); a missing item's ValueError is raised where the program catches it
+    class P:
+        def __init__(self, v):
+            self.v = v
+
+        def __eq__(self, o):
+            return isinstance(o, P) and self.v == o.v
+
+        __hash__ = None
+
+    def f(x, n):
+        ps = [P(1), P(2), P(1)]
+        ns = [1, 2, n]
+        try:
+            missing = ns.index(99)
+        except ValueError:
+            missing = -1
+        return (x * (P(2) in ps), P(5) in ps, ps.index(P(2)), ps.count(P(1)), [x].count(x),
+                ns.index(n), missing)
+    return fn_program(f, (t(2), 7))

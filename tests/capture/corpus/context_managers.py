@@ -431,3 +431,128 @@ def inference_mode_result_used_after_block():
         z = y[0:1]
         return z.is_inference(), (y + 1).is_inference(), y + 1
     return fn_program(f, (t(2),))
+
+
+# held-out probes (probec): context_managers
+
+@case("context_managers")
+def contextmanager_user_probec():
+    log = []
+
+    @contextlib.contextmanager
+    def scope(name):
+        log.append("enter " + name)
+        try:
+            yield name.upper()
+        finally:
+            log.append("exit " + name)
+
+    def f(x):
+        with scope("a") as tag:
+            y = x * len(tag)
+        return y
+    return fn_program(f, (t(3),), observe=lambda: list(log))
+
+
+@case("context_managers")
+def contextmanager_exception_inside_probec():
+    log = []
+
+    @contextlib.contextmanager
+    def guard():
+        try:
+            yield
+        except ValueError:
+            log.append("caught")
+
+    def f(x):
+        with guard():
+            raise ValueError("x")
+        return x + 1
+    return fn_program(f, (t(3),), observe=lambda: list(log))
+
+
+@case("context_managers")
+def nullcontext_variants_probec():
+    def f(x, use):
+        cm = torch.no_grad() if use else contextlib.nullcontext()
+        with cm:
+            y = x * 2
+        with contextlib.nullcontext(5) as v:
+            z = y + v
+        return z, z.requires_grad
+    return fn_program(f, (t(3, requires_grad=True), False), (t(3, requires_grad=True), True))
+
+
+@case("context_managers")
+def no_grad_decorator_callee_probec():
+    @torch.no_grad()
+    def helper(y):
+        return y * 2
+
+    def f(x):
+        z = helper(x)
+        return z, z.requires_grad, (x * 2).requires_grad
+    return fn_program(f, (t(3, requires_grad=True),))
+
+
+@case("context_managers")
+def autocast_disabled_inner_probec():
+    def f(a, b):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast("cpu", enabled=False):
+                c = a @ b
+            d = a @ b
+        return c.dtype, d.dtype, c
+    return fn_program(f, (t(2, 3), t(3, 2)))
+
+
+@case("context_managers")
+def contextmanager_with_return_value_and_state_probec():
+    state = {"depth": 0}
+
+    @contextlib.contextmanager
+    def deeper():
+        state["depth"] += 1
+        try:
+            yield state["depth"]
+        finally:
+            state["depth"] -= 1
+
+    def f(x):
+        with deeper() as a:
+            with deeper() as b:
+                y = x * (a * 10 + b)
+        return y, state["depth"]
+    return fn_program(f, (t(3),), observe=lambda: dict(state))
+
+
+@case("context_managers")
+def contextmanager_decorator_form_probec():
+    log = []
+
+    @contextlib.contextmanager
+    def traced():
+        log.append("in")
+        yield
+        log.append("out")
+
+    @traced()
+    def helper(y):
+        return y * 2
+
+    def f(x):
+        return helper(x) + 1
+    return fn_program(f, (t(3),), observe=lambda: list(log))
+
+
+@case("context_managers")
+def autocast_decorator_and_nested_dtype_probec():
+    @torch.autocast("cpu", dtype=torch.bfloat16)
+    def mm(a, b):
+        return a @ b
+
+    def f(a, b):
+        c = mm(a, b)
+        return c.dtype, (a @ b).dtype, c.float()
+    return fn_program(f, (t(2, 3), t(3, 2)))

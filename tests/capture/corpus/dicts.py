@@ -554,3 +554,43 @@ def defaultdict_input_missing_key_inserted():
         d["q"].append(x)
         return len(d), x + len(d["q"])
     return fn_program(f, (t(3), collections.defaultdict(list, {"p": [1]})))
+
+
+@case("dicts")
+def counter_arithmetic_operators():
+    # Counter's +, -, &, | and += are its Python methods, traced (they were a graph break)
+    import collections
+
+    def f(x, extra):
+        c = collections.Counter("aabbbc")
+        d = collections.Counter(a=5, c=-1)
+        total = c + d
+        c += extra
+        return (x * total["a"] + (c - d)["b"], dict(c & d), sorted((c | d).items()), dict(total),
+                dict(-d), dict(+d))
+    return fn_program(f, (t(3), collections.Counter(b=2)))
+
+
+@case("dicts")
+def tuples_holding_tensors_as_dict_keys_and_set_items():
+    # a tuple with tensors in it hashes by its items (the tensors by identity): lookups with a
+    # tuple built again, `in`, iteration, and the dict itself returned (they were a graph break)
+    def f(a, b):
+        d = {(a, b): 1, (b, "s"): 2, ("k", 3): 3}
+        d[(a, b)] += 10
+        s = {(a, 1), (a, 1), (b, 1)}
+        total = sum(d[k] * k[0] for k in d if isinstance(k[0], torch.Tensor))
+        return total, (b, "s") in d, (a, "s") in d, len(s), d.get((b, a), -1), d
+    return fn_program(f, (t(2), t(2)))
+
+
+@case("dicts")
+def dict_from_outside_keyed_by_dtypes_and_devices():
+    # `table[x.dtype]` on a global-style dict keyed by torch.dtype / torch.device: the value read
+    # is guarded by an expression naming the key (there was none for a dtype: an internal error)
+    table = {torch.float32: 2.0, torch.float64: 3.0, torch.int64: 4.0}
+    places = {torch.device("cpu"): "host"}
+
+    def f(x):
+        return x * table[x.dtype], torch.float32 in table, places[x.device], x.dtype in (torch.float16, torch.bfloat16)
+    return fn_program(f, (t(3),), (t(3, dtype=torch.float64),))

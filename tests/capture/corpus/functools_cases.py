@@ -396,3 +396,50 @@ def partial_keywords_changed_between_calls():
     def mutate(i):
         p.keywords["k"] = i + 5
     return fn_program(lambda x: p(x), (t(2),), (t(2),), (t(2),), between=lambda s, i: mutate(i))
+
+
+@case("functools", fullgraph=False)
+def lru_cache_body_appends_runs_on_miss_only():
+    # eager runs the body of an lru_cache'd function on a miss alone: its append must not be
+    # replayed by a compiled call that hits the cache (the call is made for real)
+    calls = []
+
+    @functools.lru_cache(maxsize=8)
+    def table(n):
+        calls.append(n)
+        return [i * n for i in range(3)]
+
+    def f(x, n):
+        return x * sum(table(n))
+    return fn_program(f, (t(2), 2), (t(2), 2), (t(2), 3), (t(2), 3), observe=lambda: list(calls))
+
+
+@case("functools", fullgraph=False)
+def lru_cache_method_and_global_counter_on_miss_only():
+    state = {"misses": 0}
+
+    class Scaler:
+        @functools.lru_cache(maxsize=None)
+        def factor(self, k):
+            state["misses"] += 1
+            return k + 1
+
+    s = Scaler()
+
+    def f(x, k):
+        return x * s.factor(k) + s.factor(k)
+    return fn_program(f, (t(2), 2), (t(2), 2), (t(2), 4), observe=lambda: dict(state))
+
+
+@case("functools")
+def lru_cache_pure_body_stays_one_graph():
+    @functools.lru_cache(maxsize=None)
+    def sizes(n):
+        out = []
+        for i in range(n):
+            out.append(i * 2)
+        return tuple(out)
+
+    def f(x, n):
+        return x * sum(sizes(n)) + len(sizes(n))
+    return fn_program(f, (t(2), 3), (t(2), 3))

@@ -501,3 +501,107 @@ def module_hasattr_on_submodules():
                 out = out + 1
             return out
     return Program(Net(), ((t(2),),))
+
+
+# held-out probes (probec): modules
+
+@case("modules")
+def named_modules_remove_duplicate_probec():
+    lin = nn.Linear(2, 2)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = lin
+            self.b = lin
+
+        def forward(self, x):
+            return self.b(self.a(x)), [n for n, _ in self.named_modules()], \
+                [n for n, _ in self.named_modules(remove_duplicate=False)], len(list(self.parameters()))
+    return Program(M(), ((t(1, 2),),))
+
+
+@case("modules")
+def parametrize_read_weight_in_forward_probec():
+    import torch.nn.utils.parametrize as P
+
+    class Scale(nn.Module):
+        def forward(self, X):
+            return X * 2
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(2, 2)
+            P.register_parametrization(self.l, "weight", Scale())
+
+        def forward(self, x):
+            return self.l(x) + self.l.weight.sum(), P.is_parametrized(self.l), P.is_parametrized(self.l, "bias")
+    return Program(M(), ((t(1, 2),),))
+
+
+@case("modules")
+def weight_norm_module_probec():
+    lin = torch.nn.utils.parametrizations.weight_norm(nn.Linear(3, 2))
+    return Program(lin, ((t(2, 3),), (t(2, 3),)))
+
+
+@case("modules")
+def module_call_kwargs_probec():
+    class Inner(nn.Module):
+        def forward(self, x, *, scale=1.0, bias=None):
+            return x * scale + (0 if bias is None else bias)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            return self.inner(x, scale=3.0), self.inner(x, bias=x), self.inner.forward(x, scale=2)
+    return Program(M(), ((t(3),),))
+
+
+@case("modules")
+def parameterlist_dict_probec():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ps = nn.ParameterList([nn.Parameter(torch.ones(2) * i) for i in range(3)])
+            self.pd = nn.ParameterDict({"s": nn.Parameter(torch.ones(2))})
+
+        def forward(self, x):
+            for p in self.ps:
+                x = x + p
+            return x * self.pd["s"], len(self.ps), "s" in self.pd
+    return Program(M(), ((t(2),),))
+
+
+@case("modules")
+def no_grad_decorator_on_method_probec():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(2, 2)
+
+        @torch.no_grad()
+        def stats(self, x):
+            return self.l(x).mean()
+
+        def forward(self, x):
+            return self.l(x), self.stats(x), self.stats(x).requires_grad
+    return Program(M(), ((t(1, 2),),))
+
+
+@case("modules")
+def get_submodule_and_parameter_probec():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = nn.Sequential(nn.Linear(2, 2))
+
+        def forward(self, x):
+            lin = self.get_submodule("block.0")
+            w = self.get_parameter("block.0.weight")
+            return lin(x) + w.sum()
+    return Program(M(), ((t(1, 2),),))

@@ -179,3 +179,43 @@ def math_random_combination():
         angle = random.random() * math.tau
         return x * math.cos(angle)
     return fn_program(f, (t(2),))
+
+
+# held-out probes (probec): numpy_random
+
+@case("numpy_random")
+def numpy_scalar_arg_probec():
+    def f(x, s):
+        return x * s, x + np.float32(2.0)
+    return fn_program(f, (t(3), np.float64(1.5)), (t(3), np.float64(2.5)))
+
+
+@case("numpy_random")
+def numpy_input_from_numpy_probec():
+    def f(a, x):
+        return torch.from_numpy(a) + x
+    return fn_program(f, (np.arange(3, dtype=np.float32), t(3)), (np.ones(3, dtype=np.float32), t(3)))
+
+
+@case("numpy_random", fullgraph=False)
+def process_setter_threads_probec():
+    # a process setter in the frame runs on every call (it ran once at trace time, then was dropped)
+    saved = torch.get_num_threads()
+
+    def f(x):
+        torch.set_num_threads(1)
+        n = torch.get_num_threads()
+        torch.set_num_threads(saved)
+        return x * n
+    return fn_program(f, (t(2),), (t(2),))
+
+
+@case("numpy_random", fullgraph=False)
+def get_set_rng_state_probec():
+    def f(x):
+        s = torch.get_rng_state()
+        a = torch.rand(2)
+        torch.set_rng_state(s)
+        b = torch.rand(2)
+        return x + a - b
+    return fn_program(f, (t(2),))

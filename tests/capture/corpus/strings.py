@@ -179,3 +179,31 @@ def string_join_of_generator_over_shape():
     def f(x):
         return x.flatten(), "x".join(str(s) for s in x.shape)
     return fn_program(f, (t(2, 3, 4),))
+
+
+# held-out probes (probec): strings
+
+@case("strings")
+def fstring_shape_dtype_probec():
+    def f(x):
+        return x * 2, f"{x.shape}", f"{x.dtype}", str(x.shape), repr(x.dtype), f"{x.size(0)}x{x.size(1)}"
+    return fn_program(f, (t(2, 3),))
+
+
+@case("strings")
+def str_format_of_size_and_device_probec():
+    def f(x):
+        return x + 1, "{}|{}|{!s}".format(x.shape, x.device, x.dtype), "%s" % (x.size(),), str(x.size(1)), repr(x.shape)
+    return fn_program(f, (t(2, 3),))
+
+
+@case("strings")
+def fstring_of_tensor_shape_in_exception_probec():
+    def f(x):
+        try:
+            if x.shape[0] != 5:
+                raise ValueError(f"bad shape {tuple(x.shape)} dtype={x.dtype}")
+        except ValueError as e:
+            return x * 2, str(e)
+        return x, ""
+    return fn_program(f, (t(2, 3),))

@@ -472,3 +472,61 @@ def dtype_attributes_and_comparisons():
             out = out * 0
         return out, x.dtype.is_signed
     return fn_program(f, (t(2),))
+
+
+@case("torch_api")
+def torch_size_concatenation_keeps_size_type():
+    # torch.Size's __add__ and __radd__ give a torch.Size (tuple + Size too), not a plain tuple
+    def f(x):
+        s = x.shape
+        return (s + (1,), (4,) + s, s + s, s[1:], s * 2, s.numel(), s == torch.Size([2, 3]),
+                torch.Size([s[0], 7]), s.index(3), s.count(2))
+    return fn_program(f, (t(2, 3),))
+
+
+# held-out probes (probec): torch_api
+
+@case("torch_api")
+def tensor_method_kw_positional_mix_probec():
+    def f(x):
+        return (x.transpose(0, 1), x.transpose(dim0=1, dim1=0), x.permute(1, 0), x.permute((1, 0)), x.permute(dims=[1, 0]),
+                x.view(-1), x.view((3, 2)), x.reshape(shape=(6,)), x.expand(2, 2, 3), x.repeat(1, 2), x.flip(dims=(0,)),
+                x.roll(1, 1), x.narrow(1, 0, 2), x.unsqueeze(dim=0), x.squeeze(), torch.squeeze(x.unsqueeze(0), dim=0))
+    return fn_program(f, (t(2, 3),))
+
+
+@case("torch_api")
+def out_kwarg_input_buffer_probec():
+    def f(x, y, out):
+        torch.sin(x, out=out)
+        return out + y
+    return fn_program(f, (t(3), t(3), torch.zeros(3)))
+
+
+@case("torch_api")
+def reductions_dim_tuple_and_names_probec():
+    def f(x):
+        return (x.amax(dim=(0, 2)), x.amin((1,)), x.logsumexp(dim=-1), torch.prod(x, 1, keepdim=True), x.norm(dim=1),
+                x.norm(p=1), torch.linalg.vector_norm(x, ord=2, dim=(1, 2)), x.all(dim=0), x.any(), x.cumsum(dim=1), x.argmax(dim=2))
+    return fn_program(f, (t(2, 3, 4),))
+
+
+@case("torch_api")
+def size_unpack_list_slicing_probec():
+    def f(x):
+        *lead, last = x.shape
+        return x.reshape(*lead, last, 1), x.reshape([*lead, -1]), x.view(x.shape[:-1] + (last,)), len(lead)
+    return fn_program(f, (t(2, 3, 4),))
+
+
+@case("torch_api", fullgraph=False)
+def tensor_dunder_setattr_grad_called_explicitly():
+    # `p.__setattr__("grad", g)` is the store itself: it was recorded as a graph op and dropped as
+    # dead code, so a later read of p.grad saw None (an AttributeError eager never raises)
+    lin = torch.nn.Linear(2, 2, bias=False)
+
+    def f(x):
+        lin.weight.__setattr__("grad", x * 5)
+        norm = torch.nn.utils.clip_grad_norm_(lin.parameters(), 1.0)
+        return norm, lin.weight.grad.sum()
+    return fn_program(f, (t(2, 2),))
