@@ -395,9 +395,6 @@ def test_grad_mode_x_extern_x_tier(case: tuple) -> None:
 def _known(case: tuple) -> str | None:
     """Open bugs the sweep found and this change does not fix (the reason is the report)."""
     name, mode, grads, tier = case
-    if name == "group_norm" and mode.startswith("autocast") and grads == (False, True):
-        return ("the compiled backward's native_group_norm_backward raises 'expected scalar type BFloat16 but "
-                "found Float' (bfloat16 input, float32 weight; frozen parameters)")
     if name in ("lstm", "gru") and mode.startswith("autocast") and tier == "dynamic" and grads[1]:
         return "under dynamic=True, input requiring grad, the RNN's result is float32 where eager's autocast gives bfloat16"
     if name in ("matmul_1d_2d", "matmul_broadcast") and tier == "dynamic" \
