@@ -10,23 +10,43 @@ the cells in plain ops. Besides computing otherwise, the unrolled cells escape a
 `mkldnn_rnn_layer` (every argument, the float32 hidden state too, cast to the lower precision): an
 LSTM under autocast with an input requiring grad gave a float32 result under dynamic=True where
 eager's is bfloat16. Here the oneDNN path is taken exactly when eager takes it, and the original
-decomposition runs otherwise. The override lives only inside `python_dispatcher()`: torch's own
-table is restored on exit, so code outside Kiln's traces (torch.compile included) never sees it.
+decomposition runs otherwise. `aten.matmul.default`'s Python version ends in a view (squeeze of a
+1-d operand's product, `.view` of a broadcast bmm) where eager's C++ ends in an in-place squeeze_
+or an _unsafe_view, so the traced result was an autograd view where eager's is not (a result made
+under no_grad then refused an in-place op with grad on); such a result is un-viewed here.
+The overrides (one table, `@eager_composite`) live only inside `python_dispatcher()`: torch's own
+kernels are restored on exit, so code outside Kiln's traces (torch.compile included) never sees them.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch._C import DispatchKey
+from torch._decomp.decompositions import should_fold
 from torch._dispatch.python import enable_python_dispatcher
 
 aten = torch.ops.aten
 
-# the Python-dispatcher keys torch._decomp registers its lstm decomposition under
+# the Python-dispatcher keys torch registers its decompositions under (lstm's both, matmul's the first)
 _KEYS = (DispatchKey.CompositeImplicitAutograd, DispatchKey.Autograd)
 _ONEDNN_LSTM = 2  # oneDNN's rnn kind for an LSTM, mkldnn_rnn_layer's `mode`
+
+# op -> its implementation in traces, called as impl(torch's Python decomposition, *args, **kwargs)
+Composite = Callable[..., Any]
+_OVERRIDES: dict[Any, Composite] = {}
+
+
+def eager_composite(op: Any) -> Callable[[Composite], Composite]:
+    """Decorator: `impl(original, *args, **kwargs)` decomposes `op` in Kiln's symbolic traces."""
+    def register(impl: Composite) -> Composite:
+        if op in _OVERRIDES:
+            raise ValueError(f"{op} already has an eager composite: {_OVERRIDES[op].__name__}")
+        _OVERRIDES[op] = impl
+        return impl
+    return register
 
 
 def _onednn_takes(input: torch.Tensor, hx: Sequence[torch.Tensor], params: Sequence[torch.Tensor]) -> bool:
@@ -46,7 +66,8 @@ def _onednn_takes(input: torch.Tensor, hx: Sequence[torch.Tensor], params: Seque
     return dtype_ok and input.numel() != 0 and hx[0].size(2) == hx[1].size(2)
 
 
-def _lstm(original: Callable[..., Any], input: torch.Tensor, hx: Sequence[torch.Tensor],
+@eager_composite(aten.lstm.input)
+def lstm(original: Callable[..., Any], input: torch.Tensor, hx: Sequence[torch.Tensor],
           params: Sequence[torch.Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool,
           bidirectional: bool, batch_first: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """aten.lstm.input as eager's oneDNN path computes it: time-major contiguous input, one
@@ -80,24 +101,39 @@ def _lstm(original: Callable[..., Any], input: torch.Tensor, hx: Sequence[torch.
     return output, torch.stack(hy, 0), torch.stack(cy, 0)
 
 
+@eager_composite(aten.matmul.default)
+def matmul(original: Callable[..., Any], tensor1: torch.Tensor, tensor2: torch.Tensor) -> torch.Tensor:
+    """torch's Python matmul, its result no autograd view where eager's is none: every path but the
+    folded one that multiplies by the larger operand transposed (`.mT.contiguous()`, a view in
+    eager too when the transpose is already contiguous)."""
+    out = original(tensor1, tensor2)
+    if not isinstance(out, torch.Tensor) or not out._is_view():
+        return out
+    folded_transposed = tensor2.dim() > tensor1.dim() and tensor2.dim() >= 3 and should_fold(tensor1, tensor2, False)
+    return out if folded_transposed else aten._unsafe_view.default(out, out.shape)
+
+
 @contextlib.contextmanager
 def python_dispatcher() -> Iterator[None]:
-    """enable_python_dispatcher() with aten.lstm.input decomposed as eager computes it (see above)."""
-    op = aten.lstm.input
-    saved = {key: op.py_kernels[key] for key in _KEYS if key in op.py_kernels}
-    fallback = saved.get(DispatchKey.CompositeImplicitAutograd)
+    """enable_python_dispatcher() with the ops of `_OVERRIDES` decomposed as eager computes them."""
+    saved: list[tuple[Any, Any, Any]] = []  # (op, key, torch's kernel)
     try:
-        if fallback is not None:
-            kernel = lambda *args, **kwargs: _lstm(fallback, *args, **kwargs)  # noqa: E731
-            for key in saved:
-                op.py_kernels[key] = kernel
+        for op, impl in _OVERRIDES.items():
+            original = op.py_kernels.get(DispatchKey.CompositeImplicitAutograd)
+            if original is None:
+                continue
+            kernel = functools.partial(impl, original)
+            for key in _KEYS:
+                if key in op.py_kernels:
+                    saved.append((op, key, op.py_kernels[key]))
+                    op.py_kernels[key] = kernel
             op._dispatch_cache.clear()
         with enable_python_dispatcher():
             yield
     finally:
-        for key, kernel in saved.items():
+        for op, key, kernel in reversed(saved):
             op.py_kernels[key] = kernel
-        op._dispatch_cache.clear()
+            op._dispatch_cache.clear()
 
 
-__all__ = ["python_dispatcher"]
+__all__ = ["eager_composite", "python_dispatcher"]

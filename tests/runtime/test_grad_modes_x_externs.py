@@ -393,12 +393,8 @@ def test_grad_mode_x_extern_x_tier(case: tuple) -> None:
 
 
 def _known(case: tuple) -> str | None:
-    """Open bugs the sweep found and this change does not fix (the reason is the report)."""
-    name, mode, grads, tier = case
-    if name in ("matmul_1d_2d", "matmul_broadcast") and tier == "dynamic" \
-            and mode in ("grad_then_no_grad", "no_grad_result_updated"):
-        return ("under dynamic=True a result made under no_grad is still an autograd view (eager's _unsafe_view "
-                "is not): updating it in place later with grad on raises 'view created in no_grad mode'")
+    """Open bugs the sweep found and this change does not fix (the reason is the report): none now;
+    a case that fails again is a regression."""
     return None
 
 

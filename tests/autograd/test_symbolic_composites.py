@@ -1,12 +1,19 @@
-"""nn.LSTM compiled with dynamic=True against eager, with and without autocast: result dtypes,
-values and gradients for several layouts (layers, directions, biases, batch_first), two batch
-sizes through one compiled graph.
+"""Composite ops whose Python decomposition (taken under symbolic sizes) differs from eager's C++,
+compiled with dynamic=True against eager (kiln.fake.composites).
+
+nn.LSTM, with and without autocast: result dtypes, values and gradients for several layouts
+(layers, directions, biases, batch_first), two batch sizes through one compiled graph.
 
 Found by the grad-modes sweep (tests/runtime/test_grad_modes_x_externs.py): under symbolic sizes
 the trace's Python dispatcher took torch._decomp's LSTM, which runs oneDNN for inference only and
 otherwise unrolls the cells, where eager runs oneDNN's mkldnn_rnn_layer; the unrolled cells miss
 autocast's cast of the hidden state, so an LSTM under autocast with an input requiring grad gave
-float32 where eager gives bfloat16 (kiln.fake.composites).
+float32 where eager gives bfloat16.
+
+matmul of every rank pairing, made under no_grad: whether the result is an autograd view is
+eager's, so an in-place op on it later with grad on runs (or raises) as eager's. Torch's Python
+matmul ends in squeeze/view where eager's ends in squeeze_/_unsafe_view: the compiled result was a
+view, and `r.add_(1)` with grad on raised "a view ... created in no_grad mode".
 """
 from __future__ import annotations
 
@@ -67,3 +74,38 @@ def test_python_dispatcher_restores_torchs_lstm_kernels() -> None:
             assert op.py_kernels != before
             raise RuntimeError("inside")
     assert op.py_kernels == before
+
+
+MATMUL_SHAPES = {
+    "1d_2d": ((4,), (4, 3)),
+    "2d_1d": ((3, 4), (4,)),
+    "3d_1d_folded": ((2, 3, 4), (4,)),
+    "1d_3d_broadcast": ((4,), (2, 4, 3)),
+    "2d_3d_folded_transposed": ((5, 4), (2, 4, 3)),
+    "3d_3d_broadcast": ((1, 3, 4), (2, 4, 5)),
+    "4d_3d_broadcast": ((2, 1, 3, 4), (3, 4, 2)),
+}
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("shapes", list(MATMUL_SHAPES))
+def test_dynamic_matmul_under_no_grad_views_as_eager(shapes: str) -> None:
+    kiln.reset()
+    torch.manual_seed(0)
+    a_shape, b_shape = MATMUL_SHAPES[shapes]
+    a, b = torch.randn(a_shape), torch.randn(b_shape, requires_grad=True)
+    compiled = kiln.compile(lambda x, y: x @ y, dynamic=True)
+    results = []
+    for fn in (lambda x, y: x @ y, compiled):
+        with torch.no_grad():
+            r = fn(a, b)
+        try:
+            r.add_(1)  # grad on: eager refuses this on a view made under no_grad
+            outcome = "ran"
+        except RuntimeError as e:
+            outcome = str(e).split(":")[0]
+        results.append((r._is_view(), r.requires_grad, outcome, r.detach().clone()))
+    (e_view, e_grad, e_outcome, e_value), (g_view, g_grad, g_outcome, g_value) = results
+    assert (g_view, g_grad, g_outcome) == (e_view, e_grad, e_outcome)
+    torch.testing.assert_close(g_value, e_value)
+    assert kiln.stats()["fallbacks"] == 0
