@@ -15,12 +15,12 @@ from typing import Any, Iterator
 
 import torch
 import torch.fx as fx
-from torch._dispatch.python import enable_python_dispatcher
 from torch.utils._pytree import TreeSpec, tree_flatten
 
 from kiln.autograd.checkpoint import run_user_graph
 from kiln.autograd.functionalize import FunctionalMeta, FunctionalSession
 from kiln.autograd.tracer import AtenTracer, graph_module, is_symbolic
+from kiln.fake.composites import python_dispatcher
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +158,7 @@ def tracing(inputs: TraceInputs, tracer: AtenTracer) -> Iterator[None]:
     """The dispatch stack of a trace: python dispatcher (symbolic meta kernels), fakes, tracer."""
     with contextlib.ExitStack() as stack:
         if any(_has_symbols(v) for v in inputs.values):
-            stack.enter_context(enable_python_dispatcher())
+            stack.enter_context(python_dispatcher())
         if inputs.fake_mode is not None:
             stack.enter_context(inputs.fake_mode)
         stack.enter_context(tracer)

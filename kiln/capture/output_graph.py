@@ -23,6 +23,7 @@ from kiln.capture.process_modes import MODE_WRITERS
 from kiln.capture.sources import Source
 from kiln.capture.verify import verify_captured_graph
 from kiln.errors import KilnError, Unsupported
+from kiln.fake.composites import python_dispatcher
 from kiln.runtime.overlap import may_overlap, partially_overlap
 from kiln.symbolic import marked_dynamic
 
@@ -219,7 +220,7 @@ class OutputGraph:
                 # A composite op's C++ decomposition takes concrete sizes only (interpolate's
                 # upsample with a size computed from a symbolic size and a float scale factor);
                 # under the Python dispatcher it decomposes in Python, over symbols.
-                with self.fake_mode, enable_python_dispatcher():
+                with self.fake_mode, python_dispatcher():
                     if kind == "call_method":
                         return getattr(args[0], target)(*args[1:], **kwargs)
                     return target(*args, **kwargs)

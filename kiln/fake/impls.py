@@ -278,6 +278,50 @@ def native_batch_norm(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: di
     return (out, *saved, *stats)
 
 
+@register_fake_impl(aten.native_group_norm.default)
+def native_group_norm(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """Group norm's saved mean and rstd as CPU's kernel makes them: float32 where the input is
+    float16/bfloat16 and a weight or bias is float32 (the mixed-type path autocast takes with a
+    model's float32 parameters), where the meta kernel answers the input's dtype (layer norm's
+    meta already answers float32). native_group_norm_backward checks that dtype, so a wrong one
+    made the compiled backward raise."""
+    out, mean, rstd = mode.run_kernel(func, args, kwargs)
+    names = [a.name for a in func._schema.arguments]
+    bound = {**dict(zip(names, args)), **kwargs}
+    x = bound["input"]
+    params = [bound.get(name) for name in ("weight", "bias")]
+    mixed = any(isinstance(t, torch.Tensor) and t.dtype != x.dtype for t in params)
+    if out.fake_device.type != "cpu" or not mixed or x.dtype not in (torch.float16, torch.bfloat16):
+        return out, mean, rstd
+    with mode.kernel_invocation(symbolic=mean._has_symbolic_sizes_strides):
+        metas = [torch.empty_strided(t.shape, t.stride(), dtype=torch.float32, device=_META) for t in (mean, rstd)]
+    return (out, *(mode.wrap(m, out.fake_device) for m in metas))
+
+
+@register_fake_impl(aten.native_group_norm_backward.default)
+def native_group_norm_backward(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """The gradients' dtypes as CPU's kernel makes them: the input's gradient in the input's dtype,
+    the weight's and bias's in the weight's (the input's if there is none), where the meta kernel
+    (PyTorch's decomposition) answers float32 for a half input. Code after it reads the buffer
+    in the dtype said here, so a wrong one is a wrong value, not an error."""
+    grads = mode.run_kernel(func, args, kwargs)
+    names = [a.name for a in func._schema.arguments]
+    bound = {**dict(zip(names, args)), **kwargs}
+    x, weight = bound["input"], bound["weight"]
+    if x.fake_device.type != "cpu":
+        return grads
+    wanted = (x.dtype, *(weight.dtype if isinstance(weight, torch.Tensor) else x.dtype,) * 2)
+    fixed = []
+    for grad, dtype in zip(grads, wanted):
+        if grad is None or grad.dtype == dtype:
+            fixed.append(grad)
+            continue
+        with mode.kernel_invocation(symbolic=grad._has_symbolic_sizes_strides):
+            meta = torch.empty_strided(grad.shape, grad.stride(), dtype=dtype, device=_META)
+        fixed.append(mode.wrap(meta, grad.fake_device))
+    return tuple(fixed)
+
+
 # --------------------------------------------------------------------------- no meta kernel
 @register_fake_impl(aten.geqrf.default)
 def geqrf(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:

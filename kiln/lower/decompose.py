@@ -41,6 +41,10 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.nll_loss_backward.default] = functools.partial(nll_loss_backward, table[aten.nll_loss_backward.default])
     table[aten.embedding_dense_backward.default] = functools.partial(
         embedding_dense_backward, table[aten.embedding_dense_backward.default])
+    table[aten.native_group_norm.default] = functools.partial(
+        native_group_norm, table[aten.native_group_norm.default])
+    table[aten.native_group_norm_backward.default] = functools.partial(
+        native_group_norm_backward, table[aten.native_group_norm_backward.default])
     return table
 
 
@@ -61,6 +65,35 @@ def embedding_dense_backward(summing_in_float: Any, grad_output: torch.Tensor, i
     grad = aten.where.self(skipped, zero, grad)
     table = aten.zeros.default([num_weights, width], dtype=grad.dtype, device=grad.device)
     return aten.index_put.default(table, [rows], grad, True)
+
+
+def native_group_norm(in_input_dtype: Any, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                      *sizes_and_eps: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Group norm of a float16/bfloat16 input with float32 parameters on CPU (autocast's mixed
+    type): ATen's kernel keeps the saved mean and rstd in float32 (kiln.fake.impls says so), where
+    PyTorch's decomposition (`in_input_dtype`) rounds them to the input's type. The decomposition
+    computes in float32 anyway, so it runs on the input widened to float32 and only the normalized
+    result is rounded back. The tensors here are meta ones, whatever the device: on a GPU, where
+    the statistics keep the input's type, the dtypes disagree with the traced node's and the op
+    stays an ATen call (see _agree_with_eager)."""
+    mixed = any(isinstance(t, torch.Tensor) and t.dtype != x.dtype for t in (weight, bias))
+    if not mixed or x.dtype not in (torch.float16, torch.bfloat16):
+        return in_input_dtype(x, weight, bias, *sizes_and_eps)
+    wide = aten._to_copy.default(x, dtype=torch.float32)
+    out, mean, rstd = in_input_dtype(wide, weight, bias, *sizes_and_eps)
+    return aten._to_copy.default(out, dtype=x.dtype), mean, rstd
+
+
+def native_group_norm_backward(promoting: Any, grad_output: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
+                               rstd: torch.Tensor, weight: torch.Tensor | None,
+                               *rest: Any) -> tuple[torch.Tensor | None, ...]:
+    """The gradients in the dtypes of ATen's kernel (see kiln.fake.impls): the input's in its own,
+    the weight's and bias's in the weight's. PyTorch's decomposition (`promoting`) gives all three
+    the promoted type of its arguments: float32 for a half input with float32 statistics."""
+    grads = promoting(grad_output, x, mean, rstd, weight, *rest)
+    wanted = (x.dtype, *(weight.dtype if weight is not None else x.dtype,) * 2)
+    return tuple(g if g is None or g.dtype == dtype else aten._to_copy.default(g, dtype=dtype)
+                 for g, dtype in zip(grads, wanted))
 
 
 def nll_loss_backward(scattering: Any, grad_output: torch.Tensor, self: torch.Tensor, target: torch.Tensor,
@@ -231,11 +264,11 @@ def _agree_with_eager(graph: torch.fx.Graph, node: torch.fx.Node, out: Any, expe
         return None
     fixed = []
     for got, want in zip(outs, wants):
+        if isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor) and got.dtype != want.dtype:
+            return None  # the code after it reads the buffer in the traced dtype, symbolic sizes or not
         if not isinstance(want, torch.Tensor) or not _static(got.shape) or not _static(want.shape):
             fixed.append(got)  # nothing to compare with, or symbolic sizes: trust the decomposition
             continue
-        if got.dtype != want.dtype:
-            return None
         if tuple(got.shape) != tuple(want.shape):
             if want.numel() != 0:
                 return None

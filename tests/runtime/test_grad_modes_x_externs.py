@@ -393,17 +393,8 @@ def test_grad_mode_x_extern_x_tier(case: tuple) -> None:
 
 
 def _known(case: tuple) -> str | None:
-    """Open bugs the sweep found and this change does not fix (the reason is the report)."""
-    name, mode, grads, tier = case
-    if name == "group_norm" and mode.startswith("autocast") and grads == (False, True):
-        return ("the compiled backward's native_group_norm_backward raises 'expected scalar type BFloat16 but "
-                "found Float' (bfloat16 input, float32 weight; frozen parameters)")
-    if name in ("lstm", "gru") and mode.startswith("autocast") and tier == "dynamic" and grads[1]:
-        return "under dynamic=True, input requiring grad, the RNN's result is float32 where eager's autocast gives bfloat16"
-    if name in ("matmul_1d_2d", "matmul_broadcast") and tier == "dynamic" \
-            and mode in ("grad_then_no_grad", "no_grad_result_updated"):
-        return ("under dynamic=True a result made under no_grad is still an autograd view (eager's _unsafe_view "
-                "is not): updating it in place later with grad on raises 'view created in no_grad mode'")
+    """Open bugs the sweep found and this change does not fix (the reason is the report): none now;
+    a case that fails again is a regression."""
     return None
 
 

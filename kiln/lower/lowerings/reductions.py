@@ -318,7 +318,8 @@ def native_layer_norm(ctx: LoweringContext, x: TensorValue, normalized_shape: Se
     acc = compute_dtype(out)
     k = len(normalized_shape)
     dims = list(range(x.ndim - k, x.ndim))
-    var_, mean_ = _variance(ctx, x, dims, 0, True, out)
+    # the statistics' own dtype: float32 for a half input with float32 parameters (CPU's mixed type)
+    var_, mean_ = _variance(ctx, x, dims, 0, True, ctx.out_dtype(1))
     rstd = lazy(var_, ctx.out_dtype(2), lambda v: ops.op("rsqrt", ops.op("add", v, ops.constant(eps, acc))))
 
     def loader(idx: Sequence[sympy.Expr]) -> Value:
