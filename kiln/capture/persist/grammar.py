@@ -27,12 +27,21 @@ from typing import Iterable
 # dict type's `__getitem__` (a method identity), the `__init__` of a class the program instantiates,
 # the `__len__` and `__bool__` written in Python that `len(obj)` and `bool(obj)` inlined
 # (user_object.py), the validators a transformers config class holds, the `__code__` of a function a
-# decorator's closure holds (a code object, compared by its type and identity, never run).
+# decorator's closure holds (a code object, compared by its type and identity, never run), and the
+# protocol methods a trace inlines from an object's class (`type(obj).__getattribute__`, a
+# descriptor's `__get__`, a manager's `__enter__`: functions.py gives them the class's source, so the
+# cells of their closures are guarded where the trace read them): method identities, never called.
+# A function's `__defaults__`/`__kwdefaults__`: the default values a call read (tensors, a mutable
+# default list), guarded like any input. `type(obj).__mro__[i].__dict__[name]`: the class-dict entry
+# a lookup found (functions.class_dict_source; a property's fget whose cells are guarded), a class
+# as `__class__` reaches one (no call is in the grammar, so no `__subclasses__()` beyond it).
 # Any other dunder (__globals__, __builtins__, __subclasses__, __bases__...) is outside the grammar:
 # such an entry is not stored, or not used.
 DUNDER_READS = frozenset({"__closure__", "__dict__", "__self__", "__func__", "__wrapped__", "__name__",
                           "__class__", "__getitem__", "__init__", "__len__", "__bool__", "__validators__",
-                          "__code__"})
+                          "__code__", "__getattribute__", "__getattr__", "__setattr__", "__delattr__", "__get__",
+                          "__set__", "__delete__", "__enter__", "__exit__", "__call__", "__eq__", "__hash__",
+                          "__iter__", "__next__", "__contains__", "__defaults__", "__kwdefaults__", "__mro__"})
 # Methods a source calls, always without arguments: sizes and strides of a tensor (shape guards,
 # TensorSpec), a constant-folded `.item()` (constant_fold.py), `__reduce__` of a singleton key.
 ZERO_ARG_METHODS = frozenset({"size", "stride", "storage_offset", "item", "__reduce__"})
