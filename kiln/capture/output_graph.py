@@ -9,6 +9,7 @@ the backend. Corresponds to torch/_dynamo/output_graph.py.
 from __future__ import annotations
 
 import inspect
+import math
 import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -34,6 +35,13 @@ if TYPE_CHECKING:
     from kiln.capture.variables.base import Variable
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+# FX prints a complex constant by its repr, `(inf-infj)`, and binds `inf` and `nan` in the code it
+# generates but not `infj`/`nanj`: a graph filling with complex(inf, -inf) raised NameError when its
+# code ran (an internal error, the frame ran eagerly). Bound as FX binds `inf`: `inf - infj` reads
+# back as complex(inf, -inf), `nan + nanj` as complex(nan, nan).
+for _name, _value in (("infj", complex(0.0, math.inf)), ("nanj", complex(0.0, math.nan))):
+    torch.fx.graph._register_custom_builtin(_name, f"{_name} = complex(0.0, float({_name[:-1]!r}))", _value)
 
 
 def _symbolic(args: tuple, kwargs: dict) -> bool:

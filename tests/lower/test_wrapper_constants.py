@@ -4,11 +4,13 @@ at the first call), on the Python wrapper and on the native tiers."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
 
 import kiln
+from kiln.log import KilnWarning
 
 pytestmark = pytest.mark.cpp
 
@@ -36,6 +38,8 @@ def test_non_finite_constants(fn, wrapper):
     kiln.reset()
     settings = {"python": dict(cpu_wrapper="python"), "plan": dict(cpu_wrapper="native", native_plan=True),
                 "compiled": dict(cpu_wrapper="native", native_plan=False)}[wrapper]
-    with kiln.config.patch(**settings):
+    with kiln.config.patch(**settings), warnings.catch_warnings():
+        warnings.simplefilter("error", KilnWarning)  # compiled, not an internal error run eagerly
         got = kiln.compile(fn)(C, MASK)
     _same(got, fn(C, MASK))
+    assert kiln.stats()["fallbacks"] == 0
