@@ -136,7 +136,7 @@ def random_inputs(specs: Sequence[tuple], seed: int = 0) -> list[Any]:
 def graph_source(gm: torch.fx.GraphModule) -> str:
     """gm's forward as a method body of the repro's module (refuses graphs naming Python objects)."""
     code = gm.graph.python_code("self")
-    unknown = set(code.globals) - {"inf", "nan", "NoneType", "torch", "device", "fx_pytree", "pytree"}
+    unknown = set(code.globals) - {"inf", "nan", "infj", "nanj", "NoneType", "torch", "device", "fx_pytree", "pytree"}
     if unknown:
         raise ValueError(f"the graph refers to objects a repro cannot name: {', '.join(sorted(unknown))}")
     return textwrap.indent(code.src.strip() + "\n", "    ")
@@ -175,6 +175,7 @@ import sys
 
 import torch
 from math import inf, nan
+infj, nanj = complex(0.0, inf), complex(0.0, nan)  # FX prints complex(inf, -inf) as (inf-infj)
 
 from kiln.debug.repro import check_repro
 
