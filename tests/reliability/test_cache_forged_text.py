@@ -23,7 +23,7 @@ import kiln
 from kiln import log
 from kiln.capture import persist
 from kiln.capture.guards import Guard
-from kiln.capture.persist.grammar import UnsafeSource, check_glue_source, check_guard_source
+from kiln.capture.persist.grammar import DUNDER_READS, UnsafeSource, check_glue_source, check_guard_source
 from kiln.runtime import store
 from tests.reliability import cache_harness as harness
 
@@ -185,6 +185,27 @@ def test_every_source_kind_is_admitted() -> None:
                  "min(L['a'].size()[1], 4) == max(abs(L['n']), int(L['m'] // 2)) if L['k'] else not L['j']",
                  "L['x'].storage_offset() == 0"):
         check_guard_source(text)
+
+
+def test_library_dunders_are_admitted_only_as_reads() -> None:
+    # every dunder the grammar admits is a read (a method identity, a table, a default): read off an
+    # object or its type it passes; called, with or without arguments, it is refused in guards and glue
+    head = "def __glue_f(L, G, F):\n    __out = __graph_f_0(L['x'])\n"
+    for name in sorted(DUNDER_READS):
+        for read in (f"L['o'].{name}", f"type(L['o']).{name}", f"type(L['o']).__mro__[1].{name}"):
+            check_guard_source(read)
+            check_glue_source(head + f"    __v = {read}\n    return __out[0]\n", "__glue_f", ["__graph_f_0"], [])
+            for call in (f"{read}()", f"{read}(L['x'])", f"{read}.__call__()"):
+                with pytest.raises(UnsafeSource):
+                    check_guard_source(call)
+                with pytest.raises(UnsafeSource):
+                    check_glue_source(head + f"    __v = {call}\n    return __out[0]\n", "__glue_f",
+                                      ["__graph_f_0"], [])
+    for outside in ("__globals__", "__builtins__", "__subclasses__", "__bases__", "__reduce_ex__", "__import__"):
+        with pytest.raises(UnsafeSource):
+            check_guard_source(f"type(L['o']).{outside}")
+    with pytest.raises(UnsafeSource):  # a class reached through __mro__ by a computed index
+        check_guard_source("type(L['o']).__mro__[L['i']].__dict__['f']")
 
 
 def test_glue_forms_capture_writes_are_admitted() -> None:
