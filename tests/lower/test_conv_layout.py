@@ -98,3 +98,22 @@ def test_training_block_matches_eager(size: int) -> None:
         torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-3, msg=name)
     for b, c in zip(net.buffers(), ref.buffers()):
         torch.testing.assert_close(b, c)
+
+
+def test_value_computed_from_nhwc_data_is_stored_nhwc() -> None:
+    """A value computed from NHWC data and stored for several readers (a depthwise convolution's
+    BatchNorm and SiLU, read by a squeeze-excite block's mean and its product) is stored NHWC, as
+    eager's pointwise ops keep their input's memory format: its kernel and the mean run along the
+    channels. Stored NCHW, the block transposed it twice and the loops ran scalar."""
+    def fn(x, s, b):
+        h = torch.nn.functional.silu(x * s.view(1, -1, 1, 1) + b.view(1, -1, 1, 1))  # stored: two readers
+        gate = h.mean((2, 3), keepdim=True).sigmoid()
+        return _conv(h * gate, torch.ones(8, 48, 3, 3))
+
+    x = torch.randn(2, 48, 16, 16).contiguous(memory_format=torch.channels_last)
+    compiled = check(fn, x, torch.randn(48), torch.randn(48), atol=1e-3, rtol=1e-4)
+    kernels = compiled.cpp_source.split("// kernel")[1:]  # each from its "N: fused from ..." line
+    silu = [k for k in kernels if "silu" in k.split("\n", 1)[0] and "mean" not in k.split("\n", 1)[0]]
+    assert silu, compiled.cpp_source
+    for kernel in silu:  # written along the channels: the vectorized loop runs over the 48 channels
+        assert "y0 < 48; y0++" in kernel, kernel

@@ -75,3 +75,35 @@ def test_integer_masked_value_keeps_its_lambda() -> None:
 def test_indirect_load_under_a_mask_matches_eager() -> None:
     table, idx = torch.randn(10, 6), torch.randint(0, 10, (5,))
     check(lambda t, i: F.pad(t[i].exp(), (0, 0, 2, 1)), table, idx)
+
+
+def _padded_affine_silu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # an inference BatchNorm's affine map and SiLU, zero-padded for a depthwise convolution
+    return F.pad(F.silu(x * w.view(1, -1, 1, 1) + b.view(1, -1, 1, 1)), (1, 1, 1, 1))
+
+
+def test_loads_the_mask_does_not_depend_on_are_not_guarded() -> None:
+    """On NHWC input the padding mask is over rows and columns only: the per-channel weight and bias
+    loads read where they read inside the image, so they load unguarded (GCC vectorizes no loop
+    whose masked load has one mask for every lane); the input's load keeps its guard."""
+    x = torch.randn(2, 16, 7, 5).contiguous(memory_format=torch.channels_last)
+    c = check(_padded_affine_silu, x, torch.randn(16), torch.randn(16))
+    assert re.search(r"\? arg0\[[^\]]*\] : 0\)", c.cpp_source), c.cpp_source
+    assert not re.search(r"\? arg[12]\[", c.cpp_source), c.cpp_source
+
+
+@pytest.mark.skipif(not _has_avx512(), reason="the vector instructions checked are AVX-512's")
+def test_padded_nhwc_affine_silu_is_vectorized() -> None:
+    x = torch.randn(2, 32, 16, 16).contiguous(memory_format=torch.channels_last)
+    c = check(_padded_affine_silu, x, torch.randn(32), torch.randn(32))
+    dump = subprocess.run(["objdump", "-d", "--no-show-raw-insn", c._lib._name], capture_output=True, text=True).stdout
+    kernels = [part.split("\n\n", 1)[0] for part in re.split(r"<kernel\d+(?:\._omp_fn\.\d+)?>:", dump)[1:]]
+    assert any("vexp" in k or ("zmm" in k and "vfmadd" in k) for k in kernels), dump[-3000:]
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 7, 5), (1, 8, 1, 1), (3, 9, 4, 6)])
+def test_padded_nhwc_affine_values_match_eager(shape: tuple[int, ...]) -> None:
+    x = torch.randn(shape)
+    x[0, 0, 0, 0] = float("nan")  # a NaN inside stays, the padding stays 0
+    x = x.contiguous(memory_format=torch.channels_last)
+    check(_padded_affine_silu, x, torch.randn(shape[1]), torch.randn(shape[1]))

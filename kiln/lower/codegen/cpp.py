@@ -575,6 +575,7 @@ class CppBodyWriter(BodyWriter):
         super().__init__(storage, sub, locals_, counter)
         self.scratch = scratch or {}
         self.guard: str | None = None  # a mask every load of this writer tests first (_guarded)
+        self.guard_vars: frozenset = frozenset()  # the kernel variables that mask depends on
 
     def print_index(self, e: sympy.Expr) -> str:
         return cexpr(e)
@@ -591,7 +592,9 @@ class CppBodyWriter(BodyWriter):
         if v.buffer in self.scratch:
             key = sympy.expand(key.xreplace(self.scratch[v.buffer]))
         where = cexpr(key) + ("" if v.extra is None else f" + {self.value(v.extra)}")
-        raw = f"{v.buffer}[{where}]" if self.guard is None else f"({self.guard} ? {v.buffer}[{where}] : 0)"
+        raw = f"{v.buffer}[{where}]"
+        if self.guard is not None and (v.extra is not None or key.free_symbols & self.guard_vars):
+            raw = f"({self.guard} ? {raw} : 0)"
         st = self.storage[v.buffer]
         raw = f"kiln_bf16_to_float({raw})" if st == torch.bfloat16 else (f"(float){raw}" if st == torch.float16 else raw)
         return self.tmp(raw, v.dtype)
@@ -601,16 +604,33 @@ class CppBodyWriter(BodyWriter):
         # an index that is out of range (and fails its check) at the other parts' positions
         mask = self.value(v.mask)
         if _speculable(v.body):
-            return self.tmp(f"{mask} ? {self._guarded(v.body, mask)} : {self._branch(v.other)}", v.dtype)
+            return self.tmp(f"{mask} ? {self._guarded(v.body, mask, self._variables(v.mask))} : "
+                            f"{self._branch(v.other)}", v.dtype)
         return self.tmp(f"{mask} ? {self._branch(v.body)} : {self._branch(v.other)}", v.dtype)
 
-    def _guarded(self, v: Value, mask: str) -> str:
+    def _variables(self, v: Value) -> frozenset:
+        """The kernel variables a value depends on (through its indices and the indices it loads at)."""
+        found: set = set()
+        for n in walk(v):
+            if isinstance(n, Index):
+                found |= self.place(n.expr).free_symbols
+            elif isinstance(n, Load):
+                found |= self.place(n.index).free_symbols
+        return frozenset(found)
+
+    def _guarded(self, v: Value, mask: str, mask_vars: frozenset) -> str:
         """`v` computed on every lane, each of its loads reading memory only where `mask` holds (0
         elsewhere): GCC vectorizes that (masked loads, then a select), but not a conditional lambda
-        call (a zero-padded copy of a SiLU output for a depthwise convolution ran 3.5x slower)."""
+        call (a zero-padded copy of a SiLU output for a depthwise convolution ran 3.5x slower).
+        A load whose position depends on none of the variables the mask does (a BatchNorm's
+        per-channel weight inside a zero-padded NHWC copy, whose mask is over rows and columns)
+        reads where it reads on the lanes the mask keeps, so it is not guarded: GCC vectorizes no
+        loop with a masked load whose mask is the same on every lane ("no vectype for MASK_LOAD";
+        EfficientNet's padded BatchNorm + SiLU copies ran scalar)."""
         inner = CppBodyWriter(self.storage, self.sub, self.locals, self.counter, self.scratch)
         inner.cache = dict(self.cache)  # what is computed here holds only where the mask does: not shared
         inner.guard = mask
+        inner.guard_vars = mask_vars | self.guard_vars
         result = inner.value(v)
         self.lines.extend(inner.lines)
         return result

@@ -243,12 +243,14 @@ def _gemm_convolution(ctx: LoweringContext, x: TensorValue, weight: TensorValue,
     return _nhwc_result(ctx, out, (x.sizes[0], c_out, h_out, w_out))
 
 
-def _reads_channels_last(x: TensorValue) -> bool:
+def reads_channels_last(x: TensorValue) -> bool:
     """Whether x is stored NHWC, or is a value computed from NHWC buffers (a ReLU6 of an NHWC
     convolution's result, not yet stored): what its loads read is contiguous along the channels
     and strided along the columns. Such an x is copied and read in NHWC order, so the copy is one
     streaming pass and the taps load along the channels (in NCHW order each load would jump by
-    H * W elements: measured 10x slower on MobileNetV2's depthwise layers)."""
+    H * W elements: measured 10x slower on MobileNetV2's depthwise layers). kiln.lower.graph stores
+    such a value NHWC too where it is stored for several readers, as eager's pointwise ops keep
+    their input's memory format."""
     if is_channels_last(x):
         return True
     if x.view is not None or x.ndim != 4:
@@ -290,7 +292,7 @@ def _depthwise_convolution(ctx: LoweringContext, x: TensorValue, weight: TensorV
     c_in = x.sizes[1]
     c_out, _, kh, kw = (int(s) for s in weight.sizes)
     per_channel = c_out // int(c_in)
-    nhwc = _reads_channels_last(x)
+    nhwc = reads_channels_last(x)
     if padding != (0, 0):
         x = _padded(ctx, x, padding, nhwc)
         padding = (0, 0)
