@@ -66,6 +66,20 @@ class VerificationError(KilnError):
         self.stage = stage
 
 
+class ExternMismatchError(KilnError):
+    """A compiled graph's extern (an ATen op or a custom op run as is) returned a tensor whose dtype
+    or sizes are not the ones its fake tensor promised at capture: the kernels after it were
+    compiled for the promised layout and would read its memory wrongly, so the wrapper stops
+    before they run. A bug in a fake implementation (Kiln's, PyTorch's meta kernel or a custom
+    op's register_fake), never the user's program. `clean`: nothing the graph writes outside
+    itself (an input's storage) was written before the check, so the frame can run eagerly in
+    its place; the entry that first sees it falls back and clears it before passing it on."""
+
+    def __init__(self, message: str, clean: bool = False) -> None:
+        super().__init__(message)
+        self.clean = clean
+
+
 def reraise(exc: BaseException) -> Callable[..., Any]:
     """A callable that raises `exc` when called: a glue hands it to the frame's own handlers in
     place of a call that already raised at a graph break inside a try or with block (kept here,

@@ -497,6 +497,8 @@ class Tracer:
             reads: list[Any] = []
             swapped = constant_fold.with_numbers(args, kwargs, reads) if exc.kind == "data_dependent" else None
             if swapped is None:
+        if isinstance(target, torch._library.custom_ops.CustomOpDef):
+            target = target._opoverload  # a torch.library.custom_op as called: its operator is the node
                 raise
             result = self.call_op(kind, target, *swapped)
             self.output.guards.extend(reads)
