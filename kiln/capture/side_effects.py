@@ -114,6 +114,21 @@ class SideEffects:
         write = self._effects.get(("attr", id(obj), name))
         return None if write is None or write.deleted else write.value
 
+    def class_write(self, cls: type, name: str) -> "Variable | None":
+        """The value a lookup of `name` through `cls.__mro__` finds where the trace wrote it on a class
+        (`C.k = v`, replayed after the graph): the first class of the MRO that was written or that
+        holds the name itself decides. None where no class of the MRO was written (the real lookup
+        answers)."""
+        if not any(key[0] == "attr" and key[2] == name for key in self._effects):
+            return None
+        for klass in getattr(cls, "__mro__", ()):
+            write = self._effects.get(("attr", id(klass), name))
+            if write is not None and not write.deleted:
+                return write.value
+            if name in klass.__dict__:
+                return None
+        return None
+
     def writes_attributes_of(self, obj: Any) -> bool:
         """True when the trace set or deleted an attribute of `obj`."""
         return any(key[0] == "attr" and key[1] == id(obj) for key in self._effects)

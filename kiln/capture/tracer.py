@@ -55,7 +55,7 @@ from kiln.capture.variables.functions import (CellVariable, NestedFunctionVariab
                                               guard_class_attribute)
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables import operators
-from kiln.capture.variables.object_protocol import python_setattr
+from kiln.capture.variables.object_protocol import is_data_descriptor, python_setattr
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
@@ -403,7 +403,28 @@ class Tracer:
             # the override (if any) was inlined: the replay is the plain store it ends in
             self.side_effects.store_attr(obj.value, obj, name, value, plain=kind.__setattr__ is not object.__setattr__)
             return
+        if isinstance(obj, ObjectVariable) and isinstance(obj.value, type) and _user_class(obj.value):
+            self._store_class_attr(obj, name, value)
+            return
         raise Unsupported(f"setting attribute {name!r} on {obj.describe()}", kind="unsupported")
+
+    def _store_class_attr(self, obj: ObjectVariable, name: str, value: Variable) -> None:
+        """`C.k = v` on a user class from outside the frame: recorded and replayed after the graph (as
+        torch.compile does); later reads in the frame, through the class, its subclasses and its
+        instances, see `v` (SideEffects.class_write). Left as a break where the write would do more
+        than bind a name in the class dict: a metaclass with its own __setattr__ (Enum's), a
+        metaclass data descriptor, or a special method name (it changes the type's slots)."""
+        cls = obj.value
+        if type(cls).__setattr__ is not type.__setattr__:
+            raise Unsupported(f"setting attribute {name!r} on {obj.describe()}, whose metaclass "
+                              f"{type(cls).__qualname__} has its own __setattr__", kind="unsupported")
+        if name.startswith("__") and name.endswith("__"):
+            raise Unsupported(f"setting the special attribute {name!r} on {obj.describe()} (it changes how the class "
+                              f"behaves, not only what it holds)", kind="unsupported")
+        if is_data_descriptor(inspect.getattr_static(type(cls), name, None)):
+            raise Unsupported(f"setting attribute {name!r} on {obj.describe()} through a descriptor of its metaclass",
+                              kind="unsupported")
+        self.side_effects.store_attr(cls, obj, name, value)
 
     def iterate(self, var: Variable) -> list[Variable]:
         return var.iterate(self)
@@ -476,6 +497,8 @@ class Tracer:
     # ------------------------------------------------------------------ graph ops
     def call_op(self, kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         """Record `target(*args, **kwargs)` as a node; its example value comes from the fakes."""
+        if isinstance(target, torch._library.custom_ops.CustomOpDef):
+            target = target._opoverload  # a torch.library.custom_op as called: its operator is the node
         args = scalar_operands(target, args)
         args, kwargs = numpy_scalars_as_numbers(
             lambda a, k: self.output.run_fake(kind, target, tuple(example_arg(v) for v in a),
@@ -497,8 +520,6 @@ class Tracer:
             reads: list[Any] = []
             swapped = constant_fold.with_numbers(args, kwargs, reads) if exc.kind == "data_dependent" else None
             if swapped is None:
-        if isinstance(target, torch._library.custom_ops.CustomOpDef):
-            target = target._opoverload  # a torch.library.custom_op as called: its operator is the node
                 raise
             result = self.call_op(kind, target, *swapped)
             self.output.guards.extend(reads)
@@ -750,3 +771,16 @@ def _root_tracer(state: CaptureState, fn: types.FunctionType, L: dict[str, Any],
 
 
 __all__ = ["CaptureResult", "CaptureState", "Tracer", "capture_frame"]
+
+
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtins and C types refuse attribute writes
+
+
+def _user_class(cls: type) -> bool:
+    """A class of the user's own code: its attributes may be written by the frame and replayed.
+    Not a builtin or C type (the write raises), nor a class of torch or the standard library."""
+    if cls.__flags__ & _IMMUTABLE_TYPE:
+        return False
+    module = sys.modules.get(cls.__module__)
+    filename = getattr(module, "__file__", None)
+    return not (isinstance(filename, str) and is_library_code(filename))

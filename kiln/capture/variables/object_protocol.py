@@ -1,7 +1,8 @@
 """The protocols CPython runs through a user object's own Python methods, followed during capture:
 len() and truth (`__len__`, `__bool__`), iteration (`__iter__`), str/repr/format (`__str__`,
 `__repr__`, `__format__`), the `__getattr__` fallback, `operator.attrgetter`/`itemgetter` calls,
-the views a collections.abc.Mapping hands out, and the flags of torch.backends read as process
+the views a collections.abc.Mapping hands out, attribute lookups after the trace wrote a class
+attribute (`C.k = v`, replayed after the graph), and the flags of torch.backends read as process
 settings. Each inlines the method the class writes, guarded on the class (or reads the value and
 guards it). Used by user_object.py. Corresponds to parts of torch/_dynamo/variables/user_defined.py.
 """
@@ -347,3 +348,29 @@ def python_setattr(tx: "Tracer", receiver: Variable, kind: type, name: str, valu
         return True
     raise Unsupported(f"assigning {name!r} through a {type(static).__name__} of {kind.__qualname__}",
                       kind="unsupported_attribute")
+
+
+def class_attribute_written(tx: "Tracer", cls: type, name: str, instance_has: bool | None) -> Variable | None:
+    """What reading `name` gives where the trace wrote it on a class of `cls.__mro__` (the write is
+    replayed after the graph, so the real lookup would still see the old value): read on the class
+    itself (`instance_has` None: a class read through its base) or on an instance of it
+    (`instance_has`: whether its own dict holds the name); None where no such write decides the
+    lookup. A written value that binds (a function becomes a bound method on an instance), or an
+    instance value that a data descriptor the write replaced stood before, is left to a break."""
+    value = tx.side_effects.class_write(cls, name)
+    if value is None or instance_has is None:
+        return value
+    if instance_has:
+        if is_data_descriptor(inspect.getattr_static(cls, name, None)):
+            raise Unsupported(f"reading {name!r} of a {cls.__qualname__} instance after the trace replaced the "
+                              f"descriptor of its class that stood before the instance's own value",
+                              kind="unsupported_attribute")
+        return None  # the instance's own value comes first, as before the write
+    try:
+        kind: type | None = value.python_type()
+    except Unsupported:
+        kind = None
+    if kind is None or hasattr(kind, "__get__"):
+        raise Unsupported(f"reading {name!r} of a {cls.__qualname__} instance after the trace set it on its class "
+                          f"to a value that binds (a function or descriptor)", kind="unsupported_attribute")
+    return value
