@@ -19,11 +19,16 @@ class Unsupported(KilnError):
     `hint` overrides the table's compile-friendly rewrite for this one break.
     """
 
-    def __init__(self, reason: str, *, kind: str = "unsupported", hint: str | None = None) -> None:
+    def __init__(self, reason: str, *, kind: str = "unsupported", hint: str | None = None,
+                 eager_error: BaseException | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.kind = kind
         self.hint = hint
+        # the exception eager raises here, known at trace time (an in-place op into an expanded
+        # tensor): the break runs the op natively, which raises it; under fullgraph=True, where
+        # there is no break, it is raised itself, as torch.compile does
+        self.eager_error = eager_error
 
 
 class RestartCapture(KilnError):

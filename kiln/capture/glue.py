@@ -293,7 +293,7 @@ def _in_loop(code: types.CodeType, offset: int) -> bool:
                for i in dis.get_instructions(code))
 
 
-def _in_try(code: types.CodeType, offset: int, *, with_blocks: bool = False) -> bool:
+def in_try_block(code: types.CodeType, offset: int, *, with_blocks: bool = False) -> bool:
     """True when `offset` is covered by a try block; a with-block's cleanup handler counts only
     when `with_blocks` is set."""
     instrs = [i for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
@@ -522,10 +522,10 @@ class _BreakSite:
         state.side_effects.emit(glue)
         # A raise may be the code's last instruction: nothing follows it, and nothing resumes after it.
         after = ins.offset if ins.opname == "RAISE_VARARGS" else code_mod.next_offset(code, ins.offset)
-        in_try = _in_try(code, ins.offset)
+        in_try = in_try_block(code, ins.offset)
         # A call that raises inside a with-block must reach the block's exit (the glue entered the real
         # manager: a lock to release, a grad mode to restore), as a try block's handler would.
-        call_in_try = in_try or _in_try(code, ins.offset, with_blocks=True)
+        call_in_try = in_try or in_try_block(code, ins.offset, with_blocks=True)
         return cls(state, root, fn, code, ins, glue, wrap_frame, ResumeFunctions(fn, wrap_frame), list(root.stack),
                    after, in_try, call_in_try)
 

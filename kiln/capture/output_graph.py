@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
+from torch.utils import _pytree as pytree
 
 from kiln.capture import distributed
 from kiln.capture.guards import Guard, tensor_guard, user_name
@@ -221,7 +222,7 @@ class OutputGraph:
         """Run one op on example values under the fake mode; failures become Unsupported."""
         written = written_tensors(kind, target, args, kwargs)
         if written:
-            self._refuse_shared_memory_writes(kind, target, written)
+            self._refuse_shared_memory_writes(kind, target, written, args, kwargs)
             self._refuse_partially_overlapping_reads(kind, target, written, args, kwargs)
         try:
             if self.shape_env is not None and _symbolic(args, kwargs):
@@ -252,7 +253,8 @@ class OutputGraph:
             raise Unsupported(f"{name} failed on fake inputs: {type(exc).__name__}: {first}",
                               kind=kind_) from exc
 
-    def _refuse_shared_memory_writes(self, kind: str, target: Any, written: list[torch.Tensor]) -> None:
+    def _refuse_shared_memory_writes(self, kind: str, target: Any, written: list[torch.Tensor], args: tuple,
+                                     kwargs: dict) -> None:
         """A write into a tensor whose elements share memory (an expand), or into the memory of a
         graph input that does, is a graph break: the op runs eagerly, with eager's result or error.
 
@@ -267,7 +269,48 @@ class OutputGraph:
                 name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
                 raise Unsupported(f"{name} writes into a tensor whose elements share memory (sizes "
                                   f"{list(t.shape)}, strides {list(t.stride())}, or a view of such an input)",
-                                  kind="overlapping_write")
+                                  kind="overlapping_write", eager_error=self._eager_refusal(kind, target, args, kwargs))
+
+    def _eager_refusal(self, kind: str, target: Any, args: tuple, kwargs: dict) -> BaseException | None:
+        """The error eager raises for this write, or None: the op run on small real CPU tensors of
+        the arguments' layouts (zeros; arguments that share a storage share one here too). ATen's
+        check that no two written elements share an address runs in its CPU kernels, not in the meta
+        ones: add_ and copy_ refuse, fill_ writes each address in turn. Not tried where a size is
+        symbolic or a storage is large (the answer stays a break)."""
+        storages: dict[int, torch.Tensor] = {}
+
+        def real(v: Any) -> Any:
+            if not isinstance(v, torch.Tensor):
+                return v
+            sizes, strides, offset = tuple(v.shape), v.stride(), v.storage_offset()
+            if not all(type(n) is int for n in (*sizes, *strides, offset)):
+                raise _NoProbe
+            numel = v.untyped_storage().nbytes() // max(v.element_size(), 1)
+            if numel > _PROBE_ELEMENTS:
+                raise _NoProbe
+            key = _storage_id(v)
+            if key not in storages:
+                storages[key] = torch.zeros(numel, dtype=v.dtype)
+            return storages[key].as_strided(sizes, strides, offset)
+
+        rng = torch.get_rng_state()  # a random in-place op (bernoulli_) draws here too: put the stream back
+        try:
+            # outside the fake mode (entered only around each fake run): these are real tensors
+            real_args = tuple(pytree.tree_map(real, list(args)))
+            real_kwargs = pytree.tree_map(real, dict(kwargs))
+            if kind == "call_method":
+                getattr(real_args[0], target)(*real_args[1:], **real_kwargs)
+            else:
+                target(*real_args, **real_kwargs)
+        except _NoProbe:
+            return None
+        except RuntimeError as exc:
+            return exc if "memory location" in str(exc) else None
+        except Exception:  # anything else is not an answer eager gives for sure
+            return None
+        finally:
+            torch.set_rng_state(rng)
+        return None
 
     def _refuse_partially_overlapping_reads(self, kind: str, target: Any, written: list[torch.Tensor],
                                             args: Sequence[Any], kwargs: dict[str, Any]) -> None:
@@ -447,6 +490,13 @@ def _tensor_arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch
             if isinstance(item, torch.Tensor):
                 found.append(item)
     return found
+
+
+_PROBE_ELEMENTS = 1 << 16  # the largest storage _eager_refusal copies the layout of
+
+
+class _NoProbe(Exception):
+    """An argument _eager_refusal cannot make a real twin of (a symbolic size, a large storage)."""
 
 
 def _storage_id(t: torch.Tensor) -> int:

@@ -31,7 +31,8 @@ from kiln import config
 from kiln.capture import code as code_mod
 from kiln.capture import constant_fold
 from kiln.capture.breaks import BreakRecord, make_break_record
-from kiln.capture.glue import CaptureResult, check_breakable, finish_break, finish_return, unbacked_break
+from kiln.capture.glue import (CaptureResult, check_breakable, finish_break, finish_return, in_try_block,
+                               unbacked_break)
 from kiln.capture.guards import Guard
 from kiln.capture.op_arguments import example_arg, node_arg, scalar_operands
 from kiln.capture.options import CompileOptions
@@ -729,6 +730,11 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                         continue  # again, breaking at the op that made the size
                 tx = _user_frame(state.innermost or root)
                 record = make_break_record(exc, tx.code, tx.lineno)
+                if options.fullgraph and exc.eager_error is not None and not _handled_in_trace(state.innermost or root):
+                    # eager's own error (no handler of the frame around it): raised as eager raises it
+                    exc.eager_error.add_note(f"(raised while kiln captured {fn.__qualname__} with fullgraph=True, "
+                                             f"at {record.filename}:{record.lineno})")
+                    raise exc.eager_error
                 if options.fullgraph:
                     raise GraphBreakError(str(record)) from exc
                 check_breakable(root, exc, record)
@@ -742,6 +748,16 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
             abandon_open_contexts(state)
             torch._C._set_grad_enabled(state.initial_grad)
             state.modes.restore_process()
+
+
+def _handled_in_trace(tx: Tracer | None) -> bool:
+    """Whether a try or with block of a frame being traced (the innermost and its callers) covers
+    its current instruction: a handler there may catch what the instruction raises."""
+    while tx is not None:
+        if tx.current is not None and in_try_block(tx.code, tx.current.offset, with_blocks=True):
+            return True
+        tx = tx.parent
+    return False
 
 
 def _user_frame(tx: Tracer) -> Tracer:
