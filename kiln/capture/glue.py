@@ -316,7 +316,7 @@ def check_breakable(root: Any, exc: Unsupported, record: Any) -> None:
     frame continues natively from the breaking instruction itself, so that the exception handlers
     still cover it (see finish_break).
     """
-    if exc.kind == "frame_introspection":
+    if exc.kind in ("frame_introspection", "frame_eager"):
         raise exc  # a split frame's glue is not the frame the call would read: no break helps
     ins = root.current
     native = ins.opname in _CALLS or ins.opname in NATIVE_INSTRUCTIONS or ins.opname == "BEFORE_WITH"

@@ -207,6 +207,11 @@ class TensorVariable(Variable):
                 tx.setattr(self, args[0].as_constant(), args[1])
                 return ConstantVariable(None)
             raise Unsupported(f"Tensor.{name} called explicitly", kind="unsupported_call")
+        if name == "new_tensor":
+            from kiln.capture.variables.numpy_array import numpy_new_tensor  # it imports this module
+            converted = numpy_new_tensor(tx, self, args, kwargs)
+            if converted is not None:
+                return converted
         if name == "register_hook":
             from kiln.capture.variables.tensor_hooks import register_hook  # the hook module imports this one
             return register_hook(tx, self, args, kwargs)
