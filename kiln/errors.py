@@ -37,6 +37,14 @@ class RestartCapture(KilnError):
     no longer hold, so the frame is captured again from its start. Never reaches the user."""
 
 
+class InferenceModeEscapes(RestartCapture):
+    """A tensor made inside `with torch.inference_mode():` (traced as a no-grad region) would be
+    seen where eager's inference tensor differs from a normal one: it leaves the graph (returned,
+    stored, live at a break), is written in place after the block, or meets autograd there (eager
+    refuses to save it for backward). The frame is captured again with the block as a graph
+    break, which runs it for real."""
+
+
 class GraphBreakError(KilnError):
     """Raised under fullgraph=True at the first graph break; its message is the break record."""
 

@@ -62,7 +62,7 @@ from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable, SuperVariable
 from kiln import log
-from kiln.errors import GraphBreakError, RestartCapture, Unsupported
+from kiln.errors import GraphBreakError, InferenceModeEscapes, RestartCapture, Unsupported
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _MAX_STEPS = 200_000  # instructions per capture: an unrolled loop that long is not worth a graph
@@ -99,6 +99,7 @@ class CaptureState:
         self.modes = ProcessModes()  # the default dtype and other settings the frame changes
         self.innermost: "Tracer | None" = None
         self.steps = 0
+        self.inference_breaks = False  # inference_mode blocks are breaks (one of them escaped: InferenceModeEscapes)
         self._cells: dict[int, tuple[types.CellType, CellVariable]] = {}
 
     def real_cell(self, cell: types.CellType, source: Source | None) -> CellVariable:
@@ -525,6 +526,8 @@ class Tracer:
             result = self.call_op(kind, target, *swapped)
             self.output.guards.extend(reads)
             return result
+        if self.output.inference_depth or self.output.inference_made:
+            self.output.follow_inference(kind, target, ex_args, ex_kwargs, example)
         node = self.output.create_node(kind, target, node_args, node_kwargs, example)
         value = constant_fold.after_op(kind, target, args, kwargs, example)
         result = self.wrap_op_result(node, example)
@@ -703,14 +706,19 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
     stop: tuple[int, int, BreakRecord] | None = None
     unbacked_limit: int | None = None
     restarts = 0
+    inference_breaks = False  # inference_mode blocks are traced as no-grad regions until one escapes
     while True:
         state = CaptureState(fn, options, policy)
+        state.inference_breaks = inference_breaks
         state.output.fake_mode.unbacked_limit = unbacked_limit
         root = _root_tracer(state, fn, L, None if stop is None else stop[:2])
         try:
             try:
                 value = root.run()
                 refuse_unclosed_cleanups(state.generators)
+            except InferenceModeEscapes:
+                inference_breaks, stop = True, None
+                continue
             except RestartCapture:
                 restarts += 1
                 if restarts > _MAX_RESTARTS:
@@ -720,7 +728,11 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
             except _ReachedBreak:
                 assert stop is not None
                 refuse_unclosed_cleanups(state.generators)  # the frame then runs eagerly
-                return finish_break(state, root, fn, options, wrap_frame, stop[2])
+                try:
+                    return finish_break(state, root, fn, options, wrap_frame, stop[2])
+                except InferenceModeEscapes:  # a value made under inference_mode is live at the break
+                    inference_breaks, stop = True, None
+                    continue
             except Unsupported as exc:
                 if stop is not None:
                     raise
@@ -743,7 +755,11 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                 offset = root.current.offset
                 stop = (offset, root.arrivals.get(offset, 1) - 1, record)
                 continue
-            return finish_return(state, root, fn, options, value)
+            try:
+                return finish_return(state, root, fn, options, value)
+            except InferenceModeEscapes:
+                inference_breaks, stop = True, None
+                continue
         finally:
             abandon_open_contexts(state)
             torch._C._set_grad_enabled(state.initial_grad)

@@ -250,6 +250,8 @@ class TensorVariable(Variable):
         which the trace does not follow: a break."""
         if self.node.op == "placeholder":
             return bool(self.node.meta.get("inference", False))
+        if tx.state.output.made_in_inference(self.example):
+            return True  # made inside a traced `with torch.inference_mode():` block (or a view of such)
         if tx.state.output.inference_inputs:
             raise Unsupported("is_inference() of a tensor computed from an inference tensor", kind="unsupported_call")
         return False

@@ -159,6 +159,8 @@ class TorchFunctionVariable(Variable):
             return TupleVariable(tx.iterate(args[0]) if args else [], torch.Size)
         if fn in COMPILING_FNS or fn in EXPORTING_FNS:
             return ConstantVariable(fn in COMPILING_FNS)
+        if fn is torch.is_inference_mode_enabled and tx.output.inference_depth:
+            return ConstantVariable(True)  # inside a traced inference_mode block (the process is not in one)
         if fn in CONSTANT_FNS:
             consts = constant_args(list(args), kwargs)
             if consts is None:
