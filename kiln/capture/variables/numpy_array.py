@@ -20,7 +20,7 @@ from kiln.capture.guards import Guard
 from kiln.capture.sources import Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
-from kiln.capture.variables.tensor import tensor_method
+from kiln.capture.variables.tensor import TensorVariable, tensor_method
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -213,6 +213,9 @@ def numpy_new_tensor(tx: "Tracer", tensor: Variable, args: Sequence[Variable], k
     options = {"dtype": kwargs.get("dtype", ConstantVariable(example.dtype)),
                "device": kwargs.get("device", ConstantVariable(example.device)), "copy": ConstantVariable(True)}
     return tx.call_op("call_method", "to", [args[0].tensor()], options)
+
+
+TensorVariable.new_tensor_of_array = numpy_new_tensor
 
 
 # ------------------------------------------------------------------------------------ operators, methods

@@ -65,6 +65,9 @@ def tensor_method(name: str) -> Callable[[TensorMethod], TensorMethod]:
 class TensorVariable(Variable):
     """A tensor made by (or fed into) the graph; `example` is its FakeTensor."""
 
+    # numpy_array.numpy_new_tensor, set by that module (it imports this one): `t.new_tensor(ndarray)`
+    new_tensor_of_array: "Callable[..., Variable | None] | None" = None
+
     def __init__(self, node: torch.fx.Node, example: torch.Tensor, source: Source | None = None) -> None:
         self.node = node
         self.example = example
@@ -207,9 +210,8 @@ class TensorVariable(Variable):
                 tx.setattr(self, args[0].as_constant(), args[1])
                 return ConstantVariable(None)
             raise Unsupported(f"Tensor.{name} called explicitly", kind="unsupported_call")
-        if name == "new_tensor":
-            from kiln.capture.variables.numpy_array import numpy_new_tensor  # it imports this module
-            converted = numpy_new_tensor(tx, self, args, kwargs)
+        if name == "new_tensor" and TensorVariable.new_tensor_of_array is not None:
+            converted = TensorVariable.new_tensor_of_array(tx, self, args, kwargs)
             if converted is not None:
                 return converted
         if name == "register_hook":
