@@ -307,6 +307,16 @@ def in_try_block(code: types.CodeType, offset: int, *, with_blocks: bool = False
     return False
 
 
+def handled_in_trace(tx: Any) -> bool:
+    """Whether a try or with block of a frame being traced (the innermost and its callers) covers
+    its current instruction: a handler there may catch what the instruction raises."""
+    while tx is not None:
+        if tx.current is not None and in_try_block(tx.code, tx.current.offset, with_blocks=True):
+            return True
+        tx = tx.parent
+    return False
+
+
 def check_breakable(root: Any, exc: Unsupported, record: Any) -> None:
     """Raise (the frame then runs eagerly) unless the root instruction can be a graph break.
 

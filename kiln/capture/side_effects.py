@@ -114,6 +114,11 @@ class SideEffects:
         write = self._effects.get(("attr", id(obj), name))
         return None if write is None or write.deleted else write.value
 
+    def writes_class_attribute(self, name: str) -> bool:
+        """Whether the trace set an attribute `name` anywhere (a cheap test before class_write)."""
+        return any(key[0] == "attr" and key[2] == name and isinstance(effect.obj, type)
+                   for key, effect in self._effects.items())
+
     def class_write(self, cls: type, name: str) -> "Variable | None":
         """The value a lookup of `name` through `cls.__mro__` finds where the trace wrote it on a class
         (`C.k = v`, replayed after the graph): the first class of the MRO that was written or that

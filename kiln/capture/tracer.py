@@ -31,7 +31,7 @@ from kiln import config
 from kiln.capture import code as code_mod
 from kiln.capture import constant_fold
 from kiln.capture.breaks import BreakRecord, make_break_record
-from kiln.capture.glue import (CaptureResult, check_breakable, finish_break, finish_return, in_try_block,
+from kiln.capture.glue import (CaptureResult, check_breakable, finish_break, finish_return, handled_in_trace,
                                unbacked_break)
 from kiln.capture.guards import Guard
 from kiln.capture.op_arguments import example_arg, node_arg, scalar_operands
@@ -56,7 +56,8 @@ from kiln.capture.variables.functions import (CellVariable, NestedFunctionVariab
                                               guard_class_attribute)
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables import operators
-from kiln.capture.variables.object_protocol import is_data_descriptor, python_setattr
+from kiln.capture.variables.object_protocol import (class_attribute_written, python_setattr, store_class_attribute,
+                                                   user_class)
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
@@ -287,7 +288,26 @@ class Tracer:
             kind = obj.python_type()
             if inspect.getattr_static(kind, name) is _OBJECT_CLASS:
                 return self.wrap_result(kind)
+        if self.side_effects.writes_class_attribute(name):  # `C.k = v` earlier: replayed after the graph
+            written = self._class_write_seen(obj, name)
+            if written is not None:
+                return written
         return obj.getattr(self, name)
+
+    def _class_write_seen(self, obj: Variable, name: str) -> Variable | None:
+        """What `obj.name` reads where the trace set `name` on obj's class or a base of it (on a class,
+        a subclass, an instance made in the frame or from outside, a module): class_attribute_written."""
+        from kiln.capture.variables.module import NNModuleVariable
+
+        if isinstance(obj, NewObjectVariable):
+            return class_attribute_written(self, obj.cls, name, name in obj.attrs)
+        real = obj.module if isinstance(obj, NNModuleVariable) else obj.value if isinstance(obj, ObjectVariable) else None
+        if real is None or isinstance(real, types.ModuleType):
+            return None
+        if isinstance(real, type):
+            return class_attribute_written(self, real, name, None)
+        own = name in getattr(real, "__dict__", {}) or self.side_effects.pending_attr(real, name) is not None
+        return class_attribute_written(self, type(real), name, own)
 
     def has_attr(self, obj: Variable, name: str) -> bool:
         from kiln.capture.variables.module import NNModuleVariable
@@ -405,28 +425,10 @@ class Tracer:
             # the override (if any) was inlined: the replay is the plain store it ends in
             self.side_effects.store_attr(obj.value, obj, name, value, plain=kind.__setattr__ is not object.__setattr__)
             return
-        if isinstance(obj, ObjectVariable) and isinstance(obj.value, type) and _user_class(obj.value):
-            self._store_class_attr(obj, name, value)
+        if isinstance(obj, ObjectVariable) and isinstance(obj.value, type) and user_class(obj.value):
+            store_class_attribute(self, obj, name, value)
             return
         raise Unsupported(f"setting attribute {name!r} on {obj.describe()}", kind="unsupported")
-
-    def _store_class_attr(self, obj: ObjectVariable, name: str, value: Variable) -> None:
-        """`C.k = v` on a user class from outside the frame: recorded and replayed after the graph (as
-        torch.compile does); later reads in the frame, through the class, its subclasses and its
-        instances, see `v` (SideEffects.class_write). Left as a break where the write would do more
-        than bind a name in the class dict: a metaclass with its own __setattr__ (Enum's), a
-        metaclass data descriptor, or a special method name (it changes the type's slots)."""
-        cls = obj.value
-        if type(cls).__setattr__ is not type.__setattr__:
-            raise Unsupported(f"setting attribute {name!r} on {obj.describe()}, whose metaclass "
-                              f"{type(cls).__qualname__} has its own __setattr__", kind="unsupported")
-        if name.startswith("__") and name.endswith("__"):
-            raise Unsupported(f"setting the special attribute {name!r} on {obj.describe()} (it changes how the class "
-                              f"behaves, not only what it holds)", kind="unsupported")
-        if is_data_descriptor(inspect.getattr_static(type(cls), name, None)):
-            raise Unsupported(f"setting attribute {name!r} on {obj.describe()} through a descriptor of its metaclass",
-                              kind="unsupported")
-        self.side_effects.store_attr(cls, obj, name, value)
 
     def iterate(self, var: Variable) -> list[Variable]:
         return var.iterate(self)
@@ -742,7 +744,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                         continue  # again, breaking at the op that made the size
                 tx = _user_frame(state.innermost or root)
                 record = make_break_record(exc, tx.code, tx.lineno)
-                if options.fullgraph and exc.eager_error is not None and not _handled_in_trace(state.innermost or root):
+                if options.fullgraph and exc.eager_error is not None and not handled_in_trace(state.innermost or root):
                     # eager's own error (no handler of the frame around it): raised as eager raises it
                     exc.eager_error.add_note(f"(raised while kiln captured {fn.__qualname__} with fullgraph=True, "
                                              f"at {record.filename}:{record.lineno})")
@@ -764,16 +766,6 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
             abandon_open_contexts(state)
             torch._C._set_grad_enabled(state.initial_grad)
             state.modes.restore_process()
-
-
-def _handled_in_trace(tx: Tracer | None) -> bool:
-    """Whether a try or with block of a frame being traced (the innermost and its callers) covers
-    its current instruction: a handler there may catch what the instruction raises."""
-    while tx is not None:
-        if tx.current is not None and in_try_block(tx.code, tx.current.offset, with_blocks=True):
-            return True
-        tx = tx.parent
-    return False
 
 
 def _user_frame(tx: Tracer) -> Tracer:
@@ -803,16 +795,3 @@ def _root_tracer(state: CaptureState, fn: types.FunctionType, L: dict[str, Any],
 
 
 __all__ = ["CaptureResult", "CaptureState", "Tracer", "capture_frame"]
-
-
-_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtins and C types refuse attribute writes
-
-
-def _user_class(cls: type) -> bool:
-    """A class of the user's own code: its attributes may be written by the frame and replayed.
-    Not a builtin or C type (the write raises), nor a class of torch or the standard library."""
-    if cls.__flags__ & _IMMUTABLE_TYPE:
-        return False
-    module = sys.modules.get(cls.__module__)
-    filename = getattr(module, "__file__", None)
-    return not (isinstance(filename, str) and is_library_code(filename))

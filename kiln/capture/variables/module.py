@@ -24,7 +24,6 @@ from kiln.capture.sources import AttrSource, GlobalSource, ItemSource, Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.functions import UserMethodVariable
-from kiln.capture.variables.object_protocol import class_attribute_written
 from kiln.capture.variables.sequential_slice import SequentialSliceVariable
 from kiln.errors import RestartCapture, Unsupported
 
@@ -129,9 +128,6 @@ class NNModuleVariable(Variable):
                                                       bind_python_descriptor)
 
         m = self.module
-        written = class_attribute_written(tx, type(m), name, name in m.__dict__)  # `type(self).k = v` earlier
-        if written is not None:
-            return written
         kind = type(m)
         d = m.__dict__
         static = inspect.getattr_static(kind, name, _MISSING)

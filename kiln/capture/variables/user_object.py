@@ -46,7 +46,6 @@ from kiln.capture.variables.object_protocol import (
     MappingViewVariable,
     call_getter,
     call_method_caller,
-    class_attribute_written,
     holds_backend_settings,
     is_data_descriptor,
     python_getattr,
@@ -138,12 +137,6 @@ class ObjectVariable(Variable):
         pending = tx.side_effects.pending_attr(obj, name)
         if pending is not None:
             return pending
-        if not isinstance(obj, types.ModuleType):  # `C.k = v` earlier in the trace, on obj's class or a base
-            own = getattr(obj, "__dict__", None)
-            written = class_attribute_written(tx, obj if isinstance(obj, type) else type(obj), name,
-                                              None if isinstance(obj, type) else isinstance(own, dict) and name in own)
-            if written is not None:
-                return written
         if tx.side_effects.deleted_attr(obj, name):  # `del obj.name` earlier in the trace
             from kiln.capture.variables.exception import no_attribute
             if inspect.getattr_static(type(obj), name, _MISSING) is _MISSING and "__getattr__" not in _class_dicts(type(obj)):
@@ -695,9 +688,6 @@ class NewObjectVariable(Variable):
         # a data descriptor of the class wins over the instance dict (a slot's value is kept there)
         shadowed = static is not _MISSING and is_data_descriptor(static) and \
             not isinstance(static, types.MemberDescriptorType)
-        written = class_attribute_written(tx, self.cls, name, name in self.attrs)  # `C.k = v` earlier in the trace
-        if written is not None:
-            return written
         if name in self.attrs and not shadowed:
             return self.attrs[name]
         if name == "__class__":
