@@ -19,17 +19,30 @@ class Unsupported(KilnError):
     `hint` overrides the table's compile-friendly rewrite for this one break.
     """
 
-    def __init__(self, reason: str, *, kind: str = "unsupported", hint: str | None = None) -> None:
+    def __init__(self, reason: str, *, kind: str = "unsupported", hint: str | None = None,
+                 eager_error: BaseException | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.kind = kind
         self.hint = hint
+        # the exception eager raises here, known at trace time (an in-place op into an expanded
+        # tensor): the break runs the op natively, which raises it; under fullgraph=True, where
+        # there is no break, it is raised itself, as torch.compile does
+        self.eager_error = eager_error
 
 
 class RestartCapture(KilnError):
     """Raised inside capture when the trace changed the program's state the way its first eager
     call would (a lazy module initialized from its input's shapes): what was guarded so far may
     no longer hold, so the frame is captured again from its start. Never reaches the user."""
+
+
+class InferenceModeEscapes(RestartCapture):
+    """A tensor made inside `with torch.inference_mode():` (traced as a no-grad region) would be
+    seen where eager's inference tensor differs from a normal one: it leaves the graph (returned,
+    stored, live at a break), is written in place after the block, or meets autograd there (eager
+    refuses to save it for backward). The frame is captured again with the block as a graph
+    break, which runs it for real."""
 
 
 class GraphBreakError(KilnError):
@@ -64,6 +77,20 @@ class VerificationError(KilnError):
     def __init__(self, stage: str, message: str) -> None:
         super().__init__(f"[{stage}] {message}")
         self.stage = stage
+
+
+class ExternMismatchError(KilnError):
+    """A compiled graph's extern (an ATen op or a custom op run as is) returned a tensor whose dtype
+    or sizes are not the ones its fake tensor promised at capture: the kernels after it were
+    compiled for the promised layout and would read its memory wrongly, so the wrapper stops
+    before they run. A bug in a fake implementation (Kiln's, PyTorch's meta kernel or a custom
+    op's register_fake), never the user's program. `clean`: nothing the graph writes outside
+    itself (an input's storage) was written before the check, so the frame can run eagerly in
+    its place; the entry that first sees it falls back and clears it before passing it on."""
+
+    def __init__(self, message: str, clean: bool = False) -> None:
+        super().__init__(message)
+        self.clean = clean
 
 
 def reraise(exc: BaseException) -> Callable[..., Any]:

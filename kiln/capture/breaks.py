@@ -190,6 +190,13 @@ def _frame_introspection(exc: Unsupported) -> str:
     return "read the caller's module or name outside the compiled function and pass it in"
 
 
+@hint_for_kind("frame_eager")
+def _frame_eager(exc: Unsupported) -> str:
+    """A torch mode manager made in the frame and entered or exited through its protocol methods
+    (contextlib.ExitStack.enter_context): the whole frame runs eagerly, as under torch.compile."""
+    return "use a `with` statement per manager (with torch.autocast(...), torch.no_grad(): ...)"
+
+
 @hint_for_kind("collective")
 def _collective(exc: Unsupported) -> str:
     """A call into torch.distributed (a collective, a process-group query, DDP/FSDP's own Python):

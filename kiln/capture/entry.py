@@ -26,7 +26,7 @@ from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, com
 from kiln.capture.options import CompileOptions
 from kiln.capture.trace_rules import COMPILED_MARKER, ORIGINAL_ATTR
 from kiln import log
-from kiln.errors import GraphBreakError, Unsupported
+from kiln.errors import ExternMismatchError, GraphBreakError, Unsupported
 from kiln import symbolic  # its names load lazily: sympy only comes with a capture
 
 CaptureFn = Callable[..., Any]  # capture_frame(fn, L, options, wrap_frame, *, policy) -> CaptureResult
@@ -353,7 +353,10 @@ def compile_function(fn: Any, options: CompileOptions, capture: CaptureFn | None
         for entry in entries:
             if entry.check_fn(L, G, fn):
                 stats.cache_hits += 1
-                return entry.glue(L, G, fn)
+                try:  # free in CPython 3.11 until something is raised
+                    return entry.glue(L, G, fn)
+                except ExternMismatchError as exc:
+                    return frame.after_mismatch(exc, args, kwargs)
         return frame.miss(args, kwargs, L)
 
     functools.update_wrapper(compiled, fn)
@@ -409,7 +412,27 @@ class _Frame:
             entry = self.entry_for(L)
         if entry is None:
             return self.run_eagerly(args, kwargs)
-        return entry.glue(L, self.fn.__globals__, self.fn)
+        try:
+            return entry.glue(L, self.fn.__globals__, self.fn)
+        except ExternMismatchError as exc:
+            return self.after_mismatch(exc, args, kwargs)
+
+    def after_mismatch(self, exc: ExternMismatchError, args: tuple, kwargs: dict) -> Any:
+        """A graph of this frame got an extern result unlike its fake tensor (a Kiln or fake-impl
+        bug, kiln.errors.ExternMismatchError): the frame runs eagerly from now on, with one warning,
+        and this call too where nothing was changed yet (the graph is the first thing a glue runs,
+        and it wrote no input before the check); else, or under fullgraph=True, the error is raised
+        naming the frame. An outer frame's glue had done its own work before calling into this one,
+        so it never replays: the error leaves here unclean."""
+        clean, exc.clean = exc.clean, False
+        with _COMPILE_LOCK:
+            self.cache.entries.clear()
+            self.cache.eager_reason = f"internal error: {exc}"
+        if clean and not self.options.fullgraph and config.suppress_errors:
+            log.warn(f"kiln: internal error while running {self.name} ({where(self.fn)}); running it eagerly: {exc}")
+            return self.run_eagerly(args, kwargs)
+        exc.add_note(f"(in a graph kiln compiled for {self.name} at {where(self.fn)})")
+        raise exc
 
     def entry_for(self, L: dict) -> CacheEntry | None:
         """The entry that answers this call: one another thread made meanwhile, one from disk, or a

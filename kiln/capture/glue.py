@@ -293,7 +293,7 @@ def _in_loop(code: types.CodeType, offset: int) -> bool:
                for i in dis.get_instructions(code))
 
 
-def _in_try(code: types.CodeType, offset: int, *, with_blocks: bool = False) -> bool:
+def in_try_block(code: types.CodeType, offset: int, *, with_blocks: bool = False) -> bool:
     """True when `offset` is covered by a try block; a with-block's cleanup handler counts only
     when `with_blocks` is set."""
     instrs = [i for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
@@ -307,6 +307,16 @@ def _in_try(code: types.CodeType, offset: int, *, with_blocks: bool = False) -> 
     return False
 
 
+def handled_in_trace(tx: Any) -> bool:
+    """Whether a try or with block of a frame being traced (the innermost and its callers) covers
+    its current instruction: a handler there may catch what the instruction raises."""
+    while tx is not None:
+        if tx.current is not None and in_try_block(tx.code, tx.current.offset, with_blocks=True):
+            return True
+        tx = tx.parent
+    return False
+
+
 def check_breakable(root: Any, exc: Unsupported, record: Any) -> None:
     """Raise (the frame then runs eagerly) unless the root instruction can be a graph break.
 
@@ -316,7 +326,7 @@ def check_breakable(root: Any, exc: Unsupported, record: Any) -> None:
     frame continues natively from the breaking instruction itself, so that the exception handlers
     still cover it (see finish_break).
     """
-    if exc.kind == "frame_introspection":
+    if exc.kind in ("frame_introspection", "frame_eager"):
         raise exc  # a split frame's glue is not the frame the call would read: no break helps
     ins = root.current
     native = ins.opname in _CALLS or ins.opname in NATIVE_INSTRUCTIONS or ins.opname == "BEFORE_WITH"
@@ -522,10 +532,10 @@ class _BreakSite:
         state.side_effects.emit(glue)
         # A raise may be the code's last instruction: nothing follows it, and nothing resumes after it.
         after = ins.offset if ins.opname == "RAISE_VARARGS" else code_mod.next_offset(code, ins.offset)
-        in_try = _in_try(code, ins.offset)
+        in_try = in_try_block(code, ins.offset)
         # A call that raises inside a with-block must reach the block's exit (the glue entered the real
         # manager: a lock to release, a grad mode to restore), as a try block's handler would.
-        call_in_try = in_try or _in_try(code, ins.offset, with_blocks=True)
+        call_in_try = in_try or in_try_block(code, ins.offset, with_blocks=True)
         return cls(state, root, fn, code, ins, glue, wrap_frame, ResumeFunctions(fn, wrap_frame), list(root.stack),
                    after, in_try, call_in_try)
 

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
+from torch.utils import _pytree as pytree
 
 from kiln.capture import distributed
 from kiln.capture.guards import Guard, tensor_guard, user_name
 from kiln.capture.process_modes import MODE_WRITERS
 from kiln.capture.sources import Source
 from kiln.capture.verify import verify_captured_graph
-from kiln.errors import KilnError, Unsupported
+from kiln.errors import InferenceModeEscapes, KilnError, Unsupported
 from kiln.fake.composites import python_dispatcher
 from kiln.runtime.overlap import may_overlap, partially_overlap
 from kiln.symbolic import marked_dynamic
@@ -87,6 +88,11 @@ class OutputGraph:
         self.guards: list[Guard] = []
         # an input is an inference tensor (made under inference_mode): what the graph computes from it may be one too
         self.inference_inputs = False
+        # `with torch.inference_mode():` blocks open in the trace, and the fakes made in them (or views
+        # of those): eager's inference tensors, which must not be seen where they differ (follow_inference)
+        self.inference_depth = 0
+        self.inference_made: dict[int, torch.Tensor] = {}
+        self._inference_input_storages: set[int] = set()
         # instance-dict source -> names the trace found elsewhere (see note_absent)
         self._absent: dict[str, set[str]] = {}
         self._input_vars: dict[str, "Variable"] = {}
@@ -167,6 +173,8 @@ class OutputGraph:
         self.guards.append(tensor_guard(name, value, dims))
         node.meta["inference"] = value.is_inference()  # the guard checks it; the fake cannot say
         self.inference_inputs = self.inference_inputs or value.is_inference()
+        if value.is_inference():
+            self._inference_input_storages.add(_storage_id(fake))
         if fake.requires_grad and not fake.is_leaf:
             # The graph may do in-place ops that autograd forbids on a leaf: it holds for non-leaves only.
             self.guards.append(Guard(f"{name}.is_leaf", "check_value", False))
@@ -221,7 +229,8 @@ class OutputGraph:
         """Run one op on example values under the fake mode; failures become Unsupported."""
         written = written_tensors(kind, target, args, kwargs)
         if written:
-            self._refuse_shared_memory_writes(kind, target, written)
+            self._refuse_inference_input_writes(target, written)
+            self._refuse_shared_memory_writes(kind, target, written, args, kwargs)
             self._refuse_partially_overlapping_reads(kind, target, written, args, kwargs)
         try:
             if self.shape_env is not None and _symbolic(args, kwargs):
@@ -252,7 +261,8 @@ class OutputGraph:
             raise Unsupported(f"{name} failed on fake inputs: {type(exc).__name__}: {first}",
                               kind=kind_) from exc
 
-    def _refuse_shared_memory_writes(self, kind: str, target: Any, written: list[torch.Tensor]) -> None:
+    def _refuse_shared_memory_writes(self, kind: str, target: Any, written: list[torch.Tensor], args: tuple,
+                                     kwargs: dict) -> None:
         """A write into a tensor whose elements share memory (an expand), or into the memory of a
         graph input that does, is a graph break: the op runs eagerly, with eager's result or error.
 
@@ -267,7 +277,58 @@ class OutputGraph:
                 name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
                 raise Unsupported(f"{name} writes into a tensor whose elements share memory (sizes "
                                   f"{list(t.shape)}, strides {list(t.stride())}, or a view of such an input)",
-                                  kind="overlapping_write")
+                                  kind="overlapping_write", eager_error=self._eager_refusal(kind, target, args, kwargs))
+
+    def _refuse_inference_input_writes(self, target: Any, written: list[torch.Tensor]) -> None:
+        """An in-place write into an inference tensor passed in (or a view of one), outside inference
+        mode, is a break: eager refuses it, and a compiled graph would write its storage quietly."""
+        if not self._inference_input_storages or self.inference_depth or torch.is_inference_mode_enabled():
+            return
+        if any(_storage_id(t) in self._inference_input_storages for t in written):
+            name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+            raise Unsupported(f"{name} writes in place into an inference tensor outside inference_mode "
+                              f"(raised natively)", kind="unsupported_call")
+
+    def _eager_refusal(self, kind: str, target: Any, args: tuple, kwargs: dict) -> BaseException | None:
+        """The error eager raises for this write, or None: the op run on small real CPU tensors of
+        the arguments' layouts (zeros; arguments that share a storage share one here too). ATen's
+        check that no two written elements share an address runs in its CPU kernels, not in the meta
+        ones: add_ and copy_ refuse, fill_ writes each address in turn. Not tried where a size is
+        symbolic or a storage is large (the answer stays a break)."""
+        storages: dict[int, torch.Tensor] = {}
+
+        def real(v: Any) -> Any:
+            if not isinstance(v, torch.Tensor):
+                return v
+            sizes, strides, offset = tuple(v.shape), v.stride(), v.storage_offset()
+            if not all(type(n) is int for n in (*sizes, *strides, offset)):
+                raise _NoProbe
+            numel = v.untyped_storage().nbytes() // max(v.element_size(), 1)
+            if numel > _PROBE_ELEMENTS:
+                raise _NoProbe
+            key = _storage_id(v)
+            if key not in storages:
+                storages[key] = torch.zeros(numel, dtype=v.dtype)
+            return storages[key].as_strided(sizes, strides, offset)
+
+        rng = torch.get_rng_state()  # a random in-place op (bernoulli_) draws here too: put the stream back
+        try:
+            # outside the fake mode (entered only around each fake run): these are real tensors
+            real_args = tuple(pytree.tree_map(real, list(args)))
+            real_kwargs = pytree.tree_map(real, dict(kwargs))
+            if kind == "call_method":
+                getattr(real_args[0], target)(*real_args[1:], **real_kwargs)
+            else:
+                target(*real_args, **real_kwargs)
+        except _NoProbe:
+            return None
+        except RuntimeError as exc:
+            return exc if "memory location" in str(exc) else None
+        except Exception:  # anything else is not an answer eager gives for sure
+            return None
+        finally:
+            torch.set_rng_state(rng)
+        return None
 
     def _refuse_partially_overlapping_reads(self, kind: str, target: Any, written: list[torch.Tensor],
                                             args: Sequence[Any], kwargs: dict[str, Any]) -> None:
@@ -301,8 +362,33 @@ class OutputGraph:
         return any(n.op in ("call_function", "call_method", "call_module")
                    and n.target not in _MODE_SWITCHES for n in self.graph.nodes)
 
+    def follow_inference(self, kind: str, target: Any, args: tuple, kwargs: dict, result: Any) -> None:
+        """Track the tensors eager makes as inference tensors: every result inside an inference-mode
+        block, and views of them after it. After the block, an in-place write into one (eager raises)
+        or an op that records autograd over one (eager refuses to save it) restarts the capture with
+        the block as a break (InferenceModeEscapes)."""
+        results = [t for t in pytree.tree_leaves(result) if isinstance(t, torch.Tensor)]
+        if self.inference_depth:
+            self.inference_made.update((id(t), t) for t in results)
+            return
+        inputs = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        made = [t for t in inputs if self.inference_made.get(id(t)) is t]
+        if not made:
+            return
+        if any(self.inference_made.get(id(t)) is t for t in written_tensors(kind, target, args, kwargs)):
+            raise InferenceModeEscapes(f"{target} writes in place into a tensor made under inference_mode")
+        if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+            raise InferenceModeEscapes(f"{target} records autograd over a tensor made under inference_mode")
+        storages = {_storage_id(t) for t in made}
+        self.inference_made.update((id(t), t) for t in results if _storage_id(t) in storages)  # views stay inference
+
+    def made_in_inference(self, t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and self.inference_made.get(id(t)) is t
+
     def close(self, outputs: Sequence[torch.fx.Node]) -> None:
         """Add the output node (a tuple of `outputs`) and drop the ops nothing needs."""
+        if any(self.made_in_inference(n.meta.get("example_value")) for n in outputs):
+            raise InferenceModeEscapes("a tensor made under inference_mode leaves the graph")
         self.graph.output(tuple(outputs))
         _eliminate_dead_code(self.graph)
 
@@ -447,6 +533,13 @@ def _tensor_arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch
             if isinstance(item, torch.Tensor):
                 found.append(item)
     return found
+
+
+_PROBE_ELEMENTS = 1 << 16  # the largest storage _eager_refusal copies the layout of
+
+
+class _NoProbe(Exception):
+    """An argument _eager_refusal cannot make a real twin of (a symbolic size, a large storage)."""
 
 
 def _storage_id(t: torch.Tensor) -> int:

@@ -68,6 +68,7 @@ class SideEffects:
         # every recording adds one (a second write of the same key too): a caller learns whether
         # some code it traced wrote anything outside the frame (an lru_cache'd body, see functions)
         self.writes = 0
+        self._class_attribute_names: set[str] = set()  # names the trace set on a class (class_write)
 
     def __bool__(self) -> bool:
         return bool(self._effects)
@@ -101,6 +102,8 @@ class SideEffects:
         if owner.source is None:
             raise Unsupported(f"setting attribute {name!r} on an object without a source", kind="unsupported")
         self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, value, plain, base_setattr)
+        if isinstance(obj, type):
+            self._class_attribute_names.add(name)
 
     def delete_attr(self, obj: Any, owner: "Variable", name: str) -> None:
         """`del obj.name` of an object from outside whose instance dict holds the name (or a write
@@ -113,6 +116,25 @@ class SideEffects:
     def pending_attr(self, obj: Any, name: str) -> "Variable | None":
         write = self._effects.get(("attr", id(obj), name))
         return None if write is None or write.deleted else write.value
+
+    def writes_class_attribute(self, name: str) -> bool:
+        """Whether the trace set an attribute `name` on some class (asked on every attribute read)."""
+        return name in self._class_attribute_names
+
+    def class_write(self, cls: type, name: str) -> "Variable | None":
+        """The value a lookup of `name` through `cls.__mro__` finds where the trace wrote it on a class
+        (`C.k = v`, replayed after the graph): the first class of the MRO that was written or that
+        holds the name itself decides. None where no class of the MRO was written (the real lookup
+        answers)."""
+        if not any(key[0] == "attr" and key[2] == name for key in self._effects):
+            return None
+        for klass in getattr(cls, "__mro__", ()):
+            write = self._effects.get(("attr", id(klass), name))
+            if write is not None and not write.deleted:
+                return write.value
+            if name in klass.__dict__:
+                return None
+        return None
 
     def writes_attributes_of(self, obj: Any) -> bool:
         """True when the trace set or deleted an attribute of `obj`."""

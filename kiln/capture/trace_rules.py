@@ -154,6 +154,17 @@ BREAK_FNS.update({fn: "unsupported_call" for fn in (
     torch.set_num_threads, torch.set_num_interop_threads, torch.set_float32_matmul_precision,
     torch.use_deterministic_algorithms, torch.set_deterministic_debug_mode, torch.set_anomaly_enabled,
     torch.set_flush_denormal, torch.set_warn_always, torch.set_default_device, torch.set_default_tensor_type)})
+# The protocol methods of torch's mode managers called as functions (contextlib.ExitStack's
+# enter_context calls `type(cm).__enter__(cm)`): capture follows these managers as `with` blocks
+# only, so entered this way the real object was never entered, and native code exiting it later
+# (the stack's __exit__ after a break) raised AttributeError. A break runs each call for real on a
+# manager from outside; one made in the frame has no identity a break can hand on (each rebuild is
+# a new object), so its frame runs eagerly, as torch.compile runs it (kind "frame_eager").
+MANAGER_PROTOCOL = frozenset(getattr(cls, method)
+                             for cls in (torch.autocast, torch.cpu.amp.autocast, torch.no_grad, torch.enable_grad,
+                                         torch.set_grad_enabled, torch.inference_mode)
+                             for method in ("__enter__", "__exit__"))
+BREAK_FNS.update({fn: "unsupported_call" for fn in MANAGER_PROTOCOL})
 
 
 # Questions about the process that a trace answers now, and how each answer stays right:

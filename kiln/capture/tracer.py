@@ -31,7 +31,8 @@ from kiln import config
 from kiln.capture import code as code_mod
 from kiln.capture import constant_fold
 from kiln.capture.breaks import BreakRecord, make_break_record
-from kiln.capture.glue import CaptureResult, check_breakable, finish_break, finish_return, unbacked_break
+from kiln.capture.glue import (CaptureResult, check_breakable, finish_break, finish_return, handled_in_trace,
+                               unbacked_break)
 from kiln.capture.guards import Guard
 from kiln.capture.op_arguments import example_arg, node_arg, scalar_operands
 from kiln.capture.options import CompileOptions
@@ -55,13 +56,14 @@ from kiln.capture.variables.functions import (CellVariable, NestedFunctionVariab
                                               guard_class_attribute)
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables import operators
-from kiln.capture.variables.object_protocol import python_setattr
+from kiln.capture.variables.object_protocol import (class_attribute_written, python_setattr, store_class_attribute,
+                                                   user_class)
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable, SuperVariable
 from kiln import log
-from kiln.errors import GraphBreakError, RestartCapture, Unsupported
+from kiln.errors import GraphBreakError, InferenceModeEscapes, RestartCapture, Unsupported
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _MAX_STEPS = 200_000  # instructions per capture: an unrolled loop that long is not worth a graph
@@ -98,6 +100,7 @@ class CaptureState:
         self.modes = ProcessModes()  # the default dtype and other settings the frame changes
         self.innermost: "Tracer | None" = None
         self.steps = 0
+        self.inference_breaks = False  # inference_mode blocks are breaks (one of them escaped: InferenceModeEscapes)
         self._cells: dict[int, tuple[types.CellType, CellVariable]] = {}
 
     def real_cell(self, cell: types.CellType, source: Source | None) -> CellVariable:
@@ -285,7 +288,26 @@ class Tracer:
             kind = obj.python_type()
             if inspect.getattr_static(kind, name) is _OBJECT_CLASS:
                 return self.wrap_result(kind)
+        if self.side_effects.writes_class_attribute(name):  # `C.k = v` earlier: replayed after the graph
+            written = self._class_write_seen(obj, name)
+            if written is not None:
+                return written
         return obj.getattr(self, name)
+
+    def _class_write_seen(self, obj: Variable, name: str) -> Variable | None:
+        """What `obj.name` reads where the trace set `name` on obj's class or a base of it (on a class,
+        a subclass, an instance made in the frame or from outside, a module): class_attribute_written."""
+        from kiln.capture.variables.module import NNModuleVariable
+
+        if isinstance(obj, NewObjectVariable):
+            return class_attribute_written(self, obj.cls, name, name in obj.attrs)
+        real = obj.module if isinstance(obj, NNModuleVariable) else obj.value if isinstance(obj, ObjectVariable) else None
+        if real is None or isinstance(real, types.ModuleType):
+            return None
+        if isinstance(real, type):
+            return class_attribute_written(self, real, name, None)
+        own = name in getattr(real, "__dict__", {}) or self.side_effects.pending_attr(real, name) is not None
+        return class_attribute_written(self, type(real), name, own)
 
     def has_attr(self, obj: Variable, name: str) -> bool:
         from kiln.capture.variables.module import NNModuleVariable
@@ -403,6 +425,9 @@ class Tracer:
             # the override (if any) was inlined: the replay is the plain store it ends in
             self.side_effects.store_attr(obj.value, obj, name, value, plain=kind.__setattr__ is not object.__setattr__)
             return
+        if isinstance(obj, ObjectVariable) and isinstance(obj.value, type) and user_class(obj.value):
+            store_class_attribute(self, obj, name, value)
+            return
         raise Unsupported(f"setting attribute {name!r} on {obj.describe()}", kind="unsupported")
 
     def iterate(self, var: Variable) -> list[Variable]:
@@ -476,6 +501,8 @@ class Tracer:
     # ------------------------------------------------------------------ graph ops
     def call_op(self, kind: str, target: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         """Record `target(*args, **kwargs)` as a node; its example value comes from the fakes."""
+        if isinstance(target, torch._library.custom_ops.CustomOpDef):
+            target = target._opoverload  # a torch.library.custom_op as called: its operator is the node
         args = scalar_operands(target, args)
         args, kwargs = numpy_scalars_as_numbers(
             lambda a, k: self.output.run_fake(kind, target, tuple(example_arg(v) for v in a),
@@ -501,6 +528,8 @@ class Tracer:
             result = self.call_op(kind, target, *swapped)
             self.output.guards.extend(reads)
             return result
+        if self.output.inference_depth or self.output.inference_made:
+            self.output.follow_inference(kind, target, ex_args, ex_kwargs, example)
         node = self.output.create_node(kind, target, node_args, node_kwargs, example)
         value = constant_fold.after_op(kind, target, args, kwargs, example)
         result = self.wrap_op_result(node, example)
@@ -679,14 +708,19 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
     stop: tuple[int, int, BreakRecord] | None = None
     unbacked_limit: int | None = None
     restarts = 0
+    inference_breaks = False  # inference_mode blocks are traced as no-grad regions until one escapes
     while True:
         state = CaptureState(fn, options, policy)
+        state.inference_breaks = inference_breaks
         state.output.fake_mode.unbacked_limit = unbacked_limit
         root = _root_tracer(state, fn, L, None if stop is None else stop[:2])
         try:
             try:
                 value = root.run()
                 refuse_unclosed_cleanups(state.generators)
+            except InferenceModeEscapes:
+                inference_breaks, stop = True, None
+                continue
             except RestartCapture:
                 restarts += 1
                 if restarts > _MAX_RESTARTS:
@@ -696,7 +730,11 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
             except _ReachedBreak:
                 assert stop is not None
                 refuse_unclosed_cleanups(state.generators)  # the frame then runs eagerly
-                return finish_break(state, root, fn, options, wrap_frame, stop[2])
+                try:
+                    return finish_break(state, root, fn, options, wrap_frame, stop[2])
+                except InferenceModeEscapes:  # a value made under inference_mode is live at the break
+                    inference_breaks, stop = True, None
+                    continue
             except Unsupported as exc:
                 if stop is not None:
                     raise
@@ -706,6 +744,11 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                         continue  # again, breaking at the op that made the size
                 tx = _user_frame(state.innermost or root)
                 record = make_break_record(exc, tx.code, tx.lineno)
+                if options.fullgraph and exc.eager_error is not None and not handled_in_trace(state.innermost or root):
+                    # eager's own error (no handler of the frame around it): raised as eager raises it
+                    exc.eager_error.add_note(f"(raised while kiln captured {fn.__qualname__} with fullgraph=True, "
+                                             f"at {record.filename}:{record.lineno})")
+                    raise exc.eager_error
                 if options.fullgraph:
                     raise GraphBreakError(str(record)) from exc
                 check_breakable(root, exc, record)
@@ -714,7 +757,11 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                 offset = root.current.offset
                 stop = (offset, root.arrivals.get(offset, 1) - 1, record)
                 continue
-            return finish_return(state, root, fn, options, value)
+            try:
+                return finish_return(state, root, fn, options, value)
+            except InferenceModeEscapes:
+                inference_breaks, stop = True, None
+                continue
         finally:
             abandon_open_contexts(state)
             torch._C._set_grad_enabled(state.initial_grad)

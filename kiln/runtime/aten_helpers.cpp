@@ -59,3 +59,14 @@ static at::Tensor kiln_relayout(const at::Tensor& t, at::IntArrayRef strides) {
   }
   return storage.as_strided(t.sizes(), strides);
 }
+// whether an extern's result is what its fake tensor promised (dtype, and sizes where `sizes` is given):
+// "" if so, else the message of kiln.errors.ExternMismatchError (the Python wrapper's checked_result)
+static std::string kiln_result_mismatch(const std::string& op, const at::Tensor& t, at::ScalarType dtype,
+                                        const at::IntArrayRef* sizes) {
+  if (t.scalar_type() == dtype && (sizes == nullptr || t.sizes().equals(*sizes))) return std::string();
+  std::string expected = sizes == nullptr ? std::string("any sizes") : "sizes " + c10::str(*sizes);
+  return "kiln internal error: the extern " + op + " returned a " + std::string(c10::toString(t.scalar_type()))
+         + " tensor of sizes " + c10::str(t.sizes()) + " where its fake tensor at capture was "
+         + std::string(c10::toString(dtype)) + " of " + expected
+         + ": a fake (meta) implementation disagrees with the real kernel (for a custom op, check its register_fake)";
+}

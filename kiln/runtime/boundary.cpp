@@ -240,6 +240,18 @@ static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
     PyErr_SetString(raised, message.c_str());
     return nullptr;
   }
+  if (kind == 6 || kind == 7) {  // kiln.errors.ExternMismatchError; 6: nothing outside the graph written yet
+    PyObject* errors = PyImport_ImportModule("kiln.errors");
+    PyObject* type = errors == nullptr ? nullptr : PyObject_GetAttrString(errors, "ExternMismatchError");
+    Py_XDECREF(errors);
+    if (type == nullptr) return nullptr;
+    PyObject* exc = PyObject_CallFunction(type, "sO", message.c_str(), kind == 6 ? Py_True : Py_False);
+    Py_DECREF(type);
+    if (exc == nullptr) return nullptr;
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
+    Py_DECREF(exc);
+    return nullptr;
+  }
   if (kind != 0) {
     PyObject* type = kind == 1 ? PyExc_IndexError : kind == 3 ? PyExc_ValueError
         : kind == 4 ? PyExc_ZeroDivisionError : kind == 5 ? PyExc_TypeError : PyExc_RuntimeError;

@@ -25,6 +25,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from kiln import config, log
+from kiln.errors import ExternMismatchError
 from kiln.runtime import build
 from kiln.runtime.artifact import RECIPE_ATTR, Recipe, loader
 from kiln.runtime.overlap import strided_copy
@@ -40,6 +41,20 @@ def relayout(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
         if size != 1 and have != want:
             return strided_copy(t, strides)
     return t
+
+
+def checked_result(t: torch.Tensor, dtype: torch.dtype, sizes: tuple[int, ...] | None, strides: tuple[int, ...],
+                   op: str, clean: bool) -> torch.Tensor:
+    """An extern's result `t` after the wrapper's one-line test found it differs from its fake
+    tensor (the wrapper's `_checked_result`): ExternMismatchError where its dtype or sizes differ
+    (the kernels after it would read its memory as something else), else `t` re-laid out to
+    `strides`. `sizes` None: the op may return fewer elements than its meta says (not compared)."""
+    if t.dtype is not dtype or (sizes is not None and tuple(t.shape) != tuple(sizes)):
+        raise ExternMismatchError(
+            f"kiln internal error: the extern {op} returned a {t.dtype} tensor of sizes {tuple(t.shape)} where "
+            f"its fake tensor at capture was {dtype} of sizes {sizes}: a fake (meta) implementation disagrees "
+            f"with the real kernel (for a custom op, check its register_fake)", clean)
+    return relayout(t, strides) if t.dim() else t
 
 
 @record_type
@@ -65,7 +80,7 @@ class WrapperRecipe:
 _PORTABLE_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, torch._ops.OpOverload,
                        torch.Tensor)  # small constant tensors travel as data (kiln.runtime.records)
 _CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int64, "d": ctypes.c_double}  # d: a float argument
-_FIXED_GLOBALS = {"torch": torch, "_relayout": relayout}
+_FIXED_GLOBALS = {"torch": torch, "_relayout": relayout, "_checked_result": checked_result}
 
 
 def wrapper_recipe(source: str, env: dict[str, Any], argtypes: dict[str, list[Any]],
@@ -157,11 +172,12 @@ def bind_threads(env: dict[str, Any], lib: ctypes.CDLL) -> None:
 _METHODS = frozenset({"size", "stride", "data_ptr", "as_strided", "storage_offset", "t", "permute", "view",
                       "expand", "item", "numel", "element_size"})
 _TORCH_FUNCTIONS = frozenset({"empty_strided", "randint"})
+_DATA_ATTRIBUTES = frozenset({"dtype", "shape"})  # read, never called: an extern result's check (checked_result)
 _BUILTINS = frozenset({"int", "max", "min"})
 _NODES = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Assign, ast.If, ast.Expr, ast.Delete,
           ast.Return, ast.Raise, ast.Name, ast.Load, ast.Store, ast.Del, ast.Constant, ast.Attribute, ast.Call,
           ast.keyword, ast.Subscript, ast.Tuple, ast.List, ast.BinOp, ast.UnaryOp, ast.Compare,
-          ast.operator, ast.unaryop, ast.cmpop)
+          ast.operator, ast.unaryop, ast.cmpop, ast.BoolOp, ast.boolop)
 
 
 def check_wrapper_source(source: str, globals_: set[str]) -> ast.Module:
@@ -198,7 +214,7 @@ def _check(source: str, globals_: set[str]) -> ast.Module:
     known = set(params) | globals_ | set(_FIXED_GLOBALS) | _BUILTINS | checked
     nodes = _all_nodes(fn)
     known |= {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    callables = globals_ | _BUILTINS | {"_relayout"} | checked
+    callables = globals_ | _BUILTINS | {"_relayout", "_checked_result"} | checked
     called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     for node in nodes:
         if not isinstance(node, _NODES):
@@ -225,7 +241,7 @@ def _check(source: str, globals_: set[str]) -> ast.Module:
                 ok = False
             if not ok:
                 raise ValueError(f"wrapper source makes a call it may not make: {ast.unparse(func)}")
-        if isinstance(node, ast.Attribute) and id(node) not in called:
+        if isinstance(node, ast.Attribute) and id(node) not in called and node.attr not in _DATA_ATTRIBUTES:
             raise ValueError(f"wrapper source reads an attribute {node.attr!r} it does not call")
     return tree
 

@@ -15,7 +15,7 @@ namespace kiln_plan {
 
 enum Op : int64_t {
   NARGS = 1, ARG_TENSOR, ARG_INT, ARG_FLOAT, SYM_INT, SYM_SIZE, SYM_STRIDE, SYM_FLOAT, SET, TAKE, RELAYOUT,
-  CONST, SEED, ALLOC, ALIAS, VIEW, RESET, KERNEL, EXTERN, BIND_SIZE, OUT, CHECK_STRIDES
+  CONST, SEED, ALLOC, ALIAS, VIEW, RESET, KERNEL, EXTERN, BIND_SIZE, OUT, CHECK_STRIDES, CHECK_RESULT
 };
 // tokens of an integer expression (reverse Polish)
 enum Tok : int64_t {
@@ -250,6 +250,23 @@ struct Frame {
           at::Tensor& s = slot();
           Ints strides = exprs();
           if (!s.strides().equals(strides)) s = kiln_relayout(s, strides);
+          break;
+        }
+        case CHECK_RESULT: {  // an extern's result: its dtype and sizes are the fake's, then its strides
+          at::Tensor& s = slot();
+          const c10::OperatorHandle& handle = p.ops.at(static_cast<size_t>(next()));
+          at::ScalarType dtype = p.dtypes.at(static_cast<size_t>(next()));
+          bool clean = next() != 0, has_sizes = next() != 0;
+          Ints sizes;
+          if (has_sizes) sizes = exprs();
+          Ints strides = exprs();
+          at::IntArrayRef expected(sizes);
+          std::string mismatch = kiln_result_mismatch(handle.schema().name(), s, dtype, has_sizes ? &expected : nullptr);
+          if (!mismatch.empty()) {
+            *failure = {clean ? 6 : 7, std::move(mismatch)};
+            return false;
+          }
+          if (s.dim() && !s.strides().equals(strides)) s = kiln_relayout(s, strides);
           break;
         }
         case CONST: { at::Tensor& s = slot(); s = constants.at(static_cast<size_t>(next())).toTensor(); break; }

@@ -62,6 +62,7 @@ from kiln.capture.variables.functions import (
     WeakRefVariable,
 )
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
+from kiln.capture.variables.user_hashed_keys import HashedKey, hashes_in_python
 from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
 from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVariable
 from kiln.capture.variables.module import NNModuleVariable
@@ -404,7 +405,7 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
     (lambda state, v, s: type(v) in (dict, collections.OrderedDict, collections.defaultdict) and _constant_keys(v),
      _wrap_dict),
     (lambda state, v, s: type(v) in (dict, collections.OrderedDict) and s is not None
-     and all(isinstance(k, torch.Tensor) or is_constant_value(k) for k in v),
+     and all(isinstance(k, torch.Tensor) or is_constant_value(k) or hashes_in_python(type(k)) for k in v),
      lambda state, v, s: _wrap_tensor_keyed_dict(state, v, _given(s))),
     (lambda state, v, s: isinstance(v, dict) and s is not None and wrappable_dict_subclass(type(v))
      and not is_model_output_class(type(v)) and _constant_keys(v),
@@ -487,6 +488,12 @@ def _wrap_tensor_keyed_dict(state: "CaptureState", value: dict, source: Source) 
     entries: dict[Any, Variable] = {}
     for index, (key, item) in enumerate(value.items()):
         key_var = wrap_value(state, key, DictKeySource(source, index))
+        if hashes_in_python(type(key)):
+            # a user object: the very object, and the hash the dict stored for it (its __hash__ as
+            # the dict called it), so that lookups meet it as CPython's do (DictVariable._resolve)
+            _guard(state, DictKeySource(source, index), "check_id", key)
+            entries[HashedKey(key_var, key, hash(key))] = wrap_value(state, item, DictValueSource(source, index))
+            continue
         entries[key_of(key_var)] = wrap_value(state, item, DictValueSource(source, index))
     return DictVariable(entries, type(value), source)
 

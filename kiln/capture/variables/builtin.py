@@ -278,6 +278,8 @@ def type_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -
         return tx.wrap(kind, TypeSource(obj.source))
     if isinstance(obj, NewObjectVariable) and obj.cls_source is not None:
         return tx.wrap(kind, obj.cls_source)
+    if obj.source is not None and isinstance(kind, type) and issubclass(kind, torch.nn.Module):
+        return tx.wrap(kind, TypeSource(obj.source))  # a module's class likewise (`type(self).count += 1`)
     return tx.wrap_result(kind)
 
 

@@ -110,6 +110,8 @@ class AutocastVariable(Variable):
         raise Unsupported(f"attribute {name!r} of {self.describe()}", kind="unsupported_attribute")
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.source is not None:  # the very object: an ExitStack that entered it exits it later
+            return self.source.name()
         return (f"{glue.constant(torch.autocast)}({self.device!r}, dtype={glue.constant(self.dtype)}, "
                 f"enabled={self.enabled}, cache_enabled={self.cache})")
 
@@ -123,8 +125,10 @@ def wrap_autocast_instance(state: "CaptureState", value: Any, source: Any) -> Au
         state.output.guards.append(Guard(source.name(), "check_type", type(value)))
         for attr, setting in settings.items():
             state.output.guards.append(Guard(AttrSource(source, attr).name(), "check_value", setting))
-    return AutocastVariable(type(value), value.device, value.fast_dtype, bool(value._enabled),
-                            bool(value._cache_enabled))
+    var = AutocastVariable(type(value), value.device, value.fast_dtype, bool(value._enabled),
+                           bool(value._cache_enabled))
+    var.source = source
+    return var
 
 
 def close_open_contexts(state: "CaptureState") -> None:

@@ -13,7 +13,7 @@ import collections
 import inspect
 import types
 import typing
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -261,19 +261,30 @@ class DictVariable(Variable):
             return read
         return self._write_method(tx, name, args, kwargs)
 
+    # user_hashed_keys.key_for, set by that module (it imports this one): the key a lookup finds
+    # where a user class's __hash__/__eq__ decides
+    key_resolver: "Callable[[Tracer, DictVariable, Variable, bool], Any] | None" = None
+
+    def _key(self, tx: "Tracer", var: Variable, write: bool = False) -> Any:
+        resolver = DictVariable.key_resolver
+        return key_of(var) if resolver is None else resolver(tx, self, var, write)
+
     def _read_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                      kwargs: dict[str, Variable]) -> Variable | None:
         """A dict method that reads the dict (None for the others)."""
         none = ConstantVariable(None)
         if name == "__getitem__" and len(args) == 1:
-            key = key_of(args[0])
+            key = self._key(tx, args[0])
+            if getattr(key, "absent", False):  # eager's KeyError shows the key's own repr: raised natively
+                raise Unsupported(f"KeyError for the user-hashed key {args[0].describe()} (raised natively)",
+                                  kind="unsupported")
             if key not in self.items:
                 return self._missing(tx, key)
             return self.items[key]
         if name == "get" and 1 <= len(args) <= 2:
-            return self.items.get(key_of(args[0]), args[1] if len(args) == 2 else none)
+            return self.items.get(self._key(tx, args[0]), args[1] if len(args) == 2 else none)
         if name == "__contains__" and len(args) == 1:
-            return ConstantVariable(key_of(args[0]) in self.items)
+            return ConstantVariable(self._key(tx, args[0]) in self.items)
         if name == "__len__":
             return self.length(tx)
         if name in ("keys", "values", "items") and not args and not kwargs:
@@ -300,22 +311,24 @@ class DictVariable(Variable):
 
         none = ConstantVariable(None)
         if name == "__setitem__" and len(args) == 2:
+            key = self._key(tx, args[0], write=True)
             self._mutated(tx)
-            self.items[key_of(args[0])] = args[1]
+            self.items[key] = args[1]
             return none
         if name == "__delitem__" and len(args) == 1:
+            key = self._key(tx, args[0], write=True)
             self._mutated(tx)
-            del self.items[key_of(args[0])]
+            del self.items[key]
             return none
         if name == "pop" and 1 <= len(args) <= 2:
-            key = key_of(args[0])
+            key = self._key(tx, args[0], write=True)
             if key not in self.items and len(args) == 1:
                 from kiln.capture.variables.exception import raise_in_trace
                 raise raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
             self._mutated(tx)
             return self.items.pop(key, args[1] if len(args) == 2 else none)
         if name == "setdefault" and 1 <= len(args) <= 2:
-            key = key_of(args[0])
+            key = self._key(tx, args[0], write=True)
             if key not in self.items:
                 self._mutated(tx)
                 self.items[key] = args[1] if len(args) == 2 else none

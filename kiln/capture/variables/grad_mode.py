@@ -14,7 +14,7 @@ import torch
 
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
-from kiln.errors import Unsupported
+from kiln.errors import InferenceModeEscapes, Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
@@ -30,6 +30,22 @@ def set_grad_mode(tx: "Tracer", enabled: bool) -> None:
     torch._C._set_grad_enabled(enabled)
 
 
+def _inference_mode(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """`torch.inference_mode()` in the frame, as a manager or a decorator: a no-grad region whose
+    results the output graph follows as eager's inference tensors (OutputGraph.follow_inference):
+    where one would be seen to differ from a normal tensor, the frame is captured again with the
+    block as a break (state.inference_breaks), as it was before. As torch.compile, one graph."""
+    if tx.state.inference_breaks or tx.output.inference_inputs:
+        raise Unsupported("torch.inference_mode inside a compiled region, whose results leave the block "
+                          "as inference tensors", kind="unsupported_call")
+    if len(args) == 1 and not kwargs and not args[0].is_constant():  # `@torch.inference_mode` without parentheses
+        return GradModeVariable(False, torch.inference_mode, (True,)).call(tx, args, {})
+    mode = (args[0] if args else kwargs.get("mode", ConstantVariable(True))).as_constant()
+    if mode is not True or set(kwargs) - {"mode"}:
+        raise Unsupported(f"torch.inference_mode({mode!r}) inside a compiled region", kind="unsupported_call")
+    return GradModeVariable(False, torch.inference_mode, (True,))
+
+
 class GradModeVariable(Variable):
     """A grad-mode manager; `target` is the mode inside the block, `ctor` rebuilds it at run time."""
 
@@ -42,7 +58,7 @@ class GradModeVariable(Variable):
     @staticmethod
     def create(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
         if fn is torch.inference_mode:
-            raise Unsupported("torch.inference_mode inside a compiled region", kind="unsupported_call")
+            return _inference_mode(tx, args, kwargs)
         if fn in (torch.no_grad, torch.enable_grad):
             made = GradModeVariable(fn is torch.enable_grad, fn, ())
             if len(args) == 1 and not kwargs:
@@ -62,13 +78,20 @@ class GradModeVariable(Variable):
         return self.ctor
 
     def enter(self, tx: "Tracer") -> Variable:
+        if self.target and tx.output.inference_depth:
+            # grad mode on inside inference_mode: eager still records nothing there
+            raise InferenceModeEscapes(f"{self.describe()} inside torch.inference_mode")
         if self.prev is None:
             self.prev = tx.state.grad_enabled
         set_grad_mode(tx, self.target)
+        if self.ctor is torch.inference_mode:
+            tx.output.inference_depth += 1
         return ConstantVariable(None)
 
     def exit(self, tx: "Tracer") -> Variable:
         set_grad_mode(tx, bool(self.prev))
+        if self.ctor is torch.inference_mode:
+            tx.output.inference_depth -= 1
         return ConstantVariable(None)
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:

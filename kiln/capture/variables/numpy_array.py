@@ -20,7 +20,7 @@ from kiln.capture.guards import Guard
 from kiln.capture.sources import Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
-from kiln.capture.variables.tensor import tensor_method
+from kiln.capture.variables.tensor import TensorVariable, tensor_method
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -200,6 +200,22 @@ def numpy_to_tensor(tx: "Tracer", fn: Any, args: Sequence[Variable], kwargs: dic
             if fn is torch.tensor else tx.call_op("call_method", "to", [array.tensor()], options)
         return result
     return None
+
+
+def numpy_new_tensor(tx: "Tracer", tensor: Variable, args: Sequence[Variable], kwargs: dict[str, Variable]
+                     ) -> Variable | None:
+    """`t.new_tensor(a)` on a traced ndarray: a copy of it in t's dtype and device (or the ones
+    given), as torch.tensor(a, dtype=t.dtype) makes it; None for anything else (requires_grad=,
+    another argument: the method's usual path)."""
+    if len(args) != 1 or not isinstance(args[0], NumpyArrayVariable) or set(kwargs) - {"dtype", "device"}:
+        return None
+    example = tensor.example  # type: ignore[attr-defined]
+    options = {"dtype": kwargs.get("dtype", ConstantVariable(example.dtype)),
+               "device": kwargs.get("device", ConstantVariable(example.device)), "copy": ConstantVariable(True)}
+    return tx.call_op("call_method", "to", [args[0].tensor()], options)
+
+
+TensorVariable.new_tensor_of_array = numpy_new_tensor
 
 
 # ------------------------------------------------------------------------------------ operators, methods

@@ -1,7 +1,8 @@
 """The protocols CPython runs through a user object's own Python methods, followed during capture:
 len() and truth (`__len__`, `__bool__`), iteration (`__iter__`), str/repr/format (`__str__`,
 `__repr__`, `__format__`), the `__getattr__` fallback, `operator.attrgetter`/`itemgetter` calls,
-the views a collections.abc.Mapping hands out, and the flags of torch.backends read as process
+the views a collections.abc.Mapping hands out, attribute lookups after the trace wrote a class
+attribute (`C.k = v`, replayed after the graph), and the flags of torch.backends read as process
 settings. Each inlines the method the class writes, guarded on the class (or reads the value and
 guards it). Used by user_object.py. Corresponds to parts of torch/_dynamo/variables/user_defined.py.
 """
@@ -11,10 +12,12 @@ import collections.abc
 import functools
 import inspect
 import operator
+import sys
 import types
 from typing import TYPE_CHECKING, Any
 
 from kiln.capture.guards import ABSENT, Guard, ProcessQuery
+from kiln.capture.trace_rules import is_library_code
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import is_constant_value
 from kiln.capture.variables.exception import RaisedInTrace, raise_in_trace
@@ -69,6 +72,38 @@ def python_len(tx: "Tracer", var: Variable, cls: type) -> Variable | None:
     if result.is_constant() and type(result.as_constant()) is int and result.as_constant() >= 0:
         return result
     return None
+
+
+def python_hash(tx: "Tracer", var: Variable, cls: type) -> int:
+    """`hash(obj)` through the class's Python `__hash__`, inlined (what it reads is guarded), as a
+    dict lookup computes it from the int that returns (CPython's slot_tp_hash)."""
+    result = var.getattr(tx, "__hash__").call(tx, [], {})
+    if not result.is_constant() or type(result.as_constant()) is not int:
+        raise Unsupported(f"{cls.__qualname__}.__hash__ does not give an int known at trace time", kind="unsupported")
+    value = result.as_constant()
+    if -2 ** 63 <= value < 2 ** 63:  # CPython keeps a __hash__ result that fits a Py_ssize_t, -1 made -2
+        return -2 if value == -1 else value
+    return hash(value)  # else the hash of the int
+
+
+def python_equal(tx: "Tracer", a: Variable, b: Variable) -> bool:
+    """`a == b` as a dict lookup asks it of a key with an equal hash: a's Python `__eq__`, inlined, then
+    b's where a's gives NotImplemented; neither deciding means not equal (the objects differ)."""
+    for left, right in ((a, b), (b, a)):
+        try:
+            kind = left.python_type()
+        except Unsupported:
+            continue
+        if not isinstance(inspect.getattr_static(kind, "__eq__", None), types.FunctionType):
+            if left.is_constant() and right.is_constant():
+                return bool(left.as_constant() == right.as_constant())
+            continue
+        result = left.getattr(tx, "__eq__").call(tx, [right], {})
+        if not result.is_constant():
+            raise Unsupported(f"{kind.__qualname__}.__eq__ does not give a value known at trace time", kind="unsupported")
+        if result.as_constant() is not NotImplemented:
+            return bool(result.as_constant())
+    return False
 
 
 def call_getter(tx: "Tracer", getter: Any, target: Variable) -> Variable:
@@ -347,3 +382,61 @@ def python_setattr(tx: "Tracer", receiver: Variable, kind: type, name: str, valu
         return True
     raise Unsupported(f"assigning {name!r} through a {type(static).__name__} of {kind.__qualname__}",
                       kind="unsupported_attribute")
+
+
+def class_attribute_written(tx: "Tracer", cls: type, name: str, instance_has: bool | None) -> Variable | None:
+    """What reading `name` gives where the trace wrote it on a class of `cls.__mro__` (the write is
+    replayed after the graph, so the real lookup would still see the old value): read on the class
+    itself (`instance_has` None: a class read through its base) or on an instance of it
+    (`instance_has`: whether its own dict holds the name); None where no such write decides the
+    lookup. A written value that binds (a function becomes a bound method on an instance), or an
+    instance value that a data descriptor the write replaced stood before, is left to a break."""
+    value = tx.side_effects.class_write(cls, name)
+    if value is None or instance_has is None:
+        return value
+    if instance_has:
+        if is_data_descriptor(inspect.getattr_static(cls, name, None)):
+            raise Unsupported(f"reading {name!r} of a {cls.__qualname__} instance after the trace replaced the "
+                              f"descriptor of its class that stood before the instance's own value",
+                              kind="unsupported_attribute")
+        return None  # the instance's own value comes first, as before the write
+    try:
+        kind: type | None = value.python_type()
+    except Unsupported:
+        kind = None
+    if kind is None or hasattr(kind, "__get__"):
+        raise Unsupported(f"reading {name!r} of a {cls.__qualname__} instance after the trace set it on its class "
+                          f"to a value that binds (a function or descriptor)", kind="unsupported_attribute")
+    return value
+
+
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtins and C types refuse attribute writes
+
+
+def user_class(cls: type) -> bool:
+    """A class of the user's own code: its attributes may be written by the frame and replayed.
+    Not a builtin or C type (the write raises), nor a class of torch or the standard library."""
+    if cls.__flags__ & _IMMUTABLE_TYPE:
+        return False
+    module = sys.modules.get(cls.__module__)
+    filename = getattr(module, "__file__", None)
+    return not (isinstance(filename, str) and is_library_code(filename))
+
+
+def store_class_attribute(tx: "Tracer", obj: Variable, name: str, value: Variable) -> None:
+    """`C.k = v` on a user class from outside the frame: recorded and replayed after the graph (as
+    torch.compile does); later reads in the frame, through the class, its subclasses and its
+    instances, see `v` (SideEffects.class_write). Left as a break where the write would do more
+    than bind a name in the class dict: a metaclass with its own __setattr__ (Enum's), a
+    metaclass data descriptor, or a special method name (it changes the type's slots)."""
+    cls = obj.as_python_value()
+    if type(cls).__setattr__ is not type.__setattr__:
+        raise Unsupported(f"setting attribute {name!r} on {obj.describe()}, whose metaclass "
+                          f"{type(cls).__qualname__} has its own __setattr__", kind="unsupported")
+    if name.startswith("__") and name.endswith("__"):
+        raise Unsupported(f"setting the special attribute {name!r} on {obj.describe()} (it changes how the class "
+                          f"behaves, not only what it holds)", kind="unsupported")
+    if is_data_descriptor(inspect.getattr_static(type(cls), name, None)):
+        raise Unsupported(f"setting attribute {name!r} on {obj.describe()} through a descriptor of its metaclass",
+                          kind="unsupported")
+    tx.side_effects.store_attr(cls, obj, name, value)

@@ -65,6 +65,9 @@ def tensor_method(name: str) -> Callable[[TensorMethod], TensorMethod]:
 class TensorVariable(Variable):
     """A tensor made by (or fed into) the graph; `example` is its FakeTensor."""
 
+    # numpy_array.numpy_new_tensor, set by that module (it imports this one): `t.new_tensor(ndarray)`
+    new_tensor_of_array: "Callable[..., Variable | None] | None" = None
+
     def __init__(self, node: torch.fx.Node, example: torch.Tensor, source: Source | None = None) -> None:
         self.node = node
         self.example = example
@@ -207,6 +210,10 @@ class TensorVariable(Variable):
                 tx.setattr(self, args[0].as_constant(), args[1])
                 return ConstantVariable(None)
             raise Unsupported(f"Tensor.{name} called explicitly", kind="unsupported_call")
+        if name == "new_tensor" and TensorVariable.new_tensor_of_array is not None:
+            converted = TensorVariable.new_tensor_of_array(tx, self, args, kwargs)
+            if converted is not None:
+                return converted
         if name == "register_hook":
             from kiln.capture.variables.tensor_hooks import register_hook  # the hook module imports this one
             return register_hook(tx, self, args, kwargs)
@@ -245,6 +252,8 @@ class TensorVariable(Variable):
         which the trace does not follow: a break."""
         if self.node.op == "placeholder":
             return bool(self.node.meta.get("inference", False))
+        if tx.state.output.made_in_inference(self.example):
+            return True  # made inside a traced `with torch.inference_mode():` block (or a view of such)
         if tx.state.output.inference_inputs:
             raise Unsupported("is_inference() of a tensor computed from an inference tensor", kind="unsupported_call")
         return False

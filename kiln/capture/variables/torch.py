@@ -17,6 +17,7 @@ from kiln.capture.trace_rules import (
     CONSTANT_FNS,
     EXPORTING_FNS,
     GUARDED,
+    MANAGER_PROTOCOL,
     MODE_CALLS,
     QUERIES,
     TELEMETRY_FNS,
@@ -126,6 +127,10 @@ class TorchFunctionVariable(Variable):
             # an assertion that holds at trace time: nothing to record, and its message (often
             # formatted from sizes) is never made, so those sizes are not specialized
             return ConstantVariable(None)
+        if fn in MANAGER_PROTOCOL and args and args[0].source is None:
+            raise Unsupported(f"{fn.__qualname__} called on a manager made in the frame (contextlib.ExitStack, a "
+                              f"manual __enter__): a graph break cannot hand the same object on, so the frame runs "
+                              f"eagerly, as under torch.compile", kind="frame_eager")
         kind = torch_break_kind(fn)
         if kind == "graph_break" and is_library_code(tx.code.co_filename):
             # torch's own forced breaks (optimizer.step's no_grad wrapper) keep Kiln's one graph:
@@ -154,6 +159,8 @@ class TorchFunctionVariable(Variable):
             return TupleVariable(tx.iterate(args[0]) if args else [], torch.Size)
         if fn in COMPILING_FNS or fn in EXPORTING_FNS:
             return ConstantVariable(fn in COMPILING_FNS)
+        if fn is torch.is_inference_mode_enabled and tx.output.inference_depth:
+            return ConstantVariable(True)  # inside a traced inference_mode block (the process is not in one)
         if fn in CONSTANT_FNS:
             consts = constant_args(list(args), kwargs)
             if consts is None:

@@ -449,7 +449,7 @@ class NativeWrapperWriter(WrapperWriter):
                     access = "ret" + "".join(f"[{p}]" for p in path)
                 self.body.append(f"    {rname} = {access};")
             self.body.append("  }")
-        self._bind_results(results)
+        self._bind_results(results, op)
 
     def _arguments(self, n: Any) -> list[str]:
         """The C++ expressions of an extern's arguments in schema order, typed as its schema says
@@ -514,19 +514,37 @@ class NativeWrapperWriter(WrapperWriter):
                     raise Unsupported(f"{op}: a result at {path}")
                 self.body.append(f"    {rname} = stack[{index}].toTensor();")
         self.body.append("  }")
-        self._bind_results(n.results)
+        self._bind_results(n.results, op)
 
-    def _bind_results(self, results: Any) -> None:
-        """After an extern: its results' layouts, unbacked sizes bound, strides checked."""
+    def _bind_results(self, results: Any, op: Any) -> None:
+        """After an extern: its results' layouts, unbacked sizes bound, dtype and sizes checked
+        against the fake's (kiln.errors.ExternMismatchError: error kind 6 where nothing outside
+        the graph was written yet, else 7), strides re-laid out."""
         for rname, layout, path in results:
             self.layouts[rname] = layout
             for d, size in enumerate(layout.sizes):
                 if getattr(size, "is_Symbol", False) and str(size) not in self.bound:
                     self.body.append(f"  const int64_t {size} = {rname}.size({d});")  # an unbacked size
                     self.bound.add(str(size))
-            if layout.sizes and self.read_later(rname):
-                expected = _ints(layout.strides)
-                self.body.append(f"  if (!{rname}.strides().equals({expected})) {rname} = kiln_relayout({rname}, {expected});")
+            check = self.result_check(rname, layout, op, path)
+            if check is None:
+                continue
+            dtype = f"at::ScalarType::{_SCALAR_TYPES.get(layout.dtype) or self._no(f'a result of dtype {layout.dtype}')}"
+            sizes = _ints(layout.sizes)
+            wrong = f"{rname}.scalar_type() != {dtype}"
+            expected = "nullptr"
+            if check[1]:
+                wrong += f" || !{rname}.sizes().equals({sizes})"
+                expected = "&expected"
+            self.body.append(f"  if ({wrong}) {{")
+            if expected != "nullptr":
+                self.body.append(f"    const std::vector<int64_t> sizes{sizes}; const at::IntArrayRef expected(sizes);")
+            self.body.append(f"    return kiln_fail({6 if self.clean else 7}, kiln_result_mismatch({json.dumps(str(op))}, "
+                             f"{rname}, {dtype}, {expected}), error_kind, message);")
+            self.body.append("  }")
+            if layout.sizes:
+                strides = _ints(layout.strides)
+                self.body.append(f"  if (!{rname}.strides().equals({strides})) {rname} = kiln_relayout({rname}, {strides});")
 
 
 @functools.lru_cache(maxsize=None)

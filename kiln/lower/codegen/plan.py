@@ -37,7 +37,7 @@ from kiln.symbolic.expr import FloorDiv, ModularIndexing, is_float_symbol
 
 # the opcodes, expression tokens, value and kernel-argument kinds of boundary.cpp's kiln_plan namespace
 (NARGS, ARG_TENSOR, ARG_INT, ARG_FLOAT, SYM_INT, SYM_SIZE, SYM_STRIDE, SYM_FLOAT, SET, TAKE, RELAYOUT, CONST, SEED,
- ALLOC, ALIAS, VIEW, RESET, KERNEL, EXTERN, BIND_SIZE, OUT, CHECK_STRIDES) = range(1, 23)
+ ALLOC, ALIAS, VIEW, RESET, KERNEL, EXTERN, BIND_SIZE, OUT, CHECK_STRIDES, CHECK_RESULT) = range(1, 24)
 (T_CONST, T_REG, T_ADD, T_MUL, T_FLOORDIV, T_MOD, T_NEG, T_MIN, T_MAX, T_ABS, T_DIV, T_REM, T_EQ, T_NE, T_LT, T_LE,
  T_GT, T_GE, T_AND, T_OR, T_NOT, T_SELECT) = range(22)
 (V_NONE, V_INT, V_DOUBLE, V_FREG, V_BOOL, V_TENSOR, V_INT_LIST, V_DOUBLE_LIST, V_BOOL_LIST, V_TENSOR_LIST,
@@ -430,17 +430,20 @@ class PlanWriter(NativeWrapperWriter):
             results += [self._slot(rname), index, item]
         self.words += [EXTERN, self._op(op), len(values)] + [w for v in values for w in v]
         self.words += [len(n.results)] + results
-        self._bind_results(n.results)
+        self._bind_results(n.results, op)
 
-    def _bind_results(self, results: Any) -> None:
-        for rname, layout, _ in results:
+    def _bind_results(self, results: Any, op: Any) -> None:
+        for rname, layout, path in results:
             self.layouts[rname] = layout
             for d, size in enumerate(layout.sizes):
                 if getattr(size, "is_Symbol", False) and str(size) not in self.bound:
                     self.words += [BIND_SIZE, self._reg(str(size)), self._slot(rname), d]  # an unbacked size
                     self.bound.add(str(size))
-            if layout.sizes and self.read_later(rname):
-                self.words += [CHECK_STRIDES, self._slot(rname)] + self.exprs(layout.strides)
+            check = self.result_check(rname, layout, op, path)
+            if check is not None:  # dtype and sizes against the fake's (ExternMismatchError), strides
+                sizes = self.exprs(layout.sizes) if check[1] else []
+                self.words += [CHECK_RESULT, self._slot(rname), self._op(op), self._dtype(layout.dtype),
+                               int(self.clean), int(check[1])] + sizes + self.exprs(layout.strides)
 
 
 Signatures = dict[str, tuple[list[str], list[str], bool]]

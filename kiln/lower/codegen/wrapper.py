@@ -29,8 +29,8 @@ from kiln.lower.codegen.memory import (Allocation, MemoryFacts, MemoryPlan, in_p
 from kiln.lower.ir import (BufferRef, ConstantBuffer, Extern, InputBuffer, Layout, Load, Pointwise, SymExpr,
                            contiguous_strides, index_vars, walk)
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
-from kiln.runtime.kernel_wrapper import (bind_overloads, bind_threads, positional, relayout as _relayout, tag,
-                                         with_output_spec, wrapper_recipe)
+from kiln.runtime.kernel_wrapper import (bind_overloads, bind_threads, checked_result, positional,
+                                         relayout as _relayout, tag, with_output_spec, wrapper_recipe)
 from kiln.symbolic.expr import is_float_symbol
 from kiln.symbolic.render import render_python
 
@@ -114,7 +114,7 @@ class WrapperWriter:
         self.signatures = signatures
         self.lines: list[str] = []
         self.layouts: dict[str, Layout] = {}
-        self.globals: dict[str, Any] = {"torch": torch, "_relayout": _relayout}
+        self.globals: dict[str, Any] = {"torch": torch, "_relayout": _relayout, "_checked_result": checked_result}
         self.plan = MemoryPlan()
         self.input_writes: dict[str, str] = {}  # output buffer -> the input whose storage it is computed in
 
@@ -223,12 +223,15 @@ class WrapperWriter:
         self.plan = plan_memory(dataclasses.replace(self.facts, allocations=tuple(
             a for a in self.facts.allocations if a.name not in self.input_writes)))
         written = set(self.input_writes.values())  # an input read for the last time before its new value is computed in it
+        inputs = {b.name for b in ir.buffers if isinstance(b, InputBuffer)}
+        self.clean = True  # no step so far wrote into an input's storage (see ExternMismatchError)
         for s, step in enumerate(self.program.steps):
             self.step_index = s
             if isinstance(step, (Kernel, ScatterKernel)):
                 self._kernel(step)
             else:
                 self._extern(step)
+            self.clean = self.clean and not self._writes_inputs(step, inputs)
             dead = sorted(n for n, last in last_use.items() if last == s and n not in outputs
                           and n in self.layouts and not n.startswith("const_") and n not in self.plan.kept
                           and n not in written and self.frees(n))
@@ -255,6 +258,36 @@ class WrapperWriter:
         while len(_FACTS) > 32:
             _FACTS.popitem(last=False)
         return facts
+
+    def _writes_inputs(self, step: Kernel | ScatterKernel | ExternCall, inputs: set[str]) -> bool:
+        """Whether `step` may write into the storage of a graph input: a kernel computing an
+        input's new value in place, a scatter into one, or an extern whose schema mutates an
+        argument (any: counted as a write, to be safe)."""
+        if isinstance(step, Kernel):
+            return any(n.name in self.input_writes for n in step.nodes)
+        if isinstance(step, ScatterKernel):
+            return step.node.target in inputs or step.node.target in self.input_writes
+        op = step.node.op
+        if not isinstance(op, torch._ops.OpOverload):
+            return True
+        return any(step.node.name in self.input_writes or r[0] in self.input_writes for r in step.node.results) \
+            or any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
+
+    def result_check(self, name: str, layout: Layout, op: Any, path: tuple) -> tuple[str, bool] | None:
+        """The condition under which extern result `name` is not what the graph was compiled for:
+        a dtype or sizes other than its fake tensor's (an error: ExternMismatchError), or other
+        strides (a relayout); and whether it compares the sizes. None for a result nothing reads
+        (it may be missing, see read_later). The sizes of a result ATen's CPU kernel may leave empty
+        (_UNSIZED_EXTRA_RESULTS) are not compared."""
+        if not self.read_later(name):
+            return None
+        clauses = [f"{name}.dtype is not {self.arg(layout.dtype)}"]
+        sized = not (path and op in _UNSIZED_EXTRA_RESULTS)
+        if sized:
+            clauses.append(f"{name}.shape != {_tuple(layout.sizes)}")
+        if layout.sizes:
+            clauses.append(f"{name}.stride() != {_tuple(layout.strides)}")
+        return " or ".join(clauses), sized
 
     def frees(self, name: str) -> bool:
         """Whether the wrapper holds `name` in a variable it can drop (every buffer, here)."""
@@ -390,9 +423,11 @@ class WrapperWriter:
                     # an unbacked size (nonzero's count) is known once the op has run
                     self.lines.append(f"    {size} = {name}.size({d})")
                     self.bound.add(str(size))
-            if layout.sizes and self.read_later(name):
-                expected = _tuple(layout.strides)
-                self.lines.append(f"    if {name}.stride() != {expected}: {name} = _relayout({name}, {expected})")
+            check = self.result_check(name, layout, n.op, path)
+            if check is not None:
+                sizes = _tuple(layout.sizes) if check[1] else "None"
+                self.lines.append(f"    if {check[0]}: {name} = _checked_result({name}, {self.arg(layout.dtype)}, "
+                                  f"{sizes}, {_tuple(layout.strides)}, {str(n.op)!r}, {self.clean})")
 
     def _bodies(self) -> list[Any]:
         out: list[Any] = []
