@@ -119,6 +119,7 @@ TORCH_FAILS: dict[str, str] = {
     "global_hook_registered_between_calls_reaches_inlined_module": "a global hook registered after the first call is skipped",
     "pre_hook_with_kwargs_added_between_calls": "a pre-hook added after the first call is not seen",
     "abc_register_between_calls_changes_isinstance": "ABC.register() after the first call is not seen by isinstance",
+    "float_argument_signed_zero": "a graph traced for a float argument 0.0 is reused for -0.0",
 }
 
 MIN_CASES = 400
