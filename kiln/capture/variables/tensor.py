@@ -41,6 +41,11 @@ _DATA_METHODS = {
     "register_hook": "unsupported_call", "__array__": "numpy", "__repr__": "print", "__str__": "print",
     "__format__": "print", "retain_grad": "unsupported_call", "requires_grad_": "unsupported_call",
 }
+# Python object protocols on the tensor object itself (copy.deepcopy, pickle): they copy its storage,
+# .grad and Python attributes and fill the caller's memo, none of which is an op of the graph (as a
+# graph node, __deepcopy__ ran on fake tensors and failed: an internal error and an eager fallback).
+_OBJECT_PROTOCOL_METHODS = frozenset({"__deepcopy__", "__reduce_ex__", "__reduce__", "__getstate__",
+                                      "__setstate__", "__sizeof__"})
 
 # Reading a known (constant-folded) tensor's value: eager's answer at trace time.
 _READ_METHODS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__"})
@@ -210,6 +215,10 @@ class TensorVariable(Variable):
         if name == "register_hook":
             from kiln.capture.variables.tensor_hooks import register_hook  # the hook module imports this one
             return register_hook(tx, self, args, kwargs)
+        if name in _OBJECT_PROTOCOL_METHODS:
+            raise Unsupported(f"Tensor.{name}() copies or pickles the tensor object, not an op of a graph",
+                              kind="unsupported_call", hint="deep-copy tensors outside the compiled function, "
+                              "or use .clone() (and .detach()) inside it")
         if name in _DATA_METHODS:
             raise Unsupported(f"Tensor.{name}() reads the tensor's data, which is not known while tracing",
                               kind=_DATA_METHODS[name])
