@@ -154,6 +154,11 @@ class TensorVariable(Variable):
             return self.size(tx)
         if name in _CONSTANT_ATTRS:
             return tx.wrap_result(getattr(self.example, name))
+        if name == "nbytes":  # numel * itemsize: symbolic with a dynamic size
+            numel = self.size(tx).call_method(tx, "numel", [], {})
+            if numel.is_constant():
+                return tx.wrap_result(numel.as_constant() * self.example.itemsize)
+            return tx.call_op("call_function", operator.mul, [numel, ConstantVariable(self.example.itemsize)], {})
         if name in ("T", "mT", "H", "mH", "real", "imag"):
             return tx.call_op("call_function", getattr, [self, ConstantVariable(name)], {})
         if name in ("data",):
