@@ -152,6 +152,10 @@ class CaptureState:
             # global (a module-level scale a script changes between calls) becomes a symbol once it
             # changes, as torch.compile's floats do (unlike ints, whose globals stay constants)
             return False
+        if value == 0.0:
+            # 0.0 == -0.0: a symbol specialized by the trace (copysign, str(), a branch) is guarded
+            # equal to its hint, which takes either zero; as a constant its sign is guarded too
+            return False
         return bool(self.policy.float_is_dynamic(source.name(), value, self.dynamic))
 
     def symbolic_float(self, value: float, source: Source) -> Variable:
