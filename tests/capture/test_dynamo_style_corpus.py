@@ -72,6 +72,9 @@ KNOWN_FAILURES: dict[str, tuple[str, str]] = {
     # queries torch.compile folds to constants (distributed, backends flags, is_fx_tracing, autocast state,
     # privateuse1 name), distributions' lazy properties, x * y.item() (torch keeps it a tensor op):
     # kiln/capture/variables/torch.py, kiln/capture/variables/tensor.py
+    # a module's introspection (named_buffers, state_dict) after the trace rebound one of its buffers reads
+    # the real tables, which do not have the change yet: a break (kiln/capture/variables/module.py)
+    "buffer_rebound_in_submodule_and_read_by_parent": (BREAK, "named_buffers() after the trace changed the module's..."),
     "tensor_item_under_fullgraph_breaks_like_torch": (BREAK, "Tensor.item() reads the tensor's data, which is no..."),
     # numpy: np.dtype, np.finfo, np.fft, np.meshgrid: kiln/capture/variables/numpy_functions.py
     # generators (yield from / SEND, send(), throw()), symbolic float methods (is_integer), tensor hooks registered
