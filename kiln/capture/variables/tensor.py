@@ -18,6 +18,7 @@ from kiln import config
 from kiln.capture.sources import AttrSource, Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.sequence import holds_symbolic_number
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -220,6 +221,14 @@ class TensorVariable(Variable):
         if name == "register_hook":
             from kiln.capture.variables.tensor_hooks import register_hook  # the hook module imports this one
             return register_hook(tx, self, args, kwargs)
+        if name == "new_tensor" and args and holds_symbolic_number(args[0]):
+            # x.new_tensor([x.shape[0] == 3, n // 2]) of dynamic sizes: torch.tensor's reference
+            # builds it from the symbols, in x's dtype and device unless given (as new_tensor does)
+            options = dict(kwargs)
+            for key, own in (("dtype", self.example.dtype), ("device", self.example.device)):
+                if key not in options or options[key].is_constant() and options[key].as_constant() is None:
+                    options[key] = ConstantVariable(own)
+            return tx.call_op("call_function", torch._refs.tensor, [args[0]], options)
         if name in _OBJECT_PROTOCOL_METHODS:
             raise Unsupported(f"Tensor.{name}() copies or pickles the tensor object, not an op of a graph",
                               kind="unsupported_call", hint="deep-copy tensors outside the compiled function, "
