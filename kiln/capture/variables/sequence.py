@@ -14,7 +14,6 @@ import torch
 from kiln.capture.trace_rules import BUILTIN_RULES
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
-from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -304,11 +303,3 @@ class ListVariable(BaseSequenceVariable):
         if self.source is not None:
             return self.source.name()
         return "[" + ", ".join(glue.reconstruct(i) for i in self.items) + "]"
-
-
-def holds_symbolic_number(data: Variable | None) -> bool:
-    """A symbolic number, or a list or tuple holding one at any depth (torch.tensor's or
-    new_tensor's data built from dynamic sizes)."""
-    if isinstance(data, SymIntVariable):
-        return True
-    return isinstance(data, BaseSequenceVariable) and any(holds_symbolic_number(item) for item in data.items)

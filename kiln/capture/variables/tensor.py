@@ -18,7 +18,7 @@ from kiln import config
 from kiln.capture.sources import AttrSource, Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
-from kiln.capture.variables.sequence import holds_symbolic_number
+from kiln.capture.variables.symint import holds_symbolic_number
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from kiln.capture.guards import Guard, ProcessQuery
 from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.out_variant import call_with_out, has_out_argument
-from kiln.capture.variables.sequence import holds_symbolic_number
+from kiln.capture.variables.symint import holds_symbolic_number
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:

@@ -57,7 +57,7 @@ from kiln.capture.variables.object_protocol import (
 )
 from kiln.capture.variables.functions import is_autograd_function_apply, python_function
 from kiln.capture.variables.instance_dict import written_instance_dict
-from kiln.capture.variables.symint import SymIntVariable
+from kiln.capture.variables.symint import SymIntVariable, decided, holds_symbolic_number, symbolic_product
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -396,17 +396,11 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
         # a float argument's sqrt (a temperature, a scale) or rounding stays in the graph, as in
         # torch.compile; the ShapeEnv guards what it relies on (sqrt's and trunc's sign)
         return tx.call_op("call_function", _FLOAT_MATH[fn], args, {})
-    if fn is math.prod and len(args) == 1 and set(kwargs) <= {"start"} and _holds_symbol(args[0]):
-        # math.prod(x.shape) of dynamic sizes: the product stays symbolic, as the loop it is
-        from kiln.capture.variables.operators import binary_op  # operators imports this module
-        product = kwargs.get("start") or tx.wrap_result(1)
-        for item in args[0].iterate(tx):
-            product = binary_op(tx, "*", product, item)
-        return product
-    # A symbolic size given to math.* is specialized (guarded) to its value, inside a list or
-    # tuple too (math.fsum(x.shape), math.lcm(*sizes))
-    values = [_specialized(a) for a in args]
-    kw = {k: _specialized(v) for k, v in kwargs.items()}
+    if fn is math.prod and len(args) == 1 and set(kwargs) <= {"start"} and holds_symbolic_number(args[0]):
+        return symbolic_product(tx, args[0].iterate(tx), kwargs.get("start") or tx.wrap_result(1))
+    # A symbolic size given to math.* is specialized (guarded) to its value, in a list or tuple too
+    values = [decided(a) for a in args]
+    kw = {k: decided(v) for k, v in kwargs.items()}
     if is_numpy_math(fn) and not all(isinstance(v, _SCALARS) for v in [*values, *kw.values()]):
         # an array argument is mutable state the trace cannot own: the call runs natively
         raise Unsupported(f"numpy.{fn.__name__} on a numpy array", kind="numpy")
@@ -415,21 +409,6 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
     except Exception as exc:
         raise Unsupported(f"{fn.__name__} raised {type(exc).__name__}: {exc} (raised natively)",
                           kind="unsupported") from exc
-
-
-def _holds_symbol(var: Variable) -> bool:
-    return isinstance(var, SymIntVariable) or isinstance(getattr(var, "items", None), list) and any(
-        _holds_symbol(item) for item in var.items)  # type: ignore[attr-defined]
-
-
-def _specialized(var: Variable) -> Any:
-    """The value of `var` with every symbolic number in it decided (guarded)."""
-    if isinstance(var, SymIntVariable):
-        return var.specialize()
-    if not var.is_constant() and _holds_symbol(var) and type(var.python_type()) is type \
-            and var.python_type() in (list, tuple, torch.Size):
-        return var.python_type()(_specialized(item) for item in var.items)  # type: ignore[attr-defined]
-    return var.as_constant()
 
 
 def _is_stable_module(obj: Any) -> bool:
