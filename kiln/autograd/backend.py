@@ -184,7 +184,8 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
     function = make_autograd_function(
         compiled_fw, compiled_bw, num_forward_outputs=parts.num_forward_outputs,
         num_saved_tensors=len(parts.saved_tensors), differentiable=joint.differentiable,
-        primal_needs_grad=[isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values])
+        primal_needs_grad=[isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values],
+        unused_inputs=[k for k, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder") if not n.users])
     function = with_missing_derivatives(function, joint.no_derivative)
     return AotRuntime(forward=compiled_fw, function=function, report=report, grad_mode=None if ambient else True,
                       **common)

@@ -36,6 +36,12 @@ METADATA_OPS = frozenset({
     aten.numel.default, aten.dim.default,
 })
 
+# a comparison inside a symbolic expression, as the operator the graph applies to its operands
+_RELATIONS: dict[type, Callable[[Any, Any], Any]] = {
+    sympy.StrictGreaterThan: operator.gt, sympy.GreaterThan: operator.ge, sympy.StrictLessThan: operator.lt,
+    sympy.LessThan: operator.le, sympy.Eq: operator.eq, sympy.Ne: operator.ne,
+}
+
 
 def expr_of(x: torch.SymInt | torch.SymFloat | torch.SymBool) -> sympy.Basic:
     """The sympy expression behind a symbolic scalar: Kiln's SymNode and torch's both carry `.expr`,
@@ -167,6 +173,8 @@ class AtenTracer(TorchDispatchMode):
             return int(expr)
         if expr.is_Number:
             return float(expr)
+        if expr is sympy.true or expr is sympy.false:
+            return bool(expr)
         if expr in self.sym_node_of:
             return self.sym_node_of[expr]
         node = self._build_expr(expr)
@@ -211,6 +219,13 @@ class AtenTracer(TorchDispatchMode):
             return self._arith(operator.floordiv, (self.node_of_expr(num), self.node_of_expr(den)))
         if isinstance(expr, sympy.Abs):  # of a float argument's expression
             return self._arith(operator.abs, (args[0],))
+        relation = _RELATIONS.get(type(expr))
+        if relation is not None:  # a comparison of sizes or int arguments the graph returns or uses
+            return self._arith(relation, tuple(args))
+        if isinstance(expr, sympy.Not):
+            return self._arith(torch.sym_not, (args[0],))
+        if isinstance(expr, (sympy.And, sympy.Or)):
+            return self._fold(operator.and_ if isinstance(expr, sympy.And) else operator.or_, args)
         if isinstance(expr, sympy.Max):
             return self._fold(torch.sym_max, args)
         if isinstance(expr, sympy.Min):

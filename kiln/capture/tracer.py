@@ -155,6 +155,10 @@ class CaptureState:
             # global (a module-level scale a script changes between calls) becomes a symbol once it
             # changes, as torch.compile's floats do (unlike ints, whose globals stay constants)
             return False
+        if value == 0.0:
+            # 0.0 == -0.0: a symbol specialized by the trace (copysign, str(), a branch) is guarded
+            # equal to its hint, which takes either zero; as a constant its sign is guarded too
+            return False
         return bool(self.policy.float_is_dynamic(source.name(), value, self.dynamic))
 
     def symbolic_float(self, value: float, source: Source) -> Variable:
@@ -361,11 +365,23 @@ class Tracer:
             if python_setattr(self, obj, kind, name, value):
                 return  # a property's setter or a descriptor's __set__, inlined (as Module.__setattr__ ends in object's)
             if isinstance(value, TensorVariable) and (name in obj.module._parameters or name in obj.module._buffers):
-                current = obj.getattr(self, name)
+                # the tensor there now, read (made a graph input) only when the trace already had it:
+                # an unused input that requires grad would tie the graph to its autograd history
+                held = obj.module._parameters.get(name, obj.module._buffers.get(name))
+                seen = held is not None and any(entry[0] is held for entry in self.state.wrapped.values())
+                current = obj.getattr(self, name) if seen or self.side_effects.pending_attr(obj.module, name) \
+                    or obj._changed_table(self, "_buffers") is not None else None
                 if isinstance(current, TensorVariable) and current.example is value.example:
                     return  # `self.count += 1`: the in-place op already updated the buffer; the store rebinds it to itself
-                raise Unsupported(f"assigning a new tensor to parameter/buffer {name!r} of a module",
-                                  kind="unsupported")
+                if name in obj.module._parameters:
+                    raise Unsupported(f"assigning a new tensor to parameter {name!r} of a module", kind="unsupported")
+                # a buffer rebound to a new tensor (an EMA `self.avg = self.avg * m + x`, a cache
+                # filled on the first call) is what Module.__setattr__ does with it: `_buffers[name]
+                # = value`, a change of that table which later reads in the trace (the attribute,
+                # named_buffers, state_dict) see, replayed after the graph
+                table = obj.getattr(self, "_buffers")
+                table.call_method(self, "__setitem__", [ConstantVariable(name), value], {})
+                return
             # the replay must not run an override already traced
             self.side_effects.store_attr(obj.module, obj, name, value,
                                          base_setattr=torch.nn.Module.__setattr__ if overridden else None)

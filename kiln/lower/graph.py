@@ -26,7 +26,7 @@ from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, 
 from kiln.lower.lowerings.convolution import channels_last_strides, reads_channels_last
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback
 from kiln.lower.schedule import MIN_STORAGE_INNER
-from kiln.symbolic.expr import float_symbol
+from kiln.symbolic.expr import float_symbol, negate, relation
 
 aten = torch.ops.aten
 
@@ -313,7 +313,12 @@ def _sym_arith(target: Any, args: Sequence[Any]) -> Any:
         operator.mod: lambda a, b: sympy.Mod(a, b), operator.truediv: lambda a, b: a / b,
         torch.sym_max: lambda a, b: sympy.Max(a, b), torch.sym_min: lambda a, b: sympy.Min(a, b),
         operator.pow: lambda a, b: sympy.Pow(a, b), torch.sym_sqrt: lambda a: sympy.sqrt(a),
-        math.floor: lambda a: sympy.floor(a), math.ceil: lambda a: sympy.ceiling(a), operator.abs: lambda a: sympy.Abs(a)}
+        math.floor: lambda a: sympy.floor(a), math.ceil: lambda a: sympy.ceiling(a), operator.abs: lambda a: sympy.Abs(a),
+        operator.gt: lambda a, b: relation("gt", a, b), operator.ge: lambda a, b: relation("ge", a, b),
+        operator.lt: lambda a, b: relation("lt", a, b), operator.le: lambda a, b: relation("le", a, b),
+        operator.eq: lambda a, b: relation("eq", a, b), operator.ne: lambda a, b: relation("ne", a, b),
+        torch.sym_not: lambda a: negate(a), operator.and_: lambda a, b: sympy.And(a, b),
+        operator.or_: lambda a, b: sympy.Or(a, b)}
     if target not in table:
         raise NotImplementedError(f"symbolic {target}")
     return table[target](*vals)

@@ -50,7 +50,8 @@ INPUT_UPDATES = "kiln_input_updates"
 def make_autograd_function(compiled_forward: Callable, compiled_backward: Callable, *,
                            num_forward_outputs: int,
                            num_saved_tensors: int, differentiable: Sequence[int],
-                           primal_needs_grad: Sequence[bool]) -> type[torch.autograd.Function]:
+                           primal_needs_grad: Sequence[bool],
+                           unused_inputs: Sequence[int] = ()) -> type[torch.autograd.Function]:
     """A torch.autograd.Function whose forward and backward are the two compiled graphs.
 
     The class carries `fast_apply`, what AotRuntime calls: outside functorch transforms it goes
@@ -118,6 +119,21 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
             return c_apply(*args)
         except SystemError as exc:
             raise _raised_inside(exc) from None
+
+    if unused_inputs:
+        # Inputs the graph never reads (a buffer about to be rebound, read only to be replaced)
+        # reach the Function detached: one that requires grad would be an edge of the Function's
+        # node, and the backward would walk into its history (freed by an earlier backward).
+        unused = tuple(unused_inputs)
+        linked_apply = fast_apply
+
+        def fast_apply(*args: Any) -> Any:  # noqa: F811  # the same entry, unused inputs cut off
+            cut = list(args)
+            for k in unused:
+                a = cut[k]
+                if isinstance(a, Tensor) and a.requires_grad:
+                    cut[k] = a.detach()
+            return linked_apply(*cut)
 
     CompiledFunction.fast_apply = staticmethod(fast_apply)  # type: ignore[attr-defined]
     CompiledFunction.recipe = dict(  # type: ignore[attr-defined]  # for graph_recipe

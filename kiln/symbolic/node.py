@@ -28,6 +28,15 @@ def _py_floordiv(a: Any, b: Any) -> Any:
     return a // b
 
 
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+_WATCHED = 2 ** 31  # results this large (sizes never are) get a guard that keeps them within int64
+_GROWING_OPS = frozenset({"add", "sub", "mul", "pow"})
+
+
+def _outside_int64(value: int) -> bool:
+    return not _INT64_MIN <= value <= _INT64_MAX
+
+
 class SymNode:
     """One symbolic int, float or bool. `pytype` says which; `_hint` is its example value (None when
     an unbacked symbol is involved). The attribute names `expr`, `_hint`, `shape_env` and the
@@ -167,11 +176,26 @@ class SymNode:
             # constants in, constant out: no sympy, no cache (C++ often multiplies plain strides)
             const = sympy.Integer(hint) if pytype is int else (sympy.true if hint else sympy.false)
             return SymNode(const, env, pytype, hint)
+        if pytype is int and op in _GROWING_OPS and hint is not None:
+            wide = _outside_int64(hint) or any(e.is_Integer and _outside_int64(int(e)) for e in exprs)
+            if wide:
+                # Python's ints have no width, but the lowered code computes sizes in int64: a value
+                # (or constant) past it is decided here, each operand guarded equal to its hint.
+                for a in args:
+                    if not a.is_constant():
+                        a.guard_int("", 0)
+                return SymNode(sympy.Integer(hint), env, int, hint)
         key = (op, *exprs)
         expr = env._op_cache.get(key)
         if expr is None:
             expr = build(*exprs)
             env._op_cache[key] = expr
+        if pytype is int and op in _GROWING_OPS and hint is not None and (op == "pow" or abs(hint) >= _WATCHED):
+            # a power, or a product already this large, can leave int64 for other values of its
+            # symbols: the graph is kept to the values for which it does not
+            for bound in (relation("ge", expr, sympy.Integer(_INT64_MIN)), relation("le", expr, sympy.Integer(_INT64_MAX))):
+                if env._static_value(bound) is None:
+                    env._record(bound)
         if pytype is bool and expr is not sympy.true and expr is not sympy.false:
             # Fold what is known (s0 == 1 with s0 >= 2, or a fact learnt since the expression was
             # cached): the answer needs no guard, and a constant node lets torch's magic methods

@@ -573,3 +573,19 @@ def test_a_global_float_that_changes_becomes_a_symbol_as_in_torch_compile() -> N
     finally:
         GLOBAL_SCALE = 2.0
         kiln.reset()
+
+
+def _signed(x: torch.Tensor, f: float) -> tuple:
+    return x * math.copysign(1.0, f), str(f)
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_zero_float_argument_keeps_its_sign(dynamic: bool | None) -> None:
+    """0.0 == -0.0: a float zero is a constant guarded with its sign (as a symbol, a trace that
+    specialized it was guarded equal to 0.0, which -0.0 passed: a wrong answer)."""
+    kiln.reset()
+    k = kiln.compile(_signed, backend="eager", dynamic=dynamic)
+    for v in (1.5, 2.5, 0.0, -0.0, 0.0, -2.5):
+        x = torch.ones(2)
+        got, expected = k(x, v), _signed(x, v)
+        assert torch.equal(got[0], expected[0]) and got[1] == expected[1], v

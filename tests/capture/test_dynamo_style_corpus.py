@@ -72,6 +72,9 @@ KNOWN_FAILURES: dict[str, tuple[str, str]] = {
     # queries torch.compile folds to constants (distributed, backends flags, is_fx_tracing, autocast state,
     # privateuse1 name), distributions' lazy properties, x * y.item() (torch keeps it a tensor op):
     # kiln/capture/variables/torch.py, kiln/capture/variables/tensor.py
+    # a module's introspection (named_buffers, state_dict) after the trace rebound one of its buffers reads
+    # the real tables, which do not have the change yet: a break (kiln/capture/variables/module.py)
+    "buffer_rebound_in_submodule_and_read_by_parent": (BREAK, "named_buffers() after the trace changed the module's..."),
     "tensor_item_under_fullgraph_breaks_like_torch": (BREAK, "Tensor.item() reads the tensor's data, which is no..."),
     # numpy: np.dtype, np.finfo, np.fft, np.meshgrid: kiln/capture/variables/numpy_functions.py
     # generators (yield from / SEND, send(), throw()), symbolic float methods (is_integer), tensor hooks registered
@@ -119,6 +122,7 @@ TORCH_FAILS: dict[str, str] = {
     "global_hook_registered_between_calls_reaches_inlined_module": "a global hook registered after the first call is skipped",
     "pre_hook_with_kwargs_added_between_calls": "a pre-hook added after the first call is not seen",
     "abc_register_between_calls_changes_isinstance": "ABC.register() after the first call is not seen by isinstance",
+    "float_argument_signed_zero": "a graph traced for a float argument 0.0 is reused for -0.0",
 }
 
 MIN_CASES = 400

@@ -190,3 +190,27 @@ def test_first_item_by_next_then_the_generator_dropped() -> None:
         first = next(scaled())
         return first, seen
     check_traced(f, fresh(X))
+
+
+def _raises_stop(x):
+    yield x
+    raise StopIteration(5)
+
+
+def _exhausts_inner(x):
+    yield x * 2
+    next(iter([]))
+
+
+def test_stopiteration_escaping_the_body_is_a_chained_runtime_error() -> None:
+    # PEP 479, for an explicit raise and for a next() on an exhausted iterator inside the body
+    def f(x):
+        out = []
+        for make in (_raises_stop, _exhausts_inner):
+            try:
+                out.append(list(make(x)))
+            except RuntimeError as e:
+                out.append((str(e), type(e.__cause__).__name__, e.__cause__.args, e.__context__ is e.__cause__,
+                            e.__suppress_context__))
+        return x + 1, out
+    check_traced(f, fresh(X))

@@ -652,7 +652,20 @@ def _tensor_of_sizes(x):
             torch.tensor([[w, 1], [2, h]], dtype=torch.float64), torch.tensor(data=(h, w)) * x.sum())
 
 
-@pytest.mark.parametrize("fn", [_typing_forms, _tensor_of_sizes], ids=lambda f: f.__name__)
+def _new_tensor_of_sizes(x):
+    # x.new_tensor of dynamic sizes and comparisons of them: x's dtype unless given
+    h, w = x.shape
+    return (x.new_tensor([h == 20, w // 2]), x.new_tensor(h, dtype=torch.int64), x.new_tensor([[w * 2.5]]),
+            x.new_tensor(x.shape, dtype=None) * x.sum())
+
+
+def _math_of_sizes(x):
+    # math.prod of dynamic sizes stays symbolic; math.fsum of them decides (guards) them
+    return x.reshape(math.prod(x.shape)) * math.prod(x.shape[1:], start=2), math.fsum(list(x.shape)) * x.mean()
+
+
+@pytest.mark.parametrize("fn", [_typing_forms, _tensor_of_sizes, _new_tensor_of_sizes, _math_of_sizes],
+                         ids=lambda f: f.__name__)
 def test_typing_subscripts_and_tensors_of_sizes(fn):
     shapes = [(20, 30), (22, 31), (40, 30), (70, 9)]
     compare(lambda f: [f(torch.ones(*s)) for s in shapes], fn)

@@ -7,6 +7,7 @@ import sympy
 import torch
 from torch._dispatch.python import enable_python_dispatcher
 
+import kiln
 from kiln import log
 from kiln.errors import DataDependentOutputError
 from kiln.symbolic import (ConstraintViolation, GuardOnDataDependentSymNode, ShapeEnv, expr_of,
@@ -346,3 +347,40 @@ def test_describe_lists_symbols_learnt_facts_and_guards():
     assert "u2 = unbacked, from aten.nonzero" in text
     assert "L['x'].size()[0] == L['y'].size()[0]  # m.py:1" in text
     assert "runtime asserts:\n  u2 >= 3  # m.py:1" in text
+
+
+def test_int_arithmetic_past_int64_is_decided_and_large_results_are_bounded():
+    # The lowering computes integer expressions in int64, Python has no width: a result or constant
+    # past int64 makes the operation a constant (its operands guarded); a power, or a product already
+    # past 2**31, keeps a guard that holds it within int64 for the graph's other inputs.
+    env = ShapeEnv()
+    n = env.create_symbolic_int(8, "L['n']")
+    wide = n * 2 ** 70 + 12345
+    assert not is_symbolic(wide) and wide == 8 * 2 ** 70 + 12345
+    assert holds(env, {"n": 8}) and not holds(env, {"n": 9})
+    env = ShapeEnv()
+    n = env.create_symbolic_int(5, "L['n']")
+    power = n ** 25
+    assert is_symbolic(power) and env.size_hint(power) == 5 ** 25
+    assert holds(env, {"n": 5}) and holds(env, {"n": -5}) and not holds(env, {"n": 11})
+    env = ShapeEnv()
+    a, b = env.create_symbolic_int(7, "L['a']"), env.create_symbolic_int(9, "L['b']")
+    small = a * b + a  # sizes: no guard
+    assert is_symbolic(small) and env.guards == []
+
+
+@pytest.mark.cpp
+def test_compiled_int_argument_arithmetic_past_int64_matches_python():
+    # the whole stack: the lowering computes the graph's integer arithmetic in int64
+    def wide(x, n):
+        return x + (n * 2 ** 70 + 12345) % 1000
+
+    def power(x, n):
+        return x + (n ** 25) % 97
+
+    for fn, values in ((wide, (3, 8, 11)), (power, (3, 5, 11, 4))):
+        kiln.reset()
+        compiled = kiln.compile(fn)
+        for n in values:
+            x = torch.zeros(2)
+            assert torch.equal(compiled(x, n), fn(x, n)), (fn.__name__, n)

@@ -198,6 +198,7 @@ class Emitter:
                                           "___constant_result": _constant_result_holds,
                                           "___same_mapping": _same_mapping,
                                           "___same_sequence": _same_sequence,
+                                          "___zero_signs": _zero_signs,
                                           "___absent": _absent,
                                           "___parametrized_class": parametrized_class_holds}
         if native is not None:
@@ -307,10 +308,26 @@ def _same_items(d: Any, items: tuple) -> bool:
 _LITERALS = (int, float, str, bytes, bool, type(None))
 
 
+def _zero_signs(value: Any) -> tuple:
+    """The signs of the float zeros in `value` (nested in tuples), in order: 0.0 == -0.0, but a
+    trace that read one (math.copysign, 1 / v, str(v)) is wrong for the other."""
+    if type(value) is float:
+        return (math.copysign(1.0, value),) if value == 0.0 else ()
+    if type(value) is tuple:
+        return tuple(sign for item in value for sign in _zero_signs(item))
+    return ()
+
+
+def _same_literal(item: Any, value: Any) -> bool:
+    """Literals by type and value, a float zero by its sign too."""
+    return type(item) is type(value) and item == value and (
+        type(value) is not float or value != 0.0 or math.copysign(1.0, item) == math.copysign(1.0, value))
+
+
 def _same_sequence(items: Any, expected: tuple) -> bool:
     """`items` is a list with these items: by identity, literals by type and value."""
     return type(items) is list and len(items) == len(expected) and all(
-        item is value or type(value) in _LITERALS and type(item) is type(value) and item == value
+        item is value or type(value) in _LITERALS and _same_literal(item, value)
         for item, value in zip(items, expected))
 
 
@@ -318,7 +335,7 @@ def _same_mapping(d: Any, items: tuple) -> bool:
     """`d` is a dict with these items: values by identity, literals by type and value (an entry
     read from disk holds equal literals, not the same objects)."""
     return type(d) is dict and len(d) == len(items) and all(
-        k in d and (d[k] is value or type(value) in _LITERALS and type(d[k]) is type(value) and d[k] == value)
+        k in d and (d[k] is value or type(value) in _LITERALS and _same_literal(d[k], value))
         for k, value in items)
 
 
@@ -338,7 +355,11 @@ def check_value(expected: Any, name: str, em: Emitter) -> list[Check]:
     else:
         literal = em.bind(expected)  # strings too: the program's text is never pasted into code
     # Type first: 1 == 1.0 == True, and a graph specialized on an int must not take a float.
-    return [Check(f"type({{v}}) is {em.bind(type(expected))} and {{v}} == {literal}", why)]
+    check = f"type({{v}}) is {em.bind(type(expected))} and {{v}} == {literal}"
+    signs = _zero_signs(expected)
+    if signs:  # -0.0 == 0.0: the sign of each float zero too
+        check += f" and ___zero_signs({{v}}) == {signs!r}"
+    return [Check(check, why)]
 
 
 @dataclass(frozen=True)
@@ -394,7 +415,8 @@ def check_class_attr(expected: ClassAttribute, name: str, em: Emitter) -> list[C
         return f"class attribute {owner} changed from {_short(value)} to {_short(now)}"
 
     if type(value) is int or (type(value) is float and math.isfinite(value)):
-        return [Check(f"type({found}) is {em.bind(type(value))} and {found} == {value!r}", why)]
+        zero_sign = f" and ___zero_signs({found}) == {_zero_signs(value)!r}" if _zero_signs(value) else ""
+        return [Check(f"type({found}) is {em.bind(type(value))} and {found} == {value!r}{zero_sign}", why)]
     if type(value) in (str, bytes):
         return [Check(f"type({found}) is {em.bind(type(value))} and {found} == {em.bind(value)}", why)]
     def changed(env: Any) -> str:

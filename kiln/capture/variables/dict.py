@@ -22,6 +22,7 @@ from kiln.capture.sources import AttrSource
 from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -101,7 +102,14 @@ def key_of(var: Variable) -> Any:
     if value is not None and is_identity_key(value):
         return value
     if getattr(var, "tuple_type", None) is tuple:  # a TupleVariable (sequence.py imports this module)
-        return TupleKey(var, tuple(key_of(item) for item in var.items))  # type: ignore[attr-defined]
+        keys = tuple(key_of(item) for item in var.items)  # type: ignore[attr-defined]
+        if not any(isinstance(k, IdentityKey) for k in keys):
+            return keys  # plain values (sizes decided above): equal to the same tuple from outside
+        return TupleKey(var, keys)
+    if isinstance(var, SymIntVariable):
+        # a size or int argument hashed as a key (`table[tuple(x.shape)]`, `{x.shape[0] for ...}`):
+        # the lookup depends on its value, which the ShapeEnv guards (as hashing a SymInt does)
+        return var.specialize()
     identity = var.identity()
     if identity is not None:
         try:

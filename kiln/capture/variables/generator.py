@@ -65,8 +65,14 @@ class GeneratorVariable(IteratorVariable):
             self.result = frame.run()
         except GeneratorYielded as yielded:
             return yielded.value
-        except RaisedInTrace:
+        except RaisedInTrace as raised:
             self.finished = True
+            if issubclass(raised.exception.exc_type, StopIteration):
+                # PEP 479: a StopIteration escaping a generator's body is a RuntimeError from it
+                error = ExceptionVariable(RuntimeError, [ConstantVariable("generator raised StopIteration")])
+                error.set_cause(raised.exception)
+                error.context = raised.exception
+                raise RaisedInTrace(error, "RuntimeError: generator raised StopIteration (raised natively)") from None
             raise
         finally:
             frame.state.innermost = caller

@@ -7,6 +7,7 @@ Corresponds to torch/_dynamo/variables/tensor.py (SymNodeVariable).
 """
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
@@ -92,3 +93,32 @@ _SPECIALIZING_METHODS: dict[type, frozenset[str]] = {
     int: frozenset({"bit_length", "bit_count", "to_bytes"}),
     float: frozenset({"as_integer_ratio", "hex"}),
 }
+
+
+def holds_symbolic_number(data: Variable | None) -> bool:
+    """A symbolic number, or a list or tuple (a Size) holding one at any depth: torch.tensor's,
+    new_tensor's or math.*'s argument built from dynamic sizes."""
+    if isinstance(data, SymIntVariable):
+        return True
+    items = getattr(data, "items", None)  # a sequence's Variables (sequence.py imports this module)
+    return isinstance(items, list) and any(holds_symbolic_number(item) for item in items)
+
+
+def decided(var: Variable) -> Any:
+    """The value of `var` with every symbolic number in it decided (the ShapeEnv guards each)."""
+    if isinstance(var, SymIntVariable):
+        return var.specialize()
+    if not var.is_constant() and holds_symbolic_number(var) and var.python_type() in (list, tuple, torch.Size):
+        return var.python_type()(decided(item) for item in var.items)  # type: ignore[attr-defined]
+    return var.as_constant()
+
+
+def symbolic_product(tx: "Tracer", items: Sequence[Variable], start: Variable) -> Variable:
+    """math.prod over sizes some of which are symbolic: the product stays in the graph."""
+    product = start
+    for item in items:
+        if isinstance(product, SymIntVariable) or isinstance(item, SymIntVariable):
+            product = tx.call_op("call_function", operator.mul, [product, item], {})
+        else:
+            product = ConstantVariable(product.as_constant() * item.as_constant())
+    return product

@@ -18,6 +18,7 @@ from kiln import config
 from kiln.capture.sources import AttrSource, Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.symint import holds_symbolic_number
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -41,6 +42,11 @@ _DATA_METHODS = {
     "register_hook": "unsupported_call", "__array__": "numpy", "__repr__": "print", "__str__": "print",
     "__format__": "print", "retain_grad": "unsupported_call", "requires_grad_": "unsupported_call",
 }
+# Python object protocols on the tensor object itself (copy.deepcopy, pickle): they copy its storage,
+# .grad and Python attributes and fill the caller's memo, none of which is an op of the graph (as a
+# graph node, __deepcopy__ ran on fake tensors and failed: an internal error and an eager fallback).
+_OBJECT_PROTOCOL_METHODS = frozenset({"__deepcopy__", "__reduce_ex__", "__reduce__", "__getstate__",
+                                      "__setstate__", "__sizeof__"})
 
 # Reading a known (constant-folded) tensor's value: eager's answer at trace time.
 _READ_METHODS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__"})
@@ -152,6 +158,11 @@ class TensorVariable(Variable):
             return self.size(tx)
         if name in _CONSTANT_ATTRS:
             return tx.wrap_result(getattr(self.example, name))
+        if name == "nbytes":  # numel * itemsize: symbolic with a dynamic size
+            numel = self.size(tx).call_method(tx, "numel", [], {})
+            if numel.is_constant():
+                return tx.wrap_result(numel.as_constant() * self.example.itemsize)
+            return tx.call_op("call_function", operator.mul, [numel, ConstantVariable(self.example.itemsize)], {})
         if name in ("T", "mT", "H", "mH", "real", "imag"):
             return tx.call_op("call_function", getattr, [self, ConstantVariable(name)], {})
         if name in ("data",):
@@ -217,6 +228,18 @@ class TensorVariable(Variable):
         if name == "register_hook":
             from kiln.capture.variables.tensor_hooks import register_hook  # the hook module imports this one
             return register_hook(tx, self, args, kwargs)
+        if name == "new_tensor" and args and holds_symbolic_number(args[0]):
+            # x.new_tensor([x.shape[0] == 3, n // 2]) of dynamic sizes: torch.tensor's reference
+            # builds it from the symbols, in x's dtype and device unless given (as new_tensor does)
+            options = dict(kwargs)
+            for key, own in (("dtype", self.example.dtype), ("device", self.example.device)):
+                if key not in options or options[key].is_constant() and options[key].as_constant() is None:
+                    options[key] = ConstantVariable(own)
+            return tx.call_op("call_function", torch._refs.tensor, [args[0]], options)
+        if name in _OBJECT_PROTOCOL_METHODS:
+            raise Unsupported(f"Tensor.{name}() copies or pickles the tensor object, not an op of a graph",
+                              kind="unsupported_call", hint="deep-copy tensors outside the compiled function, "
+                              "or use .clone() (and .detach()) inside it")
         if name in _DATA_METHODS:
             raise Unsupported(f"Tensor.{name}() reads the tensor's data, which is not known while tracing",
                               kind=_DATA_METHODS[name])

@@ -30,8 +30,7 @@ from kiln.capture.guards import Guard, ProcessQuery
 from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.out_variant import call_with_out, has_out_argument
-from kiln.capture.variables.sequence import BaseSequenceVariable
-from kiln.capture.variables.symint import SymIntVariable
+from kiln.capture.variables.symint import holds_symbolic_number
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -118,7 +117,7 @@ class TorchFunctionVariable(Variable):
             converted = numpy_to_tensor(tx, fn, args, kwargs)
             if converted is not None:
                 return converted
-        if fn is torch.tensor and _holds_symbolic_number(args[0] if args else kwargs.get("data")):
+        if fn is torch.tensor and holds_symbolic_number(args[0] if args else kwargs.get("data")):
             # torch.tensor(h // 2) of a dynamic size: the factory would read the number's value
             # (a guard, a recompile per size, torchvision's resize_boxes); its Python reference
             # builds the same tensor from the symbols (scalar_tensor, stack)
@@ -215,8 +214,3 @@ def _argument(fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable], ke
                       "(raised natively)", kind="unsupported")
 
 
-def _holds_symbolic_number(data: Variable | None) -> bool:
-    """A symbolic number, or a list or tuple holding one at any depth."""
-    if isinstance(data, SymIntVariable):
-        return True
-    return isinstance(data, BaseSequenceVariable) and any(_holds_symbolic_number(item) for item in data.items)

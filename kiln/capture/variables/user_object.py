@@ -57,7 +57,7 @@ from kiln.capture.variables.object_protocol import (
 )
 from kiln.capture.variables.functions import is_autograd_function_apply, python_function
 from kiln.capture.variables.instance_dict import written_instance_dict
-from kiln.capture.variables.symint import SymIntVariable
+from kiln.capture.variables.symint import SymIntVariable, decided, holds_symbolic_number, symbolic_product
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -396,9 +396,11 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
         # a float argument's sqrt (a temperature, a scale) or rounding stays in the graph, as in
         # torch.compile; the ShapeEnv guards what it relies on (sqrt's and trunc's sign)
         return tx.call_op("call_function", _FLOAT_MATH[fn], args, {})
-    # A symbolic size given to math.* is specialized (guarded) to its value.
-    values = [a.specialize() if isinstance(a, SymIntVariable) else a.as_constant() for a in args]
-    kw = {k: v.specialize() if isinstance(v, SymIntVariable) else v.as_constant() for k, v in kwargs.items()}
+    if fn is math.prod and len(args) == 1 and set(kwargs) <= {"start"} and holds_symbolic_number(args[0]):
+        return symbolic_product(tx, args[0].iterate(tx), kwargs.get("start") or tx.wrap_result(1))
+    # A symbolic size given to math.* is specialized (guarded) to its value, in a list or tuple too
+    values = [decided(a) for a in args]
+    kw = {k: decided(v) for k, v in kwargs.items()}
     if is_numpy_math(fn) and not all(isinstance(v, _SCALARS) for v in [*values, *kw.values()]):
         # an array argument is mutable state the trace cannot own: the call runs natively
         raise Unsupported(f"numpy.{fn.__name__} on a numpy array", kind="numpy")

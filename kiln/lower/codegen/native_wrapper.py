@@ -164,6 +164,8 @@ class NativeWrapperWriter(WrapperWriter):
         if isinstance(v, SymExpr):
             if _has_float_symbol(v.expr):  # a float argument's expression: a double, as the kernels take it
                 return f"double({render_c(sympy.sympify(v.expr))})"
+            if isinstance(sympy.sympify(v.expr), sympy.logic.boolalg.Boolean):
+                return f"static_cast<bool>({cexpr(v.expr)})"  # a comparison: True/False, not 1/0
             return cexpr(v.expr)
         if isinstance(v, bool):
             return "true" if v else "false"

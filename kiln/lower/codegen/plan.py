@@ -217,6 +217,10 @@ class PlanWriter(NativeWrapperWriter):
         return [slot, 2] + shape + self.expr(r.layout.offset)
 
     def _scalar_value(self, v: Any) -> list[int]:
+        if isinstance(v, SymExpr) and isinstance(sympy.sympify(v.expr), sympy.logic.boolalg.Boolean):
+            # a comparison of sizes the graph returns: a plan's expressions are int64 words, and the
+            # caller must get True/False, not 1/0
+            raise Unsupported(f"the symbolic bool {v.expr}")
         if isinstance(v, SymExpr):
             return self._float(v.expr) if any(is_float_symbol(str(s)) for s in
                                               sympy.sympify(v.expr).free_symbols) else [V_INT] + self.expr(v.expr)

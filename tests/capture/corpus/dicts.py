@@ -594,3 +594,16 @@ def dict_from_outside_keyed_by_dtypes_and_devices():
     def f(x):
         return x * table[x.dtype], torch.float32 in table, places[x.device], x.dtype in (torch.float16, torch.bfloat16)
     return fn_program(f, (t(3),), (t(3, dtype=torch.float64),))
+
+
+@case("dicts", counts=True)
+def size_tuple_as_dict_key_across_shapes():
+    # the second shape makes the sizes symbolic: hashing them decides (guards) their values
+    table = {(2, 3): 1.5, (3, 2): -1.0, (4, 2): 2.0}
+
+    def f(x):
+        seen = {d for d in x.shape}
+        counts = {x.shape[0]: "rows", x.shape[1]: "cols"}
+        return x * table[tuple(x.shape)], sorted(seen), counts
+
+    return Program(f, ((t(2, 3),), (t(3, 2),), (t(4, 2),), (t(2, 3),)))

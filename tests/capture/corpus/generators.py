@@ -226,3 +226,23 @@ def generator_close_and_throw():
         g.close()
         return x + caught
     return fn_program(f, (t(2),))
+
+
+def _raises_stop(x):
+    yield x
+    raise StopIteration
+
+
+@case("generators")
+def stopiteration_in_generator_body_is_runtime_error():
+    # PEP 479: the StopIteration becomes RuntimeError("generator raised StopIteration")
+    def f(x):
+        out = []
+        for make in (_raises_stop, _raises_stop):
+            try:
+                out.append(list(make(x)))
+            except RuntimeError as e:
+                out.append(type(e).__name__)
+        return x + 1, out
+
+    return fn_program(f, (t(2),))

@@ -605,3 +605,78 @@ def get_submodule_and_parameter_probec():
             w = self.get_parameter("block.0.weight")
             return lin(x) + w.sum()
     return Program(M(), ((t(1, 2),),))
+
+
+class _Ema(nn.Module):
+    """A buffer rebound to a new tensor in forward, read again after the write."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("avg", torch.zeros(3))
+        self.register_buffer("cache", None, persistent=False)
+
+    def forward(self, x):
+        self.avg = self.avg * 0.5 + x.mean(0)
+        if self.cache is None:
+            self.cache = x.detach().sum(0)
+        return x - self.avg + self.cache, self.avg.sum()
+
+
+@case("modules")
+def buffer_rebound_to_new_tensor_in_forward():
+    return Program(_Ema(), [(t(4, 3),), (t(4, 3),), (t(4, 3),)])
+
+
+@case("modules")
+def buffer_rebound_in_submodule_and_read_by_parent():
+    class Parent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ema = _Ema()
+
+        def forward(self, x):
+            out, total = self.ema(x)
+            return out * self.ema.avg, total, sorted(k for k, _ in self.named_buffers())
+
+    return Program(Parent(), [(t(2, 3),), (t(2, 3),)])
+
+
+@case("modules", fullgraph=False)
+def buffer_rebound_across_a_graph_break():
+    class Cache(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("kv", torch.zeros(0, 2))
+
+        def forward(self, x):
+            self.kv = torch.cat([self.kv, x])
+            print("cached", tuple(self.kv.shape))
+            return self.kv.sum(0) * self.kv.shape[0]
+
+    return Program(Cache(), [(t(1, 2),), (t(2, 2),), (t(1, 2),)])
+
+
+@case("modules")
+def buffer_rebound_to_tensor_that_requires_grad():
+    class Keep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self.register_buffer("last", torch.zeros(1, 2))
+
+        def forward(self, x):
+            y = self.lin(x)
+            self.last = y
+            return y.sum(), self.last.requires_grad
+
+    m = Keep()
+
+    def drive(subject):
+        out = []
+        for _ in range(2):
+            total, flag = subject(torch.ones(1, 2))
+            total.backward()
+            out.append((total, flag, m.last.requires_grad, m.last.detach().clone()))
+        return out, m.lin.weight.grad
+
+    return Program(m, drive=drive)

@@ -7,6 +7,8 @@ fullgraph=True unless it says otherwise.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .program import Program, case, t
@@ -345,3 +347,16 @@ def getattr_default_changes_after_attribute_added_between_calls():
     def add(_, i):
         bag.scale = 5.0
     return Program(f, ((t(2),), (t(2),)), between=add)
+
+
+@case("recompiles")
+def float_argument_signed_zero():
+    # 0.0 == -0.0, but copysign, str() and 1/v tell them apart: a graph traced for one is wrong for the other
+    state = {"bias": 0.0}
+
+    def f(x, v, pair):
+        return x * math.copysign(1.0, v) + math.copysign(2.0, pair[1]) + math.copysign(3.0, state["bias"]), str(v)
+
+    def between(subject, i):
+        state["bias"] = -0.0 if i == 1 else 0.0
+    return Program(f, ((t(2), 0.0, (1, 0.0)), (t(2), -0.0, (1, -0.0)), (t(2), -0.0, (1, 0.0))), between=between)

@@ -530,3 +530,11 @@ def tensor_dunder_setattr_grad_called_explicitly():
         norm = torch.nn.utils.clip_grad_norm_(lin.parameters(), 1.0)
         return norm, lin.weight.grad.sum()
     return fn_program(f, (t(2, 2),))
+
+
+@case("torch_api")
+def tensor_nbytes_itemsize_element_size():
+    def f(x):
+        return x * 2, x.nbytes, x.itemsize, x.element_size(), x.dtype.itemsize, x[1:].nbytes
+
+    return Program(f, ((t(2, 3),), (t(2, 3, dtype=torch.float64),)))
