@@ -10,6 +10,12 @@ is nonzero by accident), and an op that raises one of eager's dtype refusals is 
 decomposed nor lowered, and runs as the ATen call, which raises eager's own error when the graph
 runs. Any other error of the probe (shapes that only make sense at full size) says nothing about
 the dtype and is ignored. Results are cached per op, dtypes, ranks and constant arguments.
+
+A constant Scalar argument that does not fit a dtype of the op (`x.clamp(-200, 300)`,
+`masked_fill(m, 300)`, `full(..., 300)` of an int8 tensor, `threshold(x, 1, 1e40)` of a float32 one)
+is another refusal: ATen's kernels convert such a Scalar with a range check ("value cannot be
+converted to type int8_t without overflow"), where a kernel Kiln writes would wrap it. An op with such
+an argument is probed whatever its dtypes (a factory op on one-element sizes), and marked the same way.
 """
 from __future__ import annotations
 
@@ -28,7 +34,8 @@ _PLAIN = (torch.float32, torch.float64)
 _REFUSAL = re.compile(r"not implemented for|does not support|not supported for|is not supported|"
                       r"only supports floating|expected a floating|must be a floating|"
                       r"only support floating|supports only floating|"
-                      r"integers to negative integer powers", re.IGNORECASE)  # an int tensor ** a negative int
+                      r"integers to negative integer powers|"  # an int tensor ** a negative int
+                      r"without overflow", re.IGNORECASE)  # a Scalar argument out of the dtype's range
 _MAX_ELEMENTS = 4096  # a constant size argument larger than this is not probed (it would allocate)
 
 
@@ -54,14 +61,74 @@ def refusal(node: torch.fx.Node, metas: dict[torch.fx.Node, Any]) -> str | None:
     values = pytree.tree_map(lambda a: metas.get(a) if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
     leaves = pytree.tree_leaves(values)
     tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
-    if not tensors or all(t.dtype in _PLAIN for t in tensors) or not _probe_worthy(node.target, leaves):
+    overflowing = _overflowing_scalar(node, values, tensors, metas.get(node))
+    if not overflowing and (not tensors or all(t.dtype in _PLAIN for t in tensors)):
+        return None
+    if overflowing and not tensors:  # a factory op: its sizes do not matter to the range check
+        values = pytree.tree_map(lambda v: [1] * (len(v) - 1) + [_WIDE] if _is_size(v) else v, values, is_leaf=_is_size)
+    if not _probe_worthy(node.target, _unscalared(node, values)):
         return None
     key = pytree.tree_map(_signature, values)
     try:
         hash(str(key))
     except Exception:
         return None
-    return _probe(node.target, repr(key), values)
+    return _probe(node.target, repr(key), values, _WIDE if overflowing else 1)
+
+
+def _is_size(v: Any) -> bool:
+    return isinstance(v, list) and len(v) > 0 and all(
+        isinstance(e, (int, torch.SymInt)) and not isinstance(e, bool) for e in v)
+
+
+def _unscalared(node: torch.fx.Node, values: Any) -> list[Any]:
+    """The leaves of the op's arguments but its Scalar ones (a fill value is no size to allocate)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return pytree.tree_leaves(values)
+    args, kwargs = values
+    kept = [v for a, v in zip(schema.arguments, args) if not _is_scalar(a)] + list(args[len(schema.arguments):])
+    kept += [v for k, v in kwargs.items() if not any(a.name == k and _is_scalar(a) for a in schema.arguments)]
+    return pytree.tree_leaves(kept)
+
+
+def _overflowing_scalar(node: torch.fx.Node, values: Any, tensors: list[torch.Tensor], result: Any) -> bool:
+    """Whether a constant number passed as a `Scalar` of the op's schema lies outside the range of
+    a dtype the op involves (its tensors', its result's, its dtype argument), by c10's rule for
+    checked Scalar conversions: infinities and NaN fit a floating type, an unsigned type also takes
+    negatives down to minus its maximum (they wrap), bool takes anything."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return False
+    args, kwargs = values
+    numbers = [v for a, v in zip(schema.arguments, args) if _is_scalar(a)]
+    numbers += [kwargs[a.name] for a in schema.arguments if a.name in kwargs and _is_scalar(a)]
+    numbers = [v for v in numbers if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not numbers:
+        return False
+    dtypes = {t.dtype for t in tensors} | {r.dtype for r in pytree.tree_leaves(result) if isinstance(r, torch.Tensor)}
+    if isinstance(kwargs.get("dtype"), torch.dtype):
+        dtypes.add(kwargs["dtype"])
+    return any(_overflows(v, d) for v in numbers for d in dtypes)
+
+
+def _is_scalar(argument: Any) -> bool:
+    return str(argument.type) in ("number", "Optional[number]")  # a Scalar or Scalar? of the schema
+
+
+def _overflows(value: int | float, dtype: torch.dtype) -> bool:
+    if dtype == torch.bool or dtype.is_complex:
+        return False
+    if dtype.is_floating_point:
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        return abs(value) > torch.finfo(dtype).max
+    if isinstance(value, float) and not math.isfinite(value):
+        return True
+    info = torch.iinfo(dtype)
+    if info.min == 0:  # unsigned: a negative wraps when its magnitude fits
+        return value > info.max or -value > info.max
+    return value < info.min or value > info.max
 
 
 # Ops besides the pointwise ones whose kernels are plain loops over their input, safe to run on the
@@ -71,7 +138,10 @@ _PLAIN_KERNELS = frozenset({"argmax", "argmin", "amax", "amin", "sum", "prod", "
                             "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "logsumexp",
                             "cumsum", "cumprod", "var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm",
                             "any", "all", "sort", "topk", "hardswish", "hardswish_backward", "hardsigmoid_backward",
-                            "fmod", "remainder", "div", "floor_divide"})
+                            "fmod", "remainder", "div", "floor_divide",
+                            # ops that convert a Scalar argument to their dtype (probed for its range)
+                            "fill", "full", "full_like", "new_full", "scalar_tensor", "constant_pad_nd",
+                            "index_fill", "scatter", "masked_fill", "threshold", "hardtanh", "leaky_relu", "elu"})
 
 
 def _probe_worthy(target: Any, leaves: list[Any]) -> bool:
@@ -95,13 +165,20 @@ def _signature(v: Any) -> Any:
 
 
 _cache: dict[tuple[Any, str], str | None] = {}
+# a Scalar's range is checked on tensors of two elements: ATen fills a one-element tensor of a half
+# type without the check (`full([1], 70000, dtype=float16)` is inf, `full([2], ...)` raises)
+_WIDE = 2
 
 
-def _probe(target: Any, key: str, values: Any) -> str | None:
+def _probe(target: Any, key: str, values: Any, width: int = 1) -> str | None:
+    """Eager's refusal of `target` on zeros of the dtypes and ranks of `values`' tensors, each
+    `width` elements along its last dim (1 for the dtype probes)."""
+    key = f"{key} width {width}"
     if (target, key) in _cache:
         return _cache[(target, key)]
     args, kwargs = pytree.tree_map(
-        lambda v: torch.zeros((1,) * v.dim(), dtype=v.dtype) if isinstance(v, torch.Tensor) else v, values)
+        lambda v: torch.zeros((1,) * (v.dim() - 1) + (width,) * min(v.dim(), 1), dtype=v.dtype)
+        if isinstance(v, torch.Tensor) else v, values)
     why = None
     try:
         with torch.no_grad():

@@ -1,6 +1,8 @@
 """An op whose eager CPU kernel refuses its inputs' dtypes raises eager's error when compiled too,
 instead of a value computed by a kernel Kiln wrote (kiln/lower/eager_dtypes.py); ops eager accepts
-(integer indices, bool masks, half inputs) are still lowered."""
+(integer indices, bool masks, half inputs) are still lowered. A constant Scalar argument out of the
+range of the op's dtype (a clamp bound, a fill value, a pad value) raises eager's overflow error
+instead of wrapping."""
 from __future__ import annotations
 
 import pytest
@@ -60,3 +62,50 @@ def test_accepted_dtypes_are_lowered_not_refused(name, fn, args):
     kiln.reset()
     got, expected = kiln.compile(fn)(*args), fn(*args)
     torch.testing.assert_close(got, expected, atol=1e-2, rtol=1e-2)
+
+
+I8 = torch.tensor([1, 2, -3], dtype=torch.int8)
+U8 = torch.tensor([1, 2, 3], dtype=torch.uint8)
+F32 = torch.tensor([0.5, 2.0, -3.0])
+
+OVERFLOWING = [
+    ("clamp_both_int8", lambda x: x.clamp(-200, 300), I8),
+    ("clamp_min_uint8", lambda x: x.clamp(min=300), U8),
+    ("clamp_max_int8", lambda x: torch.clamp(x, max=-129), I8),
+    ("where_scalar_int8", lambda x: torch.where(x > 1, x, 300), I8),
+    ("masked_fill_uint8", lambda x: x.masked_fill(x > 1, 256), U8),
+    ("full_like_int8", lambda x: torch.full_like(x, 128), I8),
+    ("fill_int8", lambda x: x.clone().fill_(-129), I8),
+    ("index_fill_uint8", lambda x: x.index_fill(0, torch.tensor([0]), 1000), U8),
+    ("pad_value_int8", lambda x: F.pad(x, (1, 1), value=300), I8),
+    ("scatter_value_int8", lambda x: x.scatter(0, torch.tensor([0]), 300), I8),
+    ("full_int8_added", lambda x: x + torch.full((3,), 300, dtype=torch.int8), I8),
+    ("full_large_int8", lambda x: torch.full((5000,), 300, dtype=torch.int8).sum() + x, I8),
+    ("threshold_float32", lambda x: F.threshold(x, 1.0, 1e40), F32),
+    ("hardtanh_float32", lambda x: F.hardtanh(x * 2, -1e39, 1.0), F32),
+    ("full_half_int", lambda x: torch.full((3,), 70000, dtype=torch.float16) + x, F32),
+]
+
+
+@pytest.mark.parametrize("name,fn,x", OVERFLOWING, ids=[r[0] for r in OVERFLOWING])
+def test_a_scalar_out_of_the_dtypes_range_raises_eagers_overflow_error(name, fn, x):
+    with pytest.raises(RuntimeError, match="without overflow"):
+        fn(x)
+    kiln.reset()
+    with pytest.raises(RuntimeError, match="without overflow"):
+        kiln.compile(fn)(x)
+
+
+IN_RANGE = [
+    ("clamp_int8_edges", lambda x: x.clamp(-128, 127) * 2, I8),
+    ("uint8_fill_negative_wraps", lambda x: x.masked_fill(x > 1, -1), U8),  # eager wraps -255..-1 into uint8
+    ("clamp_float_bounds_promote", lambda x: x.clamp(-200.5, 300.5), I8),  # the result is float32
+    ("add_wraps", lambda x: x + 300, I8),  # a wrapped number: eager wraps it too
+    ("fill_inf_float", lambda x: x.masked_fill(x > 1, float("inf")), F32),
+]
+
+
+@pytest.mark.parametrize("name,fn,x", IN_RANGE, ids=[r[0] for r in IN_RANGE])
+def test_scalars_eager_accepts_stay_compiled_and_agree(name, fn, x):
+    kiln.reset()
+    torch.testing.assert_close(kiln.compile(fn)(x), fn(x))
