@@ -61,7 +61,7 @@ def refusal(node: torch.fx.Node, metas: dict[torch.fx.Node, Any]) -> str | None:
     values = pytree.tree_map(lambda a: metas.get(a) if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
     leaves = pytree.tree_leaves(values)
     tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
-    overflowing = _overflowing_scalar(node, values, tensors, metas.get(node))
+    overflowing, values = _overflowing_scalar(node, values, tensors, metas.get(node))
     if not overflowing and (not tensors or all(t.dtype in _PLAIN for t in tensors)):
         return None
     if overflowing and not tensors:  # a factory op: its sizes do not matter to the range check
@@ -92,24 +92,43 @@ def _unscalared(node: torch.fx.Node, values: Any) -> list[Any]:
     return pytree.tree_leaves(kept)
 
 
-def _overflowing_scalar(node: torch.fx.Node, values: Any, tensors: list[torch.Tensor], result: Any) -> bool:
-    """Whether a constant number passed as a `Scalar` of the op's schema lies outside the range of
-    a dtype the op involves (its tensors', its result's, its dtype argument), by c10's rule for
-    checked Scalar conversions: infinities and NaN fit a floating type, an unsigned type also takes
-    negatives down to minus its maximum (they wrap), bool takes anything."""
+def _overflowing_scalar(node: torch.fx.Node, values: Any, tensors: list[torch.Tensor],
+                        result: Any) -> tuple[bool, Any]:
+    """Whether a number passed as a `Scalar` of the op's schema may lie outside the range of a dtype
+    the op involves (its tensors', its result's, its dtype argument), and the values to probe the op
+    with. A constant is judged by c10's rule for checked Scalar conversions: infinities and NaN fit a
+    floating type, an unsigned type also takes negatives down to minus its maximum (they wrap), bool
+    takes anything. A symbolic one (an int or float argument of a dynamic graph) may be anything when
+    the graph runs: where a dtype is narrow enough for a Python number to overflow it, it is probed
+    as a stand-in that does, so an op that checks its Scalar runs as the ATen call, which checks the
+    value of each call."""
     schema = getattr(node.target, "_schema", None)
     if schema is None:
-        return False
+        return False, values
     args, kwargs = values
-    numbers = [v for a, v in zip(schema.arguments, args) if _is_scalar(a)]
-    numbers += [kwargs[a.name] for a in schema.arguments if a.name in kwargs and _is_scalar(a)]
-    numbers = [v for v in numbers if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if not numbers:
-        return False
+    positions = [i for i, a in enumerate(schema.arguments[:len(args)]) if _is_scalar(a)]
+    names = [a.name for a in schema.arguments if a.name in kwargs and _is_scalar(a)]
+    numbers = [args[i] for i in positions] + [kwargs[k] for k in names]
+    if not any(isinstance(v, (int, float, torch.SymInt, torch.SymFloat)) and not isinstance(v, bool) for v in numbers):
+        return False, values
     dtypes = {t.dtype for t in tensors} | {r.dtype for r in pytree.tree_leaves(result) if isinstance(r, torch.Tensor)}
     if isinstance(kwargs.get("dtype"), torch.dtype):
         dtypes.add(kwargs["dtype"])
-    return any(_overflows(v, d) for v in numbers for d in dtypes)
+    if any(_overflows(v, d) for v in numbers if isinstance(v, (int, float)) and not isinstance(v, bool) for d in dtypes):
+        return True, values
+    if not dtypes & _NARROW or not any(isinstance(v, (torch.SymInt, torch.SymFloat)) for v in numbers):
+        return False, values
+
+    def stand_in(v: Any) -> Any:
+        return 2 ** 40 if isinstance(v, torch.SymInt) else 1e300 if isinstance(v, torch.SymFloat) else v
+
+    args = tuple(stand_in(v) if i in positions else v for i, v in enumerate(args))
+    kwargs = {k: stand_in(v) if k in names else v for k, v in kwargs.items()}
+    return True, (args, kwargs)
+
+
+# dtypes a Python number passed to a dynamic graph may overflow (2**40 does, 1e300 does)
+_NARROW = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.float16})
 
 
 def _is_scalar(argument: Any) -> bool:

@@ -109,3 +109,29 @@ IN_RANGE = [
 def test_scalars_eager_accepts_stay_compiled_and_agree(name, fn, x):
     kiln.reset()
     torch.testing.assert_close(kiln.compile(fn)(x), fn(x))
+
+
+SYMBOLIC = [
+    ("clamp_max_int8", lambda a, k: a.clamp(max=k), I8, [5, 7, 100, 300, -2]),
+    ("masked_fill_int8", lambda a, k: a.masked_fill(a > 0, k), I8, [5, 7, 100, 1000, -2]),
+    ("pad_uint8", lambda a, k: F.pad(a, (1, 1), value=k), U8, [5, 7, 256, 3]),
+    ("fill_half", lambda a, k: a.half().masked_fill(a > 1, k), F32, [5.0, 7.0, 1e6, 3.0]),
+    ("full_half", lambda a, k: torch.full((3,), k, dtype=torch.float16) + a, F32, [5, 7, 100000, 3]),
+]
+
+
+@pytest.mark.parametrize("name,fn,x,values", SYMBOLIC, ids=[r[0] for r in SYMBOLIC])
+def test_an_int_or_float_argument_of_a_dynamic_graph_is_range_checked_on_each_call(name, fn, x, values):
+    """The argument becomes a symbol after it changed: the compiled graph cannot know its value, so
+    the op runs as the ATen call, which checks the value of every call."""
+    kiln.reset()
+    compiled = kiln.compile(fn)
+    for value in values:
+        try:
+            want = fn(x, value)
+        except RuntimeError as error:
+            assert "without overflow" in str(error)
+            with pytest.raises(RuntimeError, match="without overflow"):
+                compiled(x, value)
+        else:
+            torch.testing.assert_close(compiled(x, value), want)
