@@ -245,6 +245,10 @@ static inline __attribute__((always_inline)) float kiln_erff(float x) {
   q = __builtin_fmaf(q, s, 0.49753352091836056f);
   q = __builtin_fmaf(q, s, 1.0f);
   float y = c * p / q;
+  // from 3.8325069 on, erf rounds to exactly 1 in float (libm's erff says so), where the fit stays an
+  // ulp or two below: 1 + erf(x) of a large negative x must be 0, or GELU(-104) is -3e-6, not -0
+  y = c >= 3.8325069f ? 1.0f : y;
+  y = c <= -3.8325069f ? -1.0f : y;
   return x != x ? x : y;  // NaN stays NaN (the clamps above would have turned it into +-4)
 }
 static inline __attribute__((always_inline)) float kiln_expf_inline(float x) {
