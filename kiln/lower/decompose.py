@@ -38,10 +38,12 @@ def decomposition_table() -> dict[Any, Any]:
              aten.selu, aten.rrelu_with_noise, aten.im2col, aten.col2im]
     table.update(torch._decomp.get_decompositions(extra))
     table.update(foreach_decompositions())
-    # nll_loss's forward runs as the ATen call: PyTorch's decomposition gathers the targets, so a
-    # target out of range raised gather's RuntimeError where eager raises IndexError ("Target 3 is
-    # out of bounds."), and a user's `except IndexError` missed it. Its work is one read per row.
-    for op in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default):
+    # Losses whose eager kernel checks its inputs' values run as the ATen call, which raises eager's
+    # error: nll_loss's forward (PyTorch's decomposition gathers the targets, so a target out of
+    # range raised gather's RuntimeError, not eager's IndexError "Target 3 is out of bounds.": one
+    # read per row) and binary_cross_entropy ("all elements of input should be between 0 and 1":
+    # the decomposition returned NaN, or a loss of a target of 2).
+    for op in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, aten.binary_cross_entropy.default):
         table.pop(op, None)
     table[aten.nll_loss_backward.default] = functools.partial(nll_loss_backward, table[aten.nll_loss_backward.default])
     table[aten.embedding_dense_backward.default] = functools.partial(
