@@ -43,10 +43,11 @@ def decomposition_table() -> dict[Any, Any]:
     # range raised gather's RuntimeError, not eager's IndexError "Target 3 is out of bounds.": one
     # read per row) and binary_cross_entropy ("all elements of input should be between 0 and 1":
     # the decomposition returned NaN, or a loss of a target of 2).
-    # So does bernoulli of a tensor of probabilities, which checks each is in [0, 1] (the
-    # decomposition drew against 1.5 as if it were 1).
+    # So do bernoulli of a tensor of probabilities, which checks each is in [0, 1] (the
+    # decomposition drew against 1.5 as if it were 1), and max_unpool, which checks every index
+    # ("Found an invalid max index": the decomposition's index_put raised IndexError, and wrapped -1).
     for op in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, aten.binary_cross_entropy.default,
-               aten.bernoulli.default):
+               aten.bernoulli.default, aten.max_unpool2d.default, aten.max_unpool3d.default):
         table.pop(op, None)
     table[aten.nll_loss_backward.default] = functools.partial(nll_loss_backward, table[aten.nll_loss_backward.default])
     table[aten.embedding_dense_backward.default] = functools.partial(
