@@ -15,7 +15,10 @@ A constant Scalar argument that does not fit a dtype of the op (`x.clamp(-200, 3
 `masked_fill(m, 300)`, `full(..., 300)` of an int8 tensor, `threshold(x, 1, 1e40)` of a float32 one)
 is another refusal: ATen's kernels convert such a Scalar with a range check ("value cannot be
 converted to type int8_t without overflow"), where a kernel Kiln writes would wrap it. An op with such
-an argument is probed whatever its dtypes (a factory op on one-element sizes), and marked the same way.
+an argument is probed whatever its dtypes (a factory op on two-element sizes), and marked the same way.
+A Scalar that is a symbol (an int or float argument of a dynamic graph) is probed as a stand-in eager
+would refuse (out of a narrow dtype's range; -1 as the power of an integer tensor), so that an op
+which checks the value runs as the ATen call and checks each call's.
 """
 from __future__ import annotations
 
@@ -61,11 +64,20 @@ def refusal(node: torch.fx.Node, metas: dict[torch.fx.Node, Any]) -> str | None:
     values = pytree.tree_map(lambda a: metas.get(a) if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
     leaves = pytree.tree_leaves(values)
     tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
+    negative = _negative_stand_in(node, values, tensors)
+    if negative is not None:  # an int tensor to a symbolic power: eager refuses a negative one
+        why = _probe_node(node, negative, 1)
+        if why is not None:
+            return why
     overflowing, values = _overflowing_scalar(node, values, tensors, metas.get(node))
     if not overflowing and (not tensors or all(t.dtype in _PLAIN for t in tensors)):
         return None
     if overflowing and not tensors:  # a factory op: its sizes do not matter to the range check
         values = pytree.tree_map(lambda v: [1] * (len(v) - 1) + [_WIDE] if _is_size(v) else v, values, is_leaf=_is_size)
+    return _probe_node(node, values, _WIDE if overflowing else 1)
+
+
+def _probe_node(node: torch.fx.Node, values: Any, width: int) -> str | None:
     if not _probe_worthy(node.target, _unscalared(node, values)):
         return None
     key = pytree.tree_map(_signature, values)
@@ -73,7 +85,25 @@ def refusal(node: torch.fx.Node, metas: dict[torch.fx.Node, Any]) -> str | None:
         hash(str(key))
     except Exception:
         return None
-    return _probe(node.target, repr(key), values, _WIDE if overflowing else 1)
+    return _probe(node.target, repr(key), values, width)
+
+
+def _negative_stand_in(node: torch.fx.Node, values: Any, tensors: list[torch.Tensor]) -> Any:
+    """The op's values with each symbolic int Scalar made -1, where a tensor is of an integer type
+    (eager refuses an integer tensor to a negative integer power when the graph runs, which a
+    symbol does not show); else None."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not any(not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool
+                                 for t in tensors):
+        return None
+    args, kwargs = values
+    positions = [i for i, a in enumerate(schema.arguments[:len(args)])
+                 if _is_scalar(a) and isinstance(args[i], torch.SymInt)]
+    names = [a.name for a in schema.arguments if _is_scalar(a) and isinstance(kwargs.get(a.name), torch.SymInt)]
+    if not positions and not names:
+        return None
+    return (tuple(-1 if i in positions else v for i, v in enumerate(args)),
+            {k: -1 if k in names else v for k, v in kwargs.items()})
 
 
 def _is_size(v: Any) -> bool:

@@ -124,14 +124,32 @@ SYMBOLIC = [
 def test_an_int_or_float_argument_of_a_dynamic_graph_is_range_checked_on_each_call(name, fn, x, values):
     """The argument becomes a symbol after it changed: the compiled graph cannot know its value, so
     the op runs as the ATen call, which checks the value of every call."""
+    _compare_calls(fn, x, values, "without overflow")
+
+
+NEGATIVE_POWERS = [
+    ("pow_int64", lambda a, k: a ** k, LONG, [2, 3, 1, -1, 0, -2]),
+    ("pow_int32_fused", lambda a, k: (a.int() * 2) ** k + 1, LONG, [2, 3, -1, 4]),
+    ("pow_uint8", lambda a, k: torch.pow(a, k), U8, [2, 3, -1]),
+]
+
+
+@pytest.mark.parametrize("name,fn,x,values", NEGATIVE_POWERS, ids=[r[0] for r in NEGATIVE_POWERS])
+def test_an_int_tensor_to_a_symbolic_negative_power_raises_eagers_error(name, fn, x, values):
+    """A negative int exponent that is a graph input (a symbol once it changed): eager refuses it
+    for an integer tensor; Kiln's kernel computed 0 or 1."""
+    _compare_calls(fn, x, values, "negative integer powers")
+
+
+def _compare_calls(fn, x, values, refusal):
     kiln.reset()
     compiled = kiln.compile(fn)
     for value in values:
         try:
             want = fn(x, value)
         except RuntimeError as error:
-            assert "without overflow" in str(error)
-            with pytest.raises(RuntimeError, match="without overflow"):
+            assert refusal in str(error)
+            with pytest.raises(RuntimeError, match=refusal):
                 compiled(x, value)
         else:
             torch.testing.assert_close(compiled(x, value), want)
