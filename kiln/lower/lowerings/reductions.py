@@ -298,7 +298,9 @@ def softmax(ctx: LoweringContext, x: TensorValue, dim: int, half_to_float: bool 
     # another dim ATen stores it in the output's type (rounded) and sums the unrounded values, as here.
     stored = acc if _half_last_dim(out, dim, x.ndim) else out
     e = ctx.realize(lazy(x, stored, lambda v, mx: ops.op("exp", ops.op("sub", ops.cast(v, acc), mx)), m))
-    s = reduce(ctx, e, dim, True, "sum", out)
+    # the row sum in float, as ATen's kernels keep it: a buffer of the half type (where the softmax
+    # is two kernels, fused with another reduction of x) rounded it
+    s = reduce(ctx, e, dim, True, "sum", acc)
     # ATen multiplies by the reciprocal of the sum (one divide per row, not per element)
     inv = lazy(s, out, lambda t: ops.op("reciprocal", t))
     return lazy(e, out, lambda v, r: ops.op("mul", v, r), inv)
