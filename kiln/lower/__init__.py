@@ -92,8 +92,11 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
         for v in pytree.tree_leaves(n.meta.get("val")):
             if isinstance(v, torch.Tensor):
                 # and its sizes: with symbolic inputs, the same code can trace to other sizes (the
-                # ShapeEnv clamped `x[:n]` to 16 in one capture, kept n in another)
-                parts.append(f"{n.name}:{v.dtype}:{v.device.type}:{tuple(map(str, v.shape))}:{tuple(map(str, v.stride()))}")
+                # ShapeEnv clamped `x[:n]` to 16 in one capture, kept n in another); and its storage
+                # offset, which a slice's lowering reads: x[:, k:k + 2] starts at k where k >= 0 was
+                # guarded and at k + 5 where k < 0 was, in graphs whose code is the same
+                parts.append(f"{n.name}:{v.dtype}:{v.device.type}:{tuple(map(str, v.shape))}:{tuple(map(str, v.stride()))}"
+                             f":{v.storage_offset()}")
     for x in example_inputs:
         if isinstance(x, torch.Tensor):
             parts.append(f"{x.dtype}{tuple(map(str, x.shape))}{tuple(map(str, x.stride()))}{x.storage_offset()}")

@@ -38,6 +38,17 @@ def decomposition_table() -> dict[Any, Any]:
              aten.selu, aten.rrelu_with_noise, aten.im2col, aten.col2im]
     table.update(torch._decomp.get_decompositions(extra))
     table.update(foreach_decompositions())
+    # Losses whose eager kernel checks its inputs' values run as the ATen call, which raises eager's
+    # error: nll_loss's forward (PyTorch's decomposition gathers the targets, so a target out of
+    # range raised gather's RuntimeError, not eager's IndexError "Target 3 is out of bounds.": one
+    # read per row) and binary_cross_entropy ("all elements of input should be between 0 and 1":
+    # the decomposition returned NaN, or a loss of a target of 2).
+    # So do bernoulli of a tensor of probabilities, which checks each is in [0, 1] (the
+    # decomposition drew against 1.5 as if it were 1), and max_unpool, which checks every index
+    # ("Found an invalid max index": the decomposition's index_put raised IndexError, and wrapped -1).
+    for op in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, aten.binary_cross_entropy.default,
+               aten.bernoulli.default, aten.max_unpool2d.default, aten.max_unpool3d.default):
+        table.pop(op, None)
     table[aten.nll_loss_backward.default] = functools.partial(nll_loss_backward, table[aten.nll_loss_backward.default])
     table[aten.embedding_dense_backward.default] = functools.partial(
         embedding_dense_backward, table[aten.embedding_dense_backward.default])

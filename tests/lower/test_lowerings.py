@@ -201,3 +201,16 @@ def test_float_erf_is_accurate_and_keeps_special_values() -> None:
     assert ((got[finite] - want[finite]).abs() / ulp).max() <= 8
     assert torch.equal(got[~finite].isnan(), want[~finite].isnan())
     assert got[x == -0.0].signbit().tolist() == x[x == -0.0].signbit().tolist()  # erf(-0.0) is -0.0
+
+
+def test_float_erf_saturates_where_float_erf_does_so_gelu_of_large_negatives_is_zero() -> None:
+    # float erf is exactly +-1 from 3.8325069 on: 1 + erf(x) is then 0, and GELU of a large negative
+    # input is -0.0 as eager's; one ulp short of 1 made GELU(-104) -3e-6 and GELU(-1e30) -3e22
+    edge = torch.linspace(3.8, 4.2, 4001)
+    x = torch.cat([edge, -edge, torch.tensor([-6.0, -10.0, -104.0, -1e4, -1e30, 1e30])])
+    c = check(lambda x: (torch.erf(x), F.gelu(x)), x)
+    erf, gelu = c(x)
+    saturated = x.abs() >= 3.8325069
+    assert torch.equal(erf[saturated], torch.erf(x)[saturated]) and (erf[saturated].abs() == 1).all()
+    big = x.abs() > 4.5
+    assert torch.equal(gelu[big], F.gelu(x)[big]) and (gelu[big & (x < 0)] == 0).all()

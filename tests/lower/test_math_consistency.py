@@ -93,3 +93,19 @@ def test_amax_gradient_over_exp_has_no_nan(shape: tuple[int, ...], case: str) ->
     (got,) = torch.autograd.grad(compiled(x2).sum(), x2)
     assert not got.isnan().any()
     torch.testing.assert_close(got, grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_negative_zero_keeps_its_sign_through_the_scalar_math_functions(dynamic: bool) -> None:
+    # a loop that does not vectorize (5 elements, or a symbolic length) calls each libmvec function
+    # on its argument splat into a register: `0 + x` made -0.0 into +0.0, so pow(-0.0, -1) was +inf
+    # (eager: -inf) and sin/tan/expm1/log1p/asinh/tanh/atan of -0.0 were +0.0
+    x = torch.tensor([0.0, -0.0, 1.0, -0.0, -0.0])
+    y = torch.tensor([0.0, -1.0, 2.0, 3.0, 2.0])
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return x ** y, x.sin(), x.tan(), x.expm1(), x.log1p(), x.asinh(), x.tanh(), x.atan()
+
+    kiln.reset()
+    for got, want in zip(kiln.compile(fn, dynamic=dynamic)(x, y), fn(x, y)):
+        assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit()), (got, want)

@@ -113,8 +113,10 @@ def _one_implementation(fn: str, isa: str, bits: int) -> list[str]:
         impl = f"kiln_{fn}_w"
     out += ["#pragma omp declare simd notinbranch",
            f"{t} kiln_{fn}({', '.join([t] * len(args))}) __attribute__((const, nothrow));",
+           # each argument splat into every lane as `a - 0`, which keeps a -0.0 (`0 + a` made it +0.0:
+           # the scalar pow(-0.0, -1) was +inf, sin(-0.0) +0.0, where the vector lanes and eager agree)
            f"__attribute__((used)) {t} kiln_{fn}_lane0({params(t)}) "
-           f"{{ return {impl}({', '.join(vec(wide) + '{} + ' + a for a in args)})[0]; }}"]
+           f"{{ return {impl}({', '.join(a + ' - ' + vec(wide) + '{}' for a in args)})[0]; }}"]
     for variant_isa, n_bits in (("b", 128), ("c", 256), ("d", 256), ("e", 512)):
         n = n_bits // 8 // size
         if n_bits > bits:
@@ -245,6 +247,10 @@ static inline __attribute__((always_inline)) float kiln_erff(float x) {
   q = __builtin_fmaf(q, s, 0.49753352091836056f);
   q = __builtin_fmaf(q, s, 1.0f);
   float y = c * p / q;
+  // from 3.8325069 on, erf rounds to exactly 1 in float (libm's erff says so), where the fit stays an
+  // ulp or two below: 1 + erf(x) of a large negative x must be 0, or GELU(-104) is -3e-6, not -0
+  y = c >= 3.8325069f ? 1.0f : y;
+  y = c <= -3.8325069f ? -1.0f : y;
   return x != x ? x : y;  // NaN stays NaN (the clamps above would have turned it into +-4)
 }
 static inline __attribute__((always_inline)) float kiln_expf_inline(float x) {

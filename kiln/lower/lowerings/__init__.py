@@ -16,7 +16,7 @@ import sympy
 import torch
 
 from kiln.lower import ops
-from kiln.symbolic.expr import adopt_torch_functions
+from kiln.symbolic.expr import ModularIndexing, adopt_torch_functions
 from kiln.symbolic.node import expr_of
 from kiln.lower.ir import (BufferRef, Buffer, Extern, Layout, Load, Pointwise, Reduction, SymExpr, Value,
                            index_vars, simplify_index, walk)
@@ -239,6 +239,16 @@ def broadcast_sizes(*shapes: Sequence[sympy.Expr]) -> tuple[sympy.Expr, ...]:
 
 def normalize_dim(dim: int, ndim: int) -> int:
     return dim + max(ndim, 1) if dim < 0 else dim
+
+
+def wrapped_index(index: Any, size: sympy.Expr) -> sympy.Expr:
+    """A select's index as ATen wraps it: -size <= index < 0 counts from the end. An int argument
+    of a dynamic graph is a symbol whose sign is guarded (a negative one recompiles) but not known
+    here: `index % size` is right for either sign (a raw -1 read and wrote before the tensor)."""
+    index = sympy.sympify(index)
+    if index.is_number:
+        return index + size if index < 0 else index
+    return index if index.is_nonnegative else ModularIndexing(index, size)
 
 
 from kiln.lower.lowerings import pointwise, reductions, views, indexing, extern, convolution, batch_norm  # noqa: E402,F401  (fill the table)

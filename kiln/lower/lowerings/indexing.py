@@ -16,7 +16,7 @@ from kiln.lower import ops
 from kiln.lower.checks import all_of, checked_index
 from kiln.lower.ir import Index, Layout, Load, Masked, ModularIndexing, Scatter, Value, contiguous_strides
 from kiln.lower.lowerings import (LoweringContext, TensorValue, broadcast_load, broadcast_sizes, compute_dtype,
-                                  normalize_dim, register, strided_value)
+                                  normalize_dim, register, strided_value, wrapped_index)
 
 aten = torch.ops.aten
 
@@ -297,9 +297,7 @@ def slice_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: i
 @register(aten.select_scatter.default)
 def select_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: int, index: int) -> TensorValue:
     dim = normalize_dim(dim, x.ndim)
-    at = sympy.sympify(index)
-    if at.is_number and at < 0:
-        at = at + x.sizes[dim]
+    at = wrapped_index(index, x.sizes[dim])
     dtype = compute_dtype(x.dtype)
 
     def loader(idx: Sequence[sympy.Expr]) -> Value:

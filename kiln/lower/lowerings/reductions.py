@@ -293,9 +293,14 @@ def softmax(ctx: LoweringContext, x: TensorValue, dim: int, half_to_float: bool 
     acc = compute_dtype(out)
     m = reduce(ctx, x, dim, True, "max", out)
     # exp(x - max) is stored once and read back, not computed twice; the scheduler keeps it in a
-    # per-thread row buffer when the whole softmax is one kernel
-    e = ctx.realize(lazy(x, out, lambda v, mx: ops.op("exp", ops.op("sub", ops.cast(v, acc), mx)), m))
-    s = reduce(ctx, e, dim, True, "sum", out)
+    # per-thread row buffer when the whole softmax is one kernel. Along the last dim of a half-type
+    # tensor it is kept in float, so the result rounds once, as ATen's last-dim kernel's does; along
+    # another dim ATen stores it in the output's type (rounded) and sums the unrounded values, as here.
+    stored = acc if _half_last_dim(out, dim, x.ndim) else out
+    e = ctx.realize(lazy(x, stored, lambda v, mx: ops.op("exp", ops.op("sub", ops.cast(v, acc), mx)), m))
+    # the row sum in float, as ATen's kernels keep it: a buffer of the half type (where the softmax
+    # is two kernels, fused with another reduction of x) rounded it
+    s = reduce(ctx, e, dim, True, "sum", acc)
     # ATen multiplies by the reciprocal of the sum (one divide per row, not per element)
     inv = lazy(s, out, lambda t: ops.op("reciprocal", t))
     return lazy(e, out, lambda v, r: ops.op("mul", v, r), inv)
@@ -308,7 +313,19 @@ def log_softmax(ctx: LoweringContext, x: TensorValue, dim: int, half_to_float: b
     m = reduce(ctx, x, dim, True, "max", out)
     e = lazy(x, out, lambda v, mx: ops.op("exp", ops.op("sub", ops.cast(v, acc), mx)), m)
     s = reduce(ctx, e, dim, True, "sum", out)
+    if _half_last_dim(out, dim, x.ndim):
+        # ATen's last-dim kernel keeps each row's sum and then its log in the half type (rounded)
+        def rounded(v: Value) -> Value:
+            return ops.cast(ops.cast(v, out), acc)
+        return lazy(x, out, lambda v, mx, t: ops.op("sub", ops.op("sub", ops.cast(v, acc), mx),
+                                                   rounded(ops.op("log", rounded(t)))), m, s)
     return lazy(x, out, lambda v, mx, t: ops.op("sub", ops.op("sub", ops.cast(v, acc), mx), ops.op("log", t)), m, s)
+
+
+def _half_last_dim(out: torch.dtype, dim: int, ndim: int) -> bool:
+    """Whether ATen's CPU softmax/log_softmax takes its last-dim kernel for a half-type result,
+    whose roundings differ from its kernel for the other dims."""
+    return out in (torch.float16, torch.bfloat16) and normalize_dim(dim, ndim) == max(ndim, 1) - 1
 
 
 @register(aten.native_layer_norm.default)

@@ -17,7 +17,7 @@ from kiln.lower import ops
 from kiln.lower.ir import (BufferRef, FloorDiv, Index, Layout, Masked, ModularIndexing, Value,
                            contiguous_strides)
 from kiln.lower.lowerings import (LoweringContext, TensorValue, compute_dtype, normalize_dim, register,
-                                  stride_hint, strided_value, to_expr)
+                                  stride_hint, strided_value, to_expr, wrapped_index)
 
 aten = torch.ops.aten
 Remap = Callable[[Sequence[sympy.Expr]], list[sympy.Expr]]
@@ -218,9 +218,7 @@ def slice_(ctx: LoweringContext, x: TensorValue, dim: int = 0, start: Any = None
 @register(aten.select.int)
 def select(ctx: LoweringContext, x: TensorValue, dim: int, index: Any) -> TensorValue:
     dim = normalize_dim(dim, x.ndim)
-    index = sympy.sympify(index)
-    if index.is_number and index < 0:
-        index = index + x.sizes[dim]
+    index = wrapped_index(index, x.sizes[dim])
     sizes = [s for k, s in enumerate(x.sizes) if k != dim]
 
     def fn(idx: Sequence[sympy.Expr]) -> list[sympy.Expr]:
