@@ -57,7 +57,7 @@ from kiln.capture.variables.functions import (CellVariable, NestedFunctionVariab
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables import operators
 from kiln.capture.variables.object_protocol import (class_attribute_written, python_setattr, store_class_attribute,
-                                                   user_class)
+                                                   type_has_attr, user_class)
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
@@ -344,7 +344,7 @@ class Tracer:
                 return False
             raise
         except Unsupported:
-            known = _type_has_attr(obj, name)
+            known = type_has_attr(obj, name)
             if known is None:
                 raise
             return known
@@ -692,24 +692,6 @@ def _reads_storage_offset(kind: str, target: Any, args: Sequence[Any], kwargs: d
     as_strided = (kind == "call_method" and target in ("as_strided", "as_strided_")) or (
         kind == "call_function" and any(target is f for f in _AS_STRIDED_FUNCTIONS))
     return as_strided and (len(args) >= 4 or "storage_offset" in kwargs)
-
-
-def _type_has_attr(obj: Variable, name: str) -> bool | None:
-    """`hasattr(obj, name)` answered from the value's type alone when its getattr could not say:
-    True when the class has the attribute, False when it has not and its instances can hold no
-    attributes of their own (no `__dict__`, no `__getattr__`); None when only the value knows."""
-    try:
-        kind = obj.python_type()
-    except Unsupported:
-        return None
-    if inspect.getattr_static(kind, name, _ABSENT) is not _ABSENT:
-        return True
-    if any("__dict__" in base.__dict__ or "__getattr__" in base.__dict__ for base in kind.__mro__):
-        return None
-    return False
-
-
-_ABSENT = object()
 
 
 # ------------------------------------------------------------------------------------ the capture

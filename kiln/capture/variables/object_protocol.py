@@ -440,3 +440,19 @@ def store_class_attribute(tx: "Tracer", obj: Variable, name: str, value: Variabl
         raise Unsupported(f"setting attribute {name!r} on {obj.describe()} through a descriptor of its metaclass",
                           kind="unsupported")
     tx.side_effects.store_attr(cls, obj, name, value)
+
+
+def type_has_attr(obj: Variable, name: str) -> bool | None:
+    """`hasattr(obj, name)` answered from the value's type alone when its getattr could not say (the
+    tracer's has_attr): True when the class has the attribute, False when it has not and its
+    instances can hold no attributes of their own (no `__dict__`, no `__getattr__`); None when only
+    the value knows."""
+    try:
+        kind = obj.python_type()
+    except Unsupported:
+        return None
+    if inspect.getattr_static(kind, name, MISSING) is not MISSING:
+        return True
+    if any("__dict__" in base.__dict__ or "__getattr__" in base.__dict__ for base in kind.__mro__):
+        return None
+    return False
