@@ -1,0 +1,124 @@
+"""Row kernels (softmax, log_softmax, a scaled and masked softmax, layer norm, sum and mean over the
+last dim, the softmax backward) against eager with torch.testing.assert_close's default tolerances:
+rows shorter than a vector, odd lengths, vocabulary-sized rows, fully masked rows (eager: NaN), large
+magnitudes, and the floating dtypes. Speed is measured by the `softmax` bench workload, not here."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+from .conftest import check, compile_fn
+
+pytestmark = pytest.mark.cpp
+
+DEFAULT = {"atol": None, "rtol": None}  # assert_close's own tolerances for each dtype
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+SHAPES = [(5, 1), (4, 3), (3, 7), (6, 15), (2, 16), (3, 17), (2, 33), (4, 255), (2, 1001), (2, 5, 3, 19), (2, 32000)]
+
+
+def _rows(shape: tuple[int, ...], dtype: torch.dtype, scale: float = 3.0) -> torch.Tensor:
+    return (torch.randn(shape, dtype=torch.float32) * scale).to(dtype)
+
+
+def _check_softmaxes(x: torch.Tensor) -> None:
+    """softmax and log_softmax over the last dim as eager computes them. ATen's bfloat16 and half
+    log_softmax adds the exponentials in the input's own dtype (every partial sum rounded to 8 or 11
+    bits) and subtracts a rounded log: it is off by up to 2^-7 near 0, where Kiln, adding in float
+    as it does everywhere, is within one rounding of the exact result. There the reference is the
+    exact result, rounded once."""
+    check(lambda x: torch.softmax(x, -1), x, **DEFAULT)
+    if x.dtype in (torch.float32, torch.float64):
+        check(lambda x: torch.log_softmax(x, -1), x, **DEFAULT)
+        return
+    got = compile_fn(lambda x: torch.log_softmax(x, -1), x)(x)[0]
+    torch.testing.assert_close(got, torch.log_softmax(x.double(), -1).to(x.dtype), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_softmax_and_log_softmax(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    _check_softmaxes(_rows(shape, dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scale", [1e-3, 30.0, 1e4, 1e30])
+def test_softmax_of_large_and_tiny_magnitudes(scale: float, dtype: torch.dtype) -> None:
+    x = _rows((6, 37), dtype, scale)
+    x[0, 3] = torch.finfo(dtype).max
+    x[1, 5] = torch.finfo(dtype).min
+    x[2] = torch.finfo(dtype).min  # a whole row at the lowest finite value: exp(0) everywhere
+    _check_softmaxes(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [3, 16, 37, 1024])
+def test_fully_masked_rows_are_nan_as_in_eager(n: int, dtype: torch.dtype) -> None:
+    x = _rows((5, n), dtype)
+    x[1] = float("-inf")          # every lane masked: eager's 0/0
+    x[2, : n // 2 + 1] = float("-inf")
+    x[3, 0] = float("nan")
+    x[4, n - 1] = float("inf")
+    _check_softmaxes(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(2, 3, 9, 9), (1, 2, 64, 64), (2, 1, 5, 130)], ids=str)
+def test_scaled_and_masked_attention_softmax(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    scores = _rows(shape, dtype)
+    causal = torch.ones(shape[-2], shape[-1], dtype=torch.bool).triu(1)
+    mask = torch.zeros(shape[-2], shape[-1], dtype=dtype).masked_fill(causal, float("-inf"))
+    mask[0] = float("-inf")  # the first query sees nothing: a NaN row
+    check(lambda s, m: torch.softmax(s * 0.125 + m, -1), scores, mask, **DEFAULT)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(4, 3), (3, 17), (4, 256), (2, 1001), (2, 4, 128)], ids=str)
+def test_layer_norm_sum_and_mean_over_the_last_dim(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    x = _rows(shape, dtype)
+    w, b = _rows(shape[-1:], dtype), _rows(shape[-1:], dtype)
+    check(lambda x, w, b: F.layer_norm(x, shape[-1:], w, b), x, w, b, **DEFAULT)
+    # a sum's rounding depends on its order (ATen and Kiln add in different orders): the tolerance
+    # is the sum's own scale, not that of its (possibly cancelled) value
+    tol = {"atol": 1e-5 * shape[-1] ** 0.5 * 3, "rtol": 1.3e-6} if dtype == torch.float32 else DEFAULT
+    check(lambda x: (x.sum(-1), x.mean(-1)), x, **tol)
+
+
+def test_a_half_precision_softmax_keeps_its_exponentials_in_float() -> None:
+    # ATen's bfloat16 softmax keeps exp(x - max) in a float buffer and rounds once, at the end; a
+    # bfloat16 row buffer rounded twice and disagreed with eager in a quarter of the elements
+    x = _rows((64, 300), torch.bfloat16)
+    compiled = check(lambda x: torch.softmax(x, -1), x, **DEFAULT)
+    kernel = compiled.cpp_source.split("// kernel0")[1]
+    assert "float buf" in kernel and "uint16_t buf1[" not in kernel
+    got, expected = compiled(x)[0], torch.softmax(x, -1)
+    assert (got != expected).float().mean().item() < 0.002
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(3, 7), (4, 256), (2, 3, 33)], ids=str)
+def test_softmax_backward_in_a_training_step(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    x = _rows(shape, dtype)
+    x[0, 0] = float("-inf")  # a masked lane: its gradient is 0
+    g = _rows(shape, dtype)
+
+    def step(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # log_softmax's half-precision forward is eager's own rounding (see _check_softmaxes)
+        second = torch.log_softmax(x, -1) if dtype == torch.float32 else torch.softmax(x * 0.5, -1)
+        return torch.softmax(x, -1), second
+
+    results = []
+    for fn in (kiln.compile(step), step):
+        leaf = x.clone().requires_grad_()
+        first, second = fn(leaf)
+        (first * g + second * g).sum().backward()
+        results.append((first.detach(), second.detach(), leaf.grad))
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+def test_a_row_kernel_source_is_one_kernel_per_softmax() -> None:
+    compiled = compile_fn(lambda x: torch.softmax(x, -1), torch.randn(8, 40))
+    assert compiled.cpp_source.count("extern \"C\" void kernel") == 1
