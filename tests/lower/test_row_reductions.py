@@ -122,3 +122,16 @@ def test_softmax_backward_in_a_training_step(shape: tuple[int, ...], dtype: torc
 def test_a_row_kernel_source_is_one_kernel_per_softmax() -> None:
     compiled = compile_fn(lambda x: torch.softmax(x, -1), torch.randn(8, 40))
     assert compiled.cpp_source.count("extern \"C\" void kernel") == 1
+
+
+def test_a_row_reduction_prefetches_the_next_row_of_each_input_it_walks() -> None:
+    # one prefetch loop per input that moves with the row (not the broadcast weight and bias), no
+    # more than PREFETCH_ROW_BYTES of a long row; values as eager's
+    x, w, b = torch.randn(6, 3000), torch.randn(3000), torch.randn(3000)
+    compiled = check(lambda x, w, b: F.layer_norm(x, (3000,), w, b), x, w, b)
+    prefetches = [line for line in compiled.cpp_source.splitlines() if "__builtin_prefetch" in line]
+    assert len(prefetches) == 1 and "kiln_pf < 4096" in prefetches[0] and "+ 3000)" in prefetches[0]
+    scores, mask = torch.randn(2, 40, 40), torch.randn(40, 40)
+    compiled = check(lambda s, m: torch.softmax(s + m, -1), scores, mask)
+    prefetches = [line for line in compiled.cpp_source.splitlines() if "__builtin_prefetch" in line]
+    assert len(prefetches) == 2 and all("kiln_pf < 160" in line for line in prefetches)

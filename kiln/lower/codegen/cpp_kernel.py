@@ -123,7 +123,7 @@ class KernelWriter:
         rows = self._scratch_rows(k, xs, ys)
         on_stack = all(size.is_number for size, _ in rows.values()) and sum(
             int(size) * _itemsize(self.storage[name]) for name, (size, _) in rows.items()) <= STACK_SCRATCH_BYTES
-        body = self._outer_open(k, xs, rows, on_stack, parallel, parallel_if)
+        body = self._outer_open(k, xs, rows, on_stack, parallel, parallel_if) + self._prefetch_next_row(k, xs, ys)
         for blk in k.blocks:
             if blk.kind == "scalar":
                 for n in blk.nodes:
@@ -159,6 +159,49 @@ class KernelWriter:
             o, _ = _loops(xs, k.outer, f"#pragma omp parallel for@collapse{parallel_if}" if parallel else None)
             return o
         return []
+
+    def _prefetch_next_row(self, k: Kernel, xs: Sequence[sympy.Symbol], ys: Sequence[sympy.Symbol]) -> list[str]:
+        """At the start of a row of a row reduction, prefetch the start of the next row of each input
+        the row reads contiguously. A row's passes (a softmax's max, exp and scale) are compute-bound
+        on data already in L1, and the hardware prefetcher, which follows one stream, does not fetch
+        the next row while they run: each row began with a wait for memory (softmax over 4096x1024
+        floats at 1 thread: 0.86x -> 1.0x eager). Prefetches do not fault, so the last row needs no
+        test; at most PREFETCH_ROW_BYTES per input, so that long rows do not evict the current one."""
+        if not k.outer or not k.inner or k.columns or not any(
+                isinstance(n, Reduction) for blk in k.blocks if blk.kind != "scalar" for n in blk.nodes):
+            return []
+        last = xs[-1]
+        strides = contiguous_strides(k.inner)
+        starts: dict[tuple[str, sympy.Expr], sympy.Expr] = {}
+        for blk in k.blocks:
+            if blk.kind == "scalar":
+                continue
+            for node in blk.nodes:
+                sub = kernel_substitution(k, node)
+                if sub is None:
+                    continue
+                for v in walk(node.body):
+                    if not isinstance(v, Load) or v.extra is not None or v.buffer in self.hidden:
+                        continue
+                    key = sympy.expand(v.index.xreplace(sub))
+                    if key.atoms(FloorDiv, ModularIndexing):
+                        continue
+                    # the row is one contiguous run (the inner vars step as a row-major walk) that
+                    # moves with the last outer variable (a broadcast input stays in cache anyway)
+                    if any(sympy.diff(key, y) != st for y, st in zip(ys, strides)):
+                        continue
+                    step = sympy.diff(key, last)
+                    if step == 0 or step.has(*xs, *ys):
+                        continue
+                    row_start = key.xreplace({y: sympy.Integer(0) for y in ys})
+                    starts.setdefault((v.buffer, sympy.expand(row_start + step)), sympy.Mul(*k.inner))
+        lines = []
+        for (name, start), numel in sorted(starts.items(), key=str):
+            nbytes = numel * _itemsize(self.storage[name])
+            limit = cexpr(sympy.Min(nbytes, PREFETCH_ROW_BYTES))
+            lines.append(f"for (int64_t kiln_pf = 0; kiln_pf < {limit}; kiln_pf += 64) "
+                         f"__builtin_prefetch(reinterpret_cast<const char*>({name} + {cexpr(start)}) + kiln_pf);")
+        return lines
 
     def _loop_block(self, blk: Block, k: Kernel, ys: Sequence[sympy.Symbol], locals_: dict, parallel: bool,
                     parallel_if: str) -> list[str]:
@@ -502,6 +545,7 @@ class KernelWriter:
 
 ADAPTIVE_THREADS_MAX = 1 << 22  # elements from which a kernel never adapts to load (see kiln_threads)
 STACK_SCRATCH_BYTES = 64 << 10  # row buffers of a kernel up to this size in all live on the stack
+PREFETCH_ROW_BYTES = 4096  # of each input's next row, prefetched at the start of a row (L1 holds 32-48 KiB)
 
 
 def _itemsize(dtype: torch.dtype) -> int:
