@@ -135,3 +135,19 @@ def test_a_row_reduction_prefetches_the_next_row_of_each_input_it_walks() -> Non
     compiled = check(lambda s, m: torch.softmax(s + m, -1), scores, mask)
     prefetches = [line for line in compiled.cpp_source.splitlines() if "__builtin_prefetch" in line]
     assert len(prefetches) == 2 and all("kiln_pf < 160" in line for line in prefetches)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_row_sums_add_in_lanes_then_as_a_tree_at_any_row_length(dtype: torch.dtype) -> None:
+    # a row's float sum is added in SUM_LANES partial sums (GCC's simd reduction added its lanes one
+    # by one after the loop) and a remainder loop; a dynamic row length decides both at run time
+    compiled = compile_fn(lambda x: (x.sum(-1), torch.softmax(x, -1)), _rows((3, 40), dtype), dynamic=True)
+    assert "lanes_acc_" in compiled.cpp_source
+    for n in (1, 5, 16, 17, 37, 1000):
+        x = _rows((3, n), dtype)
+        got = compiled(x)
+        tol = {"atol": 1e-5 * n ** 0.5 * 3, "rtol": 1.3e-6} if dtype == torch.float32 else DEFAULT
+        torch.testing.assert_close(got[0], x.sum(-1), **tol)
+        torch.testing.assert_close(got[1], torch.softmax(x, -1))
+    static = check(lambda x: x.sum(-1), _rows((4, 21), dtype), **DEFAULT)
+    assert "kiln_lane < 21 - kiln_full" in static.cpp_source  # 16 in lanes, a remainder of 5

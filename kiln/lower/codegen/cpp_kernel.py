@@ -217,11 +217,15 @@ class KernelWriter:
         else:
             o, c = _simd_loops(ys, k.inner, "#pragma omp simd@collapse " + " ".join(clauses))
         shared: dict = {}  # values already computed in this loop, per node substitution
-        body = self._hoisted(blk.nodes, k, ys, locals_, shared) + pre + o
-        loop_locals = dict(locals_)  # values made in this loop are visible only inside it
-        for n in blk.nodes:
-            body += ["  " + line for line in self._node(n, k, loop_locals, accs.get(n.name), shared)]
-        body += c + post
+        body = self._hoisted(blk.nodes, k, ys, locals_, shared)
+        if _lane_sums(reds, blk, k):
+            body += self._lane_sum_loops(blk, k, ys, locals_, shared, reds, accs)
+        else:
+            body += pre + o
+            loop_locals = dict(locals_)  # values made in this loop are visible only inside it
+            for n in blk.nodes:
+                body += ["  " + line for line in self._node(n, k, loop_locals, accs.get(n.name), shared)]
+            body += c + post
         for n in reds:
             sub = node_substitution(n, k.outer, k.inner)
             assert sub is not None  # a reduction's ranges are its kernel's
@@ -234,6 +238,45 @@ class KernelWriter:
                 w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
                 body += w.lines
         return body
+
+    def _lane_sum_loops(self, blk: Block, k: Kernel, ys: Sequence[sympy.Symbol], locals_: dict, shared: dict,
+                        reds: Sequence[Reduction], accs: dict[str, str]) -> list[str]:
+        """A loop whose reductions are all floating-point sums, as blocks of SUM_LANES elements each
+        added into its own lane of an array, then a remainder loop, then the lanes added as a tree.
+        GCC's `omp simd reduction(+)` adds the vector's lanes one after another when the loop ends
+        (it may not reassociate floats): sixteen dependent adds per row, a tenth of a softmax over
+        rows of 128 (0.93x -> 1.05x eager); the array stays in registers across the blocks."""
+        (y,), (size,) = ys, k.inner
+        full = size - size % SUM_LANES if size.is_number else None
+        full_text = str(full) if full is not None else f"({cexpr(size)}) / {SUM_LANES} * {SUM_LANES}"
+        lanes = {n.name: f"lanes_{accs[n.name]}" for n in reds}
+        types = {n.name: CTYPE[compute(n.layout.dtype)] for n in reds}
+        body = [f"{types[n.name]} {accs[n.name]};" for n in reds] + ["{"]
+        body += [f"alignas(64) {types[name]} {lane}[{SUM_LANES}] = {{}};" for name, lane in lanes.items()]
+        body.append(f"const int64_t kiln_full = {full_text};")
+
+        def loop(start: str, count: str) -> list[str]:
+            lines = ["#pragma omp simd", f"for (int64_t kiln_lane = 0; kiln_lane < {count}; kiln_lane++) {{",
+                     f"const int64_t {y} = {start} + kiln_lane;"]
+            loop_locals = dict(locals_)
+            loop_shared = {key: dict(values) for key, values in shared.items()}  # the hoisted values
+            for n in blk.nodes:
+                acc = f"{lanes[n.name]}[kiln_lane]" if n.name in lanes else None
+                lines += self._node(n, k, loop_locals, acc, loop_shared)
+            return lines + ["}"]
+
+        body += ["for (int64_t kiln_block = 0; kiln_block < kiln_full; kiln_block += %d) {" % SUM_LANES]
+        body += loop("kiln_block", str(SUM_LANES)) + ["}"]
+        if full is None or full != size:
+            body += loop("kiln_full", f"{cexpr(size)} - kiln_full")
+        half = SUM_LANES // 2
+        while half >= 1:
+            for lane in lanes.values():
+                body += ["#pragma omp simd", f"for (int kiln_lane = 0; kiln_lane < {half}; kiln_lane++) "
+                         f"{lane}[kiln_lane] += {lane}[kiln_lane + {half}];"]
+            half //= 2
+        body += [f"{accs[name]} = {lane}[0];" for name, lane in lanes.items()]
+        return body + ["}"]
 
     def _columns_open(self, k: Kernel, xs: Sequence[sympy.Symbol], rows: dict, on_stack: bool, parallel: bool,
                       parallel_if: str) -> list[str]:
@@ -545,6 +588,7 @@ class KernelWriter:
 
 ADAPTIVE_THREADS_MAX = 1 << 22  # elements from which a kernel never adapts to load (see kiln_threads)
 STACK_SCRATCH_BYTES = 64 << 10  # row buffers of a kernel up to this size in all live on the stack
+SUM_LANES = 16  # partial sums of a row's float sum (one 512-bit register, two of 256)
 PREFETCH_ROW_BYTES = 4096  # of each input's next row, prefetched at the start of a row (L1 holds 32-48 KiB)
 
 
@@ -584,6 +628,18 @@ def _column_reduction(k: Kernel) -> bool:
                 return False
             contiguous_outer |= idx.coeff(xs[-1]) == 1
     return contiguous_outer
+
+
+def _lane_sums(reds: Sequence[Reduction], blk: Block, k: Kernel) -> bool:
+    """Whether a loop block of a row kernel adds its floating-point sums in lanes (_lane_sum_loops):
+    only sums (a max's lanes would be combined after every block), over one inner dim at least
+    SUM_LANES long, in a kernel whose rows are its outer loop (not one loop shared among threads)."""
+    if not reds or not k.outer or len(k.inner) != 1 or k.columns:
+        return False
+    if not all(n.reduction_type == "sum" and compute(n.layout.dtype) in (torch.float32, torch.float64) for n in reds):
+        return False
+    size = k.inner[0]
+    return not size.is_number or int(size) >= SUM_LANES
 
 
 def _block_node(n: Buffer) -> Pointwise | Reduction:
