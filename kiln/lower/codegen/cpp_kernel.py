@@ -218,7 +218,7 @@ class KernelWriter:
             o, c = _simd_loops(ys, k.inner, "#pragma omp simd@collapse " + " ".join(clauses))
         shared: dict = {}  # values already computed in this loop, per node substitution
         body = self._hoisted(blk.nodes, k, ys, locals_, shared)
-        if _lane_sums(reds, blk, k):
+        if _lane_sums(reds, k):
             body += self._lane_sum_loops(blk, k, ys, locals_, shared, reds, accs)
         else:
             body += pre + o
@@ -630,7 +630,7 @@ def _column_reduction(k: Kernel) -> bool:
     return contiguous_outer
 
 
-def _lane_sums(reds: Sequence[Reduction], blk: Block, k: Kernel) -> bool:
+def _lane_sums(reds: Sequence[Reduction], k: Kernel) -> bool:
     """Whether a loop block of a row kernel adds its floating-point sums in lanes (_lane_sum_loops):
     only sums (a max's lanes would be combined after every block), over one inner dim at least
     SUM_LANES long, in a kernel whose rows are its outer loop (not one loop shared among threads)."""
