@@ -245,14 +245,18 @@ class KernelWriter:
         added into its own lane of an array, then a remainder loop, then the lanes added as a tree.
         GCC's `omp simd reduction(+)` adds the vector's lanes one after another when the loop ends
         (it may not reassociate floats): sixteen dependent adds per row, a tenth of a softmax over
-        rows of 128 (0.93x -> 1.05x eager); the array stays in registers across the blocks."""
+        rows of 128 (0.93x -> 1.05x eager); the array stays in registers across the blocks. A block
+        is as many elements as one 512-bit register holds of the narrowest type the loop reads or
+        writes (16 floats, 32 bfloat16s): with 16 lanes over bfloat16 loads GCC made 256-bit
+        vectors and kept the lanes in memory (a bf16 softmax ran 1.3x longer)."""
         (y,), (size,) = ys, k.inner
-        full = size - size % SUM_LANES if size.is_number else None
-        full_text = str(full) if full is not None else f"({cexpr(size)}) / {SUM_LANES} * {SUM_LANES}"
+        lanes_n = self._sum_lanes(blk)
+        full = size - size % lanes_n if size.is_number else None
+        full_text = str(full) if full is not None else f"({cexpr(size)}) / {lanes_n} * {lanes_n}"
         lanes = {n.name: f"lanes_{accs[n.name]}" for n in reds}
         types = {n.name: CTYPE[compute(n.layout.dtype)] for n in reds}
         body = [f"{types[n.name]} {accs[n.name]};" for n in reds] + ["{"]
-        body += [f"alignas(64) {types[name]} {lane}[{SUM_LANES}] = {{}};" for name, lane in lanes.items()]
+        body += [f"alignas(64) {types[name]} {lane}[{lanes_n}] = {{}};" for name, lane in lanes.items()]
         body.append(f"const int64_t kiln_full = {full_text};")
 
         def loop(start: str, count: str) -> list[str]:
@@ -265,11 +269,11 @@ class KernelWriter:
                 lines += self._node(n, k, loop_locals, acc, loop_shared)
             return lines + ["}"]
 
-        body += ["for (int64_t kiln_block = 0; kiln_block < kiln_full; kiln_block += %d) {" % SUM_LANES]
-        body += loop("kiln_block", str(SUM_LANES)) + ["}"]
+        body += [f"for (int64_t kiln_block = 0; kiln_block < kiln_full; kiln_block += {lanes_n}) {{"]
+        body += loop("kiln_block", str(lanes_n)) + ["}"]
         if full is None or full != size:
             body += loop("kiln_full", f"{cexpr(size)} - kiln_full")
-        half = SUM_LANES // 2
+        half = lanes_n // 2
         while half >= 1:
             for lane in lanes.values():
                 body += ["#pragma omp simd", f"for (int kiln_lane = 0; kiln_lane < {half}; kiln_lane++) "
@@ -277,6 +281,13 @@ class KernelWriter:
             half //= 2
         body += [f"{accs[name]} = {lane}[0];" for name, lane in lanes.items()]
         return body + ["}"]
+
+    def _sum_lanes(self, blk: Block) -> int:
+        """Lanes of a block's sums: SUM_LANES, or one 512-bit register of the narrowest type its loop
+        loads or stores, if narrower than a float."""
+        names = {n.name for n in blk.nodes} | {v.buffer for n in blk.nodes for v in walk(n.body) if isinstance(v, Load)}
+        narrowest = min((_itemsize(self.storage[name]) for name in names if name in self.storage), default=4)
+        return max(SUM_LANES, 64 // narrowest)
 
     def _columns_open(self, k: Kernel, xs: Sequence[sympy.Symbol], rows: dict, on_stack: bool, parallel: bool,
                       parallel_if: str) -> list[str]:
@@ -588,7 +599,7 @@ class KernelWriter:
 
 ADAPTIVE_THREADS_MAX = 1 << 22  # elements from which a kernel never adapts to load (see kiln_threads)
 STACK_SCRATCH_BYTES = 64 << 10  # row buffers of a kernel up to this size in all live on the stack
-SUM_LANES = 16  # partial sums of a row's float sum (one 512-bit register, two of 256)
+SUM_LANES = 16  # partial sums of a row's float sum, at least (one 512-bit register, two of 256)
 PREFETCH_ROW_BYTES = 4096  # of each input's next row, prefetched at the start of a row (L1 holds 32-48 KiB)
 
 
