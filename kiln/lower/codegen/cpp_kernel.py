@@ -246,9 +246,10 @@ class KernelWriter:
         GCC's `omp simd reduction(+)` adds the vector's lanes one after another when the loop ends
         (it may not reassociate floats): sixteen dependent adds per row, a tenth of a softmax over
         rows of 128 (0.93x -> 1.05x eager); the array stays in registers across the blocks. A block
-        is as many elements as one 512-bit register holds of the narrowest type the loop reads or
-        writes (16 floats, 32 bfloat16s): with 16 lanes over bfloat16 loads GCC made 256-bit
-        vectors and kept the lanes in memory (a bf16 softmax ran 1.3x longer)."""
+        is SUM_REGISTERS times what one 512-bit register holds of the narrowest type the loop reads
+        or writes (32 floats, 64 bfloat16s): with 16 lanes over bfloat16 loads GCC made 256-bit
+        vectors and kept the lanes in memory (a bf16 softmax ran 1.3x longer), and one register's
+        chain of dependent adds bounded a plain sum (mean over 8x32000: 1.17x -> 1.37x eager)."""
         (y,), (size,) = ys, k.inner
         lanes_n = self._sum_lanes(blk)
         full = size - size % lanes_n if size.is_number else None
@@ -259,20 +260,35 @@ class KernelWriter:
         body += [f"alignas(64) {types[name]} {lane}[{lanes_n}] = {{}};" for name, lane in lanes.items()]
         body.append(f"const int64_t kiln_full = {full_text};")
 
-        def loop(start: str, count: str) -> list[str]:
+        def loop(start: str, count: str, into: dict[str, str]) -> list[str]:
             lines = ["#pragma omp simd", f"for (int64_t kiln_lane = 0; kiln_lane < {count}; kiln_lane++) {{",
                      f"const int64_t {y} = {start} + kiln_lane;"]
             loop_locals = dict(locals_)
             loop_shared = {key: dict(values) for key, values in shared.items()}  # the hoisted values
             for n in blk.nodes:
-                acc = f"{lanes[n.name]}[kiln_lane]" if n.name in lanes else None
+                acc = f"{into[n.name]}[kiln_lane]" if n.name in into else None
                 lines += self._node(n, k, loop_locals, acc, loop_shared)
             return lines + ["}"]
 
-        body += [f"for (int64_t kiln_block = 0; kiln_block < kiln_full; kiln_block += {lanes_n}) {{"]
-        body += loop("kiln_block", str(lanes_n)) + ["}"]
+        chunk = lanes_n * SUM_CHUNK_BLOCKS
+        if full is not None and full <= chunk:
+            body += [f"for (int64_t kiln_block = 0; kiln_block < kiln_full; kiln_block += {lanes_n}) {{"]
+            body += loop("kiln_block", str(lanes_n), lanes) + ["}"]
+        else:
+            # a long row's lanes take the sums of chunks, not every element: one long chain of adds
+            # per lane lost 7x more than ATen's cascade sum over rows of 32000 floats
+            parts = {name: lane.replace("lanes_", "part_", 1) for name, lane in lanes.items()}
+            body += [f"for (int64_t kiln_chunk = 0; kiln_chunk < kiln_full; kiln_chunk += {chunk}) {{"]
+            body += [f"alignas(64) {types[name]} {part}[{lanes_n}] = {{}};" for name, part in parts.items()]
+            body.append(f"const int64_t kiln_chunk_end = kiln_chunk + {chunk} < kiln_full ? kiln_chunk + {chunk} : kiln_full;")
+            body += [f"for (int64_t kiln_block = kiln_chunk; kiln_block < kiln_chunk_end; kiln_block += {lanes_n}) {{"]
+            body += loop("kiln_block", str(lanes_n), parts) + ["}"]
+            for name, part in parts.items():
+                body += ["#pragma omp simd", f"for (int kiln_lane = 0; kiln_lane < {lanes_n}; kiln_lane++) "
+                         f"{lanes[name]}[kiln_lane] += {part}[kiln_lane];"]
+            body.append("}")
         if full is None or full != size:
-            body += loop("kiln_full", f"{cexpr(size)} - kiln_full")
+            body += loop("kiln_full", f"{cexpr(size)} - kiln_full", lanes)
         half = lanes_n // 2
         while half >= 1:
             for lane in lanes.values():
@@ -283,11 +299,11 @@ class KernelWriter:
         return body + ["}"]
 
     def _sum_lanes(self, blk: Block) -> int:
-        """Lanes of a block's sums: SUM_LANES, or one 512-bit register of the narrowest type its loop
-        loads or stores, if narrower than a float."""
+        """Lanes of a block's sums: SUM_REGISTERS 512-bit registers of the narrowest type its loop
+        loads or stores (of floats, if all are wider)."""
         names = {n.name for n in blk.nodes} | {v.buffer for n in blk.nodes for v in walk(n.body) if isinstance(v, Load)}
         narrowest = min((_itemsize(self.storage[name]) for name in names if name in self.storage), default=4)
-        return max(SUM_LANES, 64 // narrowest)
+        return max(SUM_LANES, 64 // narrowest) * SUM_REGISTERS
 
     def _columns_open(self, k: Kernel, xs: Sequence[sympy.Symbol], rows: dict, on_stack: bool, parallel: bool,
                       parallel_if: str) -> list[str]:
@@ -600,6 +616,8 @@ class KernelWriter:
 ADAPTIVE_THREADS_MAX = 1 << 22  # elements from which a kernel never adapts to load (see kiln_threads)
 STACK_SCRATCH_BYTES = 64 << 10  # row buffers of a kernel up to this size in all live on the stack
 SUM_LANES = 16  # partial sums of a row's float sum, at least (one 512-bit register, two of 256)
+SUM_REGISTERS = 2  # independent chains of adds per lane block: one add's latency bounded a plain sum
+SUM_CHUNK_BLOCKS = 64  # blocks a lane adds before the chunk's sum joins the lane's (rows of 1024 floats: one chunk)
 PREFETCH_ROW_BYTES = 4096  # of each input's next row, prefetched at the start of a row (L1 holds 32-48 KiB)
 
 
