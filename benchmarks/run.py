@@ -42,6 +42,8 @@ WORKLOADS = (
     "pointwise_chain",
     "layernorm_gelu",
     "softmax",
+    "softmax_vocab",
+    "attention_softmax",
     "mlp_inference",
     "mlp_training",
     "gpt_block_forward",
