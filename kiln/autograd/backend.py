@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
@@ -185,10 +185,22 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         compiled_fw, compiled_bw, num_forward_outputs=parts.num_forward_outputs,
         num_saved_tensors=len(parts.saved_tensors), differentiable=joint.differentiable,
         primal_needs_grad=[isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values],
-        unused_inputs=[k for k, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder") if not n.users])
+        unused_inputs=_unused_inputs(gm, inputs.values))
     function = with_missing_derivatives(function, joint.no_derivative)
     return AotRuntime(forward=compiled_fw, function=function, report=report, grad_mode=None if ambient else True,
                       **common)
+
+
+def _unused_inputs(gm: fx.GraphModule, values: Sequence[Any]) -> list[int]:
+    """Positions of the graph's inputs that it never reads and that hold no tensor another input
+    (or a lifted module tensor) also holds. A tensor passed twice (an LSTM's weight as an attribute
+    and in its flat weight list, one of them unread) is one input of the compiled Function, whose
+    gradient goes to its first position: detaching that one would drop the gradient. The fakes
+    stand for the real tensors one for one (the capture's aliasing guards keep it so)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    unread = {k for k, n in enumerate(placeholders) if not n.users}
+    read = {id(v) for k, v in enumerate(values) if k not in unread and isinstance(v, torch.Tensor)}
+    return [k for k in sorted(unread) if k < len(values) and id(values[k]) not in read]
 
 
 # autograd's version-counter check: a tensor saved for the backward was changed in place since

@@ -53,3 +53,35 @@ def test_buffer_rebound_to_an_activation_trains_like_eager(backend: str) -> None
     assert torch.allclose(model.lin.weight.grad, reference.lin.weight.grad)
     assert model.last.requires_grad and torch.allclose(model.last, reference.last)
     assert kiln.stats()["graph_breaks"] == 0
+
+
+class _TwoNamesForOneWeight(nn.Module):
+    """A parameter reached under two names, one read only for its size (as nn.LSTM reads its
+    weights as attributes and through its flat weight list): two graph inputs, one tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(3, 3))
+        self.flat = [self.weight]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = self.weight.shape[0]
+        return (x[:, :rows] @ self.flat[0]).tanh().sum()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)])
+def test_a_tensor_passed_under_two_names_keeps_its_gradient(backend: str, dynamic: bool) -> None:
+    kiln.reset()
+    torch.manual_seed(0)
+    model = _TwoNamesForOneWeight()
+    compiled = kiln.compile(model, backend=backend, dynamic=dynamic)
+    for batch in (2, 4):
+        x = torch.randn(batch, 5)
+        model.zero_grad(set_to_none=True)
+        model(x).backward()
+        expected = model.weight.grad.clone()
+        model.zero_grad(set_to_none=True)
+        compiled(x).backward()
+        assert model.weight.grad is not None
+        torch.testing.assert_close(model.weight.grad, expected)
