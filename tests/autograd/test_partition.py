@@ -214,7 +214,9 @@ def test_layer_norm_recompute_over_a_transposed_input_keeps_the_views_valid(twin
     kiln.compile(model)(x).pow(2).sum().backward()
     eager(xe).pow(2).sum().backward()
     torch.testing.assert_close(x.grad, xe.grad)
-    assert_same_state(eager, model)
+    # gradients up to ~50 summed in float32 in another order than ATen's: both are ~1.2e-5 from the
+    # float64 result, so they may differ by twice that
+    assert_same_state(eager, model, atol=5e-5)
     assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["graphs"] == 1  # compiled, not run eagerly
     kiln.reset()
 
