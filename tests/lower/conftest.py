@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+import kiln
 from kiln.lower import CompiledGraph, compile_graph
 
 
@@ -21,6 +22,20 @@ def aten_graph(fn: Callable[..., Any], *args: Any, dynamic: bool = False) -> tup
 def compile_fn(fn: Callable[..., Any], *args: Any, dynamic: bool = False) -> CompiledGraph:
     gm, examples = aten_graph(fn, *args, dynamic=dynamic)
     return compile_graph(gm, examples)
+
+
+def raises_as_eager(error: type[BaseException], fn: Callable[..., Any], *args: Any, first_line: bool = False) -> None:
+    """fn(*args) raises `error` eagerly and under kiln.compile's default backend, with eager's
+    message (its first line only with `first_line`, where ATen appends a location)."""
+    with pytest.raises(error) as eager:
+        fn(*args)
+    kiln.reset()
+    with pytest.raises(error) as compiled:
+        kiln.compile(fn)(*args)
+    got, want = str(compiled.value), str(eager.value)
+    if first_line:
+        got, want = got.splitlines()[0], want.splitlines()[0]
+    assert got == want
 
 
 def check(fn: Callable[..., Any], *args: Any, atol: float = 1e-5, rtol: float = 1.3e-6, **kw: Any) -> CompiledGraph:

@@ -10,6 +10,8 @@ import torch.nn.functional as F
 
 import kiln
 
+from .conftest import raises_as_eager
+
 pytestmark = pytest.mark.cpp
 
 
@@ -19,12 +21,7 @@ def test_bernoulli_of_probabilities_out_of_range_raises_eagers_error(p):
         return torch.bernoulli(p * 1) * 2
 
     probabilities = torch.tensor(p)
-    with pytest.raises(RuntimeError) as eager:
-        fn(probabilities)
-    kiln.reset()
-    with pytest.raises(RuntimeError) as compiled:
-        kiln.compile(fn)(probabilities)
-    assert str(compiled.value).splitlines()[0] == str(eager.value).splitlines()[0]
+    raises_as_eager(RuntimeError, fn, probabilities, first_line=True)
 
 
 def test_bernoulli_of_valid_probabilities_draws_zeros_and_ones_reproducibly():
@@ -46,12 +43,7 @@ def test_max_unpool_with_an_index_outside_the_output_raises_eagers_error(bad):
 
     x = torch.randn(1, 1, 2, 2)
     indices = torch.tensor([[[[0, 3], [bad, 15]]]])
-    with pytest.raises(RuntimeError) as eager:
-        fn(x, indices)
-    kiln.reset()
-    with pytest.raises(RuntimeError) as compiled:
-        kiln.compile(fn)(x, indices)
-    assert str(compiled.value) == str(eager.value)
+    raises_as_eager(RuntimeError, fn, x, indices)
 
 
 def test_max_unpool_of_max_pool_indices_agrees_with_eager():
