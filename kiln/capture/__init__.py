@@ -3,7 +3,7 @@ op into a torch.fx graph (over FakeTensors), and build the glue that runs the co
 replays side effects and continues after graph breaks in resume functions.
 
 Public surface: `capture_frame(fn, L, options, wrap_frame, *, policy=None) -> CaptureResult` (the
-tracer, used by the entry), `CaptureResult`. Contracts are in docs/seams.md ("Inside capture").
+capture of one frame, used by the entry), `CaptureResult`. Contracts are in docs/seams.md ("Inside capture").
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def __getattr__(name: str) -> Any:
     # Imported on first use: the entry and guards modules are imported by kiln.api at startup, and
     # the tracer pulls in kiln.fake and kiln.symbolic, which need not load until a first capture.
     if name in __all__:
-        from kiln.capture import tracer
+        from kiln.capture import frame_capture
 
-        return getattr(tracer, name)
+        return getattr(frame_capture, name)
     raise AttributeError(f"module 'kiln.capture' has no attribute {name!r}")

@@ -320,7 +320,7 @@ def compile_function(fn: Any, options: CompileOptions, capture: CaptureFn | None
     """Wrap a Python function or bound method so that each call checks guards and runs compiled code.
 
     `capture` replaces the tracer (tests inject a fake one); by default it is
-    kiln.capture.tracer.capture_frame, imported on first use.
+    kiln.capture.frame_capture.capture_frame, imported on first use.
     """
     bound_self, has_self = None, False
     if inspect.ismethod(fn):
@@ -653,7 +653,7 @@ def _note_inputs(policy: Any, guards: list[Guard], L: dict, G: dict, F: Any) -> 
 
 
 def _default_capture() -> CaptureFn:
-    from kiln.capture.tracer import capture_frame  # the tracer imports this module's users lazily
+    from kiln.capture.frame_capture import capture_frame  # the tracer imports this module's users lazily
     # rules that register themselves with the tracer's modules (optimizers, foreach calls with
     # tensor scalars): imported from here, outside the modules they extend
     from kiln.capture.variables import foreach, optimizer  # noqa: F401

@@ -1,11 +1,11 @@
 """The tracer: a symbolic CPython 3.11 interpreter that turns one frame into an FX graph plus glue.
 
-`capture_frame` runs the frame's bytecode over Variables with the opcode table; tensors are
-FakeTensors and every op is recorded in the OutputGraph. User functions, methods and modules are
-inlined by child tracers sharing the graph. When an instruction cannot be traced, the capture
-restarts and stops just before the root-frame instruction that led to it, which becomes the graph
-break (glue.py builds it). Input: a function and its bound arguments; output: a CaptureResult.
-Corresponds to torch/_dynamo/symbolic_convert.py (InstructionTranslator) and convert_frame.py.
+A Tracer runs a frame's bytecode over Variables with the opcode table; tensors are FakeTensors and
+every op is recorded in the OutputGraph. User functions, methods and modules are inlined by child
+tracers sharing the graph. A root tracer given a stop offset raises ReachedBreak there: the graph
+break that frame_capture.py chose after a first trace could not go on (glue.py builds it).
+CaptureState is what one capture shares across its tracers.
+Corresponds to torch/_dynamo/symbolic_convert.py (InstructionTranslator).
 
 Float arguments follow automatic dynamic as in torch.compile 2.13 (specialize_float=False): the
 first capture guards a float by value, and once it changes (or from the start under dynamic=True)
@@ -30,13 +30,9 @@ import torch.fx
 from kiln import config
 from kiln.capture import code as code_mod
 from kiln.capture import constant_fold
-from kiln.capture.breaks import BreakRecord, make_break_record
-from kiln.capture.glue import (CaptureResult, check_breakable, finish_break, finish_return, handled_in_trace,
-                               unbacked_break)
 from kiln.capture.guards import Guard
 from kiln.capture.op_arguments import example_arg, node_arg, scalar_operands
 from kiln.capture.options import CompileOptions
-from kiln.capture.trace_rules import is_library_code
 from kiln.capture.opcodes import OPCODES
 from kiln.capture.output_graph import OutputGraph
 from kiln.capture.process_modes import ProcessModes
@@ -45,11 +41,10 @@ from kiln.capture.sources import AttrSource, ClosureSource, GlobalSource, ItemSo
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
-from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised, raise_in_trace
-from kiln.capture.variables.generator import refuse_unclosed_cleanups, run_generator
+from kiln.capture.variables.generator import run_generator
 from kiln.capture.variables.instance_dict import written_instance_dict
 from kiln.capture.variables.numpy_scalar_args import numpy_scalars_as_numbers
 from kiln.capture.variables.functions import (CellVariable, NestedFunctionVariable, UserMethodVariable, bind_class_attribute,
@@ -61,19 +56,18 @@ from kiln.capture.variables.object_protocol import (class_attribute_written, pyt
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
-from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable, SuperVariable
-from kiln import log
-from kiln.errors import GraphBreakError, InferenceModeEscapes, RestartCapture, Unsupported
+from kiln.capture.variables.super_call import SuperVariable
+from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
+from kiln.errors import Unsupported
 
-_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _MAX_STEPS = 200_000  # instructions per capture: an unrolled loop that long is not worth a graph
 _MAX_DEPTH = 32  # inlining depth (recursion is unrolled until this)
-_MAX_RESTARTS = 16  # captures started again after the trace initialized lazy modules
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _OBJECT_CLASS = vars(object)["__class__"]  # the descriptor behind obj.__class__
 
 
-class _ReachedBreak(Exception):
+class ReachedBreak(Exception):
     """The root tracer arrived at the instruction chosen as the graph break."""
 
 
@@ -230,7 +224,7 @@ class Tracer:
                 arrived = self.arrivals.get(ins.offset, 0)
                 self.arrivals[ins.offset] = arrived + 1
                 if self.stop_offset == ins.offset and arrived == self.stop_arrival:
-                    raise _ReachedBreak()
+                    raise ReachedBreak()
             state.steps += 1
             if state.steps > _MAX_STEPS:
                 raise Unsupported(f"more than {_MAX_STEPS} instructions traced (a very long unrolled loop)",
@@ -614,7 +608,7 @@ class Tracer:
                     kwargs: dict[str, Variable], name: str, fn: Any) -> Variable:
         """Run `code` in a child tracer over the same graph and return its result."""
         is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
-        if code.co_flags & _GENERATOR_FLAGS and not is_generator:
+        if code.co_flags & GENERATOR_FLAGS and not is_generator:
             raise Unsupported(f"{name} is a coroutine", kind="generator")
         if self.depth >= _MAX_DEPTH:
             raise Unsupported(f"inlining {name} goes deeper than {_MAX_DEPTH} calls", kind="unsupported")
@@ -694,102 +688,4 @@ def _reads_storage_offset(kind: str, target: Any, args: Sequence[Any], kwargs: d
     return as_strided and (len(args) >= 4 or "storage_offset" in kwargs)
 
 
-# ------------------------------------------------------------------------------------ the capture
-
-def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOptions,
-                  wrap_frame: Callable[[Any], Any], *, policy: Any = None) -> CaptureResult:
-    """Capture one call of `fn` with its arguments bound in `L` (see docs/seams.md)."""
-    code = fn.__code__
-    log.artifact("bytecode", lambda: "original bytecode:\n" + code_mod.render_code(code))
-    if code.co_flags & _GENERATOR_FLAGS:
-        raise Unsupported(f"{code.co_name} is a generator or coroutine", kind="generator")
-    stop: tuple[int, int, BreakRecord] | None = None
-    unbacked_limit: int | None = None
-    restarts = 0
-    inference_breaks = False  # inference_mode blocks are traced as no-grad regions until one escapes
-    while True:
-        state = CaptureState(fn, options, policy)
-        state.inference_breaks = inference_breaks
-        state.output.fake_mode.unbacked_limit = unbacked_limit
-        root = _root_tracer(state, fn, L, None if stop is None else stop[:2])
-        try:
-            try:
-                value = root.run()
-                refuse_unclosed_cleanups(state.generators)
-            except InferenceModeEscapes:
-                inference_breaks, stop = True, None
-                continue
-            except RestartCapture:
-                restarts += 1
-                if restarts > _MAX_RESTARTS:
-                    raise
-                stop = None  # the program changed: decide the break again too
-                continue
-            except _ReachedBreak:
-                assert stop is not None
-                refuse_unclosed_cleanups(state.generators)  # the frame then runs eagerly
-                try:
-                    return finish_break(state, root, fn, options, wrap_frame, stop[2])
-                except InferenceModeEscapes:  # a value made under inference_mode is live at the break
-                    inference_breaks, stop = True, None
-                    continue
-            except Unsupported as exc:
-                if stop is not None:
-                    raise
-                if unbacked_limit is None and not options.fullgraph:
-                    unbacked_limit = unbacked_break(state, exc)
-                    if unbacked_limit is not None:
-                        continue  # again, breaking at the op that made the size
-                tx = _user_frame(state.innermost or root)
-                record = make_break_record(exc, tx.code, tx.lineno)
-                if options.fullgraph and exc.eager_error is not None and not handled_in_trace(state.innermost or root):
-                    # eager's own error (no handler of the frame around it): raised as eager raises it
-                    exc.eager_error.add_note(f"(raised while kiln captured {fn.__qualname__} with fullgraph=True, "
-                                             f"at {record.filename}:{record.lineno})")
-                    raise exc.eager_error
-                if options.fullgraph:
-                    raise GraphBreakError(str(record)) from exc
-                check_breakable(root, exc, record)
-                if root.current is None:  # Unsupported before the first instruction: nowhere to break
-                    raise exc
-                offset = root.current.offset
-                stop = (offset, root.arrivals.get(offset, 1) - 1, record)
-                continue
-            try:
-                return finish_return(state, root, fn, options, value)
-            except InferenceModeEscapes:
-                inference_breaks, stop = True, None
-                continue
-        finally:
-            abandon_open_contexts(state)
-            torch._C._set_grad_enabled(state.initial_grad)
-            state.modes.restore_process()
-
-
-def _user_frame(tx: Tracer) -> Tracer:
-    """The innermost tracer running the user's code: a break inside torch or the standard library
-    is reported at the user's line that called into it."""
-    while tx.parent is not None and is_library_code(tx.code.co_filename):
-        tx = tx.parent
-    return tx
-
-
-def _root_tracer(state: CaptureState, fn: types.FunctionType, L: dict[str, Any],
-                 stop: tuple[int, int] | None) -> Tracer:
-    code = fn.__code__
-    cells: dict[str, CellVariable] = {}
-    for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
-        cells[name] = state.real_cell(cell, ClosureSource(i))
-    for name in code_mod.passed_cells(code):
-        # a resume function takes the frame's cells themselves (code.make_resume_code)
-        passed = L.get(name)
-        if not isinstance(passed, types.CellType):
-            raise Unsupported(f"cell variable {name!r} of a resume function given {type(passed).__name__}",
-                              kind="unsupported")
-        cells[name] = state.real_cell(passed, AttrSource(LocalSource(name), "cell_contents"))
-    tx = Tracer(state, code, fn.__globals__, {}, cells, lazy_locals=L,
-                stop_offset=None if stop is None else stop[0], stop_arrival=0 if stop is None else stop[1])
-    return tx
-
-
-__all__ = ["CaptureResult", "CaptureState", "Tracer", "capture_frame"]
+__all__ = ["CaptureState", "ReachedBreak", "Tracer"]

@@ -7,7 +7,7 @@ import torch
 
 import kiln
 from kiln.capture.options import CompileOptions
-from kiln.capture.tracer import CaptureResult, capture_frame
+from kiln.capture.frame_capture import CaptureResult, capture_frame
 from kiln.errors import GraphBreakError, Unsupported
 from kiln.symbolic import DynamicPolicy
 

@@ -1,13 +1,13 @@
-"""Python builtins during capture (`len`, `isinstance`, `range`, `zip`, `min`, ...), one rule each.
+"""Python builtins during capture (`len`, `range`, `zip`, `min`, ...), one rule each.
 
 Each rule lives in a table filled by `@builtin_rule`, keyed by the builtin it handles. Rules compute
 on trace-time values when they can (a constant answer, no node) and otherwise record graph ops (e.g.
 `abs(tensor)`, `max(s0, 2)` on a symbolic size). A builtin without a rule is a graph break.
+`isinstance`, `issubclass` and `type(obj)` are in type_checks.py.
 Corresponds to torch/_dynamo/variables/builtin.py.
 """
 from __future__ import annotations
 
-import abc
 import builtins
 import collections
 import functools
@@ -16,20 +16,16 @@ import itertools
 import operator
 import sys
 import types
-import typing
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from kiln.capture.guards import Guard
-from kiln.capture.sources import ModuleFunctionCallSource, TypeSource
 from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule, builtin_rule
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.exception import raise_in_trace
 from kiln.capture.variables.ordering import Ordered, constant_of, sorted_rule, traced_numbers
-from kiln.capture.variables.protocol_check import is_data_protocol, protocol_instancecheck
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
@@ -158,92 +154,6 @@ def len_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) ->
     return args[0].length(tx)
 
 
-@builtin_rule(isinstance)
-def isinstance_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.functions import UserFunctionVariable
-    from kiln.capture.variables.sequence import TupleVariable
-
-    obj, classes = args
-    cls = _class_value(classes)
-    _guard_abc_registry(tx, cls)
-    # A metaclass's own __instancecheck__ (duck typing on the object, not its type) decides for
-    # its classes: inlined, as isinstance calls it.
-    flat = cls if isinstance(cls, tuple) else (cls,)
-    class_vars = classes.items if isinstance(classes, TupleVariable) else [classes]
-    if any(_instancecheck_hook(c) is not None for c in flat):
-        if any(isinstance(c, tuple) for c in flat):
-            raise Unsupported("isinstance with nested tuples of classes with a custom __instancecheck__",
-                              kind="unsupported_builtin")
-        for var in class_vars:
-            hook = _instancecheck_hook(var.as_python_value())
-            if hook is None:
-                answer = _is_subclass(obj.python_type(), var.as_python_value())
-            else:
-                answer = UserFunctionVariable(hook).call(tx, [var, obj], {}).truth(tx)
-            if answer:
-                return ConstantVariable(True)
-        return ConstantVariable(False)
-    if is_data_protocol(cls):
-        return ConstantVariable(protocol_instancecheck(tx, obj, cls))
-    kind = obj.python_type()
-    if isinstance(cls, tuple):
-        result = any(_is_subclass(kind, c) for c in cls)
-    else:
-        result = _is_subclass(kind, cls)
-    return ConstantVariable(result)
-
-
-def _instancecheck_hook(cls: Any) -> types.FunctionType | None:
-    """The Python __instancecheck__ of `cls`'s metaclass, unless it is one whose answer follows
-    from the object's type (ABCMeta's registry, typing's protocols, torch's Parameter, whose
-    tensors' types capture models): None for those and for `type`."""
-    hook = inspect.getattr_static(type(cls), "__instancecheck__", None)
-    if not isinstance(hook, types.FunctionType) or hook in _TYPE_BASED_INSTANCECHECKS:
-        return None
-    if (hook.__module__ or "").split(".")[0] == "torch":
-        return None
-    return hook
-
-
-_TYPE_BASED_INSTANCECHECKS = tuple(
-    hook for hook in (inspect.getattr_static(abc.ABCMeta, "__instancecheck__", None),
-                      inspect.getattr_static(type(typing.Protocol), "__instancecheck__", None))
-    if isinstance(hook, types.FunctionType))
-
-
-def _guard_abc_registry(tx: "Tracer", cls: Any) -> None:
-    """isinstance/issubclass against an abstract base class answers from its registry, which
-    `register()` changes at any time: abc's cache token (bumped by every register) is guarded."""
-    classes = cls if isinstance(cls, tuple) else (cls,)
-    if any(isinstance(c, abc.ABCMeta) for c in classes):
-        token = ModuleFunctionCallSource("abc", "get_cache_token")
-        tx.state.output.guards.append(Guard(token.name(), "check_value", abc.get_cache_token()))
-
-
-def _class_value(var: Variable) -> Any:
-    """The class (or tuple of classes) a Variable stands for, e.g. `(list, tuple)`."""
-    from kiln.capture.variables.sequence import TupleVariable
-
-    if isinstance(var, TupleVariable):
-        return tuple(_class_value(item) for item in var.items)
-    return var.as_python_value()
-
-
-def _is_subclass(kind: type, cls: Any) -> bool:
-    # A tensor variable's type is torch.Tensor (or Parameter): isinstance(t, nn.Parameter) must match
-    # what eager sees, and a FakeTensor is never what the user asks about.
-    try:
-        return issubclass(kind, cls)
-    except TypeError as exc:
-        raise Unsupported(f"isinstance with {cls!r}", kind="unsupported_builtin") from exc
-
-
-@builtin_rule(issubclass)
-def issubclass_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    _guard_abc_registry(tx, _class_value(args[1]))
-    return ConstantVariable(issubclass(args[0].as_python_value(), _class_value(args[1])))
-
-
 @builtin_rule(callable)
 def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     from kiln.capture.variables.functions import (NestedFunctionVariable,
@@ -262,25 +172,6 @@ def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
         return ConstantVariable(callable(obj.as_python_value()))
     # what callable() asks: whether the type (its MRO, never its metaclass) defines __call__
     return ConstantVariable(any("__call__" in base.__dict__ for base in kind.__mro__))
-
-
-@builtin_rule(type)
-def type_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    if len(args) != 1:
-        raise Unsupported("type() with three arguments", kind="unsupported_call")
-    from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
-
-    obj = args[0]
-    kind = obj.python_type()
-    # The class of a user object keeps a source, so that what is read from it (`type(self).CACHE`)
-    # is guarded where it is read, contents included, as `self.CACHE` would be.
-    if isinstance(obj, ObjectVariable) and obj.source is not None and not isinstance(obj.value, type):
-        return tx.wrap(kind, TypeSource(obj.source))
-    if isinstance(obj, NewObjectVariable) and obj.cls_source is not None:
-        return tx.wrap(kind, obj.cls_source)
-    if obj.source is not None and isinstance(kind, type) and issubclass(kind, torch.nn.Module):
-        return tx.wrap(kind, TypeSource(obj.source))  # a module's class likewise (`type(self).count += 1`)
-    return tx.wrap_result(kind)
 
 
 @builtin_rule(getattr)
@@ -735,7 +626,7 @@ def slice_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) 
 
 @builtin_rule(super)
 def super_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.user_object import SuperVariable
+    from kiln.capture.variables.super_call import SuperVariable
 
     if args:
         return SuperVariable(args[0].as_python_value(), args[1])

@@ -1,0 +1,130 @@
+"""One capture of a frame: run the root tracer, and start again until the capture settles.
+
+`capture_frame` runs the tracer (tracer.py) over the frame's bytecode. When an instruction cannot be
+traced, it starts the capture again with the root tracer told to stop just before the root-frame
+instruction that led to it, which becomes the graph break (glue.py builds it); a trace that
+initialized lazy modules, or a value made under inference_mode that escapes, also starts it again.
+Input: a function and its bound arguments; output: a CaptureResult.
+Corresponds to torch/_dynamo/convert_frame.py.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any, Callable
+
+import torch
+
+from kiln import log
+from kiln.capture import code as code_mod
+from kiln.capture.breaks import BreakRecord, make_break_record
+from kiln.capture.glue import (CaptureResult, check_breakable, finish_break, finish_return, handled_in_trace,
+                               unbacked_break)
+from kiln.capture.options import CompileOptions
+from kiln.capture.sources import AttrSource, ClosureSource, LocalSource
+from kiln.capture.trace_rules import is_library_code
+from kiln.capture.tracer import GENERATOR_FLAGS, CaptureState, ReachedBreak, Tracer
+from kiln.capture.variables.context_manager import abandon_open_contexts
+from kiln.capture.variables.functions import CellVariable
+from kiln.capture.variables.generator import refuse_unclosed_cleanups
+from kiln.errors import GraphBreakError, InferenceModeEscapes, RestartCapture, Unsupported
+
+_MAX_RESTARTS = 16  # captures started again after the trace initialized lazy modules
+
+
+def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOptions,
+                  wrap_frame: Callable[[Any], Any], *, policy: Any = None) -> CaptureResult:
+    """Capture one call of `fn` with its arguments bound in `L` (see docs/seams.md)."""
+    code = fn.__code__
+    log.artifact("bytecode", lambda: "original bytecode:\n" + code_mod.render_code(code))
+    if code.co_flags & GENERATOR_FLAGS:
+        raise Unsupported(f"{code.co_name} is a generator or coroutine", kind="generator")
+    stop: tuple[int, int, BreakRecord] | None = None
+    unbacked_limit: int | None = None
+    restarts = 0
+    inference_breaks = False  # inference_mode blocks are traced as no-grad regions until one escapes
+    while True:
+        state = CaptureState(fn, options, policy)
+        state.inference_breaks = inference_breaks
+        state.output.fake_mode.unbacked_limit = unbacked_limit
+        root = _root_tracer(state, fn, L, None if stop is None else stop[:2])
+        try:
+            try:
+                value = root.run()
+                refuse_unclosed_cleanups(state.generators)
+            except InferenceModeEscapes:
+                inference_breaks, stop = True, None
+                continue
+            except RestartCapture:
+                restarts += 1
+                if restarts > _MAX_RESTARTS:
+                    raise
+                stop = None  # the program changed: decide the break again too
+                continue
+            except ReachedBreak:
+                assert stop is not None
+                refuse_unclosed_cleanups(state.generators)  # the frame then runs eagerly
+                try:
+                    return finish_break(state, root, fn, options, wrap_frame, stop[2])
+                except InferenceModeEscapes:  # a value made under inference_mode is live at the break
+                    inference_breaks, stop = True, None
+                    continue
+            except Unsupported as exc:
+                if stop is not None:
+                    raise
+                if unbacked_limit is None and not options.fullgraph:
+                    unbacked_limit = unbacked_break(state, exc)
+                    if unbacked_limit is not None:
+                        continue  # again, breaking at the op that made the size
+                tx = _user_frame(state.innermost or root)
+                record = make_break_record(exc, tx.code, tx.lineno)
+                if options.fullgraph and exc.eager_error is not None and not handled_in_trace(state.innermost or root):
+                    # eager's own error (no handler of the frame around it): raised as eager raises it
+                    exc.eager_error.add_note(f"(raised while kiln captured {fn.__qualname__} with fullgraph=True, "
+                                             f"at {record.filename}:{record.lineno})")
+                    raise exc.eager_error
+                if options.fullgraph:
+                    raise GraphBreakError(str(record)) from exc
+                check_breakable(root, exc, record)
+                if root.current is None:  # Unsupported before the first instruction: nowhere to break
+                    raise exc
+                offset = root.current.offset
+                stop = (offset, root.arrivals.get(offset, 1) - 1, record)
+                continue
+            try:
+                return finish_return(state, root, fn, options, value)
+            except InferenceModeEscapes:
+                inference_breaks, stop = True, None
+                continue
+        finally:
+            abandon_open_contexts(state)
+            torch._C._set_grad_enabled(state.initial_grad)
+            state.modes.restore_process()
+
+
+def _user_frame(tx: Tracer) -> Tracer:
+    """The innermost tracer running the user's code: a break inside torch or the standard library
+    is reported at the user's line that called into it."""
+    while tx.parent is not None and is_library_code(tx.code.co_filename):
+        tx = tx.parent
+    return tx
+
+
+def _root_tracer(state: CaptureState, fn: types.FunctionType, L: dict[str, Any],
+                 stop: tuple[int, int] | None) -> Tracer:
+    code = fn.__code__
+    cells: dict[str, CellVariable] = {}
+    for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
+        cells[name] = state.real_cell(cell, ClosureSource(i))
+    for name in code_mod.passed_cells(code):
+        # a resume function takes the frame's cells themselves (code.make_resume_code)
+        passed = L.get(name)
+        if not isinstance(passed, types.CellType):
+            raise Unsupported(f"cell variable {name!r} of a resume function given {type(passed).__name__}",
+                              kind="unsupported")
+        cells[name] = state.real_cell(passed, AttrSource(LocalSource(name), "cell_contents"))
+    tx = Tracer(state, code, fn.__globals__, {}, cells, lazy_locals=L,
+                stop_offset=None if stop is None else stop[0], stop_arrival=0 if stop is None else stop[1])
+    return tx
+
+
+__all__ = ["CaptureResult", "capture_frame"]
