@@ -53,11 +53,12 @@ def kiln_capture_status() -> str | None:
     if not callable(getattr(kiln, "compile", None)):
         return "kiln.compile does not exist yet (capture)"
     try:
-        tracer = importlib.import_module("kiln.capture.tracer")
-    except ImportError as exc:
-        return f"kiln.capture.tracer is not importable yet (capture): {exc}"
-    if not callable(getattr(tracer, "capture_frame", None)):
-        return "kiln.capture.tracer.capture_frame does not exist yet (capture)"
+        capture = importlib.import_module("kiln.capture")
+        capture_frame = getattr(capture, "capture_frame", None)  # kiln.capture's public surface
+    except Exception as exc:
+        return f"kiln.capture.capture_frame is not importable (capture): {type(exc).__name__}: {exc}"
+    if not callable(capture_frame):
+        return "kiln.capture.capture_frame does not exist (capture)"
     return None
 
 
