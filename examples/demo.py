@@ -144,7 +144,7 @@ def forward_with_log(model: GPT, idx: torch.Tensor) -> torch.Tensor:
 
 
 def capture() -> None:
-    require("kiln.capture.tracer", "capture_frame")
+    require("kiln.capture", "capture_frame")
     import kiln
 
     kiln.reset()
@@ -212,7 +212,7 @@ def train(model: GPT, step_fn: Callable, steps: int, batches: list) -> list[floa
 
 
 def aot_training() -> None:
-    require("kiln.capture.tracer", "capture_frame")
+    require("kiln.capture", "capture_frame")
     require("kiln.autograd", "aot_eager")
     import kiln
 
@@ -259,7 +259,7 @@ def timed_first_call(step: Callable[[], None]) -> float:
 
 
 def inductor() -> None:
-    require("kiln.capture.tracer", "capture_frame")
+    require("kiln.capture", "capture_frame")
     require("kiln.autograd", "aot_autograd")
     require("kiln.lower", "compile_graph")
     import kiln

@@ -6,6 +6,7 @@ and fails makes the test fail (the demo itself prints such failures and goes on)
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -35,6 +36,17 @@ def test_require_graphs_refuses_an_eager_only_run() -> None:
     kiln.reset()
     with pytest.raises(demo.NotAvailable, match="ran every frame eagerly"):
         demo.require_graphs("nothing compiled", lambda x: x + 1, 1)
+
+
+def test_every_stage_the_demo_requires_exists() -> None:
+    """Each `require(module, attr)` of the demo names a stage that is there: every stage has landed,
+    so a NotAvailable from one means a module moved (capture_frame once left tracer.py and the
+    demo's capture sections would have printed "not available")."""
+    with open(os.path.join(ROOT, "examples", "demo.py")) as f:
+        required = re.findall(r'require\("([\w.]+)", "(\w+)"\)', f.read())
+    assert len(required) >= 3
+    for module, attr in required:
+        assert callable(demo.require(module, attr)), f"{module}.{attr}"
 
 
 @pytest.mark.slow
