@@ -164,20 +164,18 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
         num_tangents = len(diff)
         non_diff_flags = tuple(k in non_diff for k in range(num_forward_outputs)) if non_diff else None
 
-        def node_backward(args: list) -> Any:
-            if is_grad():  # create_graph=True
-                split = len(args) - num_tangents
-                return gradients_without_second_backward(compiled_backward, args[:split], args[split:])
-            if steal is None:
-                return compiled_backward(*args)
-            return steal(args)
+        def create_graph_backward(args: list) -> Any:  # backward(create_graph=True)
+            split = len(args) - num_tangents
+            return gradients_without_second_backward(compiled_backward, args[:split], args[split:])
+
+        node_backward = steal if steal is not None else lambda args: compiled_backward(*args)
 
         function_apply = fast_apply
 
         def fast_apply(*args: Any) -> Any:  # noqa: F811  # the same entry, on the node path when it can
             if node_module and forward_ad._current_level < 0 and not functorch_active():
-                return node_module[0].apply_node(run_forward, node_backward, args, num_forward_outputs,
-                                                 num_saved_tensors, non_diff_flags, needs)
+                return node_module[0].apply_node(run_forward, node_backward, create_graph_backward, args,
+                                                 num_forward_outputs, num_saved_tensors, non_diff_flags, needs)
             return function_apply(*args)
 
     if unused_inputs:

@@ -497,17 +497,22 @@ static PyObject* kiln_empty_attrs(PyObject*, PyObject* const* args, Py_ssize_t n
 
 // One call's node: the graph's saved tensors (SavedVariable: version counters, saved-tensor hooks and
 // the output/no-cycle rule as for any node), its size outputs, and the Python callable that runs the
-// compiled backward on [saved..., sizes..., gradients...] and returns one gradient per forward input.
+// compiled backward on [saved..., sizes..., gradients...] and returns one gradient per forward input
+// (`create_graph` in its place under backward(create_graph=True): gradients with a history).
 struct KilnCompiledBackward : public torch::autograd::Node {
   PyObject* backward = nullptr;
+  PyObject* create_graph = nullptr;
   PyObject* symints = nullptr;  // a tuple
   std::vector<torch::autograd::SavedVariable> saved;
   std::vector<char> needs;  // per forward input: whether its gradient is wanted
 
   ~KilnCompiledBackward() override {
-    if (backward != nullptr || symints != nullptr) {
+    // a node freed while the interpreter shuts down leaks its references (the GIL is gone)
+    if ((backward != nullptr || create_graph != nullptr || symints != nullptr) && Py_IsInitialized()
+        && !_Py_IsFinalizing()) {
       pybind11::gil_scoped_acquire gil;
       Py_XDECREF(backward);
+      Py_XDECREF(create_graph);
       Py_XDECREF(symints);
     }
   }
@@ -541,7 +546,8 @@ struct KilnCompiledBackward : public torch::autograd::Node {
     // without retain_graph the list holds the only references: the backward frees each activation
     // after its last use (the saved variables would keep them until after this call)
     if (!torch::autograd::get_current_graph_task_keep_graph()) saved.clear();
-    THPObjectPtr result(PyObject_CallOneArg(backward, list.get()));
+    // the engine runs a node with grad mode on only under create_graph=True
+    THPObjectPtr result(PyObject_CallOneArg(at::GradMode::is_enabled() ? create_graph : backward, list.get()));
     list = nullptr;
     if (!result) kiln_raise_python();
     THPObjectPtr seq(PySequence_Fast(result.get(), "the compiled backward returned no sequence"));
@@ -562,25 +568,26 @@ struct KilnCompiledBackward : public torch::autograd::Node {
   void release_variables() override { saved.clear(); }
 };
 
-// apply_node(forward, backward, args tuple, number of user outputs, number of saved tensors,
-//            non-differentiable flags (a tuple per user output, or None), needs (a tuple per input))
+// apply_node(forward, backward, create_graph backward, args tuple, number of user outputs, number of
+//            saved tensors, non-differentiable flags (a tuple per user output, or None), needs (a tuple per input))
 //   -> the user outputs: forward(*args) runs with grad mode off on the caller's tensors; where grad
 //   mode is on and an input requires grad, its differentiable outputs get one KilnCompiledBackward
 //   node whose edges are the inputs'. Outputs the forward hands out as views are replaced by detached
 //   aliases (kiln.runtime.aot.not_views), as the Python Function's forward does.
 static PyObject* kiln_apply_node(PyObject*, PyObject* const* a, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  if (nargs != 7 || !PyTuple_Check(a[2]) || !PyTuple_Check(a[6])) {
-    PyErr_SetString(PyExc_TypeError, "apply_node(forward, backward, args, n_out, n_saved, non_diff, needs)");
+  if (nargs != 8 || !PyTuple_Check(a[3]) || !PyTuple_Check(a[7])) {
+    PyErr_SetString(PyExc_TypeError, "apply_node(forward, backward, create_graph, args, n_out, n_saved, non_diff, needs)");
     return nullptr;
   }
-  PyObject* args = a[2];
-  Py_ssize_t n_out = PyLong_AsSsize_t(a[3]);
-  Py_ssize_t n_saved = PyLong_AsSsize_t(a[4]);
+  PyObject* args = a[3];
+  Py_ssize_t n_out = PyLong_AsSsize_t(a[4]);
+  Py_ssize_t n_saved = PyLong_AsSsize_t(a[5]);
   if ((n_out == -1 || n_saved == -1) && PyErr_Occurred()) return nullptr;
-  PyObject* non_diff = a[5] == Py_None ? nullptr : a[5];
+  PyObject* non_diff = a[6] == Py_None ? nullptr : a[6];
+  PyObject* needs = a[7];
   Py_ssize_t n_in = PyTuple_GET_SIZE(args);
-  if (PyTuple_GET_SIZE(a[6]) != n_in || (non_diff != nullptr && PyTuple_GET_SIZE(non_diff) != n_out)) {
+  if (PyTuple_GET_SIZE(needs) != n_in || (non_diff != nullptr && PyTuple_GET_SIZE(non_diff) != n_out)) {
     PyErr_SetString(PyExc_ValueError, "apply_node: flags of another length");
     return nullptr;
   }
@@ -609,7 +616,7 @@ static PyObject* kiln_apply_node(PyObject*, PyObject* const* a, Py_ssize_t nargs
     node = c10::make_intrusive<KilnCompiledBackward>();
     node->set_next_edges(torch::autograd::collect_next_edges(inputs));
     node->needs.resize(static_cast<size_t>(n_in));
-    for (Py_ssize_t i = 0; i < n_in; ++i) node->needs[i] = PyObject_IsTrue(PyTuple_GET_ITEM(a[6], i)) == 1;
+    for (Py_ssize_t i = 0; i < n_in; ++i) node->needs[i] = PyObject_IsTrue(PyTuple_GET_ITEM(needs, i)) == 1;
   }
   THPObjectPtr result(PyTuple_New(n_out));
   if (!result) return nullptr;
@@ -653,6 +660,8 @@ static PyObject* kiln_apply_node(PyObject*, PyObject* const* a, Py_ssize_t nargs
     if (node->symints == nullptr) return nullptr;
     Py_INCREF(a[1]);
     node->backward = a[1];
+    Py_INCREF(a[2]);
+    node->create_graph = a[2];
   }
   return result.release();
   END_HANDLE_TH_ERRORS
@@ -674,7 +683,7 @@ static PyMethodDef kiln_methods[] = {
   {"empty_attrs", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_empty_attrs)), METH_FASTCALL,
    "empty_attrs(obj, names) -> bool"},
   {"apply_node", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_apply_node)), METH_FASTCALL,
-   "apply_node(forward, backward, args, n_out, n_saved, non_diff, needs) -> outputs"},
+   "apply_node(forward, backward, create_graph, args, n_out, n_saved, non_diff, needs) -> outputs"},
   {nullptr, nullptr, 0, nullptr}};
 
 static struct PyModuleDef kiln_module = {PyModuleDef_HEAD_INIT, "kiln_native", nullptr, -1, kiln_methods};
