@@ -544,8 +544,9 @@ struct KilnCompiledBackward : public torch::autograd::Node {
     }
     grads.clear();
     // without retain_graph the list holds the only references: the backward frees each activation
-    // after its last use (the saved variables would keep them until after this call)
-    if (!torch::autograd::get_current_graph_task_keep_graph()) saved.clear();
+    // after its last use (the saved variables would keep them until after this call); a released
+    // SavedVariable raises eager's "backward through the graph a second time" when unpacked again
+    if (!torch::autograd::get_current_graph_task_keep_graph()) release_variables();
     // the engine runs a node with grad mode on only under create_graph=True
     THPObjectPtr result(PyObject_CallOneArg(at::GradMode::is_enabled() ? create_graph : backward, list.get()));
     list = nullptr;
@@ -565,7 +566,9 @@ struct KilnCompiledBackward : public torch::autograd::Node {
     return out;
   }
 
-  void release_variables() override { saved.clear(); }
+  void release_variables() override {
+    for (auto& s : saved) s.reset_data();
+  }
 };
 
 // apply_node(forward, backward, create_graph backward, args tuple, number of user outputs, number of

@@ -117,6 +117,18 @@ def test_retain_graph_backward_twice_accumulates_as_eager(path: str) -> None:
     _same_as_eager(softmax_scaled, _leaves((4, 8), (8,)), twice)
 
 
+def test_backward_twice_without_retain_graph_raises_eagers_error(path: str) -> None:
+    """The saved tensors are released by the first backward: a second one raises eager's error
+    (the node once cleared its list and the compiled backward failed to unpack its arguments)."""
+    x, b = _leaves((4, 8), (8,))
+    compiled = kiln.compile(softmax_scaled)
+    for fn in (softmax_scaled, compiled):
+        loss = fn(x, b).sum()
+        loss.backward()
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            loss.backward()
+
+
 def test_create_graph_gives_gradients_whose_second_backward_raises(path: str) -> None:
     kiln.reset()
     compiled = kiln.compile(softmax_scaled)
