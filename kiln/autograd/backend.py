@@ -185,10 +185,27 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         compiled_fw, compiled_bw, num_forward_outputs=parts.num_forward_outputs,
         num_saved_tensors=len(parts.saved_tensors), differentiable=joint.differentiable,
         primal_needs_grad=[isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values],
-        unused_inputs=_unused_inputs(gm, inputs.values))
+        unused_inputs=_unused_inputs(gm, inputs.values),
+        forward_grad_free=grad_free_forward(compiled_fw, parts.forward, parts.num_forward_outputs))
     function = with_missing_derivatives(function, joint.no_derivative)
     return AotRuntime(forward=compiled_fw, function=function, report=report, grad_mode=None if ambient else True,
                       **common)
+
+
+def grad_free_forward(compiled: Any, forward: fx.GraphModule, num_forward_outputs: int) -> bool:
+    """Whether a compiled forward may run on the caller's tensors with grad mode off (the
+    autograd.Function's fast path, kiln.runtime.aot.make_autograd_function): a C++ graph of Kiln's
+    kernels only. Its wrapper allocates, views and calls kernels on data pointers, none of which
+    reads grad mode or requires_grad; an extern (an ATen op: the oneDNN RNN keeps its workspace
+    only under grad mode, a convolution may pick its algorithm by requires_grad) or another
+    compiler's callable takes the general path. So does a graph returning one of its inputs as a
+    user output: the Function would see its own input come back (a view of it, not a new output)."""
+    if type(compiled).__name__ != "CompiledGraph" or getattr(compiled, "codegen", None) != "cpp" \
+            or getattr(compiled, "extern_count", 1) != 0:
+        return False
+    (results,) = [n.args[0] for n in forward.graph.nodes if n.op == "output"]
+    user = list(results)[:num_forward_outputs] if isinstance(results, (tuple, list)) else [results]
+    return not any(isinstance(r, fx.Node) and r.op == "placeholder" for r in user)
 
 
 def _unused_inputs(gm: fx.GraphModule, values: Sequence[Any]) -> list[int]:

@@ -29,8 +29,10 @@ import operator
 from typing import Any, Callable, Sequence
 
 import torch
+from torch.autograd import forward_ad
 from torch.utils import _pytree as pytree
 
+from kiln.runtime import boundary
 from kiln.runtime.artifact import Recipe, describe, loader, rebuild
 from kiln.runtime.records import record_type
 from kiln.runtime.views import ViewReplay, ViewStep, is_plain, overlapping, storage_groups
@@ -47,55 +49,79 @@ INPUT_UPDATES = "kiln_input_updates"
 # The autograd.Function and the AOT runtime wrapper
 
 
+# The boundary extension once loaded (kiln.runtime.boundary): a training graph whose forward runs grad
+# free records its backward as one C++ node through it (`apply_node`) instead of applying the Python
+# autograd.Function. Empty until then, and where a test turns the node path off.
+node_module: list[Any] = []
+boundary.when_loaded(node_module.append)
+
+
 def make_autograd_function(compiled_forward: Callable, compiled_backward: Callable, *,
                            num_forward_outputs: int,
                            num_saved_tensors: int, differentiable: Sequence[int],
                            primal_needs_grad: Sequence[bool],
-                           unused_inputs: Sequence[int] = ()) -> type[torch.autograd.Function]:
+                           unused_inputs: Sequence[int] = (),
+                           forward_grad_free: bool = False) -> type[torch.autograd.Function]:
     """A torch.autograd.Function whose forward and backward are the two compiled graphs.
 
     The class carries `fast_apply`, what AotRuntime calls: outside functorch transforms it goes
     straight to the C++ Function.apply. The Python classmethod in front of it binds default
     arguments with inspect (this forward has none) and rebuilds the argument tuple to unwrap dead
-    functorch wrappers, about half the cost of applying a 20-input function."""
+    functorch wrappers, about half the cost of applying a 20-input function.
+
+    `forward_grad_free`: the compiled forward reads neither grad mode nor its inputs' autograd
+    state (`grad_free_forward`: only Kiln's own kernels, allocations and views), so it runs on the
+    caller's tensors under the Function's own no_grad, without the detached copies and the grad
+    mode switch the general case pays per call."""
     diff = tuple(differentiable)
     non_diff = tuple(k for k in range(num_forward_outputs) if k not in diff)
     end_saved = num_forward_outputs + num_saved_tensors
     needs = tuple(primal_needs_grad)
+    every_grad = all(needs)
+    all_diff = diff == tuple(range(num_forward_outputs))
     set_grad = torch._C._set_grad_enabled
     is_grad = torch.is_grad_enabled
     Tensor = torch.Tensor
+    contiguous = Tensor.contiguous
     # a C++ wrapper's list entry (kiln.runtime.kernel_wrapper.positional); None for other compilers
     steal = getattr(compiled_backward, "steal", None) or getattr(getattr(compiled_backward, "fn", None), "steal", None)
+    run_forward = direct_callable(compiled_forward)
 
     class CompiledFunction(torch.autograd.Function):
         not_views: tuple[int, ...] = ()  # set by AotRuntime (the positions of not_views)
 
         @staticmethod
         def forward(ctx, *args):
-            # The joint graph was traced with grad mode on, and some kernels look at it (the
-            # mkldnn RNN returns its workspace for the backward only then); detached inputs keep
-            # autograd from recording anything in here.
-            detached = [a.detach() if isinstance(a, Tensor) else a for a in args]
-            previous = is_grad()
-            set_grad(True)
-            try:
-                outs = compiled_forward(*detached)
-            finally:
-                set_grad(previous)
+            if forward_grad_free:  # Function.forward runs with grad mode off: nothing records
+                outs = run_forward(*args)
+            else:
+                # The joint graph was traced with grad mode on, and some kernels look at it (the
+                # mkldnn RNN returns its workspace for the backward only then); detached inputs keep
+                # autograd from recording anything in here.
+                detached = [a.detach() if isinstance(a, Tensor) else a for a in args]
+                previous = is_grad()
+                set_grad(True)
+                try:
+                    outs = run_forward(*detached)
+                finally:
+                    set_grad(previous)
             fw_outs = not_views(outs[:num_forward_outputs], CompiledFunction.not_views)
-            ctx.save_for_backward(*outs[num_forward_outputs:end_saved])
-            ctx.symints = tuple(outs[end_saved:])
+            # what ctx.save_for_backward and ctx.mark_non_differentiable store, without their frames
+            ctx.to_save = tuple(outs[num_forward_outputs:end_saved])
+            if len(outs) > end_saved:
+                ctx.symints = tuple(outs[end_saved:])
             if non_diff:
-                ctx.mark_non_differentiable(*[fw_outs[k] for k in non_diff
-                                              if isinstance(fw_outs[k], Tensor)])
+                ctx.non_differentiable = tuple([fw_outs[k] for k in non_diff if isinstance(fw_outs[k], Tensor)])
             return tuple(fw_outs)
 
         @staticmethod
         def backward(ctx, *grad_outputs):
             # the backward graph was traced with contiguous tangents; a zero grad arrives for an
             # unused output because materialize_grads is on
-            tangents = [grad_outputs[k].contiguous() for k in diff]
+            if all_diff:
+                tangents = list(map(contiguous, grad_outputs))
+            else:
+                tangents = [grad_outputs[k].contiguous() for k in diff]
             if is_grad():  # backward(create_graph=True): the gradients get a history that refuses a second backward
                 grads = gradients_without_second_backward(compiled_backward, [*ctx.saved_tensors, *ctx.symints],
                                                           tangents)
@@ -106,7 +132,17 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
                 del tangents
                 ctx.maybe_clear_saved_tensors()  # keeps them under retain_graph=True
                 grads = steal(args)
-            return tuple(g if need else None for g, need in zip(grads, needs))
+            if every_grad:
+                return grads if type(grads) is tuple else tuple(grads)
+            return tuple([g if need else None for g, need in zip(grads, needs)])
+
+    # The engine calls its node's `apply` by name. torch's own (BackwardCFunction.apply) looks the
+    # user's backward up through two Python frames per call (vjp or backward, boxed or not); this
+    # class has exactly one, so the node calls it directly.
+    backward_node = getattr(CompiledFunction, "_backward_cls", None)
+    if backward_node is not None and not getattr(CompiledFunction, "boxed_grads_call", False):
+        backward_node.apply = CompiledFunction.backward
+        backward_node.symints = ()  # a graph without size outputs sets none per call
 
     c_apply = super(torch.autograd.Function, CompiledFunction).apply  # torch._C._FunctionBase's
     functorch_active = torch._C._are_functorch_transforms_active
@@ -119,6 +155,28 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
             return c_apply(*args)
         except SystemError as exc:
             raise _raised_inside(exc) from None
+
+    if forward_grad_free:
+        # The node path: the boundary extension runs the forward and records a C++ node whose
+        # backward calls `node_backward` (what the Function's backward does, less its Python frames
+        # and context object). Under functorch transforms or forward-mode AD (the Function has no
+        # jvp: dual inputs raise eager's error) the Function runs as before.
+        num_tangents = len(diff)
+        non_diff_flags = tuple(k in non_diff for k in range(num_forward_outputs)) if non_diff else None
+
+        def create_graph_backward(args: list) -> Any:  # backward(create_graph=True)
+            split = len(args) - num_tangents
+            return gradients_without_second_backward(compiled_backward, args[:split], args[split:])
+
+        node_backward = steal if steal is not None else lambda args: compiled_backward(*args)
+
+        function_apply = fast_apply
+
+        def fast_apply(*args: Any) -> Any:  # noqa: F811  # the same entry, on the node path when it can
+            if node_module and forward_ad._current_level < 0 and not functorch_active():
+                return node_module[0].apply_node(run_forward, node_backward, create_graph_backward, args,
+                                                 num_forward_outputs, num_saved_tensors, non_diff_flags, needs)
+            return function_apply(*args)
 
     if unused_inputs:
         # Inputs the graph never reads (a buffer about to be rebound, read only to be replaced)
@@ -138,7 +196,8 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
     CompiledFunction.fast_apply = staticmethod(fast_apply)  # type: ignore[attr-defined]
     CompiledFunction.recipe = dict(  # type: ignore[attr-defined]  # for graph_recipe
         backward=compiled_backward, num_forward_outputs=num_forward_outputs,
-        num_saved_tensors=num_saved_tensors, differentiable=diff, primal_needs_grad=tuple(primal_needs_grad))
+        num_saved_tensors=num_saved_tensors, differentiable=diff, primal_needs_grad=tuple(primal_needs_grad),
+        forward_grad_free=forward_grad_free)
     return CompiledFunction
 
 
@@ -163,6 +222,13 @@ class _CompiledBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> Any:
         raise RuntimeError(DOUBLE_BACKWARD_ERROR)
+
+
+def direct_callable(compiled: Callable) -> Callable:
+    """What a lowered graph (kiln.lower.CompiledGraph, whose __call__ only forwards to its wrapper
+    function `fn`) forwards to, so that a call skips that frame; anything else as it is."""
+    fn = getattr(compiled, "fn", None) if type(compiled).__name__ == "CompiledGraph" else None
+    return fn if callable(fn) else compiled
 
 
 def gradients_without_second_backward(compiled_backward: Callable, saved: list, tangents: list) -> list:
@@ -342,10 +408,11 @@ class AotRuntime:
         # inputs requiring grad (`without_grad`); True, a training graph captured under no_grad
         # whose gradients come from an enable_grad region inside it (`with_grad`)
         self.grad_mode = grad_mode
-        run = getattr(function, "fast_apply", function.apply) if function is not None else forward
+        run = getattr(function, "fast_apply", function.apply) if function is not None else direct_callable(forward)
         self._run = without_grad(run) if grad_mode is False else with_grad(run) if grad_mode else run
         self._unflatten = _unflattener(out_spec)
         self._not_views: tuple[int, ...] = ()
+        self._plain = False
         if meta is None:
             self._num_mutated, self._passthrough, self._num_outputs = 0, False, 0
             self._shared_check: tuple[int, ...] = ()
@@ -375,6 +442,10 @@ class AotRuntime:
                              and len(outputs) == meta.num_graph_outputs
                              and all(info.kind == "graph" and info.graph_index == k
                                      for k, info in enumerate(outputs)))
+        # nothing to do around the graph: no module tensors to append, no input updated in place or
+        # re-laid out, no output rebuilt (AotRuntime.__call__'s first branch)
+        self._plain = self._passthrough and not self._getters and not self._updated \
+            and not self._shared_check and not self._restrides and self._num_mutated == 0
 
     def artifact_recipe(self) -> Recipe | None:
         """This runtime as data (kiln.runtime.artifact), or None when it cannot travel."""
@@ -385,6 +456,13 @@ class AotRuntime:
         return [get(root) for get in self._getters]
 
     def __call__(self, *args: Any) -> Any:
+        if self._plain:  # the common call: the graph's results are the user's outputs as they are
+            outs = self._run(*args)
+            if self._not_views:
+                outs = not_views(outs, self._not_views)
+            if type(outs) is tuple and len(outs) == self._num_outputs:
+                return outs
+            return self._user_outputs(args, args, outs)
         if self._getters:
             flat: Any = list(args)
             root = self.root
@@ -441,6 +519,11 @@ class AotRuntime:
             graph_outs = outs
         if self._passthrough and type(graph_outs) is tuple and len(graph_outs) == self._num_outputs:
             return graph_outs
+        return self._user_outputs(flat, entry, graph_outs)
+
+    def _user_outputs(self, flat: Sequence[Any], entry: Sequence[Any], graph_outs: Sequence[Any]) -> Any:
+        """The user's outputs (their tree) from the graph's results after the mutated inputs' values,
+        the inputs as they are now (`flat`) and as they entered (`entry`)."""
         meta = self.meta
         num_user = meta.num_graph_outputs - meta.num_intermediate_bases
         bases = graph_outs[num_user:]

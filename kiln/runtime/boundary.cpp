@@ -3,12 +3,21 @@
 //  - the native wrapper's entry (kiln.runtime.native): a handle (a capsule) holds a graph's C++
 //    function, its kernel table and the kernel library's thread-count follower; `call`/`steal` turn
 //    Python arguments into c10::IValues, run the graph and wrap its outputs, raising what eager raises;
-//  - the guard checks (kiln.capture.guards): `tensor_spec`/`tensor_ok`, `same_keys`, `empty_attrs`.
+//  - the guard checks (kiln.capture.guards): `tensor_spec`/`tensor_ok`, `same_keys`, `empty_attrs`;
+//  - the autograd node of a compiled training graph whose forward is Kiln's kernels only
+//    (kiln.runtime.aot): `apply_node` runs the forward and records one C++ node, in place of a
+//    Python autograd.Function's context object, PyNode and two Python frames per call.
 #include <Python.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/graph_task.h>
+#include <torch/csrc/autograd/saved_variable.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/utils/object_ptr.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Layout.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -476,6 +485,191 @@ static PyObject* kiln_empty_attrs(PyObject*, PyObject* const* args, Py_ssize_t n
   Py_RETURN_TRUE;
 }
 
+// ---------------------------------------------------------------------------------------------------
+// The autograd node of a compiled training graph (kiln.runtime.aot.make_autograd_function's node path)
+
+// the pending Python exception as the C++ exception the autograd engine hands back to Python
+[[noreturn]] static void kiln_raise_python() {
+  python_error error;
+  error.persist();
+  throw std::move(error);
+}
+
+// One call's node: the graph's saved tensors (SavedVariable: version counters, saved-tensor hooks and
+// the output/no-cycle rule as for any node), its size outputs, and the Python callable that runs the
+// compiled backward on [saved..., sizes..., gradients...] and returns one gradient per forward input
+// (`create_graph` in its place under backward(create_graph=True): gradients with a history).
+struct KilnCompiledBackward : public torch::autograd::Node {
+  PyObject* backward = nullptr;
+  PyObject* create_graph = nullptr;
+  PyObject* symints = nullptr;  // a tuple
+  std::vector<torch::autograd::SavedVariable> saved;
+  std::vector<char> needs;  // per forward input: whether its gradient is wanted
+
+  ~KilnCompiledBackward() override {
+    // a node freed while the interpreter shuts down leaks its references (the GIL is gone)
+    if ((backward != nullptr || create_graph != nullptr || symints != nullptr) && Py_IsInitialized()
+        && !_Py_IsFinalizing()) {
+      pybind11::gil_scoped_acquire gil;
+      Py_XDECREF(backward);
+      Py_XDECREF(create_graph);
+      Py_XDECREF(symints);
+    }
+  }
+  std::string name() const override { return "CompiledFunctionBackward"; }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    pybind11::gil_scoped_acquire gil;
+    size_t n_saved = saved.size();
+    Py_ssize_t n_sym = symints != nullptr ? PyTuple_GET_SIZE(symints) : 0;
+    THPObjectPtr list(PyList_New(static_cast<Py_ssize_t>(n_saved + grads.size()) + n_sym));
+    if (!list) kiln_raise_python();
+    auto self = getptr();
+    for (size_t i = 0; i < n_saved; ++i) {
+      PyObject* t = THPVariable_Wrap(saved[i].unpack(self));
+      if (t == nullptr) kiln_raise_python();
+      PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(i), t);
+    }
+    for (Py_ssize_t i = 0; i < n_sym; ++i) {
+      PyObject* v = PyTuple_GET_ITEM(symints, i);
+      Py_INCREF(v);
+      PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(n_saved) + i, v);
+    }
+    for (size_t i = 0; i < grads.size(); ++i) {
+      // the backward graph was traced with contiguous tangents; an unused output's gradient is zeros
+      at::Tensor g = grads[i].defined() ? grads[i].contiguous() : input_metadata(i).zeros_like();
+      PyObject* t = THPVariable_Wrap(std::move(g));
+      if (t == nullptr) kiln_raise_python();
+      PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(n_saved + i) + n_sym, t);
+    }
+    grads.clear();
+    // without retain_graph the list holds the only references: the backward frees each activation
+    // after its last use (the saved variables would keep them until after this call); a released
+    // SavedVariable raises eager's "backward through the graph a second time" when unpacked again
+    if (!torch::autograd::get_current_graph_task_keep_graph()) release_variables();
+    // the engine runs a node with grad mode on only under create_graph=True
+    THPObjectPtr result(PyObject_CallOneArg(at::GradMode::is_enabled() ? create_graph : backward, list.get()));
+    list = nullptr;
+    if (!result) kiln_raise_python();
+    THPObjectPtr seq(PySequence_Fast(result.get(), "the compiled backward returned no sequence"));
+    if (!seq) kiln_raise_python();
+    size_t n = num_outputs();
+    if (static_cast<size_t>(PySequence_Fast_GET_SIZE(seq.get())) != n) {
+      throw std::runtime_error("kiln internal error: the compiled backward returned another number of gradients "
+                               "than its forward had inputs");
+    }
+    torch::autograd::variable_list out(n);
+    for (size_t i = 0; i < n; ++i) {
+      PyObject* g = PySequence_Fast_GET_ITEM(seq.get(), static_cast<Py_ssize_t>(i));
+      if (needs[i] && THPVariable_Check(g)) out[i] = THPVariable_Unpack(g);
+    }
+    return out;
+  }
+
+  void release_variables() override {
+    for (auto& s : saved) s.reset_data();
+  }
+};
+
+// apply_node(forward, backward, create_graph backward, args tuple, number of user outputs, number of
+//            saved tensors, non-differentiable flags (a tuple per user output, or None), needs (a tuple per input))
+//   -> the user outputs: forward(*args) runs with grad mode off on the caller's tensors; where grad
+//   mode is on and an input requires grad, its differentiable outputs get one KilnCompiledBackward
+//   node whose edges are the inputs'. Outputs the forward hands out as views are replaced by detached
+//   aliases (kiln.runtime.aot.not_views), as the Python Function's forward does.
+static PyObject* kiln_apply_node(PyObject*, PyObject* const* a, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 8 || !PyTuple_Check(a[3]) || !PyTuple_Check(a[7])) {
+    PyErr_SetString(PyExc_TypeError, "apply_node(forward, backward, create_graph, args, n_out, n_saved, non_diff, needs)");
+    return nullptr;
+  }
+  PyObject* args = a[3];
+  Py_ssize_t n_out = PyLong_AsSsize_t(a[4]);
+  Py_ssize_t n_saved = PyLong_AsSsize_t(a[5]);
+  if ((n_out == -1 || n_saved == -1) && PyErr_Occurred()) return nullptr;
+  PyObject* non_diff = a[6] == Py_None ? nullptr : a[6];
+  PyObject* needs = a[7];
+  Py_ssize_t n_in = PyTuple_GET_SIZE(args);
+  if (PyTuple_GET_SIZE(needs) != n_in || (non_diff != nullptr && PyTuple_GET_SIZE(non_diff) != n_out)) {
+    PyErr_SetString(PyExc_ValueError, "apply_node: flags of another length");
+    return nullptr;
+  }
+  torch::autograd::variable_list inputs(static_cast<size_t>(n_in));
+  bool requires = false;
+  bool grad_on = at::GradMode::is_enabled();
+  for (Py_ssize_t i = 0; i < n_in; ++i) {
+    PyObject* v = PyTuple_GET_ITEM(args, i);
+    if (THPVariable_Check(v)) {
+      inputs[i] = THPVariable_Unpack(v);
+      requires = requires || (grad_on && inputs[i].requires_grad());
+    }
+  }
+  THPObjectPtr outs;
+  {
+    at::AutoGradMode off(false);
+    outs = PyObject_Call(a[0], args, nullptr);
+  }
+  if (!outs) return nullptr;
+  if (!PyTuple_Check(outs.get()) || PyTuple_GET_SIZE(outs.get()) < n_out + n_saved) {
+    PyErr_SetString(PyExc_RuntimeError, "kiln internal error: a compiled forward returned fewer results than it has");
+    return nullptr;
+  }
+  c10::intrusive_ptr<KilnCompiledBackward> node;
+  if (requires) {
+    node = c10::make_intrusive<KilnCompiledBackward>();
+    node->set_next_edges(torch::autograd::collect_next_edges(inputs));
+    node->needs.resize(static_cast<size_t>(n_in));
+    for (Py_ssize_t i = 0; i < n_in; ++i) node->needs[i] = PyObject_IsTrue(PyTuple_GET_ITEM(needs, i)) == 1;
+  }
+  THPObjectPtr result(PyTuple_New(n_out));
+  if (!result) return nullptr;
+  std::vector<c10::TensorImpl*> user;
+  for (Py_ssize_t k = 0; k < n_out; ++k) {
+    PyObject* o = PyTuple_GET_ITEM(outs.get(), k);
+    if (!THPVariable_Check(o)) {
+      Py_INCREF(o);
+      PyTuple_SET_ITEM(result.get(), k, o);
+      continue;
+    }
+    at::Tensor t = THPVariable_Unpack(o);
+    bool seen = std::find(user.begin(), user.end(), t.unsafeGetTensorImpl()) != user.end();
+    if (t.is_view() || seen) t = t.detach();  // no autograd view, and one history per result
+    if (node) {
+      bool differentiable = non_diff == nullptr || PyObject_IsTrue(PyTuple_GET_ITEM(non_diff, k)) != 1;
+      if (differentiable && torch::autograd::isDifferentiableType(t.scalar_type())) {
+        torch::autograd::set_history(t, node);
+      } else if (differentiable) {
+        node->add_input_metadata(t);  // a slot for its (zero) gradient, no edge: it cannot require grad
+      }
+    }
+    user.push_back(t.unsafeGetTensorImpl());
+    PyObject* w = THPVariable_Wrap(std::move(t));
+    if (w == nullptr) return nullptr;
+    PyTuple_SET_ITEM(result.get(), k, w);
+  }
+  if (node) {
+    for (Py_ssize_t k = n_out; k < n_out + n_saved; ++k) {
+      PyObject* o = PyTuple_GET_ITEM(outs.get(), k);
+      if (!THPVariable_Check(o)) {
+        node->saved.emplace_back();  // None saved (an undefined tensor)
+        continue;
+      }
+      const at::Tensor& t = THPVariable_Unpack(o);
+      bool is_output = std::find(user.begin(), user.end(), t.unsafeGetTensorImpl()) != user.end();
+      node->saved.emplace_back(t, is_output);
+    }
+    Py_ssize_t total = PyTuple_GET_SIZE(outs.get());
+    node->symints = PyTuple_GetSlice(outs.get(), n_out + n_saved, total);
+    if (node->symints == nullptr) return nullptr;
+    Py_INCREF(a[1]);
+    node->backward = a[1];
+    Py_INCREF(a[2]);
+    node->create_graph = a[2];
+  }
+  return result.release();
+  END_HANDLE_TH_ERRORS
+}
+
 static PyMethodDef kiln_methods[] = {
   {"make", kiln_make, METH_VARARGS, "make(graph address, [kernel addresses], follow) -> handle"},
   {"make_plan", kiln_make_plan, METH_VARARGS, "make_plan(words, doubles, strings, ops, dtypes, sites, counts, "
@@ -491,6 +685,8 @@ static PyMethodDef kiln_methods[] = {
    "same_keys(mapping, keys) -> bool"},
   {"empty_attrs", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_empty_attrs)), METH_FASTCALL,
    "empty_attrs(obj, names) -> bool"},
+  {"apply_node", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_apply_node)), METH_FASTCALL,
+   "apply_node(forward, backward, create_graph, args, n_out, n_saved, non_diff, needs) -> outputs"},
   {nullptr, nullptr, 0, nullptr}};
 
 static struct PyModuleDef kiln_module = {PyModuleDef_HEAD_INIT, "kiln_native", nullptr, -1, kiln_methods};

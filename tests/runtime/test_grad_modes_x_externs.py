@@ -122,7 +122,15 @@ MODELS: dict[str, Factory] = {
     "topk": lambda: (_Call(lambda m, x: torch.topk(x @ m.w, 3, dim=-1).values, w=_p(6, 6)), (torch.randn(3, 6),)),
     "cumsum": lambda: (_Call(lambda m, x: torch.cumsum(x * m.w, 1), w=_p(3, 7)), (torch.randn(3, 7),)),
     "fft": lambda: (_Call(lambda m, x: torch.fft.rfft(x * m.w).abs(), w=_p(4, 16)), (torch.randn(4, 16),)),
+    # no extern at all: the compiled forward is Kiln's kernels only, and a training graph's
+    # autograd.Function runs it on the caller's tensors with grad mode off (aot.make_autograd_function's
+    # forward_grad_free); every grad-mode program must still see eager's results
+    "softmax_kernels": lambda: (_Call(lambda m, x: torch.softmax(x * m.w, -1), w=_p(4, 16)), (torch.randn(4, 16),)),
+    "pointwise_kernels": lambda: (_Call(lambda m, x: torch.tanh(x * m.w + m.b) * x, w=_p(6), b=_p(6)),
+                                  (torch.randn(5, 6),)),
 }
+# the models whose graphs have no extern (EXTERN_FREE): the grad-free forward's whole matrix runs in CI
+EXTERN_FREE = ("softmax_kernels", "pointwise_kernels")
 
 
 # ------------------------------------------------------------------------------ grad-mode programs
@@ -384,7 +392,11 @@ CI = sorted({c for c in ALL if (c[1] == "no_grad_inside" and c[2] == (True, True
              or (c[0] == "batch_norm_eval" and c[1] == "aliased_outputs" and c[2] == (False, False)
                  and c[3] == "first")
              or (c[0] in ("addmm", "lstm") and c[1] in ("default", "no_grad_inside") and c[2] == (True, False)
-                 and c[3] != "first")}, key=ALL.index)
+                 and c[3] != "first")
+             or (c[0] == "softmax_kernels" and c[2] != (False, False) and c[3] == "first")
+             or (c[0] == "pointwise_kernels" and c[2] == (True, True) and c[3] != "first"
+                 and c[1] in ("default", "no_grad_around", "no_grad_inside", "view_of_input", "input_returned",
+                              "mutated_input"))}, key=ALL.index)
 
 
 @pytest.mark.parametrize("case", CI, ids=_id)
