@@ -496,8 +496,8 @@ def _max_pool_value(ctx: LoweringContext, x: TensorValue, kernel_size: Any, stri
     nhwc = reads_channels_last(x)
     dtype = compute_dtype(x.dtype)
     # taps past an edge (padding, ceil_mode's last window) read a copy of x with -inf around it, so
-    # that no tap needs a bounds test (GCC leaves a loop of loads under several lane-invariant
-    # masks scalar: measured 10x slower than the copy and the maximum together)
+    # that no tap needs a bounds test (GCC left the loop of loads under nine lane-invariant masks
+    # scalar: 12x slower than the copy and the maximum together, on a ShuffleNet-style stem)
     low = pad
     high = tuple(max(0, (out - 1) * st[d] + (k[d] - 1) * dil[d] - pad[d] - (sizes[2 + d] - 1))
                  for d, out in enumerate((out_h, out_w)))
@@ -519,8 +519,10 @@ def _max_pool_value(ctx: LoweringContext, x: TensorValue, kernel_size: Any, stri
         x = ctx.realize(TensorValue(x.dtype, padded_sizes_e, padded_loader, origins=x.origins),
                         Layout(x.dtype, padded_sizes_e, channels_last_strides(padded_sizes_e) if nhwc
                                else contiguous_strides(padded_sizes_e)))
-    else:
-        x = _stored_once(ctx, x, k[0] * k[1], channels_last=nhwc)
+    elif x.view is None:  # the taps read a stored x: with a ReLU inlined into each of nine taps, GCC
+        # vectorized the loop only outside an OpenMP region (inside, its if-conversion gave up)
+        x = ctx.realize(x, Layout(x.dtype, x.sizes, channels_last_strides(x.sizes) if nhwc
+                                  else contiguous_strides(x.sizes)))
 
     def loader(idx: Sequence[sympy.Expr]) -> Value:
         n, c, ho, wo = idx
@@ -532,7 +534,11 @@ def _max_pool_value(ctx: LoweringContext, x: TensorValue, kernel_size: Any, stri
         assert acc is not None
         return acc
 
-    return TensorValue(x.dtype, tuple(sympy.Integer(s) for s in meta.shape), loader, origins=x.origins)
+    value = TensorValue(x.dtype, tuple(sympy.Integer(s) for s in meta.shape), loader, origins=x.origins)
+    if nhwc:  # stored NHWC, as ATen's pooling returns it: a reader that wants NCHW (a convolution at
+        # few pixels) would otherwise compute it along the columns, a gather at C elements' stride
+        return ctx.realize(value, Layout(value.dtype, value.sizes, channels_last_strides(value.sizes)))
+    return value
 
 
 @register(aten.max_pool2d_with_indices.default)
