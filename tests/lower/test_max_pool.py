@@ -78,3 +78,12 @@ def test_training_gradient():
     x.grad = None
     kiln.compile(fn)(x).backward()
     torch.testing.assert_close(x.grad, want)
+
+
+def test_pooling_runs_along_the_channels():
+    """An input computed here (a ReLU of NCHW data) is stored NHWC for the taps, so the maximum's
+    loop runs along the channels, not along a row of few columns at a stride of 2."""
+    x = torch.randn(2, 16, 8, 8)
+    with torch.no_grad():
+        compiled = check(lambda t: F.max_pool2d(torch.relu(t), 2, 2) * 3.0, x, atol=0, rtol=0)
+    assert "torch.empty_strided((2, 16, 8, 8), (1024, 1, 128, 16)" in compiled.wrapper_source, compiled.wrapper_source

@@ -493,7 +493,9 @@ def _max_pool_value(ctx: LoweringContext, x: TensorValue, kernel_size: Any, stri
     out_h, out_w = int(meta.shape[2]), int(meta.shape[3])
     if 0 in (*sizes, out_h, out_w):
         return None
-    nhwc = reads_channels_last(x)
+    # NHWC where x is read so or is computed here (as for ATen's pooling below): the maximum then runs
+    # along the channels; in NCHW its loop runs along a row of few columns at a stride of 2
+    nhwc = reads_channels_last(x) or x.view is None
     dtype = compute_dtype(x.dtype)
     # taps past an edge (padding, ceil_mode's last window) read a copy of x with -inf around it, so
     # that no tap needs a bounds test (GCC left the loop of loads under nine lane-invariant masks
