@@ -14,10 +14,12 @@ such and left out of the geomeans, as is a compiler that raised.
     python -m benchmarks.models --modes infer        # inference only
     python -m benchmarks.models --no-warm            # skip the second-process measurements
     python -m benchmarks.models --held-out --threads 1   # the held-out models (tests/e2e/held_out_models.py)
+    python -m benchmarks.models --cnn --threads 1        # the held-out CNNs (tests/e2e/cnn_models.py)
 
 With --held-out the models are the 33 held-out `transformers` families that the project does not
 tune against (the way a new user meets Kiln); detr and yolos run inference only (their losses need
-scipy's matcher). --threads sets torch's thread count for every compiler (the default leaves torch's).
+scipy's matcher). With --cnn they are five torchvision-style CNNs written here (MobileNetV2,
+ShuffleNetV2, DenseNet, SqueezeNet, ResNeXt with squeeze-excitation). --threads sets torch's thread count for every compiler (the default leaves torch's).
 """
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ _CACHE_ENV = {"kiln": "KILN_CACHE_DIR", "torch": "TORCHINDUCTOR_CACHE_DIR"}
 
 
 _HELD_OUT = False  # set by --held-out (and passed on to the warm-start children)
+_CNN = False  # set by --cnn (likewise)
 INFER_ONLY = {"detr", "yolos"}  # held-out models whose losses match boxes with scipy's solver
 
 
@@ -59,7 +62,11 @@ def _corpus() -> Any:
 
 
 def _models() -> dict[str, Any]:
-    """The models benched: the corpus, or with --held-out the held-out families."""
+    """The models benched: the corpus, with --held-out the held-out families, with --cnn the CNNs."""
+    if _CNN:
+        from tests.e2e.cnn_models import CNN_MODELS
+
+        return CNN_MODELS
     if not _HELD_OUT:
         return _corpus().MODELS
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "e2e")
@@ -79,6 +86,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=None, help="timed samples per compiler")
     parser.add_argument("--json", default="bench_models.json", help="where to write the results")
     parser.add_argument("--held-out", action="store_true", help="the held-out models instead of the corpus")
+    parser.add_argument("--cnn", action="store_true", help="the held-out torchvision-style CNNs instead")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for every compiler")
     parser.add_argument("--child", nargs=3, metavar=("MODEL", "MODE", "COMPILER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -86,8 +94,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.modes = [m for m in args.modes.split(",") if m]
     if set(args.modes) - {"infer", "train"}:
         parser.error("--modes takes infer and/or train")
-    global _HELD_OUT
-    _HELD_OUT = args.held_out
+    global _HELD_OUT, _CNN
+    _HELD_OUT, _CNN = args.held_out, args.cnn
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.child is None:
@@ -224,7 +232,7 @@ def child(name: str, mode: str, compiler: str) -> dict:
 def _child_run(name: str, mode: str, compiler: str, cache: str) -> dict:
     env = {**os.environ, _CACHE_ENV[compiler]: cache}
     env.pop("KILN_LOGS", None)
-    flags = ["--held-out"] * _HELD_OUT + (["--threads", str(torch.get_num_threads())])
+    flags = ["--held-out"] * _HELD_OUT + ["--cnn"] * _CNN + (["--threads", str(torch.get_num_threads())])
     proc = subprocess.run([sys.executable, "-m", "benchmarks.models", *flags, "--child", name, mode, compiler],
                           capture_output=True, text=True, env=env, timeout=900)
     lines = proc.stdout.strip().splitlines()
@@ -313,12 +321,12 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:200]}))
         return 0
     rm = _corpus()
-    names = args.only or (list(QUICK_MODELS) if args.quick and not _HELD_OUT else list(_models()))
+    names = args.only or (list(QUICK_MODELS) if args.quick and not (_HELD_OUT or _CNN) else list(_models()))
     opts = {"warmup": 1 if args.quick else 3, "samples": args.samples or (3 if args.quick else 9),
             "early_samples": 5 if args.quick else 15}
     warm = not args.no_warm and not args.quick
     print(f"Kiln bench-models: torch {torch.__version__}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch "
-          f"threads, {'held-out ' if _HELD_OUT else ''}OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, {len(names)} models, modes "
+          f"threads, {'held-out ' if _HELD_OUT else 'CNN ' if _CNN else ''}OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, {len(names)} models, modes "
           f"{','.join(args.modes)}{', quick' if args.quick else ''}", flush=True)
     scratch = tempfile.mkdtemp(prefix="kiln-bench-models-")
     # cold first calls in this process: caches start empty

@@ -46,11 +46,13 @@ class FoldCache:
 
     An entry holds its inputs' (data pointer, version counter) and a detached alias of each input.
     The version counter moves on every in-place write that autograd would see (an optimizer step,
-    `load_state_dict`, `copy_` under no_grad, BatchNorm's running-stat update in train mode); a
-    new tensor put in place (`module.weight = ...`, `.data = ...`) has another data pointer, which
-    cannot be a reused address because the alias keeps the old storage alive. Writes through
-    `.data`, which autograd does not see either, are not detected. Entries go with their weight
-    (a weak key), so a freed model frees its folded copies.
+    `load_state_dict`, `copy_` under no_grad, a compiled train-mode step of the running statistics);
+    a new tensor put in place (`module.weight = ...`, `.data = ...`) has another data pointer, which
+    cannot be a reused address because the alias keeps the old storage alive. Eager BatchNorm's
+    train-mode update of the running statistics moves no version counter (ATen writes them inside
+    the kernel), so the statistics' values are kept too and compared (a few hundred bytes). Other
+    writes through `.data`, which autograd does not see either, are not detected. Entries go with
+    their weight (a weak key), so a freed model frees its folded copies.
     """
 
     def __init__(self) -> None:
@@ -69,7 +71,7 @@ class FoldCache:
         inputs = (weight, bias, bn_weight, bn_bias, mean, var)
         stamp = (self._stamp(inputs), eps, channels_last, pack)
         entry = self.entries.get(weight)
-        if entry is not None and entry[0] == stamp:
+        if entry is not None and entry[0] == stamp and torch.equal(entry[3][0], mean) and torch.equal(entry[3][1], var):
             return entry[2]
         result = _folded(weight, bias, bn_weight, bn_bias, mean, var, eps, channels_last)
         if pack is not None:
@@ -78,7 +80,7 @@ class FoldCache:
                                                                   input_size)
             result = (packed, result[1])
         aliases = tuple(None if t is None else t.detach() for t in inputs)
-        self.entries[weight] = (stamp, aliases, result)
+        self.entries[weight] = (stamp, aliases, result, (mean.clone(), var.clone()))
         self.folds += 1
         return result
 

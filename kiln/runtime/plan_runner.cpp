@@ -15,7 +15,8 @@ namespace kiln_plan {
 
 enum Op : int64_t {
   NARGS = 1, ARG_TENSOR, ARG_INT, ARG_FLOAT, SYM_INT, SYM_SIZE, SYM_STRIDE, SYM_FLOAT, SET, TAKE, RELAYOUT,
-  CONST, SEED, ALLOC, ALIAS, VIEW, RESET, KERNEL, EXTERN, BIND_SIZE, OUT, CHECK_STRIDES, CHECK_RESULT
+  CONST, SEED, ALLOC, ALIAS, VIEW, RESET, KERNEL, EXTERN, BIND_SIZE, OUT, CHECK_STRIDES, CHECK_RESULT,
+  FOLD, FOLD_DONE
 };
 // tokens of an integer expression (reverse Polish)
 enum Tok : int64_t {
@@ -40,6 +41,17 @@ struct Plan {
   std::vector<c10::OperatorHandle> ops;
   std::map<int64_t, Site> sites;
   int64_t nslots = 0, nregs = 0, nfregs = 0;
+  // the FOLD instructions' memos (aten_helpers.cpp), made on first use: the plan is shared by calls
+  // on several threads, and its tables are read-only
+  mutable std::mutex memo_mutex;
+  mutable std::vector<std::unique_ptr<KilnFoldMemo>> memos;
+  KilnFoldMemo& memo(int64_t m) const {
+    if (m < 0 || m >= (int64_t(1) << 16)) throw std::out_of_range("kiln plan: a fold memo index outside its range");
+    std::lock_guard<std::mutex> guard(memo_mutex);
+    if (static_cast<size_t>(m) >= memos.size()) memos.resize(static_cast<size_t>(m) + 1);
+    if (!memos[static_cast<size_t>(m)]) memos[static_cast<size_t>(m)] = std::make_unique<KilnFoldMemo>();
+    return *memos[static_cast<size_t>(m)];
+  }
 };
 
 // kiln_floordiv, kiln_mod, kiln_may_overlap, kiln_relayout: aten_helpers.cpp, spliced in before this file
@@ -341,6 +353,28 @@ struct Frame {
             const c10::IValue& v = boxed.at(at);
             s = item < 0 ? v.toTensor() : v.toTensorList().get(static_cast<size_t>(item));
           }
+          break;
+        }
+        case FOLD:  // m, six input slots (-1: none), two result slots, the words to skip on a hit
+        case FOLD_DONE: {  // m, the same slots: remember what the EXTERN between them made
+          KilnFoldMemo& memo = p.memo(next());
+          std::array<at::Tensor, 6> in;
+          for (auto& t : in) {
+            int64_t s = next();
+            if (s >= 0) {
+              if (s >= static_cast<int64_t>(slots.size())) throw std::out_of_range("kiln plan: an index outside its table");
+              t = slots[static_cast<size_t>(s)];
+            }
+          }
+          at::Tensor& r0 = slot();
+          at::Tensor& r1 = slot();
+          if (op == FOLD_DONE) {
+            kiln_fold_remember(memo, in, r0, r1);
+            break;
+          }
+          int64_t skip = next();
+          if (skip < 0 || pc + static_cast<size_t>(skip) > p.words.size()) throw std::out_of_range("kiln plan: a skip past its end");
+          if (kiln_fold_hit(memo, in, r0, r1)) pc += static_cast<size_t>(skip);
           break;
         }
         case BIND_SIZE: { int64_t r = index(p.nregs); at::Tensor& s = slot(); regs[r] = s.size(next()); break; }

@@ -36,6 +36,7 @@ from kiln.lower.ir import BufferRef, ConstantBuffer, InputBuffer, Layout, SymExp
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program
 from kiln.runtime import build, native, records
+from kiln.runtime.folded_weights import fold_conv_bn, fold_conv_bn_packed
 from kiln.runtime.plan import WrapperPlan
 from kiln.symbolic.expr import is_float_symbol
 from kiln.symbolic.render import render_c
@@ -501,6 +502,9 @@ class NativeWrapperWriter(WrapperWriter):
         self.body.append(f"  {{  // {n.name}: {origins}")
         self.body.append(f"    static const c10::OperatorHandle {handle} = c10::Dispatcher::singleton()"
                          f".findSchemaOrThrow({json.dumps(schema.name)}, {json.dumps(schema.overload_name)});")
+        memo = self._fold_memo(n, values, handle)
+        if memo:
+            self.body.append(f"    if (!kiln_fold_hit({memo}, {memo}_in, {n.results[0][0]}, {n.results[1][0]})) {{")
         self.body.append("    std::vector<c10::IValue> stack{" + ", ".join(f"c10::IValue({v})" for v in values) + "};")
         self.body.append(f"    {handle}.callBoxed(stack);")
         for rname, _, path in n.results:
@@ -515,8 +519,40 @@ class NativeWrapperWriter(WrapperWriter):
                 if rest:
                     raise Unsupported(f"{op}: a result at {path}")
                 self.body.append(f"    {rname} = stack[{index}].toTensor();")
+        if memo:
+            self.body.append(f"    kiln_fold_remember({memo}, {memo}_in, {n.results[0][0]}, {n.results[1][0]});")
+            self.body.append("    }")
         self.body.append("  }")
         self._bind_results(n.results, op)
+
+    @staticmethod
+    def fold_memo_applies(n: Any) -> bool:
+        """Whether a call of kiln::fold_conv_bn* is told unchanged by its six tensor inputs alone:
+        its other arguments hold no symbolic size, and it has its two results."""
+        if n.op not in (fold_conv_bn, fold_conv_bn_packed) or len(n.results) != 2:
+            return False
+        return [tuple(path) for _, _, path in n.results] == [(0,), (1,)] and not pytree.tree_any(
+            lambda a: isinstance(a, (SymExpr, sympy.Basic)), (list(n.args[6:]), dict(n.kwargs)))
+
+    def _fold_memo(self, n: Any, values: list[str], handle: str) -> str | None:
+        """For kiln::fold_conv_bn*: declares the call site's KilnFoldMemo (aten_helpers.cpp) and its
+        six tensor inputs, returns the memo's name; None where it does not apply (fold_memo_applies)
+        or an input is a view made for the call."""
+        if not self.fold_memo_applies(n):
+            return None
+        inputs = []
+        for v in values[:6]:
+            inner = v.removeprefix("std::optional<at::Tensor>(").removesuffix(")") if v.startswith("std::optional") else v
+            if v == "std::nullopt":
+                inputs.append("at::Tensor()")
+            elif inner.isidentifier():
+                inputs.append(inner)
+            else:  # a view made for the call: a new tensor each time, never the one remembered
+                return None
+        memo = handle.replace("kiln_op_", "kiln_fold_memo_")
+        self.body.append(f"    static KilnFoldMemo {memo};")
+        self.body.append(f"    const std::array<at::Tensor, 6> {memo}_in{{{', '.join(inputs)}}};")
+        return memo
 
     def _bind_results(self, results: Any, op: Any) -> None:
         """After an extern: its results' layouts, unbacked sizes bound, dtype and sizes checked

@@ -37,7 +37,7 @@ from kiln.symbolic.expr import FloorDiv, ModularIndexing, is_float_symbol
 
 # the opcodes, expression tokens, value and kernel-argument kinds of boundary.cpp's kiln_plan namespace
 (NARGS, ARG_TENSOR, ARG_INT, ARG_FLOAT, SYM_INT, SYM_SIZE, SYM_STRIDE, SYM_FLOAT, SET, TAKE, RELAYOUT, CONST, SEED,
- ALLOC, ALIAS, VIEW, RESET, KERNEL, EXTERN, BIND_SIZE, OUT, CHECK_STRIDES, CHECK_RESULT) = range(1, 24)
+ ALLOC, ALIAS, VIEW, RESET, KERNEL, EXTERN, BIND_SIZE, OUT, CHECK_STRIDES, CHECK_RESULT, FOLD, FOLD_DONE) = range(1, 26)
 (T_CONST, T_REG, T_ADD, T_MUL, T_FLOORDIV, T_MOD, T_NEG, T_MIN, T_MAX, T_ABS, T_DIV, T_REM, T_EQ, T_NE, T_LT, T_LE,
  T_GT, T_GE, T_AND, T_OR, T_NOT, T_SELECT) = range(22)
 (V_NONE, V_INT, V_DOUBLE, V_FREG, V_BOOL, V_TENSOR, V_INT_LIST, V_DOUBLE_LIST, V_BOOL_LIST, V_TENSOR_LIST,
@@ -57,6 +57,7 @@ class PlanWriter(NativeWrapperWriter):
                  argtypes: dict[str, list[Any]]) -> None:
         super().__init__(program, signatures, argtypes)
         self.words: list[int] = []
+        self.memos = 0  # FOLD instructions written
         self.slots: dict[str, int] = {}
         self.regs: dict[str, int] = {}
         self.fregs: dict[str, int] = {}
@@ -432,9 +433,31 @@ class PlanWriter(NativeWrapperWriter):
                 raise Unsupported(f"{op}: a result of type {kind} at {path}")
             self._tensor(rname)
             results += [self._slot(rname), index, item]
-        self.words += [EXTERN, self._op(op), len(values)] + [w for v in values for w in v]
-        self.words += [len(n.results)] + results
+        extern = [EXTERN, self._op(op), len(values)] + [w for v in values for w in v] + [len(n.results)] + results
+        memo = self._fold_memo_words(n, values)
+        if memo is None:
+            self.words += extern
+        else:  # FOLD skips the EXTERN and FOLD_DONE where its memo holds the results of these inputs
+            done = [FOLD_DONE] + memo
+            self.words += [FOLD] + memo + [len(extern) + len(done)] + extern + done
+            self.memos += 1
         self._bind_results(n.results, op)
+
+    def _fold_memo_words(self, n: Any, values: list[list[int]]) -> list[int] | None:
+        """kiln::fold_conv_bn*'s memo operands (native_wrapper._fold_memo's, as words): the memo's
+        number, the slots of its six tensor inputs (-1: None) and of its two results. None where an
+        input is a view made for the call or another argument holds a symbolic size."""
+        if not self.fold_memo_applies(n):
+            return None
+        inputs = []
+        for v in values[:6]:
+            if v == [V_NONE]:
+                inputs.append(-1)
+            elif len(v) == 3 and v[0] == V_TENSOR and v[2] == 0:
+                inputs.append(v[1])
+            else:
+                return None
+        return [self.memos] + inputs + [self._slot(n.results[0][0]), self._slot(n.results[1][0])]
 
     def _bind_results(self, results: Any, op: Any) -> None:
         for rname, layout, path in results:

@@ -11,6 +11,7 @@ layout optimization for convolution graphs (torch/_inductor/graph.py, `decide_la
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Sequence
 
 import sympy
@@ -465,8 +466,89 @@ def convolution(ctx: LoweringContext, x: TensorValue, weight: TensorValue, bias:
     return ctx.extern(aten.convolution.default, (x,) + rest, {})
 
 
+def _indices_unread(ctx: LoweringContext) -> bool:
+    """Whether only the values of the current node's (values, indices) are read (item 0; an item 1
+    that nothing reads may be there)."""
+    node = ctx.node
+    return node is not None and all(u.op == "call_function" and u.target is operator.getitem
+                                    and (u.args[1] == 0 or not u.users) for u in node.users)
+
+
+def _max_pool_value(ctx: LoweringContext, x: TensorValue, kernel_size: Any, stride: Any = (), padding: Any = 0,
+                    dilation: Any = 1, ceil_mode: bool = False) -> TensorValue | None:
+    """max_pool2d's values as a lazy value (each output the maximum of its taps, a NaN winning, as
+    ATen's kernel; a tap outside the image is -inf, which no value loses to), or None where it does
+    not apply (symbolic sizes, a non-float dtype). It fuses with what reads it and with the ReLU or
+    BatchNorm before it, where ATen's extern is one more pass over the image (8% of a ShuffleNet-style
+    inference call; Inductor lowers it the same way)."""
+    meta = ctx.meta[0] if isinstance(ctx.meta, (tuple, list)) else None
+    sizes = _ints(x.sizes)
+    if (meta is None or sizes is None or len(sizes) != 4 or not x.dtype.is_floating_point
+            or not all(isinstance(s, int) for s in meta.shape)):
+        return None
+    k = _pair(kernel_size)
+    st = _pair(stride) if stride else k
+    pad, dil = _pair(padding if isinstance(padding, (list, tuple)) else [padding]), _pair(
+        dilation if isinstance(dilation, (list, tuple)) else [dilation])
+    out_h, out_w = int(meta.shape[2]), int(meta.shape[3])
+    if 0 in (*sizes, out_h, out_w):
+        return None
+    # NHWC where x is read so or is computed here (as for ATen's pooling below): the maximum then runs
+    # along the channels; in NCHW its loop runs along a row of few columns at a stride of 2
+    nhwc = reads_channels_last(x) or x.view is None
+    dtype = compute_dtype(x.dtype)
+    # taps past an edge (padding, ceil_mode's last window) read a copy of x with -inf around it, so
+    # that no tap needs a bounds test (GCC left the loop of loads under nine lane-invariant masks
+    # scalar: 12x slower than the copy and the maximum together, on a ShuffleNet-style stem)
+    low = pad
+    high = tuple(max(0, (out - 1) * st[d] + (k[d] - 1) * dil[d] - pad[d] - (sizes[2 + d] - 1))
+                 for d, out in enumerate((out_h, out_w)))
+    if any(low) or any(high):
+        src = x
+        n, c, h, w = sizes
+        padded_sizes = (n, c, h + low[0] + high[0], w + low[1] + high[1])
+
+        def padded_loader(idx: Sequence[sympy.Expr]) -> Value:
+            hh, ww = idx[2] - low[0], idx[3] - low[1]
+            ok = ops.op("logical_and", ops.op("logical_and", ops.op("ge", Index(hh), ops.constant(0, torch.int64)),
+                                                             ops.op("lt", Index(hh), ops.constant(h, torch.int64))),
+                        ops.op("logical_and", ops.op("ge", Index(ww), ops.constant(0, torch.int64)),
+                               ops.op("lt", Index(ww), ops.constant(w, torch.int64))))
+            value = ops.cast(src.load([idx[0], idx[1], hh, ww]), dtype)
+            return Masked(ok, value, ops.constant(float("-inf"), dtype), dtype)
+
+        padded_sizes_e = tuple(sympy.Integer(v) for v in padded_sizes)
+        x = ctx.realize(TensorValue(x.dtype, padded_sizes_e, padded_loader, origins=x.origins),
+                        Layout(x.dtype, padded_sizes_e, channels_last_strides(padded_sizes_e) if nhwc
+                               else contiguous_strides(padded_sizes_e)))
+    elif x.view is None:  # the taps read a stored x: with a ReLU inlined into each of nine taps, GCC
+        # vectorized the loop only outside an OpenMP region (inside, its if-conversion gave up)
+        x = ctx.realize(x, Layout(x.dtype, x.sizes, channels_last_strides(x.sizes) if nhwc
+                                  else contiguous_strides(x.sizes)))
+
+    def loader(idx: Sequence[sympy.Expr]) -> Value:
+        n, c, ho, wo = idx
+        acc: Value | None = None
+        for i in range(k[0]):
+            for j in range(k[1]):
+                value = ops.cast(x.load([n, c, ho * st[0] + i * dil[0], wo * st[1] + j * dil[1]]), dtype)
+                acc = value if acc is None else ops.op("maximum", acc, value)
+        assert acc is not None
+        return acc
+
+    value = TensorValue(x.dtype, tuple(sympy.Integer(s) for s in meta.shape), loader, origins=x.origins)
+    if nhwc:  # stored NHWC, as ATen's pooling returns it: a reader that wants NCHW (a convolution at
+        # few pixels) would otherwise compute it along the columns, a gather at C elements' stride
+        return ctx.realize(value, Layout(value.dtype, value.sizes, channels_last_strides(value.sizes)))
+    return value
+
+
 @register(aten.max_pool2d_with_indices.default)
 def max_pool2d_with_indices(ctx: LoweringContext, x: TensorValue, *rest: Any) -> Any:
+    if _indices_unread(ctx):  # inference: no indices to compute
+        value = _max_pool_value(ctx, x, *rest)
+        if value is not None:
+            return value, None
     # NHWC only when that costs no copy (x is computed here, or already NHWC): ATen's NCHW kernel
     # is slow, but a copy of a stored NCHW tensor is not free either
     if _wants_channels_last(ctx, x) and (x.view is None or is_channels_last(x)) and not _input_leaves_graph(ctx):
@@ -478,7 +560,8 @@ def max_pool2d_with_indices(ctx: LoweringContext, x: TensorValue, *rest: Any) ->
 def convolution_packed(ctx: LoweringContext, x: TensorValue, weight: TensorValue, *rest: Any) -> Any:
     """A convolution on a weight packed by kiln::fold_conv_bn_packed: NHWC results always; the
     input is stored NHWC where that pays (the same rule as for ATen's convolution)."""
-    if x.ndim == 4 and channels_last_pays(int(x.sizes[2] * x.sizes[3]), True) and not _input_leaves_graph(ctx):
+    if (x.ndim == 4 and (channels_last_pays(int(x.sizes[2] * x.sizes[3]), True) or reads_channels_last(x))
+            and not _input_leaves_graph(ctx)):
         x = _channels_last_input(ctx, x)
     return extern_in_layout_of(ctx, mkldnn_convolution, x, (weight,) + rest, True)
 
