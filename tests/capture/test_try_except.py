@@ -7,6 +7,8 @@ torch._dynamo.explain counts); an exception that escapes the frame must be eager
 """
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch._dynamo
@@ -283,3 +285,25 @@ def test_uncaught_raise_keeps_the_graph_before_it():
     assert kiln.stats()["graphs"] == 1 and kiln.stats()["fallbacks"] == 0
     torch.testing.assert_close(SEEN[0], x.sin() + 1)
     torch.testing.assert_close(kiln.compile(raise_after_ops, backend="eager")(x[:2]), raise_after_ops(x[:2]))
+
+
+def _reads_the_exception_being_handled(x):
+    kind, value, _ = sys.exc_info()
+    return x + (value.args[0] if value is not None else -1), kind
+
+
+def test_exc_info_outside_the_frames_handlers_reads_the_callers_exception():
+    """No except block of the traced frames runs: sys.exc_info() is the caller's, a break (never
+    the (None, None, None) a trace-time answer would give)."""
+    kiln.reset()
+    compiled = kiln.compile(_reads_the_exception_being_handled)
+    x = torch.ones(2)
+    try:
+        raise ValueError(5)
+    except ValueError:
+        got = compiled(x)
+    expected = (x + 5, ValueError)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1] is expected[1]
+    torch.testing.assert_close(compiled(x)[0], x - 1)
+    assert compiled(x)[1] is None

@@ -261,6 +261,15 @@ class DictVariable(Variable):
         from kiln.capture.variables.exception import raise_in_trace
         raise raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
 
+    def merge(self, tx: "Tracer", pairs: dict[Any, Variable]) -> None:
+        """`self.update(pairs)`: a key equal to one already here (a user-hashed key, by its __eq__)
+        keeps that key and takes the new value."""
+        if not any(isinstance(k, IdentityKey) for k in (*self.items, *pairs)):
+            self.items.update(pairs)
+            return
+        for key, value in pairs.items():
+            self.items[self._key(tx, key_variable(tx, key), write=True)] = value
+
     def dict_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
         """dict's own method `name` (what `super().name` and `dict.name(d, ...)` reach)."""
@@ -350,7 +359,7 @@ class DictVariable(Variable):
         if name in ("update", "__init__"):
             self._mutated(tx)
             for arg in args:
-                self.items.update(pairs_of(tx, arg))
+                self.merge(tx, pairs_of(tx, arg))
             for key, value in kwargs.items():
                 self.items[key] = value
             return none
@@ -368,7 +377,7 @@ class DictVariable(Variable):
             key = next(reversed(self.items)) if last else next(iter(self.items))
             return TupleVariable([key_variable(tx, key), self.items.pop(key)])
         if name == "move_to_end" and len(args) == 1 and self.dict_type is not dict:
-            key = key_of(args[0])
+            key = self._key(tx, args[0])
             last = kwargs["last"].as_constant() if "last" in kwargs else True
             if key not in self.items:
                 from kiln.capture.variables.exception import raise_in_trace
@@ -493,7 +502,10 @@ def from_keys(tx: "Tracer", dict_type: type, args: Sequence[Variable], kwargs: d
     if not 1 <= len(args) <= 2 or kwargs or dict_type not in BUILTIN_DICTS:
         raise Unsupported(f"{dict_type.__qualname__}.fromkeys with these arguments", kind="unsupported_call")
     value = args[1] if len(args) == 2 else ConstantVariable(None)
-    return DictVariable({key_of(k): value for k in tx.iterate(args[0])}, dict_type)
+    made = DictVariable({}, dict_type)
+    for key in tx.iterate(args[0]):
+        made.items[made._key(tx, key, write=True)] = value
+    return made
 
 
 def _has_keys_method(var: Variable) -> bool:
@@ -510,15 +522,15 @@ def pairs_of(tx: "Tracer", arg: Variable) -> dict[Any, Variable]:
     pairs, as a dict."""
     if isinstance(arg, DictVariable) and arg._override(tx, "__iter__") is None:
         return dict(arg.items)  # CPython reads a dict's storage unless its class overrides __iter__
-    out: dict[Any, Variable] = {}
+    out = DictVariable({})  # filled as a dict is: a user-hashed key found by its __hash__ and __eq__
     if _has_keys_method(arg):
         for key in tx.iterate(arg.call_method(tx, "keys", [], {})):
-            out[key_of(key)] = arg.call_method(tx, "__getitem__", [key], {})
-        return out
+            out.items[out._key(tx, key, write=True)] = arg.call_method(tx, "__getitem__", [key], {})
+        return out.items
     for pair in tx.iterate(arg):
         key, value = tx.iterate(pair)
-        out[key_of(key)] = value
-    return out
+        out.items[out._key(tx, key, write=True)] = value
+    return out.items
 
 
 class SetVariable(Variable):

@@ -10,11 +10,14 @@ handling of torch/_dynamo/symbolic_convert.py.
 """
 from __future__ import annotations
 
+import sys
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
+from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
+from kiln.capture.variables.sequence import BaseSequenceVariable, TupleVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -38,6 +41,7 @@ class ExceptionVariable(Variable):
         self.context: Variable = ConstantVariable(None)
         self.suppress_context = False
         self.raised = False  # raised in the frame: it has a traceback, which capture does not build
+        self.traceback: TracebackVariable | None = None
 
     @staticmethod
     def of(exc: BaseException) -> "ExceptionVariable":
@@ -69,8 +73,6 @@ class ExceptionVariable(Variable):
         return self.exc_type(*(a.as_constant() for a in self.args))
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.sequence import TupleVariable
-
         if name in self.attrs:
             return self.attrs[name]
         if name == "args":
@@ -84,9 +86,7 @@ class ExceptionVariable(Variable):
         if name == "__suppress_context__":
             return ConstantVariable(self.suppress_context)
         if name == "__traceback__":
-            if self.raised:
-                raise Unsupported(f"the traceback of a {self.describe()} raised in the frame", kind="unsupported_attribute")
-            return ConstantVariable(None)
+            return self.traceback_variable()
         owner = _python_owner(self.exc_type, name)
         if owner is not None:  # a method, property or constant of the user's exception class
             static = owner.__dict__[name]
@@ -96,6 +96,14 @@ class ExceptionVariable(Variable):
             tx.guard_class_attribute(self.exc_type, name, static)
             return tx.wrap(static, None)
         raise Unsupported(f"attribute {name!r} of a {self.describe()}", kind="unsupported_attribute")
+
+    def traceback_variable(self) -> Variable:
+        """`exc.__traceback__`: None until raised; then one traceback object, opaque to the trace."""
+        if not self.raised:
+            return ConstantVariable(None)
+        if self.traceback is None:
+            self.traceback = TracebackVariable(self)
+        return self.traceback
 
     def set_cause(self, cause: Variable) -> None:
         """`exc.__cause__ = cause` (and `raise exc from cause`): it also suppresses the context."""
@@ -130,7 +138,6 @@ class ExceptionVariable(Variable):
         elif name == "__suppress_context__":
             self.suppress_context = value.truth_value() if hasattr(value, "truth_value") else bool(value.as_constant())
         elif name == "args":
-            from kiln.capture.variables.sequence import BaseSequenceVariable
             if not isinstance(value, BaseSequenceVariable):
                 raise Unsupported("setting an exception's args to a value that is not a sequence", kind="unsupported")
             self.args = list(value.items)
@@ -172,6 +179,51 @@ class ExceptionVariable(Variable):
             glue.line(f"{name}.__cause__ = {glue.reconstruct(self.cause)}")
             glue.line(f"{name}.__suppress_context__ = {self.suppress_context}")
         return name
+
+
+class TracebackVariable(Variable):
+    """The traceback of an exception raised in the frame. Capture does not build its frames: it is
+    an object that is not None and is itself, and reading into it (or keeping it past the frame)
+    is a break."""
+
+    def __init__(self, exception: ExceptionVariable) -> None:
+        self.exception = exception
+
+    def describe(self) -> str:
+        return f"the traceback of a {self.exception.describe()}"
+
+    def python_type(self) -> type:
+        return types.TracebackType
+
+    def identity(self) -> Any:
+        return self
+
+    def truth(self, tx: "Tracer") -> bool:
+        return True
+
+
+def _handled_in_trace(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> ExceptionVariable:
+    """The exception sys.exc_info() and sys.exception() answer inside an `except` block of the
+    traced frames. With none handled there, the answer is the caller's (its own except block may
+    be running): not known at trace time."""
+    if args or kwargs:
+        raise Unsupported("sys.exc_info()/sys.exception() with arguments (raised natively)", kind="unsupported_call")
+    handled = current_handled(tx)
+    if not isinstance(handled, ExceptionVariable):
+        raise Unsupported("sys.exc_info() outside an except block of the traced frames (it reads the caller's "
+                          "exception)", kind="unsupported_call")
+    return handled
+
+
+@builtin_rule(sys.exc_info)
+def exc_info_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    handled = _handled_in_trace(tx, args, kwargs)
+    return TupleVariable([tx.wrap_result(handled.exc_type), handled, handled.traceback_variable()])
+
+
+@builtin_rule(sys.exception)
+def exception_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    return _handled_in_trace(tx, args, kwargs)
 
 
 def _python_owner(exc_type: type, name: str) -> type | None:
@@ -275,7 +327,6 @@ def exception_matches(exc: Variable, match: Variable) -> bool:
     try:
         target = match.as_python_value()
     except Unsupported:
-        from kiln.capture.variables.sequence import TupleVariable
         if not isinstance(match, TupleVariable):
             raise
         target = tuple(item.as_python_value() for item in match.items)

@@ -53,11 +53,12 @@ def hashes_in_python(kind: Any) -> bool:
 class Absent:
     """What a lookup gives for a key the dict does not hold (never a key of its items)."""
 
-    __slots__ = ("var",)
+    __slots__ = ("var", "hash")
     absent = True
 
-    def __init__(self, var: Variable) -> None:
+    def __init__(self, var: Variable, hash_: int | None = None) -> None:
         self.var = var
+        self.hash = hash_  # the traced __hash__ of a user-hashed var (None: var hashes natively)
 
     def __hash__(self) -> int:
         return id(self)
@@ -92,12 +93,13 @@ def _resolve(tx: "Tracer", d: DictVariable, var: Variable) -> Any:
         stored = k.stored_hash if isinstance(k, HashedKey) else hash(k)
         if stored == wanted and python_equal(tx, var, key_variable(tx, k)):
             return k
-    return Absent(var)
+    return Absent(var, wanted)
 
 
 def key_for(tx: "Tracer", d: DictVariable, var: Variable, write: bool = False) -> Any:
-    """key_of(var), or the key _resolve finds where user hashing decides; a key the dict does not
-    hold that would be added (`write`) is left to a break (torch.compile runs such frames eagerly)."""
+    """key_of(var), or the key _resolve finds where user hashing decides. A user-hashed key the
+    dict does not hold, added (`write`), becomes a HashedKey of the hash its __hash__ gave: the
+    object itself (one from outside, or the Variable of one made in the frame) is that key."""
     if not any(isinstance(k, HashedKey) for k in d.items):
         try:
             kind = var.python_type()
@@ -107,7 +109,13 @@ def key_for(tx: "Tracer", d: DictVariable, var: Variable, write: bool = False) -
             return key_of(var)
     key = _resolve(tx, d, var)
     if write and isinstance(key, Absent):
-        raise Unsupported(f"adding the user-hashed key {var.describe()} to a dict", kind="unsupported")
+        if key.hash is None:
+            raise Unsupported(f"adding {var.describe()} to a dict with a user-hashed key of the same hash",
+                              kind="unsupported")
+        obj = var.identity()
+        if obj is None:
+            raise Unsupported(f"adding the user-hashed key {var.describe()} to a dict", kind="unsupported")
+        return HashedKey(var, obj, key.hash)
     return key
 
 

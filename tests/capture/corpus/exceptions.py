@@ -6,6 +6,7 @@ Each runs under fullgraph=True unless it says otherwise.
 """
 from __future__ import annotations
 
+import sys
 import torch
 
 from .program import Program, case, fn_program, t
@@ -519,3 +520,47 @@ def break_inside_suppressing_manager_then_op_raises():
             out = out @ y
         return out
     return fn_program(f, (t(2, 2), t(2, 2)), (t(2, 2), t(3, 3)), observe=lambda: list(log))
+
+
+@case("exceptions")
+def sys_exc_info_inside_except():
+    def f(x):
+        try:
+            raise ValueError("coded", 7)
+        except ValueError:
+            kind, value, tb = sys.exc_info()
+            return x + value.args[1], kind is ValueError, value.args[0], tb is not None
+    return fn_program(f, (t(2),))
+
+
+@case("exceptions")
+def sys_exception_in_nested_handlers_and_callee():
+    def current():
+        return sys.exception()
+
+    def f(x):
+        try:
+            raise KeyError("outer")
+        except KeyError as outer:
+            try:
+                raise IndexError("inner")
+            except IndexError:
+                inner = current()  # the innermost handled exception, from a callee
+            back = sys.exception()  # the inner handler ended: the outer one again
+            return x * 2, type(inner).__name__, back is outer, sys.exc_info()[1] is outer
+    return fn_program(f, (t(2),))
+
+
+@case("exceptions")
+def exc_info_traceback_identity_and_reraise():
+    def f(x):
+        try:
+            try:
+                raise ValueError("v")
+            except ValueError as e:
+                tb = sys.exc_info()[2]
+                same = tb is e.__traceback__
+                raise
+        except ValueError as again:
+            return x - 1, same, again.__traceback__ is not None
+    return fn_program(f, (t(2),))
