@@ -14,6 +14,7 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
+from kiln.capture.guards import Guard, ProcessQuery
 from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
@@ -202,22 +203,29 @@ class TracebackVariable(Variable):
         return True
 
 
-def _handled_in_trace(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> ExceptionVariable:
-    """The exception sys.exc_info() and sys.exception() answer inside an `except` block of the
-    traced frames. With none handled there, the answer is the caller's (its own except block may
-    be running): not known at trace time."""
+def _handled_in_trace(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """The exception sys.exc_info() and sys.exception() answer: inside an `except` block of the
+    traced frames, the one being handled. With none handled there, the caller's (its own except
+    block may be running; contextlib.ExitStack.__exit__ asks): None now is guarded to stay None
+    (the guard runs where the compiled function is called), an exception there is a break."""
     if args or kwargs:
         raise Unsupported("sys.exc_info()/sys.exception() with arguments (raised natively)", kind="unsupported_call")
     handled = current_handled(tx)
-    if not isinstance(handled, ExceptionVariable):
-        raise Unsupported("sys.exc_info() outside an except block of the traced frames (it reads the caller's "
-                          "exception)", kind="unsupported_call")
-    return handled
+    if isinstance(handled, ExceptionVariable):
+        return handled
+    if sys.exception() is not None:
+        raise Unsupported("sys.exc_info() outside an except block of the traced frames, called while the caller "
+                          "handles an exception", kind="unsupported_call")
+    tx.state.output.guards.append(Guard("", "check_query", ProcessQuery(sys.exception, (), None,
+                                                                       "the exception the caller handles")))
+    return ConstantVariable(None)
 
 
 @builtin_rule(sys.exc_info)
 def exc_info_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     handled = _handled_in_trace(tx, args, kwargs)
+    if not isinstance(handled, ExceptionVariable):
+        return TupleVariable([handled, handled, handled])
     return TupleVariable([tx.wrap_result(handled.exc_type), handled, handled.traceback_variable()])
 
 

@@ -6,7 +6,9 @@ Each runs under fullgraph=True unless it says otherwise.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
+
 import torch
 
 from .program import Program, case, fn_program, t
@@ -564,3 +566,34 @@ def exc_info_traceback_identity_and_reraise():
         except ValueError as again:
             return x - 1, same, again.__traceback__ is not None
     return fn_program(f, (t(2),))
+
+
+@case("exceptions")
+def constant_methods_and_len_raise_in_the_frame():
+    # what a builtin or a method of a constant raises at trace time is the frame's to catch
+    def f(x, text):
+        out = []
+        try:
+            out.append(len(7))
+        except TypeError:
+            out.append("len")
+        try:
+            out.append(text.index("z"))
+        except ValueError:
+            out.append(-1)
+        return x + len(out), out
+    return fn_program(f, (t(2), "abc"), (t(2), "xyz"))
+
+
+@case("exceptions")
+def exit_stack_with_callbacks_outside_any_handler():
+    # ExitStack.__exit__ asks sys.exc_info() for the caller's exception: None, guarded
+    log = []
+
+    def f(x):
+        with contextlib.ExitStack() as stack:
+            stack.callback(log.append, "first")
+            stack.callback(log.append, "second")
+            x = x * 2
+        return x + len(log)
+    return fn_program(f, (t(2),), (t(2),), observe=lambda: list(log))
