@@ -199,8 +199,9 @@ class SideEffects:
     def emit(self, glue: "GlueBuilder") -> None:
         """Append the replay of every effect to the glue, in program order."""
         from kiln.capture.variables.deque import DequeVariable
-        from kiln.capture.variables.dict import DictVariable, SetVariable, key_text, replay_contents
+        from kiln.capture.variables.dict import DictVariable, key_text, replay_contents
         from kiln.capture.variables.sequence import ListVariable
+        from kiln.capture.variables.sets import SetVariable
 
         # every mutated container reached through another one (kwargs['cache'].layers) is looked up
         # before any replay: replaying the outer one first (kwargs.pop('cache')) would lose the path

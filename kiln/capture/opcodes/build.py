@@ -18,7 +18,8 @@ from kiln.capture.code import oparg
 from kiln.capture.opcodes.table import opcode
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable, DeferredTextVariable
-from kiln.capture.variables.dict import DictVariable, SetVariable, pairs_of
+from kiln.capture.variables.dict import DictVariable, pairs_of
+from kiln.capture.variables.sets import SetVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable
 from kiln.capture.variables.slice import SliceVariable
 from kiln.capture.variables.symint import SymIntVariable

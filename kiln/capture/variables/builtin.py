@@ -352,7 +352,7 @@ def tuple_new_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variabl
 
 def _set_of(kind: type) -> Rule:
     def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.variables.dict import SetVariable
+        from kiln.capture.variables.sets import SetVariable
         made = SetVariable([], kind)
         return made.update_from(tx, args[0]) if args else made
     return rule

@@ -37,6 +37,9 @@ def is_constant_value(value: Any) -> bool:
 class ConstantVariable(Variable):
     """A Python constant; `value` is the real object."""
 
+    # exception.raise_in_trace: what an operation on constants raised, raised in the trace
+    raise_in_trace: "Callable[[BaseException, str], Exception] | None" = None
+
     def __init__(self, value: Any, source: Source | None = None) -> None:
         self.value = value
         self.source = source
@@ -96,12 +99,14 @@ class ConstantVariable(Variable):
 
 def _run_on_constants(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """`fn(*args)` at trace time; what it raises (`len(5)`, `"ab".index("z")`) is raised in the
-    trace, where the frame's own handlers may catch it."""
+    trace, where the frame's own handlers may catch it (exception.raise_in_trace, set below by
+    that module, which imports this one)."""
     try:
         return fn(*args, **kwargs)
     except Exception as exc:
-        from kiln.capture.variables.exception import raise_in_trace  # exception.py imports this module
-        raise raise_in_trace(exc, f"{type(exc).__name__}: {exc} (raised natively)") from exc
+        if ConstantVariable.raise_in_trace is None:
+            raise
+        raise ConstantVariable.raise_in_trace(exc, f"{type(exc).__name__}: {exc} (raised natively)") from exc
 
 
 class ItemConstantVariable(ConstantVariable):

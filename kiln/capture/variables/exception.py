@@ -18,7 +18,6 @@ from kiln.capture.guards import Guard, ProcessQuery
 from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
-from kiln.capture.variables.sequence import BaseSequenceVariable, TupleVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -74,6 +73,8 @@ class ExceptionVariable(Variable):
         return self.exc_type(*(a.as_constant() for a in self.args))
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
+        from kiln.capture.variables.sequence import TupleVariable  # sequence.py reaches this module
+
         if name in self.attrs:
             return self.attrs[name]
         if name == "args":
@@ -139,6 +140,7 @@ class ExceptionVariable(Variable):
         elif name == "__suppress_context__":
             self.suppress_context = value.truth_value() if hasattr(value, "truth_value") else bool(value.as_constant())
         elif name == "args":
+            from kiln.capture.variables.sequence import BaseSequenceVariable
             if not isinstance(value, BaseSequenceVariable):
                 raise Unsupported("setting an exception's args to a value that is not a sequence", kind="unsupported")
             self.args = list(value.items)
@@ -223,6 +225,8 @@ def _handled_in_trace(tx: "Tracer", args: list[Variable], kwargs: dict[str, Vari
 
 @builtin_rule(sys.exc_info)
 def exc_info_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.sequence import TupleVariable
+
     handled = _handled_in_trace(tx, args, kwargs)
     if not isinstance(handled, ExceptionVariable):
         return TupleVariable([handled, handled, handled])
@@ -265,6 +269,9 @@ class RaisedInTrace(Unsupported):
 def raise_in_trace(exc: BaseException, reason: str) -> RaisedInTrace:
     """A RaisedInTrace for a real exception that a trace-time computation on constants raised."""
     return RaisedInTrace(ExceptionVariable.of(exc), reason)
+
+
+ConstantVariable.raise_in_trace = raise_in_trace
 
 
 def no_attribute(kind: type, name: str) -> RaisedInTrace:
@@ -335,6 +342,7 @@ def exception_matches(exc: Variable, match: Variable) -> bool:
     try:
         target = match.as_python_value()
     except Unsupported:
+        from kiln.capture.variables.sequence import TupleVariable
         if not isinstance(match, TupleVariable):
             raise
         target = tuple(item.as_python_value() for item in match.items)
