@@ -44,7 +44,7 @@ def BUILD_LIST(tx: "Tracer", instr: dis.Instruction) -> None:
 
 @opcode
 def BUILD_SET(tx: "Tracer", instr: dis.Instruction) -> None:
-    tx.push(SetVariable(tx.popn(oparg(instr))))
+    tx.push(SetVariable.built(tx, tx.popn(oparg(instr))))
 
 
 @opcode

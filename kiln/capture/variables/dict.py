@@ -52,6 +52,7 @@ class IdentityKey:
     `__eq__`. `var` is the tracked value (what iteration gives back, what the glue rebuilds)."""
 
     __slots__ = ("var", "obj")
+    by_hash = False  # hashes as eager's table does (a user __hash__, user_hashed_keys.HashedKey)
 
     def __init__(self, var: Variable, obj: Any) -> None:
         self.var = var
@@ -336,7 +337,7 @@ class DictVariable(Variable):
         if name == "__delitem__" and len(args) == 1:
             key = self._key(tx, args[0])
             if key not in self.items:
-                raise _key_error(key, args[0])
+                raise key_error(key, args[0])
             self._mutated(tx)
             del self.items[key]
             return none
@@ -344,7 +345,7 @@ class DictVariable(Variable):
             key = self._key(tx, args[0])
             if key not in self.items:
                 if len(args) == 1:
-                    raise _key_error(key, args[0])
+                    raise key_error(key, args[0])
                 return args[1]
             self._mutated(tx)
             return self.items.pop(key)
@@ -503,12 +504,12 @@ def replay_contents(glue: "GlueBuilder", effect: "DictVariable", target: str) ->
     glue.line(f"for {item} in {tmp}.items(): {base}.__setitem__({target}, *{item})")
 
 
-def _key_error(key: Any, var: Variable) -> Exception:
-    """Eager's KeyError for a key the dict does not hold: raised in the trace for a constant key;
-    one that shows the repr of an object (a user key, a tensor) is raised natively."""
-    from kiln.capture.variables.exception import raise_in_trace
+def key_error(key: Any, var: Variable) -> Exception:
+    """Eager's KeyError for a key the dict (or set) does not hold, raised in the trace: its
+    argument is the key itself (a constant, or the tracked object a user key or tensor is)."""
+    from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, raise_in_trace
     if isinstance(key, IdentityKey) or getattr(key, "absent", False):
-        return Unsupported(f"KeyError for the key {var.describe()} (raised natively)", kind="unsupported")
+        return RaisedInTrace(ExceptionVariable(KeyError, [var]), f"KeyError: {var.describe()} (raised natively)")
     return raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
 
 

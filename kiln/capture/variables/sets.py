@@ -7,11 +7,11 @@ the glue after the graph has run. Corresponds to the set kinds of torch/_dynamo/
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
-from kiln.capture.variables.dict import DictVariable, constant_keys, key_of, key_variable
+from kiln.capture.variables.dict import DictVariable, constant_keys, key_error, key_of, key_variable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -27,8 +27,14 @@ class SetVariable(Variable):
     Eager iterates a set of constants in the order of its hash table, which depends on how the set
     was built (one add at a time, or merged from another set, a dict) and on what was removed:
     `shadow` is a real set of the keys that goes through the same operations, and gives that
-    order. Once an identity-hashed element is in, `shadow` is None and iteration follows insertion
-    (eager's order then depends on addresses)."""
+    order. An element whose class hashes in Python is in the shadow as its HashedKey (its traced
+    hash; equal only to itself: no two elements of one set are equal), so the shadow keeps eager's
+    table there too. Once an identity-hashed element is in, `shadow` is None and iteration follows
+    insertion (eager's order then depends on addresses)."""
+
+    # user_hashed_keys.key_for, set by that module (it imports this one): the key of the element a
+    # lookup finds where a user class's __hash__/__eq__ decides
+    key_resolver: "Callable[[Tracer, SetVariable, Variable, bool], Any] | None" = None
 
     def __init__(self, items: Sequence[Variable], set_type: type = set, source: "Source | None" = None,
                  shadow: set | None = None) -> None:
@@ -37,11 +43,44 @@ class SetVariable(Variable):
             self.items.setdefault(key_of(item), item)  # an equal element already there stays
         self.set_type = set_type
         self.source = source
-        if shadow is None and constant_keys(self.items):
+        if shadow is None and _shadowable(self.items):
             shadow = set()
             for key in self.items:  # BUILD_SET and set(list) add one element at a time
                 shadow.add(key)
-        self.shadow = shadow if constant_keys(self.items) else None
+        self.shadow = shadow if _shadowable(self.items) else None
+
+    @staticmethod
+    def built(tx: "Tracer", items: Sequence[Variable], set_type: type = set) -> "SetVariable":
+        """`{a, b, ...}` and set(iterable): the elements added one at a time, a user-hashed one
+        found or added by its traced __hash__ and __eq__."""
+        made = SetVariable([], set_type)
+        for item in items:
+            made._insert(tx, item)
+        return made
+
+    def _key(self, tx: "Tracer", var: Variable, write: bool = False) -> Any:
+        resolver = SetVariable.key_resolver
+        return key_of(var) if resolver is None else resolver(tx, self, var, write)
+
+    def _insert(self, tx: "Tracer", item: Variable) -> None:
+        key = self._key(tx, item, write=True)
+        if key in self.items:
+            return  # an equal element already there stays
+        self.items[key] = item
+        if self.shadow is not None:
+            self.shadow = self._shadow_op("add", [key]) if _shadowable([key]) else None
+
+    def _no_equal_strangers(self, tx: "Tracer", others: dict[Any, Variable]) -> None:
+        """An operation with another set's elements, where a user-hashed one on either side is equal
+        to a different object on the other: which object eager keeps (and the shadow's table) is not
+        followed, so that is refused. Elements that are the same object, or not equal, are exact."""
+        if not any(getattr(k, "by_hash", False) for k in (*self.items, *others)):
+            return
+        for key, var in others.items():
+            found = self._key(tx, var)
+            if found in self.items and found != key:
+                raise Unsupported(f"a set operation between equal user-hashed elements that are different objects "
+                                  f"({var.describe()})", kind="unsupported")
 
     def describe(self) -> str:
         return f"{self.set_type.__name__} of {len(self.items)}"
@@ -87,24 +126,25 @@ class SetVariable(Variable):
         set, a dict or a sequence of keys: each takes its own path through CPython's set code);
         None for the latter once an element is hashed by identity."""
         if isinstance(other, SetVariable):
+            self._no_equal_strangers(tx, other.items)
             return dict(other.items), other.shadow
         if isinstance(other, DictVariable):
             keys = {k: key_variable(tx, k) for k in other.items}
-            return keys, dict.fromkeys(other.items) if constant_keys(other.items) else None
-        found: dict[Any, Variable] = {}
-        for item in tx.iterate(other):
-            found.setdefault(key_of(item), item)
+            self._no_equal_strangers(tx, keys)
+            return keys, dict.fromkeys(other.items) if _shadowable(other.items) else None
+        found = SetVariable.built(tx, tx.iterate(other)).items
+        self._no_equal_strangers(tx, found)
         real = tuple(found) if other.python_type() is tuple else list(found)
-        return found, real if constant_keys(found) else None
+        return found, real if _shadowable(found) else None
 
     def update_from(self, tx: "Tracer", other: Variable) -> "SetVariable":
         """This (empty, new) set filled as `set(other)` fills it."""
         self.items, real = self._operand(tx, other)
-        self.shadow = set(real) if real is not None and constant_keys(self.items) else None
+        self.shadow = set(real) if real is not None and _shadowable(self.items) else None
         return self
 
     def _result(self, items: dict[Any, Variable], shadow: Any) -> tuple[dict[Any, Variable], set | None]:
-        return items, shadow if constant_keys(items) else None
+        return items, shadow if _shadowable(items) else None
 
     def _replace(self, tx: "Tracer", items: dict[Any, Variable], shadow: set | None) -> Variable:
         if self.set_type is not set:
@@ -135,23 +175,23 @@ class SetVariable(Variable):
         if kwargs:
             raise Unsupported(f"{self.set_type.__name__}.{name} with keyword arguments", kind="unsupported_call")
         if name == "__contains__" and len(args) == 1:
-            return ConstantVariable(key_of(args[0]) in self.items)
+            return ConstantVariable(self._key(tx, args[0]) in self.items)
         if name == "__len__" and not args:
             return self.length(tx)
         if name == "__iter__" and not args:
             from kiln.capture.variables.iterator import IteratorVariable
             return IteratorVariable(self.iterate(tx))
         if name == "add" and len(args) == 1 and self.set_type is set:
-            key = key_of(args[0])
+            key = self._key(tx, args[0], write=True)
             if key not in self.items:
                 items = {**self.items, key: args[0]}
-                return self._replace(tx, items, self._shadow_op("add", [key]) if constant_keys([key]) else None)
+                return self._replace(tx, items, self._shadow_op("add", [key]) if _shadowable([key]) else None)
             return ConstantVariable(None)
         if name in ("discard", "remove") and len(args) == 1:
-            key = key_of(args[0])
+            key = self._key(tx, args[0])
             if key not in self.items:
                 if name == "remove":
-                    raise raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
+                    raise key_error(key, args[0])
                 return ConstantVariable(None)
             return self._replace(tx, {k: v for k, v in self.items.items() if k != key},
                                  self._shadow_op("discard", [key]))
@@ -187,6 +227,7 @@ class SetVariable(Variable):
         name = {"|": "union", "&": "intersection", "-": "difference", "^": "symmetric_difference"}.get(symbol)
         if not isinstance(other, SetVariable) or name is None:
             raise Unsupported(f"{self.describe()} {symbol} {other.describe()} (raised natively)", kind="unsupported")
+        self._no_equal_strangers(tx, other.items)
         combined = _combine(name, self.items, [other.items])
         assert combined is not None
         if inplace and self.set_type is set:
@@ -204,6 +245,8 @@ class SetVariable(Variable):
         """`self <symbol> other` for == != < <= > >= between sets (subset order)."""
         if not isinstance(other, SetVariable):
             return symbol in ("!=", "ne")
+        if any(getattr(k, "by_hash", False) for k in (*self.items, *other.items)):
+            raise Unsupported("comparing sets of user-hashed elements", kind="unsupported")
         mine, theirs = set(self.items), set(other.items)
         ops = {"==": mine == theirs, "!=": mine != theirs, "<": mine < theirs, "<=": mine <= theirs,
                ">": mine > theirs, ">=": mine >= theirs}
@@ -218,8 +261,13 @@ class SetVariable(Variable):
                 return glue.constant(self.as_constant())
             # a copy per call (the bound set is never handed out), with the shadow's table layout
             return f"{glue.constant(self.shadow if self.shadow is not None else self.as_constant())}.copy()"
-        parts = "".join(glue.reconstruct(v) + ", " for v in self.items.values())
+        parts = "".join(glue.reconstruct(self.items[k]) + ", " for k in self.ordered_keys())
         return f"{glue.constant(self.set_type)}(({parts}))"
+
+
+def _shadowable(keys: Any) -> bool:
+    """Whether a real set of these keys has eager's table: constants, and user-hashed elements."""
+    return all(getattr(k, "by_hash", True) for k in keys)
 
 
 _OPERATORS = {"|": lambda a, b: a | b, "&": lambda a, b: a & b, "-": lambda a, b: a - b, "^": lambda a, b: a ^ b}
