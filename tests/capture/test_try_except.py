@@ -312,3 +312,33 @@ def test_exc_info_outside_the_frames_handlers_reads_the_callers_exception():
                 got = compiled(x)
                 torch.testing.assert_close(got[0], x - 1)
                 assert got[1] is None
+
+
+def _returns_through_stop_iteration():
+    got = yield 1
+    return got * 2
+
+
+def stop_iteration_value_and_notes(x):
+    g = _returns_through_stop_iteration()
+    next(g)
+    try:
+        g.send(5)
+    except StopIteration as stop:
+        x = x + stop.value
+    try:
+        raise KeyError("k")
+    except KeyError as e:
+        e.add_note("first")
+        e.add_note("second")
+        notes = e.__notes__
+    return x, notes
+
+
+def test_stop_iteration_value_and_add_note_stay_in_the_graph():
+    kiln.reset()
+    x = torch.ones(2)
+    expected = stop_iteration_value_and_notes(x)
+    got = kiln.compile(stop_iteration_value_and_notes, backend="eager", fullgraph=True)(x)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1] == expected[1] == ["first", "second"]

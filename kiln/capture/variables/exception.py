@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from kiln.capture.guards import Guard, ProcessQuery
 from kiln.capture.trace_rules import builtin_rule
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.errors import Unsupported
 
@@ -41,7 +41,7 @@ class ExceptionVariable(Variable):
         self.context: Variable = ConstantVariable(None)
         self.suppress_context = False
         self.raised = False  # raised in the frame: it has a traceback, which capture does not build
-        self.traceback: TracebackVariable | None = None
+        self.traceback: Variable | None = None  # a TracebackVariable, or None set by with_traceback(None)
 
     @staticmethod
     def of(exc: BaseException) -> "ExceptionVariable":
@@ -87,6 +87,10 @@ class ExceptionVariable(Variable):
             return self.context
         if name == "__suppress_context__":
             return ConstantVariable(self.suppress_context)
+        if name in ("with_traceback", "add_note") and _python_owner(self.exc_type, name) is None:
+            return BoundMethodVariable(self, name)  # BaseException's own, answered by call_method
+        if name == "value" and issubclass(self.exc_type, StopIteration) and _python_owner(self.exc_type, name) is None:
+            return self.args[0] if self.args else ConstantVariable(None)  # what StopIteration's init stores
         if name == "__traceback__":
             return self.traceback_variable()
         owner = _python_owner(self.exc_type, name)
@@ -101,6 +105,8 @@ class ExceptionVariable(Variable):
 
     def traceback_variable(self) -> Variable:
         """`exc.__traceback__`: None until raised; then one traceback object, opaque to the trace."""
+        if self.traceback is not None:
+            return self.traceback
         if not self.raised:
             return ConstantVariable(None)
         if self.traceback is None:
@@ -159,6 +165,20 @@ class ExceptionVariable(Variable):
             real = self.exc_type.__new__(self.exc_type)
             real.args = tuple(a.as_constant() for a in self.args)
             return ConstantVariable(str(real) if name == "__str__" else repr(real))
+        if name == "with_traceback" and len(args) == 1 and not kwargs:
+            tb = args[0]
+            if not (isinstance(tb, TracebackVariable) or tb.is_constant() and tb.as_constant() is None):
+                raise Unsupported(f"with_traceback({tb.describe()})", kind="unsupported")
+            self.traceback = tb
+            return self
+        if name == "add_note" and len(args) == 1 and not kwargs and _python_owner(self.exc_type, name) is None:
+            if not (args[0].is_constant() and isinstance(args[0].as_constant(), str)):
+                raise Unsupported("add_note() of a value that is not a constant string (raised natively)",
+                                  kind="unsupported")
+            from kiln.capture.variables.sequence import ListVariable
+            notes = self.attrs.setdefault("__notes__", ListVariable([]))
+            notes.call_method(tx, "append", [args[0]], {})
+            return ConstantVariable(None)
         if name == "__init__":  # BaseException.__init__ (super().__init__(...)): it sets args
             if kwargs:
                 raise Unsupported(f"{self.exc_type.__name__}.__init__ with keyword arguments (raised natively)",

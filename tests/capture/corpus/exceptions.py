@@ -597,3 +597,14 @@ def exit_stack_with_callbacks_outside_any_handler():
             x = x * 2
         return x + len(log)
     return fn_program(f, (t(2),), (t(2),), observe=lambda: list(log))
+
+
+@case("exceptions")
+def with_traceback_returns_the_exception():
+    def f(x):
+        try:
+            raise ValueError("w")
+        except ValueError as e:
+            cleared = e.with_traceback(None)
+            return x + 1, cleared is e, e.__traceback__ is None
+    return fn_program(f, (t(2),))
