@@ -251,13 +251,6 @@ def reversed_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
     return IteratorVariable(list(reversed(tx.iterate(args[0]))))
 
 
-@builtin_rule(iter)
-def iter_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import open_iterator
-
-    return open_iterator(tx, args[0])
-
-
 @builtin_rule(next)
 def next_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     from kiln.capture.variables.iterator import IteratorVariable
