@@ -161,3 +161,16 @@ def test_iter_of_a_callable_and_a_sentinel_calls_it_as_read() -> None:
         rest = list(it)
         return x + first, rest, list(it), stack, calls
     check_traced(f, _x)
+
+
+def test_zip_strict_of_unequal_lengths_raises_after_the_full_rows() -> None:
+    # eager's ValueError comes when the row past the shortest is asked for: the loop body ran first
+    def f(x):
+        seen = []
+        try:
+            for a, b in zip([1, 2, 3], (x, x * 2), strict=True):
+                seen.append(b * a)
+        except ValueError as e:
+            seen.append(str(e))
+        return seen
+    check_traced(f, _x)
