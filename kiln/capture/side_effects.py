@@ -227,11 +227,7 @@ class SideEffects:
                 elif isinstance(effect, DictVariable):
                     replay_contents(glue, effect, target)
                 elif isinstance(effect, SetVariable):
-                    tmp = glue.fresh("s")
-                    elements = "".join(key_text(glue, k) + ", " for k in effect.items)
-                    glue.line(f"{tmp} = ({elements})")
-                    glue.line(f"{target}.clear()")
-                    glue.line(f"{target}.update({tmp})")
+                    effect.replay(glue, target)
                 elif isinstance(effect, DequeVariable):
                     effect.replay(glue, target)
             elif kind == "attr" and effect.deleted:

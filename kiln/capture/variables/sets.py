@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
-from kiln.capture.variables.dict import DictVariable, constant_keys, key_error, key_of, key_variable
+from kiln.capture.variables.dict import DictVariable, IdentityKey, constant_keys, key_error, key_of, key_text, key_variable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -43,10 +43,17 @@ class SetVariable(Variable):
             self.items.setdefault(key_of(item), item)  # an equal element already there stays
         self.set_type = set_type
         self.source = source
+        # The element operations (add, discard, pop, clear) the shadow went through, from empty for a
+        # set made in the frame, since it was read for one from outside; None once another kind of
+        # operation changed it. `removed`: an element left the table (its slot keeps a dummy, pop
+        # moves a finger), which a copy of the table would not keep.
+        self.log: list[tuple[str, tuple]] | None = [] if source is not None else None
+        self.removed = False
         if shadow is None and _shadowable(self.items):
             shadow = set()
             for key in self.items:  # BUILD_SET and set(list) add one element at a time
                 shadow.add(key)
+            self.log = [("add", (key,)) for key in self.items]
         self.shadow = shadow if _shadowable(self.items) else None
 
     @staticmethod
@@ -69,6 +76,8 @@ class SetVariable(Variable):
         self.items[key] = item
         if self.shadow is not None:
             self.shadow = self._shadow_op("add", [key]) if _shadowable([key]) else None
+        if self.log is not None:
+            self.log.append(("add", (key,)))
 
     def _no_equal_strangers(self, tx: "Tracer", others: dict[Any, Variable]) -> None:
         """An operation with another set's elements, where a user-hashed one on either side is equal
@@ -134,6 +143,8 @@ class SetVariable(Variable):
             return keys, dict.fromkeys(other.items) if _shadowable(other.items) else None
         found = SetVariable.built(tx, tx.iterate(other)).items
         self._no_equal_strangers(tx, found)
+        if other.is_constant() and type(other.as_constant()) is frozenset:
+            return found, other.as_constant()  # `{1, 2, 3}` is BUILD_SET + SET_UPDATE of a frozenset constant
         real = tuple(found) if other.python_type() is tuple else list(found)
         return found, real if _shadowable(found) else None
 
@@ -141,22 +152,30 @@ class SetVariable(Variable):
         """This (empty, new) set filled as `set(other)` fills it."""
         self.items, real = self._operand(tx, other)
         self.shadow = set(real) if real is not None and _shadowable(self.items) else None
+        # set(list) adds one element at a time; from a set or a dict CPython copies another table
+        self.log = [("add", (key,)) for key in real] if isinstance(real, (list, tuple)) else None
         return self
 
     def _result(self, items: dict[Any, Variable], shadow: Any) -> tuple[dict[Any, Variable], set | None]:
         return items, shadow if _shadowable(items) else None
 
-    def _replace(self, tx: "Tracer", items: dict[Any, Variable], shadow: set | None) -> Variable:
+    def _replace(self, tx: "Tracer", items: dict[Any, Variable], shadow: set | None,
+                 logged: tuple[str, tuple] | None = None) -> Variable:
+        """The set's new elements and shadow after an in-place method; `logged`: the element
+        operation it was (None: another kind)."""
         if self.set_type is not set:
             raise Unsupported(f"{self.set_type.__name__} has no in-place methods (raised natively)",
                               kind="unsupported")
         tx.side_effects.mutate(self)
+        self.removed = self.removed or any(k not in items for k in self.items)
+        self.log = None if logged is None or self.log is None else [*self.log, logged]
         self.items, self.shadow = self._result(items, shadow)
         return ConstantVariable(None)
 
     def _made(self, items: dict[Any, Variable], shadow: set | None, set_type: type | None = None) -> "SetVariable":
         made = SetVariable([], set_type or self.set_type)
         made.items, made.shadow = self._result(items, shadow)
+        made.log = None  # another table's operation made it (a copy holds no dummies: not `removed`)
         return made
 
     def _shadow_op(self, name: str, reals: list[Any]) -> Any:
@@ -185,7 +204,8 @@ class SetVariable(Variable):
             key = self._key(tx, args[0], write=True)
             if key not in self.items:
                 items = {**self.items, key: args[0]}
-                return self._replace(tx, items, self._shadow_op("add", [key]) if _shadowable([key]) else None)
+                return self._replace(tx, items, self._shadow_op("add", [key]) if _shadowable([key]) else None,
+                                     ("add", (key,)))
             return ConstantVariable(None)
         if name in ("discard", "remove") and len(args) == 1:
             key = self._key(tx, args[0])
@@ -194,17 +214,21 @@ class SetVariable(Variable):
                     raise key_error(key, args[0])
                 return ConstantVariable(None)
             return self._replace(tx, {k: v for k, v in self.items.items() if k != key},
-                                 self._shadow_op("discard", [key]))
+                                 self._shadow_op("discard", [key]), ("discard", (key,)))
         if name == "pop" and not args:
             if not self.items:
                 raise raise_in_trace(KeyError("pop from an empty set"), "KeyError: pop from an empty set (raised natively)")
             shadow = self.shadow
             first = shadow.pop() if shadow is not None else next(iter(self.items))  # where eager's pop looks
             popped = self.items[first]
-            self._replace(tx, {k: v for k, v in self.items.items() if k != first}, shadow)
+            # (the shadow of a set from outside is a copy of it, which may not hold its dummies: where
+            # its pop looks is not replayed on the real one)
+            self._replace(tx, {k: v for k, v in self.items.items() if k != first}, shadow,
+                          ("pop", ()) if self.source is None else None)
             return popped
         if name == "clear" and not args:
-            return self._replace(tx, {}, self._shadow_op("clear", []) if self.shadow is not None else set())
+            return self._replace(tx, {}, self._shadow_op("clear", []) if self.shadow is not None else set(),
+                                 ("clear", ()))
         if name == "copy" and not args:
             return self._made(dict(self.items), None if self.shadow is None else self.shadow.copy())
         operands = [self._operand(tx, a) for a in args]
@@ -213,7 +237,11 @@ class SetVariable(Variable):
         if combined is not None:
             shadow = self._shadow_op(name, [o[1] for o in operands])
             if name.endswith("_update") or name == "update":
-                return self._replace(tx, combined, shadow)
+                reals = tuple(o[1] for o in operands)
+                # a frozenset's shadow never changes: bound as it is, it replays what the shadow met
+                stable = all(_replayable(real) or isinstance(arg, SetVariable) and arg.set_type is frozenset
+                             and real is not None for arg, real in zip(args, reals))
+                return self._replace(tx, combined, shadow, (name, reals) if stable else None)
             return self._made(combined, shadow)
         if name in ("issubset", "issuperset", "isdisjoint") and len(others) == 1:
             mine, theirs = set(self.items), set(others[0])
@@ -253,9 +281,29 @@ class SetVariable(Variable):
         return {"eq": ops["=="], "ne": ops["!="], "lt": ops["<"], "le": ops["<="], "gt": ops[">"],
                 "ge": ops[">="], **ops}[symbol]
 
+    def replay(self, glue: "GlueBuilder", target: str) -> None:
+        """The glue's update of a set from outside that the frame changed: its element operations
+        run on it again when known (eager's table, dummies included), else its new elements."""
+        if self.log is not None and _log_replayable(self.log):
+            for name, args in self.log:
+                glue.line(f"{target}.{name}({', '.join(glue.constant(a) for a in args)})")
+            return
+        tmp = glue.fresh("s")
+        elements = "".join(key_text(glue, k) + ", " for k in self.items)
+        glue.line(f"{tmp} = ({elements})")
+        glue.line(f"{target}.clear()")
+        glue.line(f"{target}.update({tmp})")
+
     def reconstruct(self, glue: "GlueBuilder") -> str:
         if self.source is not None:
             return self.source.name()
+        if self.removed:
+            # eager's table keeps the dummies of removed elements (and pop's finger), which later
+            # adds see: rebuilt by the same element operations, or not at all
+            if self.log is None or not _log_replayable(self.log):
+                raise Unsupported(f"rebuilding a {self.describe()} whose elements were removed in the frame "
+                                  "(eager's table order)", kind="reconstruct")
+            return f"{glue.constant(replayed_set)}({glue.constant(tuple(self.log))})"
         if self.is_constant():
             if self.set_type is frozenset:
                 return glue.constant(self.as_constant())
@@ -263,6 +311,30 @@ class SetVariable(Variable):
             return f"{glue.constant(self.shadow if self.shadow is not None else self.as_constant())}.copy()"
         parts = "".join(glue.reconstruct(self.items[k]) + ", " for k in self.ordered_keys())
         return f"{glue.constant(self.set_type)}(({parts}))"
+
+
+def replayed_set(log: tuple[tuple[str, tuple], ...]) -> set:
+    """A set made by the operations of `log` from empty: eager's table, dummies included."""
+    made: set = set()
+    for name, args in log:
+        getattr(made, name)(*args)
+    return made
+
+
+def _replayable(value: Any) -> bool:
+    """An argument the log may keep, the glue binding it as it is: constants, and tuples, lists and
+    frozensets of them (a frozenset of the code's constants: its own table, which update merges as
+    eager's). The shadow of a set changes later: not one."""
+    if isinstance(value, (tuple, list, frozenset)):
+        return all(map(_replayable, value))
+    return not isinstance(value, (IdentityKey, set, dict))
+
+
+def _log_replayable(log: list[tuple[str, tuple]]) -> bool:
+    """Whether the glue can run `log` again: every argument bindable (a frozenset operand's
+    shadow too: a set of constants that no operation changes)."""
+    return all(_replayable(a) or type(a) is set and all(map(_replayable, a))
+                                   for _, args in log for a in args)
 
 
 def _shadowable(keys: Any) -> bool:
