@@ -7,6 +7,7 @@ the glue after the graph has run. Corresponds to the set kinds of torch/_dynamo/
 """
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from kiln.capture.variables.base import BoundMethodVariable, Variable
@@ -313,12 +314,36 @@ class SetVariable(Variable):
         return f"{glue.constant(self.set_type)}(({parts}))"
 
 
+# id -> (the set replayed_set made for the glue, its log): a set the glue handed to the next
+# frame (the resume function after a break) has a table its copy would not keep; the builder
+# replays it again for that frame's shadow (shadow_of)
+_REPLAYED: dict[int, tuple[weakref.ref, tuple]] = {}
+
+
 def replayed_set(log: tuple[tuple[str, tuple], ...]) -> set:
     """A set made by the operations of `log` from empty: eager's table, dummies included."""
+    made = _replay(log)
+    key = id(made)
+    _REPLAYED[key] = (weakref.ref(made, lambda _: _REPLAYED.pop(key, None)), log)
+    return made
+
+
+def _replay(log: tuple[tuple[str, tuple], ...]) -> set:
     made: set = set()
     for name, args in log:
         getattr(made, name)(*args)
     return made
+
+
+def shadow_of(value: set | frozenset) -> set:
+    """The shadow of a set from outside: a copy of it (which has its table when it holds no dummies),
+    or, for one the glue rebuilt and that still iterates as the rebuild did, the rebuild again."""
+    known = _REPLAYED.get(id(value))
+    if known is not None and known[0]() is value:
+        again = _replay(known[1])
+        if list(again) == list(value):
+            return again
+    return set(value)
 
 
 def _replayable(value: Any) -> bool:
