@@ -342,3 +342,34 @@ def test_stop_iteration_value_and_add_note_stay_in_the_graph():
     got = kiln.compile(stop_iteration_value_and_notes, backend="eager", fullgraph=True)(x)
     torch.testing.assert_close(got[0], expected[0])
     assert got[1] == expected[1] == ["first", "second"]
+
+
+class _Swallow:
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        self.log.append(str(value) if value else "clean")  # an exception is true
+        return True
+
+
+def exit_tests_the_truth_of_the_exception(x):
+    log = []
+    with _Swallow(log):
+        x = x + 1
+        raise KeyError("gone")
+    with _Swallow(log):
+        x = x * 2
+    return x, log
+
+
+def test_the_truth_of_an_exception_is_true_in_the_trace():
+    kiln.reset()
+    x = torch.ones(2)
+    expected = exit_tests_the_truth_of_the_exception(x)
+    got = kiln.compile(exit_tests_the_truth_of_the_exception, backend="eager", fullgraph=True)(x)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1] == expected[1] == ["'gone'", "clean"]

@@ -64,6 +64,12 @@ class ExceptionVariable(Variable):
         return not self.python_init and not self.attrs and not self.raised and not self._chained() \
             and all(a.is_constant() for a in self.args)
 
+    def truth(self, tx: "Tracer") -> bool:
+        # an exception is true unless its class says otherwise (`if exc_value:` in an __exit__)
+        if _python_owner(self.exc_type, "__bool__") is None and _python_owner(self.exc_type, "__len__") is None:
+            return True
+        return super().truth(tx)
+
     def _chained(self) -> bool:
         return not (self.cause.is_constant() and self.context.is_constant()) or self.suppress_context
 
