@@ -25,7 +25,7 @@ from kiln.capture.trace_rules import is_library_code
 from kiln.capture.tracer import GENERATOR_FLAGS, CaptureState, ReachedBreak, Tracer
 from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.functions import CellVariable
-from kiln.capture.variables.generator import refuse_unclosed_cleanups
+from kiln.capture.variables.generator import close_dropped_at_return, refuse_unclosed_cleanups
 from kiln.errors import GraphBreakError, InferenceModeEscapes, RestartCapture, Unsupported
 
 _MAX_RESTARTS = 16  # captures started again after the trace initialized lazy modules
@@ -50,6 +50,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
         try:
             try:
                 value = root.run()
+                close_dropped_at_return(root, state.generators)
                 refuse_unclosed_cleanups(state.generators)
             except InferenceModeEscapes:
                 inference_breaks, stop = True, None

@@ -91,11 +91,12 @@ class GlueBuilder:
     def reconstruct(self, var: "Variable") -> str:
         """The expression of `var`, built once per glue: a value reachable twice stays one object."""
         from kiln.capture.variables.deque import DequeVariable
-        from kiln.capture.variables.dict import DictVariable, SetVariable
+        from kiln.capture.variables.dict import DictVariable
         from kiln.capture.variables.exception import ExceptionVariable
         from kiln.capture.variables.functions import CellVariable, NestedFunctionVariable
         from kiln.capture.variables.iterator import IteratorVariable
         from kiln.capture.variables.sequence import ListVariable
+        from kiln.capture.variables.sets import SetVariable
 
         cached = self._reconstructed.get(id(var))
         if cached is not None:

@@ -199,8 +199,9 @@ class SideEffects:
     def emit(self, glue: "GlueBuilder") -> None:
         """Append the replay of every effect to the glue, in program order."""
         from kiln.capture.variables.deque import DequeVariable
-        from kiln.capture.variables.dict import DictVariable, SetVariable, key_text, replay_contents
+        from kiln.capture.variables.dict import DictVariable, key_text, replay_contents
         from kiln.capture.variables.sequence import ListVariable
+        from kiln.capture.variables.sets import SetVariable
 
         # every mutated container reached through another one (kwargs['cache'].layers) is looked up
         # before any replay: replaying the outer one first (kwargs.pop('cache')) would lose the path
@@ -226,11 +227,7 @@ class SideEffects:
                 elif isinstance(effect, DictVariable):
                     replay_contents(glue, effect, target)
                 elif isinstance(effect, SetVariable):
-                    tmp = glue.fresh("s")
-                    elements = "".join(key_text(glue, k) + ", " for k in effect.items)
-                    glue.line(f"{tmp} = ({elements})")
-                    glue.line(f"{target}.clear()")
-                    glue.line(f"{target}.update({tmp})")
+                    effect.replay(glue, target)
                 elif isinstance(effect, DequeVariable):
                     effect.replay(glue, target)
             elif kind == "attr" and effect.deleted:

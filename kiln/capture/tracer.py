@@ -42,7 +42,8 @@ from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.deque import DequeVariable
-from kiln.capture.variables.dict import DictVariable, SetVariable
+from kiln.capture.variables.dict import DictVariable
+from kiln.capture.variables.sets import SetVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised, raise_in_trace
 from kiln.capture.variables.generator import run_generator
 from kiln.capture.variables.instance_dict import written_instance_dict

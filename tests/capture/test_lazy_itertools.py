@@ -145,3 +145,32 @@ def test_count_made_in_the_frame_survives_a_graph_break() -> None:
     got, counter = kiln.compile(f, backend="eager")(torch.zeros(1))
     assert got.item() == 8.0 and next(counter) == 7
     check_calls(lambda x: f(x)[0], [(torch.zeros(1),), (torch.ones(1),)])
+
+
+def test_iter_of_a_callable_and_a_sentinel_calls_it_as_read() -> None:
+    # iter(fn, sentinel): fn runs once per item read, the sentinel is not yielded, then it is spent
+    def f(x):
+        stack = [3, 2, 1, 0, 5]
+        calls = []
+
+        def pop():
+            calls.append(len(stack))
+            return stack.pop()
+        it = iter(pop, 1)
+        first = next(it)
+        rest = list(it)
+        return x + first, rest, list(it), stack, calls
+    check_traced(f, _x)
+
+
+def test_zip_strict_of_unequal_lengths_raises_after_the_full_rows() -> None:
+    # eager's ValueError comes when the row past the shortest is asked for: the loop body ran first
+    def f(x):
+        seen = []
+        try:
+            for a, b in zip([1, 2, 3], (x, x * 2), strict=True):
+                seen.append(b * a)
+        except ValueError as e:
+            seen.append(str(e))
+        return seen
+    check_traced(f, _x)

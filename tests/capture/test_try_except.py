@@ -7,6 +7,8 @@ torch._dynamo.explain counts); an exception that escapes the frame must be eager
 """
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch._dynamo
@@ -283,3 +285,91 @@ def test_uncaught_raise_keeps_the_graph_before_it():
     assert kiln.stats()["graphs"] == 1 and kiln.stats()["fallbacks"] == 0
     torch.testing.assert_close(SEEN[0], x.sin() + 1)
     torch.testing.assert_close(kiln.compile(raise_after_ops, backend="eager")(x[:2]), raise_after_ops(x[:2]))
+
+
+def _reads_the_exception_being_handled(x):
+    kind, value, _ = sys.exc_info()
+    return x + (value.args[0] if value is not None else -1), kind
+
+
+def test_exc_info_outside_the_frames_handlers_reads_the_callers_exception():
+    """No except block of the traced frames runs: sys.exc_info() is the caller's. None at trace
+    time is guarded (a call from inside the caller's except block must not reuse the graph);
+    an exception there is a break."""
+    x = torch.ones(2)
+    for inside_first in (False, True):
+        kiln.reset()
+        compiled = kiln.compile(_reads_the_exception_being_handled)
+        for inside in (inside_first, not inside_first, inside_first):
+            if inside:
+                try:
+                    raise ValueError(5)
+                except ValueError:
+                    got = compiled(x)
+                torch.testing.assert_close(got[0], x + 5)
+                assert got[1] is ValueError
+            else:
+                got = compiled(x)
+                torch.testing.assert_close(got[0], x - 1)
+                assert got[1] is None
+
+
+def _returns_through_stop_iteration():
+    got = yield 1
+    return got * 2
+
+
+def stop_iteration_value_and_notes(x):
+    g = _returns_through_stop_iteration()
+    next(g)
+    try:
+        g.send(5)
+    except StopIteration as stop:
+        x = x + stop.value
+    try:
+        raise KeyError("k")
+    except KeyError as e:
+        e.add_note("first")
+        e.add_note("second")
+        notes = e.__notes__
+    return x, notes
+
+
+def test_stop_iteration_value_and_add_note_stay_in_the_graph():
+    kiln.reset()
+    x = torch.ones(2)
+    expected = stop_iteration_value_and_notes(x)
+    got = kiln.compile(stop_iteration_value_and_notes, backend="eager", fullgraph=True)(x)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1] == expected[1] == ["first", "second"]
+
+
+class _Swallow:
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        self.log.append(str(value) if value else "clean")  # an exception is true
+        return True
+
+
+def exit_tests_the_truth_of_the_exception(x):
+    log = []
+    with _Swallow(log):
+        x = x + 1
+        raise KeyError("gone")
+    with _Swallow(log):
+        x = x * 2
+    return x, log
+
+
+def test_the_truth_of_an_exception_is_true_in_the_trace():
+    kiln.reset()
+    x = torch.ones(2)
+    expected = exit_tests_the_truth_of_the_exception(x)
+    got = kiln.compile(exit_tests_the_truth_of_the_exception, backend="eager", fullgraph=True)(x)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1] == expected[1] == ["'gone'", "clean"]

@@ -3,7 +3,7 @@ user key class, a frozen dataclass), read and written in the frame: looked up as
 same object first, then keys of an equal hash compared with ==), with __hash__ and __eq__ traced so
 that what they read is guarded. torch.compile captures reads with the key object itself and `in`
 with a new equal key; Kiln captures those and also reads and updates through a new equal key,
-and leaves adding a new user-hashed key to a break. Oracles: eager (values, the dict after each
+and adds new user-hashed keys (a store, a literal, fromkeys, update, setdefault). Oracles: eager (values, the dict after each
 call, which key objects it holds) and torch._dynamo.explain (graph and break counts)."""
 from __future__ import annotations
 
@@ -77,13 +77,38 @@ def lookup_key_from_outside(x):
 
 
 def add_new_user_key(x):
-    TABLE[Key("c")] = 4.0  # torch.compile runs this frame eagerly; Kiln breaks here
+    TABLE[Key("c")] = 4.0  # torch.compile runs this frame eagerly; Kiln adds the key in its replay
     return x + 1
 
 
+def add_new_keys_then_read_them(x):
+    TABLE[Key("c")] = x.sum()  # a new key, then a new equal one updates it (the first object stays)
+    TABLE[Key("c")] = TABLE[Key("c")] + 1
+    TABLE.setdefault(Key("d"), 6.0)
+    TABLE.setdefault(Key("a"), 100.0)  # already there: no change
+    return x * TABLE[Key("c")] + TABLE[Key("d")] + len(TABLE)
+
+
+def literal_and_fromkeys_with_user_keys(x):
+    local = {Key("a"): x, Key("b"): x + 1, Key("a"): x * 5}  # the first object, the last value
+    made = dict.fromkeys([Key("q"), Key("r"), Key("q")], 2.0)
+    merged = dict(TABLE)
+    merged.update({Key("b"): 9.0, Key("n"): 1.0})  # Key("b") equals K2: updated in place
+    return local[Key("a")] + made[Key("q")] * len(made) + merged[K2] + len(merged) + len(local)
+
+
+def pop_and_delete_user_keys(x):
+    TABLE[Key("e")] = 1.0
+    value = TABLE.pop(Key("a"), 0.5)  # absent after the first call
+    del TABLE[Key("e")]
+    return x * value + len(TABLE) + (K1 in TABLE)
+
+
 PROGRAMS = [read_with_the_key_itself, contains_new_equal_key, read_with_new_equal_key, get_with_default,
-            update_through_equal_key, frozen_dataclass_keys, lookup_key_from_outside, add_new_user_key]
+            update_through_equal_key, frozen_dataclass_keys, lookup_key_from_outside, add_new_user_key,
+            add_new_keys_then_read_them, literal_and_fromkeys_with_user_keys, pop_and_delete_user_keys]
 CAPTURED_BY_TORCH = {read_with_the_key_itself, contains_new_equal_key}
+ADDS_KEYS = {add_new_user_key, add_new_keys_then_read_them, pop_and_delete_user_keys}  # new objects each call
 
 
 def _state() -> tuple:
@@ -106,7 +131,7 @@ def test_values_and_the_dict_are_eagers(fn):
     _reset()
     kiln.reset()
     got, states = _run(kiln.compile(fn))
-    assert states[:1] == expected_states[:1] or fn is add_new_user_key
+    assert states[:1] == expected_states[:1] or fn in ADDS_KEYS
     assert [[(t, v) for t, _, v in s[0]] for s in states] == [[(t, v) for t, _, v in s[0]] for s in expected_states]
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b)
@@ -117,17 +142,14 @@ def test_values_and_the_dict_are_eagers(fn):
 @pytest.mark.parametrize("fn", PROGRAMS, ids=lambda f: f.__name__)
 def test_graph_counts_against_torch_compile(fn):
     _reset()
-    torch._dynamo.reset()
-    real = torch._dynamo.explain(fn)(torch.ones(2))
-    _reset()
     kiln.reset()
     ours = kiln.explain(fn)(torch.ones(2))
     _reset()
-    if fn is add_new_user_key:
-        assert any("user-hashed key" in b.reason for b in ours.break_reasons)
-        return
     assert (ours.graph_count, ours.graph_break_count, ours.break_reasons) == (1, 0, [])
-    if fn in CAPTURED_BY_TORCH:
+    if fn in CAPTURED_BY_TORCH:  # (torch.compile fails on some of the others, with an internal error)
+        torch._dynamo.reset()
+        real = torch._dynamo.explain(fn)(torch.ones(2))
+        _reset()
         assert (real.graph_count, real.graph_break_count) == (1, 0)
 
 

@@ -18,7 +18,8 @@ from kiln.capture.code import oparg
 from kiln.capture.opcodes.table import opcode
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable, DeferredTextVariable
-from kiln.capture.variables.dict import DictVariable, SetVariable, key_of, pairs_of
+from kiln.capture.variables.dict import DictVariable, pairs_of
+from kiln.capture.variables.sets import SetVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable
 from kiln.capture.variables.slice import SliceVariable
 from kiln.capture.variables.symint import SymIntVariable
@@ -43,13 +44,16 @@ def BUILD_LIST(tx: "Tracer", instr: dis.Instruction) -> None:
 
 @opcode
 def BUILD_SET(tx: "Tracer", instr: dis.Instruction) -> None:
-    tx.push(SetVariable(tx.popn(oparg(instr))))
+    tx.push(SetVariable.built(tx, tx.popn(oparg(instr))))
 
 
 @opcode
 def BUILD_MAP(tx: "Tracer", instr: dis.Instruction) -> None:
     items = tx.popn(2 * oparg(instr))
-    tx.push(DictVariable({key_of(items[i]): items[i + 1] for i in range(0, len(items), 2)}))
+    made = DictVariable({})  # {k: v, ...} stores each pair in order, as `made[k] = v` does
+    for i in range(0, len(items), 2):
+        made.items[made._key(tx, items[i], write=True)] = items[i + 1]
+    tx.push(made)
 
 
 @opcode

@@ -48,7 +48,7 @@ from kiln.capture.variables.context_manager import (
     wrap_autocast_instance,
 )
 from kiln.capture.variables.deque import DequeVariable
-from kiln.capture.variables.dict import DictVariable, SetVariable, is_identity_key, wrappable_dict_subclass
+from kiln.capture.variables.dict import DictVariable, is_identity_key, wrappable_dict_subclass
 from kiln.capture.variables.numpy_array import wrap_ndarray_input
 from kiln.capture.variables.numpy_functions import NumpyFunctionVariable, is_numpy_function
 from kiln.capture.variables import numpy_fft_grids  # noqa: F401  (fills NUMPY_FUNCTIONS with np.fft, np.meshgrid)
@@ -69,6 +69,7 @@ from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVari
 from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
+from kiln.capture.variables.sets import SetVariable, shadow_of
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.torch import TorchFunctionVariable
 from kiln.capture.variables.environ import GetenvVariable
@@ -279,7 +280,7 @@ def _wrap_model_output(state: "CaptureState", value: Any, source: Source | None)
 
 def _wrap_constant_set(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     _guard(state, source, "check_value", value)
-    return SetVariable([ConstantVariable(v) for v in value], type(value), source, shadow=set(value))
+    return SetVariable([ConstantVariable(v) for v in value], type(value), source, shadow=shadow_of(value))
 
 
 def _wrap_autocast_exit(state: "CaptureState", value: Any, source: Source | None) -> Variable:

@@ -16,7 +16,7 @@ import itertools
 import operator
 import sys
 import types
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -214,7 +214,7 @@ def enumerate_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variabl
 
 @builtin_rule(zip)
 def zip_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable, open_iterator
+    from kiln.capture.variables.iterator import IteratorVariable, LazyIteratorVariable, open_iterator
     from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_zip
     from kiln.capture.variables.sequence import TupleVariable
 
@@ -222,9 +222,22 @@ def zip_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) ->
     if not strict and any(is_made_on_demand(a) for a in args):
         return lazy_zip(tx, [open_iterator(tx, a) for a in args])
     columns = [tx.iterate(a) for a in args]
+    rows: list[Variable] = [TupleVariable(list(row)) for row in zip(*columns)]
     if strict and len({len(c) for c in columns}) > 1:
-        raise Unsupported("zip(strict=True) on sequences of different lengths (raised natively)", kind="unsupported")
-    return IteratorVariable([TupleVariable(list(row)) for row in zip(*columns)])
+        return LazyIteratorVariable(_rows_then_length_error(columns, rows), "zip")
+    return IteratorVariable(rows)
+
+
+def _rows_then_length_error(columns: list[list[Variable]], rows: list[Variable]) -> Iterator[Variable]:
+    """zip(strict=True) of unequal lengths: the full rows, then eager's ValueError (its own text,
+    from zipping stand-ins of the same lengths) when the next row is asked for."""
+    from kiln.capture.variables.exception import raise_in_trace
+
+    yield from rows
+    try:
+        list(zip(*[range(len(c)) for c in columns], strict=True))
+    except ValueError as error:
+        raise raise_in_trace(error, f"ValueError: {error} (raised natively)") from error
 
 
 @builtin_rule(map)
@@ -249,13 +262,6 @@ def reversed_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
     from kiln.capture.variables.iterator import IteratorVariable
 
     return IteratorVariable(list(reversed(tx.iterate(args[0]))))
-
-
-@builtin_rule(iter)
-def iter_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import open_iterator
-
-    return open_iterator(tx, args[0])
 
 
 @builtin_rule(next)
@@ -352,7 +358,7 @@ def tuple_new_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variabl
 
 def _set_of(kind: type) -> Rule:
     def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.variables.dict import SetVariable
+        from kiln.capture.variables.sets import SetVariable
         made = SetVariable([], kind)
         return made.update_from(tx, args[0]) if args else made
     return rule

@@ -37,6 +37,9 @@ def is_constant_value(value: Any) -> bool:
 class ConstantVariable(Variable):
     """A Python constant; `value` is the real object."""
 
+    # exception.raise_in_trace: what an operation on constants raised, raised in the trace
+    raise_in_trace: "Callable[[BaseException, str], Exception] | None" = None
+
     def __init__(self, value: Any, source: Source | None = None) -> None:
         self.value = value
         self.source = source
@@ -57,7 +60,7 @@ class ConstantVariable(Variable):
         return bool(self.value)
 
     def length(self, tx: "Tracer") -> Variable:
-        return ConstantVariable(len(self.value))
+        return ConstantVariable(_run_on_constants(len, self.value))
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
         if isinstance(self.value, (str, bytes, range)):
@@ -88,10 +91,22 @@ class ConstantVariable(Variable):
             raise Unsupported(f"{type(self.value).__name__}.{name} with non-constant arguments",
                               kind="unsupported_call")
         method = getattr(self.value, name)
-        return tx.wrap_result(method(*consts[0], **consts[1]))
+        return tx.wrap_result(_run_on_constants(method, *consts[0], **consts[1]))
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.constant(self.value)
+
+
+def _run_on_constants(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args)` at trace time; what it raises (`len(5)`, `"ab".index("z")`) is raised in the
+    trace, where the frame's own handlers may catch it (exception.raise_in_trace, set below by
+    that module, which imports this one)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        if ConstantVariable.raise_in_trace is None:
+            raise
+        raise ConstantVariable.raise_in_trace(exc, f"{type(exc).__name__}: {exc} (raised natively)") from exc
 
 
 class ItemConstantVariable(ConstantVariable):

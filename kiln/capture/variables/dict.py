@@ -1,11 +1,12 @@
-"""Dicts (dict, OrderedDict, defaultdict, subclasses of dict) and sets, whose values are tracked values.
+"""Dicts (dict, OrderedDict, defaultdict, subclasses of dict), whose values are tracked values.
 
 Keys are known at trace time (strings, ints, tuples of them, ..., or objects compared by identity
 such as classes and functions), or are tracked values hashed by identity as CPython hashes them:
 tensors and objects whose class keeps object's `__hash__` (`IdentityKey`). Values may be anything.
 A dict from the caller that the frame mutates is reported to the side-effect log, so the glue
 rewrites its contents after the graph has run. A dict subclass's methods written in Python are
-inlined, with `super()` coming back to dict's own. Corresponds to torch/_dynamo/variables/dicts.py.
+inlined, with `super()` coming back to dict's own. The keys' rules serve sets too (sets.py).
+Corresponds to torch/_dynamo/variables/dicts.py.
 """
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ class IdentityKey:
     `__eq__`. `var` is the tracked value (what iteration gives back, what the glue rebuilds)."""
 
     __slots__ = ("var", "obj")
+    by_hash = False  # hashes as eager's table does (a user __hash__, user_hashed_keys.HashedKey)
 
     def __init__(self, var: Variable, obj: Any) -> None:
         self.var = var
@@ -135,7 +137,7 @@ def key_text(glue: "GlueBuilder", key: Any) -> str:
     return glue.constant(key)
 
 
-def _constant_keys(keys: Any) -> bool:
+def constant_keys(keys: Any) -> bool:
     return not any(isinstance(k, IdentityKey) for k in keys)
 
 
@@ -162,7 +164,7 @@ class DictVariable(Variable):
         return self
 
     def is_constant(self) -> bool:
-        return self.dict_type in (dict, collections.OrderedDict) and _constant_keys(self.items) \
+        return self.dict_type in (dict, collections.OrderedDict) and constant_keys(self.items) \
             and all(v.is_constant() for v in self.items.values())
 
     def as_constant(self) -> Any:
@@ -261,6 +263,15 @@ class DictVariable(Variable):
         from kiln.capture.variables.exception import raise_in_trace
         raise raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
 
+    def merge(self, tx: "Tracer", pairs: dict[Any, Variable]) -> None:
+        """`self.update(pairs)`: a key equal to one already here (a user-hashed key, by its __eq__)
+        keeps that key and takes the new value."""
+        if not any(isinstance(k, IdentityKey) for k in (*self.items, *pairs)):
+            self.items.update(pairs)
+            return
+        for key, value in pairs.items():
+            self.items[self._key(tx, key_variable(tx, key), write=True)] = value
+
     def dict_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
                     kwargs: dict[str, Variable]) -> Variable:
         """dict's own method `name` (what `super().name` and `dict.name(d, ...)` reach)."""
@@ -324,17 +335,20 @@ class DictVariable(Variable):
             self.items[key] = args[1]
             return none
         if name == "__delitem__" and len(args) == 1:
-            key = self._key(tx, args[0], write=True)
+            key = self._key(tx, args[0])
+            if key not in self.items:
+                raise key_error(key, args[0])
             self._mutated(tx)
             del self.items[key]
             return none
         if name == "pop" and 1 <= len(args) <= 2:
-            key = self._key(tx, args[0], write=True)
-            if key not in self.items and len(args) == 1:
-                from kiln.capture.variables.exception import raise_in_trace
-                raise raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
+            key = self._key(tx, args[0])
+            if key not in self.items:
+                if len(args) == 1:
+                    raise key_error(key, args[0])
+                return args[1]
             self._mutated(tx)
-            return self.items.pop(key, args[1] if len(args) == 2 else none)
+            return self.items.pop(key)
         if name == "setdefault" and 1 <= len(args) <= 2:
             key = self._key(tx, args[0], write=True)
             if key not in self.items:
@@ -350,7 +364,7 @@ class DictVariable(Variable):
         if name in ("update", "__init__"):
             self._mutated(tx)
             for arg in args:
-                self.items.update(pairs_of(tx, arg))
+                self.merge(tx, pairs_of(tx, arg))
             for key, value in kwargs.items():
                 self.items[key] = value
             return none
@@ -361,14 +375,17 @@ class DictVariable(Variable):
         if name == "popitem" and not args:
             # dict pops the newest entry; OrderedDict.popitem(last=False) the oldest
             last = kwargs["last"].as_constant() if "last" in kwargs else True
-            if not self.items or (not last and self.dict_type is dict):
-                raise Unsupported(f"{self.dict_type.__name__}.popitem() on {self.describe()} (raised natively)",
-                                  kind="unsupported")
+            if not last and self.dict_type is dict:
+                raise Unsupported("dict.popitem(last=...) (raised natively)", kind="unsupported")
+            if not self.items:
+                from kiln.capture.variables.exception import raise_in_trace
+                empty = KeyError("popitem(): dictionary is empty")
+                raise raise_in_trace(empty, f"KeyError: {empty} (raised natively)")
             self._mutated(tx)
             key = next(reversed(self.items)) if last else next(iter(self.items))
             return TupleVariable([key_variable(tx, key), self.items.pop(key)])
         if name == "move_to_end" and len(args) == 1 and self.dict_type is not dict:
-            key = key_of(args[0])
+            key = self._key(tx, args[0])
             last = kwargs["last"].as_constant() if "last" in kwargs else True
             if key not in self.items:
                 from kiln.capture.variables.exception import raise_in_trace
@@ -487,13 +504,25 @@ def replay_contents(glue: "GlueBuilder", effect: "DictVariable", target: str) ->
     glue.line(f"for {item} in {tmp}.items(): {base}.__setitem__({target}, *{item})")
 
 
+def key_error(key: Any, var: Variable) -> Exception:
+    """Eager's KeyError for a key the dict (or set) does not hold, raised in the trace: its
+    argument is the key itself (a constant, or the tracked object a user key or tensor is)."""
+    from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, raise_in_trace
+    if isinstance(key, IdentityKey) or getattr(key, "absent", False):
+        return RaisedInTrace(ExceptionVariable(KeyError, [var]), f"KeyError: {var.describe()} (raised natively)")
+    return raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
+
+
 def from_keys(tx: "Tracer", dict_type: type, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
     """`cls.fromkeys(iterable, value=None)`: every key maps to the one value (a defaultdict's has no
     factory)."""
     if not 1 <= len(args) <= 2 or kwargs or dict_type not in BUILTIN_DICTS:
         raise Unsupported(f"{dict_type.__qualname__}.fromkeys with these arguments", kind="unsupported_call")
     value = args[1] if len(args) == 2 else ConstantVariable(None)
-    return DictVariable({key_of(k): value for k in tx.iterate(args[0])}, dict_type)
+    made = DictVariable({}, dict_type)
+    for key in tx.iterate(args[0]):
+        made.items[made._key(tx, key, write=True)] = value
+    return made
 
 
 def _has_keys_method(var: Variable) -> bool:
@@ -510,244 +539,15 @@ def pairs_of(tx: "Tracer", arg: Variable) -> dict[Any, Variable]:
     pairs, as a dict."""
     if isinstance(arg, DictVariable) and arg._override(tx, "__iter__") is None:
         return dict(arg.items)  # CPython reads a dict's storage unless its class overrides __iter__
-    out: dict[Any, Variable] = {}
+    out = DictVariable({})  # filled as a dict is: a user-hashed key found by its __hash__ and __eq__
     if _has_keys_method(arg):
         for key in tx.iterate(arg.call_method(tx, "keys", [], {})):
-            out[key_of(key)] = arg.call_method(tx, "__getitem__", [key], {})
-        return out
+            out.items[out._key(tx, key, write=True)] = arg.call_method(tx, "__getitem__", [key], {})
+        return out.items
     for pair in tx.iterate(arg):
         key, value = tx.iterate(pair)
-        out[key_of(key)] = value
-    return out
-
-
-class SetVariable(Variable):
-    """A set (or frozenset) of constants or of values hashed by identity (tensors); `items` maps
-    each element's key to the element.
-
-    Eager iterates a set of constants in the order of its hash table, which depends on how the set
-    was built (one add at a time, or merged from another set, a dict) and on what was removed:
-    `shadow` is a real set of the keys that goes through the same operations, and gives that
-    order. Once an identity-hashed element is in, `shadow` is None and iteration follows insertion
-    (eager's order then depends on addresses)."""
-
-    def __init__(self, items: Sequence[Variable], set_type: type = set, source: "Source | None" = None,
-                 shadow: set | None = None) -> None:
-        self.items: dict[Any, Variable] = {}
-        for item in items:
-            self.items.setdefault(key_of(item), item)  # an equal element already there stays
-        self.set_type = set_type
-        self.source = source
-        if shadow is None and _constant_keys(self.items):
-            shadow = set()
-            for key in self.items:  # BUILD_SET and set(list) add one element at a time
-                shadow.add(key)
-        self.shadow = shadow if _constant_keys(self.items) else None
-
-    def describe(self) -> str:
-        return f"{self.set_type.__name__} of {len(self.items)}"
-
-    def python_type(self) -> type:
-        return self.set_type
-
-    def identity(self) -> Any:
-        return self
-
-    def is_constant(self) -> bool:
-        return _constant_keys(self.items)
-
-    def as_constant(self) -> Any:
-        if not self.is_constant():
-            return super().as_constant()
-        return self.set_type(self.ordered_keys())
-
-    def truth(self, tx: "Tracer") -> bool:
-        return bool(self.items)
-
-    def length(self, tx: "Tracer") -> Variable:
-        return ConstantVariable(len(self.items))
-
-    def ordered_keys(self) -> list[Any]:
-        """The keys in the order eager iterates the set."""
-        if self.shadow is not None:
-            return list(self.shadow)
-        return list(self.items)
-
-    def iterate(self, tx: "Tracer") -> list[Variable]:
-        return [self.items[k] for k in self.ordered_keys()]
-
-    def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.exception import no_attribute
-
-        if not hasattr(self.set_type, name):
-            raise no_attribute(self.set_type, name)
-        return BoundMethodVariable(self, name)
-
-    def _operand(self, tx: "Tracer", other: Variable) -> tuple[dict[Any, Variable], Any]:
-        """Another operand's elements, and the real object eager would hand the set operation (a
-        set, a dict or a sequence of keys: each takes its own path through CPython's set code);
-        None for the latter once an element is hashed by identity."""
-        if isinstance(other, SetVariable):
-            return dict(other.items), other.shadow
-        if isinstance(other, DictVariable):
-            keys = {k: key_variable(tx, k) for k in other.items}
-            return keys, dict.fromkeys(other.items) if _constant_keys(other.items) else None
-        found: dict[Any, Variable] = {}
-        for item in tx.iterate(other):
-            found.setdefault(key_of(item), item)
-        real = tuple(found) if other.python_type() is tuple else list(found)
-        return found, real if _constant_keys(found) else None
-
-    def update_from(self, tx: "Tracer", other: Variable) -> "SetVariable":
-        """This (empty, new) set filled as `set(other)` fills it."""
-        self.items, real = self._operand(tx, other)
-        self.shadow = set(real) if real is not None and _constant_keys(self.items) else None
-        return self
-
-    def _result(self, items: dict[Any, Variable], shadow: Any) -> tuple[dict[Any, Variable], set | None]:
-        return items, shadow if _constant_keys(items) else None
-
-    def _replace(self, tx: "Tracer", items: dict[Any, Variable], shadow: set | None) -> Variable:
-        if self.set_type is not set:
-            raise Unsupported(f"{self.set_type.__name__} has no in-place methods (raised natively)",
-                              kind="unsupported")
-        tx.side_effects.mutate(self)
-        self.items, self.shadow = self._result(items, shadow)
-        return ConstantVariable(None)
-
-    def _made(self, items: dict[Any, Variable], shadow: set | None, set_type: type | None = None) -> "SetVariable":
-        made = SetVariable([], set_type or self.set_type)
-        made.items, made.shadow = self._result(items, shadow)
-        return made
-
-    def _shadow_op(self, name: str, reals: list[Any]) -> Any:
-        """The real set operation on the shadow: in place for the methods that change a set (only
-        sets have them; the shadow then has the table eager's set has), else the new set it makes.
-        None when some operand has no real form."""
-        if self.shadow is None or any(r is None for r in reals):
-            return None
-        result = getattr(self.shadow, name)(*reals)
-        return self.shadow if result is None else set(result) if isinstance(result, frozenset) else result
-
-    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
-                    kwargs: dict[str, Variable]) -> Variable:
-        from kiln.capture.variables.exception import raise_in_trace
-
-        if kwargs:
-            raise Unsupported(f"{self.set_type.__name__}.{name} with keyword arguments", kind="unsupported_call")
-        if name == "__contains__" and len(args) == 1:
-            return ConstantVariable(key_of(args[0]) in self.items)
-        if name == "__len__" and not args:
-            return self.length(tx)
-        if name == "__iter__" and not args:
-            from kiln.capture.variables.iterator import IteratorVariable
-            return IteratorVariable(self.iterate(tx))
-        if name == "add" and len(args) == 1 and self.set_type is set:
-            key = key_of(args[0])
-            if key not in self.items:
-                items = {**self.items, key: args[0]}
-                return self._replace(tx, items, self._shadow_op("add", [key]) if _constant_keys([key]) else None)
-            return ConstantVariable(None)
-        if name in ("discard", "remove") and len(args) == 1:
-            key = key_of(args[0])
-            if key not in self.items:
-                if name == "remove":
-                    raise raise_in_trace(KeyError(key), f"KeyError: {key!r} (raised natively)")
-                return ConstantVariable(None)
-            return self._replace(tx, {k: v for k, v in self.items.items() if k != key},
-                                 self._shadow_op("discard", [key]))
-        if name == "pop" and not args:
-            if not self.items:
-                raise raise_in_trace(KeyError("pop from an empty set"), "KeyError: pop from an empty set (raised natively)")
-            shadow = self.shadow
-            first = shadow.pop() if shadow is not None else next(iter(self.items))  # where eager's pop looks
-            popped = self.items[first]
-            self._replace(tx, {k: v for k, v in self.items.items() if k != first}, shadow)
-            return popped
-        if name == "clear" and not args:
-            return self._replace(tx, {}, self._shadow_op("clear", []) if self.shadow is not None else set())
-        if name == "copy" and not args:
-            return self._made(dict(self.items), None if self.shadow is None else self.shadow.copy())
-        operands = [self._operand(tx, a) for a in args]
-        others = [o[0] for o in operands]
-        combined = _combine(name.removesuffix("_update"), self.items, others)
-        if combined is not None:
-            shadow = self._shadow_op(name, [o[1] for o in operands])
-            if name.endswith("_update") or name == "update":
-                return self._replace(tx, combined, shadow)
-            return self._made(combined, shadow)
-        if name in ("issubset", "issuperset", "isdisjoint") and len(others) == 1:
-            mine, theirs = set(self.items), set(others[0])
-            answer = {"issubset": mine <= theirs, "issuperset": mine >= theirs,
-                      "isdisjoint": not mine & theirs}[name]
-            return ConstantVariable(answer)
-        raise Unsupported(f"{self.set_type.__name__}.{name}", kind="unsupported_call")
-
-    def binary(self, tx: "Tracer", symbol: str, other: Variable, inplace: bool) -> Variable:
-        """`self <symbol> other` for the set operators | & - ^ (in place for `|=` & co. on a set)."""
-        name = {"|": "union", "&": "intersection", "-": "difference", "^": "symmetric_difference"}.get(symbol)
-        if not isinstance(other, SetVariable) or name is None:
-            raise Unsupported(f"{self.describe()} {symbol} {other.describe()} (raised natively)", kind="unsupported")
-        combined = _combine(name, self.items, [other.items])
-        assert combined is not None
-        if inplace and self.set_type is set:
-            self._replace(tx, combined, self._shadow_op(f"{name}_update" if name != "union" else "update", [other.shadow]))
-            return self
-        real = None
-        if self.shadow is not None and other.shadow is not None:
-            # the operator on real sets of the operands' types (frozenset | set is a frozenset)
-            left, right = self.set_type(self.shadow), other.set_type(other.shadow)
-            result = _OPERATORS[symbol](left, right)
-            real = result if type(result) is set else set(result)
-        return self._made(combined, real)
-
-    def compare(self, symbol: str, other: Variable) -> bool:
-        """`self <symbol> other` for == != < <= > >= between sets (subset order)."""
-        if not isinstance(other, SetVariable):
-            return symbol in ("!=", "ne")
-        mine, theirs = set(self.items), set(other.items)
-        ops = {"==": mine == theirs, "!=": mine != theirs, "<": mine < theirs, "<=": mine <= theirs,
-               ">": mine > theirs, ">=": mine >= theirs}
-        return {"eq": ops["=="], "ne": ops["!="], "lt": ops["<"], "le": ops["<="], "gt": ops[">"],
-                "ge": ops[">="], **ops}[symbol]
-
-    def reconstruct(self, glue: "GlueBuilder") -> str:
-        if self.source is not None:
-            return self.source.name()
-        if self.is_constant():
-            if self.set_type is frozenset:
-                return glue.constant(self.as_constant())
-            # a copy per call (the bound set is never handed out), with the shadow's table layout
-            return f"{glue.constant(self.shadow if self.shadow is not None else self.as_constant())}.copy()"
-        parts = "".join(glue.reconstruct(v) + ", " for v in self.items.values())
-        return f"{glue.constant(self.set_type)}(({parts}))"
-
-
-_OPERATORS = {"|": lambda a, b: a | b, "&": lambda a, b: a & b, "-": lambda a, b: a - b, "^": lambda a, b: a ^ b}
-
-
-def _combine(name: str, mine: dict[Any, Variable], others: list[dict[Any, Variable]]) -> dict[Any, Variable] | None:
-    """The elements of set operation `name` (union, intersection, difference, symmetric_difference),
-    None for any other name. An element already in the result stays (CPython keeps the first)."""
-    result = dict(mine)
-    if name == "union" or name == "update":
-        for other in others:
-            for key, value in other.items():
-                result.setdefault(key, value)
-        return result
-    if name == "intersection":
-        for other in others:
-            result = {k: v for k, v in result.items() if k in other}
-        return result
-    if name == "difference":
-        for other in others:
-            result = {k: v for k, v in result.items() if k not in other}
-        return result
-    if name == "symmetric_difference" and len(others) == 1:
-        result = {k: v for k, v in mine.items() if k not in others[0]}
-        result.update({k: v for k, v in others[0].items() if k not in mine})
-        return result
-    return None
+        out.items[out._key(tx, key, write=True)] = value
+    return out.items
 
 
 @builtin_rule(collections._count_elements)  # type: ignore[attr-defined]  # C helper of Counter.update

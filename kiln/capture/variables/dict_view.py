@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
-from kiln.capture.variables.dict import DictVariable, SetVariable, key_of, key_variable
+from kiln.capture.variables.dict import DictVariable, key_of, key_variable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ def _constant_items(tx: "Tracer", var: Variable) -> set[Any]:
     """The elements of the other operand of a set operation, as Python values."""
     if isinstance(var, DictViewVariable):
         return var._constant_set(tx)
-    if isinstance(var, SetVariable) or var.is_constant():
+    if var.is_constant() or _set_like(var):  # a set (sets.py): its constant elements
         return set(var.as_constant())
     return {_hashable_constant(item) for item in tx.iterate(var)}
 
@@ -188,7 +188,7 @@ def view_operator(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variab
 
 
 def _set_like(var: Variable) -> bool:
-    if isinstance(var, (DictViewVariable, SetVariable)):
+    if isinstance(var, DictViewVariable):
         return True
     try:
         return issubclass(var.python_type(), (set, frozenset))

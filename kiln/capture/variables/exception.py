@@ -10,10 +10,13 @@ handling of torch/_dynamo/symbolic_convert.py.
 """
 from __future__ import annotations
 
+import sys
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
-from kiln.capture.variables.base import Variable
+from kiln.capture.guards import Guard, ProcessQuery
+from kiln.capture.trace_rules import builtin_rule
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.errors import Unsupported
 
@@ -38,6 +41,7 @@ class ExceptionVariable(Variable):
         self.context: Variable = ConstantVariable(None)
         self.suppress_context = False
         self.raised = False  # raised in the frame: it has a traceback, which capture does not build
+        self.traceback: Variable | None = None  # a TracebackVariable, or None set by with_traceback(None)
 
     @staticmethod
     def of(exc: BaseException) -> "ExceptionVariable":
@@ -60,6 +64,12 @@ class ExceptionVariable(Variable):
         return not self.python_init and not self.attrs and not self.raised and not self._chained() \
             and all(a.is_constant() for a in self.args)
 
+    def truth(self, tx: "Tracer") -> bool:
+        # an exception is true unless its class says otherwise (`if exc_value:` in an __exit__)
+        if _python_owner(self.exc_type, "__bool__") is None and _python_owner(self.exc_type, "__len__") is None:
+            return True
+        return super().truth(tx)
+
     def _chained(self) -> bool:
         return not (self.cause.is_constant() and self.context.is_constant()) or self.suppress_context
 
@@ -69,7 +79,7 @@ class ExceptionVariable(Variable):
         return self.exc_type(*(a.as_constant() for a in self.args))
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
-        from kiln.capture.variables.sequence import TupleVariable
+        from kiln.capture.variables.sequence import TupleVariable  # sequence.py reaches this module
 
         if name in self.attrs:
             return self.attrs[name]
@@ -83,10 +93,12 @@ class ExceptionVariable(Variable):
             return self.context
         if name == "__suppress_context__":
             return ConstantVariable(self.suppress_context)
+        if name in ("with_traceback", "add_note") and _python_owner(self.exc_type, name) is None:
+            return BoundMethodVariable(self, name)  # BaseException's own, answered by call_method
+        if name == "value" and issubclass(self.exc_type, StopIteration) and _python_owner(self.exc_type, name) is None:
+            return self.args[0] if self.args else ConstantVariable(None)  # what StopIteration's init stores
         if name == "__traceback__":
-            if self.raised:
-                raise Unsupported(f"the traceback of a {self.describe()} raised in the frame", kind="unsupported_attribute")
-            return ConstantVariable(None)
+            return self.traceback_variable()
         owner = _python_owner(self.exc_type, name)
         if owner is not None:  # a method, property or constant of the user's exception class
             static = owner.__dict__[name]
@@ -96,6 +108,16 @@ class ExceptionVariable(Variable):
             tx.guard_class_attribute(self.exc_type, name, static)
             return tx.wrap(static, None)
         raise Unsupported(f"attribute {name!r} of a {self.describe()}", kind="unsupported_attribute")
+
+    def traceback_variable(self) -> Variable:
+        """`exc.__traceback__`: None until raised; then one traceback object, opaque to the trace."""
+        if self.traceback is not None:
+            return self.traceback
+        if not self.raised:
+            return ConstantVariable(None)
+        if self.traceback is None:
+            self.traceback = TracebackVariable(self)
+        return self.traceback
 
     def set_cause(self, cause: Variable) -> None:
         """`exc.__cause__ = cause` (and `raise exc from cause`): it also suppresses the context."""
@@ -149,6 +171,20 @@ class ExceptionVariable(Variable):
             real = self.exc_type.__new__(self.exc_type)
             real.args = tuple(a.as_constant() for a in self.args)
             return ConstantVariable(str(real) if name == "__str__" else repr(real))
+        if name == "with_traceback" and len(args) == 1 and not kwargs:
+            tb = args[0]
+            if not (isinstance(tb, TracebackVariable) or tb.is_constant() and tb.as_constant() is None):
+                raise Unsupported(f"with_traceback({tb.describe()})", kind="unsupported")
+            self.traceback = tb
+            return self
+        if name == "add_note" and len(args) == 1 and not kwargs and _python_owner(self.exc_type, name) is None:
+            if not (args[0].is_constant() and isinstance(args[0].as_constant(), str)):
+                raise Unsupported("add_note() of a value that is not a constant string (raised natively)",
+                                  kind="unsupported")
+            from kiln.capture.variables.sequence import ListVariable
+            notes = self.attrs.setdefault("__notes__", ListVariable([]))
+            notes.call_method(tx, "append", [args[0]], {})
+            return ConstantVariable(None)
         if name == "__init__":  # BaseException.__init__ (super().__init__(...)): it sets args
             if kwargs:
                 raise Unsupported(f"{self.exc_type.__name__}.__init__ with keyword arguments (raised natively)",
@@ -172,6 +208,60 @@ class ExceptionVariable(Variable):
             glue.line(f"{name}.__cause__ = {glue.reconstruct(self.cause)}")
             glue.line(f"{name}.__suppress_context__ = {self.suppress_context}")
         return name
+
+
+class TracebackVariable(Variable):
+    """The traceback of an exception raised in the frame. Capture does not build its frames: it is
+    an object that is not None and is itself, and reading into it (or keeping it past the frame)
+    is a break."""
+
+    def __init__(self, exception: ExceptionVariable) -> None:
+        self.exception = exception
+
+    def describe(self) -> str:
+        return f"the traceback of a {self.exception.describe()}"
+
+    def python_type(self) -> type:
+        return types.TracebackType
+
+    def identity(self) -> Any:
+        return self
+
+    def truth(self, tx: "Tracer") -> bool:
+        return True
+
+
+def _handled_in_trace(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """The exception sys.exc_info() and sys.exception() answer: inside an `except` block of the
+    traced frames, the one being handled. With none handled there, the caller's (its own except
+    block may be running; contextlib.ExitStack.__exit__ asks): None now is guarded to stay None
+    (the guard runs where the compiled function is called), an exception there is a break."""
+    if args or kwargs:
+        raise Unsupported("sys.exc_info()/sys.exception() with arguments (raised natively)", kind="unsupported_call")
+    handled = current_handled(tx)
+    if isinstance(handled, ExceptionVariable):
+        return handled
+    if sys.exception() is not None:
+        raise Unsupported("sys.exc_info() outside an except block of the traced frames, called while the caller "
+                          "handles an exception", kind="unsupported_call")
+    tx.state.output.guards.append(Guard("", "check_query", ProcessQuery(sys.exception, (), None,
+                                                                       "the exception the caller handles")))
+    return ConstantVariable(None)
+
+
+@builtin_rule(sys.exc_info)
+def exc_info_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.sequence import TupleVariable
+
+    handled = _handled_in_trace(tx, args, kwargs)
+    if not isinstance(handled, ExceptionVariable):
+        return TupleVariable([handled, handled, handled])
+    return TupleVariable([tx.wrap_result(handled.exc_type), handled, handled.traceback_variable()])
+
+
+@builtin_rule(sys.exception)
+def exception_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    return _handled_in_trace(tx, args, kwargs)
 
 
 def _python_owner(exc_type: type, name: str) -> type | None:
@@ -205,6 +295,9 @@ class RaisedInTrace(Unsupported):
 def raise_in_trace(exc: BaseException, reason: str) -> RaisedInTrace:
     """A RaisedInTrace for a real exception that a trace-time computation on constants raised."""
     return RaisedInTrace(ExceptionVariable.of(exc), reason)
+
+
+ConstantVariable.raise_in_trace = raise_in_trace
 
 
 def no_attribute(kind: type, name: str) -> RaisedInTrace:

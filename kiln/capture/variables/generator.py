@@ -216,6 +216,20 @@ def run_generator(child: "Tracer") -> Variable:
     return made
 
 
+def close_dropped_at_return(root: "Tracer", generators: list[GeneratorVariable]) -> None:
+    """The frame returned: eager then drops its locals in slot order, and a generator one of them
+    holds that is paused inside a try/finally, an except block or a `with` is closed there, after
+    the return value was made (what its cleanup changes in that value is seen by the caller). Such
+    a generator lives at least that long, and no longer (one that outlives the frame cannot be
+    rebuilt by the glue: refused anyway), so its close runs here in the trace. A generator dropped
+    earlier (an iterator popped at a `break`, a rebound name, a callee's local) closes at a moment
+    the trace does not see: left to refuse_unclosed_cleanups."""
+    for name in root.code.co_varnames:
+        held = root.locals.get(name)
+        if isinstance(held, GeneratorVariable) and any(held is g for g in generators) and held.paused_in_cleanup():
+            held.close(root)
+
+
 def refuse_unclosed_cleanups(generators: list[GeneratorVariable]) -> None:
     """At the end of a trace (its return, or a graph break): eager closes a generator when its last
     reference goes, and a body paused inside a try/finally or a `with` (or delegating through

@@ -1,5 +1,5 @@
 """itertools iterators whose items are made on demand: `count`, `cycle`, `tee`, `islice`, `pairwise`,
-`zip_longest`, `accumulate`, and `zip` / `map` / `enumerate` over an iterator.
+`zip_longest`, `accumulate`, `zip` / `map` / `enumerate` over an iterator, and `iter(fn, sentinel)`.
 
 `count()` and `cycle()` never end, and `islice`, `zip` and `tee` consume their source only as far as
 eager's would: an iterator shared with other code (`islice(it, 2)` then `list(it)`) keeps the items
@@ -102,6 +102,26 @@ def _kwarg_or_arg(args: list[Variable], kwargs: dict[str, Variable], index: int,
     if len(args) > index:
         return args[index]
     return kwargs.get(name, ConstantVariable(default))
+
+
+@builtin_rule(iter)
+def iter_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    if len(args) == 2 and not kwargs:
+        return _call_until(tx, args[0], args[1])
+    return open_iterator(tx, args[0])
+
+
+def _call_until(tx: "Tracer", fn: Variable, sentinel: Variable) -> Variable:
+    """`iter(fn, sentinel)`: fn() called for each item as it is read, until one equals the
+    sentinel (`item == sentinel`, as eager compares); then it is spent."""
+
+    def calls() -> Iterator[Variable]:
+        while True:
+            item = fn.call(tx, [], {})
+            if tx.compare_op("==", item, sentinel).truth(tx):
+                return
+            yield item
+    return LazyIteratorVariable(calls(), "callable_iterator")
 
 
 @builtin_rule(itertools.count)

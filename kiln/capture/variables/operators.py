@@ -24,12 +24,13 @@ from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import BuiltinVariable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
-from kiln.capture.variables.dict import DictVariable, SetVariable
+from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.dict_view import DictViewVariable, involves_view, view_operator
 from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
 from kiln.capture.variables.numpy_array import NumpyArrayVariable, numpy_operator, numpy_unary
 from kiln.capture.variables.object_id import ObjectIdVariable
 from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable
+from kiln.capture.variables.sets import SetVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable

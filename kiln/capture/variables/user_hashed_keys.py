@@ -1,5 +1,5 @@
 """Dict keys whose class writes __hash__ and __eq__ in Python (a user key class, a frozen dataclass),
-in a dict from outside the frame: looked up as CPython's dict does, the same object first, then
+in a dict from outside the frame or a set made in it: looked up as CPython's dict and set do, the same object first, then
 each key of an equal hash compared with ==, with the key's __hash__ and __eq__ traced (what they
 read is guarded). The builder keys such a dict's entries by HashedKey (the object and the hash the
 dict stored); DictVariable asks key_for (its key_resolver, set here) for the key each read or write finds. Corresponds to the
@@ -16,6 +16,7 @@ import torch
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.dict import DictVariable, IdentityKey, key_of, key_variable
 from kiln.capture.variables.object_protocol import python_equal, python_hash
+from kiln.capture.variables.sets import SetVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class HashedKey(IdentityKey):
     CPython's lookup calls them (identity first, then equal hashes, then ==)."""
 
     __slots__ = ("stored_hash",)
+    by_hash = True
 
     def __init__(self, var: Variable, obj: Any, stored_hash: int) -> None:
         super().__init__(var, obj)
@@ -53,11 +55,12 @@ def hashes_in_python(kind: Any) -> bool:
 class Absent:
     """What a lookup gives for a key the dict does not hold (never a key of its items)."""
 
-    __slots__ = ("var",)
+    __slots__ = ("var", "hash")
     absent = True
 
-    def __init__(self, var: Variable) -> None:
+    def __init__(self, var: Variable, hash_: int | None = None) -> None:
         self.var = var
+        self.hash = hash_  # the traced __hash__ of a user-hashed var (None: var hashes natively)
 
     def __hash__(self) -> int:
         return id(self)
@@ -66,7 +69,7 @@ class Absent:
         return other is self
 
 
-def _resolve(tx: "Tracer", d: DictVariable, var: Variable) -> Any:
+def _resolve(tx: "Tracer", d: DictVariable | SetVariable, var: Variable) -> Any:
     """The key of `items` that looking `var` up finds: key_of(var), except where a user class's
     __hash__/__eq__ decides (var's class, or keys of this dict, hash in Python): CPython's order,
     the same object first, then each key of an equal hash compared with ==, both traced
@@ -92,12 +95,13 @@ def _resolve(tx: "Tracer", d: DictVariable, var: Variable) -> Any:
         stored = k.stored_hash if isinstance(k, HashedKey) else hash(k)
         if stored == wanted and python_equal(tx, var, key_variable(tx, k)):
             return k
-    return Absent(var)
+    return Absent(var, wanted)
 
 
-def key_for(tx: "Tracer", d: DictVariable, var: Variable, write: bool = False) -> Any:
-    """key_of(var), or the key _resolve finds where user hashing decides; a key the dict does not
-    hold that would be added (`write`) is left to a break (torch.compile runs such frames eagerly)."""
+def key_for(tx: "Tracer", d: DictVariable | SetVariable, var: Variable, write: bool = False) -> Any:
+    """key_of(var), or the key _resolve finds where user hashing decides. A user-hashed key the
+    dict does not hold, added (`write`), becomes a HashedKey of the hash its __hash__ gave: the
+    object itself (one from outside, or the Variable of one made in the frame) is that key."""
     if not any(isinstance(k, HashedKey) for k in d.items):
         try:
             kind = var.python_type()
@@ -107,8 +111,15 @@ def key_for(tx: "Tracer", d: DictVariable, var: Variable, write: bool = False) -
             return key_of(var)
     key = _resolve(tx, d, var)
     if write and isinstance(key, Absent):
-        raise Unsupported(f"adding the user-hashed key {var.describe()} to a dict", kind="unsupported")
+        if key.hash is None:
+            raise Unsupported(f"adding {var.describe()} to a dict with a user-hashed key of the same hash",
+                              kind="unsupported")
+        obj = var.identity()
+        if obj is None:
+            raise Unsupported(f"adding the user-hashed key {var.describe()} to a dict", kind="unsupported")
+        return HashedKey(var, obj, key.hash)
     return key
 
 
 DictVariable.key_resolver = key_for
+SetVariable.key_resolver = key_for

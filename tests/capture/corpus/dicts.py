@@ -607,3 +607,27 @@ def size_tuple_as_dict_key_across_shapes():
         return x * table[tuple(x.shape)], sorted(seen), counts
 
     return Program(f, ((t(2, 3),), (t(3, 2),), (t(4, 2),), (t(2, 3),)))
+
+
+@case("dicts")
+def missing_keys_raise_key_error_in_the_frame():
+    # del of a missing key, pop without a default, popitem of an empty dict: eager's KeyError,
+    # caught by the frame's own handler
+    def f(x, d):
+        caught = []
+        try:
+            del d["nope"]
+        except KeyError:
+            caught.append("del")
+        try:
+            d.pop("gone")
+        except KeyError:
+            caught.append("pop")
+        empty = {"a": x}
+        empty.popitem()
+        try:
+            empty.popitem()
+        except KeyError:
+            caught.append("popitem")
+        return x + len(caught), caught, d
+    return fn_program(f, (t(2), {"a": 1}))

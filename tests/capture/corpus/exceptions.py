@@ -6,6 +6,9 @@ Each runs under fullgraph=True unless it says otherwise.
 """
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import torch
 
 from .program import Program, case, fn_program, t
@@ -519,3 +522,89 @@ def break_inside_suppressing_manager_then_op_raises():
             out = out @ y
         return out
     return fn_program(f, (t(2, 2), t(2, 2)), (t(2, 2), t(3, 3)), observe=lambda: list(log))
+
+
+@case("exceptions")
+def sys_exc_info_inside_except():
+    def f(x):
+        try:
+            raise ValueError("coded", 7)
+        except ValueError:
+            kind, value, tb = sys.exc_info()
+            return x + value.args[1], kind is ValueError, value.args[0], tb is not None
+    return fn_program(f, (t(2),))
+
+
+@case("exceptions")
+def sys_exception_in_nested_handlers_and_callee():
+    def current():
+        return sys.exception()
+
+    def f(x):
+        try:
+            raise KeyError("outer")
+        except KeyError as outer:
+            try:
+                raise IndexError("inner")
+            except IndexError:
+                inner = current()  # the innermost handled exception, from a callee
+            back = sys.exception()  # the inner handler ended: the outer one again
+            return x * 2, type(inner).__name__, back is outer, sys.exc_info()[1] is outer
+    return fn_program(f, (t(2),))
+
+
+@case("exceptions")
+def exc_info_traceback_identity_and_reraise():
+    def f(x):
+        try:
+            try:
+                raise ValueError("v")
+            except ValueError as e:
+                tb = sys.exc_info()[2]
+                same = tb is e.__traceback__
+                raise
+        except ValueError as again:
+            return x - 1, same, again.__traceback__ is not None
+    return fn_program(f, (t(2),))
+
+
+@case("exceptions")
+def constant_methods_and_len_raise_in_the_frame():
+    # what a builtin or a method of a constant raises at trace time is the frame's to catch
+    def f(x, text):
+        out = []
+        try:
+            out.append(len(7))
+        except TypeError:
+            out.append("len")
+        try:
+            out.append(text.index("z"))
+        except ValueError:
+            out.append(-1)
+        return x + len(out), out
+    return fn_program(f, (t(2), "abc"), (t(2), "xyz"))
+
+
+@case("exceptions")
+def exit_stack_with_callbacks_outside_any_handler():
+    # ExitStack.__exit__ asks sys.exc_info() for the caller's exception: None, guarded
+    log = []
+
+    def f(x):
+        with contextlib.ExitStack() as stack:
+            stack.callback(log.append, "first")
+            stack.callback(log.append, "second")
+            x = x * 2
+        return x + len(log)
+    return fn_program(f, (t(2),), (t(2),), observe=lambda: list(log))
+
+
+@case("exceptions")
+def with_traceback_returns_the_exception():
+    def f(x):
+        try:
+            raise ValueError("w")
+        except ValueError as e:
+            cleared = e.with_traceback(None)
+            return x + 1, cleared is e, e.__traceback__ is None
+    return fn_program(f, (t(2),))

@@ -246,3 +246,20 @@ def stopiteration_in_generator_body_is_runtime_error():
         return x + 1, out
 
     return fn_program(f, (t(2),))
+
+
+@case("generators")
+def generator_paused_in_except_block_closed_at_return():
+    # eager closes g when the frame drops its locals: GeneratorExit at the yield in the handler
+    def gen(x):
+        try:
+            yield x
+        except ValueError:
+            yield x * 100
+
+    def f(x):
+        g = gen(x)
+        a = next(g)
+        b = g.throw(ValueError("boom"))
+        return a, b
+    return fn_program(f, (t(2),))
