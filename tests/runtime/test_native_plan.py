@@ -121,6 +121,44 @@ def test_dynamic_shapes_evaluate_size_programs() -> None:
     _equivalent(fn, calls, dynamic=True)
 
 
+def test_a_returned_size_symbol_is_an_int_not_a_bool() -> None:
+    """A graph that returns a bare size symbol (a forward handing its backward a weight's size under
+    dynamic=True, or a user's x.shape[0]): sympy's Symbol is also a sympy Boolean, so the compiled
+    wrapper returned static_cast<bool>(s0) (True) and the plan refused the graph (probe round 10)."""
+    def fn(x: torch.Tensor, w: torch.Tensor) -> Any:
+        return x * 2, x.shape[0], w.shape[0] + 0
+
+    calls = [(torch.randn(s, 4), torch.randn(w)) for s, w in ((5, 3), (7, 6), (9, 2))]
+    _equivalent(fn, calls, dynamic=True, wrappers=("compiled", "plan"))  # one kernel: "auto" keeps Python
+    got, _ = _run(fn, calls, "compiled", dynamic=True)
+    assert [type(v) for v in got[0][1:]] == [int, int]
+
+
+def test_dynamic_training_through_a_convolution_with_bias() -> None:
+    """The bias's gradient is sized by a symbol the backward reads from the forward's returned sizes:
+    returned as True by the compiled wrapper, the gradient came back of size 1 ("the extern
+    aten::convolution_backward returned ... sizes [4] where its fake tensor ... sizes [1]")."""
+    boundary.load()
+
+    def train(wrapper: str) -> list[torch.Tensor]:
+        kiln.reset()
+        grads = []
+        with config.patch(**WRAPPERS[wrapper]):
+            step = kiln.compile(lambda x, w, b: F.conv1d(x, w, b, padding=1) * 2 + 1, dynamic=True)
+            for k in range(3):
+                g = torch.Generator().manual_seed(k)
+                x, w, b = (torch.randn(*s, generator=g, requires_grad=True) for s in ((2, 3, 8), (4, 3, 3), (4,)))
+                step(x, w, b).square().sum().backward()
+                grads += [x.grad, w.grad, b.grad]
+        kiln.reset()
+        return grads
+
+    expected = train("python")
+    for wrapper in ("compiled", "plan", "plan_tier_up"):
+        for e, g in zip(expected, train(wrapper)):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+
+
 def test_a_failed_index_check_raises_what_eager_raises() -> None:
     def fn(a: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
         return a[i] * 2 + a.sum()

@@ -37,7 +37,7 @@ from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program
 from kiln.runtime import build, native, records
 from kiln.runtime.plan import WrapperPlan
-from kiln.symbolic.expr import is_float_symbol
+from kiln.symbolic.expr import is_float_symbol, is_truth_value
 from kiln.symbolic.render import render_c
 
 
@@ -164,7 +164,7 @@ class NativeWrapperWriter(WrapperWriter):
         if isinstance(v, SymExpr):
             if _has_float_symbol(v.expr):  # a float argument's expression: a double, as the kernels take it
                 return f"double({render_c(sympy.sympify(v.expr))})"
-            if isinstance(sympy.sympify(v.expr), sympy.logic.boolalg.Boolean):
+            if is_truth_value(sympy.sympify(v.expr)):
                 return f"static_cast<bool>({cexpr(v.expr)})"  # a comparison: True/False, not 1/0
             return cexpr(v.expr)
         if isinstance(v, bool):
