@@ -105,10 +105,27 @@ def _view_of_fake_base(mode: "FakeTensorMode", t: torch.Tensor, real_base: torch
     # AsStridedBackward node too. A view made under no_grad is a leaf (that still requires grad
     # when its base does), which replaying under no_grad reproduces.
     with torch.set_grad_enabled(not t.is_leaf), mode:
+        if real_base.dtype != t.dtype:
+            base = _retyped_storage(base, real_base, t.dtype)
         view = base.as_strided(t.size(), t.stride(), t.storage_offset())
     if view.requires_grad != t.requires_grad and view.is_leaf:
         view.requires_grad_(t.requires_grad)
     return cast(FakeTensor, view)  # an op run under `mode` returns one of its FakeTensors
+
+
+def _retyped_storage(base: torch.Tensor, real_base: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The whole storage of `base` (a fake) as one flat tensor of `dtype`, for a view of another dtype
+    (view_as_real of a complex tensor, view_as_complex, .view(dtype)): as_strided on the base itself
+    would make a view of the base's dtype, and sizes, strides and offset in the view's element size
+    would be read in the base's. Complex <-> real goes through view_as_real/view_as_complex, which
+    are differentiable; other retypes have no gradient in eager either."""
+    elements = real_base.untyped_storage().nbytes() // real_base.element_size()
+    flat = base.as_strided((elements,), (1,), 0)
+    if flat.is_complex() and not dtype.is_complex and flat.dtype.to_real() == dtype:
+        return torch.view_as_real(flat).view(-1)
+    if dtype.is_complex and not flat.is_complex() and dtype.to_real() == flat.dtype and elements % 2 == 0:
+        return torch.view_as_complex(flat.view(-1, 2))
+    return flat.view(dtype)
 
 
 def _meta_like(mode: "FakeTensorMode", t: torch.Tensor, source: str | None,
