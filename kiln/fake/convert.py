@@ -105,9 +105,8 @@ def _view_of_fake_base(mode: "FakeTensorMode", t: torch.Tensor, real_base: torch
     # AsStridedBackward node too. A view made under no_grad is a leaf (that still requires grad
     # when its base does), which replaying under no_grad reproduces.
     with torch.set_grad_enabled(not t.is_leaf), mode:
-        if real_base.dtype != t.dtype:
-            base = _retyped_storage(base, real_base, t.dtype)
-        view = base.as_strided(t.size(), t.stride(), t.storage_offset())
+        over = _retyped_storage(base, real_base, t.dtype) if real_base.dtype != t.dtype else base
+        view = over.as_strided(t.size(), t.stride(), t.storage_offset())
     if view.requires_grad != t.requires_grad and view.is_leaf:
         view.requires_grad_(t.requires_grad)
     return cast(FakeTensor, view)  # an op run under `mode` returns one of its FakeTensors
