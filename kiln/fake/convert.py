@@ -8,7 +8,7 @@ PyTorch counterpart: torch/_subclasses/meta_utils.py (MetaConverter) and FakeTen
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import torch
 
@@ -135,7 +135,8 @@ def _meta_like(mode: "FakeTensorMode", t: torch.Tensor, source: str | None,
     if dims:
         for d in dims:
             sizes[d] = mode.shape_env.create_symbol(sizes[d], f"{source}.size()[{d}]")
-        strides = symbolic_strides(sizes, t.size(), t.stride())
+        strides = symbolic_strides(sizes, t.size(), t.stride(),
+                                   fresh=lambda d, hint: mode.shape_env.create_symbol(hint, f"{source}.stride()[{d}]"))
     offset = t.storage_offset()
     nbytes = t.untyped_storage().nbytes()
     # Plain meta tensors, even when a FakeTensorMode is active (capture converts inputs inside it).
@@ -166,25 +167,34 @@ def _min_nbytes(t: torch.Tensor) -> int:
     return (last + 1) * t.element_size()
 
 
-def symbolic_strides(sym_sizes: Sequence[Any], sizes: Sequence[int], strides: Sequence[int]) -> list[Any]:
+def symbolic_strides(sym_sizes: Sequence[Any], sizes: Sequence[int], strides: Sequence[int],
+                     fresh: Callable[[int, int], Any] | None = None) -> list[Any]:
     """Strides over symbolic sizes that keep the real layout (contiguous, transposed, channels-last).
 
     Walking dims from the smallest stride up, while each stride equals the product of the sizes
     of the dims below it the tensor is dense there, and the stride becomes that product of
     *symbolic* sizes. A broadcast dim (stride 0) is stepped over, so an expanded (1, n, m) input
     keeps its row stride m symbolic (as an integer, comparing it with m specialized m). From the
-    first stride that breaks the chain (a gap) on, the strides stay the concrete integers: how
-    they relate to the sizes is not known. guards/kinds._static_strides makes the same walk.
+    first stride that breaks the chain (a gap: padded rows, a column slice) on, how a stride
+    relates to the sizes is not known: one laid out outside a symbolic size gets a symbol of its
+    own from `fresh(dim, stride)` (its size guards check it), since as the captured integer,
+    comparing it with a product of sizes (flatten's contiguity test) specialized those sizes; the
+    others stay the concrete integers. guards/kinds._static_strides makes the same walk.
     """
     order = sorted(range(len(sizes)), key=lambda d: (strides[d], -d))
     out: list[Any] = list(strides)
     dense_real, dense_sym = 1, 1
+    chain, outside_symbolic = True, False
     for d in order:
         if strides[d] == 0:  # a broadcast dim stays 0; the chain goes on past it
             continue
-        if strides[d] != dense_real:
-            break
-        out[d] = dense_sym
-        dense_real *= sizes[d]
-        dense_sym = dense_sym * sym_sizes[d]
+        if chain and strides[d] == dense_real:
+            out[d] = dense_sym
+            dense_real *= sizes[d]
+            dense_sym = dense_sym * sym_sizes[d]
+        else:
+            chain = False
+            if fresh is not None and outside_symbolic and strides[d] >= 2:
+                out[d] = fresh(d, strides[d])
+        outside_symbolic = outside_symbolic or not isinstance(sym_sizes[d], int)
     return out
