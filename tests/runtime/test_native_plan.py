@@ -134,22 +134,36 @@ def test_a_returned_size_symbol_is_an_int_not_a_bool() -> None:
     assert [type(v) for v in got[0][1:]] == [int, int]
 
 
-def test_dynamic_training_through_a_convolution_with_bias() -> None:
-    """The bias's gradient is sized by a symbol the backward reads from the forward's returned sizes:
-    returned as True by the compiled wrapper, the gradient came back of size 1 ("the extern
-    aten::convolution_backward returned ... sizes [4] where its fake tensor ... sizes [1]")."""
+TRAINED_DYNAMIC: dict[str, tuple[Callable[..., Any], tuple[tuple[int, ...], ...], int]] = {
+    # (program, float input shapes, high of an int index input or 0 for none)
+    "conv1d_bias": (lambda x, w, b: F.conv1d(x, w, b, padding=1) * 2 + 1, ((2, 3, 8), (4, 3, 3), (4,)), 0),
+    # the weight's gradient sized by a returned symbol read as 1: heap corruption ("munmap_chunk():
+    # invalid pointer") killed the process
+    "embedding_bag": (lambda w, i: F.embedding_bag(i, w, torch.tensor([0, 3, 5]), mode="mean") * 2 + 1,
+                      ((10, 4),), 10),
+}
+
+
+@pytest.mark.parametrize("name", list(TRAINED_DYNAMIC))
+def test_dynamic_training_sized_by_returned_symbols(name: str) -> None:
+    """A gradient sized by a symbol the backward reads from the forward's returned sizes (a bias's,
+    an embedding table's): returned as True by the compiled wrapper, the gradient came back of size
+    1 ("the extern aten::convolution_backward returned ... sizes [4] where its fake tensor ... sizes
+    [1]"), or an ATen kernel wrote past a buffer sized by it (probe round 10)."""
     boundary.load()
+    fn, shapes, high = TRAINED_DYNAMIC[name]
 
     def train(wrapper: str) -> list[torch.Tensor]:
         kiln.reset()
         grads = []
         with config.patch(**WRAPPERS[wrapper]):
-            step = kiln.compile(lambda x, w, b: F.conv1d(x, w, b, padding=1) * 2 + 1, dynamic=True)
+            step = kiln.compile(fn, dynamic=True)
             for k in range(3):
                 g = torch.Generator().manual_seed(k)
-                x, w, b = (torch.randn(*s, generator=g, requires_grad=True) for s in ((2, 3, 8), (4, 3, 3), (4,)))
-                step(x, w, b).square().sum().backward()
-                grads += [x.grad, w.grad, b.grad]
+                leaves = [torch.randn(*s, generator=g, requires_grad=True) for s in shapes]
+                index = [torch.randint(0, high, (8,), generator=g)] if high else []
+                step(*leaves, *index).square().sum().backward()
+                grads += [t.grad for t in leaves]
         kiln.reset()
         return grads
 
