@@ -149,6 +149,13 @@ report_dir: str | None = _declare(
 adaptive_threads: bool = _declare(
     "adaptive_threads", False, "loops under 4M elements drop to one thread while other processes keep every CPU busy",
     env="KILN_ADAPTIVE_THREADS")
+# Random ops lowered into kernels draw from Kiln's counter-based generator (seeded from torch's), so
+# a compiled program's random numbers differ from eager's under the same seed. Like torch.compile's
+# fallback_random, this runs them as ATen calls on torch's generator instead, in eager's order (slower).
+fallback_random: bool = _declare(
+    "fallback_random", False, "random ops (rand, randn, bernoulli/dropout, randint ...) run as ATen calls on torch's "
+    "generator: a compiled program draws eager's numbers under the same seed (for testing)",
+    env="KILN_FALLBACK_RANDOM")
 # Triton kernels on CPU run under Triton's interpreter: slow, for testing the GPU path. The process then
 # runs with TRITON_INTERPRET=1, set by kiln.runtime.triton_build when it first loads such kernels.
 cpu_backend: str = _declare(

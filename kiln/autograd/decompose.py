@@ -118,22 +118,34 @@ def register_decomposition(*ops: Any) -> Callable[[Callable], Callable]:
     return register
 
 
+def _example(x: int | torch.SymInt) -> int | None:
+    """x's value at the example inputs (a symbol's hint; None without one), read without a guard."""
+    if isinstance(x, int):
+        return x
+    hint = getattr(x.node, "hint", None)
+    return hint if isinstance(hint, int) else None
+
+
 def _memory_order(t: torch.Tensor) -> list[int] | None:
-    """The permutation making `t` contiguous, if it is a dense non-overlapping permuted layout."""
-    order = sorted(range(t.dim()), key=lambda d: (-int(t.stride()[d]), -d))
+    """The permutation making `t` contiguous, if it is a dense non-overlapping permuted layout.
+    Decided on the example's sizes and strides without guards: with symbolic sizes the layout's
+    family (a transpose of dense sizes) is what the input guards keep, and the order only decides
+    which element each draw lands on (eager's masks under kiln.config.fallback_random)."""
+    sizes, strides = [_example(s) for s in t.shape], [_example(s) for s in t.stride()]
+    if any(v is None for v in (*sizes, *strides)):
+        return None
+    order = sorted(range(t.dim()), key=lambda d: (-strides[d], -d))  # type: ignore[operator]
     expected = 1
     for d in reversed(order):
-        if t.shape[d] != 1 and t.stride()[d] != expected:
+        if sizes[d] != 1 and strides[d] != expected:
             return None
-        expected *= t.shape[d]
+        expected *= sizes[d]  # type: ignore[operator]
     return order
 
 
 def _draw_in_memory_order(op: Any, self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-    if self.is_contiguous() or any(isinstance(s, torch.SymInt) for s in (*self.shape, *self.stride())):
-        return NotImplemented
     order = _memory_order(self)
-    if order is None:
+    if order is None or order == sorted(order):
         return NotImplemented
     inverse = [order.index(d) for d in range(self.dim())]
     return op(self.permute(order), *args, **kwargs).permute(inverse)

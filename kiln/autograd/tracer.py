@@ -122,6 +122,14 @@ class AtenTracer(TorchDispatchMode):
                 expr = expr_of(size)
                 if isinstance(expr, sympy.Symbol) and expr not in self.sym_source:
                     self.sym_source[expr] = (node, dim)
+        if t.layout == torch.strided:
+            # a stride with a symbol of its own (past a padded row of a dynamic input:
+            # kiln.fake.convert.symbolic_strides), stored as -1 - dim
+            for dim, stride in enumerate(t.stride()):
+                if isinstance(stride, torch.SymInt):
+                    expr = expr_of(stride)
+                    if isinstance(expr, sympy.Symbol) and expr not in self.sym_source:
+                        self.sym_source[expr] = (node, -1 - dim)
 
     def _bind_outputs(self, out: Any, node: fx.Node) -> None:
         node.meta["val"] = out
@@ -186,6 +194,10 @@ class AtenTracer(TorchDispatchMode):
             if expr not in self.sym_source:
                 raise KilnError(f"symbol {expr} is not the size of any traced tensor or an input")
             tensor_node, dim = self.sym_source[expr]
+            if dim < 0:
+                node = self.graph.call_function(aten.sym_stride.int, (tensor_node, -1 - dim))
+                node.meta["val"] = tensor_node.meta["val"].stride()[-1 - dim]
+                return node
             node = self.graph.call_function(aten.sym_size.int, (tensor_node, dim))
             node.meta["val"] = tensor_node.meta["val"].shape[dim]
             return node

@@ -8,7 +8,7 @@ PyTorch counterpart: torch/_subclasses/meta_utils.py (MetaConverter) and FakeTen
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import torch
 
@@ -105,10 +105,26 @@ def _view_of_fake_base(mode: "FakeTensorMode", t: torch.Tensor, real_base: torch
     # AsStridedBackward node too. A view made under no_grad is a leaf (that still requires grad
     # when its base does), which replaying under no_grad reproduces.
     with torch.set_grad_enabled(not t.is_leaf), mode:
-        view = base.as_strided(t.size(), t.stride(), t.storage_offset())
+        over = _retyped_storage(base, real_base, t.dtype) if real_base.dtype != t.dtype else base
+        view = over.as_strided(t.size(), t.stride(), t.storage_offset())
     if view.requires_grad != t.requires_grad and view.is_leaf:
         view.requires_grad_(t.requires_grad)
     return cast(FakeTensor, view)  # an op run under `mode` returns one of its FakeTensors
+
+
+def _retyped_storage(base: torch.Tensor, real_base: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The whole storage of `base` (a fake) as one flat tensor of `dtype`, for a view of another dtype
+    (view_as_real of a complex tensor, view_as_complex, .view(dtype)): as_strided on the base itself
+    would make a view of the base's dtype, and sizes, strides and offset in the view's element size
+    would be read in the base's. Complex <-> real goes through view_as_real/view_as_complex, which
+    are differentiable; other retypes have no gradient in eager either."""
+    elements = real_base.untyped_storage().nbytes() // real_base.element_size()
+    flat = base.as_strided((elements,), (1,), 0)
+    if flat.is_complex() and not dtype.is_complex and flat.dtype.to_real() == dtype:
+        return torch.view_as_real(flat).view(-1)
+    if dtype.is_complex and not flat.is_complex() and dtype.to_real() == flat.dtype and elements % 2 == 0:
+        return torch.view_as_complex(flat.view(-1, 2))
+    return flat.view(dtype)
 
 
 def _meta_like(mode: "FakeTensorMode", t: torch.Tensor, source: str | None,
@@ -119,7 +135,8 @@ def _meta_like(mode: "FakeTensorMode", t: torch.Tensor, source: str | None,
     if dims:
         for d in dims:
             sizes[d] = mode.shape_env.create_symbol(sizes[d], f"{source}.size()[{d}]")
-        strides = symbolic_strides(sizes, t.size(), t.stride())
+        strides = symbolic_strides(sizes, t.size(), t.stride(),
+                                   fresh=lambda d, hint: mode.shape_env.create_symbol(hint, f"{source}.stride()[{d}]"))
     offset = t.storage_offset()
     nbytes = t.untyped_storage().nbytes()
     # Plain meta tensors, even when a FakeTensorMode is active (capture converts inputs inside it).
@@ -150,25 +167,34 @@ def _min_nbytes(t: torch.Tensor) -> int:
     return (last + 1) * t.element_size()
 
 
-def symbolic_strides(sym_sizes: Sequence[Any], sizes: Sequence[int], strides: Sequence[int]) -> list[Any]:
+def symbolic_strides(sym_sizes: Sequence[Any], sizes: Sequence[int], strides: Sequence[int],
+                     fresh: Callable[[int, int], Any] | None = None) -> list[Any]:
     """Strides over symbolic sizes that keep the real layout (contiguous, transposed, channels-last).
 
     Walking dims from the smallest stride up, while each stride equals the product of the sizes
     of the dims below it the tensor is dense there, and the stride becomes that product of
     *symbolic* sizes. A broadcast dim (stride 0) is stepped over, so an expanded (1, n, m) input
     keeps its row stride m symbolic (as an integer, comparing it with m specialized m). From the
-    first stride that breaks the chain (a gap) on, the strides stay the concrete integers: how
-    they relate to the sizes is not known. guards/kinds._static_strides makes the same walk.
+    first stride that breaks the chain (a gap: padded rows, a column slice) on, how a stride
+    relates to the sizes is not known: one laid out outside a symbolic size gets a symbol of its
+    own from `fresh(dim, stride)` (its size guards check it), since as the captured integer,
+    comparing it with a product of sizes (flatten's contiguity test) specialized those sizes; the
+    others stay the concrete integers. guards/kinds._static_strides makes the same walk.
     """
     order = sorted(range(len(sizes)), key=lambda d: (strides[d], -d))
     out: list[Any] = list(strides)
     dense_real, dense_sym = 1, 1
+    chain, outside_symbolic = True, False
     for d in order:
         if strides[d] == 0:  # a broadcast dim stays 0; the chain goes on past it
             continue
-        if strides[d] != dense_real:
-            break
-        out[d] = dense_sym
-        dense_real *= sizes[d]
-        dense_sym = dense_sym * sym_sizes[d]
+        if chain and strides[d] == dense_real:
+            out[d] = dense_sym
+            dense_real *= sizes[d]
+            dense_sym = dense_sym * sym_sizes[d]
+        else:
+            chain = False
+            if fresh is not None and outside_symbolic and strides[d] >= 2:
+                out[d] = fresh(d, strides[d])
+        outside_symbolic = outside_symbolic or not isinstance(sym_sizes[d], int)
     return out

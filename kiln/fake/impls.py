@@ -278,23 +278,27 @@ def native_batch_norm(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: di
     return (out, *saved, *stats)
 
 
-@register_fake_impl(aten.native_group_norm.default)
-def native_group_norm(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
-    """Group norm's saved mean and rstd as CPU's kernel makes them: float32 where the input is
-    float16/bfloat16 and a weight or bias is float32 (the mixed-type path autocast takes with a
-    model's float32 parameters), where the meta kernel answers the input's dtype (layer norm's
-    meta already answers float32). native_group_norm_backward checks that dtype, so a wrong one
-    made the compiled backward raise."""
+@register_fake_impl(aten.native_group_norm.default, aten.native_layer_norm.default)
+def native_norm_statistics(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """Group and layer norm's saved mean and rstd as CPU's kernels make them: float32 where the input
+    is float16/bfloat16 and a weight or bias is float32 (the mixed-type path autocast takes with a
+    model's float32 parameters), the input's dtype otherwise. The meta kernels each get one of the
+    two cases wrong: group norm's answers the input's dtype always, layer norm's float32 always (a
+    bfloat16 LayerNorm with bfloat16 parameters). native_group_norm_backward and
+    native_layer_norm_backward check that dtype, so a wrong one made the compiled backward raise."""
     out, mean, rstd = mode.run_kernel(func, args, kwargs)
     names = [a.name for a in func._schema.arguments]
     bound = {**dict(zip(names, args)), **kwargs}
     x = bound["input"]
+    if out.fake_device.type != "cpu" or x.dtype not in (torch.float16, torch.bfloat16):
+        return out, mean, rstd
     params = [bound.get(name) for name in ("weight", "bias")]
     mixed = any(isinstance(t, torch.Tensor) and t.dtype != x.dtype for t in params)
-    if out.fake_device.type != "cpu" or not mixed or x.dtype not in (torch.float16, torch.bfloat16):
+    wanted = torch.float32 if mixed else x.dtype
+    if mean.dtype == wanted and rstd.dtype == wanted:
         return out, mean, rstd
     with mode.kernel_invocation(symbolic=mean._has_symbolic_sizes_strides):
-        metas = [torch.empty_strided(t.shape, t.stride(), dtype=torch.float32, device=_META) for t in (mean, rstd)]
+        metas = [torch.empty_strided(t.shape, t.stride(), dtype=wanted, device=_META) for t in (mean, rstd)]
     return (out, *(mode.wrap(m, out.fake_device) for m in metas))
 
 

@@ -19,7 +19,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from kiln import log
+from kiln import config, log
 from kiln.lower import autotune_cpu, conv_layout, pipeline
 from kiln.lower.codegen.wrapper import make_wrapper
 from kiln.lower.codegen import triton_wrapper
@@ -88,6 +88,7 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
     # The code leaves implicit what ambient state decided when it was traced: a factory without
     # dtype= means the default dtype then. Each node's traced dtype pins it (and the default too).
     parts.append(str(torch.get_default_dtype()))
+    parts.append(f"fallback_random={config.fallback_random}")  # random ops lowered or ATen calls
     for n in gm.graph.nodes:
         for v in pytree.tree_leaves(n.meta.get("val")):
             if isinstance(v, torch.Tensor):

@@ -18,9 +18,10 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kiln import log
+from kiln import config, log
 from kiln.lower.eager_dtypes import EAGER_REFUSES
 from kiln.lower.lowerings import LOWERINGS
+from kiln.lower.lowerings.extern import is_random
 
 aten = torch.ops.aten
 
@@ -187,6 +188,8 @@ def wants_decomposition(target: Any, keep: frozenset[str] = frozenset()) -> bool
     if target in LOWERINGS or target in _IGNORED or not isinstance(target, torch._ops.OpOverload):
         return False
     if keep and str(target) in keep:
+        return False
+    if config.fallback_random and is_random(target):  # stays whole: run as the ATen call
         return False
     if target in decomposition_table():
         return True

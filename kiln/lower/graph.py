@@ -17,6 +17,7 @@ import torch._dispatch.python
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from kiln import config
 from kiln.lower import ops
 from kiln.lower.eager_dtypes import EAGER_REFUSES
 from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Layout, LoopIR, SymExpr,
@@ -24,7 +25,7 @@ from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Lay
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, compute_dtype,
                                   stride_hint, strided_value, to_expr, value_cost)
 from kiln.lower.lowerings.convolution import channels_last_strides, reads_channels_last
-from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback
+from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random
 from kiln.lower.schedule import MIN_STORAGE_INNER
 from kiln.symbolic.expr import float_symbol, negate, relation
 
@@ -225,6 +226,9 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
         return fallback(ctx, target, args, kwargs, reason="its lowering is switched off (bisect)")
     if EAGER_REFUSES in node.meta:  # the ATen call raises what eager raises for these dtypes
         return fallback(ctx, target, args, kwargs, reason=f"eager refuses its dtypes ({node.meta[EAGER_REFUSES]})")
+    if config.fallback_random and is_random(target):  # torch's generator draws, in eager's order
+        return fallback(ctx, target, _realize_as_traced(ctx, node, env, args), kwargs,
+                        reason="kiln.config.fallback_random")
     if target in EXTERN_BY_DESIGN:
         args = _realize_extern_inputs(ctx, node, env, args)
     lazy_inputs = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorValue) and a.view is None]
@@ -277,6 +281,22 @@ def _realize_extern_inputs(ctx: LoweringContext, node: torch.fx.Node, env: dict[
         saved, ctx.origins = ctx.origins, (a.name,)
         env[a] = out[k] = ctx.realize(value)
         ctx.origins = saved
+    return tuple(out)
+
+
+def _realize_as_traced(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.Node, Any], args: tuple) -> tuple:
+    """A random op run as the ATen call draws in its input's memory order (dropout's
+    `empty_like(x).bernoulli_(p)`): a lazy input is stored in the layout the trace gave it (a
+    transposed product stays transposed), so the draws land where eager's do."""
+    out = list(args)
+    for k, a in enumerate(node.args):
+        if not isinstance(a, torch.fx.Node):
+            continue
+        value, meta = env.get(a), a.meta.get("val")
+        if isinstance(value, TensorValue) and value.view is None and isinstance(meta, torch.Tensor):
+            saved, ctx.origins = ctx.origins, (a.name,)
+            env[a] = out[k] = ctx.realize(value, _dense_layout(meta))
+            ctx.origins = saved
     return tuple(out)
 
 

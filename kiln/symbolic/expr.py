@@ -189,6 +189,14 @@ def negate(cond: sympy.Basic) -> sympy.Basic:
     return sympy.Not(cond)
 
 
+def is_truth_value(expr: sympy.Basic) -> bool:
+    """Whether expr is a truth value (a comparison, And/Or/Not, true/false) rather than a number.
+    Not `isinstance(expr, sympy.logic.boolalg.Boolean)`: sympy's Symbol derives from Boolean too,
+    so that test calls a plain size symbol a bool."""
+    return isinstance(expr, (sympy.core.relational.Relational, sympy.logic.boolalg.BooleanFunction,
+                             sympy.logic.boolalg.BooleanAtom))
+
+
 def is_integral(expr: sympy.Expr) -> bool:
     """Whether expr is integer-valued by construction: integer atoms, + - *, FloorDiv, Mod, Min, Max."""
     if expr.is_Integer or (expr.is_Symbol and expr.is_integer):

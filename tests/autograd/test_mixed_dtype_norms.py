@@ -133,3 +133,33 @@ def test_functional_layer_norm_mixed_backward() -> None:
     got = run(kiln.compile(fn))
     _assert_matches(got, expected)
     assert kiln.stats()["fallbacks"] == 0
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("params", ["both", "none", "weight_only"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_layer_norm_same_half_dtype_backward(dtype: torch.dtype, params: str, dynamic: bool) -> None:
+    """A bfloat16/float16 LayerNorm whose parameters have the input's dtype (no mixed type): CPU's
+    kernel keeps the saved statistics in that dtype, where the meta kernel says float32, so the
+    compiled backward handed native_layer_norm_backward float32 statistics and raised "expected
+    scalar type BFloat16 but found Float" (found by probe round 10, g_bf16_layernorm_grad)."""
+    kiln.reset()
+    torch.manual_seed(0)
+    x0, w0, b0 = torch.randn(3, 6, dtype=dtype), torch.randn(6, dtype=dtype), torch.randn(6, dtype=dtype)
+
+    def run(fn: Callable[..., torch.Tensor]) -> list[torch.Tensor]:
+        x, w, b = (t.clone().requires_grad_(True) for t in (x0, w0, b0))
+        y = fn(x, w, b)
+        (y.float() * torch.linspace(-1, 2, y.numel()).view(y.shape)).sum().backward()
+        return [y.detach(), x.grad] + [p.grad for p in (w, b) if p.grad is not None]
+
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        weight = None if params == "none" else w
+        bias = b if params == "both" else None
+        return F.layer_norm(x, (6,), weight, bias).float().sin()
+
+    expected = run(fn)
+    got = run(kiln.compile(fn, dynamic=dynamic))
+    _assert_matches(got, expected)
+    assert kiln.stats()["fallbacks"] == 0

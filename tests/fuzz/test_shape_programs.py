@@ -21,12 +21,9 @@ from shape_programs import BACKENDS, LAYOUTS, MODES, check, generate  # noqa: E4
 
 # Seeds that find open bugs, each with its repro in the reason; they run as strict xfails, so a
 # fix makes them fail until they are taken off this list.
-KNOWN_BUGS: dict[int, str] = {
-    362: "mark_dynamic on a padded input (x = base[..., 2:-1] of a (n, 3, m, 5) base) raises "
-         "ConstraintViolation at x.flatten(): past the first gap the fake keeps the strides as the "
-         "captured integers (kiln.fake.convert.symbolic_strides), and the row stride 25 compared with "
-         "5 * m specializes m = 5; torch gives such strides fresh symbols",
-}
+KNOWN_BUGS: dict[int, str] = {}
+# Seed 362 (mark_dynamic on a padded input refused as specialized) has its focused tests in
+# tests/capture/test_dynamic_strided_inputs.py.
 # what the open bugs look like when other seeds of the @slow run meet them
 KNOWN_SIGNATURES = ["raised ConstraintViolation, eager None"]
 # The bug this generator found first (mark_dynamic on an expanded (1, n, m) input refused as

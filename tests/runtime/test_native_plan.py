@@ -121,6 +121,58 @@ def test_dynamic_shapes_evaluate_size_programs() -> None:
     _equivalent(fn, calls, dynamic=True)
 
 
+def test_a_returned_size_symbol_is_an_int_not_a_bool() -> None:
+    """A graph that returns a bare size symbol (a forward handing its backward a weight's size under
+    dynamic=True, or a user's x.shape[0]): sympy's Symbol is also a sympy Boolean, so the compiled
+    wrapper returned static_cast<bool>(s0) (True) and the plan refused the graph (probe round 10)."""
+    def fn(x: torch.Tensor, w: torch.Tensor) -> Any:
+        return x * 2, x.shape[0], w.shape[0] + 0
+
+    calls = [(torch.randn(s, 4), torch.randn(w)) for s, w in ((5, 3), (7, 6), (9, 2))]
+    _equivalent(fn, calls, dynamic=True, wrappers=("compiled", "plan"))  # one kernel: "auto" keeps Python
+    got, _ = _run(fn, calls, "compiled", dynamic=True)
+    assert [type(v) for v in got[0][1:]] == [int, int]
+
+
+TRAINED_DYNAMIC: dict[str, tuple[Callable[..., Any], tuple[tuple[int, ...], ...], int]] = {
+    # (program, float input shapes, high of an int index input or 0 for none)
+    "conv1d_bias": (lambda x, w, b: F.conv1d(x, w, b, padding=1) * 2 + 1, ((2, 3, 8), (4, 3, 3), (4,)), 0),
+    # the weight's gradient sized by a returned symbol read as 1: heap corruption ("munmap_chunk():
+    # invalid pointer") killed the process
+    "embedding_bag": (lambda w, i: F.embedding_bag(i, w, torch.tensor([0, 3, 5]), mode="mean") * 2 + 1,
+                      ((10, 4),), 10),
+}
+
+
+@pytest.mark.parametrize("name", list(TRAINED_DYNAMIC))
+def test_dynamic_training_sized_by_returned_symbols(name: str) -> None:
+    """A gradient sized by a symbol the backward reads from the forward's returned sizes (a bias's,
+    an embedding table's): returned as True by the compiled wrapper, the gradient came back of size
+    1 ("the extern aten::convolution_backward returned ... sizes [4] where its fake tensor ... sizes
+    [1]"), or an ATen kernel wrote past a buffer sized by it (probe round 10)."""
+    boundary.load()
+    fn, shapes, high = TRAINED_DYNAMIC[name]
+
+    def train(wrapper: str) -> list[torch.Tensor]:
+        kiln.reset()
+        grads = []
+        with config.patch(**WRAPPERS[wrapper]):
+            step = kiln.compile(fn, dynamic=True)
+            for k in range(3):
+                g = torch.Generator().manual_seed(k)
+                leaves = [torch.randn(*s, generator=g, requires_grad=True) for s in shapes]
+                index = [torch.randint(0, high, (8,), generator=g)] if high else []
+                step(*leaves, *index).square().sum().backward()
+                grads += [t.grad for t in leaves]
+        kiln.reset()
+        return grads
+
+    expected = train("python")
+    for wrapper in ("compiled", "plan", "plan_tier_up"):
+        for e, g in zip(expected, train(wrapper)):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+
+
 def test_a_failed_index_check_raises_what_eager_raises() -> None:
     def fn(a: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
         return a[i] * 2 + a.sum()

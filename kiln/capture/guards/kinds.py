@@ -104,9 +104,9 @@ class TensorSpec:
         links: list[tuple[int, int]] = []
         if t.layout == torch.strided:
             real_sizes, real_strides = tuple(t.shape), tuple(t.stride())
-            strides = _static_strides(real_sizes, real_strides, dynamic)
+            strides, own = _static_strides(real_sizes, real_strides, dynamic)
             for i, s in enumerate(strides):
-                j = _dense_inner_dim(real_sizes, real_strides, i) if s is None else None
+                j = _dense_inner_dim(real_sizes, real_strides, i) if s is None and i not in own else None
                 if j is not None:
                     links.append((i, j))
         complex_ = t.is_complex()
@@ -126,27 +126,35 @@ class TensorSpec:
         return f"{self.type.__name__}[{sizes}] {self.dtype} {self.device}{grad}"
 
 
-def _static_strides(sizes: tuple[int, ...], strides: tuple[int, ...], dynamic: set[int]) -> tuple[int | None, ...]:
+def _static_strides(sizes: tuple[int, ...], strides: tuple[int, ...],
+                    dynamic: set[int]) -> tuple[tuple[int | None, ...], set[int]]:
     # The strides the fake input has as symbols (kiln.fake.convert.symbolic_strides, the same walk):
     # from the smallest stride up, while the layout is dense, a stride is the product of the sizes
     # laid out inside it; it is left free when one of those sizes is dynamic, and its dense
     # relation is checked instead (see check_tensor), so a new batch size does not recompile
     # through the stride guard. From the first stride that breaks the chain (a padded row; a broadcast
-    # 0 is stepped over) on, the fake keeps the captured integers and the guard checks them.
+    # 0 is stepped over) on, a stride laid out outside a dynamic size is a symbol of its own, checked
+    # by the size guards (the second result: those dims, which have no dense relation); the fake
+    # keeps the others as the captured integers and the guard checks them.
     out: list[int | None] = list(strides)
+    own: set[int] = set()
     if not dynamic:
-        return tuple(out)
-    dense, symbolic = 1, False
+        return tuple(out), own
+    dense, chain, symbolic = 1, True, False
     for d in sorted(range(len(sizes)), key=lambda d: (strides[d], -d)):
         if strides[d] == 0:  # a broadcast dim: its 0 is checked, the chain goes on past it
             continue
-        if strides[d] != dense:
-            break
-        if symbolic:
-            out[d] = None
-        dense *= sizes[d]
+        if chain and strides[d] == dense:
+            if symbolic:
+                out[d] = None
+            dense *= sizes[d]
+        else:
+            chain = False
+            if symbolic and strides[d] >= 2:
+                out[d] = None
+                own.add(d)
         symbolic = symbolic or d in dynamic
-    return tuple(out)
+    return tuple(out), own
 
 
 def _dense_inner_dim(real_sizes: Sequence[int], real_strides: Sequence[int], i: int) -> int | None:

@@ -38,7 +38,7 @@ from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
 from kiln.runtime import build, native, records
 from kiln.runtime.folded_weights import fold_conv_bn, fold_conv_bn_packed
 from kiln.runtime.plan import WrapperPlan
-from kiln.symbolic.expr import is_float_symbol
+from kiln.symbolic.expr import is_float_symbol, is_truth_value
 from kiln.symbolic.render import render_c
 
 
@@ -165,7 +165,7 @@ class NativeWrapperWriter(WrapperWriter):
         if isinstance(v, SymExpr):
             if _has_float_symbol(v.expr):  # a float argument's expression: a double, as the kernels take it
                 return f"double({render_c(sympy.sympify(v.expr))})"
-            if isinstance(sympy.sympify(v.expr), sympy.logic.boolalg.Boolean):
+            if is_truth_value(sympy.sympify(v.expr)):
                 return f"static_cast<bool>({cexpr(v.expr)})"  # a comparison: True/False, not 1/0
             return cexpr(v.expr)
         if isinstance(v, bool):

@@ -33,7 +33,7 @@ from kiln.lower.ir import BufferRef, ConstantBuffer, InputBuffer, Layout, SymExp
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program
 from kiln.runtime import build, native, records
 from kiln.runtime.plan import WrapperPlan
-from kiln.symbolic.expr import FloorDiv, ModularIndexing, is_float_symbol
+from kiln.symbolic.expr import FloorDiv, ModularIndexing, is_float_symbol, is_truth_value
 
 # the opcodes, expression tokens, value and kernel-argument kinds of boundary.cpp's kiln_plan namespace
 (NARGS, ARG_TENSOR, ARG_INT, ARG_FLOAT, SYM_INT, SYM_SIZE, SYM_STRIDE, SYM_FLOAT, SET, TAKE, RELAYOUT, CONST, SEED,
@@ -218,7 +218,7 @@ class PlanWriter(NativeWrapperWriter):
         return [slot, 2] + shape + self.expr(r.layout.offset)
 
     def _scalar_value(self, v: Any) -> list[int]:
-        if isinstance(v, SymExpr) and isinstance(sympy.sympify(v.expr), sympy.logic.boolalg.Boolean):
+        if isinstance(v, SymExpr) and is_truth_value(sympy.sympify(v.expr)):
             # a comparison of sizes the graph returns: a plan's expressions are int64 words, and the
             # caller must get True/False, not 1/0
             raise Unsupported(f"the symbolic bool {v.expr}")

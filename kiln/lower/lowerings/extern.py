@@ -41,3 +41,9 @@ for _op in EXTERN_BY_DESIGN:
 def fallback(ctx: LoweringContext, op: Any, args: tuple, kwargs: dict[str, Any], reason: str) -> Any:
     """Run `op` as an ATen call; logged as a perf hint because it breaks fusion around it."""
     return ctx.extern(op, args, kwargs, reason=reason)
+
+
+def is_random(op: Any) -> bool:
+    """Whether `op` draws from a generator (its schema's nondeterministic_seeded tag): under
+    kiln.config.fallback_random it is neither decomposed nor lowered, and runs as the ATen call."""
+    return isinstance(op, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in op.tags
