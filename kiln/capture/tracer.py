@@ -67,6 +67,9 @@ _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _OBJECT_CLASS = vars(object)["__class__"]  # the descriptor behind obj.__class__
 
 
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
 class ReachedBreak(Exception):
     """The root tracer arrived at the instruction chosen as the graph break."""
 
@@ -130,11 +133,16 @@ class CaptureState:
             # the glue passes a resume function (the rest of a `range` loop); attributes and
             # globals stay constants as in Dynamo.
             return False
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            return False  # kernels take a symbolic int as int64: a bigger one stays a constant
         return bool(self.policy.int_is_dynamic(source.name(), value, self.dynamic))
 
     def symbolic_int(self, value: int, source: Source) -> Variable:
         sym = self.shape_env.create_symbolic_int(value, source.name())
         self.output.guards.append(Guard(source.name(), "check_type", int))
+        # ... and a later value outside int64 is a new capture, not the same graph overflowing
+        for in_range in (sym <= _INT64_MAX, sym >= _INT64_MIN):
+            bool(in_range)  # recorded by the ShapeEnv as a guard on the symbol
         node = self.output.symbol_input(sym, source.name())
         if node is None:
             raise Unsupported("an int argument that is not a plain symbol", kind="dynamic_shape")

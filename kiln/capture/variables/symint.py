@@ -80,6 +80,10 @@ class SymIntVariable(Variable):
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.node.op != "placeholder" and isinstance(self.example, torch.SymFloat):
+            # `float(x.shape[0])`: the float of a size has the size's (integer) expression, and a
+            # lowered graph computes it as one; the program must get a float
+            return f"{glue.constant(float)}({glue.graph_value(self)})"
         return glue.graph_value(self)
 
 
