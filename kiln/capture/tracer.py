@@ -45,7 +45,7 @@ from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, SetVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised, raise_in_trace
 from kiln.capture.variables.generator import run_generator
-from kiln.capture.variables.instance_dict import written_instance_dict
+from kiln.capture.variables.instance_dict import held_instance_dict, written_instance_dict
 from kiln.capture.variables.numpy_scalar_args import numpy_scalars_as_numbers
 from kiln.capture.variables.functions import (CellVariable, NestedFunctionVariable, UserMethodVariable, bind_class_attribute,
                                               guard_class_attribute)
@@ -442,6 +442,9 @@ class Tracer:
                                   kind="unsupported")
             # the override (if any) was inlined: the replay is the plain store it ends in
             self.side_effects.store_attr(obj.value, obj, name, value, plain=kind.__setattr__ is not object.__setattr__)
+            instance_dict = held_instance_dict(self, obj.value)
+            if instance_dict is not None:
+                instance_dict.items[name] = value  # `d = obj.__dict__` read earlier: a store into d
             return
         if isinstance(obj, ObjectVariable) and isinstance(obj.value, type) and user_class(obj.value):
             store_class_attribute(self, obj, name, value)
