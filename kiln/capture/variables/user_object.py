@@ -32,6 +32,7 @@ from kiln.capture.trace_rules import (
     trace_time_module_class,
 )
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.constant import is_constant_value
 from kiln.capture.variables.environ import EnvironReadVariable
 from kiln.capture.variables.dict import (
     DictVariable,
@@ -87,8 +88,9 @@ class ObjectVariable(Variable):
         return self.value
 
     def is_constant(self) -> bool:
-        # Enum members and frozen dataclasses behave as constants (hashable, compared by value).
-        return isinstance(self.value, enum.Enum)
+        # Enum members and frozen dataclasses behave as constants (hashable, compared by value):
+        # a frozen dataclass the trace built from constants (`{P(1, "a"), P(2, "b")}`, a dict key)
+        return isinstance(self.value, enum.Enum) or self.source is None and _frozen_value_record(self.value)
 
     def as_constant(self) -> Any:
         if self.is_constant():
@@ -599,6 +601,17 @@ def _plain_member_lookup(cls: enum.EnumMeta) -> bool:
     _missing_ hook is user code)."""
     missing = getattr(inspect.getattr_static(cls, "_missing_", None), "__func__", None)
     return type(cls).__call__ is enum.EnumMeta.__call__ and missing in _LIBRARY_MISSING
+
+
+def _frozen_value_record(value: Any) -> bool:
+    """A frozen dataclass instance compared and hashed by its fields (the generated __eq__ and
+    __hash__), every field a constant: a value, like a tuple of constants."""
+    kind = type(value)
+    params = getattr(kind, "__dataclass_params__", None)
+    if params is None or not (params.frozen and params.eq) or isinstance(value, type):
+        return False
+    return all(is_constant_value(getattr(value, field.name)) or isinstance(getattr(value, field.name), enum.Enum)
+               for field in dataclasses.fields(value))
 
 
 def _plain_member_iteration(cls: enum.EnumMeta) -> bool:

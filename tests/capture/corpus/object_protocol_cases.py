@@ -8,6 +8,7 @@ Each runs under fullgraph=True unless it says otherwise.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import enum
 import functools
 
@@ -224,3 +225,19 @@ def instance_dict_read_before_attribute_writes_sees_them():
         del k.gone
         return x + d["n"] + len(d), "q" in d, "gone" in d, list(d)
     return fn_program(f, (t(3),), observe=lambda: dict(k.__dict__))
+
+
+@case("classes")
+def frozen_dataclasses_made_in_frame_key_sets_and_dicts():
+    # a frozen dataclass built from constants hashes and compares by its fields, as a tuple would
+    # (it was a break: "dict key ... is not a constant")
+    @dataclasses.dataclass(frozen=True)
+    class Key:
+        name: str
+        level: int = 0
+
+    def f(x):
+        seen = {Key("a"), Key("a"), Key("b", 1)}
+        table = {Key("a"): 2.0, Key("b", 1): 3.0}
+        return x * table[Key("b", 1)] + len(seen), Key("a") in seen, Key("c") in table
+    return fn_program(f, (t(3),))
