@@ -46,7 +46,7 @@ from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.sets import SetVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised, raise_in_trace
 from kiln.capture.variables.generator import run_generator
-from kiln.capture.variables.instance_dict import written_instance_dict
+from kiln.capture.variables.instance_dict import held_instance_dict, written_instance_dict
 from kiln.capture.variables.numpy_scalar_args import numpy_scalars_as_numbers
 from kiln.capture.variables.functions import (CellVariable, NestedFunctionVariable, UserMethodVariable, bind_class_attribute,
                                               guard_class_attribute)
@@ -66,6 +66,9 @@ _MAX_STEPS = 200_000  # instructions per capture: an unrolled loop that long is 
 _MAX_DEPTH = 32  # inlining depth (recursion is unrolled until this)
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _OBJECT_CLASS = vars(object)["__class__"]  # the descriptor behind obj.__class__
+
+
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 
 class ReachedBreak(Exception):
@@ -131,11 +134,16 @@ class CaptureState:
             # the glue passes a resume function (the rest of a `range` loop); attributes and
             # globals stay constants as in Dynamo.
             return False
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            return False  # kernels take a symbolic int as int64: a bigger one stays a constant
         return bool(self.policy.int_is_dynamic(source.name(), value, self.dynamic))
 
     def symbolic_int(self, value: int, source: Source) -> Variable:
         sym = self.shape_env.create_symbolic_int(value, source.name())
         self.output.guards.append(Guard(source.name(), "check_type", int))
+        # ... and a later value outside int64 is a new capture, not the same graph overflowing
+        for in_range in (sym <= _INT64_MAX, sym >= _INT64_MIN):
+            bool(in_range)  # recorded by the ShapeEnv as a guard on the symbol
         node = self.output.symbol_input(sym, source.name())
         if node is None:
             raise Unsupported("an int argument that is not a plain symbol", kind="dynamic_shape")
@@ -435,6 +443,9 @@ class Tracer:
                                   kind="unsupported")
             # the override (if any) was inlined: the replay is the plain store it ends in
             self.side_effects.store_attr(obj.value, obj, name, value, plain=kind.__setattr__ is not object.__setattr__)
+            instance_dict = held_instance_dict(self, obj.value)
+            if instance_dict is not None:
+                instance_dict.items[name] = value  # `d = obj.__dict__` read earlier: a store into d
             return
         if isinstance(obj, ObjectVariable) and isinstance(obj.value, type) and user_class(obj.value):
             store_class_attribute(self, obj, name, value)

@@ -208,7 +208,10 @@ class _SympyReference:
         if isinstance(e, sympy.Rational):
             return ("q", int(e.p), int(e.q))
         if isinstance(e, sympy.Float):
-            return ("f", str(e), int(e._prec))
+            # every digit its precision needs: str() keeps 15, and `size / 3` read back as
+            # s0*0.333333333333333 gives 0.9999999999999989 for s0 = 3
+            from mpmath.libmp import repr_dps, to_str  # sympy's own dependency, imported with it
+            return ("f", to_str(e._mpf_, repr_dps(int(e._prec))), int(e._prec))
         cls = type(e)
         return ("e", cls.__module__, cls.__qualname__, tuple(_SympyReference._tree(a, sympy) for a in e.args))
 

@@ -42,6 +42,16 @@ def test_records_round_trip_with_references() -> None:
     assert loaded["expr"].free_symbols == {s0}
 
 
+@pytest.mark.parametrize("value", [1 / 3, 0.1, 2 / 3 * 1e300, -2.5e-300, 1e16 + 2])
+def test_a_sympy_float_reads_back_to_every_bit(value: float) -> None:
+    # `size / 3` of a graph is s0*0.3333...: its float written with str()'s 15 digits read back as
+    # 0.333333333333333, and a graph from the cache returned 0.9999999999999989 for s0 = 3
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    expr = s0 * sympy.Float(value)
+    loaded = records.loads(records.dumps({"expr": expr}))["expr"]
+    assert loaded == expr and float(loaded.subs(s0, 3)) == 3 * value
+
+
 @pytest.mark.parametrize("gadget", [_Gadget(os.system, "true"), _Gadget(eval, "1"), _Gadget(getattr, "os", "system"),
                                     _Gadget(_Point, 1, torch.float32)])
 def test_globals_outside_the_allowlist_are_refused(gadget) -> None:

@@ -17,6 +17,7 @@ import functools
 import gc
 import hashlib
 import linecache
+import operator
 import os
 import sys
 import types
@@ -133,6 +134,7 @@ class StoredResume:
 # what a stored glue may hold besides its graphs: callables capture binds (grad mode around a
 # graph, containers rebuilt from their items) and, through `_glue_constant`, ModelOutput classes
 _GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset, slice, torch.Size, reraise,
+                   float, operator.truediv,  # a size as a float, or over an int, computed as eager does (symint.py)
                    types.CellType,  # a closure cell a frame made, passed to a resume function
                    object.__setattr__)  # an attribute write past a class's own __setattr__ (traced)
 # context managers a glue may make, enter and hand the `__exit__` of to a resume function (a break

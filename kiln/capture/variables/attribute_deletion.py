@@ -22,7 +22,7 @@ from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.exception import no_attribute
 from kiln.capture.variables.functions import (UserFunctionVariable, UserMethodVariable, accessor_source,
                                               class_dict_source, guard_class_attribute, receiver_class_source)
-from kiln.capture.variables.instance_dict import written_instance_dict
+from kiln.capture.variables.instance_dict import held_instance_dict, written_instance_dict
 from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
@@ -41,6 +41,14 @@ def _plain_deletion(kind: type, name: str) -> bool:
     descriptor = type(static)
     return not (hasattr(descriptor, "__set__") or hasattr(descriptor, "__delete__")
                 or isinstance(static, types.MemberDescriptorType))
+
+
+def _own_slot(kind: type, name: str) -> bool:
+    """`name` is a __slots__ member of `kind` (deleted with object's protocol): emptying it is all
+    `del` does."""
+    static = inspect.getattr_static(kind, name, _MISSING)
+    return getattr(kind, "__delattr__", None) is object.__delattr__ \
+        and isinstance(static, types.MemberDescriptorType) and static.__objclass__ in kind.__mro__
 
 
 def _python_deleter(tx: "Tracer", obj: Variable, kind: type, name: str) -> bool:
@@ -76,8 +84,8 @@ def delete_attribute(tx: "Tracer", obj: Variable, name: str) -> None:
         else None
     if kind is not None and _python_deleter(tx, obj, kind, name):
         return
-    if isinstance(obj, NewObjectVariable) and _plain_deletion(obj.cls, name):
-        if name not in obj.attrs:
+    if isinstance(obj, NewObjectVariable) and (_plain_deletion(obj.cls, name) or _own_slot(obj.cls, name)):
+        if name not in obj.attrs:  # a slot's value is kept with the attributes too (tracer.setattr)
             raise no_attribute(obj.cls, name)
         del obj.attrs[name]
         return
@@ -95,6 +103,9 @@ def delete_attribute(tx: "Tracer", obj: Variable, name: str) -> None:
                 raise no_attribute(type(real), name)
             obj.getattr(tx, name)  # read as the program's read is: its presence is guarded
         tx.side_effects.delete_attr(real, obj, name)
+        held = held_instance_dict(tx, real)
+        if held is not None:
+            held.items.pop(name, None)  # `d = obj.__dict__` read earlier: a removal from d
         return
     raise Unsupported(f"deleting attribute {name!r} of {obj.describe()}", kind="unsupported")
 

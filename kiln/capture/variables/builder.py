@@ -476,7 +476,9 @@ def _is_lru_cache_wrapper(value: Any) -> TypeGuard[functools._lru_cache_wrapper[
 
 
 def _constant_keys(d: Any) -> bool:
-    return all(is_constant_value(k) or is_identity_key(k)
+    # an Enum member keys a dict as a constant: fixed for its class, hashed by its name, equal only
+    # to itself (a tracked member is a constant too, ObjectVariable.is_constant)
+    return all(is_constant_value(k) or is_identity_key(k) or isinstance(k, enum.Enum)
                or (isinstance(k, tuple) and all(is_constant_value(i) for i in k)) for k in d)
 
 
@@ -519,7 +521,7 @@ def _wrap_dict_subclass(state: "CaptureState", value: dict, source: Source) -> V
 def _dict_value_source(source: Source | None, key: Any, index: int) -> Source | None:
     if source is None:
         return None
-    if is_identity_key(key):
+    if is_identity_key(key) or isinstance(key, enum.Enum):  # no literal names the key: read by position
         return DictValueSource(source, index)
     return ItemSource(source, key)
 

@@ -645,6 +645,27 @@ def object_setattr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Va
     return ConstantVariable(None)
 
 
+@builtin_rule(object.__new__)
+def object_new_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    # `cls.__new__(cls)` (a copy or a factory that runs __init__ itself): a bare instance
+    from kiln.capture.trace_rules import constructible
+    from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
+
+    cls = args[0].as_python_value() if len(args) == 1 and not kwargs and isinstance(args[0], ObjectVariable) else None
+    if not isinstance(cls, type) or not constructible(cls) or getattr(cls, "__abstractmethods__", None):
+        raise Unsupported("object.__new__ of a class capture does not build", kind="unsupported_call")
+    return NewObjectVariable(cls, args[0].source)
+
+
+@builtin_rule(object.__getattribute__)
+def object_getattribute_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    # the generic lookup, skipping the class's own __getattribute__ (called from inside one)
+    lookup = getattr(args[0], "generic_getattr", None) if len(args) == 2 and not kwargs else None
+    if lookup is None or not args[1].is_constant():
+        raise Unsupported(f"object.__getattribute__ of {args[0].describe() if args else 'nothing'}", kind="unsupported")
+    return lookup(tx, args[1].as_constant())
+
+
 for _unary in (operator.neg, operator.pos, operator.not_, operator.invert, operator.truth, operator.index):
     RULES[_unary] = functools.partial(lambda fn, tx, args, kwargs: _fold(tx, fn, args, kwargs), _unary)
 

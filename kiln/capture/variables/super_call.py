@@ -22,7 +22,7 @@ from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import BUILTIN_DICTS as DICT_BASES, DictMethodVariable, DictVariable
 from kiln.capture.variables.exception import ExceptionVariable
 from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute, python_function
-from kiln.capture.variables.user_object import ObjectVariable
+from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -77,7 +77,8 @@ class SuperVariable(Variable):
                     return UserMethodVariable(python_function(attr.__func__, "a classmethod"), owner)
                 if base is object and name == "__init__":
                     return tx.wrap(lambda *a, **k: None, None)
-                if base is object and name == "__setattr__" and isinstance(self.obj, (ObjectVariable, DictVariable)):
+                if base is object and name == "__setattr__" and isinstance(self.obj, (ObjectVariable, DictVariable,
+                                                                                       NewObjectVariable)):
                     return ObjectSetattrVariable(self.obj)
                 if base is object and name == "__getattribute__" and hasattr(self.obj, "generic_getattr"):
                     return GenericGetattrVariable(self.obj)

@@ -80,7 +80,29 @@ class SymIntVariable(Variable):
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.node.op != "placeholder" and isinstance(self.example, torch.SymFloat):
+            operands = _int_quotient(self.node)
+            if operands is not None:
+                # `x.shape[0] / 3` as eager computes it, int / int in Python: a lowered graph
+                # computes s0 * 0.3333333333333333 (1.6666666666666665 for 5, not ...67)
+                a, b = (glue.reconstruct(SymIntVariable(o, o.meta["example_value"])) if isinstance(o, torch.fx.Node)
+                        else repr(o) for o in operands)
+                return f"{glue.constant(operator.truediv)}({a}, {b})"
+            # `float(x.shape[0])`: the float of a size has the size's (integer) expression, and a
+            # lowered graph computes it as one; the program must get a float
+            return f"{glue.constant(float)}({glue.graph_value(self)})"
         return glue.graph_value(self)
+
+
+def _int_quotient(node: torch.fx.Node) -> tuple[Any, Any] | None:
+    """The two operands of `a / b` where both are ints (symbolic or constant), else None."""
+    if node.op != "call_function" or node.target is not operator.truediv or len(node.args) != 2 or node.kwargs:
+        return None
+    for operand in node.args:
+        example = operand.meta.get("example_value") if isinstance(operand, torch.fx.Node) else operand
+        if not (isinstance(example, torch.SymInt) or type(example) is int):
+            return None
+    return node.args[0], node.args[1]
 
 
 # Methods of int and float on a symbolic value: those that stay symbolic, and those that need the

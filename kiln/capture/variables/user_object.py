@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
-from kiln.capture.sources import AttrSource, Source
+from kiln.capture.sources import AttrSource, ItemSource, Source
 from kiln.capture.trace_rules import (
     break_kind_of,
     constructible,
@@ -32,6 +32,7 @@ from kiln.capture.trace_rules import (
     trace_time_module_class,
 )
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.constant import is_constant_value
 from kiln.capture.variables.environ import EnvironReadVariable
 from kiln.capture.variables.dict import (
     DictVariable,
@@ -87,8 +88,9 @@ class ObjectVariable(Variable):
         return self.value
 
     def is_constant(self) -> bool:
-        # Enum members and frozen dataclasses behave as constants (hashable, compared by value).
-        return isinstance(self.value, enum.Enum)
+        # Enum members and frozen dataclasses behave as constants (hashable, compared by value):
+        # a frozen dataclass the trace built from constants (`{P(1, "a"), P(2, "b")}`, a dict key)
+        return isinstance(self.value, enum.Enum) or self.source is None and _frozen_value_record(self.value)
 
     def as_constant(self) -> Any:
         if self.is_constant():
@@ -107,6 +109,8 @@ class ObjectVariable(Variable):
         raise Unsupported(f"truth value of {self.describe()}", kind="unsupported_builtin")
 
     def length(self, tx: "Tracer") -> Variable:
+        if isinstance(self.value, enum.EnumMeta) and type(self.value).__len__ is enum.EnumMeta.__len__:
+            return tx.wrap_result(len(self.value))
         if not isinstance(self.value, (type, types.ModuleType)):
             result = python_len(tx, self, type(self.value))
             if result is not None:
@@ -114,6 +118,10 @@ class ObjectVariable(Variable):
         raise Unsupported(f"len() of {self.describe()}", kind="unsupported_builtin")
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
+        if isinstance(self.value, enum.EnumMeta) and _plain_member_iteration(self.value):
+            # an Enum class's members are fixed when it is made (the class is guarded by identity)
+            members: list[Any] = list(self.value)
+            return [tx.wrap_result(member) for member in members]
         if not isinstance(self.value, (type, types.ModuleType)):
             items = python_iter(tx, self, type(self.value))
             if items is not None:
@@ -128,6 +136,15 @@ class ObjectVariable(Variable):
 
     def _attr_source(self, name: str) -> Source | None:
         return None if self.source is None else AttrSource(self.source, name)
+
+    def _stored_source(self, name: str) -> Source | None:
+        """Where the instance dict's own `name` is read: `obj.name`, or `obj.__dict__['name']` when the
+        class's Python __getattribute__ may answer `obj.name` with something else (the guard
+        checks what the generic lookup found)."""
+        if self.source is not None and isinstance(inspect.getattr_static(type(self.value), "__getattribute__"),
+                                                  types.FunctionType):
+            return ItemSource(AttrSource(self.source, "__dict__"), name)
+        return self._attr_source(name)
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
@@ -227,7 +244,7 @@ class ObjectVariable(Variable):
             return UserMethodVariable(fallback, self).call(tx, [tx.wrap(name, None)], {})
         data_descriptor = hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
         if instance_dict is not None and name in instance_dict and not data_descriptor:
-            return tx.wrap(instance_dict[name], self._attr_source(name))
+            return tx.wrap(instance_dict[name], self._stored_source(name))
         if instance_dict is not None and not data_descriptor and self.source is not None:
             # found on the class (or nowhere): an instance attribute set later would be found first
             tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
@@ -363,6 +380,13 @@ def _new_object(tx: "Tracer", cls: type, cls_source: Source | None, args: Sequen
                 kwargs: dict[str, Variable]) -> Variable:
     """`cls(...)` for a class whose instance capture builds attribute by attribute (trace_rules'
     `constructible`): a NewObjectVariable, its `__init__` inlined with it as `self`."""
+    abstract = getattr(cls, "__abstractmethods__", None)
+    if abstract:
+        # object.__new__ refuses a class with abstract methods left (an ABC not fully implemented)
+        from kiln.capture.variables.exception import raise_in_trace
+        error = TypeError(f"Can't instantiate abstract class {cls.__name__} with abstract method"
+                          f"{'s' if len(abstract) > 1 else ''} {', '.join(sorted(abstract))}")
+        raise raise_in_trace(error, f"{error} (raised natively)")
     instance = NewObjectVariable(cls, cls_source)
     init = inspect.getattr_static(cls, "__init__")
     if init is not object.__init__:
@@ -470,6 +494,18 @@ class NewObjectVariable(Variable):
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
 
+        getattribute = inspect.getattr_static(self.cls, "__getattribute__")
+        if isinstance(getattribute, types.FunctionType):
+            # the class's own __getattribute__ decides every read (as for an object from outside);
+            # its `super().__getattribute__(name)` comes back to generic_getattr
+            guard_class_attribute(tx, self.cls, "__getattribute__", getattribute, class_source=self.cls_source)
+            return UserMethodVariable(getattribute, self).call(tx, [tx.wrap(name, None)], {})
+        return self.generic_getattr(tx, name)
+
+    def generic_getattr(self, tx: "Tracer", name: str) -> Variable:
+        """object.__getattribute__ of an object built in the frame: its own dict is the trace's."""
+        from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
+
         static = inspect.getattr_static(self.cls, name, _MISSING)
         # a data descriptor of the class wins over the instance dict (a slot's value is kept there)
         shadowed = static is not _MISSING and is_data_descriptor(static) and \
@@ -565,6 +601,23 @@ def _plain_member_lookup(cls: enum.EnumMeta) -> bool:
     _missing_ hook is user code)."""
     missing = getattr(inspect.getattr_static(cls, "_missing_", None), "__func__", None)
     return type(cls).__call__ is enum.EnumMeta.__call__ and missing in _LIBRARY_MISSING
+
+
+def _frozen_value_record(value: Any) -> bool:
+    """A frozen dataclass instance compared and hashed by its fields (the generated __eq__ and
+    __hash__), every field a constant: a value, like a tuple of constants."""
+    kind = type(value)
+    params = getattr(kind, "__dataclass_params__", None)
+    if params is None or not (params.frozen and params.eq) or isinstance(value, type):
+        return False
+    return all(is_constant_value(getattr(value, field.name)) or isinstance(getattr(value, field.name), enum.Enum)
+               for field in dataclasses.fields(value))
+
+
+def _plain_member_iteration(cls: enum.EnumMeta) -> bool:
+    """`for m in Color` runs no Python of the program: the enum module's own __iter__ (a metaclass
+    of the program's own may define another)."""
+    return type(cls).__iter__ is enum.EnumMeta.__iter__
 
 
 _LIBRARY_MISSING = (enum.Enum._missing_.__func__, enum.Flag._missing_.__func__)  # type: ignore[attr-defined]

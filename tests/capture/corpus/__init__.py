@@ -21,6 +21,7 @@ from . import (  # noqa: F401  (each import registers its module's cases)
     iteration,
     module_trees,
     modules,
+    object_protocol_cases,
     numpy_random,
     recompiles,
     sets_and_deques,
