@@ -289,3 +289,31 @@ def _call(fn, args):
         return fn(*args), None
     except Exception as exc:  # compared with what eager raises
         return None, exc
+
+
+EXPANDED = {  # indexing along a dim of stride 0: the offset does not depend on the index
+    "index": lambda x, i: x.expand(4, 3)[i] * 2,
+    "gather": lambda x, i: x.t().expand(3, 4).gather(1, i.expand(3, 1)),
+    "index_select": lambda x, i: x.expand(4, 3).index_select(0, i) + 1,
+    "embedding": lambda x, i: torch.nn.functional.embedding(i, x.expand(4, 3)),
+    "broadcast_sum": lambda x, i: (x + torch.zeros(4, 1))[i],
+    "take": lambda x, i: torch.take(x.expand(4, 3)[:, :1], i),
+}
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("name", list(EXPANDED))
+def test_indices_into_an_expanded_dim_are_checked(name, dynamic) -> None:
+    """x.expand(4, 3)[4] raises in eager although every row is the same memory; the bound check
+    must survive the index's offset folding to 0."""
+    fn = EXPANDED[name]
+    compiled = kiln.compile(fn, backend="inductor", dynamic=dynamic)
+    x = torch.randn(1, 3)
+    for i in ([3], [4], [-5], [1]):
+        expected, eager_error = _call(fn, (x, torch.tensor(i)))
+        got, error = _call(compiled, (x, torch.tensor(i)))
+        assert type(error) is type(eager_error), (i, eager_error, error)
+        if eager_error is None:
+            torch.testing.assert_close(got, expected)
+    assert kiln.stats()["fallbacks"] == 0
