@@ -137,6 +137,40 @@ def index_tensor(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -
     return mode.run_kernel(func, args, kwargs)
 
 
+@register_fake_impl(aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default)
+def index_put(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """`x[idx] = v`: ATen's meta kernel takes any `values` shape, but eager raises unless values
+    broadcast to the indexing result; without this check the generated kernel would read values
+    out of bounds. Symbolic sizes compared here become guards, so a later call whose values stop
+    broadcasting re-traces and raises eager's error."""
+    x = args[0]
+    indices = args[1] if len(args) > 1 else kwargs["indices"]
+    values = args[2] if len(args) > 2 else kwargs["values"]
+    if all(i is None or i.dtype not in (torch.bool, torch.uint8) for i in indices):
+        result = _index_result_shape(x, list(indices))
+        given = list(values.shape)  # (x[i] = v drops v's leading 1s before it gets here)
+        fits = len(given) <= len(result) and all(
+            v == 1 or v == r for v, r in zip(reversed(given), reversed(result)))
+        if not fits:
+            raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be "
+                               f"broadcast to indexing result of shape {list(result)}")
+    return mode.run_kernel(func, args, kwargs)
+
+
+def _index_result_shape(x: Any, indices: list) -> list:
+    """The shape of `x[indices]` for integer index tensors (None = a whole dim): the broadcast
+    index shape replaces the indexed dims where they are adjacent, else leads."""
+    indices = indices + [None] * (x.dim() - len(indices))
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    if not dims:
+        return list(x.shape)
+    shape = list(torch.broadcast_shapes(*[indices[d].shape for d in dims]))
+    rest = [x.shape[d] for d in range(x.dim()) if d not in dims]
+    adjacent = dims == list(range(dims[0], dims[-1] + 1))
+    start = dims[0] if adjacent else 0
+    return rest[:start] + shape + rest[start:]
+
+
 @register_fake_impl(aten._to_sparse.default, aten._to_sparse.sparse_dim, aten._to_sparse_csr.default,
                     aten._to_sparse_csc.default, aten._to_sparse_bsr.default, aten._to_sparse_bsc.default)
 def to_sparse(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:

@@ -239,3 +239,81 @@ def test_symbolic_sizes_are_checked_against_the_real_size() -> None:
             with pytest.raises(RuntimeError, match=f"index {bad} is out of bounds for dimension 0 with size {n}"):
                 g(x, torch.tensor([0, bad]))
     assert kiln.stats()["compiles"] == 1 and kiln.stats()["fallbacks"] == 0
+
+
+def _put_values(x, i, v):
+    return x.index_put((i,), v * 2)
+
+
+def _put_values_accumulate(x, i, j, v):
+    return x.index_put((i, j), v, accumulate=True) + 1
+
+
+def _setitem_values(x, i, v):
+    y = x.clone()
+    y[:, i] = v  # x[..] = v drops v's leading 1s first; index_put itself does not
+    return y
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_index_put_values_must_broadcast_to_the_indexing_result(dynamic) -> None:
+    """Values that do not broadcast to x[indices] raise eager's shape mismatch, also when only a later
+    call (a cached kernel, or symbolic sizes) brings the bad shape: never a read past the values."""
+    i = torch.tensor([0, 1])
+    calls = [
+        (_put_values, [(torch.randn(4, 3), i, torch.randn(3)), (torch.randn(4, 3), i, torch.randn(2)),
+                       (torch.randn(4, 3), i, torch.randn(2, 1)), (torch.randn(4, 3), i, torch.randn(3, 3)),
+                       (torch.randn(4, 3), i, torch.randn(1, 2, 3)), (torch.randn(5, 4), i, torch.randn(2, 4))]),
+        (_put_values_accumulate, [(torch.randn(4, 3), i, i + 1, torch.randn(2)),
+                                  (torch.randn(4, 3), i, i + 1, torch.randn(3)),
+                                  (torch.randn(4, 3), i, torch.tensor([1]), torch.randn(1))]),
+        (_setitem_values, [(torch.randn(4, 3), i, torch.randn(4, 2)), (torch.randn(4, 3), i, torch.randn(3, 2)),
+                           (torch.randn(4, 3), i, torch.randn(1, 1, 2)), (torch.randn(4, 3), i, torch.randn(2, 4))]),
+    ]
+    for fn, arg_lists in calls:
+        compiled = kiln.compile(fn, backend="inductor", dynamic=dynamic)
+        for args in arg_lists:
+            expected, eager_error = _call(fn, args)
+            got, error = _call(compiled, args)
+            if eager_error is None:
+                assert error is None, f"{fn.__name__}{[tuple(a.shape) for a in args]}: compiled raised {error!r}"
+                torch.testing.assert_close(got, expected)
+            else:
+                assert type(error) is type(eager_error) and "shape mismatch" in str(error), (eager_error, error)
+    assert kiln.stats()["fallbacks"] == 0
+
+
+def _call(fn, args):
+    try:
+        return fn(*args), None
+    except Exception as exc:  # compared with what eager raises
+        return None, exc
+
+
+EXPANDED = {  # indexing along a dim of stride 0: the offset does not depend on the index
+    "index": lambda x, i: x.expand(4, 3)[i] * 2,
+    "gather": lambda x, i: x.t().expand(3, 4).gather(1, i.expand(3, 1)),
+    "index_select": lambda x, i: x.expand(4, 3).index_select(0, i) + 1,
+    "embedding": lambda x, i: torch.nn.functional.embedding(i, x.expand(4, 3)),
+    "broadcast_sum": lambda x, i: (x + torch.zeros(4, 1))[i],
+    "take": lambda x, i: torch.take(x.expand(4, 3)[:, :1], i),
+}
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("name", list(EXPANDED))
+def test_indices_into_an_expanded_dim_are_checked(name, dynamic) -> None:
+    """x.expand(4, 3)[4] raises in eager although every row is the same memory; the bound check
+    must survive the index's offset folding to 0."""
+    fn = EXPANDED[name]
+    compiled = kiln.compile(fn, backend="inductor", dynamic=dynamic)
+    x = torch.randn(1, 3)
+    for i in ([3], [4], [-5], [1]):
+        expected, eager_error = _call(fn, (x, torch.tensor(i)))
+        got, error = _call(compiled, (x, torch.tensor(i)))
+        assert type(error) is type(eager_error), (i, eager_error, error)
+        if eager_error is None:
+            torch.testing.assert_close(got, expected)
+    assert kiln.stats()["fallbacks"] == 0

@@ -81,3 +81,40 @@ def test_float_division_by_zero_is_not_an_error(name) -> None:
 
 def test_zero_divisor_in_a_reduction_body() -> None:
     _compare(lambda a, b: (a // b).sum(), torch.arange(12).reshape(3, 4), torch.tensor([1, 2, 0, 3]))
+
+
+IN_PLACE = {
+    "remainder_scalar": lambda a, b: a.remainder_(0),
+    "floordiv_scalar": lambda a, b: a.floor_divide_(0),
+    "ifloordiv_python_int": lambda a, b: a.__ifloordiv__(0),
+    "div_trunc_zero_tensor": lambda a, b: a.div_(b * 0, rounding_mode="trunc"),
+    "fused_chain_then_floordiv": lambda a, b: a.floor_divide_(b).mul_(3).add_(1),
+    "first_divisor_zero": lambda a, b: a.floor_divide_(b),
+    "scatter_first_index_bad": lambda a, b: a.scatter_(0, (b - 1) + 9 * (b == 0), b),
+}
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("name", list(IN_PLACE))
+def test_failed_check_leaves_the_callers_tensor_as_eager_does(name) -> None:
+    """An in-place op whose check fails (eager tests the first element, or a scalar divisor, before
+    it stores) raises without overwriting the caller's tensor: a new value computed in the input's
+    own storage must not come from a kernel that fails. The bad call comes after a good one (a
+    cached kernel meets it)."""
+    fn = IN_PLACE[name]
+    compiled = kiln.compile(fn, backend="inductor")
+    for b in (torch.tensor([1, 2, 3]), torch.tensor([0, 2, 3]), torch.tensor([3, 1, 2])):
+        a_eager, a_compiled = torch.tensor([7, 8, 9]), torch.tensor([7, 8, 9])
+        try:
+            expected, eager_error = fn(a_eager, b), None
+        except RuntimeError as exc:
+            expected, eager_error = None, exc
+        try:
+            got, error = compiled(a_compiled, b), None
+        except RuntimeError as exc:
+            got, error = None, exc
+        assert type(error) is type(eager_error), (eager_error, error)
+        assert torch.equal(a_compiled, a_eager), (a_compiled, a_eager)
+        if eager_error is None:
+            assert torch.equal(got, expected)
+    assert kiln.stats()["fallbacks"] == 0

@@ -219,7 +219,7 @@ class WrapperWriter:
         last_use = self._last_uses()
         outputs = {o.name for o in ir.outputs if isinstance(o, BufferRef)}
         self.facts = self._shared_facts(last_use, outputs)
-        self.input_writes = input_writes(self.facts, ir)
+        self.input_writes = self._unchecked_after(input_writes(self.facts, ir))
         self.plan = plan_memory(dataclasses.replace(self.facts, allocations=tuple(
             a for a in self.facts.allocations if a.name not in self.input_writes)))
         written = set(self.input_writes.values())  # an input read for the last time before its new value is computed in it
@@ -429,14 +429,26 @@ class WrapperWriter:
                 self.lines.append(f"    if {check[0]}: {name} = _checked_result({name}, {self.arg(layout.dtype)}, "
                                   f"{sizes}, {_tuple(layout.strides)}, {str(n.op)!r}, {self.clean})")
 
+    def _unchecked_after(self, writes: dict[str, str]) -> dict[str, str]:
+        """The input writes whose kernel no checking step follows or contains: eager raises an
+        index or zero-division error before it stores, so a new value computed in an input's own
+        storage by (or before) a kernel that then fails would leave the caller's tensor half
+        overwritten. Those values go to a buffer of their own and reach the input only through
+        the copy after a call that returned."""
+        last_checked = max((s for s, step in enumerate(self.program.steps)
+                            if sites_of(self._step_bodies(step))), default=-1)
+        steps = {a.name: a.step for a in self.facts.allocations}
+        return {out: source for out, source in writes.items() if steps.get(out, -1) > last_checked}
+
+    def _step_bodies(self, step: Any) -> list[Any]:
+        if isinstance(step, Kernel):
+            return [n.body for n in step.nodes]
+        if isinstance(step, ScatterKernel):
+            return [v for v in (step.node.body, step.node.extra, step.node.mask) if v is not None]
+        return []
+
     def _bodies(self) -> list[Any]:
-        out: list[Any] = []
-        for step in self.program.steps:
-            if isinstance(step, Kernel):
-                out += [n.body for n in step.nodes]
-            elif isinstance(step, ScatterKernel):
-                out += [v for v in (step.node.body, step.node.extra, step.node.mask) if v is not None]
-        return out
+        return [body for step in self.program.steps for body in self._step_bodies(step)]
 
     def _last_uses(self) -> dict[str, int]:
         last: dict[str, int] = {}

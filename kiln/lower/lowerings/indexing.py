@@ -53,8 +53,10 @@ def indirect_load(ctx: LoweringContext, x: TensorValue, idx: Sequence[sympy.Expr
     extra, in_bounds = _indirect_offset(lay, indirect, op)
     dtype = compute_dtype(lay.dtype)
     load = Load(x.view.name, lay.index(direct), dtype, extra)
-    if all(_known_nonempty(lay.sizes[d]) for d in indirect):
+    if all(_known_nonempty(lay.sizes[d]) and lay.strides[d] != 0 for d in indirect):
         return load  # an unconditional load vectorizes; a masked one (a branch around it) does not
+    # (along a stride-0 dim of an expanded view the offset folds to 0 and, with it, the check that
+    # feeds it: the mask keeps the check alive, so x.expand(4, 3)[4] raises as in eager)
     return Masked(in_bounds, load, ops.constant(0, dtype), dtype)
 
 
