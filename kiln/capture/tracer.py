@@ -132,7 +132,7 @@ class CaptureState:
         if self.policy is None or config.specialize_int or isinstance(value, bool):
             return False
         if not isinstance(source, (LocalSource, ClosureSource, ItemSource)) and not resume_stack_slot(source) \
-                and not self._local_number_source(source, modules_specialize=True):
+                and not self._read_number_source(source, is_int=True):
             # arguments, closure contents, items of containers (a config dict whose value a
             # script changes), what the glue passes a resume function (the rest of a `range`
             # loop), and attributes of what the frame was given
@@ -141,21 +141,21 @@ class CaptureState:
             return False  # kernels take a symbolic int as int64: a bigger one stays a constant
         return bool(self.policy.int_is_dynamic(source.name(), value, self.dynamic))
 
-    def _local_number_source(self, source: Source, modules_specialize: bool) -> bool:
+    def _read_number_source(self, source: Source, is_int: bool) -> bool:
         """Whether a number read from `source` may become symbolic once it changes (automatic
-        dynamic), as torch.compile decides for ints: what is reached from the frame's arguments,
-        its closure cells, or what the glue passes a resume function (an argument, an item of a
-        config dict, a user object's step counter, a dataclass field, a slot, a function
-        attribute, a class attribute read through an instance), but not a global or what is read
-        through one (module-level ints are taken as fixed), nor (`modules_specialize`) what is
-        read through an nn.Module (its int attributes are taken as part of its structure)."""
+        dynamic), as torch.compile decides: what is read (through attributes and items) from the
+        frame's arguments, its closure cells, or what the glue passes a resume function (a user
+        object's step counter, a dataclass field, a slot, a function attribute, a class attribute
+        read through an instance). Ints read through a global (module-level ints are taken as
+        fixed) or through an nn.Module (its ints are taken as part of its structure) stay
+        constants; floats have neither exception."""
         chain = source_chain(source)
-        root = chain[-1]
-        if not isinstance(root, (LocalSource, ClosureSource)):
+        roots: tuple[type, ...] = (LocalSource, ClosureSource) if is_int else (LocalSource, ClosureSource, GlobalSource)
+        if not isinstance(chain[-1], roots):
             return False
-        if modules_specialize and any(s.name() in self.module_sources for s in chain[1:]):
+        if is_int and any(s.name() in self.module_sources for s in chain[1:]):
             return False
-        return all(isinstance(s, (LocalSource, ClosureSource, ItemSource, AttrSource, TypeSource)) for s in chain)
+        return all(isinstance(s, (ItemSource, AttrSource, TypeSource)) for s in chain[:-1])
 
     def symbolic_int(self, value: int, source: Source) -> Variable:
         sym = self.shape_env.create_symbolic_int(value, source.name())
@@ -172,7 +172,7 @@ class CaptureState:
         if self.policy is None or config.specialize_float:
             return False
         if not isinstance(source, (LocalSource, ItemSource, GlobalSource)) and not resume_stack_slot(source) \
-                and not self._local_number_source(source, modules_specialize=False):
+                and not self._read_number_source(source, is_int=False):
             # A float held in a dict or list (an optimizer's `param_groups[i]['lr']`, which a
             # scheduler changes every step), an attribute (a user object's scale, a dataclass
             # field, a module's float), or a global (a module-level scale a script changes between

@@ -275,6 +275,44 @@ def test_class_attribute_read_through_a_global_stays_constant(restore_counted: N
     assert ours == theirs == 5
 
 
+GLOBAL_CONFIG = Config()
+
+
+def read_global_config(_: Any, x: torch.Tensor) -> torch.Tensor:
+    return x * GLOBAL_CONFIG.alpha + Counted.factor
+
+
+def read_global_config_int(_: Any, x: torch.Tensor) -> torch.Tensor:
+    return x * GLOBAL_CONFIG.depth
+
+
+def bump_global_config(state: Any, i: int) -> None:
+    if state is _FIRST_STATE[0]:  # the three runs share the globals: change them once per call
+        GLOBAL_CONFIG.alpha += 0.5
+        GLOBAL_CONFIG.depth += 1
+        Counted.factor += 0.5
+
+
+_FIRST_STATE: list[Any] = [None]
+
+
+@pytest.mark.parametrize("fn, expected", [(read_global_config, 2), (read_global_config_int, 5)])
+def test_attributes_read_through_globals(restore_counted: None, fn: Callable, expected: int) -> None:
+    # floats read through a global become symbolic once they change; ints stay constants
+    saved = dataclasses.replace(GLOBAL_CONFIG)
+    try:
+        def first() -> Stepper:
+            state = Stepper()
+            if _FIRST_STATE[0] is None:
+                _FIRST_STATE[0] = state
+            return state
+        _FIRST_STATE[0] = None
+        ours, theirs = _compile_counts(fn, first, 5, bump_global_config)
+        assert ours == theirs == expected
+    finally:
+        GLOBAL_CONFIG.alpha, GLOBAL_CONFIG.depth = saved.alpha, saved.depth
+
+
 def test_cache_size_limit_no_longer_reached_by_a_step_counter() -> None:
     # 12 calls > cache_size_limit (8): a constant step counter ran eagerly after the 8th
     ours, theirs = _compile_counts(step_and_scale, Stepper, 12, None)
