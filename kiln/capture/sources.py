@@ -44,6 +44,20 @@ def resume_stack_slot(source: Source) -> bool:
     return source.local.startswith("___stack")
 
 
+def source_chain(source: Source) -> list[Source]:
+    """`source` and every source it is read through, down to its root (a local, a global, a
+    closure cell of the frame's own function, or a process-wide read)."""
+    chain = [source]
+    while True:
+        base = getattr(source, "base", None)
+        if base is None and isinstance(source, ClosureSource):
+            base = source.fn
+        if not isinstance(base, Source):
+            return chain
+        source = base
+        chain.append(source)
+
+
 @dataclass(frozen=True)
 class GlobalSource(Source):
     """A global of the frame's own module (`G`), or of another module by its name in sys.modules."""

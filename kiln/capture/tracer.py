@@ -37,7 +37,8 @@ from kiln.capture.opcodes import OPCODES
 from kiln.capture.output_graph import OutputGraph
 from kiln.capture.process_modes import ProcessModes
 from kiln.capture.side_effects import SideEffects
-from kiln.capture.sources import AttrSource, ClosureSource, GlobalSource, ItemSource, LocalSource, Source, resume_stack_slot
+from kiln.capture.sources import (AttrSource, ClosureSource, GlobalSource, ItemSource, LocalSource, Source, TypeSource,
+                                  resume_stack_slot, source_chain)
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
@@ -98,6 +99,8 @@ class CaptureState:
         self.modes = ProcessModes()  # the default dtype and other settings the frame changes
         self.innermost: "Tracer | None" = None
         self.steps = 0
+        # names of the sources an nn.Module was read from: ints read through one stay constants
+        self.module_sources: set[str] = set()
         self.inference_breaks = False  # inference_mode blocks are breaks (one of them escaped: InferenceModeEscapes)
         self._cells: dict[int, tuple[types.CellType, CellVariable]] = {}
 
@@ -128,15 +131,31 @@ class CaptureState:
     def dynamic_int(self, value: int, source: Source) -> bool:
         if self.policy is None or config.specialize_int or isinstance(value, bool):
             return False
-        if not isinstance(source, (LocalSource, ClosureSource, ItemSource)) and not resume_stack_slot(source):
-            # Only arguments, the contents of closure cells (a closure made per call over a
-            # counter), items of containers (a config dict whose value a script changes), and what
-            # the glue passes a resume function (the rest of a `range` loop); attributes and
-            # globals stay constants as in Dynamo.
+        if not isinstance(source, (LocalSource, ClosureSource, ItemSource)) and not resume_stack_slot(source) \
+                and not self._read_number_source(source, is_int=True):
+            # arguments, closure contents, items of containers (a config dict whose value a
+            # script changes), what the glue passes a resume function (the rest of a `range`
+            # loop), and attributes of what the frame was given
             return False
         if not _INT64_MIN <= value <= _INT64_MAX:
             return False  # kernels take a symbolic int as int64: a bigger one stays a constant
         return bool(self.policy.int_is_dynamic(source.name(), value, self.dynamic))
+
+    def _read_number_source(self, source: Source, is_int: bool) -> bool:
+        """Whether a number read from `source` may become symbolic once it changes (automatic
+        dynamic), as torch.compile decides: what is read (through attributes and items) from the
+        frame's arguments, its closure cells, or what the glue passes a resume function (a user
+        object's step counter, a dataclass field, a slot, a function attribute, a class attribute
+        read through an instance). Ints read through a global (module-level ints are taken as
+        fixed) or through an nn.Module (its ints are taken as part of its structure) stay
+        constants; floats have neither exception."""
+        chain = source_chain(source)
+        roots: tuple[type, ...] = (LocalSource, ClosureSource) if is_int else (LocalSource, ClosureSource, GlobalSource)
+        if not isinstance(chain[-1], roots):
+            return False
+        if is_int and any(s.name() in self.module_sources for s in chain[1:]):
+            return False
+        return all(isinstance(s, (ItemSource, AttrSource, TypeSource)) for s in chain[:-1])
 
     def symbolic_int(self, value: int, source: Source) -> Variable:
         sym = self.shape_env.create_symbolic_int(value, source.name())
@@ -152,11 +171,13 @@ class CaptureState:
     def dynamic_float(self, value: float, source: Source) -> bool:
         if self.policy is None or config.specialize_float:
             return False
-        if not isinstance(source, (LocalSource, ItemSource, GlobalSource)) and not resume_stack_slot(source):
-            # attributes stay constants guarded by value. A float held in a dict or list (an
-            # optimizer's `param_groups[i]['lr']`, which a scheduler changes every step) or in a
-            # global (a module-level scale a script changes between calls) becomes a symbol once it
-            # changes, as torch.compile's floats do (unlike ints, whose globals stay constants)
+        if not isinstance(source, (LocalSource, ItemSource, GlobalSource)) and not resume_stack_slot(source) \
+                and not self._read_number_source(source, is_int=False):
+            # A float held in a dict or list (an optimizer's `param_groups[i]['lr']`, which a
+            # scheduler changes every step), an attribute (a user object's scale, a dataclass
+            # field, a module's float), or a global (a module-level scale a script changes between
+            # calls) becomes a symbol once it changes, as torch.compile's floats do (unlike ints,
+            # whose globals and nn.Module attributes stay constants)
             return False
         if value == 0.0:
             # 0.0 == -0.0: a symbol specialized by the trace (copysign, str(), a branch) is guarded

@@ -216,6 +216,8 @@ def _wrap_module(state: "CaptureState", value: torch.nn.Module, source: Source |
     # guarded where it is read; a name found on the class or in the module's tables is guarded
     # absent from the instance dict, NNModuleVariable.generic_getattr).
     _guard(state, source, "check_type", type(value))
+    if source is not None:
+        state.module_sources.add(source.name())
     return NNModuleVariable(value, source)
 
 
