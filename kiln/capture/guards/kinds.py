@@ -596,6 +596,14 @@ def check_keys(expected: tuple, name: str, em: Emitter) -> list[Check]:
     return [Check(f"list({{v}}.keys()) == {em.bind(list(expected))}", why)]
 
 
+@guard_kind
+def check_set_order(expected: tuple, name: str, em: Emitter) -> list[Check]:
+    # A set's iteration order is its hash table's (sizes, collisions, dummies of removed elements):
+    # two equal sets may iterate differently, and a graph that unrolled an iteration took one order.
+    return [Check(f"tuple({{v}}) == {em.bind(tuple(expected))}",
+                  lambda v: f"the iteration order of {name} changed from {list(expected)} to {_short(list(v))}")]
+
+
 _INLINE_ABSENT = 8  # names an absent-check tests inline; more go through one ___absent call
 
 

@@ -54,6 +54,9 @@ def _portable_guard(guard: Guard) -> None:
     elif kind == "check_keys":
         if not isinstance(expected, tuple) or not all(_portable_key(k) for k in expected):
             raise NotPortable(f"keys at {guard.source}")
+    elif kind == "check_set_order":
+        if not isinstance(expected, tuple) or not all(type(v) in _LITERAL_TYPES for v in expected):
+            raise NotPortable(f"set order at {guard.source}")
     elif kind == "check_absent":
         if not isinstance(expected, frozenset) or not all(type(k) is str for k in expected):
             raise NotPortable(f"absent names at {guard.source}")

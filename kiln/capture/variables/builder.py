@@ -69,7 +69,7 @@ from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVari
 from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
-from kiln.capture.variables.sets import SetVariable, shadow_of
+from kiln.capture.variables.sets import SetVariable, replayed_shadow_of
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.torch import TorchFunctionVariable
 from kiln.capture.variables.environ import GetenvVariable
@@ -282,7 +282,13 @@ def _wrap_model_output(state: "CaptureState", value: Any, source: Source | None)
 
 def _wrap_constant_set(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     _guard(state, source, "check_value", value)
-    return SetVariable([ConstantVariable(v) for v in value], type(value), source, shadow=shadow_of(value))
+    replayed = replayed_shadow_of(value)
+    made = SetVariable([ConstantVariable(v) for v in value], type(value), source,
+                       shadow=set(value) if replayed is None else replayed)
+    if replayed is not None:
+        return made
+    order = tuple(value)
+    return made.made_foreign(lambda: _guard(state, source, "check_set_order", order))
 
 
 def _wrap_autocast_exit(state: "CaptureState", value: Any, source: Source | None) -> Variable:

@@ -56,6 +56,35 @@ class SetVariable(Variable):
                 shadow.add(key)
             self.log = [("add", (key,)) for key in self.items]
         self.shadow = shadow if _shadowable(self.items) else None
+        # A set from outside whose table Kiln does not have (its shadow is a copy, which may iterate
+        # differently and holds no dummies): `items` keeps its iteration order, which an element's
+        # removal keeps and `order_guard` guards when read; once the frame adds an element (where it
+        # lands depends on the real table) or pops one (where pop looks), its order is not known.
+        self.foreign = False
+        self.order_guard: Callable[[], None] | None = None
+        self.changed = False
+        self.grown = False
+
+    def made_foreign(self, order_guard: Callable[[], None] | None) -> "SetVariable":
+        """This set stands for one from outside whose hash table Kiln cannot copy."""
+        self.foreign, self.order_guard = True, order_guard
+        return self
+
+    def _real_order_read(self) -> None:
+        if self.order_guard is not None:
+            self.order_guard()
+            self.order_guard = None
+
+    def _table(self, why: str) -> set | None:
+        """The shadow, as the table of a real operation that copies or iterates this set: for a
+        foreign set only while the frame has not changed it and the copy iterates as it does (a
+        copy of it is then a copy of the caller's, and an iteration sees eager's order)."""
+        if self.foreign:
+            if self.changed or self.shadow is None or list(self.shadow) != list(self.items):
+                raise Unsupported(f"{why} a {self.describe()} from outside the frame that it changed or whose "
+                                  "hash table Kiln cannot copy (eager's order follows that table)", kind="unsupported")
+            self._real_order_read()
+        return self.shadow
 
     @staticmethod
     def built(tx: "Tracer", items: Sequence[Variable], set_type: type = set) -> "SetVariable":
@@ -117,6 +146,13 @@ class SetVariable(Variable):
 
     def ordered_keys(self) -> list[Any]:
         """The keys in the order eager iterates the set."""
+        if self.foreign:
+            if self.grown:
+                raise Unsupported(f"the order of a {self.describe()} from outside the frame after the frame added to "
+                                  "it or popped from it (it follows the caller's hash table, which Kiln cannot copy)",
+                                  kind="unsupported")
+            self._real_order_read()
+            return list(self.items)
         if self.shadow is not None:
             return list(self.shadow)
         return list(self.items)
@@ -137,7 +173,7 @@ class SetVariable(Variable):
         None for the latter once an element is hashed by identity."""
         if isinstance(other, SetVariable):
             self._no_equal_strangers(tx, other.items)
-            return dict(other.items), other.shadow
+            return dict(other.items), other._table("a set operation with")
         if isinstance(other, DictVariable):
             keys = {k: key_variable(tx, k) for k in other.items}
             self._no_equal_strangers(tx, keys)
@@ -168,6 +204,8 @@ class SetVariable(Variable):
             raise Unsupported(f"{self.set_type.__name__} has no in-place methods (raised natively)",
                               kind="unsupported")
         tx.side_effects.mutate(self)
+        self.changed = True
+        self.grown = self.grown or any(k not in self.items for k in items)
         self.removed = self.removed or any(k not in items for k in self.items)
         self.log = None if logged is None or self.log is None else [*self.log, logged]
         self.items, self.shadow = self._result(items, shadow)
@@ -219,6 +257,9 @@ class SetVariable(Variable):
         if name == "pop" and not args:
             if not self.items:
                 raise raise_in_trace(KeyError("pop from an empty set"), "KeyError: pop from an empty set (raised natively)")
+            if self.foreign:
+                raise Unsupported(f"set.pop on a {self.describe()} from outside the frame (which element it pops "
+                                  "follows the caller's hash table, which Kiln cannot copy)", kind="unsupported")
             shadow = self.shadow
             first = shadow.pop() if shadow is not None else next(iter(self.items))  # where eager's pop looks
             popped = self.items[first]
@@ -231,11 +272,14 @@ class SetVariable(Variable):
             return self._replace(tx, {}, self._shadow_op("clear", []) if self.shadow is not None else set(),
                                  ("clear", ()))
         if name == "copy" and not args:
-            return self._made(dict(self.items), None if self.shadow is None else self.shadow.copy())
+            table = self._table("copying")
+            return self._made(dict(self.items), None if table is None else table.copy())
         operands = [self._operand(tx, a) for a in args]
         others = [o[0] for o in operands]
         combined = _combine(name.removesuffix("_update"), self.items, others)
         if combined is not None:
+            if not (name.endswith("_update") or name == "update"):
+                self._table(f"{self.set_type.__name__}.{name} of")
             shadow = self._shadow_op(name, [o[1] for o in operands])
             if name.endswith("_update") or name == "update":
                 reals = tuple(o[1] for o in operands)
@@ -257,6 +301,9 @@ class SetVariable(Variable):
         if not isinstance(other, SetVariable) or name is None:
             raise Unsupported(f"{self.describe()} {symbol} {other.describe()} (raised natively)", kind="unsupported")
         self._no_equal_strangers(tx, other.items)
+        if not (inplace and self.set_type is set):
+            self._table(f"`{symbol}` on")
+        other._table(f"`{symbol}` with")
         combined = _combine(name, self.items, [other.items])
         assert combined is not None
         if inplace and self.set_type is set:
@@ -316,7 +363,7 @@ class SetVariable(Variable):
 
 # id -> (the set replayed_set made for the glue, its log): a set the glue handed to the next
 # frame (the resume function after a break) has a table its copy would not keep; the builder
-# replays it again for that frame's shadow (shadow_of)
+# replays it again for that frame's shadow (replayed_shadow_of)
 _REPLAYED: dict[int, tuple[weakref.ref, tuple]] = {}
 
 
@@ -335,15 +382,16 @@ def _replay(log: tuple[tuple[str, tuple], ...]) -> set:
     return made
 
 
-def shadow_of(value: set | frozenset) -> set:
-    """The shadow of a set from outside: a copy of it (which has its table when it holds no dummies),
-    or, for one the glue rebuilt and that still iterates as the rebuild did, the rebuild again."""
+def replayed_shadow_of(value: set | frozenset) -> set | None:
+    """The shadow of a set from outside that the glue rebuilt and that still iterates as the rebuild
+    did: the rebuild again (its table, dummies included); None for any other set (whose table a
+    copy does not have: SetVariable.made_foreign)."""
     known = _REPLAYED.get(id(value))
     if known is not None and known[0]() is value:
         again = _replay(known[1])
         if list(again) == list(value):
             return again
-    return set(value)
+    return None
 
 
 def _replayable(value: Any) -> bool:
