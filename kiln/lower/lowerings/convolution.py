@@ -539,7 +539,10 @@ def _max_pool_value(ctx: LoweringContext, x: TensorValue, kernel_size: Any, stri
     value = TensorValue(x.dtype, tuple(sympy.Integer(s) for s in meta.shape), loader, origins=x.origins)
     if nhwc:  # stored NHWC, as ATen's pooling returns it: a reader that wants NCHW (a convolution at
         # few pixels) would otherwise compute it along the columns, a gather at C elements' stride
-        return ctx.realize(value, Layout(value.dtype, value.sizes, channels_last_strides(value.sizes)))
+        stored = ctx.realize(value, Layout(value.dtype, value.sizes, channels_last_strides(value.sizes)))
+        assert stored.view is not None
+        ctx.relaid_out.add(stored.view.name)  # returned, it is copied out in eager's strides
+        return stored
     return value
 
 
