@@ -150,11 +150,25 @@ def index_put(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> A
         result = _index_result_shape(x, list(indices))
         given = list(values.shape)  # (x[i] = v drops v's leading 1s before it gets here)
         fits = len(given) <= len(result) and all(
-            v == 1 or v == r for v, r in zip(reversed(given), reversed(result)))
+            _broadcasts(v, r) for v, r in zip(reversed(given), reversed(result)))
         if not fits:
             raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be "
                                f"broadcast to indexing result of shape {list(result)}")
     return mode.run_kernel(func, args, kwargs)
+
+
+def _broadcasts(v: Any, r: Any) -> bool:
+    """Whether a values size `v` broadcasts to the indexing result's size `r`; guarded where the sizes
+    are backed symbols. A size known only at run time (nonzero's count, in index's backward) cannot
+    be guarded before the graph runs: the condition is recorded as a runtime assert (torch._check)."""
+    try:
+        return bool(v == 1 or v == r)
+    except DataDependentOutputError:
+        one, same = v == 1, v == r
+        if one is True or same is True:
+            return True
+        torch._check(same if one is False else (one if same is False else one | same))
+        return True
 
 
 def _index_result_shape(x: Any, indices: list) -> list:
