@@ -131,9 +131,9 @@ def torch_oracle(program: Program) -> Run:
 
 
 KILN_BACKEND_NEEDS = {  # what each backend runs through; without it kiln.backends substitutes "eager"
-    "eager": [("kiln.capture.tracer", "capture_frame")],
-    "aot_eager": [("kiln.capture.tracer", "capture_frame"), ("kiln.autograd", "aot_eager")],
-    "inductor": [("kiln.capture.tracer", "capture_frame"), ("kiln.autograd", "aot_autograd"),
+    "eager": [("kiln.capture", "capture_frame")],
+    "aot_eager": [("kiln.capture", "capture_frame"), ("kiln.autograd", "aot_eager")],
+    "inductor": [("kiln.capture", "capture_frame"), ("kiln.autograd", "aot_autograd"),
                  ("kiln.lower", "compile_graph")],
 }
 
