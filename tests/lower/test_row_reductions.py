@@ -120,6 +120,35 @@ def test_a_row_kernel_source_is_one_kernel_per_softmax() -> None:
     assert compiled.cpp_source.count("extern \"C\" void kernel") == 1
 
 
+@pytest.mark.parametrize("n", [7, 40, 1024, 5000])
+def test_a_float_softmax_keeps_its_exponentials_in_its_output(n: int) -> None:
+    # exp(x - max) is stored where the result goes and scaled there in place (no row buffer): the
+    # pass that computes exp writes the output's cold lines (the last pass once waited on them)
+    compiled = check(lambda x: torch.softmax(x, -1), _rows((6, n), torch.float32), **DEFAULT)
+    kernel = compiled.cpp_source.split("// kernel0")[1]
+    assert "alignas(64) float buf" not in kernel and "std::malloc" not in kernel
+    out = re.search(r"return \((buf\d+),\)", compiled.wrapper_source)
+    assert out is not None
+    stores = re.findall(rf"{out.group(1)}\[[^\]]*\] = (t\d+);", kernel)
+    exps = set(re.findall(r"float (t\d+) = kiln_expf", kernel))
+    assert exps & set(stores) and len(stores) > len(exps & set(stores))  # exp stored there, then the scaled value
+    compiled = compile_fn(lambda x: torch.softmax(x, -1), _rows((3, n), torch.float32), dynamic=True)
+    assert "std::malloc" not in compiled.cpp_source.split("// kernel0")[1]
+    x = _rows((5, n + 3), torch.float32)
+    torch.testing.assert_close(compiled(x)[0], torch.softmax(x, -1))
+
+
+@pytest.mark.parametrize("shape", [(2, 40, 40), (1, 128, 300)], ids=str)
+def test_a_softmax_over_storage_it_may_take_over_is_as_eager(shape: tuple[int, ...]) -> None:
+    # the matmul's result dies in the softmax, so the memory plan may give the softmax its storage:
+    # read for good before the exponentials overwrite it, or (read again by the last pass) left alone
+    q, k = torch.randn(shape), torch.randn(shape)
+    check(lambda q, k: torch.softmax(q @ k.transpose(1, 2), -1), q, k, atol=1e-5, rtol=1e-4)
+    check(lambda q, k: torch.softmax(q @ k.transpose(1, 2), -1) + q @ k.transpose(1, 2), q, k, atol=1e-4, rtol=1e-4)
+    check(lambda q, k: torch.softmax(q @ k.transpose(1, 2) * 0.5, -1) * (q @ k.transpose(1, 2)), q, k,
+          atol=1e-4, rtol=1e-4)
+
+
 def test_a_row_reduction_prefetches_the_next_row_of_each_input_it_walks() -> None:
     # one prefetch loop per input that moves with the row (not the broadcast weight and bias), no
     # more than PREFETCH_ROW_BYTES of a long row; values as eager's

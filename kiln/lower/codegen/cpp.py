@@ -577,7 +577,9 @@ def compute(dtype: torch.dtype) -> torch.dtype:
 
 class CppBodyWriter(BodyWriter):
     """Emits C++ statements for body values with common-subexpression elimination. `scratch` maps a
-    scratch buffer to the substitution that drops the outer variables (its one row)."""
+    scratch buffer to the substitution that drops the outer variables (its one row), or to the C
+    place of the current point's slot (a tile's scratch, a row kept in the output: read only where
+    it was written)."""
 
     RENDER = RENDER
 
@@ -600,10 +602,13 @@ class CppBodyWriter(BodyWriter):
         return text if text.isidentifier() or text.lstrip("-").isdigit() else f"({text})"
 
     def load(self, v: Load, key: sympy.Expr) -> str:
-        if v.buffer in self.scratch:
-            key = sympy.expand(key.xreplace(self.scratch[v.buffer]))
-        where = cexpr(key) + ("" if v.extra is None else f" + {self.value(v.extra)}")
-        raw = f"{v.buffer}[{where}]"
+        place = self.scratch.get(v.buffer)
+        if isinstance(place, str):  # the current point's slot: a tile's scratch, a row kept in the output
+            raw = place
+        else:
+            if place is not None:
+                key = sympy.expand(key.xreplace(place))
+            raw = f"{v.buffer}[{cexpr(key)}{'' if v.extra is None else f' + {self.value(v.extra)}'}]"
         if self.guard is not None and (v.extra is not None or key.free_symbols & self.guard_vars):
             raw = f"({self.guard} ? {raw} : 0)"
         st = self.storage[v.buffer]
@@ -676,9 +681,10 @@ class CppBodyWriter(BodyWriter):
         st = self.storage[buffer]
         val = _to_half(st, value)
         where = self.place(index)
-        if buffer in self.scratch:
-            where = sympy.expand(where.xreplace(self.scratch[buffer]))
-        target = f"{buffer}[{cexpr(where)}{extra}]"
+        place = self.scratch.get(buffer)
+        if place is not None and not isinstance(place, str):
+            where = sympy.expand(where.xreplace(place))
+        target = place if isinstance(place, str) else f"{buffer}[{cexpr(where)}{extra}]"
         if mode == "add" and st in (torch.bfloat16, torch.float16):
             # the addend and each sum round to the half type, one element after another, as ATen's
             # serial loops add (index_put with accumulate, index_add): the sum of a half word and a
