@@ -190,3 +190,29 @@ def test_a_long_row_sum_is_about_as_accurate_as_eager() -> None:
     kiln_error = (got.double() - exact).abs().max().item()
     eager_error = (x.sum(-1).double() - exact).abs().max().item()
     assert kiln_error <= 3 * eager_error, (kiln_error, eager_error)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int64, torch.uint8])
+@pytest.mark.parametrize("shape,dim", [((5, 7), -1), ((5, 7), 0), ((3, 4, 5), 1), ((6, 3000), -1), ((4, 1), -1),
+                                       ((3,), 0)], ids=str)
+def test_argmax_argmin_and_max_min_with_indices_are_eager_first_occurrences(shape: tuple[int, ...], dim: int,
+                                                                           dtype: torch.dtype) -> None:
+    # two vectorized passes (the extreme, then the least position holding it), no serial
+    # (value, position) loop: ties, NaN (its first position wins), a row all -inf, whole-tensor forms
+    x = _rows(shape, torch.float32).to(dtype) if dtype != torch.uint8 else (torch.rand(shape) * 5).to(dtype)
+    if dtype.is_floating_point and x.numel() > 6:
+        x.view(-1)[3] = float("nan")
+        x.view(-1)[-1] = float("inf")
+    ties = torch.randint(0, 3, shape).to(dtype)
+    low = torch.full(shape, float("-inf")).to(dtype) if dtype.is_floating_point else torch.zeros(shape, dtype=dtype)
+    for fn in (lambda x: x.argmax(dim), lambda x: x.argmin(dim), lambda x: x.max(dim), lambda x: x.min(dim),
+               lambda x: x.argmax(), lambda x: x.argmax(dim, keepdim=True), lambda x: x.argmin(None, keepdim=True)):
+        for value in (x, ties, low):
+            compiled = check(fn, value, atol=0, rtol=0)
+            assert "best_" not in compiled.cpp_source
+
+
+def test_a_max_with_its_index_over_a_computed_row_is_one_kernel() -> None:
+    x = _rows((8, 300), torch.float32)
+    compiled = check(lambda x: (x * 2 + 1).max(-1), x, atol=0, rtol=0)
+    assert compiled.kernel_count == 1

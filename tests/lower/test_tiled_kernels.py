@@ -78,10 +78,11 @@ def test_a_strided_softmax_with_dynamic_sizes() -> None:
 @pytest.mark.parametrize("shape", [(1024, 1024), (33, 70), (5, 3)], ids=str)
 def test_a_transpose_made_contiguous_is_copied_in_blocks(shape: tuple[int, ...], dtype: torch.dtype) -> None:
     x = _x(shape).to(dtype)
+    blocked = min(shape) >= 32  # a side shorter than a block stays in cache as it is
     compiled = check(lambda x: x.t().contiguous(), x, atol=0, rtol=0)
-    assert BLOCKED in compiled.cpp_source
+    assert (BLOCKED in compiled.cpp_source) == blocked
     compiled = check(lambda x: (x.t() * 2).contiguous(), x, atol=0, rtol=0) if dtype != torch.bool else None
-    assert compiled is None or BLOCKED in compiled.cpp_source
+    assert compiled is None or (BLOCKED in compiled.cpp_source) == blocked
 
 
 def test_a_permute_of_heads_and_a_batched_transpose_are_as_eager() -> None:
@@ -91,3 +92,34 @@ def test_a_permute_of_heads_and_a_batched_transpose_are_as_eager() -> None:
     y = _x((4, 50, 33))
     compiled = check(lambda y: y.transpose(1, 2).contiguous() + 1, y, **DEFAULT)
     assert BLOCKED in compiled.cpp_source
+
+
+# concatenations: the parts of a cat along the inner dim are one select chain (each part's loads
+# guarded by its own mask and the masks of the parts before it), a row that copies one input of a
+# stack (the mask the same along the row) is one plain loop per side
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_cats_and_stacks_along_each_dim_are_as_eager(dtype: torch.dtype) -> None:
+    a, b, c = _x((5, 7)).to(dtype), _x((5, 3)).to(dtype), _x((5, 11)).to(dtype)
+    compiled = check(lambda a, b, c: torch.cat([a, b, c], -1), a, b, c, atol=0, rtol=0)
+    assert "[&]()" not in compiled.cpp_source.split("// kernel0")[1]  # no lambda left: GCC vectorizes it
+    d, e = _x((3, 7)).to(dtype), _x((4, 7)).to(dtype)
+    check(lambda a, d, e: torch.cat([a, d, e], 0), a, d, e, atol=0, rtol=0)
+    check(lambda a, d: torch.stack([a, a, a]), a, d, atol=0, rtol=0)
+    compiled = check(lambda p, q, r, s: torch.stack([p, q, r, s]), *(_x((6, 40)).to(dtype) for _ in range(4)),
+                     atol=0, rtol=0)
+    assert "} else {" in compiled.cpp_source  # a loop per input: the row's mask chosen outside it
+    check(lambda a, b: torch.stack([a, b], 1), a, a.clone(), atol=0, rtol=0)
+
+
+def test_cats_of_computed_parts_pads_and_dynamic_sizes_are_as_eager() -> None:
+    a, b = _x((4, 9)), _x((4, 6))
+    check(lambda a, b: torch.cat([a.exp(), b * 2, a[:, :3] + 1], -1), a, b, **DEFAULT)
+    check(lambda a, b: torch.cat([F.pad(a, (2, 3)), b], -1).sum(-1), a, b, atol=1e-4, rtol=1e-4)
+    check(lambda a: F.pad(a, (1, 1, 2, 0), value=-1.5), a, atol=0, rtol=0)
+    check(lambda a, b: torch.stack([a[:, :6], b]).softmax(-1), a, b, **DEFAULT)
+    compiled = compile_fn(lambda a, b: torch.cat([a, b], -1), a, b, dynamic=True)
+    for n, m in ((4, 9), (3, 1), (7, 40)):
+        a, b = _x((5, n)), _x((5, m))
+        torch.testing.assert_close(compiled(a, b)[0], torch.cat([a, b], -1), atol=0, rtol=0)

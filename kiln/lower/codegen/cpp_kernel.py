@@ -8,6 +8,7 @@ translation unit of a KernelProgram. Corresponds to the kernel classes of torch/
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Sequence
 
@@ -175,6 +176,18 @@ class KernelWriter(TileKernels):
     def _loop_block(self, blk: Block, k: Kernel, ys: Sequence[sympy.Symbol], locals_: dict, parallel: bool,
                     parallel_if: str) -> list[str]:
         """One simd loop over the inner range: its accumulators, nodes, and the reductions' stores."""
+        split = _row_invariant_mask(blk, k, ys)
+        if split is not None:
+            # one loop per side of a mask the whole row shares (which input of a stack a row
+            # copies): a mask the same on every lane kept GCC from vectorizing the masked loads
+            node, masked = split
+            sub = kernel_substitution(k, node)
+            assert sub is not None  # _row_invariant_mask placed it
+            w = CppBodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+            cond = w.value(masked.mask)
+            sides = [self._loop_block(Block(blk.kind, (dataclasses.replace(node, body=side),)), k, ys, locals_,
+                                      parallel, parallel_if) for side in (masked.body, masked.other)]
+            return w.lines + [f"if ({cond}) {{"] + sides[0] + ["} else {"] + sides[1] + ["}"]
         reds = [n for n in blk.nodes if isinstance(n, Reduction) and n.name not in k.columns]
         accs = {n.name: f"acc_{n.name}" for n in reds}
         accs.update({name: f"col_{name}[{self._column_place(k, name)[1]}]" for name in k.columns})
@@ -570,6 +583,27 @@ def _rows_in_output(k: Kernel) -> dict[str, str]:
             continue
         into[name] = f"{out.name}[{cexpr(sympy.expand(out.layout.index(iv(len(out.ranges))).xreplace(out_sub)))}]"
     return into
+
+
+def _row_invariant_mask(blk: Block, k: Kernel, ys: Sequence[sympy.Symbol]) -> tuple[Pointwise, Masked] | None:
+    """A loop block of one stored pointwise node whose value is a mask's choice, the mask the same
+    along the inner range (no inner variable in its indices, no indirect load): the node and its
+    Masked value."""
+    if len(blk.nodes) != 1 or blk.kind != "loop" or not k.outer:
+        return None
+    node = blk.nodes[0]
+    if not isinstance(node, Pointwise) or not isinstance(node.body, Masked) or node.name in k.local | k.scratch:
+        return None
+    sub = kernel_substitution(k, node)
+    if sub is None:
+        return None
+    for v in walk(node.body.mask):
+        if isinstance(v, Load) and (v.extra is not None or v.buffer in k.local | k.scratch):
+            return None
+        expr = v.index if isinstance(v, Load) else v.expr if isinstance(v, Index) else None
+        if expr is not None and sympy.sympify(expr).xreplace(sub).free_symbols & set(ys):
+            return None
+    return node, node.body
 
 
 def _read_where_made(k: Kernel, block: Block, made: Buffer) -> bool:

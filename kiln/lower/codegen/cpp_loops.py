@@ -415,11 +415,14 @@ def _tiled_rows(k: Kernel) -> bool:
 
 def _blocked_copy(k: Kernel) -> bool:
     """Whether a pointwise kernel stores contiguously along its last inner dim while a load it makes
-    is contiguous along the last outer dim instead (and not along the inner one)."""
+    is contiguous along the last outer dim instead (and not along the inner one), both at least a
+    block long."""
     if not k.outer or not k.inner or k.scratch or k.columns:
         return False
     if any(b.kind != "loop" for b in k.blocks) or not all(isinstance(n, Pointwise) for n in k.nodes):
         return False
+    if any(r.is_number and int(r) < COPY_BLOCK for r in (k.outer[-1], k.inner[-1])):
+        return False  # the lines of a side shorter than a block already stay in cache (a conv weight's relayout)
     xs, ys = kernel_vars(len(k.outer), len(k.inner))
     stored = False
     for node in k.nodes:
