@@ -83,13 +83,17 @@ def _padded_affine_silu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> to
 
 
 def test_loads_the_mask_does_not_depend_on_are_not_guarded() -> None:
-    """On NHWC input the padding mask is over rows and columns only: the per-channel weight and bias
+    """On NCHW input the padding mask is over rows and columns: the per-channel weight and bias
     loads read where they read inside the image, so they load unguarded (GCC vectorizes no loop
-    whose masked load has one mask for every lane); the input's load keeps its guard."""
-    x = torch.randn(2, 16, 7, 5).contiguous(memory_format=torch.channels_last)
+    whose masked load has one mask for every lane); the input's load keeps its guard. On NHWC
+    input the mask is the same along a row of channels: the row runs one of two plain loops
+    (the image's values, or the padding's zeros), with no guard at all."""
+    x = torch.randn(2, 16, 7, 5)
     c = check(_padded_affine_silu, x, torch.randn(16), torch.randn(16))
     assert re.search(r"\? arg0\[[^\]]*\] : 0\)", c.cpp_source), c.cpp_source
     assert not re.search(r"\? arg[12]\[", c.cpp_source), c.cpp_source
+    c = check(_padded_affine_silu, x.contiguous(memory_format=torch.channels_last), torch.randn(16), torch.randn(16))
+    assert not re.search(r"\? arg[012]\[", c.cpp_source) and "} else {" in c.cpp_source, c.cpp_source
 
 
 @pytest.mark.skipif(not _has_avx512(), reason="the vector instructions checked are AVX-512's")

@@ -120,6 +120,35 @@ def test_a_row_kernel_source_is_one_kernel_per_softmax() -> None:
     assert compiled.cpp_source.count("extern \"C\" void kernel") == 1
 
 
+@pytest.mark.parametrize("n", [7, 40, 1024, 5000])
+def test_a_float_softmax_keeps_its_exponentials_in_its_output(n: int) -> None:
+    # exp(x - max) is stored where the result goes and scaled there in place (no row buffer): the
+    # pass that computes exp writes the output's cold lines (the last pass once waited on them)
+    compiled = check(lambda x: torch.softmax(x, -1), _rows((6, n), torch.float32), **DEFAULT)
+    kernel = compiled.cpp_source.split("// kernel0")[1]
+    assert "alignas(64) float buf" not in kernel and "std::malloc" not in kernel
+    out = re.search(r"return \((buf\d+),\)", compiled.wrapper_source)
+    assert out is not None
+    stores = re.findall(rf"{out.group(1)}\[[^\]]*\] = (t\d+);", kernel)
+    exps = set(re.findall(r"float (t\d+) = kiln_expf", kernel))
+    assert exps & set(stores) and len(stores) > len(exps & set(stores))  # exp stored there, then the scaled value
+    compiled = compile_fn(lambda x: torch.softmax(x, -1), _rows((3, n), torch.float32), dynamic=True)
+    assert "std::malloc" not in compiled.cpp_source.split("// kernel0")[1]
+    x = _rows((5, n + 3), torch.float32)
+    torch.testing.assert_close(compiled(x)[0], torch.softmax(x, -1))
+
+
+@pytest.mark.parametrize("shape", [(2, 40, 40), (1, 128, 300)], ids=str)
+def test_a_softmax_over_storage_it_may_take_over_is_as_eager(shape: tuple[int, ...]) -> None:
+    # the matmul's result dies in the softmax, so the memory plan may give the softmax its storage:
+    # read for good before the exponentials overwrite it, or (read again by the last pass) left alone
+    q, k = torch.randn(shape), torch.randn(shape)
+    check(lambda q, k: torch.softmax(q @ k.transpose(1, 2), -1), q, k, atol=1e-5, rtol=1e-4)
+    check(lambda q, k: torch.softmax(q @ k.transpose(1, 2), -1) + q @ k.transpose(1, 2), q, k, atol=1e-4, rtol=1e-4)
+    check(lambda q, k: torch.softmax(q @ k.transpose(1, 2) * 0.5, -1) * (q @ k.transpose(1, 2)), q, k,
+          atol=1e-4, rtol=1e-4)
+
+
 def test_a_row_reduction_prefetches_the_next_row_of_each_input_it_walks() -> None:
     # one prefetch loop per input that moves with the row (not the broadcast weight and bias), no
     # more than PREFETCH_ROW_BYTES of a long row; values as eager's
@@ -161,3 +190,29 @@ def test_a_long_row_sum_is_about_as_accurate_as_eager() -> None:
     kiln_error = (got.double() - exact).abs().max().item()
     eager_error = (x.sum(-1).double() - exact).abs().max().item()
     assert kiln_error <= 3 * eager_error, (kiln_error, eager_error)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int64, torch.uint8])
+@pytest.mark.parametrize("shape,dim", [((5, 7), -1), ((5, 7), 0), ((3, 4, 5), 1), ((6, 3000), -1), ((4, 1), -1),
+                                       ((3,), 0)], ids=str)
+def test_argmax_argmin_and_max_min_with_indices_are_eager_first_occurrences(shape: tuple[int, ...], dim: int,
+                                                                           dtype: torch.dtype) -> None:
+    # two vectorized passes (the extreme, then the least position holding it), no serial
+    # (value, position) loop: ties, NaN (its first position wins), a row all -inf, whole-tensor forms
+    x = _rows(shape, torch.float32).to(dtype) if dtype != torch.uint8 else (torch.rand(shape) * 5).to(dtype)
+    if dtype.is_floating_point and x.numel() > 6:
+        x.view(-1)[3] = float("nan")
+        x.view(-1)[-1] = float("inf")
+    ties = torch.randint(0, 3, shape).to(dtype)
+    low = torch.full(shape, float("-inf")).to(dtype) if dtype.is_floating_point else torch.zeros(shape, dtype=dtype)
+    for fn in (lambda x: x.argmax(dim), lambda x: x.argmin(dim), lambda x: x.max(dim), lambda x: x.min(dim),
+               lambda x: x.argmax(), lambda x: x.argmax(dim, keepdim=True), lambda x: x.argmin(None, keepdim=True)):
+        for value in (x, ties, low):
+            compiled = check(fn, value, atol=0, rtol=0)
+            assert "best_" not in compiled.cpp_source
+
+
+def test_a_max_with_its_index_over_a_computed_row_is_one_kernel() -> None:
+    x = _rows((8, 300), torch.float32)
+    compiled = check(lambda x: (x * 2 + 1).max(-1), x, atol=0, rtol=0)
+    assert compiled.kernel_count == 1

@@ -3,11 +3,12 @@
 A row kernel runs its outer range under `#pragma omp parallel for` and, per outer point, its blocks:
 simd loops over the inner range holding pointwise stores and reductions (per-thread accumulators with
 OpenMP reduction clauses, NaN tracked on the side for max/min), and scalar statements. A reduction
-over a strided dim is tiled across outputs instead (`column_kernel`). `generate` makes the one
+over a strided dim is tiled across outputs instead (codegen/cpp_loops.py). `generate` makes the one
 translation unit of a KernelProgram. Corresponds to the kernel classes of torch/_inductor/codegen/cpp.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Sequence
 
@@ -16,52 +17,15 @@ import torch
 
 from kiln.lower.checks import ERROR_RECORD
 from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, CppBodyWriter, cexpr, compute, prelude
-from kiln.lower.codegen.memory import aliasing_args
+from kiln.lower.codegen.cpp_loops import (OMP_REDUCTION, TileKernels, _block_node, _column_reduction, _itemsize,
+                                          _ivars, _linear, _loops, _reduce_init, _simd_loops, _tiled_rows,
+                                          _blocked_copy)
+from kiln.lower.codegen.memory import aliasing_args, in_place_donors
 from kiln.lower.ir import (Buffer, FloorDiv, Index, Load, Masked, ModularIndexing, Op, Pointwise, Reduction, Scan,
                            Value, contiguous_strides, index_vars, walk)
 from kiln.lower.schedule import (Block, Kernel, KernelProgram, ScatterKernel, column_split, kernel_substitution,
                                  kernel_vars, node_substitution)
 from kiln.symbolic.expr import is_float_symbol
-
-REDUCE_INIT = {"sum": "0", "prod": "1", "any": "false", "all": "true"}
-OMP_REDUCTION = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "||", "all": "&&"}
-
-
-def _loops(vars_: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], pragma: str | None) -> tuple[list[str], list[str]]:
-    """Opening and closing lines of a perfect loop nest (no lines at all for zero dims)."""
-    opens, closes = [], []
-    if pragma and ranges:
-        collapse = f" collapse({len(ranges)})" if len(ranges) > 1 else ""
-        opens.append(pragma.replace("@collapse", collapse))
-    for v, r in zip(vars_, ranges):
-        opens.append(f"for (int64_t {v} = 0; {v} < {cexpr(r)}; {v}++) {{")
-        closes.append("}")
-    return opens, closes
-
-
-def _simd_loops(vars_: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], pragma: str) -> tuple[list[str], list[str]]:
-    """A loop nest whose innermost loop alone carries the simd `pragma` (no collapse): GCC turns an
-    `omp simd collapse(2)` nest into one loop whose index steps carry a branch, and then vectorizes
-    neither (a mean over H and W of an NCHW tensor ran scalar); the innermost loop walks the
-    stride-1 dim, which is what the vector lanes want."""
-    if len(ranges) <= 1:
-        return _loops(vars_, ranges, pragma)
-    o, c = _loops(vars_[:-1], ranges[:-1], None)
-    last, close = _loops(vars_[-1:], ranges[-1:], pragma.replace("@collapse", ""))
-    return o + last, close + c
-
-
-def _reduce_init(rtype: str, dtype: torch.dtype) -> str:
-    T = CTYPE[compute(dtype)]
-    if rtype in REDUCE_INIT:
-        return f"{T}({REDUCE_INIT[rtype]})" if dtype != torch.bool else REDUCE_INIT[rtype]
-    if dtype == torch.bool:
-        return "false" if rtype == "max" else "true"
-    if dtype.is_floating_point:
-        sign = "-" if rtype == "max" else ""
-        return f"{sign}std::numeric_limits<{T}>::infinity()"
-    return f"std::numeric_limits<{T}>::{'lowest' if rtype == 'max' else 'max'}()"
-
 
 def _accumulators(reds: Sequence[Reduction], accs: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
     """For the reductions of a loop: the declarations before it, the statements after it (a max or
@@ -85,7 +49,7 @@ def _accumulators(reds: Sequence[Reduction], accs: dict[str, str]) -> tuple[list
     return pre, post, clauses
 
 
-class KernelWriter:
+class KernelWriter(TileKernels):
     """Renders one Kernel (or ScatterKernel) as a C++ function and records its argument list."""
 
     def __init__(self, storage: dict[str, torch.dtype], size_symbols: set[str]) -> None:
@@ -111,6 +75,10 @@ class KernelWriter:
             return self.scan_kernel(k)
         if _column_reduction(k):
             return self.column_kernel(k)
+        if _tiled_rows(k):
+            return self.tiled_rows_kernel(k)
+        if _blocked_copy(k):
+            return self.blocked_copy_kernel(k)
         xs, ys = kernel_vars(len(k.outer), len(k.inner))
         locals_: dict = {}
         total = sympy.Mul(*k.outer, *k.inner)
@@ -118,7 +86,9 @@ class KernelWriter:
         parallel = not (total.is_number and total < PARALLEL_MIN)
         # a loop this long amortizes even a slow join of the second thread: it never adapts to load
         self.adaptive_threads = not (total.is_number and total >= ADAPTIVE_THREADS_MAX)
-        self.scratch = {name: {x: sympy.Integer(0) for x in xs} for name in k.scratch}
+        in_output = {} if k.columns else _rows_in_output(k)
+        self.scratch = {name: {x: sympy.Integer(0) for x in xs} for name in k.scratch if name not in in_output}
+        self.scratch.update(in_output)
         self.hidden = k.local | k.scratch
         rows = self._scratch_rows(k, xs, ys)
         on_stack = all(size.is_number for size, _ in rows.values()) and sum(
@@ -134,8 +104,8 @@ class KernelWriter:
             body += ["}"] * len(k.outer)
         if k.columns:
             body += self._columns_close(k, ys, on_stack)
-        elif k.outer and k.scratch and not on_stack:
-            body += [f"std::free({name});" for name in sorted(k.scratch)] + ["}"]
+        elif k.outer and rows and not on_stack:
+            body += [f"std::free({name});" for name in sorted(rows)] + ["}"]
         return self._function(k.name, k.origins(), body), self.reads + self.writes
 
     def _outer_open(self, k: Kernel, xs: Sequence[sympy.Symbol], rows: dict, on_stack: bool, parallel: bool,
@@ -143,12 +113,12 @@ class KernelWriter:
         """The opening of a row kernel's outer loop nest, with its scratch rows and parallel region."""
         if k.columns:
             return self._columns_open(k, xs, rows, on_stack, parallel, parallel_if)
-        if k.outer and k.scratch and on_stack:
+        if k.outer and rows and on_stack:
             # a row buffer on the stack of each outer iteration: the compiler sees it aliases nothing
             # (a malloc'd pointer shared through an OpenMP region does not vectorize as well)
             o, _ = _loops(xs, k.outer, f"#pragma omp parallel for@collapse{parallel_if}" if parallel else None)
             return o + [f"alignas(64) {T} {name}[{int(size)}];" for name, (size, T) in sorted(rows.items())]
-        if k.outer and k.scratch:
+        if k.outer and rows:
             # each thread gets one row buffer per scratch buffer, allocated once around the loop
             body = [f"#pragma omp parallel{parallel_if}" if parallel else "// one thread", "{"]
             for name, (size, T) in sorted(rows.items()):
@@ -206,6 +176,18 @@ class KernelWriter:
     def _loop_block(self, blk: Block, k: Kernel, ys: Sequence[sympy.Symbol], locals_: dict, parallel: bool,
                     parallel_if: str) -> list[str]:
         """One simd loop over the inner range: its accumulators, nodes, and the reductions' stores."""
+        split = _row_invariant_mask(blk, k, ys)
+        if split is not None:
+            # one loop per side of a mask the whole row shares (which input of a stack a row
+            # copies): a mask the same on every lane kept GCC from vectorizing the masked loads
+            node, masked = split
+            sub = kernel_substitution(k, node)
+            assert sub is not None  # _row_invariant_mask placed it
+            w = CppBodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
+            cond = w.value(masked.mask)
+            sides = [self._loop_block(Block(blk.kind, (dataclasses.replace(node, body=side),)), k, ys, locals_,
+                                      parallel, parallel_if) for side in (masked.body, masked.other)]
+            return w.lines + [f"if ({cond}) {{"] + sides[0] + ["} else {"] + sides[1] + ["}"]
         reds = [n for n in blk.nodes if isinstance(n, Reduction) and n.name not in k.columns]
         accs = {n.name: f"acc_{n.name}" for n in reds}
         accs.update({name: f"col_{name}[{self._column_place(k, name)[1]}]" for name in k.columns})
@@ -368,6 +350,8 @@ class KernelWriter:
         """Per scratch buffer: the elements one row needs and its C type."""
         rows = {}
         for name in k.scratch:
+            if isinstance(self.scratch[name], str):  # kept in the output (_rows_in_output)
+                continue
             node = _block_node(next(n for n in k.nodes if n.name == name))
             sub = node_substitution(node, k.outer, k.inner)
             idx = sympy.expand(node.layout.index(_ivars(len(node.ranges))).xreplace(sub).xreplace(self.scratch[name]))
@@ -466,60 +450,6 @@ class KernelWriter:
             w2.store(n.name, n.layout.index(_ivars(len(n.ranges))), value)
             lines += w2.lines
         return lines
-
-    def column_kernel(self, k: Kernel) -> tuple[str, list[str]]:
-        """Reductions over a strided dim (sum over rows of a row-major matrix): vectorize across a
-        tile of TILE outputs instead, so every load of the inner loop is contiguous."""
-        xs, ys = kernel_vars(len(k.outer), len(k.inner))
-        self.scratch, self.hidden = {}, k.local
-        reds = [n for n in k.blocks[0].nodes if isinstance(n, Reduction)]
-        last, size = xs[-1], k.outer[-1]
-        total = sympy.Mul(*k.outer, *k.inner)
-        body: list[str] = []
-        if not (total.is_number and total < PARALLEL_MIN):
-            cond = "" if total.is_number else f" if({cexpr(total)} >= {PARALLEL_MIN})"
-            body.append(f"#pragma omp parallel for{' collapse(%d)' % len(xs) if len(xs) > 1 else ''}{cond}")
-        for x, r in zip(xs[:-1], k.outer[:-1]):
-            body.append(f"for (int64_t {x} = 0; {x} < {cexpr(r)}; {x}++) {{")
-        body.append(f"for (int64_t xt = 0; xt < {cexpr(size)}; xt += {TILE}) {{")
-        body.append(f"const int64_t xn = {cexpr(size)} - xt < {TILE} ? {cexpr(size)} - xt : {TILE};")
-        accs = {}
-        for n in reds:
-            rtype = n.reduction_type
-            dtype = n.layout.dtype
-            if dtype == torch.bool and rtype in ("max", "min"):
-                rtype = "any" if rtype == "max" else "all"
-            T = CTYPE[compute(dtype)]
-            accs[n.name] = f"acc_{n.name}[xi]"
-            body.append(f"{T} acc_{n.name}[{TILE}]; for (int xi = 0; xi < {TILE}; xi++) "
-                        f"acc_{n.name}[xi] = {_reduce_init(rtype, dtype)};")
-            if rtype in ("max", "min") and dtype.is_floating_point:
-                body.append(f"int nan_{n.name}[{TILE}] = {{0}};")
-        o, c = _loops(ys, k.inner, None)
-        body += o + ["#pragma omp simd", "for (int64_t xi = 0; xi < xn; xi++) {", f"const int64_t {last} = xt + xi;"]
-        locals_: dict = {}
-        loop_locals: dict = {}  # values made in the tile loop (pointwise nodes) feed later nodes
-        for node in k.blocks[0].nodes:
-            body += self._node(node, k, loop_locals, accs.get(node.name))
-        body += ["}"] + c
-        body += ["for (int64_t xi = 0; xi < xn; xi++) {", f"const int64_t {last} = xt + xi;"]
-        for n in reds:
-            if n.layout.dtype.is_floating_point and n.reduction_type in ("max", "min"):
-                body.append(f"if (nan_{n.name}[xi]) {accs[n.name]} = std::numeric_limits<{CTYPE[compute(n.layout.dtype)]}>::quiet_NaN();")
-            sub = node_substitution(n, k.outer, k.inner)
-            assert sub is not None
-            key = sympy.expand(n.layout.index(_ivars(len(n.ranges))).xreplace(sub))
-            locals_[(n.name, key)] = accs[n.name]
-            if n.name not in k.local:
-                self._note(self.writes, n.name)
-                w = CppBodyWriter(self.storage, sub, locals_, self.counter)
-                w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
-                body += w.lines
-        for blk in k.blocks[1:]:
-            for node in blk.nodes:
-                body += self._node(node, k, locals_, None)
-        body += ["}", "}"] + ["}"] * (len(xs) - 1)
-        return self._function(k.name, k.origins(), body), self.reads + self.writes
 
     def scan_kernel(self, k: Kernel) -> tuple[str, list[str]]:
         """A cumulative sum or product: the other dims in parallel, a serial loop along the scanned
@@ -621,42 +551,98 @@ SUM_CHUNK_BLOCKS = 64  # blocks a lane adds before the chunk's sum joins the lan
 PREFETCH_ROW_BYTES = 4096  # of each input's next row, prefetched at the start of a row (L1 holds 32-48 KiB)
 
 
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+def _rows_in_output(k: Kernel) -> dict[str, str]:
+    """Scratch rows a row kernel keeps in its output instead, each as the C place of the current
+    point: a scratch buffer whose one reader is an output of the same dtype that reads it at the
+    point it stores (a softmax's exponentials, scaled in place as ATen's kernel does). The pass
+    that makes the row then writes the output's cold lines while it computes (exp), and the last
+    pass rewrites lines in cache; written from a scratch row, the last pass waited on every cold
+    line with nothing to overlap it (a softmax over 8x32000 floats spent a quarter of its time on
+    that store). Not where the output may take the storage of an input read after that (_donors_read_by_then)."""
+    iv = _ivars
+    into = {}
+    for name in sorted(k.scratch):
+        made = next(n for n in k.nodes if n.name == name)
+        # readers in the block that makes it take its value from a register (the row's sum)
+        at = next(blk for blk in k.blocks if any(n is made for n in blk.nodes))
+        later = [n for blk in k.blocks if blk is not at for n in blk.nodes]
+        readers = [n for n in later if any(isinstance(v, Load) and v.buffer == name for v in walk(n.body))]
+        if len(readers) != 1 or not isinstance(readers[0], Pointwise) or not _read_where_made(k, at, made):
+            continue
+        out = readers[0]
+        if out.name in k.local | k.scratch or out.layout.dtype != made.layout.dtype:
+            continue
+        made_sub, out_sub = kernel_substitution(k, made), kernel_substitution(k, out)
+        if made_sub is None or out_sub is None:
+            continue
+        here = sympy.expand(made.layout.index(iv(len(made.ranges))).xreplace(made_sub))
+        if any(isinstance(v, Load) and v.buffer == name and (
+                v.extra is not None or sympy.expand(v.index.xreplace(out_sub)) != here) for v in walk(out.body)):
+            continue
+        if not _donors_read_by_then(k, made, out):
+            continue
+        into[name] = f"{out.name}[{cexpr(sympy.expand(out.layout.index(iv(len(out.ranges))).xreplace(out_sub)))}]"
+    return into
 
 
-TILE = 256  # outputs per column-reduction tile: each row read is 1 KiB contiguous, accumulators stay in L1
+def _row_invariant_mask(blk: Block, k: Kernel, ys: Sequence[sympy.Symbol]) -> tuple[Pointwise, Masked] | None:
+    """A loop block of one stored pointwise node whose value is a mask's choice, the mask the same
+    along the inner range (no inner variable in its indices, no indirect load): the node and its
+    Masked value."""
+    if len(blk.nodes) != 1 or blk.kind != "loop" or not k.outer:
+        return None
+    node = blk.nodes[0]
+    if not isinstance(node, Pointwise) or not isinstance(node.body, Masked) or node.name in k.local | k.scratch:
+        return None
+    sub = kernel_substitution(k, node)
+    if sub is None:
+        return None
+    for v in walk(node.body.mask):
+        if isinstance(v, Load) and (v.extra is not None or v.buffer in k.local | k.scratch):
+            return None
+        expr = v.index if isinstance(v, Load) else v.expr if isinstance(v, Index) else None
+        if expr is not None and sympy.sympify(expr).xreplace(sub).free_symbols & set(ys):
+            return None
+    return node, node.body
 
 
-def _column_reduction(k: Kernel) -> bool:
-    """Whether the reduction loop reads with a stride while the last outer dim is contiguous."""
-    if not k.outer or not k.inner or k.scratch or k.columns or not k.blocks or k.blocks[0].kind != "loop":
-        return False
-    if any(b.kind != "scalar" for b in k.blocks[1:]):
-        return False
-    nodes = k.blocks[0].nodes
-    # Pointwise work fused before the reductions (a bias gradient's sum next to the activation
-    # gradient it sums) runs inside the same tile loop; each element is still computed once.
-    if not any(isinstance(n, Reduction) for n in nodes):
-        return False
-    if not all(n.reduction_type in OMP_REDUCTION for n in nodes if isinstance(n, Reduction)):
-        return False
-    xs, ys = kernel_vars(len(k.outer), len(k.inner))
-    contiguous_outer = False
-    for node in nodes:
-        n = _block_node(node)
-        sub = node_substitution(n, k.outer, k.inner)
-        indices = [(v.index, v.extra) for v in walk(n.body) if isinstance(v, Load)]
-        if not isinstance(n, Reduction) and n.name not in k.local:
-            indices.append((n.layout.index(_ivars(len(n.ranges))), None))  # its store
-        for index, extra in indices:
-            idx = sympy.expand(index.xreplace(sub))
-            if extra is not None or idx.has(FloorDiv, ModularIndexing):
+def _read_where_made(k: Kernel, block: Block, made: Buffer) -> bool:
+    """Whether the nodes of `block` read `made` only at the point it is stored (from a register)."""
+    sub = kernel_substitution(k, made)
+    assert sub is not None  # a scratch buffer is one of its kernel's nodes
+    here = sympy.expand(_block_node(made).layout.index(_ivars(len(_block_node(made).ranges))).xreplace(sub))
+    for n in block.nodes:
+        n_sub = kernel_substitution(k, n)
+        for v in walk(n.body):
+            if isinstance(v, Load) and v.buffer == made.name and (
+                    n_sub is None or v.extra is not None or sympy.expand(v.index.xreplace(n_sub)) != here):
                 return False
-            if idx.coeff(ys[-1]) == 1:
+    return True
+
+
+def _donors_read_by_then(k: Kernel, made: Buffer, out: Buffer) -> bool:
+    """Whether every buffer whose storage the memory plan may give `out` (memory.in_place_donors)
+    has been read for good at each point when `made` is stored there instead of `out`: read in
+    earlier blocks, or in `made`'s block by `made` or a node before it at that same element only."""
+    block = next(i for i, blk in enumerate(k.blocks) if any(n is out for n in blk.nodes))
+    donors = in_place_donors(k, k.blocks[block].kind, out) - {made.name}  # `made` lives there by design
+    if not donors:
+        return True
+    at = next(i for i, blk in enumerate(k.blocks) if any(n is made for n in blk.nodes))
+    nodes = k.blocks[at].nodes
+    sub = kernel_substitution(k, made)
+    assert sub is not None  # a scratch buffer is one of its kernel's nodes
+    here = sympy.expand(_block_node(made).layout.index(_ivars(len(_block_node(made).ranges))).xreplace(sub))
+    for pos, n in enumerate(nodes):
+        n_sub = kernel_substitution(k, n)
+        for v in walk(n.body):
+            if not isinstance(v, Load) or v.buffer not in donors:
+                continue
+            if pos > nodes.index(made) or n_sub is None or v.extra is not None or \
+                    sympy.expand(v.index.xreplace(n_sub)) != here:
                 return False
-            contiguous_outer |= idx.coeff(xs[-1]) == 1
-    return contiguous_outer
+    return not any(isinstance(v, Load) and v.buffer in donors
+                   for blk in k.blocks[at + 1:] for n in blk.nodes for v in walk(n.body))
 
 
 def _lane_sums(reds: Sequence[Reduction], k: Kernel) -> bool:
@@ -669,21 +655,6 @@ def _lane_sums(reds: Sequence[Reduction], k: Kernel) -> bool:
         return False
     size = k.inner[0]
     return not size.is_number or int(size) >= SUM_LANES
-
-
-def _block_node(n: Buffer) -> Pointwise | Reduction:
-    """`n` as what a loop or scalar block holds: schedule.place admits only these there."""
-    assert isinstance(n, (Pointwise, Reduction))
-    return n
-
-
-def _linear(ys: Sequence[sympy.Symbol], inner: Sequence[sympy.Expr]) -> str:
-    """The row-major position of an inner point, in C."""
-    return cexpr(sum((y * s for y, s in zip(ys, contiguous_strides(inner))), sympy.Integer(0)))
-
-
-def _ivars(n: int) -> tuple[sympy.Symbol, ...]:
-    return index_vars("i", n)
 
 
 def _indent(lines: list[str]) -> str:

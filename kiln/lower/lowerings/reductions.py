@@ -15,7 +15,7 @@ import torch
 
 from kiln.lower import ops
 from kiln.lower.checks import IndexCheck, all_of
-from kiln.lower.ir import BufferRef, Index, Layout, Scan, Value, index_vars
+from kiln.lower.ir import BufferRef, Index, Layout, Scan, Value, contiguous_strides, index_vars
 from kiln.lower.lowerings import (LoweringContext, TensorValue, compute_dtype, normalize_dim, register,
                                   strided_value)
 from kiln.symbolic.expr import surely_positive
@@ -174,8 +174,37 @@ def amin(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool = 
 def _arg_reduce(ctx: LoweringContext, x: TensorValue, dim: Any, keepdim: bool, rtype: str) -> TensorValue:
     if dim is None and keepdim:
         dims = list(range(x.ndim))
-        return keep_dims(reduce(ctx, x, None, False, rtype, torch.int64), dims, x.ndim)
-    return reduce(ctx, x, dim, keepdim, rtype, torch.int64)
+        return keep_dims(_first_extreme(ctx, x, None, False, rtype), dims, x.ndim)
+    return _first_extreme(ctx, x, dim, keepdim, rtype)
+
+
+def _first_extreme(ctx: LoweringContext, x: TensorValue, dim: Any, keepdim: bool, rtype: str) -> TensorValue:
+    """argmax / argmin as two reductions that vectorize: the max (min), then the least position
+    holding it (the first NaN where the max is NaN), eager's first occurrence. The one-pass
+    running (value, position) pair is a serial loop, 3x slower than ATen's max.dim over rows of
+    4096 floats; the second pass rereads a row in cache."""
+    extreme = reduce(ctx, x, dim, True, "max" if rtype == "argmax" else "min", x.dtype)
+    dims = _dims(x, dim)
+    kept = [d for d in range(x.ndim) if d not in dims]
+    acc = compute_dtype(x.dtype)
+    strides = contiguous_strides([x.sizes[d] for d in dims])
+
+    def body(i: Sequence[sympy.Expr], r: Sequence[sympy.Expr]) -> Value:
+        full: list[sympy.Expr] = [sympy.Integer(0)] * x.ndim
+        for d, v in zip(kept, i):
+            full[d] = v
+        at = list(full)
+        for d, v in zip(dims, r):
+            full[d] = v
+        v, e = ops.cast(x.load(full), acc), ops.cast(extreme.load(at), acc)
+        hit = ops.op("eq", v, e)
+        if acc.is_floating_point:
+            hit = ops.op("logical_or", hit, ops.op("logical_and", ops.op("isnan", e), ops.op("isnan", v)))
+        position = ops.cast(Index(sum((rv * st for rv, st in zip(r, strides)), sympy.Integer(0))), torch.int64)
+        return ops.op("where", hit, position, ops.constant(2 ** 63 - 1, torch.int64))
+
+    out = ctx.reduction(torch.int64, [x.sizes[d] for d in kept], [x.sizes[d] for d in dims], "min", body)
+    return keep_dims(out, dims, x.ndim) if keepdim else out
 
 
 @register(aten.argmax.default)
@@ -193,14 +222,14 @@ def argmin(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool 
 @register(aten.max.dim)
 def max_dim(ctx: LoweringContext, x: TensorValue, dim: int, keepdim: bool = False) -> tuple[TensorValue, TensorValue]:
     return without_identity(ctx, x, dim, "max", lambda: (
-        reduce(ctx, x, dim, keepdim, "max", x.dtype), reduce(ctx, x, dim, keepdim, "argmax", torch.int64)),
+        reduce(ctx, x, dim, keepdim, "max", x.dtype), _first_extreme(ctx, x, dim, keepdim, "argmax")),
         (x, dim, keepdim))
 
 
 @register(aten.min.dim)
 def min_dim(ctx: LoweringContext, x: TensorValue, dim: int, keepdim: bool = False) -> tuple[TensorValue, TensorValue]:
     return without_identity(ctx, x, dim, "min", lambda: (
-        reduce(ctx, x, dim, keepdim, "min", x.dtype), reduce(ctx, x, dim, keepdim, "argmin", torch.int64)),
+        reduce(ctx, x, dim, keepdim, "min", x.dtype), _first_extreme(ctx, x, dim, keepdim, "argmin")),
         (x, dim, keepdim))
 
 

@@ -1,0 +1,455 @@
+"""Loop nests of the C++ kernels: the pieces every nest is made of, and the kernels that run a tile of
+outer points at once instead of one row per point.
+
+A row kernel (codegen/cpp_kernel.py) walks each outer point's inner range in a simd loop; that is
+right when the inner range is the contiguous one. When the reduced dim is strided and the last kept
+dim is the contiguous one (a sum or a softmax over dim 0 of a row-major matrix), the lanes must go
+across outputs instead: `column_kernel` (one pass of reductions) and `tiled_rows_kernel` (a whole
+row kernel: several passes, rows kept in scratch, scalar steps between them) loop over the reduced
+dims outside and over a tile of outputs inside, each tile's data read back from cache. A pointwise
+copy whose loads and store are contiguous along different dims (a transpose made contiguous) is
+walked in square blocks (`blocked_copy_kernel`), so that neither side strides through memory a
+whole line at a time.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import sympy
+import torch
+
+from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, CppBodyWriter, cexpr, compute
+from kiln.lower.ir import (Buffer, FloorDiv, Load, ModularIndexing, Pointwise, Reduction, contiguous_strides,
+                           index_vars, walk)
+from kiln.lower.schedule import Block, Kernel, kernel_substitution, kernel_vars, node_substitution
+
+REDUCE_INIT = {"sum": "0", "prod": "1", "any": "false", "all": "true"}
+OMP_REDUCTION = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "||", "all": "&&"}
+
+
+def _loops(vars_: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], pragma: str | None) -> tuple[list[str], list[str]]:
+    """Opening and closing lines of a perfect loop nest (no lines at all for zero dims)."""
+    opens, closes = [], []
+    if pragma and ranges:
+        collapse = f" collapse({len(ranges)})" if len(ranges) > 1 else ""
+        opens.append(pragma.replace("@collapse", collapse))
+    for v, r in zip(vars_, ranges):
+        opens.append(f"for (int64_t {v} = 0; {v} < {cexpr(r)}; {v}++) {{")
+        closes.append("}")
+    return opens, closes
+
+
+def _simd_loops(vars_: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], pragma: str) -> tuple[list[str], list[str]]:
+    """A loop nest whose innermost loop alone carries the simd `pragma` (no collapse): GCC turns an
+    `omp simd collapse(2)` nest into one loop whose index steps carry a branch, and then vectorizes
+    neither (a mean over H and W of an NCHW tensor ran scalar); the innermost loop walks the
+    stride-1 dim, which is what the vector lanes want."""
+    if len(ranges) <= 1:
+        return _loops(vars_, ranges, pragma)
+    o, c = _loops(vars_[:-1], ranges[:-1], None)
+    last, close = _loops(vars_[-1:], ranges[-1:], pragma.replace("@collapse", ""))
+    return o + last, close + c
+
+
+def _reduce_init(rtype: str, dtype: torch.dtype) -> str:
+    T = CTYPE[compute(dtype)]
+    if rtype in REDUCE_INIT:
+        return f"{T}({REDUCE_INIT[rtype]})" if dtype != torch.bool else REDUCE_INIT[rtype]
+    if dtype == torch.bool:
+        return "false" if rtype == "max" else "true"
+    if dtype.is_floating_point:
+        sign = "-" if rtype == "max" else ""
+        return f"{sign}std::numeric_limits<{T}>::infinity()"
+    return f"std::numeric_limits<{T}>::{'lowest' if rtype == 'max' else 'max'}()"
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+TILE = 256  # outputs per column-reduction tile: each row read is 1 KiB contiguous, accumulators stay in L1
+
+
+def _column_reduction(k: Kernel) -> bool:
+    """Whether the reduction loop reads with a stride while the last outer dim is contiguous."""
+    if not k.outer or not k.inner or k.scratch or k.columns or not k.blocks or k.blocks[0].kind != "loop":
+        return False
+    if any(b.kind != "scalar" for b in k.blocks[1:]):
+        return False
+    nodes = k.blocks[0].nodes
+    # Pointwise work fused before the reductions (a bias gradient's sum next to the activation
+    # gradient it sums) runs inside the same tile loop; each element is still computed once.
+    if not any(isinstance(n, Reduction) for n in nodes):
+        return False
+    if not all(n.reduction_type in OMP_REDUCTION for n in nodes if isinstance(n, Reduction)):
+        return False
+    xs, ys = kernel_vars(len(k.outer), len(k.inner))
+    contiguous_outer = False
+    for node in nodes:
+        n = _block_node(node)
+        sub = node_substitution(n, k.outer, k.inner)
+        indices = [(v.index, v.extra) for v in walk(n.body) if isinstance(v, Load)]
+        if not isinstance(n, Reduction) and n.name not in k.local:
+            indices.append((n.layout.index(_ivars(len(n.ranges))), None))  # its store
+        for index, extra in indices:
+            idx = sympy.expand(index.xreplace(sub))
+            if extra is not None or idx.has(FloorDiv, ModularIndexing):
+                return False
+            if idx.coeff(ys[-1]) == 1:
+                return False
+            contiguous_outer |= idx.coeff(xs[-1]) == 1
+    return contiguous_outer
+
+
+def _block_node(n: Buffer) -> Pointwise | Reduction:
+    """`n` as what a loop or scalar block holds: schedule.place admits only these there."""
+    assert isinstance(n, (Pointwise, Reduction))
+    return n
+
+
+def _linear(ys: Sequence[sympy.Symbol], inner: Sequence[sympy.Expr]) -> str:
+    """The row-major position of an inner point, in C."""
+    return cexpr(sum((y * s for y, s in zip(ys, contiguous_strides(inner))), sympy.Integer(0)))
+
+
+def _ivars(n: int) -> tuple[sympy.Symbol, ...]:
+    return index_vars("i", n)
+
+
+
+
+class TileKernels:
+    """The tiled kernels of KernelWriter (codegen/cpp_kernel.py), which supplies what they share
+    with its row kernels: how a node's statements are written and how a kernel function is wrapped."""
+
+    storage: dict[str, torch.dtype]
+    counter: list[int]
+    scratch: dict
+    hidden: frozenset[str]
+    reads: list[str]
+    writes: list[str]
+
+    def _node(self, buffer: Buffer, k: Kernel, locals_: dict, acc: str | None, shared: dict | None = None
+              ) -> list[str]:
+        raise NotImplementedError  # KernelWriter's
+
+    def _hoisted(self, nodes: Sequence[Buffer], k: Kernel, ys: Sequence[sympy.Symbol], locals_: dict,
+                 shared: dict) -> list[str]:
+        raise NotImplementedError  # KernelWriter's
+
+    def _note(self, names: list[str], name: str) -> None:
+        raise NotImplementedError  # KernelWriter's
+
+    def _function(self, name: str, origins: list[str], body: list[str]) -> str:
+        raise NotImplementedError  # KernelWriter's
+
+    def column_kernel(self, k: Kernel) -> tuple[str, list[str]]:
+        """Reductions over a strided dim (sum over rows of a row-major matrix): vectorize across a
+        tile of TILE outputs instead, so every load of the inner loop is contiguous."""
+        xs, ys = kernel_vars(len(k.outer), len(k.inner))
+        self.scratch, self.hidden = {}, k.local
+        reds = [n for n in k.blocks[0].nodes if isinstance(n, Reduction)]
+        last, size = xs[-1], k.outer[-1]
+        total = sympy.Mul(*k.outer, *k.inner)
+        body: list[str] = []
+        if not (total.is_number and total < PARALLEL_MIN):
+            cond = "" if total.is_number else f" if({cexpr(total)} >= {PARALLEL_MIN})"
+            body.append(f"#pragma omp parallel for{' collapse(%d)' % len(xs) if len(xs) > 1 else ''}{cond}")
+        for x, r in zip(xs[:-1], k.outer[:-1]):
+            body.append(f"for (int64_t {x} = 0; {x} < {cexpr(r)}; {x}++) {{")
+        body.append(f"for (int64_t xt = 0; xt < {cexpr(size)}; xt += {TILE}) {{")
+        body.append(f"const int64_t xn = {cexpr(size)} - xt < {TILE} ? {cexpr(size)} - xt : {TILE};")
+        accs = {}
+        for n in reds:
+            rtype = n.reduction_type
+            dtype = n.layout.dtype
+            if dtype == torch.bool and rtype in ("max", "min"):
+                rtype = "any" if rtype == "max" else "all"
+            T = CTYPE[compute(dtype)]
+            accs[n.name] = f"acc_{n.name}[xi]"
+            body.append(f"{T} acc_{n.name}[{TILE}]; for (int xi = 0; xi < {TILE}; xi++) "
+                        f"acc_{n.name}[xi] = {_reduce_init(rtype, dtype)};")
+            if rtype in ("max", "min") and dtype.is_floating_point:
+                body.append(f"int nan_{n.name}[{TILE}] = {{0}};")
+        o, c = _loops(ys, k.inner, None)
+        body += o + ["#pragma omp simd", "for (int64_t xi = 0; xi < xn; xi++) {", f"const int64_t {last} = xt + xi;"]
+        locals_: dict = {}
+        loop_locals: dict = {}  # values made in the tile loop (pointwise nodes) feed later nodes
+        for node in k.blocks[0].nodes:
+            body += self._node(node, k, loop_locals, accs.get(node.name))
+        body += ["}"] + c
+        body += ["for (int64_t xi = 0; xi < xn; xi++) {", f"const int64_t {last} = xt + xi;"]
+        for n in reds:
+            if n.layout.dtype.is_floating_point and n.reduction_type in ("max", "min"):
+                body.append(f"if (nan_{n.name}[xi]) {accs[n.name]} = std::numeric_limits<{CTYPE[compute(n.layout.dtype)]}>::quiet_NaN();")
+            sub = node_substitution(n, k.outer, k.inner)
+            assert sub is not None
+            key = sympy.expand(n.layout.index(_ivars(len(n.ranges))).xreplace(sub))
+            locals_[(n.name, key)] = accs[n.name]
+            if n.name not in k.local:
+                self._note(self.writes, n.name)
+                w = CppBodyWriter(self.storage, sub, locals_, self.counter)
+                w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
+                body += w.lines
+        for blk in k.blocks[1:]:
+            for node in blk.nodes:
+                body += self._node(node, k, locals_, None)
+        body += ["}", "}"] + ["}"] * (len(xs) - 1)
+        return self._function(k.name, k.origins(), body), self.reads + self.writes
+
+
+    def tiled_rows_kernel(self, k: Kernel) -> tuple[str, list[str]]:
+        """A row kernel whose rows are strided (`_tiled_rows`: a softmax over dim 0) run over a tile
+        of W outer points at once: each block loops over the inner range outside and the tile inside
+        (the simd loop, every load contiguous), the reductions' accumulators, the scalar steps'
+        values and the scratch rows are W wide. The tile's data stays in cache between the passes,
+        as a row's does in the row kernel."""
+        xs, ys = kernel_vars(len(k.outer), len(k.inner))
+        last, size = xs[-1], k.outer[-1]
+        width = _tile_width(k, self.storage)
+        self.hidden = k.local | k.scratch
+        # a scratch row of the tile: the inner point's slot, W lanes wide (read only at that point)
+        self.scratch = {name: f"{name}[({_linear(ys, k.inner)}) * {width} + xi]" for name in k.scratch}
+        total = sympy.Mul(*k.outer, *k.inner)
+        parallel = not (total.is_number and total < PARALLEL_MIN)
+        body = [f"#pragma omp parallel{'' if total.is_number else f' if({cexpr(total)} >= {PARALLEL_MIN})'}"
+                if parallel else "// one thread", "{"]
+        for name in sorted(k.scratch):
+            T = CTYPE[self.storage[name]]
+            body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * {cexpr(sympy.Mul(*k.inner))} * {width}));")
+        if parallel:
+            body.append(f"#pragma omp for{f' collapse({len(xs)})' if len(xs) > 1 else ''}")
+        for x, r in zip(xs[:-1], k.outer[:-1]):
+            body.append(f"for (int64_t {x} = 0; {x} < {cexpr(r)}; {x}++) {{")
+        body.append(f"for (int64_t xt = 0; xt < {cexpr(size)}; xt += {width}) {{")
+        body.append(f"const int64_t xn = {cexpr(size)} - xt < {width} ? {cexpr(size)} - xt : {width};")
+        tile = [f"for (int64_t xi = 0; xi < xn; xi++) {{", f"const int64_t {last} = xt + xi;"]
+        locals_: dict = {}
+        for blk in k.blocks:
+            if blk.kind == "scalar":
+                lines: list[str] = []
+                for n in blk.nodes:
+                    lines += self._node(n, k, locals_, None)
+                decls, keep = _spill(lines, set(locals_.values()), width)
+                for key, value in locals_.items():
+                    locals_[key] = keep.get(value, value)
+                body += decls + tile + lines + [f"tile_{t}[xi] = {t};" for t in keep] + ["}"]
+            else:
+                body += self._tile_block(blk, k, xs, ys, locals_, width, tile)
+        body += ["}"] * len(xs)  # the tile loop and the outer loops before it
+        body += [f"std::free({name});" for name in sorted(k.scratch)] + ["}"]
+        return self._function(k.name, k.origins(), body), self.reads + self.writes
+
+    def _tile_block(self, blk: Block, k: Kernel, xs: Sequence[sympy.Symbol], ys: Sequence[sympy.Symbol],
+                    locals_: dict, width: int, tile: list[str]) -> list[str]:
+        """One loop block of tiled_rows_kernel: W accumulators per reduction, the values that do not
+        change along the inner range computed once per tile point (kept W wide), then the inner
+        loops around the tile's simd loop, then each reduction's result per tile point."""
+        reds = [n for n in blk.nodes if isinstance(n, Reduction)]
+        accs = {n.name: f"acc_{n.name}[xi]" for n in reds}
+        body: list[str] = []
+        for n in reds:
+            rtype, dtype = _omp_type(n)
+            T = CTYPE[compute(dtype)]
+            body.append(f"{T} acc_{n.name}[{width}]; for (int xi = 0; xi < {width}; xi++) "
+                        f"acc_{n.name}[xi] = {_reduce_init(rtype, dtype)};")
+            if rtype in ("max", "min") and dtype.is_floating_point:
+                body.append(f"int nan_{n.name}[{width}] = {{0}};")
+        shared: dict = {}
+        hoisted = self._hoisted(blk.nodes, k, ys, locals_, shared)
+        if hoisted:
+            names = {name for cache in shared.values() for name in cache.values()}
+            decls, keep = _spill(hoisted, names, width)
+            for cache in shared.values():
+                for v, name in cache.items():
+                    cache[v] = keep.get(name, name)
+            body += decls + tile + hoisted + [f"tile_{t}[xi] = {t};" for t in keep] + ["}"]
+        loop_locals = dict(locals_)  # values made in this loop are visible only inside it
+        nodes = [line for node in blk.nodes for line in self._node(node, k, loop_locals, accs.get(node.name), shared)]
+        if not reds and _stores_along_inner(k, blk):
+            # a pass that only stores, into rows contiguous along the inner range (a softmax of a
+            # transposed input written row-major): each tile point's row in a simd loop of its own,
+            # its reads (the tile's, in cache) strided instead of its stores
+            o, c = _simd_loops(ys, k.inner, "#pragma omp simd")
+            return body + tile + o + nodes + c + ["}"]
+        o, c = _loops(ys, k.inner, None)
+        body += o + ["#pragma omp simd"] + tile + nodes + ["}"] + c
+        if not reds:
+            return body
+        body += tile
+        for n in reds:
+            if n.layout.dtype.is_floating_point and n.reduction_type in ("max", "min"):
+                body.append(f"if (nan_{n.name}[xi]) {accs[n.name]} = "
+                            f"std::numeric_limits<{CTYPE[compute(n.layout.dtype)]}>::quiet_NaN();")
+            sub = node_substitution(n, k.outer, k.inner)
+            assert sub is not None  # a reduction's ranges are its kernel's
+            key = sympy.expand(n.layout.index(_ivars(len(n.ranges))).xreplace(sub))
+            locals_[(n.name, key)] = accs[n.name]
+            if n.name not in k.local:
+                self._note(self.writes, n.name)
+                w = CppBodyWriter(self.storage, sub, locals_, self.counter)
+                w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
+                body += w.lines
+        return body + ["}"]
+
+    def blocked_copy_kernel(self, k: Kernel) -> tuple[str, list[str]]:
+        """A pointwise kernel that reads along one dim and writes along another (`_blocked_copy`: a
+        transpose made contiguous) walked in COPY_BLOCK x COPY_BLOCK squares of (last outer, last
+        inner) points: the lines a square reads and the lines it writes both stay in L1 while it
+        runs, where a row of the plain loop reads one element of each of its lines (1024x1024
+        floats: 7x eager's time)."""
+        xs, ys = kernel_vars(len(k.outer), len(k.inner))
+        self.scratch, self.hidden = {}, k.local
+        total = sympy.Mul(*k.outer, *k.inner)
+        body: list[str] = []
+        if not (total.is_number and total < PARALLEL_MIN):
+            cond = "" if total.is_number else f" if({cexpr(total)} >= {PARALLEL_MIN})"
+            body.append(f"#pragma omp parallel for collapse({len(xs)}){cond}")
+        for x, r in zip(xs[:-1], k.outer[:-1]):
+            body.append(f"for (int64_t {x} = 0; {x} < {cexpr(r)}; {x}++) {{")
+        xl, yl, xr, yr = xs[-1], ys[-1], cexpr(k.outer[-1]), cexpr(k.inner[-1])
+        body.append(f"for (int64_t xb = 0; xb < {xr}; xb += {COPY_BLOCK}) {{")
+        for y, r in zip(ys[:-1], k.inner[:-1]):
+            body.append(f"for (int64_t {y} = 0; {y} < {cexpr(r)}; {y}++) {{")
+        body += [f"for (int64_t yb = 0; yb < {yr}; yb += {COPY_BLOCK}) {{",
+                 f"const int64_t xe = xb + {COPY_BLOCK} < {xr} ? xb + {COPY_BLOCK} : {xr};",
+                 f"const int64_t ye = yb + {COPY_BLOCK} < {yr} ? yb + {COPY_BLOCK} : {yr};",
+                 f"for (int64_t {xl} = xb; {xl} < xe; {xl}++) {{",
+                 "#pragma omp simd",
+                 f"for (int64_t {yl} = yb; {yl} < ye; {yl}++) {{"]
+        locals_: dict = {}
+        for blk in k.blocks:
+            for n in blk.nodes:
+                body += self._node(n, k, locals_, None)
+        body += ["}", "}", "}"] + ["}"] * (len(ys) - 1) + ["}"] + ["}"] * (len(xs) - 1)
+        return self._function(k.name, k.origins(), body), self.reads + self.writes
+
+
+COPY_BLOCK = 32  # points per side of a blocked copy's square: 32 lines read, 32 written, 8 KiB of floats
+TILE_BYTES = 256 << 10  # a tiled row kernel's tile reads and keeps at most this much per pass (L2 holds 1-2 MiB)
+
+
+def _omp_type(n: Reduction) -> tuple[str, torch.dtype]:
+    """A reduction's kind as its accumulator runs it (a max of booleans is an any) and its dtype."""
+    rtype, dtype = n.reduction_type, n.layout.dtype
+    if dtype == torch.bool and rtype in ("max", "min"):
+        rtype = "any" if rtype == "max" else "all"
+    return rtype, dtype
+
+
+_DECLARED = re.compile(r"^([\w:]+) (t\d+) = ")
+
+
+def _spill(lines: list[str], wanted: set[str], width: int) -> tuple[list[str], dict[str, str]]:
+    """Temporaries that `lines` (a tile loop's body) declare and later code reads (`wanted`): their
+    W-wide arrays, declared before the tile loop, and the name of each one's slot of the current point."""
+    decls, keep = [], {}
+    for line in lines:
+        m = _DECLARED.match(line)
+        if m and m.group(2) in wanted:
+            decls.append(f"{m.group(1)} tile_{m.group(2)}[{width}];")
+            keep[m.group(2)] = f"tile_{m.group(2)}[xi]"
+    return decls, keep
+
+
+def _strided_rows(k: Kernel, nodes: Sequence[Buffer], stores: bool) -> bool | None:
+    """Over the loads (and with `stores`, the stores to memory) of `nodes`: None when one is
+    indirect, divides its index or steps by 1 along the last inner dim; else whether one steps by 1
+    along the last outer dim. A scratch buffer read anywhere but where it was written also gives None."""
+    xs, ys = kernel_vars(len(k.outer), len(k.inner))
+    contiguous_outer = False
+    for node in nodes:
+        n = _block_node(node)
+        sub = node_substitution(n, k.outer, k.inner)
+        if sub is None:
+            return None
+        indices = []
+        for v in walk(n.body):
+            if not isinstance(v, Load) or v.buffer in k.local:
+                continue
+            if v.buffer in k.scratch:
+                owner = next(m for m in k.nodes if m.name == v.buffer)
+                here = kernel_substitution(k, owner)
+                if v.extra is not None or here is None or sympy.expand(v.index.xreplace(sub)) != sympy.expand(
+                        owner.layout.index(_ivars(len(owner.ranges))).xreplace(here)):
+                    return None
+                continue
+            indices.append((v.index, v.extra))
+        if stores and isinstance(n, Pointwise) and n.name not in k.local | k.scratch:
+            indices.append((n.layout.index(_ivars(len(n.ranges))), None))
+        for index, extra in indices:
+            idx = sympy.expand(index.xreplace(sub))
+            if extra is not None or idx.has(FloorDiv, ModularIndexing) or idx.coeff(ys[-1]) == 1:
+                return None
+            contiguous_outer |= idx.coeff(xs[-1]) == 1
+    return contiguous_outer
+
+
+def _stores_along_inner(k: Kernel, blk: Block) -> bool:
+    """Whether a node of the block stores to memory contiguously along the last inner dim."""
+    ys = kernel_vars(len(k.outer), len(k.inner))[1]
+    for node in blk.nodes:
+        sub = node_substitution(node, k.outer, k.inner)
+        if isinstance(node, Pointwise) and sub is not None and node.name not in k.local | k.scratch:
+            if sympy.expand(node.layout.index(_ivars(len(node.ranges))).xreplace(sub)).coeff(ys[-1]) == 1:
+                return True
+    return False
+
+
+def _tiled_rows(k: Kernel) -> bool:
+    """Whether a row kernel with reductions reads its rows with a stride where its last outer dim is
+    contiguous (a softmax, a log_softmax, a variance over dim 0 of a row-major matrix): the row
+    kernel's simd loop would stride through memory, a line per element (a softmax over dim 0 of
+    1024x512 floats ran 14x eager's time), so tiled_rows_kernel runs it instead."""
+    if not k.outer or not k.inner or k.columns or not k.blocks:
+        return False
+    if any(b.kind not in ("loop", "scalar") for b in k.blocks):
+        return False
+    looped = [n for b in k.blocks if b.kind == "loop" for n in b.nodes]
+    reds = [n for n in looped if isinstance(n, Reduction)]
+    if not reds or not all(n.reduction_type in OMP_REDUCTION for n in reds):
+        return False
+    return bool(_strided_rows(k, looped, stores=False))
+
+
+def _blocked_copy(k: Kernel) -> bool:
+    """Whether a pointwise kernel stores contiguously along its last inner dim while a load it makes
+    is contiguous along the last outer dim instead (and not along the inner one), both at least a
+    block long."""
+    if not k.outer or not k.inner or k.scratch or k.columns:
+        return False
+    if any(b.kind != "loop" for b in k.blocks) or not all(isinstance(n, Pointwise) for n in k.nodes):
+        return False
+    if any(r.is_number and int(r) < COPY_BLOCK for r in (k.outer[-1], k.inner[-1])):
+        return False  # the lines of a side shorter than a block already stay in cache (a conv weight's relayout)
+    xs, ys = kernel_vars(len(k.outer), len(k.inner))
+    stored = False
+    for node in k.nodes:
+        sub = node_substitution(node, k.outer, k.inner)
+        if sub is None:
+            return False
+        if node.name not in k.local:
+            idx = sympy.expand(node.layout.index(_ivars(len(node.ranges))).xreplace(sub))
+            if idx.has(FloorDiv, ModularIndexing):
+                return False
+            stored |= idx.coeff(ys[-1]) == 1
+    return stored and bool(_strided_rows(k, k.nodes, stores=False))
+
+
+def _tile_width(k: Kernel, storage: dict[str, torch.dtype]) -> int:
+    """Outer points per tile of tiled_rows_kernel: what the bytes of one point's inner range (the
+    buffers its loops read, its scratch rows) allow within TILE_BYTES, a power of two from 16 to TILE
+    (each inner step then reads at least 64 contiguous bytes of each input)."""
+    names = {v.buffer for n in k.nodes for v in walk(n.body) if isinstance(v, Load) and v.buffer not in k.local}
+    per_point = sum(_itemsize(storage[name]) for name in names if name in storage)
+    inner = sympy.Mul(*k.inner)
+    if not inner.is_number:
+        return 64
+    width = 16
+    while width < TILE and width * 2 * int(inner) * max(per_point, 1) <= TILE_BYTES:
+        width *= 2
+    last = k.outer[-1]
+    while last.is_number and width > 16 and width // 2 >= int(last):
+        width //= 2
+    return width
