@@ -33,6 +33,12 @@ _INDEXING = frozenset({
 _DIVISIONS = frozenset({
     "floor_divide", "floordiv", "remainder", "mod", "fmod", "rfloordiv", "rmod",
 })
+# Factorizations that fail on some matrices (not positive-definite, singular): LinAlgError.
+# `_linalg_check_errors` is the op ATen's composites raise through, from a factorization's info.
+_FACTORIZATIONS = frozenset({
+    "cholesky", "linalg_cholesky", "inverse", "linalg_inv", "linalg_solve", "solve", "linalg_lu_factor",
+    "lu_factor", "_linalg_check_errors", "linalg_inv_ex", "linalg_cholesky_ex", "linalg_solve_ex",
+})
 # `div` raises only with a rounding mode (integer true division gives floats).
 _ROUNDING_DIVISIONS = frozenset({"div", "divide"})
 
@@ -88,6 +94,10 @@ def raises_on_values(node: torch.fx.Node) -> bool:
     if target is operator.getitem or target == "__getitem__":
         return _tensor_index(node)
     name = _name(target)
+    if name in _FACTORIZATIONS:
+        if name.endswith("_ex"):  # raises only when asked to check its info
+            return bool(node.kwargs.get("check_errors", False))
+        return True
     if name in _INDEXING:
         return True
     if name in _DIVISIONS:

@@ -35,7 +35,7 @@ from torch.utils import _pytree as pytree
 from kiln.lower import ops
 from kiln.lower.checks import needs_divisor_check
 from kiln.lower.ir import (Buffer, BufferRef, Const, Extern, Index, Layout, Load, Masked, Op, Pointwise, Reduction,
-                           Scan, Scatter, Value, index_vars, walk)
+                           Scan, Scatter, Value, contiguous_strides, index_vars, simplify_index, walk)
 from kiln.lower.lowerings import LoweringContext, TensorValue
 
 
@@ -249,15 +249,29 @@ def _refs(b: Extern) -> list[BufferRef]:
 
 
 def _covers(idx: Sequence[sympy.Expr], sizes: Sequence[sympy.Expr], ranges: dict[sympy.Symbol, sympy.Expr]) -> bool:
-    """Whether loading at `idx` inside loops over `ranges` reaches every element of a value of `sizes`."""
-    used: set[sympy.Symbol] = set()
-    for e, size in zip(idx, sizes):
-        if size == 1:
+    """Whether loading at `idx` inside loops over `ranges` reaches every element of a value of `sizes`:
+    the row-major position the load reads is a mixed-radix number over distinct loop variables
+    (each the next digit: its coefficient the product of the ranges below it) covering the value's
+    element count. So a transposed read, a view that splits or joins dims, and a broadcast
+    (a variable the load does not use) all cover it; a slice, a single row or a diagonal do not."""
+    position = simplify_index(sum((e * s for e, s in zip(idx, contiguous_strides(sizes))), sympy.Integer(0)))
+    position = sympy.expand(position.xreplace({v: sympy.Integer(0) for v, r in ranges.items() if r == 1}))
+    digits: dict[sympy.Symbol, sympy.Expr] = {}
+    for term in sympy.Add.make_args(position):
+        if term == 0:
             continue
-        if not isinstance(e, sympy.Symbol) or e not in ranges or e in used or sympy.expand(ranges[e] - size) != 0:
+        coefficient, variable = term.as_independent(*ranges)
+        if not isinstance(variable, sympy.Symbol) or variable not in ranges or coefficient.free_symbols & set(ranges):
+            return False  # an offset (a slice), a product of variables, a floor division left over
+        digits[variable] = coefficient
+    place: sympy.Expr = sympy.Integer(1)
+    while digits:
+        nxt = next((v for v, c in digits.items() if sympy.expand(c - place) == 0), None)
+        if nxt is None:
             return False
-        used.add(e)
-    return True
+        place = place * ranges[nxt]
+        del digits[nxt]
+    return sympy.expand(place - sympy.Mul(*sizes)) == 0
 
 
 def uncovered(tracker: CheckTracker, buffers: Sequence[Buffer], outputs: Sequence[Any]) -> list[str]:

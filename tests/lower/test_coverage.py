@@ -136,12 +136,20 @@ def _where_branch(op, x, i):
     return torch.where(y > 100, y, y.new_zeros(()))
 
 
+def _diagonal(op, x, i):
+    return op(x, i).diagonal() + 1
+
+
+def _transposed_first_row(op, x, i):
+    return op(x, i).t()[0] + 1
+
+
 def _whole(op, x, i):
     return op(x, i) + 1
 
 
 USES = [_dead, _times_zero, _where_untaken, _first_row, _first_column, _empty_slice, _partial_sum, _shape_only,
-        _bitwise_and_zero, _where_branch, _whole]
+        _bitwise_and_zero, _where_branch, _diagonal, _transposed_first_row, _whole]
 
 
 def _outcome(fn, args):
@@ -244,6 +252,12 @@ _WHOLE = {
     "remainder_where": (lambda a, b: torch.where(a % b == 0, a, b), _DIV_GOOD),
     "embedding_sum": (lambda w, i: F.embedding(i, w).sum(-1), (_X, _int([[1, 2]]))),
     "cross_entropy": (lambda x, t: F.cross_entropy(x, t), (_X, _int([0, 1, 2, 0]))),
+    "floordiv_flattened": (lambda a, b: (a // b).view(-1) + 1, _DIV_GOOD),
+    "floordiv_split": (lambda a, b: (a // b).view(3, 2) + 1, tuple(t.view(-1) for t in _DIV_GOOD)),
+    "embedding_transposed": (lambda w, i: F.embedding(i, w).t() * 2, (_X, _int([1, 2]))),
+    "embedding_broadcast": (lambda w, i: F.embedding(i, w) + w[:1].unsqueeze(1), (_X, _int([[1, 2], [3, 0]]))),
+    "gather_permuted_view": (lambda x, i: x.gather(1, i).view(2, 2, 3).permute(2, 0, 1).reshape(3, 4) - 1,
+                             (_X, _int([[0, 1, 2]] * 4))),
 }
 
 
@@ -278,3 +292,26 @@ def test_triton_kernels_check_every_element(op_name, use) -> None:
                 _same(got, want)
             else:
                 _same(got[0], want[0])
+
+
+def _dead_cholesky(x):
+    _ = torch.linalg.cholesky(x)
+    return x + 1
+
+
+def _dead_inverse(x):
+    _ = torch.linalg.inv(x)
+    return x * 2
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", None])
+@pytest.mark.parametrize("fn", [_dead_cholesky, _dead_inverse], ids=lambda f: f.__name__.strip("_"))
+def test_dead_factorizations_still_fail_on_bad_matrices(fn, backend) -> None:
+    kiln.reset()
+    compiled = kiln.compile(fn, **({} if backend is None else {"backend": backend}))
+    good, bad = torch.eye(3) * 2, (-torch.eye(3) if fn is _dead_cholesky else torch.zeros(3, 3))
+    torch.testing.assert_close(compiled(good), fn(good))
+    # eager raises torch.linalg.LinAlgError; an ATen call inside compiled kernels' wrapper raises
+    # it as a RuntimeError (its base class), which the default backend is held to here
+    with pytest.raises(torch.linalg.LinAlgError if backend else RuntimeError, match="factorization|singular"):
+        compiled(bad)
