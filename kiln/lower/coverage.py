@@ -25,7 +25,7 @@ read whole by a kernel that stores what it computes, gets none.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import sympy
@@ -57,11 +57,10 @@ class _Load:
     own: frozenset[Value]
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Tracked:
     value: TensorValue
     own_count: int  # own checks of a load at the node's own index
-    loads: list[_Load] = field(default_factory=list)
 
 
 class CheckTracker:
@@ -91,7 +90,6 @@ class CheckTracker:
             own = checks - frame
             if own:
                 load = _Load(name, tuple(sympy.sympify(i) for i in idx), own)
-                self.nodes[name].loads.append(load)
                 for c in own:
                     self.by_check.setdefault(c, []).append(load)
             return body
@@ -276,6 +274,8 @@ def _covers(idx: Sequence[sympy.Expr], sizes: Sequence[sympy.Expr], ranges: dict
 
 def uncovered(tracker: CheckTracker, buffers: Sequence[Buffer], outputs: Sequence[Any]) -> list[str]:
     """The checked nodes that no computed buffer checks over their whole domain, in lowering order."""
+    if not tracker.nodes:
+        return []
     strict = {b.name: strict_values(_bodies(b)) for b in buffers}
     sure = _observable(buffers, strict, {o.name for o in outputs if isinstance(o, BufferRef)})
     covered: set[str] = set()
