@@ -64,13 +64,12 @@ def _value_of(node: torch.fx.Node) -> Any:
 
 
 def _integer_result(node: torch.fx.Node) -> bool:
-    """Whether the node's result is an integer (or bool) tensor; unknown counts as yes (kept)."""
+    """Whether the node's result is an integer (or bool) tensor; unknown counts as yes (kept). Sizes
+    (a SymInt's `//`) are no tensor: a zero divisor there fails while tracing, or is guarded."""
     value = _value_of(node)
     if isinstance(value, torch.Tensor):
         return not value.dtype.is_floating_point and not value.dtype.is_complex
-    if isinstance(value, (float, torch.SymFloat)):
-        return False
-    return True
+    return value is None
 
 
 def _tensor_index(node: torch.fx.Node) -> bool:
