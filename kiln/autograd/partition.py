@@ -29,6 +29,7 @@ from kiln.autograd.checkpoint import RecomputedValue, must_recompute, recompute_
 from kiln.autograd.joint import JointTrace
 from kiln.autograd.reorder import is_view_op as _is_view, reorder_for_peak_memory
 from kiln.autograd.tracer import expr_of, size_hint
+from kiln.fake.value_checks import raises_on_values
 
 aten = torch.ops.aten
 
@@ -367,7 +368,7 @@ def _extract(joint: fx.GraphModule, order: list[fx.Node], inputs: list[fx.Node],
             env[node] = graph.node_copy(node, lambda n: env[n])
     graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
     gm = fx.GraphModule(joint, graph)
-    gm.graph.eliminate_dead_code()
+    gm.graph.eliminate_dead_code(lambda node: node.is_impure() or raises_on_values(node))
     gm.recompile()
     return gm
 
@@ -415,7 +416,10 @@ def partition(joint: JointTrace, policy: str = "min_cut", mutated: Iterable[int]
     random_ops = [n for n in nodes if n not in tangent_dependent and n.op == "call_function"
                   and isinstance(n.target, torch._ops.OpOverload)
                   and torch.Tag.nondeterministic_seeded in n.target.tags]
-    forward = _extract(joint.gm, nodes, primals, _ancestors(fw_outputs + saved + random_ops),
+    # and so does an op that checks its inputs' values (an index, an integer divisor): eager raises
+    # in the forward even when nothing reads its result, or only the backward does
+    checked_ops = [n for n in nodes if n not in tangent_dependent and raises_on_values(n)]
+    forward = _extract(joint.gm, nodes, primals, _ancestors(fw_outputs + saved + random_ops + checked_ops),
                        fw_outputs + saved_tensors + saved_symints)
     backward = _extract(joint.gm, nodes, saved_tensors + saved_symints + tangents, bw_keep, grads)
     reorder_for_peak_memory(backward, frozenset(n.name for n in saved_tensors if _aliases_input(n)))

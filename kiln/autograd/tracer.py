@@ -21,6 +21,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from kiln.autograd.decompose import KILN_DECOMPOSITIONS
 from kiln.errors import KilnError
+from kiln.fake.value_checks import raises_on_values
 from kiln.symbolic.expr import FloorDiv, ModularIndexing, adopt_torch_functions, is_integral
 
 aten = torch.ops.aten
@@ -301,7 +302,9 @@ def graph_module(tracer: AtenTracer) -> fx.GraphModule:
     owner = torch.nn.Module()
     for name, value in tracer.constants.items():
         owner.register_buffer(name, value)
-    tracer.graph.eliminate_dead_code()
+    # an op that checks its inputs' values (an index, an integer divisor) raises in eager even when
+    # nothing reads its result: it stays
+    tracer.graph.eliminate_dead_code(lambda node: node.is_impure() or raises_on_values(node))
     gm = fx.GraphModule(owner, tracer.graph)
     gm.recompile()
     return gm

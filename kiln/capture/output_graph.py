@@ -26,6 +26,7 @@ from kiln.capture.sources import Source
 from kiln.capture.verify import verify_captured_graph
 from kiln.errors import InferenceModeEscapes, KilnError, Unsupported
 from kiln.fake.composites import python_dispatcher
+from kiln.fake.value_checks import raises_on_values
 from kiln.runtime.overlap import may_overlap, partially_overlap
 from kiln.symbolic import marked_dynamic
 
@@ -441,10 +442,11 @@ _IMPURE = {torch._C._set_grad_enabled, operator.setitem, torch.amp._exit_autocas
 
 def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
     # In-place methods (names ending in "_"), setitem and calls with out= mutate their inputs:
-    # they stay even when nothing reads their result; unused placeholders go so the glue reads
-    # fewer sources.
+    # they stay even when nothing reads their result, and so do ops that check their inputs' values
+    # (an index's bounds, an integer divisor: eager raises even when the result is unused);
+    # unused placeholders go so the glue reads fewer sources.
     for node in reversed(list(graph.nodes)):
-        if node.op in ("output", "placeholder") or node.users:
+        if node.op in ("output", "placeholder") or node.users or raises_on_values(node):
             continue
         if node.op == "call_method" and (node.target.endswith("_") and not node.target.startswith("__")
                                          or node.target in ("__setitem__",) or node.target in _INPLACE_DUNDERS):

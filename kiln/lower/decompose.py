@@ -19,6 +19,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kiln import config, log
+from kiln.fake.value_checks import raises_on_values
 from kiln.lower.eager_dtypes import EAGER_REFUSES
 from kiln.lower.lowerings import LOWERINGS
 from kiln.lower.lowerings.extern import is_random
@@ -305,6 +306,7 @@ def decompose(gm: torch.fx.GraphModule, metas: dict[torch.fx.Node, Any], *,
     """Replace every node that wants a decomposition by the ops of its decomposition, in place;
     ops named in `keep` stay whole (lowered by their rule, or run as an ATen call)."""
     changed = 0
+    abandoned: set[torch.fx.Node] = set()  # what a decomposition given up on recorded: dead, checked or not
     with enable_python_dispatcher():
         for node in list(gm.graph.nodes):
             if node.op != "call_function" or not wants_decomposition(node.target, keep) \
@@ -329,12 +331,15 @@ def decompose(gm: torch.fx.GraphModule, metas: dict[torch.fx.Node, Any], *,
                     out = node.target(*args, **kwargs)
             except Exception as e:  # the op stays and falls back to an ATen call
                 log.debug("lower", f"decomposition of {node.target} failed: {e}")
+                abandoned.update(n for n in nodes.values() if n not in env)
                 continue
             if not isinstance(out, torch.Tensor) and not (
                     isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out)):
+                abandoned.update(n for n in nodes.values() if n not in env)
                 continue  # a size or a mixed result: the recorded ops are dead code, removed below
             out = _agree_with_eager(gm.graph, node, out, metas.get(node), nodes)
             if out is None:
+                abandoned.update(n for n in nodes.values() if n not in env)
                 continue  # metadata other than eager's: keep the op as an ATen call
             if isinstance(out, torch.Tensor):
                 new = nodes[id(out)]
@@ -352,6 +357,7 @@ def decompose(gm: torch.fx.GraphModule, metas: dict[torch.fx.Node, Any], *,
                     metas[n] = n.meta["val"]
             gm.graph.erase_node(node)
     if changed:
-        gm.graph.eliminate_dead_code()
+        # an op that checks its inputs' values raises in eager even when nothing reads its result
+        gm.graph.eliminate_dead_code(lambda n: n.is_impure() or (raises_on_values(n) and n not in abandoned))
         gm.recompile()
     return gm

@@ -19,6 +19,7 @@ from torch.utils import _pytree as pytree
 
 from kiln import config
 from kiln.lower import ops
+from kiln.lower.coverage import CheckTracker, add_check_passes
 from kiln.lower.eager_dtypes import EAGER_REFUSES
 from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Layout, LoopIR, SymExpr,
                            contiguous_strides, index_vars, walk)
@@ -91,6 +92,7 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
     `input_updates`: the graph's (output, input) pairs of mutated inputs (LoopIR.input_updates)."""
     metas = node_metas(gm, example_inputs)
     ctx = LoweringContext()
+    tracker = CheckTracker()  # where the lazy values of checking ops are loaded (kiln.lower.coverage)
     env: dict[torch.fx.Node, Any] = {}
     symbols: dict[str, tuple[int, int | None]] = {}
     input_layouts: list[tuple[int, Layout]] = []
@@ -140,6 +142,9 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
             env[node] = strided_value(BufferRef(name, lay))
         elif node.op == "call_function":
             env[node] = _lower_node(ctx, node, env, aten_fallback)
+            for k, tv in enumerate(pytree.tree_leaves(env[node])):
+                if isinstance(tv, TensorValue):
+                    tracker.track(node.name if k == 0 else f"{node.name}_{k}", tv)
             if isinstance(env[node], TensorValue):
                 env[node] = _maybe_realize(ctx, env[node], node)
         elif node.op == "output":
@@ -150,6 +155,8 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
             output_spec = None if flat else pytree.treespec_dumps(spec)
             for out in leaves:
                 outputs.append(_output(ctx, out, env, metas))
+    ctx.origins = ()
+    add_check_passes(ctx, tracker, outputs)  # checks no kernel runs over every element: a pass of their own
     derived = solve_symbols(input_layouts, symbols)
     ir = LoopIR(tuple(ctx.buffers), tuple(outputs), symbols, seed_needed=ctx.random_offset != 0,
                 output_spec=output_spec, input_count=position, derived=derived,
