@@ -652,7 +652,7 @@ def object_new_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variab
     from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 
     cls = args[0].as_python_value() if len(args) == 1 and not kwargs and isinstance(args[0], ObjectVariable) else None
-    if not isinstance(cls, type) or not constructible(cls) or getattr(cls, "__abstractmethods__", None):
+    if not isinstance(cls, type) or not constructible(cls, own_new=True) or getattr(cls, "__abstractmethods__", None):
         raise Unsupported("object.__new__ of a class capture does not build", kind="unsupported_call")
     return NewObjectVariable(cls, args[0].source)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence, TypeGuard
 
 import torch
 
-from kiln.capture.trace_rules import BUILTIN_RULES
+from kiln.capture.trace_rules import BUILTIN_RULES, python_new
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
@@ -158,6 +158,8 @@ class TupleVariable(BaseSequenceVariable):
 
     def as_constant(self) -> Any:
         values = [i.as_constant() for i in self.items]
+        if python_new(self.tuple_type) is not None:  # its own __new__ maps arguments to items: not again
+            return tuple.__new__(self.tuple_type, values)
         if is_namedtuple_type(self.tuple_type):
             return self.tuple_type(*values)
         try:
@@ -177,7 +179,7 @@ class TupleVariable(BaseSequenceVariable):
             return tx.wrap_result(tuple(fields))
         if name in ("_replace", "_asdict") and is_namedtuple_type(self.tuple_type):
             return BoundMethodVariable(self, name)
-        if is_namedtuple_type(self.tuple_type):
+        if is_namedtuple_type(self.tuple_type) or python_new(self.tuple_type) is not None:
             method = _user_attribute(self.tuple_type, name)
             if isinstance(method, types.FunctionType):  # a method of a typing.NamedTuple class
                 return tx.bind_method(method, self)
@@ -212,6 +214,8 @@ class TupleVariable(BaseSequenceVariable):
         body = ", ".join(parts) + ("," if len(parts) == 1 else "")
         if self.tuple_type is tuple:
             return f"({body})"
+        if python_new(self.tuple_type) is not None:  # its own __new__ maps arguments to items: not again
+            return f"{glue.constant(tuple.__new__)}({glue.constant(self.tuple_type)}, ({body}))"
         if is_namedtuple_type(self.tuple_type):
             return f"{glue.constant(self.tuple_type)}({', '.join(parts)})"
         return f"{glue.constant(self.tuple_type)}(({body}))"
