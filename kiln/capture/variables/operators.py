@@ -365,6 +365,10 @@ def _compares_by_identity(v: Variable) -> bool:
 def subscript(tx: "Tracer", obj: Variable, key: Variable) -> Variable:
     """`obj[key]`."""
     if isinstance(obj, TensorVariable):
+        if isinstance(key, SymIntVariable) and key.python_type() is int:
+            # `x[i]` with an int that became symbolic: Tensor.__getitem__ would take its __index__
+            # (a guard on its value, a recompile per index); select keeps it a symbol in the graph
+            return tx.call_op("call_function", torch.select, [obj, ConstantVariable(0), key], {})
         return tx.call_op("call_function", operator.getitem, [obj, key], {})
     if isinstance(obj, ConstantVariable) and key.is_constant():
         return _const(operator.getitem, obj, key)
