@@ -218,6 +218,9 @@ class Tracer:
         self.f_globals = f_globals
         self.locals = dict(local_vars)
         self.lazy_locals = dict(lazy_locals or {})
+        # a name an untouched local was copied to (`a = ___stack0` at a resume's start): the frame
+        # local its value is read from when the trace first uses it
+        self.lazy_sources: dict[str, str] = {}
         self.cells = dict(cells)
         self.parent = parent
         self.depth: int = 0 if parent is None else parent.depth + 1
@@ -544,7 +547,7 @@ class Tracer:
 
     def read_local(self, name: str) -> Variable:
         if name not in self.locals and name in self.lazy_locals:
-            self.locals[name] = self.wrap(self.lazy_locals.pop(name), LocalSource(name))
+            self.locals[name] = self.wrap(self.lazy_locals.pop(name), LocalSource(self.lazy_sources.pop(name, name)))
         if name not in self.locals:
             raise Unsupported(f"local variable {name!r} referenced before assignment (raised natively)",
                               kind="unsupported")
