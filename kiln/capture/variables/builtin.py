@@ -630,6 +630,17 @@ def slice_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) 
     return SliceVariable(*parts)
 
 
+@builtin_rule(types.MethodType)
+def method_type_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """`MethodType(fn, obj)`: a Python function bound by hand (ExitStack binds a context manager's
+    __exit__ so), a method like any other."""
+    from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+
+    if len(args) != 2 or kwargs or not isinstance(args[0], UserFunctionVariable):
+        raise Unsupported("types.MethodType of something other than a Python function", kind="unsupported_call")
+    return UserMethodVariable(args[0].fn, args[1])
+
+
 @builtin_rule(super)
 def super_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     from kiln.capture.variables.super_call import SuperVariable

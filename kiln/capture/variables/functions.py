@@ -10,6 +10,7 @@ torch/_dynamo/variables/functions.py.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import inspect
 import types
@@ -290,6 +291,9 @@ def _hashable_constant(value: Variable) -> bool:
     return True
 
 
+_GENERATOR_CM_PROTOCOL = (contextlib._GeneratorContextManager.__enter__, contextlib._GeneratorContextManager.__exit__)
+
+
 def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: list[Variable],
                          kwargs: dict[str, Variable]) -> Variable:
     """Call a real Python function: honor the kiln markers, then inline its bytecode."""
@@ -303,6 +307,10 @@ def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: lis
         return tx.wrap(original, None).call(tx, args, kwargs)
     if marked is Marked.CONSTANT_RESULT:
         return _call_for_constant(tx, fn, args, kwargs)
+    if fn in _GENERATOR_CM_PROTOCOL and args and args[0].python_type() is contextlib._GeneratorContextManager:
+        # `type(cm).__enter__(cm)` (ExitStack.enter_context, a bound __exit__ it calls later) on a
+        # @contextmanager object the trace runs in halves: its own protocol, not contextlib's code
+        return args[0].getattr(tx, fn.__name__).call(tx, args[1:], kwargs)
     if fn is _FUNCTION_APPLY:
         from kiln.capture.variables.autograd_function import call_autograd_function
         if not args:
