@@ -259,9 +259,29 @@ def filter_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
 
 @builtin_rule(reversed)
 def reversed_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """reversed(x) as its type has it: a class's own Python __reversed__ is called, a tensor is
+    flipped (Tensor.__reversed__), and what has neither __reversed__ nor the sequence protocol
+    (a set, a generator) raises TypeError; the rest is its items in reverse."""
+    from kiln.capture.variables.functions import UserMethodVariable
     from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.tensor import TensorVariable
 
-    return IteratorVariable(list(reversed(tx.iterate(args[0]))))
+    if len(args) != 1 or kwargs:
+        raise Unsupported("reversed() with these arguments", kind="unsupported_call")
+    value = args[0]
+    if isinstance(value, TensorVariable):
+        return value if value.example.dim() == 0 else value.call_method(tx, "flip", [ConstantVariable(0)], {})
+    kind = value.python_type()
+    own = inspect.getattr_static(kind, "__reversed__", None)
+    if isinstance(own, types.FunctionType):
+        return UserMethodVariable(own, value).call(tx, [], {})
+    if own is None and not (hasattr(kind, "__len__") and hasattr(kind, "__getitem__")):
+        raise raise_in_trace(TypeError(f"'{kind.__name__}' object is not reversible"),
+                             f"reversed() of a {kind.__name__} (raised natively)")
+    if not (kind.__module__ == "builtins" or kind is torch.Size or issubclass(kind, (tuple, list, dict))
+            or kind.__module__ == "collections"):
+        raise Unsupported(f"reversed() of {value.describe()}", kind="unsupported_call")
+    return IteratorVariable(list(reversed(tx.iterate(value))))
 
 
 @builtin_rule(next)

@@ -238,9 +238,16 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
         return compared
     if symbol in ("==", "!=", "eq", "ne"):
         same = _equal(a, b)
+        if same is None and (_sequence_and_scalar(a, b) or _sequence_and_scalar(b, a)):
+            same = False  # a tuple or list never equals a str or a number (`case "relu":` on a tuple)
         if same is not None:
             return ConstantVariable(same if symbol in ("==", "eq") else not same)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+def _sequence_and_scalar(a: Variable, b: Variable) -> bool:
+    return isinstance(a, BaseSequenceVariable) and isinstance(b, ConstantVariable) \
+        and type(b.as_constant()) in (str, bytes, int, float, bool, complex, type(None))
 
 
 _DUNDERS = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__"}
