@@ -487,8 +487,32 @@ RULES[any] = _anyall(any)
 RULES[all] = _anyall(all)
 
 
-for _fn in (abs, round, pow, divmod, chr, ord, hash, ascii, bin, hex, oct):
+for _fn in (abs, round, pow, divmod, chr, ord, ascii, bin, hex, oct):
     RULES[_fn] = functools.partial(lambda fn, tx, args, kwargs: _fold(tx, fn, args, kwargs), _fn)
+
+
+@builtin_rule(hash)
+def hash_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """hash() of a symbolic int, or of a tuple (a torch.Size) holding some: the hash needs the
+    numbers, which are specialized (guarded), as torch.compile does; the rest as any fold."""
+    from kiln.capture.variables.sequence import BaseSequenceVariable
+
+    def number(item: Variable) -> Any:
+        if isinstance(item, SymIntVariable) and item.python_type() is int:
+            return tx.as_int(item)
+        return item.as_constant() if item.is_constant() else None
+
+    if len(args) == 1 and not kwargs:
+        value = args[0]
+        if isinstance(value, SymIntVariable) and value.python_type() is int:
+            return ConstantVariable(hash(tx.as_int(value)))
+        if isinstance(value, BaseSequenceVariable) and issubclass(value.python_type(), tuple) \
+                and value.python_type().__hash__ is tuple.__hash__ \
+                and any(isinstance(i, SymIntVariable) for i in value.items) \
+                and all(i.is_constant() or isinstance(i, SymIntVariable) and i.python_type() is int
+                        for i in value.items):
+            return ConstantVariable(hash(tuple(number(i) for i in value.items)))
+    return _fold(tx, hash, args, kwargs)
 
 
 def text_of(tx: "Tracer", value: Variable, name: str, spec: str = "") -> Variable:

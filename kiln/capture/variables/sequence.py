@@ -101,6 +101,8 @@ class BaseSequenceVariable(Variable):
             found = 0
             for n, item in enumerate(self.items):
                 equal = ConstantVariable(True) if item is args[0] else tx.compare_op("==", item, args[0])
+                if not equal.is_constant() and equal.python_type() is bool and _symbolic(equal):
+                    equal = ConstantVariable(equal.truth(tx))  # a size compared: decided and guarded
                 if not equal.is_constant():
                     raise Unsupported(f"{self.python_type().__name__}.{name} comparing {args[0].describe()}",
                                       kind="unsupported_call")
@@ -130,6 +132,11 @@ def product(tx: "Tracer", items: list[Variable]) -> Variable:
     for item in items:
         result = tx.binary_op("*", result, item)
     return result
+
+
+def _symbolic(value: Variable) -> bool:
+    from kiln.capture.variables.symint import SymIntVariable
+    return isinstance(value, SymIntVariable)
 
 
 def _user_attribute(cls: type, name: str) -> Any:
