@@ -386,7 +386,7 @@ def _live_values(root: Any, names: Sequence[str]) -> tuple[list[str], list["Vari
             values.append(root.locals[name])
         elif name in root.lazy_locals:
             untouched = Variable()  # an argument the graph never read: passed through as it is
-            untouched.source = LocalSource(name)
+            untouched.source = LocalSource(root.lazy_sources.get(name, name))
             values.append(untouched)
         else:
             continue

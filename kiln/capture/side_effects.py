@@ -69,6 +69,7 @@ class SideEffects:
         # some code it traced wrote anything outside the frame (an lru_cache'd body, see functions)
         self.writes = 0
         self._class_attribute_names: set[str] = set()  # names the trace set on a class (class_write)
+        self.cached_bodies_open = 0  # lru_cache bodies being traced (the outermost call is replayed)
 
     def __bool__(self) -> bool:
         return bool(self._effects)
@@ -181,6 +182,12 @@ class SideEffects:
         self.writes += 1
         self._effects[("hook", len(self._effects))] = (tensor, hook)
 
+    def replay_cached_call(self, cached: "Variable", args: list["Variable"]) -> None:
+        """A call of an lru_cache function whose pure body the trace stepped into: made again
+        through the cache after the graph, so that the cache fills (and counts hits) as eager's
+        calls make it (a cache_info() read, a cache_clear() later, see the same cache)."""
+        self._effects[("cached_call", len(self._effects))] = (cached, args)
+
     def store_global(self, source: Source, value: "Variable") -> None:
         self.writes += 1
         self._effects[("global", source.name())] = _GlobalWrite(source, value)
@@ -247,5 +254,8 @@ class SideEffects:
             elif kind == "hook":
                 tensor, hook = effect
                 glue.line(f"{glue.reconstruct(tensor)}.register_hook({glue.reconstruct(hook)})")
+            elif kind == "cached_call":
+                cached, args = effect
+                glue.line(f"{glue.reconstruct(cached)}({', '.join(glue.reconstruct(a) for a in args)})")
             elif kind == "cell":
                 glue.line(f"{effect.source.name()} = {glue.reconstruct(effect.contents)}")

@@ -451,13 +451,29 @@ def only_stores_on_self(init: types.FunctionType) -> bool:
     return calls <= allowed
 
 
-def constructible(cls: type) -> bool:
-    """A plain Python class whose instances capture can build attribute by attribute."""
+def python_new(cls: type) -> tuple[type, types.FunctionType] | None:
+    """The class on `cls`'s MRO whose `__new__` is found first, and that `__new__`, where it is
+    the program's Python code (a cache, a singleton, a tuple subclass's field mapping); None where
+    it is a builtin's or the one collections.namedtuple generated."""
+    for base in cls.__mro__:
+        if "__new__" in base.__dict__:
+            if issubclass(base, tuple) and "_fields" in base.__dict__ and "_make" in base.__dict__:
+                return None
+            static = base.__dict__["__new__"]
+            fn = static.__func__ if isinstance(static, staticmethod) else static
+            return (base, fn) if isinstance(fn, types.FunctionType) else None
+    return None
+
+
+def constructible(cls: type, own_new: bool = False) -> bool:
+    """A plain Python class whose instances capture can build attribute by attribute (with
+    `own_new`, one whose Python `__new__` builds them with object.__new__)."""
     if cls.__module__ == "builtins" or issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException, tuple, dict, list)):
         return False
+    new_ok = cls.__new__ is object.__new__ or own_new and python_new(cls) is not None
     # a __setattr__ written in Python is inlined on each write (tracer.setattr); a builtin one is not
-    if cls.__new__ is not object.__new__ or not (cls.__setattr__ is object.__setattr__ or
-                                                 isinstance(inspect.getattr_static(cls, "__setattr__"), types.FunctionType)):
+    if not new_ok or not (cls.__setattr__ is object.__setattr__ or
+                          isinstance(inspect.getattr_static(cls, "__setattr__"), types.FunctionType)):
         return False
     if inspect.getattr_static(type(cls), "__call__") is not _TYPE_CALL:
         return False  # a metaclass's own __call__ decides what calling the class does

@@ -218,6 +218,9 @@ class Tracer:
         self.f_globals = f_globals
         self.locals = dict(local_vars)
         self.lazy_locals = dict(lazy_locals or {})
+        # a name an untouched local was copied to (`a = ___stack0` at a resume's start): the frame
+        # local its value is read from when the trace first uses it
+        self.lazy_sources: dict[str, str] = {}
         self.cells = dict(cells)
         self.parent = parent
         self.depth: int = 0 if parent is None else parent.depth + 1
@@ -374,6 +377,32 @@ class Tracer:
             return known
         return True
 
+    def _set_child_module(self, obj: Variable, name: str, value: Variable) -> bool:
+        """Module.__setattr__ of a module value (or None over a submodule): an entry of `_modules`
+        (ModuleList's `layers[i] = m` ends here), changed in the table so that later reads of the
+        children see it. False where the value is no submodule."""
+        module = obj.module  # type: ignore[attr-defined]
+        if name == "_modules" and isinstance(value, DictVariable) and isinstance(module.__dict__.get(name), dict):
+            # `self._modules = OrderedDict(...)` (ModuleList.__delitem__ renumbering what is left):
+            # the table's contents replaced, so that reads of the children in this trace see them
+            # (the replay fills the dict the module has, where eager binds a new one)
+            table = obj.getattr(self, "_modules")
+            table.call_method(self, "clear", [], {})
+            for key, child in value.items.items():
+                table.call_method(self, "__setitem__", [ConstantVariable(key), child], {})
+            return True
+        is_module = issubclass(value.python_type(), torch.nn.Module)
+        if not is_module and not (name in module._modules and value.is_constant() and value.as_constant() is None):
+            if name in module._modules:
+                raise Unsupported(f"assigning a {value.python_type().__name__} over submodule {name!r}", kind="unsupported")
+            return False
+        if name in module.__dict__ or name in module._parameters or name in module._buffers \
+                or self.side_effects.pending_attr(module, name) is not None:
+            raise Unsupported(f"assigning a submodule to {name!r}, which names another attribute", kind="unsupported")
+        table = obj.getattr(self, "_modules")
+        table.call_method(self, "__setitem__", [ConstantVariable(name), value], {})
+        return True
+
     def setattr(self, obj: Variable, name: str, value: Variable, bypass: bool = False) -> None:
         from kiln.capture.variables.module import NNModuleVariable
 
@@ -405,6 +434,8 @@ class Tracer:
                 # named_buffers, state_dict) see, replayed after the graph
                 table = obj.getattr(self, "_buffers")
                 table.call_method(self, "__setitem__", [ConstantVariable(name), value], {})
+                return
+            if self._set_child_module(obj, name, value):
                 return
             # the replay must not run an override already traced
             self.side_effects.store_attr(obj.module, obj, name, value,
@@ -516,7 +547,7 @@ class Tracer:
 
     def read_local(self, name: str) -> Variable:
         if name not in self.locals and name in self.lazy_locals:
-            self.locals[name] = self.wrap(self.lazy_locals.pop(name), LocalSource(name))
+            self.locals[name] = self.wrap(self.lazy_locals.pop(name), LocalSource(self.lazy_sources.pop(name, name)))
         if name not in self.locals:
             raise Unsupported(f"local variable {name!r} referenced before assignment (raised natively)",
                               kind="unsupported")

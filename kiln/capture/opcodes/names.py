@@ -22,18 +22,36 @@ if TYPE_CHECKING:
 
 @opcode
 def LOAD_FAST(tx: "Tracer", instr: dis.Instruction) -> None:
-    tx.push(tx.read_local(instr.argval))
+    name = instr.argval
+    if name in tx.lazy_locals and name not in tx.locals and tx.ip + 1 < len(tx.instructions):
+        at = tx.ip + 1
+        if tx.instructions[at].opname == "JUMP_FORWARD":  # a resume's prologue jumps into the body
+            at = tx.index_of[tx.instructions[at].argval]
+        following = tx.instructions[at]
+        if following.opname == "STORE_FAST" and following.offset != tx.stop_offset:
+            # `a = b` of a value the trace has not read (a resume function storing the result of
+            # the break's call, or moving a passed local): the copy stays unread too, so nothing
+            # is guarded on it before it is used (a bool that only travels on to the next break)
+            target = following.argval
+            tx.locals.pop(target, None)
+            tx.lazy_locals[target] = tx.lazy_locals[name]
+            tx.lazy_sources[target] = tx.lazy_sources.get(name, name)
+            tx.next_ip = at + 1
+            return
+    tx.push(tx.read_local(name))
 
 
 @opcode
 def STORE_FAST(tx: "Tracer", instr: dis.Instruction) -> None:
     tx.lazy_locals.pop(instr.argval, None)
+    tx.lazy_sources.pop(instr.argval, None)
     tx.locals[instr.argval] = tx.pop()
 
 
 @opcode
 def DELETE_FAST(tx: "Tracer", instr: dis.Instruction) -> None:
     tx.lazy_locals.pop(instr.argval, None)
+    tx.lazy_sources.pop(instr.argval, None)
     tx.locals.pop(instr.argval, None)
 
 

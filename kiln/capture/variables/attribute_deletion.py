@@ -76,6 +76,19 @@ def _python_deleter(tx: "Tracer", obj: Variable, kind: type, name: str) -> bool:
     return False
 
 
+def _child_module_deleted(tx: "Tracer", obj: NNModuleVariable, name: str) -> bool:
+    """`del module.name` of a submodule (ModuleList.__delitem__ ends here): nn.Module.__delattr__
+    removes it from `_modules`, a change of that table that later reads of the children see (the
+    table as the trace changed it, when it did). False when `name` is no submodule."""
+    table = obj.getattr(tx, "_modules")
+    if not table.call_method(tx, "__contains__", [ConstantVariable(name)], {}).as_constant():
+        return False
+    if name in obj.module._parameters or name in obj.module._buffers or name in obj.module.__dict__:
+        return False
+    table.call_method(tx, "__delitem__", [ConstantVariable(name)], {})
+    return True
+
+
 def delete_attribute(tx: "Tracer", obj: Variable, name: str) -> None:
     """`del obj.name` as the program makes it (see the module docstring)."""
     kind = obj.cls if isinstance(obj, NewObjectVariable) else \
@@ -83,6 +96,9 @@ def delete_attribute(tx: "Tracer", obj: Variable, name: str) -> None:
         type(obj.value) if isinstance(obj, ObjectVariable) and not isinstance(obj.value, (type, types.ModuleType)) \
         else None
     if kind is not None and _python_deleter(tx, obj, kind, name):
+        return
+    if isinstance(obj, NNModuleVariable) and getattr(kind, "__delattr__", None) is torch.nn.Module.__delattr__ \
+            and obj.source is not None and _child_module_deleted(tx, obj, name):
         return
     if isinstance(obj, NewObjectVariable) and (_plain_deletion(obj.cls, name) or _own_slot(obj.cls, name)):
         if name not in obj.attrs:  # a slot's value is kept with the attributes too (tracer.setattr)

@@ -259,9 +259,29 @@ def filter_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
 
 @builtin_rule(reversed)
 def reversed_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """reversed(x) as its type has it: a class's own Python __reversed__ is called, a tensor is
+    flipped (Tensor.__reversed__), and what has neither __reversed__ nor the sequence protocol
+    (a set, a generator) raises TypeError; the rest is its items in reverse."""
+    from kiln.capture.variables.functions import UserMethodVariable
     from kiln.capture.variables.iterator import IteratorVariable
+    from kiln.capture.variables.tensor import TensorVariable
 
-    return IteratorVariable(list(reversed(tx.iterate(args[0]))))
+    if len(args) != 1 or kwargs:
+        raise Unsupported("reversed() with these arguments", kind="unsupported_call")
+    value = args[0]
+    if isinstance(value, TensorVariable):
+        return value if value.example.dim() == 0 else value.call_method(tx, "flip", [ConstantVariable(0)], {})
+    kind = value.python_type()
+    own = inspect.getattr_static(kind, "__reversed__", None)
+    if isinstance(own, types.FunctionType):
+        return UserMethodVariable(own, value).call(tx, [], {})
+    if own is None and not (hasattr(kind, "__len__") and hasattr(kind, "__getitem__")):
+        raise raise_in_trace(TypeError(f"'{kind.__name__}' object is not reversible"),
+                             f"reversed() of a {kind.__name__} (raised natively)")
+    if not (kind.__module__ == "builtins" or kind is torch.Size or issubclass(kind, (tuple, list, dict))
+            or kind.__module__ == "collections"):
+        raise Unsupported(f"reversed() of {value.describe()}", kind="unsupported_call")
+    return IteratorVariable(list(reversed(tx.iterate(value))))
 
 
 @builtin_rule(next)
@@ -467,8 +487,32 @@ RULES[any] = _anyall(any)
 RULES[all] = _anyall(all)
 
 
-for _fn in (abs, round, pow, divmod, chr, ord, hash, ascii, bin, hex, oct):
+for _fn in (abs, round, pow, divmod, chr, ord, ascii, bin, hex, oct):
     RULES[_fn] = functools.partial(lambda fn, tx, args, kwargs: _fold(tx, fn, args, kwargs), _fn)
+
+
+@builtin_rule(hash)
+def hash_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """hash() of a symbolic int, or of a tuple (a torch.Size) holding some: the hash needs the
+    numbers, which are specialized (guarded), as torch.compile does; the rest as any fold."""
+    from kiln.capture.variables.sequence import BaseSequenceVariable
+
+    def number(item: Variable) -> Any:
+        if isinstance(item, SymIntVariable) and item.python_type() is int:
+            return tx.as_int(item)
+        return item.as_constant() if item.is_constant() else None
+
+    if len(args) == 1 and not kwargs:
+        value = args[0]
+        if isinstance(value, SymIntVariable) and value.python_type() is int:
+            return ConstantVariable(hash(tx.as_int(value)))
+        if isinstance(value, BaseSequenceVariable) and issubclass(value.python_type(), tuple) \
+                and value.python_type().__hash__ is tuple.__hash__ \
+                and any(isinstance(i, SymIntVariable) for i in value.items) \
+                and all(i.is_constant() or isinstance(i, SymIntVariable) and i.python_type() is int
+                        for i in value.items):
+            return ConstantVariable(hash(tuple(number(i) for i in value.items)))
+    return _fold(tx, hash, args, kwargs)
 
 
 def text_of(tx: "Tracer", value: Variable, name: str, spec: str = "") -> Variable:
@@ -630,6 +674,17 @@ def slice_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) 
     return SliceVariable(*parts)
 
 
+@builtin_rule(types.MethodType)
+def method_type_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """`MethodType(fn, obj)`: a Python function bound by hand (ExitStack binds a context manager's
+    __exit__ so), a method like any other."""
+    from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+
+    if len(args) != 2 or kwargs or not isinstance(args[0], UserFunctionVariable):
+        raise Unsupported("types.MethodType of something other than a Python function", kind="unsupported_call")
+    return UserMethodVariable(args[0].fn, args[1])
+
+
 @builtin_rule(super)
 def super_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     from kiln.capture.variables.super_call import SuperVariable
@@ -652,7 +707,7 @@ def object_new_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variab
     from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 
     cls = args[0].as_python_value() if len(args) == 1 and not kwargs and isinstance(args[0], ObjectVariable) else None
-    if not isinstance(cls, type) or not constructible(cls) or getattr(cls, "__abstractmethods__", None):
+    if not isinstance(cls, type) or not constructible(cls, own_new=True) or getattr(cls, "__abstractmethods__", None):
         raise Unsupported("object.__new__ of a class capture does not build", kind="unsupported_call")
     return NewObjectVariable(cls, args[0].source)
 

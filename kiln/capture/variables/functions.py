@@ -10,6 +10,7 @@ torch/_dynamo/variables/functions.py.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import inspect
 import types
@@ -253,10 +254,19 @@ class LruCacheVariable(Variable):
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         effects = tx.state.side_effects
         before = effects.writes
-        result = self.inner.call(tx, args, kwargs)
+        effects.cached_bodies_open += 1
+        try:
+            result = self.inner.call(tx, args, kwargs)
+        finally:
+            effects.cached_bodies_open -= 1
         if effects.writes != before:
             raise Unsupported(f"{self.describe()} writes outside the frame; eager runs its body only "
                               f"on a cache miss, so the call is made for real", kind="unsupported_call")
+        if effects.cached_bodies_open == 0 and not kwargs and all(_hashable_constant(a) for a in args):
+            # eager's call fills the cache (its recursive calls too, on a miss): the outermost call
+            # is made again through the cache after the graph; with arguments that are not
+            # constants (a tensor) the cache keeps what the trace cannot make again cheaply
+            effects.replay_cached_call(self, list(args))
         return result
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
@@ -264,6 +274,24 @@ class LruCacheVariable(Variable):
         if isinstance(self.inner, UserMethodVariable):
             return f"{glue.constant(types.MethodType)}({glue.constant(self.wrapper)}, {glue.reconstruct(self.inner.obj)})"
         return self.source.name() if self.source is not None else glue.constant(self.wrapper)
+
+
+def _hashable_constant(value: Variable) -> bool:
+    """A constant the cache can key on, or a symbolic number (the glue passes its value)."""
+    from kiln.capture.variables.symint import SymIntVariable
+
+    if isinstance(value, SymIntVariable):
+        return True
+    if not value.is_constant():
+        return False
+    try:
+        hash(value.as_constant())
+    except TypeError:
+        return False
+    return True
+
+
+_GENERATOR_CM_PROTOCOL = (contextlib._GeneratorContextManager.__enter__, contextlib._GeneratorContextManager.__exit__)
 
 
 def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: list[Variable],
@@ -279,6 +307,10 @@ def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: lis
         return tx.wrap(original, None).call(tx, args, kwargs)
     if marked is Marked.CONSTANT_RESULT:
         return _call_for_constant(tx, fn, args, kwargs)
+    if fn in _GENERATOR_CM_PROTOCOL and args and args[0].python_type() is contextlib._GeneratorContextManager:
+        # `type(cm).__enter__(cm)` (ExitStack.enter_context, a bound __exit__ it calls later) on a
+        # @contextmanager object the trace runs in halves: its own protocol, not contextlib's code
+        return args[0].getattr(tx, fn.__name__).call(tx, args[1:], kwargs)
     if fn is _FUNCTION_APPLY:
         from kiln.capture.variables.autograd_function import call_autograd_function
         if not args:

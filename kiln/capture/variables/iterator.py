@@ -14,6 +14,7 @@ from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.sequence import TupleVariable
+from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -302,6 +303,8 @@ class _Grouping:
         if item is None:
             return False
         keyed = item if self.key.is_constant() and self.key.as_constant() is None else self.key.call(self.tx, [item], {})
+        if isinstance(keyed, SymIntVariable) and keyed.python_type() is int:
+            keyed = ConstantVariable(self.tx.as_int(keyed))  # a size as the key: specialized (guarded)
         if not keyed.is_constant():
             raise Unsupported("itertools.groupby with keys unknown at trace time", kind="unsupported_call")
         self.current, self.current_key = item, keyed.as_constant()

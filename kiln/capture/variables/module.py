@@ -317,9 +317,16 @@ class NNModuleVariable(Variable):
 
     # ------------------------------------------------------------------ containers
     def _children(self, tx: "Tracer") -> list[tuple[str, Variable]]:
+        from kiln.capture.variables.dict import DictVariable
+
         m = self.module
-        self._refuse_changed_tables(tx, f"the children of {type(m).__name__}", recurse=False)
         table = "_parameters" if isinstance(m, (torch.nn.ParameterList, torch.nn.ParameterDict)) else "_modules"
+        changed = self._changed_table(tx, table)
+        if isinstance(changed, DictVariable):
+            # append, insert, `del layers[i]`, `d[k] = m` earlier in this forward: the children as
+            # the trace left them (the real table is rewritten after the graph)
+            return list(changed.items.items())
+        self._refuse_changed_tables(tx, f"the children of {type(m).__name__}", recurse=False)
         if self.source is not None:  # the loop over them is unrolled: their names and number are baked
             self._guard(tx, AttrSource(self.source, table), "check_keys", tuple(getattr(m, table).keys()))
         if table == "_parameters":

@@ -238,9 +238,16 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
         return compared
     if symbol in ("==", "!=", "eq", "ne"):
         same = _equal(a, b)
+        if same is None and (_sequence_and_scalar(a, b) or _sequence_and_scalar(b, a)):
+            same = False  # a tuple or list never equals a str or a number (`case "relu":` on a tuple)
         if same is not None:
             return ConstantVariable(same if symbol in ("==", "eq") else not same)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+def _sequence_and_scalar(a: Variable, b: Variable) -> bool:
+    return isinstance(a, BaseSequenceVariable) and isinstance(b, ConstantVariable) \
+        and type(b.as_constant()) in (str, bytes, int, float, bool, complex, type(None))
 
 
 _DUNDERS = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__"}
@@ -365,6 +372,10 @@ def _compares_by_identity(v: Variable) -> bool:
 def subscript(tx: "Tracer", obj: Variable, key: Variable) -> Variable:
     """`obj[key]`."""
     if isinstance(obj, TensorVariable):
+        if isinstance(key, SymIntVariable) and key.python_type() is int:
+            # `x[i]` with an int that became symbolic: Tensor.__getitem__ would take its __index__
+            # (a guard on its value, a recompile per index); select keeps it a symbol in the graph
+            return tx.call_op("call_function", torch.select, [obj, ConstantVariable(0), key], {})
         return tx.call_op("call_function", operator.getitem, [obj, key], {})
     if isinstance(obj, ConstantVariable) and key.is_constant():
         return _const(operator.getitem, obj, key)

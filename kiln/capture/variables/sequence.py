@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence, TypeGuard
 
 import torch
 
-from kiln.capture.trace_rules import BUILTIN_RULES
+from kiln.capture.trace_rules import BUILTIN_RULES, python_new
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
@@ -101,6 +101,8 @@ class BaseSequenceVariable(Variable):
             found = 0
             for n, item in enumerate(self.items):
                 equal = ConstantVariable(True) if item is args[0] else tx.compare_op("==", item, args[0])
+                if not equal.is_constant() and equal.python_type() is bool and _symbolic(equal):
+                    equal = ConstantVariable(equal.truth(tx))  # a size compared: decided and guarded
                 if not equal.is_constant():
                     raise Unsupported(f"{self.python_type().__name__}.{name} comparing {args[0].describe()}",
                                       kind="unsupported_call")
@@ -132,6 +134,11 @@ def product(tx: "Tracer", items: list[Variable]) -> Variable:
     return result
 
 
+def _symbolic(value: Variable) -> bool:
+    from kiln.capture.variables.symint import SymIntVariable
+    return isinstance(value, SymIntVariable)
+
+
 def _user_attribute(cls: type, name: str) -> Any:
     """`name` as defined by a class of `cls`'s MRO written in Python (not tuple or object)."""
     for klass in cls.__mro__:
@@ -158,6 +165,8 @@ class TupleVariable(BaseSequenceVariable):
 
     def as_constant(self) -> Any:
         values = [i.as_constant() for i in self.items]
+        if python_new(self.tuple_type) is not None:  # its own __new__ maps arguments to items: not again
+            return tuple.__new__(self.tuple_type, values)
         if is_namedtuple_type(self.tuple_type):
             return self.tuple_type(*values)
         try:
@@ -177,7 +186,7 @@ class TupleVariable(BaseSequenceVariable):
             return tx.wrap_result(tuple(fields))
         if name in ("_replace", "_asdict") and is_namedtuple_type(self.tuple_type):
             return BoundMethodVariable(self, name)
-        if is_namedtuple_type(self.tuple_type):
+        if is_namedtuple_type(self.tuple_type) or python_new(self.tuple_type) is not None:
             method = _user_attribute(self.tuple_type, name)
             if isinstance(method, types.FunctionType):  # a method of a typing.NamedTuple class
                 return tx.bind_method(method, self)
@@ -212,6 +221,8 @@ class TupleVariable(BaseSequenceVariable):
         body = ", ".join(parts) + ("," if len(parts) == 1 else "")
         if self.tuple_type is tuple:
             return f"({body})"
+        if python_new(self.tuple_type) is not None:  # its own __new__ maps arguments to items: not again
+            return f"{glue.constant(tuple.__new__)}({glue.constant(self.tuple_type)}, ({body}))"
         if is_namedtuple_type(self.tuple_type):
             return f"{glue.constant(self.tuple_type)}({', '.join(parts)})"
         return f"{glue.constant(self.tuple_type)}(({body}))"

@@ -6,9 +6,9 @@ specialized there, which the ShapeEnv guards). Corresponds to torch/_dynamo's Sl
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
@@ -42,6 +42,20 @@ class SliceVariable(Variable):
 
         values = [p.specialize() if isinstance(p, SymIntVariable) else p.as_constant() for p in self.parts()]
         return slice(*values)
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        if name in ("start", "stop", "step"):
+            return getattr(self, name)  # a user __getitem__ reading `key.start` of the slice it got
+        if name == "indices":
+            return BoundMethodVariable(self, name)
+        return super().getattr(tx, name)
+
+    def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable],
+                    kwargs: dict[str, Variable]) -> Variable:
+        if name == "indices" and len(args) == 1 and not kwargs:
+            # the bounds for a length: a symbolic one is specialized, as the result's numbers are
+            return tx.wrap_result(self.as_slice(tx).indices(tx.as_int(args[0])))
+        return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return "slice(" + ", ".join(glue.reconstruct(p) for p in self.parts()) + ")"

@@ -75,6 +75,10 @@ class SuperVariable(Variable):
                 if isinstance(attr, classmethod):
                     owner = self.obj if receiver_class is not None else tx.wrap(self.obj.python_type(), None)
                     return UserMethodVariable(python_function(attr.__func__, "a classmethod"), owner)
+                if name == "__new__" and isinstance(attr, types.BuiltinFunctionType):
+                    # `super().__new__(cls, ...)` in a class's own __new__: object's or tuple's,
+                    # a static method (each has its rule in builtin.py)
+                    return tx.wrap(attr, None)
                 if base is object and name == "__init__":
                     return tx.wrap(lambda *a, **k: None, None)
                 if base is object and name == "__setattr__" and isinstance(self.obj, (ObjectVariable, DictVariable,

@@ -29,6 +29,7 @@ from kiln.capture.trace_rules import (
     is_numpy_math,
     is_pure_library_function,
     never_traced,
+    python_new,
     trace_time_module_class,
 )
 from kiln.capture.variables.base import Variable
@@ -291,6 +292,11 @@ class ObjectVariable(Variable):
             elif self.source is not None:
                 owner = AttrSource(self.source, "__self__")
             return call_autograd_function(tx, obj.__self__, list(args), kwargs, owner)
+        own_new = python_new(obj) if isinstance(obj, type) else None
+        if own_new is not None \
+                and inspect.getattr_static(type(obj), "__call__") is _TYPE_CALL \
+                and (constructible(obj, own_new=True) or issubclass(obj, tuple)):
+            return _new_through_python_new(tx, obj, self, own_new, args, kwargs)
         if is_namedtuple_type(obj):
             return _new_namedtuple(tx, obj, args, kwargs)
         if trace_time_module_class(obj):
@@ -374,6 +380,32 @@ def _new_namedtuple(tx: "Tracer", cls: Any, args: Sequence[Variable], kwargs: di
             given = tx.wrap(default, None)
         filled.append(given)
     return TupleVariable(filled, cls)
+
+
+_TYPE_CALL = type.__dict__["__call__"]
+
+
+def _new_through_python_new(tx: "Tracer", cls: type, cls_var: Variable, own_new: tuple[type, types.FunctionType],
+                            args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """`cls(...)` for a class with a Python `__new__`, as type.__call__ runs it: `__new__(cls, ...)`
+    inlined (its `super().__new__(cls)` builds the instance), then `__init__` on what it returned
+    when that is an instance of `cls` (a cached one from outside included: its writes are effects)."""
+    from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable, guard_class_attribute
+
+    owner, new = own_new
+    guard_class_attribute(tx, cls, "__new__", owner.__dict__["__new__"], class_source=cls_var.source)
+    instance = UserFunctionVariable(new).call(tx, [cls_var, *args], kwargs)
+    made = instance.python_type()
+    if not (isinstance(made, type) and issubclass(made, cls)):
+        return instance
+    init = inspect.getattr_static(made, "__init__")
+    if init is object.__init__:
+        return instance
+    if not isinstance(init, types.FunctionType):
+        raise Unsupported(f"{made.__qualname__}.__init__ after its Python __new__", kind="unsupported_call")
+    guard_class_attribute(tx, made, "__init__", init, class_source=cls_var.source if made is cls else None)
+    UserMethodVariable(init, instance).call(tx, args, kwargs)
+    return instance
 
 
 def _new_object(tx: "Tracer", cls: type, cls_source: Source | None, args: Sequence[Variable],
@@ -585,7 +617,9 @@ class NewObjectVariable(Variable):
     def reconstruct(self, glue: "GlueBuilder") -> str:
         cls = glue.constant(self.cls)
         name = glue.fresh("obj")
-        glue.line(f"{name} = {cls}.__new__({cls})")
+        # a class's own Python __new__ (a cache, a singleton) already ran in the trace: not again
+        new = glue.constant(object.__new__) if python_new(self.cls) is not None else f"{cls}.__new__"
+        glue.line(f"{name} = {new}({cls})")
         slots = {k for k in self.attrs if isinstance(inspect.getattr_static(self.cls, k, None), types.MemberDescriptorType)}
         for k in slots:  # a __slots__ member is set through its descriptor, never the instance dict
             glue.line(f"{glue.constant(object.__setattr__)}({name}, {k!r}, {glue.reconstruct(self.attrs[k])})")

@@ -8,6 +8,7 @@ tests/capture/test_dynamo_style_corpus.py and `python -m tests.capture.corpus.re
 """
 from . import (  # noqa: F401  (each import registers its module's cases)
     builtins_cases,
+    class_construction,
     classes,
     closures,
     containers,

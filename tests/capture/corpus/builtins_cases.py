@@ -376,3 +376,66 @@ def isinstance_with_abc_and_tuple_of_types():
             out = out * 0
         return out
     return fn_program(f, (t(2), [1, 2], {"k": 1}))
+
+
+# reversed() as each type has it, slice objects read by a user __getitem__, and a match statement
+# comparing a tuple subject with a str literal.
+
+@case("builtins")
+def reversed_of_tensor_and_of_user_object():
+    class Countdown:
+        def __init__(self, n):
+            self.n = n
+
+        def __reversed__(self):
+            return iter(range(1, self.n + 1))
+
+    def f(x):
+        flipped = reversed(x) * 2  # Tensor.__reversed__ flips dim 0: a tensor, not an iterator
+        ups = list(reversed(Countdown(3)))
+        return flipped + ups[-1], ups, reversed(x.sum())
+    return fn_program(f, (t(3, 2),))
+
+
+@case("builtins")
+def reversed_of_a_set_raises_type_error():
+    def f(x, items):
+        try:
+            order = list(reversed(items))
+        except TypeError as e:
+            return x - 1, str(e)
+        return x + order[0], order
+    return fn_program(f, (t(2), {3, 4}), (t(2), [3, 4]), (t(2), (5, 6)))
+
+
+@case("builtins")
+def slice_object_read_by_user_getitem():
+    class Window:
+        def __init__(self, data):
+            self.data = data
+
+        def __getitem__(self, key):
+            if isinstance(key, slice):
+                start, stop, step = key.indices(self.data.shape[0])
+                return self.data[start:stop:step] * (key.step or 1) + len(range(start, stop, step))
+            return self.data[key]
+
+    def f(x):
+        w = Window(x)
+        return w[1:5:2], w[::3], w[-2:], w[0]
+    return fn_program(f, (t(6, 2),))
+
+
+@case("builtins")
+def match_tuple_subject_against_str_literal():
+    def f(x, spec):
+        match spec:
+            case "identity":
+                return x
+            case ("scale", factor):
+                return x * factor
+            case ("clamp", lo, hi):
+                return x.clamp(lo, hi)
+            case _:
+                return -x
+    return fn_program(f, (t(3), ("scale", 2)), (t(3), "identity"), (t(3), ("clamp", -0.5, 0.5)), (t(3), ("x", 1, 2, 3)))

@@ -556,3 +556,73 @@ def autocast_decorator_and_nested_dtype_probec():
         c = mm(a, b)
         return c.dtype, (a @ b).dtype, c.float()
     return fn_program(f, (t(2, 3), t(3, 2)))
+
+
+# ExitStack.enter_context binds the manager's __exit__ with types.MethodType and calls a
+# @contextmanager object's __enter__ through its class: both traced (they broke the graph).
+
+@case("context_managers")
+def exit_stack_enters_user_managers_and_exits_in_reverse():
+    log = []
+
+    class Scope:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            log.append("+" + self.name)
+            return len(self.name)
+
+        def __exit__(self, kind, value, tb):
+            log.append("-" + self.name)
+            return False
+
+    def f(x):
+        with contextlib.ExitStack() as stack:
+            sizes = [stack.enter_context(Scope(n)) for n in ("a", "bb", "ccc")]
+            y = x * sum(sizes)
+        return y, list(log)
+    return fn_program(f, (t(3),), (t(3),))
+
+
+@case("context_managers")
+def exit_stack_enters_generator_managers():
+    trail = []
+
+    @contextlib.contextmanager
+    def level(k):
+        trail.append(("in", k))
+        try:
+            yield k * 10
+        finally:
+            trail.append(("out", k))
+
+    def f(x):
+        with contextlib.ExitStack() as stack:
+            first = stack.enter_context(level(1))
+            second = stack.enter_context(level(2))
+            y = x + first + second
+        return y
+    return fn_program(f, (t(3),), observe=lambda: list(trail))
+
+
+@case("context_managers")
+def exit_stack_manager_suppresses_the_block_error():
+    seen = []
+
+    class Absorb:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, kind, value, tb):
+            seen.append(None if kind is None else kind.__name__)
+            return kind is ValueError
+
+    def f(x):
+        y = x * 2
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(Absorb())
+            y = y + 1
+            raise ValueError("dropped")
+        return y * 3
+    return fn_program(f, (t(3),), observe=lambda: list(seen))

@@ -443,3 +443,33 @@ def lru_cache_pure_body_stays_one_graph():
     def f(x, n):
         return x * sum(sizes(n)) + len(sizes(n))
     return fn_program(f, (t(2), 3), (t(2), 3))
+
+
+# The trace steps into a pure lru_cache body; eager's calls fill the cache (recursive ones too) and
+# count hits, which cache_info() shows and cache_clear() resets: the outermost call is made again
+# through the cache after the graph (the cache stayed empty under Kiln).
+
+@case("functools")
+def lru_cache_recursive_fills_the_cache_as_eager():
+    @functools.lru_cache(maxsize=None)
+    def paths(n):
+        return 1 if n < 2 else paths(n - 1) + paths(n - 2)
+
+    def f(x, n):
+        return x * paths(n) + paths(3)
+    return fn_program(f, (t(2), 6), (t(2), 6), (t(2), 8), observe=lambda: tuple(paths.cache_info()))
+
+
+@case("functools")
+def lru_cache_cleared_between_calls_refills():
+    @functools.lru_cache(maxsize=None)
+    def offsets(n, step=1):
+        return tuple(range(0, n * step, step))
+
+    def f(x):
+        return x + sum(offsets(4)) + len(offsets(3, 2))
+
+    def between(subject, i):
+        offsets.cache_clear()
+    return fn_program(f, (t(2),), (t(2),), (t(2),), between=between,
+                      observe=lambda: (offsets.cache_info().misses, offsets.cache_info().hits))

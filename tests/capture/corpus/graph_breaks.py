@@ -426,3 +426,30 @@ def list_grown_after_break_then_popped():
         last = items.pop()
         return last, len(items)
     return fn_program(f, (t(2), t(2)))
+
+
+# bool(tensor) breaks; its result, stored by the resume function, is read only after the next
+# break: the resume between them must not be specialized on it (a recompile per value where
+# torch.compile reuses the graph: 6 graphs for its 5).
+
+@case("graph_breaks", fullgraph=False, counts=True)
+def bool_of_tensor_carried_to_the_next_break():
+    def f(x, y):
+        pos = bool((x > 0).all())
+        neg = not bool((y > 0).any())
+        return x * 2 if (pos and neg) else y * 3
+    ones = torch.ones(3)
+    return fn_program(f, (ones, -ones), (ones, ones), (-ones, -ones), (-ones, ones))
+
+
+@case("graph_breaks", fullgraph=False, counts=True)
+def flags_of_tensors_collected_across_breaks():
+    def f(x):
+        first = bool(x[0] > 0)
+        y = x * 2
+        second = bool(y[1] > 0)
+        z = y + 1
+        third = bool(z[2] > 0)
+        return z * (int(first) + 2 * int(second) + 4 * int(third))
+    return fn_program(f, (torch.tensor([1.0, 1.0, 1.0]),), (torch.tensor([-1.0, 1.0, 1.0]),),
+                      (torch.tensor([1.0, -1.0, 1.0]),), (torch.tensor([-1.0, -1.0, -3.0]),))

@@ -363,3 +363,104 @@ def two_instances_of_one_module_class_through_a_function():
     def f(x, model):
         return model(x).sum(-1)
     return Program(f, ((t(1, 4), a), (t(1, 4), b), (t(1, 4), a), (t(1, 4), b)))
+
+
+# ---------------------------------------------------------------- containers changed inside forward
+# nn.Module.__setattr__/__delattr__ and ModuleList's renumbering reach `_modules`: the children the
+# trace iterates after the change are the changed ones (a replaced layer once ran the old one).
+
+@case("modules")
+def module_list_item_replaced_then_iterated():
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Sigmoid(), nn.Sigmoid(), nn.Sigmoid()])
+
+        def forward(self, x):
+            self.layers[-1] = nn.Softplus()
+            self.layers[0] = nn.Hardtanh(-0.5, 0.5)
+            for layer in self.layers:
+                x = layer(x) * 3
+            return x, type(self.layers[2]).__name__
+    return Program(Stack(), ((t(2, 4),), (t(2, 4),)))
+
+
+@case("modules")
+def module_list_grown_in_forward_then_indexed():
+    class Growing(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(4, 4)])
+
+        def forward(self, x):
+            if len(self.blocks) < 3:
+                self.blocks.append(nn.Tanh())
+            self.blocks.insert(1, nn.ReLU())
+            out = self.blocks[-1](self.blocks[1](x))
+            del self.blocks[1]
+            return out, len(self.blocks), [type(b).__name__ for b in self.blocks]
+    return Program(Growing(), ((t(3, 4),), (t(3, 4),), (t(3, 4),)))
+
+
+@case("modules")
+def module_list_item_deleted_then_renumbered_names_read():
+    class Pruned(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3), nn.Sigmoid()])
+
+        def forward(self, x):
+            if len(self.layers) == 4:
+                del self.layers[1]
+            second = getattr(self.layers, "1")  # the old "2", renumbered
+            for layer in self.layers:
+                x = layer(x)
+            return x + second(x), list(self.layers._modules)
+    return Program(Pruned(), ((t(2, 3),), (t(2, 3),)))
+
+
+@case("modules")
+def module_dict_entries_set_and_popped_in_forward():
+    class Heads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = nn.ModuleDict({"gelu": nn.GELU(), "relu": nn.ReLU()})
+
+        def forward(self, x):
+            self.heads["tanh"] = nn.Tanh()
+            dropped = self.heads.pop("relu")
+            ys = [m(x) * i for i, (k, m) in enumerate(self.heads.items())]
+            self.heads["relu"] = dropped
+            return sum(ys), list(self.heads.keys()), "tanh" in self.heads
+    return Program(Heads(), ((t(2, 3),), (t(2, 3),)))
+
+
+@case("modules")
+def submodule_set_to_none_in_forward_then_tested():
+    class Optional(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(3)
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            x = self.lin(x)
+            if self.norm is not None:
+                x = self.norm(x)
+                self.norm = None
+            return x, self.norm is None, "norm" in self._modules
+    return Program(Optional(), ((t(2, 3),), (t(2, 3),)))
+
+
+@case("modules")
+def sequential_appended_in_forward_then_called():
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seq = nn.Sequential(nn.Linear(3, 3))
+
+        def forward(self, x):
+            if len(self.seq) == 1:
+                self.seq.append(nn.Sigmoid())
+            return self.seq(x), type(self.seq[-1]).__name__, len(self.seq)
+    return Program(Head(), ((t(2, 3),), (t(2, 3),)))

@@ -360,3 +360,35 @@ def float_argument_signed_zero():
     def between(subject, i):
         state["bias"] = -0.0 if i == 1 else 0.0
     return Program(f, ((t(2), 0.0, (1, 0.0)), (t(2), -0.0, (1, -0.0)), (t(2), -0.0, (1, 0.0))), between=between)
+
+
+# A tensor indexed by an int argument that became symbolic (the second value seen): the row is
+# picked in the graph (select), not by the int's value (Tensor.__getitem__ takes __index__: a guard
+# and a recompile per index, 5 graphs where torch.compile makes 2).
+
+@case("recompiles", counts=True)
+def tensor_row_picked_by_an_int_modulo():
+    def f(x, step):
+        return x[step % 4] * 2 + x[(step + 1) % 4]
+    table = torch.arange(12.0).reshape(4, 3)
+    return Program(f, tuple((table, s) for s in range(7)))
+
+
+@case("recompiles", counts=True)
+def tensor_row_picked_by_a_signed_int():
+    def f(x, i):
+        return x[i].sum() + x[-1 - i].sum()
+    table = torch.arange(10.0).reshape(5, 2)
+    return Program(f, tuple((table, i) for i in (0, 1, 3, -2, 2, -5, 4)))
+
+
+@case("recompiles", counts=True)
+def buffer_row_picked_by_a_position_argument():
+    class Positions(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("table", torch.linspace(0, 1, 16).reshape(8, 2))
+
+        def forward(self, x, pos):
+            return x + self.table[pos]
+    return Program(Positions(), tuple((t(2), p) for p in (0, 3, 5, 7, 2)))

@@ -6,6 +6,7 @@ plus module attributes and a dict changed between calls, and exceptions after si
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -215,3 +216,34 @@ def exception_after_inplace():
             raise MyErr("after mutation")
         return x
     return fn_program(f, (t(2),), (t(3),))
+
+
+# Sizes made symbolic by a second shape, used where Python needs their numbers: Size.index/count
+# compare them (decided and guarded), hash() and groupby keys specialize them, as torch.compile does
+# (each was a graph break).
+
+@case("shapes", fullgraph=False, counts=True)
+def size_index_and_count_over_symbolic_sizes():
+    def f(x):
+        s = x.shape
+        return x.sum(s.index(3)), s.count(2), s.count(3)
+    return fn_program(f, (t(2, 3, 2),), (t(4, 3, 4),), (t(5, 3, 6),))
+
+
+@case("shapes", counts=True)
+def hash_of_a_symbolic_shape():
+    def f(x):
+        key = hash(x.shape)
+        table = {hash((2, 3)): 1.0, hash((4, 3)): 2.0}
+        return x * table.get(key, -1.0), key == hash(tuple(x.shape))
+    return fn_program(f, (t(2, 3),), (t(4, 3),), (t(5, 3),))
+
+
+@case("shapes", fullgraph=False, counts=True)
+def groupby_keyed_by_symbolic_sizes():
+    def f(xs):
+        out = []
+        for n, group in itertools.groupby(xs, key=lambda v: v.shape[0]):
+            out.append(torch.cat(list(group)) * n)
+        return out
+    return fn_program(f, ([t(2), t(2), t(3)],), ([t(4), t(4), t(5)],), ([t(6), t(7), t(7)],))
