@@ -103,6 +103,14 @@ def adopt_torch_functions(expr: sympy.Expr) -> sympy.Expr:
         tf.Max: lambda *a: sympy.Max(*a),
         tf.Min: lambda *a: sympy.Min(*a),
         tf.PowByNatural: lambda a, b: sympy.Pow(a, b),
+        # torch's float operations (its + and * of floats are sympy's own, as it computes them)
+        tf.IntTrueDiv: lambda a, b: FloatTrueDiv(a, b),
+        tf.FloatTrueDiv: lambda a, b: FloatTrueDiv(a, b),
+        tf.ToFloat: lambda a: ToFloat(a),
+        tf.FloatPow: lambda a, b: FloatPow(a, b),
+        tf.OpaqueUnaryFn_sqrt: lambda a: FloatSqrt(a),
+        tf.FloorToInt: lambda a: sympy.floor(a),
+        tf.CeilToInt: lambda a: sympy.ceiling(a),
     }
 
     def convert(e: sympy.Basic) -> sympy.Basic:

@@ -255,3 +255,19 @@ def test_from_the_disk_cache_in_a_second_process(tmp_path) -> None:
         assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
         outputs.append(done.stdout.split())
     assert outputs[0][1] == "1" and outputs[1][1] == "0" and int(outputs[1][2]) >= 1, outputs
+
+
+def torchs_float_functions(x):
+    n = x.shape[0]
+    return x * (n / 3), x / math.sqrt(n), x[: math.floor(n / 3 * 2.5)] + 1, x * float(n) ** 0.5
+
+
+@pytest.mark.cpp
+def test_the_real_dynamos_float_functions_through_kilns_lowering() -> None:
+    """torch.compile's own sympy functions (IntTrueDiv, ToFloat, FloatPow, OpaqueUnaryFn_sqrt,
+    FloorToInt) in the sizes and scalars of the graphs it hands to kiln.inductor_backend are taken as
+    Kiln's own (the ATen re-tracer could not express IntTrueDiv: the backend failed)."""
+    compiled = torch.compile(torchs_float_functions, backend=kiln.inductor_backend, dynamic=True)
+    for n in SIZES[:4]:
+        x = torch.rand(n, dtype=torch.float64)
+        assert _same(compiled(x), torchs_float_functions(x)), n
