@@ -23,6 +23,7 @@ from kiln.autograd.decompose import KILN_DECOMPOSITIONS
 from kiln.errors import KilnError
 from kiln.fake.value_checks import raises_on_values
 from kiln.symbolic.expr import FloorDiv, ModularIndexing, adopt_torch_functions, is_integral
+from kiln.symbolic.floats import GRAPH_OPERATION, FloatSqrt, ToFloat
 
 aten = torch.ops.aten
 
@@ -206,6 +207,13 @@ class AtenTracer(TorchDispatchMode):
         if adopted is not expr:
             return self.node_of_expr(adopted)
         args = [self.node_of_expr(a) for a in expr.args]
+        # a float operation (kiln.symbolic.floats) is the one Python operation, on ints as eager's
+        if isinstance(expr, ToFloat):
+            return self._arith(torch.sym_float, (args[0],))
+        if isinstance(expr, FloatSqrt):
+            return self._arith(torch.sym_sqrt, (args[0],))
+        if type(expr) in GRAPH_OPERATION:
+            return self._arith(GRAPH_OPERATION[type(expr)], tuple(args))
         if isinstance(expr, sympy.Add):
             return self._fold(operator.add, args)
         if isinstance(expr, sympy.Mul):

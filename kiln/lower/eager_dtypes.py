@@ -219,6 +219,17 @@ _cache: dict[tuple[Any, str], str | None] = {}
 _WIDE = 2
 
 
+def _example_of(v: Any) -> Any:
+    """A symbolic Scalar as its example value: the real op given the SymInt itself would ask its
+    ShapeEnv for the value, which records a guard, after capture, that pins the dynamic graph to
+    this size (bicubic interpolation's `clamp(index, 0, s0 - 1)` recompiled at the next size)."""
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        hint = getattr(v.node, "hint", None)
+        kind = int if isinstance(v, torch.SymInt) else float if isinstance(v, torch.SymFloat) else bool
+        return kind(hint) if hint is not None else kind(1)
+    return v
+
+
 def _probe(target: Any, key: str, values: Any, width: int = 1) -> str | None:
     """Eager's refusal of `target` on zeros of the dtypes and ranks of `values`' tensors, each
     `width` elements along its last dim (1 for the dtype probes)."""
@@ -227,7 +238,7 @@ def _probe(target: Any, key: str, values: Any, width: int = 1) -> str | None:
         return _cache[(target, key)]
     args, kwargs = pytree.tree_map(
         lambda v: torch.zeros((1,) * (v.dim() - 1) + (width,) * min(v.dim(), 1), dtype=v.dtype)
-        if isinstance(v, torch.Tensor) else v, values)
+        if isinstance(v, torch.Tensor) else _example_of(v), values)
     why = None
     try:
         with torch.no_grad():

@@ -28,7 +28,8 @@ from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, 
 from kiln.lower.lowerings.convolution import channels_last_strides, reads_channels_last
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random
 from kiln.lower.schedule import MIN_STORAGE_INNER
-from kiln.symbolic.expr import float_symbol, negate, relation
+from kiln.symbolic.expr import float_symbol, is_truth_value, negate, relation
+from kiln.symbolic.floats import FloatAdd, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, float_floor, is_float_valued, to_float
 
 aten = torch.ops.aten
 
@@ -223,8 +224,8 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
         return args[0].view.layout.strides[args[1]] if args[0].view is not None else None
     if target is aten.sym_numel.default:
         return sympy.Mul(*args[0].sizes)
-    if getattr(target, "__module__", None) in ("_operator", "operator") or target in (torch.sym_max, torch.sym_min,
-                                                                                      torch.sym_sqrt, math.floor, math.ceil):
+    if getattr(target, "__module__", None) in ("_operator", "operator") or target in (
+            torch.sym_max, torch.sym_min, torch.sym_sqrt, torch.sym_float, math.floor, math.ceil):
         return _sym_arith(target, args)
     args, kwargs = pytree.tree_map(lambda a: to_expr(a) if isinstance(a, (torch.SymInt, torch.SymFloat)) else a,
                                    (args, kwargs))
@@ -332,14 +333,28 @@ def _permutation_of_stored(ctx: LoweringContext, a: torch.fx.Node, env: dict[tor
     return viewed if isinstance(viewed, TensorValue) and viewed.view is not None else None
 
 
+# Size arithmetic with a float operand (or a true division): one IEEE operation each, as eager
+# computes it (kiln.symbolic.floats), never sympy's exact arithmetic that folds (s0 / 3) * 2.
+_FLOAT_ARITH: dict[Any, Callable[..., Any]] = {
+    operator.add: FloatAdd, operator.sub: lambda a, b: FloatAdd(a, -b), operator.mul: FloatMul,
+    operator.truediv: FloatTrueDiv, operator.pow: FloatPow, torch.sym_sqrt: FloatSqrt, torch.sym_float: to_float,
+    math.floor: float_floor, math.ceil: lambda a: float_floor(a, ceiling=True),
+}
+
+
 def _sym_arith(target: Any, args: Sequence[Any]) -> Any:
-    vals = [sympy.sympify(a) if isinstance(a, (int, sympy.Basic)) and not isinstance(a, bool) else a for a in args]
+    vals = [sympy.sympify(a) if isinstance(a, (int, float, sympy.Basic)) and not isinstance(a, bool) else a
+            for a in args]
+    floats = target in (operator.truediv, torch.sym_sqrt, torch.sym_float) or any(
+        isinstance(v, sympy.Basic) and not is_truth_value(v) and is_float_valued(v) for v in vals)
+    if floats and target in _FLOAT_ARITH:
+        return _FLOAT_ARITH[target](*vals)
     table: dict[Any, Callable[..., Any]] = {
         operator.add: lambda a, b: a + b, operator.sub: lambda a, b: a - b, operator.mul: lambda a, b: a * b,
         operator.floordiv: lambda a, b: FloorDiv(a, b), operator.neg: lambda a: -a,
-        operator.mod: lambda a, b: sympy.Mod(a, b), operator.truediv: lambda a, b: a / b,
+        operator.mod: lambda a, b: sympy.Mod(a, b),
         torch.sym_max: lambda a, b: sympy.Max(a, b), torch.sym_min: lambda a, b: sympy.Min(a, b),
-        operator.pow: lambda a, b: sympy.Pow(a, b), torch.sym_sqrt: lambda a: sympy.sqrt(a),
+        operator.pow: lambda a, b: sympy.Pow(a, b),
         math.floor: lambda a: sympy.floor(a), math.ceil: lambda a: sympy.ceiling(a), operator.abs: lambda a: sympy.Abs(a),
         operator.gt: lambda a, b: relation("gt", a, b), operator.ge: lambda a, b: relation("ge", a, b),
         operator.lt: lambda a, b: relation("lt", a, b), operator.le: lambda a, b: relation("le", a, b),

@@ -17,6 +17,7 @@ import ast
 import ctypes
 import functools
 import gc
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -80,7 +81,8 @@ class WrapperRecipe:
 _PORTABLE_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, torch._ops.OpOverload,
                        torch.Tensor)  # small constant tensors travel as data (kiln.runtime.records)
 _CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int64, "d": ctypes.c_double}  # d: a float argument
-_FIXED_GLOBALS = {"torch": torch, "_relayout": relayout, "_checked_result": checked_result}
+# math: math.sqrt of a size (kiln.symbolic.render spells a float sqrt so: `** 0.5` rounds otherwise)
+_FIXED_GLOBALS = {"torch": torch, "math": math, "_relayout": relayout, "_checked_result": checked_result}
 
 
 def wrapper_recipe(source: str, env: dict[str, Any], argtypes: dict[str, list[Any]],
@@ -173,7 +175,7 @@ _METHODS = frozenset({"size", "stride", "data_ptr", "as_strided", "storage_offse
                       "expand", "item", "numel", "element_size"})
 _TORCH_FUNCTIONS = frozenset({"empty_strided", "randint"})
 _DATA_ATTRIBUTES = frozenset({"dtype", "shape"})  # read, never called: an extern result's check (checked_result)
-_BUILTINS = frozenset({"int", "max", "min"})
+_BUILTINS = frozenset({"int", "float", "max", "min"})
 _NODES = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Assign, ast.If, ast.Expr, ast.Delete,
           ast.Return, ast.Raise, ast.Name, ast.Load, ast.Store, ast.Del, ast.Constant, ast.Attribute, ast.Call,
           ast.keyword, ast.Subscript, ast.Tuple, ast.List, ast.BinOp, ast.UnaryOp, ast.Compare,
@@ -234,6 +236,7 @@ def _check(source: str, globals_: set[str]) -> ast.Module:
                 ok = func.id in callables
             elif isinstance(func, ast.Attribute):
                 ok = func.attr in _METHODS or (isinstance(func.value, ast.Name) and func.value.id == "torch")
+                ok = ok or (func.attr == "sqrt" and isinstance(func.value, ast.Name) and func.value.id == "math")
                 # the argument list, emptied once unpacked (see `positional`), and nothing else
                 ok = ok or (takes_list and func.attr == "clear" and isinstance(func.value, ast.Name)
                             and func.value.id == "args" and not node.args and not node.keywords)

@@ -14,6 +14,8 @@ from typing import Callable, Mapping
 
 import sympy
 
+from kiln.symbolic.floats import FloatAdd, FloatMul, FloatOp, FloatPow, FloatSqrt, FloatTrueDiv, ToFloat, is_float_valued
+
 INF = math.inf
 Interval = tuple[float, float]  # (lo, hi); ints, or +-inf when unbounded
 UNKNOWN: Interval = (-INF, INF)
@@ -101,6 +103,14 @@ def adopt_torch_functions(expr: sympy.Expr) -> sympy.Expr:
         tf.Max: lambda *a: sympy.Max(*a),
         tf.Min: lambda *a: sympy.Min(*a),
         tf.PowByNatural: lambda a, b: sympy.Pow(a, b),
+        # torch's float operations (its + and * of floats are sympy's own, as it computes them)
+        tf.IntTrueDiv: lambda a, b: FloatTrueDiv(a, b),
+        tf.FloatTrueDiv: lambda a, b: FloatTrueDiv(a, b),
+        tf.ToFloat: lambda a: ToFloat(a),
+        tf.FloatPow: lambda a, b: FloatPow(a, b),
+        tf.OpaqueUnaryFn_sqrt: lambda a: FloatSqrt(a),
+        tf.FloorToInt: lambda a: sympy.floor(a),
+        tf.CeilToInt: lambda a: sympy.ceiling(a),
     }
 
     def convert(e: sympy.Basic) -> sympy.Basic:
@@ -228,8 +238,9 @@ def canonical(cond: sympy.Basic) -> sympy.Basic:
         d = lhs - rhs
         if d.could_extract_minus_sign():
             d = -d
-        if not d.is_number:
-            # 4*s0 - 6 == 0 is 2*s0 - 3 == 0: a common factor says nothing (and hides duplicates)
+        if not d.is_number and not is_float_valued(d):
+            # 4*s0 - 6 == 0 is 2*s0 - 3 == 0: a common factor says nothing (and hides duplicates);
+            # a float expression is compared as it is (scaling it would round again)
             content, primitive = d.as_content_primitive()
             if content.is_Rational and content > 0:
                 d = primitive
@@ -294,6 +305,8 @@ def _bounds(expr: sympy.Expr, rng: Callable[[sympy.Symbol], Interval],
     args: list[Interval] = [] if isinstance(expr, sympy.Pow) else [bounds(a, rng, memo) for a in expr.args]
     if isinstance(expr, sympy.Add):
         return (sum(a[0] for a in args), sum(a[1] for a in args))
+    if isinstance(expr, FloatOp):
+        return _float_bounds(expr, args)
     if isinstance(expr, sympy.Mul):
         lo, hi = args[0]
         for a_lo, a_hi in args[1:]:
@@ -338,6 +351,43 @@ def _bounds(expr: sympy.Expr, rng: Callable[[sympy.Symbol], Interval],
             return (0 if math.isinf(hi) else 1 / hi, 1 / lo)
         return UNKNOWN
     return UNKNOWN
+
+
+def _float_bounds(expr: FloatOp, args: list[Interval]) -> Interval:
+    """Bounds of one IEEE operation: each is monotone in every argument (where it is defined), and
+    so is its rounding, so the operation on the ends, in Python's doubles, bounds every result."""
+    try:
+        if isinstance(expr, ToFloat):
+            (lo, hi), = args
+            return (float(lo), float(hi))
+        if isinstance(expr, FloatAdd):
+            (a_lo, a_hi), (b_lo, b_hi) = args
+            found = (float(a_lo) + float(b_lo), float(a_hi) + float(b_hi))
+        elif isinstance(expr, FloatMul):
+            (a_lo, a_hi), (b_lo, b_hi) = args
+            corners = [float(_mul(x, y)) for x in (a_lo, a_hi) for y in (b_lo, b_hi)]
+            found = (min(corners), max(corners))
+        elif isinstance(expr, FloatTrueDiv):
+            (a_lo, a_hi), (b_lo, b_hi) = args
+            if b_lo <= 0 <= b_hi:
+                return UNKNOWN
+            corners = [float(x) / float(y) for x in (a_lo, a_hi) for y in (b_lo, b_hi)]
+            found = (min(corners), max(corners))
+        elif isinstance(expr, FloatSqrt):
+            (lo, hi), = args
+            if lo < 0:
+                return UNKNOWN
+            found = (math.sqrt(lo), math.sqrt(hi))
+        elif isinstance(expr, FloatPow):
+            (lo, hi), (e_lo, e_hi) = args
+            if lo < 0 or e_lo != e_hi or e_lo <= 0 or math.isinf(e_lo):
+                return UNKNOWN
+            found = (float(lo) ** e_lo, float(hi) ** e_lo)  # increasing in a base >= 0
+        else:
+            return UNKNOWN
+    except (OverflowError, ValueError, ZeroDivisionError):
+        return UNKNOWN
+    return UNKNOWN if any(math.isnan(v) for v in found) else found
 
 
 def decide(cond: sympy.Basic, symbol_range: Callable[[sympy.Symbol], Interval],

@@ -17,6 +17,7 @@ import sympy
 import torch
 
 from kiln.symbolic.expr import FloorDiv, negate, relation
+from kiln.symbolic.floats import FloatAdd, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, ToFloat, float_floor, float_sum
 
 if TYPE_CHECKING:
     from kiln.symbolic.shape_env import ShapeEnv
@@ -208,14 +209,22 @@ class SymNode:
     def _num(self, other: SymNode) -> type:
         return float if float in (self.pytype, other.pytype) else int
 
+    # A float result is one IEEE operation (kiln.symbolic.floats), which sympy never folds into
+    # its neighbours: (s0 / 3) * 2 stays two roundings, as eager computes it.
     def add(self, other: SymNode) -> SymNode:
-        return self._make("add", (self, other), operator.add, operator.add, self._num(other))
+        if self._num(other) is float:
+            return self._make("fadd", (self, other), FloatAdd, operator.add, float)
+        return self._make("add", (self, other), operator.add, operator.add, int)
 
     def sub(self, other: SymNode) -> SymNode:
-        return self._make("sub", (self, other), operator.sub, operator.sub, self._num(other))
+        if self._num(other) is float:
+            return self._make("fsub", (self, other), lambda a, b: FloatAdd(a, -b), operator.sub, float)
+        return self._make("sub", (self, other), operator.sub, operator.sub, int)
 
     def mul(self, other: SymNode) -> SymNode:
-        return self._make("mul", (self, other), operator.mul, operator.mul, self._num(other))
+        if self._num(other) is float:
+            return self._make("fmul", (self, other), FloatMul, operator.mul, float)
+        return self._make("mul", (self, other), operator.mul, operator.mul, int)
 
     def mod(self, other: SymNode) -> SymNode:
         if self._num(other) is float:
@@ -236,10 +245,10 @@ class SymNode:
         return self.wrap_float(float(fn(self.guard_float("", 0), other.guard_float("", 0))))
 
     def int_truediv(self, other: SymNode) -> SymNode:
-        return self._make("truediv", (self, other), operator.truediv, operator.truediv, float)
+        return self._make("truediv", (self, other), FloatTrueDiv, operator.truediv, float)
 
     def float_truediv(self, other: SymNode) -> SymNode:
-        return self._make("truediv", (self, other), operator.truediv, operator.truediv, float)
+        return self._make("truediv", (self, other), FloatTrueDiv, operator.truediv, float)
 
     def truediv(self, other: SymNode) -> SymNode:
         return self.float_truediv(other)
@@ -248,7 +257,7 @@ class SymNode:
         return self._make("pow", (self, other), sympy.Pow, operator.pow, int)
 
     def float_pow(self, other: SymNode) -> SymNode:
-        return self._make("fpow", (self, other), sympy.Pow, operator.pow, float)
+        return self._make("fpow", (self, other), FloatPow, operator.pow, float)
 
     def pow(self, other: SymNode) -> SymNode:
         if self._num(other) is float:
@@ -276,8 +285,9 @@ class SymNode:
         return self._make("min", (self, other), sympy.Min, min, self._num(other))
 
     def sym_sum(self, args: tuple[SymNode, ...]) -> SymNode:
-        pytype = float if any(a.pytype is float for a in args) else int
-        return self._make("sum", tuple(args), lambda *xs: sympy.Add(*xs), lambda *xs: sum(xs), pytype)
+        if any(a.pytype is float for a in args):
+            return self._make("fsum", tuple(args), lambda *xs: float_sum(list(xs)), lambda *xs: sum(xs), float)
+        return self._make("sum", tuple(args), lambda *xs: sympy.Add(*xs), lambda *xs: sum(xs), int)
 
     def neg(self) -> SymNode:
         return self._make("neg", (self,), operator.neg, operator.neg, self.pytype)
@@ -289,16 +299,19 @@ class SymNode:
         return self._make("abs", (self,), sympy.Abs, builtins.abs, self.pytype)
 
     def sym_float(self) -> SymNode:
-        return SymNode(self.expr, self.shape_env, float, None if self._hint is None else float(self._hint))
+        hint = None if self._hint is None else float(self._hint)
+        if self.pytype is int:
+            return self._make("float", (self,), ToFloat, float, float)
+        return SymNode(self.expr, self.shape_env, float, hint)
 
     def sym_int(self) -> SymNode:
         return self.trunc()
 
     def floor(self) -> SymNode:
-        return self._make("floor", (self,), sympy.floor, math.floor, int)
+        return self._make("floor", (self,), float_floor, math.floor, int)
 
     def ceil(self) -> SymNode:
-        return self._make("ceil", (self,), sympy.ceiling, math.ceil, int)
+        return self._make("ceil", (self,), lambda e: float_floor(e, ceiling=True), math.ceil, int)
 
     def trunc(self) -> SymNode:
         if self.pytype is int:
@@ -380,7 +393,7 @@ class SymNode:
         # so the graph assumes (guards) the sign its example had; a negative example specializes.
         if self.pytype is bool or not self.ge(self.wrap_float(0.0)).guard_bool("", 0):
             return self._math(math.sqrt)
-        return self._make("sqrt", (self,), sympy.sqrt, math.sqrt, float)
+        return self._make("sqrt", (self,), FloatSqrt, math.sqrt, float)
 
     def sym_log2(self) -> SymNode:
         return self._math(math.log2)

@@ -14,6 +14,8 @@ from typing import Callable
 import sympy
 
 from kiln.symbolic.expr import FloorDiv, ModularIndexing, is_integral
+from kiln.symbolic.floats import (FloatAdd, FloatMul, FloatOp, FloatPow, FloatSqrt, FloatTrueDiv, ToFloat,
+                                  is_float_valued)
 
 # Python precedence, higher binds tighter.
 _ATOM, _POW, _UNARY, _MUL, _ADD, _CMP, _NOT, _AND, _OR, _TERNARY = 100, 80, 70, 60, 50, 30, 20, 15, 10, 5
@@ -92,6 +94,8 @@ class _Printer:
         if isinstance(e, sympy.core.relational.Relational):
             # C ranks == below <; a parenthesized comparison reads the same in both languages
             return (f"({self.relation(e)})", _ATOM) if self.c else (self.relation(e), _CMP)
+        if isinstance(e, FloatOp):
+            return self.float_op(e)
         if self.c:
             c_form = self.c_only(e)
             if c_form is not None:
@@ -129,6 +133,52 @@ class _Printer:
             return " or ".join(self.wrap(a, _OR + 1) for a in e.args), _OR
         language = "Triton" if self.triton else "C" if self.c else "Python"
         raise NotImplementedError(f"kiln.symbolic.render: no {language} form for {type(e).__name__} in {e}")
+
+    def float_op(self, e: FloatOp) -> tuple[str, int]:
+        """One IEEE double operation, as Python computes it: C and Triton first make each int
+        operand a double (Python converts it, and divides int / int as doubles below 2**53)."""
+        args = e.args
+        if isinstance(e, ToFloat):
+            return self.as_double(args[0]) if self.c else f"float({self.text(args[0])})", _ATOM
+        if isinstance(e, FloatSqrt):
+            if self.triton:
+                return f"libdevice.sqrt({self.as_double(args[0])})", _ATOM
+            return f"{'std::sqrt' if self.c else 'math.sqrt'}({self.operand(args[0], _ATOM)})", _ATOM
+        if isinstance(e, FloatPow):
+            if self.c:
+                fn = "libdevice.pow" if self.triton else "std::pow"
+                return f"{fn}({self.as_double(args[0])}, {self.as_double(args[1])})", _ATOM
+            # ** is right-associative and binds tighter than a unary minus on its left
+            return f"{self.wrap(args[0], _POW + 1)} ** {self.wrap(args[1], _UNARY)}", _POW
+        a, b = args
+        if isinstance(e, FloatAdd):
+            if b.could_extract_minus_sign():
+                return f"{self.operand(a, _ADD)} - {self.operand(-b, _ADD + 1)}", _ADD
+            return f"{self.operand(a, _ADD)} + {self.operand(b, _ADD + 1)}", _ADD
+        op = "*" if isinstance(e, FloatMul) else "/"
+        assert isinstance(e, (FloatMul, FloatTrueDiv))
+        return f"{self.operand(a, _MUL)} {op} {self.operand(b, _MUL + 1)}", _MUL
+
+    def operand(self, e: sympy.Basic, min_prec: int) -> str:
+        """An operand of a float operation: in C and Triton, an int one made a double first."""
+        if self.c and not is_float_valued(e):
+            return self.as_double(e)
+        if self.triton and (e.is_Float or e.is_Symbol):
+            return self.as_double(e)  # a bare literal would be Triton's float32, a float argument is one
+        return self.wrap(e, min_prec)
+
+    def as_double(self, e: sympy.Basic) -> str:
+        if e.is_Integer or e.is_Float:
+            literal = repr(float(e))
+            return f"tl.full([], {literal}, tl.float64)" if self.triton else (
+                literal if float(e) >= 0 or not self.c else f"({literal})")
+        if self.triton:
+            if e.is_Symbol or not is_float_valued(e):  # a scalar argument, or ints, made a float64 value
+                return f"tl.full([], {self.text(e)}, tl.float64)"
+            return self.wrap(e, _ATOM)
+        if not self.c:
+            return self.text(e)
+        return f"static_cast<double>({self.text(e)})" if not is_float_valued(e) else self.wrap(e, _ATOM)
 
     def c_only(self, e: sympy.Basic) -> tuple[str, int] | None:
         """The C spelling of what C writes differently from Python (None: the shared form)."""
@@ -191,8 +241,11 @@ class _Printer:
         if self.c and not self.triton:  # a float argument's floor or ceiling (arange's length for step f)
             fn = "std::floor" if isinstance(e, sympy.floor) else "std::ceil"
             return f"static_cast<int64_t>({fn}({self.text(e.args[0])}))", _ATOM
-        if self.c:
-            raise NotImplementedError(f"kiln.symbolic.render: no C or Triton form for {e}")
+        if self.c:  # Triton: a float expression of sizes (kiln.symbolic.floats), in float64
+            if not is_float_valued(e.args[0]):
+                raise NotImplementedError(f"kiln.symbolic.render: no Triton form for {e}")
+            fn = "libdevice.floor" if isinstance(e, sympy.floor) else "libdevice.ceil"
+            return f"{fn}({self.text(e.args[0])}).to(tl.int64)", _ATOM
         if isinstance(e, sympy.floor):
             return f"int({self.wrap(e.args[0], _MUL)} // 1)", _ATOM
         return f"-int(-{self.wrap(e.args[0], _UNARY)} // 1)", _UNARY

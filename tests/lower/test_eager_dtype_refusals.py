@@ -153,3 +153,19 @@ def _compare_calls(fn, x, values, refusal):
                 compiled(x, value)
         else:
             torch.testing.assert_close(compiled(x, value), want)
+
+
+def test_probing_a_symbolic_scalar_records_no_guard(tmp_path):
+    """The dtype probe runs the op on stand-ins: given a SymInt bound, the real op asked the ShapeEnv
+    for its value and recorded `s0 - 1 == 10` after capture, so a fresh lowering (no kernel cache)
+    pinned the dynamic graph to one size (bicubic interpolation's index clamp recompiled per size)."""
+    def fn(x):
+        return torch.arange(x.shape[0]).clamp(0, x.shape[0] - 2) + x.long()
+
+    kiln.reset()
+    compiled = kiln.compile(fn, dynamic=True)
+    with kiln.config.patch(cache_dir=str(tmp_path), cpu_wrapper="python"):
+        for n in (5, 7, 11):
+            x = torch.arange(n)
+            assert torch.equal(compiled(x), fn(x))
+    assert kiln.stats()["compiles"] == 1

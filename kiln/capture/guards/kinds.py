@@ -208,7 +208,8 @@ class Emitter:
                                           "___same_sequence": _same_sequence,
                                           "___zero_signs": _zero_signs,
                                           "___absent": _absent,
-                                          "___parametrized_class": parametrized_class_holds}
+                                          "___parametrized_class": parametrized_class_holds,
+                                          "math": math}  # math.sqrt in a shape guard (symbolic/render.py)
         if native is not None:
             self.constants["___tensor_ok"] = native.tensor_ok
             self.constants["___same_keys"] = native.same_keys

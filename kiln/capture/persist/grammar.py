@@ -46,7 +46,7 @@ DUNDER_READS = frozenset({"__closure__", "__dict__", "__self__", "__func__", "__
 # TensorSpec), a constant-folded `.item()` (constant_fold.py), `__reduce__` of a singleton key.
 ZERO_ARG_METHODS = frozenset({"size", "stride", "storage_offset", "item", "__reduce__"})
 # Builtins that shape guards call (symbolic/render.py), each on expressions of the same grammar.
-SHAPE_BUILTINS = frozenset({"min", "max", "abs", "int"})
+SHAPE_BUILTINS = frozenset({"min", "max", "abs", "int", "float"})
 # nn.Module's own tables: what they hold belongs to the module (a frame's own data, for a break)
 MODULE_TABLES = frozenset({"_modules", "_parameters", "_buffers"})
 # Methods the glue calls as a statement on its own containers (side_effects.py: a dict rewritten).
@@ -174,12 +174,20 @@ def _guard_expression(node: ast.AST, roots: set[str]) -> None:
     elif isinstance(node, ast.IfExp):
         for part in (node.test, node.body, node.orelse):
             _guard_expression(part, roots)
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in SHAPE_BUILTINS \
+    elif isinstance(node, ast.Call) and (_shape_function(node.func)) \
             and not node.keywords and node.args and not any(isinstance(a, ast.Starred) for a in node.args):
         for arg in node.args:
             _guard_expression(arg, roots)
     else:
         _read(node, roots)
+
+
+def _shape_function(func: ast.AST) -> bool:
+    """A function shape guards call: a builtin of SHAPE_BUILTINS, or math.sqrt (a float's square root)."""
+    if isinstance(func, ast.Name):
+        return func.id in SHAPE_BUILTINS
+    return isinstance(func, ast.Attribute) and func.attr == "sqrt" and isinstance(func.value, ast.Name) \
+        and func.value.id == "math"
 
 
 def check_guard_source(text: str) -> None:

@@ -447,6 +447,13 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
                           kind=break_kind_of(fn))
     symbolic_float = len(args) == 1 and not kwargs and isinstance(args[0], SymIntVariable) \
         and args[0].python_type() is float
+    symbolic_int = len(args) == 1 and not kwargs and isinstance(args[0], SymIntVariable) \
+        and args[0].python_type() is int
+    if symbolic_int and fn in (math.floor, math.ceil, math.trunc):
+        return args[0]  # an int's own value
+    if symbolic_int and fn is math.sqrt:
+        # the square root of a size (an attention scale), kept symbolic as torch.compile keeps it
+        return tx.call_op("call_function", torch.sym_sqrt, args, {})
     if symbolic_float and fn in _FLOAT_MATH:
         # a float argument's sqrt (a temperature, a scale) or rounding stays in the graph, as in
         # torch.compile; the ShapeEnv guards what it relies on (sqrt's and trunc's sign)

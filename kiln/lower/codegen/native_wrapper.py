@@ -39,6 +39,7 @@ from kiln.runtime import build, native, records
 from kiln.runtime.folded_weights import fold_conv_bn, fold_conv_bn_packed
 from kiln.runtime.plan import WrapperPlan
 from kiln.symbolic.expr import is_float_symbol, is_truth_value
+from kiln.symbolic.floats import is_float_valued
 from kiln.symbolic.render import render_c
 
 
@@ -163,7 +164,8 @@ class NativeWrapperWriter(WrapperWriter):
 
     def _scalar(self, v: Any) -> str:
         if isinstance(v, SymExpr):
-            if _has_float_symbol(v.expr):  # a float argument's expression: a double, as the kernels take it
+            if _has_float_symbol(v.expr) or is_float_valued(sympy.sympify(v.expr)):
+                # a float argument's expression, or a float one of sizes (s0 / 3): a double
                 return f"double({render_c(sympy.sympify(v.expr))})"
             if is_truth_value(sympy.sympify(v.expr)):
                 return f"static_cast<bool>({cexpr(v.expr)})"  # a comparison: True/False, not 1/0

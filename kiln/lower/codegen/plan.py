@@ -34,6 +34,7 @@ from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
 from kiln.runtime import build, native, records
 from kiln.runtime.plan import WrapperPlan
 from kiln.symbolic.expr import FloorDiv, ModularIndexing, is_float_symbol, is_truth_value
+from kiln.symbolic.floats import is_float_valued
 
 # the opcodes, expression tokens, value and kernel-argument kinds of boundary.cpp's kiln_plan namespace
 (NARGS, ARG_TENSOR, ARG_INT, ARG_FLOAT, SYM_INT, SYM_SIZE, SYM_STRIDE, SYM_FLOAT, SET, TAKE, RELAYOUT, CONST, SEED,
@@ -223,8 +224,9 @@ class PlanWriter(NativeWrapperWriter):
             # caller must get True/False, not 1/0
             raise Unsupported(f"the symbolic bool {v.expr}")
         if isinstance(v, SymExpr):
-            return self._float(v.expr) if any(is_float_symbol(str(s)) for s in
-                                              sympy.sympify(v.expr).free_symbols) else [V_INT] + self.expr(v.expr)
+            e = sympy.sympify(v.expr)
+            floating = is_float_valued(e) or any(is_float_symbol(str(s)) for s in e.free_symbols)
+            return self._float(e) if floating else [V_INT] + self.expr(e)
         if isinstance(v, bool):
             return [V_BOOL, int(v)]
         if isinstance(v, int):

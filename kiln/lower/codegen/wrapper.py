@@ -16,6 +16,7 @@ import cmath
 import collections
 import ctypes
 import dataclasses
+import math
 import weakref
 from typing import Any, Callable
 
@@ -114,7 +115,8 @@ class WrapperWriter:
         self.signatures = signatures
         self.lines: list[str] = []
         self.layouts: dict[str, Layout] = {}
-        self.globals: dict[str, Any] = {"torch": torch, "_relayout": _relayout, "_checked_result": checked_result}
+        self.globals: dict[str, Any] = {"torch": torch, "math": math, "_relayout": _relayout,
+                                        "_checked_result": checked_result}
         self.plan = MemoryPlan()
         self.input_writes: dict[str, str] = {}  # output buffer -> the input whose storage it is computed in
 
