@@ -8,6 +8,8 @@ Corresponds to torch/_dynamo/guards.py (GuardBuilder and the generated check fun
 
 The package, in the order its modules import each other:
   - kinds: the records (`Guard` and what each kind compares against) and the table of guard kinds;
+  - global_kinds: the kinds over process-wide state (grad mode, default dtype and autocast, settings
+    the trace asked for, calls whose result is promised constant, aliasing among tensor inputs);
   - native: the tensor kind, checked in one call of the boundary extension where it is built, and
     the switch of check functions made before it loaded;
   - compile: `compile_guards`, the generated function (`CheckFn`) and `read_source`.
@@ -15,10 +17,11 @@ The package, in the order its modules import each other:
 from __future__ import annotations
 
 from kiln.capture.guards.compile import CheckFn, compile_guards, read_source, shape_guard
-from kiln.capture.guards.kinds import (ABSENT, GUARD_KINDS, PARAMETRIZE_MODULE, Check, ClassAttribute, ConstantCall,
-                                       Emitter, FunctionCode, GlobalState, Guard, GuardKindFn, ParametrizedClass,
-                                       ProcessQuery, TensorSpec, aliasing_guard, class_lookup, describe_expected,
-                                       guard_kind, note_constant_result, parametrized_class_holds, user_name)
+from kiln.capture.guards.global_kinds import (ConstantCall, GlobalState, ProcessQuery, aliasing_guard,
+                                              note_constant_result)
+from kiln.capture.guards.kinds import (ABSENT, GUARD_KINDS, PARAMETRIZE_MODULE, Check, ClassAttribute, Emitter,
+                                       FunctionCode, Guard, GuardKindFn, ParametrizedClass, TensorSpec,
+                                       class_lookup, describe_expected, guard_kind, parametrized_class_holds, user_name)
 from kiln.capture.guards.native import native_checks, tensor_guard
 
 __all__ = ["ABSENT", "GUARD_KINDS", "PARAMETRIZE_MODULE", "Check", "CheckFn", "ClassAttribute", "ConstantCall",

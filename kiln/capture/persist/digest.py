@@ -24,7 +24,7 @@ from kiln import config
 from kiln.runtime import cache
 
 
-FORMAT = 6  # bump when the stored layout or a guard's meaning changes (6: strides of non-dense dynamic inputs guarded)
+FORMAT = 7  # bump when the stored layout or a guard's meaning changes (7: ConstantCall and GlobalState moved to guards.global_kinds)
 
 
 class NotPortable(Exception):
