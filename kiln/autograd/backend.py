@@ -186,7 +186,8 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         num_saved_tensors=len(parts.saved_tensors), differentiable=joint.differentiable,
         primal_needs_grad=[isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values],
         unused_inputs=_unused_inputs(gm, inputs.values),
-        forward_grad_free=grad_free_forward(compiled_fw, parts.forward, parts.num_forward_outputs))
+        forward_grad_free=grad_free_forward(compiled_fw, parts.forward, parts.num_forward_outputs),
+        forward_on_node=lowered_forward(compiled_fw, parts.forward, parts.num_forward_outputs))
     function = with_missing_derivatives(function, joint.no_derivative)
     return AotRuntime(forward=compiled_fw, function=function, report=report, grad_mode=None if ambient else True,
                       **common)
@@ -195,17 +196,46 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
 def grad_free_forward(compiled: Any, forward: fx.GraphModule, num_forward_outputs: int) -> bool:
     """Whether a compiled forward may run on the caller's tensors with grad mode off (the
     autograd.Function's fast path, kiln.runtime.aot.make_autograd_function): a C++ graph of Kiln's
-    kernels only. Its wrapper allocates, views and calls kernels on data pointers, none of which
-    reads grad mode or requires_grad; an extern (an ATen op: the oneDNN RNN keeps its workspace
-    only under grad mode, a convolution may pick its algorithm by requires_grad) or another
-    compiler's callable takes the general path. So does a graph returning one of its inputs as a
-    user output: the Function would see its own input come back (a view of it, not a new output)."""
-    if type(compiled).__name__ != "CompiledGraph" or getattr(compiled, "codegen", None) != "cpp" \
-            or getattr(compiled, "extern_count", 1) != 0:
+    kernels and ATen externs that read neither grad mode nor their arguments' requires_grad. Its
+    wrapper allocates, views and calls kernels on data pointers, none of which reads grad mode or
+    requires_grad; an ATen extern's kernel runs below autograd, where grad mode off and detached
+    arguments are the same thing (a convolution's `need_backward` is false either way), except the
+    RNNs that keep their workspace only with grad mode on (`_reads_grad_mode`). Another
+    namespace's op, a Python callable or another compiler's graph takes the general path. So does
+    a graph returning one of its inputs as a user output: the Function would see its own input
+    come back (a view of it, not a new output)."""
+    if not lowered_forward(compiled, forward, num_forward_outputs) or getattr(compiled, "codegen", None) != "cpp":
+        return False
+    return not any(_reads_grad_mode(op) for op in getattr(compiled, "extern_ops", (None,)))
+
+
+def lowered_forward(compiled: Any, forward: fx.GraphModule, num_forward_outputs: int) -> bool:
+    """Whether a compiled forward is Kiln's own lowered graph (kiln.lower.CompiledGraph) returning
+    no input as a user output: the C++ node may run it (with its inputs that require grad detached
+    and grad mode on, as the Function does, where it is not `grad_free_forward`)."""
+    if type(compiled).__name__ != "CompiledGraph":
         return False
     (results,) = [n.args[0] for n in forward.graph.nodes if n.op == "output"]
     user = list(results)[:num_forward_outputs] if isinstance(results, (tuple, list)) else [results]
     return not any(isinstance(r, fx.Node) and r.op == "placeholder" for r in user)
+
+
+# words in the name of an ATen op whose kernel reads grad mode: the recurrent layers (oneDNN's,
+# cuDNN's, MIOpen's) return their workspace for the backward only with it on
+_GRAD_MODE_READERS = ("rnn", "lstm", "gru")
+
+
+def _reads_grad_mode(op: Any) -> bool:
+    """Whether an extern may behave differently with grad mode off than with it on over detached
+    arguments: anything but an ATen (or prims) overload; the recurrent layers among those; and a
+    composite that decomposes above autograd, where its arguments' requires_grad is seen (matmul
+    folds a batch into one mm only for an input that needs no gradient)."""
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace not in ("aten", "prims"):
+        return True
+    name = op.name()
+    if any(word in name.lower() for word in _GRAD_MODE_READERS):
+        return True
+    return torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
 
 
 def _unused_inputs(gm: fx.GraphModule, values: Sequence[Any]) -> list[int]:

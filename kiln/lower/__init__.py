@@ -59,6 +59,11 @@ class CompiledGraph:
     def extern_count(self) -> int:
         return sum(isinstance(s, ExternCall) for s in self.program.steps)
 
+    @property
+    def extern_ops(self) -> tuple[Any, ...]:
+        """The ops (ATen overloads, or other callables) the graph's extern calls run, in order."""
+        return tuple(s.node.op for s in self.program.steps if isinstance(s, ExternCall))
+
     def profile(self, *args: Any, repeat: int = 10) -> list[dict[str, Any]]:
         """Time each kernel alone on these inputs: per kernel its name, FX origins, median seconds,
         the bytes of the buffers it touches and the achieved GB/s (for bandwidth reports)."""

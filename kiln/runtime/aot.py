@@ -61,7 +61,8 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
                            num_saved_tensors: int, differentiable: Sequence[int],
                            primal_needs_grad: Sequence[bool],
                            unused_inputs: Sequence[int] = (),
-                           forward_grad_free: bool = False) -> type[torch.autograd.Function]:
+                           forward_grad_free: bool = False,
+                           forward_on_node: bool = False) -> type[torch.autograd.Function]:
     """A torch.autograd.Function whose forward and backward are the two compiled graphs.
 
     The class carries `fast_apply`, what AotRuntime calls: outside functorch transforms it goes
@@ -72,7 +73,11 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
     `forward_grad_free`: the compiled forward reads neither grad mode nor its inputs' autograd
     state (`grad_free_forward`: only Kiln's own kernels, allocations and views), so it runs on the
     caller's tensors under the Function's own no_grad, without the detached copies and the grad
-    mode switch the general case pays per call."""
+    mode switch the general case pays per call.
+
+    `forward_on_node`: a forward that is not grad free but is Kiln's own (a lowered graph calling
+    ATen externs that may read grad mode or requires_grad) records its backward as the C++ node too,
+    its inputs that require grad detached and grad mode on inside, as the Function's forward runs it."""
     diff = tuple(differentiable)
     non_diff = tuple(k for k in range(num_forward_outputs) if k not in diff)
     end_saved = num_forward_outputs + num_saved_tensors
@@ -156,11 +161,12 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
         except SystemError as exc:
             raise _raised_inside(exc) from None
 
-    if forward_grad_free:
+    if forward_grad_free or forward_on_node:
         # The node path: the boundary extension runs the forward and records a C++ node whose
         # backward calls `node_backward` (what the Function's backward does, less its Python frames
         # and context object). Under functorch transforms or forward-mode AD (the Function has no
         # jvp: dual inputs raise eager's error) the Function runs as before.
+        detached = not forward_grad_free
         num_tangents = len(diff)
         non_diff_flags = tuple(k in non_diff for k in range(num_forward_outputs)) if non_diff else None
 
@@ -175,7 +181,8 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
         def fast_apply(*args: Any) -> Any:  # noqa: F811  # the same entry, on the node path when it can
             if node_module and forward_ad._current_level < 0 and not functorch_active():
                 return node_module[0].apply_node(run_forward, node_backward, create_graph_backward, args,
-                                                 num_forward_outputs, num_saved_tensors, non_diff_flags, needs)
+                                                 num_forward_outputs, num_saved_tensors, non_diff_flags, needs,
+                                                 detached)
             return function_apply(*args)
 
     if unused_inputs:
@@ -197,7 +204,7 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
     CompiledFunction.recipe = dict(  # type: ignore[attr-defined]  # for graph_recipe
         backward=compiled_backward, num_forward_outputs=num_forward_outputs,
         num_saved_tensors=num_saved_tensors, differentiable=diff, primal_needs_grad=tuple(primal_needs_grad),
-        forward_grad_free=forward_grad_free)
+        forward_grad_free=forward_grad_free, forward_on_node=forward_on_node)
     return CompiledFunction
 
 

@@ -572,15 +572,21 @@ struct KilnCompiledBackward : public torch::autograd::Node {
 };
 
 // apply_node(forward, backward, create_graph backward, args tuple, number of user outputs, number of
-//            saved tensors, non-differentiable flags (a tuple per user output, or None), needs (a tuple per input))
-//   -> the user outputs: forward(*args) runs with grad mode off on the caller's tensors; where grad
-//   mode is on and an input requires grad, its differentiable outputs get one KilnCompiledBackward
-//   node whose edges are the inputs'. Outputs the forward hands out as views are replaced by detached
-//   aliases (kiln.runtime.aot.not_views), as the Python Function's forward does.
+//            saved tensors, non-differentiable flags (a tuple per user output, or None), needs (a tuple
+//            per input), detached (bool))
+//   -> the user outputs: forward(*args) runs with grad mode off on the caller's tensors, or, with
+//   `detached` (a forward whose ATen calls may read grad mode: the oneDNN RNN keeps its workspace
+//   only with it on), with grad mode on and each input that requires grad replaced by a detached
+//   alias (same storage and version counter), as the Python Function's forward runs it; either way
+//   nothing inside records a history. Where grad mode is on and an input requires grad, the
+//   differentiable outputs get one KilnCompiledBackward node whose edges are the inputs'. Outputs the
+//   forward hands out as views are replaced by detached aliases (kiln.runtime.aot.not_views), as the
+//   Python Function's forward does.
 static PyObject* kiln_apply_node(PyObject*, PyObject* const* a, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  if (nargs != 8 || !PyTuple_Check(a[3]) || !PyTuple_Check(a[7])) {
-    PyErr_SetString(PyExc_TypeError, "apply_node(forward, backward, create_graph, args, n_out, n_saved, non_diff, needs)");
+  if (nargs != 9 || !PyTuple_Check(a[3]) || !PyTuple_Check(a[7])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "apply_node(forward, backward, create_graph, args, n_out, n_saved, non_diff, needs, detached)");
     return nullptr;
   }
   PyObject* args = a[3];
@@ -594,18 +600,41 @@ static PyObject* kiln_apply_node(PyObject*, PyObject* const* a, Py_ssize_t nargs
     PyErr_SetString(PyExc_ValueError, "apply_node: flags of another length");
     return nullptr;
   }
+  bool detached = a[8] == Py_True;
   torch::autograd::variable_list inputs(static_cast<size_t>(n_in));
-  bool requires = false;
+  bool requires = false;  // the call records a node
+  bool any_requires = false;  // an input requires grad (whatever the grad mode)
   bool grad_on = at::GradMode::is_enabled();
   for (Py_ssize_t i = 0; i < n_in; ++i) {
     PyObject* v = PyTuple_GET_ITEM(args, i);
     if (THPVariable_Check(v)) {
       inputs[i] = THPVariable_Unpack(v);
-      requires = requires || (grad_on && inputs[i].requires_grad());
+      any_requires = any_requires || inputs[i].requires_grad();
     }
   }
+  requires = grad_on && any_requires;
   THPObjectPtr outs;
-  {
+  if (detached) {
+    THPObjectPtr cut;  // the arguments with detached aliases of those that require grad
+    if (any_requires) {
+      cut = PyTuple_New(n_in);
+      if (!cut) return nullptr;
+      for (Py_ssize_t i = 0; i < n_in; ++i) {
+        PyObject* v = PyTuple_GET_ITEM(args, i);
+        PyObject* w;
+        if (inputs[i].defined() && inputs[i].requires_grad()) {
+          w = THPVariable_Wrap(inputs[i].detach());
+          if (w == nullptr) return nullptr;
+        } else {
+          Py_INCREF(v);
+          w = v;
+        }
+        PyTuple_SET_ITEM(cut.get(), i, w);
+      }
+    }
+    at::AutoGradMode on(true);  // the grad mode the joint graph was traced with
+    outs = PyObject_Call(a[0], cut ? cut.get() : args, nullptr);
+  } else {
     at::AutoGradMode off(false);
     outs = PyObject_Call(a[0], args, nullptr);
   }
@@ -686,7 +715,7 @@ static PyMethodDef kiln_methods[] = {
   {"empty_attrs", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_empty_attrs)), METH_FASTCALL,
    "empty_attrs(obj, names) -> bool"},
   {"apply_node", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_apply_node)), METH_FASTCALL,
-   "apply_node(forward, backward, create_graph, args, n_out, n_saved, non_diff, needs) -> outputs"},
+   "apply_node(forward, backward, create_graph, args, n_out, n_saved, non_diff, needs, detached) -> outputs"},
   {nullptr, nullptr, 0, nullptr}};
 
 static struct PyModuleDef kiln_module = {PyModuleDef_HEAD_INIT, "kiln_native", nullptr, -1, kiln_methods};

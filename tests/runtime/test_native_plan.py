@@ -263,6 +263,37 @@ def test_a_plan_runs_from_the_first_call_once_the_extension_is_built(monkeypatch
     assert len(ran) == 3  # the first call too
 
 
+@pytest.mark.parametrize("graph", ["kernel", "extern"])
+def test_a_graph_of_one_step_runs_its_plan_too(graph: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-kernel graph (a softmax's forward, its backward) or a lone matmul has no compiled native
+    wrapper to tier up to, but its plan costs nothing to build: it runs from the first call, not
+    the Python wrapper's thread check, stride checks, allocation and ctypes call (it stayed on the
+    Python wrapper before); forward and backward of a training graph alike."""
+    boundary.load()
+    ran: list[int] = []
+    real = native.bind_plan
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        call = real(*args, **kwargs)
+        counted = lambda *a: (ran.append(1), call(*a))[1]  # noqa: E731
+        counted.steal = lambda items: (ran.append(1), call.steal(items))[1]  # type: ignore[attr-defined]
+        return counted
+
+    monkeypatch.setattr(native, "bind_plan", counting)
+    kiln.reset()
+    fn = (lambda x: torch.softmax(x, -1)) if graph == "kernel" else (lambda x: x @ x.t())
+    with config.patch(**WRAPPERS["plan_tier_up"]):
+        compiled = kiln.compile(fn)
+        x = torch.randn(4, 8, requires_grad=graph == "kernel")
+        for _ in range(2):
+            out = compiled(x)
+            torch.testing.assert_close(out, fn(x))
+            if graph == "kernel":
+                out.backward(torch.ones_like(out))
+    kiln.reset()
+    assert len(ran) == (4 if graph == "kernel" else 2)  # each call of each graph, the first too
+
+
 def test_a_malformed_plan_raises_instead_of_reading_outside_it() -> None:
     module = boundary.load()
     good = native.Plan(bytes(), (), (), (), (), (), (0, 0, 0), ())

@@ -100,9 +100,13 @@ def test_cold_and_one_step_graphs_are_not_built() -> None:
     with config.patch(cpu_wrapper="python"):
         assert not isinstance(compile_graph(gm, examples).fn, native.TieredWrapper)
     one, one_examples = aten_graph(lambda x: (torch.sin(x) + 1,), torch.randn(8))
-    with config.patch(cpu_wrapper="auto", native_wrapper_after=1):
+    with config.patch(cpu_wrapper="auto", native_wrapper_after=1, native_plan=False):
         small = compile_graph(one, one_examples)
-    assert not isinstance(small.fn, native.TieredWrapper)  # one kernel: the Python wrapper is one call
+    assert not isinstance(small.fn, native.TieredWrapper)  # one kernel: no compiled wrapper pays back
+    with config.patch(cpu_wrapper="auto", native_wrapper_after=1, native_plan=True):
+        planned = compile_graph(one, one_examples)
+    # its plan costs no build (test_native_plan.py::test_a_graph_of_one_step_runs_its_plan_too)
+    assert isinstance(planned.fn, native.TieredWrapper) and planned.fn.name.endswith("(plan)")
     compiled, args = _tiered(after=50)
     submitted = native.BACKGROUND.pending
     for _ in range(49):

@@ -541,14 +541,28 @@ def choose(fn: Callable[..., Any], program: KernelProgram, signatures: Signature
 
         return native.settled(fn, planned, f"a graph of {len(program.steps)} steps (plan)", ref)
     chosen = native_wrapper.choose(fn, program, signatures, lib, wrapper, dump, started)
-    if not isinstance(chosen, native.TieredWrapper) or not wrapper.native_plan:
+    # A graph of one step has no compiled native wrapper to tier up to (its C++ build would not pay
+    # back), but its plan costs nothing to build, and the Python wrapper around that one kernel call
+    # (the thread check, stride checks, allocations from Python, the ctypes call) costs a few
+    # microseconds per call: a small training graph's forward and backward are one kernel each.
+    single = chosen is fn and len(program.steps) == 1 and wrapper.tiers_up()
+    if not (isinstance(chosen, native.TieredWrapper) or single) or not wrapper.native_plan:
         return chosen
     writer = write_plan(program, signatures)
     if writer is None:
         return chosen
     dump("codegen_native_plan.txt", describe(writer))
-    return native.tier_plan(fn, writer.packed, lambda: lib, program.ir.output_spec, writer.constants,
-                            f"{chosen.name} (plan)", chosen.ref)
+    if isinstance(chosen, native.TieredWrapper):
+        return native.tier_plan(fn, writer.packed, lambda: lib, program.ir.output_spec, writer.constants,
+                                f"{chosen.name} (plan)", chosen.ref)
+    kernels, constants = tuple(writer.kernel_order), writer.constants
+
+    def stored_ref() -> native.NativeRef | None:  # a later process writes the plan again
+        return None if constants else native.native_ref(records.dumps(program), None, lib, kernels,
+                                                        program.ir.output_spec)
+
+    return native.tier_plan(fn, writer.packed, lambda: lib, program.ir.output_spec, constants,
+                            "a graph of 1 step (plan)", stored_ref)
 
 
 def describe(writer: PlanWriter) -> str:
