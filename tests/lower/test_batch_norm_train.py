@@ -101,9 +101,18 @@ QUICK = {("default", "grad", "nchw"), ("default", "grad", "channels_last"), ("de
          ("no_affine", "grad", "channels_last")}
 
 
+# Known bug, not BatchNorm's lowering (main fails it the same way, with the ATen externs): momentum=None
+# reads num_batches_tracked as a Python number (graph breaks: 4 graphs) inside the no_grad block, and
+# the graph holding the small convolution then calls aten.mm(out=) on the weight that requires grad
+# with grad mode on ("functions with out=... arguments don't support automatic differentiation").
+KNOWN_BUG = {("cumulative_average", "no_grad_inside", "nchw")}
+
+
 def _params() -> list[Any]:
     return [pytest.param(bn, mode, layout, id=f"{bn}-{mode}-{layout}",
-                         marks=[] if (bn, mode, layout) in QUICK else [pytest.mark.slow])
+                         marks=([] if (bn, mode, layout) in QUICK else [pytest.mark.slow]) + (
+                             [pytest.mark.xfail(strict=True, raises=RuntimeError, reason="out= mm after a break "
+                                                "inside no_grad")] if (bn, mode, layout) in KNOWN_BUG else []))
             for bn in BATCH_NORMS for mode in GRAD_MODES for layout in LAYOUTS]
 
 
