@@ -34,10 +34,13 @@ _IGNORED = {torch.ops.prim.device.default, torch.ops.prim.layout.default, aten.s
 @functools.lru_cache(maxsize=None)
 def decomposition_table() -> dict[Any, Any]:
     table = dict(torch._decomp.core_aten_decompositions())
-    extra = [aten.native_batch_norm, aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
-             aten.addcmul, aten.addcdiv, aten.mish, aten.std_mean, aten.native_group_norm, aten.glu, aten.baddbmm,
-             aten.logit, aten.xlogy, aten.log_sigmoid_forward, aten.softshrink, aten.hardshrink, aten.celu,
-             aten.selu, aten.rrelu_with_noise, aten.im2col, aten.col2im]
+    # train-mode BatchNorm and its backward too (kiln.lower.lowerings.batch_norm): track_running_stats=False
+    # is the no_stats overload; the packet's default (running statistics written in place) has a rule
+    extra: list[Any] = [
+        aten.native_batch_norm, aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
+        aten._native_batch_norm_legit.no_stats, aten.addcmul, aten.addcdiv, aten.mish, aten.std_mean,
+        aten.native_group_norm, aten.glu, aten.baddbmm, aten.logit, aten.xlogy, aten.log_sigmoid_forward,
+        aten.softshrink, aten.hardshrink, aten.celu, aten.selu, aten.rrelu_with_noise, aten.im2col, aten.col2im]
     table.update(torch._decomp.get_decompositions(extra))
     table.update(foreach_decompositions())
     # Losses whose eager kernel checks its inputs' values run as the ATen call, which raises eager's

@@ -9,7 +9,9 @@ A node over a reshaped range (B*T, C after a (B, T) x (C) layer norm) joins thro
 a node that fits no open kernel may join an earlier one once its inputs exist; a cumulative sum
 or product (Scan) gets a kernel of its own. A sum over the outer range (a bias or layer-norm weight
 gradient: the column sum of a [rows, C] gradient) joins the kernel that makes its rows, each thread
-summing its own rows, when the code generator supports it. Buffers read only inside their kernel
+summing its own rows, when the code generator supports it; a sum that starts a kernel and reads
+across its layout (train-mode BatchNorm's statistics of an NHWC activation) runs so too, its rows
+outer. Buffers read only inside their kernel
 never touch memory. Corresponds to torch/_inductor/scheduler.py.
 """
 from __future__ import annotations
@@ -21,8 +23,8 @@ import sympy
 from torch.utils import _pytree as pytree
 
 from kiln.errors import VerificationError
-from kiln.lower.ir import (Buffer, BufferRef, ConstantBuffer, Extern, InputBuffer, Load, LoopIR, Pointwise,
-                           Reduction, Scan, Scatter, Value, index_vars, verify_ir, walk)
+from kiln.lower.ir import (Buffer, BufferRef, ConstantBuffer, Extern, FloorDiv, InputBuffer, Load, LoopIR,
+                           ModularIndexing, Pointwise, Reduction, Scan, Scatter, Value, index_vars, verify_ir, walk)
 from kiln.runtime.records import strings_in
 
 
@@ -288,7 +290,35 @@ class _OpenKernel:
         return True
 
 
+def reads_across(node: Reduction) -> bool:
+    """Whether a reduction walks memory across what it keeps: at least as many of its loads are
+    contiguous along its last kept dim (stepping with a stride along its last reduced dim) as along
+    its last reduced dim (a per-channel sum of NHWC tensors over N, H and W, perhaps next to the
+    graph's contiguous incoming gradient; the column sum of a row-major [rows, C] matrix)."""
+    kept, reduced = index_vars("i", len(node.ranges)), index_vars("r", len(node.reduction_ranges))
+    if not kept or not reduced:
+        return False
+    across = along = 0
+    for v in walk(node.body):
+        if isinstance(v, Load):
+            index = sympy.expand(v.index)
+            if v.extra is not None or index.has(FloorDiv, ModularIndexing):
+                return False
+            along += index.coeff(reduced[-1]) == 1
+            across += index.coeff(kept[-1]) == 1 and index.coeff(reduced[-1]) != 0
+    return across > 0 and across >= along
+
+
 def _start(node: Pointwise | Reduction, column_partials: bool = False) -> _OpenKernel:
+    if isinstance(node, Reduction) and column_partials and column_split(
+            node, tuple(node.reduction_ranges), tuple(node.ranges)) is not None and reads_across(node):
+        # a sum across the layout (train-mode BatchNorm's statistics of an NHWC activation): the
+        # reduced dims become the outer loop, each thread adding its rows into its own row of
+        # accumulators along the contiguous kept dim (column_substitution), instead of a loop per
+        # kept point that gathers with a stride
+        k = _OpenKernel(tuple(node.reduction_ranges), tuple(node.ranges), column_partials=True)
+        if k.place(node):
+            return k
     if isinstance(node, Reduction):
         k = _OpenKernel(tuple(node.ranges), tuple(node.reduction_ranges), column_partials=column_partials)
     else:  # loops in the order the node is stored, the innermost (vectorized) along its stride-1 dim

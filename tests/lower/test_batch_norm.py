@@ -1,8 +1,8 @@
 """BatchNorm as models use it, compiled against eager: outputs, gradients, running statistics and
 num_batches_tracked after several steps, for each module and option (BatchNorm1d on (N, C) and
 (N, C, L), 2d, 3d, affine=False, track_running_stats=False, momentum=None, eval mode, channels-last,
-bfloat16). The training forward and its backward are ATen's kernels (kiln.lower.lowerings.batch_norm),
-so the training results are compared bit for bit.
+bfloat16). The training forward and its backward are Kiln's kernels (the statistics' sums in another
+order than ATen's), so the results are compared to the tolerances of their dtype.
 
 Found here: BatchNorm1d and 3d training refused their lowering ("not enough values to unpack": the
 channels-last test took every input as 4-d), and a bfloat16 BatchNorm's running statistics came back
@@ -70,7 +70,9 @@ def test_batch_norm_matches_eager(name: str, variant: str, caplog: pytest.LogCap
     reference.train(training)
     kiln.reset()
     compiled = kiln.compile(module)
-    exact = dict(rtol=0, atol=0) if training else {}
+    # float32: within a few units in the last place of eager's (sums of another order); bfloat16: one
+    # rounding of the output apart
+    tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else {}
     log.configure("perf_hints")
     try:
         with caplog.at_level(logging.INFO, logger="kiln"):
@@ -80,18 +82,18 @@ def test_batch_norm_matches_eager(name: str, variant: str, caplog: pytest.LogCap
                     x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
                 ours, theirs = x.clone().requires_grad_(training), x.clone().requires_grad_(training)
                 got, want = compiled(ours), reference(theirs)
-                torch.testing.assert_close(got, want, **exact)
+                torch.testing.assert_close(got, want, **tolerance)
                 assert got.stride() == want.stride()
                 if training:
                     grad = torch.randn_like(got)
                     got.backward(grad)
                     want.backward(grad)
-                    torch.testing.assert_close(ours.grad, theirs.grad, **exact)
+                    torch.testing.assert_close(ours.grad, theirs.grad, **tolerance)
                     for (pname, p), q in zip(module.named_parameters(), reference.parameters()):
-                        torch.testing.assert_close(p.grad, q.grad, **exact, msg=lambda m: f"{pname}.grad: {m}")
+                        torch.testing.assert_close(p.grad, q.grad, **tolerance, msg=lambda m: f"{pname}.grad: {m}")
                 for (bname, b), c in zip(module.named_buffers(), reference.buffers()):
                     assert b.dtype == c.dtype
-                    torch.testing.assert_close(b, c, **exact, msg=lambda m: f"{bname} after step {step}: {m}")
+                    torch.testing.assert_close(b, c, **tolerance, msg=lambda m: f"{bname} after step {step}: {m}")
     finally:
         log.configure(None)
         kiln.reset()

@@ -267,9 +267,10 @@ def test_small_images_stay_nchw():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_batch_norm_training_externs(dtype):
-    """BatchNorm's training forward and backward run as ATen calls: gradients, running statistics
-    and outputs match eager (float64: to assert_close's float64 defaults)."""
+def test_batch_norm_training(dtype):
+    """BatchNorm's training forward and backward after a convolution (Kiln's kernels,
+    tests/lower/test_batch_norm_train.py): gradients, running statistics and outputs match eager
+    (float64: to assert_close's float64 defaults)."""
     torch.manual_seed(0)
     net = ConvNet().train().to(dtype)
     ref = copy.deepcopy(net)
