@@ -50,3 +50,16 @@ def parameter_python_attribute_hasattr():
         w.lr_scale = 0.5
         return a, sub(torch.ones(3))
     return Program(f, drive=drive)
+
+
+@case("tensor_state", fullgraph=False)
+def is_leaf_of_leaf_nonleaf_and_detached_inputs():
+    # a non-leaf input and a leaf that requires grad pass the same tensor guard: the read of
+    # is_leaf needs its own
+    def f(x):
+        return (x * 2 if x.is_leaf else x * 3), x.is_leaf
+
+    def drive(sub):
+        leaf = torch.randn(3, requires_grad=True)
+        return sub(leaf), sub(leaf * 1), sub(leaf.detach()), sub(leaf)
+    return Program(f, drive=drive)
