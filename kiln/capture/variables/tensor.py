@@ -156,10 +156,11 @@ class TensorVariable(Variable):
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         if name == "shape":
             return self.size(tx)
-        if name == "is_leaf" and self.source is not None and self.real() is not None:
+        real = self.real() if name == "is_leaf" and self.source is not None else None
+        if real is not None and self.source is not None:
             # the tensor guard keeps requires_grad, not leafness: a non-leaf input (`w * 1`) and a
             # leaf that requires grad pass the same guard, so the read is guarded on its own
-            return tx.wrap(self.real().is_leaf, AttrSource(self.source, "is_leaf"))
+            return tx.wrap(real.is_leaf, AttrSource(self.source, "is_leaf"))
         if name in _CONSTANT_ATTRS:
             return tx.wrap_result(getattr(self.example, name))
         if name == "nbytes":  # numel * itemsize: symbolic with a dynamic size
