@@ -143,9 +143,15 @@ def _memory_order(t: torch.Tensor) -> list[int] | None:
     return order
 
 
+def _is_sorted(dims: list[int]) -> bool:
+    return dims == sorted(dims)
+
+
 def _draw_in_memory_order(op: Any, self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
     order = _memory_order(self)
-    if order is None or order == sorted(order):
+    # Size-1 dims have any stride and take no part in the order elements are drawn in: only the
+    # others must be permuted (otherwise a (1, C, 1, 1) noise tensor permutes forever).
+    if order is None or _is_sorted([d for d in order if _example(self.shape[d]) != 1]):
         return NotImplemented
     inverse = [order.index(d) for d in range(self.dim())]
     return op(self.permute(order), *args, **kwargs).permute(inverse)

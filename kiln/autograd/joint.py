@@ -167,7 +167,8 @@ def tracing(inputs: TraceInputs, tracer: AtenTracer) -> Iterator[None]:
 
 def _has_symbols(v: Any) -> bool:
     if isinstance(v, torch.Tensor):
-        return any(isinstance(s, torch.SymInt) for s in (*v.shape, *v.stride()))
+        strides = v.stride() if v.layout == torch.strided else ()  # compressed sparse layouts have none
+        return any(isinstance(s, torch.SymInt) for s in (*v.shape, *strides))
     return is_symbolic(v)
 
 

@@ -541,7 +541,10 @@ class _Frame:
         if cache.policy is None:
             cache.policy = _policy_of(cache)
         try:
-            with compile_time.frame(self.name):
+            # A capture leaves the thread's dispatch key sets as it found them, whatever it raised
+            # through: one resume capture (is_same_size, equal, allclose in a tuple) left Python and
+            # the keys below it excluded, and the next fake op crashed the process.
+            with compile_time.frame(self.name), torch._C._PreserveDispatchKeyGuard():
                 result = capture(fn, L, options, self.wrap_frame, policy=cache.policy)
             if result.breaks and options.fullgraph:
                 raise GraphBreakError(str(result.breaks[0]))

@@ -146,14 +146,15 @@ class OutputGraph:
     def tensor_input(self, value: torch.Tensor, source: Source) -> tuple[torch.fx.Node, torch.Tensor]:
         """A placeholder for the real tensor at `source` (guarded on its metadata)."""
         name = source.name()
-        dims: tuple[int, ...] = ()
-        if self.policy is not None and self.shape_env is not None and value.dim() > 0:
-            dims = tuple(self.policy.dynamic_dims(name, value, self.dynamic))
+        # Refused before its sizes are read: a nested tensor has none (or nested ints) to read.
         if type(value) not in _FAKEABLE_TYPES and not isinstance(value, torch.nn.Parameter) \
                 or value.is_quantized or value.is_nested:
             what = f"a tensor of the subclass {type(value).__qualname__}" if type(value) not in _FAKEABLE_TYPES \
                 else "a quantized or nested tensor"
             raise Unsupported(f"{what} at {user_name(name)}: capture traces plain tensors", kind="tensor_subclass")
+        dims: tuple[int, ...] = ()
+        if self.policy is not None and self.shape_env is not None and value.dim() > 0:
+            dims = tuple(self.policy.dynamic_dims(name, value, self.dynamic))
         if dims:
             # mark_dynamic is a promise: the ShapeEnv raises ConstraintViolation, naming the user's
             # line, if the program specializes one of these dims (docs/seams.md, ShapeEnv.constrain).

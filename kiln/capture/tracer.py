@@ -361,7 +361,7 @@ class Tracer:
                 return hasattr(real, name)
             return True
         if isinstance(obj, TensorVariable):
-            return hasattr(obj.example, name)
+            return self._tensor_has_attr(obj, name)
         if obj.is_constant():
             return hasattr(obj.as_constant(), name)
         try:
@@ -402,6 +402,23 @@ class Tracer:
         table = obj.getattr(self, "_modules")
         table.call_method(self, "__setitem__", [ConstantVariable(name), value], {})
         return True
+
+    def _tensor_has_attr(self, obj: "TensorVariable", name: str) -> bool:
+        """hasattr on a tensor: its class's attributes are the fake's; a Python attribute the program
+        set on a real input (`x.scale = 2.0`) is in the real tensor's __dict__ alone, so that is asked,
+        and its absence guarded (setting one later recompiles)."""
+        real = obj.real()
+        if real is None or hasattr(type(real), name):
+            return hasattr(obj.example, name)
+        if self.side_effects.pending_attr(real, name) is not None:
+            return True
+        if obj.source is None:
+            raise Unsupported(f"hasattr({name!r}) on a tensor capture cannot guard", kind="unsupported_attribute")
+        if name in getattr(real, "__dict__", {}):
+            self.wrap(real.__dict__[name], AttrSource(obj.source, name))  # its guard fails once it is gone
+            return True
+        self.output.note_absent(AttrSource(obj.source, "__dict__"), name)
+        return False
 
     def setattr(self, obj: Variable, name: str, value: Variable, bypass: bool = False) -> None:
         from kiln.capture.variables.module import NNModuleVariable

@@ -49,6 +49,11 @@ def from_real(mode: "FakeTensorMode", t: torch.Tensor, *, source: str | None = N
         # isinstance(fake, nn.Parameter) hold. Mark the fresh fake directly: a detach outside the
         # mode makes C++ import torch.distributed.tensor (slow) to rule out DTensor.
         fake._is_param = True
+    if t.is_conj() or t.is_neg():
+        # a lazily conjugated (or negated) view: the bits say how its memory reads, and eager's ops
+        # resolve them (or refuse, as view_as_real does); the meta made from sizes and strides lost them
+        torch._C._set_conj(fake, t.is_conj())
+        torch._C._set_neg(fake, t.is_neg())
     if t.is_leaf and t.grad is not None:
         fake.grad = from_real(mode, t.grad, source=None if source is None else f"{source}.grad")
     mode._real_to_fake[t] = fake

@@ -194,6 +194,17 @@ def to_sparse(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> A
         f"depends on data a fake tensor does not have ({func})")
 
 
+@register_fake_impl(aten.quantize_per_tensor.default, aten.quantize_per_tensor.tensor_qparams,
+                    aten.quantize_per_tensor.tensors, aten.quantize_per_channel.default,
+                    aten.quantize_per_tensor_dynamic.default, aten._make_per_tensor_quantized_tensor.default,
+                    aten._make_per_channel_quantized_tensor.default)
+def quantize(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """PyTorch's meta kernels for these return a float32 tensor, not a quantized one: refused, as a
+    quantized tensor is not traced (the program runs it eagerly)."""
+    raise MissingFakeImplError(str(func), "Its meta kernel returns a plain float tensor for a quantized result; "
+                               "quantized tensors are not traced.")
+
+
 @register_fake_impl(aten._unique2.default, aten.unique_dim.default, aten.unique_consecutive.default,
                     aten._unique.default, aten.unique_dim_consecutive.default)
 def unique(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:

@@ -144,18 +144,21 @@ CODEGEN_DEVICES = ("cpu", "cuda")  # device types a code generator handles: C++ 
 
 
 def _foreign_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
-    """A device type among the graph's tensors that no code generator handles (meta, say), if any:
-    kernels given a meta tensor's data pointer would read memory that does not exist."""
+    """What no code generator handles among the graph's tensors, if any: a device (meta, say:
+    kernels given a meta tensor's data pointer would read memory that does not exist) or a sparse
+    layout (no strides to index it by)."""
     values = list(example_inputs) + [n.meta.get("val") for n in gm.graph.nodes]
     for v in pytree.tree_leaves(values):
         if isinstance(v, torch.Tensor) and v.device.type not in CODEGEN_DEVICES:
-            return v.device.type
+            return f"device {v.device.type!r}"
+        if isinstance(v, torch.Tensor) and v.layout != torch.strided:
+            return f"layout {v.layout}"
     return None
 
 
-def _aten_runner(gm: torch.fx.GraphModule, device: str) -> CompiledGraph:
+def _aten_runner(gm: torch.fx.GraphModule, foreign: str) -> CompiledGraph:
     """The ATen graph run op by op, as the aot_eager backend runs it (no kernels, no wrapper)."""
-    hint = f"graph on device {device!r}: runs as ATen calls (no code generator for that device)"
+    hint = f"graph with a tensor of {foreign}: runs as ATen calls (no code generator for it)"
     log.artifact("perf_hints", hint)
 
     def run(*args: Any) -> tuple:

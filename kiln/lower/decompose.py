@@ -54,6 +54,11 @@ def decomposition_table() -> dict[Any, Any]:
     for op in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, aten.binary_cross_entropy.default,
                aten.bernoulli.default, aten.max_unpool2d.default, aten.max_unpool3d.default):
         table.pop(op, None)
+    # A lazily conjugated or negated view is a bit on the tensor that eager's kernels resolve as
+    # they read it; Kiln's kernels read the memory as it is (`z.conj().imag * 1` came out negated):
+    # the bits are materialized where they are set.
+    table[aten._conj.default] = aten.conj_physical.default
+    table[aten._neg_view.default] = aten.neg.default
     table[aten.nll_loss_backward.default] = functools.partial(nll_loss_backward, table[aten.nll_loss_backward.default])
     table[aten.embedding_dense_backward.default] = functools.partial(
         embedding_dense_backward, table[aten.embedding_dense_backward.default])

@@ -154,6 +154,20 @@ def test_unsupported_tensors_say_so():
         FakeTensorMode().from_real(torch.quantize_per_tensor(torch.randn(2), 0.1, 0, torch.qint8))
 
 
+@pytest.mark.parametrize("op", [
+    lambda x: torch.quantize_per_tensor(x, 0.1, 0, torch.qint8),
+    lambda x: torch.quantize_per_tensor(x, torch.tensor(0.1), torch.tensor(0), torch.quint8),
+    lambda x: torch.quantize_per_channel(x.view(2, 2), torch.tensor([0.1, 0.2]), torch.tensor([0, 0]), 0, torch.qint8),
+    lambda x: torch.quantize_per_tensor_dynamic(x, torch.quint8, False),
+], ids=["per_tensor", "tensor_qparams", "per_channel", "dynamic"])
+def test_quantizing_ops_are_refused_not_given_a_float_result(op):
+    # PyTorch's meta kernels answer float32 for these: a graph holding one would meet a quantized
+    # tensor at run time where its fake said float32
+    mode = FakeTensorMode()
+    with mode, pytest.raises(MissingFakeImplError, match="quantized"):
+        op(mode.from_real(torch.randn(4)))
+
+
 @pytest.mark.parametrize("layout", ["coo", "csr"])
 def test_sparse_tensors_keep_their_structure(layout):
     dense = torch.tensor([[0.0, 1.0], [2.0, 0.0]])

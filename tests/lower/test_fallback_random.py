@@ -22,6 +22,10 @@ PROGRAMS: dict[str, Callable[[torch.Tensor], Any]] = {
     "bernoulli_tensor": lambda x: torch.bernoulli(x.sigmoid()) * x,
     "randint_multinomial": lambda x: (torch.randint(0, 9, (5,)), torch.multinomial(x.softmax(-1), 2)),
     "rand_then_dropout": lambda x: F.dropout(x + torch.rand(4, 3), 0.3).sum(0),
+    # channel dropouts draw a (N, C, 1, 1) noise: its size-1 dims must not count as a permuted layout
+    "dropout2d": lambda x: F.dropout2d(x.view(1, 4, 3, 1), 0.5) * 2,
+    "feature_alpha_dropout": lambda x: F.feature_alpha_dropout(x.view(2, 2, 3), 0.5, True),
+    "alpha_dropout_transposed": lambda x: F.alpha_dropout(x.t(), 0.2, True),
 }
 
 

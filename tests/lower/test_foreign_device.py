@@ -1,4 +1,5 @@
-"""Graphs on a device no code generator handles (meta) run as ATen calls instead of kernels.
+"""Graphs on a device no code generator handles (meta), or holding a sparse tensor, run as ATen
+calls instead of kernels.
 
 A kernel handed a meta tensor's data pointer reads memory that does not exist, so the default
 backend once crashed the process on meta inputs; the checks run in a subprocess for that reason.
@@ -46,5 +47,32 @@ def test_meta_inputs_under_the_default_backend_do_not_crash() -> None:
         print("ok")
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok"
+
+
+def test_sparse_inputs_under_the_default_backend_run_as_aten_calls() -> None:
+    # a CSR input's graph once asked it for strides (it has none) in the AOT trace and the graph key
+    script = textwrap.dedent("""
+        import warnings
+        import torch, kiln
+        kiln.config.persistent_cache = False
+        warnings.simplefilter("error", kiln.log.KilnWarning)
+
+        def f(s, d):
+            return s.to_dense().sum(0) * d + 1, (s.to_dense() @ d.unsqueeze(1)).relu()
+
+        for dynamic in (False, True):
+            kiln.reset()
+            compiled = kiln.compile(f, dynamic=dynamic)
+            for n in (3, 4):
+                s, d = torch.eye(n).to_sparse_csr(), torch.randn(n)
+                for g, e in zip(compiled(s, d), f(s, d)):
+                    torch.testing.assert_close(g, e)
+            assert kiln.stats()["fallbacks"] == 0
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-W", "ignore::UserWarning", "-c", script], capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"

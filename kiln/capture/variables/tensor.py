@@ -156,6 +156,11 @@ class TensorVariable(Variable):
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         if name == "shape":
             return self.size(tx)
+        real = self.real() if name == "is_leaf" and self.source is not None else None
+        if real is not None and self.source is not None:
+            # the tensor guard keeps requires_grad, not leafness: a non-leaf input (`w * 1`) and a
+            # leaf that requires grad pass the same guard, so the read is guarded on its own
+            return tx.wrap(real.is_leaf, AttrSource(self.source, "is_leaf"))
         if name in _CONSTANT_ATTRS:
             return tx.wrap_result(getattr(self.example, name))
         if name == "nbytes":  # numel * itemsize: symbolic with a dynamic size
@@ -243,6 +248,14 @@ class TensorVariable(Variable):
         if name in _DATA_METHODS:
             raise Unsupported(f"Tensor.{name}() reads the tensor's data, which is not known while tracing",
                               kind=_DATA_METHODS[name])
+        if name in ("resize_", "resize_as_") and (any(holds_symbolic_number(a) for a in args) or any(
+                isinstance(a, TensorVariable) and any(isinstance(d, torch.SymInt) for d in a.example.shape)
+                for a in args)):
+            # ATen's resize_ takes its sizes as plain ints when traced below autograd: a graph
+            # holding one of symbolic sizes fails there (as torch.compile, break instead)
+            raise Unsupported(f"Tensor.{name}() to sizes known only at run time", kind="unsupported_call",
+                              hint="make the tensor at its size (`torch.empty(x.shape)`, `x.new_empty(...)`) "
+                                   "instead of resizing one")
         if name in ("size", "stride") and not kwargs:
             if name == "size":
                 if not args:

@@ -28,6 +28,7 @@ from . import (  # noqa: F401  (each import registers its module's cases)
     sets_and_deques,
     shapes_numerics,
     strings,
+    tensor_state,
     torch_api,
     views_aliasing,
 )
