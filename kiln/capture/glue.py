@@ -449,6 +449,11 @@ class CaptureResult:
 def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> CaptureResult:
     base = "".join(c if c.isalnum() or c == "_" else "_" for c in state.fn.__code__.co_name).strip("_")
     name = f"{base or 'fn'}_{next(_graph_ids)}"
+    # The backend compiles the graph under the process state it runs under: the mode on entry (a
+    # break inside `with torch.no_grad()` stops the trace with grad off, and AOT autograd reads the
+    # ambient mode to choose between an inference graph run with grad off and a training graph).
+    torch._C._set_grad_enabled(state.initial_grad)
+    state.modes.restore_process()
     glue_fn, source, compiled = glue.finish(options.compiler, f"graph_{name}")
     guards = list(state.output.guards) + state.output.absent_guards() + [Guard("", "check_grad_mode", state.initial_grad)]
     guards += [shape_guard(g) for g in state.shape_env.guards]

@@ -96,23 +96,17 @@ BATCH_NORMS: dict[str, Callable[[], nn.Module]] = {
     "no_affine": lambda: nn.BatchNorm2d(8, affine=False, momentum=0.3),
 }
 GRAD_MODES = ["grad", "no_grad_inside", "no_grad", "inference_mode"]
+# cumulative_average-no_grad_inside-nchw: momentum=None reads num_batches_tracked as a number (a graph
+# break inside the no_grad block); the graph before it once ran an out= matmul with grad on
 QUICK = {("default", "grad", "nchw"), ("default", "grad", "channels_last"), ("default", "no_grad_inside", "nchw"),
+         ("cumulative_average", "no_grad_inside", "nchw"),
          ("cumulative_average", "inference_mode", "channels_last"), ("no_running_stats", "no_grad", "nchw"),
          ("no_affine", "grad", "channels_last")}
 
 
-# Known bug, not BatchNorm's lowering (main fails it the same way, with the ATen externs): momentum=None
-# reads num_batches_tracked as a Python number (graph breaks: 4 graphs) inside the no_grad block, and
-# the graph holding the small convolution then calls aten.mm(out=) on the weight that requires grad
-# with grad mode on ("functions with out=... arguments don't support automatic differentiation").
-KNOWN_BUG = {("cumulative_average", "no_grad_inside", "nchw")}
-
-
 def _params() -> list[Any]:
     return [pytest.param(bn, mode, layout, id=f"{bn}-{mode}-{layout}",
-                         marks=([] if (bn, mode, layout) in QUICK else [pytest.mark.slow]) + (
-                             [pytest.mark.xfail(strict=True, raises=RuntimeError, reason="out= mm after a break "
-                                                "inside no_grad")] if (bn, mode, layout) in KNOWN_BUG else []))
+                         marks=[] if (bn, mode, layout) in QUICK else [pytest.mark.slow])
             for bn in BATCH_NORMS for mode in GRAD_MODES for layout in LAYOUTS]
 
 
