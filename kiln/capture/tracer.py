@@ -4,7 +4,8 @@ A Tracer runs a frame's bytecode over Variables with the opcode table; tensors a
 every op is recorded in the OutputGraph. User functions, methods and modules are inlined by child
 tracers sharing the graph. A root tracer given a stop offset raises ReachedBreak there: the graph
 break that frame_capture.py chose after a first trace could not go on (glue.py builds it).
-CaptureState is what one capture shares across its tracers.
+CaptureState is what one capture shares across its tracers. Attribute reads, hasattr and writes
+are kiln.capture.attribute_access's.
 Corresponds to torch/_dynamo/symbolic_convert.py (InstructionTranslator).
 
 Float arguments follow automatic dynamic as in torch.compile 2.13 (specialize_float=False): the
@@ -30,6 +31,7 @@ import torch.fx
 from kiln import config
 from kiln.capture import code as code_mod
 from kiln.capture import constant_fold
+from kiln.capture.attribute_access import get_attribute, has_attribute, set_attribute
 from kiln.capture.guards import Guard
 from kiln.capture.op_arguments import example_arg, node_arg, scalar_operands
 from kiln.capture.options import CompileOptions
@@ -42,31 +44,22 @@ from kiln.capture.sources import (AttrSource, ClosureSource, GlobalSource, ItemS
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builder import wrap_result, wrap_value
 from kiln.capture.variables.constant import ConstantVariable, is_constant_value
-from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable
-from kiln.capture.variables.sets import SetVariable
-from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, catch_in_frame, note_raised, raise_in_trace
+from kiln.capture.variables.exception import RaisedInTrace, catch_in_frame, note_raised
 from kiln.capture.variables.generator import run_generator
-from kiln.capture.variables.instance_dict import held_instance_dict, written_instance_dict
 from kiln.capture.variables.numpy_scalar_args import numpy_scalars_as_numbers
-from kiln.capture.variables.functions import (CellVariable, NestedFunctionVariable, UserMethodVariable, bind_class_attribute,
-                                              guard_class_attribute)
-from kiln.capture.variables.model_output import ModelOutputVariable
+from kiln.capture.variables.functions import CellVariable, UserMethodVariable, bind_class_attribute, guard_class_attribute
 from kiln.capture.variables import operators
-from kiln.capture.variables.object_protocol import (class_attribute_written, python_setattr, store_class_attribute,
-                                                   type_has_attr, user_class)
-from kiln.capture.variables.sequence import BaseSequenceVariable, ListVariable, TupleVariable, is_structseq_type
+from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.super_call import SuperVariable
-from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
 GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _MAX_STEPS = 200_000  # instructions per capture: an unrolled loop that long is not worth a graph
 _MAX_DEPTH = 32  # inlining depth (recursion is unrolled until this)
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
-_OBJECT_CLASS = vars(object)["__class__"]  # the descriptor behind obj.__class__
 
 
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -313,214 +306,13 @@ class Tracer:
         return fn.call(self, list(args), dict(kwargs))
 
     def getattr(self, obj: Variable, name: str) -> Variable:
-        if name == "__class__" and isinstance(obj, (BaseSequenceVariable, DictVariable, SetVariable, DequeVariable)):
-            # a container's class, as type() gives it (its type's lookup found a bound method
-            # named __class__); a subclass overriding __class__ keeps its own lookup
-            kind = obj.python_type()
-            if inspect.getattr_static(kind, name) is _OBJECT_CLASS:
-                return self.wrap_result(kind)
-        if self.side_effects.writes_class_attribute(name):  # `C.k = v` earlier: replayed after the graph
-            written = self._class_write_seen(obj, name)
-            if written is not None:
-                return written
-        return obj.getattr(self, name)
-
-    def _class_write_seen(self, obj: Variable, name: str) -> Variable | None:
-        """What `obj.name` reads where the trace set `name` on obj's class or a base of it (on a class,
-        a subclass, an instance made in the frame or from outside, a module): class_attribute_written."""
-        from kiln.capture.variables.module import NNModuleVariable
-
-        if isinstance(obj, NewObjectVariable):
-            return class_attribute_written(self, obj.cls, name, name in obj.attrs)
-        real = obj.module if isinstance(obj, NNModuleVariable) else obj.value if isinstance(obj, ObjectVariable) else None
-        if real is None or isinstance(real, types.ModuleType):
-            return None
-        if isinstance(real, type):
-            return class_attribute_written(self, real, name, None)
-        own = name in getattr(real, "__dict__", {}) or self.side_effects.pending_attr(real, name) is not None
-        return class_attribute_written(self, type(real), name, own)
+        return get_attribute(self, obj, name)
 
     def has_attr(self, obj: Variable, name: str) -> bool:
-        from kiln.capture.variables.module import NNModuleVariable
-
-        if isinstance(obj, (ObjectVariable, NNModuleVariable)):
-            real = obj.as_python_value()
-            if self.side_effects.pending_attr(real, name) is not None:
-                return True
-            try:
-                obj.getattr(self, name)  # the lookup as the program makes it, guarded as it goes
-            except RaisedInTrace as raised:
-                if issubclass(raised.exception.exc_type, AttributeError):
-                    return False
-                raise
-            except Unsupported:
-                # a lookup capture cannot follow (a __getattr__ of the class): asked of the object
-                # itself, with the instance dict's lack of the name guarded
-                if obj.source is not None and name not in getattr(real, "__dict__", {name: None}):
-                    self.output.note_absent(AttrSource(obj.source, "__dict__"), name)
-                return hasattr(real, name)
-            return True
-        if isinstance(obj, TensorVariable):
-            return self._tensor_has_attr(obj, name)
-        if obj.is_constant():
-            return hasattr(obj.as_constant(), name)
-        try:
-            obj.getattr(self, name)
-        except RaisedInTrace as raised:
-            if issubclass(raised.exception.exc_type, AttributeError):
-                return False
-            raise
-        except Unsupported:
-            known = type_has_attr(obj, name)
-            if known is None:
-                raise
-            return known
-        return True
-
-    def _set_child_module(self, obj: Variable, name: str, value: Variable) -> bool:
-        """Module.__setattr__ of a module value (or None over a submodule): an entry of `_modules`
-        (ModuleList's `layers[i] = m` ends here), changed in the table so that later reads of the
-        children see it. False where the value is no submodule."""
-        module = obj.module  # type: ignore[attr-defined]
-        if name == "_modules" and isinstance(value, DictVariable) and isinstance(module.__dict__.get(name), dict):
-            # `self._modules = OrderedDict(...)` (ModuleList.__delitem__ renumbering what is left):
-            # the table's contents replaced, so that reads of the children in this trace see them
-            # (the replay fills the dict the module has, where eager binds a new one)
-            table = obj.getattr(self, "_modules")
-            table.call_method(self, "clear", [], {})
-            for key, child in value.items.items():
-                table.call_method(self, "__setitem__", [ConstantVariable(key), child], {})
-            return True
-        is_module = issubclass(value.python_type(), torch.nn.Module)
-        if not is_module and not (name in module._modules and value.is_constant() and value.as_constant() is None):
-            if name in module._modules:
-                raise Unsupported(f"assigning a {value.python_type().__name__} over submodule {name!r}", kind="unsupported")
-            return False
-        if name in module.__dict__ or name in module._parameters or name in module._buffers \
-                or self.side_effects.pending_attr(module, name) is not None:
-            raise Unsupported(f"assigning a submodule to {name!r}, which names another attribute", kind="unsupported")
-        table = obj.getattr(self, "_modules")
-        table.call_method(self, "__setitem__", [ConstantVariable(name), value], {})
-        return True
-
-    def _tensor_has_attr(self, obj: "TensorVariable", name: str) -> bool:
-        """hasattr on a tensor: its class's attributes are the fake's; a Python attribute the program
-        set on a real input (`x.scale = 2.0`) is in the real tensor's __dict__ alone, so that is asked,
-        and its absence guarded (setting one later recompiles)."""
-        real = obj.real()
-        if real is None or hasattr(type(real), name):
-            return hasattr(obj.example, name)
-        if self.side_effects.pending_attr(real, name) is not None:
-            return True
-        if obj.source is None:
-            raise Unsupported(f"hasattr({name!r}) on a tensor capture cannot guard", kind="unsupported_attribute")
-        if name in getattr(real, "__dict__", {}):
-            self.wrap(real.__dict__[name], AttrSource(obj.source, name))  # its guard fails once it is gone
-            return True
-        self.output.note_absent(AttrSource(obj.source, "__dict__"), name)
-        return False
+        return has_attribute(self, obj, name)
 
     def setattr(self, obj: Variable, name: str, value: Variable, bypass: bool = False) -> None:
-        from kiln.capture.variables.module import NNModuleVariable
-
-        if isinstance(obj, NNModuleVariable):
-            kind = type(obj.module)
-            custom = inspect.getattr_static(kind, "__setattr__")
-            overridden = isinstance(custom, types.FunctionType) and custom is not torch.nn.Module.__setattr__
-            if overridden and not bypass:
-                # the module class's own __setattr__, inlined; its super().__setattr__ comes back with bypass set
-                guard_class_attribute(self, kind, "__setattr__", custom, obj)
-                UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
-                return
-            if python_setattr(self, obj, kind, name, value):
-                return  # a property's setter or a descriptor's __set__, inlined (as Module.__setattr__ ends in object's)
-            if isinstance(value, TensorVariable) and (name in obj.module._parameters or name in obj.module._buffers):
-                # the tensor there now, read (made a graph input) only when the trace already had it:
-                # an unused input that requires grad would tie the graph to its autograd history
-                held = obj.module._parameters.get(name, obj.module._buffers.get(name))
-                seen = held is not None and any(entry[0] is held for entry in self.state.wrapped.values())
-                current = obj.getattr(self, name) if seen or self.side_effects.pending_attr(obj.module, name) \
-                    or obj._changed_table(self, "_buffers") is not None else None
-                if isinstance(current, TensorVariable) and current.example is value.example:
-                    return  # `self.count += 1`: the in-place op already updated the buffer; the store rebinds it to itself
-                if name in obj.module._parameters:
-                    raise Unsupported(f"assigning a new tensor to parameter {name!r} of a module", kind="unsupported")
-                # a buffer rebound to a new tensor (an EMA `self.avg = self.avg * m + x`, a cache
-                # filled on the first call) is what Module.__setattr__ does with it: `_buffers[name]
-                # = value`, a change of that table which later reads in the trace (the attribute,
-                # named_buffers, state_dict) see, replayed after the graph
-                table = obj.getattr(self, "_buffers")
-                table.call_method(self, "__setitem__", [ConstantVariable(name), value], {})
-                return
-            if self._set_child_module(obj, name, value):
-                return
-            # the replay must not run an override already traced
-            self.side_effects.store_attr(obj.module, obj, name, value,
-                                         base_setattr=torch.nn.Module.__setattr__ if overridden else None)
-            return
-        if isinstance(obj, NewObjectVariable):
-            custom = inspect.getattr_static(obj.cls, "__setattr__")
-            if not bypass and isinstance(custom, types.FunctionType):
-                # the class's own __setattr__, inlined; its object.__setattr__ comes back with bypass set
-                guard_class_attribute(self, obj.cls, "__setattr__", custom, class_source=obj.cls_source)
-                UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
-                return
-            if not python_setattr(self, obj, obj.cls, name, value):
-                if not getattr(obj.cls, "__dictoffset__", 0) and not isinstance(
-                        inspect.getattr_static(obj.cls, name, None), types.MemberDescriptorType):
-                    message = f"{obj.cls.__name__!r} object has no attribute {name!r}"  # not one of its __slots__
-                    raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
-                obj.attrs[name] = value  # made during the trace: nothing outside can see it yet
-            return
-        if isinstance(obj, TensorVariable) and name == "grad":
-            obj.set_grad(self, value)
-            return
-        if isinstance(obj, (NestedFunctionVariable, ExceptionVariable)):
-            obj.set_attribute(name, value)  # a function or exception made during the trace
-            return
-        if isinstance(obj, DictVariable) and not bypass and (obj.source is None or obj.real is not None):
-            custom = obj.python_setattr(self)
-            if custom is not None:
-                custom.call(self, [ConstantVariable(name), value], {})
-                return
-        if isinstance(obj, DictVariable) and obj.source is None and obj.dict_type.__dictoffset__:
-            obj.attrs[name] = value  # an instance of a dict subclass made during the trace
-            return
-        if isinstance(obj, DictVariable) and obj.real is not None:
-            self.side_effects.store_attr(obj.real, obj, name, value)  # a dict subclass from outside
-            obj.attrs[name] = value
-            return
-        if isinstance(obj, ModelOutputVariable):
-            obj.set_field(name, value)  # likewise made during the trace
-            return
-        if isinstance(obj, ObjectVariable) and not isinstance(obj.value, (type, types.ModuleType)):
-            kind = type(obj.value)
-            custom = inspect.getattr_static(kind, "__setattr__")
-            if not bypass and isinstance(custom, types.FunctionType):
-                # A Python __setattr__ (transformers' configs map attribute aliases; a frozen
-                # dataclass's, which raises FrozenInstanceError) is inlined; its
-                # `super().__setattr__` comes back here with bypass set.
-                UserMethodVariable(custom, obj).call(self, [ConstantVariable(name), value], {})
-                return
-            if not bypass and (kind.__setattr__ is not object.__setattr__ or
-                               getattr(kind, "__dataclass_params__", None) is not None and kind.__dataclass_params__.frozen):
-                raise Unsupported(f"{kind.__qualname__} has a custom __setattr__", kind="unsupported")
-            if python_setattr(self, obj, kind, name, value):
-                return
-            if written_instance_dict(self, obj.value) is not None:
-                raise Unsupported(f"setting {name!r} of {obj.describe()} after the trace wrote its __dict__",
-                                  kind="unsupported")
-            # the override (if any) was inlined: the replay is the plain store it ends in
-            self.side_effects.store_attr(obj.value, obj, name, value, plain=kind.__setattr__ is not object.__setattr__)
-            instance_dict = held_instance_dict(self, obj.value)
-            if instance_dict is not None:
-                instance_dict.items[name] = value  # `d = obj.__dict__` read earlier: a store into d
-            return
-        if isinstance(obj, ObjectVariable) and isinstance(obj.value, type) and user_class(obj.value):
-            store_class_attribute(self, obj, name, value)
-            return
-        raise Unsupported(f"setting attribute {name!r} on {obj.describe()}", kind="unsupported")
-
+        set_attribute(self, obj, name, value, bypass)
     def iterate(self, var: Variable) -> list[Variable]:
         return var.iterate(self)
 
