@@ -4,12 +4,14 @@ A kernel Kiln writes computes `relu` of a bool tensor, `argmax` of one, `floor` 
 tensor or `max_unpool2d` of a complex one as readily as of floats, but eager's kernel raises
 ("not implemented for 'Bool'", "does not support bool input"): a compiled program would return a
 value where eager's raises, and the fake tensors' meta kernels do not check the dtype. So each op of
-a graph that reads a tensor of a dtype other than float32/float64 is run once, at lowering time, on
-one-element real tensors of the same dtypes and ranks (zeros: no index is out of range, no divisor
-is nonzero by accident), and an op that raises one of eager's dtype refusals is marked: it is neither
-decomposed nor lowered, and runs as the ATen call, which raises eager's own error when the graph
-runs. Any other error of the probe (shapes that only make sense at full size) says nothing about
-the dtype and is ignored. Results are cached per op, dtypes, ranks and constant arguments.
+a graph that reads a tensor is run once, at lowering time, on one-element real tensors of the same
+dtypes and ranks (zeros: no index is out of range, no divisor is nonzero by accident), and an op
+that raises one of eager's dtype refusals is marked: it is neither decomposed nor lowered, and runs
+as the ATen call, which raises eager's own error when the graph runs. Float32 and float64 are probed
+too: eager refuses the integer-only ops (`x ^ 1`, `&`, shifts, gcd) of a float tensor, whose kernel
+Kiln would write and fail to build. Any other error of the probe (shapes that only make sense at
+full size) says nothing about the dtype and is ignored. Results are cached per op, dtypes, ranks
+and constant arguments.
 
 A constant Scalar argument that does not fit a dtype of the op (`x.clamp(-200, 300)`,
 `masked_fill(m, 300)`, `full(..., 300)` of an int8 tensor, `threshold(x, 1, 1e40)` of a float32 one)
@@ -32,7 +34,6 @@ from torch.utils import _pytree as pytree
 # node.meta key of an op eager refuses for its dtypes (the refusal's text); kiln.lower.graph runs it as ATen
 EAGER_REFUSES = "kiln_eager_refuses"
 
-_PLAIN = (torch.float32, torch.float64)
 # the words of eager's dtype refusals (AT_DISPATCH's "not implemented for 'Bool'", a kernel's own checks)
 _REFUSAL = re.compile(r"not implemented for|does not support|not supported for|is not supported|"
                       r"only supports floating|expected a floating|must be a floating|"
@@ -70,7 +71,7 @@ def refusal(node: torch.fx.Node, metas: dict[torch.fx.Node, Any]) -> str | None:
         if why is not None:
             return why
     overflowing, values = _overflowing_scalar(node, values, tensors, metas.get(node))
-    if not overflowing and (not tensors or all(t.dtype in _PLAIN for t in tensors)):
+    if not overflowing and not tensors:
         return None
     if overflowing and not tensors:  # a factory op: its sizes do not matter to the range check
         values = pytree.tree_map(lambda v: [1] * (len(v) - 1) + [_WIDE] if _is_size(v) else v, values, is_leaf=_is_size)

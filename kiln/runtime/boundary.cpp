@@ -208,6 +208,7 @@ static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
   std::string message;
   PyObject* raised = nullptr;
   std::exception_ptr python_error;  // a Python kernel's exception (a torch.library op), raised as itself
+  std::exception_ptr aten_error;
   {
     // Other Python threads run while the graph does, as they do during each ctypes kernel call of
     // the Python wrapper; ATen takes the GIL itself where it needs it (a tensor's Python object).
@@ -221,16 +222,10 @@ static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
               &message);
     } catch (const pybind11::error_already_set&) {
       python_error = std::current_exception();
-    } catch (const c10::IndexError& e) {
-      raised = PyExc_IndexError; message = e.what_without_backtrace();
-    } catch (const c10::ValueError& e) {
-      raised = PyExc_ValueError; message = e.what_without_backtrace();
-    } catch (const c10::TypeError& e) {
-      raised = PyExc_TypeError; message = e.what_without_backtrace();
-    } catch (const c10::NotImplementedError& e) {
-      raised = PyExc_NotImplementedError; message = e.what_without_backtrace();
-    } catch (const c10::Error& e) {
-      raised = PyExc_RuntimeError; message = e.what_without_backtrace();
+    } catch (const c10::Error&) {
+      // an ATen call's error becomes the Python exception eager's binding raises for it (torch's own
+      // translation: LinAlgError, OutOfMemoryError, IndexError... each its type), once the GIL is back
+      aten_error = std::current_exception();
     } catch (const std::exception& e) {
       raised = PyExc_RuntimeError; message = e.what();
     }
@@ -243,6 +238,10 @@ static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
       e.restore();
     }
     python_error = nullptr;
+    return nullptr;
+  }
+  if (aten_error) {
+    torch::translate_exception_to_python(aten_error);
     return nullptr;
   }
   if (raised != nullptr) {

@@ -5,6 +5,8 @@ range of the op's dtype (a clamp bound, a fill value, a pad value) raises eager'
 instead of wrapping."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -169,3 +171,37 @@ def test_probing_a_symbolic_scalar_records_no_guard(tmp_path):
             x = torch.arange(n)
             assert torch.equal(compiled(x), fn(x))
     assert kiln.stats()["compiles"] == 1
+
+
+F64 = torch.tensor([0.5, 2.0, -3.0], dtype=torch.float64)
+INTEGER_ONLY_ON_FLOAT = [
+    ("xor_scalar", lambda x: x ^ 1, F32),
+    ("and_scalar_fused", lambda x: (x * 2 & 1) + 1, F32),
+    ("or_self", lambda x: x | x, F64),
+    ("xor_bool_mask", lambda x: x ^ (x > 0), F32),
+    ("left_shift_self", lambda x: torch.bitwise_left_shift(x, x), F32),
+    ("right_shift_fused", lambda x: torch.bitwise_right_shift(x + 1, x), F64),
+]
+
+
+@pytest.mark.parametrize("name,fn,x", INTEGER_ONLY_ON_FLOAT, ids=[r[0] for r in INTEGER_ONLY_ON_FLOAT])
+@pytest.mark.parametrize("backend", ["inductor", "eager"])
+def test_integer_only_ops_of_float32_and_float64_raise_eagers_error_at_the_call(name, fn, x, backend):
+    """Float32/float64 were never probed: `x ^ 1` of a float tensor passed the meta kernels, its C++
+    kernel failed to build and the frame fell back to eager with an internal-error warning."""
+    with pytest.raises(Exception) as eager:
+        fn(x)
+    kiln.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(type(eager.value)) as compiled:
+            kiln.compile(fn, backend=backend)(x)
+    assert str(compiled.value).splitlines()[0] == str(eager.value).splitlines()[0]
+    assert not [w for w in caught if "kiln" in str(w.message)], [str(w.message)[:200] for w in caught]
+
+
+def test_an_integer_only_op_of_a_float_tensor_is_marked_refused():
+    # traced on fake tensors: the real op would raise while tracing
+    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda a, b: torch.bitwise_xor(a, b), tracing_mode="fake")(F32, F32)
+    metas = {n: n.meta.get("val") for n in gm.graph.nodes}
+    assert mark_refused(gm, metas, lambda target: True) == 1
