@@ -5,6 +5,8 @@ that mode; the backend must still see the mode the graph is entered with, which 
 Compiled under the break's mode, AOT autograd made an inference graph that ran with the caller's
 grad on, and an extern's out= overload refused parameters requiring grad ("functions with out=...
 arguments don't support automatic differentiation"), or a graph needing a backward made none.
+The frame also leaves grad mode as eager does: each glue re-enters the open blocks from their own
+outer mode, not the break's.
 """
 from __future__ import annotations
 
@@ -69,7 +71,11 @@ def test_break_inside_a_grad_mode_context(kind: str, context: str, outer: str) -
     for step in range(2):
         x = torch.randn(4, 6) if kind != "conv" else torch.randn(2, 18)
         want = _broken(eager_layers, CONTEXTS[context], x, OUTER[outer])
+        modes_after_eager = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
         got = compiled(kiln_layers, CONTEXTS[context], x, OUTER[outer])
+        # the modes the frame leaves behind are eager's (a resumed outer no_grad restored the
+        # mode of the break, grad off, after an inner block broke)
+        assert (torch.is_grad_enabled(), torch.is_inference_mode_enabled()) == modes_after_eager, step
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w)
             assert g.requires_grad == w.requires_grad, (step, g.requires_grad, w.requires_grad)

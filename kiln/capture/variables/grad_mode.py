@@ -163,7 +163,12 @@ class WithExitVariable(Variable):
     def reconstruct(self, glue: "GlueBuilder") -> str:
         # Enter a real manager of the same kind now, so the native instruction and the resume
         # function run in the block's grad mode; the resume function exits it.
+        # The new manager's exit restores the mode it finds on entry: that must be the block's own
+        # outer mode (`prev`), not the mode of the break (inside an enclosing no_grad entered by
+        # an earlier glue, a fresh no_grad would find grad off and leave it off after the frame).
         name = glue.fresh("ctx")
+        if self.ctx.prev is not None:
+            glue.line(f"{glue.constant(torch._C._set_grad_enabled)}({bool(self.ctx.prev)})")
         glue.line(f"{name} = {self.ctx.reconstruct(glue)}")
         glue.line(f"{name}.__enter__()")
         return f"{name}.__exit__"
