@@ -310,7 +310,11 @@ def call_python_function(tx: "Tracer", fn: Any, source: Source | None, args: lis
     if fn in _GENERATOR_CM_PROTOCOL and args and args[0].python_type() is contextlib._GeneratorContextManager:
         # `type(cm).__enter__(cm)` (ExitStack.enter_context, a bound __exit__ it calls later) on a
         # @contextmanager object the trace runs in halves: its own protocol, not contextlib's code
-        return args[0].getattr(tx, fn.__name__).call(tx, args[1:], kwargs)
+        bound = args[0].getattr(tx, fn.__name__)
+        # a real object from outside gives back contextlib's own method: inlined below, as any
+        # function (calling the bound method would come straight back here)
+        if not (isinstance(bound, UserMethodVariable) and bound.fn is fn):
+            return bound.call(tx, args[1:], kwargs)
     if fn is _FUNCTION_APPLY:
         from kiln.capture.variables.autograd_function import call_autograd_function
         if not args:
