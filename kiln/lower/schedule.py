@@ -310,10 +310,11 @@ def reads_across(node: Reduction) -> bool:
 
 
 def _start(node: Pointwise | Reduction, column_partials: bool = False) -> _OpenKernel:
-    if isinstance(node, Reduction) and column_partials and column_split(
+    if isinstance(node, Reduction) and column_partials and len(node.reduction_ranges) > 1 and column_split(
             node, tuple(node.reduction_ranges), tuple(node.ranges)) is not None and reads_across(node):
-        # a sum across the layout (train-mode BatchNorm's statistics of an NHWC activation): the
-        # reduced dims become the outer loop, each thread adding its rows into its own row of
+        # a sum across the layout over several reduced dims (train-mode BatchNorm's statistics of
+        # an NHWC activation; a 2-D column sum keeps the tiled column kernel, which also holds the
+        # max and mean beside it): the reduced dims become the outer loop, each thread adding its rows into its own row of
         # accumulators along the contiguous kept dim (column_substitution), instead of a loop per
         # kept point that gathers with a stride
         k = _OpenKernel(tuple(node.reduction_ranges), tuple(node.ranges), column_partials=True)
