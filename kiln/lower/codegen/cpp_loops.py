@@ -102,6 +102,19 @@ def _column_reduction(k: Kernel) -> bool:
     return contiguous_outer
 
 
+def _tiled_outer_loops(xs: Sequence[sympy.Symbol], k: Kernel) -> list[str]:
+    """The opening of a tiled kernel: one parallel loop collapsing the outer dims (the last one's
+    loop, over tiles, is the caller's), unless the kernel is too small to share out."""
+    total = sympy.Mul(*k.outer, *k.inner)
+    lines: list[str] = []
+    if not (total.is_number and total < PARALLEL_MIN):
+        cond = "" if total.is_number else f" if({cexpr(total)} >= {PARALLEL_MIN})"
+        lines.append(f"#pragma omp parallel for{' collapse(%d)' % len(xs) if len(xs) > 1 else ''}{cond}")
+    for x, r in zip(xs[:-1], k.outer[:-1]):
+        lines.append(f"for (int64_t {x} = 0; {x} < {cexpr(r)}; {x}++) {{")
+    return lines
+
+
 def _block_node(n: Buffer) -> Pointwise | Reduction:
     """`n` as what a loop or scalar block holds: schedule.place admits only these there."""
     assert isinstance(n, (Pointwise, Reduction))
@@ -151,13 +164,7 @@ class TileKernels:
         self.scratch, self.hidden = {}, k.local
         reds = [n for n in k.blocks[0].nodes if isinstance(n, Reduction)]
         last, size = xs[-1], k.outer[-1]
-        total = sympy.Mul(*k.outer, *k.inner)
-        body: list[str] = []
-        if not (total.is_number and total < PARALLEL_MIN):
-            cond = "" if total.is_number else f" if({cexpr(total)} >= {PARALLEL_MIN})"
-            body.append(f"#pragma omp parallel for{' collapse(%d)' % len(xs) if len(xs) > 1 else ''}{cond}")
-        for x, r in zip(xs[:-1], k.outer[:-1]):
-            body.append(f"for (int64_t {x} = 0; {x} < {cexpr(r)}; {x}++) {{")
+        body = _tiled_outer_loops(xs, k)
         body.append(f"for (int64_t xt = 0; xt < {cexpr(size)}; xt += {TILE}) {{")
         body.append(f"const int64_t xn = {cexpr(size)} - xt < {TILE} ? {cexpr(size)} - xt : {TILE};")
         accs = {}
@@ -301,13 +308,7 @@ class TileKernels:
         floats: 7x eager's time)."""
         xs, ys = kernel_vars(len(k.outer), len(k.inner))
         self.scratch, self.hidden = {}, k.local
-        total = sympy.Mul(*k.outer, *k.inner)
-        body: list[str] = []
-        if not (total.is_number and total < PARALLEL_MIN):
-            cond = "" if total.is_number else f" if({cexpr(total)} >= {PARALLEL_MIN})"
-            body.append(f"#pragma omp parallel for collapse({len(xs)}){cond}")
-        for x, r in zip(xs[:-1], k.outer[:-1]):
-            body.append(f"for (int64_t {x} = 0; {x} < {cexpr(r)}; {x}++) {{")
+        body = _tiled_outer_loops(xs, k)
         xl, yl, xr, yr = xs[-1], ys[-1], cexpr(k.outer[-1]), cexpr(k.inner[-1])
         body.append(f"for (int64_t xb = 0; xb < {xr}; xb += {COPY_BLOCK}) {{")
         for y, r in zip(ys[:-1], k.inner[:-1]):
