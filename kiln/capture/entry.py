@@ -312,6 +312,16 @@ def _keyword_binder(fn: FunctionType, bound_self: Any, has_self: bool, parameter
     return keywords
 
 
+def positional_locals(names: tuple[str, ...]) -> Callable[[tuple], dict]:
+    """`args -> dict(zip(names, args))` for a tuple of exactly len(names) arguments, written out as
+    one dict display: a third of the cost of building the dict from a zip, per call of a compiled
+    function."""
+    if not all(name.isidentifier() for name in names):  # a code made by hand: its names as they are
+        return lambda args: dict(zip(names, args))
+    items = ", ".join(f"{name!r}: args[{k}]" for k, name in enumerate(names))
+    return eval(f"lambda args: {{{items}}}")  # noqa: S307  # built from identifiers only
+
+
 # ---------------------------------------------------------------------------------------------------
 # The compiled callable
 
@@ -339,7 +349,8 @@ def compile_function(fn: Any, options: CompileOptions, capture: CaptureFn | None
     names = code.co_varnames[: code.co_argcount]
     nargs = len(names)
     plain = not has_self and not (code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)) \
-        and code.co_kwonlyargcount == 0  # all-positional calls of this function bind by zip
+        and code.co_kwonlyargcount == 0  # all-positional calls of this function bind by position
+    locals_of = positional_locals(names)
 
     def compiled(*args: Any, **kwargs: Any) -> Any:
         if fn.__code__ is not code:
@@ -347,7 +358,7 @@ def compile_function(fn: Any, options: CompileOptions, capture: CaptureFn | None
             # callable's entries and binder belong to the old code.
             return frame.call_with_new_code(args, kwargs)
         if plain and not kwargs and len(args) == nargs:
-            L = dict(zip(names, args))
+            L = locals_of(args)
         else:
             L = bind(args, kwargs)
         for entry in entries:

@@ -91,6 +91,20 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
     # a C++ wrapper's list entry (kiln.runtime.kernel_wrapper.positional); None for other compilers
     steal = getattr(compiled_backward, "steal", None) or getattr(getattr(compiled_backward, "fn", None), "steal", None)
     run_forward = direct_callable(compiled_forward)
+    node_backward: Callable[[list], Any] = steal if steal is not None else lambda args: compiled_backward(*args)
+    # the backward's native handle, once its native wrapper runs: the C++ node runs it without the GIL
+    backward_handle: Any = None
+
+    def forward_on_native(native: Callable) -> None:
+        nonlocal run_forward
+        run_forward = native
+
+    def backward_on_native(native: Callable) -> None:
+        nonlocal steal, node_backward, backward_handle
+        steal = getattr(native, "steal", None) or (lambda args: native(*args))
+        node_backward = steal
+        if isinstance(steal, functools.partial) and node_module and steal.func is node_module[0].steal:
+            backward_handle = steal.args[0]
 
     class CompiledFunction(torch.autograd.Function):
         not_views: tuple[int, ...] = ()  # set by AotRuntime (the positions of not_views)
@@ -174,15 +188,13 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
             split = len(args) - num_tangents
             return gradients_without_second_backward(compiled_backward, args[:split], args[split:])
 
-        node_backward = steal if steal is not None else lambda args: compiled_backward(*args)
-
         function_apply = fast_apply
 
         def fast_apply(*args: Any) -> Any:  # noqa: F811  # the same entry, on the node path when it can
             if node_module and forward_ad._current_level < 0 and not functorch_active():
                 return node_module[0].apply_node(run_forward, node_backward, create_graph_backward, args,
                                                  num_forward_outputs, num_saved_tensors, non_diff_flags, needs,
-                                                 detached)
+                                                 detached, backward_handle)
             return function_apply(*args)
 
     if unused_inputs:
@@ -200,6 +212,13 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
                     cut[k] = a.detach()
             return linked_apply(*cut)
 
+    # once a half's native wrapper runs, call it directly, without its TieredWrapper's frame
+    follow_forward = getattr(run_forward, "when_native", None)
+    if follow_forward is not None:
+        follow_forward(forward_on_native)
+    follow_backward = getattr(getattr(compiled_backward, "fn", None), "when_native", None)
+    if steal is not None and follow_backward is not None:
+        follow_backward(backward_on_native)
     CompiledFunction.fast_apply = staticmethod(fast_apply)  # type: ignore[attr-defined]
     CompiledFunction.recipe = dict(  # type: ignore[attr-defined]  # for graph_recipe
         backward=compiled_backward, num_forward_outputs=num_forward_outputs,
@@ -417,6 +436,9 @@ class AotRuntime:
         self.grad_mode = grad_mode
         run = getattr(function, "fast_apply", function.apply) if function is not None else direct_callable(forward)
         self._run = without_grad(run) if grad_mode is False else with_grad(run) if grad_mode else run
+        follow = getattr(run, "when_native", None) if function is None else None
+        if follow is not None:  # once the native wrapper runs, call it without its TieredWrapper's frame
+            follow(self._on_native)
         self._unflatten = _unflattener(out_spec)
         self._not_views: tuple[int, ...] = ()
         self._plain = False
@@ -454,6 +476,10 @@ class AotRuntime:
         self._plain = self._passthrough and not self._getters and not self._updated \
             and not self._shared_check and not self._restrides and self._num_mutated == 0
 
+    def _on_native(self, native: Callable) -> None:
+        grad_mode = self.grad_mode
+        self._run = without_grad(native) if grad_mode is False else with_grad(native) if grad_mode else native
+
     def artifact_recipe(self) -> Recipe | None:
         """This runtime as data (kiln.runtime.artifact), or None when it cannot travel."""
         return _recipe(self)
@@ -465,10 +491,14 @@ class AotRuntime:
     def __call__(self, *args: Any) -> Any:
         if self._plain:  # the common call: the graph's results are the user's outputs as they are
             outs = self._run(*args)
+            if type(outs) is tuple and len(outs) == self._num_outputs:
+                for k in self._not_views:  # not_views inline: its call cost more than the check
+                    o = outs[k]
+                    if isinstance(o, torch.Tensor) and o._is_view():
+                        return not_views(outs, self._not_views)
+                return outs
             if self._not_views:
                 outs = not_views(outs, self._not_views)
-            if type(outs) is tuple and len(outs) == self._num_outputs:
-                return outs
             return self._user_outputs(args, args, outs)
         if self._getters:
             flat: Any = list(args)

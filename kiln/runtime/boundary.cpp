@@ -193,79 +193,101 @@ struct KilnNoGil {
   ~KilnNoGil() { PyEval_RestoreThread(state); }
 };
 
-static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
-  if (h->follow != nullptr) {
-    int threads = at::get_num_threads();  // torch.set_num_threads between calls reaches the kernels
-    if (threads != h->threads) {
-      PyObject* r = PyObject_CallNoArgs(h->follow);
-      if (r == nullptr) return nullptr;
-      Py_DECREF(r);
-      h->threads = threads;
-    }
-  }
-  std::vector<c10::IValue> outs;
+// What one run of a graph left behind besides its outputs: a failed check (kind, message), or an
+// exception (a Python kernel's, an ATen call's, any other) to raise once the GIL is back.
+struct KilnRunErrors {
   int64_t kind = 0;
   std::string message;
   PyObject* raised = nullptr;
   std::exception_ptr python_error;  // a Python kernel's exception (a torch.library op), raised as itself
   std::exception_ptr aten_error;
-  {
-    // Other Python threads run while the graph does, as they do during each ctypes kernel call of
-    // the Python wrapper; ATen takes the GIL itself where it needs it (a tensor's Python object).
-    KilnNoGil released;
-    try {
-      if (h->plan != nullptr)
-        kiln_plan_run(*h->plan, in.data(), static_cast<int64_t>(in.size()), &outs, h->kernels.data(),
-                      h->kernels.size(), h->constants, &kind, &message);
-      else
-        h->fn(in.data(), static_cast<int64_t>(in.size()), &outs, h->kernels.data(), h->constants.data(), &kind,
-              &message);
-    } catch (const pybind11::error_already_set&) {
-      python_error = std::current_exception();
-    } catch (const c10::Error&) {
-      // an ATen call's error becomes the Python exception eager's binding raises for it (torch's own
-      // translation: LinAlgError, OutOfMemoryError, IndexError... each its type), once the GIL is back
-      aten_error = std::current_exception();
-    } catch (const std::exception& e) {
-      raised = PyExc_RuntimeError; message = e.what();
-    }
-    in.clear();  // the arguments the graph did not free yet, still without the GIL
+};
+
+// The graph run on `in` (emptied after), without the GIL: the caller holds none.
+static void kiln_run_released(KilnHandle* h, std::vector<c10::IValue>& in, std::vector<c10::IValue>& outs,
+                              KilnRunErrors& errors) {
+  try {
+    if (h->plan != nullptr)
+      kiln_plan_run(*h->plan, in.data(), static_cast<int64_t>(in.size()), &outs, h->kernels.data(),
+                    h->kernels.size(), h->constants, &errors.kind, &errors.message);
+    else
+      h->fn(in.data(), static_cast<int64_t>(in.size()), &outs, h->kernels.data(), h->constants.data(), &errors.kind,
+            &errors.message);
+  } catch (const pybind11::error_already_set&) {
+    errors.python_error = std::current_exception();
+  } catch (const c10::Error&) {
+    // an ATen call's error becomes the Python exception eager's binding raises for it (torch's own
+    // translation: LinAlgError, OutOfMemoryError, IndexError... each its type), once the GIL is back
+    errors.aten_error = std::current_exception();
+  } catch (const std::exception& e) {
+    errors.raised = PyExc_RuntimeError; errors.message = e.what();
   }
-  if (python_error) {
+  in.clear();  // the arguments the graph did not free yet, still without the GIL
+}
+
+// With the GIL: the Python exception a run's errors stand for set, and true; false for a clean run.
+static bool kiln_set_run_error(KilnRunErrors& errors) {
+  if (errors.python_error) {
     try {
-      std::rethrow_exception(python_error);
+      std::rethrow_exception(errors.python_error);
     } catch (pybind11::error_already_set& e) {
       e.restore();
     }
-    python_error = nullptr;
-    return nullptr;
+    errors.python_error = nullptr;
+    return true;
   }
-  if (aten_error) {
-    torch::translate_exception_to_python(aten_error);
-    return nullptr;
+  if (errors.aten_error) {
+    torch::translate_exception_to_python(errors.aten_error);
+    return true;
   }
-  if (raised != nullptr) {
-    PyErr_SetString(raised, message.c_str());
-    return nullptr;
+  if (errors.raised != nullptr) {
+    PyErr_SetString(errors.raised, errors.message.c_str());
+    return true;
   }
+  int64_t kind = errors.kind;
   if (kind == 6 || kind == 7) {  // kiln.errors.ExternMismatchError; 6: nothing outside the graph written yet
-    PyObject* errors = PyImport_ImportModule("kiln.errors");
-    PyObject* type = errors == nullptr ? nullptr : PyObject_GetAttrString(errors, "ExternMismatchError");
-    Py_XDECREF(errors);
-    if (type == nullptr) return nullptr;
-    PyObject* exc = PyObject_CallFunction(type, "sO", message.c_str(), kind == 6 ? Py_True : Py_False);
+    PyObject* module = PyImport_ImportModule("kiln.errors");
+    PyObject* type = module == nullptr ? nullptr : PyObject_GetAttrString(module, "ExternMismatchError");
+    Py_XDECREF(module);
+    if (type == nullptr) return true;
+    PyObject* exc = PyObject_CallFunction(type, "sO", errors.message.c_str(), kind == 6 ? Py_True : Py_False);
     Py_DECREF(type);
-    if (exc == nullptr) return nullptr;
+    if (exc == nullptr) return true;
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
     Py_DECREF(exc);
-    return nullptr;
+    return true;
   }
   if (kind != 0) {
     PyObject* type = kind == 1 ? PyExc_IndexError : kind == 3 ? PyExc_ValueError
         : kind == 4 ? PyExc_ZeroDivisionError : kind == 5 ? PyExc_TypeError : PyExc_RuntimeError;
-    PyErr_SetString(type, message.c_str());
-    return nullptr;
+    PyErr_SetString(type, errors.message.c_str());
+    return true;
   }
+  return false;
+}
+
+// Whether the kernel library already has torch's thread count (else `follow` must run, in Python).
+static bool kiln_threads_current(KilnHandle* h) {
+  return h->follow == nullptr || at::get_num_threads() == h->threads;
+}
+
+static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
+  if (!kiln_threads_current(h)) {
+    int threads = at::get_num_threads();  // torch.set_num_threads between calls reaches the kernels
+    PyObject* r = PyObject_CallNoArgs(h->follow);
+    if (r == nullptr) return nullptr;
+    Py_DECREF(r);
+    h->threads = threads;
+  }
+  std::vector<c10::IValue> outs;
+  KilnRunErrors errors;
+  {
+    // Other Python threads run while the graph does, as they do during each ctypes kernel call of
+    // the Python wrapper; ATen takes the GIL itself where it needs it (a tensor's Python object).
+    KilnNoGil released;
+    kiln_run_released(h, in, outs, errors);
+  }
+  if (kiln_set_run_error(errors)) return nullptr;
   PyObject* result = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
   if (result == nullptr) return nullptr;
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -502,22 +524,28 @@ struct KilnCompiledBackward : public torch::autograd::Node {
   PyObject* backward = nullptr;
   PyObject* create_graph = nullptr;
   PyObject* symints = nullptr;  // a tuple
+  PyObject* native = nullptr;  // the backward's native handle (a capsule), when `backward` is its steal
+  KilnHandle* handle = nullptr;  // what `native` holds
   std::vector<torch::autograd::SavedVariable> saved;
   std::vector<char> needs;  // per forward input: whether its gradient is wanted
 
   ~KilnCompiledBackward() override {
     // a node freed while the interpreter shuts down leaks its references (the GIL is gone)
-    if ((backward != nullptr || create_graph != nullptr || symints != nullptr) && Py_IsInitialized()
-        && !_Py_IsFinalizing()) {
+    if ((backward != nullptr || create_graph != nullptr || symints != nullptr || native != nullptr)
+        && Py_IsInitialized() && !_Py_IsFinalizing()) {
       pybind11::gil_scoped_acquire gil;
       Py_XDECREF(backward);
       Py_XDECREF(create_graph);
       Py_XDECREF(symints);
+      Py_XDECREF(native);
     }
   }
   std::string name() const override { return "CompiledFunctionBackward"; }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    KilnHandle* h = handle;
+    if (h != nullptr && PyTuple_GET_SIZE(symints) == 0 && !at::GradMode::is_enabled() && kiln_threads_current(h))
+      return apply_released(h, std::move(grads));
     pybind11::gil_scoped_acquire gil;
     size_t n_saved = saved.size();
     Py_ssize_t n_sym = symints != nullptr ? PyTuple_GET_SIZE(symints) : 0;
@@ -568,6 +596,38 @@ struct KilnCompiledBackward : public torch::autograd::Node {
   void release_variables() override {
     for (auto& s : saved) s.reset_data();
   }
+
+  // The common backward (no create_graph, no size outputs, the kernels' thread count current): the
+  // native backward run from here, on IValues, never taking the GIL (the Python path takes it to
+  // build a list and call the wrapper, which releases it again to run the graph), as eager's own
+  // nodes run. The GIL is taken only to raise a failed check's or a Python kernel's exception.
+  torch::autograd::variable_list apply_released(KilnHandle* h, torch::autograd::variable_list&& grads) {
+    std::vector<c10::IValue> in;
+    in.reserve(saved.size() + grads.size());
+    auto self = getptr();
+    for (auto& s : saved) in.emplace_back(s.unpack(self));
+    for (size_t i = 0; i < grads.size(); ++i)
+      in.emplace_back(grads[i].defined() ? grads[i].contiguous() : input_metadata(i).zeros_like());
+    grads.clear();
+    if (!torch::autograd::get_current_graph_task_keep_graph()) release_variables();
+    std::vector<c10::IValue> outs;
+    KilnRunErrors errors;
+    kiln_run_released(h, in, outs, errors);
+    if (errors.python_error || errors.aten_error || errors.raised != nullptr || errors.kind != 0) {
+      pybind11::gil_scoped_acquire gil;
+      kiln_set_run_error(errors);
+      kiln_raise_python();
+    }
+    size_t n = num_outputs();
+    if (outs.size() != n) {
+      throw std::runtime_error("kiln internal error: the compiled backward returned another number of gradients "
+                               "than its forward had inputs");
+    }
+    torch::autograd::variable_list out(n);
+    for (size_t i = 0; i < n; ++i)
+      if (needs[i] && outs[i].isTensor()) out[i] = outs[i].toTensor();
+    return out;
+  }
 };
 
 // apply_node(forward, backward, create_graph backward, args tuple, number of user outputs, number of
@@ -583,9 +643,14 @@ struct KilnCompiledBackward : public torch::autograd::Node {
 //   Python Function's forward does.
 static PyObject* kiln_apply_node(PyObject*, PyObject* const* a, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  if (nargs != 9 || !PyTuple_Check(a[3]) || !PyTuple_Check(a[7])) {
-    PyErr_SetString(PyExc_TypeError,
-                    "apply_node(forward, backward, create_graph, args, n_out, n_saved, non_diff, needs, detached)");
+  if ((nargs != 9 && nargs != 10) || !PyTuple_Check(a[3]) || !PyTuple_Check(a[7])) {
+    PyErr_SetString(PyExc_TypeError, "apply_node(forward, backward, create_graph, args, n_out, n_saved, non_diff, "
+                                     "needs, detached[, native backward handle or None])");
+    return nullptr;
+  }
+  PyObject* native = nargs == 10 && a[9] != Py_None ? a[9] : nullptr;
+  if (native != nullptr && !PyCapsule_IsValid(native, "kiln.native")) {
+    PyErr_SetString(PyExc_TypeError, "apply_node: the backward handle is not a native wrapper's");
     return nullptr;
   }
   PyObject* args = a[3];
@@ -693,6 +758,12 @@ static PyObject* kiln_apply_node(PyObject*, PyObject* const* a, Py_ssize_t nargs
     node->backward = a[1];
     Py_INCREF(a[2]);
     node->create_graph = a[2];
+    if (native != nullptr) {
+      node->handle = kiln_handle(native);
+      if (node->handle == nullptr) return nullptr;
+      Py_INCREF(native);
+      node->native = native;
+    }
   }
   return result.release();
   END_HANDLE_TH_ERRORS

@@ -549,7 +549,7 @@ class TieredWrapper:
     Both wrappers run the same memory plan, kernels and checks; a build that fails leaves the Python
     wrapper, with one warning. `steal(args)` is the backward's list entry (kernel_wrapper.positional)."""
 
-    __slots__ = ("current", "python", "after", "calls", "future", "start", "name", "ref", "__weakref__")
+    __slots__ = ("current", "python", "after", "calls", "future", "start", "name", "ref", "followers", "__weakref__")
 
     def __init__(self, python: Callable[..., Any], start: Callable[[], Any], after: int, name: str,
                  ref: Callable[[], NativeRef | None] | None = None) -> None:
@@ -561,6 +561,7 @@ class TieredWrapper:
         self.start = start
         self.name = name
         self.ref = ref  # where the native library will be, for the recipe
+        self.followers: list[Callable[[Callable[..., Any]], None]] = []
 
     def __call__(self, *args: Any) -> Any:
         if self.after is not None:
@@ -572,6 +573,16 @@ class TieredWrapper:
             self._tick()
         steal = getattr(self.current, "steal", None)
         return steal(args) if steal is not None else self.current(*args)
+
+    def when_native(self, follow: Callable[[Callable[..., Any]], None]) -> None:
+        """Call `follow(native)` once the native wrapper runs (now, if it already does), so that a
+        caller holding this wrapper can call the native one directly: this frame and its tick are
+        then off its path. A wrapper that settles on Python never calls it."""
+        if self.after is None:
+            if self.current is not self.python:
+                follow(self.current)
+            return
+        self.followers.append(follow)
 
     def artifact_recipe(self) -> Recipe | None:
         """The Python wrapper's recipe, and where the native library will be once built: a process
@@ -621,9 +632,12 @@ class TieredWrapper:
         self.after = None
         self.future = None
         self.start = None  # type: ignore[assignment]  # asked once
+        followers, self.followers = self.followers, []
         if native is not None:
             self.current = native
             log.artifact("perf_hints", f"{self.name}: the native wrapper runs from call {self.calls} on")
+            for follow in followers:
+                follow(native)
         elif error is not None:
             log.warn(f"kiln: the native wrapper of {self.name} did not build, its Python wrapper keeps running: {error}")
 

@@ -197,3 +197,91 @@ def test_results_equal_eager_at_each_thread_count(torch_threads) -> None:
     for n in (1, 2, 1):
         torch.set_num_threads(n)
         torch.testing.assert_close(compiled(x, w), f(x, w), atol=1e-5, rtol=1e-5)
+
+
+# One thread enters no OpenMP region (codegen/cpp_loops.serial_at_one_thread): libgomp pays a futex
+# syscall to leave even a team of one. A probe kernel records omp_get_level() (1 inside any region,
+# a team of one included) from inside its loops, in each of the region shapes the codegen writes.
+_LEVEL_BODY = [
+    "#pragma omp parallel for if((n) * (2) >= 64)",  # a row kernel's outer loop, a size test in parens
+    "for (int64_t x0 = 0; x0 < n; x0++) {",
+    "level[x0] = omp_get_level();",
+    "}",
+    "int64_t total = 0;",
+    "#pragma omp parallel for simd reduction(+:total) if(n >= 64)",  # an inner-only reduction
+    "for (int64_t y0 = 0; y0 < n; y0++) {",
+    "total += y0;",
+    "}",
+    "out[0] = total;",
+    "#pragma omp parallel if(n >= 64)",  # a tiled kernel: a region, then its shared loop
+    "{",
+    "#pragma omp for",
+    "for (int64_t x1 = 0; x1 < n; x1++) {",
+    "level[n + x1] = omp_get_level() + 10 * omp_get_thread_num();",
+    "}",
+    "}",
+]
+
+
+def _level_probe() -> ctypes.CDLL:
+    from kiln.lower.codegen.cpp import prelude
+    from kiln.lower.codegen.cpp_loops import serial_at_one_thread
+
+    body = serial_at_one_thread([line + " num_threads(kiln_threads())" if line.startswith("#pragma omp parallel")
+                                 else line for line in _LEVEL_BODY])
+    source = prelude("") + ('extern "C" void kiln_test_levels(int64_t n, int64_t* level, int64_t* out) {\n'
+                          + "\n".join(body) + "\n}\n")
+    lib = build.load(source)
+    lib.kiln_test_levels.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+    return lib
+
+
+def _levels(lib: ctypes.CDLL, n: int) -> tuple[set[int], int]:
+    level = torch.full((2 * n,), -1, dtype=torch.int64)
+    out = torch.zeros(1, dtype=torch.int64)
+    lib.kiln_test_levels(n, level.data_ptr(), out.data_ptr())
+    return set(level.tolist()), int(out)
+
+
+def test_one_thread_runs_every_region_shape_outside_openmp(torch_threads) -> None:
+    lib = _level_probe()
+    env: dict = {}
+    for n in (16, 4096):  # below and above the regions' size tests
+        torch.set_num_threads(1)
+        kernel_wrapper.bind_threads(env, lib)
+        assert _levels(lib, n) == ({0}, n * (n - 1) // 2)  # no region entered, not even a team of one
+    if (os.cpu_count() or 1) > 1:
+        torch.set_num_threads(2)  # followed at the next bind: the regions open again, with two threads
+        kernel_wrapper.bind_threads(env, lib)
+        levels, total = _levels(lib, 4096)
+        assert levels == {1, 11} and total == 4096 * 4095 // 2
+        assert _levels(lib, 16) == ({0}, 16 * 15 // 2)  # too small to share out: no region either
+
+
+def test_every_generated_region_has_a_one_thread_branch() -> None:
+    def kernels(x: torch.Tensor, w: torch.Tensor, i: torch.Tensor) -> tuple:
+        return (x.exp() + 1, torch.softmax(x, -1), x.sum(0), torch.softmax(x, 0), x.cumsum(1),
+                torch.zeros(64, 8).index_add(0, i, w))
+
+    x, w, i = torch.randn(256, 1024), torch.randn(4096, 8), torch.randint(0, 64, (4096,))
+    graph = _compile(kernels, x, w, i)
+    lines = [line.strip() for line in graph.cpp_source.splitlines()]
+    regions = [k for k, line in enumerate(lines) if line.startswith("#pragma omp parallel")]
+    assert len(regions) >= 5
+    for k in regions:
+        assert re.match(r"if \(.*(kiln_threads\(\)|kiln_all_threads\(\)|kiln_nt) > 1", lines[k - 1]), lines[k - 1]
+    for got, want in zip(graph(x, w, i), kernels(x, w, i)):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("threads", [(1, 2, 1), (2, 1, 2)])
+def test_dynamic_sizes_follow_threads_changed_between_calls(torch_threads, threads) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, -1) * x.sum(0) + x.cumsum(1)
+
+    compiled = kiln.compile(f, dynamic=True)
+    for n in threads:
+        torch.set_num_threads(n)
+        for rows in (4, 300):  # one kernel call below the parallel size, one above
+            x = torch.randn(rows, 256)
+            torch.testing.assert_close(compiled(x), f(x), atol=1e-5, rtol=1e-5)

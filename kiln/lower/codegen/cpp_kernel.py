@@ -19,7 +19,7 @@ from kiln.lower.checks import ERROR_RECORD
 from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, CppBodyWriter, cexpr, compute, prelude
 from kiln.lower.codegen.cpp_loops import (OMP_REDUCTION, TileKernels, _block_node, _column_reduction, _itemsize,
                                           _ivars, _linear, _loops, _reduce_init, _simd_loops, _tiled_rows,
-                                          _blocked_copy)
+                                          _blocked_copy, serial_at_one_thread)
 from kiln.lower.codegen.memory import aliasing_args, in_place_donors
 from kiln.lower.ir import (Buffer, FloorDiv, Index, Load, Masked, ModularIndexing, Op, Pointwise, Reduction, Scan,
                            Value, contiguous_strides, index_vars, walk)
@@ -529,9 +529,9 @@ class KernelWriter(TileKernels):
             args.append(f"{const}{CTYPE[self.storage[b]]}*{restrict} {b}")
         # the thread count is the runtime's (torch.get_num_threads(), see the prelude), not OpenMP's
         threads = "kiln_threads()" if getattr(self, "adaptive_threads", True) else "kiln_all_threads()"
-        body = [line + f" num_threads({threads})" if line.startswith("#pragma omp parallel")
-                and "num_threads(" not in line else line
-                for line in body]
+        body = serial_at_one_thread([line + f" num_threads({threads})" if line.startswith("#pragma omp parallel")
+                                     and "num_threads(" not in line else line
+                                     for line in body])
         text = "\n".join(body)
         syms = sorted(set(re.findall(r"\b([a-z]+\d+)\b", text)) & self.size_symbols)
         args += [f"double {s}" if is_float_symbol(s) else f"int64_t {s}" for s in syms]  # zf: float arguments

@@ -454,3 +454,75 @@ def _tile_width(k: Kernel, storage: dict[str, torch.dtype]) -> int:
     while last.is_number and width > 16 and width // 2 >= int(last):
         width //= 2
     return width
+
+
+# ---------------------------------------------------------------------------------------------------
+# One thread: no parallel region at all
+
+_NUM_THREADS_RE = re.compile(r"\s*num_threads\(([A-Za-z_]\w*(?:\(\))?)\)")
+
+
+def serial_at_one_thread(body: list[str]) -> list[str]:
+    """`body` (a kernel's lines, each parallel pragma carrying its num_threads clause) with every
+    parallel region behind a branch: the region as written when its team has more than one thread
+    (and its `if` clause holds), else the same statement with no OpenMP region around it.
+
+    libgomp enters a region even for a team of one (an `if` clause that fails, or
+    torch.set_num_threads(1)), and leaving it costs a futex syscall: a few tenths of a microsecond
+    per kernel, more than a small kernel's work. The serial copy drops the region's worksharing
+    pragmas and keeps its simd ones (a `parallel for simd` becomes `simd` with its collapse and
+    reduction clauses), so one thread runs the loop as the team of one did, lane sums combined in
+    the same order. A region already behind such a branch (the scatter's atomic loop, whose one-thread
+    copy stores plainly) is left as it is."""
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        line = body[i]
+        if not line.startswith("#pragma omp parallel") or (out and out[-1].startswith("if (kiln_nt > 1")):
+            out.append(line)
+            i += 1
+            continue
+        end = _statement_end(body, i + 1)
+        statement = body[i + 1:end]
+        threads = _NUM_THREADS_RE.search(line)
+        assert threads is not None, line  # KernelWriter._function gives every region its clause
+        pragma, condition = _without_if_clause(line)
+        # the size first: a small kernel never asks for the thread count (adaptive: a clock read)
+        test = (f"({condition}) && " if condition else "") + f"{threads.group(1)} > 1"
+        out += [f"if ({test}) {{", pragma, *statement, "} else {"]
+        serial = _serial_pragma(pragma)
+        out += ([serial] if serial else []) + [s for s in statement if not s.startswith("#pragma omp for")]
+        out.append("}")
+        i = end
+    return out
+
+
+def _statement_end(lines: list[str], start: int) -> int:
+    """The index after the statement opening at lines[start] (its braces balanced; one line if none)."""
+    depth = 0
+    for j in range(start, len(lines)):
+        depth += lines[j].count("{") - lines[j].count("}")
+        if depth <= 0:
+            return j + 1
+    raise AssertionError("a parallel region whose statement does not close")
+
+
+def _without_if_clause(pragma: str) -> tuple[str, str | None]:
+    """The pragma without its `if(...)` clause, and that clause's condition (None when it has none)."""
+    start = pragma.find(" if(")
+    if start < 0:
+        return pragma, None
+    depth, j = 0, start + 3
+    for j in range(start + 3, len(pragma)):
+        depth += {"(": 1, ")": -1}.get(pragma[j], 0)
+        if depth == 0:
+            break
+    return pragma[:start] + pragma[j + 1:], pragma[start + 4:j]
+
+
+def _serial_pragma(pragma: str) -> str | None:
+    """What of a parallel pragma one thread keeps: `simd` with its collapse and reduction clauses."""
+    if not pragma.startswith("#pragma omp parallel for simd"):
+        return None
+    rest = _NUM_THREADS_RE.sub("", pragma[len("#pragma omp parallel for simd"):])
+    return "#pragma omp simd" + rest

@@ -1,0 +1,186 @@
+"""The per-call floor of a small compiled program: once a graph's native wrapper runs, the runtime
+calls it directly (no TieredWrapper frame on the forward or the backward), and the entry binds the
+frame's locals with one dict display. Every grad mode, inside and outside the compiled function,
+still gives eager's values, requires_grad and gradients on the tiny graphs this path serves."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import pytest
+import torch
+
+import kiln
+from kiln.capture.entry import positional_locals
+from kiln.runtime import native
+
+pytestmark = pytest.mark.cpp
+
+
+def _add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x + y
+
+
+def _softmax(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x * y, -1)
+
+
+def _no_grad_inside(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        z = x * 2
+    return torch.softmax(z + y, -1)
+
+
+def _enable_grad_inside(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    with torch.enable_grad():
+        z = x * y
+    return z.exp()
+
+
+_OUTSIDE: dict[str, Callable[[], Any]] = {
+    "grad": contextlib.nullcontext, "no_grad": torch.no_grad, "enable_grad": torch.enable_grad,
+    "inference_mode": torch.inference_mode,
+}
+
+
+@pytest.mark.parametrize("fn", [_add, _softmax, _no_grad_inside, _enable_grad_inside], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("outside", list(_OUTSIDE))
+@pytest.mark.parametrize("requires", [False, True])
+def test_tiny_graphs_give_eagers_values_and_grads_in_every_grad_mode(fn, outside, requires) -> None:
+    kiln.reset()
+    compiled = kiln.compile(fn)
+    for call in range(4):  # first calls, then the steady path (the plan runs from the first call)
+        x = torch.randn(4, 16, requires_grad=requires)
+        y = torch.randn(4, 16, requires_grad=requires)
+        xe, ye = x.detach().requires_grad_(requires), y.detach().requires_grad_(requires)
+        with _OUTSIDE[outside]():
+            got, want = compiled(x, y), fn(xe, ye)
+        torch.testing.assert_close(got, want)
+        assert got.requires_grad == want.requires_grad and (got.grad_fn is None) == (want.grad_fn is None)
+        assert got.is_inference() == want.is_inference()
+        if want.requires_grad:
+            g = torch.randn(4, 16)
+            got.backward(g)
+            want.backward(g)
+            for a, b in ((x, xe), (y, ye)):
+                torch.testing.assert_close(a.grad, b.grad)
+    kiln.reset()
+
+
+def test_parameters_requiring_grad_under_no_grad_inside_the_function() -> None:
+    kiln.reset()
+    layer = torch.nn.Linear(16, 16)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            frozen = layer(x)
+        return torch.softmax(frozen, -1) + layer(x)
+
+    compiled = kiln.compile(f)
+    for _ in range(3):
+        x = torch.randn(4, 16)
+        got, want = compiled(x), f(x)
+        torch.testing.assert_close(got, want)
+        assert got.requires_grad and want.requires_grad
+        (grads_got,) = torch.autograd.grad(got.sum(), [layer.weight])
+        (grads_want,) = torch.autograd.grad(want.sum(), [layer.weight])
+        torch.testing.assert_close(grads_got, grads_want)
+    kiln.reset()
+
+
+def _count_tiered_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    counts = [0, 0]
+    call, steal = native.TieredWrapper.__call__, native.TieredWrapper.steal
+
+    def counted_call(self: Any, *args: Any) -> Any:
+        counts[0] += 1
+        return call(self, *args)
+
+    def counted_steal(self: Any, args: list) -> Any:
+        counts[1] += 1
+        return steal(self, args)
+
+    monkeypatch.setattr(native.TieredWrapper, "__call__", counted_call)
+    monkeypatch.setattr(native.TieredWrapper, "steal", counted_steal)
+    return counts
+
+
+def test_a_settled_graph_is_called_without_its_tiered_wrapper(monkeypatch: pytest.MonkeyPatch) -> None:
+    kiln.reset()
+    counts = _count_tiered_calls(monkeypatch)
+    compiled = kiln.compile(_softmax)
+    x, y = torch.randn(4, 16), torch.randn(4, 16, requires_grad=True)
+    for _ in range(3):
+        compiled(x, y).sum().backward()
+        with torch.no_grad():
+            compiled(x, y)
+    assert native.wait_for_tier_up(600)
+    for _ in range(2):  # a Python tier still running ticks here, and settles
+        compiled(x, y).sum().backward()
+        with torch.no_grad():
+            compiled(x, y)
+    counts[:] = [0, 0]
+    y.grad = None
+    for _ in range(3):
+        out = compiled(x, y)
+        out.backward(torch.ones_like(out))
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x, y), _softmax(x, y))
+    assert counts == [0, 0]  # forward, backward and inference graph: the native wrapper called directly
+    ye = y.detach().requires_grad_()
+    for _ in range(3):
+        _softmax(x, ye).backward(torch.ones(4, 16))
+    torch.testing.assert_close(y.grad, ye.grad)
+    kiln.reset()
+
+
+@pytest.mark.parametrize("names", [(), ("x",), ("x", "y", "z"), ("self", "args_", "L")])
+def test_positional_locals_bind_as_zip_does(names) -> None:
+    values = tuple(object() for _ in names)
+    got = positional_locals(names)(values)
+    assert got == dict(zip(names, values)) and list(got) == list(names)
+
+
+def _runtime(compiled: Any) -> Any:
+    from kiln.capture.entry import frames_of
+    from kiln.runtime.aot import AotRuntime
+
+    (entry,) = frames_of(compiled).entries
+    (runtime,) = [v for v in entry.glue.__globals__.values() if isinstance(v, AotRuntime)]  # type: ignore[attr-defined]
+    return runtime
+
+
+def _library_threads(graph: Any) -> int:
+    import ctypes
+
+    query = graph._lib.kiln_get_num_threads
+    query.restype = ctypes.c_int
+    return int(query())
+
+
+@pytest.mark.parametrize("after", [1, 2])
+def test_a_native_backward_follows_threads_changed_after_its_forward(after) -> None:
+    # The C++ node runs the native backward without the GIL only while the kernel library has
+    # torch's thread count; a count changed between forward and backward goes through Python first.
+    kiln.reset()
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3 - after)
+        compiled = kiln.compile(_softmax)
+        x, y = torch.randn(4, 16), torch.randn(4, 16, requires_grad=True)
+        for _ in range(3):
+            compiled(x, y).sum().backward()
+        assert native.wait_for_tier_up(600)
+        compiled(x, y).sum().backward()
+        backward = _runtime(compiled).function.recipe["backward"]
+        out = compiled(x, y)
+        torch.set_num_threads(after)
+        y.grad = None
+        out.backward(torch.ones_like(out))
+        assert _library_threads(backward) == after
+        ye = y.detach().requires_grad_()
+        _softmax(x, ye).backward(torch.ones(4, 16))
+        torch.testing.assert_close(y.grad, ye.grad)
+    finally:
+        torch.set_num_threads(saved)
+        kiln.reset()
