@@ -17,9 +17,9 @@ import torch
 
 from kiln.lower.checks import ERROR_RECORD
 from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, CppBodyWriter, cexpr, compute, prelude
-from kiln.lower.codegen.cpp_loops import (OMP_REDUCTION, TileKernels, _block_node, _column_reduction, _itemsize,
-                                          _ivars, _linear, _loops, _reduce_init, _simd_loops, _tiled_rows,
-                                          _blocked_copy)
+from kiln.lower.codegen.cpp_loops import (MAX_CUT_LOOPS, OMP_REDUCTION, Span, TileKernels, _block_node,
+                                          _blocked_copy, _column_reduction, _itemsize, _ivars, _linear, _loops,
+                                          _reduce_init, _simd_loops, _tiled_rows, inner_cut, taking_side)
 from kiln.lower.codegen.memory import aliasing_args, in_place_donors
 from kiln.lower.ir import (Buffer, FloorDiv, Index, Load, Masked, ModularIndexing, Op, Pointwise, Reduction, Scan,
                            Value, contiguous_strides, index_vars, walk)
@@ -56,6 +56,7 @@ class KernelWriter(TileKernels):
         self.storage = storage
         self.size_symbols = size_symbols
         self.counter = [0]
+        self.cut_loops = 0  # loops the kernel's blocks were cut into so far (_cut_block)
         self.reads: list[str] = []
         self.writes: list[str] = []
         self.aliasing: frozenset[str] = frozenset()  # args the memory plan may give one storage: not __restrict__
@@ -81,6 +82,7 @@ class KernelWriter(TileKernels):
             return self.blocked_copy_kernel(k)
         xs, ys = kernel_vars(len(k.outer), len(k.inner))
         locals_: dict = {}
+        self.cut_loops = 0
         total = sympy.Mul(*k.outer, *k.inner)
         parallel_if = f" if({cexpr(total)} >= {PARALLEL_MIN})" if not total.is_number else ""
         parallel = not (total.is_number and total < PARALLEL_MIN)
@@ -174,8 +176,12 @@ class KernelWriter(TileKernels):
         return lines
 
     def _loop_block(self, blk: Block, k: Kernel, ys: Sequence[sympy.Symbol], locals_: dict, parallel: bool,
-                    parallel_if: str) -> list[str]:
-        """One simd loop over the inner range: its accumulators, nodes, and the reductions' stores."""
+                    parallel_if: str, span: Span | None = None) -> list[str]:
+        """One simd loop over the inner range (with `span`, over that part of its last dim): its
+        accumulators, nodes, and the reductions' stores."""
+        cut = inner_cut(blk.nodes, k, ys) if self.cut_loops < MAX_CUT_LOOPS else None
+        if cut is not None:
+            return self._cut_block(blk, k, ys, locals_, parallel, parallel_if, span, cut)
         split = _row_invariant_mask(blk, k, ys)
         if split is not None:
             # one loop per side of a mask the whole row shares (which input of a stack a row
@@ -186,7 +192,7 @@ class KernelWriter(TileKernels):
             w = CppBodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
             cond = w.value(masked.mask)
             sides = [self._loop_block(Block(blk.kind, (dataclasses.replace(node, body=side),)), k, ys, locals_,
-                                      parallel, parallel_if) for side in (masked.body, masked.other)]
+                                      parallel, parallel_if, span) for side in (masked.body, masked.other)]
             return w.lines + [f"if ({cond}) {{"] + sides[0] + ["} else {"] + sides[1] + ["}"]
         reds = [n for n in blk.nodes if isinstance(n, Reduction) and n.name not in k.columns]
         accs = {n.name: f"acc_{n.name}" for n in reds}
@@ -195,9 +201,9 @@ class KernelWriter(TileKernels):
         if any(n.reduction_type in ("argmax", "argmin") for n in reds):
             o, c = _loops(ys, k.inner, None)  # a serial loop
         elif parallel and not k.outer:  # the inner range is all there is to share out among threads
-            o, c = _loops(ys, k.inner, f"#pragma omp parallel for simd@collapse {' '.join(clauses)}{parallel_if}")
+            o, c = _loops(ys, k.inner, f"#pragma omp parallel for simd@collapse {' '.join(clauses)}{parallel_if}", span)
         else:
-            o, c = _simd_loops(ys, k.inner, "#pragma omp simd@collapse " + " ".join(clauses))
+            o, c = _simd_loops(ys, k.inner, "#pragma omp simd@collapse " + " ".join(clauses), span)
         shared: dict = {}  # values already computed in this loop, per node substitution
         body = self._hoisted(blk.nodes, k, ys, locals_, shared)
         if _lane_sums(reds, k):
@@ -220,6 +226,28 @@ class KernelWriter(TileKernels):
                 w.store(n.name, n.layout.index(_ivars(len(n.ranges))), accs[n.name])
                 body += w.lines
         return body
+
+    def _cut_block(self, blk: Block, k: Kernel, ys: Sequence[sympy.Symbol], locals_: dict, parallel: bool,
+                   parallel_if: str, span: Span | None, cut: sympy.Expr) -> list[str]:
+        """A loop block cut where a mask of its nodes flips (cpp_loops.inner_cut): one loop before
+        the point with the mask's body, one from it with the other side, each cut again where
+        another mask flips; a piece the point leaves empty is not written."""
+        start, stop = span if span is not None else (sympy.Integer(0), k.inner[-1])
+        lines: list[str] = []
+        if cut.is_number and start.is_number and stop.is_number:
+            point: sympy.Expr = sympy.Integer(min(max(int(cut), int(start)), int(stop)))
+        else:
+            point = sympy.Symbol(f"kiln_cut{self.counter[0]}", integer=True)
+            self.counter[0] += 1
+            lo, hi, c = cexpr(start), cexpr(stop), cexpr(cut)
+            lines.append(f"const int64_t {point} = ({c}) < ({lo}) ? ({lo}) : (({c}) > ({hi}) ? ({hi}) : ({c}));")
+        for below, piece in ((True, (start, point)), (False, (point, stop))):
+            if sympy.expand(piece[1] - piece[0]) == 0:
+                continue
+            self.cut_loops += 1
+            nodes = taking_side(blk.nodes, k, ys[-1], cut, below)
+            lines += self._loop_block(Block(blk.kind, nodes), k, ys, locals_, parallel, parallel_if, piece)
+        return lines
 
     def _lane_sum_loops(self, blk: Block, k: Kernel, ys: Sequence[sympy.Symbol], locals_: dict, shared: dict,
                         reds: Sequence[Reduction], accs: dict[str, str]) -> list[str]:
