@@ -72,3 +72,39 @@ def test_scan_with_symbolic_sizes() -> None:
     for shape in [(3, 4), (9, 2)]:
         x = torch.randn(*shape)
         torch.testing.assert_close(c(x)[0], torch.cumsum(x * 2, 0), atol=1e-5, rtol=1e-5)
+
+
+def test_scan_along_strided_rows_is_tiled_over_the_contiguous_dim() -> None:
+    # a cumsum over dim 0 of a row-major matrix scans a tile of columns at once (a simd loop across
+    # the tile inside the loop down the rows), each column's adds in eager's order: equal bits
+    x = torch.randn(300, 256)
+    c = check(lambda x: torch.cumsum(x, 0), x, atol=0, rtol=0)
+    kernel = c.cpp_source.split("// kernel0")[1]
+    assert "xt += 16" in kernel and "double acc[16]" in kernel, kernel
+    wide = check(lambda x: torch.cumsum(x, 0), torch.randn(40, 4096), atol=0, rtol=0)
+    assert "xt += 64" in wide.cpp_source.split("// kernel0")[1]  # 64 tiles of 64 columns
+    rows = check(lambda x: torch.cumsum(x, 1), torch.randn(300, 256), atol=0, rtol=0)
+    assert "xt +=" not in rows.cpp_source.split("// kernel0")[1]  # along rows: one row at a time
+
+
+@pytest.mark.parametrize("shape,dim", [((3, 5), 0), ((40, 17), 0), ((7, 100), 0), ((4, 6, 33), 0),
+                                       ((4, 6, 33), 1), ((2, 70, 3, 20), 1), ((1, 1), 0), ((33, 1), 0)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bfloat16, torch.bool])
+def test_tiled_scans_match_eager(shape: tuple[int, ...], dim: int, dtype: torch.dtype) -> None:
+    x = (torch.randn(shape) * 3).to(dtype) if dtype != torch.bool else torch.rand(shape) > 0.5
+    tol = {"atol": 1e-2, "rtol": 1e-2} if dtype == torch.bfloat16 else {"atol": 0, "rtol": 0}
+    check(lambda x: torch.cumsum(x, dim), x, **tol)
+    if dtype in (torch.float32, torch.float64):
+        check(lambda x: torch.cumprod(x.sigmoid() + 0.5, dim), x, atol=1e-5, rtol=1e-5)
+
+
+def test_tiled_scans_of_views_and_symbolic_sizes_match_eager() -> None:
+    base = torch.randn(50, 90)
+    check(lambda x: torch.cumsum(x[3:, 5:70:2], 0), base, atol=0, rtol=0)  # offset, strided columns
+    check(lambda x: torch.cumsum(x.t().contiguous().t()[:, 1:], 0), base, atol=0, rtol=0)
+    check(lambda x: torch.cumsum(x.exp() * 2, 0), base, atol=1e-4, rtol=1e-5)  # a fused producer
+    c = check(lambda x: torch.cumsum(x, 0), torch.randn(6, 21), dynamic=True, atol=0, rtol=0)
+    assert "xt +=" in c.cpp_source.split("// kernel0")[1]
+    for shape in [(3, 4), (9, 37), (1, 80), (70, 16)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(c(x)[0], torch.cumsum(x, 0), atol=0, rtol=0)

@@ -230,8 +230,11 @@ static inline __attribute__((always_inline)) float kiln_erff(float x) {
   // erf(x) = x P(x^2) / Q(x^2) on [-4, 4] (beyond, erf is 1 in float): a relative-error least-squares
   // rational fit made for Kiln (about 6 ulp at worst against double erf; libmvec's erff is <= 1 ulp
   // but costs half again as much, and GELU spends most of its time here). Inline, so loops vectorize.
-  float c = x < 4.0f ? x : 4.0f;
-  c = c > -4.0f ? c : -4.0f;
+  // each clamp in the order of vminps / vmaxps with x second: one instruction, and a NaN lane keeps
+  // x, runs through the fit and comes out NaN (a NaN test and a blend at the end: GELU over 1M
+  // floats at 1 thread ran 0.87x eager, 0.95x without them)
+  float c = x > 4.0f ? 4.0f : x;
+  c = c < -4.0f ? -4.0f : c;
   float s = c * c;
   float p = -1.336023425636179e-08f;
   p = __builtin_fmaf(p, s, 4.715109374664632e-06f);
@@ -249,9 +252,8 @@ static inline __attribute__((always_inline)) float kiln_erff(float x) {
   float y = c * p / q;
   // from 3.8325069 on, erf rounds to exactly 1 in float (libm's erff says so), where the fit stays an
   // ulp or two below: 1 + erf(x) of a large negative x must be 0, or GELU(-104) is -3e-6, not -0
-  y = c >= 3.8325069f ? 1.0f : y;
-  y = c <= -3.8325069f ? -1.0f : y;
-  return x != x ? x : y;  // NaN stays NaN (the clamps above would have turned it into +-4)
+  // (one compare on |c|: a NaN compares false and keeps y, NaN)
+  return __builtin_fabsf(c) >= 3.8325069f ? __builtin_copysignf(1.0f, c) : y;
 }
 static inline __attribute__((always_inline)) float kiln_expf_inline(float x) {
   // exp(x) = 2^n e^r, n = rint(x / ln2), r = x - n ln2 (ln2 split in two so n * hi is exact), e^r =
