@@ -4,13 +4,16 @@
 so functionalization cannot see it: the update would silently vanish from the graph. We route
 batch norm through `_native_batch_norm_legit`, whose schema marks running_mean/var as mutated
 (functionalization turns it into `_native_batch_norm_legit_functional` and an input mutation).
+Eager's update of the running statistics leaves their version counters alone (the op is neither an
+in-place nor an out= op, so autograd does not count it); the rewrite reports the update to its
+`untracked` hook so that the runtime's copy back does not count it either.
 Tables: `resolve_decompositions(None | "core" | table)` -> {OpOverload: fn} for the AOT tracer.
 PyTorch counterpart: torch/_decomp (the tables) and aot_autograd's pre-dispatch batch-norm handling.
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -20,16 +23,25 @@ aten = torch.ops.aten
 
 DecompositionTable = Mapping[Any, Callable]
 
+# Around an op that updates the given tensors the way eager's batch norm updates its running
+# statistics: in place, without moving their version counters (see kiln.autograd.functionalize).
+UntrackedUpdate = Callable[[Sequence[torch.Tensor]], ContextManager[None]]
+
+
+def _no_hook(tensors: Sequence[torch.Tensor]) -> ContextManager[None]:
+    return contextlib.nullcontext()
+
 
 def _batch_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                 running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
-                training: bool, momentum: float, eps: float) -> torch.Tensor:
+                training: bool, momentum: float, eps: float, untracked: UntrackedUpdate = _no_hook) -> torch.Tensor:
     """Batch norm through ops whose schemas tell functionalization what they mutate."""
     if training:
         if running_mean is None or running_var is None:
             return aten._native_batch_norm_legit.no_stats(input, weight, bias, True, momentum, eps)[0]
-        return aten._native_batch_norm_legit.default(
-            input, weight, bias, running_mean, running_var, True, momentum, eps)[0]
+        with untracked((running_mean, running_var)):
+            return aten._native_batch_norm_legit.default(
+                input, weight, bias, running_mean, running_var, True, momentum, eps)[0]
     if running_mean is None or running_var is None:
         raise RuntimeError("running_mean must be defined in evaluation mode")  # eager's error
     return aten._native_batch_norm_legit_no_training.default(
@@ -37,7 +49,7 @@ def _batch_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Te
 
 
 def _functional_batch_norm(input, running_mean, running_var, weight=None, bias=None,
-                           training=False, momentum=0.1, eps=1e-5):
+                           training=False, momentum=0.1, eps=1e-5, *, untracked=_no_hook):
     if training:
         size = input.shape
         reduced = size[0]
@@ -46,12 +58,12 @@ def _functional_batch_norm(input, running_mean, running_var, weight=None, bias=N
         if isinstance(reduced, int) and reduced == 1:
             # eager's F.batch_norm raises this exact error; keep it so exceptions match
             raise ValueError(f"Expected more than 1 value per channel when training, got input size {size}")
-    return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, untracked)
 
 
 def _torch_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps,
-                      cudnn_enabled=True):
-    return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+                      cudnn_enabled=True, *, untracked=_no_hook):
+    return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, untracked)
 
 
 def _torch_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, momentum,
@@ -88,19 +100,28 @@ class _BatchNormRewrite(TorchFunctionMode):
 
     table = {F.batch_norm: _functional_batch_norm, torch.batch_norm: _torch_batch_norm,
              F.instance_norm: _functional_instance_norm, torch.instance_norm: _torch_instance_norm}
+    # instance norm's running statistics are written by a visible copy_ (eager counts it too)
+    reports_untracked = frozenset({F.batch_norm, torch.batch_norm})
+
+    def __init__(self, untracked: UntrackedUpdate) -> None:
+        super().__init__()
+        self.untracked = untracked
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         replacement = self.table.get(func)
-        if replacement is not None:
-            return replacement(*args, **kwargs)
-        return func(*args, **kwargs)
+        if replacement is None:
+            return func(*args, **kwargs)
+        if func in self.reports_untracked:
+            return replacement(*args, untracked=self.untracked, **kwargs)
+        return replacement(*args, **kwargs)
 
 
 @contextlib.contextmanager
-def batch_norm_as_functional() -> Iterator[None]:
-    """While active, every batch norm call goes through `_native_batch_norm_legit*`."""
-    with _BatchNormRewrite():
+def batch_norm_as_functional(untracked: UntrackedUpdate = _no_hook) -> Iterator[None]:
+    """While active, every batch norm call goes through `_native_batch_norm_legit*`; `untracked`
+    is entered around each update of running statistics."""
+    with _BatchNormRewrite(untracked):
         yield
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import operator
 
@@ -35,6 +35,9 @@ class InputInfo:
     mutates_data: bool = False
     mutates_metadata: bool = False
     steps: tuple[ViewStep, ...] | None = None  # a metadata mutation: the view ops that make it
+    # every data mutation was one eager does not count in the version counter (batch norm's update
+    # of its running statistics): the runtime's copy back leaves the counter where it was
+    untracked: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +77,10 @@ class FunctionalMeta:
         return tuple(i for i, info in enumerate(self.inputs) if info.mutates_data)
 
     @property
+    def untracked_mutations(self) -> tuple[int, ...]:
+        return tuple(i for i, info in enumerate(self.inputs) if info.mutates_data and info.untracked)
+
+    @property
     def metadata_mutations(self) -> tuple[tuple[int, tuple[ViewStep, ...]], ...]:
         return tuple((i, info.steps) for i, info in enumerate(self.inputs)
                      if info.mutates_metadata and info.steps is not None)
@@ -92,6 +99,8 @@ class FunctionalSession:
         self._watch: list[int] | None = None  # inputs whose layout a new value may lose
         self._seen: dict[int, int] = {}  # watched input -> its storage's mutation count, last looked at
         self._as_strided: set[int] = set()  # inputs an as_strided view was taken of
+        # functional storage -> the mutations of it that eager leaves out of the version counter
+        self._untracked: dict[int | None, int] = {}
 
     def add_input(self, name: str, value: Any) -> Any:
         """A placeholder for `value`; returns its wrapper (a leaf requiring grad if `value` does)."""
@@ -137,7 +146,7 @@ class FunctionalSession:
         torch._enable_functionalization(reapply_views=True)
         try:
             layouts = _InputLayouts(self) if self._watched() else contextlib.nullcontext()
-            with batch_norm_as_functional(), layouts:
+            with batch_norm_as_functional(self.untracked_update), layouts:
                 yield
         except RuntimeError as exc:
             if "mutated that has internal overlap" not in str(exc):
@@ -148,6 +157,16 @@ class FunctionalSession:
                               kind="overlapping_write", hint="clone() the view before updating it") from exc
         finally:
             torch._disable_functionalization()
+
+    @contextlib.contextmanager
+    def untracked_update(self, tensors: Sequence[torch.Tensor]) -> Iterator[None]:
+        """Count the mutations the enclosed op makes of `tensors`' storages as untracked ones."""
+        wrappers = {_storage(t): t for t in tensors if torch._is_functional_tensor(t)}
+        before = {key: torch._functionalize_mutation_counter(t) for key, t in wrappers.items()}
+        yield
+        for key, t in wrappers.items():
+            made = torch._functionalize_mutation_counter(t) - before[key]
+            self._untracked[key] = self._untracked.get(key, 0) + made
 
     def note_as_strided(self, t: torch.Tensor) -> None:
         """An as_strided view of an input's memory: its offset and strides address the input's
@@ -221,7 +240,11 @@ class FunctionalSession:
             mutated = inner is not start or has_data_mutation(wrapper)
             if mutated and i in self._as_strided:
                 raise _as_strided_of_updated_input()
-            infos.append(InputInfo(True, original.requires_grad, mutates_data=mutated))
+            # untracked: each of the storage's updates was one eager hides from autograd (the
+            # counter counts every update, from 0 when the wrapper was made)
+            untracked = mutated and self._untracked.get(_storage(wrapper), 0) == \
+                torch._functionalize_mutation_counter(wrapper) > 0
+            infos.append(InputInfo(True, original.requires_grad, mutates_data=mutated, untracked=untracked))
         return tuple(infos)
 
     def _metadata_mutation(self, i: int, mutated: bool) -> InputInfo:

@@ -339,6 +339,8 @@ class RuntimeMeta:
     num_intermediate_bases: int
     # (input index, the view ops giving its new layout) for inputs whose metadata changed
     metadata_mutations: tuple[tuple[int, tuple[ViewStep, ...]], ...] = ()
+    # mutated inputs whose version counter eager leaves alone (batch norm's running statistics)
+    untracked_mutations: tuple[int, ...] = ()
 
 
 def plan_views(meta: Any, binding: dict) -> dict[int, ViewReplay]:
@@ -427,6 +429,9 @@ class AotRuntime:
                                 for index, steps in getattr(meta, "metadata_mutations", ()))
         # user inputs updated in place, checked against the other inputs before each call
         self._updated = tuple(sorted({*getattr(meta, "mutated_inputs", ()), *(i for i, _ in self._restrides)}))
+        # updated inputs whose new values are written without moving their version counters, as
+        # eager's batch norm writes its running statistics
+        self._untracked = frozenset(getattr(meta, "untracked_mutations", ()))
         # the per-call plan
         self._getters = tuple(operator.attrgetter(path) for path in lifted)  # dotted paths work
         # the grad mode the graph runs under where the caller's (a guard holds it) is not the one
@@ -534,10 +539,18 @@ class AotRuntime:
         num_mutated = self._num_mutated
         if num_mutated:
             written: list[torch.Tensor] = []
+            untracked = self._untracked
             for index, new in zip(self.meta.mutated_inputs, outs[:num_mutated]):
                 old = flat[index]
                 if new is old:
-                    written.append(old)  # computed into the input's storage (INPUT_UPDATES)
+                    if index not in untracked:
+                        written.append(old)  # computed into the input's storage (INPUT_UPDATES)
+                    continue
+                if index in untracked:
+                    # through an alias with its own version counter (`.data`): the caller's
+                    # tensor's counter stays where eager's kernel leaves it
+                    with torch.no_grad():
+                        old.data.copy_(new)
                     continue
                 # once per call, after the graph: the caller's tensor (a buffer such as a BatchNorm
                 # running mean, or a user input) ends up as eager would leave it; a new value that
@@ -622,7 +635,8 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
     fields: dict[str, Any] = {
         "forward": forward,
         "meta": RuntimeMeta(tuple(meta.mutated_inputs), tuple(outputs), meta.num_graph_outputs,
-                            meta.num_intermediate_bases, tuple(meta.metadata_mutations)),
+                            meta.num_intermediate_bases, tuple(meta.metadata_mutations),
+                            tuple(getattr(meta, "untracked_mutations", ()))),
         "out_spec": pytree.treespec_dumps(runtime.out_spec),
         "function": None,
         "grad_mode": runtime.grad_mode,

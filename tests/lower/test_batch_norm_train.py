@@ -116,9 +116,9 @@ def _close(got: Any, want: Any, what: str) -> None:
 
 @pytest.mark.parametrize("bn,mode,layout", _params())
 def test_module_matches_eager_in_each_grad_mode(bn: str, mode: str, layout: str) -> None:
-    """Outputs, running statistics, num_batches_tracked and gradients against eager over train
-    steps with an eval step between them (the statistics it reads are the ones the compiled training
-    steps wrote)."""
+    """Outputs, running statistics, num_batches_tracked (values and how far each step moves their
+    version counters) and gradients against eager over train steps with an eval step between them
+    (the statistics it reads are the ones the compiled training steps wrote)."""
     torch.manual_seed(0)
     module = _ConvBnReLU(BATCH_NORMS[bn](), inside_no_grad=mode == "no_grad_inside")
     if layout == "channels_last":
@@ -132,6 +132,7 @@ def test_module_matches_eager_in_each_grad_mode(bn: str, mode: str, layout: str)
             module.train(training)
             reference.train(training)
             x = _laid_out(torch.randn(4, 3, 10, 10) * (step + 1) + step, layout)
+            versions = [b._version for b in module.buffers()], [c._version for c in reference.buffers()]
             if context is not None:
                 with context():
                     got, want = compiled(x), reference(x)
@@ -149,6 +150,9 @@ def test_module_matches_eager_in_each_grad_mode(bn: str, mode: str, layout: str)
             for (name, b), c in zip(module.named_buffers(), reference.buffers()):
                 assert b.dtype == c.dtype
                 _close(b, c, f"{name} after step {step}")
+            moved = ([b._version - v for b, v in zip(module.buffers(), versions[0])],
+                     [c._version - v for c, v in zip(reference.buffers(), versions[1])])
+            assert moved[0] == moved[1], f"version counters of {[n for n, _ in module.named_buffers()]} at step {step}"
     finally:
         kiln.reset()
 
