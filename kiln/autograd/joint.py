@@ -289,8 +289,14 @@ def _trace_joint(gm: fx.GraphModule, inputs: TraceInputs, forward: ForwardTrace,
             needs = [isinstance(p, torch.Tensor) and p.requires_grad and i not in session.duplicate_of
                      for i, p in enumerate(primals)]
             wrt = [p for p, need in zip(primals, needs) if need]
+            before_backward = set(tracer.graph.nodes)
             grads = torch.autograd.grad([fw_values[k] for k in diff], wrt, tangents,
                                         allow_unused=True) if diff and wrt else [None] * len(wrt)
+            # what the backward computes, tangents read or not (a custom Function's backward may
+            # check its saved inputs' values): the partitioner keeps those checks in the backward
+            for node in tracer.graph.nodes:
+                if node not in before_backward:
+                    node.meta["traced_in_backward"] = True
         it = iter(grads)
         full = [next(it) if need else None for need in needs]
         tracer.output([session.unwrap(v) for v in fw_values] +

@@ -381,14 +381,19 @@ def partition(joint: JointTrace, policy: str = "min_cut", mutated: Iterable[int]
     fw_outputs, grads = outputs[:joint.num_forward_outputs], outputs[joint.num_forward_outputs:]
     primals = [n for n in nodes if n.op == "placeholder" and n.name.startswith("primals")]
     tangents = [n for n in nodes if n.op == "placeholder" and n.name.startswith("tangents")]
-    tangent_dependent: set[fx.Node] = set(tangents)
+    # an op of the backward that checks its inputs' values (a custom Function's backward indexing
+    # with a saved index) raises in eager's backward even when nothing reads its result: it is a
+    # root of the backward as the grads are, and stays there (with the tangents' side of the cut)
+    backward_checks = [n for n in nodes if n.meta.get("traced_in_backward") and raises_on_values(n)]
+    tangent_dependent: set[fx.Node] = set(tangents) | set(backward_checks)
     for node in nodes:
         if any(i in tangent_dependent for i in node.all_input_nodes):
             tangent_dependent.add(node)
     if policy == "min_cut" and _recompute_norm_outputs(joint.gm, tangent_dependent):
         nodes = list(joint.gm.graph.nodes)
+    bw_roots = list(grads) + backward_checks
     fw = _ancestors(fw_outputs) | set(primals)
-    bw_needed = _ancestors(grads)
+    bw_needed = _ancestors(bw_roots)
     if policy == "save_all":
         saved = _saved_by_save_all(nodes, fw, bw_needed)
     elif policy == "min_cut":
@@ -398,12 +403,12 @@ def partition(joint: JointTrace, policy: str = "min_cut", mutated: Iterable[int]
         raise ValueError(f"unknown partition policy {policy!r}; use 'min_cut' or 'save_all'")
     # A gradient that depends on no tangent (angle's zeros_like(x)) reaches back to the inputs
     # without crossing the cut: keep the inputs it reads (a reference, no new memory).
-    reached = _ancestors(grads, stop=set(saved) | set(tangents))
+    reached = _ancestors(bw_roots, stop=set(saved) | set(tangents))
     saved = list(saved) + [n for n in primals if n in reached and n not in saved]
     saved_tensors = [n for n in saved if isinstance(n.meta.get("val"), torch.Tensor)]
     saved_symints = [n for n in saved if n not in saved_tensors]
     # the backward may also read symbolic sizes that only the forward's inputs carry
-    bw_keep = _ancestors(grads, stop=set(saved) | set(tangents))
+    bw_keep = _ancestors(bw_roots, stop=set(saved) | set(tangents))
     more = _symbols_for_backward(joint.gm, nodes, fw, saved_tensors + saved_symints + tangents, bw_keep)
     if more:
         saved_symints += [n for n in dict.fromkeys(more) if n not in saved_symints]
