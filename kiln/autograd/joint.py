@@ -21,6 +21,7 @@ from kiln.autograd.checkpoint import run_user_graph
 from kiln.autograd.functionalize import FunctionalMeta, FunctionalSession
 from kiln.autograd.tracer import AtenTracer, graph_module, is_symbolic
 from kiln.fake.composites import python_dispatcher
+from kiln.fake.mode import caller_saved_tensor_hooks_suspended
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +158,7 @@ def _prefer_traced_values(gm: fx.GraphModule, example_inputs: list[Any]) -> list
 def tracing(inputs: TraceInputs, tracer: AtenTracer) -> Iterator[None]:
     """The dispatch stack of a trace: python dispatcher (symbolic meta kernels), fakes, tracer."""
     with contextlib.ExitStack() as stack:
+        stack.enter_context(caller_saved_tensor_hooks_suspended())
         if any(_has_symbols(v) for v in inputs.values):
             stack.enter_context(python_dispatcher())
         if inputs.fake_mode is not None:
