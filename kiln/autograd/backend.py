@@ -21,7 +21,7 @@ import torch.fx as fx
 from kiln.autograd.checkpoint import RecomputedValue
 from kiln.autograd.decompose import DecompositionTable, resolve_decompositions
 from kiln.autograd.functionalize import functionalize_fresh_fills, verify_aten_graph
-from kiln.autograd.joint import (JointTrace, differentiable_outputs, prepare_inputs, trace_forward,
+from kiln.autograd.joint import (JointTrace, TraceInputs, differentiable_outputs, prepare_inputs, trace_forward,
                                  trace_joint)
 from kiln.autograd.partition import Partition, SavedValue, partition as split_joint
 from kiln.autograd.runtime import (INPUT_UPDATES, AotRuntime, bind_symbols, make_autograd_function,
@@ -170,7 +170,7 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         return gm
     log.debug("aot", lambda: f"trace_joint: {len(joint.gm.graph.nodes)} nodes, "
                              f"{len(joint.differentiable)} outputs with a gradient")
-    parts = split_joint(joint, partition, forward.meta.mutated_inputs)
+    parts = split_joint(joint, partition, forward.meta.mutated_inputs, _module_state(gm, inputs))
     report = make_report(joint, parts)
     log.debug("aot", lambda: f"partition ({partition}): {len(parts.saved_tensors)} tensors saved, "
                              f"{parts.saved_bytes} bytes, {len(parts.recomputed)} ops recomputed in the "
@@ -248,6 +248,15 @@ def _unused_inputs(gm: fx.GraphModule, values: Sequence[Any]) -> list[int]:
     unread = {k for k, n in enumerate(placeholders) if not n.users}
     read = {id(v) for k, v in enumerate(values) if k not in unread and isinstance(v, torch.Tensor)}
     return [k for k in sorted(unread) if k < len(values) and id(values[k]) not in read]
+
+
+def _module_state(gm: fx.GraphModule, inputs: TraceInputs) -> list[int]:
+    """Positions of the inputs that are parameters or buffers: the captured graph's placeholders
+    whose source reaches into a module's `_parameters` or `_buffers`, and the lifted module tensors."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    owned = [k for k, n in enumerate(placeholders[:inputs.num_user])
+             if any(table in str(n.meta.get("source", "")) for table in ("._parameters[", "._buffers["))]
+    return owned + list(range(inputs.num_user, len(inputs.values)))
 
 
 # autograd's version-counter check: a tensor saved for the backward was changed in place since

@@ -21,6 +21,7 @@ from kiln.autograd.checkpoint import run_user_graph
 from kiln.autograd.functionalize import FunctionalMeta, FunctionalSession
 from kiln.autograd.tracer import AtenTracer, graph_module, is_symbolic
 from kiln.fake.composites import python_dispatcher
+from kiln.fake.mode import caller_saved_tensor_hooks_suspended
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +158,7 @@ def _prefer_traced_values(gm: fx.GraphModule, example_inputs: list[Any]) -> list
 def tracing(inputs: TraceInputs, tracer: AtenTracer) -> Iterator[None]:
     """The dispatch stack of a trace: python dispatcher (symbolic meta kernels), fakes, tracer."""
     with contextlib.ExitStack() as stack:
+        stack.enter_context(caller_saved_tensor_hooks_suspended())
         if any(_has_symbols(v) for v in inputs.values):
             stack.enter_context(python_dispatcher())
         if inputs.fake_mode is not None:
@@ -289,8 +291,14 @@ def _trace_joint(gm: fx.GraphModule, inputs: TraceInputs, forward: ForwardTrace,
             needs = [isinstance(p, torch.Tensor) and p.requires_grad and i not in session.duplicate_of
                      for i, p in enumerate(primals)]
             wrt = [p for p, need in zip(primals, needs) if need]
+            before_backward = set(tracer.graph.nodes)
             grads = torch.autograd.grad([fw_values[k] for k in diff], wrt, tangents,
                                         allow_unused=True) if diff and wrt else [None] * len(wrt)
+            # what the backward computes, tangents read or not (a custom Function's backward may
+            # check its saved inputs' values): the partitioner keeps those checks in the backward
+            for node in tracer.graph.nodes:
+                if node not in before_backward:
+                    node.meta["traced_in_backward"] = True
         it = iter(grads)
         full = [next(it) if need else None for need in needs]
         tracer.output([session.unwrap(v) for v in fw_values] +

@@ -165,11 +165,34 @@ def _saved_by_save_all(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx
     return [n for n in nodes if n in forward and any(u in bw_nodes for u in n.users)]
 
 
+def _inputs_eager_keeps(nodes: list[fx.Node]) -> set[fx.Node]:
+    """The inputs eager's autograd keeps for its backward: those an op of the backward reads, the
+    input itself or a view of it. The others eager never keeps (sigmoid keeps its output, a matmul
+    of a transposed input a contiguous copy of it): its backward runs even when the caller writes
+    such an input in place after the forward, where a backward that read it would raise autograd's
+    version-counter error (or, unchecked, differentiate the new values)."""
+    kept: set[fx.Node] = set()
+    for node in nodes:
+        if node.meta.get("traced_in_backward"):
+            for read in node.all_input_nodes:
+                base = _input_base(read)
+                if base is not None:
+                    kept.add(base)
+    return kept
+
+
 def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.Node],
-                      tangent_dependent: set[fx.Node], mutated: AbstractSet[str] = frozenset()) -> list[fx.Node]:
+                      tangent_dependent: set[fx.Node], mutated: AbstractSet[str] = frozenset(),
+                      module_state: AbstractSet[str] = frozenset()) -> list[fx.Node]:
     import networkx as nx  # a quarter second to import, and only the min-cut policy needs it
 
     plan = recompute_plan(nodes)  # checkpointed regions: recompute, or save what the policy says
+    # an input (or a view of one) eager does not keep is never saved either: the backward then
+    # raises, or not, where eager's does when the caller writes the input before the backward.
+    # Module state (parameters, buffers) is exempt: programs do not write it between a forward and
+    # its backward, and recomputing from it (a causal mask's `== 0` of a buffer) saves memory
+    banned_inputs = {n for n in nodes if n.op == "placeholder" and n.name.startswith("primals")
+                     and n.name not in module_state} - _inputs_eager_keeps(nodes)
     g = nx.DiGraph()
     g.add_node("source")
     g.add_node("sink")
@@ -190,12 +213,19 @@ def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.
             g.add_edge("source", name + "_in", capacity=math.inf)
         cost = node_bytes(node)
         base = _input_base(node)
+        if base in banned_inputs:
+            cost = None
         if cost is not None and base is not None and base.name not in mutated:
             # an input's memory (a parameter, a buffer, the caller's tensor) is held by its owner
             # anyway: saving it adds no bytes, so a value computed from it (a causal mask's `== 0`)
             # is recomputed in the backward rather than kept as a new tensor. Not for an input the
             # graph mutates: by the backward its memory holds the new value.
             cost = 0
+            if node is not base and base.name not in module_state:
+                # the caller's input itself rather than a view of it (x.t() for a matmul's backward),
+                # made again in the backward: a view the forward made under no_grad, its base then
+                # written by the caller, fails autograd's view check instead of eager's version check
+                cost = 1
         if cost is not None and _computed_from_float(node):
             # a float argument itself rather than a number computed from it (f / 3, int(f * 10)):
             # the backward can recompute the number, never the float from the number
@@ -373,37 +403,45 @@ def _extract(joint: fx.GraphModule, order: list[fx.Node], inputs: list[fx.Node],
     return gm
 
 
-def partition(joint: JointTrace, policy: str = "min_cut", mutated: Iterable[int] = ()) -> Partition:
+def partition(joint: JointTrace, policy: str = "min_cut", mutated: Iterable[int] = (),
+              module_state: Iterable[int] = ()) -> Partition:
     """Split the joint graph; `policy` is "min_cut" or "save_all" (the default partitioner).
-    `mutated`: positions of the inputs the graph mutates (primals_<k+1>)."""
+    `mutated`: positions of the inputs the graph mutates (primals_<k+1>); `module_state`: those
+    that are parameters or buffers (any other input eager's backward does not read is never saved)."""
     nodes = list(joint.gm.graph.nodes)
     outputs = list(nodes[-1].args[0])
     fw_outputs, grads = outputs[:joint.num_forward_outputs], outputs[joint.num_forward_outputs:]
     primals = [n for n in nodes if n.op == "placeholder" and n.name.startswith("primals")]
     tangents = [n for n in nodes if n.op == "placeholder" and n.name.startswith("tangents")]
-    tangent_dependent: set[fx.Node] = set(tangents)
+    # an op of the backward that checks its inputs' values (a custom Function's backward indexing
+    # with a saved index) raises in eager's backward even when nothing reads its result: it is a
+    # root of the backward as the grads are, and stays there (with the tangents' side of the cut)
+    backward_checks = [n for n in nodes if n.meta.get("traced_in_backward") and raises_on_values(n)]
+    tangent_dependent: set[fx.Node] = set(tangents) | set(backward_checks)
     for node in nodes:
         if any(i in tangent_dependent for i in node.all_input_nodes):
             tangent_dependent.add(node)
     if policy == "min_cut" and _recompute_norm_outputs(joint.gm, tangent_dependent):
         nodes = list(joint.gm.graph.nodes)
+    bw_roots = list(grads) + backward_checks
     fw = _ancestors(fw_outputs) | set(primals)
-    bw_needed = _ancestors(grads)
+    bw_needed = _ancestors(bw_roots)
     if policy == "save_all":
         saved = _saved_by_save_all(nodes, fw, bw_needed)
     elif policy == "min_cut":
         saved = _saved_by_min_cut(nodes, fw, bw_needed, tangent_dependent,
-                                  frozenset(f"primals_{k + 1}" for k in mutated))
+                                  frozenset(f"primals_{k + 1}" for k in mutated),
+                                  frozenset(f"primals_{k + 1}" for k in module_state))
     else:
         raise ValueError(f"unknown partition policy {policy!r}; use 'min_cut' or 'save_all'")
     # A gradient that depends on no tangent (angle's zeros_like(x)) reaches back to the inputs
     # without crossing the cut: keep the inputs it reads (a reference, no new memory).
-    reached = _ancestors(grads, stop=set(saved) | set(tangents))
+    reached = _ancestors(bw_roots, stop=set(saved) | set(tangents))
     saved = list(saved) + [n for n in primals if n in reached and n not in saved]
     saved_tensors = [n for n in saved if isinstance(n.meta.get("val"), torch.Tensor)]
     saved_symints = [n for n in saved if n not in saved_tensors]
     # the backward may also read symbolic sizes that only the forward's inputs carry
-    bw_keep = _ancestors(grads, stop=set(saved) | set(tangents))
+    bw_keep = _ancestors(bw_roots, stop=set(saved) | set(tangents))
     more = _symbols_for_backward(joint.gm, nodes, fw, saved_tensors + saved_symints + tangents, bw_keep)
     if more:
         saved_symints += [n for n in dict.fromkeys(more) if n not in saved_symints]

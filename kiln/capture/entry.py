@@ -27,6 +27,7 @@ from kiln.capture.options import CompileOptions
 from kiln.capture.trace_rules import COMPILED_MARKER, ORIGINAL_ATTR
 from kiln import log
 from kiln.errors import ExternMismatchError, GraphBreakError, Unsupported
+from kiln.fake.mode import caller_saved_tensor_hooks_suspended
 from kiln import symbolic  # its names load lazily: sympy only comes with a capture
 
 CaptureFn = Callable[..., Any]  # capture_frame(fn, L, options, wrap_frame, *, policy) -> CaptureResult
@@ -555,7 +556,8 @@ class _Frame:
             # A capture leaves the thread's dispatch key sets as it found them, whatever it raised
             # through: one resume capture (is_same_size, equal, allclose in a tuple) left Python and
             # the keys below it excluded, and the next fake op crashed the process.
-            with compile_time.frame(self.name), torch._C._PreserveDispatchKeyGuard():
+            with compile_time.frame(self.name), torch._C._PreserveDispatchKeyGuard(), \
+                    caller_saved_tensor_hooks_suspended():
                 result = capture(fn, L, options, self.wrap_frame, policy=cache.policy)
             if result.breaks and options.fullgraph:
                 raise GraphBreakError(str(result.breaks[0]))

@@ -54,6 +54,8 @@ def _written_values(kind: str, effect: Any) -> list["Variable"]:
         return [effect.value]
     if kind == "hook":
         return list(effect)
+    if kind == "retain_grad":
+        return [effect]
     if kind == "cell":
         return [] if effect.contents is None else [effect.contents]
     return []
@@ -182,6 +184,12 @@ class SideEffects:
         self.writes += 1
         self._effects[("hook", len(self._effects))] = (tensor, hook)
 
+    def retain_tensor_grad(self, tensor: "Variable") -> None:
+        """`tensor.retain_grad()` on a non-leaf from outside: replayed after the graph, before any
+        backward can run."""
+        self.writes += 1
+        self._effects[("retain_grad", len(self._effects))] = tensor
+
     def replay_cached_call(self, cached: "Variable", args: list["Variable"]) -> None:
         """A call of an lru_cache function whose pure body the trace stepped into: made again
         through the cache after the graph, so that the cache fills (and counts hits) as eager's
@@ -254,6 +262,8 @@ class SideEffects:
             elif kind == "hook":
                 tensor, hook = effect
                 glue.line(f"{glue.reconstruct(tensor)}.register_hook({glue.reconstruct(hook)})")
+            elif kind == "retain_grad":
+                glue.line(f"{glue.reconstruct(effect)}.retain_grad()")
             elif kind == "cached_call":
                 cached, args = effect
                 glue.line(f"{glue.reconstruct(cached)}({', '.join(glue.reconstruct(a) for a in args)})")

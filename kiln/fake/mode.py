@@ -8,9 +8,10 @@ PyTorch counterpart: torch/_subclasses/fake_tensor.py (FakeTensorMode.dispatch).
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
@@ -108,6 +109,23 @@ def _preimport() -> None:
     meta_registrations.device_hint = device_hint
     _skip_lazy_dynamo_import()
     _PREIMPORTED = True
+
+
+@contextlib.contextmanager
+def caller_saved_tensor_hooks_suspended() -> Iterator[None]:
+    """The caller's `saved_tensors_hooks` left out of a trace on fakes (capture's, AOT autograd's):
+    they run on the real tensors the compiled graph's autograd node saves, each call. Run on the
+    fakes, their pack function ran its side effects at compile time and AOT autograd recorded it
+    into the graph for every later call, with the hooks or without them."""
+    suspended = []
+    while (top := torch._C._autograd._top_saved_tensors_default_hooks(True)) is not None:
+        suspended.append(top)
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+    try:
+        yield
+    finally:
+        for pack, unpack in reversed(suspended):
+            torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
 
 
 class FakeTensorMode(TorchDispatchMode):

@@ -40,7 +40,7 @@ _DATA_METHODS = {
     "__float__": "item", "__index__": "item", "data_ptr": "unsupported_call",
     "untyped_storage": "unsupported_call", "storage": "unsupported_call", "backward": "unsupported_call",
     "register_hook": "unsupported_call", "__array__": "numpy", "__repr__": "print", "__str__": "print",
-    "__format__": "print", "retain_grad": "unsupported_call", "requires_grad_": "unsupported_call",
+    "__format__": "print", "requires_grad_": "unsupported_call",
 }
 # Python object protocols on the tensor object itself (copy.deepcopy, pickle): they copy its storage,
 # .grad and Python attributes and fill the caller's memo, none of which is an op of the graph (as a
@@ -233,6 +233,9 @@ class TensorVariable(Variable):
         if name == "register_hook":
             from kiln.capture.variables.tensor_hooks import register_hook  # the hook module imports this one
             return register_hook(tx, self, args, kwargs)
+        if name == "retain_grad":
+            from kiln.capture.variables.tensor_hooks import retain_grad  # the hook module imports this one
+            return retain_grad(tx, self, args, kwargs)
         if name == "new_tensor" and args and holds_symbolic_number(args[0]):
             # x.new_tensor([x.shape[0] == 3, n // 2]) of dynamic sizes: torch.tensor's reference
             # builds it from the symbols, in x's dtype and device unless given (as new_tensor does)
