@@ -583,6 +583,10 @@ def _convert(kind: type) -> Rule:
                 # int(f) of a float argument stays symbolic (truncation, its sign guarded), as
                 # torch.compile's torch.sym_int: `x[: int(n * f)]` needs no new graph per value
                 return tx.call_op("call_function", torch.sym_int, args, {})
+            if kind is int and args[0].python_type() is int and len(args) == 1:
+                # int(n) of a symbolic int is n itself: `int(x.shape[0])` and an int() around an
+                # .item() result (a resume function's argument) must not specialize the size
+                return args[0]
             if kind is float and args[0].python_type() is int and len(args) == 1:
                 # float(size) stays symbolic too (torch.sym_float): torchvision pads a batch to
                 # `math.ceil(float(h) / stride) * stride`, which would else guard h's value
