@@ -150,15 +150,26 @@ def _foreign_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     values = list(example_inputs) + [n.meta.get("val") for n in gm.graph.nodes]
     for v in pytree.tree_leaves(values):
         if isinstance(v, torch.Tensor) and v.device.type not in CODEGEN_DEVICES:
-            return f"device {v.device.type!r}"
+            return f"a tensor of device {v.device.type!r}"
         if isinstance(v, torch.Tensor) and v.layout != torch.strided:
-            return f"layout {v.layout}"
+            return f"a tensor of layout {v.layout}"
+    return None
+
+
+def _scalar_read_in_graph(gm: torch.fx.GraphModule) -> str | None:
+    """Where the graph reads a tensor's value as a number (`.item()` under capture_scalar_outputs:
+    `x * t.item()`, `torch.arange(n.item())`, or the number returned), if it does. The number is a
+    symbol no input gives; the wrappers bind the sizes an extern returns (nonzero's count) but not a
+    scalar read from a tensor's data, so a kernel, a size or an output naming it could not be built."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten._local_scalar_dense.default:
+            return f"a tensor's value read as a number ({node.name}, .item())"
     return None
 
 
 def _aten_runner(gm: torch.fx.GraphModule, foreign: str) -> CompiledGraph:
     """The ATen graph run op by op, as the aot_eager backend runs it (no kernels, no wrapper)."""
-    hint = f"graph with a tensor of {foreign}: runs as ATen calls (no code generator for it)"
+    hint = f"graph with {foreign}: runs as ATen calls (no code generator for it)"
     log.artifact("perf_hints", hint)
 
     def run(*args: Any) -> tuple:
@@ -174,7 +185,7 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     (kiln.lower.pipeline.LoweringOptions reads them): "mode", "verify" (check the IR, default True),
     "opt_level" (e.g. "-O1"), the bisector's switches; other keys are ignored."""
     started = time.perf_counter()  # the cache key and lookup count in the first pass's time
-    foreign = _foreign_device(aten_gm, example_inputs)
+    foreign = _foreign_device(aten_gm, example_inputs) or _scalar_read_in_graph(aten_gm)
     if foreign is not None:
         return _aten_runner(aten_gm, foreign)
     return _compile(aten_gm, example_inputs, pipeline.LoweringOptions.of(options), started)

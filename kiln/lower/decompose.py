@@ -231,7 +231,7 @@ class _Recorder(TorchDispatchMode):
                 out = table[func](*args, **kwargs) if func in table else func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
-        out = func(*args, **kwargs)
+        out = func(*args, **_on_meta(kwargs, args))
         fx_args, fx_kwargs = pytree.tree_map(self._node_of, (args, kwargs))
         with warnings.catch_warnings():
             # A decomposition's scalar may be a SymFloat/SymInt (linspace's step from a float
@@ -303,6 +303,22 @@ def _agree_with_eager(graph: torch.fx.Graph, node: torch.fx.Node, out: Any, expe
             nodes[id(got)] = empty
         fixed.append(got)
     return fixed[0] if isinstance(out, torch.Tensor) else type(out)(fixed)
+
+
+_SYMBOLIC_SCALARS = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _on_meta(kwargs: dict, args: tuple) -> dict:
+    """The keywords to run a factory op with while recording: a decomposition's factory (eye's
+    aranges, a one-hot's zeros) names the graph's device, and on a real device its kernel turns a
+    symbolic size into its example value, a guard that specialized the graph to it (one graph per
+    size under dynamic=True). On the meta device its Python meta kernel keeps the size symbolic;
+    the recorded node keeps the device the program asked for."""
+    device = kwargs.get("device")
+    if device is None or torch.device(device).type == "meta" \
+            or not any(isinstance(a, _SYMBOLIC_SCALARS) for a in pytree.tree_leaves((args, kwargs))):
+        return kwargs
+    return dict(kwargs, device=torch.device("meta"), **({"pin_memory": False} if kwargs.get("pin_memory") else {}))
 
 
 def _static(shape: Any) -> bool:

@@ -378,11 +378,23 @@ class SymNode:
     def bitwise_xor(self, other: SymNode) -> SymNode:
         return self._specialized(other, operator.xor)
 
+    # A shift by a known count is a product or a floor division by a power of two, which stay
+    # symbolic in the size (`n >> 1` of a length is n // 2); the count itself is decided.
+    def _shift_count(self, other: SymNode) -> int:
+        count = other.guard_int("", 0)
+        if count < 0:
+            raise ValueError("negative shift count")
+        return count
+
     def lshift(self, other: SymNode) -> SymNode:
-        return self._specialized(other, operator.lshift)
+        if self.pytype is not int:
+            return self._specialized(other, operator.lshift)
+        return self.mul(self.wrap_int(2 ** self._shift_count(other)))
 
     def rshift(self, other: SymNode) -> SymNode:
-        return self._specialized(other, operator.rshift)
+        if self.pytype is not int:
+            return self._specialized(other, operator.rshift)
+        return self.int_floordiv(self.wrap_int(2 ** self._shift_count(other)))
 
     def _math(self, fn: Callable[[float], float]) -> SymNode:
         return self.wrap_float(fn(self.guard_float("", 0)))

@@ -487,8 +487,26 @@ RULES[any] = _anyall(any)
 RULES[all] = _anyall(all)
 
 
-for _fn in (abs, round, pow, divmod, chr, ord, ascii, bin, hex, oct):
+for _fn in (abs, round, pow, chr, ord, ascii, bin, hex, oct):
     RULES[_fn] = functools.partial(lambda fn, tx, args, kwargs: _fold(tx, fn, args, kwargs), _fn)
+
+
+@builtin_rule(divmod)
+def divmod_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """divmod of a symbolic number is (a // b, a % b): torch.SymInt and SymFloat have no
+    __divmod__ (folding it on fake values fails), and an int size's quotient and remainder stay
+    symbolic rather than a graph per length (a float's are decided by `//` and `%` themselves)."""
+    from kiln.capture.variables.sequence import TupleVariable
+
+    def number(a: Variable) -> bool:
+        if isinstance(a, SymIntVariable):
+            return a.python_type() in (int, float)
+        return a.is_constant() and type(a.as_constant()) in (int, float)
+
+    if len(args) == 2 and not kwargs and all(number(a) for a in args) \
+            and any(isinstance(a, SymIntVariable) for a in args):
+        return TupleVariable([tx.binary_op("//", args[0], args[1]), tx.binary_op("%", args[0], args[1])])
+    return _fold(tx, divmod, args, kwargs)
 
 
 @builtin_rule(hash)
@@ -565,6 +583,10 @@ def _convert(kind: type) -> Rule:
                 # int(f) of a float argument stays symbolic (truncation, its sign guarded), as
                 # torch.compile's torch.sym_int: `x[: int(n * f)]` needs no new graph per value
                 return tx.call_op("call_function", torch.sym_int, args, {})
+            if kind is int and args[0].python_type() is int and len(args) == 1:
+                # int(n) of a symbolic int is n itself: `int(x.shape[0])` and an int() around an
+                # .item() result (a resume function's argument) must not specialize the size
+                return args[0]
             if kind is float and args[0].python_type() is int and len(args) == 1:
                 # float(size) stays symbolic too (torch.sym_float): torchvision pads a batch to
                 # `math.ceil(float(h) / stride) * stride`, which would else guard h's value

@@ -68,7 +68,7 @@ class SymIntVariable(Variable):
 
         kind = self.python_type()
         if name in _KEPT_METHODS.get(kind, ()) and not args and not kwargs:
-            if name == "conjugate":
+            if name in _IDENTITY_METHODS:
                 return self
             if name == "as_integer_ratio":  # an int is its own numerator over 1
                 return TupleVariable([self, tx.wrap_result(1)])
@@ -107,8 +107,11 @@ def _int_quotient(node: torch.fx.Node) -> tuple[Any, Any] | None:
 
 # Methods of int and float on a symbolic value: those that stay symbolic, and those that need the
 # value (their answers are not numbers of the same kind, or not expressible over sizes).
+# The int methods whose result is the int itself (`n.__index__()`, `math.floor` of an int calls
+# `__floor__`): the symbol is returned as it is, without a guard on its value.
+_IDENTITY_METHODS = frozenset({"conjugate", "__index__", "__int__", "__trunc__", "__floor__", "__ceil__", "__pos__"})
 _KEPT_METHODS: dict[type, frozenset[str]] = {
-    int: frozenset({"conjugate", "as_integer_ratio"}),
+    int: frozenset({"conjugate", "as_integer_ratio"}) | _IDENTITY_METHODS,
     float: frozenset({"conjugate", "is_integer"}),
 }
 _SPECIALIZING_METHODS: dict[type, frozenset[str]] = {
