@@ -84,7 +84,38 @@ def test_scan_along_strided_rows_is_tiled_over_the_contiguous_dim() -> None:
     wide = check(lambda x: torch.cumsum(x, 0), torch.randn(40, 4096), atol=0, rtol=0)
     assert "xt += 64" in wide.cpp_source.split("// kernel0")[1]  # 64 tiles of 64 columns
     rows = check(lambda x: torch.cumsum(x, 1), torch.randn(300, 256), atol=0, rtol=0)
-    assert "xt +=" not in rows.cpp_source.split("// kernel0")[1]  # along rows: one row at a time
+    assert "xt +=" not in rows.cpp_source.split("// kernel0")[1]  # along rows: no tile
+
+
+def test_scans_along_rows_run_four_rows_side_by_side() -> None:
+    # four independent chains of adds interleaved in one loop, then the rows left over one by one;
+    # each row's adds in eager's order: equal bits
+    c = check(lambda x: torch.cumsum(x, 1), torch.randn(7, 300), atol=0, rtol=0)
+    kernel = c.cpp_source.split("// kernel0")[1]
+    assert "xg += 4" in kernel and "acc3 +=" in kernel, kernel
+    assert "for (int64_t x0 = 4; x0 < 7; x0++)" in kernel, kernel  # the three rows left over
+    even = check(lambda x: torch.cumsum(x, -1), torch.randn(8, 33), atol=0, rtol=0)
+    assert "acc +=" not in even.cpp_source.split("// kernel0")[1]  # no rows left over: no second loop
+    few = check(lambda x: torch.cumsum(x, 1), torch.randn(3, 40), atol=0, rtol=0)
+    assert "xg +=" not in few.cpp_source.split("// kernel0")[1]  # fewer rows than a group
+
+
+@pytest.mark.parametrize("shape,dim", [((5, 9), 1), ((2, 3, 11), 2), ((6, 4, 3), 1), ((9, 2, 5), -1), ((13, 1), 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.bfloat16])
+def test_scans_along_rows_match_eager(shape: tuple[int, ...], dim: int, dtype: torch.dtype) -> None:
+    x = (torch.randn(shape) * 3).to(dtype)
+    tol = {"atol": 1e-2, "rtol": 1e-2} if dtype == torch.bfloat16 else {"atol": 0, "rtol": 0}
+    check(lambda x: torch.cumsum(x, dim), x, **tol)
+    if dtype in (torch.float32, torch.float64):
+        check(lambda x: torch.cumprod(x.sigmoid() + 0.5, dim), x, atol=1e-5, rtol=1e-5)
+
+
+def test_scans_along_rows_of_symbolic_sizes_match_eager() -> None:
+    c = check(lambda x: torch.cumsum(x[1:, ::2] * 2, -1), torch.randn(11, 30), dynamic=True, atol=1e-5, rtol=1e-5)
+    assert "xg +=" in c.cpp_source.split("// kernel0")[1]
+    for rows, cols in [(3, 8), (10, 31), (2, 2), (6, 17)]:
+        y = torch.randn(rows, cols)
+        torch.testing.assert_close(c(y)[0], torch.cumsum(y[1:, ::2] * 2, -1), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("shape,dim", [((3, 5), 0), ((40, 17), 0), ((7, 100), 0), ((4, 6, 33), 0),
