@@ -481,12 +481,15 @@ def serial_at_one_thread(body: list[str]) -> list[str]:
     pragmas and keeps its simd ones (a `parallel for simd` becomes `simd` with its collapse and
     reduction clauses), so one thread runs the loop as the team of one did, lane sums combined in
     the same order. A region already behind such a branch (the scatter's atomic loop, whose one-thread
-    copy stores plainly) is left as it is."""
+    copy stores plainly) is left as it is, and so is one over ADAPTIVE_THREADS_MAX elements or more
+    (its `kiln_all_threads()` clause): its work takes milliseconds, and the copy would only add to the
+    library's build time (the serial copy costs build time in proportion to the kernels it doubles)."""
     out: list[str] = []
     i = 0
     while i < len(body):
         line = body[i]
-        if not line.startswith("#pragma omp parallel") or (out and out[-1].startswith("if (kiln_nt > 1")):
+        if not line.startswith("#pragma omp parallel") or (out and out[-1].startswith("if (kiln_nt > 1")) \
+                or "num_threads(kiln_all_threads())" in line:
             out.append(line)
             i += 1
             continue
