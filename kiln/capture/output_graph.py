@@ -452,7 +452,8 @@ def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
         if node.op == "call_method" and (node.target.endswith("_") and not node.target.startswith("__")
                                          or node.target in ("__setitem__",) or node.target in _INPLACE_DUNDERS):
             continue
-        if node.op == "call_function" and (node.target in _IMPURE or _is_inplace_function(node.target)
+        if node.op == "call_function" and (node.target in _IMPURE or getattr(node.target, "kiln_side_effect", False)
+                                           or _is_inplace_function(node.target)
                                            or _inplace_flag_set(node) or node.kwargs.get("out") is not None):
             continue
         graph.erase_node(node)

@@ -78,13 +78,12 @@ KNOWN_FAILURES: dict[str, tuple[str, str]] = {
     "tensor_item_under_fullgraph_breaks_like_torch": (BREAK, "Tensor.item() reads the tensor's data, which is no..."),
     # numpy: np.dtype, np.finfo, np.fft, np.meshgrid: kiln/capture/variables/numpy_functions.py
     # generators (yield from / SEND, send(), throw()), symbolic float methods (is_integer), tensor hooks registered
-    # in the frame: kiln/capture/tracer.py, kiln/capture/variables/iterator.py, kiln/capture/variables/symint.py,
+    # in the frame (a pure hook on a tensor the graph computes stays in the graph): kiln/capture/tracer.py, kiln/capture/variables/iterator.py, kiln/capture/variables/symint.py,
     # kiln/capture/variables/tensor.py
     # a generator returned from the frame: stepped (never run ahead, so its body's effects keep eager's order),
     # it cannot be rebuilt for the caller; torch.compile runs it to its end inside the frame:
     # kiln/capture/variables/generator.py
     "generator_returned_from_frame": (BREAK, "a stepped generator cannot leave the frame (its body would run ahead)"),
-    "tensor_hook_registered_in_frame": (BREAK, "register_hook on a tensor the graph computes (its hook would run in the graph backward)"),
     # graph counts: automatic dynamic for a changed global/dict value (3 graphs, torch 2), the code object of an
     # inner function not its identity (3 vs 1), a dict value never read guarded (3 vs 1), no graph for a frame
     # without ops (1 vs 2): kiln/symbolic/policy.py, kiln/capture/guards.py, kiln/capture/entry.py

@@ -1,12 +1,20 @@
 """`t.register_hook(fn)` during capture, on a tensor from outside the frame (an input, a
-parameter).
+parameter), or on one the graph computes.
 
 The hook runs in the backward pass, after the frame has returned, so registering it once the graph
 has run is what eager's registration inside the frame amounts to: it is a side effect the glue
 replays (`t.register_hook(fn)`, fn rebuilt as any value is). The handle it returns is not
-modelled: using it (`handle.remove()`, returning it) is a clean break. A hook on a tensor the
-graph computes would have to run inside the graph's backward: a clean break too, as is a tensor
-that does not require grad (eager's RuntimeError).
+modelled: using it (`handle.remove()`, returning it) is a clean break. A tensor that does not
+require grad raises eager's RuntimeError.
+
+A hook on a tensor the graph computes runs inside the graph's backward. A pure function of the
+gradient made in the frame (`lambda g: g * 3`: no globals, no closure, no defaults, only tensor
+methods and operators, no branches) stays in the graph: a node registers it on the tensor when the
+graph runs, so the eager backend registers it on the real tensor, and AOT autograd's joint trace
+registers it on the traced one, whose backward then runs the hook's ops where eager's does (as
+torch.compile traces such a hook into its backward). Any other hook (Python state read or written,
+a global function) is a clean break: the tensor leaves the graph and the hook is registered on it
+eagerly.
 
 `t.retain_grad()` likewise: a no-op on a leaf (its leafness guarded), replayed after the graph on
 a non-leaf from outside (the graph's gradient reaches it through its own grad_fn, so its .grad
@@ -16,11 +24,17 @@ reaches the compiled backward's inside.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+import builtins
+import dis
+import types
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
 
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.exception import raise_in_trace
+from kiln.capture.variables.functions import NestedFunctionVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -50,14 +64,73 @@ def register_hook(tx: "Tracer", tensor: "TensorVariable", args: Sequence[Variabl
     """`tensor.register_hook(hook)` (see the module docstring)."""
     if len(args) != 1 or kwargs:
         raise Unsupported("Tensor.register_hook with other than one hook argument", kind="unsupported_call")
-    if tensor.source is None:
-        raise Unsupported("Tensor.register_hook() on a tensor the graph computes (its hook would run inside the "
-                          "graph's backward)", kind="unsupported_call")
     if not tensor.example.requires_grad:
         error = RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         raise raise_in_trace(error, f"RuntimeError: {error} (raised natively)")
+    if tensor.source is None:
+        hook = _pure_gradient_function(args[0])
+        if hook is None:
+            raise Unsupported("Tensor.register_hook() on a tensor the graph computes, with a hook that is not a "
+                              "pure function of the gradient (it reads or writes Python state, or is not made in "
+                              "the frame): it would run inside the graph's backward", kind="unsupported_call")
+        tx.output.create_node("call_function", _registration_of(hook), (tensor.node,), {}, None)
+        return HookHandleVariable()
     tx.side_effects.register_tensor_hook(tensor, args[0])
     return HookHandleVariable()
+
+
+# What a hook kept in the graph may execute: locals, constants, attribute and method reads, calls,
+# operators, tuples and slices; no globals, cells, stores outside its frame, imports or branches.
+_PURE_OPCODES = frozenset({
+    "RESUME", "NOP", "CACHE", "LOAD_FAST", "STORE_FAST", "LOAD_CONST", "RETURN_VALUE", "RETURN_CONST",
+    "LOAD_ATTR", "LOAD_METHOD", "PUSH_NULL", "PRECALL", "CALL", "KW_NAMES", "BINARY_OP", "BINARY_SUBSCR",
+    "UNARY_NEGATIVE", "UNARY_POSITIVE", "COMPARE_OP", "BUILD_TUPLE", "BUILD_SLICE", "POP_TOP", "COPY", "SWAP",
+})
+# Tensor members a pure hook may not read: writes, autograd state, data and layout reads (the
+# traced gradient's strides need not be eager's)
+_IMPURE_MEMBERS = frozenset({
+    "item", "tolist", "numpy", "backward", "register_hook", "retain_grad", "data", "grad", "data_ptr",
+    "untyped_storage", "storage", "stride", "is_contiguous", "storage_offset", "requires_grad_", "detach_",
+})
+
+
+def _pure_constant(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(_pure_constant(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, complex, str))
+
+
+def _pure_gradient_function(hook: Variable) -> Callable[[torch.Tensor], Any] | None:
+    """The hook as a real function when it is a pure function of the gradient made in the frame
+    (see the module docstring), else None."""
+    if not isinstance(hook, NestedFunctionVariable) or hook.closure or hook.defaults or hook.kwdefaults \
+            or hook.special or hook.func_dict is not None:
+        return None
+    code = hook.code
+    if code.co_argcount != 1 or code.co_kwonlyargcount or code.co_flags & (0x04 | 0x08 | 0x20 | 0x80 | 0x100 | 0x200) \
+            or code.co_freevars or code.co_cellvars or not all(_pure_constant(c) for c in code.co_consts):
+        return None
+    for instruction in dis.get_instructions(code):
+        if instruction.opname not in _PURE_OPCODES:
+            return None
+        if instruction.opname in ("LOAD_ATTR", "LOAD_METHOD") and (
+                instruction.argval in _IMPURE_MEMBERS or str(instruction.argval).endswith("_")
+                and not str(instruction.argval).startswith("__")):
+            return None
+    # no global is loaded: the builtins are there for the machinery that runs it (an import)
+    return types.FunctionType(code, {"__builtins__": builtins}, hook.qualname.rpartition(".")[2])
+
+
+def _registration_of(hook: Callable[[torch.Tensor], Any]) -> Callable[[torch.Tensor], None]:
+    """The graph node's target: registers `hook` on its tensor each time the graph runs (on a traced
+    tensor under AOT autograd, whose backward then records the hook's ops)."""
+
+    def register_hook_on_gradient(tensor: torch.Tensor) -> None:
+        if tensor.requires_grad:  # AOT autograd's forward-only traces run without grad
+            tensor.register_hook(hook)
+
+    register_hook_on_gradient.kiln_side_effect = True  # type: ignore[attr-defined]
+    return register_hook_on_gradient
 
 
 def retain_grad(tx: "Tracer", tensor: "TensorVariable", args: Sequence[Variable],
