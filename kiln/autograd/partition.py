@@ -191,7 +191,9 @@ def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.
     # raises, or not, where eager's does when the caller writes the input before the backward.
     # Module state (parameters, buffers) is exempt: programs do not write it between a forward and
     # its backward, and recomputing from it (a causal mask's `== 0` of a buffer) saves memory
+    # (a size or float argument has no version counter: saving it is always safe)
     banned_inputs = {n for n in nodes if n.op == "placeholder" and n.name.startswith("primals")
+                     and isinstance(n.meta.get("val"), torch.Tensor)
                      and n.name not in module_state} - _inputs_eager_keeps(nodes)
     g = nx.DiGraph()
     g.add_node("source")
