@@ -762,6 +762,5 @@ def _tuples(rows: Any) -> list[Variable]:
 RULES[itertools.product] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.product(*[tx.iterate(a) for a in args],
                                                    repeat=tx.as_int(kw.get("repeat", ConstantVariable(1))))))
-RULES[itertools.repeat] = _iterator_rule(lambda tx, args, kw: [args[0]] * tx.as_int(args[1]))
 RULES[itertools.combinations] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.combinations(tx.iterate(args[0]), tx.as_int(args[1]))))
