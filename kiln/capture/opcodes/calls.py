@@ -1,4 +1,4 @@
-"""Calls and function creation: KW_NAMES, CALL, CALL_FUNCTION_EX, MAKE_FUNCTION.
+"""Calls and function creation: KW_NAMES, CALL, CALL_FUNCTION_EX, MAKE_FUNCTION, LOAD_BUILD_CLASS.
 
 A call asks the callee's Variable to handle it (inline a user function, record a torch op, fold a
 builtin, ...). The root tracer remembers the keyword names of the pending call, which the glue needs
@@ -7,6 +7,7 @@ torch/_dynamo/symbolic_convert.py.
 """
 from __future__ import annotations
 
+import builtins
 import dis
 from typing import TYPE_CHECKING, cast
 
@@ -45,6 +46,14 @@ def CALL(tx: "Tracer", instr: dis.Instruction) -> None:
     kw_names, tx.kw_names = tx.kw_names or (), None
     fn, args, kwargs = split_call(items, kw_names)
     tx.push(tx.call(fn, args, kwargs))
+
+
+@opcode
+def LOAD_BUILD_CLASS(tx: "Tracer", instr: dis.Instruction) -> None:
+    # a `class` statement in the frame: its CALL of __build_class__ is a graph break at that call
+    # (the class is made natively by the glue, the code before and after it traced), not a frame
+    # run eagerly for want of this instruction
+    tx.push(tx.wrap(builtins.__build_class__, None))
 
 
 @opcode

@@ -117,9 +117,11 @@ class BoundMethodVariable(Variable):
         return self.obj.call_method(tx, self.name, args, kwargs)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
+        obj = glue.reconstruct(self.obj)
         if self.name.isidentifier():
-            return f"{glue.reconstruct(self.obj)}.{self.name}"
-        return f"getattr({glue.reconstruct(self.obj)}, {self.name!r})"
+            # a number's literal needs parentheses before the dot: `(2).__class__`, `(-1.5).real`
+            return f"{obj}.{self.name}" if obj[:1].isalpha() or obj[:1] == "_" else f"({obj}).{self.name}"
+        return f"getattr({obj}, {self.name!r})"
 
 
 def constant_args(args: Sequence[Variable], kwargs: dict[str, Variable]) -> tuple[list[Any], dict[str, Any]] | None:

@@ -63,6 +63,10 @@ class BuiltinVariable(Variable):
         return False
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        if self.fn is builtins.__build_class__:
+            raise Unsupported("a class statement in the compiled frame (the glue builds the class natively)",
+                              kind="unsupported_call",
+                              hint="define the class at module level to keep the code around it in one graph")
         if self.fn in _BREAK_KINDS:
             raise Unsupported(f"call to {self.fn.__name__}()", kind=_BREAK_KINDS[self.fn])
         rule = RULES.get(self.fn)
@@ -784,6 +788,5 @@ def _tuples(rows: Any) -> list[Variable]:
 RULES[itertools.product] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.product(*[tx.iterate(a) for a in args],
                                                    repeat=tx.as_int(kw.get("repeat", ConstantVariable(1))))))
-RULES[itertools.repeat] = _iterator_rule(lambda tx, args, kw: [args[0]] * tx.as_int(args[1]))
 RULES[itertools.combinations] = _iterator_rule(
     lambda tx, args, kw: _tuples(itertools.combinations(tx.iterate(args[0]), tx.as_int(args[1]))))

@@ -113,6 +113,10 @@ def key_of(var: Variable) -> Any:
         # the lookup depends on its value, which the ShapeEnv guards (as hashing a SymInt does)
         return var.specialize()
     identity = var.identity()
+    if identity is not None and getattr(var, "keyed_by_identity", False):
+        # id() of a value made in the frame (object_id.py): no dict from outside can hold that number,
+        # so equal ids, the same object, are the same key
+        return IdentityKey(var, identity)
     if identity is not None:
         try:
             kind = var.python_type()

@@ -1,7 +1,7 @@
-"""itertools iterators whose items are made on demand: `count`, `cycle`, `tee`, `islice`, `pairwise`,
+"""itertools iterators whose items are made on demand: `count`, `cycle`, `repeat`, `tee`, `islice`, `pairwise`,
 `zip_longest`, `accumulate`, `zip` / `map` / `enumerate` over an iterator, and `iter(fn, sentinel)`.
 
-`count()` and `cycle()` never end, and `islice`, `zip` and `tee` consume their source only as far as
+`count()`, `cycle()` and `repeat(obj)` never end, and `islice`, `zip` and `tee` consume their source only as far as
 eager's would: an iterator shared with other code (`islice(it, 2)` then `list(it)`) keeps the items
 they did not take. Each is a LazyIteratorVariable stepping a Python generator of Variables, so a loop
 that stops early pulls no more items than eager does. A `count` rebuilds itself after a graph break
@@ -134,6 +134,31 @@ def count_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) 
 @builtin_rule(itertools.cycle)
 def cycle_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     return CycleVariable(open_iterator(tx, args[0]))
+
+
+@builtin_rule(itertools.repeat)
+def repeat_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """`repeat(obj, times)` is a list of known length; `repeat(obj)` never ends, so it is made on
+    demand (a `map` or `zip` beside a finite column stops it, as eager's does)."""
+    item = _kwarg_or_arg(args, kwargs, 0, "object", None)
+    times = _kwarg_or_arg(args, kwargs, 1, "times", None)
+    if not (times.is_constant() and times.as_constant() is None):
+        return IteratorVariable([item] * max(tx.as_int(times), 0))
+
+    def forever() -> Iterator[Variable]:
+        while True:
+            yield item
+    return _EndlessVariable(forever(), "repeat")
+
+
+class _EndlessVariable(LazyIteratorVariable):
+    """An iterator without an end (`repeat(obj)`): read item by item; running it out is refused."""
+
+    def next_item(self) -> Variable | None:
+        return next(self.make)  # the items are not kept: there is no end to keep them to
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        raise Unsupported(f"iterating itertools.{self.what}() to its end (it has none)", kind="unsupported_iter")
 
 
 @builtin_rule(itertools.tee)

@@ -4,7 +4,8 @@ an object or container made in the frame.
 The number itself differs on every call, so it never becomes a constant of the trace: the result
 only answers `==` / `!=` / `is` against another such id (equal exactly when the two values are the
 same object, as `a is b` is decided), and rebuilds as `id(value)` where the glue needs it. Any other
-use of the number (arithmetic, formatting, a dict key) is a clean break. Corresponds to the id()
+use of the number (arithmetic, formatting) is a clean break; so is a dict key or set item of an
+input's id, while the id of a value made in the frame is a key hashed by the object's identity. Corresponds to the id()
 handling of torch/_dynamo/variables/builtin.py.
 """
 from __future__ import annotations
@@ -41,6 +42,12 @@ class ObjectIdVariable(Variable):
 
     def identity(self) -> Any:
         return self.key
+
+    @property
+    def keyed_by_identity(self) -> bool:
+        """A dict key or set item hashed by the object's identity: only for an object made in the frame
+        (an input's id may be a key of a dict built outside, holding the real number)."""
+        return getattr(self.target, "source", None) is None
 
     def as_python_value(self) -> Any:
         raise Unsupported(f"using {self.describe()} as a number", kind="unsupported")

@@ -311,7 +311,8 @@ class ObjectVariable(Variable):
                     return tx.wrap(module, None)
         if isinstance(obj, (operator.attrgetter, operator.itemgetter)) and len(args) == 1 and not kwargs:
             return call_getter(tx, obj, args[0])
-        if obj in (operator.attrgetter, operator.itemgetter) and all(a.is_constant() for a in args) and not kwargs:
+        # identity, not `in`: a callable's own __eq__ may refuse a stranger (cmp_to_key's keys raise)
+        if (obj is operator.attrgetter or obj is operator.itemgetter) and all(a.is_constant() for a in args) and not kwargs:
             return tx.wrap_result(obj(*[a.as_constant() for a in args]))  # immutable, made from constants
         if isinstance(obj, operator.methodcaller) and len(args) == 1 and not kwargs:
             return call_method_caller(tx, obj, args[0])
@@ -319,7 +320,7 @@ class ObjectVariable(Variable):
             return tx.wrap_result(obj(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()}))
         if is_model_output_class(obj):
             return ModelOutputVariable.create(tx, obj, list(args), kwargs)
-        if obj in MAPPING_VIEWS and len(args) == 1 and not kwargs:
+        if any(obj is view for view in MAPPING_VIEWS) and len(args) == 1 and not kwargs:
             return MappingViewVariable(obj, args[0])
         if isinstance(obj, type) and issubclass(obj, BaseException):
             from kiln.capture.variables.exception import construct_exception

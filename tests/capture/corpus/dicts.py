@@ -631,3 +631,24 @@ def missing_keys_raise_key_error_in_the_frame():
             caught.append("popitem")
         return x + len(caught), caught, d
     return fn_program(f, (t(2), {"a": 1}))
+
+
+@case("dicts")
+def id_of_values_made_in_the_frame_as_keys():
+    # a memo keyed by id() of an intermediate tensor and of objects made in the frame: equal ids are
+    # the same object (an input's id stays a break: a dict from outside may hold its real number)
+    class Node:
+        pass
+
+    def f(x):
+        memo = {}
+
+        def once(v):
+            if id(v) not in memo:
+                memo[id(v)] = v * 2
+            return memo[id(v)]
+        y = x + 1
+        a, b = Node(), Node()
+        rank = {id(a): 1, id(b): 2}
+        return once(y) + once(y) + rank[id(b)], len(memo), len({id(a), id(a), id(b)})
+    return fn_program(f, (t(3),))

@@ -473,3 +473,32 @@ def lru_cache_cleared_between_calls_refills():
         offsets.cache_clear()
     return fn_program(f, (t(2),), (t(2),), (t(2),), between=between,
                       observe=lambda: (offsets.cache_info().misses, offsets.cache_info().hits))
+
+
+@functools.singledispatch
+def _dispatched(value):
+    return value
+
+
+@_dispatched.register
+def _dispatched_int(value: int):
+    return value * 10
+
+
+@case("functools", fullgraph=False)
+def singledispatch_of_an_int_literal_resumes():
+    # the dispatch call breaks; the glue's `args[0].__class__` of the literal 2 must be `(2).__class__`
+    def f(x):
+        return x * _dispatched(2), _dispatched("s")
+    return fn_program(f, (t(2),), (t(2),))
+
+
+@case("functools", fullgraph=False)
+def sorted_with_cmp_to_key_made_outside():
+    # the key's own __eq__ refuses other types: Kiln's checks of the callee compare by identity
+    def by_first(a, b):
+        return a[0] - b[0]
+
+    def f(x, key):
+        return sorted([(3, x), (1, x * 2), (2, x + 1)], key=key)
+    return fn_program(f, (t(2), functools.cmp_to_key(by_first)))

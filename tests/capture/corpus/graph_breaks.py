@@ -453,3 +453,36 @@ def flags_of_tensors_collected_across_breaks():
         return z * (int(first) + 2 * int(second) + 4 * int(third))
     return fn_program(f, (torch.tensor([1.0, 1.0, 1.0]),), (torch.tensor([-1.0, 1.0, 1.0]),),
                       (torch.tensor([1.0, -1.0, 1.0]),), (torch.tensor([-1.0, -1.0, -3.0]),))
+
+
+@case("graph_breaks", fullgraph=False, counts=True)
+def class_statement_in_the_frame_breaks_there():
+    # LOAD_BUILD_CLASS: the class is built natively at a break; the tensor code after it (a caught
+    # exception of the new class, a method closing over a frame local) is still compiled, where the
+    # whole frame used to run eagerly
+    def f(x):
+        scale = x.shape[0]
+
+        class Shape(LookupError):
+            def scaled(self, v):
+                return v * scale
+
+        try:
+            raise Shape("s")
+        except LookupError as e:
+            return e.scaled(x) + 1, type(e).__name__
+    return fn_program(f, (t(3),), (t(3),))
+
+
+@case("graph_breaks", fullgraph=False)
+def class_statement_in_a_loop_after_tensor_code():
+    # (torch.compile runs this frame eagerly: a break inside a loop; Kiln resumes after each class)
+    def f(x):
+        out = []
+        y = x.sin()
+        for i in range(2):
+            class Step:
+                k = i + 1
+            out.append(y * Step.k)
+        return out
+    return fn_program(f, (t(3),))
