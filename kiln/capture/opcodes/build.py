@@ -23,7 +23,7 @@ from kiln.capture.variables.sets import SetVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable
 from kiln.capture.variables.slice import SliceVariable
 from kiln.capture.variables.symint import SymIntVariable
-from kiln.capture.variables.builtin import text_of
+from kiln.capture.variables.number_builtins import text_of
 from kiln.capture.variables.exception import ExceptionVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported

@@ -1,0 +1,252 @@
+"""Python builtins on numbers and their text during capture: min/max, sum, any/all, divmod, hash,
+repr/format, and the int/float/bool/str/complex conversions, one rule each, in the table of
+kiln.capture.variables.builtin (filled by `@builtin_rule`). On symbolic numbers they record what
+torch.compile records (sym_max/sym_min, a // b and a % b) rather than guard a value; on constants
+they fold. Corresponds to the number parts of torch/_dynamo/variables/builtin.py.
+"""
+from __future__ import annotations
+
+import functools
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kiln.capture.trace_rules import BUILTIN_RULES as RULES
+from kiln.capture.trace_rules import BuiltinRule as Rule
+from kiln.capture.trace_rules import builtin_rule
+from kiln.capture.variables.base import Variable
+from kiln.capture.variables.builtin import fold_call
+from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.ordering import Ordered, constant_of, traced_numbers
+from kiln.capture.variables.symint import SymIntVariable
+from kiln.errors import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.capture.tracer import Tracer
+
+
+def _minmax(fn: Any) -> Rule:
+    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.tensor import TensorVariable
+
+        items = tx.iterate(args[0]) if len(args) == 1 else args
+        key = kwargs.get("key")
+        if set(kwargs) <= {"key", "default"} and (key is None or not key.is_constant() or key.as_constant() is not None):
+            if not items:
+                if "default" in kwargs:
+                    return kwargs["default"]
+                from kiln.capture.variables.exception import raise_in_trace
+                error = ValueError(f"{fn.__name__}() arg is an empty sequence")
+                raise raise_in_trace(error, f"ValueError: {error} (raised natively)")
+            if key is not None:
+                # the first item whose key is largest (smallest), as Python picks it
+                results = [key.call(tx, [item], {}) for item in items]
+                if traced_numbers(results):
+                    return items[fn(range(len(results)), key=lambda i: Ordered(tx, results[i]))]
+                keys = [constant_of(result, f"{fn.__name__}() key") for result in results]
+                best = fn(range(len(keys)), key=keys.__getitem__)
+                return items[best]
+            kwargs = {}
+        if kwargs:
+            return fold_call(tx, fn, args, kwargs)
+        if all(i.is_constant() for i in items):
+            return tx.wrap_result(fn(i.as_constant() for i in items))
+        if any(isinstance(i, TensorVariable) for i in items):
+            if len(items) == 2 and all(isinstance(i, TensorVariable) for i in items):
+                return tx.call_op("call_function", torch.maximum if fn is max else torch.minimum, items, {})
+            raise Unsupported(f"{fn.__name__}() over tensors compares their values", kind="data_dependent_branch")
+        if _one_number_kind(items):
+            # sizes and numbers computed from them (torchvision's `min(image.shape[-2:])`): the
+            # symbolic min/max, as torch.compile records it, where comparing would guard which
+            # side is smaller and recompile when it flips. Of numbers of one kind only: min(2, 2.0)
+            # is the int 2, the first of the equal ones.
+            result = items[0]
+            for item in items[1:]:
+                result = tx.call_op("call_function", torch.sym_max if fn is max else torch.sym_min, [result, item], {})
+            return result
+        result = items[0]
+        for item in items[1:]:
+            result = tx.call_op("call_function", fn, [result, item], {})
+        return result
+    return rule
+
+
+def _one_number_kind(items: list[Variable]) -> bool:
+    """Symbolic numbers (some, not all, may be constants) that are all ints or all floats."""
+    kinds = set()
+    for item in items:
+        if isinstance(item, SymIntVariable):
+            kinds.add(item.python_type())
+        elif item.is_constant() and type(item.as_constant()) in (int, float):
+            kinds.add(type(item.as_constant()))
+        else:
+            return False
+    return len(kinds) == 1 and kinds <= {int, float} and any(isinstance(i, SymIntVariable) for i in items)
+
+
+RULES[min] = _minmax(min)
+RULES[max] = _minmax(max)
+
+
+@builtin_rule(sum)
+def sum_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    items = tx.iterate(args[0])
+    result = args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))
+    for item in items:
+        result = tx.binary_op("+", result, item)
+    return result
+
+
+def _anyall(fn: Any) -> Rule:
+    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.iterator import open_iterator
+        from kiln.capture.variables.lazy_itertools import is_made_on_demand
+
+        if not is_made_on_demand(args[0]):
+            return ConstantVariable(fn(i.truth(tx) for i in tx.iterate(args[0])))
+        # read one item at a time and stop where eager's any/all stops: a generator's body must
+        # not run past the deciding item (what it logs after it would show)
+        decided_by = fn is any
+        iterator = open_iterator(tx, args[0])
+        item = iterator.next_item()
+        while item is not None:
+            if item.truth(tx) is decided_by:
+                return ConstantVariable(decided_by)
+            item = iterator.next_item()
+        return ConstantVariable(not decided_by)
+    return rule
+
+
+RULES[any] = _anyall(any)
+RULES[all] = _anyall(all)
+
+
+for _fn in (abs, round, pow, chr, ord, ascii, bin, hex, oct):
+    RULES[_fn] = functools.partial(lambda fn, tx, args, kwargs: fold_call(tx, fn, args, kwargs), _fn)
+
+
+@builtin_rule(divmod)
+def divmod_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """divmod of a symbolic number is (a // b, a % b): torch.SymInt and SymFloat have no
+    __divmod__ (folding it on fake values fails), and an int size's quotient and remainder stay
+    symbolic rather than a graph per length (a float's are decided by `//` and `%` themselves)."""
+    from kiln.capture.variables.sequence import TupleVariable
+
+    def number(a: Variable) -> bool:
+        if isinstance(a, SymIntVariable):
+            return a.python_type() in (int, float)
+        return a.is_constant() and type(a.as_constant()) in (int, float)
+
+    if len(args) == 2 and not kwargs and all(number(a) for a in args) \
+            and any(isinstance(a, SymIntVariable) for a in args):
+        return TupleVariable([tx.binary_op("//", args[0], args[1]), tx.binary_op("%", args[0], args[1])])
+    return fold_call(tx, divmod, args, kwargs)
+
+
+@builtin_rule(hash)
+def hash_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """hash() of a symbolic int, or of a tuple (a torch.Size) holding some: the hash needs the
+    numbers, which are specialized (guarded), as torch.compile does; the rest as any fold."""
+    from kiln.capture.variables.sequence import BaseSequenceVariable
+
+    def number(item: Variable) -> Any:
+        if isinstance(item, SymIntVariable) and item.python_type() is int:
+            return tx.as_int(item)
+        return item.as_constant() if item.is_constant() else None
+
+    if len(args) == 1 and not kwargs:
+        value = args[0]
+        if isinstance(value, SymIntVariable) and value.python_type() is int:
+            return ConstantVariable(hash(tx.as_int(value)))
+        if isinstance(value, BaseSequenceVariable) and issubclass(value.python_type(), tuple) \
+                and value.python_type().__hash__ is tuple.__hash__ \
+                and any(isinstance(i, SymIntVariable) for i in value.items) \
+                and all(i.is_constant() or isinstance(i, SymIntVariable) and i.python_type() is int
+                        for i in value.items):
+            return ConstantVariable(hash(tuple(number(i) for i in value.items)))
+    return fold_call(tx, hash, args, kwargs)
+
+
+def text_of(tx: "Tracer", value: Variable, name: str, spec: str = "") -> Variable:
+    """str(value), repr(value) or format(value, spec) of a traced value that is not a constant: an
+    exception's, or a user object's written in Python (object_protocol.python_text)."""
+    from kiln.capture.variables.exception import ExceptionVariable
+    from kiln.capture.variables.object_protocol import python_text
+    from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
+
+    if isinstance(value, ExceptionVariable) and not spec:
+        return value.call_method(tx, "__repr__" if name == "__repr__" else "__str__", [], {})
+    instance = isinstance(value, NewObjectVariable) or isinstance(value, ObjectVariable) \
+        and not isinstance(value.value, (type, types.ModuleType))
+    text = python_text(tx, value, name, spec) if instance else None
+    if text is None:
+        raise Unsupported(f"{name.strip('_')}() of {value.describe()}", kind="unsupported_call")
+    return ConstantVariable(text)
+
+
+@builtin_rule(repr)
+def repr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    if len(args) == 1 and not kwargs and not args[0].is_constant():
+        return text_of(tx, args[0], "__repr__")
+    return fold_call(tx, repr, args, kwargs)
+
+
+@builtin_rule(format)
+def format_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    if 1 <= len(args) <= 2 and not kwargs and not args[0].is_constant() and all(a.is_constant() for a in args[1:]):
+        return text_of(tx, args[0], "__format__", args[1].as_constant() if len(args) == 2 else "")
+    return fold_call(tx, format, args, kwargs)
+
+
+def _convert(kind: type) -> Rule:
+    def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+        from kiln.capture.variables.symint import SymIntVariable
+        from kiln.capture.variables.tensor import TensorVariable
+
+        if args and isinstance(args[0], TensorVariable):
+            if args[0].constant is not None and len(args) == 1 and not kwargs:  # a known value (constant_fold)
+                tx.output.guards.extend(args[0].constant_guards)
+                return tx.wrap_result(kind(args[0].constant))
+            raise Unsupported(f"{kind.__name__}() of a tensor reads its data", kind="item")
+        if args and isinstance(args[0], SymIntVariable):
+            if kind is bool:
+                return ConstantVariable(args[0].truth(tx))
+            if kind is str:
+                return ConstantVariable(str(args[0].specialize()))
+            if kind is int and args[0].python_type() is float:
+                # int(f) of a float argument stays symbolic (truncation, its sign guarded), as
+                # torch.compile's torch.sym_int: `x[: int(n * f)]` needs no new graph per value
+                return tx.call_op("call_function", torch.sym_int, args, {})
+            if kind is int and args[0].python_type() is int and len(args) == 1:
+                # int(n) of a symbolic int is n itself: `int(x.shape[0])` and an int() around an
+                # .item() result (a resume function's argument) must not specialize the size
+                return args[0]
+            if kind is float and args[0].python_type() is int and len(args) == 1:
+                # float(size) stays symbolic too (torch.sym_float): torchvision pads a batch to
+                # `math.ceil(float(h) / stride) * stride`, which would else guard h's value
+                return tx.call_op("call_function", torch.sym_float, args, {})
+            return tx.call_op("call_function", kind, args, {})
+        if kind is bool and len(args) == 1 and not kwargs and not args[0].is_constant():
+            return ConstantVariable(args[0].truth(tx))  # __bool__, else __len__, as `if obj:` asks
+        if kind is str and len(args) == 1 and not kwargs and type(_class_of(args[0])) is type:
+            # "<class 'pkg.Model'>": a class the trace already relies on (guarded by type or id),
+            # whose plain metaclass prints it from its module and name.
+            return ConstantVariable(str(_class_of(args[0])))
+        if kind is str and len(args) == 1 and not kwargs and not args[0].is_constant():
+            return text_of(tx, args[0], "__str__")
+        return fold_call(tx, kind, args, kwargs)
+    return rule
+
+
+def _class_of(var: Variable) -> Any:
+    """The class a Variable stands for, when it stands for one (None otherwise)."""
+    try:
+        value = var.as_python_value()
+    except Unsupported:
+        return None
+    return value if isinstance(value, type) else None
+
+
+for _kind in (int, float, bool, str, complex):
+    RULES[_kind] = _convert(_kind)
