@@ -187,7 +187,8 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         primal_needs_grad=[isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values],
         unused_inputs=_unused_inputs(gm, inputs.values),
         forward_grad_free=grad_free_forward(compiled_fw, parts.forward, parts.num_forward_outputs),
-        forward_on_node=lowered_forward(compiled_fw, parts.forward, parts.num_forward_outputs))
+        forward_on_node=lowered_forward(compiled_fw, parts.forward, parts.num_forward_outputs),
+        grads_with_history=joint.grads_with_history)
     function = with_missing_derivatives(function, joint.no_derivative)
     return AotRuntime(forward=compiled_fw, function=function, report=report, grad_mode=None if ambient else True,
                       **common)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 from typing import Any, Iterator
 
 import torch
@@ -62,6 +63,9 @@ class JointTrace:
     # forward outputs whose backward reaches an op without a derivative (floor_divide), with the
     # error eager raises when a backward reaches them: no tangent here, the runtime attaches the error
     no_derivative: tuple[tuple[int, str], ...] = ()
+    # per primal, whether eager's gradient under create_graph=True (tangents that do not require
+    # grad) has a history; None: every gradient has one (only known where `_once_differentiable_call`)
+    grads_with_history: tuple[bool, ...] | None = None
 
 
 def _fake_mode_of(values: list[Any]) -> Any:
@@ -292,8 +296,12 @@ def _trace_joint(gm: fx.GraphModule, inputs: TraceInputs, forward: ForwardTrace,
                      for i, p in enumerate(primals)]
             wrt = [p for p, need in zip(primals, needs) if need]
             before_backward = set(tracer.graph.nodes)
-            grads = torch.autograd.grad([fw_values[k] for k in diff], wrt, tangents,
-                                        allow_unused=True) if diff and wrt else [None] * len(wrt)
+            # A custom Function's once_differentiable backward runs under no_grad, so under
+            # create_graph=True eager's gradients that only it computes have no history: tracing
+            # with create_graph shows which (the other graphs keep the cheaper trace)
+            history = _once_differentiable_call(gm)
+            grads = torch.autograd.grad([fw_values[k] for k in diff], wrt, tangents, allow_unused=True,
+                                        create_graph=history) if diff and wrt else [None] * len(wrt)
             # what the backward computes, tangents read or not (a custom Function's backward may
             # check its saved inputs' values): the partitioner keeps those checks in the backward
             for node in tracer.graph.nodes:
@@ -303,4 +311,22 @@ def _trace_joint(gm: fx.GraphModule, inputs: TraceInputs, forward: ForwardTrace,
         full = [next(it) if need else None for need in needs]
         tracer.output([session.unwrap(v) for v in fw_values] +
                       [session.unwrap(g) if g is not None else None for g in full])
-    return JointTrace(graph_module(tracer), len(fw_values), diff)
+    with_history = tuple(g is not None and g.requires_grad for g in full) if history else None
+    return JointTrace(graph_module(tracer), len(fw_values), diff, grads_with_history=with_history)
+
+
+# the code of every wrapper torch's once_differentiable makes (functools.wraps copies the name)
+_ONCE_DIFFERENTIABLE_CODE = torch.autograd.function.once_differentiable(lambda ctx, *grads: None).__code__
+
+
+def _once_differentiable_call(gm: fx.GraphModule) -> bool:
+    """Whether the captured graph applies a custom autograd.Function (capture's graph target keeps
+    the class as `function`) whose backward is wrapped by torch's `once_differentiable`."""
+    for node in gm.graph.nodes:
+        function = getattr(node.target, "function", None) if node.op == "call_function" else None
+        if isinstance(function, type) and issubclass(function, torch.autograd.Function):
+            backward = inspect.getattr_static(function, "backward", None)
+            backward = getattr(backward, "__func__", backward)
+            if getattr(backward, "__code__", None) is _ONCE_DIFFERENTIABLE_CODE:
+                return True
+    return False

@@ -62,7 +62,8 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
                            primal_needs_grad: Sequence[bool],
                            unused_inputs: Sequence[int] = (),
                            forward_grad_free: bool = False,
-                           forward_on_node: bool = False) -> type[torch.autograd.Function]:
+                           forward_on_node: bool = False,
+                           grads_with_history: Sequence[bool] | None = None) -> type[torch.autograd.Function]:
     """A torch.autograd.Function whose forward and backward are the two compiled graphs.
 
     The class carries `fast_apply`, what AotRuntime calls: outside functorch transforms it goes
@@ -77,7 +78,10 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
 
     `forward_on_node`: a forward that is not grad free but is Kiln's own (a lowered graph calling
     ATen externs that may read grad mode or requires_grad) records its backward as the C++ node too,
-    its inputs that require grad detached and grad mode on inside, as the Function's forward runs it."""
+    its inputs that require grad detached and grad mode on inside, as the Function's forward runs it.
+
+    `grads_with_history`: per primal, whether eager's gradient under create_graph=True has a history
+    (JointTrace.grads_with_history); None: all of them. The others come back without one."""
     diff = tuple(differentiable)
     non_diff = tuple(k for k in range(num_forward_outputs) if k not in diff)
     end_saved = num_forward_outputs + num_saved_tensors
@@ -143,7 +147,7 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
                 tangents = [grad_outputs[k].contiguous() for k in diff]
             if is_grad():  # backward(create_graph=True): the gradients get a history that refuses a second backward
                 grads = gradients_without_second_backward(compiled_backward, [*ctx.saved_tensors, *ctx.symints],
-                                                          tangents)
+                                                          tangents, grads_with_history)
             elif steal is None:
                 grads = compiled_backward(*ctx.saved_tensors, *ctx.symints, *tangents)
             else:  # the wrapper gets the only references: each activation is freed after its last use
@@ -186,7 +190,8 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
 
         def create_graph_backward(args: list) -> Any:  # backward(create_graph=True)
             split = len(args) - num_tangents
-            return gradients_without_second_backward(compiled_backward, args[:split], args[split:])
+            return gradients_without_second_backward(compiled_backward, args[:split], args[split:],
+                                                     grads_with_history)
 
         function_apply = fast_apply
 
@@ -257,8 +262,18 @@ def direct_callable(compiled: Callable) -> Callable:
     return fn if callable(fn) else compiled
 
 
-def gradients_without_second_backward(compiled_backward: Callable, saved: list, tangents: list) -> list:
-    """The compiled backward's gradients with a history that raises on a second backward."""
+def gradients_without_second_backward(compiled_backward: Callable, saved: list, tangents: list,
+                                      with_history: Sequence[bool] | None = None) -> list:
+    """The compiled backward's gradients with a history that raises on a second backward; with
+    `with_history` (per gradient, eager's) and no tangent requiring grad, only those it marks get
+    one, the others none, as eager's (a once_differentiable backward's, computed under no_grad)."""
+    if with_history is not None and not any(t.requires_grad for t in tangents if isinstance(t, torch.Tensor)):
+        if not any(with_history):
+            with torch.no_grad():
+                return list(compiled_backward(*saved, *tangents))
+        anchor = torch.empty(0, requires_grad=True)
+        grads = _CompiledBackward.apply(anchor, compiled_backward, saved, *tangents)
+        return [g if keep or not isinstance(g, torch.Tensor) else g.detach() for g, keep in zip(grads, with_history)]
     anchor = torch.empty(0, requires_grad=True)
     return list(_CompiledBackward.apply(anchor, compiled_backward, saved, *tangents))
 

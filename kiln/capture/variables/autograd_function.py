@@ -107,6 +107,10 @@ def inference_apply(value: Any, wrap_frame: Any) -> InferenceApply | None:
         return None
     if "vjp" in function.__dict__ or getattr(function, "generate_vmap_rule", False):
         return None
+    if "mark_dirty" in forward.__code__.co_names:
+        # its captured frame would break again on the store into the real ctx's dirty_tensors (a
+        # C++ descriptor): the forward runs inside apply as it is
+        return None
     return InferenceApply(function, wrap_frame(forward))
 
 
@@ -180,8 +184,9 @@ def _speculate(tx: "Tracer", name: str, forward: types.FunctionType, backward: t
         else:
             out = call_python_function(tx, forward, None, list(args), {})
             call_python_function(tx, setup_context, None, [ctx, TupleVariable(list(args)), out], {})
-        if "dirty_tensors" in ctx.attrs:
-            raise _break(name, "its forward modifies an input in place (ctx.mark_dirty)")
+        if _dirties_graph_input(graph, ctx.attrs.get("dirty_tensors")):
+            raise _break(name, "ctx.mark_dirty on a graph input or a view of one: eager bumps its version "
+                               "counter once more for mark_dirty, a compiled graph once per input it writes")
         if len(tx.side_effects) != effects:
             raise _break(name, "its forward or setup_context changes state outside the function")
         if any(needs):
@@ -204,6 +209,26 @@ def _speculate(tx: "Tracer", name: str, forward: types.FunctionType, backward: t
     for node in reversed(list(graph.nodes)):
         if node not in before and node.op != "placeholder":
             graph.erase_node(node)
+
+
+def _dirties_graph_input(graph: Any, dirty: Variable | None) -> bool:
+    """Whether `ctx.mark_dirty`'s tensors (the Variable stored as ctx.dirty_tensors) include a graph
+    input or a view of one. Tensors the graph computes may be marked dirty: apply's extra version
+    bump on them is not observable past the graph, whose outputs are new tensors."""
+    items = getattr(dirty, "items", None)
+    if dirty is None:
+        return False
+    if items is None:
+        return True  # not a tuple of tensors: treated as an input, the break keeps eager's apply
+    inputs = {id(n.meta.get("example_value")) for n in graph.nodes if n.op == "placeholder"}
+    for item in items:
+        example = getattr(item, "example", None)
+        if not isinstance(example, torch.Tensor):
+            return True
+        base = example._base if example._base is not None else example
+        if getattr(item, "source", None) is not None or id(example) in inputs or id(base) in inputs:
+            return True
+    return False
 
 
 class AutogradCtxVariable(NewObjectVariable):
