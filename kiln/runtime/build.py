@@ -75,6 +75,7 @@ _private: list[str] = []
 
 _running: set[subprocess.Popen] = set()  # compilers started by any thread, not finished yet
 _running_lock = threading.Lock()
+_exiting: list[bool] = []  # set once the interpreter's exit stopped the compilers: no new one starts
 
 
 def run_compiler(cmd: Sequence[str], cwd: str) -> subprocess.CompletedProcess:
@@ -82,6 +83,10 @@ def run_compiler(cmd: Sequence[str], cwd: str) -> subprocess.CompletedProcess:
     exits (a tier-up build on a daemon thread) is stopped: its result could not be published any
     more, and it would take the CPU from whatever the machine runs next."""
     with _running_lock:
+        if _exiting:
+            # a daemon thread still building after the exit stopped the others: a compiler started
+            # now would outlive the process and write into the cache's temporary folder for nobody
+            raise BuildError("not started: the interpreter is exiting")
         # a group of its own: stopping it stops the compiler driver's cc1plus/as/ld too
         proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
                                 start_new_session=True)
@@ -107,6 +112,7 @@ def _stop(proc: subprocess.Popen) -> None:
 @atexit.register
 def _stop_compilers() -> None:
     with _running_lock:
+        _exiting.append(True)
         for proc in list(_running):
             _stop(proc)
 

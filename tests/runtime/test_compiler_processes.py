@@ -59,3 +59,31 @@ def test_run_compiler_reports_like_subprocess_run(tmp_path: Any) -> None:
     done = build.run_compiler(["sh", "-c", "echo out; echo err >&2; exit 3"], str(tmp_path))
     assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
     assert not build._running
+
+
+_LATE_CHILD = textwrap.dedent("""
+    import atexit, sys
+
+    folder = sys.argv[1]
+
+    def build_during_exit():
+        # a daemon thread's tier-up build reaching the compiler after the exit stopped the others
+        # (atexit runs the handlers registered later first: this one after build's own)
+        from kiln.runtime import build
+        try:
+            build.run_compiler(["sh", "-c", "echo started > started"], folder)
+        except build.BuildError as exc:
+            print("refused:", exc)
+
+    atexit.register(build_during_exit)
+    from kiln.runtime import build  # registers the handler that stops the compilers
+    print("exiting")
+""")
+
+
+def test_no_compiler_starts_once_the_exit_stopped_them(tmp_path: Any) -> None:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    proc = subprocess.run([sys.executable, "-c", _LATE_CHILD, str(tmp_path)], capture_output=True, text=True,
+                          cwd=root, timeout=120)
+    assert proc.returncode == 0 and "refused: not started" in proc.stdout, (proc.stdout, proc.stderr[-2000:])
+    assert not (tmp_path / "started").exists()
