@@ -398,6 +398,21 @@ def test_recompiles_log_for_int_arguments(caplog):
     assert "n: 2 -> 3, now dynamic" in caplog.text
 
 
+def plus_its_offset(x):
+    return x * 2 + x.storage_offset()
+
+
+def test_recompiles_log_for_a_views_storage_offset_does_not_promise_a_symbol(caplog):
+    """The trace reads the offset, so it is guarded by value at every capture (never a symbol):
+    the log said `now dynamic` for it."""
+    base = torch.randn(40)
+    with kiln_logs(caplog, "recompiles"):
+        run(KILN, plus_its_offset, [lambda n=n: (base[n: n + 2 * n].view(n, 2),) for n in (2, 3, 4, 5)])
+    assert "x.storage_offset(): 3 -> 4, recompiled with the new offset (an offset the trace reads stays a constant)" \
+        in caplog.text
+    assert "x.storage_offset(): 3 -> 4, now dynamic" not in caplog.text
+
+
 def test_dynamic_log_says_which_input_which_dim_why_and_the_guards_lines(caplog):
     with kiln_logs(caplog, "dynamic"):
         run(KILN, same_rows, [lambda: (torch.randn(8, 3), torch.randn(8, 4)),
