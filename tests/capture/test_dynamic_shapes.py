@@ -413,6 +413,32 @@ def test_recompiles_log_for_a_views_storage_offset_does_not_promise_a_symbol(cap
     assert "x.storage_offset(): 3 -> 4, now dynamic" not in caplog.text
 
 
+def size_as_text(x):
+    return x + 1, str(x.size(0))
+
+
+def shape_in_an_fstring(x):
+    return x * 2, f"{tuple(x.shape)}"
+
+
+@pytest.mark.parametrize("fn, why", [
+    (size_as_text, "str() of a size needs its value (one graph per value)"),
+    (shape_in_an_fstring, "a string formatted from the size needs its value (one graph per value)")],
+    ids=["str", "fstring"])
+def test_recompiles_log_says_a_size_made_text_is_guarded_by_value(caplog, fn, why):
+    """The text is made in the trace (torch.compile makes it in its glue, after a graph that keeps
+    the size symbolic): each new size recompiles, and the log says why instead of a bare guard."""
+    compiled = kiln.compile(fn, backend="eager")
+    with kiln_logs(caplog, "recompiles"):
+        for n in (4, 6, 8):
+            x = torch.randn(n, 3)
+            got, want = compiled(x), fn(x)
+            assert got[1] == want[1] and torch.equal(got[0], want[0])
+    line = line_of(fn, "return")
+    assert f"x.size()[0] == 6 no longer holds; now x.size()[0] = 8 (guard added at {__file__}:{line}: {why})" \
+        in caplog.text
+
+
 def test_dynamic_log_says_which_input_which_dim_why_and_the_guards_lines(caplog):
     with kiln_logs(caplog, "dynamic"):
         run(KILN, same_rows, [lambda: (torch.randn(8, 3), torch.randn(8, 4)),
