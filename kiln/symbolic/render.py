@@ -258,9 +258,9 @@ class _Printer:
 
     def round_half_even(self, a: sympy.Basic) -> tuple[str, int]:
         """Python's round() of a float: C's nearbyint under the default (to nearest, ties to even)
-        rounding mode, and libdevice's rint, are the same rule."""
+        rounding mode, and libdevice's nearbyint, are the same rule."""
         if self.triton:
-            return f"libdevice.rint({self.as_double(a)}).to(tl.int64)", _ATOM
+            return f"libdevice.nearbyint({self.as_double(a)}).to(tl.int64)", _ATOM
         if self.c:
             return f"static_cast<int64_t>(std::nearbyint({self.operand(a, _ATOM)}))", _ATOM
         return f"round({self.text(a)})", _ATOM

@@ -2,7 +2,7 @@
 
 `round(x.shape[0] / 4)` and `int(math.log2(x.shape[0]))` fixed the size to its value: each new size
 compiled a new graph (torch.compile keeps RoundToInt and OpaqueUnaryFn_log2 symbolic). Now round()
-of a float is RoundHalfEven (Python's ties-to-even, C's nearbyint, Triton's rint) and math.log2 is
+of a float is RoundHalfEven (Python's ties-to-even, C's nearbyint, Triton's nearbyint) and math.log2 is
 FloatLog2 (C's log2, which Python calls), each printed for the guards, the Python and C++ wrappers
 and the kernels. `round(f, n)` has no exact C form and stays a guard on the value. Each case runs on
 several sizes (ties of round among them) and is compared bit for bit with eager and, for its graph
@@ -211,7 +211,7 @@ def test_printed_for_every_target_and_bounded() -> None:
     assert render_python(r) == "round(s0 / 4)" and render_python(lg) == "math.log2(s0)"
     assert render_c(r) == "static_cast<int64_t>(std::nearbyint((static_cast<double>(s0) / 4.0)))"
     assert render_c(lg) == "std::log2(static_cast<double>(s0))"
-    assert "libdevice.rint(" in render_triton(r) and "libdevice.log2(" in render_triton(lg)
+    assert "libdevice.nearbyint(" in render_triton(r) and "libdevice.log2(" in render_triton(lg)
     assert [RoundHalfEven(FloatTrueDiv(n, 4)) for n in (2, 6, 10, 14)] == [0, 2, 2, 4]  # ties to even
     assert r.is_integer and not is_float_valued(r) and is_float_valued(lg)
     assert not is_float_valued(2 ** sympy.floor(lg))  # an int to an int power: an int
