@@ -558,7 +558,8 @@ def verify_aten_graph(gm: torch.fx.GraphModule) -> None:
         if isinstance(target, torch._ops.OpOverload):
             if target._schema.is_mutable:
                 raise VerificationError(_STAGE, f"ATen graph node {node.name} mutates its input ({target})")
-        elif getattr(target, "__module__", None) not in ("_operator", "torch", "math"):  # math: floor/ceil of a float
+        elif getattr(target, "__module__", None) not in ("_operator", "torch", "math") and target is not round:
+            # math: floor/ceil of a float; round: a float's round-half-even to an int
             raise VerificationError(_STAGE, f"ATen graph node {node.name} calls {target}, not an ATen overload")
         if "val" not in node.meta:
             raise VerificationError(_STAGE, f"ATen graph node {node.name} has no traced value (meta['val'])")

@@ -23,7 +23,8 @@ from kiln.autograd.decompose import KILN_DECOMPOSITIONS
 from kiln.errors import KilnError
 from kiln.fake.value_checks import raises_on_values
 from kiln.symbolic.expr import FloorDiv, ModularIndexing, adopt_torch_functions, is_integral
-from kiln.symbolic.floats import GRAPH_OPERATION, FloatSqrt, ToFloat
+from kiln.symbolic.floats import GRAPH_OPERATION, FloatLog2, FloatSqrt, RoundHalfEven, ToFloat
+from kiln.symbolic.node import sym_log2
 
 aten = torch.ops.aten
 
@@ -212,6 +213,10 @@ class AtenTracer(TorchDispatchMode):
             return self._arith(torch.sym_float, (args[0],))
         if isinstance(expr, FloatSqrt):
             return self._arith(torch.sym_sqrt, (args[0],))
+        if isinstance(expr, FloatLog2):
+            return self._arith(sym_log2, (args[0],))
+        if isinstance(expr, RoundHalfEven):
+            return self._arith(round, (args[0],))
         if type(expr) in GRAPH_OPERATION:
             return self._arith(GRAPH_OPERATION[type(expr)], tuple(args))
         if isinstance(expr, sympy.Add):

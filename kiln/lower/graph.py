@@ -29,7 +29,9 @@ from kiln.lower.lowerings.convolution import channels_last_strides, reads_channe
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random
 from kiln.lower.schedule import MIN_STORAGE_INNER
 from kiln.symbolic.expr import float_symbol, is_truth_value, negate, relation
-from kiln.symbolic.floats import FloatAdd, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, float_floor, is_float_valued, to_float
+from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, RoundHalfEven,
+                                  float_floor, is_float_valued, to_float)
+from kiln.symbolic.node import sym_log2
 
 aten = torch.ops.aten
 
@@ -225,7 +227,8 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
     if target is aten.sym_numel.default:
         return sympy.Mul(*args[0].sizes)
     if getattr(target, "__module__", None) in ("_operator", "operator") or target in (
-            torch.sym_max, torch.sym_min, torch.sym_sqrt, torch.sym_float, math.floor, math.ceil):
+            torch.sym_max, torch.sym_min, torch.sym_sqrt, sym_log2, torch.sym_float, math.floor, math.ceil,
+            round):
         return _sym_arith(target, args)
     args, kwargs = pytree.tree_map(lambda a: to_expr(a) if isinstance(a, (torch.SymInt, torch.SymFloat)) else a,
                                    (args, kwargs))
@@ -338,14 +341,15 @@ def _permutation_of_stored(ctx: LoweringContext, a: torch.fx.Node, env: dict[tor
 _FLOAT_ARITH: dict[Any, Callable[..., Any]] = {
     operator.add: FloatAdd, operator.sub: lambda a, b: FloatAdd(a, -b), operator.mul: FloatMul,
     operator.truediv: FloatTrueDiv, operator.pow: FloatPow, torch.sym_sqrt: FloatSqrt, torch.sym_float: to_float,
-    math.floor: float_floor, math.ceil: lambda a: float_floor(a, ceiling=True),
+    sym_log2: FloatLog2, math.floor: float_floor, math.ceil: lambda a: float_floor(a, ceiling=True),
+    round: RoundHalfEven,
 }
 
 
 def _sym_arith(target: Any, args: Sequence[Any]) -> Any:
     vals = [sympy.sympify(a) if isinstance(a, (int, float, sympy.Basic)) and not isinstance(a, bool) else a
             for a in args]
-    floats = target in (operator.truediv, torch.sym_sqrt, torch.sym_float) or any(
+    floats = target in (operator.truediv, torch.sym_sqrt, sym_log2, torch.sym_float) or any(
         isinstance(v, sympy.Basic) and not is_truth_value(v) and is_float_valued(v) for v in vals)
     if floats and target in _FLOAT_ARITH:
         return _FLOAT_ARITH[target](*vals)

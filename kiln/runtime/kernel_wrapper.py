@@ -175,7 +175,7 @@ _METHODS = frozenset({"size", "stride", "data_ptr", "as_strided", "storage_offse
                       "expand", "item", "numel", "element_size"})
 _TORCH_FUNCTIONS = frozenset({"empty_strided", "randint"})
 _DATA_ATTRIBUTES = frozenset({"dtype", "shape"})  # read, never called: an extern result's check (checked_result)
-_BUILTINS = frozenset({"int", "float", "max", "min"})
+_BUILTINS = frozenset({"int", "float", "max", "min", "round"})
 _NODES = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Assign, ast.If, ast.Expr, ast.Delete,
           ast.Return, ast.Raise, ast.Name, ast.Load, ast.Store, ast.Del, ast.Constant, ast.Attribute, ast.Call,
           ast.keyword, ast.Subscript, ast.Tuple, ast.List, ast.BinOp, ast.UnaryOp, ast.Compare,
@@ -236,7 +236,8 @@ def _check(source: str, globals_: set[str]) -> ast.Module:
                 ok = func.id in callables
             elif isinstance(func, ast.Attribute):
                 ok = func.attr in _METHODS or (isinstance(func.value, ast.Name) and func.value.id == "torch")
-                ok = ok or (func.attr == "sqrt" and isinstance(func.value, ast.Name) and func.value.id == "math")
+                ok = ok or (func.attr in ("sqrt", "log2") and isinstance(func.value, ast.Name)
+                            and func.value.id == "math")  # a float expression of sizes (symbolic/render.py)
                 # the argument list, emptied once unpacked (see `positional`), and nothing else
                 ok = ok or (takes_list and func.attr == "clear" and isinstance(func.value, ast.Name)
                             and func.value.id == "args" and not node.args and not node.keywords)

@@ -14,7 +14,8 @@ from typing import Callable, Mapping
 
 import sympy
 
-from kiln.symbolic.floats import FloatAdd, FloatMul, FloatOp, FloatPow, FloatSqrt, FloatTrueDiv, ToFloat, is_float_valued
+from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatOp, FloatPow, FloatSqrt, FloatTrueDiv,
+                                  RoundHalfEven, ToFloat, is_float_valued)
 
 INF = math.inf
 Interval = tuple[float, float]  # (lo, hi); ints, or +-inf when unbounded
@@ -109,6 +110,8 @@ def adopt_torch_functions(expr: sympy.Expr) -> sympy.Expr:
         tf.ToFloat: lambda a: ToFloat(a),
         tf.FloatPow: lambda a, b: FloatPow(a, b),
         tf.OpaqueUnaryFn_sqrt: lambda a: FloatSqrt(a),
+        tf.OpaqueUnaryFn_log2: lambda a: FloatLog2(a),
+        tf.RoundToInt: lambda a: RoundHalfEven(a),
         tf.FloorToInt: lambda a: sympy.floor(a),
         tf.CeilToInt: lambda a: sympy.ceiling(a),
     }
@@ -307,6 +310,9 @@ def _bounds(expr: sympy.Expr, rng: Callable[[sympy.Symbol], Interval],
         return (sum(a[0] for a in args), sum(a[1] for a in args))
     if isinstance(expr, FloatOp):
         return _float_bounds(expr, args)
+    if isinstance(expr, RoundHalfEven):  # monotone
+        (lo, hi), = args
+        return (lo if math.isinf(lo) else round(lo), hi if math.isinf(hi) else round(hi))
     if isinstance(expr, sympy.Mul):
         lo, hi = args[0]
         for a_lo, a_hi in args[1:]:
@@ -378,6 +384,11 @@ def _float_bounds(expr: FloatOp, args: list[Interval]) -> Interval:
             if lo < 0:
                 return UNKNOWN
             found = (math.sqrt(lo), math.sqrt(hi))
+        elif isinstance(expr, FloatLog2):
+            (lo, hi), = args
+            if lo <= 0:
+                return UNKNOWN
+            found = (math.log2(lo), math.inf if math.isinf(hi) else math.log2(hi))
         elif isinstance(expr, FloatPow):
             (lo, hi), (e_lo, e_hi) = args
             if lo < 0 or e_lo != e_hi or e_lo <= 0 or math.isinf(e_lo):

@@ -108,7 +108,31 @@ class FloatSqrt(FloatOp):
     python = math.sqrt
 
 
-FLOAT_OPS: tuple[type[FloatOp], ...] = (ToFloat, FloatAdd, FloatMul, FloatTrueDiv, FloatPow, FloatSqrt)
+class FloatLog2(FloatOp):
+    """`math.log2(a)` (of a size: a number of halvings, a depth): C's log2, which Python calls, so
+    the C form in the same process gives the same double. Defined for a > 0 only: SymNode guards it."""
+
+    nargs = (1,)
+    python = math.log2
+
+
+class RoundHalfEven(sympy.Function):
+    """`round(a)` of a float, an int: the nearest integer, a tie to the even one (Python's rule,
+    and C's nearbyint under the default rounding mode). Not a FloatOp: its value is an int."""
+
+    nargs = (1,)
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a: sympy.Basic) -> sympy.Basic | None:
+        if a.is_Integer:
+            return a
+        if a.is_Number and a.is_finite:
+            return sympy.Integer(round(float(a)))
+        return None
+
+
+FLOAT_OPS: tuple[type[FloatOp], ...] = (ToFloat, FloatAdd, FloatMul, FloatTrueDiv, FloatPow, FloatSqrt, FloatLog2)
 
 
 def is_float_valued(e: sympy.Basic) -> bool:
@@ -124,8 +148,11 @@ def is_float_valued(e: sympy.Basic) -> bool:
         return any(is_float_valued(a) for a in e.args)
     if isinstance(e, sympy.Piecewise):
         return any(is_float_valued(value) for value, _ in e.args)
-    if isinstance(e, sympy.Pow):  # a float argument's power, kept by graphs from older records
-        return is_float_valued(e.args[0]) or not (e.args[1].is_Integer and e.args[1] >= 0)
+    if isinstance(e, sympy.Pow):  # a float argument's power, kept by graphs from older records, or n ** -1
+        base, exp = e.args
+        # an int to a symbolic int power is an int: SymNode.pow made it only with the exponent's sign
+        # guarded >= 0 (`2 ** levels`)
+        return is_float_valued(base) or not exp.is_integer or (exp.is_Number and exp < 0)
     return False
 
 

@@ -17,12 +17,16 @@ import sympy
 import torch
 
 from kiln.symbolic.expr import FloorDiv, negate, relation
-from kiln.symbolic.floats import FloatAdd, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, ToFloat, float_floor, float_sum
+from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, RoundHalfEven,
+                                  ToFloat, float_floor, float_sum)
 
 if TYPE_CHECKING:
     from kiln.symbolic.shape_env import ShapeEnv
 
 Hint = int | float | bool | None
+
+# The graph op of math.log2 on a SymInt or SymFloat (torch.sym_sqrt's sibling, absent from torch's stubs).
+sym_log2: Callable[[Any], Any] = getattr(torch, "_sym_log2")
 
 
 def _py_floordiv(a: Any, b: Any) -> Any:
@@ -320,10 +324,14 @@ class SymNode:
         return self.floor() if self.ge(self.wrap_float(0.0)).guard_bool("", 0) else self.ceil()
 
     def round(self, ndigits: int | None = None) -> SymNode:
-        # Python's round is round-half-even, which sympy has no cheap form for: specialize.
-        value = self.guard_float("", 0)
         if ndigits is None:
-            return self.wrap_int(builtins.round(value))
+            if self.pytype is int:
+                return self
+            # round-half-even to an int, kept symbolic (`round(n / 4)`): C's nearbyint is the same rule
+            return self._make("round", (self,), RoundHalfEven, builtins.round, int)
+        # round(f, n) rounds the exact decimal expansion, which no C or Triton form computes
+        # bit-exactly: the value is specialized (guarded)
+        value = self.guard_float("", 0)
         return self.wrap_float(builtins.round(value, ndigits))
 
     def is_integer(self) -> SymNode:
@@ -408,7 +416,12 @@ class SymNode:
         return self._make("sqrt", (self,), FloatSqrt, math.sqrt, float)
 
     def sym_log2(self) -> SymNode:
-        return self._math(math.log2)
+        # Kept symbolic as torch.compile keeps it (`int(math.log2(n))` levels of a pyramid). Python's
+        # math.log2 raises at 0 and below, a kernel's gives -inf or nan: the graph assumes (guards)
+        # the example's sign, and a non-positive example specializes.
+        if self.pytype is bool or not self.gt(self.wrap_float(0.0)).guard_bool("", 0):
+            return self._math(math.log2)
+        return self._make("log2", (self,), FloatLog2, math.log2, float)
 
     def sym_cos(self) -> SymNode:
         return self._math(math.cos)

@@ -14,8 +14,8 @@ from typing import Callable
 import sympy
 
 from kiln.symbolic.expr import FloorDiv, ModularIndexing, is_integral
-from kiln.symbolic.floats import (FloatAdd, FloatMul, FloatOp, FloatPow, FloatSqrt, FloatTrueDiv, ToFloat,
-                                  is_float_valued)
+from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatOp, FloatPow, FloatSqrt, FloatTrueDiv,
+                                  RoundHalfEven, ToFloat, is_float_valued)
 
 # Python precedence, higher binds tighter.
 _ATOM, _POW, _UNARY, _MUL, _ADD, _CMP, _NOT, _AND, _OR, _TERNARY = 100, 80, 70, 60, 50, 30, 20, 15, 10, 5
@@ -122,6 +122,8 @@ class _Printer:
             return f"abs({self.text(e.args[0])})", _ATOM
         if isinstance(e, (sympy.floor, sympy.ceiling)):
             return self.rounding(e)
+        if isinstance(e, RoundHalfEven):
+            return self.round_half_even(e.args[0])
         if isinstance(e, sympy.Piecewise):
             (then, cond), (other, _) = e.args
             return f"{self.wrap(then, _OR)} if {self.wrap(cond, _OR)} else {self.wrap(other, _TERNARY)}", _TERNARY
@@ -144,6 +146,10 @@ class _Printer:
             if self.triton:
                 return f"libdevice.sqrt({self.as_double(args[0])})", _ATOM
             return f"{'std::sqrt' if self.c else 'math.sqrt'}({self.operand(args[0], _ATOM)})", _ATOM
+        if isinstance(e, FloatLog2):
+            if self.triton:
+                return f"libdevice.log2({self.as_double(args[0])})", _ATOM
+            return f"{'std::log2' if self.c else 'math.log2'}({self.operand(args[0], _ATOM)})", _ATOM
         if isinstance(e, FloatPow):
             if self.c:
                 fn = "libdevice.pow" if self.triton else "std::pow"
@@ -249,6 +255,15 @@ class _Printer:
         if isinstance(e, sympy.floor):
             return f"int({self.wrap(e.args[0], _MUL)} // 1)", _ATOM
         return f"-int(-{self.wrap(e.args[0], _UNARY)} // 1)", _UNARY
+
+    def round_half_even(self, a: sympy.Basic) -> tuple[str, int]:
+        """Python's round() of a float: C's nearbyint under the default (to nearest, ties to even)
+        rounding mode, and libdevice's nearbyint, are the same rule."""
+        if self.triton:
+            return f"libdevice.nearbyint({self.as_double(a)}).to(tl.int64)", _ATOM
+        if self.c:
+            return f"static_cast<int64_t>(std::nearbyint({self.operand(a, _ATOM)}))", _ATOM
+        return f"round({self.text(a)})", _ATOM
 
     def add(self, e: sympy.Add) -> str:
         terms = e.as_ordered_terms()

@@ -9,9 +9,10 @@ PyTorch counterpart: ShapeEnv in torch/fx/experimental/symbolic_shapes.py.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import sympy
 import torch
@@ -85,6 +86,7 @@ class ShapeEnv:
         self.guards: list[ShapeGuard] = []
         self.runtime_asserts: list[RuntimeAssert] = []
         self.location_provider: Callable[[], str | None] = lambda: None
+        self._reason: str | None = None  # why the guards recorded now are needed (`because`)
         self._count = 0
         self._hints: dict[sympy.Symbol, int | float] = {}  # floats: float arguments
         self._sources: dict[sympy.Symbol, str] = {}
@@ -377,6 +379,16 @@ class ShapeEnv:
 
     # -- recording -----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def because(self, reason: str) -> Iterator[None]:
+        """Guards recorded inside say why, after their file:line (`str() of a size needs its
+        value`), for the recompile log and explain()."""
+        saved, self._reason = self._reason, reason
+        try:
+            yield
+        finally:
+            self._reason = saved
+
     def _record(self, fact: sympy.Basic, location: str | None | _AskProvider = _ASK_PROVIDER) -> None:
         canon = canonical(self.replace(fact))
         if isinstance(canon, sympy.And):
@@ -388,6 +400,8 @@ class ShapeEnv:
         if canon is sympy.false:
             raise AssertionError(f"kiln.symbolic: recording a guard that is false at the example: {fact}")
         where = self.location_provider() if isinstance(location, _AskProvider) else location
+        if where is not None and self._reason is not None:
+            where = f"{where}: {self._reason}"
         self._learn(canon, where)
         self._facts[canon] = True
         self._facts[canonical(negate(canon))] = False

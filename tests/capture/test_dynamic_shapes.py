@@ -398,6 +398,47 @@ def test_recompiles_log_for_int_arguments(caplog):
     assert "n: 2 -> 3, now dynamic" in caplog.text
 
 
+def plus_its_offset(x):
+    return x * 2 + x.storage_offset()
+
+
+def test_recompiles_log_for_a_views_storage_offset_does_not_promise_a_symbol(caplog):
+    """The trace reads the offset, so it is guarded by value at every capture (never a symbol):
+    the log said `now dynamic` for it."""
+    base = torch.randn(40)
+    with kiln_logs(caplog, "recompiles"):
+        run(KILN, plus_its_offset, [lambda n=n: (base[n: n + 2 * n].view(n, 2),) for n in (2, 3, 4, 5)])
+    assert "x.storage_offset(): 3 -> 4, recompiled with the new offset (an offset the trace reads stays a constant)" \
+        in caplog.text
+    assert "x.storage_offset(): 3 -> 4, now dynamic" not in caplog.text
+
+
+def size_as_text(x):
+    return x + 1, str(x.size(0))
+
+
+def shape_in_an_fstring(x):
+    return x * 2, f"{tuple(x.shape)}"
+
+
+@pytest.mark.parametrize("fn, why", [
+    (size_as_text, "str() of a size needs its value (one graph per value)"),
+    (shape_in_an_fstring, "a string formatted from the size needs its value (one graph per value)")],
+    ids=["str", "fstring"])
+def test_recompiles_log_says_a_size_made_text_is_guarded_by_value(caplog, fn, why):
+    """The text is made in the trace (torch.compile makes it in its glue, after a graph that keeps
+    the size symbolic): each new size recompiles, and the log says why instead of a bare guard."""
+    compiled = kiln.compile(fn, backend="eager")
+    with kiln_logs(caplog, "recompiles"):
+        for n in (4, 6, 8):
+            x = torch.randn(n, 3)
+            got, want = compiled(x), fn(x)
+            assert got[1] == want[1] and torch.equal(got[0], want[0])
+    line = line_of(fn, "return")
+    assert f"x.size()[0] == 6 no longer holds; now x.size()[0] = 8 (guard added at {__file__}:{line}: {why})" \
+        in caplog.text
+
+
 def test_dynamic_log_says_which_input_which_dim_why_and_the_guards_lines(caplog):
     with kiln_logs(caplog, "dynamic"):
         run(KILN, same_rows, [lambda: (torch.randn(8, 3), torch.randn(8, 4)),

@@ -157,7 +157,11 @@ def FORMAT_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
         conversion = flags & 0x03
         converters: dict[int, Callable[[Any], str]] = {1: str, 2: repr, 3: ascii}
         convert = converters.get(conversion)
-        tx.push(DeferredTextVariable(lambda: format(convert(number()) if convert else number(), spec)))
+        def formatted() -> str:
+            with tx.output.shape_env.because(_SIZE_TEXT):
+                value = number()
+            return format(convert(value) if convert else value, spec)
+        tx.push(DeferredTextVariable(formatted))
         return
     if value_var.is_constant():
         value = value_var.as_constant()
@@ -191,6 +195,11 @@ def BUILD_STRING(tx: "Tracer", instr: dis.Instruction) -> None:
         tx.push(DeferredTextVariable(lambda: "".join(p.as_constant() for p in parts)))
         return
     tx.push(ConstantVariable("".join(p.as_constant() for p in parts)))
+
+
+# Why a size formatted into a string read by the trace or the glue is guarded by value (torch.compile
+# formats it after its graph, in its glue, so its graph keeps the size symbolic)
+_SIZE_TEXT = "a string formatted from the size needs its value (one graph per value)"
 
 
 def _number_value(var: Variable) -> Callable[[], Any] | None:

@@ -46,7 +46,7 @@ DUNDER_READS = frozenset({"__closure__", "__dict__", "__self__", "__func__", "__
 # TensorSpec), a constant-folded `.item()` (constant_fold.py), `__reduce__` of a singleton key.
 ZERO_ARG_METHODS = frozenset({"size", "stride", "storage_offset", "item", "__reduce__"})
 # Builtins that shape guards call (symbolic/render.py), each on expressions of the same grammar.
-SHAPE_BUILTINS = frozenset({"min", "max", "abs", "int", "float"})
+SHAPE_BUILTINS = frozenset({"min", "max", "abs", "int", "float", "round"})
 # nn.Module's own tables: what they hold belongs to the module (a frame's own data, for a break)
 MODULE_TABLES = frozenset({"_modules", "_parameters", "_buffers"})
 # Methods the glue calls as a statement on its own containers (side_effects.py: a dict rewritten).
@@ -183,10 +183,10 @@ def _guard_expression(node: ast.AST, roots: set[str]) -> None:
 
 
 def _shape_function(func: ast.AST) -> bool:
-    """A function shape guards call: a builtin of SHAPE_BUILTINS, or math.sqrt (a float's square root)."""
+    """A function shape guards call: a builtin of SHAPE_BUILTINS, or math.sqrt / math.log2 of a float."""
     if isinstance(func, ast.Name):
         return func.id in SHAPE_BUILTINS
-    return isinstance(func, ast.Attribute) and func.attr == "sqrt" and isinstance(func.value, ast.Name) \
+    return isinstance(func, ast.Attribute) and func.attr in ("sqrt", "log2") and isinstance(func.value, ast.Name) \
         and func.value.id == "math"
 
 

@@ -213,7 +213,8 @@ def _convert(kind: type) -> Rule:
             if kind is bool:
                 return ConstantVariable(args[0].truth(tx))
             if kind is str:
-                return ConstantVariable(str(args[0].specialize()))
+                with tx.output.shape_env.because("str() of a size needs its value (one graph per value)"):
+                    return ConstantVariable(str(args[0].specialize()))
             if kind is int and args[0].python_type() is float:
                 # int(f) of a float argument stays symbolic (truncation, its sign guarded), as
                 # torch.compile's torch.sym_int: `x[: int(n * f)]` needs no new graph per value

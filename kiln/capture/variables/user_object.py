@@ -60,6 +60,7 @@ from kiln.capture.variables.functions import is_autograd_function_apply, python_
 from kiln.capture.variables.instance_dict import written_instance_dict
 from kiln.capture.variables.symint import SymIntVariable, decided, holds_symbolic_number, symbolic_product
 from kiln.errors import Unsupported
+from kiln.symbolic.node import sym_log2
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
@@ -436,7 +437,7 @@ _SCALARS = (bool, int, float, complex)
 
 # math functions kept symbolic on a float argument, and the graph op for each
 _FLOAT_MATH: dict[Any, Any] = {math.sqrt: torch.sym_sqrt, math.floor: math.floor, math.ceil: math.ceil,
-                               math.trunc: torch.sym_int}
+                               math.trunc: torch.sym_int, math.log2: sym_log2}
 
 
 def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
@@ -452,9 +453,10 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
         and args[0].python_type() is int
     if symbolic_int and fn in (math.floor, math.ceil, math.trunc):
         return args[0]  # an int's own value
-    if symbolic_int and fn is math.sqrt:
-        # the square root of a size (an attention scale), kept symbolic as torch.compile keeps it
-        return tx.call_op("call_function", torch.sym_sqrt, args, {})
+    if symbolic_int and fn in (math.sqrt, math.log2):
+        # the square root of a size (an attention scale) or its log2 (a pyramid's depth), kept
+        # symbolic as torch.compile keeps them
+        return tx.call_op("call_function", _FLOAT_MATH[fn], args, {})
     if symbolic_float and fn in _FLOAT_MATH:
         # a float argument's sqrt (a temperature, a scale) or rounding stays in the graph, as in
         # torch.compile; the ShapeEnv guards what it relies on (sqrt's and trunc's sign)
