@@ -140,9 +140,10 @@ def _ivars(n: int) -> tuple[sympy.Symbol, ...]:
 
 
 
-class TileKernels:
-    """The tiled kernels of KernelWriter (codegen/cpp_kernel.py), which supplies what they share
-    with its row kernels: how a node's statements are written and how a kernel function is wrapped."""
+class KernelParts:
+    """What KernelWriter (codegen/cpp_kernel.py) supplies to the kernels its mixins write (the tiled
+    ones here, scans and scatters in cpp_scan.py): its state, how a node's statements and reads are
+    written and how a kernel function is wrapped."""
 
     storage: dict[str, torch.dtype]
     counter: list[int]
@@ -164,6 +165,14 @@ class TileKernels:
 
     def _function(self, name: str, origins: list[str], body: list[str]) -> str:
         raise NotImplementedError  # KernelWriter's
+
+    def _collect_reads(self, w: CppBodyWriter, v: Value, local: frozenset[str]) -> None:
+        raise NotImplementedError  # KernelWriter's
+
+
+class TileKernels(KernelParts):
+    """The tiled kernels of KernelWriter, which shares with its row kernels how a node's statements
+    are written and how a kernel function is wrapped."""
 
     def column_kernel(self, k: Kernel) -> tuple[str, list[str]]:
         """Reductions over a strided dim (sum over rows of a row-major matrix): vectorize across a

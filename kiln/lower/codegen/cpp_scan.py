@@ -12,8 +12,8 @@ import sympy
 import torch
 
 from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, CppBodyWriter, cexpr, compute
-from kiln.lower.codegen.cpp_loops import _ivars, _loops, _tiled_outer_loops
-from kiln.lower.ir import Scan, Value
+from kiln.lower.codegen.cpp_loops import KernelParts, _ivars, _loops, _tiled_outer_loops
+from kiln.lower.ir import Scan
 from kiln.lower.schedule import Kernel, ScatterKernel, kernel_vars
 
 SCAN_TILE = 64  # points of a scan's tile, where that leaves SCAN_MIN_TILES tiles to share among threads
@@ -22,24 +22,8 @@ SCAN_LINE = 16  # points of a scan's tile otherwise: one line of floats per step
 SCAN_ROWS = 4  # rows of a scan along rows run side by side: one row's adds waited on each other (0.96x eager -> 1.2x)
 
 
-class ScanKernels:
+class ScanKernels(KernelParts):
     """The scan and scatter kernels of KernelWriter (codegen/cpp_kernel.py)."""
-
-    storage: dict[str, torch.dtype]
-    counter: list[int]
-    scratch: dict
-    hidden: frozenset[str]
-    reads: list[str]
-    writes: list[str]
-
-    def _collect_reads(self, w: CppBodyWriter, v: Value, local: frozenset[str]) -> None:
-        raise NotImplementedError  # KernelWriter's
-
-    def _note(self, names: list[str], name: str) -> None:
-        raise NotImplementedError  # KernelWriter's
-
-    def _function(self, name: str, origins: list[str], body: list[str]) -> str:
-        raise NotImplementedError  # KernelWriter's
 
     def scan_kernel(self, k: Kernel) -> tuple[str, list[str]]:
         """A cumulative sum or product: the other dims in parallel, a serial loop along the scanned
