@@ -92,3 +92,13 @@ def test_real_sigint(where) -> None:
 def test_the_users_own_import_cut_short() -> None:
     done = _run("sympy.polys", "raise", "user")
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.stdout, done.stderr[-3000:])
+
+
+def test_the_capture_modules_load_without_sympy() -> None:
+    """Sympy loads only through kiln.symbolic's guarded import (the one an interrupt cannot leave half
+    done): a module of the capture importing it at module level (kiln.symbolic.node for one name)
+    made the first capture's sympy import unguarded, and an interrupt there broke every later capture."""
+    code = ("import sys, kiln\nfrom kiln.capture.entry import _default_capture\n_default_capture()\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sympy', 'mpmath'))[:5])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", (done.stdout, done.stderr[-3000:])

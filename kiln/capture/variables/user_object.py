@@ -60,7 +60,6 @@ from kiln.capture.variables.functions import is_autograd_function_apply, python_
 from kiln.capture.variables.instance_dict import written_instance_dict
 from kiln.capture.variables.symint import SymIntVariable, decided, holds_symbolic_number, symbolic_product
 from kiln.errors import Unsupported
-from kiln.symbolic.node import sym_log2
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
@@ -435,9 +434,11 @@ def _new_object(tx: "Tracer", cls: type, cls_source: Source | None, args: Sequen
 _SCALARS = (bool, int, float, complex)
 
 
-# math functions kept symbolic on a float argument, and the graph op for each
+# math functions kept symbolic on a float argument, and the graph op for each (torch._sym_log2 read here, not
+# from kiln.symbolic.node: this module loads before the first capture's ShapeEnv, and sympy must load only in
+# kiln.symbolic's guarded import, which an interrupt cannot leave half done)
 _FLOAT_MATH: dict[Any, Any] = {math.sqrt: torch.sym_sqrt, math.floor: math.floor, math.ceil: math.ceil,
-                               math.trunc: torch.sym_int, math.log2: sym_log2}
+                               math.trunc: torch.sym_int, math.log2: getattr(torch, "_sym_log2")}
 
 
 def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
