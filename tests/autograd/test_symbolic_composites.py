@@ -18,6 +18,7 @@ view, and `r.add_(1)` with grad on raised "a view ... created in no_grad mode".
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any
 
 import pytest
@@ -53,7 +54,14 @@ def test_dynamic_lstm_matches_eager(layout: str, autocast: bool) -> None:
     compiled = kiln.compile(model, dynamic=True)
     for batch in (3, 5):
         x = torch.randn(batch, 7, 4)
-        expected = _run(model, x, autocast, model)
+        try:
+            expected = _run(model, x, autocast, model)
+        except RuntimeError as eager_error:
+            # oneDNN has no bfloat16 LSTM on a CPU without AVX-512 (eager raises there): the compiled
+            # model, which runs the same mkldnn_rnn_layer, raises eager's error
+            with pytest.raises(RuntimeError, match=re.escape(str(eager_error).splitlines()[0][:80])):
+                _run(model, x, autocast, compiled)
+            continue
         got = _run(model, x, autocast, compiled)
         assert len(got) == len(expected)
         for g, e in zip(got, expected):
