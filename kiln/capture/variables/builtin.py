@@ -300,6 +300,9 @@ def next_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -
     if item is None:
         if len(args) > 1:
             return args[1]
+        from kiln.capture.variables.generator import GeneratorVariable
+        if isinstance(it, GeneratorVariable):
+            raise it.stop_error()  # carries what the generator's `return` gave
         from kiln.capture.variables.exception import raise_in_trace
         raise raise_in_trace(StopIteration(), "StopIteration from next() (raised natively)")
     return item
