@@ -9,6 +9,7 @@ Corresponds to torch/_dynamo/codegen.py (PyCodegen), written as source instead o
 """
 from __future__ import annotations
 
+import ast
 import dis
 from dataclasses import dataclass
 import itertools
@@ -626,6 +627,16 @@ def _break_at_with(site: _BreakSite) -> None:
     site.resume(below + [_Named(exit_name), _Named(entered)], live, values)
 
 
+def _operand(text: str) -> str:
+    """An operand's expression made an atom, so the instruction's text keeps the bytecode's
+    grouping: a constant -2 under `**` is `(-2) ** d`, not `-(2 ** d)`; `(5).real` is no float literal."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return f"({text})"
+    return text if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)) else f"({text})"
+
+
 def _break_at_native_instruction(site: _BreakSite) -> None:
     """An instruction of NATIVE_INSTRUCTIONS, run by the glue on its reconstructed operands (a
     raise ends the glue there)."""
@@ -634,7 +645,7 @@ def _break_at_native_instruction(site: _BreakSite) -> None:
     count = n_in(ins)
     below = stack[: len(stack) - count]
     site.build_below(below)
-    operands = [glue.reconstruct(v) for v in stack[len(stack) - count:]]
+    operands = [_operand(glue.reconstruct(v)) for v in stack[len(stack) - count:]]
     live, values = site.live_at(site.after)
     _grad_line(glue, site.state)
     pushed: list[Any] = []

@@ -23,7 +23,7 @@ import sympy
 from torch.utils import _pytree as pytree
 
 from kiln.errors import VerificationError
-from kiln.lower.ir import (Buffer, BufferRef, ConstantBuffer, Extern, FloorDiv, InputBuffer, Load, LoopIR,
+from kiln.lower.ir import (Buffer, BufferRef, ConstantBuffer, Extern, FloorDiv, Index, InputBuffer, Load, LoopIR,
                            ModularIndexing, Pointwise, Reduction, Scan, Scatter, Value, index_vars, verify_ir, walk)
 from kiln.runtime.records import strings_in
 
@@ -366,6 +366,17 @@ def _in_storage_order(k: _OpenKernel) -> _OpenKernel:
 HOIST_WINDOW = 4  # steps a buffer may move up: further would keep its memory alive (and out of cache) longer
 
 
+def _symbols_used(b: Pointwise | Reduction) -> set[str]:
+    """The size symbols `b` reads: in its layout and ranges, its loads' indices and its body's index values."""
+    exprs: list = [*b.layout.sizes, *b.layout.strides, b.layout.offset, *getattr(b, "reduction_ranges", ())]
+    for v in walk(b.body):
+        if isinstance(v, Load):
+            exprs.append(v.index)
+        elif isinstance(v, Index):
+            exprs.append(v.expr)
+    return {str(s) for e in exprs for s in getattr(e, "free_symbols", ())}
+
+
 def schedule(ir: LoopIR, *, unfused: frozenset[str] = frozenset(), column_partials: bool = False) -> KernelProgram:
     """Greedy fusion in program order, then the choice of which buffers stay in registers.
 
@@ -391,6 +402,7 @@ class _Fuser:
         self.steps: list[_OpenKernel | ScatterKernel | ExternCall] = []
         self.alone: set[int] = set()  # steps holding an unfused buffer: nothing may join them
         self.produced: dict[str, int] = {}  # buffer -> index in steps of what makes it
+        self.bound_at: dict[str, int] = {}  # unbacked size symbol -> index of the extern whose result gives it
         self.open_kernel: _OpenKernel | None = None
         # A graph output lives to the end anyway: it may move up as far as its inputs allow (a saved
         # activation the min-cut partitioner hands the backward joins the kernel that reads its inputs,
@@ -415,6 +427,10 @@ class _Fuser:
         elif isinstance(b, Extern):
             self.close()
             self._append(ExternCall(b), *(name for name, _, _ in b.results), b.name)
+            for _, layout, _ in b.results:
+                for size in layout.sizes:
+                    if isinstance(size, sympy.Symbol):
+                        self.bound_at.setdefault(str(size), len(self.steps) - 1)
 
     def _append(self, step: _OpenKernel | ScatterKernel | ExternCall, *makes: str) -> None:
         self.steps.append(step)
@@ -446,6 +462,8 @@ class _Fuser:
         if self.open_kernel is not None and reads & set(self.open_kernel.stores):
             return False
         ready = max((self.produced.get(name, -1) for name in reads), default=-1)
+        # a size an extern's result gives (nonzero's count) exists only once that extern has run
+        ready = max([ready] + [self.bound_at[name] for name in _symbols_used(b) if name in self.bound_at])
         if b.name in self.outputs:
             # the earliest kernel that takes it, after the last scatter (which writes in place)
             first = max([ready, 0] + [s + 1 for s, step in enumerate(self.steps) if isinstance(step, ScatterKernel)])

@@ -262,6 +262,11 @@ def filter_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
     return lazy_filter(tx, args[0], args[1])  # the predicate runs as each item is read
 
 
+# torch's own indexed module containers (not subclasses, which may index their own way): reversed()
+# reads them by __len__ and __getitem__, which give the items in their iteration order
+_INDEXED_CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ParameterList)
+
+
 @builtin_rule(reversed)
 def reversed_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     """reversed(x) as its type has it: a class's own Python __reversed__ is called, a tensor is
@@ -284,7 +289,7 @@ def reversed_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
         raise raise_in_trace(TypeError(f"'{kind.__name__}' object is not reversible"),
                              f"reversed() of a {kind.__name__} (raised natively)")
     if not (kind.__module__ == "builtins" or kind is torch.Size or issubclass(kind, (tuple, list, dict))
-            or kind.__module__ == "collections"):
+            or kind.__module__ == "collections" or kind in _INDEXED_CONTAINERS):
         raise Unsupported(f"reversed() of {value.describe()}", kind="unsupported_call")
     return IteratorVariable(list(reversed(tx.iterate(value))))
 
@@ -300,6 +305,9 @@ def next_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -
     if item is None:
         if len(args) > 1:
             return args[1]
+        from kiln.capture.variables.generator import GeneratorVariable
+        if isinstance(it, GeneratorVariable):
+            raise it.stop_error()  # carries what the generator's `return` gave
         from kiln.capture.variables.exception import raise_in_trace
         raise raise_in_trace(StopIteration(), "StopIteration from next() (raised natively)")
     return item

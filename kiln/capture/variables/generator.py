@@ -94,8 +94,11 @@ class GeneratorVariable(IteratorVariable):
         return code_mod.handler_at(self.frame.code, ins.offset) is not None or self._paused_in_yield_from()
 
     def resume(self, sent: Variable) -> Variable | None:
-        """`gen.send(sent)` (next() sends None): the next yielded value, or None at the end."""
+        """`gen.send(sent)` (next() sends None): the next yielded value, or None at the end. Only the
+        call that ran the body to its end keeps what `return` gave (StopIteration.value); a
+        finished generator stepped again stops with None, as eager's does."""
         if self.finished:
+            self.result = ConstantVariable(None)
             return None
         frame = self.frame
         if not self.started:
@@ -126,6 +129,10 @@ class GeneratorVariable(IteratorVariable):
         return self.resume(ConstantVariable(None))
 
     # -- the protocol --------------------------------------------------------------------------
+    def stop_error(self) -> RaisedInTrace:
+        """The StopIteration the step that found the generator finished raises."""
+        return self._stop()
+
     def _stop(self) -> RaisedInTrace:
         error = StopIteration(self.result.as_constant() if self.result.is_constant() else None)
         if not self.result.is_constant():

@@ -185,6 +185,10 @@ def _sequence_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: b
         kind = torch.Size if torch.Size in (a.tuple_type, b.tuple_type) else tuple
         return TupleVariable(a.items + b.items, kind)
     if symbol == "*" and isinstance(a, BaseSequenceVariable):
+        if b.is_constant() and not hasattr(type(b.as_constant()), "__index__"):
+            from kiln.capture.variables.exception import raise_in_trace
+            error = TypeError(f"can't multiply sequence by non-int of type '{type(b.as_constant()).__name__}'")
+            raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
         count = tx.as_int(b)
         return a.rebuild(a.items * count) if not (inplace and isinstance(a, ListVariable)) else _extend_times(tx, a, count)
     if symbol == "|" and isinstance(a, DictVariable) and isinstance(b, DictVariable):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from kiln.capture.variables.base import Variable
-from kiln.capture.variables.sequence import ListVariable, TupleVariable
+from kiln.capture.variables.sequence import ListVariable, TupleVariable, native
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
@@ -33,7 +33,7 @@ def sorted_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
         return ListVariable([items[k] for k in order])
     kwargs = {k: v for k, v in kwargs.items() if k != "key"}
     if all(i.is_constant() for i in items) and all(v.is_constant() for v in kwargs.values()):
-        values = sorted((i.as_constant() for i in items), **{k: v.as_constant() for k, v in kwargs.items()})
+        values = native(sorted, [i.as_constant() for i in items], **{k: v.as_constant() for k, v in kwargs.items()})
         return ListVariable([tx.wrap_result(v) for v in values])
     if traced_numbers(items) and set(kwargs) <= {"reverse"} and all(v.is_constant() for v in kwargs.values()):
         reverse = bool(kwargs["reverse"].as_constant()) if kwargs else False

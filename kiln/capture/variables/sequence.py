@@ -6,8 +6,9 @@ the graph has run. Corresponds to torch/_dynamo/variables/lists.py.
 """
 from __future__ import annotations
 
+import operator
 import types
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence, TypeGuard
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol, Sequence, TypeGuard
 
 import torch
 
@@ -31,6 +32,20 @@ def _index(tx: "Tracer", key: Variable) -> Any:
     if isinstance(key, SymIntVariable):
         return key.specialize()
     return key.as_constant()
+
+
+def _raised(error: Exception) -> Exception:
+    """The trace-time raise of `error`, where the program's handlers can catch it."""
+    from kiln.capture.variables.exception import raise_in_trace
+    return raise_in_trace(error, f"{type(error).__name__}: {error} (raised natively)")
+
+
+def native(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn` on constants, its IndexError, ValueError or TypeError raised in the trace as eager raises it."""
+    try:
+        return fn(*args, **kwargs)
+    except (IndexError, ValueError, TypeError) as error:
+        raise _raised(error) from None
 
 
 class _NamedTupleClass(Protocol):
@@ -263,12 +278,16 @@ class ListVariable(BaseSequenceVariable):
             self.items.extend(list(self.items) if args[0] is self else args[0].each_item(tx))
             return self if name == "__iadd__" else none
         if name == "insert" and len(args) == 2:
+            where = native(operator.index, _index(tx, args[0]))  # insert("a", v) is eager's TypeError
             self._mutated(tx)
-            self.items.insert(args[0].as_constant(), args[1])
+            self.items.insert(where, args[1])
             return none
         if name == "pop" and len(args) <= 1:
+            at = native(operator.index, _index(tx, args[0])) if args else -1
+            if not self.items or not -len(self.items) <= at < len(self.items):
+                raise _raised(IndexError("pop from empty list" if not self.items else "pop index out of range"))
             self._mutated(tx)
-            return self.items.pop(args[0].as_constant() if args else -1)
+            return self.items.pop(at)
         if name == "clear" and not args:
             self._mutated(tx)
             self.items.clear()
@@ -280,13 +299,14 @@ class ListVariable(BaseSequenceVariable):
         if name == "copy" and not args:
             return ListVariable(self.items)
         if name == "remove" and len(args) == 1 and self.is_constant() and args[0].is_constant():
-            self._mutated(tx)
             values = [i.as_constant() for i in self.items]
-            del self.items[values.index(args[0].as_constant())]
+            where = native(values.index, args[0].as_constant())  # a missing item: eager's ValueError
+            self._mutated(tx)
+            del self.items[where]
             return none
         if name == "sort" and self.is_constant() and constant_args(args, kwargs):
+            values = native(sorted, self.as_constant(), **{k: v.as_constant() for k, v in kwargs.items()})
             self._mutated(tx)
-            values = sorted(self.as_constant(), **{k: v.as_constant() for k, v in kwargs.items()})
             self.items[:] = [ConstantVariable(v) for v in values]
             return none
         if name == "sort" and not args and set(kwargs) <= {"key", "reverse"}:
