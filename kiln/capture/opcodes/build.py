@@ -29,6 +29,7 @@ from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
     from kiln.capture.tracer import Tracer
 
 
@@ -161,7 +162,13 @@ def FORMAT_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
             with tx.output.shape_env.because(_SIZE_TEXT):
                 value = number()
             return format(convert(value) if convert else value, spec)
-        tx.push(DeferredTextVariable(formatted))
+
+        def render(glue: "GlueBuilder") -> str:
+            value = glue.reconstruct(value_var)
+            if convert is not None:
+                value = f"{glue.constant(convert)}({value})"
+            return f"{glue.constant(format)}({value}, {spec!r})"
+        tx.push(DeferredTextVariable(formatted, render))
         return
     if value_var.is_constant():
         value = value_var.as_constant()
@@ -192,7 +199,9 @@ def FORMAT_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
 def BUILD_STRING(tx: "Tracer", instr: dis.Instruction) -> None:
     parts = tx.popn(oparg(instr))
     if any(isinstance(p, DeferredTextVariable) for p in parts):
-        tx.push(DeferredTextVariable(lambda: "".join(p.as_constant() for p in parts)))
+        def render(glue: "GlueBuilder") -> str:
+            return "(" + " + ".join(glue.reconstruct(p) for p in parts) + ")"
+        tx.push(DeferredTextVariable(lambda: "".join(p.as_constant() for p in parts), render))
         return
     tx.push(ConstantVariable("".join(p.as_constant() for p in parts)))
 

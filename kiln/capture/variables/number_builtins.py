@@ -17,7 +17,7 @@ from kiln.capture.trace_rules import BuiltinRule as Rule
 from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import fold_call
-from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.constant import ConstantVariable, DeferredTextVariable
 from kiln.capture.variables.ordering import Ordered, constant_of, traced_numbers
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
@@ -212,9 +212,14 @@ def _convert(kind: type) -> Rule:
         if args and isinstance(args[0], SymIntVariable):
             if kind is bool:
                 return ConstantVariable(args[0].truth(tx))
-            if kind is str:
-                with tx.output.shape_env.because("str() of a size needs its value (one graph per value)"):
-                    return ConstantVariable(str(args[0].specialize()))
+            if kind is str and len(args) == 1 and not kwargs:
+                number = args[0]
+
+                def text() -> str:
+                    with tx.output.shape_env.because("str() of a size needs its value (one graph per value)"):
+                        return str(number.specialize())
+                # made (the size guarded) only if the trace reads it; else the glue formats it
+                return DeferredTextVariable(text, lambda glue: f"{glue.constant(str)}({glue.reconstruct(number)})")
             if kind is int and args[0].python_type() is float:
                 # int(f) of a float argument stays symbolic (truncation, its sign guarded), as
                 # torch.compile's torch.sym_int: `x[: int(n * f)]` needs no new graph per value
