@@ -3,7 +3,7 @@
 A text the trace never reads but the program returns or stores is formatted by the glue after the
 graph, from the sizes the graph returns, as torch.compile formats its lazily made strings: no size
 is guarded by value. Kiln used to make the text during the trace, which guarded each size it
-formatted (one graph per size). Each case runs over several sizes, compares every result with
+formatted (one graph per size), and str()/repr() of a Size were graph breaks. Each case runs over several sizes, compares every result with
 eager's and the number of graphs with torch.compile(backend="eager")'s (the oracle): Kiln's is never
 more. A text the trace itself reads (its length, a comparison) still needs the values, in both.
 """
@@ -64,12 +64,16 @@ def _in_a_dict(x):
     return {"out": x * 3, "msg": f"{tuple(x.shape)}"}
 
 
+def _str_and_repr_of_sizes(x):
+    return x - 1, str(x.size()), repr(x.shape), str([x.shape[0], x.shape[1] - 1])
+
+
 def _read_by_trace(x):
     return x * 2 + len(f"{x.shape}")  # the text's length is a graph constant: needs the sizes
 
 
 CASES: list[Callable] = [_shape_fstring, _dim_fstring, _str_of_dim, _spec_and_conversion, _expression,
-                         _two_inputs, _appended, _attribute, _in_a_dict, _read_by_trace]
+                         _two_inputs, _appended, _attribute, _in_a_dict, _str_and_repr_of_sizes, _read_by_trace]
 
 
 def _args(fn: Callable, n: int) -> list[torch.Tensor]:
@@ -154,3 +158,11 @@ def test_text_read_later_in_the_trace_is_guarded() -> None:
     compiled = kiln.compile(fn, backend="eager", dynamic=True)
     for n in (3, 4, 5, 40, 4):
         _same(compiled(torch.ones(n)), fn(torch.ones(n)))
+
+
+def test_format_of_a_size_is_one_graph() -> None:
+    """format(n, spec) of a size (torch.compile 2.13 raises an internal error on it: no oracle)."""
+    def fn(x):
+        return x * 2, format(x.shape[0], ">4"), format(x.shape[1] * 3, "03d")
+
+    assert _kiln_graphs(fn, (3, 4, 5, 12)) == 1
