@@ -38,6 +38,9 @@ class InputInfo:
     # every data mutation was one eager does not count in the version counter (batch norm's update
     # of its running statistics): the runtime's copy back leaves the counter where it was
     untracked: bool = False
+    # how many in-place ops eager applies to the input, through any view of it: its version
+    # counter moves by that many (the runtime's one copy back moves it by one, then the rest)
+    version_bumps: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +84,13 @@ class FunctionalMeta:
         return tuple(i for i, info in enumerate(self.inputs) if info.mutates_data and info.untracked)
 
     @property
+    def extra_version_bumps(self) -> tuple[tuple[int, int], ...]:
+        """(input index, bumps beyond the copy back's one) for inputs that eager updates in place more
+        than once: add_ then mul_ moves the version counter by two."""
+        return tuple((i, info.version_bumps - 1) for i, info in enumerate(self.inputs)
+                     if info.mutates_data and not info.untracked and info.version_bumps > 1)
+
+    @property
     def metadata_mutations(self) -> tuple[tuple[int, tuple[ViewStep, ...]], ...]:
         return tuple((i, info.steps) for i, info in enumerate(self.inputs)
                      if info.mutates_metadata and info.steps is not None)
@@ -101,6 +111,8 @@ class FunctionalSession:
         self._as_strided: set[int] = set()  # inputs an as_strided view was taken of
         # functional storage -> the mutations of it that eager leaves out of the version counter
         self._untracked: dict[int | None, int] = {}
+        # functional storage -> the updates this session made itself (a layout given back)
+        self._internal: dict[int | None, int] = {}
 
     def add_input(self, name: str, value: Any) -> Any:
         """A placeholder for `value`; returns its wrapper (a leaf requiring grad if `value` does)."""
@@ -146,7 +158,7 @@ class FunctionalSession:
         torch._enable_functionalization(reapply_views=True)
         try:
             layouts = _InputLayouts(self) if self._watched() else contextlib.nullcontext()
-            with batch_norm_as_functional(self.untracked_update), layouts:
+            with batch_norm_as_functional(self.untracked_update), _DataAliasUpdates(self), layouts:
                 yield
         except RuntimeError as exc:
             if "mutated that has internal overlap" not in str(exc):
@@ -208,9 +220,12 @@ class FunctionalSession:
             restrided = torch.empty_strided(original.shape, original.stride(), dtype=inner.dtype,
                                             device=inner.device)
         self.tracer.alias_value(restrided, inner)
+        before = torch._functionalize_mutation_counter(wrapper)
         torch._functionalize_replace(wrapper, restrided)
         torch._functionalize_commit_update(wrapper)
         torch._sync(wrapper)
+        made = torch._functionalize_mutation_counter(wrapper) - before
+        self._internal[_storage(wrapper)] = self._internal.get(_storage(wrapper), 0) + made
 
     def unwrap(self, value: Any) -> Any:
         """The traced (inner) value for a wrapper, with pending view updates applied first."""
@@ -242,9 +257,12 @@ class FunctionalSession:
                 raise _as_strided_of_updated_input()
             # untracked: each of the storage's updates was one eager hides from autograd (the
             # counter counts every update, from 0 when the wrapper was made)
-            untracked = mutated and self._untracked.get(_storage(wrapper), 0) == \
-                torch._functionalize_mutation_counter(wrapper) > 0
-            infos.append(InputInfo(True, original.requires_grad, mutates_data=mutated, untracked=untracked))
+            storage = _storage(wrapper)
+            updates = torch._functionalize_mutation_counter(wrapper) - self._internal.get(storage, 0)
+            untracked = mutated and self._untracked.get(storage, 0) == updates > 0
+            bumps = updates - self._untracked.get(storage, 0) if mutated else 0
+            infos.append(InputInfo(True, original.requires_grad, mutates_data=mutated, untracked=untracked,
+                                   version_bumps=bumps))
         return tuple(infos)
 
     def _metadata_mutation(self, i: int, mutated: bool) -> InputInfo:
@@ -347,6 +365,43 @@ class _InputLayouts(TorchFunctionMode):
 
 
 _AS_STRIDED = frozenset({torch.Tensor.as_strided, torch.as_strided, torch.Tensor.as_strided_})
+
+
+class _DataAliasUpdates(TorchFunctionMode):
+    """Updates through `t.data` are untracked ones: in eager that alias has a version counter of its
+    own, so `w.data.add_(g)` (a hand-written optimizer step, a weight clamp) leaves w's counter where
+    it was. Functionalized, the alias shares w's storage and its update counts as w's; the session
+    takes it back out of the count (untracked_update), for the alias and views of it."""
+
+    def __init__(self, session: FunctionalSession) -> None:
+        super().__init__()
+        self.session = session
+        self.aliases: list[torch.Tensor] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func == _DATA_GET:
+            alias = func(*args, **kwargs)
+            self.aliases.append(alias)
+            return alias
+        target = _updated_tensor(func, args, kwargs) if self.aliases else None
+        if target is not None and any(a is target or a is target._base for a in self.aliases):
+            with self.session.untracked_update([target]):
+                return func(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+_DATA_GET = torch._C.TensorBase.__dict__["data"].__get__
+
+
+def _updated_tensor(func: Any, args: Any, kwargs: dict) -> torch.Tensor | None:
+    """The tensor an in-place method (`add_`, `__setitem__`) or an out= call writes, else None."""
+    name = getattr(func, "__name__", "")
+    if args and isinstance(args[0], torch.Tensor) and (
+            name == "__setitem__" or (name.endswith("_") and not name.endswith("__"))):
+        return args[0]
+    out = kwargs.get("out")
+    return out if isinstance(out, torch.Tensor) else None
 
 
 def _as_strided_of_updated_input() -> Unsupported:

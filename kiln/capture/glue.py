@@ -431,6 +431,10 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
         if isinstance(forward, types.FunctionType) and "forward" not in var.module.__dict__:
             if not _has_hooks(var.module):
                 return glue.bind("callee", wrap_frame(forward)), [glue.reconstruct(var)]
+            if forward.__module__.startswith("torch.nn.") and not var.module._modules:
+                # a hooked built-in layer (Linear, LayerNorm): its forward compiled alone would be a
+                # graph of one op; it runs as it is, as torch.compile runs torch.nn's frames
+                return glue.reconstruct(var), []
             # hooks capture cannot trace (FSDP2's): they run natively around the compiled forward
             return glue.bind("callee", HookedModuleCall(wrap_frame(forward))), [glue.reconstruct(var)]
     return glue.reconstruct(var), []

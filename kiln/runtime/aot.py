@@ -356,6 +356,8 @@ class RuntimeMeta:
     metadata_mutations: tuple[tuple[int, tuple[ViewStep, ...]], ...] = ()
     # mutated inputs whose version counter eager leaves alone (batch norm's running statistics)
     untracked_mutations: tuple[int, ...] = ()
+    # (input index, n): eager updates the input in place n times more than the runtime's copy back
+    extra_version_bumps: tuple[tuple[int, int], ...] = ()
 
 
 def plan_views(meta: Any, binding: dict) -> dict[int, ViewReplay]:
@@ -447,6 +449,7 @@ class AotRuntime:
         # updated inputs whose new values are written without moving their version counters, as
         # eager's batch norm writes its running statistics
         self._untracked = frozenset(getattr(meta, "untracked_mutations", ()))
+        self._extra_bumps = tuple(getattr(meta, "extra_version_bumps", ()))
         # the per-call plan
         self._getters = tuple(operator.attrgetter(path) for path in lifted)  # dotted paths work
         # the grad mode the graph runs under where the caller's (a guard holds it) is not the one
@@ -579,6 +582,11 @@ class AotRuntime:
                 # what the in-place ops would have done: a tensor saved for a backward before this
                 # call is seen as modified there
                 torch.autograd.graph.increment_version(written)
+            for index, extra in self._extra_bumps:
+                # the rest of eager's in-place ops on this input (add_ then mul_: two bumps), so that
+                # code reading `_version` (a later backward's saved-tensor check) sees eager's count
+                for _ in range(extra):
+                    torch.autograd.graph.increment_version(flat[index])
             graph_outs = outs[num_mutated:]
         else:
             graph_outs = outs
@@ -651,7 +659,8 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
         "forward": forward,
         "meta": RuntimeMeta(tuple(meta.mutated_inputs), tuple(outputs), meta.num_graph_outputs,
                             meta.num_intermediate_bases, tuple(meta.metadata_mutations),
-                            tuple(getattr(meta, "untracked_mutations", ()))),
+                            tuple(getattr(meta, "untracked_mutations", ())),
+                            tuple(getattr(meta, "extra_version_bumps", ()))),
         "out_spec": pytree.treespec_dumps(runtime.out_spec),
         "function": None,
         "grad_mode": runtime.grad_mode,

@@ -414,11 +414,13 @@ def test_recompiles_log_for_a_views_storage_offset_does_not_promise_a_symbol(cap
 
 
 def size_as_text(x):
-    return x + 1, str(x.size(0))
+    text = str(x.size(0))
+    return x + len(text), text  # the trace reads the text (its length): only then is it made
 
 
 def shape_in_an_fstring(x):
-    return x * 2, f"{tuple(x.shape)}"
+    text = f"{tuple(x.shape)}"
+    return x * len(text), text
 
 
 @pytest.mark.parametrize("fn, why", [
@@ -426,8 +428,9 @@ def shape_in_an_fstring(x):
     (shape_in_an_fstring, "a string formatted from the size needs its value (one graph per value)")],
     ids=["str", "fstring"])
 def test_recompiles_log_says_a_size_made_text_is_guarded_by_value(caplog, fn, why):
-    """The text is made in the trace (torch.compile makes it in its glue, after a graph that keeps
-    the size symbolic): each new size recompiles, and the log says why instead of a bare guard."""
+    """A text the trace reads is made in the trace (one only returned is formatted by the glue,
+    tests/capture/test_size_text_graph_counts.py): each new size recompiles, and the log says why
+    instead of a bare guard."""
     compiled = kiln.compile(fn, backend="eager")
     with kiln_logs(caplog, "recompiles"):
         for n in (4, 6, 8):

@@ -149,3 +149,25 @@ def test_a_view_whose_arguments_are_size_symbols_is_not_stored() -> None:
     glue = frames_of(compiled).entries[0].glue
     runtime = next(v for v in glue.__globals__.values() if isinstance(v, AotRuntime))
     assert describe(runtime) is None
+
+
+def test_recipe_keeps_eagers_version_bumps() -> None:
+    """A runtime read back from its recipe moves an updated input's counter once per in-place op,
+    as eager does (RuntimeMeta.extra_version_bumps)."""
+    def f(x):
+        x.add_(1)
+        x.mul_(2)
+        x[1:].sub_(1)
+        return x.sum()
+
+    runtime = _runtime(f, torch.randn(5))
+    recipe = describe(runtime)
+    assert recipe is not None
+    loaded = rebuild(_round_trip(recipe))
+    x = torch.randn(5)
+    expected = x.clone()
+    start = x._version
+    (got,) = loaded(x)
+    assert x._version - start == 3
+    torch.testing.assert_close(got, f(expected))
+    torch.testing.assert_close(x, expected)

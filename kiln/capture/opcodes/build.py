@@ -23,12 +23,13 @@ from kiln.capture.variables.sets import SetVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable
 from kiln.capture.variables.slice import SliceVariable
 from kiln.capture.variables.symint import SymIntVariable
-from kiln.capture.variables.number_builtins import text_of
+from kiln.capture.variables.number_builtins import number_value, text_of
 from kiln.capture.variables.exception import ExceptionVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
     from kiln.capture.tracer import Tracer
 
 
@@ -152,7 +153,7 @@ def FORMAT_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
     flags = oparg(instr)
     spec = tx.pop().as_constant() if flags & 0x04 else ""
     value_var = tx.pop()
-    number = _number_value(value_var)
+    number = number_value(value_var)
     if number is not None and not value_var.is_constant():
         conversion = flags & 0x03
         converters: dict[int, Callable[[Any], str]] = {1: str, 2: repr, 3: ascii}
@@ -161,7 +162,13 @@ def FORMAT_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
             with tx.output.shape_env.because(_SIZE_TEXT):
                 value = number()
             return format(convert(value) if convert else value, spec)
-        tx.push(DeferredTextVariable(formatted))
+
+        def render(glue: "GlueBuilder") -> str:
+            value = glue.reconstruct(value_var)
+            if convert is not None:
+                value = f"{glue.constant(convert)}({value})"
+            return f"{glue.constant(format)}({value}, {spec!r})"
+        tx.push(DeferredTextVariable(formatted, render))
         return
     if value_var.is_constant():
         value = value_var.as_constant()
@@ -192,7 +199,9 @@ def FORMAT_VALUE(tx: "Tracer", instr: dis.Instruction) -> None:
 def BUILD_STRING(tx: "Tracer", instr: dis.Instruction) -> None:
     parts = tx.popn(oparg(instr))
     if any(isinstance(p, DeferredTextVariable) for p in parts):
-        tx.push(DeferredTextVariable(lambda: "".join(p.as_constant() for p in parts)))
+        def render(glue: "GlueBuilder") -> str:
+            return "(" + " + ".join(glue.reconstruct(p) for p in parts) + ")"
+        tx.push(DeferredTextVariable(lambda: "".join(p.as_constant() for p in parts), render))
         return
     tx.push(ConstantVariable("".join(p.as_constant() for p in parts)))
 
@@ -200,21 +209,3 @@ def BUILD_STRING(tx: "Tracer", instr: dis.Instruction) -> None:
 # Why a size formatted into a string read by the trace or the glue is guarded by value (torch.compile
 # formats it after its graph, in its glue, so its graph keeps the size symbolic)
 _SIZE_TEXT = "a string formatted from the size needs its value (one graph per value)"
-
-
-def _number_value(var: Variable) -> Callable[[], Any] | None:
-    """For a symbolic number, or a tuple, Size or list of numbers: what gives its Python value
-    (each symbol guarded equal to its value) when called; None for anything else."""
-    if isinstance(var, SymIntVariable):
-        return var.specialize
-    if var.is_constant():
-        value = var.as_constant()
-        return (lambda: value) if isinstance(value, (int, float, bool)) else None
-    if not isinstance(var, (TupleVariable, ListVariable)) or var.python_type() not in (tuple, list, torch.Size):
-        return None
-    kind: Callable[[Any], Any] = var.python_type()
-    items = [_number_value(item) for item in var.items]
-    makers = [item for item in items if item is not None]
-    if len(makers) != len(items):
-        return None
-    return lambda: kind(make() for make in makers)

@@ -137,12 +137,16 @@ class DeferredTextVariable(ConstantVariable):
     """A string formatted from symbolic sizes (`f"got {image.shape[-2:]}"`), made, and the sizes
     guarded by value, only when the trace or the glue reads it: a message that only an assertion
     which holds would show (torchvision's `torch._assert(len(val) == 2, f"...")`) costs no
-    specialization, as torch.compile's lazily formatted strings cost none."""
+    specialization, as torch.compile's lazily formatted strings cost none. A text the trace never
+    read and the glue must rebuild (returned, stored, printed after the graph) is formatted by the
+    glue from the sizes the graph returns (`render`), as torch.compile formats after its graph: no
+    size is guarded by value, one graph serves every size."""
 
-    def __init__(self, make: Callable[[], str]) -> None:
+    def __init__(self, make: Callable[[], str], render: Callable[["GlueBuilder"], str] | None = None) -> None:
         self._make: Callable[[], str] | None = make
         self._text = ""
         self.source = None
+        self.render = render
 
     @property  # type: ignore[override]  # a plain attribute on ConstantVariable
     def value(self) -> Any:
@@ -156,6 +160,11 @@ class DeferredTextVariable(ConstantVariable):
 
     def describe(self) -> str:
         return "string formatted from sizes" if self._make is not None else super().describe()
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self._make is not None and self.render is not None:
+            return self.render(glue)
+        return super().reconstruct(glue)
 
 
 def literal_or_none(value: Any) -> str | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -17,12 +17,14 @@ from kiln.capture.trace_rules import BuiltinRule as Rule
 from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import fold_call
-from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.constant import ConstantVariable, DeferredTextVariable
 from kiln.capture.variables.ordering import Ordered, constant_of, traced_numbers
+from kiln.capture.variables.sequence import ListVariable, TupleVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
+    from kiln.capture.glue import GlueBuilder
     from kiln.capture.tracer import Tracer
 
 
@@ -168,6 +170,24 @@ def hash_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -
     return fold_call(tx, hash, args, kwargs)
 
 
+def number_value(var: Variable) -> Callable[[], Any] | None:
+    """For a symbolic number, or a tuple, Size or list of numbers: what gives its Python value
+    (each symbol guarded equal to its value) when called; None for anything else."""
+    if isinstance(var, SymIntVariable):
+        return var.specialize
+    if var.is_constant():
+        value = var.as_constant()
+        return (lambda: value) if isinstance(value, (int, float, bool)) else None
+    if not isinstance(var, (TupleVariable, ListVariable)) or var.python_type() not in (tuple, list, torch.Size):
+        return None
+    kind: Callable[[Any], Any] = var.python_type()
+    items = [number_value(item) for item in var.items]
+    makers = [item for item in items if item is not None]
+    if len(makers) != len(items):
+        return None
+    return lambda: kind(make() for make in makers)
+
+
 def text_of(tx: "Tracer", value: Variable, name: str, spec: str = "") -> Variable:
     """str(value), repr(value) or format(value, spec) of a traced value that is not a constant: an
     exception's, or a user object's written in Python (object_protocol.python_text)."""
@@ -177,12 +197,33 @@ def text_of(tx: "Tracer", value: Variable, name: str, spec: str = "") -> Variabl
 
     if isinstance(value, ExceptionVariable) and not spec:
         return value.call_method(tx, "__repr__" if name == "__repr__" else "__str__", [], {})
+    number = number_value(value)
+    if number is not None:
+        return _size_text(tx, value, number, name, spec)
     instance = isinstance(value, NewObjectVariable) or isinstance(value, ObjectVariable) \
         and not isinstance(value.value, (type, types.ModuleType))
     text = python_text(tx, value, name, spec) if instance else None
     if text is None:
         raise Unsupported(f"{name.strip('_')}() of {value.describe()}", kind="unsupported_call")
     return ConstantVariable(text)
+
+
+def _size_text(tx: "Tracer", value: Variable, number: Callable[[], Any], name: str, spec: str) -> Variable:
+    """str/repr/format of a symbolic size or a Size (tuple, list) of sizes: made, the sizes guarded
+    by value, only if the trace reads it; else the glue formats it after the graph."""
+    converters: dict[str, Callable[[Any], str]] = {"__str__": str, "__repr__": repr}
+    convert = converters.get(name) or (lambda v: format(v, spec))
+
+    def text() -> str:
+        with tx.output.shape_env.because(f"{name.strip('_')}() of a size needs its value (one graph per value)"):
+            return convert(number())
+
+    def render(glue: "GlueBuilder") -> str:
+        made = glue.reconstruct(value)
+        if name == "__format__":
+            return f"{glue.constant(format)}({made}, {spec!r})"
+        return f"{glue.constant(convert)}({made})"
+    return DeferredTextVariable(text, render)
 
 
 @builtin_rule(repr)
@@ -212,9 +253,8 @@ def _convert(kind: type) -> Rule:
         if args and isinstance(args[0], SymIntVariable):
             if kind is bool:
                 return ConstantVariable(args[0].truth(tx))
-            if kind is str:
-                with tx.output.shape_env.because("str() of a size needs its value (one graph per value)"):
-                    return ConstantVariable(str(args[0].specialize()))
+            if kind is str and len(args) == 1 and not kwargs:
+                return _size_text(tx, args[0], args[0].specialize, "__str__", "")
             if kind is int and args[0].python_type() is float:
                 # int(f) of a float argument stays symbolic (truncation, its sign guarded), as
                 # torch.compile's torch.sym_int: `x[: int(n * f)]` needs no new graph per value
@@ -230,6 +270,10 @@ def _convert(kind: type) -> Rule:
             return tx.call_op("call_function", kind, args, {})
         if kind is bool and len(args) == 1 and not kwargs and not args[0].is_constant():
             return ConstantVariable(args[0].truth(tx))  # __bool__, else __len__, as `if obj:` asks
+        if kind is str and len(args) == 1 and not kwargs and not args[0].is_constant():
+            number = number_value(args[0])
+            if number is not None:  # str(x.shape)
+                return _size_text(tx, args[0], number, "__str__", "")
         if kind is str and len(args) == 1 and not kwargs and type(_class_of(args[0])) is type:
             # "<class 'pkg.Model'>": a class the trace already relies on (guarded by type or id),
             # whose plain metaclass prints it from its module and name.

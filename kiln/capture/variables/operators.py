@@ -22,7 +22,7 @@ from kiln.capture.guards import ABSENT
 from kiln.capture.trace_rules import BUILTIN_RULES, BuiltinRule
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import BuiltinVariable
-from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.constant import ConstantVariable, DeferredTextVariable
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.dict_view import DictViewVariable, involves_view, view_operator
@@ -98,6 +98,10 @@ def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool
                 return _sequence_op(tx, symbol, a, b, inplace)
             raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
         return tx.call_op("call_function", fn, [a, b], {})
+    if symbol == "+" and _concatenates_size_text(a, b):
+        # `"rows: " + str(x.shape[0])`: still text the glue may format after the graph
+        return DeferredTextVariable(lambda: a.as_constant() + b.as_constant(),
+                                    lambda glue: f"({glue.reconstruct(a)} + {glue.reconstruct(b)})")
     if a.is_constant() and b.is_constant() and isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
         return _const(fn, a, b)
     if isinstance(a, (BaseSequenceVariable, DictVariable, SetVariable)):
@@ -107,6 +111,12 @@ def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool
     if a.is_constant() and b.is_constant():
         return _const(fn, a, b)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+def _concatenates_size_text(a: Variable, b: Variable) -> bool:
+    """Two strings, one of them formatted from sizes and not yet read by the trace."""
+    return (isinstance(a, DeferredTextVariable) or isinstance(b, DeferredTextVariable)) and \
+        all(isinstance(v, ConstantVariable) and v.python_type() is str for v in (a, b))
 
 
 _BINARY_DUNDERS = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv", "%": "mod",

@@ -168,10 +168,10 @@ class TensorVariable(Variable):
             if numel.is_constant():
                 return tx.wrap_result(numel.as_constant() * self.example.itemsize)
             return tx.call_op("call_function", operator.mul, [numel, ConstantVariable(self.example.itemsize)], {})
-        if name in ("T", "mT", "H", "mH", "real", "imag"):
+        if name in ("T", "mT", "H", "mH", "real", "imag", "data"):
+            # `data` too, not detach(): its alias has a version counter of its own, so an update
+            # through it leaves the tensor's counter where it was (AOT counts it as untracked)
             return tx.call_op("call_function", getattr, [self, ConstantVariable(name)], {})
-        if name in ("data",):
-            return tx.call_op("call_method", "detach", [self], {})
         if name == "grad":
             return self._read_grad(tx)
         if name == "grad_fn" or name == "_base":
