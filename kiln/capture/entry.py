@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import linecache
 import threading
 from dataclasses import dataclass, field
 from types import CodeType, FunctionType
@@ -420,7 +421,9 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
     namespace = {"_kiln_missing": _MISSING, "_kiln_fn": fn, "_kiln_code": code, "_kiln_general": general_of,
                  "_kiln_entries": frame.cache.entries, "_kiln_G": G, "_kiln_stats": stats,
                  "_kiln_mismatch": ExternMismatchError, "_kiln_frame": frame}
-    exec(compile(source, f"<kiln entry of {fn.__qualname__}>", "exec"), namespace)  # noqa: S102  # identifiers only
+    filename = f"<kiln entry of {fn.__qualname__}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102  # identifiers only
     return namespace["entry"]  # type: ignore[no-any-return]
 
 
