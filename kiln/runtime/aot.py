@@ -459,15 +459,13 @@ class AotRuntime:
         self.grad_mode = grad_mode
         run = getattr(function, "fast_apply", function.apply) if function is not None else direct_callable(forward)
         self._run = without_grad(run) if grad_mode is False else with_grad(run) if grad_mode else run
-        follow = getattr(run, "when_native", None) if function is None else None
-        if follow is not None:  # once the native wrapper runs, call it without its TieredWrapper's frame
-            follow(self._on_native)
         self._unflatten = _unflattener(out_spec)
         self._not_views: tuple[int, ...] = ()
         self._plain = False
         if meta is None:
             self._num_mutated, self._passthrough, self._num_outputs = 0, False, 0
             self._shared_check: tuple[int, ...] = ()
+            self._follow_native(run)
             return
         self._num_mutated = len(meta.mutated_inputs)
         # By position in the graph's results: an inference graph's results that eager gives as no
@@ -498,10 +496,32 @@ class AotRuntime:
         # re-laid out, no output rebuilt (AotRuntime.__call__'s first branch)
         self._plain = self._passthrough and not self._getters and not self._updated \
             and not self._shared_check and not self._restrides and self._num_mutated == 0
+        self._follow_native(run)
+
+    def _follow_native(self, run: Callable) -> None:
+        follow = getattr(run, "when_native", None) if self.function is None else None
+        if follow is not None:  # once the native wrapper runs, call it without its TieredWrapper's frame
+            follow(self._on_native)
 
     def _on_native(self, native: Callable) -> None:
         grad_mode = self.grad_mode
         self._run = without_grad(native) if grad_mode is False else with_grad(native) if grad_mode else native
+        direct = self._direct(native)
+        if direct is not None:
+            self.__class__ = _direct_class(direct)
+
+    def _direct(self, native: Callable) -> Any:
+        """The boundary extension's direct call of a plain inference graph whose native wrapper is
+        `native` (the extension's `call` bound to a handle): what the plain branch of __call__ does
+        around it, as one C call (grad mode off for an inference graph run under without_grad), or
+        None where anything else happens around the graph."""
+        module = node_module[0] if node_module else None
+        if module is None or not self._plain or self.function is not None or self.grad_mode is True:
+            return None
+        if not (isinstance(native, functools.partial) and native.func is module.call and len(native.args) == 1
+                and not native.keywords):
+            return None
+        return module.direct(native.args[0], self._not_views, self._num_outputs, self.grad_mode is False)
 
     def artifact_recipe(self) -> Recipe | None:
         """This runtime as data (kiln.runtime.artifact), or None when it cannot travel."""
@@ -622,6 +642,15 @@ class AotRuntime:
         if kind == "same_as":
             return results[info.base]
         return info.value
+
+
+def _direct_class(direct: Any) -> type:
+    """AotRuntime with `direct` as its __call__: a runtime whose plain call is one C call switches to
+    it (its own class: the call is the C object's, with no Python frame between the glue and the
+    graph; everything else, its recipe included, is AotRuntime's)."""
+    return type(AotRuntime.__name__, (AotRuntime,), {"__call__": direct, "__slots__": (),
+                                                     "__module__": AotRuntime.__module__,
+                                                     "__qualname__": AotRuntime.__qualname__})
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 //  - the native wrapper's entry (kiln.runtime.native): a handle (a capsule) holds a graph's C++
 //    function, its kernel table and the kernel library's thread-count follower; `call`/`steal` turn
 //    Python arguments into c10::IValues, run the graph and wrap its outputs, raising what eager raises;
+//    `direct` makes a plain inference graph's whole runtime call one C object (kiln.runtime.aot);
 //  - the guard checks (kiln.capture.guards): `tensor_spec`/`tensor_ok`, `same_keys`, `empty_attrs`;
 //  - the autograd node of a compiled training graph whose forward is Kiln's kernels only
 //    (kiln.runtime.aot): `apply_node` runs the forward and records one C++ node, in place of a
@@ -271,23 +272,31 @@ static bool kiln_threads_current(KilnHandle* h) {
   return h->follow == nullptr || at::get_num_threads() == h->threads;
 }
 
-static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
+// The graph run on `in` into `outs`, the GIL held on entry and on return and released around the
+// run where `release` (false: a plan of Kiln's kernels only on small inputs, whose run is shorter
+// than taking the GIL back); false with the Python exception set.
+static bool kiln_run_outs(KilnHandle* h, std::vector<c10::IValue>& in, std::vector<c10::IValue>& outs, bool release) {
   if (!kiln_threads_current(h)) {
     int threads = at::get_num_threads();  // torch.set_num_threads between calls reaches the kernels
     PyObject* r = PyObject_CallNoArgs(h->follow);
-    if (r == nullptr) return nullptr;
+    if (r == nullptr) return false;
     Py_DECREF(r);
     h->threads = threads;
   }
-  std::vector<c10::IValue> outs;
   KilnRunErrors errors;
-  {
+  if (release) {
     // Other Python threads run while the graph does, as they do during each ctypes kernel call of
     // the Python wrapper; ATen takes the GIL itself where it needs it (a tensor's Python object).
     KilnNoGil released;
     kiln_run_released(h, in, outs, errors);
+  } else {
+    kiln_run_released(h, in, outs, errors);
   }
-  if (kiln_set_run_error(errors)) return nullptr;
+  return !kiln_set_run_error(errors);
+}
+
+// The outputs as a tuple of Python objects (emptied).
+static PyObject* kiln_wrap_all(std::vector<c10::IValue>& outs) {
   PyObject* result = PyTuple_New(static_cast<Py_ssize_t>(outs.size()));
   if (result == nullptr) return nullptr;
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -296,6 +305,12 @@ static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
     PyTuple_SET_ITEM(result, static_cast<Py_ssize_t>(i), o);
   }
   return result;
+}
+
+static PyObject* kiln_run(KilnHandle* h, std::vector<c10::IValue>& in) {
+  std::vector<c10::IValue> outs;
+  if (!kiln_run_outs(h, in, outs, true)) return nullptr;
+  return kiln_wrap_all(outs);
 }
 
 static KilnHandle* kiln_handle(PyObject* capsule) {
@@ -330,6 +345,119 @@ static PyObject* kiln_steal(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
 }
 
 
+// A plain inference graph's direct entry (kiln.runtime.aot.AotRuntime once its native wrapper runs):
+// `direct(handle, not_views, number of outputs, no_grad)` is a callable object that does what
+// AotRuntime's plain call does around the native wrapper, in one C call: run the graph (with grad
+// mode off where `no_grad`: kiln.runtime.aot.without_grad), replace the results at `not_views` that
+// are autograd views by detached aliases (kiln.runtime.aot.not_views) and return the tuple. A plan of
+// Kiln's kernels only (no ATen or Python call inside) keeps the GIL on inputs of at most
+// KILN_HOLD_GIL_ELEMENTS elements: dropping and taking it back costs more than such a run.
+static constexpr int64_t KILN_HOLD_GIL_ELEMENTS = 1 << 14;
+
+struct KilnDirect {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* capsule;  // the handle's (a strong reference)
+  KilnHandle* h;
+  std::vector<Py_ssize_t>* not_views;
+  Py_ssize_t num_outputs;
+  bool no_grad;
+  bool kernels_only;
+};
+
+static PyObject* kiln_direct_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* d = reinterpret_cast<KilnDirect*>(self);
+  if (kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0) {
+    PyErr_SetString(PyExc_TypeError, "a compiled graph takes no keyword arguments");
+    return nullptr;
+  }
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  std::vector<c10::IValue> in;
+  in.reserve(static_cast<size_t>(nargs));
+  bool release = !d->kernels_only;
+  int64_t elements = 0;
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    if (!kiln_unpack(args[i], in)) return nullptr;
+    if (!release && in.back().isTensor()) {
+      const at::Tensor& t = in.back().toTensor();
+      // a tensor whose sizes are not plain integers (a subclass's) counts as large
+      elements += t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() ? KILN_HOLD_GIL_ELEMENTS + 1 : t.numel();
+      release = elements > KILN_HOLD_GIL_ELEMENTS;
+    }
+  }
+  std::vector<c10::IValue> outs;
+  {
+    std::optional<at::AutoGradMode> grad_off;
+    if (d->no_grad && at::GradMode::is_enabled()) grad_off.emplace(false);
+    if (!kiln_run_outs(d->h, in, outs, release)) return nullptr;
+  }
+  if (static_cast<Py_ssize_t>(outs.size()) != d->num_outputs) {
+    PyErr_Format(PyExc_RuntimeError, "kiln internal error: a compiled graph returned %zd results, its runtime "
+                 "expected %zd", static_cast<Py_ssize_t>(outs.size()), d->num_outputs);
+    return nullptr;
+  }
+  try {
+    for (Py_ssize_t k : *d->not_views) {
+      c10::IValue& o = outs[static_cast<size_t>(k)];
+      if (o.isTensor() && o.toTensor().is_view()) o = o.toTensor().detach();
+    }
+  } catch (const c10::Error&) {
+    torch::translate_exception_to_python(std::current_exception());
+    return nullptr;
+  }
+  return kiln_wrap_all(outs);
+}
+
+static void kiln_direct_free(PyObject* self) {
+  auto* d = reinterpret_cast<KilnDirect*>(self);
+  Py_XDECREF(d->capsule);
+  delete d->not_views;
+  Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject kiln_direct_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// direct(handle, not_views tuple, number of outputs, no_grad) -> callable
+static PyObject* kiln_direct(PyObject*, PyObject* args) {
+  PyObject *capsule, *positions;
+  Py_ssize_t num_outputs;
+  int no_grad;
+  if (!PyArg_ParseTuple(args, "OO!np", &capsule, &PyTuple_Type, &positions, &num_outputs, &no_grad)) return nullptr;
+  KilnHandle* h = kiln_handle(capsule);
+  if (h == nullptr) return nullptr;
+  auto not_views = std::make_unique<std::vector<Py_ssize_t>>();
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(positions); ++i) {
+    Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(positions, i));
+    if (k == -1 && PyErr_Occurred()) return nullptr;
+    if (k < 0 || k >= num_outputs) { PyErr_SetString(PyExc_ValueError, "direct: a position outside the outputs"); return nullptr; }
+    not_views->push_back(k);
+  }
+  auto* d = PyObject_New(KilnDirect, &kiln_direct_type);
+  if (d == nullptr) return nullptr;
+  d->vectorcall = kiln_direct_call;
+  Py_INCREF(capsule);
+  d->capsule = capsule;
+  d->h = h;
+  d->not_views = not_views.release();
+  d->num_outputs = num_outputs;
+  d->no_grad = no_grad != 0;
+  d->kernels_only = h->plan != nullptr && h->plan->ops.empty();
+  return reinterpret_cast<PyObject*>(d);
+}
+
+static bool kiln_direct_ready() {
+  if (kiln_direct_type.tp_flags & Py_TPFLAGS_READY) return true;
+  kiln_direct_type.tp_name = "kiln_native.Direct";
+  kiln_direct_type.tp_basicsize = sizeof(KilnDirect);
+  kiln_direct_type.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+  kiln_direct_type.tp_vectorcall_offset = offsetof(KilnDirect, vectorcall);
+  kiln_direct_type.tp_call = PyVectorcall_Call;
+  kiln_direct_type.tp_dealloc = kiln_direct_free;
+  kiln_direct_type.tp_doc = "a plain inference graph's native call (direct(handle, not_views, n_out, no_grad))";
+  return PyType_Ready(&kiln_direct_type) == 0;
+}
+
+
 // Guard helpers (kiln.capture.guards): a tensor's metadata and a dict's keys checked in one call
 // each, where the generated Python check reads a dozen attributes.
 struct KilnTensorSpec {
@@ -343,12 +471,16 @@ struct KilnTensorSpec {
   std::vector<char> size_known, stride_known;
   bool check_strides;
   std::vector<std::pair<int64_t, int64_t>> links;  // stride[i] == size[j] * stride[j]
+  // the dims that may carry kiln.mark_dynamic's marks (a frozenset, a strong reference), or NULL:
+  // getattr(t, "_kiln_dynamic_dims", marks) <= marks (kiln.capture.guards.native._marks_check)
+  PyObject* marks = nullptr;
 };
 
 static void kiln_spec_free(PyObject* capsule) {
   auto* s = static_cast<KilnTensorSpec*>(PyCapsule_GetPointer(capsule, "kiln.tensor_spec"));
   if (s == nullptr) { PyErr_Clear(); return; }
   Py_XDECREF(reinterpret_cast<PyObject*>(s->type));
+  Py_XDECREF(s->marks);
   delete s;
 }
 
@@ -364,15 +496,19 @@ static bool kiln_int_or_none(PyObject* tuple, std::vector<int64_t>& values, std:
 }
 
 // tensor_spec(type, dtype, device type, device index, layout, requires_grad, sizes, strides or None,
-//             links, inference, complex, conj, neg) -> spec
+//             links, inference, complex, conj, neg[, marks frozenset or None]) -> spec
 static PyObject* kiln_tensor_spec(PyObject*, PyObject* args) {
-  PyObject *type, *dtype, *layout, *sizes, *strides, *links;
+  PyObject *type, *dtype, *layout, *sizes, *strides, *links, *marks = Py_None;
   const char* device_type;
   int device_index, requires_grad, inference, complex_bits, conj, neg;
-  if (!PyArg_ParseTuple(args, "O!OsiOpO!OO!pppp", &PyType_Type, &type, &dtype, &device_type, &device_index, &layout,
+  if (!PyArg_ParseTuple(args, "O!OsiOpO!OO!pppp|O", &PyType_Type, &type, &dtype, &device_type, &device_index, &layout,
                         &requires_grad, &PyTuple_Type, &sizes, &strides, &PyTuple_Type, &links, &inference,
-                        &complex_bits, &conj, &neg))
+                        &complex_bits, &conj, &neg, &marks))
     return nullptr;
+  if (marks != Py_None && !PyFrozenSet_CheckExact(marks)) {
+    PyErr_SetString(PyExc_TypeError, "tensor_spec: the marks are a frozenset or None");
+    return nullptr;
+  }
   if (!THPDtype_Check(dtype) || !THPLayout_Check(layout) || (strides != Py_None && !PyTuple_Check(strides))) {
     PyErr_SetString(PyExc_TypeError, "tensor_spec: a dtype, a layout and a tuple of strides or None");
     return nullptr;
@@ -409,8 +545,9 @@ static PyObject* kiln_tensor_spec(PyObject*, PyObject* args) {
   if (!ok) { delete s; return nullptr; }
   Py_INCREF(type);
   s->type = reinterpret_cast<PyTypeObject*>(type);
+  if (marks != Py_None) { Py_INCREF(marks); s->marks = marks; }
   PyObject* capsule = PyCapsule_New(s, "kiln.tensor_spec", kiln_spec_free);
-  if (capsule == nullptr) { Py_DECREF(type); delete s; }
+  if (capsule == nullptr) { Py_DECREF(type); Py_XDECREF(s->marks); delete s; }
   return capsule;
 }
 
@@ -447,6 +584,19 @@ static PyObject* kiln_tensor_ok(PyObject*, PyObject* const* args, Py_ssize_t nar
     ok = kiln_tensor_matches(THPVariable_Unpack(args[0]), s);
   } catch (const c10::Error&) {
     ok = false;  // metadata that cannot be read (a nested tensor's sizes): not the tensor captured
+  }
+  if (ok && s->marks != nullptr) {
+    // the marks live on the tensor object (kiln.symbolic.marks): getattr without raising AttributeError
+    static PyObject* name = PyUnicode_InternFromString("_kiln_dynamic_dims");
+    if (name == nullptr) return nullptr;
+    PyObject* value = nullptr;
+    if (_PyObject_LookupAttr(args[0], name, &value) < 0) return nullptr;
+    if (value != nullptr) {
+      int within = PyObject_RichCompareBool(value, s->marks, Py_LE);
+      Py_DECREF(value);
+      if (within < 0) return nullptr;
+      ok = within == 1;
+    }
   }
   if (ok) Py_RETURN_TRUE;
   Py_RETURN_FALSE;
@@ -777,6 +927,7 @@ static PyMethodDef kiln_methods[] = {
    "call(handle, *args) -> tuple"},
   {"steal", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_steal)), METH_FASTCALL,
    "steal(handle, list) -> tuple"},
+  {"direct", kiln_direct, METH_VARARGS, "direct(handle, not_views, number of outputs, no_grad) -> callable"},
   {"tensor_spec", kiln_tensor_spec, METH_VARARGS, "tensor_spec(type, dtype, ...) -> spec"},
   {"tensor_ok", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_tensor_ok)), METH_FASTCALL,
    "tensor_ok(value, spec) -> bool"},
@@ -790,4 +941,7 @@ static PyMethodDef kiln_methods[] = {
 
 static struct PyModuleDef kiln_module = {PyModuleDef_HEAD_INIT, "kiln_native", nullptr, -1, kiln_methods};
 
-extern "C" PyObject* kiln_native_module() { return PyModule_Create(&kiln_module); }
+extern "C" PyObject* kiln_native_module() {
+  if (!kiln_direct_ready()) return nullptr;
+  return PyModule_Create(&kiln_module);
+}

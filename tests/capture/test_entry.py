@@ -3,6 +3,7 @@ function) drives the cache, recompiles, the cache limit, fallbacks and the count
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 from dataclasses import dataclass, field
 
@@ -397,3 +398,78 @@ def test_binder_with_star_and_keyword_only_parameters(call, index, monkeypatch):
         return
     expected.apply_defaults()
     assert binder(args, dict(kwargs)) == dict(expected.arguments)  # defaults replaced after compile
+
+
+def _two(x, y):
+    return x * 2 + y
+
+
+def _with_default(x, y=3.0):
+    return x - y
+
+
+def _own_names(L, args, kwargs, fn, entry):  # noqa: N803  # the names the entry's own code uses
+    return L + args * kwargs - fn + entry
+
+
+def _none():
+    return torch.ones(2)
+
+
+_EXACT_CALLS = [
+    (_two, (torch.ones(2), torch.ones(2)), {}), (_two, (torch.ones(2),), {"y": torch.ones(2)}),
+    (_two, (), {"y": torch.ones(2), "x": torch.ones(2)}), (_two, (torch.ones(2),), {}),
+    (_two, (), {"y": torch.ones(2)}), (_two, (torch.ones(2),) * 3, {}), (_two, (torch.ones(2),) * 2, {"x": 1}),
+    (_two, (torch.ones(2),), {"z": 1}), (_with_default, (torch.ones(2),), {}),
+    (_with_default, (torch.ones(2), 1.0), {}), (_with_default, (), {"x": torch.ones(2), "y": 2.0}),
+    (_with_default, (torch.ones(2),) * 3, {}), (_own_names, (torch.ones(2),) * 5, {}),
+    (_own_names, (), {k: torch.full((2,), 2.0) for k in ("L", "args", "kwargs", "fn", "entry")}),
+    (_none, (), {}), (_none, (1,), {}),
+]
+
+
+@pytest.mark.parametrize("fn, args, kwargs", _EXACT_CALLS)
+def test_an_all_positional_function_is_entered_with_its_own_parameters(fn, args, kwargs) -> None:
+    # The compiled callable of an all-positional function takes the function's parameters (no
+    # *args tuple, no **kwargs dict, no binder call per call), and every call binds, computes or
+    # raises as eager's: keywords, defaults, missing, repeated and unknown arguments
+    kiln.reset()
+    compiled = kiln.compile(fn)
+    code = compiled.__code__
+    assert not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    assert code.co_varnames[:code.co_argcount] == fn.__code__.co_varnames[:fn.__code__.co_argcount]
+    for _ in range(3):
+        try:
+            want = fn(*args, **kwargs)
+        except TypeError as exc:
+            if "positional arguments but" in str(exc):  # the count the entry's defaults give differs
+                with pytest.raises(TypeError, match="positional argument"):
+                    compiled(*args, **kwargs)
+            else:
+                with pytest.raises(TypeError, match=f"^{re.escape(str(exc))}$"):
+                    compiled(*args, **kwargs)
+            continue
+        torch.testing.assert_close(compiled(*args, **kwargs), want)
+    kiln.reset()
+
+
+def test_an_exact_entry_follows_defaults_and_code_replaced_after_compile() -> None:
+    kiln.reset()
+
+    def f(x, y):
+        return x + y
+
+    compiled = kiln.compile(f)
+    x = torch.ones(3)
+    torch.testing.assert_close(compiled(x, x), x + x)
+    f.__defaults__ = (torch.full((3,), 5.0),)  # a default given after compile: the call binds it
+    torch.testing.assert_close(compiled(x), x + 5)
+    torch.testing.assert_close(compiled(y=x, x=x), x + x)
+
+    def g(x, y=torch.full((3,), 7.0)):
+        return x * y
+
+    f.__code__, f.__defaults__ = g.__code__, g.__defaults__  # new code: its own compiled callable
+    torch.testing.assert_close(compiled(x), x * 7)
+    torch.testing.assert_close(compiled(x, x), x)
+    kiln.reset()

@@ -91,6 +91,32 @@ def test_parameters_and_marks(boundary: Any) -> None:
     assert verdicts[2] == (False, "x.dtype changed from torch.float32 to torch.float64")
 
 
+@pytest.mark.parametrize("dynamic", [(), (0,), (1,), (0, 1)])
+def test_marks_are_checked_inside_the_one_native_call(boundary: Any, dynamic: tuple[int, ...]) -> None:
+    # tensor_ok reads the tensor's kiln.mark_dynamic marks itself (no getattr per tensor and call),
+    # with the Python check's verdicts and reasons: marks within the dims already dynamic pass
+    from kiln.symbolic.marks import DYNAMIC_ATTR, mark_dynamic
+
+    captured = torch.randn(4, 3)
+    guard = tensor_guard("L['x']", captured, dynamic_dims=list(dynamic))
+    source = compile_guards([guard], native=boundary).source
+    assert "___tensor_ok" in source and "getattr(" not in source
+    candidates: list[Any] = [captured]
+    for dims in ((0,), (1,), (0, 1)):
+        for make in (lambda: torch.randn(4, 3), lambda: torch.nn.Parameter(torch.randn(4, 3))):
+            t = make()
+            mark_dynamic(t, dims)
+            candidates.append(t)
+    odd = torch.randn(4, 3)
+    setattr(odd, DYNAMIC_ATTR, {1})  # a plain set, as a user might set it: compared as Python compares it
+    candidates.append(odd)
+    verdicts = _verdicts([guard], candidates, boundary)
+    for value, (ok, why) in zip(candidates, verdicts):
+        marks = getattr(value, DYNAMIC_ATTR, frozenset())
+        if type(value) is torch.Tensor:
+            assert ok == (marks <= set(dynamic)), (dynamic, marks, why)
+
+
 def test_a_tensor_subclass_keeps_the_python_checks(boundary: Any) -> None:
     class Tagged(torch.Tensor):
         pass

@@ -184,3 +184,85 @@ def test_a_native_backward_follows_threads_changed_after_its_forward(after) -> N
     finally:
         torch.set_num_threads(saved)
         kiln.reset()
+
+
+def _matmul3d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.matmul(x.view(2, 2, 16), y.t())  # eager's is no view; a wrapper's may be one of its buffer
+
+
+def _under_no_grad(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.softmax(x * y, -1)
+
+
+def _view_out(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    s = x + y
+    return s, s[1:].t()
+
+
+_DIRECT = {"_add": _add, "_softmax": _softmax, "_matmul3d": _matmul3d, "_under_no_grad": _under_no_grad,
+           "_view_out": _view_out}
+
+
+def _direct_expected(name: str, outside: str, requires: bool) -> bool:
+    """Whether the graph is an inference graph that runs as the extension's direct call."""
+    inference = not requires or outside in ("no_grad", "inference_mode") or name == "_under_no_grad"
+    return inference and name != "_view_out"  # a view of an intermediate is rebuilt in Python
+
+
+@pytest.mark.parametrize("name", list(_DIRECT))
+@pytest.mark.parametrize("outside", list(_OUTSIDE))
+@pytest.mark.parametrize("requires", [False, True])
+def test_plain_inference_graphs_run_as_one_native_call(name, outside, requires) -> None:
+    # Once its native wrapper runs, a plain inference graph's runtime is the extension's direct call
+    # (AotRuntime's plain branch in C++: grad mode off for a graph under without_grad, results that
+    # eager gives as no view handed out as detached aliases), and every call still gives eager's
+    # values, autograd views, requires_grad, inference flags and grad mode after the call.
+    from kiln.runtime import boundary
+    from kiln.runtime.aot import AotRuntime
+
+    kiln.reset()
+    fn = _DIRECT[name]
+    compiled = kiln.compile(fn)
+    for call in range(4):
+        x = torch.randn(4, 16, requires_grad=requires)
+        y = torch.randn(4, 16, requires_grad=requires)
+        with _OUTSIDE[outside]():
+            mode = torch.is_grad_enabled()
+            got, want = compiled(x, y), fn(x, y)
+            assert torch.is_grad_enabled() == mode
+        gots, wants = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        for g, w in zip(gots, wants):
+            torch.testing.assert_close(g, w)
+            assert g._is_view() == w._is_view() and g.requires_grad == w.requires_grad
+            assert g.is_inference() == w.is_inference()
+            if not w.is_inference() and not w.requires_grad:
+                with torch.enable_grad():  # a view made in no_grad mode would refuse this
+                    g.mul_(2)
+                    w.mul_(2)
+                torch.testing.assert_close(g, w)
+    if boundary.built() is not None and native.wait_for_tier_up(600):
+        direct = type(_runtime(compiled)).__call__ is not AotRuntime.__call__
+        assert direct == _direct_expected(name, outside, requires)
+    kiln.reset()
+
+
+def test_a_direct_call_restores_grad_mode_when_the_graph_raises() -> None:
+    # the direct call of a graph run under without_grad turns grad mode off in C++: a failed check
+    # inside the graph (an index out of range) must leave the caller's mode as it was
+    kiln.reset()
+
+    def f(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return x[i] * 2
+
+    compiled = kiln.compile(f)
+    x = torch.randn(8, requires_grad=True)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x, torch.tensor([1, 2])), f(x, torch.tensor([1, 2])))
+    with pytest.raises(IndexError):
+        f(x, torch.tensor([1, 9]))
+    with pytest.raises(IndexError):
+        compiled(x, torch.tensor([1, 9]))
+    assert torch.is_grad_enabled()
+    kiln.reset()

@@ -32,7 +32,7 @@ def check_tensor(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
     # One call to the boundary extension checks what _tensor_checks spells out in Python (about a
     # tenth of the time); the Python checks only say, on a failure, which part failed.
     em_python = Emitter()
-    python = _tensor_checks(spec, name, em_python)
+    python = _tensor_checks(spec, name, em_python) + _marks_check(spec, name, em_python)
 
     def why(v: Any) -> str:
         for check in python:
@@ -48,10 +48,11 @@ def check_tensor(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
         handle = em.native.tensor_spec(
             spec.type, spec.dtype, spec.device.type, -1 if spec.device.index is None else spec.device.index,
             spec.layout, spec.requires_grad, spec.sizes, spec.strides if spec.layout == torch.strided else None,
-            spec.stride_links, spec.inference, spec.dtype.is_complex, spec.conj, spec.neg)
+            spec.stride_links, spec.inference, spec.dtype.is_complex, spec.conj, spec.neg,
+            None if spec.markable is None else frozenset(spec.markable))  # the marks check too
     except (TypeError, ValueError):  # a device type c10 cannot name from Python's string: Python checks
         return _tensor_checks(spec, name, em) + _marks_check(spec, name, em)
-    return [Check(f"___tensor_ok({{v}}, {em.bind(handle)})", why)] + _marks_check(spec, name, em)
+    return [Check(f"___tensor_ok({{v}}, {em.bind(handle)})", why)]
 
 
 def _tensor_checks(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
