@@ -90,6 +90,22 @@ def test_group_norm_statistics_walk_the_channels() -> None:
     assert reductions and all(re.match(r"for \(int64_t \w+ = 0; \w+ < 8;", loop) for loop in reductions), \
         c.cpp_source
     assert not re.search(r"\[\w+ / 8\]", c.cpp_source)  # no per-element gather of a group's statistics
+    # each channel of the group adds into a lane of its own, not all 8 into one scalar per pixel
+    assert not re.search(r"#pragma omp simd reduction\(\+:\w+\)\s*\n\s*for \(int64_t \w+ = 0; \w+ < 8;",
+                         c.cpp_source), c.cpp_source
+    assert "lanes_acc_" in c.cpp_source
+
+
+@pytest.mark.parametrize("inner", [2, 3, 8, 15, 16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sums_with_a_short_contiguous_inner_dim_match_eager(inner: int, dtype: torch.dtype) -> None:
+    x = (torch.randn(3, 40, inner, dtype=dtype) * 5 + 2).transpose(1, 2)  # the short dim has stride 1
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return x.sum((1, 2)), x.mean((1, 2)), torch.var(x, (1, 2)), (x * x).sum((1, 2), keepdim=True)
+
+    c = check(fn, x, atol=1e-5, rtol=1e-5)
+    assert ("lanes_acc_" in c.cpp_source) == (inner < 16), c.cpp_source
 
 
 @pytest.mark.parametrize("op", ["sum", "amax", "mean", "var"])
