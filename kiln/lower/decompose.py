@@ -98,12 +98,42 @@ def native_group_norm(in_input_dtype: Any, x: torch.Tensor, weight: torch.Tensor
     the statistics keep the input's type, the dtypes disagree with the traced node's and the op
     stays an ATen call (see _agree_with_eager)."""
     mixed = any(isinstance(t, torch.Tensor) and t.dtype != x.dtype for t in (weight, bias))
+    if not mixed and x.dtype in (torch.float32, torch.float64):
+        return _group_norm_scale_shift(x, weight, bias, *sizes_and_eps)
     if not mixed or x.dtype not in (torch.float16, torch.bfloat16):
         return in_input_dtype(x, weight, bias, *sizes_and_eps)
     wide = aten._to_copy.default(x, dtype=torch.float32)
     out, mean, rstd = in_input_dtype(wide, weight, bias, *sizes_and_eps)
     return aten._to_copy.default(out, dtype=x.dtype), mean, rstd
 
+
+
+def _group_norm_scale_shift(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, n: Any, c: Any,
+                            hxw: Any, groups: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Group norm as ATen's CPU kernel computes it: per sample and channel a scale (rstd times the
+    weight) and a shift (the bias less the mean times the scale), stored once (the as_strided of a
+    contiguous copy makes them buffers), then one multiply-add per element. In PyTorch's
+    decomposition for other devices the normalization stays `(x - mean) * rstd * weight + bias`
+    with rstd lazy: each element of the result recomputed its group's rsqrt and two divisions and
+    gathered its group's statistics (a group norm and SiLU of a 64-channel NHWC activation ran 2.7x
+    eager's time)."""
+    per = c // groups
+    grouped = aten.reshape.default(x, [n, groups, per, hxw])
+    var, mean = aten.var_mean.correction(grouped, [2, 3], correction=0, keepdim=True)
+    rstd = aten.rsqrt.default(aten.add.Scalar(var, eps))
+    scale = (aten.expand.default(rstd, [n, groups, per, 1]) if weight is None
+             else aten.mul.Tensor(rstd, aten.reshape.default(weight, [1, groups, per, 1])))
+    shift = aten.neg.default(aten.mul.Tensor(mean, scale))
+    if bias is not None:
+        shift = aten.add.Tensor(shift, aten.reshape.default(bias, [1, groups, per, 1]))
+    spread = [n, c] + [1] * (x.dim() - 2)
+
+    def stored(t: torch.Tensor) -> torch.Tensor:
+        flat = aten.as_strided.default(aten.clone.default(t, memory_format=torch.contiguous_format), [n, c], [c, 1])
+        return aten.reshape.default(flat, spread)
+
+    out = aten.add.Tensor(aten.mul.Tensor(x, stored(scale)), stored(shift))
+    return out, aten.reshape.default(mean, [n, groups]), aten.reshape.default(rstd, [n, groups])
 
 def native_group_norm_backward(promoting: Any, grad_output: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
                                rstd: torch.Tensor, weight: torch.Tensor | None,

@@ -150,6 +150,30 @@ def walk(value: Value) -> list[Value]:
 
 # ----------------------------------------------------------------------------- buffers
 
+def substitute(value: Value, sub: dict) -> Value:
+    """`value` with the index variables in `sub` replaced (simultaneously) in every index it holds:
+    the loads' indices, index values and what masks and indirect loads are made of."""
+    memo: dict[int, Value] = {}
+
+    def go(v: Value) -> Value:
+        if id(v) in memo:
+            return memo[id(v)]
+        if isinstance(v, Load):
+            out: Value = Load(v.buffer, v.index.xreplace(sub), v.dtype, None if v.extra is None else go(v.extra))
+        elif isinstance(v, Index):
+            out = Index(v.expr.xreplace(sub), v.dtype)
+        elif isinstance(v, Op):
+            out = Op(v.name, tuple(go(a) for a in v.args), v.dtype, v.param)
+        elif isinstance(v, Masked):
+            out = Masked(go(v.mask), go(v.body), go(v.other), v.dtype)
+        else:
+            out = v
+        memo[id(v)] = out
+        return out
+
+    return go(value)
+
+
 def contiguous_strides(sizes: Sequence[sympy.Expr]) -> tuple[sympy.Expr, ...]:
     strides: list[sympy.Expr] = []
     acc: sympy.Expr = sympy.Integer(1)

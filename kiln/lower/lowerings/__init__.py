@@ -16,10 +16,10 @@ import sympy
 import torch
 
 from kiln.lower import ops
-from kiln.symbolic.expr import ModularIndexing, adopt_torch_functions
+from kiln.symbolic.expr import FloorDiv, ModularIndexing, adopt_torch_functions
 from kiln.symbolic.node import expr_of
 from kiln.lower.ir import (BufferRef, Buffer, Extern, Layout, Load, Pointwise, Reduction, SymExpr, Value,
-                           index_vars, simplify_index, walk)
+                           index_vars, simplify_index, substitute, walk)
 
 Loader = Callable[[Sequence[sympy.Expr]], Value]
 
@@ -48,6 +48,40 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 SUPPORTED_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
                               torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
 
+
+
+def contiguous_last(body: Value, reduced: tuple[sympy.Expr, ...]) -> tuple[Value, tuple[sympy.Expr, ...]]:
+    """The reduced dims of `body` reordered so that the innermost one is contiguous in memory where
+    another one is and it is not: the dims by decreasing stride (the largest coefficient any load
+    gives them). A group norm's statistics of an NHWC activation reduce over (C/G, H*W) with C/G
+    the stride-1 dim; in the logical order the reduction kernel's vector loop went across groups,
+    8 floats apart, or along H*W, a row apart, instead of along the channels of a group. Order
+    matters to the rounding of a sum only (the reduction is of one associative operation)."""
+    rs = index_vars("r", len(reduced))
+    if len(reduced) < 2 or not all(r.is_number for r in reduced):
+        return body, reduced
+    largest = [0] * len(rs)
+    contiguous = [False] * len(rs)
+    for v in walk(body):
+        if not isinstance(v, Load):
+            continue
+        index = sympy.expand(v.index)
+        if any(node.has(*rs) for node in index.atoms(FloorDiv, ModularIndexing)):
+            return body, reduced  # a reshape's index arithmetic: no single stride per dim
+        for k, r in enumerate(rs):
+            c = index.coeff(r)
+            if not c.is_number or index.coeff(r, 2) != 0:
+                return body, reduced
+            largest[k] = max(largest[k], abs(int(c)))
+            contiguous[k] |= c == 1
+    if contiguous[-1] or not any(contiguous):
+        return body, reduced
+    # dims no load walks go outermost; the others by decreasing stride, ties in their order
+    order = sorted(range(len(rs)), key=lambda k: -(largest[k] or float("inf")))
+    if not contiguous[order[-1]]:
+        return body, reduced
+    body = substitute(body, {rs[old]: rs[new] for new, old in enumerate(order)})
+    return body, tuple(reduced[k] for k in order)
 
 @dataclass
 class TensorValue:
@@ -166,11 +200,13 @@ class LoweringContext:
         """A Reduction buffer over `ranges` (kept) x `reduction_ranges`; fn(i, r) gives the element."""
         layout = Layout.contiguous(dtype, ranges)
         body = fn(index_vars("i", len(ranges)), index_vars("r", len(reduction_ranges)))
+        reduced = tuple(sympy.sympify(r) for r in reduction_ranges)
+        if rtype not in ("argmax", "argmin"):  # their ties go to the first point in the logical order
+            body, reduced = contiguous_last(body, reduced)
         origins = tuple(dict.fromkeys(self.pending_origins + self.origins))
         if rtype not in ("argmax", "argmin"):
             body = ops.cast(body, compute_dtype(dtype))
-        buf = self.add(Reduction(self.new_name(), layout, origins, body,
-                                 tuple(sympy.sympify(r) for r in reduction_ranges), rtype))
+        buf = self.add(Reduction(self.new_name(), layout, origins, body, reduced, rtype))
         return strided_value(BufferRef(buf.name, layout))
 
     def as_ref(self, tv: TensorValue) -> BufferRef:
