@@ -263,6 +263,7 @@ def test_every_generated_region_has_a_one_thread_branch() -> None:
         return (x.exp() + 1, torch.softmax(x, -1), x.sum(0), torch.softmax(x, 0), x.cumsum(1),
                 torch.zeros(64, 8).index_add(0, i, w))
 
+    torch.manual_seed(0)
     x, w, i = torch.randn(256, 1024), torch.randn(4096, 8), torch.randint(0, 64, (4096,))
     graph = _compile(kernels, x, w, i)
     lines = [line.strip() for line in graph.cpp_source.splitlines()]
@@ -271,7 +272,9 @@ def test_every_generated_region_has_a_one_thread_branch() -> None:
     for k in regions:
         assert re.match(r"if \(.*(kiln_threads\(\)|kiln_all_threads\(\)|kiln_nt) > 1", lines[k - 1]), lines[k - 1]
     for got, want in zip(graph(x, w, i), kernels(x, w, i)):
-        torch.testing.assert_close(got, want)
+        # the column sum (256 terms) and index_add (about 64 per row) add in another order than eager's
+        # vector code: their rounding differs by ~sqrt(n) * eps * |terms|, above assert_close's 1e-5
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
 
 
 @pytest.mark.parametrize("threads", [(1, 2, 1), (2, 1, 2)])
