@@ -4,7 +4,8 @@
 `min_cut` (rematerialization, Kiln's default): the saved set is a minimum s-t cut over the joint
 graph, each node costing its size in bytes; cheap pointwise and view ops may be recomputed in the
 backward, while matmul, convolution, reductions and random ops are pinned to the forward so their
-results are saved (a saved dropout mask is the same mask in both passes). Nodes of a checkpointed
+results are saved (a saved dropout mask is the same mask in both passes), and so is a pointwise
+value a convolution's backward reads below channels-last sizes (the backward would store it again). Nodes of a checkpointed
 region (torch.utils.checkpoint, tagged by capture) are recomputed whatever they cost, except what a
 selective policy says to save (kiln/autograd/checkpoint.py); `Partition.recomputed` lists what the
 backward computes again. JointTrace -> Partition.
@@ -184,6 +185,10 @@ def _inputs_eager_keeps(nodes: list[fx.Node]) -> set[fx.Node]:
 # backward ops that run as externs on stored inputs (oneDNN's convolution backward): what they read
 # is stored in the backward anyway, so computing it there again costs a pass of its own
 _READS_STORED_INPUTS = frozenset({aten.convolution_backward.default})
+# from this many pixels a CPU float32 convolution runs channels-last when nothing else reads its
+# input: kiln.lower.conv_layout.CHANNELS_LAST_MIN_PIXELS (autograd does not import the lowering;
+# tests/autograd/test_partition_cnn.py checks that the two agree)
+NHWC_CONV_MIN_PIXELS = 256
 
 
 def _stored_for_backward_extern(node: fx.Node, tangent_dependent: set[fx.Node]) -> bool:
@@ -192,10 +197,17 @@ def _stored_for_backward_extern(node: fx.Node, tangent_dependent: set[fx.Node]) 
     backward must materialize. The forward stores it anyway (it is the next convolution's input),
     so saving it costs no pass, where computing it again (a ReLU6 of a saved BatchNorm output) costs
     the backward a read and a write of the whole tensor per layer."""
-    target = node.target
-    return (node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
-            and torch.Tag.pointwise in target.tags and isinstance(node.meta.get("val"), torch.Tensor)
-            and any(u in tangent_dependent and u.target in _READS_STORED_INPUTS for u in node.users))
+    target, value = node.target, node.meta.get("val")
+    if not (node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
+            and torch.Tag.pointwise in target.tags and isinstance(value, torch.Tensor)):
+        return False
+    if (value.dim() == 4 and value.dtype == torch.float32 and value.device.type == "cpu"
+            and size_hint(value.shape[2]) * size_hint(value.shape[3]) >= NHWC_CONV_MIN_PIXELS):
+        # the forward's convolution runs channels-last on an input it alone reads (a graph output
+        # keeps eager's layout): saved, it would run NCHW, which cost a ResNeXt-style training step
+        # at 32x32 pixels 7% more than the backward's pass that computes the input again
+        return False
+    return any(u in tangent_dependent and u.target in _READS_STORED_INPUTS for u in node.users)
 
 
 def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.Node],
