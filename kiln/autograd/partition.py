@@ -4,7 +4,8 @@
 `min_cut` (rematerialization, Kiln's default): the saved set is a minimum s-t cut over the joint
 graph, each node costing its size in bytes; cheap pointwise and view ops may be recomputed in the
 backward, while matmul, convolution, reductions and random ops are pinned to the forward so their
-results are saved (a saved dropout mask is the same mask in both passes). Nodes of a checkpointed
+results are saved (a saved dropout mask is the same mask in both passes), and so is a pointwise
+value a convolution's backward reads below channels-last sizes (the backward would store it again). Nodes of a checkpointed
 region (torch.utils.checkpoint, tagged by capture) are recomputed whatever they cost, except what a
 selective policy says to save (kiln/autograd/checkpoint.py); `Partition.recomputed` lists what the
 backward computes again. JointTrace -> Partition.
@@ -181,6 +182,34 @@ def _inputs_eager_keeps(nodes: list[fx.Node]) -> set[fx.Node]:
     return kept
 
 
+# backward ops that run as externs on stored inputs (oneDNN's convolution backward): what they read
+# is stored in the backward anyway, so computing it there again costs a pass of its own
+_READS_STORED_INPUTS = frozenset({aten.convolution_backward.default})
+# from this many pixels a CPU float32 convolution runs channels-last when nothing else reads its
+# input: kiln.lower.conv_layout.CHANNELS_LAST_MIN_PIXELS (autograd does not import the lowering;
+# tests/autograd/test_partition_cnn.py checks that the two agree)
+NHWC_CONV_MIN_PIXELS = 256
+
+
+def _stored_for_backward_extern(node: fx.Node, tangent_dependent: set[fx.Node]) -> bool:
+    """Whether `node` is a pointwise value (an activation, a residual sum) that an extern of the
+    backward reads: saved rather than recomputed, as PyTorch's partitioner bans recomputing what the
+    backward must materialize. The forward stores it anyway (it is the next convolution's input),
+    so saving it costs no pass, where computing it again (a ReLU6 of a saved BatchNorm output) costs
+    the backward a read and a write of the whole tensor per layer."""
+    target, value = node.target, node.meta.get("val")
+    if not (node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
+            and torch.Tag.pointwise in target.tags and isinstance(value, torch.Tensor)):
+        return False
+    if (value.dim() == 4 and value.dtype == torch.float32 and value.device.type == "cpu"
+            and size_hint(value.shape[2]) * size_hint(value.shape[3]) >= NHWC_CONV_MIN_PIXELS):
+        # the forward's convolution runs channels-last on an input it alone reads (a graph output
+        # keeps eager's layout): saved, it would run NCHW, which cost a ResNeXt-style training step
+        # at 32x32 pixels 7% more than the backward's pass that computes the input again
+        return False
+    return any(u in tangent_dependent and u.target in _READS_STORED_INPUTS for u in node.users)
+
+
 def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.Node],
                       tangent_dependent: set[fx.Node], mutated: AbstractSet[str] = frozenset(),
                       module_state: AbstractSet[str] = frozenset()) -> list[fx.Node]:
@@ -211,7 +240,8 @@ def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.
         elif must_recompute(policy):
             # computed again in the backward, whatever it costs: it can never be on the saved side
             g.add_edge(name + "_in", "sink", capacity=math.inf)
-        elif node in fw and (policy is CheckpointPolicy.MUST_SAVE or not is_recomputable(node)):
+        elif node in fw and (policy is CheckpointPolicy.MUST_SAVE or not is_recomputable(node)
+                             or (policy is None and _stored_for_backward_extern(node, tangent_dependent))):
             g.add_edge("source", name + "_in", capacity=math.inf)
         cost = node_bytes(node)
         base = _input_base(node)
@@ -247,6 +277,37 @@ def _saved_by_min_cut(nodes: list[fx.Node], fw: set[fx.Node], bw_needed: set[fx.
         return _saved_by_save_all(nodes, fw, bw_needed)
     return [n for n in nodes if n in bw_needed and n not in tangent_dependent
             and n.name + "_in" in reachable and n.name + "_out" not in reachable]
+
+
+def _clamp_backward_reads_output(gm: fx.GraphModule, tangent_dependent: set[fx.Node]) -> bool:
+    """Point each hardtanh_backward (ReLU6's) of the backward at the forward's hardtanh output
+    instead of its input (or a clone of it, as an in-place ReLU6 is traced): the same mask, since
+    for min < max, x <= min exactly when clamp(x) <= min, x >= max exactly when clamp(x) >= max,
+    and NaN stays NaN. The output is what the next convolution reads, saved for its backward
+    anyway; the input is a BatchNorm's output, which the cut must otherwise save as well (or the
+    backward recompute). Eager's own backward of an in-place ReLU6 reads the output. Returns whether
+    the graph changed."""
+    changed = False
+    for node in gm.graph.nodes:
+        if node.target is not aten.hardtanh_backward.default or node not in tangent_dependent:
+            continue
+        _, source, low, high = node.args[:4]
+        if not isinstance(source, fx.Node) or not (isinstance(low, (int, float)) and isinstance(high, (int, float))
+                                                   and low < high):
+            continue
+        base = source
+        while base.op == "call_function" and base.target is aten.clone.default and isinstance(base.args[0], fx.Node):
+            base = base.args[0]
+        out = next((u for u in base.users if u.target is aten.hardtanh.default and u not in tangent_dependent
+                    and len(u.args) == 3 and not u.kwargs and u.args[1:] == (low, high)), None)
+        if out is not None and out.meta.get("val") is not None and source.meta.get("val") is not None \
+                and out.meta["val"].dtype == source.meta["val"].dtype:
+            node.replace_input_with(source, out)
+            changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return changed
 
 
 def _norm_output_source(node: fx.Node) -> tuple[fx.Node, list[fx.Node]] | None:
@@ -423,7 +484,8 @@ def partition(joint: JointTrace, policy: str = "min_cut", mutated: Iterable[int]
     for node in nodes:
         if any(i in tangent_dependent for i in node.all_input_nodes):
             tangent_dependent.add(node)
-    if policy == "min_cut" and _recompute_norm_outputs(joint.gm, tangent_dependent):
+    if policy == "min_cut" and (_clamp_backward_reads_output(joint.gm, tangent_dependent)
+                                | _recompute_norm_outputs(joint.gm, tangent_dependent)):
         nodes = list(joint.gm.graph.nodes)
     bw_roots = list(grads) + backward_checks
     fw = _ancestors(fw_outputs) | set(primals)
