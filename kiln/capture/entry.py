@@ -387,10 +387,11 @@ _MISSING = object()  # an argument _exact_entry's function was not given
 def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[..., Any], frame: "_Frame",
                  G: dict, stats: Any) -> Callable[..., Any] | None:
     """The compiled callable of an all-positional function as a function of the same parameters:
-    `def entry(x=MISSING, y=MISSING)` binds a call's locals with one dict display, and CPython calls
-    it as it calls any plain function (no *args tuple, no **kwargs dict, no call into the binder),
-    a few tenths of a microsecond a call. A call missing an argument (a default, a TypeError to
-    raise as eager's) and a function whose __code__ was replaced since go to `general`, the
+    `def entry(x=MISSING, y=MISSING, *extra)` binds a call's locals with one dict display, and
+    CPython calls it as it calls any plain function (no **kwargs dict, no call into the binder; an
+    empty `extra` is the shared empty tuple), a few tenths of a microsecond a call. A call missing an
+    argument (a default, a TypeError to raise as eager's), one with too many arguments (eager's
+    TypeError text) and a function whose __code__ was replaced since go to `general`, the
     callable compile_function makes for every function. None where the names cannot be written
     (positional-only parameters, names that are not identifiers or are the entry's own)."""
     code = fn.__code__
@@ -399,9 +400,9 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
     given = ", ".join(names) + ("," if len(names) == 1 else "")
     missing = "".join(f" or {n} is _kiln_missing" for n in names)
     source = (
-        f"def entry({', '.join(f'{n}=_kiln_missing' for n in names)}):\n"
-        f"    if _kiln_fn.__code__ is not _kiln_code{missing}:\n"
-        f"        return _kiln_general(({given}))\n"
+        f"def entry({''.join(f'{n}=_kiln_missing, ' for n in names)}*_kiln_extra):\n"
+        f"    if _kiln_extra or _kiln_fn.__code__ is not _kiln_code{missing}:\n"
+        f"        return _kiln_general(({given}), _kiln_extra)\n"
         f"    _kiln_L = {{{', '.join(f'{n!r}: {n}' for n in names)}}}\n"
         f"    for _kiln_entry in _kiln_entries:\n"
         f"        if _kiln_entry.check_fn(_kiln_L, _kiln_G, _kiln_fn):\n"
@@ -412,9 +413,12 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
         f"                return _kiln_frame.after_mismatch(_kiln_exc, ({given}), {{}})\n"
         f"    return _kiln_frame.miss(({given}), {{}}, _kiln_L)\n")
 
-    def general_of(values: tuple) -> Any:
+    def general_of(values: tuple, extra: tuple) -> Any:
         # the call as it was made, as far as it can be told: the arguments up to the first missing
-        # one by position, the others by name (every parameter is positional-or-keyword)
+        # one by position, the others by name (every parameter is positional-or-keyword); more
+        # positional arguments than parameters (`extra`) raise eager's TypeError there
+        if extra:
+            return general(*values, *extra)
         k = next((i for i, v in enumerate(values) if v is _MISSING), len(values))
         return general(*values[:k], **{n: v for n, v in zip(names[k:], values[k:]) if v is not _MISSING})
 
