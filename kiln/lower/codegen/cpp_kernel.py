@@ -202,7 +202,8 @@ class KernelWriter(TileKernels, ScanKernels):
         accs = {n.name: f"acc_{n.name}" for n in reds}
         accs.update({name: f"col_{name}[{self._column_place(k, name)[1]}]" for name in k.columns})
         pre, post, clauses = _accumulators(reds, accs)
-        if chunked_sums(reds) and not k.columns and len(k.inner) >= 1 and not _lane_sums(reds, k):
+        small = sympy.Mul(*k.inner).is_number and int(sympy.Mul(*k.inner)) <= SUM_CHUNK
+        if chunked_sums(reds) and not k.columns and len(k.inner) >= 1 and not small and not _lane_sums(reds, k):
             parallel_sums = parallel and not k.outer
             pragma = f"#pragma omp parallel for@collapse @reduction{parallel_if}" if parallel_sums else None
             shared_sums: dict = {}
@@ -333,12 +334,19 @@ class KernelWriter(TileKernels, ScanKernels):
                            reds: Sequence[Reduction], accs: dict[str, str], pragma: str | None,
                            span: Span | None) -> list[str]:
         """A loop whose reductions are all float sums (not in lanes: a whole-tensor sum, one over
-        several inner dims), as a two-level sum: the last inner dim in chunks of SUM_CHUNK elements,
-        each summed by a simd loop into a float partial, the partials added into a double. One
-        accumulator per vector lane over the whole range lost 1.3e-4 relative over 1e5 copies of 0.1
-        (ATen's cascade sum: 8e-8); a partial's chain is SUM_CHUNK / lanes adds, and the double adds
-        one partial per chunk. With `pragma` the leading dims and the chunks are shared among threads."""
-        start, stop = span if span is not None else (sympy.Integer(0), k.inner[-1])
+        several inner dims), as a two-level sum: chunks of about SUM_CHUNK elements, each summed by simd
+        loops into a float partial, the partials added into a double. One accumulator per vector lane
+        over the whole range lost 1.3e-4 relative over 1e5 copies of 0.1 (ATen's cascade sum: 8e-8);
+        a partial's chain is SUM_CHUNK / lanes adds. A chunk is a run of the last dim, or, where the
+        trailing dims hold SUM_CHUNK elements or fewer, all of them under a run of the dim before.
+        With `pragma` the leading dims and the chunks are shared among threads."""
+        cut = len(ys)
+        while span is None and cut > 0 and sympy.Mul(*k.inner[cut - 1:]).is_number and \
+                int(sympy.Mul(*k.inner[cut - 1:])) <= SUM_CHUNK:
+            cut -= 1
+        d = cut - 1  # the chunked dim (the caller made sure that the whole is over SUM_CHUNK)
+        size = SUM_CHUNK // int(sympy.Mul(*k.inner[cut:]))
+        start, stop = span if span is not None else (sympy.Integer(0), k.inner[d])
         lo, hi = cexpr(start), cexpr(stop)
         outer = {n.name: f"outer_{n.name}" for n in reds}
         parts = {n.name: f"part_{n.name}" for n in reds}
@@ -346,19 +354,25 @@ class KernelWriter(TileKernels, ScanKernels):
         body = [f"{types[n.name]} {accs[n.name]};" for n in reds] + ["{"]
         body += [f"double {name} = 0;" for name in outer.values()]
         if pragma is not None:
-            collapse = f" collapse({len(ys)})" if len(ys) > 1 else ""
+            collapse = f" collapse({d + 1})" if d > 0 else ""
             clauses = " ".join(f"reduction(+:{name})" for name in outer.values())
             body.append(pragma.replace("@collapse", collapse).replace("@reduction", clauses))
-        o, c = _loops(ys[:-1], k.inner[:-1], None)
-        body += o + [f"for (int64_t kiln_chunk = {lo}; kiln_chunk < {hi}; kiln_chunk += {SUM_CHUNK}) {{",
-                     f"const int64_t kiln_chunk_end = kiln_chunk + {SUM_CHUNK} < {hi} ? kiln_chunk + {SUM_CHUNK} : {hi};"]
-        body += [f"{types[name]} {part} = 0;" for name, part in parts.items()]
-        body += ["#pragma omp simd " + " ".join(f"reduction(+:{part})" for part in parts.values()),
-                 f"for (int64_t {ys[-1]} = kiln_chunk; {ys[-1]} < kiln_chunk_end; {ys[-1]}++) {{"]
+        o, c = _loops(ys[:d], k.inner[:d], None)
+        o += [f"for (int64_t kiln_chunk = {lo}; kiln_chunk < {hi}; kiln_chunk += {size}) {{",
+              f"const int64_t kiln_chunk_end = kiln_chunk + {size} < {hi} ? kiln_chunk + {size} : {hi};"]
+        c = ["}"] + c
+        simd = "#pragma omp simd " + " ".join(f"reduction(+:{part})" for part in parts.values())
+        chunk_loop = f"for (int64_t {ys[d]} = kiln_chunk; {ys[d]} < kiln_chunk_end; {ys[d]}++) {{"
+        if cut == len(ys):
+            lo_p, hi_p = [simd, chunk_loop], ["}"]
+        else:
+            lo_p, hi_p = _simd_loops(ys[cut:], k.inner[cut:], simd)
+            lo_p, hi_p = [chunk_loop] + lo_p, hi_p + ["}"]
+        body += o + [f"{types[name]} {part} = 0;" for name, part in parts.items()] + lo_p
         loop_locals = dict(locals_)
         for n in blk.nodes:
             body += self._node(n, k, loop_locals, parts.get(n.name), shared)
-        body += ["}"] + [f"{outer[name]} += {part};" for name, part in parts.items()] + ["}"] + c
+        body += hi_p + [f"{outer[name]} += {part};" for name, part in parts.items()] + c
         body += [f"{accs[name]} = {types[name]}({outer[name]});" for name in outer]
         return body + ["}"]
 
