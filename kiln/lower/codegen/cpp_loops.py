@@ -203,7 +203,7 @@ class TileKernels(KernelParts):
                         f"acc_{n.name}[xi] = {_reduce_init(rtype, dtype)};")
             if rtype in ("max", "min") and dtype.is_floating_point:
                 body.append(f"int nan_{n.name}[{TILE}] = {{0}};")
-        chunked = chunked_sums(reds)
+        chunked = chunked_sums(reds) and len(k.inner) > 0
         o, c = _loops(ys, k.inner, None)
         if chunked:
             # the rows in chunks of COLUMN_CHUNK, each summed into the tile's float accumulators, which
