@@ -108,4 +108,7 @@ def test_a_negative_zero_keeps_its_sign_through_the_scalar_math_functions(dynami
 
     kiln.reset()
     for got, want in zip(kiln.compile(fn, dynamic=dynamic)(x, y), fn(x, y)):
-        assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit()), (got, want)
+        # the values within an ulp (tan(1) differs by one between eager's AVX2 and AVX-512 kernels),
+        # the signs exact
+        torch.testing.assert_close(got, want, rtol=3e-7, atol=0)
+        assert torch.equal(got.signbit(), want.signbit()), (got, want)
