@@ -351,8 +351,8 @@ static PyObject* kiln_steal(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
 // mode off where `no_grad`: kiln.runtime.aot.without_grad), replace the results at `not_views` that
 // are autograd views by detached aliases (kiln.runtime.aot.not_views) and return the tuple. A plan of
 // Kiln's kernels only (no ATen or Python call inside) keeps the GIL on inputs of at most
-// KILN_HOLD_GIL_ELEMENTS elements: dropping and taking it back costs more than such a run.
-static constexpr int64_t KILN_HOLD_GIL_ELEMENTS = 1 << 14;
+// HOLD_GIL_ELEMENTS elements: dropping and taking it back costs more than such a run.
+static constexpr int64_t HOLD_GIL_ELEMENTS = 1 << 14;
 
 struct KilnDirect {
   PyObject_HEAD
@@ -381,8 +381,8 @@ static PyObject* kiln_direct_call(PyObject* self, PyObject* const* args, size_t 
     if (!release && in.back().isTensor()) {
       const at::Tensor& t = in.back().toTensor();
       // a tensor whose sizes are not plain integers (a subclass's) counts as large
-      elements += t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() ? KILN_HOLD_GIL_ELEMENTS + 1 : t.numel();
-      release = elements > KILN_HOLD_GIL_ELEMENTS;
+      elements += t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() ? HOLD_GIL_ELEMENTS + 1 : t.numel();
+      release = elements > HOLD_GIL_ELEMENTS;
     }
   }
   std::vector<c10::IValue> outs;
