@@ -11,10 +11,8 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import torch
-import torch._dynamo
-import torch._dynamo.testing
-
 import kiln
+from torch_oracle import torch_graph_count
 
 
 _VIEW_TYPES = (type({}.keys()), type({}.values()), type({}.items()))
@@ -52,12 +50,4 @@ def check_calls(fn: Callable[..., Any], calls: Sequence[tuple], *, fullgraph: bo
 def torch_frame_count(fn: Callable[..., Any], calls: Sequence[tuple],
                       between: Callable[[int], None] | None = None) -> int:
     """How many graphs the real torch.compile(backend="eager") compiles over these calls."""
-    torch._dynamo.reset()
-    counter = torch._dynamo.testing.CompileCounter()
-    compiled = torch.compile(fn, backend=counter)
-    for i, args in enumerate(calls):
-        if i and between is not None:
-            between(i)
-        compiled(*args)
-    torch._dynamo.reset()
-    return counter.frame_count
+    return torch_graph_count(fn, calls, between=between)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import kiln
+from torch_oracle import torch_graph_count
 
 CALLS = ((4, 2), (6, 2), (8, 4), (5, 3), (9, 5))
 
@@ -46,15 +47,7 @@ def _kiln_graphs(fn, dynamic):
 
 
 def _torch_graphs(fn, dynamic):
-    import torch._dynamo
-    from torch._dynamo.testing import CompileCounter
-
-    torch._dynamo.reset()
-    counter = CompileCounter()
-    compiled = torch.compile(fn, backend=counter, dynamic=dynamic)
-    for size, n in CALLS:
-        compiled(torch.randn(size), n)
-    return counter.frame_count
+    return torch_graph_count(fn, [(torch.randn(size), n) for size, n in CALLS], dynamic)
 
 
 @pytest.mark.parametrize("fn", [int_of_int_argument, int_of_size, int_of_int_product, floor_of_int_argument])

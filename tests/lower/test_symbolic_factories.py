@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import kiln
+from torch_oracle import torch_graph_count
 
 SHAPES = ((4, 3), (6, 5), (8, 7), (5, 6))
 
@@ -29,15 +30,7 @@ def eye_of_int_argument(x, n):
 
 
 def _torch_graphs(fn, calls, dynamic):
-    import torch._dynamo
-    from torch._dynamo.testing import CompileCounter
-
-    torch._dynamo.reset()
-    counter = CompileCounter()
-    compiled = torch.compile(fn, backend=counter, dynamic=dynamic)
-    for args in calls:
-        compiled(*args)
-    return counter.frame_count
+    return torch_graph_count(fn, calls, dynamic)
 
 
 @pytest.mark.cpp

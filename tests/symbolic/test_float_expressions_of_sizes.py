@@ -19,9 +19,9 @@ import pytest
 import torch
 import torch._dynamo
 import torch.nn.functional as F
-from torch._dynamo.testing import CompileCounter
 
 import kiln
+from torch_oracle import torch_graph_count
 from kiln import config
 
 BACKENDS = ["eager", "aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)]
@@ -122,13 +122,7 @@ def _same(got: Any, want: Any) -> bool:
 
 
 def _torch_compile_graphs(fn: Callable, dynamic: bool | None) -> int:
-    torch._dynamo.reset()
-    counter = CompileCounter()
-    compiled = torch.compile(fn, backend=counter, dynamic=dynamic)
-    for n in SIZES:
-        compiled(*_args(fn, n))
-    torch._dynamo.reset()
-    return counter.frame_count
+    return torch_graph_count(fn, [_args(fn, n) for n in SIZES], dynamic)
 
 
 @pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "automatic"])
@@ -210,11 +204,8 @@ def test_interpolate_by_scale_factors(name: str, backend: str) -> None:
         got, want = compiled(x), fn(x)
         assert got.shape == want.shape, (h, w)
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-    counter = CompileCounter()
-    torch_compiled = torch.compile(fn, backend=counter)
-    for h, w in sizes:
-        torch_compiled(torch.rand(1, 2, h, w, dtype=torch.float64))
-    assert kiln.stats()["compiles"] == counter.frame_count
+    calls = [(torch.rand(1, 2, h, w, dtype=torch.float64),) for h, w in sizes]
+    assert kiln.stats()["compiles"] == torch_graph_count(fn, calls)
 
 
 # -- a float argument's arithmetic, and the float of a size across a graph break ---------------

@@ -19,9 +19,9 @@ from typing import Any, Callable, Iterator
 import pytest
 import torch
 import torch._dynamo
-from torch._dynamo.testing import CompileCounter
 
 import kiln
+from torch_oracle import torch_graph_count
 from kiln import config
 
 BACKENDS = ["eager", "aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)]
@@ -78,13 +78,7 @@ def _same(got: Any, want: Any) -> bool:
 
 
 def _torch_compile_graphs(fn: Callable, dynamic: bool | None, sizes: tuple[int, ...] = SIZES) -> int:
-    torch._dynamo.reset()
-    counter = CompileCounter()
-    compiled = torch.compile(fn, backend=counter, dynamic=dynamic)
-    for n in sizes:
-        compiled(_x(n))
-    torch._dynamo.reset()
-    return counter.frame_count
+    return torch_graph_count(fn, [(_x(n),) for n in sizes], dynamic)
 
 
 @pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "automatic"])

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import kiln
+from torch_oracle import torch_graph_count
 
 LENGTHS = (4, 6, 8, 5, 12)
 
@@ -27,15 +28,7 @@ def _graphs(fn, dynamic):
 
 
 def _torch_graphs(fn, dynamic):
-    import torch._dynamo
-    from torch._dynamo.testing import CompileCounter
-
-    torch._dynamo.reset()
-    counter = CompileCounter()
-    compiled = torch.compile(fn, backend=counter, dynamic=dynamic)
-    for n in LENGTHS:
-        compiled(torch.randn(n))
-    return counter.frame_count
+    return torch_graph_count(fn, [(torch.randn(n),) for n in LENGTHS], dynamic)
 
 
 def right_shift_half(x):
