@@ -448,6 +448,9 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
         entry.__code__ = loop_code if fast is None else fast_code
 
     frame.refresh = refresh
+    if frame.cache.entries:  # the code's cache is shared: another compiled function of it filled it
+        with _COMPILE_LOCK:
+            refresh()
     return entry  # type: ignore[no-any-return]
 
 

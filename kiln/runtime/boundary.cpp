@@ -1007,6 +1007,10 @@ static PyObject* kiln_entry_mismatch(KilnEntry* e, PyObject* const* args) {
 static PyObject* kiln_entry_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* e = reinterpret_cast<KilnEntry*>(self);
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (e->slow == nullptr) {  // cleared by the collector: only reachable from a finalizer of its cycle
+    PyErr_SetString(PyExc_RuntimeError, "kiln: a compiled function's entry was called after it was freed");
+    return nullptr;
+  }
   int passes = (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0) && nargs == e->nargs
       ? kiln_entry_passes(e, args) : 0;
   if (passes < 0) PyErr_Clear();  // a guard that cannot be read fails, as in the Python check
@@ -1044,14 +1048,31 @@ static PyObject* kiln_entry_call(PyObject* self, PyObject* const* args, size_t n
   return item;
 }
 
+// The entry holds the Python entry's `slow` function, whose globals hold the entry: a cycle, so the
+// type takes part in the garbage collector (a compiled function dropped by its user is freed).
+static int kiln_entry_traverse(PyObject* self, visitproc visit, void* arg) {
+  auto* e = reinterpret_cast<KilnEntry*>(self);
+  Py_VISIT(e->slow); Py_VISIT(e->entries); Py_VISIT(e->entry_ref); Py_VISIT(e->specs);
+  Py_VISIT(e->grad); Py_VISIT(e->dtype); Py_VISIT(e->stats); Py_VISIT(e->mismatch);
+  Py_VISIT(e->on_mismatch); Py_VISIT(e->runtime_name); Py_VISIT(e->globals); Py_VISIT(e->ids);
+  return 0;
+}
+
+static int kiln_entry_clear(PyObject* self) {
+  auto* e = reinterpret_cast<KilnEntry*>(self);
+  Py_CLEAR(e->slow); Py_CLEAR(e->entries); Py_CLEAR(e->entry_ref); Py_CLEAR(e->specs);
+  Py_CLEAR(e->grad); Py_CLEAR(e->dtype); Py_CLEAR(e->stats); Py_CLEAR(e->mismatch);
+  Py_CLEAR(e->on_mismatch); Py_CLEAR(e->runtime_name); Py_CLEAR(e->globals); Py_CLEAR(e->ids);
+  return 0;
+}
+
 static void kiln_entry_free(PyObject* self) {
   auto* e = reinterpret_cast<KilnEntry*>(self);
-  Py_XDECREF(e->slow); Py_XDECREF(e->entries); Py_XDECREF(e->entry_ref); Py_XDECREF(e->specs);
-  Py_XDECREF(e->grad); Py_XDECREF(e->dtype); Py_XDECREF(e->stats); Py_XDECREF(e->mismatch);
-  Py_XDECREF(e->on_mismatch); Py_XDECREF(e->runtime_name); Py_XDECREF(e->globals); Py_XDECREF(e->ids);
+  PyObject_GC_UnTrack(self);
+  kiln_entry_clear(self);
   delete e->spec_ptrs;
   delete e->graph_args;
-  Py_TYPE(self)->tp_free(self);
+  PyObject_GC_Del(self);
 }
 
 static PyTypeObject kiln_entry_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -1096,7 +1117,7 @@ static PyObject* kiln_entry(PyObject*, PyObject* args) {
   }
   PyObject* ref = PyWeakref_NewRef(entry, nullptr);
   if (ref == nullptr) return nullptr;
-  auto* e = PyObject_New(KilnEntry, &kiln_entry_type);
+  auto* e = PyObject_GC_New(KilnEntry, &kiln_entry_type);
   if (e == nullptr) { Py_DECREF(ref); return nullptr; }
   e->vectorcall = kiln_entry_call;
   PyObject* held[] = {slow, entries, specs, grad, dtype, stats, mismatch, on_mismatch, runtime_name, globals, ids};
@@ -1109,6 +1130,7 @@ static PyObject* kiln_entry(PyObject*, PyObject* args) {
   e->nargs = nargs;
   e->out = out;
   e->distinct = distinct != 0;
+  PyObject_GC_Track(reinterpret_cast<PyObject*>(e));
   return reinterpret_cast<PyObject*>(e);
 }
 
@@ -1116,7 +1138,9 @@ static bool kiln_entry_ready() {
   if (kiln_entry_type.tp_flags & Py_TPFLAGS_READY) return true;
   kiln_entry_type.tp_name = "kiln_native.Entry";
   kiln_entry_type.tp_basicsize = sizeof(KilnEntry);
-  kiln_entry_type.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+  kiln_entry_type.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC;
+  kiln_entry_type.tp_traverse = kiln_entry_traverse;
+  kiln_entry_type.tp_clear = kiln_entry_clear;
   kiln_entry_type.tp_vectorcall_offset = offsetof(KilnEntry, vectorcall);
   kiln_entry_type.tp_call = PyVectorcall_Call;
   kiln_entry_type.tp_dealloc = kiln_entry_free;

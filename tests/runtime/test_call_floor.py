@@ -374,3 +374,28 @@ def test_reset_frees_the_graphs_a_native_entry_answered_for() -> None:
     assert graph() is None
     torch.testing.assert_close(compiled(x, y), _softmax(x, y))
     kiln.reset()
+
+
+def test_a_dropped_compiled_function_is_freed_with_its_native_entry() -> None:
+    # the native entry holds the Python entry's slow path, whose namespace holds the native entry: a
+    # cycle only the garbage collector can free (the entry's type must take part in it)
+    import gc
+    import weakref
+
+    _needs_fast_entry()
+    kiln.reset()
+    refs = []
+    for _ in range(3):
+        def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(x + y, -1)
+
+        compiled = kiln.compile(f)
+        x, y = torch.randn(4, 16), torch.randn(4, 16)
+        for _ in range(2):
+            compiled(x, y)
+        assert _fast_of(compiled) is not None  # the 2nd and 3rd: at once, the code's cache is shared
+        refs.append(weakref.ref(compiled))  # (its graphs stay: the cache belongs to f's code, as Dynamo's)
+        del compiled, f
+    gc.collect()
+    assert [r() is None for r in refs] == [True] * 3
+    kiln.reset()
