@@ -399,19 +399,23 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
         return None
     given = ", ".join(names) + ("," if len(names) == 1 else "")
     missing = "".join(f" or {n} is _kiln_missing" for n in names)
-    source = (
-        f"def entry({''.join(f'{n}=_kiln_missing, ' for n in names)}*_kiln_extra):\n"
-        f"    if _kiln_extra or _kiln_fn.__code__ is not _kiln_code{missing}:\n"
-        f"        return _kiln_general(({given}), _kiln_extra)\n"
-        f"    _kiln_L = {{{', '.join(f'{n!r}: {n}' for n in names)}}}\n"
-        f"    for _kiln_entry in _kiln_entries:\n"
-        f"        if _kiln_entry.check_fn(_kiln_L, _kiln_G, _kiln_fn):\n"
-        f"            _kiln_stats.cache_hits += 1\n"
-        f"            try:  # free in CPython 3.11 until something is raised\n"
-        f"                return _kiln_entry.glue(_kiln_L, _kiln_G, _kiln_fn)\n"
-        f"            except _kiln_mismatch as _kiln_exc:\n"
-        f"                return _kiln_frame.after_mismatch(_kiln_exc, ({given}), {{}})\n"
-        f"    return _kiln_frame.miss(({given}), {{}}, _kiln_L)\n")
+    head = (f"({''.join(f'{n}=_kiln_missing, ' for n in names)}*_kiln_extra):\n"
+            f"    if _kiln_extra or _kiln_fn.__code__ is not _kiln_code{missing}:\n"
+            f"        return _kiln_general(({given}), _kiln_extra)\n")
+    loop = (f"    _kiln_L = {{{', '.join(f'{n!r}: {n}' for n in names)}}}\n"
+            f"    for _kiln_entry in _kiln_entries:\n"
+            f"        if _kiln_entry.check_fn(_kiln_L, _kiln_G, _kiln_fn):\n"
+            f"            _kiln_stats.cache_hits += 1\n"
+            f"            try:  # free in CPython 3.11 until something is raised\n"
+            f"                return _kiln_entry.glue(_kiln_L, _kiln_G, _kiln_fn)\n"
+            f"            except _kiln_mismatch as _kiln_exc:\n"
+            f"                return _kiln_frame.after_mismatch(_kiln_exc, ({given}), {{}})\n"
+            f"    return _kiln_frame.miss(({given}), {{}}, _kiln_L)\n")
+    # `entry` runs the loop itself; `fast` (its code swapped in by `refresh`) hands the call to the
+    # boundary extension's Entry (kiln.capture.fast_entry), which gives `slow` what it does not answer
+    source = (f"def entry{head}{loop}"
+              f"def fast{head}    return _kiln_fast({', '.join(names)})\n"
+              f"def slow({', '.join(names)}):\n{loop}")
 
     def general_of(values: tuple, extra: tuple) -> Any:
         # the call as it was made, as far as it can be told: the arguments up to the first missing
@@ -424,11 +428,30 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
 
     namespace = {"_kiln_missing": _MISSING, "_kiln_fn": fn, "_kiln_code": code, "_kiln_general": general_of,
                  "_kiln_entries": frame.cache.entries, "_kiln_G": G, "_kiln_stats": stats,
-                 "_kiln_mismatch": ExternMismatchError, "_kiln_frame": frame}
+                 "_kiln_mismatch": ExternMismatchError, "_kiln_frame": frame, "_kiln_fast": None}
     filename = f"<kiln entry of {fn.__qualname__}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102  # identifiers only
-    return namespace["entry"]  # type: ignore[no-any-return]
+    entry, loop_code, fast_code = namespace["entry"], namespace["entry"].__code__, namespace["fast"].__code__
+
+    def refresh() -> None:
+        """The entry's code for the frame's cache as it is now: the fast entry where its one cache
+        entry qualifies, the loop otherwise (called under _COMPILE_LOCK after each miss)."""
+        from kiln.capture.fast_entry import native_entry  # with the first capture: not at `import kiln`
+
+        entries = frame.cache.entries
+        fast = None
+        if len(entries) == 1 and config.fast_entry:
+            fast = native_entry(entries[0], names, G, namespace["slow"], entries, stats, ExternMismatchError,
+                                lambda exc, args: frame.after_mismatch(exc, args, {}))
+        namespace["_kiln_fast"] = fast  # before the code that reads it
+        entry.__code__ = loop_code if fast is None else fast_code
+
+    frame.refresh = refresh
+    if frame.cache.entries:  # the code's cache is shared: another compiled function of it filled it
+        with _COMPILE_LOCK:
+            refresh()
+    return entry  # type: ignore[no-any-return]
 
 
 class _Frame:
@@ -444,6 +467,7 @@ class _Frame:
         self.cache = frame_cache(fn.__code__, options)
         self.bind = make_binder(fn, bound_self, has_self)
         self.successor: Callable[..., Any] | None = None  # compiled for the function's newer code
+        self.refresh: Callable[[], None] | None = None  # the exact entry's choice of code (_exact_entry)
 
     def call_with_new_code(self, args: tuple, kwargs: dict) -> Any:
         """Call the compiled callable made for the function's current `__code__` (made once per code)."""
@@ -475,6 +499,8 @@ class _Frame:
     def miss(self, args: tuple, kwargs: dict, L: dict) -> Any:
         with _COMPILE_LOCK:
             entry = self.entry_for(L)
+            if self.refresh is not None:
+                self.refresh()
         if entry is None:
             return self.run_eagerly(args, kwargs)
         try:

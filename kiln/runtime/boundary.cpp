@@ -572,32 +572,56 @@ static bool kiln_tensor_matches(const at::Tensor& t, const KilnTensorSpec* s) {
   return true;
 }
 
-// tensor_ok(value, spec) -> bool
-static PyObject* kiln_tensor_ok(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "tensor_ok(value, spec)"); return nullptr; }
-  auto* s = static_cast<KilnTensorSpec*>(PyCapsule_GetPointer(args[1], "kiln.tensor_spec"));
-  if (s == nullptr) return nullptr;
+// Whether `value` passes `s`: 1, 0, or -1 with a Python exception set.
+static int kiln_tensor_passes(PyObject* value, const KilnTensorSpec* s) {
   // exact type first: the spec's type is a tensor type (guards.py makes specs for those only)
-  if (Py_TYPE(args[0]) != s->type || !THPVariable_Check(args[0])) Py_RETURN_FALSE;
+  if (Py_TYPE(value) != s->type || !THPVariable_Check(value)) return 0;
   bool ok;
   try {
-    ok = kiln_tensor_matches(THPVariable_Unpack(args[0]), s);
+    ok = kiln_tensor_matches(THPVariable_Unpack(value), s);
   } catch (const c10::Error&) {
     ok = false;  // metadata that cannot be read (a nested tensor's sizes): not the tensor captured
   }
   if (ok && s->marks != nullptr) {
     // the marks live on the tensor object (kiln.symbolic.marks): getattr without raising AttributeError
     static PyObject* name = PyUnicode_InternFromString("_kiln_dynamic_dims");
-    if (name == nullptr) return nullptr;
-    PyObject* value = nullptr;
-    if (_PyObject_LookupAttr(args[0], name, &value) < 0) return nullptr;
-    if (value != nullptr) {
-      int within = PyObject_RichCompareBool(value, s->marks, Py_LE);
-      Py_DECREF(value);
-      if (within < 0) return nullptr;
+    if (name == nullptr) return -1;
+    PyObject* marks = nullptr;
+    if (_PyObject_LookupAttr(value, name, &marks) < 0) return -1;
+    if (marks != nullptr) {
+      int within = PyObject_RichCompareBool(marks, s->marks, Py_LE);
+      Py_DECREF(marks);
+      if (within < 0) return -1;
       ok = within == 1;
     }
   }
+  return ok ? 1 : 0;
+}
+
+// tensor_ok(value, spec) -> bool
+static PyObject* kiln_tensor_ok(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "tensor_ok(value, spec)"); return nullptr; }
+  auto* s = static_cast<KilnTensorSpec*>(PyCapsule_GetPointer(args[1], "kiln.tensor_spec"));
+  if (s == nullptr) return nullptr;
+  int ok = kiln_tensor_passes(args[0], s);
+  if (ok < 0) return nullptr;
+  if (ok) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
+}
+
+// Whether any autocast is on: an autocast dispatch key no longer excluded for this thread (a superset
+// of the devices torch._C._is_any_autocast_enabled asks about, so "none" here is "none" there).
+static bool kiln_any_autocast() {
+  return !c10::impl::tls_local_dispatch_key_set().excluded_.has_all(c10::autocast_dispatch_keyset);
+}
+
+// global_ok(grad mode or None, default dtype) -> bool: grad mode, the default dtype and no autocast,
+// the process-wide state a graph bakes in (kiln.capture.guards.global_kinds), in one call
+static PyObject* kiln_global_ok(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !THPDtype_Check(args[1])) { PyErr_SetString(PyExc_TypeError, "global_ok(grad or None, dtype)"); return nullptr; }
+  bool ok = (args[0] == Py_None || at::GradMode::is_enabled() == (args[0] == Py_True))
+      && c10::get_default_dtype_as_scalartype() == reinterpret_cast<THPDtype*>(args[1])->scalar_type
+      && !kiln_any_autocast();
   if (ok) Py_RETURN_TRUE;
   Py_RETURN_FALSE;
 }
@@ -919,6 +943,211 @@ static PyObject* kiln_apply_node(PyObject*, PyObject* const* a, Py_ssize_t nargs
   END_HANDLE_TH_ERRORS
 }
 
+// A compiled function's fast entry (kiln.capture.fast_entry): `entry(slow, entries, entry, specs, grad,
+// dtype, distinct, runtime, graph_args, out, stats, mismatch, on_mismatch)` is a callable object that
+// does, in one C call, what the Python entry, the guard check and the glue of a frame with one cache
+// entry do when its guards are only what a graph of tensor arguments needs: check each argument's
+// metadata (`specs`, one per argument or None), grad mode (`grad`, or None), the default dtype and
+// autocast off (`dtype`, or None), that the arguments are distinct objects (`distinct`); count the
+// hit (`stats.cache_hits`), check the globals named in `ids` are the objects there (check_id), call the graph's runtime on the arguments at `graph_args` and return its
+// result at `out` (-1: the whole tuple). Anything else (another call shape, a guard failing, the
+// entry no longer the frame's only one) goes to `slow(*args)`, the Python entry's own path. The
+// entry is held weakly (kiln.reset() frees its graphs); its runtime is read from it per call.
+// An ExternMismatchError (`mismatch`) from the graph goes to `on_mismatch(exc, args)`, as the glue's.
+struct KilnEntry {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject *slow, *entries, *entry_ref, *specs, *grad, *dtype, *stats, *mismatch, *on_mismatch, *runtime_name;
+  PyObject *globals, *ids;  // the function's globals; ((name, object), ...) that must be there
+  std::vector<KilnTensorSpec*>* spec_ptrs;
+  std::vector<Py_ssize_t>* graph_args;
+  Py_ssize_t nargs, out;
+  bool distinct;
+};
+
+static int kiln_entry_passes(KilnEntry* e, PyObject* const* args) {
+  PyObject* entries = e->entries;
+  if (PyList_GET_SIZE(entries) != 1 || PyList_GET_ITEM(entries, 0) != PyWeakref_GET_OBJECT(e->entry_ref)) return 0;
+  for (Py_ssize_t i = 0; i < e->nargs; ++i) {
+    KilnTensorSpec* s = (*e->spec_ptrs)[static_cast<size_t>(i)];
+    if (s == nullptr) continue;
+    int ok = kiln_tensor_passes(args[i], s);
+    if (ok <= 0) return ok;
+  }
+  if (e->grad != Py_None && at::GradMode::is_enabled() != (e->grad == Py_True)) return 0;
+  if (e->dtype != Py_None && (c10::get_default_dtype_as_scalartype() != reinterpret_cast<THPDtype*>(e->dtype)->scalar_type
+                              || kiln_any_autocast()))
+    return 0;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(e->ids); ++i) {
+    PyObject* pair = PyTuple_GET_ITEM(e->ids, i);
+    PyObject* now = PyDict_GetItemWithError(e->globals, PyTuple_GET_ITEM(pair, 0));
+    if (now != PyTuple_GET_ITEM(pair, 1)) return now == nullptr && PyErr_Occurred() ? -1 : 0;
+  }
+  if (e->distinct)
+    for (Py_ssize_t i = 0; i < e->nargs; ++i)
+      for (Py_ssize_t j = i + 1; j < e->nargs; ++j)
+        if (args[i] == args[j]) return 0;
+  return 1;
+}
+
+static PyObject* kiln_entry_mismatch(KilnEntry* e, PyObject* const* args) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (tb != nullptr) PyException_SetTraceback(value, tb);
+  PyObject* given = PyTuple_New(e->nargs);
+  if (given == nullptr) { Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb); return nullptr; }
+  for (Py_ssize_t i = 0; i < e->nargs; ++i) { Py_INCREF(args[i]); PyTuple_SET_ITEM(given, i, args[i]); }
+  PyObject* result = PyObject_CallFunctionObjArgs(e->on_mismatch, value, given, nullptr);
+  Py_DECREF(given);
+  Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
+  return result;
+}
+
+static PyObject* kiln_entry_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* e = reinterpret_cast<KilnEntry*>(self);
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (e->slow == nullptr) {  // cleared by the collector: only reachable from a finalizer of its cycle
+    PyErr_SetString(PyExc_RuntimeError, "kiln: a compiled function's entry was called after it was freed");
+    return nullptr;
+  }
+  int passes = (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0) && nargs == e->nargs
+      ? kiln_entry_passes(e, args) : 0;
+  if (passes < 0) PyErr_Clear();  // a guard that cannot be read fails, as in the Python check
+  if (passes <= 0) return PyObject_Vectorcall(e->slow, args, nargsf, kwnames);
+  // the glue's namespace holds the runtime; the entry (alive: the frame's list holds it) holds the glue
+  PyObject* entry = PyWeakref_GET_OBJECT(e->entry_ref);
+  static PyObject* glue_name = PyUnicode_InternFromString("glue");
+  static PyObject* hits_name = PyUnicode_InternFromString("cache_hits");
+  PyObject* glue = PyObject_GetAttr(entry, glue_name);
+  if (glue == nullptr) return nullptr;
+  PyObject* runtime = PyFunction_Check(glue) ? PyDict_GetItemWithError(PyFunction_GET_GLOBALS(glue), e->runtime_name) : nullptr;
+  Py_XINCREF(runtime);
+  Py_DECREF(glue);
+  if (runtime == nullptr) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "kiln internal error: a fast entry's graph is gone");
+    return nullptr;
+  }
+  PyObject* hits = PyObject_GetAttr(e->stats, hits_name);
+  static PyObject* one = PyLong_FromLong(1);
+  PyObject* more = hits == nullptr || one == nullptr ? nullptr : PyNumber_Add(hits, one);
+  Py_XDECREF(hits);
+  if (more == nullptr || PyObject_SetAttr(e->stats, hits_name, more) < 0) { Py_XDECREF(more); Py_DECREF(runtime); return nullptr; }
+  Py_DECREF(more);
+  c10::SmallVector<PyObject*, 8> graph_args;
+  for (Py_ssize_t k : *e->graph_args) graph_args.push_back(args[k]);
+  PyObject* outs = PyObject_Vectorcall(runtime, graph_args.data(), graph_args.size(), nullptr);
+  Py_DECREF(runtime);
+  if (outs == nullptr) {
+    if (PyErr_ExceptionMatches(e->mismatch)) return kiln_entry_mismatch(e, args);
+    return nullptr;
+  }
+  if (e->out < 0) return outs;
+  PyObject* item = PySequence_GetItem(outs, e->out);
+  Py_DECREF(outs);
+  return item;
+}
+
+// The entry holds the Python entry's `slow` function, whose globals hold the entry: a cycle, so the
+// type takes part in the garbage collector (a compiled function dropped by its user is freed).
+static int kiln_entry_traverse(PyObject* self, visitproc visit, void* arg) {
+  auto* e = reinterpret_cast<KilnEntry*>(self);
+  Py_VISIT(e->slow); Py_VISIT(e->entries); Py_VISIT(e->entry_ref); Py_VISIT(e->specs);
+  Py_VISIT(e->grad); Py_VISIT(e->dtype); Py_VISIT(e->stats); Py_VISIT(e->mismatch);
+  Py_VISIT(e->on_mismatch); Py_VISIT(e->runtime_name); Py_VISIT(e->globals); Py_VISIT(e->ids);
+  return 0;
+}
+
+static int kiln_entry_clear(PyObject* self) {
+  auto* e = reinterpret_cast<KilnEntry*>(self);
+  Py_CLEAR(e->slow); Py_CLEAR(e->entries); Py_CLEAR(e->entry_ref); Py_CLEAR(e->specs);
+  Py_CLEAR(e->grad); Py_CLEAR(e->dtype); Py_CLEAR(e->stats); Py_CLEAR(e->mismatch);
+  Py_CLEAR(e->on_mismatch); Py_CLEAR(e->runtime_name); Py_CLEAR(e->globals); Py_CLEAR(e->ids);
+  return 0;
+}
+
+static void kiln_entry_free(PyObject* self) {
+  auto* e = reinterpret_cast<KilnEntry*>(self);
+  PyObject_GC_UnTrack(self);
+  kiln_entry_clear(self);
+  delete e->spec_ptrs;
+  delete e->graph_args;
+  PyObject_GC_Del(self);
+}
+
+static PyTypeObject kiln_entry_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+static PyObject* kiln_entry(PyObject*, PyObject* args) {
+  PyObject *slow, *entries, *entry, *specs, *grad, *dtype, *runtime_name, *graph_args, *stats, *mismatch, *on_mismatch;
+  PyObject *globals, *ids;
+  Py_ssize_t out;
+  int distinct;
+  if (!PyArg_ParseTuple(args, "OO!OO!OOpUO!nOOOO!O!", &slow, &PyList_Type, &entries, &entry, &PyTuple_Type, &specs,
+                        &grad, &dtype, &distinct, &runtime_name, &PyTuple_Type, &graph_args, &out, &stats, &mismatch,
+                        &on_mismatch, &PyDict_Type, &globals, &PyTuple_Type, &ids))
+    return nullptr;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ids); ++i) {
+    PyObject* pair = PyTuple_GET_ITEM(ids, i);
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0))) {
+      PyErr_SetString(PyExc_TypeError, "entry: ids are (name, object) pairs");
+      return nullptr;
+    }
+  }
+  if ((grad != Py_None && !PyBool_Check(grad)) || (dtype != Py_None && !THPDtype_Check(dtype))) {
+    PyErr_SetString(PyExc_TypeError, "entry: grad is a bool or None, dtype a torch.dtype or None");
+    return nullptr;
+  }
+  auto spec_ptrs = std::make_unique<std::vector<KilnTensorSpec*>>();
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(specs); ++i) {
+    PyObject* s = PyTuple_GET_ITEM(specs, i);
+    KilnTensorSpec* p = nullptr;
+    if (s != Py_None) {
+      p = static_cast<KilnTensorSpec*>(PyCapsule_GetPointer(s, "kiln.tensor_spec"));
+      if (p == nullptr) return nullptr;
+    }
+    spec_ptrs->push_back(p);
+  }
+  Py_ssize_t nargs = PyTuple_GET_SIZE(specs);
+  auto positions = std::make_unique<std::vector<Py_ssize_t>>();
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(graph_args); ++i) {
+    Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(graph_args, i));
+    if (k == -1 && PyErr_Occurred()) return nullptr;
+    if (k < 0 || k >= nargs) { PyErr_SetString(PyExc_ValueError, "entry: a graph argument outside the arguments"); return nullptr; }
+    positions->push_back(k);
+  }
+  PyObject* ref = PyWeakref_NewRef(entry, nullptr);
+  if (ref == nullptr) return nullptr;
+  auto* e = PyObject_GC_New(KilnEntry, &kiln_entry_type);
+  if (e == nullptr) { Py_DECREF(ref); return nullptr; }
+  e->vectorcall = kiln_entry_call;
+  PyObject* held[] = {slow, entries, specs, grad, dtype, stats, mismatch, on_mismatch, runtime_name, globals, ids};
+  for (PyObject* o : held) Py_INCREF(o);
+  e->slow = slow; e->entries = entries; e->entry_ref = ref; e->specs = specs; e->grad = grad; e->dtype = dtype;
+  e->stats = stats; e->mismatch = mismatch; e->on_mismatch = on_mismatch; e->runtime_name = runtime_name;
+  e->globals = globals; e->ids = ids;
+  e->spec_ptrs = spec_ptrs.release();
+  e->graph_args = positions.release();
+  e->nargs = nargs;
+  e->out = out;
+  e->distinct = distinct != 0;
+  PyObject_GC_Track(reinterpret_cast<PyObject*>(e));
+  return reinterpret_cast<PyObject*>(e);
+}
+
+static bool kiln_entry_ready() {
+  if (kiln_entry_type.tp_flags & Py_TPFLAGS_READY) return true;
+  kiln_entry_type.tp_name = "kiln_native.Entry";
+  kiln_entry_type.tp_basicsize = sizeof(KilnEntry);
+  kiln_entry_type.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC;
+  kiln_entry_type.tp_traverse = kiln_entry_traverse;
+  kiln_entry_type.tp_clear = kiln_entry_clear;
+  kiln_entry_type.tp_vectorcall_offset = offsetof(KilnEntry, vectorcall);
+  kiln_entry_type.tp_call = PyVectorcall_Call;
+  kiln_entry_type.tp_dealloc = kiln_entry_free;
+  kiln_entry_type.tp_doc = "a compiled function's fast entry (kiln.capture.fast_entry)";
+  return PyType_Ready(&kiln_entry_type) == 0;
+}
+
 static PyMethodDef kiln_methods[] = {
   {"make", kiln_make, METH_VARARGS, "make(graph address, [kernel addresses], follow) -> handle"},
   {"make_plan", kiln_make_plan, METH_VARARGS, "make_plan(words, doubles, strings, ops, dtypes, sites, counts, "
@@ -928,6 +1157,10 @@ static PyMethodDef kiln_methods[] = {
   {"steal", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_steal)), METH_FASTCALL,
    "steal(handle, list) -> tuple"},
   {"direct", kiln_direct, METH_VARARGS, "direct(handle, not_views, number of outputs, no_grad) -> callable"},
+  {"entry", kiln_entry, METH_VARARGS, "entry(slow, entries, entry, specs, grad, dtype, distinct, runtime name, "
+   "graph args, out, stats, mismatch, on_mismatch, globals, ids) -> callable"},
+  {"global_ok", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_global_ok)), METH_FASTCALL,
+   "global_ok(grad or None, dtype) -> bool"},
   {"tensor_spec", kiln_tensor_spec, METH_VARARGS, "tensor_spec(type, dtype, ...) -> spec"},
   {"tensor_ok", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_tensor_ok)), METH_FASTCALL,
    "tensor_ok(value, spec) -> bool"},
@@ -942,6 +1175,6 @@ static PyMethodDef kiln_methods[] = {
 static struct PyModuleDef kiln_module = {PyModuleDef_HEAD_INIT, "kiln_native", nullptr, -1, kiln_methods};
 
 extern "C" PyObject* kiln_native_module() {
-  if (!kiln_direct_ready()) return nullptr;
+  if (!kiln_direct_ready() || !kiln_entry_ready()) return nullptr;
   return PyModule_Create(&kiln_module);
 }

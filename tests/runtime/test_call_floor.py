@@ -266,3 +266,136 @@ def test_a_direct_call_restores_grad_mode_when_the_graph_raises() -> None:
         compiled(x, torch.tensor([1, 9]))
     assert torch.is_grad_enabled()
     kiln.reset()
+
+
+def _fast_of(compiled: Any) -> Any:
+    return compiled.__globals__.get("_kiln_fast")
+
+
+def _needs_fast_entry() -> Any:
+    from kiln.runtime import boundary
+
+    module = boundary.built()
+    if module is None or not hasattr(module, "entry"):
+        pytest.skip("the boundary extension is not built")
+    return module
+
+
+@pytest.mark.parametrize("fn", [_add, _softmax, _no_grad_inside, _enable_grad_inside], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("outside", list(_OUTSIDE))
+@pytest.mark.parametrize("requires", [False, True])
+def test_a_frame_of_tensor_guards_is_one_native_entry_in_every_grad_mode(fn, outside, requires) -> None:
+    # guards, glue and graph call in one C call (kiln.capture.fast_entry): eager's values, grads,
+    # requires_grad and inference flags, and the hits counted as the Python loop counts them
+    _needs_fast_entry()
+    kiln.reset()
+    compiled = kiln.compile(fn)
+    for call in range(4):
+        x = torch.randn(4, 16, requires_grad=requires)
+        y = torch.randn(4, 16, requires_grad=requires)
+        xe, ye = x.detach().requires_grad_(requires), y.detach().requires_grad_(requires)
+        hits = kiln.stats()["cache_hits"]
+        with _OUTSIDE[outside]():
+            got, want = compiled(x, y), fn(xe, ye)
+        assert kiln.stats()["cache_hits"] == hits + (call > 0)
+        assert _fast_of(compiled) is not None and type(_fast_of(compiled)).__name__ == "Entry"
+        torch.testing.assert_close(got, want)
+        assert got.requires_grad == want.requires_grad and got.is_inference() == want.is_inference()
+        if want.requires_grad:
+            g = torch.randn(4, 16)
+            got.backward(g)
+            want.backward(g)
+            torch.testing.assert_close(x.grad, xe.grad)
+            torch.testing.assert_close(y.grad, ye.grad)
+    assert kiln.stats()["compiles"] == 1
+    kiln.reset()
+
+
+def test_the_native_entry_hands_failed_guards_to_the_python_loop() -> None:
+    _needs_fast_entry()
+    kiln.reset()
+    compiled = kiln.compile(_softmax)
+    x, y = torch.randn(4, 16), torch.randn(4, 16)
+    for _ in range(2):
+        compiled(x, y)
+    assert _fast_of(compiled) is not None
+    # another shape, the same tensor twice, grad mode off, another default dtype: each misses
+    torch.testing.assert_close(compiled(torch.randn(2, 8), torch.randn(2, 8)).shape, torch.Size([2, 8]))
+    assert kiln.stats()["recompiles"] == 1 and _fast_of(compiled) is None  # two entries: the loop
+    torch.testing.assert_close(compiled(x, x), _softmax(x, x))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, y), _softmax(x, y))
+    saved = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        torch.testing.assert_close(compiled(x, y), _softmax(x, y))
+    finally:
+        torch.set_default_dtype(saved)
+    kiln.reset()
+    torch.testing.assert_close(compiled(x, y), _softmax(x, y))  # after reset: captured again, fast again
+    assert kiln.stats()["compiles"] == 1 and _fast_of(compiled) is not None
+    kiln.reset()
+
+
+def test_the_native_entry_checks_the_globals_the_graph_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    _needs_fast_entry()
+    kiln.reset()
+    compiled = kiln.compile(_softmax)
+    x, y = torch.randn(4, 16), torch.randn(4, 16)
+    for _ in range(2):
+        compiled(x, y)
+    assert _fast_of(compiled) is not None
+
+    class FakeTorch:
+        @staticmethod
+        def softmax(t: torch.Tensor, dim: int) -> torch.Tensor:
+            return t * 0 + 7
+
+    monkeypatch.setitem(_softmax.__globals__, "torch", FakeTorch)
+    assert bool((compiled(x, y) == 7).all())  # eager's answer with the global replaced
+    monkeypatch.undo()
+    kiln.reset()
+
+
+def test_reset_frees_the_graphs_a_native_entry_answered_for() -> None:
+    import gc
+    import weakref
+
+    _needs_fast_entry()
+    kiln.reset()
+    compiled = kiln.compile(_softmax)
+    x, y = torch.randn(4, 16), torch.randn(4, 16)
+    for _ in range(2):
+        compiled(x, y)
+    assert _fast_of(compiled) is not None
+    graph = weakref.ref(_runtime(compiled))
+    kiln.reset()
+    gc.collect()
+    assert graph() is None
+    torch.testing.assert_close(compiled(x, y), _softmax(x, y))
+    kiln.reset()
+
+
+def test_a_dropped_compiled_function_is_freed_with_its_native_entry() -> None:
+    # the native entry holds the Python entry's slow path, whose namespace holds the native entry: a
+    # cycle only the garbage collector can free (the entry's type must take part in it)
+    import gc
+    import weakref
+
+    _needs_fast_entry()
+    kiln.reset()
+    refs = []
+    for _ in range(3):
+        def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(x + y, -1)
+
+        compiled = kiln.compile(f)
+        x, y = torch.randn(4, 16), torch.randn(4, 16)
+        for _ in range(2):
+            compiled(x, y)
+        assert _fast_of(compiled) is not None  # the 2nd and 3rd: at once, the code's cache is shared
+        refs.append(weakref.ref(compiled))  # (its graphs stay: the cache belongs to f's code, as Dynamo's)
+        del compiled, f
+    gc.collect()
+    assert [r() is None for r in refs] == [True] * 3
+    kiln.reset()

@@ -220,6 +220,8 @@ class Emitter:
             self.constants["___tensor_ok"] = native.tensor_ok
             self.constants["___same_keys"] = native.same_keys
             self.constants["___empty_attrs"] = native.empty_attrs
+            if hasattr(native, "global_ok"):  # an extension built before it had none
+                self.constants["___global_ok"] = native.global_ok
         self._names: dict[Any, str] = {}
 
     def bind(self, obj: Any) -> str:

@@ -44,15 +44,25 @@ def check_tensor(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
                 return check.why(v)
         return f"{name} changed"
 
+    handle = native_spec(spec, em.native)
+    if handle is None:  # a device type c10 cannot name from Python's string: Python checks
+        return _tensor_checks(spec, name, em) + _marks_check(spec, name, em)
+    return [Check(f"___tensor_ok({{v}}, {em.bind(handle)})", why)]
+
+
+def native_spec(spec: TensorSpec, native: Any) -> Any:
+    """The boundary extension's handle of `spec` for its `tensor_ok` (the marks check included), or
+    None where the extension cannot express it."""
+    if spec.type not in _NATIVE_TENSOR_TYPES:
+        return None
     try:
-        handle = em.native.tensor_spec(
+        return native.tensor_spec(
             spec.type, spec.dtype, spec.device.type, -1 if spec.device.index is None else spec.device.index,
             spec.layout, spec.requires_grad, spec.sizes, spec.strides if spec.layout == torch.strided else None,
             spec.stride_links, spec.inference, spec.dtype.is_complex, spec.conj, spec.neg,
-            None if spec.markable is None else frozenset(spec.markable))  # the marks check too
-    except (TypeError, ValueError):  # a device type c10 cannot name from Python's string: Python checks
-        return _tensor_checks(spec, name, em) + _marks_check(spec, name, em)
-    return [Check(f"___tensor_ok({{v}}, {em.bind(handle)})", why)]
+            None if spec.markable is None else frozenset(spec.markable))
+    except (TypeError, ValueError):
+        return None
 
 
 def _tensor_checks(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
