@@ -26,7 +26,7 @@ from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Lay
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, compute_dtype,
                                   stride_hint, strided_value, to_expr, value_cost)
 from kiln.lower.lowerings.convolution import channels_last_strides, reads_channels_last
-from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random
+from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random, vector_bmm
 from kiln.lower.schedule import MIN_STORAGE_INNER
 from kiln.symbolic.expr import float_symbol, is_truth_value, negate, relation
 from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, RoundHalfEven,
@@ -240,7 +240,7 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
     if config.fallback_random and is_random(target):  # torch's generator draws, in eager's order
         return fallback(ctx, target, _realize_as_traced(ctx, node, env, args), kwargs,
                         reason="kiln.config.fallback_random")
-    if target in EXTERN_BY_DESIGN:
+    if target in EXTERN_BY_DESIGN and not vector_bmm(node):
         args = _realize_extern_inputs(ctx, node, env, args)
     lazy_inputs = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorValue) and a.view is None]
     ctx.pending_origins = tuple(dict.fromkeys(o for a in lazy_inputs for o in a.origins))
