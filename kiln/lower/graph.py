@@ -312,14 +312,20 @@ def _realize_as_traced(ctx: LoweringContext, node: torch.fx.Node, env: dict[torc
 
 
 _PERMUTATIONS = (aten.t.default, aten.transpose.int, aten.permute.default)
+_RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
 def _permutation_of_stored(ctx: LoweringContext, a: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
     """For a matmul input that is a transpose (or permute) of a lazy value: store that value in its
     own layout and return the transpose as a strided view of it, or None. A weight gradient's
     `mm(t(g), h)` and the input gradient's `mm(g, w)` then read one stored g, where storing t(g)
-    would write a second, transposed copy of it in the same kernel (as much memory again)."""
-    if a.op != "call_function" or a.target not in _PERMUTATIONS or not isinstance(a.args[0], torch.fx.Node):
+    would write a second, transposed copy of it in the same kernel (as much memory again). So for
+    a reshape of a value with other readers."""
+    if a.op != "call_function" or not isinstance(a.args[0], torch.fx.Node):
+        return None
+    # A reshape of a value read by several (`view(norm(x))` once per q, k and v projection, each its
+    # own node) is a view of the one stored value: it stored one copy of the value per reshape.
+    if a.target not in _PERMUTATIONS and not (a.target in _RESHAPES and len(a.args[0].users) > 1):
         return None
     base = a.args[0]
     base_value = env.get(base)
