@@ -119,10 +119,12 @@ def _column_reduction(k: Kernel) -> bool:
     return contiguous_outer
 
 
-def _fixed_in_tile(extra: object, sub: dict, moving: Sequence[sympy.Symbol]) -> bool:
+def _fixed_in_tile(extra: object, sub: dict | None, moving: Sequence[sympy.Symbol]) -> bool:
     """Whether an indirect load's offset (a gathered row: an expert's weights picked per token)
     depends on none of `moving` (the reduction and tile vars): one row per outer point, read
     contiguously along the tile like any other load."""
+    if sub is None:
+        return False
     for v in walk(extra):  # type: ignore[arg-type]
         if isinstance(v, Load):
             expr = v.index

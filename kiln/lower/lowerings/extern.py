@@ -53,12 +53,12 @@ def vector_bmm(node: Any) -> bool:
     if getattr(node, "target", None) is not aten.bmm.default:
         return False
     metas = [a.meta.get("val") if hasattr(a, "meta") else None for a in node.args[:2]]
-    if not all(isinstance(m, torch.Tensor) and m.dim() == 3 for m in metas):
-        return False
     a, b = metas
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() != 3 or b.dim() != 3:
+        return False
     if a.device.type != "cpu" or a.dtype not in (torch.float32, torch.float64) or b.dtype != a.dtype:
         return False
-    sizes = [s for m in metas for s in m.shape]
+    sizes = [*a.shape, *b.shape]
     if not all(type(s) is int for s in sizes):
         return False
     return a.shape[1] == 1 or b.shape[2] == 1 or a.shape[2] == 1
@@ -70,6 +70,12 @@ def bmm(ctx: LoweringContext, a: TensorValue, b: TensorValue) -> TensorValue:
         return ctx.extern(aten.bmm.default, (a, b), {})
     dtype = compute_dtype(a.dtype)
     zero = sympy.Integer(0)
+    # the vector (or both sides of an outer product) is read once per element of the other side:
+    # a lazy one (an MoE's silu between its two products) is stored, not recomputed N times over
+    if a.sizes[1] == 1 or a.sizes[2] == 1:
+        a = ctx.realize(a)
+    if b.sizes[2] == 1 or a.sizes[2] == 1:
+        b = ctx.realize(b)
     if a.sizes[2] == 1:  # an outer product per batch: pointwise
         def outer(idx: Sequence[sympy.Expr]) -> Value:
             return ops.op("mul", a.load([idx[0], idx[1], zero]), b.load([idx[0], zero, idx[2]]))
