@@ -26,7 +26,7 @@ from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Lay
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, compute_dtype,
                                   stride_hint, strided_value, to_expr, value_cost)
 from kiln.lower.lowerings.convolution import channels_last_strides, reads_channels_last
-from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random
+from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random, vector_bmm
 from kiln.lower.schedule import MIN_STORAGE_INNER
 from kiln.symbolic.expr import float_symbol, is_truth_value, negate, relation
 from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, RoundHalfEven,
@@ -240,7 +240,7 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
     if config.fallback_random and is_random(target):  # torch's generator draws, in eager's order
         return fallback(ctx, target, _realize_as_traced(ctx, node, env, args), kwargs,
                         reason="kiln.config.fallback_random")
-    if target in EXTERN_BY_DESIGN:
+    if target in EXTERN_BY_DESIGN and not vector_bmm(node):
         args = _realize_extern_inputs(ctx, node, env, args)
     lazy_inputs = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorValue) and a.view is None]
     ctx.pending_origins = tuple(dict.fromkeys(o for a in lazy_inputs for o in a.origins))
@@ -312,14 +312,20 @@ def _realize_as_traced(ctx: LoweringContext, node: torch.fx.Node, env: dict[torc
 
 
 _PERMUTATIONS = (aten.t.default, aten.transpose.int, aten.permute.default)
+_RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
 def _permutation_of_stored(ctx: LoweringContext, a: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
     """For a matmul input that is a transpose (or permute) of a lazy value: store that value in its
     own layout and return the transpose as a strided view of it, or None. A weight gradient's
     `mm(t(g), h)` and the input gradient's `mm(g, w)` then read one stored g, where storing t(g)
-    would write a second, transposed copy of it in the same kernel (as much memory again)."""
-    if a.op != "call_function" or a.target not in _PERMUTATIONS or not isinstance(a.args[0], torch.fx.Node):
+    would write a second, transposed copy of it in the same kernel (as much memory again). So for
+    a reshape of a value with other readers."""
+    if a.op != "call_function" or not isinstance(a.args[0], torch.fx.Node):
+        return None
+    # A reshape of a value read by several (`view(norm(x))` once per q, k and v projection, each its
+    # own node) is a view of the one stored value: it stored one copy of the value per reshape.
+    if a.target not in _PERMUTATIONS and not (a.target in _RESHAPES and len(a.args[0].users) > 1):
         return None
     base = a.args[0]
     base_value = env.get(base)

@@ -166,6 +166,29 @@ def test_a_matmul_reading_a_transpose_of_a_lazy_value_reads_it_stored_once() -> 
     assert re.search(r"extern_aten_mm_\w+\(buf\d+\.t\(\), arg1", c.wrapper_source), c.wrapper_source
 
 
+def _stores(c) -> list[str]:
+    return re.findall(r"^\s+buf\d+\[[^\]]*\] = ", c.cpp_source, re.M)
+
+
+def test_reshapes_of_a_lazy_value_read_by_several_matmuls_read_it_stored_once() -> None:
+    """An attention's q, k and v projections (and a gated MLP's gate and up) each reshape the same
+    normalized input, one view node per projection: the input is stored once and every matmul
+    reads a view of it (three reshapes stored three copies of an RMSNorm in one kernel)."""
+    def qkv(x, w, wq, wk, wv):
+        h = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+        return tuple(torch.mm(h.view(-1, 16), m.t()) for m in (wq, wk, wv))
+
+    def gated(x, wg, wu):
+        h = torch.nn.functional.layer_norm(x, (16,)) * 3
+        return torch.nn.functional.silu(h.reshape(-1, 16) @ wg) * (h.reshape(-1, 16) @ wu)
+
+    c = check(qkv, torch.randn(2, 5, 16), torch.randn(16), *(torch.randn(8, 16) for _ in range(3)), atol=1e-5)
+    assert c.kernel_count == 1 and len(_stores(c)) == 1, c.cpp_source
+    g = check(gated, torch.randn(3, 4, 16), torch.randn(16, 8), torch.randn(16, 8), atol=1e-5)
+    assert g.kernel_count == 2 and len(_stores(g)) == 2, g.cpp_source  # the norm once, the product once
+    assert g.wrapper_source.count("extern_aten_mm_out(buf2.view(12, 16)") == 2, g.wrapper_source
+
+
 def test_channels_last_pointwise_loops_in_storage_order() -> None:
     """A kernel writing an NHWC tensor runs its vectorized loop along the channels (stride 1), also
     when the channel count equals another dim's size, so loads and stores are contiguous."""

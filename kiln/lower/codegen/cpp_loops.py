@@ -87,7 +87,9 @@ TILE = 256  # outputs per column-reduction tile: each row read is 1 KiB contiguo
 
 
 def _column_reduction(k: Kernel) -> bool:
-    """Whether the reduction loop reads with a stride while the last outer dim is contiguous."""
+    """Whether the reduction loop reads with a stride while the last outer dim is contiguous. A
+    read that does not move with the last outer dim (the vector of a batched matrix-vector
+    product, read along the reduction) is one value per row of the tile, whatever its stride."""
     if not k.outer or not k.inner or k.scratch or k.columns or not k.blocks or k.blocks[0].kind != "loop":
         return False
     if any(b.kind != "scalar" for b in k.blocks[1:]):
@@ -109,12 +111,32 @@ def _column_reduction(k: Kernel) -> bool:
             indices.append((n.layout.index(_ivars(len(n.ranges))), None))  # its store
         for index, extra in indices:
             idx = sympy.expand(index.xreplace(sub))
-            if extra is not None or idx.has(FloorDiv, ModularIndexing):
+            if (extra is not None and not _fixed_in_tile(extra, sub, (*ys, xs[-1]))) or idx.has(FloorDiv, ModularIndexing):
                 return False
-            if idx.coeff(ys[-1]) == 1:
-                return False
+            if idx.coeff(ys[-1]) == 1 and idx.has(xs[-1]):
+                return False  # read along the reduction, but across the columns with a stride
             contiguous_outer |= idx.coeff(xs[-1]) == 1
     return contiguous_outer
+
+
+def _fixed_in_tile(extra: object, sub: dict | None, moving: Sequence[sympy.Symbol]) -> bool:
+    """Whether an indirect load's offset (a gathered row: an expert's weights picked per token)
+    depends on none of `moving` (the reduction and tile vars): one row per outer point, read
+    contiguously along the tile like any other load."""
+    if sub is None:
+        return False
+    for v in walk(extra):  # type: ignore[arg-type]
+        if isinstance(v, Load):
+            expr = v.index
+        elif isinstance(v, Index):
+            expr = v.expr
+        elif isinstance(v, (Op, Const)):
+            continue
+        else:
+            return False
+        if sympy.sympify(expr).xreplace(sub).free_symbols & set(moving):
+            return False
+    return True
 
 
 def _tiled_outer_loops(xs: Sequence[sympy.Symbol], k: Kernel) -> list[str]:

@@ -10,14 +10,19 @@ run Kiln's code on its output tile while it is in cache, so true fusion needs Ki
 would be slower than MKL's for these sizes. What is done instead: the bias stays inside the BLAS call
 (a Linear arrives as addmm), the activation is the first kernel after it reading the result once, and
 a lazy matmul input is stored once and shared by every reader (graph.py `_realize_extern_inputs`).
+
+A batched matrix-vector product on the CPU is not an extern: `vector_bmm` computes it in Kiln's loops.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
+import sympy
 import torch
 
-from kiln.lower.lowerings import LoweringContext, register
+from kiln.lower import ops
+from kiln.lower.ir import Value
+from kiln.lower.lowerings import LoweringContext, TensorValue, compute_dtype, register
 
 aten = torch.ops.aten
 
@@ -34,8 +39,52 @@ def _extern_rule(op: Any):
 
 
 for _op in EXTERN_BY_DESIGN:
-    if _op is not aten.convolution_backward.default:  # small ones are computed (lowerings.convolution)
+    if _op not in (aten.convolution_backward.default, aten.bmm.default):  # their rules are below / in convolution.py
         register(_op)(_extern_rule(_op))
+
+
+def vector_bmm(node: Any) -> bool:
+    """Whether the FX node is a float bmm on the CPU whose rows or columns are single ([B, 1, K] @
+    [B, K, N], [B, M, K] @ [B, K, 1], or the outer product [B, M, 1] @ [B, 1, N]): memory-bound work
+    that BLAS runs one tiny GEMM per batch for (a mixture of experts' per-token expert weights,
+    [64, 1, 64] @ [64, 64, 128], took ATen 8x as long as the loops). Computed as a multiply and a
+    sum over K, its inputs stay lazy: a gather of the weights is read inside the sum, never stored.
+    torch.compile does the same on the CPU (its bmm lowering, for M or N of 1)."""
+    if getattr(node, "target", None) is not aten.bmm.default:
+        return False
+    metas = [a.meta.get("val") if hasattr(a, "meta") else None for a in node.args[:2]]
+    a, b = metas
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() != 3 or b.dim() != 3:
+        return False
+    if a.device.type != "cpu" or a.dtype not in (torch.float32, torch.float64) or b.dtype != a.dtype:
+        return False
+    sizes = [*a.shape, *b.shape]
+    if not all(type(s) is int for s in sizes):
+        return False
+    return a.shape[1] == 1 or b.shape[2] == 1 or a.shape[2] == 1
+
+
+@register(aten.bmm.default)
+def bmm(ctx: LoweringContext, a: TensorValue, b: TensorValue) -> TensorValue:
+    if not vector_bmm(ctx.node):
+        return ctx.extern(aten.bmm.default, (a, b), {})
+    dtype = compute_dtype(a.dtype)
+    zero = sympy.Integer(0)
+    # the vector (or both sides of an outer product) is read once per element of the other side:
+    # a lazy one (an MoE's silu between its two products) is stored, not recomputed N times over
+    if a.sizes[1] == 1 or a.sizes[2] == 1:
+        a = ctx.realize(a)
+    if b.sizes[2] == 1 or a.sizes[2] == 1:
+        b = ctx.realize(b)
+    if a.sizes[2] == 1:  # an outer product per batch: pointwise
+        def outer(idx: Sequence[sympy.Expr]) -> Value:
+            return ops.op("mul", a.load([idx[0], idx[1], zero]), b.load([idx[0], zero, idx[2]]))
+        return TensorValue(a.dtype, (a.sizes[0], a.sizes[1], b.sizes[2]), outer)
+
+    def product(i: Sequence[sympy.Expr], r: Sequence[sympy.Expr]) -> Value:
+        return ops.op("mul", ops.cast(a.load([i[0], i[1], r[0]]), dtype), ops.cast(b.load([i[0], r[0], i[2]]), dtype))
+
+    return ctx.reduction(a.dtype, [a.sizes[0], a.sizes[1], b.sizes[2]], [a.sizes[2]], "sum", product)
 
 
 def fallback(ctx: LoweringContext, op: Any, args: tuple, kwargs: dict[str, Any], reason: str) -> Any:
