@@ -32,47 +32,48 @@ class CheckKind:
     op: str
     error: type[Exception]
     wrap_negative: bool
-    message: str  # formatted with value, dim, size
-    headed: bool = True  # the message follows "<op>(): "; else it is eager's whole text
+    message: str  # eager's whole text, formatted with value, dim, size
 
 
-# What ATen raises for each (the class is what users catch; the text names the op and the numbers).
+# What ATen raises for each: the class users catch and eager's own text (eager names neither the
+# index nor the size for index_select, embedding and a 1-d index_add: Kiln says what eager says).
+_BOUNDS = "index {value} is out of bounds for dimension {dim} with size {size}"
+_IN_SELF = "index out of range in self"
 CHECK_KINDS: tuple[CheckKind, ...] = (
-    CheckKind("index", IndexError, True, "index {value} is out of bounds for dimension {dim} with size {size}"),
-    CheckKind("index_put", IndexError, True, "index {value} is out of bounds for dimension {dim} with size {size}"),
-    CheckKind("gather", RuntimeError, False, "index {value} is out of bounds for dimension {dim} with size {size}"),
-    CheckKind("scatter", RuntimeError, False, "index {value} is out of bounds for dimension {dim} with size {size}"),
-    CheckKind("index_select", IndexError, False, "index {value} is out of range for dimension {dim} with size {size}"),
-    CheckKind("embedding", IndexError, False, "index {value} is out of range for a table of {size} rows"),
-    CheckKind("index_add", IndexError, False, "index {value} is out of range for dimension {dim} with size {size}"),
-    CheckKind("index_copy", IndexError, False, "index {value} is out of bounds for dimension {dim} with size {size}"),
-    CheckKind("index_fill", IndexError, True, "index {value} is out of bounds for dimension {dim} with size {size}"),
+    CheckKind("index", IndexError, True, _BOUNDS),
+    CheckKind("index_put", IndexError, True, _BOUNDS),
+    CheckKind("gather", RuntimeError, False, _BOUNDS),
+    CheckKind("scatter", RuntimeError, False, _BOUNDS),
+    CheckKind("index_select", IndexError, False, _IN_SELF),
+    CheckKind("embedding", IndexError, False, _IN_SELF),
+    CheckKind("index_add", IndexError, False, _IN_SELF),
+    CheckKind("index_copy", IndexError, False, "index_copy_(): " + _BOUNDS),
+    CheckKind("index_fill", IndexError, True, _BOUNDS),
     # index_select on CPU checks dim 1 of a tensor of 2 or more dims (and any dim of an empty one)
     # on another path, which raises RuntimeError
     CheckKind("index_select_dim1", RuntimeError, False, "INDICES element is out of DATA bounds, id={value} axis_dim={size}"),
     # index_add along the first or last dim of a tensor of 2 or more dims runs as a scatter_add there
-    CheckKind("index_add_nd", RuntimeError, False, "index {value} is out of bounds for dimension {dim} with size {size}"),
+    CheckKind("index_add_nd", RuntimeError, False, _BOUNDS),
     # reductions without an identity over a dim (or a whole tensor) whose size is only known when
     # the graph runs (data-dependent, or computed from an int argument): `index_ok(0, size)` fails
     # where the size is 0, and the wrapper raises what eager raises
     *(CheckKind(f"{op}_empty_dim", IndexError, False,
-                f"{op}(): Expected reduction dim {{dim}} to have non-zero size.", headed=False)
+                f"{op}(): Expected reduction dim {{dim}} to have non-zero size.")
       for op in ("max", "min", "amax", "amin", "argmax", "argmin")),
     *(CheckKind(f"{op}_empty", RuntimeError, False, f"{op}(): Expected reduction dim to be specified for "
-                "input.numel() == 0. Specify the reduction dim with the 'dim' argument.", headed=False)
+                "input.numel() == 0. Specify the reduction dim with the 'dim' argument.")
       for op in ("max", "min", "amax", "amin")),
     *(CheckKind(f"{op}_empty", IndexError, False,
-                f"{op}(): Expected reduction dim to be specified for input.numel() == 0.", headed=False)
+                f"{op}(): Expected reduction dim to be specified for input.numel() == 0.")
       for op in ("argmax", "argmin")),
-    CheckKind("aminmax_empty_dim", IndexError, False, "aminmax: Expected reduction dim {dim} to have non-zero size.",
-              headed=False),
+    CheckKind("aminmax_empty_dim", IndexError, False, "aminmax: Expected reduction dim {dim} to have non-zero size."),
     CheckKind("aminmax_empty", RuntimeError, False, "aminmax(): cannot compute aminmax over an empty dimension as "
-              "the operation has no identity.", headed=False),
+              "the operation has no identity."),
     *(CheckKind(f"norm{sign}inf_empty_dim", RuntimeError, False, f"linalg.vector_norm cannot compute the {sign}inf "
                 "norm on the dimension {dim}because this dimension is empty and the operation does not have an "
-                "identity", headed=False) for sign in ("", "-")),
+                "identity") for sign in ("", "-")),
     *(CheckKind(f"norm{sign}inf_empty", RuntimeError, False, f"linalg.vector_norm cannot compute the {sign}inf norm "
-                "on an empty tensor because the operation does not have an identity", headed=False)
+                "on an empty tensor because the operation does not have an identity")
       for sign in ("", "-")),
 )
 _KIND_NUMBER = {k.op: n for n, k in enumerate(CHECK_KINDS)}
@@ -147,7 +148,7 @@ def describe_site(site: int) -> tuple[type[Exception], str]:
     kind = CHECK_KINDS[(site - 2) // _MAX_DIMS]
     dim = (site - 2) % _MAX_DIMS
     text = kind.message.replace("{dim}", str(dim))
-    return kind.error, f"{kind.op.removesuffix('_dim1')}(): {text}" if kind.headed else text
+    return kind.error, text
 
 
 def error_function_source(sites: set[int]) -> list[str]:
