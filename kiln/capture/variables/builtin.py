@@ -41,7 +41,7 @@ RULES = BUILTIN_RULES
 # Builtins whose call is a break of a named kind (the hint table of kiln.capture.breaks keys on it).
 _BREAK_KINDS = {builtins.print: "print", builtins.input: "unsupported_call", builtins.open: "unsupported_call",
                 builtins.breakpoint: "unsupported_call", builtins.exec: "unsupported_call",
-                builtins.eval: "unsupported_call", builtins.globals: "unsupported_call"}
+                builtins.eval: "unsupported_call"}
 
 
 class BuiltinVariable(Variable):
@@ -469,6 +469,9 @@ def id_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> 
         value = args[0].as_python_value()
     except Unsupported:
         return object_id(args[0])  # a tensor, an object made in the frame: compared by identity only
+    pin = getattr(args[0], "pin_identity", None)
+    if pin is not None:  # an instance guarded by type: the number is this very object's
+        pin()
     return ConstantVariable(id(value))
 
 
