@@ -12,7 +12,7 @@ import builtins
 from typing import TYPE_CHECKING, Any, Sequence
 
 from kiln.capture.trace_rules import builtin_rule
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.errors import Unsupported
 
@@ -69,6 +69,11 @@ class GlobalsDictVariable(Variable):
             tx.side_effects.store_global(self._source(tx, args[0]), args[1])
             return ConstantVariable(None)
         raise Unsupported(f"globals().{name}", kind="unsupported_call")
+
+    def getattr(self, tx: "Tracer", name: str) -> Variable:
+        if name in ("get", "__getitem__", "__setitem__"):
+            return BoundMethodVariable(self, name)
+        raise Unsupported(f"globals().{name}", kind="unsupported_attribute")
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.constant(self.namespace)

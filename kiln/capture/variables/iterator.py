@@ -160,6 +160,24 @@ class ListIteratorVariable(IteratorVariable):
         self.seq.items = value
 
 
+class EnumeratedListIterator(ListIteratorVariable):
+    """`enumerate(lst, start)`: the list's items as they are at each step, numbered."""
+
+    def __init__(self, seq: ListVariable, start: int) -> None:
+        super().__init__(seq)
+        self.start = start
+
+    def _numbered(self, n: int, item: Variable) -> Variable:
+        return TupleVariable([ConstantVariable(self.start + n), item])
+
+    def next_item(self) -> Variable | None:
+        item = super().next_item()
+        return None if item is None else self._numbered(self.position - 1, item)
+
+    def remaining(self) -> list[Variable]:
+        return [self._numbered(n, item) for n, item in enumerate(self.items[self.position:], self.position)]
+
+
 def open_iterator(tx: "Tracer", value: Variable) -> IteratorVariable:
     """`iter(value)`: an iterator as it is, a user object's own (its Python `__iter__`, maybe
     stepped lazily), else an iterator over every item `value` yields."""
