@@ -159,6 +159,18 @@ class ListIteratorVariable(IteratorVariable):
     def items(self, value: list[Variable]) -> None:
         self.seq.items = value
 
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        # a real iterator of the list itself (a break inside `for v in lst:`): what the code
+        # after the break appends to or removes from the list, it still sees
+        return f"{glue.constant(list_iterator_at)}({glue.reconstruct(self.seq)}, {self.position})"
+
+
+def list_iterator_at(seq: list, position: int) -> Iterator[Any]:
+    """`iter(seq)` advanced by `position` items (a list iterator keeps only its index)."""
+    iterator = iter(seq)
+    iterator.__setstate__(position)  # type: ignore[attr-defined]
+    return iterator
+
 
 class EnumeratedListIterator(ListIteratorVariable):
     """`enumerate(lst, start)`: the list's items as they are at each step, numbered."""
@@ -176,6 +188,9 @@ class EnumeratedListIterator(ListIteratorVariable):
 
     def remaining(self) -> list[Variable]:
         return [self._numbered(n, item) for n, item in enumerate(self.items[self.position:], self.position)]
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        return IteratorVariable.reconstruct(self, glue)  # the numbered items left, as a tuple iterator
 
 
 def open_iterator(tx: "Tracer", value: Variable) -> IteratorVariable:
