@@ -194,28 +194,6 @@ def test_iterator_opened_then_list_popped_and_cleared() -> None:
     run(f, [(X,)])
 
 
-def test_break_inside_a_loop_that_appends_to_its_list() -> None:
-    def f(x):
-        l = [1, 2]
-        for v in l:
-            x = x + v
-            torch._dynamo.graph_break()
-            if len(l) < 4:
-                l.append(v * 10)
-        return x, l
-    run(f, [(X,), (X,)], breaks=True)
-
-
-def test_break_inside_a_loop_that_removes_from_its_list() -> None:
-    def f(x):
-        l = [1, 2, 3, 4]
-        for v in l:
-            l.remove(v)
-            print("", end="")
-        return x * len(l), l
-    run(f, [(X,)], breaks=True)
-
-
 def test_enumerate_and_insert_in_front() -> None:
     def f(x):
         l = [1, 2, 3]

@@ -67,7 +67,7 @@ from kiln.capture.variables.functions import (
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.user_hashed_keys import HashedKey, hashes_in_python
 from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
-from kiln.capture.variables.iterator import IteratorVariable, ListIteratorVariable, PassedIteratorVariable
+from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVariable
 from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
@@ -558,12 +558,7 @@ def _wrap_iterator(state: "CaptureState", value: Any, source: Source | None) -> 
             seq, seq_source.name(), reduced[2],
             read=lambda k: wrap_value(state, seq[k], ItemSource(seq_source, k)),
             guard=lambda kind, n: _guard(state, seq_source, kind, n))
-    wrapped = wrap_value(state, seq, seq_source)
-    if type(wrapped) is ListVariable:  # a list iterator stays one: it reads the list as it is then
-        iterator = ListIteratorVariable(wrapped)
-        iterator.position = reduced[2]
-        return iterator
-    items = state.tracer_iterate(wrapped)
+    items = state.tracer_iterate(wrap_value(state, seq, seq_source))
     return IteratorVariable(items[reduced[2]:])
 
 

@@ -159,17 +159,9 @@ class ListIteratorVariable(IteratorVariable):
     def items(self, value: list[Variable]) -> None:
         self.seq.items = value
 
-    def reconstruct(self, glue: "GlueBuilder") -> str:
-        # a real iterator of the list itself (a break inside `for v in lst:`): what the code
-        # after the break appends to or removes from the list, it still sees
-        return f"{glue.constant(list_iterator_at)}({glue.reconstruct(self.seq)}, {self.position})"
-
-
-def list_iterator_at(seq: list, position: int) -> Iterator[Any]:
-    """`iter(seq)` advanced by `position` items (a list iterator keeps only its index)."""
-    iterator = iter(seq)
-    iterator.__setstate__(position)  # type: ignore[attr-defined]
-    return iterator
+    # Across a graph break it is rebuilt as the base class does, a tuple iterator of the items
+    # left: a resume function then compiles once per loop, not once per position (the list's later
+    # mutations are not seen by that iterator: a known gap).
 
 
 class EnumeratedListIterator(ListIteratorVariable):
@@ -188,9 +180,6 @@ class EnumeratedListIterator(ListIteratorVariable):
 
     def remaining(self) -> list[Variable]:
         return [self._numbered(n, item) for n, item in enumerate(self.items[self.position:], self.position)]
-
-    def reconstruct(self, glue: "GlueBuilder") -> str:
-        return IteratorVariable.reconstruct(self, glue)  # the numbered items left, as a tuple iterator
 
 
 def open_iterator(tx: "Tracer", value: Variable) -> IteratorVariable:
