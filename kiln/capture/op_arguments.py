@@ -4,6 +4,7 @@ containers of node arguments, constants literals the graph's code can print, num
 Python numbers torch reads them as where that is the same op."""
 from __future__ import annotations
 
+import enum
 import operator
 from typing import Any, Sequence
 
@@ -39,17 +40,21 @@ def node_arg(var: Any) -> Any:
     if isinstance(var, TorchFunctionVariable):
         return var.fn
     if var.is_constant():
-        return var.as_constant()
+        return _graph_literal(var.as_constant())
     raise Unsupported(f"passing {var.describe()} to a graph op", kind="unsupported_call")
 
 
 def _graph_literal(value: Any) -> Any:
     """A constant as a graph argument. FX prints a numpy scalar as `np.int64(4)`, which the
     graph's code cannot evaluate: np.int64 and np.bool_ become the Python int and bool torch reads
-    them as. Other numpy scalars are refused here (np.float64 makes a float64 tensor where 0.5
+    them as, an int or float enum member the number. Other numpy scalars are refused here (np.float64 makes a float64 tensor where 0.5
     makes a float32 one); call_op converts them for arithmetic on tensors, where they are the same."""
     if type(value) in (np.int64, np.bool_):
         return value.item()
+    if isinstance(value, enum.Enum) and isinstance(value, (int, float)):
+        # an IntEnum / IntFlag member is the number it holds to torch; FX would print it by name
+        # (`P.None` for a flag combination, which is not code)
+        return (int if isinstance(value, int) else float)(value)
     if isinstance(value, np.generic):
         raise Unsupported(f"passing the numpy scalar {value!r} to a graph op", kind="numpy")
     return value

@@ -55,6 +55,7 @@ from kiln.capture.variables import numpy_fft_grids  # noqa: F401  (fills NUMPY_F
 from kiln.capture.variables import lazy_itertools  # noqa: F401  (fills the rules of itertools.count, cycle, tee, islice)
 from kiln.capture.variables import type_checks  # noqa: F401  (fills the rules of isinstance, issubclass, type)
 from kiln.capture.variables import number_builtins  # noqa: F401  (fills the rules of min, max, sum, int, str, ...)
+from kiln.capture.variables import globals_dict  # noqa: F401  (fills the rule of globals())
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import (
     ConstantResultVariable,
@@ -114,8 +115,9 @@ def wrap_value(state: "CaptureState", value: Any, source: Source | None) -> Vari
             # mutations are seen through both); the second path must lead to it next time too,
             # and the first must be it (a function guarded by its code is pinned to this object).
             _guard(state, source, "check_id", value)
-            if isinstance(var, UserFunctionVariable):
-                var.pin_identity()
+            pin = getattr(var, "pin_identity", None)
+            if pin is not None:  # a function guarded by its code, an instance guarded by type
+                pin()
         return var
     var = _wrap(state, value, source)
     if not is_constant_value(value) and not isinstance(value, (tuple, frozenset)):
@@ -390,7 +392,7 @@ def _wrap_object(state: "CaptureState", value: Any, source: Source | None) -> Va
     for kind, make in OBJECT_WRAPPERS:
         if isinstance(value, kind):
             return make(value, source)
-    return ObjectVariable(value, source)
+    return ObjectVariable(value, source, pin=lambda: _guard(state, source, "check_id", value))
 
 
 # How a value from outside becomes a Variable, in the order the tests are tried: the first row

@@ -41,7 +41,7 @@ RULES = BUILTIN_RULES
 # Builtins whose call is a break of a named kind (the hint table of kiln.capture.breaks keys on it).
 _BREAK_KINDS = {builtins.print: "print", builtins.input: "unsupported_call", builtins.open: "unsupported_call",
                 builtins.breakpoint: "unsupported_call", builtins.exec: "unsupported_call",
-                builtins.eval: "unsupported_call", builtins.globals: "unsupported_call"}
+                builtins.eval: "unsupported_call"}
 
 
 class BuiltinVariable(Variable):
@@ -206,13 +206,15 @@ def range_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) 
 
 @builtin_rule(enumerate)
 def enumerate_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable, open_iterator
+    from kiln.capture.variables.iterator import EnumeratedListIterator, IteratorVariable, open_iterator
     from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_enumerate
-    from kiln.capture.variables.sequence import TupleVariable
+    from kiln.capture.variables.sequence import ListVariable, TupleVariable
 
     start = tx.as_int(args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0)))
     if is_made_on_demand(args[0]):
         return lazy_enumerate(tx, open_iterator(tx, args[0]), start)
+    if type(args[0]) is ListVariable:  # read as the list is at each step (the loop may append to it)
+        return EnumeratedListIterator(args[0], start)
     items = tx.iterate(args[0])
     return IteratorVariable([TupleVariable([ConstantVariable(start + i), v]) for i, v in enumerate(items)])
 
@@ -469,6 +471,9 @@ def id_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> 
         value = args[0].as_python_value()
     except Unsupported:
         return object_id(args[0])  # a tensor, an object made in the frame: compared by identity only
+    pin = getattr(args[0], "pin_identity", None)
+    if pin is not None:  # an instance guarded by type: the number is this very object's
+        pin()
     return ConstantVariable(id(value))
 
 

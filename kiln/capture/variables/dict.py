@@ -123,6 +123,9 @@ def key_of(var: Variable) -> Any:
         except Unsupported:
             kind = None
         if kind is not None and _hashes_by_identity(kind):
+            pin = getattr(var, "pin_identity", None)
+            if pin is not None:  # an instance from outside, guarded by type: the key is this object
+                pin()
             return IdentityKey(var, identity)
     raise Unsupported(f"dict key {var.describe()} is not a constant", kind="unsupported")
 

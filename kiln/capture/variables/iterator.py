@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
-from kiln.capture.variables.sequence import TupleVariable
+from kiln.capture.variables.sequence import ListVariable, TupleVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
@@ -143,11 +143,52 @@ class PassedIteratorVariable(IteratorVariable):
         return "iter((" + "".join(p + ", " for p in peeked) + f") + {rest})"
 
 
+class ListIteratorVariable(IteratorVariable):
+    """`iter(lst)`: reads the list's items as they are at each step, as CPython's list iterator
+    does by index: an item appended in the loop body is reached, one removed shifts the rest."""
+
+    def __init__(self, seq: ListVariable) -> None:
+        self.seq = seq
+        self.position = 0
+
+    @property  # type: ignore[override]
+    def items(self) -> list[Variable]:
+        return self.seq.items
+
+    @items.setter
+    def items(self, value: list[Variable]) -> None:
+        self.seq.items = value
+
+    # Across a graph break it is rebuilt as the base class does, a tuple iterator of the items
+    # left: a resume function then compiles once per loop, not once per position (the list's later
+    # mutations are not seen by that iterator: a known gap).
+
+
+class EnumeratedListIterator(ListIteratorVariable):
+    """`enumerate(lst, start)`: the list's items as they are at each step, numbered."""
+
+    def __init__(self, seq: ListVariable, start: int) -> None:
+        super().__init__(seq)
+        self.start = start
+
+    def _numbered(self, n: int, item: Variable) -> Variable:
+        return TupleVariable([ConstantVariable(self.start + n), item])
+
+    def next_item(self) -> Variable | None:
+        item = super().next_item()
+        return None if item is None else self._numbered(self.position - 1, item)
+
+    def remaining(self) -> list[Variable]:
+        return [self._numbered(n, item) for n, item in enumerate(self.items[self.position:], self.position)]
+
+
 def open_iterator(tx: "Tracer", value: Variable) -> IteratorVariable:
     """`iter(value)`: an iterator as it is, a user object's own (its Python `__iter__`, maybe
     stepped lazily), else an iterator over every item `value` yields."""
     if isinstance(value, IteratorVariable):
         return value
+    if type(value) is ListVariable:
+        return ListIteratorVariable(value)
     opened = value.open_iterator(tx)
     return opened if opened is not None else IteratorVariable(tx.iterate(value))
 

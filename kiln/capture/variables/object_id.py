@@ -59,6 +59,9 @@ class ObjectIdVariable(Variable):
 def object_id(target: Variable) -> Variable:
     """`id(target)` for a value with a trace-time identity (see the module docstring)."""
     identity = target.identity()
+    pin = getattr(target, "pin_identity", None)
+    if pin is not None and identity is not None:
+        pin()  # an outside instance guarded by type: its id() compares as this very object
     if identity is None and isinstance(target, ListVariable) and target.source is None:
         identity = target  # a list made in the frame: this Variable is the list (an immutable tuple is not)
     if identity is None:

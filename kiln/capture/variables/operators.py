@@ -348,15 +348,32 @@ def _identity(a: Variable, b: Variable) -> bool | None:
     if isinstance(a, (TensorVariable, SymIntVariable)) or isinstance(b, (TensorVariable, SymIntVariable)):
         return False
     try:
-        return a.as_python_value() is b.as_python_value()
+        same = a.as_python_value() is b.as_python_value()
     except Unsupported:
         pass
+    else:
+        _pin_identities(a, b)
+        return same
     mine, theirs = a.identity(), b.identity()
+    _pin_identities(a, b)
     if mine is not None and theirs is not None:
         return mine is theirs  # objects made in the frame (the Variable is the object), containers
     if type(a) is not type(b):
         return False
     return None
+
+
+def _pin_identities(a: Variable, b: Variable) -> None:
+    """Guard by identity the outside instances whose identity decided a comparison (they are
+    guarded by type only until then): `arg is GLOBAL` must not hold for the next call's object.
+    Against a constant or an object made in the frame the answer follows from the type alone."""
+    for var, other in ((a, b), (b, a)):
+        pin = getattr(var, "pin_identity", None)
+        if pin is None or isinstance(var, UserFunctionVariable) or other.is_constant():
+            continue
+        real = other.identity()
+        if real is not None and real is not other:
+            pin()
 
 
 def _equal(a: Variable, b: Variable) -> bool | None:
@@ -370,9 +387,19 @@ def _equal(a: Variable, b: Variable) -> bool | None:
         return same
     if isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable):
         return False  # the ids of two different objects
+    if _tensor_and_number(a, b) or _tensor_and_number(b, a):
+        return None  # `tensor == 3`, `t1 == t2` are elementwise: the truth is the tensor's (ambiguous, or data-dependent)
     if isinstance(a, (TensorVariable, SymIntVariable)) or isinstance(b, (TensorVariable, SymIntVariable)):
-        return False  # as before: a tensor never equals a non-tensor here
+        return False  # a tensor never equals None, a str, a container or an object
     return False if _compares_by_identity(a) and _compares_by_identity(b) else None
+
+
+def _tensor_and_number(a: Variable, b: Variable) -> bool:
+    if not isinstance(a, TensorVariable):
+        return False
+    if isinstance(b, (SymIntVariable, TensorVariable)):
+        return True
+    return b.is_constant() and type(b.as_constant()) in (int, float, bool, complex)
 
 
 def _compares_by_identity(v: Variable) -> bool:

@@ -106,10 +106,6 @@ class BaseSequenceVariable(Variable):
             except ValueError as missing:  # index of a missing item, raised where the program can catch it
                 from kiln.capture.variables.exception import raise_in_trace
                 raise raise_in_trace(missing, f"ValueError: {missing} (raised natively)") from None
-        if name == "index" and len(args) == 1:
-            for n, item in enumerate(self.items):
-                if item is args[0]:
-                    return ConstantVariable(n)
         if name in ("count", "index") and len(args) == 1 and not kwargs:
             # item by item as CPython does (`item is x or item == x`, stopping at index's first
             # match), each `==` traced (a user __eq__ runs) and known at trace time, or a break

@@ -21,7 +21,7 @@ from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import BUILTIN_DICTS as DICT_BASES, DictMethodVariable, DictVariable
 from kiln.capture.variables.exception import ExceptionVariable
-from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute, python_function
+from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable, guard_class_attribute, python_function
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
@@ -75,6 +75,11 @@ class SuperVariable(Variable):
                 if isinstance(attr, classmethod):
                     owner = self.obj if receiver_class is not None else tx.wrap(self.obj.python_type(), None)
                     return UserMethodVariable(python_function(attr.__func__, "a classmethod"), owner)
+                if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType) and receiver_class is None:
+                    # `super().scale` in a property override: the base's getter, on this object
+                    if not in_stable_module(base.__module__):
+                        guard_class_attribute(tx, mro[0], name, attr, classes=tuple(mro[start:]))
+                    return UserFunctionVariable(attr.fget).call(tx, [self.obj], {})
                 if name == "__new__" and isinstance(attr, types.BuiltinFunctionType):
                     # `super().__new__(cls, ...)` in a class's own __new__: object's or tuple's,
                     # a static method (each has its rule in builtin.py)

@@ -70,9 +70,18 @@ _MISSING = MISSING
 class ObjectVariable(Variable):
     """A real Python object used as a trace-time constant whose attributes are read on demand."""
 
-    def __init__(self, value: Any, source: Source | None = None) -> None:
+    def __init__(self, value: Any, source: Source | None = None, pin: Any = None) -> None:
         self.value = value
         self.source = source
+        # An instance from outside is guarded by type only: `pin` adds the identity guard the first
+        # time the trace decides something by which object it is (`is`, id(), a key hashed by identity).
+        self.pin = pin
+
+    def pin_identity(self) -> None:
+        pin = getattr(self, "pin", None)
+        if pin is not None:
+            pin()
+            self.pin = None
 
     def describe(self) -> str:
         if isinstance(self.value, (type, types.ModuleType)):
@@ -330,6 +339,11 @@ class ObjectVariable(Variable):
             # a symbolic int is specialized (guarded): the member depends on its value
             value = tx.as_int(args[0]) if isinstance(args[0], SymIntVariable) else args[0].as_constant()
             return _enum_member(tx, obj, value)
+        if isinstance(obj, enum.EnumMeta) and len(args) == 1 and not kwargs and args[0].is_constant() \
+                and type(obj).__call__ is enum.EnumMeta.__call__:
+            found = _user_missing_member(tx, self, obj, args[0])
+            if found is not None:
+                return found
         # dataclasses keeps its decorator's parameters there; typeshed's DataclassInstance omits it
         if isinstance(obj, type) and dataclasses.is_dataclass(obj) \
                 and obj.__dataclass_params__.frozen:  # type: ignore[attr-defined]
@@ -666,6 +680,31 @@ def _plain_member_iteration(cls: enum.EnumMeta) -> bool:
 
 
 _LIBRARY_MISSING = (enum.Enum._missing_.__func__, enum.Flag._missing_.__func__)  # type: ignore[attr-defined]
+
+
+def _user_missing_member(tx: "Tracer", cls_var: Variable, cls: enum.EnumMeta, key: Variable) -> Variable | None:
+    """`Color(v)` of a class with its own `_missing_` classmethod: a value of a member is that member
+    (no Python runs); another is what the hook, inlined, returns (None: eager's ValueError)."""
+    from kiln.capture.variables.exception import raise_in_trace
+    from kiln.capture.variables.functions import UserFunctionVariable
+
+    value = key.as_constant()
+    try:
+        known = value in cls._value2member_map_
+    except TypeError:  # unhashable: the class searches its members, then the hook
+        known = False
+    if known:
+        return _enum_member(tx, cls, value)
+    hook = inspect.getattr_static(cls, "_missing_", None)
+    if not isinstance(hook, classmethod) or not isinstance(hook.__func__, types.FunctionType):
+        return None
+    result = UserFunctionVariable(hook.__func__).call(tx, [cls_var, key], {})
+    if result.is_constant() and result.as_constant() is None:
+        error = ValueError(f"{value!r} is not a valid {cls.__qualname__}")
+        raise raise_in_trace(error, f"ValueError: {error} (raised natively)")
+    if isinstance(result, ObjectVariable) and isinstance(result.value, cls):
+        return result
+    return None
 
 
 def _enum_member(tx: "Tracer", cls: enum.EnumMeta, value: Any) -> Variable:
