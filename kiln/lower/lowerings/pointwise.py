@@ -38,26 +38,40 @@ def promoted(*args: Any) -> torch.dtype:
     return dtype
 
 
-def operand(a: Any, idx: Any, dtype: torch.dtype, promoted_to: torch.dtype | None = None) -> Value:
-    """`a` at `idx` in the compute dtype; `promoted_to` is the dtype the op promotes its inputs to."""
+_REDUCED_FLOATS = (torch.float16, torch.bfloat16)
+
+
+def operand(a: Any, idx: Any, dtype: torch.dtype, promoted_to: torch.dtype | None = None,
+            exact: bool = False) -> Value:
+    """`a` at `idx` in the compute dtype; `promoted_to` is the dtype the op promotes its inputs to;
+    `exact`: an integer operand is not rounded to a half/bfloat16 `promoted_to` first."""
     if isinstance(a, TensorValue):
-        return ops.cast(broadcast_load(a, idx, promoted_to), dtype)
+        value = broadcast_load(a, idx, promoted_to)
+        if promoted_to in _REDUCED_FLOATS and not (exact or a.dtype.is_floating_point or a.dtype.is_complex):
+            # eager converts an integer (or bool) operand to the half/bfloat16 common dtype before
+            # the op computes in float32: `int64 / half` sees 70000 as inf, 2049 as 2048
+            value = ops.cast(ops.op("to_dtype", ops.cast(value, torch.float32), param=promoted_to), torch.float32)
+        return ops.cast(value, dtype)
     if isinstance(a, sympy.Basic):
         return ops.cast(Index(a, torch.int64 if is_integral(a) else torch.float64), dtype)
     return ops.constant(a, dtype)
 
 
 def pointwise(ctx: LoweringContext, args: list[Any], fn: Callable[..., Value],
-              compute: torch.dtype | None = None) -> TensorValue:
-    """The lazy result of `fn` applied elementwise to `args` broadcast to the node's output shape."""
+              compute: torch.dtype | None = None, scalar_opmath: bool = False) -> TensorValue:
+    """The lazy result of `fn` applied elementwise to `args` broadcast to the node's output shape.
+    `scalar_opmath`: ATen's half/bfloat16 kernel (mul, div) reads a one-element second operand as a
+    float32 scalar, unrounded; elsewhere an integer operand is rounded to the half dtype as eager casts it."""
     out = ctx.out_dtype()
     sizes = ctx.out_sizes()
     promoted_to = compute or out
     compute = compute_dtype(promoted_to)
     result = compute_dtype(out)
+    exact = [scalar_opmath and k == 1 and isinstance(a, TensorValue) and all(n == 1 for n in a.sizes)
+             for k, a in enumerate(args)]
 
     def loader(idx: Any) -> Value:
-        return ops.cast(fn(*[operand(a, idx, compute, promoted_to) for a in args]), result)
+        return ops.cast(fn(*[operand(a, idx, compute, promoted_to, e) for a, e in zip(args, exact)]), result)
 
     return TensorValue(out, sizes, loader)
 
@@ -139,13 +153,13 @@ def rsub(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue
 
 @register(aten.mul.Tensor, aten.mul.Scalar)
 def mul(ctx: LoweringContext, a: Any, b: Any) -> TensorValue:
-    return pointwise(ctx, [a, b], ops.binary("mul"))
+    return pointwise(ctx, [a, b], ops.binary("mul"), scalar_opmath=True)
 
 
 @register(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div(ctx: LoweringContext, a: Any, b: Any, *, rounding_mode: str | None = None) -> TensorValue:
     if rounding_mode is None:
-        return pointwise(ctx, [a, b], ops.binary("truediv"))
+        return pointwise(ctx, [a, b], ops.binary("truediv"), scalar_opmath=True)
     name = "floordiv" if rounding_mode == "floor" else "truncdiv"
     return pointwise(ctx, [a, b], ops.binary(name))
 
