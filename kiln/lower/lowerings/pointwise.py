@@ -44,30 +44,34 @@ _REDUCED_FLOATS = (torch.float16, torch.bfloat16)
 def operand(a: Any, idx: Any, dtype: torch.dtype, promoted_to: torch.dtype | None = None,
             exact: bool = False) -> Value:
     """`a` at `idx` in the compute dtype; `promoted_to` is the dtype the op promotes its inputs to;
-    `exact`: an integer operand is not rounded to a half/bfloat16 `promoted_to` first."""
+    `exact`: an operand of another dtype is not rounded to a half/bfloat16 `promoted_to` first."""
     if isinstance(a, TensorValue):
         value = broadcast_load(a, idx, promoted_to)
-        if promoted_to in _REDUCED_FLOATS and not (exact or a.dtype.is_floating_point or a.dtype.is_complex):
+        if promoted_to in _REDUCED_FLOATS and not exact and a.dtype != promoted_to and not a.dtype.is_complex:
             # eager converts an integer (or bool) operand to the half/bfloat16 common dtype before
             # the op computes in float32: `int64 / half` sees 70000 as inf, 2049 as 2048
             value = ops.cast(ops.op("to_dtype", ops.cast(value, torch.float32), param=promoted_to), torch.float32)
         return ops.cast(value, dtype)
     if isinstance(a, sympy.Basic):
         return ops.cast(Index(a, torch.int64 if is_integral(a) else torch.float64), dtype)
+    if promoted_to in _REDUCED_FLOATS and not exact and isinstance(a, (bool, int, float)):
+        a = float(torch.tensor(float(a)).to(promoted_to))  # a Python scalar converts as a 0-d tensor
     return ops.constant(a, dtype)
 
 
 def pointwise(ctx: LoweringContext, args: list[Any], fn: Callable[..., Value],
               compute: torch.dtype | None = None, scalar_opmath: bool = False) -> TensorValue:
     """The lazy result of `fn` applied elementwise to `args` broadcast to the node's output shape.
-    `scalar_opmath`: ATen's half/bfloat16 kernel (mul, div) reads a one-element second operand as a
-    float32 scalar, unrounded; elsewhere an integer operand is rounded to the half dtype as eager casts it."""
+    `scalar_opmath`: ATen's half/bfloat16 kernel (mul, div, floor_divide) reads a one-element second
+    operand or a Python scalar as a float32 scalar, unrounded; elsewhere an operand of another dtype
+    (integers, a float32 0-d tensor, a Python scalar) is rounded to the half dtype as eager casts it."""
     out = ctx.out_dtype()
     sizes = ctx.out_sizes()
     promoted_to = compute or out
     compute = compute_dtype(promoted_to)
     result = compute_dtype(out)
-    exact = [scalar_opmath and k == 1 and isinstance(a, TensorValue) and all(n == 1 for n in a.sizes)
+    exact = [scalar_opmath and k == 1 and (isinstance(a, (bool, int, float))
+                                           or isinstance(a, TensorValue) and all(n == 1 for n in a.sizes))
              for k, a in enumerate(args)]
 
     def loader(idx: Any) -> Value:
@@ -161,12 +165,12 @@ def div(ctx: LoweringContext, a: Any, b: Any, *, rounding_mode: str | None = Non
     if rounding_mode is None:
         return pointwise(ctx, [a, b], ops.binary("truediv"), scalar_opmath=True)
     name = "floordiv" if rounding_mode == "floor" else "truncdiv"
-    return pointwise(ctx, [a, b], ops.binary(name))
+    return pointwise(ctx, [a, b], ops.binary(name), scalar_opmath=True)
 
 
 @register(aten.floor_divide.default, aten.floor_divide.Scalar)
 def floor_divide(ctx: LoweringContext, a: Any, b: Any) -> TensorValue:
-    return pointwise(ctx, [a, b], ops.binary("floordiv"))
+    return pointwise(ctx, [a, b], ops.binary("floordiv"), scalar_opmath=True)
 
 
 BINARY = {
