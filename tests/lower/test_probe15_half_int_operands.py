@@ -43,7 +43,9 @@ CASES = {
     "half_add_python_scalar": (lambda y, x: (x + 70000.0, x - 3.3333, x.bfloat16() + 3.3333,
                                              x * 3.3333, x / 0.1001, x // 3.3333),
                                torch.tensor(0), _h(-65504.0, 7.1, 300.3)),
-    "half_remainder_fmod_scalar": (lambda y, x: (torch.remainder(x, 0.1001), torch.fmod(x, 3.3333)), torch.tensor(0), _h(-65504.0, 7.1, 300.3)),
+    # lerp's weight is read unrounded: 0.7, not half's 0.7002
+    "half_remainder_fmod_scalar": (lambda y, x: (torch.remainder(x, 0.1001), torch.fmod(x, 3.3333),
+                                                 torch.lerp(x, -x, 0.7)), torch.tensor(0), _h(-65504.0, 7.1, 300.3)),
     "half_eq_atan2_float_0d": (lambda y, x: (x.bfloat16() == torch.tensor(-259.7), torch.atan2(x, torch.tensor(3.3333)),
                                              torch.pow(x.abs(), torch.tensor(0.1001, dtype=torch.float64))),
                                torch.tensor(0), _h(-260.0, 7.1, 300.3)),

@@ -60,18 +60,22 @@ def operand(a: Any, idx: Any, dtype: torch.dtype, promoted_to: torch.dtype | Non
 
 
 def pointwise(ctx: LoweringContext, args: list[Any], fn: Callable[..., Value],
-              compute: torch.dtype | None = None, scalar_opmath: bool = False) -> TensorValue:
+              compute: torch.dtype | None = None, scalar_opmath: bool = False,
+              round_scalars: bool = False) -> TensorValue:
     """The lazy result of `fn` applied elementwise to `args` broadcast to the node's output shape.
     `scalar_opmath`: ATen's half/bfloat16 kernel (mul, div, floor_divide) reads a one-element second
     operand or a Python scalar as a float32 scalar, unrounded; elsewhere an operand of another dtype
-    (integers, a float32 0-d tensor, a Python scalar) is rounded to the half dtype as eager casts it."""
+    (integers, a float32 0-d tensor) is rounded to the half dtype as eager casts it, a Python scalar
+    only with `round_scalars` (the binary ops measured to round it: add, sub, remainder, comparisons
+    ...; lerp's weight and other ops' scalar parameters are read unrounded)."""
     out = ctx.out_dtype()
     sizes = ctx.out_sizes()
     promoted_to = compute or out
     compute = compute_dtype(promoted_to)
     result = compute_dtype(out)
-    exact = [scalar_opmath and k == 1 and (isinstance(a, (bool, int, float))
-                                           or isinstance(a, TensorValue) and all(n == 1 for n in a.sizes))
+    exact = [(isinstance(a, (bool, int, float)) and not round_scalars)
+             or (scalar_opmath and k == 1 and (isinstance(a, (bool, int, float))
+                                               or isinstance(a, TensorValue) and all(n == 1 for n in a.sizes)))
              for k, a in enumerate(args)]
 
     def loader(idx: Any) -> Value:
@@ -133,7 +137,7 @@ def _symbolic(alpha: Any) -> bool:
 @register(aten.add.Tensor, aten.add.Scalar)
 def add(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
     if alpha == 1:
-        return pointwise(ctx, [a, b], ops.binary("add"))
+        return pointwise(ctx, [a, b], ops.binary("add"), round_scalars=True)
     if _symbolic(alpha):
         return pointwise(ctx, [a, b, alpha], lambda x, y, s: ops.op("add", x, ops.op("mul", y, s)))
     return pointwise(ctx, [a, b], lambda x, y: ops.op("add", x, ops.op("mul", y, c(alpha, y))))
@@ -142,7 +146,7 @@ def add(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
 @register(aten.sub.Tensor, aten.sub.Scalar)
 def sub(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
     if alpha == 1:
-        return pointwise(ctx, [a, b], ops.binary("sub"))
+        return pointwise(ctx, [a, b], ops.binary("sub"), round_scalars=True)
     if _symbolic(alpha):
         return pointwise(ctx, [a, b, alpha], lambda x, y, s: ops.op("sub", x, ops.op("mul", y, s)))
     return pointwise(ctx, [a, b], lambda x, y: ops.op("sub", x, ops.op("mul", y, c(alpha, y))))
@@ -152,6 +156,8 @@ def sub(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
 def rsub(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
     if _symbolic(alpha):
         return pointwise(ctx, [b, a, alpha], lambda x, y, s: ops.op("sub", x, ops.op("mul", y, s)))
+    if alpha == 1:
+        return pointwise(ctx, [b, a], ops.binary("sub"), round_scalars=True)
     return pointwise(ctx, [b, a], lambda x, y: ops.op("sub", x, ops.op("mul", y, c(alpha, y))))
 
 
@@ -194,13 +200,13 @@ LOGICAL = {aten.logical_and.default: "logical_and", aten.logical_or.default: "lo
 
 def _binary_rule(name: str) -> Callable[..., TensorValue]:
     def rule(ctx: LoweringContext, a: Any, b: Any) -> TensorValue:
-        return pointwise(ctx, [a, b], ops.binary(name))
+        return pointwise(ctx, [a, b], ops.binary(name), round_scalars=True)
     return rule
 
 
 def _compare_rule(name: str) -> Callable[..., TensorValue]:
     def rule(ctx: LoweringContext, a: Any, b: Any) -> TensorValue:
-        return pointwise(ctx, [a, b], ops.binary(name), compute=promoted(a, b))
+        return pointwise(ctx, [a, b], ops.binary(name), compute=promoted(a, b), round_scalars=True)
     return rule
 
 
@@ -227,7 +233,7 @@ def pow_(ctx: LoweringContext, a: Any, b: Any) -> TensorValue:
             return pointwise(ctx, [a], lambda x: ops.op("mul", x, x))
         if b == 0.5 and ctx.out_dtype().is_floating_point:
             return pointwise(ctx, [a], lambda x: ops.op("sqrt", x))
-    return pointwise(ctx, [a, b], ops.binary("pow"))
+    return pointwise(ctx, [a, b], ops.binary("pow"), round_scalars=True)
 
 
 # ----------------------------------------------------------------------------- where, clamp, fill
