@@ -64,6 +64,9 @@ class OutputInfo:
     # a "graph" output that eager gives as an autograd view (of an intermediate nothing else returns):
     # the runtime leaves a wrapper's view as it is only for these (kiln.runtime.aot.not_views)
     view: bool = False
+    # a view made with grad mode off of a base that requires grad (`with torch.no_grad(): v = x[1:]`):
+    # eager's is a leaf without history, so the runtime replays its view ops under no_grad
+    no_grad: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,7 +329,8 @@ class FunctionalSession:
                     continue
                 steps = view_steps(out)[prefixes[index]:]  # from the base the graph returns
                 if _replays_to(self.unwrap(bases[index]), steps, self.unwrap(out), layout=True):
-                    infos.append(OutputInfo("base_view", base=index, requires_grad=grad, steps=steps))
+                    infos.append(OutputInfo("base_view", base=index, requires_grad=grad, steps=steps,
+                                            no_grad=_made_without_grad(out)))
                     continue
             elif storage in input_storage:
                 index = input_storage[storage]
@@ -335,11 +339,18 @@ class FunctionalSession:
                 # only until a mutation replaces it (a fresh contiguous tensor): it must also run
                 # on the input's own layout, or eager's reshape made a copy there.
                 if _replays_to(self.originals[index], steps, out, layout=False):
-                    infos.append(OutputInfo("input_view", base=index, requires_grad=grad, steps=steps))
+                    infos.append(OutputInfo("input_view", base=index, requires_grad=grad, steps=steps,
+                                            no_grad=_made_without_grad(out)))
                     continue
             infos.append(OutputInfo("graph", graph_index=len(graph_outputs), requires_grad=grad, view=out._is_view()))
             graph_outputs.append(out)
         return infos, graph_outputs, bases
+
+
+def _made_without_grad(view: torch.Tensor) -> bool:
+    """Whether a view output was made under no_grad from a base that requires grad: it requires grad
+    (as its base) but has no grad_fn, where a view made with grad on has one."""
+    return view.requires_grad and view.grad_fn is None and view._is_view()
 
 
 class _InputLayouts(TorchFunctionMode):

@@ -281,6 +281,48 @@ def run_custom_op(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) 
             raise
 
 
+# --------------------------------------------------------------------------- in-place casts
+# ATen's name for a dtype in "result type Float can't be cast to the desired output type Long".
+_SCALAR_TYPE_NAMES = {
+    torch.float64: "Double", torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+    torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+}
+
+
+def _promotion_operand(x: Any) -> Any:
+    """A value as type promotion sees it: symbolic numbers by their kind (the value is irrelevant)."""
+    if isinstance(x, torch.SymBool):
+        return True
+    if isinstance(x, torch.SymInt):
+        return 1
+    if isinstance(x, torch.SymFloat):
+        return 1.0
+    return x
+
+
+@register_fake_impl(aten.mul_.Tensor, aten.mul_.Scalar, aten.add_.Tensor, aten.add_.Scalar,
+                    aten.sub_.Tensor, aten.sub_.Scalar, aten.addcmul_.default, aten.addcdiv_.default)
+def inplace_result_cast(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """In-place arithmetic whose meta kernel writes any promoted type into `self` (an integer
+    tensor's `mul_(1.5)`, a bool's `mul_(2)`, a float's `add_` of a complex): eager's kernel refuses
+    a result type that cannot be cast to self's dtype, so the trace raises the same RuntimeError."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+    self = args[0]
+    operands = [_promotion_operand(a) for a in args[1:3] if isinstance(a, (torch.Tensor, bool, int, float, complex,
+                                                                           torch.SymInt, torch.SymFloat, torch.SymBool))]
+    value = kwargs.get("value", args[3] if len(args) > 3 else None)
+    if value is not None and func in (aten.addcmul_.default, aten.addcdiv_.default):
+        operands.append(_promotion_operand(value))
+    if isinstance(self, torch.Tensor) and operands:
+        _, result = elementwise_dtypes(self, *operands,
+                                       type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        if not torch.can_cast(result, self.dtype):
+            raise RuntimeError(f"result type {_SCALAR_TYPE_NAMES.get(result, result)} can't be cast to the "
+                               f"desired output type {_SCALAR_TYPE_NAMES.get(self.dtype, self.dtype)}")
+    return mode.run_kernel(func, args, kwargs)
+
+
 # --------------------------------------------------------------------------- layouts
 @register_fake_impl(aten.convolution.default)
 def convolution(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:

@@ -341,6 +341,7 @@ class OutputRecord:
     value: Any = None
     steps: tuple[ViewStep, ...] | None = None
     view: bool = False
+    no_grad: bool = False
 
 
 @record_type
@@ -634,10 +635,16 @@ class AotRuntime:
         if kind == "input":
             return flat[info.base]
         if kind == "input_view":  # after the copy-back above: the view sees the input's new data
+            if info.no_grad:  # eager's view was made with grad mode off: a leaf without history
+                with torch.no_grad():
+                    return self._views[k](entry[info.base], entry)
             return self._views[k](entry[info.base], entry)
         if kind == "base":
             return bases[info.base]
         if kind == "base_view":
+            if info.no_grad:
+                with torch.no_grad():
+                    return self._views[k](bases[info.base], entry)
             return self._views[k](bases[info.base], entry)
         if kind == "same_as":
             return results[info.base]
@@ -683,7 +690,8 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
             return None  # an output constant with no literal
         if info.steps is not None and not is_plain(info.steps):
             return None  # a view op argument that is a size symbol
-        outputs.append(OutputRecord(info.kind, info.base, info.graph_index, info.value, info.steps, info.view))
+        outputs.append(OutputRecord(info.kind, info.base, info.graph_index, info.value, info.steps, info.view,
+                                    getattr(info, "no_grad", False)))
     fields: dict[str, Any] = {
         "forward": forward,
         "meta": RuntimeMeta(tuple(meta.mutated_inputs), tuple(outputs), meta.num_graph_outputs,

@@ -38,26 +38,48 @@ def promoted(*args: Any) -> torch.dtype:
     return dtype
 
 
-def operand(a: Any, idx: Any, dtype: torch.dtype, promoted_to: torch.dtype | None = None) -> Value:
-    """`a` at `idx` in the compute dtype; `promoted_to` is the dtype the op promotes its inputs to."""
+_REDUCED_FLOATS = (torch.float16, torch.bfloat16)
+
+
+def operand(a: Any, idx: Any, dtype: torch.dtype, promoted_to: torch.dtype | None = None,
+            exact: bool = False) -> Value:
+    """`a` at `idx` in the compute dtype; `promoted_to` is the dtype the op promotes its inputs to;
+    `exact`: an operand of another dtype is not rounded to a half/bfloat16 `promoted_to` first."""
     if isinstance(a, TensorValue):
-        return ops.cast(broadcast_load(a, idx, promoted_to), dtype)
+        value = broadcast_load(a, idx, promoted_to)
+        if promoted_to in _REDUCED_FLOATS and not exact and a.dtype != promoted_to and not a.dtype.is_complex:
+            # eager converts an integer (or bool) operand to the half/bfloat16 common dtype before
+            # the op computes in float32: `int64 / half` sees 70000 as inf, 2049 as 2048
+            value = ops.cast(ops.op("to_dtype", ops.cast(value, torch.float32), param=promoted_to), torch.float32)
+        return ops.cast(value, dtype)
     if isinstance(a, sympy.Basic):
         return ops.cast(Index(a, torch.int64 if is_integral(a) else torch.float64), dtype)
+    if promoted_to in _REDUCED_FLOATS and not exact and isinstance(a, (bool, int, float)):
+        a = float(torch.tensor(float(a)).to(promoted_to))  # a Python scalar converts as a 0-d tensor
     return ops.constant(a, dtype)
 
 
 def pointwise(ctx: LoweringContext, args: list[Any], fn: Callable[..., Value],
-              compute: torch.dtype | None = None) -> TensorValue:
-    """The lazy result of `fn` applied elementwise to `args` broadcast to the node's output shape."""
+              compute: torch.dtype | None = None, scalar_opmath: bool = False,
+              round_scalars: bool = False) -> TensorValue:
+    """The lazy result of `fn` applied elementwise to `args` broadcast to the node's output shape.
+    `scalar_opmath`: ATen's half/bfloat16 kernel (mul, div, floor_divide) reads a one-element second
+    operand or a Python scalar as a float32 scalar, unrounded; elsewhere an operand of another dtype
+    (integers, a float32 0-d tensor) is rounded to the half dtype as eager casts it, a Python scalar
+    only with `round_scalars` (the binary ops measured to round it: add, sub, remainder, comparisons
+    ...; lerp's weight and other ops' scalar parameters are read unrounded)."""
     out = ctx.out_dtype()
     sizes = ctx.out_sizes()
     promoted_to = compute or out
     compute = compute_dtype(promoted_to)
     result = compute_dtype(out)
+    exact = [(isinstance(a, (bool, int, float)) and not round_scalars)
+             or (scalar_opmath and k == 1 and (isinstance(a, (bool, int, float))
+                                               or isinstance(a, TensorValue) and all(n == 1 for n in a.sizes)))
+             for k, a in enumerate(args)]
 
     def loader(idx: Any) -> Value:
-        return ops.cast(fn(*[operand(a, idx, compute, promoted_to) for a in args]), result)
+        return ops.cast(fn(*[operand(a, idx, compute, promoted_to, e) for a, e in zip(args, exact)]), result)
 
     return TensorValue(out, sizes, loader)
 
@@ -115,7 +137,7 @@ def _symbolic(alpha: Any) -> bool:
 @register(aten.add.Tensor, aten.add.Scalar)
 def add(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
     if alpha == 1:
-        return pointwise(ctx, [a, b], ops.binary("add"))
+        return pointwise(ctx, [a, b], ops.binary("add"), round_scalars=True)
     if _symbolic(alpha):
         return pointwise(ctx, [a, b, alpha], lambda x, y, s: ops.op("add", x, ops.op("mul", y, s)))
     return pointwise(ctx, [a, b], lambda x, y: ops.op("add", x, ops.op("mul", y, c(alpha, y))))
@@ -124,7 +146,7 @@ def add(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
 @register(aten.sub.Tensor, aten.sub.Scalar)
 def sub(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
     if alpha == 1:
-        return pointwise(ctx, [a, b], ops.binary("sub"))
+        return pointwise(ctx, [a, b], ops.binary("sub"), round_scalars=True)
     if _symbolic(alpha):
         return pointwise(ctx, [a, b, alpha], lambda x, y, s: ops.op("sub", x, ops.op("mul", y, s)))
     return pointwise(ctx, [a, b], lambda x, y: ops.op("sub", x, ops.op("mul", y, c(alpha, y))))
@@ -134,25 +156,27 @@ def sub(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
 def rsub(ctx: LoweringContext, a: Any, b: Any, *, alpha: Any = 1) -> TensorValue:
     if _symbolic(alpha):
         return pointwise(ctx, [b, a, alpha], lambda x, y, s: ops.op("sub", x, ops.op("mul", y, s)))
+    if alpha == 1:
+        return pointwise(ctx, [b, a], ops.binary("sub"), round_scalars=True)
     return pointwise(ctx, [b, a], lambda x, y: ops.op("sub", x, ops.op("mul", y, c(alpha, y))))
 
 
 @register(aten.mul.Tensor, aten.mul.Scalar)
 def mul(ctx: LoweringContext, a: Any, b: Any) -> TensorValue:
-    return pointwise(ctx, [a, b], ops.binary("mul"))
+    return pointwise(ctx, [a, b], ops.binary("mul"), scalar_opmath=True)
 
 
 @register(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div(ctx: LoweringContext, a: Any, b: Any, *, rounding_mode: str | None = None) -> TensorValue:
     if rounding_mode is None:
-        return pointwise(ctx, [a, b], ops.binary("truediv"))
+        return pointwise(ctx, [a, b], ops.binary("truediv"), scalar_opmath=True)
     name = "floordiv" if rounding_mode == "floor" else "truncdiv"
-    return pointwise(ctx, [a, b], ops.binary(name))
+    return pointwise(ctx, [a, b], ops.binary(name), scalar_opmath=True)
 
 
 @register(aten.floor_divide.default, aten.floor_divide.Scalar)
 def floor_divide(ctx: LoweringContext, a: Any, b: Any) -> TensorValue:
-    return pointwise(ctx, [a, b], ops.binary("floordiv"))
+    return pointwise(ctx, [a, b], ops.binary("floordiv"), scalar_opmath=True)
 
 
 BINARY = {
@@ -176,13 +200,13 @@ LOGICAL = {aten.logical_and.default: "logical_and", aten.logical_or.default: "lo
 
 def _binary_rule(name: str) -> Callable[..., TensorValue]:
     def rule(ctx: LoweringContext, a: Any, b: Any) -> TensorValue:
-        return pointwise(ctx, [a, b], ops.binary(name))
+        return pointwise(ctx, [a, b], ops.binary(name), round_scalars=True)
     return rule
 
 
 def _compare_rule(name: str) -> Callable[..., TensorValue]:
     def rule(ctx: LoweringContext, a: Any, b: Any) -> TensorValue:
-        return pointwise(ctx, [a, b], ops.binary(name), compute=promoted(a, b))
+        return pointwise(ctx, [a, b], ops.binary(name), compute=promoted(a, b), round_scalars=True)
     return rule
 
 
@@ -209,7 +233,7 @@ def pow_(ctx: LoweringContext, a: Any, b: Any) -> TensorValue:
             return pointwise(ctx, [a], lambda x: ops.op("mul", x, x))
         if b == 0.5 and ctx.out_dtype().is_floating_point:
             return pointwise(ctx, [a], lambda x: ops.op("sqrt", x))
-    return pointwise(ctx, [a, b], ops.binary("pow"))
+    return pointwise(ctx, [a, b], ops.binary("pow"), round_scalars=True)
 
 
 # ----------------------------------------------------------------------------- where, clamp, fill
