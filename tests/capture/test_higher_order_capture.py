@@ -2,8 +2,9 @@
 
 Each case runs with fullgraph=True under the "eager", "aot_eager" and "inductor" backends and must
 give eager's outputs and gradients; torch._dynamo.explain's counts are the oracle. A predicate that
-depends on tensor data (cond, while_loop) is a graph break that runs eagerly, where torch.compile
-keeps one graph-level op: those cases check eager's values and the break's reason instead.
+depends on tensor data is a graph-level cond for cond (tests/capture/test_graph_cond.py) and a
+graph break that runs eagerly for while_loop, where torch.compile keeps one graph-level op: that
+case checks eager's values and the break's reason instead.
 """
 from __future__ import annotations
 
@@ -179,16 +180,11 @@ def test_combine_reading_a_size_runs_per_element() -> None:
     torch.testing.assert_close(kiln.compile(fn, backend="aot_eager", fullgraph=True)(x), fn(x))
 
 
-def _cond_on_data(x):
-    y = x * 2
-    return cond(y.sum() > 0, lambda t: t.sin(), lambda t: t.cos(), (y,)) + 1
-
-
 def _while_on_data(x):
     return while_loop(lambda v: v.sum() < 50, lambda v: (v * 2,), (x.abs() + 0.5,))[0] - 1
 
 
-@pytest.mark.parametrize("fn", [_cond_on_data, _while_on_data], ids=["cond", "while_loop"])
+@pytest.mark.parametrize("fn", [_while_on_data], ids=["while_loop"])
 def test_data_dependent_predicate_breaks_and_runs_eagerly(fn) -> None:
     x0 = torch.randn(4, 5)
     for sign in (1, -1):
