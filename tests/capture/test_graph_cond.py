@@ -1,6 +1,7 @@
-"""`torch.cond` on a predicate that depends on tensor data (kiln/capture/variables/cond_graph.py,
-kiln/autograd/cond.py): one graph holding a graph-level cond, as torch.compile makes, that runs
-either branch without recompiling, under the "eager", "aot_eager" and "inductor" backends, with
+"""`torch.cond` and `while_loop` on a predicate that depends on tensor data
+(kiln/capture/variables/cond_graph.py, kiln/autograd/cond.py): one graph holding a graph-level cond
+(while_loop), as torch.compile makes, that runs either branch (any number of iterations) without
+recompiling, under the "eager", "aot_eager" and "inductor" backends, with
 eager's values and gradients through the branch taken. The real torch.compile with a counting
 backend is the oracle for the graph and recompile counts.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch._dynamo
+from torch._higher_order_ops import while_loop
 
 import kiln
 from kiln.backends import CountingBackend, lookup
@@ -188,3 +190,61 @@ def test_sizes_that_change_reuse_one_dynamic_graph(backend: str) -> None:
             x = sign * torch.rand(n) + sign * 0.1
             torch.testing.assert_close(compiled(x), fn(x))
     assert counter.frame_count == 2  # the first size, then one dynamic graph (torch.compile: the same)
+
+
+def _while_doubling(x):
+    return while_loop(lambda v: v.abs().sum() < 50, lambda v: (v * 2,), (x * 1.0 + 0.01,))[0] - 1
+
+
+def _while_counter_and_closure(x):
+    def body(i, v):
+        return i + 1, v * 1.5 + W
+    i, v = while_loop(lambda i, v: (v.abs().sum() < 100) & (i < 20), body, (torch.tensor(0), x))
+    return v * i
+
+
+def _while_in_a_cond(x):
+    return torch.cond(x.sum() > 0, lambda t: while_loop(lambda v: v.sum() < 40, lambda v: (v + t.abs(),),
+                                                        (t.abs() + 0.1,))[0],
+                      lambda t: t * 2, (x,))
+
+
+WHILE_CASES = {f.__name__.strip("_"): f for f in (_while_doubling, _while_counter_and_closure, _while_in_a_cond)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(WHILE_CASES))
+def test_while_loop_on_data_is_one_graph_matching_eager(name: str, backend: str) -> None:
+    # inputs that make the loop run 1 to several times (eager's gradient through zero iterations
+    # is twice the identity's in torch 2.13: not compared)
+    fn = WHILE_CASES[name]
+    kiln.reset()
+    counter = CountingBackend(lookup(backend))
+    compiled = kiln.compile(fn, backend=counter, fullgraph=True)
+    for x in (torch.full((4, 5), 0.7), torch.full((4, 5), 0.1), torch.linspace(-1, 2, 20).reshape(4, 5)):
+        for a, b in zip(_run(compiled, x), _run(fn, x)):
+            assert (a is None) == (b is None)
+            if a is not None:
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    stats = kiln.stats()
+    assert (counter.frame_count, stats["recompiles"], stats["graph_breaks"]) == (1, 0, 0)
+
+
+@pytest.mark.parametrize("name", sorted(WHILE_CASES))
+def test_while_loop_graph_counts_match_torch_compile(name: str) -> None:
+    fn = WHILE_CASES[name]
+    counter = CountingBackend()
+    kiln.reset()
+    compiled = kiln.compile(fn, backend=counter)
+    for x in INPUTS:
+        compiled(x.clone().requires_grad_())
+    assert counter.frame_count == _dynamo_graphs(fn) == 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_while_loop_with_zero_iterations_returns_copies(backend: str) -> None:
+    fn = _while_doubling
+    x = torch.full((4, 5), 10.0)
+    kiln.reset()
+    got = kiln.compile(fn, backend=backend, fullgraph=True)(x)
+    torch.testing.assert_close(got, fn(x))

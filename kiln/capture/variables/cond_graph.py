@@ -1,6 +1,7 @@
-"""A `torch.cond` on a predicate capture cannot know (it depends on tensor data) kept as one graph-level
-op: both branches are traced into the frame's graph, then moved out into two subgraphs, and one
-`torch.ops.higher_order.cond(pred, true_graph, false_graph, inputs)` node takes their place.
+"""A `torch.cond` (or a `while_loop`) on a predicate capture cannot know (it depends on tensor data)
+kept as one graph-level op: both branches (cond_fn and body_fn) are traced into the frame's graph,
+then moved out into two subgraphs, and one `torch.ops.higher_order.cond(pred, true_graph,
+false_graph, inputs)` (`while_loop(cond_graph, body_graph, carried, additional)`) node takes their place.
 
 Input: the nodes each branch added and the nodes it returns (kiln/capture/variables/higher_order.py
 traced them). Output: the cond node, whose inputs are the operands followed by every other value a
@@ -34,7 +35,7 @@ def outside_inputs(branches: Sequence[Sequence[torch.fx.Node]], first: Sequence[
 
 
 def _subgraph(output: "OutputGraph", inputs: Sequence[torch.fx.Node], nodes: Sequence[torch.fx.Node],
-              results: Sequence[torch.fx.Node], name: str) -> torch.fx.GraphModule:
+              results: Sequence[torch.fx.Node] | torch.fx.Node, name: str) -> torch.fx.GraphModule:
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in inputs:
@@ -45,7 +46,7 @@ def _subgraph(output: "OutputGraph", inputs: Sequence[torch.fx.Node], nodes: Seq
         env[node] = graph.node_copy(node, lambda n: env[n])
         if node.op == "get_attr":  # a nested cond's own branches
             setattr(root, str(node.target), output.subgraphs[str(node.target)])
-    graph.output(tuple(env[n] for n in results))
+    graph.output(env[results] if isinstance(results, torch.fx.Node) else tuple(env[n] for n in results))
     return torch.fx.GraphModule(root, graph, class_name=name)
 
 
@@ -67,6 +68,26 @@ def insert_cond(output: "OutputGraph", pred: torch.fx.Node, operands: Sequence[t
     getters = [output.graph.get_attr(name) for name in attrs]
     return output.create_node("call_function", torch.ops.higher_order.cond,
                               (pred, getters[0], getters[1], tuple(inputs)), {}, examples)
+
+
+def insert_while_loop(output: "OutputGraph", carried: Sequence[torch.fx.Node],
+                      cond: tuple[Sequence[torch.fx.Node], torch.fx.Node],
+                      body: tuple[Sequence[torch.fx.Node], Sequence[torch.fx.Node]],
+                      examples: tuple[Any, ...]) -> torch.fx.Node:
+    """Move cond_fn's (nodes, predicate) and body_fn's (nodes, new carried values) into subgraphs of
+    one `torch.ops.higher_order.while_loop(cond, body, carried, additional)` node; both subgraphs
+    take the carried values, then the other values they read from outside (`additional`)."""
+    inputs = outside_inputs([cond[0], body[0]], carried)
+    index = len(output.subgraphs) // 2
+    names = [f"while_cond_{index}", f"while_body_{index}"]
+    output.subgraphs[names[0]] = _subgraph(output, inputs, cond[0], cond[1], names[0])
+    output.subgraphs[names[1]] = _subgraph(output, inputs, body[0], body[1], names[1])
+    for nodes in (body[0], cond[0]):
+        for node in reversed(nodes):
+            output.graph.erase_node(node)
+    getters = [output.graph.get_attr(name) for name in names]
+    return output.create_node("call_function", torch.ops.higher_order.while_loop,
+                              (getters[0], getters[1], tuple(carried), tuple(inputs[len(carried):])), {}, examples)
 
 
 def branch_results(nodes: Sequence[torch.fx.Node], results: Sequence[Any]) -> list[torch.fx.Node] | None:
