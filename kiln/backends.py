@@ -78,6 +78,10 @@ def aot_eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., A
     """AOT autograd down to ATen, then run the ATen graphs eagerly."""
     from kiln.autograd import aot_eager as run_aot_eager  # on first use: a warm start may never need it
 
+    from kiln.autograd.cond import compile_conds, has_cond
+
+    if has_cond(gm):  # graph-level conds: each piece and branch through AOT autograd on its own
+        return compile_conds(gm, example_inputs, run_aot_eager)
     return run_aot_eager(gm, example_inputs)
 
 
@@ -106,7 +110,12 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None
     make_backend: Callable[..., Any] = aot_autograd
     for hook in _INDUCTOR_HOOKS:  # diagnostics (run report, repro) when their setting is on
         make_backend, fw_compiler, bw_compiler = hook(make_backend, fw_compiler, bw_compiler)
-    return make_backend(fw_compiler, bw_compiler)(gm, example_inputs)
+    backend = make_backend(fw_compiler, bw_compiler)
+    from kiln.autograd.cond import compile_conds, has_cond
+
+    if has_cond(gm):  # graph-level conds: each piece and branch compiled on its own
+        return compile_conds(gm, example_inputs, backend)
+    return backend(gm, example_inputs)
 
 
 inductor_backend = inductor

@@ -23,6 +23,7 @@ from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, raise_in_trace
 from kiln.capture.variables.functions import NestedFunctionVariable, UserMethodVariable, guard_class_attribute
+from kiln.capture.variables.grad_mode import set_grad_mode
 from kiln.capture.variables.instance_dict import held_instance_dict, written_instance_dict
 from kiln.capture.variables.model_output import ModelOutputVariable
 from kiln.capture.variables.object_protocol import (class_attribute_written, python_setattr, store_class_attribute,
@@ -207,6 +208,9 @@ def set_attribute(tx: "Tracer", obj: Variable, name: str, value: Variable, bypas
     if isinstance(obj, TensorVariable) and name == "grad":
         obj.set_grad(tx, value)
         return
+    if isinstance(obj, TensorVariable) and name == "data":
+        _set_data(tx, obj, value)
+        return
     if isinstance(obj, (NestedFunctionVariable, ExceptionVariable)):
         obj.set_attribute(name, value)  # a function or exception made during the trace
         return
@@ -252,3 +256,40 @@ def set_attribute(tx: "Tracer", obj: Variable, name: str, value: Variable, bypas
         store_class_attribute(tx, obj, name, value)
         return
     raise Unsupported(f"setting attribute {name!r} on {obj.describe()}", kind="unsupported")
+
+
+def _set_data(tx: "Tracer", obj: TensorVariable, value: Variable) -> None:
+    """`t.data = v` on a tensor from outside the frame (a parameter): `t.set_(v)` in the graph under
+    no_grad, as torch.compile records it. t keeps its identity and requires_grad and takes v's
+    storage, sizes and strides, as eager's shallow copy does. A tensor made in the frame, or a value
+    of another dtype or device, is a graph break (torch.compile's too) and the store runs natively."""
+    if obj.source is None:
+        raise Unsupported("setting .data of a tensor made inside the compiled region", kind="unsupported")
+    if not isinstance(value, TensorVariable) or value.example.dtype != obj.example.dtype \
+            or value.example.device != obj.example.device or value.example.layout != obj.example.layout:
+        raise Unsupported(f"setting .data of {obj.describe()} to a value of another kind, dtype or device",
+                          kind="unsupported")
+    if obj.example.requires_grad and not set(obj.node.users) <= _ancestors(value.node):
+        # its earlier reads record autograd through t, and the functional graph of AOT autograd would
+        # send their gradients nowhere (later reads are of the new value): the store runs natively
+        raise Unsupported(f"setting .data of {obj.describe()}, which the graph already read", kind="unsupported")
+    grad = tx.state.grad_enabled
+    set_grad_mode(tx, False)
+    try:
+        # only v's data: what later reads of t compute has no autograd path into v
+        tx.call_op("call_method", "set_", [obj, tx.call_op("call_method", "detach", [value], {})], {})
+    finally:
+        set_grad_mode(tx, grad)
+
+
+def _ancestors(node: torch.fx.Node) -> set[torch.fx.Node]:
+    """The nodes `node` is computed from (`p.data = p.clamp(0)` reads p only to make the new data)."""
+    seen: set[torch.fx.Node] = set()
+    todo = [node]
+    while todo:
+        for arg in todo.pop().all_input_nodes:
+            if arg not in seen:
+                seen.add(arg)
+                todo.append(arg)
+    return seen
+

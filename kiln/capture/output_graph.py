@@ -101,6 +101,8 @@ class OutputGraph:
         self._last_placeholder: torch.fx.Node | None = None
         self._non_leaf_fakes: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(leaf fake) -> both
         self._shared_storages: tuple[int, set[int]] = (0, set())  # (inputs seen, their storages)
+        # the branches of graph-level conds, read by get_attr nodes (kiln/capture/variables/cond_graph.py)
+        self.subgraphs: dict[str, torch.fx.GraphModule] = {}
 
     # ------------------------------------------------------------------------------ inputs
     def _placeholder(self, name: str, source: str, example: Any) -> torch.fx.Node:
@@ -396,7 +398,10 @@ class OutputGraph:
 
     def compile(self, compiler: Callable[..., Any] | None, name: str) -> CompiledGraph:
         """Hand the closed graph to the backend; returns it with the expressions of its inputs."""
-        gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name=name)
+        root = torch.nn.Module()
+        for attr, subgraph in self.subgraphs.items():
+            setattr(root, attr, subgraph)
+        gm = torch.fx.GraphModule(root, self.graph, class_name=name)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         by_name = {i.node_name: i for i in self.inputs}
         inputs = tuple(by_name[p.name].source for p in placeholders)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import builtins
 import dis
 import inspect
+import math
 import operator
 import sys
 import types
@@ -39,7 +40,7 @@ from kiln.capture.opcodes import OPCODES
 from kiln.capture.output_graph import OutputGraph
 from kiln.capture.process_modes import ProcessModes
 from kiln.capture.side_effects import SideEffects
-from kiln.capture.sources import (AttrSource, ClosureSource, GlobalSource, ItemSource, LocalSource, Source, TypeSource,
+from kiln.capture.sources import (AttrSource, CallSource, ClosureSource, GlobalSource, ItemSource, LocalSource, Source, TypeSource,
                                   resume_stack_slot, source_chain)
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builder import wrap_result, wrap_value
@@ -47,7 +48,7 @@ from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.exception import RaisedInTrace, catch_in_frame, note_raised
 from kiln.capture.variables.generator import run_generator
-from kiln.capture.variables.numpy_scalar_args import numpy_scalars_as_numbers
+from kiln.capture.variables.numpy_scalar_args import numpy_scalars_as_numbers, symbolic_numpy_scalars
 from kiln.capture.variables.functions import CellVariable, UserMethodVariable, bind_class_attribute, guard_class_attribute
 from kiln.capture.variables import operators
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_structseq_type
@@ -160,6 +161,34 @@ class CaptureState:
         if node is None:
             raise Unsupported("an int argument that is not a plain symbol", kind="dynamic_shape")
         return SymIntVariable(node, sym)
+
+    def symbolic_numpy_scalar(self, value: Any, source: Source) -> Variable:
+        """A numpy integer or float argument as a symbolic graph input of the number it holds,
+        guarded by its numpy type (the glue passes the numpy scalar itself)."""
+        number, read = value.item(), CallSource(source, "item").name()  # the graph and the guards take the number
+        self.output.guards.append(Guard(source.name(), "check_type", type(value)))
+        if isinstance(number, int):
+            sym = self.shape_env.create_symbolic_int(number, read)
+            for in_range in (sym <= _INT64_MAX, sym >= _INT64_MIN):
+                bool(in_range)  # recorded by the ShapeEnv as a guard on the symbol
+        else:
+            sym = self.shape_env.create_symbolic_float(number, read)
+            self.output.guards.append(Guard(f"{read} * 0 == 0", "check_shape",
+                                            "a float argument is symbolic while it is finite"))
+        node = self.output.symbol_input(sym, read)
+        if node is None:
+            raise Unsupported("a numpy scalar argument that is not a plain symbol", kind="dynamic_shape")
+        return SymIntVariable(node, sym)
+
+    def dynamic_numpy_scalar(self, value: Any, source: Source) -> bool:
+        """A numpy integer or float argument may be symbolic from the first call, as torch.compile
+        passes one as a tensor input; unless sizes and numbers are static for this compile."""
+        if self.policy is None or self.dynamic is False or not isinstance(source, LocalSource):
+            return False
+        number = value.item()
+        if type(number) is int:
+            return not config.specialize_int and _INT64_MIN <= number <= _INT64_MAX
+        return type(number) is float and not config.specialize_float and math.isfinite(number) and number != 0.0
 
     def dynamic_float(self, value: float, source: Source) -> bool:
         if self.policy is None or config.specialize_float:
@@ -386,6 +415,9 @@ class Tracer:
         """Record `target(*args, **kwargs)` as a node; its example value comes from the fakes."""
         if isinstance(target, torch._library.custom_ops.CustomOpDef):
             target = target._opoverload  # a torch.library.custom_op as called: its operator is the node
+        args, kwargs = symbolic_numpy_scalars(
+            lambda a, k: self.output.run_fake(kind, target, tuple(example_arg(v) for v in a),
+                                              {n: example_arg(v) for n, v in k.items()}), target, args, kwargs)
         args = scalar_operands(target, args)
         args, kwargs = numpy_scalars_as_numbers(
             lambda a, k: self.output.run_fake(kind, target, tuple(example_arg(v) for v in a),

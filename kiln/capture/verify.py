@@ -2,7 +2,7 @@
 
 OutputGraph.compile calls `verify_captured_graph(gm)` on every graph just before the backend sees it;
 it is one pass over the nodes, cheap enough to stay on always. It checks what docs/seams.md promises
-a backend: placeholders first, then only function and method calls, every value traced (a fake
+a backend: placeholders first, then only function and method calls (and get_attr of a cond's branch graphs), every value traced (a fake
 `meta["example_value"]`), every argument defined before its use, one output node returning a tuple.
 Raises kiln.errors.VerificationError naming the first offending node. Counterpart: torch.fx's
 Graph.lint, which Dynamo's output graph runs in debug builds.
@@ -30,6 +30,9 @@ def verify_captured_graph(gm: torch.fx.GraphModule) -> None:
                 _fail(node, "is a placeholder after the first call; a backend binds inputs by position")
         elif node.op in _CALLS:
             calls_started = True
+        elif node.op == "get_attr" and isinstance(getattr(gm, node.target, None), torch.fx.GraphModule):
+            seen.add(node)  # a graph-level cond's branch: a subgraph, not a value
+            continue
         elif node.op == "output":
             outputs += 1
             if not isinstance(node.args[0], tuple):

@@ -366,7 +366,7 @@ def check_value(expected: Any, name: str, em: Emitter) -> list[Check]:
     if expected is None or isinstance(expected, (bool, torch.dtype, torch.layout)) or expected is Ellipsis:
         return [Check(f"{{v}} is {em.bind(expected)}", why)]
     if isinstance(expected, float) and math.isnan(expected):
-        return [Check("type({v}) is float and {v} != {v}", why)]
+        return [Check(f"type({{v}}) is {em.bind(type(expected))} and {{v}} != {{v}}", why)]  # np.float64 too
     if type(expected) is int or (type(expected) is float and math.isfinite(expected)):
         literal = repr(expected)
     else:

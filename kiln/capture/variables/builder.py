@@ -51,6 +51,7 @@ from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable, is_identity_key, wrappable_dict_subclass
 from kiln.capture.variables.numpy_array import wrap_ndarray_input
 from kiln.capture.variables.numpy_functions import NumpyFunctionVariable, is_numpy_function
+from kiln.capture.variables.numpy_scalar_args import NumpyScalarVariable
 from kiln.capture.variables import numpy_fft_grids  # noqa: F401  (fills NUMPY_FUNCTIONS with np.fft, np.meshgrid)
 from kiln.capture.variables import lazy_itertools  # noqa: F401  (fills the rules of itertools.count, cycle, tee, islice)
 from kiln.capture.variables import type_checks  # noqa: F401  (fills the rules of isinstance, issubclass, type)
@@ -211,6 +212,14 @@ def _wrap_constant(state: "CaptureState", value: Any, source: Source | None) -> 
     else:
         _guard(state, source, "check_value", value)
     return ConstantVariable(value, source)
+
+
+def _wrap_numpy_scalar(state: "CaptureState", value: Any, source: Source | None) -> Variable:
+    """A numpy integer or float argument: symbolic where a graph op takes it as its number,
+    guarded by value where anything else reads it (kiln/capture/variables/numpy_scalar_args.py)."""
+    given = _given(source)
+    return NumpyScalarVariable(value, given, lambda: _guard(state, given, "check_value", value),
+                               lambda: state.symbolic_numpy_scalar(value, given))
 
 
 def _wrap_module(state: "CaptureState", value: torch.nn.Module, source: Source | None) -> Variable:
@@ -406,6 +415,8 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
      lambda state, v, s: state.symbolic_int(v, _given(s))),
     (lambda state, v, s: type(v) is float and s is not None and state.dynamic_float(v, s),
      lambda state, v, s: state.symbolic_float(v, _given(s))),
+    (lambda state, v, s: isinstance(v, (np.integer, np.floating)) and s is not None
+     and state.dynamic_numpy_scalar(v, s), _wrap_numpy_scalar),
     (lambda state, v, s: is_constant_value(v), _wrap_constant),
     (lambda state, v, s: isinstance(v, enum.Enum), _by_identity(ObjectVariable)),
     (lambda state, v, s: isinstance(v, torch.nn.Module), _wrap_module),

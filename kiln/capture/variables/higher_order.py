@@ -4,10 +4,11 @@ and associative_scan (and `torch.cond`).
 Each is traced into the one graph by running its body functions inline, where that gives eager's
 result:
 - `cond` with a predicate known at trace time (a Python bool, a size comparison, a tensor whose
-  value capture knows) inlines the branch taken; a predicate that depends on tensor data is a
-  graph break (the call runs eagerly), where torch.compile keeps a graph-level cond.
+  value capture knows) inlines the branch taken; a predicate that depends on tensor data makes a
+  graph-level cond whose branches are subgraphs (cond_graph.py), as torch.compile keeps it.
 - `while_loop` is unrolled while its predicate is known at trace time (a counter made in the
-  frame: constant folding knows it); a data-dependent predicate is a graph break.
+  frame: constant folding knows it); a data-dependent predicate over tensor carries makes a
+  graph-level while_loop (cond_graph.py), as torch.compile keeps it.
 - `map` and `scan` are unrolled over the static length of their scanned dim (a dynamic length is
   specialized and guarded), one call of the body per slice, as eager's implementations run them.
 - `associative_scan` (combine_mode="generic", the CPU mode) follows eager's algorithm: log-depth
@@ -34,6 +35,7 @@ from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 
 from kiln.capture.sources import Source
+from kiln.capture.variables import cond_graph
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.exception import RaisedInTrace
@@ -201,8 +203,8 @@ def _cond(tx: "Tracer", pred: Variable, true_fn: Variable, false_fn: Variable, o
         raise _break("cond", "the predicate must be a bool or a one-element tensor (raised natively)")
     taken = _known_truth(tx, pred, "cond")
     if taken is None:
-        raise _break("cond", "its predicate depends on tensor data; the call runs eagerly (torch.compile "
-                             "keeps it as one graph-level op)")
+        assert isinstance(pred, TensorVariable)
+        return _graph_cond(tx, pred, true_fn, false_fn, operands, leaves)
     # eager traces both branches and requires their outputs to agree: the other branch is traced
     # for that check, and what it recorded is dropped
     graph = tx.output.graph
@@ -219,6 +221,39 @@ def _cond(tx: "Tracer", pred: Variable, true_fn: Variable, false_fn: Variable, o
     return out
 
 
+def _graph_cond(tx: "Tracer", pred: TensorVariable, true_fn: Variable, false_fn: Variable, operands: Variable,
+                leaves: list[TensorVariable]) -> Variable:
+    """A predicate that depends on data: both branches traced, then moved into subgraphs of one
+    graph-level cond (kiln/capture/variables/cond_graph.py), decided when the graph runs."""
+    graph = tx.output.graph
+    traced = []
+    for fn in (true_fn, false_fn):
+        before = set(graph.nodes)
+        out_leaves, spec = _flatten(tx, _call_body(tx, "cond", fn, tx.iterate(operands), list(leaves)))
+        nodes = [n for n in graph.nodes if n not in before and n.op != "placeholder"]
+        results = _tensors("cond", out_leaves, "branch outputs")
+        traced.append((nodes, results, spec))
+    (t_nodes, t_out, t_spec), (f_nodes, f_out, f_spec) = traced
+    if (len(t_out) != len(f_out) or t_spec.as_python_value() != f_spec.as_python_value()
+            or not all(_same_meta(a, b) for a, b in zip(t_out, f_out))):
+        raise _break("cond", "its branches return different structures or tensor metadata (raised natively)")
+    outside = cond_graph.outside_inputs([t_nodes, f_nodes], [leaf.node for leaf in leaves])
+    examples = [n.meta.get("example_value") for n in outside]
+    for nodes, results, _ in traced:
+        if cond_graph.branch_results(nodes, results) is None or any(
+                isinstance(e, torch.Tensor) and _is_alias_of(r.example, e) for r in results for e in examples):
+            raise _break("cond", "a branch returns an input or an alias of one (raised natively)")
+    made = []
+    for t, f in zip(t_out, f_out):
+        # the cond's result needs grad where either branch's does; a fresh fake, not the branch's own
+        source = f.example if f.example.requires_grad and not t.example.requires_grad else t.example
+        made.append(tx.output.run_fake("call_function", torch.clone, (source,), {}))
+    node = cond_graph.insert_cond(tx.output, pred.node, [leaf.node for leaf in leaves],
+                                  [(t_nodes, [r.node for r in t_out]), (f_nodes, [r.node for r in f_out])],
+                                  tuple(made))
+    return _unflatten(tx, tx.iterate(tx.wrap_op_result(node, tuple(made))), t_spec)
+
+
 def _while_loop(tx: "Tracer", cond_fn: Variable, body_fn: Variable, carried_inputs: Variable) -> Variable:
     if not isinstance(carried_inputs, (TupleVariable, ListVariable)):
         raise _break("while_loop", "carried_inputs must be a tuple or list (raised natively)")
@@ -229,13 +264,15 @@ def _while_loop(tx: "Tracer", cond_fn: Variable, body_fn: Variable, carried_inpu
     carried: Variable = carried_inputs
     for iteration in range(_MAX_ITERATIONS + 1):
         items = tx.iterate(carried)
+        before = set(tx.output.graph.nodes)
         pred = cond_fn.call(tx, items, {})
         if isinstance(pred, TensorVariable) and not (pred.example.dim() == 0 and pred.example.dtype == torch.bool):
             raise _break("while_loop", "cond_fn must return a boolean scalar tensor or a bool (raised natively)")
         go = _known_truth(tx, pred, "while_loop")
         if go is None:
-            raise _break("while_loop", "its predicate depends on tensor data; the call runs eagerly "
-                                       "(torch.compile keeps it as one graph-level op)")
+            for node in reversed([n for n in tx.output.graph.nodes if n not in before and n.op != "placeholder"]):
+                tx.output.graph.erase_node(node)  # traced again below, into cond_fn's subgraph
+            return _graph_while(tx, cond_fn, body_fn, carried)
         if not go:
             if iteration == 0:  # eager returns copies of the inputs
                 leaves, spec = _flatten(tx, carried)
@@ -252,6 +289,41 @@ def _while_loop(tx: "Tracer", cond_fn: Variable, body_fn: Variable, carried_inpu
                                        "(raised natively)")
         carried = new
     raise _break("while_loop", f"more than {_MAX_ITERATIONS} iterations to unroll")
+
+
+def _graph_while(tx: "Tracer", cond_fn: Variable, body_fn: Variable, carried: Variable) -> Variable:
+    """A predicate that depends on data: cond_fn and body_fn traced once each, then moved into the
+    subgraphs of one graph-level while_loop (cond_graph.py), run until the predicate is false."""
+    graph = tx.output.graph
+    leaves, spec = _flatten(tx, carried)
+    if not all(isinstance(leaf, TensorVariable) for leaf in leaves):
+        raise _break("while_loop", "its predicate depends on tensor data and it carries a number; the call "
+                                   "runs eagerly")
+    tensors = _tensors("while_loop", leaves, "carried inputs")
+    traced = []
+    for fn in (cond_fn, body_fn):
+        before = set(graph.nodes)
+        out = _flatten(tx, _call_body(tx, "while_loop", fn, tx.iterate(carried), list(tensors)))[0]
+        traced.append(([n for n in graph.nodes if n not in before and n.op != "placeholder"], out))
+    (cond_nodes, pred), (body_nodes, new) = traced
+    if len(pred) != 1 or not isinstance(pred[0], TensorVariable) or pred[0].node not in cond_nodes:
+        raise _break("while_loop", "cond_fn must return a boolean scalar tensor or a bool (raised natively)")
+    if len(new) != len(tensors) or not all(_same_meta(a, b) for a, b in zip(new, tensors)):
+        raise _break("while_loop", "body_fn's outputs differ from carried_inputs in structure or metadata "
+                                   "(raised natively)")
+    results = _tensors("while_loop", new, "body_fn's outputs")
+    outside = cond_graph.outside_inputs([cond_nodes, body_nodes], [leaf.node for leaf in tensors])
+    examples = [n.meta.get("example_value") for n in outside]
+    if cond_graph.branch_results(body_nodes, results) is None or any(
+            isinstance(e, torch.Tensor) and _is_alias_of(r.example, e) for r in results for e in examples):
+        raise _break("while_loop", "body_fn returns an input or an alias of one (raised natively)")
+    made = []
+    for c, r in zip(tensors, results):
+        source = r.example if r.example.requires_grad and not c.example.requires_grad else c.example
+        made.append(tx.output.run_fake("call_function", torch.clone, (source,), {}))
+    node = cond_graph.insert_while_loop(tx.output, [leaf.node for leaf in tensors], (cond_nodes, pred[0].node),
+                                        (body_nodes, [r.node for r in results]), tuple(made))
+    return _unflatten(tx, tx.iterate(tx.wrap_op_result(node, tuple(made))), spec)
 
 
 # ------------------------------------------------------------------------------ map and scan

@@ -7,6 +7,12 @@ the Python number it holds for some arguments but as a 0-d tensor of its own dty
 scalar argument becomes its Python number only when the op, run on the fakes both ways, gives
 results of the same kinds, dtypes and shapes; otherwise it stays, and the graph op refuses it (a
 clean break).
+
+A numpy scalar argument of the frame (`f(x, np.float32(0.5))`) is a NumpyScalarVariable: a graph op
+that takes it as its number (the same check) gets a symbolic int or float input, guarded by the
+scalar's type only, so another value of the same type reuses the graph (torch.compile passes one
+as a 0-d tensor input: one graph per numpy type). Any other use reads its value, which guards the
+value (as a constant) from then on.
 """
 from __future__ import annotations
 
@@ -16,7 +22,8 @@ import numpy as np
 import torch
 
 from kiln.capture.variables.base import Variable
-from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.sources import Source
+from kiln.capture.variables.constant import ConstantVariable, ItemConstantVariable
 from kiln.errors import Unsupported
 
 Run = Callable[[Sequence[Variable], dict[str, Variable]], Any]
@@ -60,3 +67,52 @@ def numpy_scalars_as_numbers(run: Run, target: Any, args: Sequence[Variable],
     if _signature(as_given) != _signature(as_numbers):
         return args, kwargs
     return numbers, number_kwargs
+
+
+class NumpyScalarVariable(ItemConstantVariable):
+    """A numpy integer or float from the frame's arguments: a constant guarded by value once its
+    value is read, or a symbolic graph input where an op takes it as the number it holds."""
+
+    def __init__(self, value: Any, source: Source, guard: Callable[[], None],
+                 make_symbol: Callable[[], Variable]) -> None:
+        super().__init__(value, source, guard)
+        self._make_symbol = make_symbol
+        self._symbol: Variable | None = None
+
+    def unguarded(self) -> Any:
+        return self._value
+
+    @property
+    def specialized(self) -> bool:
+        return self._guard is None
+
+    def symbol(self) -> Variable:
+        if self._symbol is None:
+            self._symbol = self._make_symbol()
+        return self._symbol
+
+
+def symbolic_numpy_scalars(run: Run, target: Any, args: Sequence[Variable],
+                           kwargs: dict[str, Variable]) -> tuple[Sequence[Variable], dict[str, Variable]]:
+    """`args`/`kwargs` with each numpy scalar argument not yet specialized as its symbol, where the
+    op gives the same kinds of results with its number as with the numpy scalar."""
+    def dynamic(var: Variable) -> bool:
+        return isinstance(var, NumpyScalarVariable) and not var.specialized
+
+    if not any(dynamic(a) for a in args) and not any(dynamic(v) for v in kwargs.values()):
+        return args, kwargs
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if name.endswith("_") and not name.endswith("__"):
+        return args, kwargs  # an in-place op is not run twice on the fakes
+    as_numpy = lambda v: ConstantVariable(v.unguarded()) if dynamic(v) else v  # noqa: E731
+    as_number = lambda v: ConstantVariable(v.unguarded().item()) if dynamic(v) else v  # noqa: E731
+    try:
+        same = _signature(run([as_numpy(a) for a in args], {k: as_numpy(v) for k, v in kwargs.items()})) == \
+            _signature(run([as_number(a) for a in args], {k: as_number(v) for k, v in kwargs.items()}))
+    except (Unsupported, RuntimeError, TypeError, ValueError):
+        return args, kwargs
+    if not same:
+        return args, kwargs
+    symbol = lambda v: v.symbol() if dynamic(v) else v  # noqa: E731
+    return [symbol(a) for a in args], {k: symbol(v) for k, v in kwargs.items()}
+

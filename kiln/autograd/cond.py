@@ -1,0 +1,176 @@
+"""Graph-level conds and while_loops (`torch.ops.higher_order.cond` / `while_loop` nodes,
+kiln/capture/variables/cond_graph.py) under AOT autograd: the graph is split around each, the pieces
+between them and each one's two subgraphs are compiled by the backend on their own, and the cond
+runs as a Python branch between its two compiled branches (the while_loop as a Python loop over its
+compiled cond_fn and body_fn) when the graph runs.
+
+Input: a captured GraphModule and its fake example inputs; output: a callable. Autograd flows
+through the branch taken, as each compiled piece is an autograd function of its own. A branch
+holding a cond of its own is split the same way. Corresponds to the cond lowering in
+torch/_inductor/lowering.py (Inductor's Conditional IR node runs one of two subgraphs).
+"""
+from __future__ import annotations
+
+import copy
+import operator
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+from torch.fx.passes.split_module import split_module
+
+from kiln.fake import mode_of
+
+_COND = torch.ops.higher_order.cond
+_WHILE = torch.ops.higher_order.while_loop
+_CONTROL = (_COND, _WHILE)
+
+
+def has_cond(gm: torch.fx.GraphModule) -> bool:
+    """Whether `gm` holds a graph-level cond or while_loop."""
+    return any(node.op == "call_function" and node.target in _CONTROL for node in gm.graph.nodes)
+
+
+def _getters(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The get_attr nodes of a cond's branches or a while_loop's cond_fn and body_fn."""
+    return list(node.args[1:3] if node.target is _COND else node.args[0:2])  # type: ignore[arg-type]
+
+
+def run_cond(pred: Any, true_fn: Callable[..., Any], false_fn: Callable[..., Any], operands: Sequence[Any]) -> Any:
+    """The cond at run time: one compiled branch, picked by the predicate's value."""
+    return (true_fn if bool(pred) else false_fn)(*operands)
+
+
+def run_while(cond_fn: Callable[..., Any], body_fn: Callable[..., Any], carried: Sequence[Any],
+              additional: Sequence[Any]) -> Any:
+    """The while_loop at run time: the compiled body until the compiled predicate is false; with no
+    iteration, copies of the carried values (as eager's while_loop returns)."""
+    values = tuple(carried)
+    ran = False
+    while bool(cond_fn(*values, *additional)[0]):
+        values = tuple(body_fn(*values, *additional))
+        ran = True
+    return values if ran else tuple(v.clone() for v in values)
+
+
+def _partitions(gm: torch.fx.GraphModule) -> dict[str, int]:
+    """Each cond, with its branch getters and the getitems of its results, in a piece of its own;
+    the ops between conds in the pieces between them."""
+    part: dict[str, int] = {}
+    index = 0
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        if node.op == "get_attr":
+            continue  # placed with the cond that reads it
+        if node.op == "call_function" and node.target in _CONTROL:
+            index += 1
+            part[node.name] = index
+            for getter in _getters(node):
+                part[getter.name] = index
+            index += 1
+        elif node.op == "call_function" and node.target is operator.getitem and node.args[0].name in part \
+                and node.args[0].target in _CONTROL:
+            part[node.name] = part[node.args[0].name]
+        else:
+            part[node.name] = index
+    return part
+
+
+def compile_conds(gm: torch.fx.GraphModule, examples: Sequence[Any],
+                  compiler: Callable[[torch.fx.GraphModule, list], Callable[..., Any]]) -> Callable[..., Any]:
+    """`gm` with its conds run as Python branches between pieces `compiler` compiled."""
+    part = _partitions(gm)
+    split = split_module(gm, gm, lambda node: part[node.name], keep_original_order=True, tuple_return=True)
+    meta = {node.name: node.meta for node in gm.graph.nodes}
+    fake_mode = mode_of([e for e in examples if isinstance(e, torch.Tensor)])
+
+    class PieceCompiler(torch.fx.Interpreter):
+        def call_module(self, target: Any, args: tuple, kwargs: dict) -> Any:
+            piece = self.module.get_submodule(target)
+            assert isinstance(piece, torch.fx.GraphModule)  # split_module makes every piece one
+            _annotate(piece, args, meta)
+            if has_cond(piece):
+                return _compile_cond_piece(piece, args, compiler)
+            outputs = torch.fx.Interpreter(piece).run(*args)
+            compiled = compiler(piece, list(args))
+            delattr(self.module, target)
+            setattr(self.module, target, _Compiled(compiled))
+            return outputs
+
+    if fake_mode is None:
+        PieceCompiler(split).run(*examples)
+    else:
+        with fake_mode:
+            PieceCompiler(split).run(*examples)
+    split.recompile()
+    return split
+
+
+def _compile_cond_piece(piece: torch.fx.GraphModule, args: Sequence[Any],
+                        compiler: Callable[[torch.fx.GraphModule, list], Callable[..., Any]]) -> Any:
+    """Trace the piece on fakes (the true branch gives the results' metadata: both agree), then
+    compile each branch and make the cond node call run_cond."""
+    node = next(n for n in piece.graph.nodes if n.op == "call_function" and n.target in _CONTROL)
+    tracing = _OnFakes(piece)
+    outputs = tracing.run(*args)
+    found = tracing.found[0]
+    if node.target is _COND:
+        graphs, operands = found[1:3], list(found[3])
+    else:  # cond_fn's one result made a tuple, as compiled graphs return
+        graphs, operands = (_returning_tuple(found[0]), found[1]), [*found[2], *found[3]]
+    for getter, graph in zip(_getters(node), graphs):
+        compiled = compile_conds(graph, operands, compiler) if has_cond(graph) else compiler(graph, list(operands))
+        delattr(piece, str(getter.target))
+        setattr(piece, str(getter.target), _Compiled(compiled))
+    node.target = run_cond if node.target is _COND else run_while
+    piece.recompile()
+    return outputs
+
+
+class _OnFakes(torch.fx.Interpreter):
+    """Runs a graph on fakes, a cond (nested ones too) through its true branch; records each cond's
+    arguments."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.found: list[tuple] = []
+
+    def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        if target is _COND:
+            self.found.append(args)
+            return tuple(_OnFakes(args[1]).run(*args[3]))
+        if target is _WHILE:  # the body's results: the carried values' metadata
+            self.found.append(args)
+            return tuple(_OnFakes(args[1]).run(*args[2], *args[3]))
+        return super().call_function(target, args, kwargs)
+
+
+def _returning_tuple(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    graph = copy.deepcopy(gm.graph)
+    output = next(n for n in graph.nodes if n.op == "output")
+    output.args = ((output.args[0],),)
+    return torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+
+
+def _annotate(piece: torch.fx.GraphModule, args: Sequence[Any], meta: dict[str, dict]) -> None:
+    """The metadata backends read: capture's own where a node came from the original graph, and
+    the fake value that reaches each placeholder."""
+    placeholders = [n for n in piece.graph.nodes if n.op == "placeholder"]
+    for node, value in zip(placeholders, args):
+        node.meta.update(meta.get(node.name, {}))
+        node.meta["example_value"] = value
+    for node in piece.graph.nodes:
+        if node.op != "placeholder" and node.name in meta:
+            node.meta.update(meta[node.name])
+
+
+class _Compiled(torch.nn.Module):
+    """A compiled piece or branch, standing where its GraphModule was."""
+
+    def __init__(self, compiled: Callable[..., Any]) -> None:
+        super().__init__()
+        self.compiled = compiled
+
+    def forward(self, *args: Any) -> Any:
+        return self.compiled(*args)
