@@ -94,6 +94,9 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
     # dtype= means the default dtype then. Each node's traced dtype pins it (and the default too).
     parts.append(str(torch.get_default_dtype()))
     parts.append(f"fallback_random={config.fallback_random}")  # random ops lowered or ATen calls
+    # ATen's vector width (ATEN_CPU_CAPABILITY may lower it on one CPU) decides some of eager's roundings
+    # that the lowering follows (reductions.vector_lane)
+    parts.append(torch.backends.cpu.get_cpu_capability())
     for n in gm.graph.nodes:
         for v in pytree.tree_leaves(n.meta.get("val")):
             if isinstance(v, torch.Tensor):

@@ -46,6 +46,9 @@ _define(3, "same", "where", "where(cond, a, b): cond is bool, a and b share the 
 _define(1, "param", "to_dtype", "cast to the dtype parameter (C conversion; float->bool is != 0)")
 _define(2, "bool", "index_ok", "index_ok(i, size): whether i may index a dim of that size (the op's "
         "kiln.lower.checks.IndexCheck parameter says how); a failure is recorded for the wrapper to raise")
+_define(3, "bool", "aten_vector_lane", "aten_vector_lane(p, row, total): whether ATen's CPU kernel that splits "
+        "`total` positions (rows of `row`) evenly over torch.get_num_threads() threads computes position p in a "
+        "full vector of `param` lanes, not in a row's scalar tail (its roundings differ); C++ only")
 _define(1, "param", "rand randn", "counter-based random: arg is the int64 element counter, "
         "the seed comes from the kernel's seed argument plus the op's static offset")
 

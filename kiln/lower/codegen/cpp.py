@@ -317,6 +317,20 @@ RANDN = r"""static inline float kiln_randn(int64_t seed, int64_t n) {
   return std::sqrt(-2.0f * kiln_logf(u1)) * kiln_cosf(6.2831853071795864f * u2);
 }
 """
+# ATen's CPU softmax of a half type along another dim than the last walks each thread's share of the
+# (outer x inner) positions in vectors of `step` lanes, keeping the exponentials in float and rounding
+# once; a share's positions that do not fill a vector within one row run scalar, rounding the
+# exponential to the half type first. The shares are ATen's parallel_for with grain 0: all positions
+# cut evenly over the thread count, which is torch's (kiln_all_threads, the runtime keeps it so).
+VECTOR_LANE = r"""static inline bool kiln_aten_vector_lane(int64_t p, int64_t row, int64_t total, int64_t step) {
+  int64_t threads = kiln_all_threads();
+  int64_t share = (total + threads - 1) / threads;
+  int64_t share_start = p / share * share, row_start = p / row * row;
+  int64_t start = share_start > row_start ? share_start : row_start;
+  int64_t end = share_start + share < row_start + row ? share_start + share : row_start + row;
+  return p - start < (end - start) / step * step;
+}
+"""
 _MATH_NAMES = frozenset(f"{n}{s}" for n in (*MATH, *MATH2) for s in ("f", "")) - {"erff"}
 
 
@@ -327,7 +341,8 @@ def prelude(kernels: str) -> str:
     randn = "kiln_randn(" in kernels
     if randn:
         used |= {"logf", "cosf"}
-    return PRELUDE_TEMPLATE % (math_prelude(used) + "\n" + (RANDN if randn else "")) + "\n" + CHECKS_PRELUDE
+    lanes = VECTOR_LANE if "kiln_aten_vector_lane(" in kernels else ""
+    return PRELUDE_TEMPLATE % (math_prelude(used) + "\n" + (RANDN if randn else "") + lanes) + "\n" + CHECKS_PRELUDE
 
 
 PRELUDE = prelude("")  # the helpers alone
@@ -564,6 +579,12 @@ def _copysign(v: Op, a: Sequence[str]) -> str:
 @renders("where")
 def _where(v: Op, a: Sequence[str]) -> str:
     return f"({a[0]} ? {a[1]} : {a[2]})"
+
+
+@renders("aten_vector_lane")
+def _aten_vector_lane(v: Op, a: Sequence[str]) -> str:
+    assert isinstance(v.param, int), v.param
+    return f"kiln_aten_vector_lane({a[0]}, {a[1]}, {a[2]}, {v.param})"
 
 
 @renders("rand", "randn")

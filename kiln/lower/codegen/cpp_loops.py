@@ -82,7 +82,7 @@ def _itemsize(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-COLUMN_CHUNK = 128  # rows a column sum's float accumulators take before joining its double ones
+COLUMN_CHUNK = 32  # rows a column sum's float accumulators take before joining its double ones (at 128: 1.2e-6 relative)
 TILE = 256  # outputs per column-reduction tile: each row read is 1 KiB contiguous, accumulators stay in L1
 
 

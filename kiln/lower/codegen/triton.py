@@ -250,6 +250,20 @@ def to_storage(value: str, dtype: torch.dtype) -> str:
     return value
 
 
+@renders("aten_vector_lane")
+def _aten_vector_lane(v: Op, a: Sequence[str]) -> str:
+    # asked for on CPU tensors only, which reach Triton under its interpreter (kiln.config.cpu_backend):
+    # the thread count is the one at code generation (the C++ prelude's kiln_aten_vector_lane reads it
+    # at each call)
+    p, row, total = a
+    threads = torch.get_num_threads()
+    share = f"(({total}) + {threads - 1}) // {threads}"
+    share_start, row_start = f"(({p}) // {share} * {share})", f"(({p}) // ({row}) * ({row}))"
+    start = f"tl.maximum({share_start}, {row_start})"
+    end = f"tl.minimum({share_start} + {share}, {row_start} + ({row}))"
+    return f"(({p}) - {start} < ({end} - {start}) // {v.param} * {v.param})"
+
+
 @renders("rand", "randn")
 def _random(v: Op, a: Sequence[str]) -> str:
     # Philox keyed by (seed, element counter): the same scheme as the C++ path (seed per call, counter

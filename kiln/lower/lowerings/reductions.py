@@ -8,6 +8,7 @@ cumsum/cumprod become Scan buffers (a running value along one dim) with the work
 """
 from __future__ import annotations
 
+import platform
 from typing import Any, Callable, Sequence
 
 import sympy
@@ -321,18 +322,66 @@ def softmax(ctx: LoweringContext, x: TensorValue, dim: int, half_to_float: bool 
     out = ctx.out_dtype()
     acc = compute_dtype(out)
     m = reduce(ctx, x, dim, True, "max", out)
-    # exp(x - max) is stored once and read back, not computed twice; the scheduler keeps it in a
-    # per-thread row buffer when the whole softmax is one kernel. Along the last dim of a half-type
-    # tensor it is kept in float, so the result rounds once, as ATen's last-dim kernel's does; along
-    # another dim ATen stores it in the output's type (rounded) and sums the unrounded values, as here.
-    stored = acc if _half_last_dim(out, dim, x.ndim) else out
-    e = ctx.realize(lazy(x, stored, lambda v, mx: ops.op("exp", ops.op("sub", ops.cast(v, acc), mx)), m))
+    # exp(x - max) is stored once (in float) and read back, not computed twice; the scheduler keeps it
+    # in a per-thread row buffer when the whole softmax is one kernel
+    e = ctx.realize(lazy(x, acc, lambda v, mx: ops.op("exp", ops.op("sub", ops.cast(v, acc), mx)), m))
     # the row sum in float, as ATen's kernels keep it: a buffer of the half type (where the softmax
     # is two kernels, fused with another reduction of x) rounded it
     s = reduce(ctx, e, dim, True, "sum", acc)
-    # ATen multiplies by the reciprocal of the sum (one divide per row, not per element)
-    inv = lazy(s, out, lambda t: ops.op("reciprocal", t))
-    return lazy(e, out, lambda v, r: ops.op("mul", v, r), inv)
+    if x.ndim == 0 or normalize_dim(dim, x.ndim) == x.ndim - 1:
+        # ATen's last-dim kernel multiplies by the reciprocal of the sum (one divide per row) and
+        # rounds once
+        inv = lazy(s, out, lambda t: ops.op("reciprocal", t))
+        return lazy(e, out, lambda v, r: ops.op("mul", v, r), inv)
+    # along another dim ATen divides; for a half type, its vector lanes round once and its scalar
+    # tails round each exponential to the half type first (vector_lane says which is which)
+    d = normalize_dim(dim, x.ndim)
+    lane = vector_lane(ctx, x, d)
+
+    def loader(idx: Sequence[sympy.Expr]) -> Value:
+        v = e.load(idx)
+        if out in (torch.float16, torch.bfloat16):
+            rounded = ops.cast(ops.cast(v, out), acc)
+            in_vector = lane(idx)
+            v = (rounded if in_vector == ops.constant(False, torch.bool)
+                 else ops.op("where", in_vector, v, rounded))
+        return ops.op("truediv", v, s.load([sympy.Integer(0) if k == d else i for k, i in enumerate(idx)]))
+
+    return TensorValue(out, x.sizes, loader)
+
+
+# ATen's vector width in lanes of a 16-bit type by torch.backends.cpu.get_cpu_capability() on x86-64
+# (Vectorized<Half> / Vectorized<BFloat16>: 512-bit registers with AVX-512, 256-bit otherwise)
+_HALF_LANES = {"AVX512": 32, "AVX2": 16, "DEFAULT": 16}
+
+
+def vector_lane(ctx: LoweringContext, x: TensorValue, dim: int) -> Callable[[Sequence[sympy.Expr]], Value]:
+    """Whether ATen's CPU softmax of a half type along `dim` (not the last) computes the element at
+    an index in one of its vectors, which keep the exponentials in float and round once, rather than
+    in a scalar tail, which rounds each exponential to the half type first. The split is ATen's
+    _vec_softmax for reduced floating types: the outer x inner positions cut evenly over the threads
+    (at run time: the kernel reads torch's thread count), each thread's share walked in vectors of the
+    ISA's width that stay within one row of `inner` positions."""
+    device = getattr(ctx.meta, "device", None)
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    lanes = _HALF_LANES.get(torch.backends.cpu.get_cpu_capability()) if x86 else None
+    if device is None or device.type != "cpu" or lanes is None:
+        # another ISA's vector widths are not known here: every element as ATen's scalar path
+        return lambda idx: ops.constant(False, torch.bool)
+    inner = sympy.Integer(1)
+    for sz in x.sizes[dim + 1:]:
+        inner = inner * sz
+    total = inner
+    for sz in x.sizes[:dim]:
+        total = total * sz
+
+    def predicate(idx: Sequence[sympy.Expr]) -> Value:
+        flat, stride = sympy.Integer(0), sympy.Integer(1)
+        for k in reversed([k for k in range(x.ndim) if k != dim]):
+            flat, stride = flat + idx[k] * stride, stride * x.sizes[k]
+        return ops.op("aten_vector_lane", Index(flat), Index(inner), Index(total), param=lanes)
+
+    return predicate
 
 
 @register(aten._log_softmax.default)
