@@ -63,8 +63,9 @@ IMPORTED_ONLY_BY: dict[str, frozenset[str]] = {
 # A unit -> the runtime modules it may import (the runtime's public surface for that unit).
 RUNTIME_SURFACE: dict[str, frozenset[str]] = {
     "capture": frozenset({"kiln.runtime.artifact", "kiln.runtime.records", "kiln.runtime.store",
-                          "kiln.runtime.cache", "kiln.runtime.overlap", "kiln.runtime.boundary"}),
-    "autograd": frozenset({"kiln.runtime.aot", "kiln.runtime.views"}),
+                          "kiln.runtime.cache", "kiln.runtime.overlap", "kiln.runtime.boundary",
+                          "kiln.runtime.pieces"}),
+    "autograd": frozenset({"kiln.runtime.aot", "kiln.runtime.views", "kiln.runtime.pieces"}),
 }
 # The runtime imports no stage package, except these (runtime module, imported module), each
 # declared in docs/seams.md. Only BASE is open to every runtime module.

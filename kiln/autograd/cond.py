@@ -20,6 +20,7 @@ import torch.fx
 from torch.fx.passes.split_module import split_module
 
 from kiln.fake import mode_of
+from kiln.runtime.pieces import CompiledPiece, compile_pieces, run_and_compile
 
 _COND = torch.ops.higher_order.cond
 _WHILE = torch.ops.higher_order.while_loop
@@ -82,28 +83,15 @@ def compile_conds(gm: torch.fx.GraphModule, examples: Sequence[Any],
     """`gm` with its conds run as Python branches between pieces `compiler` compiled."""
     part = _partitions(gm)
     split = split_module(gm, gm, lambda node: part[node.name], keep_original_order=True, tuple_return=True)
-    meta = {node.name: node.meta for node in gm.graph.nodes}
     fake_mode = mode_of([e for e in examples if isinstance(e, torch.Tensor)])
+    plain = run_and_compile(compiler)
 
-    class PieceCompiler(torch.fx.Interpreter):
-        def call_module(self, target: Any, args: tuple, kwargs: dict) -> Any:
-            piece = self.module.get_submodule(target)
-            assert isinstance(piece, torch.fx.GraphModule)  # split_module makes every piece one
-            _annotate(piece, args, meta)
-            if has_cond(piece):
-                return _compile_cond_piece(piece, args, compiler)
-            outputs = torch.fx.Interpreter(piece).run(*args)
-            compiled = compiler(piece, list(args))
-            delattr(self.module, target)
-            setattr(self.module, target, _Compiled(compiled))
-            return outputs
+    def compile_piece(piece: torch.fx.GraphModule, args: list) -> tuple[Any, Any]:
+        if has_cond(piece):
+            return _compile_cond_piece(piece, args, compiler), None  # the piece stays, its branches compiled
+        return plain(piece, args)
 
-    if fake_mode is None:
-        PieceCompiler(split).run(*examples)
-    else:
-        with fake_mode:
-            PieceCompiler(split).run(*examples)
-    split.recompile()
+    compile_pieces(split, gm, examples, fake_mode, compile_piece)
     return split
 
 
@@ -122,7 +110,7 @@ def _compile_cond_piece(piece: torch.fx.GraphModule, args: Sequence[Any],
     for getter, graph in zip(_getters(node), graphs):
         compiled = compile_conds(graph, operands, compiler) if has_cond(graph) else compiler(graph, list(operands))
         delattr(piece, str(getter.target))
-        setattr(piece, str(getter.target), _Compiled(compiled))
+        setattr(piece, str(getter.target), CompiledPiece(compiled, str(getter.target)))
     node.target = run_cond if node.target is _COND else run_while
     piece.recompile()
     return outputs
@@ -153,24 +141,3 @@ def _returning_tuple(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
 
 
-def _annotate(piece: torch.fx.GraphModule, args: Sequence[Any], meta: dict[str, dict]) -> None:
-    """The metadata backends read: capture's own where a node came from the original graph, and
-    the fake value that reaches each placeholder."""
-    placeholders = [n for n in piece.graph.nodes if n.op == "placeholder"]
-    for node, value in zip(placeholders, args):
-        node.meta.update(meta.get(node.name, {}))
-        node.meta["example_value"] = value
-    for node in piece.graph.nodes:
-        if node.op != "placeholder" and node.name in meta:
-            node.meta.update(meta[node.name])
-
-
-class _Compiled(torch.nn.Module):
-    """A compiled piece or branch, standing where its GraphModule was."""
-
-    def __init__(self, compiled: Callable[..., Any]) -> None:
-        super().__init__()
-        self.compiled = compiled
-
-    def forward(self, *args: Any) -> Any:
-        return self.compiled(*args)

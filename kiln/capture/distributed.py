@@ -23,6 +23,7 @@ import torch.fx
 from torch.fx.passes.split_module import split_module
 
 from kiln import config, log
+from kiln.runtime.pieces import compile_pieces, run_and_compile
 
 
 def is_ddp(module: Any) -> bool:
@@ -108,50 +109,8 @@ def _compile_pieces(split: torch.fx.GraphModule, original: torch.fx.GraphModule,
     values that reach it, and replaced by what the backend returns."""
     from kiln.fake import mode_of
 
-    meta = {node.name: node.meta for node in original.graph.nodes}
     fake_mode = mode_of([e for e in examples if isinstance(e, torch.Tensor)])
-
-    class PieceCompiler(torch.fx.Interpreter):
-        def call_module(self, target: Any, args: tuple, kwargs: dict) -> Any:
-            piece = self.module.get_submodule(target)
-            assert isinstance(piece, torch.fx.GraphModule)  # split_module makes every piece one
-            _annotate(piece, args, meta)
-            outputs = torch.fx.Interpreter(piece).run(*args)
-            compiled = compiler(piece, list(args))
-            delattr(self.module, target)
-            setattr(self.module, target, CompiledPiece(compiled, target))
-            return outputs
-
-    if fake_mode is None:
-        PieceCompiler(split).run(*examples)
-    else:
-        with fake_mode:
-            PieceCompiler(split).run(*examples)
-    split.recompile()
-
-
-def _annotate(piece: torch.fx.GraphModule, args: Sequence[Any], meta: dict[str, dict]) -> None:
-    """Give the piece's nodes the metadata backends read: capture's own where the node came from
-    the original graph, and the fake value that reaches each placeholder."""
-    placeholders = [n for n in piece.graph.nodes if n.op == "placeholder"]
-    for node, value in zip(placeholders, args):
-        node.meta.update(meta.get(node.name, {}))
-        node.meta["example_value"] = value
-    for node in piece.graph.nodes:
-        if node.op != "placeholder" and node.name in meta:
-            node.meta.update(meta[node.name])
-
-
-class CompiledPiece(torch.nn.Module):
-    """One compiled piece of a split graph, standing where split_module put the piece's module."""
-
-    def __init__(self, compiled: Callable[..., Any], name: str) -> None:
-        super().__init__()
-        self.compiled = compiled
-        self.piece_name = name
-
-    def forward(self, *args: Any) -> Any:
-        return self.compiled(*args)
+    compile_pieces(split, original, examples, fake_mode, run_and_compile(compiler))
 
 
 class DDPForward:
