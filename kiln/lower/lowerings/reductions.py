@@ -3,7 +3,8 @@
 Every reduction becomes a Reduction buffer over (kept dims) x (reduced dims); the pointwise work
 before it is inlined into its body and the work after it (mean's divide, softmax's normalize,
 layer norm's scale and shift) stays lazy, so the scheduler can put a whole softmax or layer norm in
-one kernel. var/std are two-pass (mean, then squared deviations, corrected by the deviations' sum), which fuses like layer norm.
+one kernel. var/std are two-pass (mean, then squared deviations, corrected by the deviations' sum),
+which fuses like layer norm.
 cumsum/cumprod become Scan buffers (a running value along one dim) with the work before them inlined.
 """
 from __future__ import annotations
