@@ -68,7 +68,8 @@ from kiln.capture.variables.functions import (
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.user_hashed_keys import HashedKey, hashes_in_python
 from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
-from kiln.capture.variables.iterator import IteratorVariable, PassedIteratorVariable
+from kiln.capture.variables.iterator import (IteratorVariable, LiveListIterator, LiveListIteratorVariable,
+                                             PassedIteratorVariable)
 from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
@@ -436,6 +437,8 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
      lambda state, v, s: _wrap_dict_subclass(state, v, _given(s))),
     (lambda state, v, s: s is not None and is_model_output_class(type(v)), _wrap_model_output),
     (lambda state, v, s: type(v) in (set, frozenset) and all(is_constant_value(i) for i in v), _wrap_constant_set),
+    (lambda state, v, s: type(v) is LiveListIterator and s is not None,
+     lambda state, v, s: _wrap_live_iterator(state, v, _given(s))),
     (lambda state, v, s: isinstance(v, _ITERATOR_TYPES), lambda state, v, s: _wrap_iterator(state, v, s)),
     (lambda state, v, s: isinstance(v, np.ndarray) and type(v) is np.ndarray and s is not None,
      lambda state, v, s: wrap_ndarray_input(state, v, _given(s))),
@@ -571,6 +574,32 @@ def _wrap_iterator(state: "CaptureState", value: Any, source: Source | None) -> 
             guard=lambda kind, n: _guard(state, seq_source, kind, n))
     items = state.tracer_iterate(wrap_value(state, seq, seq_source))
     return IteratorVariable(items[reduced[2]:])
+
+
+def _wrap_live_iterator(state: "CaptureState", value: LiveListIterator, source: Source) -> Variable:
+    # The list iterator a glue passes after a break in a loop over a list: guarded by type, not by
+    # its index (items are read relative to it); its list is the Variable the trace reaches another
+    # way (a local, an argument), looked up when needed so that its mutations are seen.
+    _guard(state, source, "check_type", LiveListIterator)
+    ahead = value.ahead
+    ahead_source = AttrSource(source, "ahead")
+    seq = value.list
+
+    def find_list() -> ListVariable | None:
+        cached = state.wrapped.get(id(seq))
+        if cached is None or cached[0] is not seq:
+            return None
+        var = wrap_value(state, seq, AttrSource(source, "list"))  # the same Variable, its identity guarded
+        if not isinstance(var, ListVariable):
+            raise Unsupported("a list iterator over a list traced as something else", kind="unsupported_iter")
+        return var
+
+    return LiveListIteratorVariable(
+        source.name(), value.pos, ahead,
+        read=lambda k: wrap_value(state, ahead[k], ItemSource(ahead_source, k)),
+        guard=lambda kind, n: _guard(state, ahead_source, kind, n),
+        guard_pos=lambda: _guard(state, AttrSource(source, "pos"), "check_value", value.pos),
+        find_list=find_list, length=len(seq))
 
 
 def _wrap_grad_exit(state: "CaptureState", value: Any, source: Source | None) -> Variable:

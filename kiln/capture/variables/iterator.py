@@ -2,7 +2,8 @@
 
 Every loop the tracer sees is unrolled, so an iterator is just its remaining items (each a tracked
 value). After a graph break inside a loop the glue rebuilds it as `iter((item, item, ...))`, and the
-resume function's capture reads such a tuple iterator back through `__reduce__`.
+resume function's capture reads such a tuple iterator back through `__reduce__`; an iterator over a
+list is rebuilt as a LiveListIterator over the same list at its index (later mutations are seen).
 Corresponds to torch/_dynamo/variables/iter.py.
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from kiln.capture.sources import ItemSource
 from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
@@ -159,9 +161,98 @@ class ListIteratorVariable(IteratorVariable):
     def items(self, value: list[Variable]) -> None:
         self.seq.items = value
 
-    # Across a graph break it is rebuilt as the base class does, a tuple iterator of the items
-    # left: a resume function then compiles once per loop, not once per position (the list's later
-    # mutations are not seen by that iterator: a known gap).
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        # Across a graph break: an iterator over the same list at its index (what the resume
+        # function reads relative to that index, so it compiles once per loop, not per position).
+        if type(self) is not ListIteratorVariable:
+            # enumerate(lst): still a tuple iterator of the numbered items left (appends after the
+            # break are not seen: a known gap; an enumerate object would not compile in the resume)
+            return super().reconstruct(glue)
+        return f"{glue.bind('live_iter', LiveListIterator)}({glue.reconstruct(self.seq)}, {self.position})"
+
+
+class LiveListIterator:
+    """What the glue passes a resume function for `iter(lst)` at index `pos`: steps by index over
+    the list itself, as CPython's list iterator does (items appended or removed after the break
+    are seen). `ahead` is a snapshot of the items from `pos` on, read by relative index, so the
+    resume's guards do not name the position."""
+
+    __slots__ = ("list", "pos")
+
+    def __init__(self, seq: list, pos: int) -> None:
+        self.list = seq
+        self.pos = pos
+
+    def __iter__(self) -> "LiveListIterator":
+        return self
+
+    def __next__(self) -> Any:
+        if self.pos < len(self.list):
+            self.pos += 1
+            return self.list[self.pos - 1]
+        self.list = []  # exhausted stays exhausted, as CPython's
+        raise StopIteration
+
+    def __length_hint__(self) -> int:
+        return max(0, len(self.list) - self.pos)
+
+    @property
+    def ahead(self) -> tuple:
+        return tuple(self.list[self.pos:])
+
+
+class LiveListIteratorVariable(PassedIteratorVariable):
+    """A LiveListIterator passed into the frame: items are read relative to its index (`ahead`)
+    while the trace leaves the list as it found it. The list becomes a Variable only when the
+    trace reached it another way (`find_list`, the same Variable): once the trace changed it, the
+    index is guarded and items are read from the list by absolute index, as the real iterator will."""
+
+    def __init__(self, source_name: str, pos: int, ahead: tuple, read: Callable[[int], Variable],
+                 guard: Callable[[str, int], Any], guard_pos: Callable[[], Any],
+                 find_list: Callable[[], "ListVariable | None"], length: int) -> None:
+        super().__init__(ahead, f"{source_name}.ahead", 0, read, guard)
+        self.source_name = source_name
+        self.pos = pos
+        self.guard_pos = guard_pos
+        self.find_list = find_list
+        self.passed_len = length  # the list's length when passed
+        self.absolute = False
+
+    def _changed_list(self) -> "ListVariable | None":
+        """The list's Variable when the trace changed the list (else None)."""
+        seq = self.find_list()
+        if seq is None or seq.source is None:
+            return seq
+        unchanged = len(seq.items) == self.passed_len and all(
+            getattr(item, "source", None) == ItemSource(seq.source, i) for i, item in enumerate(seq.items))
+        return None if unchanged else seq
+
+    def next_item(self) -> Variable | None:
+        seq = self._changed_list()
+        if seq is None and not self.absolute:
+            return super().next_item()
+        if not self.absolute:
+            self.guard_pos()
+            self.absolute = True
+        items = seq.items if seq is not None else self.find_list().items  # type: ignore[union-attr]
+        index = self.pos + self.position
+        if index >= len(items):
+            return None
+        self.position += 1
+        return items[index]
+
+    def remaining(self) -> list[Variable]:
+        seq = self._changed_list()
+        if seq is None and not self.absolute:
+            return super().remaining()
+        items = seq.items if seq is not None else self.find_list().items  # type: ignore[union-attr]
+        return list(items[self.pos + self.position:])
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        seq = self.find_list()
+        at = str(self.pos + self.position) if self.absolute else f"{self.source_name}.pos + {self.position}"
+        listed = glue.reconstruct(seq) if seq is not None else f"{self.source_name}.list"
+        return f"{glue.bind('live_iter', LiveListIterator)}({listed}, {at})"
 
 
 class EnumeratedListIterator(ListIteratorVariable):
