@@ -23,7 +23,8 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VPY) -m mypy  # pyproject.toml's [tool.mypy]: all of kiln/ at zero errors
-	$(VPY) -m pytest -q
+	# two worker processes (CI has 2 cores): ~14 min where one process takes ~33
+	$(VPY) -m pytest -q -n 2
 
 test-all: $(STAMP)
 	$(VPY) -m pytest -q -m 'not gpu' --timeout=1800
