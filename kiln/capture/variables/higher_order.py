@@ -238,16 +238,9 @@ def _graph_cond(tx: "Tracer", pred: TensorVariable, true_fn: Variable, false_fn:
             or not all(_same_meta(a, b) for a, b in zip(t_out, f_out))):
         raise _break("cond", "its branches return different structures or tensor metadata (raised natively)")
     outside = cond_graph.outside_inputs([t_nodes, f_nodes], [leaf.node for leaf in leaves])
-    examples = [n.meta.get("example_value") for n in outside]
     for nodes, results, _ in traced:
-        if cond_graph.branch_results(nodes, results) is None or any(
-                isinstance(e, torch.Tensor) and _is_alias_of(r.example, e) for r in results for e in examples):
-            raise _break("cond", "a branch returns an input or an alias of one (raised natively)")
-    made = []
-    for t, f in zip(t_out, f_out):
-        # the cond's result needs grad where either branch's does; a fresh fake, not the branch's own
-        source = f.example if f.example.requires_grad and not t.example.requires_grad else t.example
-        made.append(tx.output.run_fake("call_function", torch.clone, (source,), {}))
+        _no_returned_input("cond", "a branch", nodes, results, outside)
+    made = _result_fakes(tx, t_out, f_out)
     node = cond_graph.insert_cond(tx.output, pred.node, [leaf.node for leaf in leaves],
                                   [(t_nodes, [r.node for r in t_out]), (f_nodes, [r.node for r in f_out])],
                                   tuple(made))
@@ -313,14 +306,8 @@ def _graph_while(tx: "Tracer", cond_fn: Variable, body_fn: Variable, carried: Va
                                    "(raised natively)")
     results = _tensors("while_loop", new, "body_fn's outputs")
     outside = cond_graph.outside_inputs([cond_nodes, body_nodes], [leaf.node for leaf in tensors])
-    examples = [n.meta.get("example_value") for n in outside]
-    if cond_graph.branch_results(body_nodes, results) is None or any(
-            isinstance(e, torch.Tensor) and _is_alias_of(r.example, e) for r in results for e in examples):
-        raise _break("while_loop", "body_fn returns an input or an alias of one (raised natively)")
-    made = []
-    for c, r in zip(tensors, results):
-        source = r.example if r.example.requires_grad and not c.example.requires_grad else c.example
-        made.append(tx.output.run_fake("call_function", torch.clone, (source,), {}))
+    _no_returned_input("while_loop", "body_fn", body_nodes, results, outside)
+    made = _result_fakes(tx, tensors, results)
     node = cond_graph.insert_while_loop(tx.output, [leaf.node for leaf in tensors], (cond_nodes, pred[0].node),
                                         (body_nodes, [r.node for r in results]), tuple(made))
     return _unflatten(tx, tx.iterate(tx.wrap_op_result(node, tuple(made))), spec)
@@ -556,3 +543,20 @@ def _trial(tx: "Tracer", combine: Combine, left: Sequence[TensorVariable], right
         signature.append((node.op, node.target, tuple(torch.fx.node.map_aggregate(node.args, name)),
                           tuple(sorted((k, torch.fx.node.map_aggregate(v, name)) for k, v in node.kwargs.items()))))
     return signature
+
+
+def _no_returned_input(op: str, who: str, nodes: Any, results: Sequence[Any], outside: Sequence[Any]) -> None:
+    """Break (eager raises) where a branch or body returns one of its inputs or an alias of one."""
+    examples = [n.meta.get("example_value") for n in outside]
+    if cond_graph.branch_results(nodes, results) is None or any(
+            isinstance(e, torch.Tensor) and _is_alias_of(r.example, e) for r in results for e in examples):
+        raise _break(op, f"{who} returns an input or an alias of one (raised natively)")
+
+
+def _result_fakes(tx: Any, firsts: Sequence[Any], seconds: Sequence[Any]) -> tuple:
+    """The op's results as fresh fakes (not a branch's own): each needs grad where either side's does."""
+    made = []
+    for a, b in zip(firsts, seconds):
+        source = b.example if b.example.requires_grad and not a.example.requires_grad else a.example
+        made.append(tx.output.run_fake("call_function", torch.clone, (source,), {}))
+    return tuple(made)
