@@ -1,7 +1,7 @@
 """Runtime checks in generated kernels: index bounds and integer division by zero, as eager checks.
 
-Lowerings that index with loaded values (index, gather, index_select, embedding, index_put, scatter,
-index_add, index_copy, index_fill)
+Lowerings that index with loaded values (index, gather, index_select, embedding, take, index_put,
+scatter, index_add, index_copy, index_fill)
 guard each access with the loop op `index_ok` (reductions without an identity use it too, on a reduced
 size that may be 0 only at run time); integer `//`, `%`, fmod and truncating division test
 their divisor. A failed check skips the access and records the first failure in the kernel's error
@@ -49,6 +49,8 @@ CHECK_KINDS: tuple[CheckKind, ...] = (
     CheckKind("index_add", IndexError, False, _IN_SELF),
     CheckKind("index_copy", IndexError, False, "index_copy_(): " + _BOUNDS),
     CheckKind("index_fill", IndexError, True, _BOUNDS),
+    # take's index is into the flattened tensor, and its text says so
+    CheckKind("take", IndexError, True, "out of range: tried to access index {value} on a tensor of {size} elements."),
     # index_select on CPU checks dim 1 of a tensor of 2 or more dims (and any dim of an empty one)
     # on another path, which raises RuntimeError
     CheckKind("index_select_dim1", RuntimeError, False, "INDICES element is out of DATA bounds, id={value} axis_dim={size}"),

@@ -130,6 +130,29 @@ def index(ctx: LoweringContext, x: TensorValue, indices: Sequence[TensorValue | 
     return TensorValue(x.dtype, ctx.out_sizes(), loader)
 
 
+@register(aten.take.default)
+def take(ctx: LoweringContext, x: TensorValue, index: TensorValue) -> TensorValue:
+    """x.flatten()[index] (-numel <= i < numel), raising eager's own error: the index counts
+    elements of the flattened tensor. A strided input is copied row-major first."""
+    x = ctx.realize(x)
+    assert x.view is not None
+    lay = x.view.layout
+    if any(st != c and sz != 1 for sz, st, c in zip(lay.sizes, lay.strides, contiguous_strides(lay.sizes))):
+        x = _fresh_copy(ctx, x)
+        assert x.view is not None
+        lay = x.view.layout
+    flat = Layout(lay.dtype, (lay.numel(),), (sympy.Integer(1),), lay.offset)
+    name = x.view.name
+
+    def loader(idx: Sequence[sympy.Expr]) -> Value:
+        extra, in_bounds = _indirect_offset(flat, {0: index.load(idx)}, "take")
+        dtype = compute_dtype(lay.dtype)
+        load = Load(name, flat.offset, dtype, extra)
+        return load if _known_nonempty(flat.sizes[0]) else Masked(in_bounds, load, ops.constant(0, dtype), dtype)
+
+    return TensorValue(x.dtype, index.sizes, loader)
+
+
 def _fresh_copy(ctx: LoweringContext, x: TensorValue) -> TensorValue:
     layout = Layout.contiguous(x.dtype, x.sizes)
     copy = TensorValue(x.dtype, x.sizes, x.loader)  # without the view, so realize really copies
