@@ -142,6 +142,7 @@ def take(ctx: LoweringContext, x: TensorValue, index: TensorValue) -> TensorValu
         assert x.view is not None
         lay = x.view.layout
     flat = Layout(lay.dtype, (lay.numel(),), (sympy.Integer(1),), lay.offset)
+    assert x.view is not None
     name = x.view.name
 
     def loader(idx: Sequence[sympy.Expr]) -> Value:
