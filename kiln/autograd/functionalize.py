@@ -477,11 +477,15 @@ def _intermediate_bases(outs: list[torch.Tensor], tracer: AtenTracer) -> tuple[d
     bases: list[torch.Tensor] = []
     prefixes: list[int] = []
     for storage, members in groups.items():
-        if storage is None or (len(members) == 1 and (not view_steps(members[0]) or _new_buffer_fits(members[0]))):
+        # a view made under no_grad of a base that requires grad is a leaf in eager: made at run
+        # time on the returned base (with grad off), or its requires_grad has no history to follow
+        if storage is None or (len(members) == 1 and (not view_steps(members[0]) or _new_buffer_fits(members[0]))
+                               and not _made_without_grad(members[0])):
             continue
         # a base leaves the graph as a new buffer: only one whose layout such a buffer has
         candidates = [c for c in members + [m._base for m in members if m._base is not None]
-                      if _storage(c) == storage and (not view_steps(c) or _new_buffer_fits(c))]
+                      if _storage(c) == storage and (not view_steps(c) or _new_buffer_fits(c))
+                      and not _made_without_grad(c)]
         chains = [view_steps(m) for m in members]
         for candidate in sorted(candidates, key=lambda c: len(view_steps(c))):
             prefix = view_steps(candidate)
