@@ -39,3 +39,58 @@ def test_keepdim_reduction_strides_match_eager(name):
     assert _meta(got) == _meta(expected)
     for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
         torch.testing.assert_close(g, e)
+
+
+# An intermediate updated in place, itself or through a view, keeps its strides in eager; the
+# functionalized graph gave it the layout of the out-of-place op's result (masked_fill of a
+# transposed tensor is contiguous, so y.t().masked_fill_(...) left y transposed), and the
+# lowering's scatter/index_put/index_fill/index_add copied their input contiguously where eager's
+# clone keeps its strides.
+def _updated(update, make=lambda x: x.t() * 2):
+    def fn(x):
+        y = make(x)
+        update(y)
+        return y
+    return fn
+
+
+_IDX = torch.tensor([1])
+LAYOUT_KEPT = {
+    "masked_fill_through_transpose": _updated(lambda y: y.t().masked_fill_(y.t() > 0, 0.0), lambda x: x * 2),
+    "masked_fill_of_transposed": _updated(lambda y: y.masked_fill_(y > 0, 0.0)),
+    "masked_fill_of_permuted_3d": _updated(lambda y: y.masked_fill_(y > 0, 1.0),
+                                           lambda x: x.view(2, 2, 4).permute(2, 0, 1) * 2),
+    "tril_of_transposed": _updated(lambda y: y.tril_()),
+    "scatter_of_transposed": _updated(lambda y: y.scatter_(0, torch.tensor([[1, 0, 0, 1]]), 3.0)),
+    "scatter_add_of_transposed": _updated(lambda y: y.scatter_add_(0, torch.tensor([[1, 0, 0, 1]]), torch.ones(1, 4))),
+    "index_fill_of_transposed": _updated(lambda y: y.index_fill_(0, _IDX, 0.0)),
+    "index_put_accumulate_of_transposed": _updated(
+        lambda y: y.index_put_((torch.tensor([1, 1]),), torch.tensor(1.0), accumulate=True)),
+    "setitem_rows_of_transposed": _updated(lambda y: y.__setitem__(torch.tensor([0, 2]), 1.0)),
+    "index_add_of_transposed": _updated(lambda y: y.index_add_(0, _IDX, torch.ones(1, 4))),
+    "index_copy_of_transposed": _updated(lambda y: y.index_copy_(0, _IDX, torch.ones(1, 4))),
+    "masked_scatter_of_transposed": _updated(lambda y: y.masked_scatter_(y > 0, torch.ones(16))),
+    "index_fill_out_of_place_of_transposed_input": lambda x: x.t().index_fill(1, torch.tensor([0]), 3.0),
+    "index_put_out_of_place_of_transposed_input": lambda x: x.t().index_put((torch.tensor([0, 0]),), torch.ones(4),
+                                                                             accumulate=True),
+}
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("name", sorted(LAYOUT_KEPT))
+def test_updated_intermediate_keeps_eager_strides(name, requires_grad):
+    fn = LAYOUT_KEPT[name]
+    torch.manual_seed(0)
+    x = torch.randn(4, 4)
+    xe = x.clone().requires_grad_(requires_grad)
+    xc = x.clone().requires_grad_(requires_grad)
+    expected = fn(xe)
+    kiln.reset()
+    got = kiln.compile(fn)(xc)
+    assert _meta(got) == _meta(expected)
+    torch.testing.assert_close(got, expected)
+    if requires_grad:
+        w = torch.arange(float(expected.numel())).view(expected.shape)
+        (expected * w).sum().backward()
+        (got * w).sum().backward()
+        torch.testing.assert_close(xc.grad, xe.grad)
