@@ -161,7 +161,8 @@ class FunctionalSession:
         torch._enable_functionalization(reapply_views=True)
         try:
             layouts = _InputLayouts(self) if self._watched() else contextlib.nullcontext()
-            with batch_norm_as_functional(self.untracked_update), _DataAliasUpdates(self), layouts:
+            with batch_norm_as_functional(self.untracked_update), _DataAliasUpdates(self), layouts, \
+                    _IntermediateLayouts(self):
                 yield
         except RuntimeError as exc:
             if "mutated that has internal overlap" not in str(exc):
@@ -229,6 +230,24 @@ class FunctionalSession:
         torch._sync(wrapper)
         made = torch._functionalize_mutation_counter(wrapper) - before
         self._internal[_storage(wrapper)] = self._internal.get(_storage(wrapper), 0) + made
+
+    def keep_intermediate_layout(self, base: torch.Tensor, strides: list[Any]) -> None:
+        """Give an intermediate (not an input) updated in place, itself or through a view, the
+        strides it had before (see _IntermediateLayouts): a traced copy into a tensor of those."""
+        torch._sync(base)
+        inner = torch._from_functional_tensor(base)
+        if len(strides) != inner.dim() or _expressions(inner.stride()) == _expressions(strides):
+            return
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)):
+            restrided = torch.ops.aten.empty_strided.default(inner.shape, strides, dtype=inner.dtype,
+                                                             device=inner.device)
+            restrided = torch.ops.aten.copy.default(restrided, inner)
+        before = torch._functionalize_mutation_counter(base)
+        torch._functionalize_replace(base, restrided)
+        torch._functionalize_commit_update(base)
+        torch._sync(base)
+        made = torch._functionalize_mutation_counter(base) - before
+        self._internal[_storage(base)] = self._internal.get(_storage(base), 0) + made
 
     def unwrap(self, value: Any) -> Any:
         """The traced (inner) value for a wrapper, with pending view updates applied first."""
@@ -375,6 +394,39 @@ class _InputLayouts(TorchFunctionMode):
         return out
 
 
+class _IntermediateLayouts(TorchFunctionMode):
+    """Intermediates keep eager's layout through in-place updates, as inputs do (_InputLayouts).
+
+    `y = x.t() * 2; y.masked_fill_(m, 0)` keeps y's strides (1, 4) in eager; functionalized, y's new
+    value is masked_fill's result, contiguous, and so is the output (or a view of it, `y.t().
+    index_fill_(...)` updating y through a transpose gave y transposed strides). After an in-place
+    call whose target's base is not an input, the base gets its strides from before the call back."""
+
+    def __init__(self, session: FunctionalSession) -> None:
+        super().__init__()
+        self.session = session
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        target = _updated_tensor(func, args, kwargs)
+        if target is None or not torch._is_functional_tensor(target) or target.layout != torch.strided:
+            return func(*args, **kwargs)
+        base = target._base if target._base is not None else target
+        storage = _storage(base)
+        if storage is None or any(isinstance(v, torch.Tensor) and _storage(v) == storage
+                                  for v in self.session.visible):
+            return func(*args, **kwargs)
+        torch._sync(base)
+        inner = torch._from_functional_tensor(base)
+        shape, strides = _expressions(inner.shape), list(inner.stride())
+        out = func(*args, **kwargs)
+        if torch._is_functional_tensor(base) and not torch._functionalize_has_metadata_mutation(base):
+            torch._sync(base)
+            if _expressions(torch._from_functional_tensor(base).shape) == shape:
+                self.session.keep_intermediate_layout(base, strides)
+        return out
+
+
 _AS_STRIDED = frozenset({torch.Tensor.as_strided, torch.as_strided, torch.Tensor.as_strided_})
 
 
@@ -477,11 +529,15 @@ def _intermediate_bases(outs: list[torch.Tensor], tracer: AtenTracer) -> tuple[d
     bases: list[torch.Tensor] = []
     prefixes: list[int] = []
     for storage, members in groups.items():
-        if storage is None or (len(members) == 1 and (not view_steps(members[0]) or _new_buffer_fits(members[0]))):
+        # a view made under no_grad of a base that requires grad is a leaf in eager: made at run
+        # time on the returned base (with grad off), or its requires_grad has no history to follow
+        if storage is None or (len(members) == 1 and (not view_steps(members[0]) or _new_buffer_fits(members[0]))
+                               and not _made_without_grad(members[0])):
             continue
         # a base leaves the graph as a new buffer: only one whose layout such a buffer has
         candidates = [c for c in members + [m._base for m in members if m._base is not None]
-                      if _storage(c) == storage and (not view_steps(c) or _new_buffer_fits(c))]
+                      if _storage(c) == storage and (not view_steps(c) or _new_buffer_fits(c))
+                      and not _made_without_grad(c)]
         chains = [view_steps(m) for m in members]
         for candidate in sorted(candidates, key=lambda c: len(view_steps(c))):
             prefix = view_steps(candidate)

@@ -24,7 +24,7 @@ from kiln.lower.eager_dtypes import EAGER_REFUSES
 from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Layout, LoopIR, SymExpr,
                            contiguous_strides, index_vars, walk)
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, compute_dtype,
-                                  stride_hint, strided_value, to_expr, value_cost)
+                                  dense_layout, stride_hint, strided_value, to_expr, value_cost)
 from kiln.lower.lowerings.convolution import channels_last_strides, reads_channels_last
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random, vector_bmm
 from kiln.lower.schedule import MIN_STORAGE_INNER
@@ -65,21 +65,6 @@ def node_metas(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> dict[
             elif node.op == "get_attr":
                 env[node] = getattr(gm, node.target)
     return env
-
-
-def _dense_layout(meta: torch.Tensor) -> Layout:
-    """The output layout eager would give (from the meta strides) when it is dense, else contiguous."""
-    sizes = tuple(to_expr(s) for s in meta.shape)
-    strides = tuple(to_expr(s) for s in meta.stride())
-    # outermost first, by the strides' example values: a symbolic stride (s0 of a transposed
-    # [s1, s0] input) orders by its hint, not as 0
-    hints = [stride_hint(s) for s in meta.stride()]
-    order = sorted(range(len(sizes)), key=lambda k: hints[k], reverse=True)
-    expected = contiguous_strides([sizes[k] for k in order])
-    if all(sympy.expand(strides[k] - e) == 0 or sizes[k] == 1 for k, e in zip(order, expected)):
-        return Layout(meta.dtype, sizes, tuple(strides[k] if sizes[k] != 1 else
-                                                expected[order.index(k)] for k in range(len(sizes))))
-    return Layout.contiguous(meta.dtype, sizes)
 
 
 def _has_unsupported_dtype(metas: Any) -> bool:
@@ -306,7 +291,7 @@ def _realize_as_traced(ctx: LoweringContext, node: torch.fx.Node, env: dict[torc
         value, meta = env.get(a), a.meta.get("val")
         if isinstance(value, TensorValue) and value.view is None and isinstance(meta, torch.Tensor):
             saved, ctx.origins = ctx.origins, (a.name,)
-            env[a] = out[k] = ctx.realize(value, _dense_layout(meta))
+            env[a] = out[k] = ctx.realize(value, dense_layout(meta))
             ctx.origins = saved
     return tuple(out)
 
@@ -386,7 +371,7 @@ def _maybe_realize(ctx: LoweringContext, tv: TensorValue, node: torch.fx.Node) -
         # a graph output is stored in eager's strides once, not copied into them at the end
         returned = isinstance(ctx.meta, torch.Tensor) and any(user.op == "output" for user in node.users)
         if returned:
-            return ctx.realize(tv, _dense_layout(ctx.meta))
+            return ctx.realize(tv, dense_layout(ctx.meta))
         if _nhwc_sized(tv) and reads_channels_last(tv):
             # computed from NHWC data (a BatchNorm and SiLU of a convolution's result): stored NHWC
             # as eager's pointwise ops would, so its kernel and every reader run along the channels
@@ -412,9 +397,9 @@ def _output(ctx: LoweringContext, out: Any, env: dict[torch.fx.Node, Any], metas
         return value
     if value.view is None:
         ctx.origins = (out.name,)
-        value = ctx.realize(value, _dense_layout(metas[out]))
+        value = ctx.realize(value, dense_layout(metas[out]))
         env[out] = value
-    elif value.view.name in ctx.relaid_out and value.view.layout != _dense_layout(metas[out]):
-        value = ctx.realize(value, _dense_layout(metas[out]))  # stored NHWC inside: eager's strides out
+    elif value.view.name in ctx.relaid_out and value.view.layout != dense_layout(metas[out]):
+        value = ctx.realize(value, dense_layout(metas[out]))  # stored NHWC inside: eager's strides out
     assert value.view is not None
     return value.view

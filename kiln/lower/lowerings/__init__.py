@@ -19,7 +19,7 @@ from kiln.lower import ops
 from kiln.symbolic.expr import FloorDiv, ModularIndexing, adopt_torch_functions
 from kiln.symbolic.node import expr_of
 from kiln.lower.ir import (BufferRef, Buffer, Extern, Layout, Load, Pointwise, Reduction, SymExpr, Value,
-                           index_vars, simplify_index, substitute, walk)
+                           contiguous_strides, index_vars, simplify_index, substitute, walk)
 
 Loader = Callable[[Sequence[sympy.Expr]], Value]
 
@@ -138,6 +138,22 @@ def stride_hint(stride: int | torch.SymInt) -> int:
         return int(stride)
     hint = getattr(stride.node, "hint", None)
     return hint if isinstance(hint, int) else 0
+
+
+def dense_layout(meta: torch.Tensor) -> Layout:
+    """The output layout eager would give (from the meta strides) when it is dense, else contiguous."""
+    sizes = tuple(to_expr(s) for s in meta.shape)
+    strides = tuple(to_expr(s) for s in meta.stride())
+    # outermost first, by the strides' example values: a symbolic stride (s0 of a transposed
+    # [s1, s0] input) orders by its hint, not as 0
+    hints = [stride_hint(s) for s in meta.stride()]
+    order = sorted(range(len(sizes)), key=lambda k: hints[k], reverse=True)
+    expected = contiguous_strides([sizes[k] for k in order])
+    if all(sympy.expand(strides[k] - e) == 0 or sizes[k] == 1 for k, e in zip(order, expected)):
+        return Layout(meta.dtype, sizes, tuple(strides[k] if sizes[k] != 1 else
+                                                expected[order.index(k)] for k in range(len(sizes))))
+    return Layout.contiguous(meta.dtype, sizes)
+
 
 
 def value_cost(v: Value) -> int:

@@ -16,7 +16,7 @@ from kiln.lower import ops
 from kiln.lower.checks import all_of, checked_index
 from kiln.lower.ir import Index, Layout, Load, Masked, ModularIndexing, Scatter, Value, contiguous_strides
 from kiln.lower.lowerings import (LoweringContext, TensorValue, broadcast_load, broadcast_sizes, compute_dtype,
-                                  normalize_dim, register, strided_value, wrapped_index)
+                                  dense_layout, normalize_dim, register, strided_value, to_expr, wrapped_index)
 
 aten = torch.ops.aten
 
@@ -155,7 +155,13 @@ def take(ctx: LoweringContext, x: TensorValue, index: TensorValue) -> TensorValu
 
 
 def _fresh_copy(ctx: LoweringContext, x: TensorValue) -> TensorValue:
-    layout = Layout.contiguous(x.dtype, x.sizes)
+    # eager's out-of-place scatter/index_put/index_fill clone `x` keeping its strides (the meta's)
+    meta = ctx.meta
+    if isinstance(meta, torch.Tensor) and tuple(to_expr(s) for s in meta.shape) == tuple(x.sizes):
+        lay = dense_layout(meta)
+        layout = Layout(x.dtype, lay.sizes, lay.strides)
+    else:
+        layout = Layout.contiguous(x.dtype, x.sizes)
     copy = TensorValue(x.dtype, x.sizes, x.loader)  # without the view, so realize really copies
     return ctx.realize(copy, layout)
 

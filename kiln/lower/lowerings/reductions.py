@@ -50,6 +50,10 @@ def keep_dims(tv: TensorValue, dims: Sequence[int], ndim: int) -> TensorValue:
         strides = list(lay.strides)
         for d in dims:
             strides.insert(d, sympy.Integer(1))
+        # eager gives a kept size-1 dim the stride a contiguous layout would: the next inner dim's
+        # size * stride (1 when innermost), e.g. sum(1, keepdim=True) of (3, 4, 5) -> strides (5, 5, 1)
+        for d in sorted(dims, reverse=True):
+            strides[d] = strides[d + 1] * sizes[d + 1] if d + 1 < len(sizes) else sympy.Integer(1)
         view = BufferRef(tv.view.name, Layout(lay.dtype, tuple(sizes), tuple(strides), lay.offset))
     return TensorValue(tv.dtype, tuple(sizes), loader, view)
 
