@@ -377,14 +377,47 @@ class SymNode:
     def _specialized(self, other: SymNode, fn: Callable[[int, int], int]) -> SymNode:
         return self.wrap_int(fn(self.guard_int("", 0), other.guard_int("", 0)))
 
+    # A bitwise op with a constant low-bit mask is modular arithmetic, exact for every int in
+    # Python's two's-complement semantics: with p = 2**k, `n & (p - 1)` is n % p, `n & -p` is
+    # n - n % p, `n | (p - 1)` is n - n % p + p - 1 and `n ^ (p - 1)` is n + p - 1 - 2 * (n % p).
+    # torch.compile keeps `n & 1` or `(n + 7) & -8` symbolic; deciding n instead would recompile
+    # for every size (and break mark_dynamic). Any other operand is decided (guarded).
+    def _masked(self, other: SymNode) -> tuple[SymNode, int, int] | None:
+        if self.pytype is not int or other.pytype is not int:
+            return None
+        for value, mask in ((self, other.maybe_as_int()), (other, self.maybe_as_int())):
+            if mask is None:
+                continue
+            low = mask if mask >= 0 else -mask - 1  # -p is ~(p - 1): the same low bits, inverted
+            if low & (low + 1) == 0:
+                return value, low + 1, mask
+        return None
+
     def bitwise_and(self, other: SymNode) -> SymNode:
-        return self._specialized(other, operator.and_)
+        masked = self._masked(other)
+        if masked is None:
+            return self._specialized(other, operator.and_)
+        value, p, mask = masked
+        low = value.mod(value.wrap_int(p))
+        return low if mask >= 0 else value.sub(low)
 
     def bitwise_or(self, other: SymNode) -> SymNode:
-        return self._specialized(other, operator.or_)
+        masked = self._masked(other)
+        if masked is None:
+            return self._specialized(other, operator.or_)
+        value, p, mask = masked
+        low = value.mod(value.wrap_int(p))
+        if mask >= 0:
+            return value.sub(low).add(value.wrap_int(p - 1))
+        return low.add(value.wrap_int(mask))
 
     def bitwise_xor(self, other: SymNode) -> SymNode:
-        return self._specialized(other, operator.xor)
+        masked = self._masked(other)
+        if masked is None or masked[2] < 0:
+            return self._specialized(other, operator.xor)
+        value, p, _ = masked
+        low = value.mod(value.wrap_int(p))
+        return value.add(value.wrap_int(p - 1)).sub(low.mul(value.wrap_int(2)))
 
     # A shift by a known count is a product or a floor division by a power of two, which stay
     # symbolic in the size (`n >> 1` of a length is n // 2); the count itself is decided.
