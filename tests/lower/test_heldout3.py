@@ -106,3 +106,50 @@ def test_dynamic_sizes_gather_through_a_concatenation() -> None:
     bad[-1] = 40
     with pytest.raises((IndexError, RuntimeError)):
         c(h, src, bad)
+
+
+# ----------------------------------------------------------------------------- max.dim / min.dim
+
+def _max_values(x):
+    return torch.max(x, 2)[0]
+
+
+def _min_values_keepdim(x):
+    return torch.min(x, 1, keepdim=True)[0] * 2
+
+
+def _max_values_last_dim_relu(x):
+    return torch.max(x.relu(), -1).values + 1
+
+
+def _max_pair_whole(x):
+    return torch.max(x, 1)
+
+
+def _min_indices_only(x):
+    return torch.min(x, 2)[1]
+
+
+@pytest.mark.parametrize("fn", [_max_values, _min_values_keepdim, _max_values_last_dim_relu],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_max_dim_values_alone_are_one_reduction(fn) -> None:
+    x = torch.randn(3, 5, 7)
+    x[1, 2, 3] = float("nan")
+    c = check(fn, x)
+    assert "int64_t acc_" not in c.cpp_source, c.cpp_source  # no position pass
+    assert c.cpp_source.count("acc_buf") <= 8, c.cpp_source  # one float accumulator (and its NaN flag)
+
+
+@pytest.mark.parametrize("fn", [_max_pair_whole, _min_indices_only], ids=lambda f: f.__name__.strip("_"))
+def test_max_dim_positions_when_read(fn) -> None:
+    x = torch.randn(3, 5, 7)
+    x[0, :, 1] = x[0, 0, 1]  # ties: the first position
+    x[2, 3, 4] = float("nan")
+    check(fn, x)
+
+
+def test_max_dim_values_dynamic_sizes() -> None:
+    x = torch.randn(2, 4, 6)
+    c = compile_fn(_max_values, x, dynamic=True)
+    torch.testing.assert_close(c(x)[0], _max_values(x))
+    assert "int64_t acc_" not in c.cpp_source
