@@ -21,7 +21,8 @@ value through ops whose result depends on them: `strict_values`) and that load r
 whole domain (each dim of it a distinct loop variable of the buffer over the same size). Every other
 checked node gets a check-only pass: a sum over its whole domain of its value (and of any own check
 the value does not depend on), into a one-element buffer nothing reads. The common case, a node
-read whole by a kernel that stores what it computes, gets none.
+read whole by a kernel that stores what it computes, gets none, also where one part of a
+concatenation reads it (`_regions`: that part's branch is computed over the part's whole range).
 """
 from __future__ import annotations
 
@@ -282,15 +283,78 @@ def uncovered(tracker: CheckTracker, buffers: Sequence[Buffer], outputs: Sequenc
     for b in buffers:
         if b.name not in sure:
             continue
-        ranges = _loop_ranges(b)
-        for v in strict[b.name]:
-            for load in tracker.by_check.get(v, ()):
-                tracked = tracker.nodes[load.node]
-                if load.node in covered or len(load.own) != tracked.own_count:
-                    continue
-                if load.own <= strict[b.name] and _covers(load.idx, tracked.value.sizes, ranges):
-                    covered.add(load.node)
+        for values, ranges, shift in _regions(strict[b.name], _loop_ranges(b)):
+            for v in values:
+                for load in tracker.by_check.get(v, ()):
+                    tracked = tracker.nodes[load.node]
+                    if load.node in covered or len(load.own) != tracked.own_count:
+                        continue
+                    idx = [sympy.sympify(i).xreplace(shift) for i in load.idx] if shift else load.idx
+                    if load.own <= values and _covers(idx, tracked.value.sizes, ranges):
+                        covered.add(load.node)
     return [name for name, t in tracker.nodes.items() if name not in covered and _nonempty(t.value.sizes)]
+
+
+_Region = tuple[set[Value], dict[sympy.Symbol, sympy.Expr], dict[sympy.Symbol, sympy.Expr]]
+
+
+def _split_point(mask: Value, ranges: dict[sympy.Symbol, sympy.Expr]) -> tuple[sympy.Symbol, sympy.Expr] | None:
+    """(i, c) of a mask `i < c` over a loop variable i and a bound free of loop variables: a
+    concatenation's test of which part an element is in (kiln.lower.lowerings.views.cat)."""
+    if not (isinstance(mask, Op) and mask.name == "lt" and len(mask.args) == 2
+            and all(isinstance(a, Index) for a in mask.args)):
+        return None
+    var, bound = (a.expr for a in mask.args)  # type: ignore[attr-defined]
+    if not isinstance(var, sympy.Symbol) or var not in ranges or bound.free_symbols & set(ranges):
+        return None
+    return var, bound
+
+
+def _nonnegative(e: sympy.Expr) -> bool:
+    e = sympy.expand(e)
+    return bool(e.is_number and e >= 0) or e.is_nonnegative is True
+
+
+def _lesser(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+    return a if _nonnegative(b - a) else b if _nonnegative(a - b) else None
+
+
+def _greater(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+    return a if _nonnegative(a - b) else b if _nonnegative(b - a) else None
+
+
+def _regions(values: set[Value], ranges: dict[sympy.Symbol, sympy.Expr]) -> list[_Region]:
+    """The strict values of a kernel, then, for each branch of a part test `i < c` it computes for
+    sure, the values that branch computes at every point of its part of i's range: (values, the
+    ranges with i's range that part's length, i -> i + the part's start). A concatenation stores every
+    element of each part, so a checked value read whole by one part is checked whole, as where it is
+    read unmasked. Other masks (a pad's in-bounds test) give no region."""
+    out: list[_Region] = []
+    todo: list[tuple[set[Value], dict[sympy.Symbol, sympy.Expr], dict[sympy.Symbol, sympy.Expr],
+                     dict[sympy.Symbol, sympy.Expr]]] = [(values, ranges, {}, {})]
+    while todo:
+        vals, rngs, shift, starts = todo.pop()
+        out.append((vals, rngs, shift))
+        for v in vals:
+            if not isinstance(v, Masked) or v.body == v.other:
+                continue
+            split = _split_point(v.mask, ranges)
+            if split is None:
+                continue
+            var, bound = split
+            lo = starts.get(var, sympy.Integer(0))
+            hi = lo + rngs[var]
+            # the loop may run over less than the whole concatenation (cat(...)[:k]): each part's
+            # region is clipped to the loop's range, and a clip not decidable from the sizes gives none
+            for body, start, end in ((v.body, lo, _lesser(bound, hi)), (v.other, _greater(bound, lo), hi)):
+                if start is None or end is None:
+                    continue
+                length = sympy.expand(end - start)
+                if length.is_number and length <= 0:
+                    continue
+                todo.append((strict_values([body]), {**rngs, var: length}, {**shift, var: var + start},
+                             {**starts, var: start}))
+    return out
 
 
 def _nonempty(sizes: Sequence[sympy.Expr]) -> bool:

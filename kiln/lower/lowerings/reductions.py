@@ -9,6 +9,7 @@ cumsum/cumprod become Scan buffers (a running value along one dim) with the work
 """
 from __future__ import annotations
 
+import operator
 import platform
 from typing import Any, Callable, Sequence
 
@@ -184,12 +185,15 @@ def _arg_reduce(ctx: LoweringContext, x: TensorValue, dim: Any, keepdim: bool, r
     return _first_extreme(ctx, x, dim, keepdim, rtype)
 
 
-def _first_extreme(ctx: LoweringContext, x: TensorValue, dim: Any, keepdim: bool, rtype: str) -> TensorValue:
+def _first_extreme(ctx: LoweringContext, x: TensorValue, dim: Any, keepdim: bool, rtype: str,
+                   extreme: TensorValue | None = None) -> TensorValue:
     """argmax / argmin as two reductions that vectorize: the max (min), then the least position
     holding it (the first NaN where the max is NaN), eager's first occurrence. The one-pass
     running (value, position) pair is a serial loop, 3x slower than ATen's max.dim over rows of
-    4096 floats; the second pass rereads a row in cache."""
-    extreme = reduce(ctx, x, dim, True, "max" if rtype == "argmax" else "min", x.dtype)
+    4096 floats; the second pass rereads a row in cache. `extreme`: the max (min) with the reduced
+    dims kept, where the caller computed it already (max.dim's values)."""
+    if extreme is None:
+        extreme = reduce(ctx, x, dim, True, "max" if rtype == "argmax" else "min", x.dtype)
     dims = _dims(x, dim)
     kept = [d for d in range(x.ndim) if d not in dims]
     acc = compute_dtype(x.dtype)
@@ -225,18 +229,54 @@ def argmin(ctx: LoweringContext, x: TensorValue, dim: Any = None, keepdim: bool 
                             (x, dim, keepdim))
 
 
+def _indices_read(ctx: LoweringContext) -> bool:
+    """Whether anything reads the positions (output 1) of the max.dim / min.dim node being lowered."""
+    node = ctx.node
+    if node is None:
+        return True
+    for user in node.users:
+        if user.op != "call_function" or user.target is not operator.getitem:
+            return True  # the pair used whole
+        if user.args[1] != 0 and user.users:
+            return True
+    return False
+
+
+def _extreme_and_position(ctx: LoweringContext, x: TensorValue, dim: int, keepdim: bool,
+                          rtype: str) -> tuple[TensorValue, TensorValue]:
+    """max.dim / min.dim: the extreme, reduced once (kept dims, viewed away without keepdim), and
+    its first position only where a reader takes it: `torch.max(x, 2)[0]` (PointNet's pooling) is
+    one reduction, as amax, not two plus an argmax pass over the data again."""
+    dims = _dims(x, dim)
+    extreme = reduce(ctx, x, dim, True, rtype, x.dtype)
+    values = extreme if keepdim or not dims else _drop_dims(extreme, dims)
+    if not _indices_read(ctx):
+        # never loaded, so never computed: the node's unread second output
+        return values, TensorValue(torch.int64, values.sizes, lambda idx: ops.constant(0, torch.int64))
+    return values, _first_extreme(ctx, x, dim, keepdim, "argmax" if rtype == "max" else "argmin", extreme)
+
+
+def _drop_dims(tv: TensorValue, dims: Sequence[int]) -> TensorValue:
+    """The size-1 dims `dims` of `tv` viewed away (the inverse of keep_dims), as an index remap."""
+    sizes = [s for d, s in enumerate(tv.sizes) if d not in dims]
+
+    def loader(idx: Sequence[sympy.Expr]) -> Value:
+        it = iter(idx)
+        return tv.load([sympy.Integer(0) if d in dims else next(it) for d in range(tv.ndim)])
+
+    return TensorValue(tv.dtype, tuple(sizes), loader)
+
+
 @register(aten.max.dim)
 def max_dim(ctx: LoweringContext, x: TensorValue, dim: int, keepdim: bool = False) -> tuple[TensorValue, TensorValue]:
-    return without_identity(ctx, x, dim, "max", lambda: (
-        reduce(ctx, x, dim, keepdim, "max", x.dtype), _first_extreme(ctx, x, dim, keepdim, "argmax")),
-        (x, dim, keepdim))
+    return without_identity(ctx, x, dim, "max", lambda: _extreme_and_position(ctx, x, dim, keepdim, "max"),
+                            (x, dim, keepdim))
 
 
 @register(aten.min.dim)
 def min_dim(ctx: LoweringContext, x: TensorValue, dim: int, keepdim: bool = False) -> tuple[TensorValue, TensorValue]:
-    return without_identity(ctx, x, dim, "min", lambda: (
-        reduce(ctx, x, dim, keepdim, "min", x.dtype), _first_extreme(ctx, x, dim, keepdim, "argmin")),
-        (x, dim, keepdim))
+    return without_identity(ctx, x, dim, "min", lambda: _extreme_and_position(ctx, x, dim, keepdim, "min"),
+                            (x, dim, keepdim))
 
 
 @register(aten.aminmax.default)
