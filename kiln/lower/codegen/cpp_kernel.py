@@ -21,6 +21,7 @@ from kiln.lower.codegen.cpp_loops import (COLUMN_CHUNK, MAX_CUT_LOOPS, OMP_REDUC
                                           _blocked_copy, chunked_sums, _column_reduction, _itemsize, _ivars,
                                           _linear, _loops, _reduce_init, _simd_loops, _tiled_rows, inner_cut,
                                           serial_at_one_thread, taking_side)
+from kiln.lower.codegen.cpp_row_tiles import RowTileKernels, row_tiles
 from kiln.lower.codegen.cpp_scan import ScanKernels
 from kiln.lower.codegen.cpp_sums import SUM_CHUNK, SumKernels, _lane_sums, _short_row_lanes
 from kiln.lower.codegen.memory import aliasing_args, in_place_donors
@@ -53,7 +54,7 @@ def _accumulators(reds: Sequence[Reduction], accs: dict[str, str]) -> tuple[list
     return pre, post, clauses
 
 
-class KernelWriter(TileKernels, ScanKernels, SumKernels):
+class KernelWriter(TileKernels, ScanKernels, SumKernels, RowTileKernels):
     """Renders one Kernel (or ScatterKernel) as a C++ function and records its argument list."""
 
     def __init__(self, storage: dict[str, torch.dtype], size_symbols: set[str]) -> None:
@@ -85,6 +86,9 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels):
             return self.tiled_rows_kernel(k)
         if _blocked_copy(k):
             return self.blocked_copy_kernel(k)
+        in_output = {} if k.columns else _rows_in_output(k)
+        if row_tiles(k, in_output):
+            return self.row_tile_kernel(k, in_output, ADAPTIVE_THREADS_MAX)
         xs, ys = kernel_vars(len(k.outer), len(k.inner))
         locals_: dict = {}
         self.cut_loops = 0
@@ -93,7 +97,6 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels):
         parallel = not (total.is_number and total < PARALLEL_MIN)
         # a loop this long amortizes even a slow join of the second thread: it never adapts to load
         self.adaptive_threads = not (total.is_number and total >= ADAPTIVE_THREADS_MAX)
-        in_output = {} if k.columns else _rows_in_output(k)
         self.scratch = {name: {x: sympy.Integer(0) for x in xs} for name in k.scratch if name not in in_output}
         self.scratch.update(in_output)
         self.hidden = k.local | k.scratch
@@ -183,9 +186,10 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels):
         return lines
 
     def _loop_block(self, blk: Block, k: Kernel, ys: Sequence[sympy.Symbol], locals_: dict, parallel: bool,
-                    parallel_if: str, span: Span | None = None) -> list[str]:
+                    parallel_if: str, span: Span | None = None, hoisted: dict | None = None) -> list[str]:
         """One simd loop over the inner range (with `span`, over that part of its last dim): its
-        accumulators, nodes, and the reductions' stores."""
+        accumulators, nodes, and the reductions' stores; with `hoisted`, the values _hoisted
+        computed for it already (a row tile's, cpp_row_tiles.py)."""
         cut = inner_cut(blk.nodes, k, ys) if self.cut_loops < MAX_CUT_LOOPS else None
         if cut is not None:
             return self._cut_block(blk, k, ys, locals_, parallel, parallel_if, span, cut)
@@ -210,8 +214,8 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels):
         if chunked_sums(reds) and not k.columns and len(k.inner) >= 1 and not small and not lanes_first:
             parallel_sums = parallel and not k.outer
             pragma = f"#pragma omp parallel for@collapse @reduction{parallel_if}" if parallel_sums else None
-            shared_sums: dict = {}
-            body = self._hoisted(blk.nodes, k, ys, locals_, shared_sums)
+            shared_sums: dict = {} if hoisted is None else hoisted
+            body = self._hoisted(blk.nodes, k, ys, locals_, shared_sums) if hoisted is None else []
             body += self._chunked_sum_loops(blk, k, ys, locals_, shared_sums, reds, accs, pragma, span)
             return body + self._reduction_stores(k, reds, accs, locals_)
         if any(n.reduction_type in ("argmax", "argmin") for n in reds):
@@ -220,8 +224,8 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels):
             o, c = _loops(ys, k.inner, f"#pragma omp parallel for simd@collapse {' '.join(clauses)}{parallel_if}", span)
         else:
             o, c = _simd_loops(ys, k.inner, "#pragma omp simd@collapse " + " ".join(clauses), span)
-        shared: dict = {}  # values already computed in this loop, per node substitution
-        body = self._hoisted(blk.nodes, k, ys, locals_, shared)
+        shared: dict = {} if hoisted is None else hoisted  # values already computed, per node substitution
+        body = self._hoisted(blk.nodes, k, ys, locals_, shared) if hoisted is None else []
         if _lane_sums(reds, k):
             body += self._lane_sum_loops(blk, k, ys, locals_, shared, reds, accs)
         elif span is None and _short_row_lanes(reds, k):
