@@ -37,6 +37,9 @@ class RowTileKernels(KernelParts):
                     parallel_if: str, span: Span | None = None, hoisted: dict | None = None) -> list[str]:
         raise NotImplementedError  # KernelWriter's
 
+    def _prefetch_next_row(self, k: Kernel, xs: Sequence[sympy.Symbol], ys: Sequence[sympy.Symbol]) -> list[str]:
+        raise NotImplementedError  # KernelWriter's
+
     def row_tile_kernel(self, k: Kernel, in_output: dict[str, str], adaptive_max: int) -> tuple[str, list[str]]:
         """The kernel's outer loops with the last one in tiles of ROW_TILE rows; per tile, each run of
         loop blocks in one loop over the tile's rows, each scalar block in a simd loop over them."""
@@ -89,6 +92,8 @@ class RowTileKernels(KernelParts):
         reductions' results) copied into tile-wide arrays, read from there afterwards."""
         before = dict(locals_)
         lines = ["for (int64_t xi = 0; xi < xn; xi++) {", f"const int64_t {last} = xt + xi;"]
+        if not locals_:  # the tile's first pass reads its rows from memory: the next row's on its way
+            lines += self._prefetch_next_row(k, kernel_vars(len(k.outer), len(k.inner))[0], ys)
         for blk, shared in run:
             lines += self._loop_block(blk, k, ys, locals_, parallel, parallel_if, hoisted=shared)
         decls: list[str] = []
