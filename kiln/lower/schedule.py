@@ -326,10 +326,10 @@ def kept_inside(node: Reduction) -> bool:
             steps = [sympy.Abs(index.coeff(r)) for r in reduced if index.coeff(r) != 0]
             for d, i in enumerate(kept):
                 c = sympy.Abs(index.coeff(i))
-                if c != 0 and any((c < s) != sympy.true for s in steps):
+                if c != 0 and any((c < s) == sympy.false for s in steps):  # unknown (dynamic sizes): inside
                     inside.discard(d)
     run = sympy.Mul(*(node.ranges[d] for d in inside))
-    return bool(run.is_number) and int(run) >= COLUMN_MIN_KEPT
+    return not run.is_number or int(run) >= COLUMN_MIN_KEPT  # a dynamic size: as before, rows outer
 
 
 def _start(node: Pointwise | Reduction, column_partials: bool = False) -> _OpenKernel:
