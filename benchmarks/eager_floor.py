@@ -67,6 +67,8 @@ def _programs() -> list[Program]:
     add("softmax_dim1_8x128x64", lambda x: torch.softmax(x, 1), lambda: (_randn(8, 128, 64),))
     add("softmax_of_transposed_1024x512", lambda x: torch.softmax(x.t() * 2.0, -1), lambda: (_randn(1024, 512),))
     add("log_softmax_512x10", lambda x: torch.log_softmax(x, -1), lambda: (_randn(512, 10),))
+    add("log_softmax_512x16", lambda x: torch.log_softmax(x, -1), lambda: (_randn(512, 16),))
+    add("softmax_512x10", lambda x: torch.softmax(x, -1), lambda: (_randn(512, 10),))
     add("log_softmax_dim0_512x1000", lambda x: torch.log_softmax(x, 0), lambda: (_randn(512, 1000),))
     add("softmax_bf16_64x4096", lambda x: torch.softmax(x, -1), lambda: (_randn(64, 4096, dtype=torch.bfloat16),))
     add("attn_scores_softmax", lambda q, k: torch.softmax(q @ k.transpose(-1, -2) * 0.125, -1),
@@ -94,6 +96,12 @@ def _programs() -> list[Program]:
     add("sum_outer_1024x1024", lambda x: x.sum(0), lambda: (_randn(1024, 1024),))
     add("mean_inner_4096x256", lambda x: x.mean(-1), lambda: (_randn(4096, 256),))
     add("amax_outer_1024x1024", lambda x: x.amax(0), lambda: (_randn(1024, 1024),))
+    add("mean_hw_nhwc_16x3x224x224", lambda x: x.mean((2, 3)),
+        lambda: (_randn(16, 3, 224, 224).contiguous(memory_format=torch.channels_last),))
+    add("sum_nhw_nhwc_8x3x64x64", lambda x: x.sum((0, 2, 3)),
+        lambda: (_randn(8, 3, 64, 64).contiguous(memory_format=torch.channels_last),))
+    add("sum_hw_nhwc_8x8x64x64", lambda x: x.sum((2, 3)),
+        lambda: (_randn(8, 8, 64, 64).contiguous(memory_format=torch.channels_last),))
     add("sum_all_1M", lambda x: x.sum(), lambda: (_randn(1 << 20),))
     add("sum_transposed_1024x1024", lambda x: x.t().sum(-1), lambda: (_randn(1024, 1024),))
     add("sum_strided_slice", lambda x: x[:, ::2].sum(-1), lambda: (_randn(1024, 2048),))

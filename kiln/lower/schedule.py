@@ -309,9 +309,32 @@ def reads_across(node: Reduction) -> bool:
     return across > 0 and across >= along
 
 
+COLUMN_MIN_KEPT = 8  # kept values per reduced point, side by side, from which a sum across the layout runs with its rows outer
+
+
+def kept_inside(node: Reduction) -> bool:
+    """Whether each reduced point's kept values that lie within the reduced dims' strides (for
+    every load) number at least COLUMN_MIN_KEPT: the row loop of a sum across the layout with its
+    rows outer walks them in vector lanes. Fewer (a mean over H and W, or a sum over N, H and W, of
+    an NHWC tensor with 3 channels) leave that loop too short to vectorize, and its rows visit
+    every image at each (h, w): 0.54x eager's speed over 16x3x224x224, 0.25x over 8x3x64x64."""
+    kept, reduced = index_vars("i", len(node.ranges)), index_vars("r", len(node.reduction_ranges))
+    inside: set[int] = set(range(len(kept)))
+    for v in walk(node.body):
+        if isinstance(v, Load):
+            index = sympy.expand(v.index)
+            steps = [sympy.Abs(index.coeff(r)) for r in reduced if index.coeff(r) != 0]
+            for d, i in enumerate(kept):
+                c = sympy.Abs(index.coeff(i))
+                if c != 0 and any((c < s) == sympy.false for s in steps):  # unknown (dynamic sizes): inside
+                    inside.discard(d)
+    run = sympy.Mul(*(node.ranges[d] for d in inside))
+    return not run.is_number or int(run) >= COLUMN_MIN_KEPT  # a dynamic size: as before, rows outer
+
+
 def _start(node: Pointwise | Reduction, column_partials: bool = False) -> _OpenKernel:
     if isinstance(node, Reduction) and column_partials and len(node.reduction_ranges) > 1 and column_split(
-            node, tuple(node.reduction_ranges), tuple(node.ranges)) is not None and reads_across(node):
+            node, tuple(node.reduction_ranges), tuple(node.ranges)) is not None and reads_across(node) and kept_inside(node):
         # a sum across the layout over several reduced dims (train-mode BatchNorm's statistics of
         # an NHWC activation; a 2-D column sum keeps the tiled column kernel, which also holds the
         # max and mean beside it): the reduced dims become the outer loop, each thread adding its rows into its own row of

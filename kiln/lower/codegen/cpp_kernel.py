@@ -16,11 +16,12 @@ import sympy
 import torch
 
 from kiln.lower.checks import ERROR_RECORD
-from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, CppBodyWriter, cexpr, compute, prelude
+from kiln.lower.codegen.cpp import CTYPE, PARALLEL_MIN, CppBodyWriter, _speculable, cexpr, compute, prelude
 from kiln.lower.codegen.cpp_loops import (COLUMN_CHUNK, MAX_CUT_LOOPS, OMP_REDUCTION, Span, TileKernels, _block_node,
                                           _blocked_copy, chunked_sums, _column_reduction, _itemsize, _ivars,
                                           _linear, _loops, _reduce_init, _simd_loops, _tiled_rows, inner_cut,
                                           serial_at_one_thread, taking_side)
+from kiln.lower.codegen.cpp_row_tiles import RowTileKernels, row_tiles
 from kiln.lower.codegen.cpp_scan import ScanKernels
 from kiln.lower.codegen.cpp_sums import SUM_CHUNK, SumKernels, _lane_sums, _short_row_lanes
 from kiln.lower.codegen.memory import aliasing_args, in_place_donors
@@ -53,7 +54,7 @@ def _accumulators(reds: Sequence[Reduction], accs: dict[str, str]) -> tuple[list
     return pre, post, clauses
 
 
-class KernelWriter(TileKernels, ScanKernels, SumKernels):
+class KernelWriter(TileKernels, ScanKernels, SumKernels, RowTileKernels):
     """Renders one Kernel (or ScatterKernel) as a C++ function and records its argument list."""
 
     def __init__(self, storage: dict[str, torch.dtype], size_symbols: set[str]) -> None:
@@ -64,6 +65,7 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels):
         self.reads: list[str] = []
         self.writes: list[str] = []
         self.aliasing: frozenset[str] = frozenset()  # args the memory plan may give one storage: not __restrict__
+        self.row_mask: tuple[str, frozenset] | None = None  # a padded row loop's lane test (_padded_row)
 
     def _note(self, names: list[str], name: str) -> None:
         if name not in names:
@@ -84,6 +86,9 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels):
             return self.tiled_rows_kernel(k)
         if _blocked_copy(k):
             return self.blocked_copy_kernel(k)
+        in_output = {} if k.columns else _rows_in_output(k)
+        if row_tiles(k, in_output):
+            return self.row_tile_kernel(k, in_output, ADAPTIVE_THREADS_MAX)
         xs, ys = kernel_vars(len(k.outer), len(k.inner))
         locals_: dict = {}
         self.cut_loops = 0
@@ -92,7 +97,6 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels):
         parallel = not (total.is_number and total < PARALLEL_MIN)
         # a loop this long amortizes even a slow join of the second thread: it never adapts to load
         self.adaptive_threads = not (total.is_number and total >= ADAPTIVE_THREADS_MAX)
-        in_output = {} if k.columns else _rows_in_output(k)
         self.scratch = {name: {x: sympy.Integer(0) for x in xs} for name in k.scratch if name not in in_output}
         self.scratch.update(in_output)
         self.hidden = k.local | k.scratch
@@ -182,9 +186,10 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels):
         return lines
 
     def _loop_block(self, blk: Block, k: Kernel, ys: Sequence[sympy.Symbol], locals_: dict, parallel: bool,
-                    parallel_if: str, span: Span | None = None) -> list[str]:
+                    parallel_if: str, span: Span | None = None, hoisted: dict | None = None) -> list[str]:
         """One simd loop over the inner range (with `span`, over that part of its last dim): its
-        accumulators, nodes, and the reductions' stores."""
+        accumulators, nodes, and the reductions' stores; with `hoisted`, the values _hoisted
+        computed for it already (a row tile's, cpp_row_tiles.py)."""
         cut = inner_cut(blk.nodes, k, ys) if self.cut_loops < MAX_CUT_LOOPS else None
         if cut is not None:
             return self._cut_block(blk, k, ys, locals_, parallel, parallel_if, span, cut)
@@ -209,8 +214,8 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels):
         if chunked_sums(reds) and not k.columns and len(k.inner) >= 1 and not small and not lanes_first:
             parallel_sums = parallel and not k.outer
             pragma = f"#pragma omp parallel for@collapse @reduction{parallel_if}" if parallel_sums else None
-            shared_sums: dict = {}
-            body = self._hoisted(blk.nodes, k, ys, locals_, shared_sums)
+            shared_sums: dict = {} if hoisted is None else hoisted
+            body = self._hoisted(blk.nodes, k, ys, locals_, shared_sums) if hoisted is None else []
             body += self._chunked_sum_loops(blk, k, ys, locals_, shared_sums, reds, accs, pragma, span)
             return body + self._reduction_stores(k, reds, accs, locals_)
         if any(n.reduction_type in ("argmax", "argmin") for n in reds):
@@ -219,18 +224,24 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels):
             o, c = _loops(ys, k.inner, f"#pragma omp parallel for simd@collapse {' '.join(clauses)}{parallel_if}", span)
         else:
             o, c = _simd_loops(ys, k.inner, "#pragma omp simd@collapse " + " ".join(clauses), span)
-        shared: dict = {}  # values already computed in this loop, per node substitution
-        body = self._hoisted(blk.nodes, k, ys, locals_, shared)
+        shared: dict = {} if hoisted is None else hoisted  # values already computed, per node substitution
+        body = self._hoisted(blk.nodes, k, ys, locals_, shared) if hoisted is None else []
         if _lane_sums(reds, k):
             body += self._lane_sum_loops(blk, k, ys, locals_, shared, reds, accs)
         elif span is None and _short_row_lanes(reds, k):
             body += self._short_row_lane_loops(blk, k, ys, locals_, shared, reds, accs)
         else:
+            padded = _padded_row(blk, k, reds, span, parallel)
+            if padded is not None:
+                # a short row run in whole vectors, the lanes past its end masked (_padded_row)
+                o, c = _simd_loops(ys, (sympy.Integer(padded),), "#pragma omp simd@collapse " + " ".join(clauses))
+                self.row_mask = (f"{ys[-1]} < {cexpr(k.inner[-1])}", frozenset(ys[-1:]))
             body += pre + o
             loop_locals = dict(locals_)  # values made in this loop are visible only inside it
             for n in blk.nodes:
                 body += ["  " + line for line in self._node(n, k, loop_locals, accs.get(n.name), shared)]
             body += c + post
+            self.row_mask = None
         return body + self._reduction_stores(k, reds, accs, locals_)
 
     def _reduction_stores(self, k: Kernel, reds: Sequence[Reduction], accs: dict[str, str], locals_: dict
@@ -425,8 +436,13 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels):
         w = CppBodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
         if shared is not None:
             w.cache = shared.setdefault(tuple(sorted(sub.items(), key=str)), {})
+        if self.row_mask is not None:  # a padded lane loads 0, adds its reduction's identity, stores nothing
+            w.guard, w.guard_vars = self.row_mask
         self._collect_reads(w, n.body, self.hidden)
         value = w.value(n.body)
+        if self.row_mask is not None and isinstance(n, Reduction):
+            identity = _IDENTITY[n.reduction_type].format(T=CTYPE[compute(n.body.dtype)])
+            value = w.tmp(f"{self.row_mask[0]} ? {value} : {identity}", n.body.dtype)
         lines = [f"// {n.name} <- {', '.join(n.origins)}"] + w.lines
         if isinstance(n, Reduction):
             assert acc is not None  # the kernel made an accumulator for each of its reductions
@@ -462,7 +478,7 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels):
                 self._note(self.writes, n.name)
             w2 = CppBodyWriter(self.storage, sub, locals_, self.counter, self.scratch)
             w2.store(n.name, n.layout.index(_ivars(len(n.ranges))), value)
-            lines += w2.lines
+            lines += w2.lines if self.row_mask is None else [f"if ({self.row_mask[0]}) {line}" for line in w2.lines]
         return lines
 
     def _function(self, name: str, origins: list[str], body: list[str]) -> str:
@@ -527,6 +543,32 @@ def _rows_in_output(k: Kernel) -> dict[str, str]:
             continue
         into[name] = f"{out.name}[{cexpr(sympy.expand(out.layout.index(iv(len(out.ranges))).xreplace(out_sub)))}]"
     return into
+
+
+PAD_ROW_MAX = 32  # rows shorter than this, of a length no multiple of PAD_LANES, run padded (_padded_row)
+PAD_LANES = 8  # floats in a 256-bit vector (a padded row of AVX-512 fills its 16 lanes as well at 16)
+_IDENTITY = {"sum": "{T}(0)", "prod": "{T}(1)", "max": "-std::numeric_limits<{T}>::infinity()",
+             "min": "std::numeric_limits<{T}>::infinity()"}
+
+
+def _padded_row(blk: Block, k: Kernel, reds: Sequence[Reduction], span: Span | None, parallel: bool) -> int | None:
+    """The padded length of a row kernel's simd loop over a short row of a known length that is no
+    multiple of the vector (a log_softmax over 10 classes), or None: the loop runs whole vectors, a
+    lane past the row's end loading 0 (a masked load), adding its reduction's identity and storing
+    nothing. GCC otherwise finishes each row with scalar iterations (two scalar exps per row of 10:
+    a log_softmax over 512x10 floats ran 0.53x eager's speed). Only floating-point reductions and
+    values a made-up lane may compute (cpp._speculable: no checks, no integer division, no indirect
+    load); rows up to PAD_ROW_MAX, where a masked load per vector costs less than the scalar tail."""
+    if not k.outer or len(k.inner) != 1 or span is not None or k.columns or blk.kind != "loop":
+        return None
+    size = k.inner[0]
+    if not size.is_number or int(size) >= PAD_ROW_MAX or int(size) % PAD_LANES == 0 or int(size) < 2:
+        return None
+    if any(n.reduction_type not in _IDENTITY or not n.layout.dtype.is_floating_point for n in reds):
+        return None
+    if not all(_speculable(_block_node(n).body) for n in blk.nodes):
+        return None
+    return -(-int(size) // PAD_LANES) * PAD_LANES
 
 
 def _row_invariant_mask(blk: Block, k: Kernel, ys: Sequence[sympy.Symbol]) -> tuple[Pointwise, Masked] | None:

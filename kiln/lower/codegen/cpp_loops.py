@@ -211,8 +211,12 @@ class TileKernels(KernelParts):
         reds = [n for n in k.blocks[0].nodes if isinstance(n, Reduction)]
         last, size = xs[-1], k.outer[-1]
         body = _tiled_outer_loops(xs, k)
-        body.append(f"for (int64_t xt = 0; xt < {cexpr(size)}; xt += {TILE}) {{")
-        body.append(f"const int64_t xn = {cexpr(size)} - xt < {TILE} ? {cexpr(size)} - xt : {TILE};")
+        # a known tile narrower than TILE (a sum over H and W of an NHWC tensor with 8 channels) is
+        # its exact width, so its loops have a known trip count: one vector, no remainder loop
+        width = int(size) if size.is_number and int(size) < TILE else TILE
+        body.append(f"for (int64_t xt = 0; xt < {cexpr(size)}; xt += {width}) {{")
+        body.append(f"const int64_t xn = {width};" if size.is_number and int(size) == width else
+                    f"const int64_t xn = {cexpr(size)} - xt < {width} ? {cexpr(size)} - xt : {width};")
         accs = {}
         for n in reds:
             rtype = n.reduction_type
@@ -221,20 +225,20 @@ class TileKernels(KernelParts):
                 rtype = "any" if rtype == "max" else "all"
             T = CTYPE[compute(dtype)]
             accs[n.name] = f"acc_{n.name}[xi]"
-            body.append(f"{T} acc_{n.name}[{TILE}]; for (int xi = 0; xi < {TILE}; xi++) "
+            body.append(f"{T} acc_{n.name}[{width}]; for (int xi = 0; xi < {width}; xi++) "
                         f"acc_{n.name}[xi] = {_reduce_init(rtype, dtype)};")
             if rtype in ("max", "min") and dtype.is_floating_point:
-                body.append(f"int nan_{n.name}[{TILE}] = {{0}};")
+                body.append(f"int nan_{n.name}[{width}] = {{0}};")
         chunked = chunked_sums(reds) and len(k.inner) > 0
         o, c = _loops(ys, k.inner, None)
         if chunked:
             # the rows in chunks of COLUMN_CHUNK, each summed into the tile's float accumulators, which
             # are added into double ones after it: one chain of 1e5 float adds per output lost 1.4e-4
-            body += [f"double outer_{n.name}[{TILE}] = {{}};" for n in reds]
+            body += [f"double outer_{n.name}[{width}] = {{}};" for n in reds]
             first = cexpr(k.inner[0])
             body += [f"for (int64_t kiln_chunk = 0; kiln_chunk < {first}; kiln_chunk += {COLUMN_CHUNK}) {{",
                      f"const int64_t kiln_chunk_end = kiln_chunk + {COLUMN_CHUNK} < {first} ? kiln_chunk + {COLUMN_CHUNK} : {first};"]
-            body += [f"for (int xi = 0; xi < {TILE}; xi++) acc_{n.name}[xi] = 0;" for n in reds]
+            body += [f"for (int xi = 0; xi < {width}; xi++) acc_{n.name}[xi] = 0;" for n in reds]
             o[0] = f"for (int64_t {ys[0]} = kiln_chunk; {ys[0]} < kiln_chunk_end; {ys[0]}++) {{"
         body += o + ["#pragma omp simd", "for (int64_t xi = 0; xi < xn; xi++) {", f"const int64_t {last} = xt + xi;"]
         locals_: dict = {}
