@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 
 from kiln import log
-from kiln.capture.guards.compile import _STEP_RE
+from kiln.capture.guards.compile import _STEP_RE, _TERM_RE, _replace_source
 from kiln.capture.guards.native import native_checks, native_spec
 
 # the glue of one graph call (kiln.capture.glue.GlueBuilder.finish)
@@ -38,9 +38,10 @@ _ONE_CALL = re.compile(r"def __glue_\w+\(L, G, F\):\n"
                        r"    return (?:__out\[(\d+)\]|__out)\n\Z")
 _SYS = "__import__('sys')"  # the root of the global hooks' sources (torch.nn.modules.module's dicts)
 
-# the extension's check ops (KILN_OP_* in boundary.cpp)
-_TENSOR, _IS, _TYPE, _LEN, _VALUE, _KEYS, _ABSENT, _GRAD, _STATE, _ALIAS, _IS_NOT = range(11)
-_LOAD_ATTR, _LOAD_ITEM, _LOAD_GLOBAL, _LOAD_CONST = range(4)
+# the extension's check ops (KOP_* in boundary.cpp)
+_TENSOR, _IS, _TYPE, _LEN, _VALUE, _KEYS, _ABSENT, _GRAD, _STATE, _ALIAS, _IS_NOT, _EXPR = range(12)
+_LOAD_ATTR, _LOAD_ITEM, _LOAD_GLOBAL, _LOAD_CONST, _LOAD_CALL = range(5)
+_METHODS = frozenset({"size", "stride", "storage_offset", "dim", "numel"})  # `.size()` in a source
 
 
 class _Refused(Exception):
@@ -109,10 +110,31 @@ class _Program:
             if match is None:
                 raise _Refused(f"source {source} is not a chain of items and attributes")
             key, index, attr = match.groups()
-            reg = self._load(reg, _LOAD_ATTR, attr) if attr is not None \
-                else self._load(reg, _LOAD_ITEM, key if key is not None else int(index))
             pos = match.end()
+            if attr is not None and source.startswith("()", pos) and attr in _METHODS:
+                reg, pos = self._load(reg, _LOAD_CALL, attr), pos + 2  # the same call as the Python check's
+            elif attr is not None:
+                reg = self._load(reg, _LOAD_ATTR, attr)
+            else:
+                reg = self._load(reg, _LOAD_ITEM, key if key is not None else int(index))
         return reg
+
+    def expression(self, texts: list[str], namespace: dict) -> tuple:
+        """The check of shape guards `texts` (Python over L, G, F): one function of the registers its
+        sources read, compiled from the same text with each source replaced by its register, run in
+        the Python check's namespace (its helpers and constants)."""
+        terms: dict[str, int] = {}
+        for text in texts:
+            for match in _TERM_RE.finditer(text):
+                terms.setdefault(match.group(0), self.register(match.group(0)))
+        expr = " and ".join(f"({text})" for text in texts)
+        for term in sorted(terms, key=len, reverse=True):
+            expr = _replace_source(expr, term, f"___r{terms[term]}")
+        regs = tuple(sorted(set(terms.values())))
+        code = compile(f"lambda {', '.join(f'___r{r}' for r in regs)}: {expr}", "<kiln shape guards>", "eval")
+        if {"L", "G", "F"} & _names(code):
+            raise _Refused("a shape guard reads the frame other than through its sources")
+        return (_EXPR, -1, (eval(code, namespace), regs))  # noqa: S307  # the guards' own text
 
     def alternative(self, entry: Any, module: Any) -> tuple:
         """(runtime name, checks, graph registers, out) of one cache entry, or _Refused."""
@@ -124,7 +146,7 @@ class _Program:
             raise _Refused("the graph is not in the glue's namespace")
         first: list[tuple] = []  # grad mode and global state: cheapest, and what alternates most
         checks: list[tuple] = []
-        tensors: set[int] = set()
+        shapes: list[str] = []
         for guard in entry.check.guards:
             if guard.kind == "check_grad_mode":
                 first.append((_GRAD, -1, bool(guard.expected)))
@@ -135,16 +157,17 @@ class _Program:
             elif guard.kind == "check_aliasing":
                 groups = tuple(tuple(self.register(s) for s in group) for group in guard.expected)
                 checks.append((_ALIAS, -1, groups))
+            elif guard.kind == "check_shape":
+                shapes.append(guard.source)
             else:
                 reg = self.register(guard.source)
                 checks.extend(self._checks(guard, reg, entry, module))
-                if guard.kind == "check_tensor":
-                    tensors.add(reg)
         graph_regs = tuple(self.register(a) for a in arguments.split(", ")) if arguments else ()
-        if not set(graph_regs) <= tensors:
-            raise _Refused("the graph reads a value no tensor guard checks")
-        # checks of the arguments before those of what they hold (a module's parameters)
+        # checks of the arguments before those of what they hold (a module's parameters); shape
+        # guards last, as in the Python check (they hold where the tensors' ranks do)
         checks.sort(key=lambda c: c[1] >= self.first_load)
+        if shapes:
+            checks.append(self.expression(shapes, entry.check.fn.__globals__))
         return runtime_name, tuple(first + checks), graph_regs, -1 if out is None else int(out)
 
     def _checks(self, guard: Any, reg: int, entry: Any, module: Any) -> list[tuple]:
@@ -191,3 +214,12 @@ class _Program:
         return [(_IS, self._load(reg, _LOAD_ATTR, "__code__"), code),
                 (_IS, self._load(reg, _LOAD_ATTR, "__defaults__"), defaults),
                 (_IS, self._load(reg, _LOAD_ATTR, "__kwdefaults__"), None)]
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global and attribute names `code` and the code objects inside it read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names

@@ -950,10 +950,11 @@ static PyObject* kiln_apply_node(PyObject*, PyObject* const* a, Py_ssize_t nargs
 // cache is `cached` (the frame's list `entries`, item for item) and every guard of every entry is one
 // it checks itself. Values are registers: the `bound` objects (a method's self), then the call's
 // arguments, then `loads`, each `(source register, kind, key)`: 0 getattr, 1 item (a dict's own
-// lookup for an exact dict), 2 a global of `globals`, 3 the constant `key`; read once per call, on
+// lookup for an exact dict), 2 a global of `globals`, 3 the constant `key`, 4 the method `key`
+// called with no arguments (`.size()`); read once per call, on
 // first use, a read that raises failing every check on it. Each alternative (one per cached entry, in
 // the list's order, the order the Python loop tries them) is `(runtime name, checks, graph registers,
-// out)`, each check `(op, register, argument)` (KILN_OP_*); the first alternative whose checks all
+// out)`, each check `(op, register, argument)` (KOP_*); the first alternative whose checks all
 // pass counts the hit (`stats.cache_hits`), calls its runtime (read from its entry's glue namespace)
 // on the graph registers and returns its result at `out` (-1: the whole tuple). Anything else
 // (another call shape, the list changed, every alternative failing) goes to `slow(*args)`, the Python
@@ -961,17 +962,18 @@ static PyObject* kiln_apply_node(PyObject*, PyObject* const* a, Py_ssize_t nargs
 // (kiln.reset() frees their graphs). An ExternMismatchError (`mismatch`) from the graph goes to
 // `on_mismatch(exc, args)`, as the glue's.
 enum KilnOp {
-  KILN_OP_TENSOR = 0,  // tensor metadata (a tensor_spec capsule)
-  KILN_OP_IS = 1,      // `v is arg`
-  KILN_OP_TYPE = 2,    // `type(v) is arg`
-  KILN_OP_LEN = 3,     // `len(v) == arg`
-  KILN_OP_VALUE = 4,   // `type(v) is type(arg) and v == arg`, a float zero's sign too
-  KILN_OP_KEYS = 5,    // same_keys(v, arg)
-  KILN_OP_ABSENT = 6,  // no name of the tuple `arg` in v
-  KILN_OP_GRAD = 7,    // grad mode is `arg` (no register)
-  KILN_OP_STATE = 8,   // the default dtype is `arg` and no autocast (no register)
-  KILN_OP_ALIAS = 9,   // `arg`: groups of registers, each one object, the groups' objects distinct
-  KILN_OP_IS_NOT = 10  // `v is not arg`
+  KOP_TENSOR = 0,  // tensor metadata (a tensor_spec capsule)
+  KOP_IS = 1,      // `v is arg`
+  KOP_TYPE = 2,    // `type(v) is arg`
+  KOP_LEN = 3,     // `len(v) == arg`
+  KOP_VALUE = 4,   // `type(v) is type(arg) and v == arg`, a float zero's sign too
+  KOP_KEYS = 5,    // same_keys(v, arg)
+  KOP_ABSENT = 6,  // no name of the tuple `arg` in v
+  KOP_GRAD = 7,    // grad mode is `arg` (no register)
+  KOP_STATE = 8,   // the default dtype is `arg` and no autocast (no register)
+  KOP_ALIAS = 9,   // `arg`: groups of registers, each one object, the groups' objects distinct
+  KOP_IS_NOT = 10,  // `v is not arg`
+  KOP_EXPR = 11     // `arg`: (function, registers): the function's truth on those registers' values
 };
 
 struct KilnLoadStep { Py_ssize_t src; int kind; PyObject* key; };
@@ -1001,12 +1003,12 @@ struct KilnEntry {
 };
 
 static char kiln_unreadable;  // a register whose read raised
-#define KILN_UNREADABLE reinterpret_cast<PyObject*>(&kiln_unreadable)
+#define UNREADABLE_REGISTER reinterpret_cast<PyObject*>(&kiln_unreadable)
 
 // register `r` of this call (nullptr: it cannot be read); regs[r] owns what a load read
 static PyObject* kiln_register(KilnEntry* e, PyObject** regs, Py_ssize_t r) {
   PyObject* v = regs[r];
-  if (v != nullptr) return v == KILN_UNREADABLE ? nullptr : v;
+  if (v != nullptr) return v == UNREADABLE_REGISTER ? nullptr : v;
   const KilnLoadStep& l = (*e->loads)[static_cast<size_t>(r - e->nbound - e->nargs)];
   PyObject* out = nullptr;
   if (l.kind == 2) {
@@ -1020,6 +1022,8 @@ static PyObject* kiln_register(KilnEntry* e, PyObject** regs, Py_ssize_t r) {
     if (base != nullptr) {
       if (l.kind == 0) {
         out = PyObject_GetAttr(base, l.key);
+      } else if (l.kind == 4) {
+        out = PyObject_CallMethodNoArgs(base, l.key);
       } else if (PyDict_CheckExact(base)) {
         out = PyDict_GetItemWithError(base, l.key);
         Py_XINCREF(out);
@@ -1030,7 +1034,7 @@ static PyObject* kiln_register(KilnEntry* e, PyObject** regs, Py_ssize_t r) {
   }
   if (out == nullptr) {
     PyErr_Clear();  // as the Python check: a source that cannot be read fails its guards
-    regs[r] = KILN_UNREADABLE;
+    regs[r] = UNREADABLE_REGISTER;
     return nullptr;
   }
   regs[r] = out;
@@ -1040,10 +1044,23 @@ static PyObject* kiln_register(KilnEntry* e, PyObject** regs, Py_ssize_t r) {
 
 // 1 when the check passes, 0 when not, -1 with an exception set
 static int kiln_check_passes(KilnEntry* e, PyObject** regs, const KilnCheck& c) {
-  if (c.op == KILN_OP_GRAD) return at::GradMode::is_enabled() == (c.arg == Py_True);
-  if (c.op == KILN_OP_STATE)
+  if (c.op == KOP_GRAD) return at::GradMode::is_enabled() == (c.arg == Py_True);
+  if (c.op == KOP_STATE)
     return c10::get_default_dtype_as_scalartype() == reinterpret_cast<THPDtype*>(c.arg)->scalar_type && !kiln_any_autocast();
-  if (c.op == KILN_OP_ALIAS) {
+  if (c.op == KOP_EXPR) {
+    c10::SmallVector<PyObject*, 8> values;
+    for (Py_ssize_t r : c.groups[0]) {
+      PyObject* v = kiln_register(e, regs, r);
+      if (v == nullptr) return 0;
+      values.push_back(v);
+    }
+    PyObject* result = PyObject_Vectorcall(c.arg, values.data(), values.size(), nullptr);
+    if (result == nullptr) return -1;
+    int truth = PyObject_IsTrue(result);
+    Py_DECREF(result);
+    return truth;
+  }
+  if (c.op == KOP_ALIAS) {
     c10::SmallVector<PyObject*, 8> firsts;
     for (const auto& group : c.groups) {
       PyObject* first = kiln_register(e, regs, group[0]);
@@ -1059,21 +1076,21 @@ static int kiln_check_passes(KilnEntry* e, PyObject** regs, const KilnCheck& c) 
   PyObject* v = kiln_register(e, regs, c.reg);
   if (v == nullptr) return 0;
   switch (c.op) {
-    case KILN_OP_TENSOR: return kiln_tensor_passes(v, c.spec);
-    case KILN_OP_IS: return v == c.arg;
-    case KILN_OP_IS_NOT: return v != c.arg;
-    case KILN_OP_TYPE: return reinterpret_cast<PyObject*>(Py_TYPE(v)) == c.arg;
-    case KILN_OP_LEN: {
+    case KOP_TENSOR: return kiln_tensor_passes(v, c.spec);
+    case KOP_IS: return v == c.arg;
+    case KOP_IS_NOT: return v != c.arg;
+    case KOP_TYPE: return reinterpret_cast<PyObject*>(Py_TYPE(v)) == c.arg;
+    case KOP_LEN: {
       Py_ssize_t n = PyObject_Size(v);
       return n < 0 ? -1 : n == c.n;
     }
-    case KILN_OP_VALUE: {
+    case KOP_VALUE: {
       if (Py_TYPE(v) != Py_TYPE(c.arg)) return 0;
       int same = PyObject_RichCompareBool(v, c.arg, Py_EQ);
       if (same != 1 || !PyFloat_CheckExact(v) || PyFloat_AS_DOUBLE(c.arg) != 0.0) return same;
       return std::signbit(PyFloat_AS_DOUBLE(v)) == std::signbit(PyFloat_AS_DOUBLE(c.arg));
     }
-    case KILN_OP_KEYS: {
+    case KOP_KEYS: {
       PyObject* both[] = {v, c.arg};
       PyObject* result = kiln_same_keys(nullptr, both, 2);
       if (result == nullptr) return -1;
@@ -1081,7 +1098,7 @@ static int kiln_check_passes(KilnEntry* e, PyObject** regs, const KilnCheck& c) 
       Py_DECREF(result);
       return truth;
     }
-    case KILN_OP_ABSENT:
+    case KOP_ABSENT:
       for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c.arg); ++i) {
         int found = PySequence_Contains(v, PyTuple_GET_ITEM(c.arg, i));
         if (found != 0) return found < 0 ? -1 : 0;
@@ -1126,7 +1143,7 @@ static PyObject* kiln_entry_run(KilnEntry* e, const KilnAlternative& alt, PyObje
   if (more == nullptr || PyObject_SetAttr(e->stats, hits_name, more) < 0) { Py_XDECREF(more); Py_DECREF(runtime); return nullptr; }
   Py_DECREF(more);
   c10::SmallVector<PyObject*, 16> graph_args;
-  for (Py_ssize_t r : alt.graph_regs) graph_args.push_back(regs[r]);  // read by a tensor check that passed
+  for (Py_ssize_t r : alt.graph_regs) graph_args.push_back(regs[r]);  // read by the caller
   PyObject* outs = PyObject_Vectorcall(runtime, graph_args.data(), graph_args.size(), nullptr);
   Py_DECREF(runtime);
   if (outs == nullptr) {
@@ -1166,9 +1183,11 @@ static PyObject* kiln_entry_call(PyObject* self, PyObject* const* args, size_t n
     }
     if (passes) { hit = &alt; break; }
   }
+  for (size_t k = 0; hit != nullptr && k < hit->graph_regs.size(); ++k)
+    if (kiln_register(e, regs.data(), hit->graph_regs[k]) == nullptr) hit = nullptr;  // its glue raises there
   PyObject* result = hit == nullptr ? nullptr : kiln_entry_run(e, *hit, regs.data(), args);
   for (size_t r = static_cast<size_t>(first_load); r < regs.size(); ++r)
-    if (regs[r] != KILN_UNREADABLE) Py_XDECREF(regs[r]);
+    if (regs[r] != UNREADABLE_REGISTER) Py_XDECREF(regs[r]);
   if (hit == nullptr) return PyObject_Vectorcall(e->slow, args, nargsf, kwnames);
   return result;
 }
@@ -1221,28 +1240,28 @@ static bool kiln_parse_check(PyObject* item, Py_ssize_t nregs, KilnCheck* c) {
   c->reg = reg;
   c->spec = nullptr;
   c->n = 0;
-  bool needs_reg = c->op != KILN_OP_GRAD && c->op != KILN_OP_STATE && c->op != KILN_OP_ALIAS;
+  bool needs_reg = c->op != KOP_GRAD && c->op != KOP_STATE && c->op != KOP_ALIAS && c->op != KOP_EXPR;
   if (needs_reg && (reg < 0 || reg >= nregs)) { PyErr_SetString(PyExc_ValueError, "frame_entry: a register out of range"); return false; }
   switch (c->op) {
-    case KILN_OP_TENSOR:
+    case KOP_TENSOR:
       c->spec = static_cast<KilnTensorSpec*>(PyCapsule_GetPointer(c->arg, "kiln.tensor_spec"));
       return c->spec != nullptr;
-    case KILN_OP_LEN:
+    case KOP_LEN:
       c->n = PyLong_AsSsize_t(c->arg);
       return !(c->n == -1 && PyErr_Occurred());
-    case KILN_OP_GRAD:
+    case KOP_GRAD:
       if (PyBool_Check(c->arg)) return true;
       break;
-    case KILN_OP_STATE:
+    case KOP_STATE:
       if (THPDtype_Check(c->arg)) return true;
       break;
-    case KILN_OP_VALUE:
+    case KOP_VALUE:
       if (PyLong_CheckExact(c->arg) || PyFloat_CheckExact(c->arg) || PyUnicode_CheckExact(c->arg)) return true;
       break;
-    case KILN_OP_KEYS: case KILN_OP_ABSENT:
+    case KOP_KEYS: case KOP_ABSENT:
       if (PyTuple_Check(c->arg)) return true;
       break;
-    case KILN_OP_ALIAS:
+    case KOP_ALIAS:
       if (!PyTuple_Check(c->arg)) break;
       for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c->arg); ++i) {
         std::vector<Py_ssize_t> group;
@@ -1252,7 +1271,16 @@ static bool kiln_parse_check(PyObject* item, Py_ssize_t nregs, KilnCheck* c) {
       }
       if (static_cast<Py_ssize_t>(c->groups.size()) == PyTuple_GET_SIZE(c->arg)) return true;
       break;
-    case KILN_OP_IS: case KILN_OP_IS_NOT: case KILN_OP_TYPE:
+    case KOP_EXPR: {
+      PyObject *fn, *regs;
+      if (!PyTuple_Check(c->arg) || !PyArg_ParseTuple(c->arg, "OO!", &fn, &PyTuple_Type, &regs)) break;
+      std::vector<Py_ssize_t> used;
+      if (!PyCallable_Check(fn) || !kiln_registers(regs, nregs, &used)) break;
+      c->arg = fn;
+      c->groups.push_back(std::move(used));
+      return true;
+    }
+    case KOP_IS: case KOP_IS_NOT: case KOP_TYPE:
       return true;
     default: break;
   }
@@ -1282,9 +1310,9 @@ static PyObject* kiln_frame_entry(PyObject*, PyObject* args) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "frame_entry: a load is (register, kind, key)");
       return nullptr;
     }
-    bool reads = l.kind == 0 || l.kind == 1;
-    if (l.kind < 0 || l.kind > 3 || (reads && (l.src < 0 || l.src >= first_load + i))
-        || ((l.kind == 0 || l.kind == 2) && !PyUnicode_CheckExact(l.key))) {
+    bool reads = l.kind == 0 || l.kind == 1 || l.kind == 4;
+    if (l.kind < 0 || l.kind > 4 || (reads && (l.src < 0 || l.src >= first_load + i))
+        || ((l.kind == 0 || l.kind == 2 || l.kind == 4) && !PyUnicode_CheckExact(l.key))) {
       PyErr_SetString(PyExc_ValueError, "frame_entry: a load reads a later register or has no name");
       return nullptr;
     }
