@@ -1123,12 +1123,14 @@ static PyObject* kiln_entry_mismatch(KilnEntry* e, PyObject* const* args) {
 }
 
 // the hit of `alt`: count it, call its graph on its registers, its result at `out`
-static PyObject* kiln_entry_run(KilnEntry* e, const KilnAlternative& alt, PyObject** regs, PyObject* const* args) {
+static PyObject* kiln_entry_run(KilnEntry* e, const KilnAlternative& alt, PyObject* entry, PyObject** regs,
+                                PyObject* const* args) {
   static PyObject* glue_name = PyUnicode_InternFromString("glue");
   static PyObject* hits_name = PyUnicode_InternFromString("cache_hits");
   static PyObject* one = PyLong_FromLong(1);
-  // the glue's namespace holds the runtime; the entry (alive: the frame's list holds it) holds the glue
-  PyObject* glue = PyObject_GetAttr(PyWeakref_GET_OBJECT(alt.ref), glue_name);
+  // the glue's namespace holds the runtime; the entry holds the glue (alive: the caller checked the
+  // frame's list holds it, and holds it here in case a guard's read ran code that cleared the list)
+  PyObject* glue = PyObject_GetAttr(entry, glue_name);
   if (glue == nullptr) return nullptr;
   PyObject* runtime = PyFunction_Check(glue) ? PyDict_GetItemWithError(PyFunction_GET_GLOBALS(glue), alt.runtime_name) : nullptr;
   Py_XINCREF(runtime);
@@ -1185,7 +1187,11 @@ static PyObject* kiln_entry_call(PyObject* self, PyObject* const* args, size_t n
   }
   for (size_t k = 0; hit != nullptr && k < hit->graph_regs.size(); ++k)
     if (kiln_register(e, regs.data(), hit->graph_regs[k]) == nullptr) hit = nullptr;  // its glue raises there
-  PyObject* result = hit == nullptr ? nullptr : kiln_entry_run(e, *hit, regs.data(), args);
+  PyObject* entry = hit == nullptr ? nullptr : PyWeakref_GET_OBJECT(hit->ref);
+  if (entry == Py_None) hit = nullptr;  // freed by a reset another thread ran while a guard read a value
+  Py_XINCREF(entry);
+  PyObject* result = hit == nullptr ? nullptr : kiln_entry_run(e, *hit, entry, regs.data(), args);
+  Py_XDECREF(entry);
   for (size_t r = static_cast<size_t>(first_load); r < regs.size(); ++r)
     if (regs[r] != UNREADABLE_REGISTER) Py_XDECREF(regs[r]);
   if (hit == nullptr) return PyObject_Vectorcall(e->slow, args, nargsf, kwnames);
