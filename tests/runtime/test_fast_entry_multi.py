@@ -361,3 +361,28 @@ def test_a_dropped_compiled_module_is_freed() -> None:
     # with it. (The first module stays while the code's cache holds the entries traced on it.)
     assert [(a() is None, b() is None) for a, b in refs][1:] == [(True, True)] * 2
     assert refs[0][1]() is None
+
+
+def test_a_frame_the_native_entry_refuses_says_why_and_stays_correct(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from kiln import log
+
+    scale = torch.tensor(2.0)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * scale  # a closure cell: its guard reads F, which only the Python loop checks
+
+    compiled = kiln.compile(f)
+    log.configure("perf_hints")
+    try:
+        with caplog.at_level(logging.INFO, logger="kiln"):
+            x = torch.randn(8)
+            for _ in range(3):
+                torch.testing.assert_close(compiled(x), f(x))
+    finally:
+        log.configure(None)
+    assert _fast(compiled) is None
+    assert any("calls take the Python entry" in r.getMessage() and "F." in r.getMessage() for r in caplog.records)
+    scale = torch.tensor(3.0)  # noqa: F841  # the cell changes: the loop's guard sees it
+    torch.testing.assert_close(compiled(x), f(x))
