@@ -44,7 +44,7 @@ def _entries(compiled: Any) -> int:
 
 
 def _hits() -> int:
-    return kiln.stats()["cache_hits"]
+    return int(kiln.stats()["cache_hits"])
 
 
 def _softmax(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -219,7 +219,7 @@ class _Block(torch.nn.Module):
         return torch.relu(self.bn(self.fc(x))) * self.scale
 
 
-def _pair() -> tuple[torch.nn.Module, torch.nn.Module, Any]:
+def _pair() -> tuple[Any, Any, Any]:
     torch.manual_seed(0)
     mod = _Block()
     ref = _Block()
