@@ -177,8 +177,9 @@ native_guards: bool = _declare(
     "native_guards", True, "guards check tensors and dict keys with one call into the native extension once built "
     "(off: the generated Python checks only)", env="KILN_NATIVE_GUARDS")
 fast_entry: bool = _declare(
-    "fast_entry", True, "a compiled function whose one cache entry guards only its tensor arguments and grad mode "
-    "and runs one graph is called as one native call (guards, glue and graph) once the extension is built",
+    "fast_entry", True, "a compiled function or module whose cache entries each run one graph and guard only what "
+    "the extension checks (tensors, identities, types, constants, module tables, grad mode, shapes) is called as one "
+    "native call (guards of each entry, glue and graph) once the extension is built",
     env="KILN_FAST_ENTRY")
 
 # diagnostics set only by the environment

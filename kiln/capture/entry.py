@@ -372,8 +372,9 @@ def compile_function(fn: Any, options: CompileOptions, capture: CaptureFn | None
                     return frame.after_mismatch(exc, args, kwargs)
         return frame.miss(args, kwargs, L)
 
-    if plain:
-        compiled = _exact_entry(fn, names, compiled, frame, G, stats) or compiled
+    if plain or (has_self and nargs and not (code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS))
+                 and code.co_kwonlyargcount == 0):
+        compiled = _exact_entry(fn, names, compiled, frame, G, stats, (bound_self,) if has_self else ()) or compiled
     functools.update_wrapper(compiled, fn)
     setattr(compiled, COMPILED_MARKER, True)
     setattr(compiled, ORIGINAL_ATTR, fn.__get__(bound_self) if has_self else fn)
@@ -385,7 +386,7 @@ _MISSING = object()  # an argument _exact_entry's function was not given
 
 
 def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[..., Any], frame: "_Frame",
-                 G: dict, stats: Any) -> Callable[..., Any] | None:
+                 G: dict, stats: Any, bound: tuple = ()) -> Callable[..., Any] | None:
     """The compiled callable of an all-positional function as a function of the same parameters:
     `def entry(x=MISSING, y=MISSING, *extra)` binds a call's locals with one dict display, and
     CPython calls it as it calls any plain function (no **kwargs dict, no call into the binder; an
@@ -393,16 +394,19 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
     argument (a default, a TypeError to raise as eager's), one with too many arguments (eager's
     TypeError text) and a function whose __code__ was replaced since go to `general`, the
     callable compile_function makes for every function. None where the names cannot be written
-    (positional-only parameters, names that are not identifiers or are the entry's own)."""
+    (positional-only parameters, names that are not identifiers or are the entry's own). A bound
+    method's `bound` self is its first local (`_kiln_self`), never an argument of the call."""
     code = fn.__code__
     if code.co_posonlyargcount or not all(n.isidentifier() and not n.startswith("_kiln_") for n in names):
         return None
+    frame_names, names = names, names[len(bound):]
     given = ", ".join(names) + ("," if len(names) == 1 else "")
     missing = "".join(f" or {n} is _kiln_missing" for n in names)
     head = (f"({''.join(f'{n}=_kiln_missing, ' for n in names)}*_kiln_extra):\n"
             f"    if _kiln_extra or _kiln_fn.__code__ is not _kiln_code{missing}:\n"
             f"        return _kiln_general(({given}), _kiln_extra)\n")
-    loop = (f"    _kiln_L = {{{', '.join(f'{n!r}: {n}' for n in names)}}}\n"
+    values = ["_kiln_self"] * len(bound) + list(names)
+    loop = (f"    _kiln_L = {{{', '.join(f'{n!r}: {v}' for n, v in zip(frame_names, values))}}}\n"
             f"    for _kiln_entry in _kiln_entries:\n"
             f"        if _kiln_entry.check_fn(_kiln_L, _kiln_G, _kiln_fn):\n"
             f"            _kiln_stats.cache_hits += 1\n"
@@ -428,22 +432,24 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
 
     namespace = {"_kiln_missing": _MISSING, "_kiln_fn": fn, "_kiln_code": code, "_kiln_general": general_of,
                  "_kiln_entries": frame.cache.entries, "_kiln_G": G, "_kiln_stats": stats,
-                 "_kiln_mismatch": ExternMismatchError, "_kiln_frame": frame, "_kiln_fast": None}
+                 "_kiln_mismatch": ExternMismatchError, "_kiln_frame": frame, "_kiln_fast": None,
+                 "_kiln_self": bound[0] if bound else None}
     filename = f"<kiln entry of {fn.__qualname__}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102  # identifiers only
     entry, loop_code, fast_code = namespace["entry"], namespace["entry"].__code__, namespace["fast"].__code__
 
     def refresh() -> None:
-        """The entry's code for the frame's cache as it is now: the fast entry where its one cache
+        """The entry's code for the frame's cache as it is now: the fast entry where every cache
         entry qualifies, the loop otherwise (called under _COMPILE_LOCK after each miss)."""
         from kiln.capture.fast_entry import native_entry  # with the first capture: not at `import kiln`
 
         entries = frame.cache.entries
         fast = None
-        if len(entries) == 1 and config.fast_entry:
-            fast = native_entry(entries[0], names, G, namespace["slow"], entries, stats, ExternMismatchError,
-                                lambda exc, args: frame.after_mismatch(exc, args, {}))
+        if entries and config.fast_entry:
+            fast = native_entry(list(entries), frame_names, bound, G, namespace["slow"], entries, stats,
+                                ExternMismatchError, lambda exc, args: frame.after_mismatch(exc, args, {}),
+                                frame.name)
         namespace["_kiln_fast"] = fast  # before the code that reads it
         entry.__code__ = loop_code if fast is None else fast_code
 

@@ -1,95 +1,225 @@
 """The fast entry of a compiled function: guards, glue and graph call as one C call of the boundary extension.
 
-Where it sits: kiln.capture.entry's exact entry (`def entry(x, y, *extra)`) calls `_kiln_fast(x, y)`
-once its frame's cache holds one entry that qualifies (`native_entry`), and runs its loop over the
-entries in Python otherwise. Input: that cache entry (its guards, its glue source). Output: the
-extension's `Entry` object (kiln/runtime/boundary.cpp), or None. The Python counterpart in
-torch.compile is Dynamo's C++ guard manager in front of a frame's cache (torch/csrc/dynamo).
+Where it sits: kiln.capture.entry's exact entry (`def entry(x, y, *extra)`, a method's too) calls
+`_kiln_fast(x, y)` once every entry of its frame's cache qualifies (`native_entry`), and runs its
+loop over the entries in Python otherwise. Input: the frame's cache entries (their guards, their
+glue source). Output: the extension's `Entry` object (`frame_entry` in kiln/runtime/boundary.cpp),
+or None. The counterpart in torch.compile is Dynamo's C++ guard manager in front of a frame's cache
+(torch/csrc/dynamo).
 
-An entry qualifies when every guard is one the extension checks itself: a tensor argument's metadata
-(`check_tensor` over `L['name']`, a plain or Parameter tensor), a global's identity (`check_id`
-over `G['name']`, not a function), grad mode, the default dtype with
-autocast off, and distinct tensor arguments (`check_aliasing` with no group of two); and its glue is
-one graph call over arguments returning one result or the whole tuple. Anything else (globals,
-modules, constants, shape guards, a break) keeps the Python loop. docs/seams.md has the invariants.
+The values the guards read are registers of the C object: the bound self of a method, the call's
+arguments, then one load per step of a source (`L['self']._modules['fc']._parameters['weight']`:
+an item, an attribute, an item, an item; a prefix shared by several sources is read once per
+call). An entry qualifies when every guard is one the extension checks itself on its register:
+tensor metadata (`check_tensor`, a plain tensor or Parameter), identity (`check_id`, a function's
+code and defaults too), `check_type`, `check_len`, `check_value` (None, bools, dtypes, ints,
+finite floats with a zero's sign, strings), `check_none`/`check_not_none`, `check_keys`,
+`check_absent`, grad mode, the default dtype with autocast off, `check_aliasing`; and its glue is
+one graph call over sources that tensor guards check, returning one result or the whole tuple.
+Anything else (shape guards, closures' cells, class attributes, a break) keeps the Python loop, and
+says why under KILN_LOGS=perf_hints. docs/seams.md has the invariants.
 """
 from __future__ import annotations
 
 import re
+import sys
 import types
 from typing import Any, Callable
 
+import torch
+
+from kiln import log
+from kiln.capture.guards.compile import _STEP_RE, _TERM_RE, _replace_source
 from kiln.capture.guards.native import native_checks, native_spec
 
-# the glue of one graph call on the frame's arguments (kiln.capture.glue.GlueBuilder.finish)
+# the glue of one graph call (kiln.capture.glue.GlueBuilder.finish)
 _ONE_CALL = re.compile(r"def __glue_\w+\(L, G, F\):\n"
-                       r"    __out = (__\w+)\(((?:L\['\w+'\](?:, )?)*)\)\n"
+                       r"    __out = (__\w+)\(([^\n]*)\)\n"
                        r"    return (?:__out\[(\d+)\]|__out)\n\Z")
-_LOCAL = re.compile(r"L\['(\w+)'\]")
-_GLOBAL = re.compile(r"G\['(\w+)'\]")
+_SYS = "__import__('sys')"  # the root of the global hooks' sources (torch.nn.modules.module's dicts)
+
+# the extension's check ops (KOP_* in boundary.cpp)
+_TENSOR, _IS, _TYPE, _LEN, _VALUE, _KEYS, _ABSENT, _GRAD, _STATE, _ALIAS, _IS_NOT, _EXPR = range(12)
+_LOAD_ATTR, _LOAD_ITEM, _LOAD_GLOBAL, _LOAD_CONST, _LOAD_CALL = range(5)
+_METHODS = frozenset({"size", "stride", "storage_offset", "dim", "numel"})  # `.size()` in a source
 
 
-def native_entry(entry: Any, names: tuple[str, ...], G: dict, slow: Callable[..., Any], entries: list, stats: Any,
-                 mismatch: type[BaseException], on_mismatch: Callable[[Any, tuple], Any]) -> Any:
-    """The extension's fast entry answering for cache `entry` of a function of parameters `names`
-    (all positional), or None where the entry does not qualify or the extension is not loaded.
-    `slow(*args)` is the Python path it hands every other call to; `entries` the frame's list
-    (the fast entry runs only while `entry` is its only item); `stats.cache_hits` counts hits;
-    `on_mismatch(exc, args)` answers a `mismatch` error from the graph, as the glue does."""
+class _Refused(Exception):
+    """Why a cache entry cannot be checked by the fast entry (logged under perf_hints)."""
+
+
+def native_entry(cached: list, names: tuple[str, ...], bound: tuple, G: dict, slow: Callable[..., Any],
+                 entries: list, stats: Any, mismatch: type[BaseException],
+                 on_mismatch: Callable[[Any, tuple], Any], label: str = "") -> Any:
+    """The extension's fast entry answering for the cache entries `cached` (the frame's list
+    `entries` as it is now) of a function whose locals are `names` (all positional; the first
+    `len(bound)` are the `bound` objects, a method's self), or None where an entry does not qualify
+    or the extension is not loaded. `slow(*args)` is the Python path it hands every other call to
+    (the fast entry runs only while `entries` holds exactly `cached`); `stats.cache_hits` counts
+    hits; `on_mismatch(exc, args)` answers a `mismatch` error from the graph, as the glue does."""
     module = native_checks()
-    if module is None or not hasattr(module, "entry"):  # an extension built before it had one
+    if module is None or not hasattr(module, "frame_entry"):  # an extension built before it had one
         return None
-    match = _ONE_CALL.match(getattr(entry.result, "glue_source", None) or "")
-    if match is None:
+    program = _Program(names, len(bound))
+    try:
+        alternatives = tuple(program.alternative(entry, module) for entry in cached)
+    except _Refused as why:
+        log.artifact("perf_hints", f"{label}: calls take the Python entry: {why}")
         return None
-    runtime_name, arguments, out = match.groups()
-    if runtime_name not in getattr(entry.glue, "__globals__", {}):
-        return None
-    position = {name: k for k, name in enumerate(names)}
-    graph_args = tuple(position.get(name, -1) for name in _LOCAL.findall(arguments))
-    if -1 in graph_args:
-        return None
-    found = _guarded(entry.check.guards, position, module)
-    if found is None:
-        return None
-    specs, grad, dtype, distinct, ids = found
-    return module.entry(slow, entries, entry, specs, grad, dtype, distinct, runtime_name, graph_args,
-                        -1 if out is None else int(out), stats, mismatch, on_mismatch, G, ids)
+    return module.frame_entry(slow, entries, tuple(cached), alternatives, bound, len(names) - len(bound),
+                              tuple(program.loads), stats, mismatch, on_mismatch, G)
 
 
-def _guarded(guards: list, position: dict[str, int], module: Any) -> tuple[tuple, Any, Any, bool, tuple] | None:
-    """(a tensor spec per argument or None, grad mode or None, default dtype or None, whether the
-    arguments must be distinct objects, the (name, object) pairs of the globals checked by identity)
-    when every guard is one the fast entry checks, else None."""
-    specs: list[Any] = [None] * len(position)
-    ids: list[tuple[str, Any]] = []
-    grad, dtype, distinct = None, None, False
-    for guard in guards:
-        if guard.kind == "check_tensor":
-            k = _argument(guard.source, position)
-            if k is None or specs[k] is not None:
-                return None
-            specs[k] = native_spec(guard.expected, module)
-            if specs[k] is None:
-                return None
-        elif guard.kind == "check_id" and _GLOBAL.fullmatch(guard.source) \
-                and not isinstance(guard.expected, types.FunctionType):  # a function's code is checked too
-            ids.append((_GLOBAL.fullmatch(guard.source).group(1), guard.expected))  # type: ignore[union-attr]
-        elif guard.kind == "check_grad_mode" and grad is None:
-            grad = bool(guard.expected)
-        elif guard.kind == "check_global_state" and dtype is None and not guard.expected.autocast:
-            dtype = guard.expected.default_dtype
-        elif guard.kind == "check_aliasing" and not distinct:
-            # every group one argument: no two of them may be the same object (the C check compares
-            # all arguments, a stricter test when some are not tensors: those calls take the slow path)
-            if any(len(group) != 1 or _argument(group[0], position) is None for group in guard.expected):
-                return None
-            distinct = True
+class _Program:
+    """The registers and loads shared by the alternatives of one fast entry."""
+
+    def __init__(self, names: tuple[str, ...], nbound: int) -> None:
+        self.position = {name: k for k, name in enumerate(names)}
+        self.first_load = len(names)
+        self.loads: list[tuple[int, int, Any]] = []
+        self._known: dict[tuple, int] = {}
+
+    def _load(self, src: int, kind: int, key: Any) -> int:
+        memo = (src, kind, key if kind != _LOAD_CONST else id(key), type(key))
+        reg = self._known.get(memo)
+        if reg is None:
+            reg = self._known[memo] = self.first_load + len(self.loads)
+            self.loads.append((src, kind, key))
+        return reg
+
+    def register(self, source: str) -> int:
+        """The register holding the value of `source`, a chain of items and attributes."""
+        pos = 1
+        if source.startswith(_SYS):
+            reg, pos = self._load(-1, _LOAD_CONST, sys), len(_SYS)
+        elif source[:2] in ("L[", "G["):
+            match = _STEP_RE.match(source, 1)
+            if match is None or match.group(1) is None:
+                raise _Refused(f"source {source} is not a chain of items and attributes")
+            name, pos = match.group(1), match.end()
+            if source[0] == "L":
+                if name not in self.position:
+                    raise _Refused(f"source {source} reads a local that is no parameter")
+                reg = self.position[name]
+            else:
+                reg = self._load(-1, _LOAD_GLOBAL, name)
         else:
-            return None
-    return tuple(specs), grad, dtype, distinct, tuple(ids)
+            raise _Refused(f"guard source {source or '(none)'} is not an argument's or a global's")
+        while pos < len(source):
+            match = _STEP_RE.match(source, pos)
+            if match is None:
+                raise _Refused(f"source {source} is not a chain of items and attributes")
+            key, index, attr = match.groups()
+            pos = match.end()
+            if attr is not None and source.startswith("()", pos) and attr in _METHODS:
+                reg, pos = self._load(reg, _LOAD_CALL, attr), pos + 2  # the same call as the Python check's
+            elif attr is not None:
+                reg = self._load(reg, _LOAD_ATTR, attr)
+            else:
+                reg = self._load(reg, _LOAD_ITEM, key if key is not None else int(index))
+        return reg
+
+    def expression(self, texts: list[str], namespace: dict) -> tuple:
+        """The check of shape guards `texts` (Python over L, G, F): one function of the registers its
+        sources read, compiled from the same text with each source replaced by its register, run in
+        the Python check's namespace (its helpers and constants)."""
+        terms: dict[str, int] = {}
+        for text in texts:
+            for match in _TERM_RE.finditer(text):
+                terms.setdefault(match.group(0), self.register(match.group(0)))
+        expr = " and ".join(f"({text})" for text in texts)
+        for term in sorted(terms, key=len, reverse=True):
+            expr = _replace_source(expr, term, f"___r{terms[term]}")
+        regs = tuple(sorted(set(terms.values())))
+        code = compile(f"lambda {', '.join(f'___r{r}' for r in regs)}: {expr}", "<kiln shape guards>", "eval")
+        if {"L", "G", "F"} & _names(code):
+            raise _Refused("a shape guard reads the frame other than through its sources")
+        return (_EXPR, -1, (eval(code, namespace), regs))  # noqa: S307  # the guards' own text
+
+    def alternative(self, entry: Any, module: Any) -> tuple:
+        """(runtime name, checks, graph registers, out) of one cache entry, or _Refused."""
+        match = _ONE_CALL.match(getattr(entry.result, "glue_source", None) or "")
+        if match is None:
+            raise _Refused("the glue does more than one graph call on guarded tensors")
+        runtime_name, arguments, out = match.groups()
+        if runtime_name not in getattr(entry.glue, "__globals__", {}):
+            raise _Refused("the graph is not in the glue's namespace")
+        first: list[tuple] = []  # grad mode and global state: cheapest, and what alternates most
+        checks: list[tuple] = []
+        shapes: list[str] = []
+        for guard in entry.check.guards:
+            if guard.kind == "check_grad_mode":
+                first.append((_GRAD, -1, bool(guard.expected)))
+            elif guard.kind == "check_global_state":
+                if guard.expected.autocast:
+                    raise _Refused("a graph traced under autocast")
+                first.append((_STATE, -1, guard.expected.default_dtype))
+            elif guard.kind == "check_aliasing":
+                groups = tuple(tuple(self.register(s) for s in group) for group in guard.expected)
+                checks.append((_ALIAS, -1, groups))
+            elif guard.kind == "check_shape":
+                shapes.append(guard.source)
+            else:
+                reg = self.register(guard.source)
+                checks.extend(self._checks(guard, reg, entry, module))
+        graph_regs = tuple(self.register(a) for a in arguments.split(", ")) if arguments else ()
+        # checks of the arguments before those of what they hold (a module's parameters); shape
+        # guards last, as in the Python check (they hold where the tensors' ranks do)
+        checks.sort(key=lambda c: c[1] >= self.first_load)
+        if shapes:
+            checks.append(self.expression(shapes, entry.check.fn.__globals__))
+        return runtime_name, tuple(first + checks), graph_regs, -1 if out is None else int(out)
+
+    def _checks(self, guard: Any, reg: int, entry: Any, module: Any) -> list[tuple]:
+        kind, expected = guard.kind, guard.expected
+        if kind == "check_tensor":
+            spec = native_spec(expected, module)
+            if spec is None:
+                raise _Refused(f"{guard.source}: a tensor the native check cannot read ({expected.type.__name__})")
+            return [(_TENSOR, reg, spec)]
+        if kind == "check_id":
+            if isinstance(expected, types.FunctionType):
+                return [(_IS, reg, expected)] + self._function_contents(expected, reg, entry, guard.source)
+            return [(_IS, reg, expected)]
+        if kind == "check_type":
+            return [(_TYPE, reg, expected)]
+        if kind == "check_len":
+            return [(_LEN, reg, int(expected))]
+        if kind == "check_none":
+            return [(_IS, reg, None)]
+        if kind == "check_not_none":
+            return [(_IS_NOT, reg, None)]
+        if kind == "check_keys":
+            return [(_KEYS, reg, tuple(expected))]
+        if kind == "check_absent":
+            return [(_ABSENT, reg, tuple(expected))]
+        if kind == "check_value":
+            if expected is None or expected is Ellipsis or isinstance(expected, (bool, torch.dtype, torch.layout)):
+                return [(_IS, reg, expected)]
+            if type(expected) is int or type(expected) is str \
+                    or (type(expected) is float and expected == expected and abs(expected) != float("inf")):
+                return [(_VALUE, reg, expected)]
+            raise _Refused(f"{guard.source}: a constant of type {type(expected).__name__}")
+        raise _Refused(f"a {kind} guard on {guard.source or '(the frame)'}")
+
+    def _function_contents(self, fn: types.FunctionType, reg: int, entry: Any, source: str) -> list[tuple]:
+        """The checks of kinds._function_contents: code and defaults by identity. The Python check
+        bound them when it was compiled; they are read again here, so only where they are still
+        those objects (a function whose __code__ was assigned since keeps the Python loop)."""
+        bound = getattr(entry.check, "_constants", {}).values()
+        code, defaults = fn.__code__, fn.__defaults__
+        if not any(v is code for v in bound) or (defaults is not None and not any(v is defaults for v in bound)) \
+                or fn.__kwdefaults__ is not None:
+            raise _Refused(f"{source}: a function whose code, defaults or keyword defaults are checked in Python")
+        return [(_IS, self._load(reg, _LOAD_ATTR, "__code__"), code),
+                (_IS, self._load(reg, _LOAD_ATTR, "__defaults__"), defaults),
+                (_IS, self._load(reg, _LOAD_ATTR, "__kwdefaults__"), None)]
 
 
-def _argument(source: str, position: dict[str, int]) -> int | None:
-    match = _LOCAL.fullmatch(source)
-    return None if match is None else position.get(match.group(1))
+def _names(code: types.CodeType) -> set[str]:
+    """The global and attribute names `code` and the code objects inside it read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names

@@ -450,7 +450,10 @@ class AotRuntime:
         # updated inputs whose new values are written without moving their version counters, as
         # eager's batch norm writes its running statistics
         self._untracked = frozenset(getattr(meta, "untracked_mutations", ()))
-        self._extra_bumps = tuple(getattr(meta, "extra_version_bumps", ()))
+        # each input index once per bump beyond the copy back's, bumped with the written inputs in
+        # one call (the counter moves once per occurrence in the list)
+        self._extra_bumps = tuple(index for index, extra in getattr(meta, "extra_version_bumps", ())
+                                  for _ in range(extra))
         # the per-call plan
         self._getters = tuple(operator.attrgetter(path) for path in lifted)  # dotted paths work
         # the grad mode the graph runs under where the caller's (a guard holds it) is not the one
@@ -599,15 +602,14 @@ class AotRuntime:
                 else:
                     with torch.no_grad():
                         old.copy_(new)
+            if self._extra_bumps:
+                # the rest of eager's in-place ops on these inputs (add_ then mul_: two bumps), so
+                # that code reading `_version` (a later backward's saved-tensor check) sees eager's count
+                written.extend([flat[index] for index in self._extra_bumps])
             if written:
                 # what the in-place ops would have done: a tensor saved for a backward before this
                 # call is seen as modified there
                 torch.autograd.graph.increment_version(written)
-            for index, extra in self._extra_bumps:
-                # the rest of eager's in-place ops on this input (add_ then mul_: two bumps), so that
-                # code reading `_version` (a later backward's saved-tensor check) sees eager's count
-                for _ in range(extra):
-                    torch.autograd.graph.increment_version(flat[index])
             graph_outs = outs[num_mutated:]
         else:
             graph_outs = outs

@@ -29,6 +29,7 @@
 #include <ATen/ops/randint.h>
 #include <pybind11/pybind11.h>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -943,51 +944,168 @@ static PyObject* kiln_apply_node(PyObject*, PyObject* const* a, Py_ssize_t nargs
   END_HANDLE_TH_ERRORS
 }
 
-// A compiled function's fast entry (kiln.capture.fast_entry): `entry(slow, entries, entry, specs, grad,
-// dtype, distinct, runtime, graph_args, out, stats, mismatch, on_mismatch)` is a callable object that
-// does, in one C call, what the Python entry, the guard check and the glue of a frame with one cache
-// entry do when its guards are only what a graph of tensor arguments needs: check each argument's
-// metadata (`specs`, one per argument or None), grad mode (`grad`, or None), the default dtype and
-// autocast off (`dtype`, or None), that the arguments are distinct objects (`distinct`); count the
-// hit (`stats.cache_hits`), check the globals named in `ids` are the objects there (check_id), call the graph's runtime on the arguments at `graph_args` and return its
-// result at `out` (-1: the whole tuple). Anything else (another call shape, a guard failing, the
-// entry no longer the frame's only one) goes to `slow(*args)`, the Python entry's own path. The
-// entry is held weakly (kiln.reset() frees its graphs); its runtime is read from it per call.
-// An ExternMismatchError (`mismatch`) from the graph goes to `on_mismatch(exc, args)`, as the glue's.
+// A compiled function's fast entry (kiln.capture.fast_entry): `frame_entry(slow, entries, cached,
+// alternatives, bound, nargs, loads, stats, mismatch, on_mismatch, globals)` is a callable object that
+// does, in one C call, what the Python entry, the guard checks and the glue of a frame do while its
+// cache is `cached` (the frame's list `entries`, item for item) and every guard of every entry is one
+// it checks itself. Values are registers: the `bound` objects (a method's self), then the call's
+// arguments, then `loads`, each `(source register, kind, key)`: 0 getattr, 1 item (a dict's own
+// lookup for an exact dict), 2 a global of `globals`, 3 the constant `key`, 4 the method `key`
+// called with no arguments (`.size()`); read once per call, on
+// first use, a read that raises failing every check on it. Each alternative (one per cached entry, in
+// the list's order, the order the Python loop tries them) is `(runtime name, checks, graph registers,
+// out)`, each check `(op, register, argument)` (KOP_*); the first alternative whose checks all
+// pass counts the hit (`stats.cache_hits`), calls its runtime (read from its entry's glue namespace)
+// on the graph registers and returns its result at `out` (-1: the whole tuple). Anything else
+// (another call shape, the list changed, every alternative failing) goes to `slow(*args)`, the Python
+// entry's own path, which checks again and compiles or explains. Entries are held weakly
+// (kiln.reset() frees their graphs). An ExternMismatchError (`mismatch`) from the graph goes to
+// `on_mismatch(exc, args)`, as the glue's.
+enum KilnOp {
+  KOP_TENSOR = 0,  // tensor metadata (a tensor_spec capsule)
+  KOP_IS = 1,      // `v is arg`
+  KOP_TYPE = 2,    // `type(v) is arg`
+  KOP_LEN = 3,     // `len(v) == arg`
+  KOP_VALUE = 4,   // `type(v) is type(arg) and v == arg`, a float zero's sign too
+  KOP_KEYS = 5,    // same_keys(v, arg)
+  KOP_ABSENT = 6,  // no name of the tuple `arg` in v
+  KOP_GRAD = 7,    // grad mode is `arg` (no register)
+  KOP_STATE = 8,   // the default dtype is `arg` and no autocast (no register)
+  KOP_ALIAS = 9,   // `arg`: groups of registers, each one object, the groups' objects distinct
+  KOP_IS_NOT = 10,  // `v is not arg`
+  KOP_EXPR = 11     // `arg`: (function, registers): the function's truth on those registers' values
+};
+
+struct KilnLoadStep { Py_ssize_t src; int kind; PyObject* key; };
+struct KilnCheck {
+  int op;
+  Py_ssize_t reg;
+  PyObject* arg;
+  KilnTensorSpec* spec;
+  Py_ssize_t n;
+  std::vector<std::vector<Py_ssize_t>> groups;
+};
+struct KilnAlternative {
+  PyObject* ref;  // a weak reference to the cache entry
+  PyObject* runtime_name;
+  std::vector<KilnCheck> checks;
+  std::vector<Py_ssize_t> graph_regs;
+  Py_ssize_t out;
+};
+
 struct KilnEntry {
   PyObject_HEAD
   vectorcallfunc vectorcall;
-  PyObject *slow, *entries, *entry_ref, *specs, *grad, *dtype, *stats, *mismatch, *on_mismatch, *runtime_name;
-  PyObject *globals, *ids;  // the function's globals; ((name, object), ...) that must be there
-  std::vector<KilnTensorSpec*>* spec_ptrs;
-  std::vector<Py_ssize_t>* graph_args;
-  Py_ssize_t nargs, out;
-  bool distinct;
+  PyObject *slow, *entries, *refs, *held, *bound, *stats, *mismatch, *on_mismatch, *globals;
+  std::vector<KilnLoadStep>* loads;
+  std::vector<KilnAlternative>* alts;
+  Py_ssize_t nargs, nbound;
 };
 
-static int kiln_entry_passes(KilnEntry* e, PyObject* const* args) {
-  PyObject* entries = e->entries;
-  if (PyList_GET_SIZE(entries) != 1 || PyList_GET_ITEM(entries, 0) != PyWeakref_GET_OBJECT(e->entry_ref)) return 0;
-  for (Py_ssize_t i = 0; i < e->nargs; ++i) {
-    KilnTensorSpec* s = (*e->spec_ptrs)[static_cast<size_t>(i)];
-    if (s == nullptr) continue;
-    int ok = kiln_tensor_passes(args[i], s);
-    if (ok <= 0) return ok;
+static char kiln_unreadable;  // a register whose read raised
+#define UNREADABLE_REGISTER reinterpret_cast<PyObject*>(&kiln_unreadable)
+
+// register `r` of this call (nullptr: it cannot be read); regs[r] owns what a load read
+static PyObject* kiln_register(KilnEntry* e, PyObject** regs, Py_ssize_t r) {
+  PyObject* v = regs[r];
+  if (v != nullptr) return v == UNREADABLE_REGISTER ? nullptr : v;
+  const KilnLoadStep& l = (*e->loads)[static_cast<size_t>(r - e->nbound - e->nargs)];
+  PyObject* out = nullptr;
+  if (l.kind == 2) {
+    out = PyDict_GetItemWithError(e->globals, l.key);
+    Py_XINCREF(out);
+  } else if (l.kind == 3) {
+    out = l.key;
+    Py_INCREF(out);
+  } else {
+    PyObject* base = kiln_register(e, regs, l.src);
+    if (base != nullptr) {
+      if (l.kind == 0) {
+        out = PyObject_GetAttr(base, l.key);
+      } else if (l.kind == 4) {
+        out = PyObject_CallMethodNoArgs(base, l.key);
+      } else if (PyDict_CheckExact(base)) {
+        out = PyDict_GetItemWithError(base, l.key);
+        Py_XINCREF(out);
+      } else {
+        out = PyObject_GetItem(base, l.key);
+      }
+    }
   }
-  if (e->grad != Py_None && at::GradMode::is_enabled() != (e->grad == Py_True)) return 0;
-  if (e->dtype != Py_None && (c10::get_default_dtype_as_scalartype() != reinterpret_cast<THPDtype*>(e->dtype)->scalar_type
-                              || kiln_any_autocast()))
-    return 0;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(e->ids); ++i) {
-    PyObject* pair = PyTuple_GET_ITEM(e->ids, i);
-    PyObject* now = PyDict_GetItemWithError(e->globals, PyTuple_GET_ITEM(pair, 0));
-    if (now != PyTuple_GET_ITEM(pair, 1)) return now == nullptr && PyErr_Occurred() ? -1 : 0;
+  if (out == nullptr) {
+    PyErr_Clear();  // as the Python check: a source that cannot be read fails its guards
+    regs[r] = UNREADABLE_REGISTER;
+    return nullptr;
   }
-  if (e->distinct)
-    for (Py_ssize_t i = 0; i < e->nargs; ++i)
-      for (Py_ssize_t j = i + 1; j < e->nargs; ++j)
-        if (args[i] == args[j]) return 0;
-  return 1;
+  regs[r] = out;
+  return out;
+}
+
+
+// 1 when the check passes, 0 when not, -1 with an exception set
+static int kiln_check_passes(KilnEntry* e, PyObject** regs, const KilnCheck& c) {
+  if (c.op == KOP_GRAD) return at::GradMode::is_enabled() == (c.arg == Py_True);
+  if (c.op == KOP_STATE)
+    return c10::get_default_dtype_as_scalartype() == reinterpret_cast<THPDtype*>(c.arg)->scalar_type && !kiln_any_autocast();
+  if (c.op == KOP_EXPR) {
+    c10::SmallVector<PyObject*, 8> values;
+    for (Py_ssize_t r : c.groups[0]) {
+      PyObject* v = kiln_register(e, regs, r);
+      if (v == nullptr) return 0;
+      values.push_back(v);
+    }
+    PyObject* result = PyObject_Vectorcall(c.arg, values.data(), values.size(), nullptr);
+    if (result == nullptr) return -1;
+    int truth = PyObject_IsTrue(result);
+    Py_DECREF(result);
+    return truth;
+  }
+  if (c.op == KOP_ALIAS) {
+    c10::SmallVector<PyObject*, 8> firsts;
+    for (const auto& group : c.groups) {
+      PyObject* first = kiln_register(e, regs, group[0]);
+      if (first == nullptr) return 0;
+      for (size_t k = 1; k < group.size(); ++k)
+        if (kiln_register(e, regs, group[k]) != first) return 0;
+      for (PyObject* other : firsts)
+        if (other == first) return 0;
+      firsts.push_back(first);
+    }
+    return 1;
+  }
+  PyObject* v = kiln_register(e, regs, c.reg);
+  if (v == nullptr) return 0;
+  switch (c.op) {
+    case KOP_TENSOR: return kiln_tensor_passes(v, c.spec);
+    case KOP_IS: return v == c.arg;
+    case KOP_IS_NOT: return v != c.arg;
+    case KOP_TYPE: return reinterpret_cast<PyObject*>(Py_TYPE(v)) == c.arg;
+    case KOP_LEN: {
+      Py_ssize_t n = PyObject_Size(v);
+      return n < 0 ? -1 : n == c.n;
+    }
+    case KOP_VALUE: {
+      if (Py_TYPE(v) != Py_TYPE(c.arg)) return 0;
+      int same = PyObject_RichCompareBool(v, c.arg, Py_EQ);
+      if (same != 1 || !PyFloat_CheckExact(v) || PyFloat_AS_DOUBLE(c.arg) != 0.0) return same;
+      return std::signbit(PyFloat_AS_DOUBLE(v)) == std::signbit(PyFloat_AS_DOUBLE(c.arg));
+    }
+    case KOP_KEYS: {
+      PyObject* both[] = {v, c.arg};
+      PyObject* result = kiln_same_keys(nullptr, both, 2);
+      if (result == nullptr) return -1;
+      int truth = PyObject_IsTrue(result);
+      Py_DECREF(result);
+      return truth;
+    }
+    case KOP_ABSENT:
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c.arg); ++i) {
+        int found = PySequence_Contains(v, PyTuple_GET_ITEM(c.arg, i));
+        if (found != 0) return found < 0 ? -1 : 0;
+      }
+      return 1;
+    default: return 0;
+  }
 }
 
 static PyObject* kiln_entry_mismatch(KilnEntry* e, PyObject* const* args) {
@@ -1004,24 +1122,17 @@ static PyObject* kiln_entry_mismatch(KilnEntry* e, PyObject* const* args) {
   return result;
 }
 
-static PyObject* kiln_entry_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
-  auto* e = reinterpret_cast<KilnEntry*>(self);
-  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  if (e->slow == nullptr) {  // cleared by the collector: only reachable from a finalizer of its cycle
-    PyErr_SetString(PyExc_RuntimeError, "kiln: a compiled function's entry was called after it was freed");
-    return nullptr;
-  }
-  int passes = (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0) && nargs == e->nargs
-      ? kiln_entry_passes(e, args) : 0;
-  if (passes < 0) PyErr_Clear();  // a guard that cannot be read fails, as in the Python check
-  if (passes <= 0) return PyObject_Vectorcall(e->slow, args, nargsf, kwnames);
-  // the glue's namespace holds the runtime; the entry (alive: the frame's list holds it) holds the glue
-  PyObject* entry = PyWeakref_GET_OBJECT(e->entry_ref);
+// the hit of `alt`: count it, call its graph on its registers, its result at `out`
+static PyObject* kiln_entry_run(KilnEntry* e, const KilnAlternative& alt, PyObject* entry, PyObject** regs,
+                                PyObject* const* args) {
   static PyObject* glue_name = PyUnicode_InternFromString("glue");
   static PyObject* hits_name = PyUnicode_InternFromString("cache_hits");
+  static PyObject* one = PyLong_FromLong(1);
+  // the glue's namespace holds the runtime; the entry holds the glue (alive: the caller checked the
+  // frame's list holds it, and holds it here in case a guard's read ran code that cleared the list)
   PyObject* glue = PyObject_GetAttr(entry, glue_name);
   if (glue == nullptr) return nullptr;
-  PyObject* runtime = PyFunction_Check(glue) ? PyDict_GetItemWithError(PyFunction_GET_GLOBALS(glue), e->runtime_name) : nullptr;
+  PyObject* runtime = PyFunction_Check(glue) ? PyDict_GetItemWithError(PyFunction_GET_GLOBALS(glue), alt.runtime_name) : nullptr;
   Py_XINCREF(runtime);
   Py_DECREF(glue);
   if (runtime == nullptr) {
@@ -1029,40 +1140,77 @@ static PyObject* kiln_entry_call(PyObject* self, PyObject* const* args, size_t n
     return nullptr;
   }
   PyObject* hits = PyObject_GetAttr(e->stats, hits_name);
-  static PyObject* one = PyLong_FromLong(1);
   PyObject* more = hits == nullptr || one == nullptr ? nullptr : PyNumber_Add(hits, one);
   Py_XDECREF(hits);
   if (more == nullptr || PyObject_SetAttr(e->stats, hits_name, more) < 0) { Py_XDECREF(more); Py_DECREF(runtime); return nullptr; }
   Py_DECREF(more);
-  c10::SmallVector<PyObject*, 8> graph_args;
-  for (Py_ssize_t k : *e->graph_args) graph_args.push_back(args[k]);
+  c10::SmallVector<PyObject*, 16> graph_args;
+  for (Py_ssize_t r : alt.graph_regs) graph_args.push_back(regs[r]);  // read by the caller
   PyObject* outs = PyObject_Vectorcall(runtime, graph_args.data(), graph_args.size(), nullptr);
   Py_DECREF(runtime);
   if (outs == nullptr) {
     if (PyErr_ExceptionMatches(e->mismatch)) return kiln_entry_mismatch(e, args);
     return nullptr;
   }
-  if (e->out < 0) return outs;
-  PyObject* item = PySequence_GetItem(outs, e->out);
+  if (alt.out < 0) return outs;
+  PyObject* item = PySequence_GetItem(outs, alt.out);
   Py_DECREF(outs);
   return item;
+}
+
+static PyObject* kiln_entry_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* e = reinterpret_cast<KilnEntry*>(self);
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (e->slow == nullptr) {  // cleared by the collector: only reachable from a finalizer of its cycle
+    PyErr_SetString(PyExc_RuntimeError, "kiln: a compiled function's entry was called after it was freed");
+    return nullptr;
+  }
+  const auto& alts = *e->alts;
+  bool same = (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0) && nargs == e->nargs
+      && PyList_GET_SIZE(e->entries) == static_cast<Py_ssize_t>(alts.size());
+  for (size_t i = 0; same && i < alts.size(); ++i)
+    same = PyList_GET_ITEM(e->entries, i) == PyWeakref_GET_OBJECT(alts[i].ref);
+  if (!same) return PyObject_Vectorcall(e->slow, args, nargsf, kwnames);
+  Py_ssize_t first_load = e->nbound + e->nargs;
+  c10::SmallVector<PyObject*, 32> regs(static_cast<size_t>(first_load) + e->loads->size(), nullptr);
+  for (Py_ssize_t i = 0; i < e->nbound; ++i) regs[i] = PyTuple_GET_ITEM(e->bound, i);
+  for (Py_ssize_t i = 0; i < nargs; ++i) regs[e->nbound + i] = args[i];
+  const KilnAlternative* hit = nullptr;
+  for (const auto& alt : alts) {
+    bool passes = true;
+    for (const auto& check : alt.checks) {
+      int ok = kiln_check_passes(e, regs.data(), check);
+      if (ok < 0) PyErr_Clear();  // a guard that cannot be evaluated fails, as in the Python check
+      if (ok <= 0) { passes = false; break; }
+    }
+    if (passes) { hit = &alt; break; }
+  }
+  for (size_t k = 0; hit != nullptr && k < hit->graph_regs.size(); ++k)
+    if (kiln_register(e, regs.data(), hit->graph_regs[k]) == nullptr) hit = nullptr;  // its glue raises there
+  PyObject* entry = hit == nullptr ? nullptr : PyWeakref_GET_OBJECT(hit->ref);
+  if (entry == Py_None) hit = nullptr;  // freed by a reset another thread ran while a guard read a value
+  Py_XINCREF(entry);
+  PyObject* result = hit == nullptr ? nullptr : kiln_entry_run(e, *hit, entry, regs.data(), args);
+  Py_XDECREF(entry);
+  for (size_t r = static_cast<size_t>(first_load); r < regs.size(); ++r)
+    if (regs[r] != UNREADABLE_REGISTER) Py_XDECREF(regs[r]);
+  if (hit == nullptr) return PyObject_Vectorcall(e->slow, args, nargsf, kwnames);
+  return result;
 }
 
 // The entry holds the Python entry's `slow` function, whose globals hold the entry: a cycle, so the
 // type takes part in the garbage collector (a compiled function dropped by its user is freed).
 static int kiln_entry_traverse(PyObject* self, visitproc visit, void* arg) {
   auto* e = reinterpret_cast<KilnEntry*>(self);
-  Py_VISIT(e->slow); Py_VISIT(e->entries); Py_VISIT(e->entry_ref); Py_VISIT(e->specs);
-  Py_VISIT(e->grad); Py_VISIT(e->dtype); Py_VISIT(e->stats); Py_VISIT(e->mismatch);
-  Py_VISIT(e->on_mismatch); Py_VISIT(e->runtime_name); Py_VISIT(e->globals); Py_VISIT(e->ids);
+  Py_VISIT(e->slow); Py_VISIT(e->entries); Py_VISIT(e->refs); Py_VISIT(e->held); Py_VISIT(e->bound);
+  Py_VISIT(e->stats); Py_VISIT(e->mismatch); Py_VISIT(e->on_mismatch); Py_VISIT(e->globals);
   return 0;
 }
 
 static int kiln_entry_clear(PyObject* self) {
   auto* e = reinterpret_cast<KilnEntry*>(self);
-  Py_CLEAR(e->slow); Py_CLEAR(e->entries); Py_CLEAR(e->entry_ref); Py_CLEAR(e->specs);
-  Py_CLEAR(e->grad); Py_CLEAR(e->dtype); Py_CLEAR(e->stats); Py_CLEAR(e->mismatch);
-  Py_CLEAR(e->on_mismatch); Py_CLEAR(e->runtime_name); Py_CLEAR(e->globals); Py_CLEAR(e->ids);
+  Py_CLEAR(e->slow); Py_CLEAR(e->entries); Py_CLEAR(e->refs); Py_CLEAR(e->held); Py_CLEAR(e->bound);
+  Py_CLEAR(e->stats); Py_CLEAR(e->mismatch); Py_CLEAR(e->on_mismatch); Py_CLEAR(e->globals);
   return 0;
 }
 
@@ -1070,66 +1218,148 @@ static void kiln_entry_free(PyObject* self) {
   auto* e = reinterpret_cast<KilnEntry*>(self);
   PyObject_GC_UnTrack(self);
   kiln_entry_clear(self);
-  delete e->spec_ptrs;
-  delete e->graph_args;
+  delete e->loads;
+  delete e->alts;
   PyObject_GC_Del(self);
 }
 
 static PyTypeObject kiln_entry_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-static PyObject* kiln_entry(PyObject*, PyObject* args) {
-  PyObject *slow, *entries, *entry, *specs, *grad, *dtype, *runtime_name, *graph_args, *stats, *mismatch, *on_mismatch;
-  PyObject *globals, *ids;
-  Py_ssize_t out;
-  int distinct;
-  if (!PyArg_ParseTuple(args, "OO!OO!OOpUO!nOOOO!O!", &slow, &PyList_Type, &entries, &entry, &PyTuple_Type, &specs,
-                        &grad, &dtype, &distinct, &runtime_name, &PyTuple_Type, &graph_args, &out, &stats, &mismatch,
-                        &on_mismatch, &PyDict_Type, &globals, &PyTuple_Type, &ids))
+// the registers of a tuple of ints, each below `limit`
+static bool kiln_registers(PyObject* t, Py_ssize_t limit, std::vector<Py_ssize_t>* out) {
+  if (!PyTuple_Check(t)) { PyErr_SetString(PyExc_TypeError, "frame_entry: registers are a tuple"); return false; }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); ++i) {
+    Py_ssize_t r = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, i));
+    if (r == -1 && PyErr_Occurred()) return false;
+    if (r < 0 || r >= limit) { PyErr_SetString(PyExc_ValueError, "frame_entry: a register out of range"); return false; }
+    out->push_back(r);
+  }
+  return true;
+}
+
+static bool kiln_parse_check(PyObject* item, Py_ssize_t nregs, KilnCheck* c) {
+  Py_ssize_t reg;
+  if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "inO", &c->op, &reg, &c->arg)) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "frame_entry: a check is (op, register, argument)");
+    return false;
+  }
+  c->reg = reg;
+  c->spec = nullptr;
+  c->n = 0;
+  bool needs_reg = c->op != KOP_GRAD && c->op != KOP_STATE && c->op != KOP_ALIAS && c->op != KOP_EXPR;
+  if (needs_reg && (reg < 0 || reg >= nregs)) { PyErr_SetString(PyExc_ValueError, "frame_entry: a register out of range"); return false; }
+  switch (c->op) {
+    case KOP_TENSOR:
+      c->spec = static_cast<KilnTensorSpec*>(PyCapsule_GetPointer(c->arg, "kiln.tensor_spec"));
+      return c->spec != nullptr;
+    case KOP_LEN:
+      c->n = PyLong_AsSsize_t(c->arg);
+      return !(c->n == -1 && PyErr_Occurred());
+    case KOP_GRAD:
+      if (PyBool_Check(c->arg)) return true;
+      break;
+    case KOP_STATE:
+      if (THPDtype_Check(c->arg)) return true;
+      break;
+    case KOP_VALUE:
+      if (PyLong_CheckExact(c->arg) || PyFloat_CheckExact(c->arg) || PyUnicode_CheckExact(c->arg)) return true;
+      break;
+    case KOP_KEYS: case KOP_ABSENT:
+      if (PyTuple_Check(c->arg)) return true;
+      break;
+    case KOP_ALIAS:
+      if (!PyTuple_Check(c->arg)) break;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c->arg); ++i) {
+        std::vector<Py_ssize_t> group;
+        if (!kiln_registers(PyTuple_GET_ITEM(c->arg, i), nregs, &group)) return false;
+        if (group.empty()) break;
+        c->groups.push_back(std::move(group));
+      }
+      if (static_cast<Py_ssize_t>(c->groups.size()) == PyTuple_GET_SIZE(c->arg)) return true;
+      break;
+    case KOP_EXPR: {
+      PyObject *fn, *regs;
+      if (!PyTuple_Check(c->arg) || !PyArg_ParseTuple(c->arg, "OO!", &fn, &PyTuple_Type, &regs)) break;
+      std::vector<Py_ssize_t> used;
+      if (!PyCallable_Check(fn) || !kiln_registers(regs, nregs, &used)) break;
+      c->arg = fn;
+      c->groups.push_back(std::move(used));
+      return true;
+    }
+    case KOP_IS: case KOP_IS_NOT: case KOP_TYPE:
+      return true;
+    default: break;
+  }
+  PyErr_SetString(PyExc_ValueError, "frame_entry: a check's op or argument is not one it knows");
+  return false;
+}
+
+static PyObject* kiln_frame_entry(PyObject*, PyObject* args) {
+  PyObject *slow, *entries, *cached, *alternatives, *bound, *loads, *stats, *mismatch, *on_mismatch, *globals;
+  Py_ssize_t nargs;
+  if (!PyArg_ParseTuple(args, "OO!O!O!O!nO!OOOO!", &slow, &PyList_Type, &entries, &PyTuple_Type, &cached,
+                        &PyTuple_Type, &alternatives, &PyTuple_Type, &bound, &nargs, &PyTuple_Type, &loads, &stats,
+                        &mismatch, &on_mismatch, &PyDict_Type, &globals))
     return nullptr;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ids); ++i) {
-    PyObject* pair = PyTuple_GET_ITEM(ids, i);
-    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0))) {
-      PyErr_SetString(PyExc_TypeError, "entry: ids are (name, object) pairs");
+  if (PyTuple_GET_SIZE(cached) != PyTuple_GET_SIZE(alternatives) || PyTuple_GET_SIZE(cached) == 0 || nargs < 0) {
+    PyErr_SetString(PyExc_ValueError, "frame_entry: one alternative per cached entry");
+    return nullptr;
+  }
+  Py_ssize_t nbound = PyTuple_GET_SIZE(bound);
+  Py_ssize_t first_load = nbound + nargs;
+  Py_ssize_t nregs = first_load + PyTuple_GET_SIZE(loads);
+  auto steps = std::make_unique<std::vector<KilnLoadStep>>();
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(loads); ++i) {
+    KilnLoadStep l;
+    PyObject* item = PyTuple_GET_ITEM(loads, i);
+    if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "niO", &l.src, &l.kind, &l.key)) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "frame_entry: a load is (register, kind, key)");
       return nullptr;
     }
-  }
-  if ((grad != Py_None && !PyBool_Check(grad)) || (dtype != Py_None && !THPDtype_Check(dtype))) {
-    PyErr_SetString(PyExc_TypeError, "entry: grad is a bool or None, dtype a torch.dtype or None");
-    return nullptr;
-  }
-  auto spec_ptrs = std::make_unique<std::vector<KilnTensorSpec*>>();
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(specs); ++i) {
-    PyObject* s = PyTuple_GET_ITEM(specs, i);
-    KilnTensorSpec* p = nullptr;
-    if (s != Py_None) {
-      p = static_cast<KilnTensorSpec*>(PyCapsule_GetPointer(s, "kiln.tensor_spec"));
-      if (p == nullptr) return nullptr;
+    bool reads = l.kind == 0 || l.kind == 1 || l.kind == 4;
+    if (l.kind < 0 || l.kind > 4 || (reads && (l.src < 0 || l.src >= first_load + i))
+        || ((l.kind == 0 || l.kind == 2 || l.kind == 4) && !PyUnicode_CheckExact(l.key))) {
+      PyErr_SetString(PyExc_ValueError, "frame_entry: a load reads a later register or has no name");
+      return nullptr;
     }
-    spec_ptrs->push_back(p);
+    steps->push_back(l);
   }
-  Py_ssize_t nargs = PyTuple_GET_SIZE(specs);
-  auto positions = std::make_unique<std::vector<Py_ssize_t>>();
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(graph_args); ++i) {
-    Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(graph_args, i));
-    if (k == -1 && PyErr_Occurred()) return nullptr;
-    if (k < 0 || k >= nargs) { PyErr_SetString(PyExc_ValueError, "entry: a graph argument outside the arguments"); return nullptr; }
-    positions->push_back(k);
+  auto alts = std::make_unique<std::vector<KilnAlternative>>();
+  PyObject* refs = PyTuple_New(PyTuple_GET_SIZE(cached));
+  if (refs == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(alternatives); ++i) {
+    KilnAlternative alt;
+    PyObject *checks, *graph_regs;
+    PyObject* item = PyTuple_GET_ITEM(alternatives, i);
+    if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "UO!O!n", &alt.runtime_name, &PyTuple_Type, &checks,
+                                                  &PyTuple_Type, &graph_regs, &alt.out)
+        || !kiln_registers(graph_regs, nregs, &alt.graph_regs)) {
+      Py_DECREF(refs);
+      return nullptr;
+    }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(checks); ++k) {
+      KilnCheck c;
+      if (!kiln_parse_check(PyTuple_GET_ITEM(checks, k), nregs, &c)) { Py_DECREF(refs); return nullptr; }
+      alt.checks.push_back(std::move(c));
+    }
+    alt.ref = PyWeakref_NewRef(PyTuple_GET_ITEM(cached, i), nullptr);
+    if (alt.ref == nullptr) { Py_DECREF(refs); return nullptr; }
+    PyTuple_SET_ITEM(refs, i, alt.ref);
+    alts->push_back(std::move(alt));
   }
-  PyObject* ref = PyWeakref_NewRef(entry, nullptr);
-  if (ref == nullptr) return nullptr;
+  PyObject* held = PyTuple_Pack(2, alternatives, loads);  // what the checks and loads point into
+  if (held == nullptr) { Py_DECREF(refs); return nullptr; }
   auto* e = PyObject_GC_New(KilnEntry, &kiln_entry_type);
-  if (e == nullptr) { Py_DECREF(ref); return nullptr; }
+  if (e == nullptr) { Py_DECREF(refs); Py_DECREF(held); return nullptr; }
   e->vectorcall = kiln_entry_call;
-  PyObject* held[] = {slow, entries, specs, grad, dtype, stats, mismatch, on_mismatch, runtime_name, globals, ids};
-  for (PyObject* o : held) Py_INCREF(o);
-  e->slow = slow; e->entries = entries; e->entry_ref = ref; e->specs = specs; e->grad = grad; e->dtype = dtype;
-  e->stats = stats; e->mismatch = mismatch; e->on_mismatch = on_mismatch; e->runtime_name = runtime_name;
-  e->globals = globals; e->ids = ids;
-  e->spec_ptrs = spec_ptrs.release();
-  e->graph_args = positions.release();
+  PyObject* kept[] = {slow, entries, bound, stats, mismatch, on_mismatch, globals};
+  for (PyObject* o : kept) Py_INCREF(o);
+  e->slow = slow; e->entries = entries; e->refs = refs; e->held = held; e->bound = bound; e->stats = stats;
+  e->mismatch = mismatch; e->on_mismatch = on_mismatch; e->globals = globals;
+  e->loads = steps.release();
+  e->alts = alts.release();
   e->nargs = nargs;
-  e->out = out;
-  e->distinct = distinct != 0;
+  e->nbound = nbound;
   PyObject_GC_Track(reinterpret_cast<PyObject*>(e));
   return reinterpret_cast<PyObject*>(e);
 }
@@ -1157,8 +1387,8 @@ static PyMethodDef kiln_methods[] = {
   {"steal", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_steal)), METH_FASTCALL,
    "steal(handle, list) -> tuple"},
   {"direct", kiln_direct, METH_VARARGS, "direct(handle, not_views, number of outputs, no_grad) -> callable"},
-  {"entry", kiln_entry, METH_VARARGS, "entry(slow, entries, entry, specs, grad, dtype, distinct, runtime name, "
-   "graph args, out, stats, mismatch, on_mismatch, globals, ids) -> callable"},
+  {"frame_entry", kiln_frame_entry, METH_VARARGS, "frame_entry(slow, entries, cached, alternatives, bound, nargs, "
+   "loads, stats, mismatch, on_mismatch, globals) -> callable"},
   {"global_ok", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_global_ok)), METH_FASTCALL,
    "global_ok(grad or None, dtype) -> bool"},
   {"tensor_spec", kiln_tensor_spec, METH_VARARGS, "tensor_spec(type, dtype, ...) -> spec"},
