@@ -3,7 +3,9 @@
 Every loop the tracer sees is unrolled, so an iterator is just its remaining items (each a tracked
 value). After a graph break inside a loop the glue rebuilds it as `iter((item, item, ...))`, and the
 resume function's capture reads such a tuple iterator back through `__reduce__`; an iterator over a
-list is rebuilt as a LiveListIterator over the same list at its index (later mutations are seen).
+list is rebuilt as a LiveListIterator over the same list at its index (later mutations are seen),
+reversed(list) as a LiveReversedIterator (enumerate, zip and the iterators of dicts, sets and
+deques: live_iterators.py).
 Corresponds to torch/_dynamo/variables/iter.py.
 """
 from __future__ import annotations
