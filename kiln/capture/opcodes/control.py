@@ -140,7 +140,7 @@ def FOR_ITER(tx: "Tracer", instr: dis.Instruction) -> None:
     iterator = tx.stack[-1]
     if not isinstance(iterator, IteratorVariable):
         raise Unsupported(f"for-loop over {iterator.describe()}", kind="unsupported_iter")
-    item = iterator.next_item()
+    item = iterator.next_traced(tx)
     if item is None:
         tx.pop()
         tx.jump(instr.argval)

@@ -70,6 +70,10 @@ from kiln.capture.variables.user_hashed_keys import HashedKey, hashes_in_python
 from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
 from kiln.capture.variables.iterator import (IteratorVariable, LiveListIterator, LiveListIteratorVariable,
                                              PassedIteratorVariable)
+from kiln.capture.variables.live_iterators import (EnumerateVariable, LiveDequeIterator, LiveDictIterator,
+                                                   LiveEnumerate, LiveReversedIterator, LiveSetIterator, LiveZip,
+                                                   PassedContainerIteratorVariable, PassedDequeIteratorVariable,
+                                                   ZipVariable)
 from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
@@ -437,8 +441,12 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
      lambda state, v, s: _wrap_dict_subclass(state, v, _given(s))),
     (lambda state, v, s: s is not None and is_model_output_class(type(v)), _wrap_model_output),
     (lambda state, v, s: type(v) in (set, frozenset) and all(is_constant_value(i) for i in v), _wrap_constant_set),
-    (lambda state, v, s: type(v) is LiveListIterator and s is not None,
+    (lambda state, v, s: type(v) in (LiveListIterator, LiveReversedIterator, LiveDequeIterator) and s is not None,
      lambda state, v, s: _wrap_live_iterator(state, v, _given(s))),
+    (lambda state, v, s: type(v) in (LiveEnumerate, LiveZip) and s is not None,
+     lambda state, v, s: _wrap_live_composite(state, v, _given(s))),
+    (lambda state, v, s: type(v) in (LiveDictIterator, LiveSetIterator) and s is not None,
+     lambda state, v, s: _wrap_live_container_iterator(state, v, _given(s))),
     (lambda state, v, s: isinstance(v, _ITERATOR_TYPES), lambda state, v, s: _wrap_iterator(state, v, s)),
     (lambda state, v, s: isinstance(v, np.ndarray) and type(v) is np.ndarray and s is not None,
      lambda state, v, s: wrap_ndarray_input(state, v, _given(s))),
@@ -580,26 +588,89 @@ def _wrap_live_iterator(state: "CaptureState", value: LiveListIterator, source: 
     # The list iterator a glue passes after a break in a loop over a list: guarded by type, not by
     # its index (items are read relative to it); its list is the Variable the trace reaches another
     # way (a local, an argument), looked up when needed so that its mutations are seen.
-    _guard(state, source, "check_type", LiveListIterator)
-    ahead = value.ahead
+    _guard(state, source, "check_type", type(value))
+    try:
+        ahead = value.ahead
+    except RuntimeError as error:  # a deque iterator whose deque changed: eager's raises from now on
+        raise Unsupported("a deque iterator whose deque changed", kind="unsupported_iter") from error
     ahead_source = AttrSource(source, "ahead")
     seq = value.list
+    made = PassedDequeIteratorVariable if type(value) is LiveDequeIterator else LiveListIteratorVariable
 
     def find_list() -> ListVariable | None:
         cached = state.wrapped.get(id(seq))
         if cached is None or cached[0] is not seq:
             return None
         var = wrap_value(state, seq, AttrSource(source, "list"))  # the same Variable, its identity guarded
-        if not isinstance(var, ListVariable):
+        if not isinstance(var, (DequeVariable if made is PassedDequeIteratorVariable else ListVariable)):
             raise Unsupported("a list iterator over a list traced as something else", kind="unsupported_iter")
-        return var
+        return var  # type: ignore[return-value]
 
-    return LiveListIteratorVariable(
+    return made(
         source.name(), value.pos, ahead,
         read=lambda k: wrap_value(state, ahead[k], ItemSource(ahead_source, k)),
         guard=lambda kind, n: _guard(state, ahead_source, kind, n),
         guard_pos=lambda: _guard(state, AttrSource(source, "pos"), "check_value", value.pos),
-        find_list=find_list, length=len(seq))
+        find_list=find_list, length=len(seq), reverse=type(value) is LiveReversedIterator)
+
+
+def _wrap_live_composite(state: "CaptureState", value: Any, source: Source) -> Variable:
+    # The enumerate or zip a glue passes after a break: each iterator inside is wrapped as itself
+    # (a list iterator over the same list at its index); an enumerate's count is a number the
+    # glue passed, which becomes symbolic once it changes (a loop compiles once, not per position).
+    _guard(state, source, "check_type", type(value))
+    if type(value) is LiveEnumerate:
+        inner = wrap_value(state, value.inner, AttrSource(source, "inner"))
+        count = _item(state, value.count, AttrSource(source, "count"))
+        if not isinstance(inner, IteratorVariable):
+            raise Unsupported("an enumerate over something that is not an iterator", kind="unsupported_iter")
+        return EnumerateVariable(inner, count)
+    columns_source = AttrSource(source, "columns")
+    _guard(state, columns_source, "check_len", len(value.columns))
+    columns = [wrap_value(state, c, ItemSource(columns_source, i)) for i, c in enumerate(value.columns)]
+    if not all(isinstance(c, IteratorVariable) for c in columns):
+        raise Unsupported("a zip over something that is not an iterator", kind="unsupported_iter")
+    return ZipVariable(columns)  # type: ignore[arg-type]
+
+
+def _wrap_live_container_iterator(state: "CaptureState", value: Any, source: Source) -> Variable:
+    # The dict or set iterator a glue passes after a break: what is left is read relative to its
+    # position (its `ahead` fails to read, failing the guard, once eager's iterator would raise);
+    # its container is the Variable the trace reaches another way, looked up when needed.
+    from kiln.capture.variables.dict import key_of
+
+    is_set = type(value) is LiveSetIterator
+    try:
+        ahead = value.ahead
+    except RuntimeError as error:  # eager's iterator raises from now on (its dict changed size)
+        raise Unsupported("a dict iterator whose dict changed size", kind="unsupported_iter") from error
+    if is_set and len(value.set) != value.size:
+        raise Unsupported("a set iterator whose set changed size", kind="unsupported_iter")
+    _guard(state, source, "check_type", type(value))
+    if is_set:
+        state.output.guards.append(Guard(f"len({source.name()}.set) == {source.name()}.size", "check_shape",
+                                         "a set iterator's set is the size it began with"))
+    else:
+        _guard(state, AttrSource(source, "kind"), "check_value", value.kind)
+    real = value.set if is_set else value.dict
+
+    def find() -> Variable | None:
+        cached = state.wrapped.get(id(real))
+        if cached is None or cached[0] is not real:
+            return None
+        var = wrap_value(state, real, AttrSource(source, "set" if is_set else "dict"))  # the same Variable
+        if not isinstance(var, (SetVariable, DictVariable)):
+            raise Unsupported("a dict or set iterator over a container traced as something else",
+                              kind="unsupported_iter")
+        return var
+
+    ahead_source = AttrSource(source, "ahead")
+    entries = PassedIteratorVariable(
+        ahead, ahead_source.name(), 0,
+        read=lambda k: wrap_value(state, ahead[k], ItemSource(ahead_source, k)),
+        guard=lambda kind, n: _guard(state, ahead_source, kind, n))
+    return PassedContainerIteratorVariable("set" if is_set else value.kind, entries, source.name(), find,
+                                           key_of, list(real), type(real) is collections.OrderedDict)
 
 
 def _wrap_grad_exit(state: "CaptureState", value: Any, source: Source | None) -> Variable:

@@ -206,31 +206,27 @@ def range_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) 
 
 @builtin_rule(enumerate)
 def enumerate_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import EnumeratedListIterator, IteratorVariable, open_iterator
-    from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_enumerate
-    from kiln.capture.variables.sequence import ListVariable, TupleVariable
+    from kiln.capture.variables.iterator import open_iterator
+    from kiln.capture.variables.live_iterators import EnumerateVariable
 
     start = tx.as_int(args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0)))
-    if is_made_on_demand(args[0]):
-        return lazy_enumerate(tx, open_iterator(tx, args[0]), start)
-    if type(args[0]) is ListVariable:  # read as the list is at each step (the loop may append to it)
-        return EnumeratedListIterator(args[0], start)
-    items = tx.iterate(args[0])
-    return IteratorVariable([TupleVariable([ConstantVariable(start + i), v]) for i, v in enumerate(items)])
+    # its iterator read one step at a time: a list appended to in the loop body is seen, and
+    # across a graph break it is rebuilt as the real enumerate over the rebuilt iterator
+    return EnumerateVariable(open_iterator(tx, args[0]), ConstantVariable(start))
 
 
 @builtin_rule(zip)
 def zip_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     from kiln.capture.variables.iterator import IteratorVariable, LazyIteratorVariable, open_iterator
-    from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_zip
+    from kiln.capture.variables.live_iterators import ZipVariable
     from kiln.capture.variables.sequence import TupleVariable
 
     strict = kwargs.pop("strict", ConstantVariable(False)).as_constant()
-    if not strict and any(is_made_on_demand(a) for a in args):
-        return lazy_zip(tx, [open_iterator(tx, a) for a in args])
+    if not strict:
+        return ZipVariable([open_iterator(tx, a) for a in args])  # read a row at a time, as eager's zip
     columns = [tx.iterate(a) for a in args]
     rows: list[Variable] = [TupleVariable(list(row)) for row in zip(*columns)]
-    if strict and len({len(c) for c in columns}) > 1:
+    if len({len(c) for c in columns}) > 1:
         return LazyIteratorVariable(_rows_then_length_error(columns, rows), "zip")
     return IteratorVariable(rows)
 
@@ -293,6 +289,10 @@ def reversed_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
     if not (kind.__module__ == "builtins" or kind is torch.Size or issubclass(kind, (tuple, list, dict))
             or kind.__module__ == "collections" or kind in _INDEXED_CONTAINERS):
         raise Unsupported(f"reversed() of {value.describe()}", kind="unsupported_call")
+    from kiln.capture.variables.sequence import ListVariable
+    if type(value) is ListVariable:  # by a falling index over the list as it is at each step
+        from kiln.capture.variables.live_iterators import ReversedListIteratorVariable
+        return ReversedListIteratorVariable(value)
     return IteratorVariable(list(reversed(tx.iterate(value))))
 
 
@@ -303,7 +303,7 @@ def next_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -
     it = args[0]
     if not isinstance(it, IteratorVariable):
         raise Unsupported(f"next() on {it.describe()}", kind="unsupported_call")
-    item = it.next_item()
+    item = it.next_traced(tx)
     if item is None:
         if len(args) > 1:
             return args[1]

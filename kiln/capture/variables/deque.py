@@ -9,7 +9,7 @@ as CPython does. Corresponds to the deque handling of torch/_dynamo/variables/li
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
@@ -18,6 +18,7 @@ from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
+    from kiln.capture.variables.iterator import IteratorVariable
     from kiln.capture.sources import Source
     from kiln.capture.tracer import Tracer
 
@@ -35,6 +36,7 @@ class DequeVariable(BaseSequenceVariable):
         self.items = list(items)
         self.maxlen = maxlen
         self.source = source
+        self.version = 0  # eager's deque `state`: what its iterators compare (bumped by what changes its layout)
         self._trim(from_left=True)
 
     @staticmethod
@@ -94,8 +96,9 @@ class DequeVariable(BaseSequenceVariable):
             self._trim(from_left=name == "append")
             return none
         if name in ("extend", "extendleft", "__iadd__") and len(args) == 1:
-            self._mutated(tx)
+            self._mutated(tx, bump=False)
             for item in tx.iterate(args[0]):  # one at a time: maxlen drops as each one arrives
+                self.version += 1
                 self.items.insert(0 if name == "extendleft" else len(self.items), item)
                 self._trim(from_left=name != "extendleft")
             return self if name == "__iadd__" else none
@@ -107,7 +110,7 @@ class DequeVariable(BaseSequenceVariable):
         if name == "rotate" and len(args) <= 1:
             steps = tx.as_int(args[0]) if args else 1
             if self.items:
-                self._mutated(tx)
+                self._mutated(tx, bump=len(self.items) > 1)
                 steps %= len(self.items)
                 self.items = self.items[len(self.items) - steps:] + self.items[:len(self.items) - steps]
             return none
@@ -118,7 +121,7 @@ class DequeVariable(BaseSequenceVariable):
             self.items.insert(tx.as_int(args[0]), args[1])
             return none
         if name in ("clear", "reverse") and not args:
-            self._mutated(tx)
+            self._mutated(tx, bump=name == "clear" and bool(self.items))
             if name == "clear":
                 self.items = []
             else:
@@ -135,7 +138,7 @@ class DequeVariable(BaseSequenceVariable):
             return none
         if name == "__setitem__" and len(args) == 2:
             index = self._position(tx, args[0])
-            self._mutated(tx)
+            self._mutated(tx, bump=False)
             self.items[index] = args[1]
             return none
         if name == "__delitem__" and len(args) == 1:
@@ -144,9 +147,18 @@ class DequeVariable(BaseSequenceVariable):
             del self.items[index]
             return none
         if name == "__iter__" and not args:
+            return self.open_iterator(tx)
+        return super().call_method(tx, name, args, kwargs)
+
+    def open_iterator(self, tx: "Tracer") -> "IteratorVariable":
+        """Reads the deque by index as it is at each step; eager's RuntimeError once it changed."""
+        if DequeVariable.iterator_kind is None:
             from kiln.capture.variables.iterator import IteratorVariable
             return IteratorVariable(list(self.items))
-        return super().call_method(tx, name, args, kwargs)
+        return DequeVariable.iterator_kind(self)
+
+    # live_iterators.DequeIteratorVariable, set by that module (it imports this one)
+    iterator_kind: "Callable[[DequeVariable], IteratorVariable] | None" = None
 
     def _position(self, tx: "Tracer", key: Variable) -> int:
         index = tx.as_int(key)
@@ -154,8 +166,9 @@ class DequeVariable(BaseSequenceVariable):
             raise _raise_natively(IndexError("deque index out of range"))
         return index
 
-    def _mutated(self, tx: "Tracer") -> None:
+    def _mutated(self, tx: "Tracer", bump: bool = True) -> None:
         tx.side_effects.mutate(self)
+        self.version += bump
 
     def replay(self, glue: "GlueBuilder", target: str) -> None:
         """The glue lines that give the caller's deque `target` this deque's final items."""

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
     from kiln.capture.sources import Source
     from kiln.capture.tracer import Tracer
+    from kiln.capture.variables.iterator import IteratorVariable
 
 
 _OBJECT_CLASS = vars(object)["__class__"]
@@ -159,6 +160,7 @@ class DictVariable(Variable):
         self.source = source
         self.default_factory = default_factory
         self.attrs: dict[str, Variable] = {}
+        self.layout = 0  # how often the trace changed its keys (eager's OrderedDict state)
         self.real: Any = None  # a subclass instance from outside: its instance attributes are read off it
 
     def describe(self) -> str:
@@ -190,6 +192,20 @@ class DictVariable(Variable):
         if override is not None:
             return override.call(tx, [], {})
         return ConstantVariable(len(self.items))
+
+    def open_iterator(self, tx: "Tracer") -> "IteratorVariable | None":
+        return self.live_iterator(tx, "keys")
+
+    def live_iterator(self, tx: "Tracer", kind: str) -> "IteratorVariable | None":
+        """An iterator over the keys, values or items that reads this dict at each step (eager's
+        RuntimeError once its size changed); None for a dict whose class iterates its own way."""
+        made = DictVariable.iterator_kind
+        if made is None or self.dict_type not in BUILTIN_DICTS or self._override(tx, "__iter__") is not None:
+            return None
+        return made(self, kind, lambda key: key_variable(tx, key))
+
+    # live_iterators.ContainerIteratorVariable, set by that module (it imports this one)
+    iterator_kind: "Callable[[Variable, str, Callable[[Any], Variable]], IteratorVariable] | None" = None
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
         override = self._override(tx, "__iter__")
@@ -285,7 +301,11 @@ class DictVariable(Variable):
         read = self._read_method(tx, name, args, kwargs)
         if read is not None:
             return read
-        return self._write_method(tx, name, args, kwargs)
+        keys = list(self.items)
+        result = self._write_method(tx, name, args, kwargs)
+        if list(self.items) != keys:
+            self.layout += 1  # a key added, removed or moved: an OrderedDict's iterators raise
+        return result
 
     # user_hashed_keys.key_for, set by that module (it imports this one): the key a lookup finds
     # where a user class's __hash__/__eq__ decides
@@ -325,7 +345,8 @@ class DictVariable(Variable):
                               kind="unsupported_call")
         if name == "__iter__" and not args:
             from kiln.capture.variables.iterator import IteratorVariable
-            return IteratorVariable([key_variable(tx, k) for k in self.items])
+            live = self.live_iterator(tx, "keys")
+            return live if live is not None else IteratorVariable([key_variable(tx, k) for k in self.items])
         if name == "fromkeys":
             return from_keys(tx, self.dict_type, args, kwargs)
         return None

@@ -19,6 +19,7 @@ from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
+    from kiln.capture.variables.iterator import IteratorVariable
     from kiln.capture.tracer import Tracer
 
 VIEW_KINDS = ("keys", "values", "items")
@@ -55,6 +56,9 @@ class DictViewVariable(Variable):
             return list(items.values())
         return [TupleVariable([key_variable(tx, k), v]) for k, v in items.items()]
 
+    def open_iterator(self, tx: "Tracer") -> "IteratorVariable | None":
+        return self.dict_var.live_iterator(tx, self.kind)
+
     def as_set(self, tx: "Tracer") -> set[Any] | None:
         """The view as a Python set (keys; items whose values are constants), else None."""
         if self.kind == "keys":
@@ -82,7 +86,8 @@ class DictViewVariable(Variable):
         if name == "__len__" and not args:
             return self.length(tx)
         if name == "__iter__" and not args:
-            return IteratorVariable(self.iterate(tx))
+            live = self.dict_var.live_iterator(tx, self.kind)
+            return live if live is not None else IteratorVariable(self.iterate(tx))
         if name == "__reversed__" and not args:
             return IteratorVariable(list(reversed(self.iterate(tx))))
         if name == "__contains__" and len(args) == 1:

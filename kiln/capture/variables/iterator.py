@@ -3,7 +3,9 @@
 Every loop the tracer sees is unrolled, so an iterator is just its remaining items (each a tracked
 value). After a graph break inside a loop the glue rebuilds it as `iter((item, item, ...))`, and the
 resume function's capture reads such a tuple iterator back through `__reduce__`; an iterator over a
-list is rebuilt as a LiveListIterator over the same list at its index (later mutations are seen).
+list is rebuilt as a LiveListIterator over the same list at its index (later mutations are seen),
+reversed(list) as a LiveReversedIterator (enumerate, zip and the iterators of dicts, sets and
+deques: live_iterators.py).
 Corresponds to torch/_dynamo/variables/iter.py.
 """
 from __future__ import annotations
@@ -50,6 +52,11 @@ class IteratorVariable(Variable):
 
     def open_iterator(self, tx: "Tracer") -> "IteratorVariable":
         return self  # iter() of an iterator is itself
+
+    def next_traced(self, tx: "Tracer") -> Variable | None:
+        """`next_item` where the tracer is at hand (FOR_ITER, next(), a zip's row): an iterator
+        whose items need traced arithmetic (an enumerate's symbolic count) uses it."""
+        return self.next_item()
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
         rest = self.remaining()
@@ -147,27 +154,40 @@ class PassedIteratorVariable(IteratorVariable):
 
 class ListIteratorVariable(IteratorVariable):
     """`iter(lst)`: reads the list's items as they are at each step, as CPython's list iterator
-    does by index: an item appended in the loop body is reached, one removed shifts the rest."""
+    does by index: an item appended in the loop body is reached, one removed shifts the rest;
+    once it reached the end it stays exhausted (a later append is not seen)."""
 
     def __init__(self, seq: ListVariable) -> None:
         self.seq = seq
         self.position = 0
+        self.done = False
 
     @property  # type: ignore[override]
     def items(self) -> list[Variable]:
-        return self.seq.items
+        return [] if self.done else self.seq.items
 
     @items.setter
     def items(self, value: list[Variable]) -> None:
         self.seq.items = value
 
+    def python_type(self) -> type:
+        return _ITERATOR_TYPE
+
+    def next_item(self) -> Variable | None:
+        item = super().next_item()
+        self.done = item is None
+        return item
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        rest = super().iterate(tx)
+        self.done = True
+        return rest
+
     def reconstruct(self, glue: "GlueBuilder") -> str:
         # Across a graph break: an iterator over the same list at its index (what the resume
         # function reads relative to that index, so it compiles once per loop, not per position).
-        if type(self) is not ListIteratorVariable:
-            # enumerate(lst): still a tuple iterator of the numbered items left (appends after the
-            # break are not seen: a known gap; an enumerate object would not compile in the resume)
-            return super().reconstruct(glue)
+        if self.done:
+            return "iter([])"
         return f"{glue.bind('live_iter', LiveListIterator)}({glue.reconstruct(self.seq)}, {self.position})"
 
 
@@ -201,6 +221,27 @@ class LiveListIterator:
         return tuple(self.list[self.pos:])
 
 
+class LiveReversedIterator(LiveListIterator):
+    """`reversed(lst)` at index `pos`: steps down by index over the list itself, and ends (for
+    good) once the index is outside the list, as CPython's list_reverseiterator does."""
+
+    __slots__ = ()
+
+    def __next__(self) -> Any:
+        if 0 <= self.pos < len(self.list):
+            self.pos -= 1
+            return self.list[self.pos + 1]
+        self.pos, self.list = -1, []
+        raise StopIteration
+
+    def __length_hint__(self) -> int:
+        return self.pos + 1 if 0 <= self.pos < len(self.list) else 0
+
+    @property
+    def ahead(self) -> tuple:
+        return tuple(self.list[self.pos::-1]) if 0 <= self.pos < len(self.list) else ()
+
+
 class LiveListIteratorVariable(PassedIteratorVariable):
     """A LiveListIterator passed into the frame: items are read relative to its index (`ahead`)
     while the trace leaves the list as it found it. The list becomes a Variable only when the
@@ -209,7 +250,7 @@ class LiveListIteratorVariable(PassedIteratorVariable):
 
     def __init__(self, source_name: str, pos: int, ahead: tuple, read: Callable[[int], Variable],
                  guard: Callable[[str, int], Any], guard_pos: Callable[[], Any],
-                 find_list: Callable[[], "ListVariable | None"], length: int) -> None:
+                 find_list: Callable[[], "ListVariable | None"], length: int, reverse: bool = False) -> None:
         super().__init__(ahead, f"{source_name}.ahead", 0, read, guard)
         self.source_name = source_name
         self.pos = pos
@@ -217,6 +258,11 @@ class LiveListIteratorVariable(PassedIteratorVariable):
         self.find_list = find_list
         self.passed_len = length  # the list's length when passed
         self.absolute = False
+        self.reverse = reverse  # a LiveReversedIterator: the index falls
+        self.done = False
+
+    def python_type(self) -> type:
+        return type(reversed([])) if self.reverse else _ITERATOR_TYPE
 
     def _changed_list(self) -> "ListVariable | None":
         """The list's Variable when the trace changed the list (else None)."""
@@ -227,50 +273,52 @@ class LiveListIteratorVariable(PassedIteratorVariable):
             getattr(item, "source", None) == ItemSource(seq.source, i) for i, item in enumerate(seq.items))
         return None if unchanged else seq
 
+    def _index(self) -> int:
+        return self.pos - self.position if self.reverse else self.pos + self.position
+
     def next_item(self) -> Variable | None:
+        if self.done:
+            return None
         seq = self._changed_list()
         if seq is None and not self.absolute:
-            return super().next_item()
+            item = super().next_item()
+            self.done = item is None
+            return item
         if not self.absolute:
             self.guard_pos()
             self.absolute = True
         items = seq.items if seq is not None else self.find_list().items  # type: ignore[union-attr]
-        index = self.pos + self.position
-        if index >= len(items):
+        index = self._index()
+        if not 0 <= index < len(items):
+            self.done = True  # exhausted stays exhausted, as CPython's list iterators
             return None
         self.position += 1
         return items[index]
 
     def remaining(self) -> list[Variable]:
+        if self.done:
+            return []
         seq = self._changed_list()
         if seq is None and not self.absolute:
             return super().remaining()
         items = seq.items if seq is not None else self.find_list().items  # type: ignore[union-attr]
-        return list(items[self.pos + self.position:])
+        index = self._index()
+        if not 0 <= index < len(items):
+            return []
+        return list(items[index::-1]) if self.reverse else list(items[index:])
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        return self.step_to_the_end()
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
+        if self.done:
+            return "iter([])"
         seq = self.find_list()
-        at = str(self.pos + self.position) if self.absolute else f"{self.source_name}.pos + {self.position}"
+        sign = "-" if self.reverse else "+"
+        at = str(self._index()) if self.absolute else f"{self.source_name}.pos {sign} {self.position}"
         listed = glue.reconstruct(seq) if seq is not None else f"{self.source_name}.list"
-        return f"{glue.bind('live_iter', LiveListIterator)}({listed}, {at})"
-
-
-class EnumeratedListIterator(ListIteratorVariable):
-    """`enumerate(lst, start)`: the list's items as they are at each step, numbered."""
-
-    def __init__(self, seq: ListVariable, start: int) -> None:
-        super().__init__(seq)
-        self.start = start
-
-    def _numbered(self, n: int, item: Variable) -> Variable:
-        return TupleVariable([ConstantVariable(self.start + n), item])
-
-    def next_item(self) -> Variable | None:
-        item = super().next_item()
-        return None if item is None else self._numbered(self.position - 1, item)
-
-    def remaining(self) -> list[Variable]:
-        return [self._numbered(n, item) for n, item in enumerate(self.items[self.position:], self.position)]
+        made = glue.bind("live_rev", LiveReversedIterator) if self.reverse else glue.bind("live_iter", LiveListIterator)
+        return f"{made}({listed}, {at})"
 
 
 def open_iterator(tx: "Tracer", value: Variable) -> IteratorVariable:

@@ -298,18 +298,6 @@ def lazy_map(tx: "Tracer", fn: Variable, columns: list[IteratorVariable]) -> Var
     return LazyIteratorVariable((fn.call(tx, tx.iterate(row), {}) for row in rows.make), "map")
 
 
-def lazy_enumerate(tx: "Tracer", column: IteratorVariable, start: int) -> Variable:
-    numbered = (TupleVariable([ConstantVariable(start + i), item]) for i, item in enumerate(_items(column)))
-    return LazyIteratorVariable(numbered, "enumerate")
-
-
-def _items(column: IteratorVariable) -> Iterator[Variable]:
-    item = column.next_item()
-    while item is not None:
-        yield item
-        item = column.next_item()
-
-
 def is_made_on_demand(value: Variable) -> bool:
     """True for an iterator whose items are made as they are read (the zip, map and enumerate
     over it must read it lazily too): an itertools model, a generator stepped one yield at a time,

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
     from kiln.capture.sources import Source
     from kiln.capture.tracer import Tracer
+    from kiln.capture.variables.iterator import IteratorVariable
 
 
 class SetVariable(Variable):
@@ -160,6 +161,14 @@ class SetVariable(Variable):
     def iterate(self, tx: "Tracer") -> list[Variable]:
         return [self.items[k] for k in self.ordered_keys()]
 
+    def open_iterator(self, tx: "Tracer") -> "IteratorVariable":
+        """An iterator that raises eager's RuntimeError once the set's size changed."""
+        made = DictVariable.iterator_kind  # live_iterators.ContainerIteratorVariable, sets too
+        if made is None:
+            from kiln.capture.variables.iterator import IteratorVariable
+            return IteratorVariable(self.iterate(tx))
+        return made(self, "set", lambda key: self.items[key])
+
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.exception import no_attribute
 
@@ -237,8 +246,7 @@ class SetVariable(Variable):
         if name == "__len__" and not args:
             return self.length(tx)
         if name == "__iter__" and not args:
-            from kiln.capture.variables.iterator import IteratorVariable
-            return IteratorVariable(self.iterate(tx))
+            return self.open_iterator(tx)
         if name == "add" and len(args) == 1 and self.set_type is set:
             key = self._key(tx, args[0], write=True)
             if key not in self.items:
