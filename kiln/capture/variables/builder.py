@@ -68,7 +68,8 @@ from kiln.capture.variables.functions import (
 from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.user_hashed_keys import HashedKey, hashes_in_python
 from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
-from kiln.capture.variables.iterator import (IteratorVariable, LiveListIterator, LiveListIteratorVariable,
+from kiln.capture.variables.iterator import (IteratorVariable, LiveEnumerate, LiveListIterator,
+                                             LiveListIteratorVariable, NumberedIteratorVariable,
                                              PassedIteratorVariable)
 from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
@@ -439,6 +440,8 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
     (lambda state, v, s: type(v) in (set, frozenset) and all(is_constant_value(i) for i in v), _wrap_constant_set),
     (lambda state, v, s: type(v) is LiveListIterator and s is not None,
      lambda state, v, s: _wrap_live_iterator(state, v, _given(s))),
+    (lambda state, v, s: type(v) is LiveEnumerate and s is not None,
+     lambda state, v, s: _wrap_live_enumerate(state, v, _given(s))),
     (lambda state, v, s: isinstance(v, _ITERATOR_TYPES), lambda state, v, s: _wrap_iterator(state, v, s)),
     (lambda state, v, s: isinstance(v, np.ndarray) and type(v) is np.ndarray and s is not None,
      lambda state, v, s: wrap_ndarray_input(state, v, _given(s))),
@@ -600,6 +603,18 @@ def _wrap_live_iterator(state: "CaptureState", value: LiveListIterator, source: 
         guard=lambda kind, n: _guard(state, ahead_source, kind, n),
         guard_pos=lambda: _guard(state, AttrSource(source, "pos"), "check_value", value.pos),
         find_list=find_list, length=len(seq))
+
+
+def _wrap_live_enumerate(state: "CaptureState", value: LiveEnumerate, source: Source) -> Variable:
+    # enumerate(lst) passed after a break in its loop: the live list iterator it numbers, and its
+    # count (a constant of the trace: guarded by value).
+    _guard(state, source, "check_type", LiveEnumerate)
+    inner = wrap_value(state, value.it, AttrSource(source, "it"))
+    if not isinstance(inner, IteratorVariable):
+        raise Unsupported("an enumerate over something other than an iterator", kind="unsupported_iter")
+    numbers = AttrSource(source, "numbers")
+    return NumberedIteratorVariable(inner, value.count,
+                                    lambda k: wrap_value(state, value.count + k, ItemSource(numbers, k)))
 
 
 def _wrap_grad_exit(state: "CaptureState", value: Any, source: Source | None) -> Variable:

@@ -465,8 +465,14 @@ def intern_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
 
 @builtin_rule(id)
 def id_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.dict import DictVariable
     from kiln.capture.variables.object_id import object_id
+    from kiln.capture.variables.sequence import ListVariable
+    from kiln.capture.variables.sets import SetVariable
 
+    if isinstance(args[0], (ListVariable, DictVariable, SetVariable)):
+        # a mutable container: its python value is a fresh copy on every read, whose id() is no one's
+        return object_id(args[0])
     try:
         value = args[0].as_python_value()
     except Unsupported:

@@ -164,10 +164,6 @@ class ListIteratorVariable(IteratorVariable):
     def reconstruct(self, glue: "GlueBuilder") -> str:
         # Across a graph break: an iterator over the same list at its index (what the resume
         # function reads relative to that index, so it compiles once per loop, not per position).
-        if type(self) is not ListIteratorVariable:
-            # enumerate(lst): still a tuple iterator of the numbered items left (appends after the
-            # break are not seen: a known gap; an enumerate object would not compile in the resume)
-            return super().reconstruct(glue)
         return f"{glue.bind('live_iter', LiveListIterator)}({glue.reconstruct(self.seq)}, {self.position})"
 
 
@@ -199,6 +195,74 @@ class LiveListIterator:
     @property
     def ahead(self) -> tuple:
         return tuple(self.list[self.pos:])
+
+
+class LiveEnumerate:
+    """What the glue passes a resume function for `enumerate(lst, start)` after a break: numbers
+    the items of a LiveListIterator from `count` on, as an enumerate object does."""
+
+    __slots__ = ("it", "count")
+
+    def __init__(self, it: Iterator[Any], count: int) -> None:
+        self.it = it
+        self.count = count
+
+    def __iter__(self) -> "LiveEnumerate":
+        return self
+
+    def __next__(self) -> tuple[int, Any]:
+        item = next(self.it)
+        self.count += 1
+        return (self.count - 1, item)
+
+    @property
+    def numbers(self) -> "_Numbers":
+        """`numbers[k]`: the number of the k-th item from here (what a resume's trace reads, so
+        that a number that changes between calls becomes dynamic, not one compile per position)."""
+        return _Numbers(self.count)
+
+
+class _Numbers:
+    __slots__ = ("start",)
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+
+    def __getitem__(self, k: int) -> int:
+        return self.start + k
+
+
+class NumberedIteratorVariable(IteratorVariable):
+    """A LiveEnumerate passed into the frame: the items of the iterator it wraps, numbered from
+    its count; `number(k)` is the k-th item's number, read from the LiveEnumerate (an int input:
+    a constant, dynamic once it changed between calls)."""
+
+    def __init__(self, inner: IteratorVariable, count: int, number: Callable[[int], Variable]) -> None:
+        super().__init__([])
+        self.inner = inner
+        self.count = count
+        self.number = number
+
+    def describe(self) -> str:
+        return f"enumerate of {self.inner.describe()}"
+
+    def next_item(self) -> Variable | None:
+        item = self.inner.next_item()
+        if item is None:
+            return None
+        self.position += 1
+        return TupleVariable([self.number(self.position - 1), item])
+
+    def remaining(self) -> list[Variable]:
+        return [TupleVariable([self.number(n), item]) for n, item in enumerate(self.inner.remaining(), self.position)]
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        return self.step_to_the_end()
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        inner = glue.reconstruct(self.inner)
+        count = glue.reconstruct(self.number(self.position))
+        return f"{glue.bind('live_enumerate', LiveEnumerate)}({inner}, {count})"
 
 
 class LiveListIteratorVariable(PassedIteratorVariable):
@@ -271,6 +335,12 @@ class EnumeratedListIterator(ListIteratorVariable):
 
     def remaining(self) -> list[Variable]:
         return [self._numbered(n, item) for n, item in enumerate(self.items[self.position:], self.position)]
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        # Across a graph break: an enumerate over a live iterator of the same list at its index
+        # (items appended or removed after the break are seen, as eager's enumerate sees them).
+        live = super().reconstruct(glue)
+        return f"{glue.bind('live_enumerate', LiveEnumerate)}({live}, {self.start + self.position})"
 
 
 def open_iterator(tx: "Tracer", value: Variable) -> IteratorVariable:

@@ -1,0 +1,162 @@
+"""Python-language classes of bug found by the 16th probe (Dynamo-style programs kept outside the
+repository): each test runs eagerly and through kiln.compile(backend="eager") and compares values,
+raised exceptions and side effects, and where it matters the number of graphs.
+
+- `id()` of a list, dict or set: its Python value is rebuilt on every read, so `id(a) == id(a)` was
+  False and a dict keyed by `id(a)` raised KeyError; it is the container's identity now;
+- `enumerate(lst)` across a graph break in its loop: the resume got a tuple of the numbered items
+  left, so items appended or removed after the break were not seen (a wrong answer); it gets an
+  enumerate over a live iterator of the same list now.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Sequence
+
+import torch
+
+import kiln
+from semantics_oracle import same
+
+X = torch.arange(3.0) - 1.0
+gb = torch._dynamo.graph_break
+
+
+def outcome(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return ("ok", fn(*args))
+    except Exception as exc:  # noqa: BLE001 - compared with eager's
+        return ("raised", type(exc))
+
+
+def run(fn: Callable[..., Any], calls: Sequence[tuple], graphs: int | None = None, breaks: bool = False,
+        fresh: Callable[[], tuple] | None = None) -> None:
+    """Each call eager then compiled (on fresh arguments from `fresh` when given, so mutations of
+    an argument do not leak between the two); no fallback, no graph break unless `breaks`;
+    `graphs`: how many graphs Kiln makes."""
+    kiln.reset()
+    backend = kiln.backends.CountingBackend()
+    compiled = kiln.compile(fn, backend=backend)
+    for i, args in enumerate(calls):
+        want = outcome(fn, *(fresh() if fresh else args))
+        got = outcome(compiled, *(fresh() if fresh else args))
+        assert want[0] == got[0] and (same(got[1], want[1]) if want[0] == "ok" else got[1] is want[1]), \
+            f"call {i}: compiled gave {got!r}, eager {want!r}"
+    assert kiln.stats()["fallbacks"] == 0 and (breaks or kiln.stats()["graph_breaks"] == 0), kiln.stats()
+    if graphs is not None:
+        assert backend.frame_count == graphs, f"{backend.frame_count} graphs, expected {graphs}"
+
+
+# ------------------------------------------------------------ id() of containers made in the frame
+def test_id_of_the_same_list_is_equal() -> None:
+    def f(x):
+        a = [1]
+        b = a
+        c = [1]
+        return x + (id(a) == id(b)) + (id(a) == id(c)) * 10 + (id(a) == id(a)) * 100
+    run(f, [(X,)], graphs=1)
+
+
+def test_id_of_dict_and_set_compared() -> None:
+    def f(x):
+        d = {"a": 1}
+        s = {1, 2}
+        e = d
+        return x + (id(d) == id(e)) + (id(s) == id(s)) * 10 + (id(d) != id(s)) * 100
+    run(f, [(X,)], graphs=1)
+
+
+def test_dict_keyed_by_id_of_containers() -> None:
+    # the memo pattern of deepcopy-like code: was a KeyError (each id() a fresh number)
+    def f(x):
+        a = [1]
+        b = {}
+        seen = {id(a): 1, id(b): 2}
+        return x + seen[id(a)] + seen[id(b)] * 10 + (id(a) in seen) * 100
+    run(f, [(X,)])
+
+
+def test_id_of_argument_list_against_global() -> None:
+    target = [1, 2]
+    key = id(target)
+
+    def f(x, lst):
+        return x + (id(lst) == key)
+    run(f, [(X, target), (X, [1, 2]), (X, target)], breaks=True)
+
+
+def test_id_of_argument_dict_aliases() -> None:
+    def f(x, d, e):
+        return x + (id(d) == id(e))
+    shared = {"a": 1}
+    run(f, [(X, shared, shared), (X, shared, {"a": 1})])
+
+
+# ------------------------------------------------------------ enumerate over a list across a break
+def enumerate_append_after_break(x):
+    l = [1, 2, 3]
+    for i, v in enumerate(l):
+        gb()
+        x = x + v * i
+        if i == 0:
+            l.append(10)
+    return x, l
+
+
+def enumerate_remove_with_start(x):
+    l = [1, 2, 3, 4, 5]
+    for i, v in enumerate(l, start=2):
+        x = x * 2 + v * i
+        gb()
+        if v == 2:
+            l.remove(3)
+    return x, l
+
+
+def enumerate_pop_in_body(x):
+    l = [1, 2, 3, 4]
+    for i, v in enumerate(l):
+        x = x + v + i
+        gb()
+        l.pop()
+    return x, l
+
+
+def enumerate_argument_append(x, l):
+    for i, v in enumerate(l):
+        x = x + v * (i + 1)
+        gb()
+        if len(l) < 4:
+            l.append(v * 10)
+    return x, l
+
+
+def test_enumerate_sees_appends_after_a_break() -> None:
+    run(enumerate_append_after_break, [(X,), (X,)], breaks=True)
+
+
+def test_enumerate_with_start_sees_removes_after_a_break() -> None:
+    run(enumerate_remove_with_start, [(X,), (X,)], breaks=True)
+
+
+def test_enumerate_sees_pops_after_a_break() -> None:
+    run(enumerate_pop_in_body, [(X,), (X,)], breaks=True)
+
+
+def test_enumerate_over_an_argument_list_mutated_after_a_break() -> None:
+    run(enumerate_argument_append, [(X, None), (X, None)], breaks=True, fresh=lambda: (X, [1, 2]))
+
+
+def test_enumerate_of_a_deque_built_list_across_break_unchanged() -> None:
+    # no mutation: the numbers and items as eager's, and the loop does not compile once per position
+    def f(xs):
+        acc = xs[0] * 0
+        for i, t in enumerate(list(collections.deque(xs))):
+            acc = acc + t * i
+            gb()
+        return acc
+    xs = [torch.randn(3) for _ in range(12)]
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    assert same(compiled(xs), f(xs))
+    assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["compiles"] <= 5, kiln.stats()
