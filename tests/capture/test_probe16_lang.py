@@ -160,3 +160,123 @@ def test_enumerate_of_a_deque_built_list_across_break_unchanged() -> None:
     compiled = kiln.compile(f, backend="eager")
     assert same(compiled(xs), f(xs))
     assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["compiles"] <= 5, kiln.stats()
+
+
+# ------------------------------------------------------------ user objects ordered by their own dunders
+class Prio:
+    log: list = []
+
+    def __init__(self, p, t):
+        self.p = p
+        self.t = t
+
+    def __lt__(self, other):
+        Prio.log.append((self.p, other.p))
+        return self.p < other.p
+
+
+class Both:
+    def __init__(self, v):
+        self.v = v
+
+    def __gt__(self, other):
+        Prio.log.append(("gt", self.v, other.v))
+        return self.v > other.v
+
+    def __lt__(self, other):
+        Prio.log.append(("lt", self.v, other.v))
+        return self.v < other.v
+
+
+def run_logged(fn: Callable[..., Any], *args: Any) -> None:
+    """One graph, no break, and the dunders called in eager's order."""
+    Prio.log = []
+    want = fn(*args)
+    want_log, Prio.log = Prio.log, []
+    run(fn, [args], graphs=1)
+    Prio.log = []
+    kiln.reset()
+    kiln.compile(fn, backend="eager")(*args)
+    assert Prio.log == want_log
+
+
+def test_sorted_user_objects_by_lt() -> None:
+    def f(x):
+        ps = [Prio(3, x), Prio(1, x * 2), Prio(2, x * 3), Prio(1, x * 4)]
+        return sorted(ps)[0].t, [q.p for q in sorted(ps, reverse=True)], [q.t for q in sorted(ps)]
+    run_logged(f, X)
+
+
+def test_sorted_by_key_returning_user_objects() -> None:
+    def f(x):
+        items = [(x, 3), (x * 2, 1), (x * 3, 2)]
+        return [t for t, _ in sorted(items, key=lambda it: Prio(it[1], None))]
+    run_logged(f, X)
+
+
+def test_max_min_of_user_objects() -> None:
+    def f(x):
+        gs = [Both(1), Both(5), Both(3)]
+        return x + max(gs).v + min(gs).v * 10 + max(Both(2), Both(7)).v * 100
+    run_logged(f, X)
+
+
+def test_max_min_with_key_returning_user_objects() -> None:
+    def f(x):
+        ps = [Prio(2, x), Prio(9, x * 2), Prio(4, x * 3)]
+        return max(ps, key=lambda p: Both(p.p)).t + min(ps, key=lambda p: Both(-p.p)).t
+    run_logged(f, X)
+
+
+def test_sorted_dataclass_order() -> None:
+    import dataclasses
+
+    @dataclasses.dataclass(order=True)
+    class V:
+        a: int
+        b: int
+
+    def f(x):
+        vs = [V(2, 1), V(1, 5), V(1, 2)]
+        return x + sorted(vs)[0].b, max(vs).a, [v.b for v in sorted(vs, reverse=True)]
+    run(f, [(X,)], graphs=1)
+
+
+# ------------------------------------------------------------ abs/round/pow of user objects
+class Vec:
+    def __init__(self, t):
+        self.t = t
+
+    def __neg__(self):
+        return Vec(-self.t)
+
+    def __abs__(self):
+        return Vec(self.t.abs())
+
+    def __round__(self, n=None):
+        return Vec(torch.round(self.t, decimals=n or 0))
+
+    def __pow__(self, k):
+        return Vec(self.t ** k)
+
+    def __rpow__(self, b):
+        return Vec(b ** self.t)
+
+
+def test_abs_round_pow_run_the_dunders() -> None:
+    def f(x):
+        return abs(-Vec(x)).t + round(Vec(x * 10), 1).t + round(Vec(x)).t + pow(Vec(x), 2).t + pow(2, Vec(x)).t
+    run(f, [(X,)], graphs=1)
+
+
+def test_abs_of_object_without_dunder_raises_type_error() -> None:
+    class Plain:
+        pass
+
+    def f(x):
+        try:
+            abs(Plain())
+        except TypeError:
+            return x + 1
+        return x
+    run(f, [(X,)], breaks=True)
