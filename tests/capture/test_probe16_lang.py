@@ -6,7 +6,13 @@ raised exceptions and side effects, and where it matters the number of graphs.
   False and a dict keyed by `id(a)` raised KeyError; it is the container's identity now;
 - `enumerate(lst)` across a graph break in its loop: the resume got a tuple of the numbered items
   left, so items appended or removed after the break were not seen (a wrong answer); it gets an
-  enumerate over a live iterator of the same list now.
+  enumerate over a live iterator of the same list now;
+- `zip(lst, ...)` read every column to its end when made, so items appended to the list in the
+  loop body (with or without a break) were not reached (a wrong answer); each row reads one item
+  of each column when asked for now, a list's by index;
+- sorted/min/max of instances of user classes (or of a key's results that are) broke the graph;
+  they run Python's own sort with each comparison the class's traced dunder, in eager's order;
+- abs/round/pow of an instance of a user class broke the graph: they run its dunders.
 """
 from __future__ import annotations
 
@@ -159,6 +165,75 @@ def test_enumerate_of_a_deque_built_list_across_break_unchanged() -> None:
     kiln.reset()
     compiled = kiln.compile(f, backend="eager")
     assert same(compiled(xs), f(xs))
+    assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["compiles"] <= 5, kiln.stats()
+
+
+# ------------------------------------------------------------ zip over a list read row by row
+def zip_append_in_body(x):
+    l = [1, 2, 3]
+    for a, b in zip(l, range(5)):
+        if len(l) < 5:
+            l.append(a * 10)
+        x = x + a * b
+    return x, l
+
+
+def zip_append_after_break(x):
+    l = [1, 2, 3]
+    for a, b in zip(l, range(5)):
+        gb()
+        if len(l) < 5:
+            l.append(a * 10)
+        x = x + a * b
+    return x, l
+
+
+def zip_two_lists_grown_before_rest(x):
+    l = [1, 2, 3]
+    m = [4, 5]
+    z = zip(l, m)
+    first = next(z)
+    l.append(9)
+    m.append(7)
+    return x + first[0], list(z)
+
+
+def zip_stops_at_first_exhausted_column(x):
+    l = [1, 2]
+    m = [5]
+    it = iter(l)
+    rows = list(zip(it, m))
+    return x + len(rows), rows, list(it)
+
+
+def test_zip_sees_appends_in_the_loop_body() -> None:
+    run(zip_append_in_body, [(X,)], graphs=1)
+
+
+def test_zip_sees_appends_after_a_break() -> None:
+    run(zip_append_after_break, [(X,)], breaks=True)
+
+
+def test_zip_rows_read_lazily() -> None:
+    run(zip_two_lists_grown_before_rest, [(X,)], graphs=1)
+
+
+def test_zip_consumes_the_earlier_columns_as_eager() -> None:
+    run(zip_stops_at_first_exhausted_column, [(X,)], graphs=1)
+
+
+def test_zip_of_argument_lists_across_breaks_compiles_a_few_times() -> None:
+    def f(xs, ys):
+        acc = xs[0] * 0
+        for a, b in zip(xs, ys):
+            acc = acc + a * b
+            gb()
+        return acc
+    xs = [torch.randn(3) for _ in range(12)]
+    ys = [torch.randn(3) for _ in range(10)]
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    assert same(compiled(xs, ys), f(xs, ys))
     assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["compiles"] <= 5, kiln.stats()
 
 

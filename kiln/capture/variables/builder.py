@@ -69,8 +69,8 @@ from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.user_hashed_keys import HashedKey, hashes_in_python
 from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
 from kiln.capture.variables.iterator import (IteratorVariable, LiveEnumerate, LiveListIterator,
-                                             LiveListIteratorVariable, NumberedIteratorVariable,
-                                             PassedIteratorVariable)
+                                             LiveListIteratorVariable, LiveZip, NumberedIteratorVariable,
+                                             PassedIteratorVariable, ZipIteratorVariable)
 from kiln.capture.variables.module import NNModuleVariable
 from kiln.capture.variables.pytree import PyTreeFunctionVariable, TreeSpecVariable, is_pytree_function, is_treespec
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_namedtuple_type, is_structseq_type
@@ -442,6 +442,7 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
      lambda state, v, s: _wrap_live_iterator(state, v, _given(s))),
     (lambda state, v, s: type(v) is LiveEnumerate and s is not None,
      lambda state, v, s: _wrap_live_enumerate(state, v, _given(s))),
+    (lambda state, v, s: type(v) is LiveZip and s is not None, lambda state, v, s: _wrap_live_zip(state, v, _given(s))),
     (lambda state, v, s: isinstance(v, _ITERATOR_TYPES), lambda state, v, s: _wrap_iterator(state, v, s)),
     (lambda state, v, s: isinstance(v, np.ndarray) and type(v) is np.ndarray and s is not None,
      lambda state, v, s: wrap_ndarray_input(state, v, _given(s))),
@@ -615,6 +616,17 @@ def _wrap_live_enumerate(state: "CaptureState", value: LiveEnumerate, source: So
     numbers = AttrSource(source, "numbers")
     return NumberedIteratorVariable(inner, value.count,
                                     lambda k: wrap_value(state, value.count + k, ItemSource(numbers, k)))
+
+
+def _wrap_live_zip(state: "CaptureState", value: LiveZip, source: Source) -> Variable:
+    # zip over a list passed after a break in its loop: each column's iterator wrapped as itself
+    _guard(state, source, "check_type", LiveZip)
+    its = AttrSource(source, "its")
+    _guard(state, its, "check_len", len(value.its))
+    columns = [wrap_value(state, it, ItemSource(its, k)) for k, it in enumerate(value.its)]
+    if not all(isinstance(c, IteratorVariable) for c in columns):
+        raise Unsupported("a zip over something other than iterators", kind="unsupported_iter")
+    return ZipIteratorVariable(columns)  # type: ignore[arg-type]
 
 
 def _wrap_grad_exit(state: "CaptureState", value: Any, source: Source | None) -> Variable:

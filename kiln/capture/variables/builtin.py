@@ -221,13 +221,16 @@ def enumerate_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variabl
 
 @builtin_rule(zip)
 def zip_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    from kiln.capture.variables.iterator import IteratorVariable, LazyIteratorVariable, open_iterator
+    from kiln.capture.variables.iterator import IteratorVariable, LazyIteratorVariable, ZipIteratorVariable, open_iterator
     from kiln.capture.variables.lazy_itertools import is_made_on_demand, lazy_zip
-    from kiln.capture.variables.sequence import TupleVariable
+    from kiln.capture.variables.sequence import ListVariable, TupleVariable
 
     strict = kwargs.pop("strict", ConstantVariable(False)).as_constant()
     if not strict and any(is_made_on_demand(a) for a in args):
         return lazy_zip(tx, [open_iterator(tx, a) for a in args])
+    if not strict and any(type(a) is ListVariable for a in args):
+        # a list's items as they are when each row is read (the loop body may append to it)
+        return ZipIteratorVariable([open_iterator(tx, a) for a in args])
     columns = [tx.iterate(a) for a in args]
     rows: list[Variable] = [TupleVariable(list(row)) for row in zip(*columns)]
     if strict and len({len(c) for c in columns}) > 1:

@@ -265,6 +265,62 @@ class NumberedIteratorVariable(IteratorVariable):
         return f"{glue.bind('live_enumerate', LiveEnumerate)}({inner}, {count})"
 
 
+class LiveZip:
+    """What the glue passes a resume function for `zip(...)` over a list after a break: the
+    columns' iterators (a LiveListIterator for a list), one item of each per row, in order."""
+
+    __slots__ = ("its",)
+
+    def __init__(self, *its: Iterator[Any]) -> None:
+        self.its = its
+
+    def __iter__(self) -> "LiveZip":
+        return self
+
+    def __next__(self) -> tuple:
+        if not self.its:
+            raise StopIteration
+        row = []
+        for it in self.its:
+            row.append(next(it))
+        return tuple(row)
+
+
+class ZipIteratorVariable(IteratorVariable):
+    """`zip(lst, ...)` with a list among its columns: each row reads one item of each column when
+    it is asked for, as eager's zip does (a list's iterator reads it as it is at that step: items
+    appended in the loop body are reached), and stops at the first column that ends."""
+
+    def __init__(self, columns: list[IteratorVariable]) -> None:
+        super().__init__([])
+        self.columns = columns
+
+    def describe(self) -> str:
+        return f"zip of {len(self.columns)} iterators"
+
+    def next_item(self) -> Variable | None:
+        if not self.columns:
+            return None
+        row = []
+        for column in self.columns:
+            item = column.next_item()
+            if item is None:
+                return None
+            row.append(item)
+        self.position += 1
+        return TupleVariable(row)
+
+    def remaining(self) -> list[Variable]:
+        return [TupleVariable(list(row)) for row in zip(*[c.remaining() for c in self.columns])]
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        return self.step_to_the_end()
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        columns = "".join(glue.reconstruct(c) + ", " for c in self.columns)
+        return f"{glue.bind('live_zip', LiveZip)}({columns})"
+
+
 class LiveListIteratorVariable(PassedIteratorVariable):
     """A LiveListIterator passed into the frame: items are read relative to its index (`ahead`)
     while the trace leaves the list as it found it. The list becomes a Variable only when the
