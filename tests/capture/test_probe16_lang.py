@@ -12,7 +12,10 @@ raised exceptions and side effects, and where it matters the number of graphs.
   of each column when asked for now, a list's by index;
 - sorted/min/max of instances of user classes (or of a key's results that are) broke the graph;
   they run Python's own sort with each comparison the class's traced dunder, in eager's order;
-- abs/round/pow of an instance of a user class broke the graph: they run its dunders.
+- abs/round/pow of an instance of a user class broke the graph: they run its dunders;
+- `getattr(obj, name, default)` looked the attribute up twice (a __getattr__ or property with side
+  effects ran twice), and the graph_break check of a callee probed `__qualname__`/`__wrapped__`
+  through a user class's __getattr__ (its side effects ran at trace time).
 """
 from __future__ import annotations
 
@@ -354,4 +357,68 @@ def test_abs_of_object_without_dunder_raises_type_error() -> None:
         except TypeError:
             return x + 1
         return x
+    run(f, [(X,)], breaks=True)
+
+
+# ------------------------------------------------------------ attribute probes run a user __getattr__ once
+class Logged:
+    log: list = []
+
+    def __getattr__(self, name):
+        Logged.log.append(name)
+        return len(name)
+
+
+class Counted:
+    def __init__(self):
+        self.n = 0
+
+    @property
+    def tick(self):
+        self.n += 1
+        return self.n
+
+
+LOGGED = Logged()
+
+
+def test_getattr_hook_of_a_global_object_runs_as_eager() -> None:
+    def f(x):
+        return x + LOGGED.a + LOGGED.bb + getattr(LOGGED, "ccc", 5)
+    Logged.log = []
+    want = f(X)
+    want_log, Logged.log = Logged.log, []
+    kiln.reset()
+    got = kiln.compile(f, backend="eager")(X)
+    assert same(got, want) and Logged.log == want_log, (Logged.log, want_log)
+
+
+def test_getattr_with_default_runs_a_property_once() -> None:
+    def build():
+        c = Counted()
+
+        def f(x):
+            return x + getattr(c, "tick", 0) + getattr(c, "missing", 7)
+        return f, lambda: c.n
+    fn_e, obs_e = build()
+    fn_c, obs_c = build()
+    kiln.reset()
+    compiled = kiln.compile(fn_c, backend="eager")
+    for _ in range(2):
+        assert same(compiled(X), fn_e(X))
+        assert obs_c() == obs_e()
+
+
+def test_getattr_with_default_of_frame_object_hook_once() -> None:
+    def f(x):
+        log = []
+
+        class O:
+            def __getattr__(self, name):
+                log.append(name)
+                if name == "ok":
+                    return 3
+                raise AttributeError(name)
+        o = O()
+        return x + getattr(o, "ok", 1) + getattr(o, "no", 10), log
     run(f, [(X,)], breaks=True)

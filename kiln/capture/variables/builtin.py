@@ -181,10 +181,21 @@ def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
 
 @builtin_rule(getattr)
 def getattr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.exception import RaisedInTrace
+
     obj, name = args[0], args[1].as_constant()
     if len(args) == 3:
-        if not tx.has_attr(obj, name):
-            return args[2]
+        # one lookup, as eager's: a __getattr__ / property runs once (its side effects once)
+        try:
+            return tx.getattr(obj, name)
+        except RaisedInTrace as raised:
+            if issubclass(raised.exception.exc_type, AttributeError):
+                return args[2]
+            raise
+        except Unsupported:
+            if not tx.has_attr(obj, name):
+                return args[2]
+            raise
     return tx.getattr(obj, name)
 
 
