@@ -15,7 +15,9 @@ raised exceptions and side effects, and where it matters the number of graphs.
 - abs/round/pow of an instance of a user class broke the graph: they run its dunders;
 - `getattr(obj, name, default)` looked the attribute up twice (a __getattr__ or property with side
   effects ran twice), and the graph_break check of a callee probed `__qualname__`/`__wrapped__`
-  through a user class's __getattr__ (its side effects ran at trace time).
+  through a user class's __getattr__ (its side effects ran at trace time);
+- `a is b` between a list made in the frame and another list was unsupported when the lists held
+  tensors (the whole frame ran eagerly): a list made in the frame is no other list.
 """
 from __future__ import annotations
 
@@ -422,3 +424,21 @@ def test_getattr_with_default_of_frame_object_hook_once() -> None:
         o = O()
         return x + getattr(o, "ok", 1) + getattr(o, "no", 10), log
     run(f, [(X,)], breaks=True)
+
+
+# ------------------------------------------------------------ `is` between two lists
+def test_is_between_lists_made_in_the_frame() -> None:
+    # two lists holding tensors: `is` was unsupported, and the whole frame ran eagerly
+    import dataclasses
+
+    @dataclasses.dataclass
+    class C:
+        items: list = dataclasses.field(default_factory=list)
+
+    def f(x):
+        a = C()
+        b = C()
+        a.items.append(x)
+        k = [x]
+        return sum(a.items) + len(b.items), a.items is b.items, a.items is a.items, k is a.items
+    run(f, [(X,)], graphs=1)
