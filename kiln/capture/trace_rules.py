@@ -222,12 +222,23 @@ def torch_break_kind(fn: Any) -> str | None:
             kind = BREAK_FNS.get(fn)
         except TypeError:  # unhashable
             return None
-        if kind is None and (getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)) == _TORCH_GRAPH_BREAK:
+        # read without running a user class's __getattr__ (its side effects are the trace's)
+        if kind is None and isinstance(fn, types.FunctionType) and (fn.__module__, fn.__qualname__) == _TORCH_GRAPH_BREAK:
             kind = "graph_break"
-        if kind is not None or not hasattr(fn, "__wrapped__"):
+        wrapped = _own_wrapped(fn)
+        if kind is not None or wrapped is None:
             return kind
-        fn = fn.__wrapped__
+        fn = wrapped
     return None
+
+
+def _own_wrapped(fn: Any) -> Any:
+    """`fn.__wrapped__` set on the object itself (functools.wraps, lru_cache), else None."""
+    try:
+        namespace = object.__getattribute__(fn, "__dict__")
+    except AttributeError:
+        return None
+    return namespace.get("__wrapped__") if isinstance(namespace, dict) else None
 
 
 _CLASS_DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType,

@@ -181,10 +181,21 @@ def callable_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
 
 @builtin_rule(getattr)
 def getattr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.exception import RaisedInTrace
+
     obj, name = args[0], args[1].as_constant()
     if len(args) == 3:
-        if not tx.has_attr(obj, name):
-            return args[2]
+        # one lookup, as eager's: a __getattr__ / property runs once (its side effects once)
+        try:
+            return tx.getattr(obj, name)
+        except RaisedInTrace as raised:
+            if issubclass(raised.exception.exc_type, AttributeError):
+                return args[2]
+            raise
+        except Unsupported:
+            if not tx.has_attr(obj, name):
+                return args[2]
+            raise
     return tx.getattr(obj, name)
 
 
@@ -465,8 +476,14 @@ def intern_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
 
 @builtin_rule(id)
 def id_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    from kiln.capture.variables.dict import DictVariable
     from kiln.capture.variables.object_id import object_id
+    from kiln.capture.variables.sequence import ListVariable
+    from kiln.capture.variables.sets import SetVariable
 
+    if isinstance(args[0], (ListVariable, DictVariable, SetVariable)):
+        # a mutable container: its python value is a fresh copy on every read, whose id() is no one's
+        return object_id(args[0])
     try:
         value = args[0].as_python_value()
     except Unsupported:

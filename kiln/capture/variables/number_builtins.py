@@ -7,6 +7,7 @@ they fold. Corresponds to the number parts of torch/_dynamo/variables/builtin.py
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -18,7 +19,7 @@ from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import fold_call
 from kiln.capture.variables.constant import ConstantVariable, DeferredTextVariable
-from kiln.capture.variables.ordering import Ordered, constant_of, traced_numbers
+from kiln.capture.variables.ordering import Ordered, constant_of, traced_numbers, user_objects
 from kiln.capture.variables.sequence import ListVariable, TupleVariable
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
@@ -44,7 +45,7 @@ def _minmax(fn: Any) -> Rule:
             if key is not None:
                 # the first item whose key is largest (smallest), as Python picks it
                 results = [key.call(tx, [item], {}) for item in items]
-                if traced_numbers(results):
+                if traced_numbers(results) or user_objects(results):
                     return items[fn(range(len(results)), key=lambda i: Ordered(tx, results[i]))]
                 keys = [constant_of(result, f"{fn.__name__}() key") for result in results]
                 best = fn(range(len(keys)), key=keys.__getitem__)
@@ -54,6 +55,9 @@ def _minmax(fn: Any) -> Rule:
             return fold_call(tx, fn, args, kwargs)
         if all(i.is_constant() for i in items):
             return tx.wrap_result(fn(i.as_constant() for i in items))
+        if user_objects(items) and not any(isinstance(i, TensorVariable) for i in items):
+            # instances of user classes: compared by their traced dunders, in eager's order
+            return items[fn(range(len(items)), key=lambda i: Ordered(tx, items[i]))]
         if any(isinstance(i, TensorVariable) for i in items):
             if len(items) == 2 and all(isinstance(i, TensorVariable) for i in items):
                 return tx.call_op("call_function", torch.maximum if fn is max else torch.minimum, items, {})
@@ -124,8 +128,23 @@ RULES[any] = _anyall(any)
 RULES[all] = _anyall(all)
 
 
+_DUNDERS = {abs: "__abs__", round: "__round__"}
+
+
+def _fold_or_dunder(fn: Any, tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """abs/round of an instance of a user class run its Python __abs__/__round__, pow(a, b) of
+    one is `a ** b` (with the reflected __rpow__); the rest fold on constants or go in the graph."""
+    if fn in _DUNDERS and args and user_objects(args[:1]):
+        method = inspect.getattr_static(args[0].python_type(), _DUNDERS[fn], None)
+        if isinstance(method, types.FunctionType):
+            return args[0].call_method(tx, _DUNDERS[fn], args[1:], kwargs)
+    if fn is pow and len(args) == 2 and not kwargs and user_objects(args):
+        return tx.binary_op("**", args[0], args[1])
+    return fold_call(tx, fn, args, kwargs)
+
+
 for _fn in (abs, round, pow, chr, ord, ascii, bin, hex, oct):
-    RULES[_fn] = functools.partial(lambda fn, tx, args, kwargs: fold_call(tx, fn, args, kwargs), _fn)
+    RULES[_fn] = functools.partial(_fold_or_dunder, _fn)
 
 
 @builtin_rule(divmod)

@@ -347,6 +347,10 @@ def _identity(a: Variable, b: Variable) -> bool | None:
         return a.example is b.example
     if isinstance(a, (TensorVariable, SymIntVariable)) or isinstance(b, (TensorVariable, SymIntVariable)):
         return False
+    if type(a) is ListVariable and type(b) is ListVariable and (a.source is None or b.source is None):
+        # a list made in the frame is no other list (two lists from outside may be one object
+        # on the next call: that is not decided here, nothing guards it)
+        return False
     try:
         same = a.as_python_value() is b.as_python_value()
     except Unsupported:

@@ -26,7 +26,7 @@ def sorted_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
         # Python's, so equal keys keep the items' order
         reverse = bool(kwargs["reverse"].as_constant()) if "reverse" in kwargs else False
         results = [key.call(tx, [item], {}) for item in items]
-        if traced_numbers(results):
+        if traced_numbers(results) or user_objects(results):
             return ListVariable([items[k] for k in _ordered(tx, results, reverse)])
         keys = [constant_of(result, "sorted() key") for result in results]
         order = _stable_order(keys, reverse)
@@ -36,6 +36,11 @@ def sorted_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
         values = native(sorted, [i.as_constant() for i in items], **{k: v.as_constant() for k, v in kwargs.items()})
         return ListVariable([tx.wrap_result(v) for v in values])
     if traced_numbers(items) and set(kwargs) <= {"reverse"} and all(v.is_constant() for v in kwargs.values()):
+        reverse = bool(kwargs["reverse"].as_constant()) if kwargs else False
+        return ListVariable([items[k] for k in _ordered(tx, items, reverse)])
+    if user_objects(items) and set(kwargs) <= {"reverse"} and all(v.is_constant() for v in kwargs.values()):
+        # instances of user classes: Python's own sort runs, each comparison it makes the class's
+        # traced __lt__ (in eager's order: the same result, the same side effects)
         reverse = bool(kwargs["reverse"].as_constant()) if kwargs else False
         return ListVariable([items[k] for k in _ordered(tx, items, reverse)])
     firsts = _distinct_constant_heads(tx, items)
@@ -55,9 +60,20 @@ def traced_numbers(values: Sequence[Variable]) -> bool:
         for v in values)
 
 
+def user_objects(values: Sequence[Variable]) -> bool:
+    """Some of `values` are instances of user classes (compared by their own dunders)."""
+    import types
+
+    from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
+
+    return any(isinstance(v, NewObjectVariable) or isinstance(v, ObjectVariable)
+               and not isinstance(v.value, (type, types.ModuleType)) for v in values)
+
+
 class Ordered:
     """A traced number inside Python's own sort, max and min: each comparison they make is
-    decided now by the ShapeEnv, which guards the relation (s0 < s1), not the values."""
+    decided now by the ShapeEnv, which guards the relation (s0 < s1), not the values. A user
+    object's comparison runs its traced dunder (__lt__, __gt__ or the reflected one)."""
 
     def __init__(self, tx: "Tracer", value: Variable) -> None:
         self.tx = tx
