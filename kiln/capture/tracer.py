@@ -24,6 +24,7 @@ import math
 import operator
 import sys
 import types
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -82,7 +83,10 @@ class CaptureState:
         self.options = options
         self.dynamic = options.dynamic
         self.shape_env = ShapeEnv()
-        self.shape_env.location_provider = self.location
+        # weakly: the shape env outlives the capture (fake values in the graphs' node meta reach it
+        # through their fake mode), and the state holds the user's objects the trace wrapped
+        this = weakref.ref(self)
+        self.shape_env.location_provider = lambda: None if (state := this()) is None else state.location()
         self.output = OutputGraph(FakeTensorMode(self.shape_env), self.shape_env, policy, self.dynamic)
         self.policy = policy
         self.side_effects = SideEffects()
