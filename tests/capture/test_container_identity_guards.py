@@ -249,3 +249,13 @@ def test_tuple_of_lists_items_compared() -> None:
         inner = [1]
         return X, (inner, inner)
     check(f, [one, lambda: (X, ([1], [1])), one, lambda: (X, ([1], [1]))])
+
+
+def test_tuple_arguments_compared_by_identity() -> None:
+    # tuples from outside get a Variable per read: `t is u` follows their real objects, guarded
+    def f(x, t, u):
+        return x + (t is u) + 10 * (t is not u)
+    lst = [1]
+    shared, consts = (lst,), (1, 2)
+    check(f, [lambda: (X, shared, shared), lambda: (X, shared, (lst,)), lambda: (X, shared, shared),
+              lambda: (X, consts, consts), lambda: (X, consts, (1, 3)), lambda: (X, consts, consts)])

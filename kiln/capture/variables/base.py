@@ -22,10 +22,10 @@ class Variable:
     """One traced value. `source` is where it was read from (None for values made during the trace)."""
 
     source: Source | None = None
-    # Set by the builder on a mutable container from outside (list, dict, set, deque): called with
-    # the source of another such container when the trace decided that the two are different
-    # objects (`is`, id()), it guards that they stay different (an aliasing guard, no object named).
-    guard_distinct: "Callable[[Source], None] | None" = None
+    # Set by the builder on a container from outside (list, dict, set, deque, tuple): called with
+    # the source of another such container and whether the trace decided the two are one object
+    # (`is`, id()), it guards that they stay so (an aliasing guard, no object named).
+    guard_identity: "Callable[[Source, bool], None] | None" = None
 
     # ------------------------------------------------------------------ what it is
     def python_type(self) -> type:

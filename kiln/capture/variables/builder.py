@@ -131,11 +131,17 @@ def wrap_value(state: "CaptureState", value: Any, source: Source | None) -> Vari
     var = _wrap(state, value, source)
     if not is_constant_value(value) and not isinstance(value, (tuple, frozenset)):
         state.wrapped[key] = (value, var)
-    if source is not None and isinstance(var, _CONTAINERS) and var.source == source:
-        # two containers from outside are told apart by their Variables: where the trace decides
-        # they are different objects, the guard keeps them so (`l is m` for two list arguments)
-        var.guard_distinct = functools.partial(_guard_aliasing, state, (source,))
+    if source is not None and isinstance(var, _CONTAINERS + (TupleVariable,)) and var.source == source:
+        # two containers from outside are told apart by their Variables (tuples by their real
+        # objects): where the trace decides by identity, the guard keeps it so (`l is m`)
+        if isinstance(var, TupleVariable):
+            var.real = value
+        var.guard_identity = functools.partial(_guard_identity, state, source)
     return var
+
+
+def _guard_identity(state: "CaptureState", mine: Source, other: Source, same: bool) -> None:
+    _guard_aliasing(state, (mine, other)) if same else _guard_aliasing(state, (mine,), (other,))
 
 
 # Mutable containers from outside: one Variable per object, compared by which Variable it is.

@@ -64,7 +64,7 @@ def object_id(target: Variable) -> Variable:
         pin()  # an outside instance guarded by type: its id() compares as this very object
     if identity is None and isinstance(target, ListVariable):
         # this Variable is the list (an immutable tuple is not); one from outside is told apart
-        # from another such list under the guard_distinct guard, when ids are compared (operators)
+        # from another such list under the guard_identity guard, when ids are compared (operators)
         identity = target
     if identity is None:
         raise Unsupported(f"id() of {target.describe()}", kind="unsupported")
