@@ -461,6 +461,8 @@ def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> 
     state.modes.restore_process()
     glue_fn, source, compiled = glue.finish(options.compiler, f"graph_{name}")
     guards = list(state.output.guards) + state.output.absent_guards() + [Guard("", "check_grad_mode", state.initial_grad)]
+    from kiln.capture.variables.builder import container_alias_guards
+    guards += container_alias_guards(state)  # a container changed in place is no other one read
     guards += [shape_guard(g) for g in state.shape_env.guards]
     graphs = [] if compiled is None else [compiled.gm]
     if compiled is not None:

@@ -7,7 +7,7 @@ or for the return value). The counterpart of torch/_dynamo/variables/base.py.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from kiln.capture.sources import Source
 from kiln.errors import Unsupported
@@ -22,6 +22,10 @@ class Variable:
     """One traced value. `source` is where it was read from (None for values made during the trace)."""
 
     source: Source | None = None
+    # Set by the builder on a container from outside (list, dict, set, deque, tuple): called with
+    # the source of another such container and whether the trace decided the two are one object
+    # (`is`, id()), it guards that they stay so (an aliasing guard, no object named).
+    guard_identity: "Callable[[Source, bool], None] | None" = None
 
     # ------------------------------------------------------------------ what it is
     def python_type(self) -> type:

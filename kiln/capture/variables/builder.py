@@ -120,6 +120,9 @@ def wrap_value(state: "CaptureState", value: Any, source: Source | None) -> Vari
             # The same mutable object reached through a second path is the same Variable (so
             # mutations are seen through both); the second path must lead to it next time too,
             # and the first must be it (a function guarded by its code is pinned to this object).
+            if isinstance(var, _CONTAINERS):  # any list passed twice: both paths lead to one, not to this one
+                _guard_aliasing(state, (var.source, source))
+                return var
             _guard(state, source, "check_id", value)
             pin = getattr(var, "pin_identity", None)
             if pin is not None:  # a function guarded by its code, an instance guarded by type
@@ -128,7 +131,46 @@ def wrap_value(state: "CaptureState", value: Any, source: Source | None) -> Vari
     var = _wrap(state, value, source)
     if not is_constant_value(value) and not isinstance(value, (tuple, frozenset)):
         state.wrapped[key] = (value, var)
+    if source is not None and isinstance(var, _CONTAINERS + (TupleVariable,)) and var.source == source:
+        # two containers from outside are told apart by their Variables (tuples by their real
+        # objects): where the trace decides by identity, the guard keeps it so (`l is m`)
+        if isinstance(var, TupleVariable):
+            var.real = value
+        var.guard_identity = functools.partial(_guard_identity, state, source)
     return var
+
+
+def _guard_identity(state: "CaptureState", mine: Source, other: Source, same: bool) -> None:
+    _guard_aliasing(state, (mine, other)) if same else _guard_aliasing(state, (mine,), (other,))
+
+
+# Mutable containers from outside: one Variable per object, compared by which Variable it is.
+_CONTAINERS = (ListVariable, DictVariable, SetVariable, DequeVariable)
+
+
+def _guard_aliasing(state: "CaptureState", *groups: "tuple[Source, ...] | Source") -> None:
+    """Guard which of the sources in `groups` are the same object (a group: the sources of one
+    object; two groups: different objects). Names no object, so another pair of lists passes."""
+    paths = tuple(tuple(s.name() for s in g) if isinstance(g, tuple) else (g.name(),) for g in groups)
+    state.output.guards.append(Guard("", "check_aliasing", paths))
+
+
+def container_alias_guards(state: "CaptureState") -> list[Guard]:
+    """The trace changed a container from outside in place and read others of its type: each of
+    them must stay a different object (were `m` the list `l` appended to, its reads would see the
+    append). Containers that were one object share one Variable (guarded in wrap_value)."""
+    outside = [(value, var) for value, var in state.wrapped.values()
+               if isinstance(var, _CONTAINERS) and var.source is not None]
+    pairs: dict[frozenset[str], Guard] = {}
+    for value, var in outside:
+        if not state.side_effects.mutated(var):
+            continue
+        for other_value, other in outside:
+            if other is not var and type(other_value) is type(value):
+                assert var.source is not None and other.source is not None
+                mine, theirs = var.source.name(), other.source.name()
+                pairs.setdefault(frozenset((mine, theirs)), Guard("", "check_aliasing", ((mine,), (theirs,))))
+    return list(pairs.values())
 
 
 def _item(state: "CaptureState", value: Any, source: Source | None) -> Variable:

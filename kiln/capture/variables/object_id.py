@@ -62,8 +62,10 @@ def object_id(target: Variable) -> Variable:
     pin = getattr(target, "pin_identity", None)
     if pin is not None and identity is not None:
         pin()  # an outside instance guarded by type: its id() compares as this very object
-    if identity is None and isinstance(target, ListVariable) and target.source is None:
-        identity = target  # a list made in the frame: this Variable is the list (an immutable tuple is not)
+    if identity is None and isinstance(target, ListVariable):
+        # this Variable is the list (an immutable tuple is not); one from outside is told apart
+        # from another such list under the guard_identity guard, when ids are compared (operators)
+        identity = target
     if identity is None:
         raise Unsupported(f"id() of {target.describe()}", kind="unsupported")
     number = id(identity)

@@ -347,6 +347,17 @@ def _identity(a: Variable, b: Variable) -> bool | None:
         return a.example is b.example
     if isinstance(a, (TensorVariable, SymIntVariable)) or isinstance(b, (TensorVariable, SymIntVariable)):
         return False
+    if isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable):
+        return _identity(a.target, b.target)  # `id(l) == id(m)`: as `l is m`, guarded alike
+    if a.guard_identity is not None and b.guard_identity is not None:
+        # two containers from outside: different Variables of mutable ones are different objects
+        # now (the same list passed twice is one Variable), two tuples are what their real ones
+        # are; guarded to stay so (`l is m` of two list arguments)
+        real_a, real_b = getattr(a, "real", None), getattr(b, "real", None)
+        same = real_a is real_b if real_a is not None and real_b is not None else False
+        if a.python_type() is b.python_type() and b.source is not None:
+            a.guard_identity(b.source, same)
+        return same
     if type(a) is ListVariable and type(b) is ListVariable and (a.source is None or b.source is None):
         # a list made in the frame is no other list (two lists from outside may be one object
         # on the next call: that is not decided here, nothing guards it)

@@ -163,6 +163,10 @@ def _user_attribute(cls: type, name: str) -> Any:
 class TupleVariable(BaseSequenceVariable):
     """A tuple, namedtuple, torch.Size or torch.return_types structseq."""
 
+    # the real tuple of one read from outside (set by the builder): two tuples from outside are one
+    # object or not as theirs are (a new Variable per read: tuples are not kept by identity)
+    real: "tuple | None" = None
+
     def __init__(self, items: Sequence[Variable], tuple_type: type = tuple, source: "Source | None" = None) -> None:
         self.items = list(items)
         self.tuple_type = tuple_type
