@@ -26,6 +26,7 @@ from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Lay
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, compute_dtype,
                                   dense_layout, stride_hint, strided_value, to_expr, value_cost)
 from kiln.lower.lowerings.convolution import channels_last_strides, reads_channels_last
+from kiln.lower.lowerings.reductions import ROUNDED_OUTPUTS, rounded_on_read
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random, vector_bmm
 from kiln.lower.schedule import MIN_STORAGE_INNER
 from kiln.symbolic.expr import float_symbol, is_truth_value, negate, relation
@@ -240,6 +241,8 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
                     tv.load(index_vars("i", tv.ndim))
         except (NotImplementedError, TypeError, KeyError, IndexError, ValueError, AttributeError) as e:
             return fallback(ctx, target, args, kwargs, reason=f"its lowering refused: {e}")
+        if target in ROUNDED_OUTPUTS:
+            out = pytree.tree_map(rounded_on_read, out)
         origins = ctx.pending_origins + ctx.origins
         for tv in pytree.tree_leaves(out):
             if isinstance(tv, TensorValue) and tv.view is None:

@@ -18,7 +18,7 @@ import torch
 from kiln.lower import ops
 from kiln.symbolic.expr import FloorDiv, ModularIndexing, adopt_torch_functions
 from kiln.symbolic.node import expr_of
-from kiln.lower.ir import (BufferRef, Buffer, Extern, Layout, Load, Pointwise, Reduction, SymExpr, Value,
+from kiln.lower.ir import (BufferRef, Buffer, Extern, Layout, Load, Op, Pointwise, Reduction, SymExpr, Value,
                            contiguous_strides, index_vars, simplify_index, substitute, walk)
 
 Loader = Callable[[Sequence[sympy.Expr]], Value]
@@ -207,6 +207,10 @@ class LoweringContext:
             return tv
         layout = layout or Layout.contiguous(tv.dtype, tv.sizes)
         body = ops.cast(tv.load(index_vars("i", len(tv.sizes))), compute_dtype(tv.dtype))
+        if (layout.dtype in (torch.float16, torch.bfloat16) and isinstance(body, Op) and body.name == "to_dtype"
+                and isinstance(body.args[0], Op) and body.args[0].name == "to_dtype"
+                and body.args[0].dtype == layout.dtype):
+            body = ops.cast(body.args[0].args[0], compute_dtype(tv.dtype))  # rounded to the buffer's type (rounded_on_read): the store rounds it
         origins = tuple(dict.fromkeys(tv.origins + self.origins))
         buf = self.add(Pointwise(self.new_name(), layout, origins, body))
         return strided_value(BufferRef(buf.name, layout))

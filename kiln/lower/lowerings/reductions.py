@@ -80,6 +80,30 @@ def reduce(ctx: LoweringContext, x: TensorValue, dim: Any, keepdim: bool, rtype:
     return keep_dims(out, dims, x.ndim) if keepdim else out
 
 
+def rounded_on_read(tv: Any) -> Any:
+    """`tv`, a float16/bfloat16 result of a reduction-built op, rounded to its dtype wherever a later
+    op of the same kernel reads it: eager stores the op's result in the half type (summed, divided,
+    square-rooted in float32, then rounded once), so `y - y.logsumexp(-1, keepdim=True)` subtracts
+    the rounded value. A kernel that fuses the reduction reads its float value, through the buffer's
+    view too (`y.sum(-1)[:, None]` rebuilds a loader from it), so the result is lazy: the view is
+    dropped. float32 and the other dtypes pass unchanged."""
+    if not isinstance(tv, TensorValue) or tv.dtype not in (torch.float16, torch.bfloat16):
+        return tv
+    inner, half = tv.loader, tv.dtype
+    return TensorValue(half, tv.sizes, lambda idx: ops.cast(ops.cast(inner(idx), half), torch.float32),
+                       None, tv.origins)
+
+
+# the ops whose half-type result a lowering computes in float32 over several steps (amax/amin/max/min
+# return an element of the input, exact in its type, and are left out)
+ROUNDED_OUTPUTS = frozenset({
+    aten.sum.dim_IntList, aten.sum.default, aten.prod.dim_int, aten.prod.default, aten.mean.dim,
+    aten.mean.default, aten.var.correction, aten.var.dim, aten.std.correction, aten.std.dim,
+    aten.var_mean.correction, aten.logsumexp.default, aten._softmax.default, aten._log_softmax.default,
+    aten.native_layer_norm.default, aten.linalg_vector_norm.default, aten.cumsum.default, aten.cumprod.default,
+})
+
+
 def numel_of(x: TensorValue, dim: Any) -> sympy.Expr:
     return sympy.Mul(*[x.sizes[d] for d in _dims(x, dim)])
 
@@ -366,9 +390,12 @@ def logsumexp(ctx: LoweringContext, x: TensorValue, dim: Any, keepdim: bool = Fa
     m = reduce(ctx, x, dim, True, "max", out)
     # an infinite max would turn exp(x - max) into NaN; ATen shifts by 0 there instead
     shift = lazy(m, out, lambda v: ops.op("where", ops.op("isinf", v), ops.constant(0, acc), v))
-    e = lazy(x, out, lambda v, s: ops.op("exp", ops.op("sub", ops.cast(v, acc), s)), shift)
+    # ATen composes it of ops on tensors of the input's type: a half input rounds x - max, its exp,
+    # the sum, its log and the result, each to the half type (float32 has nothing to round)
+    rnd: Callable[[Value], Value] = ((lambda v: ops.cast(ops.cast(v, out), acc)) if out != acc else (lambda v: v))
+    e = lazy(x, out, lambda v, s: rnd(ops.op("exp", rnd(ops.op("sub", ops.cast(v, acc), s)))), shift)
     s = reduce(ctx, e, dim, True, "sum", out)
-    res = lazy(s, out, lambda v, sh: ops.op("add", ops.op("log", v), sh), shift)
+    res = lazy(s, out, lambda v, sh: ops.op("add", rnd(ops.op("log", rnd(v))), sh), shift)
     if keepdim:
         return res
     dims = _dims(x, dim)
