@@ -224,12 +224,7 @@ class FunctionalSession:
             restrided = torch.empty_strided(original.shape, original.stride(), dtype=inner.dtype,
                                             device=inner.device)
         self.tracer.alias_value(restrided, inner)
-        before = torch._functionalize_mutation_counter(wrapper)
-        torch._functionalize_replace(wrapper, restrided)
-        torch._functionalize_commit_update(wrapper)
-        torch._sync(wrapper)
-        made = torch._functionalize_mutation_counter(wrapper) - before
-        self._internal[_storage(wrapper)] = self._internal.get(_storage(wrapper), 0) + made
+        self._replace_internally(wrapper, restrided)
 
     def keep_intermediate_layout(self, base: torch.Tensor, strides: list[Any]) -> None:
         """Give an intermediate (not an input) updated in place, itself or through a view, the
@@ -242,12 +237,17 @@ class FunctionalSession:
             restrided = torch.ops.aten.empty_strided.default(inner.shape, strides, dtype=inner.dtype,
                                                              device=inner.device)
             restrided = torch.ops.aten.copy.default(restrided, inner)
-        before = torch._functionalize_mutation_counter(base)
-        torch._functionalize_replace(base, restrided)
-        torch._functionalize_commit_update(base)
-        torch._sync(base)
-        made = torch._functionalize_mutation_counter(base) - before
-        self._internal[_storage(base)] = self._internal.get(_storage(base), 0) + made
+        self._replace_internally(base, restrided)
+
+    def _replace_internally(self, wrapper: torch.Tensor, value: torch.Tensor) -> None:
+        """Make `value` the wrapper's value (a layout given back): the updates this counts are the
+        session's own, left out of the input's version bumps."""
+        before = torch._functionalize_mutation_counter(wrapper)
+        torch._functionalize_replace(wrapper, value)
+        torch._functionalize_commit_update(wrapper)
+        torch._sync(wrapper)
+        made = torch._functionalize_mutation_counter(wrapper) - before
+        self._internal[_storage(wrapper)] = self._internal.get(_storage(wrapper), 0) + made
 
     def unwrap(self, value: Any) -> Any:
         """The traced (inner) value for a wrapper, with pending view updates applied first."""
