@@ -24,7 +24,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VPY) -m mypy  # pyproject.toml's [tool.mypy]: all of kiln/ at zero errors
 	# two worker processes (CI has 2 cores): 15-20 min for ~8150 tests (20.0 at stop 41 beside a light load)
-	$(VPY) -m pytest -q -n 2
+	# --dist loadgroup: tests marked xdist_group("name") go to one worker together, so a module-scoped
+	# fixture they share (a filled cache, a pair of processes) is made once, not once per worker
+	$(VPY) -m pytest -q -n 2 --dist loadgroup
 
 test-all: $(STAMP)
 	$(VPY) -m pytest -q -m 'not gpu' --timeout=1800

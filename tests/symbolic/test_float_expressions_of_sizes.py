@@ -191,6 +191,8 @@ _INTERPOLATIONS = {
 }
 
 
+# CI: every interpolation under inductor, each backend on linear_computed; the rest `-m slow`
+@pytest.mark.ci_slice({"name": "linear_computed", "backend": "inductor"})
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(_INTERPOLATIONS))
 def test_interpolate_by_scale_factors(name: str, backend: str) -> None:
