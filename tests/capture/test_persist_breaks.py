@@ -28,8 +28,7 @@ from kiln.capture import persist
 from kiln.runtime import store
 from tests.reliability import cache_harness as harness
 
-# one xdist worker runs this file (`make test`: --dist loadgroup), so its module fixture is made once
-pytestmark = [pytest.mark.cpp, pytest.mark.xdist_group("persist_breaks")]
+pytestmark = pytest.mark.cpp
 
 _BREAKS_SCRIPT = textwrap.dedent("""
     import functools, json, torch, kiln

@@ -15,8 +15,7 @@ import torch
 import kiln
 from kiln.debug import report
 
-# one xdist worker runs this file (`make test`: --dist loadgroup), so its module fixture is made once
-pytestmark = [pytest.mark.cpp, pytest.mark.xdist_group("report")]
+pytestmark = pytest.mark.cpp
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

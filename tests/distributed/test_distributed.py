@@ -16,9 +16,8 @@ import torch.multiprocessing as mp
 
 from tests.distributed import ddp_worker
 
-pytestmark = [pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                                 reason="torch.distributed with gloo is not available"),
-              pytest.mark.xdist_group("distributed")]  # `results` spawned once under `make test` (--dist loadgroup)
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="torch.distributed with gloo is not available")
 
 JOBS = [("outer", "aot_eager"), ("inner", "aot_eager"), ("no_split", "aot_eager"),
         ("no_sync", "aot_eager"), ("unused", "aot_eager"), ("step", "aot_eager"), ("outer", "inductor"),

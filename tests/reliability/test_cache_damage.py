@@ -21,8 +21,7 @@ from kiln.log import KilnWarning
 from kiln.runtime import build, store
 from tests.reliability import cache_harness as harness
 
-# one xdist worker runs this file (`make test`: --dist loadgroup), so its module fixture is made once
-pytestmark = [pytest.mark.cpp, pytest.mark.xdist_group("cache_damage")]
+pytestmark = pytest.mark.cpp
 
 
 @pytest.fixture(scope="module")

@@ -27,8 +27,7 @@ from kiln.capture.persist.grammar import DUNDER_READS, UnsafeSource, check_glue_
 from kiln.runtime import store
 from tests.reliability import cache_harness as harness
 
-# one xdist worker runs this file (`make test`: --dist loadgroup), so its module fixture is made once
-pytestmark = [pytest.mark.cpp, pytest.mark.xdist_group("cache_forged_text")]
+pytestmark = pytest.mark.cpp
 
 
 def _f(x, w):

@@ -35,7 +35,6 @@ def _nobody() -> pwd.struct_passwd | None:
 
 pytestmark = [
     pytest.mark.cpp,
-    pytest.mark.xdist_group("cache_multiuser"),  # its `world` fixture made once under `make test` (--dist loadgroup)
     pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root, to act as a second user"),
     pytest.mark.skipif(_nobody() is None, reason="needs a `nobody` account"),
     pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc for the planted library"),

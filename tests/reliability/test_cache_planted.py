@@ -25,8 +25,7 @@ from kiln.lower.schedule import Kernel, ScatterKernel
 from kiln.runtime import records, store
 from tests.reliability import cache_harness as harness
 
-# one xdist worker runs this file (`make test`: --dist loadgroup), so its module fixture is made once
-pytestmark = [pytest.mark.cpp, pytest.mark.xdist_group("cache_planted")]
+pytestmark = pytest.mark.cpp
 
 
 class _Gadget:

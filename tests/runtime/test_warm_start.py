@@ -96,7 +96,6 @@ def _shared_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, 
 
 
 @pytest.mark.cpp
-@pytest.mark.xdist_group("warm_start_models")  # `make test` (--dist loadgroup): one worker runs _shared_runs once
 # distilbert training: its config's strict-dataclass validators (closures a factory makes per
 # field) are inlined when the loss sets config.problem_type, and travel as code (check_code)
 # mistral_cache: the glue rebuilds the cache's DynamicLayer objects (`C.__new__(C)` and their
