@@ -21,3 +21,24 @@ import kiln  # noqa: E402
 @pytest.fixture(autouse=True)
 def _no_persistent_frame_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kiln.config, "persistent_cache", False)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m 'not slow'` deselects by the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`@pytest.mark.ci_slice({"shape,dim": ((5, 7), -1), "dtype": torch.float32})` on a sweep: a
+    case whose parameters differ from these base values on more than one axis (a key: one argument,
+    or several parametrized together) is marked slow. `make test` runs the fixed star around the
+    base case (every dtype at the base shape, every shape at the base dtype, ...); `-m slow` the
+    rest of the product. Arguments not named are not thinned: every value runs at each point."""
+    for item in items:
+        marker = item.get_closest_marker("ci_slice")
+        callspec = getattr(item, "callspec", None)
+        if marker is None or callspec is None:
+            continue
+        differ = 0
+        for key, base in marker.args[0].items():
+            names = [name.strip() for name in key.split(",")]
+            got = tuple(callspec.params[name] for name in names)
+            differ += got != (base if len(names) > 1 else (base,))
+        if differ > 1:
+            item.add_marker(pytest.mark.slow)

@@ -12,6 +12,7 @@ modules is measured against a ratchet.
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 import re
 import tomllib
@@ -128,6 +129,11 @@ def _import_nodes(tree: ast.AST, *, type_checking: bool) -> list[ast.AST]:
 
 def module_imports(*, type_checking: bool = True) -> list[tuple[str, str, int]]:
     """(importing module, imported kiln module, line) for every import of a kiln module in kiln/."""
+    return list(_module_imports(type_checking))
+
+
+@functools.cache  # the sources are parsed once per process: most tests of this file read the same graph
+def _module_imports(type_checking: bool) -> tuple[tuple[str, str, int], ...]:
     found = []
     for path in sorted(KILN.rglob("*.py")):
         module = _module_name(path)
@@ -136,7 +142,7 @@ def module_imports(*, type_checking: bool = True) -> list[tuple[str, str, int]]:
             for target in _targets(node, package):
                 if target == "kiln" or target.startswith("kiln."):
                     found.append((module, target, node.lineno))
-    return found
+    return tuple(found)
 
 
 def _unit(module: str) -> str:

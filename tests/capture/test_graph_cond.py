@@ -80,6 +80,9 @@ def _dynamo_graphs(fn) -> int:
     return counter.frame_count
 
 
+# CI: every program under inductor (capture, AOT and lowering), each backend on data_pred; the
+# eager backends' runs of the others are `-m slow` (torch's eager cond compiles each one itself)
+@pytest.mark.ci_slice({"name": "data_pred", "backend": "inductor"})
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_both_branches_in_one_graph_match_eager(name: str, backend: str) -> None:
@@ -212,6 +215,7 @@ def _while_in_a_cond(x):
 WHILE_CASES = {f.__name__.strip("_"): f for f in (_while_doubling, _while_counter_and_closure, _while_in_a_cond)}
 
 
+@pytest.mark.ci_slice({"name": "while_doubling", "backend": "inductor"})  # as test_both_branches_...
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(WHILE_CASES))
 def test_while_loop_on_data_is_one_graph_matching_eager(name: str, backend: str) -> None:

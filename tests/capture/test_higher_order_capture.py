@@ -105,6 +105,8 @@ def _run(fn, x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     return out.detach(), x.grad, None if W.grad is None else W.grad.clone()
 
 
+# CI: every program under inductor (capture, AOT and lowering), each backend on scan_sum; the rest `-m slow`
+@pytest.mark.ci_slice({"name": "scan_sum", "backend": "inductor"})
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_matches_eager_in_one_graph(name: str, backend: str) -> None:

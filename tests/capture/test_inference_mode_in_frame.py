@@ -116,6 +116,8 @@ def _outcome(fn: Callable[..., Any], args: tuple) -> Any:
             for o in outs] + extra
 
 
+# CI: every program under inductor (capture, AOT, lowering), each backend on the first; the rest `-m slow`
+@pytest.mark.ci_slice({"fn": ONE_GRAPH[0], "backend": "inductor"})
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
 @pytest.mark.parametrize("fn", ONE_GRAPH + KEPT_BREAKS, ids=lambda f: f.__name__)
 def test_outcomes_are_eagers(fn, backend):

@@ -86,6 +86,8 @@ def _dynamo_graphs(fn, x: torch.Tensor) -> int:
 X = torch.randn(5, 3)
 
 
+# CI: every program under inductor (capture, AOT, lowering), each backend on the first; the rest `-m slow`
+@pytest.mark.ci_slice({"name": sorted(CASES)[0], "backend": "inductor"})
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_one_graph_with_eager_effects(name: str, backend: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from real_models import BATCH, SEQ, SMALL, VOCAB, RealModel, _no_dropout, _tokens
+from real_models import BATCH, SEQ, SMALL, VOCAB, LazyNames, RealModel, _no_dropout, _tokens
 from real_models import _cls_inputs as _cls, _lm_inputs as _lm, _seq2seq_inputs as _seq2seq
 
 HELD_OUT: dict[str, RealModel] = {}
@@ -159,6 +159,6 @@ def _define(tf: Any) -> None:
 try:
     import transformers as _tf
 
-    _define(_tf)
+    _define(LazyNames(_tf))  # classes looked up when a model is built, not all modeling modules now
 except ImportError:  # no transformers: the tests importorskip it
     pass

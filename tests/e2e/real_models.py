@@ -121,9 +121,28 @@ def _speech_inputs(training: bool) -> dict:
     return out
 
 
-def _define() -> None:
-    import transformers as tf
+class LazyNames:
+    """A module whose attributes are looked up when they are called: `tf.GPT2LMHeadModel(config)`
+    imports GPT-2's modeling module only when a model is built. Naming all 33 classes at import
+    would import every modeling module (about 5 s of CPU), in each test process that runs one model."""
 
+    def __init__(self, module: Any) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        module = self._module
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return getattr(module, name)(*args, **kwargs)
+
+        call.__name__ = call.__qualname__ = name
+        return call
+
+
+def _define() -> None:
+    import transformers
+
+    tf = LazyNames(transformers)
     _register("gpt2", tf.GPT2LMHeadModel, lambda: tf.GPT2Config(
         vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4), _lm_inputs)
     _register("bert", tf.BertForSequenceClassification, lambda: tf.BertConfig(

@@ -31,6 +31,8 @@ def _values(x, k, s, p, d, c):
     return F.max_pool2d(torch.relu(x) * 2.0 - 1.0, k, s, p, d, ceil_mode=c) + 1.0
 
 
+# CI: the star around (CASES[0], float32, contiguous): every case, dtype and layout once; `-m slow` the rest
+@pytest.mark.ci_slice({"case": CASES[0], "dtype": torch.float32, "channels_last": False})
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("channels_last", [False, True])

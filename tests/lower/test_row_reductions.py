@@ -33,6 +33,8 @@ def _check_softmaxes(x: torch.Tensor) -> None:
     check(lambda x: torch.log_softmax(x, -1), x, **DEFAULT)
 
 
+# CI: every shape in float32, every dtype at (4, 255)
+@pytest.mark.ci_slice({"shape": (4, 255), "dtype": torch.float32})
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_softmax_and_log_softmax(shape: tuple[int, ...], dtype: torch.dtype) -> None:
@@ -192,6 +194,8 @@ def test_a_long_row_sum_is_about_as_accurate_as_eager() -> None:
     assert kiln_error <= 3 * eager_error, (kiln_error, eager_error)
 
 
+# CI: every dtype over the last dim of (5, 7), every shape and dim in float32 (tests/conftest.py)
+@pytest.mark.ci_slice({"shape,dim": ((5, 7), -1), "dtype": torch.float32})
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int64, torch.uint8])
 @pytest.mark.parametrize("shape,dim", [((5, 7), -1), ((5, 7), 0), ((3, 4, 5), 1), ((6, 3000), -1), ((4, 1), -1),
                                        ((3,), 0)], ids=str)

@@ -64,6 +64,8 @@ def _compiled_case(kind, case, with_bias, dtype):
     return check(_conv_fn(stride, padding, dilation, groups, with_bias), x, w, b, atol=2e-5, rtol=1e-5).wrapper_source
 
 
+# CI: the star around the first
+@pytest.mark.ci_slice({"case": list(GEMM_CASES)[0], "with_bias": True, "dtype": torch.float32})
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("case", list(GEMM_CASES), ids=str)
@@ -73,6 +75,8 @@ def test_dense_small_convolution_is_one_gemm(case, with_bias, dtype):
     assert "extern_aten_convolution" not in source and "mkldnn" not in source  # no ATen/oneDNN convolution
 
 
+# CI: the star around the first
+@pytest.mark.ci_slice({"case": list(DEPTHWISE_CASES)[0], "with_bias": True, "dtype": torch.float32})
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("case", list(DEPTHWISE_CASES), ids=str)

@@ -24,6 +24,8 @@ def _x(shape: tuple[int, ...], dtype: torch.dtype = torch.float32, scale: float 
     return (torch.randn(shape) * scale).to(dtype)
 
 
+# CI: every shape in float32, every dtype at the first
+@pytest.mark.ci_slice({"shape,dim": ((37, 5), 0), "dtype": torch.float32})
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 @pytest.mark.parametrize("shape,dim", [((37, 5), 0), ((1024, 40), 0), ((3, 7, 19), 1), ((6, 33, 2, 70), 1),
                                        ((300, 17), 0)], ids=str)

@@ -125,6 +125,8 @@ def _torch_compile_graphs(fn: Callable, dynamic: bool | None) -> int:
     return torch_graph_count(fn, [_args(fn, n) for n in SIZES], dynamic)
 
 
+# CI: every program under inductor with dynamic=True, each backend and automatic dynamic on the first
+@pytest.mark.ci_slice({"fn": CASES[0], "backend": "inductor", "dynamic": True})
 @pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "automatic"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fn", CASES, ids=lambda f: f.__name__)
@@ -191,6 +193,8 @@ _INTERPOLATIONS = {
 }
 
 
+# CI: every interpolation under inductor, each backend on linear_computed; the rest `-m slow`
+@pytest.mark.ci_slice({"name": "linear_computed", "backend": "inductor"})
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(_INTERPOLATIONS))
 def test_interpolate_by_scale_factors(name: str, backend: str) -> None:

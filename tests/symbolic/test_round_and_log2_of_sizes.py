@@ -81,6 +81,8 @@ def _torch_compile_graphs(fn: Callable, dynamic: bool | None, sizes: tuple[int, 
     return torch_graph_count(fn, [(_x(n),) for n in sizes], dynamic)
 
 
+# CI: every program under inductor with dynamic=True, each backend and automatic dynamic on the first
+@pytest.mark.ci_slice({"fn": CASES[0], "backend": "inductor", "dynamic": True})
 @pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "automatic"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fn", CASES, ids=lambda f: f.__name__)
