@@ -974,11 +974,12 @@ enum KilnOp {
   KOP_ALIAS = 9,   // `arg`: groups of registers, each one object, the groups' objects distinct
   KOP_IS_NOT = 10,  // `v is not arg`
   KOP_EXPR = 11,    // `arg`: (function, registers): the function's truth on those registers' values
-  KOP_IS_REF = 12   // `arg` a weak reference: `v is arg()`, failing once its object is freed
+  KOP_IS_REF = 12,  // `arg` a weak reference: `v is arg()`, failing once its object is freed
+  KOP_TYPE_REF = 13  // `arg` a weak reference: `type(v) is arg()`, failing once the class is freed
 };
 // the number of ops this build knows (the module's `frame_entry_ops`): the Python side sends an op
 // only to a build that knows it (kiln.capture.fast_entry)
-static const int KILN_FRAME_ENTRY_OPS = 13;
+static const int KILN_FRAME_ENTRY_OPS = 14;
 
 struct KilnLoadStep { Py_ssize_t src; int kind; PyObject* key; };
 struct KilnCheck {
@@ -1087,6 +1088,10 @@ static int kiln_check_passes(KilnEntry* e, PyObject** regs, const KilnCheck& c) 
       // the referent, or None once freed: a freed object's address, reused by a new one, never passes
       PyObject* target = PyWeakref_GET_OBJECT(c.arg);
       return target != Py_None && v == target;
+    }
+    case KOP_TYPE_REF: {
+      PyObject* target = PyWeakref_GET_OBJECT(c.arg);
+      return target != Py_None && reinterpret_cast<PyObject*>(Py_TYPE(v)) == target;
     }
     case KOP_TYPE: return reinterpret_cast<PyObject*>(Py_TYPE(v)) == c.arg;
     case KOP_LEN: {
@@ -1297,7 +1302,7 @@ static bool kiln_parse_check(PyObject* item, Py_ssize_t nregs, KilnCheck* c) {
     }
     case KOP_IS: case KOP_IS_NOT: case KOP_TYPE:
       return true;
-    case KOP_IS_REF:
+    case KOP_IS_REF: case KOP_TYPE_REF:
       if (PyWeakref_CheckRef(c->arg)) return true;
       break;
     default: break;

@@ -1,10 +1,11 @@
-"""How an identity guard (`check_id`) holds the object it compares with: weakly where it can.
+"""How an identity guard (`check_id`, and `check_type`: the identity of a class) holds its object:
+weakly where it can.
 
 A cache entry lives until kiln.reset(); holding each object its guards compare by identity would
 keep the user's functions, modules and objects alive as long (a helper function rebound for each
 run, a model the user dropped). Torch.compile's guards hold such objects weakly and drop the cache
 entry once one of them is freed (torch/_dynamo/guards.py, `id_ref` and `invalidate`); so do these:
-`Expected` stores a check_id guard's object as a `WeakHeld` where `held_weakly` says so, the check
+`Expected` stores such a guard's object as a `WeakHeld` where `held_weakly` says so, the check
 compares with the weak reference's object (never with an id, which a new object may reuse), and
 `watch` calls a check function's `invalidate` when one of its objects is freed.
 """
@@ -15,6 +16,8 @@ import types
 import weakref
 from typing import Any, Callable, Iterable
 
+from kiln.capture.trace_rules import in_stable_module
+
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time (a static type lives as long as the process)
 
 
@@ -24,11 +27,17 @@ def held_weakly(obj: Any) -> bool:
     __weakref__: holding them keeps their id theirs, and the literals among them are shared or
     immortal anyway) and what lives as long as the process or its module does, where a call of a
     weak reference per check would cost for nothing (a static type, a C function of a module or
-    a type, a module imported in sys.modules)."""
+    a type, a module imported in sys.modules, a class or function of torch or the standard
+    library, whose modules are never reloaded: trace_rules.STABLE_MODULES)."""
     if isinstance(obj, types.ModuleType):
         return sys.modules.get(obj.__name__) is not obj
+    if isinstance(obj, (type, types.FunctionType)) and in_stable_module(getattr(obj, "__module__", None)):
+        return False
     if isinstance(obj, type):
-        return bool(obj.__flags__ & _HEAP_TYPE)
+        # A class its module names lives as long as the module: type guards sit on every module of
+        # a model, and the call of a weak reference on each would cost where nothing is freed. A
+        # class made by a call (`<locals>`, type(...)) is held weakly.
+        return bool(obj.__flags__ & _HEAP_TYPE) and not _named_by_module(obj)
     if isinstance(obj, types.BuiltinFunctionType) and (obj.__self__ is None or
                                                         isinstance(obj.__self__, (types.ModuleType, type))):
         return False
@@ -37,6 +46,21 @@ def held_weakly(obj: Any) -> bool:
     except TypeError:
         return False
     return True
+
+
+def _named_by_module(cls: type) -> bool:
+    """Whether `cls` is what its module's dicts hold at its qualified name (no code runs: the dicts
+    are read, not the attributes)."""
+    found: Any = sys.modules.get(getattr(cls, "__module__", None) or "")
+    for part in cls.__qualname__.split("."):
+        namespace = getattr(found, "__dict__", None)
+        if not isinstance(namespace, (dict, types.MappingProxyType)):
+            return False
+        found = namespace.get(part)
+    return found is cls
+
+
+WEAK_KINDS = frozenset({"check_id", "check_type"})  # the kinds whose object Expected may hold weakly
 
 
 class _Gone:
@@ -79,7 +103,7 @@ class Expected:
         return held.get() if type(held) is WeakHeld else held
 
     def __set__(self, guard: Any, value: Any) -> None:
-        weak = guard.kind == "check_id" and type(value) is not WeakHeld and held_weakly(value)
+        weak = guard.kind in WEAK_KINDS and type(value) is not WeakHeld and held_weakly(value)
         guard.__dict__["expected"] = WeakHeld(value) if weak else value
 
 

@@ -38,7 +38,7 @@ class Guard:
     object, a constant, a TensorSpec, a length, ...). `description` overrides the user-facing name
     derived from `source` (useful for closure cells: "free variable scale of f"). A check_id guard
     holds its object weakly where it can (kiln.capture.guards.identity): `expected` is then the
-    object while it lives and `identity.GONE` after.
+    object while it lives and `identity.GONE` after; so does a check_type guard on a class made by a call.
     """
 
     source: str
@@ -60,9 +60,11 @@ class Guard:
 
     def key(self) -> tuple:
         """Identity used to drop duplicates (objects compared by id, constants by value)."""
+        stored = held(self)
+        if type(stored) is WeakHeld:
+            return (self.source, self.kind, stored.id)
         if self.kind == "check_id":
-            stored = held(self)
-            return (self.source, self.kind, stored.id if type(stored) is WeakHeld else id(stored))
+            return (self.source, self.kind, id(stored))
         try:
             hash(self.expected)
             return (self.source, self.kind, type(self.expected), self.expected)
@@ -273,8 +275,14 @@ def guard_kind(fn: GuardKindFn) -> GuardKindFn:
 
 @guard_kind
 def check_type(expected: type, name: str, em: Emitter) -> list[Check]:
-    return [Check(f"type({{v}}) is {em.bind(expected)}",
-                  lambda v: f"{name} changed type from {_tname(expected)} to {_tname(type(v))}")]
+    if not held_weakly(expected):
+        return [Check(f"type({{v}}) is {em.bind(expected)}",
+                      lambda v: f"{name} changed type from {_tname(expected)} to {_tname(type(v))}")]
+    # a class made by a call (identity.held_weakly): `type(v)` is never None, a dead reference's
+    ref = weakref.ref(expected)
+    return [Check(f"type({{v}}) is {em.bind_weak(expected)}()",
+                  lambda v: f"{name} changed type from {_tname(ref()) if ref() is not None else 'a class freed since'}"
+                            f" to {_tname(type(v))}")]
 
 
 @guard_kind
