@@ -73,10 +73,9 @@ class Stats:
 STATS = Stats()
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False)  # equal only to itself: dropped by identity (CheckFn.enter)
 class CacheEntry:
-    """One compiled version of a frame: its guards and the glue that runs the compiled graphs.
-    Equal only to itself: a cache drops one by identity (`_insert`), from a weak reference's callback."""
+    """One compiled version of a frame: its guards and the glue that runs the compiled graphs."""
 
     check: CheckFn
     glue: Callable[[dict, dict, Any], Any]
@@ -110,11 +109,12 @@ class FrameCache:
     limit_warned: bool = False
     last_failure: str | None = None
     disk: list | None = None  # persist.DiskEntry candidates not used yet; None until first read
-    dropped: int = 0  # entries dropped since made, their check invalidated (an object it compared with freed)
+    dropped: int = 0  # entries dropped, an object one compared by identity freed (CheckFn.enter)
 
     def clear(self) -> None:
         self.entries.clear()
         self.disk = None
+        self.dropped = 0
         self.policy = None
         self.eager_reason = None
         self.limit_warned = False
@@ -128,26 +128,6 @@ _OBSERVERS: list[Callable[[CaptureEvent], None]] = []
 # or both capture it. Reentrant: a capture may meet another compiled callable of this thread.
 # The glue runs outside it, so compiled frames called from a glue never wait on their caller.
 _COMPILE_LOCK = threading.RLock()
-
-
-def _insert(cache: FrameCache, entry: CacheEntry) -> None:
-    """Put `entry` first in the cache, to be dropped from it once its check is invalidated (an object
-    one of its identity guards compared with was freed: no call can match it again, and it would
-    count against cache_size_limit), as torch.compile drops such an entry from its frame's cache.
-    The drop runs in a weak reference's callback, wherever the object died: one list.remove, an
-    identity search (CacheEntry is equal only to itself) that runs no Python code midway."""
-    entries = cache.entries
-
-    def drop() -> None:
-        try:
-            entries.remove(entry)
-        except ValueError:  # kiln.reset() emptied the list already
-            return
-        cache.dropped += 1  # the fast entries of the frame catch up (_Frame.catch_up)
-    entry.check.on_invalid = drop
-    entries.insert(0, entry)
-    if not entry.check.valid:  # freed between its capture and now
-        drop()
 
 
 def frame_cache(code: CodeType, options: CompileOptions) -> FrameCache:
@@ -439,11 +419,10 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
             f"    return _kiln_frame.miss(({given}), {{}}, _kiln_L)\n")
     # `entry` runs the loop itself; `fast` (its code swapped in by `refresh`) hands the call to the
     # boundary extension's Entry (kiln.capture.fast_entry), which gives `slow` what it does not answer
+    stale = "    if _kiln_frame.cache.dropped != _kiln_drops[0]: _kiln_refresh()\n"  # an entry dropped since
     source = (f"def entry{head}{loop}"
               f"def fast{head}    return _kiln_fast({', '.join(names)})\n"
-              f"def slow({', '.join(names)}):\n"
-              f"    if _kiln_frame.cache.dropped != _kiln_frame.drops_seen:\n"
-              f"        _kiln_frame.catch_up()\n{loop}")
+              f"def slow({', '.join(names)}):\n{stale}{loop}")
 
     def general_of(values: tuple, extra: tuple) -> Any:
         # the call as it was made, as far as it can be told: the arguments up to the first missing
@@ -457,7 +436,7 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
     namespace = {"_kiln_missing": _MISSING, "_kiln_fn": fn, "_kiln_code": code, "_kiln_general": general_of,
                  "_kiln_entries": frame.cache.entries, "_kiln_G": G, "_kiln_stats": stats,
                  "_kiln_mismatch": ExternMismatchError, "_kiln_frame": frame, "_kiln_fast": None,
-                 "_kiln_self": bound[0] if bound else None}
+                 "_kiln_self": bound[0] if bound else None, "_kiln_drops": [0]}
     filename = f"<kiln entry of {fn.__qualname__}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102  # identifiers only
@@ -465,20 +444,20 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
 
     def refresh() -> None:
         """The entry's code for the frame's cache as it is now: the fast entry where every cache
-        entry qualifies, the loop otherwise (called under _COMPILE_LOCK after each miss)."""
+        entry qualifies, the loop otherwise (after each miss, and from `slow` after a drop)."""
         from kiln.capture.fast_entry import native_entry  # with the first capture: not at `import kiln`
 
-        entries = frame.cache.entries
-        frame.drops_seen = frame.cache.dropped
-        fast = None
-        if entries and config.fast_entry:
-            fast = native_entry(list(entries), frame_names, bound, G, namespace["slow"], entries, stats,
-                                ExternMismatchError, lambda exc, args: frame.after_mismatch(exc, args, {}),
-                                frame.name)
-        namespace["_kiln_fast"] = fast  # before the code that reads it
-        entry.__code__ = loop_code if fast is None else fast_code
+        with _COMPILE_LOCK:  # reentrant: a miss holds it already
+            entries, namespace["_kiln_drops"][0] = frame.cache.entries, frame.cache.dropped
+            fast = None
+            if entries and config.fast_entry:
+                fast = native_entry(list(entries), frame_names, bound, G, namespace["slow"], entries, stats,
+                                    ExternMismatchError, lambda exc, args: frame.after_mismatch(exc, args, {}),
+                                    frame.name)
+            namespace["_kiln_fast"] = fast  # before the code that reads it
+            entry.__code__ = loop_code if fast is None else fast_code
 
-    frame.refresh = refresh
+    frame.refresh = namespace["_kiln_refresh"] = refresh
     if frame.cache.entries:  # the code's cache is shared: another compiled function of it filled it
         with _COMPILE_LOCK:
             refresh()
@@ -499,15 +478,6 @@ class _Frame:
         self.bind = make_binder(fn, bound_self, has_self)
         self.successor: Callable[..., Any] | None = None  # compiled for the function's newer code
         self.refresh: Callable[[], None] | None = None  # the exact entry's choice of code (_exact_entry)
-        self.drops_seen = 0  # cache.dropped when `refresh` last ran
-
-    def catch_up(self) -> None:
-        """Entries were dropped from the cache since the fast entry was made (their objects freed):
-        it hands every call to the Python loop until made again for the cache as it is now."""
-        with _COMPILE_LOCK:
-            self.drops_seen = self.cache.dropped
-            if self.refresh is not None:
-                self.refresh()
 
     def call_with_new_code(self, args: tuple, kwargs: dict) -> Any:
         """Call the compiled callable made for the function's current `__code__` (made once per code)."""
@@ -616,7 +586,7 @@ class _Frame:
                 if cache.policy is None:
                     cache.policy = _new_policy()
                 _note_inputs(cache.policy, disk.check.guards, L, G, fn)
-            _insert(cache, entry)
+            entry.check.enter(cache, entry)
             STATS.disk_hits += 1
             STATS.graphs += result.graph_count
             log.artifact("cache", f"frame cache hit: {self.name} from {disk.path}")
@@ -719,7 +689,7 @@ class _Frame:
         STATS.compiles += 1
         STATS.graphs += len(result.graphs)
         STATS.graph_breaks += len(result.breaks)
-        _insert(cache, entry)  # newest first: after automatic dynamic it is the most general
+        entry.check.enter(cache, entry)  # newest first: after automatic dynamic it is the most general
         if config.persistent_cache and self.capture is None:
             from kiln.capture import persist
 

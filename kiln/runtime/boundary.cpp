@@ -979,7 +979,7 @@ enum KilnOp {
 };
 // the number of ops this build knows (the module's `frame_entry_ops`): the Python side sends an op
 // only to a build that knows it (kiln.capture.fast_entry)
-static const int KILN_FRAME_ENTRY_OPS = 14;
+static const int kiln_frame_entry_ops = 14;
 
 struct KilnLoadStep { Py_ssize_t src; int kind; PyObject* key; };
 struct KilnCheck {
@@ -1424,7 +1424,7 @@ static struct PyModuleDef kiln_module = {PyModuleDef_HEAD_INIT, "kiln_native", n
 extern "C" PyObject* kiln_native_module() {
   if (!kiln_direct_ready() || !kiln_entry_ready()) return nullptr;
   PyObject* module = PyModule_Create(&kiln_module);
-  if (module != nullptr && PyModule_AddIntConstant(module, "frame_entry_ops", KILN_FRAME_ENTRY_OPS) < 0) {
+  if (module != nullptr && PyModule_AddIntConstant(module, "frame_entry_ops", kiln_frame_entry_ops) < 0) {
     Py_DECREF(module);
     return nullptr;
   }

@@ -430,3 +430,25 @@ def test_an_extension_without_the_weak_identity_op_is_not_given_it(monkeypatch: 
     assert fast.native_entry(*args) is None and made == []
     monkeypatch.setattr(OldBuild, "frame_entry_ops", 14, raising=False)
     assert fast.native_entry(*args) == "entry" and made
+
+
+def test_recompiles_for_objects_freed_per_call_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new object per call, compared by identity and freed after it: each call's entry is dropped
+    # and the next recompiles; past the accumulated limit (torch.compile's accumulated_recompile_limit)
+    # the frame runs eagerly instead of compiling forever, with eager's values throughout.
+    global _TOKEN, _MARK
+    from kiln.capture.guards import compile as guards_compile
+
+    monkeypatch.setattr(guards_compile, "ACCUMULATED_LIMIT", 3)
+    compiled = kiln.compile(_uses_token, backend="eager")
+    x = torch.randn(4)
+    try:
+        for k in range(6):
+            _TOKEN = _MARK = _Token(float(k))
+            torch.testing.assert_close(compiled(x), _uses_token(x))
+            _TOKEN = _MARK = None
+            gc.collect()
+        assert kiln.stats()["compiles"] == 3 and kiln.stats()["fallbacks"] == 3
+        assert "freed since" in (frames_of(compiled).eager_reason or "")
+    finally:
+        _TOKEN = _MARK = None

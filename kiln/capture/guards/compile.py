@@ -65,6 +65,11 @@ def _parse_chain(source: str) -> tuple | None:
     return source[0], tuple(steps), tuple(ends)
 
 
+# The entries a frame may drop (their objects freed) before it runs eagerly: torch.compile's
+# accumulated_recompile_limit, whose default this is.
+ACCUMULATED_LIMIT = 256
+
+
 def _never(L: dict, G: dict, F: Any) -> bool:
     return False  # the code of an invalidated check function
 
@@ -86,7 +91,7 @@ class CheckFn:
         self._checks = checks
         self._constants = constants
         self.valid = True  # False once an object it compares by identity was freed
-        self.on_invalid: Callable[[], None] | None = None  # the cache's: drop the entry (kiln.capture.entry)
+        self.on_invalid: Callable[[], None] | None = None  # what `enter` set
         self._watching: list = []
 
     def watch(self, refs: list) -> None:
@@ -116,6 +121,30 @@ class CheckFn:
         hook, self.on_invalid = self.on_invalid, None
         if hook is not None:
             hook()
+
+    def enter(self, cache: Any, entry: Any) -> None:
+        """Put `entry` (the cache entry holding this check) first in `cache.entries`, to be taken out
+        once the check is invalidated (counted in `cache.dropped`; the frame's fast entry is made
+        again: kiln.capture.entry), as torch.compile drops such an entry from its frame's cache. The
+        drop runs in a weak reference's callback, wherever the object died: one list.remove, whose
+        search by identity (a cache entry is equal only to itself) runs no Python code midway. Past
+        ACCUMULATED_LIMIT drops (new objects compared by identity, made and freed per call) the frame
+        runs eagerly, as torch.compile's accumulated_recompile_limit bounds its recompiles."""
+        entries = cache.entries
+
+        def drop() -> None:
+            try:
+                entries.remove(entry)
+            except ValueError:  # kiln.reset() emptied the list already
+                return
+            cache.dropped += 1
+            if cache.dropped >= ACCUMULATED_LIMIT and cache.eager_reason is None:
+                cache.eager_reason = (f"recompiled {cache.dropped} times for objects compared by identity "
+                                      f"and freed since (a new object per call?)")
+        self.on_invalid = drop
+        entries.insert(0, entry)
+        if not self.valid:  # freed between its capture and now
+            drop()
 
     def use_native(self, module: Any) -> None:
         """Switch to the native tensor and keys checks of `module` (the boundary extension). The

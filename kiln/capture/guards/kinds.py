@@ -280,9 +280,11 @@ def check_type(expected: type, name: str, em: Emitter) -> list[Check]:
                       lambda v: f"{name} changed type from {_tname(expected)} to {_tname(type(v))}")]
     # a class made by a call (identity.held_weakly): `type(v)` is never None, a dead reference's
     ref = weakref.ref(expected)
-    return [Check(f"type({{v}}) is {em.bind_weak(expected)}()",
-                  lambda v: f"{name} changed type from {_tname(ref()) if ref() is not None else 'a class freed since'}"
-                            f" to {_tname(type(v))}")]
+
+    def why(v: Any) -> str:
+        cls = ref()
+        return f"{name} changed type from {'a class freed since' if cls is None else _tname(cls)} to {_tname(type(v))}"
+    return [Check(f"type({{v}}) is {em.bind_weak(expected)}()", why)]
 
 
 @guard_kind
@@ -291,8 +293,8 @@ def check_id(expected: Any, name: str, em: Emitter) -> list[Check]:
     # strongly, or weakly where identity.held_weakly says so, and then freed with the user's last
     # reference (the check function is invalidated then, see CheckFn.invalidate).
     if not held_weakly(expected):
-        checks = [Check(f"{{v}} is {em.bind(expected)}",
-                        lambda v: f"{name} is a different object than when compiled (was {_short(expected)}, now {_short(v)})")]
+        checks = [Check(f"{{v}} is {em.bind(expected)}", lambda v: f"{name} is a different object than when "
+                        f"compiled (was {_short(expected)}, now {_short(v)})")]
     else:
         ref = weakref.ref(expected)
         # A dead reference gives None: `is not None` keeps a None there from passing (a function's
