@@ -73,7 +73,7 @@ class Stats:
 STATS = Stats()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # equal only to itself: dropped by identity (CheckFn.enter)
 class CacheEntry:
     """One compiled version of a frame: its guards and the glue that runs the compiled graphs."""
 
@@ -109,10 +109,12 @@ class FrameCache:
     limit_warned: bool = False
     last_failure: str | None = None
     disk: list | None = None  # persist.DiskEntry candidates not used yet; None until first read
+    dropped: int = 0  # entries dropped, an object one compared by identity freed (CheckFn.enter)
 
     def clear(self) -> None:
         self.entries.clear()
         self.disk = None
+        self.dropped = 0
         self.policy = None
         self.eager_reason = None
         self.limit_warned = False
@@ -417,9 +419,10 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
             f"    return _kiln_frame.miss(({given}), {{}}, _kiln_L)\n")
     # `entry` runs the loop itself; `fast` (its code swapped in by `refresh`) hands the call to the
     # boundary extension's Entry (kiln.capture.fast_entry), which gives `slow` what it does not answer
+    stale = "    if _kiln_frame.cache.dropped != _kiln_drops[0]: _kiln_refresh()\n"  # an entry dropped since
     source = (f"def entry{head}{loop}"
               f"def fast{head}    return _kiln_fast({', '.join(names)})\n"
-              f"def slow({', '.join(names)}):\n{loop}")
+              f"def slow({', '.join(names)}):\n{stale}{loop}")
 
     def general_of(values: tuple, extra: tuple) -> Any:
         # the call as it was made, as far as it can be told: the arguments up to the first missing
@@ -433,7 +436,7 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
     namespace = {"_kiln_missing": _MISSING, "_kiln_fn": fn, "_kiln_code": code, "_kiln_general": general_of,
                  "_kiln_entries": frame.cache.entries, "_kiln_G": G, "_kiln_stats": stats,
                  "_kiln_mismatch": ExternMismatchError, "_kiln_frame": frame, "_kiln_fast": None,
-                 "_kiln_self": bound[0] if bound else None}
+                 "_kiln_self": bound[0] if bound else None, "_kiln_drops": [0]}
     filename = f"<kiln entry of {fn.__qualname__}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102  # identifiers only
@@ -441,19 +444,20 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
 
     def refresh() -> None:
         """The entry's code for the frame's cache as it is now: the fast entry where every cache
-        entry qualifies, the loop otherwise (called under _COMPILE_LOCK after each miss)."""
+        entry qualifies, the loop otherwise (after each miss, and from `slow` after a drop)."""
         from kiln.capture.fast_entry import native_entry  # with the first capture: not at `import kiln`
 
-        entries = frame.cache.entries
-        fast = None
-        if entries and config.fast_entry:
-            fast = native_entry(list(entries), frame_names, bound, G, namespace["slow"], entries, stats,
-                                ExternMismatchError, lambda exc, args: frame.after_mismatch(exc, args, {}),
-                                frame.name)
-        namespace["_kiln_fast"] = fast  # before the code that reads it
-        entry.__code__ = loop_code if fast is None else fast_code
+        with _COMPILE_LOCK:  # reentrant: a miss holds it already
+            entries, namespace["_kiln_drops"][0] = frame.cache.entries, frame.cache.dropped
+            fast = None
+            if entries and config.fast_entry:
+                fast = native_entry(list(entries), frame_names, bound, G, namespace["slow"], entries, stats,
+                                    ExternMismatchError, lambda exc, args: frame.after_mismatch(exc, args, {}),
+                                    frame.name)
+            namespace["_kiln_fast"] = fast  # before the code that reads it
+            entry.__code__ = loop_code if fast is None else fast_code
 
-    frame.refresh = refresh
+    frame.refresh = namespace["_kiln_refresh"] = refresh
     if frame.cache.entries:  # the code's cache is shared: another compiled function of it filled it
         with _COMPILE_LOCK:
             refresh()
@@ -582,7 +586,7 @@ class _Frame:
                 if cache.policy is None:
                     cache.policy = _new_policy()
                 _note_inputs(cache.policy, disk.check.guards, L, G, fn)
-            cache.entries.insert(0, entry)
+            entry.check.enter(cache, entry)
             STATS.disk_hits += 1
             STATS.graphs += result.graph_count
             log.artifact("cache", f"frame cache hit: {self.name} from {disk.path}")
@@ -685,7 +689,7 @@ class _Frame:
         STATS.compiles += 1
         STATS.graphs += len(result.graphs)
         STATS.graph_breaks += len(result.breaks)
-        cache.entries.insert(0, entry)  # newest first: after automatic dynamic it is the most general
+        entry.check.enter(cache, entry)  # newest first: after automatic dynamic it is the most general
         if config.persistent_cache and self.capture is None:
             from kiln.capture import persist
 

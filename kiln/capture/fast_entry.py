@@ -12,7 +12,8 @@ arguments, then one load per step of a source (`L['self']._modules['fc']._parame
 an item, an attribute, an item, an item; a prefix shared by several sources is read once per
 call). An entry qualifies when every guard is one the extension checks itself on its register:
 tensor metadata (`check_tensor`, a plain tensor or Parameter), identity (`check_id`, a function's
-code and defaults too), `check_type`, `check_len`, `check_value` (None, bools, dtypes, ints,
+code and defaults too), `check_type` (both through a weak reference where the guard holds its
+object weakly: `_IS_REF`, `_TYPE_REF`), `check_len`, `check_value` (None, bools, dtypes, ints,
 finite floats with a zero's sign, strings), `check_none`/`check_not_none`, `check_keys`,
 `check_absent`, grad mode, the default dtype with autocast off, `check_aliasing`; and its glue is
 one graph call over sources that tensor guards check, returning one result or the whole tuple.
@@ -30,6 +31,7 @@ import torch
 
 from kiln import log
 from kiln.capture.guards.compile import _STEP_RE, _TERM_RE, _replace_source
+from kiln.capture.guards.identity import WeakHeld, held
 from kiln.capture.guards.native import native_checks, native_spec
 
 # the glue of one graph call (kiln.capture.glue.GlueBuilder.finish)
@@ -39,7 +41,7 @@ _ONE_CALL = re.compile(r"def __glue_\w+\(L, G, F\):\n"
 _SYS = "__import__('sys')"  # the root of the global hooks' sources (torch.nn.modules.module's dicts)
 
 # the extension's check ops (KOP_* in boundary.cpp)
-_TENSOR, _IS, _TYPE, _LEN, _VALUE, _KEYS, _ABSENT, _GRAD, _STATE, _ALIAS, _IS_NOT, _EXPR = range(12)
+_TENSOR, _IS, _TYPE, _LEN, _VALUE, _KEYS, _ABSENT, _GRAD, _STATE, _ALIAS, _IS_NOT, _EXPR, _IS_REF, _TYPE_REF = range(14)
 _LOAD_ATTR, _LOAD_ITEM, _LOAD_GLOBAL, _LOAD_CONST, _LOAD_CALL = range(5)
 _METHODS = frozenset({"size", "stride", "storage_offset", "dim", "numel"})  # `.size()` in a source
 
@@ -178,11 +180,11 @@ class _Program:
                 raise _Refused(f"{guard.source}: a tensor the native check cannot read ({expected.type.__name__})")
             return [(_TENSOR, reg, spec)]
         if kind == "check_id":
-            if isinstance(expected, types.FunctionType):
-                return [(_IS, reg, expected)] + self._function_contents(expected, reg, entry, guard.source)
-            return [(_IS, reg, expected)]
+            return [self._identity(guard, reg, module, _IS, _IS_REF)] + (
+                self._function_contents(expected, reg, entry, guard.source)
+                if isinstance(expected, types.FunctionType) else [])
         if kind == "check_type":
-            return [(_TYPE, reg, expected)]
+            return [self._identity(guard, reg, module, _TYPE, _TYPE_REF)]
         if kind == "check_len":
             return [(_LEN, reg, int(expected))]
         if kind == "check_none":
@@ -201,6 +203,22 @@ class _Program:
                 return [(_VALUE, reg, expected)]
             raise _Refused(f"{guard.source}: a constant of type {type(expected).__name__}")
         raise _Refused(f"a {kind} guard on {guard.source or '(the frame)'}")
+
+    @staticmethod
+    def _identity(guard: Any, reg: int, module: Any, strong: int, weak: int) -> tuple:
+        """The check of a check_id guard (`_IS`) or a check_type one (`_TYPE`): with the object its
+        guard holds weakly through the weak reference it holds (`_IS_REF`, `_TYPE_REF`: never passing
+        once the object is freed), else with the object. An extension built before it knew those
+        ops (its `frame_entry_ops`) is not given them."""
+        stored = held(guard)
+        if type(stored) is not WeakHeld:
+            return (strong, reg, stored)
+        if getattr(module, "frame_entry_ops", 0) <= _TYPE_REF:
+            raise _Refused("the boundary extension was built before weak identity checks: rebuild it "
+                           "(python -m kiln boundary)")
+        if stored.ref() is None:
+            raise _Refused(f"{guard.source}: an object compared by identity was freed")
+        return (weak, reg, stored.ref)
 
     def _function_contents(self, fn: types.FunctionType, reg: int, entry: Any, source: str) -> list[tuple]:
         """The checks of kinds._function_contents: code and defaults by identity. The Python check

@@ -973,8 +973,13 @@ enum KilnOp {
   KOP_STATE = 8,   // the default dtype is `arg` and no autocast (no register)
   KOP_ALIAS = 9,   // `arg`: groups of registers, each one object, the groups' objects distinct
   KOP_IS_NOT = 10,  // `v is not arg`
-  KOP_EXPR = 11     // `arg`: (function, registers): the function's truth on those registers' values
+  KOP_EXPR = 11,    // `arg`: (function, registers): the function's truth on those registers' values
+  KOP_IS_REF = 12,  // `arg` a weak reference: `v is arg()`, failing once its object is freed
+  KOP_TYPE_REF = 13  // `arg` a weak reference: `type(v) is arg()`, failing once the class is freed
 };
+// the number of ops this build knows (the module's `frame_entry_ops`): the Python side sends an op
+// only to a build that knows it (kiln.capture.fast_entry)
+static const int kiln_frame_entry_ops = 14;
 
 struct KilnLoadStep { Py_ssize_t src; int kind; PyObject* key; };
 struct KilnCheck {
@@ -1079,6 +1084,15 @@ static int kiln_check_passes(KilnEntry* e, PyObject** regs, const KilnCheck& c) 
     case KOP_TENSOR: return kiln_tensor_passes(v, c.spec);
     case KOP_IS: return v == c.arg;
     case KOP_IS_NOT: return v != c.arg;
+    case KOP_IS_REF: {
+      // the referent, or None once freed: a freed object's address, reused by a new one, never passes
+      PyObject* target = PyWeakref_GET_OBJECT(c.arg);
+      return target != Py_None && v == target;
+    }
+    case KOP_TYPE_REF: {
+      PyObject* target = PyWeakref_GET_OBJECT(c.arg);
+      return target != Py_None && reinterpret_cast<PyObject*>(Py_TYPE(v)) == target;
+    }
     case KOP_TYPE: return reinterpret_cast<PyObject*>(Py_TYPE(v)) == c.arg;
     case KOP_LEN: {
       Py_ssize_t n = PyObject_Size(v);
@@ -1288,6 +1302,9 @@ static bool kiln_parse_check(PyObject* item, Py_ssize_t nregs, KilnCheck* c) {
     }
     case KOP_IS: case KOP_IS_NOT: case KOP_TYPE:
       return true;
+    case KOP_IS_REF: case KOP_TYPE_REF:
+      if (PyWeakref_CheckRef(c->arg)) return true;
+      break;
     default: break;
   }
   PyErr_SetString(PyExc_ValueError, "frame_entry: a check's op or argument is not one it knows");
@@ -1406,5 +1423,10 @@ static struct PyModuleDef kiln_module = {PyModuleDef_HEAD_INIT, "kiln_native", n
 
 extern "C" PyObject* kiln_native_module() {
   if (!kiln_direct_ready() || !kiln_entry_ready()) return nullptr;
-  return PyModule_Create(&kiln_module);
+  PyObject* module = PyModule_Create(&kiln_module);
+  if (module != nullptr && PyModule_AddIntConstant(module, "frame_entry_ops", kiln_frame_entry_ops) < 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
 }

@@ -115,8 +115,6 @@ def _make_helper(k: float) -> Callable[[torch.Tensor], torch.Tensor]:
     return helper
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed yet: an identity guard (guards/kinds.py check_id) binds the "
-                   "function strongly in the check function's constants, its Guard's args and its failure message")
 @BACKENDS
 def test_functions_bound_as_globals_are_freed(fast_entry: bool, backend: str) -> None:
     global _HELPER

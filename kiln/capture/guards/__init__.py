@@ -7,6 +7,8 @@ early exit, plus `explain_failure` that names the first failing guard in the use
 Corresponds to torch/_dynamo/guards.py (GuardBuilder and the generated check function).
 
 The package, in the order its modules import each other:
+  - identity: how identity and type guards hold their objects (weakly where they can die; a freed
+    one invalidates the check function and drops its cache entry);
   - kinds: the records (`Guard` and what each kind compares against) and the table of guard kinds;
   - global_kinds: the kinds over process-wide state (grad mode, default dtype and autocast, settings
     the trace asked for, calls whose result is promised constant, aliasing among tensor inputs);

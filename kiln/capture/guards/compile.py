@@ -8,10 +8,12 @@ checks the guards in order with early exit, and returns False when a source cann
 from __future__ import annotations
 
 import re
+import weakref
 from types import CodeType
 from typing import Any, Callable, Sequence
 
 from kiln import log
+from kiln.capture.guards.identity import watch
 from kiln.capture.guards.kinds import Check, Emitter, GUARD_KINDS, Guard, user_name
 from kiln.capture.guards.native import _made, native_checks
 
@@ -63,6 +65,15 @@ def _parse_chain(source: str) -> tuple | None:
     return source[0], tuple(steps), tuple(ends)
 
 
+# The entries a frame may drop (their objects freed) before it runs eagerly: torch.compile's
+# accumulated_recompile_limit, whose default this is.
+ACCUMULATED_LIMIT = 256
+
+
+def _never(L: dict, G: dict, F: Any) -> bool:
+    return False  # the code of an invalidated check function
+
+
 class CheckFn:
     """The compiled guards of one cache entry: `check(L, G, F) -> bool`, its source text, and why it fails.
 
@@ -79,13 +90,68 @@ class CheckFn:
         self.native = native  # whether the tensor and keys checks call the boundary extension
         self._checks = checks
         self._constants = constants
+        self.valid = True  # False once an object it compares by identity was freed
+        self.on_invalid: Callable[[], None] | None = None  # what `enter` set
+        self._watching: list = []
+
+    def watch(self, refs: list) -> None:
+        """Invalidate this check once an object of `refs` (weak references its identity guards
+        compare with) is freed: none of its entries' calls can match again."""
+        me = weakref.ref(self)
+
+        def invalidate() -> None:
+            check = me()
+            if check is not None:
+                check.invalidate()
+        objects = [r() for r in refs]
+        self._watching = watch([obj for obj in objects if obj is not None], invalidate)
+        if any(obj is None for obj in objects):
+            self.invalidate()
+
+    def invalidate(self) -> None:
+        """An object an identity guard compares with was freed: the check fails from now on for
+        whoever holds its function (a thread in the middle of a cache's loop, a disk candidate), and
+        `on_invalid` drops its entry from the cache, where it would count against cache_size_limit.
+        Called from a weak reference's callback, which runs before the freed object's memory can
+        hold another: the weak references in the check fail already, this makes it fail whole."""
+        if not self.valid:
+            return
+        self.valid = False
+        self.fn.__code__ = _never.__code__
+        hook, self.on_invalid = self.on_invalid, None
+        if hook is not None:
+            hook()
+
+    def enter(self, cache: Any, entry: Any) -> None:
+        """Put `entry` (the cache entry holding this check) first in `cache.entries`, to be taken out
+        once the check is invalidated (counted in `cache.dropped`; the frame's fast entry is made
+        again: kiln.capture.entry), as torch.compile drops such an entry from its frame's cache. The
+        drop runs in a weak reference's callback, wherever the object died: one list.remove, whose
+        search by identity (a cache entry is equal only to itself) runs no Python code midway. Past
+        ACCUMULATED_LIMIT drops (new objects compared by identity, made and freed per call) the frame
+        runs eagerly, as torch.compile's accumulated_recompile_limit bounds its recompiles."""
+        entries = cache.entries
+
+        def drop() -> None:
+            try:
+                entries.remove(entry)
+            except ValueError:  # kiln.reset() emptied the list already
+                return
+            cache.dropped += 1
+            if cache.dropped >= ACCUMULATED_LIMIT and cache.eager_reason is None:
+                cache.eager_reason = (f"recompiled {cache.dropped} times for objects compared by identity "
+                                      f"and freed since (a new object per call?)")
+        self.on_invalid = drop
+        entries.insert(0, entry)
+        if not self.valid:  # freed between its capture and now
+            drop()
 
     def use_native(self, module: Any) -> None:
         """Switch to the native tensor and keys checks of `module` (the boundary extension). The
         function object stays (a cache entry holds it): its code is replaced, and its globals get
         the new code's constants, named apart from the old ones (`___n<k>`, see Emitter), so a call
         running the old code meanwhile still reads its own."""
-        if self.native:
+        if self.native or not self.valid:
             return
         new = compile_guards(self.guards, native=module)
         self.fn.__globals__.update(new._constants)
@@ -194,8 +260,8 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
         if _global_names(code) <= em.constants.keys():
             namespace = dict(em.constants)
             exec(code, namespace)
-            return _made(CheckFn(ordered, namespace["___check_guards"], source, all_checks, em.constants, code,
-                                 native is not None), upgrade_later)
+            return _made(_watched(CheckFn(ordered, namespace["___check_guards"], source, all_checks, em.constants,
+                                          code, native is not None), em), upgrade_later)
         # not this function's code for these guards after all (or made for the other variant)
         return compile_guards(ordered, native=native if not upgrade_later else _DEFAULT)
     source = _check_function_source(lines)
@@ -203,8 +269,14 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
     code = compile(source, "<kiln guards>", "exec")
     exec(code, namespace)
     log.artifact("guards", lambda: "guards:\n" + "\n".join(f"  {g}" for g in ordered) + "\n" + source)
-    return _made(CheckFn(ordered, namespace["___check_guards"], source, all_checks, em.constants, code,
-                         native is not None), upgrade_later)
+    return _made(_watched(CheckFn(ordered, namespace["___check_guards"], source, all_checks, em.constants, code,
+                                  native is not None), em), upgrade_later)
+
+
+def _watched(check: CheckFn, em: Emitter) -> CheckFn:
+    if em.weak:
+        check.watch(em.weak)
+    return check
 
 
 def _ordered(guards: Sequence[Guard], shape_guards: Sequence[Any]) -> list[Guard]:

@@ -15,12 +15,14 @@ import math
 import re
 import sys
 import types
+import weakref
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from kiln.capture.guards.identity import Expected, WeakHeld, held, held_weakly
 from kiln.symbolic.marks import marked_dynamic
 
 
@@ -34,12 +36,14 @@ class Guard:
 
     `kind` names a verb of GUARD_KINDS; `expected` is what that verb compares against (a type, an
     object, a constant, a TensorSpec, a length, ...). `description` overrides the user-facing name
-    derived from `source` (useful for closure cells: "free variable scale of f").
+    derived from `source` (useful for closure cells: "free variable scale of f"). A check_id guard
+    holds its object weakly where it can (kiln.capture.guards.identity): `expected` is then the
+    object while it lives and `identity.GONE` after; so does a check_type guard on a class made by a call.
     """
 
     source: str
     kind: str
-    expected: Any = None
+    expected: Any = Expected()
     description: str | None = None
 
     def __post_init__(self) -> None:
@@ -56,13 +60,20 @@ class Guard:
 
     def key(self) -> tuple:
         """Identity used to drop duplicates (objects compared by id, constants by value)."""
+        stored = held(self)
+        if type(stored) is WeakHeld:
+            return (self.source, self.kind, stored.id)
         if self.kind == "check_id":
-            return (self.source, self.kind, id(self.expected))
+            return (self.source, self.kind, id(stored))
         try:
             hash(self.expected)
             return (self.source, self.kind, type(self.expected), self.expected)
         except TypeError:
             return (self.source, self.kind, repr(self.expected))
+
+    def __getstate__(self) -> dict:
+        # the object, not the weak reference (which does not pickle): a cache file names it
+        return {**self.__dict__, "expected": self.expected}
 
     def __str__(self) -> str:
         if not self.source:
@@ -223,6 +234,7 @@ class Emitter:
             if hasattr(native, "global_ok"):  # an extension built before it had none
                 self.constants["___global_ok"] = native.global_ok
         self._names: dict[Any, str] = {}
+        self.weak: list[weakref.ref] = []  # the weak references bind_weak bound, in order
 
     def bind(self, obj: Any) -> str:
         # By identity (check_id compares with `is`), except devices: each tensor hands out a new
@@ -233,6 +245,20 @@ class Emitter:
             name = f"{self.prefix}{len(self._names)}"
             self._names[key] = name
             self.constants[name] = obj
+        return name
+
+    def bind_weak(self, obj: Any) -> str:
+        """A name for a weak reference to `obj`: code reads the object as `name()`, None once it is
+        freed. Named `<prefix>w<k>`: code made where this object was held strongly (another process's
+        policy, kiln.capture.guards.identity.held_weakly) never binds to it. The objects bound so
+        are `self.weak`, which the check function watches (identity.watch)."""
+        key = ("weak", id(obj))
+        name = self._names.get(key)
+        if name is None:
+            name = f"{self.prefix}w{len(self._names)}"
+            self._names[key] = name
+            self.constants[name] = ref = weakref.ref(obj)
+            self.weak.append(ref)
         return name
 
 
@@ -249,15 +275,35 @@ def guard_kind(fn: GuardKindFn) -> GuardKindFn:
 
 @guard_kind
 def check_type(expected: type, name: str, em: Emitter) -> list[Check]:
-    return [Check(f"type({{v}}) is {em.bind(expected)}",
-                  lambda v: f"{name} changed type from {_tname(expected)} to {_tname(type(v))}")]
+    if not held_weakly(expected):
+        return [Check(f"type({{v}}) is {em.bind(expected)}",
+                      lambda v: f"{name} changed type from {_tname(expected)} to {_tname(type(v))}")]
+    # a class made by a call (identity.held_weakly): `type(v)` is never None, a dead reference's
+    ref = weakref.ref(expected)
+
+    def why(v: Any) -> str:
+        cls = ref()
+        return f"{name} changed type from {'a class freed since' if cls is None else _tname(cls)} to {_tname(type(v))}"
+    return [Check(f"type({{v}}) is {em.bind_weak(expected)}()", why)]
 
 
 @guard_kind
 def check_id(expected: Any, name: str, em: Emitter) -> list[Check]:
-    # A strong reference (not id()) so that a freed object's id can never be reused by another.
-    checks = [Check(f"{{v}} is {em.bind(expected)}",
-                    lambda v: f"{name} is a different object than when compiled (was {_short(expected)}, now {_short(v)})")]
+    # Compared with the object itself, never its id (a new object may reuse a freed one's): held
+    # strongly, or weakly where identity.held_weakly says so, and then freed with the user's last
+    # reference (the check function is invalidated then, see CheckFn.invalidate).
+    if not held_weakly(expected):
+        checks = [Check(f"{{v}} is {em.bind(expected)}", lambda v: f"{name} is a different object than when "
+                        f"compiled (was {_short(expected)}, now {_short(v)})")]
+    else:
+        ref = weakref.ref(expected)
+        # A dead reference gives None: `is not None` keeps a None there from passing (a function's
+        # next check, `.__code__`, raises on None already)
+        tail = "" if isinstance(expected, types.FunctionType) else " is not None"
+        checks = [Check(f"{{v}} is {em.bind_weak(expected)}(){tail}",
+                        lambda v: f"{name} is a different object than when compiled (was {_short(ref())}, "
+                                  f"now {_short(v)})" if ref() is not None else
+                                  f"{name} was an object freed since it was compiled (now {_short(v)})")]
     if isinstance(expected, types.FunctionType):
         checks += _function_contents(expected, name, em)
     return checks
