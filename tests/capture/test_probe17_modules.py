@@ -165,3 +165,36 @@ def test_parameter_list_with_plain_values_gradients() -> None:
     m(x)[0].sum().backward()
     for g, p in zip(got, m.parameters()):
         torch.testing.assert_close(g, p.grad)
+
+
+# ------------------------------------------------------------------ global module hooks
+def test_global_module_hooks_see_the_users_modules_only() -> None:
+    """A global forward hook registered after the first call: the recompiled graph runs it on the
+    user's modules, and the graph Kiln runs (aot_eager's ATen graphs) is none of them."""
+    from torch.nn.modules import module as module_hooks
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2))
+    kiln.reset()
+    compiled = kiln.compile(net, backend="aot_eager")
+    x = torch.randn(3, requires_grad=True)
+    compiled(x)
+
+    def run(fn):
+        seen: list = []
+        handles = [module_hooks.register_module_forward_hook(
+            lambda mod, args, out: (seen.append(type(mod).__name__), out + 1)[1])]
+        try:
+            out = fn(x)
+            out.sum().backward()
+        finally:
+            for h in handles:
+                h.remove()
+        grad = x.grad.clone()
+        x.grad = None
+        return out, grad, seen
+
+    got, want = run(compiled), run(net)
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1])
+    assert got[2] == want[2]
