@@ -198,3 +198,28 @@ def test_global_module_hooks_see_the_users_modules_only() -> None:
     torch.testing.assert_close(got[0], want[0])
     torch.testing.assert_close(got[1], want[1])
     assert got[2] == want[2]
+
+
+# ------------------------------------------------------------------ legacy backward hooks
+def test_legacy_backward_hook_sees_eagers_last_node() -> None:
+    """register_backward_hook (not the full kind) hooks the grad_fn of the forward's result: its
+    grad_input is that node's (eager's last op), so the compiled module with one runs eagerly."""
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 2)
+    net = lin
+    seen: list = []
+    lin.register_backward_hook(lambda mod, gin, gout: seen.append(
+        [None if g is None else tuple(g.shape) for g in gin]))
+
+    def run(fn):
+        seen.clear()
+        x = torch.linspace(-1, 1, 12).reshape(4, 3).requires_grad_()
+        fn(x).sum().backward()
+        return list(seen), x.grad
+
+    want = run(net)
+    kiln.reset()
+    got = run(kiln.compile(net, backend="aot_eager"))
+    assert got[0] == want[0]
+    torch.testing.assert_close(got[1], want[1])
+
