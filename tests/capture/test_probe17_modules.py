@@ -223,3 +223,35 @@ def test_legacy_backward_hook_sees_eagers_last_node() -> None:
     assert got[0] == want[0]
     torch.testing.assert_close(got[1], want[1])
 
+
+
+# ------------------------------------------------------------------ hooks that change the gradient's kind
+def _hook_changes_dtype(x):
+    y = x * 2
+    y.register_hook(lambda g: g.double())
+    return y.sum()
+
+
+def _hook_changes_size(x):
+    y = x * 2
+    y.register_hook(lambda g: g.sum())
+    return y.sum()
+
+
+@pytest.mark.parametrize("f, message", [(_hook_changes_dtype, "changed the type"),
+                                        (_hook_changes_size, "changed the size")])
+def test_pure_hook_changing_the_gradient_raises_in_backward_as_eager(f, message) -> None:
+    """The graph cannot hold such a hook (AOT autograd's trace of the backward raised and Kiln fell
+    back with an internal error): it breaks, and eager's error comes from backward."""
+    import warnings
+
+    from kiln.log import KilnWarning
+
+    kiln.reset()
+    compiled = kiln.compile(f, backend="aot_eager")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = compiled(torch.ones(3, requires_grad=True))
+    assert not [w for w in caught if issubclass(w.category, KilnWarning)]
+    with pytest.raises(RuntimeError, match=message):
+        out.backward()

@@ -72,6 +72,10 @@ def register_hook(tx: "Tracer", tensor: "TensorVariable", args: Sequence[Variabl
         raise raise_in_trace(error, f"RuntimeError: {error} (raised natively)")
     if tensor.source is None:
         hook = _pure_gradient_function(args[0])
+        if hook is not None and not _keeps_gradient_kind(tx, tensor.example, hook):
+            raise Unsupported("Tensor.register_hook() on a tensor the graph computes, with a hook that changes the "
+                              "gradient's dtype, device or size (eager raises when backward runs it)",
+                              kind="unsupported_call")
         if hook is None:
             raise Unsupported("Tensor.register_hook() on a tensor the graph computes, with a hook that is not a "
                               "pure function of the gradient (it reads or writes Python state, or is not made in "
@@ -127,6 +131,19 @@ def _pure_gradient_function(hook: Variable) -> Callable[[torch.Tensor], Any] | N
             return None
     # no global is loaded: the builtins are there for the machinery that runs it (an import)
     return types.FunctionType(code, {"__builtins__": builtins}, hook.qualname.rpartition(".")[2])
+
+
+def _keeps_gradient_kind(tx: "Tracer", example: torch.Tensor, hook: Callable[[torch.Tensor], Any]) -> bool:
+    """Whether the pure hook, run on a fake gradient, gives None or a tensor eager's engine accepts
+    in its place (same dtype, device and size); else backward raises, which the graph could not."""
+    try:
+        with tx.output.fake_mode, torch.no_grad():
+            result = hook(torch.empty_like(example))
+        return result is None or isinstance(result, torch.Tensor) and result.dtype == example.dtype \
+            and result.device == example.device and result.layout == example.layout \
+            and bool(result.shape == example.shape)
+    except Exception:
+        return False
 
 
 def _registration_of(hook: Callable[[torch.Tensor], Any]) -> Callable[[torch.Tensor], None]:
