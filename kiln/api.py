@@ -137,6 +137,10 @@ class OptimizedModule(torch.nn.Module):
             self._kiln_forward = _compiled_forward(mod, self._kiln_options, self._kiln_capture)
         if overrides:
             return self._kiln_forward(*args, **kwargs)  # the class's own __call__, compiled
+        if mod._backward_hooks and mod._is_full_backward_hook is False:
+            # register_backward_hook (the legacy kind) hooks the last autograd node the forward
+            # makes, which only eager's forward makes: run eagerly, as torch.compile does
+            return mod(*args, **kwargs)
         if _needs_module_call(mod):
             # backward hooks (or hooks that must run even when forward raises): Module.__call__
             # itself runs them, around the compiled forward

@@ -45,6 +45,14 @@ class InferenceModeEscapes(RestartCapture):
     break, which runs it for real."""
 
 
+class HookedTensorEscapes(RestartCapture):
+    """A tensor the graph computes, with a hook a node of the graph registers on it, leaves the
+    graph (returned, stored, live at a break). Under AOT autograd that hook runs inside the compiled
+    backward, after any hook or retain_grad the caller adds to the output, which eager runs after
+    it: the frame is captured again with such registrations as graph breaks (eager's registration
+    on the real tensor)."""
+
+
 class GraphBreakError(KilnError):
     """Raised under fullgraph=True at the first graph break; its message is the break record."""
 

@@ -287,8 +287,9 @@ def aot_autograd(fw_compiler: Compiler, bw_compiler: Compiler | None = None, *,
 
 
 def run_eagerly(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    """The aot_eager compiler: the ATen graph runs op by op through PyTorch's kernels."""
-    return gm
+    """The aot_eager compiler: the ATen graph runs op by op through PyTorch's kernels (its generated
+    forward, not nn.Module.__call__: global module hooks the user registers are not the graph's)."""
+    return gm.forward
 
 
 aot_eager: Backend = aot_autograd(run_eagerly)

@@ -26,7 +26,7 @@ from kiln.capture.tracer import GENERATOR_FLAGS, CaptureState, ReachedBreak, Tra
 from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.functions import CellVariable
 from kiln.capture.variables.generator import close_dropped_at_return, refuse_unclosed_cleanups
-from kiln.errors import GraphBreakError, InferenceModeEscapes, RestartCapture, Unsupported
+from kiln.errors import GraphBreakError, HookedTensorEscapes, InferenceModeEscapes, RestartCapture, Unsupported
 
 _MAX_RESTARTS = 16  # captures started again after the trace initialized lazy modules
 
@@ -41,10 +41,13 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
     stop: tuple[int, int, BreakRecord] | None = None
     unbacked_limit: int | None = None
     restarts = 0
-    inference_breaks = False  # inference_mode blocks are traced as no-grad regions until one escapes
+    # inference_mode blocks are traced as no-grad regions, and pure hooks on computed tensors stay in
+    # the graph, until one escapes (the exception's class): then they are breaks
+    escaped: set[type] = set()
     while True:
         state = CaptureState(fn, options, policy)
-        state.inference_breaks = inference_breaks
+        state.inference_breaks = InferenceModeEscapes in escaped
+        state.hook_breaks = HookedTensorEscapes in escaped
         state.output.fake_mode.unbacked_limit = unbacked_limit
         root = _root_tracer(state, fn, L, None if stop is None else stop[:2])
         try:
@@ -52,8 +55,9 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                 value = root.run()
                 close_dropped_at_return(root, state.generators)
                 refuse_unclosed_cleanups(state.generators)
-            except InferenceModeEscapes:
-                inference_breaks, stop = True, None
+            except (InferenceModeEscapes, HookedTensorEscapes) as exc:
+                _note_escape(exc, escaped)
+                stop = None
                 continue
             except RestartCapture:
                 restarts += 1
@@ -66,8 +70,9 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                 refuse_unclosed_cleanups(state.generators)  # the frame then runs eagerly
                 try:
                     return finish_break(state, root, fn, options, wrap_frame, stop[2])
-                except InferenceModeEscapes:  # a value made under inference_mode is live at the break
-                    inference_breaks, stop = True, None
+                except (InferenceModeEscapes, HookedTensorEscapes) as exc:  # such a value is live at the break
+                    _note_escape(exc, escaped)
+                    stop = None
                     continue
             except Unsupported as exc:
                 if stop is not None:
@@ -93,13 +98,22 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                 continue
             try:
                 return finish_return(state, root, fn, options, value)
-            except InferenceModeEscapes:
-                inference_breaks, stop = True, None
+            except (InferenceModeEscapes, HookedTensorEscapes) as exc:
+                _note_escape(exc, escaped)
+                stop = None
                 continue
         finally:
             abandon_open_contexts(state)
             torch._C._set_grad_enabled(state.initial_grad)
             state.modes.restore_process()
+
+
+def _note_escape(exc: RestartCapture, escaped: set[type]) -> None:
+    """Capture again with the escaping kind of value as breaks; a second escape of that kind (the
+    breaks did not keep it in) is an internal error rather than an endless loop."""
+    if type(exc) in escaped:
+        raise exc
+    escaped.add(type(exc))
 
 
 def _user_frame(tx: Tracer) -> Tracer:

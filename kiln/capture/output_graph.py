@@ -24,7 +24,7 @@ from kiln.capture.guards import Guard, tensor_guard, user_name
 from kiln.capture.process_modes import MODE_WRITERS
 from kiln.capture.sources import Source
 from kiln.capture.verify import verify_captured_graph
-from kiln.errors import InferenceModeEscapes, KilnError, Unsupported
+from kiln.errors import HookedTensorEscapes, InferenceModeEscapes, KilnError, Unsupported
 from kiln.fake.composites import python_dispatcher
 from kiln.fake.value_checks import raises_on_values
 from kiln.runtime.overlap import may_overlap, partially_overlap
@@ -92,6 +92,7 @@ class OutputGraph:
         # `with torch.inference_mode():` blocks open in the trace, and the fakes made in them (or views
         # of those): eager's inference tensors, which must not be seen where they differ (follow_inference)
         self.inference_depth = 0
+        self.hooked: set[torch.fx.Node] = set()  # computed tensors a node of the graph registers a hook on
         self.inference_made: dict[int, torch.Tensor] = {}
         self._inference_input_storages: set[int] = set()
         # instance-dict source -> names the trace found elsewhere (see note_absent)
@@ -393,6 +394,8 @@ class OutputGraph:
         """Add the output node (a tuple of `outputs`) and drop the ops nothing needs."""
         if any(self.made_in_inference(n.meta.get("example_value")) for n in outputs):
             raise InferenceModeEscapes("a tensor made under inference_mode leaves the graph")
+        if self.hooked.intersection(outputs):
+            raise HookedTensorEscapes("a tensor with a hook registered in the graph leaves the graph")
         self.graph.output(tuple(outputs))
         _eliminate_dead_code(self.graph)
 

@@ -100,6 +100,7 @@ class CaptureState:
         # names of the sources an nn.Module was read from: ints read through one stay constants
         self.module_sources: set[str] = set()
         self.inference_breaks = False  # inference_mode blocks are breaks (one of them escaped: InferenceModeEscapes)
+        self.hook_breaks = False  # register_hook on a tensor the graph computes breaks (HookedTensorEscapes)
         self._cells: dict[int, tuple[types.CellType, CellVariable]] = {}
 
     def real_cell(self, cell: types.CellType, source: Source | None) -> CellVariable:

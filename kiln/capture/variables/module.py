@@ -330,8 +330,30 @@ class NNModuleVariable(Variable):
         if self.source is not None:  # the loop over them is unrolled: their names and number are baked
             self._guard(tx, AttrSource(self.source, table), "check_keys", tuple(getattr(m, table).keys()))
         if table == "_parameters":
-            return [(k, tx.wrap(v, self._child_source("_parameters", k))) for k, v in m._parameters.items()]
+            return self._parameter_container_items(tx)
         return [(k, tx.wrap(v, self._child_source("_modules", k))) for k, v in m._modules.items()]
+
+    def _parameter_container_items(self, tx: "Tracer") -> list[tuple[str, Variable]]:
+        """A ParameterList's or ParameterDict's items in its own order: mostly parameters, but a
+        value that is not a tensor (a float, a module) is kept as a plain attribute or a child
+        module under the same name, which the container's own order (`_keys`, `_size`) lists."""
+        m: Any = self.module
+        names = list(m._keys) if isinstance(m, torch.nn.ParameterDict) else [str(i) for i in range(len(m))]
+        if names == list(m._parameters):
+            return [(k, tx.wrap(v, self._child_source("_parameters", k))) for k, v in m._parameters.items()]
+        if self.source is not None:
+            if isinstance(m, torch.nn.ParameterDict):
+                self._guard(tx, AttrSource(self.source, "_keys"), "check_keys", tuple(m._keys))
+            else:
+                self._guard(tx, AttrSource(self.source, "_size"), "check_value", m._size)
+        items = []
+        for i, name in enumerate(names):
+            attr = m._key_to_attr(name) if isinstance(m, torch.nn.ParameterDict) else name
+            table = next((t for t in ("_parameters", "_modules", "_buffers") if attr in getattr(m, t)), None)
+            source = self._child_source(table, attr) if table is not None else \
+                None if self.source is None else AttrSource(self.source, attr)
+            items.append((name if isinstance(m, torch.nn.ParameterDict) else str(i), tx.wrap(getattr(m, attr), source)))
+        return items
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
         override = self._override("__iter__")

@@ -12,7 +12,10 @@ gradient made in the frame (`lambda g: g * 3`: no globals, no closure, no defaul
 methods and operators, no branches) stays in the graph: a node registers it on the tensor when the
 graph runs, so the eager backend registers it on the real tensor, and AOT autograd's joint trace
 registers it on the traced one, whose backward then runs the hook's ops where eager's does (as
-torch.compile traces such a hook into its backward). Any other hook (Python state read or written,
+torch.compile traces such a hook into its backward). When such a tensor leaves the graph
+(returned, stored, live at a break) the capture starts again with these registrations as breaks
+(HookedTensorEscapes): under AOT autograd the graph's hook would run inside the compiled backward,
+after the hooks and retain_grad the caller adds to the output, which eager runs after it. Any other hook (Python state read or written,
 a global function) is a clean break: the tensor leaves the graph and the hook is registered on it
 eagerly.
 
@@ -69,11 +72,20 @@ def register_hook(tx: "Tracer", tensor: "TensorVariable", args: Sequence[Variabl
         raise raise_in_trace(error, f"RuntimeError: {error} (raised natively)")
     if tensor.source is None:
         hook = _pure_gradient_function(args[0])
+        if hook is not None and not _keeps_gradient_kind(tx, tensor.example, hook):
+            raise Unsupported("Tensor.register_hook() on a tensor the graph computes, with a hook that changes the "
+                              "gradient's dtype, device or size (eager raises when backward runs it)",
+                              kind="unsupported_call")
         if hook is None:
             raise Unsupported("Tensor.register_hook() on a tensor the graph computes, with a hook that is not a "
                               "pure function of the gradient (it reads or writes Python state, or is not made in "
                               "the frame): it would run inside the graph's backward", kind="unsupported_call")
+        if tx.state.hook_breaks:
+            raise Unsupported("Tensor.register_hook() on a tensor the graph computes that leaves the graph: "
+                              "registered on the real tensor, where the caller's later hooks see what it "
+                              "returns", kind="unsupported_call")
         tx.output.create_node("call_function", _registration_of(hook), (tensor.node,), {}, None)
+        tx.output.hooked.add(tensor.node)
         return HookHandleVariable()
     tx.side_effects.register_tensor_hook(tensor, args[0])
     return HookHandleVariable()
@@ -119,6 +131,19 @@ def _pure_gradient_function(hook: Variable) -> Callable[[torch.Tensor], Any] | N
             return None
     # no global is loaded: the builtins are there for the machinery that runs it (an import)
     return types.FunctionType(code, {"__builtins__": builtins}, hook.qualname.rpartition(".")[2])
+
+
+def _keeps_gradient_kind(tx: "Tracer", example: torch.Tensor, hook: Callable[[torch.Tensor], Any]) -> bool:
+    """Whether the pure hook, run on a fake gradient, gives None or a tensor eager's engine accepts
+    in its place (same dtype, device and size); else backward raises, which the graph could not."""
+    try:
+        with tx.output.fake_mode, torch.no_grad():
+            result = hook(torch.empty_like(example))
+        return result is None or isinstance(result, torch.Tensor) and result.dtype == example.dtype \
+            and result.device == example.device and result.layout == example.layout \
+            and bool(result.shape == example.shape)
+    except Exception:
+        return False
 
 
 def _registration_of(hook: Callable[[torch.Tensor], Any]) -> Callable[[torch.Tensor], None]:
