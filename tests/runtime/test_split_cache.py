@@ -38,7 +38,7 @@ MODELS = textwrap.dedent("""
 
 
     def false_fn(t):
-        return t - 1
+        return t - W
 
 
     def cond_named(x):
