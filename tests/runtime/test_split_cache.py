@@ -11,10 +11,6 @@ ordinary ones, checked here to be served from disk too.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -23,7 +19,7 @@ import pytest
 
 from kiln.capture import persist
 from kiln.runtime import artifact, records, store
-from kiln.runtime.pieces import SplitNode, Use, _check, NotSplitData
+from kiln.runtime.pieces import NotSplitData, SplitNode, Use, _check
 from tests.reliability import cache_harness as harness
 
 MODELS = textwrap.dedent("""
@@ -260,17 +256,22 @@ def test_forged_split_recipes_are_refused_never_run(tmp_path: Path) -> None:
 
 @pytest.mark.cpp
 def test_a_changed_branch_is_not_served_from_disk(tmp_path: Path) -> None:
-    # the branch is a module-level function: the frame's code (the key) is the same, the branch's
-    # code is not; the entry must not run the old branch's compiled artifact
+    # a module-level branch (the frame's code, the key, is the same: its guards see the change), a
+    # lambda branch and an inner branch of a nested cond (the frame's own nested code: the key);
+    # no entry may run the old branch's compiled artifact
+    names = ["cond_named", "cond_lambdas", "cond_nested"]
     code, cache = _setup(tmp_path)
-    first, _ = _run(code, cache, ["cond_named"], "infer")
-    again, _ = _run(code, cache, ["cond_named"], "infer")
+    first, _ = _run(code, cache, names, "infer")
+    again, _ = _run(code, cache, names, "infer")
     assert again["compiles"] == 0 and again["disk_hits"] == first["compiles"]
-    changed = MODELS.replace("return t.exp() * W", "return t.sin() * W + 2")
-    assert changed != MODELS
+    changed = MODELS
+    for old, new in [("return t.exp() * W", "return t.sin() * W + 2"), ("t.cos() * 3", "t.cos() * 4"),
+                     ("lambda s: s * 3", "lambda s: s * 5")]:
+        assert old in changed
+        changed = changed.replace(old, new)
     (code / "hopmodels.py").write_text(changed)
-    second, log = _run(code, cache, ["cond_named"], "infer")  # compared with the changed eager inside
-    assert second["disk_hits"] == 0 and second["compiles"] >= 1, (second, log[-3000:])
+    second, log = _run(code, cache, names, "infer")  # compared with the changed eager inside
+    assert second["disk_hits"] == 0 and second["compiles"] == len(names), (second, log[-3000:])
 
 
 def _node(op: str, name: str, target: str = "", args: tuple = ()) -> SplitNode:
