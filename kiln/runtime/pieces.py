@@ -108,7 +108,7 @@ def run_while(cond_fn: Callable[..., Any], body_fn: Callable[..., Any], carried:
 _FUNCTIONS: dict[str, Callable[..., Any]] = {"getitem": operator.getitem, "cond": run_cond, "while_loop": run_while}
 # the submodule names split_module and capture's cond graphs give (a piece, a branch, a loop's functions)
 _MODULE_NAME = re.compile(r"(submod|cond_true|cond_false|while_cond|while_body)_[0-9]{1,6}")
-_NODE_NAME = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]{0,199}")  # no dunder: never a Python special name
+_NODE_NAME = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]{0,999}")  # no dunder: never a Python special name
 _MAX_NODES = 10_000
 
 
