@@ -20,7 +20,7 @@ import torch.fx
 from torch.fx.passes.split_module import split_module
 
 from kiln.fake import mode_of
-from kiln.runtime.pieces import CompiledPiece, compile_pieces, run_and_compile
+from kiln.runtime.pieces import CompiledPiece, compile_pieces, persistable, run_and_compile, run_cond, run_while
 
 _COND = torch.ops.higher_order.cond
 _WHILE = torch.ops.higher_order.while_loop
@@ -35,23 +35,6 @@ def has_cond(gm: torch.fx.GraphModule) -> bool:
 def _getters(node: torch.fx.Node) -> list[torch.fx.Node]:
     """The get_attr nodes of a cond's branches or a while_loop's cond_fn and body_fn."""
     return list(node.args[1:3] if node.target is _COND else node.args[0:2])  # type: ignore[arg-type]
-
-
-def run_cond(pred: Any, true_fn: Callable[..., Any], false_fn: Callable[..., Any], operands: Sequence[Any]) -> Any:
-    """The cond at run time: one compiled branch, picked by the predicate's value."""
-    return (true_fn if bool(pred) else false_fn)(*operands)
-
-
-def run_while(cond_fn: Callable[..., Any], body_fn: Callable[..., Any], carried: Sequence[Any],
-              additional: Sequence[Any]) -> Any:
-    """The while_loop at run time: the compiled body until the compiled predicate is false; with no
-    iteration, copies of the carried values (as eager's while_loop returns)."""
-    values = tuple(carried)
-    ran = False
-    while bool(cond_fn(*values, *additional)[0]):
-        values = tuple(body_fn(*values, *additional))
-        ran = True
-    return values if ran else tuple(v.clone() for v in values)
 
 
 def _partitions(gm: torch.fx.GraphModule) -> dict[str, int]:
@@ -92,7 +75,7 @@ def compile_conds(gm: torch.fx.GraphModule, examples: Sequence[Any],
         return plain(piece, args)
 
     compile_pieces(split, gm, examples, fake_mode, compile_piece)
-    return split
+    return persistable(split)  # a recipe of the split and its pieces: the frame cache stores it
 
 
 def _compile_cond_piece(piece: torch.fx.GraphModule, args: Sequence[Any],

@@ -22,7 +22,7 @@ RECIPE_ATTR = "artifact_recipe"  # the method (or attribute holding a function) 
 
 LOADERS: dict[str, Callable[[dict[str, Any]], Any]] = {}
 # runtime modules whose import fills LOADERS; rebuild imports them on first use
-_LOADER_MODULES = ("kiln.runtime.kernel_wrapper", "kiln.runtime.aot", "kiln.runtime.native")
+_LOADER_MODULES = ("kiln.runtime.kernel_wrapper", "kiln.runtime.aot", "kiln.runtime.native", "kiln.runtime.pieces")
 
 
 @record_type

@@ -6,14 +6,25 @@ graph-level cond or while_loop, whose branches run as Python between compiled pi
 split GraphModule, the original graph (whose node metadata the backends read), the fake examples and
 the fake mode they belong to, and a stage's `compile_piece`. Output: the split module, its pieces
 replaced by CompiledPiece modules. Dynamo's counterpart is DDPOptimizer's submodule compiler.
+A split around conds follows the artifact protocol (kiln.runtime.artifact, kind "split"): the outer
+graph as data (SplitNode records in a small grammar: placeholders, pieces, branch getters, the cond
+and while_loop runners, getitem, the output) beside each piece's own recipe; the loader checks the
+nodes against that grammar and makes the graph with torch.fx, so no stored text is ever run.
 """
 from __future__ import annotations
 
 import contextlib
+import keyword
+import operator
+import re
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
+
+from kiln.runtime.artifact import RECIPE_ATTR, Recipe, describe, loader, rebuild
+from kiln.runtime.records import record_type
 
 
 class CompiledPiece(torch.nn.Module):
@@ -71,3 +82,230 @@ def run_and_compile(compiler: Callable[[torch.fx.GraphModule, list], Any]) -> Ca
         outputs = torch.fx.Interpreter(piece).run(*args)
         return outputs, compiler(piece, args)
     return compile_piece
+
+
+def run_cond(pred: Any, true_fn: Callable[..., Any], false_fn: Callable[..., Any], operands: Sequence[Any]) -> Any:
+    """A graph-level cond at run time: one compiled branch, picked by the predicate's value."""
+    return (true_fn if bool(pred) else false_fn)(*operands)
+
+
+def run_while(cond_fn: Callable[..., Any], body_fn: Callable[..., Any], carried: Sequence[Any],
+              additional: Sequence[Any]) -> Any:
+    """A graph-level while_loop at run time: the compiled body until the compiled predicate is
+    false; with no iteration, copies of the carried values (as eager's while_loop returns)."""
+    values = tuple(carried)
+    ran = False
+    while bool(cond_fn(*values, *additional)[0]):
+        values = tuple(body_fn(*values, *additional))
+        ran = True
+    return values if ran else tuple(v.clone() for v in values)
+
+
+# ---------------------------------------------------------------------------------------------------
+# A split as data (the artifact protocol's "split" kind)
+
+# the functions a split's nodes may call, by the tag a record names them with (never by reference)
+_FUNCTIONS: dict[str, Callable[..., Any]] = {"getitem": operator.getitem, "cond": run_cond, "while_loop": run_while}
+# the submodule names split_module and capture's cond graphs give (a piece, a branch, a loop's functions)
+_MODULE_NAME = re.compile(r"(submod|cond_true|cond_false|while_cond|while_body)_[0-9]{1,6}")
+_NODE_NAME = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]{0,999}")  # no dunder: never a Python special name
+_MAX_NODES = 10_000
+
+
+@record_type
+@dataclass(frozen=True)
+class Use:
+    """A node argument that is the value of the `index`-th node before it."""
+
+    index: int
+
+
+@record_type
+@dataclass(frozen=True)
+class SplitNode:
+    """One node of a split's outer graph: `op` as torch.fx names it, its `name` (a placeholder's is
+    the forward's parameter), `target` (a submodule's name, a tag of _FUNCTIONS, or ""), `args` of
+    Use records, ints and tuples of them."""
+
+    op: str
+    name: str
+    target: str
+    args: tuple
+
+
+class NotSplitData(ValueError):
+    """A split that cannot be stored as data, or stored data that is not one (the caller compiles)."""
+
+
+def persistable(split: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`split` (its pieces compiled, conds running through run_cond / run_while) made to follow the
+    artifact protocol: its recipe is asked for when the frame cache stores the frame."""
+    setattr(split, RECIPE_ATTR, lambda: split_recipe(split))
+    return split
+
+
+def split_recipe(split: torch.fx.GraphModule) -> Recipe | None:
+    """The "split" recipe of `split`, or None when a node or a piece cannot travel (a graph reading
+    a module's tensor, a piece without a recipe)."""
+    try:
+        return _describe(split)
+    except NotSplitData:
+        return None
+
+
+def _describe(split: torch.fx.GraphModule) -> Recipe:
+    index: dict[torch.fx.Node, int] = {}
+    nodes: list[SplitNode] = []
+    modules: dict[str, Recipe] = {}
+    for node in split.graph.nodes:
+        target = ""
+        if node.op in ("call_module", "get_attr"):
+            target = str(node.target)
+            if target not in modules:
+                modules[target] = _piece_recipe(split, target)
+        elif node.op == "call_function":
+            target = next((tag for tag, fn in _FUNCTIONS.items() if fn is node.target), "")
+            if not target:
+                raise NotSplitData(f"a split calls {node.target!r}")
+        elif node.op != "placeholder" and node.op != "output":
+            raise NotSplitData(f"a split node of kind {node.op}")
+        if node.kwargs:
+            raise NotSplitData("a split node with keyword arguments")
+        index[node] = len(nodes)
+        nodes.append(SplitNode(node.op, node.name, target, _encode(node.args, index)))
+    recipe = Recipe("split", {"nodes": tuple(nodes), "modules": modules})
+    _check(recipe.fields)  # what would not be read back is not stored
+    return recipe
+
+
+def _piece_recipe(split: torch.fx.GraphModule, name: str) -> Recipe:
+    module = getattr(split, name, None)
+    if isinstance(module, CompiledPiece):
+        recipe = describe(module.compiled)
+    elif isinstance(module, torch.fx.GraphModule):  # a piece holding a cond: its branches compiled
+        recipe = _describe(module)
+    else:
+        recipe = None
+    if recipe is None:
+        raise NotSplitData(f"piece {name} has no recipe ({type(module).__name__})")
+    return recipe
+
+
+def _encode(value: Any, index: dict[torch.fx.Node, int]) -> Any:
+    if isinstance(value, torch.fx.Node):
+        return Use(index[value])
+    if isinstance(value, (tuple, list)):  # operands and results: unpacked with * or returned, as tuples
+        return tuple(_encode(v, index) for v in value)
+    if type(value) is int:
+        return value
+    raise NotSplitData(f"a split node argument {type(value).__name__}")
+
+
+def _uses(value: Any, nodes: Sequence[SplitNode], before: int) -> list[SplitNode]:
+    """The nodes a stored argument refers to; NotSplitData for anything but Use records, ints and
+    tuples of them, or a reference to a later node or to the output."""
+    if type(value) is Use:
+        if type(value.index) is not int or not 0 <= value.index < before or nodes[value.index].op == "output":
+            raise NotSplitData("a split node argument that refers to no earlier node")
+        return [nodes[value.index]]
+    if type(value) is tuple:
+        return [u for v in value for u in _uses(v, nodes, before)]
+    if type(value) is int:
+        return []
+    raise NotSplitData(f"a split node argument {type(value).__name__}")
+
+
+def _flat_uses(value: Any) -> bool:
+    return type(value) is tuple and all(type(v) is Use for v in value)
+
+
+def _check(fields: dict[str, Any]) -> None:
+    """NotSplitData unless `fields` is a split as _describe writes one: placeholders first, then
+    pieces called on node values, branch getters of named pieces, the cond and while_loop runners
+    taking two getters each in their own argument shape, getitem with a literal index, one output
+    last; every name a plain identifier (a placeholder's becomes a parameter of the generated
+    forward), every piece a recipe, each stored piece used."""
+    nodes, modules = fields.get("nodes"), fields.get("modules")
+    if type(nodes) is not tuple or not nodes or len(nodes) > _MAX_NODES or type(modules) is not dict:
+        raise NotSplitData("a split recipe without its nodes and pieces")
+    if not all(type(k) is str and _MODULE_NAME.fullmatch(k) and isinstance(v, Recipe) for k, v in modules.items()):
+        raise NotSplitData("a split piece with a foreign name or no recipe")
+    names: set[str] = set()
+    used: set[str] = set()
+    for i, node in enumerate(nodes):
+        if type(node) is not SplitNode or type(node.name) is not str or type(node.target) is not str \
+                or type(node.args) is not tuple:
+            raise NotSplitData("a split node that is not a record")
+        if not _NODE_NAME.fullmatch(node.name) or keyword.iskeyword(node.name) or node.name in names \
+                or node.name == "self":
+            raise NotSplitData(f"a split node named {node.name!r:.60}")
+        names.add(node.name)
+        uses = _uses(node.args, nodes, i)
+        if node.op == "placeholder":
+            ok = not node.args and not node.target and all(n.op == "placeholder" for n in nodes[:i])
+        elif node.op in ("call_module", "get_attr"):
+            ok = node.target in modules and (_flat_uses(node.args) if node.op == "call_module" else not node.args)
+            used.add(node.target)
+        elif node.op == "call_function":
+            ok = _call_ok(node, nodes)
+        else:
+            ok = node.op == "output" and i == len(nodes) - 1 and not node.target and len(node.args) == 1 \
+                and (type(node.args[0]) is Use or _flat_uses(node.args[0]))
+        getters = [u for u in uses if u.op == "get_attr"]
+        if not ok or getters and node.target not in ("cond", "while_loop"):
+            raise NotSplitData(f"a split node {node.op} {node.target!r:.60} out of the grammar")
+    if nodes[-1].op != "output" or used != set(modules):
+        raise NotSplitData("a split without its output, or with a piece it never uses")
+
+
+def _call_ok(node: SplitNode, nodes: Sequence[SplitNode]) -> bool:
+    args = node.args
+
+    def getter(value: Any) -> bool:
+        return type(value) is Use and nodes[value.index].op == "get_attr"
+
+    def value(v: Any) -> bool:
+        return type(v) is Use and not getter(v)
+
+    if node.target == "getitem":
+        return len(args) == 2 and value(args[0]) and type(args[1]) is int
+    if node.target == "cond":
+        return len(args) == 4 and value(args[0]) and getter(args[1]) and getter(args[2]) \
+            and _flat_uses(args[3]) and not any(getter(a) for a in args[3])
+    if node.target == "while_loop":
+        return len(args) == 4 and getter(args[0]) and getter(args[1]) and all(
+            _flat_uses(a) and not any(getter(u) for u in a) for a in args[2:])
+    return False
+
+
+@loader("split")
+def _load(fields: dict[str, Any]) -> torch.fx.GraphModule:
+    """The split a recipe describes: its nodes checked (_check), its pieces rebuilt from their own
+    recipes, its forward generated by torch.fx from the checked nodes."""
+    try:
+        _check(fields)
+    except NotSplitData as exc:
+        raise ValueError(f"a split recipe refused: {exc}") from exc
+    root = torch.nn.Module()
+    for name, recipe in fields["modules"].items():
+        piece = rebuild(recipe)
+        root.add_module(name, piece if isinstance(piece, torch.fx.GraphModule) else CompiledPiece(piece, name))
+    graph = torch.fx.Graph()
+    made: list[torch.fx.Node] = []
+
+    def decode(value: Any) -> Any:
+        return made[value.index] if type(value) is Use else tuple(decode(v) for v in value) \
+            if type(value) is tuple else value
+
+    for node in fields["nodes"]:
+        if node.op == "placeholder":
+            made.append(graph.placeholder(node.name))
+        elif node.op == "output":
+            made.append(graph.output(decode(node.args[0])))
+        else:
+            target = _FUNCTIONS[node.target] if node.op == "call_function" else node.target
+            made.append(graph.create_node(node.op, target, decode(node.args), {}, name=node.name))
+    split = torch.fx.GraphModule(root, graph)
+    recipe = Recipe("split", fields)
+    setattr(split, RECIPE_ATTR, lambda: recipe)
+    return split
