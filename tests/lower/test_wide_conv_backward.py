@@ -97,6 +97,21 @@ def test_wide_weight_backward_matches_eager(case, mask, dtype):
     assert len(compiled.extern_ops) == int(mask[0]) + int(mask[1])
 
 
+@pytest.mark.parametrize("case", ["3x3-2x2", "1x1-downsample", "3x3-unpadded", "small-3x3"], ids=str)
+def test_wide_weight_backward_on_channels_last_matches_eager(case):
+    """NHWC gradient and input (a channels-last model): the same values and eager's output strides
+    (oneDNN gives the weight's gradient NHWC there; so does a small convolution's computed backward)."""
+    xs, ws, stride, padding = {**WIDE, "small-3x3": ((2, 8, 4, 4), (8, 8, 3, 3), 1, 1)}[case]
+    out = _out(xs, ws, stride, padding)
+    cl = torch.channels_last
+    g, x, w = torch.randn(out).contiguous(memory_format=cl), torch.randn(xs).contiguous(memory_format=cl), torch.randn(ws)
+    fn = _backward_fn(stride, padding, [True, True, False])
+    compiled = check(fn, g, x, w, atol=1e-4, rtol=1e-4)
+    assert aten.convolution_backward.default not in compiled.extern_ops
+    for got, want in zip(compiled(g, x, w), fn(g, x, w)):
+        assert got.stride() == want.stride()
+
+
 class LastStage(nn.Module):
     """ResNet-18's last stage in small: a strided basic block with a 1x1 downsample, then one more."""
 
