@@ -100,13 +100,22 @@ def linear_onednn_rewrite(gm: torch.fx.GraphModule) -> int:
 
 
 def _has_small_convolution(gm: torch.fx.GraphModule) -> bool:
+    """Whether a convolution, or a convolution's backward, is computed by Kiln rather than oneDNN."""
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is aten.convolution.default:
-            x, w, out = _val(node.args[0]), _val(node.args[1]), _val(node)
-            if all(isinstance(v, torch.Tensor) for v in (x, w, out)) and isinstance(node.args[8], int) and \
-                    conv_layout.small_conv_kind(tuple(x.shape), tuple(w.shape), tuple(out.shape), node.args[8],
-                                                bool(node.args[6]), out.dtype, out.device) is not None:
-                return True
+        if node.op != "call_function":
+            continue
+        if node.target is aten.convolution.default:
+            x, w, out, groups, transposed = _val(node.args[0]), _val(node.args[1]), _val(node), node.args[8], node.args[6]
+            backward = False
+        elif node.target is aten.convolution_backward.default:
+            out, x, w, groups, transposed = _val(node.args[0]), _val(node.args[1]), _val(node.args[2]), node.args[9], node.args[7]
+            backward = True
+        else:
+            continue
+        if all(isinstance(v, torch.Tensor) for v in (x, w, out)) and isinstance(groups, int) and \
+                conv_layout.small_conv_kind(tuple(x.shape), tuple(w.shape), tuple(out.shape), groups,
+                                            bool(transposed), out.dtype, out.device, backward=backward) is not None:
+            return True
     return False
 
 
@@ -126,7 +135,8 @@ def variant_settings(variant: str | None) -> Iterator[None]:
     if variant != "onednn_convolutions":
         yield
         return
-    names = ("SMALL_CONV_GEMM_MACS", "SMALL_CONV_DEPTHWISE_MACS", "SMALL_CONV_BACKWARD_MACS")
+    names = ("SMALL_CONV_GEMM_MACS", "SMALL_CONV_DEPTHWISE_MACS", "SMALL_CONV_BACKWARD_MACS",
+             "SMALL_CONV_BACKWARD_ROWS_PER_CHANNEL")
     saved = {n: getattr(conv_layout, n) for n in names}
     try:
         for n in names:

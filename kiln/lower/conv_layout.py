@@ -47,6 +47,16 @@ SMALL_CONV_DEPTHWISE_MACS = 3 << 18
 # multiply-adds is faster than with oneDNN's backward and at 0.3 M slower; a dense 3x3 is faster at
 # 0.07 M and slower at 0.15 M.
 SMALL_CONV_BACKWARD_MACS = 1 << 16
+# Whatever its size, a dense convolution's backward is one GEMM per gradient where its weight is large
+# against the output pixels (rows = N * Ho * Wo at most this many per output channel): oneDNN's weight
+# gradient is slow there (ResNet-18's last stage at batch 2, 2x2 pixels, 512 channels: 3.5-18 ms a call
+# on one core against 1.75 ms for patches^T @ grad), slower than the extra patch copy the GEMMs pay.
+# Measured per convolution_backward (both gradients), one core, oneDNN / GEMM: 1.4x (512 ch, 2x2,
+# batch 2), 2.2x (256 -> 512, 3x3 stride 2), 1.2x (256 at 3x3), 5.8x (512 at 1x1), 3x (512 at 4x4),
+# 1.9x (512 at 7x7), 2x (256 at 2x2, batch 8), 1.6x (512 at 2x2, batch 8); where rows per channel
+# pass 0.25 oneDNN wins or ties: 0.8x (128 at 6x6, batch 2: 0.56 rows per channel), 0.96x (256 at 4x4,
+# batch 8: 0.5), 0.4x (64 at 16x16, batch 8), 0.4x (64 -> 256 1x1 at 4x4, batch 8).
+SMALL_CONV_BACKWARD_ROWS_PER_CHANNEL = 0.25
 SMALL_CONV_DEPTHWISE_TAPS = 49  # up to 7x7 kernels (ConvNeXt's)
 SMALL_CONV_DTYPES = (torch.float32, torch.float64)
 
@@ -65,6 +75,8 @@ def small_conv_kind(x_shape: tuple, w_shape: tuple, out_shape: tuple, groups: in
     macs = n * c_out * out_shape[2] * out_shape[3] * c_per_group * kh * kw
     if groups == 1 and macs <= (SMALL_CONV_BACKWARD_MACS if backward else SMALL_CONV_GEMM_MACS):
         return "gemm"
+    if backward and groups == 1 and n * out_shape[2] * out_shape[3] <= SMALL_CONV_BACKWARD_ROWS_PER_CHANNEL * c_out:
+        return "gemm"
     if (groups == c_in and c_per_group == 1 and c_out % c_in == 0 and kh * kw <= SMALL_CONV_DEPTHWISE_TAPS
             and macs <= (SMALL_CONV_BACKWARD_MACS if backward else SMALL_CONV_DEPTHWISE_MACS)):
         return "depthwise"
@@ -75,7 +87,8 @@ def tunables() -> str:
     """The thresholds above as they are now (part of the compiled-graph cache key: a test or a user
     that changes one gets graphs compiled under it, not ones stored under the old value)."""
     return repr((CHANNELS_LAST_MIN_PIXELS, CHANNELS_LAST_MIN_PIXELS_NHWC_WEIGHT, SMALL_CONV_GEMM_MACS,
-                 SMALL_CONV_DEPTHWISE_MACS, SMALL_CONV_DEPTHWISE_TAPS, SMALL_CONV_BACKWARD_MACS))
+                 SMALL_CONV_DEPTHWISE_MACS, SMALL_CONV_DEPTHWISE_TAPS, SMALL_CONV_BACKWARD_MACS,
+                 SMALL_CONV_BACKWARD_ROWS_PER_CHANNEL))
 
 
 LOADED_TUNABLES = tunables()  # kiln.capture.persist puts changed limits in the frame key

@@ -378,6 +378,7 @@ def _gemm_convolution_backward(ctx: LoweringContext, grad: TensorValue, x: Tenso
         g_t = strided_value(BufferRef(g.view.name, Layout(g.dtype, (c_out, rows), (1, c_out), g.view.layout.offset)))
         flat = _matmul(ctx, g_t, patches)
         assert flat.view is not None
+        ctx.relaid_out.add(flat.view.name)  # returned, it takes eager's strides (NHWC on NHWC input)
         grad_w = strided_value(BufferRef(flat.view.name, Layout.contiguous(flat.dtype, weight.sizes)))
     if mask[0]:
         cols = _matmul(ctx, g, _as_matrix(_contiguous(ctx, weight), c_out, depth, transposed=False))
