@@ -694,6 +694,7 @@ def _wrap_live_container_iterator(state: "CaptureState", value: Any, source: Sou
                                          "a set iterator's set is the size it began with"))
     else:
         _guard(state, AttrSource(source, "kind"), "check_value", value.kind)
+        _guard(state, AttrSource(source, "reverse"), "check_value", value.reverse)
     real = value.set if is_set else value.dict
 
     def find() -> Variable | None:
@@ -712,7 +713,8 @@ def _wrap_live_container_iterator(state: "CaptureState", value: Any, source: Sou
         read=lambda k: wrap_value(state, ahead[k], ItemSource(ahead_source, k)),
         guard=lambda kind, n: _guard(state, ahead_source, kind, n))
     return PassedContainerIteratorVariable("set" if is_set else value.kind, entries, source.name(), find,
-                                           key_of, list(real), type(real) is collections.OrderedDict)
+                                           key_of, list(real), type(real) is collections.OrderedDict,
+                                           reverse=not is_set and value.reverse)
 
 
 def _wrap_grad_exit(state: "CaptureState", value: Any, source: Source | None) -> Variable:
