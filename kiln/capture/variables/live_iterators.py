@@ -5,8 +5,8 @@ During the trace each reads its container as it is at each step (a list appended
 body is seen; a dict or set whose size changed raises eager's RuntimeError). At a graph break the
 glue rebuilds each as an object with eager's semantics over the same container: `LiveEnumerate`
 and `LiveZip` are the real enumerate and zip over rebuilt iterators, `LiveReversedIterator` steps
-a list down by index, `LiveDictIterator` is a real dict iterator advanced to the same place, and
-`LiveSetIterator` yields the set's items left and raises once the set's size changed. The resume
+a list down by index, and `LiveDictIterator` (forwards or reversed) and `LiveSetIterator` are real
+dict and set iterators advanced to the same place (eager's errors and same-size changes theirs). The resume
 function reads each back relative to its position (builder.py), so a loop compiles once, not once
 per position. The counterparts of the iterator variables of torch/_dynamo/variables/iter.py.
 """
