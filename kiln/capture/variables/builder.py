@@ -523,7 +523,9 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
     (lambda state, v, s: isinstance(v, (types.BuiltinFunctionType, types.BuiltinMethodType))
      and getattr(v, "__self__", None) is builtins, _by_identity(BuiltinVariable)),
     (lambda state, v, s: isinstance(v, (type, types.ModuleType)), _by_identity(ObjectVariable)),
-    (lambda state, v, s: isinstance(v, types.CellType), lambda state, v, s: state.real_cell(v, None)),
+    # a cell from outside (an item of a closure tuple): its contents read and written through it
+    (lambda state, v, s: isinstance(v, types.CellType),
+     lambda state, v, s: state.real_cell(v, None if s is None else AttrSource(s, "cell_contents"))),
     (lambda state, v, s: type(v) is weakref.ref and s is not None, _wrap_weakref),
     (lambda state, v, s: callable(v) and not hasattr(v, "__dict__") or isinstance(v, types.BuiltinFunctionType),
      _by_identity(ObjectVariable)),
