@@ -449,8 +449,10 @@ class _AsStridedFromBase(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
+        # a view made under no_grad of a base that requires grad is left alone: taken of the base,
+        # the as_strided would carry the base's gradient where eager's does not
         if func in (torch.Tensor.as_strided, torch.as_strided) and args and isinstance(args[0], torch.Tensor) \
-                and args[0]._base is not None:
+                and args[0]._base is not None and args[0].requires_grad == args[0]._base.requires_grad:
             view, rest = args[0], list(args[1:])
             if len(rest) == 3 and rest[2] is None:
                 rest[2] = view.storage_offset()
