@@ -38,8 +38,9 @@ class InputInfo:
     # every data mutation was one eager does not count in the version counter (batch norm's update
     # of its running statistics): the runtime's copy back leaves the counter where it was
     untracked: bool = False
-    # how many in-place ops eager applies to the input, through any view of it: its version
-    # counter moves by that many (the runtime's one copy back moves it by one, then the rest)
+    # how many in-place ops eager applies to the input, through any view of it, its layout
+    # changes (t_, squeeze_ of a view) included: its version counter moves by that many (the
+    # runtime's one copy back and its one re-layout move it by one each, then the rest)
     version_bumps: int = 0
 
 
@@ -90,8 +91,12 @@ class FunctionalMeta:
     def extra_version_bumps(self) -> tuple[tuple[int, int], ...]:
         """(input index, bumps beyond the copy back's one) for inputs that eager updates in place more
         than once: add_ then mul_ moves the version counter by two."""
-        return tuple((i, info.version_bumps - 1) for i, info in enumerate(self.inputs)
-                     if info.mutates_data and not info.untracked and info.version_bumps > 1)
+        extra = []
+        for i, info in enumerate(self.inputs):
+            done = int(info.mutates_data and not info.untracked) + int(info.mutates_metadata)
+            if not info.untracked and info.version_bumps > done:
+                extra.append((i, info.version_bumps - done))
+        return tuple(extra)
 
     @property
     def metadata_mutations(self) -> tuple[tuple[int, tuple[ViewStep, ...]], ...]:
@@ -116,6 +121,8 @@ class FunctionalSession:
         self._untracked: dict[int | None, int] = {}
         # functional storage -> the updates this session made itself (a layout given back)
         self._internal: dict[int | None, int] = {}
+        # functional storage -> the in-place layout changes of it or its views (see _LayoutUpdates)
+        self._layout_updates: dict[int | None, int] = {}
 
     def add_input(self, name: str, value: Any) -> Any:
         """A placeholder for `value`; returns its wrapper (a leaf requiring grad if `value` does)."""
@@ -162,7 +169,7 @@ class FunctionalSession:
         try:
             layouts = _InputLayouts(self) if self._watched() else contextlib.nullcontext()
             with batch_norm_as_functional(self.untracked_update), _DataAliasUpdates(self), layouts, \
-                    _IntermediateLayouts(self):
+                    _IntermediateLayouts(self), _AsStridedFromBase(), _LayoutUpdates(self):
                 yield
         except RuntimeError as exc:
             if "mutated that has internal overlap" not in str(exc):
@@ -269,25 +276,27 @@ class FunctionalSession:
             inner = torch._from_functional_tensor(wrapper)
             # torch's stubs lack this binding (its metadata sibling is declared)
             has_data_mutation = torch._functionalize_has_data_mutation  # type: ignore[attr-defined]
+            # untracked: each of the storage's updates was one eager hides from autograd (the
+            # counter counts every update, from 0 when the wrapper was made)
+            storage = _storage(wrapper)
+            updates = torch._functionalize_mutation_counter(wrapper) - self._internal.get(storage, 0)
             if torch._functionalize_has_metadata_mutation(wrapper) or \
                     _expressions(inner.shape) != _expressions(original.shape):
-                infos.append(self._metadata_mutation(i, bool(has_data_mutation(wrapper))))
+                mutated = bool(has_data_mutation(wrapper))
+                bumps = (updates if mutated else 0) + self._layout_updates.get(storage, 0)
+                infos.append(self._metadata_mutation(i, mutated, bumps))
                 continue
             # A data mutation of a strided input leaves its strides (see _InputLayouts)
             mutated = inner is not start or has_data_mutation(wrapper)
             if mutated and i in self._as_strided:
                 raise _as_strided_of_updated_input()
-            # untracked: each of the storage's updates was one eager hides from autograd (the
-            # counter counts every update, from 0 when the wrapper was made)
-            storage = _storage(wrapper)
-            updates = torch._functionalize_mutation_counter(wrapper) - self._internal.get(storage, 0)
             untracked = mutated and self._untracked.get(storage, 0) == updates > 0
             bumps = updates - self._untracked.get(storage, 0) if mutated else 0
             infos.append(InputInfo(True, original.requires_grad, mutates_data=mutated, untracked=untracked,
-                                   version_bumps=bumps))
+                                   version_bumps=bumps + self._layout_updates.get(storage, 0)))
         return tuple(infos)
 
-    def _metadata_mutation(self, i: int, mutated: bool) -> InputInfo:
+    def _metadata_mutation(self, i: int, mutated: bool, bumps: int) -> InputInfo:
         """An input whose sizes or strides an in-place op changed (t_, unsqueeze_, as_strided_): the
         runtime replays the input's own view chain on it and sets the result's layout on the
         caller's tensor (as_strided_), then copies data back. resize_ (recorded without its sizes)
@@ -304,7 +313,7 @@ class FunctionalSession:
         if why is not None:
             raise Unsupported(f"an in-place op changed the shape or strides of a graph input {why}",
                               kind="input_metadata_mutation", hint="use the out-of-place op (x = x.t()) instead")
-        return InputInfo(True, False, mutates_data=mutated, mutates_metadata=True, steps=steps)
+        return InputInfo(True, False, mutates_data=mutated, mutates_metadata=True, steps=steps, version_bumps=bumps)
 
     def classify_outputs(self, outs: list[Any]) -> tuple[list[OutputInfo], list[Any], list[Any]]:
         """Split user outputs into what the graph returns and what the runtime rebuilds.
@@ -428,6 +437,60 @@ class _IntermediateLayouts(TorchFunctionMode):
 
 
 _AS_STRIDED = frozenset({torch.Tensor.as_strided, torch.as_strided, torch.Tensor.as_strided_})
+
+
+class _AsStridedFromBase(TorchFunctionMode):
+    """`v.as_strided(size, stride, offset)` of a view v is taken of v's base instead.
+
+    as_strided addresses the storage itself (its offset and strides are the storage's, not v's), so
+    the two are the same view in eager; functionalization refuses an in-place update through a view
+    chain with an as_strided after its first link (`x.view(-1).as_strided(...).mul_(2)`), and taken
+    of the base the as_strided is the chain's first link. A missing offset is v's own."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        # a view made under no_grad of a base that requires grad is left alone: taken of the base,
+        # the as_strided would carry the base's gradient where eager's does not
+        if func in (torch.Tensor.as_strided, torch.as_strided) and args and isinstance(args[0], torch.Tensor) \
+                and args[0]._base is not None and args[0].requires_grad == args[0]._base.requires_grad:
+            view, rest = args[0], list(args[1:])
+            if len(rest) == 3 and rest[2] is None:
+                rest[2] = view.storage_offset()
+            elif len(rest) < 3 and kwargs.get("storage_offset") is None:
+                kwargs["storage_offset"] = view.storage_offset()
+            args = (view._base, *rest)
+        return func(*args, **kwargs)
+
+
+class _LayoutUpdates(TorchFunctionMode):
+    """Count the in-place layout changes (t_, squeeze_, as_strided_, a resize_ to new sizes) of
+    each input's storage, through the input or any view of it. Eager counts each in the version
+    counter its views share with the input; functionalized they change no data, so no update of
+    the input's value records them."""
+
+    def __init__(self, session: FunctionalSession) -> None:
+        super().__init__()
+        self.session = session
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name not in _LAYOUT_UPDATES or not args or not isinstance(args[0], torch.Tensor) \
+                or not torch._is_functional_tensor(args[0]):
+            return func(*args, **kwargs)
+        target = args[0]
+        storage, sizes = _storage(target), tuple(target.shape)
+        out = func(*args, **kwargs)
+        if name.startswith("resize") and tuple(target.shape) == sizes:
+            return out  # eager's resize_ to the sizes it has leaves the counter alone
+        inputs = {_storage(v) for v in self.session.visible if isinstance(v, torch.Tensor)}
+        if storage is not None and storage in inputs:
+            self.session._layout_updates[storage] = self.session._layout_updates.get(storage, 0) + 1
+        return out
+
+
+_LAYOUT_UPDATES = frozenset({"t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_",
+                             "as_strided_", "resize_", "resize_as_"})
 
 
 class _DataAliasUpdates(TorchFunctionMode):

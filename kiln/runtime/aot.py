@@ -499,7 +499,7 @@ class AotRuntime:
         # nothing to do around the graph: no module tensors to append, no input updated in place or
         # re-laid out, no output rebuilt (AotRuntime.__call__'s first branch)
         self._plain = self._passthrough and not self._getters and not self._updated \
-            and not self._shared_check and not self._restrides and self._num_mutated == 0
+            and not self._shared_check and not self._restrides and self._num_mutated == 0 and not self._extra_bumps
         self._follow_native(run)
 
     def _follow_native(self, run: Callable) -> None:
@@ -602,10 +602,6 @@ class AotRuntime:
                 else:
                     with torch.no_grad():
                         old.copy_(new)
-            if self._extra_bumps:
-                # the rest of eager's in-place ops on these inputs (add_ then mul_: two bumps), so
-                # that code reading `_version` (a later backward's saved-tensor check) sees eager's count
-                written.extend([flat[index] for index in self._extra_bumps])
             if written:
                 # what the in-place ops would have done: a tensor saved for a backward before this
                 # call is seen as modified there
@@ -613,6 +609,11 @@ class AotRuntime:
             graph_outs = outs[num_mutated:]
         else:
             graph_outs = outs
+        if self._extra_bumps:
+            # the rest of eager's in-place ops on these inputs (add_ then mul_: two bumps; squeeze_
+            # of a view of one: one, with no data written), so that code reading `_version` (a
+            # later backward's saved-tensor check) sees eager's count
+            torch.autograd.graph.increment_version([flat[index] for index in self._extra_bumps])
         if self._passthrough and type(graph_outs) is tuple and len(graph_outs) == self._num_outputs:
             return graph_outs
         return self._user_outputs(flat, entry, graph_outs)

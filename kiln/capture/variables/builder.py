@@ -523,7 +523,9 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
     (lambda state, v, s: isinstance(v, (types.BuiltinFunctionType, types.BuiltinMethodType))
      and getattr(v, "__self__", None) is builtins, _by_identity(BuiltinVariable)),
     (lambda state, v, s: isinstance(v, (type, types.ModuleType)), _by_identity(ObjectVariable)),
-    (lambda state, v, s: isinstance(v, types.CellType), lambda state, v, s: state.real_cell(v, None)),
+    # a cell from outside (an item of a closure tuple): its contents read and written through it
+    (lambda state, v, s: isinstance(v, types.CellType),
+     lambda state, v, s: state.real_cell(v, None if s is None else AttrSource(s, "cell_contents"))),
     (lambda state, v, s: type(v) is weakref.ref and s is not None, _wrap_weakref),
     (lambda state, v, s: callable(v) and not hasattr(v, "__dict__") or isinstance(v, types.BuiltinFunctionType),
      _by_identity(ObjectVariable)),
@@ -694,6 +696,7 @@ def _wrap_live_container_iterator(state: "CaptureState", value: Any, source: Sou
                                          "a set iterator's set is the size it began with"))
     else:
         _guard(state, AttrSource(source, "kind"), "check_value", value.kind)
+        _guard(state, AttrSource(source, "reverse"), "check_value", value.reverse)
     real = value.set if is_set else value.dict
 
     def find() -> Variable | None:
@@ -712,7 +715,8 @@ def _wrap_live_container_iterator(state: "CaptureState", value: Any, source: Sou
         read=lambda k: wrap_value(state, ahead[k], ItemSource(ahead_source, k)),
         guard=lambda kind, n: _guard(state, ahead_source, kind, n))
     return PassedContainerIteratorVariable("set" if is_set else value.kind, entries, source.name(), find,
-                                           key_of, list(real), type(real) is collections.OrderedDict)
+                                           key_of, list(real), type(real) is collections.OrderedDict,
+                                           reverse=not is_set and value.reverse)
 
 
 def _wrap_grad_exit(state: "CaptureState", value: Any, source: Source | None) -> Variable:

@@ -301,6 +301,14 @@ def reversed_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable
             or kind.__module__ == "collections" or kind in _INDEXED_CONTAINERS):
         raise Unsupported(f"reversed() of {value.describe()}", kind="unsupported_call")
     from kiln.capture.variables.sequence import ListVariable
+    from kiln.capture.variables.dict import DictVariable
+    from kiln.capture.variables.dict_view import DictViewVariable
+    if isinstance(value, DictViewVariable):
+        return value.call_method(tx, "__reversed__", [], {})
+    if isinstance(value, DictVariable):  # reads the dict at each step: eager's error once it changed size
+        live = value.live_iterator(tx, "keys", reverse=True)
+        if live is not None:
+            return live
     if type(value) is ListVariable:  # by a falling index over the list as it is at each step
         from kiln.capture.variables.live_iterators import ReversedListIteratorVariable
         return ReversedListIteratorVariable(value)

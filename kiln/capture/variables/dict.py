@@ -196,16 +196,18 @@ class DictVariable(Variable):
     def open_iterator(self, tx: "Tracer") -> "IteratorVariable | None":
         return self.live_iterator(tx, "keys")
 
-    def live_iterator(self, tx: "Tracer", kind: str) -> "IteratorVariable | None":
-        """An iterator over the keys, values or items that reads this dict at each step (eager's
-        RuntimeError once its size changed); None for a dict whose class iterates its own way."""
+    def live_iterator(self, tx: "Tracer", kind: str, reverse: bool = False) -> "IteratorVariable | None":
+        """An iterator over the keys, values or items (`reversed` of them when `reverse`) that
+        reads this dict at each step (eager's RuntimeError once its size changed); None for a dict
+        whose class iterates its own way."""
         made = DictVariable.iterator_kind
-        if made is None or self.dict_type not in BUILTIN_DICTS or self._override(tx, "__iter__") is not None:
+        own = "__reversed__" if reverse else "__iter__"
+        if made is None or self.dict_type not in BUILTIN_DICTS or self._override(tx, own) is not None:
             return None
-        return made(self, kind, lambda key: key_variable(tx, key))
+        return made(self, kind, lambda key: key_variable(tx, key), reverse)
 
     # live_iterators.ContainerIteratorVariable, set by that module (it imports this one)
-    iterator_kind: "Callable[[Variable, str, Callable[[Any], Variable]], IteratorVariable] | None" = None
+    iterator_kind: "Callable[[Variable, str, Callable[[Any], Variable], bool], IteratorVariable] | None" = None
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
         override = self._override(tx, "__iter__")

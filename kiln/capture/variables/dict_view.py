@@ -89,7 +89,8 @@ class DictViewVariable(Variable):
             live = self.dict_var.live_iterator(tx, self.kind)
             return live if live is not None else IteratorVariable(self.iterate(tx))
         if name == "__reversed__" and not args:
-            return IteratorVariable(list(reversed(self.iterate(tx))))
+            live = self.dict_var.live_iterator(tx, self.kind, reverse=True)
+            return live if live is not None else IteratorVariable(list(reversed(self.iterate(tx))))
         if name == "__contains__" and len(args) == 1:
             return ConstantVariable(self.contains(tx, args[0]))
         if name == "isdisjoint" and len(args) == 1:

@@ -5,8 +5,8 @@ During the trace each reads its container as it is at each step (a list appended
 body is seen; a dict or set whose size changed raises eager's RuntimeError). At a graph break the
 glue rebuilds each as an object with eager's semantics over the same container: `LiveEnumerate`
 and `LiveZip` are the real enumerate and zip over rebuilt iterators, `LiveReversedIterator` steps
-a list down by index, `LiveDictIterator` is a real dict iterator advanced to the same place, and
-`LiveSetIterator` yields the set's items left and raises once the set's size changed. The resume
+a list down by index, and `LiveDictIterator` (forwards or reversed) and `LiveSetIterator` are real
+dict and set iterators advanced to the same place (eager's errors and same-size changes theirs). The resume
 function reads each back relative to its position (builder.py), so a loop compiles once, not once
 per position. The counterparts of the iterator variables of torch/_dynamo/variables/iter.py.
 """
@@ -52,14 +52,15 @@ class LiveZip(zip):
 
 
 class LiveDictIterator:
-    """A real iterator over `d.items()` advanced by `skip` (eager's order, holes and errors its
-    own), giving keys, values or items as `kind` says. `ahead` is the items (key, value) still to
-    come."""
+    """A real iterator over `d.items()` (`reversed(d.items())` when `reverse`) advanced by `skip`
+    (eager's order, holes and errors its own), giving keys, values or items as `kind` says. `ahead`
+    is the items (key, value) still to come."""
 
-    __slots__ = ("dict", "kind", "it", "done")
+    __slots__ = ("dict", "kind", "it", "done", "reverse")
 
-    def __init__(self, d: dict, kind: str, skip: int) -> None:
-        self.dict, self.kind, self.it, self.done = d, kind, iter(d.items()), 0
+    def __init__(self, d: dict, kind: str, skip: int, reverse: bool = False) -> None:
+        self.dict, self.kind, self.done, self.reverse = d, kind, 0, reverse
+        self.it = reversed(d.items()) if reverse else iter(d.items())
         for _ in range(skip):
             next(self.it)
             self.done += 1
@@ -82,33 +83,34 @@ class LiveDictIterator:
 
 
 class LiveSetIterator:
-    """The items of a set still to come (`items` from `pos`, in the order eager's iterator gives
-    them) and the set's size when the iteration started: eager's RuntimeError once it differs."""
+    """A real iterator over the set advanced by `skip`: eager's own steps through the set's table,
+    so a same-size change (discard then add) is followed as eager follows it, and eager's
+    RuntimeError once the set's size differs from `size`, its size when the iteration started.
+    `ahead` is the items still to come."""
 
-    __slots__ = ("set", "items", "size", "pos")
+    __slots__ = ("set", "it", "size", "done")
 
-    def __init__(self, s: Any, items: tuple, size: int) -> None:
-        self.set, self.items, self.size, self.pos = s, items, size, 0
+    def __init__(self, s: Any, skip: int) -> None:
+        self.set, self.it, self.size, self.done = s, iter(s), len(s), 0
+        for _ in range(skip):
+            next(self.it)
+            self.done += 1
 
     def __iter__(self) -> "LiveSetIterator":
         return self
 
     def __next__(self) -> Any:
-        if self.size >= 0 and len(self.set) != self.size:
-            self.size = -1  # raised once, stays raising
-        if self.size < 0:
-            raise RuntimeError(SET_CHANGED)
-        if self.pos >= len(self.items):
-            raise StopIteration
-        self.pos += 1
-        return self.items[self.pos - 1]
+        item = next(self.it)
+        self.done += 1
+        return item
 
     def __length_hint__(self) -> int:
-        return max(0, len(self.items) - self.pos)
+        return self.it.__length_hint__()  # type: ignore[attr-defined]
 
     @property
     def ahead(self) -> tuple:
-        return self.items[self.pos:]
+        # a copy of the iterator read to its end (eager's own error if the set changed size)
+        return tuple(self.it.__reduce__()[1][0])  # type: ignore[attr-defined]
 
 
 class LiveDequeIterator:
@@ -274,20 +276,25 @@ class ZipVariable(IteratorVariable):
 
 
 class ContainerIteratorVariable(IteratorVariable):
-    """An iterator over a dict (its keys, values or items) or a set, made during the trace: the
-    keys left are those of the container when it was made, and a step raises eager's RuntimeError
-    once the container's size differs from its size then. A same-size change of the keys (one
-    removed and one added) moves eager's iterator in ways a snapshot cannot follow: refused. An
-    OrderedDict's iterator raises once any key was added, removed or moved, and then ends."""
+    """An iterator over a dict (its keys, values or items; `reversed` of them when `reverse`) or a
+    set, made during the trace: the keys left are those of the container when it was made, and a
+    step raises eager's RuntimeError once the container's size differs from its size then. A
+    same-size change of the keys (one removed and one added) moves eager's iterator in ways a
+    snapshot cannot follow: refused. An OrderedDict's iterator raises once any key was added,
+    removed or moved, and then ends."""
 
     stopped = False
+    reverse = False
 
-    def __init__(self, container: Variable, kind: str, make_key: Callable[[Any], Variable]) -> None:
+    def __init__(self, container: Variable, kind: str, make_key: Callable[[Any], Variable],
+                 reverse: bool = False) -> None:
         super().__init__([])
         self.container: Variable | None = container
         self.kind = kind  # "keys", "values", "items" (a dict) or "set"
         self.make_key = make_key
-        self.original = _keys(container)
+        self.reverse = reverse
+        self.original = _keys(container)  # in the container's order, what a change is checked against
+        self.order = self.original[::-1] if reverse else self.original  # in the order given
         self.size = len(self.original)
         self.consumed = 0
         self.layout = getattr(container, "layout", 0)
@@ -303,7 +310,8 @@ class ContainerIteratorVariable(IteratorVariable):
     def python_type(self) -> type:
         if self.kind == "set":
             return type(iter(set()))
-        return type(iter(getattr(collections.OrderedDict() if self.ordered else {}, self.kind)()))
+        view = getattr(collections.OrderedDict() if self.ordered else {}, self.kind)()
+        return type(reversed(view) if self.reverse else iter(view))
 
     def _check(self) -> None:
         from kiln.capture.variables.exception import raise_in_trace
@@ -327,9 +335,9 @@ class ContainerIteratorVariable(IteratorVariable):
         if self.stopped:
             return None
         self._check()
-        if self.consumed >= len(self.original):
+        if self.consumed >= len(self.order):
             return None
-        key = self.original[self.consumed]
+        key = self.order[self.consumed]
         self.consumed += 1
         items = self.container.items  # type: ignore[union-attr]
         if self.kind == "set":
@@ -354,20 +362,18 @@ class ContainerIteratorVariable(IteratorVariable):
                               kind="unsupported_iter")
         return glue.reconstruct(container)  # type: ignore[arg-type]
 
-    def _ahead_expr(self, glue: "GlueBuilder") -> str:
-        """A set's items still to come, as a tuple expression."""
-        items = self.container.items  # type: ignore[union-attr]
-        return "(" + "".join(glue.reconstruct(items[k]) + ", " for k in self.original[self.consumed:]) + ")"
-
     def _skip_expr(self) -> str:
-        """The number of items eager's dict iterator has given, as the glue's expression."""
+        """The number of items eager's iterator has given, as the glue's expression."""
         return str(self.consumed)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
+        # the container is as the iteration found it (_container_expr), so eager's iterator over
+        # it advanced by the items given is where eager's would be
         container = self._container_expr(glue)
         if self.kind != "set":
-            return f"{glue.bind('live_dict_iter', LiveDictIterator)}({container}, {self.kind!r}, {self._skip_expr()})"
-        return f"{glue.bind('live_set_iter', LiveSetIterator)}({container}, {self._ahead_expr(glue)}, {self.size})"
+            made = glue.bind('live_dict_iter', LiveDictIterator)
+            return f"{made}({container}, {self.kind!r}, {self._skip_expr()}, {self.reverse})"
+        return f"{glue.bind('live_set_iter', LiveSetIterator)}({container}, {self._skip_expr()})"
 
 
 def _keys(container: Variable) -> list[Any]:
@@ -383,9 +389,10 @@ class PassedContainerIteratorVariable(ContainerIteratorVariable):
     checked at each step, and a dict's values are read from it by key."""
 
     def __init__(self, kind: str, ahead: IteratorVariable, source_name: str, find: Callable[[], Variable | None],
-                 key_of: Callable[[Variable], Any], original: list[Any], ordered: bool) -> None:
+                 key_of: Callable[[Variable], Any], original: list[Any], ordered: bool, reverse: bool = False) -> None:
         IteratorVariable.__init__(self, [])
         self.kind, self.ahead, self.source_name, self.key_of = kind, ahead, source_name, key_of
+        self.reverse = reverse
         self.layout, self.ordered = 0, ordered  # the container as wrapped: no change yet
         self.find = find  # type: ignore[method-assign]
         self.container = None
@@ -412,10 +419,6 @@ class PassedContainerIteratorVariable(ContainerIteratorVariable):
         if self.find() is None:
             return f"{self.source_name}.{'set' if self.kind == 'set' else 'dict'}"
         return super()._container_expr(glue)
-
-    def _ahead_expr(self, glue: "GlueBuilder") -> str:
-        peeked = "".join(glue.reconstruct(i) + ", " for i in self.ahead.items[self.ahead.position:])
-        return f"({peeked}) + {self.source_name}.ahead[{len(self.ahead.items)}:]"
 
     def _skip_expr(self) -> str:
         return f"{self.source_name}.done + {self.consumed}"

@@ -228,6 +228,12 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
             and isinstance(b, BaseSequenceVariable) and not (a.is_constant() and b.is_constant()):
         # x.shape == y.shape with symbolic sizes: item by item, each decided (and guarded) now.
         equal = len(a.items) == len(b.items) and _sequence_kind(a) is _sequence_kind(b)
+        if equal and _numbers_only(a.items, b.items):
+            # sizes against sizes: two known numbers that differ decide it before any symbolic
+            # pair is compared (and guarded), as the conjunction of the pairs would (Dynamo's
+            # outcome), so `x.shape == (4, 9)` leaves a mark_dynamic dim 0 of size 4 alone
+            equal = all(left.as_constant() == right.as_constant() for left, right in zip(a.items, b.items)
+                        if left.is_constant() and right.is_constant())
         for left, right in zip(a.items, b.items):
             if not equal:
                 break
@@ -257,6 +263,19 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
         if same is not None:
             return ConstantVariable(same if symbol in ("==", "eq") else not same)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+def _numbers_only(*rows: list[Variable]) -> bool:
+    """Every item a size or a plain number (no __eq__ of the user's, so the pairs can be compared
+    in any order) and at least one of them symbolic."""
+    symbolic = False
+    for row in rows:
+        for item in row:
+            if isinstance(item, SymIntVariable):
+                symbolic = True
+            elif not (item.is_constant() and type(item.as_constant()) in (int, float, bool)):
+                return False
+    return symbolic
 
 
 def _sequence_and_scalar(a: Variable, b: Variable) -> bool:
