@@ -1,0 +1,85 @@
+"""Python-language classes of bug found by the 17th probe (Dynamo-style programs kept outside the
+repository, /work/scratch/probelang4): each test runs eagerly and through
+kiln.compile(backend="eager") and compares values, raised exceptions and side effects, and where
+it matters the number of graphs.
+
+- operator.countOf / operator.indexOf broke the graph (no rule): they read the container one item
+  at a time as `in` does (identity, then ==, a user __eq__ traced), indexOf stopping at the first
+  match and raising eager's ValueError when there is none;
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, Sequence
+
+import torch
+
+import kiln
+from semantics_oracle import same
+
+X = torch.arange(3.0) - 1.0
+
+
+def outcome(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return ("ok", fn(*args))
+    except Exception as exc:  # noqa: BLE001 - compared with eager's
+        return ("raised", type(exc))
+
+
+def run(fn: Callable[..., Any], calls: Sequence[tuple], graphs: int | None = None, breaks: bool = False,
+        fresh: Callable[[], tuple] | None = None) -> None:
+    """Each call eager then compiled (on fresh arguments from `fresh` when given); no fallback, no
+    graph break unless `breaks`; `graphs`: how many graphs Kiln makes."""
+    kiln.reset()
+    backend = kiln.backends.CountingBackend()
+    compiled = kiln.compile(fn, backend=backend)
+    for i, args in enumerate(calls):
+        want = outcome(fn, *(fresh() if fresh else args))
+        got = outcome(compiled, *(fresh() if fresh else args))
+        assert want[0] == got[0] and (same(got[1], want[1]) if want[0] == "ok" else got[1] is want[1]), \
+            f"call {i}: compiled gave {got!r}, eager {want!r}"
+    assert kiln.stats()["fallbacks"] == 0 and (breaks or kiln.stats()["graph_breaks"] == 0), kiln.stats()
+    if graphs is not None:
+        assert backend.frame_count == graphs, f"{backend.frame_count} graphs, expected {graphs}"
+
+
+class Key:
+    def __init__(self, v: int) -> None:
+        self.v = v
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Key) and self.v == other.v
+
+
+# ------------------------------------------------------------ operator.countOf / operator.indexOf
+def test_count_of_constants_and_tensors() -> None:
+    def f(x):
+        return x + operator.countOf([1, 1, 2], 1) + operator.countOf((x, x), x) * 10
+    run(f, [(X,)], graphs=1)
+
+
+def test_count_of_uses_user_eq() -> None:
+    def f(x, keys):
+        return x + operator.countOf(keys, Key(1)) + operator.countOf(keys, Key(9)) * 10
+    run(f, [(X, [Key(1), Key(2), Key(1)])], graphs=1)
+
+
+def test_index_of_first_match_and_missing_raises() -> None:
+    def f(x):
+        i = operator.indexOf((Key(3), Key(1), Key(1)), Key(1))
+        try:
+            operator.indexOf([1, 2], 5)
+        except ValueError as e:
+            return x * i + len(str(e))
+        return x
+    run(f, [(X,)], graphs=1)
+
+
+def test_index_of_leaves_iterator_after_match() -> None:
+    def f(x):
+        it = iter([4, 5, 6, 5])
+        i = operator.indexOf(it, 5)
+        return x + i * 10 + sum(it)
+    run(f, [(X,)], graphs=1)
+
