@@ -6,9 +6,13 @@ it matters the number of graphs.
 - operator.countOf / operator.indexOf broke the graph (no rule): they read the container one item
   at a time as `in` does (identity, then ==, a user __eq__ traced), indexOf stopping at the first
   match and raising eager's ValueError when there is none;
+- copy.deepcopy in a compiled frame was an internal error (RecursionError, the frame ran eagerly):
+  its memo dict holds a key `id(memo)`, and describing that dict described the key, which
+  described the dict again; a dict being described is shown as `{...}` inside itself, as repr does;
 """
 from __future__ import annotations
 
+import copy
 import operator
 from typing import Any, Callable, Sequence
 
@@ -83,3 +87,22 @@ def test_index_of_leaves_iterator_after_match() -> None:
         return x + i * 10 + sum(it)
     run(f, [(X,)], graphs=1)
 
+
+
+# ------------------------------------------------------------ copy.deepcopy (memo keyed by id(memo))
+def test_deepcopy_nested_list_in_frame() -> None:
+    def f(x):
+        a = [[1, 2], [3]]
+        b = copy.deepcopy(a)
+        b[0].append(9)
+        return x + len(a[0]) + len(b[0]) * 10
+    run(f, [(X,)], graphs=1)
+
+
+def test_dict_keyed_by_its_own_id_described() -> None:
+    def f(x):
+        memo = {}
+        memo[id(memo)] = [1]
+        memo[id(memo)].append(2)
+        return x + len(memo[id(memo)])
+    run(f, [(X,)], graphs=1)
