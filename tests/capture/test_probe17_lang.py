@@ -9,6 +9,10 @@ it matters the number of graphs.
 - copy.deepcopy in a compiled frame was an internal error (RecursionError, the frame ran eagerly):
   its memo dict holds a key `id(memo)`, and describing that dict described the key, which
   described the dict again; a dict being described is shown as `{...}` inside itself, as repr does;
+- a list, tuple or range iterator from outside the frame (a global, a closure, an argument) stepped
+  by the trace (next(), a for loop, list()) was not advanced: every call read the same first items
+  and the caller's iterator stayed where it was (a wrong answer); the trace's next() calls are
+  replayed on the real iterator after the graph (side_effects.advance_iterator);
 """
 from __future__ import annotations
 
@@ -106,3 +110,71 @@ def test_dict_keyed_by_its_own_id_described() -> None:
         memo[id(memo)].append(2)
         return x + len(memo[id(memo)])
     run(f, [(X,)], graphs=1)
+
+
+# ------------------------------------------------------------ iterators from outside the frame
+def test_global_range_iterator_advances_each_call() -> None:
+    it = iter(range(20))
+
+    def f(x):
+        a = next(it)
+        b = next(it)
+        return x + a * 10 + b
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    got = [compiled(X) for _ in range(3)]
+    assert [int(g[1]) for g in got] == [1, 23, 45] and next(it) == 6
+
+
+def test_argument_list_iterator_partly_consumed_by_loop() -> None:
+    def f(x, it):
+        for v in it:
+            x = x + v
+            if v == 2:
+                break
+        return x
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    for fn in (f, compiled):
+        it = iter([1, 2, 3, 4])
+        out = fn(X, it)
+        assert same(out, X + 3) and list(it) == [3, 4], fn
+
+
+def test_closure_tuple_iterator_exhausted_by_list() -> None:
+    def make():
+        it = iter((1, 2, 3))
+
+        def f(x):
+            return x + sum(list(it)) + next(it, 100)
+        return f
+    eager, compiled = make(), kiln.compile(make(), backend="eager")
+    for _ in range(2):
+        assert same(compiled(X), eager(X))
+
+
+def test_exhausted_list_iterator_stays_exhausted_after_growth() -> None:
+    def make():
+        data = [1, 2]
+        it = iter(data)
+
+        def f(x):
+            total = x + sum(it)
+            data.append(5)
+            return total + next(it, -1)
+        return f
+    eager, compiled = make(), kiln.compile(make(), backend="eager")
+    for _ in range(2):
+        assert same(compiled(X), eager(X))
+
+
+def test_outside_iterator_stepped_then_graph_break() -> None:
+    it = iter([1, 2, 3, 4, 5, 6])
+
+    def f(x):
+        a = next(it)
+        torch._dynamo.graph_break()
+        return x + a * 10 + next(it)
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    assert [int(compiled(X)[1]) for _ in range(2)] == [12, 34] and next(it) == 5
