@@ -12,7 +12,10 @@ it matters the number of graphs.
 - a list, tuple or range iterator from outside the frame (a global, a closure, an argument) stepped
   by the trace (next(), a for loop, list()) was not advanced: every call read the same first items
   and the caller's iterator stayed where it was (a wrong answer); the trace's next() calls are
-  replayed on the real iterator after the graph (side_effects.advance_iterator);
+  replayed on the real iterator after the graph (side_effects.advance_iterator); a list
+  iterator's items are read from the list by index as the trace changes it (an item appended in
+  the frame is reached, as in eager, where it raised StopIteration), and one returned or live
+  across a break is the real iterator, not a copy;
 """
 from __future__ import annotations
 
@@ -178,3 +181,31 @@ def test_outside_iterator_stepped_then_graph_break() -> None:
     kiln.reset()
     compiled = kiln.compile(f, backend="eager")
     assert [int(compiled(X)[1]) for _ in range(2)] == [12, 34] and next(it) == 5
+
+
+def test_outside_list_iterator_sees_items_appended_in_frame() -> None:
+    def make():
+        data = [1]
+        it = iter(data)
+
+        def f(x):
+            a = next(it)
+            data.append(a + 1)
+            return x + a + next(it)
+        return f
+    eager, compiled = make(), kiln.compile(make(), backend="eager")
+    for _ in range(2):
+        assert outcome(compiled, X)[0] == outcome(eager, X)[0]
+    fresh_eager, fresh_compiled = make(), kiln.compile(make(), backend="eager")
+    assert same(fresh_compiled(X), fresh_eager(X))
+
+
+def test_outside_iterator_returned_is_the_same_object() -> None:
+    def f(x, it):
+        next(it)
+        return x + 1, it
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    it = iter([1, 2, 3])
+    out, back = compiled(X, it)
+    assert back is it and list(it) == [2, 3]

@@ -69,7 +69,8 @@ from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.user_hashed_keys import HashedKey, hashes_in_python
 from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
 from kiln.capture.variables.iterator import (IteratorVariable, LiveListIterator, LiveListIteratorVariable,
-                                             OutsideIteratorVariable, PassedIteratorVariable)
+                                             OutsideIteratorVariable, OutsideListIteratorVariable,
+                                             PassedIteratorVariable)
 from kiln.capture.variables.live_iterators import (EnumerateVariable, LiveDequeIterator, LiveDictIterator,
                                                    LiveEnumerate, LiveReversedIterator, LiveSetIterator, LiveZip,
                                                    PassedContainerIteratorVariable, PassedDequeIteratorVariable,
@@ -617,17 +618,25 @@ def _wrap_iterator(state: "CaptureState", value: Any, source: Source | None) -> 
     seq_source = ItemSource(ItemSource(reduce_source, 1), 0)
     seq = reduced[1][0]
     # its steps are replayed on the real iterator after the graph (another holder sees it advanced)
-    record = lambda var: state.side_effects.advance_iterator(var, source)  # noqa: E731
+    real: Source = source
+
+    def record(var: Any) -> None:
+        state.side_effects.advance_iterator(var, real)
     if type(seq) is tuple:
         _guard(state, seq_source, "check_type", tuple)
         passed = PassedIteratorVariable(
             seq, seq_source.name(), reduced[2],
             read=lambda k: wrap_value(state, seq[k], ItemSource(seq_source, k)),
             guard=lambda kind, n: _guard(state, seq_source, kind, n))
-        passed.record = record
+        passed.record, passed.origin = record, source.name()
         return passed
-    items = state.tracer_iterate(wrap_value(state, seq, seq_source))
-    return OutsideIteratorVariable(items[reduced[2]:], record)
+    wrapped = wrap_value(state, seq, seq_source)
+    if isinstance(wrapped, ListVariable) and type(seq) is list:  # read by index as the trace changes it
+        outside: Variable = OutsideListIteratorVariable(wrapped, reduced[2], record)
+    else:
+        outside = OutsideIteratorVariable(state.tracer_iterate(wrapped)[reduced[2]:], record)
+    outside.origin = source.name()  # type: ignore[attr-defined]
+    return outside
 
 
 def _wrap_live_iterator(state: "CaptureState", value: LiveListIterator, source: Source) -> Variable:

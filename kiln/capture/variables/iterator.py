@@ -104,6 +104,7 @@ class _Replayed:
     record: Callable[[Any], None] | None = None
     recorded = False
     ended = False  # the trace called next() past the last item (eager's iterator is exhausted)
+    origin: str | None = None  # where the glue reads the real iterator
     position: int
 
     def _step(self) -> None:
@@ -113,6 +114,12 @@ class _Replayed:
 
     def steps(self) -> int:
         return self.position + int(self.ended)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        # the real iterator itself: the replay leaves it where the trace's steps left this one
+        if self.origin is not None:
+            return self.origin
+        return super().reconstruct(glue)  # type: ignore[misc]
 
 
 class OutsideIteratorVariable(_Replayed, IteratorVariable):
@@ -193,6 +200,44 @@ class PassedIteratorVariable(_Replayed, IteratorVariable):
         if not peeked:
             return f"iter({rest})"
         return "iter((" + "".join(p + ", " for p in peeked) + f") + {rest})"
+
+
+class OutsideListIteratorVariable(_Replayed, IteratorVariable):
+    """A list iterator from outside the frame, at index `start` of its (tracked) list: reads the
+    list's items as they are at each step, as CPython's does by index (an item the trace appends
+    is reached); its steps are replayed on the real iterator after the graph."""
+
+    def __init__(self, seq: ListVariable, start: int, record: Callable[[Any], None]) -> None:
+        self.seq = seq
+        self.start = start
+        self.position = start
+        self.record = record
+
+    @property  # type: ignore[override]
+    def items(self) -> list[Variable]:
+        return [] if self.ended else self.seq.items
+
+    @items.setter
+    def items(self, value: list[Variable]) -> None:
+        self.seq.items = value
+
+    def python_type(self) -> type:
+        return _ITERATOR_TYPE
+
+    def next_item(self) -> Variable | None:
+        self._step()
+        item = super().next_item()
+        self.ended = self.ended or item is None
+        return item
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        self._step()
+        rest = super().iterate(tx)
+        self.ended = True
+        return rest
+
+    def steps(self) -> int:
+        return self.position - self.start + int(self.ended)
 
 
 class ListIteratorVariable(IteratorVariable):
