@@ -210,6 +210,12 @@ class SideEffects:
             raise Unsupported("writing a closure cell that has no source", kind="unsupported")
         self._effects[("cell", id(cell))] = cell
 
+    def advance_iterator(self, iterator: Any, source: Source) -> None:
+        """The trace stepped a list/tuple/range iterator object from outside the frame: the real
+        one takes as many next() calls after the graph (`iterator.steps()`, read at replay)."""
+        self.writes += 1
+        self._effects[("advance", id(iterator))] = (iterator, source)
+
     # ------------------------------------------------------------------ replay
     def emit(self, glue: "GlueBuilder") -> None:
         """Append the replay of every effect to the glue, in program order."""
@@ -269,3 +275,13 @@ class SideEffects:
                 glue.line(f"{glue.reconstruct(cached)}({', '.join(glue.reconstruct(a) for a in args)})")
             elif kind == "cell":
                 glue.line(f"{effect.source.name()} = {glue.reconstruct(effect.contents)}")
+            elif kind == "advance":
+                iterator, source = effect
+                if iterator.steps():
+                    glue.line(f"{glue.constant(_advance)}({source.name()}, {iterator.steps()})")
+
+
+def _advance(iterator: Any, steps: int) -> None:
+    """Replay of `steps` next() calls the trace made on an iterator from outside the frame."""
+    for _ in range(steps):
+        next(iterator, None)

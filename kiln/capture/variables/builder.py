@@ -69,6 +69,7 @@ from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.user_hashed_keys import HashedKey, hashes_in_python
 from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
 from kiln.capture.variables.iterator import (IteratorVariable, LiveListIterator, LiveListIteratorVariable,
+                                             OutsideIteratorVariable, OutsideListIteratorVariable,
                                              PassedIteratorVariable)
 from kiln.capture.variables.live_iterators import (EnumerateVariable, LiveDequeIterator, LiveDictIterator,
                                                    LiveEnumerate, LiveReversedIterator, LiveSetIterator, LiveZip,
@@ -618,14 +619,26 @@ def _wrap_iterator(state: "CaptureState", value: Any, source: Source | None) -> 
     _guard(state, ItemSource(reduce_source, 2), "check_value", reduced[2])
     seq_source = ItemSource(ItemSource(reduce_source, 1), 0)
     seq = reduced[1][0]
+    # its steps are replayed on the real iterator after the graph (another holder sees it advanced)
+    real: Source = source
+
+    def record(var: Any) -> None:
+        state.side_effects.advance_iterator(var, real)
     if type(seq) is tuple:
         _guard(state, seq_source, "check_type", tuple)
-        return PassedIteratorVariable(
+        passed = PassedIteratorVariable(
             seq, seq_source.name(), reduced[2],
             read=lambda k: wrap_value(state, seq[k], ItemSource(seq_source, k)),
             guard=lambda kind, n: _guard(state, seq_source, kind, n))
-    items = state.tracer_iterate(wrap_value(state, seq, seq_source))
-    return IteratorVariable(items[reduced[2]:])
+        passed.record, passed.origin = record, source.name()
+        return passed
+    wrapped = wrap_value(state, seq, seq_source)
+    if isinstance(wrapped, ListVariable) and type(seq) is list:  # read by index as the trace changes it
+        outside: Variable = OutsideListIteratorVariable(wrapped, reduced[2], record)
+    else:
+        outside = OutsideIteratorVariable(state.tracer_iterate(wrapped)[reduced[2]:], record)
+    outside.origin = source.name()  # type: ignore[attr-defined]
+    return outside
 
 
 def _wrap_live_iterator(state: "CaptureState", value: LiveListIterator, source: Source) -> Variable:

@@ -149,6 +149,8 @@ def constant_keys(keys: Any) -> bool:
     return not any(isinstance(k, IdentityKey) for k in keys)
 
 
+_DESCRIBING: set[int] = set()  # dicts whose describe() is running (one that holds a key naming itself)
+
 class DictVariable(Variable):
     """A dict; `dict_type` is dict, OrderedDict, defaultdict (with `default_factory`, a tracked
     callable or None) or a subclass of one of them made in the frame (`attrs`: its instance dict)."""
@@ -164,7 +166,13 @@ class DictVariable(Variable):
         self.real: Any = None  # a subclass instance from outside: its instance attributes are read off it
 
     def describe(self) -> str:
-        return f"{self.dict_type.__name__} with keys {list(self.items)}"
+        if id(self) in _DESCRIBING:  # a key that names this dict (deepcopy's memo[id(memo)]): as repr's {...}
+            return f"{self.dict_type.__name__} {{...}}"
+        _DESCRIBING.add(id(self))
+        try:
+            return f"{self.dict_type.__name__} with keys {list(self.items)}"
+        finally:
+            _DESCRIBING.discard(id(self))
 
     def python_type(self) -> type:
         return self.dict_type

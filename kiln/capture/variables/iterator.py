@@ -95,7 +95,53 @@ class IteratorVariable(Variable):
         return "iter((" + "".join(p + ", " for p in parts) + "))"
 
 
-class PassedIteratorVariable(IteratorVariable):
+class _Replayed:
+    """An iterator object from outside the frame (an argument, a global, an attribute): each step
+    the trace takes is replayed on the real one after the graph (side_effects.advance_iterator),
+    so that whoever else holds it sees it advanced as in eager. `record(self)` is called at the
+    first step; `steps()` is how many times eager's code called next() on it."""
+
+    record: Callable[[Any], None] | None = None
+    recorded = False
+    ended = False  # the trace called next() past the last item (eager's iterator is exhausted)
+    origin: str | None = None  # where the glue reads the real iterator
+    position: int
+
+    def _step(self) -> None:
+        if self.record is not None and not self.recorded:
+            self.recorded = True
+            self.record(self)
+
+    def steps(self) -> int:
+        return self.position + int(self.ended)
+
+    def reconstruct(self, glue: "GlueBuilder") -> str:
+        # the real iterator itself: the replay leaves it where the trace's steps left this one
+        if self.origin is not None:
+            return self.origin
+        return super().reconstruct(glue)  # type: ignore[misc]
+
+
+class OutsideIteratorVariable(_Replayed, IteratorVariable):
+    """A list or range iterator from outside the frame, over the items it had left."""
+
+    def __init__(self, items: list[Variable], record: Callable[[Any], None]) -> None:
+        super().__init__(items)
+        self.record = record
+
+    def next_item(self) -> Variable | None:
+        self._step()
+        item = super().next_item()
+        self.ended = self.ended or item is None
+        return item
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        self._step()
+        self.ended = True  # list(it), a for loop: stepped until StopIteration
+        return super().iterate(tx)
+
+
+class PassedIteratorVariable(_Replayed, IteratorVariable):
     """An iterator over a real tuple passed into the frame (`iter(seq)` from `start`).
 
     `read(k)` wraps `seq[k]` with its source and guard; `guard(kind, n)` guards `len(seq)`. The
@@ -116,11 +162,13 @@ class PassedIteratorVariable(IteratorVariable):
         return f"iterator ({len(self.seq) - self.start - self.position} left)"
 
     def next_item(self) -> Variable | None:
+        self._step()
         if self.position < len(self.items):
             return super().next_item()
         index = self.start + self.position
         if index >= len(self.seq):
             self.guard("check_len", len(self.seq))
+            self.ended = True
             return None
         self.guard("check_min_len", index + 1)
         self.items.append(self.read(index))
@@ -129,17 +177,19 @@ class PassedIteratorVariable(IteratorVariable):
 
     def remaining(self) -> list[Variable]:
         rest = []
-        position = self.position
+        position, ended, recorded = self.position, self.ended, self.recorded
         item = self.next_item()
         while item is not None:
             rest.append(item)
             item = self.next_item()
-        self.position = position
+        self.position, self.ended, self.recorded = position, ended, recorded  # a peek steps nothing
         return rest
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
         rest = self.remaining()
+        self._step()
         self.position = len(self.items)
+        self.ended = True
         return rest
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
@@ -150,6 +200,44 @@ class PassedIteratorVariable(IteratorVariable):
         if not peeked:
             return f"iter({rest})"
         return "iter((" + "".join(p + ", " for p in peeked) + f") + {rest})"
+
+
+class OutsideListIteratorVariable(_Replayed, IteratorVariable):
+    """A list iterator from outside the frame, at index `start` of its (tracked) list: reads the
+    list's items as they are at each step, as CPython's does by index (an item the trace appends
+    is reached); its steps are replayed on the real iterator after the graph."""
+
+    def __init__(self, seq: ListVariable, start: int, record: Callable[[Any], None]) -> None:
+        self.seq = seq
+        self.start = start
+        self.position = start
+        self.record = record
+
+    @property  # type: ignore[override]
+    def items(self) -> list[Variable]:
+        return [] if self.ended else self.seq.items
+
+    @items.setter
+    def items(self, value: list[Variable]) -> None:
+        self.seq.items = value
+
+    def python_type(self) -> type:
+        return _ITERATOR_TYPE
+
+    def next_item(self) -> Variable | None:
+        self._step()
+        item = super().next_item()
+        self.ended = self.ended or item is None
+        return item
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        self._step()
+        rest = super().iterate(tx)
+        self.ended = True
+        return rest
+
+    def steps(self) -> int:
+        return self.position - self.start + int(self.ended)
 
 
 class ListIteratorVariable(IteratorVariable):

@@ -512,18 +512,44 @@ def contains(tx: "Tracer", container: Variable, item: Variable) -> bool:
         result = False
         candidate = iterator.next_item()
         while candidate is not None:
-            same = _equal(item, candidate)
-            if same is None and (_python_type(candidate) is not None or _python_type(item) is not None) \
-                    and _identity(item, candidate) is False:
-                # a user __eq__: CPython's `in` asks `candidate == item` (after identity), traced
-                same = compare_op(tx, "==", candidate, item).truth(tx)
-            if same is None:
-                raise Unsupported(f"`in` comparing {item.describe()}", kind="unsupported")
-            if same:
+            if _matches(tx, item, candidate):
                 result = True
                 break
             candidate = iterator.next_item()
     return bool(result)
+
+
+def _matches(tx: "Tracer", item: Variable, candidate: Variable) -> bool:
+    """`candidate is item or candidate == item`, as `in`, list.index and operator.countOf ask it."""
+    same = _equal(item, candidate)
+    if same is None and (_python_type(candidate) is not None or _python_type(item) is not None) \
+            and _identity(item, candidate) is False:
+        # a user __eq__: CPython asks `candidate == item` (after identity), traced
+        same = compare_op(tx, "==", candidate, item).truth(tx)
+    if same is None:
+        raise Unsupported(f"comparing {item.describe()} with the items of a container", kind="unsupported")
+    return bool(same)
+
+
+def _count_or_index(tx: "Tracer", name: str, container: Variable, item: Variable) -> Variable:
+    """operator.countOf / operator.indexOf: the container read one item at a time, as in eager
+    (indexOf stops at the first match; an iterator is left after it)."""
+    from kiln.capture.variables.exception import raise_in_trace
+    iterator = open_iterator(tx, container)
+    count = 0
+    candidate = iterator.next_item()
+    while candidate is not None:
+        if _matches(tx, item, candidate):
+            if name == "indexOf":
+                return ConstantVariable(count)
+            count += 1
+        elif name == "indexOf":
+            count += 1
+        candidate = iterator.next_item()
+    if name == "indexOf":
+        message = "sequence.index(x): x not in sequence"
+        raise raise_in_trace(ValueError(message), f"{message} (raised natively)")
+    return ConstantVariable(count)
 
 
 def _python_contains(container: "ObjectVariable | NewObjectVariable") -> Any:
@@ -558,6 +584,8 @@ def _operator_rule(name: str) -> BuiltinRule:
             return subscript(tx, args[0], args[1])
         if name == "contains":
             return ConstantVariable(contains(tx, args[0], args[1]))
+        if name in ("countOf", "indexOf"):
+            return _count_or_index(tx, name, args[0], args[1])
         if name in ("is_", "is_not"):
             return ConstantVariable(identity(args[0], args[1]) == (name == "is_"))
         if name == "concat":
@@ -575,6 +603,6 @@ def _operator_rule(name: str) -> BuiltinRule:
 
 for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_", "xor",
               "lshift", "rshift", "getitem", "lt", "le", "eq", "ne", "gt", "ge", "contains", "is_", "is_not",
-              "concat", "iconcat", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "imatmul",
+              "countOf", "indexOf", "concat", "iconcat", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "imatmul",
               "iand", "ior", "ixor", "ilshift", "irshift"):
     BUILTIN_RULES[getattr(operator, _name)] = _operator_rule(_name)
