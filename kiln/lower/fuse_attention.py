@@ -1,5 +1,5 @@
-"""The `fuse_attention` pass: attention written out by hand (q @ k.transpose(-2, -1), a scale, an
-additive mask, softmax, @ v) becomes one call of ATen's fused CPU attention kernel.
+"""The `fuse_attention` pass: attention written out by hand (q @ k.transpose(-2, -1), a scale,
+softmax, @ v) becomes one call of ATen's fused CPU attention kernel.
 
 Runs on the ATen graph after `fold_batch_norm`, before `decompose`. A model that spells attention out
 (a ViT block, a CLIP text encoder, a decoder layer with a cache) reaches the lowering as two bmms
@@ -11,12 +11,8 @@ never writing the [B, H, L, S] scores, and reads q, k, v as strided views of the
 contiguous q, k, v: 1.4x). Matched only where every intermediate has one reader (so never in a
 training forward, where the softmax is saved for the backward), on CPU float32/float64, for a query
 longer than one row (a decode step's single row is a vector product Kiln's loops compute better, extern.
-vector_bmm).
-
-One difference from eager is put back: a query whose mask row is all -inf (fully masked) is NaN in
-eager (softmax of a row of -inf) but 0 in the fused kernel, so those rows are set to NaN from the
-mask's row maxima (scores with +inf or NaN give NaN rows in both already). Corresponds to Inductor's
-fx_passes/fuse_attention.py (its patterns are matched before autograd and cover training too).
+vector_bmm). Corresponds to Inductor's fx_passes/fuse_attention.py (its patterns are matched
+before autograd, cover training and attention masks too).
 """
 from __future__ import annotations
 
@@ -78,7 +74,6 @@ class _Match:
     q: Any  # FX nodes (their args are untyped)
     k: Any
     v: Any
-    mask: Any  # a node, or None
     scale: float
     out: Any  # the [B, H, L, D] view of the second bmm, which the fused call replaces
 
@@ -115,17 +110,9 @@ def _match(out: Any) -> _Match | None:
         return None
     s = pshape[3]
     v = _bmm_operand(v_view, (b, h, s, d))
-    x, mask = probs.args[0], None
-    if _single_use(x) and x.target is aten.add.Tensor and not x.kwargs:
-        first, second = x.args
-        for scores_side, mask_side in ((first, second), (second, first)):
-            mv = _val(mask_side)
-            if (isinstance(mask_side, torch.fx.Node) and isinstance(mv, torch.Tensor) and mv.dim() <= 4
-                    and _shape(mask_side) is not None and _shape(scores_side) == pshape):
-                x, mask = scores_side, mask_side
-                break
-        else:
-            return None
+    # an additive mask (softmax(scores + mask)) is not matched: a CLIP text encoder's causal attention
+    # (16 tokens) ran 0.77-0.93x of the unfused graph end to end at 1 thread, though alone it was faster
+    x = probs.args[0]
     scaled = _scores_and_scale(x)
     if scaled is None:
         return None
@@ -140,13 +127,13 @@ def _match(out: Any) -> _Match | None:
     k = _transposed_key(kt)
     if q is None or k is None or v is None or _shape(k) != (b, h, s, d):
         return None
-    vals = [_val(t) for t in (q, k, v, mask) if t is not None]
+    vals = [_val(t) for t in (q, k, v)]
     dtype = vals[0].dtype
     if dtype not in _DTYPES or any(t.dtype != dtype or t.device.type != "cpu" for t in vals):
         return None
     if l == 1 or s == 0 or d == 0 or b * h == 0:
         return None
-    return _Match(q, k, v, mask, scale, out)
+    return _Match(q, k, v, scale, out)
 
 
 def _query_contiguous(q: Any) -> bool:
@@ -155,7 +142,7 @@ def _query_contiguous(q: Any) -> bool:
 
 
 def _erase_unused_chain(graph: torch.fx.Graph, out: Any) -> None:
-    """Erase the replaced view and the nodes only it read, back to q, k, v and the mask (a node read
+    """Erase the replaced view and the nodes only it read, back to q, k, v (a node read
     elsewhere stays; nothing outside the matched chain has lost a reader)."""
     stack = [out]
     while stack:
@@ -180,17 +167,8 @@ def fuse_attention(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         b, h, l, _d = _shape(m.out)  # type: ignore[misc]
         s = _shape(m.k)[2]  # type: ignore[index]
         with graph.inserting_before(m.out):
-            mask = m.mask
-            if mask is not None and _val(mask).dim() not in (2, 4):
-                mask = graph.call_function(aten.expand.default, (mask, [b, h, l, s]))
-            call = graph.call_function(flash_attention, (m.q, m.k, m.v, 0.0, False),
-                                       {"attn_mask": mask, "scale": m.scale})
+            call = graph.call_function(flash_attention, (m.q, m.k, m.v, 0.0, False), {"scale": m.scale})
             out = graph.call_function(operator.getitem, (call, 0))
-            if m.mask is not None:
-                # eager's NaN for a query whose mask row is all -inf (the fused kernel gives 0)
-                row_max = graph.call_function(aten.amax.default, (m.mask, [-1], True))
-                masked = graph.call_function(aten.eq.Scalar, (row_max, float("-inf")))
-                out = graph.call_function(aten.where.ScalarSelf, (masked, float("nan"), out))
             result = out
             if not _query_contiguous(m.q):
                 # the fused kernel's output follows the query's layout; the view it replaces was contiguous

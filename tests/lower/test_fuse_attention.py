@@ -1,8 +1,7 @@
-"""Attention written out by hand (q @ k.transpose(-2, -1), a scale, an additive mask, softmax, @ v)
-runs as one call of ATen's fused CPU attention kernel (kiln/lower/fuse_attention.py), as
+"""Attention written out by hand (q @ k.transpose(-2, -1), a scale, softmax, @ v) runs as one call of ATen's fused CPU attention kernel (kiln/lower/fuse_attention.py), as
 torch.compile's pattern matcher does: no bmm, no [B, H, L, S] scores in memory, values as eager's.
 
-Not fused: a training forward (the softmax is saved for the backward, so it has two readers), a
+Not fused: attention with an additive mask (slower end to end on a CLIP text encoder), a training forward (the softmax is saved for the backward, so it has two readers), a
 single-row query (a decode step: Kiln's vector_bmm), a half-precision softmax, a value whose width
 differs from the query's, a softmax over another dim. A key and value broadcast over heads by the
 caller's expand (grouped-query attention) are passed to the fused kernel as the expanded views.
@@ -76,7 +75,10 @@ _FUSED = {
 }
 
 
-@pytest.mark.parametrize("name", list(_FUSED))
+_MASKED = ("mask_2d", "mask_4d", "mask_broadcast_rows", "causal_mask_first")
+
+
+@pytest.mark.parametrize("name", [n for n in _FUSED if n not in _MASKED])
 def test_written_out_attention_is_one_fused_call(name) -> None:
     fn, make = _FUSED[name]
     c = check(fn, *make(), atol=1e-5, rtol=1e-5)
@@ -84,13 +86,11 @@ def test_written_out_attention_is_one_fused_call(name) -> None:
     assert aten.bmm.default not in c.extern_ops, c.wrapper_source
 
 
-def test_a_fully_masked_row_is_nan_as_in_eager() -> None:
-    q, k, v = _QKV(1, 2, 4, 4)
-    m = torch.zeros(4, 4)
-    m[2] = float("-inf")
-    c = check(_additive_mask, q, k, v, m)
-    assert c.extern_ops.count(FLASH) == 1
-    assert torch.isnan(c(q, k, v, m)[0][:, :, 2]).all()
+@pytest.mark.parametrize("name", _MASKED)
+def test_masked_attention_stays_as_written(name) -> None:
+    fn, make = _FUSED[name]
+    c = check(fn, *make(), atol=1e-5, rtol=1e-5)
+    assert FLASH not in c.extern_ops, c.wrapper_source
 
 
 def _probs_returned(q, k, v):
