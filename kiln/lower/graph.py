@@ -25,9 +25,10 @@ from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Lay
                            contiguous_strides, index_vars, walk)
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, compute_dtype,
                                   dense_layout, stride_hint, strided_value, to_expr, value_cost)
-from kiln.lower.lowerings.convolution import nhwc_storage
+from kiln.lower.lowerings.convolution import channels_last_strides, reads_channels_last
 from kiln.lower.lowerings.reductions import ROUNDED_OUTPUTS, rounded_on_read
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random, vector_bmm
+from kiln.lower.schedule import MIN_STORAGE_INNER
 from kiln.symbolic.expr import float_symbol, is_truth_value, negate, relation
 from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, RoundHalfEven,
                                   float_floor, is_float_valued, to_float)
@@ -374,11 +375,19 @@ def _maybe_realize(ctx: LoweringContext, tv: TensorValue, node: torch.fx.Node) -
         returned = isinstance(ctx.meta, torch.Tensor) and any(user.op == "output" for user in node.users)
         if returned:
             return ctx.realize(tv, dense_layout(ctx.meta))
-        # computed from NHWC data (a BatchNorm and SiLU of a convolution's result): stored NHWC as
-        # eager's pointwise ops would, so its kernel and every reader run along the channels (stored
-        # NCHW, an EfficientNet's squeeze-excite block transposed it twice)
-        return ctx.realize(tv, nhwc_storage(tv))
+        if _nhwc_sized(tv) and reads_channels_last(tv):
+            # computed from NHWC data (a BatchNorm and SiLU of a convolution's result): stored NHWC
+            # as eager's pointwise ops would, so its kernel and every reader run along the channels
+            # (stored NCHW, an EfficientNet's squeeze-excite block transposed it twice)
+            return ctx.realize(tv, Layout(tv.dtype, tv.sizes, channels_last_strides(tv.sizes)))
+        return ctx.realize(tv)
     return tv
+
+
+def _nhwc_sized(tv: TensorValue) -> bool:
+    """A 4-d value of static sizes with enough channels for a vectorized loop along them."""
+    return (tv.ndim == 4 and all(getattr(s, "is_number", False) for s in tv.sizes)
+            and int(tv.sizes[1]) >= MIN_STORAGE_INNER and int(tv.sizes[2] * tv.sizes[3]) > 1)
 
 
 def _output(ctx: LoweringContext, out: Any, env: dict[torch.fx.Node, Any], metas: dict[torch.fx.Node, Any]) -> Any:

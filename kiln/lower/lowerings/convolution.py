@@ -25,7 +25,6 @@ from kiln.lower.ir import (BufferRef, FloorDiv, Index, Layout, Load, Masked, Val
                           walk)
 from kiln.lower.lowerings import (LoweringContext, TensorValue, compute_dtype, register, strided_value,
                                   value_cost)
-from kiln.lower.schedule import MIN_STORAGE_INNER
 
 aten = torch.ops.aten
 
@@ -271,17 +270,6 @@ def reads_channels_last(x: TensorValue) -> bool:
             along_channels = True
     return along_channels
 
-
-
-def nhwc_storage(tv: TensorValue) -> Layout | None:
-    """The NHWC layout for storing a lazy 4-d value computed from NHWC data (static sizes, enough
-    channels for a vectorized loop along them), as eager's pointwise ops keep their input's memory
-    format; None for any other value (stored row-major)."""
-    if tv.view is not None or tv.ndim != 4 or not all(getattr(s, "is_number", False) for s in tv.sizes):
-        return None
-    if int(tv.sizes[1]) < MIN_STORAGE_INNER or int(tv.sizes[2] * tv.sizes[3]) <= 1 or not reads_channels_last(tv):
-        return None
-    return Layout(tv.dtype, tv.sizes, channels_last_strides(tv.sizes))
 
 def _padded(ctx: LoweringContext, x: TensorValue, padding: tuple[int, int], nhwc: bool) -> TensorValue:
     """x with `padding` zeros around its last two dims, stored NHWC where x is read so, else NCHW:

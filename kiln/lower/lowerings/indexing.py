@@ -17,7 +17,6 @@ from kiln.lower.checks import all_of, checked_index
 from kiln.lower.ir import Index, Layout, Load, Masked, ModularIndexing, Scatter, Value, contiguous_strides
 from kiln.lower.lowerings import (LoweringContext, TensorValue, broadcast_load, broadcast_sizes, compute_dtype,
                                   dense_layout, normalize_dim, register, strided_value, to_expr, wrapped_index)
-from kiln.lower.lowerings.convolution import nhwc_storage
 
 aten = torch.ops.aten
 
@@ -43,14 +42,6 @@ def _known_nonempty(size: sympy.Expr) -> bool:
     return bool(size.is_number and size > 0)
 
 
-def _stored_for_gather(ctx: LoweringContext, x: TensorValue) -> TensorValue:
-    """x in a buffer for loads at computed addresses: a lazy value computed from NHWC data (a
-    residual sum of two convolutions' results before a nearest upsample) is stored NHWC, as eager
-    keeps it, so its kernel streams along the channels and the gather reads whole channel rows
-    (stored NCHW, both loops strided by H * W)."""
-    return ctx.realize(x, nhwc_storage(x))
-
-
 def indirect_load(ctx: LoweringContext, x: TensorValue, idx: Sequence[sympy.Expr],
                   indirect: dict[int, Value], op: str) -> Value:
     """x[idx] where the dims in `indirect` take loaded index values instead of idx; an index out of
@@ -71,7 +62,7 @@ def indirect_load(ctx: LoweringContext, x: TensorValue, idx: Sequence[sympy.Expr
 
 @register(aten.gather.default)
 def gather(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, *, sparse_grad: bool = False) -> TensorValue:
-    x = _stored_for_gather(ctx, x)
+    x = ctx.realize(x)
     dim = normalize_dim(dim, x.ndim)
     return TensorValue(x.dtype, index.sizes, lambda idx: indirect_load(ctx, x, idx, {dim: index.load(idx)}, "gather"))
 
@@ -85,7 +76,7 @@ def index_select(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorVa
         # the result is empty, so a kernel would load (and check) nothing, while eager checks every
         # index: ATen's own call does (a symbolic size is never 0: sizes 0 and 1 are specialized)
         return ctx.extern(aten.index_select.default, (x, dim, index), {}, reason="an empty tensor")
-    x = _stored_for_gather(ctx, x)
+    x = ctx.realize(x)
     one_d = index.ndim == 1
     # eager's CPU kernel raises RuntimeError along dim 1 of a tensor of 2 or more dims, IndexError
     # otherwise
@@ -129,7 +120,7 @@ def _split_index(x: TensorValue, indices: Sequence[TensorValue | None], idx: Seq
 def index(ctx: LoweringContext, x: TensorValue, indices: Sequence[TensorValue | None]) -> TensorValue:
     if any(t is not None and t.dtype in (torch.bool, torch.uint8) for t in indices):
         raise NotImplementedError("boolean mask indexing has a data-dependent shape")
-    x = _stored_for_gather(ctx, x)
+    x = ctx.realize(x)
     indices = list(indices) + [None] * (x.ndim - len(indices))
 
     def loader(idx: Sequence[sympy.Expr]) -> Value:
