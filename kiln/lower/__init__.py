@@ -4,7 +4,7 @@
 code generator, looks the graph up in the disk cache (same code, input metadata and Kiln sources),
 forks for mode="max-autotune" on CPU, and hands the rest to kiln.lower.pipeline, whose driver runs
 the named passes in order (each name is its key in CompiledGraph.timings and in KILN_LOGS=+lower):
-    fold_batch_norm -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> build -> codegen_wrapper
+    fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> build -> codegen_wrapper
 It returns a CompiledGraph: a callable over the real inputs returning a tuple like `aten_gm`.
 Under KILN_DEBUG=1 each pass's output is also written to `<run folder>/lower_<n>/<pass name>.*`.
 Corresponds to torch/_inductor/compile_fx.py.

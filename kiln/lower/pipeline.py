@@ -5,8 +5,9 @@ nothing else: the driver (`run`) checks its output with the seam's verifier (unl
 "verify" is False), times it (`Lowering.timings[name]`, and kiln.compile_time as
 `lower.<name>`, `build` as itself), logs it under KILN_LOGS=+lower and writes it to the debug dump
 (KILN_DEBUG=1: `<run folder>/lower_<n>/<file>`). The lists:
-    CPP_PASSES:    fold_batch_norm -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> build -> codegen_wrapper
-    TRITON_PASSES: fold_batch_norm -> decompose -> lower_to_loop_ir -> schedule -> codegen_triton
+    CPP_PASSES:    fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp
+                   -> build -> codegen_wrapper
+    TRITON_PASSES: fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_triton
     REGENERATE:    codegen_cpp -> build -> codegen_wrapper (a program read back from the disk cache,
                    timed together as `cache_load`)
 kiln.lower.compile_graph picks the list and wraps the result. Corresponds to the pass sequence of
@@ -32,6 +33,7 @@ from kiln.lower.codegen.wrapper import make_wrapper
 from kiln.lower.decompose import decompose, wants_decomposition
 from kiln.lower.eager_dtypes import mark_refused
 from kiln.lower.fold_batch_norm import fold_batch_norm
+from kiln.lower.fuse_attention import fuse_attention
 from kiln.lower.graph import lower_to_loop_ir, node_metas
 from kiln.lower.ir import LoopIR, format_ir, verify_ir
 from kiln.lower.lowerings import LOWERINGS
@@ -173,6 +175,11 @@ def _fold_batch_norm(lo: Lowering) -> None:
     lo.gm = fold_batch_norm(gm)
 
 
+def _fuse_attention(lo: Lowering) -> None:
+    assert lo.gm is not None
+    lo.gm = fuse_attention(lo.gm)
+
+
 def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     graph = torch.fx.Graph()
     out = graph.graph_copy(gm.graph, {})
@@ -255,6 +262,7 @@ def _build_text(lo: Lowering) -> str:
 
 
 FOLD_BATCH_NORM = Pass("fold_batch_norm", _fold_batch_norm)
+FUSE_ATTENTION = Pass("fuse_attention", _fuse_attention)
 DECOMPOSE = Pass("decompose", _decompose, show=_gm_code, dumps=(("decompose.py", _gm_code),))
 LOWER_TO_LOOP_IR = Pass("lower_to_loop_ir", _lower_to_loop_ir, verify=_verify_ir, show=_ir_text, dumps=(
     ("lower_to_loop_ir.txt", lambda lo: _ir_text(lo) + "".join(f"\n# perf hint: {h}" for h in lo.hints)),))
@@ -266,8 +274,8 @@ CODEGEN_CPP = Pass("codegen_cpp", _codegen_cpp, dumps=(("codegen_cpp.cpp", lambd
 BUILD = Pass("build", _build, dumps=(("build.txt", _build_text),))
 CODEGEN_WRAPPER = Pass("codegen_wrapper", _codegen_wrapper, dumps=(("codegen_wrapper.py", lambda lo: lo.wrapper_source),))
 
-CPP_PASSES = (FOLD_BATCH_NORM, DECOMPOSE, LOWER_TO_LOOP_IR, SCHEDULE, CODEGEN_CPP, BUILD, CODEGEN_WRAPPER)
-TRITON_PASSES = (FOLD_BATCH_NORM, DECOMPOSE, LOWER_TO_LOOP_IR, SCHEDULE, CODEGEN_TRITON)
+CPP_PASSES = (FOLD_BATCH_NORM, FUSE_ATTENTION, DECOMPOSE, LOWER_TO_LOOP_IR, SCHEDULE, CODEGEN_CPP, BUILD, CODEGEN_WRAPPER)
+TRITON_PASSES = (FOLD_BATCH_NORM, FUSE_ATTENTION, DECOMPOSE, LOWER_TO_LOOP_IR, SCHEDULE, CODEGEN_TRITON)
 # A program read back from the disk cache: its C++ is written again (never a stored source) and built
 # (found in the cache); what the skipped passes made is dumped from the program itself.
 REGENERATE = (CODEGEN_CPP, BUILD, CODEGEN_WRAPPER)
