@@ -167,7 +167,7 @@ class SetVariable(Variable):
         if made is None:
             from kiln.capture.variables.iterator import IteratorVariable
             return IteratorVariable(self.iterate(tx))
-        return made(self, "set", lambda key: self.items[key])
+        return made(self, "set", lambda key: self.items[key], False)
 
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         from kiln.capture.variables.exception import no_attribute
