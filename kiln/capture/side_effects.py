@@ -278,10 +278,10 @@ class SideEffects:
             elif kind == "advance":
                 iterator, source = effect
                 if iterator.steps():
-                    glue.line(f"{glue.constant(_advance)}({source.name()}, {iterator.steps()})")
+                    glue.line(f"{glue.constant(advance_by)}({source.name()}, {iterator.steps()})")
 
 
-def _advance(iterator: Any, steps: int) -> None:
+def advance_by(iterator: Any, steps: int) -> None:
     """Replay of `steps` next() calls the trace made on an iterator from outside the frame."""
     for _ in range(steps):
         next(iterator, None)

@@ -33,6 +33,7 @@ from kiln.capture.persist.digest import FORMAT, NotPortable, Stale, _bound_cell,
 from kiln.capture.persist.grammar import UnsafeSource, check_glue_source, check_guard_source, rooted_at_locals
 from kiln.capture.persist.names import _CLOSURE_FUNCTIONS, _TORCH_BREAK_CALLS, _decode_named, _encode_named, _numpy_bool
 from kiln.capture.persist.portable import _portable_guard, _portable_guards
+from kiln.capture.side_effects import advance_by
 from kiln.errors import reraise
 from kiln.runtime import artifact, records, store as files
 
@@ -136,7 +137,8 @@ class StoredResume:
 _GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset, slice, torch.Size, reraise,
                    float, operator.truediv,  # a size as a float, or over an int, computed as eager does (symint.py)
                    types.CellType,  # a closure cell a frame made, passed to a resume function
-                   object.__setattr__)  # an attribute write past a class's own __setattr__ (traced)
+                   object.__setattr__,  # an attribute write past a class's own __setattr__ (traced)
+                   advance_by)  # the trace's next() calls on an iterator from outside, replayed
 # context managers a glue may make, enter and hand the `__exit__` of to a resume function (a break
 # inside `with torch.no_grad():`)
 _GLUE_CONTEXTS = (torch.no_grad, torch.enable_grad)
