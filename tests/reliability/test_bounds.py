@@ -391,3 +391,54 @@ def test_take_gradient_lands_on_the_flat_positions() -> None:
     fn(x1, i).backward()
     kiln.compile(fn, backend="inductor")(x2, i).backward()
     torch.testing.assert_close(x2.grad, x1.grad)
+
+
+_INDEXINGS = {
+    "last_dim_only": lambda x, i, j: x[:, :, i] * 2,
+    "middle_pair": lambda x, i, j: x[:, i, j] * 2,
+    "split_pair": lambda x, i, j: x[:, i, :, j] * 2,
+    "first_dim": lambda x, i, j: x[i] * 2,
+    "first_and_last": lambda x, i, j: x[i, ..., j] * 2,
+}
+
+
+def _put_last(x: torch.Tensor, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    y[:, :, :, i] = 1.0
+    return y
+
+
+def _put_pair(x: torch.Tensor, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    y[:, i, j] = 1.0
+    return y
+
+
+def _message(fn, *args) -> tuple[type, str]:
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 - the exception is what is compared
+        return type(e), str(e)
+    raise AssertionError("no error")
+
+
+@pytest.mark.parametrize("name", sorted(_INDEXINGS) + ["put_last", "put_pair"])
+@pytest.mark.parametrize("bad", ["first", "second"])
+def test_advanced_index_error_names_the_index_tensor_as_eager(name: str, bad: str) -> None:
+    """aten.index / index_put count the dim in their error among the index tensors, not the
+    tensor's dims: x[:, :, i] out of range says 'dimension 0' in eager."""
+    fn = {"put_last": _put_last, "put_pair": _put_pair}.get(name) or _INDEXINGS[name]
+    x = torch.arange(2 * 8 * 5 * 3, dtype=torch.float32).reshape(2, 8, 5, 3)
+    good = torch.tensor([1, 0])
+    wrong = torch.tensor([1, 9])
+    i, j = (wrong, good) if bad == "first" else (good, wrong)
+    compiled = kiln.compile(fn, backend="inductor")
+    torch.testing.assert_close(compiled(x, good, good), fn(x, good, good))
+    try:
+        fn(x, i, j)
+    except Exception:
+        pass
+    else:  # this program does not read the wrong index (it uses only the first tensor)
+        torch.testing.assert_close(compiled(x, i, j), fn(x, i, j))
+        return
+    assert _message(compiled, x, i, j) == _message(fn, x, i, j)

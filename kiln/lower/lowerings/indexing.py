@@ -27,8 +27,10 @@ def _indirect_offset(lay: Layout, indirect: dict[int, Value], op: str) -> tuple[
     of known non-zero size a failed index becomes 0, so the offset stays inside the tensor."""
     extra: Value | None = None
     conditions: list[Value] = []
+    # aten.index / index_put name the n-th index tensor in their error (x[:, :, i]: "dimension 0")
+    named = {d: n for n, d in enumerate(sorted(indirect))} if op in ("index", "index_put") else None
     for d, v in indirect.items():
-        ok, v = checked_index(v, lay.sizes[d], op, d)
+        ok, v = checked_index(v, lay.sizes[d], op, d if named is None else named[d])
         conditions.append(ok)
         if _known_nonempty(lay.sizes[d]):
             v = ops.op("where", ok, v, ops.constant(0, torch.int64))
