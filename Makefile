@@ -23,7 +23,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VPY) -m mypy  # pyproject.toml's [tool.mypy]: all of kiln/ at zero errors
-	# two worker processes (CI has 2 cores): 15-20 min for ~8150 tests (20.0 at stop 41 beside a light load)
+	# two worker processes (CI has 2 cores): about 16 min for ~8060 tests (956 s of pytest at stop 42, quiet machine)
 	# --dist loadfile: each test file runs on one worker, in file order as plain `pytest` runs it, so a
 	# module-scoped fixture (a filled cache, a pair of processes, the DDP run) is made once, not once per
 	# worker. (loadgroup's xdist_group marks do nothing under pytest 9: xdist 3.8 renames item._nodeid.)
