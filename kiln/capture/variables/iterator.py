@@ -202,44 +202,6 @@ class PassedIteratorVariable(_Replayed, IteratorVariable):
         return "iter((" + "".join(p + ", " for p in peeked) + f") + {rest})"
 
 
-class OutsideListIteratorVariable(_Replayed, IteratorVariable):
-    """A list iterator from outside the frame, at index `start` of its (tracked) list: reads the
-    list's items as they are at each step, as CPython's does by index (an item the trace appends
-    is reached); its steps are replayed on the real iterator after the graph."""
-
-    def __init__(self, seq: ListVariable, start: int, record: Callable[[Any], None]) -> None:
-        self.seq = seq
-        self.start = start
-        self.position = start
-        self.record = record
-
-    @property  # type: ignore[override]
-    def items(self) -> list[Variable]:
-        return [] if self.ended else self.seq.items
-
-    @items.setter
-    def items(self, value: list[Variable]) -> None:
-        self.seq.items = value
-
-    def python_type(self) -> type:
-        return _ITERATOR_TYPE
-
-    def next_item(self) -> Variable | None:
-        self._step()
-        item = super().next_item()
-        self.ended = self.ended or item is None
-        return item
-
-    def iterate(self, tx: "Tracer") -> list[Variable]:
-        self._step()
-        rest = super().iterate(tx)
-        self.ended = True
-        return rest
-
-    def steps(self) -> int:
-        return self.position - self.start + int(self.ended)
-
-
 class ListIteratorVariable(IteratorVariable):
     """`iter(lst)`: reads the list's items as they are at each step, as CPython's list iterator
     does by index: an item appended in the loop body is reached, one removed shifts the rest;
@@ -277,6 +239,29 @@ class ListIteratorVariable(IteratorVariable):
         if self.done:
             return "iter([])"
         return f"{glue.bind('live_iter', LiveListIterator)}({glue.reconstruct(self.seq)}, {self.position})"
+
+
+class OutsideListIteratorVariable(_Replayed, ListIteratorVariable):
+    """A list iterator from outside the frame, at index `start` of its (tracked) list: steps by
+    index as `iter(lst)` does (an item the trace appends is reached); its steps are replayed on the
+    real iterator after the graph, and across a break the glue passes the real one (`origin`)."""
+
+    def __init__(self, seq: ListVariable, start: int, record: Callable[[Any], None]) -> None:
+        super().__init__(seq)
+        self.start = start
+        self.position = start
+        self.record = record
+
+    def next_item(self) -> Variable | None:
+        self._step()
+        return super().next_item()
+
+    def iterate(self, tx: "Tracer") -> list[Variable]:
+        self._step()
+        return super().iterate(tx)
+
+    def steps(self) -> int:
+        return self.position - self.start + int(self.done)
 
 
 class LiveListIterator:
