@@ -72,6 +72,11 @@ _FUSED = {
                     lambda: (torch.randn(2, 2, 3, 4), torch.randn(2, 2, 9, 4), torch.randn(2, 2, 9, 4))),
     "heads_expanded_by_the_caller": (lambda q, k, v: _gqa(q, k, v),
                                      lambda: (torch.randn(2, 4, 6, 8), torch.randn(2, 1, 6, 8), torch.randn(2, 1, 6, 8))),
+    # q, k, v as views with storage offsets: sliced from one input inside the graph, or passed in as slices
+    "sliced_inside_from_one_input": (lambda x: _divided_scale(x[..., 1:9], x[..., 9:17], x[..., 17:25]),
+                                     lambda: (torch.randn(2, 3, 7, 26),)),
+    "offset_views_passed_in": (_divided_scale,
+                               lambda: (lambda b: (b[:, :, 2:8, :8], b[:, :, 1:, 3:11], b[:, :, 1:, 12:20]))(torch.randn(2, 3, 9, 20))),
 }
 
 
@@ -157,3 +162,15 @@ def test_inference_module_end_to_end_matches_eager() -> None:
     x = torch.randn(3, 7, 16)
     with torch.no_grad():
         torch.testing.assert_close(kiln.compile(m)(x), m(x), atol=1e-5, rtol=1e-5)
+
+
+def test_dynamic_shapes_match_eager_at_every_length() -> None:
+    """Under dynamic=True the scores' sizes are symbols: the pass leaves the graph as written (it matches static
+    sizes only), and every sequence length gives eager's values from one graph."""
+    kiln.reset()
+    f = kiln.compile(_divided_scale, dynamic=True)
+    with torch.no_grad():
+        for n in (5, 8, 13):
+            args = _QKV(2, 3, n, 8)
+            torch.testing.assert_close(f(*args), _divided_scale(*args), atol=1e-5, rtol=1e-5)
+    assert kiln.stats()["compiles"] == 1
