@@ -208,6 +208,9 @@ TRACING_STATE = {torch.fx._symbolic_trace.is_fx_tracing: False,
 # a deployment installed): no effect on any value, so traced away as torch.compile's graph keeps it
 # out of the computation; nothing is left to replay.
 TELEMETRY_FNS = {torch._C._log_api_usage_once, torch._C._log_api_usage_metadata}
+# Answered at trace time from the tensors' metadata by a call rule (variables/foreach.py): how
+# torch.optim and clip_grad_norm_ split their tensor lists by device and dtype.
+METADATA_FNS = {torch._C._group_tensors_by_device_and_dtype}
 # Calls that change a process-wide setting at their point of the graph (process_modes.py).
 MODE_CALLS = {torch.set_default_dtype, torch._C._set_default_dtype, torch._C._set_grad_enabled,
               torch._C._autograd._saved_tensors_hooks_disable, torch._C._autograd._saved_tensors_hooks_enable,
@@ -262,7 +265,8 @@ def is_torch_function(value: Any) -> bool:
     try:
         if (value in CONSTANT_FNS or torch_break_kind(value) is not None or value in TORCH_FUNCTION_CHECKS
                 or value in COMPILING_FNS or value in EXPORTING_FNS or value in QUERIES
-                or value in TRACING_STATE or value in MODE_CALLS or value in TELEMETRY_FNS):
+                or value in TRACING_STATE or value in MODE_CALLS or value in TELEMETRY_FNS
+                or value in METADATA_FNS):
             return True
     except TypeError:  # unhashable objects are never torch functions
         return False

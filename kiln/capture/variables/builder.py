@@ -630,7 +630,7 @@ def _wrap_iterator(state: "CaptureState", value: Any, source: Source | None) -> 
             seq, seq_source.name(), reduced[2],
             read=lambda k: wrap_value(state, seq[k], ItemSource(seq_source, k)),
             guard=lambda kind, n: _guard(state, seq_source, kind, n))
-        passed.record, passed.origin = record, source.name()
+        passed.record, passed.origin, passed.real_type = record, source.name(), type(value)
         return passed
     wrapped = wrap_value(state, seq, seq_source)
     if isinstance(wrapped, ListVariable) and type(seq) is list:  # read by index as the trace changes it
@@ -638,6 +638,7 @@ def _wrap_iterator(state: "CaptureState", value: Any, source: Source | None) -> 
     else:
         outside = OutsideIteratorVariable(state.tracer_iterate(wrapped)[reduced[2]:], record)
     outside.origin = source.name()  # type: ignore[attr-defined]
+    outside.real_type = type(value)  # type: ignore[attr-defined]
     return outside
 
 

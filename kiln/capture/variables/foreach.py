@@ -16,6 +16,7 @@ import torch
 
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.sequence import ListVariable, TupleVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.torch import CALL_RULES
@@ -79,3 +80,46 @@ def _foreach_rule(tx: "Tracer", fn: Any, args: Sequence[Variable], kwargs: dict[
 
 
 CALL_RULES.append(_foreach_rule)
+
+
+def _group_by_device_and_dtype(tx: "Tracer", fn: Any, args: Sequence[Variable],
+                               kwargs: dict[str, Variable]) -> Variable | None:
+    """`torch._C._group_tensors_by_device_and_dtype(lists, with_indices)`: which tensors of the
+    first list share a device and dtype is metadata the trace knows (and the tensors' guards check),
+    so the grouping is made now, as a dict of the same tensors. The real function decides the
+    groups' order: it runs on empty stand-ins of each tensor's device and dtype."""
+    if fn is not torch._C._group_tensors_by_device_and_dtype:
+        return None
+    names = ("tensorlistlist", "with_indices")
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    if len(args) > 2 or set(bound) - set(names) or "tensorlistlist" not in bound:
+        raise Unsupported(f"{fn.__name__} with these arguments (raised natively)", kind="unsupported_call")
+    lists = bound["tensorlistlist"]
+    with_indices = bound.get("with_indices", ConstantVariable(False))
+    if not isinstance(lists, (ListVariable, TupleVariable)) or not with_indices.is_constant() \
+            or not all(isinstance(lst, (ListVariable, TupleVariable)) for lst in lists.items):
+        raise Unsupported(f"{fn.__name__} on lists not known at trace time", kind="unsupported_call")
+
+    rows: list[list[Variable]] = [lst.items for lst in lists.items]  # type: ignore[attr-defined]
+
+    def stand_in(item: Variable) -> Any:
+        if isinstance(item, TensorVariable):
+            return torch.empty(0, dtype=item.example.dtype, device=item.example.device)
+        if item.is_constant() and item.as_constant() is None:
+            return None
+        raise Unsupported(f"{fn.__name__} on a list holding {item.describe()}", kind="unsupported_call")
+
+    try:
+        groups = fn([[stand_in(i) for i in row] for row in rows], True)
+    except RuntimeError as error:  # eager raises the same at run time: the call runs there
+        raise Unsupported(f"{fn.__name__} raises ({error}) (raised natively)", kind="unsupported_call") from error
+    result: dict[Any, Variable] = {}
+    for key, (_, indices) in groups.items():
+        picked = [ListVariable([row[i] for i in indices] if row else []) for row in rows]
+        order = [ConstantVariable(i) for i in indices] if with_indices.as_constant() else []
+        result[key] = TupleVariable([ListVariable(picked), ListVariable(order)])
+    return DictVariable(result)
+
+
+CALL_RULES.append(_group_by_device_and_dtype)

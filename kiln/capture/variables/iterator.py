@@ -30,11 +30,19 @@ _ITERATOR_TYPE: type = type(iter([]))
 
 
 class IteratorVariable(Variable):
-    """An iterator over known items; `position` is how many were consumed."""
+    """An iterator over known items; `position` is how many were consumed. `made_as` is the type
+    of the object eager's code would hold (a module's parameters() generator), when known."""
+
+    made_as: type | None = None
 
     def __init__(self, items: list[Variable]) -> None:
         self.items = items
         self.position = 0
+
+    def python_type(self) -> type:
+        if self.made_as is not None:
+            return self.made_as
+        return super().python_type()
 
     def describe(self) -> str:
         return f"iterator ({len(self.items) - self.position} left)"
@@ -87,7 +95,9 @@ class IteratorVariable(Variable):
         from kiln.capture.variables.exception import no_attribute
 
         if not hasattr(_ITERATOR_TYPE, name):  # every iterator the trace models has these methods
-            raise no_attribute(_ITERATOR_TYPE, name)
+            if self.made_as is not None and hasattr(self.made_as, name):  # a generator's send(), gi_frame
+                raise Unsupported(f"{self.made_as.__name__}.{name} of {self.describe()}", kind="unsupported_call")
+            raise no_attribute(self.made_as or _ITERATOR_TYPE, name)
         return BoundMethodVariable(self, name)
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
@@ -105,7 +115,13 @@ class _Replayed:
     recorded = False
     ended = False  # the trace called next() past the last item (eager's iterator is exhausted)
     origin: str | None = None  # where the glue reads the real iterator
+    real_type: type | None = None  # the real iterator's type, where its wrapping guards it
     position: int
+
+    def python_type(self) -> type:
+        if self.real_type is not None:
+            return self.real_type
+        return super().python_type()  # type: ignore[misc]
 
     def _step(self) -> None:
         if self.record is not None and not self.recorded:

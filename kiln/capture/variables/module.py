@@ -463,7 +463,10 @@ class NNModuleVariable(Variable):
             path = qualified[len(prefix):].lstrip(".") if prefix and qualified.startswith(prefix) else qualified
             var = tx.wrap(value, self._path_source(path, value))
             items.append(TupleVariable([ConstantVariable(qualified), var]) if named == name else var)
-        return IteratorVariable(items)
+        result = IteratorVariable(items)
+        if getattr(type(self.module), name, None) is getattr(torch.nn.Module, name):
+            result.made_as = types.GeneratorType  # nn.Module's own methods are generators
+        return result
 
     def _path_source(self, path: str, value: Any) -> Source:
         assert self.source is not None
