@@ -485,9 +485,11 @@ def intern_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable])
 @builtin_rule(id)
 def id_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     from kiln.capture.variables.dict import DictVariable
-    from kiln.capture.variables.object_id import object_id
+    from kiln.capture.guards import Guard
+    from kiln.capture.variables.object_id import ObjectIdVariable, object_id
     from kiln.capture.variables.sequence import ListVariable
     from kiln.capture.variables.sets import SetVariable
+    from kiln.capture.variables.tensor import TensorVariable
 
     if isinstance(args[0], (ListVariable, DictVariable, SetVariable)):
         # a mutable container: its python value is a fresh copy on every read, whose id() is no one's
@@ -495,7 +497,18 @@ def id_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> 
     try:
         value = args[0].as_python_value()
     except Unsupported:
-        return object_id(args[0])  # a tensor, an object made in the frame: compared by identity only
+        var = object_id(args[0])  # a tensor, an object made in the frame: compared by identity only
+        real = args[0].real() if isinstance(args[0], TensorVariable) else None
+        source = args[0].source
+        # a parameter, or a tensor read from a global or an attribute (not an argument: the activations
+        # a caller passes are new objects every call, and a guard on their identity would recompile)
+        if real is not None and source is not None and isinstance(var, ObjectIdVariable) \
+                and (isinstance(real, torch.nn.Parameter) or not source.name().startswith("L[")):
+            def pin_number(real: Any = real, source: Any = source) -> int:
+                tx.output.guards.append(Guard(source.name(), "check_id", real))
+                return id(real)
+            var.pin_number = pin_number
+        return var
     pin = getattr(args[0], "pin_identity", None)
     if pin is not None:  # an instance guarded by type: the number is this very object's
         pin()

@@ -109,6 +109,9 @@ def key_of(var: Variable) -> Any:
         if not any(isinstance(k, IdentityKey) for k in keys):
             return keys  # plain values (sizes decided above): equal to the same tuple from outside
         return TupleKey(var, keys)
+    pin_number = getattr(var, "pin_number", None)
+    if pin_number is not None and not getattr(var, "keyed_by_identity", True):
+        return pin_number()  # id() of an outside tensor, looked up as the number a dict from outside holds
     if isinstance(var, SymIntVariable):
         # a size or int argument hashed as a key (`table[tuple(x.shape)]`, `{x.shape[0] for ...}`):
         # the lookup depends on its value, which the ShapeEnv guards (as hashing a SymInt does)

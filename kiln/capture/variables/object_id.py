@@ -11,7 +11,7 @@ handling of torch/_dynamo/variables/builtin.py.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.sequence import ListVariable
@@ -33,6 +33,9 @@ class ObjectIdVariable(Variable):
         self.target = target
         self.key = key
         self.source = None
+        # set for a tensor read from outside (a parameter): guards that the source holds this very
+        # tensor and gives its real number, for a dict built outside keyed by id() (`scales[id(p)]`)
+        self.pin_number: "Callable[[], int] | None" = None
 
     def describe(self) -> str:
         return f"id() of {self.target.describe()} (a number known only when the program runs)"
