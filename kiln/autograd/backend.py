@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import traceback
 from typing import Any, Callable, Sequence
 
 import torch
@@ -161,7 +162,7 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
     try:
         joint = trace_joint(gm, inputs, forward, table)
     except RuntimeError as exc:
-        if _SAVED_TENSOR_MODIFIED not in str(exc):
+        if not _refused_by_autograd(exc):
             raise
         # The program's own error, which eager raises only when its backward runs (and never when
         # no backward runs): the forward runs as the program wrote it, under eager's autograd.
@@ -262,6 +263,24 @@ def _module_state(gm: fx.GraphModule, inputs: TraceInputs) -> list[int]:
 
 # autograd's version-counter check: a tensor saved for the backward was changed in place since
 _SAVED_TENSOR_MODIFIED = "needed for gradient computation has been modified by an inplace operation"
+# ... whose message autograd builds from the saved tensor's `sizes()`: under symbolic sizes C++ asks
+# aten.size.default for `int[]` and pybind cannot take the fake's symbols, so the refusal arrives as
+# this cast error, raised by the engine
+_SYMBOLIC_SIZES_CAST = "Unable to cast Python instance of type <class 'torch.SymInt'>"
+
+
+def _refused_by_autograd(exc: RuntimeError) -> bool:
+    """Whether the joint trace failed on autograd's version check (eager's backward raises it, its
+    forward runs): its own message, or, under symbolic sizes, the cast error its message building
+    hits inside the engine's backward (`run_backward` on the traceback). Any other C++ code of the
+    backward asking `sizes()` of a symbolic fake fails the same way; the captured graph then runs op
+    by op too: eager's results, where the frame used to fall back to eager with an internal error."""
+    if _SAVED_TENSOR_MODIFIED in str(exc):
+        return True
+    if _SYMBOLIC_SIZES_CAST not in str(exc):
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    return any(frame.name == "_engine_run_backward" for frame in frames)
 
 
 def _enables_grad(gm: fx.GraphModule) -> bool:
