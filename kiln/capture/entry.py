@@ -422,6 +422,7 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
     stale = "    if _kiln_frame.cache.dropped != _kiln_drops[0]: _kiln_refresh()\n"  # an entry dropped since
     source = (f"def entry{head}{loop}"
               f"def fast{head}    return _kiln_fast({', '.join(names)})\n"
+              f"def again{head}    _kiln_refresh()\n    return _kiln_entry({', '.join(names)})\n"  # the extension loaded
               f"def slow({', '.join(names)}):\n{stale}{loop}")
 
     def general_of(values: tuple, extra: tuple) -> Any:
@@ -441,6 +442,7 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102  # identifiers only
     entry, loop_code, fast_code = namespace["entry"], namespace["entry"].__code__, namespace["fast"].__code__
+    namespace["_kiln_entry"], again = entry, (entry, namespace["again"].__code__)
 
     def refresh() -> None:
         """The entry's code for the frame's cache as it is now: the fast entry where every cache
@@ -449,11 +451,9 @@ def _exact_entry(fn: FunctionType, names: tuple[str, ...], general: Callable[...
 
         with _COMPILE_LOCK:  # reentrant: a miss holds it already
             entries, namespace["_kiln_drops"][0] = frame.cache.entries, frame.cache.dropped
-            fast = None
-            if entries and config.fast_entry:
-                fast = native_entry(list(entries), frame_names, bound, G, namespace["slow"], entries, stats,
-                                    ExternMismatchError, lambda exc, args: frame.after_mismatch(exc, args, {}),
-                                    frame.name)
+            fast = None if not (entries and config.fast_entry) else native_entry(
+                list(entries), frame_names, bound, G, namespace["slow"], entries, stats, ExternMismatchError,
+                lambda exc, args: frame.after_mismatch(exc, args, {}), frame.name, again)
             namespace["_kiln_fast"] = fast  # before the code that reads it
             entry.__code__ = loop_code if fast is None else fast_code
 

@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import types
+import weakref
 from typing import Any, Callable
 
 import torch
 
-from kiln import log
+from kiln import config, log
 from kiln.capture.guards.compile import _STEP_RE, _TERM_RE, _replace_source
 from kiln.capture.guards.identity import WeakHeld, held
-from kiln.capture.guards.native import native_checks, native_spec
+from kiln.capture.guards.native import native_checks, native_spec, when_native_loads
 
 # the glue of one graph call (kiln.capture.glue.GlueBuilder.finish)
 _ONE_CALL = re.compile(r"def __glue_\w+\(L, G, F\):\n"
@@ -52,14 +54,19 @@ class _Refused(Exception):
 
 def native_entry(cached: list, names: tuple[str, ...], bound: tuple, G: dict, slow: Callable[..., Any],
                  entries: list, stats: Any, mismatch: type[BaseException],
-                 on_mismatch: Callable[[Any, tuple], Any], label: str = "") -> Any:
+                 on_mismatch: Callable[[Any, tuple], Any], label: str = "",
+                 again: tuple[types.FunctionType, types.CodeType] | None = None) -> Any:
     """The extension's fast entry answering for the cache entries `cached` (the frame's list
     `entries` as it is now) of a function whose locals are `names` (all positional; the first
     `len(bound)` are the `bound` objects, a method's self), or None where an entry does not qualify
     or the extension is not loaded. `slow(*args)` is the Python path it hands every other call to
     (the fast entry runs only while `entries` holds exactly `cached`); `stats.cache_hits` counts
-    hits; `on_mismatch(exc, args)` answers a `mismatch` error from the graph, as the glue does."""
+    hits; `on_mismatch(exc, args)` answers a `mismatch` error from the graph, as the glue does.
+    `again` is the entry function and the code to give it once the extension loads, where it is not
+    loaded yet (see retry_when_loaded)."""
     module = native_checks()
+    if module is None and again is not None:
+        retry_when_loaded(*again)
     if module is None or not hasattr(module, "frame_entry"):  # an extension built before it had one
         return None
     program = _Program(names, len(bound))
@@ -70,6 +77,41 @@ def native_entry(cached: list, names: tuple[str, ...], bound: tuple, G: dict, sl
         return None
     return module.frame_entry(slow, entries, tuple(cached), alternatives, bound, len(names) - len(bound),
                               tuple(program.loads), stats, mismatch, on_mismatch, G)
+
+
+# Entry functions that took the Python loop while the extension was not loaded, and the code each
+# takes when it loads (kiln.capture.entry's `again`: ask native_entry anew, then make the call)
+_AWAITING: "weakref.WeakKeyDictionary[types.FunctionType, types.CodeType]" = weakref.WeakKeyDictionary()
+_awaiting_lock = threading.Lock()
+_waiting = [False]
+
+
+def retry_when_loaded(entry: types.FunctionType, again: types.CodeType) -> None:
+    """Give `entry` the code `again` once the boundary extension loads. In a fresh cache the
+    extension is built by the native wrappers' tier-up thread, after the first calls of every frame
+    (a resume frame's too): without this, each frame whose cache filled before then kept the Python
+    loop over its entries for good, its checks native but its call not. The code is swapped, not
+    the call made, from the loading thread: the next call on the caller's own thread asks again,
+    under the compile lock, as a miss does."""
+    if not (config.native_guards and config.fast_entry):
+        return
+    with _awaiting_lock:
+        _AWAITING[entry] = again
+        register = not _waiting[0]
+        _waiting[0] = True
+    if register:
+        when_native_loads(_retry_awaiting)
+
+
+def _retry_awaiting(module: Any) -> None:
+    with _awaiting_lock:
+        waiting = list(_AWAITING.items())
+        _AWAITING.clear()
+        _waiting[0] = False
+    if not hasattr(module, "frame_entry"):
+        return
+    for entry, again in waiting:
+        entry.__code__ = again
 
 
 class _Program:

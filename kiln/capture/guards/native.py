@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 
@@ -158,6 +158,12 @@ def native_checks() -> Any:
     except Exception as exc:  # Python checks then, as without a compiler
         log.artifact("guards", f"native guard checks unavailable: {type(exc).__name__}: {exc}")
         return None
+
+
+def when_native_loads(callback: Callable[[Any], None]) -> None:
+    """Call `callback(module)` once the boundary extension is loaded (now, if it is)."""
+    from kiln.runtime import boundary  # as in native_checks: not at `import kiln`
+    boundary.when_loaded(callback)
 
 
 # Check functions made in Python only, to switch to the native checks when the extension loads
