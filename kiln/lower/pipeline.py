@@ -6,7 +6,8 @@ nothing else: the driver (`run`) checks its output with the seam's verifier (unl
 `lower.<name>`, `build` as itself), logs it under KILN_LOGS=+lower and writes it to the debug dump
 (KILN_DEBUG=1: `<run folder>/lower_<n>/<file>`). The lists:
     CPP_PASSES:    fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp
-                   -> build -> codegen_wrapper
+                   -> build -> codegen_wrapper   (codegen_cpp starts the kernels' compiler, build waits
+                   for it: `lower_start` runs the passes before build, `lower_finish` the rest)
     TRITON_PASSES: fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_triton
     REGENERATE:    codegen_cpp -> build -> codegen_wrapper (a program read back from the disk cache,
                    timed together as `cache_load`)
@@ -15,6 +16,7 @@ torch/_inductor/compile_fx.py and graph.py.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import itertools
 import os
@@ -144,6 +146,7 @@ class Lowering:
     source: str = ""  # the C++ kernels, or the Triton module under codegen "triton"
     signatures: dict[str, tuple[list[str], list[str], bool]] = field(default_factory=dict)
     native_build: native_wrapper.NativeBuild | plan.PlannedGraph | None = None
+    kernels_built: concurrent.futures.Future | None = None  # the kernel library, building since codegen_cpp
     lib: Any = None
     fn: Callable[..., tuple] | None = None
     wrapper_source: str = ""
@@ -220,10 +223,12 @@ def _codegen_cpp(lo: Lowering) -> None:
     assert lo.program is not None
     lo.source, lo.signatures = generate(lo.program)
     lo.native_build = plan.start(lo.program, lo.signatures, lo.options.plan.wrapper)  # a compiled wrapper builds while the kernels do
+    if lo.signatures:  # the compiler starts now; the build pass waits for it (lower_start, lower_finish)
+        lo.kernels_built = build.load_soon(lo.source, build_flags(lo.options), symbols=tuple(lo.signatures))
 
 
 def _build(lo: Lowering) -> None:
-    lo.lib = build.load(lo.source, build_flags(lo.options), symbols=tuple(lo.signatures)) if lo.signatures else None
+    lo.lib = lo.kernels_built.result() if lo.kernels_built is not None else None
 
 
 def _codegen_wrapper(lo: Lowering) -> None:
@@ -311,7 +316,24 @@ def run(lo: Lowering, passes: Sequence[Pass], *, timed_as: str | None = None) ->
 
 def lower(lo: Lowering) -> None:
     """The passes of the Lowering's code generator, then the wrapper it runs (native or Python)."""
-    run(lo, TRITON_PASSES if lo.codegen == "triton" else CPP_PASSES)
+    lower_start(lo)
+    lower_finish(lo)
+
+
+def lower_start(lo: Lowering) -> None:
+    """The passes up to the build: the C++ kernels' compiler runs in the background when this returns,
+    and the caller may lower another graph (a forward's backward) before `lower_finish`."""
+    if lo.codegen == "triton":
+        run(lo, TRITON_PASSES)
+        return
+    run(lo, CPP_PASSES[:CPP_PASSES.index(BUILD)])
+
+
+def lower_finish(lo: Lowering) -> None:
+    """The build pass (waiting for the kernels' compiler), the wrapper pass, and the wrapper it runs."""
+    if lo.codegen == "cpp":
+        lo.started = time.perf_counter()  # the build pass counts its wait, not what ran since lower_start
+        run(lo, CPP_PASSES[CPP_PASSES.index(BUILD):])
     _finish(lo, "".join(f"{k}: {v * 1e3:.1f} ms\n" for k, v in lo.timings.items()))
 
 
