@@ -4,10 +4,10 @@
 code generator, looks the graph up in the disk cache (same code, input metadata and Kiln sources),
 forks for mode="max-autotune" on CPU, and hands the rest to kiln.lower.pipeline, whose driver runs
 the named passes in order (each name is its key in CompiledGraph.timings and in KILN_LOGS=+lower):
-    fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> build -> codegen_wrapper
+    fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> codegen_wrapper -> build
 It returns a CompiledGraph: a callable over the real inputs returning a tuple like `aten_gm`.
 `prepare_graph` does the same in two steps (the passes, with the C++ compiler left running; then the
-wait and the wrapper), which AOT autograd uses to compile a forward's kernels beside its backward's.
+wait for it), which AOT autograd uses to compile a forward's kernels beside its backward's.
 Under KILN_DEBUG=1 each pass's output is also written to `<run folder>/lower_<n>/<pass name>.*`.
 Corresponds to torch/_inductor/compile_fx.py.
 """
@@ -244,19 +244,17 @@ def _prepare(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
     # A guard the passes record (a decomposition that reads a symbol's value, as linspace does
     # with a float end) specializes this program to the example's values, which the key does not
     # hold: such a program is used for this capture only (whose guards include it), never stored
-    # under the key for a later capture with other values to find. Each half is checked on its own:
-    # another graph may be lowered (and record guards of its own) between the two.
+    # under the key for a later capture with other values to find. The program is stored while its
+    # kernels compile (what is left for finish, waiting and binding, records no guard).
     shape_env = _shape_env_of(aten_gm, example_inputs)
     guards_before = _guards_recorded(shape_env)
     pipeline.lower_start(lo)
-    unspecialized = _guards_recorded(shape_env) == guards_before
+    assert lo.program is not None
+    if key is not None and _guards_recorded(shape_env) == guards_before:
+        cache.store_graph(key, (lo.program, tuple(lo.hints)), packages=("kiln.lower.",))
 
     def finish() -> CompiledGraph:
-        guards_before_finish = _guards_recorded(shape_env)
         pipeline.lower_finish(lo)
-        assert lo.program is not None
-        if key is not None and unspecialized and _guards_recorded(shape_env) == guards_before_finish:
-            cache.store_graph(key, (lo.program, tuple(lo.hints)), packages=("kiln.lower.",))
         for hint in lo.hints if codegen == "cpp" else ():  # (the Triton path has never logged them)
             log.artifact("perf_hints", hint)
         return _compiled(lo)

@@ -1,6 +1,7 @@
 """A training graph's two C++ builds overlap (kiln.autograd.backend.compile_with_aot with
 kiln.lower.prepare_graph): the forward's kernels start compiling before the backward is lowered,
-and the two compilers run side by side, each graph still one compiler invocation. A compiler
+and the two compilers run side by side, each graph still one compiler invocation; while a graph's
+kernels compile, its Python wrapper is written and its program stored in the disk cache. A compiler
 without `prepare` keeps running forward, then backward. What comes out is what a sequential
 compile gives: the same values and gradients, the build's error where a build fails."""
 from __future__ import annotations
@@ -16,7 +17,8 @@ import torch.nn.functional as F
 import kiln
 from kiln.autograd import aot_autograd
 from kiln.lower import LoweringCompiler, compile_graph
-from kiln.runtime import build
+from kiln.lower.codegen.wrapper import WrapperWriter
+from kiln.runtime import build, cache
 
 pytestmark = pytest.mark.cpp  # kernels compiled with the system compiler
 
@@ -115,6 +117,40 @@ def test_forward_build_starts_before_backward_is_lowered(fresh_cache: None, monk
     compiled = finish()
     torch.testing.assert_close(compiled(*inputs)[0], torch.sin(inputs[0]) * inputs[1])
     assert events == ["compiler started", "prepare returned"]
+
+
+def test_wrapper_written_and_program_stored_while_kernels_compile(fresh_cache: None,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernels' compiler waits (up to WAIT_S) for the wrapper's source and the stored program:
+    both come before the build pass waits for it, not after."""
+    written, stored = threading.Event(), threading.Event()
+    real_write, real_store, real_compiler = WrapperWriter.write, cache.store_graph, build.run_compiler
+
+    def write(self: WrapperWriter) -> str:
+        source = real_write(self)
+        written.set()
+        return source
+
+    def store(*args: Any, **kwargs: Any) -> Any:
+        out = real_store(*args, **kwargs)
+        stored.set()
+        return out
+
+    seen: list[tuple[bool, bool]] = []
+
+    def compiler(cmd: list[str], cwd: str) -> Any:
+        if _kernel_build(cmd):
+            seen.append((written.wait(WAIT_S), stored.wait(WAIT_S)))
+        return real_compiler(cmd, cwd)
+
+    monkeypatch.setattr(WrapperWriter, "write", write)
+    monkeypatch.setattr(cache, "store_graph", store)
+    monkeypatch.setattr(build, "run_compiler", compiler)
+    gm = torch.fx.symbolic_trace(lambda a: torch.ops.aten.exp.default(torch.ops.aten.neg.default(a)))
+    x = torch.randn(6, 9)
+    compiled = compile_graph(gm, [x])
+    torch.testing.assert_close(compiled(x)[0], torch.exp(-x))
+    assert seen == [(True, True)]
 
 
 def test_build_error_comes_out_of_finish(fresh_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
