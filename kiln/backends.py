@@ -94,12 +94,12 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None
     """
     # Loaded on first use (sympy, the tracer): a warm start served from the disk cache never needs them.
     from kiln.autograd import aot_autograd
-    from kiln.lower import compile_graph
+    from kiln.lower import LoweringCompiler
 
     lower_options = dict(options or {})
     if mode not in (None, "default"):
         lower_options["mode"] = mode  # the lowering resolves its plan per graph from it (kiln.runtime.plan)
-    compiler: Callable[..., Any] = functools.partial(compile_graph, options=lower_options or None)
+    compiler: Callable[..., Any] = LoweringCompiler(lower_options or None)
     fw_compiler = bw_compiler = compiler
     if plan.resolve(mode).cuda_graphs:  # on CUDA tensors; on CPU the plan builds the native wrapper instead
         from kiln.runtime import cudagraphs

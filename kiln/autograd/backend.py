@@ -180,8 +180,12 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
     for graph in (parts.forward, parts.backward):
         functionalize_fresh_fills(graph)
         verify_aten_graph(graph)
-    compiled_fw = fw_compiler(parts.forward, list(inputs.values))
-    compiled_bw = bw_compiler(parts.backward, _example_inputs(parts.backward))
+    # both graphs lowered before either is finished: the forward's C++ compiles while the backward is
+    # lowered, and beside the backward's (a compiler without `prepare` runs forward, then backward)
+    finish_fw = prepare(fw_compiler, parts.forward, list(inputs.values))
+    finish_bw = prepare(bw_compiler, parts.backward, _example_inputs(parts.backward))
+    compiled_fw = finish_fw()
+    compiled_bw = finish_bw()
     function = make_autograd_function(
         compiled_fw, compiled_bw, num_forward_outputs=parts.num_forward_outputs,
         num_saved_tensors=len(parts.saved_tensors), differentiable=joint.differentiable,
@@ -193,6 +197,16 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
     function = with_missing_derivatives(function, joint.no_derivative)
     return AotRuntime(forward=compiled_fw, function=function, report=report, grad_mode=None if ambient else True,
                       **common)
+
+
+def prepare(compiler: Compiler, gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[[], Any]:
+    """A compiler's work on one graph in two steps: what runs now, and the function that returns the
+    compiled graph. A compiler with a `prepare` method (kiln.lower.LoweringCompiler) starts its
+    build now and waits in the second step; any other compiler runs whole in the second step."""
+    start = getattr(compiler, "prepare", None)
+    if start is None:
+        return lambda: compiler(gm, example_inputs)
+    return start(gm, example_inputs)
 
 
 def grad_free_forward(compiled: Any, forward: fx.GraphModule, num_forward_outputs: int) -> bool:

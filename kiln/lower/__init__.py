@@ -4,8 +4,10 @@
 code generator, looks the graph up in the disk cache (same code, input metadata and Kiln sources),
 forks for mode="max-autotune" on CPU, and hands the rest to kiln.lower.pipeline, whose driver runs
 the named passes in order (each name is its key in CompiledGraph.timings and in KILN_LOGS=+lower):
-    fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> build -> codegen_wrapper
+    fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> codegen_wrapper -> build
 It returns a CompiledGraph: a callable over the real inputs returning a tuple like `aten_gm`.
+`prepare_graph` does the same in two steps (the passes, with the C++ compiler left running; then the
+wait for it), which AOT autograd uses to compile a forward's kernels beside its backward's.
 Under KILN_DEBUG=1 each pass's output is also written to `<run folder>/lower_<n>/<pass name>.*`.
 Corresponds to torch/_inductor/compile_fx.py.
 """
@@ -187,15 +189,43 @@ def compile_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     """Fuse, generate C++, build (or load from the disk cache) and wrap one ATen graph. `options`
     (kiln.lower.pipeline.LoweringOptions reads them): "mode", "verify" (check the IR, default True),
     "opt_level" (e.g. "-O1"), the bisector's switches; other keys are ignored."""
+    return prepare_graph(aten_gm, example_inputs, options=options)()
+
+
+def prepare_graph(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
+                  options: dict[str, Any] | None = None) -> Callable[[], CompiledGraph]:
+    """compile_graph in two steps: this call runs the passes up to the build and leaves the C++
+    compiler running in the background; the function it returns waits for it and gives the
+    CompiledGraph (or raises what compile_graph would). AOT autograd prepares the forward and the
+    backward before finishing either, so the forward's kernels compile while the backward is lowered
+    and beside the backward's (kiln.autograd.backend.compile_with_aot)."""
     started = time.perf_counter()  # the cache key and lookup count in the first pass's time
     foreign = _foreign_device(aten_gm, example_inputs) or _scalar_read_in_graph(aten_gm)
     if foreign is not None:
-        return _aten_runner(aten_gm, foreign)
-    return _compile(aten_gm, example_inputs, pipeline.LoweringOptions.of(options), started)
+        return _ready(_aten_runner(aten_gm, foreign))
+    return _prepare(aten_gm, example_inputs, pipeline.LoweringOptions.of(options), started)
 
 
-def _compile(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: pipeline.LoweringOptions,
-             started: float) -> CompiledGraph:
+def _ready(compiled: CompiledGraph) -> Callable[[], CompiledGraph]:
+    return lambda: compiled
+
+
+class LoweringCompiler:
+    """kiln.lower as AOT autograd's forward/backward compiler under fixed options: called, it is
+    compile_graph; its `prepare` is prepare_graph (what kiln.autograd.backend looks for)."""
+
+    def __init__(self, options: dict[str, Any] | None) -> None:
+        self.options = options
+
+    def __call__(self, aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledGraph:
+        return compile_graph(aten_gm, example_inputs, options=self.options)
+
+    def prepare(self, aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[[], CompiledGraph]:
+        return prepare_graph(aten_gm, example_inputs, options=self.options)
+
+
+def _prepare(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: pipeline.LoweringOptions,
+             started: float) -> Callable[[], CompiledGraph]:
     # the graph's device picks the code generator: C++ on CPU (or Triton when kiln.config.cpu_backend
     # says so, under Triton's interpreter), Triton on CUDA (kiln.lower.codegen.triton_wrapper)
     device = triton_wrapper.graph_device(example_inputs)
@@ -205,25 +235,31 @@ def _compile(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
     if cached is None and codegen == "cpp" and options.plan.autotune and options.cpu_variant is None:
         variants = autotune_cpu.variants_for(aten_gm)
         if len(variants) > 1:
-            return _compile_autotuned(aten_gm, example_inputs, options, key, variants)
+            return _ready(_compile_autotuned(aten_gm, example_inputs, options, key, variants))
     lo = pipeline.Lowering(aten_gm, example_inputs, options, device, codegen, pipeline.DebugDump.start(aten_gm),
                            started)
     if cached is not None:
         pipeline.regenerate(lo, *cached)
-    else:
-        # A guard the passes record (a decomposition that reads a symbol's value, as linspace does
-        # with a float end) specializes this program to the example's values, which the key does not
-        # hold: such a program is used for this capture only (whose guards include it), never stored
-        # under the key for a later capture with other values to find.
-        shape_env = _shape_env_of(aten_gm, example_inputs)
-        guards_before = _guards_recorded(shape_env)
-        pipeline.lower(lo)
-        assert lo.program is not None
-        if key is not None and _guards_recorded(shape_env) == guards_before:
-            cache.store_graph(key, (lo.program, tuple(lo.hints)), packages=("kiln.lower.",))
+        return _ready(_compiled(lo))
+    # A guard the passes record (a decomposition that reads a symbol's value, as linspace does
+    # with a float end) specializes this program to the example's values, which the key does not
+    # hold: such a program is used for this capture only (whose guards include it), never stored
+    # under the key for a later capture with other values to find. The program is stored while its
+    # kernels compile (what is left for finish, waiting and binding, records no guard).
+    shape_env = _shape_env_of(aten_gm, example_inputs)
+    guards_before = _guards_recorded(shape_env)
+    pipeline.lower_start(lo)
+    assert lo.program is not None
+    if key is not None and _guards_recorded(shape_env) == guards_before:
+        cache.store_graph(key, (lo.program, tuple(lo.hints)), packages=("kiln.lower.",))
+
+    def finish() -> CompiledGraph:
+        pipeline.lower_finish(lo)
         for hint in lo.hints if codegen == "cpp" else ():  # (the Triton path has never logged them)
             log.artifact("perf_hints", hint)
-    return _compiled(lo)
+        return _compiled(lo)
+
+    return finish
 
 
 def _compiled(lo: pipeline.Lowering) -> CompiledGraph:
@@ -247,7 +283,7 @@ def _compile_autotuned(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[A
     candidates: dict[str, CompiledGraph] = {}
     for name in variants:
         with autotune_cpu.variant_settings(name):
-            candidates[name] = _compile(aten_gm, example_inputs, options.variant(name), time.perf_counter())
+            candidates[name] = _prepare(aten_gm, example_inputs, options.variant(name), time.perf_counter())()
     storable = key is not None and _guards_recorded(shape_env) == guards_before
 
     def store(winner: str) -> None:
@@ -260,4 +296,4 @@ def _compile_autotuned(aten_gm: torch.fx.GraphModule, example_inputs: Sequence[A
                          first.program, first.perf_hints, first.timings, first._signatures, first._lib)
 
 
-__all__ = ["compile_graph", "CompiledGraph", "LoopIR", "KernelProgram"]
+__all__ = ["compile_graph", "prepare_graph", "LoweringCompiler", "CompiledGraph", "LoopIR", "KernelProgram"]

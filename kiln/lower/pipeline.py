@@ -6,15 +6,18 @@ nothing else: the driver (`run`) checks its output with the seam's verifier (unl
 `lower.<name>`, `build` as itself), logs it under KILN_LOGS=+lower and writes it to the debug dump
 (KILN_DEBUG=1: `<run folder>/lower_<n>/<file>`). The lists:
     CPP_PASSES:    fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp
-                   -> build -> codegen_wrapper
+                   -> codegen_wrapper -> build   (codegen_cpp starts the kernels' compiler, the wrapper is
+                   written while it runs, build waits for it and binds the wrapper to the library:
+                   `lower_start` runs the passes before build, `lower_finish` the build)
     TRITON_PASSES: fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_triton
-    REGENERATE:    codegen_cpp -> build -> codegen_wrapper (a program read back from the disk cache,
+    REGENERATE:    codegen_cpp -> codegen_wrapper -> build (a program read back from the disk cache,
                    timed together as `cache_load`)
 kiln.lower.compile_graph picks the list and wraps the result. Corresponds to the pass sequence of
 torch/_inductor/compile_fx.py and graph.py.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import itertools
 import os
@@ -29,7 +32,7 @@ from kiln import compile_time, config, log
 from kiln.lower import autotune_cpu
 from kiln.lower.codegen import native_wrapper, plan, triton_wrapper
 from kiln.lower.codegen.cpp_kernel import generate
-from kiln.lower.codegen.wrapper import make_wrapper
+from kiln.lower.codegen.wrapper import WrapperWriter, bind_wrapper
 from kiln.lower.decompose import decompose, wants_decomposition
 from kiln.lower.eager_dtypes import mark_refused
 from kiln.lower.fold_batch_norm import fold_batch_norm
@@ -144,9 +147,11 @@ class Lowering:
     source: str = ""  # the C++ kernels, or the Triton module under codegen "triton"
     signatures: dict[str, tuple[list[str], list[str], bool]] = field(default_factory=dict)
     native_build: native_wrapper.NativeBuild | plan.PlannedGraph | None = None
+    kernels_built: concurrent.futures.Future | None = None  # the kernel library, building since codegen_cpp
     lib: Any = None
     fn: Callable[..., tuple] | None = None
     wrapper_source: str = ""
+    wrapper_writer: WrapperWriter | None = None  # what wrote wrapper_source (bound to `lib` by the build pass)
 
     def lap(self) -> float:
         """Seconds since the last lap (or since the Lowering was made: work before the first pass,
@@ -220,15 +225,20 @@ def _codegen_cpp(lo: Lowering) -> None:
     assert lo.program is not None
     lo.source, lo.signatures = generate(lo.program)
     lo.native_build = plan.start(lo.program, lo.signatures, lo.options.plan.wrapper)  # a compiled wrapper builds while the kernels do
-
-
-def _build(lo: Lowering) -> None:
-    lo.lib = build.load(lo.source, build_flags(lo.options), symbols=tuple(lo.signatures)) if lo.signatures else None
+    if lo.signatures:  # the compiler starts now; the build pass waits for it (lower_start, lower_finish)
+        lo.kernels_built = build.load_soon(lo.source, build_flags(lo.options), symbols=tuple(lo.signatures))
 
 
 def _codegen_wrapper(lo: Lowering) -> None:
     assert lo.program is not None
-    lo.fn, lo.wrapper_source = make_wrapper(lo.program, lo.signatures, lo.lib)
+    lo.wrapper_writer = WrapperWriter(lo.program, lo.signatures)
+    lo.wrapper_source = lo.wrapper_writer.write()  # written while the kernels compile: it needs no library
+
+
+def _build(lo: Lowering) -> None:
+    assert lo.wrapper_writer is not None
+    lo.lib = lo.kernels_built.result() if lo.kernels_built is not None else None
+    lo.fn = bind_wrapper(lo.wrapper_writer, lo.wrapper_source, lo.lib)
 
 
 def _verify_ir(lo: Lowering) -> None:
@@ -274,11 +284,11 @@ CODEGEN_CPP = Pass("codegen_cpp", _codegen_cpp, dumps=(("codegen_cpp.cpp", lambd
 BUILD = Pass("build", _build, dumps=(("build.txt", _build_text),))
 CODEGEN_WRAPPER = Pass("codegen_wrapper", _codegen_wrapper, dumps=(("codegen_wrapper.py", lambda lo: lo.wrapper_source),))
 
-CPP_PASSES = (FOLD_BATCH_NORM, FUSE_ATTENTION, DECOMPOSE, LOWER_TO_LOOP_IR, SCHEDULE, CODEGEN_CPP, BUILD, CODEGEN_WRAPPER)
+CPP_PASSES = (FOLD_BATCH_NORM, FUSE_ATTENTION, DECOMPOSE, LOWER_TO_LOOP_IR, SCHEDULE, CODEGEN_CPP, CODEGEN_WRAPPER, BUILD)
 TRITON_PASSES = (FOLD_BATCH_NORM, FUSE_ATTENTION, DECOMPOSE, LOWER_TO_LOOP_IR, SCHEDULE, CODEGEN_TRITON)
 # A program read back from the disk cache: its C++ is written again (never a stored source) and built
 # (found in the cache); what the skipped passes made is dumped from the program itself.
-REGENERATE = (CODEGEN_CPP, BUILD, CODEGEN_WRAPPER)
+REGENERATE = (CODEGEN_CPP, CODEGEN_WRAPPER, BUILD)
 STORED_DUMPS = (("lower_to_loop_ir.txt", _ir_text), ("schedule.txt", _program_text))
 
 
@@ -311,7 +321,24 @@ def run(lo: Lowering, passes: Sequence[Pass], *, timed_as: str | None = None) ->
 
 def lower(lo: Lowering) -> None:
     """The passes of the Lowering's code generator, then the wrapper it runs (native or Python)."""
-    run(lo, TRITON_PASSES if lo.codegen == "triton" else CPP_PASSES)
+    lower_start(lo)
+    lower_finish(lo)
+
+
+def lower_start(lo: Lowering) -> None:
+    """The passes up to the build: the C++ kernels' compiler runs in the background when this returns,
+    and the caller may lower another graph (a forward's backward) before `lower_finish`."""
+    if lo.codegen == "triton":
+        run(lo, TRITON_PASSES)
+        return
+    run(lo, CPP_PASSES[:CPP_PASSES.index(BUILD)])
+
+
+def lower_finish(lo: Lowering) -> None:
+    """The build pass (waiting for the kernels' compiler, binding the wrapper), and the wrapper it runs."""
+    if lo.codegen == "cpp":
+        lo.started = time.perf_counter()  # the build pass counts its wait, not what ran since lower_start
+        run(lo, CPP_PASSES[CPP_PASSES.index(BUILD):])
     _finish(lo, "".join(f"{k}: {v * 1e3:.1f} ms\n" for k, v in lo.timings.items()))
 
 

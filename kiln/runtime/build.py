@@ -21,6 +21,7 @@ any process. With the cache off, libraries go to a folder private to this proces
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import ctypes
 import json
 import os
@@ -197,6 +198,30 @@ def load(source: str, flags: Sequence[str] = DEFAULT_FLAGS, symbols: Sequence[st
         if store.file_digest(copy, built[0]) != built:
             raise LibraryError(f"{path} changed while it was being loaded") from exc
         return _open(path, built, symbols, at=copy)
+
+
+def load_soon(source: str, flags: Sequence[str] = DEFAULT_FLAGS, symbols: Sequence[str] = ()) -> concurrent.futures.Future:
+    """`load` started now and finished on a thread of its own: a future of the library. A library
+    already loaded or verified in the cache is loaded at once; one to build is compiled while the
+    caller goes on (the thread waits for the compiler with the GIL released), so that the kernels of
+    a forward graph compile while its backward is lowered, and both compile side by side. The same
+    checks as `load`; its exceptions come out of the future's result()."""
+    done: concurrent.futures.Future = concurrent.futures.Future()
+    if library_path(source, flags) in _loaded or is_cached(source, flags):
+        try:
+            done.set_result(load(source, flags, symbols))
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
+
+    def run() -> None:
+        try:
+            done.set_result(load(source, flags, symbols))
+        except BaseException as exc:  # handed to whoever waits for the library
+            done.set_exception(exc)
+
+    threading.Thread(target=run, name="kiln-kernel-build", daemon=True).start()
+    return done
 
 
 def _load(source: str, flags: Sequence[str], symbols: Sequence[str], path: str) -> ctypes.CDLL:

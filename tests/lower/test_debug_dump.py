@@ -14,7 +14,7 @@ from .conftest import compile_fn
 pytestmark = pytest.mark.cpp
 
 PASS_FILES = ("aten_graph.py", "decompose.py", "lower_to_loop_ir.txt", "schedule.txt", "codegen_cpp.cpp",
-              "build.txt", "codegen_wrapper.py", "timings.txt")
+              "codegen_wrapper.py", "build.txt", "timings.txt")
 
 
 def _dump_of_one_compile(tmp_path, monkeypatch) -> str:

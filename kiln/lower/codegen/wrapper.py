@@ -501,6 +501,14 @@ def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], 
     profiling variant that calls record(kernel name, seconds, bytes of its buffers) per kernel."""
     w = WrapperWriter(program, signatures, profile=record is not None)
     source = w.write()
+    return bind_wrapper(w, source, lib, record=record), source
+
+
+def bind_wrapper(w: WrapperWriter, source: str, lib: ctypes.CDLL | None, *,
+                 record: Callable[[str, float, int], None] | None = None) -> Callable[..., tuple]:
+    """The wrapper `w` wrote (`source`, from w.write(), which needs no library: it can be written
+    while the kernels compile) bound to the library's kernels."""
+    program = w.program
     env = dict(w.globals)
     if record is not None:
         import time
@@ -524,4 +532,4 @@ def make_wrapper(program: KernelProgram, signatures: dict[str, tuple[list[str], 
     # nested outputs (a list of splits): rebuild the structure the graph returns
     call = with_output_spec(positional(env["call"]), program.ir.output_spec)
     tag(call, recipe)
-    return call, source
+    return call
