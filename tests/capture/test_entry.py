@@ -12,7 +12,7 @@ import torch
 
 import kiln
 from kiln.api import compile_with
-from kiln.capture import entry
+from kiln.capture import binding, entry
 from kiln.capture.guards import Guard, tensor_guard
 from kiln.capture.options import CompileOptions
 from kiln.log import KilnWarning
@@ -317,7 +317,7 @@ def test_binder_agrees_with_signature_bind(call, method):
     args, kwargs = call
     target = Holder().m if method else plain
     fn = target.__func__ if method else target
-    binder = entry.make_binder(fn, getattr(target, "__self__", None), method)
+    binder = binding.make_binder(fn, getattr(target, "__self__", None), method)
     expected = inspect.signature(target).bind(*args, **kwargs)
     expected.apply_defaults()
     L = binder(args, kwargs)
@@ -332,7 +332,7 @@ def test_binder_raises_like_python(call):
         return a
 
     args, kwargs = call
-    binder = entry.make_binder(plain, None, False)
+    binder = binding.make_binder(plain, None, False)
     with pytest.raises(TypeError):
         binder(args, kwargs)
 
@@ -372,7 +372,7 @@ def test_binder_with_star_and_keyword_only_parameters(call, index, monkeypatch):
     # or Python's own TypeError
     fn = _star_signatures()[index]
     args, kwargs = call
-    binder = entry.make_binder(fn, None, False)
+    binder = binding.make_binder(fn, None, False)
     try:
         expected = inspect.signature(fn).bind(*args, **kwargs)
     except TypeError:

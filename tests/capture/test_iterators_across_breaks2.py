@@ -15,28 +15,18 @@ import pytest
 import torch
 
 import kiln
-from semantics_oracle import same
+from eager_compare import outcome, same_outcome
 from torch_oracle import torch_graph_count
 
 gb = torch._dynamo.graph_break
 
 
-def outcome(fn: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return ("ok", fn(*args))
-    except Exception as exc:  # noqa: BLE001 - compared with eager's
-        return ("raised", type(exc), str(exc))
-
-
 def check(fn: Callable[..., Any], *args: Any) -> None:
+    """One call eager and one compiled (the default backend) on a fresh `torch.zeros(2)` and `args`."""
     kiln.reset()
     want = outcome(fn, torch.zeros(2), *args)
     got = outcome(kiln.compile(fn), torch.zeros(2), *args)
-    assert got[0] == want[0], (got, want)
-    if want[0] == "ok":
-        assert same(got[1], want[1]), (got, want)
-    else:
-        assert got[1:] == want[1:], (got, want)
+    assert same_outcome(got, want, text=True), (got, want)
 
 
 # ------------------------------------------------------------------ enumerate over a mutated list

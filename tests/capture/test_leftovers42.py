@@ -23,31 +23,11 @@ import pytest
 import torch
 
 import kiln
+from eager_compare import check
 from semantics_oracle import same
 from torch_oracle import torch_graph_count
 
 gb = torch._dynamo.graph_break
-
-
-def outcome(fn: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return ("ok", fn(*args))
-    except Exception as exc:  # noqa: BLE001 - compared with eager's
-        return ("raised", type(exc), str(exc))
-
-
-def check(fn: Callable[..., Any], make_args: Callable[[], tuple], backend: str = "eager") -> None:
-    kiln.reset()
-    eager_args = make_args()
-    want = outcome(fn, *eager_args)
-    kiln_args = make_args()
-    got = outcome(kiln.compile(fn, backend=backend), *kiln_args)
-    assert got[0] == want[0], (got, want)
-    if want[0] == "ok":
-        assert same(got[1], want[1]), (got, want)
-    else:
-        assert got[1:] == want[1:], (got, want)
-    assert same(kiln_args, eager_args), (kiln_args, eager_args)
 
 
 def zeros() -> tuple:

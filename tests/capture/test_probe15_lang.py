@@ -23,32 +23,10 @@ import pytest
 import torch
 
 import kiln
+from eager_compare import outcome, run, same_outcome
 from semantics_oracle import same
 
 X = torch.arange(3.0) - 1.0
-
-
-def outcome(fn: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return ("ok", fn(*args))
-    except Exception as exc:  # noqa: BLE001 - compared with eager's
-        return ("raised", type(exc))
-
-
-def run(fn: Callable[..., Any], calls: Sequence[tuple], graphs: int | None = None, breaks: bool = False) -> None:
-    """Each call eager then compiled; no fallback to eager, no graph break; `graphs`: how many graphs
-    Kiln makes."""
-    kiln.reset()
-    backend = kiln.backends.CountingBackend()
-    compiled = kiln.compile(fn, backend=backend)
-    for i, make in enumerate(calls):
-        want = outcome(fn, *make)
-        got = outcome(compiled, *make)
-        assert want[0] == got[0] and (same(got[1], want[1]) if want[0] == "ok" else got[1] is want[1]), \
-            f"call {i}: compiled gave {got!r}, eager {want!r}"
-    assert kiln.stats()["fallbacks"] == 0 and (breaks or kiln.stats()["graph_breaks"] == 0), kiln.stats()
-    if graphs is not None:
-        assert backend.frame_count == graphs, f"{backend.frame_count} graphs, expected {graphs}"
 
 
 def run_stateful(build: Callable[[], tuple[Callable[..., Any], Callable[[], Any]]], calls: Sequence[tuple]) -> None:
@@ -61,8 +39,7 @@ def run_stateful(build: Callable[[], tuple[Callable[..., Any], Callable[[], Any]
     for i, args in enumerate(calls):
         want = outcome(fn_e, *args)
         got = outcome(compiled, *args)
-        assert want[0] == got[0] and (same(got[1], want[1]) if want[0] == "ok" else got[1] is want[1]), \
-            f"call {i}: compiled gave {got!r}, eager {want!r}"
+        assert same_outcome(got, want, text=False), f"call {i}: compiled gave {got!r}, eager {want!r}"
         assert same(obs_c(), obs_e()), f"call {i}: state {obs_c()!r}, eager {obs_e()!r}"
 
 

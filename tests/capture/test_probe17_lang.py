@@ -21,38 +21,14 @@ from __future__ import annotations
 
 import copy
 import operator
-from typing import Any, Callable, Sequence
 
 import torch
 
 import kiln
+from eager_compare import outcome, run
 from semantics_oracle import same
 
 X = torch.arange(3.0) - 1.0
-
-
-def outcome(fn: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return ("ok", fn(*args))
-    except Exception as exc:  # noqa: BLE001 - compared with eager's
-        return ("raised", type(exc))
-
-
-def run(fn: Callable[..., Any], calls: Sequence[tuple], graphs: int | None = None, breaks: bool = False,
-        fresh: Callable[[], tuple] | None = None) -> None:
-    """Each call eager then compiled (on fresh arguments from `fresh` when given); no fallback, no
-    graph break unless `breaks`; `graphs`: how many graphs Kiln makes."""
-    kiln.reset()
-    backend = kiln.backends.CountingBackend()
-    compiled = kiln.compile(fn, backend=backend)
-    for i, args in enumerate(calls):
-        want = outcome(fn, *(fresh() if fresh else args))
-        got = outcome(compiled, *(fresh() if fresh else args))
-        assert want[0] == got[0] and (same(got[1], want[1]) if want[0] == "ok" else got[1] is want[1]), \
-            f"call {i}: compiled gave {got!r}, eager {want!r}"
-    assert kiln.stats()["fallbacks"] == 0 and (breaks or kiln.stats()["graph_breaks"] == 0), kiln.stats()
-    if graphs is not None:
-        assert backend.frame_count == graphs, f"{backend.frame_count} graphs, expected {graphs}"
 
 
 class Key:

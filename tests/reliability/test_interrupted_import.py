@@ -52,13 +52,17 @@ try:
 except KeyboardInterrupt:
     pass
 assert Interrupt.fired
+# Compiled sin(x) * n + 1 differs from eager's by an ulp or two (the kernel's own sin, a fused
+# multiply-add): float32's tolerance, not allclose's atol=1e-8, which failed about one run in 200
+# on unseeded inputs where the sum cancels to near zero (-4.37945e-4 against -4.37975e-4).
+torch.manual_seed(0)
 for dynamic in (True, False, True):
     kiln.reset()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a fallback to eager warns
         for n in (4, 6):
             x = torch.randn(n)
-            assert torch.allclose(kiln.compile(fn, dynamic=dynamic)(x), fn(x))
+            torch.testing.assert_close(kiln.compile(fn, dynamic=dynamic)(x), fn(x))
     assert kiln.stats()["fallbacks"] == 0
 print("ok")
 '''

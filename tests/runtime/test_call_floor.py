@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kiln
-from kiln.capture.entry import positional_locals
+from kiln.capture.binding import positional_locals
 from kiln.runtime import native
 
 pytestmark = pytest.mark.cpp

@@ -5,36 +5,13 @@ first entry of a code object or a later one, with the native fast entry on or of
 and the eager backend. A new object of the same class then runs correctly (a hit or a recompile)."""
 from __future__ import annotations
 
-import gc
 import weakref
-from typing import Any, Callable
+from typing import Callable
 
-import pytest
 import torch
 
 import kiln
-from kiln import config
-
-
-@pytest.fixture(autouse=True)
-def _fresh() -> Any:
-    kiln.reset()
-    yield
-    kiln.reset()
-
-
-@pytest.fixture(params=[True, False], ids=["fast", "python"])
-def fast_entry(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    monkeypatch.setattr(config, "fast_entry", request.param)
-    return bool(request.param)
-
-
-BACKENDS = pytest.mark.parametrize("backend", ["inductor", "eager"])
-
-
-def _dead(ref: weakref.ref) -> bool:
-    gc.collect()
-    return ref() is None
+from tests.runtime.entry_fixtures import BACKENDS, _fresh, dead, fast_entry  # noqa: F401  # fixtures used by name
 
 
 class _Block(torch.nn.Module):
@@ -64,7 +41,7 @@ def test_dropped_modules_are_freed_first_and_later_entries(fast_entry: bool, bac
         _run_module(mod, backend)
         refs.append(weakref.ref(mod))
         del mod
-    assert [_dead(r) for r in refs] == [True, True, True]
+    assert [dead(r) for r in refs] == [True, True, True]
     # a new module of the class (perhaps at a dead one's address) runs as eager does
     torch.manual_seed(0)
     mod = _Block(scale=5).eval()
@@ -95,7 +72,7 @@ def test_plain_objects_whose_attributes_were_read_are_freed(fast_entry: bool, ba
         torch.testing.assert_close(compiled(cfg, x), _scaled(cfg, x))
         refs.append(weakref.ref(cfg))
         del cfg
-    assert [_dead(r) for r in refs] == [True, True, True]
+    assert [dead(r) for r in refs] == [True, True, True]
     for k in (2.0, 7.0):  # a value seen before and a new one: never a dead object's constants
         cfg = _Config(k)
         torch.testing.assert_close(compiled(cfg, x), _scaled(cfg, x))
@@ -128,7 +105,7 @@ def test_functions_bound_as_globals_are_freed(fast_entry: bool, backend: str) ->
             torch.testing.assert_close(compiled(x), x * k + 1)
             refs.append(weakref.ref(_HELPER))
             _HELPER = None
-        assert [_dead(r) for r in refs] == [True, True, True]
+        assert [dead(r) for r in refs] == [True, True, True]
         for k in (2.0, 9.0):
             _HELPER = _make_helper(k)
             torch.testing.assert_close(compiled(x), x * k + 1)
@@ -158,8 +135,8 @@ def test_parameters_read_through_an_object_are_freed(fast_entry: bool, backend: 
         holders.append(weakref.ref(holder))
         params.append(weakref.ref(holder.p))
         del holder
-    assert [_dead(r) for r in holders] == [True, True, True]
-    assert [_dead(r) for r in params] == [True, True, True]
+    assert [dead(r) for r in holders] == [True, True, True]
+    assert [dead(r) for r in params] == [True, True, True]
     with torch.no_grad():
         for k in (2.0, 6.0):
             torch.testing.assert_close(compiled(_Holder(k), x), x * k)
@@ -173,4 +150,4 @@ def test_a_compiled_module_dropped_with_its_wrapper_frees_its_parameters(fast_en
         _run_module(mod, backend)
         params.extend(weakref.ref(p) for p in mod.parameters())
         del mod
-    assert all(_dead(r) for r in params)
+    assert all(dead(r) for r in params)

@@ -22,27 +22,7 @@ from kiln import config
 from kiln.capture.entry import frames_of
 from kiln.capture.guards import Guard
 from kiln.capture.guards.identity import GONE, held_weakly
-
-
-@pytest.fixture(autouse=True)
-def _fresh() -> Any:
-    kiln.reset()
-    yield
-    kiln.reset()
-
-
-@pytest.fixture(params=[True, False], ids=["fast", "python"])
-def fast_entry(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    monkeypatch.setattr(config, "fast_entry", request.param)
-    return bool(request.param)
-
-
-BACKENDS = pytest.mark.parametrize("backend", ["inductor", "eager"])
-
-
-def _dead(ref: weakref.ref) -> bool:
-    gc.collect()
-    return ref() is None
+from tests.runtime.entry_fixtures import BACKENDS, _fresh, dead, fast_entry  # noqa: F401  # fixtures used by name
 
 
 def _compiles() -> int:
@@ -81,7 +61,7 @@ def test_a_lambda_global_guarded_by_identity_is_freed(fast_entry: bool, backend:
             assert any(g.kind == "check_id" and g.expected is _ACT for g in frames_of(compiled).entries[0].check.guards)
             refs.append(weakref.ref(_ACT))
             _ACT = None
-        assert [_dead(r) for r in refs] == [True, True, True]
+        assert [dead(r) for r in refs] == [True, True, True]
         assert frames_of(compiled).entries == [] or all(e.check.valid for e in frames_of(compiled).entries)
         for k in (2.0, 9.0):
             _ACT = _make_act(k)
@@ -115,7 +95,7 @@ def test_a_module_attribute_that_is_a_function_is_freed_when_rebound(fast_entry:
             torch.testing.assert_close(compiled(x), _calls_module_function(x))
         refs.append(weakref.ref(_HELPERS.scale))
     del _HELPERS.scale
-    assert [_dead(r) for r in refs] == [True, True, True]
+    assert [dead(r) for r in refs] == [True, True, True]
     assert frames_of(compiled).entries == []  # each entry dropped with its function
     _define_scale(7.0)
     torch.testing.assert_close(compiled(x), _calls_module_function(x))
@@ -173,7 +153,7 @@ def test_an_nn_module_captured_by_a_closure_is_freed(fast_entry: bool, backend: 
             assert any(g.kind == "check_id" and g.expected is mod.fc for g in guards)
             refs += [weakref.ref(mod), weakref.ref(mod.fc), weakref.ref(mod.fc.weight)]
             del mod, run, compiled
-        assert [_dead(r) for r in refs] == [True] * 9
+        assert [dead(r) for r in refs] == [True] * 9
         mod = _Small()
         run = _closure_over(mod)
         torch.testing.assert_close(kiln.compile(run, backend=backend)(x), run(x))
@@ -207,7 +187,7 @@ def test_a_class_guarded_by_identity_is_freed(fast_entry: bool, backend: str) ->
             assert any(g.kind == "check_id" and g.expected is _KIND for g in guards)
             refs.append(weakref.ref(_KIND))
             _KIND = None
-        assert [_dead(r) for r in refs] == [True, True, True]
+        assert [dead(r) for r in refs] == [True, True, True]
         for k in (2.0, 6.0):
             _KIND = _make_kind(k)
             torch.testing.assert_close(compiled(x), _uses_kind(x))
@@ -247,7 +227,7 @@ def test_a_bound_method_global_its_function_and_object_are_freed(fast_entry: boo
             refs += [weakref.ref(owner), weakref.ref(_METHOD.__func__), weakref.ref(type(owner))]
             _METHOD = None
             del owner
-        assert [_dead(r) for r in refs] == [True] * 9
+        assert [dead(r) for r in refs] == [True] * 9
         _METHOD = _make_scaler(5.0).apply
         torch.testing.assert_close(compiled(x), _calls_method(x))
     finally:
@@ -295,7 +275,7 @@ def test_a_new_object_at_a_dead_ones_address_recompiles(fast_entry: bool, backen
                 torch.testing.assert_close(compiled(x), _uses_token(x))
             ref, dead_id = weakref.ref(_TOKEN), id(_TOKEN)
             _TOKEN = _MARK = None
-            assert _dead(ref)
+            assert dead(ref)
             _MARK = _Token(-1.0)
             before = _compiles()
             _TOKEN, at_dead = _same_address({dead_id}, k)  # `is` fails now: x * 3, never the dead one's x * 2
@@ -326,7 +306,7 @@ def test_the_fast_entry_never_takes_a_new_object_at_a_dead_ones_address(monkeypa
         entry.check.on_invalid = None
         ref, dead_id = weakref.ref(_TOKEN), id(_TOKEN)
         _TOKEN = _MARK = None
-        assert _dead(ref) and not entry.check.valid and frames_of(compiled).entries == [entry]
+        assert dead(ref) and not entry.check.valid and frames_of(compiled).entries == [entry]
         token, _ = _same_address({dead_id}, 1.0)
         _TOKEN = _MARK = token  # `is` holds again, and at the dead one's address: still a miss
         before = _compiles()
@@ -392,7 +372,7 @@ def test_a_guard_gives_its_object_while_it_lives_and_gone_after() -> None:
     key = guard.key()
     ref = weakref.ref(token)
     del token
-    assert _dead(ref)
+    assert dead(ref)
     assert guard.expected is GONE and guard.key() == key and "freed" in str(guard)
     assert Guard("G['n']", "check_id", 5).expected == 5  # an int: held as it is
 

@@ -1,0 +1,61 @@
+"""Run a program eagerly and through kiln.compile and compare what each did: the value returned or
+the exception raised, the arguments as the call left them, and the graphs Kiln made.
+
+Shared by the probe test files (test_probe15_lang.py, ...): `run` for a list of calls of one
+compiled function, checked for fallbacks and breaks; `check` for one call on fresh arguments, the
+exception compared with its text; `outcome` and `same_outcome` for tests that compare calls
+themselves.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import kiln
+from semantics_oracle import same
+
+
+def outcome(fn: Callable[..., Any], *args: Any) -> Any:
+    """("ok", the value) or ("raised", the exception's type, its text)."""
+    try:
+        return ("ok", fn(*args))
+    except Exception as exc:  # noqa: BLE001 - compared with eager's
+        return ("raised", type(exc), str(exc))
+
+
+def same_outcome(got: Any, want: Any, *, text: bool) -> bool:
+    """Both returned equal values (semantics_oracle.same), or both raised the same exception type
+    (and the same text where `text`)."""
+    if got[0] != want[0]:
+        return False
+    if want[0] == "ok":
+        return bool(same(got[1], want[1]))
+    return got[1:] == want[1:] if text else got[1] is want[1]
+
+
+def run(fn: Callable[..., Any], calls: Sequence[tuple], graphs: int | None = None, breaks: bool = False,
+        fresh: Callable[[], tuple] | None = None) -> None:
+    """Each call eager then compiled (on fresh arguments from `fresh` when given, so mutations of
+    an argument do not leak between the two), the exception compared by type; no fallback to
+    eager, no graph break unless `breaks`; `graphs`: how many graphs Kiln makes."""
+    kiln.reset()
+    backend = kiln.backends.CountingBackend()
+    compiled = kiln.compile(fn, backend=backend)
+    for i, args in enumerate(calls):
+        want = outcome(fn, *(fresh() if fresh else args))
+        got = outcome(compiled, *(fresh() if fresh else args))
+        assert same_outcome(got, want, text=False), f"call {i}: compiled gave {got!r}, eager {want!r}"
+    assert kiln.stats()["fallbacks"] == 0 and (breaks or kiln.stats()["graph_breaks"] == 0), kiln.stats()
+    if graphs is not None:
+        assert backend.frame_count == graphs, f"{backend.frame_count} graphs, expected {graphs}"
+
+
+def check(fn: Callable[..., Any], make_args: Callable[[], tuple], backend: str = "eager") -> None:
+    """One call eager and one compiled, each on its own `make_args()`: the same value or the same
+    exception with the same text, and the arguments left the same."""
+    kiln.reset()
+    eager_args = make_args()
+    want = outcome(fn, *eager_args)
+    kiln_args = make_args()
+    got = outcome(kiln.compile(fn, backend=backend), *kiln_args)
+    assert same_outcome(got, want, text=True), (got, want)
+    assert same(kiln_args, eager_args), (kiln_args, eager_args)
