@@ -423,9 +423,28 @@ def _equal(a: Variable, b: Variable) -> bool | None:
         return False  # the ids of two different objects
     if _tensor_and_number(a, b) or _tensor_and_number(b, a):
         return None  # `tensor == 3`, `t1 == t2` are elementwise: the truth is the tensor's (ambiguous, or data-dependent)
+    if _symbolic_and_number(a, b) or _symbolic_and_number(b, a):
+        return None  # `x.shape[0] == 3`: the ShapeEnv decides it (and guards it), not the hint
     if isinstance(a, (TensorVariable, SymIntVariable)) or isinstance(b, (TensorVariable, SymIntVariable)):
         return False  # a tensor never equals None, a str, a container or an object
     return False if _compares_by_identity(a) and _compares_by_identity(b) else None
+
+
+def decided_equal(tx: "Tracer", a: Variable, b: Variable) -> bool | None:
+    """`_equal`, and a size against a number (`x.shape[0] in (3, 4)` asks `s0 == 3`) decided by the
+    ShapeEnv, which guards the answer (the hint alone would hold for this size only)."""
+    same = _equal(a, b)
+    if same is None and (_symbolic_and_number(a, b) or _symbolic_and_number(b, a)):
+        same = compare_op(tx, "==", b, a).truth(tx)
+    return same
+
+
+def _symbolic_and_number(a: Variable, b: Variable) -> bool:
+    if not isinstance(a, SymIntVariable):
+        return False
+    if isinstance(b, SymIntVariable):
+        return True
+    return b.is_constant() and type(b.as_constant()) in (int, float, bool, complex)
 
 
 def _tensor_and_number(a: Variable, b: Variable) -> bool:
@@ -521,7 +540,7 @@ def contains(tx: "Tracer", container: Variable, item: Variable) -> bool:
 
 def _matches(tx: "Tracer", item: Variable, candidate: Variable) -> bool:
     """`candidate is item or candidate == item`, as `in`, list.index and operator.countOf ask it."""
-    same = _equal(item, candidate)
+    same = decided_equal(tx, item, candidate)
     if same is None and (_python_type(candidate) is not None or _python_type(item) is not None) \
             and _identity(item, candidate) is False:
         # a user __eq__: CPython asks `candidate == item` (after identity), traced
