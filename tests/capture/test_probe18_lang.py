@@ -7,6 +7,12 @@ number of graphs.
   compared each item by the trace's "a size never equals a constant" rule: always False, with no
   guard, so after automatic dynamic a size in the list took the wrong branch (a wrong answer);
   the ShapeEnv now decides `s0 == 3` and guards it;
+- a torch function mode active around a compiled call (a user's TorchFunctionMode, `with
+  torch.device("meta")`) was ignored: the trace ran under it (it saw Kiln's own calls: fake
+  tensors, guards), the graph made under it answered later calls without it and a graph made
+  without it answered calls under it (a mode's changes lost, factories on the wrong device); a call
+  under a mode now runs eagerly (the mode sees eager's calls) and every entry's global-state guard
+  checks that no mode is active (boundary.cpp global_ok and KOP_STATE too);
 - iterating or unpacking a 0-d tensor (a for loop, list(), `a, b = t`) was an internal error
   (IndexError in the trace) and len() of one a graph break: eager's TypeError is raised where the
   program can catch it;
@@ -18,6 +24,7 @@ import warnings
 from typing import Any, Callable, Sequence
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 import kiln
 from kiln.log import KilnWarning
@@ -131,3 +138,77 @@ def test_unpack_0d_tensor_escapes() -> None:
         a, b = (x * 2).sum()
         return a
     run(f, [(torch.ones(3),)], fallbacks=True)
+
+
+# ---- a torch function mode active around a compiled call --------------------------------------
+class _Log(TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls.append(getattr(func, "__name__", "?"))
+        return func(*args, **(kwargs or {}))
+
+
+class _SinToCos(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return (torch.cos if func is torch.sin else func)(*args, **(kwargs or {}))
+
+
+def _sin2(x):
+    return torch.sin(x) * 2
+
+
+def test_function_mode_sees_eager_calls_only() -> None:
+    def f(x):
+        return torch.sin(x) + 1
+    x = torch.arange(3.0)
+    with _Log() as eager:
+        f(x)
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    with _Log() as mine:
+        got = compiled(x)
+    assert mine.calls == eager.calls, mine.calls  # no call of Kiln's own (fake tensors, guards)
+    assert torch.equal(got, f(x))
+
+
+def test_function_mode_changes_ops_each_call() -> None:
+    x = torch.linspace(0, 1, 4)
+    kiln.reset()
+    compiled = kiln.compile(_sin2)  # inductor: the eager backend's graph replays its calls under the mode
+    plain = compiled(x)  # compiled without a mode
+    with _SinToCos():
+        under = compiled(x)  # the entry's guard fails: eager, which the mode sees
+    again = compiled(x)
+    assert torch.allclose(plain, torch.sin(x) * 2) and torch.allclose(again, plain)
+    assert torch.allclose(under, torch.cos(x) * 2)
+
+
+def test_function_mode_first_call_not_cached_for_later() -> None:
+    x = torch.linspace(0, 1, 4)
+    kiln.reset()
+    compiled = kiln.compile(_sin2)  # inductor: the eager backend's graph replays its calls under the mode
+    with _SinToCos():
+        under = compiled(x)
+    after = compiled(x)  # nothing made under the mode answers a call without it
+    assert torch.allclose(under, torch.cos(x) * 2)
+    assert torch.allclose(after, torch.sin(x) * 2)
+
+
+def test_device_context_reaches_factories() -> None:
+    def f(x):
+        return torch.zeros(2).device, x + 1
+    x = torch.ones(2)
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    assert compiled(x)[0] == torch.device("cpu")
+    with torch.device("meta"):
+        assert compiled(x)[0] == f(x)[0] == torch.device("meta")
+    assert compiled(x)[0] == torch.device("cpu")
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    with torch.device("meta"):
+        assert compiled(x)[0] == torch.device("meta")
+    assert compiled(x)[0] == torch.device("cpu")
