@@ -6,7 +6,9 @@ number of graphs.
 - `size in (3, 4)` (and operator.countOf / indexOf, `in dict.values()`) with a symbolic size
   compared each item by the trace's "a size never equals a constant" rule: always False, with no
   guard, so after automatic dynamic a size in the list took the wrong branch (a wrong answer);
-  the ShapeEnv now decides `s0 == 3` and guards it;
+  the ShapeEnv now decides `s0 == 3` and guards it; likewise `x.shape[0] == Size.SMALL` with an
+  IntEnum member (a SymInt and an IntEnum compare through NotImplemented both ways, then `is`:
+  always False), compared as the plain int;
 - a torch function mode active around a compiled call (a user's TorchFunctionMode, `with
   torch.device("meta")`) was ignored: the trace ran under it (it saw Kiln's own calls: fake
   tensors, guards), the graph made under it answered later calls without it and a graph made
@@ -19,6 +21,7 @@ number of graphs.
 """
 from __future__ import annotations
 
+import enum
 import operator
 import warnings
 from typing import Any, Callable, Sequence
@@ -99,6 +102,33 @@ def test_size_in_dict_values() -> None:
         d = {"a": 3, "b": 4}
         if x.shape[0] in d.values():
             return x + 1
+        return x - 1
+    run(f, SIZES)
+
+
+class _Size(enum.IntEnum):
+    SMALL = 4
+    LARGE = 7
+
+
+def test_size_equals_intenum_member() -> None:
+    def f(x):
+        return x + int(x.shape[0] == _Size.SMALL) + 10 * int(_Size.LARGE == x.shape[0])
+    run(f, SIZES)
+
+
+def test_size_in_tuple_of_intenum_members() -> None:
+    def f(x):
+        if x.shape[0] in (_Size.SMALL, _Size.LARGE):
+            return x + 1
+        return x - 1
+    run(f, SIZES)
+
+
+def test_size_not_equal_intenum_member() -> None:
+    def f(x):
+        if x.shape[0] != _Size.LARGE:
+            return x * 2
         return x - 1
     run(f, SIZES)
 

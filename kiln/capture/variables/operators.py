@@ -247,7 +247,7 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             return tx.call_op("call_function", fn, [a, b], {})
         if all(isinstance(v, (SymIntVariable, ConstantVariable)) for v in (a, b)):
-            return tx.call_op("call_function", fn, [a, b], {})
+            return tx.call_op("call_function", fn, [_plain_number(a), _plain_number(b)], {})
         if symbol in ("==", "!=", "eq", "ne"):
             return ConstantVariable((symbol in ("!=", "ne")))  # a tensor never equals a container
         raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
@@ -444,7 +444,16 @@ def _symbolic_and_number(a: Variable, b: Variable) -> bool:
         return False
     if isinstance(b, SymIntVariable):
         return True
-    return b.is_constant() and type(b.as_constant()) in (int, float, bool, complex)
+    return b.is_constant() and isinstance(b.as_constant(), (int, float, complex))  # an IntEnum member too
+
+
+def _plain_number(v: Variable) -> Variable:
+    """An int or float subclass's constant (an IntEnum member) as the plain number it compares as:
+    a SymInt compared with an IntEnum member answers NotImplemented both ways (then `is`: False)."""
+    if isinstance(v, ConstantVariable) and type(v.value) not in (int, float, bool) \
+            and isinstance(v.value, (int, float)) and not isinstance(v.value, bool):
+        return ConstantVariable(int(v.value) if isinstance(v.value, int) else float(v.value))
+    return v
 
 
 def _tensor_and_number(a: Variable, b: Variable) -> bool:
