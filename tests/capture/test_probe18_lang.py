@@ -8,7 +8,8 @@ number of graphs.
   guard, so after automatic dynamic a size in the list took the wrong branch (a wrong answer);
   the ShapeEnv now decides `s0 == 3` and guards it; likewise `x.shape[0] == Size.SMALL` with an
   IntEnum member (a SymInt and an IntEnum compare through NotImplemented both ways, then `is`:
-  always False), compared as the plain int;
+  always False), compared as the plain int; `x.shape in [(4, 2), (7, 2)]` broke the graph
+  (tuples of sizes were not compared item by item inside `in`);
 - a torch function mode active around a compiled call (a user's TorchFunctionMode, `with
   torch.device("meta")`) was ignored: the trace ran under it (it saw Kiln's own calls: fake
   tensors, guards), the graph made under it answered later calls without it and a graph made
@@ -104,6 +105,20 @@ def test_size_in_dict_values() -> None:
             return x + 1
         return x - 1
     run(f, SIZES)
+
+
+def test_shape_in_list_of_tuples_no_break() -> None:
+    def f(x):
+        if x.shape in [(4, 2), (7, 2)]:
+            return x + 1
+        return x - 1
+    run(f, [(torch.zeros(n, 2),) for n in (3, 5, 4, 7, 6, 3)])
+
+
+def test_shape_in_tuple_of_sizes_static() -> None:
+    def f(x, y):
+        return x + int(y.shape in ((2, 3), torch.Size([3, 2]))) + 10 * int([1, x.shape[0]] in [[1, 3], [2]])
+    run(f, [(torch.zeros(3), torch.zeros(3, 2)), (torch.zeros(3), torch.zeros(2, 3))])
 
 
 class _Size(enum.IntEnum):

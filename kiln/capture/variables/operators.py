@@ -434,9 +434,14 @@ def decided_equal(tx: "Tracer", a: Variable, b: Variable) -> bool | None:
     """`_equal`, and a size against a number (`x.shape[0] in (3, 4)` asks `s0 == 3`) decided by the
     ShapeEnv, which guards the answer (the hint alone would hold for this size only)."""
     same = _equal(a, b)
-    if same is None and (_symbolic_and_number(a, b) or _symbolic_and_number(b, a)):
-        same = compare_op(tx, "==", b, a).truth(tx)
+    if same is None and (_symbolic_and_number(a, b) or _symbolic_and_number(b, a)
+                         or _plain_sequence(a) and _plain_sequence(b)):
+        same = compare_op(tx, "==", b, a).truth(tx)  # `x.shape in [(4, 2), (7, 2)]`: item by item
     return same
+
+
+def _plain_sequence(v: Variable) -> bool:
+    return isinstance(v, (TupleVariable, ListVariable)) and v.python_type() in (tuple, list, torch.Size)
 
 
 def _symbolic_and_number(a: Variable, b: Variable) -> bool:
