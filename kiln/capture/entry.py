@@ -5,9 +5,8 @@ guards pass, and otherwise tries the entries a previous process stored for this 
 (kiln.capture.persist), and otherwise captures the frame anew through the tracer
 (`capture_frame`), up to `config.cache_size_limit` entries per code object. It owns the per-code-object caches, the dynamic-shape policy kept across
 recompiles, the counters behind `kiln.stats()`, and the eager fallbacks (unsupported frames,
-internal errors, the cache limit). Safe to call from several threads: a guard hit takes no lock;
-a miss inspects and grows the cache under one process-wide lock, as Dynamo's compile lock.
-Corresponds to torch/_dynamo/eval_frame.py + convert_frame.py.
+internal errors, the cache limit, a call under a torch function mode). Safe to call from several
+threads: a guard hit takes no lock; a miss grows the cache under one process-wide lock. Corresponds to torch/_dynamo/eval_frame.py + convert_frame.py.
 """
 from __future__ import annotations
 
@@ -362,6 +361,8 @@ class _Frame:
         return compile_function(fn, self.options, self.capture)
 
     def miss(self, args: tuple, kwargs: dict, L: dict) -> Any:
+        if torch._C._len_torch_function_stack():  # a mode must see eager's calls (global_kinds)
+            return self.run_eagerly(args, kwargs)
         with _COMPILE_LOCK:
             entry = self.entry_for(L)
             if self.refresh is not None:

@@ -496,7 +496,7 @@ class Tracer:
         return operators.subscript(self, obj, key)
 
     def known_equal(self, a: Variable, b: Variable) -> bool | None:
-        return operators._equal(a, b)  # `a == b` when known without running a user __eq__
+        return operators.decided_equal(self, a, b)  # `a == b` when known without running a user __eq__
 
     def bind_method(self, fn: types.FunctionType, receiver: Variable) -> Variable:
         return UserMethodVariable(fn, receiver)  # a user subclass's method, bound

@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/Parallel.h>
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
@@ -616,13 +617,20 @@ static bool kiln_any_autocast() {
   return !c10::impl::tls_local_dispatch_key_set().excluded_.has_all(c10::autocast_dispatch_keyset);
 }
 
-// global_ok(grad mode or None, default dtype) -> bool: grad mode, the default dtype and no autocast,
-// the process-wide state a graph bakes in (kiln.capture.guards.global_kinds), in one call
+// Whether a torch function mode is on this thread's stack (a TorchFunctionMode, `with torch.device`):
+// graphs are made without one, and eager code under one must run for it to see every torch call.
+static bool kiln_function_mode() {
+  return at::impl::PythonTorchFunctionTLS::stack_len() > 0;
+}
+
+// global_ok(grad mode or None, default dtype) -> bool: grad mode, the default dtype, no autocast and
+// no torch function mode, the process-wide state a graph bakes in (kiln.capture.guards.global_kinds),
+// in one call
 static PyObject* kiln_global_ok(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 2 || !THPDtype_Check(args[1])) { PyErr_SetString(PyExc_TypeError, "global_ok(grad or None, dtype)"); return nullptr; }
   bool ok = (args[0] == Py_None || at::GradMode::is_enabled() == (args[0] == Py_True))
       && c10::get_default_dtype_as_scalartype() == reinterpret_cast<THPDtype*>(args[1])->scalar_type
-      && !kiln_any_autocast();
+      && !kiln_any_autocast() && !kiln_function_mode();
   if (ok) Py_RETURN_TRUE;
   Py_RETURN_FALSE;
 }
@@ -970,7 +978,7 @@ enum KilnOp {
   KOP_KEYS = 5,    // same_keys(v, arg)
   KOP_ABSENT = 6,  // no name of the tuple `arg` in v
   KOP_GRAD = 7,    // grad mode is `arg` (no register)
-  KOP_STATE = 8,   // the default dtype is `arg` and no autocast (no register)
+  KOP_STATE = 8,   // the default dtype is `arg`, no autocast, no torch function mode (no register)
   KOP_ALIAS = 9,   // `arg`: groups of registers, each one object, the groups' objects distinct
   KOP_IS_NOT = 10,  // `v is not arg`
   KOP_EXPR = 11,    // `arg`: (function, registers): the function's truth on those registers' values
@@ -1051,7 +1059,8 @@ static PyObject* kiln_register(KilnEntry* e, PyObject** regs, Py_ssize_t r) {
 static int kiln_check_passes(KilnEntry* e, PyObject** regs, const KilnCheck& c) {
   if (c.op == KOP_GRAD) return at::GradMode::is_enabled() == (c.arg == Py_True);
   if (c.op == KOP_STATE)
-    return c10::get_default_dtype_as_scalartype() == reinterpret_cast<THPDtype*>(c.arg)->scalar_type && !kiln_any_autocast();
+    return c10::get_default_dtype_as_scalartype() == reinterpret_cast<THPDtype*>(c.arg)->scalar_type && !kiln_any_autocast()
+        && !kiln_function_mode();
   if (c.op == KOP_EXPR) {
     c10::SmallVector<PyObject*, 8> values;
     for (Py_ssize_t r : c.groups[0]) {

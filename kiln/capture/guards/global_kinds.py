@@ -89,12 +89,17 @@ class GlobalState:
 @guard_kind
 def check_global_state(expected: GlobalState, name: str, em: Emitter) -> list[Check]:
     # Factories without a dtype follow the default dtype, and autocast changes the dtype of every
-    # matmul: a graph traced under other settings computes something else.
+    # matmul: a graph traced under other settings computes something else. A torch function mode
+    # (a user's TorchFunctionMode, `with torch.device(...)`) sees and may change every torch call:
+    # graphs are only made with none active (kiln.capture.entry runs the call eagerly otherwise),
+    # so every entry also checks that none is.
     if em.native is not None and not expected.autocast and hasattr(em.native, "global_ok"):
-        # one call of the boundary extension for both
+        # one call of the boundary extension for all three
         def why(env: Any) -> str:
             if torch.get_default_dtype() is not expected.default_dtype:
                 return f"the default dtype changed from {expected.default_dtype} to {torch.get_default_dtype()}"
+            if torch._C._len_torch_function_stack():
+                return FUNCTION_MODE_ACTIVE
             return "autocast was turned on"
         return [Check(f"___global_ok(None, {em.bind(expected.default_dtype)})", why)]
     return [
@@ -102,7 +107,11 @@ def check_global_state(expected: GlobalState, name: str, em: Emitter) -> list[Ch
               lambda env: f"the default dtype changed from {expected.default_dtype} to {torch.get_default_dtype()}"),
         Check(f"___any_autocast() is {expected.autocast}",
               lambda env: f"autocast was turned {'off' if expected.autocast else 'on'}"),
+        Check("___function_modes() == 0", lambda env: FUNCTION_MODE_ACTIVE),
     ]
+
+
+FUNCTION_MODE_ACTIVE = "a torch function mode is active (a TorchFunctionMode or `with torch.device(...)`)"
 
 
 @dataclass(frozen=True, repr=False)

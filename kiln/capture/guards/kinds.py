@@ -218,6 +218,7 @@ class Emitter:
         self.constants: dict[str, Any] = {"___grad_enabled": torch.is_grad_enabled,
                                           "___default_dtype": torch.get_default_dtype,
                                           "___any_autocast": torch._C._is_any_autocast_enabled,
+                                          "___function_modes": torch._C._len_torch_function_stack,
                                           "___same_items": _same_items,
                                           "___class_lookup": class_lookup,
                                           "___same_mapping": _same_mapping,

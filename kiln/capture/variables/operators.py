@@ -247,7 +247,7 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             return tx.call_op("call_function", fn, [a, b], {})
         if all(isinstance(v, (SymIntVariable, ConstantVariable)) for v in (a, b)):
-            return tx.call_op("call_function", fn, [a, b], {})
+            return tx.call_op("call_function", fn, [_plain_number(a), _plain_number(b)], {})
         if symbol in ("==", "!=", "eq", "ne"):
             return ConstantVariable((symbol in ("!=", "ne")))  # a tensor never equals a container
         raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
@@ -423,9 +423,42 @@ def _equal(a: Variable, b: Variable) -> bool | None:
         return False  # the ids of two different objects
     if _tensor_and_number(a, b) or _tensor_and_number(b, a):
         return None  # `tensor == 3`, `t1 == t2` are elementwise: the truth is the tensor's (ambiguous, or data-dependent)
+    if _symbolic_and_number(a, b) or _symbolic_and_number(b, a):
+        return None  # `x.shape[0] == 3`: the ShapeEnv decides it (and guards it), not the hint
     if isinstance(a, (TensorVariable, SymIntVariable)) or isinstance(b, (TensorVariable, SymIntVariable)):
         return False  # a tensor never equals None, a str, a container or an object
     return False if _compares_by_identity(a) and _compares_by_identity(b) else None
+
+
+def decided_equal(tx: "Tracer", a: Variable, b: Variable) -> bool | None:
+    """`_equal`, and a size against a number (`x.shape[0] in (3, 4)` asks `s0 == 3`) decided by the
+    ShapeEnv, which guards the answer (the hint alone would hold for this size only)."""
+    same = _equal(a, b)
+    if same is None and (_symbolic_and_number(a, b) or _symbolic_and_number(b, a)
+                         or _plain_sequence(a) and _plain_sequence(b)):
+        same = compare_op(tx, "==", b, a).truth(tx)  # `x.shape in [(4, 2), (7, 2)]`: item by item
+    return same
+
+
+def _plain_sequence(v: Variable) -> bool:
+    return isinstance(v, (TupleVariable, ListVariable)) and v.python_type() in (tuple, list, torch.Size)
+
+
+def _symbolic_and_number(a: Variable, b: Variable) -> bool:
+    if not isinstance(a, SymIntVariable):
+        return False
+    if isinstance(b, SymIntVariable):
+        return True
+    return b.is_constant() and isinstance(b.as_constant(), (int, float, complex))  # an IntEnum member too
+
+
+def _plain_number(v: Variable) -> Variable:
+    """An int or float subclass's constant (an IntEnum member) as the plain number it compares as:
+    a SymInt compared with an IntEnum member answers NotImplemented both ways (then `is`: False)."""
+    if isinstance(v, ConstantVariable) and type(v.value) not in (int, float, bool) \
+            and isinstance(v.value, (int, float)) and not isinstance(v.value, bool):
+        return ConstantVariable(int(v.value) if isinstance(v.value, int) else float(v.value))
+    return v
 
 
 def _tensor_and_number(a: Variable, b: Variable) -> bool:
@@ -521,7 +554,7 @@ def contains(tx: "Tracer", container: Variable, item: Variable) -> bool:
 
 def _matches(tx: "Tracer", item: Variable, candidate: Variable) -> bool:
     """`candidate is item or candidate == item`, as `in`, list.index and operator.countOf ask it."""
-    same = _equal(item, candidate)
+    same = decided_equal(tx, item, candidate)
     if same is None and (_python_type(candidate) is not None or _python_type(item) is not None) \
             and _identity(item, candidate) is False:
         # a user __eq__: CPython asks `candidate == item` (after identity), traced

@@ -111,11 +111,17 @@ class TensorVariable(Variable):
                           kind="data_dependent_branch")
 
     def length(self, tx: "Tracer") -> Variable:
-        if self.example.dim() == 0:
-            raise Unsupported("len() of a 0-d tensor", kind="unsupported_builtin")
+        if self.example.dim() == 0:  # the rank is guarded: raised where the program can catch it
+            from kiln.capture.variables.exception import raise_in_trace
+            error = TypeError("len() of a 0-d tensor")
+            raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
         return self.size(tx, 0)
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
+        if self.example.dim() == 0:
+            from kiln.capture.variables.exception import raise_in_trace
+            error = TypeError("iteration over a 0-d tensor")
+            raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
         n = tx.as_int(self.size(tx, 0))  # unrolling over dim 0 fixes its size
         parts = tx.call_op("call_method", "unbind", [self], {})
         return parts.iterate(tx)[:n]
