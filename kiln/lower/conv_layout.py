@@ -16,6 +16,13 @@ CHANNELS_LAST_DTYPES = (torch.float32,)  # oneDNN's NHWC kernels; float64 takes 
 CHANNELS_LAST_MIN_PIXELS = 256
 CHANNELS_LAST_MIN_PIXELS_NHWC_WEIGHT = 64
 
+# An NHWC convolution is given its weight NHWC too, copied by a kernel of the graph: given an NCHW
+# weight, ATen's oneDNN path makes that copy itself on every call (weight.contiguous(channels_last):
+# a clone through the dispatcher) and was slower besides; measured at one thread, batch 2, 3x3,
+# 32 -> 32 channels at 16x16: 275 us a call with the NCHW weight, 190 us with the NHWC one (32x32:
+# equal). Inductor copies the weight in the kernel before the convolution the same way.
+NHWC_WEIGHT_COPY = True
+
 
 def channels_last_pays(pixels: int, nhwc_weight: bool) -> bool:
     """Whether NHWC is worth it for a convolution whose input images have `pixels` (H * W)."""
@@ -88,7 +95,7 @@ def tunables() -> str:
     that changes one gets graphs compiled under it, not ones stored under the old value)."""
     return repr((CHANNELS_LAST_MIN_PIXELS, CHANNELS_LAST_MIN_PIXELS_NHWC_WEIGHT, SMALL_CONV_GEMM_MACS,
                  SMALL_CONV_DEPTHWISE_MACS, SMALL_CONV_DEPTHWISE_TAPS, SMALL_CONV_BACKWARD_MACS,
-                 SMALL_CONV_BACKWARD_ROWS_PER_CHANNEL))
+                 SMALL_CONV_BACKWARD_ROWS_PER_CHANNEL, NHWC_WEIGHT_COPY))
 
 
 LOADED_TUNABLES = tunables()  # kiln.capture.persist puts changed limits in the frame key

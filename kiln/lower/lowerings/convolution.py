@@ -18,7 +18,7 @@ import sympy
 import torch
 import torch.fx
 
-from kiln.lower import ops
+from kiln.lower import conv_layout, ops
 from kiln.lower.conv_layout import channels_last_eligible, channels_last_pays, small_conv_kind
 from kiln.lower.fold_batch_norm import fold_conv_bn, fold_conv_bn_packed, mkldnn_convolution
 from kiln.lower.ir import (BufferRef, FloorDiv, Index, Layout, Load, Masked, Value, contiguous_strides, index_vars,
@@ -463,6 +463,8 @@ def convolution(ctx: LoweringContext, x: TensorValue, weight: TensorValue, bias:
     if _wants_channels_last(ctx, x) and (_nhwc_weight(weight) or (_pays_channels_last(x, weight)
                                                                        and not _input_leaves_graph(ctx)
                                                                        and not _output_saved(ctx))):
+        if conv_layout.NHWC_WEIGHT_COPY and not transposed:
+            rest = (_channels_last_input(ctx, weight),) + rest[1:]
         return _extern_channels_last(ctx, aten.convolution.default, x, rest)
     return ctx.extern(aten.convolution.default, (x,) + rest, {})
 
