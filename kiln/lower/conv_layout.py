@@ -23,6 +23,12 @@ CHANNELS_LAST_MIN_PIXELS_NHWC_WEIGHT = 64
 # equal). Inductor copies the weight in the kernel before the convolution the same way.
 NHWC_WEIGHT_COPY = True
 
+# A depthwise convolution's backward run by oneDNN (above the small-convolution limits) takes x
+# (and the gradient) NHWC: ATen runs it in x's layout, and its NCHW depthwise kernels are slow.
+# Measured at one thread, 48 channels 7x7 (ConvNeXt's) at 16x16, batch 4: 4.2-5.6 ms a call with x
+# NCHW, 1.4 ms with x NHWC (the gradient's layout does not matter: ATen converts it to x's).
+DEPTHWISE_BACKWARD_CHANNELS_LAST = True
+
 
 def channels_last_pays(pixels: int, nhwc_weight: bool) -> bool:
     """Whether NHWC is worth it for a convolution whose input images have `pixels` (H * W)."""
@@ -95,7 +101,8 @@ def tunables() -> str:
     that changes one gets graphs compiled under it, not ones stored under the old value)."""
     return repr((CHANNELS_LAST_MIN_PIXELS, CHANNELS_LAST_MIN_PIXELS_NHWC_WEIGHT, SMALL_CONV_GEMM_MACS,
                  SMALL_CONV_DEPTHWISE_MACS, SMALL_CONV_DEPTHWISE_TAPS, SMALL_CONV_BACKWARD_MACS,
-                 SMALL_CONV_BACKWARD_ROWS_PER_CHANNEL, NHWC_WEIGHT_COPY))
+                 SMALL_CONV_BACKWARD_ROWS_PER_CHANNEL, NHWC_WEIGHT_COPY,
+                 DEPTHWISE_BACKWARD_CHANNELS_LAST))
 
 
 LOADED_TUNABLES = tunables()  # kiln.capture.persist puts changed limits in the frame key
