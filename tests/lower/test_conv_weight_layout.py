@@ -151,6 +151,16 @@ def test_depthwise_backward_runs_nhwc(case: str) -> None:
     assert all(t.is_contiguous() for t in compiled(*args))
 
 
+def test_small_kernel_depthwise_backward_keeps_layout() -> None:
+    def fn(grad, x, w):  # 3x3: NHWC gains nothing steady there (kiln.lower.conv_layout)
+        return _conv_backward(grad, x, w, 96)
+
+    args = (torch.randn(2, 96, 16, 16), torch.randn(2, 96, 16, 16), torch.randn(96, 1, 3, 3))
+    compiled = check(fn, *args, atol=1e-3, rtol=1e-4)
+    (bargs,) = _backward_args(compiled)
+    assert not _nhwc(bargs[1])
+
+
 def test_dense_backward_keeps_layout() -> None:
     def fn(grad, x, w):
         return _conv_backward(grad, x, w, 1)

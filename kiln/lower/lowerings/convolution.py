@@ -465,7 +465,8 @@ def convolution_backward(ctx: LoweringContext, grad: TensorValue, x: TensorValue
     if kind is None:
         if (conv_layout.DEPTHWISE_BACKWARD_CHANNELS_LAST and metas and xs is not None and gs is not None
                 and ws is not None and not transposed and isinstance(groups, int) and groups == xs[1] > 1
-                and ws[1] == 1 and channels_last_eligible(metas[0].dtype, metas[0].device, len(xs))):
+                and ws[1] == 1 and ws[2] * ws[3] >= conv_layout.DEPTHWISE_BACKWARD_CHANNELS_LAST_MIN_TAPS
+                and channels_last_eligible(metas[0].dtype, metas[0].device, len(xs))):
             return _depthwise_backward_channels_last(ctx, args)
         return ctx.extern(aten.convolution_backward.default, args, {})
     rule = _gemm_convolution_backward if kind == "gemm" else _depthwise_convolution_backward
