@@ -196,3 +196,15 @@ def test_depthwise_training_step_matches_eager() -> None:
         # returns NHWC's there for NHWC x, which no reader can tell apart)
         assert all(a == b for n, a, b in zip(g.shape, g.stride(), p.grad.stride()) if n != 1)
         torch.testing.assert_close(g, p.grad, atol=1e-4, rtol=1e-3)
+
+
+
+def test_dynamic_sizes_keep_eager_values() -> None:
+    """Symbolic sizes: the depthwise backward rule needs static ones (it stays ATen's NCHW call);
+    values stay eager's."""
+    def fn(grad, x, w):
+        return _conv_backward(grad, x, w, 48)
+
+    args = (torch.randn(4, 48, 16, 16), torch.randn(4, 48, 16, 16), torch.randn(48, 1, 7, 7))
+    compiled = check(fn, *args, atol=1e-3, rtol=1e-4, dynamic=True)
+    assert len(_backward_args(compiled)) == 1
