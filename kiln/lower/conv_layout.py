@@ -16,6 +16,21 @@ CHANNELS_LAST_DTYPES = (torch.float32,)  # oneDNN's NHWC kernels; float64 takes 
 CHANNELS_LAST_MIN_PIXELS = 256
 CHANNELS_LAST_MIN_PIXELS_NHWC_WEIGHT = 64
 
+# An NHWC convolution is given its weight NHWC too, copied by a kernel of the graph: given an NCHW
+# weight, ATen's oneDNN path makes that copy itself on every call (weight.contiguous(channels_last):
+# a clone through the dispatcher) and was slower besides; measured at one thread, batch 2, 3x3,
+# 32 -> 32 channels at 16x16: 275 us a call with the NCHW weight, 190 us with the NHWC one (32x32:
+# equal). Inductor copies the weight in the kernel before the convolution the same way.
+NHWC_WEIGHT_COPY = True
+
+# A depthwise convolution's backward run by oneDNN (above the small-convolution limits) with a kernel
+# of 5x5 or more takes x (and the gradient) NHWC: ATen runs it in x's layout, and its NCHW depthwise
+# kernels are slow there. Measured at one thread, NCHW / NHWC time per call: 3x (48 channels 7x7 at
+# 16x16, batch 4: ConvNeXt's), 2.1x (96 and 192 at 8x8, 7x7, batch 2), 1.75x (32 at 32x32, 5x5),
+# 2.3x (64 at 16x16, 5x5, batch 4); 3x3 kernels gain nothing steady (0.55x to 1.13x).
+DEPTHWISE_BACKWARD_CHANNELS_LAST = True
+DEPTHWISE_BACKWARD_CHANNELS_LAST_MIN_TAPS = 25
+
 
 def channels_last_pays(pixels: int, nhwc_weight: bool) -> bool:
     """Whether NHWC is worth it for a convolution whose input images have `pixels` (H * W)."""
@@ -88,7 +103,8 @@ def tunables() -> str:
     that changes one gets graphs compiled under it, not ones stored under the old value)."""
     return repr((CHANNELS_LAST_MIN_PIXELS, CHANNELS_LAST_MIN_PIXELS_NHWC_WEIGHT, SMALL_CONV_GEMM_MACS,
                  SMALL_CONV_DEPTHWISE_MACS, SMALL_CONV_DEPTHWISE_TAPS, SMALL_CONV_BACKWARD_MACS,
-                 SMALL_CONV_BACKWARD_ROWS_PER_CHANNEL))
+                 SMALL_CONV_BACKWARD_ROWS_PER_CHANNEL, NHWC_WEIGHT_COPY,
+                 DEPTHWISE_BACKWARD_CHANNELS_LAST, DEPTHWISE_BACKWARD_CHANNELS_LAST_MIN_TAPS))
 
 
 LOADED_TUNABLES = tunables()  # kiln.capture.persist puts changed limits in the frame key

@@ -18,7 +18,7 @@ import sympy
 import torch
 import torch.fx
 
-from kiln.lower import ops
+from kiln.lower import conv_layout, ops
 from kiln.lower.conv_layout import channels_last_eligible, channels_last_pays, small_conv_kind
 from kiln.lower.fold_batch_norm import fold_conv_bn, fold_conv_bn_packed, mkldnn_convolution
 from kiln.lower.ir import (BufferRef, FloorDiv, Index, Layout, Load, Masked, Value, contiguous_strides, index_vars,
@@ -433,6 +433,25 @@ def _depthwise_convolution_backward(ctx: LoweringContext, grad: TensorValue, x: 
     return grad_x, grad_w, grad_b
 
 
+def _depthwise_backward_channels_last(ctx: LoweringContext, args: tuple) -> Any:
+    """oneDNN's depthwise backward on x (and the gradient, which ATen would convert to x's layout)
+    stored NHWC: the input's gradient comes back NHWC (declared so); the weight's is declared in
+    eager's layout, which `_checked_result` restores (ATen returns it NHWC too: a size-1 dimension's
+    stride differs, a copy of a few kh*kw*C elements)."""
+    grad, x = _channels_last_input(ctx, args[0]), _channels_last_input(ctx, args[1])
+    saved = ctx.meta
+    metas = list(saved)
+    metas[0] = _channels_last_meta(metas[0])
+    ctx.meta = type(saved)(metas)
+    try:
+        out = ctx.extern(aten.convolution_backward.default, (grad, x) + tuple(args[2:]), {})
+    finally:
+        ctx.meta = saved
+    if isinstance(out[0], TensorValue) and out[0].view is not None:
+        ctx.relaid_out.add(out[0].view.name)
+    return out
+
+
 @register(aten.convolution_backward.default)
 def convolution_backward(ctx: LoweringContext, grad: TensorValue, x: TensorValue, weight: TensorValue,
                          bias_sizes: Any, stride: Any, padding: Any, dilation: Any, transposed: bool,
@@ -444,6 +463,11 @@ def convolution_backward(ctx: LoweringContext, grad: TensorValue, x: TensorValue
     if xs is not None and ws is not None and gs is not None and metas and isinstance(groups, int):
         kind = small_conv_kind(xs, ws, gs, groups, transposed, metas[0].dtype, metas[0].device, backward=True)
     if kind is None:
+        if (conv_layout.DEPTHWISE_BACKWARD_CHANNELS_LAST and metas and xs is not None and gs is not None
+                and ws is not None and not transposed and isinstance(groups, int) and groups == xs[1] > 1
+                and ws[1] == 1 and ws[2] * ws[3] >= conv_layout.DEPTHWISE_BACKWARD_CHANNELS_LAST_MIN_TAPS
+                and channels_last_eligible(metas[0].dtype, metas[0].device, len(xs))):
+            return _depthwise_backward_channels_last(ctx, args)
         return ctx.extern(aten.convolution_backward.default, args, {})
     rule = _gemm_convolution_backward if kind == "gemm" else _depthwise_convolution_backward
     return rule(ctx, grad, x, weight, _pair(stride), _pair(padding), _pair(dilation), list(output_mask))
@@ -463,6 +487,8 @@ def convolution(ctx: LoweringContext, x: TensorValue, weight: TensorValue, bias:
     if _wants_channels_last(ctx, x) and (_nhwc_weight(weight) or (_pays_channels_last(x, weight)
                                                                        and not _input_leaves_graph(ctx)
                                                                        and not _output_saved(ctx))):
+        if conv_layout.NHWC_WEIGHT_COPY and not transposed:
+            rest = (_channels_last_input(ctx, weight),) + rest[1:]
         return _extern_channels_last(ctx, aten.convolution.default, x, rest)
     return ctx.extern(aten.convolution.default, (x,) + rest, {})
 
