@@ -91,7 +91,8 @@ def adopt_torch_functions(expr: sympy.Expr) -> sympy.Expr:
     """expr with PyTorch's own sympy functions (torch.utils._sympy.functions, found in the sizes of
     graphs that the real torch.compile hands to Kiln's lowering) replaced by this vocabulary's, so
     that one printer and one simplifier serve every size expression."""
-    if not any(type(f).__module__ == _TORCH_FUNCTIONS for f in expr.atoms(sympy.Function)):
+    # torch's Min/Max are sympy Applications but not Functions: ask for every application
+    if not any(type(f).__module__ == _TORCH_FUNCTIONS for f in expr.atoms(sympy.core.function.Application)):
         return expr
     from torch.utils._sympy import functions as tf
 

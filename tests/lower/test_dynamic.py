@@ -37,3 +37,18 @@ def test_input_with_unexpected_strides_is_relaid_out() -> None:
     c = compile_fn(lambda x: x * 2 + 1, torch.randn(5, 7))
     x = torch.randn(7, 5).t()
     torch.testing.assert_close(c(x)[0], x * 2 + 1)
+
+
+@pytest.mark.parametrize("padding,stride", [([1, 1], [1, 1]), ([2, 0], [2, 1])])
+def test_padded_convolution_with_symbolic_sizes(padding, stride) -> None:
+    """The meta kernel's output size holds torch's own Max (`Max(1, s + 3 - k)`): the wrapper's
+    result check renders it (was NotImplementedError: no Python form for Max)."""
+    def fn(x, w):
+        return torch.ops.aten.convolution(torch.relu(x), w, None, stride, padding, [1, 1], False, [0, 0], 1)
+
+    # sizes told apart in the example (a graph compiled here has no guards: equal sizes would share
+    # a symbol, a size of 1 would be specialized)
+    c = compile_fn(fn, torch.randn(4, 6, 9, 11), torch.randn(5, 6, 3, 3), dynamic=True)
+    for shape in [(4, 6, 9, 11), (2, 6, 5, 12), (3, 6, 7, 8)]:
+        x, w = torch.randn(*shape), torch.randn(5, 6, 3, 3)
+        torch.testing.assert_close(c(x, w)[0], fn(x, w), atol=1e-4, rtol=1e-4)

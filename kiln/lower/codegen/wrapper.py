@@ -32,13 +32,13 @@ from kiln.lower.ir import (BufferRef, ConstantBuffer, Extern, InputBuffer, Layou
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel
 from kiln.runtime.kernel_wrapper import (bind_overloads, bind_threads, checked_result, positional,
                                          relayout as _relayout, tag, with_output_spec, wrapper_recipe)
-from kiln.symbolic.expr import is_float_symbol
+from kiln.symbolic.expr import adopt_torch_functions, is_float_symbol
 from kiln.symbolic.render import render_python
 
 
 def pyexpr(e: Any) -> str:
     """A size expression as Python over the symbol variables of the wrapper (kiln.symbolic's printer)."""
-    return render_python(sympy.sympify(e))
+    return render_python(adopt_torch_functions(sympy.sympify(e)))  # a meta kernel's sizes may hold torch's Max
 
 
 def _tuple(xs: Any) -> str:
