@@ -479,7 +479,7 @@ class _AsStridedFromBase(TorchFunctionMode):
                 return out.detach() if detach else out
         out = func(*args, **kwargs)
         if isinstance(out, torch.Tensor) and out._base is None and args and isinstance(args[0], torch.Tensor) \
-                and out is not args[0] and torch._C._is_alias_of(out, args[0]):
+                and out is not args[0] and _storage(out) is not None and _storage(out) == _storage(args[0]):
             self._made_of[id(out)] = (out, args[0], func in (torch.Tensor.detach, torch.detach))
         return out
 
