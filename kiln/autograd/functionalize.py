@@ -78,6 +78,8 @@ class FunctionalMeta:
     outputs: tuple[OutputInfo, ...]
     num_graph_outputs: int  # user outputs produced by the graph, intermediate bases included
     num_intermediate_bases: int
+    # (graph output position, n): eager's tensor was updated in place n times (`y = x * 2; y.add_(1)`)
+    output_versions: tuple[tuple[int, int], ...] = ()
 
     @property
     def mutated_inputs(self) -> tuple[int, ...]:
@@ -255,6 +257,13 @@ class FunctionalSession:
         torch._sync(wrapper)
         made = torch._functionalize_mutation_counter(wrapper) - before
         self._internal[_storage(wrapper)] = self._internal.get(_storage(wrapper), 0) + made
+
+    def eager_version(self, t: torch.Tensor) -> int:
+        """Eager's version counter of `t`: its storage's in-place updates (layout changes too), less
+        this session's own and the untracked ones."""
+        key = _storage(t)
+        made = torch._functionalize_mutation_counter(t) - self._internal.get(key, 0) - self._untracked.get(key, 0)
+        return made + self._layout_updates.get(key, 0)
 
     def unwrap(self, value: Any) -> Any:
         """The traced (inner) value for a wrapper, with pending view updates applied first."""
@@ -454,11 +463,9 @@ class _AsStridedFromBase(TorchFunctionMode):
     as_strided addresses the storage itself (its offset and strides are the storage's, not v's), so
     the two are the same view in eager; functionalization refuses an in-place update through a view
     chain with an as_strided after its first link (`x.view(-1).as_strided(...).mul_(2)`), and taken
-    of the base the as_strided is the chain's first link. A missing offset is v's own. Links that
-    `_base` does not show are recorded as they are made: a `detach()` (`x.detach().view(-1).
-    as_strided(...)`: the as_strided is taken of what was detached, then detached itself, as eager's
-    has no history but shares the storage and version counter), and any view under inference mode
-    (whose tensors keep no `_base`)."""
+    of the base the as_strided is the chain's first link. A missing offset is v's own. Links `_base`
+    misses are recorded as made: `detach()` (the as_strided is taken of what was detached, then
+    detached: eager's has no history, shares storage and version) and inference-mode views."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -521,18 +528,19 @@ class _LayoutUpdates(TorchFunctionMode):
                 or not torch._is_functional_tensor(args[0]):
             return func(*args, **kwargs)
         target = args[0]
-        storage, sizes = _storage(target), tuple(target.shape)
+        storage, sizes, count = _storage(target), tuple(target.shape), torch._functionalize_mutation_counter(target)
         out = func(*args, **kwargs)
         if name.startswith("resize") and tuple(target.shape) == sizes:
             return out  # eager's resize_ to the sizes it has leaves the counter alone
-        inputs = {_storage(v) for v in self.session.visible if isinstance(v, torch.Tensor)}
-        if storage is not None and storage in inputs:
+        if name == "set_" and (_storage(target) != storage or torch._functionalize_mutation_counter(target) != count):
+            return out  # set_ to another storage is not followed; to a size, functionalization counts it
+        if storage is not None:  # an input's (input_infos) or an intermediate's (eager_version)
             self.session._layout_updates[storage] = self.session._layout_updates.get(storage, 0) + 1
         return out
 
 
 _LAYOUT_UPDATES = frozenset({"t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_",
-                             "as_strided_", "resize_", "resize_as_"})
+                             "as_strided_", "resize_", "resize_as_", "set_"})
 
 
 class _DataAliasUpdates(TorchFunctionMode):
