@@ -8,6 +8,7 @@ counters, aliasing) on every backend, with the real torch.compile as a second or
 - a returned intermediate updated in place (itself, through a view, a layout change, set_ to its own
   storage) has eager's `_version`, on inference and training graphs (set_ of a tensor: see the
   report of leftwrong43; it is not followed);
+- a returned tensor with a hook registered in the graph keeps its graph break: why, in a test.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any, Callable
 
 import pytest
 import torch
+import torch._dynamo.testing
 
 import kiln
 
@@ -341,3 +343,52 @@ def test_version_of_returned_intermediate_seen_by_a_later_saved_tensor_check():
         assert y._version == before + 1 == 2
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             loss.backward()
+
+
+# ------------------------------------------------------------------ a returned hooked tensor: the break stays
+
+def hooked_only_returned(x):
+    y = x * 2
+    y.register_hook(lambda g: g * 3)
+    return y
+
+
+def hooked_returned_and_used(x):
+    y = x * 2
+    y.register_hook(lambda g: g * 3)
+    return y, y * 5
+
+
+def hook_order(fn: Callable[..., Any]) -> tuple[list[Any], list[Any], Any]:
+    """What the caller sees: the gradient its own hook and retain_grad get on the returned tensor
+    (registered after the call, so after the frame's hook in eager), and x's gradient."""
+    x = torch.ones(2, requires_grad=True)
+    outs = flat(fn(x))
+    seen: list[Any] = []
+    outs[0].register_hook(lambda g: seen.append(g.clone()))
+    outs[0].retain_grad()
+    sum(o.sum() for o in outs).backward()
+    return [s.tolist() for s in seen], outs[0].grad.tolist(), x.grad.tolist()
+
+
+@pytest.mark.parametrize("fn", [hooked_only_returned, hooked_returned_and_used], ids=lambda f: f.__name__)
+def test_returned_hooked_tensor_keeps_its_break_for_eagers_hook_order(fn):
+    """Eager runs a tensor's hooks in registration order on its whole gradient: the frame's hook
+    (g * 3) first, then the caller's hook and retain_grad see its result. In one graph under AOT
+    autograd the frame's hook runs inside the compiled backward, that is after the caller's hooks
+    on the output (they run where the output's gradient arrives, before the graph's backward node),
+    so they see the gradient before the hook. The real torch.compile keeps one graph and its caller
+    sees that gradient (1 where eager's sees 3, 18 with the in-graph use); Kiln restarts the capture
+    with the registration as a break (HookedTensorEscapes) and gives eager's. With an in-graph use
+    (hooked_returned_and_used) no single graph can: the hook needs the sum of the caller's gradient
+    and the graph's own, which exists only inside the backward node. A tensor used only as the
+    output (hooked_only_returned) could keep one graph with its hook registered by the glue after
+    the graph: left to do."""
+    want = hook_order(fn)
+    for backend in ("default", "aot_eager"):
+        assert hook_order(compiled(fn, backend)) == want
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    theirs = hook_order(torch.compile(fn, backend=counter))
+    assert counter.frame_count == 1 and theirs[2] == want[2]
+    assert theirs[0] != want[0] and theirs[1] != want[1]  # one graph: the caller saw the unhooked gradient
