@@ -528,19 +528,17 @@ class _LayoutUpdates(TorchFunctionMode):
                 or not torch._is_functional_tensor(args[0]):
             return func(*args, **kwargs)
         target = args[0]
-        storage, sizes, count = _storage(target), tuple(target.shape), torch._functionalize_mutation_counter(target)
+        storage, sizes = _storage(target), tuple(target.shape)
         out = func(*args, **kwargs)
         if name.startswith("resize") and tuple(target.shape) == sizes:
             return out  # eager's resize_ to the sizes it has leaves the counter alone
-        if name == "set_" and (_storage(target) != storage or torch._functionalize_mutation_counter(target) != count):
-            return out  # set_ to another storage is not followed; to a size, functionalization counts it
         if storage is not None:  # an input's (input_infos) or an intermediate's (eager_version)
             self.session._layout_updates[storage] = self.session._layout_updates.get(storage, 0) + 1
         return out
 
 
 _LAYOUT_UPDATES = frozenset({"t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_",
-                             "as_strided_", "resize_", "resize_as_", "set_"})
+                             "as_strided_", "resize_", "resize_as_"})
 
 
 class _DataAliasUpdates(TorchFunctionMode):

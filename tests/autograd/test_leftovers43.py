@@ -5,9 +5,9 @@ counters, aliasing) on every backend, with the real torch.compile as a second or
   an in-place op, compiles (it ran eagerly) and updates the input as eager's does;
 - a cond's or while_loop's operand that requires grad gets zeros (not None) where the branch taken
   carries no gradient to it, and the results require grad, as eager's autograd op gives them;
-- a returned intermediate updated in place (itself, through a view, a layout change, set_ to its own
-  storage) has eager's `_version`, on inference and training graphs (set_ of a tensor: see the
-  report of leftwrong43; it is not followed);
+- a returned intermediate updated in place (itself, through a view, a layout change, `set_()`) has
+  eager's `_version`, on inference and training graphs (`v.set_(tensor)` is not followed: Tensor.set_
+  reaches no torch function mode, and functionalization does not count it);
 - a returned tensor with a hook registered in the graph keeps its graph break: why, in a test.
 """
 from __future__ import annotations
