@@ -193,6 +193,7 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         unused_inputs=_unused_inputs(gm, inputs.values),
         forward_grad_free=grad_free_forward(compiled_fw, parts.forward, parts.num_forward_outputs),
         forward_on_node=lowered_forward(compiled_fw, parts.forward, parts.num_forward_outputs),
+        output_versions=_forward_versions(forward.meta),
         grads_with_history=joint.grads_with_history)
     function = with_missing_derivatives(function, joint.no_derivative)
     return AotRuntime(forward=compiled_fw, function=function, report=report, grad_mode=None if ambient else True,
@@ -207,6 +208,12 @@ def prepare(compiler: Compiler, gm: fx.GraphModule, example_inputs: list[Any]) -
     if start is None:
         return lambda: compiler(gm, example_inputs)
     return start(gm, example_inputs)
+
+
+def _forward_versions(meta: Any) -> tuple[tuple[int, int], ...]:
+    """(forward output position, eager's version) of results eager updated in place: the forward's
+    outputs are the mutated inputs' new values, then the graph's outputs."""
+    return tuple((len(meta.mutated_inputs) + k, n) for k, n in meta.output_versions)
 
 
 def grad_free_forward(compiled: Any, forward: fx.GraphModule, num_forward_outputs: int) -> bool:

@@ -78,6 +78,8 @@ class FunctionalMeta:
     outputs: tuple[OutputInfo, ...]
     num_graph_outputs: int  # user outputs produced by the graph, intermediate bases included
     num_intermediate_bases: int
+    # (graph output position, n): eager's tensor was updated in place n times (`y = x * 2; y.add_(1)`)
+    output_versions: tuple[tuple[int, int], ...] = ()
 
     @property
     def mutated_inputs(self) -> tuple[int, ...]:
@@ -256,6 +258,13 @@ class FunctionalSession:
         made = torch._functionalize_mutation_counter(wrapper) - before
         self._internal[_storage(wrapper)] = self._internal.get(_storage(wrapper), 0) + made
 
+    def eager_version(self, t: torch.Tensor) -> int:
+        """Eager's version counter of `t`: its storage's in-place updates (layout changes too), less
+        this session's own and the untracked ones."""
+        key = _storage(t)
+        made = torch._functionalize_mutation_counter(t) - self._internal.get(key, 0) - self._untracked.get(key, 0)
+        return made + self._layout_updates.get(key, 0)
+
     def unwrap(self, value: Any) -> Any:
         """The traced (inner) value for a wrapper, with pending view updates applied first."""
         if isinstance(value, torch.Tensor) and torch._is_functional_tensor(value):
@@ -378,7 +387,16 @@ class FunctionalSession:
 def _made_without_grad(view: torch.Tensor) -> bool:
     """Whether a view output was made under no_grad from a base that requires grad: it requires grad
     (as its base) but has no grad_fn, where a view made with grad on has one."""
-    return view.requires_grad and view.grad_fn is None and view._is_view()
+    if not view.requires_grad or not view._is_view():
+        return False
+    try:
+        return view.grad_fn is None
+    except RuntimeError as exc:
+        # autograd refuses the grad_fn of a view made under no_grad whose base an update reached
+        # since (through a detached alias, under no_grad as eager's was): it was made without grad
+        if "created in no_grad mode" in str(exc):
+            return True
+        raise
 
 
 class _InputLayouts(TorchFunctionMode):
@@ -445,21 +463,52 @@ class _AsStridedFromBase(TorchFunctionMode):
     as_strided addresses the storage itself (its offset and strides are the storage's, not v's), so
     the two are the same view in eager; functionalization refuses an in-place update through a view
     chain with an as_strided after its first link (`x.view(-1).as_strided(...).mul_(2)`), and taken
-    of the base the as_strided is the chain's first link. A missing offset is v's own."""
+    of the base the as_strided is the chain's first link. A missing offset is v's own. Links `_base`
+    misses are recorded as made: `detach()` (the as_strided is taken of what was detached, then
+    detached: eager's has no history, shares storage and version) and inference-mode views."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # id(alias) -> (alias, the tensor it was made of, whether by detach) for links _base misses
+        self._made_of: dict[int, tuple[torch.Tensor, torch.Tensor, bool]] = {}
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
-        # a view made under no_grad of a base that requires grad is left alone: taken of the base,
-        # the as_strided would carry the base's gradient where eager's does not
-        if func in (torch.Tensor.as_strided, torch.as_strided) and args and isinstance(args[0], torch.Tensor) \
-                and args[0]._base is not None and args[0].requires_grad == args[0]._base.requires_grad:
-            view, rest = args[0], list(args[1:])
-            if len(rest) == 3 and rest[2] is None:
-                rest[2] = view.storage_offset()
-            elif len(rest) < 3 and kwargs.get("storage_offset") is None:
-                kwargs["storage_offset"] = view.storage_offset()
-            args = (view._base, *rest)
-        return func(*args, **kwargs)
+        if func in (torch.Tensor.as_strided, torch.as_strided) and args and isinstance(args[0], torch.Tensor):
+            root, detach = self._root(args[0])
+            if root is not args[0]:
+                view, rest = args[0], list(args[1:])
+                if len(rest) == 3 and rest[2] is None:
+                    rest[2] = view.storage_offset()
+                elif len(rest) < 3 and kwargs.get("storage_offset") is None:
+                    kwargs["storage_offset"] = view.storage_offset()
+                out = func(root, *rest, **kwargs)
+                return out.detach() if detach else out
+        out = func(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and out._base is None and args and isinstance(args[0], torch.Tensor) \
+                and out is not args[0] and _storage(out) is not None and _storage(out) == _storage(args[0]):
+            self._made_of[id(out)] = (out, args[0], func in (torch.Tensor.detach, torch.detach))
+        return out
+
+    def _root(self, view: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """The tensor the view chain ending at `view` starts from, and whether a detach is in it."""
+        root, detach = view, False
+        while True:
+            # a view made under no_grad of a base that requires grad: taken of the base, the
+            # as_strided would carry the base's gradient where eager's does not, so it is detached;
+            # with grad mode on it is left alone (eager refuses an in-place op on it then)
+            if root._base is not None and root.requires_grad == root._base.requires_grad:
+                root = root._base
+                continue
+            if root._base is not None and not torch.is_grad_enabled():
+                root, detach = root._base, True
+                continue
+            made = self._made_of.get(id(root))
+            if made is None or made[0] is not root:
+                return root, detach
+            # a recorded link whose end lost the grad its start has (a detach, an inference-mode
+            # view) is kept by detaching the as_strided taken of the start
+            root, detach = made[1], detach or made[2] or root.requires_grad != made[1].requires_grad
 
 
 class _LayoutUpdates(TorchFunctionMode):
@@ -483,8 +532,7 @@ class _LayoutUpdates(TorchFunctionMode):
         out = func(*args, **kwargs)
         if name.startswith("resize") and tuple(target.shape) == sizes:
             return out  # eager's resize_ to the sizes it has leaves the counter alone
-        inputs = {_storage(v) for v in self.session.visible if isinstance(v, torch.Tensor)}
-        if storage is not None and storage in inputs:
+        if storage is not None:  # an input's (input_infos) or an intermediate's (eager_version)
             self.session._layout_updates[storage] = self.session._layout_updates.get(storage, 0) + 1
         return out
 

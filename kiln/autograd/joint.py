@@ -219,7 +219,9 @@ def _trace_forward(gm: fx.GraphModule, inputs: TraceInputs, decompositions: dict
         wrapped = mutated + graph_outs + bases
         values = [session.unwrap(v) for v in wrapped]
         tracer.output(values)
-    meta = FunctionalMeta(input_infos, tuple(out_infos), len(graph_outs) + len(bases), len(bases))
+        versions = tuple((k, n) for k, v in enumerate(graph_outs + bases) if isinstance(v, torch.Tensor)
+                         and torch._is_functional_tensor(v) and (n := session.eager_version(v)) > 0)
+    meta = FunctionalMeta(input_infos, tuple(out_infos), len(graph_outs) + len(bases), len(bases), versions)
     # a leaf input mutated under no_grad (a weight update) stays a leaf in eager: its new value is
     # data, not something to differentiate
     requires_grad = tuple(isinstance(v, torch.Tensor) and v.requires_grad

@@ -63,7 +63,8 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
                            unused_inputs: Sequence[int] = (),
                            forward_grad_free: bool = False,
                            forward_on_node: bool = False,
-                           grads_with_history: Sequence[bool] | None = None) -> type[torch.autograd.Function]:
+                           grads_with_history: Sequence[bool] | None = None,
+                           output_versions: Sequence[tuple[int, int]] = ()) -> type[torch.autograd.Function]:
     """A torch.autograd.Function whose forward and backward are the two compiled graphs.
 
     The class carries `fast_apply`, what AotRuntime calls: outside functorch transforms it goes
@@ -81,7 +82,10 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
     its inputs that require grad detached and grad mode on inside, as the Function's forward runs it.
 
     `grads_with_history`: per primal, whether eager's gradient under create_graph=True has a history
-    (JointTrace.grads_with_history); None: all of them. The others come back without one."""
+    (JointTrace.grads_with_history); None: all of them. The others come back without one.
+
+    `output_versions`: (forward output position, eager's version counter) for outputs eager updated
+    in place, bumped inside the forward: before the Function saves them for the backward."""
     diff = tuple(differentiable)
     non_diff = tuple(k for k in range(num_forward_outputs) if k not in diff)
     end_saved = num_forward_outputs + num_saved_tensors
@@ -94,14 +98,14 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
     contiguous = Tensor.contiguous
     # a C++ wrapper's list entry (kiln.runtime.kernel_wrapper.positional); None for other compilers
     steal = getattr(compiled_backward, "steal", None) or getattr(getattr(compiled_backward, "fn", None), "steal", None)
-    run_forward = direct_callable(compiled_forward)
+    run_forward = bumping_versions(direct_callable(compiled_forward), output_versions)
     node_backward: Callable[[list], Any] = steal if steal is not None else lambda args: compiled_backward(*args)
     # the backward's native handle, once its native wrapper runs: the C++ node runs it without the GIL
     backward_handle: Any = None
 
     def forward_on_native(native: Callable) -> None:
         nonlocal run_forward
-        run_forward = native
+        run_forward = bumping_versions(native, output_versions)
 
     def backward_on_native(native: Callable) -> None:
         nonlocal steal, node_backward, backward_handle
@@ -228,8 +232,29 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
     CompiledFunction.recipe = dict(  # type: ignore[attr-defined]  # for graph_recipe
         backward=compiled_backward, num_forward_outputs=num_forward_outputs,
         num_saved_tensors=num_saved_tensors, differentiable=diff, primal_needs_grad=tuple(primal_needs_grad),
-        forward_grad_free=forward_grad_free, forward_on_node=forward_on_node)
+        forward_grad_free=forward_grad_free, forward_on_node=forward_on_node, output_versions=tuple(output_versions))
     return CompiledFunction
+
+
+def bumping_versions(forward: Callable, versions: Sequence[tuple[int, int]]) -> Callable:
+    """`forward` whose results at the given positions leave with eager's version counters: an
+    intermediate updated in place (`y = x * 2; y.add_(1); return y`) is a fresh graph result at 0."""
+    if not versions:
+        return forward
+
+    def run(*args: Any) -> Any:
+        outs = forward(*args)
+        bump_versions(outs, versions)
+        return outs
+    return run
+
+
+def bump_versions(outs: Sequence[Any], versions: Sequence[tuple[int, int]]) -> None:
+    for position, version in versions:
+        t = outs[position]
+        if isinstance(t, torch.Tensor) and not t.is_inference() and t._version < version:
+            # the counter moves once per occurrence in the list; views of t share it
+            torch.autograd.graph.increment_version([t] * (version - t._version))
 
 
 DOUBLE_BACKWARD_ERROR = (
@@ -359,6 +384,8 @@ class RuntimeMeta:
     untracked_mutations: tuple[int, ...] = ()
     # (input index, n): eager updates the input in place n times more than the runtime's copy back
     extra_version_bumps: tuple[tuple[int, int], ...] = ()
+    # (graph output position, eager's version counter) for results eager updated in place
+    output_versions: tuple[tuple[int, int], ...] = ()
 
 
 def plan_views(meta: Any, binding: dict) -> dict[int, ViewReplay]:
@@ -454,6 +481,10 @@ class AotRuntime:
         # one call (the counter moves once per occurrence in the list)
         self._extra_bumps = tuple(index for index, extra in getattr(meta, "extra_version_bumps", ())
                                   for _ in range(extra))
+        # an inference graph's results eager updated in place, by position after the mutated inputs'
+        # values (a training graph's are bumped in its forward, make_autograd_function)
+        self._output_versions = tuple((len(getattr(meta, "mutated_inputs", ())) + k, n)
+                                      for k, n in getattr(meta, "output_versions", ())) if function is None else ()
         # the per-call plan
         self._getters = tuple(operator.attrgetter(path) for path in lifted)  # dotted paths work
         # the grad mode the graph runs under where the caller's (a guard holds it) is not the one
@@ -499,7 +530,8 @@ class AotRuntime:
         # nothing to do around the graph: no module tensors to append, no input updated in place or
         # re-laid out, no output rebuilt (AotRuntime.__call__'s first branch)
         self._plain = self._passthrough and not self._getters and not self._updated \
-            and not self._shared_check and not self._restrides and self._num_mutated == 0 and not self._extra_bumps
+            and not self._shared_check and not self._restrides and self._num_mutated == 0 and not self._extra_bumps \
+            and not self._output_versions
         self._follow_native(run)
 
     def _follow_native(self, run: Callable) -> None:
@@ -565,6 +597,8 @@ class AotRuntime:
             if self._shared_check:
                 run_args = _unshared(flat, self._shared_check, groups)
         outs = self._run(*run_args)
+        if self._output_versions:
+            bump_versions(outs, self._output_versions)
         if self._not_views:  # an inference graph's (a training graph's are handled in its forward)
             outs = not_views(outs, self._not_views)
         entry = flat
@@ -700,7 +734,8 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
         "meta": RuntimeMeta(tuple(meta.mutated_inputs), tuple(outputs), meta.num_graph_outputs,
                             meta.num_intermediate_bases, tuple(meta.metadata_mutations),
                             tuple(getattr(meta, "untracked_mutations", ())),
-                            tuple(getattr(meta, "extra_version_bumps", ()))),
+                            tuple(getattr(meta, "extra_version_bumps", ())),
+                            tuple(getattr(meta, "output_versions", ()))),
         "out_spec": pytree.treespec_dumps(runtime.out_spec),
         "function": None,
         "grad_mode": runtime.grad_mode,

@@ -86,7 +86,8 @@ def run_and_compile(compiler: Callable[[torch.fx.GraphModule, list], Any]) -> Ca
 
 def run_cond(pred: Any, true_fn: Callable[..., Any], false_fn: Callable[..., Any], operands: Sequence[Any]) -> Any:
     """A graph-level cond at run time: one compiled branch, picked by the predicate's value."""
-    return (true_fn if bool(pred) else false_fn)(*operands)
+    results = (true_fn if bool(pred) else false_fn)(*operands)
+    return _with_zero_gradients(results, operands)
 
 
 def run_while(cond_fn: Callable[..., Any], body_fn: Callable[..., Any], carried: Sequence[Any],
@@ -98,7 +99,43 @@ def run_while(cond_fn: Callable[..., Any], body_fn: Callable[..., Any], carried:
     while bool(cond_fn(*values, *additional)[0]):
         values = tuple(body_fn(*values, *additional))
         ran = True
-    return values if ran else tuple(v.clone() for v in values)
+    return _with_zero_gradients(values if ran else tuple(v.clone() for v in values), (*carried, *additional))
+
+
+def _with_zero_gradients(results: Any, operands: Sequence[Any]) -> Any:
+    """The results of a cond or while_loop as eager's autograd op gives them: with grad on and an
+    operand requiring grad, every floating result requires grad, and each operand requiring grad gets
+    a gradient, zeros where the branch taken (a closure read only by the other branch, or only by the
+    loop's predicate, or detached) carries none. A compiled branch is an autograd function of its
+    own, linked only to what it reads."""
+    if not torch.is_grad_enabled():
+        return results
+    wanted = [t for t in operands if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not wanted:
+        return results
+    tied = list(results)
+    first = True
+    for k, out in enumerate(tied):
+        if isinstance(out, torch.Tensor) and (out.is_floating_point() or out.is_complex()):
+            if first or not out.requires_grad:
+                tied[k] = _ZeroGradients.apply(out, *(wanted if first else ()))
+                first = False
+    return type(results)(tied) if isinstance(results, tuple) else tied
+
+
+class _ZeroGradients(torch.autograd.Function):
+    """A copy of `out` whose backward passes out's gradient on and gives each of `operands` zeros:
+    added to whatever the branch gives them, the gradient eager's cond gives (a copy, not `out`
+    itself: a Function's input returned as is becomes a view that refuses an in-place update)."""
+
+    @staticmethod
+    def forward(ctx: Any, out: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor:
+        ctx.layouts = [(t.shape, t.dtype, t.device) for t in operands]
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        return (grad, *(torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.layouts))
 
 
 # ---------------------------------------------------------------------------------------------------
