@@ -203,7 +203,11 @@ QUERIES = _query_table()
 TRACING_STATE = {torch.fx._symbolic_trace.is_fx_tracing: False,
                  torch.fx._symbolic_trace.is_fx_symbolic_tracing: False,
                  torch._C._get_tracing_state: None, torch._C._is_tracing: False,
-                 torch.onnx.is_in_onnx_export: False}
+                 torch.onnx.is_in_onnx_export: False,
+                 # nn.MultiheadAttention's fast path is one opaque kernel; torch.compile answers that a
+                 # tracer runs, so the decomposed path is traced (its batch-first output made contiguous
+                 # as the fast path's: fast_path_blocked_by_tracing)
+                 torch.nn.modules.activation._is_make_fx_tracing: True}
 # Usage telemetry (torchvision logs each model and op it runs, once per process, to whatever logger
 # a deployment installed): no effect on any value, so traced away as torch.compile's graph keeps it
 # out of the computation; nothing is left to replay.

@@ -401,7 +401,8 @@ static PyObject* kiln_direct_call(PyObject* self, PyObject* const* args, size_t 
   try {
     for (Py_ssize_t k : *d->not_views) {
       c10::IValue& o = outs[static_cast<size_t>(k)];
-      if (o.isTensor() && o.toTensor().is_view()) o = o.toTensor().detach();
+      // an undefined tensor (an extern's result its kernel left out, returned as None) has no view state
+      if (o.isTensor() && o.toTensor().defined() && o.toTensor().is_view()) o = o.toTensor().detach();
     }
   } catch (const c10::Error&) {
     torch::translate_exception_to_python(std::current_exception());

@@ -159,3 +159,42 @@ def test_logging_from_library_code_breaks_as_in_torch_compile() -> None:
         return _library_helper(x) + 1
 
     check_breaks(f, _x, "Logger.warning")
+
+
+# torch.nn's attention modules ask whether a proxy-tensor trace is running (activation._is_make_fx_tracing,
+# which reads the dispatch mode stack) before taking their inference fast path: torch.compile answers
+# yes, so the decomposed path is traced in one graph; Kiln broke at torch._C._len_torch_dispatch_stack
+torch.manual_seed(0)
+_MHA = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+_ENCODER = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).eval()
+_DECODER = torch.nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True).eval()
+
+
+def mha_inference(x):
+    with torch.no_grad():
+        return _MHA(x, x, x, need_weights=False)
+
+
+def mha_inference_with_weights(x):
+    with torch.no_grad():
+        return _MHA(x, x * 2, x * 2)
+
+
+def encoder_layer_inference(x):
+    with torch.no_grad():
+        return _ENCODER(x)
+
+
+def decoder_layer_inference(x):
+    with torch.no_grad():
+        return _DECODER(x, x.flip(1))
+
+
+def _seq() -> tuple:
+    return (torch.randn(2, 5, 16),)
+
+
+@pytest.mark.parametrize("fn", [mha_inference, mha_inference_with_weights,
+                                encoder_layer_inference, decoder_layer_inference], ids=lambda f: f.__name__)
+def test_attention_modules_trace_their_decomposed_path_like_torch_compile(fn) -> None:
+    check_traced(fn, _seq)

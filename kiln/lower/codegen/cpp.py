@@ -286,6 +286,24 @@ static inline __attribute__((always_inline)) float kiln_expf_inline(float x) {
   float y = (e * s1) * s2;
   return low ? 0.0f : y;
 }
+static inline __attribute__((always_inline)) float kiln_expm1f_inline(float x) {
+  // expm1(x): x + x^2 (1/2! + x/3! + ... + x^7/9!) where |x| < 0.5 (the series' tail is under 1e-9
+  // of the result there), else exp(x) - 1 (|expm1| >= 0.39 keeps the subtraction within 3 ulp); a
+  // zero keeps its sign. Inline, so loops vectorize: libmvec's AVX2 expm1f ran an ELU over 12800
+  // floats 1.7x longer than eager's. Infinities and NaN go through the exp side.
+  float p = 2.7557319e-06f;
+  p = __builtin_fmaf(p, x, 2.4801587e-05f);
+  p = __builtin_fmaf(p, x, 1.9841270e-04f);
+  p = __builtin_fmaf(p, x, 1.3888889e-03f);
+  p = __builtin_fmaf(p, x, 8.3333333e-03f);
+  p = __builtin_fmaf(p, x, 4.1666667e-02f);
+  p = __builtin_fmaf(p, x, 1.6666667e-01f);
+  p = __builtin_fmaf(p, x, 0.5f);
+  float small = __builtin_fmaf(p, x * x, x);
+  float big = kiln_expf_inline(x) - 1.0f;
+  float y = __builtin_fabsf(x) < 0.5f ? small : big;
+  return x == 0.0f ? x : y;
+}
 // Float -> integer as ATen's CPU kernels convert (c10's static_cast, through int64 for uint8): C++
 // leaves a value out of the target's range undefined (a constant folded by the compiler saturates,
 // the same conversion at run time does not), so the rule is spelled out. On x86-64 a truncating
@@ -375,7 +393,7 @@ def _is_float(v: Op) -> bool:
     return arg_dtype(v).is_floating_point
 
 
-@renders(*(name for name in MATH if name not in ("erf", "exp")))
+@renders(*(name for name in MATH if name not in ("erf", "exp", "expm1")))
 def _math(v: Op, a: Sequence[str]) -> str:
     if _is_float(v):
         return f"{_float_fn(v.name, arg_dtype(v))}({a[0]})"
@@ -396,6 +414,13 @@ def _exp(v: Op, a: Sequence[str]) -> str:
         return _math(v, a)
     # where kiln_expf would run: the prelude's inline kiln_expf_inline
     return f"kiln_expf_inline({a[0]})" if _is_float(v) else f"kiln_expf_inline((float){a[0]})"
+
+
+@renders("expm1")
+def _expm1(v: Op, a: Sequence[str]) -> str:
+    if arg_dtype(v) not in (torch.float32, *INT_TYPES):
+        return _math(v, a)
+    return f"kiln_expm1f_inline({a[0]})" if _is_float(v) else f"kiln_expm1f_inline((float){a[0]})"
 
 
 INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitwise_and": "&", "bitwise_or": "|",

@@ -279,10 +279,13 @@ class WrapperWriter:
         """The condition under which extern result `name` is not what the graph was compiled for:
         a dtype or sizes other than its fake tensor's (an error: ExternMismatchError), or other
         strides (a relayout); and whether it compares the sizes. None for a result nothing reads
-        (it may be missing, see read_later). The sizes of a result ATen's CPU kernel may leave empty
+        (it may be missing, see read_later), or for one the kernel may leave undefined that is only
+        returned (_UNDEFINED_RESULTS). The sizes of a result ATen's CPU kernel may leave empty
         (_UNSIZED_EXTRA_RESULTS) are not compared."""
         if not self.read_later(name):
             return None
+        if path and path[0] in _UNDEFINED_RESULTS.get(op, ()) and self.facts.last_use.get(name, -1) <= self.step_index:
+            return None  # only returned: None where the kernel left it undefined, as eager returns
         clauses = [f"{name}.dtype is not {self.arg(layout.dtype)}"]
         sized = not (path and op in _UNSIZED_EXTRA_RESULTS)
         if sized:
@@ -483,7 +486,11 @@ _FACTS: collections.OrderedDict[int, tuple[Any, dict, list[str], MemoryFacts]] =
 _UNSIZED_EXTRA_RESULTS = frozenset({torch.ops.aten._native_batch_norm_legit.default,
                                     torch.ops.aten._native_batch_norm_legit_no_training.default,
                                     torch.ops.aten.native_batch_norm.default,
-                                    torch.ops.aten.mkldnn_rnn_layer.default})
+                                    torch.ops.aten.mkldnn_rnn_layer.default,
+                                    torch.ops.aten._native_multi_head_attention.default})
+# results ATen's CPU kernel may leave undefined (None in Python) where the meta kernel returns an empty
+# tensor: the attention weights of MultiheadAttention's fast path with need_weights=False
+_UNDEFINED_RESULTS = {torch.ops.aten._native_multi_head_attention.default: frozenset({1})}
 
 
 def _may_alias(op: Any) -> bool:
