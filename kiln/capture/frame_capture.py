@@ -90,6 +90,15 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                     raise exc.eager_error
                 if options.fullgraph:
                     raise GraphBreakError(str(record)) from exc
+                if state.read_compiling and _raised_in_trace(exc) and not handled_in_trace(state.innermost or root):
+                    # `if not is_compiling(): mask = ones(...)` then `mask[:, None]`: an error on the
+                    # path is_compiling() chose, which eager (where it is False) may never take; as
+                    # torch.compile, the frame runs eagerly rather than raising it
+                    raise Unsupported(f"{exc.reason}, on a path chosen by torch.compiler.is_compiling() "
+                                      "(True while capturing, False when the frame runs eagerly)",
+                                      kind="compiling_path",
+                                      hint="make the branch taken under compilation valid too (build the mask "
+                                           "whether or not is_compiling())") from exc
                 check_breakable(root, exc, record)
                 if root.current is None:  # Unsupported before the first instruction: nowhere to break
                     raise exc
@@ -106,6 +115,12 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
             abandon_open_contexts(state)
             torch._C._set_grad_enabled(state.initial_grad)
             state.modes.restore_process()
+
+
+def _raised_in_trace(exc: Unsupported) -> bool:
+    """Whether the break is an error the trace saw raised (eager's own, run natively at the break;
+    or an op that raised on its fake inputs: `x + None`)."""
+    return "(raised natively)" in exc.reason or " failed on fake inputs: " in exc.reason
 
 
 def _note_escape(exc: RestartCapture, escaped: set[type]) -> None:

@@ -101,6 +101,7 @@ class CaptureState:
         self.module_sources: set[str] = set()
         self.inference_breaks = False  # inference_mode blocks are breaks (one of them escaped: InferenceModeEscapes)
         self.hook_breaks = False  # register_hook on a tensor the graph computes breaks (HookedTensorEscapes)
+        self.read_compiling = False  # the trace answered torch.compiler.is_compiling() (True)
         self._cells: dict[int, tuple[types.CellType, CellVariable]] = {}
 
     def real_cell(self, cell: types.CellType, source: Source | None) -> CellVariable:

@@ -157,6 +157,8 @@ class TorchFunctionVariable(Variable):
             from kiln.capture.variables.sequence import TupleVariable
             return TupleVariable(tx.iterate(args[0]) if args else [], torch.Size)
         if fn in COMPILING_FNS or fn in EXPORTING_FNS:
+            if fn in COMPILING_FNS:
+                tx.state.read_compiling = True  # the path may differ from eager's (frame_capture)
             return ConstantVariable(fn in COMPILING_FNS)
         if fn is torch.is_inference_mode_enabled and tx.output.inference_depth:
             return ConstantVariable(True)  # inside a traced inference_mode block (the process is not in one)
