@@ -76,6 +76,14 @@ def _data_dependent_branch(exc: Unsupported) -> str:
             "for a loop, bound it with a Python int or keep the test outside the compiled function")
 
 
+@hint_for_kind("compiling_path")
+def _compiling_path(exc: Unsupported) -> str:
+    """An error on the path that torch.compiler.is_compiling() (True under capture) chose: the frame
+    runs eagerly, where it is False."""
+    return ("make the path taken under compilation valid too (build the value whether or not "
+            "is_compiling()), so that the frame can be compiled")
+
+
 @hint_for_kind("overlapping_write")
 def _overlapping_write(exc: Unsupported) -> str:
     """An in-place op or out= writes into a tensor whose elements share memory (an expand, or a view

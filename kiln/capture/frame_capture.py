@@ -96,9 +96,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
                     # torch.compile, the frame runs eagerly rather than raising it
                     raise Unsupported(f"{exc.reason}, on a path chosen by torch.compiler.is_compiling() "
                                       "(True while capturing, False when the frame runs eagerly)",
-                                      kind="compiling_path",
-                                      hint="make the branch taken under compilation valid too (build the mask "
-                                           "whether or not is_compiling())") from exc
+                                      kind="compiling_path") from exc
                 check_breakable(root, exc, record)
                 if root.current is None:  # Unsupported before the first instruction: nowhere to break
                     raise exc

@@ -4,7 +4,7 @@ the exception raised, the arguments as the call left them, and the graphs Kiln m
 Shared by the probe test files (test_probe15_lang.py, ...): `run` for a list of calls of one
 compiled function, checked for fallbacks and breaks; `check` for one call on fresh arguments, the
 exception compared with its text; `outcome` and `same_outcome` for tests that compare calls
-themselves.
+themselves; `dynamo_graphs` for the real torch.compile's graph count (the oracle of counts).
 """
 from __future__ import annotations
 
@@ -59,3 +59,14 @@ def check(fn: Callable[..., Any], make_args: Callable[[], tuple], backend: str =
     got = outcome(kiln.compile(fn, backend=backend), *kiln_args)
     assert same_outcome(got, want, text=True), (got, want)
     assert same(kiln_args, eager_args), (kiln_args, eager_args)
+
+
+def dynamo_graphs(fn: Callable[..., Any], call: Callable[[Callable[..., Any]], Any]) -> int:
+    """How many graphs the real torch.compile (Dynamo, graphs counted by a backend) makes of fn while
+    `call(compiled)` runs it."""
+    import torch._dynamo
+
+    counter = kiln.backends.CountingBackend()
+    torch._dynamo.reset()
+    call(torch.compile(fn, backend=counter))
+    return counter.frame_count

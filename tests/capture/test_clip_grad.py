@@ -13,10 +13,9 @@ import types
 
 import pytest
 import torch
-import torch._dynamo
 
 import kiln
-from kiln.backends import CountingBackend
+from eager_compare import dynamo_graphs
 
 BACKENDS = ["eager", "aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)]
 
@@ -91,13 +90,6 @@ def _run(fn, make, compiled):
                                                              for p in m.parameters()]
 
 
-def _dynamo_graphs(fn, make) -> int:
-    counter = CountingBackend()
-    torch._dynamo.reset()
-    _run(fn, make, torch.compile(fn, backend=counter))
-    return counter.frame_count
-
-
 @pytest.mark.ci_slice({"name": "norm_two_dtypes", "backend": "inductor"})
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -108,7 +100,8 @@ def test_clipping_is_one_graph_with_eagers_values(name, backend) -> None:
     want = _run(fn, make, None)
     torch.testing.assert_close(got, want)
     # the train step's backward() is a break in both (Dynamo: "Tensor.backward"); clipping is not
-    assert kiln.stats()["graphs"] == _dynamo_graphs(fn, make) == (2 if name == "train_step" else 1)
+    dynamo = dynamo_graphs(fn, lambda compiled: _run(fn, make, compiled))
+    assert kiln.stats()["graphs"] == dynamo == (2 if name == "train_step" else 1)
 
 
 def test_grouping_is_answered_at_trace_time_in_the_real_order() -> None:

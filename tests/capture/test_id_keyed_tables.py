@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch._dynamo
 
 import kiln
-from kiln.backends import CountingBackend
+from eager_compare import dynamo_graphs
 
 BACKENDS = ["eager", "aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)]
 
@@ -70,10 +69,7 @@ PROGRAMS = {"scaled_sum": (_scaled_sum, 1), "named_get": (_named_lookup, 2), "bu
 def _dynamo_graphs(name) -> int:
     make, every = PROGRAMS[name]
     m = _model()
-    counter = CountingBackend()
-    torch._dynamo.reset()
-    torch.compile(make(m, _table(m, every)), backend=counter)(torch.ones(3))
-    return counter.frame_count
+    return dynamo_graphs(make(m, _table(m, every)), lambda compiled: compiled(torch.ones(3)))
 
 
 @pytest.mark.ci_slice({"name": "scaled_sum", "backend": "inductor"})
