@@ -23,7 +23,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VPY) -m mypy  # pyproject.toml's [tool.mypy]: all of kiln/ at zero errors
-	# two worker processes (CI has 2 cores): about 16 min for ~8060 tests (956 s of pytest at stop 42, quiet machine)
+	# two worker processes (CI has 2 cores): about 19 min for ~8500 tests (1118 s of pytest at stop 43, quiet machine, warm kernel cache; 1847 s cold after lowering changes)
 	# --dist loadfile: each test file runs on one worker, in file order as plain `pytest` runs it, so a
 	# module-scoped fixture (a filled cache, a pair of processes, the DDP run) is made once, not once per
 	# worker. (loadgroup's xdist_group marks do nothing under pytest 9: xdist 3.8 renames item._nodeid.)
