@@ -95,11 +95,29 @@ def _functional_instance_norm(input, running_mean=None, running_var=None, weight
                                 momentum, eps)
 
 
+def _one_hot(tensor: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
+    """one_hot with a given class count, as eager's CPU kernel computes it (zeros, then a scatter).
+
+    ATen's composite checks the values' range with `.item()` first, which a traced tensor cannot
+    answer; the scatter's index check raises on the same inputs (a value below 0 or at least
+    num_classes), with the scatter's message. (torch.compile's trace takes ATen's fake-tensor path,
+    an `eq` against an arange, which gives a row of zeros for such a value instead of the error.)
+    An inferred class count (-1) depends on the data: the original op, which breaks the graph."""
+    if (num_classes <= 0 or tensor.dtype != torch.long or tensor.is_sparse
+            or tensor.numel() == 0):
+        return F.one_hot(tensor, num_classes)  # eager's own errors and its empty-tensor result
+    out = torch.zeros((*tensor.shape, num_classes), dtype=torch.long, device=tensor.device)
+    return out.scatter_(-1, tensor.unsqueeze(-1), 1)
+
+
 class _BatchNormRewrite(TorchFunctionMode):
-    """Catches batch and instance norm at the torch level, above autograd and functionalization."""
+    """Catches, at the torch level above autograd and functionalization, the calls whose ATen path
+    would hide something from the AOT tracer: batch and instance norm (their running statistics'
+    update) and one_hot (its data-dependent range check)."""
 
     table = {F.batch_norm: _functional_batch_norm, torch.batch_norm: _torch_batch_norm,
-             F.instance_norm: _functional_instance_norm, torch.instance_norm: _torch_instance_norm}
+             F.instance_norm: _functional_instance_norm, torch.instance_norm: _torch_instance_norm,
+             F.one_hot: _one_hot}
     # instance norm's running statistics are written by a visible copy_ (eager counts it too)
     reports_untracked = frozenset({F.batch_norm, torch.batch_norm})
 
