@@ -153,7 +153,8 @@ def _input_base(node: fx.Node) -> fx.Node | None:
     """The placeholder whose memory `node` is (itself, or through a chain of views), else None."""
     while node.op == "call_function" and _is_view(node.target):
         base = node.args[0]
-        assert isinstance(base, fx.Node)  # a view op's first argument is the tensor it views
+        if not isinstance(base, fx.Node):  # a view of a constant: the backward of `z * (1 + 2j)`
+            return None                    # conjugates the Python scalar with aten._conj
         node = base
     return node if node.op == "placeholder" else None
 
