@@ -34,7 +34,7 @@ def outside_inputs(branches: Sequence[Sequence[torch.fx.Node]], first: Sequence[
     return list(found)
 
 
-def _subgraph(output: "OutputGraph", inputs: Sequence[torch.fx.Node], nodes: Sequence[torch.fx.Node],
+def make_subgraph(output: "OutputGraph", inputs: Sequence[torch.fx.Node], nodes: Sequence[torch.fx.Node],
               results: Sequence[torch.fx.Node] | torch.fx.Node, name: str) -> torch.fx.GraphModule:
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -60,7 +60,7 @@ def insert_cond(output: "OutputGraph", pred: torch.fx.Node, operands: Sequence[t
     attrs = []
     for (nodes, results), which in zip(branches, ("true", "false")):
         name = f"cond_{which}_{index}"
-        output.subgraphs[name] = _subgraph(output, inputs, nodes, results, name)
+        output.subgraphs[name] = make_subgraph(output, inputs, nodes, results, name)
         attrs.append(name)
     for nodes, _ in reversed(branches):
         for node in reversed(nodes):
@@ -80,8 +80,8 @@ def insert_while_loop(output: "OutputGraph", carried: Sequence[torch.fx.Node],
     inputs = outside_inputs([cond[0], body[0]], carried)
     index = len(output.subgraphs) // 2
     names = [f"while_cond_{index}", f"while_body_{index}"]
-    output.subgraphs[names[0]] = _subgraph(output, inputs, cond[0], cond[1], names[0])
-    output.subgraphs[names[1]] = _subgraph(output, inputs, body[0], body[1], names[1])
+    output.subgraphs[names[0]] = make_subgraph(output, inputs, cond[0], cond[1], names[0])
+    output.subgraphs[names[1]] = make_subgraph(output, inputs, body[0], body[1], names[1])
     for nodes in (body[0], cond[0]):
         for node in reversed(nodes):
             output.graph.erase_node(node)

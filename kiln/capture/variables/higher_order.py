@@ -141,14 +141,16 @@ def _static_length(tx: "Tracer", size: Any, what: str) -> int:
     return n
 
 
-def _call_body(tx: "Tracer", what: str, fn: Variable, args: list[Variable], inputs: Sequence[Variable]) -> Variable:
+def _call_body(tx: "Tracer", what: str, fn: Variable, args: list[Variable], inputs: Sequence[Variable],
+               kwargs: dict[str, Variable] | None = None, aliases_ok: bool = False) -> Variable:
     """Call a body function, with eager's checks on what it does to its tensor inputs: no output
-    may alias one, none may be written in place (torch rejects both for higher-order ops)."""
+    may alias one (unless `aliases_ok`: vmap's body may), none may be written in place (torch
+    rejects both for higher-order ops)."""
     tensors = [i for i in inputs if isinstance(i, TensorVariable)]
     versions = [t.example._version for t in tensors]
     effects = len(tx.side_effects)
     try:
-        out = fn.call(tx, args, {})
+        out = fn.call(tx, args, kwargs or {})
     except Unsupported as exc:
         if exc.kind == "higher_order" or isinstance(exc, RaisedInTrace):
             raise  # already a reason of ours, or the body raised: the exception leaves the call as it is
@@ -158,7 +160,7 @@ def _call_body(tx: "Tracer", what: str, fn: Variable, args: list[Variable], inpu
         raise _break(what, "its body writes an input in place (eager raises)")
     if len(tx.side_effects) != effects:
         raise _break(what, "its body changes state outside the function")
-    for leaf in _flatten(tx, out)[0]:
+    for leaf in [] if aliases_ok else _flatten(tx, out)[0]:
         if isinstance(leaf, TensorVariable) and any(_is_alias_of(leaf.example, t.example) for t in tensors):
             raise _break(what, "its body returns an alias of an input (eager raises)")
     return out

@@ -1,0 +1,190 @@
+"""torch.vmap inside a compiled function: one graph (as torch.compile), eager's values, grads and errors.
+
+Before, the call could not be traced (capture inlined torch.func's wrapper down to functorch's C
+internals) and the whole frame ran eagerly: 0 graphs where torch.compile makes 1.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import kiln
+from kiln.backends import CountingBackend
+
+BACKENDS = ["inductor", "aot_eager", "eager"]
+
+
+def _closure_tensor(x, w):
+    return torch.vmap(lambda row: (row * w).sum().sin())(x)
+
+
+def _in_dims_none(x, w):
+    return torch.vmap(lambda a, b: a @ b, in_dims=(0, None))(x, w.expand(3, 3).contiguous())
+
+
+def _in_dim_one_negative(x, w):
+    return torch.vmap(lambda a, b: a * b + 1, in_dims=(1, -1))(x.t().contiguous(), w.unsqueeze(1).expand(3, 4))
+
+
+def _out_dims_tuple(x, w):
+    return torch.vmap(lambda a: (a.exp(), a.unsqueeze(0) * w), out_dims=(0, 1))(x)
+
+
+def _nested(x, w):
+    return torch.vmap(torch.vmap(lambda e: e * w.sum() + e ** 2))(x)
+
+
+def _tuple_argument(x, w):
+    return torch.vmap(lambda pair: pair[0] * pair[1], in_dims=((0, 0),))((x, x.flip(0)))
+
+
+def _chunked(x, w):
+    return torch.vmap(lambda row: row.softmax(-1) * w, chunk_size=2)(x)
+
+
+def _keyword_unbatched(x, w):
+    def body(row, scale=1.0):
+        return row * scale
+    return torch.vmap(body)(x, scale=w)
+
+
+def _identity_and_outside(x, w):
+    return torch.vmap(lambda row: (row, w), out_dims=(0, 0))(x)
+
+
+@torch.vmap
+def _made_at_import(row):
+    return row.cumsum(-1) - row.mean()
+
+
+def _global_wrapper(x, w):
+    return _made_at_import(x) + w
+
+
+FUNCS = [_closure_tensor, _in_dims_none, _in_dim_one_negative, _out_dims_tuple, _nested, _tuple_argument,
+         _chunked, _keyword_unbatched, _identity_and_outside, _global_wrapper]
+
+
+def _args(requires_grad=False):
+    torch.manual_seed(0)
+    return torch.randn(4, 3, requires_grad=requires_grad), torch.randn(3, requires_grad=requires_grad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", FUNCS, ids=lambda f: f.__name__)
+def test_one_graph_eager_values(fn, backend):
+    kiln.reset()
+    x, w = _args()
+    got = kiln.compile(fn, backend=backend, fullgraph=True)(x, w)
+    torch.testing.assert_close(got, fn(x, w))
+    assert kiln.stats()["graphs"] == 1 and kiln.stats()["fallbacks"] == 0
+
+
+@pytest.mark.parametrize("fn", [_closure_tensor, _out_dims_tuple, _nested, _global_wrapper], ids=lambda f: f.__name__)
+def test_graph_count_matches_dynamo(fn):
+    import torch._dynamo
+    torch._dynamo.reset()
+    counter = CountingBackend()
+    x, w = _args()
+    torch.compile(fn, backend=counter)(x, w)
+    kiln.reset()
+    kiln.compile(fn)(x, w)
+    assert kiln.stats()["graphs"] == counter.frame_count == 1
+
+
+def _flat(out):
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+@pytest.mark.parametrize("fn", [_closure_tensor, _in_dims_none, _out_dims_tuple, _nested, _chunked,
+                                _keyword_unbatched, _global_wrapper], ids=lambda f: f.__name__)
+def test_grads_match_eager(fn, backend):
+    kiln.reset()
+    x, w = _args(requires_grad=True)
+    x2, w2 = (t.detach().clone().requires_grad_() for t in (x, w))
+    out = _flat(kiln.compile(fn, backend=backend, fullgraph=True)(x, w))
+    sum(o.square().sum() for o in out).backward()
+    sum(o.square().sum() for o in _flat(fn(x2, w2))).backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(w.grad, w2.grad)
+
+
+def test_module_mapped_with_parameter_grads():
+    kiln.reset()
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2))
+    ref = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2))
+    ref.load_state_dict(net.state_dict())
+
+    def f(model, x):
+        return torch.vmap(model)(x).sum(0)
+
+    x = torch.randn(6, 3)
+    out = kiln.compile(f, fullgraph=True)(net, x)
+    out.sum().backward()
+    f(ref, x).sum().backward()
+    torch.testing.assert_close(out, f(ref, x))
+    for p, q in zip(net.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_dynamic_batch_sizes():
+    kiln.reset()
+    compiled = kiln.compile(_closure_tensor, dynamic=True, fullgraph=True)
+    w = torch.randn(3)
+    for n in (2, 5, 9):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(compiled(x, w), _closure_tensor(x, w))
+    assert kiln.stats()["graphs"] == 1
+
+
+def test_closure_tensor_changed_between_calls_is_read_again():
+    kiln.reset()
+    scale = torch.ones(3)
+
+    def f(x):
+        return torch.vmap(lambda row: row * scale)(x)
+
+    compiled = kiln.compile(f)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(compiled(x), x)
+    scale.mul_(3)
+    torch.testing.assert_close(compiled(x), x * 3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", ["sizes_differ", "returns_number", "random_in_error_mode", "dim_out_of_range"])
+def test_eager_errors(case, backend):
+    kiln.reset()
+
+    def f(x, y):
+        if case == "sizes_differ":
+            return torch.vmap(lambda a, b: a + b)(x, y)
+        if case == "returns_number":
+            return torch.vmap(lambda a: 1.0)(x)
+        if case == "random_in_error_mode":
+            return torch.vmap(lambda a: a + torch.rand(()))(x)
+        return torch.vmap(lambda a: a, in_dims=3)(x)
+
+    x, y = torch.randn(4, 3), torch.randn(5, 3)
+    with pytest.raises(Exception) as expected:
+        f(x, y)
+    with pytest.raises(type(expected.value)):
+        kiln.compile(f, backend=backend)(x, y)
+
+
+def test_body_with_side_effect_runs_as_eager():
+    kiln.reset()
+    seen = []
+
+    def f(x):
+        def body(row):
+            seen.append(1)
+            return row * 2
+        return torch.vmap(body)(x)
+
+    x = torch.randn(3, 2)
+    torch.testing.assert_close(kiln.compile(f)(x), x * 2)
+    assert seen == [1]  # eager's vmap calls the body once, on the whole batch
