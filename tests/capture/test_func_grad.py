@@ -1,0 +1,131 @@
+"""torch.func.grad / grad_and_value inside a compiled function: one graph (as torch.compile), eager's
+values, gradients through them, and eager's errors.
+
+Before, the call could not be traced and the whole frame ran eagerly (0 graphs where torch.compile
+makes 1).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.func import functional_call
+
+import kiln
+
+BACKENDS = ["inductor", "aot_eager", "eager"]
+
+
+def _simple(x, w):
+    return torch.func.grad(lambda y: (y.sin() ** 2).sum())(x) * 2 + w
+
+
+def _argnums_aux_value(x, w):
+    fn = torch.func.grad_and_value(lambda a, b: ((a * b).sin().sum(), (a * 2,)), argnums=(0, 1), has_aux=True)
+    (ga, gb), (value, aux) = fn(x * 2, w)
+    return ga * 3 + gb.sum(), value, aux[0]
+
+
+def _nested(x, w):
+    return torch.func.grad(lambda a: torch.func.grad(lambda b: (b ** 3).sum())(a).sum())(x) + w
+
+
+def _closure_and_dict_argument(x, w):
+    def loss(params):
+        return ((x @ params["w"].unsqueeze(-1)).tanh() * params["s"]).sum()
+    g = torch.func.grad(loss)({"w": w, "s": x.mean()})
+    return g["w"], g["s"]
+
+
+def _negative_argnum(x, w):
+    return torch.func.grad(lambda a, b: (a * b).pow(2).sum(), argnums=-1)(x, w)
+
+
+def _per_sample_grads(x, w):
+    def loss(weight, row):
+        return (row @ weight).tanh().pow(2).sum()
+    return torch.vmap(torch.func.grad(loss), in_dims=(None, 0))(w.unsqueeze(-1).expand(3, 2).contiguous(), x)
+
+
+FUNCS = [_simple, _argnums_aux_value, _nested, _closure_and_dict_argument, _negative_argnum, _per_sample_grads]
+
+
+def _args(requires_grad=False):
+    torch.manual_seed(0)
+    return torch.randn(4, 3, requires_grad=requires_grad), torch.randn(3, requires_grad=requires_grad)
+
+
+def _flat(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", FUNCS, ids=lambda f: f.__name__)
+def test_one_graph_eager_values(fn, backend):
+    kiln.reset()
+    x, w = _args()
+    got = kiln.compile(fn, backend=backend, fullgraph=True)(x, w)
+    torch.testing.assert_close(got, fn(x, w))
+    assert kiln.stats()["graphs"] == 1 and kiln.stats()["fallbacks"] == 0
+
+
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+@pytest.mark.parametrize("fn", [_simple, _argnums_aux_value, _nested, _closure_and_dict_argument],
+                         ids=lambda f: f.__name__)
+def test_backward_through_the_gradient(fn, backend):
+    kiln.reset()
+    x, w = _args(requires_grad=True)
+    x2, w2 = (t.detach().clone().requires_grad_() for t in (x, w))
+    out = _flat(kiln.compile(fn, backend=backend, fullgraph=True)(x, w))
+    sum(o.square().sum() for o in out).backward()
+    sum(o.square().sum() for o in _flat(fn(x2, w2))).backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(w.grad, w2.grad)
+
+
+def test_module_parameters_through_functional_call():
+    kiln.reset()
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.GELU(), nn.Linear(4, 1))
+    params = {k: v.detach() for k, v in net.named_parameters()}
+
+    def f(params, x):
+        return torch.func.grad(lambda p: functional_call(net, p, (x,)).sum())(params)
+
+    x = torch.randn(5, 3)
+    got, expected = kiln.compile(f)(params, x), f(params, x)
+    assert got.keys() == expected.keys()
+    for k in got:
+        torch.testing.assert_close(got[k], expected[k])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", ["not_scalar", "argnum_out_of_range", "aux_not_pair", "int_argument"])
+def test_eager_errors(case, backend):
+    kiln.reset()
+
+    def f(x, w):
+        if case == "not_scalar":
+            return torch.func.grad(lambda a: a * 2)(x)
+        if case == "argnum_out_of_range":
+            return torch.func.grad(lambda a: a.sum(), argnums=3)(x)
+        if case == "aux_not_pair":
+            return torch.func.grad(lambda a: a.sum(), has_aux=True)(x)
+        return torch.func.grad(lambda a: a.float().sum())(x.long())
+
+    x, w = _args()
+    with pytest.raises(Exception) as expected:
+        f(x, w)
+    with pytest.raises(type(expected.value)):
+        kiln.compile(f, backend=backend)(x, w)
+
+
+def test_argument_passed_twice_runs_as_eager():
+    kiln.reset()
+
+    def f(x):
+        return torch.func.grad(lambda a, b: (a * b).sum(), argnums=(0, 1))(x, x)
+
+    x = torch.randn(3)
+    got, expected = kiln.compile(f)(x), f(x)
+    torch.testing.assert_close(got, expected)
