@@ -54,6 +54,9 @@ class BuiltinVariable(Variable):
     def describe(self) -> str:
         return f"builtin {getattr(self.fn, '__name__', self.fn)}"
 
+    def truth(self, tx: "Tracer") -> bool:
+        return bool(self.fn)  # the real function, fixed for the process (guarded by identity)
+
     def python_type(self) -> type:
         return type(self.fn)
 

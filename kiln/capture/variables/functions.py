@@ -108,6 +108,9 @@ class UserFunctionVariable(Variable):
     def describe(self) -> str:
         return f"function {self.fn.__qualname__}"
 
+    def truth(self, tx: "Tracer") -> bool:
+        return True  # a function object is always true (FunctionType has no __bool__ or __len__)
+
     def python_type(self) -> type:
         return type(self.fn)
 
@@ -364,6 +367,9 @@ class UserMethodVariable(Variable):
     def describe(self) -> str:
         return f"method {self.fn.__qualname__}"
 
+    def truth(self, tx: "Tracer") -> bool:
+        return True  # a function object is always true (FunctionType has no __bool__ or __len__)
+
     def python_type(self) -> type:
         return types.MethodType
 
@@ -552,6 +558,9 @@ class NestedFunctionVariable(Variable):
     def describe(self) -> str:
         return f"function {self.qualname}"
 
+    def truth(self, tx: "Tracer") -> bool:
+        return True  # a function object is always true (FunctionType has no __bool__ or __len__)
+
     def python_type(self) -> type:
         return types.FunctionType
 
@@ -660,6 +669,11 @@ class PartialVariable(Variable):
 
     def describe(self) -> str:
         return f"partial({self.fn.describe()})"
+
+    def truth(self, tx: "Tracer") -> bool:
+        if self.python_type() is functools.partial:
+            return True  # functools.partial has no __bool__ or __len__
+        return super().truth(tx)
 
     def python_type(self) -> type:
         return functools.partial if self.value is None else type(self.value)

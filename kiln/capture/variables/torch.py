@@ -98,6 +98,9 @@ class TorchFunctionVariable(Variable):
     def describe(self) -> str:
         return f"torch function {getattr(self.fn, '__qualname__', self.fn)}"
 
+    def truth(self, tx: "Tracer") -> bool:
+        return bool(self.fn)  # the real function, fixed for the process (guarded by identity)
+
     def python_type(self) -> type:
         return type(self.fn)
 
