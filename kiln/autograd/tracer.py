@@ -23,7 +23,7 @@ from kiln.autograd.decompose import KILN_DECOMPOSITIONS
 from kiln.errors import KilnError
 from kiln.fake.value_checks import raises_on_values
 from kiln.symbolic.expr import FloorDiv, ModularIndexing, adopt_torch_functions, is_integral
-from kiln.symbolic.floats import GRAPH_OPERATION, FloatLog2, FloatSqrt, RoundHalfEven, ToFloat
+from kiln.symbolic.floats import GRAPH_OPERATION, FloatLog2, FloatSqrt, RoundHalfEven, ToFloat, TruncToInt
 from kiln.symbolic.node import sym_log2
 
 aten = torch.ops.aten
@@ -217,6 +217,8 @@ class AtenTracer(TorchDispatchMode):
             return self._arith(sym_log2, (args[0],))
         if isinstance(expr, RoundHalfEven):
             return self._arith(round, (args[0],))
+        if isinstance(expr, TruncToInt):
+            return self._arith(torch.sym_int, (args[0],))
         if type(expr) in GRAPH_OPERATION:
             return self._arith(GRAPH_OPERATION[type(expr)], tuple(args))
         if isinstance(expr, sympy.Add):

@@ -3,10 +3,12 @@
 Binds the call's arguments into `L` (kiln.capture.binding), runs the first cache entry whose
 guards pass, and otherwise tries the entries a previous process stored for this code object
 (kiln.capture.persist), and otherwise captures the frame anew through the tracer
-(`capture_frame`), up to `config.cache_size_limit` entries per code object. It owns the per-code-object caches, the dynamic-shape policy kept across
-recompiles, the counters behind `kiln.stats()`, and the eager fallbacks (unsupported frames,
-internal errors, the cache limit, a call under a torch function mode). Safe to call from several
-threads: a guard hit takes no lock; a miss grows the cache under one process-wide lock. Corresponds to torch/_dynamo/eval_frame.py + convert_frame.py.
+(`capture_frame`), up to `config.cache_size_limit` entries per code object. It owns the
+per-code-object caches, the dynamic-shape policy kept across recompiles, the counters behind
+`kiln.stats()`, and the eager fallbacks (unsupported frames, internal errors, the cache limit, a
+call under a torch function mode other than the default device's). Safe to call from several
+threads: a guard hit takes no lock; a miss grows the cache under one process-wide lock.
+Corresponds to torch/_dynamo/eval_frame.py + convert_frame.py.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import torch
 
 from kiln import compile_time, config
 from kiln.capture.binding import make_binder, positional_locals
+from kiln.capture.device_context import traceable_modes
 from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, compile_guards, read_source
 from kiln.capture.options import CompileOptions
 from kiln.capture.trace_rules import COMPILED_MARKER, ORIGINAL_ATTR
@@ -361,8 +364,8 @@ class _Frame:
         return compile_function(fn, self.options, self.capture)
 
     def miss(self, args: tuple, kwargs: dict, L: dict) -> Any:
-        if torch._C._len_torch_function_stack():  # a mode must see eager's calls (global_kinds)
-            return self.run_eagerly(args, kwargs)
+        if torch._C._len_torch_function_stack() and not traceable_modes():
+            return self.run_eagerly(args, kwargs)  # a user's mode must see eager's calls (device_context)
         with _COMPILE_LOCK:
             entry = self.entry_for(L)
             if self.refresh is not None:

@@ -15,8 +15,9 @@ tensor metadata (`check_tensor`, a plain tensor or Parameter), identity (`check_
 code and defaults too), `check_type` (both through a weak reference where the guard holds its
 object weakly: `_IS_REF`, `_TYPE_REF`), `check_len`, `check_value` (None, bools, dtypes, ints,
 finite floats with a zero's sign, strings), `check_none`/`check_not_none`, `check_keys`,
-`check_absent`, grad mode, the default dtype with autocast off, `check_aliasing`; and its glue is
-one graph call over sources that tensor guards check, returning one result or the whole tuple.
+`check_absent`, grad mode, the default dtype with autocast off and the default device,
+`check_aliasing`; and its glue is one graph call over sources that tensor guards check, returning
+one result or the whole tuple.
 Anything else (shape guards, closures' cells, class attributes, a break) keeps the Python loop, and
 says why under KILN_LOGS=perf_hints. docs/seams.md has the invariants.
 """
@@ -197,7 +198,10 @@ class _Program:
             elif guard.kind == "check_global_state":
                 if guard.expected.autocast:
                     raise _Refused("a graph traced under autocast")
-                first.append((_STATE, -1, guard.expected.default_dtype))
+                if not hasattr(module, "state_ok"):  # KOP_STATE took a dtype alone then
+                    raise _Refused("the boundary extension was built before default-device checks: rebuild it "
+                                   "(python -m kiln boundary)")
+                first.append((_STATE, -1, (guard.expected.default_dtype, guard.expected.default_device)))
             elif guard.kind == "check_aliasing":
                 groups = tuple(tuple(self.register(s) for s in group) for group in guard.expected)
                 checks.append((_ALIAS, -1, groups))

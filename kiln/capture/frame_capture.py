@@ -16,6 +16,7 @@ import torch
 
 from kiln import log
 from kiln.capture import code as code_mod
+from kiln.capture.device_context import default_device, modes_suspended
 from kiln.capture.breaks import BreakRecord, make_break_record
 from kiln.capture.glue import (CaptureResult, check_breakable, finish_break, finish_return, handled_in_trace,
                                unbacked_break)
@@ -38,6 +39,15 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
     log.artifact("bytecode", lambda: "original bytecode:\n" + code_mod.render_code(code))
     if code.co_flags & GENERATOR_FLAGS:
         raise Unsupported(f"{code.co_name} is a generator or coroutine", kind="generator")
+    # The default device (a DeviceContext, the one torch function mode a call gets here with) goes
+    # into the graph's factories; the trace and the backend run with the modes off the stack.
+    device = default_device()
+    with modes_suspended():
+        return _capture(fn, L, options, wrap_frame, policy, device)
+
+
+def _capture(fn: types.FunctionType, L: dict[str, Any], options: CompileOptions,
+             wrap_frame: Callable[[Any], Any], policy: Any, device: torch.device | None) -> CaptureResult:
     stop: tuple[int, int, BreakRecord] | None = None
     unbacked_limit: int | None = None
     restarts = 0
@@ -46,6 +56,7 @@ def capture_frame(fn: types.FunctionType, L: dict[str, Any], options: CompileOpt
     escaped: set[type] = set()
     while True:
         state = CaptureState(fn, options, policy)
+        state.output.default_device = device
         state.inference_breaks = InferenceModeEscapes in escaped
         state.hook_breaks = HookedTensorEscapes in escaped
         state.output.fake_mode.unbacked_limit = unbacked_limit

@@ -23,6 +23,7 @@ import torch.fx
 
 from kiln.capture import code as code_mod
 from kiln.capture.code import ResumeRequest, resume_callable
+from kiln.capture.device_context import runs_without_modes
 from kiln.capture.guards import Guard, shape_guard
 from kiln.capture.sources import LocalSource
 from kiln.capture.trace_rules import is_disabled
@@ -188,7 +189,10 @@ class GlueBuilder:
         self.output.close(self.outputs)
         if self.output.has_ops():
             compiled = self.output.compile(compiler, graph_name)
-            self.namespace[f"__{graph_name}"] = compiled.fn
+            run = compiled.fn
+            if self.output.default_device is not None:
+                run = runs_without_modes(run)
+            self.namespace[f"__{graph_name}"] = run
             args = ", ".join(compiled.inputs)
             head.append(f"__out = __{graph_name}({args})")
         elif any(n.op != "placeholder" for n in self.outputs):

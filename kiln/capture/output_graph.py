@@ -104,6 +104,9 @@ class OutputGraph:
         self._shared_storages: tuple[int, set[int]] = (0, set())  # (inputs seen, their storages)
         # the branches of graph-level conds, read by get_attr nodes (kiln/capture/variables/cond_graph.py)
         self.subgraphs: dict[str, torch.fx.GraphModule] = {}
+        # the device of the DeviceContext the frame was called under (kiln.capture.device_context):
+        # written into the graph's factories; the graph then runs with the modes off the stack
+        self.default_device: torch.device | None = None
 
     # ------------------------------------------------------------------------------ inputs
     def _placeholder(self, name: str, source: str, example: Any) -> torch.fx.Node:

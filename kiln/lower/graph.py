@@ -31,7 +31,7 @@ from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random, v
 from kiln.lower.schedule import MIN_STORAGE_INNER
 from kiln.symbolic.expr import float_symbol, is_truth_value, negate, relation
 from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, RoundHalfEven,
-                                  float_floor, is_float_valued, to_float)
+                                  TruncToInt, float_floor, is_float_valued, to_float)
 from kiln.symbolic.node import sym_log2
 
 aten = torch.ops.aten
@@ -214,7 +214,7 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
         return sympy.Mul(*args[0].sizes)
     if getattr(target, "__module__", None) in ("_operator", "operator") or target in (
             torch.sym_max, torch.sym_min, torch.sym_sqrt, sym_log2, torch.sym_float, math.floor, math.ceil,
-            round):
+            round, torch.sym_int, math.trunc):
         return _sym_arith(target, args)
     args, kwargs = pytree.tree_map(lambda a: to_expr(a) if isinstance(a, (torch.SymInt, torch.SymFloat)) else a,
                                    (args, kwargs))
@@ -336,7 +336,7 @@ _FLOAT_ARITH: dict[Any, Callable[..., Any]] = {
     operator.add: FloatAdd, operator.sub: lambda a, b: FloatAdd(a, -b), operator.mul: FloatMul,
     operator.truediv: FloatTrueDiv, operator.pow: FloatPow, torch.sym_sqrt: FloatSqrt, torch.sym_float: to_float,
     sym_log2: FloatLog2, math.floor: float_floor, math.ceil: lambda a: float_floor(a, ceiling=True),
-    round: RoundHalfEven,
+    round: RoundHalfEven, torch.sym_int: TruncToInt, math.trunc: TruncToInt,
 }
 
 
@@ -354,6 +354,7 @@ def _sym_arith(target: Any, args: Sequence[Any]) -> Any:
         torch.sym_max: lambda a, b: sympy.Max(a, b), torch.sym_min: lambda a, b: sympy.Min(a, b),
         operator.pow: lambda a, b: sympy.Pow(a, b),
         math.floor: lambda a: sympy.floor(a), math.ceil: lambda a: sympy.ceiling(a), operator.abs: lambda a: sympy.Abs(a),
+        torch.sym_int: TruncToInt, math.trunc: TruncToInt,
         operator.gt: lambda a, b: relation("gt", a, b), operator.ge: lambda a, b: relation("ge", a, b),
         operator.lt: lambda a, b: relation("lt", a, b), operator.le: lambda a, b: relation("le", a, b),
         operator.eq: lambda a, b: relation("eq", a, b), operator.ne: lambda a, b: relation("ne", a, b),

@@ -20,7 +20,9 @@
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/utils/object_ptr.h>
+#include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/Layout.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/SmallVector.h>
@@ -618,21 +620,53 @@ static bool kiln_any_autocast() {
   return !c10::impl::tls_local_dispatch_key_set().excluded_.has_all(c10::autocast_dispatch_keyset);
 }
 
-// Whether a torch function mode is on this thread's stack (a TorchFunctionMode, `with torch.device`):
-// graphs are made without one, and eager code under one must run for it to see every torch call.
-static bool kiln_function_mode() {
-  return at::impl::PythonTorchFunctionTLS::stack_len() > 0;
+// The torch function mode stack is the one a graph was traced under (kiln.capture.device_context):
+// `expected` None, no mode; a torch.device, only DeviceContexts (set_default_device, `with
+// torch.device`), the innermost of that device, modes on. Any other mode must see eager's calls.
+// 1, 0, or -1 with an exception set.
+static PyObject* kiln_device_context_type = nullptr;  // torch.utils._device.DeviceContext, once read
+static PyObject* kiln_device_name = nullptr;          // "device", interned
+static int kiln_modes_ok(PyObject* expected) {
+  int64_t n = at::impl::PythonTorchFunctionTLS::stack_len();
+  if (n == 0) return expected == Py_None;
+  if (expected == Py_None || !at::impl::torch_function_mode_enabled()) return 0;
+  if (kiln_device_context_type == nullptr) {
+    PyObject* module = PyImport_ImportModule("torch.utils._device");
+    if (module == nullptr) return -1;
+    kiln_device_context_type = PyObject_GetAttrString(module, "DeviceContext");
+    Py_DECREF(module);
+    if (kiln_device_context_type == nullptr) return -1;
+    kiln_device_name = PyUnicode_InternFromString("device");
+    if (kiln_device_name == nullptr) return -1;
+  }
+  PyObject* mode = nullptr;  // every mode exactly a DeviceContext; the innermost one's device counts
+  for (int64_t i = 0; i < n; ++i) {
+    mode = at::impl::PythonTorchFunctionTLS::get_stack_at(i)->ptr(getPyInterpreter());
+    if (reinterpret_cast<PyObject*>(Py_TYPE(mode)) != kiln_device_context_type) return 0;
+  }
+  PyObject* device = PyObject_GetAttr(mode, kiln_device_name);
+  if (device == nullptr) { PyErr_Clear(); return 0; }
+  int same = THPDevice_Check(device)
+      && reinterpret_cast<THPDevice*>(device)->device == reinterpret_cast<THPDevice*>(expected)->device;
+  Py_DECREF(device);
+  return same;
 }
 
-// global_ok(grad mode or None, default dtype) -> bool: grad mode, the default dtype, no autocast and
-// no torch function mode, the process-wide state a graph bakes in (kiln.capture.guards.global_kinds),
-// in one call
-static PyObject* kiln_global_ok(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2 || !THPDtype_Check(args[1])) { PyErr_SetString(PyExc_TypeError, "global_ok(grad or None, dtype)"); return nullptr; }
+// state_ok(grad mode or None, default dtype, default device or None) -> bool: grad mode, the default
+// dtype, no autocast and the torch function mode stack (kiln_modes_ok), the process-wide state a
+// graph bakes in (kiln.capture.guards.global_kinds), in one call
+static PyObject* kiln_state_ok(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3 || !THPDtype_Check(args[1]) || !(args[2] == Py_None || THPDevice_Check(args[2]))) {
+    PyErr_SetString(PyExc_TypeError, "state_ok(grad or None, dtype, device or None)");
+    return nullptr;
+  }
   bool ok = (args[0] == Py_None || at::GradMode::is_enabled() == (args[0] == Py_True))
       && c10::get_default_dtype_as_scalartype() == reinterpret_cast<THPDtype*>(args[1])->scalar_type
-      && !kiln_any_autocast() && !kiln_function_mode();
-  if (ok) Py_RETURN_TRUE;
+      && !kiln_any_autocast();
+  if (!ok) Py_RETURN_FALSE;
+  int modes = kiln_modes_ok(args[2]);
+  if (modes < 0) return nullptr;
+  if (modes) Py_RETURN_TRUE;
   Py_RETURN_FALSE;
 }
 
@@ -979,7 +1013,7 @@ enum KilnOp {
   KOP_KEYS = 5,    // same_keys(v, arg)
   KOP_ABSENT = 6,  // no name of the tuple `arg` in v
   KOP_GRAD = 7,    // grad mode is `arg` (no register)
-  KOP_STATE = 8,   // the default dtype is `arg`, no autocast, no torch function mode (no register)
+  KOP_STATE = 8,   // `arg` (dtype, device or None): the default dtype, no autocast, the mode stack (no register)
   KOP_ALIAS = 9,   // `arg`: groups of registers, each one object, the groups' objects distinct
   KOP_IS_NOT = 10,  // `v is not arg`
   KOP_EXPR = 11,    // `arg`: (function, registers): the function's truth on those registers' values
@@ -1059,9 +1093,12 @@ static PyObject* kiln_register(KilnEntry* e, PyObject** regs, Py_ssize_t r) {
 // 1 when the check passes, 0 when not, -1 with an exception set
 static int kiln_check_passes(KilnEntry* e, PyObject** regs, const KilnCheck& c) {
   if (c.op == KOP_GRAD) return at::GradMode::is_enabled() == (c.arg == Py_True);
-  if (c.op == KOP_STATE)
-    return c10::get_default_dtype_as_scalartype() == reinterpret_cast<THPDtype*>(c.arg)->scalar_type && !kiln_any_autocast()
-        && !kiln_function_mode();
+  if (c.op == KOP_STATE) {
+    if (c10::get_default_dtype_as_scalartype() != reinterpret_cast<THPDtype*>(PyTuple_GET_ITEM(c.arg, 0))->scalar_type
+        || kiln_any_autocast())
+      return 0;
+    return kiln_modes_ok(PyTuple_GET_ITEM(c.arg, 1));
+  }
   if (c.op == KOP_EXPR) {
     c10::SmallVector<PyObject*, 8> values;
     for (Py_ssize_t r : c.groups[0]) {
@@ -1283,7 +1320,9 @@ static bool kiln_parse_check(PyObject* item, Py_ssize_t nregs, KilnCheck* c) {
       if (PyBool_Check(c->arg)) return true;
       break;
     case KOP_STATE:
-      if (THPDtype_Check(c->arg)) return true;
+      if (PyTuple_Check(c->arg) && PyTuple_GET_SIZE(c->arg) == 2 && THPDtype_Check(PyTuple_GET_ITEM(c->arg, 0))
+          && (PyTuple_GET_ITEM(c->arg, 1) == Py_None || THPDevice_Check(PyTuple_GET_ITEM(c->arg, 1))))
+        return true;
       break;
     case KOP_VALUE:
       if (PyLong_CheckExact(c->arg) || PyFloat_CheckExact(c->arg) || PyUnicode_CheckExact(c->arg)) return true;
@@ -1416,8 +1455,8 @@ static PyMethodDef kiln_methods[] = {
   {"direct", kiln_direct, METH_VARARGS, "direct(handle, not_views, number of outputs, no_grad) -> callable"},
   {"frame_entry", kiln_frame_entry, METH_VARARGS, "frame_entry(slow, entries, cached, alternatives, bound, nargs, "
    "loads, stats, mismatch, on_mismatch, globals) -> callable"},
-  {"global_ok", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_global_ok)), METH_FASTCALL,
-   "global_ok(grad or None, dtype) -> bool"},
+  {"state_ok", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_state_ok)), METH_FASTCALL,
+   "state_ok(grad or None, dtype, device or None) -> bool"},
   {"tensor_spec", kiln_tensor_spec, METH_VARARGS, "tensor_spec(type, dtype, ...) -> spec"},
   {"tensor_ok", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(kiln_tensor_ok)), METH_FASTCALL,
    "tensor_ok(value, spec) -> bool"},

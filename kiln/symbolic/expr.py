@@ -15,7 +15,7 @@ from typing import Callable, Mapping
 import sympy
 
 from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatOp, FloatPow, FloatSqrt, FloatTrueDiv,
-                                  RoundHalfEven, ToFloat, is_float_valued)
+                                  RoundHalfEven, ToFloat, TruncToInt, is_float_valued)
 
 INF = math.inf
 Interval = tuple[float, float]  # (lo, hi); ints, or +-inf when unbounded
@@ -113,6 +113,7 @@ def adopt_torch_functions(expr: sympy.Expr) -> sympy.Expr:
         tf.OpaqueUnaryFn_sqrt: lambda a: FloatSqrt(a),
         tf.OpaqueUnaryFn_log2: lambda a: FloatLog2(a),
         tf.RoundToInt: lambda a: RoundHalfEven(a),
+        tf.TruncToInt: lambda a: TruncToInt(a),
         tf.FloorToInt: lambda a: sympy.floor(a),
         tf.CeilToInt: lambda a: sympy.ceiling(a),
     }
@@ -314,6 +315,9 @@ def _bounds(expr: sympy.Expr, rng: Callable[[sympy.Symbol], Interval],
     if isinstance(expr, RoundHalfEven):  # monotone
         (lo, hi), = args
         return (lo if math.isinf(lo) else round(lo), hi if math.isinf(hi) else round(hi))
+    if isinstance(expr, TruncToInt):  # monotone
+        (lo, hi), = args
+        return (lo if math.isinf(lo) else math.trunc(lo), hi if math.isinf(hi) else math.trunc(hi))
     if isinstance(expr, sympy.Mul):
         lo, hi = args[0]
         for a_lo, a_hi in args[1:]:

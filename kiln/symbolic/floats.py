@@ -132,6 +132,22 @@ class RoundHalfEven(sympy.Function):
         return None
 
 
+class TruncToInt(sympy.Function):
+    """`int(a)` of a float (`math.trunc`): toward zero, so floor for a >= 0 and ceiling below; one
+    function, so the value's sign is no decision to guard (torch's TruncToInt). Its value is an int."""
+
+    nargs = (1,)
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a: sympy.Basic) -> sympy.Basic | None:
+        if a.is_integer:
+            return a
+        if a.is_Number and a.is_finite:
+            return sympy.Integer(math.trunc(float(a)))
+        return None
+
+
 FLOAT_OPS: tuple[type[FloatOp], ...] = (ToFloat, FloatAdd, FloatMul, FloatTrueDiv, FloatPow, FloatSqrt, FloatLog2)
 
 

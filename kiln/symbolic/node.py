@@ -18,7 +18,7 @@ import torch
 
 from kiln.symbolic.expr import FloorDiv, negate, relation
 from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, RoundHalfEven,
-                                  ToFloat, float_floor, float_sum)
+                                  ToFloat, TruncToInt, float_floor, float_sum)
 
 if TYPE_CHECKING:
     from kiln.symbolic.shape_env import ShapeEnv
@@ -320,8 +320,8 @@ class SymNode:
     def trunc(self) -> SymNode:
         if self.pytype is int:
             return self
-        # trunc(x) is floor(x) for x >= 0 and ceil(x) otherwise; the sign is a decision
-        return self.floor() if self.ge(self.wrap_float(0.0)).guard_bool("", 0) else self.ceil()
+        # toward zero in one function: floor or ceiling by the sign would guard the sign
+        return self._make("trunc", (self,), TruncToInt, math.trunc, int)
 
     def round(self, ndigits: int | None = None) -> SymNode:
         if ndigits is None:

@@ -15,7 +15,7 @@ import sympy
 
 from kiln.symbolic.expr import FloorDiv, ModularIndexing, is_integral
 from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatOp, FloatPow, FloatSqrt, FloatTrueDiv,
-                                  RoundHalfEven, ToFloat, is_float_valued)
+                                  RoundHalfEven, ToFloat, TruncToInt, is_float_valued)
 
 # Python precedence, higher binds tighter.
 _ATOM, _POW, _UNARY, _MUL, _ADD, _CMP, _NOT, _AND, _OR, _TERNARY = 100, 80, 70, 60, 50, 30, 20, 15, 10, 5
@@ -124,6 +124,8 @@ class _Printer:
             return self.rounding(e)
         if isinstance(e, RoundHalfEven):
             return self.round_half_even(e.args[0])
+        if isinstance(e, TruncToInt):
+            return self.trunc(e.args[0])
         if isinstance(e, sympy.Piecewise):
             (then, cond), (other, _) = e.args
             return f"{self.wrap(then, _OR)} if {self.wrap(cond, _OR)} else {self.wrap(other, _TERNARY)}", _TERNARY
@@ -264,6 +266,14 @@ class _Printer:
         if self.c:
             return f"static_cast<int64_t>(std::nearbyint({self.operand(a, _ATOM)}))", _ATOM
         return f"round({self.text(a)})", _ATOM
+
+    def trunc(self, a: sympy.Basic) -> tuple[str, int]:
+        """int() of a float: toward zero, as C's conversion of a double to an integer."""
+        if self.triton:
+            return f"libdevice.trunc({self.as_double(a)}).to(tl.int64)", _ATOM
+        if self.c:
+            return f"static_cast<int64_t>({self.operand(a, _ATOM)})", _ATOM
+        return f"int({self.text(a)})", _ATOM
 
     def add(self, e: sympy.Add) -> str:
         terms = e.as_ordered_terms()

@@ -591,3 +591,63 @@ def test_a_zero_float_argument_keeps_its_sign(dynamic: bool | None) -> None:
         x = torch.ones(2)
         got, expected = k(x, v), _signed(x, v)
         assert torch.equal(got[0], expected[0]) and got[1] == expected[1], v
+
+
+# int(f) / math.trunc(f) of a float argument is one symbolic truncation (toward zero), as
+# torch.compile's TruncToInt: a value of the other sign takes the same graph, never a new one.
+SIGNED = [2.5, 3.7, -1.5, -2.5, 0.3, -0.3, -0.0, 1.0, -4.0]
+
+
+def trunc_of(x: torch.Tensor, f: float) -> torch.Tensor:
+    return x * math.trunc(f * 3) + int(f)
+
+
+def int_in_kernel(x: torch.Tensor, f: float) -> torch.Tensor:
+    return (x * int(f * 10)).relu() + x.sum() * int(-f)
+
+
+@pytest.mark.parametrize("fn", [int_of, trunc_of, int_in_kernel], ids=lambda f: f.__name__)
+def test_int_of_a_float_of_either_sign_keeps_one_graph(fn: Callable[..., Any]) -> None:
+    ours, theirs = CountingBackend(), CompileCounter()
+    k = kiln.compile(fn, backend=ours)
+    t = torch.compile(fn, backend=theirs)
+    for v in SIGNED:
+        x = torch.randn(3)
+        torch.testing.assert_close(k(x, v), fn(x, v))
+        t(x, v)
+    assert len(ours.graphs) == theirs.frame_count == 2, (len(ours.graphs), theirs.frame_count)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", [int_of, trunc_of, int_in_kernel], ids=lambda f: f.__name__)
+def test_int_of_a_float_of_either_sign_matches_eager(backend: str, fn: Callable[..., Any]) -> None:
+    k = kiln.compile(fn, backend=backend)
+    for v in SIGNED:
+        x = torch.randn(3)
+        torch.testing.assert_close(k(x, v), fn(x, v))
+    assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["compiles"] == 2, kiln.stats()
+
+
+@pytest.mark.cpp
+def test_int_of_a_float_on_the_native_wrapper() -> None:
+    """The compiled C++ wrapper truncates with C's double -> int64_t conversion (toward zero)."""
+    from kiln import config
+
+    with config.patch(cpu_wrapper="native"):
+        k = kiln.compile(int_in_kernel)
+        for v in SIGNED:
+            x = torch.randn(3)
+            torch.testing.assert_close(k(x, v), int_in_kernel(x, v))
+    assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["compiles"] == 2, kiln.stats()
+
+
+@pytest.mark.triton
+def test_int_of_a_float_in_triton_kernels() -> None:
+    from kiln import config
+
+    with config.patch(cpu_backend="triton"):
+        k = kiln.compile(int_in_kernel)
+        for v in SIGNED:
+            x = torch.randn(3)
+            torch.testing.assert_close(k(x, v), int_in_kernel(x, v))
+    assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["compiles"] == 2, kiln.stats()

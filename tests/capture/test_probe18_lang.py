@@ -15,7 +15,8 @@ number of graphs.
   tensors, guards), the graph made under it answered later calls without it and a graph made
   without it answered calls under it (a mode's changes lost, factories on the wrong device); a call
   under a mode now runs eagerly (the mode sees eager's calls) and every entry's global-state guard
-  checks that no mode is active (boundary.cpp global_ok and KOP_STATE too);
+  checks that no mode is active (boundary.cpp state_ok and KOP_STATE too); a DeviceContext alone
+  (`with torch.device`, set_default_device) is traced since (tests/capture/test_default_device.py);
 - iterating or unpacking a 0-d tensor (a for loop, list(), `a, b = t`) was an internal error
   (IndexError in the trace) and len() of one a graph break: eager's TypeError is raised where the
   program can catch it;

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
+from kiln.capture.device_context import default_device, device_state_is
 from kiln.capture.guards.kinds import CHECK_HELPERS, Check, Emitter, Guard, _short, guard_kind, user_name
 
 
@@ -73,45 +74,59 @@ def check_grad_mode(expected: bool, name: str, em: Emitter) -> list[Check]:
 
 @dataclass(frozen=True)
 class GlobalState:
-    """Process-wide settings a traced graph bakes in besides grad mode (source "")."""
+    """Process-wide settings a traced graph bakes in besides grad mode (source ""): the default
+    dtype, autocast, and the default device of the torch function mode stack (None: no mode; a
+    device: only a DeviceContext of it, kiln.capture.device_context)."""
 
     default_dtype: torch.dtype
     autocast: bool
+    default_device: torch.device | None = None
 
     @staticmethod
     def now() -> "GlobalState":
-        return GlobalState(torch.get_default_dtype(), torch._C._is_any_autocast_enabled())
+        return GlobalState(torch.get_default_dtype(), torch._C._is_any_autocast_enabled(), default_device())
 
     def __str__(self) -> str:
-        return f"default dtype {self.default_dtype}, autocast {'on' if self.autocast else 'off'}"
+        device = "no torch function mode" if self.default_device is None else f"default device {self.default_device}"
+        return f"default dtype {self.default_dtype}, autocast {'on' if self.autocast else 'off'}, {device}"
+
+
+def _modes_changed(expected: torch.device | None) -> str:
+    """Why the torch function mode stack is not the one a graph was traced under, in words."""
+    now = default_device()
+    if now is None and torch._C._len_torch_function_stack():
+        return FUNCTION_MODE_ACTIVE
+    before = "none" if expected is None else str(expected)
+    return f"the default device changed (torch.set_default_device / torch.device) from {before} to {now or 'none'}"
 
 
 @guard_kind
 def check_global_state(expected: GlobalState, name: str, em: Emitter) -> list[Check]:
     # Factories without a dtype follow the default dtype, and autocast changes the dtype of every
-    # matmul: a graph traced under other settings computes something else. A torch function mode
-    # (a user's TorchFunctionMode, `with torch.device(...)`) sees and may change every torch call:
-    # graphs are only made with none active (kiln.capture.entry runs the call eagerly otherwise),
-    # so every entry also checks that none is.
-    if em.native is not None and not expected.autocast and hasattr(em.native, "global_ok"):
+    # matmul: a graph traced under other settings computes something else. The default device
+    # (a DeviceContext, the one torch function mode capture models) went into every factory of the
+    # graph; any other mode (a user's TorchFunctionMode) sees every torch call, so graphs are only
+    # made without one (kiln.capture.entry runs the call eagerly) and every entry checks the stack.
+    device = expected.default_device
+    if em.native is not None and not expected.autocast and hasattr(em.native, "state_ok"):
         # one call of the boundary extension for all three
         def why(env: Any) -> str:
             if torch.get_default_dtype() is not expected.default_dtype:
                 return f"the default dtype changed from {expected.default_dtype} to {torch.get_default_dtype()}"
-            if torch._C._len_torch_function_stack():
-                return FUNCTION_MODE_ACTIVE
+            if not device_state_is(device):
+                return _modes_changed(device)
             return "autocast was turned on"
-        return [Check(f"___global_ok(None, {em.bind(expected.default_dtype)})", why)]
+        return [Check(f"___state_ok(None, {em.bind(expected.default_dtype)}, {em.bind(device)})", why)]
     return [
         Check(f"___default_dtype() is {em.bind(expected.default_dtype)}",
               lambda env: f"the default dtype changed from {expected.default_dtype} to {torch.get_default_dtype()}"),
         Check(f"___any_autocast() is {expected.autocast}",
               lambda env: f"autocast was turned {'off' if expected.autocast else 'on'}"),
-        Check("___function_modes() == 0", lambda env: FUNCTION_MODE_ACTIVE),
+        Check(f"___device_state_is({em.bind(device)})", lambda env: _modes_changed(device)),
     ]
 
 
-FUNCTION_MODE_ACTIVE = "a torch function mode is active (a TorchFunctionMode or `with torch.device(...)`)"
+FUNCTION_MODE_ACTIVE = "a torch function mode other than the default device's is active (a TorchFunctionMode)"
 
 
 @dataclass(frozen=True, repr=False)
@@ -191,3 +206,4 @@ def aliasing_guard(sources: Sequence[str], values: Sequence[Any]) -> Guard | Non
 
 
 CHECK_HELPERS["___constant_result"] = _constant_result_holds
+CHECK_HELPERS["___device_state_is"] = device_state_is

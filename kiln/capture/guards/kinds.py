@@ -218,7 +218,6 @@ class Emitter:
         self.constants: dict[str, Any] = {"___grad_enabled": torch.is_grad_enabled,
                                           "___default_dtype": torch.get_default_dtype,
                                           "___any_autocast": torch._C._is_any_autocast_enabled,
-                                          "___function_modes": torch._C._len_torch_function_stack,
                                           "___same_items": _same_items,
                                           "___class_lookup": class_lookup,
                                           "___same_mapping": _same_mapping,
@@ -232,8 +231,8 @@ class Emitter:
             self.constants["___tensor_ok"] = native.tensor_ok
             self.constants["___same_keys"] = native.same_keys
             self.constants["___empty_attrs"] = native.empty_attrs
-            if hasattr(native, "global_ok"):  # an extension built before it had none
-                self.constants["___global_ok"] = native.global_ok
+            if hasattr(native, "state_ok"):  # an extension built before it had none
+                self.constants["___state_ok"] = native.state_ok
         self._names: dict[Any, str] = {}
         self.weak: list[weakref.ref] = []  # the weak references bind_weak bound, in order
 

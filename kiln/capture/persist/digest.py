@@ -24,7 +24,7 @@ from kiln import config
 from kiln.runtime import cache
 
 
-FORMAT = 7  # bump when the stored layout or a guard's meaning changes (7: ConstantCall and GlobalState moved to guards.global_kinds)
+FORMAT = 8  # bump when the stored layout or a guard's meaning changes (8: GlobalState holds the default device)
 
 
 class NotPortable(Exception):

@@ -27,6 +27,7 @@ from typing import Any, Iterator
 import torch
 
 from kiln import log
+from kiln.capture.device_context import runs_without_modes
 from kiln.capture.guards import (CheckFn, ClassAttribute, ConstantCall, FunctionCode, GlobalState, Guard,
                                  ParametrizedClass, TensorSpec, compile_guards)
 from kiln.capture.persist.digest import FORMAT, NotPortable, Stale, _bound_cell, _data_cells, frame_key
@@ -361,7 +362,7 @@ def _payload(check: CheckFn, result: Any, frame: tuple[dict, dict, Any] | None =
         if name.startswith("__callee"):
             callees[name] = _callee_function(value)
             continue
-        recipe = artifact.describe(value)
+        recipe = artifact.describe(getattr(value, "_kiln_graph", value))  # a graph runs_without_modes wrapped
         if recipe is None:
             raise NotPortable(f"{name} has no recipe (backend output {type(value).__name__})")
         graphs[name] = recipe
@@ -575,10 +576,13 @@ def materialize(disk: DiskEntry, fn: types.FunctionType | None = None,
                 else:
                     namespace[name] = wrap_frame(callee)
         try:
-            namespace.update({name: artifact.rebuild(recipe) for name, recipe in frame.graphs.items()})
+            graphs = {name: artifact.rebuild(recipe) for name, recipe in frame.graphs.items()}
         except Exception as exc:
             files.discard(disk.path, f"its graphs cannot be rebuilt: {type(exc).__name__}: {exc}")
             raise
+        if any(g.kind == "check_global_state" and g.expected.default_device is not None for g in disk.check.guards):
+            graphs = {name: runs_without_modes(graph) for name, graph in graphs.items()}  # as the glue had them
+        namespace.update(graphs)
         filename = _glue_filename(frame.glue_name)
         source = frame.glue_source
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks

@@ -26,6 +26,7 @@ from kiln.capture.trace_rules import (
     is_library_code,
     torch_break_kind,
 )
+from kiln.capture.device_context import applies_to
 from kiln.capture.guards import Guard, ProcessQuery
 from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
@@ -115,6 +116,12 @@ class TorchFunctionVariable(Variable):
         from kiln.capture.variables.tensor import TensorVariable, scalar_tensor_rewrite
 
         fn = self.fn
+        device = tx.output.default_device
+        if device is not None and applies_to(fn) and _no_device(kwargs.get("device")):
+            # as the DeviceContext the frame was called under does (kiln.capture.device_context)
+            kwargs = {**kwargs, "device": ConstantVariable(device)}
+        if fn is torch.get_default_device and not args and not kwargs:
+            return ConstantVariable(_default_device(device))
         if fn in (torch.from_numpy, torch.as_tensor, torch.asarray, torch.tensor):
             from kiln.capture.variables.numpy_array import numpy_to_tensor
             converted = numpy_to_tensor(tx, fn, args, kwargs)
@@ -195,6 +202,19 @@ class TorchFunctionVariable(Variable):
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.constant(self.fn)
+
+
+def _no_device(given: Variable | None) -> bool:
+    """A DeviceContext fills `device=` where the call gave none or None (a keyword only, as it does)."""
+    return given is None or (given.is_constant() and given.as_constant() is None)
+
+
+def _default_device(device: torch.device | None) -> torch.device:
+    """torch.get_default_device() under the frame's DeviceContext (`device`) or none: with its
+    index, as eager's (the one a tensor made there gets); the guard on the context covers it."""
+    if device is None:
+        return torch.device("cpu")
+    return device if device.index is not None else torch.empty(0, device=device).device
 
 
 # torch functions whose `alpha` / `value` may come as a tensor (tensor.scalar_tensor_rewrite)

@@ -1,0 +1,88 @@
+"""The default device: the one torch function mode capture models, `torch.utils._device.DeviceContext`.
+
+`torch.set_default_device(d)` and `with torch.device(d):` push a DeviceContext on the thread's
+torch function mode stack; the innermost gives every factory of `_device_constructors()` called
+without a `device=` keyword the device `d`, and passes every other call through. Capture reads
+that device (`default_device`), traces with the mode taken off the stack (Kiln's own calls, fake
+tensors and the backend's, must not see it) and writes the device into each such factory call of
+the graph (variables/torch.py); the entry's global-state guard checks that the same device (or
+none) is active (guards/global_kinds.py, boundary.cpp's KOP_STATE). Any other mode on the stack
+(a user's TorchFunctionMode) sees every torch call: such a call runs eagerly (entry.py). A compiled
+graph runs with the modes off the stack (`runs_without_modes`): it already holds the device.
+Corresponds to how torch/_dynamo traces DeviceContext (variables/torch_function.py) and guards
+on the default device (guards.py's DEFAULT_DEVICE).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.utils._device import DeviceContext, _device_constructors
+
+
+def _device_mode() -> DeviceContext | None:
+    """The innermost mode where every mode on the stack is exactly a DeviceContext (`with
+    torch.device` inside set_default_device stacks two; the innermost one's device wins) and modes
+    are on; else None."""
+    n = torch._C._len_torch_function_stack()
+    if n == 0 or not torch._C._is_torch_function_mode_enabled():
+        return None
+    modes = [torch._C._get_function_stack_at(i) for i in range(n)]
+    return modes[-1] if all(type(m) is DeviceContext for m in modes) else None
+
+
+def traceable_modes() -> bool:
+    """No torch function mode is active, or only DeviceContexts (the one mode capture models)."""
+    return torch._C._len_torch_function_stack() == 0 or _device_mode() is not None
+
+
+def default_device() -> torch.device | None:
+    """The device of the innermost DeviceContext when only those are active; None otherwise."""
+    mode = _device_mode()
+    return None if mode is None else mode.device
+
+
+def device_state_is(expected: torch.device | None) -> bool:
+    """The guard's check: no mode at all (`expected` None), or only DeviceContexts, the innermost
+    one of `expected`."""
+    if expected is None:
+        return torch._C._len_torch_function_stack() == 0
+    return default_device() == expected
+
+
+def applies_to(fn: Any) -> bool:
+    """Whether a DeviceContext gives `fn` its device (a factory called without `device=`)."""
+    try:
+        return fn in _device_constructors()
+    except TypeError:  # an unhashable callable
+        return False
+
+
+@contextlib.contextmanager
+def modes_suspended() -> Iterator[None]:
+    """The thread's torch function modes off the stack for the block, then put back in order."""
+    n = torch._C._len_torch_function_stack()
+    if n == 0:
+        yield
+        return
+    saved = [torch._C._pop_torch_function_stack() for _ in range(n)]
+    try:
+        yield
+    finally:
+        for mode in reversed(saved):
+            torch._C._push_on_torch_function_stack(mode)
+
+
+def runs_without_modes(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` (a compiled graph traced under a DeviceContext) called with the modes off the stack:
+    its factories already name the device, and the backend's own code (a wrapper's
+    `torch.empty_strided` without a device) must not be given another. `_kiln_graph` is `fn` (the
+    persistent cache stores that, and wraps it again on load)."""
+    def run(*args: Any) -> Any:
+        if not torch._C._len_torch_function_stack():
+            return fn(*args)
+        with modes_suspended():
+            return fn(*args)
+    run._kiln_graph = fn  # type: ignore[attr-defined]
+    return run
