@@ -76,17 +76,17 @@ class CaptureState:
 
     def __init__(self, fn: types.FunctionType, options: CompileOptions, policy: Any) -> None:
         from kiln.fake import FakeTensorMode
-        from kiln.symbolic import ShapeEnv
+        from kiln.symbolic.lazy_env import LazyShapeEnv
 
         self.fn = fn
         self.generators: list[Any] = []  # generators made in the frame (variables/generator.py)
         self.options = options
         self.dynamic = options.dynamic
-        self.shape_env = ShapeEnv()
         # weakly: the shape env outlives the capture (fake values in the graphs' node meta reach it
-        # through their fake mode), and the state holds the user's objects the trace wrapped
+        # through their fake mode), and the state holds the user's objects the trace wrapped.
+        # Made with the first symbol: a capture with static sizes never imports sympy.
         this = weakref.ref(self)
-        self.shape_env.location_provider = lambda: None if (state := this()) is None else state.location()
+        self.shape_env = LazyShapeEnv(lambda: None if (state := this()) is None else state.location())
         self.output = OutputGraph(FakeTensorMode(self.shape_env), self.shape_env, policy, self.dynamic)
         self.policy = policy
         self.side_effects = SideEffects()
@@ -460,11 +460,12 @@ class Tracer:
         return result
 
     def wrap_op_result(self, node: torch.fx.Node, example: Any) -> Variable:
-        from kiln.symbolic import is_symbolic
-
         if isinstance(example, torch.Tensor):
             return TensorVariable(node, example)
         if isinstance(example, _SYM_TYPES):
+            # only here: kiln.symbolic.node loads sympy, and a capture with static sizes makes no SymInt
+            from kiln.symbolic import is_symbolic
+
             if not is_symbolic(example):
                 scalar: Callable[[Any], Any] = (
                     bool if isinstance(example, torch.SymBool) else float if isinstance(example, torch.SymFloat) else int)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable, NoReturn
 
 import torch
+from torch._library import simple_registry
 
 from kiln.errors import DataDependentOutputError
 from kiln.fake.devices import BUILT_DEVICE_TYPES
@@ -122,6 +123,24 @@ class FakeTensor(torch.Tensor):
             out.requires_grad_(self.requires_grad)
         memo[id(self)] = out
         return out
+
+
+def _device_rule(cls: type, func: Any, types: Any, args: tuple, kwargs: dict | None = None) -> torch.device:
+    """FakeTensor's answer to `prim.device`, as a torch_dispatch rule (the same answer as its
+    __torch_dispatch__ gives)."""
+    t = args[0]
+    return _META if t.fake_mode.in_kernel else t.fake_device
+
+
+# C++ asks a fake for its device (dispatch_device=True) through the tensor's own __torch_dispatch__
+# whenever no mode is active, which is the case inside every meta kernel (`x.to(dtype)` in a Python
+# decomposition). Before calling a subclass's __torch_dispatch__, torch's C++ checks whether the
+# tensor is a DTensor, and that check imports torch.distributed.tensor (about 0.4 s, a third of a
+# static first call's imports). A rule registered for (op, class) is looked up first and, when it
+# answers, ends the dispatch before that check. The registry is keyed by the exact class.
+# torch.library refuses registrations in the reserved `prim` namespace, hence the registry itself
+# (kiln.fake.impls reads fake impls from it too).
+simple_registry.singleton.find(_PRIM_DEVICE.__qualname__).torch_dispatch_rules.register(FakeTensor, _device_rule)
 
 
 def is_fake(x: object) -> bool:
