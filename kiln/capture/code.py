@@ -651,23 +651,24 @@ def route_calls(code: types.CodeType, route: Callable[[Any], Any]) -> types.Code
             out.append(item)
             continue
         ins, shape = depth_of[id(item)]
-        at = dict(location=item.location)
+
+        def op(name: str, *arg: Any) -> Instr:
+            return Instr(name, *arg, location=item.location)  # noqa: B023 - used at once
         depth = None  # of the callable below the top, for a call of the user's
         if item.name in ("PRECALL", "CALL_FUNCTION_EX") and shape is not None:
-            depth = item.arg + 1 if item.name == "PRECALL" else 2 + (item.arg & 1)
+            depth = oparg(ins) + 1 if item.name == "PRECALL" else 2 + (oparg(ins) & 1)
             if len(shape) <= depth or not shape[len(shape) - depth - 1]:
                 depth = None
         if depth is not None:
-            swap = [Instr("SWAP", depth, **at)] if depth > 1 else []
-            wrap = swap + [Instr("LOAD_CONST", route, **at), Instr("PUSH_NULL", **at), Instr("SWAP", 3, **at),
-                           Instr("PRECALL", 1, **at), Instr("CALL", 1, **at)] + swap
+            swap = [op("SWAP", depth)] if depth > 1 else []
+            wrap = swap + [op("LOAD_CONST", route), op("PUSH_NULL"), op("SWAP", 3), op("PRECALL", 1), op("CALL", 1)] + swap
             kw_names = out.pop() if out and isinstance(out[-1], Instr) and out[-1].name == "KW_NAMES" else None
             out += wrap + ([kw_names] if kw_names is not None else [])
         if item.name == "LOAD_METHOD":
-            out += [Instr("PUSH_NULL", **at), Instr("SWAP", 2, **at), Instr("LOAD_ATTR", item.arg, **at)]
+            out += [op("PUSH_NULL"), op("SWAP", 2), op("LOAD_ATTR", item.arg)]
         elif item.name == "LOAD_CONST" and isinstance(item.arg, types.CodeType) and item.arg.co_name in _COMPREHENSIONS:
             inner = route_calls(item.arg, route)
-            out.append(item if inner is None else Instr("LOAD_CONST", inner, **at))
+            out.append(item if inner is None else op("LOAD_CONST", inner))
         else:
             out.append(item)
     new = Bytecode(out)

@@ -79,7 +79,9 @@ class Router:
                  eager_of: Callable[[Any], Callable[..., Any] | None]) -> None:
         self.compile_fn = compile_fn
         self.eager_of = eager_of
-        self.known: weakref.WeakKeyDictionary[types.FunctionType, Any] = weakref.WeakKeyDictionary()
+        # id(fn) -> (a weak reference to fn, what it is called as, its compiled callable's FrameCache
+        # or None): a dict look-up in C per call, the entry dropped with the function
+        self.known: dict[int, tuple[weakref.ref, Any, Any]] = {}
         self.route = self._route  # one bound method: the constant routed code holds (and is cached by)
 
     def _route(self, c: Any) -> Any:
@@ -100,15 +102,23 @@ class Router:
             return c
 
     def function(self, fn: types.FunctionType) -> Any:
-        found = self.known.get(fn)
-        if found is None:
-            found = self.known[fn] = self.decide(fn)
-        if isinstance(found, _Routed):
-            return found.get()
-        if found is fn:
-            return fn
-        eager = self.eager_of(found)
-        return found if eager is None else eager
+        found = self.known.get(id(fn))
+        if found is None or found[0]() is not fn:
+            found = self.learn(fn)
+        made, cache = found[1], found[2]
+        if cache is None or cache.eager_reason is None:
+            return made.get() if isinstance(made, _Routed) else made
+        eager = self.eager_of(made)
+        return made if eager is None else eager
+
+    def learn(self, fn: types.FunctionType) -> tuple[weakref.ref, Any, Any]:
+        key, known = id(fn), self.known
+        made = self.decide(fn)
+        frame = getattr(made, "_kiln_frame", None) if made is not fn else None
+        found = (weakref.ref(fn, lambda _, key=key: known.pop(key, None)), made,  # type: ignore[misc]
+                 None if frame is None else frame.cache)
+        known[key] = found
+        return found
 
     def decide(self, fn: types.FunctionType) -> Any:
         """fn itself (run as it is), a _Routed (a generator function), or fn's compiled callable."""
