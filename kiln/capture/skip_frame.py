@@ -30,7 +30,7 @@ _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # callables that never run a Python frame of their own: answered without a look-up
 _NATIVE_TYPES = frozenset({types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodDescriptorType,
                            types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
-                           type, functools.partial, torch._ops.OpOverloadPacket, torch._ops.OpOverload})
+                           type, torch._ops.OpOverloadPacket, torch._ops.OpOverload})
 
 
 def routed_function(fn: types.FunctionType, route: Callable[[Any], Any]) -> types.FunctionType | None:
@@ -70,10 +70,11 @@ class Router:
     mark or a trace rule keeps native) becomes its compiled callable, made once by `compile_fn` and
     kept while the function lives; a bound method, its function's compiled callable bound again; an
     nn.Module whose class keeps Module.__call__, its forward compiled (hooks and all run as eager
-    runs them); any other object with a Python __call__, that __call__ compiled. A generator
-    function (no frame of its own to capture) runs routed itself, and so does a function whose
-    compiled callable already runs eagerly for good (`eager_of`): no entry frames are added at each
-    level of a recursion. Everything else is given back as it is."""
+    runs them); a functools.partial, its function routed; any other object with a Python
+    __call__, that __call__ compiled. A generator function (no frame of its own to capture) runs
+    routed itself, and so does a function whose compiled callable already runs eagerly for good
+    (`eager_of`): no entry frames are added at each level of a recursion. Everything else is given
+    back as it is."""
 
     def __init__(self, compile_fn: Callable[[types.FunctionType], Any],
                  eager_of: Callable[[Any], Callable[..., Any] | None]) -> None:
@@ -94,6 +95,9 @@ class Router:
                 made = self.function(fn)
                 return c if made is fn else types.MethodType(made, c.__self__)
             return c
+        if kind is functools.partial:  # its function's frame is what torch.compile meets
+            made = self._route(c.func)
+            return c if made is c.func else functools.partial(made, *c.args, **c.keywords)
         if kind in _NATIVE_TYPES:
             return c
         try:
