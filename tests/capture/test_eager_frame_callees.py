@@ -359,8 +359,7 @@ def test_an_internal_error_warns_once_and_compiles_the_callees(monkeypatch) -> N
     assert len([w for w in caught if issubclass(w.category, KilnWarning)]) == 1
     dynamo_backend = _BadBackend()
     torch._dynamo.reset()
-    monkeypatch.setattr(torch._dynamo.config, "suppress_errors", True)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), torch._dynamo.config.patch(suppress_errors=True):
         warnings.simplefilter("ignore")
         torch.compile(internal_error_frame, backend=dynamo_backend)(x)
     assert backend.count == dynamo_backend.count == 1
