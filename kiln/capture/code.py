@@ -57,9 +57,10 @@ _origins: dict[types.CodeType, tuple[types.CodeType, int]] = {}
 
 
 def reset() -> None:
-    """Forget every resume code object made so far (kiln.reset calls this)."""
+    """Forget every resume code object made so far, and every routed code (kiln.reset calls this)."""
     _resume_cache.clear()
     _origins.clear()
+    route_calls.cache_clear()
 
 
 def is_resume_code(code: types.CodeType) -> bool:
@@ -228,6 +229,8 @@ def _shape_after(ins: dis.Instruction, shape: tuple[bool, ...], jump: bool) -> t
     name, arg = ins.opname, ins.arg
     if name == "PUSH_NULL":
         return (*shape, True)
+    if name == "RETURN_GENERATOR":  # the frame resumed gets the value sent, which POP_TOP drops
+        return (*shape, False)
     if name == "LOAD_GLOBAL" and arg is not None and arg & 1:
         return (*shape, True, False)
     if name == "LOAD_METHOD":
@@ -619,6 +622,59 @@ def make_function(code: types.CodeType, globals: dict[str, Any],
     if want != have:
         raise ValueError(f"{code.co_name} needs {want} closure cells ({code.co_freevars}), got {have}")
     return types.FunctionType(code, globals, name or code.co_name, defaults, closure if want else None)
+
+
+# ------------------------------------------------------------------- a frame run with its calls routed
+
+_COMPREHENSIONS = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"})
+
+
+@functools.lru_cache(maxsize=256)
+def route_calls(code: types.CodeType, route: Callable[[Any], Any]) -> types.CodeType | None:
+    """`code` with each call the user wrote handing its callable to `route` first and calling what
+    `route` returns instead (kiln.capture.skip_frame: a frame that runs eagerly while its callees are
+    compiled); its comprehensions' bodies too. A user's call has a NULL below its callable (PUSH_NULL,
+    LOAD_GLOBAL's, LOAD_METHOD's: that one becomes PUSH_NULL under an attribute load, so the callable
+    is the bound method in one slot); the calls CPython makes of a decorator, a `with` exit, an
+    assertion's message or a comprehension have none and are left as they are. The stack at every
+    original instruction is the original's, so the exception table keeps its depths. None where the
+    stack analysis does not know the code."""
+    shapes, parsed = _stack_shapes(code), _parsed(code)
+    real = [item for item in parsed if isinstance(item, Instr)]
+    listing = _listing(code).instrs
+    if not shapes or len(real) != len(listing):
+        return None
+    depth_of = {id(item): (ins, shapes.get(ins.offset)) for item, ins in zip(real, listing)}
+    out: list[Any] = []
+    for item in parsed:
+        if not isinstance(item, Instr):
+            out.append(item)
+            continue
+        ins, shape = depth_of[id(item)]
+
+        def op(name: str, *arg: Any) -> Instr:
+            return Instr(name, *arg, location=item.location)  # noqa: B023 - used at once
+        depth = None  # of the callable below the top, for a call of the user's
+        if item.name in ("PRECALL", "CALL_FUNCTION_EX") and shape is not None:
+            depth = oparg(ins) + 1 if item.name == "PRECALL" else 2 + (oparg(ins) & 1)
+            if len(shape) <= depth or not shape[len(shape) - depth - 1]:
+                depth = None
+        if depth is not None:
+            swap = [op("SWAP", depth)] if depth > 1 else []
+            wrap = swap + [op("LOAD_CONST", route), op("PUSH_NULL"), op("SWAP", 3), op("PRECALL", 1), op("CALL", 1)] + swap
+            kw_names = out.pop() if out and isinstance(out[-1], Instr) and out[-1].name == "KW_NAMES" else None
+            out += wrap + ([kw_names] if kw_names is not None else [])
+        if item.name == "LOAD_METHOD":
+            out += [op("PUSH_NULL"), op("SWAP", 2), op("LOAD_ATTR", item.arg)]
+        elif item.name == "LOAD_CONST" and isinstance(item.arg, types.CodeType) and item.arg.co_name in _COMPREHENSIONS:
+            inner = route_calls(item.arg, route)
+            out.append(item if inner is None else op("LOAD_CONST", inner))
+        else:
+            out.append(item)
+    new = Bytecode(out)
+    new._copy_attr_from(parsed)
+    new.docstring = parsed.docstring
+    return new.to_code(stacksize=code.co_stacksize + 3, compute_exception_stack_depths=False)
 
 
 # ------------------------------------------------------------------------- resume callables

@@ -6,8 +6,9 @@ guards pass, and otherwise tries the entries a previous process stored for this 
 (`capture_frame`), up to `config.cache_size_limit` entries per code object. It owns the
 per-code-object caches, the dynamic-shape policy kept across recompiles, the counters behind
 `kiln.stats()`, and the eager fallbacks (unsupported frames, internal errors, the cache limit, a
-call under a torch function mode other than the default device's). Safe to call from several
-threads: a guard hit takes no lock; a miss grows the cache under one process-wide lock.
+call under a torch function mode other than the default device's; a frame given up runs its own
+code with its callees still compiled, kiln.capture.skip_frame). Safe to call from several threads:
+a guard hit takes no lock; a miss grows the cache under one process-wide lock.
 Corresponds to torch/_dynamo/eval_frame.py + convert_frame.py.
 """
 from __future__ import annotations
@@ -125,6 +126,7 @@ class FrameCache:
 
 
 _CACHES: dict[tuple, FrameCache] = {}
+_ROUTERS: dict[tuple, Any] = {}  # (options key, injected tracer) -> skip_frame.Router
 _OBSERVERS: list[Callable[[CaptureEvent], None]] = []
 # Held while a miss reads or changes a FrameCache (its entries, its disk candidates, its policy)
 # and while it captures: two threads missing on one frame must not both take the same disk entry
@@ -148,6 +150,7 @@ def reset() -> None:
         for cache in _CACHES.values():
             cache.clear()  # compiled callables keep a reference to their FrameCache: empty it in place
         _CACHES.clear()
+        _ROUTERS.clear()
         _SHARED_POLICIES.clear()
         for name, default in Stats().as_dict().items():
             setattr(STATS, name, default)
@@ -335,6 +338,7 @@ class _Frame:
         self.bind = make_binder(fn, bound_self, has_self)
         self.successor: Callable[..., Any] | None = None  # compiled for the function's newer code
         self.refresh: Callable[[], None] | None = None  # the exact entry's choice of code (_exact_entry)
+        self.skipped: Any = None  # skip_frame._Routed: the function run when the frame is skipped
 
     def call_with_new_code(self, args: tuple, kwargs: dict) -> Any:
         """Call the compiled callable made for the function's current `__code__` (made once per code)."""
@@ -349,11 +353,27 @@ class _Frame:
     def name(self) -> str:
         return self.fn.__qualname__
 
-    def run_eagerly(self, args: tuple, kwargs: dict) -> Any:
+    def run_eagerly(self, args: tuple, kwargs: dict, skip: bool = False) -> Any:
+        """The call run by the function itself: its whole subtree eager (the cache limit, a torch
+        function mode), or with `skip` as torch.compile runs a frame it gave up: its own code in
+        CPython, the frames it calls compiled (kiln.capture.skip_frame)."""
         STATS.fallbacks += 1
+        fn = self.skipped_function() if skip else self.fn
         if self.has_self:
-            return self.fn(self.bound_self, *args, **kwargs)
-        return self.fn(*args, **kwargs)
+            return fn(self.bound_self, *args, **kwargs)
+        return fn(*args, **kwargs)
+
+    def skipped_function(self) -> Callable[..., Any]:
+        """The function as a skipped frame runs: its call sites routed to compiled callees. Not
+        for a generator function: torch.compile compiles nothing while its body runs (after the
+        call that made the generator returned)."""
+        if self.skipped is None:
+            from kiln.capture.skip_frame import _Routed  # with the first frame given up: bytecode is not cheap
+
+            routed = not self.fn.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE
+                                                      | inspect.CO_ASYNC_GENERATOR)
+            self.skipped = _Routed(self.fn, router_for(self.options, self.capture).route) if routed else False
+        return self.skipped.get() if self.skipped else self.fn
 
     def wrap_frame(self, fn: Any) -> Callable[..., Any]:
         """Given to the tracer: a resume function or callee, compiled on first call with our options."""
@@ -370,8 +390,8 @@ class _Frame:
             entry = self.entry_for(L)
             if self.refresh is not None:
                 self.refresh()
-        if entry is None:
-            return self.run_eagerly(args, kwargs)
+        if entry is None:  # given up (routed), or past the cache limit (its subtree eager, as torch.compile)
+            return self.run_eagerly(args, kwargs, skip=self.cache.eager_reason is not None)
         try:
             return entry.glue(L, self.fn.__globals__, self.fn)
         except ExternMismatchError as exc:
@@ -390,7 +410,7 @@ class _Frame:
             self.cache.eager_reason = f"internal error: {exc}"
         if clean and not self.options.fullgraph and config.suppress_errors:
             log.warn(f"kiln: internal error while running {self.name} ({where(self.fn)}); running it eagerly: {exc}")
-            return self.run_eagerly(args, kwargs)
+            return self.run_eagerly(args, kwargs, skip=True)
         exc.add_note(f"(in a graph kiln compiled for {self.name} at {where(self.fn)})")
         raise exc
 
@@ -570,6 +590,28 @@ class _Frame:
     def notify(self, event: CaptureEvent) -> None:
         for observer in list(_OBSERVERS):
             observer(event)
+
+
+def router_for(options: CompileOptions, capture: CaptureFn | None) -> Any:
+    """The one skip_frame.Router of these options: the callees of every frame given up under them
+    are compiled with them, each callee's compiled callable made once."""
+    key = (options.cache_key(), capture)
+    router = _ROUTERS.get(key)
+    if router is None:
+        from kiln.capture.skip_frame import Router
+
+        router = _ROUTERS[key] = Router(lambda fn: compile_function(fn, options, capture), _skipped_callee)
+    return router
+
+
+def _skipped_callee(compiled: Any) -> Callable[..., Any] | None:
+    """For a compiled callee given up for good: its skipped function, called straight from the
+    routed call site (a recursion through a skipped frame adds no entry frames per level)."""
+    frame = getattr(compiled, "_kiln_frame", None)
+    if frame is None or frame.cache.eager_reason is None or frame.fn.__code__ is not frame.cache.code:
+        return None
+    STATS.fallbacks += 1
+    return frame.skipped_function()
 
 
 def with_entry_guards(guards: list[Guard], L: dict, G: dict, F: Any) -> list[Guard]:
