@@ -43,8 +43,22 @@ def _fn_dynamo_spelling(x, m=None):
     return (x + m).sum(0) + len(m)
 
 
+def _fn_attribute_read_of_none(x, m=None):
+    if not torch.compiler.is_compiling():
+        m = x
+    return x + len(m.shape)  # None.shape on the compiling path: AttributeError
+
+
+def _fn_method_of_none(x, m=None):
+    if not torch.compiler.is_compiling():
+        m = x
+    return m.mul(2) + x
+
+
 CASES = {
     "module_mask": (lambda: _MaskedLinear(), (torch.randn(2, 4),)),
+    "attribute_read_of_none": (lambda: _fn_attribute_read_of_none, (torch.randn(3),)),
+    "method_of_none": (lambda: _fn_method_of_none, (torch.randn(3),)),
     "default_filled_in_eager": (lambda: _fn_default_filled_in_eager, (torch.randn(3, 2),)),
     "subscript_of_none": (lambda: _fn_attribute_of_none, (torch.randn(3),)),
     "dynamo_spelling": (lambda: _fn_dynamo_spelling, (torch.randn(3, 2),)),

@@ -71,6 +71,8 @@ class ConstantVariable(Variable):
         try:
             attr = getattr(self.value, name)
         except AttributeError as exc:
+            if ConstantVariable.raise_in_trace is not None:  # eager's own error (`None.shape`), raised in the trace
+                raise ConstantVariable.raise_in_trace(exc, f"AttributeError: {exc} (raised natively)") from exc
             raise Unsupported(f"{self.describe()} has no attribute {name!r}", kind="unsupported_attribute") from exc
         if callable(attr):
             return BoundMethodVariable(self, name)
