@@ -25,8 +25,8 @@ test: $(STAMP)
 	$(VPY) -m mypy  # pyproject.toml's [tool.mypy]: all of kiln/ at zero errors
 	# two worker processes (CI has 2 cores), ~8500 tests; the budget is 20 min on a clean clone (cold kernel
 	# cache). At 47a380c: 1118 s of pytest warm (quiet machine), 1336 s in CI. What keeps it short (README,
-	# `make test`): product sweeps run the fixed ci_slice star, the rest is `-m slow` (make test-all); second
-	# processes start on caches seeded with the boundary extension and the precompiled header
+	# `make test`): product sweeps run the fixed ci_slice star, the rest is `-m slow` (make test-all); the native
+	# wrapper's cache test starts on a cache seeded with the boundary extension and the precompiled header
 	# (tests/reliability/cache_harness.seed); no file of minutes runs alone at the end (test_split_cache is two).
 	# --dist loadfile: each test file runs on one worker, in file order as plain `pytest` runs it, so a
 	# module-scoped fixture (a filled cache, a pair of processes, the DDP run) is made once, not once per

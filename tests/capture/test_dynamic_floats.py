@@ -31,7 +31,6 @@ import kiln
 from kiln import log
 from kiln.backends import CountingBackend
 from kiln.symbolic.policy import DynamicPolicy
-from tests.reliability.cache_harness import seed as seed_cache
 
 REPO = Path(__file__).resolve().parents[2]
 VALUES = [0.5, 0.25, 0.75, 0.125]
@@ -397,7 +396,7 @@ _PERSIST_SCRIPT = textwrap.dedent("""
 def test_a_stored_dynamic_entry_takes_new_values_and_keeps_its_guards(tmp_path: Path) -> None:
     script = tmp_path / "f.py"
     script.write_text(_PERSIST_SCRIPT)
-    env = {**os.environ, "KILN_CACHE_DIR": str(seed_cache(tmp_path / "cache")), "PYTHONPATH": str(REPO),
+    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO),
            "KILN_PERSISTENT_CACHE": "1"}
     env.pop("KILN_LOGS", None)
 

@@ -20,7 +20,6 @@ import torch
 
 from kiln.capture import persist
 from kiln.capture.guards import Guard, compile_guards
-from tests.reliability.cache_harness import seed as seed_cache
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,7 +84,7 @@ _SEEN_KILN: dict[Path, str] = {}
 def _run(path: Path, cache: Path, **env: str) -> Any:
     """The script's report; skips the test if Kiln's own sources changed since the cache's first
     run (they are part of every key: a developer editing Kiln while this runs gets misses)."""
-    environment = {**os.environ, "KILN_CACHE_DIR": str(seed_cache(cache)), "PYTHONPATH": str(REPO),
+    environment = {**os.environ, "KILN_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO),
                    "KILN_PERSISTENT_CACHE": "1", **env}
     environment.pop("KILN_LOGS", None)
     proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=environment,

@@ -177,7 +177,7 @@ _BREAKS_SCRIPT = textwrap.dedent("""
 
 def test_second_process_runs_broken_functions_without_capturing(tmp_path: Path) -> None:
     code = harness.snapshot(tmp_path)
-    cache = harness.seed(tmp_path / "cache")
+    cache = tmp_path / "cache"
     first, _ = harness.run(code, cache, _BREAKS_SCRIPT)
     assert first["f"]["frames"] >= 6 and first["closure"]["frames"] == 2 and first["net"]["frames"] == 2, first
     second, stderr = harness.run(code, cache, _BREAKS_SCRIPT)

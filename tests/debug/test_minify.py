@@ -7,7 +7,6 @@ import runpy
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +17,6 @@ from kiln.debug.minify import minify, minify_graph
 from kiln.debug.repro import check_repro, graph_failure
 from kiln.lower.lowerings import LOWERINGS
 from tests.debug.conftest import inputs, program
-from tests.reliability.cache_harness import seed as seed_cache
 
 pytestmark = pytest.mark.cpp
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,7 +26,7 @@ def run_repro(path: str, cache: str, plant: str | None) -> subprocess.CompletedP
     """repro.py in a fresh interpreter (its own artifact cache), the bug planted first if named."""
     boot = f"from tests.debug.planted import plant; plant({plant!r}); " if plant else ""
     code = boot + f"import runpy; runpy.run_path({path!r}, run_name='__main__')"
-    env = dict(os.environ, KILN_CACHE_DIR=str(seed_cache(Path(cache))), PYTHONPATH=ROOT)
+    env = dict(os.environ, KILN_CACHE_DIR=cache, PYTHONPATH=ROOT)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           cwd=os.path.dirname(path), timeout=300)
 

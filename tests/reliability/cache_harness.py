@@ -111,9 +111,9 @@ def _seed_files() -> tuple[str, ...]:
 def seed(cache: Path) -> Path:
     """`cache`, created if need be, holding copies of the builds no graph owns (_seed_files), as a
     user's cache holds them after `make venv` and a first native graph: a second-process test that
-    does not test those builds then spends no process's time on them (without them each process
-    starts compiling the extension on its tier-up thread and is stopped at exit, every time).
-    Copies, not links: the cache refuses a file with two names."""
+    builds native wrappers but does not test those builds then compiles neither (test_native_wrapper:
+    CPU 90.6 s -> 37.5 s). Where the processes only start the extension's build on a tier-up thread
+    it gained nothing measurable. Copies, not links: the cache refuses a file with two names."""
     for relative in _seed_files():
         target = cache / relative
         if target.exists():

@@ -19,7 +19,6 @@ import pytest
 import torch
 
 import kiln
-from tests.reliability.cache_harness import seed as seed_cache
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -373,7 +372,7 @@ _DISK_SCRIPT = textwrap.dedent("""
 
 
 def _run(script: Path, cache: Path) -> dict:
-    env = {**os.environ, "KILN_CACHE_DIR": str(seed_cache(cache)), "PYTHONPATH": str(REPO), "KILN_PERSISTENT_CACHE": "1"}
+    env = {**os.environ, "KILN_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO), "KILN_PERSISTENT_CACHE": "1"}
     env.pop("KILN_LOGS", None)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

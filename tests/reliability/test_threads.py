@@ -19,7 +19,6 @@ import pytest
 import torch
 
 import kiln
-from tests.reliability.cache_harness import seed as seed_cache
 
 REPO = Path(__file__).resolve().parents[2]
 THREADS = 8
@@ -113,7 +112,7 @@ _WARM_START = textwrap.dedent("""
 def test_eight_threads_on_a_warm_disk_cache(tmp_path: Path):
     script = tmp_path / "warm.py"
     script.write_text(_WARM_START)
-    env = {**os.environ, "KILN_CACHE_DIR": str(seed_cache(tmp_path / "cache")), "PYTHONPATH": str(REPO),
+    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO),
            "KILN_PERSISTENT_CACHE": "1"}
     env.pop("KILN_LOGS", None)
     reports = []

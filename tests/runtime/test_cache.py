@@ -10,7 +10,6 @@ import pytest
 
 from kiln import config
 from kiln.runtime import build, cache
-from tests.reliability.cache_harness import seed as seed_cache
 
 pytestmark = pytest.mark.cpp
 
@@ -56,7 +55,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_second_process_loads_from_disk_without_compiling(tmp_path) -> None:
-    env = dict(os.environ, KILN_CACHE_DIR=str(seed_cache(tmp_path)), KILN_LOGS="cache")
+    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path), KILN_LOGS="cache")
     runs = [subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
             for _ in range(2)]
     for r in runs:

@@ -36,7 +36,6 @@ import kiln
 from kiln import config
 from kiln.log import KilnWarning
 from kiln.runtime import native
-from tests.reliability.cache_harness import seed as seed_cache
 
 pytestmark = pytest.mark.cpp
 
@@ -490,7 +489,7 @@ WARM = [("addmm", "no_grad_inside", True, True), ("conv2d_stride", "view_of_inpu
 def test_second_process_warm_start(tmp_path: Any, name: str, mode: str, params: bool, inp: bool) -> None:
     """The same case in two fresh processes sharing a cache folder: the second serves the frame from
     disk and still gives eager's values, autograd facts and gradients (the check runs inside)."""
-    environment = {**os.environ, "KILN_CACHE_DIR": str(seed_cache(tmp_path / "cache")), "KILN_PERSISTENT_CACHE": "1",
+    environment = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "cache"), "KILN_PERSISTENT_CACHE": "1",
                    "PYTHONPATH": os.pathsep.join([_REPO, os.environ.get("PYTHONPATH", "")])}
     hits = []
     for _ in range(2):

@@ -133,7 +133,7 @@ UNROLLED_CASES = ["scan_sum", "assoc_sum", "map_rows"]
 def _setup(tmp_path: Path, models: str = MODELS) -> tuple[Path, Path]:
     code = harness.snapshot(tmp_path)
     (code / "hopmodels.py").write_text(models)
-    return code, harness.seed(tmp_path / "cache")
+    return code, tmp_path / "cache"
 
 
 def _run(code: Path, cache: Path, names: list[str], modes: str = "infer,train") -> tuple[dict[str, Any], str]:

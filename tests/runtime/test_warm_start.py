@@ -65,7 +65,7 @@ def _run_models(code: Path, cache: Path, runs: list[tuple[str, str]], saved: Pat
     """Run one call of each corpus model (name, mode) in turn in one fresh process, kiln.reset()
     between them; each model's outputs saved to `saved`/NAME-MODE.pt and compared with eager's
     inside (the integer ones too unless the model is SEEDED). Per model: its counters, or "error"."""
-    environment = {**os.environ, "KILN_CACHE_DIR": str(harness.seed(cache)), "PYTHONPATH": f"{code}{os.pathsep}{harness.REPO}",
+    environment = {**os.environ, "KILN_CACHE_DIR": str(cache), "PYTHONPATH": f"{code}{os.pathsep}{harness.REPO}",
                    "KILN_PERSISTENT_CACHE": "1"}
     environment.pop("KILN_LOGS", None)
     saved.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,6 @@ import torch._dynamo
 import kiln
 from torch_oracle import torch_graph_count
 from kiln import config
-from tests.reliability.cache_harness import seed as seed_cache
 
 BACKENDS = ["eager", "aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)]
 # 6 -> 1.5, 10 -> 2.5, 14 -> 3.5: round's ties; 16 and 32: exact powers of two for log2
@@ -169,7 +168,7 @@ print("ok", kiln.stats()["compiles"], kiln.stats()["disk_hits"])
 
 @pytest.mark.cpp
 def test_from_the_disk_cache_in_a_second_process(tmp_path) -> None:
-    env = {**os.environ, "KILN_CACHE_DIR": str(seed_cache(tmp_path / "cache")), "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": os.getcwd()}
     script = tmp_path / "round_log2_sizes.py"  # a file: its frames are compiled and stored
     script.write_text(_CACHED)
     outputs = []
