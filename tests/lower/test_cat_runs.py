@@ -49,6 +49,7 @@ def test_symbolic_cat_cuts_at_run_time() -> None:
         torch.testing.assert_close(compiled(*xs)[0], torch.cat(xs, 1))
 
 
+@pytest.mark.ci_slice({"shape,dim": ((2, 3, 17), -1), "dtype": torch.float32})  # each dtype, each shape (-m slow: all)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
                                    torch.int8, torch.bool])
 @pytest.mark.parametrize("shape,dim", [((4, 5), 1), ((4, 5), 0), ((2, 3, 17), -1), ((2, 3, 17), 1),

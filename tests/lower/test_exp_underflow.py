@@ -8,29 +8,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kiln.lower.codegen.cpp import prelude
 from kiln.runtime import build
 
 from .conftest import check
+from .ulp_check import check_float_fn, loops_source, ptr
 
 pytestmark = pytest.mark.cpp
-
-_LOOPS = r"""
-extern "C" void vector_loop(const {t}* a, {t}* out, int64_t n) {{
-  #pragma omp simd
-  for (int64_t i = 0; i < n; i++) out[i] = {fn}(a[i]);
-}}
-extern "C" void scalar_loop(const {t}* a, {t}* out, int64_t n) {{
-  for (int64_t i = 0; i < n; i++) {{ volatile {t} x = a[i]; out[i] = {fn}(x); }}
-}}
-"""
-
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_exp_of_underflowing_lanes_is_plus_zero_in_every_loop(dtype: torch.dtype) -> None:
     t, fn = ("float", "kiln_expf") if dtype == torch.float32 else ("double", "kiln_exp")
-    body = _LOOPS.format(t=t, fn=fn)
-    source = prelude(body) + body
+    source = loops_source(t, fn)
     assert f"{fn}_w(" in source  # the vector variants go through the underflow guard
     lib = build.load(source)
     limit = -104.0 if dtype == torch.float32 else -746.0
@@ -38,10 +26,6 @@ def test_exp_of_underflowing_lanes_is_plus_zero_in_every_loop(dtype: torch.dtype
                float("nan"), float("inf"), 88.0]
     a = torch.tensor(special * 9, dtype=dtype)[:101]  # 101: vector body and a remainder both see each
     whole, alone = torch.empty_like(a), torch.empty_like(a)
-
-    def ptr(x: torch.Tensor) -> ctypes.c_void_p:
-        return ctypes.c_void_p(x.data_ptr())
-
     lib.scalar_loop(ptr(a), ptr(alone), ctypes.c_int64(a.numel()))
     bits = torch.int32 if dtype == torch.float32 else torch.int64
     for start, n in ((0, 101), (1, 17), (5, 33), (7, 3)):
@@ -64,25 +48,12 @@ def test_inline_float_exp_is_within_one_ulp_and_the_same_in_every_loop() -> None
     # kernels compute float exp with kiln_expf_inline (no libmvec call): at most 1 ulp from the
     # correctly rounded result, denormal results included, and one result per input in a vector
     # lane, a remainder and a scalar loop
-    body = _LOOPS.format(t="float", fn="kiln_expf_inline")
-    lib = build.load(prelude(body) + body)
     gen = torch.Generator().manual_seed(0)
     a = torch.cat([torch.rand(200_003, generator=gen) * 193 - 104, torch.rand(50_000, generator=gen) * 20 - 104,
                    torch.tensor([float("-inf"), float("inf"), float("nan"), 0.0, -0.0, 88.72, 88.73, 89.0,
                                  -103.97, -104.0, -104.1, -1e30, 1e-30])])
-    whole, alone = torch.empty_like(a), torch.empty_like(a)
-
-    def ptr(x: torch.Tensor) -> ctypes.c_void_p:
-        return ctypes.c_void_p(x.data_ptr())
-
-    lib.vector_loop(ptr(a), ptr(whole), ctypes.c_int64(a.numel()))
-    lib.scalar_loop(ptr(a), ptr(alone), ctypes.c_int64(a.numel()))
-    assert torch.equal(whole.view(torch.int32), alone.view(torch.int32))
-    exact = a.double().exp().float()  # correctly rounded (double exp is far more precise)
-    finite = torch.isfinite(exact) & (exact != 0)
-    ulps = (whole.view(torch.int32).long() - exact.view(torch.int32).long()).abs()
-    assert ulps[finite].max().item() <= 1
-    assert torch.equal(whole[~finite].nan_to_num(), exact[~finite].nan_to_num())  # 0, inf, NaN as exp
+    # correctly rounded (double exp is far more precise); 0, inf, NaN as exp
+    check_float_fn("kiln_expf_inline", a, a.double().exp().float(), max_ulps=1)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])

@@ -33,6 +33,8 @@ def test_index_select_out_of_range_raises_eagers_exception_class(shape: tuple[in
         torch.testing.assert_close(compiled(x, good)[0], fn(x, good))
 
 
+# CI: each shape, each bad index and each (alpha, index dtype) once, the others at base (-m slow: all)
+@pytest.mark.ci_slice({"shape,dim": ((3, 4, 2), 1), "index": -1, "alpha,index_dtype": (1, torch.int64)})
 @pytest.mark.parametrize("shape,dim", [((5,), 0), ((3, 4), 0), ((3, 4), 1), ((3, 4, 2), 0), ((3, 4, 2), 1),
                                        ((3, 4, 2), 2), ((2, 3, 4, 5), 2)])
 @pytest.mark.parametrize("index", [-1, "size"])

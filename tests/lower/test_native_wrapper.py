@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -24,6 +25,7 @@ from kiln.lower import compile_graph
 from kiln.lower.codegen import native_wrapper
 from kiln.runtime import build, native
 from tests.lower.conftest import aten_graph
+from tests.reliability.cache_harness import seed as seed_cache
 
 
 @pytest.fixture(autouse=True)
@@ -476,17 +478,18 @@ _CHILD = textwrap.dedent("""
         def refuse(*a, **k):
             raise AssertionError("compiled in the second process")
         build.compile_shared = refuse
-    if mode == "recipe":  # the recorded identity, checked before loading
+    if mode == "recipe":  # the recorded identity, checked before loading; then a build when asked
         recipe = native.NativeRecipe(*json.loads(sys.argv[2]))
         recipe = native.NativeRecipe(tuple(recipe.graph_library), tuple(recipe.kernel_library), tuple(recipe.kernels),
                                      recipe.output_spec)
         try:
             native.load_native(recipe)
         except build.LibraryError as exc:
-            print("REFUSED", exc)
+            print("REFUSED", exc)  # nothing was loaded: the build below meets the cache as a new process
         else:
             print("LOADED")
-        sys.exit(0)
+        if sys.argv[3:] != ["build"]:
+            sys.exit(0)
     gm = make_fx(f)(*args)
     with config.patch(cpu_wrapper="native"):
         cg = compile_graph(gm, args)
@@ -498,7 +501,7 @@ _CHILD = textwrap.dedent("""
 
 
 def _child(cache_dir: str, *argv: str) -> str:
-    env = dict(os.environ, KILN_CACHE_DIR=cache_dir, KILN_LOGS="cache")
+    env = dict(os.environ, KILN_CACHE_DIR=str(seed_cache(Path(cache_dir))), KILN_LOGS="cache")
     proc = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True, env=env,
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -519,9 +522,9 @@ def test_second_process_loads_from_cache_and_refuses_tampered(tmp_path: Any) -> 
     data[len(data) // 2] ^= 0xFF
     with open(path, "wb") as f:
         f.write(data)
-    assert "REFUSED" in _child(cache_dir, "recipe", recipe_line)
-    rebuilt = _child(cache_dir, "build")  # compiling again replaces the bad library and still computes right
-    assert "does not match" in rebuilt
+    refused = _child(cache_dir, "recipe", recipe_line, "build")  # one process: refused, then compiled again
+    assert "REFUSED" in refused and "LOADED" not in refused
+    assert "does not match" in refused  # the build replaced the bad library and still computes right
 
 
 def test_precompiled_header_checked_against_its_record(tmp_path: Any) -> None:

@@ -58,6 +58,8 @@ KINDS = ["linear", "mm", "bmm", "addmm", "conv"]
 
 # an internal failure falls back to eager with a KilnWarning: here it fails the case
 @pytest.mark.filterwarnings("error::kiln.log.KilnWarning")
+# CI: every context inside every outer mode on a linear, and each kind in no_grad under grad (the rest -m slow)
+@pytest.mark.ci_slice({"kind": "linear", "context,outer": ("no_grad", "grad")})
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("context", list(CONTEXTS))
 @pytest.mark.parametrize("outer", list(OUTER))
