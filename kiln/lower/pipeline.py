@@ -7,8 +7,8 @@ nothing else: the driver (`run`) checks its output with the seam's verifier (unl
 (KILN_DEBUG=1: `<run folder>/lower_<n>/<file>`). The lists:
     CPP_PASSES:    fold_batch_norm -> pack_convolutions -> fuse_attention -> decompose -> lower_to_loop_ir
                    -> schedule -> codegen_cpp -> codegen_wrapper -> build   (codegen_cpp starts the kernels'
-                   compiler, the wrapper is written while it runs, build waits for it and binds the wrapper to the library:
-                   `lower_start` runs the passes before build, `lower_finish` the build)
+                   compiler, the wrapper is written while it runs, build waits for it and binds the wrapper
+                   to the library: `lower_start` runs the passes before build, `lower_finish` the build)
     TRITON_PASSES: fold_batch_norm -> pack_convolutions -> fuse_attention -> decompose -> lower_to_loop_ir
                    -> schedule -> codegen_triton
     REGENERATE:    codegen_cpp -> codegen_wrapper -> build (a program read back from the disk cache,

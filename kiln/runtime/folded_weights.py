@@ -169,10 +169,14 @@ def _pack_conv_weight(weight: torch.Tensor, bias: torch.Tensor | None, padding: 
 
 
 def _pack_conv_weight_meta(weight: torch.Tensor, bias: torch.Tensor | None, padding: list[int], stride: list[int],
-                           dilation: list[int], groups: int, input_size: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+                           dilation: list[int], groups: int,
+                           input_size: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    # the packed weight shows as fold_conv_bn_packed's does (the weight's shape, strides (1, 0, 0, 0))
     packed = torch.empty_strided(weight.shape, (1,) + (0,) * (weight.dim() - 1), dtype=weight.dtype,
                                  device=weight.device)
-    return packed, (weight.new_empty(0) if bias is None else torch.empty_like(bias, memory_format=torch.contiguous_format))
+    if bias is None:
+        return packed, weight.new_empty(0)
+    return packed, torch.empty_like(bias, memory_format=torch.contiguous_format)
 
 
 _LIBRARY.impl("fold_conv_bn", _fold_conv_bn, "CompositeExplicitAutograd")

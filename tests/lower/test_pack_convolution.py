@@ -148,7 +148,7 @@ def test_weight_mutated_by_the_graph_is_not_packed():
             return self.conv(x)
 
     torch.manual_seed(0)
-    net, ref = Scaling().eval(), None
+    net = Scaling().eval()
     ref = copy.deepcopy(net)
     compiled = kiln.compile(net)
     x = torch.randn(2, 3, 10, 10)
