@@ -25,7 +25,7 @@ from kiln.autograd.functionalize import functionalize_fresh_fills, verify_aten_g
 from kiln.autograd.joint import (JointTrace, TraceInputs, differentiable_outputs, prepare_inputs, trace_forward,
                                  trace_joint)
 from kiln.autograd.partition import Partition, SavedValue, partition as split_joint
-from kiln.autograd.runtime import (INPUT_UPDATES, AotRuntime, bind_symbols, make_autograd_function,
+from kiln.autograd.runtime import (INPUT_UPDATES, MODULE_STATE, AotRuntime, bind_symbols, make_autograd_function,
                                    with_missing_derivatives)
 from kiln import compile_time, log
 
@@ -155,6 +155,7 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         # no backward reads an input's old value here: the compiler may write the new values of
         # mutated inputs (an optimizer's parameters and state) into their storage as it computes them
         forward.gm.meta[INPUT_UPDATES] = tuple(enumerate(forward.meta.mutated_inputs))
+        forward.gm.meta[MODULE_STATE] = tuple(_module_state(gm, inputs))
         # run with grad off where autograd could record: grad on and an input requiring grad
         # (no_grad inside the function around modules whose parameters require grad)
         return AotRuntime(forward=fw_compiler(forward.gm, list(inputs.values)),

@@ -15,9 +15,9 @@ import sympy
 import torch
 
 from kiln.autograd.tracer import expr_of
-from kiln.runtime.aot import INPUT_UPDATES, AotRuntime, make_autograd_function
+from kiln.runtime.aot import INPUT_UPDATES, MODULE_STATE, AotRuntime, make_autograd_function
 
-__all__ = ["INPUT_UPDATES", "AotRuntime", "SymbolBinding", "bind_symbols", "make_autograd_function", "with_missing_derivatives"]
+__all__ = ["INPUT_UPDATES", "MODULE_STATE", "AotRuntime", "SymbolBinding", "bind_symbols", "make_autograd_function", "with_missing_derivatives"]
 
 # symbol -> (flat input index, dim); dim None means the input is itself the SymInt
 SymbolBinding = dict[sympy.Symbol, tuple[int, int | None]]

@@ -4,7 +4,8 @@
 code generator, looks the graph up in the disk cache (same code, input metadata and Kiln sources),
 forks for mode="max-autotune" on CPU, and hands the rest to kiln.lower.pipeline, whose driver runs
 the named passes in order (each name is its key in CompiledGraph.timings and in KILN_LOGS=+lower):
-    fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp -> codegen_wrapper -> build
+    fold_batch_norm -> pack_convolutions -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp
+    -> codegen_wrapper -> build
 It returns a CompiledGraph: a callable over the real inputs returning a tuple like `aten_gm`.
 `prepare_graph` does the same in two steps (the passes, with the C++ compiler left running; then the
 wait for it), which AOT autograd uses to compile a forward's kernels beside its backward's.
@@ -28,7 +29,7 @@ from kiln.lower.codegen import triton_wrapper
 from kiln.lower.ir import LoopIR
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program
 from kiln.runtime import artifact, cache
-from kiln.runtime.aot import INPUT_UPDATES
+from kiln.runtime.aot import INPUT_UPDATES, MODULE_STATE
 
 
 @dataclass
@@ -91,7 +92,8 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
     if any(n.op == "get_attr" for n in gm.graph.nodes):
         return None
     parts = [gm.code, options.cache_text(), cache.code_version(),
-             conv_layout.tunables(), repr(gm.meta.get(INPUT_UPDATES, ()))]
+             conv_layout.tunables(), repr(gm.meta.get(INPUT_UPDATES, ())),
+             repr(gm.meta.get(MODULE_STATE))]
     # The code leaves implicit what ambient state decided when it was traced: a factory without
     # dtype= means the default dtype then. Each node's traced dtype pins it (and the default too).
     parts.append(str(torch.get_default_dtype()))

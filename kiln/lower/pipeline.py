@@ -5,11 +5,12 @@ nothing else: the driver (`run`) checks its output with the seam's verifier (unl
 "verify" is False), times it (`Lowering.timings[name]`, and kiln.compile_time as
 `lower.<name>`, `build` as itself), logs it under KILN_LOGS=+lower and writes it to the debug dump
 (KILN_DEBUG=1: `<run folder>/lower_<n>/<file>`). The lists:
-    CPP_PASSES:    fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_cpp
-                   -> codegen_wrapper -> build   (codegen_cpp starts the kernels' compiler, the wrapper is
-                   written while it runs, build waits for it and binds the wrapper to the library:
-                   `lower_start` runs the passes before build, `lower_finish` the build)
-    TRITON_PASSES: fold_batch_norm -> fuse_attention -> decompose -> lower_to_loop_ir -> schedule -> codegen_triton
+    CPP_PASSES:    fold_batch_norm -> pack_convolutions -> fuse_attention -> decompose -> lower_to_loop_ir
+                   -> schedule -> codegen_cpp -> codegen_wrapper -> build   (codegen_cpp starts the kernels'
+                   compiler, the wrapper is written while it runs, build waits for it and binds the wrapper
+                   to the library: `lower_start` runs the passes before build, `lower_finish` the build)
+    TRITON_PASSES: fold_batch_norm -> pack_convolutions -> fuse_attention -> decompose -> lower_to_loop_ir
+                   -> schedule -> codegen_triton
     REGENERATE:    codegen_cpp -> codegen_wrapper -> build (a program read back from the disk cache,
                    timed together as `cache_load`)
 kiln.lower.compile_graph picks the list and wraps the result. Corresponds to the pass sequence of
@@ -37,13 +38,14 @@ from kiln.lower.decompose import decompose, wants_decomposition
 from kiln.lower.eager_dtypes import mark_refused
 from kiln.lower.fold_batch_norm import fold_batch_norm
 from kiln.lower.fuse_attention import fuse_attention
+from kiln.lower.pack_convolution import pack_convolutions
 from kiln.lower.graph import lower_to_loop_ir, node_metas
 from kiln.lower.ir import LoopIR, format_ir, verify_ir
 from kiln.lower.lowerings import LOWERINGS
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN
 from kiln.lower.schedule import KernelProgram, format_program, schedule, verify_program
 from kiln.runtime import build
-from kiln.runtime.aot import INPUT_UPDATES
+from kiln.runtime.aot import INPUT_UPDATES, MODULE_STATE
 from kiln.runtime.plan import Plan, resolve as resolve_plan
 
 
@@ -180,6 +182,15 @@ def _fold_batch_norm(lo: Lowering) -> None:
     lo.gm = fold_batch_norm(gm)
 
 
+def _pack_convolutions(lo: Lowering) -> None:
+    assert lo.gm is not None
+    # only in an inference graph (AOT autograd marks its module state): a training graph's weights
+    # change every step, and its backward reads the weight as it is
+    if MODULE_STATE in lo.aten_gm.meta:
+        mutated = tuple(int(p) for _, p in lo.aten_gm.meta.get(INPUT_UPDATES, ()))
+        lo.gm = pack_convolutions(lo.gm, tuple(int(p) for p in lo.aten_gm.meta[MODULE_STATE]), mutated)
+
+
 def _fuse_attention(lo: Lowering) -> None:
     assert lo.gm is not None
     lo.gm = fuse_attention(lo.gm)
@@ -272,6 +283,7 @@ def _build_text(lo: Lowering) -> str:
 
 
 FOLD_BATCH_NORM = Pass("fold_batch_norm", _fold_batch_norm)
+PACK_CONVOLUTIONS = Pass("pack_convolutions", _pack_convolutions)
 FUSE_ATTENTION = Pass("fuse_attention", _fuse_attention)
 DECOMPOSE = Pass("decompose", _decompose, show=_gm_code, dumps=(("decompose.py", _gm_code),))
 LOWER_TO_LOOP_IR = Pass("lower_to_loop_ir", _lower_to_loop_ir, verify=_verify_ir, show=_ir_text, dumps=(
@@ -284,8 +296,8 @@ CODEGEN_CPP = Pass("codegen_cpp", _codegen_cpp, dumps=(("codegen_cpp.cpp", lambd
 BUILD = Pass("build", _build, dumps=(("build.txt", _build_text),))
 CODEGEN_WRAPPER = Pass("codegen_wrapper", _codegen_wrapper, dumps=(("codegen_wrapper.py", lambda lo: lo.wrapper_source),))
 
-CPP_PASSES = (FOLD_BATCH_NORM, FUSE_ATTENTION, DECOMPOSE, LOWER_TO_LOOP_IR, SCHEDULE, CODEGEN_CPP, CODEGEN_WRAPPER, BUILD)
-TRITON_PASSES = (FOLD_BATCH_NORM, FUSE_ATTENTION, DECOMPOSE, LOWER_TO_LOOP_IR, SCHEDULE, CODEGEN_TRITON)
+CPP_PASSES = (FOLD_BATCH_NORM, PACK_CONVOLUTIONS, FUSE_ATTENTION, DECOMPOSE, LOWER_TO_LOOP_IR, SCHEDULE, CODEGEN_CPP, CODEGEN_WRAPPER, BUILD)
+TRITON_PASSES = (FOLD_BATCH_NORM, PACK_CONVOLUTIONS, FUSE_ATTENTION, DECOMPOSE, LOWER_TO_LOOP_IR, SCHEDULE, CODEGEN_TRITON)
 # A program read back from the disk cache: its C++ is written again (never a stored source) and built
 # (found in the cache); what the skipped passes made is dumped from the program itself.
 REGENERATE = (CODEGEN_CPP, CODEGEN_WRAPPER, BUILD)

@@ -43,6 +43,10 @@ from kiln.runtime.views import ViewReplay, ViewStep, is_plain, overlapping, stor
 # output into the input's own storage and return the input itself; AotRuntime then has nothing to
 # copy (it bumps the input's version counter, as the in-place ops it stands for would).
 INPUT_UPDATES = "kiln_input_updates"
+# The key of an inference graph's `gm.meta` that names the inputs that are a module's parameters or
+# buffers (input positions): a compiler may keep values computed from them (a weight packed for
+# oneDNN) between calls, checked against their version counters on each call.
+MODULE_STATE = "kiln_module_state"
 
 
 # ---------------------------------------------------------------------------------------------------

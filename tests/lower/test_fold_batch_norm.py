@@ -328,3 +328,18 @@ def test_folded_graph_warm_start(tmp_path):
     for r in runs:
         assert r.returncode == 0, r.stderr[-2000:]
     assert runs[1].stdout.split()[-2:] == ["1", "False"], runs[1].stdout + runs[1].stderr[-2000:]
+
+
+def test_inference_tensor_weights_fold_every_call():
+    """A model made under inference_mode has inference tensors for weights, which have no version
+    counter (reading `_version` raises): the folded weights are computed on every call, never kept,
+    so an in-place change inside inference_mode is seen. Before, the fold's cache raised
+    "Inference tensors do not track version counter" on the first call."""
+    with torch.inference_mode():
+        net = _net()
+        compiled = kiln.compile(net)
+        x = torch.randn(2, 3, 12, 12)
+        _close(compiled(x), net(x))
+        net.conv1.weight.mul_(-1.0)
+        net.bn2.running_mean.add_(0.5)
+        _close(compiled(x), net(x))

@@ -36,7 +36,7 @@ from kiln.lower.ir import BufferRef, ConstantBuffer, InputBuffer, Layout, SymExp
 from kiln.lower.codegen.cpp_kernel import generate
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program
 from kiln.runtime import build, native, records
-from kiln.runtime.folded_weights import fold_conv_bn, fold_conv_bn_packed
+from kiln.runtime.folded_weights import MEMO_TENSOR_INPUTS
 from kiln.runtime.plan import WrapperPlan
 from kiln.symbolic.expr import is_float_symbol, is_truth_value
 from kiln.symbolic.floats import is_float_valued
@@ -529,21 +529,24 @@ class NativeWrapperWriter(WrapperWriter):
 
     @staticmethod
     def fold_memo_applies(n: Any) -> bool:
-        """Whether a call of kiln::fold_conv_bn* is told unchanged by its six tensor inputs alone:
-        its other arguments hold no symbolic size, and it has its two results."""
-        if n.op not in (fold_conv_bn, fold_conv_bn_packed) or len(n.results) != 2:
+        """Whether a call of kiln::fold_conv_bn* or kiln::pack_conv_weight is told unchanged by its
+        leading tensor inputs alone (MEMO_TENSOR_INPUTS, up to six): its other arguments hold no
+        symbolic size, and it has its two results."""
+        count = MEMO_TENSOR_INPUTS.get(n.op)
+        if count is None or len(n.results) != 2:
             return False
         return [tuple(path) for _, _, path in n.results] == [(0,), (1,)] and not pytree.tree_any(
-            lambda a: isinstance(a, (SymExpr, sympy.Basic)), (list(n.args[6:]), dict(n.kwargs)))
+            lambda a: isinstance(a, (SymExpr, sympy.Basic)), (list(n.args[count:]), dict(n.kwargs)))
 
     def _fold_memo(self, n: Any, values: list[str], handle: str) -> str | None:
-        """For kiln::fold_conv_bn*: declares the call site's KilnFoldMemo (aten_helpers.cpp) and its
-        six tensor inputs, returns the memo's name; None where it does not apply (fold_memo_applies)
-        or an input is a view made for the call."""
+        """For kiln::fold_conv_bn* and kiln::pack_conv_weight: declares the call site's KilnFoldMemo
+        (aten_helpers.cpp) and its six tensor inputs (undefined past the op's own), returns the memo's
+        name; None where it does not apply (fold_memo_applies) or an input is a view made for the call."""
         if not self.fold_memo_applies(n):
             return None
+        count = MEMO_TENSOR_INPUTS[n.op]
         inputs = []
-        for v in values[:6]:
+        for v in values[:count]:
             inner = v.removeprefix("std::optional<at::Tensor>(").removesuffix(")") if v.startswith("std::optional") else v
             if v == "std::nullopt":
                 inputs.append("at::Tensor()")
@@ -551,6 +554,7 @@ class NativeWrapperWriter(WrapperWriter):
                 inputs.append(inner)
             else:  # a view made for the call: a new tensor each time, never the one remembered
                 return None
+        inputs += ["at::Tensor()"] * (6 - count)
         memo = handle.replace("kiln_op_", "kiln_fold_memo_")
         self.body.append(f"    static KilnFoldMemo {memo};")
         self.body.append(f"    const std::array<at::Tensor, 6> {memo}_in{{{', '.join(inputs)}}};")

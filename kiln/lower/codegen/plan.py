@@ -32,6 +32,7 @@ from kiln.lower.codegen.native_wrapper import _SCALAR_TYPES, NativeWrapperWriter
 from kiln.lower.ir import BufferRef, ConstantBuffer, InputBuffer, Layout, SymExpr
 from kiln.lower.schedule import ExternCall, Kernel, KernelProgram, ScatterKernel, check_stored_program
 from kiln.runtime import build, native, records
+from kiln.runtime.folded_weights import MEMO_TENSOR_INPUTS
 from kiln.runtime.plan import WrapperPlan
 from kiln.symbolic.expr import FloorDiv, ModularIndexing, is_float_symbol, is_truth_value
 from kiln.symbolic.floats import is_float_valued
@@ -446,19 +447,21 @@ class PlanWriter(NativeWrapperWriter):
         self._bind_results(n.results, op)
 
     def _fold_memo_words(self, n: Any, values: list[list[int]]) -> list[int] | None:
-        """kiln::fold_conv_bn*'s memo operands (native_wrapper._fold_memo's, as words): the memo's
-        number, the slots of its six tensor inputs (-1: None) and of its two results. None where an
-        input is a view made for the call or another argument holds a symbolic size."""
+        """kiln::fold_conv_bn*'s and kiln::pack_conv_weight's memo operands (native_wrapper._fold_memo's,
+        as words): the memo's number, the slots of its six tensor inputs (-1: None) and of its two
+        results. None where an input is a view made for the call or another argument holds a symbolic size."""
         if not self.fold_memo_applies(n):
             return None
+        count = MEMO_TENSOR_INPUTS[n.op]
         inputs = []
-        for v in values[:6]:
+        for v in values[:count]:
             if v == [V_NONE]:
                 inputs.append(-1)
             elif len(v) == 3 and v[0] == V_TENSOR and v[2] == 0:
                 inputs.append(v[1])
             else:
                 return None
+        inputs += [-1] * (6 - count)  # the memo's slots past the op's own tensors: none
         return [self.memos] + inputs + [self._slot(n.results[0][0]), self._slot(n.results[1][0])]
 
     def _bind_results(self, results: Any, op: Any) -> None:

@@ -23,6 +23,7 @@ from kiln.lower.conv_layout import channels_last_eligible, channels_last_pays, s
 from kiln.lower.fold_batch_norm import fold_conv_bn, fold_conv_bn_packed, mkldnn_convolution
 from kiln.lower.ir import (BufferRef, FloorDiv, Index, Layout, Load, Masked, Value, contiguous_strides, index_vars,
                           walk)
+from kiln.lower.pack_convolution import pack_conv_weight
 from kiln.lower.lowerings import (LoweringContext, TensorValue, compute_dtype, register, strided_value,
                                   value_cost)
 
@@ -588,14 +589,14 @@ def max_pool2d_with_indices(ctx: LoweringContext, x: TensorValue, *rest: Any) ->
 
 @register(mkldnn_convolution)
 def convolution_packed(ctx: LoweringContext, x: TensorValue, weight: TensorValue, *rest: Any) -> Any:
-    """A convolution on a weight packed by kiln::fold_conv_bn_packed: NHWC results always; the
-    input is stored NHWC where that pays (the same rule as for ATen's convolution)."""
+    """A convolution on a weight packed by kiln::fold_conv_bn_packed or kiln::pack_conv_weight: NHWC
+    results always; the input is stored NHWC where that pays (the same rule as for ATen's convolution)."""
     if (x.ndim == 4 and (channels_last_pays(int(x.sizes[2] * x.sizes[3]), True) or reads_channels_last(x))
             and not _input_leaves_graph(ctx)):
         x = _channels_last_input(ctx, x)
     return extern_in_layout_of(ctx, mkldnn_convolution, x, (weight,) + rest, True)
 
 
-@register(fold_conv_bn, fold_conv_bn_packed)
+@register(fold_conv_bn, fold_conv_bn_packed, pack_conv_weight)
 def fold_conv_bn_extern(ctx: LoweringContext, *args: Any) -> Any:
     return ctx.extern(ctx.node.target, args, {})
