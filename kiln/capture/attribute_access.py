@@ -269,6 +269,10 @@ def _set_data(tx: "Tracer", obj: TensorVariable, value: Variable) -> None:
             or value.example.device != obj.example.device or value.example.layout != obj.example.layout:
         raise Unsupported(f"setting .data of {obj.describe()} to a value of another kind, dtype or device",
                           kind="unsupported")
+    if value.example is obj.example:
+        # `t.data = t.to(its own dtype)` (nn.Module.to/_apply on a parameter already so): `to`
+        # returned t itself, and eager's shallow copy of a tensor onto itself changes nothing
+        return
     if obj.example.requires_grad and not set(obj.node.users) <= _ancestors(value.node):
         # its earlier reads record autograd through t, and the functional graph of AOT autograd would
         # send their gradients nowhere (later reads are of the new value): the store runs natively

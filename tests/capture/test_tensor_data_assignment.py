@@ -44,8 +44,19 @@ def _copy_through_data(lin, x):
     return lin(x)
 
 
+def _module_to_its_own_dtype(lin, x):  # transformers' `self.classifier = self.classifier.to(dtype)`
+    lin = lin.to(torch.float32)           # Module._apply: `p.data = p.to(float32)`, which is p itself
+    return lin(x) * 3
+
+
+def _data_set_to_itself(lin, x):
+    lin.weight.data = lin.weight
+    lin.bias.data = lin.bias.to(torch.float32)
+    return lin(x) - 1
+
+
 CASES = {f.__name__.strip("_"): f for f in (_fresh_value, _computed_from_input, _clipped, _new_shape,
-                                             _copy_through_data)}
+                                             _copy_through_data, _module_to_its_own_dtype, _data_set_to_itself)}
 
 
 def _linear() -> torch.nn.Linear:
