@@ -10,6 +10,7 @@ import dataclasses
 import torch
 
 import kiln
+from kiln.capture import entry
 from kiln.capture.guards.kinds import _short
 
 
@@ -93,3 +94,30 @@ def test_short_names_values_without_their_python_repr() -> None:
     assert "Settings object" in _short(Settings())
     assert _short([[[1]]]) == "[[<list of 1>]]"
     assert _short(list(range(100))) == "[0, 1, 2, 3, 4, 5, ...]"
+
+
+def test_a_type_change_between_two_classes_of_one_name_says_so() -> None:
+    # torch.nn.utils.parametrize gives each module its own ParametrizedConv1d: the message read
+    # "changed type from torch.nn.ParametrizedConv1d to torch.nn.ParametrizedConv1d" (held-out Encodec)
+    from kiln.capture.guards.kinds import type_change
+
+    def make():
+        class Box:
+            k = 2
+        return Box
+
+    one, two = make(), make()
+    text = type_change(one, two)
+    assert text.startswith("from ") and "another class of the same name" in text
+    assert f"{id(one):#x}" in text and f"{id(two):#x}" in text
+    assert type_change(int, float) == "from int to float"
+
+    def f(x, b):
+        return x + b.k
+
+    compiled = kiln.compile(f, backend="eager")
+    x = torch.ones(2)
+    assert torch.equal(compiled(x, one()), x + 2)
+    assert torch.equal(compiled(x, two()), x + 2)
+    assert "b changed type from" in entry.frames_of(compiled).last_failure
+    assert "another class of the same name" in entry.frames_of(compiled).last_failure

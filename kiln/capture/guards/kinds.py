@@ -280,13 +280,13 @@ def guard_kind(fn: GuardKindFn) -> GuardKindFn:
 def check_type(expected: type, name: str, em: Emitter) -> list[Check]:
     if not held_weakly(expected):
         return [Check(f"type({{v}}) is {em.bind(expected)}",
-                      lambda v: f"{name} changed type from {_tname(expected)} to {_tname(type(v))}")]
+                      lambda v: f"{name} changed type {type_change(expected, type(v))}")]
     # a class made by a call (identity.held_weakly): `type(v)` is never None, a dead reference's
     ref = weakref.ref(expected)
 
     def why(v: Any) -> str:
         cls = ref()
-        return f"{name} changed type from {'a class freed since' if cls is None else _tname(cls)} to {_tname(type(v))}"
+        return f"{name} changed type {'from a class freed since to ' + _tname(type(v)) if cls is None else type_change(cls, type(v))}"
     return [Check(f"type({{v}}) is {em.bind_weak(expected)}()", why)]
 
 
@@ -669,6 +669,15 @@ def _tname(t: type) -> str:
     if module.startswith("torch"):
         return f"torch.{'nn.' if module.startswith('torch.nn') else ''}{t.__name__}"
     return t.__qualname__
+
+
+def type_change(old: type, new: type) -> str:
+    """'from A to B'; two classes of one name (torch.nn.utils.parametrize makes a ParametrizedConv1d per
+    module, a class made in a function per call) are told apart by where they live."""
+    before, after = _tname(old), _tname(new)
+    if before == after:
+        return f"from {before} (class at {id(old):#x}) to another class of the same name (at {id(new):#x})"
+    return f"from {before} to {after}"
 
 
 def _short(obj: Any) -> str:
