@@ -11,6 +11,8 @@ kind, which the boundary extension can check in one call, is in kiln.capture.gua
 """
 from __future__ import annotations
 
+import enum
+import itertools
 import math
 import re
 import sys
@@ -277,13 +279,13 @@ def guard_kind(fn: GuardKindFn) -> GuardKindFn:
 def check_type(expected: type, name: str, em: Emitter) -> list[Check]:
     if not held_weakly(expected):
         return [Check(f"type({{v}}) is {em.bind(expected)}",
-                      lambda v: f"{name} changed type from {_tname(expected)} to {_tname(type(v))}")]
+                      lambda v: f"{name} changed type {type_change(expected, type(v))}")]
     # a class made by a call (identity.held_weakly): `type(v)` is never None, a dead reference's
     ref = weakref.ref(expected)
 
     def why(v: Any) -> str:
         cls = ref()
-        return f"{name} changed type from {'a class freed since' if cls is None else _tname(cls)} to {_tname(type(v))}"
+        return f"{name} changed type {'from a class freed since to ' + _tname(type(v)) if cls is None else type_change(cls, type(v))}"
     return [Check(f"type({{v}}) is {em.bind_weak(expected)}()", why)]
 
 
@@ -668,6 +670,15 @@ def _tname(t: type) -> str:
     return t.__qualname__
 
 
+def type_change(old: type, new: type) -> str:
+    """'from A to B'; two classes of one name (torch.nn.utils.parametrize makes a ParametrizedConv1d per
+    module, a class made in a function per call) are told apart by where they live."""
+    before, after = _tname(old), _tname(new)
+    if before == after:
+        return f"from {before} (class at {id(old):#x}) to another class of the same name (at {id(new):#x})"
+    return f"from {before} to {after}"
+
+
 def _short(obj: Any) -> str:
     if isinstance(obj, torch.Tensor):
         return f"a tensor of shape {tuple(obj.shape)}"
@@ -675,8 +686,43 @@ def _short(obj: Any) -> str:
         return f"<{type(obj).__name__} at {id(obj):#x}>"
     if callable(obj) and hasattr(obj, "__qualname__"):
         return f"<{type(obj).__name__} {obj.__qualname__}>"
-    text = repr(obj)
+    text = _plain_repr(obj, 2)
     return text if len(text) < 60 else text[:57] + "..."
+
+
+def _plain_repr(obj: Any, depth: int) -> str:
+    """repr without running the program's code: a recompile message is written during a guard check, before
+    the call runs, and a class's Python __repr__ may have side effects or raise (a dataclass that
+    copy.deepcopy has made but not yet filled has no fields: its __repr__ raised AttributeError out of the
+    compiled call). Containers show their first items the same way; a class with a Python __repr__ shows
+    its name."""
+    kind = type(obj)
+    python_repr = isinstance(getattr(kind, "__repr__", None), types.FunctionType)
+    base = next((b for b in (dict, tuple, list, set, frozenset) if isinstance(obj, b)), None)
+    if base is tuple and hasattr(kind, "_fields"):  # a namedtuple: its class name, then its items
+        return kind.__qualname__ + _plain_repr(tuple(obj), depth)
+    if base is not None and not python_repr:
+        kind, size = base, base.__len__(obj)  # the base's own methods: a subclass's Python ones are not run
+        if depth == 0:
+            return f"<{kind.__name__} of {size}>"
+        items = list(itertools.islice(dict.items(obj) if kind is dict else kind.__iter__(obj), 6))
+        parts = [f"{_plain_repr(k, depth - 1)}: {_plain_repr(v, depth - 1)}" for k, v in items] if kind is dict \
+            else [_plain_repr(v, depth - 1) for v in items]
+        more = ", ..." if size > len(items) else ""
+        inner = ", ".join(parts) + more
+        if kind is dict:
+            return "{" + inner + "}"
+        if kind is tuple:
+            return f"({inner}{',' if size == 1 else ''})"
+        return f"[{inner}]" if kind is list else f"{kind.__name__}({{{inner}}})"
+    if isinstance(obj, enum.Enum):
+        return f"{kind.__qualname__}.{obj.name}"
+    if not python_repr:
+        try:
+            return repr(obj)  # a repr in C: ints, strings, torch.dtype, object's own <C object at ...>
+        except Exception:  # noqa: BLE001 -- a C repr of a half-made object; the message must not raise
+            pass
+    return f"<{_tname(kind)} object at {id(obj):#x}>"
 
 
 def describe_expected(expected: Any) -> str:

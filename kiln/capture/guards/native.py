@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import torch
 
 from kiln import config, log
-from kiln.capture.guards.kinds import Check, Emitter, Guard, TensorSpec, _tname, guard_kind
+from kiln.capture.guards.kinds import Check, Emitter, Guard, TensorSpec, _tname, guard_kind, type_change
 from kiln.symbolic.marks import DYNAMIC_ATTR, marked_dynamic
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def _tensor_checks(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
     """The checks of a tensor's metadata, in Python."""
     checks = [
         Check(f"type({{v}}) is {em.bind(spec.type)}",
-              lambda v: f"{name} changed type from {_tname(spec.type)} to {_tname(type(v))}"),
+              lambda v: f"{name} changed type {type_change(spec.type, type(v))}"),
         Check(f"{{v}}.dtype is {em.bind(spec.dtype)}", lambda v: f"{name}.dtype changed from {spec.dtype} to {v.dtype}"),
         Check(_device_code(spec.device, em), lambda v: f"{name}.device changed from {spec.device} to {v.device}"),
         Check(f"{{v}}.requires_grad is {spec.requires_grad}",
