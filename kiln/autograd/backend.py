@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import operator
 import traceback
 from typing import Any, Callable, Sequence
 
@@ -158,8 +159,10 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         forward.gm.meta[MODULE_STATE] = tuple(_module_state(gm, inputs))
         # run with grad off where autograd could record: grad on and an input requiring grad
         # (no_grad inside the function around modules whose parameters require grad)
-        return AotRuntime(forward=fw_compiler(forward.gm, list(inputs.values)),
-                          grad_mode=False if ambient and any_requires_grad else None, **common)
+        runtime = AotRuntime(forward=fw_compiler(forward.gm, list(inputs.values)),
+                             grad_mode=False if ambient and any_requires_grad else None, **common)
+        runtime.gradient_facts = (0,)  # no backward: nothing saved, no input given a gradient
+        return runtime
     try:
         joint = trace_joint(gm, inputs, forward, table)
     except RuntimeError as exc:
@@ -197,8 +200,39 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         output_versions=_forward_versions(forward.meta),
         grads_with_history=joint.grads_with_history)
     function = with_missing_derivatives(function, joint.no_derivative)
-    return AotRuntime(forward=compiled_fw, function=function, report=report, grad_mode=None if ambient else True,
-                      **common)
+    runtime = AotRuntime(forward=compiled_fw, function=function, report=report, grad_mode=None if ambient else True,
+                         **common)
+    runtime.gradient_facts = gradient_facts(parts)
+    return runtime
+
+
+def gradient_facts(parts: Partition) -> tuple[int, ...]:
+    """What a graph-level cond needs to know of its compiled branch (kiln.runtime.pieces): 1 if the
+    forward saves for the backward a tensor sharing storage with one of its outputs (an in-place
+    update of the result would make autograd refuse the backward), else 0; then the positions of
+    the inputs the backward gives a gradient (the others get None from the compiled Function)."""
+    (grads,) = [n.args[0] for n in parts.backward.graph.nodes if n.op == "output"]
+    (outs,) = [n.args[0] for n in parts.forward.graph.nodes if n.op == "output"]
+    results = {_storage_root(o) for o in outs[:parts.num_forward_outputs] if isinstance(o, fx.Node)}
+    saved = outs[parts.num_forward_outputs:parts.num_forward_outputs + len(parts.saved_tensors)]
+    saves = any(isinstance(s, fx.Node) and _storage_root(s) in results for s in saved)
+    return (int(saves), *(k for k, g in enumerate(grads) if g is not None))
+
+
+def _storage_root(node: fx.Node) -> fx.Node:
+    """The node whose storage `node` shares through a chain of views (an op whose result aliases its
+    first argument, or an element of one's list of views); itself where it makes its own."""
+    while node.op == "call_function" and node.args and isinstance(node.args[0], fx.Node):
+        op = node.target
+        if op is operator.getitem:
+            source = node.args[0]
+            op = source.target
+            if not isinstance(op, torch._ops.OpOverload) or not any(r.alias_info for r in op._schema.returns):
+                return source  # one result of a multi-result op: its results share one root
+        elif not isinstance(op, torch._ops.OpOverload) or not any(r.alias_info for r in op._schema.returns):
+            return node
+        node = node.args[0]
+    return node
 
 
 def prepare(compiler: Compiler, gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[[], Any]:

@@ -20,7 +20,8 @@ import torch.fx
 from torch.fx.passes.split_module import split_module
 
 from kiln.fake import mode_of
-from kiln.runtime.pieces import CompiledPiece, compile_pieces, persistable, run_and_compile, run_cond, run_while
+from kiln.runtime.pieces import (CompiledPiece, compile_pieces, gradient_facts, persistable, run_and_compile, run_cond,
+                                 run_while)
 
 _COND = torch.ops.higher_order.cond
 _WHILE = torch.ops.higher_order.while_loop
@@ -81,7 +82,8 @@ def compile_conds(gm: torch.fx.GraphModule, examples: Sequence[Any],
 def _compile_cond_piece(piece: torch.fx.GraphModule, args: Sequence[Any],
                         compiler: Callable[[torch.fx.GraphModule, list], Callable[..., Any]]) -> Any:
     """Trace the piece on fakes (the true branch gives the results' metadata: both agree), then
-    compile each branch and make the cond node call run_cond."""
+    compile each branch and make the cond node call run_cond (run_while), given each compiled
+    graph's gradient facts: which operands its backward reaches, whether it saves a result."""
     node = next(n for n in piece.graph.nodes if n.op == "call_function" and n.target in _CONTROL)
     tracing = _OnFakes(piece)
     outputs = tracing.run(*args)
@@ -90,13 +92,30 @@ def _compile_cond_piece(piece: torch.fx.GraphModule, args: Sequence[Any],
         graphs, operands = found[1:3], list(found[3])
     else:  # cond_fn's one result made a tuple, as compiled graphs return
         graphs, operands = (_returning_tuple(found[0]), found[1]), [*found[2], *found[3]]
+    facts = []
     for getter, graph in zip(_getters(node), graphs):
         compiled = compile_conds(graph, operands, compiler) if has_cond(graph) else compiler(graph, list(operands))
+        facts.append(gradient_facts(compiled))
         delattr(piece, str(getter.target))
         setattr(piece, str(getter.target), CompiledPiece(compiled, str(getter.target)))
     node.target = run_cond if node.target is _COND else run_while
+    # which operands need eager's zeros, which results a copy
+    node.args = (*node.args, (*facts, tuple(k for k in range(len(operands)) if any(_reads(g, k) for g in graphs))))
     piece.recompile()
     return outputs
+
+
+def _reads(graph: torch.fx.GraphModule, k: int) -> bool:
+    """Whether `graph` reads its `k`-th input's values (more than its sizes): an operand that no
+    branch reads is not one of eager's cond (capture drops it), whose gradient stays None."""
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    return k < len(placeholders) and any(not _size_query(user) for user in placeholders[k].users)
+
+
+def _size_query(node: torch.fx.Node) -> bool:
+    return node.op == "call_method" and node.target in ("size", "dim", "numel", "stride") or \
+        node.op == "call_function" and node.target in (torch.ops.aten.sym_size.int, torch.ops.aten.sym_numel.default) \
+        or node.op == "call_function" and node.target is getattr and node.args[1:] in (("shape",), ("ndim",))
 
 
 class _OnFakes(torch.fx.Interpreter):
@@ -110,11 +129,24 @@ class _OnFakes(torch.fx.Interpreter):
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         if target is _COND:
             self.found.append(args)
-            return tuple(_OnFakes(args[1]).run(*args[3]))
+            return _as_results(tuple(_OnFakes(args[1]).run(*args[3])), args[1:3], list(args[3]))
         if target is _WHILE:  # the body's results: the carried values' metadata
             self.found.append(args)
-            return tuple(_OnFakes(args[1]).run(*args[2], *args[3]))
+            operands = [*args[2], *args[3]]
+            return _as_results(tuple(_OnFakes(args[1]).run(*operands)), args[0:2], operands)
         return super().call_function(target, args, kwargs)
+
+
+def _as_results(values: tuple, graphs: Sequence[torch.fx.GraphModule], operands: list[Any]) -> tuple:
+    """A cond's (while_loop's) fake results as run_cond gives them: with grad on and an operand that
+    a graph reads requiring grad, every floating result requires grad, whatever the true branch (the
+    body) gives (the pieces after it are compiled for results that do, not leaves)."""
+    if not torch.is_grad_enabled() or not any(
+            isinstance(t, torch.Tensor) and t.requires_grad and any(_reads(g, k) for g in graphs)
+            for k, t in enumerate(operands)):
+        return values
+    return tuple(v.detach().requires_grad_().clone() if isinstance(v, torch.Tensor) and not v.requires_grad
+                 and (v.is_floating_point() or v.is_complex()) else v for v in values)
 
 
 def _returning_tuple(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

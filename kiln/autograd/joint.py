@@ -21,6 +21,7 @@ from torch.utils._pytree import TreeSpec, tree_flatten
 from kiln.autograd.checkpoint import run_user_graph
 from kiln.autograd.functionalize import FunctionalMeta, FunctionalSession
 from kiln.autograd.tracer import AtenTracer, graph_module, is_symbolic
+from kiln.errors import Unsupported
 from kiln.fake.composites import python_dispatcher
 from kiln.fake.mode import caller_saved_tensor_hooks_suspended
 
@@ -195,6 +196,12 @@ def trace_forward(gm: fx.GraphModule, inputs: TraceInputs, decompositions: dict,
     try:
         return _trace_forward(gm, inputs, decompositions, grad=grad, cloned=frozenset())
     except RuntimeError as exc:
+        if _FROZEN_STORAGE in str(exc):
+            # functionalization refuses an in-place update of a tensor that set_ gave another
+            # storage or layout (`y.set_(z); y.add_(1)`): eager runs it
+            raise Unsupported("an in-place update of a tensor after set_ gave it another storage or layout",
+                              kind="unsupported_call", hint="update the tensor set_ took its storage from, "
+                              "or make the new tensor with a view op instead of set_") from exc
         if "leaf Variable that requires grad" not in str(exc):
             raise
     # An input that requires grad is mutated in place (a non-leaf in the caller's program): find
@@ -202,6 +209,9 @@ def trace_forward(gm: fx.GraphModule, inputs: TraceInputs, decompositions: dict,
     plain = _trace_forward(gm, inputs, decompositions, grad=False, cloned=frozenset())
     cloned = frozenset(i for i in plain.meta.mutated_inputs if inputs.values[i].requires_grad)
     return _trace_forward(gm, inputs, decompositions, grad=grad, cloned=cloned)
+
+
+_FROZEN_STORAGE = "cannot mutate tensors with frozen storage"  # functionalization's refusal after set_
 
 
 def _trace_forward(gm: fx.GraphModule, inputs: TraceInputs, decompositions: dict, *, grad: bool,

@@ -461,6 +461,11 @@ class AotRuntime:
     What each call needs from them (lifted attribute getters, the mutation count, whether the graph's
     outputs are the user outputs as they are) is worked out here once, not per call."""
 
+    # set where compiled (kiln.autograd.backend.gradient_facts), read by a graph-level cond about its
+    # branch (kiln.runtime.pieces.gradient_facts): whether the forward saves a result for the
+    # backward, and which inputs the backward gives a gradient; None: not known (a rebuilt graph)
+    gradient_facts: tuple[int, ...] | None = None
+
     def __init__(self, *, root: torch.nn.Module | None, lifted: tuple[str, ...], meta: Any,
                  out_spec: pytree.TreeSpec, binding: dict, forward: Callable,
                  function: type[torch.autograd.Function] | None = None, report: Any = None,

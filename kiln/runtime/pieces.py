@@ -84,58 +84,98 @@ def run_and_compile(compiler: Callable[[torch.fx.GraphModule, list], Any]) -> Ca
     return compile_piece
 
 
-def run_cond(pred: Any, true_fn: Callable[..., Any], false_fn: Callable[..., Any], operands: Sequence[Any]) -> Any:
-    """A graph-level cond at run time: one compiled branch, picked by the predicate's value."""
-    results = (true_fn if bool(pred) else false_fn)(*operands)
-    return _with_zero_gradients(results, operands)
+def run_cond(pred: Any, true_fn: Callable[..., Any], false_fn: Callable[..., Any], operands: Sequence[Any],
+             facts: tuple = ()) -> Any:
+    """A graph-level cond at run time: one compiled branch, picked by the predicate's value.
+    `facts`: each branch's gradient facts (`gradient_facts`), then the positions of the operands
+    either branch reads; () where unknown (a split stored before them)."""
+    taken = bool(pred)
+    results = (true_fn if taken else false_fn)(*operands)
+    if not facts:
+        return _with_zero_gradients(results, operands, (), None)
+    return _with_zero_gradients(results, operands, facts[1 - taken], facts[2])
 
 
 def run_while(cond_fn: Callable[..., Any], body_fn: Callable[..., Any], carried: Sequence[Any],
-              additional: Sequence[Any]) -> Any:
+              additional: Sequence[Any], facts: tuple = ()) -> Any:
     """A graph-level while_loop at run time: the compiled body until the compiled predicate is
-    false; with no iteration, copies of the carried values (as eager's while_loop returns)."""
+    false; with no iteration, copies of the carried values (as eager's while_loop returns). Every
+    operand requiring grad gets zeros beside the body's gradients (an iteration's results that
+    carry no gradient cut the chain to the earlier ones: which operands the body reaches on its
+    first call does not say which the backward reaches); the results are copied only where the
+    body saves one for its backward (`facts`: the cond_fn's and the body's gradient facts)."""
     values = tuple(carried)
     ran = False
     while bool(cond_fn(*values, *additional)[0]):
         values = tuple(body_fn(*values, *additional))
         ran = True
-    return _with_zero_gradients(values if ran else tuple(v.clone() for v in values), (*carried, *additional))
+    body = facts[1] if facts else ()
+    if not ran:  # fresh copies: nothing else holds them
+        values, body = tuple(v.clone() for v in values), (0,)
+    return _with_zero_gradients(values, (*carried, *additional), body[:1], facts[2] if facts else None)
 
 
-def _with_zero_gradients(results: Any, operands: Sequence[Any]) -> Any:
+def gradient_facts(compiled: Any) -> tuple[int, ...]:
+    """What a compiled branch's backward does, known when it is compiled (AotRuntime's
+    `gradient_facts`): (1 if its forward saves for the backward a tensor sharing storage with one
+    of its results, else 0; then the positions of the inputs its backward gives a gradient). ()
+    where unknown (a branch holding a cond, a graph run op by op): every operand requiring grad
+    gets zeros and the results are copied."""
+    facts = getattr(compiled, "gradient_facts", None)
+    return tuple(int(k) for k in facts) if isinstance(facts, tuple) and facts else ()
+
+
+def _with_zero_gradients(results: Any, operands: Sequence[Any], facts: tuple, read: tuple | None) -> Any:
     """The results of a cond or while_loop as eager's autograd op gives them: with grad on and an
-    operand requiring grad, every floating result requires grad, and each operand requiring grad gets
-    a gradient, zeros where the branch taken (a closure read only by the other branch, or only by the
-    loop's predicate, or detached) carries none. A compiled branch is an autograd function of its
-    own, linked only to what it reads."""
+    operand requiring grad that a branch reads (`read`: their positions; None, every operand), every
+    floating result requires grad, and each such operand gets a gradient, zeros where the branch
+    taken carries none (a closure read only by the other branch, or only by the loop's predicate,
+    or detached); an operand no branch reads is not one of eager's op (capture drops it): it gets
+    none. A compiled branch is an autograd function of its own, linked only to what it reads: the
+    operands it gives a gradient (`facts[1:]`, known when it is compiled) need nothing more; the
+    others are tied to every floating result, whichever the backward starts from. A result is copied only where the branch saved it (or a view of it) for
+    its backward (`facts[0]`): eager's op saves none, so an in-place update of the result must not
+    reach the branch's saved tensor (autograd would refuse the backward)."""
     if not torch.is_grad_enabled():
         return results
-    wanted = [t for t in operands if isinstance(t, torch.Tensor) and t.requires_grad]
+    wanted = [t for k, t in enumerate(operands)
+              if isinstance(t, torch.Tensor) and t.requires_grad and (read is None or k in read)]
     if not wanted:
         return results
+    if facts:
+        copy = bool(facts[0])
+        reached = {id(operands[k]) for k in facts[1:] if k < len(operands)}
+        zeros = [t for t in wanted if id(t) not in reached]
+    else:
+        copy, zeros = True, wanted
+    positions = [k for k, out in enumerate(results)
+                 if isinstance(out, torch.Tensor) and (out.is_floating_point() or out.is_complex())]
+    if not positions or not copy and not zeros and all(results[k].requires_grad for k in positions):
+        return results
     tied = list(results)
-    first = True
-    for k, out in enumerate(tied):
-        if isinstance(out, torch.Tensor) and (out.is_floating_point() or out.is_complex()):
-            if first or not out.requires_grad:
-                tied[k] = _ZeroGradients.apply(out, *(wanted if first else ()))
-                first = False
+    outs = _ZeroGradients.apply(copy, len(positions), *(results[k] for k in positions), *zeros)
+    for k, out in zip(positions, outs):
+        tied[k] = out
     return type(results)(tied) if isinstance(results, tuple) else tied
 
 
 class _ZeroGradients(torch.autograd.Function):
-    """A copy of `out` whose backward passes out's gradient on and gives each of `operands` zeros:
-    added to whatever the branch gives them, the gradient eager's cond gives (a copy, not `out`
-    itself: a Function's input returned as is becomes a view that refuses an in-place update)."""
+    """The first `count` tensors given (a branch's floating results) passed through, each
+    gradient passed back to its result, and zeros for the rest (operands the branch does not reach):
+    added to whatever the branch gives them, the gradient eager's cond gives. Each result leaves as
+    a copy where `copy` (the branch saved it for its backward), else detached: a Function's input
+    returned as is becomes a view that refuses an in-place update, a detached alias does not (it
+    shares the result's storage and version counter, as the branch's own result would)."""
 
     @staticmethod
-    def forward(ctx: Any, out: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor:
-        ctx.layouts = [(t.shape, t.dtype, t.device) for t in operands]
-        return out.clone()
+    def forward(ctx: Any, copy: bool, count: int, *tensors: torch.Tensor) -> Any:
+        ctx.layouts = [(t.shape, t.dtype, t.device) for t in tensors[count:]]
+        return tuple(t.clone() if copy else t.detach() for t in tensors[:count])
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        return (grad, *(torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.layouts))
+    def backward(ctx: Any, *grads: torch.Tensor) -> Any:
+        return (None, None, *grads,
+                *(torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.layouts))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -306,13 +346,24 @@ def _call_ok(node: SplitNode, nodes: Sequence[SplitNode]) -> bool:
 
     if node.target == "getitem":
         return len(args) == 2 and value(args[0]) and type(args[1]) is int
+    # a fifth argument: the two graphs' gradient facts and the operands they read (absent in a
+    # split stored before them)
+    facts_ok = len(args) == 4 or len(args) == 5 and _facts_ok(args[4])
     if node.target == "cond":
-        return len(args) == 4 and value(args[0]) and getter(args[1]) and getter(args[2]) \
+        return facts_ok and value(args[0]) and getter(args[1]) and getter(args[2]) \
             and _flat_uses(args[3]) and not any(getter(a) for a in args[3])
     if node.target == "while_loop":
-        return len(args) == 4 and getter(args[0]) and getter(args[1]) and all(
-            _flat_uses(a) and not any(getter(u) for u in a) for a in args[2:])
+        return facts_ok and getter(args[0]) and getter(args[1]) and all(
+            _flat_uses(a) and not any(getter(u) for u in a) for a in args[2:4])
     return False
+
+
+def _facts_ok(facts: Any) -> bool:
+    """Two tuples of gradient facts (`gradient_facts`: each empty, or a 0/1 flag then input
+    positions), then the positions of the operands either graph reads."""
+    return type(facts) is tuple and len(facts) == 3 and all(
+        type(f) is tuple and all(type(k) is int and k >= 0 for k in f) for f in facts) and all(
+        not f or f[0] in (0, 1) for f in facts[:2])
 
 
 @loader("split")

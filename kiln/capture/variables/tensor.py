@@ -286,6 +286,16 @@ class TensorVariable(Variable):
             return ConstantVariable(self.example.type())
         if name in ("__setitem__",):
             return tx.call_op("call_function", operator.setitem, [self, *args], {})
+        if name == "set_" and torch.is_grad_enabled() and any(
+                isinstance(t, TensorVariable) and t.example.requires_grad for t in (self, *args)):
+            raise Unsupported("Tensor.set_ on a tensor that requires grad, with grad on: eager's set_ has no "
+                              "derivative (its result's backward raises) and bumps the version counter",
+                              kind="unsupported_call", hint="call set_ under torch.no_grad(), or on a detached tensor")
+        if name == "set_" and len(args) == 1 and not kwargs and _set_to_itself(self, args[0]):
+            # `t.set_(t)` changes nothing but the version counter, which eager bumps; functionalization
+            # freezes a tensor given a storage by set_ (a later in-place update failed): in the graph it
+            # is the one in-place op that writes t's own values again
+            return tx.call_op("call_method", "copy_", [self, self], {})
         rewritten = scalar_tensor_rewrite(tx, name, self, args, kwargs)
         if rewritten is not None:
             return rewritten
@@ -313,6 +323,17 @@ def _requires_grad_unchanged(t: TensorVariable, args: Sequence[Variable], kwargs
     if flag is not None and not flag.is_constant():
         return False
     return bool(True if flag is None else flag.as_constant()) == t.example.requires_grad
+
+
+def _set_to_itself(t: TensorVariable, source: Variable) -> bool:
+    """Whether `t.set_(source)` gives t what it has: source is t, or an alias of it (`t.detach()`)
+    with its dtype, sizes, strides and offset."""
+    if not isinstance(source, TensorVariable):
+        return False
+    own, src = t.example, source.example
+    return src is own or (bool(torch._C._is_alias_of(src, own))  # type: ignore[attr-defined]  # not in the stubs
+                          and src.dtype == own.dtype and src.shape == own.shape and src.stride() == own.stride()
+                          and src.storage_offset() == own.storage_offset())
 
 
 # The ops whose `alpha` / `value` is a Scalar in the schema: a tensor given there is read with .item()
