@@ -608,7 +608,7 @@ def _copysign(v: Op, a: Sequence[str]) -> str:
     return f"std::copysign({a[0]}, {a[1]})"
 
 
-def _calls_math(u: Value) -> bool:
+def calls_math(u: Value) -> bool:
     """Whether `u` renders as a call to one of the prelude's vector math functions."""
     return isinstance(u, Op) and bool(set(re.findall(r"kiln_(\w+)\(", RENDER[u.name](u, ["a"] * len(u.args))))
                                       & _MATH_NAMES)
@@ -616,7 +616,7 @@ def _calls_math(u: Value) -> bool:
 
 @renders("where")
 def _where(v: Op, a: Sequence[str]) -> str:
-    if v.dtype in (torch.float32, torch.float64) and any(_calls_math(u) for arm in v.args[1:] for u in walk(arm)):
+    if v.dtype in (torch.float32, torch.float64) and any(calls_math(u) for arm in v.args[1:] for u in walk(arm)):
         bits = "uint32_t" if v.dtype == torch.float32 else "uint64_t"
         return f"kiln_blend<{CTYPE[v.dtype]}, {bits}>({a[0]}, {a[1]}, {a[2]})"  # the prelude says why
     return f"({a[0]} ? {a[1]} : {a[2]})"
