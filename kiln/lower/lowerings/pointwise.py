@@ -224,6 +224,10 @@ for _overload, _name in LOGICAL.items():
     register(_overload)(_logical_rule(_name))
 
 
+_POW_BY_OPS = {3: lambda x: ops.op("mul", ops.op("mul", x, x), x), -1: lambda x: ops.op("reciprocal", x),
+               -2: lambda x: ops.op("reciprocal", ops.op("mul", x, x)), -0.5: lambda x: ops.op("rsqrt", x)}
+
+
 @register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
 def pow_(ctx: LoweringContext, a: Any, b: Any) -> TensorValue:
     if isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, TensorValue):
@@ -233,6 +237,10 @@ def pow_(ctx: LoweringContext, a: Any, b: Any) -> TensorValue:
             return pointwise(ctx, [a], lambda x: ops.op("mul", x, x))
         if b == 0.5 and ctx.out_dtype().is_floating_point:
             return pointwise(ctx, [a], lambda x: ops.op("sqrt", x))
+        # eager's other exponents without a pow call (float32/64; x ** 3 in GELU-tanh): as exact as
+        # eager's, and a libm powf call per element, slow on a negative base, is gone
+        if a.dtype in (torch.float32, torch.float64) and b in _POW_BY_OPS:
+            return pointwise(ctx, [a], _POW_BY_OPS[b])
     return pointwise(ctx, [a, b], ops.binary("pow"), round_scalars=True)
 
 
