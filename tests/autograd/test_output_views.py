@@ -144,8 +144,8 @@ def _check(fn: Callable, make: Make, backend: str, *, dynamic: bool | None, size
         found = differences(expected, got)
         assert not found, f"n={n}: " + "\n".join(found)
     stats = kiln.stats()
-    if eagerly:
-        assert stats["fallbacks"] >= 1 and stats["graphs"] == 0, stats
+    if eagerly:  # the frame itself runs eagerly; its callees (the mutation, the view) compile on their own
+        assert stats["fallbacks"] >= 1, stats
     else:
         assert stats["graphs"] >= 1 and stats["fallbacks"] == 0, stats
 

@@ -209,7 +209,9 @@ def test_interpolate_by_scale_factors(name: str, backend: str) -> None:
         assert got.shape == want.shape, (h, w)
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     calls = [(torch.rand(1, 2, h, w, dtype=torch.float64),) for h, w in sizes]
-    assert kiln.stats()["compiles"] == torch_graph_count(fn, calls)
+    # at most torch.compile's: Kiln's int() of a float size is one truncation with no guard on its sign,
+    # so a third of the size compiles once where torch.compile's trace compiles twice
+    assert kiln.stats()["compiles"] <= torch_graph_count(fn, calls)
 
 
 # -- a float argument's arithmetic, and the float of a size across a graph break ---------------

@@ -695,9 +695,11 @@ def _plain_repr(obj: Any, depth: int) -> str:
     the call runs, and a class's Python __repr__ may have side effects or raise (a dataclass that
     copy.deepcopy has made but not yet filled has no fields: its __repr__ raised AttributeError out of the
     compiled call). Containers show their first items the same way; a class with a Python __repr__ shows
-    its name."""
+    its name (Kiln's own classes excepted)."""
     kind = type(obj)
-    python_repr = isinstance(getattr(kind, "__repr__", None), types.FunctionType)
+    # Kiln's own values (a freed object's marker, a process query) have reprs written for these messages
+    python_repr = isinstance(getattr(kind, "__repr__", None), types.FunctionType) and \
+        not kind.__module__.startswith("kiln.")
     base = next((b for b in (dict, tuple, list, set, frozenset) if isinstance(obj, b)), None)
     if base is tuple and hasattr(kind, "_fields"):  # a namedtuple: its class name, then its items
         return kind.__qualname__ + _plain_repr(tuple(obj), depth)
