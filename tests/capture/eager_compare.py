@@ -70,3 +70,20 @@ def dynamo_graphs(fn: Callable[..., Any], call: Callable[[Callable[..., Any]], A
     torch._dynamo.reset()
     call(torch.compile(fn, backend=counter))
     return counter.frame_count
+
+
+def grads_match_eager(fn: Callable[..., Any], backend: str, *args: Any) -> None:
+    """kiln.compile(fn, fullgraph=True) and fn on copies of `args` (tensors requiring grad): the
+    gradients of the sum of squares of their outputs (a tensor or a tuple of them) agree."""
+    import torch
+
+    copies = [a.detach().clone().requires_grad_() for a in args]
+
+    def flat(out: Any) -> list:
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    got = flat(kiln.compile(fn, backend=backend, fullgraph=True)(*args))
+    sum(o.square().sum() for o in got).backward()
+    sum(o.square().sum() for o in flat(fn(*copies))).backward()
+    for a, c in zip(args, copies):
+        torch.testing.assert_close(a.grad, c.grad)

@@ -12,6 +12,7 @@ import torch.nn as nn
 from torch.func import functional_call
 
 import kiln
+from eager_compare import grads_match_eager
 
 BACKENDS = ["inductor", "aot_eager", "eager"]
 
@@ -55,10 +56,6 @@ def _args(requires_grad=False):
     return torch.randn(4, 3, requires_grad=requires_grad), torch.randn(3, requires_grad=requires_grad)
 
 
-def _flat(out):
-    return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fn", FUNCS, ids=lambda f: f.__name__)
 def test_one_graph_eager_values(fn, backend):
@@ -74,13 +71,7 @@ def test_one_graph_eager_values(fn, backend):
                          ids=lambda f: f.__name__)
 def test_backward_through_the_gradient(fn, backend):
     kiln.reset()
-    x, w = _args(requires_grad=True)
-    x2, w2 = (t.detach().clone().requires_grad_() for t in (x, w))
-    out = _flat(kiln.compile(fn, backend=backend, fullgraph=True)(x, w))
-    sum(o.square().sum() for o in out).backward()
-    sum(o.square().sum() for o in _flat(fn(x2, w2))).backward()
-    torch.testing.assert_close(x.grad, x2.grad)
-    torch.testing.assert_close(w.grad, w2.grad)
+    grads_match_eager(fn, backend, *_args(requires_grad=True))
 
 
 def test_module_parameters_through_functional_call():

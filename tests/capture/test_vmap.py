@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 import kiln
+from eager_compare import grads_match_eager
 from kiln.backends import CountingBackend
 
 BACKENDS = ["inductor", "aot_eager", "eager"]
@@ -93,22 +94,12 @@ def test_graph_count_matches_dynamo(fn):
     assert kiln.stats()["graphs"] == counter.frame_count == 1
 
 
-def _flat(out):
-    return list(out) if isinstance(out, tuple) else [out]
-
-
 @pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
 @pytest.mark.parametrize("fn", [_closure_tensor, _in_dims_none, _out_dims_tuple, _nested, _chunked,
                                 _keyword_unbatched, _global_wrapper], ids=lambda f: f.__name__)
 def test_grads_match_eager(fn, backend):
     kiln.reset()
-    x, w = _args(requires_grad=True)
-    x2, w2 = (t.detach().clone().requires_grad_() for t in (x, w))
-    out = _flat(kiln.compile(fn, backend=backend, fullgraph=True)(x, w))
-    sum(o.square().sum() for o in out).backward()
-    sum(o.square().sum() for o in _flat(fn(x2, w2))).backward()
-    torch.testing.assert_close(x.grad, x2.grad)
-    torch.testing.assert_close(w.grad, w2.grad)
+    grads_match_eager(fn, backend, *_args(requires_grad=True))
 
 
 def test_module_mapped_with_parameter_grads():

@@ -28,6 +28,7 @@ from kiln.capture.variables.base import Variable
 from kiln.capture.variables.higher_order import _as_variable, _call_body, _flatten, _unflatten
 from kiln.capture.variables.sequence import TupleVariable
 from kiln.capture.variables.tensor import TensorVariable
+from kiln.capture.variables.vmap import FunctorchCallVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -60,25 +61,12 @@ def _break(what: str, why: str) -> Unsupported:
     return Unsupported(f"{what}: {why}", kind="higher_order")
 
 
-class GradImplVariable(Variable):
+class GradImplVariable(FunctorchCallVariable):
     """grad_impl / grad_and_value_impl: calling one traces the function once, into a subgraph."""
 
     def __init__(self, fn: Any, source: Source | None = None) -> None:
-        self.fn = fn
-        self.source = source
+        super().__init__(fn, source)
         self.name = _IMPLS[fn]
-
-    def describe(self) -> str:
-        return self.name
-
-    def python_type(self) -> type:
-        return type(self.fn)
-
-    def as_python_value(self) -> Any:
-        return self.fn
-
-    def reconstruct(self, glue: Any) -> str:
-        return self.source.name() if self.source is not None else glue.constant(self.fn)
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         try:

@@ -79,15 +79,18 @@ def _leaf_dims(tx: "Tracer", args: Sequence[Variable], in_dims: Any) -> tuple[li
     return leaves, specs, dims
 
 
-class VmapImplVariable(Variable):
-    """torch._functorch.vmap.vmap_impl: calling it traces the mapped function once, into a subgraph."""
+class FunctorchCallVariable(Variable):
+    """One of functorch's implementation functions (the call a transform's wrapper makes), fixed for
+    the process: a subclass traces the call into a subgraph (vmap here, grad in func_grad.py)."""
+
+    name = "torch.func"
 
     def __init__(self, fn: Any, source: Source | None = None) -> None:
         self.fn = fn
         self.source = source
 
     def describe(self) -> str:
-        return "torch.vmap"
+        return self.name
 
     def python_type(self) -> type:
         return type(self.fn)
@@ -97,6 +100,12 @@ class VmapImplVariable(Variable):
 
     def reconstruct(self, glue: Any) -> str:
         return self.source.name() if self.source is not None else glue.constant(self.fn)
+
+
+class VmapImplVariable(FunctorchCallVariable):
+    """torch._functorch.vmap.vmap_impl: calling it traces the mapped function once, into a subgraph."""
+
+    name = "torch.vmap"
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         try:
