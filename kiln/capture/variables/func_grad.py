@@ -16,11 +16,11 @@ eagerly. Corresponds to the functorch grad support in torch/_dynamo/variables/hi
 from __future__ import annotations
 
 import inspect
+import types
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 import torch.fx
-from torch._functorch.eager_transforms import grad_and_value_impl, grad_impl
 
 from kiln.capture.sources import Source
 from kiln.capture.variables import cond_graph
@@ -34,14 +34,14 @@ from kiln.errors import Unsupported
 if TYPE_CHECKING:
     from kiln.capture.tracer import Tracer
 
-_IMPLS = {grad_impl: "torch.func.grad", grad_and_value_impl: "torch.func.grad_and_value"}
+# functorch's implementations, known by name (Kiln does not import torch._functorch; the builder
+# guards the function's identity)
+_IMPLS = {"grad_impl": "torch.func.grad", "grad_and_value_impl": "torch.func.grad_and_value"}
 
 
 def is_grad_impl(value: Any) -> bool:
-    try:
-        return value in _IMPLS
-    except TypeError:  # unhashable
-        return False
+    return isinstance(value, types.FunctionType) and value.__module__ == "torch._functorch.eager_transforms" \
+        and value.__qualname__ in _IMPLS
 
 
 def run_grad(body: torch.fx.GraphModule, leaf_argnums: tuple[int, ...], n_leaves: int, *inputs: Any) -> tuple:
@@ -66,7 +66,7 @@ class GradImplVariable(FunctorchCallVariable):
 
     def __init__(self, fn: Any, source: Source | None = None) -> None:
         super().__init__(fn, source)
-        self.name = _IMPLS[fn]
+        self.name = _IMPLS[fn.__qualname__]
 
     def call(self, tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         try:
@@ -83,7 +83,7 @@ class GradImplVariable(FunctorchCallVariable):
         if not (keywords.is_constant() and keywords.as_constant() == {}):
             raise _break(self.name, "keyword arguments to the differentiated function; the call runs eagerly")
         return _trace_grad(tx, self.name, a["func"], argnums, bool(has_aux), positional,
-                           with_value=self.fn is grad_and_value_impl)
+                           with_value=self.fn.__qualname__ == "grad_and_value_impl")
 
 
 def _trace_grad(tx: "Tracer", what: str, fn: Variable, argnums: Any, has_aux: bool, args: list[Variable],

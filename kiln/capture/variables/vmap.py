@@ -17,11 +17,11 @@ Corresponds to the functorch vmap support in torch/_dynamo/variables/higher_orde
 from __future__ import annotations
 
 import inspect
+import types
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 import torch.fx
-from torch._functorch.vmap import vmap_impl
 
 from kiln.capture.sources import Source
 from kiln.capture.variables import cond_graph
@@ -35,7 +35,10 @@ if TYPE_CHECKING:
 
 
 def is_vmap_impl(value: Any) -> bool:
-    return value is vmap_impl
+    """functorch's vmap_impl, known by name (Kiln does not import torch._functorch; the builder guards
+    the function's identity)."""
+    return isinstance(value, types.FunctionType) and value.__module__ == "torch._functorch.vmap" \
+        and value.__qualname__ == "vmap_impl"
 
 
 def run_vmap(body: torch.fx.GraphModule, in_dims: tuple, out_dims: tuple, randomness: str,
