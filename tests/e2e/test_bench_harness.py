@@ -102,3 +102,18 @@ def test_quick_bench_run_writes_json(tmp_path) -> None:
         assert tierup["torch_from"] == "the tier-up process, after Kiln" and tierup["torch_first_call_s"] > 0
         assert results["tierup_summary"]["workloads_with_tierup"] == 1
         assert "before tier-up and time to full speed" in proc.stdout
+
+
+def test_models_summary_reports_before_tier_up_both_ways(capsys):
+    from benchmarks.models import print_table
+
+    def row(model, kiln, torch_, kiln_early, torch_early):
+        return {"model": model, "mode": "infer", "errors": {}, "kiln_speedup": kiln, "torch_speedup": torch_,
+                "kiln_early_speedup": kiln_early, "torch_early_speedup": torch_early,
+                "kiln_first_s": 1.0, "torch_first_s": 10.0}
+
+    summary = print_table([row("a", 4.0, 2.0, 2.0, 1.0), row("b", 2.0, 2.0, 1.0, 2.0)])["infer"]
+    assert math.isclose(summary["kiln_over_torch_geomean"], math.sqrt(2.0 * 1.0))
+    assert math.isclose(summary["kiln_early_over_torch_geomean"], math.sqrt(1.0 * 0.5))
+    assert math.isclose(summary["kiln_early_over_torch_early_geomean"], math.sqrt(2.0 * 0.5))
+    assert "over torch.compile's own early calls 1.00" in capsys.readouterr().out
