@@ -12,7 +12,7 @@ import torch.nn as nn
 from torch.func import functional_call
 
 import kiln
-from eager_compare import grads_match_eager
+from eager_compare import grads_match_eager, one_graph_eager_values
 
 BACKENDS = ["inductor", "aot_eager", "eager"]
 
@@ -59,11 +59,7 @@ def _args(requires_grad=False):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fn", FUNCS, ids=lambda f: f.__name__)
 def test_one_graph_eager_values(fn, backend):
-    kiln.reset()
-    x, w = _args()
-    got = kiln.compile(fn, backend=backend, fullgraph=True)(x, w)
-    torch.testing.assert_close(got, fn(x, w))
-    assert kiln.stats()["graphs"] == 1 and kiln.stats()["fallbacks"] == 0
+    one_graph_eager_values(fn, backend, *_args())
 
 
 @pytest.mark.parametrize("backend", ["inductor", "aot_eager"])

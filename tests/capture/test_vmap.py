@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 import kiln
-from eager_compare import grads_match_eager
+from eager_compare import grads_match_eager, one_graph_eager_values
 from kiln.backends import CountingBackend
 
 BACKENDS = ["inductor", "aot_eager", "eager"]
@@ -75,11 +75,7 @@ def _args(requires_grad=False):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fn", FUNCS, ids=lambda f: f.__name__)
 def test_one_graph_eager_values(fn, backend):
-    kiln.reset()
-    x, w = _args()
-    got = kiln.compile(fn, backend=backend, fullgraph=True)(x, w)
-    torch.testing.assert_close(got, fn(x, w))
-    assert kiln.stats()["graphs"] == 1 and kiln.stats()["fallbacks"] == 0
+    one_graph_eager_values(fn, backend, *_args())
 
 
 @pytest.mark.parametrize("fn", [_closure_tensor, _out_dims_tuple, _nested, _global_wrapper], ids=lambda f: f.__name__)
