@@ -12,7 +12,7 @@ import torch.nn as nn
 from torch.func import functional_call
 
 import kiln
-from eager_compare import grads_match_eager, one_graph_eager_values
+from eager_compare import dynamo_graphs, grads_match_eager, one_graph_eager_values
 
 BACKENDS = ["inductor", "aot_eager", "eager"]
 
@@ -116,3 +116,28 @@ def test_argument_passed_twice_runs_as_eager():
     x = torch.randn(3)
     got, expected = kiln.compile(f)(x), f(x)
     torch.testing.assert_close(got, expected)
+
+
+def _per_sample_grads_through_functional_call():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    params = {k: v.detach() for k, v in net.named_parameters()}
+    buffers = {k: v.detach() for k, v in net.named_buffers()}
+
+    def loss_fn(params, buffers, x, y):
+        out = functional_call(net, (params, buffers), (x.unsqueeze(0),))
+        return ((out - y) ** 2).mean()
+
+    def per_sample(params, buffers, x, y):
+        return torch.vmap(torch.func.grad(loss_fn), in_dims=(None, None, 0, 0))(params, buffers, x, y)
+
+    return per_sample, params, buffers
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_per_sample_grads_through_functional_call(backend):
+    # functional_call's swap of the module's parameters, undone inside both bodies, is no change
+    per_sample, params, buffers = _per_sample_grads_through_functional_call()
+    x, y = torch.randn(5, 3), torch.randn(5, 1)
+    one_graph_eager_values(per_sample, backend, params, buffers, x, y)
+    assert dynamo_graphs(per_sample, lambda compiled: compiled(params, buffers, x, y)) == 1

@@ -5,12 +5,14 @@ internals) and the whole frame ran eagerly: 0 graphs where torch.compile makes 1
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
 
 import kiln
-from eager_compare import grads_match_eager, one_graph_eager_values
+from eager_compare import dynamo_graphs, grads_match_eager, one_graph_eager_values
 from kiln.backends import CountingBackend
 
 BACKENDS = ["inductor", "aot_eager", "eager"]
@@ -175,3 +177,92 @@ def test_body_with_side_effect_runs_as_eager():
     x = torch.randn(3, 2)
     torch.testing.assert_close(kiln.compile(f)(x), x * 2)
     assert seen == [1]  # eager's vmap calls the body once, on the whole batch
+
+
+def _ensemble():
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2)).eval() for _ in range(3)]
+    params, buffers = torch.func.stack_module_state(models)
+    base = copy.deepcopy(models[0]).to("meta")
+
+    def ensemble(params, buffers, x):
+        def one(p, b, x):
+            return torch.func.functional_call(base, (p, b), (x,))
+        return torch.vmap(one, in_dims=(0, 0, None))(params, buffers, x)
+
+    return ensemble, params, buffers
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_model_ensemble_over_stacked_parameters(backend):
+    # functional_call swaps the module's parameters in and puts them back: no change the body leaves
+    ensemble, params, buffers = _ensemble()
+    x = torch.randn(5, 3)
+    one_graph_eager_values(ensemble, backend, params, buffers, x)
+    assert dynamo_graphs(ensemble, lambda compiled: compiled(params, buffers, x)) == 1
+
+
+class _Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 2.0
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+_scaled = _Scaled()
+_log: list = []
+
+
+def _attribute_set_and_put_back(x, w):
+    def body(row):
+        old = _scaled.scale
+        _scaled.scale = 3.0
+        out = _scaled(row) + w
+        _scaled.scale = old
+        return out
+    return torch.vmap(body)(x)
+
+
+def _list_appended_and_popped(x, w):
+    def body(row):
+        _log.append(row.sum())
+        return row * _log.pop() + w
+    return torch.vmap(body)(x)
+
+
+def _nested_put_back(x, w):
+    return torch.vmap(lambda row: _attribute_set_and_put_back(row.unsqueeze(0).expand(2, 3), w).sum(0))(x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", [_attribute_set_and_put_back, _list_appended_and_popped, _nested_put_back],
+                         ids=lambda f: f.__name__)
+def test_state_the_body_puts_back_is_one_graph(fn, backend):
+    one_graph_eager_values(fn, backend, *_args())
+    assert _scaled.scale == 2.0 and _log == []
+    assert dynamo_graphs(fn, lambda compiled: compiled(*_args())) == 1
+
+
+def test_state_the_body_leaves_changed_runs_as_eager():
+    kiln.reset()
+
+    def f(x):
+        def body(row):
+            _scaled.scale = 5.0
+            _log.append(1)
+            _log.pop()
+            return _scaled(row)
+        return torch.vmap(body)(x)
+
+    x = torch.randn(4, 3)
+    try:
+        got = kiln.compile(f)(x)
+        assert _scaled.scale == 5.0
+        _scaled.scale = 2.0
+        torch.testing.assert_close(got, f(x))
+    finally:
+        _scaled.scale = 2.0
+    assert kiln.stats()["graphs"] == 0 and _log == []

@@ -148,7 +148,7 @@ def _call_body(tx: "Tracer", what: str, fn: Variable, args: list[Variable], inpu
     rejects both for higher-order ops)."""
     tensors = [i for i in inputs if isinstance(i, TensorVariable)]
     versions = [t.example._version for t in tensors]
-    effects = len(tx.side_effects)
+    tx.side_effects.open_body()
     try:
         out = fn.call(tx, args, kwargs or {})
     except Unsupported as exc:
@@ -156,9 +156,12 @@ def _call_body(tx: "Tracer", what: str, fn: Variable, args: list[Variable], inpu
             raise  # already a reason of ours, or the body raised: the exception leaves the call as it is
         tx.state.innermost = tx
         raise _break(what, f"its body cannot be traced ({exc.reason}); the call runs eagerly") from exc
+    finally:
+        # writes the body undid itself (functional_call's swap of a module's parameters) are no change
+        unchanged = tx.side_effects.close_body()
     if any(t.example._version != v for t, v in zip(tensors, versions)):
         raise _break(what, "its body writes an input in place (eager raises)")
-    if len(tx.side_effects) != effects:
+    if not unchanged:
         raise _break(what, "its body changes state outside the function")
     for leaf in [] if aliases_ok else _flatten(tx, out)[0]:
         if isinstance(leaf, TensorVariable) and any(_is_alias_of(leaf.example, t.example) for t in tensors):
