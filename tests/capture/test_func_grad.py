@@ -141,3 +141,49 @@ def test_per_sample_grads_through_functional_call(backend):
     x, y = torch.randn(5, 3), torch.randn(5, 1)
     one_graph_eager_values(per_sample, backend, params, buffers, x, y)
     assert dynamo_graphs(per_sample, lambda compiled: compiled(params, buffers, x, y)) == 1
+
+
+def _jacrev(x, w):
+    return torch.func.jacrev(lambda a: (a * w).sin())(x[0] * 2)
+
+
+def _jacfwd_argnums(x, w):
+    return torch.func.jacfwd(lambda a, b: (a * b).cos(), argnums=(0, 1))(x[1], w)
+
+
+def _hessian(x, w):
+    return torch.func.hessian(lambda a: (a * w).sin().sum())(x[0]) + 1
+
+
+def _vjp(x, w):
+    out, pullback = torch.func.vjp(lambda a: (a * w).sin(), x)
+    return out, pullback(torch.ones_like(out))[0]
+
+
+def _jvp(x, w):
+    return torch.func.jvp(lambda a: (a * w).sin(), (x,), (torch.ones_like(x),))
+
+
+def _linearize(x, w):
+    out, push = torch.func.linearize(lambda a: (a * w).exp(), x)
+    return out, push(torch.ones_like(x)), push(x)
+
+
+_jacobian_made_at_import = torch.func.jacrev(lambda a: a.tanh() * 3)
+
+
+def _transform_made_at_import(x, w):
+    return _jacobian_made_at_import(x[0] + w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", [_jacrev, _jacfwd_argnums, _hessian, _vjp, _jvp, _linearize, _transform_made_at_import],
+                         ids=lambda f: f.__name__)
+def test_other_transforms_run_natively_with_eager_values(fn, backend):
+    # jacrev, jacfwd, hessian, vjp, jvp, linearize run at a graph break, the code around them compiled
+    # (torch.compile traces all but linearize into one graph): no fallback of the frame. Inlined, jvp
+    # and linearize raised where eager returns, the others made the whole frame run eagerly.
+    kiln.reset()
+    x, w = _args()
+    torch.testing.assert_close(kiln.compile(fn, backend=backend)(x, w), fn(x, w))
+    assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["graphs"] >= 1
