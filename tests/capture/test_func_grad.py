@@ -187,3 +187,76 @@ def test_other_transforms_run_natively_with_eager_values(fn, backend):
     x, w = _args()
     torch.testing.assert_close(kiln.compile(fn, backend=backend)(x, w), fn(x, w))
     assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["graphs"] >= 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "enable_grad_in_no_grad"])
+def test_under_an_outer_grad_mode(mode, backend):
+    def f(x, w):
+        def differentiated():
+            return torch.func.grad(lambda a: (a * w).sin().sum())(x) * 2
+        if mode == "no_grad":
+            with torch.no_grad():
+                return differentiated()
+        if mode == "inference_mode":
+            with torch.inference_mode():
+                return differentiated()
+        with torch.no_grad(), torch.enable_grad():
+            return differentiated()
+
+    kiln.reset()
+    x, w = _args(requires_grad=True)
+    # an inference tensor leaving the frame: the block runs at a break, as for any op
+    got, want = kiln.compile(f, backend=backend, fullgraph=mode != "inference_mode")(x, w), f(x, w)
+    torch.testing.assert_close(got, want)
+    assert got.requires_grad == want.requires_grad and got.is_inference() == want.is_inference()
+    assert mode == "inference_mode" or kiln.stats()["graphs"] == 1 and kiln.stats()["fallbacks"] == 0
+
+
+def _fp16_aux(x, w):
+    return torch.func.grad_and_value(lambda a: ((a @ w.half()).sum(), a.half()), has_aux=True)(x.half())
+
+
+def _writes_a_copy(x, w):
+    def loss(a):
+        b = a * 1
+        b.mul_(w)
+        return b.sum()
+    return torch.func.grad(loss)(x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", [_fp16_aux, _writes_a_copy], ids=lambda f: f.__name__)
+def test_more_one_graph_eager_values(fn, backend):
+    one_graph_eager_values(fn, backend, *_args())
+    assert dynamo_graphs(fn, lambda compiled: compiled(*_args())) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bf16(backend):
+    def f(x, w):
+        return torch.func.grad(lambda a: (a * w.bfloat16()).tanh().sum())(x.bfloat16())
+
+    kiln.reset()
+    x, w = _args()
+    got = kiln.compile(f, backend=backend, fullgraph=True)(x, w)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, f(x, w), atol=2e-2, rtol=3e-2)  # inductor computes in float32 inside
+    assert kiln.stats()["graphs"] == 1
+
+
+def test_body_writing_its_argument_raises_as_eager():
+    kiln.reset()
+
+    def f(x):
+        def loss(a):
+            a.mul_(2)
+            return a.sum()
+        return torch.func.grad(loss)(x)
+
+    x = torch.randn(3)
+    with pytest.raises(RuntimeError) as expected:
+        f(x.clone())
+    with pytest.raises(RuntimeError) as got:
+        kiln.compile(f)(x.clone())
+    assert str(got.value) == str(expected.value)

@@ -152,6 +152,8 @@ def _trace_grad(tx: "Tracer", what: str, fn: Variable, argnums: Any, has_aux: bo
     body = cond_graph.make_subgraph(tx.output, inputs, body_nodes, results, name)
     examples = [n.meta.get("example_value") for n in inputs]
     fakes = tx.output.run_fake("call_function", run_grad, (body, tuple(leaf_argnums), len(leaves), *examples), {})
+    if tx.output.inference_depth or tx.output.inference_made:  # eager's inference tensors, as any op's
+        tx.output.follow_inference("call_function", run_grad, (body, *examples), {}, fakes)
     tx.output.subgraphs[name] = body
     for node in reversed(body_nodes):
         graph.erase_node(node)

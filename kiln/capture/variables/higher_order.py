@@ -142,12 +142,13 @@ def _static_length(tx: "Tracer", size: Any, what: str) -> int:
 
 
 def _call_body(tx: "Tracer", what: str, fn: Variable, args: list[Variable], inputs: Sequence[Variable],
-               kwargs: dict[str, Variable] | None = None, aliases_ok: bool = False) -> Variable:
+               kwargs: dict[str, Variable] | None = None, aliases_ok: bool = False,
+               writes_ok: bool = False) -> Variable:
     """Call a body function, with eager's checks on what it does to its tensor inputs: no output
-    may alias one (unless `aliases_ok`: vmap's body may), none may be written in place (torch
-    rejects both for higher-order ops)."""
+    may alias one (unless `aliases_ok`: vmap's body may), none may be written in place (unless
+    `writes_ok`: vmap's body may; torch rejects both for the other higher-order ops)."""
     tensors = [i for i in inputs if isinstance(i, TensorVariable)]
-    versions = [t.example._version for t in tensors]
+    versions = [version_of(t.example) for t in tensors]
     tx.side_effects.open_body()
     try:
         out = fn.call(tx, args, kwargs or {})
@@ -159,7 +160,7 @@ def _call_body(tx: "Tracer", what: str, fn: Variable, args: list[Variable], inpu
     finally:
         # writes the body undid itself (functional_call's swap of a module's parameters) are no change
         unchanged = tx.side_effects.close_body()
-    if any(t.example._version != v for t, v in zip(tensors, versions)):
+    if not writes_ok and any(version_of(t.example) != v for t, v in zip(tensors, versions)):
         raise _break(what, "its body writes an input in place (eager raises)")
     if not unchanged:
         raise _break(what, "its body changes state outside the function")
@@ -167,6 +168,12 @@ def _call_body(tx: "Tracer", what: str, fn: Variable, args: list[Variable], inpu
         if isinstance(leaf, TensorVariable) and any(_is_alias_of(leaf.example, t.example) for t in tensors):
             raise _break(what, "its body returns an alias of an input (eager raises)")
     return out
+
+
+def version_of(t: torch.Tensor) -> int | None:
+    """A tensor's version counter; None for an inference tensor, which has none (nor can be
+    written outside inference mode)."""
+    return None if t.is_inference() else t._version
 
 
 def _is_alias_of(a: torch.Tensor, b: torch.Tensor) -> bool:
