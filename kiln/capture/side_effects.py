@@ -61,6 +61,30 @@ def _written_values(kind: str, effect: Any) -> list["Variable"]:
     return []
 
 
+_ABSENT = object()  # no effect recorded for a key
+
+
+def _contents(container: "Variable") -> list | None:
+    """A copy of a list's or dict's items (a dict's as pairs); None for other containers."""
+    items = getattr(container, "items", None)
+    if isinstance(items, dict):
+        return list(items.items())
+    return list(items) if isinstance(items, list) else None
+
+
+def _same_contents(now: list | None, before: list) -> bool:
+    """The same items, each the same Variable (and a dict's the same keys, in the same order)."""
+    if now is None or len(now) != len(before):
+        return False
+    for a, b in zip(now, before):
+        if isinstance(b, tuple):
+            if not (type(a[0]) is type(b[0]) and a[0] == b[0] and a[1] is b[1]):
+                return False
+        elif a is not b:
+            return False
+    return True
+
+
 class SideEffects:
     """The pending effects of one capture, keyed so that a later write replaces an earlier one."""
 
@@ -72,6 +96,9 @@ class SideEffects:
         self.writes = 0
         self._class_attribute_names: set[str] = set()  # names the trace set on a class (class_write)
         self.cached_bodies_open = 0  # lru_cache bodies being traced (the outermost call is replayed)
+        # for each higher-order op body being traced (open_body), innermost last: the state before
+        # the body's first write of each key (the effect there was, a copy of a container's items)
+        self._bodies: list[dict[tuple, tuple[Any, Any]]] = []
 
     def __bool__(self) -> bool:
         return bool(self._effects)
@@ -93,6 +120,7 @@ class SideEffects:
                                   "the closure of a function read without a source)", kind="unsupported")
             return
         self.writes += 1
+        self._note(("contents", id(container)), _contents(container))
         self._effects.setdefault(("contents", id(container)), container)
 
     def mutated(self, container: "Variable") -> bool:
@@ -102,6 +130,7 @@ class SideEffects:
     def store_attr(self, obj: Any, owner: "Variable", name: str, value: "Variable", plain: bool = False,
                    base_setattr: Any = None) -> None:
         self.writes += 1
+        self._note(("attr", id(obj), name), None)
         if owner.source is None:
             raise Unsupported(f"setting attribute {name!r} on an object without a source", kind="unsupported")
         self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, value, plain, base_setattr)
@@ -112,6 +141,7 @@ class SideEffects:
         """`del obj.name` of an object from outside whose instance dict holds the name (or a write
         of this trace put it there): replayed as a removal from that dict."""
         self.writes += 1
+        self._note(("attr", id(obj), name), None)
         if owner.source is None:
             raise Unsupported(f"deleting attribute {name!r} of an object without a source", kind="unsupported")
         self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, owner, deleted=True)
@@ -181,12 +211,14 @@ class SideEffects:
     def register_tensor_hook(self, tensor: "Variable", hook: "Variable") -> None:
         """`tensor.register_hook(hook)` on a tensor from outside: replayed after the graph (the
         hook runs in the backward pass, later still). Each registration is its own effect."""
+        self._note(("hook", len(self._effects)), None)
         self.writes += 1
         self._effects[("hook", len(self._effects))] = (tensor, hook)
 
     def retain_tensor_grad(self, tensor: "Variable") -> None:
         """`tensor.retain_grad()` on a non-leaf from outside: replayed after the graph, before any
         backward can run."""
+        self._note(("retain_grad", len(self._effects)), None)
         self.writes += 1
         self._effects[("retain_grad", len(self._effects))] = tensor
 
@@ -194,9 +226,11 @@ class SideEffects:
         """A call of an lru_cache function whose pure body the trace stepped into: made again
         through the cache after the graph, so that the cache fills (and counts hits) as eager's
         calls make it (a cache_info() read, a cache_clear() later, see the same cache)."""
+        self._note(("cached_call", len(self._effects)), None)
         self._effects[("cached_call", len(self._effects))] = (cached, args)
 
     def store_global(self, source: Source, value: "Variable") -> None:
+        self._note(("global", source.name()), None)
         self.writes += 1
         self._effects[("global", source.name())] = _GlobalWrite(source, value)
 
@@ -205,6 +239,7 @@ class SideEffects:
         return None if write is None else write.value
 
     def store_cell(self, cell: "Variable", value: "Variable") -> None:
+        self._note(("cell", id(cell)), None)
         self.writes += 1
         if cell.source is None:
             raise Unsupported("writing a closure cell that has no source", kind="unsupported")
@@ -213,8 +248,48 @@ class SideEffects:
     def advance_iterator(self, iterator: Any, source: Source) -> None:
         """The trace stepped a list/tuple/range iterator object from outside the frame: the real
         one takes as many next() calls after the graph (`iterator.steps()`, read at replay)."""
+        self._note(("advance", id(iterator)), None)
         self.writes += 1
         self._effects[("advance", id(iterator))] = (iterator, source)
+
+    # ------------------------------------------------------------------ higher-order op bodies
+    def open_body(self) -> None:
+        """The body of a higher-order op (vmap, grad, cond) starts: the state before each of its
+        writes is kept, for close_body."""
+        self._bodies.append({})
+
+    def close_body(self) -> bool:
+        """The body ends. True when it left nothing changed outside the frame: the writes it undid
+        itself (functional_call puts a module's parameters back) are forgotten. False when a write
+        stays (eager's op would leave it, or refuse it)."""
+        notes = self._bodies.pop()
+        if not all(self._restored(key, before, copy) for key, (before, copy) in notes.items()):
+            return False
+        for key, (before, _copy) in notes.items():
+            if before is _ABSENT:
+                self._effects.pop(key, None)
+        return True
+
+    def _note(self, key: tuple, copy: Any) -> None:
+        for notes in self._bodies:
+            if key not in notes:
+                notes[key] = (self._effects.get(key, _ABSENT), copy)
+
+    def _restored(self, key: tuple, before: Any, copy: Any) -> bool:
+        from kiln.capture.sources import AttrSource
+
+        now = self._effects.get(key, _ABSENT)
+        if now is _ABSENT and before is _ABSENT:
+            return True  # a body inside this one undid its write (close_body forgot it)
+        if key[0] == "contents":
+            return copy is not None and now is not _ABSENT and _same_contents(_contents(now), copy)
+        if key[0] != "attr" or now is _ABSENT:
+            return False
+        if before is not _ABSENT:
+            return bool(now.value is before.value and now.deleted == before.deleted)
+        # the body wrote back the value the attribute had when the frame started (read through it)
+        source = None if now.deleted else now.value.source
+        return source is not None and source.name() == AttrSource(now.owner.source, now.name).name()
 
     # ------------------------------------------------------------------ replay
     def emit(self, glue: "GlueBuilder") -> None:

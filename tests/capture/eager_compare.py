@@ -4,7 +4,8 @@ the exception raised, the arguments as the call left them, and the graphs Kiln m
 Shared by the probe test files (test_probe15_lang.py, ...): `run` for a list of calls of one
 compiled function, checked for fallbacks and breaks; `check` for one call on fresh arguments, the
 exception compared with its text; `outcome` and `same_outcome` for tests that compare calls
-themselves; `dynamo_graphs` for the real torch.compile's graph count (the oracle of counts).
+themselves; `dynamo_graphs` for the real torch.compile's graph count (the oracle of counts);
+`one_graph_eager_values` and `grads_match_eager` for a function compiled whole (fullgraph=True).
 """
 from __future__ import annotations
 
@@ -70,6 +71,17 @@ def dynamo_graphs(fn: Callable[..., Any], call: Callable[[Callable[..., Any]], A
     torch._dynamo.reset()
     call(torch.compile(fn, backend=counter))
     return counter.frame_count
+
+
+def one_graph_eager_values(fn: Callable[..., Any], backend: str, *args: Any) -> None:
+    """kiln.compile(fn, backend=backend, fullgraph=True) returns eager's value (a tensor or a
+    structure of them) from one graph, with no fallback to eager."""
+    import torch
+
+    kiln.reset()
+    got = kiln.compile(fn, backend=backend, fullgraph=True)(*args)
+    torch.testing.assert_close(got, fn(*args))
+    assert kiln.stats()["graphs"] == 1 and kiln.stats()["fallbacks"] == 0
 
 
 def grads_match_eager(fn: Callable[..., Any], backend: str, *args: Any) -> None:

@@ -16,6 +16,7 @@ eagerly. Corresponds to the functorch grad support in torch/_dynamo/variables/hi
 from __future__ import annotations
 
 import inspect
+import os
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -23,6 +24,7 @@ import torch
 import torch.fx
 
 from kiln.capture.sources import Source
+from kiln.capture.trace_rules import NATIVE_FUNCTIONS
 from kiln.capture.variables import cond_graph
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.higher_order import _as_variable, _call_body, _flatten, _unflatten
@@ -42,6 +44,23 @@ _IMPLS = {"grad_impl": "torch.func.grad", "grad_and_value_impl": "torch.func.gra
 def is_grad_impl(value: Any) -> bool:
     return isinstance(value, types.FunctionType) and value.__module__ == "torch._functorch.eager_transforms" \
         and value.__qualname__ in _IMPLS
+
+
+_EAGER_TRANSFORMS = os.path.join(os.path.dirname(torch.__file__), "_functorch", "eager_transforms.py")
+
+
+def is_native_transform(value: Any) -> bool:
+    """torch.func's other transforms (jacrev, jacfwd, hessian, vjp, jvp, linearize, functionalize)
+    and the functions they return: capture does not trace them (inlined, their forward-AD levels
+    and nesting counters went out of step with the graph: jvp raised, linearize returned wrong
+    values), so each call runs natively at a graph break. Known by their code's file and qualified
+    name, which functools.wraps does not change."""
+    code = getattr(value, "__code__", None)
+    return isinstance(value, types.FunctionType) and code is not None and code.co_filename == _EAGER_TRANSFORMS \
+        and code.co_qualname not in _IMPLS
+
+
+NATIVE_FUNCTIONS.append(is_native_transform)
 
 
 def run_grad(body: torch.fx.GraphModule, leaf_argnums: tuple[int, ...], n_leaves: int, *inputs: Any) -> tuple:
@@ -133,6 +152,8 @@ def _trace_grad(tx: "Tracer", what: str, fn: Variable, argnums: Any, has_aux: bo
     body = cond_graph.make_subgraph(tx.output, inputs, body_nodes, results, name)
     examples = [n.meta.get("example_value") for n in inputs]
     fakes = tx.output.run_fake("call_function", run_grad, (body, tuple(leaf_argnums), len(leaves), *examples), {})
+    if tx.output.inference_depth or tx.output.inference_made:  # eager's inference tensors, as any op's
+        tx.output.follow_inference("call_function", run_grad, (body, *examples), {}, fakes)
     tx.output.subgraphs[name] = body
     for node in reversed(body_nodes):
         graph.erase_node(node)

@@ -142,13 +142,14 @@ def _static_length(tx: "Tracer", size: Any, what: str) -> int:
 
 
 def _call_body(tx: "Tracer", what: str, fn: Variable, args: list[Variable], inputs: Sequence[Variable],
-               kwargs: dict[str, Variable] | None = None, aliases_ok: bool = False) -> Variable:
+               kwargs: dict[str, Variable] | None = None, aliases_ok: bool = False,
+               writes_ok: bool = False) -> Variable:
     """Call a body function, with eager's checks on what it does to its tensor inputs: no output
-    may alias one (unless `aliases_ok`: vmap's body may), none may be written in place (torch
-    rejects both for higher-order ops)."""
+    may alias one (unless `aliases_ok`: vmap's body may), none may be written in place (unless
+    `writes_ok`: vmap's body may; torch rejects both for the other higher-order ops)."""
     tensors = [i for i in inputs if isinstance(i, TensorVariable)]
-    versions = [t.example._version for t in tensors]
-    effects = len(tx.side_effects)
+    versions = [version_of(t.example) for t in tensors]
+    tx.side_effects.open_body()
     try:
         out = fn.call(tx, args, kwargs or {})
     except Unsupported as exc:
@@ -156,14 +157,23 @@ def _call_body(tx: "Tracer", what: str, fn: Variable, args: list[Variable], inpu
             raise  # already a reason of ours, or the body raised: the exception leaves the call as it is
         tx.state.innermost = tx
         raise _break(what, f"its body cannot be traced ({exc.reason}); the call runs eagerly") from exc
-    if any(t.example._version != v for t, v in zip(tensors, versions)):
+    finally:
+        # writes the body undid itself (functional_call's swap of a module's parameters) are no change
+        unchanged = tx.side_effects.close_body()
+    if not writes_ok and any(version_of(t.example) != v for t, v in zip(tensors, versions)):
         raise _break(what, "its body writes an input in place (eager raises)")
-    if len(tx.side_effects) != effects:
+    if not unchanged:
         raise _break(what, "its body changes state outside the function")
     for leaf in [] if aliases_ok else _flatten(tx, out)[0]:
         if isinstance(leaf, TensorVariable) and any(_is_alias_of(leaf.example, t.example) for t in tensors):
             raise _break(what, "its body returns an alias of an input (eager raises)")
     return out
+
+
+def version_of(t: torch.Tensor) -> int | None:
+    """A tensor's version counter; None for an inference tensor, which has none (nor can be
+    written outside inference mode)."""
+    return None if t.is_inference() else t._version
 
 
 def _is_alias_of(a: torch.Tensor, b: torch.Tensor) -> bool:

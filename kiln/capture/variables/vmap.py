@@ -10,8 +10,8 @@ other value the body reads (closed-over tensors, parameters, sizes). One node re
 `run_vmap(subgraph, in_dims, out_dims, randomness, chunk_size, *inputs)`, torch.vmap of the
 subgraph over the real batched arguments, the closed-over values unbatched. AOT autograd traces
 through it as through eager's vmap (its batching rules give the batched ATen ops), so the lowering
-sees ordinary ops. In_dims and out_dims capture cannot map onto the flat inputs and outputs (a
-nested spec, a dict argument) make a break: the call runs eagerly.
+sees ordinary ops. Out_dims capture cannot map onto the flat outputs (a nested spec, a None for
+an output) make a break: the call runs eagerly.
 Corresponds to the functorch vmap support in torch/_dynamo/variables/higher_order_ops.py.
 """
 from __future__ import annotations
@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 
 from kiln.capture.sources import Source
 from kiln.capture.variables import cond_graph
 from kiln.capture.variables.base import Variable
-from kiln.capture.variables.higher_order import _as_variable, _call_body, _flatten, _op, _unflatten
+from kiln.capture.variables.higher_order import _as_variable, _call_body, _flatten, _op, _unflatten, version_of
+from kiln.capture.variables.pytree import TreeSpecVariable
 from kiln.capture.variables.tensor import TensorVariable
 from kiln.errors import Unsupported
 
@@ -48,6 +50,16 @@ def run_vmap(body: torch.fx.GraphModule, in_dims: tuple, out_dims: tuple, random
                       chunk_size=chunk_size)(*inputs)
 
 
+def run_vmap_writing(body: torch.fx.GraphModule, in_dims: tuple, out_dims: tuple, randomness: str,
+                     chunk_size: int | None, *inputs: Any) -> Any:
+    """run_vmap of a body that writes a batched argument in place (eager allows it): the node stays
+    in the graph when nothing reads its result."""
+    return run_vmap(body, in_dims, out_dims, randomness, chunk_size, *inputs)
+
+
+run_vmap_writing.kiln_side_effect = True  # type: ignore[attr-defined]
+
+
 def _break(why: str) -> Unsupported:
     return Unsupported(f"torch.vmap: {why}", kind="higher_order")
 
@@ -59,26 +71,28 @@ def _constant(v: Variable, what: str) -> Any:
 
 
 def _leaf_dims(tx: "Tracer", args: Sequence[Variable], in_dims: Any) -> tuple[list[list[Variable]], list[Any], list[list[Any]]]:
-    """Each positional argument's leaves, spec and per-leaf batch dim (None: not batched)."""
-    if isinstance(in_dims, list):
-        in_dims = tuple(in_dims)
-    if not isinstance(in_dims, tuple):
-        in_dims = (in_dims,) * len(args)
-    if len(in_dims) != len(args):
-        raise _break(f"in_dims has {len(in_dims)} entries for {len(args)} arguments (raised natively)")
-    leaves, specs, dims = [], [], []
-    for arg, spec_dims in zip(args, in_dims):
+    """Each positional argument's leaves, spec and per-leaf batch dim (None: not batched): in_dims
+    is an int or a tuple with a prefix of each argument's structure (a dict of dims for a dict), as
+    eager broadcasts it."""
+    if not isinstance(in_dims, (int, tuple)):
+        raise _break(f"in_dims of type {type(in_dims).__name__} (raised natively)")
+    leaves, specs = [], []
+    for arg in args:
         flat, spec = _flatten(tx, arg)
-        if spec_dims is None or isinstance(spec_dims, int):
-            per_leaf = [spec_dims] * len(flat)
-        elif isinstance(spec_dims, (tuple, list)) and len(spec_dims) == len(flat) and all(
-                d is None or isinstance(d, int) for d in spec_dims):
-            per_leaf = list(spec_dims)
-        else:
-            raise _break(f"in_dims entry {spec_dims!r} is a nested spec capture does not map; the call runs eagerly")
         leaves.append(flat)
         specs.append(spec)
-        dims.append(per_leaf)
+    if isinstance(in_dims, tuple) and len(in_dims) != len(args):
+        raise _break(f"in_dims has {len(in_dims)} entries for {len(args)} arguments (raised natively)")
+    whole = pytree.TreeSpec(tuple, None, [spec.spec for spec in specs if isinstance(spec, TreeSpecVariable)])
+    if whole.num_children != len(args):
+        raise _break("an argument capture cannot flatten; the call runs eagerly")
+    flat_dims = pytree._broadcast_to_and_flatten(in_dims, whole)
+    if flat_dims is None or not all(d is None or isinstance(d, int) for d in flat_dims):
+        raise _break(f"in_dims {in_dims!r} does not fit the arguments (raised natively)")
+    dims, start = [], 0
+    for flat in leaves:
+        dims.append(list(flat_dims[start:start + len(flat)]))
+        start += len(flat)
     return leaves, specs, dims
 
 
@@ -126,6 +140,12 @@ class VmapImplVariable(FunctorchCallVariable):
         return _trace_vmap(tx, fn, in_dims, out_dims, randomness, chunk_size, positional, keywords)
 
 
+def _versions(graph: torch.fx.Graph) -> dict[torch.fx.Node, int | None]:
+    """The version counter of each tensor the graph holds so far (placeholders' start at 0)."""
+    return {n: version_of(n.meta["example_value"]) for n in graph.nodes
+            if isinstance(n.meta.get("example_value"), torch.Tensor)}
+
+
 def _trace_vmap(tx: "Tracer", fn: Variable, in_dims: Any, out_dims: Any, randomness: Any, chunk_size: Any,
                 args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     if not args:
@@ -163,7 +183,11 @@ def _trace_vmap(tx: "Tracer", fn: Variable, in_dims: Any, out_dims: Any, randomn
         raise _break("batched arguments of different sizes (raised natively)")
     sample_nodes = [n for n in graph.nodes if n not in before_samples]
     before = set(graph.nodes)
-    out = _call_body(tx, "torch.vmap", fn, sample_args, samples, kwargs, aliases_ok=True)
+    versions = _versions(graph)
+    out = _call_body(tx, "torch.vmap", fn, sample_args, samples, kwargs, aliases_ok=True, writes_ok=True)
+    # the body wrote a tensor from outside it (a sample: its batch; a closed-over one)
+    target = run_vmap if all(versions.get(n, 0) == v for n, v in _versions(graph).items()
+                             if v is not None and (n in versions or n.op == "placeholder")) else run_vmap_writing
     out_leaves, out_spec = _flatten(tx, out)
     if not out_leaves or not all(isinstance(leaf, TensorVariable) for leaf in out_leaves):
         raise _break("the mapped function must return tensors (raised natively)")
@@ -187,14 +211,16 @@ def _trace_vmap(tx: "Tracer", fn: Variable, in_dims: Any, out_dims: Any, randomn
     # the node maps over the batched tensors themselves, where the body read their samples
     call_inputs = [batched.node for batched in originals] + inputs[len(samples):]
     examples = [n.meta.get("example_value") for n in call_inputs]
-    fake = tx.output.run_fake("call_function", run_vmap,
+    fake = tx.output.run_fake("call_function", target,
                               (body, flat_in_dims, flat_out_dims, randomness, chunk_size, *examples), {})
+    if tx.output.inference_depth or tx.output.inference_made:  # eager's inference tensors, as any op's
+        tx.output.follow_inference("call_function", target, (body, *examples), {}, fake)
     fakes = fake if isinstance(fake, tuple) else (fake,)
     tx.output.subgraphs[name] = body
     for node in reversed(sample_nodes + body_nodes):
         graph.erase_node(node)
     getter = graph.get_attr(name)
-    node = tx.output.create_node("call_function", run_vmap,
+    node = tx.output.create_node("call_function", target,
                                  (getter, flat_in_dims, flat_out_dims, randomness, chunk_size, *call_inputs), {},
                                  fakes)
     return _unflatten(tx, tx.iterate(tx.wrap_op_result(node, fakes)), out_spec)
