@@ -96,5 +96,7 @@ def WITH_EXCEPT_START(tx: "Tracer", instr: dis.Instruction) -> None:
     # Stack: exit function, lasti, previous exception, exception. `__exit__(type, value, traceback)`.
     exc = tx.stack[-1]
     exit_fn = tx.stack[-4]
-    args = [tx.wrap_result(exc.python_type()), exc, ConstantVariable(None)]
+    # the traceback is not None: the exception was raised (a manager's __exit__ may test `tb is None`)
+    tb = exc.traceback_variable() if isinstance(exc, ExceptionVariable) else ConstantVariable(None)
+    args = [tx.wrap_result(exc.python_type()), exc, tb]
     tx.push(tx.call(exit_fn, args, {}))

@@ -43,8 +43,8 @@ class AutogradFunctionCall:
         self.__name__ = f"{function.__name__}_apply"
         self.__qualname__ = f"{function.__qualname__}.apply"
 
-    def __call__(self, *args: Any) -> Any:
-        return self.function.apply(*args)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function.apply(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<{self.__qualname__}>"
@@ -84,16 +84,17 @@ class InferenceApply:
         self.compiled_forward = compiled_forward
         self._recording: type[torch.autograd.Function] | None = None
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # keywords go to the forward as apply hands them on (no setup_context here: none are bound)
         if torch._C._are_functorch_transforms_active():
-            return self.function.apply(*args)
+            return self.function.apply(*args, **kwargs)
         if torch.is_grad_enabled():
             if self._recording is None:
                 namespace = {"forward": staticmethod(self.compiled_forward), "__module__": self.function.__module__,
                              "__qualname__": self.function.__qualname__}
                 self._recording = type(self.function.__name__, (self.function,), namespace)
-            return self._recording.apply(*args)
-        return self.compiled_forward(torch.autograd.function.FunctionCtx(), *args)
+            return self._recording.apply(*args, **kwargs)
+        return self.compiled_forward(torch.autograd.function.FunctionCtx(), *args, **kwargs)
 
 
 def inference_apply(value: Any, wrap_frame: Any) -> InferenceApply | None:
@@ -119,11 +120,11 @@ def call_autograd_function(tx: "Tracer", function: Any, args: Sequence[Variable]
     """Record `function.apply(*args)` as one node, after checking its code traces without a break.
     `source` is where the class was read from: its forward/backward/setup_context are guarded by
     identity there, so assigning a new one recompiles (the graph bakes in what they traced to)."""
+    from kiln.capture.variables.tensor import TensorVariable
+
     name = getattr(function, "__qualname__", "Function")
     if not isinstance(function, type) or not issubclass(function, torch.autograd.Function):
         raise _break(name, "it is not a torch.autograd.Function class")
-    if kwargs:
-        raise _break(name, "keyword arguments to apply")
     forward = _static_function(function, "forward", _BASE_FORWARD)
     backward = _static_function(function, "backward", _BASE_BACKWARD)
     if forward is None or backward is None:
@@ -131,13 +132,18 @@ def call_autograd_function(tx: "Tracer", function: Any, args: Sequence[Variable]
     if "vjp" in function.__dict__:
         raise _break(name, "it defines vjp (autograd would call it instead of backward)")
     setup_context = _static_function(function, "setup_context", _BASE_SETUP_CONTEXT)
+    if setup_context is not None:
+        args, kwargs = _bind_defaults(tx, name, forward, args, kwargs)
+    elif any(isinstance(v, TensorVariable) for v in kwargs.values()):
+        # apply counts it among the inputs (needs_input_grad, the backward's gradients) by position
+        raise _break(name, "a tensor passed to apply by keyword")
     if source is not None:
         tx.wrap(function, source)  # the class itself, by identity
         for attr, fn in (("forward", forward), ("backward", backward), ("setup_context", setup_context)):
             if fn is not None:
                 tx.wrap(fn, AttrSource(source, attr))  # installs the identity guard
-    _speculate(tx, name, forward, backward, setup_context, list(args))
-    result = tx.call_op("call_function", autograd_function_call(function), list(args), {})
+    _speculate(tx, name, forward, backward, setup_context, list(args), dict(kwargs))
+    result = tx.call_op("call_function", autograd_function_call(function), list(args), dict(kwargs))
     node = next(reversed(tx.output.graph.nodes))
     while node.target is not autograd_function_call(function):
         node = node.prev  # past the getitem nodes of a tuple result
@@ -158,12 +164,25 @@ def _returns_input_view(args: Sequence[Variable], outputs: Any) -> bool:
     return any(isinstance(o, torch.Tensor) and o._base is not None and id(o._base) in bases for o in outs)
 
 
+def _bind_defaults(tx: "Tracer", name: str, forward: types.FunctionType, args: Sequence[Variable],
+                   kwargs: dict[str, Variable]) -> tuple[list[Variable], dict[str, Variable]]:
+    """What apply does for a Function with setup_context: the arguments bound to the forward's
+    signature with its defaults filled in, so setup_context's `inputs` holds the defaults too."""
+    try:
+        bound = inspect.signature(forward).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise _break(name, f"its arguments do not bind to the forward ({exc}; raised natively)") from exc
+    bound.apply_defaults()
+    wrap = lambda v: v if isinstance(v, Variable) else tx.wrap_result(v)  # noqa: E731 - a default's value
+    return [wrap(v) for v in bound.args], {k: wrap(v) for k, v in bound.kwargs.items()}
+
+
 def _break(name: str, why: str) -> Unsupported:
     return Unsupported(f"{name}.apply, a custom torch.autograd.Function: {why}", kind="autograd_function")
 
 
 def _speculate(tx: "Tracer", name: str, forward: types.FunctionType, backward: types.FunctionType,
-               setup_context: types.FunctionType | None, args: list[Variable]) -> None:
+               setup_context: types.FunctionType | None, args: list[Variable], kwargs: dict[str, Variable]) -> None:
     """Trace forward (+ setup_context, + backward) on a stand-in ctx, then drop what they recorded."""
     from kiln.capture.variables.functions import call_python_function
     from kiln.capture.variables.sequence import TupleVariable
@@ -180,9 +199,9 @@ def _speculate(tx: "Tracer", name: str, forward: types.FunctionType, backward: t
     torch._C._set_grad_enabled(False)
     try:
         if setup_context is None:
-            out = call_python_function(tx, forward, None, [ctx, *args], {})
+            out = call_python_function(tx, forward, None, [ctx, *args], kwargs)
         else:
-            out = call_python_function(tx, forward, None, list(args), {})
+            out = call_python_function(tx, forward, None, list(args), kwargs)
             call_python_function(tx, setup_context, None, [ctx, TupleVariable(list(args)), out], {})
         if _dirties_graph_input(graph, ctx.attrs.get("dirty_tensors")):
             raise _break(name, "ctx.mark_dirty on a graph input or a view of one: eager bumps its version "

@@ -41,6 +41,9 @@ class ExceptionVariable(Variable):
         self.context: Variable = ConstantVariable(None)
         self.suppress_context = False
         self.raised = False  # raised in the frame: it has a traceback, which capture does not build
+        # raised where no handler of the traced frames runs: its __context__ is what the caller
+        # handles (sys.exception() where the compiled function is called), None or a break when read
+        self.context_of_caller = False
         self.traceback: Variable | None = None  # a TracebackVariable, or None set by with_traceback(None)
 
     @staticmethod
@@ -90,6 +93,8 @@ class ExceptionVariable(Variable):
         if name == "__cause__":
             return self.cause
         if name == "__context__":
+            if self.context_of_caller and self.context.is_constant() and self.context.as_constant() is None:
+                return callers_handled(tx, "the __context__ of an exception raised in the frame")
             return self.context
         if name == "__suppress_context__":
             return ConstantVariable(self.suppress_context)
@@ -196,7 +201,8 @@ class ExceptionVariable(Variable):
     def reconstruct(self, glue: "GlueBuilder") -> str:
         parts = ", ".join(glue.reconstruct(a) for a in self.args)
         if not self.python_init and not self._chained():
-            return f"{glue.constant(self.exc_type)}({parts})"
+            made = f"{glue.constant(self.exc_type)}({parts})"
+            return f"{glue.constant(with_traceback_of_raise)}({made}, {self._keeps_context()})" if self.raised else made
         # its __init__ ran in the trace: made without running it again, with its args and attributes
         cls, name = glue.constant(self.exc_type), glue.fresh("exc")
         glue.line(f"{name} = {cls}.__new__({cls})")
@@ -207,7 +213,40 @@ class ExceptionVariable(Variable):
             glue.line(f"{name}.__context__ = {glue.reconstruct(self.context)}")
             glue.line(f"{name}.__cause__ = {glue.reconstruct(self.cause)}")
             glue.line(f"{name}.__suppress_context__ = {self.suppress_context}")
+        if self.raised:
+            glue.line(f"{name} = {glue.constant(with_traceback_of_raise)}({name}, {self._keeps_context()})")
         return name
+
+    def _keeps_context(self) -> bool:
+        """False where the glue's own raise gives it eager's __context__: the caller's exception."""
+        return not (self.context_of_caller and self.context.is_constant() and self.context.as_constant() is None)
+
+
+def with_traceback_of_raise(exc: BaseException, keep_context: bool) -> BaseException:
+    """`exc` (remade by the glue) raised and caught once, so it has a traceback as an exception the
+    frame raised has (`e.__traceback__ is not None` in the caller), its chaining left as it was;
+    unless `keep_context` is False: the raise here chains it to what the caller handles, as eager's
+    raise in the frame did."""
+    context, cause, suppress = exc.__context__, exc.__cause__, exc.__suppress_context__
+    try:
+        raise exc
+    except BaseException:  # noqa: BLE001 - the one just raised
+        pass
+    if keep_context:
+        exc.__context__ = context
+    exc.__cause__, exc.__suppress_context__ = cause, suppress
+    return exc
+
+
+def callers_handled(tx: "Tracer", what: str) -> Variable:
+    """The exception the caller of the compiled function handles, where no handler of the traced
+    frames runs: None now is guarded to stay None (the guard runs where the compiled function is
+    called); an exception there is a break (`what` is read natively)."""
+    if sys.exception() is not None:
+        raise Unsupported(f"{what}, read while the caller handles an exception", kind="unsupported_call")
+    tx.state.output.guards.append(Guard("", "check_query", ProcessQuery(sys.exception, (), None,
+                                                                       "the exception the caller handles")))
+    return ConstantVariable(None)
 
 
 class TracebackVariable(Variable):
@@ -241,12 +280,7 @@ def _handled_in_trace(tx: "Tracer", args: list[Variable], kwargs: dict[str, Vari
     handled = current_handled(tx)
     if isinstance(handled, ExceptionVariable):
         return handled
-    if sys.exception() is not None:
-        raise Unsupported("sys.exc_info() outside an except block of the traced frames, called while the caller "
-                          "handles an exception", kind="unsupported_call")
-    tx.state.output.guards.append(Guard("", "check_query", ProcessQuery(sys.exception, (), None,
-                                                                       "the exception the caller handles")))
-    return ConstantVariable(None)
+    return callers_handled(tx, "sys.exc_info() outside an except block of the traced frames")
 
 
 @builtin_rule(sys.exc_info)
@@ -401,7 +435,9 @@ def note_raised(tx: "Tracer", raised: RaisedInTrace) -> None:
     raised.exception.raised = True
     if not raised.chained:
         raised.chained = True
-        raised.exception.chain_to(current_handled(tx))
+        handled = current_handled(tx)
+        raised.exception.context_of_caller = handled is None
+        raised.exception.chain_to(handled)
 
 
 __all__ = ["ExceptionVariable", "RaisedInTrace", "as_exception", "catch_in_frame", "construct_exception",

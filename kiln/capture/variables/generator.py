@@ -134,10 +134,10 @@ class GeneratorVariable(IteratorVariable):
         return self._stop()
 
     def _stop(self) -> RaisedInTrace:
-        error = StopIteration(self.result.as_constant() if self.result.is_constant() else None)
-        if not self.result.is_constant():
-            raise Unsupported(f"the return value of {self.describe()} raised as StopIteration", kind="generator")
-        return raise_in_trace(error, "StopIteration (raised natively)")
+        # CPython raises a bare StopIteration() for `return None` (args == ()), StopIteration(value) else
+        returned_none = self.result.is_constant() and self.result.as_constant() is None
+        error = ExceptionVariable(StopIteration, [] if returned_none else [self.result])
+        return RaisedInTrace(error, "StopIteration (raised natively)")
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
         if name == "__next__" and not args:
