@@ -134,3 +134,31 @@ def test_no_tie_without_grad():
     out = kiln.compile(map_reads_detached, backend=backend)(xs, w)
     torch.testing.assert_close(out, map_reads_detached(xs, w))
     assert not any(n.target is torch.narrow for g in backend.graphs for n in g.graph.nodes)
+
+
+def _scan_returns_one_tensor_twice(init, xs, w):
+    def body(c, x):
+        n = c * w.detach() + x
+        return n, n
+    return scan(body, init, xs)[1]
+
+
+def _scan_returns_a_view_of_its_carry(init, xs):
+    def body(c, x):
+        n = c + x
+        return n, n.view(-1)
+    return scan(body, init, xs)[1]
+
+
+@pytest.mark.parametrize("fn, shapes", [(_scan_returns_one_tensor_twice, [(2,), (3, 2), (2,)]),
+                                        (_scan_returns_a_view_of_its_carry, [(2,), (3, 2)])],
+                         ids=["same tensor", "view"])
+def test_scan_results_aliasing_each_other_raise_as_eager(fn, shapes):
+    # eager's scan refuses a combine_fn whose results alias each other (a carry also returned as
+    # the output): a break, so that the call raises natively, not values eager never gives
+    args = [torch.randn(*s) for s in shapes]
+    with pytest.raises(Exception, match="aliasing") as want:
+        fn(*args)
+    kiln.reset()
+    with pytest.raises(type(want.value), match="aliasing"):
+        kiln.compile(fn, backend="aot_eager")(*args)

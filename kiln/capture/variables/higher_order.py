@@ -380,6 +380,9 @@ def _scan(tx: "Tracer", combine_fn: Variable, init: Variable, xs: Variable, dim:
         parts = tx.iterate(out)
         if len(parts) != 2:
             raise _break("scan", "combine_fn must return (next carry, output) (raised natively)")
+        returned = [leaf for leaf in _flatten(tx, out)[0] if isinstance(leaf, TensorVariable)]
+        if any(_is_alias_of(a.example, b.example) for k, a in enumerate(returned) for b in returned[k + 1:]):
+            raise _break("scan", "combine_fn returns two results that alias each other (eager raises)")
         new_carry, carry_spec = _flatten(tx, parts[0])
         if len(new_carry) != len(init_leaves) or not all(_same_meta(a, b) for a, b in zip(new_carry, init_leaves)):
             raise _break("scan", "the carry combine_fn returns differs from init in structure or metadata "
