@@ -22,7 +22,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from kiln.autograd.decompose import KILN_DECOMPOSITIONS
 from kiln.errors import KilnError
 from kiln.fake.value_checks import raises_on_values
-from kiln.symbolic.expr import FloorDiv, ModularIndexing, adopt_torch_functions, is_integral
+from kiln.symbolic.expr import BitwiseOp, FloorDiv, ModularIndexing, adopt_torch_functions, is_integral
 from kiln.symbolic.floats import GRAPH_OPERATION, FloatLog2, FloatSqrt, RoundHalfEven, ToFloat, TruncToInt
 from kiln.symbolic.node import sym_log2
 
@@ -233,6 +233,8 @@ class AtenTracer(TorchDispatchMode):
             if expr.exp == -1:
                 return self._arith(operator.truediv, (1.0, args[0]))
             return self._arith(operator.pow, (args[0], float(expr.exp) if expr.exp.is_number else args[1]))
+        if isinstance(expr, BitwiseOp):  # Python's own &, |, ^, <<, >> on the ints
+            return self._arith(expr.apply_int, tuple(args))
         if isinstance(expr, FloorDiv):
             return self._arith(operator.floordiv, tuple(args))
         if isinstance(expr, (ModularIndexing, sympy.Mod)):  # Python's `%`, as on SymInts

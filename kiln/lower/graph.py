@@ -29,7 +29,8 @@ from kiln.lower.lowerings.convolution import channels_last_strides, reads_channe
 from kiln.lower.lowerings.reductions import ROUNDED_OUTPUTS, rounded_on_read
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random, vector_bmm
 from kiln.lower.schedule import MIN_STORAGE_INNER
-from kiln.symbolic.expr import float_symbol, is_truth_value, negate, relation
+from kiln.symbolic.expr import (BitwiseAnd, BitwiseOr, BitwiseXor, LShift, RShift, float_symbol, is_truth_value, negate,
+                               relation)
 from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, RoundHalfEven,
                                   TruncToInt, float_floor, is_float_valued, to_float)
 from kiln.symbolic.node import sym_log2
@@ -360,9 +361,16 @@ def _sym_arith(target: Any, args: Sequence[Any]) -> Any:
         operator.eq: lambda a, b: relation("eq", a, b), operator.ne: lambda a, b: relation("ne", a, b),
         torch.sym_not: lambda a: negate(a), operator.and_: lambda a, b: sympy.And(a, b),
         operator.or_: lambda a, b: sympy.Or(a, b)}
+    if target in _BITWISE and not any(isinstance(v, sympy.Basic) and is_truth_value(v) for v in vals):
+        return _BITWISE[target](*vals)  # & and | of ints (not of conditions), ^, << and >>
     if target not in table:
         raise NotImplementedError(f"symbolic {target}")
     return table[target](*vals)
+
+
+_BITWISE: dict[Any, Callable[..., Any]] = {operator.and_: BitwiseAnd, operator.or_: BitwiseOr,
+                                           operator.xor: BitwiseXor, operator.lshift: LShift,
+                                           operator.rshift: RShift}
 
 
 def _maybe_realize(ctx: LoweringContext, tv: TensorValue, node: torch.fx.Node) -> TensorValue:

@@ -10,6 +10,7 @@ PyTorch counterpart: torch/utils/_sympy/functions.py and value_ranges.py (much s
 from __future__ import annotations
 
 import math
+import operator
 from typing import Callable, Mapping
 
 import sympy
@@ -74,6 +75,70 @@ class ModularIndexing(sympy.Function):
         return ModularIndexing(sympy.Add(*rest), divisor) if rest else sympy.Integer(0)
 
 
+class BitwiseOp(sympy.Function):
+    """Python's `&`, `|`, `^`, `<<`, `>>` on integers where no exact arithmetic form exists (a mask
+    that is not a run of low bits, two symbolic operands, a symbolic shift count): kept opaque as
+    torch's BitwiseFn_* and LShift/RShift are, folded once both operands are known, printed as the
+    operator itself. Its range is bounded for non-negative operands (`bounds`)."""
+
+    nargs = (2,)
+    is_integer = True
+    text = ""
+    apply_int: Callable[[int, int], int] = staticmethod(lambda a, b: 0)
+
+    @classmethod
+    def eval(cls, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(cls.apply_int(int(a), int(b)))
+        return None
+
+
+class BitwiseAnd(BitwiseOp):
+    text = "&"
+    apply_int = staticmethod(operator.and_)
+
+
+class BitwiseOr(BitwiseOp):
+    text = "|"
+    apply_int = staticmethod(operator.or_)
+
+
+class BitwiseXor(BitwiseOp):
+    text = "^"
+    apply_int = staticmethod(operator.xor)
+
+
+class LShift(BitwiseOp):
+    text = "<<"
+    apply_int = staticmethod(operator.lshift)
+
+
+class RShift(BitwiseOp):
+    text = ">>"
+    apply_int = staticmethod(operator.rshift)
+
+
+def _bitwise_bounds(expr: BitwiseOp, a: Interval, b: Interval) -> Interval:
+    """The range of a bitwise op of non-negative operands (anything else: unknown)."""
+    if a[0] < 0 or b[0] < 0:
+        return UNKNOWN
+
+    def top(hi: float) -> float:  # the largest value with no more bits than hi
+        return INF if math.isinf(hi) else float(2 ** int(hi).bit_length() - 1)
+
+    if isinstance(expr, BitwiseAnd):
+        return (0, min(a[1], b[1]))
+    if isinstance(expr, BitwiseOr):
+        return (max(a[0], b[0]), top(max(a[1], b[1])))
+    if isinstance(expr, BitwiseXor):
+        return (0, top(max(a[1], b[1])))
+    if isinstance(expr, LShift):
+        hi = INF if math.isinf(a[1]) or b[1] > 62 else a[1] * 2 ** int(b[1])
+        return (a[0] * 2 ** int(min(b[0], 62)), hi)
+    lo = 0 if b[1] > 62 else int(a[0]) >> int(b[1])
+    return (lo, a[1] if math.isinf(a[1]) else int(a[1]) >> int(b[0]))
+
+
 def _split_multiples(base: sympy.Expr, divisor: sympy.Expr) -> tuple[list[sympy.Expr], list[sympy.Expr]]:
     """The terms of `base` that are integer multiples of `divisor` by construction, and the rest.
     A term holding a FloorDiv stays in the rest: taking it out would only trade one floor for another."""
@@ -115,6 +180,11 @@ def adopt_torch_functions(expr: sympy.Expr) -> sympy.Expr:
         tf.RoundToInt: lambda a: RoundHalfEven(a),
         tf.TruncToInt: lambda a: TruncToInt(a),
         tf.FloorToInt: lambda a: sympy.floor(a),
+        tf.BitwiseFn_bitwise_and: lambda a, b: BitwiseAnd(a, b),
+        tf.BitwiseFn_bitwise_or: lambda a, b: BitwiseOr(a, b),
+        tf.BitwiseFn_bitwise_xor: lambda a, b: BitwiseXor(a, b),
+        tf.LShift: lambda a, b: LShift(a, b),
+        tf.RShift: lambda a, b: RShift(a, b),
         tf.CeilToInt: lambda a: sympy.ceiling(a),
     }
 
@@ -361,6 +431,8 @@ def _bounds(expr: sympy.Expr, rng: Callable[[sympy.Symbol], Interval],
         if exp == -1 and lo > 0:
             return (0 if math.isinf(hi) else 1 / hi, 1 / lo)
         return UNKNOWN
+    if isinstance(expr, BitwiseOp):
+        return _bitwise_bounds(expr, args[0], args[1])
     return UNKNOWN
 
 

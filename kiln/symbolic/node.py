@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import sympy
 import torch
 
-from kiln.symbolic.expr import FloorDiv, negate, relation
+from kiln.symbolic.expr import BitwiseAnd, BitwiseOr, BitwiseXor, FloorDiv, LShift, RShift, negate, relation
 from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, RoundHalfEven,
                                   ToFloat, TruncToInt, float_floor, float_sum)
 
@@ -35,7 +35,7 @@ def _py_floordiv(a: Any, b: Any) -> Any:
 
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 _WATCHED = 2 ** 31  # results this large (sizes never are) get a guard that keeps them within int64
-_GROWING_OPS = frozenset({"add", "sub", "mul", "pow"})
+_GROWING_OPS = frozenset({"add", "sub", "mul", "pow", "lshift"})
 
 
 def _outside_int64(value: int) -> bool:
@@ -195,8 +195,8 @@ class SymNode:
         if expr is None:
             expr = build(*exprs)
             env._op_cache[key] = expr
-        if pytype is int and op in _GROWING_OPS and hint is not None and (op == "pow" or abs(hint) >= _WATCHED):
-            # a power, or a product already this large, can leave int64 for other values of its
+        if pytype is int and op in _GROWING_OPS and hint is not None and (op in ("pow", "lshift") or abs(hint) >= _WATCHED):
+            # a power or a shift, or a product already this large, can leave int64 for other values of its
             # symbols: the graph is kept to the values for which it does not
             for bound in (relation("ge", expr, sympy.Integer(_INT64_MIN)), relation("le", expr, sympy.Integer(_INT64_MAX))):
                 if env._static_value(bound) is None:
@@ -381,7 +381,8 @@ class SymNode:
     # Python's two's-complement semantics: with p = 2**k, `n & (p - 1)` is n % p, `n & -p` is
     # n - n % p, `n | (p - 1)` is n - n % p + p - 1 and `n ^ (p - 1)` is n + p - 1 - 2 * (n % p).
     # torch.compile keeps `n & 1` or `(n + 7) & -8` symbolic; deciding n instead would recompile
-    # for every size (and break mark_dynamic). Any other operand is decided (guarded).
+    # for every size (and break mark_dynamic). Any other pair of ints (`n | 8`, `a & b` of two
+    # sizes) is an opaque BitwiseOp of the expression, symbolic as torch's BitwiseFn_* are.
     def _masked(self, other: SymNode) -> tuple[SymNode, int, int] | None:
         if self.pytype is not int or other.pytype is not int:
             return None
@@ -393,10 +394,16 @@ class SymNode:
                 return value, low + 1, mask
         return None
 
+    def _opaque(self, other: SymNode, op: builtins.str, build: Callable[..., sympy.Basic],
+                fn: Callable[[int, int], int]) -> SymNode:
+        if self.pytype is not int or other.pytype is not int:
+            return self._specialized(other, fn)
+        return self._make(op, (self, other), build, fn, int)
+
     def bitwise_and(self, other: SymNode) -> SymNode:
         masked = self._masked(other)
         if masked is None:
-            return self._specialized(other, operator.and_)
+            return self._opaque(other, "bitwise_and", BitwiseAnd, operator.and_)
         value, p, mask = masked
         low = value.mod(value.wrap_int(p))
         return low if mask >= 0 else value.sub(low)
@@ -404,7 +411,7 @@ class SymNode:
     def bitwise_or(self, other: SymNode) -> SymNode:
         masked = self._masked(other)
         if masked is None:
-            return self._specialized(other, operator.or_)
+            return self._opaque(other, "bitwise_or", BitwiseOr, operator.or_)
         value, p, mask = masked
         low = value.mod(value.wrap_int(p))
         if mask >= 0:
@@ -414,14 +421,19 @@ class SymNode:
     def bitwise_xor(self, other: SymNode) -> SymNode:
         masked = self._masked(other)
         if masked is None or masked[2] < 0:
-            return self._specialized(other, operator.xor)
+            return self._opaque(other, "bitwise_xor", BitwiseXor, operator.xor)
         value, p, _ = masked
         low = value.mod(value.wrap_int(p))
         return value.add(value.wrap_int(p - 1)).sub(low.mul(value.wrap_int(2)))
 
     # A shift by a known count is a product or a floor division by a power of two, which stay
-    # symbolic in the size (`n >> 1` of a length is n // 2); the count itself is decided.
-    def _shift_count(self, other: SymNode) -> int:
+    # symbolic in the size (`n >> 1` of a length is n // 2); a symbolic count (`1 << n`) is an
+    # opaque shift, its sign guarded (Python raises for a negative count).
+    def _shift_count(self, other: SymNode) -> int | None:
+        if other.maybe_as_int() is None and self.pytype is int and other.pytype is int:
+            if not other.ge(other.wrap_int(0)).guard_bool("", 0):
+                raise ValueError("negative shift count")
+            return None
         count = other.guard_int("", 0)
         if count < 0:
             raise ValueError("negative shift count")
@@ -430,12 +442,18 @@ class SymNode:
     def lshift(self, other: SymNode) -> SymNode:
         if self.pytype is not int:
             return self._specialized(other, operator.lshift)
-        return self.mul(self.wrap_int(2 ** self._shift_count(other)))
+        count = self._shift_count(other)
+        if count is None:
+            return self._make("lshift", (self, other), LShift, operator.lshift, int)
+        return self.mul(self.wrap_int(2 ** count))
 
     def rshift(self, other: SymNode) -> SymNode:
         if self.pytype is not int:
             return self._specialized(other, operator.rshift)
-        return self.int_floordiv(self.wrap_int(2 ** self._shift_count(other)))
+        count = self._shift_count(other)
+        if count is None:
+            return self._make("rshift", (self, other), RShift, operator.rshift, int)
+        return self.int_floordiv(self.wrap_int(2 ** count))
 
     def _math(self, fn: Callable[[float], float]) -> SymNode:
         return self.wrap_float(fn(self.guard_float("", 0)))

@@ -13,7 +13,7 @@ from typing import Callable
 
 import sympy
 
-from kiln.symbolic.expr import FloorDiv, ModularIndexing, is_integral
+from kiln.symbolic.expr import BitwiseOp, FloorDiv, LShift, ModularIndexing, is_integral
 from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatOp, FloatPow, FloatSqrt, FloatTrueDiv,
                                   RoundHalfEven, ToFloat, TruncToInt, is_float_valued)
 
@@ -135,6 +135,11 @@ class _Printer:
             return " and ".join(self.wrap(a, _AND + 1) for a in e.args), _AND
         if isinstance(e, sympy.Or):
             return " or ".join(self.wrap(a, _OR + 1) for a in e.args), _OR
+        if isinstance(e, BitwiseOp):
+            a, b = (self.wrap(x, _ATOM) for x in e.args)
+            if self.c and not self.triton and isinstance(e, LShift):
+                a = f"static_cast<int64_t>({self.text(e.args[0])})"  # a literal 1 is C's 32-bit int
+            return f"({a} {e.text} {b})", _ATOM
         language = "Triton" if self.triton else "C" if self.c else "Python"
         raise NotImplementedError(f"kiln.symbolic.render: no {language} form for {type(e).__name__} in {e}")
 

@@ -1,6 +1,7 @@
 """Python object protocols on a traced tensor (copy.deepcopy, dataclasses.asdict/astuple, pickling
-hooks) are graph breaks run natively, never graph ops: Tensor.__deepcopy__ as a node of the graph
-ran on fake tensors in AOT autograd and failed (an internal error, the frame run eagerly)."""
+hooks) never run as graph nodes: Tensor.__deepcopy__ as a node of the graph ran on fake tensors in
+AOT autograd and failed (an internal error, the frame run eagerly). copy.deepcopy of a plain tensor
+is a clone in the graph (kiln/capture/variables/object_copy.py); one that requires grad is a break."""
 from __future__ import annotations
 
 import copy
@@ -56,7 +57,14 @@ def test_deepcopy_of_tensors_in_the_frame_matches_eager_with_no_fallback(fn, mak
             assert repr(got) == repr(expected)
 
 
-def test_deepcopy_break_names_the_protocol() -> None:
+def test_deepcopy_of_a_plain_tensor_is_a_clone_in_the_graph() -> None:
     kiln.reset()
     explained = kiln.explain(_deepcopy_then_mutate)(torch.zeros(3), torch.ones(3))
-    assert "__deepcopy__() copies or pickles the tensor object" in str(explained)
+    assert explained.graph_break_count == 0 and ".clone()" in str(explained), explained
+
+
+def test_deepcopy_of_a_leaf_that_requires_grad_is_a_break_naming_why() -> None:
+    # eager makes the copy a new leaf of its own, which no graph op makes
+    kiln.reset()
+    explained = kiln.explain(lambda x, w: x + copy.deepcopy(w))(torch.zeros(3), torch.ones(3, requires_grad=True))
+    assert "requires grad: eager makes a new leaf" in str(explained), explained

@@ -337,12 +337,13 @@ def _map(tx: "Tracer", f: Variable, xs: Variable, args: Variable) -> Variable:
     if len(sizes) != 1 or 0 in sizes:
         raise _break("map", "mapped xs need one non-zero leading size (raised natively)")
     n = _static_length(tx, leaves[0].example.shape[0], "map")
+    marker = _last_node(tx)
     results = []
     for i in range(n):
         slices = [_op(tx, torch.select, leaf, 0, i) for leaf in leaves]
         out = _call_body(tx, "map", f, [_unflatten(tx, slices, xs_spec), *tx.iterate(args)], slices)
         results.append(_flatten(tx, out))
-    return _stack(tx, "map", results)
+    return _zero_grads_of_operands(tx, marker, [*leaves, *_flatten(tx, args)[0]], _stack(tx, "map", results))
 
 
 def _stack(tx: "Tracer", what: str, results: list[tuple[list[Variable], Variable]]) -> Variable:
@@ -375,6 +376,7 @@ def _scan(tx: "Tracer", combine_fn: Variable, init: Variable, xs: Variable, dim:
     if not -ndim <= d < ndim or any(leaf.example.dim() <= d % ndim or leaf.example.shape[d] == 0 for leaf in leaves):
         raise _break("scan", "every xs leaf needs a non-empty dim to scan (raised natively)")
     d %= ndim
+    marker = _last_node(tx)
     moved = [leaf if d == 0 else _op(tx, torch.movedim, leaf, d, 0) for leaf in leaves]
     if backwards:
         moved = [_op(tx, torch.flip, leaf, [0]) for leaf in moved]
@@ -388,6 +390,9 @@ def _scan(tx: "Tracer", combine_fn: Variable, init: Variable, xs: Variable, dim:
         parts = tx.iterate(out)
         if len(parts) != 2:
             raise _break("scan", "combine_fn must return (next carry, output) (raised natively)")
+        returned = [leaf for leaf in _flatten(tx, out)[0] if isinstance(leaf, TensorVariable)]
+        if any(_is_alias_of(a.example, b.example) for k, a in enumerate(returned) for b in returned[k + 1:]):
+            raise _break("scan", "combine_fn returns two results that alias each other (eager raises)")
         new_carry, carry_spec = _flatten(tx, parts[0])
         if len(new_carry) != len(init_leaves) or not all(_same_meta(a, b) for a, b in zip(new_carry, init_leaves)):
             raise _break("scan", "the carry combine_fn returns differs from init in structure or metadata "
@@ -400,7 +405,63 @@ def _scan(tx: "Tracer", combine_fn: Variable, init: Variable, xs: Variable, dim:
     if d != 0:
         stacked_leaves = [_op(tx, torch.movedim, y, 0, d) if isinstance(y, TensorVariable) and d < y.example.dim()
                           else y for y in stacked_leaves]
-    return TupleVariable([_unflatten(tx, carry, carry_spec), _unflatten(tx, stacked_leaves, ys_spec)])
+    result = TupleVariable([_unflatten(tx, carry, carry_spec), _unflatten(tx, stacked_leaves, ys_spec)])
+    return _zero_grads_of_operands(tx, marker, [*init_leaves, *leaves], result)
+
+
+# Eager runs map and scan as one autograd Function over their operands and every tensor the body
+# reads (its lifted closure): each of them that requires grad gets a gradient, zeros where no
+# result depends on it differentiably (the body ignores it, or reads it through .detach()). The
+# unrolled trace has no such Function, so those tensors are tied to each result by a zero that
+# carries their gradient: `r - sum(t.flatten()[0:0])` is r to the bit (x - 0.0 is x, -0.0 and
+# inf and nan included) and gives t exactly zeros. A tensor read only for its sizes is no operand.
+_SIZE_QUERIES = frozenset({"size", "stride", "dim", "numel", "storage_offset", "is_contiguous",
+                           torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default})
+
+
+def _last_node(tx: "Tracer") -> torch.fx.Node | None:
+    return next(iter(reversed(tx.output.graph.nodes)), None)
+
+
+def _body_reads(tx: "Tracer", marker: torch.fx.Node | None) -> list[TensorVariable]:
+    """Tensors made before `marker` (or placeholders lifted since) that the ops after it consume."""
+    graph = tx.output.graph
+    made = []
+    node = marker.next if marker is not None else next(iter(graph.nodes), None)
+    while node is not None and node.op != "root":
+        if node.op != "placeholder":
+            made.append(node)
+        node = node.next
+    inside = set(made)
+    reads: dict[torch.fx.Node, TensorVariable] = {}
+    for node in made:
+        if node.target in _SIZE_QUERIES:
+            continue
+        for arg in node.all_input_nodes:
+            example = arg.meta.get("example_value")
+            if arg not in inside and arg not in reads and isinstance(example, torch.Tensor):
+                reads[arg] = TensorVariable(arg, example)
+    return list(reads.values())
+
+
+def _zero_grads_of_operands(tx: "Tracer", marker: torch.fx.Node | None, operands: Sequence[Variable],
+                            result: Variable) -> Variable:
+    tied: dict[torch.fx.Node, TensorVariable] = {}
+    for t in [*operands, *_body_reads(tx, marker)]:
+        if isinstance(t, TensorVariable) and t.example.requires_grad and t.example.is_floating_point():
+            tied.setdefault(t.node, t)
+    if not tied or not torch.is_grad_enabled():
+        return result
+    leaves, spec = _flatten(tx, result)
+    for k, leaf in enumerate(leaves):
+        if isinstance(leaf, TensorVariable) and leaf.example.is_floating_point():
+            zeros = [_op(tx, torch.sum, _op(tx, torch.narrow, _op(tx, torch.flatten, t), 0, 0, 0),
+                         dtype=leaf.example.dtype) for t in tied.values()]
+            total = zeros[0]
+            for z in zeros[1:]:
+                total = _op(tx, torch.add, total, z)
+            leaves[k] = _op(tx, torch.sub, leaf, total)
+    return _unflatten(tx, leaves, spec)
 
 
 # ------------------------------------------------------------------------------ associative_scan

@@ -602,6 +602,10 @@ def unary_op(tx: "Tracer", fn: Any, value: Variable) -> Variable:
         return UserMethodVariable(method, value).call(tx, [], {})
     if isinstance(value, NumpyArrayVariable):
         return numpy_unary(tx, fn, value)
+    if fn is operator.invert and isinstance(value, SymIntVariable) and value.python_type() is int:
+        # torch.SymInt has no __invert__ (eager would take its value): ~n is -n - 1 for every int
+        negated = tx.call_op("call_function", operator.neg, [value], {})
+        return tx.call_op("call_function", operator.sub, [negated, ConstantVariable(1)], {})
     if isinstance(value, (TensorVariable, SymIntVariable)):
         return tx.call_op("call_function", fn, [value], {})
     return _const(fn, value)
