@@ -1,0 +1,57 @@
+"""Guards against what changed between two calls: a second call whose input differs from the first
+in something the trace read (a view bit, ...) must recompile or take another cached graph, never
+reuse a graph made for the first. Each case runs with the boundary extension's tensor check and with
+the generated Python checks (kiln.config.native_guards), which must agree."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import pytest
+import torch
+
+import kiln
+from kiln.runtime import native
+from eager_compare import outcome, same_outcome
+
+
+@pytest.fixture(params=["python", pytest.param("native", marks=pytest.mark.cpp)])
+def guard_path(request: Any, monkeypatch: Any) -> str:
+    if request.param == "native":
+        native.boundary()  # built now, so the check functions made below call it
+    monkeypatch.setattr(kiln.config, "native_guards", request.param == "native")
+    return str(request.param)
+
+
+def _same_as_eager(fn: Callable[..., Any], calls: Sequence[tuple]) -> int:
+    """Each call eager, then compiled (backend="eager"): the same outcome; returns the graph count."""
+    kiln.reset()
+    backend = kiln.backends.CountingBackend()
+    compiled = kiln.compile(fn, backend=backend)
+    for i, args in enumerate(calls):
+        want = outcome(fn, *args)
+        got = outcome(compiled, *args)
+        assert same_outcome(got, want, text=False), f"call {i}: compiled gave {got!r}, eager {want!r}"
+    assert kiln.stats()["fallbacks"] == 0, kiln.stats()
+    return backend.frame_count
+
+
+# --- the negative bit of a real view (`z.conj().imag`), not only of complex tensors
+
+
+def test_neg_bit_of_real_view_is_guarded(guard_path: str) -> None:
+    z = torch.tensor([1 + 2j, 3 - 1j])
+
+    def f(x: torch.Tensor) -> Any:
+        return x.is_neg(), x + 1
+
+    assert z.conj().imag.is_neg() and z.conj().imag.dtype == torch.float32
+    assert _same_as_eager(f, [(z.imag,), (z.conj().imag,), (z.imag,)]) == 2
+
+
+def test_neg_view_of_int_tensor_branch(guard_path: str) -> None:
+    a = torch.tensor([1, 2, 3])
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if x.is_neg() else x - 1
+
+    _same_as_eager(f, [(a,), (torch._neg_view(a),), (a,), (torch._neg_view(a),)])
