@@ -55,3 +55,54 @@ def test_neg_view_of_int_tensor_branch(guard_path: str) -> None:
         return x * 2 if x.is_neg() else x - 1
 
     _same_as_eager(f, [(a,), (torch._neg_view(a),), (a,), (torch._neg_view(a),)])
+
+
+# --- getters of process-wide settings that no table names: answered at trace time and guarded
+
+
+def _flip(query: Callable[[], Any], set_to: Callable[[Any], None], values: Sequence[Any]) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if query() else x * 3
+
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    old = query()
+    try:
+        for v in values:
+            set_to(v)
+            assert torch.equal(compiled(torch.ones(2)), f(torch.ones(2))), v
+    finally:
+        set_to(old)
+    assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["fallbacks"] == 0
+
+
+def test_anomaly_mode_read_in_frame(guard_path: str) -> None:
+    _flip(torch.is_anomaly_enabled, torch.set_anomaly_enabled, [False, True, False])
+
+
+def test_anomaly_check_nan_read_in_frame(guard_path: str) -> None:
+    _flip(torch.is_anomaly_check_nan_enabled, lambda v: torch.set_anomaly_enabled(v, v), [False, True])
+
+
+def test_warn_always_read_in_frame(guard_path: str) -> None:
+    _flip(torch.is_warn_always_enabled, torch.set_warn_always, [False, True, False])
+
+
+def test_deterministic_debug_mode_read_in_frame(guard_path: str) -> None:
+    _flip(torch.get_deterministic_debug_mode, torch.set_deterministic_debug_mode, [0, 1, 0])
+
+
+def test_autocast_dtype_getter_with_argument(guard_path: str) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.get_autocast_dtype("cpu"))
+
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    old = torch.get_autocast_dtype("cpu")
+    try:
+        for dtype in (torch.bfloat16, torch.float16, torch.bfloat16):
+            torch.set_autocast_dtype("cpu", dtype)
+            assert compiled(torch.ones(2)).dtype == f(torch.ones(2)).dtype == dtype
+    finally:
+        torch.set_autocast_dtype("cpu", old)
+    assert kiln.stats()["graphs"] == 2
