@@ -146,3 +146,24 @@ def test_setitem_from_same_tensor_at_dynamic_index() -> None:
         return y
 
     _same_as_eager(overlapping, _index_calls(3, 4, 5, 1))
+
+
+# --- a function of torch's namespaces replaced between calls (a library patching F.gelu)
+
+
+@pytest.mark.parametrize("namespace, name", [(torch.nn.functional, "gelu"), (torch, "sigmoid"),
+                                             (torch.nn.functional, "relu")])
+def test_torch_function_replaced_between_calls(namespace: Any, name: str) -> None:
+    program = {"gelu": lambda x: torch.nn.functional.gelu(x), "sigmoid": lambda x: torch.sigmoid(x),
+               "relu": lambda x: torch.nn.functional.relu(x)}[name]
+    kiln.reset()
+    compiled = kiln.compile(program, backend="aot_eager")  # the graph holds the function it traced
+    original = getattr(namespace, name)
+    x = torch.ones(3)
+    assert torch.equal(compiled(x), program(x))
+    setattr(namespace, name, lambda v, *a, **k: v * 0 - 5)
+    try:
+        assert torch.equal(compiled(x), torch.full((3,), -5.0))
+    finally:
+        setattr(namespace, name, original)
+    assert torch.equal(compiled(x), program(x))
