@@ -344,10 +344,17 @@ class OutputGraph:
         `m.add_(m.t())`), is a graph break: eager refuses it with an error (or, for the few ops that
         do not check, gives the result of its own order of reads and writes), while the functional
         graph reads every element before writing any and would answer quietly."""
+        reads = [r for r in _tensor_arguments(args, kwargs) if not any(r is w for w in written)]
+        if not any(r.layout == torch.strided and w.layout == torch.strided and _storage_id(r) == _storage_id(w)
+                   for r in reads for w in written):
+            # nothing read shares memory with what is written: no overlap, whatever the index; the
+            # view x[i] is not made (C++ indexing reads a symbolic i's value: a guard i == 2, and
+            # a recompile for every new index)
+            return
         destinations = written
         if target is operator.setitem and len(args) == 3 and _basic_index(args[1]):
             with self.fake_mode:  # `x[i] = v` writes the view x[i] (a copy_), not all of x
-                destinations = [args[0][args[1]]]
+                destinations = [_basic_view(args[0], args[1])]
         for dest in destinations:
             for read in _tensor_arguments(args, kwargs):
                 if read is not dest and not any(read is w for w in written) and partially_overlap(dest, read):
@@ -538,6 +545,27 @@ def _basic_index(index: Any) -> bool:
     parts = index if isinstance(index, tuple) else (index,)
     return all(p is None or p is Ellipsis or isinstance(p, (int, slice, torch.SymInt)) and not isinstance(p, bool)
                for p in parts)
+
+
+def _basic_view(t: torch.Tensor, index: Any) -> torch.Tensor:
+    """`t[index]` for a _basic_index, made of select and slice ops: they take a symbolic int as it
+    is, where C++ indexing reads its value (a guard i == 2, a recompile for every new index)."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if sum(p is Ellipsis for p in parts) > 1:
+        return t[index]  # raises as eager does
+    indexed = sum(p is not None and p is not Ellipsis for p in parts)
+    out, dim = t, 0
+    for p in parts:
+        if p is Ellipsis:
+            dim += t.dim() - indexed
+        elif p is None:
+            out, dim = out.unsqueeze(dim), dim + 1
+        elif isinstance(p, slice):
+            out = torch.ops.aten.slice.Tensor(out, dim, p.start, p.stop, 1 if p.step is None else p.step)
+            dim += 1
+        else:
+            out = torch.ops.aten.select.int(out, dim, p)
+    return out
 
 
 def _tensor_arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch.Tensor]:

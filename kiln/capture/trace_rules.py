@@ -198,6 +198,17 @@ def _query_table() -> dict[Any, str]:
 
 
 QUERIES = _query_table()
+# Getters of process-wide settings that the table does not name (torch.is_anomaly_enabled,
+# torch.is_warn_always_enabled, torch.get_deterministic_debug_mode, torch.get_autocast_dtype("cpu")):
+# torch functions named as a question or a getter. Called on constant arguments only, they answer
+# from the process, so the answer is guarded as a GUARDED query's (a graph made with anomaly mode
+# off was reused with it on, its `if torch.is_anomaly_enabled()` branch stale).
+_GETTER_PREFIXES = ("is_", "are_", "get_", "_is_", "_get_")
+
+
+def is_state_getter(fn: Any) -> bool:
+    name = getattr(fn, "__name__", None)
+    return isinstance(name, str) and name.startswith(_GETTER_PREFIXES) and is_torch_function(fn)
 # Tracing-state questions with one answer during capture: Kiln's trace is neither an FX symbolic
 # trace nor TorchScript (torch.compile answers the same; is_fx_tracing would also log a warning).
 TRACING_STATE = {torch.fx._symbolic_trace.is_fx_tracing: False,

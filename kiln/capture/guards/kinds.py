@@ -123,14 +123,13 @@ class TensorSpec:
                 j = _dense_inner_dim(real_sizes, real_strides, i) if s is None and i not in own else None
                 if j is not None:
                     links.append((i, j))
-        complex_ = t.is_complex()
         markable = None
         if watch_marks:
             markable = tuple(sorted({d for d, s in enumerate(sizes) if s is None} | set(marked_dynamic(t))))
         return TensorSpec(
             type=type(t), dtype=t.dtype, device=t.device, layout=t.layout,
             requires_grad=t.requires_grad, sizes=sizes, strides=strides,
-            inference=t.is_inference(), conj=complex_ and t.is_conj(), neg=complex_ and t.is_neg(),
+            inference=t.is_inference(), conj=t.is_conj(), neg=t.is_neg(),
             stride_links=tuple(links), markable=markable,
         )
 

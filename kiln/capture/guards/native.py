@@ -59,7 +59,7 @@ def native_spec(spec: TensorSpec, native: Any) -> Any:
         return native.tensor_spec(
             spec.type, spec.dtype, spec.device.type, -1 if spec.device.index is None else spec.device.index,
             spec.layout, spec.requires_grad, spec.sizes, spec.strides if spec.layout == torch.strided else None,
-            spec.stride_links, spec.inference, spec.dtype.is_complex, spec.conj, spec.neg,
+            spec.stride_links, spec.inference, True, spec.conj, spec.neg,  # True: check both view bits of any dtype
             None if spec.markable is None else frozenset(spec.markable))
     except (TypeError, ValueError):
         return None
@@ -82,9 +82,9 @@ def _tensor_checks(spec: TensorSpec, name: str, em: Emitter) -> list[Check]:
         checks.append(_strides_check(spec, name))
     checks.append(Check(f"{{v}}.is_inference() is {spec.inference}",
                         lambda v: f"{name} {'is no longer' if spec.inference else 'is now'} an inference tensor"))
-    if spec.dtype.is_complex:
-        checks.append(Check(f"{{v}}.is_conj() is {spec.conj} and {{v}}.is_neg() is {spec.neg}",
-                            lambda v: f"{name} conjugate/negative view bits changed"))
+    # The negative bit is not only a complex tensor's: `z.conj().imag` is a real view with it set.
+    checks.append(Check(f"{{v}}.is_conj() is {spec.conj} and {{v}}.is_neg() is {spec.neg}",
+                        lambda v: f"{name} conjugate/negative view bits changed"))
     return checks
 
 

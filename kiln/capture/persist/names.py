@@ -42,6 +42,14 @@ def _resolve(module: str, qualname: str) -> Any:
     return obj
 
 
+def _found_by_name(module: str, obj: Any) -> bool:
+    """Whether `module`'s attribute of obj's __name__ is obj (a builtin whose qualname names a class)."""
+    try:
+        return _resolve(module, obj.__name__) is obj
+    except (Stale, records.RecordError):
+        return False
+
+
 _MAX_WRAPPED = 4  # decorators stacked on one function (functools.wraps keeps the inner qualname)
 
 
@@ -131,6 +139,10 @@ def _encode_named(obj: Any) -> Any:
     module = getattr(obj, "__module__", None) or ""
     if not module:
         raise NotPortable(f"{obj!r:.60} has no module")
+    if isinstance(obj, types.BuiltinFunctionType) and _trusted_module(module) and _found_by_name(module, obj):
+        # torch.sin: qualname `_VariableFunctionsClass.sin`, reached as `torch.sin` (its guard by
+        # identity keeps a replaced torch function from running a stale graph)
+        return ("trusted", module, obj.__name__, None)
     depth = _wrapped_depth(obj)
     qualname = obj.__qualname__ + "/__wrapped__" * depth
     if _trusted_module(module):

@@ -24,6 +24,7 @@ from kiln.capture.trace_rules import (
     TORCH_FUNCTION_CHECKS,
     TRACING_STATE,
     is_library_code,
+    is_state_getter,
     torch_break_kind,
 )
 from kiln.capture.device_context import applies_to
@@ -57,6 +58,25 @@ def _call_query(tx: "Tracer", fn: Any, args: Sequence[Variable], kwargs: dict[st
     if QUERIES[fn] == GUARDED:
         label = f"{fn.__module__}.{fn.__qualname__}()"
         tx.state.output.guards.append(Guard("", "check_query", ProcessQuery(fn, tuple(consts[0]), result, label)))
+    return tx.wrap_result(result)
+
+
+def _call_state_getter(tx: "Tracer", fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable | None:
+    """A getter of process state (trace_rules.is_state_getter) called on constants: answered now and
+    guarded; None where it is not such a call (a tensor argument, a result that is not a constant)."""
+    from kiln.capture.variables.constant import is_constant_value
+
+    consts = constant_args(list(args), kwargs)
+    if consts is None or consts[1]:
+        return None
+    try:
+        result = fn(*consts[0])
+    except Exception:  # raised again by the op as recorded
+        return None
+    if not (result is None or is_constant_value(result)):
+        return None
+    label = f"{getattr(fn, '__module__', None) or 'torch'}.{getattr(fn, '__qualname__', fn)}()"
+    tx.state.output.guards.append(Guard("", "check_query", ProcessQuery(fn, tuple(consts[0]), result, label)))
     return tx.wrap_result(result)
 
 
@@ -190,6 +210,10 @@ class TorchFunctionVariable(Variable):
             raise Unsupported(f"constructing {fn.__name__} inside a compiled region", kind="unsupported_call")
         if has_out_argument(kwargs):
             return call_with_out(tx, fn, list(args), kwargs)
+        if is_state_getter(fn):
+            answered = _call_state_getter(tx, fn, args, kwargs)
+            if answered is not None:
+                return answered
         for rule in CALL_RULES:
             traced = rule(tx, fn, args, kwargs)
             if traced is not None:

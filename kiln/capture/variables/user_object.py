@@ -221,8 +221,8 @@ class ObjectVariable(Variable):
             except AttributeError as exc:
                 from kiln.capture.variables.exception import raise_in_trace
                 raise raise_in_trace(exc, f"{self.describe()} has no attribute {name!r} (raised natively)") from exc
-            if _is_stable_module(obj) and not isinstance(value, torch.Tensor):
-                return tx.wrap(value, None)  # torch.float32, F.relu, math.pi: fixed for the process
+            if _is_stable_module(obj) and not isinstance(value, torch.Tensor) and not _patchable_torch_function(obj, value):
+                return tx.wrap(value, None)  # torch.float32, math.pi: fixed for the process
             return tx.wrap(value, self._attr_source(name))
         kind = type(obj)
         if obj is os.environ and name in ("get", "__contains__", "__getitem__"):
@@ -489,6 +489,15 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
     except Exception as exc:
         raise Unsupported(f"{fn.__name__} raised {type(exc).__name__}: {exc} (raised natively)",
                           kind="unsupported") from exc
+
+
+def _patchable_torch_function(module: Any, value: Any) -> bool:
+    """A function of torch's namespaces (F.gelu, torch.sigmoid), or a submodule on the way to one
+    (torch.nn in `torch.nn.functional.gelu`): guarded by identity where it is read, as torch.compile
+    does, since a program or a library may replace it between calls (a graph that baked the old
+    function in kept running it)."""
+    return isinstance(module, types.ModuleType) and module.__name__.split(".")[0] == "torch" and isinstance(
+        value, (types.FunctionType, types.BuiltinFunctionType, types.ModuleType))
 
 
 def _is_stable_module(obj: Any) -> bool:
