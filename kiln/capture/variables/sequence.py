@@ -317,16 +317,19 @@ class ListVariable(BaseSequenceVariable):
             self.items[:] = ordered.items
             return none
         if name == "__setitem__" and len(args) == 2:
-            self._mutated(tx)
             index = _index(tx, args[0])
-            if isinstance(index, slice):
-                self.items[index] = tx.iterate(args[1])
-            else:
-                self.items[index] = args[1]
+            # eager's IndexError (out of range) or ValueError (an extended slice given the wrong
+            # number of items) is raised in the trace with the list left as it was
+            items = list(self.items)
+            native(items.__setitem__, index, tx.iterate(args[1]) if isinstance(index, slice) else args[1])
+            self._mutated(tx)
+            self.items[:] = items
             return none
         if name == "__delitem__" and len(args) == 1:
+            items = list(self.items)
+            native(items.__delitem__, _index(tx, args[0]))
             self._mutated(tx)
-            del self.items[_index(tx, args[0])]
+            self.items[:] = items
             return none
         return super().call_method(tx, name, args, kwargs)
 

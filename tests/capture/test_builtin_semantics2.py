@@ -1,0 +1,94 @@
+"""Builtins and container methods on values known at trace time that eager answers with an
+exception or that SymInts cannot do natively (kiln/capture/variables/sequence.py,
+number_builtins.py): the exception is raised in the trace where the program's handlers catch it
+(not an internal error that runs the whole frame eagerly), the list left as eager leaves it, and
+pow(size, k, m) stays in the graph."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trace_oracle import check_traced, fresh
+
+X = torch.arange(3.0)
+
+
+def _catching(body):
+    def f(x, items):
+        try:
+            body(items)
+        except (ValueError, IndexError, TypeError) as error:
+            return x - 1, type(error).__name__, str(error)
+        return x + 1, None, None
+    return f
+
+
+LIST_BODIES = {
+    "extended_slice_too_few": lambda items: items.__setitem__(slice(None, None, 2), [0]),
+    "extended_slice_too_many": lambda items: items.__setitem__(slice(1, None, 2), [0, 1, 2]),
+    "index_out_of_range": lambda items: items.__setitem__(9, 0),
+    "negative_index_out_of_range": lambda items: items.__setitem__(-6, 0),
+    "del_out_of_range": lambda items: items.__delitem__(5),
+    "del_by_string": lambda items: items.__delitem__("a"),
+    "set_by_float": lambda items: items.__setitem__(1.0, 0),
+}
+
+
+@pytest.mark.parametrize("name", list(LIST_BODIES))
+def test_list_item_writes_raise_in_the_frame(name: str) -> None:
+    check_traced(_catching(LIST_BODIES[name]), fresh(X, [1, 2, 3, 4, 5]))
+
+
+def test_statement_forms_of_bad_list_writes() -> None:
+    def f(x, items):
+        caught = []
+        try:
+            items[::2] = [x]
+        except ValueError as error:
+            caught.append(str(error))
+        try:
+            del items[7]
+        except IndexError as error:
+            caught.append(str(error))
+        try:
+            items[-9] = x
+        except IndexError as error:
+            caught.append(str(error))
+        items[1::3] = [x * 2, x * 3]
+        del items[::-2]
+        return x + len(items), caught
+
+    check_traced(f, fresh(X, [1, 2, 3, 4, 5]))
+
+
+MINMAX_BODIES = {
+    "max_mixed": lambda items: max(1, "a"),
+    "min_mixed_list": lambda items: min([2, "b", 1]),
+    "max_key_mixed": lambda items: max(items, key=lambda v: "s" if v == 2 else v),
+    "min_key_none": lambda items: min([1, 2], key=lambda v: None if v == 2 else v),
+    "max_of_none": lambda items: max([None, None]),
+}
+
+
+@pytest.mark.parametrize("name", list(MINMAX_BODIES))
+def test_min_max_of_incomparable_constants_raise_in_the_frame(name: str) -> None:
+    # torch.compile raises an internal error here; eager's TypeError is the program's to catch
+    check_traced(_catching(MINMAX_BODIES[name]), fresh(X, [1, 2, 3]), oracle=False)
+
+
+def test_three_argument_pow_of_a_size_stays_in_one_graph() -> None:
+    import kiln
+
+    def f(x):
+        n = x.shape[0]
+        return x * pow(n, 2, 5) + pow(n, 3, -4), pow(n, 0, 3), pow(n, 1, 7), pow(-n, 3, 10)
+
+    kiln.reset()
+    backend = kiln.backends.CountingBackend()
+    compiled = kiln.compile(f, backend=backend, dynamic=True)
+    for size in (7, 9, 12, 3):
+        x = torch.arange(float(size))
+        got, want = compiled(x), f(x)
+        assert torch.equal(got[0], want[0]) and got[1:] == want[1:], (size, got, want)
+    assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["fallbacks"] == 0, kiln.stats()
+    assert backend.frame_count == 1, backend.frame_count
