@@ -92,3 +92,96 @@ def test_three_argument_pow_of_a_size_stays_in_one_graph() -> None:
         assert torch.equal(got[0], want[0]) and got[1:] == want[1:], (size, got, want)
     assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["fallbacks"] == 0, kiln.stats()
     assert backend.frame_count == 1, backend.frame_count
+
+
+def test_nan_is_found_by_identity_in_containers() -> None:
+    # `in`, count and index ask `is` before `==`: a NaN is in a list holding that very float
+    def f(x, a, items):
+        b = float("nan")
+        return x + 1, a in items, b in items, a in [b], items.count(a), items.index(a), a in (1, a)
+
+    import kiln
+
+    nan = float("nan")
+    kiln.reset()
+    got = kiln.compile(f, backend="eager", fullgraph=True)(X, nan, [nan])
+    want = f(X, nan, [nan])
+    assert torch.equal(got[0], want[0]) and got[1:] == want[1:] == (True, False, False, 1, 0, True), (got, want)
+
+
+def test_nan_identity_is_guarded() -> None:
+    import kiln
+
+    def f(x, a, items):
+        return x + 1, a in items
+
+    nan = float("nan")
+    compiled = kiln.compile(f, backend="eager")
+    for a, items in ((nan, [nan]), (nan, [float("nan")]), (nan, [nan])):
+        assert compiled(X, a, items)[1] == f(X, a, items)[1]
+
+
+class _Truth:
+    def __init__(self, value):
+        self.value = value
+
+    def __bool__(self):
+        return self.value
+
+
+class _Sized:
+    def __init__(self, value):
+        self.value = value
+
+    def __len__(self):
+        return self.value
+
+
+@pytest.mark.parametrize("obj", [_Truth(1), _Truth(None), _Truth(0), _Sized(-1), _Sized(2.0)],
+                         ids=["bool_int", "bool_none", "bool_zero", "len_negative", "len_float"])
+def test_bad_truth_and_length_results_raise_as_in_eager(obj) -> None:
+    def f(x, o):
+        caught = []
+        try:
+            if o:
+                x = x + 1
+        except (TypeError, ValueError) as error:
+            caught.append(str(error))
+        try:
+            caught.append(not o)
+        except (TypeError, ValueError) as error:
+            caught.append(str(error))
+        return x, caught
+
+    check_traced(f, lambda: (X, obj), oracle=False)
+
+
+def test_len_of_a_bool_length_is_an_int() -> None:
+    def f(x, o):
+        n = len(o)
+        return x + n, n, type(n).__name__
+
+    check_traced(f, lambda: (X, _Sized(True)), oracle=False)
+
+
+def test_union_of_mappings_has_eager_type_and_factory() -> None:
+    import collections
+
+    def f(x, dd, od):
+        e = dd | {"b": [2]}
+        e["missing"].append(3)  # a defaultdict still: its factory fills the key
+        mixed = {"a": 1} | od  # OrderedDict's __ror__ runs first
+        other = od | {"z": 0}
+        plain = dict(od) | {"y": 1}
+        return x + 1, type(e).__name__, e, type(mixed).__name__, list(mixed.items()), type(other).__name__, type(plain).__name__
+
+    check_traced(f, fresh(X, collections.defaultdict(list, a=[1]), collections.OrderedDict(b=2)), oracle=False)
+
+
+def test_in_place_union_takes_pairs() -> None:
+    def f(x, d):
+        d |= [("q", 2)]
+        d |= zip("ab", (x, x * 2))
+        return d["a"] + d["b"] + d["q"]
+
+    check_traced(f, fresh(X, {"q": 0}))
