@@ -5,6 +5,8 @@ number_builtins.py): the exception is raised in the trace where the program's ha
 pow(size, k, m) stays in the graph."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -185,3 +187,29 @@ def test_in_place_union_takes_pairs() -> None:
         return d["a"] + d["b"] + d["q"]
 
     check_traced(f, fresh(X, {"q": 0}))
+
+
+SEQUENCE_ERRORS = {
+    "list_zero_step": lambda x: [1, 2][::0],
+    "tuple_zero_step": lambda x: (1, 2)[::0],
+    "tuple_out_of_range": lambda x: (1, 2)[5],
+    "size_out_of_range": lambda x: x.shape[3],
+    "tuple_by_string": lambda x: (1, 2)["a"],
+    "islice_negative_stop": lambda x: itertools.islice([1], -1),
+    "islice_bad_step": lambda x: itertools.islice([1, 2], 0, None, 0),
+    "islice_float_start": lambda x: itertools.islice(iter([1, 2]), 0.5, None),
+}
+
+
+@pytest.mark.parametrize("name", list(SEQUENCE_ERRORS))
+def test_sequence_errors_with_eager_text(name: str) -> None:
+    body = SEQUENCE_ERRORS[name]
+
+    def f(x):
+        try:
+            body(x)
+        except (ValueError, IndexError, TypeError) as error:
+            return x - 1, type(error).__name__, str(error)
+        return x + 1, None, None
+
+    check_traced(f, fresh(X), oracle=False)

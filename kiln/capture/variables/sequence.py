@@ -84,12 +84,14 @@ class BaseSequenceVariable(Variable):
     def getitem(self, tx: "Tracer", key: Variable) -> Variable:
         index = _index(tx, key)
         if isinstance(index, slice):
-            return self.rebuild(self.items[index])
+            return self.rebuild(native(self.items.__getitem__, index))  # a zero step: eager's ValueError
         try:
             return self.items[index]
         except (IndexError, TypeError) as exc:
             from kiln.capture.variables.exception import raise_in_trace
-            raise raise_in_trace(exc, f"{type(exc).__name__}: {exc} (raised natively)") from exc
+            if issubclass(self.python_type(), tuple) and str(exc).startswith("list "):
+                exc = type(exc)("tuple " + str(exc)[len("list "):])  # the items are held in a list: eager's text
+            raise raise_in_trace(exc, f"{type(exc).__name__}: {exc} (raised natively)") from None
 
     def rebuild(self, items: list[Variable]) -> Variable:
         raise NotImplementedError
