@@ -5,6 +5,7 @@ number_builtins.py): the exception is raised in the trace where the program's ha
 pow(size, k, m) stays in the graph."""
 from __future__ import annotations
 
+import collections
 import itertools
 
 import pytest
@@ -209,6 +210,33 @@ def test_sequence_errors_with_eager_text(name: str) -> None:
         try:
             body(x)
         except (ValueError, IndexError, TypeError) as error:
+            return x - 1, type(error).__name__, str(error)
+        return x + 1, None, None
+
+    check_traced(f, fresh(X), oracle=False)
+
+
+BUILTIN_ERRORS = {
+    "range_zero_step": lambda x: range(1, 2, 0),
+    "range_of_float": lambda x: range(1.5),
+    "enumerate_string_start": lambda x: enumerate([1], "a"),
+    "issubclass_of_instance": lambda x: issubclass(1, int),
+    "max_of_nothing": lambda x: max(),
+    "min_of_nothing_with_key": lambda x: min(key=len),
+    "list_remove_missing": lambda x: [1].remove(2),
+    "deque_index_out_of_range": lambda x: collections.deque([1])[3],
+    "ordered_dict_popitem_empty": lambda x: collections.OrderedDict().popitem(),
+}
+
+
+@pytest.mark.parametrize("name", list(BUILTIN_ERRORS))
+def test_builtin_errors_with_eager_type_and_text(name: str) -> None:
+    body = BUILTIN_ERRORS[name]
+
+    def f(x):
+        try:
+            body(x)
+        except (ValueError, IndexError, TypeError, KeyError) as error:
             return x - 1, type(error).__name__, str(error)
         return x + 1, None, None
 

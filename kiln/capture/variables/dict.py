@@ -420,7 +420,8 @@ class DictVariable(Variable):
                 raise Unsupported("dict.popitem(last=...) (raised natively)", kind="unsupported")
             if not self.items:
                 from kiln.capture.variables.exception import raise_in_trace
-                empty = KeyError("popitem(): dictionary is empty")
+                empty = KeyError("popitem(): dictionary is empty" if not issubclass(self.dict_type, collections.OrderedDict)
+                                 else "dictionary is empty")
                 raise raise_in_trace(empty, f"KeyError: {empty} (raised natively)")
             self._mutated(tx)
             key = next(reversed(self.items)) if last else next(iter(self.items))

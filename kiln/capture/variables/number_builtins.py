@@ -33,6 +33,10 @@ def _minmax(fn: Any) -> Rule:
     def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
         from kiln.capture.variables.tensor import TensorVariable
 
+        if not args:
+            from kiln.capture.variables.exception import raise_in_trace
+            no_args = TypeError(f"{fn.__name__} expected at least 1 argument, got 0")
+            raise raise_in_trace(no_args, f"TypeError: {no_args} (raised natively)")
         items = tx.iterate(args[0]) if len(args) == 1 else args
         key = kwargs.get("key")
         if set(kwargs) <= {"key", "default"} and (key is None or not key.is_constant() or key.as_constant() is not None):

@@ -6,6 +6,7 @@ the graph has run. Corresponds to torch/_dynamo/variables/lists.py.
 """
 from __future__ import annotations
 
+import collections
 import operator
 import types
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol, Sequence, TypeGuard
@@ -89,8 +90,10 @@ class BaseSequenceVariable(Variable):
             return self.items[index]
         except (IndexError, TypeError) as exc:
             from kiln.capture.variables.exception import raise_in_trace
-            if issubclass(self.python_type(), tuple) and str(exc).startswith("list "):
-                exc = type(exc)("tuple " + str(exc)[len("list "):])  # the items are held in a list: eager's text
+            kind = self.python_type()
+            name = "tuple" if issubclass(kind, tuple) else "deque" if issubclass(kind, collections.deque) else "list"
+            if name != "list" and str(exc).startswith("list "):
+                exc = type(exc)(f"{name} {str(exc)[len('list '):]}")  # the items are held in a list: eager's text
             raise raise_in_trace(exc, f"{type(exc).__name__}: {exc} (raised natively)") from None
 
     def rebuild(self, items: list[Variable]) -> Variable:
@@ -302,7 +305,9 @@ class ListVariable(BaseSequenceVariable):
             return ListVariable(self.items)
         if name == "remove" and len(args) == 1 and self.is_constant() and args[0].is_constant():
             values = [i.as_constant() for i in self.items]
-            where = native(values.index, args[0].as_constant())  # a missing item: eager's ValueError
+            if args[0].as_constant() not in values:
+                raise _raised(ValueError("list.remove(x): x not in list"))
+            where = values.index(args[0].as_constant())
             self._mutated(tx)
             del self.items[where]
             return none

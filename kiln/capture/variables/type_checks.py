@@ -120,7 +120,11 @@ def _is_subclass(kind: type, cls: Any) -> bool:
 @builtin_rule(issubclass)
 def issubclass_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     _guard_abc_registry(tx, _class_value(args[1]))
-    return ConstantVariable(issubclass(args[0].as_python_value(), _class_value(args[1])))
+    try:
+        return ConstantVariable(issubclass(args[0].as_python_value(), _class_value(args[1])))
+    except TypeError as error:  # not a class: eager's TypeError, where the program can catch it
+        from kiln.capture.variables.exception import raise_in_trace
+        raise raise_in_trace(error, f"TypeError: {error} (raised natively)") from None
 
 
 @builtin_rule(type)
