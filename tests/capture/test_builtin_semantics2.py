@@ -159,6 +159,16 @@ def test_bad_truth_and_length_results_raise_as_in_eager(obj) -> None:
     check_traced(f, lambda: (X, obj), oracle=False)
 
 
+def test_length_beyond_an_index_sized_integer_overflows() -> None:
+    def f(x, o):
+        try:
+            return x + len(o)
+        except OverflowError as error:
+            return x - 1, str(error)
+
+    check_traced(f, lambda: (X, _Sized(2 ** 70)), oracle=False)
+
+
 def test_len_of_a_bool_length_is_an_int() -> None:
     def f(x, o):
         n = len(o)

@@ -82,6 +82,8 @@ def _check_len_result(value: Any) -> None:
         error: Exception = TypeError(f"'{type(value).__name__}' object cannot be interpreted as an integer")
     elif value < 0:
         error = ValueError("__len__() should return >= 0")
+    elif value > sys.maxsize:
+        error = OverflowError(f"cannot fit '{type(value).__name__}' into an index-sized integer")
     else:
         return
     raise raise_in_trace(error, f"{type(error).__name__}: {error} (raised natively)")
