@@ -37,6 +37,7 @@ UPDATES = {
     "defaultdict_update": (lambda c: c.update((i, [i]) for i in _raising(2)), collections.defaultdict(list)),
     "set_update": (lambda c: c.update(_raising(3)), {7}),
     "set_update_two": (lambda c: c.update(iter([5, 6]), _raising(1)), {0}),
+    "set_difference_update": (lambda c: c.difference_update(_raising(2)), {0, 1, 2}),
     "deque_extend": (lambda c: c.extend(_raising(2)), collections.deque([4])),
     "deque_extendleft": (lambda c: c.extendleft(_raising(3)), collections.deque([4], maxlen=3)),
     "counter_update": (lambda c: c.update(_raising(2)), collections.Counter("ab")),

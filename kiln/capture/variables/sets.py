@@ -288,12 +288,12 @@ class SetVariable(Variable):
         if name == "copy" and not args:
             table = self._table("copying")
             return self._made(dict(self.items), None if table is None else table.copy())
-        if name == "update" and self.set_type is set and args and all(_lazy(a) for a in args):
-            # an iterator or generator: each element added as it is read, so one that raises
-            # midway leaves the elements before it in the set, as eager's update does
+        if name in ("update", "difference_update") and self.set_type is set and args and all(_lazy(a) for a in args):
+            # an iterator or generator: each element added (discarded) as it is read, so one that
+            # raises midway leaves the set changed by the elements before it, as eager's does
             for arg in args:
                 for item in arg.each_item(tx):
-                    self.call_method(tx, "add", [item], {})
+                    self.call_method(tx, "add" if name == "update" else "discard", [item], {})
             return ConstantVariable(None)
         operands = [self._operand(tx, a) for a in args]
         others = [o[0] for o in operands]
