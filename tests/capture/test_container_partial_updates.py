@@ -90,3 +90,20 @@ def test_abc_answer_survives_kilns_own_imports_during_the_capture() -> None:
     """)
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_update_items_that_are_no_sequence() -> None:
+    def f(x, d):
+        caught = []
+        for bad in ({1}, [1], [("k", 2), 3], ["ab", None]):
+            try:
+                d.update(bad)
+            except TypeError as error:
+                caught.append(str(error))
+        try:
+            d |= [5.0]
+        except TypeError as error:
+            caught.append(str(error))
+        return x + len(d), caught
+
+    check_traced(f, fresh(X, {"z": 0}), oracle=False)

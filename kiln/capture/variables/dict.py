@@ -607,10 +607,14 @@ def pairs_of(tx: "Tracer", arg: Variable, into: "DictVariable | None" = None) ->
 
 
 def _pair(tx: "Tracer", pair: Variable, position: int) -> tuple[Variable, Variable]:
-    """One item of an iterable given to dict()/update(): exactly two, else eager's ValueError."""
+    """One item of an iterable given to dict()/update(): exactly two, else eager's ValueError (a
+    number or None, no sequence at all: eager's TypeError)."""
+    from kiln.capture.variables.exception import raise_in_trace
+    if pair.is_constant() and isinstance(pair.as_constant(), (int, float, complex, type(None))):
+        error: Exception = TypeError(f"cannot convert dictionary update sequence element #{position} to a sequence")
+        raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
     items = tx.iterate(pair)
     if len(items) != 2:
-        from kiln.capture.variables.exception import raise_in_trace
         error = ValueError(f"dictionary update sequence element #{position} has length {len(items)}; 2 is required")
         raise raise_in_trace(error, f"ValueError: {error} (raised natively)")
     return items[0], items[1]
