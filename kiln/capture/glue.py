@@ -468,6 +468,8 @@ def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> 
     from kiln.capture.variables.builder import container_alias_guards
     guards += container_alias_guards(state)  # a container changed in place is no other one read
     guards += [shape_guard(g) for g in state.shape_env.guards]
+    from kiln.capture.variables.type_checks import settle_abc_token
+    guards = settle_abc_token(guards)
     graphs = [] if compiled is None else [compiled.gm]
     if compiled is not None:
         log.artifact("graph_code", lambda: f"graph of {state.fn.__qualname__}:\n{compiled.gm.code}")

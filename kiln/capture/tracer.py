@@ -355,7 +355,11 @@ class Tracer:
         if isinstance(var, SymIntVariable):
             return int(var.specialize())
         value = var.as_constant()
-        return operator.index(value)
+        try:
+            return operator.index(value)
+        except TypeError as error:  # `range(1.5)`, `enumerate(xs, "a")`: eager's TypeError, in the trace
+            from kiln.capture.variables.exception import raise_in_trace
+            raise raise_in_trace(error, f"TypeError: {error} (raised natively)") from None
 
     def global_source(self, name: str) -> GlobalSource | None:
         """Where a global of the running code lives: `G[...]`, another module's dict, or nowhere

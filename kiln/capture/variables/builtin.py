@@ -215,7 +215,9 @@ def setattr_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]
 
 @builtin_rule(range)
 def range_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
-    return ConstantVariable(range(*[tx.as_int(a) for a in args]))
+    from kiln.capture.variables.sequence import native
+
+    return ConstantVariable(native(range, *[tx.as_int(a) for a in args]))  # a zero step: eager's ValueError
 
 
 @builtin_rule(enumerate)

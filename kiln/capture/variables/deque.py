@@ -97,7 +97,10 @@ class DequeVariable(BaseSequenceVariable):
             return none
         if name in ("extend", "extendleft", "__iadd__") and len(args) == 1:
             self._mutated(tx, bump=False)
-            for item in tx.iterate(args[0]):  # one at a time: maxlen drops as each one arrives
+            # one at a time: maxlen drops as each one arrives; an iterator that raises midway
+            # leaves the items before it in the deque, as in eager
+            source = list(self.items) if args[0] is self else args[0].each_item(tx)
+            for item in source:
                 self.version += 1
                 self.items.insert(0 if name == "extendleft" else len(self.items), item)
                 self._trim(from_left=name != "extendleft")

@@ -405,7 +405,7 @@ class DictVariable(Variable):
         if name in ("update", "__init__"):
             self._mutated(tx)
             for arg in args:
-                self.merge(tx, pairs_of(tx, arg))
+                self.merge(tx, pairs_of(tx, arg, into=self))
             for key, value in kwargs.items():
                 self.items[key] = value
             return none
@@ -420,7 +420,8 @@ class DictVariable(Variable):
                 raise Unsupported("dict.popitem(last=...) (raised natively)", kind="unsupported")
             if not self.items:
                 from kiln.capture.variables.exception import raise_in_trace
-                empty = KeyError("popitem(): dictionary is empty")
+                empty = KeyError("popitem(): dictionary is empty" if not issubclass(self.dict_type, collections.OrderedDict)
+                                 else "dictionary is empty")
                 raise raise_in_trace(empty, f"KeyError: {empty} (raised natively)")
             self._mutated(tx)
             key = next(reversed(self.items)) if last else next(iter(self.items))
@@ -574,21 +575,49 @@ def _has_keys_method(var: Variable) -> bool:
     return hasattr(kind, "keys")
 
 
-def pairs_of(tx: "Tracer", arg: Variable) -> dict[Any, Variable]:
+def pairs_of(tx: "Tracer", arg: Variable, into: "DictVariable | None" = None) -> dict[Any, Variable]:
     """The (key, value) pairs of a dict, of a mapping (what its `keys()` gives, each read with
     `[]`, as CPython's dict update does for any object with a `keys` method), or of an iterable of
-    pairs, as a dict."""
+    pairs, as a dict. Where reading them raises in the trace, the pairs read before are merged
+    into `into` first: eager's update stores each pair as it reads it."""
     if isinstance(arg, DictVariable) and arg._override(tx, "__iter__") is None:
         return dict(arg.items)  # CPython reads a dict's storage unless its class overrides __iter__
+    from kiln.capture.variables.exception import RaisedInTrace
+
     out = DictVariable({})  # filled as a dict is: a user-hashed key found by its __hash__ and __eq__
-    if _has_keys_method(arg):
-        for key in tx.iterate(arg.call_method(tx, "keys", [], {})):
-            out.items[out._key(tx, key, write=True)] = arg.call_method(tx, "__getitem__", [key], {})
-        return out.items
-    for pair in tx.iterate(arg):
-        key, value = tx.iterate(pair)
-        out.items[out._key(tx, key, write=True)] = value
+    try:
+        if _has_keys_method(arg):
+            for key in tx.iterate(arg.call_method(tx, "keys", [], {})):
+                out.items[out._key(tx, key, write=True)] = arg.call_method(tx, "__getitem__", [key], {})
+            return out.items
+        from kiln.capture.variables.iterator import open_iterator
+        pairs = open_iterator(tx, arg)  # stepped: a generator that raises has given its pairs so far
+        position = 0
+        pair = pairs.next_traced(tx)
+        while pair is not None:
+            key, value = _pair(tx, pair, position)
+            out.items[out._key(tx, key, write=True)] = value
+            position += 1
+            pair = pairs.next_traced(tx)
+    except RaisedInTrace:
+        if into is not None:
+            into.merge(tx, out.items)
+        raise
     return out.items
+
+
+def _pair(tx: "Tracer", pair: Variable, position: int) -> tuple[Variable, Variable]:
+    """One item of an iterable given to dict()/update(): exactly two, else eager's ValueError (a
+    number or None, no sequence at all: eager's TypeError)."""
+    from kiln.capture.variables.exception import raise_in_trace
+    if pair.is_constant() and isinstance(pair.as_constant(), (int, float, complex, type(None))):
+        error: Exception = TypeError(f"cannot convert dictionary update sequence element #{position} to a sequence")
+        raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
+    items = tx.iterate(pair)
+    if len(items) != 2:
+        error = ValueError(f"dictionary update sequence element #{position} has length {len(items)}; 2 is required")
+        raise raise_in_trace(error, f"ValueError: {error} (raised natively)")
+    return items[0], items[1]
 
 
 @builtin_rule(collections._count_elements)  # type: ignore[attr-defined]  # C helper of Counter.update
@@ -598,7 +627,7 @@ def count_elements_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Va
     if len(args) != 2 or kwargs:
         raise Unsupported("collections._count_elements with these arguments", kind="unsupported_builtin")
     mapping, iterable = args
-    for item in tx.iterate(iterable):
+    for item in iterable.each_item(tx):  # counted as read: a generator that raises leaves the counts so far
         count = mapping.call_method(tx, "get", [item, ConstantVariable(0)], {})
         mapping.call_method(tx, "__setitem__", [item, tx.binary_op("+", count, ConstantVariable(1))], {})
     return ConstantVariable(None)

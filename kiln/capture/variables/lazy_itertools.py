@@ -184,13 +184,14 @@ def tee_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) ->
 @builtin_rule(itertools.islice)
 def islice_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     bounds = [a.as_constant() if a.is_constant() else tx.as_int(a) for a in args[1:]]
+    try:
+        itertools.islice((), *bounds)  # eager's checks of the bounds, made before the source is read
+    except (TypeError, ValueError) as exc:
+        from kiln.capture.variables.exception import raise_in_trace
+        raise raise_in_trace(exc, f"itertools.islice bounds {bounds}: {exc} (raised natively)") from None
     if not isinstance(args[0], IteratorVariable):
         # a fresh iterator over a sequence nobody else steps: its items are known now
         return IteratorVariable(list(itertools.islice(tx.iterate(args[0]), *bounds)))
-    try:
-        itertools.islice((), *bounds)  # eager's checks of the bounds
-    except (TypeError, ValueError) as exc:
-        raise Unsupported(f"itertools.islice bounds {bounds} (raised natively)", kind="unsupported") from exc
     source = args[0]
     start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (bounds + [None])[:3]
     start, step = start or 0, step or 1

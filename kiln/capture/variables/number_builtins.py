@@ -20,7 +20,7 @@ from kiln.capture.variables.base import Variable
 from kiln.capture.variables.builtin import fold_call
 from kiln.capture.variables.constant import ConstantVariable, DeferredTextVariable
 from kiln.capture.variables.ordering import Ordered, constant_of, traced_numbers, user_objects
-from kiln.capture.variables.sequence import ListVariable, TupleVariable
+from kiln.capture.variables.sequence import ListVariable, TupleVariable, native
 from kiln.capture.variables.symint import SymIntVariable
 from kiln.errors import Unsupported
 
@@ -33,6 +33,10 @@ def _minmax(fn: Any) -> Rule:
     def rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
         from kiln.capture.variables.tensor import TensorVariable
 
+        if not args:
+            from kiln.capture.variables.exception import raise_in_trace
+            no_args = TypeError(f"{fn.__name__} expected at least 1 argument, got 0")
+            raise raise_in_trace(no_args, f"TypeError: {no_args} (raised natively)")
         items = tx.iterate(args[0]) if len(args) == 1 else args
         key = kwargs.get("key")
         if set(kwargs) <= {"key", "default"} and (key is None or not key.is_constant() or key.as_constant() is not None):
@@ -48,13 +52,13 @@ def _minmax(fn: Any) -> Rule:
                 if traced_numbers(results) or user_objects(results):
                     return items[fn(range(len(results)), key=lambda i: Ordered(tx, results[i]))]
                 keys = [constant_of(result, f"{fn.__name__}() key") for result in results]
-                best = fn(range(len(keys)), key=keys.__getitem__)
+                best = native(fn, range(len(keys)), key=keys.__getitem__)  # keys eager cannot compare: its TypeError
                 return items[best]
             kwargs = {}
         if kwargs:
             return fold_call(tx, fn, args, kwargs)
         if all(i.is_constant() for i in items):
-            return tx.wrap_result(fn(i.as_constant() for i in items))
+            return tx.wrap_result(native(fn, [i.as_constant() for i in items]))
         if user_objects(items) and not any(isinstance(i, TensorVariable) for i in items):
             # instances of user classes: compared by their traced dunders, in eager's order
             return items[fn(range(len(items)), key=lambda i: Ordered(tx, items[i]))]
@@ -140,7 +144,17 @@ def _fold_or_dunder(fn: Any, tx: "Tracer", args: list[Variable], kwargs: dict[st
             return args[0].call_method(tx, _DUNDERS[fn], args[1:], kwargs)
     if fn is pow and len(args) == 2 and not kwargs and user_objects(args):
         return tx.binary_op("**", args[0], args[1])
+    if fn is pow and len(args) == 3 and not kwargs and isinstance(args[0], SymIntVariable) \
+            and _int_constant(args[1]) and args[1].as_constant() >= 0 \
+            and _int_constant(args[2]) and args[2].as_constant() != 0:
+        # pow(size, k, m) of a non-negative k is (size ** k) % m exactly (the sign of m's, as %);
+        # SymInt has no three-argument __pow__ for the graph to call
+        return tx.binary_op("%", tx.binary_op("**", args[0], args[1]), args[2])
     return fold_call(tx, fn, args, kwargs)
+
+
+def _int_constant(v: Variable) -> bool:
+    return v.is_constant() and type(v.as_constant()) in (int, bool)
 
 
 for _fn in (abs, round, pow, chr, ord, ascii, bin, hex, oct):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from kiln.capture.guards import ABSENT, Guard, ProcessQuery
 from kiln.capture.trace_rules import is_library_code
 from kiln.capture.variables.base import Variable
-from kiln.capture.variables.constant import is_constant_value
+from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.capture.variables.exception import RaisedInTrace, raise_in_trace
 from kiln.capture.variables.functions import (
     UserFunctionVariable,
@@ -69,9 +69,24 @@ def python_len(tx: "Tracer", var: Variable, cls: type) -> Variable | None:
     if not isinstance(inspect.getattr_static(cls, "__len__", None), types.FunctionType):
         return None
     result = var.getattr(tx, "__len__").call(tx, [], {})
-    if result.is_constant() and type(result.as_constant()) is int and result.as_constant() >= 0:
-        return result
+    if result.is_constant():
+        _check_len_result(result.as_constant())
+        return ConstantVariable(int(result.as_constant()))
     return None
+
+
+def _check_len_result(value: Any) -> None:
+    """What CPython's slot_sq_length asks of a `__len__` result: an int (its __index__), >= 0; else
+    eager's TypeError or ValueError, raised in the trace."""
+    if not isinstance(value, int):
+        error: Exception = TypeError(f"'{type(value).__name__}' object cannot be interpreted as an integer")
+    elif value < 0:
+        error = ValueError("__len__() should return >= 0")
+    elif value > sys.maxsize:
+        error = OverflowError(f"cannot fit '{type(value).__name__}' into an index-sized integer")
+    else:
+        return
+    raise raise_in_trace(error, f"{type(error).__name__}: {error} (raised natively)")
 
 
 def python_hash(tx: "Tracer", var: Variable, cls: type) -> int:
@@ -338,9 +353,15 @@ def python_truth(tx: "Tracer", var: Variable, cls: type) -> bool | None:
         static = inspect.getattr_static(cls, name, None)
         if isinstance(static, types.FunctionType):
             result = var.getattr(tx, name).call(tx, [], {})
-            if result.is_constant() and isinstance(result.as_constant(), (bool, int)):
-                return bool(result.as_constant())
-            return None
+            if not result.is_constant():
+                return None
+            value = result.as_constant()
+            if name == "__len__":
+                _check_len_result(value)
+            elif type(value) is not bool:  # no other truth value is taken from __bool__
+                error = TypeError(f"__bool__ should return bool, returned {type(value).__name__}")
+                raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
+            return bool(value)
         if static is not None:
             return None
     return None

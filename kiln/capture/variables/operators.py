@@ -201,14 +201,33 @@ def _sequence_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: b
             raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
         count = tx.as_int(b)
         return a.rebuild(a.items * count) if not (inplace and isinstance(a, ListVariable)) else _extend_times(tx, a, count)
+    if symbol == "|" and isinstance(a, DictVariable) and inplace:
+        a.call_method(tx, "update", [b], {})  # dict.__ior__ takes what update takes: pairs too
+        return a
     if symbol == "|" and isinstance(a, DictVariable) and isinstance(b, DictVariable):
-        if inplace:
-            a.call_method(tx, "update", [b], {})
-            return a
-        return DictVariable({**a.items, **b.items}, a.dict_type)
+        return _dict_union(tx, a, b)
     if isinstance(a, SetVariable):
         return a.binary(tx, symbol, b, inplace)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+def _dict_union(tx: "Tracer", a: DictVariable, b: DictVariable) -> DictVariable:
+    """`a | b` of builtin mappings: b's __ror__ first where b's class is a proper subclass of a's
+    with its own (`dict | OrderedDict` is an OrderedDict); dict's method makes a plain dict,
+    OrderedDict's and defaultdict's one of the receiver's class (a defaultdict keeps its factory)."""
+    import collections
+
+    receiver = a
+    if b.dict_type is not a.dict_type and issubclass(b.dict_type, a.dict_type) \
+            and getattr(b.dict_type, "__ror__") is not getattr(a.dict_type, "__ror__"):
+        receiver = b
+    owner = next(k for k in receiver.dict_type.__mro__ if k in (collections.OrderedDict, collections.defaultdict, dict))
+    result = DictVariable({}, dict if owner is dict else receiver.dict_type)
+    result.merge(tx, a.items)
+    result.merge(tx, b.items)  # a key equal to one of a's (a user-hashed key) keeps a's key
+    if issubclass(result.dict_type, collections.defaultdict):
+        result.default_factory = receiver.default_factory
+    return result
 
 
 def _extend_times(tx: "Tracer", a: ListVariable, count: int) -> Variable:
@@ -554,6 +573,14 @@ def contains(tx: "Tracer", container: Variable, item: Variable) -> bool:
 
 def _matches(tx: "Tracer", item: Variable, candidate: Variable) -> bool:
     """`candidate is item or candidate == item`, as `in`, list.index and operator.countOf ask it."""
+    if _unequal_to_itself(item) and _unequal_to_itself(candidate):
+        # a NaN is in a list that holds that very float (`is` is asked first), and in no other;
+        # two from outside are guarded to stay one object, or two
+        identical = item.as_constant() is candidate.as_constant()
+        if item.source is not None and candidate.source is not None and item.source != candidate.source:
+            from kiln.capture.variables.builder import _guard_identity
+            _guard_identity(tx.state, item.source, candidate.source, identical)
+        return identical
     same = decided_equal(tx, item, candidate)
     if same is None and (_python_type(candidate) is not None or _python_type(item) is not None) \
             and _identity(item, candidate) is False:
@@ -562,6 +589,13 @@ def _matches(tx: "Tracer", item: Variable, candidate: Variable) -> bool:
     if same is None:
         raise Unsupported(f"comparing {item.describe()} with the items of a container", kind="unsupported")
     return bool(same)
+
+
+def _unequal_to_itself(v: Variable) -> bool:
+    if not v.is_constant():
+        return False
+    value = v.as_constant()
+    return type(value) in (float, complex) and value != value
 
 
 def _count_or_index(tx: "Tracer", name: str, container: Variable, item: Variable) -> Variable:

@@ -6,6 +6,7 @@ the graph has run. Corresponds to torch/_dynamo/variables/lists.py.
 """
 from __future__ import annotations
 
+import collections
 import operator
 import types
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol, Sequence, TypeGuard
@@ -84,12 +85,16 @@ class BaseSequenceVariable(Variable):
     def getitem(self, tx: "Tracer", key: Variable) -> Variable:
         index = _index(tx, key)
         if isinstance(index, slice):
-            return self.rebuild(self.items[index])
+            return self.rebuild(native(self.items.__getitem__, index))  # a zero step: eager's ValueError
         try:
             return self.items[index]
         except (IndexError, TypeError) as exc:
             from kiln.capture.variables.exception import raise_in_trace
-            raise raise_in_trace(exc, f"{type(exc).__name__}: {exc} (raised natively)") from exc
+            kind = self.python_type()
+            name = "tuple" if issubclass(kind, tuple) else "deque" if issubclass(kind, collections.deque) else "list"
+            if name != "list" and str(exc).startswith("list "):
+                exc = type(exc)(f"{name} {str(exc)[len('list '):]}")  # the items are held in a list: eager's text
+            raise raise_in_trace(exc, f"{type(exc).__name__}: {exc} (raised natively)") from None
 
     def rebuild(self, items: list[Variable]) -> Variable:
         raise NotImplementedError
@@ -300,7 +305,9 @@ class ListVariable(BaseSequenceVariable):
             return ListVariable(self.items)
         if name == "remove" and len(args) == 1 and self.is_constant() and args[0].is_constant():
             values = [i.as_constant() for i in self.items]
-            where = native(values.index, args[0].as_constant())  # a missing item: eager's ValueError
+            if args[0].as_constant() not in values:
+                raise _raised(ValueError("list.remove(x): x not in list"))
+            where = values.index(args[0].as_constant())
             self._mutated(tx)
             del self.items[where]
             return none
@@ -317,16 +324,19 @@ class ListVariable(BaseSequenceVariable):
             self.items[:] = ordered.items
             return none
         if name == "__setitem__" and len(args) == 2:
-            self._mutated(tx)
             index = _index(tx, args[0])
-            if isinstance(index, slice):
-                self.items[index] = tx.iterate(args[1])
-            else:
-                self.items[index] = args[1]
+            # eager's IndexError (out of range) or ValueError (an extended slice given the wrong
+            # number of items) is raised in the trace with the list left as it was
+            items = list(self.items)
+            native(items.__setitem__, index, tx.iterate(args[1]) if isinstance(index, slice) else args[1])
+            self._mutated(tx)
+            self.items[:] = items
             return none
         if name == "__delitem__" and len(args) == 1:
+            items = list(self.items)
+            native(items.__delitem__, _index(tx, args[0]))
             self._mutated(tx)
-            del self.items[_index(tx, args[0])]
+            self.items[:] = items
             return none
         return super().call_method(tx, name, args, kwargs)
 

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from kiln.capture.variables.iterator import IteratorVariable
 
 
+def _lazy(v: Variable) -> bool:
+    """An iterator or a generator: its elements are read one at a time, with code run between."""
+    from kiln.capture.variables.iterator import IteratorVariable
+    return isinstance(v, IteratorVariable)
+
+
 class SetVariable(Variable):
     """A set (or frozenset) of constants or of values hashed by identity (tensors); `items` maps
     each element's key to the element.
@@ -282,6 +288,13 @@ class SetVariable(Variable):
         if name == "copy" and not args:
             table = self._table("copying")
             return self._made(dict(self.items), None if table is None else table.copy())
+        if name in ("update", "difference_update") and self.set_type is set and args and all(_lazy(a) for a in args):
+            # an iterator or generator: each element added (discarded) as it is read, so one that
+            # raises midway leaves the set changed by the elements before it, as eager's does
+            for arg in args:
+                for item in arg.each_item(tx):
+                    self.call_method(tx, "add" if name == "update" else "discard", [item], {})
+            return ConstantVariable(None)
         operands = [self._operand(tx, a) for a in args]
         others = [o[0] for o in operands]
         combined = _combine(name.removesuffix("_update"), self.items, others)

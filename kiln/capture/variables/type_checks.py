@@ -91,6 +91,16 @@ def _guard_abc_registry(tx: "Tracer", cls: Any) -> None:
         tx.state.output.guards.append(Guard(token.name(), "check_value", abc.get_cache_token()))
 
 
+def settle_abc_token(guards: list[Guard]) -> list[Guard]:
+    """The abc cache token guards expect the token as the capture leaves it: Kiln's own lazy
+    imports during a capture (sympy's, which registers its numbers with the `numbers` ABCs) bump
+    it after the trace read an isinstance answer, and the fresh capture's guards then failed on
+    its own inputs (an internal error, the frame run eagerly)."""
+    name = ModuleFunctionCallSource("abc", "get_cache_token").name()
+    now = abc.get_cache_token()
+    return [Guard(name, "check_value", now) if g.source == name and g.kind == "check_value" else g for g in guards]
+
+
 def _class_value(var: Variable) -> Any:
     """The class (or tuple of classes) a Variable stands for, e.g. `(list, tuple)`."""
     if isinstance(var, TupleVariable):
@@ -110,7 +120,11 @@ def _is_subclass(kind: type, cls: Any) -> bool:
 @builtin_rule(issubclass)
 def issubclass_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
     _guard_abc_registry(tx, _class_value(args[1]))
-    return ConstantVariable(issubclass(args[0].as_python_value(), _class_value(args[1])))
+    try:
+        return ConstantVariable(issubclass(args[0].as_python_value(), _class_value(args[1])))
+    except TypeError as error:  # not a class: eager's TypeError, where the program can catch it
+        from kiln.capture.variables.exception import raise_in_trace
+        raise raise_in_trace(error, f"TypeError: {error} (raised natively)") from None
 
 
 @builtin_rule(type)
