@@ -19,11 +19,12 @@ import torch
 from torch.nn.modules.lazy import LazyModuleMixin
 
 from kiln.capture.distributed import is_ddp
-from kiln.capture.guards import Guard
+from kiln.capture.guards import ABSENT, Guard
 from kiln.capture.sources import AttrSource, GlobalSource, ItemSource, Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
-from kiln.capture.variables.functions import UserMethodVariable
+from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
+from kiln.capture.variables.object_protocol import python_iter
 from kiln.capture.variables.sequential_slice import SequentialSliceVariable
 from kiln.errors import RestartCapture, Unsupported
 
@@ -356,17 +357,21 @@ class NNModuleVariable(Variable):
         return items
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
-        override = self._override("__iter__")
+        override = self._override(tx, "__iter__")
         if override is not None:
             return tx.iterate(UserMethodVariable(override, self).call(tx, [], {}))
         if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
             return [ConstantVariable(k) for k, _ in self._children(tx)]
         if isinstance(self.module, _CONTAINERS):
             return [v for _, v in self._children(tx)]
+        if self._override(tx, "__getitem__") is not None:  # the old protocol: self[0], self[1] ... to IndexError
+            items = python_iter(tx, self, type(self.module))
+            if items is not None:
+                return items
         raise Unsupported(f"iterating over {type(self.module).__name__}", kind="unsupported_iter")
 
     def length(self, tx: "Tracer") -> Variable:
-        override = self._override("__len__")
+        override = self._override(tx, "__len__")
         if override is not None:
             return UserMethodVariable(override, self).call(tx, [], {})
         if isinstance(self.module, _CONTAINERS):
@@ -374,23 +379,46 @@ class NNModuleVariable(Variable):
         raise Unsupported(f"len() of {type(self.module).__name__}", kind="unsupported_builtin")
 
     def truth(self, tx: "Tracer") -> bool:
+        """`bool(module)` in Python's order: a `__bool__` the class writes, else its `__len__` (a
+        container's count of children, or one the class writes) != 0, else True."""
+        for name in ("__bool__", "__len__"):
+            override = self._override(tx, name)
+            if override is not None:
+                result = UserMethodVariable(override, self).call(tx, [], {})
+                if not result.is_constant() or not isinstance(result.as_constant(), int):
+                    raise Unsupported(f"{type(self.module).__qualname__}.{name} does not give a value known at "
+                                      "trace time", kind="unsupported_builtin")
+                return bool(result.as_constant())
         if isinstance(self.module, _CONTAINERS):
             return len(self._children(tx)) > 0
         return True
 
-    def _override(self, name: str) -> types.FunctionType | None:
-        """A container protocol method (`__getitem__`, `__len__`, `__iter__`) a subclass of torch's
-        container wrote itself: inlined instead of the container's own (its `super()` call comes
-        back to the table above)."""
-        static = inspect.getattr_static(type(self.module), name, None)
-        if isinstance(self.module, _CONTAINERS) and isinstance(static, types.FunctionType) and not _torch_method(static):
+    def contains(self, tx: "Tracer", item: Variable) -> bool | None:
+        """`item in module` through a `__contains__` the class writes; None when it writes none."""
+        override = self._override(tx, "__contains__")
+        if override is None:
+            return None
+        return UserMethodVariable(override, self).call(tx, [item], {}).truth(tx)
+
+    def _override(self, tx: "Tracer", name: str) -> types.FunctionType | None:
+        """A protocol method (`__getitem__`, `__len__`, `__iter__`, `__bool__`, `__contains__`) the
+        module's class wrote itself: inlined instead of the container's own (its `super()` call comes
+        back to the table above), and on any other module class instead of refusing (or, for truth,
+        instead of nn.Module's default: true). What the lookup found, or that it found nothing, is
+        guarded on the class."""
+        kind = type(self.module)
+        static = inspect.getattr_static(kind, name, None)
+        if isinstance(static, types.FunctionType) and not _torch_method(static):
+            guard_class_attribute(tx, kind, name, static, self)
             return static
+        if static is None:
+            guard_class_attribute(tx, kind, name, ABSENT, self)
         return None
 
     def getitem(self, tx: "Tracer", key: Variable) -> Variable:
         from kiln.capture.variables.sequence import ListVariable
 
-        override = self._override("__getitem__")
+        override = self._override(tx, "__getitem__")
         if override is not None:
             return UserMethodVariable(override, self).call(tx, [key], {})
         children = self._children(tx)
@@ -398,6 +426,10 @@ class NNModuleVariable(Variable):
         # the child called depends on it
         index: Any = key.as_constant() if key.is_constant() or isinstance(self.module, (
             torch.nn.ModuleDict, torch.nn.ParameterDict)) else tx.as_int(key)
+        if isinstance(self.module, _CONTAINERS) and not isinstance(index, slice) and \
+                (index not in dict(children) if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict))
+                 else isinstance(index, int) and not -len(children) <= index < len(children)):
+            _raise_missing_item(self.module, index)
         if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
             return dict(children)[index]
         if isinstance(index, slice):
@@ -543,6 +575,18 @@ def _initialize_lazy(m: torch.nn.Module, args: Sequence[Variable], kwargs: dict[
     real_kwargs = {k: real(v) for k, v in kwargs.items()}
     m._infer_parameters(m, real_args, real_kwargs)  # type: ignore[operator]  # LazyModuleMixin's
     raise RestartCapture(f"the lazy module {type(m).__name__} was initialized")
+
+
+def _raise_missing_item(m: torch.nn.Module, key: Any) -> None:
+    """A container indexed out of range or by a missing key: the exception its own `__getitem__`
+    raises (IndexError, KeyError, with its text), raised in the trace, where the frame may catch it
+    (the old iteration protocol ends on it)."""
+    from kiln.capture.variables.exception import raise_in_trace
+    try:
+        m[key]  # type: ignore[index]  # one of the containers, which index
+    except (IndexError, KeyError) as exc:
+        raise raise_in_trace(exc, f"{type(exc).__name__}: {exc} (raised natively)") from exc
+    raise Unsupported(f"indexing {type(m).__name__} with {key!r}", kind="unsupported_call")
 
 
 def _torch_method(static: Any) -> bool:
