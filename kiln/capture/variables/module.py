@@ -133,9 +133,10 @@ class NNModuleVariable(Variable):
         d = m.__dict__
         static = inspect.getattr_static(kind, name, _MISSING)
         data_descriptor = static is not _MISSING and (hasattr(type(static), "__set__") or hasattr(type(static), "__delete__"))
-        if not data_descriptor and name in d:
+        deleted = tx.side_effects.deleted_attr(m, name)  # `del self.name` earlier in the trace
+        if not data_descriptor and name in d and not deleted:
             return tx.wrap(d[name], None if self.source is None else AttrSource(self.source, name))
-        if not data_descriptor and self.source is not None:
+        if not data_descriptor and self.source is not None and not deleted:
             tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
         if _torch_method(static) and (name in _INTROSPECTION or (isinstance(m, _CONTAINERS) and name in _CONTAINER_METHODS)):
             return BoundMethodVariable(self, name)
