@@ -90,6 +90,9 @@ class NNModuleVariable(Variable):
     def __init__(self, module: torch.nn.Module, source: Source | None) -> None:
         self.module = module
         self.source = source
+        # a container the frame built from modules it holds (`nn.Sequential(self.a, nn.ReLU())`):
+        # its children as the trace knows them (with their sources), by name
+        self.built_children: dict[str, Variable] | None = None
 
     def describe(self) -> str:
         return f"module {type(self.module).__name__}"
@@ -109,6 +112,9 @@ class NNModuleVariable(Variable):
         from kiln.capture.variables.functions import UserMethodVariable
 
         m = self.module
+        if self.built_children is not None and name in ("__dict__", "_modules", "_parameters", "_buffers"):
+            # its tables hold the real children, not the trace's (a change to them is not followed)
+            raise Unsupported(f"{name} of a {type(m).__name__} built in the frame", kind="unsupported_attribute")
         pending = tx.side_effects.pending_attr(m, name)
         if pending is not None:
             return pending
@@ -166,6 +172,8 @@ class NNModuleVariable(Variable):
                 if changed.call_method(tx, "__contains__", [key], {}).as_constant():
                     return changed.call_method(tx, "__getitem__", [key], {})
                 continue
+            if table == "_modules" and self.built_children is not None and name in self.built_children:
+                return dict(self._built_children())[name]
             if name in d.get(table, {}):
                 return tx.wrap(d[table][name], self._child_source(table, name))
         if self.source is not None:  # what the tables lacked is part of what the trace relied on
@@ -328,12 +336,23 @@ class NNModuleVariable(Variable):
             # append, insert, `del layers[i]`, `d[k] = m` earlier in this forward: the children as
             # the trace left them (the real table is rewritten after the graph)
             return list(changed.items.items())
+        if self.built_children is not None:
+            return self._built_children()
         self._refuse_changed_tables(tx, f"the children of {type(m).__name__}", recurse=False)
         if self.source is not None:  # the loop over them is unrolled: their names and number are baked
             self._guard(tx, AttrSource(self.source, table), "check_keys", tuple(getattr(m, table).keys()))
         if table == "_parameters":
             return self._parameter_container_items(tx)
         return [(k, tx.wrap(v, self._child_source("_modules", k))) for k, v in m._modules.items()]
+
+    def _built_children(self) -> list[tuple[str, Variable]]:
+        """The children of a container built in the frame; one the trace changed since (its real
+        table no longer has the names it was built with) is refused."""
+        assert self.built_children is not None
+        if list(self.module._modules) != list(self.built_children):
+            raise Unsupported(f"a {type(self.module).__name__} built in the frame and changed there",
+                              kind="unsupported_call")
+        return list(self.built_children.items())
 
     def _parameter_container_items(self, tx: "Tracer") -> list[tuple[str, Variable]]:
         """A ParameterList's or ParameterDict's items in its own order: mostly parameters, but a
@@ -536,6 +555,10 @@ class NNModuleVariable(Variable):
     def reconstruct(self, glue: "GlueBuilder") -> str:
         if self.source is not None:
             return self.source.name()
+        if self.built_children is not None:
+            # eager builds a new container on each call, around the children as they are then
+            raise Unsupported(f"a {type(self.module).__name__} built in the frame, kept after it",
+                              kind="reconstruct")
         return glue.constant(self.module)
 
 
@@ -576,6 +599,28 @@ def _initialize_lazy(m: torch.nn.Module, args: Sequence[Variable], kwargs: dict[
     real_kwargs = {k: real(v) for k, v in kwargs.items()}
     m._infer_parameters(m, real_args, real_kwargs)  # type: ignore[operator]  # LazyModuleMixin's
     raise RestartCapture(f"the lazy module {type(m).__name__} was initialized")
+
+
+def build_container(tx: "Tracer", cls: type, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable | None:
+    """`nn.Sequential(a, b, ...)` or `nn.ModuleList([a, b])` called in the frame on modules it holds
+    (a submodule, one built there): a real container made at trace time around the real children
+    (building one has no other effect), whose children are read as the trace's own variables, so a
+    child from outside keeps its source (its parameters stay graph inputs). None for anything else."""
+    if kwargs or cls not in (torch.nn.Sequential, torch.nn.ModuleList):
+        return None
+    if cls is torch.nn.Sequential:
+        items = list(args)
+    elif len(args) > 1:
+        return None
+    else:
+        items = tx.iterate(args[0]) if args else []
+    if not all(isinstance(v, NNModuleVariable) for v in items):
+        return None
+    modules = [v.module for v in items if isinstance(v, NNModuleVariable)]
+    real = torch.nn.Sequential(*modules) if cls is torch.nn.Sequential else torch.nn.ModuleList(modules)
+    built = NNModuleVariable(real, None)
+    built.built_children = {str(i): v for i, v in enumerate(items)}
+    return built
 
 
 def _raise_missing_item(m: torch.nn.Module, key: Any) -> None:

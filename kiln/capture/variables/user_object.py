@@ -308,6 +308,11 @@ class ObjectVariable(Variable):
             return _new_through_python_new(tx, obj, self, own_new, args, kwargs)
         if is_namedtuple_type(obj):
             return _new_namedtuple(tx, obj, args, kwargs)
+        if obj is torch.nn.Sequential or obj is torch.nn.ModuleList:
+            from kiln.capture.variables.module import build_container
+            container = build_container(tx, obj, args, kwargs)
+            if container is not None:
+                return container
         if trace_time_module_class(obj):
             from kiln.capture.variables.base import constant_args
             consts = constant_args(list(args), kwargs)
