@@ -280,7 +280,8 @@ def _wrap_module(state: "CaptureState", value: torch.nn.Module, source: Source |
     _guard(state, source, "check_type", type(value))
     if source is not None:
         state.module_sources.add(source.name())
-    return NNModuleVariable(value, source)
+    return NNModuleVariable(value, source, pin=None if source is None else
+                            lambda: _guard(state, source, "check_id", value))
 
 
 def _is_tuple_like(value: Any) -> bool:

@@ -87,15 +87,26 @@ def _is_none(v: Variable) -> bool:
 class NNModuleVariable(Variable):
     """An nn.Module reached from the frame (argument, global, attribute of another module)."""
 
-    def __init__(self, module: torch.nn.Module, source: Source | None) -> None:
+    def __init__(self, module: torch.nn.Module, source: Source | None, pin: Any = None) -> None:
         self.module = module
         self.source = source
+        # guarded by type only: `pin` adds the identity guard the first time the trace decides
+        # something by which module it is (`a is b`, `l == self.l0`, a dict key, `in` a list)
+        self.pin = pin
         # a container the frame built from modules it holds (`nn.Sequential(self.a, nn.ReLU())`):
         # its children as the trace knows them (with their sources), by name
         self.built_children: dict[str, Variable] | None = None
 
     def describe(self) -> str:
         return f"module {type(self.module).__name__}"
+
+    def identity(self) -> Any:
+        return self.module
+
+    def pin_identity(self) -> None:
+        pin, self.pin = self.pin, None
+        if pin is not None:
+            pin()
 
     def python_type(self) -> type:
         return type(self.module)
