@@ -24,8 +24,8 @@ from kiln.capture.sources import AttrSource, GlobalSource, ItemSource, Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
-from kiln.capture.variables.object_protocol import python_iter
 from kiln.capture.variables.sequential_slice import SequentialSliceVariable
+from kiln.capture.variables.user_object import CLASS_CALLS
 from kiln.errors import RestartCapture, Unsupported
 
 if TYPE_CHECKING:
@@ -395,11 +395,25 @@ class NNModuleVariable(Variable):
             return [ConstantVariable(k) for k, _ in self._children(tx)]
         if isinstance(self.module, _CONTAINERS):
             return [v for _, v in self._children(tx)]
-        if self._override(tx, "__getitem__") is not None:  # the old protocol: self[0], self[1] ... to IndexError
-            items = python_iter(tx, self, type(self.module))
-            if items is not None:
-                return items
+        getitem = self._override(tx, "__getitem__")
+        if getitem is not None:
+            return self._iterate_by_index(tx, getitem)
         raise Unsupported(f"iterating over {type(self.module).__name__}", kind="unsupported_iter")
+
+    def _iterate_by_index(self, tx: "Tracer", getitem: types.FunctionType) -> list[Variable]:
+        """The old iteration protocol of a class with `__getitem__` and no `__iter__`: self[0],
+        self[1], ... until it raises IndexError (or StopIteration)."""
+        from kiln.capture.variables.exception import RaisedInTrace
+
+        items: list[Variable] = []
+        while len(items) < 10_000:
+            try:
+                items.append(UserMethodVariable(getitem, self).call(tx, [ConstantVariable(len(items))], {}))
+            except RaisedInTrace as raised:
+                if not issubclass(raised.exception.exc_type, (IndexError, StopIteration)):
+                    raise
+                return items
+        raise Unsupported(f"iterating over {type(self.module).__name__} by index without an end", kind="unsupported_iter")
 
     def length(self, tx: "Tracer") -> Variable:
         override = self._override(tx, "__len__")
@@ -632,6 +646,9 @@ def build_container(tx: "Tracer", cls: type, args: Sequence[Variable], kwargs: d
     built = NNModuleVariable(real, None)
     built.built_children = {str(i): v for i, v in enumerate(items)}
     return built
+
+
+CLASS_CALLS[torch.nn.Sequential] = CLASS_CALLS[torch.nn.ModuleList] = build_container
 
 
 def _raise_missing_item(m: torch.nn.Module, key: Any) -> None:
