@@ -57,3 +57,14 @@ def test_membership_of_a_module_in_a_list_of_modules() -> None:
         return x * (10 if chosen[0] in [b, c] else 1) + len({a, b, chosen[0]})
     _follows(None, f, lambda: chosen.__setitem__(0, b), torch.ones(2))
     assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["graph_breaks"] == 0, kiln.stats()
+
+
+def test_a_dict_from_outside_keyed_by_modules() -> None:
+    a, b = nn.ReLU(), nn.Tanh()
+    table = {a: 1.0, b: 2.0}
+
+    def f(x):
+        return x * table[a] + x * table.get(b, 0.5) + (10 if b in table else 0)
+    _follows(None, f, lambda: table.__setitem__(a, 7.0), torch.ones(2))
+    _follows(None, f, lambda: table.pop(b), torch.ones(2))
+    assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["graph_breaks"] == 0, kiln.stats()
