@@ -24,6 +24,7 @@ from kiln.capture.variables.functions import (UserFunctionVariable, UserMethodVa
                                               class_dict_source, guard_class_attribute, receiver_class_source)
 from kiln.capture.variables.instance_dict import held_instance_dict, written_instance_dict
 from kiln.capture.variables.module import NNModuleVariable
+from kiln.capture.variables.object_protocol import is_data_descriptor
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
@@ -89,6 +90,31 @@ def _child_module_deleted(tx: "Tracer", obj: NNModuleVariable, name: str) -> boo
     return True
 
 
+def _instance_dict_entry_of_module(obj: NNModuleVariable, kind: type | None, name: str) -> bool:
+    """`del module.name` that nn.Module.__delattr__ hands to object.__delattr__: a plain attribute
+    (a counter, a cached tensor) outside its parameter, buffer and submodule tables, with no data
+    descriptor of that name on the class."""
+    m = obj.module
+    return kind is not None and getattr(kind, "__delattr__", None) is torch.nn.Module.__delattr__ \
+        and obj.source is not None and not any(name in getattr(m, t) for t in ("_parameters", "_buffers", "_modules")) \
+        and not is_data_descriptor(inspect.getattr_static(kind, name, None))
+
+
+def _delete_from_outside(tx: "Tracer", obj: Variable, real: object, name: str) -> None:
+    """The deletion of `real.name` from its instance dict as a side effect replayed after the graph;
+    later reads of the trace no longer find it. Deleting what is not there raises as in eager."""
+    if tx.side_effects.deleted_attr(real, name):
+        raise no_attribute(type(real), name)
+    if tx.side_effects.pending_attr(real, name) is None:
+        if name not in real.__dict__:
+            raise no_attribute(type(real), name)
+        obj.getattr(tx, name)  # read as the program's read is: its presence is guarded
+    tx.side_effects.delete_attr(real, obj, name)
+    held = held_instance_dict(tx, real)
+    if held is not None:
+        held.items.pop(name, None)  # `d = obj.__dict__` read earlier: a removal from d
+
+
 def delete_attribute(tx: "Tracer", obj: Variable, name: str) -> None:
     """`del obj.name` as the program makes it (see the module docstring)."""
     kind = obj.cls if isinstance(obj, NewObjectVariable) else \
@@ -99,6 +125,9 @@ def delete_attribute(tx: "Tracer", obj: Variable, name: str) -> None:
         return
     if isinstance(obj, NNModuleVariable) and getattr(kind, "__delattr__", None) is torch.nn.Module.__delattr__ \
             and obj.source is not None and _child_module_deleted(tx, obj, name):
+        return
+    if isinstance(obj, NNModuleVariable) and _instance_dict_entry_of_module(obj, kind, name):
+        _delete_from_outside(tx, obj, obj.module, name)
         return
     if isinstance(obj, NewObjectVariable) and (_plain_deletion(obj.cls, name) or _own_slot(obj.cls, name)):
         if name not in obj.attrs:  # a slot's value is kept with the attributes too (tracer.setattr)
@@ -112,16 +141,7 @@ def delete_attribute(tx: "Tracer", obj: Variable, name: str) -> None:
         if written_instance_dict(tx, real) is not None:
             raise Unsupported(f"deleting {name!r} of {obj.describe()} after the trace wrote its __dict__",
                               kind="unsupported")
-        if tx.side_effects.deleted_attr(real, name):
-            raise no_attribute(type(real), name)
-        if tx.side_effects.pending_attr(real, name) is None:
-            if name not in real.__dict__:
-                raise no_attribute(type(real), name)
-            obj.getattr(tx, name)  # read as the program's read is: its presence is guarded
-        tx.side_effects.delete_attr(real, obj, name)
-        held = held_instance_dict(tx, real)
-        if held is not None:
-            held.items.pop(name, None)  # `d = obj.__dict__` read earlier: a removal from d
+        _delete_from_outside(tx, obj, real, name)
         return
     raise Unsupported(f"deleting attribute {name!r} of {obj.describe()}", kind="unsupported")
 

@@ -281,7 +281,8 @@ def _wrap_module(state: "CaptureState", value: torch.nn.Module, source: Source |
     _guard(state, source, "check_type", type(value))
     if source is not None:
         state.module_sources.add(source.name())
-    return NNModuleVariable(value, source)
+    return NNModuleVariable(value, source, pin=None if source is None else
+                            lambda: _guard(state, source, "check_id", value))
 
 
 def _is_tuple_like(value: Any) -> bool:
@@ -480,7 +481,8 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
     (lambda state, v, s: type(v) in (dict, collections.OrderedDict, collections.defaultdict) and _constant_keys(v),
      _wrap_dict),
     (lambda state, v, s: type(v) in (dict, collections.OrderedDict) and s is not None
-     and all(isinstance(k, torch.Tensor) or is_constant_value(k) or hashes_in_python(type(k)) for k in v),
+     and all(isinstance(k, torch.Tensor) or is_constant_value(k) or hashes_in_python(type(k))
+             or isinstance(k, torch.nn.Module) and type(k).__hash__ is object.__hash__ for k in v),
      lambda state, v, s: _wrap_tensor_keyed_dict(state, v, _given(s))),
     (lambda state, v, s: isinstance(v, dict) and s is not None and wrappable_dict_subclass(type(v))
      and not is_model_output_class(type(v)) and _constant_keys(v),
@@ -566,8 +568,9 @@ def _constant_keys(d: Any) -> bool:
 
 
 def _wrap_tensor_keyed_dict(state: "CaptureState", value: dict, source: Source) -> Variable:
-    """A dict from outside with tensor keys (hashed by identity): each key read by its position and
-    guarded as a tensor input (the aliasing guard then pins which input it is), its value likewise."""
+    """A dict from outside with tensor or module keys (hashed by identity): each key read by its
+    position and guarded as a tensor input (the aliasing guard then pins which input it is) or a
+    module pinned by identity, its value likewise."""
     from kiln.capture.variables.dict import key_of
 
     _guard(state, source, "check_type", type(value))

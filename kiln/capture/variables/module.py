@@ -19,12 +19,13 @@ import torch
 from torch.nn.modules.lazy import LazyModuleMixin
 
 from kiln.capture.distributed import is_ddp
-from kiln.capture.guards import Guard
+from kiln.capture.guards import ABSENT, Guard
 from kiln.capture.sources import AttrSource, GlobalSource, ItemSource, Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
-from kiln.capture.variables.functions import UserMethodVariable
+from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
 from kiln.capture.variables.sequential_slice import SequentialSliceVariable
+from kiln.capture.variables.user_object import CLASS_CALLS
 from kiln.errors import RestartCapture, Unsupported
 
 if TYPE_CHECKING:
@@ -86,12 +87,26 @@ def _is_none(v: Variable) -> bool:
 class NNModuleVariable(Variable):
     """An nn.Module reached from the frame (argument, global, attribute of another module)."""
 
-    def __init__(self, module: torch.nn.Module, source: Source | None) -> None:
+    def __init__(self, module: torch.nn.Module, source: Source | None, pin: Any = None) -> None:
         self.module = module
         self.source = source
+        # guarded by type only: `pin` adds the identity guard the first time the trace decides
+        # something by which module it is (`a is b`, `l == self.l0`, a dict key, `in` a list)
+        self.pin = pin
+        # a container the frame built from modules it holds (`nn.Sequential(self.a, nn.ReLU())`):
+        # its children as the trace knows them (with their sources), by name
+        self.built_children: dict[str, Variable] | None = None
 
     def describe(self) -> str:
         return f"module {type(self.module).__name__}"
+
+    def identity(self) -> Any:
+        return self.module
+
+    def pin_identity(self) -> None:
+        pin, self.pin = self.pin, None
+        if pin is not None:
+            pin()
 
     def python_type(self) -> type:
         return type(self.module)
@@ -108,6 +123,9 @@ class NNModuleVariable(Variable):
         from kiln.capture.variables.functions import UserMethodVariable
 
         m = self.module
+        if self.built_children is not None and name in ("__dict__", "_modules", "_parameters", "_buffers"):
+            # its tables hold the real children, not the trace's (a change to them is not followed)
+            raise Unsupported(f"{name} of a {type(m).__name__} built in the frame", kind="unsupported_attribute")
         pending = tx.side_effects.pending_attr(m, name)
         if pending is not None:
             return pending
@@ -132,9 +150,10 @@ class NNModuleVariable(Variable):
         d = m.__dict__
         static = inspect.getattr_static(kind, name, _MISSING)
         data_descriptor = static is not _MISSING and (hasattr(type(static), "__set__") or hasattr(type(static), "__delete__"))
-        if not data_descriptor and name in d:
+        deleted = tx.side_effects.deleted_attr(m, name)  # `del self.name` earlier in the trace
+        if not data_descriptor and name in d and not deleted:
             return tx.wrap(d[name], None if self.source is None else AttrSource(self.source, name))
-        if not data_descriptor and self.source is not None:
+        if not data_descriptor and self.source is not None and not deleted:
             tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
         if _torch_method(static) and (name in _INTROSPECTION or (isinstance(m, _CONTAINERS) and name in _CONTAINER_METHODS)):
             return BoundMethodVariable(self, name)
@@ -164,6 +183,8 @@ class NNModuleVariable(Variable):
                 if changed.call_method(tx, "__contains__", [key], {}).as_constant():
                     return changed.call_method(tx, "__getitem__", [key], {})
                 continue
+            if table == "_modules" and self.built_children is not None and name in self.built_children:
+                return dict(self._built_children())[name]
             if name in d.get(table, {}):
                 return tx.wrap(d[table][name], self._child_source(table, name))
         if self.source is not None:  # what the tables lacked is part of what the trace relied on
@@ -326,12 +347,23 @@ class NNModuleVariable(Variable):
             # append, insert, `del layers[i]`, `d[k] = m` earlier in this forward: the children as
             # the trace left them (the real table is rewritten after the graph)
             return list(changed.items.items())
+        if self.built_children is not None:
+            return self._built_children()
         self._refuse_changed_tables(tx, f"the children of {type(m).__name__}", recurse=False)
         if self.source is not None:  # the loop over them is unrolled: their names and number are baked
             self._guard(tx, AttrSource(self.source, table), "check_keys", tuple(getattr(m, table).keys()))
         if table == "_parameters":
             return self._parameter_container_items(tx)
         return [(k, tx.wrap(v, self._child_source("_modules", k))) for k, v in m._modules.items()]
+
+    def _built_children(self) -> list[tuple[str, Variable]]:
+        """The children of a container built in the frame; one the trace changed since (its real
+        table no longer has the names it was built with) is refused."""
+        assert self.built_children is not None
+        if list(self.module._modules) != list(self.built_children):
+            raise Unsupported(f"a {type(self.module).__name__} built in the frame and changed there",
+                              kind="unsupported_call")
+        return list(self.built_children.items())
 
     def _parameter_container_items(self, tx: "Tracer") -> list[tuple[str, Variable]]:
         """A ParameterList's or ParameterDict's items in its own order: mostly parameters, but a
@@ -356,17 +388,35 @@ class NNModuleVariable(Variable):
         return items
 
     def iterate(self, tx: "Tracer") -> list[Variable]:
-        override = self._override("__iter__")
+        override = self._override(tx, "__iter__")
         if override is not None:
             return tx.iterate(UserMethodVariable(override, self).call(tx, [], {}))
         if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
             return [ConstantVariable(k) for k, _ in self._children(tx)]
         if isinstance(self.module, _CONTAINERS):
             return [v for _, v in self._children(tx)]
+        getitem = self._override(tx, "__getitem__")
+        if getitem is not None:
+            return self._iterate_by_index(tx, getitem)
         raise Unsupported(f"iterating over {type(self.module).__name__}", kind="unsupported_iter")
 
+    def _iterate_by_index(self, tx: "Tracer", getitem: types.FunctionType) -> list[Variable]:
+        """The old iteration protocol of a class with `__getitem__` and no `__iter__`: self[0],
+        self[1], ... until it raises IndexError (or StopIteration)."""
+        from kiln.capture.variables.exception import RaisedInTrace
+
+        items: list[Variable] = []
+        while len(items) < 10_000:
+            try:
+                items.append(UserMethodVariable(getitem, self).call(tx, [ConstantVariable(len(items))], {}))
+            except RaisedInTrace as raised:
+                if not issubclass(raised.exception.exc_type, (IndexError, StopIteration)):
+                    raise
+                return items
+        raise Unsupported(f"iterating over {type(self.module).__name__} by index without an end", kind="unsupported_iter")
+
     def length(self, tx: "Tracer") -> Variable:
-        override = self._override("__len__")
+        override = self._override(tx, "__len__")
         if override is not None:
             return UserMethodVariable(override, self).call(tx, [], {})
         if isinstance(self.module, _CONTAINERS):
@@ -374,23 +424,46 @@ class NNModuleVariable(Variable):
         raise Unsupported(f"len() of {type(self.module).__name__}", kind="unsupported_builtin")
 
     def truth(self, tx: "Tracer") -> bool:
+        """`bool(module)` in Python's order: a `__bool__` the class writes, else its `__len__` (a
+        container's count of children, or one the class writes) != 0, else True."""
+        for name in ("__bool__", "__len__"):
+            override = self._override(tx, name)
+            if override is not None:
+                result = UserMethodVariable(override, self).call(tx, [], {})
+                if not result.is_constant() or not isinstance(result.as_constant(), int):
+                    raise Unsupported(f"{type(self.module).__qualname__}.{name} does not give a value known at "
+                                      "trace time", kind="unsupported_builtin")
+                return bool(result.as_constant())
         if isinstance(self.module, _CONTAINERS):
             return len(self._children(tx)) > 0
         return True
 
-    def _override(self, name: str) -> types.FunctionType | None:
-        """A container protocol method (`__getitem__`, `__len__`, `__iter__`) a subclass of torch's
-        container wrote itself: inlined instead of the container's own (its `super()` call comes
-        back to the table above)."""
-        static = inspect.getattr_static(type(self.module), name, None)
-        if isinstance(self.module, _CONTAINERS) and isinstance(static, types.FunctionType) and not _torch_method(static):
+    def contains(self, tx: "Tracer", item: Variable) -> bool | None:
+        """`item in module` through a `__contains__` the class writes; None when it writes none."""
+        override = self._override(tx, "__contains__")
+        if override is None:
+            return None
+        return UserMethodVariable(override, self).call(tx, [item], {}).truth(tx)
+
+    def _override(self, tx: "Tracer", name: str) -> types.FunctionType | None:
+        """A protocol method (`__getitem__`, `__len__`, `__iter__`, `__bool__`, `__contains__`) the
+        module's class wrote itself: inlined instead of the container's own (its `super()` call comes
+        back to the table above), and on any other module class instead of refusing (or, for truth,
+        instead of nn.Module's default: true). What the lookup found, or that it found nothing, is
+        guarded on the class."""
+        kind = type(self.module)
+        static = inspect.getattr_static(kind, name, None)
+        if isinstance(static, types.FunctionType) and not _torch_method(static):
+            guard_class_attribute(tx, kind, name, static, self)
             return static
+        if static is None:
+            guard_class_attribute(tx, kind, name, ABSENT, self)
         return None
 
     def getitem(self, tx: "Tracer", key: Variable) -> Variable:
         from kiln.capture.variables.sequence import ListVariable
 
-        override = self._override("__getitem__")
+        override = self._override(tx, "__getitem__")
         if override is not None:
             return UserMethodVariable(override, self).call(tx, [key], {})
         children = self._children(tx)
@@ -398,6 +471,10 @@ class NNModuleVariable(Variable):
         # the child called depends on it
         index: Any = key.as_constant() if key.is_constant() or isinstance(self.module, (
             torch.nn.ModuleDict, torch.nn.ParameterDict)) else tx.as_int(key)
+        if isinstance(self.module, _CONTAINERS) and not isinstance(index, slice) and \
+                (index not in dict(children) if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict))
+                 else isinstance(index, int) and not -len(children) <= index < len(children)):
+            _raise_missing_item(self.module, index)
         if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
             return dict(children)[index]
         if isinstance(index, slice):
@@ -503,6 +580,10 @@ class NNModuleVariable(Variable):
     def reconstruct(self, glue: "GlueBuilder") -> str:
         if self.source is not None:
             return self.source.name()
+        if self.built_children is not None:
+            # eager builds a new container on each call, around the children as they are then
+            raise Unsupported(f"a {type(self.module).__name__} built in the frame, kept after it",
+                              kind="reconstruct")
         return glue.constant(self.module)
 
 
@@ -543,6 +624,43 @@ def _initialize_lazy(m: torch.nn.Module, args: Sequence[Variable], kwargs: dict[
     real_kwargs = {k: real(v) for k, v in kwargs.items()}
     m._infer_parameters(m, real_args, real_kwargs)  # type: ignore[operator]  # LazyModuleMixin's
     raise RestartCapture(f"the lazy module {type(m).__name__} was initialized")
+
+
+def build_container(tx: "Tracer", cls: type, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable | None:
+    """`nn.Sequential(a, b, ...)` or `nn.ModuleList([a, b])` called in the frame on modules it holds
+    (a submodule, one built there): a real container made at trace time around the real children
+    (building one has no other effect), whose children are read as the trace's own variables, so a
+    child from outside keeps its source (its parameters stay graph inputs). None for anything else."""
+    if kwargs or cls not in (torch.nn.Sequential, torch.nn.ModuleList):
+        return None
+    if cls is torch.nn.Sequential:
+        items = list(args)
+    elif len(args) > 1:
+        return None
+    else:
+        items = tx.iterate(args[0]) if args else []
+    if not all(isinstance(v, NNModuleVariable) for v in items):
+        return None
+    modules = [v.module for v in items if isinstance(v, NNModuleVariable)]
+    real = torch.nn.Sequential(*modules) if cls is torch.nn.Sequential else torch.nn.ModuleList(modules)
+    built = NNModuleVariable(real, None)
+    built.built_children = {str(i): v for i, v in enumerate(items)}
+    return built
+
+
+CLASS_CALLS[torch.nn.Sequential] = CLASS_CALLS[torch.nn.ModuleList] = build_container
+
+
+def _raise_missing_item(m: torch.nn.Module, key: Any) -> None:
+    """A container indexed out of range or by a missing key: the exception its own `__getitem__`
+    raises (IndexError, KeyError, with its text), raised in the trace, where the frame may catch it
+    (the old iteration protocol ends on it)."""
+    from kiln.capture.variables.exception import raise_in_trace
+    try:
+        m[key]  # type: ignore[index]  # one of the containers, which index
+    except (IndexError, KeyError) as exc:
+        raise raise_in_trace(exc, f"{type(exc).__name__}: {exc} (raised natively)") from exc
+    raise Unsupported(f"indexing {type(m).__name__} with {key!r}", kind="unsupported_call")
 
 
 def _torch_method(static: Any) -> bool:

@@ -558,6 +558,8 @@ def contains(tx: "Tracer", container: Variable, item: Variable) -> bool:
         # A mapping class (collections.abc.Mapping's __contains__ reads self[key]): `in` calls it.
         found = UserMethodVariable(_python_contains(container), container).call(tx, [item], {})
         result = found.truth(tx)
+    elif (module_result := _module_contains(tx, container, item)) is not None:
+        result = module_result
     else:
         # stepped one item at a time: a user iterator stops being read at the first match, as in eager
         iterator = open_iterator(tx, container)
@@ -569,6 +571,12 @@ def contains(tx: "Tracer", container: Variable, item: Variable) -> bool:
                 break
             candidate = iterator.next_item()
     return bool(result)
+
+
+def _module_contains(tx: "Tracer", container: Variable, item: Variable) -> bool | None:
+    """`item in module` through the module class's own `__contains__`; None for any other value."""
+    from kiln.capture.variables.module import NNModuleVariable
+    return container.contains(tx, item) if isinstance(container, NNModuleVariable) else None
 
 
 def _matches(tx: "Tracer", item: Variable, candidate: Variable) -> bool:

@@ -17,7 +17,7 @@ import math
 import operator
 import os
 import types
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -67,6 +67,11 @@ if TYPE_CHECKING:
     from kiln.capture.variables.iterator import IteratorVariable
 
 _MISSING = MISSING
+# Classes whose call in the frame another module traces (module.py: nn.Sequential, nn.ModuleList
+# built from modules), registered there so this module need not import it; None: the usual path.
+CLASS_CALLS: dict[type, Callable[["Tracer", type, Sequence[Variable], dict[str, Variable]], "Variable | None"]] = {}
+
+
 class ObjectVariable(Variable):
     """A real Python object used as a trace-time constant whose attributes are read on demand."""
 
@@ -308,6 +313,11 @@ class ObjectVariable(Variable):
             return _new_through_python_new(tx, obj, self, own_new, args, kwargs)
         if is_namedtuple_type(obj):
             return _new_namedtuple(tx, obj, args, kwargs)
+        class_call = CLASS_CALLS.get(obj) if isinstance(obj, type) else None
+        if class_call is not None:
+            built = class_call(tx, obj, args, kwargs)
+            if built is not None:
+                return built
         if trace_time_module_class(obj):
             from kiln.capture.variables.base import constant_args
             consts = constant_args(list(args), kwargs)
