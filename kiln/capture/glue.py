@@ -433,6 +433,10 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
     if isinstance(var, NNModuleVariable):
         forward = type(var.module).forward
         if isinstance(forward, types.FunctionType) and "forward" not in var.module.__dict__:
+            if isinstance(var.module, torch.nn.RNNBase) and not _has_hooks(var.module):
+                # an RNN breaks at its call over a PackedSequence (module.py): its forward, compiled
+                # alone, would break again on the batch sizes; it runs as it is
+                return glue.reconstruct(var), []
             if not _has_hooks(var.module):
                 return glue.bind("callee", wrap_frame(forward)), [glue.reconstruct(var)]
             if forward.__module__.startswith("torch.nn.") and not var.module._modules:

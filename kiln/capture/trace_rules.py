@@ -327,9 +327,19 @@ def never_traced(fn: Any) -> bool:
     return module.split(".")[0] in NEVER_TRACED or in_packages(module, NEVER_TRACED_PACKAGES)
 
 
+# torch's own Python functions that run natively at a graph break, as torch.compile skips them:
+# packing a padded batch and padding a packed one sort by the lengths and read them on the CPU (the
+# batch sizes), which fake tensors do not have; inlined, each broke several times inside torch's code
+# (and left a small graph between the breaks) instead of once at the user's call.
+NATIVE_TORCH_FUNCTIONS = frozenset({("torch.nn.utils.rnn", "pack_padded_sequence"),
+                                    ("torch.nn.utils.rnn", "pad_packed_sequence")})
+
+
 def runs_natively(fn: Any) -> bool:
     """True for a Python function whose calls run natively at a graph break: a never-traced
-    library's, or one a registered NATIVE_FUNCTIONS test claims."""
+    library's, one of NATIVE_TORCH_FUNCTIONS, or one a registered NATIVE_FUNCTIONS test claims."""
+    if (getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)) in NATIVE_TORCH_FUNCTIONS:
+        return True
     return never_traced(fn) or any(test(fn) for test in NATIVE_FUNCTIONS)
 
 

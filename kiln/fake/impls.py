@@ -452,6 +452,32 @@ def margin_loss_backward(mode: "FakeTensorMode", func: Any, args: tuple, kwargs:
     return mode.wrap(grad, x.fake_device)
 
 
+# Backward ops with no meta kernel whose gradient has the size and dtype of one input (the index
+# into args) and the contiguous strides the CPU kernel allocates: without an impl a training step
+# through them ran its whole frame eagerly (torch.compile's fake tensors run the real kernel instead).
+_GRAD_LIKE_INPUT = {aten._ctc_loss_backward.default: 1, aten._ctc_loss_backward.Tensor: 1,
+                    aten.fractional_max_pool3d_backward.default: 1, aten._masked_softmax_backward.default: 0}
+
+
+@register_fake_impl(*_GRAD_LIKE_INPUT)
+def grad_like_input(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """A contiguous tensor of the size and dtype of the input _GRAD_LIKE_INPUT names."""
+    x = args[_GRAD_LIKE_INPUT[func]]
+    with mode.kernel_invocation(symbolic=x._has_symbolic_sizes_strides):
+        grad = torch.empty(x.shape, dtype=x.dtype, device=_META)
+    return mode.wrap(grad, x.fake_device)
+
+
+@register_fake_impl(aten._masked_softmax.default)
+def masked_softmax(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+    """softmax of the input where the mask is False: the input's size, dtype and layout (the CPU
+    kernel allocates it empty_like the input)."""
+    x = args[0]
+    with mode.kernel_invocation(symbolic=x._has_symbolic_sizes_strides):
+        out = torch.empty_like(torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=_META))
+    return mode.wrap(out, x.fake_device)
+
+
 @register_fake_impl(aten.histogram.bin_ct, aten.histogram.bins_tensor)
 def histogram(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
     """hist has one entry per bin, bin_edges one more; both in the input's dtype."""

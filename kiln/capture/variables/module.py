@@ -241,6 +241,11 @@ class NNModuleVariable(Variable):
             # glue compiles the module it wraps (kiln.capture.distributed.DDPModuleCall).
             raise Unsupported("DistributedDataParallel's forward runs natively; the module it wraps is "
                               "compiled as its own frame", kind="collective")
+        if isinstance(self.module, torch.nn.RNNBase) and args and _is_packed(args[0]):
+            # the packed sequence's batch sizes (its lengths, on the CPU) drive the recurrence: read
+            # inside the forward they broke it several times; run natively, it is one break
+            raise Unsupported(f"{type(self.module).__name__} over a PackedSequence reads its batch sizes; "
+                              "calling it runs natively", kind="data_dependent_shape")
         if _has_hooks(self.module) or any(self._traced_hook_table(tx, t) is not None
                                           for t in ("_forward_hooks", "_forward_pre_hooks")):
             if _only_forward_hooks(self.module):
@@ -588,6 +593,14 @@ class NNModuleVariable(Variable):
 
 
 _MISSING = object()
+
+
+def _is_packed(var: Variable) -> bool:
+    """True for a torch.nn.utils.rnn.PackedSequence argument."""
+    try:
+        return issubclass(var.python_type(), torch.nn.utils.rnn.PackedSequence)
+    except Exception:
+        return False
 
 
 def _uninitialized_lazy(m: torch.nn.Module) -> bool:
