@@ -81,7 +81,11 @@ def test_anomaly_mode_read_in_frame(guard_path: str) -> None:
 
 
 def test_anomaly_check_nan_read_in_frame(guard_path: str) -> None:
-    _flip(torch.is_anomaly_check_nan_enabled, lambda v: torch.set_anomaly_enabled(v, v), [False, True])
+    was_enabled = torch.is_anomaly_enabled()
+    try:
+        _flip(torch.is_anomaly_check_nan_enabled, lambda v: torch.set_anomaly_enabled(v, v), [False, True])
+    finally:  # check_nan is on by default: _flip's restore would leave anomaly mode itself on
+        torch.set_anomaly_enabled(was_enabled)
 
 
 def test_warn_always_read_in_frame(guard_path: str) -> None:
