@@ -381,7 +381,7 @@ def _maybe_realize(ctx: LoweringContext, tv: TensorValue, node: torch.fx.Node) -
     body = tv.load(index_vars("i", tv.ndim))
     cost = value_cost(body)
     users = len(node.users)
-    if (users > 1 and _reused_costly(body, cost, node)) or cost > BODY_LIMIT or len(walk(body)) > BODY_LIMIT:
+    if (users > 1 and _reused_costly(tv, body, cost, node)) or cost > BODY_LIMIT or len(walk(body)) > BODY_LIMIT:
         # a graph output is stored in eager's strides once, not copied into them at the end
         returned = isinstance(ctx.meta, torch.Tensor) and any(user.op == "output" for user in node.users)
         if returned:
@@ -395,11 +395,15 @@ def _maybe_realize(ctx: LoweringContext, tv: TensorValue, node: torch.fx.Node) -
     return tv
 
 
-def _reused_costly(body: Value, cost: int, node: torch.fx.Node) -> bool:
-    """Whether a value used more than once costs more recomputed by each user than stored once."""
+def _reused_costly(tv: TensorValue, body: Value, cost: int, node: torch.fx.Node) -> bool:
+    """Whether a value used more than once costs more recomputed by each user than stored once.
+    Reads are counted where a load's place moves with every dim of the value (a bias broadcast
+    along rows stays in cache: storing `x + bias` for a LayerNorm and another reader cost one more
+    store than reading x twice, 0.84x)."""
     if cost > RECOMPUTE_LIMIT:
         return True
-    reads = sum(isinstance(v, Load) for v in walk(body))
+    dims = {i for i, size in zip(index_vars("i", tv.ndim), tv.sizes) if size != 1}
+    reads = sum(isinstance(v, Load) and (dims <= v.index.free_symbols or v.extra is not None) for v in walk(body))
     return reads > REUSE_READS or (reads > 1 and any(user.target in MULTI_PASS for user in node.users))
 
 
