@@ -404,7 +404,22 @@ def _reused_costly(tv: TensorValue, body: Value, cost: int, node: torch.fx.Node)
         return True
     dims = {i for i, size in zip(index_vars("i", tv.ndim), tv.sizes) if size != 1}
     reads = sum(isinstance(v, Load) and (dims <= v.index.free_symbols or v.extra is not None) for v in walk(body))
-    return reads > REUSE_READS or (reads > 1 and any(user.target in MULTI_PASS for user in node.users))
+    return reads > REUSE_READS or (reads > 1 and any(user.target in MULTI_PASS for user in _readers(node)))
+
+
+# ops that only re-index their input: a reader of their result reads the value they view
+_VIEWS = frozenset({aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.unsqueeze.default,
+                    aten.squeeze.dim, aten.squeeze.default, aten.permute.default, aten.transpose.int, aten.t.default,
+                    aten.expand.default, aten.alias.default})
+
+
+def _readers(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes that read `node`'s value, through views of it (a GroupNorm's var_mean reads its
+    input through a reshape into groups)."""
+    out: list[torch.fx.Node] = []
+    for user in node.users:
+        out += _readers(user) if user.target in _VIEWS else [user]
+    return out
 
 
 def _nhwc_sized(tv: TensorValue) -> bool:

@@ -65,6 +65,18 @@ def test_a_value_read_by_var_mean_and_another_node_is_computed_once() -> None:
     assert _loads(c, 0) == 1 and _loads(c, 1) == 1, c.cpp_source
 
 
+@pytest.mark.parametrize("shape", [(2, 32, 8, 8), (3, 12, 5, 7)], ids=["even", "odd"])
+def test_a_value_grouped_by_a_reshape_for_var_mean_is_computed_once(shape: tuple) -> None:
+    # a GroupNorm's statistics: var_mean reads the value through a reshape into groups
+    def fn(x, y):  # type: ignore[no-untyped-def]
+        h = x + y
+        v, m = torch.var_mean(h.reshape(h.shape[0], 4, -1), -1, keepdim=True)
+        return v, m, torch.sigmoid(h) * 2
+
+    c = check(fn, torch.randn(shape), torch.randn(shape), atol=1e-5, rtol=1e-5)
+    assert _loads(c, 0) == 1 and _loads(c, 1) == 1, c.cpp_source
+
+
 def test_a_row_plus_a_broadcast_bias_is_recomputed_not_stored() -> None:
     # the bias stays in cache: storing x + bias would add a store and save no read of memory
     def fn(x, bias, w, b):  # type: ignore[no-untyped-def]
