@@ -381,7 +381,8 @@ def _maybe_realize(ctx: LoweringContext, tv: TensorValue, node: torch.fx.Node) -
     body = tv.load(index_vars("i", tv.ndim))
     cost = value_cost(body)
     users = len(node.users)
-    if (users > 1 and _reused_costly(tv, body, cost, node)) or cost > BODY_LIMIT or len(walk(body)) > BODY_LIMIT:
+    if ((users > 1 and _reused_costly(tv, body, cost, node)) or _strided_for_passes(tv, body, node)
+            or cost > BODY_LIMIT or len(walk(body)) > BODY_LIMIT):
         # a graph output is stored in eager's strides once, not copied into them at the end
         returned = isinstance(ctx.meta, torch.Tensor) and any(user.op == "output" for user in node.users)
         if returned:
@@ -405,6 +406,17 @@ def _reused_costly(tv: TensorValue, body: Value, cost: int, node: torch.fx.Node)
     dims = {i for i, size in zip(index_vars("i", tv.ndim), tv.sizes) if size != 1}
     reads = sum(isinstance(v, Load) and (dims <= v.index.free_symbols or v.extra is not None) for v in walk(body))
     return reads > REUSE_READS or (reads > 1 and any(user.target in MULTI_PASS for user in _readers(node)))
+
+
+def _strided_for_passes(tv: TensorValue, body: Value, node: torch.fx.Node) -> bool:
+    """Whether a multi-pass reader (a LayerNorm over the last dim) would run each pass over a load
+    that strides along that dim (x + y.transpose(1, 2): stride 64 per element, three times): stored,
+    the kernel computes it into a row in cache once and its passes read that row."""
+    if tv.ndim == 0 or not any(user.target in MULTI_PASS for user in _readers(node)):
+        return False
+    last = index_vars("i", tv.ndim)[-1]
+    return any(isinstance(v, Load) and v.extra is None and last in v.index.free_symbols
+               and sympy.expand(v.index).coeff(last) != 1 for v in walk(body))
 
 
 # ops that only re-index their input: a reader of their result reads the value they view

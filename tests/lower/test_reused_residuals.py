@@ -77,6 +77,21 @@ def test_a_value_grouped_by_a_reshape_for_var_mean_is_computed_once(shape: tuple
     assert _loads(c, 0) == 1 and _loads(c, 1) == 1, c.cpp_source
 
 
+@pytest.mark.parametrize("op", ["layer_norm", "softmax", "log_softmax"])
+@pytest.mark.parametrize("shape", [(4, 64, 64), (2, 17, 33), (1, 130, 9)], ids=["square", "odd", "short_rows"])
+def test_a_row_op_over_a_transposed_residual_reads_it_once(op: str, shape: tuple) -> None:
+    # read once per element into a row in cache, not with a stride of a whole row by every pass
+    b, n, d = shape
+    ops = {"layer_norm": lambda h: F.layer_norm(h, (d,)), "softmax": lambda h: h.softmax(-1),
+           "log_softmax": lambda h: h.log_softmax(-1)}
+
+    def fn(x, y):  # type: ignore[no-untyped-def]
+        return ops[op](x + y.transpose(1, 2))
+
+    c = check(fn, torch.randn(b, n, d), torch.randn(b, d, n), atol=1e-5, rtol=1e-5)
+    assert _loads(c, 1) == 1 and c.kernel_count == 1, c.cpp_source
+
+
 def test_a_row_plus_a_broadcast_bias_is_recomputed_not_stored() -> None:
     # the bias stays in cache: storing x + bias would add a store and save no read of memory
     def fn(x, bias, w, b):  # type: ignore[no-untyped-def]
