@@ -21,7 +21,7 @@ from kiln import config
 from kiln.lower import ops
 from kiln.lower.coverage import CheckTracker, add_check_passes
 from kiln.lower.eager_dtypes import EAGER_REFUSES
-from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Layout, LoopIR, SymExpr,
+from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Layout, Load, LoopIR, SymExpr, Value,
                            contiguous_strides, index_vars, walk)
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, compute_dtype,
                                   dense_layout, stride_hint, strided_value, to_expr, value_cost)
@@ -39,6 +39,16 @@ aten = torch.ops.aten
 
 RECOMPUTE_LIMIT = 12  # a value used twice is recomputed when its body costs at most this
 BODY_LIMIT = 160  # past this a body is stored even when used once, so bodies stay readable
+REUSE_READS = 4  # a value used twice is stored when its body reads more than this many places
+# ops whose kernel reads an input in several passes over each row (a layer norm's mean, variance and
+# normalization): a value used by one of them and by another node is stored when it reads two places
+# or more, else each pass and each other user recomputes it (a residual stream x + f(x) + g(...)
+# read by every block's LayerNorm was recomputed whole, its transposed reads included, by each pass
+# of each LayerNorm of an MLP-Mixer: 6 adds and 3 stride-64 loads per element per pass)
+MULTI_PASS = frozenset({aten.native_layer_norm.default, aten._softmax.default, aten._log_softmax.default,
+                        aten.var_mean.correction, aten.var.correction, aten.std.correction,
+                        aten.native_group_norm.default, aten.native_layer_norm_backward.default,
+                        aten._softmax_backward_data.default, aten._log_softmax_backward_data.default})
 
 
 def _meta_tensor(t: torch.Tensor) -> torch.Tensor:
@@ -379,7 +389,8 @@ def _maybe_realize(ctx: LoweringContext, tv: TensorValue, node: torch.fx.Node) -
     body = tv.load(index_vars("i", tv.ndim))
     cost = value_cost(body)
     users = len(node.users)
-    if (users > 1 and cost > RECOMPUTE_LIMIT) or cost > BODY_LIMIT or len(walk(body)) > BODY_LIMIT:
+    if ((users > 1 and _reused_costly(tv, body, cost, node)) or _strided_for_passes(tv, body, node)
+            or cost > BODY_LIMIT or len(walk(body)) > BODY_LIMIT):
         # a graph output is stored in eager's strides once, not copied into them at the end
         returned = isinstance(ctx.meta, torch.Tensor) and any(user.op == "output" for user in node.users)
         if returned:
@@ -391,6 +402,44 @@ def _maybe_realize(ctx: LoweringContext, tv: TensorValue, node: torch.fx.Node) -
             return ctx.realize(tv, Layout(tv.dtype, tv.sizes, channels_last_strides(tv.sizes)))
         return ctx.realize(tv)
     return tv
+
+
+def _reused_costly(tv: TensorValue, body: Value, cost: int, node: torch.fx.Node) -> bool:
+    """Whether a value used more than once costs more recomputed by each user than stored once.
+    Reads are counted where a load's place moves with every dim of the value (a bias broadcast
+    along rows stays in cache: storing `x + bias` for a LayerNorm and another reader cost one more
+    store than reading x twice, 0.84x)."""
+    if cost > RECOMPUTE_LIMIT:
+        return True
+    dims = {i for i, size in zip(index_vars("i", tv.ndim), tv.sizes) if size != 1}
+    reads = sum(isinstance(v, Load) and (dims <= v.index.free_symbols or v.extra is not None) for v in walk(body))
+    return reads > REUSE_READS or (reads > 1 and any(user.target in MULTI_PASS for user in _readers(node)))
+
+
+def _strided_for_passes(tv: TensorValue, body: Value, node: torch.fx.Node) -> bool:
+    """Whether a multi-pass reader (a LayerNorm over the last dim) would run each pass over a load
+    that strides along that dim (x + y.transpose(1, 2): stride 64 per element, three times): stored,
+    the kernel computes it into a row in cache once and its passes read that row."""
+    if tv.ndim == 0 or not any(user.target in MULTI_PASS for user in _readers(node)):
+        return False
+    last = index_vars("i", tv.ndim)[-1]
+    return any(isinstance(v, Load) and v.extra is None and last in v.index.free_symbols
+               and sympy.expand(v.index).coeff(last) != 1 for v in walk(body))
+
+
+# ops that only re-index their input: a reader of their result reads the value they view
+_VIEWS = frozenset({aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.unsqueeze.default,
+                    aten.squeeze.dim, aten.squeeze.default, aten.permute.default, aten.transpose.int, aten.t.default,
+                    aten.expand.default, aten.alias.default})
+
+
+def _readers(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes that read `node`'s value, through views of it (a GroupNorm's var_mean reads its
+    input through a reshape into groups)."""
+    out: list[torch.fx.Node] = []
+    for user in node.users:
+        out += _readers(user) if user.target in _VIEWS else [user]
+    return out
 
 
 def _nhwc_sized(tv: TensorValue) -> bool:
