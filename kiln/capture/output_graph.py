@@ -115,8 +115,14 @@ class OutputGraph:
             ctx = self.graph.inserting_before(first) if first is not None else self.graph.inserting_after(None)
         else:
             ctx = self.graph.inserting_after(self._last_placeholder)
+        # the argument names of the graph's code: sources that differ only in case (`w`, `W`) or in
+        # punctuation name the same placeholder, which FX would write twice into one signature
+        taken = {n.target for n in self.graph.find_nodes(op="placeholder")}
+        unique, k = name, 1
+        while unique in taken:
+            unique, k = f"{name}_{k}", k + 1
         with ctx:
-            node = self.graph.placeholder(name)
+            node = self.graph.placeholder(unique)
         node.meta["example_value"] = example
         node.meta["source"] = source
         if isinstance(example, torch.Tensor) and example.layout == torch.strided:
