@@ -134,7 +134,7 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels, RowTileKernels):
             # each thread gets one row buffer per scratch buffer, allocated once around the loop
             body = [f"#pragma omp parallel{parallel_if}" if parallel else "// one thread", "{"]
             for name, (size, T) in sorted(rows.items()):
-                body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * {cexpr(size)}));")
+                body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * ({cexpr(size)})));")
             o, _ = _loops(xs, k.outer, "#pragma omp for@collapse" if parallel else None)
             return body + o
         if k.outer:
@@ -314,7 +314,7 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels, RowTileKernels):
             body.append("int64_t kiln_rows = 0;")
         if k.scratch and not on_stack:
             for name, (size, T) in sorted(rows.items()):
-                body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * {cexpr(size)}));")
+                body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * ({cexpr(size)})));")
         o, _ = _loops(xs, k.outer, "#pragma omp for@collapse schedule(static)" if parallel else None)
         body += o
         if k.scratch and on_stack:
@@ -368,7 +368,8 @@ class KernelWriter(TileKernels, ScanKernels, SumKernels, RowTileKernels):
         assert split is not None  # the scheduler placed it as a column sum
         xs, ys = kernel_vars(len(k.outer), len(k.inner))
         kept_vars, kept_ranges = tuple(xs[split:]) + tuple(ys), tuple(k.outer[split:]) + tuple(k.inner)
-        return cexpr(sympy.Mul(*kept_ranges)), _linear(kept_vars, kept_ranges), kept_vars, kept_ranges
+        # the length in parentheses: it is multiplied into sizes and offsets (`kiln_nt * (s0 + 1)`)
+        return f"({cexpr(sympy.Mul(*kept_ranges))})", _linear(kept_vars, kept_ranges), kept_vars, kept_ranges
 
     def _scratch_rows(self, k: Kernel, xs: Sequence[sympy.Symbol], ys: Sequence[sympy.Symbol]
                       ) -> dict[str, tuple[sympy.Expr, str]]:

@@ -289,7 +289,7 @@ class TileKernels(KernelParts):
                 if parallel else "// one thread", "{"]
         for name in sorted(k.scratch):
             T = CTYPE[self.storage[name]]
-            body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * {cexpr(sympy.Mul(*k.inner))} * {width}));")
+            body.append(f"{T}* {name} = static_cast<{T}*>(std::malloc(sizeof({T}) * ({cexpr(sympy.Mul(*k.inner))}) * {width}));")
         if parallel:
             body.append(f"#pragma omp for{f' collapse({len(xs)})' if len(xs) > 1 else ''}")
         for x, r in zip(xs[:-1], k.outer[:-1]):
