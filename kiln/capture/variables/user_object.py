@@ -506,8 +506,11 @@ def _patchable_torch_function(module: Any, value: Any) -> bool:
     (torch.nn in `torch.nn.functional.gelu`): guarded by identity where it is read, as torch.compile
     does, since a program or a library may replace it between calls (a graph that baked the old
     function in kept running it)."""
+    # torch.ops and its op namespaces (torch.ops.aten, a library's torch.ops.transformers) are module
+    # objects too, made once per process and never replaced: no guard (nor one a stored frame could name)
     return isinstance(module, types.ModuleType) and module.__name__.split(".")[0] == "torch" and isinstance(
-        value, (types.FunctionType, types.BuiltinFunctionType, types.ModuleType))
+        value, (types.FunctionType, types.BuiltinFunctionType, types.ModuleType)) and not any(
+        str(getattr(v, "__name__", "")).startswith("torch.ops") for v in (module, value))
 
 
 def _is_stable_module(obj: Any) -> bool:
