@@ -99,3 +99,17 @@ def grads_match_eager(fn: Callable[..., Any], backend: str, *args: Any) -> None:
     sum(o.square().sum() for o in flat(fn(*copies))).backward()
     for a, c in zip(args, copies):
         torch.testing.assert_close(a.grad, c.grad)
+
+
+def under_grad_mode(mode: str, body: Callable[[], Any]) -> Any:
+    """body() inside an outer grad mode: "no_grad", "inference_mode", or "enable_grad_in_no_grad"."""
+    import torch
+
+    if mode == "no_grad":
+        with torch.no_grad():
+            return body()
+    if mode == "inference_mode":
+        with torch.inference_mode():
+            return body()
+    with torch.no_grad(), torch.enable_grad():
+        return body()

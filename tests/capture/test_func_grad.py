@@ -12,7 +12,7 @@ import torch.nn as nn
 from torch.func import functional_call
 
 import kiln
-from eager_compare import dynamo_graphs, grads_match_eager, one_graph_eager_values
+from eager_compare import dynamo_graphs, grads_match_eager, one_graph_eager_values, under_grad_mode
 
 BACKENDS = ["inductor", "aot_eager", "eager"]
 
@@ -195,14 +195,7 @@ def test_under_an_outer_grad_mode(mode, backend):
     def f(x, w):
         def differentiated():
             return torch.func.grad(lambda a: (a * w).sin().sum())(x) * 2
-        if mode == "no_grad":
-            with torch.no_grad():
-                return differentiated()
-        if mode == "inference_mode":
-            with torch.inference_mode():
-                return differentiated()
-        with torch.no_grad(), torch.enable_grad():
-            return differentiated()
+        return under_grad_mode(mode, differentiated)
 
     kiln.reset()
     x, w = _args(requires_grad=True)

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 import kiln
-from eager_compare import dynamo_graphs, grads_match_eager, one_graph_eager_values
+from eager_compare import dynamo_graphs, grads_match_eager, one_graph_eager_values, under_grad_mode
 from kiln.backends import CountingBackend
 
 BACKENDS = ["inductor", "aot_eager", "eager"]
@@ -352,14 +352,7 @@ def test_under_an_outer_grad_mode(mode, backend):
     def f(x, w):
         def mapped():
             return torch.vmap(lambda row: (row * w).sin())(x)
-        if mode == "no_grad":
-            with torch.no_grad():
-                return mapped()
-        if mode == "inference_mode":
-            with torch.inference_mode():
-                return mapped()
-        with torch.no_grad(), torch.enable_grad():
-            return mapped()
+        return under_grad_mode(mode, mapped)
 
     kiln.reset()
     x, w = _args(requires_grad=True)
