@@ -177,11 +177,11 @@ def test_out_keeps_the_call_in_the_captured_graph() -> None:
 
 
 # ------------------------------------------------------------------------------- the OpInfo sweep
+# one op per kind of lowering (binary and ternary pointwise, a where, reductions with one and two
+# outputs, scans, sorts, matmuls, joins, gathers, norms); the whole database runs under `-m slow`
 CI_SLICE = [
-    "add", "mul", "div.no_rounding_mode", "pow", "exp", "sigmoid", "clamp", "where", "lerp", "addcmul",
-    "mean", "nansum", "cumsum", "logsumexp", "amax", "argmax", "aminmax", "max.reduction_with_dim",
-    "sort", "topk", "kthvalue", "cummax", "mm", "addmm", "bmm", "matmul", "cat", "stack", "index_select",
-    "gather", "softmax", "linalg.vector_norm", "tril",
+    "add", "div.no_rounding_mode", "where", "addcmul", "nansum", "cumsum", "logsumexp", "aminmax",
+    "max.reduction_with_dim", "topk", "cummax", "addmm", "bmm", "cat", "gather", "softmax", "linalg.vector_norm",
 ]
 
 

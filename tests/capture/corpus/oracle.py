@@ -8,7 +8,8 @@ call raised. Prints are captured for every engine. torch.compile runs with backe
 PASS, WRONG (a silent difference from eager: the worst), ERROR (an internal error: a fallback
 warning, or an exception with Kiln's compile note), BREAK (a graph break under fullgraph=True),
 CRASH (any other exception eager does not raise) and COUNT (graph count differs from
-torch.compile's where the case asks for equal counts).
+torch.compile's where the case asks for equal counts). torch.compile's outcome is read from
+corpus/torch_outcomes.json where it was recorded for the code as it is (corpus/recorded.py).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from kiln.errors import GraphBreakError
 from kiln.log import KilnWarning
 
 from .program import Call, Case, Program
+from .recorded import TorchOutcome, recorded
 
 PASS, WRONG, ERROR, BREAK, CRASH, COUNT = "pass", "wrong", "error", "break", "crash", "count"
 KILN_NOTE = "while kiln compiled"
@@ -247,12 +249,21 @@ class Outcome:
     kiln_breaks: int
 
 
-def judge(case: Case) -> Outcome:
+def torch_outcome(case: Case, live: bool = False) -> TorchOutcome:
+    """torch.compile's outcome on `case`: recorded (corpus/recorded.py) where the record holds, else run."""
+    if not live:
+        known = recorded(case)
+        if known is not None:
+            return known
+    eager, dynamo = execute(case, "eager"), execute(case, "torch")
+    difference = first_difference(dynamo, eager)
+    return TorchOutcome(difference is None, difference[1] if difference else None, dynamo.graphs)
+
+
+def judge(case: Case, live_torch: bool = False) -> Outcome:
+    torch_run = torch_outcome(case, live=live_torch)
     eager = execute(case, "eager")
-    dynamo = execute(case, "torch")
     mine = execute(case, "kiln")
-    torch_difference = first_difference(dynamo, eager)
-    torch_passes = torch_difference is None
     verdict, why = PASS, None
     difference = first_difference(mine, eager)
     if difference is not None:
@@ -268,7 +279,6 @@ def judge(case: Case) -> Outcome:
             verdict = WRONG
     elif mine.warnings:
         verdict, why = ERROR, mine.warnings[0][:300]
-    elif case.counts and torch_passes and mine.graphs != dynamo.graphs:
-        verdict, why = COUNT, f"{mine.graphs} graphs, torch.compile made {dynamo.graphs}"
-    return Outcome(case, torch_passes, torch_difference[1] if torch_difference else None, verdict, why,
-                   dynamo.graphs, mine.graphs, mine.breaks)
+    elif case.counts and torch_run.passes and mine.graphs != torch_run.graphs:
+        verdict, why = COUNT, f"{mine.graphs} graphs, torch.compile made {torch_run.graphs}"
+    return Outcome(case, torch_run.passes, torch_run.why, verdict, why, torch_run.graphs, mine.graphs, mine.breaks)

@@ -4,7 +4,9 @@
 whose name or category contains one of the substrings) and prints: each case Kiln does not pass
 with its verdict and the difference, the cases torch.compile itself fails, the cases whose graph
 counts differ from torch.compile's, the rate per category, and the lines of a KNOWN_FAILURES table
-for tests/capture/test_dynamo_style_corpus.py.
+for tests/capture/test_dynamo_style_corpus.py. torch.compile's outcomes come from
+corpus/torch_outcomes.json where recorded for the code as it is; `--record` reruns torch.compile on
+every case and rewrites that table.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from collections import Counter, defaultdict
 
 from . import CASES, judge
 from .oracle import COUNT, CRASH, PASS, WRONG, Outcome
+from .recorded import record
 
 ORDER = ["wrong", "crash", "error", "break", "count", "pass"]
 
@@ -72,4 +75,7 @@ def short_reason(why: str | None) -> str:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:] == ["--record"]:
+        record()
+    else:
+        main(sys.argv[1:])
