@@ -22,7 +22,9 @@ glue after the check, so a failing check has done none of them. Compiled frames 
 one had done their work already: the eager run is of this frame alone, as after a guard miss.
 
 A branch whose raising side is no straight run ending in `raise` (an `else` with work in it, a
-loop) stays a break: deferring it would run the frame twice each time the unlikely side is taken.
+loop) stays a break: deferring it would run the frame twice each time the unlikely side is taken;
+so does one inside a try block of the traced frames (the program catches it: control flow). A with
+block (`torch.no_grad()`) does not count.
 No PyTorch counterpart: torch.compile turns distribution validation off for the whole process.
 """
 from __future__ import annotations
@@ -82,6 +84,8 @@ def deferred_branch(tx: "Tracer", value: "Variable", instr: dis.Instruction, whe
         taken = False
     else:
         return None
+    if _caught_in_trace(tx):
+        return None  # a raise the program's own try catches is control flow, not an error
     truth = taken == when  # the value's truth on the side that goes on
     if truth:
         test = value if example.dtype == torch.bool else tx.call_op("call_method", "bool", [value], {})
@@ -91,6 +95,19 @@ def deferred_branch(tx: "Tracer", value: "Variable", instr: dis.Instruction, whe
         test = tx.call_op("call_method", "squeeze", [test], {})
     tx.output.deferred_checks.append(test.node)  # type: ignore[attr-defined]
     return taken
+
+
+def _caught_in_trace(tx: "Tracer") -> bool:
+    """Whether a try block (a with block does not count) of a frame being traced covers its
+    current instruction."""
+    from kiln.capture.glue import in_try_block
+
+    frame: Any = tx
+    while frame is not None:
+        if frame.current is not None and in_try_block(frame.code, frame.current.offset):
+            return True
+        frame = frame.parent
+    return False
 
 
 # -------------------------------------------------------------------------------- the glue's side

@@ -300,8 +300,14 @@ def test_input_written_by_the_graph_is_not_written_twice():
     assert counter.frame_count == 1 and kiln.stats()["graph_breaks"] == 0, kiln.stats()
 
 
-def test_error_caught_in_the_frame_gives_eagers_result():
-    def program(loc, scale):
+def test_checks_under_a_with_block_defer_under_a_try_block_break():
+    def program(loc, scale, log):
+        with torch.no_grad():
+            old = Normal(loc, scale).log_prob(loc)
+        log.append("built")
+        return Normal(loc, scale).entropy() + old
+
+    def caught(loc, scale):  # the program catches the error: control flow, kept as a break
         try:
             d = Normal(loc, scale)
         except ValueError as exc:
@@ -311,8 +317,14 @@ def test_error_caught_in_the_frame_gives_eagers_result():
     with validation(True):
         compiled, counter = _compiled(program)
         for scale in [_pos(2), -_pos(2), _pos(2)]:
-            _same(outcome(compiled, torch.zeros(2), scale), outcome(program, torch.zeros(2), scale))
+            got_log, want_log = [], []
+            _same(outcome(compiled, torch.zeros(2), scale, got_log), outcome(program, torch.zeros(2), scale, want_log))
+            assert got_log == want_log
         assert counter.frame_count == 1 and kiln.stats()["graph_breaks"] == 0, kiln.stats()
+        compiled, counter = _compiled(caught)
+        for scale in [_pos(2), -_pos(2), _pos(2)]:
+            _same(outcome(compiled, torch.zeros(2), scale), outcome(caught, torch.zeros(2), scale))
+        assert kiln.stats()["check_reruns"] == 0, kiln.stats()
 
 
 def test_inductor_backend_checks_and_values():
