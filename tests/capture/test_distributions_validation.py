@@ -338,3 +338,41 @@ def test_inductor_backend_checks_and_values():
         _same(outcome(compiled, bad, value), outcome(program, bad, value))
         _same(outcome(compiled, params, value), outcome(program, params, value))
         assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["check_reruns"] == 1
+
+
+_WARM_SCRIPT = """
+import json, torch, kiln
+from torch.distributions import Distribution, Normal
+Distribution.set_default_validate_args(True)
+
+def f(mu, scale, v):
+    d = Normal(mu, scale)
+    return d.log_prob(v) + d.entropy()
+
+g = kiln.compile(f)
+mu, scale, v = torch.zeros(3), torch.ones(3), torch.tensor([0.5, -1.0, 2.0])
+err = (g(mu, scale, v) - f(mu, scale, v)).abs().max().item()
+try:
+    g(mu, -scale, v)
+    raised = None
+except ValueError as exc:
+    raised = str(exc)
+err = max(err, (g(mu, scale, v) - f(mu, scale, v)).abs().max().item())
+stats = kiln.stats()
+print(json.dumps({"err": err, "raised": raised, "frames": stats["frames"], "disk_hits": stats["disk_hits"],
+                  "reruns": stats["check_reruns"]}))
+"""
+
+
+@pytest.mark.cpp
+def test_a_graph_with_deferred_checks_is_stored_and_checks_after_a_warm_start(tmp_path):
+    from tests.reliability import cache_harness as harness
+
+    code = harness.snapshot(tmp_path)
+    cache = tmp_path / "cache"
+    first, _ = harness.run(code, cache, _WARM_SCRIPT)
+    second, stderr = harness.run(code, cache, _WARM_SCRIPT)
+    assert first["frames"] == 1 and first["reruns"] == 1 and first["err"] < 1e-6, first
+    assert second["frames"] == 0 and second["disk_hits"] == 1, (second, stderr[-2000:])
+    assert second["raised"] == first["raised"] and "Expected parameter scale" in second["raised"]
+    assert second["reruns"] == 1 and second["err"] < 1e-6, second
