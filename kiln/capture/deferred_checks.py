@@ -88,7 +88,10 @@ def deferred_branch(tx: "Tracer", value: "Variable", instr: dis.Instruction, whe
         return None  # a raise the program's own try catches is control flow, not an error
     truth = taken == when  # the value's truth on the side that goes on
     if truth:
-        test = value if example.dtype == torch.bool else tx.call_op("call_method", "bool", [value], {})
+        # a bool the graph computes is the condition itself; an input is given an op (a graph of
+        # no ops is not called, and its check would be lost)
+        plain = example.dtype == torch.bool and value.node.op != "placeholder"
+        test = value if plain else tx.call_op("call_method", "bool", [value], {})
     else:
         test = tx.call_op("call_function", torch.logical_not, [value], {})
     if example.dim():
@@ -100,13 +103,22 @@ def deferred_branch(tx: "Tracer", value: "Variable", instr: dis.Instruction, whe
 def _caught_in_trace(tx: "Tracer") -> bool:
     """Whether a try block (a with block does not count) of a frame being traced covers its
     current instruction."""
-    from kiln.capture.glue import in_try_block
-
     frame: Any = tx
     while frame is not None:
-        if frame.current is not None and in_try_block(frame.code, frame.current.offset):
+        if frame.current is not None and _in_try_block(frame.code, frame.current.offset):
             return True
         frame = frame.parent
+    return False
+
+
+def _in_try_block(code: types.CodeType, offset: int) -> bool:
+    # as glue.in_try_block (which this module, imported by the glue, does not import back)
+    listing, index_of = code_mod.instructions(code)
+    for entry in code_mod.exception_entries(code):
+        if entry.start <= offset < entry.end:
+            n = index_of.get(entry.target)
+            if n is None or n + 1 >= len(listing) or listing[n + 1].opname != "WITH_EXCEPT_START":
+                return True
     return False
 
 
