@@ -45,6 +45,12 @@ class InferenceModeEscapes(RestartCapture):
     break, which runs it for real."""
 
 
+class UnsafeDeferral(RestartCapture):
+    """A graph with deferred checks (kiln.capture.deferred_checks) writes into an input: running the
+    frame again eagerly after a failed check would write it twice, so the frame is captured again
+    with such branches as graph breaks."""
+
+
 class HookedTensorEscapes(RestartCapture):
     """A tensor the graph computes, with a hook a node of the graph registers on it, leaves the
     graph (returned, stored, live at a break). Under AOT autograd that hook runs inside the compiled
@@ -99,6 +105,13 @@ class ExternMismatchError(KilnError):
     def __init__(self, message: str, clean: bool = False) -> None:
         super().__init__(message)
         self.clean = clean
+
+
+class DeferredCheckFailed(ExternMismatchError):
+    """A deferred check of a graph (kiln.capture.deferred_checks: the condition of a branch whose
+    other side raises, such as torch.distributions' argument validation) was false: the frame
+    runs eagerly in this call's place, and raises what eager raises. `clean` as for its base: the
+    entry that first sees it runs its frame again; it never disables the frame."""
 
 
 def reraise(exc: BaseException) -> Callable[..., Any]:

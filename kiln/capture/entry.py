@@ -31,7 +31,7 @@ from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, com
 from kiln.capture.options import CompileOptions
 from kiln.capture.trace_rules import COMPILED_MARKER, ORIGINAL_ATTR
 from kiln import log
-from kiln.errors import ExternMismatchError, GraphBreakError, Unsupported
+from kiln.errors import DeferredCheckFailed, ExternMismatchError, GraphBreakError, Unsupported
 from kiln.fake.mode import caller_saved_tensor_hooks_suspended
 from kiln import symbolic  # its names load lazily: sympy only comes with a capture
 
@@ -58,7 +58,8 @@ class Stats:
     that already had an entry; `cache_hits`: calls answered by a cache entry; `fallbacks`: calls run
     eagerly (unsupported frame, internal error, cache limit); `graphs`/`graph_breaks`: totals over
     every capture (`graphs` also counts those of entries loaded from disk); `disk_hits`: cache misses answered by an entry of the persistent frame cache
-    (kiln.capture.persist) instead of a capture. `cache_hits` is counted without the lock (the
+    (kiln.capture.persist) instead of a capture; `check_reruns`: calls run again eagerly after a deferred
+    check failed (kiln.capture.deferred_checks: eager's exception raised). `cache_hits` is counted without the lock (the
     guard-hit path takes none), so threads calling at once may undercount it."""
 
     frames: int = 0
@@ -69,6 +70,7 @@ class Stats:
     cache_hits: int = 0
     fallbacks: int = 0
     disk_hits: int = 0
+    check_reruns: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -405,6 +407,13 @@ class _Frame:
         naming the frame. An outer frame's glue had done its own work before calling into this one,
         so it never replays: the error leaves here unclean."""
         clean, exc.clean = exc.clean, False
+        if isinstance(exc, DeferredCheckFailed):
+            if not clean:
+                raise exc  # (never: each entry answers its own frame's checks)
+            # a branch to a `raise` that the graph assumed not taken was taken: the frame, which
+            # did nothing visible yet, runs eagerly and raises (or returns) what eager does
+            STATS.check_reruns += 1
+            return self.fn(self.bound_self, *args, **kwargs) if self.has_self else self.fn(*args, **kwargs)
         with _COMPILE_LOCK:
             self.cache.entries.clear()
             self.cache.eager_reason = f"internal error: {exc}"

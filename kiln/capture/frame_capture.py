@@ -27,8 +27,11 @@ from kiln.capture.tracer import GENERATOR_FLAGS, CaptureState, ReachedBreak, Tra
 from kiln.capture.variables.context_manager import abandon_open_contexts
 from kiln.capture.variables.functions import CellVariable
 from kiln.capture.variables.generator import close_dropped_at_return, refuse_unclosed_cleanups
-from kiln.errors import GraphBreakError, HookedTensorEscapes, InferenceModeEscapes, RestartCapture, Unsupported
+from kiln.errors import (GraphBreakError, HookedTensorEscapes, InferenceModeEscapes, RestartCapture, UnsafeDeferral,
+                         Unsupported)
 
+# kinds of value or op found too late in a trace: the frame is captured again with them as breaks
+_ESCAPES = (InferenceModeEscapes, HookedTensorEscapes, UnsafeDeferral)
 _MAX_RESTARTS = 16  # captures started again after the trace initialized lazy modules
 
 
@@ -59,6 +62,7 @@ def _capture(fn: types.FunctionType, L: dict[str, Any], options: CompileOptions,
         state.output.default_device = device
         state.inference_breaks = InferenceModeEscapes in escaped
         state.hook_breaks = HookedTensorEscapes in escaped
+        state.defer_checks = UnsafeDeferral not in escaped
         state.output.fake_mode.unbacked_limit = unbacked_limit
         root = _root_tracer(state, fn, L, None if stop is None else stop[:2])
         try:
@@ -66,7 +70,7 @@ def _capture(fn: types.FunctionType, L: dict[str, Any], options: CompileOptions,
                 value = root.run()
                 close_dropped_at_return(root, state.generators)
                 refuse_unclosed_cleanups(state.generators)
-            except (InferenceModeEscapes, HookedTensorEscapes) as exc:
+            except _ESCAPES as exc:
                 _note_escape(exc, escaped)
                 stop = None
                 continue
@@ -81,7 +85,7 @@ def _capture(fn: types.FunctionType, L: dict[str, Any], options: CompileOptions,
                 refuse_unclosed_cleanups(state.generators)  # the frame then runs eagerly
                 try:
                     return finish_break(state, root, fn, options, wrap_frame, stop[2])
-                except (InferenceModeEscapes, HookedTensorEscapes) as exc:  # such a value is live at the break
+                except _ESCAPES as exc:  # such a value is live at the break
                     _note_escape(exc, escaped)
                     stop = None
                     continue
@@ -116,7 +120,7 @@ def _capture(fn: types.FunctionType, L: dict[str, Any], options: CompileOptions,
                 continue
             try:
                 return finish_return(state, root, fn, options, value)
-            except (InferenceModeEscapes, HookedTensorEscapes) as exc:
+            except _ESCAPES as exc:
                 _note_escape(exc, escaped)
                 stop = None
                 continue

@@ -23,6 +23,7 @@ import torch.fx
 
 from kiln.capture import code as code_mod
 from kiln.capture.code import ResumeRequest, resume_callable
+from kiln.capture.deferred_checks import emit_checks
 from kiln.capture.device_context import runs_without_modes
 from kiln.capture.guards import Guard, shape_guard
 from kiln.capture.sources import LocalSource
@@ -186,6 +187,8 @@ class GlueBuilder:
         """Close and compile the graph, and exec the glue source; returns (glue, source, graph)."""
         head = [f"{name} = {source}" for source, name in self._entry_symbols.items()]
         compiled = None
+        # deferred checks: their condition becomes an output before the graph is closed
+        call = emit_checks(self, self.output, "__out = __GRAPH__") if self.output.has_ops() else []
         self.output.close(self.outputs)
         if self.output.has_ops():
             compiled = self.output.compile(compiler, graph_name)
@@ -194,7 +197,7 @@ class GlueBuilder:
                 run = runs_without_modes(run)
             self.namespace[f"__{graph_name}"] = run
             args = ", ".join(compiled.inputs)
-            head.append(f"__out = __{graph_name}({args})")
+            head += [line.replace("__GRAPH__", f"__{graph_name}({args})") for line in call]
         elif any(n.op != "placeholder" for n in self.outputs):
             raise AssertionError("the glue reads graph outputs of a graph without ops")
         body = head + self.lines

@@ -107,6 +107,10 @@ class OutputGraph:
         # the device of the DeviceContext the frame was called under (kiln.capture.device_context):
         # written into the graph's factories; the graph then runs with the modes off the stack
         self.default_device: torch.device | None = None
+        # conditions the glue checks after the graph (kiln.capture.deferred_checks), and whether an
+        # op writes into an input's storage (then none may be deferred)
+        self.deferred_checks: list[torch.fx.Node] = []
+        self.writes_inputs = False
 
     # ------------------------------------------------------------------------------ inputs
     def _placeholder(self, name: str, source: str, example: Any) -> torch.fx.Node:
@@ -243,6 +247,7 @@ class OutputGraph:
         """Run one op on example values under the fake mode; failures become Unsupported."""
         written = written_tensors(kind, target, args, kwargs)
         if written:
+            self._note_input_writes(written)
             self._refuse_inference_input_writes(target, written)
             self._refuse_shared_memory_writes(kind, target, written, args, kwargs)
             self._refuse_partially_overlapping_reads(kind, target, written, args, kwargs)
@@ -292,6 +297,12 @@ class OutputGraph:
                 raise Unsupported(f"{name} writes into a tensor whose elements share memory (sizes "
                                   f"{list(t.shape)}, strides {list(t.stride())}, or a view of such an input)",
                                   kind="overlapping_write", eager_error=self._eager_refusal(kind, target, args, kwargs))
+
+    def _note_input_writes(self, written: list[torch.Tensor]) -> None:
+        if not self.writes_inputs:
+            inputs = {_storage_id(i.example) for i in self.inputs
+                      if isinstance(i.example, torch.Tensor) and i.example.layout == torch.strided}
+            self.writes_inputs = any(t.layout != torch.strided or _storage_id(t) in inputs for t in written)
 
     def _refuse_inference_input_writes(self, target: Any, written: list[torch.Tensor]) -> None:
         """An in-place write into an inference tensor passed in (or a view of one), outside inference

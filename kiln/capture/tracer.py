@@ -100,6 +100,7 @@ class CaptureState:
         # names of the sources an nn.Module was read from: ints read through one stay constants
         self.module_sources: set[str] = set()
         self.inference_breaks = False  # inference_mode blocks are breaks (one of them escaped: InferenceModeEscapes)
+        self.defer_checks = True  # a branch whose other side raises is a deferred check (UnsafeDeferral: off)
         self.hook_breaks = False  # register_hook on a tensor the graph computes breaks (HookedTensorEscapes)
         self.read_compiling = False  # the trace answered torch.compiler.is_compiling() (True)
         self._cells: dict[int, tuple[types.CellType, CellVariable]] = {}

@@ -14,6 +14,7 @@ import inspect
 import types
 from typing import TYPE_CHECKING
 
+from kiln.capture.deferred_checks import deferred_branch
 from kiln.capture.opcodes.table import opcode
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.generator import send_to
@@ -60,7 +61,9 @@ def JUMP_BACKWARD_NO_INTERRUPT(tx: "Tracer", instr: dis.Instruction) -> None:
 
 def _pop_jump_if(tx: "Tracer", instr: dis.Instruction, when: bool) -> None:
     value = tx.stack[-1]
-    taken = value.truth(tx) == when  # raises (data-dependent branch) before the stack changes
+    taken = deferred_branch(tx, value, instr, when)  # `if not ok.all(): raise ...` stays in the graph
+    if taken is None:
+        taken = value.truth(tx) == when  # raises (data-dependent branch) before the stack changes
     tx.pop()
     if taken:
         tx.jump(instr.argval)

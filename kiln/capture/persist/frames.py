@@ -27,6 +27,7 @@ from typing import Any, Iterator
 import torch
 
 from kiln import log
+from kiln.capture.deferred_checks import check_passed, graph_raised, rng_state
 from kiln.capture.device_context import runs_without_modes
 from kiln.capture.guards import (CheckFn, ClassAttribute, ConstantCall, FunctionCode, GlobalState, Guard,
                                  ParametrizedClass, TensorSpec, compile_guards)
@@ -139,7 +140,8 @@ _GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset
                    float, operator.truediv,  # a size as a float, or over an int, computed as eager does (symint.py)
                    types.CellType,  # a closure cell a frame made, passed to a resume function
                    object.__setattr__,  # an attribute write past a class's own __setattr__ (traced)
-                   advance_by)  # the trace's next() calls on an iterator from outside, replayed
+                   advance_by,  # the trace's next() calls on an iterator from outside, replayed
+                   check_passed, graph_raised, rng_state)  # a graph's deferred checks (deferred_checks.py)
 # context managers a glue may make, enter and hand the `__exit__` of to a resume function (a break
 # inside `with torch.no_grad():`)
 _GLUE_CONTEXTS = (torch.no_grad, torch.enable_grad)

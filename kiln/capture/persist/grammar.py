@@ -539,6 +539,16 @@ def _check_try(statement: ast.Try, glue: _Glue, reserved: set[str], tainted: set
     body, handlers = statement.body, statement.handlers
     if statement.orelse or statement.finalbody or len(body) != 1 or len(handlers) != 1:
         raise UnsafeSource("a glue try block of another shape")
+    if _deferred_checks_call(body[0], handlers[0], glue):
+        # `try: __out = <graph>(...) except Exception as __excN: <constant>(__excN, <state>)`: a
+        # graph with deferred checks (kiln.capture.deferred_checks.graph_raised, an admitted constant)
+        glue.locals.add(str(handlers[0].name))
+        try:
+            _glue_value(handlers[0].body[0].value, glue)  # type: ignore[attr-defined]
+        finally:
+            glue.locals.discard(str(handlers[0].name))
+        _check_body(body, glue, reserved, tainted, fresh, top=False)
+        return
     call = body[0].value if isinstance(body[0], (ast.Assign, ast.Expr)) else None
     if not (isinstance(call, ast.Call) and _break_callee(call.func, glue)):
         raise UnsafeSource("a glue try block around something else than a break's call")
@@ -557,6 +567,20 @@ def _check_try(statement: ast.Try, glue: _Glue, reserved: set[str], tainted: set
     finally:
         glue.locals.discard(name)
     _check_body(body, glue, reserved, tainted, fresh, top=False)
+
+
+def _deferred_checks_call(body: ast.stmt, handler: ast.ExceptHandler, glue: _Glue) -> bool:
+    """The try block of a graph call with deferred checks (kiln.capture.deferred_checks.emit_checks)."""
+    if not (isinstance(body, ast.Assign) and isinstance(body.value, ast.Call)
+            and isinstance(body.value.func, ast.Name) and body.value.func.id in glue.graphs):
+        return False
+    if not (isinstance(handler.type, ast.Name) and handler.type.id == "Exception" and handler.name
+            and handler.name not in glue.locals and len(handler.body) == 1 and isinstance(handler.body[0], ast.Expr)):
+        return False
+    call = handler.body[0].value
+    return isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in glue.constants \
+        and not call.keywords and len(call.args) == 2 and isinstance(call.args[0], ast.Name) \
+        and call.args[0].id == handler.name
 
 
 def _new_object(value: ast.AST, glue: _Glue) -> bool:
