@@ -22,7 +22,7 @@ import torch.fx as fx
 from kiln.autograd.decompose import batch_norm_as_functional
 from kiln.autograd.tracer import AtenTracer, expr_of, is_symbolic, size_hint
 from kiln.autograd.trace_modes import (_AsStridedFromBase, _DataAliasUpdates, _expression, _expressions, _InputLayouts,
-                                      _IntermediateLayouts, _LayoutUpdates, _storage)
+                                      _IntermediateLayouts, _LayoutUpdates, _same_expressions, _storage)
 from kiln.errors import Unsupported, VerificationError
 from kiln.runtime.views import UNREADABLE, ViewStep, apply_chain, replays_on, view_steps
 
@@ -225,8 +225,8 @@ class FunctionalSession:
             return  # t_, unsqueeze_ ...: the new layout is eager's, the runtime sets it
         torch._sync(wrapper)
         inner = torch._from_functional_tensor(wrapper)
-        if inner.dim() != original.dim() or _expressions(inner.shape) != _expressions(original.shape) \
-                or _expressions(inner.stride()) == _expressions(original.stride()):
+        if inner.dim() != original.dim() or not _same_expressions(inner.shape, original.shape) \
+                or _same_expressions(inner.stride(), original.stride()):
             return
         # The same value with the input's strides: a new fake that the tracer takes for the node
         # of the replaced value, so the graph gains no op and later ops see eager's layout.
@@ -291,7 +291,7 @@ class FunctionalSession:
             storage = _storage(wrapper)
             updates = torch._functionalize_mutation_counter(wrapper) - self._internal.get(storage, 0)
             if torch._functionalize_has_metadata_mutation(wrapper) or \
-                    _expressions(inner.shape) != _expressions(original.shape):
+                    not _same_expressions(inner.shape, original.shape):
                 mutated = bool(has_data_mutation(wrapper))
                 bumps = (updates if mutated else 0) + self._layout_updates.get(storage, 0)
                 infos.append(self._metadata_mutation(i, mutated, bumps))
@@ -425,10 +425,10 @@ def _replays_to(base: torch.Tensor, steps: tuple[ViewStep, ...], target: torch.T
         made = apply_chain(base, steps)
     except (RuntimeError, ValueError):  # ValueError: a step recorded without its arguments
         return False
-    if _expressions(made.shape) != _expressions(target.shape):
+    if not _same_expressions(made.shape, target.shape):
         return False
-    return not layout or (_expressions(made.stride()) == _expressions(target.stride())
-                          and _expression(made.storage_offset()) == _expression(target.storage_offset()))
+    return not layout or _same_expressions([*made.stride(), made.storage_offset()],
+                                           [*target.stride(), target.storage_offset()])
 
 
 def _intermediate_bases(outs: list[torch.Tensor], tracer: AtenTracer) -> tuple[dict[int | None, int],

@@ -67,11 +67,11 @@ class _IntermediateLayouts(TorchFunctionMode):
             return func(*args, **kwargs)
         torch._sync(base)
         inner = torch._from_functional_tensor(base)
-        shape, strides = _expressions(inner.shape), list(inner.stride())
+        shape, strides = list(inner.shape), list(inner.stride())
         out = func(*args, **kwargs)
         if torch._is_functional_tensor(base) and not torch._functionalize_has_metadata_mutation(base):
             torch._sync(base)
-            if _expressions(torch._from_functional_tensor(base).shape) == shape:
+            if _same_expressions(torch._from_functional_tensor(base).shape, shape):
                 self.session.keep_intermediate_layout(base, strides)
         return out
 
@@ -214,3 +214,21 @@ def _expressions(values: Any) -> list[sympy.Expr]:
 
 def _expression(x: int | torch.SymInt) -> sympy.Expr:
     return sympy.sympify(expr_of(x)) if isinstance(x, torch.SymInt) else sympy.Integer(x)
+
+
+def _same_expressions(a: Any, b: Any) -> bool:
+    """Whether two lists of sizes (or strides) are equal for every value of the size symbols the
+    guards allow: the same expressions, or ones the shape environment proves equal without a new
+    guard (`x.view(-1, 2)` of a size-s0 input has s0 elements as `2*FloorDiv(s0, 2)`, equal to s0
+    under the divisibility guard that view recorded)."""
+    a, b = list(a), list(b)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        ex, ey = _expression(x), _expression(y)
+        if ex == ey:
+            continue
+        env = next((v.node.shape_env for v in (x, y) if isinstance(v, torch.SymInt)), None)
+        if env is None or env._static_value(sympy.Eq(ex, ey)) is not True:
+            return False
+    return True

@@ -141,11 +141,14 @@ def _bitwise_bounds(expr: BitwiseOp, a: Interval, b: Interval) -> Interval:
 
 def _split_multiples(base: sympy.Expr, divisor: sympy.Expr) -> tuple[list[sympy.Expr], list[sympy.Expr]]:
     """The terms of `base` that are integer multiples of `divisor` by construction, and the rest.
-    A term holding a FloorDiv stays in the rest: taking it out would only trade one floor for another."""
+    A term holding a FloorDiv stays in the rest (taking it out would only trade one floor for
+    another) unless its numeric coefficient is itself a multiple of a numeric divisor
+    (2*FloorDiv(s0, 2) // 2 is FloorDiv(s0, 2): no floor is added)."""
     whole, rest = [], []
     for term in sympy.Add.make_args(base):
         q = term / divisor
-        if not term.has(FloorDiv) and (q.is_Integer or (not q.is_number and is_integral(q))):
+        clean = not term.has(FloorDiv) or (divisor.is_Integer and (term.as_coeff_Mul()[0] / divisor).is_Integer)
+        if clean and (q.is_Integer or (not q.is_number and is_integral(q))):
             whole.append(term)
         else:
             rest.append(term)
