@@ -91,12 +91,6 @@ KNOWN_FAILURES: dict[str, tuple[str, str]] = {
     # inner function not its identity (3 vs 1), a dict value never read guarded (3 vs 1), no graph for a frame
     # without ops (1 vs 2): kiln/symbolic/policy.py, kiln/capture/guards.py, kiln/capture/entry.py
     "none_then_tensor_argument": (COUNT, "1 graphs, torch.compile made 2"),
-    # torch.distributions' argument validation (on by default): `if not valid.all(): raise ValueError` is a
-    # data-dependent branch; torch.compile passes these by switching validation off for the whole process on
-    # its first compile (which hid the break while the oracle ran torch.compile before Kiln in one process):
-    # kiln/capture/variables/tensor.py
-    "distributions_normal_log_prob": (BREAK, "branching on the value of tensor _is_all_true (validation)"),
-    "distributions_categorical_entropy": (BREAK, "branching on the value of tensor _is_all_true (validation)"),
 }
 
 # Cases the real torch.compile (torch 2.13) does not pass: not counted in the pass rate.
