@@ -96,6 +96,9 @@ class OutputGraph:
         # (cell, tensor, version) for each closure cell of such a hook that held a tensor: the graph
         # hands the hook that tensor, so the cell must not be rebound nor the tensor written later
         self.hook_cells: list[tuple[Any, Any, int]] = []
+        # id(fake) -> the TensorVariable of the input it stands for: what an in-place op on an input
+        # returns (`p -= lr * p.grad` rebinds p to it) is the same tensor, with the same .grad
+        self.input_tensors: dict[int, Any] = {}
         self.inference_made: dict[int, torch.Tensor] = {}
         self._inference_input_storages: set[int] = set()
         # instance-dict source -> names the trace found elsewhere (see note_absent)
