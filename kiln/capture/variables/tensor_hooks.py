@@ -3,9 +3,10 @@ parameter), or on one the graph computes.
 
 The hook runs in the backward pass, after the frame has returned, so registering it once the graph
 has run is what eager's registration inside the frame amounts to: it is a side effect the glue
-replays (`t.register_hook(fn)`, fn rebuilt as any value is). The handle it returns is not
-modelled: using it (`handle.remove()`, returning it) is a clean break. A tensor that does not
-require grad raises eager's RuntimeError.
+replays (`h = t.register_hook(fn)`, fn rebuilt as any value is). The handle is that replay's:
+returned or stored it is the real one; `handle.remove()` in the frame drops the registration (see
+HookHandleVariable); any other use is a clean break. A tensor that does not require grad raises
+eager's RuntimeError.
 
 A hook on a tensor the graph computes runs inside the graph's backward. A pure function of the
 gradient made in the frame (`lambda g: g * 3`: no globals, no defaults, only tensor methods and
@@ -34,8 +35,9 @@ import types
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
-from kiln.capture.variables.base import Variable
+from kiln.capture.variables.base import BoundMethodVariable, Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.exception import raise_in_trace
 from kiln.capture.variables.functions import NestedFunctionVariable
@@ -48,19 +50,39 @@ if TYPE_CHECKING:
 
 
 class HookHandleVariable(Variable):
-    """The RemovableHandle a replayed registration returns: not known during the trace."""
+    """The RemovableHandle a registration returns. For one replayed after the graph (`key`, its
+    side effect's): `handle.remove()` drops the registration (nothing is replayed; a second
+    remove() does nothing, as eager's), and the handle kept past the graph (returned, stored on
+    an object, live at a break) is the one the replay returns. A removed handle kept past the
+    graph, any other use, and the handle of a hook kept in the graph are breaks."""
+
+    def __init__(self, key: tuple | None = None) -> None:
+        self.key = key
+        self.removed = False
 
     def describe(self) -> str:
         return "the handle of a tensor hook registered in the frame"
 
+    def python_type(self) -> type:
+        return RemovableHandle
+
     def getattr(self, tx: "Tracer", name: str) -> Variable:
+        if name == "remove" and self.key is not None:
+            return BoundMethodVariable(self, name)
         raise Unsupported(f"using {self.describe()} ({name})", kind="unsupported_call")
 
     def call_method(self, tx: "Tracer", name: str, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable:
+        if name == "remove" and not args and not kwargs and self.key is not None:
+            tx.side_effects.remove_tensor_hook(self.key)
+            self.removed = True
+            return ConstantVariable(None)
         raise Unsupported(f"using {self.describe()} ({name})", kind="unsupported_call")
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
-        raise Unsupported(f"{self.describe()} kept past the graph", kind="reconstruct")
+        name = None if self.key is None or self.removed else glue.hook_handles.get(self.key)
+        if name is None:
+            raise Unsupported(f"{self.describe()} kept past the graph", kind="reconstruct")
+        return name
 
 
 def register_hook(tx: "Tracer", tensor: "TensorVariable", args: Sequence[Variable],
@@ -91,8 +113,7 @@ def register_hook(tx: "Tracer", tensor: "TensorVariable", args: Sequence[Variabl
         tx.output.hooked.add(tensor.node)
         tx.output.hook_cells.extend((cell, t, t.example._version) for cell, t in captured)
         return HookHandleVariable()
-    tx.side_effects.register_tensor_hook(tensor, args[0])
-    return HookHandleVariable()
+    return HookHandleVariable(tx.side_effects.register_tensor_hook(tensor, args[0]))
 
 
 # What a hook kept in the graph may execute: locals, constants, attribute and method reads, calls,
