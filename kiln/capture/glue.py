@@ -60,6 +60,8 @@ class GlueBuilder:
         # symbol inputs the glue reads, each bound before the graph runs: `L['x'].size()[1]` read
         # after a graph that re-strided x (x.t_()) would be the new size, not the traced symbol's
         self._entry_symbols: dict[str, str] = {}
+        # side-effect key of a tensor hook registration -> the name its replay binds the handle to
+        self.hook_handles: dict[tuple, str] = {}
 
     # ------------------------------------------------------------------ names and values
     def fresh(self, prefix: str) -> str:

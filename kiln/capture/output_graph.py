@@ -93,6 +93,12 @@ class OutputGraph:
         # of those): eager's inference tensors, which must not be seen where they differ (follow_inference)
         self.inference_depth = 0
         self.hooked: set[torch.fx.Node] = set()  # computed tensors a node of the graph registers a hook on
+        # (cell, tensor, version) for each closure cell of such a hook that held a tensor: the graph
+        # hands the hook that tensor, so the cell must not be rebound nor the tensor written later
+        self.hook_cells: list[tuple[Any, Any, int]] = []
+        # id(fake) -> the TensorVariable of the input it stands for: what an in-place op on an input
+        # returns (`p -= lr * p.grad` rebinds p to it) is the same tensor, with the same .grad
+        self.input_tensors: dict[int, Any] = {}
         self.inference_made: dict[int, torch.Tensor] = {}
         self._inference_input_storages: set[int] = set()
         # instance-dict source -> names the trace found elsewhere (see note_absent)
@@ -423,6 +429,8 @@ class OutputGraph:
             raise InferenceModeEscapes("a tensor made under inference_mode leaves the graph")
         if self.hooked.intersection(outputs):
             raise HookedTensorEscapes("a tensor with a hook registered in the graph leaves the graph")
+        if any(cell.contents is not t or t.example._version != version for cell, t, version in self.hook_cells):
+            raise HookedTensorEscapes("a tensor a hook registered in the graph reads is rebound or written later")
         self.graph.output(tuple(outputs))
         _eliminate_dead_code(self.graph)
 

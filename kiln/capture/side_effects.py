@@ -8,6 +8,7 @@ effects here: they are nodes of the graph. Corresponds to torch/_dynamo/side_eff
 """
 from __future__ import annotations
 
+import itertools
 import keyword
 import re
 from dataclasses import dataclass
@@ -94,6 +95,7 @@ class SideEffects:
         # every recording adds one (a second write of the same key too): a caller learns whether
         # some code it traced wrote anything outside the frame (an lru_cache'd body, see functions)
         self.writes = 0
+        self._serial = itertools.count()  # keys of effects that are never replaced (hooks, retain_grad)
         self._class_attribute_names: set[str] = set()  # names the trace set on a class (class_write)
         self.cached_bodies_open = 0  # lru_cache bodies being traced (the outermost call is replayed)
         # for each higher-order op body being traced (open_body), innermost last: the state before
@@ -208,26 +210,38 @@ class SideEffects:
                 return True
         return False
 
-    def register_tensor_hook(self, tensor: "Variable", hook: "Variable") -> None:
+    def register_tensor_hook(self, tensor: "Variable", hook: "Variable") -> tuple:
         """`tensor.register_hook(hook)` on a tensor from outside: replayed after the graph (the
-        hook runs in the backward pass, later still). Each registration is its own effect."""
-        self._note(("hook", len(self._effects)), None)
+        hook runs in the backward pass, later still). Each registration is its own effect; its key
+        is returned (the handle's, see remove_tensor_hook and GlueBuilder.hook_handles)."""
+        key = ("hook", next(self._serial))
+        self._note(key, None)
         self.writes += 1
-        self._effects[("hook", len(self._effects))] = (tensor, hook)
+        self._effects[key] = (tensor, hook)
+        return key
+
+    def remove_tensor_hook(self, key: tuple) -> None:
+        """`handle.remove()` of a registration still to replay: it is not replayed at all."""
+        if key in self._effects:
+            self._note(key, None)
+            self.writes += 1
+            del self._effects[key]
 
     def retain_tensor_grad(self, tensor: "Variable") -> None:
         """`tensor.retain_grad()` on a non-leaf from outside: replayed after the graph, before any
         backward can run."""
-        self._note(("retain_grad", len(self._effects)), None)
+        key = ("retain_grad", next(self._serial))
+        self._note(key, None)
         self.writes += 1
-        self._effects[("retain_grad", len(self._effects))] = tensor
+        self._effects[key] = tensor
 
     def replay_cached_call(self, cached: "Variable", args: list["Variable"]) -> None:
         """A call of an lru_cache function whose pure body the trace stepped into: made again
         through the cache after the graph, so that the cache fills (and counts hits) as eager's
         calls make it (a cache_info() read, a cache_clear() later, see the same cache)."""
-        self._note(("cached_call", len(self._effects)), None)
-        self._effects[("cached_call", len(self._effects))] = (cached, args)
+        key = ("cached_call", next(self._serial))
+        self._note(key, None)
+        self._effects[key] = (cached, args)
 
     def store_global(self, source: Source, value: "Variable") -> None:
         self._note(("global", source.name()), None)
@@ -342,7 +356,9 @@ class SideEffects:
                 glue.line(f"{effect.source.name()} = {glue.reconstruct(effect.value)}")
             elif kind == "hook":
                 tensor, hook = effect
-                glue.line(f"{glue.reconstruct(tensor)}.register_hook({glue.reconstruct(hook)})")
+                handle = glue.fresh("hook_handle")
+                glue.line(f"{handle} = {glue.reconstruct(tensor)}.register_hook({glue.reconstruct(hook)})")
+                glue.hook_handles[key] = handle
             elif kind == "retain_grad":
                 glue.line(f"{glue.reconstruct(effect)}.retain_grad()")
             elif kind == "cached_call":

@@ -249,6 +249,7 @@ def _wrap_tensor(state: "CaptureState", value: torch.Tensor, source: Source | No
     node, fake = state.output.tensor_input(value, source)
     var = TensorVariable(node, fake, source)
     var.real_ref = weakref.ref(value)
+    state.output.input_tensors.setdefault(id(fake), var)
     known_input(value, var, source)
     return var
 

@@ -10,7 +10,8 @@ graph and its min-cut partitioner recomputes the region in the backward instead 
 (kiln/autograd/checkpoint.py). Values are the body's; only what is saved changes.
 
 A body that cannot be traced makes the whole checkpoint call a graph break (it runs eagerly, as
-torch.compile runs it); the reason names the break inside. Corresponds to
+torch.compile runs it); the reason names the break inside. So does a body that changes state outside
+the function (a list a forward hook appends to, a counter): eager's backward runs it once more. Corresponds to
 torch/_dynamo/variables/higher_order_ops.py (CheckpointHigherOrderVariable) and
 torch/_higher_order_ops/wrap.py (tag_activation_checkpoint).
 """
@@ -148,6 +149,7 @@ def trace_region(tx: "Tracer", body: Variable, args: list[Variable], kwargs: dic
     grad_mode = tx.state.grad_enabled
     if no_grad:
         set_grad_mode(tx, False)
+    tx.side_effects.open_body()
     try:
         result = body.call(tx, args, kwargs)
     except RaisedInTrace:
@@ -158,6 +160,15 @@ def trace_region(tx: "Tracer", body: Variable, args: list[Variable], kwargs: dic
         tx.state.innermost = tx  # the break is the checkpoint call itself
         raise Unsupported(f"checkpointed function cannot be traced ({exc.reason}); the checkpoint call "
                           "runs eagerly", kind="checkpoint") from exc
+    finally:
+        unchanged = tx.side_effects.close_body()
+    if not unchanged:
+        # Eager runs the body twice (again in the backward, to recompute what it did not save): a
+        # write outside the function (a list a forward hook appends to, a counter) happens twice
+        # there, once in a graph. As torch.compile, the checkpoint call runs eagerly.
+        tx.state.innermost = tx
+        raise Unsupported("checkpointed function changes state outside the function (eager's backward "
+                          "runs it again); the checkpoint call runs eagerly", kind="checkpoint")
     if no_grad:
         set_grad_mode(tx, grad_mode)
     region = next(_region_ids)

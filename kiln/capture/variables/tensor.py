@@ -193,6 +193,9 @@ class TensorVariable(Variable):
         None stays None, a tensor keeps its metadata), or what the trace assigned to it. As in
         Dynamo; reading it off a tensor the graph computes (or a non-leaf, whose read warns)
         stays a graph break."""
+        written = self._input_written_in_place(tx)
+        if written is not None:
+            return written._read_grad(tx)
         real = self.real()
         if real is None or self.source is None or not real.is_leaf:
             raise Unsupported("reading .grad of a tensor inside a compiled region", kind="unsupported_attribute")
@@ -201,10 +204,21 @@ class TensorVariable(Variable):
             return pending
         return tx.wrap(real.grad, AttrSource(self.source, "grad"))
 
+    def _input_written_in_place(self, tx: "Tracer") -> "TensorVariable | None":
+        """The input this value is, when an in-place op on the input made it (`p -= lr * p.grad`,
+        `q = p.mul_(2)`: the same tensor object, its fake the input's): its .grad is the input's."""
+        if self.source is not None:
+            return None
+        var = tx.output.input_tensors.get(id(self.example))
+        return var if isinstance(var, TensorVariable) and var.example is self.example and var is not self else None
+
     def set_grad(self, tx: "Tracer", value: Variable) -> None:
         """`p.grad = g` on a leaf graph input: a side effect the glue replays after the graph. The
         checks eager makes at the assignment (a tensor of p's size, dtype and device, or None)
         are made now; one that fails is a graph break, and the assignment raises natively."""
+        written = self._input_written_in_place(tx)
+        if written is not None:
+            return written.set_grad(tx, value)
         real = self.real()
         fits = isinstance(value, ConstantVariable) and value.as_constant() is None or \
             isinstance(value, TensorVariable) and value.example is not self.example and \
