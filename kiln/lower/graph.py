@@ -237,7 +237,9 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
     if config.fallback_random and is_random(target):  # torch's generator draws, in eager's order
         return fallback(ctx, target, _realize_as_traced(ctx, node, env, args), kwargs,
                         reason="kiln.config.fallback_random")
-    if target in EXTERN_BY_DESIGN and not vector_bmm(node):
+    if target in _LAYOUT_FOLLOWS_INPUTS:
+        args = _realize_as_traced(ctx, node, env, args)
+    elif target in EXTERN_BY_DESIGN and not vector_bmm(node):
         args = _realize_extern_inputs(ctx, node, env, args)
     lazy_inputs = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorValue) and a.view is None]
     ctx.pending_origins = tuple(dict.fromkeys(o for a in lazy_inputs for o in a.origins))
@@ -294,10 +296,19 @@ def _realize_extern_inputs(ctx: LoweringContext, node: torch.fx.Node, env: dict[
     return tuple(out)
 
 
+# Externs whose result takes its layout from an input's (ATen's CPU flash attention returns its
+# output in its query's stride order): their lazy inputs are stored in the layouts the trace gave
+# them, so the result has the layout the node's meta declares, which the kernels after it are written
+# for. Stored contiguous, a query computed [B, L, H, D] in memory (a rotary embedding of heads split
+# off a projection) came back [B, H, L, D] and the wrapper re-laid it out on every call.
+_LAYOUT_FOLLOWS_INPUTS = (aten._scaled_dot_product_flash_attention_for_cpu.default,)
+
+
 def _realize_as_traced(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.Node, Any], args: tuple) -> tuple:
     """A random op run as the ATen call draws in its input's memory order (dropout's
     `empty_like(x).bernoulli_(p)`): a lazy input is stored in the layout the trace gave it (a
-    transposed product stays transposed), so the draws land where eager's do."""
+    transposed product stays transposed), so the draws land where eager's do (and an op of
+    _LAYOUT_FOLLOWS_INPUTS returns the layout its meta has)."""
     out = list(args)
     for k, a in enumerate(node.args):
         if not isinstance(a, torch.fx.Node):
