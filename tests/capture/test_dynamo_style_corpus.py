@@ -198,7 +198,7 @@ def test_recorded_torch_outcomes_are_current() -> None:
     """Each case's torch.compile outcome is recorded for the code as it is (corpus/recorded.py)."""
     stale = stale_cases()
     assert not stale, (f"{len(stale)} corpus cases ({', '.join(stale[:5])}, ...) have no torch.compile outcome "
-                       f"recorded for their code in {TABLE.name}: run `PYTHONPATH=. python -m "
+                       f"recorded for their code in {TABLE.path.name}: run `PYTHONPATH=. python -m "
                        f"tests.capture.corpus.report --record` and commit the table")
 
 
