@@ -168,7 +168,9 @@ def _python_binary(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace:
     if not modelled or not found and any(_python_has(receiver, name) for receiver, name, _ in steps):
         return None  # a builtin base's own method (a dict or int subclass), or a tensor's: the caller's
     from kiln.capture.variables.exception import raise_in_trace
-    error = TypeError(f"unsupported operand type(s) for {symbol}{'=' if inplace else ''}")
+    operator_text = f"{symbol}=" if inplace else "** or pow()" if symbol == "**" else symbol
+    error = TypeError(f"unsupported operand type(s) for {operator_text}: "
+                      f"'{a.python_type().__name__}' and '{b.python_type().__name__}'")
     raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
 
 
