@@ -252,3 +252,51 @@ def test_parameter_subclass_class_attribute_changed_between_calls() -> None:
     Bits.bits = 2
     torch.testing.assert_close(compiled(X), X * 2)
     assert kiln.stats()["recompiles"] == 1, kiln.stats()
+
+
+# ------------------------------------------------------------------ unset __slots__ members of objects from outside
+class Slots:
+    __slots__ = ("k", "j")
+
+
+def _slotted(**values):
+    s = Slots()
+    for name, value in values.items():
+        setattr(s, name, value)
+    return s
+
+
+def test_unset_slot_read_raises_attribute_error_in_trace() -> None:
+    s = _slotted(j=1)
+
+    def f(x):
+        try:
+            return x * s.k
+        except AttributeError as exc:
+            return x - s.j, str(exc)
+    check_traced(f, fresh(X))
+
+
+def test_hasattr_of_unset_slot() -> None:
+    s = _slotted(k=2)
+
+    def f(x):
+        return x + hasattr(s, "j") + hasattr(s, "k")
+    check_traced(f, fresh(X))
+
+
+def test_slot_deleted_and_set_between_calls() -> None:
+    s = _slotted(k=2)
+
+    def f(x):
+        try:
+            return x * s.k
+        except AttributeError:
+            return x - 100
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    for change in (None, lambda: delattr(s, "k"), None, lambda: setattr(s, "k", 5)):
+        if change is not None:
+            change()
+        torch.testing.assert_close(compiled(X), f(X))
+    assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["graph_breaks"] == 0, kiln.stats()
