@@ -300,3 +300,37 @@ def test_slot_deleted_and_set_between_calls() -> None:
             change()
         torch.testing.assert_close(compiled(X), f(X))
     assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["graph_breaks"] == 0, kiln.stats()
+
+
+# ------------------------------------------------------------------ Parameter subclasses with their own torch-function
+class TimesTen(torch.nn.Parameter):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        return out * 10 if getattr(func, "__name__", "") in ("mul", "add") else out
+
+
+class TimesTenModule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = TimesTen(torch.ones(3))
+
+    def forward(self, x):
+        return (x * self.w).sum(), torch.add(x, self.w)
+
+
+def test_parameter_subclass_with_torch_function_keeps_its_handler() -> None:
+    for backend in ("aot_eager", "eager"):
+        kiln.reset()
+        m = TimesTenModule()
+        got, want = kiln.compile(m, backend=backend)(X), m(X)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.detach(), w.detach())
+
+
+def test_parameter_subclass_with_torch_function_as_argument() -> None:
+    def f(x, p):
+        return x * p + 1
+    kiln.reset()
+    p = TimesTen(torch.full((3,), 2.0))
+    torch.testing.assert_close(kiln.compile(f, backend="aot_eager")(X, p).detach(), f(X, p).detach())
