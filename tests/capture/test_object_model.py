@@ -334,3 +334,41 @@ def test_parameter_subclass_with_torch_function_as_argument() -> None:
     kiln.reset()
     p = TimesTen(torch.full((3,), 2.0))
     torch.testing.assert_close(kiln.compile(f, backend="aot_eager")(X, p).detach(), f(X, p).detach())
+
+
+# ------------------------------------------------------------------ a tensor on the left of a user class's reflected operator
+class Reflected:
+    def __init__(self, t):
+        self.t = t
+
+    def __radd__(self, other):
+        return Reflected(other + self.t)
+
+    def __rsub__(self, other):
+        return Reflected(other - self.t * 2)
+
+    def __rmatmul__(self, other):
+        return Reflected(other @ self.t)
+
+    def __rmul__(self, other):
+        return ("rmul", other * 3)
+
+
+def test_tensor_left_operand_runs_the_reflected_method() -> None:
+    def f(x):
+        return (x + Reflected(x)).t, (x - Reflected(x)).t, (x * Reflected(x))[1]
+    check_traced(f, fresh(X), oracle=False)  # torch.compile breaks on one of them
+
+
+def test_tensor_left_operand_matmul_and_inplace() -> None:
+    def f(m):
+        acc = m.clone()
+        acc += Reflected(m)
+        return (m @ Reflected(m)).t, acc.t
+    check_traced(f, fresh(torch.randn(2, 2)), oracle=False)  # torch.compile breaks on these
+
+
+def test_tensor_and_object_without_reflected_method_raise_type_error() -> None:
+    def f(x):
+        return x + 1, _type_error_text(lambda: x + Plain()), _type_error_text(lambda: Plain() - x)
+    check_traced(f, fresh(X))
