@@ -218,7 +218,8 @@ class TensorVariable(Variable):
             return pending
         if not tx.side_effects.deleted_attr(real, name) and name in getattr(real, "__dict__", {}):
             return tx.wrap(real.__dict__[name], AttrSource(self.source, name))
-        if not user_owned and inspect.getattr_static(type(real), name, None) is None:
+        if not user_owned and inspect.getattr_static(type(real), name, None) is None \
+                and inspect.getattr_static(type(real), "__getattr__", None) is None:
             # on no class and not in the instance dict (its absence guarded): eager's AttributeError
             from kiln.capture.variables.exception import no_attribute
             if not tx.side_effects.deleted_attr(real, name):
