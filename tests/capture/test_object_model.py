@@ -80,7 +80,8 @@ def test_number_methods_read_the_object_state() -> None:
 
 def test_wrong_result_types_raise_eagers_type_error() -> None:
     def f(x):
-        return x + 1, _type_error_text(lambda: float(FloatGivesInt())), _type_error_text(lambda: int(IntGivesFloat()))
+        texts = _type_error_text(lambda: float(FloatGivesInt())), _type_error_text(lambda: int(IntGivesFloat()))
+        return x + 1, texts
     check_traced(f, fresh(X))
 
 
@@ -109,7 +110,8 @@ def test_unsupported_power_and_inplace_text() -> None:
         def inplace():
             p = Plain()
             p += 1
-        return x, _type_error_text(lambda: Plain() ** 2), _type_error_text(inplace), _type_error_text(lambda: Plain() @ 3)
+        texts = _type_error_text(lambda: Plain() ** 2), _type_error_text(inplace), _type_error_text(lambda: Plain() @ 3)
+        return x, texts
     check_traced(f, fresh(X))
 
 
@@ -336,7 +338,7 @@ def test_parameter_subclass_with_torch_function_as_argument() -> None:
     torch.testing.assert_close(kiln.compile(f, backend="aot_eager")(X, p).detach(), f(X, p).detach())
 
 
-# ------------------------------------------------------------------ a tensor on the left of a user class's reflected operator
+# ------------------------------------------------------------------ a tensor left of a user class's reflected operator
 class Reflected:
     def __init__(self, t):
         self.t = t

@@ -353,7 +353,9 @@ def _number_dunder(tx: "Tracer", kind: type, obj: Variable) -> Variable | None:
             raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
         if wanted is kind:
             return result
-        return ConstantVariable(kind(got)) if result.is_constant() else tx.call_op("call_function", torch.sym_float, [result], {})
+        if result.is_constant():
+            return ConstantVariable(kind(got))
+        return tx.call_op("call_function", torch.sym_float, [result], {})  # float(obj) of a symbolic __index__
     # none of them: eager's TypeError, where no builtin base (a str's text, int's __trunc__ path) answers
     if all(base is object or base.__flags__ & _HEAP_TYPE for base in cls.__mro__) \
             and inspect.getattr_static(cls, "__trunc__", None) is None:
