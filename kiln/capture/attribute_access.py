@@ -211,6 +211,11 @@ def set_attribute(tx: "Tracer", obj: Variable, name: str, value: Variable, bypas
     if isinstance(obj, TensorVariable) and name == "data":
         _set_data(tx, obj, value)
         return
+    if isinstance(obj, TensorVariable) and obj.real() is not None and obj.source is not None \
+            and inspect.getattr_static(type(obj.real()), name, None) is None:
+        # a Python attribute of an input tensor (`x.tag = ...`): stored in its __dict__ after the graph
+        tx.side_effects.store_attr(obj.real(), obj, name, value)
+        return
     if isinstance(obj, (NestedFunctionVariable, ExceptionVariable)):
         obj.set_attribute(name, value)  # a function or exception made during the trace
         return

@@ -36,6 +36,15 @@ _FAKEABLE_TYPES = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer)
 if TYPE_CHECKING:
     from kiln.capture.variables.base import Variable
 
+
+def _plain_parameter_subclass(kind: type) -> bool:
+    """A subclass of nn.Parameter that computes as one: Parameter's torch-function and dispatch
+    handlers are the disabled ones, so its ops are plain tensor ops; a subclass overriding either
+    changes what each op does, which a graph of plain ops would drop."""
+    return issubclass(kind, torch.nn.Parameter) \
+        and kind.__torch_function__ is torch._C._disabled_torch_function_impl \
+        and kind.__torch_dispatch__ is torch.Tensor.__torch_dispatch__
+
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 # FX prints a complex constant by its repr, `(inf-infj)`, and binds `inf` and `nan` in the code it
@@ -169,7 +178,7 @@ class OutputGraph:
         """A placeholder for the real tensor at `source` (guarded on its metadata)."""
         name = source.name()
         # Refused before its sizes are read: a nested tensor has none (or nested ints) to read.
-        if type(value) not in _FAKEABLE_TYPES and not isinstance(value, torch.nn.Parameter) \
+        if type(value) not in _FAKEABLE_TYPES and not _plain_parameter_subclass(type(value)) \
                 or value.is_quantized or value.is_nested:
             what = f"a tensor of the subclass {type(value).__qualname__}" if type(value) not in _FAKEABLE_TYPES \
                 else "a quantized or nested tensor"

@@ -303,6 +303,10 @@ def _convert(kind: type) -> Rule:
             return tx.call_op("call_function", kind, args, {})
         if kind is bool and len(args) == 1 and not kwargs and not args[0].is_constant():
             return ConstantVariable(args[0].truth(tx))  # __bool__, else __len__, as `if obj:` asks
+        if kind in _NUMBER_DUNDERS and len(args) == 1 and not kwargs and user_objects(args):
+            converted = _number_dunder(tx, kind, args[0])
+            if converted is not None:
+                return converted
         if kind is str and len(args) == 1 and not kwargs and not args[0].is_constant():
             number = number_value(args[0])
             if number is not None:  # str(x.shape)
@@ -315,6 +319,50 @@ def _convert(kind: type) -> Rule:
             return text_of(tx, args[0], "__str__")
         return fold_call(tx, kind, args, kwargs)
     return rule
+
+
+# int(obj) and float(obj) of an instance of a user class ask its Python methods, in CPython's order
+_NUMBER_DUNDERS = {int: ("__int__", "__index__"), float: ("__float__", "__index__")}
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not a C type
+
+
+def _number_dunder(tx: "Tracer", kind: type, obj: Variable) -> Variable | None:
+    """`int(obj)` / `float(obj)` through the first of the class's number methods it defines, inlined,
+    with the result checked as CPython's number protocol checks it (a TypeError raised in the
+    trace). None where a builtin base's slot or an unknown result is involved (the caller folds
+    or breaks)."""
+    from kiln.capture.variables.exception import raise_in_trace
+
+    cls = obj.python_type()
+    for name in _NUMBER_DUNDERS[kind]:
+        method = inspect.getattr_static(cls, name, None)
+        if method is None:
+            continue
+        if not isinstance(method, types.FunctionType):
+            return None
+        result = obj.call_method(tx, name, [], {})
+        wanted = float if name == "__float__" else int
+        got = result.as_constant() if result.is_constant() else None
+        if not result.is_constant() and result.python_type() is not wanted:
+            return None
+        if result.is_constant() and type(got) is not wanted:
+            if isinstance(got, wanted):
+                return None  # a strict subclass of int or float: accepted with a DeprecationWarning
+            owner = f"{cls.__name__}." if name == "__float__" else ""
+            error = TypeError(f"{owner}{name} returned non-{wanted.__name__} (type {type(got).__name__})")
+            raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
+        if wanted is kind:
+            return result
+        if result.is_constant():
+            return ConstantVariable(kind(got))
+        return tx.call_op("call_function", torch.sym_float, [result], {})  # float(obj) of a symbolic __index__
+    # none of them: eager's TypeError, where no builtin base (a str's text, int's __trunc__ path) answers
+    if all(base is object or base.__flags__ & _HEAP_TYPE for base in cls.__mro__) \
+            and inspect.getattr_static(cls, "__trunc__", None) is None:
+        accepted = "a string, a bytes-like object or a real number" if kind is int else "a string or a real number"
+        error = TypeError(f"{kind.__name__}() argument must be {accepted}, not '{cls.__name__}'")
+        raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
+    return None
 
 
 def _class_of(var: Variable) -> Any:

@@ -145,6 +145,7 @@ def _python_binary(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace:
     # a tensor or container operand: what its own method does with a user object is not modelled,
     # so when the user class's methods give NotImplemented the caller decides (a break)
     modelled = all(side is not None or v.is_constant() and type(v.as_constant()) in _PLAIN_NUMBERS
+                   or _tensor_against_plain_object(v, left if v is b else right)
                    for side, v in ((left, a), (right, b)))
     if left is not None:
         steps.append((a, f"__{stem}__", b))
@@ -168,8 +169,22 @@ def _python_binary(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace:
     if not modelled or not found and any(_python_has(receiver, name) for receiver, name, _ in steps):
         return None  # a builtin base's own method (a dict or int subclass), or a tensor's: the caller's
     from kiln.capture.variables.exception import raise_in_trace
-    error = TypeError(f"unsupported operand type(s) for {symbol}{'=' if inplace else ''}")
+    operator_text = f"{symbol}=" if inplace else "** or pow()" if symbol == "**" else symbol
+    error = TypeError(f"unsupported operand type(s) for {operator_text}: "
+                      f"'{a.python_type().__name__}' and '{b.python_type().__name__}'")
     raise raise_in_trace(error, f"TypeError: {error} (raised natively)")
+
+
+def _tensor_against_plain_object(v: Variable, other: type | None) -> bool:
+    """A tensor operand whose own method answers NotImplemented for the other operand: Tensor's
+    binary dunders turn the TypeError of an argument that is neither a tensor nor a number into
+    NotImplemented, so a user class's reflected method runs (`x + Wrapper(x)`). Not for a class
+    with a __torch_function__ (torch dispatches to it) or a number-like one (__index__, __float__,
+    __complex__: the argument parser may take it as a scalar)."""
+    if not isinstance(v, TensorVariable) or other is None or issubclass(other, (torch.Tensor, dict)):
+        return False
+    return not any(hasattr(other, name) for name in ("__torch_function__", "__index__", "__float__", "__complex__",
+                                                     "__int__", "__array__", "__len__", "__iter__", "__getitem__"))
 
 
 def _python_has(v: Variable, name: str) -> bool:

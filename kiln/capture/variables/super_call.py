@@ -21,13 +21,18 @@ from kiln.capture.variables.base import Variable, constant_args
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.dict import BUILTIN_DICTS as DICT_BASES, DictMethodVariable, DictVariable
 from kiln.capture.variables.exception import ExceptionVariable
-from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable, guard_class_attribute, python_function
+from kiln.capture.variables.functions import (PartialVariable, UserFunctionVariable, UserMethodVariable,
+                                             guard_class_attribute, python_function)
+from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.glue import GlueBuilder
     from kiln.capture.tracer import Tracer
+
+
+_TENSOR_BASES = (torch.nn.Parameter, torch.Tensor, torch._C.TensorBase)
 
 
 class SuperVariable(Variable):
@@ -58,6 +63,11 @@ class SuperVariable(Variable):
         for base in mro[start:]:
             if name in base.__dict__:
                 attr = base.__dict__[name]
+                if base in _TENSOR_BASES and isinstance(self.obj, TensorVariable) \
+                        and callable(getattr(torch.Tensor, name, None)):
+                    # `super().sum()` in a method of a Parameter subclass: torch.Tensor.sum on it, a
+                    # graph call of that function (a method call in the graph would find the override)
+                    return PartialVariable(tx.wrap(getattr(torch.Tensor, name), None), [self.obj], {})
                 if base is torch.nn.Module and name == "__getattr__" and hasattr(self.obj, "table_getattr"):
                     return GenericGetattrVariable(self.obj, "table_getattr")
                 if base is torch.nn.Module and name == "__call__" and hasattr(self.obj, "call_impl"):

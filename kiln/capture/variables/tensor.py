@@ -7,6 +7,7 @@ torch/_dynamo/variables/tensor.py (TensorVariable).
 """
 from __future__ import annotations
 
+import inspect
 import operator
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -100,7 +101,9 @@ class TensorVariable(Variable):
 
     def python_type(self) -> type:
         if isinstance(self.example, torch.nn.Parameter):
-            return torch.nn.Parameter
+            # a graph input's own class (a subclass of Parameter), which its tensor guard checks
+            real = self.real()
+            return type(real) if isinstance(real, torch.nn.Parameter) else torch.nn.Parameter
         return torch.Tensor
 
     def truth(self, tx: "Tracer") -> bool:
@@ -184,9 +187,52 @@ class TensorVariable(Variable):
             raise Unsupported(f"reading .{name} of a tensor inside a compiled region", kind="unsupported_attribute")
         if name == "__class__":
             return tx.wrap_result(self.python_type())
+        own = self._python_attribute(tx, name)
+        if own is not None:
+            return own
         if callable(getattr(torch.Tensor, name, None)):
             return BoundMethodVariable(self, name)
         raise Unsupported(f"tensor attribute {name!r}", kind="unsupported_attribute")
+
+    def _python_attribute(self, tx: "Tracer", name: str) -> Variable | None:
+        """An attribute Python code gave a real input: what a user subclass of Parameter defines
+        (a method, property or class constant; the class is the tensor guard's), or one the program
+        set on the tensor (`p.lr_mult = 2.0`): the trace's own write to it, else the value in the
+        real tensor's __dict__, read through its source (guarded, as a module's attribute is).
+        None for a tensor the graph computes (its attributes are not tracked) and for torch's own."""
+        from kiln.capture.trace_rules import in_stable_module
+        from kiln.capture.variables.functions import bind_class_attribute
+
+        real = self.real()
+        if real is None or self.source is None:
+            return None
+        user_owned = False
+        if type(real) not in (torch.Tensor, torch.nn.Parameter):
+            static = inspect.getattr_static(type(real), name, None)
+            owner = next((k for k in type(real).__mro__ if name in vars(k)), None)
+            user_owned = owner is not None and not in_stable_module(owner.__module__)
+        if user_owned and isinstance(static, property):
+            return bind_class_attribute(tx, static, self, type(real), name)  # a data descriptor: first
+        pending = tx.side_effects.pending_attr(real, name)
+        if pending is not None:
+            return pending
+        if not tx.side_effects.deleted_attr(real, name) and name in getattr(real, "__dict__", {}):
+            return tx.wrap(real.__dict__[name], AttrSource(self.source, name))
+        if not user_owned and inspect.getattr_static(type(real), name, None) is None \
+                and inspect.getattr_static(type(real), "__getattr__", None) is None:
+            # on no class and not in the instance dict (its absence guarded): eager's AttributeError
+            from kiln.capture.variables.exception import no_attribute
+            if not tx.side_effects.deleted_attr(real, name):
+                tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
+            raise no_attribute(type(real), name)
+        if not user_owned:
+            return None
+        bound = bind_class_attribute(tx, static, self, type(real), name)
+        if bound is not None:
+            return bound
+        if hasattr(type(static), "__get__"):
+            return None  # another descriptor: not followed
+        return tx.wrap(static, AttrSource(self.source, name))
 
     def _read_grad(self, tx: "Tracer") -> Variable:
         """`p.grad` of a leaf graph input: a graph input of its own, read from `p.grad` (guarded:

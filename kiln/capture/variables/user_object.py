@@ -149,6 +149,19 @@ class ObjectVariable(Variable):
             return None
         return python_iterator(tx, self, type(self.value))
 
+    def _unset_slot(self, tx: "Tracer", name: str, error: AttributeError) -> Variable:
+        """`obj.name` of a __slots__ member never set (or deleted): eager's AttributeError, raised
+        where the program can catch it, with the slot guarded unset (set later, it recompiles)."""
+        from kiln.capture.variables.exception import raise_in_trace
+
+        if "__getattr__" in _class_dicts(type(self.value)):
+            raise Unsupported(f"unset slot {name!r} of {self.describe()} with a __getattr__", kind="unsupported_attribute")
+        if self.source is not None:
+            from kiln.capture.guards import Guard
+            tx.state.output.guards.append(Guard(f"hasattr({self.source.name()}, {name!r})", "check_value", False,
+                                                f"whether {self.source.name()}.{name} is set"))
+        raise raise_in_trace(error, f"{self.describe()} has no attribute {name!r} (raised natively)")
+
     def _attr_source(self, name: str) -> Source | None:
         return None if self.source is None else AttrSource(self.source, name)
 
@@ -282,7 +295,11 @@ class ObjectVariable(Variable):
         if bound is not None:
             return bound
         if type(static).__name__ in ("member_descriptor", "getset_descriptor"):
-            return tx.wrap(getattr(obj, name), self._attr_source(name))
+            try:
+                value = getattr(obj, name)
+            except AttributeError as exc:
+                return self._unset_slot(tx, name, exc)
+            return tx.wrap(value, self._attr_source(name))
         if hasattr(type(static), "__get__"):
             from kiln.capture.variables.functions import bind_python_descriptor
             bound = bind_python_descriptor(tx, static, self, kind, name)
