@@ -185,6 +185,8 @@ class CaptureState:
         if len(holders) != 1:
             return None  # inputs sharing a storage: their offsets are guarded together
         base = holders[0]
+        if type(example.storage_offset()) is not int or type(base.example.storage_offset()) is not int:
+            return None  # a view's offset that is a size expression (x[1:] of a dynamic row length)
         entry = self.output.graph.find_nodes(op="placeholder", target=base.node_name)
         if not entry or entry[0].meta.get("entry_layout", (0, 0, None))[2] != base.example.storage_offset():
             return None  # the frame changed where the input starts (as_strided_, set_)
