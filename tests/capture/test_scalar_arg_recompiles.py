@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import kiln
+from kiln import config
 from eager_compare import dynamo_graphs, outcome, same_outcome
 
 X = torch.arange(4.0) - 1.5
@@ -45,14 +46,16 @@ def _float_scale(x, a, b):
 
 
 def _compare(fn: Callable[..., Any], calls: list[tuple], backend: Any = "eager", options: dict | None = None) -> int:
-    """Each call eager and compiled: the same value or exception type; returns Kiln's graph count."""
+    """Each call eager and compiled (under config `options`: the CPU wrapper tier): the same value
+    or exception type; returns Kiln's graph count."""
     kiln.reset()
-    counter = kiln.backends.CountingBackend(kiln.backends.lookup(backend, options=options))
-    compiled = kiln.compile(fn, backend=counter)
-    for args in calls:
-        want = outcome(fn, *args)
-        got = outcome(compiled, *args)
-        assert same_outcome(got, want, text=True), (args, got, want)
+    counter = kiln.backends.CountingBackend(kiln.backends.lookup(backend))
+    with config.patch(**(options or {})):
+        compiled = kiln.compile(fn, backend=counter)
+        for args in calls:
+            want = outcome(fn, *args)
+            got = outcome(compiled, *args)
+            assert same_outcome(got, want, text=True), (args, got, want)
     assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["graph_breaks"] == 0, kiln.stats()
     return counter.frame_count
 
@@ -111,3 +114,13 @@ def test_zero_float_divisor_raises_under_the_lowering():
 
 def test_zero_divisor_raises_under_aot_eager():
     _compare(_mod, [(X, a, b) for a, b in PAIRS], backend="aot_eager")
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize("wrapper", [{"cpu_wrapper": "python"}, {"cpu_wrapper": "native", "native_plan": False}],
+                         ids=["python", "compiled"])
+def test_float_divisor_below_one_is_not_zero(wrapper):
+    # the compiled native wrapper once tested the divisor cast to int64: 0.25 read as 0 raised
+    def fn(x, s):
+        return x * s + 1.0 / s
+    _compare(fn, [(X, s) for s in (0.5, 0.25, 0.75, -0.5, 0.0, 3.5)], backend="inductor", options=wrapper)

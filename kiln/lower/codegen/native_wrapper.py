@@ -304,7 +304,9 @@ class NativeWrapperWriter(WrapperWriter):
             self.bound.add(sym)
         for divisor, kind in ir.divisors:  # the graph's own `a // b` raised here (LoopIR.divisors)
             # kind 4 is ZeroDivisionError (kiln.runtime.native.ERROR_KINDS)
-            L.append(f"  if (({cexpr(divisor)}) == 0) return kiln_fail(4, \"{zero_division_text(kind)}\", error_kind, message);")
+            # rendered as it is, not cast to int64 as sizes are: a float divisor of 0.25 is not 0
+            L.append(f"  if (({render_c(sympy.sympify(divisor))}) == 0) "
+                     f"return kiln_fail(4, \"{zero_division_text(kind)}\", error_kind, message);")
         for b in inputs:
             self._tensor(b.name)
             L.append(f"  {b.name} = std::move(args[{b.position}]).toTensor();")
