@@ -28,7 +28,7 @@ from kiln.errors import HookedTensorEscapes, InferenceModeEscapes, KilnError, Un
 from kiln.fake.composites import python_dispatcher
 from kiln.fake.value_checks import raises_on_values
 from kiln.runtime.overlap import may_overlap, partially_overlap
-from kiln.symbolic import marked_dynamic
+from kiln.symbolic import marked_dynamic, marked_range
 
 # Tensor types capture makes fake and traces (anything else: a subclass, which breaks)
 _FAKEABLE_TYPES = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer)
@@ -191,7 +191,7 @@ class OutputGraph:
             # line, if the program specializes one of these dims (docs/seams.md, ShapeEnv.constrain).
             for d in sorted(marked_dynamic(value)):
                 if d in dims:
-                    self.shape_env.constrain(f"{name}.size()[{d}]")
+                    self.shape_env.constrain(f"{name}.size()[{d}]", bounds=marked_range(value, d))
             # Meta tensors with symbolic sizes need the Python dispatcher: some meta kernels are Python refs.
             with enable_python_dispatcher():
                 fake = self.fake_mode.from_real(value, source=name, dynamic_dims=dims)

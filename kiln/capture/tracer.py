@@ -169,6 +169,43 @@ class CaptureState:
             raise Unsupported("an int argument that is not a plain symbol", kind="dynamic_shape")
         return SymIntVariable(node, sym)
 
+    def symbolic_storage_offset(self, tensor: TensorVariable) -> Variable | None:
+        """`t.storage_offset()` where t is an input, or a view made in the frame of the one input
+        holding its storage, whose offset changed since an earlier capture of the frame (its
+        check_value guard failed): the input's offset read as a symbolic int from
+        `L['x'].storage_offset()` (plus t's static distance from it), not a constant guarded per
+        offset. torch.compile breaks the graph there and passes the number on as an int, which
+        its automatic dynamic makes symbolic the same way."""
+        example = tensor.example
+        if self.policy is None or example.layout != torch.strided or not torch._C._has_storage(example):
+            return None
+        storage = torch._C._storage_id(example)  # type: ignore[attr-defined]  # bound in C++, not in the stubs
+        holders = [g for g in self.output.inputs if isinstance(g.example, torch.Tensor)
+                   and g.example.layout == torch.strided and torch._C._has_storage(g.example)
+                   and torch._C._storage_id(g.example) == storage]  # type: ignore[attr-defined]
+        if len(holders) != 1:
+            return None  # inputs sharing a storage: their offsets are guarded together
+        base = holders[0]
+        if type(example.storage_offset()) is not int or type(base.example.storage_offset()) is not int:
+            return None  # a view's offset that is a size expression (x[1:] of a dynamic row length)
+        entry = self.output.graph.find_nodes(op="placeholder", target=base.node_name)
+        if not entry or entry[0].meta.get("entry_layout", (0, 0, None))[2] != base.example.storage_offset():
+            return None  # the frame changed where the input starts (as_strided_, set_)
+        read = f"{base.source}.storage_offset()"
+        value = int(base.example.storage_offset())
+        if not self.policy.int_is_dynamic(read, value, self.dynamic):
+            return None
+        sym = self.shape_env.create_symbolic_int(value, read)
+        bool(sym >= 0)  # an offset is never negative: recorded as a guard that always holds
+        node = self.output.symbol_input(sym, read)
+        if node is None:
+            return None
+        distance = int(example.storage_offset()) - value
+        if distance == 0:
+            return SymIntVariable(node, sym)
+        moved = sym + distance
+        return SymIntVariable(self.output.create_node("call_function", operator.add, (node, distance), {}, moved), moved)
+
     def symbolic_numpy_scalar(self, value: Any, source: Source) -> Variable:
         """A numpy integer or float argument as a symbolic graph input of the number it holds,
         guarded by its numpy type (the glue passes the numpy scalar itself)."""
@@ -434,6 +471,9 @@ class Tracer:
             lambda a, k: self.output.run_fake(kind, target, tuple(example_arg(v) for v in a),
                                               {n: example_arg(v) for n, v in k.items()}), target, args, kwargs)
         if _reads_storage_offset(kind, target, args, kwargs) and isinstance(args[0], TensorVariable):
+            offset = self.state.symbolic_storage_offset(args[0]) if target == "storage_offset" else None
+            if offset is not None:
+                return offset
             self.output.guard_storage_offsets(args[0].example)
         node_args = tuple(node_arg(a) for a in args)
         node_kwargs = {k: node_arg(v) for k, v in kwargs.items()}

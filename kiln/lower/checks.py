@@ -194,6 +194,27 @@ static inline int64_t kiln_zero_divisor(int64_t divisor, int64_t* err) {
 """
 
 
+# A division of Python numbers in the graph (LoopIR.divisors), by kind: the text of the
+# ZeroDivisionError that Python raises for it (CPython's own words, which differ per kind).
+_PY_DIVISIONS = {"floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b, "truediv": lambda a, b: a / b}
+
+
+def zero_division_kind(op: str, float_operands: bool) -> str:
+    """The name LoopIR.divisors keeps for one division (an identifier: stored programs hold names)."""
+    assert op in _PY_DIVISIONS, op
+    return f"float_{op}" if float_operands else op
+
+
+def zero_division_text(kind: str) -> str:
+    """What Python says when the division `kind` (zero_division_kind) has a divisor of 0."""
+    floats = kind.startswith("float_")
+    try:
+        _PY_DIVISIONS[kind.removeprefix("float_")](1.0 if floats else 1, 0)
+    except ZeroDivisionError as exc:
+        return str(exc)
+    raise AssertionError(kind)
+
+
 def render_index_ok(v: Op, a: list[str]) -> str:
     check = v.param
     assert isinstance(check, IndexCheck)

@@ -19,6 +19,7 @@ from torch.utils import _pytree as pytree
 
 from kiln import config
 from kiln.lower import ops
+from kiln.lower.checks import zero_division_kind
 from kiln.lower.coverage import CheckTracker, add_check_passes
 from kiln.lower.eager_dtypes import EAGER_REFUSES
 from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Layout, Load, LoopIR, SymExpr, Value,
@@ -160,7 +161,7 @@ def lower_to_loop_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
     derived = solve_symbols(input_layouts, symbols)
     ir = LoopIR(tuple(ctx.buffers), tuple(outputs), symbols, seed_needed=ctx.random_offset != 0,
                 output_spec=output_spec, input_count=position, derived=derived,
-                input_updates=input_updates)
+                input_updates=input_updates, divisors=_bound_divisors(ctx.divisors, symbols, derived))
     return ir, ctx.perf_hints
 
 
@@ -226,6 +227,7 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
     if getattr(target, "__module__", None) in ("_operator", "operator") or target in (
             torch.sym_max, torch.sym_min, torch.sym_sqrt, sym_log2, torch.sym_float, math.floor, math.ceil,
             round, torch.sym_int, math.trunc):
+        _note_divisor(ctx, target, args)
         return _sym_arith(target, args)
     args, kwargs = pytree.tree_map(lambda a: to_expr(a) if isinstance(a, (torch.SymInt, torch.SymFloat)) else a,
                                    (args, kwargs))
@@ -360,6 +362,32 @@ _FLOAT_ARITH: dict[Any, Callable[..., Any]] = {
     sym_log2: FloatLog2, math.floor: float_floor, math.ceil: lambda a: float_floor(a, ceiling=True),
     round: RoundHalfEven, torch.sym_int: TruncToInt, math.trunc: TruncToInt,
 }
+
+
+_DIVISIONS = {operator.floordiv: "floordiv", operator.mod: "mod", operator.truediv: "truediv"}
+
+
+def _note_divisor(ctx: LoweringContext, target: Any, args: Sequence[Any]) -> None:
+    """A division of Python numbers whose divisor may be 0 at run time (an int or float argument,
+    not a size, which is >= 2): kept for the wrapper's check (LoopIR.divisors)."""
+    if target not in _DIVISIONS or len(args) != 2:
+        return
+    divisor = to_expr(args[1]) if isinstance(args[1], (torch.SymInt, torch.SymFloat)) else args[1]
+    if not isinstance(divisor, sympy.Expr) or divisor.is_number or divisor.is_nonzero:
+        return  # a constant divisor of 0 raised at trace time already
+    floats = any(isinstance(a, float) or (isinstance(a, sympy.Basic) and is_float_valued(a)) for a in args)
+    ctx.divisors.append((divisor, zero_division_kind(_DIVISIONS[target], floats)))
+
+
+def _bound_divisors(divisors: list[tuple[sympy.Expr, str]], symbols: dict[str, tuple[int, int | None]],
+                    derived: Sequence[tuple[str, sympy.Expr]]) -> tuple[tuple[sympy.Expr, str], ...]:
+    """The divisors the wrapper can test before its first step: those over input symbols only."""
+    bound = set(symbols) | {name for name, _ in derived}
+    out: dict[tuple[sympy.Expr, str], None] = {}
+    for d in divisors:
+        if all(str(s) in bound for s in d[0].free_symbols):
+            out[d] = None
+    return tuple(out)
 
 
 def _sym_arith(target: Any, args: Sequence[Any]) -> Any:

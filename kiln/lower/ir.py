@@ -332,6 +332,10 @@ class LoopIR:
     # size symbols solved from the input sizes that `symbols` reads (kiln.lower.graph.solve_symbols),
     # in binding order: (symbol, expression over symbols bound before it)
     derived: tuple[tuple[str, sympy.Expr], ...] = ()
+    # (divisor, checks.zero_division_kind): a `//`, `%` or `/` of Python numbers in the graph
+    # whose divisor is an int or float argument; the wrapper raises before its first step when one
+    # is 0, as the graph's Python arithmetic would (a kernel computing it would not raise)
+    divisors: tuple[tuple[sympy.Expr, str], ...] = ()
 
     def unbacked_symbols(self) -> tuple[str, ...]:
         """Sizes no input gives: the symbols of a data-dependent size (nonzero's count, unique's

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 _WHERE = {
     "FloorDiv": "expr",
     "mark_dynamic": "marks", "mark_static": "marks", "marked_dynamic": "marks",
-    "marked_maybe_dynamic": "marks", "marked_static": "marks", "maybe_mark_dynamic": "marks",
+    "marked_maybe_dynamic": "marks", "marked_range": "marks", "marked_static": "marks", "maybe_mark_dynamic": "marks",
     "SymNode": "node", "expr_of": "node", "is_symbolic": "node",
     "DynamicPolicy": "policy", "policy_for": "policy", "reset_policies": "policy",
     "ConstraintViolation": "shape_env", "GuardOnDataDependentSymNode": "shape_env",

@@ -16,6 +16,7 @@ _DYNAMIC = "_kiln_dynamic_dims"
 DYNAMIC_ATTR = _DYNAMIC  # the guards of a cache entry read it: a new mark on a static dim recompiles
 _MAYBE_DYNAMIC = "_kiln_maybe_dynamic_dims"
 _STATIC = "_kiln_static_dims"
+_RANGES = "_kiln_dynamic_ranges"  # dim -> (min, max) given to mark_dynamic, either end None
 
 
 def _dims(t: torch.Tensor, dim: int | Iterable[int] | None, who: str) -> list[int]:
@@ -44,11 +45,28 @@ def _check_conflict(t: torch.Tensor, dims: list[int], other_attr: str, who: str,
         raise ValueError(f"{who}: dim {clash[0]} is already marked with {other}")
 
 
-def mark_dynamic(t: torch.Tensor, dim: int | Iterable[int]) -> None:
-    """Make `dim` of t symbolic from the first capture; specializing it raises ConstraintViolation."""
+def mark_dynamic(t: torch.Tensor, dim: int | Iterable[int], *, min: int | None = None,
+                 max: int | None = None) -> None:
+    """Make `dim` of t symbolic from the first capture; specializing it raises ConstraintViolation.
+    With `min`/`max` (as torch._dynamo.mark_dynamic) the size is promised to lie in [min, max]:
+    the graph is guarded to that range, a size outside it raises ConstraintViolation when it is
+    captured, and so does a program whose guards do not hold across the whole range (when both
+    ends are given; torch checks only then too)."""
+    for name, bound in (("min", min), ("max", max)):
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 0):
+            raise TypeError(f"mark_dynamic: {name} must be an int >= 0 or None, got {bound!r}")
+    if min is not None and max is not None and min > max:
+        raise ValueError(f"mark_dynamic: min {min} is larger than max {max}")
     dims = _dims(t, dim, "mark_dynamic")
     _check_conflict(t, dims, _STATIC, "mark_dynamic", "mark_static")
     _add(t, _DYNAMIC, dims)
+    ranges = dict(getattr(t, _RANGES, {}))
+    for d in dims:
+        if min is None and max is None:
+            ranges.pop(d, None)
+        else:
+            ranges[d] = (min, max)
+    setattr(t, _RANGES, ranges)
 
 
 def maybe_mark_dynamic(t: torch.Tensor, dim: int | Iterable[int]) -> None:
@@ -68,6 +86,11 @@ def mark_static(t: torch.Tensor, dim: int | Iterable[int] | None = None) -> None
 def marked_dynamic(t: torch.Tensor) -> frozenset[int]:
     """Dims given to mark_dynamic (symbolic, and must stay so)."""
     return getattr(t, _DYNAMIC, frozenset())
+
+
+def marked_range(t: torch.Tensor, dim: int) -> tuple[int | None, int | None] | None:
+    """The (min, max) that mark_dynamic gave `dim` of t, or None."""
+    return getattr(t, _RANGES, {}).get(dim)
 
 
 def marked_maybe_dynamic(t: torch.Tensor) -> frozenset[int]:

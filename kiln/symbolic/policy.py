@@ -114,10 +114,10 @@ class DynamicPolicy:
         if isinstance(old, int) and isinstance(new, int):
             if old == new:
                 return f"{name}: {old} (unchanged)"
-            if source.endswith(".storage_offset()"):
-                # guarded by value whenever the trace reads it (OutputGraph.guard_storage_offsets),
-                # never made a symbol: automatic dynamic does not apply to it
-                return f"{name}: {old} -> {new}, recompiled with the new offset (an offset the trace reads stays a constant)"
+            if source.endswith(".storage_offset()") and self._int_outcome(new) == "now dynamic":
+                # read as a symbol from now on (CaptureState.symbolic_storage_offset), unless
+                # another input holds the same storage: then the offsets stay guarded by value
+                return f"{name}: {old} -> {new}, now dynamic (unless another input shares its storage)"
             return f"{name}: {old} -> {new}, {self._int_outcome(new)}"
         if isinstance(old, (int, float)) or isinstance(new, (int, float)):
             raise KilnError(f"kiln.symbolic: explain_change at {source} compares an int with sizes")

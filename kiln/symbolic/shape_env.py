@@ -9,6 +9,7 @@ PyTorch counterpart: ShapeEnv in torch/fx/experimental/symbolic_shapes.py.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import re
@@ -95,6 +96,8 @@ class ShapeEnv:
         self._order: dict[sympy.Symbol, int] = {}
         self._constraints: dict[sympy.Symbol, str] = {}
         self._pending_constraints: dict[str, str] = {}  # source -> constraint, before its symbol exists
+        self._pending_bounds: dict[str, tuple[int | None, int | None]] = {}  # source -> mark_dynamic's min, max
+        self._promised: dict[sympy.Symbol, Interval] = {}  # mark_dynamic(min=, max=): every guard must hold on it
         self._ranges: dict[sympy.Symbol, Interval] = {}
         self._replacements: dict[sympy.Symbol, sympy.Expr] = {}
         self._replace_version = 0
@@ -120,6 +123,12 @@ class ShapeEnv:
         if isinstance(hint, bool) or not isinstance(hint, int) or hint < 0:
             raise ValueError(f"create_symbol({hint!r}, {source!r}): a size hint must be an int >= 0")
         constraint = constraint or self._pending_constraints.get(source)
+        lo, hi = self._pending_bounds.get(source, (None, None))
+        if (lo is not None and hint < lo) or (hi is not None and hint > hi):
+            # torch.compile raises here too (the guard on the range sent this size to a new capture)
+            raise ConstraintViolation(
+                f"{user_words(source)} is {hint}, not in the range [{lo}, {hi}] given to mark_dynamic",
+                source=source, location=None)
         if constraint not in (None, "dynamic"):
             raise ValueError(f"create_symbol: unknown constraint {constraint!r}")
         known = self._by_source.get(source)
@@ -142,14 +151,25 @@ class ShapeEnv:
         # The >= 2 assumption is what lets broadcasting and contiguity checks fold; a size-1 input
         # must fail a guard rather than reuse a graph built on it.
         self._record(sympy.Ge(symbol, 2), location=None)
+        # mark_dynamic's range is guarded (a size outside it captures anew, and raises above)
+        if lo is not None and lo > 2:
+            self._record(sympy.Ge(symbol, lo), location=None)
+        if hi is not None:
+            self._record(sympy.Le(symbol, hi), location=None)
+        if lo is not None and hi is not None:
+            self._promised[symbol] = (builtins.max(lo, 2), hi)
         return torch.SymInt(SymNode(symbol, self, int, hint))
 
-    def constrain(self, source: str, constraint: str = "dynamic") -> None:
+    def constrain(self, source: str, constraint: str = "dynamic",
+                  bounds: tuple[int | None, int | None] | None = None) -> None:
         """Attach `constraint` to the symbol that `source` will get (capture calls this for
-        mark_dynamic dims before kiln.fake's from_real creates their symbols)."""
+        mark_dynamic dims before kiln.fake's from_real creates their symbols); `bounds`: the
+        (min, max) given to mark_dynamic, either end None."""
         if constraint != "dynamic":
             raise ValueError(f"constrain: unknown constraint {constraint!r}")
         self._pending_constraints[source] = constraint
+        if bounds is not None:
+            self._pending_bounds[source] = bounds
         known = self._by_source.get(source)
         if known is not None:
             self._constraints[known] = constraint
@@ -402,6 +422,7 @@ class ShapeEnv:
         where = self.location_provider() if isinstance(location, _AskProvider) else location
         if where is not None and self._reason is not None:
             where = f"{where}: {self._reason}"
+        self._check_promise(canon, where)
         self._learn(canon, where)
         self._facts[canon] = True
         self._facts[canonical(negate(canon))] = False
@@ -414,6 +435,23 @@ class ShapeEnv:
             words = self.words(canon)
             self.runtime_asserts.append(RuntimeAssert(canon, words, where))
             log.artifact("dynamic", lambda: f"runtime assert {words}" + (f"  [{where}]" if where else ""))
+
+    def _check_promise(self, canon: sympy.Basic, where: str | None) -> None:
+        """A guard on a size given a range by mark_dynamic(min=, max=) must hold across that whole
+        range (torch.compile's StrictMinMaxConstraint); ConstraintViolation otherwise."""
+        promised = [s for s in canon.free_symbols if s in self._promised]
+        if not promised:
+            return
+        def declared(symbol: sympy.Symbol) -> Interval:
+            return self._promised.get(symbol) or self._ranges.get(symbol, UNKNOWN)
+        if decide(canon, declared, {}) is True:
+            return
+        source = self._sources[promised[0]]
+        lo, hi = self._promised[promised[0]]
+        raise ConstraintViolation(
+            f"not every size of {user_words(source)} in the range [{lo}, {hi}] given to mark_dynamic passes "
+            f"the guard {self.words(canon)} the program needs" + (f" at {where}" if where else ""),
+            source=source, location=where)
 
     def _learn(self, canon: sympy.Basic, where: str | None) -> None:
         """Turn a new fact into substitutions (equalities) or narrower ranges (bounds)."""
@@ -470,7 +508,8 @@ class ShapeEnv:
         if not candidates:
             return
         _, _, symbol, value = max(candidates, key=lambda c: (c[0], c[1]))
-        if value.is_number and self._constraints.get(symbol) == "dynamic":
+        if value.is_number and self._constraints.get(symbol) == "dynamic" \
+                and self._promised.get(symbol) != (value, value):  # mark_dynamic(min=5, max=5) allows 5
             source = self._sources[symbol]
             raise ConstraintViolation(
                 f"{user_words(source)} was marked dynamic (mark_dynamic), but the program specialized it "

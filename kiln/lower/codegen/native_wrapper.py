@@ -30,7 +30,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from kiln import compile_time, log
-from kiln.lower.checks import ERROR_RECORD, describe_site, sites_of
+from kiln.lower.checks import ERROR_RECORD, describe_site, sites_of, zero_division_text
 from kiln.lower.codegen.wrapper import WrapperWriter
 from kiln.lower.ir import BufferRef, ConstantBuffer, InputBuffer, Layout, SymExpr
 from kiln.lower.codegen.cpp_kernel import generate
@@ -302,6 +302,11 @@ class NativeWrapperWriter(WrapperWriter):
         for sym, expr in ir.derived:  # solved from an input size that is an expression in it
             L.append(f"  const int64_t {sym} = {cexpr(expr)};")
             self.bound.add(sym)
+        for divisor, kind in ir.divisors:  # the graph's own `a // b` raised here (LoopIR.divisors)
+            # kind 4 is ZeroDivisionError (kiln.runtime.native.ERROR_KINDS)
+            # rendered as it is, not cast to int64 as sizes are: a float divisor of 0.25 is not 0
+            L.append(f"  if (({render_c(sympy.sympify(divisor))}) == 0) "
+                     f"return kiln_fail(4, \"{zero_division_text(kind)}\", error_kind, message);")
         for b in inputs:
             self._tensor(b.name)
             L.append(f"  {b.name} = std::move(args[{b.position}]).toTensor();")

@@ -318,6 +318,8 @@ class PlanWriter(NativeWrapperWriter):
                 W += [SYM_SIZE, self._reg(str(sym)), pos, dim]
             else:
                 W += [SYM_STRIDE, self._reg(str(sym)), pos, -1 - dim]
+        if ir.divisors:  # the compiled native wrapper tests them (LoopIR.divisors)
+            raise Unsupported("a division by an int or float argument that may be 0")
         for sym, e in ir.derived:
             value = self.expr(e)
             W += [SET, self._reg(str(sym))] + value

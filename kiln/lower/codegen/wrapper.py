@@ -24,7 +24,7 @@ import sympy
 import torch
 from torch.utils import _pytree as pytree
 
-from kiln.lower.checks import ERROR_RECORD, error_function_source, sites_of
+from kiln.lower.checks import ERROR_RECORD, error_function_source, sites_of, zero_division_text
 from kiln.lower.codegen.memory import (Allocation, MemoryFacts, MemoryPlan, in_place_donors, input_writes,
                                        plan_memory)
 from kiln.lower.ir import (BufferRef, ConstantBuffer, Extern, InputBuffer, Layout, Load, Pointwise, SymExpr,
@@ -197,6 +197,8 @@ class WrapperWriter:
         for sym, expr in ir.derived:  # solved from an input size that is an expression in it
             L.append(f"    {sym} = {pyexpr(expr)}")
             self.bound.add(sym)
+        for divisor, kind in ir.divisors:  # the graph's own `a // b` raised here (LoopIR.divisors)
+            L.append(f"    if {pyexpr(divisor)} == 0: raise ZeroDivisionError({zero_division_text(kind)!r})")
         for b in inputs:
             self.layouts[b.name] = b.layout
             if all(s.is_number for s in b.layout.strides) and b.layout.sizes:

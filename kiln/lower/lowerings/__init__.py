@@ -183,6 +183,7 @@ class LoweringContext:
         self.storage_offsets: dict[str, sympy.Expr] = {}  # input -> its storage offset (as_strided is absolute)
         self.pending_origins: tuple[str, ...] = ()  # origins of the lazy inputs of the current node
         self.relaid_out: set[str] = set()  # extern results stored in another layout than eager's (NHWC)
+        self.divisors: list[tuple[sympy.Expr, str]] = []  # LoopIR.divisors
 
     def new_name(self) -> str:
         return f"buf{next(self._names)}"
