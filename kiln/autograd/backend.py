@@ -194,7 +194,7 @@ def compile_with_aot(gm: fx.GraphModule, example_inputs: list[Any], *, fw_compil
         compiled_fw, compiled_bw, num_forward_outputs=parts.num_forward_outputs,
         num_saved_tensors=len(parts.saved_tensors), differentiable=joint.differentiable,
         primal_needs_grad=[isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values],
-        unused_inputs=_unused_inputs(gm, inputs.values),
+        cut_inputs=_gradless_inputs(parts, inputs.values),
         forward_grad_free=grad_free_forward(compiled_fw, parts.forward, parts.num_forward_outputs),
         forward_on_node=lowered_forward(compiled_fw, parts.forward, parts.num_forward_outputs),
         output_versions=_forward_versions(forward.meta),
@@ -296,16 +296,16 @@ def _reads_grad_mode(op: Any) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
 
 
-def _unused_inputs(gm: fx.GraphModule, values: Sequence[Any]) -> list[int]:
-    """Positions of the graph's inputs that it never reads and that hold no tensor another input
-    (or a lifted module tensor) also holds. A tensor passed twice (an LSTM's weight as an attribute
-    and in its flat weight list, one of them unread) is one input of the compiled Function, whose
-    gradient goes to its first position: detaching that one would drop the gradient. The fakes
-    stand for the real tensors one for one (the capture's aliasing guards keep it so)."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    unread = {k for k, n in enumerate(placeholders) if not n.users}
-    read = {id(v) for k, v in enumerate(values) if k not in unread and isinstance(v, torch.Tensor)}
-    return [k for k in sorted(unread) if k < len(values) and id(values[k]) not in read]
+def _gradless_inputs(parts: Partition, values: Sequence[Any]) -> list[int]:
+    """Positions of the inputs that require grad but get no gradient from the backward graph: read
+    only for their shape (`ones_like(x)`), through ops without a gradient (`x > 0`, `x.argmax()`,
+    `x.detach()`), or not at all. They reach the compiled Function detached, as eager records no edge
+    to them: an edge would make a backward walk into their history, freed by an earlier backward
+    (a GAN's `d(rec.detach())` then `d(rec)`). A tensor passed twice gets its gradient at its first
+    position only (the joint trace's duplicate_of), so the other is cut and the first keeps its edge."""
+    (grads,) = [n.args[0] for n in parts.backward.graph.nodes if n.op == "output"]
+    return [k for k, (v, g) in enumerate(zip(values, grads))
+            if g is None and isinstance(v, torch.Tensor) and v.requires_grad]
 
 
 def _module_state(gm: fx.GraphModule, inputs: TraceInputs) -> list[int]:

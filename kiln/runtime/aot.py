@@ -64,7 +64,7 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
                            num_forward_outputs: int,
                            num_saved_tensors: int, differentiable: Sequence[int],
                            primal_needs_grad: Sequence[bool],
-                           unused_inputs: Sequence[int] = (),
+                           cut_inputs: Sequence[int] = (),
                            forward_grad_free: bool = False,
                            forward_on_node: bool = False,
                            grads_with_history: Sequence[bool] | None = None,
@@ -89,7 +89,9 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
     (JointTrace.grads_with_history); None: all of them. The others come back without one.
 
     `output_versions`: (forward output position, eager's version counter) for outputs eager updated
-    in place, bumped inside the forward: before the Function saves them for the backward."""
+    in place, bumped inside the forward: before the Function saves them for the backward.
+
+    `cut_inputs`: the inputs the backward gives no gradient, passed to the Function detached."""
     diff = tuple(differentiable)
     non_diff = tuple(k for k in range(num_forward_outputs) if k not in diff)
     end_saved = num_forward_outputs + num_saved_tensors
@@ -210,16 +212,17 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
                                                  detached, backward_handle)
             return function_apply(*args)
 
-    if unused_inputs:
-        # Inputs the graph never reads (a buffer about to be rebound, read only to be replaced)
-        # reach the Function detached: one that requires grad would be an edge of the Function's
-        # node, and the backward would walk into its history (freed by an earlier backward).
-        unused = tuple(unused_inputs)
+    if cut_inputs:
+        # Inputs without a gradient (never read, read for their shape, or only through ops without
+        # a derivative) reach the Function detached: one that requires grad would be an edge of the
+        # Function's node, and the backward would walk into its history (freed by an earlier
+        # backward), where eager's has no edge to it.
+        gradless = tuple(cut_inputs)
         linked_apply = fast_apply
 
-        def fast_apply(*args: Any) -> Any:  # noqa: F811  # the same entry, unused inputs cut off
+        def fast_apply(*args: Any) -> Any:  # noqa: F811  # the same entry, gradless inputs cut off
             cut = list(args)
-            for k in unused:
+            for k in gradless:
                 a = cut[k]
                 if isinstance(a, Tensor) and a.requires_grad:
                     cut[k] = a.detach()
@@ -236,7 +239,8 @@ def make_autograd_function(compiled_forward: Callable, compiled_backward: Callab
     CompiledFunction.recipe = dict(  # type: ignore[attr-defined]  # for graph_recipe
         backward=compiled_backward, num_forward_outputs=num_forward_outputs,
         num_saved_tensors=num_saved_tensors, differentiable=diff, primal_needs_grad=tuple(primal_needs_grad),
-        forward_grad_free=forward_grad_free, forward_on_node=forward_on_node, output_versions=tuple(output_versions))
+        forward_grad_free=forward_grad_free, forward_on_node=forward_on_node, output_versions=tuple(output_versions),
+        cut_inputs=tuple(cut_inputs))
     return CompiledFunction
 
 
