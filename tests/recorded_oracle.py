@@ -16,9 +16,17 @@ import hashlib
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
+import pytest
 import torch
+
+
+def sampled(names: Iterable[str], every: int) -> list[Any]:
+    """Parameters for a test that reruns torch.compile on each case: every `every`-th case (sorted by
+    name, a fixed sample) in `make test`, the others marked slow."""
+    return [pytest.param(name, id=name, marks=() if i % every == 0 else pytest.mark.slow)
+            for i, name in enumerate(sorted(names))]
 
 
 def _digest(path: Path) -> str:

@@ -2,7 +2,7 @@
 
 Every case runs eagerly, through torch.compile(backend=CompileCounter) and through
 kiln.compile(backend="eager") (corpus/oracle.py); torch.compile's outcome is recorded in
-corpus/torch_outcomes.json for the code as it is (corpus/recorded.py), rechecked live on a sample here
+corpus/torch_outcomes.json for the code as it is (corpus/recorded.py), rechecked live on a fixed sample here
 and on every case under `-m slow`. A case counts when torch.compile passes it: its
 values and side effects equal eager's and, under fullgraph=True, it raises no graph break. Kiln
 passes a counted case when its values and side effects equal eager's with no fallback warning and,
@@ -22,6 +22,7 @@ import pytest
 from corpus import CASES, judge
 from corpus.oracle import BREAK, COUNT, CRASH, ERROR, PASS, WRONG, torch_outcome
 from corpus.recorded import TABLE, recorded, stale_cases
+from recorded_oracle import sampled
 
 # name: (verdict, one-line reason), grouped by root cause (wrong answers first), each group headed by the
 # Kiln files likely at fault.
@@ -211,12 +212,6 @@ def _live_matches_recorded(name: str) -> None:
     assert (live.passes, live.graphs) == (known.passes, known.graphs), (live, known)  # `why` may name addresses
 
 
-@pytest.mark.parametrize("name", sorted(CASES)[::40])
-def test_recorded_outcome_is_what_torch_compile_does_on_a_sample(name: str) -> None:
-    _live_matches_recorded(name)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sampled(CASES, 40))
 def test_recorded_outcome_is_what_torch_compile_does(name: str) -> None:
     _live_matches_recorded(name)

@@ -19,7 +19,7 @@ import e2e_functions  # noqa: F401  (fills the corpus)
 import e2e_harness
 import e2e_modules  # noqa: F401
 from e2e_harness import CASES, Case, Run, assert_same_results, kiln_run, missing_stage, run_program, torch_oracle
-from recorded_oracle import RecordedTable
+from recorded_oracle import RecordedTable, sampled
 
 INDUCTOR_SMOKE = {"mlp_sequential", "layer_norm_by_hand", "conv_bn_relu_train", "gpt_training_grads", "varying_batch_sizes"}
 
@@ -96,13 +96,7 @@ def _oracle_agrees(name: str) -> None:
     assert recorded is None or recorded == live.graphs, (recorded, live.graphs)
 
 
-@pytest.mark.parametrize("name", sorted(CASES)[::6])
-def test_torch_oracle_agrees_with_eager_on_a_sample(name: str) -> None:
-    _oracle_agrees(name)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sampled(CASES, 6))
 def test_torch_oracle_agrees_with_eager(name: str) -> None:
     _oracle_agrees(name)
 
