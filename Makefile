@@ -23,7 +23,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VPY) -m mypy  # pyproject.toml's [tool.mypy]: all of kiln/ at zero errors
-	# two worker processes (CI has 2 cores), ~8500 tests; the budget is 20 min on a clean clone (cold kernel
+	# two worker processes (CI has 2 cores), ~9400 tests; the budget is 20 min on a clean clone (cold kernel
 	# cache). At 7154256: 1063 s of pytest warm (quiet machine; stop 44's CI run took 1305 s in all). What keeps
 	# it short (README, `make test`): product sweeps run the fixed ci_slice star, the rest is `-m slow` (make
 	# test-all); torch.compile's answers on the two corpora are recorded (tests/recorded_oracle.py); the native
