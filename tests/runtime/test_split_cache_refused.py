@@ -8,6 +8,7 @@ minutes of second processes, and `make test` runs each file on one worker).
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,22 @@ import pytest
 from kiln.capture import persist
 from kiln.runtime import artifact, records, store
 from tests.runtime.test_split_cache import MODELS, _entries, _run, _setup
+
+
+@pytest.fixture(scope="module")
+def _lambdas_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """One first process (cond_lambdas, infer) whose filled cache each refusal test damages a copy of:
+    the first process is not what these tests are about, the second is."""
+    code, cache = _setup(tmp_path_factory.mktemp("split_refused"))
+    _run(code, cache, ["cond_lambdas"], "infer")
+    return code, cache
+
+
+def _copy(filled: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    code, pristine = filled
+    cache = tmp_path / "cache"
+    shutil.copytree(pristine, cache)
+    return code, cache
 
 
 def _stored_frame(cache: Path) -> tuple[Path, persist.StoredFrame]:
@@ -35,9 +52,9 @@ def _split_of(frame: persist.StoredFrame) -> artifact.Recipe:
 
 @pytest.mark.cpp
 @pytest.mark.parametrize("damage", ["flip", "truncate", "swap_branch_libraries"])
-def test_a_damaged_entry_or_library_is_compiled_again(tmp_path: Path, damage: str) -> None:
-    code, cache = _setup(tmp_path)
-    _run(code, cache, ["cond_lambdas"], "infer")
+def test_a_damaged_entry_or_library_is_compiled_again(_lambdas_cache: tuple[Path, Path], tmp_path: Path,
+                                                     damage: str) -> None:
+    code, cache = _copy(_lambdas_cache, tmp_path)
     path, frame = _stored_frame(cache)
     if damage == "flip":
         data = bytearray(path.read_bytes())
@@ -87,9 +104,8 @@ MARKER = "hop_forged_ran"
 
 
 @pytest.mark.cpp
-def test_forged_split_recipes_are_refused_never_run(tmp_path: Path) -> None:
-    code, cache = _setup(tmp_path)
-    _run(code, cache, ["cond_lambdas"], "infer")
+def test_forged_split_recipes_are_refused_never_run(_lambdas_cache: tuple[Path, Path], tmp_path: Path) -> None:
+    code, cache = _copy(_lambdas_cache, tmp_path)
     path, frame = _stored_frame(cache)
     split = _split_of(frame)
     marker = tmp_path / MARKER
