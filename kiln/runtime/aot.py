@@ -277,11 +277,16 @@ class _CompiledBackward(torch.autograd.Function):
     """The compiled backward under create_graph=True: its gradients come out with a grad_fn, as
     eager's do, whose own backward raises DOUBLE_BACKWARD_ERROR. Without that history a gradient
     penalty added to the loss would silently contribute nothing. The first input is a leaf that
-    requires grad, so the history is there even when no incoming gradient requires grad."""
+    requires grad, so the history is there even when no incoming gradient requires grad. The saved
+    tensors that require grad (a primal saved as it is) come after the tangents, so that a gradient
+    taken of these gradients with respect to them meets this error rather than autograd's "appears
+    to not have been used in the graph"."""
 
     @staticmethod
-    def forward(ctx: Any, anchor: torch.Tensor, backward: Callable, saved: list, *tangents: torch.Tensor) -> Any:
-        return tuple(backward(*saved, *tangents))  # autograd.Function.forward runs with grad mode off
+    def forward(ctx: Any, anchor: torch.Tensor, backward: Callable, saved: list, n_tangents: int,
+                *tangents_then_links: torch.Tensor) -> Any:
+        # autograd.Function.forward runs with grad mode off
+        return tuple(backward(*saved, *tangents_then_links[:n_tangents]))
 
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> Any:
@@ -304,11 +309,15 @@ def gradients_without_second_backward(compiled_backward: Callable, saved: list, 
         if not any(with_history):
             with torch.no_grad():
                 return list(compiled_backward(*saved, *tangents))
-        anchor = torch.empty(0, requires_grad=True)
-        grads = _CompiledBackward.apply(anchor, compiled_backward, saved, *tangents)
+        grads = _with_refusing_history(compiled_backward, saved, tangents)
         return [g if keep or not isinstance(g, torch.Tensor) else g.detach() for g, keep in zip(grads, with_history)]
+    return list(_with_refusing_history(compiled_backward, saved, tangents))
+
+
+def _with_refusing_history(compiled_backward: Callable, saved: list, tangents: list) -> Any:
     anchor = torch.empty(0, requires_grad=True)
-    return list(_CompiledBackward.apply(anchor, compiled_backward, saved, *tangents))
+    links = [s for s in saved if isinstance(s, torch.Tensor) and s.requires_grad]
+    return _CompiledBackward.apply(anchor, compiled_backward, saved, len(tangents), *tangents, *links)
 
 
 def not_views(outs: Sequence[Any], positions: tuple[int, ...]) -> Sequence[Any]:

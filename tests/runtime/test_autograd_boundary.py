@@ -157,6 +157,26 @@ def test_create_graph_gives_gradients_whose_second_backward_raises(path: str) ->
     assert "create_graph=True" in DOUBLE_BACKWARD_ERROR
 
 
+def _cube_then_grad(x: torch.Tensor) -> torch.Tensor:
+    (g,) = torch.autograd.grad(x.pow(3).sum(), x, create_graph=True)  # a break: the cube is a compiled graph
+    return g
+
+
+def test_a_gradient_of_a_compiled_gradient_with_respect_to_an_input_raises_kilns_error(path: str) -> None:
+    """grad(grad(f(x), x, create_graph=True).sum(), x) (a Hessian-vector product): the first gradient's
+    history must reach x, so the second meets Kiln's error (torch.compile's default backend refuses
+    double backward too), not autograd's "appears to not have been used in the graph"."""
+    kiln.reset()
+    compiled = kiln.compile(_cube_then_grad)
+    x = torch.randn(5, requires_grad=True)
+    g = compiled(x)
+    torch.testing.assert_close(g, 3 * x.detach() ** 2)
+    with pytest.raises(RuntimeError, match="second-order gradients"):
+        torch.autograd.grad(g.sum(), x)
+    (h,) = torch.autograd.grad(kiln.compile(_cube_then_grad, backend="eager")(x).sum(), x)
+    torch.testing.assert_close(h, 6 * x.detach())
+
+
 def test_saved_tensor_hooks_see_the_saved_tensors(path: str) -> None:
     packed: list[torch.Tensor] = []
 
