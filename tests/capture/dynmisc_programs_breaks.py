@@ -1,6 +1,8 @@
 """Programs with graph breaks inside frames (in try blocks, with blocks, loops, inlined calls,
-comprehensions) and data-dependent control flow over several calls, registered in the PROGRAMS
-list of dynmisc_programs_flow (test_dynmisc_programs.py compares them with eager).
+comprehensions), data-dependent control flow over several calls, and ops that raise only at run
+time (an index out of range, bad probabilities: fake tensors cannot tell) inside try and with
+blocks, registered in the PROGRAMS list of dynmisc_programs_flow (test_dynmisc_programs.py
+compares them with eager).
 """
 # ruff: noqa
 # mypy: ignore-errors
@@ -902,3 +904,273 @@ def l_match_data(x):
         case 0: return x
         case 1: return x + 1
         case _: return x + 2
+
+
+# ---------------------------------------------------------------- ops that raise at run time
+T = lambda: (torch.randn(3, 4),)
+def case(mk=T, n=1):
+    def d(f): PROGRAMS.append((f.__name__, f, mk, n)); return f
+    return d
+@case(mk=lambda: (torch.zeros(3), torch.tensor(5)))
+def r_runtime_index_caught(x, i):
+    try:
+        y = x + 1
+        return y[i]
+    except IndexError:
+        return x - 1
+@case(mk=lambda: (torch.zeros(3), torch.tensor(5)))
+def r_runtime_index_mutation_uncaught(x, i):
+    x.add_(1)
+    return x[i]
+@case(mk=lambda: (torch.zeros(3), torch.tensor(5)))
+def r_runtime_index_mutation_caught(x, i):
+    x.add_(1)
+    try:
+        return x[i]
+    except IndexError:
+        return x * 2
+@case(mk=lambda: (torch.zeros(3), torch.tensor([0, 7])))
+def r_index_select_oob(x, i):
+    try:
+        return torch.index_select(x, 0, i)
+    except (IndexError, RuntimeError) as e:
+        return x + 3
+@case(mk=lambda: (torch.zeros(3), torch.tensor([0, 7])))
+def r_gather_oob_after_mut(x, i):
+    x.mul_(2).add_(1)
+    return x.gather(0, i)
+@case(mk=lambda: (torch.zeros(3), torch.tensor([0.0, float("nan")])))
+def r_multinomial_err(x, p):
+    try:
+        return torch.multinomial(p.abs(), 1)
+    except RuntimeError:
+        return x
+@case(mk=lambda: (torch.zeros(3), torch.tensor(5)))
+def r_item_index(x, i):
+    try:
+        return x[i.item()]
+    except IndexError:
+        return x + 1
+@case(mk=lambda: (torch.zeros(3),))
+def r_check_in_graph(x):
+    try:
+        torch._check(x.sum() > 1, lambda: "small")
+        return x
+    except RuntimeError as e:
+        return x + 1
+@case(mk=lambda: (torch.zeros(3), torch.tensor(5)))
+def r_cm_exit_on_runtime_error(x, i):
+    class CM:
+        def __enter__(self): LOG.append("in")
+        def __exit__(self, et, ev, tb):
+            LOG.append(("out", et.__name__ if et else None)); return True
+    with CM():
+        y = x + 1
+        z = y[i]
+    return x * 5
+@case(mk=lambda: (torch.zeros(3), torch.tensor(5)))
+def r_finally_on_runtime_error(x, i):
+    try:
+        return x[i]
+    finally:
+        LOG.append("fin")
+@case(mk=lambda: (torch.zeros(3, requires_grad=True), torch.tensor(5)))
+def r_no_grad_restored_after_runtime_error(x, i):
+    try:
+        with torch.no_grad():
+            y = x[i]
+    except IndexError:
+        pass
+    return (x * 2).requires_grad
+@case(mk=lambda: (torch.zeros(3), torch.tensor(5)))
+def r_global_write_before_runtime_error(x, i):
+    global RG
+    RG = 1
+    LOG.append("before")
+    return x[i]
+@case(mk=lambda: (torch.zeros(3), torch.tensor(5)))
+def r_list_arg_mutation_runtime_error(x, i):
+    return x[i]
+@case(mk=lambda: ([torch.zeros(3)], torch.tensor(5)))
+def r_list_mutated_then_error(lst, i):
+    lst.append(lst[0] + 1)
+    return lst[0][i]
+@case(mk=lambda: (torch.zeros(3), torch.tensor(5)))
+def r_gen_runtime_error(x, i):
+    def g():
+        yield x + 1
+        yield x[i]
+    out = []
+    try:
+        for v in g():
+            out.append(v)
+    except IndexError:
+        out.append(x - 1)
+    return out
+@case(mk=lambda: (torch.zeros(3), torch.tensor(5)))
+def r_inline_runtime_error(x, i):
+    def f(t):
+        return t[i] + 1
+    try:
+        return f(x)
+    except IndexError as e:
+        return x * 7
+@case(mk=lambda: (torch.zeros(3), torch.tensor(1)))
+def r_no_error(x, i):
+    try:
+        return x[i] + 1
+    except IndexError:
+        return x
+@case(mk=lambda: (torch.zeros(2, 3), torch.tensor(9)))
+def r_setitem_oob_after_mut(x, i):
+    x.add_(1)
+    x[i] = 5.0
+    return x
+@case(mk=lambda: (torch.zeros(3),))
+def r_assert_async(x):
+    try:
+        torch._assert_async(x.sum() > 1)
+    except RuntimeError:
+        return x + 1
+    return x
+@case(mk=lambda: (torch.zeros(3),))
+def r_nonzero_static(x):
+    try:
+        return torch.nonzero(x)
+    except RuntimeError:
+        return x
+
+def case(mk, n=1):
+    def d(f): PROGRAMS.append((f.__name__, f, mk, n)); return f
+    return d
+BAD = lambda: (torch.zeros(3), torch.tensor([0, 7]))
+_k = [0]
+def alternating():
+    _k[0] += 1
+    return (torch.arange(3.0), torch.tensor([0, 7 if _k[0] % 2 == 0 else 1]))
+def _r(): _k[0] = 0
+RESETS.append(_r)
+@case(BAD)
+def h_suppress_gather(x, i):
+    with contextlib.suppress(RuntimeError, IndexError):
+        y = x.gather(0, i)
+        return y
+    return x + 5
+@case(BAD)
+def h_user_cm_swallow(x, i):
+    class Sw:
+        def __enter__(self): LOG.append("in"); return self
+        def __exit__(self, et, ev, tb): LOG.append(("out", et.__name__ if et else None)); return True
+    with Sw():
+        y = torch.index_select(x, 0, i) + 1
+        LOG.append("not reached")
+    return x - 2
+@case(BAD)
+def h_inlined_in_try(x, i):
+    def pick(t):
+        return t.index_select(0, i) * 2
+    try:
+        return pick(x)
+    except IndexError as e:
+        return x + 11
+@case(BAD)
+def h_raise_inside_inlined_try(x, i):
+    def pick(t):
+        try:
+            return t.index_select(0, i) * 2
+        except IndexError:
+            return t * 0 + 4
+    return pick(x) + 1
+@case(BAD)
+def h_side_effects_before(x, i):
+    LOG.append("before")
+    lst = [1]
+    try:
+        lst.append(2)
+        y = x.index_select(0, i)
+    except IndexError:
+        lst.append(3)
+        y = x
+    return y, lst
+@case(BAD)
+def h_random_before(x, i):
+    try:
+        r = torch.rand(3)
+        return r + x.index_select(0, i).sum()
+    except IndexError:
+        return torch.rand(3)
+@case(alternating, 4)
+def h_alternating(x, i):
+    try:
+        return x.index_select(0, i)
+    except IndexError:
+        return x * -1
+@case(BAD)
+def h_mutation_then_caught(x, i):
+    x.add_(1)
+    try:
+        return x.index_select(0, i)
+    except IndexError:
+        return x * 2
+@case(BAD)
+def h_mutation_in_try_caught(x, i):
+    try:
+        x.add_(1)
+        return x.index_select(0, i)
+    except IndexError:
+        return x * 2
+@case(BAD)
+def h_after_break(x, i):
+    from torch._dynamo import graph_break
+    y = x + 1
+    graph_break()
+    try:
+        return y.index_select(0, i)
+    except IndexError:
+        return y * 3
+@case(BAD)
+def h_finally_log(x, i):
+    try:
+        return x.index_select(0, i)
+    except IndexError:
+        LOG.append("caught")
+        return x
+    finally:
+        LOG.append("finally")
+@case(BAD)
+def h_no_grad_block(x, i):
+    try:
+        with torch.no_grad():
+            y = x.index_select(0, i)
+    except IndexError:
+        y = x + 9
+    return y, torch.is_grad_enabled()
+@case(lambda: (torch.zeros(3), torch.tensor([0.0, -1.0])))
+def h_multinomial(x, p):
+    try:
+        return torch.multinomial(p, 1)
+    except RuntimeError:
+        return x
+@case(lambda: (torch.zeros(3, 4), torch.tensor([1, 5])))
+def h_embedding_oob(w, i):
+    try:
+        return torch.nn.functional.embedding(i, w)
+    except IndexError:
+        return w.sum()
+@case(lambda: (torch.zeros(3), torch.tensor([0, 1])))
+def h_good_indices(x, i):
+    try:
+        return x.index_select(0, i) + 1
+    except IndexError:
+        return x
+@case(BAD)
+def h_uncaught_in_with(x, i):
+    with torch.no_grad():
+        y = x.index_select(0, i)
+    return y
+@case(lambda: (torch.zeros(3, requires_grad=True), torch.tensor([0, 7])))
+def h_requires_grad(x, i):
+    try:
+        return x.index_select(0, i) * 2
+    except IndexError:
+        return x * 3
