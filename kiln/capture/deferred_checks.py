@@ -26,6 +26,10 @@ loop) stays a break: deferring it would run the frame twice each time the unlike
 so does one inside a try block of the traced frames (the program catches it: control flow). A with
 block (`torch.no_grad()`) does not count.
 No PyTorch counterpart: torch.compile turns distribution validation off for the whole process.
+
+The same rerun answers an op that raises only at run time (fake tensors cannot tell an index out
+of range) inside a try or with block of the traced frames (`_under_handler_call`): the program's
+handler sees eager's exception, where torch.compile's graph raises past it.
 """
 from __future__ import annotations
 
