@@ -26,6 +26,10 @@ loop) stays a break: deferring it would run the frame twice each time the unlike
 so does one inside a try block of the traced frames (the program catches it: control flow). A with
 block (`torch.no_grad()`) does not count.
 No PyTorch counterpart: torch.compile turns distribution validation off for the whole process.
+
+The same rerun answers an op that raises only at run time (fake tensors cannot tell an index out
+of range) inside a try or with block of the traced frames (`_under_handler_call`): the program's
+handler sees eager's exception, where torch.compile's graph raises past it.
 """
 from __future__ import annotations
 
@@ -111,13 +115,25 @@ def _caught_in_trace(tx: "Tracer") -> bool:
     return False
 
 
-def _in_try_block(code: types.CodeType, offset: int) -> bool:
+def under_handler(tx: "Tracer") -> bool:
+    """Whether a try or with block of a frame being traced covers its current instruction: an op
+    recorded there may raise at run time (an index out of range, a probability that is not one)
+    where the program catches it, or where a manager's __exit__ sees it."""
+    frame: Any = tx
+    while frame is not None:
+        if frame.current is not None and _in_try_block(frame.code, frame.current.offset, with_blocks=True):
+            return True
+        frame = frame.parent
+    return False
+
+
+def _in_try_block(code: types.CodeType, offset: int, with_blocks: bool = False) -> bool:
     # as glue.in_try_block (which this module, imported by the glue, does not import back)
     listing, index_of = code_mod.instructions(code)
     for entry in code_mod.exception_entries(code):
         if entry.start <= offset < entry.end:
             n = index_of.get(entry.target)
-            if n is None or n + 1 >= len(listing) or listing[n + 1].opname != "WITH_EXCEPT_START":
+            if with_blocks or n is None or n + 1 >= len(listing) or listing[n + 1].opname != "WITH_EXCEPT_START":
                 return True
     return False
 
@@ -158,7 +174,7 @@ def emit_checks(glue: "GlueBuilder", output: "OutputGraph", call: str) -> list[s
     Called before the graph is closed (the combined condition becomes an output)."""
     checks: Sequence[torch.fx.Node] = output.deferred_checks
     if not checks:
-        return [call]
+        return _under_handler_call(glue, output, call)
     if output.writes_inputs:
         from kiln.errors import UnsafeDeferral
         raise UnsafeDeferral("a graph with deferred checks writes into an input")
@@ -174,9 +190,43 @@ def emit_checks(glue: "GlueBuilder", output: "OutputGraph", call: str) -> list[s
     if any(_draws(n) for n in output.graph.nodes):
         state = glue.fresh("rng")
         before = [f"{state} = {glue.constant(rng_state)}()"]
+    grad = _grad_before(glue, output, before)
     error = glue.fresh("exc")
     return before + ["try:", f"    {call}", f"except Exception as {error}:",
-                     f"    {glue.constant(graph_raised)}({error}, {state})", f"{check}({slot}, {state})"]
+                     f"    {glue.constant(graph_raised)}({error}, {state}{grad})", f"{check}({slot}, {state})"]
+
+
+def _under_handler_call(glue: "GlueBuilder", output: "OutputGraph", call: str) -> list[str]:
+    """The graph call of a graph with no deferred check, under a handler where it needs one.
+
+    A graph with ops traced inside a try or with block: an error it raises at run time (an op
+    whose arguments fake tensors cannot judge: an index out of range, a multinomial's bad
+    probabilities) runs the frame again eagerly, so that the program's own handler (or a
+    manager's __exit__) sees eager's exception where eager raised it, and a `with
+    torch.no_grad()` that the graph entered is left as eager leaves it. Safe as a deferred
+    check's failure is (see above): nothing visible was done yet, the RNG and the grad mode are
+    put back as they were before the call. A graph that writes an input is called as it is (its
+    writes may have happened before the error: the frame cannot run again)."""
+    if not output.ops_under_handler or output.writes_inputs:
+        return [call]
+    before, state = [], "None"
+    if any(_draws(n) for n in output.graph.nodes):
+        state = glue.fresh("rng")
+        before.append(f"{state} = {glue.constant(rng_state)}()")
+    grad = _grad_before(glue, output, before)
+    error = glue.fresh("exc")
+    return before + ["try:", f"    {call}", f"except Exception as {error}:",
+                     f"    {glue.constant(graph_raised)}({error}, {state}{grad})"]
+
+
+def _grad_before(glue: "GlueBuilder", output: "OutputGraph", before: list[str]) -> str:
+    """Where the graph switches grad mode: a line keeping the mode before the call (appended to
+    `before`), and graph_raised's third argument, the name it is kept under; else ""."""
+    if not any(n.op == "call_function" and n.target is torch._C._set_grad_enabled for n in output.graph.nodes):
+        return ""
+    grad = glue.fresh("grad")
+    before.append(f"{grad} = {glue.constant(torch.is_grad_enabled)}()")
+    return f", {grad}"
 
 
 class _Holder:
@@ -202,10 +252,14 @@ def _restore(state: tuple[torch.Tensor, list[torch.Tensor] | None] | None) -> No
             torch.cuda.set_rng_state_all(state[1])
 
 
-def graph_raised(error: Exception, state: tuple[torch.Tensor, list[torch.Tensor] | None] | None) -> None:
+def graph_raised(error: Exception, state: tuple[torch.Tensor, list[torch.Tensor] | None] | None,
+                 grad: bool | None = None) -> None:
     """The graph raised: eager may have raised at a deferred check before the op that raised, with
-    its own exception, so the frame runs eagerly (where the error is eager's too, eager raises it).
-    Kiln's own ExternMismatchError goes on as it is."""
+    its own exception, or in a try block that catches it, so the frame runs eagerly (where the
+    error is eager's too, eager raises it), from the grad mode it was called under (`grad`, where
+    the graph switches it). Kiln's own ExternMismatchError goes on as it is."""
+    if grad is not None:
+        torch._C._set_grad_enabled(grad)
     if isinstance(error, ExternMismatchError):
         raise error
     _restore(state)

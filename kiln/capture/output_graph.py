@@ -126,6 +126,9 @@ class OutputGraph:
         # op writes into an input's storage (then none may be deferred)
         self.deferred_checks: list[torch.fx.Node] = []
         self.writes_inputs = False
+        # whether an op was traced inside a try or with block of the traced frames: an error the
+        # graph raises at run time must reach the program's handler (deferred_checks.emit_checks)
+        self.ops_under_handler = False
 
     # ------------------------------------------------------------------------------ inputs
     def _placeholder(self, name: str, source: str, example: Any) -> torch.fx.Node:

@@ -141,7 +141,8 @@ _GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset
                    types.CellType,  # a closure cell a frame made, passed to a resume function
                    object.__setattr__,  # an attribute write past a class's own __setattr__ (traced)
                    advance_by,  # the trace's next() calls on an iterator from outside, replayed
-                   check_passed, graph_raised, rng_state)  # a graph's deferred checks (deferred_checks.py)
+                   check_passed, graph_raised, rng_state,  # a graph's deferred checks (deferred_checks.py)
+                   torch.is_grad_enabled)  # the grad mode a graph raising under a handler puts back (same)
 # context managers a glue may make, enter and hand the `__exit__` of to a resume function (a break
 # inside `with torch.no_grad():`)
 _GLUE_CONTEXTS = (torch.no_grad, torch.enable_grad)

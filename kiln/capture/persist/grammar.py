@@ -579,7 +579,7 @@ def _deferred_checks_call(body: ast.stmt, handler: ast.ExceptHandler, glue: _Glu
         return False
     call = handler.body[0].value
     return isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in glue.constants \
-        and not call.keywords and len(call.args) == 2 and isinstance(call.args[0], ast.Name) \
+        and not call.keywords and len(call.args) in (2, 3) and isinstance(call.args[0], ast.Name) \
         and call.args[0].id == handler.name
 
 
