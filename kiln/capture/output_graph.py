@@ -126,6 +126,9 @@ class OutputGraph:
         # op writes into an input's storage (then none may be deferred)
         self.deferred_checks: list[torch.fx.Node] = []
         self.writes_inputs = False
+        # divisors of Python numbers in the graph that are symbolic (a `//`, `%` or `/` by an int or
+        # float argument): the glue tests them before the call (kiln.capture.deferred_checks)
+        self.divisors: list[Any] = []
 
     # ------------------------------------------------------------------------------ inputs
     def _placeholder(self, name: str, source: str, example: Any) -> torch.fx.Node:

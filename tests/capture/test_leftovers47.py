@@ -1,0 +1,182 @@
+"""Leftovers found by probes, each a class of cases compared with eager (values, raised errors with
+eager's text, signs of zeros) and, for graph counts, with the real torch.compile as the oracle.
+
+- Python float arguments under `//` and `%` (`x * (a // b)`, `x + a % b`) are symbolic after the
+  first recompile, as every other use of a float argument (torch.compile makes them symbolic too):
+  one graph serves every later value, and it computes Python's float floor division and remainder
+  (through fmod: 1.0 // 0.1 is 9.0, -1.0 % 3.0 is 2.0, a zero remainder takes the divisor's sign) on
+  every backend, including inf and nan arguments, and raises Python's ZeroDivisionError text.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import pytest
+import sympy
+import torch
+
+import kiln
+from eager_compare import outcome, same_outcome
+from torch_oracle import torch_graph_count
+from kiln.symbolic.floats import FloatFloorDiv, FloatMod
+from kiln.symbolic.render import render_c, render_python
+
+BACKENDS = ["eager", "aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)]
+
+
+@pytest.fixture(autouse=True)
+def fresh() -> Any:
+    kiln.reset()
+    yield
+    kiln.reset()
+
+
+def scaled_quotient(x, a, b):
+    return x * (a // b)
+
+
+def shifted_remainder(x, a, b):
+    return x + a % b
+
+
+def both_and_sizes(x, a, b):
+    return x * (b // a) + (a % b) * 2 + x.shape[0] // b
+
+
+def returned_numbers(x, a, b):
+    q = a // b
+    r = a % b
+    return x * q + r, q, r
+
+
+def size_times_float(x, a, b):
+    return x * ((x.shape[0] * a) % b)
+
+
+def in_place_floordiv(x, a, b):
+    a //= b
+    return x - a
+
+
+def factory_of_quotient(x, a, b):
+    return torch.full((2,), a // b) + x.sum() * (a % b)
+
+
+def negated_operands(x, a, b):
+    return x * (-a // b) + (a % -b) + 7.5 % b
+
+
+PROGRAMS = [scaled_quotient, shifted_remainder, both_and_sizes, returned_numbers, size_times_float, in_place_floordiv,
+            factory_of_quotient, negated_operands]
+# finite pairs: Python's corner cases (1.0 // 0.1 is 9.0, signed zeros, tiny remainders) and a zero divisor
+FLOAT_PAIRS = [(3.5, 2.0), (7.25, 1.5), (1.0, 0.1), (-5.5, 2.0), (9.0, -4.0), (-1.0, 3.0), (1.0, -3.0), (6.0, 3.0),
+               (-6.0, 3.0), (0.0, -2.0), (-0.0, 2.0), (1e-20, 1.0), (-1e-20, 1.0), (5.0, 0.0), (2.5, -0.0), (4.0, 1.5)]
+NON_FINITE_PAIRS = [(3.5, 2.0), (7.25, 1.5), (math.inf, 2.0), (2.0, math.inf), (-2.0, math.inf), (math.nan, 2.0),
+                    (2.0, math.nan), (-math.inf, -3.0)]
+MIXED_PAIRS = [(3, 2.0), (7, 2.5), (-7, 2.5), (5, 0.0), (-8, -2.5), (3.5, 2), (7.5, 4), (-7.5, 4), (5.5, 0)]
+
+
+def _signs(v: Any) -> Any:
+    """Signs of zeros and the nan-ness of each number (what same() cannot tell apart)."""
+    if isinstance(v, tuple):
+        return [_signs(i) for i in v]
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else math.copysign(1.0, v)
+    if isinstance(v, torch.Tensor):
+        return [("nan" if math.isnan(e) else math.copysign(1.0, e)) for e in v.tolist()]
+    return v
+
+
+def _same(got: Any, want: Any) -> bool:
+    if want[0] != "ok":
+        return same_outcome(got, want, text=True)
+    return got[0] == "ok" and repr(_signs(got[1])) == repr(_signs(want[1])) and (
+        same_outcome(got, want, text=True) or repr(got) == repr(want))  # nan == nan in repr
+
+
+def _run(fn: Callable[..., Any], pairs: list[tuple], backend: str) -> int:
+    kiln.reset()
+    counter = kiln.backends.CountingBackend(kiln.backends.lookup(backend))
+    compiled = kiln.compile(fn, backend=counter)
+    for a, b in pairs:
+        want = outcome(fn, torch.arange(4.0) - 1.5, a, b)
+        got = outcome(compiled, torch.arange(4.0) - 1.5, a, b)
+        assert _same(got, want), (fn.__name__, backend, a, b, got, want)
+    assert kiln.stats()["fallbacks"] == 0 and kiln.stats()["graph_breaks"] == 0, kiln.stats()
+    return counter.frame_count
+
+
+@pytest.mark.parametrize("fn", PROGRAMS, ids=lambda f: f.__name__)
+def test_float_floordiv_and_mod_follow_automatic_dynamic(fn):
+    """Two graphs over every finite pair (the first values, then symbols), as torch.compile."""
+    calls = [(torch.arange(4.0) - 1.5, a, b) for a, b in FLOAT_PAIRS]
+    calls = [args for args in calls if outcome(fn, *args)[0] == "ok"]  # torch.compile's run raises the same
+    assert _run(fn, FLOAT_PAIRS, "eager") == 2 == torch_graph_count(fn, calls)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.cpp)])
+@pytest.mark.parametrize("fn", [scaled_quotient, returned_numbers, negated_operands, size_times_float],
+                         ids=lambda f: f.__name__)
+def test_float_floordiv_and_mod_values_on_lowered_backends(fn, backend):
+    assert _run(fn, FLOAT_PAIRS, backend) == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inf_and_nan_arguments(backend):
+    """An inf or nan argument is a constant of the graph (a symbol stands for finite values only),
+    which the lowered code spells as a non-finite double."""
+    for fn in (shifted_remainder, returned_numbers):
+        _run(fn, NON_FINITE_PAIRS, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int_and_float_operands(backend):
+    for fn in (scaled_quotient, negated_operands):
+        _run(fn, MIXED_PAIRS, backend)
+
+
+def test_dynamic_true_makes_one_graph():
+    fn = shifted_remainder
+    counter = kiln.backends.CountingBackend()
+    compiled = kiln.compile(fn, backend=counter, dynamic=True)
+    for a, b in FLOAT_PAIRS:
+        assert _same(outcome(compiled, torch.ones(3), a, b), outcome(fn, torch.ones(3), a, b))
+    calls = [(torch.ones(3), a, b) for a, b in FLOAT_PAIRS if b != 0]
+    assert counter.frame_count == torch_graph_count(fn, calls, dynamic=True)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("grad_mode", ["grad", "no_grad", "inference_mode"])
+def test_gradients_through_a_symbolic_quotient(backend, grad_mode):
+    """The reused graph's backward scales by this call's quotient, not the first one's."""
+    def fn(w, a, b):
+        return (w * (a // b) + w * (a % b)).sum()
+
+    modes = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
+    compiled = kiln.compile(fn, backend=backend)
+    for a, b in [(3.5, 2.0), (7.25, 1.5), (-9.0, 4.0), (1.0, 0.1)]:
+        w_eager = torch.randn(3, requires_grad=True)
+        w_kiln = w_eager.detach().clone().requires_grad_(True)
+        with modes[grad_mode]():
+            want = fn(w_eager, a, b)
+            got = compiled(w_kiln, a, b)
+        assert torch.equal(got, want)
+        if grad_mode == "grad":
+            want.backward()
+            got.backward()
+            assert torch.equal(w_kiln.grad, w_eager.grad)
+    assert kiln.stats()["fallbacks"] == 0
+
+
+def test_float_operations_evaluate_and_render_as_python():
+    a, b = sympy.Symbol("zf0", real=True), sympy.Symbol("zf1", real=True)
+    for x, y in [(1.0, 0.1), (-1.0, 3.0), (1.0, -3.0), (-0.0, 2.0), (7.5, 2), (-7, 2.5)]:
+        assert float(FloatFloorDiv(sympy.Float(x), sympy.Float(y))) == x // y
+        assert math.copysign(1.0, float(FloatMod(sympy.Float(x), sympy.Float(y)))) == math.copysign(1.0, x % y)
+        for e, want in ((FloatFloorDiv(a, b), x // y), (FloatMod(a, b), x % y)):
+            got = eval(render_python(e), {"zf0": float(x), "zf1": float(y)})
+            assert got == want and math.copysign(1.0, got) == math.copysign(1.0, want)
+    assert render_c(FloatFloorDiv(a, b)) == "kiln_floordiv_float(zf0, zf1)"
+    assert render_c(FloatMod(a, sympy.Integer(3))) == "std::copysign(kiln_fmod_float(zf0, 3.0), 3.0)"
+    assert render_python(FloatMod(sympy.oo, a)) == "float('inf') % zf0"
