@@ -180,3 +180,78 @@ def test_float_operations_evaluate_and_render_as_python():
     assert render_c(FloatFloorDiv(a, b)) == "kiln_floordiv_float(zf0, zf1)"
     assert render_c(FloatMod(a, sympy.Integer(3))) == "std::copysign(kiln_fmod_float(zf0, 3.0), 3.0)"
     assert render_python(FloatMod(sympy.oo, a)) == "float('inf') % zf0"
+
+
+# ------------------------------------------------ in-place layout changes AOT autograd cannot replay
+# An in-place op that changes a graph input's sizes, strides or storage where the runtime cannot give
+# the caller's tensor that layout after the graph (the input requires grad; resize_ and set_) is a
+# break at the call (torch.compile breaks there too), not the whole frame run eagerly on every call.
+
+def strided_under_no_grad(x):
+    with torch.no_grad():
+        x.as_strided_((2, 2), (2, 1))
+    return x + 1
+
+
+def transposed_under_no_grad(x):
+    with torch.no_grad():
+        x.t_()
+    return x * 2
+
+
+def unsqueezed_under_no_grad(x):
+    with torch.no_grad():
+        x.unsqueeze_(0).squeeze_(0).unsqueeze_(1)
+    return x.sum(0)
+
+
+def resized(x):
+    x.resize_(2, 2)
+    return x * 2
+
+
+def grown(x):
+    x.resize_(10)
+    return x[:4] + 1
+
+
+def set_to_other(x, y):
+    x.set_(y)
+    return x + 1
+
+
+def strided_with_offset(x):
+    x.as_strided_((3,), (2,), 1)
+    return x * 3
+
+
+LAYOUT_CASES = [
+    (strided_under_no_grad, lambda: (torch.arange(8.0, requires_grad=True),)),
+    (transposed_under_no_grad, lambda: (torch.ones(2, 3, requires_grad=True),)),
+    (unsqueezed_under_no_grad, lambda: (torch.arange(3.0, requires_grad=True),)),
+    (resized, lambda: (torch.arange(8.0),)),
+    (grown, lambda: (torch.arange(8.0),)),
+    (set_to_other, lambda: (torch.arange(8.0), torch.ones(3))),
+    (strided_with_offset, lambda: (torch.arange(8.0),)),
+]
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    # the first elements only: resize_ to more elements leaves the new ones uninitialized
+    return tuple(t.shape), t.stride(), t.storage_offset(), t._version, t.requires_grad, t.detach().reshape(-1)[:4].clone()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn,make", LAYOUT_CASES, ids=[c[0].__name__ for c in LAYOUT_CASES])
+def test_input_layout_changes_break_or_compile(fn, make, backend):
+    compiled = kiln.compile(fn, backend=backend)
+    for _ in range(3):
+        eager_args, kiln_args = make(), make()
+        want = fn(*eager_args)
+        got = compiled(*kiln_args)
+        assert torch.equal(got.detach(), want.detach()) and got.shape == want.shape
+        for e, k in zip(eager_args, kiln_args):
+            le, lk = _layout(e), _layout(k)
+            assert le[:5] == lk[:5] and torch.equal(le[5], lk[5]), (le, lk)
+    assert kiln.stats()["fallbacks"] == 0, kiln.stats()
+    assert kiln.stats()["graphs"] >= 1
