@@ -255,3 +255,71 @@ def test_input_layout_changes_break_or_compile(fn, make, backend):
             assert le[:5] == lk[:5] and torch.equal(le[5], lk[5]), (le, lk)
     assert kiln.stats()["fallbacks"] == 0, kiln.stats()
     assert kiln.stats()["graphs"] >= 1
+
+
+# ------------------------------------------- dicts keyed by tuples of classes (kl_divergence's registry)
+# torch.distributions.kl_divergence looks its function up in dicts keyed by (type(p), type(q)) and
+# iterates the registry on a first call: such a dict is traced as a dict (keys guarded, values read
+# by position), so the whole call is one graph, where it was a break inside an except handler.
+
+def kl_normal(m1, s1, m2, s2):
+    from torch.distributions import Normal, kl_divergence
+    return kl_divergence(Normal(m1, s1), Normal(m2, s2)).sum()
+
+
+def kl_categorical(p, q):
+    from torch.distributions import Categorical, kl_divergence
+    return kl_divergence(Categorical(probs=p), Categorical(probs=q))
+
+
+def kl_bernoulli_scaled(p, q):
+    from torch.distributions import Bernoulli, kl_divergence
+    return kl_divergence(Bernoulli(probs=p), Bernoulli(probs=q)).mean() * 2
+
+
+TYPE_TABLE = {(int, str): "int-str", (float, str): "float-str", (int, int): "int-int"}
+
+
+def lookup_by_type_pair(x, a, b):
+    return x * len(TYPE_TABLE[type(a), type(b)])
+
+
+def scan_type_pairs(x, a):
+    for left, right in TYPE_TABLE:
+        if isinstance(a, left):
+            x = x + len(TYPE_TABLE[left, right])
+    return x
+
+
+@pytest.mark.parametrize("fn,make", [
+    (kl_normal, lambda: (torch.zeros(3), torch.ones(3), torch.full((3,), 0.5), torch.full((3,), 2.0))),
+    (kl_categorical, lambda: (torch.tensor([0.1, 0.2, 0.7]), torch.tensor([0.3, 0.3, 0.4]))),
+    (kl_bernoulli_scaled, lambda: (torch.tensor([0.2, 0.9]), torch.tensor([0.5, 0.4]))),
+], ids=["normal", "categorical", "bernoulli"])
+def test_kl_divergence_is_one_graph(fn, make):
+    from torch.distributions import kl
+    kl._KL_MEMOIZE.clear()  # the first call dispatches over the registry (its loop over a dict)
+    counter = kiln.backends.CountingBackend()
+    compiled = kiln.compile(fn, backend=counter)
+    for _ in range(3):
+        assert torch.allclose(compiled(*make()), fn(*make()))
+    assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["fallbacks"] == 0, kiln.stats()
+    assert counter.frame_count == 1
+
+
+def test_dict_keyed_by_type_pairs():
+    compiled = kiln.compile(lookup_by_type_pair, backend="eager")
+    for a, b in [(1, "s"), (1.5, "t"), (2, 3)]:
+        assert torch.equal(compiled(torch.ones(2), a, b), lookup_by_type_pair(torch.ones(2), a, b))
+    compiled_scan = kiln.compile(scan_type_pairs, backend="eager")
+    for a in (1, 2.5):
+        assert torch.equal(compiled_scan(torch.ones(2), a), scan_type_pairs(torch.ones(2), a))
+    TYPE_TABLE[(int, str)] = "changed value"  # a value the trace read: guarded
+    try:
+        assert torch.equal(compiled(torch.ones(2), 1, "s"), lookup_by_type_pair(torch.ones(2), 1, "s"))
+        TYPE_TABLE[(str, str)] = "new key"  # the keys: guarded
+        assert torch.equal(compiled_scan(torch.ones(2), 1), scan_type_pairs(torch.ones(2), 1))
+    finally:
+        TYPE_TABLE[(int, str)] = "int-str"
+        del TYPE_TABLE[(str, str)]
+    assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["fallbacks"] == 0, kiln.stats()
