@@ -323,3 +323,61 @@ def test_dict_keyed_by_type_pairs():
         TYPE_TABLE[(int, str)] = "int-str"
         del TYPE_TABLE[(str, str)]
     assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["fallbacks"] == 0, kiln.stats()
+
+
+# ------------------------------------------------------- a TorchFunctionMode around a compiled call
+# A user's TorchFunctionMode active around (or entered inside) a compiled frame sees eager's calls,
+# in eager's order, and changes results as in eager: never the wrapper's own calls (the externs a
+# lowered graph calls, its allocations), whether the frame was compiled before the mode was entered.
+
+class _Log(torch.overrides.TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+class _DoubleMatmuls(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 2 if func in (torch.mm, torch.matmul, torch.Tensor.__matmul__, torch.addmm) else out
+
+
+def externs(x, w, b):
+    return torch.relu(x @ w) + torch.mm(x, w) + torch.addmm(b, x, w)
+
+
+def mode_inside(x, w, b):
+    with _Log():
+        y = torch.mm(x, w)
+    return torch.addmm(b, y, w).relu()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("warm", [True, False], ids=["compiled_before", "first_call_under_mode"])
+def test_torch_function_mode_sees_eager_calls(backend, warm):
+    x, w, b = torch.randn(4, 4), torch.randn(4, 4), torch.randn(4)
+    compiled = kiln.compile(externs, backend=backend)
+    if warm:
+        compiled(x, w, b)
+    with _Log() as eager_log:
+        want = externs(x, w, b)
+    with _Log() as kiln_log:
+        got = compiled(x, w, b)
+    assert torch.allclose(got, want) and kiln_log.calls == eager_log.calls, kiln_log.calls
+    with _DoubleMatmuls():
+        want = externs(x, w, b)
+        got = compiled(x, w, b)
+    assert torch.allclose(got, want)
+    assert torch.allclose(compiled(x, w, b), externs(x, w, b))  # the mode gone: the graph again
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_function_mode_entered_in_the_frame(backend):
+    x, w, b = torch.randn(4, 4), torch.randn(4, 4), torch.randn(4)
+    compiled = kiln.compile(mode_inside, backend=backend)
+    for _ in range(2):
+        assert torch.allclose(compiled(x, w, b), mode_inside(x, w, b))
