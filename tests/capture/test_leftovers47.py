@@ -381,3 +381,62 @@ def test_torch_function_mode_entered_in_the_frame(backend):
     compiled = kiln.compile(mode_inside, backend=backend)
     for _ in range(2):
         assert torch.allclose(compiled(x, w, b), mode_inside(x, w, b))
+
+
+# ------------------------------------------------- a Python attribute set on a tensor the frame computes
+# `y = x * 2; y.tag = 1; return y`: the glue sets it on the graph's output after the graph (torch.compile
+# keeps one graph too), and the trace reads it back (`y.tag`, hasattr) as the value it stored.
+
+def tag_returned(x):
+    y = x * 2
+    y.tag = 1
+    return y
+
+
+def tag_read_back(x):
+    y = x.relu()
+    y.meta_info = {"rows": x.shape[0]}
+    z = y + len(y.meta_info)
+    return z, y, hasattr(y, "meta_info"), hasattr(y, "other")
+
+
+def tag_holds_tensor(x):
+    y = x + 1
+    y.partner = y * 3
+    y.tag = "first"
+    y.tag = "second"
+    return y, y.partner.sum()
+
+
+def tag_on_a_view(x):
+    v = (x * 2)[1:]
+    v.name_of = "tail"
+    return v
+
+
+ATTRIBUTE_CASES = [tag_returned, tag_read_back, tag_holds_tensor, tag_on_a_view]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("fn", ATTRIBUTE_CASES, ids=lambda f: f.__name__)
+def test_attributes_of_computed_tensors(fn, grad, backend):
+    counter = kiln.backends.CountingBackend(kiln.backends.lookup(backend))
+    compiled = kiln.compile(fn, backend=counter)
+    for _ in range(2):
+        x = torch.randn(4, requires_grad=grad)
+        want, got = fn(x), compiled(x)
+        flat_want = want if isinstance(want, tuple) else (want,)
+        flat_got = got if isinstance(got, tuple) else (got,)
+        for w, g in zip(flat_want, flat_got):
+            if isinstance(w, torch.Tensor):
+                assert torch.allclose(g, w)
+                own = {k: v for k, v in vars(w).items()}
+                assert set(vars(g)) == set(own), (vars(g), own)
+                for k, v in own.items():
+                    got_v = vars(g)[k]
+                    assert torch.allclose(got_v, v) if isinstance(v, torch.Tensor) else got_v == v
+            else:
+                assert g == w
+    assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["fallbacks"] == 0, kiln.stats()
+    assert counter.frame_count == 1

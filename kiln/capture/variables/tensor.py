@@ -204,7 +204,11 @@ class TensorVariable(Variable):
         from kiln.capture.variables.functions import bind_class_attribute
 
         real = self.real()
-        if real is None or self.source is None:
+        if real is None:
+            # a tensor the frame computed: an attribute the trace set on it (`y.tag = 1`, stored on
+            # the graph's output by the glue), or none
+            return tx.side_effects.pending_attr(self.example, name)
+        if self.source is None:
             return None
         user_owned = False
         if type(real) not in (torch.Tensor, torch.nn.Parameter):
