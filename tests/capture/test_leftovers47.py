@@ -440,3 +440,38 @@ def test_attributes_of_computed_tensors(fn, grad, backend):
                 assert g == w
     assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["fallbacks"] == 0, kiln.stats()
     assert counter.frame_count == 1
+
+
+# ------------------------------------------------------- int and float dunders on symbolic numbers
+# `a.__floordiv__(b)` and its kind on an int or float argument once it is symbolic: the operator
+# itself, or NotImplemented where the method does not take the other type (`(3).__truediv__(2.0)`),
+# instead of an AttributeError that ran the frame eagerly.
+
+def dunder_floordiv(x, a, b):
+    return x * a.__floordiv__(b)
+
+
+def dunder_reflected(x, a, b):
+    return x + a.__rmod__(b) + a.__add__(b) - a.__rsub__(b) * a.__mul__(b)
+
+
+def dunder_not_implemented(x, a, b):
+    r = a.__truediv__(b)
+    return x * (0 if r is NotImplemented else r), r is NotImplemented
+
+
+@pytest.mark.parametrize("fn,pairs", [
+    (dunder_floordiv, [(3.5, 2.0), (7.25, 1.5), (1.0, 0.1), (-4.5, 2.0)]),
+    (dunder_reflected, [(3.5, 2.0), (7.25, 1.5), (-1.0, 0.3), (2.5, 4)]),
+    (dunder_reflected, [(3, 2), (7, 5), (-1, 4)]),
+    (dunder_not_implemented, [(3, 2.0), (7, 1.5), (9, 4.5)]),
+    (dunder_not_implemented, [(3, 2), (7, 3), (9, 4)]),
+], ids=["floordiv", "reflected_floats", "reflected_ints", "int_by_float", "int_by_int"])
+def test_number_dunders_on_symbolic_arguments(fn, pairs):
+    compiled = kiln.compile(fn, backend="eager")
+    for a, b in pairs:
+        want = outcome(fn, torch.arange(3.0), a, b)
+        got = outcome(compiled, torch.arange(3.0), a, b)
+        assert _same(got, want), (a, b, got, want)
+    assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["fallbacks"] == 0, kiln.stats()
+    assert kiln.stats()["graphs"] <= 3  # the first values, then symbols (and an int b after float ones)
