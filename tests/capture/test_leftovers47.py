@@ -5,7 +5,12 @@ eager's text, signs of zeros) and, for graph counts, with the real torch.compile
   first recompile, as every other use of a float argument (torch.compile makes them symbolic too):
   one graph serves every later value, and it computes Python's float floor division and remainder
   (through fmod: 1.0 // 0.1 is 9.0, -1.0 % 3.0 is 2.0, a zero remainder takes the divisor's sign) on
-  every backend, including inf and nan arguments, and raises Python's ZeroDivisionError text.
+  every backend, including inf and nan arguments, and raises Python's ZeroDivisionError text;
+- an in-place layout change of a graph input AOT autograd cannot replay is a break at the call;
+- dicts keyed by tuples of classes (kl_divergence's registry) are traced: kl_divergence is one graph;
+- a TorchFunctionMode around or inside a compiled frame sees eager's calls;
+- a Python attribute set on a tensor the frame computes is replayed on the graph's output;
+- int and float arithmetic dunders on symbolic numbers are the operators (or NotImplemented).
 """
 from __future__ import annotations
 
