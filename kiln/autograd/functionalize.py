@@ -25,6 +25,7 @@ from kiln.autograd.trace_modes import (_AsStridedFromBase, _DataAliasUpdates, _e
                                       _IntermediateLayouts, _LayoutUpdates, _same_expressions, _storage)
 from kiln.errors import Unsupported, VerificationError
 from kiln.runtime.views import UNREADABLE, ViewStep, apply_chain, replays_on, view_steps
+from kiln.symbolic.node import sym_floordiv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -597,8 +598,10 @@ def verify_aten_graph(gm: torch.fx.GraphModule) -> None:
         if isinstance(target, torch._ops.OpOverload):
             if target._schema.is_mutable:
                 raise VerificationError(_STAGE, f"ATen graph node {node.name} mutates its input ({target})")
-        elif getattr(target, "__module__", None) not in ("_operator", "torch", "math") and target is not round:
-            # math: floor/ceil of a float; round: a float's round-half-even to an int
+        elif getattr(target, "__module__", None) not in ("_operator", "torch", "math") and target is not round \
+                and target is not sym_floordiv:
+            # math: floor/ceil of a float; round: a float's round-half-even to an int; sym_floordiv:
+            # Python's float `//`
             raise VerificationError(_STAGE, f"ATen graph node {node.name} calls {target}, not an ATen overload")
         if "val" not in node.meta:
             raise VerificationError(_STAGE, f"ATen graph node {node.name} has no traced value (meta['val'])")

@@ -23,8 +23,8 @@ from kiln.autograd.decompose import KILN_DECOMPOSITIONS
 from kiln.errors import KilnError
 from kiln.fake.value_checks import raises_on_values
 from kiln.symbolic.expr import BitwiseOp, FloorDiv, ModularIndexing, adopt_torch_functions, is_integral
-from kiln.symbolic.floats import GRAPH_OPERATION, FloatLog2, FloatSqrt, RoundHalfEven, ToFloat, TruncToInt
-from kiln.symbolic.node import sym_log2
+from kiln.symbolic.floats import GRAPH_OPERATION, FloatFloorDiv, FloatLog2, FloatSqrt, RoundHalfEven, ToFloat, TruncToInt
+from kiln.symbolic.node import sym_floordiv, sym_log2
 
 aten = torch.ops.aten
 
@@ -219,6 +219,8 @@ class AtenTracer(TorchDispatchMode):
             return self._arith(round, (args[0],))
         if isinstance(expr, TruncToInt):
             return self._arith(torch.sym_int, (args[0],))
+        if isinstance(expr, FloatFloorDiv):
+            return self._arith(sym_floordiv, tuple(args))
         if type(expr) in GRAPH_OPERATION:
             return self._arith(GRAPH_OPERATION[type(expr)], tuple(args))
         if isinstance(expr, sympy.Add):

@@ -140,6 +140,8 @@ def _tensor_has_attr(tx: "Tracer", obj: TensorVariable, name: str) -> bool:
     set on a real input (`x.scale = 2.0`) is in the real tensor's __dict__ alone, so that is asked,
     and its absence guarded (setting one later recompiles)."""
     real = obj.real()
+    if real is None and tx.side_effects.pending_attr(obj.example, name) is not None:
+        return True  # set by the trace on a tensor the frame computed
     if real is None or hasattr(type(real), name):
         return hasattr(obj.example, name)
     if tx.side_effects.pending_attr(real, name) is not None:
@@ -215,6 +217,13 @@ def set_attribute(tx: "Tracer", obj: Variable, name: str, value: Variable, bypas
             and inspect.getattr_static(type(obj.real()), name, None) is None:
         # a Python attribute of an input tensor (`x.tag = ...`): stored in its __dict__ after the graph
         tx.side_effects.store_attr(obj.real(), obj, name, value)
+        return
+    if isinstance(obj, TensorVariable) and obj.real() is None and obj.source is None \
+            and obj.python_type() is torch.Tensor \
+            and inspect.getattr_static(torch.Tensor, name, None) is None:
+        # a Python attribute of a tensor the frame computes (`y.tag = 1`): set on the graph's output
+        # by the glue after the graph (no object exists before it), read back by the trace
+        tx.side_effects.store_attr(obj.example, obj, name, value, made=True)
         return
     if isinstance(obj, (NestedFunctionVariable, ExceptionVariable)):
         obj.set_attribute(name, value)  # a function or exception made during the trace

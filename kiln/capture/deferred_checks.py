@@ -163,7 +163,7 @@ def _draws(node: torch.fx.Node) -> bool:
 
 _KNOWN_PLAIN = frozenset({"getattr", "getitem", "size", "stride", "dim", "numel", "contiguous", "type_as", "float",
                           "double", "half", "bool", "long", "int", "reshape", "view", "expand", "broadcast_to",
-                          "_is_all_true", "logical_not", "_set_grad_enabled"})
+                          "_is_all_true", "logical_not", "_set_grad_enabled", "sym_floordiv"})
 
 
 def emit_checks(glue: "GlueBuilder", output: "OutputGraph", call: str) -> list[str]:
@@ -172,9 +172,10 @@ def emit_checks(glue: "GlueBuilder", output: "OutputGraph", call: str) -> list[s
     the check may raise where eager raised at the check: a gather's index out of range, the one
     the check was there to refuse), and one check of all deferred conditions right after it.
     Called before the graph is closed (the combined condition becomes an output)."""
+    first = divisor_checks(glue, output)
     checks: Sequence[torch.fx.Node] = output.deferred_checks
     if not checks:
-        return _under_handler_call(glue, output, call)
+        return first + _under_handler_call(glue, output, call)
     if output.writes_inputs:
         from kiln.errors import UnsafeDeferral
         raise UnsafeDeferral("a graph with deferred checks writes into an input")
@@ -192,7 +193,7 @@ def emit_checks(glue: "GlueBuilder", output: "OutputGraph", call: str) -> list[s
         before = [f"{state} = {glue.constant(rng_state)}()"]
     grad = _grad_before(glue, output, before)
     error = glue.fresh("exc")
-    return before + ["try:", f"    {call}", f"except Exception as {error}:",
+    return first + before + ["try:", f"    {call}", f"except Exception as {error}:",
                      f"    {glue.constant(graph_raised)}({error}, {state}{grad})", f"{check}({slot}, {state})"]
 
 
@@ -227,6 +228,36 @@ def _grad_before(glue: "GlueBuilder", output: "OutputGraph", before: list[str]) 
     grad = glue.fresh("grad")
     before.append(f"{grad} = {glue.constant(torch.is_grad_enabled)}()")
     return f", {grad}"
+
+
+def divisor_checks(glue: "GlueBuilder", output: "OutputGraph") -> list[str]:
+    """The glue's lines before the graph call that test the graph's symbolic divisors of Python
+    numbers (`a // b` with b an int or float argument, OutputGraph.divisors). Inside the graph a zero
+    divisor would raise before the graph's input writes and the frame's side effects were applied
+    (a lowered wrapper tests it before its first kernel), where eager had done the ones before the
+    division: so a zero divisor makes the frame run eagerly for this call instead, nothing done yet."""
+    env = output.shape_env
+    if env is None or not output.divisors:
+        return []
+    from kiln.symbolic.expr import relation  # here for start-up time: sympy, loaded once a divisor is symbolic
+
+    known = set(env.symbol_sources())
+    tests: dict[str, None] = {}
+    for divisor in output.divisors:
+        divisor = env.replace(divisor)
+        if divisor.is_number or not {str(s) for s in divisor.free_symbols} <= known:
+            continue  # a constant (never 0 here), or a symbol no input gives
+        if env._static_value(relation("ne", divisor, 0)):
+            continue  # a size, >= 2
+        tests[f"({env.render(divisor)}) == 0"] = None
+    if not tests:
+        return []
+    return [f"if {' or '.join(tests)}: {glue.constant(divides_by_zero)}()"]
+
+
+def divides_by_zero() -> None:
+    """The glue's answer to a zero divisor (divisor_checks): the entry runs the frame eagerly."""
+    raise DeferredCheckFailed("a divisor of the graph is 0: the frame runs eagerly, where eager raises", clean=True)
 
 
 class _Holder:

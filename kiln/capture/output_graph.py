@@ -129,6 +129,9 @@ class OutputGraph:
         # whether an op was traced inside a try or with block of the traced frames: an error the
         # graph raises at run time must reach the program's handler (deferred_checks.emit_checks)
         self.ops_under_handler = False
+        # divisors of Python numbers in the graph that are symbolic (a `//`, `%` or `/` by an int or
+        # float argument): the glue tests them before the call (kiln.capture.deferred_checks)
+        self.divisors: list[Any] = []
 
     # ------------------------------------------------------------------------------ inputs
     def _placeholder(self, name: str, source: str, example: Any) -> torch.fx.Node:

@@ -130,10 +130,12 @@ class SideEffects:
         return ("contents", id(container)) in self._effects
 
     def store_attr(self, obj: Any, owner: "Variable", name: str, value: "Variable", plain: bool = False,
-                   base_setattr: Any = None) -> None:
+                   base_setattr: Any = None, made: bool = False) -> None:
+        """`obj.name = value`, replayed after the graph on what `owner` reconstructs: its source, or
+        (`made`) the graph output a tensor the frame computed is."""
         self.writes += 1
         self._note(("attr", id(obj), name), None)
-        if owner.source is None:
+        if owner.source is None and not made:
             raise Unsupported(f"setting attribute {name!r} on an object without a source", kind="unsupported")
         self._effects[("attr", id(obj), name)] = _AttrWrite(obj, owner, name, value, plain, base_setattr)
         if isinstance(obj, type):

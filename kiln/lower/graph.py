@@ -32,9 +32,9 @@ from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random, v
 from kiln.lower.schedule import MIN_STORAGE_INNER
 from kiln.symbolic.expr import (BitwiseAnd, BitwiseOr, BitwiseXor, LShift, RShift, float_symbol, is_truth_value, negate,
                                relation)
-from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, RoundHalfEven,
-                                  TruncToInt, float_floor, is_float_valued, to_float)
-from kiln.symbolic.node import sym_log2
+from kiln.symbolic.floats import (FloatAdd, FloatFloorDiv, FloatLog2, FloatMod, FloatMul, FloatPow, FloatSqrt,
+                                  FloatTrueDiv, RoundHalfEven, TruncToInt, float_floor, is_float_valued, to_float)
+from kiln.symbolic.node import sym_floordiv, sym_log2
 
 aten = torch.ops.aten
 
@@ -226,7 +226,7 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
         return sympy.Mul(*args[0].sizes)
     if getattr(target, "__module__", None) in ("_operator", "operator") or target in (
             torch.sym_max, torch.sym_min, torch.sym_sqrt, sym_log2, torch.sym_float, math.floor, math.ceil,
-            round, torch.sym_int, math.trunc):
+            round, torch.sym_int, math.trunc, sym_floordiv):
         _note_divisor(ctx, target, args)
         return _sym_arith(target, args)
     args, kwargs = pytree.tree_map(lambda a: to_expr(a) if isinstance(a, (torch.SymInt, torch.SymFloat)) else a,
@@ -358,13 +358,14 @@ def _permutation_of_stored(ctx: LoweringContext, a: torch.fx.Node, env: dict[tor
 # computes it (kiln.symbolic.floats), never sympy's exact arithmetic that folds (s0 / 3) * 2.
 _FLOAT_ARITH: dict[Any, Callable[..., Any]] = {
     operator.add: FloatAdd, operator.sub: lambda a, b: FloatAdd(a, -b), operator.mul: FloatMul,
-    operator.truediv: FloatTrueDiv, operator.pow: FloatPow, torch.sym_sqrt: FloatSqrt, torch.sym_float: to_float,
+    operator.truediv: FloatTrueDiv, operator.floordiv: FloatFloorDiv, sym_floordiv: FloatFloorDiv,
+    operator.mod: FloatMod, operator.pow: FloatPow, torch.sym_sqrt: FloatSqrt, torch.sym_float: to_float,
     sym_log2: FloatLog2, math.floor: float_floor, math.ceil: lambda a: float_floor(a, ceiling=True),
     round: RoundHalfEven, torch.sym_int: TruncToInt, math.trunc: TruncToInt,
 }
 
 
-_DIVISIONS = {operator.floordiv: "floordiv", operator.mod: "mod", operator.truediv: "truediv"}
+_DIVISIONS = {operator.floordiv: "floordiv", sym_floordiv: "floordiv", operator.mod: "mod", operator.truediv: "truediv"}
 
 
 def _note_divisor(ctx: LoweringContext, target: Any, args: Sequence[Any]) -> None:
@@ -393,7 +394,7 @@ def _bound_divisors(divisors: list[tuple[sympy.Expr, str]], symbols: dict[str, t
 def _sym_arith(target: Any, args: Sequence[Any]) -> Any:
     vals = [sympy.sympify(a) if isinstance(a, (int, float, sympy.Basic)) and not isinstance(a, bool) else a
             for a in args]
-    floats = target in (operator.truediv, torch.sym_sqrt, sym_log2, torch.sym_float) or any(
+    floats = target in (operator.truediv, torch.sym_sqrt, sym_log2, torch.sym_float, sym_floordiv) or any(
         isinstance(v, sympy.Basic) and not is_truth_value(v) and is_float_valued(v) for v in vals)
     if floats and target in _FLOAT_ARITH:
         return _FLOAT_ARITH[target](*vals)

@@ -195,6 +195,9 @@ _METHODS = frozenset({"size", "stride", "data_ptr", "as_strided", "storage_offse
 _TORCH_FUNCTIONS = frozenset({"empty_strided", "randint"})
 _DATA_ATTRIBUTES = frozenset({"dtype", "shape"})  # read, never called: an extern result's check (checked_result)
 _BUILTINS = frozenset({"int", "float", "max", "min", "round"})
+# the exception a wrapper raises itself: a zero divisor of Python numbers, with Python's text
+# (kiln/lower/codegen/wrapper.py), called with constants only
+_RAISED = frozenset({"ZeroDivisionError"})
 _NODES = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Assign, ast.If, ast.Expr, ast.Delete,
           ast.Return, ast.Raise, ast.Name, ast.Load, ast.Store, ast.Del, ast.Constant, ast.Attribute, ast.Call,
           ast.keyword, ast.Subscript, ast.Tuple, ast.List, ast.BinOp, ast.UnaryOp, ast.Compare,
@@ -232,7 +235,7 @@ def _check(source: str, globals_: set[str]) -> ast.Module:
         raise ValueError("wrapper function has decorators, defaults or starred arguments")
     params = [a.arg for a in fn.args.args]
     takes_list = params == ["args"]
-    known = set(params) | globals_ | set(_FIXED_GLOBALS) | _BUILTINS | checked
+    known = set(params) | globals_ | set(_FIXED_GLOBALS) | _BUILTINS | _RAISED | checked
     nodes = _all_nodes(fn)
     known |= {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     callables = globals_ | _BUILTINS | {"_relayout", "_checked_result"} | checked
@@ -252,7 +255,8 @@ def _check(source: str, globals_: set[str]) -> ast.Module:
         if isinstance(node, ast.Call):
             func = node.func
             if isinstance(func, ast.Name):
-                ok = func.id in callables
+                ok = func.id in callables or (func.id in _RAISED and not node.keywords
+                                              and all(isinstance(a, ast.Constant) for a in node.args))
             elif isinstance(func, ast.Attribute):
                 ok = func.attr in _METHODS or (isinstance(func.value, ast.Name) and func.value.id == "torch")
                 ok = ok or (func.attr in ("sqrt", "log2") and isinstance(func.value, ast.Name)

@@ -90,6 +90,29 @@ class FloatTrueDiv(FloatOp):
         return a / b
 
 
+class FloatFloorDiv(FloatOp):
+    """`a // b` with a float operand, as Python computes it: through fmod, so 1.0 // 0.1 is 9.0 where
+    floor(1.0 / 0.1) is 10 (torch.SymFloat's own `//` is the floor of the quotient); an int operand
+    is converted to a double first, as Python converts it."""
+
+    nargs = (2,)
+
+    @staticmethod
+    def python(a: int | float, b: int | float) -> float:
+        return float(a) // float(b)
+
+
+class FloatMod(FloatOp):
+    """`a % b` with a float operand, as Python computes it: fmod's remainder moved to the divisor's
+    sign (-1.0 % 3.0 is 2.0, 1.0 % -3.0 is -2.0, a zero remainder takes the divisor's sign)."""
+
+    nargs = (2,)
+
+    @staticmethod
+    def python(a: int | float, b: int | float) -> float:
+        return float(a) % float(b)
+
+
 class FloatPow(FloatOp):
     """`a ** b` with a float result (C's pow, which Python's float ** calls)."""
 
@@ -148,7 +171,8 @@ class TruncToInt(sympy.Function):
         return None
 
 
-FLOAT_OPS: tuple[type[FloatOp], ...] = (ToFloat, FloatAdd, FloatMul, FloatTrueDiv, FloatPow, FloatSqrt, FloatLog2)
+FLOAT_OPS: tuple[type[FloatOp], ...] = (ToFloat, FloatAdd, FloatMul, FloatTrueDiv, FloatFloorDiv, FloatMod, FloatPow,
+                                         FloatSqrt, FloatLog2)
 
 
 def is_float_valued(e: sympy.Basic) -> bool:
@@ -196,4 +220,5 @@ def float_floor(e: sympy.Basic, ceiling: bool = False) -> sympy.Basic:
 # interpreter of size arithmetic): the Python operation it is.
 GRAPH_OPERATION: dict[type[FloatOp], Callable[..., Any]] = {
     FloatAdd: operator.add, FloatMul: operator.mul, FloatTrueDiv: operator.truediv, FloatPow: operator.pow,
+    FloatMod: operator.mod,  # (FloatFloorDiv is kiln.symbolic.node.sym_floordiv: SymFloat's `//` is not Python's)
 }

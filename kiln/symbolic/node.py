@@ -17,8 +17,8 @@ import sympy
 import torch
 
 from kiln.symbolic.expr import BitwiseAnd, BitwiseOr, BitwiseXor, FloorDiv, LShift, RShift, negate, relation
-from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatPow, FloatSqrt, FloatTrueDiv, RoundHalfEven,
-                                  ToFloat, TruncToInt, float_floor, float_sum)
+from kiln.symbolic.floats import (FloatAdd, FloatFloorDiv, FloatLog2, FloatMod, FloatMul, FloatPow, FloatSqrt,
+                                  FloatTrueDiv, RoundHalfEven, ToFloat, TruncToInt, float_floor, float_sum)
 
 if TYPE_CHECKING:
     from kiln.symbolic.shape_env import ShapeEnv
@@ -31,6 +31,26 @@ sym_log2: Callable[[Any], Any] = getattr(torch, "_sym_log2")
 
 def _py_floordiv(a: Any, b: Any) -> Any:
     return a // b
+
+
+def sym_floordiv(a: Any, b: Any) -> Any:
+    """Python's `a // b`, also where one operand is a float and one is symbolic: the graph op of a
+    float floor division. torch.SymFloat's `//` (and SymInt's, beside a float) is floor(a / b), 10.0
+    for 1.0 // 0.1 where Python's, through fmod, is 9.0; this one is SymNode.floordiv, Python's.
+    On plain numbers (the graph run with real arguments) it is `//` itself."""
+    symbolic = [x for x in (a, b) if isinstance(x, (torch.SymInt, torch.SymFloat))]
+    floats = any(isinstance(x, (float, torch.SymFloat)) for x in (a, b))
+    if not symbolic or not floats:
+        return a // b
+    node = symbolic[0].node
+    left, right = (_node_of(x, node) for x in (a, b))
+    return torch.SymFloat(left.floordiv(right))
+
+
+def _node_of(x: Any, like: SymNode) -> SymNode:
+    if isinstance(x, (torch.SymInt, torch.SymFloat)):
+        return x.node
+    return like.wrap_float(x) if isinstance(x, float) else like.wrap_int(int(x))
 
 
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -232,7 +252,7 @@ class SymNode:
 
     def mod(self, other: SymNode) -> SymNode:
         if self._num(other) is float:
-            return self._float_specialized(other, operator.mod)
+            return self._make("fmod", (self, other), FloatMod, FloatMod.python, float)
         return self._make("mod", (self, other), sympy.Mod, operator.mod, self._num(other))
 
     def int_floordiv(self, other: SymNode) -> SymNode:
@@ -241,12 +261,7 @@ class SymNode:
     def floordiv(self, other: SymNode) -> SymNode:
         if self._num(other) is int:
             return self.int_floordiv(other)
-        return self._float_specialized(other, operator.floordiv)
-
-    def _float_specialized(self, other: SymNode, fn: Callable[[float, float], float]) -> SymNode:
-        # Python's float `//` and `%` go through fmod (1.0 // 0.1 is 9.0, floor(1.0 / 0.1) is 10):
-        # no sympy form computes them exactly, so the operands are decided (guarded) instead.
-        return self.wrap_float(float(fn(self.guard_float("", 0), other.guard_float("", 0))))
+        return self._make("ffloordiv", (self, other), FloatFloorDiv, FloatFloorDiv.python, float)
 
     def int_truediv(self, other: SymNode) -> SymNode:
         return self._make("truediv", (self, other), FloatTrueDiv, operator.truediv, float)

@@ -14,8 +14,8 @@ from typing import Callable
 import sympy
 
 from kiln.symbolic.expr import BitwiseOp, FloorDiv, LShift, ModularIndexing, is_integral
-from kiln.symbolic.floats import (FloatAdd, FloatLog2, FloatMul, FloatOp, FloatPow, FloatSqrt, FloatTrueDiv,
-                                  RoundHalfEven, ToFloat, TruncToInt, is_float_valued)
+from kiln.symbolic.floats import (FloatAdd, FloatFloorDiv, FloatLog2, FloatMod, FloatMul, FloatOp, FloatPow,
+                                  FloatSqrt, FloatTrueDiv, RoundHalfEven, ToFloat, TruncToInt, is_float_valued)
 
 # Python precedence, higher binds tighter.
 _ATOM, _POW, _UNARY, _MUL, _ADD, _CMP, _NOT, _AND, _OR, _TERNARY = 100, 80, 70, 60, 50, 30, 20, 15, 10, 5
@@ -91,6 +91,8 @@ class _Printer:
         if e.is_Float:
             f = float(e)
             return repr(f), (_ATOM if f >= 0 else _UNARY)
+        if e is sympy.oo or e is sympy.S.NegativeInfinity or e is sympy.nan:  # an inf or nan float argument, kept
+            return self.non_finite(e)
         if isinstance(e, sympy.core.relational.Relational):
             # C ranks == below <; a parenthesized comparison reads the same in both languages
             return (f"({self.relation(e)})", _ATOM) if self.c else (self.relation(e), _CMP)
@@ -164,6 +166,8 @@ class _Printer:
             # ** is right-associative and binds tighter than a unary minus on its left
             return f"{self.wrap(args[0], _POW + 1)} ** {self.wrap(args[1], _UNARY)}", _POW
         a, b = args
+        if isinstance(e, (FloatFloorDiv, FloatMod)):
+            return self.float_division(e, a, b)
         if isinstance(e, FloatAdd):
             if b.could_extract_minus_sign():
                 return f"{self.operand(a, _ADD)} - {self.operand(-b, _ADD + 1)}", _ADD
@@ -171,6 +175,31 @@ class _Printer:
         op = "*" if isinstance(e, FloatMul) else "/"
         assert isinstance(e, (FloatMul, FloatTrueDiv))
         return f"{self.operand(a, _MUL)} {op} {self.operand(b, _MUL + 1)}", _MUL
+
+    def float_division(self, e: FloatFloorDiv | FloatMod, a: sympy.Basic, b: sympy.Basic) -> tuple[str, int]:
+        """Python's float `//` and `%` (through fmod, the remainder on the divisor's side): in C and
+        Triton the kernel preludes' kiln_floordiv_float and kiln_fmod_float / kiln_mod_float, which
+        compute ATen's floor division and remainder, the same rule; a zero remainder takes the
+        divisor's sign, as in Python. A zero divisor never reaches them: the wrapper raises first
+        (kiln.lower.ir LoopIR.divisors)."""
+        if not self.c:
+            op = "//" if isinstance(e, FloatFloorDiv) else "%"
+            return f"{self.operand(a, _MUL)} {op} {self.operand(b, _MUL + 1)}", _MUL
+        x, y = self.as_double(a), self.as_double(b)
+        if isinstance(e, FloatFloorDiv):
+            return f"kiln_floordiv_float({x}, {y})", _ATOM
+        if self.triton:
+            return f"libdevice.copysign(kiln_mod_float({x}, {y}), {y})", _ATOM
+        return f"std::copysign(kiln_fmod_float({x}, {y}), {y})", _ATOM
+
+    def non_finite(self, e: sympy.Basic) -> tuple[str, int]:
+        """inf, -inf or nan (sympy's oo, -oo, nan): no literal spells them in Python or C."""
+        if self.triton:
+            raise NotImplementedError(f"kiln.symbolic.render: no Triton form for {e}")
+        if e is sympy.nan:
+            return ('__builtin_nan("")' if self.c else "float('nan')"), _ATOM
+        text = "__builtin_inf()" if self.c else "float('inf')"
+        return (text, _ATOM) if e is sympy.oo else (f"-{text}", _UNARY)
 
     def operand(self, e: sympy.Basic, min_prec: int) -> str:
         """An operand of a float operation: in C and Triton, an int one made a double first."""

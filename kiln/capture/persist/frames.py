@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import torch
 
 from kiln import log
-from kiln.capture.deferred_checks import check_passed, graph_raised, rng_state
+from kiln.capture.deferred_checks import check_passed, divides_by_zero, graph_raised, rng_state
 from kiln.capture.device_context import runs_without_modes
 from kiln.capture.guards import (CheckFn, ClassAttribute, ConstantCall, FunctionCode, GlobalState, Guard,
                                  ParametrizedClass, TensorSpec, compile_guards)
@@ -142,6 +142,7 @@ _GLUE_CALLABLES = (torch._C._set_grad_enabled, tuple, list, dict, set, frozenset
                    object.__setattr__,  # an attribute write past a class's own __setattr__ (traced)
                    advance_by,  # the trace's next() calls on an iterator from outside, replayed
                    check_passed, graph_raised, rng_state,  # a graph's deferred checks (deferred_checks.py)
+                   divides_by_zero,  # a zero divisor of Python numbers: the frame runs eagerly (same)
                    torch.is_grad_enabled)  # the grad mode a graph raising under a handler puts back (same)
 # context managers a glue may make, enter and hand the `__exit__` of to a resume function (a break
 # inside `with torch.no_grad():`)

@@ -509,6 +509,14 @@ def _check_body(body: list[ast.stmt], glue: _Glue, reserved: set[str], tainted: 
             pass
         elif isinstance(statement, ast.Try) and top:
             _check_try(statement, glue, reserved, tainted, fresh)
+        elif isinstance(statement, ast.If) and top and not statement.orelse and len(statement.body) == 1 \
+                and isinstance(statement.body[0], ast.Expr) and isinstance(statement.body[0].value, ast.Call) \
+                and isinstance(statement.body[0].value.func, ast.Name) \
+                and statement.body[0].value.func.id in glue.constants and _plain_call(statement.body[0].value, 0):
+            # `if (<an argument's number>) == 0: <divides_by_zero>()`: a zero divisor of Python numbers
+            # (kiln.capture.deferred_checks.divisor_checks), the constant admitted by the frame's checks
+            _glue_value(statement.test, glue)
+            _glue_value(statement.body[0].value, glue)
         elif isinstance(statement, ast.If) and top and not statement.orelse \
                 and all(isinstance(s, ast.Return) for s in statement.body):
             # a data-dependent branch: `if <graph output>: return <resume>(...)`

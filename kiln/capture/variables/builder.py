@@ -565,7 +565,7 @@ def _constant_keys(d: Any) -> bool:
     # an Enum member keys a dict as a constant: fixed for its class, hashed by its name, equal only
     # to itself (a tracked member is a constant too, ObjectVariable.is_constant)
     return all(is_constant_value(k) or is_identity_key(k) or isinstance(k, enum.Enum)
-               or (isinstance(k, tuple) and all(is_constant_value(i) for i in k)) for k in d)
+               or (isinstance(k, tuple) and all(is_constant_value(i) or is_identity_key(i) for i in k)) for k in d)
 
 
 def _wrap_tensor_keyed_dict(state: "CaptureState", value: dict, source: Source) -> Variable:
@@ -608,7 +608,8 @@ def _wrap_dict_subclass(state: "CaptureState", value: dict, source: Source) -> V
 def _dict_value_source(source: Source | None, key: Any, index: int) -> Source | None:
     if source is None:
         return None
-    if is_identity_key(key) or isinstance(key, enum.Enum):  # no literal names the key: read by position
+    if is_identity_key(key) or isinstance(key, enum.Enum) or (
+            isinstance(key, tuple) and any(is_identity_key(i) for i in key)):  # no literal names the key: read by position
         return DictValueSource(source, index)
     return ItemSource(source, key)
 

@@ -87,12 +87,21 @@ def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool
     if _graph_values(a, b):
         if inplace and not isinstance(a, TensorVariable):
             fn = BINARY[symbol]  # ints and SymInts are immutable: `n += 1` is `n = n + 1`
-        if symbol in ("//", "%") and all(isinstance(v, (SymIntVariable, ConstantVariable)) for v in (a, b)) \
-                and float in (a.python_type(), b.python_type()):
-            # Python's float // and % go through fmod (1.0 // 0.1 is 9.0; SymFloat's own `//` is
-            # floor(1.0 / 0.1), 10.0): no exact symbolic form, so a float argument is decided here
-            return _const(fn, *(ConstantVariable(v.specialize()) if isinstance(v, SymIntVariable) else v
-                                for v in (a, b)))
+        numbers = all(isinstance(v, (SymIntVariable, ConstantVariable)) for v in (a, b))
+        if numbers and symbol in _DIVISIONS and isinstance(b, SymIntVariable) \
+                and isinstance(b.example, (torch.SymInt, torch.SymFloat)):
+            if b.example.node.hint == 0:
+                # this call divides by zero: the instruction runs natively and raises, after what the
+                # frame did before it, as in eager (the divisor is guarded equal to 0)
+                return _const(fn, *(ConstantVariable(v.specialize()) if isinstance(v, SymIntVariable) else v
+                                    for v in (a, b)))
+            tx.output.divisors.append(b.example.node.expr)  # tested before the graph runs
+        if symbol == "//" and numbers and float in (a.python_type(), b.python_type()):
+            # Python's float // goes through fmod (1.0 // 0.1 is 9.0), SymFloat's own `//` is
+            # floor(1.0 / 0.1), 10.0: the graph calls Python's (SymFloat's `%` is Python's already).
+            # Imported here for start-up time: kiln.symbolic.node loads sympy, which static captures never need.
+            from kiln.symbolic.node import sym_floordiv
+            fn = sym_floordiv
         if not all(isinstance(v, (TensorVariable, SymIntVariable, ConstantVariable)) for v in (a, b)):
             if isinstance(a, BaseSequenceVariable) or isinstance(b, BaseSequenceVariable):
                 return _sequence_op(tx, symbol, a, b, inplace)
@@ -111,6 +120,9 @@ def binary_op(tx: "Tracer", symbol: str, a: Variable, b: Variable, inplace: bool
     if a.is_constant() and b.is_constant():
         return _const(fn, a, b)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+_DIVISIONS = frozenset({"//", "%", "/"})
 
 
 def _concatenates_size_text(a: Variable, b: Variable) -> bool:

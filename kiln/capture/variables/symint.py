@@ -53,7 +53,8 @@ class SymIntVariable(Variable):
             return ConstantVariable(kind(0))
         if name == "denominator" and kind is int:
             return ConstantVariable(1)
-        if name in _KEPT_METHODS.get(kind, ()) or name in _SPECIALIZING_METHODS.get(kind, ()):
+        if name in _KEPT_METHODS.get(kind, ()) or name in _SPECIALIZING_METHODS.get(kind, ()) \
+                or kind in (int, float) and name in _OPERATOR_METHODS:
             return BoundMethodVariable(self, name)
         from kiln.capture.variables.exception import raise_in_trace
         error = AttributeError(f"{kind.__name__!r} object has no attribute {name!r}")
@@ -73,6 +74,15 @@ class SymIntVariable(Variable):
             if name == "as_integer_ratio":  # an int is its own numerator over 1
                 return TupleVariable([self, tx.wrap_result(1)])
             return tx.call_op("call_method", name, [self], {})
+        if kind in (int, float) and name in _OPERATOR_METHODS and len(args) == 1 and not kwargs:
+            # `a.__floordiv__(b)`: the operator itself, where the method takes the other operand's
+            # type (int's methods answer NotImplemented for a float, float's take ints)
+            other = args[0]
+            accepted = (int, bool) if kind is int else (int, bool, float)
+            if other.python_type() not in accepted:
+                return ConstantVariable(NotImplemented)
+            symbol, reflected = _OPERATOR_METHODS[name]
+            return tx.binary_op(symbol, other, self) if reflected else tx.binary_op(symbol, self, other)
         if name in _SPECIALIZING_METHODS.get(kind, ()):
             values = [a.specialize() if isinstance(a, SymIntVariable) else a.as_constant() for a in args]
             return tx.wrap_result(getattr(self.specialize(), name)(*values, **{k: v.as_constant()
@@ -117,6 +127,15 @@ _KEPT_METHODS: dict[type, frozenset[str]] = {
 _SPECIALIZING_METHODS: dict[type, frozenset[str]] = {
     int: frozenset({"bit_length", "bit_count", "to_bytes"}),
     float: frozenset({"as_integer_ratio", "hex"}),
+}
+
+
+# int's and float's arithmetic dunders on a symbolic value: (operator, whether reflected)
+_OPERATOR_METHODS: dict[str, tuple[str, bool]] = {
+    f"__{reflected}{stem}__": (symbol, bool(reflected))
+    for stem, symbol in (("add", "+"), ("sub", "-"), ("mul", "*"), ("truediv", "/"), ("floordiv", "//"),
+                         ("mod", "%"), ("pow", "**"))
+    for reflected in ("", "r")
 }
 
 

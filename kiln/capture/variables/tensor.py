@@ -204,7 +204,11 @@ class TensorVariable(Variable):
         from kiln.capture.variables.functions import bind_class_attribute
 
         real = self.real()
-        if real is None or self.source is None:
+        if real is None:
+            # a tensor the frame computed: an attribute the trace set on it (`y.tag = 1`, stored on
+            # the graph's output by the glue), or none
+            return tx.side_effects.pending_attr(self.example, name)
+        if self.source is None:
             return None
         user_owned = False
         if type(real) not in (torch.Tensor, torch.nn.Parameter):
@@ -356,6 +360,14 @@ class TensorVariable(Variable):
             # freezes a tensor given a storage by set_ (a later in-place update failed): in the graph it
             # is the one in-place op that writes t's own values again
             return tx.call_op("call_method", "copy_", [self, self], {})
+        if name in _LAYOUT_METHODS and self.node.op == "placeholder" and (
+                self.example.requires_grad or name in _UNREPLAYABLE_LAYOUT_METHODS):
+            # AOT autograd cannot give the caller's tensor this layout after the graph (an input that
+            # requires grad, or a new storage or size the runtime cannot replay): a break at the call,
+            # which runs natively, as torch.compile's, not the whole frame run eagerly every call
+            why = "that requires grad" if self.example.requires_grad else "(not replayable after the graph)"
+            raise Unsupported(f"Tensor.{name}() changes the shape or strides of a graph input {why}",
+                              kind="input_metadata_mutation", hint="use the out-of-place op (x = x.t()) instead")
         rewritten = scalar_tensor_rewrite(tx, name, self, args, kwargs)
         if rewritten is not None:
             return rewritten
@@ -375,6 +387,13 @@ class TensorVariable(Variable):
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         return glue.graph_value(self)
+
+
+# in-place methods that change a tensor's sizes, strides or storage (kiln.autograd.functionalize
+# replays the first group's view chain on the caller's input after the graph; the second it cannot)
+_UNREPLAYABLE_LAYOUT_METHODS = frozenset({"resize_", "resize_as_", "set_"})
+_LAYOUT_METHODS = frozenset({"as_strided_", "squeeze_", "unsqueeze_", "transpose_", "t_", "swapdims_",
+                             "swapaxes_"}) | _UNREPLAYABLE_LAYOUT_METHODS
 
 
 def _requires_grad_unchanged(t: TensorVariable, args: Sequence[Variable], kwargs: dict[str, Variable]) -> bool:

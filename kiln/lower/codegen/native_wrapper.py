@@ -40,7 +40,7 @@ from kiln.runtime.folded_weights import MEMO_TENSOR_INPUTS
 from kiln.runtime.plan import WrapperPlan
 from kiln.symbolic.expr import is_float_symbol, is_truth_value
 from kiln.symbolic.floats import is_float_valued
-from kiln.symbolic.render import render_c
+from kiln.symbolic.render import render_c as render_kernel_c
 
 
 def _has_float_symbol(e: Any) -> bool:
@@ -50,6 +50,15 @@ def _has_float_symbol(e: Any) -> bool:
 
 class Unsupported(Exception):
     """Something the native wrapper cannot express; the graph keeps its Python wrapper."""
+
+
+def render_c(e: sympy.Basic) -> str:
+    """render.render_c, refused where it calls the kernel prelude's float division helpers (Python's
+    float `//` and `%` of scalar arguments), which the wrapper's prelude (aten_helpers.cpp) lacks."""
+    text = render_kernel_c(e)
+    if "kiln_floordiv_float" in text or "kiln_fmod_float" in text:
+        raise Unsupported(f"Python's float // or % in {e}")
+    return text
 
 
 def cexpr(e: Any) -> str:
