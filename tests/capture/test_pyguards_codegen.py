@@ -40,7 +40,9 @@ def _g(z, y=1):
 
 
 def _left_out(check) -> set[int]:
-    return static.recorded(check.source) or set()
+    recorded = static.recorded(check.source)
+    assert recorded is not None
+    return recorded[0]
 
 
 def test_code_object_reads_left_out_and_identity_still_guards_them():
@@ -122,6 +124,22 @@ def test_closure_cells_of_one_proven_function_alias_without_a_check():
     assert _left_out(check) == set()
     assert not check.fn({"f": fn, "g": other}, {}, None)
     assert check.fn({"f": fn, "g": fn}, {}, None)
+
+
+def test_a_function_at_two_sources_has_its_contents_checked_once_and_still_checked():
+    f = types.FunctionType(_f.__code__, globals(), "f", (1,))
+    guards = [Guard("L['a']", "check_id", f), Guard("L['b']", "check_id", f)]
+    check = compile_guards(guards, native=None)
+    assert static.recorded(check.source)[1] == {1}
+    assert check.source.count("__code__") == 1
+    assert check.fn({"a": f, "b": f}, {}, None)
+    assert not check.fn({"a": f, "b": _g}, {}, None)
+    assert not check.fn({"a": _g, "b": f}, {}, None)
+    f.__code__ = _g.__code__
+    assert not check.fn({"a": f, "b": f}, {}, None)
+    f.__code__ = _f.__code__
+    f.__kwdefaults__ = {"k": 1}
+    assert not check.fn({"a": f, "b": f}, {}, None)
 
 
 def test_source_from_another_process_is_regenerated_where_its_left_out_guards_do_not_hold():

@@ -142,14 +142,51 @@ def _aliasing_fixed(guard: Guard, proven: dict[str, Any]) -> bool:
     return len({id(o) for o in objects}) == len(objects)
 
 
-def header(fixed: set[int]) -> str:
-    return f"{HEADER} {','.join(map(str, sorted(fixed)))}\n"
+def repeated_functions(guards: Sequence[Guard]) -> set[int]:
+    """The indices of check_id guards on a function that an earlier check_id guard compares with
+    the same function: where both identities hold, the function's contents (`__code__`, defaults)
+    are one object's, checked once at the first (a transformer's layers share their classes' forwards)."""
+    seen: set[int] = set()
+    repeated: set[int] = set()
+    for index, guard in enumerate(guards):
+        if guard.kind == "check_id" and isinstance(guard.expected, types.FunctionType):
+            if id(guard.expected) in seen:
+                repeated.add(index)
+            seen.add(id(guard.expected))
+    return repeated
 
 
-def recorded(source: str) -> set[int] | None:
-    """The indices a generated source left out (its first line), or None for a source without the line."""
+def identity_only(checks: list[Check]) -> list[Check]:
+    """A function's identity check without its contents (`repeated_functions`). A weakly held
+    function's check reads `name()`, None once freed: `is not None` keeps a None from passing there,
+    which the contents check did before."""
+    first = checks[0]
+    if first.code.endswith("()"):
+        first = Check(first.code + " is not None", first.why)
+    return [first]
+
+
+def header(fixed: set[int], once: set[int]) -> str:
+    return f"{HEADER} {_ints(fixed)}{ONCE} {_ints(once)}\n"
+
+
+def _ints(indices: set[int]) -> str:
+    return ",".join(map(str, sorted(indices)))
+
+
+ONCE = "; function contents checked at their first identity guard:"
+
+
+def recorded(source: str) -> tuple[set[int], set[int]] | None:
+    """(guards left out, identity guards without their function's contents) of a generated source,
+    from its first line; None for a source without the line."""
     first = source.split("\n", 1)[0]
-    if not first.startswith(HEADER):
+    if not first.startswith(HEADER) or ONCE not in first:
         return None
-    rest = first[len(HEADER):].strip()
-    return {int(i) for i in rest.split(",")} if rest else set()
+    fixed, once = first[len(HEADER):].split(ONCE)
+    return _parse(fixed), _parse(once)
+
+
+def _parse(text: str) -> set[int]:
+    text = text.strip()
+    return {int(i) for i in text.split(",")} if text else set()
