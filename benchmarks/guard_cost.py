@@ -8,9 +8,9 @@ neither built nor found; it checks that it stayed unloaded.
 For each model and mode it records the (L, G, F) of every guard check one step makes, then times
 those checks alone (CPU time of this thread, the minimum of several rounds: other processes on the
 machine add wall time, not this thread's CPU time), beside the whole step timed the same way, and
-counts the guards by kind; the glue of the entries that passed (graph calls: the autograd boundary,
-the Python wrapper and its kernels) is timed alone too. "all us" is the same checks generated without
-what kiln.capture.guards.static leaves out, timed in turn with them.
+counts the guards by kind. "all us" and "step all": the same checks generated without what
+kiln.capture.guards.static leaves out, and the whole step calling those, each timed in turn with
+the checks as they are ("guard us", "step us").
 
     OMP_NUM_THREADS=1 python -m benchmarks.guard_cost --only mistral,bert,gpt2 [--modes infer,train]
 """
@@ -118,22 +118,14 @@ def measure(name: str, training: bool, rounds: int) -> dict:
         finally:
             for ce, fn, _ in swap:
                 object.__setattr__(ce, "check_fn", fn)
-    # the glue of each entry that passed (graph calls: autograd boundary, wrapper, kernels), alone
-    hits = [(ce.glue, args) for (ce, args), ok in zip(calls, passed) if ok]
-
-    def glue() -> None:
-        with torch.set_grad_enabled(training):
-            for fn, args in hits:
-                fn(*args)
-
-    glue_s = _cpu_min(glue, rounds, 3)
     kinds: collections.Counter = collections.Counter()
     for ce, _ in calls:
         kinds.update(g.kind for g in ce.check.guards)
     return {"model": name, "mode": "train" if training else "infer", "checks": len(fns),
             "failed_then_passed": passed.count(False), "guards": sum(kinds.values()),
             "guard_us": guard_s * 1e6, "whole_us": whole_s * 1e6,
-            "left_out": sum(len((static.recorded(ce.check.source) or [()])[0]) for ce, _ in calls), "step_us": step_s * 1e6, "step_whole_us": step_whole_s * 1e6, "glue_us": glue_s * 1e6, "boundary_loaded": bool(boundary._loaded),
+            "left_out": sum(len((static.recorded(ce.check.source) or [()])[0]) for ce, _ in calls),
+            "step_us": step_s * 1e6, "step_whole_us": step_whole_s * 1e6, "boundary_loaded": bool(boundary._loaded),
             "kinds": dict(kinds.most_common(8))}
 
 
@@ -146,13 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     print(f"guard cost, Python tier (no boundary extension), CPU time of this thread, min of {args.rounds} rounds")
     print(f"{'model':<10}{'mode':<6}{'checks':>7}{'guards':>7}{'left out':>9}{'all us':>8}{'guard us':>10}"
-          f"{'glue us':>9}{'step all':>9}{'step us':>10}{'share':>7}  kinds")
+          f"{'step all':>10}{'step us':>10}{'share':>7}  kinds")
     for name in args.only.split(","):
         for mode in args.modes.split(","):
             r = measure(name, mode == "train", args.rounds)
             assert not r["boundary_loaded"], "the boundary extension loaded: not the Python tier"
             print(f"{name:<10}{mode:<6}{r['checks']:>7}{r['guards']:>7}{r['left_out']:>9}{r['whole_us']:>8.1f}"
-                  f"{r['guard_us']:>10.1f}{r['glue_us']:>9.1f}{r['step_us']:>10.1f}"
+                  f"{r['guard_us']:>10.1f}{r['step_whole_us']:>10.1f}{r['step_us']:>10.1f}"
                   f"{r['guard_us'] / r['step_us']:>7.1%}  {r['kinds']}", flush=True)
     return 0
 

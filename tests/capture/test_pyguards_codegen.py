@@ -195,6 +195,18 @@ def test_tensor_inference_and_negative_bit_change():
     _calls(lambda x: x.sum(0), lambda: (X,), lambda: None, lambda: (inference,))
     z = torch.complex(X, X)
     _calls(lambda x: x * 2, lambda: (z.imag,), lambda: None, lambda: (z.conj().imag,))
+    _calls(lambda x: x * 2, lambda: (z,), lambda: None, lambda: (z.conj(),))  # the conjugate bit of a complex tensor
+
+
+def test_a_real_tensors_check_leaves_out_only_the_conjugate_bit():
+    from kiln.capture.guards import tensor_guard
+
+    check = compile_guards([tensor_guard("L['x']", X)], native=None)
+    assert "is_conj" not in check.source and "is_neg" in check.source
+    z = torch.complex(X, X)
+    check = compile_guards([tensor_guard("L['x']", z)], native=None)
+    assert "is_conj" in check.source
+    assert check.fn({"x": z}, {}, None) and not check.fn({"x": z.conj()}, {}, None)
 
 
 class _Block(torch.nn.Module):
