@@ -20,6 +20,13 @@ With --held-out the models are the 33 held-out `transformers` families that the 
 tune against (the way a new user meets Kiln); detr and yolos run inference only (their losses need
 scipy's matcher). With --cnn they are five torchvision-style CNNs written here (MobileNetV2,
 ShuffleNetV2, DenseNet, SqueezeNet, ResNeXt with squeeze-excitation). --threads sets torch's thread count for every compiler (the default leaves torch's).
+
+"k early" is Kiln before tier-up in the main process, whose cache may already hold the boundary extension
+(`make venv` builds it): guards and plans are then native from the first call. "k py/t" is the Python tier
+measured honestly: a fresh process per model and mode with an empty Kiln cache and tier-up held
+(KILN_NATIVE_WRAPPER_AFTER=0, so nothing builds the extension), Kiln, torch.compile and eager timed in turn
+there (least CPU time of the calling thread per call: a fair measure at --threads 1 on a shared machine);
+Kiln's speedup over eager divided by torch.compile's (--no-python-tier skips it).
 """
 from __future__ import annotations
 
@@ -88,6 +95,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--held-out", action="store_true", help="the held-out models instead of the corpus")
     parser.add_argument("--cnn", action="store_true", help="the held-out torchvision-style CNNs instead")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for every compiler")
+    parser.add_argument("--no-python-tier", dest="python_tier", action="store_false",
+                        help="skip the Python-tier subprocesses (the 'k py/t' column)")
     parser.add_argument("--child", nargs=3, metavar=("MODEL", "MODE", "COMPILER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.only = [name for item in args.only for name in item.split(",") if name]
@@ -241,6 +250,60 @@ def _child_run(name: str, mode: str, compiler: str, cache: str) -> dict:
     return json.loads(lines[-1])
 
 
+def python_tier(name: str, mode: str) -> dict:
+    """Run in a fresh process whose Kiln cache is empty and that never tiers up (the parent sets
+    KILN_CACHE_DIR and KILN_NATIVE_WRAPPER_AFTER=0): Kiln's Python tier as a first process with a
+    cold cache meets it (generated Python guards, Python wrappers, no boundary extension: nothing
+    builds it), timed in turn with eager and torch.compile. The speedups over eager of both compilers
+    come from the same samples; `boundary_loaded` says whether the extension was loaded after all
+    (then the numbers are not the Python tier's, and the row says so)."""
+    rm = _corpus()
+    entry = _models()[name]
+    training = mode == "train"
+    models = {c: entry.build() for c in ("eager", *COMPILERS)}
+    steps = {c: _step(rm, entry, models[c], models[c] if c == "eager" else _wrap(c, models[c]), training)
+             for c in ("eager", *COMPILERS)}
+    for step in steps.values():
+        for _ in range(3):
+            step()  # capture, compile and recompiles, outside the timing
+    cpu_s = _cpu_min_interleaved(steps, samples=15, calls=3)
+    from kiln.runtime import boundary
+
+    out: dict[str, Any] = {"boundary_loaded": bool(boundary._loaded)}
+    for compiler, seconds in cpu_s.items():
+        out[f"{compiler}_us"] = seconds * 1e6
+    for compiler in COMPILERS:
+        out[f"{compiler}_speedup"] = cpu_s["eager"] / cpu_s[compiler]
+    return out
+
+
+def _cpu_min_interleaved(steps: dict[str, Callable[[], Any]], samples: int, calls: int) -> dict[str, float]:
+    """The least CPU seconds of this thread per call of each step, samples of `calls` calls taken in
+    turn. CPU time, not wall time: other processes on a shared machine add waits, not this thread's
+    work (at one torch thread every compiler's kernels run on it)."""
+    best = {name: float("inf") for name in steps}
+    for _ in range(samples):
+        for name, step in steps.items():
+            start = time.thread_time()
+            for _ in range(calls):
+                step()
+            best[name] = min(best[name], (time.thread_time() - start) / calls)
+    return best
+
+
+def python_tier_run(name: str, mode: str, scratch: str) -> dict:
+    cache = tempfile.mkdtemp(prefix="kiln-python-tier-", dir=scratch)
+    env = {**os.environ, "KILN_CACHE_DIR": cache, "KILN_NATIVE_WRAPPER_AFTER": "0"}
+    env.pop("KILN_LOGS", None)
+    flags = ["--held-out"] * _HELD_OUT + ["--cnn"] * _CNN + (["--threads", str(torch.get_num_threads())])
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.models", *flags, "--child", name, mode, "python-tier"],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+    return json.loads(lines[-1])
+
+
 def warm_start(name: str, mode: str, scratch: str) -> dict:
     """For each compiler: (cold first call, warm first call) in two processes sharing a cache."""
     out: dict[str, Any] = {}
@@ -262,10 +325,28 @@ def _fmt(value: Any, spec: str) -> str:
     return format(value, spec) if isinstance(value, (int, float)) else "-".rjust(width)
 
 
+_COLUMNS = (
+    "  (kiln, torch: steady speedups over eager, Kiln on its native tier; k early: Kiln's speedup over eager in its\n"
+    "   calls 2.. before tier-up in this process, whose cache may hold the boundary extension already (native guards\n"
+    "   and plans from the first call: not the Python tier); k py/t: Kiln's Python tier over torch.compile, both timed\n"
+    "   in turn with eager in a fresh process with an empty Kiln cache and no tier-up (Python guards and wrappers),\n"
+    "   least CPU time of the thread per call, speedup over speedup: 1.00 is torch.compile's speed; meant for\n"
+    "   --threads 1, where every compiler's kernels run on the calling thread)")
+
+
+def _python_tier_ratio(row: dict) -> float | None:
+    """Kiln's Python-tier speedup over torch.compile's, from the same samples; None without one."""
+    py = row.get("python_tier") or {}
+    if "kiln_speedup" not in py or "torch_speedup" not in py or py.get("boundary_loaded"):
+        return None
+    return py["kiln_speedup"] / py["torch_speedup"]  # type: ignore[no-any-return]
+
+
 def print_table(rows: list[dict]) -> dict:
-    header = (f"{'model':<18}{'mode':<6}{'eager ms':>9}{'kiln':>9}{'torch':>9}{'k early':>9}{'kiln 1st s':>11}"
-              f"{'torch 1st s':>12}{'kiln bg s':>10}{'kiln warm':>10}{'torch warm':>11}  notes")
-    print(header)  # "k early": Kiln's speedup over eager in its calls before tier-up
+    header = (f"{'model':<18}{'mode':<6}{'eager ms':>9}{'kiln':>9}{'torch':>9}{'k early':>9}{'k py/t':>8}"
+              f"{'kiln 1st s':>11}{'torch 1st s':>12}{'kiln bg s':>10}{'kiln warm':>10}{'torch warm':>11}  notes")
+    print(header)
+    print(_COLUMNS)
     for r in rows:
         warm = r.get("warm", {})
         kw = warm.get("kiln", {}).get("warm", {}).get("first_call_s")
@@ -275,8 +356,13 @@ def print_table(rows: list[dict]) -> dict:
             notes = f"{r['kiln_breaks']} break(s) " + notes
         if warm.get("kiln", {}).get("warm", {}).get("frames"):
             notes += f" kiln warm captured {warm['kiln']['warm']['frames']} frame(s)"
+        py = _python_tier_ratio(r)
+        if r.get("python_tier", {}).get("error"):
+            notes += f" python tier: {r['python_tier']['error']}"
+        elif r.get("python_tier", {}).get("boundary_loaded"):
+            notes += " python tier: the boundary extension loaded (not the Python tier)"
         print(f"{r['model']:<18}{r['mode']:<6}{_fmt(r.get('eager_ms'), '9.2f')}{_fmt(r.get('kiln_speedup'), '8.2f')}x"
-              f"{_fmt(r.get('torch_speedup'), '8.2f')}x{_fmt(r.get('kiln_early_speedup'), '8.2f')}x"
+              f"{_fmt(r.get('torch_speedup'), '8.2f')}x{_fmt(r.get('kiln_early_speedup'), '8.2f')}x{_fmt(py, '8.2f')}"
               f"{_fmt(r.get('kiln_first_s'), '11.2f')}"
               f"{_fmt(r.get('torch_first_s'), '12.2f')}{_fmt(r.get('kiln_tier_up_s'), '10.2f')}{_fmt(kw, '10.2f')}"
               f"{_fmt(tw, '11.2f')}  {notes}")
@@ -296,6 +382,8 @@ def print_table(rows: list[dict]) -> dict:
                          "kiln_early_over_torch_early_geomean": geomean(
                              [r["kiln_early_speedup"] / r["torch_early_speedup"] for r in both
                               if "kiln_early_speedup" in r and "torch_early_speedup" in r]),
+                         "kiln_python_tier_over_torch_geomean": geomean(
+                             [x for x in map(_python_tier_ratio, both) if x is not None]),
                          "kiln_over_torch_min": min((r["kiln_speedup"] / r["torch_speedup"], r["model"]) for r in both),
                          "kiln_first_s_geomean": geomean([r["kiln_first_s"] for r in both]),
                          "torch_first_s_geomean": geomean([r["torch_first_s"] for r in both])}
@@ -311,6 +399,8 @@ def print_table(rows: list[dict]) -> dict:
                 f"{s['kiln_over_torch_geomean']:.2f} (lowest {s['kiln_over_torch_min'][0]:.2f}, "
                 f"{s['kiln_over_torch_min'][1]}), before tier-up {s['kiln_early_over_torch_geomean'] or 0:.2f} "
                 f"(over torch.compile's own early calls {s['kiln_early_over_torch_early_geomean'] or 0:.2f})")
+        if s["kiln_python_tier_over_torch_geomean"] is not None:
+            line += f"; Python tier (cold cache, no tier-up) kiln/torch {s['kiln_python_tier_over_torch_geomean']:.2f}"
         if "warm_ratio_geomean" in s:
             line += f"; warm start kiln/torch {s['warm_ratio_geomean']:.3f}"
         print(line)
@@ -321,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
         try:
-            print(json.dumps(child(*args.child)))
+            run = python_tier if args.child[2] == "python-tier" else child
+            print(json.dumps(run(*args.child[:2]) if run is python_tier else child(*args.child)))
         except Exception as exc:
             traceback.print_exc()
             print(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:200]}))
@@ -352,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
                     row = {"model": name, "mode": mode, "errors": {"eager": f"{type(exc).__name__}: {exc}"[:200]}}
                 if warm and mode == "infer" and not row["errors"]:
                     row["warm"] = warm_start(name, mode, scratch)
+                if args.python_tier and not row["errors"]:
+                    row["python_tier"] = python_tier_run(name, mode, scratch)
                 rows.append(row)
                 print("    " + json.dumps({k: v for k, v in row.items() if k != "warm"}, default=str), flush=True)
     finally:

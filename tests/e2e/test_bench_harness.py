@@ -117,3 +117,21 @@ def test_models_summary_reports_before_tier_up_both_ways(capsys):
     assert math.isclose(summary["kiln_early_over_torch_geomean"], math.sqrt(1.0 * 0.5))
     assert math.isclose(summary["kiln_early_over_torch_early_geomean"], math.sqrt(2.0 * 0.5))
     assert "over torch.compile's own early calls 1.00" in capsys.readouterr().out
+
+
+def test_models_table_reports_the_python_tier_apart_and_only_when_it_was_one(capsys):
+    from benchmarks.models import print_table
+
+    def row(model, python_tier):
+        return {"model": model, "mode": "infer", "errors": {}, "kiln_speedup": 4.0, "torch_speedup": 2.0,
+                "kiln_early_speedup": 3.0, "kiln_first_s": 1.0, "torch_first_s": 10.0, "python_tier": python_tier}
+
+    rows = [row("a", {"boundary_loaded": False, "kiln_speedup": 3.0, "torch_speedup": 2.0}),
+            row("b", {"boundary_loaded": False, "kiln_speedup": 1.0, "torch_speedup": 2.0}),
+            row("c", {"boundary_loaded": True, "kiln_speedup": 9.0, "torch_speedup": 1.0}),  # not the Python tier
+            row("d", {"error": "boom"})]
+    summary = print_table(rows)["infer"]
+    assert math.isclose(summary["kiln_python_tier_over_torch_geomean"], math.sqrt(1.5 * 0.5))
+    out = capsys.readouterr().out
+    assert "k py/t" in out and "empty Kiln cache and no tier-up" in out
+    assert "the boundary extension loaded (not the Python tier)" in out and "python tier: boom" in out

@@ -14,6 +14,8 @@ The package, in the order its modules import each other:
     the trace asked for, calls whose result is promised constant, aliasing among tensor inputs);
   - native: the tensor kind, checked in one call of the boundary extension where it is built, and
     the switch of check functions made before it loaded;
+  - static: the guards another guard of the set fixes (reads of a code object or tuple proven by an
+    identity guard; a function's contents at its second identity guard), left out of the function;
   - compile: `compile_guards`, the generated function (`CheckFn`) and `read_source`.
 """
 from __future__ import annotations

@@ -13,6 +13,7 @@ from types import CodeType
 from typing import Any, Callable, Sequence
 
 from kiln import log
+from kiln.capture.guards import static
 from kiln.capture.guards.identity import watch
 from kiln.capture.guards.kinds import Check, Emitter, GUARD_KINDS, Guard, user_name
 from kiln.capture.guards.native import _made, native_checks
@@ -243,28 +244,32 @@ def compile_guards(guards: Sequence[Guard], shape_guards: Sequence[Any] = (),
         # __import__ per check instead of one per module (forty in a transformers model's entry)
         lines.append(f"___modules = {_MODULES}")
         hoisted.add(_MODULES, "___modules")
-    all_checks: list[list[Check]] = []
+    all_checks = [GUARD_KINDS[guard.kind](guard.expected, guard.name, em) for guard in ordered]
     grouped, folded = _empty_attribute_groups(ordered) if compiled is None else ({}, set())
-    for index, guard in enumerate(ordered):
-        checks = GUARD_KINDS[guard.kind](guard.expected, guard.name, em)
-        all_checks.append(checks)
-        if compiled is not None or index in folded:
+    # guards whose outcome the others fix (kiln.capture.guards.static): checked once, here
+    fixed = static.fixed_guards(ordered, all_checks, em.constants) - grouped.keys() - folded
+    once = static.repeated_functions(ordered)  # a function's contents checked at its first identity guard
+    for index, (guard, checks) in enumerate(zip(ordered, all_checks)):
+        if compiled is not None or index in folded or index in fixed:
             continue
         if index in grouped:
             _empty_attributes_line(*grouped[index], native is not None, hoisted, lines)
         else:
-            _guard_line(guard, checks, hoisted, lines)
+            _guard_line(guard, static.identity_only(checks) if index in once else checks, hoisted, lines)
 
     if compiled is not None:
         source, code = compiled
-        if _global_names(code) <= em.constants.keys():
+        left_out = static.recorded(source)  # what it relied on holds here too
+        if _global_names(code) <= em.constants.keys() and (
+                left_out is None or (left_out[0] <= fixed and left_out[1] <= once)):
             namespace = dict(em.constants)
             exec(code, namespace)
             return _made(_watched(CheckFn(ordered, namespace["___check_guards"], source, all_checks, em.constants,
                                           code, native is not None), em), upgrade_later)
-        # not this function's code for these guards after all (or made for the other variant)
+        # not this function's code for these guards after all (or made for the other variant, or it
+        # left out guards that the objects found in this process do not fix)
         return compile_guards(ordered, native=native if not upgrade_later else _DEFAULT)
-    source = _check_function_source(lines)
+    source = static.header(fixed, once) + _check_function_source(lines)
     namespace = dict(em.constants)
     code = compile(source, "<kiln guards>", "exec")
     exec(code, namespace)
