@@ -21,6 +21,7 @@ capture ended (the graph kept them alive). Capture now drops both when it ends.
 from __future__ import annotations
 
 import copy
+import functools
 import dataclasses
 import gc
 
@@ -183,3 +184,46 @@ def test_no_weak_reference_left_on_the_models_tensors() -> None:
         f(X(2, 4)).backward()
         # no collection first: the count is what swap_tensors sees right after a call
         assert [weakref.getweakrefcount(p) for p in m.parameters()] == [0, 0], backend
+
+
+# ------------------------------------------------------------------ forward set on the instance
+def forward_partial_on_instance(C):
+    class M(nn.Module):
+        def __init__(s):
+            super().__init__(); s.l = nn.Linear(4, 4)
+            s.forward = functools.partial(s._impl, scale=3.0)
+
+        def _impl(s, x, scale):
+            return s.l(x) * scale
+    m = M(); cm = C(m); x = X(2, 4)
+    out = [d(cm(x))]
+    with torch.no_grad():
+        m.l.bias.fill_(1)
+    out.append(d(cm(x)))
+    return out
+
+
+def forward_callable_object_on_instance(C):
+    class Scaled:
+        def __init__(self, mod):
+            self.mod = mod
+
+        def __call__(self, x):
+            return self.mod.l(x) * 2
+    m = nn.Module(); m.l = nn.Linear(4, 4); m.forward = Scaled(m)
+    cm = C(m); x = X(2, 4)
+    return [d(cm(x)), d(cm(x + 1))]
+
+
+def forward_builtin_on_instance(C):
+    m = nn.Module(); m.forward = torch.relu
+    cm = C(m); x = X(2, 4)
+    return [d(cm(x))]
+
+
+@pytest.mark.parametrize("program", [forward_partial_on_instance, forward_callable_object_on_instance,
+                                     forward_builtin_on_instance], ids=lambda p: p.__name__)
+def test_forward_that_is_not_a_function(program) -> None:
+    # kiln.compile(model) raised TypeError at the first call: the instance's forward was handed
+    # to the function compiler, which takes functions and methods only
+    _compare(program, "eager")
