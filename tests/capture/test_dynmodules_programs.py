@@ -227,3 +227,34 @@ def test_forward_that_is_not_a_function(program) -> None:
     # kiln.compile(model) raised TypeError at the first call: the instance's forward was handed
     # to the function compiler, which takes functions and methods only
     _compare(program, "eager")
+
+
+# ------------------------------------------------------------------ the programs' broad set
+# (dynmodules_programs_a/b.py): each against eager under the eager backend; under aot_eager too in
+# the slow run (gradients through the compiled backward)
+import dynmodules_programs_a  # noqa: E402
+import dynmodules_programs_b  # noqa: E402
+
+BROAD = dynmodules_programs_a.PROGRAMS + dynmodules_programs_b.PROGRAMS
+# run by `make test` (a change between calls that a stale graph or constant would miss); the rest
+# in the slow run
+FAST = {"tensor_attr_replaced", "param_data_replaced", "load_state_dict_between", "requires_grad_toggle",
+        "to_dtype_between", "train_eval_batchnorm", "hook_added_between_calls_submodule",
+        "moduledict_mutated_between", "modulelist_append_between", "int_float_list_dict_attrs_changed",
+        "class_attr_changed", "swap_class", "forward_monkeypatched", "parametrize_custom", "tied_weights",
+        "hooks_with_kwargs", "state_across_graph_break", "functional_call_dict", "fn_over_two_instances",
+        "buffer_inplace_counter", "hook_closure_cell_changed", "tensor_attr_requires_grad",
+        "bias_removed_between", "param_replaced_by_tensor"}
+
+
+def _cases():
+    for program in BROAD:
+        for backend in ("eager", "aot_eager"):
+            slow = backend != "eager" or program.__name__ not in FAST
+            yield pytest.param(program, backend, id=f"{program.__name__}-{backend}",
+                               marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize("program, backend", list(_cases()))
+def test_module_program_matches_eager(program, backend) -> None:
+    _compare(program, backend)
