@@ -217,7 +217,15 @@ def _compiled_forward(mod: torch.nn.Module, options: CompileOptions, capture: Ca
         # torch.compile compiles `mod.__call__`: a class's own __call__ (`5 * self.forward(x)`) is
         # what calling the module runs, hooks or not
         return entry.compile_function(mod.__call__, options, capture)
-    return entry.compile_function(mod.forward, options, capture)
+    forward = mod.forward
+    if inspect.ismethod(forward) or inspect.isfunction(forward):
+        return entry.compile_function(forward, options, capture)
+    # an instance attribute `self.forward = functools.partial(self._impl, ...)` or a callable object:
+    # compiled as kiln.compile compiles it; a builtin (`m.forward = torch.relu`) has no frame to capture
+    try:
+        return compile_with(forward, options, capture)
+    except TypeError:
+        return forward
 
 
 def _class_call(klass: type) -> Any:

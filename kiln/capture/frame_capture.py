@@ -126,6 +126,8 @@ def _capture(fn: types.FunctionType, L: dict[str, Any], options: CompileOptions,
                 continue
         finally:
             abandon_open_contexts(state)
+            state.output.fake_mode.forget_real_tensors()
+            state.real_inputs.release()
             torch._C._set_grad_enabled(state.initial_grad)
             state.modes.restore_process()
 

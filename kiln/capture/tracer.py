@@ -55,7 +55,7 @@ from kiln.capture.variables.functions import CellVariable, UserMethodVariable, b
 from kiln.capture.variables import operators
 from kiln.capture.variables.sequence import ListVariable, TupleVariable, is_structseq_type
 from kiln.capture.variables.symint import SymIntVariable
-from kiln.capture.variables.tensor import TensorVariable
+from kiln.capture.variables.tensor import RealInputs, TensorVariable
 from kiln.capture.variables.super_call import SuperVariable
 from kiln.errors import Unsupported
 
@@ -92,6 +92,7 @@ class CaptureState:
         self.policy = policy
         self.side_effects = SideEffects()
         self.wrapped: dict[int, tuple[Any, Variable]] = {}
+        self.real_inputs = RealInputs()  # the real tensors behind graph inputs (TensorVariable.real)
         self.initial_grad = torch.is_grad_enabled()
         self.open_contexts: list[Any] = []  # autocast regions entered and not yet exited
         self.grad_enabled = self.initial_grad

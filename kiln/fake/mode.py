@@ -197,6 +197,12 @@ class FakeTensorMode(TorchDispatchMode):
         """A fake with `t`'s sizes, strides, offset, dtype, device and requires_grad (memoized)."""
         return convert.from_real(self, t, source=source, dynamic_dims=dynamic_dims)
 
+    def forget_real_tensors(self) -> None:
+        """Drop the memo of real tensors converted (its weak references). A capture calls this when it
+        ends: the fakes live on in the graph it kept, and a weak reference left on a user's tensor
+        makes torch.utils.swap_tensors refuse it (nn.Module.to with swapping on, or a direct swap)."""
+        self._real_to_fake = WeakIdKeyDictionary()
+
     def wrap(self, elem: torch.Tensor, device: torch.device) -> FakeTensor:
         """Make a meta tensor (a kernel's output) a FakeTensor on `device`."""
         return FakeTensor(self, elem, device)

@@ -248,7 +248,8 @@ def _wrap_tensor(state: "CaptureState", value: torch.Tensor, source: Source | No
                           kind="unsupported")
     node, fake = state.output.tensor_input(value, source)
     var = TensorVariable(node, fake, source)
-    var.real_ref = weakref.ref(value)
+    var.real_ref = state.real_inputs
+    var.real_key = state.real_inputs.add(value)
     state.output.input_tensors.setdefault(id(fake), var)
     known_input(value, var, source)
     return var

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import operator
-import weakref
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
@@ -69,6 +68,24 @@ def tensor_method(name: str) -> Callable[[TensorMethod], TensorMethod]:
     return register
 
 
+class RealInputs:
+    """The real tensors a capture read as graph inputs, by id, held strongly while it runs and
+    dropped by `release` when it ends (a TensorVariable outliving its capture then has none)."""
+
+    def __init__(self) -> None:
+        self._tensors: dict[int, torch.Tensor] = {}
+
+    def add(self, t: torch.Tensor) -> int:
+        self._tensors[id(t)] = t
+        return id(t)
+
+    def get(self, key: int) -> torch.Tensor | None:
+        return self._tensors.get(key)
+
+    def release(self) -> None:
+        self._tensors = {}
+
+
 class TensorVariable(Variable):
     """A tensor made by (or fed into) the graph; `example` is its FakeTensor."""
 
@@ -83,14 +100,17 @@ class TensorVariable(Variable):
         # (kiln.capture.constant_fold), and the guards that reading it as a number needs
         self.constant: torch.Tensor | None = None
         self.constant_guards: tuple[Any, ...] = ()
-        # the real tensor behind a graph input (weakly: capture must not keep a model's tensors
-        # alive), for what the trace reads off the object itself (`.grad`, a dict keyed by it)
-        self.real_ref: weakref.ReferenceType[torch.Tensor] | None = None
+        # the real tensor behind a graph input, for what the trace reads off the object itself
+        # (`.grad`, a dict keyed by it): held in the capture's table of real inputs, which is
+        # emptied when the capture ends (capture must not keep a model's tensors alive, nor leave
+        # weak references on them: torch.utils.swap_tensors refuses a tensor that has one)
+        self.real_ref: RealInputs | None = None
+        self.real_key = 0
 
     def real(self) -> torch.Tensor | None:
-        """The real tensor this graph input was read from, while it lives; None for values the
-        graph computes."""
-        return None if self.real_ref is None else self.real_ref()
+        """The real tensor this graph input was read from, while its capture runs; None for values
+        the graph computes."""
+        return None if self.real_ref is None else self.real_ref.get(self.real_key)
 
     def describe(self) -> str:
         return f"tensor {self.node.name}"
