@@ -11,6 +11,7 @@ and BuiltinVariable's operator rules.
 """
 from __future__ import annotations
 
+import collections
 import inspect
 import operator
 import types
@@ -693,6 +694,37 @@ def _operator_rule(name: str) -> BuiltinRule:
             return binary_op(tx, BINARY_SYMBOLS[name], args[0], args[1])
         return compare_op(tx, name, args[0], args[1])
     return rule
+
+
+def _item_write_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable], name: str) -> Variable:
+    """operator.setitem(obj, key, value) / operator.delitem(obj, key): `obj[key] = value` / `del obj[key]`."""
+    if kwargs or len(args) != (3 if name == "setitem" else 2):
+        raise Unsupported(f"operator.{name} with {len(args)} arguments (raised natively)", kind="unsupported_call")
+    obj, key = args[0], args[1]
+    if name == "setitem" and isinstance(obj, TensorVariable):
+        tx.call_op("call_function", operator.setitem, [obj, key, args[2]], {})
+    elif name == "setitem":
+        obj.call_method(tx, "__setitem__", [key, args[2]], {})
+    else:
+        obj.call_method(tx, "__delitem__", [key], {})
+    return ConstantVariable(None)
+
+
+BUILTIN_RULES[operator.setitem] = lambda tx, args, kwargs: _item_write_rule(tx, args, kwargs, "setitem")
+BUILTIN_RULES[operator.delitem] = lambda tx, args, kwargs: _item_write_rule(tx, args, kwargs, "delitem")
+
+# Sized builtin containers: operator.length_hint of one is its len() (as CPython asks len() first)
+_SIZED = (list, tuple, dict, set, frozenset, str, bytes, range, collections.OrderedDict,
+          collections.defaultdict, collections.deque)
+
+
+def _length_hint_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    if not args or len(args) > 2 or kwargs or args[0].python_type() not in _SIZED:
+        raise Unsupported("operator.length_hint of a value without a known size", kind="unsupported_call")
+    return BUILTIN_RULES[len](tx, [args[0]], {})
+
+
+BUILTIN_RULES[operator.length_hint] = _length_hint_rule
 
 
 for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_", "xor",

@@ -1,0 +1,130 @@
+"""Builtins and the standard library inside a compiled function, as PyTorch tests its own Dynamo
+(test_functions.py, test_misc.py, test_builtins.py): each program of tests/capture/dynbuiltins_cases
+runs eagerly and through kiln.compile(backend="eager") over its calls; the values returned (or the
+exceptions raised, type and text), the arguments as the calls left them and the state read from
+outside must agree, with no fallback to eager.
+
+Where a class of calls used to break the graph (heapq's and bisect's C functions, operator.setitem /
+delitem / length_hint, a builtin method bound to an immutable value, `Counter.most_common`), the
+programs of _WHOLE also count the breaks: none.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import importlib.util
+import os
+import warnings
+from typing import Any
+
+import pytest
+import torch
+
+import kiln
+from semantics_oracle import same
+
+_CASES = os.path.join(os.path.dirname(__file__), "dynbuiltins_cases")
+_MODULES = ("iters", "func", "coll", "dc", "text", "bi", "hard", "args", "new")
+
+
+def _load(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"dynbuiltins_cases_{name}", os.path.join(_CASES, f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _programs(sample: bool = False) -> list[Any]:
+    """Every program; with `sample`, the ones outside a fixed sample (every 10th, and the programs of
+    _WHOLE) are marked slow, so `make test` runs about a sixth of them."""
+    out = []
+    for name in _MODULES:
+        for prog in _load(name).PROGS:
+            ident = f"{name}.{prog[0]}"
+            marks = [pytest.mark.slow] if sample and ident not in _WHOLE and len(out) % 10 else []
+            out.append(pytest.param(ident, prog, id=ident, marks=marks))
+    return out
+
+
+# the programs of classes that used to break the graph: traced whole now
+_WHOLE = ("new.heap_push_pop", "new.heapify_layout", "new.heap_user_lt", "new.heap_arg", "new.nlargest_key",
+          "new.merge_list", "new.counter_most_common", "new.bisect_ops", "new.bisect_key", "new.bisect_shape",
+          "new.op_setitem_del", "new.op_setitem_arg", "new.op_length_hint", "new.frozenset_method",
+          "new.str_method_bound", "new.int_method_bound", "new.tuple_method_bound", "new.sort_const_tuples",
+          "new.sort_then_unpack", "coll.counter1", "args.heapq_local", "args.bisect_local", "func.op_setitem",
+          "func.op_index")
+
+
+def _args(make: Any, i: int) -> tuple:
+    return make(i) if make.__code__.co_argcount else make()
+
+
+def _norm(v: Any) -> Any:
+    """Containers of collections and dataclasses as plain structures `same` compares."""
+    if isinstance(v, collections.deque):
+        return ("deque", [_norm(a) for a in v], v.maxlen)
+    if isinstance(v, collections.defaultdict):
+        return ("defaultdict", v.default_factory is None, {k: _norm(a) for k, a in v.items()})
+    if isinstance(v, collections.ChainMap):
+        return ("chainmap", [_norm(m) for m in v.maps])
+    if isinstance(v, collections.OrderedDict):
+        return ("ordereddict", [(k, _norm(a)) for k, a in v.items()])
+    if isinstance(v, collections.Counter):
+        return ("counter", dict(v))
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return (type(v).__name__, [_norm(getattr(v, f.name)) for f in dataclasses.fields(v)])
+    if isinstance(v, tuple) and hasattr(v, "_fields"):
+        return (type(v).__name__, [_norm(a) for a in v])
+    if isinstance(v, (list, tuple)):
+        return type(v)(_norm(a) for a in v)
+    if type(v) is dict:
+        return {k: _norm(a) for k, a in v.items()}
+    return v
+
+
+def _outcome(fn: Any, args: tuple) -> tuple:
+    try:
+        return ("ok", _norm(fn(*args)))
+    except Exception as exc:  # noqa: BLE001 - compared with eager's
+        return ("raised", type(exc), str(exc))
+
+
+def _same_outcome(got: tuple, want: tuple) -> bool:
+    if got[0] != want[0]:
+        return False
+    return bool(same(got[1], want[1])) if want[0] == "ok" else got[1:] == want[1:]
+
+
+@pytest.mark.parametrize("ident,prog", _programs(sample=True))
+def test_program_matches_eager(ident: str, prog: Any) -> None:
+    name, fn, make, *rest = prog
+    calls = rest[0] if rest else 1
+    reset = rest[1] if len(rest) > 1 else None
+    if reset:
+        reset()
+    eager = []
+    for i in range(calls):
+        args = _args(make, i)
+        eager.append((_outcome(fn, args), _norm(args)))
+    if reset:
+        reset()
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(calls):
+            args = _args(make, i)
+            got = _outcome(compiled, args)
+            want, want_args = eager[i]
+            assert _same_outcome(got, want), f"call {i}: compiled {got!r}, eager {want!r}"
+            assert same(_norm(args), want_args), f"call {i}: arguments left {args!r}, eager {want_args!r}"
+    fallbacks = [str(w.message) for w in caught if type(w.message).__name__ == "KilnWarning"]
+    assert not fallbacks, fallbacks
+    if ident in _WHOLE:
+        assert kiln.stats()["graph_breaks"] == 0, kiln.explain(fn)(*_args(make, 0))
+
+
+def test_every_whole_program_exists() -> None:
+    ids = {p.values[0] for p in _programs()}
+    assert set(_WHOLE) <= ids, set(_WHOLE) - ids
