@@ -53,7 +53,7 @@ _WHOLE = ("new.heap_push_pop", "new.heapify_layout", "new.heap_user_lt", "new.he
           "new.op_setitem_del", "new.op_setitem_arg", "new.op_length_hint", "new.frozenset_method",
           "new.str_method_bound", "new.int_method_bound", "new.tuple_method_bound", "new.sort_const_tuples",
           "new.sort_then_unpack", "coll.counter1", "args.heapq_local", "args.bisect_local", "func.op_setitem",
-          "func.op_index")
+          "func.op_index", "new.tuple_order_tensors", "new.heap_of_entries", "new.heap_tensors_tuples")
 
 
 def _args(make: Any, i: int) -> tuple:

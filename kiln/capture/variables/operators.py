@@ -276,6 +276,10 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
                 continue  # CPython's container compare takes `is` for equal before calling __eq__
             equal = compare_op(tx, "==", left, right).truth(tx)
         return ConstantVariable(equal if symbol in ("==", "eq") else not equal)
+    if symbol in _ORDERINGS and isinstance(a, BaseSequenceVariable) and isinstance(b, BaseSequenceVariable) \
+            and not (a.is_constant() and b.is_constant()) and _sequence_kind(a) is _sequence_kind(b) \
+            and _sequence_kind(a) in (tuple, list) and _builtin_ordering(a, symbol) and _builtin_ordering(b, symbol):
+        return _sequence_order(tx, symbol, a, b)
     if isinstance(a, SetVariable) and isinstance(b, SetVariable):
         return ConstantVariable(a.compare(symbol, b))
     if _graph_values(a, b):
@@ -298,6 +302,29 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
         if same is not None:
             return ConstantVariable(same if symbol in ("==", "eq") else not same)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+_ORDERINGS = ("<", "<=", ">", ">=", "lt", "le", "gt", "ge")
+
+
+def _builtin_ordering(v: Variable, symbol: str) -> bool:
+    """The sequence's class orders (and compares equal) as tuple or list do (no override of its own)."""
+    kind, base = v.python_type(), _sequence_kind(v)
+    names = (_DUNDERS[_SYMBOLS.get(symbol, symbol)], _REFLECTED[_DUNDERS[_SYMBOLS.get(symbol, symbol)]], "__eq__")
+    return all(getattr(kind, n) is getattr(base, n) for n in names)
+
+
+def _sequence_order(tx: "Tracer", symbol: str, a: BaseSequenceVariable, b: BaseSequenceVariable) -> Variable:
+    """`a < b` of two tuples (or two lists) holding traced values, as CPython orders them: the
+    first pair of items that are not equal (`is`, then `==`) decides with the operator itself (its
+    result returned as it is); when one runs out first, the lengths decide. A heap entry
+    `(priority, i, tensor)` is ordered by its numbers and never asks about the tensor."""
+    for left, right in zip(a.items, b.items):
+        if _identity(left, right):
+            continue
+        if not compare_op(tx, "==", left, right).truth(tx):
+            return compare_op(tx, symbol, left, right)
+    return _const(COMPARE[symbol], ConstantVariable(len(a.items)), ConstantVariable(len(b.items)))
 
 
 def _numbers_only(*rows: list[Variable]) -> bool:

@@ -142,3 +142,22 @@ def set_of_tuples_global(x):
 def set_of_tuples_arg(s, x):
     return [x * a + b for a, b in sorted(s)], max(s)[0]
 PROGS += [("set_of_tuples_global", set_of_tuples_global, X), ("set_of_tuples_arg", set_of_tuples_arg, lambda: ({(1, 2), (0, 5)}, torch.ones(3)))]
+def tuple_order_tensors(x):
+    a = (1.0, 0, x)
+    b = (2.0, 1, x * 2)
+    c = (1.0, 2, x * 3)
+    return a < b, b > a, a <= c, c >= a, [a, c] < [a, b], (1, x) < (1, x, 2), max([a, b, c])[2]
+def tuple_order_sizes(x):
+    return x.shape < (5, 1), (x.shape[0], 2) <= (3, 2), [x.shape[0]] > [1], x * 2
+def tuple_order_tensor_tie(x):
+    try:
+        return (1, x) < (1, x + 1)
+    except RuntimeError as e:
+        return "ambiguous" in str(e)
+def heap_of_entries(x):
+    h = []
+    for i, t in enumerate([x * 3, x, x * 2]):
+        heapq.heappush(h, (float(i * 7 % 3), i, t))
+    return [heapq.heappop(h)[2] for _ in range(3)]
+PROGS += [("tuple_order_tensors", tuple_order_tensors, X), ("tuple_order_sizes", tuple_order_sizes, lambda i: (torch.ones(i + 2),), 3),
+          ("tuple_order_tensor_tie", tuple_order_tensor_tie, X), ("heap_of_entries", heap_of_entries, X)]
