@@ -14,6 +14,7 @@ import collections
 import dataclasses
 import importlib.util
 import os
+import random
 import warnings
 from typing import Any
 
@@ -128,3 +129,70 @@ def test_program_matches_eager(ident: str, prog: Any) -> None:
 def test_every_whole_program_exists() -> None:
     ids = {p.values[0] for p in _programs()}
     assert set(_WHOLE) <= ids, set(_WHOLE) - ids
+
+
+# ---- Python's random module seeded inside the frame (kiln/capture/variables/python_random.py) ----
+
+def _seeded_draws(x):
+    random.seed(0)
+    return x * random.random() + random.randint(1, 10), random.uniform(-1, 1)
+
+
+def _seeded_loop(x):
+    random.seed(3)
+    for _ in range(3):
+        x = x * random.uniform(0.5, 1.5)
+    return x
+
+
+def _seeded_choices(x):
+    random.seed("text")
+    return x * random.choice([1, 2, 3]), random.sample([5, 6, 7, 8], 2), random.choices("xyz", k=3), \
+        random.gauss(0.0, 1.0), random.randrange(0, 100, 7), random.getrandbits(12)
+
+
+def _reseeded(x):
+    random.seed(1)
+    a = random.random()
+    random.seed(1)
+    return x + a - random.random()
+
+
+def _seeded_then_break(x):
+    random.seed(7)
+    y = x + random.gauss(0, 1)
+    print("", end="")  # a graph break: the generator is left where eager leaves it before the call
+    return y + random.random()
+
+
+def _draw_before_seed(x):
+    a = random.random()  # the caller's state: a break, made for real
+    random.seed(2)
+    return x * a + random.random()
+
+
+def _seeded_shuffle(x):
+    random.seed(4)
+    items = [1, 2, 3, 4]
+    random.shuffle(items)  # writes into a list: made for real (a break), from the seeded state
+    return x * items[0], items, random.random()
+
+
+@pytest.mark.parametrize("fn,whole", [(_seeded_draws, True), (_seeded_loop, True), (_seeded_choices, True),
+                                      (_reseeded, True), (_seeded_then_break, False), (_draw_before_seed, False),
+                                      (_seeded_shuffle, False)])
+def test_random_seeded_in_frame(fn: Any, whole: bool) -> None:
+    """Each call returns eager's values and leaves the module's generator where eager leaves it
+    (the next draw after the call agrees), from a caller's state that differs between calls."""
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    for outer in (11, 12, 11):
+        random.seed(outer)
+        want = _outcome(fn, (torch.ones(3),))
+        want_next = random.random()
+        random.seed(outer)
+        got = _outcome(compiled, (torch.ones(3),))
+        assert _same_outcome(got, want), (got, want)
+        assert random.random() == want_next
+    assert kiln.stats()["fallbacks"] == 0
+    assert (kiln.stats()["graph_breaks"] == 0) == whole, kiln.stats()

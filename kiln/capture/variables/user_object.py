@@ -16,6 +16,7 @@ import inspect
 import math
 import operator
 import os
+import random
 import types
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -315,6 +316,11 @@ class ObjectVariable(Variable):
         from kiln.capture.variables.sequence import is_namedtuple_type
 
         obj = self.value
+        if getattr(obj, "__self__", None) is _MODULE_GENERATOR and _MODULE_GENERATOR is not None:
+            from kiln.capture.variables.python_random import call_module_random
+            drawn = call_module_random(tx, obj, list(args), kwargs)  # `random.seed(0)`, then draws
+            if drawn is not None:
+                return drawn
         if is_autograd_function_apply(obj):
             from kiln.capture.variables.autograd_function import call_autograd_function
             owner = None  # where the class is read from: `G['Fn']` of `G['Fn'].apply`, or `alias.__self__`
@@ -521,6 +527,9 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
         raise Unsupported(f"{fn.__name__} raised {type(exc).__name__}: {exc} (raised natively)",
                           kind="unsupported") from exc
 
+
+# the hidden generator whose methods are the random module's functions (variables/python_random.py)
+_MODULE_GENERATOR = getattr(random, "_inst", None)
 
 _PLAIN_SCALARS = (str, bytes, int, float, complex, bool, type(None))
 
