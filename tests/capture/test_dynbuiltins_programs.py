@@ -10,9 +10,11 @@ programs of _WHOLE also count the breaks: none.
 """
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import importlib.util
+import operator
 import os
 import random
 import warnings
@@ -196,3 +198,23 @@ def test_random_seeded_in_frame(fn: Any, whole: bool) -> None:
         assert random.random() == want_next
     assert kiln.stats()["fallbacks"] == 0
     assert (kiln.stats()["graph_breaks"] == 0) == whole, kiln.stats()
+
+
+def _bisected_scale(x):
+    bounds = [1, 3, 5]
+    bisect.insort(bounds, 4)
+    return x * bisect.bisect_left(bounds, 4) + operator.length_hint(bounds)
+
+
+@pytest.mark.parametrize("fn", [_seeded_loop, _seeded_draws, _bisected_scale])
+def test_graph_count_matches_dynamo(fn: Any) -> None:
+    """One graph, as torch.compile makes (it models a seeded generator and runs bisect's Python)."""
+    from torch_oracle import torch_graph_count
+
+    calls = [(torch.ones(3),), (torch.ones(3),)]
+    kiln.reset()
+    backend = kiln.backends.CountingBackend()
+    compiled = kiln.compile(fn, backend=backend)
+    for args in calls:
+        compiled(*args)
+    assert backend.frame_count == torch_graph_count(fn, calls) == 1
