@@ -55,6 +55,7 @@ from kiln.capture.variables.numpy_scalar_args import NumpyScalarVariable
 from kiln.capture.variables import numpy_fft_grids  # noqa: F401  (fills NUMPY_FUNCTIONS with np.fft, np.meshgrid)
 from kiln.capture.variables import lazy_itertools  # noqa: F401  (fills the rules of itertools.count, cycle, tee, islice)
 from kiln.capture.variables import object_copy  # noqa: F401  (fills the rules of copy.deepcopy and copy.copy)
+from kiln.capture.variables import stdlib_twins  # noqa: F401  (fills the rules of heapq's and bisect's C functions)
 from kiln.capture.variables import type_checks  # noqa: F401  (fills the rules of isinstance, issubclass, type)
 from kiln.capture.variables import number_builtins  # noqa: F401  (fills the rules of min, max, sum, int, str, ...)
 from kiln.capture.variables import globals_dict  # noqa: F401  (fills the rule of globals())

@@ -11,6 +11,7 @@ and BuiltinVariable's operator rules.
 """
 from __future__ import annotations
 
+import collections
 import inspect
 import operator
 import types
@@ -287,6 +288,10 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
                 continue  # CPython's container compare takes `is` for equal before calling __eq__
             equal = compare_op(tx, "==", left, right).truth(tx)
         return ConstantVariable(equal if symbol in ("==", "eq") else not equal)
+    if symbol in _ORDERINGS and isinstance(a, BaseSequenceVariable) and isinstance(b, BaseSequenceVariable) \
+            and not (a.is_constant() and b.is_constant()) and _sequence_kind(a) is _sequence_kind(b) \
+            and _sequence_kind(a) in (tuple, list) and _builtin_ordering(a, symbol) and _builtin_ordering(b, symbol):
+        return _sequence_order(tx, symbol, a, b)
     if isinstance(a, SetVariable) and isinstance(b, SetVariable):
         return ConstantVariable(a.compare(symbol, b))
     if _graph_values(a, b):
@@ -309,6 +314,29 @@ def compare_op(tx: "Tracer", symbol: str, a: Variable, b: Variable) -> Variable:
         if same is not None:
             return ConstantVariable(same if symbol in ("==", "eq") else not same)
     raise Unsupported(f"{a.describe()} {symbol} {b.describe()}", kind="unsupported")
+
+
+_ORDERINGS = ("<", "<=", ">", ">=", "lt", "le", "gt", "ge")
+
+
+def _builtin_ordering(v: Variable, symbol: str) -> bool:
+    """The sequence's class orders (and compares equal) as tuple or list do (no override of its own)."""
+    kind, base = v.python_type(), _sequence_kind(v)
+    names = (_DUNDERS[_SYMBOLS.get(symbol, symbol)], _REFLECTED[_DUNDERS[_SYMBOLS.get(symbol, symbol)]], "__eq__")
+    return all(getattr(kind, n) is getattr(base, n) for n in names)
+
+
+def _sequence_order(tx: "Tracer", symbol: str, a: BaseSequenceVariable, b: BaseSequenceVariable) -> Variable:
+    """`a < b` of two tuples (or two lists) holding traced values, as CPython orders them: the
+    first pair of items that are not equal (`is`, then `==`) decides with the operator itself (its
+    result returned as it is); when one runs out first, the lengths decide. A heap entry
+    `(priority, i, tensor)` is ordered by its numbers and never asks about the tensor."""
+    for left, right in zip(a.items, b.items):
+        if _identity(left, right):
+            continue
+        if not compare_op(tx, "==", left, right).truth(tx):
+            return compare_op(tx, symbol, left, right)
+    return _const(COMPARE[symbol], ConstantVariable(len(a.items)), ConstantVariable(len(b.items)))
 
 
 def _numbers_only(*rows: list[Variable]) -> bool:
@@ -705,6 +733,37 @@ def _operator_rule(name: str) -> BuiltinRule:
             return binary_op(tx, BINARY_SYMBOLS[name], args[0], args[1])
         return compare_op(tx, name, args[0], args[1])
     return rule
+
+
+def _item_write_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable], name: str) -> Variable:
+    """operator.setitem(obj, key, value) / operator.delitem(obj, key): `obj[key] = value` / `del obj[key]`."""
+    if kwargs or len(args) != (3 if name == "setitem" else 2):
+        raise Unsupported(f"operator.{name} with {len(args)} arguments (raised natively)", kind="unsupported_call")
+    obj, key = args[0], args[1]
+    if name == "setitem" and isinstance(obj, TensorVariable):
+        tx.call_op("call_function", operator.setitem, [obj, key, args[2]], {})
+    elif name == "setitem":
+        obj.call_method(tx, "__setitem__", [key, args[2]], {})
+    else:
+        obj.call_method(tx, "__delitem__", [key], {})
+    return ConstantVariable(None)
+
+
+BUILTIN_RULES[operator.setitem] = lambda tx, args, kwargs: _item_write_rule(tx, args, kwargs, "setitem")
+BUILTIN_RULES[operator.delitem] = lambda tx, args, kwargs: _item_write_rule(tx, args, kwargs, "delitem")
+
+# Sized builtin containers: operator.length_hint of one is its len() (as CPython asks len() first)
+_SIZED = (list, tuple, dict, set, frozenset, str, bytes, range, collections.OrderedDict,
+          collections.defaultdict, collections.deque)
+
+
+def _length_hint_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    if not args or len(args) > 2 or kwargs or args[0].python_type() not in _SIZED:
+        raise Unsupported("operator.length_hint of a value without a known size", kind="unsupported_call")
+    return BUILTIN_RULES[len](tx, [args[0]], {})
+
+
+BUILTIN_RULES[operator.length_hint] = _length_hint_rule
 
 
 for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_", "xor",

@@ -312,9 +312,13 @@ class ListVariable(BaseSequenceVariable):
             del self.items[where]
             return none
         if name == "sort" and self.is_constant() and constant_args(args, kwargs):
-            values = native(sorted, self.as_constant(), **{k: v.as_constant() for k, v in kwargs.items()})
+            # the items themselves reordered (a tuple of constants stays the TupleVariable it was);
+            # sorting their positions by value is the same stable permutation as sorting the values
+            values = self.as_constant()
+            order = native(sorted, range(len(values)), key=values.__getitem__,
+                           **{k: v.as_constant() for k, v in kwargs.items()})
             self._mutated(tx)
-            self.items[:] = [ConstantVariable(v) for v in values]
+            self.items[:] = [self.items[i] for i in order]
             return none
         if name == "sort" and not args and set(kwargs) <= {"key", "reverse"}:
             # sorted()'s rule (ordering.sorted_rule, which builds on this module; builtin.py registers it)

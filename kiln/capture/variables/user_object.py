@@ -16,6 +16,7 @@ import inspect
 import math
 import operator
 import os
+import random
 import types
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -315,6 +316,11 @@ class ObjectVariable(Variable):
         from kiln.capture.variables.sequence import is_namedtuple_type
 
         obj = self.value
+        if getattr(obj, "__self__", None) is _MODULE_GENERATOR and _MODULE_GENERATOR is not None:
+            from kiln.capture.variables.python_random import call_module_random
+            drawn = call_module_random(tx, obj, list(args), kwargs)  # `random.seed(0)`, then draws
+            if drawn is not None:
+                return drawn
         if is_autograd_function_apply(obj):
             from kiln.capture.variables.autograd_function import call_autograd_function
             owner = None  # where the class is read from: `G['Fn']` of `G['Fn'].apply`, or `alias.__self__`
@@ -385,6 +391,10 @@ class ObjectVariable(Variable):
             return UserMethodVariable(call, self).call(tx, args, kwargs)
         if is_pure_library_function(obj):
             return _fold_library_call(tx, obj, list(args), kwargs)
+        if isinstance(obj, types.BuiltinMethodType) and _plain_constant(obj.__self__):
+            folded = _fold_immutable_method(tx, obj, list(args), kwargs)
+            if folded is not None:
+                return folded
         if isinstance(obj, type) and constructible_dict_subclass(obj):
             return new_dict_subclass(tx, obj, list(args), kwargs)
         if isinstance(obj, type) and constructible(obj):
@@ -516,6 +526,35 @@ def _fold_library_call(tx: "Tracer", fn: Any, args: list[Variable], kwargs: dict
     except Exception as exc:
         raise Unsupported(f"{fn.__name__} raised {type(exc).__name__}: {exc} (raised natively)",
                           kind="unsupported") from exc
+
+
+# the hidden generator whose methods are the random module's functions (variables/python_random.py)
+_MODULE_GENERATOR = getattr(random, "_inst", None)
+
+_PLAIN_SCALARS = (str, bytes, int, float, complex, bool, type(None))
+
+
+def _plain_constant(value: Any) -> bool:
+    """A value no call can change nor observe: a number, text, or a tuple/frozenset of them."""
+    if type(value) in _PLAIN_SCALARS:
+        return True
+    return type(value) in (tuple, frozenset) and all(_plain_constant(v) for v in value)
+
+
+def _fold_immutable_method(tx: "Tracer", method: Any, args: list[Variable], kwargs: dict[str, Variable]) -> Variable | None:
+    """A builtin method bound to an immutable plain value (`frozenset(words).__contains__` kept by
+    collections.namedtuple, `"-".join`, `(3).to_bytes`) on constant arguments: it reads nothing but
+    its receiver and arguments, so it runs now; None where an argument is not a constant. What it
+    raises is raised natively (a break), as any call on constants that fails."""
+    from kiln.capture.variables.base import constant_args
+    consts = constant_args(args, kwargs)
+    if consts is None or not all(_plain_constant(v) for v in [*consts[0], *consts[1].values()]):
+        return None
+    try:
+        return tx.wrap_result(method(*consts[0], **consts[1]))
+    except Exception as exc:
+        name = f"{type(method.__self__).__name__}.{method.__name__}"
+        raise Unsupported(f"{name} raised {type(exc).__name__}: {exc} (raised natively)", kind="unsupported") from exc
 
 
 def _patchable_torch_function(module: Any, value: Any) -> bool:
