@@ -274,3 +274,31 @@ def test_integer_division_by_every_extreme_divisor(dtype: torch.dtype, op: str) 
     fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = _DIVISIONS[op]
     kiln.reset()
     torch.testing.assert_close(kiln.compile(fn)(a, b), fn(a, b), rtol=0, atol=0)
+
+
+# One dynamic graph called on a sequence of shapes, the last with an empty dim: a column reduction
+# whose tile width was the known size of its last outer dim made `int nan_buf[0] = {0}` (and
+# `acc[0]`) for a size-0 tensor, which g++ refuses: the graph fell back to eager with a warning.
+SHAPE_SEQUENCE = [(37, 129), (5, 3), (1, 7), (9, 1), (3, 0)]
+SEQUENCED: dict[str, Callable[[torch.Tensor], Any]] = {
+    "amax_dim0": lambda a: a.amax(0),
+    "max_dim0_values_indices": lambda a: a.max(0),
+    "half_amin_dim0": lambda a: a.half().amin(0),
+    "sum_dim0": lambda a: a.sum(0),
+    "argmax_dim0": lambda a: a.argmax(0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEQUENCED))
+def test_dynamic_graph_over_shapes_down_to_empty(name: str) -> None:
+    fn = SEQUENCED[name]
+    base = torch.randn(37, 129, generator=torch.Generator().manual_seed(5))
+    kiln.reset()
+    compiled = kiln.compile(fn, dynamic=True)
+    for rows, cols in SHAPE_SEQUENCE:
+        x = base[:rows, :cols].contiguous()
+        want, got = _outcome(fn, [x]), _outcome(compiled, [x])
+        assert got[0] == want[0] and (want[0] == "ok" or got[1] is want[1]), ((rows, cols), got, want)
+        if want[0] == "ok":
+            _same(got[1], want[1])
+    assert kiln.stats()["fallbacks"] == 0
