@@ -188,11 +188,11 @@ template <typename T> static inline T kiln_negate_wrapping(T a) {
 }
 template <typename T> static inline T kiln_truncdiv_int(T a, T b) {
   if (b == 0) return 0;
-  if (b == (T)-1) return kiln_negate_wrapping(a);
+  if (std::numeric_limits<T>::is_signed && b == (T)-1) return kiln_negate_wrapping(a);  // uint8's 255 is not -1
   return (T)(a / b);
 }
 template <typename T> static inline T kiln_fmod_int(T a, T b) {
-  if (b == 0 || b == (T)-1) return 0;
+  if (b == 0 || (std::numeric_limits<T>::is_signed && b == (T)-1)) return 0;
   return (T)(a %% b);
 }
 static inline int64_t kiln_floordiv(int64_t a, int64_t b) {

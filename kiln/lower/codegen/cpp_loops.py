@@ -213,7 +213,8 @@ class TileKernels(KernelParts):
         body = _tiled_outer_loops(xs, k)
         # a known tile narrower than TILE (a sum over H and W of an NHWC tensor with 8 channels) is
         # its exact width, so its loops have a known trip count: one vector, no remainder loop
-        width = int(size) if size.is_number and int(size) < TILE else TILE
+        # (a known 0, an empty tensor's, runs no tile but still needs arrays of a legal C++ length)
+        width = int(size) if size.is_number and 0 < int(size) < TILE else TILE
         body.append(f"for (int64_t xt = 0; xt < {cexpr(size)}; xt += {width}) {{")
         body.append(f"const int64_t xn = {width};" if size.is_number and int(size) == width else
                     f"const int64_t xn = {cexpr(size)} - xt < {width} ? {cexpr(size)} - xt : {width};")
