@@ -1,0 +1,70 @@
+"""The ninth held-out set (tests/e2e/held_out_models9.py) through kiln.compile's default backend
+(captured, lowered and run as Kiln's own kernels), compared with eager, and kiln.explain's counts
+compared with torch._dynamo.explain's on the same call:
+
+- test_held_out9_matches_eager[model-mode]: outputs (and, for "train", every parameter's gradient)
+  equal eager's.
+- test_held_out9_graph_counts[model-mode]: no frame falls back to eager as a whole, Kiln captures a
+  graph where torch.compile does, never more graphs or breaks than torch.compile, and its graphs
+  hold at least half of torch.compile's ops.
+
+A fast slice runs by default; the rest is `-m slow`. Needs `pip install transformers`.
+"""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from held_out_models9 import HELD_OUT9  # noqa: E402  (after the importorskip: it imports transformers)
+from real_models import assert_close_trees, eager_result, kiln_counts, kiln_result, torch_counts  # noqa: E402
+
+MODES = ("infer", "train")
+FAST_MATCH = {("mpt", "infer"), ("granite", "train")}
+FAST_COUNTS = {("cohere", "infer")}
+
+# (test, model, mode) -> reason
+XFAIL: dict[tuple[str, str, str], str] = {}
+
+
+def _params(test: str, fast: set[tuple[str, str]]):
+    for model in HELD_OUT9:
+        for mode in MODES:
+            marks = [] if (model, mode) in fast else [pytest.mark.slow]
+            if (test, model, mode) in XFAIL:
+                marks.append(pytest.mark.xfail(strict=True, reason=XFAIL[test, model, mode]))
+            yield pytest.param(model, mode, marks=marks, id=f"{model}-{mode}")
+
+
+@pytest.mark.parametrize("model,mode", list(_params("match", FAST_MATCH)))
+def test_held_out9_matches_eager(model: str, mode: str) -> None:
+    entry = HELD_OUT9[model]
+    training = mode == "train"
+    want_out, want_grads = eager_result(entry, training)
+    got_out, got_grads = kiln_result(entry, training, "inductor")
+    assert_close_trees(got_out, want_out, entry.tol, f"{model} {mode} outputs")
+    if training:
+        assert_close_trees(got_grads, want_grads, entry.tol, f"{model} grads")
+
+
+@pytest.mark.parametrize("model,mode", list(_params("counts", FAST_COUNTS)))
+def test_held_out9_graph_counts(model: str, mode: str) -> None:
+    entry = HELD_OUT9[model]
+    training = mode == "train"
+    torch_graphs, torch_breaks, torch_explained = torch_counts(entry, training)
+    graphs, breaks, explained = kiln_counts(entry, training)
+    fallbacks = [f for f in explained.fallbacks if "no tensor ops were traced" not in f.reason]
+    said = f"kiln {graphs} graphs / {breaks} breaks, torch.compile {torch_graphs} / {torch_breaks}\n{explained}"
+    assert not fallbacks, "frames ran eagerly as a whole: " + said
+    assert (graphs >= 1) == (torch_graphs >= 1), said
+    assert graphs <= torch_graphs and breaks <= torch_breaks, said
+    assert explained.op_count * 2 >= torch_explained.op_count, (
+        f"kiln's graphs hold {explained.op_count} ops, torch.compile's {torch_explained.op_count}: " + said)
+
+
+def test_held_out9_models_are_new() -> None:
+    from held_out_models import HELD_OUT
+    from real_models import MODELS
+
+    assert not set(HELD_OUT9) & (set(MODELS) | set(HELD_OUT))
+    assert len(HELD_OUT9) >= 12
