@@ -6,7 +6,8 @@ dynamic convolution (ConvBERT), layout embeddings (LayoutLM), masked autoencodin
 (ViT-MAE), focal modulation (FocalNet), overlapping patch embeddings (PVTv2), weight-standardized
 convs (BiT), convolutional projections (CvT), unrolled mask units (Hiera), SEW-D's squeezed attention,
 an audio spectrogram transformer (AST), a speech-to-text seq2seq (Speech2Text), patched time series
-(PatchTST). Built as the other sets (tiny configs, random weights, dropout off, no hub download).
+(PatchTST), n-gram prediction with bucketed relative positions (ProphetNet). Built as the other sets
+(tiny configs, random weights, dropout off, no hub download).
 
 `HELD_OUT9` maps a name to a `RealModel`; tests/e2e/test_held_out_models9.py runs each through
 kiln.compile's default backend (lowered code, not "eager") and compares with eager and with the

@@ -4,6 +4,10 @@ compared with torch._dynamo.explain's on the same call:
 
 - test_held_out9_matches_eager[model-mode]: outputs (and, for "train", every parameter's gradient)
   equal eager's.
+- test_held_out9_optimizer_steps[model-optimizer]: three whole training steps (zero_grad, forward,
+  loss.backward, SGD-with-momentum or AdamW step) compiled as one function: the losses and the
+  parameters after them equal eager's, and Kiln compiles no more graphs than torch.compile over the
+  same three calls (the backward breaks the frame; the optimizer's state appears after step one).
 - test_held_out9_graph_counts[model-mode]: no frame falls back to eager as a whole, Kiln captures a
   graph where torch.compile does, never more graphs or breaks than torch.compile, and its graphs
   hold at least half of torch.compile's ops.
@@ -12,12 +16,17 @@ A fast slice runs by default; the rest is `-m slow`. Needs `pip install transfor
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
 from held_out_models9 import HELD_OUT9  # noqa: E402  (after the importorskip: it imports transformers)
-from real_models import assert_close_trees, eager_result, kiln_counts, kiln_result, torch_counts  # noqa: E402
+from real_models import _scalar_loss, assert_close_trees, eager_result, kiln_counts, kiln_result  # noqa: E402
+from real_models import torch_counts  # noqa: E402
+from torch_oracle import torch_graph_count  # noqa: E402
 
 MODES = ("infer", "train")
 FAST_MATCH = {("mpt", "infer"), ("granite", "train")}
@@ -60,6 +69,54 @@ def test_held_out9_graph_counts(model: str, mode: str) -> None:
     assert graphs <= torch_graphs and breaks <= torch_breaks, said
     assert explained.op_count * 2 >= torch_explained.op_count, (
         f"kiln's graphs hold {explained.op_count} ops, torch.compile's {torch_explained.op_count}: " + said)
+
+
+OPTIMIZED = (("mpt", "adamw"), ("bit", "sgd"), ("olmoe", "adamw"), ("hiera", "sgd"))
+
+
+def _training_steps(name: str, optimizer: str) -> tuple[torch.nn.Module, Callable[[dict], torch.Tensor], list[dict]]:
+    entry = HELD_OUT9[name]
+    model = entry.build()
+    model.train()
+    opt: torch.optim.Optimizer
+    if optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+
+    def step(kwargs: dict) -> torch.Tensor:
+        opt.zero_grad()
+        loss = _scalar_loss(model(**kwargs))
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return model, step, [entry.inputs(True) for _ in range(3)]
+
+
+def _run_steps(name: str, optimizer: str, wrap: Callable[[Any], Any]) -> tuple[list, dict]:
+    model, step, batches = _training_steps(name, optimizer)
+    fn = wrap(step)
+    losses = [fn(batch) for batch in batches]
+    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,optimizer", OPTIMIZED, ids=[f"{m}-{o}" for m, o in OPTIMIZED])
+def test_held_out9_optimizer_steps(model: str, optimizer: str) -> None:
+    import kiln
+
+    want = _run_steps(model, optimizer, lambda f: f)
+    kiln.reset()
+    try:
+        got = _run_steps(model, optimizer, kiln.compile)
+        graphs = kiln.stats()["graphs"]
+    finally:
+        kiln.reset()
+    assert_close_trees(got, want, HELD_OUT9[model].tol, f"{model} {optimizer} steps")
+    _, step, batches = _training_steps(model, optimizer)
+    torch_graphs = torch_graph_count(step, [(batch,) for batch in batches])
+    assert graphs <= torch_graphs, f"kiln compiled {graphs} graphs, torch.compile {torch_graphs}"
 
 
 def test_held_out9_models_are_new() -> None:
