@@ -8,6 +8,8 @@ compared with torch._dynamo.explain's on the same call:
   loss.backward, SGD-with-momentum or AdamW step) compiled as one function: the losses and the
   parameters after them equal eager's, and Kiln compiles no more graphs than torch.compile over the
   same three calls (the backward breaks the frame; the optimizer's state appears after step one).
+- test_held_out9_dynamic_decoders[model]: dynamic=True over three sequence lengths is one graph
+  with no break (the layers loop `self.layers[: config.num_hidden_layers]` once broke 7 times).
 - test_held_out9_graph_counts[model-mode]: no frame falls back to eager as a whole, Kiln captures a
   graph where torch.compile does, never more graphs or breaks than torch.compile, and its graphs
   hold at least half of torch.compile's ops.
@@ -117,6 +119,32 @@ def test_held_out9_optimizer_steps(model: str, optimizer: str) -> None:
     _, step, batches = _training_steps(model, optimizer)
     torch_graphs = torch_graph_count(step, [(batch,) for batch in batches])
     assert graphs <= torch_graphs, f"kiln compiled {graphs} graphs, torch.compile {torch_graphs}"
+
+
+DYNAMIC = ("cohere", "olmoe", "granite", "qwen3_moe")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", DYNAMIC)
+def test_held_out9_dynamic_decoders(model: str) -> None:
+    import kiln
+    from real_models import _as_tree, _detach
+
+    entry = HELD_OUT9[model]
+    module = entry.build().eval()
+    kiln.reset()
+    try:
+        compiled = kiln.compile(module, dynamic=True)
+        for seq, seed in ((8, 1), (12, 2), (5, 3)):
+            ids = torch.randint(1, 99, (2, seq), generator=torch.Generator().manual_seed(seed))
+            kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "use_cache": False}
+            with torch.no_grad():
+                want, got = _detach(_as_tree(module(**kwargs))), _detach(_as_tree(compiled(**kwargs)))
+            assert_close_trees(got, want, entry.tol, f"{model} seq {seq}")
+        stats = kiln.stats()
+    finally:
+        kiln.reset()
+    assert (stats["graphs"], stats["graph_breaks"], stats["fallbacks"]) == (1, 0, 0), stats
 
 
 def test_held_out9_models_are_new() -> None:
