@@ -10,6 +10,10 @@ compared with torch._dynamo.explain's on the same call:
   same three calls (the backward breaks the frame; the optimizer's state appears after step one).
 - test_held_out9_dynamic_decoders[model]: dynamic=True over three sequence lengths is one graph
   with no break (the layers loop `self.layers[: config.num_hidden_layers]` once broke 7 times).
+- test_held_out9_inference_mode[model]: a call under torch.inference_mode on inputs made under it
+  equals eager's (MPT's mask `.to(device, torch.bool)` reached the fake mode as a composite op whose
+  kernel re-entered the mode without end: the process aborted). In a child process, so a regression
+  fails instead of killing the run.
 - test_held_out9_graph_counts[model-mode]: no frame falls back to eager as a whole, Kiln captures a
   graph where torch.compile does, never more graphs or breaks than torch.compile, and its graphs
   hold at least half of torch.compile's ops.
@@ -145,6 +149,39 @@ def test_held_out9_dynamic_decoders(model: str) -> None:
     finally:
         kiln.reset()
     assert (stats["graphs"], stats["graph_breaks"], stats["fallbacks"]) == (1, 0, 0), stats
+
+
+INFERENCE_MODE_SCRIPT = """
+import sys
+sys.path[:0] = [{tests!r}, {e2e!r}]
+import torch, kiln
+from held_out_models9 import HELD_OUT9
+from real_models import _as_tree, _detach, assert_close_trees
+entry = HELD_OUT9[{model!r}]
+module = entry.build().eval()
+with torch.inference_mode():
+    kwargs = entry.inputs(False)
+    want = _detach(_as_tree(module(**kwargs)))
+    got = _detach(_as_tree(kiln.compile(module, backend="eager")(**kwargs)))
+assert_close_trees(got, want, entry.tol, {model!r})
+assert kiln.stats()["fallbacks"] == 0, kiln.stats()
+print("ok")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ("mpt", "cohere", "layoutlm"))
+def test_held_out9_inference_mode(model: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    e2e = os.path.dirname(os.path.abspath(__file__))
+    script = INFERENCE_MODE_SCRIPT.format(tests=os.path.dirname(e2e), e2e=e2e, model=model)
+    root = os.path.dirname(os.path.dirname(e2e))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
 def test_held_out9_models_are_new() -> None:
