@@ -15,6 +15,7 @@ such and left out of the geomeans, as is a compiler that raised.
     python -m benchmarks.models --no-warm            # skip the second-process measurements
     python -m benchmarks.models --held-out --threads 1   # the held-out models (tests/e2e/held_out_models.py)
     python -m benchmarks.models --cnn --threads 1        # the held-out CNNs (tests/e2e/cnn_models.py)
+    python -m benchmarks.models --held-out9 --threads 1  # the ninth held-out set (tests/e2e/held_out_models9.py)
 
 With --held-out the models are the 33 held-out `transformers` families that the project does not
 tune against (the way a new user meets Kiln); detr and yolos run inference only (their losses need
@@ -59,6 +60,7 @@ _CACHE_ENV = {"kiln": "KILN_CACHE_DIR", "torch": "TORCHINDUCTOR_CACHE_DIR"}
 
 _HELD_OUT = False  # set by --held-out (and passed on to the warm-start children)
 _CNN = False  # set by --cnn (likewise)
+_SET9 = False  # set by --held-out9 (with _HELD_OUT): tests/e2e/held_out_models9.py's families
 INFER_ONLY = {"detr", "yolos"}  # held-out models whose losses match boxes with scipy's solver
 
 
@@ -79,6 +81,10 @@ def _models() -> dict[str, Any]:
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "e2e")
     if here not in sys.path:
         sys.path.insert(0, here)  # held_out_models imports its helpers as `real_models`, as its tests do
+    if _SET9:
+        from held_out_models9 import HELD_OUT9
+
+        return HELD_OUT9
     from held_out_models import HELD_OUT
 
     return HELD_OUT
@@ -94,6 +100,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", default="bench_models.json", help="where to write the results")
     parser.add_argument("--held-out", action="store_true", help="the held-out models instead of the corpus")
     parser.add_argument("--cnn", action="store_true", help="the held-out torchvision-style CNNs instead")
+    parser.add_argument("--held-out9", action="store_true", help="the ninth held-out set instead")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for every compiler")
     parser.add_argument("--no-python-tier", dest="python_tier", action="store_false",
                         help="skip the Python-tier subprocesses (the 'k py/t' column)")
@@ -103,8 +110,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.modes = [m for m in args.modes.split(",") if m]
     if set(args.modes) - {"infer", "train"}:
         parser.error("--modes takes infer and/or train")
-    global _HELD_OUT, _CNN
-    _HELD_OUT, _CNN = args.held_out, args.cnn
+    global _HELD_OUT, _CNN, _SET9
+    _HELD_OUT, _CNN, _SET9 = args.held_out or args.held_out9, args.cnn, args.held_out9
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.child is None:
@@ -241,7 +248,7 @@ def child(name: str, mode: str, compiler: str) -> dict:
 def _child_run(name: str, mode: str, compiler: str, cache: str) -> dict:
     env = {**os.environ, _CACHE_ENV[compiler]: cache}
     env.pop("KILN_LOGS", None)
-    flags = ["--held-out"] * _HELD_OUT + ["--cnn"] * _CNN + (["--threads", str(torch.get_num_threads())])
+    flags = (["--held-out9"] if _SET9 else ["--held-out"] * _HELD_OUT) + ["--cnn"] * _CNN + (["--threads", str(torch.get_num_threads())])
     proc = subprocess.run([sys.executable, "-m", "benchmarks.models", *flags, "--child", name, mode, compiler],
                           capture_output=True, text=True, env=env, timeout=900)
     lines = proc.stdout.strip().splitlines()

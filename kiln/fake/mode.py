@@ -9,6 +9,7 @@ PyTorch counterpart: torch/_subclasses/fake_tensor.py (FakeTensorMode.dispatch).
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import types
 from typing import Any, Callable, Iterator, Sequence
@@ -367,7 +368,7 @@ def run_decomposed(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict,
     """Run `func` through its Python decomposition, each sub-op going through the mode again."""
     decomp = torch._decomp.decomposition_table.get(func)
     if decomp is None and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
-        decomp = func.decompose
+        decomp = functools.partial(_run_composite, func)
     if decomp is None:
         raise MissingFakeImplError(
             str(func), f"It has no meta kernel and no decomposition; add a fake impl for it with "
@@ -382,6 +383,17 @@ def run_decomposed(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict,
     if out is NotImplemented:
         raise MissingFakeImplError(str(func), "Its decomposition does not apply to these arguments.") from cause
     return out
+
+
+def _run_composite(func: Any, *args: Any, **kwargs: Any) -> Any:
+    """`func`'s C++ CompositeImplicitAutograd kernel. A composite op reaches the fake mode only where
+    autograd's keys are off (inference_mode: `x.to(torch.bool)` as aten.to.device); its kernel is
+    entered as a binding that a torch-function mode sees, and the device shim's mode would call the
+    op again from the top, back into this mode: a recursion that ended with the process aborted.
+    Torch-function handling is off while the kernel runs; its own sub-ops dispatch in C++ and come
+    back through the mode as usual."""
+    with torch._C.DisableTorchFunction():
+        return func.decompose(*args, **kwargs)
 
 
 def _decomposed_strategy(decomp: Callable[..., Any]) -> Callable[..., Any]:

@@ -25,6 +25,7 @@ from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
 from kiln.capture.variables.sequential_slice import SequentialSliceVariable
+from kiln.capture.variables.slice import SliceVariable
 from kiln.capture.variables.user_object import CLASS_CALLS
 from kiln.errors import RestartCapture, Unsupported
 
@@ -472,10 +473,16 @@ class NNModuleVariable(Variable):
         if override is not None:
             return UserMethodVariable(override, self).call(tx, [key], {})
         children = self._children(tx)
-        # an int made symbolic (an index argument that changed) picks one child: specialized, as
-        # the child called depends on it
-        index: Any = key.as_constant() if key.is_constant() or isinstance(self.module, (
-            torch.nn.ModuleDict, torch.nn.ParameterDict)) else tx.as_int(key)
+        # an int made symbolic (an index argument that changed, a slice's bound such as
+        # `self.layers[: config.num_layers]` under dynamic=True) picks children: specialized, as the
+        # children called depend on it
+        index: Any
+        if key.is_constant() or isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            index = key.as_constant()
+        elif isinstance(key, SliceVariable):
+            index = key.as_slice(tx)
+        else:
+            index = tx.as_int(key)
         if isinstance(self.module, _CONTAINERS) and not isinstance(index, slice) and \
                 (index not in dict(children) if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict))
                  else isinstance(index, int) and not -len(children) <= index < len(children)):
