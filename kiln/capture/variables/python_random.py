@@ -66,7 +66,6 @@ def call_module_random(tx: "Tracer", fn: Any, args: list["Variable"], kwargs: di
     if name is None:
         return None
     from kiln.capture.variables.base import constant_args
-    from kiln.capture.variables.builtin import BuiltinVariable
 
     consts = constant_args(args, kwargs)
     if consts is None or not all(_plain(v) for v in [*consts[0], *consts[1].values()]):
@@ -78,7 +77,9 @@ def call_module_random(tx: "Tracer", fn: Any, args: list["Variable"], kwargs: di
             return None  # no seed (the time, os.urandom) or a wrong call: made for real
         fresh = _Shadow(*bound)
         if shadow is None:
-            tx.side_effects.replay_cached_call(BuiltinVariable(random.setstate), [fresh.state])
+            # random.setstate as the builder wraps a builtin (no import of builtin.py here: that
+            # would join two import cycles of kiln.capture.variables into one)
+            tx.side_effects.replay_cached_call(tx.wrap(random.setstate, None), [fresh.state])
             tx.state.python_random = fresh  # type: ignore[attr-defined]
         else:
             shadow.generator, shadow.state.value = fresh.generator, fresh.state.value
