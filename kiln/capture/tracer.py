@@ -33,7 +33,7 @@ import torch.fx
 from kiln import config
 from kiln.capture import code as code_mod
 from kiln.capture import constant_fold
-from kiln.capture.deferred_checks import under_handler
+from kiln.capture.deferred_checks import may_raise_at_run_time, under_handler
 from kiln.capture.attribute_access import get_attribute, has_attribute, set_attribute
 from kiln.capture.guards import Guard
 from kiln.capture.op_arguments import example_arg, node_arg, scalar_operands
@@ -499,7 +499,8 @@ class Tracer:
         if self.output.inference_depth or self.output.inference_made:
             self.output.follow_inference(kind, target, ex_args, ex_kwargs, example)
         node = self.output.create_node(kind, target, node_args, node_kwargs, example)
-        if not self.output.ops_under_handler and under_handler(self):
+        if not self.output.ops_under_handler and may_raise_at_run_time(target, ex_args, example) \
+                and under_handler(self):
             self.output.ops_under_handler = True
         value = constant_fold.after_op(kind, target, args, kwargs, example)
         result = self.wrap_op_result(node, example)
