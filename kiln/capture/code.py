@@ -704,7 +704,7 @@ def resume_callable(fn: types.FunctionType, request: ResumeRequest, wrap_frame: 
         resume = make_function(code, fn.__globals__, None, code.co_name)
         made = _ResumeCall(wrap(resume), resume)
     else:
-        made = _PerClosure(code, fn.__globals__, wrap)
+        made = _PerClosure(code, fn.__globals__, None if request.native else wrap_frame)
     made.request = request
     return made
 
@@ -735,14 +735,19 @@ class _ResumeCall:
 
 
 class _PerClosure:
-    """Resume functions of one code object, one per closure they are called with."""
+    """Resume functions of one code object, one per closure they are called with: each a plain
+    function of that closure, compiled through the one callable of the resume code
+    (kiln.capture.code_callee, its entries shared by every closure: an inner function's frame
+    gets a new closure each call of its maker). The last few closures' functions are kept."""
 
     request: "ResumeRequest | None" = None
+    KEPT = 8
 
-    def __init__(self, code: types.CodeType, f_globals: dict[str, Any], wrap_frame: Callable[[Any], Any]) -> None:
+    def __init__(self, code: types.CodeType, f_globals: dict[str, Any],
+                 wrap_frame: Callable[[Any], Any] | None) -> None:
         self.code = code
         self.f_globals = f_globals
-        self.wrap_frame = wrap_frame
+        self.compiled = None if wrap_frame is None else wrap_frame(code)  # None: run natively
         self._made: dict[tuple[int, ...], tuple[Any, Any]] = {}
 
     def __call__(self, F: types.FunctionType) -> Any:
@@ -750,7 +755,10 @@ class _PerClosure:
         made = self._made.get(key)
         if made is None:
             fn = make_function(self.code, self.f_globals, F.__closure__, self.code.co_name)
-            made = (F.__closure__, _ResumeCall(self.wrap_frame(fn), fn))  # the closure keeps ids unique
+            call = fn if self.compiled is None else functools.partial(self.compiled, fn)
+            made = (F.__closure__, _ResumeCall(call, fn))  # the closure kept: its cells' ids stay unique
+            if len(self._made) >= self.KEPT:
+                del self._made[next(iter(self._made))]
             self._made[key] = made
         return made[1]
 

@@ -129,6 +129,7 @@ class FrameCache:
 
 _CACHES: dict[tuple, FrameCache] = {}
 _ROUTERS: dict[tuple, Any] = {}  # (options key, injected tracer) -> skip_frame.Router
+_CODE_CALLEES: dict[tuple, Any] = {}  # (code, options key, injected tracer) -> code_callee.CodeCallee
 _OBSERVERS: list[Callable[[CaptureEvent], None]] = []
 # Held while a miss reads or changes a FrameCache (its entries, its disk candidates, its policy)
 # and while it captures: two threads missing on one frame must not both take the same disk entry
@@ -153,6 +154,7 @@ def reset() -> None:
             cache.clear()  # compiled callables keep a reference to their FrameCache: empty it in place
         _CACHES.clear()
         _ROUTERS.clear()
+        _CODE_CALLEES.clear()
         _SHARED_POLICIES.clear()
         for name, default in Stats().as_dict().items():
             setattr(STATS, name, default)
@@ -164,6 +166,8 @@ def drop_caches(options: CompileOptions) -> None:
     with _COMPILE_LOCK:
         for cache_key in [k for k in _CACHES if k[1] == key]:
             _CACHES.pop(cache_key).clear()
+        for callee_key in [k for k in _CODE_CALLEES if k[1] == key]:
+            del _CODE_CALLEES[callee_key]
 
 
 def add_observer(observer: Callable[[CaptureEvent], None]) -> None:
@@ -378,7 +382,12 @@ class _Frame:
         return self.skipped.get() if self.skipped else self.fn
 
     def wrap_frame(self, fn: Any) -> Callable[..., Any]:
-        """Given to the tracer: a resume function or callee, compiled on first call with our options."""
+        """Given to the tracer: a resume function or callee, compiled on first call with our options;
+        for a code object, the callable `callee(fn, *args)` of every function of that code."""
+        if isinstance(fn, CodeType):
+            if not _FRAME_READERS.isdisjoint(fn.co_names):
+                return _call_as_it_is  # as below: nothing may stand between it and the glue
+            return code_callee(fn, self.options, self.capture)
         if not isinstance(fn, FunctionType) and not inspect.ismethod(fn):
             return fn
         if reads_caller_frames(fn):
@@ -611,6 +620,25 @@ def router_for(options: CompileOptions, capture: CaptureFn | None) -> Any:
 
         router = _ROUTERS[key] = Router(lambda fn: compile_function(fn, options, capture), _skipped_callee)
     return router
+
+
+def code_callee(code: CodeType, options: CompileOptions, capture: CaptureFn | None) -> Any:
+    """The one code_callee.CodeCallee of a code object under these options: the compiled callable
+    of each function object made from `code` (an inner def made anew by each call of its maker)."""
+    key = (code, options.cache_key(), capture)
+    callee = _CODE_CALLEES.get(key)
+    if callee is None:
+        from kiln.capture.code_callee import CodeCallee
+
+        with _COMPILE_LOCK:
+            callee = _CODE_CALLEES.get(key)
+            if callee is None:
+                callee = _CODE_CALLEES[key] = CodeCallee(code, options, capture)
+    return callee
+
+
+def _call_as_it_is(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
 
 
 def _skipped_callee(compiled: Any) -> Callable[..., Any] | None:

@@ -413,11 +413,18 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
     mode on, under the Function's own backward); anything else (print, a disabled function, a
     tensor method) is called as it is.
     """
-    from kiln.capture.variables.functions import UserFunctionVariable, UserMethodVariable
+    from kiln.capture.variables.functions import NestedFunctionVariable, UserFunctionVariable, UserMethodVariable
     from kiln.capture.distributed import DDPModuleCall, HookedModuleCall, is_ddp
     from kiln.capture.variables.module import NNModuleVariable, _has_hooks
 
+    if isinstance(var, NestedFunctionVariable) and _compiled_by_code(var.code):
+        # made by this frame, new on each call: compiled by its code (kiln.capture.code_callee)
+        return glue.bind("callee", wrap_frame(var.code)), [glue.reconstruct(var)]
     if isinstance(var, UserFunctionVariable) and not is_disabled(var.fn):
+        if var.pin is not None and var.source is not None and _compiled_by_code(var.fn.__code__):
+            # guarded by its code, not its identity (a closure its maker makes anew): the glue
+            # passes the function object it reads to the callable of that code
+            return glue.bind("callee", wrap_frame(var.fn.__code__)), [var.source.name()]
         var.pin_identity()  # the callee is compiled from this very function object
         return glue.bind("callee", wrap_frame(var.fn)), []
     if isinstance(var, UserMethodVariable) and not is_disabled(var.fn):
@@ -451,6 +458,17 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
             # hooks capture cannot trace (FSDP2's): they run natively around the compiled forward
             return glue.bind("callee", HookedModuleCall(wrap_frame(forward))), [glue.reconstruct(var)]
     return glue.reconstruct(var), []
+
+
+def _compiled_by_code(code: types.CodeType) -> bool:
+    """A function of this code met at a break, made anew by each call of its maker, is compiled as
+    its code (kiln.capture.code_callee) where torch.compile would compile its frame: user code, not
+    torch's or the standard library's (dataclasses' inner functions run as they are), nor Kiln's."""
+    from kiln.capture.skip_frame import _KILN_DIR
+    from kiln.capture.trace_rules import is_library_code
+
+    filename = code.co_filename
+    return not (is_library_code(filename) or filename.startswith(_KILN_DIR) or filename.startswith("<kiln"))
 
 
 @dataclass(frozen=True)
