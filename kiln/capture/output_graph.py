@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import math
 import operator
+import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -64,6 +65,36 @@ def _symbolic(args: tuple, kwargs: dict) -> bool:
                 if isinstance(b, _SYM_TYPES) or isinstance(b, torch.Tensor) and b._has_symbolic_sizes_strides:
                     return True
     return False
+
+
+# Float arguments that set values only, never an output's size, dtype or layout: a symbolic one
+# (BatchNorm's cumulative-average momentum, 1 / num_batches_tracked read at a break) runs on fake
+# tensors as its example value without a guard, so a new value does not recompile. (function,
+# (position, keyword) of each such argument)
+_VALUE_ONLY_FLOATS: dict[Any, tuple[tuple[int, str], ...]] = {
+    torch.nn.functional.batch_norm: ((6, "momentum"), (7, "eps")),
+    torch.nn.functional.instance_norm: ((6, "momentum"), (7, "eps")),
+}
+
+
+def _value_only_floats_as_hints(target: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """args and kwargs with each symbolic float of _VALUE_ONLY_FLOATS replaced by its example value
+    (read from the node, which records no guard); the graph's node keeps the symbol."""
+    slots = _VALUE_ONLY_FLOATS.get(target) if isinstance(target, types.FunctionType) else None
+    if not slots:
+        return args, kwargs
+
+    def hint(value: Any) -> Any:
+        example = getattr(getattr(value, "node", None), "_hint", None)
+        return example if isinstance(value, torch.SymFloat) and isinstance(example, float) else value
+
+    positional, keywords = list(args), dict(kwargs)
+    for position, keyword in slots:
+        if position < len(positional):
+            positional[position] = hint(positional[position])
+        if keyword in keywords:
+            keywords[keyword] = hint(keywords[keyword])
+    return tuple(positional), keywords
 
 
 @dataclass(frozen=True)
@@ -272,6 +303,8 @@ class OutputGraph:
             self._refuse_inference_input_writes(target, written)
             self._refuse_shared_memory_writes(kind, target, written, args, kwargs)
             self._refuse_partially_overlapping_reads(kind, target, written, args, kwargs)
+        if kind == "call_function":
+            args, kwargs = _value_only_floats_as_hints(target, args, kwargs)
         try:
             if self.shape_env is not None and _symbolic(args, kwargs):
                 # A composite op's C++ decomposition takes concrete sizes only (interpolate's
