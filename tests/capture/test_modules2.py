@@ -48,10 +48,10 @@ RUN_EAGERLY = {"built_modulelist_appended_then_kept"}
 
 
 def _compare(program: Callable, backend: str) -> int:
-    want = _observe(program, lambda obj: obj)
+    want = _observe(program, lambda obj, **options: obj)
     kiln.reset()
     counting = kiln.backends.CountingBackend(kiln.backends.lookup(backend))
-    got = _observe(program, lambda obj: kiln.compile(obj, backend=counting))
+    got = _observe(program, lambda obj, **options: kiln.compile(obj, backend=counting, **options))
     assert got[0] == want[0], (got, want)
     assert same(got, want), f"compiled {got!r}\neager {want!r}"
     if program.__name__ not in RUN_EAGERLY:
@@ -65,7 +65,7 @@ def _dynamo_count(program: Callable) -> int:
     counting = kiln.backends.CountingBackend()
     torch._dynamo.reset()
     try:
-        _observe(program, lambda obj: torch.compile(obj, backend=counting))
+        _observe(program, lambda obj, **options: torch.compile(obj, backend=counting, **options))
     finally:
         torch._dynamo.reset()
     return counting.frame_count
@@ -422,6 +422,81 @@ def test_disabled_forward_is_not_compiled() -> None:
     assert counting.frame_count == 2
 
 
+# ------------------------------------------------------------------ grad modes and dynamic=True
+def jacfwd_of_jacrev_nested(C):
+    w = torch.randn(3, 3)
+    def f(x):
+        return torch.func.jacfwd(torch.func.jacrev(lambda y: (w @ y).sin().sum()))(x)
+    cf = C(f); return [d(cf(X(3))), d(cf(X(3)))]
+
+def jacrev_under_no_grad(C):
+    m = nn.Linear(3, 2); params = {k: v.detach() for k, v in m.named_parameters()}
+    def f(p, x):
+        with torch.no_grad():
+            return torch.func.jacrev(lambda q: torch.func.functional_call(m, q, (x,)))(p)["weight"]
+    cf = C(f); return [d(cf(params, X(4, 3)))]
+
+def jacrev_of_inference_input(C):
+    m = nn.Linear(3, 2); params = {k: v.detach() for k, v in m.named_parameters()}
+    def f(p, x):
+        return torch.func.jacrev(lambda q: torch.func.functional_call(m, q, (x,)))(p)["weight"]
+    cf = C(f)
+    with torch.inference_mode():
+        x = X(4, 3)
+    return [d(cf(params, x))]
+
+def jacrev_dynamic_true(C):
+    m = nn.Linear(3, 2); params = {k: v.detach() for k, v in m.named_parameters()}
+    def f(p, x):
+        return torch.func.jacrev(lambda q: torch.func.functional_call(m, q, (x,)))(p)["weight"]
+    cf = C(f, dynamic=True); return [d(cf(params, X(4, 3))), d(cf(params, X(6, 3)))]
+
+def built_container_dynamic_true(C):
+    class M(nn.Module):
+        def __init__(s): super().__init__(); s.a = nn.Linear(4, 4)
+        def forward(s, x):
+            s.seq = nn.Sequential(s.a, nn.ReLU())
+            return s.seq(x)
+    m = M(); cm = C(m, dynamic=True)
+    return [d(cm(X(2, 4))), d(cm(X(5, 4))), m.seq[0] is m.a]
+
+def built_container_under_inference_mode(C):
+    class M(nn.Module):
+        def __init__(s): super().__init__(); s.a = nn.Linear(4, 4)
+        def forward(s, x):
+            s.seq = nn.ModuleList([s.a, nn.Tanh()])
+            for l in s.seq: x = l(x)
+            return x
+    m = M(); cm = C(m)
+    with torch.inference_mode():
+        a = cm(X(2, 4))
+    return [d(a), d(cm(X(2, 4))), len(m.seq)]
+
+def disabled_forward_no_grad_and_inference_mode(C):
+    m = _Outer(_DisabledForward()); cm = C(m)
+    with torch.no_grad():
+        a = cm(X(2, 4))
+    with torch.inference_mode():
+        b = cm(X(2, 4))
+    return [d(a), d(b), a.requires_grad]
+
+def batchnorm_cumulative_average_dynamic_true(C):
+    m = nn.BatchNorm1d(4, momentum=None); cm = C(m, dynamic=True); out = []
+    for i in range(4):
+        out += [d(cm(X(6 + i, 4))), d(m.running_var), int(m.num_batches_tracked)]
+    return out
+
+def batchnorm_cumulative_average_no_grad_frozen_weight(C):
+    m = nn.BatchNorm1d(4, momentum=None); m.weight.requires_grad_(False); cm = C(m); out = []
+    with torch.no_grad():
+        for i in range(3):
+            out += [d(cm(X(6, 4))), d(m.running_mean)]
+    return out
+
+
+MODES = [jacfwd_of_jacrev_nested, jacrev_under_no_grad, jacrev_of_inference_input, jacrev_dynamic_true, built_container_dynamic_true, built_container_under_inference_mode, disabled_forward_no_grad_and_inference_mode, batchnorm_cumulative_average_dynamic_true, batchnorm_cumulative_average_no_grad_frozen_weight]
+
+
 # ------------------------------------------------------------------ 5. an exception after a state mutation
 class _RaiseAfterMutate(nn.Module):
     def __init__(s):
@@ -532,7 +607,7 @@ BATCHNORMS = [batchnorm1d_cumulative_average, batchnorm2d_cumulative_average_in_
 
 RAISES = [raise_after_counter_and_buffer, raise_on_shape_after_buffer_write, raise_after_attribute_set]
 
-ALL = CONTAINERS + JACOBIANS + DISABLED + BATCHNORMS + RAISES
+ALL = CONTAINERS + JACOBIANS + DISABLED + BATCHNORMS + MODES + RAISES
 
 
 # under aot_eager in `make test`: a few programs of each class (the rest in the slow run)
