@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import math
 import operator
-import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -24,6 +23,7 @@ from kiln.capture import distributed
 from kiln.capture.guards import Guard, tensor_guard, user_name
 from kiln.capture.process_modes import MODE_WRITERS
 from kiln.capture.sources import Source
+from kiln.capture.value_only_floats import value_only_floats_as_hints
 from kiln.capture.verify import verify_captured_graph
 from kiln.errors import HookedTensorEscapes, InferenceModeEscapes, KilnError, Unsupported
 from kiln.fake.composites import python_dispatcher
@@ -65,36 +65,6 @@ def _symbolic(args: tuple, kwargs: dict) -> bool:
                 if isinstance(b, _SYM_TYPES) or isinstance(b, torch.Tensor) and b._has_symbolic_sizes_strides:
                     return True
     return False
-
-
-# Float arguments that set values only, never an output's size, dtype or layout: a symbolic one
-# (BatchNorm's cumulative-average momentum, 1 / num_batches_tracked read at a break) runs on fake
-# tensors as its example value without a guard, so a new value does not recompile. (function,
-# (position, keyword) of each such argument)
-_VALUE_ONLY_FLOATS: dict[Any, tuple[tuple[int, str], ...]] = {
-    torch.nn.functional.batch_norm: ((6, "momentum"), (7, "eps")),
-    torch.nn.functional.instance_norm: ((6, "momentum"), (7, "eps")),
-}
-
-
-def _value_only_floats_as_hints(target: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """args and kwargs with each symbolic float of _VALUE_ONLY_FLOATS replaced by its example value
-    (read from the node, which records no guard); the graph's node keeps the symbol."""
-    slots = _VALUE_ONLY_FLOATS.get(target) if isinstance(target, types.FunctionType) else None
-    if not slots:
-        return args, kwargs
-
-    def hint(value: Any) -> Any:
-        example = getattr(getattr(value, "node", None), "_hint", None)
-        return example if isinstance(value, torch.SymFloat) and isinstance(example, float) else value
-
-    positional, keywords = list(args), dict(kwargs)
-    for position, keyword in slots:
-        if position < len(positional):
-            positional[position] = hint(positional[position])
-        if keyword in keywords:
-            keywords[keyword] = hint(keywords[keyword])
-    return tuple(positional), keywords
 
 
 @dataclass(frozen=True)
@@ -304,7 +274,7 @@ class OutputGraph:
             self._refuse_shared_memory_writes(kind, target, written, args, kwargs)
             self._refuse_partially_overlapping_reads(kind, target, written, args, kwargs)
         if kind == "call_function":
-            args, kwargs = _value_only_floats_as_hints(target, args, kwargs)
+            args, kwargs = value_only_floats_as_hints(target, args, kwargs)
         try:
             if self.shape_env is not None and _symbolic(args, kwargs):
                 # A composite op's C++ decomposition takes concrete sizes only (interpolate's
