@@ -159,6 +159,8 @@ def set_attribute(tx: "Tracer", obj: Variable, name: str, value: Variable, bypas
     from kiln.capture.variables.module import NNModuleVariable
 
     if isinstance(obj, NNModuleVariable):
+        if obj.built_children is not None:
+            obj.built_written = True  # a container built in the frame, rebuilt by the glue without this write
         kind = type(obj.module)
         custom = inspect.getattr_static(kind, "__setattr__")
         overridden = isinstance(custom, types.FunctionType) and custom is not torch.nn.Module.__setattr__

@@ -444,7 +444,8 @@ def _native_callee(glue: GlueBuilder, var: "Variable", wrap_frame: Callable[[Any
             return glue.bind("callee", DDPModuleCall(wrap_frame(inner_forward))), [glue.reconstruct(var)]
     if isinstance(var, NNModuleVariable):
         forward = type(var.module).forward
-        if isinstance(forward, types.FunctionType) and "forward" not in var.module.__dict__:
+        if isinstance(forward, types.FunctionType) and "forward" not in var.module.__dict__ \
+                and not is_disabled(forward):  # a disabled forward runs as it is, its callees uncompiled
             if isinstance(var.module, torch.nn.RNNBase) and not _has_hooks(var.module):
                 # an RNN breaks at its call over a PackedSequence (module.py): its forward, compiled
                 # alone, would break again on the batch sizes; it runs as it is

@@ -23,6 +23,7 @@ from kiln.capture import distributed
 from kiln.capture.guards import Guard, tensor_guard, user_name
 from kiln.capture.process_modes import MODE_WRITERS
 from kiln.capture.sources import Source
+from kiln.capture.value_only_floats import value_only_floats_as_hints
 from kiln.capture.verify import verify_captured_graph
 from kiln.errors import HookedTensorEscapes, InferenceModeEscapes, KilnError, Unsupported
 from kiln.fake.composites import python_dispatcher
@@ -272,6 +273,8 @@ class OutputGraph:
             self._refuse_inference_input_writes(target, written)
             self._refuse_shared_memory_writes(kind, target, written, args, kwargs)
             self._refuse_partially_overlapping_reads(kind, target, written, args, kwargs)
+        if kind == "call_function":
+            args, kwargs = value_only_floats_as_hints(target, args, kwargs)
         try:
             if self.shape_env is not None and _symbolic(args, kwargs):
                 # A composite op's C++ decomposition takes concrete sizes only (interpolate's

@@ -71,6 +71,7 @@ from kiln.capture.variables.grad_mode import GradModeVariable, WithExitVariable
 from kiln.capture.variables.user_hashed_keys import HashedKey, hashes_in_python
 from kiln.capture.variables.higher_order import HigherOrderFunctionVariable, is_higher_order_function
 from kiln.capture.variables.func_grad import GradImplVariable, is_grad_impl
+from kiln.capture.variables.func_jacobian import JacobianTransformVariable, is_jacobian_transform
 from kiln.capture.variables.vmap import VmapImplVariable, is_vmap_impl
 from kiln.capture.variables.iterator import (IteratorVariable, LiveListIterator, LiveListIteratorVariable,
                                              OutsideIteratorVariable, OutsideListIteratorVariable,
@@ -516,6 +517,7 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
     (lambda state, v, s: is_higher_order_function(v), _by_identity(HigherOrderFunctionVariable)),
     (lambda state, v, s: is_vmap_impl(v), _by_identity(VmapImplVariable)),
     (lambda state, v, s: is_grad_impl(v), _by_identity(GradImplVariable)),
+    (lambda state, v, s: is_jacobian_transform(v), _by_identity(JacobianTransformVariable)),
     (lambda state, v, s: is_pytree_function(v), _by_identity(PyTreeFunctionVariable)),
     (lambda state, v, s: is_treespec(v), _by_identity(TreeSpecVariable)),
     (lambda state, v, s: is_torch_function(v), _by_identity(TorchFunctionVariable)),

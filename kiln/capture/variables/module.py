@@ -97,6 +97,7 @@ class NNModuleVariable(Variable):
         # a container the frame built from modules it holds (`nn.Sequential(self.a, nn.ReLU())`):
         # its children as the trace knows them (with their sources), by name
         self.built_children: dict[str, Variable] | None = None
+        self.built_written = False  # the trace set an attribute of that container
 
     def describe(self) -> str:
         return f"module {type(self.module).__name__}"
@@ -593,10 +594,24 @@ class NNModuleVariable(Variable):
         if self.source is not None:
             return self.source.name()
         if self.built_children is not None:
-            # eager builds a new container on each call, around the children as they are then
-            raise Unsupported(f"a {type(self.module).__name__} built in the frame, kept after it",
-                              kind="reconstruct")
+            return self._rebuild_container(glue)
         return glue.constant(self.module)
+
+    def _rebuild_container(self, glue: "GlueBuilder") -> str:
+        """A container the frame built and kept (stored on a module, returned, left in a local across
+        a break): eager builds a new one on each call around the children as they are then, so the
+        glue does too, from the children's own expressions (a submodule's source, a module built in
+        the frame). One whose attributes the trace wrote is refused (the writes are not replayed)."""
+        kind = type(self.module)
+        if kind not in (torch.nn.Sequential, torch.nn.ModuleList) or self.built_written:
+            raise Unsupported(f"a {kind.__name__} built in the frame and changed there, kept after it",
+                              kind="reconstruct")
+        children = [glue.reconstruct(child) for _, child in self._built_children()]
+        built = f"{glue.constant(kind)}({', '.join(children)})" if kind is torch.nn.Sequential \
+            else f"{glue.constant(kind)}([{', '.join(children)}])"
+        name = glue.fresh("v")  # built once: stored and returned, it is one object, as in eager
+        glue.line(f"{name} = {built}")
+        return name
 
 
 _MISSING = object()
