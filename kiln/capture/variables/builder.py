@@ -61,6 +61,7 @@ from kiln.capture.variables import number_builtins  # noqa: F401  (fills the rul
 from kiln.capture.variables import globals_dict  # noqa: F401  (fills the rule of globals())
 from kiln.capture.variables import python_random  # noqa: F401  (fills the rule of random.Random(seed))
 from kiln.capture.variables import frame_namedtuple  # noqa: F401  (fills the rule of collections.namedtuple)
+from kiln.capture.variables.constant_calls import constant_element, constant_element_var  # and bytes(), struct.*
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import (
     ConstantResultVariable,
@@ -349,22 +350,10 @@ def _wrap_model_output(state: "CaptureState", value: Any, source: Source | None)
     return ModelOutputVariable.wrap(value, source, lambda v, s: wrap_value(state, v, s))
 
 
-def _constant_element(value: Any) -> bool:
-    """A set element Kiln holds as a constant: a literal, or a plain tuple of such (hashable, with
-    the same hash and equality in every process; its place in the set's table is guarded)."""
-    return is_constant_value(value) or type(value) is tuple and all(_constant_element(v) for v in value)
-
-
-def _constant_element_var(value: Any) -> Variable:
-    if type(value) is tuple:
-        return TupleVariable([_constant_element_var(v) for v in value])
-    return ConstantVariable(value)
-
-
 def _wrap_constant_set(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     _guard(state, source, "check_value", value)
     replayed = replayed_shadow_of(value)
-    made = SetVariable([_constant_element_var(v) for v in value], type(value), source,
+    made = SetVariable([constant_element_var(v) for v in value], type(value), source,
                        shadow=set(value) if replayed is None else replayed)
     if replayed is not None:
         return made
@@ -505,7 +494,7 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
      and not is_model_output_class(type(v)) and _constant_keys(v),
      lambda state, v, s: _wrap_dict_subclass(state, v, _given(s))),
     (lambda state, v, s: s is not None and is_model_output_class(type(v)), _wrap_model_output),
-    (lambda state, v, s: type(v) in (set, frozenset) and all(_constant_element(i) for i in v), _wrap_constant_set),
+    (lambda state, v, s: type(v) in (set, frozenset) and all(constant_element(i) for i in v), _wrap_constant_set),
     (lambda state, v, s: type(v) in (LiveListIterator, LiveReversedIterator, LiveDequeIterator) and s is not None,
      lambda state, v, s: _wrap_live_iterator(state, v, _given(s))),
     (lambda state, v, s: type(v) in (LiveEnumerate, LiveZip) and s is not None,

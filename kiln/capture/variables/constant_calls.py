@@ -12,24 +12,18 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any, Sequence
 
-from kiln.capture.variables.constant import is_constant_value
+from kiln.capture.trace_rules import builtin_rule
+from kiln.capture.variables.constant import ConstantVariable, is_constant_value
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
     from kiln.capture.tracer import Tracer
     from kiln.capture.variables.base import Variable
 
-# the functions, and the class methods by (class, name): `int.from_bytes` is a new object per read
-_FUNCTIONS = (bytes, struct.pack, struct.unpack, struct.calcsize, struct.unpack_from)
-_CLASS_METHODS = {(int, "from_bytes"), (bytes, "fromhex"), (bytes, "maketrans"), (str, "maketrans")}
+# `int.from_bytes` is a new object per read, equal (and hashing equal) to every other read of it
+_FUNCTIONS = (bytes, struct.pack, struct.unpack, struct.calcsize, struct.unpack_from, int.from_bytes,
+              bytes.fromhex, bytes.maketrans)
 _RESULTS = (bytes, int, tuple, dict)
-
-
-def folds_on_constants(obj: Any) -> bool:
-    if any(obj is fn for fn in _FUNCTIONS):
-        return True
-    owner = getattr(obj, "__self__", None)
-    return isinstance(owner, type) and (owner, getattr(obj, "__name__", None)) in _CLASS_METHODS
 
 
 def _literal(value: Any) -> bool:
@@ -66,3 +60,31 @@ def fold_constant_call(tx: "Tracer", obj: Any, args: Sequence["Variable"], kwarg
     if type(value) not in _RESULTS:
         return None
     return tx.wrap_result(value)
+
+
+def _rule(fn: Any) -> Any:
+    def constant_call_rule(tx: "Tracer", args: list["Variable"], kwargs: dict[str, "Variable"]) -> "Variable":
+        folded = fold_constant_call(tx, fn, args, kwargs)
+        if folded is None:
+            raise Unsupported(f"{getattr(fn, '__qualname__', fn)}() on values known only at run time",
+                              kind="unsupported_call")
+        return folded
+    return constant_call_rule
+
+
+for _fn in _FUNCTIONS:
+    builtin_rule(_fn)(_rule(_fn))
+
+
+def constant_element(value: Any) -> bool:
+    """A set element Kiln holds as a constant: a literal, or a plain tuple of such (hashable, with
+    the same hash and equality in every process; its place in the set's table is guarded)."""
+    return is_constant_value(value) or type(value) is tuple and all(constant_element(v) for v in value)
+
+
+def constant_element_var(value: Any) -> "Variable":
+    from kiln.capture.variables.sequence import TupleVariable
+
+    if type(value) is tuple:
+        return TupleVariable([constant_element_var(v) for v in value])
+    return ConstantVariable(value)

@@ -20,8 +20,8 @@ import random
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
+from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
-from kiln.capture.variables.user_object import CLASS_CALLS
 from kiln.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -156,16 +156,22 @@ class RandomInstanceVariable(Variable):
         return name
 
 
-def _new_generator(tx: "Tracer", cls: type, args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable | None:
-    """`random.Random(seed)` with a constant seed; None (a break) for no seed (the time) or another."""
-    from kiln.capture.variables.symint import SymIntVariable
+@builtin_rule(random.Random)
+def random_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    made = _new_generator(tx, args, kwargs)
+    if made is None:
+        raise Unsupported("random.Random() without a constant seed (the time, os.urandom)", kind="random")
+    return made
 
+
+def _new_generator(tx: "Tracer", args: Sequence[Variable], kwargs: dict[str, Variable]) -> Variable | None:
+    """`random.Random(seed)` with a constant seed; None (a break) for no seed (the time) or another."""
     if kwargs or len(args) != 1:
         return None
-    if isinstance(args[0], SymIntVariable) and args[0].python_type() is int:
-        seed = tx.as_int(args[0])  # an int argument made dynamic: the draws depend on its value (guarded)
-    elif args[0].is_constant():
+    if args[0].is_constant():
         seed = args[0].as_constant()
+    elif args[0].python_type() is int:
+        seed = tx.as_int(args[0])  # an int argument made dynamic: the draws depend on its value (guarded)
     else:
         return None
     bound = _bind_seed(seed)
@@ -173,5 +179,3 @@ def _new_generator(tx: "Tracer", cls: type, args: Sequence[Variable], kwargs: di
         return None
     return RandomInstanceVariable(random.Random(bound[0]))
 
-
-CLASS_CALLS[random.Random] = _new_generator

@@ -399,11 +399,6 @@ class ObjectVariable(Variable):
             return new_dict_subclass(tx, obj, list(args), kwargs)
         if isinstance(obj, type) and constructible(obj):
             return _new_object(tx, obj, self.source, args, kwargs)
-        from kiln.capture.variables.constant_calls import fold_constant_call, folds_on_constants
-        if folds_on_constants(obj):  # bytes(...), struct.pack, int.from_bytes on constants
-            folded = fold_constant_call(tx, obj, args, kwargs)
-            if folded is not None:
-                return folded
         if isinstance(obj, type) and obj.__module__ == "builtins":
             raise Unsupported(f"constructing {obj.__name__}", kind="unsupported_call")
         name = getattr(obj, "__qualname__", type(obj).__qualname__)
