@@ -27,7 +27,7 @@ def namedtuple_rule(tx: "Tracer", args: list["Variable"], kwargs: dict[str, "Var
         raise Unsupported("collections.namedtuple() with arguments known only at run time", kind="unsupported_call")
     positional, named = consts
     if "module" not in named:
-        named["module"] = tx.f_globals.get("__name__")  # eager reads its caller's globals
+        named["module"] = tx.f_globals.get("__name__", "__main__")  # eager reads its caller's globals
     try:
         made = collections.namedtuple(*positional, **named)  # type: ignore[misc]  # the caller's arguments
     except Exception as exc:  # noqa: BLE001 - eager's error, raised by the real call at a break
