@@ -571,9 +571,12 @@ class _Frame:
             return None
         from kiln.capture.code import is_resume_code  # loaded with the tracer already; bytecode is not cheap
 
-        if not result.graphs and not result.breaks and not options.fullgraph and not is_resume_code(fn.__code__):
+        if not result.graphs and not result.breaks and not result.traced_tensor_ops and not options.fullgraph \
+                and not is_resume_code(fn.__code__):
             # As torch.compile: a frame in which no op was traced runs eagerly from now on; its glue
             # could only be slower than the frame itself, and later calls are not captured again.
+            # A frame whose tensor ops were all unused this time keeps a guarded entry: other
+            # inputs may use them.
             # Not a resume function: the one of a loop is the same code object for every iteration,
             # and its last (the loop ran out, nothing left to trace) must not make every later
             # iteration eager; that capture keeps a guarded entry like any other.

@@ -481,6 +481,8 @@ class CaptureResult:
     guards: list[Guard]
     graphs: list[torch.fx.GraphModule]
     breaks: list[BreakRecord]
+    # tensor ops were traced though no graph was left (every one unused)
+    traced_tensor_ops: bool = False
 
 
 def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> CaptureResult:
@@ -502,7 +504,7 @@ def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> 
     if compiled is not None:
         log.artifact("graph_code", lambda: f"graph of {state.fn.__qualname__}:\n{compiled.gm.code}")
     log.artifact("bytecode", lambda: f"glue of {state.fn.__qualname__}:\n{source}")
-    return CaptureResult(glue_fn, source, guards, graphs, records)
+    return CaptureResult(glue_fn, source, guards, graphs, records, state.output.traced_tensor_ops)
 
 
 def finish_return(state: Any, root: Any, fn: types.FunctionType, options: Any, value: "Variable") -> Any:

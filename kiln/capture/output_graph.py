@@ -120,6 +120,9 @@ class OutputGraph:
         self._shared_storages: tuple[int, set[int]] = (0, set())  # (inputs seen, their storages)
         # the branches of graph-level conds, read by get_attr nodes (kiln/capture/variables/cond_graph.py)
         self.subgraphs: dict[str, torch.fx.GraphModule] = {}
+        # A tensor op was traced, even if nothing used it (`{a: x, b: x * 2}[a]`): the frame is
+        # captured again for other inputs, not left eager for good (entry.py)
+        self.traced_tensor_ops = False
         # the device of the DeviceContext the frame was called under (kiln.capture.device_context):
         # written into the graph's factories; the graph then runs with the modes off the stack
         self.default_device: torch.device | None = None
@@ -449,6 +452,8 @@ class OutputGraph:
             raise HookedTensorEscapes("a tensor with a hook registered in the graph leaves the graph")
         if any(cell.contents is not t or t.example._version != version for cell, t, version in self.hook_cells):
             raise HookedTensorEscapes("a tensor a hook registered in the graph reads is rebound or written later")
+        self.traced_tensor_ops = self.traced_tensor_ops or any(
+            n.op.startswith("call_") and isinstance(n.meta.get("example_value"), torch.Tensor) for n in self.graph.nodes)
         self.graph.output(tuple(outputs))
         _eliminate_dead_code(self.graph)
 

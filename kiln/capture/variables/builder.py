@@ -59,6 +59,9 @@ from kiln.capture.variables import stdlib_twins  # noqa: F401  (fills the rules 
 from kiln.capture.variables import type_checks  # noqa: F401  (fills the rules of isinstance, issubclass, type)
 from kiln.capture.variables import number_builtins  # noqa: F401  (fills the rules of min, max, sum, int, str, ...)
 from kiln.capture.variables import globals_dict  # noqa: F401  (fills the rule of globals())
+from kiln.capture.variables import python_random  # noqa: F401  (fills the rule of random.Random(seed))
+from kiln.capture.variables import frame_namedtuple  # noqa: F401  (fills the rule of collections.namedtuple)
+from kiln.capture.variables.constant_calls import constant_element, constant_element_var  # and bytes(), struct.*
 from kiln.capture.variables.model_output import ModelOutputVariable, is_model_output_class
 from kiln.capture.variables.functions import (
     ConstantResultVariable,
@@ -351,7 +354,7 @@ def _wrap_model_output(state: "CaptureState", value: Any, source: Source | None)
 def _wrap_constant_set(state: "CaptureState", value: Any, source: Source | None) -> Variable:
     _guard(state, source, "check_value", value)
     replayed = replayed_shadow_of(value)
-    made = SetVariable([ConstantVariable(v) for v in value], type(value), source,
+    made = SetVariable([constant_element_var(v) for v in value], type(value), source,
                        shadow=set(value) if replayed is None else replayed)
     if replayed is not None:
         return made
@@ -492,7 +495,7 @@ _WRAP_RULES: list[tuple[_Test, _Wrapper]] = [
      and not is_model_output_class(type(v)) and _constant_keys(v),
      lambda state, v, s: _wrap_dict_subclass(state, v, _given(s))),
     (lambda state, v, s: s is not None and is_model_output_class(type(v)), _wrap_model_output),
-    (lambda state, v, s: type(v) in (set, frozenset) and all(is_constant_value(i) for i in v), _wrap_constant_set),
+    (lambda state, v, s: type(v) in (set, frozenset) and all(constant_element(i) for i in v), _wrap_constant_set),
     (lambda state, v, s: type(v) in (LiveListIterator, LiveReversedIterator, LiveDequeIterator) and s is not None,
      lambda state, v, s: _wrap_live_iterator(state, v, _given(s))),
     (lambda state, v, s: type(v) in (LiveEnumerate, LiveZip) and s is not None,
