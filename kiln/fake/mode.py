@@ -342,6 +342,12 @@ def run_meta(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict) -> Any:
     if positions:
         args = tuple(_META if i in positions and a is not None else a for i, a in enumerate(args))
     symbolic = mode.shape_env is not None and _involves_symbols(args, kwargs)
+    if symbolic and _composite_only(func):
+        # Reached whole only where autograd's keys are off (inference_mode). Its C++ kernel run on
+        # meta calls C++ meta kernels that refuse symbolic sizes (cross_entropy, take_along_dim);
+        # decomposed here, each sub-op comes back through the mode as it does in grad mode.
+        with mode:
+            return _run_composite(func, *args, **kwargs)
     key = None
     if not symbolic and cache.is_cacheable_op(func):
         key = cache.key_of(func, args, kwargs)
@@ -364,6 +370,14 @@ def run_meta(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict) -> Any:
     if key is not None:
         cache.store(key, out)
     return mode.wrap_outputs(out, device)
+
+
+@functools.lru_cache(maxsize=None)
+def _composite_only(func: Any) -> bool:
+    """Whether `func` is a CompositeImplicitAutograd op with no Meta kernel of its own."""
+    name = func.name()
+    return (torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
+            and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "Meta"))
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,7 +4,9 @@ values. The class found: under inference_mode autograd's keys are off, so a comp
 `t.to(device, dtype)` reaches the fake mode as aten.to.device with its Device argument positional;
 the mode put only a `device=` keyword on meta, and on symbolic sizes the Python decomposition then
 copied meta to cpu by calling `to` again without end (RecursionError: `torch.tensor(x.size(-1))`
-broke every recompile of held-out DeBERTa, whose frames then ran eagerly).
+broke every recompile of held-out DeBERTa, whose frames then ran eagerly). The same door let a
+CompositeImplicitAutograd op in whole (cross_entropy, take_along_dim): its C++ kernel run on meta
+refused symbolic sizes, a break only under inference_mode; it is now decomposed in the mode.
 
 Oracles: eager for values; the same program's counts in the other grad modes; torch.compile
 (backend counting graphs) for a few programs. A model-level check (DeBERTa) is slow.
@@ -75,8 +77,23 @@ def new_zeros_in_place(x):
     return z
 
 
+def cross_entropy(x):
+    # composite ops whose C++ kernel, run whole on meta, refuses symbolic sizes
+    labels = torch.arange(x.size(0)) % x.size(1)
+    return torch.nn.functional.cross_entropy(x.reshape(-1, x.size(1)).repeat(1, 2), labels)
+
+
+def take_along(x):
+    return torch.take_along_dim(x, x.argsort(-1), -1) + x.index_select(1, torch.arange(x.size(1)).flip(0))
+
+
+def composite_mix(x):
+    h = torch.nn.functional.log_softmax(x, -1).flatten().unflatten(0, (x.size(0), -1))
+    return torch.einsum("bn,cn->bc", h, x) + torch.cdist(x, x) + x.std(1, keepdim=True)
+
+
 PROGRAMS = [tensor_of_size, tensor_of_sizes, to_device_and_dtype, to_device_string, to_other,
-            relative_buckets, masked_item, new_zeros_in_place]
+            relative_buckets, masked_item, new_zeros_in_place, cross_entropy, take_along, composite_mix]
 TORCH_CHECKED = [tensor_of_size, to_device_and_dtype, relative_buckets]
 
 
@@ -131,7 +148,7 @@ def test_inputs_made_under_inference_mode(fn: Callable[..., Any]) -> None:
     assert inside == outside
 
 
-@pytest.mark.parametrize("fn", [tensor_of_size, relative_buckets, to_other], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", [tensor_of_size, relative_buckets, to_other, cross_entropy], ids=lambda f: f.__name__)
 def test_dynamic_true_one_graph(fn: Callable[..., Any]) -> None:
     for mode in ("inference_mode", "no_grad"):
         graphs, breaks, fallbacks = _kiln_counts(fn, mode, dynamic=True)
