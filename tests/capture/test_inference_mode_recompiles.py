@@ -181,3 +181,38 @@ def test_fake_to_device_positional_on_symbols() -> None:
     with torch.inference_mode():
         x = torch.randn(2, 6)
         torch.testing.assert_close(compiled(x), fn(x))
+
+
+@pytest.mark.slow
+def test_deberta_three_lengths_inference_mode() -> None:
+    # held-out DeBERTa (disentangled attention: torch.tensor(size), relative positions, .item()) over
+    # three sequence lengths: 22 frames ran eagerly under inference_mode before; now none, and the
+    # counts are no_grad's
+    import os
+    import sys
+
+    pytest.importorskip("transformers")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"))
+    from held_out_models9 import HELD_OUT9
+    from real_models import BATCH, VOCAB
+
+    model = HELD_OUT9["deberta"].build().eval()
+    counts = {}
+    for mode in ("inference_mode", "no_grad"):
+        kiln.reset()  # the second mode compiles afresh, not from the first one's entries
+        counter = CountingBackend()
+        compiled = kiln.compile(model, backend=counter)
+        events: list[entry.CaptureEvent] = []
+        with entry.observing(events.append):
+            for n in (8, 11, 14):
+                ids = torch.randint(1, VOCAB, (BATCH, n), generator=torch.Generator().manual_seed(n))
+                with MODES[mode]():
+                    want = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+                    got = compiled(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        fallbacks = [f"{e.fn.__qualname__}: {e.fallback_reason}" for e in events
+                     if e.result is None and e.fallback_reason and "no tensor ops" not in e.fallback_reason]
+        assert not fallbacks, (mode, fallbacks[:3])
+        counts[mode] = (counter.frame_count, sum(len(e.result.breaks) for e in events if e.result is not None))
+    kiln.reset()
+    assert counts["inference_mode"] == counts["no_grad"], counts
