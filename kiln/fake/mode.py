@@ -338,7 +338,16 @@ def run_meta(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict) -> Any:
         kwargs = dict(kwargs, device=_META)
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
+    positions = _device_positions(func)
+    if positions:
+        args = tuple(_META if i in positions and a is not None else a for i, a in enumerate(args))
     symbolic = mode.shape_env is not None and _involves_symbols(args, kwargs)
+    if symbolic and _composite_only(func):
+        # Reached whole only where autograd's keys are off (inference_mode). Its C++ kernel run on
+        # meta calls C++ meta kernels that refuse symbolic sizes (cross_entropy, take_along_dim);
+        # decomposed here, each sub-op comes back through the mode as it does in grad mode.
+        with mode:
+            return _run_composite(func, *args, **kwargs)
     key = None
     if not symbolic and cache.is_cacheable_op(func):
         key = cache.key_of(func, args, kwargs)
@@ -361,6 +370,28 @@ def run_meta(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict) -> Any:
     if key is not None:
         cache.store(key, out)
     return mode.wrap_outputs(out, device)
+
+
+@functools.lru_cache(maxsize=None)
+def _composite_only(func: Any) -> bool:
+    """Whether `func` is a CompositeImplicitAutograd op with no Meta kernel of its own."""
+    name = func.name()
+    return (torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
+            and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "Meta"))
+
+
+@functools.lru_cache(maxsize=None)
+def _device_positions(func: Any) -> frozenset[int]:
+    """The positions of `func`'s Device arguments, which the kernel must see as meta as a `device=`
+    keyword is. Such a call reaches the mode with the device positional only where autograd's keys
+    are off (inference_mode: `t.to(device, dtype)` as aten.to.device, not aten._to_copy(device=)).
+    Left as cpu, a symbolic call's Python decomposition copies meta to cpu by calling `to` again,
+    and again: a RecursionError that broke every recompile of `torch.tensor(x.size(-1))`."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return frozenset()
+    return frozenset(i for i, arg in enumerate(schema.arguments)
+                     if not arg.kwarg_only and str(arg.type) in ("Device", "Device?"))
 
 
 def run_decomposed(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict,
