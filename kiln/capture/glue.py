@@ -14,6 +14,7 @@ import dis
 from dataclasses import dataclass
 import itertools
 import linecache
+import os
 import re
 import types
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -465,11 +466,14 @@ def _compiled_by_code(code: types.CodeType) -> bool:
     """A function of this code met at a break, made anew by each call of its maker, is compiled as
     its code (kiln.capture.code_callee) where torch.compile would compile its frame: user code, not
     torch's or the standard library's (dataclasses' inner functions run as they are), nor Kiln's."""
-    from kiln.capture.skip_frame import _KILN_DIR
     from kiln.capture.trace_rules import is_library_code
 
     filename = code.co_filename
     return not (is_library_code(filename) or filename.startswith(_KILN_DIR) or filename.startswith("<kiln"))
+
+
+# Kiln's own folder (as skip_frame's, which imports entry: not imported here, the glue is below both)
+_KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 @dataclass(frozen=True)
