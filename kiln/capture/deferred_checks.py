@@ -36,7 +36,6 @@ native fast entry.
 from __future__ import annotations
 
 import dis
-import re
 import types
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -118,40 +117,20 @@ def _caught_in_trace(tx: "Tracer") -> bool:
     return False
 
 
-# Ops whose run-time errors depend on tensor values, which fake tensors cannot see (an index out of
-# range, a class label past the classes, a probability that is not one, a matrix that is not
-# positive definite): named by a part of the target's name. Anything else fails at capture already
-# (shapes, dtypes) or not at all, and needs no handler around its graph: a graph called under one
-# keeps no native fast entry (a frame's `with torch.no_grad():` around its whole body is common).
-_RAISING_PARTS = ("index", "gather", "scatter", "embedding", "one_hot", "bincount", "multinomial", "nll_loss",
-                  "cross_entropy", "cholesky", "inverse", "solve", "lstsq", "searchsorted", "bucketize",
-                  "repeat_interleave", "histc", "assert", "sparse", "segment", "ctc", "margin", "max_unpool",
-                  "bernoulli", "poisson", "unravel", "local_scalar")
-_RAISING_WORDS = frozenset({"lu", "inv", "put", "take", "item"})  # whole words only (relu is no lu)
-_DIVIDING_PARTS = ("div", "mod", "remainder")
+# Draws whose arguments' values may be refused at run time (a probability that is not one), beside
+# the ops kiln.fake.value_checks names (an index out of range, an integer divisor of zero, an assert)
+_RAISING_DRAWS = frozenset({"multinomial", "bernoulli", "poisson", "binomial"})
 
 
-def may_raise_at_run_time(target: Any, args: Sequence[Any], example: Any) -> bool:
-    """Whether an op may raise at run time for some values of its tensors (see _RAISING_PARTS): an
-    integer division or remainder too (a zero divisor raises ZeroDivisionError), and an item read or
-    write whose key holds a tensor (an index out of range). Unknown kinds of target count as raising."""
-    name = target if isinstance(target, str) else getattr(target, "__name__", None)
-    if not isinstance(name, str):
-        return True
-    name = name.lower()
-    if name in ("getitem", "setitem", "__getitem__", "__setitem__"):
-        return any(_holds_tensor(a) for a in args[1:])
-    if any(part in name for part in _RAISING_PARTS) or not _RAISING_WORDS.isdisjoint(re.split(r"[^a-z0-9]+", name)):
-        return True
-    if any(part in name for part in _DIVIDING_PARTS):
-        return not isinstance(example, torch.Tensor) or not example.dtype.is_floating_point
-    return False
+def may_raise_at_run_time(node: torch.fx.Node) -> bool:
+    """Whether a captured op may raise at run time for some values of its tensors, which fake tensors
+    cannot judge. Anything else fails at capture already (shapes, dtypes) or not at all, and needs no
+    handler around its graph: a graph called under one keeps no native fast entry (a frame's body
+    inside `with torch.no_grad():` is common)."""
+    from kiln.fake.value_checks import raises_on_values
 
-
-def _holds_tensor(value: Any) -> bool:
-    if isinstance(value, torch.Tensor):
-        return True
-    return isinstance(value, (tuple, list)) and any(_holds_tensor(v) for v in value)
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return raises_on_values(node) or str(name).rstrip("_") in _RAISING_DRAWS
 
 
 def under_handler(tx: "Tracer") -> bool:

@@ -499,8 +499,7 @@ class Tracer:
         if self.output.inference_depth or self.output.inference_made:
             self.output.follow_inference(kind, target, ex_args, ex_kwargs, example)
         node = self.output.create_node(kind, target, node_args, node_kwargs, example)
-        if not self.output.ops_under_handler and may_raise_at_run_time(target, ex_args, example) \
-                and under_handler(self):
+        if not self.output.ops_under_handler and may_raise_at_run_time(node) and under_handler(self):
             self.output.ops_under_handler = True
         value = constant_fold.after_op(kind, target, args, kwargs, example)
         result = self.wrap_op_result(node, example)

@@ -39,6 +39,8 @@ _FACTORIZATIONS = frozenset({
     "cholesky", "linalg_cholesky", "inverse", "linalg_inv", "linalg_solve", "solve", "linalg_lu_factor",
     "lu_factor", "_linalg_check_errors", "linalg_inv_ex", "linalg_cholesky_ex", "linalg_solve_ex",
 })
+# Asserts on a tensor's value (`torch._assert_async(x.sum() > 1)`): the whole point of the op.
+_ASSERTS = frozenset({"_assert_async", "_functional_assert_async", "_assert", "_assert_scalar"})
 # `div` raises only with a rounding mode (integer true division gives floats).
 _ROUNDING_DIVISIONS = frozenset({"div", "divide"})
 
@@ -97,7 +99,7 @@ def raises_on_values(node: torch.fx.Node) -> bool:
         if name.endswith("_ex"):  # raises only when asked to check its info
             return bool(node.kwargs.get("check_errors", False))
         return True
-    if name in _INDEXING:
+    if name in _INDEXING or name in _ASSERTS:
         return True
     if name in _DIVISIONS:
         return _integer_result(node)
