@@ -13,7 +13,8 @@
    raises "not implemented for 'UInt16'" for many of them: Kiln raises the same type.
 3. Output strides: a dense output keeps eager's strides whole, a size-1 dim's stride included
    (`.to(dtype)`, `.clone()`, `.bool()` of a (1, 7) view with strides (129, 1) give (129, 1) eagerly
-   and under torch.compile; Kiln gave (7, 1)).
+   and under torch.compile; Kiln gave (7, 1)). Not covered: full_like/zeros_like of such a view keep
+   the meta kernels' size-1 strides ((7, 1); eager (129, 1)), as torch.compile's inductor does too.
 """
 from __future__ import annotations
 
