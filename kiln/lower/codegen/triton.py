@@ -92,7 +92,7 @@ def _infix(v: Op, a: Sequence[str]) -> str:
 @renders("truediv")
 def _truediv(v: Op, a: Sequence[str]) -> str:
     # Triton's `/` on integers gives a float; the loop op keeps C's truncating integer division
-    return f"({a[0]} / {a[1]})" if _is_float(v) else f"kiln_truncdiv_int({a[0]}, {a[1]})"
+    return f"({a[0]} / {a[1]})" if _is_float(v) else _division_call("truncdiv", v, a)
 
 
 @renders("neg")
@@ -158,8 +158,22 @@ def _logical(v: Op, a: Sequence[str]) -> str:
 
 @renders("floordiv", "truncdiv", "mod", "fmod")
 def _division(v: Op, a: Sequence[str]) -> str:
-    kind = "float" if _is_float(v) else "int"
-    return f"kiln_{v.name}_{kind}({a[0]}, {a[1]})"
+    return _division_call(v.name, v, a)
+
+
+# an unsigned type has no -1 to special-case (its all-ones pattern, uint8's 255, is an ordinary
+# divisor, and Triton refuses to compare an unsigned tile with a negative literal) and truncation
+# and floor agree: one quotient helper and one remainder helper serve all four ops
+UNSIGNED_DIVISION = {"floordiv": "kiln_div_uint", "truncdiv": "kiln_div_uint",
+                     "mod": "kiln_mod_uint", "fmod": "kiln_mod_uint"}
+
+
+def _division_call(name: str, v: Op, a: Sequence[str]) -> str:
+    if _is_float(v):
+        return f"kiln_{name}_float({a[0]}, {a[1]})"
+    if not arg_dtype(v).is_signed and arg_dtype(v) != torch.bool:
+        return f"{UNSIGNED_DIVISION[name]}({a[0]}, {a[1]})"
+    return f"kiln_{name}_int({a[0]}, {a[1]})"
 
 
 @renders("pow")
@@ -311,6 +325,18 @@ def kiln_mod_int(a, b):
 @triton.jit
 def kiln_fmod_int(a, b):
     return tl.where(b == 0, 0, a - kiln_truncdiv_int(a, b) * b)
+
+
+@triton.jit
+def kiln_div_uint(a, b):
+    safe = tl.where(b == 0, 1, b)
+    return tl.where(b == 0, 0, a // safe)
+
+
+@triton.jit
+def kiln_mod_uint(a, b):
+    safe = tl.where(b == 0, 1, b)
+    return tl.where(b == 0, 0, a % safe)
 
 
 @triton.jit

@@ -141,7 +141,9 @@ def stride_hint(stride: int | torch.SymInt) -> int:
 
 
 def dense_layout(meta: torch.Tensor) -> Layout:
-    """The output layout eager would give (from the meta strides) when it is dense, else contiguous."""
+    """The output layout eager would give (from the meta strides) when it is dense, else contiguous.
+    A dense meta's strides are kept whole, a size-1 dim's included: eager's preserve_format copies
+    (`.to(dtype)`, `.clone()`, `.bool()` of a (1, 7) view with strides (129, 1)) keep (129, 1)."""
     sizes = tuple(to_expr(s) for s in meta.shape)
     strides = tuple(to_expr(s) for s in meta.stride())
     # outermost first, by the strides' example values: a symbolic stride (s0 of a transposed
@@ -150,8 +152,7 @@ def dense_layout(meta: torch.Tensor) -> Layout:
     order = sorted(range(len(sizes)), key=lambda k: hints[k], reverse=True)
     expected = contiguous_strides([sizes[k] for k in order])
     if all(sympy.expand(strides[k] - e) == 0 or sizes[k] == 1 for k, e in zip(order, expected)):
-        return Layout(meta.dtype, sizes, tuple(strides[k] if sizes[k] != 1 else
-                                                expected[order.index(k)] for k in range(len(sizes))))
+        return Layout(meta.dtype, sizes, strides)
     return Layout.contiguous(meta.dtype, sizes)
 
 
