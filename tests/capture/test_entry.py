@@ -29,6 +29,7 @@ class StandInResult:
     guards: list
     graphs: list = field(default_factory=lambda: [ONE_GRAPH])
     breaks: list = field(default_factory=list)
+    traced_tensor_ops: bool = False  # as kiln.capture.glue.CaptureResult: tensor ops traced, all unused
 
 
 class StandInCapture:

@@ -96,5 +96,7 @@ def test_float_softmax_along_another_dim_divides_as_eager(shape: tuple[int, ...]
         got, want = compile_fn(lambda x: x.softmax(dim), x)(x)[0], x.softmax(dim)
     finally:
         torch.set_num_threads(threads)
-    assert (got != want).float().mean() < 0.05, (got != want).sum().item()  # 24-28% with a reciprocal
+    # 24-28% with a reciprocal; the exp tails alone gave up to 4% on one CPU and 6.7% of (40, 24) on a
+    # Sapphire Rapids (AVX-512 ATen, all within 2 ulp): the bound tells the two apart on both
+    assert (got != want).float().mean() < 0.12, (got != want).sum().item()
     torch.testing.assert_close(got, want)
