@@ -24,7 +24,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VPY) -m mypy  # pyproject.toml's [tool.mypy]: all of kiln/ at zero errors
 	# two worker processes (CI has 2 cores), ~10150 tests; the budget is 20 min on a clean clone (cold kernel
-	# cache). At 0165a9a: 1142 s of pytest with a cold kernel cache, 598 s warm (quiet machine; stop 44's CI run took 1305 s in all). What keeps
+	# cache). At 0165a9a: 598 s of pytest with a warm kernel cache; 1142 s cold (at 536d89f, two test-side mends before) (quiet machine; stop 44's CI run took 1305 s in all). What keeps
 	# it short (README, `make test`): product sweeps run the fixed ci_slice star, the rest is `-m slow` (make
 	# test-all); torch.compile's answers on the two corpora are recorded (tests/recorded_oracle.py); the native
 	# wrapper's cache test starts on a cache seeded with the boundary extension and the precompiled header
