@@ -19,12 +19,14 @@ HELD_OUT: dict[str, RealModel] = {}
 
 
 def _add(name: str, make: Callable[[Any], torch.nn.Module], config: Callable[[], Any],
-         inputs: Callable[[bool], dict], tol: float = 1e-4) -> None:
+         inputs: Callable[[bool], dict], tol: float = 1e-4, table: dict[str, RealModel] = HELD_OUT) -> None:
+    """A model built from its tiny config with dropout off and seed 0, entered in `table` (the later
+    held-out sets pass their own)."""
     def build() -> torch.nn.Module:
         torch.manual_seed(0)
         return make(_no_dropout(config()))
 
-    HELD_OUT[name] = RealModel(name, build, inputs, tol)
+    table[name] = RealModel(name, build, inputs, tol)
 
 
 def _pixels(size: int = 16) -> Callable[[bool], dict]:

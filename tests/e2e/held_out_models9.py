@@ -19,7 +19,9 @@ from typing import Any, Callable
 
 import torch
 
-from real_models import BATCH, SEQ, SMALL, VOCAB, LazyNames, RealModel, _no_dropout, _tokens
+from real_models import BATCH, SEQ, SMALL, VOCAB, LazyNames, RealModel, _tokens
+import held_out_models
+from held_out_models import _pixels
 from real_models import _cls_inputs as _cls, _lm_inputs as _lm, _seq2seq_inputs as _seq2seq
 
 HELD_OUT9: dict[str, RealModel] = {}
@@ -27,21 +29,7 @@ HELD_OUT9: dict[str, RealModel] = {}
 
 def _add(name: str, make: Callable[[Any], torch.nn.Module], config: Callable[[], Any],
          inputs: Callable[[bool], dict], tol: float = 1e-4) -> None:
-    def build() -> torch.nn.Module:
-        torch.manual_seed(0)
-        return make(_no_dropout(config()))
-
-    HELD_OUT9[name] = RealModel(name, build, inputs, tol)
-
-
-def _pixels(size: int = 16) -> Callable[[bool], dict]:
-    def inputs(training: bool) -> dict:
-        g = torch.Generator().manual_seed(1)
-        out = {"pixel_values": torch.randn(BATCH, 3, size, size, generator=g)}
-        if training:
-            out["labels"] = torch.tensor([0, 1])
-        return out
-    return inputs
+    held_out_models._add(name, make, config, inputs, tol, table=HELD_OUT9)
 
 
 def _mae(training: bool) -> dict:
