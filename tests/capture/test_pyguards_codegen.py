@@ -316,3 +316,21 @@ def test_containers_grad_mode_and_aliasing_change():
     torch.testing.assert_close(compiled(t, t), add_into(u, u))  # one tensor twice: x + 1 + (x + 1)
     torch.testing.assert_close(t, u)
     assert backend.frame_count > graphs
+
+
+def test_values_by_position_list_the_dict_once_and_still_fail_on_each_change():
+    # A registry keyed by classes (torch.distributions.kl's) is guarded value by value through
+    # list(d.values())[i]: the check lists the dict once, and a change at any position still fails.
+    registry = {type(f"K{i}", (), {}): types.FunctionType(_f.__code__, globals(), f"f{i}") for i in range(12)}
+    source = "G['registry']"
+    guards = [Guard(source, "check_type", dict), Guard(source, "check_len", len(registry))]
+    guards += [Guard(f"list({source}.values())[{i}]", "check_id", fn) for i, fn in enumerate(registry.values())]
+    for check in (compile_guards(guards, native=None), compile_guards(guards[::-1], native=None)):
+        body = check.source.split("def ___check_guards", 1)[1]
+        assert body.count("= list(") == 1 and "= list(" in body.split("[0]")[0], body
+        assert check.fn({}, {"registry": registry}, None)
+        for key in registry:
+            changed = dict(registry)
+            changed[key] = _g
+            assert not check.fn({}, {"registry": changed}, None)
+        assert not check.fn({}, {"registry": list(registry.values())}, None)

@@ -297,9 +297,18 @@ def _ordered(guards: Sequence[Guard], shape_guards: Sequence[Any]) -> list[Guard
     return ordered
 
 
+_POSITION = re.compile(r"(list\(.*\.(?:values|keys)\(\)\))\[\d+\]")
+
+
 def _read(source: str, hoisted: _Hoisted, lines: list[str]) -> str:
-    """The local holding `source`'s value, read into it by a new line the first time."""
+    """The local holding `source`'s value, read into it by a new line the first time. A dict's
+    value or key by position (sources.DictValueSource, DictKeySource) reads the dict's list into a
+    local of its own first: a registry of a hundred functions (torch.distributions.kl's) is listed
+    once per check, not once per guard."""
     if source not in hoisted:
+        positional = _POSITION.fullmatch(source)
+        if positional is not None:
+            _read(positional.group(1), hoisted, lines)
         local = f"___v{len(hoisted)}"
         lines.append(f"{local} = {_rewrite(source, hoisted)}")
         hoisted.add(source, local)
