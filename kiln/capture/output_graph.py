@@ -505,15 +505,19 @@ def _same_size(a: Any, b: Any) -> bool:
 # Nodes that switch a mode (grad, autocast) compute nothing by themselves.
 _MODE_SWITCHES = (torch._C._set_grad_enabled, torch.amp._enter_autocast, torch.amp._exit_autocast, *MODE_WRITERS)
 _IMPURE = {torch._C._set_grad_enabled, operator.setitem, torch.amp._exit_autocast, *MODE_WRITERS}
+# The meta key of a node whose fake run drew from a generator (an op with the nondeterministic_seeded
+# tag ran: torch.rand, dropout in train mode, rrelu, multinomial): eager advances the generator for
+# it whether or not its result is read, so it is never dead code.
+DRAWS_RANDOM = "kiln_draws_random"
 
 
 def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
     # In-place methods (names ending in "_"), setitem and calls with out= mutate their inputs:
     # they stay even when nothing reads their result, and so do ops that check their inputs' values
-    # (an index's bounds, an integer divisor: eager raises even when the result is unused);
-    # unused placeholders go so the glue reads fewer sources.
+    # (an index's bounds, an integer divisor: eager raises even when the result is unused) and ops
+    # that draw from a generator (DRAWS_RANDOM); unused placeholders go so the glue reads fewer sources.
     for node in reversed(list(graph.nodes)):
-        if node.op in ("output", "placeholder") or node.users or raises_on_values(node):
+        if node.op in ("output", "placeholder") or node.users or raises_on_values(node) or node.meta.get(DRAWS_RANDOM):
             continue
         if node.op == "call_method" and (node.target.endswith("_") and not node.target.startswith("__")
                                          or node.target in ("__setitem__",) or node.target in _INPLACE_DUNDERS):

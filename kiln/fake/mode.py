@@ -152,6 +152,10 @@ class FakeTensorMode(TorchDispatchMode):
         self.unbacked_limit: int | None = None
         self._real_to_fake: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._strategy: dict[Any, Callable[..., Any]] = {}
+        # How many ops that draw from a generator (their nondeterministic_seeded tag) this mode has
+        # run: capture compares it around a call to learn whether the call draws (dropout in train
+        # mode does, in eval mode it does not) and keeps such a call even when nothing reads it.
+        self.seeded_calls = 0
         # One entry per __enter__: the shim pushed with it and the fake mode it displaced, or
         # None when the mode was already the active one (re-entering is then a no-op).
         self._entered: list[tuple[devices.BindingShim, Any] | None] = []
@@ -227,7 +231,18 @@ class FakeTensorMode(TorchDispatchMode):
         return strategy(self, func, args, kwargs)
 
     def _pick_strategy(self, func: Any) -> Callable[..., Any]:
-        """How `func` is run, decided once per overload (the per-op fast path)."""
+        """How `func` is run, decided once per overload (the per-op fast path); an op that draws
+        from a generator is counted in `seeded_calls` each time it runs."""
+        strategy = self._plain_strategy(func)
+        if torch.Tag.nondeterministic_seeded not in getattr(func, "tags", ()):
+            return strategy
+
+        def counted(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+            mode.seeded_calls += 1
+            return strategy(mode, func, args, kwargs)
+        return counted
+
+    def _plain_strategy(self, func: Any) -> Callable[..., Any]:
         impl = impls.lookup(func)
         if impl is not None:
             return impl
