@@ -38,6 +38,7 @@ _ONEDNN_LSTM = 2  # oneDNN's rnn kind for an LSTM, mkldnn_rnn_layer's `mode`
 # op -> its implementation in traces, called as impl(torch's Python decomposition, *args, **kwargs)
 Composite = Callable[..., Any]
 _OVERRIDES: dict[Any, Composite] = {}
+_ORIGINALS: dict[Any, Composite] = {}  # op -> torch's Python decomposition, as registered at import
 
 
 def eager_composite(op: Any) -> Callable[[Composite], Composite]:
@@ -46,8 +47,20 @@ def eager_composite(op: Any) -> Callable[[Composite], Composite]:
         if op in _OVERRIDES:
             raise ValueError(f"{op} already has an eager composite: {_OVERRIDES[op].__name__}")
         _OVERRIDES[op] = impl
+        original = op.py_kernels.get(DispatchKey.CompositeImplicitAutograd)
+        if original is not None:
+            _ORIGINALS[op] = original
         return impl
     return register
+
+
+def eager_decomposition(op: Any) -> Callable[..., Any] | None:
+    """`op`'s eager composite bound to torch's Python decomposition, or None where it has none. For
+    the paths where a composite op reaches a mode whole and is decomposed there: under inference_mode
+    autograd's keys are off, so `aten.dropout` or `aten.gru.input` arrive packed, and `op.decompose()`
+    or torch's decomposition table would take the Python versions this module corrects."""
+    impl, original = _OVERRIDES.get(op), _ORIGINALS.get(op)
+    return None if impl is None or original is None else functools.partial(impl, original)
 
 
 def _onednn_takes(input: torch.Tensor, hx: Sequence[torch.Tensor], params: Sequence[torch.Tensor]) -> bool:
@@ -205,16 +218,17 @@ def _fused_dropout_takes(input: torch.Tensor, p: float) -> bool:
 def dropout(original: Callable[..., Any], input: torch.Tensor, p: float, train: bool | None) -> torch.Tensor:
     """aten.dropout.default as eager computes it off the fused kernel (on CPU): nothing drawn for
     p == 1 (the input times a zero) as for p == 0, else a noise tensor laid out like the input,
-    `bernoulli_(1 - p)` then divided by 1 - p. torch's Python version always calls native_dropout,
+    drawn with `bernoulli(1 - p)` then divided by 1 - p. torch's Python version always calls native_dropout,
     which draws for p == 1 too: the generator advanced where eager's does not."""
     if not train or p == 0 or input.numel() == 0 or _fused_dropout_takes(input, p):
         return original(input, p, train)
     if p == 1:
         return input * torch.zeros((), dtype=input.dtype, device=input.device)
-    noise = torch.empty_like(input)
-    noise.bernoulli_(1 - p)
-    noise.div_(1 - p)
-    return input * noise
+    # functional ops only: a mode below functionalization (AOT's tracer under inference_mode) runs
+    # this too. bernoulli.p draws as `empty_like(input).bernoulli_(p)` in eager's memory order
+    # (kiln.autograd.decompose's bernoulli_p, in every AOT trace)
+    noise = aten.bernoulli.p(torch.empty_like(input), 1 - p)  # empty_like: no autograd through the draw
+    return input * noise.div(1 - p)
 
 
-__all__ = ["eager_composite", "python_dispatcher"]
+__all__ = ["eager_composite", "eager_decomposition", "python_dispatcher"]

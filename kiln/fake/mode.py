@@ -22,6 +22,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from kiln import log
 from kiln.errors import MissingFakeImplError
 from kiln.fake import cache, convert, devices, impls
+from kiln.fake.composites import eager_decomposition
 from kiln.fake.devices import normalize_device
 from kiln.fake.tensor import FakeTensor
 
@@ -412,7 +413,7 @@ def _device_positions(func: Any) -> frozenset[int]:
 def run_decomposed(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict,
                    cause: Exception | None = None) -> Any:
     """Run `func` through its Python decomposition, each sub-op going through the mode again."""
-    decomp = torch._decomp.decomposition_table.get(func)
+    decomp = eager_decomposition(func) or torch._decomp.decomposition_table.get(func)
     if decomp is None and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
         decomp = functools.partial(_run_composite, func)
     if decomp is None:
@@ -438,8 +439,9 @@ def _run_composite(func: Any, *args: Any, **kwargs: Any) -> Any:
     op again from the top, back into this mode: a recursion that ended with the process aborted.
     Torch-function handling is off while the kernel runs; its own sub-ops dispatch in C++ and come
     back through the mode as usual."""
+    eager = eager_decomposition(func)
     with torch._C.DisableTorchFunction():
-        return func.decompose(*args, **kwargs)
+        return eager(*args, **kwargs) if eager is not None else func.decompose(*args, **kwargs)
 
 
 def _decomposed_strategy(decomp: Callable[..., Any]) -> Callable[..., Any]:

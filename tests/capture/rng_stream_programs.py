@@ -156,7 +156,7 @@ def dropout_edge_probabilities_unused(x):
     F.dropout(x, 1.0, True)
     F.dropout(x, 0.0, True)
     F.alpha_dropout(x, 1.0, True)
-    return x + torch.rand(2)
+    return x + torch.rand(4)
 
 
 @program(lambda: (torch.empty(0, 4),))
@@ -278,7 +278,7 @@ def generator_passed_in(x, g):
     torch.randn(2, generator=g)
     b = torch.randint(0, 5, (4,), generator=g)
     x.uniform_(generator=g)
-    return a, b, x + torch.rand(2)
+    return a, b, x + torch.rand(4)
 
 
 @program(_gen)
