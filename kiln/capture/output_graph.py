@@ -136,6 +136,9 @@ class OutputGraph:
         # divisors of Python numbers in the graph that are symbolic (a `//`, `%` or `/` by an int or
         # float argument): the glue tests them before the call (kiln.capture.deferred_checks)
         self.divisors: list[Any] = []
+        # the fake mode's count of ops that draw from a generator when the last node was made: a node
+        # made after fake runs that drew (an op's own, or a vmap or torch.func body's) is DRAWS_RANDOM
+        self._draws_seen = getattr(fake_mode, "seeded_calls", 0)
 
     # ------------------------------------------------------------------------------ inputs
     def _placeholder(self, name: str, source: str, example: Any) -> torch.fx.Node:
@@ -266,6 +269,10 @@ class OutputGraph:
     def create_node(self, kind: str, target: Any, args: tuple, kwargs: dict, example: Any) -> torch.fx.Node:
         node = self.graph.create_node(kind, target, args, kwargs)
         node.meta["example_value"] = example
+        draws = getattr(self.fake_mode, "seeded_calls", 0)
+        if draws != self._draws_seen:  # its fake run drew: eager advances a generator here
+            node.meta[DRAWS_RANDOM] = True
+            self._draws_seen = draws
         return node
 
     def run_fake(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Any:

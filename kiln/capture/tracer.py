@@ -39,7 +39,7 @@ from kiln.capture.guards import Guard
 from kiln.capture.op_arguments import example_arg, node_arg, scalar_operands
 from kiln.capture.options import CompileOptions
 from kiln.capture.opcodes import OPCODES
-from kiln.capture.output_graph import DRAWS_RANDOM, OutputGraph
+from kiln.capture.output_graph import OutputGraph
 from kiln.capture.process_modes import ProcessModes
 from kiln.capture.side_effects import SideEffects
 from kiln.capture.sources import (AttrSource, CallSource, ClosureSource, GlobalSource, ItemSource, LocalSource, Source, TypeSource,
@@ -481,10 +481,8 @@ class Tracer:
         node_kwargs = {k: node_arg(v) for k, v in kwargs.items()}
         ex_args = tuple(example_arg(a) for a in args)
         ex_kwargs = {k: example_arg(v) for k, v in kwargs.items()}
-        draws_before = self.output.fake_mode.seeded_calls
         try:
             example = self.output.run_fake(kind, target, ex_args, ex_kwargs)
-            draws = self.output.fake_mode.seeded_calls != draws_before
             pinned = self.state.modes.pinned_dtype(lambda t, a, k: self.output.run_fake(kind, t, a, k),
                                                    target, ex_args, ex_kwargs, example)
             if pinned is not None:  # the default dtype the frame set, made explicit (process_modes.py)
@@ -501,8 +499,6 @@ class Tracer:
         if self.output.inference_depth or self.output.inference_made:
             self.output.follow_inference(kind, target, ex_args, ex_kwargs, example)
         node = self.output.create_node(kind, target, node_args, node_kwargs, example)
-        if draws:
-            node.meta[DRAWS_RANDOM] = True  # it advances a generator: kept even when nothing reads it
         if not self.output.ops_under_handler and may_raise_at_run_time(node) and under_handler(self):
             self.output.ops_under_handler = True
         value = constant_fold.after_op(kind, target, args, kwargs, example)

@@ -13,10 +13,14 @@ eager's is bfloat16. Here the oneDNN path is taken exactly when eager takes it, 
 decomposition runs otherwise. `aten.matmul.default`'s Python version ends in a view (squeeze of a
 1-d operand's product, `.view` of a broadcast bmm) where eager's C++ ends in an in-place squeeze_
 or an _unsafe_view, so the traced result was an autograd view where eager's is not (a result made
-under no_grad then refused an in-place op with grad on); such a result is un-viewed here. `aten.dropout.default`'s Python version calls native_dropout, which
-draws from the generator for p == 1 where eager's CPU dropout draws nothing.
+under no_grad then refused an in-place op with grad on); such a result is un-viewed here.
+`aten.dropout.default`'s Python version calls native_dropout, which draws from the generator for
+p == 1 where eager's CPU dropout draws nothing; the multi-layer RNNs' Python versions (gru, rnn_tanh,
+rnn_relu, lstm off oneDNN; `.input` and `.data`) never apply the dropout between layers.
 The overrides (one table, `@eager_composite`) live only inside `python_dispatcher()`: torch's own
 kernels are restored on exit, so code outside Kiln's traces (torch.compile included) never sees them.
+Where a composite op reaches a mode whole (under inference_mode autograd's keys are off), the fake
+mode and AOT's tracer decompose it with `eager_decomposition(op)`, the same overrides.
 """
 from __future__ import annotations
 

@@ -626,3 +626,13 @@ def gru_packed_sequence(m, x, lengths):
     packed = nn.utils.rnn.pack_padded_sequence(x, lengths)
     out, h = m(packed)
     return nn.utils.rnn.pad_packed_sequence(out)[0], h
+
+
+# ---------------------------------------------------------------------------- transforms whose body draws
+@program()
+def unused_vmap_and_func_transforms(x):
+    torch.vmap(lambda r: r + torch.rand(4), randomness="different")(x)
+    torch.vmap(lambda r: F.dropout(r, 0.5, True), randomness="same")(x)
+    torch.func.grad(lambda y: (F.dropout(y, 0.5, True) * y).sum())(x)
+    torch.func.jacrev(lambda y: F.dropout(y, 0.5, True))(x[0])
+    return x * 2
