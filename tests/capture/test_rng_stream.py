@@ -42,7 +42,7 @@ CI_EAGER = ("unused_rand", "dropout_modules_train", "unused_normal_variants", "d
             "fork_rng_in_frame", "generator_made_in_frame")
 CI_NO_GRAD = ("dropout_unused_train", "rrelu_train_unused_and_used", "lstm_dropout_between_layers")
 CI_INFERENCE = ("gru_dropout_between_layers", "dropout_edge_probabilities")  # composites reach the modes whole
-CI_DYNAMIC = ("dropout_edge_probabilities", "gru_batch_first", "draws_shaped_like_input")
+CI_DYNAMIC = ("dropout_edge_probabilities", "gru_dropout_between_layers", "draws_shaped_like_input")
 
 
 def _cases(ci: tuple[str, ...]) -> list[Any]:
