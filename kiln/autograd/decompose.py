@@ -211,6 +211,18 @@ def bernoulli_default(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
     return _draw_in_memory_order(aten.bernoulli.default, self, *args, **kwargs)
 
 
+@register_decomposition(getattr(aten.random, "from"))
+def random_from(self: torch.Tensor, low: Any, high: Any = None, *, generator: Any = None) -> Any:
+    """`x.random_(low, high)` is functionalized to `aten.random.from`, whose overload name is a
+    Python keyword: torch.fx prints `torch.ops.aten.random.from(...)`, code that does not parse, and
+    the frame fell back to eager. `randint_like(x, low, high)` is eager's `empty_like(x).random_(low,
+    high)`: the same draws into the same layout, under a name that prints. (Without `high`, or
+    with a generator, the op stays as it is.)"""
+    if high is None or generator is not None:
+        return NotImplemented
+    return aten.randint_like.low_dtype(self, low, high)
+
+
 def core_aten_decompositions() -> dict[Any, Callable]:
     """PyTorch's Core ATen table plus the entries the lowering wants and the core table lacks."""
     from torch._decomp import core_aten_decompositions as core, get_decompositions

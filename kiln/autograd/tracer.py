@@ -21,6 +21,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from kiln.autograd.decompose import KILN_DECOMPOSITIONS
 from kiln.errors import KilnError
+from kiln.fake.composites import eager_decomposition
 from kiln.fake.value_checks import raises_on_values
 from kiln.symbolic.expr import BitwiseOp, FloorDiv, ModularIndexing, adopt_torch_functions, is_integral
 from kiln.symbolic.floats import GRAPH_OPERATION, FloatFloorDiv, FloatLog2, FloatSqrt, RoundHalfEven, ToFloat, TruncToInt
@@ -282,7 +283,8 @@ class AtenTracer(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in METADATA_OPS:
             return func(*args, **kwargs)
-        decomposition = self.decompositions.get(func)
+        # Kiln's eager version of a composite (dropout, the RNNs) before any table's Python one
+        decomposition = eager_decomposition(func) or self.decompositions.get(func)
         if decomposition is not None:
             with self:
                 out = decomposition(*args, **kwargs)

@@ -136,6 +136,9 @@ class OutputGraph:
         # divisors of Python numbers in the graph that are symbolic (a `//`, `%` or `/` by an int or
         # float argument): the glue tests them before the call (kiln.capture.deferred_checks)
         self.divisors: list[Any] = []
+        # the fake mode's count of ops that draw from a generator when the last node was made: a node
+        # made after fake runs that drew (an op's own, or a vmap or torch.func body's) is DRAWS_RANDOM
+        self._draws_seen = getattr(fake_mode, "seeded_calls", 0)
 
     # ------------------------------------------------------------------------------ inputs
     def _placeholder(self, name: str, source: str, example: Any) -> torch.fx.Node:
@@ -266,6 +269,10 @@ class OutputGraph:
     def create_node(self, kind: str, target: Any, args: tuple, kwargs: dict, example: Any) -> torch.fx.Node:
         node = self.graph.create_node(kind, target, args, kwargs)
         node.meta["example_value"] = example
+        draws = getattr(self.fake_mode, "seeded_calls", 0)
+        if draws != self._draws_seen:  # its fake run drew: eager advances a generator here
+            node.meta[DRAWS_RANDOM] = True
+            self._draws_seen = draws
         return node
 
     def run_fake(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Any:
@@ -505,15 +512,19 @@ def _same_size(a: Any, b: Any) -> bool:
 # Nodes that switch a mode (grad, autocast) compute nothing by themselves.
 _MODE_SWITCHES = (torch._C._set_grad_enabled, torch.amp._enter_autocast, torch.amp._exit_autocast, *MODE_WRITERS)
 _IMPURE = {torch._C._set_grad_enabled, operator.setitem, torch.amp._exit_autocast, *MODE_WRITERS}
+# The meta key of a node whose fake run drew from a generator (an op with the nondeterministic_seeded
+# tag ran: torch.rand, dropout in train mode, rrelu, multinomial): eager advances the generator for
+# it whether or not its result is read, so it is never dead code.
+DRAWS_RANDOM = "kiln_draws_random"
 
 
 def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
     # In-place methods (names ending in "_"), setitem and calls with out= mutate their inputs:
     # they stay even when nothing reads their result, and so do ops that check their inputs' values
-    # (an index's bounds, an integer divisor: eager raises even when the result is unused);
-    # unused placeholders go so the glue reads fewer sources.
+    # (an index's bounds, an integer divisor: eager raises even when the result is unused) and ops
+    # that draw from a generator (DRAWS_RANDOM); unused placeholders go so the glue reads fewer sources.
     for node in reversed(list(graph.nodes)):
-        if node.op in ("output", "placeholder") or node.users or raises_on_values(node):
+        if node.op in ("output", "placeholder") or node.users or raises_on_values(node) or node.meta.get(DRAWS_RANDOM):
             continue
         if node.op == "call_method" and (node.target.endswith("_") and not node.target.startswith("__")
                                          or node.target in ("__setitem__",) or node.target in _INPLACE_DUNDERS):

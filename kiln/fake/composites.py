@@ -14,8 +14,13 @@ decomposition runs otherwise. `aten.matmul.default`'s Python version ends in a v
 1-d operand's product, `.view` of a broadcast bmm) where eager's C++ ends in an in-place squeeze_
 or an _unsafe_view, so the traced result was an autograd view where eager's is not (a result made
 under no_grad then refused an in-place op with grad on); such a result is un-viewed here.
+`aten.dropout.default`'s Python version calls native_dropout, which draws from the generator for
+p == 1 where eager's CPU dropout draws nothing; the multi-layer RNNs' Python versions (gru, rnn_tanh,
+rnn_relu, lstm off oneDNN; `.input` and `.data`) never apply the dropout between layers.
 The overrides (one table, `@eager_composite`) live only inside `python_dispatcher()`: torch's own
 kernels are restored on exit, so code outside Kiln's traces (torch.compile included) never sees them.
+Where a composite op reaches a mode whole (under inference_mode autograd's keys are off), the fake
+mode and AOT's tracer decompose it with `eager_decomposition(op)`, the same overrides.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ _ONEDNN_LSTM = 2  # oneDNN's rnn kind for an LSTM, mkldnn_rnn_layer's `mode`
 # op -> its implementation in traces, called as impl(torch's Python decomposition, *args, **kwargs)
 Composite = Callable[..., Any]
 _OVERRIDES: dict[Any, Composite] = {}
+_ORIGINALS: dict[Any, Composite] = {}  # op -> torch's Python decomposition, as registered at import
 
 
 def eager_composite(op: Any) -> Callable[[Composite], Composite]:
@@ -45,8 +51,20 @@ def eager_composite(op: Any) -> Callable[[Composite], Composite]:
         if op in _OVERRIDES:
             raise ValueError(f"{op} already has an eager composite: {_OVERRIDES[op].__name__}")
         _OVERRIDES[op] = impl
+        original = op.py_kernels.get(DispatchKey.CompositeImplicitAutograd)
+        if original is not None:
+            _ORIGINALS[op] = original
         return impl
     return register
+
+
+def eager_decomposition(op: Any) -> Callable[..., Any] | None:
+    """`op`'s eager composite bound to torch's Python decomposition, or None where it has none. For
+    the paths where a composite op reaches a mode whole and is decomposed there: under inference_mode
+    autograd's keys are off, so `aten.dropout` or `aten.gru.input` arrive packed, and `op.decompose()`
+    or torch's decomposition table would take the Python versions this module corrects."""
+    impl, original = _OVERRIDES.get(op), _ORIGINALS.get(op)
+    return None if impl is None or original is None else functools.partial(impl, original)
 
 
 def _onednn_takes(input: torch.Tensor, hx: Sequence[torch.Tensor], params: Sequence[torch.Tensor]) -> bool:
@@ -74,7 +92,8 @@ def lstm(original: Callable[..., Any], input: torch.Tensor, hx: Sequence[torch.T
     mkldnn_rnn_layer per layer and direction (biases of zeros where there are none), directions
     joined on the last dim, dropout between layers in training; else `original`."""
     if len(hx) != 2 or not _onednn_takes(input, hx, params):
-        return original(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        return _rnn_layers(original, input, None, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                           batch_first)
     directions = 2 if bidirectional else 1
     per_layer = 4 if has_biases else 2
     hidden_size = hx[0].size(2)
@@ -136,4 +155,84 @@ def python_dispatcher() -> Iterator[None]:
             op._dispatch_cache.clear()
 
 
-__all__ = ["eager_composite", "python_dispatcher"]
+def _rnn_layers(original: Callable[..., Any], input: torch.Tensor, batch_sizes: torch.Tensor | None, hx: Any,
+                params: Sequence[torch.Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool,
+                bidirectional: bool, batch_first: bool = False) -> tuple:
+    """A multi-layer RNN op (gru, rnn_tanh, rnn_relu, lstm; `batch_sizes` for the packed `.data`
+    overloads) as eager's layer stack runs it: one layer at a time, time-major, with
+    `dropout(output, p, train=True)` between layers when training. torch's Python decompositions
+    never apply that dropout (their test of the layer index is never true): under the Python
+    dispatcher a multi-layer RNN in training lost its dropout and drew nothing. Each layer is
+    `original` with one layer and no dropout; other calls are `original` as they are."""
+    def call(x: torch.Tensor, h: Any, weights: Sequence[torch.Tensor], layers: int, p: float, first: bool) -> Any:
+        if batch_sizes is not None:
+            return original(x, batch_sizes, h, weights, has_biases, layers, p, train, bidirectional)
+        return original(x, h, weights, has_biases, layers, p, train, bidirectional, first)
+
+    if not train or dropout == 0 or num_layers < 2:
+        return call(input, hx, params, num_layers, dropout, batch_first)
+    directions = 2 if bidirectional else 1
+    per_layer = len(params) // num_layers
+    lstm = isinstance(hx, (list, tuple))
+    x = input.transpose(0, 1) if batch_first and batch_sizes is None else input
+    hidden: list[list[torch.Tensor]] = [[] for _ in (hx if lstm else (hx,))]
+    for layer in range(num_layers):
+        rows = slice(layer * directions, (layer + 1) * directions)
+        h = [t[rows] for t in hx] if lstm else hx[rows]
+        out = call(x, h, params[layer * per_layer:(layer + 1) * per_layer], 1, 0.0, False)
+        x = out[0]
+        for k, final in enumerate(out[1:]):
+            hidden[k].append(final)
+        if layer < num_layers - 1:
+            x = torch.dropout(x, dropout, True)
+    if batch_first and batch_sizes is None:
+        x = x.transpose(0, 1)
+    return (x, *(torch.cat(h, 0) for h in hidden))
+
+
+def _register_rnn_layers() -> None:
+    for packet in (aten.gru, aten.rnn_tanh, aten.rnn_relu):
+        eager_composite(packet.input)(_rnn_input_layers)
+        eager_composite(packet.data)(_rnn_data_layers)
+    eager_composite(aten.lstm.data)(_rnn_data_layers)
+
+
+def _rnn_input_layers(original: Callable[..., Any], input: torch.Tensor, hx: Any, params: Sequence[torch.Tensor],
+                      has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool,
+                      batch_first: bool) -> tuple:
+    return _rnn_layers(original, input, None, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                       batch_first)
+
+
+def _rnn_data_layers(original: Callable[..., Any], data: torch.Tensor, batch_sizes: torch.Tensor, hx: Any,
+                     params: Sequence[torch.Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool,
+                     bidirectional: bool) -> tuple:
+    return _rnn_layers(original, data, batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional)
+
+
+_register_rnn_layers()
+
+
+def _fused_dropout_takes(input: torch.Tensor, p: float) -> bool:
+    """Whether eager's `dropout` runs the fused native_dropout kernel (ATen's is_fused_kernel_acceptable)."""
+    return input.device.type in ("cuda", "xpu", "privateuseone") and 0 < p < 1 and input.numel() > 0
+
+
+@eager_composite(aten.dropout.default)
+def dropout(original: Callable[..., Any], input: torch.Tensor, p: float, train: bool | None) -> torch.Tensor:
+    """aten.dropout.default as eager computes it off the fused kernel (on CPU): nothing drawn for
+    p == 1 (the input times a zero) as for p == 0, else a noise tensor laid out like the input,
+    drawn with `bernoulli(1 - p)` then divided by 1 - p. torch's Python version always calls native_dropout,
+    which draws for p == 1 too: the generator advanced where eager's does not."""
+    if not train or p == 0 or input.numel() == 0 or _fused_dropout_takes(input, p):
+        return original(input, p, train)
+    if p == 1:
+        return input * torch.zeros((), dtype=input.dtype, device=input.device)
+    # functional ops only: a mode below functionalization (AOT's tracer under inference_mode) runs
+    # this too. bernoulli.p draws as `empty_like(input).bernoulli_(p)` in eager's memory order
+    # (kiln.autograd.decompose's bernoulli_p, in every AOT trace)
+    noise = aten.bernoulli.p(torch.empty_like(input), 1 - p)  # empty_like: no autograd through the draw
+    return input * noise.div(1 - p)
+
+
+__all__ = ["eager_composite", "eager_decomposition", "python_dispatcher"]

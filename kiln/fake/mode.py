@@ -22,6 +22,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from kiln import log
 from kiln.errors import MissingFakeImplError
 from kiln.fake import cache, convert, devices, impls
+from kiln.fake.composites import eager_decomposition
 from kiln.fake.devices import normalize_device
 from kiln.fake.tensor import FakeTensor
 
@@ -152,6 +153,10 @@ class FakeTensorMode(TorchDispatchMode):
         self.unbacked_limit: int | None = None
         self._real_to_fake: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._strategy: dict[Any, Callable[..., Any]] = {}
+        # How many ops that draw from a generator (their nondeterministic_seeded tag) this mode has
+        # run: capture compares it around a call to learn whether the call draws (dropout in train
+        # mode does, in eval mode it does not) and keeps such a call even when nothing reads it.
+        self.seeded_calls = 0
         # One entry per __enter__: the shim pushed with it and the fake mode it displaced, or
         # None when the mode was already the active one (re-entering is then a no-op).
         self._entered: list[tuple[devices.BindingShim, Any] | None] = []
@@ -227,7 +232,18 @@ class FakeTensorMode(TorchDispatchMode):
         return strategy(self, func, args, kwargs)
 
     def _pick_strategy(self, func: Any) -> Callable[..., Any]:
-        """How `func` is run, decided once per overload (the per-op fast path)."""
+        """How `func` is run, decided once per overload (the per-op fast path); an op that draws
+        from a generator is counted in `seeded_calls` each time it runs."""
+        strategy = self._plain_strategy(func)
+        if torch.Tag.nondeterministic_seeded not in getattr(func, "tags", ()):
+            return strategy
+
+        def counted(mode: "FakeTensorMode", func: Any, args: tuple, kwargs: dict) -> Any:
+            mode.seeded_calls += 1
+            return strategy(mode, func, args, kwargs)
+        return counted
+
+    def _plain_strategy(self, func: Any) -> Callable[..., Any]:
         impl = impls.lookup(func)
         if impl is not None:
             return impl
@@ -397,7 +413,7 @@ def _device_positions(func: Any) -> frozenset[int]:
 def run_decomposed(mode: FakeTensorMode, func: Any, args: tuple, kwargs: dict,
                    cause: Exception | None = None) -> Any:
     """Run `func` through its Python decomposition, each sub-op going through the mode again."""
-    decomp = torch._decomp.decomposition_table.get(func)
+    decomp = eager_decomposition(func) or torch._decomp.decomposition_table.get(func)
     if decomp is None and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
         decomp = functools.partial(_run_composite, func)
     if decomp is None:
@@ -423,8 +439,9 @@ def _run_composite(func: Any, *args: Any, **kwargs: Any) -> Any:
     op again from the top, back into this mode: a recursion that ended with the process aborted.
     Torch-function handling is off while the kernel runs; its own sub-ops dispatch in C++ and come
     back through the mode as usual."""
+    eager = eager_decomposition(func)
     with torch._C.DisableTorchFunction():
-        return func.decompose(*args, **kwargs)
+        return eager(*args, **kwargs) if eager is not None else func.decompose(*args, **kwargs)
 
 
 def _decomposed_strategy(decomp: Callable[..., Any]) -> Callable[..., Any]:

@@ -25,7 +25,8 @@ from kiln.lower.eager_dtypes import EAGER_REFUSES
 from kiln.lower.ir import (BufferRef, ConstantBuffer, FloorDiv, InputBuffer, Layout, Load, LoopIR, SymExpr, Value,
                            contiguous_strides, index_vars, walk)
 from kiln.lower.lowerings import (LOWERINGS, SUPPORTED_DTYPES, LoweringContext, TensorValue, compute_dtype,
-                                  dense_layout, stride_hint, strided_value, to_expr, value_cost)
+                                  dense_layout, stride_hint, stride_order_layout, strided_value, to_expr,
+                                  value_cost)
 from kiln.lower.lowerings.convolution import channels_last_strides, reads_channels_last
 from kiln.lower.lowerings.reductions import ROUNDED_OUTPUTS, rounded_on_read
 from kiln.lower.lowerings.extern import EXTERN_BY_DESIGN, fallback, is_random, vector_bmm
@@ -237,7 +238,7 @@ def _lower_node(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.No
     if EAGER_REFUSES in node.meta:  # the ATen call raises what eager raises for these dtypes
         return fallback(ctx, target, args, kwargs, reason=f"eager refuses its dtypes ({node.meta[EAGER_REFUSES]})")
     if config.fallback_random and is_random(target):  # torch's generator draws, in eager's order
-        return fallback(ctx, target, _realize_as_traced(ctx, node, env, args), kwargs,
+        return fallback(ctx, target, _realize_as_traced(ctx, node, env, args, random=True), kwargs,
                         reason="kiln.config.fallback_random")
     if target in _LAYOUT_FOLLOWS_INPUTS:
         args = _realize_as_traced(ctx, node, env, args)
@@ -306,11 +307,13 @@ def _realize_extern_inputs(ctx: LoweringContext, node: torch.fx.Node, env: dict[
 _LAYOUT_FOLLOWS_INPUTS = (aten._scaled_dot_product_flash_attention_for_cpu.default,)
 
 
-def _realize_as_traced(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.Node, Any], args: tuple) -> tuple:
+def _realize_as_traced(ctx: LoweringContext, node: torch.fx.Node, env: dict[torch.fx.Node, Any], args: tuple,
+                       random: bool = False) -> tuple:
     """A random op run as the ATen call draws in its input's memory order (dropout's
     `empty_like(x).bernoulli_(p)`): a lazy input is stored in the layout the trace gave it (a
-    transposed product stays transposed), so the draws land where eager's do (and an op of
-    _LAYOUT_FOLLOWS_INPUTS returns the layout its meta has)."""
+    transposed product stays transposed; a slice of one, not dense, in the same order of strides),
+    so the draws land where eager's do (and an op of _LAYOUT_FOLLOWS_INPUTS returns the layout its
+    meta has)."""
     out = list(args)
     for k, a in enumerate(node.args):
         if not isinstance(a, torch.fx.Node):
@@ -318,7 +321,7 @@ def _realize_as_traced(ctx: LoweringContext, node: torch.fx.Node, env: dict[torc
         value, meta = env.get(a), a.meta.get("val")
         if isinstance(value, TensorValue) and value.view is None and isinstance(meta, torch.Tensor):
             saved, ctx.origins = ctx.origins, (a.name,)
-            env[a] = out[k] = ctx.realize(value, dense_layout(meta))
+            env[a] = out[k] = ctx.realize(value, stride_order_layout(meta) if random else dense_layout(meta))
             ctx.origins = saved
     return tuple(out)
 

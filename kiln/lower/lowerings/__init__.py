@@ -156,6 +156,22 @@ def dense_layout(meta: torch.Tensor) -> Layout:
     return Layout.contiguous(meta.dtype, sizes)
 
 
+def stride_order_layout(meta: torch.Tensor) -> Layout:
+    """dense_layout, except that a meta that is not dense (a slice of a transpose) gets dense strides
+    in its own order of strides, not contiguous ones: what eager's `empty_like` gives it, so a random
+    op drawing into it (`uniform(x.t()[1:])`) fills its elements in eager's order."""
+    layout = dense_layout(meta)
+    hints = [stride_hint(s) for s in meta.stride()]
+    order = sorted(range(meta.dim()), key=lambda k: hints[k], reverse=True)
+    if list(layout.strides) != list(contiguous_strides(layout.sizes)) or order == sorted(order):
+        return layout
+    sizes = tuple(to_expr(s) for s in meta.shape)
+    strides: list[sympy.Expr] = [sympy.Integer(0)] * len(sizes)
+    for k, stride in zip(order, contiguous_strides([sizes[k] for k in order])):
+        strides[k] = stride
+    return Layout(meta.dtype, sizes, tuple(strides))
+
+
 
 def value_cost(v: Value) -> int:
     """Rough cost of recomputing a body: transcendental ops weigh more than adds and loads."""
