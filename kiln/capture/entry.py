@@ -26,7 +26,7 @@ import torch
 
 from kiln import compile_time, config
 from kiln.capture.binding import make_binder, positional_locals
-from kiln.capture.device_context import traceable_modes
+from kiln.capture.device_context import traceable_modes, user_dispatch_mode
 from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, compile_guards, read_source
 from kiln.capture.options import CompileOptions
 from kiln.capture.trace_rules import COMPILED_MARKER, ORIGINAL_ATTR
@@ -397,6 +397,8 @@ class _Frame:
     def miss(self, args: tuple, kwargs: dict, L: dict) -> Any:
         if torch._C._len_torch_function_stack() and not traceable_modes():
             return self.run_eagerly(args, kwargs)  # a user's mode must see eager's calls (device_context)
+        if torch._C._len_torch_dispatch_stack() and user_dispatch_mode() is not None:
+            return self.run_eagerly(args, kwargs)  # and a user's dispatch mode eager's aten ops
         with _COMPILE_LOCK:
             entry = self.entry_for(L)
             if self.refresh is not None:

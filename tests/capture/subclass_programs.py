@@ -1,0 +1,487 @@
+"""Programs over tensor subclasses, __torch_function__ and torch function / dispatch modes, each run
+eagerly and compiled by tests/capture/test_subclass_programs.py.
+
+A program is `fn(*args)`; `make()` builds fresh arguments for each run (subclass instances, their
+attributes, modules). What a program's overrides and modes see is appended to `LOG`, which the test
+clears before each run and compares: the compiled run must log what eager logs (a mode or an
+override Kiln cannot trace runs its frame eagerly, never skipped). Results are compared by value,
+by exact Python type (a subclass stays that subclass) and by the attributes on them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+import torch.utils._pytree as pytree
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+LOG: list[str] = []
+
+
+def _name(func: Any) -> str:
+    return getattr(func, "__name__", None) or str(func)
+
+
+# ---- subclasses with __torch_function__ -------------------------------------------------------
+
+class Logged(torch.Tensor):
+    """Logs each torch call, then computes as a tensor does (results stay Logged)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        LOG.append(f"Logged:{_name(func)}")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class LoggedChild(Logged):
+    """A subclass of a subclass: inherits the override."""
+
+    def twice(self) -> torch.Tensor:
+        return self * 2
+
+
+class AddIsSub(torch.Tensor):
+    """Changes what `+` computes: add becomes sub."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func in (torch.add, torch.Tensor.add, torch.Tensor.__add__):
+            func = torch.sub
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class PlainOut(torch.Tensor):
+    """Every op returns a plain tensor (the override runs the op with subclass handling off)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+
+class Other(torch.Tensor):
+    pass
+
+
+class ToOther(torch.Tensor):
+    """Tensor results come back as another subclass, Other."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+        return out.as_subclass(Other) if isinstance(out, torch.Tensor) else out
+
+
+class Scaled(torch.Tensor):
+    """No override; a method, a property and an instance attribute (`scale`) read in the frame."""
+
+    def scaled(self) -> torch.Tensor:
+        return self * self.scale
+
+    @property
+    def doubled(self) -> torch.Tensor:
+        return self * 2
+
+
+class MyParam(torch.nn.Parameter):
+    """A Parameter subclass that computes as a Parameter."""
+
+
+class LoggedParam(torch.nn.Parameter):
+    """A Parameter subclass with its own torch-function override."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        LOG.append(f"LoggedParam:{_name(func)}")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+# ---- a __torch_dispatch__ wrapper subclass -----------------------------------------------------
+
+class Wrapper(torch.Tensor):
+    """Wraps an inner tensor (`_make_wrapper_subclass`); every aten op runs on the inner tensor and
+    is logged, results rewrapped. Traceable the way torch.compile asks (__tensor_flatten__)."""
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor) -> "Wrapper":  # type: ignore[misc]
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype,  # type: ignore[attr-defined]
+                                                   device=inner.device, requires_grad=inner.requires_grad)
+
+    def __init__(self, inner: torch.Tensor) -> None:
+        self.inner = inner
+
+    def __repr__(self) -> str:  # type: ignore[override]
+        return f"Wrapper({self.inner!r})"
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["inner"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner_tensors, meta, outer_size, outer_stride):  # type: ignore[no-untyped-def]
+        return Wrapper(inner_tensors["inner"])
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        LOG.append(f"Wrapper:{func}")
+        args, kwargs = pytree.tree_map_only(Wrapper, lambda w: w.inner, (args, kwargs or {}))
+        out = func(*args, **kwargs)
+        return pytree.tree_map_only(torch.Tensor, Wrapper, out)
+
+
+# ---- modes ------------------------------------------------------------------------------------
+
+class LogMode(TorchFunctionMode):
+    def __init__(self, tag: str = "mode") -> None:
+        super().__init__()
+        self.tag = tag
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        LOG.append(f"{self.tag}:{_name(func)}")
+        return func(*args, **(kwargs or {}))
+
+
+class MulForAdd(TorchFunctionMode):
+    """Rewrites ops: add becomes mul."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func in (torch.add, torch.Tensor.add, torch.Tensor.__add__):
+            func = torch.mul
+        return func(*args, **(kwargs or {}))
+
+
+class AtenLog(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        LOG.append(f"aten:{func}")
+        return func(*args, **(kwargs or {}))
+
+
+class NegateAdds(TorchDispatchMode):
+    """Changes results: aten.add's result is negated."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        return -out if func is torch.ops.aten.add.Tensor else out
+
+
+# ---- helpers for arguments ----------------------------------------------------------------------
+
+def _t(*shape: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g)
+
+
+def _as(cls: type, *shape: int, seed: int = 0, **attrs: Any) -> torch.Tensor:
+    t = _t(*shape, seed=seed).as_subclass(cls)
+    for k, v in attrs.items():
+        setattr(t, k, v)
+    return t
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    fn: Callable[..., Any]
+    make: Callable[[], tuple]
+    around: Callable[[], Any] | None = None  # a context manager entered around both runs (a mode)
+    grad: bool = False  # the result's sum is backpropagated; the inputs' grads compared
+
+
+PROGRAMS: list[Program] = []
+
+
+def program(make: Callable[[], tuple], around: Callable[[], Any] | None = None, grad: bool = False,
+            name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        PROGRAMS.append(Program(name or fn.__name__, fn, make, around, grad))
+        return fn
+    return add
+
+
+# ---- __torch_function__ subclass inputs ---------------------------------------------------------
+
+@program(lambda: (_as(Logged, 3, 4),))
+def logged_input_ops(x):
+    return x + 1, x.sin().sum(0)
+
+
+@program(lambda: (_as(Logged, 3, 4), _t(3, 4, seed=1)))
+def logged_with_plain(x, y):
+    return torch.add(y, x) * 2
+
+
+@program(lambda: (_as(AddIsSub, 4), _t(4, seed=1)))
+def add_becomes_sub(x, y):
+    return x + y, torch.add(x, y), y.mul(3)
+
+
+@program(lambda: (_as(PlainOut, 4),))
+def override_returns_plain(x):
+    y = x * 2
+    return y, type(y) is torch.Tensor
+
+
+@program(lambda: (_as(ToOther, 2, 3),))
+def override_returns_other(x):
+    y = x.cos()
+    return y, isinstance(y, Other)
+
+
+@program(lambda: (_as(LoggedChild, 3),))
+def subclass_of_subclass(x):
+    return x.twice() + 1, isinstance(x, Logged), type(x).__name__
+
+
+@program(lambda: (_as(Scaled, 3, scale=3.0),))
+def attribute_read(x):
+    return x * x.scale
+
+
+@program(lambda: (_as(Scaled, 3, scale=2.5),))
+def method_on_subclass(x):
+    return x.scaled() - 1
+
+
+@program(lambda: (_as(Scaled, 3, scale=2.5),))
+def property_on_subclass(x):
+    return x.doubled + x
+
+
+@program(lambda: (_as(Scaled, 2, 2, scale=1.5),))
+def isinstance_branch(x):
+    if isinstance(x, Scaled):
+        return x + 1
+    return x - 1
+
+
+@program(lambda: (_as(Scaled, 2, 2, scale=1.5),))
+def type_is_check(x):
+    return (x * 2, type(x) is Scaled, type(x) is torch.Tensor)
+
+
+@program(lambda: (_as(Logged, 4),))
+def disable_subclass_block(x):
+    with torch._C.DisableTorchFunctionSubclass():
+        y = x + 1
+    return y, type(y).__name__
+
+
+@program(lambda: (_as(Logged, 4),))
+def overrides_helpers(x):
+    return (torch.overrides.has_torch_function((x,)), torch.overrides.is_tensor_like(x),
+            torch.overrides.has_torch_function_unary(x), x * 3)
+
+
+@program(lambda: (_t(4),))
+def overrides_helpers_plain(x):
+    return torch.overrides.has_torch_function((x,)), x * 3
+
+
+@program(lambda: (_as(Logged, 3, 3),))
+def logged_functional(x):
+    return F.relu(x) + torch.softmax(x, -1)
+
+
+@program(lambda: (_as(Logged, 3),))
+def logged_inplace(x):
+    x.add_(1)
+    return x
+
+
+@program(lambda: (_as(Scaled, 3, scale=2.0),))
+def attribute_write_in_frame(x):
+    x.scale = 4.0
+    return x * 2
+
+
+# ---- subclasses made in the frame ----------------------------------------------------------------
+
+@program(lambda: (_t(3, 4),))
+def as_subclass_in_frame(x):
+    y = x.as_subclass(Logged)
+    return y * 2, type(y) is Logged
+
+
+@program(lambda: (_t(3),))
+def as_subclass_with_attribute(x):
+    y = x.as_subclass(Scaled)
+    y.scale = 2.0
+    return y.scaled()
+
+
+@program(lambda: (_t(3),))
+def as_subclass_addsub(x):
+    return x.as_subclass(AddIsSub) + x
+
+
+@program(lambda: (_t(3),))
+def as_subclass_result_type(x):
+    return x.as_subclass(Other)
+
+
+@program(lambda: (_t(2, 3),))
+def make_subclass_ctor(x):
+    return torch.Tensor._make_subclass(Other, x) + 1
+
+
+# ---- parameters, buffers, modules ----------------------------------------------------------------
+
+class ParamModule(torch.nn.Module):
+    def __init__(self, kind: type) -> None:
+        super().__init__()
+        self.weight = kind(_t(4, 3, seed=2))
+        self.register_buffer("shift", torch.nn.Buffer(_t(4, seed=3)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight) + self.shift
+
+
+@program(lambda: (ParamModule(MyParam), _t(2, 3)))
+def parameter_subclass_module(m, x):
+    return m(x), type(m.weight).__name__
+
+
+@program(lambda: (ParamModule(LoggedParam), _t(2, 3)))
+def logged_parameter_module(m, x):
+    return m(x)
+
+
+class BufferModule(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.buf = torch.nn.Buffer(_t(3, seed=4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.buf
+
+
+@program(lambda: (BufferModule(), _t(3)))
+def buffer_module(m, x):
+    return m(x), isinstance(m.buf, torch.nn.Buffer)
+
+
+class ReturnsSubclass(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).as_subclass(Logged)
+
+
+@program(lambda: (ReturnsSubclass(), _t(3)))
+def module_returns_subclass(m, x):
+    return m(x)
+
+
+@program(lambda: (ReturnsSubclass(), _t(3)))
+def module_subclass_then_ops(m, x):
+    y = m(x)
+    return y + 1
+
+
+# ---- grads through subclasses --------------------------------------------------------------------
+
+@program(lambda: (_as(Logged, 3, 2).requires_grad_(),), grad=True)
+def grad_through_logged(x):
+    return (x * x).sum(0)
+
+
+@program(lambda: (_as(AddIsSub, 3).requires_grad_(), _t(3, seed=1).requires_grad_()), grad=True)
+def grad_through_addsub(x, y):
+    return (x + y) * y
+
+
+@program(lambda: (_t(3).requires_grad_(),), grad=True)
+def grad_as_subclass_in_frame(x):
+    return x.as_subclass(Logged).exp()
+
+
+# ---- modes --------------------------------------------------------------------------------------
+
+@program(lambda: (_t(3),), around=lambda: LogMode("outer"))
+def mode_around_call(x):
+    return x + 1, torch.sin(x)
+
+
+@program(lambda: (_t(3),), around=lambda: MulForAdd())
+def rewriting_mode_around_call(x):
+    return x + 2
+
+
+@program(lambda: (_t(3),))
+def mode_inside_frame(x):
+    with LogMode("inner"):
+        y = x + 1
+    return y * 2
+
+
+@program(lambda: (_t(3),))
+def rewriting_mode_inside_frame(x):
+    with MulForAdd():
+        y = x + 3
+    return y - 1
+
+
+@program(lambda: (_t(3),))
+def nested_modes_inside_frame(x):
+    with LogMode("a"):
+        with LogMode("b"):
+            y = x.cos()
+        z = y + 1
+    return z
+
+
+@program(lambda: (_t(3),), around=lambda: LogMode("outer"))
+def nested_mode_inside_and_around(x):
+    with LogMode("inner"):
+        y = x * 2
+    return y + 1
+
+
+@program(lambda: (_as(Logged, 3),), around=lambda: LogMode("outer"))
+def mode_and_subclass(x):
+    return x + 1
+
+
+@program(lambda: (_t(3),), around=lambda: AtenLog())
+def dispatch_mode_around_call(x):
+    return (x + 1).sin()
+
+
+@program(lambda: (_t(3),), around=lambda: NegateAdds())
+def dispatch_mode_changes_results(x):
+    return x + 1
+
+
+@program(lambda: (_t(3),))
+def dispatch_mode_inside_frame(x):
+    with AtenLog():
+        y = x * 2
+    return y + 1
+
+
+@program(lambda: (_t(3),))
+def dispatch_mode_rewrites_inside_frame(x):
+    with NegateAdds():
+        y = x + 2
+    return y * 3
+
+
+# ---- the wrapper subclass -----------------------------------------------------------------------
+
+@program(lambda: (Wrapper(_t(3)),))
+def wrapper_input(x):
+    return x * 2 + 1
+
+
+@program(lambda: (_t(3),))
+def wrapper_made_in_frame(x):
+    w = Wrapper(x)
+    return (w + 1).inner
+
+
+@program(lambda: (Wrapper(_t(2, 3)), _t(2, 3, seed=1)))
+def wrapper_with_plain(x, y):
+    return x + y, type(x + y).__name__
