@@ -23,6 +23,9 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._device import DeviceContext, _device_constructors
 
+FUNCTION_MODE_ACTIVE = "a torch function mode other than the default device's is active (a TorchFunctionMode)"
+DISPATCH_MODE_ACTIVE = "a torch dispatch mode is active (a TorchDispatchMode sees every aten op)"
+
 
 def _device_mode() -> DeviceContext | None:
     """The innermost mode where every mode on the stack is exactly a DeviceContext (`with

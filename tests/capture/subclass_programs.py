@@ -485,3 +485,208 @@ def wrapper_made_in_frame(x):
 @program(lambda: (Wrapper(_t(2, 3)), _t(2, 3, seed=1)))
 def wrapper_with_plain(x, y):
     return x + y, type(x + y).__name__
+
+
+# ---- subclasses reached other ways than as an argument ------------------------------------------
+
+GLOBAL_LOGGED = _as(Logged, 3, seed=5)
+GLOBAL_ADDSUB = _as(AddIsSub, 3, seed=6)
+
+
+@program(lambda: (_t(3),))
+def subclass_global(x):
+    return x + GLOBAL_LOGGED, GLOBAL_ADDSUB + x
+
+
+def _closure_program() -> Callable[..., Any]:
+    held = _as(AddIsSub, 3, seed=7)
+
+    def subclass_in_closure(x):
+        return held + x
+    return subclass_in_closure
+
+
+program(lambda: (_t(3),), name="subclass_in_closure")(_closure_program())
+
+
+@program(lambda: ([_as(Logged, 3), _t(3, seed=1)],))
+def subclass_in_list(xs):
+    return xs[0] * xs[1], [type(x).__name__ for x in xs]
+
+
+@program(lambda: ({"a": _as(AddIsSub, 3), "b": _t(3, seed=1)},))
+def subclass_in_dict(d):
+    return d["a"] + d["b"]
+
+
+class HoldsSubclass(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = _as(AddIsSub, 3, seed=8)  # a plain attribute, not a parameter or buffer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.table + x
+
+
+@program(lambda: (HoldsSubclass(), _t(3)))
+def subclass_module_attribute(m, x):
+    return m(x)
+
+
+def _make_logged(x: torch.Tensor) -> torch.Tensor:
+    return x.as_subclass(Logged)
+
+
+@program(lambda: (_t(3),))
+def subclass_from_callee(x):
+    y = _make_logged(x)
+    return y + 1, type(y).__name__
+
+
+@program(lambda: (_t(3),))
+def subclass_then_plain_ops(x):
+    y = x.as_subclass(AddIsSub)
+    z = y.as_subclass(torch.Tensor)
+    return z + x, y + x
+
+
+# ---- plain tensors: attributes, flags, Parameter and Buffer made in the frame --------------------
+
+def _tagged() -> tuple:
+    t = _t(3)
+    t.meta = {"scale": 2.0}
+    return (t,)
+
+
+@program(_tagged)
+def plain_tensor_attribute(x):
+    return x * x.meta["scale"], hasattr(x, "meta")
+
+
+@program(lambda: (_t(3),))
+def plain_tensor_attribute_absent(x):
+    return x * 2, hasattr(x, "meta")
+
+
+@program(lambda: (_t(3),))
+def parameter_made_in_frame(x):
+    p = torch.nn.Parameter(x * 2)
+    return p, isinstance(p, torch.nn.Parameter), type(p).__name__
+
+
+@program(lambda: (_t(3),))
+def buffer_made_in_frame(x):
+    b = torch.nn.Buffer(x * 2)
+    return b, isinstance(b, torch.nn.Buffer), type(b).__name__
+
+
+@program(lambda: (_t(3),))
+def isinstance_parameter_of_plain(x):
+    return isinstance(x, torch.nn.Parameter), isinstance(x, torch.nn.Buffer), isinstance(x * 2, torch.nn.Buffer)
+
+
+def _flagged() -> tuple:
+    t = _t(3)
+    t._is_param = True
+    return (t,)
+
+
+@program(_flagged)
+def plain_tensor_flagged_as_parameter(x):
+    return isinstance(x, torch.nn.Parameter), isinstance(x, (int, torch.nn.Parameter)), x + 1
+
+
+@program(lambda: (torch.nn.Parameter(_t(3)),))
+def parameter_input_checks(p):
+    return isinstance(p, torch.nn.Parameter), type(p) is torch.nn.Parameter, p * 2
+
+
+@program(lambda: (MyParam(_t(3)),))
+def parameter_subclass_input(p):
+    return isinstance(p, torch.nn.Parameter), type(p).__name__, p * 2
+
+
+# ---- torch function state --------------------------------------------------------------------------
+
+@program(lambda: (_t(3),))
+def disable_torch_function_plain(x):
+    with torch._C.DisableTorchFunction():
+        y = x + 1
+    return y * 2
+
+
+@program(lambda: (_t(3),))
+def disable_subclass_plain(x):
+    with torch._C.DisableTorchFunctionSubclass():
+        y = x.cos()
+    return y + 1
+
+
+@program(lambda: (_t(3),), around=lambda: LogMode("outer"))
+def disable_torch_function_under_mode(x):
+    with torch._C.DisableTorchFunction():
+        y = x + 1
+    return y * 2
+
+
+@program(lambda: (_t(3),))
+def torch_function_enabled_query(x):
+    return torch._C._is_torch_function_enabled(), x + 1
+
+
+@program(lambda: (_t(3),))
+def mode_entered_by_hand(x):
+    mode = LogMode("hand")
+    mode.__enter__()
+    try:
+        y = x * 3
+    finally:
+        mode.__exit__(None, None, None)
+    return y + 1
+
+
+@program(lambda: (_t(3),))
+def mode_stack_query(x):
+    with LogMode("q"):
+        n = torch._C._len_torch_function_stack()
+    return x + n
+
+
+@program(lambda: (_t(3),))
+def mode_then_subclass_in_frame(x):
+    with LogMode("m"):
+        y = x.as_subclass(Logged) + 1
+    return y
+
+
+@program(lambda: (_t(3),), around=lambda: torch.device("cpu"))
+def device_context_around(x):
+    return x + torch.ones(3)
+
+
+@program(lambda: (_t(3),), around=lambda: torch.device("cpu"))
+def device_context_and_user_mode(x):
+    with LogMode("inner"):
+        return x + torch.ones(3)
+
+
+# ---- dispatch subclasses and modes, more --------------------------------------------------------
+
+@program(lambda: (Wrapper(_t(3)),))
+def wrapper_isinstance(x):
+    return isinstance(x, Wrapper), x.inner + 1
+
+
+@program(lambda: (Wrapper(_t(3)).requires_grad_(),), grad=True)
+def wrapper_grad(x):
+    return x * 3
+
+
+@program(lambda: (_t(3),), around=lambda: AtenLog())
+def dispatch_mode_around_callee(x):
+    return _make_logged(x) + 1
+
+
+@program(lambda: (_t(3).requires_grad_(),), around=lambda: AtenLog(), grad=True)
+def dispatch_mode_around_backward(x):
+    return (x * x).sum()

@@ -12,7 +12,8 @@ from typing import Any, Sequence
 
 import torch
 
-from kiln.capture.device_context import default_device, device_state_is, user_dispatch_mode
+from kiln.capture.device_context import (DISPATCH_MODE_ACTIVE, FUNCTION_MODE_ACTIVE, default_device, device_state_is,
+                                         user_dispatch_mode)
 from kiln.capture.guards.kinds import CHECK_HELPERS, Check, Emitter, Guard, _short, guard_kind, user_name
 
 
@@ -128,8 +129,6 @@ def check_global_state(expected: GlobalState, name: str, em: Emitter) -> list[Ch
     ]
 
 
-DISPATCH_MODE_ACTIVE = "a torch dispatch mode is active (a TorchDispatchMode sees every aten op)"
-FUNCTION_MODE_ACTIVE = "a torch function mode other than the default device's is active (a TorchFunctionMode)"
 
 
 @dataclass(frozen=True, repr=False)
