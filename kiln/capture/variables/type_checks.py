@@ -69,7 +69,7 @@ def isinstance_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variab
 
 # torch's own metaclasses of Parameter and Buffer answer isinstance from a flag on the tensor too:
 # `nn.Buffer(t)` is a plain tensor marked `_is_buffer`, which isinstance(t, nn.Buffer) reads.
-_TENSOR_FLAGS = {torch.nn.Parameter: "_is_param", torch.nn.Buffer: "_is_buffer"}
+_TENSOR_FLAGS: dict[type, str] = {torch.nn.Parameter: "_is_param", torch.nn.Buffer: "_is_buffer"}
 
 
 def _tensor_flag(tx: "Tracer", obj: Variable, cls: Any) -> bool:
