@@ -690,3 +690,153 @@ def dispatch_mode_around_callee(x):
 @program(lambda: (_t(3).requires_grad_(),), around=lambda: AtenLog(), grad=True)
 def dispatch_mode_around_backward(x):
     return (x * x).sum()
+
+
+# ---- objects that are not tensors but take part in torch's override protocol ---------------------
+
+class Duck:
+    """Not a tensor: torch functions given one call its __torch_function__ (which logs and answers
+    with the plain computation on its `value`)."""
+
+    def __init__(self, value: torch.Tensor) -> None:
+        self.value = value
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        LOG.append(f"Duck:{_name(func)}")
+        args, kwargs = pytree.tree_map_only(Duck, lambda d: d.value, (args, kwargs or {}))
+        return func(*args, **kwargs)
+
+
+@program(lambda: (_t(3), Duck(_t(3, seed=1))))
+def duck_torch_function(x, d):
+    return torch.add(x, d), torch.mul(d, 2)
+
+
+@program(lambda: (_t(3), Duck(_t(3, seed=1))))
+def duck_tensor_operator(x, d):
+    return x + d, x * d
+
+
+@program(lambda: (_t(3), Duck(_t(3, seed=1))))
+def duck_functional(x, d):
+    return F.relu(d), torch.cat([x, d])
+
+
+def _aware(x: Any) -> Any:
+    """A function written to take part in the protocol, as torch's own Python functions are."""
+    if torch.overrides.has_torch_function_unary(x):
+        return torch.overrides.handle_torch_function(_aware, (x,), x)
+    return x * 2 + 1
+
+
+@program(lambda: (_t(3),))
+def handle_torch_function_plain(x):
+    return _aware(x)
+
+
+@program(lambda: (_as(Logged, 3),))
+def handle_torch_function_subclass(x):
+    return _aware(x)
+
+
+@program(lambda: (_t(3), Duck(_t(3, seed=1))))
+def handle_torch_function_duck(x, d):
+    return _aware(d), x
+
+
+@program(lambda: (_t(3),))
+def tensor_torch_function_called(x):
+    return torch.Tensor.__torch_function__(torch.add, (torch.Tensor,), (x, 1), {})
+
+
+class RaisesOnMul(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func in (torch.mul, torch.Tensor.mul, torch.Tensor.__mul__):
+            raise TypeError("RaisesOnMul: no products")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@program(lambda: (_as(RaisesOnMul, 3),))
+def override_raises(x):
+    y = x + 1
+    return y * 2
+
+
+class NotImpl(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        return NotImplemented
+
+
+@program(lambda: (_as(NotImpl, 3), _t(3)))
+def override_not_implemented(x, y):
+    return torch.add(y, x)
+
+
+class RaisingMode(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func in (torch.sin, torch.Tensor.sin):
+            raise RuntimeError("RaisingMode: no sin")
+        return func(*args, **(kwargs or {}))
+
+
+@program(lambda: (_t(3),), around=lambda: RaisingMode())
+def mode_raises_around(x):
+    return (x + 1).sin()
+
+
+@program(lambda: (_t(3),))
+def mode_raises_inside(x):
+    y = x * 2
+    try:
+        with RaisingMode():
+            y = y.sin()
+    except RuntimeError as e:
+        return y, str(e)
+    return y, ""
+
+
+@program(lambda: (_as(Logged, 2, 3),))
+def subclass_shape_queries(x):
+    return x.shape, x.size(0), x.dim(), x.numel(), len(x)
+
+
+@program(lambda: (_as(Scaled, 2, 3, scale=2.0),))
+def subclass_to_plain_then_compute(x):
+    y = x.as_subclass(torch.Tensor)
+    return y.sum() * 3, type(y).__name__
+
+
+class BufferSubclassModule(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", _as(Logged, 3, seed=9))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.table
+
+
+@program(lambda: (BufferSubclassModule(), _t(3)))
+def subclass_buffer(m, x):
+    return m(x)
+
+
+@program(lambda: (_t(3), Duck(_t(3, seed=1))))
+def override_queries(x, d):
+    return (torch.overrides.is_tensor_like(d), torch.overrides.is_tensor_like(x), torch.overrides.is_tensor_like(3),
+            torch.overrides.has_torch_function((x, d)), torch.overrides.has_torch_function_unary(d),
+            torch.overrides.has_torch_function_variadic(x, 1), torch.overrides.has_torch_function_variadic(x, d),
+            torch._C._has_torch_function((x, torch.nn.Parameter(x))), x + 1)
+
+
+@program(lambda: (_t(3),), around=lambda: torch.device("cpu"))
+def override_queries_under_device(x):
+    return (torch.overrides.has_torch_function((x,)), torch.overrides.has_torch_function_unary(x),
+            torch.overrides.is_tensor_like(x), x + 1)
+
+
+@program(lambda: (_t(3),), around=lambda: torch.device("cpu"))
+def handle_torch_function_under_device(x):
+    return _aware(x) + torch.ones(3)

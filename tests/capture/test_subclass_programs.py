@@ -57,7 +57,8 @@ def _run(fn: Any, program: Program) -> tuple:
         result: tuple = ("ok", out)
     except Exception as exc:  # noqa: BLE001 - compared with eager's
         result = ("raised", type(exc), str(exc))
-    grads = [a.grad for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    with torch._C.DisableTorchFunctionSubclass():  # NotImpl answers every query with NotImplemented
+        grads = [a.grad for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
     return result, list(P.LOG), grads
 
 
@@ -276,3 +277,17 @@ def test_dispatch_mode_graph_count_as_dynamo() -> None:
     finally:
         stack.close()
     assert backend.frame_count == dynamo == 1
+
+
+def test_override_query_follows_the_argument_type() -> None:
+    """has_torch_function/is_tensor_like answered at trace time from an argument's type: another
+    type in the next call is another answer (the type is guarded)."""
+    def fn(x: torch.Tensor, d: Any) -> Any:
+        return torch.overrides.has_torch_function_unary(d), torch.overrides.is_tensor_like(d), x + 1
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    for d in (P.Duck(torch.ones(2)), torch.ones(2), 3, P.Duck(torch.zeros(2)), torch.nn.Parameter(torch.ones(2))):
+        got, want = compiled(torch.ones(2), d), fn(torch.ones(2), d)
+        assert got[:2] == want[:2], (d, got, want)
+        torch.testing.assert_close(got[2], want[2])
