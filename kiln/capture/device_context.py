@@ -51,11 +51,12 @@ def default_device() -> torch.device | None:
 
 def user_dispatch_mode() -> Any | None:
     """The innermost TorchDispatchMode on the thread's dispatch mode stack that is not an infra
-    mode (a fake, proxy or functional mode sits in its own slot, `_mode_key`); None when none is."""
+    mode (a fake, proxy or functional mode sits in its own slot, `_mode_key`) nor one of Kiln's own
+    (its ATen tracer, while a backend traces code that calls a compiled function); None when none is."""
     n = torch._C._len_torch_dispatch_stack()
     for i in reversed(range(n)):
         mode = torch._C._get_dispatch_stack_at(i)
-        if getattr(mode, "_mode_key", None) is None:
+        if getattr(mode, "_mode_key", None) is None and not type(mode).__module__.startswith("kiln."):
             return mode
     return None
 
