@@ -17,6 +17,7 @@ import torch
 
 import kiln
 import subclass_programs as P
+from eager_compare import under_grad_mode
 from subclass_programs import PROGRAMS, AddIsSub, AtenLog, LogMode, Logged, MulForAdd, NegateAdds, Program
 
 
@@ -62,12 +63,15 @@ def _run(fn: Any, program: Program) -> tuple:
     return result, list(P.LOG), grads
 
 
-def _same_as_eager(program: Program, backend: str) -> None:
+def _same_as_eager(program: Program, backend: str, dynamic: bool | None = None, grad_mode: str | None = None) -> None:
+    def run(fn: Any) -> tuple:
+        return _run(fn, program) if grad_mode is None else under_grad_mode(grad_mode, lambda: _run(fn, program))
+
     kiln.reset()
-    want = _run(program.fn, program)
-    compiled = kiln.compile(program.fn, backend=backend)
+    want = run(program.fn)
+    compiled = kiln.compile(program.fn, backend=backend, dynamic=dynamic)
     for call in range(2):  # the capture, then the cached entry
-        got = _run(compiled, program)
+        got = run(compiled)
         assert got[0][0] == want[0][0], f"call {call}: {got[0]!r}, eager {want[0]!r}"
         why = _difference(got[0][1], want[0][1]) if want[0][0] == "ok" else \
             (None if got[0][1:] == want[0][1:] else f"{got[0]!r}, eager {want[0]!r}")
@@ -85,6 +89,27 @@ _BY_NAME = {p.name: p for p in PROGRAMS}
 @pytest.mark.parametrize("name", list(_BY_NAME))
 def test_program_as_eager(name: str, backend: str) -> None:
     _same_as_eager(_BY_NAME[name], backend)
+
+
+# The programs that capture graphs (the others run eagerly whatever the settings): under
+# dynamic=True and the outer grad modes in CI, the rest of those sweeps `slow`.
+_CAPTURING = {"buffer_module", "parameter_subclass_module", "module_subclass_then_ops", "plain_tensor_attribute",
+              "parameter_made_in_frame", "buffer_made_in_frame", "plain_tensor_flagged_as_parameter",
+              "parameter_subclass_input", "disable_subclass_plain", "handle_torch_function_duck",
+              "override_queries", "override_queries_under_device", "handle_torch_function_under_device",
+              "mode_raises_inside", "duck_tensor_operator"}
+_SWEEP = [name if name in _CAPTURING else pytest.param(name, marks=pytest.mark.slow) for name in _BY_NAME]
+
+
+@pytest.mark.parametrize("name", _SWEEP)
+def test_program_dynamic(name: str) -> None:
+    _same_as_eager(_BY_NAME[name], "eager", dynamic=True)
+
+
+@pytest.mark.parametrize("grad_mode", ["no_grad", "inference_mode", "enable_grad_in_no_grad"])
+@pytest.mark.parametrize("name", _SWEEP)
+def test_program_under_grad_mode(name: str, grad_mode: str) -> None:
+    _same_as_eager(_BY_NAME[name], "aot_eager", grad_mode=grad_mode)
 
 
 @pytest.mark.slow
