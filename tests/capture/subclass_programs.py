@@ -840,3 +840,54 @@ def override_queries_under_device(x):
 @program(lambda: (_t(3),), around=lambda: torch.device("cpu"))
 def handle_torch_function_under_device(x):
     return _aware(x) + torch.ones(3)
+
+
+# ---- Parameter subclasses with methods, properties, attributes -----------------------------------
+
+class TaggedParam(torch.nn.Parameter):
+    """A Parameter subclass computing as one, with its own constructor, method and property."""
+
+    def __new__(cls, data: torch.Tensor, tag: str = "w") -> "TaggedParam":  # type: ignore[misc]
+        made = super().__new__(cls, data)
+        made.tag = tag
+        return made
+
+    def halved(self) -> torch.Tensor:
+        return self / 2
+
+    @property
+    def norm_sq(self) -> torch.Tensor:
+        return (self * self).sum()
+
+
+class TaggedModule(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = TaggedParam(_t(3, seed=10), tag="scale")
+        self.w.lr_mult = 0.5
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return x * self.w.halved() + self.w.norm_sq * self.w.lr_mult, self.w.tag, isinstance(self.w, TaggedParam)
+
+
+@program(lambda: (TaggedModule(), _t(3)))
+def parameter_subclass_methods(m, x):
+    return m(x)
+
+
+@program(lambda: (TaggedModule(), _t(3)), grad=True)
+def parameter_subclass_grad(m, x):
+    out = m(x)[0]
+    return out, m.w
+
+
+@program(lambda: (TaggedModule(), _t(3)))
+def parameter_subclass_attribute_write(m, x):
+    m.w.lr_mult = 2.0
+    return x * m.w.lr_mult
+
+
+@program(lambda: (_t(3),))
+def parameter_subclass_made_in_frame(x):
+    p = TaggedParam(x * 2, tag="new")
+    return p.halved(), p.tag, type(p).__name__

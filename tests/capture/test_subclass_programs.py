@@ -60,6 +60,7 @@ def _run(fn: Any, program: Program) -> tuple:
         result = ("raised", type(exc), str(exc))
     with torch._C.DisableTorchFunctionSubclass():  # NotImpl answers every query with NotImplemented
         grads = [a.grad for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+        grads += [p.grad for a in args if isinstance(a, torch.nn.Module) for p in a.parameters()]
     return result, list(P.LOG), grads
 
 
@@ -97,7 +98,7 @@ _CAPTURING = {"buffer_module", "parameter_subclass_module", "module_subclass_the
               "parameter_made_in_frame", "buffer_made_in_frame", "plain_tensor_flagged_as_parameter",
               "parameter_subclass_input", "disable_subclass_plain", "handle_torch_function_duck",
               "override_queries", "override_queries_under_device", "handle_torch_function_under_device",
-              "mode_raises_inside", "duck_tensor_operator"}
+              "mode_raises_inside", "duck_tensor_operator", "parameter_subclass_methods", "parameter_subclass_grad"}
 _SWEEP = [name if name in _CAPTURING else pytest.param(name, marks=pytest.mark.slow) for name in _BY_NAME]
 
 
@@ -316,3 +317,17 @@ def test_override_query_follows_the_argument_type() -> None:
         got, want = compiled(torch.ones(2), d), fn(torch.ones(2), d)
         assert got[:2] == want[:2], (d, got, want)
         torch.testing.assert_close(got[2], want[2])
+
+
+def test_override_query_under_disabled_torch_function() -> None:
+    """An object's __torch_function__ counts only while torch function handling is on: the answer
+    made with it on is not reused inside DisableTorchFunctionSubclass (nor the reverse)."""
+    def fn(x: torch.Tensor, d: Any) -> Any:
+        return torch.overrides.has_torch_function((x, d)), x + 1
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    for disabled in (False, True, False, True):
+        with torch._C.DisableTorchFunctionSubclass() if disabled else contextlib.nullcontext():
+            got, want = compiled(torch.ones(2), P.Duck(torch.ones(2))), fn(torch.ones(2), P.Duck(torch.ones(2)))
+        assert got[0] == want[0] and want[0] is not disabled

@@ -282,7 +282,16 @@ def _torch_function_check(tx: "Tracer", fn: Any, args: Sequence[Variable], kwarg
         relevant = list(args)
     else:
         relevant = list(args)
-    return tx.output.default_device is not None or any(_overrides_torch_function(v) for v in relevant)
+    if tx.output.default_device is not None:
+        return True
+    if not any(_overrides_torch_function(v) for v in relevant):
+        return False
+    # an object's override counts only while torch function handling is on (off inside
+    # DisableTorchFunctionSubclass, as in a subclass's own __torch_function__): read and guarded
+    enabled = torch._C._is_torch_function_enabled()
+    tx.output.guards.append(Guard("", "check_query", ProcessQuery(
+        torch._C._is_torch_function_enabled, (), enabled, "torch._C._is_torch_function_enabled()")))
+    return enabled
 
 
 def _argument(fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable], keyword: str | None) -> Variable:
