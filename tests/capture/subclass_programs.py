@@ -891,3 +891,49 @@ def parameter_subclass_attribute_write(m, x):
 def parameter_subclass_made_in_frame(x):
     p = TaggedParam(x * 2, tag="new")
     return p.halved(), p.tag, type(p).__name__
+
+
+# ---- torch function state across breaks, subclasses constructed by their class ---------------------
+
+@torch.compiler.disable
+def _opaque_break(x: torch.Tensor) -> torch.Tensor:
+    """Run natively (a graph break at the call, as torch.compile's own disable)."""
+    return x * 1
+
+
+@program(lambda: (_t(3),))
+def disabled_state_across_break(x):
+    with torch._C.DisableTorchFunctionSubclass():
+        y = _opaque_break(x)
+        return torch._C._is_torch_function_enabled(), y + 1
+
+
+@program(lambda: (_t(3),))
+def all_disabled_state_restored(x):
+    with torch._C.DisableTorchFunction():
+        inside = torch._C._is_torch_function_all_disabled()
+    return inside, torch._C._is_torch_function_all_disabled(), x + 1
+
+
+@program(lambda: (_t(3),))
+def nested_disable_state(x):
+    with torch._C.DisableTorchFunctionSubclass():
+        with torch._C.DisableTorchFunctionSubclass():
+            x = x + 1
+        return torch._C._is_torch_function_enabled(), x * 2
+
+
+@program(lambda: (_t(2, 2),))
+def subclass_class_called(x):
+    return Logged(torch.add(x, 1.0)) * 2
+
+
+@program(lambda: (Duck(_t(3)), Duck(_t(3, seed=1))))
+def duck_in_list_argument(a, b):
+    return torch.stack([a, b])
+
+
+@program(lambda: (_t(3),))
+def subclass_type_compared(x):
+    y = x.as_subclass(Other)
+    return type(y) is Other, isinstance(y, Other), type(x) is Other
