@@ -937,3 +937,37 @@ def duck_in_list_argument(a, b):
 def subclass_type_compared(x):
     y = x.as_subclass(Other)
     return type(y) is Other, isinstance(y, Other), type(x) is Other
+
+
+@program(lambda: (_t(3),))
+def dispatch_mode_entered_by_hand(x):
+    y = x + 1
+    mode = AtenLog()
+    mode.__enter__()
+    try:
+        z = y * 3
+    finally:
+        mode.__exit__(None, None, None)
+    return z - 1
+
+
+class Small(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+        with torch.no_grad():
+            self.lin.weight.copy_(_t(2, 3, seed=11))
+            self.lin.bias.copy_(_t(2, seed=12))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.lin(x)) + 1
+
+
+@program(lambda: (Small(), _t(2, 3)), around=lambda: NegateAdds())
+def module_under_dispatch_mode(m, x):
+    return m(x)
+
+
+@program(lambda: (Small(), _t(2, 3)), around=lambda: LogMode("mod"))
+def module_under_function_mode(m, x):
+    return m(x)

@@ -331,3 +331,25 @@ def test_override_query_under_disabled_torch_function() -> None:
         with torch._C.DisableTorchFunctionSubclass() if disabled else contextlib.nullcontext():
             got, want = compiled(torch.ones(2), P.Duck(torch.ones(2))), fn(torch.ones(2), P.Duck(torch.ones(2)))
         assert got[0] == want[0] and want[0] is not disabled
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_module_under_modes(backend: str) -> None:
+    """kiln.compile(module) called without a mode (past the entry's tier-up), then under a dispatch
+    mode that changes results and a function mode that logs: eager's values and logs each time."""
+    model = P.Small()
+    compiled = kiln.compile(P.Small(), backend=backend)
+    x = torch.randn(2, 3)
+    kiln.reset()
+    for _ in range(120):
+        compiled(x)
+    for make_mode in (NegateAdds, lambda: LogMode("m"), None, AtenLog):
+        P.LOG.clear()
+        with make_mode() if make_mode else contextlib.nullcontext():
+            want = model(x)
+        want_log = list(P.LOG)
+        P.LOG.clear()
+        with make_mode() if make_mode else contextlib.nullcontext():
+            got = compiled(x)
+        torch.testing.assert_close(got, want)
+        assert P.LOG == want_log
