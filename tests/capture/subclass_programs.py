@@ -971,3 +971,21 @@ def module_under_dispatch_mode(m, x):
 @program(lambda: (Small(), _t(2, 3)), around=lambda: LogMode("mod"))
 def module_under_function_mode(m, x):
     return m(x)
+
+
+class _Marked:
+    pass
+
+
+def _marked_instance() -> Any:
+    made = _Marked()
+    made.__torch_function__ = lambda *a, **k: NotImplemented  # type: ignore[attr-defined]
+    return made
+
+
+@program(lambda: (_t(3), _marked_instance()))
+def override_queries_of_classes(x, marked):
+    return (torch.overrides.has_torch_function((Duck,)), torch.overrides.is_tensor_like(Duck),
+            torch.overrides.is_tensor_like(torch.Tensor), torch.overrides.has_torch_function((torch.Tensor,)),
+            torch.overrides.has_torch_function_unary(marked), torch.overrides.is_tensor_like(marked),
+            torch.overrides.is_tensor_like(_Marked), torch.overrides.has_torch_function((x, int)), x + 1)

@@ -251,14 +251,26 @@ def _in(fn: Any, table: Any) -> bool:
         return False
 
 
+def _torch_function_attribute(var: Variable) -> Any:
+    """`var.__torch_function__` as torch looks it up, on the object itself: a class (Duck, or
+    torch.Tensor) has its own, an instance its class's or one set on it; None when it has none."""
+    if not isinstance(var.python_type(), type) or not issubclass(var.python_type(), torch.Tensor):
+        try:
+            real = var.as_python_value()
+        except Unsupported:  # an object made in the frame: its class's
+            real = None
+        if real is not None:
+            return inspect.getattr_static(real, "__torch_function__", None)
+    return inspect.getattr_static(var.python_type(), "__torch_function__", None)
+
+
 def _overrides_torch_function(var: Variable) -> bool:
-    """Whether torch would hand a call with `var` among its arguments to var's __torch_function__:
-    an object whose class defines one other than the disabled one (Parameter's). The tensors
+    """Whether torch would hand a call with `var` among its arguments to a __torch_function__: any
+    object with one other than the disabled one (Parameter's) but a plain tensor. The tensors
     capture traces are plain tensors and Parameters (a subclass input runs its frame eagerly)."""
-    kind = var.python_type()
-    if kind is torch.Tensor:
+    if var.python_type() is torch.Tensor:
         return False
-    impl = inspect.getattr_static(kind, "__torch_function__", None)
+    impl = _torch_function_attribute(var)
     return impl is not None and impl is not torch._C._disabled_torch_function_impl
 
 
@@ -268,8 +280,7 @@ def _torch_function_check(tx: "Tracer", fn: Any, args: Sequence[Variable], kwarg
     is the default device's DeviceContext (capture's `default_device`), which makes every such
     check True, as it does in eager."""
     if fn is torch.overrides.is_tensor_like:
-        inp = _argument(fn, args, kwargs, "inp")
-        return inspect.getattr_static(inp.python_type(), "__torch_function__", None) is not None
+        return _torch_function_attribute(_argument(fn, args, kwargs, "inp")) is not None
     if kwargs:
         raise Unsupported(f"{getattr(fn, '__name__', fn)} with keyword arguments", kind="unsupported_call")
     if fn in (torch._C._has_torch_function, torch.overrides.has_torch_function):
