@@ -85,21 +85,27 @@ def _same_as_eager(program: Program, backend: str, dynamic: bool | None = None, 
 
 _BY_NAME = {p.name: p for p in PROGRAMS}
 
-
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-@pytest.mark.parametrize("name", list(_BY_NAME))
-def test_program_as_eager(name: str, backend: str) -> None:
-    _same_as_eager(_BY_NAME[name], backend)
-
-
 # The programs that capture graphs (the others run eagerly whatever the settings): under
-# dynamic=True and the outer grad modes in CI, the rest of those sweeps `slow`.
+# aot_eager, dynamic=True and the outer grad modes in CI, the rest of those sweeps `slow`.
 _CAPTURING = {"buffer_module", "parameter_subclass_module", "module_subclass_then_ops", "plain_tensor_attribute",
               "parameter_made_in_frame", "buffer_made_in_frame", "plain_tensor_flagged_as_parameter",
               "parameter_subclass_input", "disable_subclass_plain", "handle_torch_function_duck",
               "override_queries", "override_queries_under_device", "handle_torch_function_under_device",
-              "mode_raises_inside", "duck_tensor_operator", "parameter_subclass_methods", "parameter_subclass_grad"}
+              "mode_raises_inside", "duck_tensor_operator", "parameter_subclass_methods", "parameter_subclass_grad",
+              "override_queries_of_classes", "dispatch_mode_entered_by_hand", "module_returns_subclass"}
 _SWEEP = [name if name in _CAPTURING else pytest.param(name, marks=pytest.mark.slow) for name in _BY_NAME]
+
+
+@pytest.mark.parametrize("name", list(_BY_NAME))
+def test_program_as_eager(name: str) -> None:
+    _same_as_eager(_BY_NAME[name], "eager")
+
+
+@pytest.mark.parametrize("name", _SWEEP)
+def test_program_under_aot_eager(name: str) -> None:
+    _same_as_eager(_BY_NAME[name], "aot_eager")
+
+
 
 
 @pytest.mark.parametrize("name", _SWEEP)
