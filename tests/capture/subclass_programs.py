@@ -989,3 +989,43 @@ def override_queries_of_classes(x, marked):
             torch.overrides.is_tensor_like(torch.Tensor), torch.overrides.has_torch_function((torch.Tensor,)),
             torch.overrides.has_torch_function_unary(marked), torch.overrides.is_tensor_like(marked),
             torch.overrides.is_tensor_like(_Marked), torch.overrides.has_torch_function((x, int)), x + 1)
+
+
+# ---- the mode stacks as the program sees them ---------------------------------------------------
+
+@program(lambda: (_t(3),))
+def mode_stack_queries_plain(x):
+    from torch.utils._python_dispatch import _get_current_dispatch_mode, is_in_torch_dispatch_mode
+    return (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack(),
+            _get_current_dispatch_mode() is None, is_in_torch_dispatch_mode(),
+            len(torch.overrides._get_current_function_mode_stack()), torch._C._is_torch_function_mode_enabled(),
+            x + 1)
+
+
+@program(lambda: (_t(3),), around=lambda: torch.device("cpu"))
+def mode_stack_queries_under_device(x):
+    return torch._C._len_torch_function_stack(), len(torch.overrides._get_current_function_mode_stack()), x + 1
+
+
+class RegistersBuffer(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.extra = torch.nn.Buffer(x * 2)
+        return self.extra + 1
+
+
+@program(lambda: (RegistersBuffer(), _t(3)))
+def buffer_assigned_in_forward(m, x):
+    out = m(x)
+    return out, list(m._buffers), isinstance(m.extra, torch.nn.Buffer), type(m.extra).__name__
+
+
+class RegistersParameter(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.extra = torch.nn.Parameter(x * 2)
+        return self.extra + 1
+
+
+@program(lambda: (RegistersParameter(), _t(3)))
+def parameter_assigned_in_forward(m, x):
+    out = m(x)
+    return out, list(m._parameters), type(m.extra).__name__

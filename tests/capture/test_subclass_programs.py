@@ -92,7 +92,8 @@ _CAPTURING = {"buffer_module", "parameter_subclass_module", "module_subclass_the
               "parameter_subclass_input", "disable_subclass_plain", "handle_torch_function_duck",
               "override_queries", "override_queries_under_device", "handle_torch_function_under_device",
               "mode_raises_inside", "duck_tensor_operator", "parameter_subclass_methods", "parameter_subclass_grad",
-              "override_queries_of_classes", "dispatch_mode_entered_by_hand", "module_returns_subclass"}
+              "override_queries_of_classes", "dispatch_mode_entered_by_hand", "module_returns_subclass",
+              "mode_stack_queries_plain", "buffer_assigned_in_forward"}
 _SWEEP = [name if name in _CAPTURING else pytest.param(name, marks=pytest.mark.slow) for name in _BY_NAME]
 
 
