@@ -321,6 +321,14 @@ def _tensor_subclass(exc: Unsupported) -> str:
             "inner tensors of a wrapper subclass), or compile the functions that work on plain tensors")
 
 
+@hint_for_kind("torch_mode")
+def _torch_mode(exc: Unsupported) -> str:
+    """A `with` on a user's TorchFunctionMode or TorchDispatchMode in a compiled frame: the block
+    runs eagerly under the mode (so does a whole compiled call made under one)."""
+    return ("move the ops you want compiled out of the mode's block, into a function compiled and "
+            "called outside the mode")
+
+
 @hint_for_kind("unsupported")
 def _unsupported(exc: Unsupported) -> str | None:
     """Anything else (the default kind of Unsupported): no general rewrite exists."""

@@ -9,6 +9,9 @@ the graph (variables/torch.py); the entry's global-state guard checks that the s
 none) is active (guards/global_kinds.py, boundary.cpp's KOP_STATE). Any other mode on the stack
 (a user's TorchFunctionMode) sees every torch call: such a call runs eagerly (entry.py). A compiled
 graph runs with the modes off the stack (`runs_without_modes`): it already holds the device.
+A user's TorchDispatchMode (one on the dispatch mode stack, not in an infra slot such as a fake
+mode's) sees every aten op: a call under one runs eagerly too (`user_dispatch_mode`), as
+torch.compile skips such a frame, and the entry's mode check fails while one is active.
 Corresponds to how torch/_dynamo traces DeviceContext (variables/torch_function.py) and guards
 on the default device (guards.py's DEFAULT_DEVICE).
 """
@@ -19,6 +22,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils._device import DeviceContext, _device_constructors
+
+FUNCTION_MODE_ACTIVE = "a torch function mode other than the default device's is active (a TorchFunctionMode)"
+DISPATCH_MODE_ACTIVE = "a torch dispatch mode is active (a TorchDispatchMode sees every aten op)"
 
 
 def _device_mode() -> DeviceContext | None:
@@ -43,9 +49,23 @@ def default_device() -> torch.device | None:
     return None if mode is None else mode.device
 
 
+def user_dispatch_mode() -> Any | None:
+    """The innermost TorchDispatchMode on the thread's dispatch mode stack that is not an infra
+    mode (a fake, proxy or functional mode sits in its own slot, `_mode_key`) nor one of Kiln's own
+    (its ATen tracer, while a backend traces code that calls a compiled function); None when none is."""
+    n = torch._C._len_torch_dispatch_stack()
+    for i in reversed(range(n)):
+        mode = torch._C._get_dispatch_stack_at(i)
+        if getattr(mode, "_mode_key", None) is None and not type(mode).__module__.startswith("kiln."):
+            return mode
+    return None
+
+
 def device_state_is(expected: torch.device | None) -> bool:
     """The guard's check: no mode at all (`expected` None), or only DeviceContexts, the innermost
-    one of `expected`."""
+    one of `expected`; and no user dispatch mode (the graph would run without showing it its ops)."""
+    if torch._C._len_torch_dispatch_stack() and user_dispatch_mode() is not None:
+        return False
     if expected is None:
         return torch._C._len_torch_function_stack() == 0
     return default_device() == expected

@@ -26,7 +26,7 @@ import torch
 
 from kiln import compile_time, config
 from kiln.capture.binding import make_binder, positional_locals
-from kiln.capture.device_context import traceable_modes
+from kiln.capture.device_context import DISPATCH_MODE_ACTIVE, FUNCTION_MODE_ACTIVE, traceable_modes, user_dispatch_mode
 from kiln.capture.guards import CheckFn, GlobalState, Guard, aliasing_guard, compile_guards, read_source
 from kiln.capture.options import CompileOptions
 from kiln.capture.trace_rules import COMPILED_MARKER, ORIGINAL_ATTR
@@ -396,7 +396,9 @@ class _Frame:
 
     def miss(self, args: tuple, kwargs: dict, L: dict) -> Any:
         if torch._C._len_torch_function_stack() and not traceable_modes():
-            return self.run_eagerly(args, kwargs)  # a user's mode must see eager's calls (device_context)
+            return self.under_mode(FUNCTION_MODE_ACTIVE, args, kwargs)  # it must see eager's calls (device_context)
+        if torch._C._len_torch_dispatch_stack() and user_dispatch_mode() is not None:
+            return self.under_mode(DISPATCH_MODE_ACTIVE, args, kwargs)  # and eager's aten ops
         with _COMPILE_LOCK:
             entry = self.entry_for(L)
             if self.refresh is not None:
@@ -407,6 +409,15 @@ class _Frame:
             return entry.glue(L, self.fn.__globals__, self.fn)
         except ExternMismatchError as exc:
             return self.after_mismatch(exc, args, kwargs)
+
+    def under_mode(self, reason: str, args: tuple, kwargs: dict) -> Any:
+        """The call run eagerly, whole, because a user's mode is active: said to the observers
+        (kiln.explain's fallbacks) and the graph_breaks log, nothing cached (the next call without
+        the mode compiles as usual)."""
+        if _OBSERVERS or log.enabled("graph_breaks"):
+            log.artifact("graph_breaks", f"{self.name} ({where(self.fn)}) runs eagerly: {reason}")
+            self.notify(CaptureEvent(self.fn, None, None, reason))
+        return self.run_eagerly(args, kwargs)
 
     def after_mismatch(self, exc: ExternMismatchError, args: tuple, kwargs: dict) -> Any:
         """A graph of this frame got an extern result unlike its fake tensor (a Kiln or fake-impl

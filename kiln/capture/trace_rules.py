@@ -122,7 +122,7 @@ def _constant_fns() -> set[Any]:
 
 
 CONSTANT_FNS = _constant_fns()
-# "Does any argument override __torch_function__?": never, for the plain tensors capture traces.
+# "Does any argument (or a mode) override __torch_function__?": answered at trace time (variables/torch.py).
 TORCH_FUNCTION_CHECKS = {torch._C._has_torch_function, torch._C._has_torch_function_unary,
                          torch._C._has_torch_function_variadic, torch.overrides.has_torch_function,
                          torch.overrides.has_torch_function_unary, torch.overrides.has_torch_function_variadic,

@@ -13,6 +13,7 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/Parallel.h>
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
@@ -622,11 +623,15 @@ static bool kiln_any_autocast() {
 
 // The torch function mode stack is the one a graph was traced under (kiln.capture.device_context):
 // `expected` None, no mode; a torch.device, only DeviceContexts (set_default_device, `with
-// torch.device`), the innermost of that device, modes on. Any other mode must see eager's calls.
+// torch.device`), the innermost of that device, modes on. Any other mode must see eager's calls,
+// and so must a user's dispatch mode.
 // 1, 0, or -1 with an exception set.
 static PyObject* kiln_device_context_type = nullptr;  // torch.utils._device.DeviceContext, once read
 static PyObject* kiln_device_name = nullptr;          // "device", interned
 static int kiln_modes_ok(PyObject* expected) {
+  // A user's TorchDispatchMode (on the stack, not in an infra slot) sees every aten op: no graph
+  // runs under one (kiln.capture.device_context.user_dispatch_mode).
+  if (c10::impl::TorchDispatchModeTLS::any_modes_set(/*skip_infra_modes=*/true)) return 0;
   int64_t n = at::impl::PythonTorchFunctionTLS::stack_len();
   if (n == 0) return expected == Py_None;
   if (expected == Py_None || !at::impl::torch_function_mode_enabled()) return 0;

@@ -12,7 +12,8 @@ from typing import Any, Sequence
 
 import torch
 
-from kiln.capture.device_context import default_device, device_state_is
+from kiln.capture.device_context import (DISPATCH_MODE_ACTIVE, FUNCTION_MODE_ACTIVE, default_device, device_state_is,
+                                         user_dispatch_mode)
 from kiln.capture.guards.kinds import CHECK_HELPERS, Check, Emitter, Guard, _short, guard_kind, user_name
 
 
@@ -93,6 +94,8 @@ class GlobalState:
 
 def _modes_changed(expected: torch.device | None) -> str:
     """Why the torch function mode stack is not the one a graph was traced under, in words."""
+    if user_dispatch_mode() is not None:
+        return DISPATCH_MODE_ACTIVE
     now = default_device()
     if now is None and torch._C._len_torch_function_stack():
         return FUNCTION_MODE_ACTIVE
@@ -126,7 +129,6 @@ def check_global_state(expected: GlobalState, name: str, em: Emitter) -> list[Ch
     ]
 
 
-FUNCTION_MODE_ACTIVE = "a torch function mode other than the default device's is active (a TorchFunctionMode)"
 
 
 @dataclass(frozen=True, repr=False)

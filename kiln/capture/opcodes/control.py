@@ -14,6 +14,10 @@ import inspect
 import types
 from typing import TYPE_CHECKING
 
+from torch.overrides import TorchFunctionMode
+from torch.utils._device import DeviceContext
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from kiln.capture.deferred_checks import deferred_branch
 from kiln.capture.opcodes.table import opcode
 from kiln.capture.variables.constant import ConstantVariable
@@ -173,6 +177,12 @@ def BEFORE_WITH(tx: "Tracer", instr: dis.Instruction) -> None:
         # and the block resumes under it
         raise Unsupported(f"`with {kind.__name__}(...)` changes process state; it is entered natively",
                           kind="unsupported")
+    if issubclass(kind, (TorchFunctionMode, TorchDispatchMode)) and not issubclass(kind, DeviceContext):
+        # its __enter__ is Python, but the mode then sees every call of the block: the glue enters
+        # it and the block runs natively under it (a compiled frame called there runs eagerly)
+        family = "function" if issubclass(kind, TorchFunctionMode) else "dispatch"
+        raise Unsupported(f"`with {kind.__qualname__}(...)`: a torch {family} mode sees every op of its block, "
+                          "which runs eagerly under it", kind="torch_mode")
     enter = inspect.getattr_static(kind, "__enter__", None)
     exit_ = inspect.getattr_static(kind, "__exit__", None)
     if not (isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType)):

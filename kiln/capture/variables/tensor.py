@@ -316,6 +316,10 @@ class TensorVariable(Variable):
                 tx.setattr(self, args[0].as_constant(), args[1])
                 return ConstantVariable(None)
             raise Unsupported(f"Tensor.{name} called explicitly", kind="unsupported_call")
+        if name == "as_subclass":
+            what = args[0].describe() if args else "a class"
+            raise Unsupported(f"Tensor.as_subclass({what}) makes a tensor of a subclass in the frame: capture traces "
+                              "plain tensors", kind="tensor_subclass")
         if name == "new_tensor" and TensorVariable.new_tensor_of_array is not None:
             converted = TensorVariable.new_tensor_of_array(tx, self, args, kwargs)
             if converted is not None:

@@ -8,6 +8,7 @@ how each is answered, is decided by the tables of kiln.capture.trace_rules.
 """
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
@@ -178,9 +179,7 @@ class TorchFunctionVariable(Variable):
         if _in(fn, TELEMETRY_FNS):
             return ConstantVariable(None)
         if fn in TORCH_FUNCTION_CHECKS:
-            if fn is torch.overrides.is_tensor_like:
-                return ConstantVariable(isinstance(_argument(fn, args, kwargs, "inp"), TensorVariable))
-            return ConstantVariable(False)
+            return ConstantVariable(_torch_function_check(tx, fn, args, kwargs))
         if fn is torch.is_tensor:
             return ConstantVariable(isinstance(_argument(fn, args, kwargs, None), TensorVariable))
         if fn is torch.Size:
@@ -250,6 +249,60 @@ def _in(fn: Any, table: Any) -> bool:
         return fn in table
     except TypeError:  # unhashable
         return False
+
+
+def _torch_function_attribute(var: Variable) -> Any:
+    """`var.__torch_function__` as torch looks it up, on the object itself: a class (Duck, or
+    torch.Tensor) has its own, an instance its class's or one set on it; None when it has none."""
+    if not isinstance(var.python_type(), type) or not issubclass(var.python_type(), torch.Tensor):
+        try:
+            real = var.as_python_value()
+        except Unsupported:  # an object made in the frame: its class's
+            real = None
+        if real is not None:
+            return inspect.getattr_static(real, "__torch_function__", None)
+    return inspect.getattr_static(var.python_type(), "__torch_function__", None)
+
+
+def _overrides_torch_function(var: Variable) -> bool:
+    """Whether torch would hand a call with `var` among its arguments to a __torch_function__: any
+    object with one other than the disabled one (Parameter's) but a plain tensor. The tensors
+    capture traces are plain tensors and Parameters (a subclass input runs its frame eagerly)."""
+    if var.python_type() is torch.Tensor:
+        return False
+    impl = _torch_function_attribute(var)
+    return impl is not None and impl is not torch._C._disabled_torch_function_impl
+
+
+def _torch_function_check(tx: "Tracer", fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable]) -> bool:
+    """torch.overrides' questions, answered as eager does: `is_tensor_like(x)`, and whether a call
+    would go to a __torch_function__, an argument's or a mode's. The only mode a trace runs under
+    is the default device's DeviceContext (capture's `default_device`), which makes every such
+    check True, as it does in eager."""
+    if fn is torch.overrides.is_tensor_like:
+        return _torch_function_attribute(_argument(fn, args, kwargs, "inp")) is not None
+    if kwargs:
+        raise Unsupported(f"{getattr(fn, '__name__', fn)} with keyword arguments", kind="unsupported_call")
+    if fn in (torch._C._has_torch_function, torch.overrides.has_torch_function):
+        if len(args) != 1:
+            raise Unsupported(f"{fn.__name__} with {len(args)} arguments", kind="unsupported_call")
+        relevant = tx.iterate(args[0])
+    elif fn in (torch._C._has_torch_function_unary, torch.overrides.has_torch_function_unary):
+        if len(args) != 1:
+            raise Unsupported(f"{fn.__name__} with {len(args)} arguments", kind="unsupported_call")
+        relevant = list(args)
+    else:
+        relevant = list(args)
+    if tx.output.default_device is not None:
+        return True
+    if not any(_overrides_torch_function(v) for v in relevant):
+        return False
+    # an object's override counts only while torch function handling is on (off inside
+    # DisableTorchFunctionSubclass, as in a subclass's own __torch_function__): read and guarded
+    enabled = torch._C._is_torch_function_enabled()
+    tx.output.guards.append(Guard("", "check_query", ProcessQuery(
+        torch._C._is_torch_function_enabled, (), enabled, "torch._C._is_torch_function_enabled()")))
+    return enabled
 
 
 def _argument(fn: Any, args: Sequence[Variable], kwargs: dict[str, Variable], keyword: str | None) -> Variable:

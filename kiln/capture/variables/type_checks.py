@@ -22,9 +22,11 @@ from kiln.capture.sources import ModuleFunctionCallSource, TypeSource
 from kiln.capture.trace_rules import builtin_rule
 from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
+from kiln.capture.variables.exception import RaisedInTrace
 from kiln.capture.variables.functions import UserFunctionVariable
 from kiln.capture.variables.protocol_check import is_data_protocol, protocol_instancecheck
 from kiln.capture.variables.sequence import TupleVariable
+from kiln.capture.variables.tensor import TensorVariable
 from kiln.capture.variables.user_object import NewObjectVariable, ObjectVariable
 from kiln.errors import Unsupported
 
@@ -48,7 +50,8 @@ def isinstance_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variab
         for var in class_vars:
             hook = _instancecheck_hook(var.as_python_value())
             if hook is None:
-                answer = _is_subclass(obj.python_type(), var.as_python_value())
+                answer = _is_subclass(obj.python_type(), var.as_python_value()) \
+                    or _tensor_flag(tx, obj, var.as_python_value())
             else:
                 answer = UserFunctionVariable(hook).call(tx, [var, obj], {}).truth(tx)
             if answer:
@@ -58,10 +61,32 @@ def isinstance_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variab
         return ConstantVariable(protocol_instancecheck(tx, obj, cls))
     kind = obj.python_type()
     if isinstance(cls, tuple):
-        result = any(_is_subclass(kind, c) for c in cls)
+        result = any(_is_subclass(kind, c) or _tensor_flag(tx, obj, c) for c in cls)
     else:
-        result = _is_subclass(kind, cls)
+        result = _is_subclass(kind, cls) or _tensor_flag(tx, obj, cls)
     return ConstantVariable(result)
+
+
+# torch's own metaclasses of Parameter and Buffer answer isinstance from a flag on the tensor too:
+# `nn.Buffer(t)` is a plain tensor marked `_is_buffer`, which isinstance(t, nn.Buffer) reads.
+_TENSOR_FLAGS: dict[type, str] = {torch.nn.Parameter: "_is_param", torch.nn.Buffer: "_is_buffer"}
+
+
+def _tensor_flag(tx: "Tracer", obj: Variable, cls: Any) -> bool:
+    """`getattr(obj, flag, False)` for the flag `cls`'s metaclass reads (Parameter's, Buffer's),
+    read as the program would read it (guarded on an input's instance dict); False for other classes."""
+    flag = _TENSOR_FLAGS.get(cls) if isinstance(cls, type) else None
+    if flag is None or not isinstance(obj, TensorVariable):
+        return False
+    if obj.real() is None and tx.side_effects.pending_attr(obj.example, flag) is None:
+        return False  # a tensor the frame computed, never marked
+    try:
+        value = obj.getattr(tx, flag)
+    except RaisedInTrace as raised:
+        if issubclass(raised.exception.exc_type, AttributeError):
+            return False
+        raise
+    return value.truth(tx)
 
 
 def _instancecheck_hook(cls: Any) -> types.FunctionType | None:
