@@ -60,7 +60,7 @@ def write_built_container(tx: "Tracer", container: "NNModuleVariable", name: str
         raise Unsupported(f"{name} of a built {type(module).__name__} with keywords", kind="unsupported_call")
     real_args: list[Any] = []
     for n, arg in enumerate(args):
-        if name in ("extend", "__iadd__") and n == 0 and not isinstance(arg, NNModuleVariable):
+        if name in ("extend", "__iadd__") and n == 0:  # a list, tuple or container of modules
             real_args.append([real(item) for item in tx.iterate(arg)])
         elif name == "update" and n == 0:
             real_args.append(_pairs(tx, arg, real))
