@@ -353,3 +353,26 @@ def built_kept_and_local_across_break(C):
 
 
 PROGRAMS_D.append(built_kept_and_local_across_break)
+
+
+class Blocks(nn.ModuleList):
+    def __init__(s):
+        super().__init__()
+        s.tag = "blocks"
+
+
+def sub_custom_init_written(C):
+    class M(nn.Module):
+        def __init__(s):
+            super().__init__(); s.a = nn.Linear(4, 4); s.b = nn.Linear(4, 4)
+
+        def forward(s, x):
+            blocks = Blocks(); blocks.append(s.a); blocks.insert(0, s.b)
+            for layer in blocks:
+                x = layer(x)
+            return x, len(blocks), blocks.tag
+    m = M(); cm = C(m)
+    return [cm(X(2, 4)) for _ in range(2)]
+
+
+PROGRAMS_D.append(sub_custom_init_written)

@@ -7,10 +7,12 @@ each call around the children as they are then. A write runs the container's own
 real object (its index rules, its errors, raised in the trace as eager raises them), and the trace's
 children are read back from the real table afterwards, so later reads in the trace and the glue's
 rebuild see the children as eager's container holds them at the end of the frame. An argument that
-is not a module the trace knows (or a constant index or key) is refused, as is any other method.
+is not a module the trace knows (or a constant index or key) is refused, as is any other method. A subclass that keeps torch's construction and attribute
+protocol (and the method written) is built and written the same way.
 """
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
@@ -32,6 +34,31 @@ WRITES: dict[type, frozenset[str]] = {
 }
 
 
+_OWN = ("__init__", "__new__", "__setattr__", "__getattr__", "__delattr__", "__getattribute__")
+
+
+def container_base(cls: type) -> type | None:
+    """The container kind (Sequential, ModuleList, ModuleDict) that `cls` is, or subclasses without
+    changing how it is made or how its attributes are set and read (`class Blocks(nn.ModuleList)`
+    with a forward of its own); None for anything else."""
+    for base in WRITES:
+        if isinstance(cls, type) and issubclass(cls, base):
+            if all(inspect.getattr_static(cls, name, None) is inspect.getattr_static(base, name, None)
+                   for name in _OWN):
+                return base
+            return None
+    return None
+
+
+def writes_of(cls: type) -> frozenset[str]:
+    """The writes of WRITES that `cls` (a container kind or a subclass) has as torch defines them."""
+    base = container_base(cls)
+    if base is None:
+        return frozenset()
+    return frozenset(name for name in WRITES[base]
+                     if inspect.getattr_static(cls, name, None) is inspect.getattr_static(base, name, None))
+
+
 def write_built_container(tx: "Tracer", container: "NNModuleVariable", name: str, args: Sequence[Variable],
                           kwargs: dict[str, Variable]) -> Variable | None:
     """The result of `container.name(*args)` for a write to a container built in the frame, or None
@@ -40,7 +67,7 @@ def write_built_container(tx: "Tracer", container: "NNModuleVariable", name: str
     from kiln.capture.variables.module import NNModuleVariable
 
     module = container.module
-    if name not in WRITES.get(type(module), ()):
+    if name not in writes_of(type(module)):
         return None
     known: dict[int, Variable] = {id(child.module): child for _, child in container._built_children()
                                   if isinstance(child, NNModuleVariable)}

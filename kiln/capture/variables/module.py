@@ -22,12 +22,12 @@ from kiln.capture.distributed import is_ddp
 from kiln.capture.guards import ABSENT, Guard
 from kiln.capture.sources import AttrSource, GlobalSource, ItemSource, Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
-from kiln.capture.variables.built_containers import WRITES, write_built_container
+from kiln.capture.variables.built_containers import container_base, write_built_container, writes_of
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
 from kiln.capture.variables.sequential_slice import SequentialSliceVariable
 from kiln.capture.variables.slice import SliceVariable
-from kiln.capture.variables.user_object import CLASS_CALLS
+from kiln.capture.variables.user_object import CLASS_CALLS, SUBCLASSES_TOO
 from kiln.errors import RestartCapture, Unsupported
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ class NNModuleVariable(Variable):
         if not data_descriptor and self.source is not None and not deleted:
             tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
         if _torch_method(static) and (name in _INTROSPECTION or (isinstance(m, _CONTAINERS) and name in _CONTAINER_METHODS)
-                                      or (self.built_children is not None and name in WRITES.get(kind, ()))):
+                                      or (self.built_children is not None and name in writes_of(kind))):
             return BoundMethodVariable(self, name)
         if static is not _MISSING:
             bound = bind_class_attribute(tx, static, self, kind, name)
@@ -615,13 +615,14 @@ class NNModuleVariable(Variable):
         glue does too, from the children's own expressions (a submodule's source, a module built in
         the frame). One whose attributes the trace wrote is refused (the writes are not replayed)."""
         kind = type(self.module)
-        if kind not in (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict) or self.built_written:
+        base = container_base(kind)
+        if base is None or self.built_written:
             raise Unsupported(f"a {kind.__name__} built in the frame and changed there, kept after it",
                               kind="reconstruct")
         children = [(key, glue.reconstruct(child)) for key, child in self._built_children()]
-        if kind is torch.nn.ModuleDict:
+        if base is torch.nn.ModuleDict:
             built = f"{glue.constant(kind)}({{{', '.join(f'{key!r}: {child}' for key, child in children)}}})"
-        elif kind is torch.nn.Sequential:
+        elif base is torch.nn.Sequential:
             built = f"{glue.constant(kind)}({', '.join(child for _, child in children)})"
         else:
             built = f"{glue.constant(kind)}([{', '.join(child for _, child in children)}])"
@@ -682,11 +683,12 @@ def build_container(tx: "Tracer", cls: type, args: Sequence[Variable], kwargs: d
     (a submodule, one built there): a real container made at trace time around the real children
     (building one has no other effect), whose children are read as the trace's own variables, so a
     child from outside keeps its source (its parameters stay graph inputs). None for anything else."""
-    if kwargs or cls not in (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict):
+    base = container_base(cls)
+    if kwargs or base is None:
         return None
-    if cls is torch.nn.ModuleDict:
-        return _build_module_dict(args)
-    if cls is torch.nn.Sequential:
+    if base is torch.nn.ModuleDict:
+        return _build_module_dict(cls, args)
+    if base is torch.nn.Sequential:
         items = list(args)
     elif len(args) > 1:
         return None
@@ -695,13 +697,13 @@ def build_container(tx: "Tracer", cls: type, args: Sequence[Variable], kwargs: d
     if not all(isinstance(v, NNModuleVariable) for v in items):
         return None
     modules = [v.module for v in items if isinstance(v, NNModuleVariable)]
-    real = torch.nn.Sequential(*modules) if cls is torch.nn.Sequential else torch.nn.ModuleList(modules)
+    real = cls(*modules) if base is torch.nn.Sequential else cls(modules)
     built = NNModuleVariable(real, None)
     built.built_children = {str(i): v for i, v in enumerate(items)}
     return built
 
 
-def _build_module_dict(args: Sequence[Variable]) -> Variable | None:
+def _build_module_dict(cls: type, args: Sequence[Variable]) -> Variable | None:
     """`nn.ModuleDict()` or `nn.ModuleDict({"name": module, ...})` (string keys, modules the trace
     holds), as build_container makes the list kinds."""
     from kiln.capture.variables.dict import DictVariable
@@ -711,14 +713,15 @@ def _build_module_dict(args: Sequence[Variable]) -> Variable | None:
     items = dict(args[0].items) if args and isinstance(args[0], DictVariable) else {}
     if not all(isinstance(k, str) and isinstance(v, NNModuleVariable) for k, v in items.items()):
         return None
-    real = torch.nn.ModuleDict({k: v.module for k, v in items.items() if isinstance(v, NNModuleVariable)})
+    real = cls({k: v.module for k, v in items.items() if isinstance(v, NNModuleVariable)})
     built = NNModuleVariable(real, None)
     built.built_children = dict(items)
     return built
 
 
-CLASS_CALLS[torch.nn.Sequential] = CLASS_CALLS[torch.nn.ModuleList] = build_container
-CLASS_CALLS[torch.nn.ModuleDict] = build_container
+for _kind in (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict):
+    CLASS_CALLS[_kind] = build_container
+    SUBCLASSES_TOO.add(_kind)
 
 
 def _raise_missing_item(m: torch.nn.Module, key: Any) -> None:
