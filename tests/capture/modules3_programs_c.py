@@ -315,3 +315,77 @@ PROGRAMS_C = [hook_one_shot_removes_itself, hook_pre_sets_module_attr, hook_on_m
               lstm_dropout_between_layers, transformer_encoder_nested_fast_path, transformer_encoder_nested_with_grad,
               mha_fast_path_key_padding, embedding_max_norm_in_model_backward, clip_grad_norm_foreach_and_error,
               spectral_norm_conv_transpose, skip_init_module]
+
+
+# hooks with keywords around a forward that breaks, a class __call__ with hooks, layouts and
+# parameters changed between calls, hooks that write the module
+def hook_kwargs_break_in_forward(C):
+    class M(nn.Module):
+        def __init__(s): super().__init__(); s.l = nn.Linear(3, 3)
+        def forward(s, x, k=1.0):
+            y = s.l(x) * k
+            print("", end="")
+            return y.relu()
+    m = M()
+    m.register_forward_hook(lambda mod, a, kw, o: o + kw["k"], with_kwargs=True, always_call=True)
+    m.register_forward_pre_hook(lambda mod, a, kw: (a, {"k": kw.get("k", 0.0) * 2}), with_kwargs=True)
+    cm = C(m)
+    return step(cm, m, X(2, 3), k=1.5) + step(cm, m, X(2, 3), k=3.0)
+def call_override_with_hooks(C):
+    class M(nn.Linear):
+        def __call__(s, x): return super().__call__(x) + 1
+    m = M(3, 3); m.register_forward_hook(lambda mod, a, o: o * 2); cm = C(m)
+    return step(cm, m, X(2, 3))
+def channels_last_between(C):
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)); cm = C(m); x = X(2, 3, 6, 6)
+    out = step(cm, m, x)
+    m.to(memory_format=torch.channels_last)
+    y = cm(x.to(memory_format=torch.channels_last))
+    return out + [d(y), y.is_contiguous(memory_format=torch.channels_last)]
+def buffer_view_of_param(C):
+    class M(nn.Module):
+        def __init__(s):
+            super().__init__(); s.w = nn.Parameter(torch.randn(4)); s.register_buffer("first", s.w.detach()[:2])
+        def forward(s, x):
+            return x * s.w[:2] + s.first
+    m = M(); cm = C(m)
+    out = step(cm, m, X(2, 2))
+    with torch.no_grad(): m.w.add_(1.0)
+    return out + step(cm, m, X(2, 2))
+def param_set_none_between(C):
+    m = nn.Linear(3, 3); cm = C(m); x = X(2, 3)
+    out = step(cm, m, x)
+    m.bias = None
+    return out + step(cm, m, x)
+def reparametrize_module(C):
+    m = nn.Linear(3, 2)
+    def f(w, x):
+        with torch.nn.utils.stateless._reparametrize_module(m, {"weight": w}):
+            return m(x)
+    cf = C(f); w = torch.randn(2, 3, requires_grad=True)
+    y = cf(w, X(4, 3)); y.sum().backward()
+    return [d(y), d(w.grad), d(m.bias.grad)]
+def spectral_old_train_eval_train(C):
+    torch.manual_seed(3)
+    m = nn.utils.spectral_norm(nn.Linear(3, 3)); cm = C(m); out = []
+    for mode in (True, False, True):
+        m.train(mode); out += step(cm, m, X(2, 3)) + [d(m.weight_u)]
+    return out
+def module_hook_modifies_param_in_place(C):
+    m = nn.Linear(3, 3)
+    def pre(mod, args):
+        with torch.no_grad(): mod.weight.mul_(0.5)
+    m.register_forward_pre_hook(pre); cm = C(m)
+    return step(cm, m, X(2, 3)) + step(cm, m, X(2, 3)) + [d(m.weight)]
+def forward_hook_sets_attr_on_module(C):
+    m = nn.Linear(3, 3)
+    def hook(mod, a, o):
+        mod.last = o.detach()
+    m.register_forward_hook(hook); cm = C(m)
+    out = step(cm, m, X(2, 3))
+    return out + [d(m.last)]
+
+
+PROGRAMS_C += [hook_kwargs_break_in_forward, call_override_with_hooks, channels_last_between, buffer_view_of_param,
+               param_set_none_between, reparametrize_module, spectral_old_train_eval_train,
+               module_hook_modifies_param_in_place, forward_hook_sets_attr_on_module]

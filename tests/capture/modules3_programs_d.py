@@ -308,7 +308,13 @@ def jacrev_chunk_returned(C):
     jf, y = C(f)(X(3)); return [d(y), d(jf(torch.ones(3)))]
 
 
-PROGRAMS_D = [ml_append, ml_extend_insert, ml_setitem, md_setitem, md_update_pop, seq_append, ml_pop_del, sub_md_update_pop, sub_md_setitem_del, sub_ml_append, md_plain_new_modules, md_pop_missing, ml_index_error, ml_iadd_returned, built_across_break, built_appended_after_break, built_nested, built_extend_from_source, built_dict_nonstr_key, built_modulelist_slice, built_container_grads, jacrev_chunk, jacrev_chunk3_aux, jacrev_chunk_bad, jacfwd_random_different, jacfwd_random_same_values, jacfwd_random_error, jacfwd_no_random_with_option, jacrev_chunk_backward, jacrev_chunk_returned]
+PROGRAMS_D = [ml_append, ml_extend_insert, ml_setitem, md_setitem, md_update_pop, seq_append, ml_pop_del,
+              sub_md_update_pop, sub_md_setitem_del, sub_ml_append, md_plain_new_modules, md_pop_missing,
+              ml_index_error, ml_iadd_returned, built_across_break, built_appended_after_break, built_nested,
+              built_extend_from_source, built_dict_nonstr_key, built_modulelist_slice, built_container_grads,
+              jacrev_chunk, jacrev_chunk3_aux, jacrev_chunk_bad, jacfwd_random_different,
+              jacfwd_random_same_values, jacfwd_random_error, jacfwd_no_random_with_option, jacrev_chunk_backward,
+              jacrev_chunk_returned]
 
 
 # BatchNorm with momentum=None (a cumulative average: 1 / num_batches_tracked, read at a graph break):
