@@ -39,6 +39,9 @@ def _batch_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Te
     if training:
         if running_mean is None or running_var is None:
             return aten._native_batch_norm_legit.no_stats(input, weight, bias, True, momentum, eps)[0]
+        if isinstance(momentum, torch.SymFloat):
+            return _batch_norm_symbolic_momentum(input, weight, bias, running_mean, running_var,
+                                                 momentum, eps, untracked)
         with untracked((running_mean, running_var)):
             return aten._native_batch_norm_legit.default(
                 input, weight, bias, running_mean, running_var, True, momentum, eps)[0]
@@ -46,6 +49,27 @@ def _batch_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Te
         raise RuntimeError("running_mean must be defined in evaluation mode")  # eager's error
     return aten._native_batch_norm_legit_no_training.default(
         input, weight, bias, running_mean, running_var, momentum, eps)[0]
+
+
+def _batch_norm_symbolic_momentum(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                                  running_mean: torch.Tensor, running_var: torch.Tensor,
+                                  momentum: Any, eps: float, untracked: UntrackedUpdate) -> torch.Tensor:
+    """Training batch norm whose momentum is a symbolic float (BatchNorm's cumulative average,
+    `1 / num_batches_tracked`): the ATen op takes its momentum as a Python number, which would
+    guard the value (a recompile per call), so the normalization runs without statistics and the
+    running statistics' update is spelled out with the momentum as a graph value, as eager's
+    kernel computes it: running = momentum * batch + (1 - momentum) * running, the variance
+    unbiased."""
+    out, mean, _ = aten._native_batch_norm_legit.no_stats(input, weight, bias, True, 0.0, eps)
+    dims = [0, *range(2, input.dim())]
+    with torch.no_grad():
+        batch_var = torch.var(input.detach(), dims, correction=1)
+        new_mean = mean.detach() * momentum + running_mean * (1.0 - momentum)
+        new_var = batch_var * momentum + running_var * (1.0 - momentum)
+        with untracked((running_mean, running_var)):
+            running_mean.copy_(new_mean)
+            running_var.copy_(new_var)
+    return out
 
 
 def _functional_batch_norm(input, running_mean, running_var, weight=None, bias=None,

@@ -194,6 +194,13 @@ _PLAIN_KERNELS = frozenset({"argmax", "argmin", "amax", "amin", "sum", "prod", "
                             "index_fill", "scatter", "masked_fill", "threshold", "hardtanh", "leaky_relu", "elu"})
 
 
+_SPREAD_REDUCTIONS = frozenset({"var", "std", "var_mean", "std_mean"})
+
+
+def _schema_name(target: Any) -> str:
+    return getattr(getattr(target, "_schema", None), "name", "").split("::")[-1]
+
+
 def _probe_worthy(target: Any, leaves: list[Any]) -> bool:
     if torch.Tag.pointwise not in getattr(target, "tags", ()) \
             and getattr(getattr(target, "_schema", None), "name", "").split("::")[-1] not in _PLAIN_KERNELS:
@@ -237,9 +244,16 @@ def _probe(target: Any, key: str, values: Any, width: int = 1) -> str | None:
     key = f"{key} width {width}"
     if (target, key) in _cache:
         return _cache[(target, key)]
-    args, kwargs = pytree.tree_map(
-        lambda v: torch.zeros((1,) * (v.dim() - 1) + (width,) * min(v.dim(), 1), dtype=v.dtype)
-        if isinstance(v, torch.Tensor) else _example_of(v), values)
+    # a variance of one element warns (degrees of freedom <= 0) from C++, past Python's warning
+    # filters, at each cold compile: two along every dim for these
+    spread = _schema_name(target) in _SPREAD_REDUCTIONS
+
+    def example(v: Any) -> Any:
+        if not isinstance(v, torch.Tensor):
+            return _example_of(v)
+        shape = (2,) * v.dim() if spread else (1,) * (v.dim() - 1) + (width,) * min(v.dim(), 1)
+        return torch.zeros(shape, dtype=v.dtype)
+    args, kwargs = pytree.tree_map(example, values)
     why = None
     try:
         with torch.no_grad():

@@ -129,7 +129,9 @@ def wrap_value(state: "CaptureState", value: Any, source: Source | None) -> Vari
             # The same mutable object reached through a second path is the same Variable (so
             # mutations are seen through both); the second path must lead to it next time too,
             # and the first must be it (a function guarded by its code is pinned to this object).
-            if isinstance(var, _CONTAINERS):  # any list passed twice: both paths lead to one, not to this one
+            if isinstance(var, _CONTAINERS + (NNModuleVariable,)):
+                # any list passed twice: both paths lead to one, not to this one; a module the same
+                # (a container kept on `self` and in a local across a break, a new one each call)
                 _guard_aliasing(state, (var.source, source))
                 return var
             _guard(state, source, "check_id", value)

@@ -106,10 +106,12 @@ class GradImplVariable(FunctorchCallVariable):
 
 
 def _trace_grad(tx: "Tracer", what: str, fn: Variable, argnums: Any, has_aux: bool, args: list[Variable],
-                with_value: bool, runner: Any = run_grad) -> Variable:
+                with_value: bool, runner: Any = run_grad, options: dict[str, Any] | None = None) -> Variable:
     """Trace `fn` once into a subgraph and put one `runner` node in the graph (run_grad, or a jacobian's
     runner from func_jacobian.py: the same inputs and the same flat results, the derivative of each
-    differentiated leaf, the value, the aux leaves)."""
+    differentiated leaf, the value, the aux leaves); `options` are the runner's keywords (a
+    jacobian's chunk_size, randomness), constants kept on the node."""
+    options = dict(options or {})
     numbers = (argnums,) if isinstance(argnums, int) else argnums
     if not (isinstance(numbers, tuple) and numbers and all(isinstance(n, int) for n in numbers)):
         raise _break(what, f"argnums {argnums!r} (raised natively)")
@@ -154,15 +156,15 @@ def _trace_grad(tx: "Tracer", what: str, fn: Variable, argnums: Any, has_aux: bo
     name = f"grad_body_{len(tx.output.subgraphs)}"
     body = cond_graph.make_subgraph(tx.output, inputs, body_nodes, results, name)
     examples = [n.meta.get("example_value") for n in inputs]
-    fakes = tx.output.run_fake("call_function", runner, (body, tuple(leaf_argnums), len(leaves), *examples), {})
+    fakes = tx.output.run_fake("call_function", runner, (body, tuple(leaf_argnums), len(leaves), *examples), options)
     if tx.output.inference_depth or tx.output.inference_made:  # eager's inference tensors, as any op's
-        tx.output.follow_inference("call_function", runner, (body, *examples), {}, fakes)
+        tx.output.follow_inference("call_function", runner, (body, *examples), options, fakes)
     tx.output.subgraphs[name] = body
     for node in reversed(body_nodes):
         graph.erase_node(node)
     getter = graph.get_attr(name)
     node = tx.output.create_node("call_function", runner, (getter, tuple(leaf_argnums), len(leaves), *inputs),
-                                 {}, fakes)
+                                 options, fakes)
     flat = tx.iterate(tx.wrap_op_result(node, fakes))
     grads_by_leaf = dict(zip(leaf_argnums, flat))
     grads = []

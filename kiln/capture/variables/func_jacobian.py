@@ -6,8 +6,9 @@ would return, not made); calling that traces `f` on the arguments as grad does (
 `f` reads) and puts one node in the graph, `run_jacrev` / `run_jacfwd`, which runs the transform
 itself over the subgraph, so the jacobian is eager's (the layout of its result per differentiated
 leaf, aux unchanged). As with grad, `f` must return one tensor (and tensors as aux), argnums and
-has_aux must be constants, and options other than the defaults (chunk_size, randomness) are not
-followed: each of those calls runs eagerly at a break. A wrapper that leaves the frame is made
+has_aux must be constants; jacrev's chunk_size and jacfwd's randomness ("same", "different") are
+constants passed to the transform by the node (keywords of the runner), other options (jacrev's
+_preallocate_and_copy) run the call eagerly at a break. A wrapper that leaves the frame is made
 by the transform in the glue.
 Before, every call of either transform was such a break (the functional_call of a module under
 jacrev made no graph where torch.compile makes one). Corresponds to the functorch jacrev/jacfwd
@@ -45,26 +46,28 @@ def is_jacobian_transform(value: Any) -> bool:
 
 
 def _run(transform: str, body: torch.fx.GraphModule, leaf_argnums: tuple[int, ...], n_leaves: int,
-         *inputs: Any) -> tuple:
+         *inputs: Any, **options: Any) -> tuple:
     leaves, others = inputs[:n_leaves], inputs[n_leaves:]
 
     def value_and_aux(*xs: Any) -> tuple[Any, tuple]:
         out = body(*xs, *others)
         return out[0], (out[0], *out[1:])  # the value rides with the aux: the runner's layout has it
 
-    jac, aux = getattr(torch.func, transform)(value_and_aux, argnums=leaf_argnums, has_aux=True)(*leaves)
+    jac, aux = getattr(torch.func, transform)(value_and_aux, argnums=leaf_argnums, has_aux=True, **options)(*leaves)
     return (*jac, *aux)
 
 
-def run_jacrev(body: torch.fx.GraphModule, leaf_argnums: tuple[int, ...], n_leaves: int, *inputs: Any) -> tuple:
+def run_jacrev(body: torch.fx.GraphModule, leaf_argnums: tuple[int, ...], n_leaves: int, *inputs: Any,
+               **options: Any) -> tuple:
     """What a graph's jacrev node runs: the jacobian for each differentiated leaf, the value, the aux
-    leaves, flat (the layout of func_grad.run_grad)."""
-    return _run("jacrev", body, leaf_argnums, n_leaves, *inputs)
+    leaves, flat (the layout of func_grad.run_grad); `options` are jacrev's (chunk_size)."""
+    return _run("jacrev", body, leaf_argnums, n_leaves, *inputs, **options)
 
 
-def run_jacfwd(body: torch.fx.GraphModule, leaf_argnums: tuple[int, ...], n_leaves: int, *inputs: Any) -> tuple:
-    """run_jacrev's twin for forward mode."""
-    return _run("jacfwd", body, leaf_argnums, n_leaves, *inputs)
+def run_jacfwd(body: torch.fx.GraphModule, leaf_argnums: tuple[int, ...], n_leaves: int, *inputs: Any,
+               **options: Any) -> tuple:
+    """run_jacrev's twin for forward mode (`options`: randomness)."""
+    return _run("jacfwd", body, leaf_argnums, n_leaves, *inputs, **options)
 
 
 _RUNNERS = {"jacrev": run_jacrev, "jacfwd": run_jacfwd}
@@ -96,17 +99,24 @@ class JacobianTransformVariable(FunctorchCallVariable):
                 options[what] = a[what].as_constant()
         transform = self.fn.__qualname__
         defaults: dict[str, Any] = _DEFAULTS[transform]
-        for what, default in defaults.items():
-            if options.get(what, default) != default:
-                raise _break(self.name, f"{what}={options[what]!r} is not followed; the call runs eagerly")
-        return JacobianVariable(transform, a["func"], options["argnums"], bool(options["has_aux"]))
+        chosen = {what: options[what] for what, default in defaults.items() if options.get(what, default) != default}
+        if transform == "jacrev" and chosen.get("chunk_size") is not None:
+            size = chosen["chunk_size"]
+            if not (isinstance(size, int) and not isinstance(size, bool) and size > 0):
+                raise _break(self.name, "jacrev: chunk_size must be a positive integer (raised natively)")
+        if chosen.get("_preallocate_and_copy") or ("randomness" in chosen
+                                                   and chosen["randomness"] not in ("same", "different")):
+            raise _break(self.name, f"{chosen} is not followed; the call runs eagerly")
+        return JacobianVariable(transform, a["func"], options["argnums"], bool(options["has_aux"]), chosen)
 
 
 class JacobianVariable(Variable):
     """The function jacrev(f) / jacfwd(f) returned in the frame; calling it traces f once."""
 
-    def __init__(self, transform: str, fn: Variable, argnums: Any, has_aux: bool) -> None:
+    def __init__(self, transform: str, fn: Variable, argnums: Any, has_aux: bool,
+                 options: dict[str, Any] | None = None) -> None:
         self.transform = transform
+        self.options = dict(options or {})  # chunk_size / randomness other than the default
         self.fn = fn
         self.argnums = argnums
         self.has_aux = has_aux
@@ -123,9 +133,10 @@ class JacobianVariable(Variable):
         if kwargs:
             raise _break(what, "keyword arguments to the differentiated function; the call runs eagerly")
         return _trace_grad(tx, what, self.fn, self.argnums, self.has_aux, list(args), with_value=False,
-                           runner=_RUNNERS[self.transform])
+                           runner=_RUNNERS[self.transform], options=self.options)
 
     def reconstruct(self, glue: Any) -> str:
         # kept after the frame (returned, stored, live across a break): made by the transform, as eager does
         transform = glue.constant(getattr(torch.func, self.transform))
-        return f"{transform}({glue.reconstruct(self.fn)}, argnums={self.argnums!r}, has_aux={self.has_aux!r})"
+        options = "".join(f", {k}={v!r}" for k, v in self.options.items())
+        return f"{transform}({glue.reconstruct(self.fn)}, argnums={self.argnums!r}, has_aux={self.has_aux!r}{options})"

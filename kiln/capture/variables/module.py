@@ -22,11 +22,12 @@ from kiln.capture.distributed import is_ddp
 from kiln.capture.guards import ABSENT, Guard
 from kiln.capture.sources import AttrSource, GlobalSource, ItemSource, Source
 from kiln.capture.variables.base import BoundMethodVariable, Variable, constant_args
+from kiln.capture.variables.built_containers import container_base, write_built_container, writes_of
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.functions import UserMethodVariable, guard_class_attribute
 from kiln.capture.variables.sequential_slice import SequentialSliceVariable
 from kiln.capture.variables.slice import SliceVariable
-from kiln.capture.variables.user_object import CLASS_CALLS
+from kiln.capture.variables.user_object import CLASS_CALLS, SUBCLASSES_TOO
 from kiln.errors import RestartCapture, Unsupported
 
 if TYPE_CHECKING:
@@ -125,8 +126,10 @@ class NNModuleVariable(Variable):
         from kiln.capture.variables.functions import UserMethodVariable
 
         m = self.module
-        if self.built_children is not None and name in ("__dict__", "_modules", "_parameters", "_buffers"):
-            # its tables hold the real children, not the trace's (a change to them is not followed)
+        if (self.built_children is not None or self.source is None) \
+                and name in ("__dict__", "_modules", "_parameters", "_buffers"):
+            # its tables hold the real children, not the trace's (a change to them is not followed);
+            # a module made at trace time (`MyList()`) the same: a write there would be lost
             raise Unsupported(f"{name} of a {type(m).__name__} built in the frame", kind="unsupported_attribute")
         pending = tx.side_effects.pending_attr(m, name)
         if pending is not None:
@@ -157,7 +160,8 @@ class NNModuleVariable(Variable):
             return tx.wrap(d[name], None if self.source is None else AttrSource(self.source, name))
         if not data_descriptor and self.source is not None and not deleted:
             tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
-        if _torch_method(static) and (name in _INTROSPECTION or (isinstance(m, _CONTAINERS) and name in _CONTAINER_METHODS)):
+        if _torch_method(static) and (name in _INTROSPECTION or (isinstance(m, _CONTAINERS) and name in _CONTAINER_METHODS)
+                                      or (self.built_children is not None and name in writes_of(kind))):
             return BoundMethodVariable(self, name)
         if static is not _MISSING:
             bound = bind_class_attribute(tx, static, self, kind, name)
@@ -504,6 +508,10 @@ class NNModuleVariable(Variable):
         from kiln.capture.variables.sequence import ListVariable, TupleVariable
 
         is_dict = isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict))
+        if self.built_children is not None:
+            written = write_built_container(tx, self, name, args, kwargs)
+            if written is not None:
+                return written
         if name == "__getitem__" and isinstance(self.module, _CONTAINERS):
             return self.getitem(tx, args[0])
         if name == "__len__" and isinstance(self.module, _CONTAINERS):
@@ -595,6 +603,10 @@ class NNModuleVariable(Variable):
             return self.source.name()
         if self.built_children is not None:
             return self._rebuild_container(glue)
+        if isinstance(self.module, _CONTAINERS):
+            # made at trace time (`MyList()`): one object for every call would carry one call's
+            # writes into the next
+            raise Unsupported(f"a {type(self.module).__name__} made in the frame, kept after it", kind="reconstruct")
         return glue.constant(self.module)
 
     def _rebuild_container(self, glue: "GlueBuilder") -> str:
@@ -603,12 +615,17 @@ class NNModuleVariable(Variable):
         glue does too, from the children's own expressions (a submodule's source, a module built in
         the frame). One whose attributes the trace wrote is refused (the writes are not replayed)."""
         kind = type(self.module)
-        if kind not in (torch.nn.Sequential, torch.nn.ModuleList) or self.built_written:
+        base = container_base(kind)
+        if base is None or self.built_written:
             raise Unsupported(f"a {kind.__name__} built in the frame and changed there, kept after it",
                               kind="reconstruct")
-        children = [glue.reconstruct(child) for _, child in self._built_children()]
-        built = f"{glue.constant(kind)}({', '.join(children)})" if kind is torch.nn.Sequential \
-            else f"{glue.constant(kind)}([{', '.join(children)}])"
+        children = [(key, glue.reconstruct(child)) for key, child in self._built_children()]
+        if base is torch.nn.ModuleDict:
+            built = f"{glue.constant(kind)}({{{', '.join(f'{key!r}: {child}' for key, child in children)}}})"
+        elif base is torch.nn.Sequential:
+            built = f"{glue.constant(kind)}({', '.join(child for _, child in children)})"
+        else:
+            built = f"{glue.constant(kind)}([{', '.join(child for _, child in children)}])"
         name = glue.fresh("v")  # built once: stored and returned, it is one object, as in eager
         glue.line(f"{name} = {built}")
         return name
@@ -666,9 +683,12 @@ def build_container(tx: "Tracer", cls: type, args: Sequence[Variable], kwargs: d
     (a submodule, one built there): a real container made at trace time around the real children
     (building one has no other effect), whose children are read as the trace's own variables, so a
     child from outside keeps its source (its parameters stay graph inputs). None for anything else."""
-    if kwargs or cls not in (torch.nn.Sequential, torch.nn.ModuleList):
+    base = container_base(cls)
+    if kwargs or base is None:
         return None
-    if cls is torch.nn.Sequential:
+    if base is torch.nn.ModuleDict:
+        return _build_module_dict(cls, args)
+    if base is torch.nn.Sequential:
         items = list(args)
     elif len(args) > 1:
         return None
@@ -677,13 +697,31 @@ def build_container(tx: "Tracer", cls: type, args: Sequence[Variable], kwargs: d
     if not all(isinstance(v, NNModuleVariable) for v in items):
         return None
     modules = [v.module for v in items if isinstance(v, NNModuleVariable)]
-    real = torch.nn.Sequential(*modules) if cls is torch.nn.Sequential else torch.nn.ModuleList(modules)
+    real = cls(*modules) if base is torch.nn.Sequential else cls(modules)
     built = NNModuleVariable(real, None)
     built.built_children = {str(i): v for i, v in enumerate(items)}
     return built
 
 
-CLASS_CALLS[torch.nn.Sequential] = CLASS_CALLS[torch.nn.ModuleList] = build_container
+def _build_module_dict(cls: type, args: Sequence[Variable]) -> Variable | None:
+    """`nn.ModuleDict()` or `nn.ModuleDict({"name": module, ...})` (string keys, modules the trace
+    holds), as build_container makes the list kinds."""
+    from kiln.capture.variables.dict import DictVariable
+
+    if len(args) > 1 or (args and not isinstance(args[0], DictVariable)):
+        return None
+    items = dict(args[0].items) if args and isinstance(args[0], DictVariable) else {}
+    if not all(isinstance(k, str) and isinstance(v, NNModuleVariable) for k, v in items.items()):
+        return None
+    real = cls({k: v.module for k, v in items.items() if isinstance(v, NNModuleVariable)})
+    built = NNModuleVariable(real, None)
+    built.built_children = dict(items)
+    return built
+
+
+for _kind in (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict):
+    CLASS_CALLS[_kind] = build_container
+    SUBCLASSES_TOO.add(_kind)
 
 
 def _raise_missing_item(m: torch.nn.Module, key: Any) -> None:

@@ -71,6 +71,8 @@ _MISSING = MISSING
 # Classes whose call in the frame another module traces (module.py: nn.Sequential, nn.ModuleList
 # built from modules), registered there so this module need not import it; None: the usual path.
 CLASS_CALLS: dict[type, Callable[["Tracer", type, Sequence[Variable], dict[str, Variable]], "Variable | None"]] = {}
+# of CLASS_CALLS' classes, those whose handler also takes a subclass (answering None where it cannot)
+SUBCLASSES_TOO: set[type] = set()
 
 
 class ObjectVariable(Variable):
@@ -337,6 +339,9 @@ class ObjectVariable(Variable):
         if is_namedtuple_type(obj):
             return _new_namedtuple(tx, obj, args, kwargs)
         class_call = CLASS_CALLS.get(obj) if isinstance(obj, type) else None
+        if class_call is None and isinstance(obj, type):
+            base = next((b for b in obj.__mro__[1:] if b in SUBCLASSES_TOO), None)
+            class_call = None if base is None else CLASS_CALLS[base]
         if class_call is not None:
             built = class_call(tx, obj, args, kwargs)
             if built is not None:
