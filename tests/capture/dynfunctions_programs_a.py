@@ -659,3 +659,84 @@ def at_object_break_then_read(b):
     b.k = 5
     print("", end="")
     return b.v * b.k
+
+
+# objects from outside that are one object on some calls and two on others (an attribute set
+# through one path, read through the other: the graph of two objects must not answer for one)
+def _alternating_pair(i):
+    a = Box(torch.ones(3) * (i + 1), 2)
+    return (a, a if i % 2 else Box(torch.ones(3), 2))
+
+
+@case(_alternating_pair, 4)
+def al_set_then_read_other(a, b):
+    a.k = 7
+    return b.v * b.k
+
+
+@case(_alternating_pair, 4)
+def al_setattr_builtin_then_read(a, b):
+    setattr(a, "k", a.k + 5)
+    return b.v + b.k
+
+
+@case(_alternating_pair, 4)
+def al_delattr_then_hasattr(a, b):
+    a.extra = 1
+    del a.extra
+    b.extra2 = 3
+    return a.v * getattr(a, "extra2", 0) + b.k
+
+
+class Setter:
+    def __init__(self, k):
+        self.k = k
+
+    def set(self, k):
+        self.k = k
+
+
+def _alternating_setters(i):
+    a = Setter(2)
+    return (torch.ones(3), a, a if i % 2 == 0 else Setter(2))
+
+
+@case(_alternating_setters, 4)
+def al_method_sets_read_other(x, a, b):
+    a.set(10)
+    return x * b.k
+
+
+def _alternating_in_list(i):
+    a = Box(torch.ones(3), 2)
+    return ([a, a if i % 2 else Box(torch.ones(3), 2)],)
+
+
+@case(_alternating_in_list, 4)
+def al_objects_in_list(objs):
+    objs[0].k = objs[0].k * 3
+    return objs[1].v * objs[1].k
+
+
+def _alternating_nested(i):
+    inner = Box(torch.ones(3), 4)
+    outer = Box(inner, 0)
+    return (outer, inner if i % 2 else Box(torch.ones(3), 4))
+
+
+@case(_alternating_nested, 4)
+def al_nested_attribute_path(outer, other):
+    outer.v.k = 1
+    return other.v * other.k
+
+
+@case(lambda i: (Box(torch.ones(3), 2),) * 2, 3)
+def al_always_same_object(a, b):
+    a.k = a.k + 1
+    return b.v * b.k
+
+
+@case(lambda i: (Box(torch.ones(3), 2), Box(torch.ones(3), 5)), 3)
+def al_never_same_object(a, b):
+    a.k = 9
+    return b.v * b.k, a.k
