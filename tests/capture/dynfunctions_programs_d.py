@@ -9,6 +9,7 @@ dynfunctions_programs_a.py.
 # mypy: ignore-errors
 
 import functools
+import math
 
 import torch
 
@@ -293,3 +294,86 @@ def ch_bool_int_float_same_value(x, v):
 @case(lambda i: (torch.randn(3), ["a", "bb", "a"][i]))
 def ch_string_arg(x, s):
     return x * len(s), s * 2
+
+
+# ---------------------------------------------------------------- python numbers reaching torch calls, 4 calls
+def _floats(i):
+    return (torch.randn(3, 4), [0.5, 1.25, 2.0, 3.5][i])
+
+
+@case(_floats, 4)
+def uf_torch_full(x, s):
+    return torch.full((2,), s) + x.sum(), x.new_full((3,), s)
+
+
+@case(_floats, 4)
+def uf_clamp_bounds(x, s):
+    return x.clamp(min=-s, max=s), torch.clamp(x, max=s * 2)
+
+
+@case(_floats, 4)
+def uf_pow_and_rpow(x, s):
+    return x.abs().pow(s), s ** x.abs()
+
+
+@case(_floats, 4)
+def uf_add_alpha(x, s):
+    return torch.add(x, x, alpha=s), x.mul(s).div(s + 1)
+
+
+@case(_floats, 4)
+def uf_float_math_then_torch(x, s):
+    return x * math.log(s + 1) + math.floor(s), math.ceil(s)
+
+
+@case(_floats, 4)
+def uf_float_compare_branch(x, s):
+    if s > 1.0:
+        return x * s
+    return x / s
+
+
+@case(_floats, 4)
+def uf_float_to_int_shape(x, s):
+    return torch.zeros(int(s * 2)), x * int(s)
+
+
+@case(_floats, 4)
+def uf_float_in_list_to_tensor(x, s):
+    return torch.tensor([s, s * 2]) + x[0, :2], torch.as_tensor(s)
+
+
+@case(_floats, 4)
+def uf_float_round_and_format(x, s):
+    return x * round(s, 1), f"{s:.3f}", str(s * 2)
+
+
+@case(lambda i: (torch.randn(3, 8), [1, 2, 4, 8][i]), 4)
+def uf_int_view_reshape(x, n):
+    return x.reshape(-1, n).sum(0), x.view(3, n, -1).shape
+
+
+@case(lambda i: (torch.randn(3, 8), [1, 2, 3, 5][i]), 4)
+def uf_int_topk_narrow(x, k):
+    return x.topk(k, dim=1).values, x.narrow(1, 0, k), x[:, :k].cumsum(1)
+
+
+@case(lambda i: (torch.randn(3, 8), [0, 1, 2, 1][i]), 4)
+def uf_int_dim_arg(x, d):
+    return x.sum(d % 2), x.unsqueeze(d).shape
+
+
+@case(lambda i: (torch.randn(3, 8), [2, 3, 4, 6][i]), 4)
+def uf_int_arange_repeat(x, n):
+    return torch.arange(n) * 2, x[:, :1].repeat(1, n), torch.eye(n).sum()
+
+
+@case(lambda i: (torch.randn(3, 8), [2, 3, 4, 6][i]), 4)
+def uf_int_python_loop_and_list(x, n):
+    parts = [x[:, j] for j in range(n)]
+    return torch.stack(parts, 1), len(parts)
+
+
+@case(lambda i: (torch.randn(3, 8), [2, 3, 4, 6][i], [0.1, 0.2, 0.3, 0.4][i]), 4)
+def uf_int_and_float_together(x, n, p):
+    return x[:, :n] * p + n * p, n // 2, p * n

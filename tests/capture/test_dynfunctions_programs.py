@@ -1,6 +1,6 @@
 """Small programs of the kinds PyTorch tests its own Dynamo with in test_functions, test_misc,
 test_unspec, test_global, test_input_attr_tracking, test_reconstruct and test_decorators (our own
-programs, in dynfunctions_programs_a/b/c/d.py): math and operator on tensors and sizes, python scalars
+programs, in dynfunctions_programs_a-f.py): math and operator on tensors and sizes, python scalars
 changing between calls, globals, attributes on inputs, values returned from a graph that must be
 rebuilt (functions, partials, bound methods, classes, views, ranges, slices), decorators, argument
 passing, closures, recursion, classes built in the frame, string formatting, isinstance/ABCs,
@@ -36,9 +36,11 @@ import dynfunctions_programs_a as prog_a
 import dynfunctions_programs_b as prog_b
 import dynfunctions_programs_c as prog_c
 import dynfunctions_programs_d as prog_d
+import dynfunctions_programs_e as prog_e
+import dynfunctions_programs_f as prog_f
 
 RECORD = os.path.join(os.path.dirname(__file__), "dynfunctions_counts.json")
-MODULES = (prog_a, prog_b, prog_c, prog_d)
+MODULES = (prog_a, prog_b, prog_c, prog_d, prog_e, prog_f)
 PROGRAMS = {name: (mod, fn, make, calls) for mod in MODULES for name, fn, make, calls in mod.PROGRAMS}
 _PROBE = torch.linspace(-1, 1, 12).reshape(3, 4)
 
