@@ -129,10 +129,6 @@ class SideEffects:
         """True when the trace changed `container` (a list/dict/set from outside) in place."""
         return ("contents", id(container)) in self._effects
 
-    def wrote_attributes(self, obj: Any) -> bool:
-        """True when the trace set or deleted an attribute of the real object `obj`."""
-        return any(key[0] == "attr" and key[1] == id(obj) for key in self._effects)
-
     def store_attr(self, obj: Any, owner: "Variable", name: str, value: "Variable", plain: bool = False,
                    base_setattr: Any = None, made: bool = False) -> None:
         """`obj.name = value`, replayed after the graph on what `owner` reconstructs: its source, or

@@ -370,3 +370,120 @@ def ob_input_object_replaced_attr_object(x, o):
     old = o.t
     o.t = Obj(x)
     return old * 2, o.t.k
+
+
+# ---------------------------------------------------------------- attributes of functions from outside, written
+def _counted_helper(t):
+    return t + 1
+
+
+def _reset_helper():
+    _counted_helper.__dict__.clear()
+    _counted_helper.calls = 0
+    _counted_helper.__name__ = "_counted_helper"
+
+
+RESETS.append(_reset_helper)
+
+
+def _helper_state(i):
+    return (torch.randn(3), _counted_helper)
+
+
+@case(n=3)
+def fa_global_function_counter(x):
+    _counted_helper.calls += 1
+    return _counted_helper(x) * _counted_helper.calls
+
+
+@case(n=2)
+def fa_global_function_tensor_attr(x):
+    _counted_helper.cache = x * 2
+    return _counted_helper.cache + 1
+
+
+@case(_helper_state, 3)
+def fa_function_argument_attr(x, fn):
+    fn.seen = getattr(fn, "seen", 0) + 1
+    return fn(x) * fn.seen
+
+
+@case(n=2)
+def fa_attr_written_read_in_callee(x):
+    def reader():
+        return _counted_helper.tag
+    _counted_helper.tag = "t"
+    return x, reader(), hasattr(_counted_helper, "tag")
+
+
+@case(n=2)
+def fa_attr_written_across_break(x):
+    _counted_helper.step = 5
+    print("", end="")
+    return x * _counted_helper.step
+
+
+@case(n=2)
+def fa_attr_written_then_raise(x):
+    _counted_helper.calls = 99
+    raise ValueError("after a function attribute")
+
+
+@case(n=2)
+def fa_dunder_name_written(x):
+    _counted_helper.__name__ = "renamed"
+    return x + 1, _counted_helper.__name__
+
+
+@case(n=2)
+def fa_bound_method_attr_raises(x):
+    o = Obj(x)
+    try:
+        o.__init__.flag = 1
+    except AttributeError as e:
+        return x, str(e)
+    return x
+
+
+@case(n=2)
+def fa_builtin_function_attr_raises(x):
+    try:
+        len.flag = 1
+    except AttributeError as e:
+        return x * 2, str(e)
+    return x
+
+
+def _self_counting(t):
+    _self_counting.n = getattr(_self_counting, "n", 0) + 1
+    return t * _self_counting.n
+
+
+RESETS.append(lambda: _self_counting.__dict__.clear())
+
+
+@case(n=3)
+def fa_function_counts_itself(x):
+    return _self_counting(x) + _self_counting(x)
+
+
+def _counting_deco(fn):
+    @functools.wraps(fn)
+    def wrapper(*a):
+        wrapper.calls += 1
+        return fn(*a)
+    wrapper.calls = 0
+    return wrapper
+
+
+@_counting_deco
+def _decorated_counted(t):
+    return t * 3
+
+
+RESETS.append(lambda: setattr(_decorated_counted, "calls", 0))
+
+
+@case(n=3)
+def fa_decorator_counts_calls(x):
+    return _decorated_counted(x) + _decorated_counted.calls

@@ -180,7 +180,7 @@ def container_alias_guards(state: "CaptureState") -> list[Guard]:
                if type(var) is ObjectVariable and var.source is not None and not isinstance(value, type)]
     effects = state.side_effects
     pairs: dict[frozenset[str], Guard] = {}
-    for group, changed in ((outside, effects.mutated), (objects, lambda var: effects.wrote_attributes(var.value))):
+    for group, changed in ((outside, effects.mutated), (objects, lambda var: effects.writes_attributes_of(var.value))):
         for value, var in group:
             if not changed(var):
                 continue
