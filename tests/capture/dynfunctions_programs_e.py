@@ -487,3 +487,36 @@ RESETS.append(lambda: setattr(_decorated_counted, "calls", 0))
 @case(n=3)
 def fa_decorator_counts_calls(x):
     return _decorated_counted(x) + _decorated_counted.calls
+
+
+@case(n=2)
+def fa_attr_deleted_then_missing(x):
+    _counted_helper.tmp = 1
+    del _counted_helper.tmp
+    return x * getattr(_counted_helper, "tmp", 5), hasattr(_counted_helper, "tmp")
+
+
+@case(n=2)
+def fa_existing_attr_deleted(x):
+    del _counted_helper.calls
+    try:
+        return _counted_helper.calls
+    except AttributeError as e:
+        return x + 1, str(e)
+
+
+@case(n=2)
+def fa_delete_missing_raises(x):
+    try:
+        del _counted_helper.never_set
+    except AttributeError as e:
+        return x - 1, str(e)
+    return x
+
+
+@case(n=2)
+def fa_delattr_builtin_on_function(x):
+    _counted_helper.a = x
+    delattr(_counted_helper, "a")
+    _counted_helper.b = x.sum()
+    return x * 2

@@ -129,14 +129,15 @@ class UserFunctionVariable(Variable):
         written = tx.side_effects.pending_attr(self.fn, name)
         if written is not None:
             return written  # set earlier in the trace, stored after the graph
-        if not hasattr(self.fn, name):
-            if self.source is not None and inspect.getattr_static(types.FunctionType, name, None) is None \
-                    and not tx.side_effects.deleted_attr(self.fn, name):
+        deleted = tx.side_effects.deleted_attr(self.fn, name)
+        if deleted or not hasattr(self.fn, name):
+            if self.source is not None and inspect.getattr_static(types.FunctionType, name, None) is None:
                 # missing from its __dict__ (guarded so): eager's AttributeError, which getattr's
                 # default or hasattr answers in the trace
                 from kiln.capture.variables.exception import raise_in_trace
 
-                tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
+                if not deleted:
+                    tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
                 message = f"'function' object has no attribute {name!r}"
                 raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
             raise Unsupported(f"function {self.fn.__qualname__} has no attribute {name!r}",
