@@ -26,7 +26,13 @@ def case(mk=None, n=2):
 
 
 def state():
-    return {k: v for k, v in globals().items() if k.startswith("GV_")}
+    """The GV_* globals, and the attributes of the functions the fa_ programs write."""
+    out = {k: v for k, v in globals().items() if k.startswith("GV_")}
+    for fn in (_counted_helper, _self_counting, _decorated_counted):
+        out[fn.__name__ if fn is not _counted_helper else "_counted_helper"] = (
+            {k: v for k, v in fn.__dict__.items() if k != "__wrapped__"}, fn.__name__, fn.__qualname__, fn.__doc__,
+            "__wrapped__" in fn.__dict__)
+    return out
 
 
 GV_N = 0
@@ -520,3 +526,30 @@ def fa_delattr_builtin_on_function(x):
     delattr(_counted_helper, "a")
     _counted_helper.b = x.sum()
     return x * 2
+
+
+@case(n=2)
+def fa_update_wrapper_onto_outside_function(x):
+    def source_fn(t):
+        """the doc"""
+        return t
+    functools.update_wrapper(_counted_helper, source_fn, assigned=("__name__", "__qualname__", "__doc__"))
+    return _counted_helper(x), _counted_helper.__name__, _counted_helper.__doc__, _counted_helper.__wrapped__(x)
+
+
+@case(n=2)
+def fa_name_set_to_non_string(x):
+    try:
+        _counted_helper.__name__ = 3
+    except TypeError as e:
+        return x * 3, str(e)
+    return x
+
+
+def _reset_helper_text():
+    _counted_helper.__qualname__ = "_counted_helper"
+    _counted_helper.__doc__ = None
+    _counted_helper.__module__ = __name__
+
+
+RESETS.append(_reset_helper_text)
