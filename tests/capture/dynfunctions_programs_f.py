@@ -24,7 +24,12 @@ def case(mk=None, n=3):
 
 
 def state():
-    return {k: v for k, v in globals().items() if k.startswith("GV_")}
+    """The GV_* globals; the id-keyed table by its size and values (ids differ between runs)."""
+    out = {k: v for k, v in globals().items() if k.startswith("GV_") and k not in ("GV_CACHE", "GV_SEEN", "GV_IDS")}
+    out["GV_IDS"] = dict(globals().get("GV_IDS", {}))
+    out["cache"] = sorted((v.sum().item() if isinstance(v, torch.Tensor) else v) for v in globals().get("GV_CACHE", {}).values())
+    out["seen"] = len(globals().get("GV_SEEN", ()))
+    return out
 
 
 GV_IDS: dict = {}
@@ -214,3 +219,61 @@ def ob_attr_deleted_between(x, layer):
         return x * layer.w
     except AttributeError:
         return x
+
+
+# ---------------------------------------------------------------- ids and hashes of inputs kept in module tables
+GV_CACHE: dict = {}
+GV_SEEN: set = set()
+RESETS.append(GV_CACHE.clear)
+RESETS.append(GV_SEEN.clear)
+_KEPT = torch.randn(3)
+_KEPT_OBJ = Layer()
+
+
+def _kept_then_new(i):
+    return (_KEPT if i < 2 else torch.randn(3),)
+
+
+def _kept_obj_then_new(i):
+    return (torch.ones(3), _KEPT_OBJ if i != 1 else Layer())
+
+
+@case(_kept_then_new, 3)
+def ih_memo_by_id(x):
+    key = id(x)
+    if key in GV_CACHE:
+        return GV_CACHE[key] + 1
+    GV_CACHE[key] = x * 2
+    return GV_CACHE[key]
+
+
+@case(_kept_obj_then_new, 3)
+def ih_object_memo_by_id(x, layer):
+    key = id(layer)
+    hit = key in GV_CACHE
+    GV_CACHE.setdefault(key, layer.forward(x))
+    return GV_CACHE[key] * (2 if hit else 1), hit
+
+
+@case(_kept_obj_then_new, 3)
+def ih_object_seen_set(x, layer):
+    first = layer not in GV_SEEN
+    GV_SEEN.add(layer)
+    return x * (1 if first else -1), len(GV_SEEN)
+
+
+@case(_kept_then_new, 3)
+def ih_tensor_seen_set(x):
+    first = x not in GV_SEEN
+    GV_SEEN.add(x)
+    return x + (10 if first else 0)
+
+
+@case(_kept_obj_then_new, 3)
+def ih_hash_of_object_compared(x, layer):
+    return x * (hash(layer) == hash(_KEPT_OBJ))
+
+
+@case(_kept_obj_then_new, 3)
+def ih_is_comparison_kept(x, layer):
+    return x + (layer is _KEPT_OBJ), layer == _KEPT_OBJ
