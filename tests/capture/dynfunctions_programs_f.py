@@ -277,3 +277,121 @@ def ih_hash_of_object_compared(x, layer):
 @case(_kept_obj_then_new, 3)
 def ih_is_comparison_kept(x, layer):
     return x + (layer is _KEPT_OBJ), layer == _KEPT_OBJ
+
+
+# ---------------------------------------------------------------- descriptors and hooks of objects passed in
+class _Lazy:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        value = self.fn(obj)
+        obj.__dict__[self.fn.__name__] = value
+        return value
+
+
+class Holder:
+    def __init__(self, t):
+        self.t = t
+        self._scale = 1
+        self.sets = 0
+
+    @_Lazy
+    def squared(self):
+        return self.t * self.t
+
+    @property
+    def scale(self):
+        return self._scale
+
+    @scale.setter
+    def scale(self, v):
+        if v <= 0:
+            raise ValueError("scale must be positive")
+        self._scale = v
+
+
+class Counting(Holder):
+    def __setattr__(self, name, value):
+        object.__setattr__(self, "sets", self.__dict__.get("sets", 0) + 1)
+        object.__setattr__(self, name, value)
+
+
+_HELD = Holder(torch.ones(3))
+
+
+def _reset_held():
+    _HELD.__dict__.clear()
+    _HELD.__init__(torch.ones(3))
+
+
+RESETS.append(_reset_held)
+
+
+@case(lambda i: (torch.randn(3), _HELD), 3)
+def ds_lazy_descriptor_on_input(x, h):
+    return x + h.squared, "squared" in h.__dict__
+
+
+@case(lambda i: (torch.randn(3), Holder(torch.ones(3)), [2, -1, 3][i]), 3)
+def ds_property_setter_on_input(x, h, v):
+    try:
+        h.scale = v
+    except ValueError as e:
+        return x, str(e), h.scale
+    return x * h.scale
+
+
+@case(lambda i: (torch.randn(3), Counting(torch.ones(3))), 2)
+def ds_setattr_override_on_input(x, c):
+    c.a = 1
+    c.b = x
+    return c.b * c.a, c.sets
+
+
+class _Base2:
+    @property
+    def kind(self):
+        return "base"
+
+    @classmethod
+    def build(cls, t):
+        obj = cls()
+        obj.t = t
+        return obj
+
+
+class _Sub2(_Base2):
+    @property
+    def kind(self):
+        return "sub+" + super().kind
+
+    @classmethod
+    def build(cls, t):
+        obj = super().build(t * 2)
+        obj.extra = True
+        return obj
+
+
+@case(lambda i: (torch.randn(3),), 2)
+def ds_super_property_and_classmethod(x):
+    o = _Sub2.build(x)
+    return o.t, o.kind, o.extra, type(o).__name__
+
+
+class _Strict:
+    def __init__(self):
+        self.known = 2
+
+    def __getattr__(self, name):
+        raise KeyError(f"no {name}")
+
+
+@case(lambda i: (torch.randn(3), _Strict()), 2)
+def ds_getattr_raises_other_error(x, s):
+    try:
+        return s.unknown
+    except KeyError as e:
+        return x * s.known, str(e)

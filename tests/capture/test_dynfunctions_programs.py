@@ -57,7 +57,7 @@ def _norm(value: Any, depth: int = 0) -> Any:
         return ("generator", [rec(v) for v in value])
     if isinstance(value, type):
         return ("class", value.__qualname__)
-    if hasattr(value, "__next__") and iter(value) is value:  # an iterator: its type and what it still gives
+    if hasattr(type(value), "__next__") and iter(value) is value:  # an iterator: its type and what it still gives
         return ("iterator", type(value).__name__, [rec(v) for v in value])
     if isinstance(value, (types.FunctionType, types.MethodType, functools.partial, types.BuiltinFunctionType)):
         try:
