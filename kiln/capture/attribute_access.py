@@ -22,7 +22,8 @@ from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable
 from kiln.capture.variables.exception import ExceptionVariable, RaisedInTrace, raise_in_trace
-from kiln.capture.variables.functions import NestedFunctionVariable, UserMethodVariable, guard_class_attribute
+from kiln.capture.variables.functions import NestedFunctionVariable, UserFunctionVariable, UserMethodVariable, \
+    guard_class_attribute
 from kiln.capture.variables.grad_mode import set_grad_mode
 from kiln.capture.variables.instance_dict import held_instance_dict, written_instance_dict
 from kiln.capture.variables.model_output import ModelOutputVariable
@@ -271,7 +272,24 @@ def set_attribute(tx: "Tracer", obj: Variable, name: str, value: Variable, bypas
     if isinstance(obj, ObjectVariable) and isinstance(obj.value, type) and user_class(obj.value):
         store_class_attribute(tx, obj, name, value)
         return
+    if type(obj) is UserFunctionVariable and obj.source is not None and (
+            inspect.getattr_static(types.FunctionType, name, None) is None or _function_text_attribute(name, value)):
+        # a plain attribute of a function from outside (`helper.calls += 1`): its __dict__, written
+        # after the graph; what the trace reads of it later is the value written
+        # (UserFunctionVariable.getattr)
+        tx.side_effects.store_attr(obj.fn, obj, name, value)
+        return
     raise Unsupported(f"setting attribute {name!r} on {obj.describe()}", kind="unsupported")
+
+
+def _function_text_attribute(name: str, value: Variable) -> bool:
+    """`fn.__name__ = "text"` (functools.update_wrapper copying them): a function's text attributes
+    set to a value its setter takes (a str; None too for __doc__ and __module__), replayed as eager's
+    setattr; other FunctionType attributes (__code__, __defaults__, ...) change what a call does."""
+    if name not in ("__name__", "__qualname__", "__doc__", "__module__") or not value.is_constant():
+        return False
+    text = value.as_constant()
+    return type(text) is str or text is None and name in ("__doc__", "__module__")
 
 
 def _set_data(tx: "Tracer", obj: TensorVariable, value: Variable) -> None:

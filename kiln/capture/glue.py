@@ -58,6 +58,10 @@ class GlueBuilder:
         self._reconstructed: dict[int, tuple[Any, str]] = {}
         self._rebuilding: set[int] = set()  # what reconstruct() is building now (a cycle check)
         self._reading_first = False
+        # rebuilding values a resume function receives (the stack and locals it continues with):
+        # an iterator is then a Live* stand-in its capture reads by index; anywhere else (a value
+        # returned, stored into a global or an object) it is a real iterator of eager's own type
+        self.to_resume = False
         # symbol inputs the glue reads, each bound before the graph runs: `L['x'].size()[1]` read
         # after a graph that re-strided x (x.t_()) would be the new size, not the traced symbol's
         self._entry_symbols: dict[str, str] = {}
@@ -93,6 +97,14 @@ class GlueBuilder:
         name = self.fresh(prefix)
         self.namespace[name] = value
         return name
+
+    def iterator_maker(self, prefix: str, live: type) -> str:
+        """The bound name of what rebuilds an iterator: the Live* stand-in `live` when the value
+        goes on to a resume function (`to_resume`), else the maker of the real iterator of eager's
+        type that it stands for (same arguments)."""
+        from kiln.capture.variables.live_iterators import real_iterator_maker
+
+        return self.bind(prefix, live if self.to_resume else real_iterator_maker(live))
 
     def reconstruct(self, var: "Variable") -> str:
         """The expression of `var`, built once per glue: a value reachable twice stays one object."""
@@ -252,8 +264,12 @@ class ResumeFunctions:
         """`resume(stack..., locals...)`: the call continuing the frame at `offset`."""
         null_slots = [i for i, v in enumerate(stack) if isinstance(v, NullVariable)]
         request = ResumeRequest(offset, len(stack), tuple(live), tuple(null_slots), self.native)
-        args = [glue.reconstruct(v) for v in stack if not isinstance(v, NullVariable)]
-        args += [glue.reconstruct(v) for v in live_values]
+        glue.to_resume = True
+        try:
+            args = [glue.reconstruct(v) for v in stack if not isinstance(v, NullVariable)]
+            args += [glue.reconstruct(v) for v in live_values]
+        finally:
+            glue.to_resume = False
         callee = glue.bind("resume", resume_callable(self.fn, request, self.wrap_frame))
         if self.fn.__closure__ is not None:
             callee += "(F)"
@@ -599,9 +615,13 @@ class _BreakSite:
     def build_below(self, below: list[Any]) -> None:
         """Reconstruct the stack under the breaking instruction's operands before it runs: contexts
         are entered, containers built, in the order the frame made them."""
-        for v in below:
-            if not isinstance(v, NullVariable):
-                self.glue.reconstruct(v)
+        self.glue.to_resume = True  # the values under the operands go on to the resume function
+        try:
+            for v in below:
+                if not isinstance(v, NullVariable):
+                    self.glue.reconstruct(v)
+        finally:
+            self.glue.to_resume = False
 
     def resume(self, stack: list[Any], live: list[str], values: list[Any]) -> None:
         """End the glue with the call of the resume function at `after`."""

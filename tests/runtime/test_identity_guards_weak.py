@@ -248,7 +248,9 @@ _MARK: Any = None
 
 
 def _uses_token(x: torch.Tensor) -> torch.Tensor:
-    return x * (2 if _TOKEN is _MARK else 3)
+    # id() guards the token's identity (`_TOKEN is _MARK` alone is an aliasing guard: any one
+    # object reached by both names passes it, dead or not)
+    return x * (2 if id(_TOKEN) == id(_MARK) else 3)
 
 
 def _same_address(dead_ids: set[int], k: float) -> tuple[_Token, bool]:

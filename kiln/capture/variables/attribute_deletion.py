@@ -143,6 +143,10 @@ def delete_attribute(tx: "Tracer", obj: Variable, name: str) -> None:
                               kind="unsupported")
         _delete_from_outside(tx, obj, real, name)
         return
+    if type(obj) is UserFunctionVariable and obj.source is not None \
+            and inspect.getattr_static(types.FunctionType, name, None) is None:
+        _delete_from_outside(tx, obj, obj.fn, name)  # a plain attribute of a function from outside
+        return
     raise Unsupported(f"deleting attribute {name!r} of {obj.describe()}", kind="unsupported")
 
 

@@ -134,6 +134,10 @@ def wrap_value(state: "CaptureState", value: Any, source: Source | None) -> Vari
                 # (a container kept on `self` and in a local across a break, a new one each call)
                 _guard_aliasing(state, (var.source, source))
                 return var
+            if type(var) is ObjectVariable and getattr(var, "pin", None) is not None:
+                # an instance guarded by type: any object reached by both paths will do
+                _guard_aliasing(state, (var.source, source))
+                return var
             _guard(state, source, "check_id", value)
             pin = getattr(var, "pin_identity", None)
             if pin is not None:  # a function guarded by its code, an instance guarded by type
@@ -167,20 +171,26 @@ def _guard_aliasing(state: "CaptureState", *groups: "tuple[Source, ...] | Source
 
 
 def container_alias_guards(state: "CaptureState") -> list[Guard]:
-    """The trace changed a container from outside in place and read others of its type: each of
-    them must stay a different object (were `m` the list `l` appended to, its reads would see the
-    append). Containers that were one object share one Variable (guarded in wrap_value)."""
+    """The trace changed a container from outside in place (or set an attribute of an object from
+    outside) and read others of its type: each of them must stay a different object (were `m` the
+    list `l` appended to, its reads would see the append; were `b` the object `a` whose attribute
+    was set, `b.k` would be the new value). What was one object shares one Variable (guarded in
+    wrap_value)."""
     outside = [(value, var) for value, var in state.wrapped.values()
                if isinstance(var, _CONTAINERS) and var.source is not None]
+    objects = [(value, var) for value, var in state.wrapped.values()
+               if type(var) is ObjectVariable and var.source is not None and not isinstance(value, type)]
+    effects = state.side_effects
     pairs: dict[frozenset[str], Guard] = {}
-    for value, var in outside:
-        if not state.side_effects.mutated(var):
-            continue
-        for other_value, other in outside:
-            if other is not var and type(other_value) is type(value):
-                assert var.source is not None and other.source is not None
-                mine, theirs = var.source.name(), other.source.name()
-                pairs.setdefault(frozenset((mine, theirs)), Guard("", "check_aliasing", ((mine,), (theirs,))))
+    for group, changed in ((outside, effects.mutated), (objects, lambda var: effects.writes_attributes_of(var.value))):
+        for value, var in group:
+            if not changed(var):
+                continue
+            for other_value, other in group:
+                if other is not var and type(other_value) is type(value):
+                    assert var.source is not None and other.source is not None
+                    mine, theirs = var.source.name(), other.source.name()
+                    pairs.setdefault(frozenset((mine, theirs)), Guard("", "check_aliasing", ((mine,), (theirs,))))
     return list(pairs.values())
 
 

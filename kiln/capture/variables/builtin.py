@@ -580,6 +580,16 @@ def object_getattribute_rule(tx: "Tracer", args: list[Variable], kwargs: dict[st
 
 for _unary in (operator.neg, operator.pos, operator.not_, operator.invert, operator.truth, operator.index):
     RULES[_unary] = functools.partial(lambda fn, tx, args, kwargs: fold_call(tx, fn, args, kwargs), _unary)
+# operator.inv is another name of invert (a function object of its own)
+RULES[operator.inv] = functools.partial(lambda tx, args, kwargs: fold_call(tx, operator.invert, args, kwargs))
+
+
+@builtin_rule(operator.call)
+def operator_call_rule(tx: "Tracer", args: list[Variable], kwargs: dict[str, Variable]) -> Variable:
+    """operator.call(f, *args, **kwargs) is the call f(*args, **kwargs)."""
+    if not args:
+        raise Unsupported("operator.call without a callable (raised natively)", kind="unsupported_call")
+    return args[0].call(tx, list(args[1:]), dict(kwargs))
 
 
 # functools and itertools helpers that model code reaches for, unrolled like loops.

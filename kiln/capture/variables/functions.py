@@ -126,7 +126,20 @@ class UserFunctionVariable(Variable):
     def getattr(self, tx: "Tracer", name: str) -> Variable:
         if name == "__get__":
             return FunctionGetVariable(self)  # a fresh method-wrapper each read: nothing to guard by identity
-        if not hasattr(self.fn, name):
+        written = tx.side_effects.pending_attr(self.fn, name)
+        if written is not None:
+            return written  # set earlier in the trace, stored after the graph
+        deleted = tx.side_effects.deleted_attr(self.fn, name)
+        if deleted or not hasattr(self.fn, name):
+            if self.source is not None and inspect.getattr_static(types.FunctionType, name, None) is None:
+                # missing from its __dict__ (guarded so): eager's AttributeError, which getattr's
+                # default or hasattr answers in the trace
+                from kiln.capture.variables.exception import raise_in_trace
+
+                if not deleted:
+                    tx.output.note_absent(AttrSource(self.source, "__dict__"), name)
+                message = f"'function' object has no attribute {name!r}"
+                raise raise_in_trace(AttributeError(message), f"{message} (raised natively)")
             raise Unsupported(f"function {self.fn.__qualname__} has no attribute {name!r}",
                               kind="unsupported_attribute")
         return tx.wrap(getattr(self.fn, name), None if self.source is None else AttrSource(self.source, name))

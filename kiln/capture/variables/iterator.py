@@ -254,7 +254,7 @@ class ListIteratorVariable(IteratorVariable):
         # function reads relative to that index, so it compiles once per loop, not per position).
         if self.done:
             return "iter([])"
-        return f"{glue.bind('live_iter', LiveListIterator)}({glue.reconstruct(self.seq)}, {self.position})"
+        return f"{glue.iterator_maker('live_iter', LiveListIterator)}({glue.reconstruct(self.seq)}, {self.position})"
 
 
 class OutsideListIteratorVariable(_Replayed, ListIteratorVariable):
@@ -406,7 +406,8 @@ class LiveListIteratorVariable(PassedIteratorVariable):
         sign = "-" if self.reverse else "+"
         at = str(self._index()) if self.absolute else f"{self.source_name}.pos {sign} {self.position}"
         listed = glue.reconstruct(seq) if seq is not None else f"{self.source_name}.list"
-        made = glue.bind("live_rev", LiveReversedIterator) if self.reverse else glue.bind("live_iter", LiveListIterator)
+        made = glue.iterator_maker("live_rev", LiveReversedIterator) if self.reverse else \
+            glue.iterator_maker("live_iter", LiveListIterator)
         return f"{made}({listed}, {at})"
 
 

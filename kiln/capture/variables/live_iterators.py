@@ -19,8 +19,8 @@ from kiln.capture.variables.base import Variable
 from kiln.capture.variables.constant import ConstantVariable
 from kiln.capture.variables.deque import DequeVariable
 from kiln.capture.variables.dict import DictVariable
-from kiln.capture.variables.iterator import IteratorVariable, ListIteratorVariable, LiveListIteratorVariable, \
-    LiveReversedIterator
+from kiln.capture.variables.iterator import IteratorVariable, ListIteratorVariable, LiveListIterator, \
+    LiveListIteratorVariable, LiveReversedIterator
 from kiln.capture.variables.sequence import ListVariable, TupleVariable
 from kiln.errors import Unsupported
 
@@ -153,6 +153,43 @@ class LiveDequeIterator:
         return tuple(self.deque)[self.pos:]
 
 
+def _real_list_iterator(seq: Any, pos: int) -> Any:
+    it = iter(seq)
+    it.__setstate__(pos)  # type: ignore[attr-defined]
+    return it
+
+
+def _real_reversed_iterator(seq: Any, pos: int) -> Any:
+    it = reversed(seq)
+    it.__setstate__(pos if 0 <= pos < len(seq) else -1)  # type: ignore[attr-defined]  # -1: exhausted
+    return it
+
+
+def _advanced(it: Any, skip: int) -> Any:
+    for _ in range(skip):
+        next(it)
+    return it
+
+
+def _real_dict_iterator(d: dict, kind: str, skip: int, reverse: bool = False) -> Any:
+    view = d.keys() if kind == "keys" else d.values() if kind == "values" else d.items()
+    return _advanced(reversed(view) if reverse else iter(view), skip)
+
+
+def _real_deque_iterator(q: Any, pos: int, changed: bool = False) -> Any:
+    return LiveDequeIterator(q, pos, changed).it
+
+
+def real_iterator_maker(live: type) -> Callable[..., Any]:
+    """What builds the real iterator (eager's type) that a Live* stand-in of `live`'s class
+    would, from the same arguments: for a value the frame returns or stores outside."""
+    makers: dict[type, Callable[..., Any]] = {
+        LiveListIterator: _real_list_iterator, LiveReversedIterator: _real_reversed_iterator,
+        LiveEnumerate: enumerate, LiveZip: zip, LiveDictIterator: _real_dict_iterator,
+        LiveSetIterator: lambda s, skip: _advanced(iter(s), skip), LiveDequeIterator: _real_deque_iterator}
+    return makers[live]
+
+
 # ------------------------------------------------------------------ during the trace
 
 class ReversedListIteratorVariable(IteratorVariable):
@@ -184,7 +221,7 @@ class ReversedListIteratorVariable(IteratorVariable):
         return self.step_to_the_end()
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
-        return f"{glue.bind('live_rev', LiveReversedIterator)}({glue.reconstruct(self.seq)}, {self.index})"
+        return f"{glue.iterator_maker('live_rev', LiveReversedIterator)}({glue.reconstruct(self.seq)}, {self.index})"
 
 
 class EnumerateVariable(IteratorVariable):
@@ -230,7 +267,7 @@ class EnumerateVariable(IteratorVariable):
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         count = str(self.count.as_constant()) if self.count.is_constant() else glue.reconstruct(self.count)
-        return f"{glue.bind('live_enumerate', LiveEnumerate)}({glue.reconstruct(self.inner)}, {count})"
+        return f"{glue.iterator_maker('live_enumerate', LiveEnumerate)}({glue.reconstruct(self.inner)}, {count})"
 
 
 class ZipVariable(IteratorVariable):
@@ -272,7 +309,7 @@ class ZipVariable(IteratorVariable):
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
         columns = "".join(glue.reconstruct(c) + ", " for c in self.columns)
-        return f"{glue.bind('live_zip', LiveZip)}({columns})"
+        return f"{glue.iterator_maker('live_zip', LiveZip)}({columns})"
 
 
 class ContainerIteratorVariable(IteratorVariable):
@@ -371,9 +408,9 @@ class ContainerIteratorVariable(IteratorVariable):
         # it advanced by the items given is where eager's would be
         container = self._container_expr(glue)
         if self.kind != "set":
-            made = glue.bind('live_dict_iter', LiveDictIterator)
+            made = glue.iterator_maker('live_dict_iter', LiveDictIterator)
             return f"{made}({container}, {self.kind!r}, {self._skip_expr()}, {self.reverse})"
-        return f"{glue.bind('live_set_iter', LiveSetIterator)}({container}, {self._skip_expr()})"
+        return f"{glue.iterator_maker('live_set_iter', LiveSetIterator)}({container}, {self._skip_expr()})"
 
 
 def _keys(container: Variable) -> list[Any]:
@@ -455,7 +492,7 @@ class DequeIteratorVariable(ListIteratorVariable):
         return self.step_to_the_end()
 
     def reconstruct(self, glue: "GlueBuilder") -> str:
-        made, deque = glue.bind("live_deque_iter", LiveDequeIterator), glue.reconstruct(self.deque)
+        made, deque = glue.iterator_maker("live_deque_iter", LiveDequeIterator), glue.reconstruct(self.deque)
         return f"{made}({deque}, {self.position}, {self.deque.version != self.version})"
 
 
@@ -479,7 +516,7 @@ class PassedDequeIteratorVariable(LiveListIteratorVariable):
         seq = self.find_list()
         listed = glue.reconstruct(seq) if seq is not None else f"{self.source_name}.list"
         at = str(self._index()) if self.absolute else f"{self.source_name}.pos + {self.position}"
-        return f"{glue.bind('live_deque_iter', LiveDequeIterator)}({listed}, {at}, {self._changed()})"
+        return f"{glue.iterator_maker('live_deque_iter', LiveDequeIterator)}({listed}, {at}, {self._changed()})"
 
 
 

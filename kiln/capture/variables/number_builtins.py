@@ -7,6 +7,7 @@ they fold. Corresponds to the number parts of torch/_dynamo/variables/builtin.py
 from __future__ import annotations
 
 import functools
+import operator
 import inspect
 import types
 from typing import TYPE_CHECKING, Any, Callable
@@ -159,6 +160,7 @@ def _int_constant(v: Variable) -> bool:
 
 for _fn in (abs, round, pow, chr, ord, ascii, bin, hex, oct):
     RULES[_fn] = functools.partial(_fold_or_dunder, _fn)
+RULES[operator.abs] = RULES[abs]  # the operator module's abs is the builtin's (a user __abs__ included)
 
 
 @builtin_rule(divmod)
