@@ -42,43 +42,6 @@ def may_overlap(sizes: Sequence[Any], strides: Sequence[Any]) -> bool:
     return False
 
 
-def partially_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether an op that writes `a` while reading `b` meets eager's refusal "some elements of the
-    input tensor and the written-to tensor refer to a single memory location".
-
-    Eager refuses when both layouts are dense without self-overlap, lie in one storage, and their
-    byte ranges meet without being the same elements in the same order (`x[:4].add_(x[1:])`,
-    `m.add_(m.t())`); a tensor read as it is written (`x.mul_(x)`), disjoint ranges, or strided
-    layouts it cannot judge pass. Symbolic offsets and sizes are compared, with guards: this is
-    asked only of two tensors of one storage."""
-    if a is b or a.layout != torch.strided or b.layout != torch.strided or a.device != b.device:
-        return False
-    if a.untyped_storage()._cdata != b.untyped_storage()._cdata:
-        return False
-    if a.numel() == 0 or b.numel() == 0:
-        return False
-    if not (_dense(a) and _dense(b)):
-        return False
-    a_begin = a.storage_offset() * a.element_size()
-    b_begin = b.storage_offset() * b.element_size()
-    a_end = a_begin + a.numel() * a.element_size()
-    b_end = b_begin + b.numel() * b.element_size()
-    if a_begin == b_begin and a_end == b_end:
-        return tuple(a.stride()) != tuple(b.stride())
-    return bool(a_begin < b_end and b_begin < a_end)
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Whether t's elements fill a block of memory once each, in some order of its dims."""
-    step = 1
-    for size, stride in sorted(((size, stride) for size, stride in zip(t.shape, t.stride()) if size != 1),
-                               key=lambda d: d[1]):
-        if stride != step:
-            return False
-        step *= size
-    return True
-
-
 def strided_copy(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
     """A new tensor with t's sizes, dtype and device, these `strides` and t's values."""
     sizes = tuple(t.shape)
@@ -119,3 +82,48 @@ def _extent(sizes: Sequence[int], strides: Sequence[int]) -> int:
     if any(s == 0 for s in sizes):
         return 0
     return 1 + sum((size - 1) * stride for size, stride in zip(sizes, strides))
+
+
+def same_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a and b are one layout of one storage: the same elements in the same order, up to
+    dims of size 1 (`x` and `x.view(1, *x.shape)`, `x` and `x[:]`)."""
+    if a.untyped_storage()._cdata != b.untyped_storage()._cdata or a.element_size() != b.element_size():
+        return False
+    if a.numel() == 0 or b.numel() == 0:
+        return a.numel() == b.numel()
+
+    def dims(t: torch.Tensor) -> list:
+        return [(size, stride) for size, stride in zip(t.shape, t.stride()) if not (type(size) is int and size == 1)]
+
+    return bool(a.storage_offset() == b.storage_offset()) and len(dims(a)) == len(dims(b)) and all(
+        bool(sa == sb) and bool(ta == tb) for (sa, ta), (sb, tb) in zip(dims(a), dims(b)))
+
+
+_EXACT_ELEMENTS = 1 << 20  # the most elements elements_meet lists to compare addresses one by one
+
+
+def elements_meet(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether some element of a and some element of b share memory (two strided tensors).
+
+    Exact for concrete layouts of up to _EXACT_ELEMENTS elements (the addresses are listed and
+    compared: `x[::2]` and `x[1::2]` are apart though their ranges interleave); otherwise whether
+    their byte ranges meet, which may say True for tensors that interleave without meeting. Symbolic
+    offsets and sizes are compared with guards (asked only of two tensors of one storage)."""
+    if a.layout != torch.strided or b.layout != torch.strided or a.device != b.device:
+        return False
+    if a.untyped_storage()._cdata != b.untyped_storage()._cdata or a.numel() == 0 or b.numel() == 0:
+        return False
+    spans = []
+    for t in (a, b):
+        # negative strides do not occur in torch; the last element is reached by every dim's last index
+        last = t.storage_offset() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+        spans.append((t.storage_offset() * t.element_size(), (last + 1) * t.element_size()))
+    (a_begin, a_end), (b_begin, b_end) = spans
+    if not bool(a_begin < b_end and b_begin < a_end):
+        return False
+    concrete = all(type(v) is int for t in (a, b) for v in (*t.shape, *t.stride(), t.storage_offset()))
+    if not concrete or a.element_size() != b.element_size() or max(a.numel(), b.numel()) > _EXACT_ELEMENTS:
+        return True
+    where = [torch.arange(_extent(tuple(t.shape), t.stride())).as_strided(t.shape, t.stride()).reshape(-1)
+             .add(t.storage_offset()) for t in (a, b)]
+    return bool(torch.isin(where[0], where[1]).any())
