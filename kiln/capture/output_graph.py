@@ -29,7 +29,7 @@ from kiln.capture.verify import verify_captured_graph
 from kiln.errors import HookedTensorEscapes, InferenceModeEscapes, KilnError, Unsupported
 from kiln.fake.composites import python_dispatcher
 from kiln.fake.value_checks import raises_on_values
-from kiln.runtime.overlap import may_overlap
+from kiln.runtime.overlap import may_overlap_guarded
 from kiln.symbolic import marked_dynamic, marked_range
 
 # Tensor types capture makes fake and traces (anything else: a subclass, which breaks)
@@ -320,7 +320,7 @@ class OutputGraph:
         expand back into its base by summing over the expanded dim."""
         shared = self._shared_input_storages()
         for t in written:
-            if may_overlap(tuple(t.shape), t.stride()) or _storage_id(t) in shared:
+            if may_overlap_guarded(tuple(t.shape), t.stride()) or _storage_id(t) in shared:
                 name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
                 raise Unsupported(f"{name} writes into a tensor whose elements share memory (sizes "
                                   f"{list(t.shape)}, strides {list(t.stride())}, or a view of such an input)",
@@ -413,7 +413,7 @@ class OutputGraph:
             self._shared_storages = (len(self.inputs), {
                 _storage_id(i.example) for i in self.inputs
                 if isinstance(i.example, torch.Tensor) and i.example.layout == torch.strided
-                and may_overlap(tuple(i.example.shape), i.example.stride())})
+                and may_overlap_guarded(tuple(i.example.shape), i.example.stride())})
         return self._shared_storages[1]
 
     # ------------------------------------------------------------------------------ closing

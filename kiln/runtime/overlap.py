@@ -42,6 +42,26 @@ def may_overlap(sizes: Sequence[Any], strides: Sequence[Any]) -> bool:
     return False
 
 
+def may_overlap_guarded(sizes: Sequence[Any], strides: Sequence[Any]) -> bool:
+    """`may_overlap` for capture, over symbolic sizes and strides too: each comparison of the walk
+    is decided on the example values and kept as a guard (a later call whose layout answers
+    otherwise recompiles). An input with a stride of its own (`x.unfold(0, 4, 3)`, a padded row)
+    is overlapping or not by its values, which `may_overlap` cannot judge without guards."""
+    dims = [(size, stride) for size, stride in zip(sizes, strides) if not (type(size) is int and size <= 1)]
+    if any(type(stride) is int and stride == 0 for _, stride in dims):
+        return True
+
+    def hint(v: Any) -> int:
+        return v if type(v) is int else int(getattr(v.node, "hint", None) or 0)
+
+    reach: Any = 0
+    for size, stride in sorted(dims, key=lambda d: hint(d[1])):
+        if bool(stride <= reach):  # a symbolic comparison is guarded
+            return True
+        reach = reach + (size - 1) * stride
+    return False
+
+
 def strided_copy(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
     """A new tensor with t's sizes, dtype and device, these `strides` and t's values."""
     sizes = tuple(t.shape)
