@@ -16,6 +16,7 @@ does part of this for CUDA graphs.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import torch
@@ -141,6 +142,14 @@ def elements_meet(a: torch.Tensor, b: torch.Tensor) -> bool:
     (a_begin, a_end), (b_begin, b_end) = spans
     if not bool(a_begin < b_end and b_begin < a_end):
         return False
+    steps = [stride for t in (a, b) for size, stride in zip(t.shape, t.stride()) if not (type(size) is int and size == 1)]
+    offsets = [a.storage_offset(), b.storage_offset()]
+    if a.element_size() == b.element_size() and all(type(v) is int for v in (*steps, *offsets)):
+        # every address of a is its offset plus a multiple of the strides' gcd, and so for b: offsets
+        # apart modulo it never meet, whatever the (symbolic) sizes (`x[:, 0]` and `x[:, 1]`)
+        step = math.gcd(*steps) if steps else 0
+        if step > 1 and (offsets[0] - offsets[1]) % step != 0:
+            return False
     concrete = all(type(v) is int for t in (a, b) for v in (*t.shape, *t.stride(), t.storage_offset()))
     if not concrete or a.element_size() != b.element_size() or max(a.numel(), b.numel()) > _EXACT_ELEMENTS:
         return True

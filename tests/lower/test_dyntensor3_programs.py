@@ -88,6 +88,7 @@ OVERLAP: dict[str, tuple[Callable[[torch.Tensor], Any], Callable[[], torch.Tenso
     "add_col0_broadcast": (lambda x: x.add_(x[:, 0]), lambda: _r(3, 3)),
     "add_diag_row": (lambda x: x.add_(x.diagonal().unsqueeze(0)), lambda: _r(4, 4)),
     "sub_diag": (lambda x: x.sub_(x.diagonal()), lambda: _r(3, 3)),
+    "add_col_shift": (lambda x: (x[:, 1:].add_(x[:, :-1]), x * 2)[1], lambda: _r(6, 8)),
     "addcdiv_col_expand": (lambda x: x.addcdiv_(x[:, :1].expand(3, 3), x), lambda: _r(3, 3).abs() + 1),
     "masked_scatter_self": (lambda x: x.masked_scatter_(x > 0, x), lambda: _r(8)),
     "masked_scatter_self_fixed_mask": (lambda x: x.masked_scatter_(I([0, 1, 0, 1, 1, 0, 1, 1]).bool(), x),
@@ -112,6 +113,8 @@ OVERLAP: dict[str, tuple[Callable[[torch.Tensor], Any], Callable[[], torch.Tenso
     "addmm_out_self": (lambda x: torch.addmm(x, x, x, out=x), lambda: _r(3, 3)),
     "sort_out_self": (lambda x: torch.sort(x, out=(x, torch.empty(5, dtype=torch.long))), lambda: _r(5)),
     "add_even_odd": (lambda x: x[::2].add_(x[1::2]), lambda: _r(6)),
+    "mul_col0_by_col1": (lambda x: (x[:, 0].mul_(x[:, 1]), x + 1)[1], lambda: _r(6, 8)),
+    "add_col_halves": (lambda x: (x[:, :x.shape[1] // 2].add_(x[:, x.shape[1] // 2:]), x * 2)[1], lambda: _r(6, 8)),
     "add_disjoint_strided": (lambda x: x[:4:2].add_(x[1::3][:2]), lambda: _r(6)),
     "setitem_even_from_odd": (lambda x: x.__setitem__(slice(None, None, 2), x[1::2]) or x, lambda: _r(6)),
     "index_fill_row0": (lambda x: x.index_fill_(0, I([1]), x[0]), lambda: _r(3)),
@@ -120,7 +123,8 @@ OVERLAP: dict[str, tuple[Callable[[torch.Tensor], Any], Callable[[], torch.Tenso
     "getitem_iadd": (lambda a: a.__setitem__(I([2, 0, 1]), a[I([2, 0, 1])] + a) or a, lambda: _r(3, 2)),
     "unfold_window_add": (lambda x: x[:3].add_(x.unfold(0, 3, 1)[3]), lambda: _r(6)),
 }
-OVERLAP_CI = ["shift_add", "scatter_self_src", "take_out_self", "mul_col0", "sub_diag", "masked_scatter_self",
+OVERLAP_CI = ["shift_add", "scatter_self_src", "take_out_self", "mul_col0", "sub_diag", "add_col_shift",
+              "masked_scatter_self",
               "bmm_out_self", "add_self", "cumsum_out_self", "add_even_odd"]
 
 
