@@ -52,15 +52,58 @@ def may_overlap_guarded(sizes: Sequence[Any], strides: Sequence[Any]) -> bool:
     if any(type(stride) is int and stride == 0 for _, stride in dims):
         return True
 
-    def hint(v: Any) -> int:
-        return v if type(v) is int else int(getattr(v.node, "hint", None) or 0)
-
     reach: Any = 0
-    for size, stride in sorted(dims, key=lambda d: hint(d[1])):
+    for size, stride in sorted(dims, key=lambda d: _hint(d[1])):
         if bool(stride <= reach):  # a symbolic comparison is guarded
             return True
         reach = reach + (size - 1) * stride
     return False
+
+
+def _sibling_slices_apart(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two views with the same (symbolic) strides are proven apart, with guards: slices of
+    one base along its unit-stride dim (`x[:, :h]` and `x[:, h:]`), or two columns of one matrix
+    (`x[:, 0]` and `x[:, 1]`). False where it cannot tell."""
+    if a.element_size() != b.element_size() or a.dim() != b.dim() or a.dim() == 0:
+        return False
+    strides = a.stride()
+    if any(not _same_size(x, y) for x, y in zip(strides, b.stride())):
+        return False
+    d = b.storage_offset() - a.storage_offset()
+    if a.dim() == 1:  # every address of a is off_a + i*S, of b off_a + d + j*S: apart when 0 < |d| < S
+        return bool(0 < d) and bool(d < strides[0]) or bool(d < 0) and bool(-d < strides[0])
+    order = sorted(range(a.dim()), key=lambda k: _hint(strides[k]))
+    inner = order[0]
+    if not (type(strides[inner]) is int and strides[inner] == 1):
+        return False
+    na, nb = a.shape[inner], b.shape[inner]
+    # along the unit-stride dim a holds [0, na) and b [d, d + nb): disjoint, and their union narrower
+    # than the next stride, so that each address has one position in the union box
+    if bool(d >= na):
+        reach = d + nb
+    elif bool(d + nb <= 0):
+        reach = na - d
+    else:
+        return False
+    for k in order[1:]:
+        if not bool(strides[k] >= reach):
+            return False
+        size = a.shape[k] if bool(a.shape[k] >= b.shape[k]) else b.shape[k]
+        reach = reach + (size - 1) * strides[k]
+    return True
+
+
+def _same_size(x: Any, y: Any) -> bool:
+    """Whether two sizes or strides are one value: equal ints, or symbols of one expression."""
+    if type(x) is int and type(y) is int:
+        return x == y
+    if isinstance(x, torch.SymInt) and isinstance(y, torch.SymInt):
+        return bool(x.node.expr == y.node.expr)
+    return False
+
+
+def _hint(v: Any) -> int:
+    return v if type(v) is int else int(getattr(v.node, "hint", None) or 0)
 
 
 def strided_copy(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
@@ -151,6 +194,8 @@ def elements_meet(a: torch.Tensor, b: torch.Tensor) -> bool:
         if step > 1 and (offsets[0] - offsets[1]) % step != 0:
             return False
     concrete = all(type(v) is int for t in (a, b) for v in (*t.shape, *t.stride(), t.storage_offset()))
+    if not concrete and _sibling_slices_apart(a, b):
+        return False
     if not concrete or a.element_size() != b.element_size() or max(a.numel(), b.numel()) > _EXACT_ELEMENTS:
         return True
     where = [torch.arange(_extent(tuple(t.shape), t.stride())).as_strided(t.shape, t.stride()).reshape(-1)

@@ -187,6 +187,30 @@ def test_full_alias_of_elementwise_and_disjoint_views_stay_in_one_graph() -> Non
     assert kiln.stats()["graphs"] == 1
 
 
+def test_dynamic_sibling_slices_stay_in_one_graph_and_shift_breaks() -> None:
+    """Under dynamic=True the views' strides and offsets are symbols: column halves, even and odd
+    rows, two columns are proven apart (with guards) and stay in the graph; a shifted column is not
+    and runs eagerly (it gave the functional, not eager's, values before, static and dynamic)."""
+    def apart(x):
+        h = x.shape[1] // 2
+        x[:, :h].add_(x[:, h:])
+        x[::2].mul_(x[1::2])
+        x[:, 0].sub_(x[:, 1])
+        return x * 2
+
+    def shifted(x):
+        x[:, 1:].add_(x[:, :-1])
+        return x * 2
+
+    for shape in [(6, 8), (4, 10)]:
+        x = _r(*shape)
+        kiln.reset()
+        torch.testing.assert_close(kiln.compile(apart, dynamic=True, fullgraph=True)(x.clone()), apart(x.clone()))
+        kiln.reset()
+        torch.testing.assert_close(kiln.compile(shifted, dynamic=True)(x.clone()), shifted(x.clone()))
+        assert kiln.stats()["graph_breaks"] == 1
+
+
 # ---------------------------------------------------------------------------------------- class 2
 VIEWS: dict[str, Callable[[], torch.Tensor]] = {
     "transposed": lambda: _r(5, 6).t(),
