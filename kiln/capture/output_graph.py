@@ -20,6 +20,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
 from kiln.capture import distributed
+from kiln.capture.aliased_reads import aliased_read
 from kiln.capture.guards import Guard, tensor_guard, user_name
 from kiln.capture.process_modes import MODE_WRITERS
 from kiln.capture.sources import Source
@@ -28,7 +29,7 @@ from kiln.capture.verify import verify_captured_graph
 from kiln.errors import HookedTensorEscapes, InferenceModeEscapes, KilnError, Unsupported
 from kiln.fake.composites import python_dispatcher
 from kiln.fake.value_checks import raises_on_values
-from kiln.runtime.overlap import may_overlap, partially_overlap
+from kiln.runtime.overlap import may_overlap_guarded
 from kiln.symbolic import marked_dynamic, marked_range
 
 # Tensor types capture makes fake and traces (anything else: a subclass, which breaks)
@@ -326,7 +327,7 @@ class OutputGraph:
         expand back into its base by summing over the expanded dim."""
         shared = self._shared_input_storages()
         for t in written:
-            if may_overlap(tuple(t.shape), t.stride()) or _storage_id(t) in shared:
+            if may_overlap_guarded(tuple(t.shape), t.stride()) or _storage_id(t) in shared:
                 name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
                 raise Unsupported(f"{name} writes into a tensor whose elements share memory (sizes "
                                   f"{list(t.shape)}, strides {list(t.stride())}, or a view of such an input)",
@@ -391,13 +392,13 @@ class OutputGraph:
 
     def _refuse_partially_overlapping_reads(self, kind: str, target: Any, written: list[torch.Tensor],
                                             args: Sequence[Any], kwargs: dict[str, Any]) -> None:
-        """An op that reads memory it writes, shifted or reordered (`x[:-1].add_(x[1:])`,
-        `m.add_(m.t())`), is a graph break: eager refuses it with an error (or, for the few ops that
-        do not check, gives the result of its own order of reads and writes), while the functional
-        graph reads every element before writing any and would answer quietly."""
-        reads = [r for r in _tensor_arguments(args, kwargs) if not any(r is w for w in written)]
+        """An op that reads memory it writes through another tensor (`x[:-1].add_(x[1:])`,
+        `m.add_(m.t())`, `x.mul_(x[:, :1])`, `x.scatter_(0, i, x)`) is a graph break: eager refuses
+        it with an error, or gives the result of its own order of reads and writes, while the
+        functional graph reads every element before writing any (kiln.capture.aliased_reads)."""
+        tensors = _tensor_arguments(args, kwargs)
         if not any(r.layout == torch.strided and w.layout == torch.strided and _storage_id(r) == _storage_id(w)
-                   for r in reads for w in written):
+                   and (r is not w or sum(t is w for t in tensors) > 1) for r in tensors for w in written):
             # nothing read shares memory with what is written: no overlap, whatever the index; the
             # view x[i] is not made (C++ indexing reads a symbolic i's value: a guard i == 2, and
             # a recompile for every new index)
@@ -406,12 +407,12 @@ class OutputGraph:
         if target is operator.setitem and len(args) == 3 and _basic_index(args[1]):
             with self.fake_mode:  # `x[i] = v` writes the view x[i] (a copy_), not all of x
                 destinations = [_basic_view(args[0], args[1])]
-        for dest in destinations:
-            for read in _tensor_arguments(args, kwargs):
-                if read is not dest and not any(read is w for w in written) and partially_overlap(dest, read):
-                    name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
-                    raise Unsupported(f"{name} reads memory it writes, at other places (sizes {list(read.shape)} "
-                                      f"and {list(dest.shape)} in one storage)", kind="partial_overlap")
+        found = aliased_read(kind, target, destinations, written, args, kwargs)
+        if found is not None:
+            read, dest = found
+            name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+            raise Unsupported(f"{name} reads memory it writes, at other places or in its own order (sizes "
+                              f"{list(read.shape)} and {list(dest.shape)} in one storage)", kind="partial_overlap")
 
     def _shared_input_storages(self) -> set[int]:
         """The storages of graph inputs with elements that share memory (the inputs only grow)."""
@@ -419,7 +420,7 @@ class OutputGraph:
             self._shared_storages = (len(self.inputs), {
                 _storage_id(i.example) for i in self.inputs
                 if isinstance(i.example, torch.Tensor) and i.example.layout == torch.strided
-                and may_overlap(tuple(i.example.shape), i.example.stride())})
+                and may_overlap_guarded(tuple(i.example.shape), i.example.stride())})
         return self._shared_storages[1]
 
     # ------------------------------------------------------------------------------ closing

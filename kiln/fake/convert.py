@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import torch
 
+from kiln.errors import Unsupported
 from kiln.fake.devices import normalize_device
 from kiln.fake.tensor import FakeTensor
 
@@ -34,6 +35,13 @@ def from_real(mode: "FakeTensorMode", t: torch.Tensor, *, source: str | None = N
     if memo is not None:
         return memo
     _check_convertible(t)
+    try:
+        t.is_leaf
+    except RuntimeError as exc:
+        # a view made under no_grad whose base was then written in place: eager itself refuses to
+        # read its autograd history (is_leaf, grad_fn), so no graph can take it as an input
+        raise Unsupported(f"a tensor whose autograd history eager refuses to read: {str(exc).splitlines()[0][:90]}",
+                          kind="unsupported_call") from exc
     dims = _check_dynamic_dims(mode, t, source, dynamic_dims)
     if t.layout != torch.strided:
         # Sparse tensors keep their structure (indices, values, nnz) as meta tensors; nnz is

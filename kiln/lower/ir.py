@@ -175,11 +175,13 @@ def substitute(value: Value, sub: dict) -> Value:
 
 
 def contiguous_strides(sizes: Sequence[sympy.Expr]) -> tuple[sympy.Expr, ...]:
+    """Row-major strides, a size-0 dim counted as 1 as torch counts it (`torch.empty(4, 0)` has
+    strides (1, 1)): no element of an empty tensor is addressed, but its strides are seen."""
     strides: list[sympy.Expr] = []
     acc: sympy.Expr = sympy.Integer(1)
     for s in reversed(sizes):
         strides.append(acc)
-        acc = acc * s
+        acc = acc * (sympy.Integer(1) if s == 0 else s)
     return tuple(reversed(strides))
 
 
