@@ -406,6 +406,11 @@ class OutputGraph:
                     raise Unsupported(f"{name} reads memory it writes, at other places (sizes {list(read.shape)} "
                                       f"and {list(dest.shape)} in one storage)", kind="partial_overlap")
 
+    def shares_input_storage(self, t: torch.Tensor) -> bool:
+        """Whether t is a graph input or shares the storage of one (a view of it, its .data)."""
+        return any(isinstance(i.example, torch.Tensor) and i.example.layout == torch.strided
+                   and _storage_id(i.example) == _storage_id(t) for i in self.inputs)
+
     def _shared_input_storages(self) -> set[int]:
         """The storages of graph inputs with elements that share memory (the inputs only grow)."""
         if self._shared_storages[0] != len(self.inputs):
