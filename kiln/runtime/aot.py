@@ -403,8 +403,7 @@ class RuntimeMeta:
     extra_version_bumps: tuple[tuple[int, int], ...] = ()
     # (graph output position, eager's version counter) for results eager updated in place
     output_versions: tuple[tuple[int, int], ...] = ()
-    # mutated inputs given another storage (`w.data = v`): they take the new value's storage
-    storage_sets: tuple[int, ...] = ()
+    storage_sets: tuple[int, ...] = ()  # mutated inputs given another storage (`w.data = v`): they take it
 
 
 def plan_views(meta: Any, binding: dict) -> dict[int, ViewReplay]:
@@ -621,6 +620,8 @@ class AotRuntime:
                 return self.root(*args)
             if self._shared_check:
                 run_args = _unshared(flat, self._shared_check, groups)
+        # a mutated input's new value computed in its storage by an ATen out= call moved its counter
+        before = [flat[i]._version for i in self.meta.mutated_inputs] if self._shared_check else None
         outs = self._run(*run_args)
         if self._output_versions:
             bump_versions(outs, self._output_versions)
@@ -641,10 +642,10 @@ class AotRuntime:
         if num_mutated:
             written: list[torch.Tensor] = []
             untracked = self._untracked
-            for index, new in zip(self.meta.mutated_inputs, outs[:num_mutated]):
+            for k, (index, new) in enumerate(zip(self.meta.mutated_inputs, outs[:num_mutated])):
                 old = flat[index]
                 if new is old:
-                    if index not in untracked:
+                    if index not in untracked and (before is None or old._version == before[k]):
                         written.append(old)  # computed into the input's storage (INPUT_UPDATES)
                     continue
                 if index in untracked:
