@@ -260,3 +260,85 @@ def vc_two_outs(a, b, o1, o2):
     torch.mm(a, b, out=o1)
     o2.add_(o1)
     return o1._version, o2._version
+
+
+# inputs that are views (with history) of a non-leaf base that requires grad
+def _views_of_nonleaf(*views, with_base=False, shape=(4, 6)):
+    def make():
+        a = G(*shape)
+        base = a * 1
+        out = tuple(v(base) for v in views)
+        return (*out, base, a) if with_base else (*out, a)
+    return make
+
+
+@case(_views_of_nonleaf(lambda b: b[1:]), ind=True)
+def bn_slice_mul(v, a):
+    v.mul_(2)
+    return v.sum()
+
+
+@case(_views_of_nonleaf(lambda b: b[:, ::2], with_base=True))
+def bn_strided_cols_return_base(v, base, a):
+    v.add_(1)
+    return base * 1
+
+
+@case(_views_of_nonleaf(lambda b: b.t()))
+def bn_t_relu_inplace(v, a):
+    v.relu_()
+    return v
+
+
+@case(_views_of_nonleaf(lambda b: b[0], lambda b: b[1:]))
+def bn_two_views_one_written(u, v, a):
+    v.mul_(3)
+    return u * 1, v * 1
+
+
+@case(_views_of_nonleaf(lambda b: b[:2], lambda b: b[1:3]))
+def bn_overlapping_views_written(u, v, a):
+    u.add_(1)
+    v.mul_(2)
+    return u.sum() + v.sum()
+
+
+@case(_views_of_nonleaf(lambda b: b.view(-1)))
+def bn_flat_index_write(v, a):
+    v[3] = 0.0
+    return v
+
+
+@case(_views_of_nonleaf(lambda b: b[1:]))
+def bn_read_only(v, a):
+    return v.exp()
+
+
+@case(_views_of_nonleaf(lambda b: b[1:]), calls=2, dynamic=True)
+def bn_dynamic(v, a):
+    v.mul_(v)
+    return v
+
+
+@case(_views_of_nonleaf(lambda b: b[1:], with_base=True))
+def bn_base_written_view_read(v, base, a):
+    base.add_(1)
+    return v * 2
+
+
+@case(lambda: (lambda a: (a.detach()[1:],))(G(4, 6) * 1))
+def bn_detached_view(v):
+    v.add_(1)
+    return v
+
+
+@case(lambda: (lambda b: (b[1:],))((G(4, 6) * 1).detach().requires_grad_()))
+def bn_view_of_leaf_raises(v):
+    v.add_(1)
+    return v
+
+
+@case(_views_of_nonleaf(lambda b: b[::2]), calls=2)
+def bn_mutate_return_views(v, a):
+    v.mul_(2)
+    return (v * 3).sum(), v[1:], v.t()
