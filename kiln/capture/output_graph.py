@@ -157,6 +157,7 @@ class OutputGraph:
         if isinstance(example, torch.Tensor) and example.layout == torch.strided:
             # the fake's layout on entry: an in-place op of the frame (t_, unsqueeze_) changes it
             node.meta["entry_layout"] = (tuple(example.shape), tuple(example.stride()), example.storage_offset())
+            node.meta["entry_requires_grad"] = example.requires_grad
         self._last_placeholder = node
         self.inputs.append(GraphInput(node.name, source, example))
         return node
@@ -492,6 +493,11 @@ def _as_on_entry(placeholder: torch.fx.Node) -> Any:
     layout = placeholder.meta.get("entry_layout")
     if layout is None:
         return example
+    if example.requires_grad and placeholder.meta.get("entry_requires_grad") is False:
+        # an in-place op with an operand that requires grad (`x[1:].add_(w)`) gave the fake
+        # history: the backend gets it as it came in (an alias without grad), or its trace sees a
+        # leaf that requires grad updated in place, which autograd refuses
+        example = example.detach()
     now = (*example.shape, *example.stride(), example.storage_offset())
     entry = (*layout[0], *layout[1], layout[2])
     if len(now) == len(entry) and all(map(_same_size, now, entry)):

@@ -57,7 +57,7 @@ def _structure(value: Any) -> Any:
 
 def _meta(t: torch.Tensor) -> tuple:
     return (tuple(t.shape), t.dtype, tuple(t.stride()) if t.numel() else None, t.storage_offset(), t.requires_grad,
-            t.is_leaf, t.grad_fn is None, t._version, t._is_view())
+            t.is_leaf, t.grad_fn is None, "inference" if t.is_inference() else t._version, t._is_view())
 
 
 def _aliasing(ts: list[torch.Tensor]) -> tuple:

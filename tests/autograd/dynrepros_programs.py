@@ -1494,3 +1494,4 @@ def dy_cs_grad(x, w):
 
 import dynrepros_programs_b  # noqa: E402,F401  # registers its programs in PROGRAMS
 import dynrepros_programs_c  # noqa: E402,F401  # registers its programs in PROGRAMS
+import dynrepros_programs_d  # noqa: E402,F401  # registers its programs in PROGRAMS

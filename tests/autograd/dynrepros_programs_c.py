@@ -342,3 +342,36 @@ def bn_view_of_leaf_raises(v):
 def bn_mutate_return_views(v, a):
     v.mul_(2)
     return (v * 3).sum(), v[1:], v.t()
+
+
+# float16 values that overflow (or not) in a fused chain, then read by a predicate: eager stored them
+# as float16 (inf), a kernel computing in float32 holds a finite value unless it rounds first
+h4 = lambda: (torch.tensor([1.0, -0.3, -2.0, 0.6, 1e-4], dtype=torch.float16),)
+b4 = lambda: (torch.tensor([1.0, -0.3, -2.0, 0.6, 1e-4], dtype=torch.bfloat16),)
+
+
+@cases(h4, b4, ind=(True, True))
+def hf_isinf_after_mul(x):
+    return (x * 60000).isinf(), (x * 3e38).isinf().sum()
+
+
+@cases(h4, b4, ind=(True, True))
+def hf_isfinite_after_exp(x):
+    return (x * 20).exp().isfinite()
+
+
+@cases(h4, b4, ind=(True, True))
+def hf_nan_to_num_after_mul(x):
+    return torch.nan_to_num(x * 60000), torch.nan_to_num((x * 3e38) * 10, posinf=1.0)
+
+
+@cases(h4, b4, ind=(True, True))
+def hf_where_isinf(x):
+    y = x * 60000
+    return torch.where(y.isinf(), torch.zeros_like(y), y)
+
+
+@cases(h4, b4, ind=(True, True))
+def hf_isnan_inf_minus_inf(x):
+    y = x * 60000
+    return (y - y).isnan(), torch.isnan(y * 0)

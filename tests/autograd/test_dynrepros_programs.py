@@ -37,9 +37,10 @@ KNOWN = {
                           "counter, so x's stays 0; Kiln's write to x counts (values and aliasing agree)"),
     "vb_intermediate_view_then_mutate_0": (("inductor",), _VIEW_OF_INTERMEDIATE),
     "vb_intermediate_view_then_mutate_1": (_BOTH, _VIEW_OF_INTERMEDIATE),
-    "ow_squeeze_inplace_view_1": (("aot_eager",), _VIEW_OF_INTERMEDIATE),
-    "ow_complex_grad": (("aot_eager",), _VIEW_OF_INTERMEDIATE),
-    "da_then_set_back": (("aot_eager",), "`w.data = v` (run natively: v is an input) then `w.data = <fresh>` in the "
+    "ow_squeeze_inplace_view_0": (("inductor",), _VIEW_OF_INTERMEDIATE),
+    "ow_squeeze_inplace_view_1": (_BOTH, _VIEW_OF_INTERMEDIATE),
+    "ow_complex_grad": (_BOTH, _VIEW_OF_INTERMEDIATE),
+    "da_then_set_back": (_BOTH, "`w.data = v` (run natively: v is an input) then `w.data = <fresh>` in the "
                          "next graph, whose inputs w and v shared a storage on entry: w's version counter moves to 1 "
                          "(eager 0)"),
 }
