@@ -44,6 +44,10 @@ class InputInfo:
     # changes (t_, squeeze_ of a view) included: its version counter moves by that many (the
     # runtime's one copy back and its one re-layout move it by one each, then the rest)
     version_bumps: int = 0
+    # the input was given another storage (`w.data = v`, recorded as set_ under no_grad): the
+    # runtime gives the caller's tensor the new value's storage, as eager's shallow copy does, not
+    # a copy of its elements (a tensor sharing v's storage must see w's later updates, and w v's)
+    storage_set: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +94,10 @@ class FunctionalMeta:
     @property
     def untracked_mutations(self) -> tuple[int, ...]:
         return tuple(i for i, info in enumerate(self.inputs) if info.mutates_data and info.untracked)
+
+    @property
+    def storage_sets(self) -> tuple[int, ...]:
+        return tuple(i for i, info in enumerate(self.inputs) if info.mutates_data and info.storage_set)
 
     @property
     def extra_version_bumps(self) -> tuple[tuple[int, int], ...]:
@@ -297,6 +305,12 @@ class FunctionalSession:
                 bumps = (updates if mutated else 0) + self._layout_updates.get(storage, 0)
                 infos.append(self._metadata_mutation(i, mutated, bumps))
                 continue
+            if torch._functionalize_was_storage_changed(wrapper):  # type: ignore[attr-defined]  # not in the stubs
+                # `w.data = v` (capture's only set_ of a graph input): eager's shallow copy leaves
+                # w's version counter where it was
+                infos.append(InputInfo(True, original.requires_grad, mutates_data=True, untracked=True,
+                                       storage_set=True))
+                continue
             # A data mutation of a strided input leaves its strides (see _InputLayouts)
             mutated = inner is not start or has_data_mutation(wrapper)
             if mutated and i in self._as_strided:
@@ -338,6 +352,13 @@ class FunctionalSession:
         """
         input_index = {id(w): i for i, w in enumerate(self.visible) if isinstance(w, torch.Tensor)}
         input_storage = {_storage(w): i for i, w in enumerate(self.visible) if isinstance(w, torch.Tensor)}
+        swapped = {_storage(w) for w in self.visible
+                   if isinstance(w, torch.Tensor) and torch._functionalize_was_storage_changed(w)}  # type: ignore[attr-defined]
+        if any(isinstance(o, torch.Tensor) and id(o) not in input_index and _storage(o) in swapped for o in outs):
+            # `w.data = y; return y`: eager's y shares w's new storage as another tensor; the
+            # runtime gives w that storage after the graph and cannot return y as an alias of it
+            raise Unsupported("an output shares the storage `.data =` gave a graph input",
+                              kind="unsupported", hint="return the tensor whose .data was set instead")
         base_index, bases, prefixes = _intermediate_bases(
             [o for o in outs if isinstance(o, torch.Tensor) and id(o) not in input_index
              and _storage(o) not in input_storage], self.tracer)

@@ -206,7 +206,15 @@ def trace_forward(gm: fx.GraphModule, inputs: TraceInputs, decompositions: dict,
             raise
     # An input that requires grad is mutated in place (a non-leaf in the caller's program): find
     # which ones without autograd, then trace again mutating clones of them.
-    plain = _trace_forward(gm, inputs, decompositions, grad=False, cloned=frozenset())
+    try:
+        plain = _trace_forward(gm, inputs, decompositions, grad=False, cloned=frozenset())
+    except RuntimeError as exc:
+        if "leaf Variable that requires grad" not in str(exc):
+            raise
+        # an enable_grad region inside the graph turned autograd back on: find them on clones of
+        # every input that requires grad
+        every = frozenset(i for i, v in enumerate(inputs.values) if isinstance(v, torch.Tensor) and v.requires_grad)
+        plain = _trace_forward(gm, inputs, decompositions, grad=False, cloned=every)
     cloned = frozenset(i for i in plain.meta.mutated_inputs if inputs.values[i].requires_grad)
     return _trace_forward(gm, inputs, decompositions, grad=grad, cloned=cloned)
 

@@ -303,6 +303,10 @@ def _set_data(tx: "Tracer", obj: TensorVariable, value: Variable) -> None:
             or value.example.device != obj.example.device or value.example.layout != obj.example.layout:
         raise Unsupported(f"setting .data of {obj.describe()} to a value of another kind, dtype or device",
                           kind="unsupported")
+    if value.example is not obj.example and tx.state.output.shares_input_storage(value.example):
+        # `w.data = v` (or a view of v) for another input v: eager's w shares v's storage from then
+        # on, which a graph (that sees w's new value as a copy) does not give back: the store runs natively
+        raise Unsupported(f"setting .data of {obj.describe()} to (a view of) another graph input", kind="unsupported")
     if value.example is obj.example:
         # `t.data = t.to(its own dtype)` (nn.Module.to/_apply on a parameter already so): `to`
         # returned t itself, and eager's shallow copy of a tensor onto itself changes nothing

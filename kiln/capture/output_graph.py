@@ -161,6 +161,7 @@ class OutputGraph:
         if isinstance(example, torch.Tensor) and example.layout == torch.strided:
             # the fake's layout on entry: an in-place op of the frame (t_, unsqueeze_) changes it
             node.meta["entry_layout"] = (tuple(example.shape), tuple(example.stride()), example.storage_offset())
+            node.meta["entry_requires_grad"] = example.requires_grad
         self._last_placeholder = node
         self.inputs.append(GraphInput(node.name, source, example))
         return node
@@ -414,6 +415,11 @@ class OutputGraph:
             raise Unsupported(f"{name} reads memory it writes, at other places or in its own order (sizes "
                               f"{list(read.shape)} and {list(dest.shape)} in one storage)", kind="partial_overlap")
 
+    def shares_input_storage(self, t: torch.Tensor) -> bool:
+        """Whether t is a graph input or shares the storage of one (a view of it, its .data)."""
+        return any(isinstance(i.example, torch.Tensor) and i.example.layout == torch.strided
+                   and _storage_id(i.example) == _storage_id(t) for i in self.inputs)
+
     def _shared_input_storages(self) -> set[int]:
         """The storages of graph inputs with elements that share memory (the inputs only grow)."""
         if self._shared_storages[0] != len(self.inputs):
@@ -495,6 +501,11 @@ def _as_on_entry(placeholder: torch.fx.Node) -> Any:
     layout = placeholder.meta.get("entry_layout")
     if layout is None:
         return example
+    if example.requires_grad and placeholder.meta.get("entry_requires_grad") is False:
+        # an in-place op with an operand that requires grad (`x[1:].add_(w)`) gave the fake
+        # history: the backend gets it as it came in (an alias without grad), or its trace sees a
+        # leaf that requires grad updated in place, which autograd refuses
+        example = example.detach()
     now = (*example.shape, *example.stride(), example.storage_offset())
     entry = (*layout[0], *layout[1], layout[2])
     if len(now) == len(entry) and all(map(_same_size, now, entry)):

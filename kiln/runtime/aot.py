@@ -403,6 +403,7 @@ class RuntimeMeta:
     extra_version_bumps: tuple[tuple[int, int], ...] = ()
     # (graph output position, eager's version counter) for results eager updated in place
     output_versions: tuple[tuple[int, int], ...] = ()
+    storage_sets: tuple[int, ...] = ()  # mutated inputs given another storage (`w.data = v`): they take it
 
 
 def plan_views(meta: Any, binding: dict) -> dict[int, ViewReplay]:
@@ -499,6 +500,7 @@ class AotRuntime:
         # updated inputs whose new values are written without moving their version counters, as
         # eager's batch norm writes its running statistics
         self._untracked = frozenset(getattr(meta, "untracked_mutations", ()))
+        self._storage_sets = frozenset(getattr(meta, "storage_sets", ()))
         # each input index once per bump beyond the copy back's, bumped with the written inputs in
         # one call (the counter moves once per occurrence in the list)
         self._extra_bumps = tuple(index for index, extra in getattr(meta, "extra_version_bumps", ())
@@ -618,6 +620,8 @@ class AotRuntime:
                 return self.root(*args)
             if self._shared_check:
                 run_args = _unshared(flat, self._shared_check, groups)
+        # a mutated input's new value computed in its storage by an ATen out= call moved its counter
+        before = [flat[i]._version for i in self.meta.mutated_inputs] if self._shared_check else None
         outs = self._run(*run_args)
         if self._output_versions:
             bump_versions(outs, self._output_versions)
@@ -638,17 +642,20 @@ class AotRuntime:
         if num_mutated:
             written: list[torch.Tensor] = []
             untracked = self._untracked
-            for index, new in zip(self.meta.mutated_inputs, outs[:num_mutated]):
+            for k, (index, new) in enumerate(zip(self.meta.mutated_inputs, outs[:num_mutated])):
                 old = flat[index]
                 if new is old:
-                    if index not in untracked:
+                    if index not in untracked and (before is None or old._version == before[k]):
                         written.append(old)  # computed into the input's storage (INPUT_UPDATES)
                     continue
                 if index in untracked:
                     # through an alias with its own version counter (`.data`): the caller's
                     # tensor's counter stays where eager's kernel leaves it
                     with torch.no_grad():
-                        old.data.copy_(new)
+                        if index in self._storage_sets:
+                            old.data = new.detach()  # `w.data = v`: w takes v's storage, as in eager
+                        else:
+                            old.data.copy_(new)
                     continue
                 # once per call, after the graph: the caller's tensor (a buffer such as a BatchNorm
                 # running mean, or a user input) ends up as eager would leave it; a new value that
@@ -757,7 +764,8 @@ def _recipe(runtime: AotRuntime) -> Recipe | None:
                             meta.num_intermediate_bases, tuple(meta.metadata_mutations),
                             tuple(getattr(meta, "untracked_mutations", ())),
                             tuple(getattr(meta, "extra_version_bumps", ())),
-                            tuple(getattr(meta, "output_versions", ()))),
+                            tuple(getattr(meta, "output_versions", ())),
+                            tuple(getattr(meta, "storage_sets", ()))),
         "out_spec": pytree.treespec_dumps(runtime.out_spec),
         "function": None,
         "grad_mode": runtime.grad_mode,

@@ -79,7 +79,12 @@ def pointwise(ctx: LoweringContext, args: list[Any], fn: Callable[..., Value],
              for k, a in enumerate(args)]
 
     def loader(idx: Any) -> Value:
-        return ops.cast(fn(*[operand(a, idx, compute, promoted_to, e) for a, e in zip(args, exact)]), result)
+        value = fn(*[operand(a, idx, compute, promoted_to, e) for a, e in zip(args, exact)])
+        if out in _REDUCED_FLOATS:
+            # each half op's result as eager stores it, also where the kernel reads it on in float32:
+            # `(x * 60000).isinf()` in float16 is True (70000 overflows), in float32 False
+            value = ops.op("to_dtype", ops.cast(value, torch.float32), param=out)
+        return ops.cast(value, result)
 
     return TensorValue(out, sizes, loader)
 
