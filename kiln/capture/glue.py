@@ -27,6 +27,7 @@ from kiln.capture.code import ResumeRequest, resume_callable
 from kiln.capture.deferred_checks import emit_checks
 from kiln.capture.device_context import runs_without_modes
 from kiln.capture.guards import Guard, shape_guard
+from kiln.capture.native_instructions import NATIVE_INSTRUCTIONS
 from kiln.capture.sources import LocalSource
 from kiln.capture.trace_rules import is_disabled
 from kiln.capture.variables.base import NullVariable, Variable
@@ -284,37 +285,6 @@ _BRANCHES = frozenset({"POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", 
 _BACKWARD = frozenset({"JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "POP_JUMP_BACKWARD_IF_TRUE",
                        "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE"})
 _graph_ids = itertools.count()
-_COMPARE_TEXT = {"<": "<", "<=": "<=", "==": "==", "!=": "!=", ">": ">", ">=": ">="}
-
-
-def _format_value(ins: dis.Instruction, args: list[str]) -> str:
-    flags = code_mod.oparg(ins)
-    conversion = {0: "", 1: "str", 2: "repr", 3: "ascii"}[flags & 0x03]
-    value = f"{conversion}({args[0]})" if conversion else args[0]
-    return f"format({value}, {args[1]})" if flags & 0x04 else f"format({value})"
-
-
-# Instructions the glue can run natively as one Python statement when they are the break:
-# name -> (values popped, values pushed, the statement over the popped values' expressions).
-NATIVE_INSTRUCTIONS: dict[str, tuple[Callable[[dis.Instruction], int], int, Callable[[dis.Instruction, list[str]], str]]] = {
-    "BINARY_SUBSCR": (lambda i: 2, 1, lambda i, a: f"{a[0]}[{a[1]}]"),
-    "BINARY_OP": (lambda i: 2, 1, lambda i, a: f"{a[0]} {i.argrepr.rstrip('=')} {a[1]}"),
-    "COMPARE_OP": (lambda i: 2, 1, lambda i, a: f"{a[0]} {_COMPARE_TEXT[i.argval]} {a[1]}"),
-    "CONTAINS_OP": (lambda i: 2, 1, lambda i, a: f"{a[0]} {'not in' if i.arg else 'in'} {a[1]}"),
-    "UNARY_NEGATIVE": (lambda i: 1, 1, lambda i, a: f"-{a[0]}"),
-    "UNARY_POSITIVE": (lambda i: 1, 1, lambda i, a: f"+{a[0]}"),
-    "UNARY_INVERT": (lambda i: 1, 1, lambda i, a: f"~{a[0]}"),
-    "UNARY_NOT": (lambda i: 1, 1, lambda i, a: f"not {a[0]}"),
-    "LOAD_ATTR": (lambda i: 1, 1, lambda i, a: f"{a[0]}.{i.argval}"),
-    "GET_ITER": (lambda i: 1, 1, lambda i, a: f"iter({a[0]})"),
-    "FORMAT_VALUE": (lambda i: 2 if code_mod.oparg(i) & 0x04 else 1, 1, _format_value),
-    "STORE_SUBSCR": (lambda i: 3, 0, lambda i, a: f"{a[1]}[{a[2]}] = {a[0]}"),
-    "STORE_ATTR": (lambda i: 2, 0, lambda i, a: f"{a[1]}.{i.argval} = {a[0]}"),
-    # An exception the frame raises and does not catch: raised by the glue (nothing resumes).
-    "RAISE_VARARGS": (lambda i: code_mod.oparg(i), 0, lambda i, a: " ".join(["raise", *a[:1], *(["from", a[1]] if len(a) > 1 else [])])),
-}
-
-
 def _in_loop(code: types.CodeType, offset: int) -> bool:
     """True when a backward jump at or after `offset` goes back to or before it."""
     return any(i.opname in _BACKWARD and i.offset >= offset and i.argval <= offset
@@ -515,7 +485,7 @@ def _result(state: Any, glue: GlueBuilder, options: Any, records: list[Any]) -> 
     state.modes.restore_process()
     glue_fn, source, compiled = glue.finish(options.compiler, f"graph_{name}")
     guards = list(state.output.guards) + state.output.absent_guards() + [Guard("", "check_grad_mode", state.initial_grad)]
-    from kiln.capture.variables.builder import container_alias_guards
+    from kiln.capture.variables.alias_guards import container_alias_guards
     guards += container_alias_guards(state)  # a container changed in place is no other one read
     guards += [shape_guard(g) for g in state.shape_env.guards]
     from kiln.capture.variables.type_checks import settle_abc_token

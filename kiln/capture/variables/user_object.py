@@ -34,6 +34,7 @@ from kiln.capture.trace_rules import (
     trace_time_module_class,
 )
 from kiln.capture.variables.base import Variable
+from kiln.capture.variables.enum_calls import enum_member
 from kiln.capture.variables.constant import is_constant_value
 from kiln.capture.variables.environ import EnvironReadVariable
 from kiln.capture.variables.dict import (
@@ -376,7 +377,7 @@ class ObjectVariable(Variable):
                 and (args[0].is_constant() or isinstance(args[0], SymIntVariable)):
             # a symbolic int is specialized (guarded): the member depends on its value
             value = tx.as_int(args[0]) if isinstance(args[0], SymIntVariable) else args[0].as_constant()
-            return _enum_member(tx, obj, value)
+            return enum_member(tx, obj, value)
         if isinstance(obj, enum.EnumMeta) and len(args) == 1 and not kwargs and args[0].is_constant() \
                 and type(obj).__call__ is enum.EnumMeta.__call__:
             found = _user_missing_member(tx, self, obj, args[0])
@@ -777,7 +778,7 @@ def _user_missing_member(tx: "Tracer", cls_var: Variable, cls: enum.EnumMeta, ke
     except TypeError:  # unhashable: the class searches its members, then the hook
         known = False
     if known:
-        return _enum_member(tx, cls, value)
+        return enum_member(tx, cls, value)
     hook = inspect.getattr_static(cls, "_missing_", None)
     if not isinstance(hook, classmethod) or not isinstance(hook.__func__, types.FunctionType):
         return None
@@ -788,15 +789,3 @@ def _user_missing_member(tx: "Tracer", cls_var: Variable, cls: enum.EnumMeta, ke
     if isinstance(result, ObjectVariable) and isinstance(result.value, cls):
         return result
     return None
-
-
-def _enum_member(tx: "Tracer", cls: enum.EnumMeta, value: Any) -> Variable:
-    """The member of `cls` whose value is `value` (a class's members are fixed once it is made), or
-    the ValueError eager raises, raised in the frame."""
-    from kiln.capture.variables.exception import raise_in_trace
-
-    try:
-        member: Any = cls(value)
-    except ValueError as exc:
-        raise raise_in_trace(exc, f"{exc} (raised natively)") from None
-    return tx.wrap_result(member)
